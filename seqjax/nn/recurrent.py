@@ -1,0 +1,324 @@
+"""Recurrent layers: ``RNN`` (a cell scanned over time), ``Bidirectional``, ``StackedRNN``.
+
+Shapes: ``x_BxTxP`` in, ``y_BxTxH`` out (batch-major; ``time_major=True`` for
+``[T, B, P]``). Variable length is given by ``lengths: int32[B]`` (right
+padding): outputs at ``t >= lengths[b]`` are exactly zero and the returned
+carry is the carry after step ``lengths[b] - 1`` (the initial carry when the
+length is 0). ``reverse=True`` runs each sequence from its own last real step
+back to its first (MEDL (7.14)'s ``h_r``), not from the padded end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_integer, check_range, check_rank, check_tree_shapes
+from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
+
+Array = jax.Array
+Carry = Any
+
+__all__ = ["RNN", "Bidirectional", "StackedRNN", "CELL_TYPES"]
+
+CELL_TYPES: dict[str, type[RecurrentCell]] = {
+    "elman": ElmanCell,
+    "rnn": ElmanCell,
+    "lstm": LSTMCell,
+    "gru": GRUCell,
+}
+
+
+def _step_mask(lengths_B: Array, num_steps: int) -> Array:
+    """``valid_TxB[t, b] = t < lengths[b]``."""
+    return jnp.arange(num_steps, dtype=jnp.int32)[:, None] < lengths_B[None, :]
+
+
+def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
+    """Per-batch-row ``where`` over matching pytrees of ``[B, ...]`` arrays."""
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(pred_B.reshape(pred_B.shape + (1,) * (a.ndim - 1)), a, b),
+        on_true,
+        on_false,
+    )
+
+
+def _check_lengths(lengths: Array | None, batch: int, num_steps: int) -> Array | None:
+    if lengths is None:
+        return None
+    lengths = jnp.asarray(lengths) if not isinstance(lengths, jax.Array) else lengths
+    check_integer(lengths, "lengths")
+    if lengths.shape != (batch,):
+        raise ValueError(
+            f"`lengths` must have shape (batch,) = ({batch},); got {tuple(lengths.shape)}."
+        )
+    check_range(lengths, "lengths", 0, num_steps)
+    return lengths.astype(jnp.int32)
+
+
+class RNN(nn.Module):
+    r"""Scan a recurrent cell over time.
+
+    Computes ``(carry_t, y_t) = cell(carry_{t-1}, x_t)`` for ``t = 1..T``
+    (MEDL (7.1)–(7.2); J&M Fig. 9.2), with the cell's input projection
+    ``x_t W_xᵀ + b`` hoisted out of the loop and computed for all steps in a
+    single ``[B*T, P] x [P, G*H]`` matmul; only ``h_{t-1} W_hᵀ`` is in the loop.
+
+    Call: ``rnn(x, lengths=None, initial_carry=None, resets=None)`` with
+
+    * ``x``: ``[B, T, P]`` (``[T, B, P]`` if ``time_major``);
+    * ``lengths``: optional ``int32[B]`` in ``[0, T]``;
+    * ``initial_carry``: optional; defaults to ``cell.initialize_carry`` (zeros);
+    * ``resets``: optional ``bool[B, T]``; where True the carry is reset to the
+      initial carry *before* that step (sequence packing with segment ids).
+
+    Returns ``y: [B, T, H]``, or ``(final_carry, y)`` if ``return_carry``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from seqjax.nn import RNN, LSTMCell
+        >>> rnn = RNN(LSTMCell(8), return_carry=True)
+        >>> x = jnp.ones((2, 5, 3))
+        >>> params = rnn.init(jax.random.PRNGKey(0), x)
+        >>> (c, h), y = rnn.apply(params, x, lengths=jnp.array([5, 2]))
+        >>> y.shape, bool((y[1, 2:] == 0).all())
+        ((2, 5, 8), True)
+
+    Attributes:
+        cell: a :class:`~seqjax.nn.RecurrentCell` (``ElmanCell``, ``LSTMCell``, ``GRUCell``).
+        reverse: process each sequence from its last real step to its first;
+            outputs stay in the input's time order.
+        unroll: steps unrolled per loop iteration in ``lax.scan``.
+        return_carry: also return the final carry.
+        time_major: inputs and outputs are ``[T, B, ...]``.
+    """
+
+    cell: RecurrentCell
+    reverse: bool = False
+    unroll: int = 1
+    return_carry: bool = False
+    time_major: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Array,
+        lengths: Array | None = None,
+        initial_carry: Carry | None = None,
+        resets: Array | None = None,
+        *,
+        reverse: bool | None = None,
+        return_carry: bool | None = None,
+    ) -> Array | tuple[Carry, Array]:
+        reverse = self.reverse if reverse is None else reverse
+        return_carry = self.return_carry if return_carry is None else return_carry
+        check_rank(x, "x", 3)
+        x_BxTxP = jnp.swapaxes(x, 0, 1) if self.time_major else x
+        batch, num_steps, _ = x_BxTxP.shape
+        lengths = _check_lengths(lengths, batch, num_steps)
+        if resets is not None:
+            if tuple(resets.shape) != (batch, num_steps):
+                raise ValueError(
+                    f"`resets` must have shape (batch, time) = ({batch}, {num_steps}); "
+                    f"got {tuple(resets.shape)}."
+                )
+            if resets.dtype != jnp.bool_:
+                raise TypeError(f"`resets` must be boolean; got dtype {resets.dtype}.")
+
+        default_carry = self.cell.initialize_carry(jax.random.PRNGKey(0), (batch, x.shape[-1]))
+        if initial_carry is None:
+            carry = default_carry
+        else:
+            check_tree_shapes(initial_carry, default_carry, "initial_carry")
+            carry = initial_carry
+
+        # Hoisted input projection: one matmul over all time steps, then time-major
+        # for the scan (scanning the leading axis avoids strided slices per step).
+        xp_TxBxG = jnp.swapaxes(self.cell.input_projection(x_BxTxP), 0, 1)
+        valid_TxB = None if lengths is None else _step_mask(lengths, num_steps)
+        resets_TxB = None if resets is None else jnp.swapaxes(resets, 0, 1)
+        reset_carry = default_carry if initial_carry is None else initial_carry
+
+        def body(cell: RecurrentCell, carry: Carry, inputs: tuple) -> tuple[Carry, Array]:
+            xp_BxG, valid_B, reset_B = inputs
+            if reset_B is not None:
+                carry = _select(reset_B, reset_carry, carry)
+            new_carry, y_BxH = cell.step(carry, xp_BxG)
+            # Keep the carry's dtype stable across steps (bf16 compute, fp32 carry).
+            new_carry = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), new_carry, carry)
+            if valid_B is not None:
+                new_carry = _select(valid_B, new_carry, carry)
+                y_BxH = jnp.where(valid_B[:, None], y_BxH, jnp.zeros_like(y_BxH))
+            return new_carry, y_BxH
+
+        scan = nn.scan(
+            body,
+            variable_broadcast="params",
+            split_rngs={"params": False},
+            in_axes=0,
+            out_axes=0,
+            unroll=self.unroll,
+            reverse=reverse,
+        )
+        carry, y_TxBxH = scan(self.cell, carry, (xp_TxBxG, valid_TxB, resets_TxB))
+        y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
+        return (carry, y) if return_carry else y
+
+
+_MERGES: dict[str, Callable[[Array, Array], Array]] = {
+    "concat": lambda a, b: jnp.concatenate([a, b], axis=-1),
+    "sum": lambda a, b: a + b,
+    "mul": lambda a, b: a * b,
+}
+
+
+def _merge_fn(merge: str | Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
+    if callable(merge):
+        return merge
+    if merge not in _MERGES:
+        raise ValueError(f"`merge` must be one of {sorted(_MERGES)} or a callable; got {merge!r}.")
+    return _MERGES[merge]
+
+
+class Bidirectional(nn.Module):
+    r"""Run one RNN forward and one in reverse, and merge their outputs.
+
+    .. math::
+        h^f_t = f(h^f_{t-1}, x_t),\quad h^r_t = f'(h^r_{t+1}, x_t),\quad
+        y_t = \mathrm{merge}(h^f_t, h^r_t)
+
+    MEDL (7.14); J&M (9.18)–(9.20) (``concat``). The backward RNN starts at
+    each sequence's own last real step (``lengths``), so padding never leaks
+    into it. ``merge``: ``"concat"`` (default), ``"sum"``, ``"mul"`` or a callable.
+
+    Returns ``y`` or ``((carry_f, carry_b), y)`` with ``return_carry``.
+    """
+
+    forward: RNN
+    backward: RNN
+    merge: str | Callable[[Array, Array], Array] = "concat"
+    return_carry: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Array,
+        lengths: Array | None = None,
+        initial_carry: tuple[Carry, Carry] | None = None,
+        resets: Array | None = None,
+    ) -> Array | tuple[tuple[Carry, Carry], Array]:
+        merge = _merge_fn(self.merge)
+        init_f, init_b = (None, None) if initial_carry is None else initial_carry
+        carry_f, y_f = self.forward(
+            x, lengths, init_f, resets, reverse=False, return_carry=True
+        )
+        # Resets mark segment starts; in reverse a segment starts at its last token.
+        resets_b = None
+        if resets is not None:
+            ends = jnp.concatenate([resets[:, 1:], jnp.ones_like(resets[:, :1])], axis=1)
+            resets_b = ends
+        carry_b, y_b = self.backward(
+            x, lengths, init_b, resets_b, reverse=True, return_carry=True
+        )
+        y = merge(y_f, y_b)
+        return ((carry_f, carry_b), y) if self.return_carry else y
+
+
+class StackedRNN(nn.Module):
+    r"""A stack of (optionally bidirectional) recurrent layers, like ``torch.nn.LSTM``.
+
+    .. math::
+        h^{[\ell]}_t = f^{[\ell]}(h^{[\ell]}_{t-1}, \tilde h^{[\ell-1]}_t), \qquad
+        h^{[0]}_t \equiv x_t
+
+    MEDL (7.15) (only ``h`` goes up; each layer's full carry goes forward in
+    time); J&M §9.5. ``tilde h`` is ``h`` after dropout (between layers only,
+    as PyTorch) and, with ``residual=True``, plus the layer's input when the
+    widths match (every layer after the first).
+
+    Call: ``stack(x, lengths=None, initial_carries=None, deterministic=True)``;
+    returns ``(y, final_carries)`` where ``final_carries`` is a tuple with one
+    entry per layer, each a cell carry or, if bidirectional, ``(fwd, bwd)``.
+
+    Attributes:
+        features: hidden size ``H`` of every layer (per direction).
+        num_layers: ``L``.
+        cell_type: ``"lstm"``, ``"gru"``, ``"elman"`` or a cell class.
+        bidirectional: concatenate a reversed layer at every level (output ``2H``).
+        dropout: dropout rate on the outputs of every layer but the last.
+        residual: add each layer's input to its output where the widths match.
+        cell_kwargs: extra constructor arguments for every cell
+            (e.g. ``{"reset_after": False}``, ``{"forget_bias": 1.0}``).
+    """
+
+    features: int
+    num_layers: int = 1
+    cell_type: str | type[RecurrentCell] = "lstm"
+    bidirectional: bool = False
+    dropout: float = 0.0
+    residual: bool = False
+    unroll: int = 1
+    cell_kwargs: Sequence[tuple[str, Any]] | dict | None = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+
+    def _cell(self) -> RecurrentCell:
+        cls = self.cell_type
+        if isinstance(cls, str):
+            if cls not in CELL_TYPES:
+                raise ValueError(
+                    f"`cell_type` must be one of {sorted(CELL_TYPES)} or a cell class; got {cls!r}."
+                )
+            cls = CELL_TYPES[cls]
+        kwargs = dict(self.cell_kwargs or {})
+        # parent=None: the cell is adopted by the RNN that holds it (param path .../cell/...).
+        return cls(self.features, dtype=self.dtype, param_dtype=self.param_dtype, parent=None,
+                   **kwargs)
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Array,
+        lengths: Array | None = None,
+        initial_carries: Sequence[Carry] | None = None,
+        deterministic: bool = True,
+        resets: Array | None = None,
+    ) -> tuple[Array, tuple[Carry, ...]]:
+        if self.num_layers < 1:
+            raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
+        if initial_carries is not None and len(initial_carries) != self.num_layers:
+            raise ValueError(
+                f"`initial_carries` must have one entry per layer ({self.num_layers}); "
+                f"got {len(initial_carries)}."
+            )
+        h = x
+        finals = []
+        for layer in range(self.num_layers):
+            init = None if initial_carries is None else initial_carries[layer]
+            if self.bidirectional:
+                bi = Bidirectional(
+                    RNN(self._cell(), unroll=self.unroll, parent=None),
+                    RNN(self._cell(), unroll=self.unroll, parent=None),
+                    return_carry=True,
+                    name=f"layer_{layer}",
+                )
+                carry, out = bi(h, lengths, init, resets)
+            else:
+                rnn = RNN(self._cell(), unroll=self.unroll, return_carry=True,
+                          name=f"layer_{layer}")
+                carry, out = rnn(h, lengths, init, resets)
+            finals.append(carry)
+            if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
+                out = out + h
+            if layer < self.num_layers - 1 and self.dropout > 0.0:
+                # Padded outputs are zero and stay zero under dropout.
+                out = nn.Dropout(self.dropout)(out, deterministic=deterministic)
+            h = out
+        return h, tuple(finals)
+
