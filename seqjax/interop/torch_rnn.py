@@ -1,0 +1,141 @@
+"""Convert ``torch.nn.RNN/LSTM/GRU`` weights to and from ``seqjax.nn.StackedRNN``.
+
+PyTorch stores, per layer ``k`` and direction (suffix ``_reverse``),
+``weight_ih_l{k}: [G*H, P]``, ``weight_hh_l{k}: [G*H, H]``, ``bias_ih_l{k}`` and
+``bias_hh_l{k}: [G*H]`` with gate blocks in the order ``i, f, g, o`` (LSTM) and
+``r, z, n`` (GRU) — the order seqjax uses. seqjax keeps one input bias per gate
+(MEDL's count), so the two PyTorch biases import as their sum, except the GRU's
+``b_hn`` which sits inside the reset product and maps to ``recurrent_bias_n``.
+
+Only tensors are read (``module.state_dict()``); nothing is unpickled here.
+``torch`` is imported lazily: it is a test/parity extra, never a runtime dependency.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.nn.recurrent import StackedRNN
+
+__all__ = ["torch_rnn_to_seqjax", "seqjax_to_torch_rnn"]
+
+_KINDS = {"LSTM": ("lstm", 4), "GRU": ("gru", 3), "RNN": ("elman", 1)}
+
+
+def _np(t: Any) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.float32)
+
+
+def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
+    """Build a :class:`~seqjax.nn.StackedRNN` and its variables from a torch RNN module.
+
+    Supports any ``num_layers``, ``bidirectional``, ``bias`` and ``batch_first``
+    (seqjax is always batch-major: transpose time-major inputs yourself).
+    ``dropout`` is carried over. ``proj_size`` (LSTM projections) is not a seqjax
+    cell and is rejected.
+
+    Returns ``(stack, {"params": ...})`` such that, for ``x: [B, T, P]`` and
+    ``lengths``, ``stack.apply(variables, x, lengths)[0]`` equals the padded
+    output of ``module`` on the packed sequence.
+    """
+    kind = type(module).__name__
+    if kind not in _KINDS:
+        raise TypeError(f"`module` must be torch.nn.RNN, LSTM or GRU; got {kind}.")
+    if getattr(module, "proj_size", 0):
+        raise ValueError(f"`module.proj_size` must be 0; got {module.proj_size}.")
+    cell_type, gates = _KINDS[kind]
+    hidden = module.hidden_size
+    cell_kwargs: dict[str, Any] = {}
+    if kind == "RNN":
+        nonlin = module.nonlinearity
+        cell_kwargs["activation"] = jnp.tanh if nonlin == "tanh" else jax.nn.relu
+    stack = StackedRNN(
+        features=hidden,
+        num_layers=module.num_layers,
+        cell_type=cell_type,
+        bidirectional=module.bidirectional,
+        dropout=float(module.dropout),
+        cell_kwargs=cell_kwargs or None,
+    )
+    sd = module.state_dict()
+    params: dict[str, Any] = {}
+    for layer in range(module.num_layers):
+        dirs = {"": "forward", "_reverse": "backward"} if module.bidirectional else {"": None}
+        layer_params: dict[str, Any] = {}
+        for suffix, name in dirs.items():
+            w_ih = _np(sd[f"weight_ih_l{layer}{suffix}"])
+            w_hh = _np(sd[f"weight_hh_l{layer}{suffix}"])
+            zeros = np.zeros(gates * hidden, np.float32)
+            b_ih = _np(sd[f"bias_ih_l{layer}{suffix}"]) if module.bias else zeros
+            b_hh = _np(sd[f"bias_hh_l{layer}{suffix}"]) if module.bias else zeros
+            cell: dict[str, Any] = {"recurrent_kernel": w_hh.T}
+            if kind == "GRU":
+                bias = b_ih.copy()
+                bias[: 2 * hidden] += b_hh[: 2 * hidden]
+                cell["recurrent_bias_n"] = b_hh[2 * hidden :]
+            else:
+                bias = b_ih + b_hh
+            cell["input"] = {"kernel": w_ih.T, "bias": bias}
+            if name is None:
+                layer_params = {"cell": cell}
+            else:
+                layer_params[name] = {"cell": cell}
+        params[f"layer_{layer}"] = layer_params
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    return stack, {"params": params}
+
+
+def seqjax_to_torch_rnn(stack: StackedRNN, variables: dict, input_size: int) -> Any:
+    """The reverse export: a ``torch.nn.LSTM/GRU/RNN`` (``batch_first=True``) with the same weights.
+
+    GRUs must use ``reset_after=True`` (PyTorch has no other form); the summed
+    input bias goes to ``bias_ih`` and ``bias_hh`` holds only ``b_hn``.
+    """
+    import torch
+
+    cell_type = stack.cell_type if isinstance(stack.cell_type, str) else stack.cell_type.__name__
+    kwargs = dict(stack.cell_kwargs or {})
+    key = {"lstm": "LSTM", "lstmcell": "LSTM", "gru": "GRU", "grucell": "GRU",
+           "elman": "RNN", "rnn": "RNN", "elmancell": "RNN"}.get(cell_type.lower())
+    if key is None:
+        raise ValueError(f"`stack.cell_type` must be lstm, gru or elman; got {cell_type!r}.")
+    if key == "GRU" and not kwargs.get("reset_after", True):
+        raise ValueError("`reset_after` must be True to export a GRU to PyTorch; got False.")
+    ctor_kwargs: dict[str, Any] = {}
+    if key == "RNN":
+        act = kwargs.get("activation", jnp.tanh)
+        if act is jnp.tanh:
+            ctor_kwargs["nonlinearity"] = "tanh"
+        elif act is jax.nn.relu:
+            ctor_kwargs["nonlinearity"] = "relu"
+        else:
+            raise ValueError(f"Elman `activation` must be tanh or relu to export; got {act}.")
+    module = getattr(torch.nn, key)(
+        input_size, stack.features, num_layers=stack.num_layers, bias=True, batch_first=True,
+        dropout=stack.dropout, bidirectional=stack.bidirectional, **ctor_kwargs,
+    )
+    hidden = stack.features
+    params = variables["params"]
+    sd = {}
+    for layer in range(stack.num_layers):
+        dirs = {"": "forward", "_reverse": "backward"} if stack.bidirectional else {"": None}
+        for suffix, name in dirs.items():
+            lp = params[f"layer_{layer}"]
+            cell = lp["cell"] if name is None else lp[name]["cell"]
+            w_ih = np.asarray(cell["input"]["kernel"], np.float32).T
+            w_hh = np.asarray(cell["recurrent_kernel"], np.float32).T
+            b_ih = np.asarray(cell["input"]["bias"], np.float32)
+            b_hh = np.zeros_like(b_ih)
+            if key == "GRU":
+                b_hh[2 * hidden :] = np.asarray(cell["recurrent_bias_n"], np.float32)
+            for nm, arr in ((f"weight_ih_l{layer}{suffix}", w_ih),
+                            (f"weight_hh_l{layer}{suffix}", w_hh),
+                            (f"bias_ih_l{layer}{suffix}", b_ih),
+                            (f"bias_hh_l{layer}{suffix}", b_hh)):
+                sd[nm] = torch.from_numpy(np.array(arr, np.float32, copy=True))
+    module.load_state_dict(sd)
+    return module

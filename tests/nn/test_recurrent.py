@@ -1,0 +1,246 @@
+"""RNN / Bidirectional / StackedRNN: equivalences, masking, transforms, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from seqjax.nn import RNN, Bidirectional, ElmanCell, GRUCell, LSTMCell, StackedRNN
+
+B, T, P, H = 4, 6, 3, 5
+CELLS = [
+    pytest.param(lambda: ElmanCell(H), id="elman"),
+    pytest.param(lambda: LSTMCell(H), id="lstm"),
+    pytest.param(lambda: GRUCell(H), id="gru"),
+    pytest.param(lambda: GRUCell(H, reset_after=False), id="gru_before"),
+]
+LENGTHS = np.array([6, 3, 0, 1], np.int32)
+
+
+@pytest.fixture
+def x():
+    return jnp.asarray(np.random.default_rng(1).normal(size=(B, T, P)).astype(np.float32))
+
+
+def _init(module, x, **kw):
+    return module.init(jax.random.PRNGKey(0), x, **kw)
+
+
+def _tree_close(a, b, atol=1e-5):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), atol=atol)
+
+
+@pytest.mark.parametrize("make_cell", CELLS)
+def test_scan_equals_python_loop(make_cell, x):
+    cell = make_cell()
+    rnn = RNN(cell, return_carry=True)
+    v = _init(rnn, x)
+    carry, y = rnn.apply(v, x)
+    c = cell.initialize_carry(None, (B, P))
+    ys = []
+    for t in range(T):
+        c, y_t = cell.apply({"params": v["params"]["cell"]}, c, x[:, t])
+        ys.append(y_t)
+    np.testing.assert_allclose(y, jnp.stack(ys, 1), atol=1e-5)
+    _tree_close(carry, c)
+
+
+@pytest.mark.parametrize("make_cell", CELLS)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_padded_batch_equals_each_sequence_alone(make_cell, reverse, x):
+    rnn = RNN(make_cell(), return_carry=True, reverse=reverse)
+    v = _init(rnn, x)
+    # Garbage in the padding must not leak anywhere.
+    pad = jnp.arange(T)[None, :, None] >= LENGTHS[:, None, None]
+    x_dirty = jnp.where(pad, 1e3, x)
+    carry, y = rnn.apply(v, x_dirty, lengths=LENGTHS)
+    init = rnn.cell.initialize_carry(None, (1, P))
+    for b, n in enumerate(LENGTHS):
+        assert np.all(np.asarray(y[b, n:]) == 0.0)
+        if n == 0:
+            _tree_close(jax.tree_util.tree_map(lambda a: a[b : b + 1], carry), init)
+            continue
+        c_b, y_b = rnn.apply(v, x[b : b + 1, :n])
+        np.testing.assert_allclose(y[b, :n], y_b[0], atol=1e-5)
+        _tree_close(jax.tree_util.tree_map(lambda a: a[b : b + 1], carry), c_b)
+
+
+@pytest.mark.parametrize("make_cell", CELLS)
+def test_reverse_with_lengths_is_flip_run_flip(make_cell, x):
+    fwd = RNN(make_cell())
+    v = _init(fwd, x)
+    y_rev = RNN(make_cell(), reverse=True).apply(v, x, lengths=LENGTHS)
+    for b, n in enumerate(LENGTHS):
+        if n == 0:
+            continue
+        flipped = x[b : b + 1, :n][:, ::-1]
+        expected = fwd.apply(v, flipped)[:, ::-1]
+        np.testing.assert_allclose(y_rev[b : b + 1, :n], expected, atol=1e-5)
+
+
+def test_time_major_and_unroll_agree(x):
+    rnn = RNN(LSTMCell(H))
+    v = _init(rnn, x)
+    y = rnn.apply(v, x, lengths=LENGTHS)
+    y_tm = RNN(LSTMCell(H), time_major=True).apply(v, jnp.swapaxes(x, 0, 1), lengths=LENGTHS)
+    y_unroll = RNN(LSTMCell(H), unroll=4).apply(v, x, lengths=LENGTHS)
+    np.testing.assert_allclose(y, jnp.swapaxes(y_tm, 0, 1), atol=1e-6)
+    np.testing.assert_allclose(y, y_unroll, atol=1e-6)
+
+
+def test_initial_carry_is_used(x):
+    rnn = RNN(GRUCell(H), return_carry=True)
+    v = _init(rnn, x)
+    h0 = jnp.ones((B, H))
+    c_a, y_a = rnn.apply(v, x, initial_carry=h0)
+    c_b, _ = rnn.apply(v, x[:, :2], initial_carry=h0)
+    c_c, y_c = rnn.apply(v, x[:, 2:], initial_carry=c_b)
+    np.testing.assert_allclose(y_a[:, 2:], y_c, atol=1e-5)
+    np.testing.assert_allclose(c_a, c_c, atol=1e-5)
+    # Lengths 0 returns the given initial carry.
+    c0, _ = rnn.apply(v, x, lengths=jnp.zeros((B,), jnp.int32), initial_carry=h0)
+    np.testing.assert_array_equal(c0, h0)
+
+
+def test_resets_equal_separate_segments(x):
+    """Packing: a reset at t restarts from the initial carry, as if two sequences."""
+    rnn = RNN(LSTMCell(H))
+    v = _init(rnn, x)
+    resets = jnp.zeros((B, T), bool).at[:, 3].set(True)
+    y = rnn.apply(v, x, resets=resets)
+    np.testing.assert_allclose(y[:, :3], rnn.apply(v, x[:, :3]), atol=1e-5)
+    np.testing.assert_allclose(y[:, 3:], rnn.apply(v, x[:, 3:]), atol=1e-5)
+
+
+def test_bidirectional_concat_and_merges(x):
+    bi = Bidirectional(RNN(LSTMCell(H)), RNN(LSTMCell(H)), return_carry=True)
+    v = _init(bi, x)
+    (cf, cb), y = bi.apply(v, x, lengths=LENGTHS)
+    assert y.shape == (B, T, 2 * H)
+    fwd = RNN(LSTMCell(H)).apply({"params": v["params"]["forward"]}, x, lengths=LENGTHS)
+    bwd = RNN(LSTMCell(H), reverse=True).apply(
+        {"params": v["params"]["backward"]}, x, lengths=LENGTHS
+    )
+    np.testing.assert_allclose(y, jnp.concatenate([fwd, bwd], -1), atol=1e-6)
+    # The backward carry is the state after reading each sequence's first token.
+    for b, n in enumerate(LENGTHS):
+        if n:
+            np.testing.assert_allclose(cb[1][b], bwd[b, 0], atol=1e-6)
+    for merge, fn in (("sum", jnp.add), ("mul", jnp.multiply), (lambda a, b: a - b, jnp.subtract)):
+        y_m = Bidirectional(RNN(LSTMCell(H)), RNN(LSTMCell(H)), merge=merge).apply(
+            v, x, lengths=LENGTHS
+        )
+        np.testing.assert_allclose(y_m, fn(fwd, bwd), atol=1e-6)
+    with pytest.raises(ValueError, match="merge"):
+        Bidirectional(RNN(LSTMCell(H)), RNN(LSTMCell(H)), merge="max").apply(v, x)
+
+
+def test_stacked_matches_manual_composition(x):
+    stack = StackedRNN(H, num_layers=3, cell_type="gru")
+    v = _init(stack, x)
+    y, finals = stack.apply(v, x, LENGTHS)
+    h = x
+    for layer in range(3):
+        c, h = RNN(GRUCell(H), return_carry=True).apply(
+            {"params": v["params"][f"layer_{layer}"]}, h, lengths=LENGTHS
+        )
+        np.testing.assert_allclose(finals[layer], c, atol=1e-5)
+    np.testing.assert_allclose(y, h, atol=1e-5)
+    assert len(finals) == 3
+
+
+def test_stacked_bidirectional_residual_dropout(x):
+    stack = StackedRNN(H, num_layers=2, bidirectional=True, dropout=0.5, residual=True)
+    v = _init(stack, x)
+    y_det, finals = stack.apply(v, x, LENGTHS)
+    assert y_det.shape == (B, T, 2 * H)
+    assert len(finals) == 2 and len(finals[0]) == 2  # (fwd, bwd) per layer
+    y1, _ = stack.apply(v, x, LENGTHS, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    y2, _ = stack.apply(v, x, LENGTHS, deterministic=False, rngs={"dropout": jax.random.key(2)})
+    assert not np.allclose(y1, y2)
+    pad = np.arange(T)[None, :] >= LENGTHS[:, None]
+    assert np.all(np.asarray(y1)[pad] == 0.0)
+    # residual: layer 2 output = its RNN output + its input
+    no_res = StackedRNN(H, num_layers=2, bidirectional=True)
+    y_nores, _ = no_res.apply(v, x, LENGTHS)
+    assert not np.allclose(y_det, y_nores)
+
+
+def test_stacked_errors(x):
+    with pytest.raises(ValueError, match="cell_type"):
+        _init(StackedRNN(H, cell_type="transformer"), x)
+    with pytest.raises(ValueError, match="dropout"):
+        _init(StackedRNN(H, dropout=1.5), x)
+    with pytest.raises(ValueError, match="initial_carries"):
+        stack = StackedRNN(H, num_layers=2)
+        stack.apply(_init(stack, x), x, initial_carries=[None])
+
+
+def test_errors_name_the_argument(x):
+    rnn = RNN(LSTMCell(H))
+    v = _init(rnn, x)
+    with pytest.raises(ValueError, match="`x` must have rank 3"):
+        rnn.apply(v, x[0])
+    with pytest.raises(ValueError, match=r"`lengths` must lie in \[0, 6\]"):
+        rnn.apply(v, x, lengths=jnp.array([7, 1, 1, 1]))
+    with pytest.raises(ValueError, match=r"`lengths` must lie"):
+        rnn.apply(v, x, lengths=jnp.array([-1, 1, 1, 1]))
+    with pytest.raises(ValueError, match="`lengths` must have shape"):
+        rnn.apply(v, x, lengths=jnp.array([1, 1]))
+    with pytest.raises(TypeError, match="`lengths` must have an integer dtype"):
+        rnn.apply(v, x, lengths=jnp.ones((B,)))
+    with pytest.raises(ValueError, match="initial_carry"):
+        rnn.apply(v, x, initial_carry=(jnp.zeros((B, H)), jnp.zeros((B, H + 1))))
+    with pytest.raises(ValueError, match="resets"):
+        rnn.apply(v, x, resets=jnp.zeros((B, T + 1), bool))
+
+
+def test_jit_vmap_grad_remat(x):
+    rnn = RNN(LSTMCell(H))
+    v = _init(rnn, x)
+    f = lambda p, x, n: rnn.apply(p, x, lengths=n).sum()
+    ref = f(v, x, LENGTHS)
+    np.testing.assert_allclose(jax.jit(f)(v, x, LENGTHS), ref, rtol=1e-5)
+    # vmap over an extra leading axis
+    xs = jnp.stack([x, 2 * x])
+    out = jax.vmap(lambda xx: rnn.apply(v, xx, lengths=LENGTHS))(xs)
+    np.testing.assert_allclose(out[1], rnn.apply(v, 2 * x, lengths=LENGTHS), atol=1e-6)
+    g = jax.grad(f)(v, x, LENGTHS)
+    g_remat = jax.grad(jax.checkpoint(f))(v, x, LENGTHS)
+    _tree_close(g, g_remat, atol=1e-6)
+    # Linen remat of the whole layer.
+    RematRNN = __import__("flax").linen.remat(RNN)
+    y = RematRNN(LSTMCell(H)).apply(v, x, lengths=LENGTHS)
+    np.testing.assert_allclose(y, rnn.apply(v, x, lengths=LENGTHS), atol=1e-6)
+
+
+def test_padding_gets_no_gradient(x):
+    rnn = RNN(GRUCell(H))
+    v = _init(rnn, x)
+    gx = jax.grad(lambda xx: rnn.apply(v, xx, lengths=LENGTHS).sum())(x)
+    pad = np.arange(T)[None, :] >= LENGTHS[:, None]
+    assert np.all(np.asarray(gx)[pad] == 0.0)
+    assert np.any(np.asarray(gx)[~pad] != 0.0)
+
+
+@pytest.mark.parametrize("make_cell", CELLS)
+def test_gradients_numerically(make_cell, x):
+    rnn = RNN(make_cell())
+    v = _init(rnn, x[:2, :4])
+    f = lambda p, xx: jnp.sum(rnn.apply(p, xx, lengths=jnp.array([4, 2])) ** 2)
+    with jax.default_matmul_precision("highest"):
+        check_grads(f, (v, x[:2, :4]), order=1, modes=("rev",), atol=2e-2, rtol=2e-2, eps=1e-2)
+
+
+@pytest.mark.parametrize("make_cell", CELLS)
+def test_bf16_compute_close_to_fp32(make_cell, x):
+    cell = make_cell()
+    rnn32 = RNN(cell)
+    v = _init(rnn32, x)
+    cell16 = cell.clone(dtype=jnp.bfloat16)
+    y16 = RNN(cell16).apply(v, x, lengths=LENGTHS)
+    y32 = rnn32.apply(v, x, lengths=LENGTHS)
+    assert v["params"]["cell"]["recurrent_kernel"].dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(y16, np.float32), y32, atol=5e-2)
