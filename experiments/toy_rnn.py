@@ -9,15 +9,18 @@ activation and a softmax output (MEDL (7.2)):
     h_t = sig(W_hh h_{t-1} + W_hx x_t + b_h),   ŷ_t = softmax(W_yh h_t + b_y)
 
 which has 20·20 + 20·8 + 20 + 8·20 + 8 = 748 parameters. Trained with
-cross-entropy averaged over time (MEDL (7.4)–(7.5)) and BPTT (autodiff).
+cross-entropy averaged over time (MEDL (7.4)–(7.5)), BPTT (autodiff) and Adam,
+through the seqjax.train loop (checkpoints and logs when --workdir is given).
 
-Run:  python -m experiments.toy_rnn            (or: seqjax train toy_rnn)
-      python -m experiments.toy_rnn --smoke    (a few steps, for CI)
+Run:  seqjax train toy_rnn                       (or: python -m experiments.toy_rnn)
+      seqjax train toy_rnn --smoke               (a few steps, for CI)
+      seqjax train toy_rnn --workdir runs/toy    (checkpoints, metrics.jsonl, curves; resumes)
+      seqjax eval --workdir runs/toy
+      seqjax generate --workdir runs/toy --prompt "the mathematical" --max-new-tokens 4
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -26,10 +29,14 @@ from dataclasses import asdict, dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import linen as nn
 
 from seqjax.nn import RNN, ElmanCell
+from seqjax.train.checkpoint import restore_params
+from seqjax.train.loop import FitConfig, fit
+from seqjax.train.losses import masked_cross_entropy, token_accuracy
+from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.step import make_train_step
 from seqjax.utils import count_params
 
 LEXICON = sorted(
@@ -45,7 +52,12 @@ class Config:
     learning_rate: float = 0.05
     seed: int = 0
     log_every: int = 100
+    checkpoint_every: int = 500
+    progress: bool = True
     workdir: str | None = None
+
+
+PRESETS = {"smoke": {"steps": 20, "log_every": 5, "checkpoint_every": 10}}
 
 
 class ToyRNN(nn.Module):
@@ -60,6 +72,15 @@ class ToyRNN(nn.Module):
         return nn.Dense(self.vocab, name="output")(h_BxTxH)  # logits; softmax in the loss
 
 
+def one_hot(words: list[str]) -> np.ndarray:
+    """``[1, T, 8]`` one-hot rows of ``words`` (each must be in the lexicon)."""
+    unknown = [w for w in words if w not in LEXICON]
+    if unknown:
+        raise ValueError(f"words {unknown} are not in the lexicon {LEXICON}.")
+    ids = [LEXICON.index(w) for w in words]
+    return np.eye(len(LEXICON), dtype=np.float32)[ids][None]
+
+
 def make_data() -> tuple[np.ndarray, np.ndarray]:
     ids = np.array([LEXICON.index(w) for w in SENTENCE])
     x_1xTxV = np.eye(len(LEXICON), dtype=np.float32)[ids[:-1]][None]
@@ -67,88 +88,120 @@ def make_data() -> tuple[np.ndarray, np.ndarray]:
     return x_1xTxV, y_1xT
 
 
-def run(cfg: Config) -> dict:
-    x, y = make_data()
-    model = ToyRNN(cfg.hidden)
-    params = model.init(jax.random.PRNGKey(cfg.seed), x)
-    n_params = count_params(params)
-    opt = optax.adam(cfg.learning_rate)
-    opt_state = opt.init(params)
+def _model_config(cfg: Config) -> dict:
+    return {"model": "ToyRNN", "hidden": cfg.hidden, "vocab": len(LEXICON)}
 
-    def loss_fn(p):
-        logits = model.apply(p, x)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
-    @jax.jit
-    def step(p, s):
-        loss, g = jax.value_and_grad(loss_fn)(p)
-        updates, s = opt.update(g, s, p)
-        return optax.apply_updates(p, updates), s, loss
-
-    start = time.perf_counter()
-    curve = []
-    for i in range(cfg.steps):
-        params, opt_state, loss = step(params, opt_state)
-        if i % cfg.log_every == 0 or i == cfg.steps - 1:
-            curve.append((i, float(loss)))
-            print(f"step {i:5d}  loss {float(loss):.4f}")
-    wall = time.perf_counter() - start
-
-    pred = np.asarray(jnp.argmax(model.apply(params, x), -1))[0]
+def _table(model: ToyRNN, params: dict, x: np.ndarray, y: np.ndarray) -> int:
+    pred = np.asarray(jnp.argmax(model.apply({"params": params}, x), -1))[0]
     correct = 0
-    print(f"\nparameters: {n_params}")
     print(f"{'t':>2}  {'input':<14}{'target':<14}{'predicted':<14}")
     for t, (i, j) in enumerate(zip(x[0].argmax(-1), y[0]), start=1):
         ok = int(pred[t - 1]) == int(j)
         correct += ok
         print(f"{t:>2}  {LEXICON[i]:<14}{LEXICON[j]:<14}{LEXICON[pred[t - 1]]:<14}{'' if ok else 'x'}")
-    result = {
+    return correct
+
+
+def run(cfg: Config) -> dict:
+    x, y = make_data()
+    model = ToyRNN(cfg.hidden)
+    params = model.init(jax.random.PRNGKey(cfg.seed), x)["params"]
+    n_params = count_params(params)
+    tx, schedule = make_optimizer(OptimizerConfig("adam", learning_rate=cfg.learning_rate))
+    state = TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed))
+
+    def loss_fn(p: dict, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+        logits = model.apply({"params": p}, batch["x"])
+        return masked_cross_entropy(logits, batch["y"]), {
+            "accuracy": token_accuracy(logits, batch["y"])
+        }
+
+    batch = {"x": x, "y": y}
+    start = time.perf_counter()
+    result = fit(
+        state,
+        make_train_step(loss_fn, schedule=schedule),
+        lambda i: batch,
+        FitConfig(
+            num_steps=cfg.steps,
+            log_every=cfg.log_every,
+            checkpoint_every=cfg.checkpoint_every,
+            best_metric=None,
+            progress=cfg.progress,
+            print_logs=True,
+        ),
+        workdir=cfg.workdir,
+        model_config=_model_config(cfg),
+    )
+    wall = time.perf_counter() - start
+    params = result.state.params
+    final_loss = float(loss_fn(params, batch, jax.random.PRNGKey(0))[0])
+    curve = [(r["step"], r["loss"]) for r in result.history]
+
+    print(f"\nparameters: {n_params}")
+    correct = _table(model, params, x, y)
+    summary = {
         "config": asdict(cfg),
         "params": n_params,
-        "final_loss": curve[-1][1],
+        "final_loss": final_loss,
         "correct": correct,
         "positions": len(y[0]),
+        "status": result.status,
+        "resumed_from": result.start_step,
         "wall_s": wall,
         "curve": curve,
     }
-    print(f"\n{correct}/{len(y[0])} next words correct; final loss {curve[-1][1]:.4f}; "
+    print(f"\n{correct}/{len(y[0])} next words correct; final loss {final_loss:.4f}; "
           f"{wall:.1f}s")
     if cfg.workdir:
-        os.makedirs(cfg.workdir, exist_ok=True)
         with open(os.path.join(cfg.workdir, "toy_rnn.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        _plot(curve, os.path.join(cfg.workdir, "toy_rnn_loss.png"))
-    return result
+            json.dump(summary, f, indent=1)
+    return summary
 
 
-def _plot(curve: list[tuple[int, float]], path: str) -> None:
-    import matplotlib
+def _restore(cfg: Config) -> tuple[ToyRNN, dict]:
+    if not cfg.workdir:
+        raise ValueError("`workdir` is required: the checkpoint to load.")
+    return ToyRNN(cfg.hidden), restore_params(os.path.join(cfg.workdir, "checkpoints"))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    steps, losses = zip(*curve)
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.semilogy(steps, losses)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_title("MEDL §7.2 toy RNN")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def evaluate(cfg: Config) -> dict:
+    """Loss and next-word accuracy of the checkpoint in ``cfg.workdir`` on the sentence."""
+    model, params = _restore(cfg)
+    x, y = make_data()
+    logits = model.apply({"params": params}, x)
+    return {
+        "loss": float(masked_cross_entropy(logits, y)),
+        "accuracy": float(token_accuracy(logits, y)),
+        "positions": int(y.size),
+    }
+
+
+def generate(
+    cfg: Config, prompt: str, *, max_new_tokens: int = 5, temperature: float = 0.0, seed: int = 0
+) -> str:
+    """Continue ``prompt`` (lexicon words) word by word: argmax, or sampling at ``temperature``."""
+    model, params = _restore(cfg)
+    words = prompt.lower().split()
+    if not words:
+        raise ValueError("`prompt` must hold at least one lexicon word.")
+    key = jax.random.PRNGKey(seed)
+    for _ in range(max_new_tokens):
+        logits = model.apply({"params": params}, one_hot(words))[0, -1]
+        if temperature > 0:
+            key, sub = jax.random.split(key)
+            nxt = int(jax.random.categorical(sub, logits / temperature))
+        else:
+            nxt = int(jnp.argmax(logits))
+        words.append(LEXICON[nxt])
+    return " ".join(words)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="toy_rnn", description=__doc__.split("\n")[0])
-    ap.add_argument("--smoke", action="store_true", help="a few steps, for CI")
-    ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--workdir", default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    steps = args.steps if args.steps is not None else (20 if args.smoke else Config.steps)
-    cfg = Config(steps=steps, seed=args.seed, workdir=args.workdir,
-                 log_every=5 if args.smoke else Config.log_every)
-    return run(cfg)
+    from seqjax.cli import experiment_main
+
+    return experiment_main(__file__, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ are laid out in PyTorch's order, which makes weight import a reshape.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,58 @@ __all__ = ["RecurrentCell", "ElmanCell", "LSTMCell", "GRUCell"]
 
 def _zeros_carry(batch_shape: tuple[int, ...], features: int, dtype: Dtype) -> Array:
     return jnp.zeros((*batch_shape, features), dtype)
+
+
+class FusedSpec(NamedTuple):
+    """What :func:`seqjax.nn._fused_scan.fused_scan` needs from a cell whose recurrence is
+    the single matmul ``rec = h_{t-1} @ recurrent_kernel``."""
+
+    step: Callable  # step(aux, carry, xp, rec) -> (carry, y), pure
+    aux: Any  # small extra parameters of the step (differentiated)
+    get_h: Callable  # carry -> the matmul input h
+    add_h: Callable  # (d_carry, dh) -> d_carry with dh added to h's slot
+
+
+def _get_self(carry: Array) -> Array:
+    return carry
+
+
+def _add_self(d_carry: Array, dh: Array) -> Array:
+    return d_carry + dh
+
+
+def _get_h_of_ch(carry: tuple[Array, Array]) -> Array:
+    return carry[1]
+
+
+def _add_h_of_ch(d_carry: tuple[Array, Array], dh: Array) -> tuple[Array, Array]:
+    return d_carry[0], d_carry[1] + dh
+
+
+def _elman_step(activation: Callable, aux: None, h: Array, xp: Array, rec: Array):
+    """MEDL (7.2) given ``rec = h_{t-1} W_hhᵀ``."""
+    h_BxH = activation(xp + rec)
+    return h_BxH, h_BxH
+
+
+def _lstm_step(aux: None, carry: tuple[Array, Array], xp: Array, rec: Array):
+    """MEDL (7.16)–(7.17) given ``rec = h_{t-1} W_hᵀ`` (gate order i, f, g, o)."""
+    c_BxH, _ = carry
+    i, f, g, o = jnp.split(xp + rec, 4, axis=-1)
+    c_BxH = jax.nn.sigmoid(f) * c_BxH + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h_BxH = jax.nn.sigmoid(o) * jnp.tanh(c_BxH)
+    return (c_BxH, h_BxH), h_BxH
+
+
+def _gru_after_step(features: int, b_hn: Array, h: Array, xp: Array, rec: Array):
+    """GRU with the reset gate after the matmul, given ``rec = h_{t-1} W_hᵀ`` (order r, z, n)."""
+    xr, xz, xn = xp[..., :features], xp[..., features : 2 * features], xp[..., 2 * features :]
+    hr, hz, hn = rec[..., :features], rec[..., features : 2 * features], rec[..., 2 * features :]
+    r = jax.nn.sigmoid(xr + hr)
+    z = jax.nn.sigmoid(xz + hz)
+    n = jnp.tanh(xn + r * (hn + jnp.asarray(b_hn, hn.dtype)))
+    h_new = (1.0 - z) * n + z * h
+    return h_new, h_new
 
 
 class RecurrentCell(nn.Module):
@@ -85,6 +138,10 @@ class RecurrentCell(nn.Module):
             raise ValueError(f"`x` must have a feature axis; got shape {x.shape}.")
         return self.input(x)
 
+    def fused_spec(self) -> FusedSpec | None:
+        """How to run this cell through the fused custom-VJP scan; ``None``: not supported."""
+        return None
+
     def __call__(self, carry: Any, x: Array) -> tuple[Any, Array]:
         """One time step on ``x: [..., P]``; returns ``(new_carry, y: [..., H])``."""
         self._check_carry(carry, x.shape[:-1])
@@ -136,8 +193,10 @@ class ElmanCell(RecurrentCell):
     num_gates: int = 1
 
     def step(self, carry: Array, xp: Array) -> tuple[Array, Array]:
-        h_BxH = self.activation(xp + self.recurrent(carry))
-        return h_BxH, h_BxH
+        return _elman_step(self.activation, None, carry, xp, self.recurrent(carry))
+
+    def fused_spec(self) -> FusedSpec:
+        return FusedSpec(partial(_elman_step, self.activation), None, _get_self, _add_self)
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> Array:
         del rng
@@ -186,12 +245,10 @@ class LSTMCell(RecurrentCell):
         return b.at[h : 2 * h].add(jnp.asarray(self.forget_bias, dtype))
 
     def step(self, carry: tuple[Array, Array], xp: Array) -> tuple[tuple[Array, Array], Array]:
-        c_BxH, h_BxH = carry
-        gates_Bx4H = xp + self.recurrent(h_BxH)
-        i, f, g, o = jnp.split(gates_Bx4H, 4, axis=-1)
-        c_BxH = jax.nn.sigmoid(f) * c_BxH + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h_BxH = jax.nn.sigmoid(o) * jnp.tanh(c_BxH)
-        return (c_BxH, h_BxH), h_BxH
+        return _lstm_step(None, carry, xp, self.recurrent(carry[1]))
+
+    def fused_spec(self) -> FusedSpec:
+        return FusedSpec(_lstm_step, None, _get_h_of_ch, _add_h_of_ch)
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> tuple[Array, Array]:
         del rng
@@ -248,25 +305,26 @@ class GRUCell(RecurrentCell):
             )
 
     def step(self, carry: Array, xp: Array) -> tuple[Array, Array]:
+        if self.reset_after:
+            return _gru_after_step(self.features, self.recurrent_bias_n, carry, xp,
+                                   self.recurrent(carry))
         h_BxH = carry
         hsz = self.features
         xr, xz, xn = xp[..., :hsz], xp[..., hsz : 2 * hsz], xp[..., 2 * hsz :]
-        if self.reset_after:
-            hp_Bx3H = self.recurrent(h_BxH)
-            hr, hz, hn = hp_Bx3H[..., :hsz], hp_Bx3H[..., hsz : 2 * hsz], hp_Bx3H[..., 2 * hsz :]
-            r = jax.nn.sigmoid(xr + hr)
-            z = jax.nn.sigmoid(xz + hz)
-            b_hn = jnp.asarray(self.recurrent_bias_n, hn.dtype)
-            n = jnp.tanh(xn + r * (hn + b_hn))
-        else:
-            # The reset gate multiplies h before the candidate's matmul, so the
-            # candidate's recurrent block is applied on its own.
-            hrz = self.recurrent(h_BxH, slice(0, 2 * hsz))
-            r = jax.nn.sigmoid(xr + hrz[..., :hsz])
-            z = jax.nn.sigmoid(xz + hrz[..., hsz:])
-            n = jnp.tanh(xn + self.recurrent(r * h_BxH, slice(2 * hsz, None)))
+        # The reset gate multiplies h before the candidate's matmul, so the
+        # candidate's recurrent block is applied on its own.
+        hrz = self.recurrent(h_BxH, slice(0, 2 * hsz))
+        r = jax.nn.sigmoid(xr + hrz[..., :hsz])
+        z = jax.nn.sigmoid(xz + hrz[..., hsz:])
+        n = jnp.tanh(xn + self.recurrent(r * h_BxH, slice(2 * hsz, None)))
         h_new = (1.0 - z) * n + z * h_BxH
         return h_new, h_new
+
+    def fused_spec(self) -> FusedSpec | None:
+        if not self.reset_after:
+            return None  # two matmuls per step with different inputs: use the generic scan
+        return FusedSpec(partial(_gru_after_step, self.features), self.recurrent_bias_n,
+                         _get_self, _add_self)
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> Array:
         del rng

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import check_integer, check_range, check_rank, check_tree_shapes
+from seqjax.nn._fused_scan import fused_scan
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
 
 Array = jax.Array
@@ -95,6 +96,10 @@ class RNN(nn.Module):
         unroll: steps unrolled per loop iteration in ``lax.scan``.
         return_carry: also return the final carry.
         time_major: inputs and outputs are ``[T, B, ...]``.
+        fused: use the custom-VJP scan (:mod:`seqjax.nn._fused_scan`) when the
+            cell supports it (Elman, LSTM, GRU with ``reset_after``) and no
+            ``resets`` are given; it computes the recurrent weight gradient as
+            one matmul after the backward loop. Same values as ``fused=False``.
     """
 
     cell: RecurrentCell
@@ -102,6 +107,7 @@ class RNN(nn.Module):
     unroll: int = 1
     return_carry: bool = False
     time_major: bool = False
+    fused: bool = True
 
     @nn.compact
     def __call__(
@@ -142,6 +148,15 @@ class RNN(nn.Module):
         valid_TxB = None if lengths is None else _step_mask(lengths, num_steps)
         resets_TxB = None if resets is None else jnp.swapaxes(resets, 0, 1)
         reset_carry = default_carry if initial_carry is None else initial_carry
+
+        spec = self.cell.fused_spec() if (self.fused and resets is None) else None
+        if spec is not None:
+            carry, y_TxBxH = fused_scan(
+                spec.step, spec.get_h, spec.add_h, spec.aux, self.cell.recurrent_kernel,
+                carry, xp_TxBxG, valid_TxB, reverse, self.unroll,
+            )
+            y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
+            return (carry, y) if return_carry else y
 
         def body(cell: RecurrentCell, carry: Carry, inputs: tuple) -> tuple[Carry, Array]:
             xp_BxG, valid_B, reset_B = inputs

@@ -60,11 +60,11 @@ def test_padded_batch_equals_each_sequence_alone(make_cell, reverse, x):
     for b, n in enumerate(LENGTHS):
         assert np.all(np.asarray(y[b, n:]) == 0.0)
         if n == 0:
-            _tree_close(jax.tree_util.tree_map(lambda a: a[b : b + 1], carry), init)
+            _tree_close(jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], carry), init)
             continue
         c_b, y_b = rnn.apply(v, x[b : b + 1, :n])
         np.testing.assert_allclose(y[b, :n], y_b[0], atol=1e-5)
-        _tree_close(jax.tree_util.tree_map(lambda a: a[b : b + 1], carry), c_b)
+        _tree_close(jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], carry), c_b)
 
 
 @pytest.mark.parametrize("make_cell", CELLS)
@@ -244,3 +244,26 @@ def test_bf16_compute_close_to_fp32(make_cell, x):
     y32 = rnn32.apply(v, x, lengths=LENGTHS)
     assert v["params"]["cell"]["recurrent_kernel"].dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(y16, np.float32), y32, atol=5e-2)
+
+
+@pytest.mark.parametrize("make_cell", CELLS[:3])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
+    """The fused scan's hand-written VJP == autodiff of the generic nn.scan path."""
+    cell = make_cell()
+    fused = RNN(cell, reverse=reverse, return_carry=True)
+    generic = RNN(cell, reverse=reverse, return_carry=True, fused=False)
+    v = _init(fused, x)
+    c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
+
+    def loss(m):
+        def f(p, xx, c):
+            c_T, y = m.apply(p, xx, lengths=LENGTHS, initial_carry=c)
+            return (y**2).sum() + sum((leaf**3).sum() for leaf in jax.tree_util.tree_leaves(c_T))
+
+        return f
+
+    np.testing.assert_allclose(loss(fused)(v, x, c0), loss(generic)(v, x, c0), rtol=1e-6)
+    g_fused = jax.grad(loss(fused), argnums=(0, 1, 2))(v, x, c0)
+    g_generic = jax.grad(loss(generic), argnums=(0, 1, 2))(v, x, c0)
+    _tree_close(g_fused, g_generic, atol=1e-5)
