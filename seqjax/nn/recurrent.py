@@ -24,7 +24,7 @@ from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
 Array = jax.Array
 Carry = Any
 
-__all__ = ["RNN", "Bidirectional", "StackedRNN", "CELL_TYPES"]
+__all__ = ["RNN", "Bidirectional", "StackedRNN", "CELL_TYPES", "cudnn_lstm_weights"]
 
 CELL_TYPES: dict[str, type[RecurrentCell]] = {
     "elman": ElmanCell,
@@ -268,6 +268,12 @@ class StackedRNN(nn.Module):
         residual: add each layer's input to its output where the widths match.
         cell_kwargs: extra constructor arguments for every cell
             (e.g. ``{"reset_after": False}``, ``{"forget_bias": 1.0}``).
+        implementation: ``"scan"`` (seqjax's scan, any platform), ``"cudnn"``
+            (``jax.experimental.rnn.lstm``: one cuDNN call for the whole stack;
+            GPU only, plain LSTM, no residual, no dropout, no resets) or
+            ``"auto"`` (cuDNN when on a GPU and the configuration allows it,
+            the scan otherwise). Same parameters and outputs either way; see
+            :func:`cudnn_lstm_weights` for the weight packing.
     """
 
     features: int
@@ -280,6 +286,19 @@ class StackedRNN(nn.Module):
     cell_kwargs: Sequence[tuple[str, Any]] | dict | None = None
     dtype: Any = None
     param_dtype: Any = jnp.float32
+    implementation: str = "auto"
+
+    def _cudnn_eligible(self, deterministic: bool, resets: Array | None) -> bool:
+        kwargs = dict(self.cell_kwargs or {})
+        return (
+            self.cell_type in ("lstm", LSTMCell)
+            and set(kwargs) <= {"forget_bias"}
+            and not self.residual
+            and (self.dropout == 0.0 or deterministic)
+            and resets is None
+            and self.dtype in (None, jnp.float32)
+            and self.param_dtype == jnp.float32
+        )
 
     def _cell(self) -> RecurrentCell:
         cls = self.cell_type
@@ -312,6 +331,27 @@ class StackedRNN(nn.Module):
                 f"`initial_carries` must have one entry per layer ({self.num_layers}); "
                 f"got {len(initial_carries)}."
             )
+        if self.implementation not in ("auto", "scan", "cudnn"):
+            raise ValueError(
+                f"`implementation` must be 'auto', 'scan' or 'cudnn'; got {self.implementation!r}."
+            )
+        use_cudnn = self.implementation == "cudnn" or (
+            self.implementation == "auto"
+            and jax.default_backend() == "gpu"
+            and self._cudnn_eligible(deterministic, resets)
+        )
+        if use_cudnn and not self.is_initializing():
+            if not self._cudnn_eligible(deterministic, resets):
+                raise ValueError(
+                    "`implementation='cudnn'` needs a plain LSTM stack (cell_type='lstm', "
+                    "float32, no residual, no resets, dropout 0 or deterministic)."
+                )
+            if jax.default_backend() != "gpu":
+                raise ValueError(
+                    "`implementation='cudnn'` needs a GPU backend; got "
+                    f"{jax.default_backend()!r}. Use 'auto' or 'scan'."
+                )
+            return self._cudnn(x, lengths, initial_carries)
         h = x
         finals = []
         for layer in range(self.num_layers):
@@ -337,3 +377,56 @@ class StackedRNN(nn.Module):
             h = out
         return h, tuple(finals)
 
+
+    def _cudnn(
+        self, x: Array, lengths: Array | None, initial_carries: Sequence[Carry] | None
+    ) -> tuple[Array, tuple[Carry, ...]]:
+        from jax.experimental import rnn as jrnn
+
+        check_rank(x, "x", 3)
+        batch, num_steps, in_features = x.shape
+        lengths = _check_lengths(lengths, batch, num_steps)
+        if lengths is None:
+            lengths = jnp.full((batch,), num_steps, jnp.int32)
+        dirs = 2 if self.bidirectional else 1
+        zeros = jnp.zeros((self.num_layers * dirs, batch, self.features), jnp.float32)
+        h0, c0 = zeros, zeros
+        if initial_carries is not None:
+            per = [c for carry in initial_carries for c in (carry if dirs == 2 else (carry,))]
+            c0 = jnp.stack([c for c, _ in per])
+            h0 = jnp.stack([h for _, h in per])
+        weights = cudnn_lstm_weights(self.variables["params"], self.num_layers, self.bidirectional)
+        y, h_n, c_n = jrnn.lstm(
+            x, h0, c0, weights, lengths, input_size=in_features, hidden_size=self.features,
+            num_layers=self.num_layers, dropout=0.0, bidirectional=self.bidirectional,
+        )
+        valid = (jnp.arange(num_steps)[None, :] < lengths[:, None])[..., None]
+        y = jnp.where(valid, y, 0.0)
+        finals = []
+        for layer in range(self.num_layers):
+            carries = tuple((c_n[layer * dirs + d], h_n[layer * dirs + d]) for d in range(dirs))
+            finals.append(carries if dirs == 2 else carries[0])
+        return y, tuple(finals)
+
+
+def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Array:
+    """Pack a ``StackedRNN(cell_type="lstm")`` parameter tree into cuDNN's flat weight vector.
+
+    cuDNN's layout (``jax.experimental.rnn``): for every pseudo-layer
+    ``l = layer * dirs + direction``: ``W_ih [4H, P_l]`` then ``W_hh [4H, H]``; then,
+    for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate order i, f, g, o
+    as in seqjax; seqjax's single bias goes to ``b_ih`` and ``b_hh`` is zero.
+    """
+    cells = []
+    for layer in range(num_layers):
+        lp = params[f"layer_{layer}"]
+        cells.extend([lp["forward"]["cell"], lp["backward"]["cell"]] if bidirectional
+                     else [lp["cell"]])
+    mats = []
+    for cell in cells:
+        mats.append(cell["input"]["kernel"].T.reshape(-1))
+        mats.append(cell["recurrent_kernel"].T.reshape(-1))
+    for cell in cells:
+        mats.append(cell["input"]["bias"])
+        mats.append(jnp.zeros_like(cell["input"]["bias"]))
+    return jnp.concatenate([m.astype(jnp.float32) for m in mats])

@@ -267,3 +267,42 @@ def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
     g_fused = jax.grad(loss(fused), argnums=(0, 1, 2))(v, x, c0)
     g_generic = jax.grad(loss(generic), argnums=(0, 1, 2))(v, x, c0)
     _tree_close(g_fused, g_generic, atol=1e-5)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_cudnn_weight_packing_matches_jax_reference_lstm(bidirectional, x):
+    """The GPU path's packed weights, run through jax.experimental.rnn's reference LSTM
+    (the cuDNN semantics, runnable on CPU), give the scan's outputs and final carries."""
+    from jax.experimental import rnn as jrnn
+
+    from seqjax.nn.recurrent import cudnn_lstm_weights
+
+    stack = StackedRNN(H, num_layers=2, bidirectional=bidirectional, implementation="scan")
+    v = _init(stack, x)
+    lengths = jnp.full((B,), T, jnp.int32)  # jax's reference LSTM does not handle ragged
+    y, finals = stack.apply(v, x, lengths)
+    w = cudnn_lstm_weights(v["params"], 2, bidirectional)
+    dirs = 2 if bidirectional else 1
+    assert w.shape == (jrnn.get_num_params_in_lstm(P, H, 2, bidirectional),)
+    W_ih, W_hh, b_ih, b_hh = jrnn.unpack_lstm_weights(w, P, H, 2, bidirectional)
+    zeros = jnp.zeros((2 * dirs, B, H))
+    y_ref, h_n, c_n = jrnn.lstm_ref(x, zeros, zeros, W_ih, W_hh, b_ih, b_hh, lengths, P, H, 2,
+                                    0.0, bidirectional)
+    np.testing.assert_allclose(y, y_ref, atol=1e-5)
+    for layer in range(2):
+        per = finals[layer] if bidirectional else (finals[layer],)
+        for d in range(dirs):
+            np.testing.assert_allclose(per[d][0], c_n[layer * dirs + d], atol=1e-5)
+            np.testing.assert_allclose(per[d][1], h_n[layer * dirs + d], atol=1e-5)
+
+
+def test_cudnn_requested_on_cpu_is_a_clear_error(x):
+    stack = StackedRNN(H, implementation="cudnn")
+    v = _init(stack, x)  # init always builds params with the scan
+    with pytest.raises(ValueError, match="GPU"):
+        stack.apply(v, x)
+    with pytest.raises(ValueError, match="plain LSTM"):
+        gru = StackedRNN(H, cell_type="gru", implementation="cudnn")
+        gru.apply(_init(gru, x), x)
+    with pytest.raises(ValueError, match="implementation"):
+        StackedRNN(H, implementation="fast").apply(v, x)
