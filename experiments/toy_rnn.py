@@ -25,6 +25,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -88,12 +89,17 @@ def make_data() -> tuple[np.ndarray, np.ndarray]:
     return x_1xTxV, y_1xT
 
 
+@partial(jax.jit, static_argnums=0)
+def _apply(model: ToyRNN, params: dict, x: jax.Array) -> jax.Array:
+    return model.apply({"params": params}, x)
+
+
 def _model_config(cfg: Config) -> dict:
     return {"model": "ToyRNN", "hidden": cfg.hidden, "vocab": len(LEXICON)}
 
 
 def _table(model: ToyRNN, params: dict, x: np.ndarray, y: np.ndarray) -> int:
-    pred = np.asarray(jnp.argmax(model.apply({"params": params}, x), -1))[0]
+    pred = np.asarray(jnp.argmax(_apply(model, params, x), -1))[0]
     correct = 0
     print(f"{'t':>2}  {'input':<14}{'target':<14}{'predicted':<14}")
     for t, (i, j) in enumerate(zip(x[0].argmax(-1), y[0]), start=1):
@@ -106,7 +112,7 @@ def _table(model: ToyRNN, params: dict, x: np.ndarray, y: np.ndarray) -> int:
 def run(cfg: Config) -> dict:
     x, y = make_data()
     model = ToyRNN(cfg.hidden)
-    params = model.init(jax.random.PRNGKey(cfg.seed), x)["params"]
+    params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x)["params"]
     n_params = count_params(params)
     tx, schedule = make_optimizer(OptimizerConfig("adam", learning_rate=cfg.learning_rate))
     state = TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed))
@@ -136,7 +142,7 @@ def run(cfg: Config) -> dict:
     )
     wall = time.perf_counter() - start
     params = result.state.params
-    final_loss = float(loss_fn(params, batch, jax.random.PRNGKey(0))[0])
+    final_loss = float(masked_cross_entropy(_apply(model, params, x), y))
     curve = [(r["step"], r["loss"]) for r in result.history]
 
     print(f"\nparameters: {n_params}")
@@ -170,7 +176,7 @@ def evaluate(cfg: Config) -> dict:
     """Loss and next-word accuracy of the checkpoint in ``cfg.workdir`` on the sentence."""
     model, params = _restore(cfg)
     x, y = make_data()
-    logits = model.apply({"params": params}, x)
+    logits = _apply(model, params, x)
     return {
         "loss": float(masked_cross_entropy(logits, y)),
         "accuracy": float(token_accuracy(logits, y)),
@@ -188,7 +194,7 @@ def generate(
         raise ValueError("`prompt` must hold at least one lexicon word.")
     key = jax.random.PRNGKey(seed)
     for _ in range(max_new_tokens):
-        logits = model.apply({"params": params}, one_hot(words))[0, -1]
+        logits = _apply(model, params, one_hot(words))[0, -1]
         if temperature > 0:
             key, sub = jax.random.split(key)
             nxt = int(jax.random.categorical(sub, logits / temperature))

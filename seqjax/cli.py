@@ -1,21 +1,68 @@
 """The ``seqjax`` command.
 
-    seqjax train EXPERIMENT [args...]   run experiments/EXPERIMENT.py (its own flags, e.g. --smoke)
-    seqjax list                         list the experiments
+Commands::
+
+    seqjax train EXPERIMENT [--preset P | --smoke] [--workdir DIR] [--steps N] [--key=value ...]
+    seqjax eval [EXPERIMENT] --workdir DIR [--key=value ...]
+    seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max-new-tokens N]
+                    [--temperature T] [--seed S]
+    seqjax list                       experiments, their presets and one-line descriptions
     seqjax --version
+
+``train`` with a ``--workdir`` writes ``DIR/experiment.json`` (the experiment's name and
+full config) and checkpoints, ``metrics.jsonl``, TensorBoard events and curves there.
+Rerunning ``seqjax train`` with the same ``--workdir`` resumes from the newest checkpoint:
+the saved config is the base, then the preset, then the new ``--key=value`` overrides
+(so ``--steps 4000`` extends a finished run). ``eval`` and ``generate`` read the
+experiment and config from ``DIR/experiment.json``. Unknown keys and values of the wrong
+type are errors (exit status 2) that name the key and the expected type; a NaN/inf loss
+exits with status 1; SIGTERM/SIGINT save a checkpoint and exit with status 0.
+
+Experiment protocol — ``experiments/NAME.py`` is an experiment when it defines:
+
+* ``Config``: a frozen dataclass; every field is a ``--key=value`` option (nested
+  dataclass fields as ``--outer.inner=value``). Conventional fields, used when present:
+  ``workdir: str | None`` (where to checkpoint and resume; ``None`` = write nothing),
+  ``steps: int``, ``seed: int``.
+* ``run(cfg: Config) -> dict``: train (resuming from ``cfg.workdir`` if it holds
+  checkpoints) and return a JSON-able summary.
+
+and optionally:
+
+* ``PRESETS: dict[str, dict[str, Any]]``: named overrides for ``--preset NAME``; a
+  ``"smoke"`` preset (``--smoke``) runs in seconds and is what CI runs;
+* ``evaluate(cfg: Config) -> dict``: metrics of the checkpoint in ``cfg.workdir``
+  (``seqjax eval``);
+* ``generate(cfg: Config, prompt: str, *, max_new_tokens: int, temperature: float,
+  seed: int) -> str`` (``seqjax generate``);
+* ``main(argv)``: for ``python -m experiments.NAME``; usually
+  ``return experiment_main(__file__, argv)``, which accepts the same options as
+  ``seqjax train NAME``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
+import json
+import os
 import pkgutil
 import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
 
 import seqjax
+from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
+
+__all__ = ["main", "list_experiments", "load_experiment", "build_config", "experiment_main"]
+
+EXPERIMENT_FILE = "experiment.json"
 
 
 def list_experiments() -> list[str]:
+    """The names of the modules in the ``experiments`` package."""
     import experiments
 
     return sorted(
@@ -24,34 +71,182 @@ def list_experiments() -> list[str]:
     )
 
 
-def _run_experiment(name: str, argv: list[str]) -> int:
+def load_experiment(name: str) -> ModuleType:
+    """Import ``experiments.NAME`` and check that it follows the protocol."""
     names = list_experiments()
     if name not in names:
-        print(f"seqjax: unknown experiment {name!r}; choose one of: {', '.join(names)}",
-              file=sys.stderr)
-        return 2
+        raise ConfigError(f"unknown experiment {name!r}; choose one of: {', '.join(names)}.")
     module = importlib.import_module(f"experiments.{name}")
-    module.main(argv)
+    cfg_cls = getattr(module, "Config", None)
+    if not (isinstance(cfg_cls, type) and dataclasses.is_dataclass(cfg_cls)) or not callable(
+        getattr(module, "run", None)
+    ):
+        raise ConfigError(
+            f"experiments/{name}.py must define a dataclass `Config` and `run(cfg)` "
+            "(see `seqjax.cli`'s docstring)."
+        )
+    return module
+
+
+def _read_saved(workdir: str | None) -> dict | None:
+    if not workdir:
+        return None
+    path = os.path.join(workdir, EXPERIMENT_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def build_config(
+    module: ModuleType, name: str, argv: Sequence[str], *, resume: bool = True
+) -> Any:
+    """``Config`` from (saved workdir config) + preset + ``--key=value`` overrides."""
+    overrides = parse_overrides(argv)
+    cfg_cls = module.Config
+    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+    presets: dict[str, dict] = dict(getattr(module, "PRESETS", {}) or {})
+    preset = None
+    if "smoke" not in fields and overrides.get("smoke") is not None:
+        if overrides.pop("smoke") not in (True, "true", "1"):
+            raise ConfigError("--smoke takes no value.")
+        preset = "smoke"
+    if "preset" not in fields and "preset" in overrides:
+        preset = overrides.pop("preset")
+    if preset is not None and preset not in presets:
+        raise ConfigError(
+            f"unknown preset {preset!r} for experiment {name}; "
+            f"presets: {', '.join(presets) or '(none)'}."
+        )
+    cfg = cfg_cls()
+    saved = _read_saved(overrides.get("workdir")) if resume else None
+    if saved is not None:
+        if saved.get("experiment") != name:
+            raise ConfigError(
+                f"work dir {overrides['workdir']!r} belongs to experiment "
+                f"{saved.get('experiment')!r}, not {name!r}; use another --workdir."
+            )
+        cfg = config_from_dict(cfg_cls, saved["config"])
+    if preset is not None:
+        cfg = apply_overrides(cfg, presets[preset])
+    return apply_overrides(cfg, overrides)
+
+
+def _save_config(name: str, cfg: Any) -> None:
+    workdir = getattr(cfg, "workdir", None)
+    if not workdir:
+        return
+    os.makedirs(workdir, exist_ok=True)
+    tmp = os.path.join(workdir, EXPERIMENT_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"experiment": name, "config": dataclasses.asdict(cfg)}, f, indent=1)
+    os.replace(tmp, os.path.join(workdir, EXPERIMENT_FILE))
+
+
+def _train(name: str, argv: Sequence[str]) -> int:
+    module = load_experiment(name)
+    cfg = build_config(module, name, argv)
+    _save_config(name, cfg)
+    try:
+        module.run(cfg)
+    except FloatingPointError as err:  # NonFiniteLossError
+        print(f"seqjax: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
+    """``python -m experiments.NAME [options]``: the same options as ``seqjax train NAME``.
+
+    ``experiment`` is the experiment's name, module name or ``__file__``.
+    """
+    name = os.path.splitext(os.path.basename(experiment))[0].rsplit(".", 1)[-1]
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="seqjax", description="seqjax: sequence models in JAX.")
+    if argv and argv[0] in ("-h", "--help"):
+        module = load_experiment(name)
+        print((module.__doc__ or "").strip())
+        print("\noptions: " + ", ".join(f"--{f.name}" for f in dataclasses.fields(module.Config)))
+        return {}
+    try:
+        module = load_experiment(name)
+        cfg = build_config(module, name, argv)
+    except ConfigError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    _save_config(name, cfg)
+    return module.run(cfg)
+
+
+def _from_workdir(name: str | None, workdir: str, argv: Sequence[str]) -> tuple[ModuleType, Any]:
+    saved = _read_saved(workdir)
+    if saved is None:
+        raise ConfigError(f"no {EXPERIMENT_FILE} in {workdir!r}; train there with "
+                          "`seqjax train EXPERIMENT --workdir DIR` first.")
+    name = name or saved["experiment"]
+    module = load_experiment(name)
+    cfg = config_from_dict(module.Config, saved["config"])
+    cfg = apply_overrides(cfg, {**parse_overrides(argv), "workdir": workdir})
+    return module, cfg
+
+
+def _list() -> int:
+    for name in list_experiments():
+        try:
+            module = load_experiment(name)
+        except (ConfigError, ImportError) as err:
+            print(f"{name:<20} (not loadable: {err})")
+            continue
+        doc = (module.__doc__ or "").strip().splitlines()
+        presets = ", ".join(getattr(module, "PRESETS", {}) or {}) or "-"
+        print(f"{name:<20} {doc[0] if doc else ''}")
+        print(f"{'':<20} presets: {presets}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(
+        prog="seqjax", description="seqjax: sequence models in JAX.",
+        epilog="Run `seqjax list` for the experiments; see `python -c \"import seqjax.cli; "
+        "help(seqjax.cli)\"` for the experiment protocol.",
+    )
     ap.add_argument("--version", action="version", version=f"seqjax {seqjax.__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    tr = sub.add_parser("train", help="run an experiment (see `seqjax list`)")
+    tr = sub.add_parser("train", help="train an experiment (resumes in the same --workdir)")
     tr.add_argument("experiment")
-    sub.add_parser("list", help="list experiments")
+    ev = sub.add_parser("eval", help="evaluate the checkpoint in --workdir")
+    ev.add_argument("experiment", nargs="?")
+    ev.add_argument("--workdir", required=True)
+    gen = sub.add_parser("generate", help="generate text from the checkpoint in --workdir")
+    gen.add_argument("experiment", nargs="?")
+    gen.add_argument("--workdir", required=True)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--max-new-tokens", type=int, default=20)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--seed", type=int, default=0)
+    sub.add_parser("list", help="list experiments and presets")
     args, rest = ap.parse_known_args(argv)
-    if args.command == "list":
-        for name in list_experiments():
-            print(name)
+    try:
+        if args.command == "list":
+            if rest:
+                ap.error(f"unrecognized arguments: {' '.join(rest)}")
+            return _list()
+        if args.command == "train":
+            return _train(args.experiment, rest)
+        module, cfg = _from_workdir(args.experiment, args.workdir, rest)
+        if args.command == "eval":
+            if not callable(getattr(module, "evaluate", None)):
+                raise ConfigError(f"experiment {module.__name__} has no `evaluate(cfg)`.")
+            print(json.dumps(module.evaluate(cfg), indent=1, default=str))
+            return 0
+        if not callable(getattr(module, "generate", None)):
+            raise ConfigError(f"experiment {module.__name__} has no `generate(cfg, prompt, ...)`.")
+        print(module.generate(cfg, args.prompt, max_new_tokens=args.max_new_tokens,
+                              temperature=args.temperature, seed=args.seed))
         return 0
-    if args.command == "train":
-        return _run_experiment(args.experiment, rest)
-    ap.error(f"unknown command {args.command!r}")
-    return 2
+    except ConfigError as err:
+        print(f"seqjax: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

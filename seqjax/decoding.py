@@ -1,0 +1,543 @@
+r"""Decoding for every autoregressive model: greedy search, sampling, beam search.
+
+**One interface.** A model is decodable when it has two methods
+
+* ``init_decode_state(params, prompt_BxT, prompt_lengths_B, max_len, **inputs) -> state``:
+  consume ``prompt[b, :len_b - 1]`` (every prompt token but the last) and return
+  the model's decoding state (an RNN carry, a KV cache, an encoder output, ...);
+  ``max_len`` bounds the number of positions the state must hold;
+  ``inputs`` are model-specific extra inputs (e.g. the source sentence of a
+  :class:`~seqjax.models.Seq2Seq`);
+* ``decode_step(params, state, tokens_B) -> (logits_BxV, state)``: feed one
+  token per row and return the next-token logits.
+
+Every leaf of ``state`` must have the batch as its leading axis (beam search
+tiles and reorders the state along it). The loop starts by feeding
+``prompt[b, len_b - 1]``, so prompts of different lengths share one batch
+(right padding with ``prompt_lengths``; length ≥ 1 — a seq2seq decoder's prompt is
+``<start>``). Every Flax model in :mod:`seqjax.models` that generates text
+implements the interface; plain functions can be wrapped in
+:class:`FunctionalDecoder`, and any causal ``logits_fn`` can be decoded without a
+cache through :func:`recompute_decoder` (the reference for cached decoding).
+
+**Strategies** (Bishop §12.3.2; MEDL (7.34); J&M §9.3.3 / §10.2):
+
+* greedy: :math:`y_n = \arg\max_k p(y_n = k \mid y_{<n})`;
+* sampling with temperature (Bishop (12.35)) :math:`p_k \propto \exp(a_k / T)`,
+  optionally restricted to the ``top_k`` most probable tokens and/or to the
+  nucleus (``top_p``: the smallest set whose mass reaches ``p``), renormalised;
+  ``temperature=0`` is greedy;
+* beam search with beam width ``K``: keep the ``K`` best prefixes by total
+  log-probability :math:`\sum_n \log p(y_n \mid y_{<n})` (Bishop (12.34));
+  hypotheses — unfinished, and finished ones (ending in ``eos_id``) which keep
+  their place — are ranked by the length-normalised score
+  :math:`\log p(y) / |y|^{\alpha}` (``length_penalty`` :math:`\alpha`;
+  :math:`\alpha = 1` divides by the length, as Bishop suggests, :math:`\alpha = 0` is the
+  raw log-probability).
+
+The loops are ``lax.while_loop`` inside ``jax.jit`` (compiled once per model and
+static configuration), stop early when every row has emitted ``eos_id``, and are
+deterministic for a given PRNG key (step ``n`` uses ``fold_in(key, n)``).
+
+Outputs hold the *generated* tokens only (``[B, N]``, ``N = max_new_tokens``),
+padded with ``pad_id`` after ``eos_id``; ``lengths`` counts generated tokens
+including ``eos_id``.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from seqjax.models.rnn import RNNLanguageModel
+    >>> lm = RNNLanguageModel(vocab_size=10, embed_dim=8)
+    >>> prompt = jnp.array([[1, 2, 3], [4, 5, 0]])
+    >>> params = lm.init(jax.random.PRNGKey(0), prompt)
+    >>> out = greedy_search(lm, params, prompt, jnp.array([3, 2]), max_new_tokens=4)
+    >>> out.tokens.shape
+    (2, 4)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax._checks import check_integer, check_range, check_rank
+
+Array = jax.Array
+State = Any
+
+__all__ = [
+    "BeamSearchOutput",
+    "DecodeOutput",
+    "Decodable",
+    "FunctionalDecoder",
+    "beam_search",
+    "generate",
+    "greedy_search",
+    "process_logits",
+    "recompute_decoder",
+    "sample",
+]
+
+_NEG = -1.0e9  # "minus infinity" for scores: finite, so sums and differences stay finite
+
+
+class Decodable(Protocol):
+    """What :mod:`seqjax.decoding` needs from a model (see the module docstring)."""
+
+    def init_decode_state(
+        self, params: Any, prompt_BxT: Array, prompt_lengths_B: Array, max_len: int, **inputs: Any
+    ) -> State: ...
+
+    def decode_step(self, params: Any, state: State, tokens_B: Array) -> tuple[Array, State]: ...
+
+
+class FunctionalDecoder(NamedTuple):
+    """Wrap two plain functions as a :class:`Decodable` (hashable, so usable under ``jit``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> dec = FunctionalDecoder(
+        ...     init_decode_state=lambda p, prompt, lengths, max_len: jnp.zeros(prompt.shape[:1]),
+        ...     decode_step=lambda p, s, tok: (jnp.eye(3)[tok], s))
+        >>> greedy_search(dec, None, jnp.array([[1]]), max_new_tokens=3).tokens.tolist()
+        [[1, 1, 1]]
+    """
+
+    init_decode_state: Callable[..., State]
+    decode_step: Callable[[Any, State, Array], tuple[Array, State]]
+
+
+class DecodeOutput(NamedTuple):
+    """Greedy or sampled continuations.
+
+    Attributes:
+        tokens: ``int32[B, N]`` generated tokens, ``pad_id`` after ``eos_id``.
+        lengths: ``int32[B]`` generated tokens per row, ``eos_id`` included.
+        log_probs: ``float32[B]`` :math:`\\sum_n \\log p(y_n \\mid y_{<n})` under the model
+            (untempered, unfiltered distribution).
+    """
+
+    tokens: Array
+    lengths: Array
+    log_probs: Array
+
+
+class BeamSearchOutput(NamedTuple):
+    """The ``K`` best hypotheses per row, best first.
+
+    Attributes:
+        tokens: ``int32[B, K, N]``, ``pad_id`` after ``eos_id``.
+        lengths: ``int32[B, K]`` (``eos_id`` included).
+        log_probs: ``float32[B, K]`` total log-probability of each hypothesis.
+        scores: ``float32[B, K]`` the ranking score ``log_probs / lengths**length_penalty``.
+    """
+
+    tokens: Array
+    lengths: Array
+    log_probs: Array
+    scores: Array
+
+
+# --------------------------------------------------------------------------- logits processing
+
+
+def process_logits(
+    logits_BxV: Array,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> Array:
+    r"""Temperature, top-k and top-p (nucleus) filtering of next-token logits.
+
+    Returns logits whose softmax is the sampling distribution: ``a / T``
+    (Bishop (12.35)), then every token outside the ``top_k`` largest set to
+    ``-inf``, then every token outside the nucleus — the smallest set of most
+    probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2019) —
+    set to ``-inf``. Tokens tied with the k-th largest logit are kept. float32.
+
+    Shapes: ``logits_BxV -> logits_BxV``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> process_logits(jnp.log(jnp.array([[0.5, 0.3, 0.2]])), top_p=0.7)
+        Array([[-0.6931472, -1.2039728,       -inf]], dtype=float32)
+    """
+    if temperature <= 0:
+        raise ValueError(f"`temperature` must be > 0 here (0 means greedy); got {temperature}.")
+    logits_BxV = logits_BxV.astype(jnp.float32) / temperature
+    vocab = logits_BxV.shape[-1]
+    if top_k is not None:
+        if not 1 <= top_k:
+            raise ValueError(f"`top_k` must be >= 1; got {top_k}.")
+        k = min(int(top_k), vocab)
+        kth_Bx1 = jax.lax.top_k(logits_BxV, k)[0][..., -1:]
+        logits_BxV = jnp.where(logits_BxV < kth_Bx1, -jnp.inf, logits_BxV)
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
+        sorted_BxV = jnp.sort(logits_BxV, axis=-1)[..., ::-1]
+        probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
+        mass_before_BxV = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV
+        keep_BxV = mass_before_BxV < top_p  # the first token is always kept
+        cutoff_Bx1 = jnp.min(jnp.where(keep_BxV, sorted_BxV, jnp.inf), axis=-1, keepdims=True)
+        logits_BxV = jnp.where(logits_BxV < cutoff_Bx1, -jnp.inf, logits_BxV)
+    return logits_BxV
+
+
+# --------------------------------------------------------------------------- shared set-up
+
+
+def _check_prompt(
+    model: Any, prompt_BxT: Any, prompt_lengths_B: Any, max_new_tokens: int
+) -> tuple[Array, Array]:
+    check_rank(prompt_BxT, "prompt", 2)
+    check_integer(prompt_BxT, "prompt")
+    batch, num_steps = np.shape(prompt_BxT)
+    if num_steps < 1:
+        raise ValueError(f"`prompt` must hold at least one token per row; got shape "
+                         f"{tuple(np.shape(prompt_BxT))}.")
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, int):
+        check_range(prompt_BxT, "prompt", 0, vocab - 1)
+    if prompt_lengths_B is None:
+        prompt_lengths_B = np.full((batch,), num_steps, np.int32)
+    check_rank(prompt_lengths_B, "prompt_lengths", 1)
+    check_integer(prompt_lengths_B, "prompt_lengths")
+    if np.shape(prompt_lengths_B)[0] != batch:
+        raise ValueError(f"`prompt_lengths` must have shape ({batch},); got "
+                         f"{tuple(np.shape(prompt_lengths_B))}.")
+    check_range(prompt_lengths_B, "prompt_lengths", 1, num_steps)
+    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise ValueError(f"`max_new_tokens` must be a positive int; got {max_new_tokens!r}.")
+    return jnp.asarray(prompt_BxT, jnp.int32), jnp.asarray(prompt_lengths_B, jnp.int32)
+
+
+def _init(
+    model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, max_new_tokens: int,
+    inputs: dict,
+) -> tuple[State, Array]:
+    max_len = prompt_BxT.shape[1] + max_new_tokens
+    state = model.init_decode_state(params, prompt_BxT, lengths_B, max_len, **inputs)
+    first_B = jnp.take_along_axis(prompt_BxT, (lengths_B - 1)[:, None], axis=1)[:, 0]
+    return state, first_B
+
+
+# --------------------------------------------------------------------------- greedy / sampling
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("model", "max_new_tokens", "eos_id", "pad_id", "temperature", "top_k",
+                     "top_p"),
+)
+def _sample_loop(
+    model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, key: Array | None,
+    inputs: dict, *, max_new_tokens: int, eos_id: int | None, pad_id: int,
+    temperature: float, top_k: int | None, top_p: float | None,
+) -> DecodeOutput:
+    batch = prompt_BxT.shape[0]
+    state, first_B = _init(model, params, prompt_BxT, lengths_B, max_new_tokens, inputs)
+    greedy = temperature == 0.0
+
+    def cond(carry: tuple) -> Array:
+        step, _, _, _, done_B, _, _ = carry
+        return (step < max_new_tokens) & ~jnp.all(done_B)
+
+    def body(carry: tuple) -> tuple:
+        step, state, cur_B, out_BxN, done_B, logp_B, gen_len_B = carry
+        logits_BxV, state = model.decode_step(params, state, cur_B)
+        logits_BxV = logits_BxV.astype(jnp.float32)
+        if greedy:
+            nxt_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+        else:
+            filtered = process_logits(logits_BxV, temperature=temperature, top_k=top_k,
+                                      top_p=top_p)
+            step_key = jax.random.fold_in(key, step)
+            nxt_B = jax.random.categorical(step_key, filtered, axis=-1).astype(jnp.int32)
+        token_logp_B = jnp.take_along_axis(
+            jax.nn.log_softmax(logits_BxV, axis=-1), nxt_B[:, None], axis=-1
+        )[:, 0]
+        nxt_B = jnp.where(done_B, pad_id, nxt_B)
+        out_BxN = jax.lax.dynamic_update_slice(out_BxN, nxt_B[:, None], (0, step))
+        logp_B = logp_B + jnp.where(done_B, 0.0, token_logp_B)
+        gen_len_B = gen_len_B + (~done_B).astype(jnp.int32)
+        if eos_id is not None:
+            done_B = done_B | (nxt_B == eos_id)
+        return step + 1, state, nxt_B, out_BxN, done_B, logp_B, gen_len_B
+
+    carry = (
+        jnp.asarray(0, jnp.int32),
+        state,
+        first_B,
+        jnp.full((batch, max_new_tokens), pad_id, jnp.int32),
+        jnp.zeros((batch,), bool),
+        jnp.zeros((batch,), jnp.float32),
+        jnp.zeros((batch,), jnp.int32),
+    )
+    _, _, _, out_BxN, _, logp_B, gen_len_B = jax.lax.while_loop(cond, body, carry)
+    return DecodeOutput(out_BxN, gen_len_B, logp_B)
+
+
+def greedy_search(
+    model: Decodable,
+    params: Any,
+    prompt_BxT: Array,
+    prompt_lengths_B: Array | None = None,
+    *,
+    max_new_tokens: int,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    inputs: dict | None = None,
+) -> DecodeOutput:
+    r"""Greedy decoding: :math:`y_n = \arg\max_k p(y_n = k \mid y_{<n})` (Bishop §12.3.2).
+
+    Shapes: ``prompt_BxT`` (int), ``prompt_lengths_B`` (int, in ``[1, T]``; default
+    ``T``) -> :class:`DecodeOutput` with ``tokens: [B, max_new_tokens]``.
+    ``inputs``: extra keyword inputs for the model's ``init_decode_state``.
+    """
+    prompt_BxT, lengths_B = _check_prompt(model, prompt_BxT, prompt_lengths_B, max_new_tokens)
+    return _sample_loop(
+        model, params, prompt_BxT, lengths_B, None, dict(inputs or {}),
+        max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id, temperature=0.0,
+        top_k=None, top_p=None,
+    )
+
+
+def sample(
+    model: Decodable,
+    params: Any,
+    prompt_BxT: Array,
+    prompt_lengths_B: Array | None = None,
+    *,
+    key: Array,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    inputs: dict | None = None,
+) -> DecodeOutput:
+    r"""Ancestral sampling with temperature, top-k and top-p (Bishop §12.3.2, (12.35)).
+
+    Each step draws :math:`y_n \sim \mathrm{softmax}(\mathrm{filter}(a_n / T))` (see
+    :func:`process_logits`) with key ``fold_in(key, n)``, so a key fixes the output.
+    ``temperature=0`` is greedy search.
+    """
+    if temperature < 0:
+        raise ValueError(f"`temperature` must be >= 0; got {temperature}.")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"`top_k` must be >= 1; got {top_k}.")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
+    prompt_BxT, lengths_B = _check_prompt(model, prompt_BxT, prompt_lengths_B, max_new_tokens)
+    key = jnp.asarray(key) if temperature > 0 else None
+    return _sample_loop(
+        model, params, prompt_BxT, lengths_B, key, dict(inputs or {}),
+        max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id,
+        temperature=float(temperature), top_k=None if top_k is None else int(top_k),
+        top_p=None if top_p is None else float(top_p),
+    )
+
+
+# --------------------------------------------------------------------------- beam search
+
+
+def _repeat_batch(tree: Any, times: int) -> Any:
+    """``[B, ...] -> [B * times, ...]``, each row repeated ``times`` times consecutively."""
+    return jax.tree_util.tree_map(lambda x: jnp.repeat(x, times, axis=0), tree)
+
+
+def _gather_rows(tree: Any, rows: Array) -> Any:
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), tree)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("model", "beam_size", "max_new_tokens", "eos_id", "pad_id",
+                     "length_penalty"),
+)
+def _beam_loop(
+    model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, inputs: dict, *,
+    beam_size: int, max_new_tokens: int, eos_id: int | None, pad_id: int, length_penalty: float,
+) -> BeamSearchOutput:
+    batch = prompt_BxT.shape[0]
+    K, N = beam_size, max_new_tokens
+    state, first_B = _init(model, params, prompt_BxT, lengths_B, max_new_tokens, inputs)
+    state = _repeat_batch(state, K)  # [B*K, ...]: the model runs once per hypothesis
+    batch_base_Bx1 = (jnp.arange(batch, dtype=jnp.int32) * K)[:, None]
+
+    def penalty(length: Array) -> Array:
+        return jnp.maximum(jnp.asarray(length, jnp.float32), 1.0) ** length_penalty
+
+    def score(logp: Array, length: Array) -> Array:
+        return jnp.where(logp > _NEG / 2, logp / penalty(length), _NEG)
+
+    def cond(carry: tuple) -> Array:
+        step, _, _, beams = carry
+        logp_BxK, done_BxK = beams[1], beams[3]
+        alive = (~done_BxK) & (logp_BxK > _NEG / 2)
+        return (step < N) & jnp.any(alive)
+
+    def body(carry: tuple) -> tuple:
+        step, state, cur_BK, (seq_BxKxN, logp_BxK, len_BxK, done_BxK) = carry
+        alive_BxK = (~done_BxK) & (logp_BxK > _NEG / 2)
+        logits_BKxV, state = model.decode_step(params, state, cur_BK)
+        vocab = logits_BKxV.shape[-1]
+        step_logp = jax.nn.log_softmax(logits_BKxV.astype(jnp.float32), axis=-1)
+        step_logp = jnp.maximum(step_logp, _NEG).reshape(batch, K, vocab)  # finite
+        ext_logp_BxKV = jnp.where(alive_BxK[:, :, None], logp_BxK[:, :, None] + step_logp,
+                                  _NEG).reshape(batch, K * vocab)
+        # Candidates: every extension of an alive hypothesis, and every finished one as is.
+        cand_scores = jnp.concatenate(
+            [score(ext_logp_BxKV, step + 1),
+             jnp.where(done_BxK, score(logp_BxK, len_BxK), _NEG)], axis=1)
+        top_BxK, idx_BxK = jax.lax.top_k(cand_scores, K)
+        is_ext = idx_BxK < K * vocab
+        parent_BxK = jnp.where(is_ext, idx_BxK // vocab, idx_BxK - K * vocab)
+        token_BxK = jnp.where(is_ext, idx_BxK % vocab, pad_id).astype(jnp.int32)
+        seq_BxKxN = jnp.take_along_axis(seq_BxKxN, parent_BxK[:, :, None], axis=1)
+        column = jnp.where(is_ext, token_BxK, jax.lax.dynamic_index_in_dim(
+            seq_BxKxN, step, axis=2, keepdims=False))
+        seq_BxKxN = jax.lax.dynamic_update_slice(seq_BxKxN, column[:, :, None], (0, 0, step))
+        ext_logp = jnp.take_along_axis(ext_logp_BxKV, jnp.minimum(idx_BxK, K * vocab - 1),
+                                       axis=1)
+        logp_BxK = jnp.where(is_ext, ext_logp, jnp.take_along_axis(logp_BxK, parent_BxK, 1))
+        len_BxK = jnp.where(is_ext, step + 1, jnp.take_along_axis(len_BxK, parent_BxK, 1))
+        ends = (token_BxK == eos_id) if eos_id is not None else jnp.zeros_like(is_ext)
+        done_BxK = jnp.where(is_ext, ends, True)
+        dead = top_BxK <= _NEG / 2  # fewer real hypotheses than slots
+        logp_BxK = jnp.where(dead, _NEG, logp_BxK)
+        done_BxK = done_BxK & ~dead
+        state = _gather_rows(state, (batch_base_Bx1 + parent_BxK).reshape(-1))
+        return step + 1, state, token_BxK.reshape(-1), (seq_BxKxN, logp_BxK, len_BxK, done_BxK)
+
+    beams = (
+        jnp.full((batch, K, N), pad_id, jnp.int32),
+        jnp.concatenate([jnp.zeros((batch, 1), jnp.float32),
+                         jnp.full((batch, K - 1), _NEG, jnp.float32)], axis=1),
+        jnp.zeros((batch, K), jnp.int32),
+        jnp.zeros((batch, K), bool),
+    )
+    carry = (jnp.asarray(0, jnp.int32), state, jnp.repeat(first_B, K), beams)
+    _, _, _, (seq_BxKxN, logp_BxK, len_BxK, _) = jax.lax.while_loop(cond, body, carry)
+    final_BxK = score(logp_BxK, len_BxK)
+    final_BxK, order = jax.lax.top_k(final_BxK, K)  # best first
+    return BeamSearchOutput(
+        jnp.take_along_axis(seq_BxKxN, order[:, :, None], axis=1),
+        jnp.take_along_axis(len_BxK, order, axis=1),
+        jnp.take_along_axis(logp_BxK, order, axis=1),
+        final_BxK,
+    )
+
+
+def beam_search(
+    model: Decodable,
+    params: Any,
+    prompt_BxT: Array,
+    prompt_lengths_B: Array | None = None,
+    *,
+    beam_size: int,
+    max_new_tokens: int,
+    length_penalty: float = 1.0,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    inputs: dict | None = None,
+) -> BeamSearchOutput:
+    r"""Beam search (Bishop §12.3.2): the ``beam_size`` most probable continuations.
+
+    Keeps ``K = beam_size`` hypotheses. Each step extends every unfinished one by
+    every token and keeps the ``K`` best of these ``K·|V|`` extensions and the
+    finished hypotheses (those that ended with ``eos_id``, carried unchanged), by
+    ``score = log p(y) / |y|**length_penalty``; the model state is reordered with
+    the survivors. Stops when all ``K`` are finished or after ``max_new_tokens``
+    (unfinished hypotheses then count as complete). ``beam_size=1`` with
+    ``length_penalty=0`` is exactly greedy search; a beam as wide as the
+    hypothesis space is exhaustive search (Bishop (12.34)). With ``eos_id=None``
+    every hypothesis has length ``max_new_tokens``.
+
+    Returns :class:`BeamSearchOutput` with ``tokens: [B, K, max_new_tokens]``, best first.
+    """
+    if not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
+        raise ValueError(f"`beam_size` must be a positive int; got {beam_size!r}.")
+    if length_penalty < 0:
+        raise ValueError(f"`length_penalty` must be >= 0; got {length_penalty}.")
+    prompt_BxT, lengths_B = _check_prompt(model, prompt_BxT, prompt_lengths_B, max_new_tokens)
+    return _beam_loop(
+        model, params, prompt_BxT, lengths_B, dict(inputs or {}), beam_size=int(beam_size),
+        max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id,
+        length_penalty=float(length_penalty),
+    )
+
+
+def generate(
+    model: Decodable,
+    params: Any,
+    prompt_BxT: Array,
+    prompt_lengths_B: Array | None = None,
+    *,
+    max_new_tokens: int,
+    method: str = "greedy",
+    key: Array | None = None,
+    **kwargs: Any,
+) -> DecodeOutput | BeamSearchOutput:
+    """Dispatch to :func:`greedy_search`, :func:`sample` (``key`` required) or :func:`beam_search`.
+
+    ``method``: ``"greedy"``, ``"sample"`` or ``"beam"``; ``kwargs`` go to that function.
+    """
+    if method == "greedy":
+        return greedy_search(model, params, prompt_BxT, prompt_lengths_B,
+                             max_new_tokens=max_new_tokens, **kwargs)
+    if method == "sample":
+        if key is None:
+            raise ValueError("`key` (a PRNG key) is required for method='sample'.")
+        return sample(model, params, prompt_BxT, prompt_lengths_B, key=key,
+                      max_new_tokens=max_new_tokens, **kwargs)
+    if method == "beam":
+        return beam_search(model, params, prompt_BxT, prompt_lengths_B,
+                           max_new_tokens=max_new_tokens, **kwargs)
+    raise ValueError(f"`method` must be 'greedy', 'sample' or 'beam'; got {method!r}.")
+
+
+# --------------------------------------------------------------------------- no-cache reference
+
+
+class _RecomputeState(NamedTuple):
+    tokens_BxL: Array
+    lengths_B: Array
+
+
+@functools.cache
+def recompute_decoder(logits_fn: Callable[[Any, Array], Array]) -> FunctionalDecoder:
+    r"""A :class:`Decodable` that recomputes the full causal forward pass at every step.
+
+    ``logits_fn(params, tokens_BxL) -> logits_BxLxV`` must be causal (position
+    ``t`` sees tokens ``≤ t``). The state is the token buffer ``[B, max_len]`` and
+    the per-row length; each step writes the new token at ``lengths[b]`` and
+    reads the logits there. Cost :math:`O(n^2)` per token instead of a cache's
+    :math:`O(n)` (Bishop §12.3.1): this is the reference that cached decoding
+    must reproduce. ``logits_fn`` must be hashable for ``jit`` caching (a
+    module-level function or ``functools.partial`` of one).
+    """
+
+    def init_decode_state(params: Any, prompt_BxT: Array, prompt_lengths_B: Array,
+                          max_len: int) -> _RecomputeState:
+        del params
+        batch, num_steps = prompt_BxT.shape
+        buffer_BxL = jnp.zeros((batch, max_len), jnp.int32).at[:, :num_steps].set(prompt_BxT)
+        return _RecomputeState(buffer_BxL, jnp.asarray(prompt_lengths_B, jnp.int32) - 1)
+
+    def decode_step(params: Any, state: _RecomputeState, tokens_B: Array
+                    ) -> tuple[Array, _RecomputeState]:
+        rows = jnp.arange(tokens_B.shape[0])
+        buffer_BxL = state.tokens_BxL.at[rows, state.lengths_B].set(tokens_B.astype(jnp.int32))
+        logits_BxLxV = logits_fn(params, buffer_BxL)
+        logits_BxV = logits_BxLxV[rows, state.lengths_B]
+        return logits_BxV, _RecomputeState(buffer_BxL, state.lengths_B + 1)
+
+    return FunctionalDecoder(init_decode_state, decode_step)

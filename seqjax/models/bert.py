@@ -1,0 +1,257 @@
+r"""BERT: a bidirectional transformer encoder with MLM, classification and tagging heads.
+
+.. math::
+    X^{(0)} = \mathrm{LN}(E[x_{1:N}] + P_{1:N} + S[s_{1:N}]),\qquad
+    Z = \mathrm{Encoder}(X^{(0)})\ (\text{no causal mask})
+
+Heads (Bishop §12.3.3, Fig. 12.18; J&M §9.7 for the encoder):
+
+* masked-language-model: :math:`p(x_n \mid x_{\setminus\text{masked}}) =
+  \mathrm{softmax}(\mathrm{LN}(\mathrm{gelu}(Z_n W_t + b_t)) E^\top + b)` — the output matrix is
+  the tied input embedding ``E`` (Devlin et al. 2018);
+* classification from the first (``<class>``) position: :math:`\mathrm{softmax}(W_c
+  \tanh(W_p Z_1 + b_p) + b_c)` (with ``pooler=False``: Bishop's ``D×K`` matrix on
+  :math:`Z_1` directly);
+* token tagging: a shared linear-softmax on every position (Bishop §12.3.3).
+
+:func:`mlm_mask` draws the 15% / 80-10-10 corruption of Bishop §12.3.3.
+
+Parameter names: ``token_embed/embedding``, ``pos_embed/embedding``,
+``type_embed/embedding``, ``embed_norm/{scale,bias}``, ``encoder/layers_{i}/...``
+(post-norm :class:`~seqjax.nn.transformer.TransformerEncoder`),
+``mlm_dense``, ``mlm_norm``, ``mlm_bias``, ``pooler``, ``classifier``, ``tagger``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_bool, check_integer, check_rank
+from seqjax.models._common import check_lengths, check_preset, check_tokens
+from seqjax.nn.norms import LayerNorm
+from seqjax.nn.positional import LearnedPositionalEmbedding
+from seqjax.nn.transformer import TransformerEncoder
+
+Array = jax.Array
+Dtype = Any
+
+__all__ = ["BERT_PRESETS", "Bert", "BertConfig", "mlm_mask"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Hyper-parameters of :class:`Bert`.
+
+    Attributes:
+        vocab_size, num_layers, num_heads, embed_dim, mlp_dim, max_len: sizes.
+        type_vocab_size: segment ids (sentence A/B); 0 disables segment embeddings.
+        norm: ``"post"`` (BERT) or ``"pre"``.
+        activation: FFN activation (``"gelu"``, exact, as BERT).
+        norm_epsilon: LayerNorm ``ε`` (BERT: 1e-12).
+        dropout_rate, attention_dropout_rate: dropout (BERT: 0.1, 0.1).
+        mlm_head: build the tied MLM head.
+        pooler: ``tanh`` dense on the first position before the classifier.
+        num_classes: sequence classes (``None``: no classifier).
+        num_tags: token tags (``None``: no tagger).
+        init_std: normal initialiser standard deviation (0.02).
+        scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerEncoder`.
+    """
+
+    vocab_size: int = 30522
+    num_layers: int = 12
+    num_heads: int = 12
+    embed_dim: int = 768
+    mlp_dim: int | None = 3072
+    max_len: int = 512
+    type_vocab_size: int = 2
+    norm: str = "post"
+    activation: str = "gelu"
+    norm_epsilon: float = 1e-12
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float | None = None
+    mlm_head: bool = True
+    pooler: bool = True
+    num_classes: int | None = None
+    num_tags: int | None = None
+    init_std: float = 0.02
+    scan_layers: bool = False
+    remat: bool = False
+    implementation: str = "auto"
+
+    def replace(self, **changes: Any) -> BertConfig:
+        return dataclasses.replace(self, **changes)
+
+
+#: ``bert-base`` / ``bert-large`` (Devlin et al. 2018; Bishop Ex. 12.16: BERT-Large has
+#: ≈340M parameters) and ``bert-tiny`` (Turc et al. 2019: 2 layers, 128 wide).
+BERT_PRESETS: dict[str, BertConfig] = {
+    "bert-base": BertConfig(),
+    "bert-large": BertConfig(num_layers=24, num_heads=16, embed_dim=1024, mlp_dim=4096),
+    "bert-tiny": BertConfig(num_layers=2, num_heads=2, embed_dim=128, mlp_dim=512),
+}
+
+
+def mlm_mask(
+    key: Array,
+    tokens_BxT: Array,
+    *,
+    vocab_size: int,
+    mask_id: int,
+    maskable_BxT: Array | None = None,
+    select_rate: float = 0.15,
+    mask_rate: float = 0.8,
+    random_rate: float = 0.1,
+) -> tuple[Array, Array]:
+    r"""BERT's masked-language-model corruption (Bishop §12.3.3; Devlin et al. 2018).
+
+    Each maskable token is selected with probability ``select_rate`` (15%); a
+    selected token is replaced by ``mask_id`` with probability ``mask_rate`` (80%),
+    by a token drawn uniformly from ``[0, vocab_size)`` with probability
+    ``random_rate`` (10%), and kept otherwise (10%). The model must predict the
+    original token at every selected position, whatever its input became.
+
+    Args:
+        key: PRNG key (the result is a deterministic function of it).
+        tokens_BxT: integer token ids.
+        vocab_size: range of the random replacements.
+        mask_id: the ``<mask>`` id.
+        maskable_BxT: ``bool[B, T]``; False for padding and special tokens (``<class>``).
+
+    Returns:
+        ``(inputs_BxT, selected_BxT)``: the corrupted tokens and the boolean
+        positions where the loss is taken (targets are ``tokens_BxT``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> x = jnp.arange(10)[None] % 7
+        >>> inputs, selected = mlm_mask(jax.random.PRNGKey(0), x, vocab_size=7, mask_id=7)
+        >>> inputs.shape, selected.dtype
+        ((1, 10), dtype('bool'))
+    """
+    check_rank(tokens_BxT, "tokens", 2)
+    check_integer(tokens_BxT, "tokens")
+    for name, rate in (("select_rate", select_rate), ("mask_rate", mask_rate),
+                       ("random_rate", random_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"`{name}` must be in [0, 1]; got {rate}.")
+    if mask_rate + random_rate > 1.0:
+        raise ValueError(
+            f"`mask_rate + random_rate` must be <= 1; got {mask_rate} + {random_rate}."
+        )
+    tokens_BxT = jnp.asarray(tokens_BxT)
+    k_select, k_kind, k_random = jax.random.split(key, 3)
+    selected_BxT = jax.random.bernoulli(k_select, select_rate, tokens_BxT.shape)
+    if maskable_BxT is not None:
+        check_bool(maskable_BxT, "maskable")
+        selected_BxT = selected_BxT & maskable_BxT
+    u_BxT = jax.random.uniform(k_kind, tokens_BxT.shape)
+    random_tokens = jax.random.randint(k_random, tokens_BxT.shape, 0, vocab_size,
+                                       dtype=tokens_BxT.dtype)
+    replaced = jnp.where(u_BxT < mask_rate, jnp.asarray(mask_id, tokens_BxT.dtype),
+                         jnp.where(u_BxT < mask_rate + random_rate, random_tokens, tokens_BxT))
+    return jnp.where(selected_BxT, replaced, tokens_BxT), selected_BxT
+
+
+class Bert(nn.Module):
+    r"""BERT encoder with optional MLM / classification / tagging heads (see module docstring).
+
+    Call: ``model(tokens_BxT, lengths=None, token_types_BxT=None, *, deterministic=True)``
+    returns a dict with ``"hidden"`` ``[B, T, D]`` and, as configured,
+    ``"mlm_logits"`` ``[B, T, V]``, ``"pooled"`` ``[B, D]``, ``"class_logits"``
+    ``[B, C]``, ``"tag_logits"`` ``[B, T, K]`` (logits in float32). Padding
+    (``lengths``) is masked out of every attention.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> cfg = BertConfig(vocab_size=30, num_layers=2, num_heads=2, embed_dim=16,
+        ...                  mlp_dim=32, max_len=12, num_classes=3, num_tags=4)
+        >>> bert = Bert(cfg)
+        >>> x = jnp.ones((2, 7), jnp.int32)
+        >>> v = bert.init(jax.random.PRNGKey(0), x)
+        >>> out = bert.apply(v, x, jnp.array([7, 4]))
+        >>> out["mlm_logits"].shape, out["class_logits"].shape, out["tag_logits"].shape
+        ((2, 7, 30), (2, 3), (2, 7, 4))
+    """
+
+    config: BertConfig
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> Bert:
+        """A model from :data:`BERT_PRESETS`, with config fields overridden."""
+        return cls(check_preset(name, BERT_PRESETS).replace(**overrides))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @nn.compact
+    def __call__(
+        self,
+        tokens_BxT: Array,
+        lengths: Array | None = None,
+        token_types_BxT: Array | None = None,
+        *,
+        deterministic: bool = True,
+    ) -> dict[str, Array]:
+        cfg = self.config
+        tokens_BxT = check_tokens(tokens_BxT, "tokens", cfg.vocab_size)
+        batch, num_steps = tokens_BxT.shape
+        if num_steps > cfg.max_len:
+            raise ValueError(f"`tokens` has {num_steps} positions but max_len={cfg.max_len}.")
+        if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+        init = nn.initializers.normal(stddev=cfg.init_std)
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        dense = lambda n, name: nn.Dense(n, kernel_init=init, name=name, **kw)  # noqa: E731
+
+        token_embed = nn.Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
+                               name="token_embed", **kw)
+        x_BxTxD = token_embed(tokens_BxT)
+        x_BxTxD = LearnedPositionalEmbedding(cfg.max_len, embedding_init=init, name="pos_embed",
+                                             **kw)(x_BxTxD)
+        if cfg.type_vocab_size > 0:
+            if token_types_BxT is None:
+                token_types_BxT = jnp.zeros((batch, num_steps), jnp.int32)
+            token_types_BxT = check_tokens(token_types_BxT, "token_types", cfg.type_vocab_size)
+            x_BxTxD = x_BxTxD + nn.Embed(cfg.type_vocab_size, cfg.embed_dim, embedding_init=init,
+                                         name="type_embed", **kw)(token_types_BxT)
+        elif token_types_BxT is not None:
+            raise ValueError("`token_types` given but the config has type_vocab_size=0.")
+        x_BxTxD = LayerNorm(cfg.norm_epsilon, name="embed_norm", **kw)(x_BxTxD)
+        x_BxTxD = nn.Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
+        attn_drop = cfg.dropout_rate if cfg.attention_dropout_rate is None else \
+            cfg.attention_dropout_rate
+        z_BxTxD = TransformerEncoder(
+            num_heads=cfg.num_heads, num_layers=cfg.num_layers, mlp_dim=cfg.mlp_dim,
+            norm=cfg.norm, activation=cfg.activation, norm_epsilon=cfg.norm_epsilon,
+            dropout_rate=cfg.dropout_rate, attention_dropout_rate=attn_drop,
+            implementation=cfg.implementation, scan_layers=cfg.scan_layers, remat=cfg.remat,
+            kernel_init=init, name="encoder", **kw,
+        )(x_BxTxD, lengths=lengths, deterministic=deterministic)
+
+        out: dict[str, Array] = {"hidden": z_BxTxD}
+        if cfg.mlm_head:
+            h_BxTxD = nn.gelu(dense(cfg.embed_dim, "mlm_dense")(z_BxTxD), approximate=False)
+            h_BxTxD = LayerNorm(cfg.norm_epsilon, name="mlm_norm", **kw)(h_BxTxD)
+            mlm_bias = self.param("mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,),
+                                  self.param_dtype)
+            out["mlm_logits"] = (token_embed.attend(h_BxTxD) + mlm_bias).astype(jnp.float32)
+        first_BxD = z_BxTxD[:, 0]
+        if cfg.pooler:
+            first_BxD = jnp.tanh(dense(cfg.embed_dim, "pooler")(first_BxD))
+            out["pooled"] = first_BxD
+        drop = nn.Dropout(cfg.dropout_rate)
+        if cfg.num_classes is not None:
+            out["class_logits"] = dense(cfg.num_classes, "classifier")(
+                drop(first_BxD, deterministic=deterministic)).astype(jnp.float32)
+        if cfg.num_tags is not None:
+            out["tag_logits"] = dense(cfg.num_tags, "tagger")(
+                drop(z_BxTxD, deterministic=deterministic)).astype(jnp.float32)
+        return out

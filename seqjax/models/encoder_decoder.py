@@ -1,0 +1,324 @@
+r"""The encoder–decoder transformer of Vaswani et al. (2017).
+
+.. math::
+    Z^\star = \mathrm{Encoder}(\sqrt{d}\,E[x_{1:S}] + R_{1:S}),\qquad
+    p(y_t \mid y_{<t}, x) = \mathrm{softmax}\big(\mathrm{Decoder}(\sqrt{d}\,E[y_{<t}] + R, Z^\star)_t
+        W_{out} + b\big)
+
+MEDL §7.5 (Fig. 7.15: post-norm encoder and decoder blocks, (7.31)–(7.33);
+(7.34) for inference); Bishop §12.3.4 (Figs. 12.19–12.20, cross-attention);
+lecture notes §3. ``R`` is the sinusoidal encoding (MEDL (7.29)–(7.30)) or a
+learned table. With a shared vocabulary (``tgt_vocab_size=None``) one matrix
+``E`` embeds source and target and, transposed, is the output layer
+(Vaswani §3.4; Press & Wolf 2017).
+
+**Parameter count (preset ``vaswani-base``, MEDL §7.5 / SEEDS_NOTES E10).**
+With MEDL's bias-free heads (``attention_use_bias=False``), each encoder block
+has ``3,150,336`` parameters and each decoder block ``4,199,936`` (MEDL (7.32)
+and the text after it): ``18,902,016 + 25,199,616`` for ``N = 6``. The output
+layer with ``d_V = 37,000`` words is ``d_V p`` weights plus one bias *per word*,
+``d_V``: the model has ``63,082,632`` parameters. MEDL prints the output layer
+as ``d_V × p + p`` (total 63,046,144) — a slip for ``d_V × p + d_V``; the two
+totals differ by exactly ``d_V − p = 36,488``. Vaswani et al.'s projections have
+biases (``4p`` per attention layer: +36,864), giving 63,119,496 — the "≈65M" of
+their Table 3 (MEDL footnote 15: "discrepancies are due to implementation").
+
+Parameter names: ``shared_embed/embedding`` (or ``src_embed`` and ``tgt_embed``),
+``encoder/layers_{i}``, ``decoder/layers_{i}`` (``…/final_norm`` when pre-norm),
+``output_bias`` (tied output) or ``output/{kernel,bias}``, ``src_pos_embed`` /
+``tgt_pos_embed`` (learned positions only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_rank
+from seqjax.models._common import (
+    as_variables,
+    check_lengths,
+    check_preset,
+    check_tokens,
+    layers_from_batch_major,
+    layers_to_batch_major,
+)
+from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
+from seqjax.nn.transformer import TransformerDecoder, TransformerEncoder
+
+Array = jax.Array
+Dtype = Any
+
+__all__ = ["TRANSFORMER_PRESETS", "Transformer", "TransformerConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of :class:`Transformer`.
+
+    Attributes:
+        src_vocab_size: source vocabulary (the shared one when ``tgt_vocab_size`` is None).
+        tgt_vocab_size: target vocabulary; ``None`` = shared with the source.
+        num_layers: ``N`` encoder and ``N`` decoder blocks (unless the next two are set).
+        encoder_layers, decoder_layers: override ``N`` per side.
+        num_heads, embed_dim, mlp_dim: ``h``, ``d_model = p``, ``d_ff = N₁``.
+        max_len: maximum length (size of learned position tables).
+        positions: ``"sinusoidal"`` (MEDL (7.29)–(7.30); Vaswani) or ``"learned"``.
+        norm: ``"post"`` (Vaswani; MEDL Fig. 7.15) or ``"pre"``.
+        activation: FFN activation (``"relu"``).
+        tie_output: the output matrix is the target embedding transposed.
+        output_bias: a bias per output word.
+        attention_use_bias: biases on the attention projections (MEDL counts none).
+        scale_embeddings: multiply embeddings by ``√d`` (Vaswani §3.4).
+        dropout_rate, attention_dropout_rate: dropout (Vaswani: 0.1, 0.0).
+        scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerDecoder`.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int | None = None
+    num_layers: int = 6
+    encoder_layers: int | None = None
+    decoder_layers: int | None = None
+    num_heads: int = 8
+    embed_dim: int = 512
+    mlp_dim: int = 2048
+    max_len: int = 512
+    positions: str = "sinusoidal"
+    norm: str = "post"
+    activation: str = "relu"
+    tie_output: bool = True
+    output_bias: bool = True
+    attention_use_bias: bool = True
+    scale_embeddings: bool = True
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.0
+    scan_layers: bool = False
+    remat: bool = False
+    implementation: str = "auto"
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def shared_vocab(self) -> bool:
+        return self.tgt_vocab_size is None
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.src_vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
+
+
+#: ``vaswani-base``: N=6, d=512, d_ff=2048, h=8, post-norm, sinusoidal, shared 37,000-token
+#: vocabulary (Vaswani et al. 2017, Table 3 "base"; MEDL §7.5). ``vaswani-big``: d=1024,
+#: d_ff=4096, h=16, dropout 0.3.
+TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
+    "vaswani-base": TransformerConfig(src_vocab_size=37000),
+    "vaswani-big": TransformerConfig(src_vocab_size=37000, num_heads=16, embed_dim=1024,
+                                     mlp_dim=4096, dropout_rate=0.3),
+}
+
+
+class Transformer(nn.Module):
+    r"""Encoder–decoder transformer (see the module docstring).
+
+    Call (teacher forcing, all target positions in parallel under the causal mask):
+    ``model(src_BxS, tgt_in_BxT, src_lengths=None, tgt_lengths=None, *,
+    deterministic=True) -> logits_BxTxV`` (float32), ``tgt_in = [<start>, y_1, …]``.
+
+    Decoding (:mod:`seqjax.decoding`): ``init_decode_state(params, prompt_BxT,
+    prompt_lengths_B, max_len, *, src, src_lengths=None)`` encodes the source once
+    (MEDL (7.34)) and builds the decoder's KV caches; pass the source with
+    ``inputs={"src": ..., "src_lengths": ...}``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> cfg = TransformerConfig(src_vocab_size=20, num_layers=2, num_heads=2, embed_dim=16,
+        ...                         mlp_dim=32)
+        >>> model = Transformer(cfg)
+        >>> src, tgt = jnp.ones((2, 6), jnp.int32), jnp.ones((2, 5), jnp.int32)
+        >>> v = model.init(jax.random.PRNGKey(0), src, tgt)
+        >>> model.apply(v, src, tgt, jnp.array([6, 3])).shape
+        (2, 5, 20)
+    """
+
+    config: TransformerConfig
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> Transformer:
+        """A model from :data:`TRANSFORMER_PRESETS`, with config fields overridden."""
+        return cls(check_preset(name, TRANSFORMER_PRESETS).replace(**overrides))
+
+    @property
+    def vocab_size(self) -> int:
+        """The target vocabulary (what the decoder emits)."""
+        return self.config.target_vocab_size
+
+    def setup(self) -> None:
+        cfg = self.config
+        if cfg.positions not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"`positions` must be 'sinusoidal' or 'learned'; got {cfg.positions!r}."
+            )
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        emb_init = nn.initializers.normal(stddev=cfg.embed_dim ** -0.5)
+        if cfg.shared_vocab:
+            self.shared_embed = nn.Embed(cfg.src_vocab_size, cfg.embed_dim,
+                                         embedding_init=emb_init, **kw)
+        else:
+            self.src_embed = nn.Embed(cfg.src_vocab_size, cfg.embed_dim,
+                                      embedding_init=emb_init, **kw)
+            self.tgt_embed = nn.Embed(cfg.tgt_vocab_size, cfg.embed_dim,
+                                      embedding_init=emb_init, **kw)
+        if cfg.positions == "learned":
+            self.src_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
+            self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
+        else:
+            self.sinusoid = SinusoidalPositionalEmbedding()
+        stack = dict(
+            num_heads=cfg.num_heads, mlp_dim=cfg.mlp_dim, norm=cfg.norm,
+            activation=cfg.activation, dropout_rate=cfg.dropout_rate,
+            attention_dropout_rate=cfg.attention_dropout_rate,
+            attention_use_bias=cfg.attention_use_bias, implementation=cfg.implementation,
+            scan_layers=cfg.scan_layers, remat=cfg.remat,
+            kernel_init=nn.initializers.xavier_uniform(), **kw,
+        )
+        self.encoder = TransformerEncoder(num_layers=cfg.encoder_layers or cfg.num_layers,
+                                          **stack)
+        self.decoder = TransformerDecoder(num_layers=cfg.decoder_layers or cfg.num_layers,
+                                          causal=True, cross_attention=True, **stack)
+        self.drop = nn.Dropout(cfg.dropout_rate)
+        if cfg.tie_output:
+            if cfg.output_bias:
+                self.output_bias = self.param("output_bias", nn.initializers.zeros_init(),
+                                              (cfg.target_vocab_size,), self.param_dtype)
+        else:
+            self.output = nn.Dense(cfg.target_vocab_size, use_bias=cfg.output_bias, **kw)
+
+    def _target_table(self) -> nn.Embed:
+        return self.shared_embed if self.config.shared_vocab else self.tgt_embed
+
+    def _embed(self, tokens_BxT: Array, source: bool, positions_BxT: Array | None,
+               deterministic: bool) -> Array:
+        cfg = self.config
+        table = (self.shared_embed if cfg.shared_vocab
+                 else self.src_embed if source else self.tgt_embed)
+        x_BxTxD = table(tokens_BxT)
+        if cfg.scale_embeddings:
+            x_BxTxD = x_BxTxD * math.sqrt(cfg.embed_dim)
+        if cfg.positions == "learned":
+            pos = self.src_pos_embed if source else self.tgt_pos_embed
+            x_BxTxD = pos(x_BxTxD, positions_BxT)
+        else:
+            x_BxTxD = self.sinusoid(x_BxTxD, positions_BxT)
+        return self.drop(x_BxTxD, deterministic=deterministic)
+
+    def _head(self, h_BxTxD: Array) -> Array:
+        cfg = self.config
+        if cfg.tie_output:
+            logits = self._target_table().attend(h_BxTxD)
+            if cfg.output_bias:
+                logits = logits + self.output_bias
+        else:
+            logits = self.output(h_BxTxD)
+        return logits.astype(jnp.float32)
+
+    def _check_len(self, num_steps: int, name: str) -> None:
+        if self.config.positions == "learned" and num_steps > self.config.max_len:
+            raise ValueError(f"`{name}` has {num_steps} positions but max_len="
+                             f"{self.config.max_len}.")
+
+    def encode(self, src_BxS: Array, src_lengths: Array | None = None, *,
+               deterministic: bool = True) -> tuple[Array, Array]:
+        """``(z_BxSxD, src_lengths_B)``: the encoder output ``Z*`` (zeros at padding)."""
+        src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
+        batch, src_len = src_BxS.shape
+        self._check_len(src_len, "src")
+        if src_lengths is None:
+            src_lengths = jnp.full((batch,), src_len, jnp.int32)
+        src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
+        x_BxSxD = self._embed(src_BxS, True, None, deterministic)
+        z_BxSxD = self.encoder(x_BxSxD, lengths=src_lengths, deterministic=deterministic)
+        return z_BxSxD, src_lengths
+
+    def __call__(
+        self,
+        src_BxS: Array,
+        tgt_in_BxT: Array,
+        src_lengths: Array | None = None,
+        tgt_lengths: Array | None = None,
+        *,
+        deterministic: bool = True,
+    ) -> Array:
+        z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths, deterministic=deterministic)
+        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.target_vocab_size)
+        batch, tgt_len = tgt_in_BxT.shape
+        self._check_len(tgt_len, "tgt_in")
+        if tgt_lengths is not None:
+            tgt_lengths = check_lengths(tgt_lengths, "tgt_lengths", batch, tgt_len)
+        y_BxTxD = self._embed(tgt_in_BxT, False, None, deterministic)
+        h_BxTxD = self.decoder(y_BxTxD, lengths=tgt_lengths, encoder_out=z_BxSxD,
+                               encoder_lengths=src_lengths, deterministic=deterministic)
+        return self._head(h_BxTxD)
+
+    # ----------------------------------------------------------------- decoding interface
+
+    def _prefill(self, prompt_BxT: Array, lengths_B: Array, max_len: int, src_BxS: Array,
+                 src_lengths: Array | None) -> dict:
+        z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths)
+        batch, num_steps = prompt_BxT.shape
+        cache = self.decoder.init_cache(batch, max_len)
+        if num_steps > 1:
+            y_BxTxD = self._embed(prompt_BxT[:, :-1], False, None, True)
+            _, cache = self.decoder(y_BxTxD, lengths=lengths_B, encoder_out=z_BxSxD,
+                                    encoder_lengths=src_lengths, cache=cache)
+        return {"cache": layers_to_batch_major(cache, self.config.scan_layers),
+                "enc": z_BxSxD, "src_lengths": src_lengths, "positions": lengths_B}
+
+    def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        y_Bx1xD = self._embed(tokens_B[:, None], False, state["positions"][:, None], True)
+        cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
+        h_Bx1xD, cache = self.decoder(y_Bx1xD, encoder_out=state["enc"],
+                                      encoder_lengths=state["src_lengths"], cache=cache)
+        new_state = {**state, "cache": layers_to_batch_major(cache, self.config.scan_layers),
+                     "positions": state["positions"] + 1}
+        return self._head(h_Bx1xD)[:, 0], new_state
+
+    def init_decode_state(
+        self,
+        params: Any,
+        prompt_BxT: Array,
+        prompt_lengths_B: Array | None = None,
+        max_len: int | None = None,
+        *,
+        src: Array,
+        src_lengths: Array | None = None,
+    ) -> dict:
+        """Encode ``src`` and prefill the decoder caches with ``prompt[b, :len_b - 1]``.
+
+        State ``{"cache", "enc", "src_lengths", "positions"}``, every leaf batch-leading.
+        """
+        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.config.target_vocab_size)
+        batch, num_steps = prompt_BxT.shape
+        if prompt_lengths_B is None:
+            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
+        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        max_len = num_steps if max_len is None else int(max_len)
+        if max_len < num_steps:
+            raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")
+        if self.config.positions == "learned" and max_len - 1 > self.config.max_len:
+            raise ValueError(f"decoding needs {max_len - 1} positions but max_len="
+                             f"{self.config.max_len}.")
+        return self.apply(as_variables(params), prompt_BxT, prompt_lengths_B - 1, max_len, src,
+                          src_lengths, method=type(self)._prefill)
+
+    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        """Append one target token per row: ``(logits_BxV, new_state)``."""
+        check_rank(tokens_B, "tokens", 1)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)

@@ -1,0 +1,257 @@
+r"""GPT: a decoder-only transformer language model (``TransformerLM``).
+
+.. math::
+    X^{(0)} = E[x_{1:N}] + P_{1:N},\qquad X^{(l)} = \mathrm{Block}_l(X^{(l-1)})\ (\text{causal}),
+    \qquad p(x_{n+1} \mid x_{\le n}) = \mathrm{softmax}(\mathrm{LN}(X^{(L)}_n) E^\top)
+
+Bishop §12.3.1 (Fig. 12.15, (12.33): the linear-softmax output shared across
+positions); J&M §9.8 (Fig. 9.22, the LM head with a tied ``Eᵀ``, "weight tying");
+MEDL §7.5 (masked self-attention (7.27)). Blocks are pre-norm (Bishop (12.21),
+(12.23); GPT-2, nanoGPT) with a final norm; positions are learned absolute
+embeddings (J&M §9.7.3; GPT-2) or rotary (``positions="rope"``, applied to the
+queries and keys inside attention, slides "RoPE"). Training is teacher-forced in
+parallel: all positions at once under the causal mask (MEDL §7.5, "Training").
+
+Parameter names (golden trees in ``tests/golden/``): ``token_embed/embedding [V, D]``,
+``pos_embed/embedding [max_len, D]`` (learned positions), ``decoder/layers_{i}/...``
+(:class:`~seqjax.nn.transformer.TransformerDecoder`; ``decoder/layers/...`` stacked
+with ``scan_layers``), ``decoder/final_norm``, ``lm_head/kernel`` (untied only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_rank
+from seqjax.models._common import (
+    as_variables,
+    check_lengths,
+    check_preset,
+    check_tokens,
+    layers_from_batch_major,
+    layers_to_batch_major,
+)
+from seqjax.nn.positional import LearnedPositionalEmbedding
+from seqjax.nn.transformer import TransformerDecoder
+
+Array = jax.Array
+Dtype = Any
+
+__all__ = ["TRANSFORMER_LM_PRESETS", "TransformerLM", "TransformerLMConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerLMConfig:
+    """Hyper-parameters of :class:`TransformerLM`.
+
+    Attributes:
+        vocab_size: ``|V|``.
+        num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
+        mlp_dim: FFN hidden size (default ``4D``).
+        max_len: context length ("block size"); the size of the learned position table.
+        positions: ``"learned"`` (GPT-2) or ``"rope"`` (no position parameters).
+        tie_embeddings: output matrix ``Eᵀ`` (J&M §9.8; Press & Wolf 2017).
+        use_bias: biases in attention and FFN (nanoGPT's ``bias``).
+        dropout_rate: on the embeddings and every residual branch;
+        attention_dropout_rate: on the attention weights (default ``dropout_rate``).
+        activation, norm_type, mlp, num_kv_heads, rope_base: block options.
+        init_std: standard deviation of the normal initialisers (GPT-2: 0.02).
+        scan_layers, remat: compile the stack as one scanned block; rematerialise.
+    """
+
+    vocab_size: int
+    num_layers: int = 6
+    num_heads: int = 6
+    embed_dim: int = 384
+    mlp_dim: int | None = None
+    max_len: int = 256
+    positions: str = "learned"
+    tie_embeddings: bool = True
+    use_bias: bool = True
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float | None = None
+    activation: str = "gelu"
+    norm_type: str = "layernorm"
+    mlp: str = "mlp"
+    num_kv_heads: int | None = None
+    rope_base: float = 10000.0
+    init_std: float = 0.02
+    scan_layers: bool = False
+    remat: bool = False
+    implementation: str = "auto"
+
+    def replace(self, **changes: Any) -> TransformerLMConfig:
+        return dataclasses.replace(self, **changes)
+
+
+#: Named configurations. ``nanogpt-*`` are nanoGPT's ``train_shakespeare_char`` shapes
+#: (6L/6H/384, block 256, dropout 0.2, no biases) and its README's CPU variant (4L/4H/128,
+#: block 64); ``gpt2-small`` is GPT-2 124M (12L/12H/768, block 1024, |V| = 50257).
+TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
+    "nanogpt-shakespeare-char": TransformerLMConfig(
+        vocab_size=65, num_layers=6, num_heads=6, embed_dim=384, max_len=256,
+        dropout_rate=0.2, use_bias=False, activation="gelu",
+    ),
+    "nanogpt-cpu": TransformerLMConfig(
+        vocab_size=65, num_layers=4, num_heads=4, embed_dim=128, max_len=64,
+        dropout_rate=0.0, use_bias=False, activation="gelu",
+    ),
+    "gpt2-small": TransformerLMConfig(
+        vocab_size=50257, num_layers=12, num_heads=12, embed_dim=768, max_len=1024,
+        dropout_rate=0.1, use_bias=True, activation="gelu_tanh",
+    ),
+}
+
+
+class TransformerLM(nn.Module):
+    r"""GPT-style language model (see the module docstring for the equations).
+
+    Call: ``model(tokens_BxT, lengths=None, *, deterministic=True) -> logits_BxTxV``
+    (float32); ``T ≤ max_len`` with learned positions. ``lengths`` (right padding)
+    zeroes the padded positions' hidden states; the model is causal, so the real
+    positions never see the padding either way.
+
+    Decoding (:mod:`seqjax.decoding`): ``init_decode_state`` builds one KV cache
+    per layer (:class:`~seqjax.nn.attention.KVCache`) and prefills the prompts
+    (different lengths per row); ``decode_step`` appends one token per row.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=2, num_heads=2, embed_dim=16,
+        ...                           max_len=32)
+        >>> lm = TransformerLM(cfg)
+        >>> tokens = jnp.zeros((2, 8), jnp.int32)
+        >>> params = lm.init(jax.random.PRNGKey(0), tokens)
+        >>> lm.apply(params, tokens).shape
+        (2, 8, 17)
+        >>> TransformerLM.from_preset("gpt2-small").config.embed_dim
+        768
+    """
+
+    config: TransformerLMConfig
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> TransformerLM:
+        """A model from :data:`TRANSFORMER_LM_PRESETS`, with config fields overridden."""
+        return cls(check_preset(name, TRANSFORMER_LM_PRESETS).replace(**overrides))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def setup(self) -> None:
+        cfg = self.config
+        if cfg.positions not in ("learned", "rope"):
+            raise ValueError(f"`positions` must be 'learned' or 'rope'; got {cfg.positions!r}.")
+        init = nn.initializers.normal(stddev=cfg.init_std)
+        self.token_embed = nn.Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
+                                    dtype=self.dtype, param_dtype=self.param_dtype)
+        if cfg.positions == "learned":
+            self.pos_embed = LearnedPositionalEmbedding(
+                cfg.max_len, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
+            )
+        attn_drop = cfg.dropout_rate if cfg.attention_dropout_rate is None else \
+            cfg.attention_dropout_rate
+        self.decoder = TransformerDecoder(
+            num_heads=cfg.num_heads, num_layers=cfg.num_layers, mlp_dim=cfg.mlp_dim,
+            norm="pre", norm_type=cfg.norm_type, mlp=cfg.mlp, activation=cfg.activation,
+            causal=True, cross_attention=False, dropout_rate=cfg.dropout_rate,
+            attention_dropout_rate=attn_drop, use_bias=cfg.use_bias,
+            num_kv_heads=cfg.num_kv_heads, use_rope=cfg.positions == "rope",
+            rope_base=cfg.rope_base, implementation=cfg.implementation,
+            scan_layers=cfg.scan_layers, remat=cfg.remat, kernel_init=init, dtype=self.dtype,
+            param_dtype=self.param_dtype,
+        )
+        self.drop = nn.Dropout(cfg.dropout_rate)
+        if not cfg.tie_embeddings:
+            self.lm_head = nn.Dense(cfg.vocab_size, use_bias=False, kernel_init=init,
+                                    dtype=self.dtype, param_dtype=self.param_dtype)
+
+    def _embed(self, tokens_BxT: Array, positions_BxT: Array | None, deterministic: bool
+               ) -> Array:
+        x_BxTxD = self.token_embed(tokens_BxT)
+        if self.config.positions == "learned":
+            x_BxTxD = self.pos_embed(x_BxTxD, positions_BxT)
+        return self.drop(x_BxTxD, deterministic=deterministic)
+
+    def _head(self, h_BxTxD: Array) -> Array:
+        if self.config.tie_embeddings:
+            logits_BxTxV = self.token_embed.attend(h_BxTxD)
+        else:
+            logits_BxTxV = self.lm_head(h_BxTxD)
+        return logits_BxTxV.astype(jnp.float32)
+
+    def __call__(
+        self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
+    ) -> Array:
+        tokens_BxT = check_tokens(tokens_BxT, "tokens", self.config.vocab_size)
+        batch, num_steps = tokens_BxT.shape
+        if self.config.positions == "learned" and num_steps > self.config.max_len:
+            raise ValueError(
+                f"`tokens` has {num_steps} positions but max_len={self.config.max_len}."
+            )
+        if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+        x_BxTxD = self._embed(tokens_BxT, None, deterministic)
+        h_BxTxD = self.decoder(x_BxTxD, lengths=lengths, deterministic=deterministic)
+        return self._head(h_BxTxD)
+
+    # ----------------------------------------------------------------- decoding interface
+
+    def _prefill(self, prompt_BxT: Array, lengths_B: Array, max_len: int) -> dict:
+        batch, num_steps = prompt_BxT.shape
+        cache = self.decoder.init_cache(batch, max_len)
+        if num_steps > 1:
+            # Every prompt token but the last (that one is fed by the first decode step).
+            x_BxTxD = self._embed(prompt_BxT[:, :-1], None, True)
+            _, cache = self.decoder(x_BxTxD, lengths=lengths_B, cache=cache)
+        return {"cache": layers_to_batch_major(cache, self.config.scan_layers),
+                "positions": lengths_B}
+
+    def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        pos_Bx1 = state["positions"][:, None]
+        x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
+        cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
+        h_Bx1xD, cache = self.decoder(x_Bx1xD, cache=cache)
+        new_state = {"cache": layers_to_batch_major(cache, self.config.scan_layers),
+                     "positions": state["positions"] + 1}
+        return self._head(h_Bx1xD)[:, 0], new_state
+
+    def init_decode_state(
+        self,
+        params: Any,
+        prompt_BxT: Array,
+        prompt_lengths_B: Array | None = None,
+        max_len: int | None = None,
+    ) -> dict:
+        """Empty KV caches of ``max_len`` slots, prefilled with ``prompt[b, :len_b - 1]``.
+
+        State ``{"cache": [KVCache per layer], "positions": int32[B]}`` (batch-leading).
+        """
+        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.config.vocab_size)
+        batch, num_steps = prompt_BxT.shape
+        if prompt_lengths_B is None:
+            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
+        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        max_len = num_steps if max_len is None else int(max_len)
+        if max_len < num_steps:
+            raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")
+        if self.config.positions == "learned" and max_len - 1 > self.config.max_len:
+            raise ValueError(
+                f"prompt + generated tokens need {max_len - 1} positions but the learned table "
+                f"has max_len={self.config.max_len}."
+            )
+        return self.apply(as_variables(params), prompt_BxT, prompt_lengths_B - 1, max_len,
+                          method=type(self)._prefill)
+
+    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        """Append one token per row to the caches: ``(logits_BxV, new_state)``."""
+        check_rank(tokens_B, "tokens", 1)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)

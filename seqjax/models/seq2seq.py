@@ -1,0 +1,431 @@
+r"""RNN encoder–decoder (sequence-to-sequence), with or without attention.
+
+The encoder reads the source ``x^{⟨1..T_in⟩}`` (optionally reversed, optionally
+bidirectional) into per-step outputs ``v^{⟨τ⟩}`` and a context vector ``z*``
+(its last hidden state); the decoder is a conditional language model over the
+target. Variants (``context``):
+
+* ``"initial_state"`` — ``z*`` only initialises the decoder (Sutskever et al. 2014;
+  MEDL Fig. 7.9(a)): :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, y^{⟨t-1⟩})`, :math:`s^{⟨0⟩} = z^*`.
+* ``"every_step"`` — ``z*`` is also fed at every step and to the output layer
+  (Cho et al. 2014; MEDL Fig. 7.9(b); lecture notes eq. (4)):
+  :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, [y^{⟨t-1⟩}; z^*])`, :math:`\hat y^{⟨t⟩} = g([s^{⟨t⟩}; z^*])`.
+* ``"attention"`` — a dynamic context :math:`u^{⟨t⟩} = \sum_\tau \alpha^{⟨t⟩}_\tau v^{⟨\tau⟩}`
+  (MEDL (7.20)–(7.22); lecture notes (3)–(7)), with ``attention``:
+
+  - ``"bahdanau"``: additive score with the *previous* state as query,
+    :math:`\alpha^{⟨t⟩} = \mathrm{softmax}_\tau\, w^\top\tanh(W_a s^{⟨t-1⟩} + W_b v^{⟨\tau⟩})`,
+    :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, [y^{⟨t-1⟩}; u^{⟨t⟩}])`, :math:`\hat y^{⟨t⟩} = g([s^{⟨t⟩}; u^{⟨t⟩}])`
+    (MEDL (7.22), Fig. 7.10; the output also sees ``u`` as in Bahdanau et al. 2015, App. A);
+  - ``"luong_dot"`` / ``"luong_general"`` / ``"luong_concat"``: the *current* state is the
+    query, :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, y^{⟨t-1⟩})`,
+    :math:`\alpha^{⟨t⟩} = \mathrm{softmax}_\tau\, s(s^{⟨t⟩}, v^{⟨\tau⟩})`,
+    :math:`\tilde h^{⟨t⟩} = \tanh(W_c [u^{⟨t⟩}; s^{⟨t⟩}])`, :math:`\hat y^{⟨t⟩} = g(\tilde h^{⟨t⟩})`
+    (Luong et al. 2015; scores of MEDL (7.21)).
+
+``reverse_source`` reverses each source sentence within its length, in training
+and in use (MEDL §7.4). Training uses teacher forcing: the decoder is fed the
+true previous target token (MEDL §7.4, "teacher forcing").
+
+**Initial decoder state** (``bridge``): ``"copy"`` takes the encoder's final
+carries layer by layer (needs a unidirectional encoder with as many layers as
+the decoder); ``"dense"`` sets every carry part of every decoder layer to
+``tanh(W z* + b)`` (Cho et al.; Bahdanau et al. use the backward state, which
+is the second half of ``z*``); ``"zeros"``; ``"auto"`` is ``"copy"`` when possible,
+else ``"dense"``.
+
+Parameter names: ``src_embed/embedding``, ``encoder/layer_{l}/...`` (a
+:class:`~seqjax.nn.StackedRNN`), ``bridge_layers_{i}/{kernel,bias}`` (dense bridge, one
+per carry part of every decoder layer, in order), ``tgt_embed/embedding``,
+``decoder/layer_{l}/{input,recurrent_kernel,...}`` (cells),
+``decoder/attention/...`` (see :class:`~seqjax.nn.attention.Attention`),
+``decoder/combine/kernel`` (Luong's ``W_c``), ``output/{kernel,bias}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_rank
+from seqjax.models._common import (
+    as_variables,
+    check_lengths,
+    check_tokens,
+    length_mask,
+)
+from seqjax.nn.attention import Attention
+from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
+
+Array = jax.Array
+Dtype = Any
+Carry = Any
+
+__all__ = ["Seq2Seq", "reverse_sequences"]
+
+CONTEXTS = ("initial_state", "every_step", "attention")
+ATTENTIONS = {
+    "bahdanau": "additive",
+    "luong_dot": "dot",
+    "luong_general": "general",
+    "luong_concat": "concat",
+}
+BRIDGES = ("auto", "copy", "dense", "zeros")
+
+
+def reverse_sequences(x_BxT: Array, lengths_B: Array | None) -> Array:
+    """Reverse each row within its length; padding stays at the end (MEDL §7.4, E5).
+
+    ``[B, T, ...] -> [B, T, ...]``: ``y[b, t] = x[b, len_b - 1 - t]`` for ``t < len_b``.
+
+    Example:
+        >>> reverse_sequences(jnp.array([[1, 2, 3, 0]]), jnp.array([3])).tolist()
+        [[3, 2, 1, 0]]
+    """
+    batch, num_steps = x_BxT.shape[:2]
+    t_T = jnp.arange(num_steps, dtype=jnp.int32)
+    if lengths_B is None:
+        return x_BxT[:, ::-1]
+    idx_BxT = jnp.where(t_T[None] < lengths_B[:, None], lengths_B[:, None] - 1 - t_T[None],
+                        t_T[None])
+    idx = idx_BxT.reshape(idx_BxT.shape + (1,) * (x_BxT.ndim - 2))
+    return jnp.take_along_axis(x_BxT, idx, axis=1)
+
+
+def _carry_h(carry: Carry) -> Array:
+    """The hidden state ``h`` of a cell carry (LSTM ``(c, h)`` -> ``h``)."""
+    return carry[-1] if isinstance(carry, tuple) else carry
+
+
+def _select(valid_B: Array, new: Any, old: Any) -> Any:
+    return jax.tree_util.tree_map(
+        lambda a, b: jnp.where(valid_B.reshape(valid_B.shape + (1,) * (a.ndim - 1)), a, b),
+        new, old)
+
+
+class _DecoderStep(nn.Module):
+    """One decoder step; scanned over time for teacher forcing, called alone when decoding."""
+
+    hidden_size: int
+    num_layers: int
+    cell_type: Any
+    cell_kwargs: Any
+    context: str
+    attention: str
+    attention_hidden: int | None
+    dtype: Dtype | None
+    param_dtype: Dtype
+
+    def _cell(self, layer: int) -> nn.Module:
+        cls = self.cell_type
+        if isinstance(cls, str):
+            cls = CELL_TYPES[cls]
+        return cls(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
+                   name=f"layer_{layer}", **dict(self.cell_kwargs or {}))
+
+    @nn.compact
+    def __call__(
+        self,
+        carries: tuple[Carry, ...],
+        inputs: tuple[Array, Array],
+        enc_BxSxV: Array | None,
+        src_valid_BxS: Array,
+        z_BxC: Array,
+    ) -> tuple[tuple[Carry, ...], tuple[Array, Array | None]]:
+        y_prev_BxE, valid_B = inputs
+        weights_BxS = None
+        attn = None
+        if self.context == "attention":
+            attn = Attention(score=ATTENTIONS[self.attention], hidden=self.attention_hidden,
+                             dtype=self.dtype, param_dtype=self.param_dtype, name="attention")
+        if self.context == "every_step":
+            x_BxP = jnp.concatenate([y_prev_BxE, z_BxC.astype(y_prev_BxE.dtype)], axis=-1)
+        elif self.context == "attention" and self.attention == "bahdanau":
+            # Bahdanau timing: the query is the previous state s^{t-1} (MEDL (7.22)).
+            u_BxV, weights_BxS = attn(_carry_h(carries[-1]), enc_BxSxV, mask=src_valid_BxS)
+            x_BxP = jnp.concatenate([y_prev_BxE, u_BxV.astype(y_prev_BxE.dtype)], axis=-1)
+        else:
+            x_BxP = y_prev_BxE
+        new_carries = []
+        h_BxH = x_BxP
+        for layer in range(self.num_layers):
+            carry, h_BxH = self._cell(layer)(carries[layer], h_BxH)
+            carry = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), carry, carries[layer])
+            new_carries.append(carry)
+        new_carries = _select(valid_B, tuple(new_carries), tuple(carries))
+        if self.context == "initial_state":
+            out_BxO = h_BxH
+        elif self.context == "every_step":
+            out_BxO = jnp.concatenate([h_BxH, z_BxC.astype(h_BxH.dtype)], axis=-1)
+        elif self.attention == "bahdanau":
+            out_BxO = jnp.concatenate([h_BxH, u_BxV.astype(h_BxH.dtype)], axis=-1)
+        else:
+            # Luong timing: the query is the current state s^{t}.
+            u_BxV, weights_BxS = attn(h_BxH, enc_BxSxV, mask=src_valid_BxS)
+            out_BxO = jnp.tanh(nn.Dense(
+                self.hidden_size, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
+                name="combine",
+            )(jnp.concatenate([u_BxV.astype(h_BxH.dtype), h_BxH], axis=-1)))
+        return new_carries, (out_BxO, weights_BxS)
+
+
+class Seq2Seq(nn.Module):
+    r"""RNN encoder–decoder with the context variants of MEDL §7.4 (see the module docstring).
+
+    Call (teacher forcing): ``model(src_BxS, tgt_in_BxT, src_lengths=None, *,
+    deterministic=True, return_attention=False)`` with ``tgt_in = [<start>, y_1, …, y_{T-1}]``;
+    returns ``logits_BxTxV`` (float32; target vocabulary), and with
+    ``return_attention`` also the weights ``alpha_BxTxS`` (row ``t`` is
+    :math:`\alpha^{⟨t⟩}` over the source positions *as given*, also when
+    ``reverse_source``; zeros without attention). Mask padded targets in the loss.
+
+    Decoding (:mod:`seqjax.decoding`): ``init_decode_state(params, prompt_BxT,
+    prompt_lengths_B, max_len, *, src, src_lengths=None)`` — the prompt is usually
+    ``<start>`` (``[B, 1]``), passed through ``inputs={"src": ..., "src_lengths": ...}``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> m = Seq2Seq(src_vocab_size=12, tgt_vocab_size=10, embed_dim=8, hidden_size=16,
+        ...             bidirectional_encoder=True, context="attention", attention="bahdanau")
+        >>> src, tgt = jnp.ones((2, 5), jnp.int32), jnp.ones((2, 4), jnp.int32)
+        >>> v = m.init(jax.random.PRNGKey(0), src, tgt)
+        >>> logits, alpha = m.apply(v, src, tgt, jnp.array([5, 3]), return_attention=True)
+        >>> logits.shape, alpha.shape
+        ((2, 4, 10), (2, 4, 5))
+
+    Attributes:
+        src_vocab_size, tgt_vocab_size: vocabularies (MEDL: ``p`` and ``q`` differ).
+        embed_dim, hidden_size: embedding and RNN widths (encoder and decoder).
+        encoder_layers, decoder_layers: stacked layers.
+        cell_type: ``"lstm"``, ``"gru"``, ``"elman"`` or a cell class (both sides).
+        bidirectional_encoder: ``v^{⟨τ⟩} = [h_f^{⟨τ⟩}; h_r^{⟨τ⟩}]`` (MEDL Fig. 7.10).
+        context: ``"initial_state"``, ``"every_step"`` or ``"attention"``.
+        attention: ``"bahdanau"``, ``"luong_dot"``, ``"luong_general"``, ``"luong_concat"``.
+        attention_hidden: ``m̃`` of additive/concat scores (default: the key size).
+        reverse_source: reverse each source within its length (Sutskever et al.).
+        bridge: initial decoder state, ``"auto"``, ``"copy"``, ``"dense"`` or ``"zeros"``.
+        dropout: on embeddings and on the decoder outputs.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    embed_dim: int = 64
+    hidden_size: int = 64
+    encoder_layers: int = 1
+    decoder_layers: int = 1
+    cell_type: Any = "gru"
+    bidirectional_encoder: bool = False
+    context: str = "attention"
+    attention: str = "bahdanau"
+    attention_hidden: int | None = None
+    reverse_source: bool = False
+    bridge: str = "auto"
+    dropout: float = 0.0
+    cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @property
+    def vocab_size(self) -> int:
+        """The target vocabulary (what the decoder emits)."""
+        return self.tgt_vocab_size
+
+    def _bridge_mode(self) -> str:
+        if self.bridge not in BRIDGES:
+            raise ValueError(f"`bridge` must be one of {BRIDGES}; got {self.bridge!r}.")
+        copyable = not self.bidirectional_encoder and self.encoder_layers == self.decoder_layers
+        if self.bridge == "copy" and not copyable:
+            raise ValueError(
+                "`bridge='copy'` needs a unidirectional encoder with as many layers as the "
+                f"decoder; got bidirectional_encoder={self.bidirectional_encoder}, "
+                f"encoder_layers={self.encoder_layers}, decoder_layers={self.decoder_layers}."
+            )
+        if self.bridge == "auto":
+            return "copy" if copyable else "dense"
+        return self.bridge
+
+    def setup(self) -> None:
+        if self.context not in CONTEXTS:
+            raise ValueError(f"`context` must be one of {CONTEXTS}; got {self.context!r}.")
+        if self.context == "attention" and self.attention not in ATTENTIONS:
+            raise ValueError(
+                f"`attention` must be one of {sorted(ATTENTIONS)}; got {self.attention!r}."
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
+        self.src_embed = nn.Embed(
+            self.src_vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+            embedding_init=nn.initializers.normal(stddev=0.1),
+        )
+        self.encoder = StackedRNN(
+            features=self.hidden_size, num_layers=self.encoder_layers, cell_type=self.cell_type,
+            bidirectional=self.bidirectional_encoder, dropout=self.dropout,
+            cell_kwargs=self.cell_kwargs, dtype=self.dtype, param_dtype=self.param_dtype,
+        )
+        self.tgt_embed = nn.Embed(
+            self.tgt_vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+            embedding_init=nn.initializers.normal(stddev=0.1),
+        )
+        step_kwargs = dict(
+            hidden_size=self.hidden_size, num_layers=self.decoder_layers,
+            cell_type=self.cell_type, cell_kwargs=self.cell_kwargs, context=self.context,
+            attention=self.attention, attention_hidden=self.attention_hidden, dtype=self.dtype,
+            param_dtype=self.param_dtype,
+        )
+        scanned = nn.scan(
+            _DecoderStep, variable_broadcast="params", split_rngs={"params": False},
+            in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast), out_axes=0,
+        )
+        # Teacher forcing scans the step over T; decoding scans it over one step: one
+        # parameter tree ("decoder/...") for both.
+        self.decoder = scanned(**step_kwargs)
+        self.output = nn.Dense(self.tgt_vocab_size, dtype=self.dtype, param_dtype=self.param_dtype)
+        self.drop = nn.Dropout(self.dropout)
+        mode = self._bridge_mode()
+        if mode == "dense":
+            n_parts = len(jax.tree_util.tree_leaves(self._zero_carries(1)))
+            self.bridge_layers = [
+                nn.Dense(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype)
+                for _ in range(n_parts)
+            ]
+
+    # ----------------------------------------------------------------- encoder
+
+    def encode(
+        self, src_BxS: Array, src_lengths: Array | None = None, *, deterministic: bool = True
+    ) -> tuple[Array, Array, Array, tuple[Carry, ...]]:
+        """``(v_BxSxV, src_valid_BxS, z_BxC, decoder_init_carries)``.
+
+        ``v`` are the encoder outputs (keys = values of the attention; in source order
+        as fed, i.e. reversed when ``reverse_source``); ``z*`` is the last hidden
+        state, ``[h_f^{⟨n⟩}; h_r^{⟨1⟩}]`` for a bidirectional encoder.
+        """
+        src_BxS = check_tokens(src_BxS, "src", self.src_vocab_size)
+        batch, src_len = src_BxS.shape
+        if src_lengths is None:
+            src_lengths = jnp.full((batch,), src_len, jnp.int32)
+        src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
+        if self.reverse_source:
+            src_BxS = reverse_sequences(src_BxS, src_lengths)
+        e_BxSxE = self.drop(self.src_embed(src_BxS), deterministic=deterministic)
+        v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic)
+        top = finals[-1]
+        if self.bidirectional_encoder:
+            z_BxC = jnp.concatenate([_carry_h(top[0]), _carry_h(top[1])], axis=-1)
+        else:
+            z_BxC = _carry_h(top)
+        mode = self._bridge_mode()
+        if mode == "copy":
+            init = tuple(finals)
+        else:
+            template = self._zero_carries(batch)
+            if mode == "zeros":
+                init = template
+            else:
+                bridges = iter(self.bridge_layers)
+                init = tuple(
+                    jax.tree_util.tree_map(
+                        lambda leaf: jnp.tanh(next(bridges)(z_BxC)).astype(leaf.dtype), carry)
+                    for carry in template
+                )
+        return v_BxSxV, length_mask(src_lengths, src_len), z_BxC, init
+
+    def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
+        cls = CELL_TYPES[self.cell_type] if isinstance(self.cell_type, str) else self.cell_type
+        cell = cls(self.hidden_size, param_dtype=self.param_dtype, parent=None,
+                   **dict(self.cell_kwargs or {}))
+        zero = cell.initialize_carry(jax.random.PRNGKey(0), (batch, 1))
+        return tuple(zero for _ in range(self.decoder_layers))
+
+    # ----------------------------------------------------------------- decoder
+
+    def _decode(
+        self, carries: tuple[Carry, ...], tgt_in_BxT: Array, valid_BxT: Array,
+        v_BxSxV: Array, src_valid_BxS: Array, z_BxC: Array, deterministic: bool,
+    ) -> tuple[tuple[Carry, ...], Array, Array | None]:
+        y_BxTxE = self.drop(self.tgt_embed(tgt_in_BxT), deterministic=deterministic)
+        enc = v_BxSxV if self.context == "attention" else None
+        carries, (out_TxBxO, w_TxBxS) = self.decoder(
+            carries, (jnp.swapaxes(y_BxTxE, 0, 1), jnp.swapaxes(valid_BxT, 0, 1)), enc,
+            src_valid_BxS, z_BxC,
+        )
+        out_BxTxO = self.drop(jnp.swapaxes(out_TxBxO, 0, 1), deterministic=deterministic)
+        w_BxTxS = None if w_TxBxS is None else jnp.swapaxes(w_TxBxS, 0, 1)
+        return carries, self.output(out_BxTxO).astype(jnp.float32), w_BxTxS
+
+    def __call__(
+        self,
+        src_BxS: Array,
+        tgt_in_BxT: Array,
+        src_lengths: Array | None = None,
+        *,
+        deterministic: bool = True,
+        return_attention: bool = False,
+    ) -> Array | tuple[Array, Array]:
+        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.tgt_vocab_size)
+        v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
+        valid_BxT = jnp.ones(tgt_in_BxT.shape, bool)
+        _, logits_BxTxV, w_BxTxS = self._decode(
+            init, tgt_in_BxT, valid_BxT, v, src_valid, z, deterministic
+        )
+        if not return_attention:
+            return logits_BxTxV
+        if w_BxTxS is None:
+            return logits_BxTxV, jnp.zeros(tgt_in_BxT.shape + src_valid.shape[1:], jnp.float32)
+        if self.reverse_source:
+            # Report the weights against the source as given, not as fed (reversed).
+            src_len_B = jnp.sum(src_valid, axis=1).astype(jnp.int32)
+            w_BxSxT = reverse_sequences(jnp.swapaxes(w_BxTxS, 1, 2), src_len_B)
+            w_BxTxS = jnp.swapaxes(w_BxSxT, 1, 2)
+        return logits_BxTxV, w_BxTxS
+
+    # ----------------------------------------------------------------- decoding interface
+
+    def _prefill(self, prompt_BxT: Array, lengths_B: Array, src_BxS: Array,
+                 src_lengths: Array | None) -> dict:
+        v, src_valid, z, carries = self.encode(src_BxS, src_lengths)
+        carries, _, _ = self._decode(
+            carries, prompt_BxT, length_mask(lengths_B, prompt_BxT.shape[1]), v, src_valid, z,
+            True,
+        )
+        return {"carries": carries, "enc": v if self.context == "attention" else None,
+                "src_valid": src_valid, "z": z}
+
+    def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        carries, logits_Bx1xV, w = self._decode(
+            state["carries"], tokens_B[:, None], jnp.ones((tokens_B.shape[0], 1), bool),
+            state["enc"], state["src_valid"], state["z"], True,
+        )
+        return logits_Bx1xV[:, 0], {**state, "carries": carries}
+
+    def init_decode_state(
+        self,
+        params: Any,
+        prompt_BxT: Array,
+        prompt_lengths_B: Array | None = None,
+        max_len: int | None = None,
+        *,
+        src: Array,
+        src_lengths: Array | None = None,
+    ) -> dict:
+        """Encode ``src`` once and run the decoder over ``prompt[b, :len_b - 1]``.
+
+        State: ``{"carries", "enc", "src_valid", "z"}``, every leaf batch-leading.
+        """
+        del max_len
+        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.tgt_vocab_size)
+        batch, num_steps = prompt_BxT.shape
+        if prompt_lengths_B is None:
+            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
+        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        return self.apply(as_variables(params), prompt_BxT, prompt_lengths_B - 1, src,
+                          src_lengths, method=type(self)._prefill)
+
+    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        """Feed one target token per row: ``(logits_BxV, new_state)``."""
+        check_rank(tokens_B, "tokens", 1)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)

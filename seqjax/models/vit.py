@@ -1,0 +1,199 @@
+r"""Vision transformer (ViT): images as sequences of patches.
+
+.. math::
+    x \in \mathbb R^{H\times W\times C} \;\to\; x_p \in \mathbb R^{N\times P^2C},\quad
+    N = HW/P^2,\qquad
+    Z^{(0)} = [\,x_{class};\ x_p W_E + b_E\,] + E_{pos},\qquad
+    y = \mathrm{softmax}(\mathrm{LN}(Z^{(L)}_0) W_h + b_h)
+
+Bishop §12.4.1 (Fig. 12.22): non-overlapping ``P × P`` patches flattened into
+tokens, a learned linear embedding, a ``<class>`` token whose final output
+feeds the classifier, learned positional embeddings (the ``N + 1`` tokens have a
+fixed count); Dosovitskiy et al. 2020 (pre-norm encoder with GELU MLPs).
+
+Parameter names: ``patch_embed/{kernel,bias}`` (``[P²C, D]``; a stride-``P``
+convolution written as a matmul on patches), ``cls_token`` ``[1, 1, D]``,
+``pos_embed/embedding`` ``[N (+1), D]``, ``encoder/layers_{i}``,
+``encoder/final_norm``, ``head/{kernel,bias}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_rank
+from seqjax.models._common import check_preset
+from seqjax.nn.positional import LearnedPositionalEmbedding
+from seqjax.nn.transformer import TransformerEncoder
+
+Array = jax.Array
+Dtype = Any
+
+__all__ = ["VIT_PRESETS", "ViT", "ViTConfig", "num_patches", "patchify", "unpatchify"]
+
+
+def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
+    return (x, x) if isinstance(x, int) else (int(x[0]), int(x[1]))
+
+
+def num_patches(image_size: int | tuple[int, int], patch_size: int) -> int:
+    """``N = HW / P²`` (Bishop §12.4.1); ``H`` and ``W`` must be multiples of ``P``."""
+    h, w = _pair(image_size)
+    if h % patch_size or w % patch_size:
+        raise ValueError(
+            f"image size {(h, w)} must be a multiple of patch_size={patch_size} on both axes."
+        )
+    return (h // patch_size) * (w // patch_size)
+
+
+def patchify(images_BxHxWxC: Array, patch_size: int) -> Array:
+    r"""Split images into flattened non-overlapping patches: ``[B, H, W, C] -> [B, N, P²C]``.
+
+    Patches are in raster order (row by row); inside a patch the features are
+    ordered ``(row, column, channel)``. ``N = HW/P²`` (Bishop §12.4.1).
+
+    Example:
+        >>> patchify(jnp.zeros((2, 28, 28, 1)), 7).shape
+        (2, 16, 49)
+    """
+    check_rank(images_BxHxWxC, "images", 4)
+    b, h, w, c = images_BxHxWxC.shape
+    num_patches((h, w), patch_size)
+    p = patch_size
+    x = images_BxHxWxC.reshape(b, h // p, p, w // p, p, c)
+    x = x.transpose(0, 1, 3, 2, 4, 5)  # [B, H/P, W/P, P, P, C]
+    return x.reshape(b, (h // p) * (w // p), p * p * c)
+
+
+def unpatchify(patches_BxNxF: Array, patch_size: int,
+               image_size: int | tuple[int, int]) -> Array:
+    r"""Inverse of :func:`patchify`: ``[B, N, P²C] -> [B, H, W, C]``.
+
+    Example:
+        >>> x = jnp.arange(2 * 8 * 8 * 3.0).reshape(2, 8, 8, 3)
+        >>> bool((unpatchify(patchify(x, 4), 4, 8) == x).all())
+        True
+    """
+    check_rank(patches_BxNxF, "patches", 3)
+    h, w = _pair(image_size)
+    n = num_patches((h, w), patch_size)
+    b, n_got, f = patches_BxNxF.shape
+    p = patch_size
+    if n_got != n or f % (p * p):
+        raise ValueError(
+            f"`patches` must have shape [B, {n}, P²C] with P={p} for image size {(h, w)}; "
+            f"got {patches_BxNxF.shape}."
+        )
+    c = f // (p * p)
+    x = patches_BxNxF.reshape(b, h // p, w // p, p, p, c).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, h, w, c)
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """Hyper-parameters of :class:`ViT`.
+
+    Attributes:
+        image_size: ``H`` (= ``W``) or ``(H, W)``.
+        patch_size: ``P``.
+        channels: ``C``.
+        num_classes: classifier outputs (``None``: no head; the model returns features).
+        num_layers, num_heads, embed_dim, mlp_dim: encoder sizes.
+        class_token: prepend a learned ``<class>`` token (else mean-pool the patches).
+        dropout_rate, attention_dropout_rate: dropout.
+        activation, norm_epsilon: encoder options (GELU; ``ε = 1e-6``).
+    """
+
+    image_size: int | tuple[int, int] = 224
+    patch_size: int = 16
+    channels: int = 3
+    num_classes: int | None = 1000
+    num_layers: int = 12
+    num_heads: int = 12
+    embed_dim: int = 768
+    mlp_dim: int | None = 3072
+    class_token: bool = True
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    activation: str = "gelu"
+    norm_epsilon: float = 1e-6
+    scan_layers: bool = False
+    remat: bool = False
+    implementation: str = "auto"
+
+    def replace(self, **changes: Any) -> ViTConfig:
+        return dataclasses.replace(self, **changes)
+
+
+#: ``vit-base-16`` (ViT-B/16 at 224², 1000 classes: 86,567,656 parameters) and
+#: ``vit-tiny-16`` (DeiT-Ti: 192 wide, 3 heads).
+VIT_PRESETS: dict[str, ViTConfig] = {
+    "vit-base-16": ViTConfig(),
+    "vit-tiny-16": ViTConfig(num_heads=3, embed_dim=192, mlp_dim=768),
+}
+
+
+class ViT(nn.Module):
+    r"""Vision transformer classifier (see the module docstring).
+
+    Call: ``model(images_BxHxWxC, *, deterministic=True)`` returns ``logits_BxK``
+    (float32), or the pooled features ``[B, D]`` when ``num_classes`` is ``None``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> cfg = ViTConfig(image_size=8, patch_size=4, channels=1, num_classes=3,
+        ...                 num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32)
+        >>> vit = ViT(cfg)
+        >>> x = jnp.zeros((2, 8, 8, 1))
+        >>> v = vit.init(jax.random.PRNGKey(0), x)
+        >>> vit.apply(v, x).shape, v["params"]["pos_embed"]["embedding"].shape
+        ((2, 3), (5, 16))
+    """
+
+    config: ViTConfig
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ViT:
+        """A model from :data:`VIT_PRESETS`, with config fields overridden."""
+        return cls(check_preset(name, VIT_PRESETS).replace(**overrides))
+
+    @nn.compact
+    def __call__(self, images_BxHxWxC: Array, *, deterministic: bool = True) -> Array:
+        cfg = self.config
+        check_rank(images_BxHxWxC, "images", 4)
+        h, w = _pair(cfg.image_size)
+        if images_BxHxWxC.shape[1:] != (h, w, cfg.channels):
+            raise ValueError(
+                f"`images` must have shape [B, {h}, {w}, {cfg.channels}]; "
+                f"got {images_BxHxWxC.shape}."
+            )
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        x_BxNxF = patchify(images_BxHxWxC, cfg.patch_size)
+        x_BxNxD = nn.Dense(cfg.embed_dim, name="patch_embed", **kw)(x_BxNxF)
+        batch = x_BxNxD.shape[0]
+        if cfg.class_token:
+            cls = self.param("cls_token", nn.initializers.zeros_init(), (1, 1, cfg.embed_dim),
+                             self.param_dtype)
+            cls_Bx1xD = jnp.broadcast_to(cls.astype(x_BxNxD.dtype), (batch, 1, cfg.embed_dim))
+            x_BxNxD = jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
+        x_BxNxD = LearnedPositionalEmbedding(x_BxNxD.shape[1], name="pos_embed", **kw)(x_BxNxD)
+        x_BxNxD = nn.Dropout(cfg.dropout_rate)(x_BxNxD, deterministic=deterministic)
+        z_BxNxD = TransformerEncoder(
+            num_heads=cfg.num_heads, num_layers=cfg.num_layers, mlp_dim=cfg.mlp_dim, norm="pre",
+            activation=cfg.activation, norm_epsilon=cfg.norm_epsilon,
+            dropout_rate=cfg.dropout_rate, attention_dropout_rate=cfg.attention_dropout_rate,
+            implementation=cfg.implementation, scan_layers=cfg.scan_layers, remat=cfg.remat,
+            name="encoder", **kw,
+        )(x_BxNxD, deterministic=deterministic)
+        pooled_BxD = z_BxNxD[:, 0] if cfg.class_token else jnp.mean(z_BxNxD, axis=1)
+        if cfg.num_classes is None:
+            return pooled_BxD
+        return nn.Dense(cfg.num_classes, kernel_init=nn.initializers.zeros_init(), name="head",
+                        **kw)(pooled_BxD).astype(jnp.float32)

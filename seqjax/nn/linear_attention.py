@@ -1,0 +1,683 @@
+r"""Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs").
+
+Softmax attention weighs value ``v_j`` by ``exp(q_iᵀk_j/√d)``; linear attention
+replaces the exponential kernel by a dot product of feature maps,
+``sim(q, k) = φ(q)ᵀφ(k)`` with ``φ(x) = elu(x) + 1 > 0``, so that the sum over
+keys factorises (associativity of the matrix product):
+
+.. math::
+    y_i = \frac{\sum_j φ(q_i)ᵀφ(k_j)\, v_jᵀ}{\sum_j φ(q_i)ᵀφ(k_j)}
+        = \frac{φ(q_i)ᵀ \big(\sum_j φ(k_j) v_jᵀ\big)}{φ(q_i)ᵀ \sum_j φ(k_j)}
+
+The bracket is a ``F×D_v`` matrix computed once, so the cost drops from the
+``O(N²d)`` of softmax attention (Bishop §12.1.8; the slides' complexity table) to
+``O(N d²)``. With a causal mask the sums run over ``j ≤ i`` and become prefix
+sums, which is an RNN with a matrix-valued state (Katharopoulos et al. eqs. 16–20):
+
+.. math::
+    S_t = S_{t-1} + φ(k_t) v_tᵀ,\qquad z_t = z_{t-1} + φ(k_t),\qquad
+    y_t = \frac{φ(q_t)ᵀ S_t}{φ(q_t)ᵀ z_t + ε}
+
+Three equal ways to compute the causal form are provided (``implementation``):
+
+* ``"parallel"``: prefix sums (``cumsum``) of the outer products ``φ(k_t) v_tᵀ``,
+  never forming the masked ``QKᵀ``; ``O(T·F·D_v)`` memory;
+* ``"chunked"`` (training default): split time into chunks of ``C`` steps; inside a
+  chunk use the masked ``φ(Q)φ(K)ᵀ`` (``C×C``), across chunks carry the prefix state
+  (Katharopoulos et al. §3.3; the "chunkwise parallel" form of Yang et al. 2023);
+  ``O(T·C + (T/C)·F·D_v)`` memory;
+* ``"recurrent"``: the RNN above with ``lax.scan`` (and :func:`linear_attention_step`
+  for one generated token at a time).
+
+Shapes: queries ``[B, Q, H, D]``, keys ``[B, K, H, D]``, values ``[B, K, H, D_v]``;
+the state is ``S: [B, H, F, D_v]``, ``z: [B, H, F]`` (``F`` = feature dimension of
+``φ``, ``= D`` for ``elu+1``). All sums run in float32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_bool, check_integer, check_range, check_rank
+
+Array = jax.Array
+Dtype = Any
+Initializer = Callable[..., Array]
+FeatureMap = Callable[[Array], Array]
+State = tuple[Array, Array]
+
+__all__ = [
+    "FEATURE_MAPS",
+    "LinearAttention",
+    "LinearAttentionCache",
+    "elu_plus_one",
+    "linear_attention",
+    "linear_attention_step",
+    "linear_attention_weights",
+]
+
+IMPLEMENTATIONS = ("auto", "parallel", "chunked", "recurrent")
+
+
+def elu_plus_one(x: Array) -> Array:
+    r"""``φ(x) = elu(x) + 1`` (Katharopoulos et al. 2020, eq. 7): positive, smooth, ``φ(0) = 1``."""
+    return jax.nn.elu(x) + 1.0
+
+
+def relu_feature_map(x: Array) -> Array:
+    """``φ(x) = max(x, 0)``; non-negative but can be all-zero (then ``y = 0`` thanks to ``ε``)."""
+    return jax.nn.relu(x)
+
+
+FEATURE_MAPS: dict[str, FeatureMap] = {"elu+1": elu_plus_one, "relu": relu_feature_map}
+
+
+def _resolve_feature_map(feature_map: str | FeatureMap) -> FeatureMap:
+    if callable(feature_map):
+        return feature_map
+    if feature_map not in FEATURE_MAPS:
+        raise ValueError(
+            f"`feature_map` must be one of {sorted(FEATURE_MAPS)} or a callable; "
+            f"got {feature_map!r}."
+        )
+    return FEATURE_MAPS[feature_map]
+
+
+def _features(x: Array, feature_map: FeatureMap) -> Array:
+    """``φ(x)`` in float32 (the sums and the normaliser are float32 statistics)."""
+    return feature_map(x.astype(jnp.float32)).astype(jnp.float32)
+
+
+def _check_qkv(q: Array, k: Array, v: Array) -> None:
+    check_rank(q, "q", 4)
+    check_rank(k, "k", 4)
+    check_rank(v, "v", 4)
+    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2] or q.shape[3] != k.shape[3]:
+        raise ValueError(
+            f"`k` must have shape [B, K, H, D] matching q's B, H, D = "
+            f"({q.shape[0]}, {q.shape[2]}, {q.shape[3]}); got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}."
+        )
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(
+            f"`v` must have shape [B, K, H, D_v] with (B, K, H) = {tuple(k.shape[:3])} "
+            f"as k; got {tuple(v.shape)}."
+        )
+
+
+def _check_state(state: State, batch: int, heads: int, feat: int, dv: int, name: str) -> None:
+    s, z = state
+    if tuple(s.shape) != (batch, heads, feat, dv) or tuple(z.shape) != (batch, heads, feat):
+        raise ValueError(
+            f"`{name}` must be (S: {(batch, heads, feat, dv)}, z: {(batch, heads, feat)}); "
+            f"got (S: {tuple(s.shape)}, z: {tuple(z.shape)})."
+        )
+
+
+def _zero_state(batch: int, heads: int, feat: int, dv: int) -> State:
+    return (
+        jnp.zeros((batch, heads, feat, dv), jnp.float32),
+        jnp.zeros((batch, heads, feat), jnp.float32),
+    )
+
+
+def _normalise(num: Array, den: Array, eps: float) -> Array:
+    return num / (den[..., None] + eps)
+
+
+def _noncausal(pq, pk, v, state, eps):
+    s0, z0 = state
+    s_BxHxFxE = s0 + jnp.einsum("bkhf,bkhe->bhfe", pk, v)
+    z_BxHxF = z0 + pk.sum(axis=1)
+    num_BxQxHxE = jnp.einsum("bqhf,bhfe->bqhe", pq, s_BxHxFxE)
+    den_BxQxH = jnp.einsum("bqhf,bhf->bqh", pq, z_BxHxF)
+    return _normalise(num_BxQxHxE, den_BxQxH, eps), (s_BxHxFxE, z_BxHxF)
+
+
+def _causal_parallel(pq, pk, v, state, eps):
+    s0, z0 = state
+    kv_BxTxHxFxE = pk[..., :, None] * v[..., None, :]
+    s_BxTxHxFxE = jnp.cumsum(kv_BxTxHxFxE, axis=1) + s0[:, None]
+    z_BxTxHxF = jnp.cumsum(pk, axis=1) + z0[:, None]
+    num = jnp.einsum("bthf,bthfe->bthe", pq, s_BxTxHxFxE)
+    den = jnp.einsum("bthf,bthf->bth", pq, z_BxTxHxF)
+    return _normalise(num, den, eps), (s_BxTxHxFxE[:, -1], z_BxTxHxF[:, -1])
+
+
+def _causal_chunked(pq, pk, v, state, eps, chunk_size):
+    s0, z0 = state
+    b, t, h, f = pq.shape
+    e = v.shape[-1]
+    c = min(chunk_size, t)
+    n = -(-t // c)
+    pad = n * c - t
+    if pad:
+        # Padded keys have φ(k) = 0, so they add nothing to any sum; padded queries are dropped.
+        widths = ((0, 0), (0, pad), (0, 0), (0, 0))
+        pq, pk, v = jnp.pad(pq, widths), jnp.pad(pk, widths), jnp.pad(v, widths)
+    pq_BxNxCxHxF = pq.reshape(b, n, c, h, f)
+    pk_BxNxCxHxF = pk.reshape(b, n, c, h, f)
+    v_BxNxCxHxE = v.reshape(b, n, c, h, e)
+    # Inter-chunk: exclusive prefix sums of the per-chunk states.
+    kv_BxNxHxFxE = jnp.einsum("bnchf,bnche->bnhfe", pk_BxNxCxHxF, v_BxNxCxHxE)
+    zc_BxNxHxF = pk_BxNxCxHxF.sum(axis=2)
+    s_prev_BxNxHxFxE = jnp.cumsum(kv_BxNxHxFxE, axis=1) - kv_BxNxHxFxE + s0[:, None]
+    z_prev_BxNxHxF = jnp.cumsum(zc_BxNxHxF, axis=1) - zc_BxNxHxF + z0[:, None]
+    # Intra-chunk: masked φ(Q)φ(K)ᵀ on C×C blocks.
+    tril_CxC = jnp.tril(jnp.ones((c, c), jnp.bool_))
+    a_BxNxHxCxC = jnp.einsum("bnchf,bndhf->bnhcd", pq_BxNxCxHxF, pk_BxNxCxHxF)
+    a_BxNxHxCxC = jnp.where(tril_CxC, a_BxNxHxCxC, 0.0)
+    num = jnp.einsum("bnhcd,bndhe->bnche", a_BxNxHxCxC, v_BxNxCxHxE)
+    num = num + jnp.einsum("bnchf,bnhfe->bnche", pq_BxNxCxHxF, s_prev_BxNxHxFxE)
+    den = jnp.swapaxes(a_BxNxHxCxC.sum(axis=-1), 2, 3)
+    den = den + jnp.einsum("bnchf,bnhf->bnch", pq_BxNxCxHxF, z_prev_BxNxHxF)
+    y_BxTxHxE = _normalise(num, den, eps).reshape(b, n * c, h, e)[:, :t]
+    final = (
+        s_prev_BxNxHxFxE[:, -1] + kv_BxNxHxFxE[:, -1],
+        z_prev_BxNxHxF[:, -1] + zc_BxNxHxF[:, -1],
+    )
+    return y_BxTxHxE, final
+
+
+def _step(state: State, pq_BxHxF: Array, pk_BxHxF: Array, v_BxHxE: Array, eps: float):
+    s, z = state
+    s = s + pk_BxHxF[..., :, None] * v_BxHxE[..., None, :]
+    z = z + pk_BxHxF
+    num = jnp.einsum("bhf,bhfe->bhe", pq_BxHxF, s)
+    den = jnp.einsum("bhf,bhf->bh", pq_BxHxF, z)
+    return (s, z), _normalise(num, den, eps)
+
+
+def _causal_recurrent(pq, pk, v, state, eps):
+    def body(carry, inputs):
+        return _step(carry, *inputs, eps)
+
+    xs = (jnp.swapaxes(pq, 0, 1), jnp.swapaxes(pk, 0, 1), jnp.swapaxes(v, 0, 1))
+    final, y_TxBxHxE = jax.lax.scan(body, state, xs)
+    return jnp.swapaxes(y_TxBxHxE, 0, 1), final
+
+
+def linear_attention(
+    q_BxQxHxD: Array,
+    k_BxKxHxD: Array,
+    v_BxKxHxE: Array,
+    *,
+    key_mask: Array | None = None,
+    is_causal: bool = False,
+    feature_map: str | FeatureMap = "elu+1",
+    eps: float = 1e-6,
+    implementation: str = "auto",
+    chunk_size: int = 64,
+    initial_state: State | None = None,
+    return_state: bool = False,
+) -> Array | tuple[Array, State]:
+    r"""Linear attention of already projected, per-head queries, keys and values.
+
+    Non-causal: ``y_i = φ(q_i)ᵀ(S₀ + Σ_j φ(k_j)v_jᵀ) / (φ(q_i)ᵀ(z₀ + Σ_j φ(k_j)) + ε)``;
+    causal (``Q == K``): the same sums restricted to ``j ≤ i`` (the module docstring's
+    recurrence). ``(S₀, z₀)`` is ``initial_state`` (zeros by default): the summary of
+    keys seen before this call, which is how a decoding cache continues a sequence.
+
+    Args:
+        q_BxQxHxD, k_BxKxHxD, v_BxKxHxE: per-head queries, keys and values.
+        key_mask: optional ``bool[B, K]``, True = attend; masked keys add nothing to
+            ``S`` or ``z``. A query that sees no key gets ``y = 0`` (numerator 0, ``ε``).
+        is_causal: prefix sums instead of full sums (needs ``Q == K``).
+        feature_map: ``"elu+1"`` (default), ``"relu"`` or a callable ``[..., D] -> [..., F]``.
+        eps: ``ε`` in the denominator.
+        implementation: ``"parallel"`` | ``"chunked"`` | ``"recurrent"`` for the causal
+            form (``"auto"`` = ``"chunked"``); ignored when not causal.
+        chunk_size: ``C`` for ``"chunked"``.
+        initial_state: optional ``(S₀: f32[B, H, F, E], z₀: f32[B, H, F])``.
+        return_state: also return the final ``(S, z)``.
+
+    Returns:
+        ``y: [B, Q, H, E]`` in ``v``'s dtype, or ``(y, (S, z))``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> q = k = v = jnp.ones((1, 5, 2, 4))
+        >>> linear_attention(q, k, v, is_causal=True).shape
+        (1, 5, 2, 4)
+    """
+    _check_qkv(q_BxQxHxD, k_BxKxHxD, v_BxKxHxE)
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."
+        )
+    if chunk_size < 1:
+        raise ValueError(f"`chunk_size` must be a positive int; got {chunk_size}.")
+    b, qlen, h, _ = q_BxQxHxD.shape
+    klen, e = k_BxKxHxD.shape[1], v_BxKxHxE.shape[-1]
+    if is_causal and qlen != klen:
+        raise ValueError(
+            f"causal linear attention needs as many queries as keys; got q length {qlen}, "
+            f"k length {klen}."
+        )
+    phi = _resolve_feature_map(feature_map)
+    pq = _features(q_BxQxHxD, phi)
+    pk = _features(k_BxKxHxD, phi)
+    if pq.shape[:3] != q_BxQxHxD.shape[:3] or pk.shape[-1] != pq.shape[-1]:
+        raise ValueError(
+            f"`feature_map` must map [..., D] to [..., F] elementwise over the leading axes; "
+            f"got {tuple(q_BxQxHxD.shape)} -> {tuple(pq.shape)}."
+        )
+    if key_mask is not None:
+        check_bool(key_mask, "key_mask")
+        if tuple(key_mask.shape) != (b, klen):
+            raise ValueError(
+                f"`key_mask` must have shape [B, K] = {(b, klen)}; got {tuple(key_mask.shape)}."
+            )
+        pk = jnp.where(key_mask[:, :, None, None], pk, 0.0)
+    f = pq.shape[-1]
+    if initial_state is None:
+        state = _zero_state(b, h, f, e)
+    else:
+        _check_state(initial_state, b, h, f, e, "initial_state")
+        state = tuple(s.astype(jnp.float32) for s in initial_state)
+    v32 = v_BxKxHxE.astype(jnp.float32)
+    if not is_causal:
+        y, final = _noncausal(pq, pk, v32, state, eps)
+    elif implementation == "parallel":
+        y, final = _causal_parallel(pq, pk, v32, state, eps)
+    elif implementation == "recurrent":
+        y, final = _causal_recurrent(pq, pk, v32, state, eps)
+    else:
+        y, final = _causal_chunked(pq, pk, v32, state, eps, chunk_size)
+    y = y.astype(v_BxKxHxE.dtype)
+    return (y, final) if return_state else y
+
+
+def linear_attention_step(
+    state: State,
+    q_BxHxD: Array,
+    k_BxHxD: Array,
+    v_BxHxE: Array,
+    *,
+    feature_map: str | FeatureMap = "elu+1",
+    eps: float = 1e-6,
+    valid: Array | None = None,
+) -> tuple[State, Array]:
+    r"""One recurrent step: ``S ← S + φ(k)vᵀ``, ``z ← z + φ(k)``, ``y = φ(q)ᵀS / (φ(q)ᵀz + ε)``.
+
+    Katharopoulos et al. (2020) eqs. 18–20. ``state = (S: f32[B, H, F, E], z: f32[B, H, F])``;
+    ``valid: bool[B]`` (optional) leaves the state of rows where it is False unchanged.
+    Returns ``(new_state, y: [B, H, E])``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> state = (jnp.zeros((1, 2, 4, 3)), jnp.zeros((1, 2, 4)))
+        >>> state, y = linear_attention_step(state, jnp.ones((1, 2, 4)), jnp.ones((1, 2, 4)),
+        ...                                  jnp.ones((1, 2, 3)))
+        >>> y.shape
+        (1, 2, 3)
+    """
+    check_rank(q_BxHxD, "q", 3)
+    phi = _resolve_feature_map(feature_map)
+    pq, pk = _features(q_BxHxD, phi), _features(k_BxHxD, phi)
+    b, h, f = pq.shape
+    _check_state(state, b, h, f, v_BxHxE.shape[-1], "state")
+    if valid is not None:
+        pk = jnp.where(valid[:, None, None], pk, 0.0)
+    state = tuple(s.astype(jnp.float32) for s in state)
+    new_state, y = _step(state, pq, pk, v_BxHxE.astype(jnp.float32), eps)
+    return new_state, y.astype(v_BxHxE.dtype)
+
+
+def linear_attention_weights(
+    q_BxQxHxD: Array,
+    k_BxKxHxD: Array,
+    *,
+    key_mask: Array | None = None,
+    is_causal: bool = False,
+    feature_map: str | FeatureMap = "elu+1",
+    eps: float = 1e-6,
+) -> Array:
+    r"""The implicit attention matrix ``A_ij = φ(q_i)ᵀφ(k_j) / (Σ_{j'} φ(q_i)ᵀφ(k_{j'}) + ε)``.
+
+    ``O(Q·K)``: for inspection only (``y = A V`` equals :func:`linear_attention`).
+    Returns ``f32[B, H, Q, K]``; masked (and, if causal, future) keys get weight 0.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> w = linear_attention_weights(jnp.ones((1, 3, 1, 2)), jnp.ones((1, 3, 1, 2)),
+        ...                              is_causal=True)
+        >>> [round(float(x), 3) for x in w[0, 0, 2]]
+        [0.333, 0.333, 0.333]
+    """
+    phi = _resolve_feature_map(feature_map)
+    pq, pk = _features(q_BxQxHxD, phi), _features(k_BxKxHxD, phi)
+    a_BxHxQxK = jnp.einsum("bqhf,bkhf->bhqk", pq, pk)
+    if key_mask is not None:
+        a_BxHxQxK = jnp.where(key_mask[:, None, None, :], a_BxHxQxK, 0.0)
+    if is_causal:
+        qlen, klen = a_BxHxQxK.shape[-2:]
+        a_BxHxQxK = jnp.where(jnp.tril(jnp.ones((qlen, klen), jnp.bool_)), a_BxHxQxK, 0.0)
+    return a_BxHxQxK / (a_BxHxQxK.sum(axis=-1, keepdims=True) + eps)
+
+
+@flax.struct.dataclass
+class LinearAttentionCache:
+    """Decoding state of :class:`LinearAttention`: a constant-size summary of the prefix.
+
+    * ``s_BxHxFxE``: ``S = Σ_{j<t} φ(k_j) v_jᵀ`` (float32);
+    * ``z_BxHxF``: ``z = Σ_{j<t} φ(k_j)`` (float32);
+    * ``lengths_B``: int32, tokens already folded into the state per row.
+
+    Unlike a KV cache its size does not grow with the sequence.
+    """
+
+    s_BxHxFxE: Array
+    z_BxHxF: Array
+    lengths_B: Array
+
+    @classmethod
+    def create(
+        cls,
+        batch: int,
+        num_heads: int,
+        feature_dim: int,
+        value_dim: int,
+        dtype: Dtype = jnp.float32,
+    ) -> LinearAttentionCache:
+        """An empty state (zeros) for ``batch`` rows."""
+        return cls(
+            s_BxHxFxE=jnp.zeros((batch, num_heads, feature_dim, value_dim), dtype),
+            z_BxHxF=jnp.zeros((batch, num_heads, feature_dim), dtype),
+            lengths_B=jnp.zeros((batch,), jnp.int32),
+        )
+
+
+def _padding(lengths: Array, name: str, batch: int, size: int) -> Array:
+    """``bool[B, size]``: ``t < lengths[b]`` (right padding)."""
+    lengths = jnp.asarray(lengths)
+    check_integer(lengths, name)
+    if tuple(lengths.shape) != (batch,):
+        raise ValueError(f"`{name}` must have shape ({batch},); got {tuple(lengths.shape)}.")
+    check_range(lengths, name, 0, size)
+    return jnp.arange(size)[None, :] < lengths[:, None]
+
+
+def _and(a: Array | None, b: Array | None) -> Array | None:
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def _key_valid_from_mask(mask: Array, batch: int, qlen: int, klen: int) -> tuple[Array, Array]:
+    """Reduce an attention mask to (key_valid_BxK, query_has_key_BxQ).
+
+    Rank 2 is ``bool[B, K]``. Rank 4 is ``bool[B|1, H|1, Q|1, K]`` (MultiHeadAttention's
+    broadcastable layout): a key is valid when some query may attend to it, a query is
+    kept when it may attend to some key. This is exact for padding masks and their
+    combination with a causal mask; any other pattern (windows, segments) cannot be
+    expressed by linear attention's factorised sums.
+    """
+    check_bool(mask, "mask")
+    if mask.ndim == 2:
+        if tuple(mask.shape) != (batch, klen):
+            raise ValueError(
+                f"`mask` of rank 2 must be [B, K] = {(batch, klen)}; got {tuple(mask.shape)}."
+            )
+        return mask, jnp.ones((batch, qlen), jnp.bool_)
+    if mask.ndim != 4 or mask.shape[0] not in (1, batch) or mask.shape[2] not in (1, qlen) or (
+        mask.shape[3] != klen
+    ):
+        raise ValueError(
+            f"`mask` must be bool[B, K] = {(batch, klen)} or broadcastable bool[B, H, Q, K] "
+            f"with (B, Q, K) = {(batch, qlen, klen)}; got shape {tuple(mask.shape)}."
+        )
+    m_BxQxK = jnp.broadcast_to(mask.any(axis=1), (batch, qlen, klen))
+    return m_BxQxK.any(axis=1), m_BxQxK.any(axis=2)
+
+
+class LinearAttention(nn.Module):
+    r"""Multi-head linear attention, a drop-in for :class:`~seqjax.nn.attention.MultiHeadAttention`.
+
+    .. math::
+        q_i = W^Q x_i,\ k_j = W^K x'_j,\ v_j = W^V x'_j \ \text{(per head)},\qquad
+        \mathrm{out}_i = W^O\,\mathrm{concat}_h\Big[
+            \frac{φ(q_i)ᵀ\sum_j φ(k_j) v_jᵀ}{φ(q_i)ᵀ\sum_j φ(k_j) + ε}\Big]
+
+    (Katharopoulos et al. 2020, eqs. 4–6 with multiple heads as in Bishop (12.18)–(12.19);
+    MEDL §7.5's multi-head layout). The sums run over all keys, or over ``j ≤ i`` with
+    ``is_causal=True``; see :func:`linear_attention` for the three causal forms.
+
+    Call (MultiHeadAttention's signature):
+    ``attn(inputs_q_BxQxD, inputs_kv_BxKxD=None, *, mask=None, bias=None, is_causal=False,
+    positions=None, kv_positions=None, lengths=None, kv_lengths=None, cache=None,
+    deterministic=True, return_weights=False)``
+
+    * ``inputs_kv=None``: self-attention.
+    * ``mask``: ``bool[B, K]`` key padding, or a broadcastable ``bool[B, H, Q, K]`` which is
+      reduced to key padding (exact for padding and causal+padding masks; linear attention
+      cannot express other patterns, so request causality with ``is_causal``). Queries that
+      see no key get zero heads (the output is the ``out`` bias, as MultiHeadAttention).
+    * ``lengths``: ``int[B]`` real tokens in ``inputs_q`` (right padding): in self-attention
+      the padded keys are masked; padded query rows output exact zeros; with a cache each
+      row's state advances by its own length. ``kv_lengths``: cross-attention key padding.
+    * ``bias``: not expressible (no score matrix); must be None.
+    * ``positions``, ``kv_positions``: accepted for signature compatibility; there is no
+      positional term.
+    * ``cache``: a :class:`LinearAttentionCache` from :meth:`init_cache`; the ``Q`` new tokens
+      are folded into the state causally (whatever ``is_causal``) and ``(out, new_cache)`` is
+      returned. One token uses the recurrent step; more use ``implementation``.
+    * ``return_weights``: also return the implicit ``f32[B, H, Q, K]`` weights
+      (:func:`linear_attention_weights`; not with a cache).
+
+    Parameters (names as MultiHeadAttention): ``query``, ``key``, ``value`` with
+    ``kernel: [D, H, Dh]``, ``bias: [H, Dh]``; ``out`` with ``kernel: [H, Dh, D']``,
+    ``bias: [D']``. Count: ``3(D·H·Dh + H·Dh) + H·Dh·D' + D'`` with biases,
+    ``3·D·H·Dh + H·Dh·D'`` without (``4D²`` when ``H·Dh = D' = D``, as softmax MHA).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> attn = LinearAttention(num_heads=2)
+        >>> x = jnp.ones((1, 6, 8))
+        >>> params = attn.init(jax.random.PRNGKey(0), x)
+        >>> y = attn.apply(params, x, is_causal=True)
+        >>> cache = attn.apply(params, 1, 6, method="init_cache")
+        >>> y1, cache = attn.apply(params, x[:, :1], cache=cache)
+        >>> bool(jnp.allclose(y1, y[:, :1], atol=1e-5)), y.shape
+        (True, (1, 6, 8))
+
+    Attributes:
+        num_heads: ``H``.
+        head_dim: ``Dh``; default ``D // H``.
+        out_features: ``D'``; default the query width ``D``.
+        use_bias: biases on the four projections.
+        feature_map: ``"elu+1"``, ``"relu"`` or a callable ``[..., Dh] -> [..., F]``.
+        eps: ``ε`` of the normaliser.
+        implementation: causal form, ``"auto"`` (= ``"chunked"``), ``"parallel"``,
+            ``"chunked"`` or ``"recurrent"``.
+        chunk_size: ``C`` of the chunked form.
+        dropout_rate: dropout on the per-head outputs before ``out`` (there is no weight
+            matrix to drop out from); only when ``deterministic=False``.
+    """
+
+    num_heads: int
+    head_dim: int | None = None
+    out_features: int | None = None
+    use_bias: bool = True
+    feature_map: str | FeatureMap = "elu+1"
+    eps: float = 1e-6
+    implementation: str = "auto"
+    chunk_size: int = 64
+    dropout_rate: float = 0.0
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.lecun_normal()
+    bias_init: Initializer = nn.initializers.zeros_init()
+
+    def _dense(self, features: Any, axis: Any, name: str) -> nn.DenseGeneral:
+        return nn.DenseGeneral(
+            features,
+            axis=axis,
+            use_bias=self.use_bias,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=self.kernel_init,
+            bias_init=self.bias_init,
+            name=name,
+        )
+
+    def _check_config(self, width: int) -> int:
+        if self.num_heads < 1:
+            raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads}.")
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"`implementation` must be one of {IMPLEMENTATIONS}; got {self.implementation!r}."
+            )
+        if self.head_dim is not None:
+            return self.head_dim
+        if width % self.num_heads:
+            raise ValueError(
+                f"input width {width} must be divisible by `num_heads` ({self.num_heads}) "
+                "when `head_dim` is not given."
+            )
+        return width // self.num_heads
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None = None,
+        *,
+        mask: Array | None = None,
+        bias: Array | None = None,
+        is_causal: bool = False,
+        positions: Array | None = None,
+        kv_positions: Array | None = None,
+        lengths: Array | None = None,
+        kv_lengths: Array | None = None,
+        cache: LinearAttentionCache | None = None,
+        deterministic: bool = True,
+        return_weights: bool = False,
+    ) -> Any:
+        del positions, kv_positions  # no positional term in linear attention
+        check_rank(inputs_q, "inputs_q", 3)
+        if bias is not None:
+            raise ValueError(
+                "`bias` must be None: linear attention never forms the score matrix that an "
+                "additive bias would modify."
+            )
+        self_attention = inputs_kv is None
+        inputs_kv = inputs_q if self_attention else inputs_kv
+        check_rank(inputs_kv, "inputs_kv", 3)
+        if inputs_kv.shape[0] != inputs_q.shape[0]:
+            raise ValueError(
+                f"`inputs_kv` must have batch {inputs_q.shape[0]}; got {tuple(inputs_kv.shape)}."
+            )
+        if cache is not None and not self_attention:
+            raise ValueError("`cache` is for causal self-attention; `inputs_kv` must be None.")
+        if cache is not None and not isinstance(cache, LinearAttentionCache):
+            raise TypeError(f"`cache` must be a LinearAttentionCache; got {type(cache).__name__}.")
+        if cache is not None and return_weights:
+            raise ValueError("`return_weights` cannot be combined with `cache`.")
+        batch, qlen, width = inputs_q.shape
+        klen = inputs_kv.shape[1]
+        dh = self._check_config(width)
+        h = self.num_heads
+
+        q_BxQxHxD = self._dense((h, dh), -1, "query")(inputs_q)
+        k_BxKxHxD = self._dense((h, dh), -1, "key")(inputs_kv)
+        v_BxKxHxD = self._dense((h, dh), -1, "value")(inputs_kv)
+
+        key_valid_BxK, query_keep_BxQ = None, None
+        if mask is not None:
+            key_valid_BxK, query_keep_BxQ = _key_valid_from_mask(mask, batch, qlen, klen)
+        query_valid_BxQ = None
+        if lengths is not None:
+            query_valid_BxQ = _padding(lengths, "lengths", batch, qlen)
+            if self_attention:
+                key_valid_BxK = _and(key_valid_BxK, query_valid_BxQ)
+        if kv_lengths is not None:
+            if self_attention:
+                raise ValueError("`kv_lengths` is for cross-attention; use `lengths`.")
+            key_valid_BxK = _and(key_valid_BxK, _padding(kv_lengths, "kv_lengths", batch, klen))
+        kwargs = dict(feature_map=self.feature_map, eps=self.eps)
+
+        if cache is None:
+            causal = is_causal
+            y_BxQxHxD = linear_attention(
+                q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=causal,
+                implementation=self.implementation, chunk_size=self.chunk_size, **kwargs,
+            )
+            new_cache = None
+        else:
+            state = (cache.s_BxHxFxE, cache.z_BxHxF)
+            if qlen == 1:
+                valid_B = None if key_valid_BxK is None else key_valid_BxK[:, 0]
+                (s, z), y_BxHxD = linear_attention_step(
+                    state, q_BxQxHxD[:, 0], k_BxKxHxD[:, 0], v_BxKxHxD[:, 0], valid=valid_B,
+                    **kwargs,
+                )
+                y_BxQxHxD = y_BxHxD[:, None]
+            else:
+                y_BxQxHxD, (s, z) = linear_attention(
+                    q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=True,
+                    implementation=self.implementation, chunk_size=self.chunk_size,
+                    initial_state=state, return_state=True, **kwargs,
+                )
+            added_B = (
+                jnp.full((batch,), qlen, jnp.int32)
+                if key_valid_BxK is None
+                else key_valid_BxK.sum(axis=1).astype(jnp.int32)
+            )
+            new_cache = cache.replace(
+                s_BxHxFxE=s.astype(cache.s_BxHxFxE.dtype),
+                z_BxHxF=z.astype(cache.z_BxHxF.dtype),
+                lengths_B=cache.lengths_B + added_B,
+            )
+        if query_keep_BxQ is not None:
+            y_BxQxHxD = jnp.where(query_keep_BxQ[:, :, None, None], y_BxQxHxD, 0.0)
+        if self.dropout_rate > 0.0:
+            y_BxQxHxD = nn.Dropout(self.dropout_rate)(y_BxQxHxD, deterministic=deterministic)
+        out_features = width if self.out_features is None else self.out_features
+        out = self._dense(out_features, (-2, -1), "out")(y_BxQxHxD)
+        if query_valid_BxQ is not None:
+            out = jnp.where(query_valid_BxQ[..., None], out, jnp.zeros((), out.dtype))
+
+        weights = None
+        if return_weights:
+            weights = linear_attention_weights(
+                q_BxQxHxD, k_BxKxHxD, key_mask=key_valid_BxK, is_causal=is_causal, **kwargs
+            )
+            keep_BxQ = _and(query_keep_BxQ, query_valid_BxQ)
+            if keep_BxQ is not None:
+                weights = jnp.where(keep_BxQ[:, None, :, None], weights, 0.0)
+        if new_cache is not None:
+            return out, new_cache
+        if return_weights:
+            return out, weights
+        return out
+
+    def init_cache(
+        self, batch: int, max_len: int | None = None, dtype: Dtype | None = None
+    ) -> LinearAttentionCache:
+        """An empty :class:`LinearAttentionCache` for ``batch`` rows.
+
+        ``max_len`` is accepted for the shared decoding interface and unused: the state has
+        a constant size ``[B, H, F, Dh]``, float32 unless ``dtype`` says otherwise.
+        ``head_dim`` comes from the attribute or, when it is None, from the bound ``query``
+        kernel (call through ``apply(..., method=...)``).
+        """
+        del max_len
+        dh = self.head_dim
+        if dh is None:
+            params = self.variables.get("params", {}) if self.scope is not None else {}
+            if "query" not in params:
+                raise ValueError(
+                    "`init_cache` needs `head_dim`: set it, or call through "
+                    "`module.apply(variables, batch, max_len, method='init_cache')`."
+                )
+            dh = params["query"]["kernel"].shape[-1]
+        phi = _resolve_feature_map(self.feature_map)
+        feat = jax.eval_shape(phi, jax.ShapeDtypeStruct((dh,), jnp.float32)).shape[-1]
+        return LinearAttentionCache.create(batch, self.num_heads, feat, dh, dtype or jnp.float32)

@@ -1,0 +1,179 @@
+"""Boolean attention masks (``True`` = attend).
+
+Masking is applied to the attention **scores** before the softmax (MEDL (7.27)
+with the erratum of SEEDS_NOTES §1.11: the scores of masked keys, not the keys
+themselves, become ``-inf``; LN (13) ``softmax(M + QKᵀ/√d_k)``). Every helper
+here returns a boolean array that broadcasts against scores ``[B, H, Q, K]``,
+so masks compose with ``&`` (:func:`combine_masks`).
+
+Variable length is given as ``lengths: int32[B]`` with right padding
+(DESIGN.md): position ``t`` of row ``b`` is real iff ``t < lengths[b]``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from seqjax._checks import check_bool, check_integer, check_range, check_rank
+
+Array = jax.Array
+
+__all__ = [
+    "causal_mask",
+    "padding_mask",
+    "make_attention_mask",
+    "segment_mask",
+    "combine_masks",
+]
+
+
+def causal_mask(q_len: int, kv_len: int | None = None, *, offset: Any = 0) -> Array:
+    r"""Causal (autoregressive) mask: query ``i`` sees keys ``j ≤ i + offset``.
+
+    .. math::
+        M_{ij} = [\, j \le i + \mathrm{offset} \,]
+
+    MEDL (7.23)/(7.27); J&M §9.7 ("masked" upper triangle); Bishop §12.3.1
+    (Fig. 12.16); LN (13). ``offset`` is the absolute position of the first
+    query, e.g. the number of tokens already in a KV cache. It may be an int,
+    a scalar array, or an ``int32[B]`` array (one offset per row, traced values
+    allowed), in which case the result is ``bool[B, 1, q_len, kv_len]``.
+
+    Args:
+        q_len: number of queries ``Q``.
+        kv_len: number of keys ``K`` (default ``Q``).
+        offset: position of query 0 on the key axis.
+
+    Returns:
+        ``bool[Q, K]`` (scalar offset) or ``bool[B, 1, Q, K]`` (per-row offset).
+
+    Example:
+        >>> causal_mask(3).astype(int).tolist()
+        [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+        >>> causal_mask(1, 4, offset=2).astype(int).tolist()
+        [[1, 1, 1, 0]]
+    """
+    if not isinstance(q_len, int) or q_len < 0:
+        raise ValueError(f"`q_len` must be a non-negative int; got {q_len!r}.")
+    kv_len = q_len if kv_len is None else kv_len
+    if not isinstance(kv_len, int) or kv_len < 0:
+        raise ValueError(f"`kv_len` must be a non-negative int; got {kv_len!r}.")
+    offset = jnp.asarray(offset)
+    check_integer(offset, "offset")
+    check_rank(offset, "offset", (0, 1))
+    return _causal(q_len, kv_len, offset)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _causal(q_len: int, kv_len: int, offset: Array) -> Array:
+    q_pos = jnp.arange(q_len, dtype=jnp.int32)
+    k_pos = jnp.arange(kv_len, dtype=jnp.int32)
+    if offset.ndim == 0:
+        return k_pos[None, :] <= q_pos[:, None] + offset
+    return k_pos[None, None, None, :] <= (q_pos[None, :] + offset[:, None])[:, None, :, None]
+
+
+def padding_mask(lengths_B: Any, max_len: int) -> Array:
+    r"""Right-padding mask from per-row lengths: ``valid[b, t] = t < lengths[b]``.
+
+    Args:
+        lengths_B: ``int[B]`` real lengths, each in ``[0, max_len]``.
+        max_len: padded length ``T``.
+
+    Returns:
+        ``bool[B, T]``.
+
+    Example:
+        >>> padding_mask(jnp.array([1, 3]), 3).astype(int).tolist()
+        [[1, 0, 0], [1, 1, 1]]
+    """
+    lengths_B = jnp.asarray(lengths_B)
+    check_integer(lengths_B, "lengths")
+    check_rank(lengths_B, "lengths", 1)
+    if not isinstance(max_len, int) or max_len < 0:
+        raise ValueError(f"`max_len` must be a non-negative int; got {max_len!r}.")
+    check_range(lengths_B, "lengths", 0, max_len)
+    return _padding(lengths_B, max_len)
+
+
+@partial(jax.jit, static_argnums=1)
+def _padding(lengths_B: Array, max_len: int) -> Array:
+    return jnp.arange(max_len, dtype=jnp.int32)[None, :] < lengths_B[:, None]
+
+
+def make_attention_mask(query_valid_BxQ: Any, key_valid_BxK: Any) -> Array:
+    r"""Pairwise mask from per-position validity: ``M[b, 0, i, j] = q[b, i] ∧ k[b, j]``.
+
+    Args:
+        query_valid_BxQ: ``bool[B, Q]``.
+        key_valid_BxK: ``bool[B, K]``.
+
+    Returns:
+        ``bool[B, 1, Q, K]`` (the head axis broadcasts).
+
+    Example:
+        >>> m = make_attention_mask(jnp.array([[True, False]]), jnp.array([[True, True, False]]))
+        >>> m.shape, m[0, 0].astype(int).tolist()
+        ((1, 1, 2, 3), [[1, 1, 0], [0, 0, 0]])
+    """
+    q = jnp.asarray(query_valid_BxQ)
+    k = jnp.asarray(key_valid_BxK)
+    check_bool(q, "query_valid")
+    check_bool(k, "key_valid")
+    check_rank(q, "query_valid", 2)
+    check_rank(k, "key_valid", 2)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(
+            f"`query_valid` and `key_valid` must share the batch size; got {q.shape} and {k.shape}."
+        )
+    return q[:, None, :, None] & k[:, None, None, :]
+
+
+def segment_mask(segment_ids_q_BxQ: Any, segment_ids_kv_BxK: Any) -> Array:
+    r"""Packed-sequence mask: attend only within the same segment id.
+
+    ``M[b, 0, i, j] = (seg_q[b, i] == seg_kv[b, j])``. Combine with
+    :func:`causal_mask` for packed causal LM training. Give padding its own id
+    (e.g. 0) and, if it must see nothing, AND with a padding mask.
+
+    Example:
+        >>> s = jnp.array([[1, 1, 2]])
+        >>> segment_mask(s, s)[0, 0].astype(int).tolist()
+        [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    """
+    q = jnp.asarray(segment_ids_q_BxQ)
+    k = jnp.asarray(segment_ids_kv_BxK)
+    check_integer(q, "segment_ids_q")
+    check_integer(k, "segment_ids_kv")
+    check_rank(q, "segment_ids_q", 2)
+    check_rank(k, "segment_ids_kv", 2)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(
+            f"`segment_ids_q` and `segment_ids_kv` must share the batch size; "
+            f"got {q.shape} and {k.shape}."
+        )
+    return q[:, None, :, None] == k[:, None, None, :]
+
+
+def combine_masks(*masks: Any) -> Array | None:
+    """Logical AND of the non-``None`` masks (numpy broadcasting), or ``None`` if all are ``None``.
+
+    Example:
+        >>> combine_masks(None, causal_mask(2), jnp.array([True, False])).astype(int).tolist()
+        [[1, 0], [1, 0]]
+        >>> combine_masks(None, None) is None
+        True
+    """
+    present = [jnp.asarray(m) for m in masks if m is not None]
+    if not present:
+        return None
+    for i, m in enumerate(present):
+        check_bool(m, f"masks[{i}]")
+    out = present[0]
+    for m in present[1:]:
+        out = jnp.logical_and(out, m)
+    return out

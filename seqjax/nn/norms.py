@@ -1,0 +1,252 @@
+"""Normalisation layers: ``LayerNorm`` (Ba et al. 2016) and ``RMSNorm`` (Zhang & Sennrich 2019).
+
+Both normalise each position over its feature axis (the last one) and never
+mix positions or batch rows. The statistics (mean, variance, mean square) are
+computed in float32 whatever the input dtype (float64 stays float64), then the
+result is cast to the compute dtype (DESIGN.md): a bf16 activation with a
+large common offset is normalised as accurately as an fp32 one.
+
+The math lives in the pure functions :func:`layer_norm` and :func:`rms_norm`;
+the Modules only own the gain/offset parameters ``scale`` and ``bias``
+(Flax's names, so a ``flax.linen.LayerNorm`` checkpoint restores as is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+Array = jax.Array
+Dtype = Any
+Initializer = Callable[..., Array]
+
+__all__ = ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"]
+
+
+def _stats_dtype(dtype: Dtype) -> Dtype:
+    """float32, or the input dtype when it is wider (float64)."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def _check_input(x: Any, epsilon: float) -> None:
+    if jnp.ndim(x) < 1:
+        raise ValueError(f"`x` must have a feature axis (rank >= 1); got shape {jnp.shape(x)}.")
+    if not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        raise TypeError(f"`x` must have a floating dtype; got {jnp.result_type(x)}.")
+    if not epsilon >= 0.0:
+        raise ValueError(f"`epsilon` must be >= 0; got {epsilon}.")
+
+
+def _check_param(p: Array | None, name: str, features: int) -> None:
+    if p is not None and jnp.shape(p) != (features,):
+        raise ValueError(
+            f"`{name}` must have shape (features,) = ({features},); got {jnp.shape(p)}."
+        )
+
+
+def layer_norm(
+    x: Array,
+    scale: Array | None = None,
+    bias: Array | None = None,
+    *,
+    epsilon: float = 1e-5,
+    dtype: Dtype | None = None,
+) -> Array:
+    r"""Layer normalisation over the last axis, with the biased (population) variance.
+
+    .. math::
+        \mu = \frac1D\sum_{i=1}^D x_i,\qquad
+        \sigma^2 = \frac1D\sum_{i=1}^D (x_i-\mu)^2,\qquad
+        \mathrm{LN}(x;\gamma,\beta) = \gamma\odot\frac{x-\mu}{\sqrt{\sigma^2+\varepsilon}}+\beta
+
+    J&M (9.42)–(9.45); MEDL (7.31) ("LayerNorm", with ``γ, β``); the slides'
+    ``LN(z; α, β)``. The texts divide by ``σ`` itself; ``ε`` (PyTorch's
+    default ``1e-5``) only keeps a constant row finite and changes the result by
+    a relative ``ε/(2σ²)``. ``μ`` and ``σ²`` are computed in float32 (two-pass,
+    not ``E[x²] − μ²``), whatever ``x.dtype``.
+
+    Args:
+        x: ``[..., D]``.
+        scale: gain ``γ: [D]`` or None (no gain).
+        bias: offset ``β: [D]`` or None (no offset).
+        epsilon: ``ε >= 0`` added to the variance.
+        dtype: output dtype; default ``x.dtype`` promoted with the parameters'.
+
+    Returns:
+        ``[..., D]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> layer_norm(jnp.array([2., 4., 6., 8., 10.]), epsilon=0.0).round(2)
+        Array([-1.41, -0.71,  0.  ,  0.71,  1.41], dtype=float32)
+    """
+    _check_input(x, epsilon)
+    features = jnp.shape(x)[-1]
+    _check_param(scale, "scale", features)
+    _check_param(bias, "bias", features)
+    if dtype is None:
+        dtype = jnp.result_type(*(a for a in (x, scale, bias) if a is not None))
+    x_f = jnp.asarray(x).astype(_stats_dtype(jnp.result_type(x)))
+    mean = jnp.mean(x_f, axis=-1, keepdims=True)
+    centred = x_f - mean
+    var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
+    y = centred * jax.lax.rsqrt(var + epsilon)
+    if scale is not None:
+        y = y * scale.astype(y.dtype)
+    if bias is not None:
+        y = y + bias.astype(y.dtype)
+    return y.astype(dtype)
+
+
+def rms_norm(
+    x: Array,
+    scale: Array | None = None,
+    *,
+    epsilon: float = 1e-6,
+    dtype: Dtype | None = None,
+) -> Array:
+    r"""Root-mean-square normalisation over the last axis (no centring, no offset).
+
+    .. math::
+        \mathrm{RMS}(x) = \sqrt{\frac1D\sum_{i=1}^D x_i^2 + \varepsilon},\qquad
+        \mathrm{RMSNorm}(x; g) = g\odot\frac{x}{\mathrm{RMS}(x)}
+
+    Zhang & Sennrich (2019), eq. (4); named on the slides ("LayerNorm =>
+    RMSNorm"). It drops LayerNorm's re-centring: for zero-mean ``x`` the two
+    agree. ``ε`` defaults to ``1e-6`` (Flax's and Llama's choice). The mean
+    square is computed in float32 whatever ``x.dtype``.
+
+    Args:
+        x: ``[..., D]``.
+        scale: gain ``g: [D]`` or None.
+        epsilon: ``ε >= 0``.
+        dtype: output dtype; default ``x.dtype`` promoted with ``scale``'s.
+
+    Returns:
+        ``[..., D]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> rms_norm(jnp.array([3., -3., 3., -3.]), epsilon=0.0)
+        Array([ 1., -1.,  1., -1.], dtype=float32)
+    """
+    _check_input(x, epsilon)
+    _check_param(scale, "scale", jnp.shape(x)[-1])
+    if dtype is None:
+        dtype = jnp.result_type(*(a for a in (x, scale) if a is not None))
+    x_f = jnp.asarray(x).astype(_stats_dtype(jnp.result_type(x)))
+    mean_sq = jnp.mean(jnp.square(x_f), axis=-1, keepdims=True)
+    y = x_f * jax.lax.rsqrt(mean_sq + epsilon)
+    if scale is not None:
+        y = y * scale.astype(y.dtype)
+    return y.astype(dtype)
+
+
+class LayerNorm(nn.Module):
+    r"""Layer normalisation with learned gain and offset: :func:`layer_norm` as a Module.
+
+    .. math::
+        \mathrm{LN}(x;\gamma,\beta) = \gamma\odot\frac{x-\mu}{\sqrt{\sigma^2+\varepsilon}}+\beta,
+        \qquad \sigma^2 = \tfrac1D\textstyle\sum_i (x_i-\mu)^2\ \text{(biased)}
+
+    J&M (9.42)–(9.45); MEDL (7.31); Ba et al. (2016); the slides' worked
+    example ``[2, 4, 6, 8, 10] → [−1.41, −0.71, 0, 0.71, 1.41]``. Same math as
+    ``torch.nn.LayerNorm`` (default ``ε = 1e-5`` as there; Flax uses ``1e-6``).
+
+    Parameters: ``scale`` (``γ: [D]``, ones) and ``bias`` (``β: [D]``, zeros) —
+    ``2D`` in all, as MEDL (7.32) counts.
+
+    Shapes: ``x: [..., D] -> [..., D]``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> ln = LayerNorm()
+        >>> x = jnp.array([[2., 4., 6., 8., 10.]])
+        >>> params = ln.init(jax.random.PRNGKey(0), x)
+        >>> ln.apply(params, x).round(2)
+        Array([[-1.41, -0.71,  0.  ,  0.71,  1.41]], dtype=float32)
+
+    Attributes:
+        epsilon: ``ε`` added to the variance (``1e-5``).
+        use_scale: learn ``γ`` (else ``γ = 1``).
+        use_bias: learn ``β`` (else ``β = 0``).
+        dtype: compute/output dtype (default: input promoted with ``param_dtype``);
+            the statistics are float32 regardless.
+        param_dtype: storage dtype of ``scale``/``bias``.
+    """
+
+    epsilon: float = 1e-5
+    use_scale: bool = True
+    use_bias: bool = True
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    scale_init: Initializer = nn.initializers.ones_init()
+    bias_init: Initializer = nn.initializers.zeros_init()
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        _check_input(x, self.epsilon)
+        features = jnp.shape(x)[-1]
+        scale = (
+            self.param("scale", self.scale_init, (features,), self.param_dtype)
+            if self.use_scale
+            else None
+        )
+        bias = (
+            self.param("bias", self.bias_init, (features,), self.param_dtype)
+            if self.use_bias
+            else None
+        )
+        dtype = self.dtype or jnp.result_type(x, self.param_dtype)
+        return layer_norm(x, scale, bias, epsilon=self.epsilon, dtype=dtype)
+
+
+class RMSNorm(nn.Module):
+    r"""Root-mean-square normalisation with a learned gain: :func:`rms_norm` as a Module.
+
+    .. math::
+        \mathrm{RMSNorm}(x; g) = g\odot\frac{x}{\sqrt{\frac1D\sum_i x_i^2+\varepsilon}}
+
+    Zhang & Sennrich (2019); the slides' modern replacement for LayerNorm
+    (Llama, Mamba). Parameter: ``scale`` (``g: [D]``, ones) — the same name as
+    ``flax.linen.RMSNorm``. Same math as ``torch.nn.RMSNorm(eps=ε)``.
+
+    Shapes: ``x: [..., D] -> [..., D]``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> norm = RMSNorm()
+        >>> x = jnp.ones((2, 3, 8))
+        >>> params = norm.init(jax.random.PRNGKey(0), x)
+        >>> norm.apply(params, x).shape
+        (2, 3, 8)
+
+    Attributes:
+        epsilon: ``ε`` added to the mean square (``1e-6``).
+        use_scale: learn ``g`` (else ``g = 1``).
+        dtype: compute/output dtype (default: input promoted with ``param_dtype``);
+            the mean square is float32 regardless.
+        param_dtype: storage dtype of ``scale``.
+    """
+
+    epsilon: float = 1e-6
+    use_scale: bool = True
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    scale_init: Initializer = nn.initializers.ones_init()
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        _check_input(x, self.epsilon)
+        features = jnp.shape(x)[-1]
+        scale = (
+            self.param("scale", self.scale_init, (features,), self.param_dtype)
+            if self.use_scale
+            else None
+        )
+        dtype = self.dtype or jnp.result_type(x, self.param_dtype)
+        return rms_norm(x, scale, epsilon=self.epsilon, dtype=dtype)

@@ -1,0 +1,623 @@
+r"""Transformer blocks and stacks: pre/post norm, LayerNorm/RMSNorm, MLP/GLU, cross-attention.
+
+A block is a residual stack of sublayers, each wrapped in a norm, on a
+batch-major stream ``x_BxTxD``:
+
+* **post-norm** (``norm="post"``; Vaswani et al. 2017, PyTorch's default):
+  ``x ← Norm(x + Sublayer(x))`` — MEDL (7.31) and its FFN step, J&M (9.40)–(9.41),
+  Bishop (12.20) and (12.22);
+* **pre-norm** (``norm="pre"``, the default; GPT-2, Llama, ViT):
+  ``x ← x + Sublayer(Norm(x))`` — Bishop (12.21) and (12.23); a stack then ends with
+  a final norm. (LN (17) and the slides print ``x + Norm(Sublayer(x))``, which
+  normalises the sublayer *output*; SEEDS_NOTES lists it as an erratum.)
+
+The sublayers are causal or bidirectional self-attention, an optional
+cross-attention on an encoder output (the decoder block of MEDL Fig. 7.15b) and a
+position-wise feed-forward layer (:class:`~seqjax.nn.ffn.MLP` or a gated
+:class:`~seqjax.nn.ffn.GLU`). Dropout acts on each sublayer's output before the
+residual sum ("residual dropout", Vaswani et al. §5.4) and on the attention
+weights.
+
+:class:`TransformerEncoder` and :class:`TransformerDecoder` stack ``num_layers``
+blocks, optionally as one ``nn.scan`` over layers (one traced block, so compile
+time does not grow with depth; parameters stacked on a leading layer axis) and
+with rematerialisation (``jax.checkpoint``) of each block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_integer, check_range, check_rank
+from seqjax.nn.attention import MultiHeadAttention
+from seqjax.nn.ffn import GLU, GLU_VARIANTS, MLP
+from seqjax.nn.masks import combine_masks, padding_mask
+from seqjax.nn.norms import LayerNorm, RMSNorm
+
+Array = jax.Array
+Dtype = Any
+Initializer = Callable[..., Array]
+
+__all__ = ["REMAT_POLICIES", "TransformerBlock", "TransformerDecoder", "TransformerEncoder"]
+
+#: Named ``jax.checkpoint`` policies for ``remat_policy`` (None = save nothing: recompute
+#: the whole block in the backward pass, the least memory).
+REMAT_POLICIES: dict[str, Callable[..., Any]] = {
+    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
+    "everything_saveable": jax.checkpoint_policies.everything_saveable,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+_NORMS = ("pre", "post")
+_NORM_TYPES = ("layernorm", "rmsnorm")
+_FFN_TYPES = ("mlp", *GLU_VARIANTS)
+# MultiHeadAttention options that a custom `attention` factory does not receive.
+_MHA_ONLY = {
+    "num_kv_heads": None,
+    "qk_norm": False,
+    "use_rope": False,
+    "rope_base": 10000.0,
+    "implementation": "auto",
+}
+
+
+def _accepts_keyword(module: nn.Module, keyword: str) -> bool:
+    """Whether ``module.__call__`` takes ``keyword`` (or ``**kwargs``)."""
+    try:
+        params = inspect.signature(type(module).__call__).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _check_lengths(lengths: Any, batch: int, length: int, name: str) -> Array | None:
+    if lengths is None:
+        return None
+    lengths = jnp.asarray(lengths)
+    check_integer(lengths, name)
+    if lengths.shape != (batch,):
+        raise ValueError(f"`{name}` must have shape ({batch},); got {tuple(lengths.shape)}.")
+    check_range(lengths, name, 0, length)
+    return lengths.astype(jnp.int32)
+
+
+def _key_mask(mask: Any, name: str) -> Array | None:
+    """``bool[B, K]`` key validity -> ``bool[B, 1, 1, K]``; rank-4 masks pass through."""
+    if mask is None:
+        return None
+    mask = jnp.asarray(mask)
+    check_rank(mask, name, (2, 4))
+    return mask[:, None, None, :] if mask.ndim == 2 else mask
+
+
+class _BlockConfig(nn.Module):
+    """Fields shared by :class:`TransformerBlock` and the stacks (documented on the block)."""
+
+    num_heads: int
+    mlp_dim: int | None = None
+    head_dim: int | None = None
+    num_kv_heads: int | None = None
+    norm: str = "pre"
+    norm_type: str = "layernorm"
+    norm_epsilon: float | None = None
+    mlp: str = "mlp"
+    activation: str | Callable[[Array], Array] = "gelu"
+    multiple_of: int = 256
+    causal: bool = False
+    cross_attention: bool = False
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    mlp_dropout_rate: float | None = None
+    use_bias: bool = True
+    attention_use_bias: bool | None = None
+    qk_norm: bool = False
+    use_rope: bool = False
+    rope_base: float = 10000.0
+    implementation: str = "auto"
+    attention: Callable[..., nn.Module] | None = None
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.lecun_normal()
+    bias_init: Initializer = nn.initializers.zeros_init()
+
+    def _block_kwargs(self) -> dict[str, Any]:
+        names = [f.name for f in dataclasses.fields(_BlockConfig)]
+        return {n: getattr(self, n) for n in names if n not in ("parent", "name")}
+
+    def _make_norm(self, name: str | None = None) -> nn.Module:
+        kw: dict[str, Any] = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        if self.norm_epsilon is not None:
+            kw["epsilon"] = self.norm_epsilon
+        cls = LayerNorm if self.norm_type == "layernorm" else RMSNorm
+        return cls(**kw) if name is None else cls(**kw, name=name)
+
+    def _check_config(self) -> None:
+        for field, value, allowed in (
+            ("norm", self.norm, _NORMS),
+            ("norm_type", self.norm_type, _NORM_TYPES),
+            ("mlp", self.mlp, _FFN_TYPES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"`{field}` must be one of {allowed}; got {value!r}.")
+        for field in ("dropout_rate", "attention_dropout_rate", "mlp_dropout_rate"):
+            rate = getattr(self, field)
+            if rate is not None and not 0.0 <= rate < 1.0:
+                raise ValueError(f"`{field}` must lie in [0, 1); got {rate}.")
+        if not isinstance(self.num_heads, int) or self.num_heads <= 0:
+            raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads!r}.")
+        if self.attention is not None:
+            changed = [k for k, v in _MHA_ONLY.items() if getattr(self, k) != v]
+            if changed:
+                raise ValueError(
+                    f"{changed} configure the default MultiHeadAttention and are not passed to "
+                    "a custom `attention` factory; bind them with functools.partial instead."
+                )
+
+
+class TransformerBlock(_BlockConfig):
+    r"""One transformer block: self-attention, optional cross-attention, feed-forward.
+
+    Post-norm (``norm="post"``), MEDL (7.31) + its step 4, J&M (9.40)–(9.41),
+    Bishop (12.20)/(12.22):
+
+    .. math::
+        Z = \mathrm{N}_1\big(X + \mathrm{Drop}(\mathrm{SA}(X))\big),\quad
+        [\,Z = \mathrm{N}_c\big(Z + \mathrm{Drop}(\mathrm{CA}(Z, E))\big)\,],\quad
+        \tilde X = \mathrm{N}_2\big(Z + \mathrm{Drop}(\mathrm{FFN}(Z))\big)
+
+    Pre-norm (``norm="pre"``, default), Bishop (12.21)/(12.23):
+
+    .. math::
+        Z = X + \mathrm{Drop}(\mathrm{SA}(\mathrm{N}_1(X))),\quad
+        [\,Z = Z + \mathrm{Drop}(\mathrm{CA}(\mathrm{N}_c(Z), E))\,],\quad
+        \tilde X = Z + \mathrm{Drop}(\mathrm{FFN}(\mathrm{N}_2(Z)))
+
+    ``SA`` is multi-head self-attention (causal with ``causal=True``), ``CA``
+    cross-attention with keys/values from the encoder output ``E`` (the decoder
+    block of MEDL Fig. 7.15b, its 6 steps; Bishop §12.3.4), ``N`` LayerNorm or
+    RMSNorm, ``FFN`` an :class:`~seqjax.nn.ffn.MLP` (ReLU/GELU) or a gated
+    :class:`~seqjax.nn.ffn.GLU` (SwiGLU, GeGLU).
+
+    Parameters (stable names): ``self_attn`` (``query``, ``key``, ``value``, ``out``),
+    ``self_attn_norm``, ``cross_attn``, ``cross_attn_norm`` (with ``cross_attention``),
+    ``ffn`` (``up``, ``down`` [, ``gate``]), ``ffn_norm`` (``scale`` [, ``bias``]).
+    With ``attention_use_bias=False`` and ``activation="relu"`` the count is MEDL (7.32):
+    ``4p + 2N₁p + N₁ + p + H(2mp + 2m_vp)`` (3,150,336 for p=512, N₁=2048, H=8,
+    m=m_v=64), plus ``H(2mp + 2m_vp) + 2p`` for the decoder block (4,199,936).
+
+    Call ``block(x, *, mask=None, lengths=None, bias=None, encoder_out=None,
+    encoder_mask=None, encoder_lengths=None, positions=None, cache=None,
+    deterministic=True)``:
+
+    * ``x``: ``[B, T, D]``;
+    * ``mask``: self-attention mask, bool broadcastable to ``[B, H, T, K]`` (``K = T``,
+      or the cache's ``max_len`` when decoding); combined with ``causal``;
+    * ``lengths``: ``int32[B]`` real tokens per row of ``x`` (right padding): padded keys
+      are masked; when decoding, each row's cache advances by its own length (prompts of
+      different lengths). A custom ``attention`` module without a ``lengths`` argument
+      receives it as a ``bool[B, T]`` key mask instead;
+    * ``bias``: additive self-attention score bias (e.g. ALiBi);
+    * ``encoder_out``: ``[B, S, D_e]`` (required iff ``cross_attention``);
+      ``encoder_mask``: ``bool[B, S]`` or broadcastable ``[B, H, T, S]``;
+      ``encoder_lengths``: ``int32[B]``;
+    * ``positions``: ``int32[B, T]`` RoPE positions (default ``arange`` or cache offsets);
+    * ``cache``: the self-attention cache (:meth:`init_cache`): returns ``(x, new_cache)``.
+
+    Returns ``[B, T, D]`` (or ``(x, new_cache)``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> block = TransformerBlock(num_heads=2, mlp_dim=32, causal=True)
+        >>> x = jnp.ones((2, 5, 16))
+        >>> params = block.init(jax.random.PRNGKey(0), x)
+        >>> block.apply(params, x).shape
+        (2, 5, 16)
+
+    Attributes:
+        num_heads: ``H``.
+        mlp_dim: FFN hidden size (MEDL's ``N₁``); default ``4D`` for ``"mlp"`` and
+            :func:`~seqjax.nn.ffn.glu_hidden_dim` ``(D, multiple_of)`` for GLUs.
+        head_dim: per-head size ``m = m_v`` (default ``D // H``).
+        num_kv_heads: GQA/MQA key-value heads (default MHA only).
+        norm: ``"pre"`` (default) or ``"post"``.
+        norm_type: ``"layernorm"`` (default) or ``"rmsnorm"``.
+        norm_epsilon: ``ε`` of the norms (default: LayerNorm 1e-5, RMSNorm 1e-6).
+        mlp: ``"mlp"`` or a GLU variant (``"swiglu"``, ``"geglu"``, ``"reglu"``, ``"glu"``,
+            ``"bilinear"``).
+        activation: MLP activation (``"gelu"`` exact, ``"gelu_tanh"``, ``"relu"``, …).
+        multiple_of: rounding of the default GLU hidden size.
+        causal: causal self-attention (decoder / language model).
+        cross_attention: add the cross-attention sublayer.
+        dropout_rate: residual dropout on every sublayer output.
+        attention_dropout_rate: dropout on the attention weights.
+        mlp_dropout_rate: dropout on the FFN hidden layer (default ``dropout_rate``,
+            as ``torch.nn.TransformerEncoderLayer``).
+        use_bias: biases in the FFN and (unless ``attention_use_bias``) the attention.
+        attention_use_bias: biases on the attention projections (default ``use_bias``;
+            MEDL's heads have none).
+        qk_norm, use_rope, rope_base, implementation: passed to the default
+            :class:`~seqjax.nn.attention.MultiHeadAttention` self-attention.
+        attention: factory for the self-attention module, called with keywords
+            ``num_heads, head_dim, use_bias, dropout_rate, dtype, param_dtype``; it must
+            follow MultiHeadAttention's call signature (e.g.
+            :class:`~seqjax.nn.linear_attention.LinearAttention`). Bind other options with
+            ``functools.partial``. Default: MultiHeadAttention.
+        dtype, param_dtype: compute and storage dtypes.
+        kernel_init, bias_init: initialisers of the projection and FFN weights.
+    """
+
+    def setup(self) -> None:
+        self._check_config()
+        attn_bias = self.use_bias if self.attention_use_bias is None else self.attention_use_bias
+        common = dict(
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            use_bias=attn_bias,
+            dropout_rate=self.attention_dropout_rate,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+        )
+        mha = dict(
+            kernel_init=self.kernel_init,
+            bias_init=self.bias_init,
+            implementation=self.implementation,
+        )
+        if self.attention is None:
+            self.self_attn = MultiHeadAttention(
+                **common,
+                **mha,
+                num_kv_heads=self.num_kv_heads,
+                qk_norm=self.qk_norm,
+                use_rope=self.use_rope,
+                rope_base=self.rope_base,
+            )
+        else:
+            self.self_attn = self.attention(**common)
+        self.self_attn_norm = self._make_norm()
+        if self.cross_attention:
+            self.cross_attn = MultiHeadAttention(**common, **mha)
+            self.cross_attn_norm = self._make_norm()
+        ffn_common = dict(
+            hidden_dim=self.mlp_dim,
+            use_bias=self.use_bias,
+            dropout_rate=self.dropout_rate
+            if self.mlp_dropout_rate is None
+            else self.mlp_dropout_rate,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=self.kernel_init,
+            bias_init=self.bias_init,
+        )
+        if self.mlp == "mlp":
+            self.ffn = MLP(**ffn_common, activation=self.activation)
+        else:
+            self.ffn = GLU(**ffn_common, variant=self.mlp, multiple_of=self.multiple_of)
+        self.ffn_norm = self._make_norm()
+        self.dropout = nn.Dropout(self.dropout_rate)
+
+    def _sublayer(
+        self, x: Array, norm: nn.Module, fn: Callable[[Array], Any], deterministic: bool
+    ) -> tuple[Array, Any]:
+        """One residual sublayer in the configured norm placement; ``fn`` may return extras."""
+        h = norm(x) if self.norm == "pre" else x
+        out = fn(h)
+        y, extra = out if isinstance(out, tuple) else (out, None)
+        x = x + self.dropout(y, deterministic=deterministic)
+        return (x if self.norm == "pre" else norm(x)), extra
+
+    def __call__(
+        self,
+        x: Array,
+        *,
+        mask: Any = None,
+        lengths: Any = None,
+        bias: Any = None,
+        encoder_out: Array | None = None,
+        encoder_mask: Any = None,
+        encoder_lengths: Any = None,
+        positions: Any = None,
+        cache: Any = None,
+        deterministic: bool = True,
+    ) -> Any:
+        check_rank(x, "x", 3)
+        batch, length = x.shape[:2]
+        if self.cross_attention and encoder_out is None:
+            raise ValueError("`encoder_out` is required when `cross_attention=True`.")
+        if not self.cross_attention and encoder_out is not None:
+            raise ValueError("`encoder_out` was given but the block has `cross_attention=False`.")
+        lengths = _check_lengths(lengths, batch, length, "lengths")
+
+        sa_kwargs: dict[str, Any] = dict(is_causal=self.causal, deterministic=deterministic)
+        if positions is not None:
+            sa_kwargs["positions"] = positions
+        if bias is not None:
+            sa_kwargs["bias"] = bias
+        if cache is not None:
+            sa_kwargs["cache"] = cache
+        sa_mask = None if mask is None else jnp.asarray(mask)
+        if lengths is not None:
+            if _accepts_keyword(self.self_attn, "lengths"):
+                sa_kwargs["lengths"] = lengths
+            elif sa_mask is None:
+                sa_mask = padding_mask(lengths, length)
+            else:
+                sa_mask = combine_masks(sa_mask, padding_mask(lengths, length)[:, None, None, :])
+        if sa_mask is not None:
+            sa_kwargs["mask"] = sa_mask
+
+        x, new_cache = self._sublayer(
+            x, self.self_attn_norm, lambda h: self.self_attn(h, **sa_kwargs), deterministic
+        )
+        if self.cross_attention:
+            check_rank(encoder_out, "encoder_out", 3)
+            enc_lengths = _check_lengths(
+                encoder_lengths, batch, encoder_out.shape[1], "encoder_lengths"
+            )
+            enc_mask = _key_mask(encoder_mask, "encoder_mask")
+            x, _ = self._sublayer(
+                x,
+                self.cross_attn_norm,
+                lambda h: self.cross_attn(
+                    h,
+                    encoder_out,
+                    mask=enc_mask,
+                    kv_lengths=enc_lengths,
+                    deterministic=deterministic,
+                ),
+                deterministic,
+            )
+        x, _ = self._sublayer(
+            x, self.ffn_norm, lambda h: self.ffn(h, deterministic=deterministic), deterministic
+        )
+        return x if cache is None else (x, new_cache)
+
+    def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
+        """The self-attention module's empty cache (a :class:`~seqjax.nn.attention.KVCache`
+        for the default attention). Call with bound parameters:
+        ``block.apply(params, batch, max_len, method="init_cache")``."""
+        return self.self_attn.init_cache(batch, max_len, dtype)
+
+
+class _TransformerStack(_BlockConfig, kw_only=True):
+    """``num_layers`` identical blocks (no weight sharing, Bishop §12.1.7), scanned or unrolled."""
+
+    num_layers: int
+    scan_layers: bool = False
+    remat: bool = False
+    remat_policy: str | Callable[..., Any] | None = None
+    final_norm: bool | None = None
+
+    def _policy(self) -> Callable[..., Any] | None:
+        p = self.remat_policy
+        if p is None or callable(p):
+            return p
+        if p not in REMAT_POLICIES:
+            raise ValueError(
+                f"`remat_policy` must be a callable or one of {sorted(REMAT_POLICIES)}; got {p!r}."
+            )
+        return REMAT_POLICIES[p]
+
+    def _forward(
+        self,
+        x: Array,
+        cache: Any,
+        mask: Any,
+        lengths: Any,
+        encoder_out: Any,
+        encoder_mask: Any,
+        encoder_lengths: Any,
+        positions: Any,
+        deterministic: bool,
+    ) -> tuple[Array, Any]:
+        check_rank(x, "x", 3)
+        if not isinstance(self.num_layers, int) or self.num_layers <= 0:
+            raise ValueError(f"`num_layers` must be a positive int; got {self.num_layers!r}.")
+        self._check_config()
+        policy = self._policy()
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[1], "lengths")
+
+        def body(block, x, cache_l, mask, lengths, enc, enc_mask, enc_lengths, positions):
+            out = block(
+                x,
+                mask=mask,
+                lengths=lengths,
+                encoder_out=enc,
+                encoder_mask=enc_mask,
+                encoder_lengths=enc_lengths,
+                positions=positions,
+                cache=cache_l,
+                deterministic=deterministic,
+            )
+            return out if cache_l is not None else (out, None)
+
+        if self.remat:
+            body = nn.remat(body, policy=policy, prevent_cse=not self.scan_layers)
+        kw = self._block_kwargs()
+        args = (mask, lengths, encoder_out, encoder_mask, encoder_lengths, positions)
+        if self.scan_layers:
+            scanned = nn.scan(
+                body,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(0,) + (nn.broadcast,) * len(args),
+                length=self.num_layers,
+            )
+            x, new_cache = scanned(TransformerBlock(**kw, name="layers"), x, cache, *args)
+        else:
+            if cache is not None and (
+                not isinstance(cache, Sequence) or len(cache) != self.num_layers
+            ):
+                raise ValueError(
+                    f"`cache` must be a list of {self.num_layers} per-layer caches "
+                    f"(from init_cache); got {type(cache).__name__}."
+                )
+            new_caches = []
+            for i in range(self.num_layers):
+                block = TransformerBlock(**kw, name=f"layers_{i}")
+                x, c = body(block, x, None if cache is None else cache[i], *args)
+                new_caches.append(c)
+            new_cache = None if cache is None else new_caches
+        use_final = self.norm == "pre" if self.final_norm is None else self.final_norm
+        if use_final:
+            x = self._make_norm(name="final_norm")(x)
+        if lengths is not None:
+            valid_BxT = padding_mask(lengths, x.shape[1])
+            x = jnp.where(valid_BxT[..., None], x, jnp.zeros((), x.dtype))
+        return x, new_cache
+
+
+class TransformerEncoder(_TransformerStack):
+    r"""A stack of ``num_layers`` bidirectional :class:`TransformerBlock` s (BERT/ViT encoder).
+
+    .. math::
+        Z^{(0)} = X,\qquad Z^{(l)} = \mathrm{Block}_l(Z^{(l-1)}),\qquad
+        Z^\star = \mathrm{N}_f(Z^{(L)})\ \text{(pre-norm only)}
+
+    MEDL §7.5 ("≥ 6 blocks in series", Fig. 7.15a); Bishop §12.1.7 (no weight sharing);
+    J&M §9.7. Every block option of :class:`TransformerBlock` is a field here too.
+
+    Call ``encoder(x, *, mask=None, lengths=None, positions=None, deterministic=True)``
+    with ``x: [B, T, D]`` (embedded and positionally encoded), ``lengths: int32[B]``
+    (right padding; outputs at padded positions are zero and do not influence the real
+    ones) -> ``[B, T, D]``.
+
+    Parameters: ``layers_{i}`` (one block each) or, with ``scan_layers``, ``layers`` with
+    every leaf stacked on a leading ``[num_layers]`` axis; ``final_norm`` when pre-norm.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> enc = TransformerEncoder(num_heads=2, num_layers=2, mlp_dim=32, scan_layers=True)
+        >>> x = jnp.ones((2, 5, 16))
+        >>> params = enc.init(jax.random.PRNGKey(0), x)
+        >>> params["params"]["layers"]["ffn"]["up"]["kernel"].shape
+        (2, 16, 32)
+        >>> enc.apply(params, x, lengths=jnp.array([5, 3])).shape
+        (2, 5, 16)
+
+    Attributes:
+        num_layers: ``L``.
+        scan_layers: one ``nn.scan`` over layers (fast compile, stacked parameters).
+        remat: rematerialise each block in the backward pass (``jax.checkpoint``).
+        remat_policy: a name in :data:`REMAT_POLICIES` or a ``jax.checkpoint_policies``
+            callable (default: save nothing).
+        final_norm: norm after the last block (default: with ``norm="pre"`` only).
+        (all :class:`TransformerBlock` attributes)
+    """
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Array,
+        *,
+        mask: Any = None,
+        lengths: Any = None,
+        positions: Any = None,
+        deterministic: bool = True,
+    ) -> Array:
+        x, _ = self._forward(x, None, mask, lengths, None, None, None, positions, deterministic)
+        return x
+
+
+class TransformerDecoder(_TransformerStack):
+    r"""A stack of causal :class:`TransformerBlock` s, with cross-attention and a KV cache.
+
+    .. math::
+        Z^{(l)} = \mathrm{Block}_l(Z^{(l-1)}, Z^\star_{enc}),\qquad
+        \text{output} = \mathrm{N}_f(Z^{(L)})\ \text{(pre-norm only)}
+
+    The decoder of MEDL Fig. 7.15b (every block reads the same encoder output ``z*``;
+    masked self-attention (7.27), cross-attention (7.33)) and Bishop §12.3.4; with
+    ``cross_attention=False`` the decoder-only stack of GPT (Bishop §12.3.1; J&M §9.8).
+
+    Call ``decoder(x, *, mask=None, lengths=None, encoder_out=None, encoder_mask=None,
+    encoder_lengths=None, positions=None, cache=None, deterministic=True)``.
+
+    Decoding: ``cache = decoder.apply(params, batch, max_len, method="init_cache")``
+    gives one cache per layer (a list), or, with ``scan_layers``, one cache pytree with a
+    leading ``[num_layers]`` axis. Prefill the (right padded) prompts with
+    ``lengths=prompt_lengths``, then feed one or more tokens per step; each call returns
+    ``(y, new_cache)``. The result equals one causal pass over the whole sequence.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> dec = TransformerDecoder(num_heads=2, num_layers=2, mlp_dim=32,
+        ...                          cross_attention=False)
+        >>> x = jnp.ones((2, 6, 16))
+        >>> params = dec.init(jax.random.PRNGKey(0), x)
+        >>> cache = dec.apply(params, 2, 8, method="init_cache")
+        >>> y, cache = dec.apply(params, x[:, :4], cache=cache, lengths=jnp.array([4, 2]))
+        >>> y1, cache = dec.apply(params, x[:, 4:5], cache=cache)
+        >>> y1.shape, cache[0].lengths.tolist()
+        ((2, 1, 16), [5, 3])
+
+    Attributes: as :class:`TransformerEncoder`, with ``causal=True`` and
+    ``cross_attention=True`` by default.
+    """
+
+    causal: bool = True
+    cross_attention: bool = True
+
+    @nn.compact
+    def __call__(
+        self,
+        x: Array,
+        *,
+        mask: Any = None,
+        lengths: Any = None,
+        encoder_out: Array | None = None,
+        encoder_mask: Any = None,
+        encoder_lengths: Any = None,
+        positions: Any = None,
+        cache: Any = None,
+        deterministic: bool = True,
+    ) -> Any:
+        x, new_cache = self._forward(
+            x,
+            cache,
+            mask,
+            lengths,
+            encoder_out,
+            encoder_mask,
+            encoder_lengths,
+            positions,
+            deterministic,
+        )
+        return x if cache is None else (x, new_cache)
+
+    def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
+        """Empty per-layer caches: a list of ``num_layers`` caches, or one stacked cache
+        (leading ``[num_layers]`` axis) with ``scan_layers``.
+
+        Needs the parameters (head sizes are read from them):
+        ``decoder.apply(params, batch, max_len, method="init_cache")``.
+        """
+        if self.scope is None or not self.has_variable("params", self._layer_name(0)):
+            raise ValueError(
+                "init_cache needs bound parameters: "
+                "decoder.apply(params, batch, max_len, method='init_cache')."
+            )
+        params = self.variables["params"]
+        block = TransformerBlock(**self._block_kwargs(), parent=None)
+
+        def layer_cache(layer_params: Any) -> Any:
+            return block.apply(
+                {"params": layer_params}, batch, max_len, dtype, method=TransformerBlock.init_cache
+            )
+
+        if self.scan_layers:
+            one = layer_cache(jax.tree_util.tree_map(lambda a: a[0], params["layers"]))
+            return jax.tree_util.tree_map(
+                lambda a: jnp.broadcast_to(a[None], (self.num_layers, *a.shape)), one
+            )
+        return [layer_cache(params[self._layer_name(i)]) for i in range(self.num_layers)]
+
+    def _layer_name(self, i: int) -> str:
+        return "layers" if self.scan_layers else f"layers_{i}"

@@ -1,0 +1,533 @@
+"""Checkpoints with orbax: periodic, async, atomic, keep-last-K plus best, crash-tolerant restore.
+
+A checkpoint of step ``s`` is the directory ``<directory>/<s>/`` holding the items
+
+* ``params``, ``opt_state`` — the arrays of the :class:`~seqjax.train.optim.TrainState`;
+* ``train`` — ``step``, ``rng`` and the TBPTT ``carry``;
+* ``meta`` (JSON) — ``step``, the data-iterator state (a JSON dict), the model config,
+  the metrics of that step, the seqjax version;
+* ``tokenizer`` (JSON, optional) — e.g. ``tokenizers.Tokenizer.to_str()`` parsed.
+
+Orbax writes each checkpoint into a temporary directory and renames it when complete
+(atomic on POSIX file systems), in a background thread (``async_save``). Retention keeps
+the ``keep`` most recent checkpoints plus the best ``keep_best`` by ``best_metric``.
+
+Restoring (:meth:`Checkpointer.restore`) takes the newest checkpoint that reads back: one
+that fails to read (truncated or deleted files, a broken index) is moved aside to
+``<directory>.corrupted/`` with a warning and the previous one is tried. A checkpoint
+that reads but does not fit — other model config, other parameter names or shapes — is a
+:class:`CheckpointMismatchError`, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as ocm
+
+import seqjax
+from seqjax.train.optim import TrainState, path_to_str
+
+__all__ = [
+    "Checkpointer",
+    "CheckpointMismatchError",
+    "CheckpointWarning",
+    "Restored",
+    "restore_params",
+    "load_meta",
+    "load_tokenizer",
+]
+
+
+
+@contextlib.contextmanager
+def _quiet_orbax() -> Iterator[None]:
+    """Silence orbax's absl INFO/WARNING chatter (e.g. about items not restored on purpose)."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint was read but does not fit the model (config, names or shapes)."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint could not be read and was skipped."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What :meth:`Checkpointer.restore` returns."""
+
+    state: TrainState
+    step: int
+    data_state: Any
+    meta: dict
+
+
+def _jsonable(x: Any) -> Any:
+    """A JSON round trip (tuples become lists), so saved and current configs compare equal."""
+    return json.loads(json.dumps(x, default=_json_default))
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic | np.ndarray):
+        return x.tolist()
+    if hasattr(x, "dtype") and hasattr(x, "tolist"):
+        return np.asarray(x).tolist()
+    return str(x)
+
+
+def _abstract(tree: Any, sharding: Any = None) -> Any:
+    """ShapeDtypeStructs of ``tree``'s leaves, keeping each leaf's sharding."""
+    default = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def leaf(x: Any) -> jax.ShapeDtypeStruct:
+        s = getattr(x, "sharding", None)
+        if not isinstance(s, jax.sharding.Sharding):
+            s = default
+        return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s)
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
+def _flat_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {path_to_str(p): tuple(np.shape(x) if not hasattr(x, "shape") else x.shape)
+            for p, x in leaves}
+
+
+def _config_diff(saved: Any, current: Any) -> list[str]:
+    saved, current = _jsonable(saved), _jsonable(current)
+    if not isinstance(saved, dict) or not isinstance(current, dict):
+        return [] if saved == current else [f"saved {saved!r}, now {current!r}"]
+    out = []
+    for k in sorted(set(saved) | set(current)):
+        if saved.get(k, "<missing>") != current.get(k, "<missing>"):
+            out.append(f"{k}: saved {saved.get(k, '<missing>')!r}, now {current.get(k, '<missing>')!r}")
+    return out
+
+
+class Checkpointer:
+    """Save and restore ``TrainState`` checkpoints in ``directory`` (orbax ``CheckpointManager``).
+
+    Args:
+        directory: where the step directories live (created if needed).
+        keep: the number of most recent checkpoints kept (``None`` = all).
+        best_metric: a metric name (e.g. ``"eval/loss"``); the ``keep_best`` best
+            checkpoints by it are kept too, whatever their age.
+        best_mode: ``"min"`` or ``"max"``.
+        keep_best: how many best checkpoints to keep.
+        async_save: write in a background thread (call :meth:`wait` or :meth:`close`).
+        model_config: a JSON-able dict saved with each checkpoint and compared on restore.
+        tokenizer: a JSON-able dict (or JSON string) saved with each checkpoint.
+        read_only: open for reading only (no directory creation, no clean-up of other
+            writers' temporary directories, nothing deleted or moved).
+
+    Example:
+        >>> import tempfile, jax, jax.numpy as jnp, optax
+        >>> state = TrainState.create({"w": jnp.ones(3)}, optax.sgd(0.1), jax.random.PRNGKey(0))
+        >>> with Checkpointer(tempfile.mkdtemp(), async_save=False) as ckpt:
+        ...     _ = ckpt.save(state, data_state={"position": 7})
+        ...     r = ckpt.restore(state)
+        >>> r.step, r.data_state
+        (0, {'position': 7})
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        keep: int | None = 3,
+        best_metric: str | None = None,
+        best_mode: str = "min",
+        keep_best: int = 1,
+        async_save: bool = True,
+        model_config: Mapping[str, Any] | None = None,
+        tokenizer: Mapping[str, Any] | str | None = None,
+        read_only: bool = False,
+    ) -> None:
+        if best_mode not in ("min", "max"):
+            raise ValueError(f"`best_mode` must be 'min' or 'max'; got {best_mode!r}.")
+        if keep is not None and keep < 1:
+            raise ValueError(f"`keep` must be >= 1 or None; got {keep}.")
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.best_metric = best_metric
+        self.best_mode = best_mode
+        self.model_config = None if model_config is None else _jsonable(dict(model_config))
+        if isinstance(tokenizer, str):
+            tokenizer = json.loads(tokenizer)
+        self.tokenizer = None if tokenizer is None else _jsonable(tokenizer)
+        policies: list[Any] = [ocm.LatestN(n=keep)]
+        if best_metric is not None:
+            policies.append(
+                ocm.BestN(
+                    get_metric_fn=lambda m: float(m[best_metric]),
+                    reverse=best_mode == "min",  # BestN keeps the tail of the sorted list
+                    n=keep_best,
+                    keep_checkpoints_without_metrics=False,
+                )
+            )
+        with _quiet_orbax():
+            options = ocp.CheckpointManagerOptions(
+                preservation_policy=ocm.AnyPreservationPolicy(policies),
+                enable_async_checkpointing=async_save,
+                cleanup_tmp_directories=not read_only,
+                create=not read_only,
+                read_only=read_only,
+            )
+        self.read_only = read_only
+        handlers = {
+            "params": ocp.StandardCheckpointHandler(),
+            "opt_state": ocp.StandardCheckpointHandler(),
+            "train": ocp.StandardCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+            "tokenizer": ocp.JsonCheckpointHandler(),
+        }
+        with _quiet_orbax():
+            self._mngr = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+
+    # -- context manager ---------------------------------------------------------------
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- queries -----------------------------------------------------------------------
+    def all_steps(self) -> list[int]:
+        """Steps with a complete checkpoint, ascending."""
+        return sorted(int(s) for s in self._mngr.all_steps())
+
+    def latest_step(self) -> int | None:
+        """The newest complete checkpoint (not checked for readability), or ``None``."""
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def best_step(self) -> int | None:
+        """The kept checkpoint with the best ``best_metric`` (``None`` if none has it)."""
+        if self.best_metric is None:
+            return None
+        scored = []
+        for s in self.all_steps():
+            try:
+                m = self.meta(s).get("metrics") or {}
+            except Exception:  # noqa: BLE001 — unreadable meta: not a candidate
+                continue
+            if self.best_metric in m:
+                scored.append((float(m[self.best_metric]), s))
+        if not scored:
+            return None
+        return (min if self.best_mode == "min" else max)(scored)[1]
+
+    def meta(self, step: int) -> dict:
+        """The JSON ``meta`` item of ``step``."""
+        out = self._orbax_restore(step, ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(out["meta"])
+
+    def _orbax_restore(self, step: int, args: Any) -> Any:
+        with _quiet_orbax():
+            return self._mngr.restore(step, args=args)
+
+    def _item_md(self, step: int, item: str) -> Any:
+        """The saved array metadata tree of ``item`` (raises if unreadable)."""
+        with _quiet_orbax():
+            md = self._mngr.item_metadata(step)[item]
+        tree = getattr(md, "tree", md)
+        if tree is None or not _flat_shapes_md(tree):
+            raise RuntimeError(f"metadata of `{item}` at step {step} is missing or unreadable.")
+        return tree
+
+    # -- save --------------------------------------------------------------------------
+    def save(
+        self,
+        state: TrainState,
+        *,
+        data_state: Any = None,
+        metrics: Mapping[str, Any] | None = None,
+        step: int | None = None,
+    ) -> bool:
+        """Checkpoint ``state`` at ``step`` (default ``state.step``); False if it exists.
+
+        ``metrics`` (floats) are stored in ``meta``; if they contain ``best_metric`` they
+        also rank the checkpoint for best-keeping.
+        """
+        step = int(jax.device_get(state.step)) if step is None else int(step)
+        if step in self.all_steps():
+            return False
+        metrics = {k: float(v) for k, v in dict(metrics or {}).items()}
+        meta = {
+            "step": step,
+            "data_state": _jsonable(data_state),
+            "model_config": self.model_config,
+            "metrics": metrics,
+            "seqjax_version": seqjax.__version__,
+            "time": time.time(),
+        }
+        items: dict[str, Any] = {
+            "params": ocp.args.StandardSave(state.params),
+            "opt_state": ocp.args.StandardSave(state.opt_state),
+            "train": ocp.args.StandardSave(
+                {"step": state.step, "rng": state.rng, "carry": state.carry}
+            ),
+            "meta": ocp.args.JsonSave(meta),
+        }
+        if self.tokenizer is not None:
+            items["tokenizer"] = ocp.args.JsonSave(self.tokenizer)
+        ranked = None
+        if self.best_metric is not None and self.best_metric in metrics:
+            ranked = {self.best_metric: metrics[self.best_metric]}
+        with _quiet_orbax():
+            return bool(
+                self._mngr.save(step, args=ocp.args.Composite(**items), metrics=ranked, force=True)
+            )
+
+    def wait(self) -> None:
+        """Block until background writes have finished."""
+        self._mngr.wait_until_finished()
+
+    def close(self) -> None:
+        """Finish pending writes and release the manager."""
+        self._mngr.wait_until_finished()
+        self._mngr.close()
+
+    # -- restore -----------------------------------------------------------------------
+    def _check_fits(self, step: int, meta: dict, target: TrainState) -> None:
+        where = f"checkpoint {os.path.join(self.directory, str(step))}"
+        if self.model_config is not None and meta.get("model_config") is not None:
+            diff = _config_diff(meta["model_config"], self.model_config)
+            if diff:
+                raise CheckpointMismatchError(
+                    f"{where} was written for a different model config: " + "; ".join(diff)
+                    + ". Use a new work dir, or the saved config."
+                )
+        for item, tree in (("params", target.params), ("opt_state", target.opt_state)):
+            want = _flat_shapes(tree)
+            if not want:  # e.g. plain SGD: nothing to compare
+                continue
+            saved = {k: tuple(v.shape) for k, v in _flat_shapes_md(self._item_md(step, item)).items()}
+            missing = sorted(set(want) - set(saved))
+            extra = sorted(set(saved) - set(want))
+            if missing or extra:
+                raise CheckpointMismatchError(
+                    f"{where}: `{item}` has other entries than the model expects "
+                    f"(missing from checkpoint: {missing[:5]}; unexpected: {extra[:5]})."
+                    + (" Did the optimizer change?" if item == "opt_state" else "")
+                )
+            bad = [f"{k}: saved {saved[k]}, model {want[k]}" for k in want if saved[k] != want[k]]
+            if bad:
+                raise CheckpointMismatchError(
+                    f"{where}: `{item}` shapes differ from the model: " + "; ".join(bad[:5])
+                )
+
+    def _restore_step(self, step: int, target: TrainState) -> Restored:
+        meta = self.meta(step)
+        self._check_fits(step, meta, target)
+        train_target = {"step": target.step, "rng": target.rng, "carry": target.carry}
+        out = self._orbax_restore(
+            step,
+            ocp.args.Composite(
+                params=ocp.args.StandardRestore(_abstract(target.params)),
+                opt_state=ocp.args.StandardRestore(_abstract(target.opt_state)),
+                train=ocp.args.StandardRestore(_abstract(train_target)),
+            ),
+        )
+        train = out["train"]
+        state = target.replace(
+            step=train["step"],
+            params=out["params"],
+            opt_state=out["opt_state"],
+            rng=train["rng"],
+            carry=train.get("carry"),
+        )
+        return Restored(state=state, step=step, data_state=meta.get("data_state"), meta=meta)
+
+    def _quarantine(self, step: int, err: BaseException, fallback: int | None) -> None:
+        src = os.path.join(self.directory, str(step))
+        dst_root = self.directory.rstrip("/") + ".corrupted"
+        dst = os.path.join(dst_root, f"{step}-{int(time.time())}")
+        nxt = f"falling back to step {fallback}" if fallback is not None else "no older checkpoint"
+        warnings.warn(
+            f"checkpoint step {step} in {self.directory} is unreadable "
+            f"({type(err).__name__}: {str(err)[:300]}); moved to {dst}; {nxt}.",
+            CheckpointWarning,
+            stacklevel=3,
+        )
+        if not self.read_only and jax.process_index() == 0 and os.path.isdir(src):
+            os.makedirs(dst_root, exist_ok=True)
+            shutil.move(src, dst)
+        with _quiet_orbax():
+            self._mngr.reload()
+
+    def restore(self, target: TrainState, step: int | None = None) -> Restored | None:
+        """Restore into the structure, dtypes and shardings of ``target``.
+
+        With ``step=None`` the newest readable checkpoint is used (unreadable newer ones
+        are skipped with a :class:`CheckpointWarning`); ``None`` is returned when the
+        directory has no checkpoint. An explicit ``step`` is restored or raises.
+        Raises :class:`CheckpointMismatchError` when the checkpoint does not fit.
+        """
+        self.wait()
+        if step is not None:
+            return self._restore_step(int(step), target)
+        steps = self.all_steps()
+        for i in range(len(steps) - 1, -1, -1):
+            try:
+                return self._restore_step(steps[i], target)
+            except CheckpointMismatchError:
+                raise
+            except Exception as err:  # noqa: BLE001 — any read failure means "corrupted"
+                self._quarantine(steps[i], err, steps[i - 1] if i > 0 else None)
+        if steps:
+            raise RuntimeError(
+                f"no readable checkpoint in {self.directory} (steps {steps} all failed; "
+                f"moved to {self.directory}.corrupted)."
+            )
+        return None
+
+    def restore_params(self, step: int | None = None, target: Any = None, sharding: Any = None) -> Any:
+        """The parameters alone (for inference); see :func:`restore_params`."""
+        self.wait()
+        steps = [step] if step is not None else self.all_steps()[::-1]
+        if not steps:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}.")
+        last_err: BaseException | None = None
+        for s in steps:
+            try:
+                if target is None:
+                    tree = self._item_md(s, "params")
+                    abstract = jax.tree_util.tree_map(
+                        lambda m: jax.ShapeDtypeStruct(
+                            tuple(m.shape), m.dtype,
+                            sharding=sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0]),
+                        ),
+                        tree,
+                        is_leaf=_is_array_md,
+                    )
+                else:
+                    want, saved = _flat_shapes(target), {
+                        k: tuple(v.shape)
+                        for k, v in _flat_shapes_md(self._item_md(s, "params")).items()
+                    }
+                    if want != saved:
+                        raise CheckpointMismatchError(
+                            f"checkpoint {s} in {self.directory}: parameter names/shapes differ "
+                            f"from `target` (e.g. "
+                            f"{sorted(set(want.items()) ^ set(saved.items()))[:4]})."
+                        )
+                    abstract = _abstract(target, sharding)
+                out = self._orbax_restore(
+                    s, ocp.args.Composite(params=ocp.args.StandardRestore(abstract))
+                )
+                return out["params"]
+            except CheckpointMismatchError:
+                raise
+            except Exception as err:  # noqa: BLE001
+                if step is not None:
+                    raise
+                last_err = err
+                warnings.warn(
+                    f"checkpoint step {s} in {self.directory} is unreadable ({err!r:.300}); "
+                    f"trying an older one.",
+                    CheckpointWarning,
+                    stacklevel=2,
+                )
+        raise RuntimeError(f"no readable checkpoint in {self.directory}") from last_err
+
+
+def _is_array_md(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _flat_shapes_md(tree: Any) -> dict[str, Any]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_array_md)[0]
+    return {path_to_str(p): x for p, x in leaves if _is_array_md(x)}
+
+
+def _open(directory: str | os.PathLike) -> Checkpointer:
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"no checkpoint directory {directory!r}.")
+    return Checkpointer(directory, keep=None, async_save=False, read_only=True)
+
+
+def _pick_step(ckpt: Checkpointer, step: int | str | None, best_metric: str | None,
+               best_mode: str) -> int | None:
+    if step == "best":
+        ckpt.best_metric, ckpt.best_mode = best_metric, best_mode
+        best = ckpt.best_step()
+        if best is None:
+            raise ValueError(f"no checkpoint in {ckpt.directory} has metric {best_metric!r}.")
+        return best
+    if step in (None, "latest"):
+        return None
+    return int(step)
+
+
+def restore_params(
+    directory: str | os.PathLike,
+    step: int | str | None = None,
+    *,
+    target: Any = None,
+    sharding: Any = None,
+    best_metric: str = "eval/loss",
+    best_mode: str = "min",
+) -> Any:
+    """Restore only the parameters of a checkpoint (no optimiser, for inference).
+
+    Args:
+        directory: the checkpoint directory (``<workdir>/checkpoints``).
+        step: an int, ``"latest"``/``None`` (newest readable), or ``"best"`` (by
+            ``best_metric``/``best_mode`` as stored in each checkpoint's metrics).
+        target: optional params tree; names and shapes must match (else
+            :class:`CheckpointMismatchError`) and its shardings are used.
+        sharding: the sharding of every leaf when no ``target`` (default: first device).
+    """
+    ckpt = _open(directory)
+    try:
+        return ckpt.restore_params(_pick_step(ckpt, step, best_metric, best_mode), target, sharding)
+    finally:
+        ckpt.close()
+
+
+def load_meta(directory: str | os.PathLike, step: int | None = None) -> dict:
+    """The ``meta`` JSON (``step``, ``data_state``, ``model_config``, ``metrics``) of a step
+    (default: the newest)."""
+    ckpt = _open(directory)
+    try:
+        step = ckpt.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {directory}.")
+        return ckpt.meta(step)
+    finally:
+        ckpt.close()
+
+
+def load_tokenizer(directory: str | os.PathLike, step: int | None = None) -> dict | None:
+    """The tokenizer JSON saved with a checkpoint (default: the newest), or ``None``."""
+    ckpt = _open(directory)
+    try:
+        step = ckpt.latest_step() if step is None else step
+        if step is None or not os.path.isdir(os.path.join(ckpt.directory, str(step), "tokenizer")):
+            return None
+        out = ckpt._orbax_restore(step, ocp.args.Composite(tokenizer=ocp.args.JsonRestore()))
+        return dict(out["tokenizer"])
+    finally:
+        ckpt.close()

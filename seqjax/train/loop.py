@@ -1,0 +1,497 @@
+"""The training loop: ``fit`` with evaluation, progress, logs, checkpoints and fault handling.
+
+``fit(state, train_step, train_data, FitConfig(num_steps=...), workdir=...)`` runs
+``state, metrics = train_step(state, batch)`` until ``state.step == num_steps`` and, in the
+work dir, keeps
+
+* ``checkpoints/`` — orbax checkpoints (:mod:`seqjax.train.checkpoint`) every
+  ``checkpoint_every`` steps, at every evaluation and at the end; a rerun in the same work
+  dir restores the newest readable one (state, RNG and data-iterator position) and
+  continues — bit-for-bit the same run on the same hardware;
+* ``metrics.jsonl`` — one JSON object per logged step (``step``, ``loss``, ``grad_norm``,
+  ``lr``, ``tokens_per_s``, ``eval/*``, ...); lines past the restored step are dropped on
+  resume;
+* ``tensorboard/`` — TensorBoard event files (tensorboardX) of the same scalars;
+* ``loss.png``, ``perplexity.png`` — curves drawn at the end (matplotlib, Agg).
+
+A tqdm bar shows loss, tokens/s and the ETA. SIGTERM/SIGINT (preemption on Colab or a TPU
+VM, Ctrl-C) finish the current step, save a checkpoint and return with
+``status="interrupted"`` (a second Ctrl-C aborts at once). A non-finite ``loss`` or
+``grad_norm`` raises :class:`NonFiniteLossError` naming the step and the metric; nothing
+is saved after the last finite step, so the last good checkpoint stays the newest.
+
+Metrics are fetched from the device one step late, so the host never stalls the next
+step's dispatch, except at log/eval/checkpoint steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from seqjax.train.checkpoint import Checkpointer
+from seqjax.train.optim import TrainState
+
+__all__ = [
+    "FitConfig",
+    "FitResult",
+    "NonFiniteLossError",
+    "fit",
+    "evaluate",
+    "read_metrics",
+    "plot_curves",
+    "peak_flops_per_device",
+]
+
+# Dense bf16 peak FLOP/s per chip, by jax `device_kind` substring (vendor data sheets).
+_PEAK_FLOPS = {
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v5": 459e12,
+    "TPU v6 lite": 918e12,
+    "TPU v6e": 918e12,
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L4": 121e12,
+    "V100": 125e12,
+}
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN/inf metric; ``step``, ``metric`` and ``value`` say where."""
+
+    def __init__(self, step: int, metric: str, value: float, workdir: str | None = None) -> None:
+        self.step, self.metric, self.value = step, metric, value
+        where = f"; the last good checkpoint is in {workdir}/checkpoints" if workdir else ""
+        super().__init__(f"non-finite {metric} = {value} at step {step}; training stopped{where}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """How :func:`fit` runs.
+
+    Attributes:
+        num_steps: train until ``state.step == num_steps``.
+        log_every: steps between logged records (also the first step and the last).
+        eval_every: steps between evaluations; 0 = only at the end (needs ``eval_data``).
+        checkpoint_every: steps between checkpoints; 0 = only at the end (needs a work dir).
+        keep_checkpoints: the most recent checkpoints kept.
+        best_metric: also keep the best checkpoint by this logged metric (``None`` = off).
+        best_mode: ``"min"`` or ``"max"``.
+        async_checkpointing: write checkpoints in a background thread.
+        progress: show a tqdm bar.
+        print_logs: print one line per logged record.
+        tensorboard: write TensorBoard event files.
+        plot: draw ``loss.png`` and ``perplexity.png`` at the end.
+        handle_signals: SIGTERM/SIGINT save and stop (main thread only).
+        finite_check: metrics that must stay finite.
+        flops_per_step: model FLOPs per step (e.g. ``6 · params · tokens``) to report MFU.
+        peak_flops: peak FLOP/s per device for MFU; ``None`` = look up the device kind.
+    """
+
+    num_steps: int
+    log_every: int = 50
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    best_metric: str | None = "eval/loss"
+    best_mode: str = "min"
+    async_checkpointing: bool = True
+    progress: bool = True
+    print_logs: bool = False
+    tensorboard: bool = True
+    plot: bool = True
+    handle_signals: bool = True
+    finite_check: tuple[str, ...] = ("loss", "grad_norm")
+    flops_per_step: float | None = None
+    peak_flops: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < (1 if name in ("log_every", "keep_checkpoints") else 0):
+                raise ValueError(f"`{name}` must be a non-negative int (log_every, "
+                                 f"keep_checkpoints >= 1); got {v!r}.")
+
+
+@dataclasses.dataclass
+class FitResult:
+    """What :func:`fit` returns.
+
+    Attributes:
+        state: the final state.
+        status: ``"completed"`` or ``"interrupted"`` (a signal).
+        start_step: the step training started from (restored checkpoint, else 0).
+        history: the logged records of this call.
+        eval_metrics: the last evaluation's metrics.
+    """
+
+    state: TrainState
+    status: str
+    start_step: int
+    history: list[dict]
+    eval_metrics: dict
+
+
+def peak_flops_per_device(device: Any = None) -> float | None:
+    """Peak dense bf16 FLOP/s of ``device`` (default: the first) from a small table, or None."""
+    kind = (device or jax.devices()[0]).device_kind
+    for name, flops in _PEAK_FLOPS.items():
+        if name.lower() in kind.lower():
+            return flops
+    return None
+
+
+def evaluate(
+    eval_step: Callable[[Any, Any], Mapping[str, Any]],
+    params: Any,
+    batches: Iterable[Any],
+    *,
+    place_batch: Callable[[Any], Any] | None = None,
+) -> dict[str, float]:
+    """Average ``eval_step(params, batch)`` over ``batches``, weighted by ``tokens``.
+
+    Each metric ``m`` is ``Σ_b m_b w_b / Σ_b w_b`` with ``w_b`` the batch's ``tokens``
+    (1 if absent); ``tokens`` itself is summed and ``perplexity = exp(loss)`` added.
+
+    Example:
+        >>> ev = lambda p, b: {"loss": b["l"], "tokens": b["n"]}
+        >>> evaluate(ev, None, [{"l": 1.0, "n": 1.0}, {"l": 4.0, "n": 3.0}])["loss"]
+        3.25
+    """
+    sums: dict[str, float] = {}
+    total = 0.0
+    n = 0
+    for batch in batches:
+        if place_batch is not None:
+            batch = place_batch(batch)
+        m = {k: float(v) for k, v in jax.device_get(dict(eval_step(params, batch))).items()}
+        w = m.pop("tokens", 1.0)
+        total += w
+        n += 1
+        for k, v in m.items():
+            sums[k] = sums.get(k, 0.0) + v * w
+    if n == 0:
+        raise ValueError("`batches` is empty: nothing to evaluate.")
+    out = {k: v / max(total, 1e-30) for k, v in sums.items()}
+    out["tokens"] = total
+    if "loss" in out:
+        out["perplexity"] = math.exp(min(out["loss"], 700.0))
+    return out
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The records of a ``metrics.jsonl`` file (unreadable trailing lines are ignored)."""
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut by a crash; everything after it is suspect
+    return out
+
+
+def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike) -> list[str]:
+    """Draw ``loss.png`` (train and eval cross-entropy) and ``perplexity.png`` in ``workdir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for name, transform, ylabel in (
+        ("loss", lambda v: v, "cross-entropy (nats/token)"),
+        ("perplexity", lambda v: math.exp(min(v, 700.0)), "perplexity"),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for key, label in (("loss", "train"), ("eval/loss", "eval")):
+            pts = [(r["step"], transform(r[key])) for r in records
+                   if key in r and r[key] is not None and math.isfinite(r[key])]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, label=label, marker="o" if key != "loss" else None, ms=3)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = os.path.join(os.fspath(workdir), f"{name}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _tensorboard_writer(logdir: str, purge_step: int | None) -> Any:
+    # tensorboardX imports torch when it can (~5 s) only to accept torch tensors; we log
+    # floats, so hide torch during the import unless the user already imported it.
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        import tensorboardX
+    finally:
+        if hide:
+            del sys.modules["torch"]
+    return tensorboardX.SummaryWriter(logdir=logdir, purge_step=purge_step)
+
+
+class _SignalGuard:
+    """Turn SIGTERM/SIGINT into a stop request while training (restored on exit)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.requested: str | None = None
+        self._old: dict[int, Any] = {}
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+
+    def __enter__(self) -> _SignalGuard:
+        if self.enabled:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _batches(data: Any, start: int, data_state: Any) -> Callable[[int], Any]:
+    """``get(i)`` = the batch of 0-based step ``i``, for a callable or an iterator."""
+    if not hasattr(data, "__next__"):
+        if callable(data):
+            return data
+        data = iter(data)
+    if start:
+        if data_state is not None and hasattr(data, "set_state"):
+            data.set_state(data_state)
+        else:
+            for _ in range(start):  # no saved position: replay the stream
+                next(data)
+    return lambda i: next(data)
+
+
+def _data_state(data: Any, step: int) -> Any:
+    if hasattr(data, "get_state"):
+        return data.get_state()
+    return {"batches_consumed": step}
+
+
+def fit(
+    state: TrainState,
+    train_step: Callable[[TrainState, Any], tuple[TrainState, Mapping[str, Any]]],
+    train_data: Any,
+    config: FitConfig,
+    *,
+    workdir: str | os.PathLike | None = None,
+    eval_step: Callable[[Any, Any], Mapping[str, Any]] | None = None,
+    eval_data: Callable[[], Iterable[Any]] | Sequence[Any] | None = None,
+    place_batch: Callable[[Any], Any] | None = None,
+    model_config: Mapping[str, Any] | None = None,
+    tokenizer: Mapping[str, Any] | str | None = None,
+    hooks: Sequence[Callable[[dict], None]] = (),
+) -> FitResult:
+    """Train ``state`` to ``config.num_steps`` steps, resuming from ``workdir`` if it has checkpoints.
+
+    Args:
+        state: the initial state (also the template — structure, shapes, shardings —
+            for restoring).
+        train_step: ``(state, batch) -> (state, metrics)``, e.g. from
+            :func:`seqjax.train.step.make_train_step`.
+        train_data: an iterator of batches (with ``get_state``/``set_state`` to resume
+            its position exactly; otherwise it is replayed), or ``f(i) -> batch`` for the
+            0-based step ``i``.
+        config: a :class:`FitConfig`.
+        workdir: checkpoints, logs and plots go here; ``None`` = nothing is written.
+        eval_step: ``(params, batch) -> metrics`` (e.g. :func:`seqjax.train.step.make_eval_step`).
+        eval_data: a list of batches or a function returning a fresh iterable of them.
+        place_batch: applied to every batch before the step (e.g.
+            ``partial(shard_batch, mesh=mesh)``).
+        model_config: JSON-able dict saved with checkpoints and checked on restore.
+        tokenizer: JSON dict/string saved with checkpoints.
+        hooks: called with every logged record.
+
+    Returns:
+        A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf.
+    """
+    cfg = config
+    primary = jax.process_index() == 0
+    workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
+    ckpt = None
+    start = int(jax.device_get(state.step))
+    data_state = None
+    if workdir is not None:
+        os.makedirs(workdir, exist_ok=True)
+        ckpt = Checkpointer(
+            os.path.join(workdir, "checkpoints"),
+            keep=cfg.keep_checkpoints,
+            best_metric=cfg.best_metric,
+            best_mode=cfg.best_mode,
+            async_save=cfg.async_checkpointing,
+            model_config=model_config,
+            tokenizer=tokenizer,
+        )
+        restored = ckpt.restore(state)
+        if restored is not None:
+            state, start, data_state = restored.state, restored.step, restored.data_state
+    get_batch = _batches(train_data, start, data_state)
+
+    metrics_path = None if workdir is None else os.path.join(workdir, "metrics.jsonl")
+    writer = None
+    if primary and metrics_path is not None:
+        kept = [r for r in read_metrics(metrics_path) if r.get("step", 0) <= start]
+        with open(metrics_path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        if cfg.tensorboard:
+            writer = _tensorboard_writer(os.path.join(workdir, "tensorboard"),
+                                         purge_step=start + 1 if start else None)
+
+    peak = cfg.peak_flops or peak_flops_per_device()
+    n_dev = jax.device_count()
+    history: list[dict] = []
+    eval_metrics: dict = {}
+    last_metrics: dict = {}
+    bar = None
+    if cfg.progress and primary and start < cfg.num_steps:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.num_steps, initial=start, desc="train", unit="step",
+                   dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
+    t0 = time.perf_counter()
+    clock = {"t": t0, "step": start, "tokens": 0.0}
+
+    def write(record: dict) -> None:
+        history.append(record)
+        if metrics_path is not None and primary:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if writer is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, int | float):
+                    writer.add_scalar(k, v, record["step"])
+        if cfg.print_logs and primary:
+            text = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                             for k, v in record.items() if k != "time")
+            (bar.write if bar is not None else print)(text)
+        for hook in hooks:
+            hook(record)
+
+    def is_log(s: int) -> bool:
+        return s % cfg.log_every == 0 or s == start + 1 or s == cfg.num_steps
+
+    def finish(s: int, m_dev: Mapping[str, Any]) -> dict | None:
+        """Fetch step ``s``'s metrics, check them, return its record if it is logged."""
+        m = {k: float(v) for k, v in jax.device_get(dict(m_dev)).items()}
+        for name in cfg.finite_check:
+            if name in m and not math.isfinite(m[name]):
+                raise NonFiniteLossError(s, name, m[name], workdir)
+        last_metrics.clear()
+        last_metrics.update(m)
+        clock["tokens"] += m.get("tokens", 0.0)
+        if bar is not None:
+            bar.update(1)
+        if not is_log(s):
+            return None
+        now = time.perf_counter()
+        dt, ds = max(now - clock["t"], 1e-9), s - clock["step"]
+        record = {"step": s, **m, "steps_per_s": ds / dt, "time": now - t0}
+        if clock["tokens"]:
+            record["tokens_per_s"] = clock["tokens"] / dt
+        if cfg.flops_per_step and peak:
+            record["mfu"] = cfg.flops_per_step * ds / dt / (peak * n_dev)
+        clock.update(t=now, step=s, tokens=0.0)
+        if bar is not None:
+            post = {"loss": f"{m.get('loss', float('nan')):.4f}"}
+            if "tokens_per_s" in record:
+                post["tok/s"] = f"{record['tokens_per_s']:.3g}"
+            if "mfu" in record:
+                post["mfu"] = f"{record['mfu']:.1%}"
+            bar.set_postfix(post, refresh=False)
+        return record
+
+    def save(s: int, metrics: Mapping[str, Any]) -> None:
+        if ckpt is not None:
+            ckpt.save(state, data_state=_data_state(train_data, s), metrics=metrics, step=s)
+
+    def run_eval() -> dict:
+        batches = eval_data() if callable(eval_data) else eval_data
+        out = evaluate(eval_step, state.params, batches, place_batch=place_batch)
+        return {f"eval/{k}": v for k, v in out.items()}
+
+    status = "completed"
+    with _SignalGuard(cfg.handle_signals) as guard:
+        try:
+            pending: tuple[int, Any] | None = None
+            for s in range(start + 1, cfg.num_steps + 1):
+                batch = get_batch(s - 1)
+                if place_batch is not None:
+                    batch = place_batch(batch)
+                state, m_dev = train_step(state, batch)
+                if pending is not None:  # the previous step, fetched one step late
+                    rec = finish(*pending)
+                    if rec is not None:
+                        write(rec)
+                    pending = None
+                final = s == cfg.num_steps
+                stop = guard.requested is not None
+                do_eval = eval_step is not None and eval_data is not None and (
+                    final or (cfg.eval_every and s % cfg.eval_every == 0))
+                do_save = ckpt is not None and (
+                    final or do_eval or (cfg.checkpoint_every and s % cfg.checkpoint_every == 0)
+                    or stop)
+                if not (do_eval or do_save or final or stop):
+                    pending = (s, m_dev)
+                    continue
+                rec = finish(s, m_dev)
+                if do_eval:
+                    eval_metrics = run_eval()
+                    rec = {**(rec or {"step": s, **last_metrics}), **eval_metrics}
+                if rec is not None:
+                    write(rec)
+                if do_save:
+                    save(s, {**last_metrics, **eval_metrics} if do_eval else last_metrics)
+                if stop and not final:
+                    status = "interrupted"
+                    msg = (f"{guard.requested}: stopped at step {s}"
+                           + (f"; checkpoint saved in {workdir}" if ckpt is not None else ""))
+                    (bar.write if bar is not None else print)(msg, file=sys.stderr)
+                    break
+            if pending is not None:
+                rec = finish(*pending)
+                if rec is not None:
+                    write(rec)
+        finally:
+            if bar is not None:
+                bar.close()
+            if ckpt is not None:
+                ckpt.close()
+            if writer is not None:
+                writer.close()
+    if primary and workdir is not None and cfg.plot:
+        plot_curves(read_metrics(metrics_path), workdir)
+    return FitResult(state=state, status=status, start_step=start, history=history,
+                     eval_metrics=eval_metrics)

@@ -1,0 +1,307 @@
+r"""Losses and metrics for sequence models: masked cross-entropy, accuracy, perplexity, bits/char.
+
+Cross-entropy between a target distribution ``q`` and the model's softmax output
+``ŷ = softmax(z)`` at one position is (J&M (9.12); MEDL (7.4))
+
+.. math::  C^{\langle t\rangle} = -\sum_{k=1}^{V} q_k \log \hat y_k ,
+
+which for a one-hot target ``q = e_y`` is ``-log ŷ_y`` (J&M (9.13)). The sequence
+loss is the average over time (MEDL (7.5)); with padding, the average runs over the
+positions whose mask is True only (MEDL §7.4 footnote 9: no loss where the target is
+``<empty>``). Label smoothing (Szegedy et al. 2016; Vaswani et al. 2017 §5.4) replaces
+the one-hot target by ``q = (1 - ε) e_y + ε / V``, which gives
+
+.. math::  C^{\langle t\rangle} = (1-ε)(\log Z - z_y) + ε(\log Z - \tfrac1V\sum_k z_k),
+           \qquad \log Z = \operatorname{logsumexp}(z),
+
+computed here without materialising a ``[..., V]`` one-hot. Logits are promoted to
+float32 before the log-softmax whatever the compute dtype (DESIGN.md).
+
+Perplexity (J&M (9.1)–(9.2)) is ``PP = P(w_{1:n})^{-1/n} = exp(-(1/n) Σ log P(w_i | w_{<i}))``;
+it is computed from the mean negative log-likelihood in log space, never as a
+product of probabilities (which underflows). Bits per character is the mean NLL in
+bits per character of text: ``bpc = NLL_nats / (ln 2 · chars)``.
+
+Shapes: ``logits_...xV`` and integer ``labels_...`` with any leading shape (usually
+``[B, T]``); ``mask_...`` boolean, True = the position counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax._checks import check_bool, check_integer, is_concrete
+
+Array = jax.Array
+
+__all__ = [
+    "token_cross_entropy",
+    "masked_cross_entropy",
+    "token_accuracy",
+    "perplexity",
+    "nll_to_perplexity",
+    "bits_per_char",
+    "make_lm_loss",
+    "make_lm_eval",
+]
+
+
+def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> None:
+    if np.ndim(logits) < 1:
+        raise ValueError(f"`logits` must have a trailing vocabulary axis; got shape {np.shape(logits)}.")
+    check_integer(labels, "labels")
+    if tuple(np.shape(labels)) != tuple(np.shape(logits))[:-1]:
+        raise ValueError(
+            f"`labels` must have shape logits.shape[:-1] = {tuple(np.shape(logits))[:-1]}; "
+            f"got {tuple(np.shape(labels))}."
+        )
+    if mask is not None:
+        check_bool(mask, "mask")
+        if tuple(np.shape(mask)) != tuple(np.shape(labels)):
+            raise ValueError(
+                f"`mask` must have the shape of `labels` {tuple(np.shape(labels))}; "
+                f"got {tuple(np.shape(mask))}."
+            )
+    # Token ids outside the vocabulary are an error, not a silent clamp (DESIGN.md).
+    # Only concrete values can be checked; positions with mask False are ignored
+    # (padding labels such as -100 are allowed there).
+    if is_concrete(labels) and (mask is None or is_concrete(mask)):
+        lab = np.asarray(labels)
+        if mask is not None:
+            lab = lab[np.asarray(mask)]
+        if lab.size:
+            vocab = np.shape(logits)[-1]
+            lo, hi = int(lab.min()), int(lab.max())
+            if lo < 0 or hi >= vocab:
+                raise ValueError(
+                    f"`labels` must lie in [0, {vocab - 1}] (the vocabulary of `logits`) where "
+                    f"`mask` is True; got values in [{lo}, {hi}]."
+                )
+
+
+def token_cross_entropy(
+    logits: Array, labels: Array, *, label_smoothing: float = 0.0, mask: Array | None = None
+) -> Array:
+    r"""Per-position cross-entropy ``C^{<t>}`` (J&M (9.12)–(9.13); MEDL (7.4)), float32.
+
+    ``-Σ_k q_k log softmax(z)_k`` with ``q = (1 - ε) e_y + ε/V`` (ε = ``label_smoothing``).
+    Positions where ``mask`` is False get 0 (their labels may be anything, e.g. -100).
+
+    Args:
+        logits: ``[..., V]`` unnormalised scores ``z``.
+        labels: integer ``[...]`` target ids ``y``.
+        label_smoothing: ε in ``[0, 1)``.
+        mask: optional boolean ``[...]``, True = the position counts.
+
+    Returns:
+        ``[...]`` float32 losses.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> loss = token_cross_entropy(jnp.zeros((1, 2, 4)), jnp.array([[0, 3]]))
+        >>> bool(jnp.allclose(loss, jnp.log(4.0)))
+        True
+    """
+    _check_logits_labels(logits, labels, mask)
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"`label_smoothing` must lie in [0, 1); got {label_smoothing}.")
+    z = jnp.asarray(logits).astype(jnp.float32)
+    safe_labels = labels if mask is None else jnp.where(mask, labels, 0)
+    log_z = jax.nn.logsumexp(z, axis=-1)
+    z_y = jnp.take_along_axis(z, safe_labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    loss = log_z - z_y  # -log ŷ_y
+    if label_smoothing > 0.0:
+        uniform = log_z - jnp.mean(z, axis=-1)  # -(1/V) Σ_k log ŷ_k
+        loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
+    if mask is not None:
+        loss = jnp.where(mask, loss, 0.0)
+    return loss
+
+
+def _count(labels: Array, mask: Array | None) -> Array:
+    if mask is None:
+        return jnp.asarray(math.prod(np.shape(labels)), jnp.float32)
+    return jnp.sum(mask, dtype=jnp.float32)
+
+
+def masked_cross_entropy(
+    logits: Array,
+    labels: Array,
+    mask: Array | None = None,
+    *,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> Array:
+    r"""Cross-entropy averaged over the kept positions (MEDL (7.4)–(7.5); J&M (9.12)–(9.13)).
+
+    .. math::  C = \frac{\sum_t m_t C^{\langle t\rangle}}{\max(1, \sum_t m_t)}
+
+    With no mask this is MEDL (7.5), the time average (and the batch average).
+
+    Args:
+        logits: ``[..., V]``; labels: integer ``[...]``; mask: optional boolean ``[...]``.
+        label_smoothing: ε in ``[0, 1)``.
+        reduction: ``"mean"`` (over kept positions), ``"sum"`` or ``"none"`` (``[...]``).
+
+    Returns:
+        A float32 scalar (``"mean"``/``"sum"``) or ``[...]`` (``"none"``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> logits = jnp.array([[[2.0, 0.0], [0.0, 2.0], [9.0, -9.0]]])
+        >>> mask = jnp.array([[True, True, False]])
+        >>> float(masked_cross_entropy(logits, jnp.array([[0, 1, 1]]), mask)) < 0.13
+        True
+    """
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"`reduction` must be 'mean', 'sum' or 'none'; got {reduction!r}.")
+    loss = token_cross_entropy(logits, labels, label_smoothing=label_smoothing, mask=mask)
+    if reduction == "none":
+        return loss
+    total = jnp.sum(loss)
+    if reduction == "sum":
+        return total
+    return total / jnp.maximum(_count(labels, mask), 1.0)
+
+
+def token_accuracy(logits: Array, labels: Array, mask: Array | None = None) -> Array:
+    """Fraction of kept positions where ``argmax_k z_k == y`` (float32 scalar; 0 if none kept).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> float(token_accuracy(jnp.array([[[1.0, 0.0], [1.0, 0.0]]]), jnp.array([[0, 1]])))
+        0.5
+    """
+    _check_logits_labels(logits, labels, mask)
+    hit = jnp.argmax(logits, axis=-1) == labels
+    if mask is not None:
+        hit = hit & mask
+    return jnp.sum(hit, dtype=jnp.float32) / jnp.maximum(_count(labels, mask), 1.0)
+
+
+def nll_to_perplexity(mean_nll: Array | float) -> Array:
+    r"""``PP = exp(mean NLL)`` (J&M (9.1)–(9.2) in log space); ``mean_nll`` in nats/token.
+
+    Example:
+        >>> import math
+        >>> round(float(nll_to_perplexity(math.log(8.0))), 4)   # uniform over 8 words
+        8.0
+    """
+    return jnp.exp(jnp.asarray(mean_nll, jnp.float32))
+
+
+def perplexity(logits: Array, labels: Array, mask: Array | None = None) -> Array:
+    r"""Perplexity of the labels under the model (J&M (9.1)–(9.2)), computed in log space.
+
+    .. math::  PP = \exp\Big(-\frac1n\sum_{i=1}^n \log P(w_i\mid w_{<i})\Big)
+                  = \sqrt[n]{\prod_i 1/P(w_i\mid w_{<i})}
+
+    where ``n`` counts the kept positions. No label smoothing: perplexity is a
+    property of the model's distribution, not of the training target.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> round(float(perplexity(jnp.zeros((2, 5, 8)), jnp.zeros((2, 5), jnp.int32))), 4)
+        8.0
+    """
+    return nll_to_perplexity(masked_cross_entropy(logits, labels, mask))
+
+
+def bits_per_char(mean_nll: Array | float, chars_per_token: float = 1.0) -> Array:
+    r"""Bits per character: ``bpc = mean_nll / (ln 2 · chars_per_token)``.
+
+    ``mean_nll`` is the mean negative log-likelihood in nats per token; for a
+    character-level model ``chars_per_token = 1``; for subword tokens pass the
+    corpus ratio ``num_chars / num_tokens``.
+
+    Example:
+        >>> import math
+        >>> float(bits_per_char(math.log(2.0)))
+        1.0
+    """
+    if chars_per_token <= 0:
+        raise ValueError(f"`chars_per_token` must be positive; got {chars_per_token}.")
+    return jnp.asarray(mean_nll, jnp.float32) / (math.log(2.0) * chars_per_token)
+
+
+ApplyFn = Callable[[Any, Array, Array, bool], Array]
+
+
+def make_lm_loss(
+    apply_fn: ApplyFn,
+    *,
+    label_smoothing: float = 0.0,
+    inputs_key: str = "inputs",
+    targets_key: str = "targets",
+    mask_key: str = "mask",
+) -> Callable[[Any, Mapping[str, Array], Array], tuple[Array, dict[str, Array]]]:
+    """A language-model training loss for :func:`seqjax.train.step.make_train_step`.
+
+    The returned ``loss_fn(params, batch, rng) -> (loss, metrics)`` computes
+    ``logits = apply_fn(params, batch["inputs"], rng, True)`` and the masked,
+    optionally label-smoothed cross-entropy against ``batch["targets"]``
+    (mask ``batch["mask"]`` if present). ``metrics`` holds ``accuracy``,
+    ``tokens`` (the number of kept positions, used to weight shards and
+    evaluation batches) and, with smoothing, ``nll`` (the unsmoothed loss).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> apply = lambda p, x, rng, train: jax.nn.one_hot(x, 4) * p
+        >>> loss_fn = make_lm_loss(apply)
+        >>> batch = {"inputs": jnp.array([[1, 2]]), "targets": jnp.array([[1, 2]])}
+        >>> loss, m = loss_fn(jnp.float32(3.0), batch, jax.random.PRNGKey(0))
+        >>> float(m["accuracy"]), float(m["tokens"])
+        (1.0, 2.0)
+    """
+
+    def loss_fn(params: Any, batch: Mapping[str, Array], rng: Array) -> tuple[Array, dict]:
+        logits = apply_fn(params, batch[inputs_key], rng, True)
+        labels, mask = batch[targets_key], batch.get(mask_key)
+        loss = masked_cross_entropy(logits, labels, mask, label_smoothing=label_smoothing)
+        metrics = {
+            "accuracy": token_accuracy(logits, labels, mask),
+            "tokens": _count(labels, mask),
+        }
+        if label_smoothing > 0.0:
+            metrics["nll"] = masked_cross_entropy(logits, labels, mask)
+        return loss, metrics
+
+    return loss_fn
+
+
+def make_lm_eval(
+    apply_fn: ApplyFn,
+    *,
+    inputs_key: str = "inputs",
+    targets_key: str = "targets",
+    mask_key: str = "mask",
+) -> Callable[[Any, Mapping[str, Array]], dict[str, Array]]:
+    """An evaluation function ``eval_fn(params, batch) -> {"loss", "accuracy", "tokens"}``.
+
+    ``loss`` is the unsmoothed mean NLL over kept positions; :func:`seqjax.train.loop.evaluate`
+    averages batches weighted by ``tokens`` and adds ``perplexity = exp(loss)``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> eval_fn = make_lm_eval(lambda p, x, rng, train: jnp.zeros(x.shape + (8,)))
+        >>> m = eval_fn(None, {"inputs": jnp.zeros((1, 3), int), "targets": jnp.ones((1, 3), int)})
+        >>> round(float(m["loss"]), 4) == round(float(jnp.log(8.0)), 4)
+        True
+    """
+
+    def eval_fn(params: Any, batch: Mapping[str, Array]) -> dict[str, Array]:
+        logits = apply_fn(params, batch[inputs_key], jax.random.PRNGKey(0), False)
+        labels, mask = batch[targets_key], batch.get(mask_key)
+        return {
+            "loss": masked_cross_entropy(logits, labels, mask),
+            "accuracy": token_accuracy(logits, labels, mask),
+            "tokens": _count(labels, mask),
+        }
+
+    return eval_fn

@@ -1,0 +1,359 @@
+r"""Optimisers, learning-rate schedules, weight-decay masks and the ``TrainState``.
+
+Everything is built from `optax <https://optax.readthedocs.io>`_ transformations:
+
+* optimisers ``adamw`` (decoupled weight decay, Loshchilov & Hutter 2019), ``adam``
+  and ``sgd`` (optional momentum / Nesterov; weight decay added to the gradient);
+* schedules (``s`` = optimizer update count from 0, ``w`` = warm-up steps, ``S`` = total):
+
+  - ``constant``: ``η(s) = η_0`` (after an optional linear warm-up);
+  - ``warmup_cosine``: linear ``0 → η_0`` over ``w`` steps, then
+    ``η_end + (η_0 - η_end)(1 + cos(π (s - w)/(S - w)))/2``;
+  - ``linear``: linear warm-up, then linear decay to ``η_end`` at ``S``;
+  - ``inverse_sqrt`` (Vaswani et al. 2017, eq. (3)):
+    ``η(s) = η_0 · min(n/w, sqrt(w/n))`` with ``n = s + 1``; Vaswani's
+    ``d_model^{-1/2} min(n^{-1/2}, n w^{-3/2})`` is the case ``η_0 = (d_model · w)^{-1/2}``;
+
+* global-norm clipping, the slides' rule ``g ← η g/‖g‖ if ‖g‖ > η`` (keeps the
+  direction; ``optax.clip_by_global_norm``), applied to the full gradient before the
+  optimiser;
+* a weight-decay mask that decays matrices only: leaves with ``ndim < 2`` (biases,
+  norm scales) and leaves whose path matches an embedding/norm pattern are skipped;
+* gradient accumulation over ``k`` micro-batches with :class:`optax.MultiSteps`
+  (parameters change every ``k``-th call; the averaged gradient equals the gradient
+  of the ``k``-times larger batch when micro-batches hold equal token counts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from seqjax.utils import count_params
+
+Array = jax.Array
+
+__all__ = [
+    "OptimizerConfig",
+    "TrainState",
+    "DEFAULT_NO_DECAY",
+    "decay_mask",
+    "path_to_str",
+    "make_schedule",
+    "make_optimizer",
+    "warmup_cosine_schedule",
+    "linear_schedule",
+    "inverse_sqrt_schedule",
+    "constant_schedule",
+]
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+SCHEDULES = ("constant", "warmup_cosine", "linear", "inverse_sqrt")
+
+# Path patterns (searched in the lower-cased "a/b/c" path) excluded from weight decay
+# in addition to every leaf with ndim < 2.
+DEFAULT_NO_DECAY: tuple[str, ...] = (
+    r"(^|/)bias$",
+    r"(^|/)(scale|gamma|beta)$",
+    r"norm",
+    r"(^|/)ln_?[a-z0-9]*(/|$)",
+    r"embed",
+    r"(^|/)(wte|wpe)(/|$)",
+    r"pos(ition(al)?)?_?emb",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """What :func:`make_optimizer` builds.
+
+    Attributes:
+        name: ``"adamw"``, ``"adam"`` or ``"sgd"``.
+        learning_rate: the peak rate ``η_0``.
+        schedule: ``"constant"``, ``"warmup_cosine"``, ``"linear"`` or ``"inverse_sqrt"``.
+        warmup_steps: linear warm-up length ``w`` (optimizer updates).
+        total_steps: ``S``, the update at which cosine/linear decay ends (required by those).
+        end_lr_ratio: ``η_end / η_0`` for cosine/linear decay.
+        b1, b2, eps: Adam moments and epsilon.
+        weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off.
+        momentum, nesterov: SGD momentum (0 = plain SGD).
+        clip_norm: global-norm clipping threshold ``η``; ``None`` or 0 = off.
+        accumulate_steps: micro-batches per update (``optax.MultiSteps``); 1 = off.
+        no_decay: regexes of parameter paths excluded from weight decay.
+    """
+
+    name: str = "adamw"
+    learning_rate: float = 1e-3
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int | None = None
+    end_lr_ratio: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    nesterov: bool = False
+    clip_norm: float | None = None
+    accumulate_steps: int = 1
+    no_decay: tuple[str, ...] = DEFAULT_NO_DECAY
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"`name` must be one of {OPTIMIZERS}; got {self.name!r}.")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"`schedule` must be one of {SCHEDULES}; got {self.schedule!r}.")
+        if self.learning_rate < 0:
+            raise ValueError(f"`learning_rate` must be >= 0; got {self.learning_rate}.")
+        if self.warmup_steps < 0:
+            raise ValueError(f"`warmup_steps` must be >= 0; got {self.warmup_steps}.")
+        if self.accumulate_steps < 1:
+            raise ValueError(f"`accumulate_steps` must be >= 1; got {self.accumulate_steps}.")
+        if self.schedule in ("warmup_cosine", "linear"):
+            if self.total_steps is None or self.total_steps <= self.warmup_steps:
+                raise ValueError(
+                    f"schedule {self.schedule!r} needs `total_steps` > `warmup_steps` "
+                    f"({self.warmup_steps}); got total_steps={self.total_steps}."
+                )
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def constant_schedule(peak_value: float, warmup_steps: int = 0) -> optax.Schedule:
+    """``η(s) = η_0 · min(1, s / w)`` (a constant after an optional linear warm-up).
+
+    Example:
+        >>> f = constant_schedule(1.0, warmup_steps=4)
+        >>> [float(f(s)) for s in (0, 2, 4, 100)]
+        [0.0, 0.5, 1.0, 1.0]
+    """
+    if warmup_steps <= 0:
+        return optax.constant_schedule(peak_value)
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, peak_value, warmup_steps), optax.constant_schedule(peak_value)],
+        [warmup_steps],
+    )
+
+
+def warmup_cosine_schedule(
+    peak_value: float, warmup_steps: int, total_steps: int, end_value: float = 0.0
+) -> optax.Schedule:
+    """Linear warm-up to ``peak_value`` then cosine decay to ``end_value`` at ``total_steps``.
+
+    Example:
+        >>> f = warmup_cosine_schedule(1.0, 10, 110)
+        >>> [round(float(f(s)), 3) for s in (0, 5, 10, 60, 110)]
+        [0.0, 0.5, 1.0, 0.5, 0.0]
+    """
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=peak_value,
+        warmup_steps=warmup_steps,
+        decay_steps=total_steps,
+        end_value=end_value,
+    )
+
+
+def linear_schedule(
+    peak_value: float, warmup_steps: int, total_steps: int, end_value: float = 0.0
+) -> optax.Schedule:
+    """Linear warm-up to ``peak_value`` then linear decay to ``end_value`` at ``total_steps``.
+
+    Example:
+        >>> f = linear_schedule(1.0, 10, 110)
+        >>> [round(float(f(s)), 3) for s in (5, 10, 60, 110, 200)]
+        [0.5, 1.0, 0.5, 0.0, 0.0]
+    """
+    decay = optax.linear_schedule(peak_value, end_value, total_steps - warmup_steps)
+    if warmup_steps <= 0:
+        return decay
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, peak_value, warmup_steps), decay], [warmup_steps]
+    )
+
+
+def inverse_sqrt_schedule(peak_value: float, warmup_steps: int) -> optax.Schedule:
+    r"""Vaswani et al. (2017) eq. (3): ``η(s) = η_0 · min(n / w, sqrt(w / n))``, ``n = s + 1``.
+
+    With ``η_0 = (d_model · w)^{-1/2}`` this is exactly
+    ``d_model^{-1/2} · min(n^{-1/2}, n · w^{-3/2})``. ``w = 0`` means no warm-up
+    (``η_0 / sqrt(n)``).
+
+    Example:
+        >>> f = inverse_sqrt_schedule(1.0, 4)
+        >>> [round(float(f(s)), 3) for s in (0, 3, 15)]
+        [0.25, 1.0, 0.5]
+    """
+    w = float(max(warmup_steps, 1))
+
+    def schedule(count: Array) -> Array:
+        n = jnp.asarray(count, jnp.float32) + 1.0
+        return peak_value * jnp.minimum(n / w, jnp.sqrt(w / n))
+
+    return schedule
+
+
+def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
+    """The learning-rate schedule named by ``cfg.schedule`` (see the module docstring)."""
+    peak, end = cfg.learning_rate, cfg.learning_rate * cfg.end_lr_ratio
+    if cfg.schedule == "constant":
+        return constant_schedule(peak, cfg.warmup_steps)
+    if cfg.schedule == "warmup_cosine":
+        return warmup_cosine_schedule(peak, cfg.warmup_steps, cfg.total_steps, end)
+    if cfg.schedule == "linear":
+        return linear_schedule(peak, cfg.warmup_steps, cfg.total_steps, end)
+    return inverse_sqrt_schedule(peak, cfg.warmup_steps)
+
+
+# ----------------------------------------------------------------------------- decay mask
+
+
+def path_to_str(path: Sequence[Any]) -> str:
+    """``"a/b/0/c"`` from a ``jax.tree_util`` key path."""
+    parts = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(parts)
+
+
+def decay_mask(params: Any, no_decay: Sequence[str] = DEFAULT_NO_DECAY) -> Any:
+    """Boolean tree, True where weight decay applies: matrices not matching ``no_decay``.
+
+    Biases, norm scales and other vectors (``ndim < 2``) are never decayed;
+    embedding tables and norm parameters are recognised by path (``DEFAULT_NO_DECAY``:
+    ``bias``, ``scale``, ``*norm*``, ``ln_*``, ``*embed*``, ``wte``, ``wpe``, ``pos_emb``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> p = {"Embed_0": {"embedding": jnp.ones((5, 2))},
+        ...      "Dense_0": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}}
+        >>> decay_mask(p)
+        {'Dense_0': {'bias': False, 'kernel': True}, 'Embed_0': {'embedding': False}}
+    """
+    patterns = [re.compile(p) for p in no_decay]
+
+    def keep(path: Sequence[Any], leaf: Any) -> bool:
+        if jnp.ndim(leaf) < 2:
+            return False
+        name = path_to_str(path).lower()
+        return not any(p.search(name) for p in patterns)
+
+    return jax.tree_util.tree_map_with_path(keep, params)
+
+
+# ----------------------------------------------------------------------------- optimizer
+
+
+def make_optimizer(cfg: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """Build ``clip → optimiser`` (→ ``MultiSteps``) from ``cfg``; returns ``(tx, schedule)``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tx, lr = make_optimizer(OptimizerConfig("adamw", 1e-2, weight_decay=0.1, clip_norm=1.0))
+        >>> params = {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}
+        >>> state = tx.init(params)
+        >>> updates, state = tx.update({"w": jnp.ones((2, 2)), "b": jnp.ones(2)}, state, params)
+        >>> float(lr(0))
+        0.01
+    """
+    schedule = make_schedule(cfg)
+    mask: Callable[[Any], Any] = lambda p: decay_mask(p, cfg.no_decay)
+    if cfg.name == "adamw":
+        opt = optax.adamw(
+            schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask
+        )
+    elif cfg.name == "adam":
+        opt = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+    else:
+        opt = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=cfg.nesterov)
+        if cfg.weight_decay:
+            opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask), opt)
+    if cfg.clip_norm:
+        opt = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
+    if cfg.accumulate_steps > 1:
+        opt = optax.MultiSteps(opt, every_k_schedule=cfg.accumulate_steps).gradient_transformation()
+        inner = schedule
+        k = cfg.accumulate_steps
+        schedule = lambda count: inner(count // k)  # the rate of the pending update
+    return opt, schedule
+
+
+# ----------------------------------------------------------------------------- TrainState
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything that changes during training, as one pytree (checkpointed as a whole).
+
+    Attributes:
+        step: int32 scalar, the number of completed ``apply_gradients`` calls
+            (micro-steps under gradient accumulation).
+        params: the model parameters (float32 storage).
+        opt_state: the optimiser state (float32).
+        rng: a ``jax.random.PRNGKey`` (uint32[2]); split once per step for dropout.
+        carry: recurrent state carried across steps by truncated BPTT, else ``None``.
+        tx: the optax transformation (static, not part of the pytree).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, optax
+        >>> s = TrainState.create({"w": jnp.ones(2)}, optax.sgd(0.5), jax.random.PRNGKey(0))
+        >>> s = s.apply_gradients({"w": jnp.ones(2)})
+        >>> int(s.step), s.params["w"].tolist()
+        (1, [0.5, 0.5])
+    """
+
+    step: Array
+    params: Any
+    opt_state: Any
+    rng: Array
+    carry: Any = None
+    tx: optax.GradientTransformation = flax.struct.field(pytree_node=False, default=None)
+
+    @classmethod
+    def create(
+        cls,
+        params: Any,
+        tx: optax.GradientTransformation,
+        rng: Array,
+        carry: Any = None,
+    ) -> TrainState:
+        """A step-0 state with ``tx.init(params)``; ``rng`` must be a raw uint32[2] key."""
+        rng = jnp.asarray(rng)
+        if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+            rng = jax.random.key_data(rng)
+        if rng.shape != (2,) or rng.dtype != jnp.uint32:
+            raise ValueError(
+                f"`rng` must be a jax.random.PRNGKey (uint32[2]); got {rng.dtype}{list(rng.shape)}."
+            )
+        return cls(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=tx.init(params),
+            rng=rng,
+            carry=carry,
+            tx=tx,
+        )
+
+    def apply_gradients(self, grads: Any, **changes: Any) -> TrainState:
+        """One optimiser update: ``params ← params + tx.update(grads)``; ``step += 1``."""
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
+        params = optax.apply_updates(self.params, updates)
+        return self.replace(step=self.step + 1, params=params, opt_state=opt_state, **changes)
+
+    @property
+    def num_params(self) -> int:
+        """Total number of parameter scalars."""
+        return count_params(self.params)

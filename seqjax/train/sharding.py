@@ -1,0 +1,286 @@
+"""Device meshes, parameter-sharding rules, batch placement and multi-host start-up.
+
+One mesh with three named axes serves every layout (DESIGN.md, "Parallelism"):
+
+* ``data``  — data parallelism: the batch is split, parameters are replicated;
+* ``fsdp``  — fully-sharded data parallelism (ZeRO-3): the batch is split *and* each
+  parameter (and its optimiser state) is sharded along its largest axis divisible by
+  the axis size; XLA all-gathers a parameter where it is used;
+* ``model`` — tensor parallelism (Megatron-LM, Shoeybi et al. 2019): attention q/k/v and
+  MLP up/gate kernels are split along their output (heads/hidden) axis, attention-out and
+  MLP down kernels along their input axis, so each block needs one all-reduce.
+
+The batch is sharded over ``("data", "fsdp")`` on its leading axis. A strategy is one of
+``"replicated"``, ``"fsdp"``, ``"tensor"`` or ``"fsdp+tensor"``; rules are regexes over
+the parameter path (``"block_0/attn/query/kernel"``), first match wins, and a rule
+that does not divide a shape falls back to replication on that axis. The same rules
+shard optimiser state (its leaves' paths end with the parameter path).
+
+On several hosts each process feeds its own slice of the global batch
+(:func:`host_batch_slice`) and :func:`shard_batch` assembles the global array with
+``jax.make_array_from_process_local_data``; on one host it is a ``device_put``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from seqjax.train.optim import path_to_str
+
+__all__ = [
+    "AXES",
+    "STRATEGIES",
+    "TENSOR_PARALLEL_RULES",
+    "make_mesh",
+    "partition_spec",
+    "tree_shardings",
+    "batch_sharding",
+    "replicated",
+    "shard_batch",
+    "host_batch_slice",
+    "maybe_initialize_distributed",
+]
+
+AXES = ("data", "fsdp", "model")
+STRATEGIES = ("replicated", "fsdp", "tensor", "fsdp+tensor")
+
+# (regex over the lower-cased parameter path, which axis of the leaf to split over
+# `model`). Column-parallel layers split axis 1 of a kernel ([D, H*Dh] or DenseGeneral's
+# [D, H, Dh]) and axis 0 of their bias; row-parallel layers split axis 0 of the kernel
+# ([H*Dh, D] or [H, Dh, D]) and leave the bias replicated.
+_COL = r"(query|key|value|q_proj|k_proj|v_proj|qkv|c_attn|wq|wk|wv|q|k|v)"
+_ROW = r"(out|o_proj|out_proj|attn_out|c_proj|wo)"
+_UP = r"(up|gate|up_proj|gate_proj|fc1|fc_in|wi|wi_0|wi_1|w1|w3|c_fc|dense_in|intermediate)"
+_DOWN = r"(down|down_proj|fc2|fc_out|w2|dense_out)"
+TENSOR_PARALLEL_RULES: tuple[tuple[str, int], ...] = (
+    (rf"(^|/)(mlp|ffn|feed_?forward|swiglu|geglu)[^/]*/{_UP}/kernel$", 1),
+    (rf"(^|/)(mlp|ffn|feed_?forward|swiglu|geglu)[^/]*/{_UP}/bias$", 0),
+    (rf"(^|/)(mlp|ffn|feed_?forward|swiglu|geglu)[^/]*/({_DOWN}|{_ROW})/kernel$", 0),
+    (rf"(^|/){_COL}/kernel$", 1),
+    (rf"(^|/){_COL}/bias$", 0),
+    (rf"(^|/){_ROW}/kernel$", 0),
+)
+
+
+def make_mesh(
+    data: int = -1,
+    fsdp: int = 1,
+    model: int = 1,
+    *,
+    devices: Sequence[Any] | None = None,
+) -> Mesh:
+    """A ``Mesh`` with axes ``("data", "fsdp", "model")``; one size may be ``-1`` (the rest).
+
+    Uses ``jax.make_mesh`` (topology-aware device order on TPU) with ``Auto`` axis types,
+    so shardings propagate through ``jax.jit`` as GSPMD annotations.
+
+    Example:
+        >>> mesh = make_mesh(devices=jax.devices()[:1])
+        >>> dict(mesh.shape)
+        {'data': 1, 'fsdp': 1, 'model': 1}
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = [data, fsdp, model]
+    if sum(s == -1 for s in sizes) > 1:
+        raise ValueError(f"at most one of data/fsdp/model may be -1; got {sizes}.")
+    if any(s == 0 or s < -1 for s in sizes):
+        raise ValueError(f"mesh axis sizes must be positive or -1; got {sizes}.")
+    known = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if len(devices) % known:
+            raise ValueError(
+                f"{len(devices)} devices do not split into data/fsdp/model = {sizes}."
+            )
+        sizes[sizes.index(-1)] = len(devices) // known
+    if math.prod(sizes) != len(devices):
+        raise ValueError(
+            f"mesh data*fsdp*model = {sizes} = {math.prod(sizes)} must equal the number of "
+            f"devices ({len(devices)})."
+        )
+    auto = getattr(jax.sharding, "AxisType", None)
+    if auto is not None:
+        return jax.make_mesh(
+            tuple(sizes), AXES, axis_types=(auto.Auto,) * 3, devices=devices
+        )
+    from jax.experimental import mesh_utils
+
+    return Mesh(mesh_utils.create_device_mesh(tuple(sizes), devices), AXES)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """``NamedSharding(mesh, P())``: a full copy on every device."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (batch) axis split over ``("data", "fsdp")``; other axes replicated."""
+    return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+
+
+def partition_spec(
+    path: str,
+    shape: Sequence[int],
+    mesh: Mesh,
+    strategy: str = "replicated",
+    *,
+    rules: Sequence[tuple[str, int]] = TENSOR_PARALLEL_RULES,
+    min_fsdp_size: int = 2**12,
+) -> PartitionSpec:
+    """The ``PartitionSpec`` of one parameter (or optimiser-state leaf) of ``shape`` at ``path``.
+
+    * tensor parallel: the first rule whose regex matches ``path`` names the axis
+      split over ``model`` (if divisible);
+    * FSDP: among the remaining axes, the largest one divisible by the ``fsdp`` size is
+      split over ``fsdp`` (leaves smaller than ``min_fsdp_size`` stay replicated).
+
+    Example:
+        >>> mesh = make_mesh(devices=jax.devices()[:1])
+        >>> partition_spec("attn/query/kernel", (8, 8), mesh, "tensor")
+        PartitionSpec(None, 'model')
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"`strategy` must be one of {STRATEGIES}; got {strategy!r}.")
+    spec: list[Any] = [None] * len(shape)
+    if "tensor" in strategy and mesh.shape["model"] > 1:
+        name = path.lower()
+        for pattern, axis in rules:
+            if re.search(pattern, name):
+                if axis < len(shape) and shape[axis] % mesh.shape["model"] == 0:
+                    spec[axis] = "model"
+                break
+    if "fsdp" in strategy and mesh.shape["fsdp"] > 1 and math.prod(shape) >= min_fsdp_size:
+        n = mesh.shape["fsdp"]
+        free = [i for i in range(len(shape)) if spec[i] is None and shape[i] % n == 0]
+        if free:
+            spec[max(free, key=lambda i: (shape[i], -i))] = "fsdp"
+    while spec and spec[-1] is None:  # canonical form: P() for replicated
+        spec.pop()
+    return PartitionSpec(*spec)
+
+
+def tree_shardings(
+    tree: Any,
+    mesh: Mesh,
+    strategy: str = "replicated",
+    *,
+    rules: Sequence[tuple[str, int]] = TENSOR_PARALLEL_RULES,
+    min_fsdp_size: int = 2**12,
+) -> Any:
+    """``NamedSharding`` for every leaf of ``tree`` (params, optimiser state or a whole
+    ``TrainState``, concrete or ``jax.eval_shape``-abstract).
+
+    Only floating-point leaves with ``ndim >= 1`` are sharded; counters, RNG keys and
+    scalars are replicated.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> mesh = make_mesh(devices=jax.devices()[:1])
+        >>> tree_shardings({"w": jnp.ones((4, 4))}, mesh, "fsdp")["w"].spec
+        PartitionSpec()
+    """
+
+    def leaf_sharding(path: Sequence[Any], leaf: Any) -> NamedSharding:
+        shape = tuple(np.shape(leaf))
+        dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+        if not shape or not jnp.issubdtype(dtype, jnp.floating):
+            return replicated(mesh)
+        spec = partition_spec(
+            path_to_str(path), shape, mesh, strategy, rules=rules, min_fsdp_size=min_fsdp_size
+        )
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(leaf_sharding, tree)
+
+
+def host_batch_slice(global_batch_size: int) -> slice:
+    """The rows of the global batch this process feeds (contiguous, equal per process).
+
+    Example:
+        >>> host_batch_slice(8)   # one process: everything
+        slice(0, 8, None)
+    """
+    n, i = jax.process_count(), jax.process_index()
+    if global_batch_size % n:
+        raise ValueError(
+            f"global batch size {global_batch_size} must be divisible by the number of "
+            f"processes ({n})."
+        )
+    per = global_batch_size // n
+    return slice(i * per, (i + 1) * per)
+
+
+def shard_batch(batch: Any, mesh: Mesh) -> Any:
+    """Place a host-local batch (a pytree of ``[b, ...]`` numpy arrays) on the mesh.
+
+    Each leaf becomes a global ``[b * process_count, ...]`` array sharded over
+    ``("data", "fsdp")``. On one process this is ``jax.device_put``.
+    """
+    sharding = batch_sharding(mesh)
+    batch_devices = mesh.shape["data"] * mesh.shape["fsdp"]
+
+    def put(x: Any) -> jax.Array:
+        x = np.asarray(x)
+        if x.ndim == 0:
+            raise ValueError("batch leaves must have a leading batch axis; got a scalar.")
+        global_rows = x.shape[0] * jax.process_count()
+        if global_rows % batch_devices:
+            raise ValueError(
+                f"global batch size {global_rows} must be divisible by data*fsdp = "
+                f"{batch_devices}."
+            )
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        return jax.make_array_from_process_local_data(sharding, x)
+
+    return jax.tree_util.tree_map(put, batch)
+
+
+_MULTIHOST_ENV = (
+    "JAX_COORDINATOR_ADDRESS",
+    "COORDINATOR_ADDRESS",
+)
+
+
+def maybe_initialize_distributed() -> bool:
+    """Call ``jax.distributed.initialize()`` when the environment says multi-host.
+
+    Recognised: ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES`` and
+    ``JAX_PROCESS_ID``), a Cloud TPU pod slice (``TPU_WORKER_HOSTNAMES`` with more than one
+    host, or ``MEGASCALE_COORDINATOR_ADDRESS``), SLURM (``SLURM_NTASKS > 1``) and Open MPI
+    (``OMPI_COMM_WORLD_SIZE > 1``); JAX auto-detects the cluster in the last three cases.
+    Must run before any other JAX call. Returns True if it initialised (or already had).
+    """
+    if jax.distributed.is_initialized():
+        return True
+    env = os.environ
+    kwargs: dict[str, Any] = {}
+    multi = False
+    addr = next((env[k] for k in _MULTIHOST_ENV if env.get(k)), None)
+    if addr:
+        multi = True
+        kwargs["coordinator_address"] = addr
+        if env.get("JAX_NUM_PROCESSES"):
+            kwargs["num_processes"] = int(env["JAX_NUM_PROCESSES"])
+        if env.get("JAX_PROCESS_ID"):
+            kwargs["process_id"] = int(env["JAX_PROCESS_ID"])
+    elif len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1:
+        multi = True
+    elif env.get("MEGASCALE_COORDINATOR_ADDRESS"):
+        multi = True
+    elif int(env.get("SLURM_NTASKS", "1") or 1) > 1:
+        multi = True
+    elif int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1:
+        multi = True
+    if not multi:
+        return False
+    jax.distributed.initialize(**kwargs)
+    return True

@@ -1,0 +1,76 @@
+"""The `seqjax` command: parsing errors, presets, train → resume → eval → generate on toy_rnn."""
+
+import json
+import os
+
+import pytest
+
+from seqjax import cli
+
+
+def test_list_shows_experiments_and_presets(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "toy_rnn" in out and "MEDL §7.2" in out and "smoke" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "toy_rnn", "--hiden=3"], "unknown config key --hiden .*Did you mean --hidden?"),
+    (["train", "toy_rnn", "--hidden", "abc"], "--hidden: expected int; got 'abc'"),
+    (["train", "toy_rnn", "--steps"], "--steps needs a value"),
+    (["train", "toy_rnn", "--preset", "huge"], "unknown preset 'huge'.*presets: smoke"),
+    (["train", "no_such_experiment"], "unknown experiment 'no_such_experiment'"),
+    (["eval", "--workdir", "/nonexistent/dir"], "no experiment.json in '/nonexistent/dir'"),
+])
+def test_bad_command_lines_exit_2_with_a_clear_message(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("seqjax: error:")
+    import re
+
+    assert re.search(message, err), err
+
+
+def test_build_config_layers_saved_config_preset_and_overrides(tmp_path):
+    module = cli.load_experiment("toy_rnn")
+    cfg = cli.build_config(module, "toy_rnn", ["--smoke", "--hidden=7", f"--workdir={tmp_path}"])
+    assert (cfg.steps, cfg.log_every, cfg.hidden, cfg.workdir) == (20, 5, 7, str(tmp_path))
+    (tmp_path / "experiment.json").write_text(json.dumps(
+        {"experiment": "toy_rnn", "config": {**cfg.__dict__, "learning_rate": 0.01}}))
+    again = cli.build_config(module, "toy_rnn", [f"--workdir={tmp_path}", "--steps", "40"])
+    assert (again.hidden, again.learning_rate, again.steps) == (7, 0.01, 40)
+    (tmp_path / "experiment.json").write_text(json.dumps({"experiment": "other", "config": {}}))
+    with pytest.raises(cli.ConfigError, match="belongs to experiment 'other'"):
+        cli.build_config(module, "toy_rnn", [f"--workdir={tmp_path}"])
+
+
+def test_experiment_main_reports_bad_keys(capsys):
+    from experiments import toy_rnn
+
+    with pytest.raises(SystemExit) as exit_info:
+        toy_rnn.main(["--no_such_key=1"])
+    assert exit_info.value.code == 2
+    assert "unknown config key --no_such_key" in capsys.readouterr().err
+
+
+def test_train_resume_eval_generate(tmp_path, capsys):
+    workdir = str(tmp_path / "toy")
+    assert cli.main(["train", "toy_rnn", "--smoke", "--workdir", workdir, "--progress=false"]) == 0
+    summary = json.load(open(os.path.join(workdir, "toy_rnn.json")))
+    assert summary["params"] == 748 and summary["correct"] == 5 and summary["resumed_from"] == 0
+    records = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
+    assert [r["step"] for r in records] == [1, 5, 10, 15, 20] and all("loss" in r for r in records)
+
+    # The same work dir resumes (saved config + new overrides): 20 more steps.
+    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--steps", "40"]) == 0
+    summary = json.load(open(os.path.join(workdir, "toy_rnn.json")))
+    assert summary["resumed_from"] == 20 and summary["config"]["steps"] == 40
+    assert summary["config"]["log_every"] == 5 and summary["config"]["progress"] is False
+    capsys.readouterr()
+
+    assert cli.main(["eval", "--workdir", workdir]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["accuracy"] == 1.0 and metrics["loss"] < 0.1
+    assert cli.main(["generate", "--workdir", workdir, "--prompt", "the mathematical",
+                     "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out.strip() == "the mathematical engineering of deep learning"

@@ -1,0 +1,167 @@
+"""The loop: logs, curves, eval, resume; SIGKILL crash + restart == uninterrupted; SIGTERM; NaN."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from seqjax.train.checkpoint import Checkpointer, restore_params
+from seqjax.train.loop import FitConfig, NonFiniteLossError, evaluate, fit, read_metrics
+from seqjax.train.step import create_train_state, make_train_step
+from tests.train import _crash_worker as worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run: its records and its work dir."""
+    workdir = str(tmp_path_factory.mktemp("reference"))
+    result = worker.train(workdir, logs=True)
+    return result, workdir
+
+
+def _losses(workdir):
+    return {r["step"]: r["loss"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))}
+
+
+def _same_params(dir_a, dir_b):
+    a = restore_params(os.path.join(dir_a, "checkpoints"))
+    b = restore_params(os.path.join(dir_b, "checkpoints"))
+    return all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in
+               zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+def test_fit_writes_metrics_tensorboard_curves_and_checkpoints(reference):
+    result, workdir = reference
+    assert result.status == "completed" and result.start_step == 0
+    records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    assert [r["step"] for r in records] == list(range(1, worker.STEPS + 1))
+    assert all(np.isfinite(r["loss"]) and "lr" in r and "tokens_per_s" in r for r in records)
+    assert records[-1]["loss"] < records[0]["loss"]
+    evals = [r for r in records if "eval/loss" in r]
+    assert [r["step"] for r in evals] == [4, 8, 12]
+    assert evals[-1]["eval/perplexity"] == pytest.approx(np.exp(evals[-1]["eval/loss"]))
+    assert result.eval_metrics["eval/tokens"] == 2 * worker.BATCH * worker.T
+    assert any(f.startswith("events.out.tfevents")
+               for f in os.listdir(os.path.join(workdir, "tensorboard")))
+    assert os.path.getsize(os.path.join(workdir, "loss.png")) > 1000
+    assert os.path.getsize(os.path.join(workdir, "perplexity.png")) > 1000
+    with Checkpointer(os.path.join(workdir, "checkpoints"), best_metric="eval/loss") as ckpt:
+        steps = ckpt.all_steps()
+        assert steps[-2:] == [9, 12] and set(steps) <= {4, 8, 9, 12}  # last 2 + best eval
+        assert ckpt.best_step() in steps
+        assert ckpt.meta(12)["data_state"] == {"epoch": 1, "index": 2}
+
+
+def test_sigkill_mid_training_then_restart_reproduces_the_uninterrupted_run(reference, tmp_path):
+    _, ref_dir = reference
+    workdir = str(tmp_path / "crash")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.train._crash_worker", workdir],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    killed_after = None
+    for line in proc.stdout:
+        if line.startswith("step ") and int(line.split()[1]) >= 7:
+            killed_after = int(line.split()[1])
+            proc.send_signal(signal.SIGKILL)  # no clean-up of any kind
+            break
+    proc.wait(timeout=120)
+    assert killed_after is not None and proc.returncode == -signal.SIGKILL
+    with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
+        saved = ckpt.all_steps()
+    assert saved and max(saved) < worker.STEPS
+
+    result = worker.train(workdir)  # restart in the same work dir
+    assert result.status == "completed" and 0 < result.start_step == max(saved)
+    ref, got = _losses(ref_dir), _losses(workdir)
+    assert sorted(got) == sorted(ref)  # records past the restored step were replaced
+    for step in ref:  # bitwise, on CPU: before the crash and after the restart
+        assert got[step] == ref[step], step
+    assert _same_params(workdir, ref_dir)
+
+
+def test_sigterm_saves_and_stops_then_resume_matches(reference, tmp_path):
+    _, ref_dir = reference
+    workdir = str(tmp_path / "term")
+
+    def send_sigterm(record):
+        if record["step"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = worker.train(workdir, hooks=[send_sigterm])
+    stopped = int(result.state.step)
+    assert result.status == "interrupted" and 5 <= stopped < worker.STEPS
+    with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
+        assert ckpt.latest_step() == stopped
+    assert max(_losses(workdir)) == stopped
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    result = worker.train(workdir)
+    assert result.start_step == stopped and result.status == "completed"
+    assert _losses(workdir) == _losses(ref_dir)
+    assert _same_params(workdir, ref_dir)
+
+
+def _quadratic(poison_at=None):
+    """A one-parameter problem with a cheap compile; batch ``i`` is NaN at ``poison_at``."""
+
+    def loss_fn(params, batch, rng):
+        return jnp.mean((params["w"] * batch["x"] - 1.0) ** 2), {"tokens": jnp.float32(4)}
+
+    def batch(i):
+        x = np.full((4,), 1.0 + 0.1 * i, np.float32)
+        return {"x": x * np.nan if i + 1 == poison_at else x}
+
+    state, _ = create_train_state(lambda rng: {"w": jnp.zeros(())}, optax.sgd(0.1),
+                                  jax.random.PRNGKey(0))
+    return state, make_train_step(loss_fn), batch
+
+
+def test_nan_stops_with_step_and_metric_and_keeps_last_good_checkpoint(tmp_path):
+    state, step, batch = _quadratic(poison_at=5)
+    cfg = FitConfig(num_steps=10, log_every=1, checkpoint_every=2, progress=False,
+                    tensorboard=False, plot=False)
+    with pytest.raises(NonFiniteLossError, match="non-finite loss = nan at step 5") as err:
+        fit(state, step, batch, cfg, workdir=tmp_path)
+    assert err.value.step == 5 and err.value.metric == "loss"
+    with Checkpointer(tmp_path / "checkpoints") as ckpt:
+        assert ckpt.latest_step() == 4
+        restored = ckpt.restore(_quadratic()[0])
+    assert np.isfinite(float(restored.state.params["w"]))
+    assert max(_losses(str(tmp_path))) == 4
+
+
+def test_resume_replays_a_plain_iterator_and_without_workdir_writes_nothing(tmp_path):
+    state, step, batch = _quadratic()
+    cfg = FitConfig(num_steps=6, log_every=1, checkpoint_every=3, progress=False,
+                    tensorboard=False, plot=False, async_checkpointing=False)
+    once = fit(state, step, iter([batch(i) for i in range(6)]), cfg)
+    assert once.status == "completed" and len(once.history) == 6
+    state, step, _ = _quadratic()
+    half = FitConfig(**{**cfg.__dict__, "num_steps": 3})
+    fit(state, step, iter([batch(i) for i in range(3)]), half, workdir=tmp_path)
+    state, step, _ = _quadratic()
+    again = fit(state, step, iter([batch(i) for i in range(6)]), cfg, workdir=tmp_path)
+    assert again.start_step == 3
+    assert float(again.state.params["w"]) == float(once.state.params["w"])
+    lines = open(tmp_path / "metrics.jsonl").read().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4, 5, 6]
+
+
+def test_evaluate_weights_batches_by_tokens():
+    ev = lambda params, b: {"loss": jnp.float32(b["l"]), "tokens": jnp.float32(b["n"])}
+    out = evaluate(ev, None, [{"l": 1.0, "n": 1.0}, {"l": 4.0, "n": 3.0}])
+    assert out["loss"] == pytest.approx(3.25) and out["tokens"] == 4.0
+    assert out["perplexity"] == pytest.approx(np.exp(3.25))
+    with pytest.raises(ValueError, match="empty"):
+        evaluate(ev, None, [])
+    with pytest.raises(ValueError, match="log_every"):
+        FitConfig(num_steps=3, log_every=0)
