@@ -30,17 +30,39 @@ from benchmarks import harness
 # ----------------------------------------------------------------------------- LSTM
 
 
-def _lstm_fwd_scan(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll):
+def _gate_consts(hsz: int, dtype) -> tuple:
+    """``s`` and ``shift`` per gate column: ``act = s*tanh(s*g) + shift``.
+
+    ``s = shift = 1/2`` gives ``sigmoid(g) = (1 + tanh(g/2))/2`` (gates i, f, o);
+    ``s = 1, shift = 0`` gives ``tanh(g)`` (candidate c̃). One tanh over the whole
+    ``[B, 4H]`` block is one fused loop instead of four (and XLA:CPU's tanh is a
+    vectorised rational approximation, cheaper than ``1/(1+exp(-x))``).
+    """
+    half = jnp.full((hsz,), 0.5, dtype)
+    s = jnp.concatenate([half, half, jnp.ones((hsz,), dtype), half])
+    shift = jnp.concatenate([half, half, jnp.zeros((hsz,), dtype), half])
+    return s, shift
+
+
+def _lstm_fwd_scan(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll, one_tanh=False):
+    hsz = w_Hx4H.shape[0]
+    s4, shift4 = _gate_consts(hsz, xp_TxBx4H.dtype)
+
     def body(carry, xp_Bx4H):
         c, h = carry
         gates = xp_Bx4H + h @ w_Hx4H
-        i, f, g, o = jnp.split(gates, 4, axis=-1)
-        i, f, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jax.nn.sigmoid(o)
-        g = jnp.tanh(g)
+        if one_tanh:
+            acts = jnp.tanh(gates * s4) * s4 + shift4
+            i, f, g, o = jnp.split(acts, 4, axis=-1)
+        else:
+            i, f, g, o = jnp.split(gates, 4, axis=-1)
+            i, f, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jax.nn.sigmoid(o)
+            g = jnp.tanh(g)
+            acts = jnp.concatenate([i, f, g, o], -1)
         c_new = f * c + i * g
         tc = jnp.tanh(c_new)
         h_new = o * tc
-        return (c_new, h_new), (h_new, c_new, jnp.concatenate([i, f, g, o], -1))
+        return (c_new, h_new), (h_new, c_new, acts)
 
     return jax.lax.scan(body, (c0_BxH, h0_BxH), xp_TxBx4H, unroll=unroll)
 
@@ -51,22 +73,26 @@ def lstm_ref(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll=1):
     return hs, (c, h)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def lstm_fast(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll=1):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def lstm_fast(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll=1, one_tanh=False):
     """Same values as :func:`lstm_ref`; custom backward with dW_hh as one matmul."""
-    return lstm_ref(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll)
+    (c, h), (hs, _, _) = _lstm_fwd_scan(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll, one_tanh)
+    return hs, (c, h)
 
 
-def _lstm_fast_fwd(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll):
-    (c, h), (hs, cs, acts) = _lstm_fwd_scan(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll)
+def _lstm_fast_fwd(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll, one_tanh):
+    (c, h), (hs, cs, acts) = _lstm_fwd_scan(xp_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, unroll,
+                                            one_tanh)
     return (hs, (c, h)), (w_Hx4H, c0_BxH, h0_BxH, hs, cs, acts)
 
 
-def _lstm_fast_bwd(unroll, res, cot):
+def _lstm_fast_bwd(unroll, one_tanh, res, cot):
     w_Hx4H, c0_BxH, h0_BxH, hs_TxBxH, cs_TxBxH, acts_TxBx4H = res
     dhs_TxBxH, (dcT, dhT) = cot
     c_prev_TxBxH = jnp.concatenate([c0_BxH[None], cs_TxBxH[:-1]], 0)
     w_t = w_Hx4H.T
+    s4, shift4 = _gate_consts(w_Hx4H.shape[0], w_Hx4H.dtype)
+    s4sq = s4 * s4
 
     def body(carry, inp):
         dc, dh = carry
@@ -79,9 +105,15 @@ def _lstm_fast_bwd(unroll, res, cot):
         di = dc * g
         df = dc * c_prev
         dg = dc * i
-        dgates = jnp.concatenate(
-            [di * i * (1.0 - i), df * f * (1.0 - f), dg * (1.0 - g * g), do * o * (1.0 - o)], -1
-        )
+        if one_tanh:
+            # d act/d pre = s² - (act - shift)²: a(1-a) for the sigmoids, 1-a² for tanh.
+            dacts = jnp.concatenate([di, df, dg, do], -1)
+            dgates = dacts * (s4sq - (acts - shift4) ** 2)
+        else:
+            dgates = jnp.concatenate(
+                [di * i * (1.0 - i), df * f * (1.0 - f), dg * (1.0 - g * g), do * o * (1.0 - o)],
+                -1,
+            )
         return (dc * f, dgates @ w_t), dgates
 
     (dc0, dh0), dgates_TxBx4H = jax.lax.scan(
@@ -95,6 +127,53 @@ def _lstm_fast_bwd(unroll, res, cot):
 
 
 lstm_fast.defvjp(_lstm_fast_fwd, _lstm_fast_bwd)
+
+
+# ----------------------------------------------------------------------------- LSTM, whole layer
+
+
+def _lstm_layer_scan(x_TxBxP, w_ih_Px4H, b_4H, w_hh_Hx4H, c0_BxH, h0_BxH):
+    """Input projection *inside* the loop: ``[x_t, h] @ [W_ih; W_hh]`` (one dot per step)."""
+    hsz = w_hh_Hx4H.shape[0]
+    s4, shift4 = _gate_consts(hsz, x_TxBxP.dtype)
+    w_cat = jnp.concatenate([w_ih_Px4H, w_hh_Hx4H], 0)
+
+    def body(carry, x_BxP):
+        c, h = carry
+        gates = jnp.concatenate([x_BxP, h], -1) @ w_cat + b_4H
+        acts = jnp.tanh(gates * s4) * s4 + shift4
+        i, f, g, o = jnp.split(acts, 4, axis=-1)
+        c_new = f * c + i * g
+        h_new = o * jnp.tanh(c_new)
+        return (c_new, h_new), (h_new, c_new, acts)
+
+    return jax.lax.scan(body, (c0_BxH, h0_BxH), x_TxBxP)
+
+
+@jax.custom_vjp
+def lstm_layer_fast(x_TxBxP, w_ih_Px4H, b_4H, w_hh_Hx4H, c0_BxH, h0_BxH):
+    """Whole LSTM layer (time-major) with a custom VJP: every weight/input gradient is
+    one matmul after the backward loop, which carries only ``(dc, dh)``."""
+    (c, h), (hs, _, _) = _lstm_layer_scan(x_TxBxP, w_ih_Px4H, b_4H, w_hh_Hx4H, c0_BxH, h0_BxH)
+    return hs, (c, h)
+
+
+def _lstm_layer_fwd(x, w_ih, b, w_hh, c0, h0):
+    (c, h), (hs, cs, acts) = _lstm_layer_scan(x, w_ih, b, w_hh, c0, h0)
+    return (hs, (c, h)), (x, w_ih, w_hh, c0, h0, hs, cs, acts)
+
+
+def _lstm_layer_bwd(res, cot):
+    x, w_ih, w_hh, c0, h0, hs, cs, acts = res
+    dgates, dw_hh, dc0, dh0 = _lstm_fast_bwd(1, True, (w_hh, c0, h0, hs, cs, acts), cot)
+    t, b, p = x.shape
+    dg_Nx4H = dgates.reshape(t * b, -1)
+    dx = (dg_Nx4H @ w_ih.T).reshape(t, b, p)
+    dw_ih = x.reshape(t * b, p).T @ dg_Nx4H
+    return dx, dw_ih, dg_Nx4H.sum(0), dw_hh, dc0, dh0
+
+
+lstm_layer_fast.defvjp(_lstm_layer_fwd, _lstm_layer_bwd)
 
 
 # ----------------------------------------------------------------------------- GRU (reset after)
@@ -185,15 +264,23 @@ def layer(cell: str, impl: str, unroll: int, params: dict, x_BxTxH):
     matmuls read ``dgates`` in the layout the scan wrote it).
     """
     b, _, hsz = x_BxTxH.shape
+    if impl == "layer":
+        x_TxBxP = jnp.swapaxes(x_BxTxH, 0, 1)
+        h0 = jnp.zeros((b, hsz), x_BxTxH.dtype)
+        hs, _ = lstm_layer_fast(x_TxBxP, params["w_ih"], params["b"], params["w_hh"], h0, h0)
+        return jnp.swapaxes(hs, 0, 1)
     if impl.endswith("-tm"):
         xp_TxBxG = jnp.swapaxes(x_BxTxH, 0, 1) @ params["w_ih"] + params["b"]
     else:
         xp_TxBxG = jnp.swapaxes(x_BxTxH @ params["w_ih"] + params["b"], 0, 1)
     impl = impl.removesuffix("-tm")
+    one_tanh = impl.endswith("1")
+    impl = impl.removesuffix("1")
     h0 = jnp.zeros((b, hsz), x_BxTxH.dtype)
     if cell == "lstm":
         fn = lstm_fast if impl == "fast" else lstm_ref
-        hs, _ = fn(xp_TxBxG, params["w_hh"], h0, h0, unroll)
+        hs, _ = (fn(xp_TxBxG, params["w_hh"], h0, h0, unroll, one_tanh) if impl == "fast"
+                 else fn(xp_TxBxG, params["w_hh"], h0, h0, unroll))
     else:
         fn = gru_fast if impl == "fast" else gru_ref
         hs, _ = fn(xp_TxBxG, params["w_hh"], params["b_hn"], h0, unroll)
@@ -212,9 +299,12 @@ def check(cell: str, b: int = 3, t: int = 7, h: int = 5) -> float:
     params = init_params(cell, h)
     x = jax.random.normal(jax.random.PRNGKey(1), (b, t, h))
     ga = grad_fn(cell, "ref", 1)(params, x)
-    gb = grad_fn(cell, "fast-tm", 1)(params, x)
-    diffs = jax.tree_util.tree_map(lambda a, c: float(jnp.max(jnp.abs(a - c))), ga, gb)
-    return max(jax.tree_util.tree_leaves(diffs))
+    worst = 0.0
+    for impl in ("fast-tm", "fast1-tm") + (("layer",) if cell == "lstm" else ()):
+        gb = grad_fn(cell, impl, 1)(params, x)
+        diffs = jax.tree_util.tree_map(lambda a, c: float(jnp.max(jnp.abs(a - c))), ga, gb)
+        worst = max(worst, *jax.tree_util.tree_leaves(diffs))
+    return worst
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cell", default="lstm")
     ap.add_argument("--shape", default="32x128x256")
     ap.add_argument("--unrolls", default="1")
-    ap.add_argument("--impls", default="ref,ref-tm,fast,fast-tm")
+    ap.add_argument("--impls", default="ref,fast-tm,fast1-tm",
+                    help="ref | fast | fast1 (one tanh for all gates), optional -tm suffix; "
+                         "layer (LSTM: whole layer custom VJP, projection in the loop)")
     ap.add_argument("--extra", default="seqjax,flax,torch")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--check", action="store_true")

@@ -169,7 +169,8 @@ def jax_module_prepared(module: Any, x: Any, *, backward: bool, seed: int = 0) -
     import jax.numpy as jnp
 
     x = jnp.asarray(x)
-    params = module.init(jax.random.PRNGKey(seed), x)
+    # jit: one compilation instead of one per primitive (eager init costs seconds).
+    params = jax.jit(module.init)(jax.random.PRNGKey(seed), x)
     if backward:
         def loss(p: Any, x_: Any) -> Any:
             return jnp.sum(module.apply(p, x_))

@@ -90,8 +90,18 @@ def make_data() -> tuple[np.ndarray, np.ndarray]:
 
 
 @partial(jax.jit, static_argnums=0)
+def _init(model: ToyRNN, key: jax.Array, x: jax.Array) -> dict:
+    return model.init(key, x)
+
+
+@partial(jax.jit, static_argnums=0)
 def _apply(model: ToyRNN, params: dict, x: jax.Array) -> jax.Array:
     return model.apply({"params": params}, x)
+
+
+@partial(jax.jit, static_argnums=0)
+def _loss(model: ToyRNN, params: dict, x: jax.Array, y: jax.Array) -> jax.Array:
+    return masked_cross_entropy(model.apply({"params": params}, x), y)
 
 
 def _model_config(cfg: Config) -> dict:
@@ -105,14 +115,15 @@ def _table(model: ToyRNN, params: dict, x: np.ndarray, y: np.ndarray) -> int:
     for t, (i, j) in enumerate(zip(x[0].argmax(-1), y[0]), start=1):
         ok = int(pred[t - 1]) == int(j)
         correct += ok
-        print(f"{t:>2}  {LEXICON[i]:<14}{LEXICON[j]:<14}{LEXICON[pred[t - 1]]:<14}{'' if ok else 'x'}")
+        guess = LEXICON[pred[t - 1]]
+        print(f"{t:>2}  {LEXICON[i]:<14}{LEXICON[j]:<14}{guess:<14}{'' if ok else 'x'}")
     return correct
 
 
 def run(cfg: Config) -> dict:
     x, y = make_data()
     model = ToyRNN(cfg.hidden)
-    params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x)["params"]
+    params = _init(model, jax.random.PRNGKey(cfg.seed), x)["params"]
     n_params = count_params(params)
     tx, schedule = make_optimizer(OptimizerConfig("adam", learning_rate=cfg.learning_rate))
     state = TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed))
@@ -142,7 +153,7 @@ def run(cfg: Config) -> dict:
     )
     wall = time.perf_counter() - start
     params = result.state.params
-    final_loss = float(masked_cross_entropy(_apply(model, params, x), y))
+    final_loss = float(_loss(model, params, x, y))
     curve = [(r["step"], r["loss"]) for r in result.history]
 
     print(f"\nparameters: {n_params}")
@@ -178,7 +189,7 @@ def evaluate(cfg: Config) -> dict:
     x, y = make_data()
     logits = _apply(model, params, x)
     return {
-        "loss": float(masked_cross_entropy(logits, y)),
+        "loss": float(_loss(model, params, x, y)),
         "accuracy": float(token_accuracy(logits, y)),
         "positions": int(y.size),
     }

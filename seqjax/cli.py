@@ -15,8 +15,9 @@ Rerunning ``seqjax train`` with the same ``--workdir`` resumes from the newest c
 the saved config is the base, then the preset, then the new ``--key=value`` overrides
 (so ``--steps 4000`` extends a finished run). ``eval`` and ``generate`` read the
 experiment and config from ``DIR/experiment.json``. Unknown keys and values of the wrong
-type are errors (exit status 2) that name the key and the expected type; a NaN/inf loss
-exits with status 1; SIGTERM/SIGINT save a checkpoint and exit with status 0.
+type are errors (exit status 2) that name the key and the expected type, as is a
+checkpoint in the work dir that does not fit the model; a NaN/inf loss exits with
+status 1; SIGTERM/SIGINT save a checkpoint and exit with status 0.
 
 Experiment protocol — ``experiments/NAME.py`` is an experiment when it defines:
 
@@ -25,7 +26,8 @@ Experiment protocol — ``experiments/NAME.py`` is an experiment when it defines
   ``workdir: str | None`` (where to checkpoint and resume; ``None`` = write nothing),
   ``steps: int``, ``seed: int``.
 * ``run(cfg: Config) -> dict``: train (resuming from ``cfg.workdir`` if it holds
-  checkpoints) and return a JSON-able summary.
+  checkpoints; :func:`seqjax.train.loop.fit` with ``workdir=cfg.workdir`` does this)
+  and return a JSON-able summary.
 
 and optionally:
 
@@ -38,6 +40,9 @@ and optionally:
 * ``main(argv)``: for ``python -m experiments.NAME``; usually
   ``return experiment_main(__file__, argv)``, which accepts the same options as
   ``seqjax train NAME``.
+
+A module with only ``main(argv)`` is still run by ``seqjax train NAME [args]`` (it
+parses its own flags), but gets no config checking, resume bookkeeping, eval or generate.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from types import ModuleType
 from typing import Any
 
 import seqjax
+from seqjax.train.checkpoint import CheckpointMismatchError
 from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
 
 __all__ = ["main", "list_experiments", "load_experiment", "build_config", "experiment_main"]
@@ -71,21 +77,28 @@ def list_experiments() -> list[str]:
     )
 
 
-def load_experiment(name: str) -> ModuleType:
-    """Import ``experiments.NAME`` and check that it follows the protocol."""
+def _follows_protocol(module: ModuleType) -> bool:
+    cfg_cls = getattr(module, "Config", None)
+    return (isinstance(cfg_cls, type) and dataclasses.is_dataclass(cfg_cls)
+            and callable(getattr(module, "run", None)))
+
+
+def load_experiment(name: str, *, allow_legacy: bool = False) -> ModuleType:
+    """Import ``experiments.NAME`` and check that it follows the protocol.
+
+    With ``allow_legacy``, a module with only ``main(argv)`` (parsing its own flags) is
+    accepted too.
+    """
     names = list_experiments()
     if name not in names:
         raise ConfigError(f"unknown experiment {name!r}; choose one of: {', '.join(names)}.")
     module = importlib.import_module(f"experiments.{name}")
-    cfg_cls = getattr(module, "Config", None)
-    if not (isinstance(cfg_cls, type) and dataclasses.is_dataclass(cfg_cls)) or not callable(
-        getattr(module, "run", None)
-    ):
-        raise ConfigError(
-            f"experiments/{name}.py must define a dataclass `Config` and `run(cfg)` "
-            "(see `seqjax.cli`'s docstring)."
-        )
-    return module
+    if _follows_protocol(module) or (allow_legacy and callable(getattr(module, "main", None))):
+        return module
+    raise ConfigError(
+        f"experiments/{name}.py must define a dataclass `Config` and `run(cfg)` "
+        "(see `seqjax.cli`'s docstring)."
+    )
 
 
 def _read_saved(workdir: str | None) -> dict | None:
@@ -144,7 +157,10 @@ def _save_config(name: str, cfg: Any) -> None:
 
 
 def _train(name: str, argv: Sequence[str]) -> int:
-    module = load_experiment(name)
+    module = load_experiment(name, allow_legacy=True)
+    if not _follows_protocol(module):  # an experiment that parses its own flags
+        module.main(list(argv))
+        return 0
     cfg = build_config(module, name, argv)
     _save_config(name, cfg)
     try:
@@ -152,6 +168,9 @@ def _train(name: str, argv: Sequence[str]) -> int:
     except FloatingPointError as err:  # NonFiniteLossError
         print(f"seqjax: {err}", file=sys.stderr)
         return 1
+    except CheckpointMismatchError as err:
+        print(f"seqjax: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -192,12 +211,14 @@ def _from_workdir(name: str | None, workdir: str, argv: Sequence[str]) -> tuple[
 def _list() -> int:
     for name in list_experiments():
         try:
-            module = load_experiment(name)
+            module = load_experiment(name, allow_legacy=True)
         except (ConfigError, ImportError) as err:
             print(f"{name:<20} (not loadable: {err})")
             continue
         doc = (module.__doc__ or "").strip().splitlines()
         presets = ", ".join(getattr(module, "PRESETS", {}) or {}) or "-"
+        if not _follows_protocol(module):
+            presets += " (parses its own flags)"
         print(f"{name:<20} {doc[0] if doc else ''}")
         print(f"{'':<20} presets: {presets}")
     return 0

@@ -74,3 +74,14 @@ def test_train_resume_eval_generate(tmp_path, capsys):
     assert cli.main(["generate", "--workdir", workdir, "--prompt", "the mathematical",
                      "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out.strip() == "the mathematical engineering of deep learning"
+
+
+def test_legacy_experiment_with_only_main_gets_its_own_flags(monkeypatch):
+    import types
+
+    calls = []
+    legacy = types.ModuleType("experiments.legacy")
+    legacy.main = lambda argv: calls.append(argv)
+    monkeypatch.setattr(cli, "load_experiment", lambda name, allow_legacy=False: legacy)
+    assert cli.main(["train", "legacy", "--smoke", "--whatever=1"]) == 0
+    assert calls == [["--smoke", "--whatever=1"]]

@@ -2,8 +2,8 @@ r"""The encoder–decoder transformer of Vaswani et al. (2017).
 
 .. math::
     Z^\star = \mathrm{Encoder}(\sqrt{d}\,E[x_{1:S}] + R_{1:S}),\qquad
-    p(y_t \mid y_{<t}, x) = \mathrm{softmax}\big(\mathrm{Decoder}(\sqrt{d}\,E[y_{<t}] + R, Z^\star)_t
-        W_{out} + b\big)
+    p(y_t \mid y_{<t}, x) = \mathrm{softmax}\big(
+        \mathrm{Decoder}(\sqrt{d}\,E[y_{<t}] + R, Z^\star)_t W_{out} + b\big)
 
 MEDL §7.5 (Fig. 7.15: post-norm encoder and decoder blocks, (7.31)–(7.33);
 (7.34) for inference); Bishop §12.3.4 (Figs. 12.19–12.20, cross-attention);

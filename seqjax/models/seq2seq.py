@@ -15,7 +15,8 @@ target. Variants (``context``):
 
   - ``"bahdanau"``: additive score with the *previous* state as query,
     :math:`\alpha^{⟨t⟩} = \mathrm{softmax}_\tau\, w^\top\tanh(W_a s^{⟨t-1⟩} + W_b v^{⟨\tau⟩})`,
-    :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, [y^{⟨t-1⟩}; u^{⟨t⟩}])`, :math:`\hat y^{⟨t⟩} = g([s^{⟨t⟩}; u^{⟨t⟩}])`
+    :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, [y^{⟨t-1⟩}; u^{⟨t⟩}])`,
+    :math:`\hat y^{⟨t⟩} = g([s^{⟨t⟩}; u^{⟨t⟩}])`
     (MEDL (7.22), Fig. 7.10; the output also sees ``u`` as in Bahdanau et al. 2015, App. A);
   - ``"luong_dot"`` / ``"luong_general"`` / ``"luong_concat"``: the *current* state is the
     query, :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, y^{⟨t-1⟩})`,

@@ -1,15 +1,87 @@
-"""seqjax.nn: building blocks (cells, recurrent layers, attention, transformer blocks, ...)."""
+"""seqjax.nn: building blocks (cells, recurrent layers, attention, positions, norms,
+feed-forward, transformer blocks, linear-time layers)."""
 
+from seqjax.nn.attention import (
+    SCORE_FUNCTIONS,
+    Attention,
+    KVCache,
+    MultiHeadAttention,
+    additive_score,
+    concat_score,
+    dot_product_attention,
+    dot_score,
+    general_score,
+    masked_softmax,
+    scaled_dot_score,
+)
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
-from seqjax.nn.recurrent import CELL_TYPES, RNN, Bidirectional, StackedRNN
+from seqjax.nn.ffn import ACTIVATIONS, GLU, GLU_VARIANTS, MLP, get_activation, glu_hidden_dim
+from seqjax.nn.linear_attention import (
+    FEATURE_MAPS,
+    LinearAttention,
+    LinearAttentionCache,
+    elu_plus_one,
+    linear_attention,
+    linear_attention_step,
+    linear_attention_weights,
+)
+from seqjax.nn.masks import (
+    causal_mask,
+    combine_masks,
+    make_attention_mask,
+    padding_mask,
+    segment_mask,
+)
+from seqjax.nn.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
+from seqjax.nn.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    one_hot_positions,
+    rope_frequencies,
+    sinusoidal_positions,
+)
+from seqjax.nn.recurrent import CELL_TYPES, RNN, Bidirectional, StackedRNN, cudnn_lstm_weights
+from seqjax.nn.ssm import (
+    CausalDepthwiseConv1d,
+    MambaBlock,
+    MambaCache,
+    MinGRU,
+    SelectiveSSM,
+    discretize,
+    linear_recurrence,
+    selective_scan,
+    selective_step,
+)
+from seqjax.nn.transformer import (
+    REMAT_POLICIES,
+    TransformerBlock,
+    TransformerDecoder,
+    TransformerEncoder,
+)
 
 __all__ = [
-    "CELL_TYPES",
-    "RNN",
-    "Bidirectional",
-    "ElmanCell",
-    "GRUCell",
-    "LSTMCell",
-    "RecurrentCell",
-    "StackedRNN",
+    # recurrent
+    "CELL_TYPES", "RNN", "Bidirectional", "ElmanCell", "GRUCell", "LSTMCell", "RecurrentCell",
+    "StackedRNN", "cudnn_lstm_weights",
+    # attention and masks
+    "SCORE_FUNCTIONS", "Attention", "KVCache", "MultiHeadAttention", "additive_score",
+    "concat_score", "dot_product_attention", "dot_score", "general_score", "masked_softmax",
+    "scaled_dot_score", "causal_mask", "combine_masks", "make_attention_mask", "padding_mask",
+    "segment_mask",
+    # positions
+    "LearnedPositionalEmbedding", "SinusoidalPositionalEmbedding", "alibi_bias", "alibi_slopes",
+    "apply_rope", "one_hot_positions", "rope_frequencies", "sinusoidal_positions",
+    # norms and feed-forward
+    "LayerNorm", "RMSNorm", "layer_norm", "rms_norm", "ACTIVATIONS", "GLU", "GLU_VARIANTS", "MLP",
+    "get_activation", "glu_hidden_dim",
+    # transformer
+    "REMAT_POLICIES", "TransformerBlock", "TransformerDecoder", "TransformerEncoder",
+    # linear-time layers
+    "FEATURE_MAPS", "LinearAttention", "LinearAttentionCache", "elu_plus_one", "linear_attention",
+    "linear_attention_step", "linear_attention_weights", "CausalDepthwiseConv1d", "MambaBlock",
+    "MambaCache", "MinGRU", "SelectiveSSM", "discretize", "linear_recurrence", "selective_scan",
+    "selective_step",
 ]

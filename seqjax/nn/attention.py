@@ -86,14 +86,40 @@ def masked_softmax(scores: Any, mask: Any = None, axis: int = -1) -> Array:
 
 @partial(jax.jit, static_argnums=2)
 def _masked_softmax(scores: Array, mask: Array | None, axis: int) -> Array:
-    s = scores.astype(jnp.float32)
+    s = jnp.moveaxis(scores.astype(jnp.float32), axis, -1)
+    if mask is not None:
+        mask = jnp.moveaxis(jnp.broadcast_to(mask, jnp.broadcast_shapes(mask.shape, scores.shape)),
+                            axis, -1)
+    return jnp.moveaxis(_softmax_last(s, mask), -1, axis)
+
+
+@jax.custom_vjp
+def _softmax_last(s: Array, mask: Array | None) -> Array:
+    """Masked softmax over the last axis of float32 scores (zeros for empty rows).
+
+    A custom VJP: the backward pass is ``ds = w ⊙ (g − Σ_k g_k w_k)`` from the
+    saved weights alone, one fused pass instead of differentiating max/exp/sum;
+    masked entries and empty rows (``w = 0``) get exactly zero gradient.
+    """
+    return _softmax_fwd(s, mask)[0]
+
+
+def _softmax_fwd(s: Array, mask: Array | None) -> tuple[Array, Array]:
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
-    m = jax.lax.stop_gradient(jnp.max(s, axis=axis, keepdims=True))
-    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)  # empty rows: exp(-inf - 0) = 0, no NaN
     e = jnp.exp(s - m)
-    denom = jnp.sum(e, axis=axis, keepdims=True)
-    return e / jnp.where(denom == 0.0, 1.0, denom)
+    denom = jnp.sum(e, axis=-1, keepdims=True)
+    w = e * (1.0 / jnp.where(denom == 0.0, 1.0, denom))
+    return w, w
+
+
+def _softmax_bwd(w: Array, g: Array) -> tuple[Array, None]:
+    return w * (g - jnp.sum(g * w, axis=-1, keepdims=True)), None
+
+
+_softmax_last.defvjp(_softmax_fwd, _softmax_bwd)
 
 
 # ============================================================================ score functions
@@ -515,8 +541,8 @@ def _grouped_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, drop
     b, q_len, h, d = q.shape
     k_len, hkv = k.shape[1], k.shape[2]
     groups = h // hkv
-    dtype = q.dtype
-    q5 = (q * jnp.asarray(scale, dtype)).reshape(b, q_len, hkv, groups, d)
+    dv = v.shape[-1]
+    q5 = (q * jnp.asarray(scale, q.dtype)).reshape(b, q_len, hkv, groups, d)
     q5 = q5.transpose(0, 2, 3, 1, 4)  # [B, G, H/G, Q, D]
     k4 = k.transpose(0, 2, 1, 3)  # [B, G, K, D]
     v4 = v.transpose(0, 2, 1, 3)  # [B, G, K, Dv]
@@ -525,8 +551,11 @@ def _grouped_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, drop
     bias5 = None if bias is None else _group(bias, hkv, groups)
 
     def block(q0: int, q1: int, k1: int, rng: Array | None) -> tuple[Array, Array]:
-        s = jnp.einsum("bhgqd,bhkd->bhgqk", q5[:, :, :, q0:q1], k4[:, :, :k1],
-                       preferred_element_type=jnp.float32)
+        n = q1 - q0
+        # The H/G heads of a group and the queries form the rows of one GEMM: [B, G, H/G*n, D].
+        qb = q5[:, :, :, q0:q1].reshape(b, hkv, groups * n, d)
+        s = jnp.einsum("bhnd,bhkd->bhnk", qb, k4[:, :, :k1], preferred_element_type=jnp.float32)
+        s = s.reshape(b, hkv, groups, n, k1)
         blk_mask = _slice_qk(mask5, q0, q1, k1)
         if is_causal:
             q_pos = jnp.arange(q0, q1, dtype=jnp.int32)[:, None]
@@ -534,9 +563,12 @@ def _grouped_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, drop
         blk_bias = _slice_qk(bias5, q0, q1, k1)
         if blk_bias is not None:
             s = s + blk_bias.astype(jnp.float32)
-        w = _dropout(masked_softmax(s, blk_mask), dropout_rate, rng)
-        out = jnp.einsum("bhgqk,bhkd->bhgqd", w.astype(v4.dtype), v4[:, :, :k1])
-        return out, w
+        if blk_mask is not None:
+            blk_mask = jnp.broadcast_to(blk_mask, s.shape)
+        w = _dropout(_softmax_last(s, blk_mask), dropout_rate, rng)
+        out = jnp.einsum("bhnk,bhkd->bhnd", w.reshape(b, hkv, groups * n, k1).astype(v4.dtype),
+                         v4[:, :, :k1])
+        return out.reshape(b, hkv, groups, n, dv), w
 
     if is_causal and not return_weights and q_len >= 2 * chunk:
         outs = []
@@ -545,14 +577,14 @@ def _grouped_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, drop
             k1 = min(q1, k_len)
             rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, i)
             if k1 == 0:
-                outs.append(jnp.zeros((b, hkv, groups, q1 - q0, v.shape[-1]), v.dtype))
+                outs.append(jnp.zeros((b, hkv, groups, q1 - q0, dv), v.dtype))
             else:
                 outs.append(block(q0, q1, k1, rng)[0])
         out5 = jnp.concatenate(outs, axis=3)
         w = None
     else:
         out5, w = block(0, q_len, k_len, dropout_rng)
-    out = out5.transpose(0, 3, 1, 2, 4).reshape(b, q_len, h, v.shape[-1])
+    out = out5.transpose(0, 3, 1, 2, 4).reshape(b, q_len, h, dv)
     if return_weights:
         return out, w.reshape(b, h, q_len, k_len)
     return out

@@ -445,8 +445,8 @@ class LinearAttention(nn.Module):
         \mathrm{out}_i = W^O\,\mathrm{concat}_h\Big[
             \frac{φ(q_i)ᵀ\sum_j φ(k_j) v_jᵀ}{φ(q_i)ᵀ\sum_j φ(k_j) + ε}\Big]
 
-    (Katharopoulos et al. 2020, eqs. 4–6 with multiple heads as in Bishop (12.18)–(12.19);
-    MEDL §7.5's multi-head layout). The sums run over all keys, or over ``j ≤ i`` with
+    (Katharopoulos et al. 2020, eqs. 4–6, with the heads and projections of Bishop
+    (12.15)–(12.19): ``softmax(Q_h K_hᵀ/√D)`` of (12.15) is replaced by the factorised kernel). The sums run over all keys, or over ``j ≤ i`` with
     ``is_causal=True``; see :func:`linear_attention` for the three causal forms.
 
     Call (MultiHeadAttention's signature):

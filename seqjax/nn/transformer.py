@@ -211,7 +211,9 @@ class TransformerBlock(_BlockConfig):
     * ``positions``: ``int32[B, T]`` RoPE positions (default ``arange`` or cache offsets);
     * ``cache``: the self-attention cache (:meth:`init_cache`): returns ``(x, new_cache)``.
 
-    Returns ``[B, T, D]`` (or ``(x, new_cache)``).
+    Returns ``[B, T, D]`` (or ``(x, new_cache)``). The residual stream keeps the input's
+    dtype promoted with ``dtype``: a float32 stream with ``dtype=bfloat16`` stays float32
+    (only the sublayers compute in bf16); a bf16 stream stays bf16.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -443,6 +445,13 @@ class _TransformerStack(_BlockConfig, kw_only=True):
         kw = self._block_kwargs()
         args = (mask, lengths, encoder_out, encoder_mask, encoder_lengths, positions)
         if self.scan_layers:
+            for leaf in jax.tree_util.tree_leaves(cache):
+                if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != self.num_layers:
+                    raise ValueError(
+                        f"`cache` of a scanned stack must have a leading [num_layers] = "
+                        f"[{self.num_layers}] axis on every leaf (from init_cache); got a leaf "
+                        f"of shape {jnp.shape(leaf)}."
+                    )
             scanned = nn.scan(
                 body,
                 variable_axes={"params": 0},

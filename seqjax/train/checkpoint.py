@@ -121,7 +121,8 @@ def _config_diff(saved: Any, current: Any) -> list[str]:
     out = []
     for k in sorted(set(saved) | set(current)):
         if saved.get(k, "<missing>") != current.get(k, "<missing>"):
-            out.append(f"{k}: saved {saved.get(k, '<missing>')!r}, now {current.get(k, '<missing>')!r}")
+            a, b = saved.get(k, "<missing>"), current.get(k, "<missing>")
+            out.append(f"{k}: saved {a!r}, now {b!r}")
     return out
 
 
@@ -189,11 +190,13 @@ class Checkpointer:
             options = ocp.CheckpointManagerOptions(
                 preservation_policy=ocm.AnyPreservationPolicy(policies),
                 enable_async_checkpointing=async_save,
-                cleanup_tmp_directories=not read_only,
+                cleanup_tmp_directories=False,  # done synchronously below
                 create=not read_only,
                 read_only=read_only,
             )
         self.read_only = read_only
+        if not read_only and jax.process_index() == 0:
+            _remove_partial_writes(self.directory)
         handlers = {
             "params": ocp.StandardCheckpointHandler(),
             "opt_state": ocp.StandardCheckpointHandler(),
@@ -202,7 +205,9 @@ class Checkpointer:
             "tokenizer": ocp.JsonCheckpointHandler(),
         }
         with _quiet_orbax():
-            self._mngr = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+            self._mngr = ocp.CheckpointManager(
+                self.directory, options=options, item_handlers=handlers
+            )
 
     # -- context manager ---------------------------------------------------------------
     def __enter__(self) -> Checkpointer:
@@ -322,7 +327,8 @@ class Checkpointer:
             want = _flat_shapes(tree)
             if not want:  # e.g. plain SGD: nothing to compare
                 continue
-            saved = {k: tuple(v.shape) for k, v in _flat_shapes_md(self._item_md(step, item)).items()}
+            saved_md = _flat_shapes_md(self._item_md(step, item))
+            saved = {k: tuple(v.shape) for k, v in saved_md.items()}
             missing = sorted(set(want) - set(saved))
             extra = sorted(set(saved) - set(want))
             if missing or extra:
@@ -402,35 +408,30 @@ class Checkpointer:
             )
         return None
 
-    def restore_params(self, step: int | None = None, target: Any = None, sharding: Any = None) -> Any:
+    def restore_params(
+        self, step: int | None = None, target: Any = None, sharding: Any = None
+    ) -> Any:
         """The parameters alone (for inference); see :func:`restore_params`."""
         self.wait()
         steps = [step] if step is not None else self.all_steps()[::-1]
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}.")
+        where = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        to_abstract = lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=where)
         last_err: BaseException | None = None
         for s in steps:
             try:
+                saved = self._item_md(s, "params")
                 if target is None:
-                    tree = self._item_md(s, "params")
-                    abstract = jax.tree_util.tree_map(
-                        lambda m: jax.ShapeDtypeStruct(
-                            tuple(m.shape), m.dtype,
-                            sharding=sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0]),
-                        ),
-                        tree,
-                        is_leaf=_is_array_md,
-                    )
+                    abstract = jax.tree_util.tree_map(to_abstract, saved, is_leaf=_is_array_md)
                 else:
-                    want, saved = _flat_shapes(target), {
-                        k: tuple(v.shape)
-                        for k, v in _flat_shapes_md(self._item_md(s, "params")).items()
-                    }
-                    if want != saved:
+                    want = _flat_shapes(target)
+                    have = {k: tuple(v.shape) for k, v in _flat_shapes_md(saved).items()}
+                    if want != have:
+                        diff = sorted(set(want.items()) ^ set(have.items()))[:4]
                         raise CheckpointMismatchError(
                             f"checkpoint {s} in {self.directory}: parameter names/shapes differ "
-                            f"from `target` (e.g. "
-                            f"{sorted(set(want.items()) ^ set(saved.items()))[:4]})."
+                            f"from `target` (e.g. {diff})."
                         )
                     abstract = _abstract(target, sharding)
                 out = self._orbax_restore(
@@ -439,7 +440,7 @@ class Checkpointer:
                 return out["params"]
             except CheckpointMismatchError:
                 raise
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 — unreadable: try an older one
                 if step is not None:
                     raise
                 last_err = err
@@ -450,6 +451,21 @@ class Checkpointer:
                     stacklevel=2,
                 )
         raise RuntimeError(f"no readable checkpoint in {self.directory}") from last_err
+
+
+def _remove_partial_writes(directory: str) -> None:
+    """Delete the temporary directories of checkpoints whose write never finished.
+
+    Orbax writes ``<step>.orbax-checkpoint-tmp*`` and renames it when complete, so
+    these are leftovers of a crash or SIGKILL. Removed synchronously (orbax's own
+    clean-up runs in a background thread that can race a second manager on the
+    same directory).
+    """
+    if not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        if ".orbax-checkpoint-tmp" in name:
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
 def _is_array_md(x: Any) -> bool:

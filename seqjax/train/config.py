@@ -19,7 +19,13 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ConfigError", "parse_overrides", "apply_overrides", "config_from_dict", "config_to_dict"]
+__all__ = [
+    "ConfigError",
+    "parse_overrides",
+    "apply_overrides",
+    "config_from_dict",
+    "config_to_dict",
+]
 
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
@@ -77,7 +83,8 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
     args = typing.get_args(tp)
     bad = ConfigError(f"--{key}: expected {_type_name(tp)}; got {value!r}.")
     if origin in (typing.Union, types.UnionType):
-        if type(None) in args and (value is None or (isinstance(value, str) and value.lower() in _NONE)):
+        is_none = value is None or (isinstance(value, str) and value.lower() in _NONE)
+        if type(None) in args and is_none:
             return None
         for sub in (a for a in args if a is not type(None)):
             try:
@@ -135,7 +142,9 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
         return config_from_dict(tp, value)
     if isinstance(tp, type) and isinstance(value, tp):
         return value
-    raise ConfigError(f"--{key}: cannot set a field of type {_type_name(tp)} from the command line.")
+    raise ConfigError(
+        f"--{key}: cannot set a field of type {_type_name(tp)} from the command line."
+    )
 
 
 def _unknown(key: str, cls: type, prefix: str) -> ConfigError:

@@ -102,5 +102,7 @@ class ArrayIterator(Iterator[dict[str, np.ndarray]]):
         try:
             epoch, index = int(state["epoch"]), int(state["index"])
         except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"`state` must be {{'epoch': int, 'index': int}}; got {state!r}.") from err
+            raise ValueError(
+                f"`state` must be {{'epoch': int, 'index': int}}; got {state!r}."
+            ) from err
         self.epoch, self.index, self._order = epoch, index, None

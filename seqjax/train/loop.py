@@ -20,8 +20,10 @@ VM, Ctrl-C) finish the current step, save a checkpoint and return with
 ``grad_norm`` raises :class:`NonFiniteLossError` naming the step and the metric; nothing
 is saved after the last finite step, so the last good checkpoint stays the newest.
 
-Metrics are fetched from the device one step late, so the host never stalls the next
-step's dispatch, except at log/eval/checkpoint steps.
+Metrics stay on the device between logged steps (the host runs at most 8 steps ahead)
+and are fetched together at log, eval and checkpoint steps, where every one of them is
+checked for NaN/inf — so a non-finite value is reported, with its step, at the next
+logged step at the latest, and no checkpoint is ever written after it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ __all__ = [
     "plot_curves",
     "peak_flops_per_device",
 ]
+
+# Steps the host may run ahead of the device between logged steps.
+_MAX_IN_FLIGHT = 8
 
 # Dense bf16 peak FLOP/s per chip, by jax `device_kind` substring (vendor data sheets).
 _PEAK_FLOPS = {
@@ -120,11 +125,12 @@ class FitConfig:
     peak_flops: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints"):
+        minimum = {"num_steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
+                   "keep_checkpoints": 1}
+        for name, low in minimum.items():
             v = getattr(self, name)
-            if not isinstance(v, int) or v < (1 if name in ("log_every", "keep_checkpoints") else 0):
-                raise ValueError(f"`{name}` must be a non-negative int (log_every, "
-                                 f"keep_checkpoints >= 1); got {v!r}.")
+            if not isinstance(v, int) or v < low:
+                raise ValueError(f"`{name}` must be an int >= {low}; got {v!r}.")
 
 
 @dataclasses.dataclass
@@ -223,6 +229,7 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
         ("perplexity", lambda v: math.exp(min(v, 700.0)), "perplexity"),
     ):
         fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig.subplots_adjust(left=0.13, right=0.97, bottom=0.14, top=0.95)  # tight_layout is slow
         for key, label in (("loss", "train"), ("eval/loss", "eval")):
             pts = [(r["step"], transform(r[key])) for r in records
                    if key in r and r[key] is not None and math.isfinite(r[key])]
@@ -234,7 +241,6 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend()
-        fig.tight_layout()
         path = os.path.join(os.fspath(workdir), f"{name}.png")
         fig.savefig(path, dpi=100)
         plt.close(fig)
@@ -315,7 +321,7 @@ def fit(
     tokenizer: Mapping[str, Any] | str | None = None,
     hooks: Sequence[Callable[[dict], None]] = (),
 ) -> FitResult:
-    """Train ``state`` to ``config.num_steps`` steps, resuming from ``workdir`` if it has checkpoints.
+    """Train ``state`` to ``config.num_steps`` steps, resuming from ``workdir``'s checkpoints.
 
     Args:
         state: the initial state (also the template — structure, shapes, shardings —
@@ -355,7 +361,11 @@ def fit(
             model_config=model_config,
             tokenizer=tokenizer,
         )
-        restored = ckpt.restore(state)
+        try:
+            restored = ckpt.restore(state)
+        except BaseException:
+            ckpt.close()
+            raise
         if restored is not None:
             state, start, data_state = restored.state, restored.step, restored.data_state
     get_batch = _batches(train_data, start, data_state)
@@ -403,17 +413,22 @@ def fit(
     def is_log(s: int) -> bool:
         return s % cfg.log_every == 0 or s == start + 1 or s == cfg.num_steps
 
-    def finish(s: int, m_dev: Mapping[str, Any]) -> dict | None:
-        """Fetch step ``s``'s metrics, check them, return its record if it is logged."""
-        m = {k: float(v) for k, v in jax.device_get(dict(m_dev)).items()}
-        for name in cfg.finite_check:
-            if name in m and not math.isfinite(m[name]):
-                raise NonFiniteLossError(s, name, m[name], workdir)
+    def flush(pending: list[tuple[int, Any]]) -> dict | None:
+        """Fetch the pending steps' metrics (one transfer), check them in order, and
+        return the record of the last one if it is logged."""
+        fetched = jax.device_get([m for _, m in pending])
+        for (s, _), m_host in zip(pending, fetched):
+            m = {k: float(v) for k, v in m_host.items()}
+            for name in cfg.finite_check:
+                if name in m and not math.isfinite(m[name]):
+                    raise NonFiniteLossError(s, name, m[name], workdir)
+            clock["tokens"] += m.get("tokens", 0.0)
         last_metrics.clear()
         last_metrics.update(m)
-        clock["tokens"] += m.get("tokens", 0.0)
+        s = pending[-1][0]
+        pending.clear()
         if bar is not None:
-            bar.update(1)
+            bar.update(s - bar.n)
         if not is_log(s):
             return None
         now = time.perf_counter()
@@ -445,17 +460,13 @@ def fit(
     status = "completed"
     with _SignalGuard(cfg.handle_signals) as guard:
         try:
-            pending: tuple[int, Any] | None = None
+            pending: list[tuple[int, Any]] = []
             for s in range(start + 1, cfg.num_steps + 1):
                 batch = get_batch(s - 1)
                 if place_batch is not None:
                     batch = place_batch(batch)
                 state, m_dev = train_step(state, batch)
-                if pending is not None:  # the previous step, fetched one step late
-                    rec = finish(*pending)
-                    if rec is not None:
-                        write(rec)
-                    pending = None
+                pending.append((s, m_dev))
                 final = s == cfg.num_steps
                 stop = guard.requested is not None
                 do_eval = eval_step is not None and eval_data is not None and (
@@ -463,10 +474,11 @@ def fit(
                 do_save = ckpt is not None and (
                     final or do_eval or (cfg.checkpoint_every and s % cfg.checkpoint_every == 0)
                     or stop)
-                if not (do_eval or do_save or final or stop):
-                    pending = (s, m_dev)
+                if not (is_log(s) or do_eval or do_save or final or stop):
+                    if len(pending) > _MAX_IN_FLIGHT:  # back-pressure: stay a few steps ahead
+                        jax.block_until_ready(pending[-1 - _MAX_IN_FLIGHT][1])
                     continue
-                rec = finish(s, m_dev)
+                rec = flush(pending)
                 if do_eval:
                     eval_metrics = run_eval()
                     rec = {**(rec or {"step": s, **last_metrics}), **eval_metrics}
@@ -480,10 +492,6 @@ def fit(
                            + (f"; checkpoint saved in {workdir}" if ckpt is not None else ""))
                     (bar.write if bar is not None else print)(msg, file=sys.stderr)
                     break
-            if pending is not None:
-                rec = finish(*pending)
-                if rec is not None:
-                    write(rec)
         finally:
             if bar is not None:
                 bar.close()

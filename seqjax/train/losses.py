@@ -54,7 +54,9 @@ __all__ = [
 
 def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> None:
     if np.ndim(logits) < 1:
-        raise ValueError(f"`logits` must have a trailing vocabulary axis; got shape {np.shape(logits)}.")
+        raise ValueError(
+            f"`logits` must have a trailing vocabulary axis; got shape {np.shape(logits)}."
+        )
     check_integer(labels, "labels")
     if tuple(np.shape(labels)) != tuple(np.shape(logits))[:-1]:
         raise ValueError(

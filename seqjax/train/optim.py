@@ -305,7 +305,9 @@ class TrainState:
         opt_state: the optimiser state (float32).
         rng: a ``jax.random.PRNGKey`` (uint32[2]); split once per step for dropout.
         carry: recurrent state carried across steps by truncated BPTT, else ``None``.
-        tx: the optax transformation (static, not part of the pytree).
+        tx: the optax transformation (static, not part of the pytree). ``jax.jit``
+            caches by it, so build it once per run: a new, equal-looking ``tx`` makes
+            the train step compile again.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax

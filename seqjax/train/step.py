@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import NamedSharding
+from jax.sharding import NamedSharding, PartitionSpec
 
 from seqjax.train.optim import TrainState
 
@@ -126,7 +126,9 @@ def _check_state(state: Any) -> None:
     if not isinstance(state, TrainState):
         raise TypeError(f"`state` must be a seqjax.train.TrainState; got {type(state).__name__}.")
     if state.tx is None:
-        raise ValueError("`state.tx` is None; build the state with TrainState.create(params, tx, rng).")
+        raise ValueError(
+            "`state.tx` is None; build the state with TrainState.create(params, tx, rng)."
+        )
 
 
 def _grad_and_update(
@@ -216,7 +218,7 @@ def make_train_step(
             raise ValueError("give both `state_sharding` and `batch_sharding`, or neither.")
         mesh = batch_sharding.mesh
         kwargs["in_shardings"] = (state_sharding, batch_sharding)
-        kwargs["out_shardings"] = (state_sharding, NamedSharding(mesh, jax.sharding.PartitionSpec()))
+        kwargs["out_shardings"] = (state_sharding, NamedSharding(mesh, PartitionSpec()))
     return jax.jit(step_fn, **kwargs)
 
 
@@ -227,7 +229,7 @@ def make_eval_step(
     batch_sharding: NamedSharding | None = None,
     compute_dtype: Any = None,
 ) -> Callable[[Any, Batch], dict[str, Array]]:
-    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. :func:`~seqjax.train.losses.make_lm_eval`)."""
+    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. from ``losses.make_lm_eval``)."""
 
     def fn(params: Any, batch: Batch) -> dict[str, Array]:
         out = eval_fn(cast_floating(params, compute_dtype), cast_floating(batch, compute_dtype))
@@ -237,7 +239,7 @@ def make_eval_step(
         return jax.jit(fn)
     if params_sharding is None or batch_sharding is None:
         raise ValueError("give both `params_sharding` and `batch_sharding`, or neither.")
-    rep = NamedSharding(batch_sharding.mesh, jax.sharding.PartitionSpec())
+    rep = NamedSharding(batch_sharding.mesh, PartitionSpec())
     return jax.jit(fn, in_shardings=(params_sharding, batch_sharding), out_shardings=rep)
 
 

@@ -305,29 +305,3 @@ def test_lengths_zero_padded_rows_and_advance_the_cache():
     assert np.all(np.asarray(y[1, 4:]) == 0.0)
     with pytest.raises(ValueError, match="kv_lengths"):
         jax.eval_shape(functools.partial(ATTN.apply, kv_lengths=lengths), _PARAMS, _X)
-
-
-def test_plugs_into_transformer_block_with_cached_decoding():
-    from seqjax.nn.transformer import TransformerBlock
-
-    block = TransformerBlock(num_heads=2, mlp_dim=16, causal=True,
-                             attention=functools.partial(LinearAttention, chunk_size=4))
-    params = _random_params(block, _X, seed=3)
-    assert sorted(params["params"]["self_attn"]) == ["key", "out", "query", "value"]
-    run = japply(block)
-    full = run(params, _X)
-    cache = block.apply(params, 2, 8, method="init_cache")
-    assert isinstance(cache, LinearAttentionCache)
-    # Ragged prefill: row 0 has 4 prompt tokens, row 1 has 2 (right padded to 4).
-    lengths = jnp.array([4, 2])
-    y, cache = run(params, _X[:, :4], lengths=lengths, cache=cache)
-    np.testing.assert_allclose(y[0], full[0, :4], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(y[1, :2], full[1, :2], rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(cache.lengths_B, [4, 2])
-    # Each row then decodes its own next token, one at a time.
-    for step in range(2):
-        pos = lengths + step
-        x_t = jnp.take_along_axis(jnp.asarray(_X), pos[:, None, None], axis=1)
-        y_t, cache = run(params, x_t, cache=cache)
-        for b in range(2):
-            np.testing.assert_allclose(y_t[b, 0], full[b, int(pos[b])], rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Checkpoints: exact round trip, keep-last-K plus best, corrupted/incomplete newest skipped, mismatches."""
+"""Checkpoints: exact round trip, keep last K + best, bad newest skipped, mismatch errors."""
 
 import os
 import warnings
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from seqjax.train.checkpoint import (
-    CheckpointMismatchError,
     Checkpointer,
+    CheckpointMismatchError,
     CheckpointWarning,
     load_meta,
     load_tokenizer,
@@ -104,6 +104,7 @@ def test_corrupted_newest_is_skipped_with_a_warning(tmp_path):
     os.makedirs(tmp_path / "4.orbax-checkpoint-tmp-123" / "params")
     with Checkpointer(tmp_path, keep=3) as ckpt:
         assert ckpt.all_steps() == [1, 2, 3]
+        assert not (tmp_path / "4.orbax-checkpoint-tmp-123").exists()  # cleaned up
         with pytest.warns(CheckpointWarning, match="step 3 .* unreadable"):
             r = ckpt.restore(_state())
         assert r.step == 2 and _equal(r.state.params, _state(step=2, seed=2).params)
@@ -126,7 +127,8 @@ def test_mismatch_is_a_clear_error(tmp_path):
             c.restore(_state())
         assert c.all_steps() == [1]  # a mismatch is not corruption: nothing moved
     with Checkpointer(tmp_path) as c:
-        with pytest.raises(CheckpointMismatchError, match=r"head/kernel: saved \(3, 5\), model \(4, 5\)"):
+        shapes = r"head/kernel: saved \(3, 5\), model \(4, 5\)"
+        with pytest.raises(CheckpointMismatchError, match=shapes):
             c.restore(_state(hidden=4))
         other = _state()
         tx, _ = make_optimizer(OptimizerConfig("sgd"))

@@ -1,4 +1,4 @@
-"""Losses and metrics against numpy implementations of MEDL (7.4)–(7.5), J&M (9.1)–(9.2), (9.12)–(9.13)."""
+"""Losses and metrics vs numpy: MEDL (7.4)–(7.5), J&M (9.1)–(9.2), (9.12)–(9.13)."""
 
 import math
 
@@ -123,7 +123,8 @@ def test_perplexity_log_space_equals_product_form(batch):
     product_form = np.prod(1.0 / probs) ** (1.0 / probs.size)
     np.testing.assert_allclose(float(perplexity(z, y, mask)), product_form, rtol=1e-5)
     # A uniform model over |V| words has perplexity |V| (J&M §9.1).
-    assert float(perplexity(jnp.zeros((2, 4, 11)), jnp.zeros((2, 4), jnp.int32))) == pytest.approx(11)
+    uniform = perplexity(jnp.zeros((2, 4, 11)), jnp.zeros((2, 4), jnp.int32))
+    assert float(uniform) == pytest.approx(11)
     # Log space never underflows where the product of probabilities would.
     assert float(nll_to_perplexity(50.0)) == pytest.approx(math.exp(50.0), rel=1e-5)
 

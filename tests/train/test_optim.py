@@ -76,7 +76,8 @@ def test_decay_mask_skips_biases_norms_embeddings():
     assert m["block_0"]["LayerNorm_0"]["scale"] is False
     assert m["block_0"]["attn"]["query"] == {"kernel": True, "bias": False}
     assert m["block_0"]["mlp"]["up"]["kernel"] is True
-    assert m["rnn"]["cell"]["recurrent_kernel"] is True and m["rnn"]["cell"]["input"]["bias"] is False
+    cell = m["rnn"]["cell"]
+    assert cell["recurrent_kernel"] is True and cell["input"]["bias"] is False
     assert m["head"] == {"kernel": True, "bias": False}
     # adamw applies decay exactly where the mask says: zero gradients, one step.
     tx, _ = make_optimizer(OptimizerConfig("adamw", learning_rate=0.5, weight_decay=0.1))

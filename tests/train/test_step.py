@@ -1,4 +1,4 @@
-"""Sharded steps on 8 fake CPU devices: data parallel == one device == pmap; FSDP/TP == replicated."""
+"""Sharded steps on 8 fake CPU devices: data parallel == 1 device == pmap; FSDP/TP == replicated."""
 
 import functools
 
@@ -72,7 +72,8 @@ def _params(model):
     """Random parameters in the model's layout (numpy: no init compile)."""
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))
     rng = np.random.default_rng(0)
-    return jax.tree_util.tree_map(lambda s: (0.3 * rng.normal(size=s.shape)).astype(s.dtype), shapes)
+    return jax.tree_util.tree_map(
+        lambda s: (0.3 * rng.normal(size=s.shape)).astype(s.dtype), shapes)
 
 
 def _setup(model, mesh=None, strategy="replicated", **step_kw):

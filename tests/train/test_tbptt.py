@@ -1,4 +1,4 @@
-"""Truncated BPTT: contiguous streams, carry threading under stop_gradient, one chunk == full BPTT."""
+"""Truncated BPTT: contiguous streams, carry passed under stop_gradient, one chunk == full BPTT."""
 
 import jax
 import jax.numpy as jnp
@@ -68,13 +68,15 @@ def test_one_chunk_equals_full_bptt():
     inputs, targets = streams[:, :-1], streams[:, 1:]
     tx = optax.sgd(LR)
     full = TrainState.create(_params(), tx, jax.random.PRNGKey(0))
-    full, m_full = make_train_step(make_lm_loss(APPLY))(full, {"inputs": inputs, "targets": targets})
+    full_step = make_train_step(make_lm_loss(APPLY))
+    full, m_full = full_step(full, {"inputs": inputs, "targets": targets})
     chunked = TrainState.create(_params(), tx, jax.random.PRNGKey(0), carry=MODEL.zero_carry(B))
     chunk = next(TBPTTIterator(streams, chunk_len=streams.shape[1] - 1))
     chunked, m_tb = TBPTT_STEP(chunked, chunk)
     np.testing.assert_allclose(float(m_tb["loss"]), float(m_full["loss"]), rtol=1e-6)
     np.testing.assert_allclose(float(m_tb["grad_norm"]), float(m_full["grad_norm"]), rtol=1e-5)
-    for a, b in zip(jax.tree_util.tree_leaves(chunked.params), jax.tree_util.tree_leaves(full.params)):
+    leaves = jax.tree_util.tree_leaves
+    for a, b in zip(leaves(chunked.params), leaves(full.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
     # The carry handed on is the full pass's final carry.
     _, final = _forward(_params(), inputs)

@@ -1,0 +1,433 @@
+"""Character-level language model on Tiny Shakespeare (nanoGPT's split and configs).
+
+Data: :func:`seqjax.data.tasks.tiny_shakespeare` — the 65 sorted characters, the
+contiguous 90/10 split of nanoGPT's ``shakespeare_char`` (1,003,854 / 111,540
+characters); random ``block_size`` windows per step (nanoGPT's ``get_batch``, via
+:class:`seqjax.data.pipelines.LMWindowIterator`).
+
+Models:
+
+* ``model=transformer`` (default): :class:`seqjax.models.gpt.TransformerLM` — the default
+  config is nanoGPT's README CPU run (4 layers, 4 heads, d = 128, block 64, batch 12,
+  2000 iterations, dropout 0, no biases; AdamW 1e-3, β₂ = 0.99, weight decay 0.1 on
+  every matrix, 100 warm-up steps, cosine to 1e-4, clipping at 1.0), for which nanoGPT
+  reports val loss ≈ 1.88 (about 3 minutes on a laptop CPU). ``--preset gpu`` is
+  nanoGPT's ``train_shakespeare_char`` (6/6/384, block 256, batch 64, 5000 iterations,
+  dropout 0.2, bf16): val 1.4697 on one A100.
+* ``model=lstm`` (``--preset lstm``): :class:`seqjax.models.rnn.RNNLanguageModel`, a
+  2-layer LSTM of width 224 (≈ 0.83M parameters, the transformer has ≈ 0.80M), trained on
+  the same windows with the same recipe (learning rate 2e-3).
+
+Validation loss as nanoGPT estimates it — the mean over ``eval_batches`` random
+windows of the validation split (fixed seed) — every ``eval_every`` steps, and at the end
+over the whole validation split in non-overlapping windows (``full_val``). Samples are
+drawn nanoGPT-style (prompt ``"\\n"``, temperature 0.8, top-k 200); a transformer whose
+context is full keeps its last ``block_size`` characters (nanoGPT's crop).
+
+The work dir (default ``workdirs/char_lm``) holds the checkpoints (with the model config
+and the tokenizer), ``tokenizer.json``, ``metrics.jsonl``, ``loss.png``, ``samples.txt``
+and ``char_lm.json`` (the summary). :func:`load_model` rebuilds ``(model, params,
+tokenizer, config)`` from it (used by the ``sampling`` experiment).
+
+Run:  python -m experiments.char_lm                      (nanoGPT CPU config)
+      python -m experiments.char_lm --preset lstm --workdir workdirs/char_lm_lstm
+      python -m experiments.char_lm --preset gpu --workdir workdirs/char_lm_gpu   (GPU)
+      python -m experiments.char_lm --smoke --workdir /tmp/x (seconds, for CI)
+      seqjax generate --workdir workdirs/char_lm --prompt "ROMEO:" --max-new-tokens 200
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.data.pipelines import LMWindowIterator, split_text
+from seqjax.data.tasks import tiny_shakespeare, tiny_shakespeare_text
+from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
+from seqjax.decoding import FunctionalDecoder, sample
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.rnn import RNNLanguageModel
+from seqjax.train.checkpoint import restore_params
+from seqjax.train.config import config_from_dict
+from seqjax.train.loop import FitConfig, fit, read_metrics
+from seqjax.train.loop import evaluate as evaluate_batches
+from seqjax.train.losses import make_lm_eval, make_lm_loss
+from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.step import flax_apply_fn, make_eval_step, make_train_step
+from seqjax.utils import count_params
+
+NANOGPT_CPU_VAL_LOSS = 1.88  # nanoGPT README, CPU config, "val loss of about 1.88"
+NANOGPT_GPU_VAL_LOSS = 1.4697  # nanoGPT README, train_shakespeare_char on one A100
+MODELS = ("transformer", "lstm")
+# nanoGPT decays every 2-D parameter (embeddings included); vectors are never decayed.
+NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = "transformer"
+    num_layers: int = 4
+    num_heads: int = 4
+    embed_dim: int = 128
+    block_size: int = 64
+    batch_size: int = 12
+    dropout: float = 0.0
+    steps: int = 2000
+    learning_rate: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta2: float = 0.99
+    clip_norm: float = 1.0
+    compute_dtype: str = "float32"
+    eval_every: int = 250
+    eval_batches: int = 20
+    full_val: bool = True
+    sample_chars: int = 500
+    sample_temperature: float = 0.8
+    sample_top_k: int = 200
+    max_chars: int = 0
+    data_path: str | None = None
+    seed: int = 1337
+    log_every: int = 50
+    checkpoint_every: int = 500
+    progress: bool = True
+    workdir: str | None = "workdirs/char_lm"
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
+              "batch_size": 4, "steps": 4, "warmup_steps": 2, "eval_every": 0,
+              "eval_batches": 2, "sample_chars": 24, "max_chars": 20000, "log_every": 2,
+              "checkpoint_every": 0},
+    "gpu": {"num_layers": 6, "num_heads": 6, "embed_dim": 384, "block_size": 256,
+            "batch_size": 64, "dropout": 0.2, "steps": 5000, "eval_batches": 200,
+            "compute_dtype": "bfloat16", "log_every": 100, "checkpoint_every": 1000},
+    "lstm": {"model": "lstm", "num_layers": 2, "embed_dim": 224, "learning_rate": 2e-3},
+    "lstm-smoke": {"model": "lstm", "num_layers": 1, "embed_dim": 16, "block_size": 16,
+                   "batch_size": 4, "steps": 4, "warmup_steps": 2, "eval_every": 0,
+                   "eval_batches": 2, "sample_chars": 24, "max_chars": 20000,
+                   "log_every": 2, "checkpoint_every": 0},
+}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_data(cfg: Config) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
+    """``(train_ids, val_ids, tokenizer)``; ``max_chars > 0`` keeps a prefix (smoke runs)."""
+    if cfg.max_chars <= 0:
+        d = tiny_shakespeare(cfg.data_path)
+        return d.train_ids, d.val_ids, d.tokenizer
+    text = tiny_shakespeare_text(cfg.data_path)
+    tok = CharTokenizer.from_text(text, SpecialTokens.none())  # the full 65-char vocabulary
+    ids = np.asarray(tok.encode(text[: cfg.max_chars]), np.int32)
+    train, val = split_text(ids, 0.9)
+    return train, val, tok
+
+
+def val_windows(ids: np.ndarray, cfg: Config, num: int, seed: int) -> list[dict]:
+    """``num`` random ``[batch_size, block_size]`` windows (nanoGPT's ``estimate_loss``)."""
+    it = LMWindowIterator(ids, cfg.batch_size, cfg.block_size, seed=seed)
+    out = []
+    for _ in range(num):
+        b = next(it)
+        out.append({**b, "mask": np.ones(b["targets"].shape, bool)})
+    return out
+
+
+def full_windows(ids: np.ndarray, block: int, batch: int) -> list[dict]:
+    """Every character of ``ids`` but the first predicted once, in non-overlapping windows.
+
+    Batches are ``[batch, block]`` (the last padded, ``mask`` False there), so one
+    compiled evaluation step serves them all.
+    """
+    n = -(-(len(ids) - 1) // block)  # windows, the last possibly short
+    x = np.zeros((n * block,), np.int32)
+    y = np.zeros((n * block,), np.int32)
+    m = np.zeros((n * block,), bool)
+    x[: len(ids) - 1], y[: len(ids) - 1], m[: len(ids) - 1] = ids[:-1], ids[1:], True
+    rows = -(-n // batch) * batch
+    pad = ((0, rows * block - n * block),)
+    x, y, m = (np.pad(a, pad).reshape(rows, block) for a in (x, y, m))
+    return [{"inputs": x[i : i + batch], "targets": y[i : i + batch], "mask": m[i : i + batch]}
+            for i in range(0, rows, batch)]
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(cfg: Config, vocab_size: int) -> Any:
+    """The :class:`TransformerLM` or :class:`RNNLanguageModel` that ``cfg`` describes."""
+    if cfg.model not in MODELS:
+        raise ValueError(f"`model` must be one of {MODELS}; got {cfg.model!r}.")
+    dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
+    if cfg.model == "transformer":
+        return TransformerLM(TransformerLMConfig(
+            vocab_size=vocab_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+            embed_dim=cfg.embed_dim, max_len=cfg.block_size, dropout_rate=cfg.dropout,
+            use_bias=False, activation="gelu",
+        ), dtype=dtype)
+    return RNNLanguageModel(
+        vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
+        cell_type="lstm", dropout=cfg.dropout, cell_kwargs={"forget_bias": 1.0}, dtype=dtype,
+    )
+
+
+def model_config(cfg: Config, vocab_size: int) -> dict:
+    keys = ("model", "num_layers", "num_heads", "embed_dim", "block_size", "dropout")
+    return {"vocab_size": vocab_size, **{k: getattr(cfg, k) for k in keys}}
+
+
+class _Window(NamedTuple):
+    buffer_BxW: jax.Array
+    count_B: jax.Array
+
+
+@functools.cache
+def window_decoder(model: TransformerLM, block: int) -> FunctionalDecoder:
+    """A :class:`~seqjax.decoding.Decodable` that feeds the model its last ``block`` tokens.
+
+    A transformer with learned positions sees at most ``block`` tokens; to generate more,
+    nanoGPT crops the context to the most recent ``block`` (sliding window, full forward
+    pass per token). Prompts must be at most ``block + 1`` tokens.
+    """
+
+    def init_decode_state(params: Any, prompt_BxT: jax.Array, lengths_B: jax.Array,
+                          max_len: int) -> _Window:
+        del params, max_len
+        batch, steps = prompt_BxT.shape
+        buf = jnp.zeros((batch, block), jnp.int32)
+        keep = min(steps, block)
+        buf = buf.at[:, :keep].set(prompt_BxT[:, :keep])
+        return _Window(buf, jnp.asarray(lengths_B, jnp.int32) - 1)
+
+    def decode_step(params: Any, state: _Window, tokens_B: jax.Array
+                    ) -> tuple[jax.Array, _Window]:
+        rows = jnp.arange(tokens_B.shape[0])
+        full_B = state.count_B >= block
+        buf = jnp.where(full_B[:, None], jnp.roll(state.buffer_BxW, -1, axis=1),
+                        state.buffer_BxW)
+        pos_B = jnp.minimum(state.count_B, block - 1)
+        buf = buf.at[rows, pos_B].set(tokens_B.astype(jnp.int32))
+        logits_BxWxV = model.apply({"params": params}, buf)
+        return logits_BxWxV[rows, pos_B], _Window(buf, jnp.minimum(state.count_B + 1, block))
+
+    return FunctionalDecoder(init_decode_state, decode_step)
+
+
+def generate_ids(model: Any, params: Any, cfg: Config, prompt_ids: list[int], *,
+                 max_new_tokens: int, temperature: float, top_k: int | None,
+                 seed: int) -> list[int]:
+    """Continue ``prompt_ids`` (greedy when ``temperature == 0``)."""
+    if not prompt_ids:
+        raise ValueError("`prompt` must hold at least one character.")
+    if isinstance(model, TransformerLM):
+        prompt_ids = prompt_ids[-(cfg.block_size + 1):]
+        decoder = window_decoder(model, cfg.block_size)
+    else:
+        decoder = model
+    out = sample(decoder, params, jnp.asarray([prompt_ids], jnp.int32),
+                 key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens,
+                 temperature=temperature, top_k=top_k if temperature > 0 else None)
+    return [int(t) for t in np.asarray(out.tokens[0])]
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _optimizer(cfg: Config) -> tuple[Any, Any]:
+    return make_optimizer(OptimizerConfig(
+        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+        warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
+        end_lr_ratio=cfg.min_lr_ratio, b1=0.9, b2=cfg.beta2, weight_decay=cfg.weight_decay,
+        clip_norm=cfg.clip_norm or None, no_decay=NO_DECAY,
+    ))
+
+
+def machine() -> str:
+    """CPU model, core count and jax backend, for the results files."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    dev = jax.devices()[0]
+    return (f"{cpu}, {os.cpu_count()} cores; jax {jax.__version__} on {dev.platform} "
+            f"({dev.device_kind})")
+
+
+def command_line(name: str, cfg: Any) -> str:
+    """``python -m experiments.NAME`` with the options that differ from ``Config()``."""
+    default = type(cfg)()
+    opts = []
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if v != getattr(default, f.name):
+            if isinstance(v, tuple):
+                v = ",".join(str(x) for x in v)
+            opts.append(f"--{f.name}={v}")
+    return " ".join([f"python -m experiments.{name}", *opts])
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def run(cfg: Config) -> dict:
+    train_ids, val_ids, tok = load_data(cfg)
+    vocab = tok.vocab_size
+    model = build_model(cfg, vocab)
+    x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
+    params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x0)["params"]
+    n_params = count_params(params)
+    tx, schedule = _optimizer(cfg)
+    state = TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1))
+    apply_fn = flax_apply_fn(model)
+    compute = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
+    train_step = make_train_step(make_lm_loss(apply_fn), schedule=schedule,
+                                 compute_dtype=compute)
+    eval_step = make_eval_step(make_lm_eval(apply_fn), compute_dtype=compute)
+    eval_batches = val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2)
+    data = LMWindowIterator(train_ids, cfg.batch_size, cfg.block_size, seed=cfg.seed)
+    if cfg.workdir:
+        os.makedirs(cfg.workdir, exist_ok=True)
+        tok.save(os.path.join(cfg.workdir, "tokenizer.json"))
+    print(f"char_lm: {cfg.model}, {n_params:,} parameters, {len(train_ids):,} train / "
+          f"{len(val_ids):,} val characters, vocabulary {vocab}")
+    load_before = load_average()
+    start = time.perf_counter()
+    result = fit(
+        state, train_step, data,
+        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                  checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
+                  print_logs=True),
+        workdir=cfg.workdir, eval_step=eval_step, eval_data=eval_batches,
+        model_config=model_config(cfg, vocab), tokenizer=tok.to_json(),
+    )
+    train_wall = time.perf_counter() - start
+    load_after = load_average()
+    params = result.state.params
+    final = evaluate_batches(eval_step, params, eval_batches)
+    train_est = evaluate_batches(eval_step, params,
+                                 val_windows(train_ids, cfg, cfg.eval_batches, seed=cfg.seed + 3))
+    full = None
+    if cfg.full_val:
+        full = evaluate_batches(eval_step, params,
+                                full_windows(val_ids, cfg.block_size, cfg.batch_size))
+    text = generate_ids(model, params, cfg, tok.encode("\n"), max_new_tokens=cfg.sample_chars,
+                        temperature=cfg.sample_temperature, top_k=cfg.sample_top_k,
+                        seed=cfg.seed)
+    sample_text = tok.decode(text)
+    curve = [(r["step"], r["loss"], r.get("eval/loss")) for r in read_history(cfg, result)]
+    summary = {
+        "config": dataclasses.asdict(cfg),
+        "params": n_params,
+        "steps": int(jax.device_get(result.state.step)),
+        "resumed_from": result.start_step,
+        "status": result.status,
+        "train_wall_s": train_wall,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "machine": machine(),
+        "val_loss_estimate": final["loss"],
+        "train_loss_estimate": train_est["loss"],
+        "val_loss_full": None if full is None else full["loss"],
+        "val_tokens_full": None if full is None else full["tokens"],
+        "anchor_val_loss": NANOGPT_GPU_VAL_LOSS if cfg.block_size >= 256 else NANOGPT_CPU_VAL_LOSS,
+        "sample": sample_text,
+        "curve": curve,
+    }
+    print(f"\nstep {summary['steps']}: train {train_est['loss']:.4f}, val {final['loss']:.4f}"
+          + (f" (full val {full['loss']:.4f})" if full else "")
+          + f"; {train_wall:.0f} s of training; nanoGPT: {summary['anchor_val_loss']}")
+    print("sample:\n" + sample_text)
+    if cfg.workdir:
+        with open(os.path.join(cfg.workdir, "char_lm.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        with open(os.path.join(cfg.workdir, "samples.txt"), "w", encoding="utf-8") as f:
+            f.write(sample_text)
+    return summary
+
+
+def read_history(cfg: Config, result: Any) -> list[dict]:
+    """Every logged record of the run (``metrics.jsonl`` if there is a work dir)."""
+    if cfg.workdir:
+        return read_metrics(os.path.join(cfg.workdir, "metrics.jsonl"))
+    return list(result.history)
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+def load_model(workdir: str) -> tuple[Any, Any, CharTokenizer, Config]:
+    """``(model, params, tokenizer, config)`` of the newest checkpoint in ``workdir``.
+
+    Example (after a run)::
+
+        model, params, tok, cfg = load_model("workdirs/char_lm")
+        logits = model.apply({"params": params}, jnp.asarray([tok.encode("ROMEO:")]))
+    """
+    with open(os.path.join(workdir, "experiment.json")) as f:
+        saved = json.load(f)
+    cfg = config_from_dict(Config, saved["config"])
+    tok = load_tokenizer(os.path.join(workdir, "tokenizer.json"))
+    model = build_model(cfg, tok.vocab_size)
+    params = restore_params(os.path.join(workdir, "checkpoints"))
+    return model, params, tok, cfg
+
+
+def _restore(cfg: Config) -> tuple[Any, Any, CharTokenizer]:
+    if not cfg.workdir:
+        raise ValueError("`workdir` is required: the checkpoint to load.")
+    tok = load_tokenizer(os.path.join(cfg.workdir, "tokenizer.json"))
+    model = build_model(cfg, tok.vocab_size)
+    return model, restore_params(os.path.join(cfg.workdir, "checkpoints")), tok
+
+
+def evaluate(cfg: Config) -> dict:
+    """Validation loss of the checkpoint in ``cfg.workdir`` (``seqjax eval``)."""
+    model, params, _ = _restore(cfg)
+    _, val_ids, _ = load_data(cfg)
+    eval_step = make_eval_step(make_lm_eval(flax_apply_fn(model)))
+    est = evaluate_batches(eval_step, params,
+                           val_windows(val_ids, cfg, cfg.eval_batches, cfg.seed + 2))
+    full = evaluate_batches(eval_step, params,
+                            full_windows(val_ids, cfg.block_size, cfg.batch_size))
+    return {"val_loss_estimate": est["loss"], "val_loss_full": full["loss"],
+            "val_tokens_full": full["tokens"]}
+
+
+
+def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature: float = 0.8,
+             seed: int = 0) -> str:
+    """Continue ``prompt`` with the checkpoint in ``cfg.workdir`` (top-k ``sample_top_k``)."""
+    model, params, tok = _restore(cfg)
+    ids = generate_ids(model, params, cfg, tok.encode(prompt), max_new_tokens=max_new_tokens,
+                       temperature=temperature, top_k=cfg.sample_top_k, seed=seed)
+    return prompt + tok.decode(ids)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.cli import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()

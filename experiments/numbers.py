@@ -1,0 +1,327 @@
+"""English→French number names with an attentional seq2seq (the quickstart): "ninety-seven" → "quatre-vingt-dix-sept".
+
+Data: ``seqjax.data.tasks.number_names`` (num2words), the numbers ``0 .. max_number-1``
+written in English and in French, split into words, hyphens and commas
+("quatre - vingt - dix - sept"). French counts in twenties from 60 to 99 (97 = 4·20 + 17,
+"quatre-vingt-dix-sept"), says "mille" for "one thousand" and drops "and", so the model
+must learn a non-trivial alignment. A seeded ``test_fraction`` of the numbers of every
+length (1, 2, 3, 4 digits) is held out.
+
+Model (default): a bidirectional-GRU encoder and a GRU decoder with additive attention
+(Bahdanau et al. 2015; MEDL (7.22), Fig. 7.10), :class:`seqjax.models.Seq2Seq`, trained
+with teacher forcing by :func:`seqjax.train.loop.fit`; translation by greedy search
+(:mod:`seqjax.decoding`). ``--archs=gru,bahdanau,luong,transformer`` compares the
+models of ``experiments.translation`` (``gru`` has no attention: the fixed-context
+bottleneck).
+
+Reported: exact match (the whole French name right) on the held-out numbers against the
+number of digits; a few translations; the attention heatmap of 97 (MEDL Fig. 7.11 style),
+where "quatre", "vingt", "dix" look at "ninety" and "sept" at "seven"; the loss curve.
+
+Run:  seqjax train numbers                        (or: python -m experiments.numbers)
+      seqjax generate --workdir workdirs/numbers --prompt 1997
+      seqjax eval --workdir workdirs/numbers
+      seqjax train numbers --smoke                (seconds, for CI)
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from experiments.translation import (
+    ARCH_LABELS,
+    ARCHS,
+    TrainSpec,
+    attention_map,
+    build_tokenizer,
+    encode_pairs,
+    encode_sources,
+    machine,
+    make_model,
+    mean_sd,
+    plot_attention,
+    save_json,
+    train_seq2seq,
+    translate,
+)
+from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
+from seqjax.train.checkpoint import restore_params
+from seqjax.utils import count_params
+
+#: Shown after training; 97 is the issue's example of French reordering.
+SHOWCASE = (97, 71, 80, 1997, 2024, 7777)
+
+
+@dataclass(frozen=True)
+class Config:
+    archs: tuple[str, ...] = ("bahdanau",)
+    seeds: tuple[int, ...] = (0,)
+    max_number: int = 10000
+    test_fraction: float = 0.2
+    embed_dim: int = 32
+    hidden: int = 64
+    transformer_layers: int = 2
+    heads: int = 4
+    dropout: float = 0.0
+    batch_size: int = 64
+    steps: int = 3000
+    learning_rate: float = 5e-3
+    warmup_steps: int = 100
+    clip_norm: float = 1.0
+    eval_every: int = 1000
+    beam_size: int = 1
+    decode_batch: int = 500
+    heatmap_number: int = 97
+    log_every: int = 100
+    progress: bool = True
+    workdir: str | None = "workdirs/numbers"
+
+
+PRESETS = {
+    "smoke": {"max_number": 120, "embed_dim": 8, "hidden": 8, "batch_size": 16, "steps": 3,
+              "eval_every": 0, "warmup_steps": 1, "log_every": 1, "decode_batch": 32,
+              "progress": False},
+    # The comparison in experiments/results/numbers.md.
+    "compare": {"archs": "gru,bahdanau,transformer"},
+}
+
+
+def detokenize(text: str) -> str:
+    """``"quatre - vingt - dix - sept"`` → ``"quatre-vingt-dix-sept"``; ``" ,"`` → ``","``."""
+    return text.replace(" - ", "-").replace(" ,", ",")
+
+
+def load_numbers(max_number: int) -> tuple[list[int], list[str], list[str]]:
+    """``(numbers, english, french)`` for ``0 .. max_number-1`` from num2words."""
+    from seqjax.data.tasks import number_names
+
+    ds = number_names(range(max_number))
+    return list(ds["number"]), list(ds["src"]), list(ds["tgt"])
+
+
+def split_numbers(numbers: list[int], test_fraction: float,
+                  seed: int = 0) -> tuple[list[int], list[int]]:
+    """Indices ``(train, test)``: ``test_fraction`` of each digit count, at least one."""
+    rng = np.random.default_rng(seed)
+    by_digits: dict[int, list[int]] = collections.defaultdict(list)
+    for i, n in enumerate(numbers):
+        by_digits[len(str(n))].append(i)
+    train, test = [], []
+    for d in sorted(by_digits):
+        idx = rng.permutation(by_digits[d])
+        k = max(1, int(round(test_fraction * len(idx)))) if len(idx) > 1 else 0
+        test += sorted(idx[:k].tolist())
+        train += sorted(idx[k:].tolist())
+    return train, test
+
+
+@dataclass
+class _Data:
+    numbers: list[int]
+    src: list[str]
+    tgt: list[str]
+    train: list[int]
+    test: list[int]
+    src_tok: WordTokenizer
+    tgt_tok: WordTokenizer
+    src_len: int
+    tgt_len: int
+
+
+def _data(cfg: Config) -> _Data:
+    numbers, src, tgt = load_numbers(cfg.max_number)
+    train, test = split_numbers(numbers, cfg.test_fraction)
+    src_tok = build_tokenizer([src[i] for i in train], pattern=WORD_PATTERN)
+    tgt_tok = build_tokenizer([tgt[i] for i in train], pattern=WORD_PATTERN)
+    src_len = max(len(src_tok.split(s)) for s in src)
+    tgt_len = max(len(tgt_tok.split(t)) for t in tgt)
+    return _Data(numbers, src, tgt, train, test, src_tok, tgt_tok, src_len, tgt_len)
+
+
+def _model(cfg: Config, arch: str, d: _Data) -> Any:
+    return make_model(arch, d.src_tok.vocab_size, d.tgt_tok.vocab_size,
+                      embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout,
+                      transformer_layers=cfg.transformer_layers, heads=cfg.heads)
+
+
+def _english(prompt: str) -> str:
+    """A prompt as English number words: digits ("97") go through num2words."""
+    prompt = prompt.strip()
+    if prompt.replace(",", "").isdigit():
+        from num2words import num2words
+
+        return num2words(int(prompt.replace(",", "")))
+    return prompt.lower()
+
+
+def _plot_exact_match(table: dict[str, dict[int, list[float]]], counts: dict[int, int],
+                      path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    digits = sorted(counts)
+    width = 0.8 / max(1, len(table))
+    fig, ax = plt.subplots(figsize=(5.0, 3.3))
+    for j, (arch, by_d) in enumerate(table.items()):
+        xs = np.arange(len(digits)) + (j - (len(table) - 1) / 2) * width
+        ax.bar(xs, [100 * np.mean(by_d[d]) for d in digits], width,
+               yerr=[100 * np.std(by_d[d]) for d in digits], capsize=2,
+               label=ARCH_LABELS.get(arch, arch))
+    ax.set_xticks(range(len(digits)), [f"{d} digit{'s' if d > 1 else ''}\n(n={counts[d]})"
+                                       for d in digits], fontsize=8)
+    ax.set_ylabel("exact match on held-out numbers (%)")
+    ax.set_ylim(0, 105)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title("English→French number names", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def run(cfg: Config) -> dict:
+    for a in cfg.archs:
+        if a not in ARCHS:
+            raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
+    t_start = time.perf_counter()
+    info = machine()
+    d = _data(cfg)
+    arrays = encode_pairs(d.src, d.tgt, d.src_tok, d.tgt_tok, src_len=d.src_len,
+                          tgt_len=d.tgt_len)
+    train = {k: v[d.train] for k, v in arrays.items()}
+    test = {k: v[d.test] for k, v in arrays.items()}
+    digits = [len(str(d.numbers[i])) for i in d.test]
+    counts = collections.Counter(digits)
+    show = [n for n in SHOWCASE if n < cfg.max_number] or [d.numbers[d.test[0]]]
+    heat = cfg.heatmap_number if cfg.heatmap_number < cfg.max_number else show[0]
+    dec_src = [d.src[i] for i in d.test] + [d.src[n] for n in show] + [d.src[heat]]
+    dec_x, dec_len = encode_sources(dec_src, d.src_tok, d.src_len)
+    print(f"numbers: {len(d.train)} training / {len(d.test)} held-out numbers below "
+          f"{cfg.max_number}; vocabularies {d.src_tok.vocab_size} (en) / "
+          f"{d.tgt_tok.vocab_size} (fr); {info['cpu']}, {info['cores']} cores, "
+          f"load {info['load_avg']}")
+    spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
+                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress)
+    runs, plots = [], {}
+    for arch in cfg.archs:
+        for seed in cfg.seeds:
+            model = _model(cfg, arch, d)
+            sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{arch}_seed{seed}")
+            mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
+                  "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
+                  "hidden": cfg.hidden}
+            print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
+            params, history, train_s = train_seq2seq(model, train, test, spec, seed=seed,
+                                                     workdir=sub, model_config=mc)
+            out = translate(model, params, dec_x, dec_len, max_new_tokens=d.tgt_len + 1,
+                            beam_size=cfg.beam_size, batch_size=cfg.decode_batch)
+            ok = [out[j] == d.tgt_tok.encode(d.tgt[i]) for j, i in enumerate(d.test)]
+            by_digits = {k: float(np.mean([o for o, g in zip(ok, digits) if g == k]))
+                         for k in sorted(counts)}
+            examples = []
+            for j, n in enumerate(show):
+                pred = detokenize(d.tgt_tok.decode(out[len(d.test) + j]))
+                examples.append({"number": n, "english": d.src[n], "french": d.tgt[n],
+                                 "predicted": pred, "correct": pred == d.tgt[n],
+                                 "held_out": n in {d.numbers[i] for i in d.test}})
+            final = history[-1] if history else {}
+            rec = {"arch": arch, "seed": seed, "params": count_params(params),
+                   "exact_match": float(np.mean(ok)), "by_digits": by_digits,
+                   "train_s": train_s, "final_train_loss": final.get("loss"),
+                   "val_loss": final.get("eval/loss"), "examples": examples,
+                   "errors": [{"number": d.numbers[i], "predicted":
+                               detokenize(d.tgt_tok.decode(out[j])), "french": d.tgt[i]}
+                              for j, i in enumerate(d.test) if not ok[j]][:10]}
+            runs.append(rec)
+            print(f"{arch} seed {seed}: exact match {100 * rec['exact_match']:.1f}% on "
+                  f"{len(d.test)} held-out numbers; params {rec['params']:,}; "
+                  f"{train_s:.0f}s training")
+            for e in examples:
+                mark = "ok" if e["correct"] else f"expected {e['french']}"
+                seen = "held out" if e["held_out"] else "seen in training"
+                print(f"  {e['number']:>5} {e['english']!r:<48} -> {e['predicted']}  "
+                      f"[{mark}; {seen}]")
+            if arch != "gru" and arch != "transformer" and seed == cfg.seeds[0] and sub:
+                s_ids = d.src_tok.encode(d.src[heat])
+                alpha = attention_map(model, params, s_ids, out[-1])
+                plots[f"attention_{arch}"] = plot_attention(
+                    alpha, d.src_tok.split(d.src[heat]),
+                    [d.tgt_tok.id_to_token(i) for i in out[-1]],
+                    os.path.join(cfg.workdir, f"numbers_attention_{heat}_{arch}.png"),
+                    f"{heat}: attention weights of {ARCH_LABELS[arch]}")
+    wall = time.perf_counter() - t_start
+    by_arch: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in runs:
+        by_arch[r["arch"]].append(r)
+    lines = ["| model | params | " + " | ".join(
+        f"{k} digit{'s' if k > 1 else ''} (n={counts[k]})" for k in sorted(counts))
+        + " | all | train s |", "|---|---:|" + "---:|" * (len(counts) + 2)]
+    for arch, rs in by_arch.items():
+        lines.append(f"| {ARCH_LABELS[arch]} | {rs[0]['params']:,} | " + " | ".join(
+            mean_sd([100 * r["by_digits"][k] for r in rs]) for k in sorted(counts))
+            + f" | {mean_sd([100 * r['exact_match'] for r in rs])} | "
+            f"{np.mean([r['train_s'] for r in rs]):.0f} |")
+    table = "\n".join(lines)
+    print("\nexact match (%) on held-out numbers, by number of digits:\n" + table)
+    print(f"\nwall time {wall:.0f}s")
+    summary = {"config": asdict(cfg), "machine": info, "wall_s": wall, "runs": runs,
+               "table_md": table, "n_train": len(d.train), "n_test": len(d.test),
+               "plots": plots}
+    if cfg.workdir is not None:
+        plots["exact_match"] = _plot_exact_match(
+            {a: {k: [r["by_digits"][k] for r in rs] for k in counts} for a, rs in
+             by_arch.items()}, dict(counts), os.path.join(cfg.workdir, "numbers_exact_match.png"))
+        save_json(summary, os.path.join(cfg.workdir, "numbers.json"))
+        print("plots: " + ", ".join(sorted(plots.values())) + ", "
+              + os.path.join(cfg.workdir, f"{cfg.archs[0]}_seed{cfg.seeds[0]}", "loss.png"))
+    return summary
+
+
+def _restore(cfg: Config) -> tuple[Any, Any, _Data]:
+    if not cfg.workdir:
+        raise ValueError("`workdir` is required: the checkpoint to load.")
+    d = _data(cfg)
+    arch, seed = cfg.archs[0], cfg.seeds[0]
+    params = restore_params(os.path.join(cfg.workdir, f"{arch}_seed{seed}", "checkpoints"))
+    return _model(cfg, arch, d), params, d
+
+
+def evaluate(cfg: Config) -> dict:
+    """Exact match of the first model in ``cfg.workdir`` on the held-out numbers."""
+    model, params, d = _restore(cfg)
+    x, n = encode_sources([d.src[i] for i in d.test], d.src_tok, d.src_len)
+    out = translate(model, params, x, n, max_new_tokens=d.tgt_len + 1,
+                    beam_size=cfg.beam_size, batch_size=cfg.decode_batch)
+    ok = [o == d.tgt_tok.encode(d.tgt[i]) for o, i in zip(out, d.test)]
+    return {"exact_match": float(np.mean(ok)), "held_out": len(ok)}
+
+
+def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 20, temperature: float = 0.0,
+             seed: int = 0) -> str:
+    """French for ``prompt`` ("97" or "ninety-seven"), by greedy (or beam) search."""
+    del temperature, seed
+    model, params, d = _restore(cfg)
+    english = _english(prompt)
+    x, n = encode_sources([english], d.src_tok, d.src_len)
+    out = translate(model, params, x, n, max_new_tokens=min(max_new_tokens, d.tgt_len + 1),
+                    beam_size=cfg.beam_size, batch_size=1)[0]
+    return f"{english} -> {detokenize(d.tgt_tok.decode(out))}"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.cli import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,421 @@
+r"""Positional encodings: the sinusoid heat maps, and an ablation on reversal and sorting.
+
+**Heat maps.** :func:`seqjax.nn.positional.sinusoidal_positions` (interleaved sin/cos,
+``r_{t,2i} = sin(t ω_i)``, ``r_{t,2i+1} = cos(t ω_i)``, ``ω_i = base^{-2i/D}``):
+
+* MEDL Fig. 7.14 ((7.29); ``p_e = 768``, ``T = 4000``, ``M = 10⁴``, ``t = 1..T``):
+  (a) ``r_j^{⟨t⟩}`` for ``t ≤ 60``, ``j < 200``; (b) ``r^{⟨51⟩} − r^{⟨50⟩}`` against ``j``
+  ("a significant difference … around the first hundred vector positions");
+* Bishop Fig. 12.10(b) ((12.25); ``D = 100``, ``L = 30``, the first ``N = 200`` positions).
+
+**Ablation.** A 2-layer causal transformer (:class:`~seqjax.nn.transformer.TransformerDecoder`,
+pre-norm) reads ``x_1..x_n <sep>`` and emits the target and ``<eos>``
+(:func:`seqjax.data.tasks.reverse_task`, :func:`~seqjax.data.tasks.sort_task`; loss on
+the target only, teacher forcing), with four kinds of positional information:
+
+* ``none`` — no encoding (a causal mask alone still breaks permutation symmetry: a
+  token can count the tokens before it);
+* ``sinusoidal`` — :class:`~seqjax.nn.positional.SinusoidalPositionalEmbedding` added to
+  ``√d``-scaled embeddings (MEDL (7.30); Bishop (12.24));
+* ``learned`` — :class:`~seqjax.nn.positional.LearnedPositionalEmbedding` (J&M §9.7.3;
+  its rows past the training length are never trained);
+* ``rope`` — rotary embeddings on queries and keys (``use_rope=True``; slides "RoPE").
+
+Trained on source lengths ``1..train_max_length``; evaluated on held-out sequences of each
+length up to ``test_max_length``. Exact match is the fraction of sequences whose every
+target token is the arg-max under teacher forcing — the same as greedy decoding
+reproducing the whole target.
+
+Run:  python -m experiments.positions --results_dir experiments/results     (full)
+      python -m experiments.positions --smoke --workdir /tmp/p                (seconds)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+from experiments.char_lm import command_line, load_average, machine
+from seqjax.data.tasks import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
+from seqjax.nn.positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEmbedding,
+    sinusoidal_positions,
+)
+from seqjax.nn.transformer import TransformerDecoder
+from seqjax.train.loop import FitConfig, fit
+from seqjax.train.losses import masked_cross_entropy, token_accuracy
+from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.step import make_train_step
+from seqjax.utils import count_params
+
+POSITIONS = ("none", "sinusoidal", "learned", "rope")
+TASKS = {"reverse": reverse_task, "sort": sort_task}
+SEP = BOS_ID  # the separator between source and target (the decoder's <start>)
+
+
+@dataclass(frozen=True)
+class Config:
+    # heat maps
+    medl_dim: int = 768
+    medl_length: int = 4000
+    bishop_dim: int = 100
+    bishop_base: float = 30.0
+    bishop_length: int = 200
+    # ablation
+    tasks: tuple[str, ...] = ("reverse", "sort")
+    positions: tuple[str, ...] = POSITIONS
+    num_symbols: int = 8
+    train_max_length: int = 10
+    test_max_length: int = 16
+    test_per_length: int = 128
+    embed_dim: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    steps: int = 1000
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    warmup_steps: int = 100
+    seed: int = 0
+    workdir: str | None = "workdirs/positions"
+    results_dir: str | None = None
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "smoke": {"medl_length": 64, "bishop_length": 40, "tasks": ("reverse",),
+              "positions": ("rope",), "train_max_length": 3, "test_max_length": 4,
+              "test_per_length": 4, "embed_dim": 16, "num_heads": 2, "num_layers": 1,
+              "steps": 3, "batch_size": 8, "warmup_steps": 1},
+}
+
+
+# ----------------------------------------------------------------------------- heat maps
+
+
+def medl_fig_7_14(cfg: Config) -> dict:
+    """MEDL (7.29) with ``t = 1..T``: the encodings and ``r^{⟨51⟩} − r^{⟨50⟩}``."""
+    r_TxD = np.asarray(sinusoidal_positions(cfg.medl_length, cfg.medl_dim, base=1e4, start=1))
+    t50, t51 = (min(t, cfg.medl_length) - 1 for t in (50, 51))
+    diff = r_TxD[t51] - r_TxD[t50]
+    big = np.nonzero(np.abs(diff) > 0.1)[0]
+    return {"r": r_TxD, "diff": diff, "last_j_above_0.1": int(big.max()) if big.size else -1,
+            "count_above_0.1": int(big.size), "min": float(r_TxD.min()),
+            "max": float(r_TxD.max())}
+
+
+def bishop_fig_12_10(cfg: Config) -> dict:
+    """Bishop (12.25) with ``D = 100``, ``L = 30``, positions ``n = 1..N``."""
+    r_NxD = np.asarray(sinusoidal_positions(cfg.bishop_length, cfg.bishop_dim,
+                                            base=cfg.bishop_base, start=1))
+    return {"r": r_NxD, "min": float(r_NxD.min()), "max": float(r_NxD.max())}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def make_examples(task: str, num: int, min_len: int, max_len: int, width: int,
+                  num_symbols: int, seed: Any) -> dict[str, np.ndarray]:
+    """``src <sep> tgt <eos>`` sequences, right-padded to ``width`` tokens.
+
+    Returns ``inputs``/``targets`` int32[N, width] (targets shifted by one), ``mask`` bool
+    (True at the target and ``<eos>`` predictions) and ``length`` int32[N] (source length).
+    """
+    d = TASKS[task](num, min_length=min_len, max_length=max_len, num_symbols=num_symbols,
+                    seed=seed)
+    seq = np.full((num, width + 1), PAD_ID, np.int32)
+    mask = np.zeros((num, width), bool)
+    for i, n in enumerate(d["src_lengths"]):
+        row = np.r_[d["src"][i, :n], SEP, d["tgt_out"][i, : n + 1]]  # tgt_out ends in <eos>
+        seq[i, : len(row)] = row
+        mask[i, n : 2 * n + 1] = True  # predictions made at <sep> .. last target token
+    return {"inputs": seq[:, :-1], "targets": seq[:, 1:], "mask": mask,
+            "length": d["src_lengths"].astype(np.int32)}
+
+
+# ----------------------------------------------------------------------------- model
+
+
+class PositionsLM(nn.Module):
+    """Token embedding (+ positions) → causal pre-norm transformer → vocabulary logits."""
+
+    positions: str
+    vocab_size: int
+    max_len: int
+    embed_dim: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+
+    @nn.compact
+    def __call__(self, tokens_BxT: jax.Array) -> jax.Array:
+        if self.positions not in POSITIONS:
+            raise ValueError(f"`positions` must be one of {POSITIONS}; got {self.positions!r}.")
+        d = self.embed_dim
+        x_BxTxD = nn.Embed(self.vocab_size, d, embedding_init=nn.initializers.normal(d ** -0.5),
+                           name="embed")(tokens_BxT) * np.sqrt(d)
+        if self.positions == "sinusoidal":
+            x_BxTxD = SinusoidalPositionalEmbedding()(x_BxTxD)
+        elif self.positions == "learned":
+            x_BxTxD = LearnedPositionalEmbedding(self.max_len, name="pos_embed")(x_BxTxD)
+        h_BxTxD = TransformerDecoder(
+            num_heads=self.num_heads, num_layers=self.num_layers, mlp_dim=4 * d, norm="pre",
+            causal=True, cross_attention=False, use_rope=self.positions == "rope",
+            name="decoder",
+        )(x_BxTxD)
+        return nn.Dense(self.vocab_size, name="head")(h_BxTxD).astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def train_one(cfg: Config, task: str, positions: str) -> dict:
+    """Train one model; exact match and token accuracy per source length."""
+    vocab = FIRST_SYMBOL + cfg.num_symbols
+    test_width = 2 * cfg.test_max_length + 2
+    train_width = 2 * cfg.train_max_length + 2
+    model = PositionsLM(positions, vocab, test_width, cfg.embed_dim, cfg.num_heads,
+                        cfg.num_layers)
+    seed = cfg.seed + 100 * POSITIONS.index(positions) + (0 if task == "reverse" else 7)
+    params = jax.jit(model.init)(jax.random.PRNGKey(seed),
+                                 jnp.zeros((1, test_width), jnp.int32))["params"]
+    tx, schedule = make_optimizer(OptimizerConfig(
+        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+        warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
+        weight_decay=0.01, clip_norm=1.0))
+    state = TrainState.create(params, tx, jax.random.PRNGKey(seed))
+
+    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+        logits = model.apply({"params": p}, batch["inputs"])
+        return masked_cross_entropy(logits, batch["targets"], batch["mask"]), {
+            "accuracy": token_accuracy(logits, batch["targets"], batch["mask"])}
+
+    def per_sequence(p: Any, batch: dict) -> dict:
+        logits = model.apply({"params": p}, batch["inputs"])
+        hit = (jnp.argmax(logits, -1) == batch["targets"]) | ~batch["mask"]
+        right = ((jnp.argmax(logits, -1) == batch["targets"]) & batch["mask"]).sum(-1)
+        return {"exact": hit.all(-1), "right": right, "total": batch["mask"].sum(-1)}
+
+    rng = np.random.default_rng(seed)
+
+    def batches(i: int) -> dict:
+        b = make_examples(task, cfg.batch_size, 1, cfg.train_max_length, train_width,
+                          cfg.num_symbols, rng)
+        return {k: b[k] for k in ("inputs", "targets", "mask")}
+
+    start = time.perf_counter()
+    result = fit(state, make_train_step(loss_fn, schedule=schedule), batches,
+                 FitConfig(num_steps=cfg.steps, log_every=max(1, cfg.steps // 20),
+                           eval_every=0, best_metric=None, progress=False, tensorboard=False,
+                           plot=False, handle_signals=False))
+    train_s = time.perf_counter() - start
+    params = result.state.params
+
+    # Held-out sequences of every length 1..test_max_length, one fixed shape for all.
+    per_len = jax.jit(per_sequence)
+    exact, tok_acc = {}, {}
+    for n in range(1, cfg.test_max_length + 1):
+        t = make_examples(task, cfg.test_per_length, n, n, test_width, cfg.num_symbols,
+                          20_011 + 31 * n + seed)
+        out = jax.device_get(per_len(params, {k: t[k] for k in ("inputs", "targets", "mask")}))
+        exact[n] = float(np.mean(out["exact"]))
+        tok_acc[n] = float(out["right"].sum() / out["total"].sum())
+    seen = range(1, cfg.train_max_length + 1)
+    unseen = range(cfg.train_max_length + 1, cfg.test_max_length + 1)
+    return {
+        "task": task, "positions": positions, "params": count_params(params),
+        "train_s": train_s, "final_train_loss": result.history[-1]["loss"],
+        "exact": exact, "token_accuracy": tok_acc,
+        "exact_seen": float(np.mean([exact[n] for n in seen])),
+        "exact_unseen": float(np.mean([exact[n] for n in unseen])) if unseen else None,
+        "token_unseen": float(np.mean([tok_acc[n] for n in unseen])) if unseen else None,
+        "curve": [(r["step"], r["loss"]) for r in result.history],
+    }
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _plots(cfg: Config, medl: dict, bishop: dict, runs: list[dict], outdir: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [1.3, 1]})
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.15, top=0.88, wspace=0.25)
+    t_max, j_max = min(60, cfg.medl_length), min(200, cfg.medl_dim)
+    im = axes[0].imshow(medl["r"][:t_max, :j_max], aspect="auto", cmap="viridis",
+                        origin="lower", extent=(-0.5, j_max - 0.5, 0.5, t_max + 0.5),
+                        interpolation="nearest")
+    axes[0].set_xlabel("embedding index j")
+    axes[0].set_ylabel("time t")
+    axes[0].set_title(f"(a) r_j^<t>, p_e={cfg.medl_dim}, T={cfg.medl_length}, M=10^4")
+    fig.colorbar(im, ax=axes[0])
+    axes[1].plot(medl["diff"], lw=0.8)
+    axes[1].set_xlabel("embedding index j")
+    axes[1].set_title("(b) r^<51> − r^<50>")
+    axes[1].grid(alpha=0.3)
+    path = os.path.join(outdir, "positions_medl_fig7_14.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    paths.append(path)
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.13, top=0.9)
+    im = ax.imshow(bishop["r"], aspect="auto", cmap="viridis", origin="upper",
+                   interpolation="nearest")
+    ax.set_xlabel("component i")
+    ax.set_ylabel("position n")
+    ax.set_title(f"Bishop (12.25): D={cfg.bishop_dim}, L={cfg.bishop_base:g}, "
+                 f"N={cfg.bishop_length}")
+    fig.colorbar(im, ax=ax)
+    path = os.path.join(outdir, "positions_bishop_fig12_10.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    paths.append(path)
+
+    if runs:
+        tasks = [t for t in cfg.tasks if any(r["task"] == t for r in runs)]
+        fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 3.6), squeeze=False)
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.88, wspace=0.2)
+        for ax, task in zip(axes[0], tasks):
+            for r in runs:
+                if r["task"] != task:
+                    continue
+                ns = sorted(int(n) for n in r["exact"])
+                ax.plot(ns, [r["exact"][n] for n in ns], marker="o", ms=3, label=r["positions"])
+            ax.axvline(cfg.train_max_length + 0.5, color="k", ls=":", lw=1)
+            ax.set_title(f"{task}: exact match vs source length (train ≤ {cfg.train_max_length})")
+            ax.set_xlabel("source length")
+            ax.set_ylim(-0.03, 1.03)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("exact match")
+        axes[0][0].legend()
+        path = os.path.join(outdir, "positions_ablation.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def report(cfg: Config, medl: dict, bishop: dict, runs: list[dict], wall: float,
+           command: str, loads: tuple[str, str]) -> str:
+    lines = [
+        "# positions — sinusoid heat maps and a positional-encoding ablation",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine()}  ",
+        f"Wall time: {wall / 60:.1f} min (load average {loads[0]} before, {loads[1]} after; "
+        "the 2 cores were shared with other jobs).",
+        "",
+        "## MEDL Fig. 7.14 (p_e = 768, T = 4000, M = 10⁴, t = 1..T)",
+        "",
+        f"Values lie in [{medl['min']:.3f}, {medl['max']:.3f}]. In (b), |r^⟨51⟩ − r^⟨50⟩| > 0.1 "
+        f"at {medl['count_above_0.1']} of {cfg.medl_dim} indices, the last at j = "
+        f"{medl['last_j_above_0.1']} (MEDL: \"a significant difference … around the first "
+        "hundred vector positions\").",
+        "",
+        "![MEDL Fig. 7.14](positions_medl_fig7_14.png)",
+        "",
+        f"## Bishop Fig. 12.10(b) (D = {cfg.bishop_dim}, L = {cfg.bishop_base:g}, "
+        f"N = {cfg.bishop_length}, n = 1..N)",
+        "",
+        f"Values lie in [{bishop['min']:.3f}, {bishop['max']:.3f}].",
+        "",
+        "![Bishop Fig. 12.10](positions_bishop_fig12_10.png)",
+        "",
+    ]
+    if runs:
+        unseen = f"{cfg.train_max_length + 1}–{cfg.test_max_length}"
+        lines += [
+            "## Ablation: no positions vs sinusoidal vs learned vs RoPE",
+            "",
+            f"Causal transformer, {cfg.num_layers} layers, d = {cfg.embed_dim}, "
+            f"{cfg.num_heads} heads, pre-norm; {cfg.num_symbols} symbols; trained on source "
+            f"lengths 1–{cfg.train_max_length} ({cfg.steps} steps × batch {cfg.batch_size}, "
+            f"AdamW {cfg.learning_rate:g}, warm-up + cosine); evaluated on "
+            f"{cfg.test_per_length} held-out sequences per length. Exact match = every "
+            "target token (and <eos>) right under teacher forcing = greedy decoding "
+            "reproduces the target.",
+            "",
+            f"| task | positions | params | exact match, lengths 1–{cfg.train_max_length} | "
+            f"exact match, lengths {unseen} | token accuracy, lengths {unseen} | train s |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in runs:
+            ex_u = "" if r["exact_unseen"] is None else f"{r['exact_unseen']:.3f}"
+            tk_u = "" if r["token_unseen"] is None else f"{r['token_unseen']:.3f}"
+            lines.append(f"| {r['task']} | {r['positions']} | {r['params']:,} | "
+                         f"{r['exact_seen']:.3f} | {ex_u} | {tk_u} | {r['train_s']:.0f} |")
+        lines += ["", "Exact match per source length:", "",
+                  "| task | positions | " + " | ".join(
+                      str(n) for n in range(1, cfg.test_max_length + 1)) + " |",
+                  "|---|---|" + "---:|" * cfg.test_max_length]
+        for r in runs:
+            lines.append(f"| {r['task']} | {r['positions']} | " + " | ".join(
+                f"{r['exact'][n]:.2f}" for n in range(1, cfg.test_max_length + 1)) + " |")
+        lines += ["", "![ablation](positions_ablation.png)", ""]
+    return "\n".join(lines)
+
+
+def run(cfg: Config) -> dict:
+    for t in cfg.tasks:
+        if t not in TASKS:
+            raise ValueError(f"`tasks` must be drawn from {tuple(TASKS)}; got {t!r}.")
+    for p in cfg.positions:
+        if p not in POSITIONS:
+            raise ValueError(f"`positions` must be drawn from {POSITIONS}; got {p!r}.")
+    if cfg.test_max_length < cfg.train_max_length:
+        raise ValueError(f"`test_max_length` ({cfg.test_max_length}) must be >= "
+                         f"`train_max_length` ({cfg.train_max_length}).")
+    loads = [load_average()]
+    start = time.perf_counter()
+    medl, bishop = medl_fig_7_14(cfg), bishop_fig_12_10(cfg)
+    print(f"MEDL Fig. 7.14(b): |r51 - r50| > 0.1 at {medl['count_above_0.1']} indices, "
+          f"last j = {medl['last_j_above_0.1']}")
+    runs = []
+    for task in cfg.tasks:
+        for pos in cfg.positions:
+            r = train_one(cfg, task, pos)
+            print(f"{task:8s} {pos:11s} exact (seen) {r['exact_seen']:.3f}  exact (longer) "
+                  f"{r['exact_unseen'] if r['exact_unseen'] is not None else float('nan'):.3f}"
+                  f"  {r['train_s']:.0f} s", flush=True)
+            runs.append(r)
+    wall = time.perf_counter() - start
+    loads.append(load_average())
+    command = command_line("positions", cfg)
+    summary = {
+        "config": dataclasses.asdict(cfg), "wall_s": wall, "machine": machine(),
+        "load_average": loads, "runs": runs,
+        "medl": {k: v for k, v in medl.items() if k not in ("r", "diff")},
+        "bishop": {k: v for k, v in bishop.items() if k != "r"},
+    }
+    markdown = report(cfg, medl, bishop, runs, wall, command, (loads[0], loads[1]))
+    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
+        os.makedirs(outdir, exist_ok=True)
+        _plots(cfg, medl, bishop, runs, outdir)
+        with open(os.path.join(outdir, "positions.md"), "w", encoding="utf-8") as f:
+            f.write(markdown)
+        if outdir == cfg.workdir:
+            with open(os.path.join(outdir, "positions.json"), "w") as f:
+                json.dump(summary, f, indent=1)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.cli import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Decoding strategies on the character LM: greedy, beam, temperature, top-k, top-p (Bishop §12.3.2).
+
+The model is the one trained by ``experiments.char_lm`` (nanoGPT's CPU config on Tiny
+Shakespeare), read from ``lm_workdir`` (default ``workdirs/char_lm``) with
+``experiments.char_lm.load_model``. If that folder holds no checkpoint, this experiment
+first trains a small character LM itself with ``experiments.char_lm.run`` (``fallback_*``
+settings, written to ``<workdir>/char_lm``) and says so in its summary.
+
+For ``num_prompts`` prompts — ``prompt_chars`` characters from the start of random lines of
+the *validation* text — every strategy continues each prompt by ``new_chars``
+characters through :mod:`seqjax.decoding` (a transformer with learned positions sees its
+last ``block_size`` characters: ``experiments.char_lm.window_decoder``):
+
+* ``greedy`` — :math:`y_n = \\arg\\max_k p(y_n = k \\mid y_{<n})`;
+* ``beamK`` — beam search of width ``K`` (all hypotheses have the same length here, so
+  length normalisation does not change the ranking);
+* ``tempT`` — ancestral sampling from :math:`\\mathrm{softmax}(a / T)` (Bishop (12.35));
+* ``topkK`` / ``toppP`` — sampling from the ``K`` most probable characters / from the
+  nucleus of mass ``P`` (Holtzman et al. 2019), renormalised (``T = 1``).
+
+Reported per strategy: the log-likelihood per character of the generated text under the
+(untempered) model, distinct-1/2 (distinct word uni-/bigrams over all generated text, Li
+et al. 2016), the share of generated words that occur in the training text, and a sample.
+The row ``human`` scores the true validation continuation of each prompt: Bishop §12.3.2
+(Fig. 12.17, after Holtzman et al.) notes that human text has a *lower* likelihood under
+the model than beam-search output, and is more diverse.
+
+Run:  python -m experiments.sampling             (after experiments.char_lm; or trains one)
+      python -m experiments.sampling --smoke     (seconds, for CI: a tiny LM of its own)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments import char_lm
+from experiments.translation import machine, save_json
+from seqjax.decoding import beam_search, greedy_search, sample
+from seqjax.models.gpt import TransformerLM
+from seqjax.train.checkpoint import load_meta
+from seqjax.utils import count_params
+
+STRATEGIES = ("greedy", "beam4", "temp0.5", "temp0.8", "temp1.0", "temp1.5", "topk5",
+              "topk20", "topp0.5", "topp0.9")
+
+
+@dataclass(frozen=True)
+class Config:
+    lm_workdir: str = "workdirs/char_lm"  # "" = always train a small LM here
+    fallback_steps: int = 1000
+    fallback_max_chars: int = 0  # 0 = all of Tiny Shakespeare
+    fallback_smoke: bool = False  # train char_lm's "smoke" model instead (CI)
+    strategies: tuple[str, ...] = STRATEGIES
+    num_prompts: int = 16
+    prompt_chars: int = 32
+    new_chars: int = 200
+    seed: int = 0
+    workdir: str | None = "workdirs/sampling"
+
+
+PRESETS = {
+    "smoke": {"lm_workdir": "", "fallback_smoke": True, "strategies": "greedy,beam2,topp0.9",
+              "num_prompts": 2, "prompt_chars": 8, "new_chars": 12},
+}
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def load_or_train(cfg: Config) -> tuple[Any, Any, Any, Any, dict]:
+    """``(model, params, tokenizer, char_lm.Config, provenance)`` of the character LM."""
+    path = cfg.lm_workdir
+    if path and os.path.isdir(os.path.join(path, "checkpoints")) and os.path.exists(
+            os.path.join(path, "experiment.json")):
+        model, params, tok, lm_cfg = char_lm.load_model(path)
+        step = load_meta(os.path.join(path, "checkpoints")).get("step")
+        return model, params, tok, lm_cfg, {"source": "char_lm work dir", "path": path,
+                                            "checkpoint_step": step}
+    if cfg.workdir is None:
+        raise ValueError("no trained char LM in `lm_workdir` and no `workdir` to train one in.")
+    own = os.path.join(cfg.workdir, "char_lm")
+    argv = ["--workdir", own] + (["--smoke", "--progress=false"] if cfg.fallback_smoke else [
+        f"--steps={cfg.fallback_steps}", f"--max_chars={cfg.fallback_max_chars}",
+        "--eval_every=0", "--full_val=false", "--sample_chars=100", "--checkpoint_every=0"])
+    print(f"sampling: no checkpoint in {path!r}; training a char LM in {own}: "
+          f"python -m experiments.char_lm {' '.join(argv)}")
+    char_lm.main(argv)  # the experiment protocol: saves experiment.json, then trains
+    model, params, tok, lm_cfg = char_lm.load_model(own)
+    return model, params, tok, lm_cfg, {"source": "trained here (fallback)", "path": own,
+                                        "checkpoint_step": lm_cfg.steps, "argv": argv}
+
+
+def decoder_for(model: Any, lm_cfg: Any) -> Any:
+    """The :class:`~seqjax.decoding.Decodable` used for every strategy."""
+    if isinstance(model, TransformerLM):
+        return char_lm.window_decoder(model, lm_cfg.block_size)
+    return model
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def score(decoder: Any, params: Any, prompt_BxP: jax.Array, cont_BxN: jax.Array) -> jax.Array:
+    """Per-character log-probabilities ``[B, N]`` of ``cont`` after ``prompt`` (teacher forced).
+
+    Runs the decoder's own ``decode_step`` (the same model view the strategies sample
+    from), so scores and the decoders' ``log_probs`` agree.
+    """
+    batch, plen = prompt_BxP.shape
+    lengths = jnp.full((batch,), plen, jnp.int32)
+    state = decoder.init_decode_state(params, prompt_BxP, lengths, plen + cont_BxN.shape[1])
+    rows = jnp.arange(batch)
+
+    def body(carry: tuple, nxt_B: jax.Array) -> tuple[tuple, jax.Array]:
+        state, cur_B = carry
+        logits_BxV, state = decoder.decode_step(params, state, cur_B)
+        logp_B = jax.nn.log_softmax(logits_BxV.astype(jnp.float32), -1)[rows, nxt_B]
+        return (state, nxt_B), logp_B
+
+    _, logp_NxB = jax.lax.scan(body, (state, prompt_BxP[:, -1]), cont_BxN.T)
+    return logp_NxB.T
+
+
+def parse_strategy(name: str) -> dict:
+    """``"greedy"``, ``"beamK"``, ``"tempT"``, ``"topkK"``, ``"toppP"`` → decoding arguments."""
+    for prefix, key, conv in (("beam", "beam_size", int), ("temp", "temperature", float),
+                              ("topk", "top_k", int), ("topp", "top_p", float)):
+        if name.startswith(prefix):
+            try:
+                return {key: conv(name[len(prefix):])}
+            except ValueError:
+                break
+    if name == "greedy":
+        return {}
+    raise ValueError(f"unknown strategy {name!r}: use greedy, beamK, tempT, topkK or toppP.")
+
+
+def decode(decoder: Any, params: Any, prompts: jax.Array, name: str, n: int,
+           key: jax.Array) -> np.ndarray:
+    """``[B, n]`` continuations of ``prompts`` by strategy ``name``."""
+    args = parse_strategy(name)
+    if name == "greedy":
+        return np.asarray(greedy_search(decoder, params, prompts, max_new_tokens=n).tokens)
+    if "beam_size" in args:
+        out = beam_search(decoder, params, prompts, max_new_tokens=n, **args)
+        return np.asarray(out.tokens[:, 0])
+    return np.asarray(sample(decoder, params, prompts, key=key, max_new_tokens=n,
+                             temperature=args.get("temperature", 1.0), top_k=args.get("top_k"),
+                             top_p=args.get("top_p")).tokens)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words (letters and apostrophes) of ``text``."""
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def distinct_n(texts: list[str], n: int) -> float:
+    """Distinct word n-grams / all word n-grams over ``texts`` (Li et al. 2016).
+
+    Example:
+        >>> distinct_n(["to be or not to be"], 2)
+        0.8
+    """
+    grams = [tuple(w[i : i + n]) for t in texts for w in [words(t)]
+             for i in range(len(w) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def run(cfg: Config) -> dict:
+    for s in cfg.strategies:
+        parse_strategy(s)
+    t_start = time.perf_counter()
+    info = machine()
+    model, params, tok, lm_cfg, provenance = load_or_train(cfg)
+    train_ids, val_ids, _ = char_lm.load_data(lm_cfg)
+    vocab_words = set(words(tok.decode(train_ids)))
+    val_text = tok.decode(val_ids)
+    rng = np.random.default_rng(cfg.seed)
+    span = cfg.prompt_chars + cfg.new_chars
+    starts = [i + 1 for i, c in enumerate(val_text[: len(val_text) - span - 1]) if c == "\n"]
+    starts = sorted(rng.choice(starts, size=min(cfg.num_prompts, len(starts)), replace=False))
+    ids = np.asarray([val_ids[s : s + span] for s in starts], np.int32)
+    prompts, human = jnp.asarray(ids[:, : cfg.prompt_chars]), jnp.asarray(ids[:, cfg.prompt_chars:])
+    decoder = decoder_for(model, lm_cfg)
+    print(f"sampling: {type(model).__name__} ({count_params(params):,} parameters) from "
+          f"{provenance['path']} (step {provenance['checkpoint_step']}); {len(starts)} prompts "
+          f"of {cfg.prompt_chars} chars, {cfg.new_chars} new chars; {info['cpu']}, "
+          f"{info['cores']} cores, load {info['load_avg']}")
+    rows, traces = [], {}
+    for name in ("human", *cfg.strategies):
+        t0 = time.perf_counter()
+        if name == "human":
+            cont = np.asarray(human)
+        else:
+            cont = decode(decoder, params, prompts, name, cfg.new_chars,
+                          jax.random.PRNGKey(cfg.seed))
+        logp = np.asarray(score(decoder, params, prompts, jnp.asarray(cont, jnp.int32)))
+        texts = [tok.decode(c) for c in cont]
+        ws = [w for t in texts for w in words(t)]
+        row = {
+            "strategy": name, "loglik_per_char": float(logp.mean()),
+            "loglik_sd": float(logp.mean(1).std()),
+            "distinct_1": distinct_n(texts, 1), "distinct_2": distinct_n(texts, 2),
+            "known_words": float(np.mean([w in vocab_words for w in ws])) if ws else 0.0,
+            "sample": tok.decode(np.asarray(prompts[0])) + "|" + texts[0],
+            "seconds": time.perf_counter() - t0,
+        }
+        rows.append(row)
+        traces[name] = logp[0].tolist()
+        print(f"{name:>8}: log-lik/char {row['loglik_per_char']:7.3f}  distinct-1 "
+              f"{row['distinct_1']:.3f}  distinct-2 {row['distinct_2']:.3f}  known words "
+              f"{100 * row['known_words']:5.1f}%  | {texts[0][:60]!r}")
+    wall = time.perf_counter() - t_start
+    lines = ["| strategy | log-lik / char (nats) | distinct-1 | distinct-2 | known words |",
+             "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['strategy']} | {r['loglik_per_char']:.3f} ± {r['loglik_sd']:.3f} | "
+                     f"{r['distinct_1']:.3f} | {r['distinct_2']:.3f} | "
+                     f"{100 * r['known_words']:.1f}% |")
+    table = "\n".join(lines)
+    print("\n" + table + f"\n\nwall time {wall:.0f}s")
+    summary = {"config": asdict(cfg), "machine": info, "model": provenance,
+               "lm_config": asdict(lm_cfg), "params": count_params(params),
+               "prompt_starts": [int(s) for s in starts], "rows": rows, "table_md": table,
+               "wall_s": wall}
+    if cfg.workdir is not None:
+        os.makedirs(cfg.workdir, exist_ok=True)
+        summary["plot"] = _plot(rows, traces, os.path.join(cfg.workdir, "sampling.png"))
+        with open(os.path.join(cfg.workdir, "samples.md"), "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(f"### {r['strategy']}\n\n```\n{r['sample']}\n```\n\n")
+        save_json(summary, os.path.join(cfg.workdir, "sampling.json"))
+    return summary
+
+
+def _plot(rows: list[dict], traces: dict[str, list[float]], path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    for r in rows:
+        a.scatter(r["distinct_2"], r["loglik_per_char"], s=18,
+                  color="tab:red" if r["strategy"] == "human" else "tab:blue")
+        a.annotate(r["strategy"], (r["distinct_2"], r["loglik_per_char"]), fontsize=7,
+                   xytext=(3, 2), textcoords="offset points")
+    a.set_xlabel("distinct-2 (diversity)")
+    a.set_ylabel("log-likelihood / char under the model")
+    a.grid(alpha=0.3)
+    for name in ("human", "beam4", "greedy", "temp1.0"):
+        if name in traces:
+            b.plot(np.exp(traces[name]), lw=0.8, label=name)
+    b.set_xlabel("generated character")
+    b.set_ylabel("p(character) under the model")
+    b.set_title("prompt 1 (cf. Bishop Fig. 12.17)", fontsize=9)
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=85)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.cli import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()

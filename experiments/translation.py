@@ -1,0 +1,631 @@
+"""English→French translation: GRU seq2seq without attention vs Bahdanau vs Luong vs a transformer.
+
+Data: the Tatoeba/Anki sentence pairs (``seqjax.data.tasks.english_french``; 18,065 short
+pairs in the offline file), preprocessed as in d2l (lower case, a space before ``, . ! ?``)
+and split into words on spaces, so "he's" and "j'ai" are single tokens. Pairs are split
+by *source sentence* (all translations of a held-out English sentence are held out and
+serve as its references), 90/10.
+
+Models (all from :mod:`seqjax.models`; same embedding/hidden width):
+
+* ``gru`` — bidirectional GRU encoder, GRU decoder fed the fixed context ``z*`` at every
+  step, no attention (Cho et al. 2014; MEDL Fig. 7.9(b): the encoder *bottleneck*);
+* ``bahdanau`` — the same plus additive attention queried by the previous decoder state
+  (Bahdanau et al. 2015; MEDL (7.22), Fig. 7.10);
+* ``luong`` — the same encoder with Luong's "general" score queried by the current state
+  and the attentional layer ``tanh(W_c [u; s])`` (Luong et al. 2015);
+* ``transformer`` — a small post-norm encoder–decoder transformer (Vaswani et al. 2017;
+  MEDL §7.5).
+
+Reported: corpus BLEU on the held-out pairs (sacrebleu, multi-reference, on the
+tokenised lower-case text: ``tokenize="none"``), BLEU against source length (the
+encoder-bottleneck curve of Bahdanau et al. 2015, Fig. 2), an attention heatmap in the
+style of MEDL Fig. 7.11, and d2l's four probe sentences (go . / i lost . / he's calm . /
+i'm home .) with d2l's sentence BLEU (k = 2), mean ± sd over seeds.
+
+Run:  python -m experiments.translation                 (or: seqjax train translation)
+      python -m experiments.translation --smoke         (seconds, for CI)
+      python -m experiments.translation --archs=bahdanau --seeds=0 --steps=2000
+
+This module also holds the sequence-to-sequence machinery that ``experiments.numbers``
+reuses (tokenising pairs, building the models, training with :func:`seqjax.train.loop.fit`,
+greedy/beam decoding with :mod:`seqjax.decoding`, attention heatmaps).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import math
+import os
+import platform
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.data.pipelines import ArrayIterator
+from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
+from seqjax.decoding import beam_search, greedy_search
+from seqjax.models.encoder_decoder import Transformer, TransformerConfig
+from seqjax.models.seq2seq import Seq2Seq
+from seqjax.train.loop import FitConfig, fit
+from seqjax.train.losses import masked_cross_entropy, token_accuracy
+from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.step import make_eval_step, make_train_step
+from seqjax.utils import count_params
+
+ARCHS = ("gru", "bahdanau", "luong", "transformer")
+ARCH_LABELS = {
+    "gru": "GRU enc–dec, no attention",
+    "bahdanau": "GRU + Bahdanau (additive)",
+    "luong": "GRU + Luong (general)",
+    "transformer": "Transformer (2+2 layers)",
+}
+#: d2l's probe sentences and its references (d2l §10.7 / §11.4).
+PROBES = (
+    ("go .", "va !"),
+    ("i lost .", "j'ai perdu ."),
+    ("he's calm .", "il est calme ."),
+    ("i'm home .", "je suis chez moi ."),
+)
+#: Vocabulary layout of every tokenizer here: <pad>=0, <unk>=1, <bos>=2, <eos>=3.
+SPECIALS = SpecialTokens(mask=None, sep=None, cls=None)
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Config:
+    archs: tuple[str, ...] = ARCHS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    num_pairs: int = 0  # 0 = every pair of the file; else the first (shortest) N, as d2l
+    test_fraction: float = 0.1
+    min_freq: int = 2
+    max_tgt_len: int = 10
+    embed_dim: int = 64
+    hidden: int = 64
+    transformer_layers: int = 2
+    heads: int = 4
+    dropout: float = 0.1
+    batch_size: int = 64
+    steps: int = 3000
+    learning_rate: float = 3e-3
+    warmup_steps: int = 100
+    clip_norm: float = 1.0
+    eval_every: int = 1000
+    beam_size: int = 1
+    decode_batch: int = 256
+    max_test: int = 0  # 0 = every held-out source sentence
+    heatmap_sentence: str = "i'm home ."
+    log_every: int = 100
+    progress: bool = True
+    workdir: str | None = "workdirs/translation"
+
+
+PRESETS = {
+    "smoke": {
+        "archs": "transformer", "seeds": "0", "num_pairs": 300,
+        "embed_dim": 8, "hidden": 8, "transformer_layers": 1, "heads": 2, "batch_size": 16,
+        "steps": 3, "eval_every": 0, "warmup_steps": 1, "max_test": 8, "log_every": 1,
+        "decode_batch": 16,
+        "progress": False,
+    },
+    # What fits on a shared 2-core CPU in well under an hour: one seed per model.
+    "reduced": {"seeds": "0", "steps": 2000},
+}
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def preprocess(text: str) -> str:
+    """d2l's normalisation: lower case, no-break spaces to spaces, a space before ``,.!?``.
+
+    Example:
+        >>> preprocess("He's calm.")
+        "he's calm ."
+    """
+    text = text.replace("\u202f", " ").replace("\xa0", " ").lower()
+    return re.sub(r"(?<=\S)([,.!?])", r" \1", text).strip()
+
+
+def build_tokenizer(texts: Sequence[str], *, min_freq: int = 1,
+                    pattern: str = r"\S+") -> WordTokenizer:
+    """Word vocabulary of ``texts`` (words seen ``min_freq`` times), specials <pad> <unk> <bos> <eos>."""
+    return WordTokenizer.from_texts(texts, min_freq=min_freq, pattern=pattern,
+                                    special_tokens=SPECIALS)
+
+
+def encode_pairs(
+    src: Sequence[str], tgt: Sequence[str], src_tok: WordTokenizer, tgt_tok: WordTokenizer,
+    *, src_len: int, tgt_len: int,
+) -> dict[str, np.ndarray]:
+    """Fixed-shape arrays for teacher forcing (one compiled shape for every batch).
+
+    ``src`` int32[N, src_len] (+ ``src_lengths``), ``tgt_in`` = ``<bos> y`` and
+    ``tgt_out`` = ``y <eos>``, int32[N, tgt_len + 1], with ``tgt_mask`` (True on
+    real target tokens and on ``<eos>``).
+    """
+    n = len(src)
+    out = {
+        "src": np.full((n, src_len), PAD, np.int32),
+        "src_lengths": np.zeros(n, np.int32),
+        "tgt_in": np.full((n, tgt_len + 1), PAD, np.int32),
+        "tgt_out": np.full((n, tgt_len + 1), PAD, np.int32),
+        "tgt_mask": np.zeros((n, tgt_len + 1), bool),
+    }
+    for i, (s, t) in enumerate(zip(src, tgt)):
+        s_ids = src_tok.encode(s, max_length=src_len, truncation=True)
+        t_ids = tgt_tok.encode(t, max_length=tgt_len, truncation=True)
+        out["src"][i, : len(s_ids)] = s_ids
+        out["src_lengths"][i] = max(len(s_ids), 1)
+        out["tgt_in"][i, : len(t_ids) + 1] = [BOS, *t_ids]
+        out["tgt_out"][i, : len(t_ids) + 1] = [*t_ids, EOS]
+        out["tgt_mask"][i, : len(t_ids) + 1] = True
+    return out
+
+
+def encode_sources(sentences: Sequence[str], tok: WordTokenizer,
+                   src_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(src int32[N, src_len], src_lengths int32[N])`` of source sentences."""
+    src = np.full((len(sentences), src_len), PAD, np.int32)
+    lengths = np.ones(len(sentences), np.int32)
+    for i, s in enumerate(sentences):
+        ids = tok.encode(s, max_length=src_len, truncation=True)
+        src[i, : len(ids)] = ids
+        lengths[i] = max(len(ids), 1)
+    return src, lengths
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def make_model(
+    arch: str, src_vocab: int, tgt_vocab: int, *, embed_dim: int, hidden: int,
+    dropout: float = 0.0, transformer_layers: int = 2, heads: int = 4, max_len: int = 64,
+) -> Seq2Seq | Transformer:
+    """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring)."""
+    rnn = dict(src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, embed_dim=embed_dim,
+               hidden_size=hidden, cell_type="gru", bidirectional_encoder=True, dropout=dropout)
+    if arch == "gru":
+        return Seq2Seq(context="every_step", **rnn)
+    if arch == "bahdanau":
+        return Seq2Seq(context="attention", attention="bahdanau", **rnn)
+    if arch == "luong":
+        return Seq2Seq(context="attention", attention="luong_general", **rnn)
+    if arch == "transformer":
+        return Transformer(TransformerConfig(
+            src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, num_layers=transformer_layers,
+            num_heads=heads, embed_dim=hidden, mlp_dim=2 * hidden, max_len=max_len,
+            dropout_rate=dropout, tie_output=True,
+        ))
+    raise ValueError(f"`arch` must be one of {ARCHS}; got {arch!r}.")
+
+
+def _apply(model: Any, params: Any, batch: dict, *, train: bool, rng: jax.Array | None = None,
+           ) -> jax.Array:
+    rngs = {"dropout": rng} if train else {}
+    return model.apply({"params": params}, batch["src"], batch["tgt_in"], batch["src_lengths"],
+                       deterministic=not train, rngs=rngs)
+
+
+def _metrics(logits: jax.Array, batch: dict) -> tuple[jax.Array, dict]:
+    loss = masked_cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])
+    return loss, {"accuracy": token_accuracy(logits, batch["tgt_out"], batch["tgt_mask"]),
+                  "tokens": jnp.sum(batch["tgt_mask"]).astype(jnp.float32)}
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """How :func:`train_seq2seq` trains one model."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    warmup_steps: int = 0
+    clip_norm: float | None = 1.0
+    eval_every: int = 0
+    log_every: int = 100
+    progress: bool = True
+
+
+def train_seq2seq(
+    model: Any, train: dict[str, np.ndarray], val: dict[str, np.ndarray] | None,
+    spec: TrainSpec, *, seed: int, workdir: str | None, model_config: dict,
+) -> tuple[Any, list[dict], float]:
+    """Train with teacher forcing through :func:`seqjax.train.loop.fit`.
+
+    Loss: masked token cross-entropy (MEDL (7.4)–(7.5), no loss on padding);
+    AdamW with linear warm-up and cosine decay, global-norm clipping. Resumes from
+    ``workdir`` when it holds checkpoints. Returns ``(params, history, seconds)``.
+    """
+    first = {k: v[:1] for k, v in train.items()}
+    params = jax.jit(lambda k: model.init(k, first["src"], first["tgt_in"],
+                                          first["src_lengths"])["params"])(
+        jax.random.PRNGKey(seed))
+    opt = OptimizerConfig(
+        "adamw", learning_rate=spec.learning_rate, schedule="warmup_cosine",
+        warmup_steps=min(spec.warmup_steps, spec.steps - 1), total_steps=spec.steps,
+        end_lr_ratio=0.05, clip_norm=spec.clip_norm,
+    )
+    tx, schedule = make_optimizer(opt)
+    state = TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000))
+
+    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+        return _metrics(_apply(model, p, batch, train=True, rng=rng), batch)
+
+    def eval_fn(p: Any, batch: dict) -> dict:
+        loss, m = _metrics(_apply(model, p, batch, train=False), batch)
+        return {"loss": loss, **m}
+
+    eval_batches = None
+    if val is not None and len(val["src"]) and spec.eval_every > 0:
+        size = 256
+        eval_batches = [{k: v[i : i + size] for k, v in val.items()}
+                        for i in range(0, len(val["src"]), size)]
+    batch_size = min(spec.batch_size, len(train["src"]))
+    start = time.perf_counter()
+    result = fit(
+        state, make_train_step(loss_fn, schedule=schedule),
+        ArrayIterator(train, batch_size, seed=seed),
+        FitConfig(num_steps=spec.steps, log_every=spec.log_every,
+                  eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
+                  progress=spec.progress, print_logs=False, tensorboard=False,
+                  plot=workdir is not None),
+        workdir=workdir, eval_step=make_eval_step(eval_fn) if eval_batches else None,
+        eval_data=eval_batches, model_config=model_config,
+    )
+    return result.state.params, result.history, time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def translate(
+    model: Any, params: Any, src: np.ndarray, src_lengths: np.ndarray, *,
+    max_new_tokens: int, beam_size: int = 1, batch_size: int = 256,
+) -> list[list[int]]:
+    """Decode every source row (greedy, or beam search with length normalisation).
+
+    Every batch has ``batch_size`` rows (rows are repeated to fill it), so the decoding
+    loop compiles once per model. Returns the token ids of each translation, ``<eos>`` excluded.
+    """
+    n = len(src)
+    out: list[list[int]] = []
+    for i in range(0, n, batch_size):
+        idx = np.arange(i, i + batch_size) % n
+        inputs = {"src": jnp.asarray(src[idx]), "src_lengths": jnp.asarray(src_lengths[idx])}
+        prompt = jnp.full((batch_size, 1), BOS, jnp.int32)
+        if beam_size > 1:
+            res = beam_search(model, params, prompt, beam_size=beam_size,
+                              max_new_tokens=max_new_tokens, eos_id=EOS, pad_id=PAD,
+                              inputs=inputs)
+            tokens = np.asarray(res.tokens[:, 0])
+        else:
+            res = greedy_search(model, params, prompt, max_new_tokens=max_new_tokens,
+                                eos_id=EOS, pad_id=PAD, inputs=inputs)
+            tokens = np.asarray(res.tokens)
+        for row in tokens[: min(batch_size, n - i)]:
+            row = row.tolist()
+            out.append(row[: row.index(EOS)] if EOS in row else row)
+    return out
+
+
+def attention_map(model: Seq2Seq, params: Any, src_ids: Sequence[int],
+                  out_ids: Sequence[int]) -> np.ndarray:
+    """Attention weights ``[len(out_ids) + 1, len(src_ids)]`` of a Seq2Seq with attention.
+
+    Row ``t`` is :math:`\\alpha^{⟨t⟩}`, the weights used to emit output token ``t`` (the
+    last row emits ``<eos>``): the decoder is teacher-forced on its own translation.
+    """
+    src = jnp.asarray([list(src_ids)], jnp.int32)
+    tgt_in = jnp.asarray([[BOS, *out_ids]], jnp.int32)
+    _, alpha = _attention_fn(model)(params, src, tgt_in, jnp.asarray([len(src_ids)], jnp.int32))
+    return np.asarray(alpha[0])
+
+
+@functools.cache
+def _attention_fn(model: Seq2Seq) -> Callable:
+    return jax.jit(lambda p, s, t, n: model.apply({"params": p}, s, t, n, return_attention=True))
+
+
+def plot_attention(alpha: np.ndarray, src_tokens: Sequence[str], out_tokens: Sequence[str],
+                   path: str, title: str) -> str:
+    """A heatmap of ``alpha`` (rows: output tokens + <eos>; columns: source tokens)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [*out_tokens, "<eos>"]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * len(src_tokens), 0.9 + 0.42 * len(rows)))
+    ax.imshow(alpha, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    for t in range(alpha.shape[0]):
+        for s in range(alpha.shape[1]):
+            ax.text(s, t, f"{alpha[t, s]:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if alpha[t, s] > 0.5 else "black")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def d2l_bleu(pred: str, label: str, k: int = 2) -> float:
+    r"""d2l's sentence BLEU: :math:`\exp(\min(0, 1 - L_{ref}/L_{pred}))\prod_{n=1}^{k} p_n^{1/2^n}`.
+
+    ``p_n`` is the clipped n-gram precision of the space-separated ``pred`` against
+    ``label`` (0 when ``pred`` has no n-gram of that order). d2l (10.7.x), used for its
+    probe sentences with ``k = 2``.
+
+    Example:
+        >>> round(d2l_bleu("il est riche .", "il est calme ."), 3)
+        0.658
+    """
+    p, r = pred.split(), label.split()
+    if not p:
+        return 0.0
+    score = math.exp(min(0.0, 1.0 - len(r) / len(p)))
+    for n in range(1, k + 1):
+        ref = collections.Counter(tuple(r[i : i + n]) for i in range(len(r) - n + 1))
+        hyp = [tuple(p[i : i + n]) for i in range(len(p) - n + 1)]
+        if not hyp:
+            return 0.0
+        matches = 0
+        for g in hyp:
+            if ref[g] > 0:
+                matches += 1
+                ref[g] -= 1
+        score *= (matches / len(hyp)) ** (0.5 ** n)
+    return score
+
+
+def corpus_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
+    """sacrebleu corpus BLEU (0–100) with a variable number of references per sentence.
+
+    The text is already tokenised and lower-cased, so ``tokenize="none"``;
+    ``effective_order`` keeps sets of very short sentences (no 4-grams) from scoring 0.
+    """
+    from sacrebleu.metrics import BLEU
+
+    if not hyps:
+        return float("nan")
+    width = max(len(r) for r in refs)
+    streams = [[r[j] if j < len(r) else None for r in refs] for j in range(width)]
+    return float(BLEU(tokenize="none", effective_order=True).corpus_score(list(hyps),
+                                                                          streams).score)
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, core count and load average of this machine (for the results files)."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {"cpu": model, "cores": os.cpu_count(), "load_avg": [round(x, 2) for x in load],
+            "jax_backend": jax.default_backend()}
+
+
+def mean_sd(xs: Sequence[float]) -> str:
+    """``"m ± sd"`` (sample sd; ``"m"`` for one value)."""
+    xs = [float(x) for x in xs]
+    m = float(np.mean(xs))
+    return f"{m:.3f}" if len(xs) < 2 else f"{m:.3f} ± {float(np.std(xs, ddof=1)):.3f}"
+
+
+def save_json(obj: Any, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1, ensure_ascii=False, default=str)
+
+
+# ----------------------------------------------------------------------------- experiment
+
+
+def load_pairs(num_pairs: int = 0) -> tuple[list[str], list[str]]:
+    """The preprocessed (English, French) pairs of the offline file (first ``num_pairs``)."""
+    from seqjax.data.tasks import english_french
+
+    ds = english_french()
+    n = len(ds) if num_pairs <= 0 else min(num_pairs, len(ds))
+    rows = ds.select(range(n))
+    return [preprocess(s) for s in rows["src"]], [preprocess(t) for t in rows["tgt"]]
+
+
+def split_by_source(src: Sequence[str], test_fraction: float,
+                    seed: int = 0) -> tuple[set[str], set[str]]:
+    """Held-out English sentences (a seeded ``test_fraction`` of the distinct sources)."""
+    uniq = sorted(set(src))
+    perm = np.random.default_rng(seed).permutation(len(uniq))
+    n_test = max(1, int(round(test_fraction * len(uniq))))
+    test = {uniq[i] for i in perm[:n_test]}
+    return set(uniq) - test, test
+
+
+def _plot_bleu_vs_length(curves: dict[str, dict[int, list[float]]], counts: dict[int, int],
+                         path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for arch, by_len in curves.items():
+        lens = sorted(by_len)
+        means = [np.mean(by_len[n]) for n in lens]
+        sds = [np.std(by_len[n]) for n in lens]
+        ax.errorbar(lens, means, yerr=sds, marker="o", ms=4, capsize=2,
+                    label=ARCH_LABELS.get(arch, arch))
+    ax.set_xlabel("source length (words, punctuation excluded)")
+    ax.set_ylabel("BLEU (held-out, multi-ref)")
+    ax.set_xticks(sorted(counts), [f"{n}\n(n={counts[n]})" for n in sorted(counts)], fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("BLEU against source length (cf. Bahdanau et al. 2015, Fig. 2)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _word_len(sentence: str) -> int:
+    return sum(1 for w in sentence.split() if w not in {",", ".", "!", "?"})
+
+
+def run(cfg: Config) -> dict:
+    for a in cfg.archs:
+        if a not in ARCHS:
+            raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
+    t_start = time.perf_counter()
+    info = machine()
+    src, tgt = load_pairs(cfg.num_pairs)
+    keep = [i for i, t in enumerate(tgt) if len(t.split()) <= cfg.max_tgt_len]
+    src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
+    train_src, test_src = split_by_source(src, cfg.test_fraction)
+    train_pairs = [(s, t) for s, t in zip(src, tgt) if s in train_src]
+    refs: dict[str, list[str]] = collections.defaultdict(list)
+    for s, t in zip(src, tgt):
+        if s in test_src:
+            refs[s].append(t)
+    test_sents = sorted(refs)
+    if cfg.max_test > 0:
+        test_sents = test_sents[: cfg.max_test]
+    src_tok = build_tokenizer([s for s, _ in train_pairs], min_freq=cfg.min_freq)
+    tgt_tok = build_tokenizer([t for _, t in train_pairs], min_freq=cfg.min_freq)
+    src_len = max(len(s.split()) for s in src)
+    train_arr = encode_pairs([s for s, _ in train_pairs], [t for _, t in train_pairs],
+                             src_tok, tgt_tok, src_len=src_len, tgt_len=cfg.max_tgt_len)
+    val_pairs = [(s, r[0]) for s, r in refs.items()]
+    val_arr = encode_pairs([s for s, _ in val_pairs], [t for _, t in val_pairs], src_tok,
+                           tgt_tok, src_len=src_len, tgt_len=cfg.max_tgt_len)
+    dec_x, dec_len = encode_sources(
+        [*test_sents, *(p for p, _ in PROBES), cfg.heatmap_sentence], src_tok, src_len)
+    print(f"translation: {len(train_pairs)} training pairs, {len(test_sents)} held-out source "
+          f"sentences ({sum(len(refs[s]) for s in test_sents)} references); vocabularies "
+          f"{src_tok.vocab_size} (en) / {tgt_tok.vocab_size} (fr); {info['cpu']}, "
+          f"{info['cores']} cores, load {info['load_avg']}")
+    spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
+                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress)
+    lengths = [_word_len(s) for s in test_sents]
+    runs: list[dict] = []
+    heatmaps: dict[str, str] = {}
+    for arch in cfg.archs:
+        for seed in cfg.seeds:
+            model = make_model(arch, src_tok.vocab_size, tgt_tok.vocab_size,
+                               embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout,
+                               transformer_layers=cfg.transformer_layers, heads=cfg.heads)
+            sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{arch}_seed{seed}")
+            mc = {"arch": arch, "src_vocab": src_tok.vocab_size, "tgt_vocab": tgt_tok.vocab_size,
+                  "embed_dim": cfg.embed_dim, "hidden": cfg.hidden}
+            print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
+            params, history, train_s = train_seq2seq(model, train_arr, val_arr, spec, seed=seed,
+                                                     workdir=sub, model_config=mc)
+            t0 = time.perf_counter()
+            # One decoding call (one compiled shape): held-out sentences, probes, heatmap.
+            all_ids = translate(model, params, dec_x, dec_len,
+                                max_new_tokens=cfg.max_tgt_len + 1, beam_size=cfg.beam_size,
+                                batch_size=cfg.decode_batch)
+            n_test = len(test_sents)
+            hyps = [tgt_tok.decode(h) for h in all_ids[:n_test]]
+            bleu = corpus_bleu(hyps, [refs[s] for s in test_sents])
+            by_len = {}
+            for n in sorted(set(lengths)):
+                idx = [i for i, m in enumerate(lengths) if m == n]
+                by_len[n] = corpus_bleu([hyps[i] for i in idx], [refs[test_sents[i]] for i in idx])
+            probe_out = [tgt_tok.decode(h) for h in all_ids[n_test : n_test + len(PROBES)]]
+            probes = [{"src": p, "ref": r, "out": o, "bleu": d2l_bleu(o, r)}
+                      for (p, r), o in zip(PROBES, probe_out)]
+            eval_s = time.perf_counter() - t0
+            final = history[-1] if history else {}
+            rec = {
+                "arch": arch, "seed": seed, "params": count_params(params), "bleu": bleu,
+                "bleu_by_length": by_len, "probes": probes, "train_s": train_s,
+                "eval_s": eval_s, "final_train_loss": final.get("loss"),
+                "val_loss": final.get("eval/loss"),
+                "examples": [{"src": s, "out": h, "refs": refs[s]}
+                             for s, h in list(zip(test_sents, hyps))[:8]],
+            }
+            runs.append(rec)
+            print(f"{arch} seed {seed}: BLEU {bleu:.2f}; params {rec['params']:,}; "
+                  f"train {train_s:.0f}s; " + "; ".join(f"{q['src']} => {q['out']} "
+                                                        f"({q['bleu']:.3f})" for q in probes))
+            if (arch in ("bahdanau", "luong") and seed == cfg.seeds[0]
+                    and cfg.workdir is not None):
+                s_ids = src_tok.encode(cfg.heatmap_sentence)
+                o_ids = all_ids[-1]
+                alpha = attention_map(model, params, s_ids, o_ids)
+                heatmaps[arch] = plot_attention(
+                    alpha[:, : len(s_ids)], cfg.heatmap_sentence.split(),
+                    [tgt_tok.id_to_token(i) for i in o_ids],
+                    os.path.join(cfg.workdir, f"translation_attention_{arch}.png"),
+                    f"{ARCH_LABELS[arch]}: attention weights (MEDL Fig. 7.11 style)")
+    summary = _summarise(cfg, runs, lengths, info, heatmaps, time.perf_counter() - t_start,
+                         n_train=len(train_pairs), n_test=len(test_sents),
+                         vocab=(src_tok.vocab_size, tgt_tok.vocab_size),
+                         probe_seen={p: p in train_src for p, _ in PROBES})
+    return summary
+
+
+def _summarise(cfg: Config, runs: list[dict], lengths: list[int], info: dict,
+               heatmaps: dict[str, str], wall: float, **extra: Any) -> dict:
+    by_arch: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in runs:
+        by_arch[r["arch"]].append(r)
+    counts = collections.Counter(lengths)
+    lines = ["| model | params | held-out BLEU | train s / seed |", "|---|---:|---:|---:|"]
+    for arch, rs in by_arch.items():
+        lines.append(f"| {ARCH_LABELS[arch]} | {rs[0]['params']:,} | "
+                     f"{mean_sd([r['bleu'] for r in rs])} | "
+                     f"{np.mean([r['train_s'] for r in rs]):.0f} |")
+    lines += ["", "| source words | n | " + " | ".join(by_arch) + " |",
+              "|---:|---:|" + "---:|" * len(by_arch)]
+    for n in sorted(counts):
+        lines.append(f"| {n} | {counts[n]} | " + " | ".join(
+            mean_sd([r["bleu_by_length"][n] for r in rs]) for rs in by_arch.values()) + " |")
+    lines += ["", "| probe | reference | " + " | ".join(by_arch) + " |",
+              "|---|---|" + "---|" * len(by_arch)]
+    for j, (p, ref) in enumerate(PROBES):
+        cells = []
+        for rs in by_arch.values():
+            outs = collections.Counter(r["probes"][j]["out"] for r in rs)
+            cells.append(f"{mean_sd([r['probes'][j]['bleu'] for r in rs])} "
+                         f"(\"{outs.most_common(1)[0][0]}\")")
+        lines.append(f"| {p} | {ref} | " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    print("\n" + table)
+    print(f"\nwall time {wall:.0f}s")
+    summary = {"config": asdict(cfg), "machine": info, "wall_s": wall, "runs": runs,
+               "table_md": table, "heatmaps": heatmaps, **extra}
+    if cfg.workdir is not None:
+        curves = {a: {n: [r["bleu_by_length"][n] for r in rs] for n in counts}
+                  for a, rs in by_arch.items()}
+        summary["bleu_vs_length_png"] = _plot_bleu_vs_length(
+            curves, dict(counts), os.path.join(cfg.workdir, "translation_bleu_vs_length.png"))
+        save_json(summary, os.path.join(cfg.workdir, "translation.json"))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.cli import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()

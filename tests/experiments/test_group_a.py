@@ -1,0 +1,160 @@
+"""Smoke runs and numerical checks of the experiments gradients, char_lm, positions,
+norm_placement and param_counts."""
+
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import char_lm, gradients, norm_placement, param_counts, positions
+from seqjax.data.tasks import EOS_ID
+
+
+# ----------------------------------------------------------------------------- param_counts
+
+
+def test_medl_formula_7_32():
+    assert param_counts.medl_formula() == {"encoder_block": 3_150_336,
+                                           "decoder_block": 4_199_936}
+
+
+def test_param_counts_smoke_measures_the_base_transformer(tmp_path):
+    s = param_counts.main(["--smoke", "--workdir", str(tmp_path)])
+    medl, vaswani = s["medl"], s["vaswani"]
+    assert medl["encoder block"] == 3_150_336 and medl["decoder block"] == 4_199_936
+    # MEDL prints d_V p + p for the output layer; the model has one bias per word.
+    assert medl["total"] - param_counts.MEDL_TOTAL == 37_000 - 512
+    assert vaswani["total"] - medl["total"] == 18 * 4 * 512  # attention biases
+    assert s["presets"]["nanogpt-cpu"]["total"] == 805_248
+    text = (tmp_path / "param_counts.md").read_text()
+    assert "63,046,144" in text and "63,082,632" in text
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def test_linear_rnn_adjoint_is_rho_to_the_distance():
+    """MEDL (7.12): with identity activation and no input, ζ_t = (W_hhᵀ)^{T-t} ζ_T."""
+    with jax.enable_x64(True):
+        rho, steps, hidden = 1.3, 7, 4
+        cell = gradients.ElmanCell(hidden, activation=lambda z: z, param_dtype=jnp.float64,
+                                   recurrent_kernel_init=gradients.scaled_orthogonal(rho))
+        x = jnp.zeros((2, steps, 3), jnp.float64)
+        params = cell.init(jax.random.PRNGKey(0), cell.initialize_carry(None, (2, 3)),
+                           x[:, 0])["params"]
+        w = jnp.arange(1.0, hidden + 1, dtype=jnp.float64)
+        norms = gradients.adjoint_norms(cell, params, x, lambda h: h @ w)
+        expected = np.linalg.norm(np.asarray(w)) * rho ** np.arange(steps)[::-1]
+        np.testing.assert_allclose(norms, expected, rtol=1e-10)
+        # and the direction: ζ_1 = (W_hhᵀ)^{T-1} w with W_hhᵀ = the stored kernel
+        k = np.asarray(params["recurrent_kernel"])
+        zeta_1 = np.linalg.matrix_power(k, steps - 1) @ np.asarray(w)
+        assert norms[0] == pytest.approx(np.linalg.norm(zeta_1), rel=1e-10)
+
+
+def test_gradients_smoke(tmp_path):
+    s = gradients.main(["--smoke", "--workdir", str(tmp_path)])
+    assert {r["cell"] for r in s["runs"]} == {"lstm"}
+    run = s["runs"][0]
+    assert math.isfinite(run["test_mse"]) and len(run["profile"]) == 10
+    prof = s["profiles"]["elman linear, x=0 (MEDL 7.12), rho=1.2"]
+    assert gradients.ratio_at(prof, 5) == pytest.approx(1.2 ** 5, rel=1e-4)
+    for name in ("gradients.md", "gradients_distance.png", "gradients_adding.png"):
+        assert (tmp_path / name).exists()
+
+
+# ----------------------------------------------------------------------------- positions
+
+
+def test_medl_fig_7_14_difference_spans_about_180_indices():
+    stats = positions.medl_fig_7_14(positions.Config())
+    assert stats["r"].shape == (4000, 768)
+    assert -1.0 <= stats["min"] and stats["max"] <= 1.0
+    assert stats["last_j_above_0.1"] == 180
+
+
+def test_make_examples_layout():
+    d = positions.make_examples("reverse", 3, 1, 4, 10, 5, seed=0)
+    for i, n in enumerate(d["length"]):
+        src = d["inputs"][i, :n]
+        assert d["inputs"][i, n] == positions.SEP
+        tgt = d["targets"][i][d["mask"][i]]
+        np.testing.assert_array_equal(tgt[:-1], src[::-1])
+        assert tgt[-1] == EOS_ID
+        assert d["mask"][i].sum() == n + 1
+
+
+def test_positions_smoke(tmp_path):
+    s = positions.main(["--smoke", "--workdir", str(tmp_path)])
+    (r,) = s["runs"]
+    assert r["positions"] == "rope" and set(r["exact"]) == {1, 2, 3, 4}
+    assert all(0.0 <= v <= 1.0 for v in r["token_accuracy"].values())
+    for name in ("positions.md", "positions_medl_fig7_14.png", "positions_bishop_fig12_10.png",
+                 "positions_ablation.png"):
+        assert (tmp_path / name).exists()
+
+
+# ----------------------------------------------------------------------------- norm_placement
+
+
+def test_norm_placement_smoke(tmp_path):
+    s = norm_placement.main(["--smoke", "--workdir", str(tmp_path)])
+    (r,) = s["runs"]
+    assert r["norm"] == "post" and r["status"] == "completed" and math.isfinite(r["val_loss"])
+    assert (tmp_path / "norm_placement.png").exists()
+
+
+# ----------------------------------------------------------------------------- char_lm
+
+
+def test_full_windows_predict_every_character_once():
+    ids = np.arange(100)
+    batches = char_lm.full_windows(ids, 8, 4)
+    assert all(b["inputs"].shape == (4, 8) for b in batches)
+    x = np.concatenate([b["inputs"][b["mask"]] for b in batches])
+    y = np.concatenate([b["targets"][b["mask"]] for b in batches])
+    np.testing.assert_array_equal(x, ids[:-1])
+    np.testing.assert_array_equal(y, ids[1:])
+
+
+def test_window_decoder_matches_nanogpt_cropping():
+    """Greedy decoding past the block size = argmax of the model on the last `block` tokens."""
+    cfg = char_lm.Config(num_layers=1, num_heads=1, embed_dim=8, block_size=4)
+    model = char_lm.build_model(cfg, 11)
+    params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 4), jnp.int32))["params"]
+    got = char_lm.generate_ids(model, params, cfg, [1, 2, 3], max_new_tokens=6,
+                               temperature=0.0, top_k=None, seed=0)
+    seq = [1, 2, 3]
+    for _ in range(6):
+        logits = model.apply({"params": params}, jnp.asarray([seq[-4:]]))
+        seq.append(int(jnp.argmax(logits[0, -1])))
+    assert got == seq[3:]
+
+
+def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
+    workdir = str(tmp_path / "lm")
+    s = char_lm.main(["--smoke", "--workdir", workdir, "--progress=false"])
+    assert s["steps"] == 4 and math.isfinite(s["val_loss_full"])
+    assert s["val_loss_estimate"] < math.log(65) + 0.2
+    assert len(s["sample"]) == 24
+    saved = json.load(open(os.path.join(workdir, "char_lm.json")))
+    assert saved["params"] == s["params"]
+    model, params, tok, cfg = char_lm.load_model(workdir)
+    assert tok.vocab_size == 65 and cfg.block_size == 16
+    logits = model.apply({"params": params}, jnp.asarray([tok.encode("ROMEO:")]))
+    assert logits.shape == (1, 6, 65)
+
+
+def test_char_lm_configs():
+    assert char_lm.PRESETS["gpu"]["embed_dim"] == 384 and char_lm.PRESETS["gpu"]["steps"] == 5000
+    lstm = char_lm.build_model(char_lm.Config(**{k: v for k, v in char_lm.PRESETS["lstm"].items()
+                                                 if k != "learning_rate"}), 65)
+    n = sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(jax.eval_shape(
+        lambda k: lstm.init(k, jnp.zeros((1, 8), jnp.int32)), jax.random.PRNGKey(0))))
+    assert 0.75e6 < n < 0.9e6  # "similar size" to the 0.80M transformer
+    with pytest.raises(ValueError, match="model"):
+        char_lm.build_model(char_lm.Config(model="gru"), 65)

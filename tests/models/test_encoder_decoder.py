@@ -1,0 +1,106 @@
+"""Encoder–decoder transformer (Vaswani et al. 2017; MEDL §7.5; Bishop §12.3.4)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seqjax.decoding import greedy_search, recompute_decoder
+from seqjax.models._common import token_cross_entropy
+from seqjax.models.encoder_decoder import Transformer, TransformerConfig
+from seqjax.utils import count_params
+from tests.models.helpers import fit, np_init
+
+RNG = np.random.default_rng(0)
+SRC = jnp.asarray(RNG.integers(0, 13, (3, 6)), jnp.int32)
+SRC_LEN = jnp.array([6, 4, 2])
+CFG = TransformerConfig(src_vocab_size=13, num_layers=2, num_heads=2, embed_dim=16, mlp_dim=32,
+                        dropout_rate=0.0)
+
+
+def _params(model):
+    tok = jnp.zeros((1, 4), jnp.int32)
+    return jax.eval_shape(model.init, jax.random.PRNGKey(0), tok, tok)["params"]
+
+
+def test_vaswani_base_parameter_count_reconciles_medl():
+    """MEDL §7.5 / SEEDS_NOTES E10: 63,046,144 with d_V = 37,000; Vaswani et al.: ≈65M."""
+    p, d_v = 512, 37_000
+    medl = Transformer.from_preset("vaswani-base", attention_use_bias=False)
+    params = _params(medl)
+    assert count_params(params["encoder"]["layers_0"]) == 3_150_336  # MEDL (7.32)
+    assert count_params(params["decoder"]["layers_0"]) == 4_199_936
+    assert count_params(params["encoder"]) == 18_902_016
+    assert count_params(params["decoder"]) == 25_199_616
+    # Output layer: d_V·p weights (the shared embedding, tied) + one bias per word. MEDL
+    # prints "d_V × p + p": the bias term should be d_V, a difference of d_V - p.
+    total = count_params(params)
+    assert total == 63_046_144 - p + d_v == 63_082_632
+    no_out_bias = count_params(_params(Transformer.from_preset(
+        "vaswani-base", attention_use_bias=False, output_bias=False)))
+    assert no_out_bias == 63_046_144 - p
+    # Vaswani's projections have biases: +4p per attention layer (6 + 2·6 layers).
+    vaswani = count_params(_params(Transformer.from_preset("vaswani-base")))
+    assert vaswani == total + 18 * 4 * p == 63_119_496
+    assert abs(vaswani - 65e6) / 65e6 < 0.03
+    assert sorted(params) == ["decoder", "encoder", "output_bias", "shared_embed"]
+
+
+def test_separate_vocabularies_and_untied_output():
+    params = _params(Transformer(CFG.replace(tgt_vocab_size=7, tie_output=False)))
+    assert params["src_embed"]["embedding"].shape == (13, 16)
+    assert params["tgt_embed"]["embedding"].shape == (7, 16)
+    assert params["output"]["kernel"].shape == (16, 7)
+
+
+def _full_logits(model, src, src_len, v, tokens):
+    return model.apply(v, src, tokens, src_len)
+
+
+def test_cached_generation_equals_recomputation_and_source_padding():
+    model = Transformer(CFG.replace(tgt_vocab_size=9))
+    prompts = jnp.asarray(RNG.integers(0, 9, (3, 4)), jnp.int32)
+    p_len = jnp.array([1, 4, 2])
+    v = np_init(model, SRC, prompts, scale=None, seed=1)
+    inputs = {"src": SRC, "src_lengths": SRC_LEN}
+    out = greedy_search(model, v, prompts, p_len, max_new_tokens=6, inputs=inputs)
+    ref = greedy_search(recompute_decoder(functools.partial(_full_logits, model, SRC, SRC_LEN)),
+                        v, prompts, p_len, max_new_tokens=6)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_allclose(out.log_probs, ref.log_probs, rtol=1e-4)
+    # The padding of a source is invisible: row 2 alone, unpadded.
+    apply = jax.jit(model.apply)
+    padded = apply(v, SRC, prompts, SRC_LEN)
+    alone = apply(v, SRC[2:, :2], prompts[2:])
+    np.testing.assert_allclose(padded[2], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_bad_inputs():
+    model = Transformer(CFG)
+    with pytest.raises(ValueError, match="src_lengths"):
+        model.init(jax.random.PRNGKey(0), SRC, SRC, jnp.array([7, 1, 1]))
+    with pytest.raises(ValueError, match="positions"):
+        jax.eval_shape(Transformer(CFG.replace(positions="alibi")).init, jax.random.PRNGKey(0),
+                       SRC, SRC)
+
+
+def test_transformer_learns_to_reverse():
+    bos, n = 1, 6
+    model = Transformer(CFG.replace(src_vocab_size=10, embed_dim=32, mlp_dim=64,
+                                    norm="pre", scale_embeddings=False))
+    rng = np.random.default_rng(1)
+    src = jnp.asarray(rng.integers(2, 10, (201, 32, n)), jnp.int32)
+    tgt = src[..., ::-1]
+    tgt_in = jnp.concatenate([jnp.full_like(tgt[..., :1], bos), tgt[..., :-1]], axis=-1)
+    v = np_init(model, src[0], tgt_in[0], scale=None)
+
+    def loss(p, batch):
+        s, ti, t = batch
+        return token_cross_entropy(model.apply(p, s, ti), t).mean()
+
+    v, _ = fit(loss, v, (src[:-1], tgt_in[:-1], tgt[:-1]), lr=3e-3)
+    out = greedy_search(model, v, jnp.full((32, 1), bos), max_new_tokens=n,
+                        inputs={"src": src[-1]})
+    assert float((out.tokens == src[-1, :, ::-1]).mean()) > 0.97
