@@ -195,10 +195,10 @@ def fill_in(model: Bert, params: Any, tok: WordTokenizer, sents: list[str], leng
 
 
 def macro_f1(pred: np.ndarray, gold: np.ndarray, classes: int = 3) -> float:
-    """Unweighted mean of the per-class F1 scores (classes absent from both count as 1).
+    """Unweighted mean of the per-class F1 scores over the classes in ``pred`` or ``gold``.
 
     Example:
-        >>> macro_f1(np.array([0, 1, 1]), np.array([0, 1, 0]), classes=2)
+        >>> macro_f1(np.array([0, 1, 1]), np.array([0, 1, 0]), classes=3)
         0.6666666666666666
     """
     f1s = []
@@ -206,7 +206,8 @@ def macro_f1(pred: np.ndarray, gold: np.ndarray, classes: int = 3) -> float:
         tp = np.sum((pred == c) & (gold == c))
         fp = np.sum((pred == c) & (gold != c))
         fn = np.sum((pred != c) & (gold == c))
-        f1s.append(1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn))
+        if tp + fp + fn:
+            f1s.append(2 * tp / (2 * tp + fp + fn))
     return float(np.mean(f1s))
 
 
@@ -241,8 +242,8 @@ def run(cfg: Config) -> dict:
               + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"]))
 
     model = _bert(cfg, tok.vocab_size, length, classifier=True)
-    template = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))[
-        "params"]
+    init = jax.jit(model.init)
+    template = init(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
     shared = [k for k in template if k in mlm_params]
     tx, schedule = _optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps)
 
@@ -264,8 +265,7 @@ def run(cfg: Config) -> dict:
             pick = np.sort(np.random.default_rng(1000 + seed).permutation(len(train_s))[:n])
             labelled = {k: v[pick] for k, v in train.items()}
             for init in ("pretrained", "scratch"):
-                params = jax.jit(model.init)(jax.random.PRNGKey(seed),
-                                             jnp.asarray(train["tokens"][:1]))["params"]
+                params = init(jax.random.PRNGKey(seed), jnp.asarray(train["tokens"][:1]))["params"]
                 if init == "pretrained":
                     params = {**params, **{k: mlm_params[k] for k in shared}}
                 state = TrainState.create(params, tx, jax.random.PRNGKey(seed + 7))

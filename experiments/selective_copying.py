@@ -28,14 +28,14 @@ S4 without gating 18.3%, H3 57.0%, Mamba architecture with S4 56.4%, Mamba (S6) 
 Our scale is far smaller (length ``L + K = 72`` by default, ``d = 64``), so the
 ordering, not the numbers, is what is compared.
 
-Run:  python -m experiments.selective_copying            (full: ≤ 30 min on 2 CPU cores)
+Run:  python -m experiments.selective_copying --out experiments/results/selective_copying.md
       python -m experiments.selective_copying --smoke    (seconds, for CI)
-      --tasks/--models to select, --out FILE for the markdown report.
+      (or ``seqjax train selective_copying [--smoke]``); every ``Config`` field is an
+      option, e.g. ``--tasks=selective_copying --models=mamba,mamba-lti --steps=500``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -51,6 +51,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
+from seqjax.cli import experiment_main
 from seqjax.data.tasks import associative_recall, selective_copying
 from seqjax.nn.linear_attention import LinearAttention
 from seqjax.nn.norms import RMSNorm
@@ -71,10 +72,11 @@ PAPER_TABLE1 = {
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One training run (task sizes, model size, optimisation)."""
+    """The runs (tasks × models, or an explicit list), their sizes and optimisation."""
 
-    task: str = "selective_copying"
-    model: str = "mamba"
+    tasks: str = "selective_copying,associative_recall"  # comma list of TASKS
+    models: str = "lstm,transformer,linear,mamba,mamba-lti"  # comma list of MODELS
+    runs: str = ""  # explicit "task:model,..." list; overrides tasks × models when set
     d_model: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -94,26 +96,53 @@ class Config:
     num_pairs: int = 16
     num_keys: int = 32
     num_values: int = 32
+    # bookkeeping
+    fast_compile: bool = False  # LLVM -O0 (smoke runs, where compiling is the whole cost)
+    out: str | None = None  # markdown report
+    json_out: str | None = None  # raw results
 
 
 DEFAULT_STEPS = {"selective_copying": 2000, "associative_recall": 1000}
-SMOKE = dict(steps=4, batch=8, eval_examples=8, d_model=16, d_state=4, seq_len=12,
-             num_tokens=3, num_pairs=3, num_keys=6, num_values=6, warmup=2)
+PRESETS = {
+    # Every model on selective copying and the SSM on associative recall, tiny: seconds.
+    "smoke": dict(
+        runs=",".join([f"selective_copying:{m}" for m in MODELS] + ["associative_recall:mamba"]),
+        steps=4, batch=8, eval_examples=8, d_model=16, d_state=4, seq_len=12, num_tokens=3,
+        num_pairs=3, num_keys=6, num_values=6, warmup=2, fast_compile=True,
+    ),
+}
+
+
+def plan(cfg: Config) -> list[tuple[str, str]]:
+    """The ``(task, model)`` runs of ``cfg``, validated."""
+    if cfg.runs:
+        runs = [tuple(r.split(":", 1)) for r in cfg.runs.split(",") if r]
+        if any(len(r) != 2 for r in runs):
+            raise ValueError(f"`runs` must be a comma list of task:model; got {cfg.runs!r}.")
+    else:
+        runs = [(t, m) for t in cfg.tasks.split(",") if t for m in cfg.models.split(",") if m]
+    for task, model in runs:
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; choose from {TASKS}.")
+        if model not in MODELS:
+            raise ValueError(f"unknown model {model!r}; choose from {MODELS}.")
+    return runs
 
 
 # ----------------------------------------------------------------------------- data
 
 
-def task_spec(cfg: Config) -> tuple[int, int]:
-    """``(vocab_size, sequence_length)`` of the task."""
-    if cfg.task == "selective_copying":
+def task_spec(cfg: Config, task: str) -> tuple[int, int]:
+    """``(vocab_size, sequence_length)`` of ``task``."""
+    if task == "selective_copying":
         return cfg.num_symbols + 3, cfg.seq_len + cfg.num_tokens
     return 2 + cfg.num_keys + cfg.num_values, 2 * cfg.num_pairs + 2
 
 
-def make_batch(cfg: Config, num: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def make_batch(cfg: Config, task: str, num: int, rng: np.random.Generator
+               ) -> dict[str, np.ndarray]:
     """``tokens[N, T]``, ``targets[N, T]`` and ``weights[N, T]`` (1 where an answer is due)."""
-    if cfg.task == "selective_copying":
+    if task == "selective_copying":
         d = selective_copying(num, seq_len=cfg.seq_len, num_tokens=cfg.num_tokens,
                               num_symbols=cfg.num_symbols, seed=rng)
         tokens = d["inputs"]
@@ -121,7 +150,7 @@ def make_batch(cfg: Config, num: int, rng: np.random.Generator) -> dict[str, np.
         targets[:, cfg.seq_len:] = d["targets"]
         weights = np.zeros(tokens.shape, np.float32)
         weights[:, cfg.seq_len:] = 1.0
-    elif cfg.task == "associative_recall":
+    elif task == "associative_recall":
         d = associative_recall(num, num_pairs=cfg.num_pairs, num_keys=cfg.num_keys,
                                num_values=cfg.num_values, seed=rng)
         tokens = d["inputs"]
@@ -130,7 +159,7 @@ def make_batch(cfg: Config, num: int, rng: np.random.Generator) -> dict[str, np.
         weights = np.zeros(tokens.shape, np.float32)
         weights[:, -1] = 1.0
     else:
-        raise ValueError(f"`task` must be one of {TASKS}; got {cfg.task!r}.")
+        raise ValueError(f"`task` must be one of {TASKS}; got {task!r}.")
     return {"tokens": tokens, "targets": targets, "weights": weights}
 
 
@@ -190,24 +219,21 @@ def _loss(logits, batch):
     return (ce * w).sum() / w.sum(), correct.sum() / w.sum()
 
 
-def train(cfg: Config, log=print, fast_compile: bool = False) -> dict[str, Any]:
-    """Train one model on one task with fresh random batches; evaluate on held-out ones.
-
-    ``fast_compile`` compiles at LLVM -O0 (smoke runs, where compiling is the whole cost).
-    """
+def train(cfg: Config, task: str, model_name: str, log=print) -> dict[str, Any]:
+    """Train one model on one task with fresh random batches; evaluate on held-out ones."""
     jit = functools.partial(
-        jax.jit, compiler_options={"xla_backend_optimization_level": 0} if fast_compile else None
+        jax.jit,
+        compiler_options={"xla_backend_optimization_level": 0} if cfg.fast_compile else None,
     )
-    if cfg.steps is None:
-        cfg = dataclasses.replace(cfg, steps=DEFAULT_STEPS[cfg.task])
-    vocab, length = task_spec(cfg)
-    model = SequenceClassifier(cfg.model, vocab, length, cfg.d_model, cfg.num_layers,
+    steps = DEFAULT_STEPS[task] if cfg.steps is None else cfg.steps
+    vocab, length = task_spec(cfg, task)
+    model = SequenceClassifier(model_name, vocab, length, cfg.d_model, cfg.num_layers,
                                cfg.num_heads, cfg.d_state, cfg.scan_impl)
     data_rng = np.random.default_rng(cfg.seed)
-    eval_data = make_batch(cfg, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
+    eval_data = make_batch(cfg, task, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))
     schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, cfg.warmup,
-                                                  max(cfg.steps, cfg.warmup + 1))
+                                                  max(steps, cfg.warmup + 1))
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
     opt_state = tx.init(params)
 
@@ -227,25 +253,25 @@ def train(cfg: Config, log=print, fast_compile: bool = False) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     curve = []
-    for i in range(cfg.steps):
-        params, opt_state, loss, acc = step(params, opt_state, make_batch(cfg, cfg.batch,
-                                                                          data_rng))
-        if (i + 1) % max(1, cfg.steps // 6) == 0 or i == cfg.steps - 1:
+    for i in range(steps):
+        batch = make_batch(cfg, task, cfg.batch, data_rng)
+        params, opt_state, loss, acc = step(params, opt_state, batch)
+        if (i + 1) % max(1, steps // 6) == 0 or i == steps - 1:
             curve.append((i + 1, float(loss), float(acc)))
-            log(f"    {cfg.task} {cfg.model} step {i + 1}: loss {float(loss):.3f} "
+            log(f"    {task} {model_name} step {i + 1}: loss {float(loss):.3f} "
                 f"acc {float(acc):.3f}")
     train_s = time.perf_counter() - t0
     loss, acc, exact = (float(v) for v in evaluate(params, eval_data))
     return {
-        "task": cfg.task,
-        "model": cfg.model,
+        "task": task,
+        "model": model_name,
         "params": count_params(params["params"]),
         "eval_loss": loss,
         "eval_accuracy": acc,
         "eval_exact_match": exact,
         "train_s": train_s,
         "curve": curve,
-        "config": dataclasses.asdict(cfg),
+        "config": {**dataclasses.asdict(cfg), "steps": steps},
     }
 
 
@@ -299,55 +325,33 @@ def report(results: Sequence[dict[str, Any]], command: str, wall_s: float) -> st
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.selective_copying",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke", action="store_true",
-                    help="tiny sizes, 4 steps, every model on selective copying and the SSM on "
-                         "associative recall: seconds")
-    ap.add_argument("--tasks", default=None, help=f"comma list of {TASKS}")
-    ap.add_argument("--models", default=None, help=f"comma list of {MODELS}")
-    ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None, help="write the markdown report here")
-    ap.add_argument("--json", default=None, help="write the raw results here")
-    args = ap.parse_args(argv)
-    tasks = [t for t in (args.tasks or ",".join(TASKS)).split(",") if t]
-    models = [m for m in (args.models or ",".join(MODELS)).split(",") if m]
-    for t in tasks:
-        if t not in TASKS:
-            ap.error(f"--tasks: unknown task {t!r}; choose from {TASKS}")
-    for m in models:
-        if m not in MODELS:
-            ap.error(f"--models: unknown model {m!r}; choose from {MODELS}")
-    overrides: dict[str, Any] = dict(SMOKE) if args.smoke else {}
-    if args.steps is not None:
-        overrides["steps"] = args.steps
-    runs = [(t, m) for t in tasks for m in models]
-    if args.smoke and args.tasks is None and args.models is None:
-        runs = [(TASKS[0], m) for m in MODELS] + [(TASKS[1], "mamba")]
+def run(cfg: Config) -> dict[str, Any]:
+    """Train and evaluate every planned run; print (and write) the markdown report."""
+    runs = plan(cfg)
     t0 = time.perf_counter()
     results = []
     for task, model in runs:
-        cfg = Config(task=task, model=model, seed=args.seed, **overrides)
-        res = train(cfg, log=lambda s: print(s, file=sys.stderr, flush=True),
-                    fast_compile=args.smoke)
+        res = train(cfg, task, model, log=lambda s: print(s, file=sys.stderr, flush=True))
         print(f"{task:20s} {model:12s} params {res['params']:>7,}  "
               f"accuracy {100 * res['eval_accuracy']:5.1f}%  "
               f"exact {100 * res['eval_exact_match']:5.1f}%  ({res['train_s']:.0f} s)",
               flush=True)
         results.append(res)
     wall = time.perf_counter() - t0
-    command = "python -m experiments.selective_copying " + " ".join(
-        sys.argv[1:] if argv is None else argv)
+    command = "python -m experiments.selective_copying " + " ".join(sys.argv[1:])
     text = report(results, command.strip(), wall)
     print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
+    if cfg.out:
+        with open(cfg.out, "w", encoding="utf-8") as f:
             f.write(text)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+    if cfg.json_out:
+        with open(cfg.json_out, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
+    return {"results": results, "wall_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    experiment_main(__file__, argv)
     return 0
 
 

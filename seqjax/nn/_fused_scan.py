@@ -92,13 +92,14 @@ def _fused_bwd(step, get_h, add_h, reverse, unroll, residuals, cotangents):
     def body(state, inputs):
         d_carry, d_aux = state
         carry_prev, rec_BxG, xp_BxG, dy_BxH, valid_B = inputs
-        _, vjp = jax.vjp(lambda a, c, x, r: step(a, c, x, r), aux, carry_prev, xp_BxG, rec_BxG)
-        # The new carry is cast back to the carry's dtype in the forward pass.
-        d_new = _tmap(lambda d, c: d.astype(c.dtype), d_carry, carry_prev)
+        (new_out, y_out), vjp = jax.vjp(step, aux, carry_prev, xp_BxG, rec_BxG)
+        # The forward pass casts the new carry back to the carry's dtype (e.g. bf16 compute
+        # with an fp32 carry): cotangents enter the step in the dtypes the step produced.
+        d_new = _tmap(lambda d, o: d.astype(o.dtype), d_carry, new_out)
         if valid_B is not None:
             d_new = _where(valid_B, d_new, _tmap(jnp.zeros_like, d_new))
             dy_BxH = jnp.where(valid_B[:, None], dy_BxH, jnp.zeros_like(dy_BxH))
-        da, d_prev, d_xp, d_rec = vjp((d_new, dy_BxH.astype(dtype)))
+        da, d_prev, d_xp, d_rec = vjp((d_new, dy_BxH.astype(y_out.dtype)))
         d_prev = add_h(d_prev, jnp.dot(d_rec.astype(dtype), w_t).astype(get_h(carry_prev).dtype))
         if valid_B is not None:  # masked steps pass the carry cotangent straight through
             d_prev = _tmap(lambda p, c: p + jnp.where(

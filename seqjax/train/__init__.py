@@ -1,0 +1,83 @@
+"""seqjax.train: losses, optimisers, sharded train steps, checkpoints, the fit loop, TBPTT."""
+
+from seqjax.train.checkpoint import (
+    CheckpointMismatchError,
+    Checkpointer,
+    CheckpointWarning,
+    load_meta,
+    load_tokenizer,
+    restore_params,
+)
+from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
+from seqjax.train.iterators import ArrayIterator
+from seqjax.train.loop import (
+    FitConfig,
+    FitResult,
+    NonFiniteLossError,
+    evaluate,
+    fit,
+    peak_flops_per_device,
+    plot_curves,
+    read_metrics,
+)
+from seqjax.train.losses import (
+    bits_per_char,
+    make_lm_eval,
+    make_lm_loss,
+    masked_cross_entropy,
+    nll_to_perplexity,
+    perplexity,
+    token_accuracy,
+    token_cross_entropy,
+)
+from seqjax.train.optim import (
+    DEFAULT_NO_DECAY,
+    OptimizerConfig,
+    TrainState,
+    constant_schedule,
+    decay_mask,
+    inverse_sqrt_schedule,
+    linear_schedule,
+    make_optimizer,
+    make_schedule,
+    warmup_cosine_schedule,
+)
+from seqjax.train.sharding import (
+    TENSOR_PARALLEL_RULES,
+    batch_sharding,
+    host_batch_slice,
+    make_mesh,
+    maybe_initialize_distributed,
+    partition_spec,
+    replicated,
+    shard_batch,
+    tree_shardings,
+)
+from seqjax.train.step import (
+    cast_floating,
+    create_train_state,
+    flax_apply_fn,
+    make_eval_step,
+    make_pmap_train_step,
+    make_train_step,
+    pmap_replicate,
+    pmap_unreplicate,
+    split_for_pmap,
+)
+from seqjax.train.tbptt import TBPTTIterator, make_streams, make_tbptt_loss, reset_carry
+
+__all__ = [
+    "ArrayIterator", "CheckpointMismatchError", "CheckpointWarning", "Checkpointer", "ConfigError",
+    "DEFAULT_NO_DECAY", "FitConfig", "FitResult", "NonFiniteLossError", "OptimizerConfig",
+    "TBPTTIterator", "TENSOR_PARALLEL_RULES", "TrainState", "apply_overrides", "batch_sharding",
+    "bits_per_char", "cast_floating", "config_from_dict", "constant_schedule",
+    "create_train_state", "decay_mask", "evaluate", "fit", "flax_apply_fn", "host_batch_slice",
+    "inverse_sqrt_schedule", "linear_schedule", "load_meta", "load_tokenizer", "make_eval_step",
+    "make_lm_eval", "make_lm_loss", "make_mesh", "make_optimizer", "make_pmap_train_step",
+    "make_schedule", "make_streams", "make_tbptt_loss", "make_train_step", "masked_cross_entropy",
+    "maybe_initialize_distributed", "nll_to_perplexity", "parse_overrides", "partition_spec",
+    "peak_flops_per_device", "perplexity", "plot_curves", "pmap_replicate", "pmap_unreplicate",
+    "read_metrics", "replicated", "reset_carry", "restore_params", "shard_batch",
+    "split_for_pmap", "token_accuracy", "token_cross_entropy",
+    "tree_shardings", "warmup_cosine_schedule",
+]
