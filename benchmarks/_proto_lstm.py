@@ -12,7 +12,15 @@ instead of a ``[H, G·H]`` accumulator read and written at every step of the
 loop as autodiff of ``lax.scan`` does. The input gradient of the recurrence is
 ``dgates`` itself (``∂gates/∂xp = I``).
 
-Run: ``python -m benchmarks._proto_lstm [--cell lstm|gru] [--shape BxTxH] [--check]``.
+Variants (``--impls``): ``ref`` (bare scan, autodiff), ``fast`` (custom VJP on the
+recurrence), ``fast1`` (plus one ``tanh`` for all four LSTM gates), suffix ``-tm``
+(input made time-major before the projection), ``layer`` (LSTM: custom VJP on the
+whole layer with the input projection back inside the loop as one
+``[x_t, h] @ [W_ih; W_hh]`` dot; every weight/input gradient one matmul after the
+backward loop). Measured numbers are in ``benchmarks/RESULTS.md``.
+
+Run: ``python -m benchmarks._proto_lstm [--cell lstm|gru] [--shape BxTxH] [--forward]
+[--check]``.
 """
 
 from __future__ import annotations
@@ -318,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", default="seqjax,flax,torch")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--forward", action="store_true", help="time the forward pass only")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (JAX: set XLA_FLAGS)")
     args = ap.parse_args(argv)
     if args.check:
@@ -331,13 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     peers = []
     for impl in args.impls.split(","):
         for u in (int(v) for v in args.unrolls.split(",")):
+            if args.forward:
+                fn = functools.partial(layer, args.cell, impl, u)
+            else:
+                fn = grad_fn(args.cell, impl, u)
             peers.append(harness.Peer(
-                f"proto-{impl}-u{u}",
-                lambda impl=impl, u=u: harness.jax_prepared(grad_fn(args.cell, impl, u), params, x),
+                f"proto-{impl}-u{u}", lambda fn=fn: harness.jax_prepared(fn, params, x)
             ))
     from benchmarks import rnn
 
-    cfg = rnn.Config(args.cell, b, t, h, backward=True)
+    cfg = rnn.Config(args.cell, b, t, h, backward=not args.forward)
     for name in [e for e in args.extra.split(",") if e]:
         peers.append(harness.Peer(name, lambda n=name: rnn._BUILDERS[n](cfg)))
     res = harness.run_row(cfg.label, peers, b * t, repeats=args.repeats,

@@ -158,19 +158,29 @@ def jax_prepared(fn: Callable[..., Any], *args: Any) -> Prepared:
     return Prepared(step=step, compile_s=compile_s, compile_kind="compile")
 
 
-def jax_module_prepared(module: Any, x: Any, *, backward: bool, seed: int = 0) -> Prepared:
+def jax_module_prepared(
+    module: Any, x: Any, *, backward: bool, seed: int = 0,
+    params_cache: dict | None = None, cache_key: Any = None,
+) -> Prepared:
     """A flax module's training-style (or forward-only) call, compiled and ready to time.
 
     ``backward=True`` times ``jax.grad(lambda p, x: module.apply(p, x).sum(), (0, 1))``:
     the forward pass, loss = sum of the outputs, gradients w.r.t. parameters and input.
-    ``backward=False`` times ``module.apply(params, x)``.
+    ``backward=False`` times ``module.apply(params, x)``. With ``params_cache`` and
+    ``cache_key``, the initialised parameters are reused by the next call with the
+    same key (the fwd and fwd+bwd rows of one configuration share them).
     """
     import jax
     import jax.numpy as jnp
 
     x = jnp.asarray(x)
-    # jit: one compilation instead of one per primitive (eager init costs seconds).
-    params = jax.jit(module.init)(jax.random.PRNGKey(seed), x)
+    if params_cache is not None and cache_key in params_cache:
+        params = params_cache[cache_key]
+    else:
+        # jit: one compilation instead of one per primitive (eager init costs seconds).
+        params = jax.jit(module.init)(jax.random.PRNGKey(seed), x)
+        if params_cache is not None:
+            params_cache[cache_key] = params
     if backward:
         def loss(p: Any, x_: Any) -> Any:
             return jnp.sum(module.apply(p, x_))

@@ -56,20 +56,30 @@ def _inputs(cfg: Config) -> np.ndarray:
     return rng.standard_normal((cfg.batch, cfg.steps, cfg.hidden)).astype(np.float32)
 
 
+# Parameters shared by the fwd and fwd+bwd rows of one (peer, cell, shape).
+_PARAMS: dict = {}
+
+
+def _key(peer: str, cfg: Config) -> tuple:
+    return (peer, cfg.cell, cfg.batch, cfg.steps, cfg.hidden)
+
+
 def seqjax_peer(cfg: Config) -> harness.Prepared:
     from seqjax.nn.cells import GRUCell, LSTMCell
     from seqjax.nn.recurrent import RNN
 
     cell = LSTMCell(cfg.hidden) if cfg.cell == "lstm" else GRUCell(cfg.hidden)
     module = RNN(cell, unroll=cfg.unroll)
-    return harness.jax_module_prepared(module, _inputs(cfg), backward=cfg.backward)
+    return harness.jax_module_prepared(module, _inputs(cfg), backward=cfg.backward,
+                                       params_cache=_PARAMS, cache_key=_key("seqjax", cfg))
 
 
 def flax_peer(cfg: Config) -> harness.Prepared:
     import flax.linen as nn
 
     cell = nn.OptimizedLSTMCell(cfg.hidden) if cfg.cell == "lstm" else nn.GRUCell(cfg.hidden)
-    return harness.jax_module_prepared(nn.RNN(cell), _inputs(cfg), backward=cfg.backward)
+    return harness.jax_module_prepared(nn.RNN(cell), _inputs(cfg), backward=cfg.backward,
+                                       params_cache=_PARAMS, cache_key=_key("flax", cfg))
 
 
 def torch_peer(cfg: Config) -> harness.Prepared:
@@ -112,6 +122,7 @@ def run(
                     cfg.label, row_peers, cfg.tokens, repeats=repeats, warmup=warmup,
                     min_sample_s=min_sample_s, log=log,
                 )
+    _PARAMS.clear()
     return results
 
 

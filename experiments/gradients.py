@@ -64,6 +64,7 @@ class Config:
     lengths: tuple[int, ...] = (50, 100, 200, 400)
     cells: tuple[str, ...] = CELLS
     clipping: tuple[bool, ...] = (True, False)
+    no_clip_lengths: tuple[int, ...] | None = None  # clipping-off runs only at these T
     clip_norm: float = 1.0
     steps: int = 1000
     batch_size: int = 32
@@ -440,6 +441,9 @@ def run(cfg: Config) -> dict:
     for length in cfg.lengths:
         for cell in cfg.cells:
             for clip in cfg.clipping:
+                if not clip and cfg.no_clip_lengths is not None and \
+                        length not in cfg.no_clip_lengths:
+                    continue
                 r = train_adding(cfg, cell, length, clip)
                 print(f"adding T={length:4d} {cell:6s} clip={'on ' if clip else 'off'} "
                       f"test MSE {r['test_mse']:.4f} ({r['status']}), max |g| "

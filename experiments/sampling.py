@@ -1,4 +1,4 @@
-"""Decoding strategies on the character LM: greedy, beam, temperature, top-k, top-p (Bishop §12.3.2).
+"""Decoding a character LM: greedy, beam, temperature, top-k, top-p (Bishop §12.3.2).
 
 The model is the one trained by ``experiments.char_lm`` (nanoGPT's CPU config on Tiny
 Shakespeare), read from ``lm_workdir`` (default ``workdirs/char_lm``) with

@@ -554,13 +554,16 @@ def _grouped_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, drop
         n = q1 - q0
         # The H/G heads of a group and the queries form the rows of one GEMM: [B, G, H/G*n, D].
         qb = q5[:, :, :, q0:q1].reshape(b, hkv, groups * n, d)
-        s = jnp.einsum("bhnd,bhkd->bhnk", qb, k4[:, :, :k1], preferred_element_type=jnp.float32)
-        s = s.reshape(b, hkv, groups, n, k1)
         blk_mask = _slice_qk(mask5, q0, q1, k1)
         if is_causal:
             q_pos = jnp.arange(q0, q1, dtype=jnp.int32)[:, None]
             blk_mask = combine_masks(blk_mask, jnp.arange(k1, dtype=jnp.int32)[None, :] <= q_pos)
         blk_bias = _slice_qk(bias5, q0, q1, k1)
+        if dropout_rate == 0.0 and not return_weights:
+            out = _attend_block(qb, k4[:, :, :k1], v4[:, :, :k1], blk_mask, blk_bias, groups)
+            return out.reshape(b, hkv, groups, n, dv), None
+        s = jnp.einsum("bhnd,bhkd->bhnk", qb, k4[:, :, :k1], preferred_element_type=jnp.float32)
+        s = s.reshape(b, hkv, groups, n, k1)
         if blk_bias is not None:
             s = s + blk_bias.astype(jnp.float32)
         if blk_mask is not None:
@@ -588,6 +591,63 @@ def _grouped_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, drop
     if return_weights:
         return out, w.reshape(b, h, q_len, k_len)
     return out
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _attend_block(q4, k4, v4, mask5, bias5, groups):
+    """``softmax(q kᵀ + bias, mask) v`` for one block, with a hand-written backward pass.
+
+    ``q4 [B, G, R, D]`` (``R`` = ``groups`` query heads × ``n`` queries, already
+    scaled), ``k4 [B, G, K, D]``, ``v4 [B, G, K, Dv]``; ``mask5``/``bias5``
+    broadcast to ``[B, G, groups, n, K]``. The forward pass normalises after the
+    value matmul (``o = (e v) / l``, ``e = exp(s − max)``), so the weights are
+    never written; the backward pass uses ``ds = w ⊙ (dw − rowsum(do ⊙ o))`` and
+    ``dv = eᵀ (do / l)``. Fewer passes over the ``[R, K]`` scores than autodiff.
+    """
+    return _attend_fwd(q4, k4, v4, mask5, bias5, groups)[0]
+
+
+def _attend_fwd(q4, k4, v4, mask5, bias5, groups):
+    b, g, r, _ = q4.shape
+    k_len = k4.shape[2]
+    s = jnp.einsum("bhnd,bhkd->bhnk", q4, k4, preferred_element_type=jnp.float32)
+    if mask5 is not None or bias5 is not None:
+        s5 = s.reshape(b, g, groups, r // groups, k_len)
+        if bias5 is not None:
+            s5 = s5 + bias5.astype(jnp.float32)
+        if mask5 is not None:
+            s5 = jnp.where(mask5, s5, -jnp.inf)
+        s = s5.reshape(b, g, r, k_len)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)  # empty rows: exp(-inf - 0) = 0, no NaN
+    e = jnp.exp(s - m)
+    denom = jnp.sum(e, axis=-1, keepdims=True)
+    inv = 1.0 / jnp.where(denom == 0.0, 1.0, denom)
+    o = jnp.einsum("bhnk,bhkd->bhnd", e.astype(v4.dtype), v4,
+                   preferred_element_type=jnp.float32) * inv
+    return o.astype(v4.dtype), (q4, k4, v4, mask5, bias5, e, inv, o)
+
+
+def _attend_bwd(groups, res, do):
+    q4, k4, v4, mask5, bias5, e, inv, o = res
+    do32 = do.astype(jnp.float32)
+    dv = jnp.einsum("bhnk,bhnd->bhkd", e.astype(v4.dtype), (do32 * inv).astype(v4.dtype),
+                    preferred_element_type=jnp.float32)
+    dw = jnp.einsum("bhnd,bhkd->bhnk", do, v4, preferred_element_type=jnp.float32)
+    ds = e * inv * (dw - jnp.sum(do32 * o, axis=-1, keepdims=True))
+    dq = jnp.einsum("bhnk,bhkd->bhnd", ds.astype(k4.dtype), k4, preferred_element_type=jnp.float32)
+    dk = jnp.einsum("bhnk,bhnd->bhkd", ds.astype(q4.dtype), q4, preferred_element_type=jnp.float32)
+    dbias = None
+    if bias5 is not None:
+        b, g, r, k_len = ds.shape
+        ds5 = ds.reshape(b, g, groups, r // groups, k_len)
+        ds5 = ds5.reshape((1,) * (bias5.ndim - ds5.ndim) + ds5.shape)
+        axes = tuple(i for i, n in enumerate(bias5.shape) if n == 1 and ds5.shape[i] != 1)
+        dbias = jnp.sum(ds5, axis=axes, keepdims=True).reshape(bias5.shape).astype(bias5.dtype)
+    return dq.astype(q4.dtype), dk.astype(k4.dtype), dv.astype(v4.dtype), None, dbias
+
+
+_attend_block.defvjp(_attend_fwd, _attend_bwd)
 
 
 @partial(jax.jit, static_argnames=("is_causal", "scale", "dropout_rate", "return_weights"))

@@ -11,27 +11,34 @@ import numpy as np
 import optax
 
 
-def fit(loss_fn: Callable[[Any, Any], jax.Array], params: Any, batches: Any, lr: float = 1e-2
-        ) -> tuple[Any, jax.Array]:
+def fit(loss_fn: Callable[[Any, Any], Any], params: Any, batches: Any, lr: float = 1e-2,
+        has_aux: bool = False) -> tuple[Any, Any]:
     """Adam on ``loss_fn(params, batch)`` over the leading axis of ``batches``, as one scan.
 
-    One compilation for the whole run keeps the "learns in seconds" tests fast.
-    Returns ``(params, losses)``.
+    One compilation for the whole run keeps the "learns in seconds" tests fast. With
+    ``has_aux``, ``loss_fn`` returns ``(loss, metrics)``; the metrics of step ``t`` are
+    computed on batch ``t`` *before* the update on it, i.e. on unseen data when every
+    batch is fresh. Returns ``(params, losses)`` or ``(params, (losses, metrics))``.
     """
     opt = optax.adam(lr)
 
     @jax.jit
-    def run(params: Any, batches: Any) -> tuple[Any, jax.Array]:
-        def step(carry: tuple, batch: Any) -> tuple[tuple, jax.Array]:
+    def run(params: Any, batches: Any) -> tuple[Any, Any]:
+        def step(carry: tuple, batch: Any) -> tuple[tuple, Any]:
             params, state = carry
-            loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+            out, grads = jax.value_and_grad(loss_fn, has_aux=has_aux)(params, batch)
             updates, state = opt.update(grads, state, params)
-            return (optax.apply_updates(params, updates), state), loss
+            return (optax.apply_updates(params, updates), state), out
 
-        (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), batches)
-        return params, losses
+        (params, _), outs = jax.lax.scan(step, (params, opt.init(params)), batches)
+        return params, outs
 
     return run(params, batches)
+
+
+def accuracy(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Fraction of ``argmax(logits) == targets``."""
+    return jnp.mean(jnp.argmax(logits, axis=-1) == targets)
 
 
 def np_cross_entropy(logits: np.ndarray, target: np.ndarray) -> np.ndarray:

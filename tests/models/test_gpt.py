@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.decoding import beam_search, greedy_search, recompute_decoder
+from seqjax.decoding import greedy_search, recompute_decoder
 from seqjax.models._common import token_cross_entropy
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.utils import count_params
-from tests.models.helpers import fit, np_cross_entropy, np_init
+from tests.models.helpers import accuracy, fit, np_cross_entropy, np_init
 
 V = 11
 RNG = np.random.default_rng(0)
@@ -50,7 +50,7 @@ def test_tying_removes_exactly_v_times_d_and_rope_has_no_position_table():
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _tf_and_steps(model, v, tokens):
+def _probe(model, v, tokens, lengths, repadded):
     logits = model.apply(v, tokens)
     state = model.init_decode_state(v, tokens[:, :1], None, tokens.shape[1] + 1)
 
@@ -59,66 +59,67 @@ def _tf_and_steps(model, v, tokens):
         return state, step_logits
 
     _, steps = jax.lax.scan(body, state, tokens.T)
-    return logits, jnp.swapaxes(steps, 0, 1)
+    return (logits, jnp.swapaxes(steps, 0, 1), model.apply(v, tokens, lengths),
+            model.apply(v, repadded, lengths))
 
 
-def test_teacher_forced_loss_is_sum_of_cached_step_losses():
+def test_teacher_forced_loss_is_sum_of_cached_step_losses_and_padding():
     model = TransformerLM(_cfg())
-    x = jnp.asarray(RNG.integers(0, V, (2, 9)), jnp.int32)
+    x = jnp.asarray(RNG.integers(0, V, (3, 9)), jnp.int32)
+    lengths = jnp.array([9, 4, 1])
     v = np_init(model, x)
-    logits, steps = _tf_and_steps(model, v, x)
+    logits, steps, padded, repadded = _probe(model, v, x, lengths,
+                                             x.at[1, 4:].set(0).at[2, 1:].set(3))
     np.testing.assert_allclose(steps, logits, rtol=1e-4, atol=1e-4)
     total = float(token_cross_entropy(logits[:, :-1], x[:, 1:]).sum())
     np.testing.assert_allclose(total, np_cross_entropy(steps[:, :-1], x[:, 1:]).sum(), rtol=1e-5)
+    # Causal: real positions ignore the padding; padded positions output zero logits.
+    np.testing.assert_allclose(padded[1, :4], logits[1, :4], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(repadded[1, :4], logits[1, :4], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(padded[2, 1:], 0.0)
 
 
 def _full_logits(model, v, tokens):
     return model.apply(v, tokens)
 
 
-@pytest.mark.parametrize("positions,scan_layers", [("learned", False), ("rope", True)])
-def test_cached_generation_equals_recomputation(positions, scan_layers):
-    """KV-cached decoding == the full causal pass recomputed at every step (Bishop §12.3.1)."""
-    model = TransformerLM(_cfg(positions=positions, scan_layers=scan_layers))
+def test_cached_generation_equals_recomputation():
+    """KV-cached decoding (RoPE, layers scanned) == the full causal pass recomputed at every
+    step (Bishop §12.3.1), for prompts of different lengths."""
+    model = TransformerLM(_cfg(positions="rope", scan_layers=True))
     v = np_init(model, PROMPTS, scale=None, seed=3)
     out = greedy_search(model, v, PROMPTS, LENGTHS, max_new_tokens=7)
     ref = greedy_search(recompute_decoder(functools.partial(_full_logits, model)), v, PROMPTS,
                         LENGTHS, max_new_tokens=7)
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_allclose(out.log_probs, ref.log_probs, rtol=1e-4)
-    assert len(set(map(tuple, np.asarray(out.tokens).tolist()))) > 1  # rows differ
+    assert len({tuple(r) for r in np.asarray(out.tokens).tolist()}) > 1  # rows differ
 
 
-def test_padding_is_invisible_and_bad_inputs():
+def test_bad_inputs():
     model = TransformerLM(_cfg())
     v = np_init(model, PROMPTS)
-    apply = jax.jit(model.apply)
-    a = apply(v, PROMPTS, LENGTHS)
-    b = apply(v, PROMPTS.at[1, 2:].set(0).at[2, 1:].set(3), LENGTHS)
-    np.testing.assert_allclose(a[1, :2], b[1, :2], rtol=1e-6)
-    np.testing.assert_array_equal(a[2, 1:], 0.0)  # padded positions: zero state, zero logits
     with pytest.raises(ValueError, match="max_len"):
         model.apply(v, jnp.zeros((1, 25), jnp.int32))
     with pytest.raises(ValueError, match="tokens"):
         model.apply(v, jnp.full((1, 3), V))
     with pytest.raises(ValueError, match="positions"):
         greedy_search(model, v, PROMPTS, max_new_tokens=30)
+    with pytest.raises(ValueError, match="positions"):
+        jax.eval_shape(TransformerLM(_cfg(positions="alibi")).init, jax.random.PRNGKey(0),
+                       PROMPTS)
 
 
 def test_gpt_learns_to_continue_a_pattern():
-    """Each sequence repeats a random 3-token motif; after one motif the rest is predictable."""
-    model = TransformerLM(_cfg(num_layers=2, embed_dim=32, num_heads=2))
-    rng = np.random.default_rng(2)
-    motifs = rng.integers(0, V, (201, 16, 3))
+    """Each sequence repeats a random 3-token motif: after one motif the rest is predictable."""
+    model = TransformerLM(_cfg(num_layers=1, embed_dim=32, num_heads=2))
+    motifs = np.random.default_rng(2).integers(0, V, (200, 16, 3))
     data = jnp.asarray(np.tile(motifs, (1, 1, 4)), jnp.int32)  # length 12
     v = np_init(model, data[0], scale=None)
 
     def loss(p, x):
-        return token_cross_entropy(model.apply(p, x[:, :-1]), x[:, 1:])[:, 2:].mean()
+        logits = model.apply(p, x[:, :-1])[:, 2:]
+        return token_cross_entropy(logits, x[:, 3:]).mean(), accuracy(logits, x[:, 3:])
 
-    v, _ = fit(loss, v, data[:-1], lr=3e-3)
-    test = data[-1]
-    out = greedy_search(model, v, test[:, :4], max_new_tokens=8)
-    assert float((out.tokens == test[:, 4:]).mean()) > 0.97
-    beam = beam_search(model, v, test[:, :4], beam_size=2, max_new_tokens=8)
-    assert float((beam.tokens[:, 0] == test[:, 4:]).mean()) > 0.97
+    _, (_, acc) = fit(loss, v, data, lr=3e-3, has_aux=True)
+    assert float(acc[-10:].mean()) > 0.97  # on batches before training on them

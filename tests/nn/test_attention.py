@@ -338,9 +338,16 @@ def test_fused_path_matches_jax_nn_and_reference():
         jx = jax.jit(lambda q, k, v, kw=kw: jax.nn.dot_product_attention(
             q, k, v, implementation="xla", **kw))(q, k, v)
         np.testing.assert_allclose(fast, jx, rtol=1e-5, atol=1e-6)
-    kw = {"mask": mask, "bias": bias, "is_causal": True, "scale": 0.3}
-    np.testing.assert_allclose(dot_product_attention(q, k, v, implementation="reference", **kw),
-                               dot_product_attention(q, k, v, **kw), rtol=1e-5, atol=1e-6)
+    kw = {"mask": mask, "is_causal": True, "scale": 0.3}
+    attend = lambda q, k, v, bias, impl: dot_product_attention(q, k, v, bias=bias,
+                                                               implementation=impl, **kw)
+    np.testing.assert_allclose(attend(q, k, v, bias, "reference"), attend(q, k, v, bias, "xla"),
+                               rtol=1e-5, atol=1e-6)
+    # The fused path's hand-written backward pass (q, k, v and a learned bias) == autodiff.
+    grad = lambda impl: jax.jit(jax.grad(lambda *a: jnp.sum(jnp.sin(attend(*a, impl))),
+                                         argnums=(0, 1, 2, 3)))(q, k, v, bias)
+    for a, b in zip(grad("xla"), grad("reference")):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_chunked_causal_path(monkeypatch):

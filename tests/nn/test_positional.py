@@ -74,7 +74,8 @@ def test_learned_mlp_form_matches_medl_7_28():
     xn = np.asarray(x[0])
     onehot = np.eye(5)[:3]
     expected = np.maximum(xn @ w2 + onehot @ e + b, 0) @ w1
-    np.testing.assert_allclose(jax.jit(pe.apply)({"params": params}, x)[0], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.jit(pe.apply)({"params": params}, x)[0], expected, rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_learned_errors():

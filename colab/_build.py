@@ -1,0 +1,764 @@
+"""Write the notebooks of ``colab/`` from the cell sources below (run: ``python colab/_build.py``).
+
+The notebooks are generated so that they stay reviewable as Python and reproducible
+byte for byte: cell ids are derived from the notebook name and the cell index, and
+every notebook is written without outputs (``execution_count`` None).
+``tests/test_notebooks.py`` checks that the committed ``.ipynb`` files equal what this
+script writes, and executes each of them in SMOKE mode.
+
+Every notebook starts with the same four cells: title and "Open in Colab" badge, the
+install cell (skipped when ``import seqjax`` works), a note on accelerators, and the
+set-up cell with the ``SMOKE`` switch (environment variable ``SEQJAX_SMOKE``) and the
+TPU / GPU / CPU check.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+REPO_URL = "https://github.com/seqjax/seqjax"
+BADGE_URL = "https://colab.research.google.com/github/seqjax/seqjax/blob/main/colab/{name}.ipynb"
+BADGE_IMG = "https://colab.research.google.com/assets/colab-badge.svg"
+HERE = Path(__file__).resolve().parent
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip("\n")
+
+
+def md(text: str) -> tuple[str, str]:
+    return ("markdown", _src(text))
+
+
+def code(text: str) -> tuple[str, str]:
+    return ("code", _src(text))
+
+
+# ----------------------------------------------------------------------------- shared cells
+
+
+def header(name: str, title: str, intro: str, *, extras: str = "") -> list[tuple[str, str]]:
+    """Title + badge, install, accelerator note, SMOKE switch and device check."""
+    badge = (f'<a href="{BADGE_URL.format(name=name)}" target="_parent">'
+             f'<img src="{BADGE_IMG}" alt="Open In Colab"/></a>')
+    spec = f"seqjax{extras} @ git+{REPO_URL}"
+    return [
+        md(f"# {title}\n\n{badge}\n\n" + _src(intro)),
+        code(f'''
+            # Install seqjax from its repository when it is not importable (a fresh Colab
+            # runtime). Skipped in a checkout with `pip install -e .` and in CI.
+            import importlib.util
+            import subprocess
+            import sys
+
+            if importlib.util.find_spec("seqjax") is None:
+                subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                                "{spec}"], check=True)
+        '''),
+        md("""
+            **Accelerators.** *Runtime → Change runtime type* picks a TPU, a GPU or the CPU;
+            the same code runs on each. A Colab TPU runtime is a TPU VM (often one v5e chip,
+            or v5e-8): JAX sees the TPU cores directly through `jax.devices()`, so the old
+            `jax.tools.colab_tpu.setup_tpu()` of the retired TPU-Node runtime is neither
+            needed nor available, and nothing here needs TensorFlow.
+
+            **`SMOKE`** runs everything with tiny sizes, one or two training steps and
+            offline data, in seconds: it is what CI executes. Set the environment variable
+            `SEQJAX_SMOKE=1` (or flip the switch below) to try it; leave it off for the
+            real run.
+        """),
+        code("""
+            import os
+
+            import jax
+
+            SMOKE = os.environ.get("SEQJAX_SMOKE", "0").strip().lower() in ("1", "true", "yes")
+
+            BACKEND = jax.default_backend()  # "tpu", "gpu" or "cpu"
+            DEVICES = jax.devices()
+            print(f"jax {jax.__version__} on {BACKEND}: {len(DEVICES)} x {DEVICES[0].device_kind}")
+            print(f"SMOKE = {SMOKE}")
+            if BACKEND == "cpu" and not SMOKE:
+                print("No accelerator found: the sizes below shrink so that the notebook still "
+                      "finishes on CPU. Runtime -> Change runtime type -> TPU or GPU for the "
+                      "full-size run.")
+        """),
+    ]
+
+
+# Data loader shared by the notebooks that use Tiny Shakespeare.
+SHAKESPEARE_CELL = code('''
+    from seqjax.data import tiny_shakespeare_text
+
+    # The opening of Coriolanus: the text used when SMOKE runs without a local copy.
+    TINY_TEXT = """First Citizen:
+    Before we proceed any further, hear me speak.
+
+    All:
+    Speak, speak.
+
+    First Citizen:
+    You are all resolved rather to die than to famish?
+
+    All:
+    Resolved. resolved.
+
+    First Citizen:
+    First, you know Caius Marcius is chief enemy to the people.
+
+    All:
+    We know't, we know't.
+
+    First Citizen:
+    Let us kill him, and we'll have corn at our own price.
+    Is't a verdict?
+    """
+    CHAR_RNN_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
+                    "data/tinyshakespeare/input.txt")
+
+
+    def load_shakespeare() -> str:
+        """Tiny Shakespeare: a local copy, else the Hugging Face hub, else char-rnn's file."""
+        try:
+            return tiny_shakespeare_text()  # $SEQJAX_DATA_DIR or ../shared/data
+        except FileNotFoundError:
+            pass
+        if SMOKE:
+            return TINY_TEXT
+        try:
+            return tiny_shakespeare_text(hub_name="karpathy/tiny_shakespeare")
+        except Exception as err:  # noqa: BLE001 - any hub failure: fall back to the raw file
+            print(f"hub unavailable ({type(err).__name__}); downloading {CHAR_RNN_URL}")
+            import urllib.request
+
+            with urllib.request.urlopen(CHAR_RNN_URL) as f:
+                return f.read().decode("utf-8")
+''')
+
+
+# ----------------------------------------------------------------------------- 00 quickstart
+
+
+def quickstart() -> list[tuple[str, str]]:
+    return [
+        *header("00_quickstart", "seqjax quickstart: a character-level GPT on Tiny Shakespeare", """
+            Train a small GPT (`seqjax.models.gpt.TransformerLM`) on Tiny Shakespeare with the
+            library's sharded train step and `fit` loop: a device mesh, a progress bar, a
+            loss curve, samples, and a checkpoint that is saved, restored and resumed.
+            The configuration is nanoGPT's `shakespeare_char` on a TPU or GPU and its CPU
+            variant otherwise.
+        """),
+        md("## Data\n\nCharacters are the tokens: the 65 distinct characters of the text, "
+           "split 90/10 into training and validation as nanoGPT does."),
+        SHAKESPEARE_CELL,
+        code("""
+            import numpy as np
+
+            from seqjax.data import CharTokenizer, SpecialTokens, split_text
+
+            text = load_shakespeare()
+            if SMOKE:
+                text = text[:20_000]
+            tok = CharTokenizer.from_text(text, SpecialTokens.none())
+            ids = np.asarray(tok.encode(text), np.int32)
+            train_ids, val_ids = split_text(ids, 0.9)
+            print(f"{len(text):,} characters, vocabulary of {tok.vocab_size}: "
+                  f"{''.join(tok.vocab)!r}")
+            print(f"{len(train_ids):,} training / {len(val_ids):,} validation characters")
+        """),
+        md("""
+            ## Model and configuration
+
+            `TransformerLM` is a decoder-only, pre-norm transformer with learned positions
+            and a tied output matrix (Bishop §12.3.1; J&M §9.8). The presets are nanoGPT's
+            shapes; the batch is rounded up to a multiple of the number of devices so that
+            it splits evenly over the mesh.
+        """),
+        code("""
+            import dataclasses
+
+            import jax.numpy as jnp
+
+            from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig
+            from seqjax.utils import count_params
+
+            if SMOKE:
+                cfg = TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=1, num_heads=2,
+                                          embed_dim=16, max_len=16, use_bias=False)
+                STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 2, 2, 1e-3, 1, 2, 1
+            elif BACKEND == "cpu":  # nanoGPT's README CPU run: 4 layers, 128 wide, block 64
+                cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"].replace(vocab_size=tok.vocab_size)
+                STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 2000, 12, 1e-3, 100, 250, 20
+            else:  # nanoGPT's train_shakespeare_char: 6 layers, 384 wide, block 256
+                cfg = TRANSFORMER_LM_PRESETS["nanogpt-shakespeare-char"].replace(
+                    vocab_size=tok.vocab_size)
+                STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 5000, 64, 1e-3, 100, 500, 50
+            N_DEV = jax.device_count()
+            BATCH = -(-BATCH // N_DEV) * N_DEV  # a multiple of the device count
+            COMPUTE = jnp.bfloat16 if BACKEND in ("tpu", "gpu") else None  # mixed precision
+
+            model = TransformerLM(cfg, dtype=COMPUTE)
+            print(cfg)
+            print(f"{STEPS} steps of {BATCH} x {cfg.max_len} characters, compute dtype {COMPUTE}")
+        """),
+        md("""
+            ## The mesh and the sharded train step
+
+            One `jax.jit` step runs on a device `Mesh` with axes `("data", "fsdp", "model")`.
+            `make_mesh()` puts every device on `data` (data parallelism: each device gets a
+            slice of the batch, parameters are replicated). On a TPU v5e-8, try
+            `make_mesh(data=1, fsdp=8)` with the `"fsdp"` strategy to shard the parameters
+            and optimiser state too; nothing else changes. `create_train_state` builds the
+            state directly in its sharded layout.
+        """),
+        code("""
+            import jax
+
+            from seqjax.train import (
+                OptimizerConfig,
+                batch_sharding,
+                create_train_state,
+                flax_apply_fn,
+                make_eval_step,
+                make_lm_eval,
+                make_lm_loss,
+                make_mesh,
+                make_optimizer,
+                make_train_step,
+                tree_shardings,
+            )
+
+            mesh = make_mesh()
+            STRATEGY = "replicated"  # or "fsdp" with make_mesh(data=1, fsdp=N_DEV)
+            print("mesh:", dict(mesh.shape))
+
+            tx, schedule = make_optimizer(OptimizerConfig(
+                "adamw", learning_rate=LR, schedule="warmup_cosine", warmup_steps=WARMUP,
+                total_steps=STEPS, end_lr_ratio=0.1, b2=0.99, weight_decay=0.1, clip_norm=1.0))
+            x0 = jnp.zeros((1, cfg.max_len), jnp.int32)
+            state, state_sharding = create_train_state(
+                lambda rng: model.init(rng, x0)["params"], tx, jax.random.PRNGKey(0),
+                state_sharding_fn=lambda s: tree_shardings(s, mesh, STRATEGY))
+            print(f"{count_params(state.params):,} parameters")
+
+            apply_fn = flax_apply_fn(model)
+            train_step = make_train_step(
+                make_lm_loss(apply_fn), state_sharding=state_sharding,
+                batch_sharding=batch_sharding(mesh), schedule=schedule, compute_dtype=COMPUTE)
+            eval_step = make_eval_step(
+                make_lm_eval(apply_fn), params_sharding=state_sharding.params,
+                batch_sharding=batch_sharding(mesh), compute_dtype=COMPUTE)
+        """),
+        md("""
+            ## Train with `fit`
+
+            `fit` runs the steps with a progress bar (loss, tokens/s, ETA), evaluates every
+            `eval_every` steps, and keeps orbax checkpoints in `WORKDIR/checkpoints`
+            (with the model config and the tokenizer). Interrupting the cell saves a
+            checkpoint and returns; running it again resumes from the newest checkpoint.
+            Batches are random windows of the training text (nanoGPT's sampler).
+        """),
+        code("""
+            import tempfile
+            from functools import partial
+
+            from seqjax.data import LMWindowIterator
+            from seqjax.train import FitConfig, fit, shard_batch
+
+            WORKDIR = tempfile.mkdtemp(prefix="seqjax_quickstart_") if SMOKE else "workdirs/quickstart"
+
+            train_data = LMWindowIterator(train_ids, BATCH, cfg.max_len, seed=0)
+            val_windows = LMWindowIterator(val_ids, BATCH, cfg.max_len, seed=1)
+            eval_batches = [next(val_windows) for _ in range(EVAL_BATCHES)]
+
+            result = fit(
+                state, train_step, train_data,
+                FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 50, eval_every=EVAL_EVERY,
+                          tensorboard=False, plot=False),
+                workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
+                place_batch=partial(shard_batch, mesh=mesh),
+                model_config=dataclasses.asdict(cfg), tokenizer=tok.to_json(),
+            )
+            print(result.status, "at step", int(result.state.step), "| validation:",
+                  {k: round(v, 4) for k, v in result.eval_metrics.items()})
+        """),
+        code("""
+            %matplotlib inline
+            import matplotlib.pyplot as plt
+
+            from seqjax.train import read_metrics
+
+            records = read_metrics(os.path.join(WORKDIR, "metrics.jsonl"))  # this run and earlier ones
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            ax.plot([r["step"] for r in records], [r["loss"] for r in records], label="train")
+            evals = [r for r in records if "eval/loss" in r]
+            ax.plot([r["step"] for r in evals], [r["eval/loss"] for r in evals], "o-",
+                    label="validation")
+            ax.set_xlabel("step")
+            ax.set_ylabel("cross-entropy (nats / character)")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            plt.show()
+        """),
+        md("""
+            ## Sample
+
+            `seqjax.decoding.sample` runs the whole generation loop inside one `jax.jit`
+            with a KV cache per layer: temperature 0.8 and the 20 most probable characters
+            (Bishop (12.35)). With learned positions the model sees at most `max_len`
+            characters, so it writes `max_len - 1` after the one-character prompt.
+        """),
+        code("""
+            from seqjax.decoding import sample
+
+            prompt = jnp.asarray([tok.encode("\\n")] * 3, jnp.int32)
+            out = sample(model, result.state.params, prompt, key=jax.random.PRNGKey(1),
+                         max_new_tokens=cfg.max_len - 1, temperature=0.8, top_k=20)
+            for row in np.asarray(out.tokens):
+                print(tok.decode(row))
+                print("-" * 40)
+        """),
+        md("""
+            ## Restore the checkpoint, and resume
+
+            `restore_params` reads the parameters alone, for inference (here into the
+            layout of `target`; without it, onto one device). The model config and the
+            tokenizer were saved next to them. Calling `fit` again in the same work dir
+            with more steps restores the full state (parameters, optimiser, RNG, data
+            position) and continues where training stopped.
+        """),
+        code("""
+            from seqjax.train import evaluate, load_meta, load_tokenizer, restore_params
+
+            ckpt_dir = os.path.join(WORKDIR, "checkpoints")
+            meta = load_meta(ckpt_dir)
+            print("newest checkpoint: step", meta["step"], "| metrics:",
+                  {k: round(v, 4) for k, v in meta["metrics"].items() if isinstance(v, float)})
+            saved = load_tokenizer(ckpt_dir)
+            tok2 = CharTokenizer(saved["vocab"], SpecialTokens(**saved["special_tokens"]))
+            assert TransformerLMConfig(**meta["model_config"]) == cfg and tok2.vocab == tok.vocab
+
+            params2 = restore_params(ckpt_dir, target=result.state.params)
+            same = all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(params2),
+                                                            jax.tree_util.tree_leaves(result.state.params)))
+            print("restored parameters equal the trained ones:", same)
+            print("validation loss of the restored parameters:",
+                  round(evaluate(eval_step, params2, eval_batches,
+                                 place_batch=partial(shard_batch, mesh=mesh))["loss"], 4))
+            assert same
+        """),
+        code("""
+            MORE = 1 if SMOKE else 500
+            fresh_data = LMWindowIterator(train_ids, BATCH, cfg.max_len, seed=0)  # replayed to STEPS
+            resumed = fit(
+                result.state, train_step, fresh_data,  # result.state is only the template
+                FitConfig(num_steps=STEPS + MORE, log_every=1 if SMOKE else 50,
+                          eval_every=EVAL_EVERY, tensorboard=False, plot=False),
+                workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
+                place_batch=partial(shard_batch, mesh=mesh),
+                model_config=dataclasses.asdict(cfg), tokenizer=tok.to_json(),
+            )
+            print(f"resumed from step {resumed.start_step}, now at step {int(resumed.state.step)}")
+            assert resumed.start_step == STEPS
+        """),
+        md("""
+            ## Next
+
+            * `01_rnns_from_the_equations`: the recurrent cells, BPTT and vanishing gradients.
+            * `03_transformers`: the GPT built from its blocks, the KV cache and sampling.
+            * The same run from a terminal: `python -m experiments.char_lm` (and `--preset gpu`).
+        """),
+    ]
+
+
+# ----------------------------------------------------------------------------- 01 RNNs
+
+
+def rnns() -> list[tuple[str, str]]:
+    return [
+        *header("01_rnns_from_the_equations", "Recurrent networks from the equations", """
+            The Elman, LSTM and GRU cells of `seqjax.nn` checked line by line against the
+            textbook equations written in NumPy (MEDL §7.2–7.3, with its column-vector
+            notation); back-propagation through time done by hand and compared with
+            `jax.grad`; and the vanishing / exploding gradient of MEDL (7.11)–(7.12).
+        """),
+        code("""
+            import numpy as np
+            import jax.numpy as jnp
+            from flax import linen as nn
+
+            from seqjax.nn import RNN, ElmanCell, GRUCell, LSTMCell
+            from seqjax.utils import count_params
+
+            # TPUs multiply float32 matrices in bfloat16 passes unless told otherwise; the
+            # comparisons with NumPy below want full float32 precision.
+            jax.config.update("jax_default_matmul_precision", "highest")
+
+            B, T, P, H = (2, 5, 3, 4) if SMOKE else (4, 12, 6, 8)
+            x_BxTxP = np.random.default_rng(0).normal(size=(B, T, P)).astype(np.float32)
+
+
+            def run_layer(cell, x):
+                \"\"\"Initialise ``RNN(cell)`` and run it over ``x``: ``(cell params, y_BxTxH)``.\"\"\"
+                rnn = RNN(cell)
+
+                @jax.jit
+                def init_and_apply(key, x):
+                    variables = rnn.init(key, x)
+                    return variables["params"]["cell"], rnn.apply(variables, x)
+
+                params, y = init_and_apply(jax.random.PRNGKey(0), x)
+                return jax.tree_util.tree_map(np.asarray, params), np.asarray(y)
+
+
+            def sig(a):
+                return 1.0 / (1.0 + np.exp(-a))
+        """),
+        md("""
+            ## The Elman cell, MEDL (7.2)
+
+            $$h^{\\langle t\\rangle}=S_h\\big(W_{hh}h^{\\langle t-1\\rangle}+W_{hx}x^{\\langle t\\rangle}+b_h\\big)$$
+
+            The book writes column vectors and `W x`; Flax layers compute `x @ kernel`, so the
+            book's matrices are the transposed kernels: `W_hx = input/kernel.T`,
+            `W_hh = recurrent_kernel.T`. `RNN` computes `x W_hxᵀ + b` for all time steps in
+            one matmul and scans only the recurrent part.
+        """),
+        code("""
+            def elman_np(p, x_TxP):
+                W_hx, b_h, W_hh = p["input"]["kernel"].T, p["input"]["bias"], p["recurrent_kernel"].T
+                h = np.zeros(W_hh.shape[0])
+                out = []
+                for x in x_TxP:                        # t = 1..T
+                    h = np.tanh(W_hh @ h + W_hx @ x + b_h)
+                    out.append(h)
+                return np.stack(out)
+
+
+            p, y = run_layer(ElmanCell(H), x_BxTxP)
+            err = max(np.abs(elman_np(p, x_BxTxP[b]) - y[b]).max() for b in range(B))
+            print(f"Elman: max |seqjax - numpy| = {err:.2e}")
+            assert err < 1e-5
+        """),
+        md("""
+            ## LSTM, MEDL (7.16)–(7.17)
+
+            $$g_\\star=\\sigma(W_{\\star h}h^{\\langle t-1\\rangle}+W_{\\star x}x^{\\langle t\\rangle}+b_\\star),\\quad
+            c^{\\langle t\\rangle}=g_f\\odot c^{\\langle t-1\\rangle}+g_i\\odot\\tanh(W_{\\tilde ch}h^{\\langle t-1\\rangle}+W_{\\tilde cx}x^{\\langle t\\rangle}+b_{\\tilde c}),\\quad
+            h^{\\langle t\\rangle}=g_o\\odot\\tanh(c^{\\langle t\\rangle})$$
+
+            The four gates are stacked in one kernel in PyTorch's order `i, f, c̃, o`. MEDL
+            notes that the memory moves by at most 1 per step,
+            $|c^{\\langle t\\rangle}-g_f\\odot c^{\\langle t-1\\rangle}|\\le 1$: checked too.
+        """),
+        code("""
+            def lstm_np(p, x_TxP):
+                W_x, b, W_h = p["input"]["kernel"].T, p["input"]["bias"], p["recurrent_kernel"].T
+                (W_ix, W_fx, W_cx, W_ox), (W_ih, W_fh, W_ch, W_oh) = np.split(W_x, 4), np.split(W_h, 4)
+                b_i, b_f, b_c, b_o = np.split(b, 4)
+                c = h = np.zeros(W_h.shape[1])
+                out = []
+                for x in x_TxP:
+                    g_i = sig(W_ih @ h + W_ix @ x + b_i)
+                    g_f = sig(W_fh @ h + W_fx @ x + b_f)
+                    g_o = sig(W_oh @ h + W_ox @ x + b_o)
+                    c_tilde = np.tanh(W_ch @ h + W_cx @ x + b_c)
+                    c_new = g_f * c + g_i * c_tilde
+                    assert np.all(np.abs(c_new - g_f * c) <= 1.0)  # MEDL: memory moves by <= 1
+                    c, h = c_new, g_o * np.tanh(c_new)
+                    out.append(h)
+                return np.stack(out)
+
+
+            p, y = run_layer(LSTMCell(H, forget_bias=1.0), x_BxTxP)
+            err = max(np.abs(lstm_np(p, x_BxTxP[b]) - y[b]).max() for b in range(B))
+            print(f"LSTM: max |seqjax - numpy| = {err:.2e}; parameters {count_params(p)} "
+                  f"= 4H² + 4HP + 4H = {4 * H * H + 4 * H * P + 4 * H}")
+            assert err < 1e-5
+        """),
+        md("""
+            ## GRU, MEDL (7.18)–(7.19): the reset gate before the matmul
+
+            $$h^{\\langle t\\rangle}=(1-g_u)\\odot h^{\\langle t-1\\rangle}+g_u\\odot\\tanh\\big(W_{\\tilde hh}(g_r\\odot h^{\\langle t-1\\rangle})+W_{\\tilde hx}x^{\\langle t\\rangle}+b_{\\tilde h}\\big)$$
+
+            `GRUCell(reset_after=False)` is MEDL's GRU. Its `z` is PyTorch's and Flax's *keep*
+            gate, the complement of MEDL's update gate: $g_u = 1 - z$. The default
+            `reset_after=True` (PyTorch, cuDNN) applies the reset gate after the matmul,
+            $r\\odot(W_{nh}h + b_{hn})$: it is checked below as well.
+        """),
+        code("""
+            def gru_np(p, x_TxP, reset_after):
+                W_x, b, W_h = p["input"]["kernel"].T, p["input"]["bias"], p["recurrent_kernel"].T
+                (W_rx, W_zx, W_nx), (W_rh, W_zh, W_nh), (b_r, b_z, b_n) = (
+                    np.split(W_x, 3), np.split(W_h, 3), np.split(b, 3))
+                h = np.zeros(W_h.shape[1])
+                out = []
+                for x in x_TxP:
+                    g_r = sig(W_rh @ h + W_rx @ x + b_r)
+                    g_u = 1.0 - sig(W_zh @ h + W_zx @ x + b_z)  # MEDL's update gate = 1 - z
+                    if reset_after:
+                        h_tilde = np.tanh(W_nx @ x + b_n + g_r * (W_nh @ h + p["recurrent_bias_n"]))
+                    else:
+                        h_tilde = np.tanh(W_nh @ (g_r * h) + W_nx @ x + b_n)
+                    h = (1.0 - g_u) * h + g_u * h_tilde
+                    out.append(h)
+                return np.stack(out)
+
+
+            for reset_after in (False, True):
+                p, y = run_layer(GRUCell(H, reset_after=reset_after), x_BxTxP)
+                err = max(np.abs(gru_np(p, x_BxTxP[b], reset_after) - y[b]).max() for b in range(B))
+                print(f"GRU reset_after={reset_after}: max |seqjax - numpy| = {err:.2e}")
+                assert err < 1e-5
+        """),
+        md("""
+            ## MEDL's toy example and back-propagation through time
+
+            MEDL §7.2's "simple concrete toy example": the eight-word lexicon in alphabetical
+            order, one-hot inputs, an Elman RNN with $m = 20$ sigmoid units and a softmax
+            output, trained to predict the next word of *"the mathematical engineering of deep
+            learning"*: $8\\cdot20 + 20\\cdot20 + 20 + 20\\cdot8 + 8 = 748$ parameters.
+        """),
+        code("""
+            import optax
+
+            LEXICON = sorted("deep engineering learning machine mathematical of statistics the".split())
+            sentence = "the mathematical engineering of deep learning".split()
+            ids = [LEXICON.index(w) for w in sentence]
+            x_1xTxV = jax.nn.one_hot(jnp.asarray([ids[:-1]]), len(LEXICON))  # x<t> = e_i
+            y_1xT = jnp.asarray([ids[1:]])                                      # y<t> = x<t+1>
+
+
+            class ToyRNN(nn.Module):
+                \"\"\"MEDL (7.2): sigmoid Elman cell, softmax read-out.\"\"\"
+
+                hidden: int = 20
+
+                @nn.compact
+                def __call__(self, x_BxTxV):
+                    # parent=None: the cell belongs to the RNN (parameters rnn/cell/...).
+                    cell = ElmanCell(self.hidden, activation=nn.sigmoid, parent=None)
+                    h_BxTxH = RNN(cell, name="rnn")(x_BxTxV)
+                    return nn.Dense(x_BxTxV.shape[-1], name="out")(h_BxTxH)
+
+
+            toy = ToyRNN()
+            params = jax.jit(toy.init)(jax.random.PRNGKey(0), x_1xTxV)["params"]
+            print("parameters:", count_params(params))
+            assert count_params(params) == 748
+
+
+            def loss_fn(params):  # MEDL (7.4)-(7.5): cross-entropy averaged over time
+                logits = toy.apply({"params": params}, x_1xTxV)
+                return optax.softmax_cross_entropy_with_integer_labels(logits, y_1xT).mean()
+
+
+            tx = optax.adam(0.05)
+
+
+            @jax.jit
+            def train_step(params, opt_state):
+                loss, grads = jax.value_and_grad(loss_fn)(params)  # BPTT = autodiff through the scan
+                updates, opt_state = tx.update(grads, opt_state)
+                return optax.apply_updates(params, updates), opt_state, loss
+
+
+            opt_state = tx.init(params)
+            for step in range(2 if SMOKE else 200):
+                params, opt_state, loss = train_step(params, opt_state)
+            pred = np.argmax(jax.jit(toy.apply)({"params": params}, x_1xTxV), -1)[0]
+            print(f"loss {float(loss):.4f}; predicted next words:", [LEXICON[i] for i in pred])
+            if not SMOKE:
+                assert [LEXICON[i] for i in pred] == sentence[1:]
+        """),
+        md("""
+            **BPTT by hand.** With $a^{\\langle t\\rangle} = W_{hh}h^{\\langle t-1\\rangle}+W_{hx}x^{\\langle t\\rangle}+b_h$,
+            $\\hat y^{\\langle t\\rangle}=\\mathrm{softmax}(W_{yh}h^{\\langle t\\rangle}+b_y)$ and the
+            time-averaged loss, the adjoint $\\zeta^{\\langle t\\rangle}=\\partial C/\\partial h^{\\langle t\\rangle}$ runs
+            backwards in time (MEDL (7.6), (7.11)):
+
+            $$\\zeta^{\\langle t\\rangle} = W_{yh}^\\top \\tfrac1T(\\hat y^{\\langle t\\rangle}-y^{\\langle t\\rangle})
+            + W_{hh}^\\top\\big(\\sigma'(a^{\\langle t+1\\rangle})\\odot\\zeta^{\\langle t+1\\rangle}\\big),$$
+
+            and each weight's gradient sums its local contributions over time (MEDL (7.9)–(7.10)),
+            e.g. $g_{W_{hh}}=\\sum_t \\big(\\sigma'(a^{\\langle t\\rangle})\\odot\\zeta^{\\langle t\\rangle}\\big)\\,h^{\\langle t-1\\rangle\\top}$.
+            `jax.grad` through `lax.scan` computes exactly this.
+        """),
+        code("""
+            def bptt_np(params, x_TxV, y_T):
+                c, o = params["rnn"]["cell"], params["out"]
+                W_hx, b_h, W_hh = (np.asarray(c["input"]["kernel"]).T, np.asarray(c["input"]["bias"]),
+                                   np.asarray(c["recurrent_kernel"]).T)
+                W_yh, b_y = np.asarray(o["kernel"]).T, np.asarray(o["bias"])
+                steps = len(x_TxV)
+                hs, as_, dz = [np.zeros(W_hh.shape[0])], [], []
+                for t in range(steps):                                  # forward
+                    as_.append(W_hh @ hs[-1] + W_hx @ x_TxV[t] + b_h)
+                    hs.append(sig(as_[-1]))
+                    z = W_yh @ hs[-1] + b_y
+                    y_hat = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+                    dz.append((y_hat - np.eye(len(b_y))[y_T[t]]) / steps)
+                g = {k: 0.0 for k in ("W_hx", "b_h", "W_hh", "W_yh", "b_y")}
+                zeta_next = np.zeros(W_hh.shape[0])
+                for t in reversed(range(steps)):                        # backward in time
+                    zeta = W_yh.T @ dz[t] + zeta_next                    # dC/dh<t>
+                    delta = hs[t + 1] * (1 - hs[t + 1]) * zeta            # sigma'(a<t>) * zeta
+                    g["W_hh"] = g["W_hh"] + np.outer(delta, hs[t])
+                    g["W_hx"] = g["W_hx"] + np.outer(delta, x_TxV[t])
+                    g["b_h"] = g["b_h"] + delta
+                    g["W_yh"] = g["W_yh"] + np.outer(dz[t], hs[t + 1])
+                    g["b_y"] = g["b_y"] + dz[t]
+                    zeta_next = W_hh.T @ delta                           # (7.11)
+                return g
+
+
+            g_hand = bptt_np(params, np.asarray(x_1xTxV[0]), np.asarray(y_1xT[0]))
+            g_jax = jax.jit(jax.grad(loss_fn))(params)
+            pairs = {"W_hh": g_jax["rnn"]["cell"]["recurrent_kernel"].T,
+                     "W_hx": g_jax["rnn"]["cell"]["input"]["kernel"].T,
+                     "b_h": g_jax["rnn"]["cell"]["input"]["bias"],
+                     "W_yh": g_jax["out"]["kernel"].T, "b_y": g_jax["out"]["bias"]}
+            for k, v in pairs.items():
+                err = np.abs(np.asarray(v) - g_hand[k]).max()
+                print(f"dC/d{k}: max |jax.grad - BPTT by hand| = {err:.1e}")
+                assert err < 1e-5
+        """),
+        md("""
+            ## Vanishing and exploding gradients
+
+            With the identity activation and no input, (7.11) becomes
+            $\\zeta^{\\langle t\\rangle}=(W_{hh}^\\top)^{T-t}\\zeta^{\\langle T\\rangle}$ (MEDL (7.12)): the
+            adjoint shrinks or grows like $\\rho^{T-t}$ with $\\rho$ the spectral radius of
+            $W_{hh}$. Below, $W_{hh}=\\rho Q$ with $Q$ orthogonal, the loss is a random linear
+            read-out of $h^{\\langle T\\rangle}$, and $\\|\\zeta^{\\langle t\\rangle}\\|$ is measured by
+            autodiff as the gradient with respect to a zero perturbation added to
+            $h^{\\langle t\\rangle}$ — for the linear RNN, a tanh RNN and an LSTM at
+            initialisation (forget-gate bias 1).
+        """),
+        code("""
+            STEPS_BACK = 20 if SMOKE else 100
+            HID, BATCH = 16, 8
+            xs = np.random.default_rng(1).normal(size=(BATCH, STEPS_BACK, HID)).astype(np.float32)
+            readout = jax.random.normal(jax.random.PRNGKey(2), (HID,))
+
+
+            def h_of(carry):
+                return carry[1] if isinstance(carry, tuple) else carry  # LSTM carry is (c, h)
+
+
+            def adjoint_norms(cell, params, x_BxTxP):
+                \"\"\"||dL/dh<t>|| for t = 1..T (mean over the batch), L = readout . h<T>.\"\"\"
+                carry0 = cell.initialize_carry(jax.random.PRNGKey(0), x_BxTxP[:, 0].shape)
+
+                def loss(deltas_TxBxH):
+                    def step(carry, inputs):
+                        x_BxP, d_BxH = inputs
+                        carry, _ = cell.apply(params, carry, x_BxP)
+                        if isinstance(carry, tuple):
+                            return (carry[0], carry[1] + d_BxH), None
+                        return carry + d_BxH, None
+
+                    carry, _ = jax.lax.scan(step, carry0, (jnp.swapaxes(x_BxTxP, 0, 1), deltas_TxBxH))
+                    return jnp.sum(h_of(carry) @ readout)
+
+                zeros = jnp.zeros((x_BxTxP.shape[1], x_BxTxP.shape[0], HID))
+                return jnp.linalg.norm(jax.grad(loss)(zeros), axis=-1).mean(axis=1)
+
+
+            def init_cell(cell, x_BxP):
+                return jax.jit(cell.init)(jax.random.PRNGKey(4), cell.initialize_carry(None, x_BxP.shape),
+                                          x_BxP)
+
+
+            Q = np.linalg.qr(np.random.default_rng(3).normal(size=(HID, HID)))[0]  # orthogonal
+            curves = {}
+            for name, cell, x in (("linear", ElmanCell(HID, activation=lambda a: a), 0 * xs),
+                                  ("tanh", ElmanCell(HID), xs)):
+                params0 = init_cell(cell, x[:, 0])
+                norms = jax.jit(lambda p, x, cell=cell: adjoint_norms(cell, p, x))
+                for rho in (0.8, 1.0, 1.2):  # W_hh = rho Q: spectral radius rho
+                    p = {"params": {**params0["params"], "recurrent_kernel": rho * Q}}
+                    curves[f"{name}, rho = {rho}"] = np.asarray(norms(p, x))
+            lstm = LSTMCell(HID, forget_bias=1.0)
+            curves["LSTM at init"] = np.asarray(
+                jax.jit(lambda p, x: adjoint_norms(lstm, p, x))(init_cell(lstm, xs[:, 0]), xs))
+
+            # MEDL (7.12): the linear RNN's adjoint is exactly rho^(T-t) ||zeta<T>||.
+            lin = curves["linear, rho = 1.2"]
+            expected = lin[-1] * 1.2 ** np.arange(STEPS_BACK)[::-1]
+            print("linear RNN follows rho^(T-t):", np.allclose(lin, expected, rtol=1e-3))
+            assert np.allclose(lin, expected, rtol=1e-3)
+        """),
+        code("""
+            %matplotlib inline
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(7, 4))
+            distance = np.arange(STEPS_BACK)[::-1]  # T - t
+            for label, norms in curves.items():
+                ax.plot(distance, norms / norms[-1], label=label,
+                        ls="--" if label.startswith("linear") else "-")
+            ax.set_yscale("log")
+            ax.set_xlabel("T - t (steps back in time)")
+            ax.set_ylabel("||dL/dh<t>|| / ||dL/dh<T>||")
+            ax.set_title("Vanishing and exploding gradients (MEDL (7.11)-(7.12))")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            plt.show()
+        """),
+        md("""
+            The tanh RNN vanishes even at $\\rho \\ge 1$ because $\\tanh' \\le 1$ shrinks every
+            step; the LSTM's additive memory path keeps a usable gradient much longer.
+            Gradient clipping (`OptimizerConfig(clip_norm=1.0)`) tames the exploding side;
+            `python -m experiments.gradients` trains all three cells on the adding problem.
+        """),
+    ]
+
+
+NOTEBOOKS = {
+    "00_quickstart": quickstart,
+    "01_rnns_from_the_equations": rnns,
+}
+
+
+def build(name: str) -> nbformat.NotebookNode:
+    """The notebook ``name`` (no outputs, deterministic cell ids)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "accelerator": "TPU",
+        "colab": {"provenance": [], "name": f"{name}.ipynb"},
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    cells = []
+    for i, (kind, source) in enumerate(NOTEBOOKS[name]()):
+        cell_id = f"{name[:2]}-{i:02d}"
+        if kind == "markdown":
+            cells.append(nbformat.v4.new_markdown_cell(source, id=cell_id))
+        else:
+            cells.append(nbformat.v4.new_code_cell(source, id=cell_id))
+    nb.cells = cells
+    nbformat.validate(nb)
+    return nb
+
+
+def render(name: str) -> str:
+    """The file contents of ``name.ipynb``."""
+    return json.dumps(build(name), indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    names = (argv if argv is not None else sys.argv[1:]) or list(NOTEBOOKS)
+    for name in names:
+        path = HERE / f"{name}.ipynb"
+        path.write_text(render(name), encoding="utf-8")
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Smoke runs and checks of the experiments translation, numbers, digits, sampling and bert_mlm."""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import bert_mlm, digits, numbers, sampling, translation
+from experiments.translation import BOS, EOS, PAD
+from seqjax.train.config import config_from_dict
+
+# ----------------------------------------------------------------------------- translation
+
+
+def test_preprocess_matches_d2l():
+    assert translation.preprocess("He's calm.") == "he's calm ."
+    assert translation.preprocess("Va\u202f!") == "va !"
+    assert translation.preprocess("Wait, what?") == "wait , what ?"
+
+
+def test_d2l_bleu():
+    assert translation.d2l_bleu("je suis chez moi .", "je suis chez moi .") == 1.0
+    # p1 = 3/4, p2 = 1/3, no brevity penalty: (3/4)^(1/2) (1/3)^(1/4)
+    assert translation.d2l_bleu("il est riche .", "il est calme .") == pytest.approx(
+        0.75 ** 0.5 * (1 / 3) ** 0.25)
+    # brevity penalty exp(1 - 4/2); p1 = 1, p2 = 1
+    assert translation.d2l_bleu("il est", "il est calme .") == pytest.approx(math.exp(-1.0))
+    assert translation.d2l_bleu("", "va !") == 0.0
+    assert translation.d2l_bleu("!", "va !") == 0.0  # no bigram to match
+
+
+def test_corpus_bleu_multi_reference():
+    pytest.importorskip("sacrebleu")
+    hyps = ["il est calme .", "va !"]
+    refs = [["il est calme ."], ["allez !", "va !"]]
+    assert translation.corpus_bleu(hyps, refs) == pytest.approx(100.0)
+    one = translation.corpus_bleu(hyps, [["il est calme ."], ["allez !"]])
+    two = translation.corpus_bleu(hyps, [["il est calme ."], ["allez !", "va !"]])
+    assert one < two
+
+
+def test_encode_pairs_teacher_forcing_layout():
+    src_tok = translation.build_tokenizer(["go .", "i lost ."])
+    tgt_tok = translation.build_tokenizer(["va !", "j'ai perdu ."])
+    a = translation.encode_pairs(["i lost ."], ["j'ai perdu ."], src_tok, tgt_tok, src_len=4,
+                                 tgt_len=4)
+    y = tgt_tok.encode("j'ai perdu .")
+    assert a["src"][0].tolist() == src_tok.encode("i lost .") + [PAD]
+    assert a["src_lengths"].tolist() == [3]
+    assert a["tgt_in"][0].tolist() == [BOS, *y, PAD]
+    assert a["tgt_out"][0].tolist() == [*y, EOS, PAD]
+    assert a["tgt_mask"][0].tolist() == [True] * 4 + [False]
+
+
+def test_split_by_source_keeps_every_translation_of_a_sentence_together():
+    src = ["a .", "a .", "b .", "c .", "d .", "e .", "e ."]
+    train, test = translation.split_by_source(src, 0.4)
+    assert train.isdisjoint(test) and train | test == set(src) and len(test) == 2
+
+
+def test_attention_map_rows_are_distributions():
+    model = translation.make_model("bahdanau", 9, 11, embed_dim=4, hidden=4)
+    src, tgt = jnp.ones((1, 3), jnp.int32), jnp.ones((1, 4), jnp.int32)
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), src, tgt)["params"]
+    alpha = translation.attention_map(model, params, [4, 5, 6], [7, 8])
+    assert alpha.shape == (3, 3)
+    np.testing.assert_allclose(alpha.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_translation_smoke(tmp_path):
+    pytest.importorskip("sacrebleu")
+    s = translation.main(["--smoke", "--workdir", str(tmp_path)])
+    assert [r["arch"] for r in s["runs"]] == ["transformer"]
+    r = s["runs"][0]
+    assert 0.0 <= r["bleu"] <= 100.0 and len(r["probes"]) == 4
+    assert all(0.0 <= p["bleu"] <= 1.0 for p in r["probes"])
+    assert (tmp_path / "translation.json").exists()
+    assert (tmp_path / "translation_bleu_vs_length.png").exists()
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def test_split_numbers_is_stratified_by_digit_count():
+    nums = list(range(1000))
+    train, test = numbers.split_numbers(nums, 0.2)
+    assert set(train).isdisjoint(test) and len(train) + len(test) == 1000
+    assert {len(str(nums[i])) for i in test} == {1, 2, 3}
+    assert sum(len(str(nums[i])) == 3 for i in test) == 180
+
+
+def test_detokenize_and_prompt():
+    assert numbers.detokenize("quatre - vingt - dix - sept") == "quatre-vingt-dix-sept"
+    assert numbers.detokenize("one thousand , two") == "one thousand, two"
+    assert numbers._english("97") == "ninety-seven"
+
+
+def test_numbers_smoke_and_cli_generate(tmp_path):
+    s = numbers.main(["--smoke", "--workdir", str(tmp_path)])
+    r = s["runs"][0]
+    assert r["arch"] == "bahdanau" and 0.0 <= r["exact_match"] <= 1.0
+    assert set(r["by_digits"]) == {1, 2, 3}
+    assert (tmp_path / "numbers_attention_97_bahdanau.png").exists()
+    assert (tmp_path / "numbers_exact_match.png").exists()
+    saved = json.loads((tmp_path / "experiment.json").read_text())
+    cfg = config_from_dict(numbers.Config, saved["config"])
+    assert numbers.generate(cfg, "97").startswith("ninety-seven -> ")
+
+
+# ----------------------------------------------------------------------------- digits
+
+
+def test_row_transformer_sees_one_token_per_row():
+    from seqjax.models.vit import patchify
+
+    x = np.random.default_rng(0).random((2, 8, 8)).astype(np.float32)
+    tokens = patchify(jnp.asarray(digits._inputs(x, "row_image")), 1)
+    np.testing.assert_array_equal(np.asarray(tokens), x)
+
+
+def test_digits_smoke(tmp_path):
+    s = digits.main(["--smoke", "--workdir", str(tmp_path)])
+    assert [r["model"] for r in s["runs"]] == ["lstm", "vit"]
+    assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in s["runs"])
+    assert s["svm_accuracy"] > 0.9  # scikit-learn's gallery SVM on the same split
+    assert (tmp_path / "digits_accuracy.png").exists()
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def test_distinct_n_and_strategy_names():
+    assert sampling.distinct_n(["to be or not to be"], 1) == pytest.approx(4 / 6)
+    assert sampling.parse_strategy("topp0.9") == {"top_p": 0.9}
+    assert sampling.parse_strategy("beam4") == {"beam_size": 4}
+    with pytest.raises(ValueError, match="unknown strategy"):
+        sampling.parse_strategy("nucleus")
+
+
+def test_sampling_smoke_scores_agree_with_the_decoder(tmp_path):
+    s = sampling.main(["--smoke", "--workdir", str(tmp_path)])
+    assert s["model"]["source"] == "trained here (fallback)"
+    assert [r["strategy"] for r in s["rows"]] == ["human", "greedy", "beam2", "topp0.9"]
+    assert (tmp_path / "sampling.png").exists() and (tmp_path / "samples.md").exists()
+    # The teacher-forced scorer reproduces greedy search's own log-probabilities.
+    from experiments import char_lm
+
+    model, params, tok, lm_cfg = char_lm.load_model(str(tmp_path / "char_lm"))
+    dec = sampling.decoder_for(model, lm_cfg)
+    prompt = jnp.asarray([tok.encode("ROMEO:\n"), tok.encode("KING:\nI")], jnp.int32)
+    from seqjax.decoding import greedy_search
+
+    out = greedy_search(dec, params, prompt, max_new_tokens=12)
+    logp = sampling.score(dec, params, prompt, out.tokens)
+    np.testing.assert_allclose(np.asarray(logp.sum(1)), np.asarray(out.log_probs), rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- bert_mlm
+
+
+def test_macro_f1_matches_scikit_learn():
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(0)
+    gold, pred = rng.integers(0, 3, 50), rng.integers(0, 3, 50)
+    assert bert_mlm.macro_f1(pred, gold) == pytest.approx(f1_score(gold, pred, average="macro"))
+
+
+def test_bert_inputs_drop_the_label_punctuation():
+    tok = bert_mlm.WordTokenizer.from_texts(["are you ok", "i see"], pattern=r"\S+",
+                                            special_tokens=bert_mlm.SPECIALS)
+    a = bert_mlm.encode(["are you ok ?", "i see ."], tok, 5)
+    assert a["tokens"][0].tolist() == [tok.cls_id, *tok.encode("are you ok"), 0]
+    assert a["label"].tolist() == [1, 0] and a["lengths"].tolist() == [4, 3]
+
+
+def test_bert_mlm_smoke(tmp_path):
+    s = bert_mlm.main(["--smoke", "--workdir", str(tmp_path)])
+    assert {(r["init"], r["n_labels"]) for r in s["runs"]} == {("pretrained", 40),
+                                                               ("scratch", 40)}
+    assert 0.0 <= s["mlm_eval"]["eval/accuracy"] <= 1.0
+    assert all(d["input"].split()[1] == "<mask>" for d in s["fill_in"])
+    assert (tmp_path / "bert_mlm.png").exists()
