@@ -720,9 +720,442 @@ def rnns() -> list[tuple[str, str]]:
     ]
 
 
+# ----------------------------------------------------------------------------- 02 seq2seq
+
+
+def seq2seq() -> list[tuple[str, str]]:
+    return [
+        *header("02_seq2seq_attention", "Sequence to sequence, with and without attention", """
+            English number names to French ("ninety-seven" → "quatre-vingt-dix-sept") with
+            the RNN encoder–decoder `seqjax.models.seq2seq.Seq2Seq`: once with the fixed
+            context vector of Sutskever et al. (MEDL Fig. 7.9(a)) and once with Bahdanau's
+            additive attention (MEDL (7.20)–(7.22), Fig. 7.10). French counts in twenties
+            from 60 to 99, so the model has to learn a real alignment; the attention
+            heatmaps show it (MEDL Fig. 7.11).
+        """, extras="[data]"),
+        md("## Data\n\n`number_names` writes the numbers with `num2words`; words, hyphens and "
+           "commas are the tokens. A seeded fifth of the numbers is held out."),
+        code("""
+            import numpy as np
+            import jax.numpy as jnp
+
+            from seqjax.data import SpecialTokens, WordTokenizer, number_names
+
+            MAX_NUMBER = 64 if SMOKE else 1000
+            ds = number_names(range(MAX_NUMBER))
+            numbers, english, french = list(ds["number"]), list(ds["src"]), list(ds["tgt"])
+
+            SPECIALS = SpecialTokens(mask=None, sep=None, cls=None)  # <pad> <unk> <bos> <eos>
+            src_tok = WordTokenizer.from_texts(english, special_tokens=SPECIALS)
+            tgt_tok = WordTokenizer.from_texts(french, special_tokens=SPECIALS)
+            PAD, BOS, EOS = tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id
+            SRC_LEN = max(len(src_tok.encode(s)) for s in english)
+            TGT_LEN = max(len(tgt_tok.encode(t)) for t in french) + 1  # + <eos>
+
+
+            def encode(rows):
+                \"\"\"Fixed-shape arrays for teacher forcing: tgt_in = <bos> y, tgt_out = y <eos>.\"\"\"
+                n = len(rows)
+                out = {"src": np.full((n, SRC_LEN), PAD, np.int32), "src_lengths": np.zeros(n, np.int32),
+                       "tgt_in": np.full((n, TGT_LEN), PAD, np.int32),
+                       "tgt_out": np.full((n, TGT_LEN), PAD, np.int32),
+                       "mask": np.zeros((n, TGT_LEN), bool)}
+                for i, r in enumerate(rows):
+                    s, t = src_tok.encode(english[r]), tgt_tok.encode(french[r])
+                    out["src"][i, :len(s)], out["src_lengths"][i] = s, len(s)
+                    out["tgt_in"][i, :len(t) + 1] = [BOS, *t]
+                    out["tgt_out"][i, :len(t) + 1] = [*t, EOS]
+                    out["mask"][i, :len(t) + 1] = True
+                return out
+
+
+            order = np.random.default_rng(0).permutation(MAX_NUMBER)
+            test_rows, train_rows = np.sort(order[:MAX_NUMBER // 5]), np.sort(order[MAX_NUMBER // 5:])
+            train, test = encode(train_rows), encode(test_rows)
+            print(f"{len(train_rows)} training and {len(test_rows)} held-out numbers; vocabularies "
+                  f"{src_tok.vocab_size} (en) and {tgt_tok.vocab_size} (fr)")
+            print(english[97 % MAX_NUMBER], "->", tgt_tok.split(french[97 % MAX_NUMBER]))
+        """),
+        md("""
+            ## Two models
+
+            Both read the source with a GRU and write the target with a GRU decoder trained by
+            teacher forcing (MEDL §7.4). Without attention the encoder's last state $z^*$ is
+            all the decoder gets; with attention every decoder step builds its own context
+            $u^{\\langle t\\rangle}=\\sum_\\tau\\alpha^{\\langle t\\rangle}_\\tau v^{\\langle\\tau\\rangle}$ from the
+            (bidirectional) encoder outputs, with additive scores
+            $\\alpha^{\\langle t\\rangle}=\\mathrm{softmax}_\\tau\\, w^\\top\\tanh(W_a s^{\\langle t-1\\rangle}+W_b v^{\\langle\\tau\\rangle})$.
+        """),
+        code("""
+            from seqjax.models.seq2seq import Seq2Seq
+            from seqjax.utils import count_params
+
+            EMBED, HIDDEN = (8, 8) if SMOKE else (32, 64)
+            STEPS, BATCH, LR = (2, 16, 5e-3) if SMOKE else (2000, 64, 5e-3)
+            common = dict(src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
+                          embed_dim=EMBED, hidden_size=HIDDEN, cell_type="gru")
+            models = {
+                "no attention": Seq2Seq(**common, context="initial_state"),
+                "attention": Seq2Seq(**common, context="attention", attention="bahdanau",
+                                     bidirectional_encoder=True),
+            }
+        """),
+        md("## Train\n\nThe same sharded train step and `fit` loop as the quickstart, here "
+           "without a work dir (nothing is written) and on one device."),
+        code("""
+            from seqjax.data import ArrayIterator
+            from seqjax.train import (FitConfig, OptimizerConfig, TrainState, fit, make_optimizer,
+                                      make_train_step, masked_cross_entropy, token_accuracy)
+
+
+            def make_loss(model):
+                def loss_fn(params, batch, rng):
+                    logits = model.apply({"params": params}, batch["src"], batch["tgt_in"],
+                                         batch["src_lengths"])
+                    loss = masked_cross_entropy(logits, batch["tgt_out"], batch["mask"])
+                    return loss, {"accuracy": token_accuracy(logits, batch["tgt_out"], batch["mask"]),
+                                  "tokens": jnp.sum(batch["mask"])}
+                return loss_fn
+
+
+            trained, histories = {}, {}
+            for name, model in models.items():
+                params = jax.jit(model.init)(jax.random.PRNGKey(0), train["src"][:1],
+                                             train["tgt_in"][:1])["params"]
+                tx, schedule = make_optimizer(OptimizerConfig(
+                    "adam", learning_rate=LR, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
+                    total_steps=STEPS, clip_norm=1.0))
+                print(f"{name}: {count_params(params):,} parameters")
+                result = fit(TrainState.create(params, tx, jax.random.PRNGKey(1)),
+                             make_train_step(make_loss(model), schedule=schedule),
+                             ArrayIterator(train, BATCH, seed=0),
+                             FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 50,
+                                       tensorboard=False, plot=False))
+                trained[name], histories[name] = result.state.params, result.history
+        """),
+        code("""
+            %matplotlib inline
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            for name, hist in histories.items():
+                ax.plot([r["step"] for r in hist], [r["loss"] for r in hist], label=name)
+            ax.set_xlabel("step")
+            ax.set_ylabel("cross-entropy per target token")
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            plt.show()
+        """),
+        md("""
+            ## Translate the held-out numbers
+
+            Greedy decoding (`seqjax.decoding.greedy_search`, one compiled loop): the source is
+            passed to the model's `init_decode_state` through `inputs`, the prompt is `<bos>`,
+            and generation stops at `<eos>`. A translation counts when the whole French
+            name is right.
+        """),
+        code("""
+            from seqjax.decoding import greedy_search
+
+            SHOW = [n for n in (97, 71, 80, 21) if n < MAX_NUMBER][:3]  # for the heatmaps below
+            eval_rows = np.concatenate([test_rows, SHOW])  # one batch, one compiled loop per model
+            evaluation = encode(eval_rows)
+
+
+            def detok(ids):
+                words = tgt_tok.decode([i for i in ids if i not in (PAD, BOS)]).split(" <eos>")[0]
+                return words.replace(" - ", "-").replace(" ,", ",")
+
+
+            decoded, translations = {}, {}
+            for name, model in models.items():
+                out = greedy_search(model, trained[name], jnp.full((len(eval_rows), 1), BOS, jnp.int32),
+                                    max_new_tokens=TGT_LEN, eos_id=EOS, pad_id=PAD,
+                                    inputs={"src": evaluation["src"],
+                                            "src_lengths": evaluation["src_lengths"]})
+                decoded[name] = np.asarray(out.tokens)
+                translations[name] = [detok(row) for row in decoded[name][:len(test_rows)]]
+                exact = np.mean([t == french[r] for t, r in zip(translations[name], test_rows)])
+                print(f"{name:>12}: exact match on held-out numbers {100 * exact:.1f}%")
+            for i in range(min(6, len(test_rows))):
+                r = test_rows[i]
+                print(f"{numbers[r]:>4} {english[r]!r:28} -> " +
+                      " | ".join(f"{name}: {translations[name][i]!r}" for name in models))
+        """),
+        md("""
+            ## Where the decoder looks
+
+            Teacher-forcing the attention model on its own translation with
+            `return_attention=True` gives $\\alpha^{\\langle t\\rangle}$ for every output word
+            (rows) over the source words (columns); each row sums to 1. For 97 the French
+            words "quatre", "vingt" and "dix" should look at "ninety" and "sept" at "seven".
+        """),
+        code("""
+            att_model, att_params = models["attention"], trained["attention"]
+            rows = encode(SHOW)
+            generated = decoded["attention"][len(test_rows):]
+            tgt_in = np.full((len(SHOW), TGT_LEN), PAD, np.int32)
+            tgt_in[:, 0] = BOS
+            tgt_in[:, 1:] = generated[:, :TGT_LEN - 1]
+            _, alpha = jax.jit(lambda p, s, t, n: att_model.apply({"params": p}, s, t, n,
+                                                                    return_attention=True))(
+                att_params, rows["src"], tgt_in, rows["src_lengths"])
+            alpha = np.asarray(alpha)
+            assert np.allclose(alpha.sum(-1), 1.0, atol=1e-5)  # softmax rows
+
+            fig, axes = plt.subplots(1, len(SHOW), figsize=(4.2 * len(SHOW), 3.8), squeeze=False)
+            for ax, n, a, gen in zip(axes[0], SHOW, alpha, generated):
+                src_words = src_tok.split(english[n])
+                gen = list(gen)
+                n_out = gen.index(EOS) + 1 if EOS in gen else len(gen)
+                out_words = [tgt_tok.id_to_token(int(i)) for i in gen[:n_out]]
+                ax.imshow(a[:n_out, :len(src_words)], cmap="Greys", vmin=0, vmax=1, aspect="auto")
+                ax.set_xticks(range(len(src_words)), src_words, rotation=45, ha="right")
+                ax.set_yticks(range(n_out), out_words)
+                ax.set_title(f"{n}: {english[n]}", fontsize=9)
+            fig.tight_layout()
+            plt.show()
+        """),
+        md("""
+            Without attention the whole source has to squeeze through one vector; the
+            attention model's errors concentrate where French reorders or regroups
+            (70–99). More: `python -m experiments.numbers` (0–9999, the transformer too), and
+            `seqjax.data.english_french()` for the Tatoeba sentence pairs
+            (`python -m experiments.translation`).
+        """),
+    ]
+
+
+# ----------------------------------------------------------------------------- 03 transformers
+
+
+def transformers() -> list[tuple[str, str]]:
+    return [
+        *header("03_transformers", "Transformers: a GPT from its blocks, the KV cache, sampling", """
+            A decoder-only transformer assembled from `seqjax.nn` blocks and checked against
+            the library's `TransformerLM`; a short training run on Tiny Shakespeare; cached
+            decoding checked against the full causal pass; and the sampling strategies of
+            Bishop §12.3.2 side by side: greedy, temperature, top-k, nucleus and beam search.
+        """),
+        SHAKESPEARE_CELL,
+        code("""
+            import numpy as np
+            import jax.numpy as jnp
+            from flax import linen as nn
+
+            from seqjax.data import CharTokenizer, SpecialTokens, split_text
+
+            jax.config.update("jax_default_matmul_precision", "highest")  # exact comparisons on TPU
+
+            text = load_shakespeare()
+            if SMOKE:
+                text = text[:20_000]
+            tok = CharTokenizer.from_text(text, SpecialTokens.none())
+            train_ids, val_ids = split_text(np.asarray(tok.encode(text), np.int32), 0.9)
+            print(f"{len(text):,} characters, vocabulary of {tok.vocab_size}")
+        """),
+        md("""
+            ## A GPT from blocks
+
+            Bishop §12.3.1 and J&M §9.8: token embeddings plus learned positions, a stack of
+            causal pre-norm blocks
+            $Z = X + \\mathrm{MHA}(\\mathrm{LN}(X))$, $\\tilde X = Z + \\mathrm{MLP}(\\mathrm{LN}(Z))$
+            (Bishop (12.21), (12.23)), a final LayerNorm and the tied output matrix $E^\\top$.
+            `TransformerBlock`'s parameter tree is the one `TransformerLM` keeps under
+            `decoder/layers_i`, so the weights carry over and the logits must agree.
+        """),
+        code("""
+            from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+            from seqjax.nn import LayerNorm, LearnedPositionalEmbedding, TransformerBlock
+            from seqjax.utils import count_params
+
+
+            class BlockGPT(nn.Module):
+                vocab_size: int
+                num_layers: int
+                num_heads: int
+                embed_dim: int
+                max_len: int
+
+                @nn.compact
+                def __call__(self, tokens_BxT):
+                    init = nn.initializers.normal(stddev=0.02)
+                    embed = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=init,
+                                     name="token_embed")
+                    x_BxTxD = LearnedPositionalEmbedding(self.max_len, name="pos_embed")(
+                        embed(tokens_BxT))                       # E[x_n] + P_n
+                    for i in range(self.num_layers):
+                        x_BxTxD = TransformerBlock(num_heads=self.num_heads, causal=True, norm="pre",
+                                                   name=f"block_{i}")(x_BxTxD)
+                    return embed.attend(LayerNorm(name="final_norm")(x_BxTxD))  # logits = h E^T
+
+
+            if SMOKE:
+                L, H, D, BLOCK = 1, 2, 16, 16
+            else:
+                L, H, D, BLOCK = 4, 4, 128, 64
+            gpt = BlockGPT(tok.vocab_size, L, H, D, BLOCK)
+            lm = TransformerLM(TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=L, num_heads=H,
+                                                   embed_dim=D, max_len=BLOCK))
+            x = jnp.asarray([train_ids[:BLOCK]])
+            p_blocks = jax.jit(gpt.init)(jax.random.PRNGKey(0), x)["params"]
+            p_lm = {"token_embed": p_blocks["token_embed"], "pos_embed": p_blocks["pos_embed"],
+                    "decoder": {**{f"layers_{i}": p_blocks[f"block_{i}"] for i in range(L)},
+                                "final_norm": p_blocks["final_norm"]}}
+            logits_blocks, logits_lm = jax.jit(lambda pb, pl: (gpt.apply({"params": pb}, x),
+                                                               lm.apply({"params": pl}, x)))(p_blocks, p_lm)
+            print(f"{count_params(p_blocks):,} parameters; max |BlockGPT - TransformerLM| = "
+                  f"{float(jnp.abs(logits_blocks - logits_lm).max()):.2e}")
+            assert jnp.allclose(logits_blocks, logits_lm, atol=1e-5)
+        """),
+        md("""
+            ## A short training run
+
+            The plain loop: `make_train_step` compiles one step (loss, gradient, AdamW
+            update); batches are random windows of the text. Training is teacher-forced and
+            parallel over positions: the causal mask stops position $n$ from seeing
+            positions after it (MEDL (7.27)).
+        """),
+        code("""
+            from seqjax.data import LMWindowIterator
+            from seqjax.train import (OptimizerConfig, TrainState, flax_apply_fn, make_lm_loss,
+                                      make_optimizer, make_train_step)
+
+            STEPS = 2 if SMOKE else (3000 if BACKEND != "cpu" else 1000)
+            tx, _ = make_optimizer(OptimizerConfig("adamw", learning_rate=1e-3, weight_decay=0.1,
+                                                   clip_norm=1.0))
+            state = TrainState.create(p_lm, tx, jax.random.PRNGKey(1))
+            train_step = make_train_step(make_lm_loss(flax_apply_fn(lm)))
+            batches = LMWindowIterator(train_ids, 4 if SMOKE else 32, BLOCK, seed=0)
+            for i in range(1, STEPS + 1):
+                state, metrics = train_step(state, next(batches))
+                if i == 1 or i % 250 == 0 or i == STEPS:
+                    print(f"step {i}: loss {float(metrics['loss']):.3f}")
+            params = state.params
+        """),
+        md("""
+            ## KV cache == full causal pass
+
+            Generating token $n$ needs the keys and values of tokens $1..n-1$; a KV cache keeps
+            them, so each step attends over the cache instead of recomputing the whole prefix
+            ($O(n)$ instead of $O(n^2)$ per token, Bishop §12.3.1). `TransformerLM`'s
+            `init_decode_state` / `decode_step` feed one token at a time; their logits must
+            equal the full forward pass at every position.
+        """),
+        code("""
+            seq = jnp.asarray([val_ids[:BLOCK]])
+            full_logits = jax.jit(lambda p, t: lm.apply({"params": p}, t))(params, seq)[0]
+
+            decode_step = jax.jit(lm.decode_step)
+            cache = lm.init_decode_state(params, seq[:, :1], max_len=BLOCK)  # empty caches
+            step_logits = []
+            for t in range(BLOCK):
+                logits, cache = decode_step(params, cache, seq[:, t])
+                step_logits.append(logits[0])
+            err = float(jnp.abs(jnp.stack(step_logits) - full_logits).max())
+            print(f"max |cached step - full pass| over {BLOCK} positions: {err:.2e}")
+            assert err < 1e-4
+        """),
+        md("""
+            The whole generation loop runs inside one `jax.jit` (`seqjax.decoding`). Greedy
+            search with the cache and with `recompute_decoder` (the full pass over the
+            growing prefix at every step, the reference) must produce the same text.
+        """),
+        code("""
+            import time
+
+            from seqjax.decoding import greedy_search, recompute_decoder
+
+
+            def lm_logits(p, tokens_BxT):  # a module-level function: hashable for jit caching
+                return lm.apply({"params": p}, tokens_BxT)
+
+
+            prompt = jnp.asarray([tok.encode("ROMEO:")[:BLOCK // 2]])
+            new = BLOCK - prompt.shape[1]
+            timings = {}
+            for name, decoder in (("KV cache", lm), ("recompute", recompute_decoder(lm_logits))):
+                greedy_search(decoder, params, prompt, max_new_tokens=new)  # compile
+                start = time.perf_counter()
+                out = greedy_search(decoder, params, prompt, max_new_tokens=new)
+                out.tokens.block_until_ready()
+                timings[name] = (time.perf_counter() - start, np.asarray(out.tokens[0]))
+                print(f"{name:>10}: {1e3 * timings[name][0]:7.1f} ms  {tok.decode(timings[name][1])!r}")
+            assert (timings["KV cache"][1] == timings["recompute"][1]).all()
+        """),
+        md("""
+            ## Sampling strategies
+
+            Temperature rescales the logits, $p_k\\propto\\exp(a_k/T)$ (Bishop (12.35)); top-k
+            keeps the $k$ most probable tokens; top-p (nucleus) keeps the smallest set whose
+            probability reaches $p$. `process_logits` applies them; here is what they do to
+            the next-character distribution after a prompt.
+        """),
+        code("""
+            %matplotlib inline
+            import matplotlib.pyplot as plt
+
+            from seqjax.decoding import process_logits
+
+            context = jnp.asarray([tok.encode("ROMEO:\\nWhat sh")[-BLOCK:]])
+            next_logits = jax.jit(lambda p, t: lm.apply({"params": p}, t))(params, context)[:, -1]
+            settings = {"T = 1": dict(), "T = 0.5": dict(temperature=0.5), "T = 1.5": dict(temperature=1.5),
+                        "top-k = 5": dict(top_k=5), "top-p = 0.9": dict(top_p=0.9)}
+            base = np.asarray(jax.nn.softmax(next_logits[0]))
+            shown = np.argsort(base)[::-1][:12]
+            fig, ax = plt.subplots(figsize=(9, 3.2))
+            width = 0.8 / len(settings)
+            for j, (label, kw) in enumerate(settings.items()):
+                probs = np.asarray(jax.nn.softmax(process_logits(next_logits, **kw)[0]))
+                ax.bar(np.arange(len(shown)) + j * width, probs[shown], width, label=label)
+            ax.set_xticks(np.arange(len(shown)) + 0.4, [repr(tok.vocab[i])[1:-1] for i in shown])
+            ax.set_ylabel("probability of the next character")
+            ax.legend(fontsize=8)
+            plt.show()
+        """),
+        md("""
+            And the texts they write from the same prompt (one compiled loop per strategy;
+            the same PRNG key gives the same text). Greedy and beam search are deterministic;
+            beam search keeps the 4 most probable prefixes by total log-probability
+            (Bishop (12.34)).
+        """),
+        code("""
+            from seqjax.decoding import beam_search, sample
+
+            prompt = jnp.asarray([tok.encode("ROMEO:\\n")])
+            new = BLOCK - prompt.shape[1]
+            key = jax.random.PRNGKey(0)
+            strategies = {
+                "greedy": lambda: greedy_search(lm, params, prompt, max_new_tokens=new).tokens[0],
+                "T = 0.5": lambda: sample(lm, params, prompt, key=key, max_new_tokens=new,
+                                          temperature=0.5).tokens[0],
+                "T = 1.0": lambda: sample(lm, params, prompt, key=key, max_new_tokens=new).tokens[0],
+                "T = 1.5": lambda: sample(lm, params, prompt, key=key, max_new_tokens=new,
+                                          temperature=1.5).tokens[0],
+                "top-k = 10": lambda: sample(lm, params, prompt, key=key, max_new_tokens=new,
+                                             top_k=10).tokens[0],
+                "top-p = 0.9": lambda: sample(lm, params, prompt, key=key, max_new_tokens=new,
+                                              top_p=0.9).tokens[0],
+                "beam, K = 4": lambda: beam_search(lm, params, prompt, beam_size=4,
+                                                   max_new_tokens=new).tokens[0, 0],
+            }
+            for name, run in strategies.items():
+                print(f"--- {name}\\n{tok.decode(prompt[0])}{tok.decode(np.asarray(run()))}")
+        """),
+        md("""
+            Low temperature and beam search repeat themselves; high temperature invents
+            words; top-k and top-p cut the implausible tail while keeping variety. More in
+            `python -m experiments.sampling`.
+        """),
+    ]
+
+
 NOTEBOOKS = {
     "00_quickstart": quickstart,
     "01_rnns_from_the_equations": rnns,
+    "02_seq2seq_attention": seq2seq,
+    "03_transformers": transformers,
 }
 
 

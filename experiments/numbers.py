@@ -78,7 +78,7 @@ class Config:
     beam_size: int = 1
     decode_batch: int = 500
     heatmap_number: int = 97
-    log_every: int = 100
+    log_every: int = 200
     progress: bool = True
     workdir: str | None = "workdirs/numbers"
 
@@ -210,7 +210,8 @@ def run(cfg: Config) -> dict:
           f"{d.tgt_tok.vocab_size} (fr); {info['cpu']}, {info['cores']} cores, "
           f"load {info['load_avg']}")
     spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
-                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress)
+                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress,
+                     print_logs=cfg.progress)
     runs, plots = [], {}
     for arch in cfg.archs:
         for seed in cfg.seeds:

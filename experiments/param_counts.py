@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from experiments.char_lm import command_line, machine
+from experiments.char_lm import command_line, load_average, machine
 from seqjax.models.bert import Bert
 from seqjax.models.encoder_decoder import Transformer
 from seqjax.models.gpt import TransformerLM
@@ -130,6 +130,7 @@ def preset_count(name: str) -> tuple[int, int]:
 
 
 def run(cfg: Config) -> dict:
+    load = load_average()
     start = time.perf_counter()
     formula = medl_formula()
     medl = transformer_breakdown(False, cfg.vocab_size)
@@ -143,7 +144,8 @@ def run(cfg: Config) -> dict:
     print(f"vaswani-base, MEDL convention: {medl['total']:,} (MEDL prints {MEDL_TOTAL:,}); "
           f"with attention biases: {vaswani['total']:,} (Vaswani: {VASWANI_BASE})")
     summary = {"config": dataclasses.asdict(cfg), "formula": formula, "medl": medl,
-               "vaswani": vaswani, "presets": presets, "wall_s": wall, "machine": machine()}
+               "vaswani": vaswani, "presets": presets, "wall_s": wall, "machine": machine(),
+               "load_average": load}
     command = command_line("param_counts", cfg)
     markdown = report(cfg, summary, command)
     for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
@@ -171,7 +173,7 @@ def report(cfg: Config, s: dict, command: str) -> str:
         f"Command: `{command}`  ",
         f"Machine: {s['machine']}  ",
         f"Wall time: {s['wall_s']:.1f} s (abstract initialisation with `jax.eval_shape`; no "
-        "training).",
+        f"training; load average {s['load_average']} on the shared 2 cores).",
         "",
         f"`Transformer.from_preset(\"vaswani-base\")`: N = 6, p = 512, N₁ = 2048, H = 8, "
         f"m = m_v = 64, post-norm, sinusoidal positions, one shared {cfg.vocab_size:,}-word "

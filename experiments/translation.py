@@ -233,6 +233,7 @@ class TrainSpec:
     eval_every: int = 0
     log_every: int = 100
     progress: bool = True
+    print_logs: bool = False
 
 
 def train_seq2seq(
@@ -276,7 +277,7 @@ def train_seq2seq(
         ArrayIterator(train, batch_size, seed=seed),
         FitConfig(num_steps=spec.steps, log_every=spec.log_every,
                   eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
-                  progress=spec.progress, print_logs=False, tensorboard=False,
+                  progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
                   plot=workdir is not None),
         workdir=workdir, eval_step=make_eval_step(eval_fn) if eval_batches else None,
         eval_data=eval_batches, model_config=model_config,

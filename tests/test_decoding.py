@@ -166,38 +166,32 @@ def test_beam_search_with_all_hypotheses_is_exact(length_penalty):
 
 
 def test_beam_search_batch_rows_are_independent():
+    """Rows of different prompt lengths do not interact: swapping them swaps the results."""
     params = _bigram_params(6, seed=2)
-    prompts = jnp.array([[1, 2], [4, 0]])
-    lengths = jnp.array([2, 1])
-    both = beam_search(BIGRAM, params, prompts, lengths, beam_size=3, max_new_tokens=5,
-                       eos_id=5)
-    alone = beam_search(BIGRAM, params, prompts[1:, :1], beam_size=3, max_new_tokens=5, eos_id=5)
-    np.testing.assert_array_equal(both.tokens[1], alone.tokens[0])
-    np.testing.assert_allclose(both.scores[1], alone.scores[0], rtol=1e-6)
+    kw = dict(beam_size=3, max_new_tokens=5, eos_id=5)
+    a = beam_search(BIGRAM, params, jnp.array([[1, 2], [4, 0]]), jnp.array([2, 1]), **kw)
+    b = beam_search(BIGRAM, params, jnp.array([[4, 3], [1, 2]]), jnp.array([1, 2]), **kw)
+    np.testing.assert_array_equal(a.tokens[::-1], b.tokens)
+    np.testing.assert_allclose(a.scores[::-1], b.scores, rtol=1e-6)
 
 
 # ----------------------------------------------------------------------------- sampling
 
 
-def test_sampling_is_deterministic_per_key():
-    params = _bigram_params(9)
-    prompt = jnp.zeros((6, 1), jnp.int32)
-    a = sample(BIGRAM, params, prompt, key=jax.random.PRNGKey(5), max_new_tokens=10)
-    b = sample(BIGRAM, params, prompt, key=jax.random.PRNGKey(5), max_new_tokens=10)
-    c = sample(BIGRAM, params, prompt, key=jax.random.PRNGKey(6), max_new_tokens=10)
-    np.testing.assert_array_equal(a.tokens, b.tokens)
-    assert not np.array_equal(a.tokens, c.tokens)
-
-
-def test_sampling_follows_the_filtered_distribution():
+def test_sampling_follows_the_filtered_distribution_and_is_deterministic_per_key():
     """Temperature, top-k and top-p together: frequencies == softmax(process_logits(a))."""
-    kw = dict(temperature=0.7, top_k=4, top_p=0.9)
-    expected = np.asarray(jax.nn.softmax(process_logits(jnp.log(PROBS)[None], **kw)))[0]
+    kw = dict(temperature=0.7, top_k=4, top_p=0.9, max_new_tokens=8)
+    expected = np.asarray(jax.nn.softmax(process_logits(jnp.log(PROBS)[None], **{
+        k: kw[k] for k in ("temperature", "top_k", "top_p")})))[0]
     assert expected[3:].sum() == 0.0 and expected[2] > 0  # top-k drops 0.05, top-p 0.1
-    out = sample(UNIGRAM, PROBS, jnp.zeros((500, 1), jnp.int32), key=jax.random.PRNGKey(0),
-                 max_new_tokens=8, **kw)
+    prompt = jnp.zeros((500, 1), jnp.int32)
+    out = sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(0), **kw)
     freq = np.bincount(np.asarray(out.tokens).ravel(), minlength=5) / out.tokens.size
     np.testing.assert_allclose(freq, expected, atol=0.02)
+    again = sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(0), **kw)
+    other = sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(1), **kw)
+    np.testing.assert_array_equal(out.tokens, again.tokens)
+    assert not np.array_equal(out.tokens, other.tokens)
 
 
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
@@ -264,10 +258,12 @@ def test_errors_name_the_argument():
 
 
 def test_generate_dispatches():
-    params = _bigram_params(4)
-    prompt = jnp.zeros((2, 1), jnp.int32)
-    g = generate(BIGRAM, params, prompt, max_new_tokens=3)
-    np.testing.assert_array_equal(
-        g.tokens, greedy_search(BIGRAM, params, prompt, max_new_tokens=3).tokens)
-    b = generate(BIGRAM, params, prompt, max_new_tokens=3, method="beam", beam_size=2)
-    assert b.tokens.shape == (2, 2, 3)
+    # Same arguments as calls above: the compiled loops are reused.
+    params = _bigram_params(5, seed=4)
+    prompt = jnp.array([[0], [1], [2], [3]])
+    kw = dict(max_new_tokens=8, eos_id=4, pad_id=-1)
+    np.testing.assert_array_equal(generate(BIGRAM, params, prompt, **kw).tokens,
+                                  greedy_search(BIGRAM, params, prompt, **kw).tokens)
+    b = generate(BISHOP, None, jnp.array([[2]]), max_new_tokens=2, method="beam", beam_size=2,
+                 length_penalty=0.0)
+    assert b.tokens[0, 0].tolist() == [1, 1]

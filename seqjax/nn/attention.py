@@ -511,8 +511,9 @@ def _dropout(w: Array, rate: float, rng: Array | None) -> Array:
 
 # Causal attention over at least 2 chunks is computed one query chunk at a time, each
 # chunk against the keys it can see only: this skips the masked upper triangle (about
-# half the FLOPs and memory traffic for Q = K) and keeps each score block in cache.
-_CAUSAL_CHUNK = 256
+# half the FLOPs and memory traffic for Q = K). 128 rows was fastest on CPU for
+# T in {128, 512, 2048} (fwd+bwd at T=512: 52-64 ms with 128-row chunks, 88 ms unchunked).
+_CAUSAL_CHUNK = 128
 
 
 def _slice_qk(x5: Array | None, q0: int, q1: int, k1: int) -> Array | None:

@@ -11,7 +11,7 @@ from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_init
 
 V = 20
-CFG = BertConfig(vocab_size=V, num_layers=2, num_heads=2, embed_dim=16, mlp_dim=32, max_len=12,
+CFG = BertConfig(vocab_size=V, num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32, max_len=12,
                  num_classes=3, num_tags=4, dropout_rate=0.0)
 
 
