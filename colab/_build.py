@@ -1044,8 +1044,9 @@ def transformers() -> list[tuple[str, str]]:
             equal the full forward pass at every position.
         """),
         code("""
+            forward = jax.jit(lambda p, tokens: lm.apply({"params": p}, tokens))
             seq = jnp.asarray([val_ids[:BLOCK]])
-            full_logits = jax.jit(lambda p, t: lm.apply({"params": p}, t))(params, seq)[0]
+            full_logits = forward(params, seq)[0]
 
             decode_step = jax.jit(lm.decode_step)
             cache = lm.init_decode_state(params, seq[:, :1], max_len=BLOCK)  # empty caches
@@ -1072,7 +1073,7 @@ def transformers() -> list[tuple[str, str]]:
                 return lm.apply({"params": p}, tokens_BxT)
 
 
-            prompt = jnp.asarray([tok.encode("ROMEO:")[:BLOCK // 2]])
+            prompt = jnp.asarray([val_ids[-8:]])  # the last 8 characters of the text
             new = BLOCK - prompt.shape[1]
             timings = {}
             for name, decoder in (("KV cache", lm), ("recompute", recompute_decoder(lm_logits))):
@@ -1090,7 +1091,7 @@ def transformers() -> list[tuple[str, str]]:
             Temperature rescales the logits, $p_k\\propto\\exp(a_k/T)$ (Bishop (12.35)); top-k
             keeps the $k$ most probable tokens; top-p (nucleus) keeps the smallest set whose
             probability reaches $p$. `process_logits` applies them; here is what they do to
-            the next-character distribution after a prompt.
+            the next-character distribution at the end of the validation window above.
         """),
         code("""
             %matplotlib inline
@@ -1098,8 +1099,8 @@ def transformers() -> list[tuple[str, str]]:
 
             from seqjax.decoding import process_logits
 
-            context = jnp.asarray([tok.encode("ROMEO:\\nWhat sh")[-BLOCK:]])
-            next_logits = jax.jit(lambda p, t: lm.apply({"params": p}, t))(params, context)[:, -1]
+            print(f"...{tok.decode(seq[0, -24:])!r} -> ?")
+            next_logits = full_logits[-1:]
             settings = {"T = 1": dict(), "T = 0.5": dict(temperature=0.5), "T = 1.5": dict(temperature=1.5),
                         "top-k = 5": dict(top_k=5), "top-p = 0.9": dict(top_p=0.9)}
             base = np.asarray(jax.nn.softmax(next_logits[0]))
@@ -1123,9 +1124,7 @@ def transformers() -> list[tuple[str, str]]:
         code("""
             from seqjax.decoding import beam_search, sample
 
-            prompt = jnp.asarray([tok.encode("ROMEO:\\n")])
-            new = BLOCK - prompt.shape[1]
-            key = jax.random.PRNGKey(0)
+            key = jax.random.PRNGKey(0)  # prompt and length as for the greedy check above
             strategies = {
                 "greedy": lambda: greedy_search(lm, params, prompt, max_new_tokens=new).tokens[0],
                 "T = 0.5": lambda: sample(lm, params, prompt, key=key, max_new_tokens=new,
@@ -1151,11 +1150,440 @@ def transformers() -> list[tuple[str, str]]:
     ]
 
 
+# ----------------------------------------------------------------------------- 04 BERT and ViT
+
+
+def bert_vit() -> list[tuple[str, str]]:
+    return [
+        *header("04_bert_and_vit", "Encoders: BERT's masked-language-model pre-training and a ViT",
+                """
+            Two bidirectional transformer encoders (Bishop §12.3.3 and §12.4.1). A small
+            character-level BERT (`seqjax.models.bert.Bert`) pre-trained on Tiny Shakespeare
+            with the masked-language-model objective fills in hidden characters; a vision
+            transformer (`seqjax.models.vit.ViT`) reads scikit-learn's 8×8 handwritten digits
+            as sequences of patches.
+        """, extras="[data]"),
+        md("""
+            ## Masked-language-model pre-training
+
+            BERT sees the whole sequence at once (no causal mask) and is trained to recover
+            corrupted tokens: 15% of the positions are selected; a selected token becomes
+            `<mask>` 80% of the time, a random token 10% of the time, and stays 10% of the time
+            (`mlm_mask`, Bishop §12.3.3). The loss is taken at the selected positions only.
+            Here the tokens are characters and a sequence is `<cls>` followed by a window of
+            the text.
+        """),
+        SHAKESPEARE_CELL,
+        code("""
+            import numpy as np
+            import jax.numpy as jnp
+
+            from seqjax.data import CharTokenizer, LMWindowIterator, SpecialTokens, split_text
+            from seqjax.models.bert import Bert, BertConfig, mlm_mask
+            from seqjax.utils import count_params
+
+            text = load_shakespeare()
+            if SMOKE:
+                text = text[:20_000]
+            tok = CharTokenizer.from_text(text, SpecialTokens(bos=None, eos=None, sep=None))
+            CLS, MASK = tok.cls_id, tok.mask_id
+            train_ids, val_ids = split_text(np.asarray(tok.encode(text), np.int32), 0.9)
+
+            if SMOKE:
+                WINDOW, STEPS, BATCH = 16, 2, 4
+                bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=1, num_heads=2, embed_dim=16,
+                                      mlp_dim=32, max_len=WINDOW + 1, type_vocab_size=0, pooler=False)
+            else:
+                WINDOW, STEPS, BATCH = 64, 3000 if BACKEND != "cpu" else 1000, 64
+                bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=4, num_heads=4, embed_dim=128,
+                                      mlp_dim=512, max_len=WINDOW + 1, type_vocab_size=0, pooler=False,
+                                      dropout_rate=0.1)
+            bert = Bert(bert_cfg)
+
+
+            def with_cls(batch):
+                \"\"\"``<cls>`` + a window of characters (the window iterator's inputs).\"\"\"
+                x = batch["inputs"]
+                return {"tokens": np.concatenate([np.full((len(x), 1), CLS, x.dtype), x], axis=1)}
+
+
+            def corrupt(key, tokens):
+                return mlm_mask(key, tokens, vocab_size=tok.vocab_size, mask_id=MASK,
+                                maskable_BxT=tokens != CLS)
+
+
+            def mlm_loss(params, batch, rng):
+                mask_key, drop_key = jax.random.split(rng)
+                inputs, selected = corrupt(mask_key, batch["tokens"])
+                logits = bert.apply({"params": params}, inputs, deterministic=False,
+                                    rngs={"dropout": drop_key})["mlm_logits"]
+                loss = masked_cross_entropy(logits, batch["tokens"], selected)
+                return loss, {"accuracy": token_accuracy(logits, batch["tokens"], selected),
+                              "tokens": jnp.sum(selected)}
+        """),
+        code("""
+            from seqjax.train import (FitConfig, OptimizerConfig, TrainState, fit, make_optimizer,
+                                      make_train_step, masked_cross_entropy, token_accuracy)
+
+            example = with_cls(next(LMWindowIterator(train_ids, BATCH, WINDOW, seed=0)))
+            params = jax.jit(bert.init)(jax.random.PRNGKey(0), example["tokens"])["params"]
+            print(f"BERT: {count_params(params):,} parameters")
+            tx, schedule = make_optimizer(OptimizerConfig(
+                "adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 200,
+                total_steps=STEPS, weight_decay=0.01, clip_norm=1.0))
+            data = map(with_cls, LMWindowIterator(train_ids, BATCH, WINDOW, seed=1))
+            bert_run = fit(TrainState.create(params, tx, jax.random.PRNGKey(1)),
+                           make_train_step(mlm_loss, schedule=schedule), data,
+                           FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 100,
+                                     tensorboard=False, plot=False))
+        """),
+        md("""
+            **Fill in the blanks.** Validation windows with every character selected by the
+            corruption replaced by `<mask>`; the model's guesses at those positions, against
+            always guessing the most frequent character.
+        """),
+        code("""
+            @jax.jit
+            def fill_in(params, tokens, key):
+                inputs, selected = mlm_mask(key, tokens, vocab_size=tok.vocab_size, mask_id=MASK,
+                                            maskable_BxT=tokens != CLS, mask_rate=1.0, random_rate=0.0)
+                logits = bert.apply({"params": params}, inputs)["mlm_logits"]
+                return inputs, selected, jnp.argmax(logits, -1)
+
+
+            val = with_cls(next(LMWindowIterator(val_ids, BATCH, WINDOW, seed=2)))["tokens"]
+            inputs, selected, guess = map(np.asarray, fill_in(bert_run.state.params, val,
+                                                              jax.random.PRNGKey(3)))
+            frequent = np.bincount(train_ids, minlength=tok.vocab_size).argmax()
+            acc = (guess == val)[selected].mean() if selected.any() else float("nan")
+            base = (val == frequent)[selected].mean() if selected.any() else float("nan")
+            print(f"masked characters recovered: {100 * acc:.1f}% (most frequent character: "
+                  f"{100 * base:.1f}%)\\n")
+            show = lambda ids: "".join("_" if i == MASK else tok.vocab[i] for i in ids[1:])
+            for row in range(min(3, BATCH)):
+                print("masked :", repr(show(inputs[row])))
+                print("guessed:", repr(show(np.where(selected[row], guess[row], val[row]))))
+                print("truth  :", repr(show(val[row])), "\\n")
+        """),
+        md("""
+            ## A vision transformer on handwritten digits
+
+            An image $x\\in\\mathbb R^{H\\times W\\times C}$ becomes $N = HW/P^2$ flattened
+            $P\\times P$ patches, each linearly embedded; a learned `<class>` token is
+            prepended, learned positions are added, and the class token's final state is
+            classified (Bishop §12.4.1, Fig. 12.22). The digits are 8×8, so 2×2 patches give
+            a sequence of 16 tokens.
+        """),
+        code("""
+            %matplotlib inline
+            import matplotlib.pyplot as plt
+
+            from seqjax.data import digits
+            from seqjax.models.vit import ViT, ViTConfig, patchify
+
+            d = digits("images")  # float32[1797, 8, 8, 1] in [0, 1], labels int32[1797]
+            order = np.random.default_rng(0).permutation(len(d["labels"]))
+            n_test = len(order) // 5
+            test = {k: v[order[:n_test]] for k, v in d.items()}
+            train = {k: v[order[n_test:]] for k, v in d.items()}
+            PATCH = 2
+            patches = np.asarray(patchify(train["inputs"][:1], PATCH))[0]  # [16, 4]
+
+            fig, axes = plt.subplots(1, 2, figsize=(6, 2.6), gridspec_kw={"width_ratios": [1, 2]})
+            axes[0].imshow(train["inputs"][0, :, :, 0], cmap="Greys")
+            axes[0].set_title(f"label {train['labels'][0]}")
+            for k in range(0, 8, PATCH):
+                axes[0].axhline(k - 0.5, color="tab:red", lw=0.8)
+                axes[0].axvline(k - 0.5, color="tab:red", lw=0.8)
+            axes[1].imshow(patches.T, cmap="Greys", aspect="auto")
+            axes[1].set_title(f"{len(patches)} patch tokens of {PATCH}x{PATCH} pixels")
+            axes[1].set_xlabel("token")
+            plt.show()
+        """),
+        code("""
+            from seqjax.data import ArrayIterator
+
+            if SMOKE:
+                vit_cfg = ViTConfig(image_size=8, patch_size=PATCH, channels=1, num_classes=10,
+                                    num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32)
+                VIT_STEPS = 2
+            else:
+                vit_cfg = ViTConfig(image_size=8, patch_size=PATCH, channels=1, num_classes=10,
+                                    num_layers=4, num_heads=4, embed_dim=64, mlp_dim=128,
+                                    dropout_rate=0.1)
+                VIT_STEPS = 1500
+            vit = ViT(vit_cfg)
+            vit_params = jax.jit(vit.init)(jax.random.PRNGKey(0), train["inputs"][:1])["params"]
+            print(f"ViT: {count_params(vit_params):,} parameters")
+
+
+            def vit_loss(params, batch, rng):
+                logits = vit.apply({"params": params}, batch["inputs"], deterministic=False,
+                                   rngs={"dropout": rng})
+                loss = masked_cross_entropy(logits, batch["labels"])
+                return loss, {"accuracy": token_accuracy(logits, batch["labels"])}
+
+
+            tx, schedule = make_optimizer(OptimizerConfig(
+                "adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
+                total_steps=VIT_STEPS, weight_decay=0.05, clip_norm=1.0))
+            vit_run = fit(TrainState.create(vit_params, tx, jax.random.PRNGKey(1)),
+                          make_train_step(vit_loss, schedule=schedule),
+                          ArrayIterator(train, 16 if SMOKE else 64, seed=0),
+                          FitConfig(num_steps=VIT_STEPS, log_every=1 if SMOKE else 100,
+                                    tensorboard=False, plot=False))
+
+            predict = jax.jit(lambda p, x: jnp.argmax(vit.apply({"params": p}, x), -1))
+            pred = np.asarray(predict(vit_run.state.params, test["inputs"]))
+            print(f"test accuracy: {100 * np.mean(pred == test['labels']):.1f}% on {n_test} digits")
+        """),
+        code("""
+            fig, axes = plt.subplots(2, 8, figsize=(9, 2.8))
+            for ax, img, y, p in zip(axes.flat, test["inputs"], test["labels"], pred):
+                ax.imshow(img[:, :, 0], cmap="Greys")
+                ax.set_title(f"{p}" + ("" if p == y else f" ({y})"), color="k" if p == y else "tab:red",
+                             fontsize=9)
+                ax.axis("off")
+            fig.suptitle("ViT predictions on held-out digits (truth in brackets when wrong)", fontsize=9)
+            plt.show()
+
+            fig, ax = plt.subplots(figsize=(6, 3))
+            for label, run in (("BERT (MLM)", bert_run), ("ViT", vit_run)):
+                ax.plot([r["step"] for r in run.history], [r["loss"] for r in run.history], label=label)
+            ax.set_xlabel("step")
+            ax.set_ylabel("training loss")
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            plt.show()
+        """),
+        md("""
+            Next: fine-tune the pre-trained encoder for classification (`BertConfig(num_classes=...)`
+            uses the `<cls>` state), or load real BERT weights with `seqjax.interop`.
+            `python -m experiments.bert_mlm` and `python -m experiments.digits` are the
+            scripted versions.
+        """),
+    ]
+
+
+# ----------------------------------------------------------------------------- 05 linear time
+
+
+def linear_time() -> list[tuple[str, str]]:
+    return [
+        *header("05_linear_attention_and_ssm",
+                "Linear-time sequence layers: linear attention and selective state spaces", """
+            Softmax attention costs $O(T^2)$ in the sequence length. Linear attention
+            (Katharopoulos et al. 2020) and selective state-space models (Mamba, Gu & Dao
+            2023) cost $O(T)$ and can be computed two ways: in parallel for training, or as a
+            recurrence for generation. This notebook checks that the forms agree
+            (`seqjax.nn.linear_attention`, `seqjax.nn.ssm`) and measures the cost curves.
+        """),
+        code("""
+            from functools import partial
+
+            import numpy as np
+            import jax.numpy as jnp
+
+            from seqjax.nn import (dot_product_attention, linear_attention, linear_attention_step,
+                                   linear_attention_weights, linear_recurrence, selective_scan,
+                                   selective_step)
+
+            jax.config.update("jax_default_matmul_precision", "highest")  # exact comparisons on TPU
+
+            B, T, H, D = (1, 16, 2, 8) if SMOKE else (2, 256, 4, 32)
+            CHUNK = 8 if SMOKE else 64
+            rng = np.random.default_rng(0)
+            q, k, v = (jnp.asarray(rng.normal(size=(B, T, H, D)), jnp.float32) for _ in range(3))
+
+            # One compiled function per form, reused for the cost curves at the end.
+            causal_linear = {impl: jax.jit(partial(linear_attention, is_causal=True, implementation=impl,
+                                                   chunk_size=CHUNK))
+                             for impl in ("parallel", "chunked", "recurrent")}
+            softmax_attention = jax.jit(partial(dot_product_attention, is_causal=True))
+        """),
+        md("""
+            ## Linear attention: the quadratic form, three linear ones, and an RNN
+
+            With a positive feature map $\\phi(x)=\\mathrm{elu}(x)+1$ instead of $\\exp(q^\\top k)$,
+            causal attention is
+
+            $$y_i=\\frac{\\sum_{j\\le i}\\phi(q_i)^\\top\\phi(k_j)\\,v_j}{\\sum_{j\\le i}\\phi(q_i)^\\top\\phi(k_j)}
+            =\\frac{\\phi(q_i)^\\top S_i}{\\phi(q_i)^\\top z_i},\\qquad
+            S_i=S_{i-1}+\\phi(k_i)v_i^\\top,\\quad z_i=z_{i-1}+\\phi(k_i).$$
+
+            The left side is the $T\\times T$ attention matrix (written below in NumPy); the
+            right side is an RNN whose state is a $D\\times D$ matrix. `implementation=`
+            `"parallel"` (prefix sums), `"chunked"` (quadratic inside chunks, recurrent across
+            them) and `"recurrent"` (`lax.scan`) compute the same thing; so does feeding one
+            token at a time to `linear_attention_step`, which is how generation works.
+        """),
+        code("""
+            def phi(x):
+                return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0)))  # elu(x) + 1
+
+
+            def quadratic_np(q, k, v):
+                pq, pk = phi(np.asarray(q, np.float64)), phi(np.asarray(k, np.float64))
+                a_BxHxTxT = np.einsum("bqhd,bkhd->bhqk", pq, pk) * np.tril(np.ones((T, T)))
+                a_BxHxTxT /= a_BxHxTxT.sum(-1, keepdims=True) + 1e-6
+                return np.einsum("bhqk,bkhe->bqhe", a_BxHxTxT, np.asarray(v, np.float64))
+
+
+            reference = quadratic_np(q, k, v)
+            for impl, fn in causal_linear.items():
+                print(f"{impl:>9}: max |y - quadratic form| = {np.abs(fn(q, k, v) - reference).max():.1e}")
+                assert np.allclose(fn(q, k, v), reference, atol=1e-4)
+
+            step = jax.jit(linear_attention_step)
+            state = (jnp.zeros((B, H, D, D)), jnp.zeros((B, H, D)))  # (S, z)
+            ys = []
+            for t in range(T):
+                state, y_t = step(state, q[:, t], k[:, t], v[:, t])
+                ys.append(y_t)
+            err = np.abs(np.stack(ys, axis=1) - reference).max()
+            print(f"one token at a time: max |y - quadratic form| = {err:.1e}")
+            assert err < 1e-4
+        """),
+        code("""
+            %matplotlib inline
+            import matplotlib.pyplot as plt
+
+            _, softmax_w = jax.jit(partial(dot_product_attention, is_causal=True, return_weights=True))(
+                q, k, v)
+            linear_w = jax.jit(partial(linear_attention_weights, is_causal=True))(q, k)
+            fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+            for ax, w, title in ((axes[0], softmax_w, "softmax: exp(q.k / sqrt(d))"),
+                                 (axes[1], linear_w, "linear: phi(q).phi(k)")):
+                im = ax.imshow(np.asarray(w[0, 0]), cmap="viridis")
+                ax.set_title(title, fontsize=9)
+                ax.set_xlabel("key j")
+                ax.set_ylabel("query i")
+                fig.colorbar(im, ax=ax, fraction=0.046)
+            fig.suptitle("causal attention weights of head 0 (rows sum to 1)", fontsize=9)
+            plt.show()
+        """),
+        md("""
+            Linear attention's weights are flatter: the kernel $\\phi(q)^\\top\\phi(k)$ is less
+            peaked than the exponential, which is the price of linear cost.
+
+            ## Selective state spaces: an associative scan and a loop
+
+            A diagonal state-space layer keeps, per channel $e$, a state $h_t\\in\\mathbb R^N$:
+            $h_t=\\bar A_t\\odot h_{t-1}+\\bar B_t x_t$, $y_t=C_t h_t + D x_t$, with the zero-order
+            hold $\\bar A_t=\\exp(\\Delta_t A)$, $\\bar B_t\\approx\\Delta_t B_t$. Mamba makes
+            $\\Delta_t, B_t, C_t$ functions of the input (selection). The recurrence is linear
+            in $h$, so the pairs $(a, b)$ compose associatively,
+            $(a_1,b_1)\\circ(a_2,b_2)=(a_1a_2,\\;a_2b_1+b_2)$, and `jax.lax.associative_scan`
+            evaluates all $T$ states in $O(\\log T)$ depth.
+        """),
+        code("""
+            E, N = (8, 4) if SMOKE else (64, 16)
+            x = jnp.asarray(rng.normal(size=(B, T, E)), jnp.float32)
+            delta = jax.nn.softplus(jnp.asarray(rng.normal(size=(B, T, E)) - 2.0, jnp.float32))
+            A = -jnp.exp(jnp.asarray(rng.normal(size=(E, N)) * 0.5, jnp.float32))  # negative: stable
+            Bt, Ct = (jnp.asarray(rng.normal(size=(B, T, N)), jnp.float32) for _ in range(2))
+            Dskip = jnp.ones((E,), jnp.float32)
+
+            ssm = {impl: jax.jit(partial(selective_scan, impl=impl))
+                   for impl in ("associative", "sequential")}
+            y_assoc, y_seq = (ssm[impl](x, delta, A, Bt, Ct, Dskip) for impl in ssm)
+
+
+            def ssm_np(x, delta, A, Bt, Ct, Dskip):  # the recurrence, one step at a time
+                x, delta, A, Bt, Ct = (np.asarray(a, np.float64) for a in (x, delta, A, Bt, Ct))
+                h = np.zeros((B, E, N))
+                ys = []
+                for t in range(T):
+                    a_bar = np.exp(delta[:, t, :, None] * A)             # exp(dt A)
+                    b_bar = delta[:, t, :, None] * Bt[:, t, None, :]     # dt B
+                    h = a_bar * h + b_bar * x[:, t, :, None]
+                    ys.append(np.einsum("ben,bn->be", h, Ct[:, t]) + np.asarray(Dskip) * x[:, t])
+                return np.stack(ys, axis=1)
+
+
+            reference = ssm_np(x, delta, A, Bt, Ct, Dskip)
+            for name, y in (("associative scan", y_assoc), ("sequential scan", y_seq)):
+                print(f"{name:>16}: max |y - numpy recurrence| = {np.abs(y - reference).max():.1e}")
+                assert np.allclose(y, reference, atol=1e-4)
+
+            step = jax.jit(selective_step)
+            h = jnp.zeros((B, E, N))
+            ys = []
+            for t in range(T):
+                h, y_t = step(h, x[:, t], delta[:, t], A, Bt[:, t], Ct[:, t], Dskip)
+                ys.append(y_t)
+            err = np.abs(np.stack(ys, axis=1) - reference).max()
+            print(f"one token at a time: max |y - numpy recurrence| = {err:.1e}")
+            assert err < 1e-4
+            # The same operator on its own: h_t = a_t h_{t-1} + b_t.
+            print(linear_recurrence(jnp.full((1, 4, 1), 0.5), jnp.ones((1, 4, 1)))[0, :, 0])
+        """),
+        md("""
+            `SelectiveSSM` and `MambaBlock` wrap this scan with the learned projections
+            (`scan_impl="associative"` or `"sequential"`; `.step` / `init_cache` for
+            generation), and `TransformerBlock(attention=LinearAttention)` swaps the
+            attention of a transformer block.
+
+            ## Cost curves
+
+            Time per call against the sequence length $T$ (one batch, forward only, after
+            compilation): softmax attention grows like $T^2$, the others like $T$. On a TPU or
+            GPU the parallel forms win at short lengths (the hardware is idle otherwise); the
+            sequential scan pays one loop step per token.
+        """),
+        code("""
+            import time
+
+            LENGTHS = [16, 32] if SMOKE else [256, 512, 1024, 2048, 4096, 8192]
+
+
+            def seconds(fn, *args, repeats=3):
+                jax.block_until_ready(fn(*args))  # compile
+                best = float("inf")
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    jax.block_until_ready(fn(*args))
+                    best = min(best, time.perf_counter() - start)
+                return best
+
+
+            costs = {name: [] for name in ("softmax attention", "linear attention (chunked)",
+                                           "linear attention (recurrent)", "SSM (associative)",
+                                           "SSM (sequential)")}
+            for n in LENGTHS:
+                qn, kn, vn = (jnp.asarray(rng.normal(size=(1, n, H, D)), jnp.float32) for _ in range(3))
+                xn, dn = jnp.ones((1, n, E)), jnp.full((1, n, E), 0.1)
+                bn = cn = jnp.ones((1, n, N)) / N
+                costs["softmax attention"].append(seconds(softmax_attention, qn, kn, vn))
+                costs["linear attention (chunked)"].append(seconds(causal_linear["chunked"], qn, kn, vn))
+                costs["linear attention (recurrent)"].append(
+                    seconds(causal_linear["recurrent"], qn, kn, vn))
+                costs["SSM (associative)"].append(seconds(ssm["associative"], xn, dn, A, bn, cn))
+                costs["SSM (sequential)"].append(seconds(ssm["sequential"], xn, dn, A, bn, cn))
+
+            fig, ax = plt.subplots(figsize=(6.5, 4))
+            for name, ts in costs.items():
+                ax.plot(LENGTHS, np.asarray(ts) * 1e3, "o-", label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("sequence length T")
+            ax.set_ylabel("ms per call")
+            ax.set_title(f"forward cost on {BACKEND} ({DEVICES[0].device_kind})", fontsize=9)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=8)
+            plt.show()
+        """),
+    ]
+
+
 NOTEBOOKS = {
     "00_quickstart": quickstart,
     "01_rnns_from_the_equations": rnns,
     "02_seq2seq_attention": seq2seq,
     "03_transformers": transformers,
+    "04_bert_and_vit": bert_vit,
+    "05_linear_attention_and_ssm": linear_time,
 }
 
 

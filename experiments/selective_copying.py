@@ -93,16 +93,16 @@ class Config:
     num_tokens: int = 8
     num_symbols: int = 8
     # associative recall
-    num_pairs: int = 16
-    num_keys: int = 32
-    num_values: int = 32
+    num_pairs: int = 8
+    num_keys: int = 16
+    num_values: int = 16
     # bookkeeping
     fast_compile: bool = False  # LLVM -O0 (smoke runs, where compiling is the whole cost)
     out: str | None = None  # markdown report
     json_out: str | None = None  # raw results
 
 
-DEFAULT_STEPS = {"selective_copying": 1500, "associative_recall": 1000}
+DEFAULT_STEPS = {"selective_copying": 1500, "associative_recall": 1500}
 PRESETS = {
     # Every model on selective copying and the SSM on associative recall, tiny: seconds.
     "smoke": dict(

@@ -246,7 +246,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
     sub.add_parser("list", help="list experiments and presets")
+    bench = sub.add_parser("bench", help="run a benchmark from benchmarks/ (--smoke: seconds)")
+    bench.add_argument("benchmark", nargs="?")
     args, rest = ap.parse_known_args(argv)
+    if args.command == "bench":
+        from benchmarks.__main__ import main as bench_main
+
+        return bench_main(([args.benchmark] if args.benchmark else []) + rest)
     try:
         if args.command == "list":
             if rest:

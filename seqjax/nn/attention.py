@@ -432,12 +432,14 @@ def dot_product_attention(
         bias: additive score bias broadcastable to ``[B, H, Q, K]`` (e.g. ALiBi).
         is_causal: also apply :func:`~seqjax.nn.masks.causal_mask` ``(Q, K)``.
         scale: score scale (default ``1/√D``).
-        implementation: ``"xla"`` (fused einsum path, grouped GQA without
-            repeating K/V), ``"reference"`` (plain einsum, K/V repeated — for
-            tests), ``"cudnn"`` (``jax.nn.dot_product_attention(implementation="cudnn")``,
-            flash attention on a GPU with float16/bfloat16 and head dim ≤ 128:
-            anything else is a ``ValueError``), ``"auto"`` (cuDNN when allowed,
-            else ``"xla"``).
+        implementation: ``"xla"`` (the fast path for CPU/TPU: heads-first
+            batched GEMMs, GQA without repeating K/V, a hand-written backward
+            pass, and causal attention in 128-query chunks that skip the masked
+            upper triangle), ``"reference"`` (plain einsum, K/V repeated,
+            autodiff — for tests), ``"cudnn"``
+            (``jax.nn.dot_product_attention(implementation="cudnn")``, flash
+            attention on a GPU with float16/bfloat16 and head dim ≤ 128: anything
+            else is a ``ValueError``), ``"auto"`` (cuDNN when allowed, else ``"xla"``).
         dropout_rate: attention-weight dropout (needs ``dropout_rng``).
         dropout_rng: PRNG key for dropout.
         return_weights: also return the weights ``[B, H, Q, K]`` (float32).

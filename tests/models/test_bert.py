@@ -87,12 +87,17 @@ def test_bert_learns_masked_tokens_and_classes():
                      norm_epsilon=1e-6)
     model = Bert(cfg)
     tok = np.random.default_rng(0).integers(2, 12, (n_batches * 32, 1))
-    x = jnp.asarray(np.concatenate([np.full_like(tok, cls_id), np.repeat(tok, 7, -1)], -1),
-                    jnp.int32)
-    inputs, selected = mlm_mask(jax.random.PRNGKey(1), x, vocab_size=12, mask_id=mask_id,
-                                select_rate=0.3, maskable_BxT=jnp.arange(8)[None] > 0)
+    x = np.concatenate([np.full_like(tok, cls_id), np.repeat(tok, 7, -1)], -1)
+    # BERT's corruption (here with numpy; mlm_mask is tested above): 30% of the copies,
+    # 80% of them -> <mask>, 10% -> a random token, 10% unchanged.
+    rng = np.random.default_rng(1)
+    selected = (rng.random(x.shape) < 0.3) & (np.arange(8) > 0)
+    u = rng.random(x.shape)
+    corrupt = np.where(u < 0.8, mask_id, np.where(u < 0.9, rng.integers(0, 12, x.shape), x))
+    inputs, selected = jnp.asarray(np.where(selected, corrupt, x), jnp.int32), jnp.asarray(selected)
     batches = tuple(a.reshape(n_batches, 32, *a.shape[1:]) for a in
-                    (inputs, selected, x, jnp.asarray(tok[:, 0] % 2, jnp.int32)))
+                    (inputs, selected, jnp.asarray(x, jnp.int32),
+                     jnp.asarray(tok[:, 0] % 2, jnp.int32)))
     v = np_init(model, batches[0][0], scale=None)
 
     def loss(p, batch):

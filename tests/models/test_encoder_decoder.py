@@ -60,20 +60,21 @@ def _full_logits(model, src, src_len, v, tokens):
 
 
 def test_cached_generation_equals_recomputation_and_source_padding():
+    """Cached decoding == the full pass recomputed at every step; the reference sees the
+    sources with different padding content, which must not matter."""
     model = Transformer(CFG.replace(tgt_vocab_size=9))
     prompts = jnp.asarray(RNG.integers(0, 9, (3, 4)), jnp.int32)
     p_len = jnp.array([1, 4, 2])
     v = np_init(model, SRC, prompts, scale=None, seed=1)
-    inputs = {"src": SRC, "src_lengths": SRC_LEN}
-    out = greedy_search(model, v, prompts, p_len, max_new_tokens=6, inputs=inputs)
-    ref = greedy_search(recompute_decoder(functools.partial(_full_logits, model, SRC, SRC_LEN)),
+    out = greedy_search(model, v, prompts, p_len, max_new_tokens=6,
+                        inputs={"src": SRC, "src_lengths": SRC_LEN})
+    repadded = SRC.at[1, 4:].set(0).at[2, 2:].set(12)
+    ref = greedy_search(recompute_decoder(functools.partial(_full_logits, model, repadded,
+                                                            SRC_LEN)),
                         v, prompts, p_len, max_new_tokens=6)
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_allclose(out.log_probs, ref.log_probs, rtol=1e-4)
-    # The padding of a source is invisible: row 2 alone, unpadded.
-    padded, alone = jax.jit(lambda v: (model.apply(v, SRC, prompts, SRC_LEN),
-                                       model.apply(v, SRC[2:, :2], prompts[2:])))(v)
-    np.testing.assert_allclose(padded[2], alone[0], rtol=1e-5, atol=1e-5)
+    assert len({tuple(r) for r in np.asarray(out.tokens).tolist()}) > 1
 
 
 def test_bad_inputs():
