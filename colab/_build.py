@@ -1535,7 +1535,8 @@ def linear_time() -> list[tuple[str, str]]:
         code("""
             import time
 
-            LENGTHS = [16, 32] if SMOKE else [256, 512, 1024, 2048, 4096, 8192]
+            LENGTHS = [16, 32] if SMOKE else [256, 512, 1024, 2048, 4096] + (
+                [8192, 16384] if BACKEND != "cpu" else [])
 
 
             def seconds(fn, *args, repeats=3):

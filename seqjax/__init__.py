@@ -2,7 +2,23 @@
 
 __version__ = "0.1.0"
 
-from seqjax import nn  # noqa: E402
+from seqjax import decoding, models, nn  # noqa: E402
+from seqjax.decoding import (  # noqa: E402
+    BeamSearchOutput,
+    Decodable,
+    DecodeOutput,
+    FunctionalDecoder,
+    beam_search,
+    generate,
+    greedy_search,
+    process_logits,
+    recompute_decoder,
+    sample,
+)
 from seqjax.utils import count_params  # noqa: E402
 
-__all__ = ["__version__", "count_params", "nn"]
+__all__ = [
+    "BeamSearchOutput", "Decodable", "DecodeOutput", "FunctionalDecoder", "__version__",
+    "beam_search", "count_params", "decoding", "generate", "greedy_search", "models", "nn",
+    "process_logits", "recompute_decoder", "sample",
+]

@@ -27,10 +27,10 @@ cache through :func:`recompute_decoder` (the reference for cached decoding).
   optionally restricted to the ``top_k`` most probable tokens and/or to the
   nucleus (``top_p``: the smallest set whose mass reaches ``p``), renormalised;
   ``temperature=0`` is greedy;
-* beam search with beam width ``K``: keep the ``K`` best prefixes by total
+* beam search with beam width ``K``: keep the ``K`` best hypotheses by the
   log-probability :math:`\sum_n \log p(y_n \mid y_{<n})` (Bishop (12.34));
-  hypotheses — unfinished, and finished ones (ending in ``eos_id``) which keep
-  their place — are ranked by the length-normalised score
+  unfinished hypotheses and finished ones (ending in ``eos_id``, which keep their
+  slot) are ranked together by the length-normalised score
   :math:`\log p(y) / |y|^{\alpha}` (``length_penalty`` :math:`\alpha`;
   :math:`\alpha = 1` divides by the length, as Bishop suggests, :math:`\alpha = 0` is the
   raw log-probability).
@@ -134,6 +134,9 @@ class BeamSearchOutput(NamedTuple):
         lengths: ``int32[B, K]`` (``eos_id`` included).
         log_probs: ``float32[B, K]`` total log-probability of each hypothesis.
         scores: ``float32[B, K]`` the ranking score ``log_probs / lengths**length_penalty``.
+
+    When fewer than ``K`` distinct hypotheses exist (e.g. ``K > |V|`` after one step),
+    the extra slots have length 0, ``pad_id`` tokens and scores of about ``-1e9``.
     """
 
     tokens: Array

@@ -25,6 +25,7 @@ from seqjax.nn.linear_attention import (
     linear_attention_step,
     linear_attention_weights,
 )
+from seqjax.nn.lora import LORA_TARGETS, init_lora, lora_delta, merge_lora, unmerge_lora
 from seqjax.nn.masks import (
     causal_mask,
     combine_masks,
@@ -79,6 +80,8 @@ __all__ = [
     "get_activation", "glu_hidden_dim",
     # transformer
     "REMAT_POLICIES", "TransformerBlock", "TransformerDecoder", "TransformerEncoder",
+    # LoRA adapters
+    "LORA_TARGETS", "init_lora", "lora_delta", "merge_lora", "unmerge_lora",
     # linear-time layers
     "FEATURE_MAPS", "LinearAttention", "LinearAttentionCache", "elu_plus_one", "linear_attention",
     "linear_attention_step", "linear_attention_weights", "CausalDepthwiseConv1d", "MambaBlock",
