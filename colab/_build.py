@@ -12,6 +12,10 @@ set-up cell with the ``SMOKE`` switch (environment variable ``SEQJAX_SMOKE``) an
 TPU / GPU / CPU check.
 """
 
+# The cell sources below are notebook code and Markdown (LaTeX) indented inside this
+# script, so their lines run past the 100 columns of the Python around them.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 import json
@@ -51,7 +55,8 @@ def header(name: str, title: str, intro: str, *, extras: str = "") -> list[tuple
         md(f"# {title}\n\n{badge}\n\n" + _src(intro)),
         code(f'''
             # Install seqjax from its repository when it is not importable (a fresh Colab
-            # runtime). Skipped in a checkout with `pip install -e .` and in CI.
+            # runtime). Skipped in a checkout with `pip install -e .` and in CI. Should pip
+            # upgrade jax here, restart the session (Runtime -> Restart session) once.
             import importlib.util
             import subprocess
             import sys
@@ -84,9 +89,8 @@ def header(name: str, title: str, intro: str, *, extras: str = "") -> list[tuple
             print(f"jax {jax.__version__} on {BACKEND}: {len(DEVICES)} x {DEVICES[0].device_kind}")
             print(f"SMOKE = {SMOKE}")
             if BACKEND == "cpu" and not SMOKE:
-                print("No accelerator found: the sizes below shrink so that the notebook still "
-                      "finishes on CPU. Runtime -> Change runtime type -> TPU or GPU for the "
-                      "full-size run.")
+                print("No accelerator found: running on the CPU, slower, with smaller sizes where "
+                      "it matters. Runtime -> Change runtime type -> TPU or GPU for the full run.")
         """),
     ]
 
@@ -193,7 +197,7 @@ def quickstart() -> list[tuple[str, str]]:
                 STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 2, 2, 1e-3, 1, 2, 1
             elif BACKEND == "cpu":  # nanoGPT's README CPU run: 4 layers, 128 wide, block 64
                 cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"].replace(vocab_size=tok.vocab_size)
-                STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 2000, 12, 1e-3, 100, 250, 20
+                STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 1000, 12, 1e-3, 100, 200, 20
             else:  # nanoGPT's train_shakespeare_char: 6 layers, 384 wide, block 256
                 cfg = TRANSFORMER_LM_PRESETS["nanogpt-shakespeare-char"].replace(
                     vocab_size=tok.vocab_size)
@@ -364,7 +368,7 @@ def quickstart() -> list[tuple[str, str]]:
                 model_config=dataclasses.asdict(cfg), tokenizer=tok.to_json(),
             )
             print(f"resumed from step {resumed.start_step}, now at step {int(resumed.state.step)}")
-            assert resumed.start_step == STEPS
+            assert resumed.start_step >= STEPS  # (more than STEPS when the notebook is run again)
         """),
         md("""
             ## Next
@@ -685,8 +689,13 @@ def rnns() -> list[tuple[str, str]]:
                     p = {"params": {**params0["params"], "recurrent_kernel": rho * Q}}
                     curves[f"{name}, rho = {rho}"] = np.asarray(norms(p, x))
             lstm = LSTMCell(HID, forget_bias=1.0)
-            curves["LSTM at init"] = np.asarray(
-                jax.jit(lambda p, x: adjoint_norms(lstm, p, x))(init_cell(lstm, xs[:, 0]), xs))
+            lstm_norms = jax.jit(lambda p, x: adjoint_norms(lstm, p, x))
+            p_lstm = init_cell(lstm, xs[:, 0])
+            curves["LSTM, forget bias 1"] = np.asarray(lstm_norms(p_lstm, xs))
+            bias = p_lstm["params"]["input"]["bias"]  # gate blocks i, f, c~, o
+            p_lstm3 = {"params": {**p_lstm["params"], "input": {
+                **p_lstm["params"]["input"], "bias": bias.at[HID:2 * HID].add(2.0)}}}
+            curves["LSTM, forget bias 3"] = np.asarray(lstm_norms(p_lstm3, xs))
 
             # MEDL (7.12): the linear RNN's adjoint is exactly rho^(T-t) ||zeta<T>||.
             lin = curves["linear, rho = 1.2"]
@@ -704,6 +713,7 @@ def rnns() -> list[tuple[str, str]]:
                 ax.plot(distance, norms / norms[-1], label=label,
                         ls="--" if label.startswith("linear") else "-")
             ax.set_yscale("log")
+            ax.set_ylim(bottom=1e-20)
             ax.set_xlabel("T - t (steps back in time)")
             ax.set_ylabel("||dL/dh<t>|| / ||dL/dh<T>||")
             ax.set_title("Vanishing and exploding gradients (MEDL (7.11)-(7.12))")
@@ -712,8 +722,12 @@ def rnns() -> list[tuple[str, str]]:
             plt.show()
         """),
         md("""
-            The tanh RNN vanishes even at $\\rho \\ge 1$ because $\\tanh' \\le 1$ shrinks every
-            step; the LSTM's additive memory path keeps a usable gradient much longer.
+            The linear RNN follows $\\rho^{T-t}$ exactly. The tanh RNN vanishes even at
+            $\\rho \\ge 1$: $\\tanh' < 1$ shrinks the adjoint at every step. An LSTM at
+            initialisation is no exception — along its memory $c$ the adjoint is multiplied by
+            the forget gate, about $\\sigma(1) \\approx 0.73$ per step with a forget-gate bias
+            of 1 — but a bias of 3 ($\\sigma(3) \\approx 0.95$) keeps it orders of magnitude
+            longer, and training learns to hold $g_f \\approx 1$ where the task needs memory.
             Gradient clipping (`OptimizerConfig(clip_norm=1.0)`) tames the exploding side;
             `python -m experiments.gradients` trains all three cells on the adding problem.
         """),
@@ -914,6 +928,8 @@ def seq2seq() -> list[tuple[str, str]]:
                 ax.set_xticks(range(len(src_words)), src_words, rotation=45, ha="right")
                 ax.set_yticks(range(n_out), out_words)
                 ax.set_title(f"{n}: {english[n]}", fontsize=9)
+                print(f"{n}: " + ", ".join(f"{w} <- {src_words[j]}" for w, j in
+                                           zip(out_words, a[:n_out, :len(src_words)].argmax(-1))))
             fig.tight_layout()
             plt.show()
         """),
@@ -1536,7 +1552,7 @@ def linear_time() -> list[tuple[str, str]]:
             import time
 
             LENGTHS = [16, 32] if SMOKE else [256, 512, 1024, 2048, 4096] + (
-                [8192, 16384] if BACKEND != "cpu" else [])
+                [8192] if BACKEND != "cpu" else [])
 
 
             def seconds(fn, *args, repeats=3):
@@ -1574,6 +1590,9 @@ def linear_time() -> list[tuple[str, str]]:
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=8)
             plt.show()
+            print("ms per call:  T = " + "  ".join(f"{n:>7}" for n in LENGTHS))
+            for name, ts in costs.items():
+                print(f"{name:>28}: " + "  ".join(f"{1e3 * t:7.2f}" for t in ts))
         """),
     ]
 
@@ -1591,6 +1610,7 @@ NOTEBOOKS = {
 def build(name: str) -> nbformat.NotebookNode:
     """The notebook ``name`` (no outputs, deterministic cell ids)."""
     nb = nbformat.v4.new_notebook()
+    nb.nbformat, nb.nbformat_minor = 4, 5  # pinned: the files must not change with nbformat
     nb.metadata = {
         "accelerator": "TPU",
         "colab": {"provenance": [], "name": f"{name}.ipynb"},

@@ -242,8 +242,8 @@ def run(cfg: Config) -> dict:
               + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"]))
 
     model = _bert(cfg, tok.vocab_size, length, classifier=True)
-    init = jax.jit(model.init)
-    template = init(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
+    init_fn = jax.jit(model.init)
+    template = init_fn(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
     shared = [k for k in template if k in mlm_params]
     tx, schedule = _optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps)
 
@@ -265,7 +265,8 @@ def run(cfg: Config) -> dict:
             pick = np.sort(np.random.default_rng(1000 + seed).permutation(len(train_s))[:n])
             labelled = {k: v[pick] for k, v in train.items()}
             for init in ("pretrained", "scratch"):
-                params = init(jax.random.PRNGKey(seed), jnp.asarray(train["tokens"][:1]))["params"]
+                params = init_fn(jax.random.PRNGKey(seed),
+                                 jnp.asarray(train["tokens"][:1]))["params"]
                 if init == "pretrained":
                     params = {**params, **{k: mlm_params[k] for k in shared}}
                 state = TrainState.create(params, tx, jax.random.PRNGKey(seed + 7))

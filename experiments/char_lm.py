@@ -180,7 +180,8 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
         ), dtype=dtype)
     return RNNLanguageModel(
         vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
-        cell_type="lstm", dropout=cfg.dropout, cell_kwargs={"forget_bias": 1.0}, dtype=dtype,
+        # cell_kwargs as pairs, not a dict: the model must be hashable (a static jit argument).
+        cell_type="lstm", dropout=cfg.dropout, cell_kwargs=(("forget_bias", 1.0),), dtype=dtype,
     )
 
 
@@ -322,6 +323,9 @@ def run(cfg: Config) -> dict:
     )
     train_wall = time.perf_counter() - start
     load_after = load_average()
+    if result.start_step:  # resumed: the training time is in the earlier runs' records
+        records = read_history(cfg, result)
+        train_wall = max((r.get("time", 0.0) for r in records), default=train_wall)
     params = result.state.params
     final = evaluate_batches(eval_step, params, eval_batches)
     train_est = evaluate_batches(eval_step, params,
@@ -445,7 +449,7 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.14, top=0.92)
     for _wd, s, recs in runs:
-        name = f"{s['config']['model']} ({s['params'] / 1e6:.2f}M)"
+        name = f"{s['config']['model']} ({s['params'] / 1e6:.2f}M, {s['steps']} it.)"
         pts = [(r["step"], r["eval/loss"]) for r in recs if "eval/loss" in r]
         tr = [(r["step"], r["loss"]) for r in recs if "loss" in r]
         line, = ax.plot(*zip(*pts), marker="o", ms=3, label=f"{name} val")
@@ -487,11 +491,12 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
     for _wd, s, _ in runs:
         c = s["config"]
         full = "" if s["val_loss_full"] is None else f"{s['val_loss_full']:.4f}"
+        loads = (f"{s['load_average_before']} → {s['load_average_after']}"
+                 if not s["resumed_from"] else "not recorded (evaluated in a resumed run)")
         lines.append(
             f"| {c['model']} {c['num_layers']}L/{c['embed_dim']}d | {s['params']:,} | "
             f"{s['steps']} | {c['learning_rate']:g} | {s['val_loss_estimate']:.4f} | {full} | "
-            f"{s['train_loss_estimate']:.4f} | {s['train_wall_s'] / 60:.1f} min | "
-            f"{s['load_average_before']} → {s['load_average_after']} | "
+            f"{s['train_loss_estimate']:.4f} | {s['train_wall_s'] / 60:.1f} min | {loads} | "
             f"nanoGPT val ≈ {s['anchor_val_loss']} (~3 min on a laptop CPU) |")
     lines += ["", "![loss curves](char_lm_loss.png)", "",
               "Validation loss during training (20 fixed random batches):", "",

@@ -185,7 +185,7 @@ def ratio_at(profile: list[float], d: int) -> float:
 
 
 def _adding_model(cell: str, hidden: int) -> RNNClassifier:
-    kwargs = {"forget_bias": 1.0} if cell == "lstm" else None
+    kwargs = (("forget_bias", 1.0),) if cell == "lstm" else None
     return RNNClassifier(num_classes=1, vocab_size=None, hidden_size=hidden, cell_type=cell,
                          pooling="last", cell_kwargs=kwargs)
 

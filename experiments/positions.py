@@ -271,8 +271,10 @@ def _plots(cfg: Config, medl: dict, bishop: dict, runs: list[dict], outdir: str)
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.13, top=0.9)
+    n_pos = bishop["r"].shape[0]
     im = ax.imshow(bishop["r"], aspect="auto", cmap="viridis", origin="upper",
-                   interpolation="nearest")
+                   interpolation="nearest",
+                   extent=(-0.5, cfg.bishop_dim - 0.5, n_pos + 0.5, 0.5))
     ax.set_xlabel("component i")
     ax.set_ylabel("position n")
     ax.set_title(f"Bishop (12.25): D={cfg.bishop_dim}, L={cfg.bishop_base:g}, "

@@ -142,3 +142,13 @@ def test_char_lm_configs():
     assert 0.75e6 < n < 0.9e6  # "similar size" to the 0.80M transformer
     with pytest.raises(ValueError, match="model"):
         char_lm.build_model(char_lm.Config(model="gru"), 65)
+
+
+def test_lstm_generates():
+    cfg = char_lm.Config(model="lstm", num_layers=1, embed_dim=8)
+    model = char_lm.build_model(cfg, 11)
+    hash(model)  # a static argument of the jitted decoding loop
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))["params"]
+    out = char_lm.generate_ids(model, params, cfg, [1, 2], max_new_tokens=3, temperature=0.8,
+                               top_k=5, seed=0)
+    assert len(out) == 3 and all(0 <= t < 11 for t in out)

@@ -368,6 +368,29 @@ def test_chunked_causal_path(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_long_noncausal_scan_path(monkeypatch):
+    # Long non-causal attention loops over query chunks and recomputes the scores in its
+    # backward pass: == reference with GQA, a key-padding mask with an empty row, and a
+    # query count that is not a multiple of the chunk.
+    monkeypatch.setattr(attention_mod, "_SCAN_MIN_KEYS", 4)
+    monkeypatch.setattr(attention_mod, "_CAUSAL_CHUNK", 3)
+    q, k, v = _qkv(q=8, k=6, d=5, seed=7)
+    mask = np.ones((2, 1, 1, 6), bool)
+    mask[0, ..., 3:] = False
+    mask[1] = False
+    attend = lambda impl: lambda q, k, v: dot_product_attention(q, k, v, mask=mask,
+                                                                implementation=impl)
+    assert "scan" in str(jax.make_jaxpr(attend("xla"))(q, k, v))
+    out = attend("xla")(q, k, v)
+    np.testing.assert_allclose(out, attend("reference")(q, k, v), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out[1], 0.0)
+    grad = lambda impl: jax.jit(jax.grad(lambda *a: jnp.sum(jnp.sin(attend(impl)(*a))),
+                                         argnums=(0, 1, 2)))(q, k, v)
+    for a, b in zip(grad("xla"), grad("reference")):
+        assert np.isfinite(a).all()
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 def np_mha_core(q, k, v, mask):
     h, g = q.shape[2], k.shape[2]
     kk, vv = np.repeat(k, h // g, axis=2), np.repeat(v, h // g, axis=2)
