@@ -878,8 +878,9 @@ def seq2seq() -> list[tuple[str, str]]:
 
 
             def detok(ids):
-                words = tgt_tok.decode([i for i in ids if i not in (PAD, BOS)]).split(" <eos>")[0]
-                return words.replace(" - ", "-").replace(" ,", ",")
+                ids = list(ids)
+                ids = ids[:ids.index(EOS)] if EOS in ids else ids
+                return tgt_tok.decode(ids, skip_special=True).replace(" - ", "-").replace(" ,", ",")
 
 
             decoded, translations = {}, {}
@@ -896,6 +897,8 @@ def seq2seq() -> list[tuple[str, str]]:
                 r = test_rows[i]
                 print(f"{numbers[r]:>4} {english[r]!r:28} -> " +
                       " | ".join(f"{name}: {translations[name][i]!r}" for name in models))
+            wrong = [numbers[r] for t, r in zip(translations["attention"], test_rows) if t != french[r]]
+            print(f"\nheld-out numbers the attention model gets wrong ({len(wrong)}):", wrong[:20])
         """),
         md("""
             ## Where the decoder looks
@@ -1196,6 +1199,8 @@ def bert_vit() -> list[tuple[str, str]]:
 
             from seqjax.data import CharTokenizer, LMWindowIterator, SpecialTokens, split_text
             from seqjax.models.bert import Bert, BertConfig, mlm_mask
+            from seqjax.train import (FitConfig, OptimizerConfig, TrainState, fit, make_optimizer,
+                                      make_train_step, masked_cross_entropy, token_accuracy)
             from seqjax.utils import count_params
 
             text = load_shakespeare()
@@ -1238,9 +1243,6 @@ def bert_vit() -> list[tuple[str, str]]:
                               "tokens": jnp.sum(selected)}
         """),
         code("""
-            from seqjax.train import (FitConfig, OptimizerConfig, TrainState, fit, make_optimizer,
-                                      make_train_step, masked_cross_entropy, token_accuracy)
-
             example = with_cls(next(LMWindowIterator(train_ids, BATCH, WINDOW, seed=0)))
             params = jax.jit(bert.init)(jax.random.PRNGKey(0), example["tokens"])["params"]
             print(f"BERT: {count_params(params):,} parameters")

@@ -430,7 +430,8 @@ def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature
 # ----------------------------------------------------------------------------- results
 
 
-def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str]) -> str:
+def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str],
+                  notes: tuple[str, ...] = ()) -> str:
     """``results_dir/char_lm.md`` and ``char_lm_loss.png`` from finished runs' work dirs.
 
     ``commands`` maps each work dir to the command that trained it. Every number comes
@@ -476,6 +477,7 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
         "",
     ]
     lines += [f"* `{commands.get(wd, 'python -m experiments.char_lm')}`" for wd, _, _ in runs]
+    lines += ["", *notes] if notes else []
     lines += [
         "",
         "Data: nanoGPT's `shakespeare_char` (65 characters; 1,003,854 train / 111,540 val). "
@@ -500,7 +502,8 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
             f"nanoGPT val ≈ {s['anchor_val_loss']} (~3 min on a laptop CPU) |")
     lines += ["", "![loss curves](char_lm_loss.png)", "",
               "Validation loss during training (20 fixed random batches):", "",
-              "| iteration | " + " | ".join(s["config"]["model"] for _, s, _ in runs) + " |",
+              "| iteration | " + " | ".join(f"{s['config']['model']}, {s['steps']} it."
+                                           for _, s, _ in runs) + " |",
               "|---:|" + "---:|" * len(runs)]
     evals = [{r["step"]: r["eval/loss"] for r in recs if "eval/loss" in r} for _, _, recs in runs]
     for step in sorted(set().union(*evals)):
@@ -508,7 +511,8 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
             f"{e[step]:.4f}" if step in e else "" for e in evals) + " |")
     for _wd, s, _ in runs:
         c = s["config"]
-        lines += ["", f"Sample of the {c['model']} (prompt a newline, temperature "
+        lines += ["", f"Sample of the {c['model']} after {s['steps']} iterations (prompt a "
+                  "newline, temperature "
                   f"{c['sample_temperature']:g}, top-k {c['sample_top_k']}, "
                   f"{c['sample_chars']} characters):", "", "```", s["sample"].strip(), "```"]
     lines += [

@@ -82,7 +82,7 @@ PRESETS: dict[str, dict[str, Any]] = {
               "profile_batch": 2,
               "gated_at_init": False, "lengths": (10,), "cells": ("lstm",),
               "clipping": (True,), "steps": 3, "batch_size": 8, "test_examples": 16,
-              "eval_every": 0, "profile_length": 10},
+              "eval_every": 0, "profile_length": 0},
 }
 
 
@@ -302,7 +302,7 @@ def _plots(cfg: Config, profiles: dict, runs: list[dict], outdir: str) -> list[s
     for rho in cfg.radii:
         ax.plot(d, float(rho) ** d, color=colors.get(rho, "k"), ls=":", lw=1)
     ax.set_yscale("log")
-    ax.set_ylim(1e-100, 1e30)
+    ax.set_ylim(1e-100, 1e100)
     ax.set_xlabel("distance T − t")
     ax.set_ylabel("‖∂L/∂h_t‖ / ‖∂L/∂h_T‖")
     ax.set_title("Elman, W_hh = ρQ (dotted: ρ^(T−t), the bound)")
@@ -331,7 +331,7 @@ def _plots(cfg: Config, profiles: dict, runs: list[dict], outdir: str) -> list[s
 
     lengths = sorted({r["length"] for r in runs})
     fig, axes = plt.subplots(1, len(lengths), figsize=(3.2 * len(lengths) + 1, 3.4),
-                             squeeze=False)
+                             squeeze=False, sharey=True)
     fig.subplots_adjust(left=0.06, right=0.99, bottom=0.15, top=0.88, wspace=0.25)
     cc = {"elman": "tab:red", "lstm": "tab:blue", "gru": "tab:green"}
     for ax, length in zip(axes[0], lengths):
@@ -343,11 +343,12 @@ def _plots(cfg: Config, profiles: dict, runs: list[dict], outdir: str) -> list[s
                     label=f"{r['cell']} {'clip' if r['clip'] else 'no clip'}")
         ax.axhline(ADDING_BASELINE_MSE, color="k", lw=0.8, ls=":", label="baseline 0.167")
         ax.set_yscale("log")
+        ax.set_ylim(3e-3, 0.4)
         ax.set_title(f"adding problem, T = {length}")
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test MSE")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][0].legend(fontsize=7, loc="lower left")
     path = os.path.join(outdir, "gradients_adding.png")
     fig.savefig(path, dpi=80)
     plt.close(fig)

@@ -61,6 +61,7 @@ class Config:
     max_chars: int = 0
     data_path: str | None = None
     seed: int = 0
+    tag: str = ""  # suffix of the output files (norm_placement{tag}.md/.png/.json)
     workdir: str | None = "workdirs/norm_placement"
     results_dir: str | None = None
 
@@ -175,7 +176,7 @@ def _plots(cfg: Config, runs: list[dict], outdir: str) -> list[str]:
     axes[0].legend()
     fig.suptitle(f"{cfg.num_layers}-layer char LM, d={cfg.embed_dim}, AdamW "
                  f"{cfg.learning_rate:g}, cosine decay", fontsize=10)
-    path = os.path.join(outdir, "norm_placement.png")
+    path = os.path.join(outdir, f"norm_placement{cfg.tag}.png")
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return [path]
@@ -216,11 +217,13 @@ def report(cfg: Config, runs: list[dict], wall: float, command: str,
         gmax = f"{r['grad_norm_max']:.3g}" if r["grad_norm_max"] is not None else ""
         lines.append(f"| {r['norm']} | {r['warmup']} | {r['params']:,} | {' | '.join(la)} | "
                      f"{tail} | {val} | {g10} | {gmax} | {r['train_s']:.0f} |")
-    lines += ["", "![loss curves](norm_placement.png)", ""]
+    lines += ["", f"![loss curves](norm_placement{cfg.tag}.png)", ""]
     return "\n".join(lines)
 
 
 def run(cfg: Config) -> dict:
+    if not all(c.isalnum() or c in "_-." for c in cfg.tag):
+        raise ValueError(f"`tag` may hold letters, digits, '_', '-' and '.' only; got {cfg.tag!r}.")
     for n in cfg.norms:
         if n not in NORMS:
             raise ValueError(f"`norms` must be drawn from {NORMS}; got {n!r}.")
@@ -245,10 +248,11 @@ def run(cfg: Config) -> dict:
     for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
         os.makedirs(outdir, exist_ok=True)
         _plots(cfg, runs, outdir)
-        with open(os.path.join(outdir, "norm_placement.md"), "w", encoding="utf-8") as f:
+        with open(os.path.join(outdir, f"norm_placement{cfg.tag}.md"), "w",
+                  encoding="utf-8") as f:
             f.write(markdown)
         if outdir == cfg.workdir:
-            with open(os.path.join(outdir, "norm_placement.json"), "w") as f:
+            with open(os.path.join(outdir, f"norm_placement{cfg.tag}.json"), "w") as f:
                 json.dump(summary, f, indent=1)
     return summary
 

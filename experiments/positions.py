@@ -52,6 +52,7 @@ from seqjax.nn.positional import (
     sinusoidal_positions,
 )
 from seqjax.nn.transformer import TransformerDecoder
+from seqjax.train.config import config_from_dict
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
@@ -86,6 +87,7 @@ class Config:
     learning_rate: float = 3e-3
     warmup_steps: int = 100
     seed: int = 0
+    keep_previous: bool = False  # keep the work dir's earlier runs of other tasks/encodings
     workdir: str | None = "workdirs/positions"
     results_dir: str | None = None
 
@@ -286,7 +288,7 @@ def _plots(cfg: Config, medl: dict, bishop: dict, runs: list[dict], outdir: str)
     paths.append(path)
 
     if runs:
-        tasks = [t for t in cfg.tasks if any(r["task"] == t for r in runs)]
+        tasks = [t for t in TASKS if any(r["task"] == t for r in runs)]
         fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 3.6), squeeze=False)
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.88, wspace=0.2)
         for ax, task in zip(axes[0], tasks):
@@ -309,15 +311,16 @@ def _plots(cfg: Config, medl: dict, bishop: dict, runs: list[dict], outdir: str)
     return paths
 
 
-def report(cfg: Config, medl: dict, bishop: dict, runs: list[dict], wall: float,
-           command: str, loads: tuple[str, str]) -> str:
-    lines = [
-        "# positions — sinusoid heat maps and a positional-encoding ablation",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {machine()}  ",
-        f"Wall time: {wall / 60:.1f} min (load average {loads[0]} before, {loads[1]} after; "
-        "the 2 cores were shared with other jobs).",
+def report(cfg: Config, medl: dict, bishop: dict, runs: list[dict],
+           sessions: list[dict]) -> str:
+    lines = ["# positions — sinusoid heat maps and a positional-encoding ablation", ""]
+    for sess in sessions:
+        lines += [f"Command: `{sess['command']}`  ",
+                  f"Wall time: {sess['wall_s'] / 60:.1f} min (load average "
+                  f"{sess['load_average'][0]} before, {sess['load_average'][1]} after; the 2 "
+                  "cores were shared with other jobs)  "]
+    lines += [
+        f"Machine: {machine()}",
         "",
         "## MEDL Fig. 7.14 (p_e = 768, T = 4000, M = 10⁴, t = 1..T)",
         "",
@@ -379,29 +382,34 @@ def run(cfg: Config) -> dict:
     if cfg.test_max_length < cfg.train_max_length:
         raise ValueError(f"`test_max_length` ({cfg.test_max_length}) must be >= "
                          f"`train_max_length` ({cfg.train_max_length}).")
+    previous, sessions = _previous(cfg)
     loads = [load_average()]
     start = time.perf_counter()
     medl, bishop = medl_fig_7_14(cfg), bishop_fig_12_10(cfg)
     print(f"MEDL Fig. 7.14(b): |r51 - r50| > 0.1 at {medl['count_above_0.1']} indices, "
           f"last j = {medl['last_j_above_0.1']}")
-    runs = []
+    new = []
     for task in cfg.tasks:
         for pos in cfg.positions:
             r = train_one(cfg, task, pos)
             print(f"{task:8s} {pos:11s} exact (seen) {r['exact_seen']:.3f}  exact (longer) "
                   f"{r['exact_unseen'] if r['exact_unseen'] is not None else float('nan'):.3f}"
                   f"  {r['train_s']:.0f} s", flush=True)
-            runs.append(r)
+            new.append(r)
     wall = time.perf_counter() - start
     loads.append(load_average())
-    command = command_line("positions", cfg)
+    done = {(r["task"], r["positions"]) for r in new}
+    runs = [r for r in previous if (r["task"], r["positions"]) not in done] + new
+    runs.sort(key=lambda r: (list(TASKS).index(r["task"]), POSITIONS.index(r["positions"])))
+    sessions.append({"command": command_line("positions", cfg), "wall_s": wall,
+                     "load_average": loads})
     summary = {
         "config": dataclasses.asdict(cfg), "wall_s": wall, "machine": machine(),
-        "load_average": loads, "runs": runs,
+        "load_average": loads, "runs": runs, "sessions": sessions,
         "medl": {k: v for k, v in medl.items() if k not in ("r", "diff")},
         "bishop": {k: v for k, v in bishop.items() if k != "r"},
     }
-    markdown = report(cfg, medl, bishop, runs, wall, command, (loads[0], loads[1]))
+    markdown = report(cfg, medl, bishop, runs, sessions)
     for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
         os.makedirs(outdir, exist_ok=True)
         _plots(cfg, medl, bishop, runs, outdir)
@@ -411,6 +419,33 @@ def run(cfg: Config) -> dict:
             with open(os.path.join(outdir, "positions.json"), "w") as f:
                 json.dump(summary, f, indent=1)
     return summary
+
+
+# Fields that must agree for earlier runs to be reported beside new ones.
+_RUN_FIELDS = ("num_symbols", "train_max_length", "test_max_length", "test_per_length",
+               "embed_dim", "num_heads", "num_layers", "steps", "batch_size", "learning_rate",
+               "warmup_steps", "seed")
+
+
+def _previous(cfg: Config) -> tuple[list[dict], list[dict]]:
+    """Earlier runs and sessions from ``workdir/positions.json`` (with ``keep_previous``)."""
+    path = os.path.join(cfg.workdir or "", "positions.json")
+    if not (cfg.keep_previous and cfg.workdir and os.path.exists(path)):
+        return [], []
+    with open(path) as f:
+        prev = json.load(f)
+    diff = [k for k in _RUN_FIELDS if prev["config"].get(k) != getattr(cfg, k)]
+    if diff:
+        raise ValueError(f"`keep_previous`: the earlier runs in {path} used other settings "
+                         f"for {diff}; rerun them or use another work dir.")
+    runs = prev["runs"]
+    for r in runs:  # JSON object keys are strings
+        r["exact"] = {int(k): v for k, v in r["exact"].items()}
+        r["token_accuracy"] = {int(k): v for k, v in r["token_accuracy"].items()}
+    sessions = prev.get("sessions") or [{
+        "command": command_line("positions", config_from_dict(Config, prev["config"])),
+        "wall_s": prev["wall_s"], "load_average": prev["load_average"]}]
+    return runs, sessions
 
 
 def main(argv: list[str] | None = None) -> dict:

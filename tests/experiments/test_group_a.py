@@ -40,7 +40,7 @@ def test_gradients_smoke(tmp_path):
     s = gradients.main(["--smoke", "--workdir", str(tmp_path)])
     assert {r["cell"] for r in s["runs"]} == {"lstm"}
     run = s["runs"][0]
-    assert math.isfinite(run["test_mse"]) and len(run["profile"]) == 10
+    assert math.isfinite(run["test_mse"]) and 0.0 <= run["clipped_fraction"] <= 1.0
     # MEDL (7.12): identity activation, no input: ‖ζ_{T-d}‖ = ρ^d ‖ζ_T‖ (W_hh = ρQ)
     prof = s["profiles"]["elman linear, x=0 (MEDL 7.12), rho=1.2"]
     np.testing.assert_allclose([gradients.ratio_at(prof, d) for d in range(12)],
