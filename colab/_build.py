@@ -898,7 +898,7 @@ def seq2seq() -> list[tuple[str, str]]:
                 print(f"{numbers[r]:>4} {english[r]!r:28} -> " +
                       " | ".join(f"{name}: {translations[name][i]!r}" for name in models))
             wrong = [numbers[r] for t, r in zip(translations["attention"], test_rows) if t != french[r]]
-            print(f"\nheld-out numbers the attention model gets wrong ({len(wrong)}):", wrong[:20])
+            print(f"\\nheld-out numbers the attention model gets wrong ({len(wrong)}):", wrong[:20])
         """),
         md("""
             ## Where the decoder looks

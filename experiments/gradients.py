@@ -322,7 +322,8 @@ def _plots(cfg: Config, profiles: dict, runs: list[dict], outdir: str) -> list[s
     ax.set_yscale("log")
     ax.set_xlabel("distance T − t")
     ax.set_title("gated cells at init (solid) and trained (dashed)")
-    ax.legend(fontsize=7, loc="lower left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower left")
     ax.grid(alpha=0.3)
     path = os.path.join(outdir, "gradients_distance.png")
     fig.savefig(path, dpi=90)

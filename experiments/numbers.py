@@ -169,7 +169,7 @@ def _plot_exact_match(table: dict[str, dict[int, list[float]]], counts: dict[int
 
     digits = sorted(counts)
     width = 0.8 / max(1, len(table))
-    fig, ax = plt.subplots(figsize=(5.0, 3.3))
+    fig, ax = plt.subplots(figsize=(5.6, 3.3))
     for j, (arch, by_d) in enumerate(table.items()):
         xs = np.arange(len(digits)) + (j - (len(table) - 1) / 2) * width
         ax.bar(xs, [100 * np.mean(by_d[d]) for d in digits], width,
@@ -177,10 +177,11 @@ def _plot_exact_match(table: dict[str, dict[int, list[float]]], counts: dict[int
                label=ARCH_LABELS.get(arch, arch))
     ax.set_xticks(range(len(digits)), [f"{d} digit{'s' if d > 1 else ''}\n(n={counts[d]})"
                                        for d in digits], fontsize=8)
-    ax.set_ylabel("exact match on held-out numbers (%)")
-    ax.set_ylim(0, 105)
+    ax.set_ylabel("exact match, held-out numbers (%)", fontsize=8)
+    ax.set_ylim(0, 135)
+    ax.set_yticks(range(0, 101, 20))
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper center", ncol=min(2, len(table)))
     ax.set_title("English→French number names", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

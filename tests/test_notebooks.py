@@ -12,6 +12,7 @@ property, because the machines that run CI are shared.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -89,6 +90,18 @@ def test_notebook_is_committed_clean(name):
     assert switch, f"{name}: no `SMOKE = ...SEQJAX_SMOKE...` switch"
     assert "jax.devices()" in switch[0] and "jax.default_backend()" in switch[0]
     assert any("SMOKE" in c for c in code[code.index(switch[0]) + 1:]), "SMOKE is never used"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_code_cells_parse(name):
+    for cell in _read(name).cells:
+        if cell.cell_type == "code":
+            python = "\n".join(line for line in cell.source.splitlines()
+                               if not line.lstrip().startswith("%"))  # IPython magics
+            try:
+                ast.parse(python)
+            except SyntaxError as err:
+                pytest.fail(f"{name}: cell {cell.id} does not parse: {err}")
 
 
 def _xla_flags() -> str:

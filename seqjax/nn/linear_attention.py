@@ -446,8 +446,9 @@ class LinearAttention(nn.Module):
             \frac{φ(q_i)ᵀ\sum_j φ(k_j) v_jᵀ}{φ(q_i)ᵀ\sum_j φ(k_j) + ε}\Big]
 
     (Katharopoulos et al. 2020, eqs. 4–6, with the heads and projections of Bishop
-    (12.15)–(12.19): ``softmax(Q_h K_hᵀ/√D)`` of (12.15) is replaced by the factorised kernel). The sums run over all keys, or over ``j ≤ i`` with
-    ``is_causal=True``; see :func:`linear_attention` for the three causal forms.
+    (12.15)–(12.19): the ``softmax(Q_h K_hᵀ/√D)`` of (12.15) is replaced by the factorised
+    kernel). The sums run over all keys, or over ``j ≤ i`` with ``is_causal=True``; see
+    :func:`linear_attention` for the three causal forms.
 
     Call (MultiHeadAttention's signature):
     ``attn(inputs_q_BxQxD, inputs_kv_BxKxD=None, *, mask=None, bias=None, is_causal=False,

@@ -1,7 +1,7 @@
 """Linear attention: numpy references, parallel == chunked == recurrent, cache decoding, masks.
 
 Compile time dominates these tiny tests, so every call goes through a jitted function that
-is shared between tests (same shapes, same static arguments) and compiled at LLVM -O0.
+is shared between tests (same shapes, same static arguments); conftest compiles at -O0.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from seqjax.nn.linear_attention import (
 from seqjax.utils import count_params
 
 IMPLS = ["parallel", "chunked", "recurrent"]
-jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+jit = jax.jit
 _STATIC = ("is_causal", "feature_map", "eps", "implementation", "chunk_size", "return_state")
 la = jit(linear_attention, static_argnames=_STATIC)
 la_step = jit(linear_attention_step, static_argnames=("feature_map", "eps"))

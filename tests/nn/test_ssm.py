@@ -1,7 +1,7 @@
 """Selective SSM / Mamba block / minGRU: numpy references and associative == sequential == step.
 
 Compile time dominates these tiny tests, so every call goes through a jitted function that
-is shared between tests (same shapes, same static arguments) and compiled at LLVM -O0.
+is shared between tests (same shapes, same static arguments); conftest compiles at -O0.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from seqjax.nn.ssm import (
 )
 from seqjax.nn.transformer import TransformerBlock
 
-jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+jit = jax.jit
 scan = jit(selective_scan, static_argnames=("impl", "discretization", "return_state"))
 recurrence = jit(linear_recurrence, static_argnames=("impl",))
 
