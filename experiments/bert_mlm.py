@@ -76,7 +76,7 @@ class Config:
 PRESETS = {
     "smoke": {"num_pairs": 400, "layers": 1, "heads": 2, "dim": 16, "mlp_dim": 32,
               "pretrain_steps": 3, "pretrain_batch": 16, "finetune_steps": 3,
-              "finetune_batch": 8, "n_labels": "40", "seeds": "0", "warmup_steps": 1,
+              "finetune_batch": 8, "n_labels": "40", "seeds": "0,1", "warmup_steps": 1,
               "log_every": 1, "progress": False},
 }
 
@@ -267,8 +267,9 @@ def run(cfg: Config) -> dict:
             for init in ("pretrained", "scratch"):
                 params = init_fn(jax.random.PRNGKey(seed),
                                  jnp.asarray(train["tokens"][:1]))["params"]
-                if init == "pretrained":
-                    params = {**params, **{k: mlm_params[k] for k in shared}}
+                if init == "pretrained":  # copies: the train step donates its input state
+                    params = {**params, **jax.tree_util.tree_map(
+                        jnp.copy, {k: mlm_params[k] for k in shared})}
                 state = TrainState.create(params, tx, jax.random.PRNGKey(seed + 7))
                 t0 = time.perf_counter()
                 res = fit(state, step, ArrayIterator(labelled, min(cfg.finetune_batch, n),

@@ -222,9 +222,11 @@ def _plot(by: dict[str, list[dict]], svm: float, path: str) -> str:
     for i, r in enumerate(by.values()):
         ax.scatter([i] * len(r), [100 * x["test_accuracy"] for x in r], color="k", s=8, zorder=3)
     ax.axhline(100 * svm, color="tab:red", ls="--", lw=1, label="SVC(gamma=0.001)")
-    ax.set_xticks(range(len(names)), [LABELS[n].replace(" (", "\n(") for n in names], fontsize=7)
+    short = {"elman": "Elman", "lstm": "LSTM", "gru": "GRU", "bilstm": "BiLSTM",
+             "transformer": "transformer\n(rows)", "vit": "ViT\n(2×2 patches)"}
+    ax.set_xticks(range(len(names)), [short[n] for n in names], fontsize=8)
     ax.set_ylabel("test accuracy (%)")
-    ax.set_ylim(max(0.0, min(means) - 10), 100)
+    ax.set_ylim(max(0.0, min(means) - 4), 100)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()

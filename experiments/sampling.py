@@ -232,7 +232,7 @@ def run(cfg: Config) -> dict:
     summary = {"config": asdict(cfg), "machine": info, "model": provenance,
                "lm_config": asdict(lm_cfg), "params": count_params(params),
                "prompt_starts": [int(s) for s in starts], "rows": rows, "table_md": table,
-               "wall_s": wall}
+               "logp_prompt1": traces, "wall_s": wall}
     if cfg.workdir is not None:
         os.makedirs(cfg.workdir, exist_ok=True)
         summary["plot"] = _plot(rows, traces, os.path.join(cfg.workdir, "sampling.png"))
@@ -258,12 +258,16 @@ def _plot(rows: list[dict], traces: dict[str, list[float]], path: str) -> str:
     a.set_xlabel("distinct-2 (diversity)")
     a.set_ylabel("log-likelihood / char under the model")
     a.grid(alpha=0.3)
+    window = 10
     for name in ("human", "beam4", "greedy", "temp1.0"):
-        if name in traces:
-            b.plot(np.exp(traces[name]), lw=0.8, label=name)
+        if name in traces and len(traces[name]) >= window:
+            p = np.convolve(np.exp(traces[name]), np.ones(window) / window, mode="valid")
+            b.plot(np.arange(len(p)) + window - 1, p, lw=1.0, label=name)
     b.set_xlabel("generated character")
-    b.set_ylabel("p(character) under the model")
-    b.set_title("prompt 1 (cf. Bishop Fig. 12.17)", fontsize=9)
+    b.set_ylabel(f"p(character), mean of {window}")
+    b.set_ylim(0, 1)
+    b.set_title("prompt 1: probability of each generated character (cf. Bishop Fig. 12.17)",
+                fontsize=8)
     b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=85)
