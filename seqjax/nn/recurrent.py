@@ -19,6 +19,7 @@ from flax import linen as nn
 
 from seqjax._checks import check_integer, check_range, check_rank, check_tree_shapes
 from seqjax.nn._fused_scan import fused_scan
+from seqjax.nn._layer_scan import gru_recurrence, lstm_layer
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
 
 Array = jax.Array
@@ -142,10 +143,15 @@ class RNN(nn.Module):
             check_tree_shapes(initial_carry, default_carry, "initial_carry")
             carry = initial_carry
 
+        valid_TxB = None if lengths is None else _step_mask(lengths, num_steps)
+        if self.fused and resets is None and _has_layer_path(self.cell):
+            carry, y_TxBxH = self._layer_path(x, carry, valid_TxB, reverse)
+            y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
+            return (carry, y) if return_carry else y
+
         # Hoisted input projection: one matmul over all time steps, then time-major
         # for the scan (scanning the leading axis avoids strided slices per step).
         xp_TxBxG = jnp.swapaxes(self.cell.input_projection(x_BxTxP), 0, 1)
-        valid_TxB = None if lengths is None else _step_mask(lengths, num_steps)
         resets_TxB = None if resets is None else jnp.swapaxes(resets, 0, 1)
         reset_carry = default_carry if initial_carry is None else initial_carry
 
@@ -182,6 +188,33 @@ class RNN(nn.Module):
         carry, y_TxBxH = scan(self.cell, carry, (xp_TxBxG, valid_TxB, resets_TxB))
         y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
         return (carry, y) if return_carry else y
+
+
+    def _layer_path(
+        self, x: Array, carry: Carry, valid_TxB: Array | None, reverse: bool
+    ) -> tuple[Carry, Array]:
+        """LSTM / GRU(reset_after) through :mod:`seqjax.nn._layer_scan` (time-major)."""
+        cell = self.cell
+        x_TxBxP = x if self.time_major else jnp.swapaxes(x, 0, 1)
+        if isinstance(cell, GRUCell):
+            xp_TxBx3H = cell.input_projection(x_TxBxP)  # hoisted, already time-major
+            compute = cell.dtype or jnp.result_type(xp_TxBx3H, cell.recurrent_kernel)
+            y, h = gru_recurrence(xp_TxBx3H, cell.recurrent_kernel, cell.recurrent_bias_n,
+                                  carry, valid_TxB, reverse, jnp.dtype(compute), self.unroll)
+            return h, y
+        if self.is_initializing():  # create input/{kernel,bias} without a full projection
+            cell.input_projection(x_TxBxP[:1, :1])
+        dense = cell.input.variables["params"]
+        compute = cell.dtype or jnp.result_type(x, dense["kernel"], cell.recurrent_kernel)
+        c0, h0 = carry
+        y, (c, h) = lstm_layer(x_TxBxP, dense["kernel"], dense["bias"], cell.recurrent_kernel,
+                               c0, h0, valid_TxB, reverse, jnp.dtype(compute), self.unroll)
+        return (c, h), y
+
+
+def _has_layer_path(cell: RecurrentCell) -> bool:
+    """Cells with a whole-layer custom VJP (:mod:`seqjax.nn._layer_scan`)."""
+    return type(cell) is LSTMCell or (type(cell) is GRUCell and cell.reset_after)
 
 
 _MERGES: dict[str, Callable[[Array, Array], Array]] = {

@@ -1,0 +1,239 @@
+"""Whole-layer LSTM and GRU recurrences with hand-written backward passes (CPU/GPU/TPU).
+
+These are the fast paths behind :class:`seqjax.nn.RNN` for ``LSTMCell`` and
+``GRUCell(reset_after=True)``. They compute exactly the cells' equations
+(MEDL (7.16)–(7.17) for the LSTM; the ``reset_after`` GRU of PyTorch/cuDNN) and
+differ from autodiff of ``lax.scan`` only in *how* the gradient is scheduled:
+
+* **LSTM** (:func:`lstm_layer`): the input projection stays *inside* the loop as
+  one matmul per step, ``gates_t = [x_t, h_{t-1}] @ [W_ih; W_hh] + b``. Hoisting
+  ``x W_ih`` for all steps would write, transpose and re-read a ``[T, B, 4H]``
+  buffer; the per-step dot keeps it in cache (measured in ``benchmarks/RESULTS.md``).
+* **GRU** (:func:`gru_recurrence`): the input projection is hoisted (the candidate
+  needs ``x W_in`` and ``h W_hn`` apart, so one concatenated dot does not fit) and the
+  custom VJP covers the recurrence.
+* **Backward**: a reverse loop that carries only the state cotangents and emits the
+  pre-activation gate gradients ``dG_t``; the step saves its post-activation gates in
+  the forward pass, so the backward loop does no recomputation and no autodiff. Every
+  weight gradient is then one matmul over all ``T·B`` rows after the loop,
+  ``dW_hh = Σ_t h_{t-1}ᵀ dG_t`` (and ``dW_ih = Σ_t x_tᵀ dG_t``, ``dx = dG W_ihᵀ``), instead
+  of a ``[H, G·H]`` accumulator read and written at every step.
+* **One tanh for the four LSTM gates**: ``σ(u) = ½ + ½·tanh(u/2)``, so
+  ``act = s·tanh(s·u) + shift`` with ``(s, shift) = (½, ½)`` for i, f, o and ``(1, 0)`` for
+  c̃; its derivative is ``s² − (act − shift)²``.
+
+Variable length (``valid_TxB``, right padding): at a padded step the carry passes
+through unchanged and the output is 0; ``reverse=True`` scans from ``T-1`` to 0, so
+each sequence starts at its own last real step. Mixed precision: the matmuls run in
+``compute_dtype`` (accumulating in float32), the elementwise math and the carry in the
+carry's dtype; gradients come back in the dtypes of the primal inputs.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+__all__ = ["lstm_layer", "gru_recurrence"]
+
+_F32 = jnp.float32
+
+
+def _dot(a: Array, b: Array, dtype: Any) -> Array:
+    return jnp.dot(a.astype(dtype), b.astype(dtype), preferred_element_type=_F32)
+
+
+def _shift(seq_TxBxH: Array, first_BxH: Array, reverse: bool) -> Array:
+    """The carry *before* each step: ``[c0, c_0, …, c_{T-2}]`` (reversed order if ``reverse``)."""
+    first = first_BxH[None].astype(seq_TxBxH.dtype)
+    if reverse:
+        return jnp.concatenate([seq_TxBxH[1:], first], 0)
+    return jnp.concatenate([first, seq_TxBxH[:-1]], 0)
+
+
+def _keep(valid_B: Array | None, new: Array, old: Array) -> Array:
+    return new if valid_B is None else jnp.where(valid_B[:, None], new, old)
+
+
+def _gate_consts(hsz: int, dtype: Any) -> tuple[Array, Array]:
+    half = jnp.full((hsz,), 0.5, dtype)
+    s = jnp.concatenate([half, half, jnp.ones((hsz,), dtype), half])
+    shift = jnp.concatenate([half, half, jnp.zeros((hsz,), dtype), half])
+    return s, shift
+
+
+# ----------------------------------------------------------------------------------- LSTM
+
+
+def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll):
+    ew = c0.dtype  # elementwise / carry dtype
+    w_cat = jnp.concatenate([w_ih, w_hh], 0).astype(compute_dtype)
+    b_ew = b.astype(ew)
+    s4, shift4 = _gate_consts(w_hh.shape[0], ew)
+
+    def body(carry, inputs):
+        c, h = carry
+        x_BxP, valid_B = inputs
+        xh = jnp.concatenate([x_BxP.astype(compute_dtype), h.astype(compute_dtype)], -1)
+        gates = jnp.dot(xh, w_cat, preferred_element_type=_F32).astype(ew) + b_ew
+        acts = jnp.tanh(gates * s4) * s4 + shift4
+        i, f, g, o = jnp.split(acts, 4, axis=-1)
+        c_new = f * c + i * g
+        h_new = o * jnp.tanh(c_new)
+        c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
+        return (c_new, h_new), (h_new, c_new, acts)
+
+    return jax.lax.scan(body, (c0, h0), (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
+
+
+def _mask_y(hs_TxBxH: Array, valid_TxB: Array | None) -> Array:
+    if valid_TxB is None:
+        return hs_TxBxH
+    return jnp.where(valid_TxB[..., None], hs_TxBxH, jnp.zeros_like(hs_TxBxH))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
+def lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll=1):
+    """LSTM layer, time-major: returns ``(y_TxBxH, (c_T, h_T))``.
+
+    ``w_ih: [P, 4H]``, ``b: [4H]``, ``w_hh: [H, 4H]`` (gate order i, f, c̃, o); carry
+    ``(c0, h0)``: ``[B, H]``; ``valid_TxB``: bool or ``None``.
+    """
+    (c, h), (hs, _, _) = _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse,
+                                       compute_dtype, unroll)
+    return _mask_y(hs, valid_TxB), (c, h)
+
+
+def _lstm_fwd(x, w_ih, b, w_hh, c0, h0, valid, reverse, compute_dtype, unroll):
+    (c, h), (hs, cs, acts) = _lstm_forward(x, w_ih, b, w_hh, c0, h0, valid, reverse,
+                                           compute_dtype, unroll)
+    return (_mask_y(hs, valid), (c, h)), (x, w_ih, b, w_hh, c0, h0, valid, hs, cs, acts)
+
+
+def _lstm_bwd(reverse, compute_dtype, unroll, res, cot):
+    x, w_ih, b, w_hh, c0, h0, valid, hs, cs, acts = res
+    dy_TxBxH, (dc_T, dh_T) = cot
+    num_steps, batch, in_features = x.shape
+    hsz = w_hh.shape[0]
+    ew = acts.dtype
+    s4, shift4 = _gate_consts(hsz, ew)
+    s4sq = s4 * s4
+    c_prev = _shift(cs, c0, reverse)
+    w_hh_t = w_hh.astype(compute_dtype).T
+    dy = _mask_y(dy_TxBxH.astype(ew), valid)
+
+    def body(carry, inputs):
+        dc, dh = carry
+        dy_BxH, cp, c, a, valid_B = inputs
+        i, f, g, o = jnp.split(a, 4, axis=-1)
+        dh_all = dh + dy_BxH
+        tc = jnp.tanh(c)
+        dc_all = dc + dh_all * o * (1.0 - tc * tc)
+        dacts = jnp.concatenate([dc_all * g, dc_all * cp, dc_all * i, dh_all * tc], -1)
+        dg = dacts * (s4sq - (a - shift4) ** 2)
+        if valid_B is not None:
+            dg = jnp.where(valid_B[:, None], dg, jnp.zeros_like(dg))
+        dh_prev = jnp.dot(dg.astype(compute_dtype), w_hh_t, preferred_element_type=_F32)
+        dh_prev = dh_prev.astype(ew)
+        dc_prev = dc_all * f
+        if valid_B is not None:  # a padded step passed the carry through
+            dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
+            dc_prev = jnp.where(valid_B[:, None], dc_prev, dc)
+        return (dc_prev, dh_prev), dg
+
+    (dc0, dh0), dg_TxBx4H = jax.lax.scan(
+        body, (dc_T.astype(ew), dh_T.astype(ew)), (dy, c_prev, cs, acts, valid),
+        reverse=not reverse, unroll=unroll,
+    )
+    h_prev = _shift(hs, h0, reverse)
+    dg = dg_TxBx4H.reshape(num_steps * batch, 4 * hsz)
+    dw_ih = _dot(x.reshape(-1, in_features).T, dg, compute_dtype)
+    dw_hh = _dot(h_prev.reshape(-1, hsz).T, dg, compute_dtype)
+    dx = _dot(dg, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
+    db = dg.sum(0)
+    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), db.astype(b.dtype),
+            dw_hh.astype(w_hh.dtype), dc0.astype(c0.dtype), dh0.astype(h0.dtype), None)
+
+
+lstm_layer.defvjp(_lstm_fwd, _lstm_bwd)
+
+
+# ------------------------------------------------------------------------------------ GRU
+
+
+def _gru_forward(xp_TxBx3H, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll):
+    ew = h0.dtype
+    hsz = w_hh.shape[0]
+    w = w_hh.astype(compute_dtype)
+    b_hn = b_hn.astype(ew)
+
+    def body(h, inputs):
+        xp, valid_B = inputs
+        xp = xp.astype(ew)
+        hp = jnp.dot(h.astype(compute_dtype), w, preferred_element_type=_F32).astype(ew)
+        rz = jax.nn.sigmoid(xp[:, : 2 * hsz] + hp[:, : 2 * hsz])
+        r, z = rz[:, :hsz], rz[:, hsz:]
+        hn = hp[:, 2 * hsz :] + b_hn
+        n = jnp.tanh(xp[:, 2 * hsz :] + r * hn)
+        h_new = _keep(valid_B, n + z * (h - n), h)
+        return h_new, (h_new, jnp.concatenate([rz, n, hn], -1))
+
+    return jax.lax.scan(body, h0, (xp_TxBx3H, valid_TxB), reverse=reverse, unroll=unroll)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def gru_recurrence(xp_TxBx3H, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll=1):
+    """GRU (``reset_after``) recurrence on hoisted projections ``xp = x W_ih + b``
+    (gate order r, z, n), time-major: returns ``(y_TxBxH, h_T)``."""
+    h, (hs, _) = _gru_forward(xp_TxBx3H, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype,
+                              unroll)
+    return _mask_y(hs, valid_TxB), h
+
+
+def _gru_fwd(xp, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll):
+    h, (hs, acts) = _gru_forward(xp, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll)
+    return (_mask_y(hs, valid), h), (xp, w_hh, b_hn, h0, valid, hs, acts)
+
+
+def _gru_bwd(reverse, compute_dtype, unroll, res, cot):
+    xp, w_hh, b_hn, h0, valid, hs, acts = res
+    dy_TxBxH, dh_T = cot
+    hsz = w_hh.shape[0]
+    ew = acts.dtype
+    h_prev = _shift(hs, h0, reverse)
+    w_hh_t = w_hh.astype(compute_dtype).T
+    dy = _mask_y(dy_TxBxH.astype(ew), valid)
+
+    def body(dh, inputs):
+        dy_BxH, hp, a, valid_B = inputs
+        r, z, n, hn = a[:, :hsz], a[:, hsz : 2 * hsz], a[:, 2 * hsz : 3 * hsz], a[:, 3 * hsz :]
+        dh_all = dh + dy_BxH
+        dn = dh_all * (1.0 - z) * (1.0 - n * n)  # d (pre-tanh)
+        dz = dh_all * (hp - n) * z * (1.0 - z)
+        dr = dn * hn * r * (1.0 - r)
+        dxp = jnp.concatenate([dr, dz, dn], -1)
+        dhp = jnp.concatenate([dr, dz, dn * r], -1)
+        if valid_B is not None:
+            dxp = jnp.where(valid_B[:, None], dxp, jnp.zeros_like(dxp))
+            dhp = jnp.where(valid_B[:, None], dhp, jnp.zeros_like(dhp))
+        dh_prev = dh_all * z + jnp.dot(dhp.astype(compute_dtype), w_hh_t,
+                                       preferred_element_type=_F32).astype(ew)
+        if valid_B is not None:
+            dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
+        return dh_prev, (dxp, dhp)
+
+    dh0, (dxp, dhp) = jax.lax.scan(body, dh_T.astype(ew), (dy, h_prev, acts, valid),
+                                   reverse=not reverse, unroll=unroll)
+    dhp_N = dhp.reshape(-1, 3 * hsz)
+    dw_hh = _dot(h_prev.reshape(-1, hsz).T, dhp_N, compute_dtype)
+    db_hn = dhp_N[:, 2 * hsz :].sum(0)
+    return (dxp.astype(xp.dtype), dw_hh.astype(w_hh.dtype), db_hn.astype(b_hn.dtype),
+            dh0.astype(h0.dtype), None)
+
+
+gru_recurrence.defvjp(_gru_fwd, _gru_bwd)
