@@ -9,9 +9,8 @@ differ from autodiff of ``lax.scan`` only in *how* the gradient is scheduled:
   one matmul per step, ``gates_t = [x_t, h_{t-1}] @ [W_ih; W_hh] + b``. Hoisting
   ``x W_ih`` for all steps would write, transpose and re-read a ``[T, B, 4H]``
   buffer; the per-step dot keeps it in cache (measured in ``benchmarks/RESULTS.md``).
-* **GRU** (:func:`gru_recurrence`): the input projection is hoisted (the candidate
-  needs ``x W_in`` and ``h W_hn`` apart, so one concatenated dot does not fit) and the
-  custom VJP covers the recurrence.
+* **GRU** (:func:`gru_layer`): two dots per step, ``x_t W_ih`` and ``h_{t-1} W_hh`` (the
+  candidate needs ``x W_in`` and ``h W_hn`` apart, so one concatenated dot does not fit).
 * **Backward**: a reverse loop that carries only the state cotangents and emits the
   pre-activation gate gradients ``dG_t``; the step saves its post-activation gates in
   the forward pass, so the backward loop does no recomputation and no autodiff. Every
@@ -39,7 +38,7 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
-__all__ = ["lstm_layer", "gru_recurrence"]
+__all__ = ["lstm_layer", "gru_layer"]
 
 _F32 = jnp.float32
 
@@ -70,7 +69,8 @@ def _gate_consts(hsz: int, dtype: Any) -> tuple[Array, Array]:
 # ----------------------------------------------------------------------------------- LSTM
 
 
-def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll):
+def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll,
+                  keep=True):
     ew = c0.dtype  # elementwise / carry dtype
     w_cat = jnp.concatenate([w_ih, w_hh], 0).astype(compute_dtype)
     b_ew = b.astype(ew)
@@ -86,7 +86,7 @@ def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dt
         c_new = f * c + i * g
         h_new = o * jnp.tanh(c_new)
         c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
-        return (c_new, h_new), (h_new, c_new, acts)
+        return (c_new, h_new), ((h_new, c_new, acts) if keep else (h_new, None, None))
 
     return jax.lax.scan(body, (c0, h0), (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
 
@@ -105,7 +105,7 @@ def lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype
     ``(c0, h0)``: ``[B, H]``; ``valid_TxB``: bool or ``None``.
     """
     (c, h), (hs, _, _) = _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse,
-                                       compute_dtype, unroll)
+                                       compute_dtype, unroll, keep=False)
     return _mask_y(hs, valid_TxB), (c, h)
 
 
@@ -166,42 +166,49 @@ lstm_layer.defvjp(_lstm_fwd, _lstm_bwd)
 # ------------------------------------------------------------------------------------ GRU
 
 
-def _gru_forward(xp_TxBx3H, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll):
+def _gru_forward(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll,
+                 keep=True):
     ew = h0.dtype
     hsz = w_hh.shape[0]
-    w = w_hh.astype(compute_dtype)
-    b_hn = b_hn.astype(ew)
+    w_ih, w_hh = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
+    b, b_hn = b.astype(ew), b_hn.astype(ew)
 
     def body(h, inputs):
-        xp, valid_B = inputs
-        xp = xp.astype(ew)
-        hp = jnp.dot(h.astype(compute_dtype), w, preferred_element_type=_F32).astype(ew)
+        x_BxP, valid_B = inputs
+        # Both projections inside the loop (no [T, B, 3H] buffer): x_t W_ih and h W_hh.
+        xp = jnp.dot(x_BxP.astype(compute_dtype), w_ih, preferred_element_type=_F32)
+        xp = xp.astype(ew) + b
+        hp = jnp.dot(h.astype(compute_dtype), w_hh, preferred_element_type=_F32).astype(ew)
         rz = jax.nn.sigmoid(xp[:, : 2 * hsz] + hp[:, : 2 * hsz])
         r, z = rz[:, :hsz], rz[:, hsz:]
         hn = hp[:, 2 * hsz :] + b_hn
         n = jnp.tanh(xp[:, 2 * hsz :] + r * hn)
         h_new = _keep(valid_B, n + z * (h - n), h)
-        return h_new, (h_new, jnp.concatenate([rz, n, hn], -1))
+        return h_new, (h_new, jnp.concatenate([rz, n, hn], -1) if keep else None)
 
-    return jax.lax.scan(body, h0, (xp_TxBx3H, valid_TxB), reverse=reverse, unroll=unroll)
+    return jax.lax.scan(body, h0, (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def gru_recurrence(xp_TxBx3H, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll=1):
-    """GRU (``reset_after``) recurrence on hoisted projections ``xp = x W_ih + b``
-    (gate order r, z, n), time-major: returns ``(y_TxBxH, h_T)``."""
-    h, (hs, _) = _gru_forward(xp_TxBx3H, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype,
-                              unroll)
+@partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
+def gru_layer(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll=1):
+    """GRU (``reset_after``) layer, time-major: returns ``(y_TxBxH, h_T)``.
+
+    ``w_ih: [P, 3H]``, ``b: [3H]``, ``w_hh: [H, 3H]`` (gate order r, z, n), ``b_hn: [H]``.
+    """
+    h, (hs, _) = _gru_forward(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse,
+                              compute_dtype, unroll, keep=False)
     return _mask_y(hs, valid_TxB), h
 
 
-def _gru_fwd(xp, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll):
-    h, (hs, acts) = _gru_forward(xp, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll)
-    return (_mask_y(hs, valid), h), (xp, w_hh, b_hn, h0, valid, hs, acts)
+def _gru_fwd(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll):
+    h, (hs, acts) = _gru_forward(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype,
+                                 unroll)
+    return (_mask_y(hs, valid), h), (x, w_ih, b, w_hh, b_hn, h0, valid, hs, acts)
 
 
 def _gru_bwd(reverse, compute_dtype, unroll, res, cot):
-    xp, w_hh, b_hn, h0, valid, hs, acts = res
+    x, w_ih, b, w_hh, b_hn, h0, valid, hs, acts = res
+    num_steps, batch, in_features = x.shape
     dy_TxBxH, dh_T = cot
     hsz = w_hh.shape[0]
     ew = acts.dtype
@@ -232,8 +239,11 @@ def _gru_bwd(reverse, compute_dtype, unroll, res, cot):
     dhp_N = dhp.reshape(-1, 3 * hsz)
     dw_hh = _dot(h_prev.reshape(-1, hsz).T, dhp_N, compute_dtype)
     db_hn = dhp_N[:, 2 * hsz :].sum(0)
-    return (dxp.astype(xp.dtype), dw_hh.astype(w_hh.dtype), db_hn.astype(b_hn.dtype),
-            dh0.astype(h0.dtype), None)
+    dxp_N = dxp.reshape(-1, 3 * hsz)
+    dw_ih = _dot(x.reshape(-1, in_features).T, dxp_N, compute_dtype)
+    dx = _dot(dxp_N, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
+    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), dxp_N.sum(0).astype(b.dtype),
+            dw_hh.astype(w_hh.dtype), db_hn.astype(b_hn.dtype), dh0.astype(h0.dtype), None)
 
 
-gru_recurrence.defvjp(_gru_fwd, _gru_bwd)
+gru_layer.defvjp(_gru_fwd, _gru_bwd)

@@ -19,7 +19,7 @@ from flax import linen as nn
 
 from seqjax._checks import check_integer, check_range, check_rank, check_tree_shapes
 from seqjax.nn._fused_scan import fused_scan
-from seqjax.nn._layer_scan import gru_recurrence, lstm_layer
+from seqjax.nn._layer_scan import gru_layer, lstm_layer
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
 
 Array = jax.Array
@@ -197,10 +197,13 @@ class RNN(nn.Module):
         cell = self.cell
         x_TxBxP = x if self.time_major else jnp.swapaxes(x, 0, 1)
         if isinstance(cell, GRUCell):
-            xp_TxBx3H = cell.input_projection(x_TxBxP)  # hoisted, already time-major
-            compute = cell.dtype or jnp.result_type(xp_TxBx3H, cell.recurrent_kernel)
-            y, h = gru_recurrence(xp_TxBx3H, cell.recurrent_kernel, cell.recurrent_bias_n,
-                                  carry, valid_TxB, reverse, jnp.dtype(compute), self.unroll)
+            if self.is_initializing():
+                cell.input_projection(x_TxBxP[:1, :1])
+            dense = cell.input.variables["params"]
+            compute = cell.dtype or jnp.result_type(x, dense["kernel"], cell.recurrent_kernel)
+            y, h = gru_layer(x_TxBxP, dense["kernel"], dense["bias"], cell.recurrent_kernel,
+                             cell.recurrent_bias_n, carry, valid_TxB, reverse,
+                             jnp.dtype(compute), self.unroll)
             return h, y
         if self.is_initializing():  # create input/{kernel,bias} without a full projection
             cell.input_projection(x_TxBxP[:1, :1])
