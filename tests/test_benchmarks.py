@@ -67,10 +67,99 @@ def test_benchmark_smoke_prints_a_table(name, capsys):
     assert "torch" in out
 
 
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_gpt_smoke_prints_the_training_step_row(capsys):
+    from benchmarks import gpt
+
+    assert gpt.main(["--smoke", "--peers", "seqjax,torch-nanogpt", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "GPT 1L/2H/16 B=2 T=16 train step" in out and "seqjax ÷ fastest" in out
+    assert "| seqjax " in out and "tokens/s (median)" in out
+    if _has_torch():
+        assert "torch-nanogpt" in out
+    else:
+        assert "not installed" in out
+
+
+def test_gpt_peers_have_the_same_parameter_count():
+    """seqjax, flax and torch build the same network (same tensors, tied embeddings)."""
+    import jax
+    import numpy as np
+
+    from benchmarks import gpt
+
+    shape = gpt.SMOKE
+    x = jax.numpy.asarray(gpt.batch_tokens(shape)[:, :-1])
+
+    def count(model) -> int:
+        shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)
+        return sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(shapes))
+
+    n_seqjax = count(gpt.seqjax_model(shape))
+    d, v, t, layers = shape.embed_dim, shape.vocab_size, shape.block_size, shape.num_layers
+    # embeddings + per layer (2 LayerNorms, QKV + out, MLP 4d) + final LayerNorm; no biases.
+    assert n_seqjax == v * d + t * d + layers * (4 * d + 4 * d * d + 8 * d * d) + 2 * d
+    assert count(gpt.flax_model(shape)) == n_seqjax
+    if _has_torch():
+        assert sum(p.numel() for p in gpt.torch_gpt(shape).parameters()) == n_seqjax
+
+
+def test_generate_smoke_prints_kv_and_recompute_rows(capsys):
+    from benchmarks import generate
+
+    assert generate.main(["--smoke", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "generate B=2 P=4 N=8" in out and "kv ÷ recompute (seqjax)" in out
+    assert "| seqjax-kv " in out and "| seqjax-recompute " in out
+    if _has_torch():
+        assert "| torch-nanogpt " in out and "| torch-kv " in out
+
+
+def test_generate_rejects_a_context_past_the_block():
+    from benchmarks import generate
+
+    with pytest.raises(SystemExit):
+        generate.main(["--prompt", "40", "--new-tokens", "40"])
+
+
+def test_torch_kv_cache_matches_recomputation():
+    """The torch-kv peer computes the same logits as the full forward pass."""
+    torch = pytest.importorskip("torch")
+    from benchmarks import gpt
+
+    model = gpt.torch_gpt(gpt.SMOKE).eval()
+    idx = torch.from_numpy(gpt.batch_tokens(gpt.SMOKE)[:, :10].astype("int64"))
+    with torch.inference_mode():
+        full = model(idx)
+        cache: list = []
+        steps = [model(idx[:, :6], cache=cache)[:, -1]]
+        steps += [model(idx[:, t:t + 1], cache=cache, start=t)[:, -1] for t in range(6, 10)]
+    torch.testing.assert_close(torch.stack(steps, 1), full[:, 5:], rtol=1e-5, atol=1e-5)
+
+
+def test_scaling_smoke_prints_slopes_and_plot(capsys, tmp_path):
+    from benchmarks import scaling
+
+    png = tmp_path / "scaling.png"
+    argv = ["--smoke", "--layers", "softmax,lstm", "--d-model", "16", "--heads", "2",
+            "--plot", str(png), "--quiet"]
+    assert scaling.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "softmax" in out and "lstm" in out and "~ T^k" in out
+    assert png.exists() and png.stat().st_size > 0
+
+
 def test_runner_lists_and_dispatches(capsys):
     from benchmarks.__main__ import list_benchmarks, main
 
-    assert {"rnn", "attention"} <= set(list_benchmarks())
+    assert {"rnn", "attention", "gpt", "generate", "scaling"} <= set(list_benchmarks())
     assert "harness" not in list_benchmarks()
     assert main(["no-such-benchmark"]) == 2
     assert main([]) == 0

@@ -1,0 +1,430 @@
+"""GPT training step for nanoGPT's CPU configuration: seqjax vs flax.linen vs torch (CPU, fp32).
+
+One row, one call = one full optimiser step on a fixed batch of token ids:
+forward over ``[B, T] = [12, 64]``, mean next-token cross-entropy over all
+``B·T`` positions, backward, global-norm clipping at 1.0 and an AdamW update
+(lr 1e-3, β = (0.9, 0.99), weight decay 0.1 — nanoGPT's ``train_shakespeare_char``
+optimiser). The model is nanoGPT's README CPU variant: 4 layers, 4 heads, d = 128,
+block 64, |V| = 65, dropout 0, fp32, pre-norm blocks with a final LayerNorm,
+learned absolute positions, exact-GELU MLP of width 4d, tied input/output
+embedding, no biases on the linear layers (nanoGPT's ``bias=False`` default).
+Tokens per call: ``B·T = 768``. Peers:
+
+* ``seqjax``: :class:`seqjax.models.gpt.TransformerLM` from the ``nanogpt-cpu``
+  preset, trained by the library's own step — :func:`seqjax.train.step.make_train_step`
+  (``jax.jit``, the state's buffers donated) over :func:`seqjax.train.losses.make_lm_loss`
+  and :func:`seqjax.train.optim.make_optimizer` (``clip → adamw``, decay mask).
+* ``flax``: the same network written from ``flax.linen`` parts (``Embed``,
+  ``LayerNorm``, ``MultiHeadDotProductAttention`` with a causal mask, ``Dense``),
+  ``jax.jit`` of ``value_and_grad`` + ``optax`` clip/adamw, params and optimiser state
+  donated — what a user without seqjax would write.
+* ``torch-nanogpt``: a torch re-implementation of nanoGPT's ``model.py`` architecture
+  (fused QKV ``Linear``, ``F.scaled_dot_product_attention(is_causal=True)``, eager
+  mode as nanoGPT's CPU recipe runs it with ``--compile=False``), the
+  ``F.cross_entropy`` loss, ``clip_grad_norm_`` and ``torch.optim.AdamW`` with
+  nanoGPT's two parameter groups (decay on ≥2-D tensors only).
+
+Differences that remain: seqjax's ``LayerNorm`` always has a bias ``β`` (its
+``use_bias`` covers only the linear layers) whereas nanoGPT with ``bias=False``
+drops it, so every peer here keeps the LayerNorm bias (4·2·128 + 128 parameters,
+no measurable cost); seqjax's default decay mask also exempts the embeddings
+from weight decay (nanoGPT decays them) — the same arithmetic either way.
+
+Run: ``python -m benchmarks gpt`` (or ``seqjax bench gpt``); ``--smoke`` runs a
+2-layer, d = 32, T = 16 model in seconds; ``--out FILE`` writes the markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from benchmarks import harness
+
+PEERS = ("seqjax", "flax", "torch-nanogpt")
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTShape:
+    """nanoGPT-style hyper-parameters (the defaults are its README's CPU run)."""
+
+    num_layers: int = 4
+    num_heads: int = 4
+    embed_dim: int = 128
+    block_size: int = 64
+    batch: int = 12
+    vocab_size: int = 65
+    use_bias: bool = False
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.block_size
+
+    @property
+    def label(self) -> str:
+        return (f"GPT {self.num_layers}L/{self.num_heads}H/{self.embed_dim} "
+                f"B={self.batch} T={self.block_size} train step")
+
+
+SMOKE = GPTShape(num_layers=1, num_heads=2, embed_dim=16, block_size=16, batch=2)
+
+# nanoGPT's train_shakespeare_char optimiser.
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY, CLIP = 1e-3, 0.9, 0.99, 1e-8, 0.1, 1.0
+
+
+def batch_tokens(shape: GPTShape, seed: int = 0) -> np.ndarray:
+    """Random token ids ``int32[B, T + 1]`` (inputs are ``[:, :-1]``, targets ``[:, 1:]``)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, shape.vocab_size, (shape.batch, shape.block_size + 1), dtype=np.int32)
+
+
+# ----------------------------------------------------------------------------- JAX peers
+
+
+def seqjax_model(shape: GPTShape) -> Any:
+    """The seqjax ``TransformerLM`` of ``shape`` (the ``nanogpt-cpu`` preset at full size)."""
+    from seqjax.models.gpt import TransformerLM
+
+    return TransformerLM.from_preset(
+        "nanogpt-cpu", vocab_size=shape.vocab_size, num_layers=shape.num_layers,
+        num_heads=shape.num_heads, embed_dim=shape.embed_dim, max_len=shape.block_size,
+        use_bias=shape.use_bias, dropout_rate=0.0,
+    )
+
+
+def seqjax_peer(shape: GPTShape) -> harness.Prepared:
+    import time
+
+    import jax
+
+    from seqjax.train.losses import make_lm_loss
+    from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+    from seqjax.train.step import flax_apply_fn, make_train_step
+
+    model = seqjax_model(shape)
+    tokens = batch_tokens(shape)
+    batch = {"inputs": jax.numpy.asarray(tokens[:, :-1]),
+             "targets": jax.numpy.asarray(tokens[:, 1:])}
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["inputs"])["params"]
+    tx, _ = make_optimizer(OptimizerConfig(
+        "adamw", LR, b1=BETA1, b2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY, clip_norm=CLIP))
+    holder = {"state": TrainState.create(params, tx, jax.random.PRNGKey(1))}
+    train_step = make_train_step(make_lm_loss(flax_apply_fn(model)))  # donates the state
+
+    t0 = time.perf_counter()
+    compiled = train_step.lower(holder["state"], batch).compile()
+    compile_s = time.perf_counter() - t0
+
+    def step() -> Any:
+        holder["state"], metrics = compiled(holder["state"], batch)
+        return jax.block_until_ready(metrics["loss"])
+
+    return harness.Prepared(step=step, compile_s=compile_s, compile_kind="compile")
+
+
+def flax_model(shape: GPTShape) -> Any:
+    """The same GPT from plain ``flax.linen`` parts."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    init = nn.initializers.normal(stddev=0.02)
+    d = shape.embed_dim
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x, mask):
+            h = nn.LayerNorm(epsilon=1e-5)(x)
+            x = x + nn.MultiHeadDotProductAttention(
+                num_heads=shape.num_heads, qkv_features=d, use_bias=shape.use_bias,
+                kernel_init=init,
+            )(h, mask=mask)
+            h = nn.LayerNorm(epsilon=1e-5)(x)
+            h = nn.Dense(4 * d, use_bias=shape.use_bias, kernel_init=init)(h)
+            h = nn.gelu(h, approximate=False)
+            return x + nn.Dense(d, use_bias=shape.use_bias, kernel_init=init)(h)
+
+    class FlaxGPT(nn.Module):
+        @nn.compact
+        def __call__(self, tokens):
+            t = tokens.shape[1]
+            wte = nn.Embed(shape.vocab_size, d, embedding_init=init)
+            wpe = self.param("wpe", init, (shape.block_size, d))
+            x = wte(tokens) + wpe[:t]
+            mask = nn.make_causal_mask(tokens)
+            for _ in range(shape.num_layers):
+                x = Block()(x, mask)
+            return wte.attend(nn.LayerNorm(epsilon=1e-5)(x)).astype(jnp.float32)
+
+    return FlaxGPT()
+
+
+def flax_peer(shape: GPTShape) -> harness.Prepared:
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    model = flax_model(shape)
+    tokens = jnp.asarray(batch_tokens(shape))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), x)["params"]
+    decay = jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
+    tx = optax.chain(
+        optax.clip_by_global_norm(CLIP),
+        optax.adamw(LR, b1=BETA1, b2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY, mask=decay),
+    )
+
+    def loss_fn(p, x_, y_):
+        logits = model.apply({"params": p}, x_)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y_).mean()
+
+    def train_step(p, opt_state, x_, y_):
+        loss, grads = jax.value_and_grad(loss_fn)(p, x_, y_)
+        updates, opt_state = tx.update(grads, opt_state, p)
+        return optax.apply_updates(p, updates), opt_state, loss
+
+    holder = {"p": params, "o": tx.init(params)}
+    t0 = time.perf_counter()
+    compiled = jax.jit(train_step, donate_argnums=(0, 1)).lower(
+        holder["p"], holder["o"], x, y).compile()
+    compile_s = time.perf_counter() - t0
+
+    def step() -> Any:
+        holder["p"], holder["o"], loss = compiled(holder["p"], holder["o"], x, y)
+        return jax.block_until_ready(loss)
+
+    return harness.Prepared(step=step, compile_s=compile_s, compile_kind="compile")
+
+
+# ----------------------------------------------------------------------------- torch peer
+
+
+def torch_gpt(shape: GPTShape) -> Any:
+    """nanoGPT's architecture in torch (written from its description, eager mode).
+
+    ``forward(idx, cache=None, start=0, last_only=False)`` returns logits ``[B, T, V]``
+    (``[B, 1, V]`` with ``last_only``); with ``cache`` (a list filled with one ``(k, v)``
+    pair per layer) it also keeps the keys and values so that the next call can feed
+    only the new tokens at positions ``start, start + 1, …`` (KV-cache decoding).
+    """
+    import math
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    d, heads, bias = shape.embed_dim, shape.num_heads, shape.use_bias
+
+    class SelfAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(d, 3 * d, bias=bias)
+            self.proj = nn.Linear(d, d, bias=bias)
+
+        def forward(self, x, cache=None, layer=0):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(x).split(d, dim=2)
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            if cache is not None:
+                if layer < len(cache):
+                    k = torch.cat([cache[layer][0], k], dim=2)
+                    v = torch.cat([cache[layer][1], v], dim=2)
+                    cache[layer] = (k, v)
+                else:
+                    cache.append((k, v))
+            # A single new query attends to every cached key: no mask needed.
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+            return self.proj(o.transpose(1, 2).reshape(b, t, d))
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(d, eps=1e-5)
+            self.attn = SelfAttention()
+            self.ln_2 = nn.LayerNorm(d, eps=1e-5)
+            self.fc = nn.Linear(d, 4 * d, bias=bias)
+            self.out = nn.Linear(4 * d, d, bias=bias)
+
+        def forward(self, x, cache=None, layer=0):
+            x = x + self.attn(self.ln_1(x), cache, layer)
+            return x + self.out(F.gelu(self.fc(self.ln_2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(shape.vocab_size, d)
+            self.wpe = nn.Embedding(shape.block_size, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(shape.num_layers))
+            self.ln_f = nn.LayerNorm(d, eps=1e-5)
+            self.head = nn.Linear(d, shape.vocab_size, bias=False)
+            self.head.weight = self.wte.weight  # tied embeddings
+            for name, p in self.named_parameters():
+                if p.dim() >= 2:
+                    std = 0.02 / math.sqrt(2 * shape.num_layers) if name.endswith(
+                        ("proj.weight", "out.weight")) else 0.02
+                    torch.nn.init.normal_(p, 0.0, std)
+
+        def forward(self, idx, cache=None, start=0, last_only=False):
+            t = idx.shape[1]
+            pos = torch.arange(start, start + t, dtype=torch.long)
+            x = self.wte(idx) + self.wpe(pos)
+            for i, block in enumerate(self.blocks):
+                x = block(x, cache, i)
+            if last_only:  # inference: the head on the last position only, as nanoGPT does
+                x = x[:, -1:]
+            return self.head(self.ln_f(x))
+
+    return GPT()
+
+
+def torch_optimizer(model: Any) -> Any:
+    """nanoGPT's AdamW: weight decay on ≥2-D parameters, none on biases and norms."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=LR, betas=(BETA1, BETA2), eps=EPS)
+
+
+def torch_peer(shape: GPTShape) -> harness.Prepared:
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = torch_gpt(shape)
+    model.train()
+    opt = torch_optimizer(model)
+    tokens = torch.from_numpy(batch_tokens(shape).astype(np.int64))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+
+    def step() -> float:
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return harness.torch_prepared(step)
+
+
+_BUILDERS = {"seqjax": seqjax_peer, "flax": flax_peer, "torch-nanogpt": torch_peer}
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def run(
+    shape: GPTShape,
+    peers: Sequence[str] = PEERS,
+    *,
+    repeats: int = 7,
+    warmup: int = 2,
+    min_sample_s: float = 0.2,
+    log=None,
+) -> list[harness.Result]:
+    """Time one training step of every peer, alternating round robin."""
+    row_peers = [harness.Peer(n, lambda n=n: _BUILDERS[n](shape)) for n in peers]
+    return harness.run_row(shape.label, row_peers, shape.tokens, repeats=repeats,
+                           warmup=warmup, min_sample_s=min_sample_s, log=log)
+
+
+def summary_table(results: Sequence[harness.Result]) -> str:
+    """One line per row: tokens/s of every peer, and seqjax ÷ the fastest other peer."""
+    by_row: dict[str, dict[str, harness.Result]] = {}
+    for r in results:
+        by_row.setdefault(r.row, {})[r.peer] = r
+    peers = list(dict.fromkeys(r.peer for r in results))
+    headers = (["row"] + [f"{p} tok/s" for p in peers]
+               + ["fastest other peer", "seqjax ÷ fastest"])
+    lines = []
+    for row, res in by_row.items():
+        others = {p: r.tokens_per_s for p, r in res.items() if p != "seqjax"}
+        best = max(others, key=others.get) if others else None
+        ratio = (f"{res['seqjax'].tokens_per_s / others[best]:.2f}×"
+                 if best and "seqjax" in res else "–")
+        lines.append([row] + [harness.format_rate(res[p].tokens_per_s) if p in res else "–"
+                              for p in peers] + [best or "–", ratio])
+    return harness.markdown_table(headers, lines)
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def parse_peers(ap: argparse.ArgumentParser, text: str, allowed: Sequence[str]) -> list[str]:
+    """The ``--peers`` comma list, checked; torch peers dropped (with a note) without torch."""
+    peers = [p.strip() for p in text.split(",") if p.strip()]
+    for p in peers:
+        if p not in allowed:
+            ap.error(f"--peers: unknown peer {p!r}; choose from {tuple(allowed)}")
+    if any(p.startswith("torch") for p in peers) and not torch_available():
+        print("torch not installed: skipping the torch peers", file=sys.stderr)
+        peers = [p for p in peers if not p.startswith("torch")]
+    if not peers:
+        ap.error("--peers: no peer left to run")
+    return peers
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="seqjax bench gpt", description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true",
+                    help="a 2-layer d=32 T=16 B=2 model, 2 repeats: every peer in seconds")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma list of " + ",".join(PEERS))
+    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--block", type=int, default=64, help="block size T")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    args = ap.parse_args(argv)
+
+    peers = parse_peers(ap, args.peers, PEERS)
+    shape = SMOKE if args.smoke else GPTShape(
+        num_layers=args.layers, num_heads=args.heads, embed_dim=args.d_model,
+        block_size=args.block, batch=args.batch,
+    )
+    threads = harness.configure_threads(args.threads)
+    log = None if args.quiet or args.smoke else (lambda s: print(s, file=sys.stderr, flush=True))
+    results = run(shape, peers, repeats=2 if args.smoke else args.repeats,
+                  warmup=1 if args.smoke else 2, min_sample_s=0.0 if args.smoke else 0.2,
+                  log=log)
+    cmd = "python -m benchmarks gpt " + " ".join(argv if argv is not None else sys.argv[1:])
+    info = harness.machine_info()
+    if "torch_threads" not in threads:
+        info["torch"] = "not installed (torch peers skipped)"
+    report = "\n\n".join([
+        "## GPT training step, nanoGPT CPU config: tokens/s (higher is better)",
+        f"Command: `{cmd.strip()}`",
+        harness.machine_markdown(info),
+        f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}.",
+        summary_table(results),
+        "Per peer (median and interquartile range over the repeats; compile time apart):",
+        harness.results_table(results),
+    ])
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
