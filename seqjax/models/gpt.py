@@ -60,6 +60,10 @@ class TransformerLMConfig:
         dropout_rate: on the embeddings and every residual branch;
         attention_dropout_rate: on the attention weights (default ``dropout_rate``).
         activation, norm_type, mlp, num_kv_heads, rope_base: block options.
+        norm_epsilon: ``ε`` of every norm (default: LayerNorm 1e-5, RMSNorm 1e-6).
+        norm_use_bias: learn LayerNorm's ``β``; nanoGPT's ``bias=False`` also drops it
+            (the ``nanogpt-*`` presets keep it, so their parameter counts are those of
+            ``experiments/results/char_lm.md``: 1,152 more than nanoGPT at 4L/128d).
         init_std: standard deviation of the normal initialisers (GPT-2: 0.02).
         scan_layers, remat: compile the stack as one scanned block; rematerialise.
     """
@@ -77,6 +81,8 @@ class TransformerLMConfig:
     attention_dropout_rate: float | None = None
     activation: str = "gelu"
     norm_type: str = "layernorm"
+    norm_epsilon: float | None = None
+    norm_use_bias: bool = True
     mlp: str = "mlp"
     num_kv_heads: int | None = None
     rope_base: float = 10000.0
@@ -161,7 +167,8 @@ class TransformerLM(nn.Module):
             cfg.attention_dropout_rate
         self.decoder = TransformerDecoder(
             num_heads=cfg.num_heads, num_layers=cfg.num_layers, mlp_dim=cfg.mlp_dim,
-            norm="pre", norm_type=cfg.norm_type, mlp=cfg.mlp, activation=cfg.activation,
+            norm="pre", norm_type=cfg.norm_type, norm_epsilon=cfg.norm_epsilon,
+            norm_use_bias=cfg.norm_use_bias, mlp=cfg.mlp, activation=cfg.activation,
             causal=True, cross_attention=False, dropout_rate=cfg.dropout_rate,
             attention_dropout_rate=attn_drop, use_bias=cfg.use_bias,
             num_kv_heads=cfg.num_kv_heads, use_rope=cfg.positions == "rope",

@@ -108,6 +108,7 @@ class _BlockConfig(nn.Module):
     norm: str = "pre"
     norm_type: str = "layernorm"
     norm_epsilon: float | None = None
+    norm_use_bias: bool = True
     mlp: str = "mlp"
     activation: str | Callable[[Array], Array] = "gelu"
     multiple_of: int = 256
@@ -136,7 +137,11 @@ class _BlockConfig(nn.Module):
         kw: dict[str, Any] = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         if self.norm_epsilon is not None:
             kw["epsilon"] = self.norm_epsilon
-        cls = LayerNorm if self.norm_type == "layernorm" else RMSNorm
+        if self.norm_type == "layernorm":
+            cls = LayerNorm
+            kw["use_bias"] = self.norm_use_bias
+        else:
+            cls = RMSNorm
         return cls(**kw) if name is None else cls(**kw, name=name)
 
     def _check_config(self) -> None:
@@ -232,6 +237,8 @@ class TransformerBlock(_BlockConfig):
         norm: ``"pre"`` (default) or ``"post"``.
         norm_type: ``"layernorm"`` (default) or ``"rmsnorm"``.
         norm_epsilon: ``ε`` of the norms (default: LayerNorm 1e-5, RMSNorm 1e-6).
+        norm_use_bias: learn LayerNorm's ``β`` (nanoGPT's ``bias=False`` drops it; RMSNorm
+            has none).
         mlp: ``"mlp"`` or a GLU variant (``"swiglu"``, ``"geglu"``, ``"reglu"``, ``"glu"``,
             ``"bilinear"``).
         activation: MLP activation (``"gelu"`` exact, ``"gelu_tanh"``, ``"relu"``, …).

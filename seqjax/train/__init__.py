@@ -1,8 +1,8 @@
 """seqjax.train: losses, optimisers, sharded train steps, checkpoints, the fit loop, TBPTT."""
 
 from seqjax.train.checkpoint import (
-    CheckpointMismatchError,
     Checkpointer,
+    CheckpointMismatchError,
     CheckpointWarning,
     load_meta,
     load_tokenizer,

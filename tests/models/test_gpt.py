@@ -39,6 +39,21 @@ def test_preset_parameter_counts():
     assert round(non_pos / 1e6, 2) == 10.65
     # nanoGPT's bias=False also drops the LayerNorm offsets (2 per block + final): 13 · 384.
     assert non_pos - 13 * 384 == 10_646_784
+    exact = TransformerLM(nano.config.replace(norm_use_bias=False))
+    assert _count(exact) - 256 * 384 == 10_646_784
+
+
+def test_norm_epsilon_and_bias_reach_every_norm():
+    model = TransformerLM(_cfg(norm_use_bias=False, norm_epsilon=1e-3))
+    tokens = jnp.arange(8, dtype=jnp.int32).reshape(1, 8) % V
+    v = model.init(jax.random.PRNGKey(0), tokens)
+    flat = jax.tree_util.tree_flatten_with_path(v["params"])[0]
+    names = ["/".join(str(getattr(k, "key", k)) for k in path) for path, _ in flat]
+    norms = [n for n in names if "norm" in n]
+    assert norms and all(n.endswith("scale") for n in norms)
+    # ε changes the output (a model with the default ε differs on the same parameters).
+    default = TransformerLM(_cfg(norm_use_bias=False))
+    assert not np.allclose(model.apply(v, tokens), default.apply(v, tokens), atol=1e-6)
     with pytest.raises(ValueError, match="preset"):
         TransformerLM.from_preset("gpt-5")
 
