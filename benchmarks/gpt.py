@@ -24,11 +24,10 @@ Tokens per call: ``B·T = 768``. Peers:
   ``F.cross_entropy`` loss, ``clip_grad_norm_`` and ``torch.optim.AdamW`` with
   nanoGPT's two parameter groups (decay on ≥2-D tensors only).
 
-Differences that remain: seqjax's ``LayerNorm`` always has a bias ``β`` (its
-``use_bias`` covers only the linear layers) whereas nanoGPT with ``bias=False``
-drops it, so every peer here keeps the LayerNorm bias (4·2·128 + 128 parameters,
-no measurable cost); seqjax's default decay mask also exempts the embeddings
-from weight decay (nanoGPT decays them) — the same arithmetic either way.
+With ``bias=False`` (nanoGPT's default) no peer has biases anywhere, LayerNorm
+included (seqjax: ``norm_use_bias=False``). The difference that remains: seqjax's
+default decay mask exempts the embeddings from weight decay (nanoGPT decays them)
+— the same arithmetic either way.
 
 Run: ``python -m benchmarks gpt`` (or ``seqjax bench gpt``); ``--smoke`` runs a
 2-layer, d = 32, T = 16 model in seconds; ``--out FILE`` writes the markdown.
@@ -93,7 +92,7 @@ def seqjax_model(shape: GPTShape) -> Any:
     return TransformerLM.from_preset(
         "nanogpt-cpu", vocab_size=shape.vocab_size, num_layers=shape.num_layers,
         num_heads=shape.num_heads, embed_dim=shape.embed_dim, max_len=shape.block_size,
-        use_bias=shape.use_bias, dropout_rate=0.0,
+        use_bias=shape.use_bias, norm_use_bias=shape.use_bias, dropout_rate=0.0,
     )
 
 
@@ -138,12 +137,12 @@ def flax_model(shape: GPTShape) -> Any:
     class Block(nn.Module):
         @nn.compact
         def __call__(self, x, mask):
-            h = nn.LayerNorm(epsilon=1e-5)(x)
+            h = nn.LayerNorm(epsilon=1e-5, use_bias=shape.use_bias)(x)
             x = x + nn.MultiHeadDotProductAttention(
                 num_heads=shape.num_heads, qkv_features=d, use_bias=shape.use_bias,
                 kernel_init=init,
             )(h, mask=mask)
-            h = nn.LayerNorm(epsilon=1e-5)(x)
+            h = nn.LayerNorm(epsilon=1e-5, use_bias=shape.use_bias)(x)
             h = nn.Dense(4 * d, use_bias=shape.use_bias, kernel_init=init)(h)
             h = nn.gelu(h, approximate=False)
             return x + nn.Dense(d, use_bias=shape.use_bias, kernel_init=init)(h)
@@ -158,7 +157,8 @@ def flax_model(shape: GPTShape) -> Any:
             mask = nn.make_causal_mask(tokens)
             for _ in range(shape.num_layers):
                 x = Block()(x, mask)
-            return wte.attend(nn.LayerNorm(epsilon=1e-5)(x)).astype(jnp.float32)
+            h = nn.LayerNorm(epsilon=1e-5, use_bias=shape.use_bias)(x)
+            return wte.attend(h).astype(jnp.float32)
 
     return FlaxGPT()
 
@@ -245,9 +245,9 @@ def torch_gpt(shape: GPTShape) -> Any:
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.ln_1 = nn.LayerNorm(d, eps=1e-5)
+            self.ln_1 = nn.LayerNorm(d, eps=1e-5, bias=bias)
             self.attn = SelfAttention()
-            self.ln_2 = nn.LayerNorm(d, eps=1e-5)
+            self.ln_2 = nn.LayerNorm(d, eps=1e-5, bias=bias)
             self.fc = nn.Linear(d, 4 * d, bias=bias)
             self.out = nn.Linear(4 * d, d, bias=bias)
 
@@ -261,7 +261,7 @@ def torch_gpt(shape: GPTShape) -> Any:
             self.wte = nn.Embedding(shape.vocab_size, d)
             self.wpe = nn.Embedding(shape.block_size, d)
             self.blocks = nn.ModuleList(Block() for _ in range(shape.num_layers))
-            self.ln_f = nn.LayerNorm(d, eps=1e-5)
+            self.ln_f = nn.LayerNorm(d, eps=1e-5, bias=bias)
             self.head = nn.Linear(d, shape.vocab_size, bias=False)
             self.head.weight = self.wte.weight  # tied embeddings
             for name, p in self.named_parameters():

@@ -104,8 +104,9 @@ def test_gpt_peers_have_the_same_parameter_count():
 
     n_seqjax = count(gpt.seqjax_model(shape))
     d, v, t, layers = shape.embed_dim, shape.vocab_size, shape.block_size, shape.num_layers
-    # embeddings + per layer (2 LayerNorms, QKV + out, MLP 4d) + final LayerNorm; no biases.
-    assert n_seqjax == v * d + t * d + layers * (4 * d + 4 * d * d + 8 * d * d) + 2 * d
+    # embeddings + per layer (2 LayerNorm scales, QKV + out, MLP 4d) + final LayerNorm scale;
+    # no biases anywhere (nanoGPT's bias=False drops the LayerNorm offsets too).
+    assert n_seqjax == v * d + t * d + layers * (2 * d + 4 * d * d + 8 * d * d) + d
     assert count(gpt.flax_model(shape)) == n_seqjax
     if _has_torch():
         assert sum(p.numel() for p in gpt.torch_gpt(shape).parameters()) == n_seqjax
