@@ -18,7 +18,8 @@ Reported: exact match (the whole French name right) on the held-out numbers agai
 number of digits; a few translations; the attention heatmap of 97 (MEDL Fig. 7.11 style),
 where "quatre", "vingt", "dix" look at "ninety" and "sept" at "seven"; the loss curve.
 
-Run:  seqjax train numbers                        (or: python -m experiments.numbers)
+Run:  seqjax train numbers --preset quickstart     (about a minute on one CPU core)
+      seqjax train numbers                        (or: python -m experiments.numbers)
       seqjax generate --workdir workdirs/numbers --prompt 1997
       seqjax eval --workdir workdirs/numbers
       seqjax train numbers --smoke                (seconds, for CI)
@@ -89,6 +90,10 @@ PRESETS = {
               "progress": False},
     # The comparison in experiments/results/numbers.md.
     "compare": {"archs": "gru,bahdanau,transformer", "seeds": "0,1,2"},
+    # The README's first command: one Bahdanau model in about a minute on one CPU core,
+    # with the progress bar, metrics, translations and plots (in its own work dir).
+    "quickstart": {"steps": 600, "eval_every": 300, "log_every": 100,
+                   "workdir": "workdirs/numbers_quickstart"},
 }
 
 

@@ -266,8 +266,7 @@ def _plot(rows: list[dict], traces: dict[str, list[float]], path: str) -> str:
     b.set_xlabel("generated character")
     b.set_ylabel(f"p(character), mean of {window}")
     b.set_ylim(0, 1)
-    b.set_title("prompt 1: probability of each generated character (cf. Bishop Fig. 12.17)",
-                fontsize=8)
+    b.set_title("prompt 1: p(each generated character)\n(cf. Bishop Fig. 12.17)", fontsize=8)
     b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=85)

@@ -41,6 +41,7 @@ import math
 import os
 import platform
 import re
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -55,7 +56,7 @@ from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig
 from seqjax.models.seq2seq import Seq2Seq
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig, fit, read_metrics
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.step import make_eval_step, make_train_step
@@ -244,7 +245,9 @@ def train_seq2seq(
 
     Loss: masked token cross-entropy (MEDL (7.4)–(7.5), no loss on padding);
     AdamW with linear warm-up and cosine decay, global-norm clipping. Resumes from
-    ``workdir`` when it holds checkpoints. Returns ``(params, history, seconds)``.
+    ``workdir`` when it holds checkpoints (a finished run is restored, not retrained);
+    then ``history`` and ``seconds`` cover the whole run, read from its ``metrics.jsonl``.
+    Returns ``(params, history, seconds)``.
     """
     first = {k: v[:1] for k, v in train.items()}
     params = jax.jit(lambda k: model.init(k, first["src"], first["tgt_in"],
@@ -282,7 +285,17 @@ def train_seq2seq(
         workdir=workdir, eval_step=make_eval_step(eval_fn) if eval_batches else None,
         eval_data=eval_batches, model_config=model_config,
     )
-    return result.state.params, result.history, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if result.start_step > 0 and workdir is not None:
+        # Resumed (or already finished): report the whole run from its metrics log, and
+        # its training time as the sum of the logged segments (the clock restarts at 0
+        # in every segment).
+        history = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+        times = [r["time"] for r in history if "time" in r]
+        seconds = sum(a for a, b in zip(times, times[1:]) if b < a)  # earlier segments
+        seconds += times[-1] if times else 0.0
+        return result.state.params, history, seconds
+    return result.state.params, result.history, seconds
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -345,7 +358,8 @@ def plot_attention(alpha: np.ndarray, src_tokens: Sequence[str], out_tokens: Seq
     import matplotlib.pyplot as plt
 
     rows = [*out_tokens, "<eos>"]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * len(src_tokens), 0.9 + 0.42 * len(rows)))
+    width = max(3.4, 1.0 + 0.55 * len(src_tokens))  # room for the title of short sentences
+    fig, ax = plt.subplots(figsize=(width, 0.9 + 0.42 * len(rows)))
     ax.imshow(alpha, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=45, ha="right")
     ax.set_yticks(range(len(rows)), rows)
@@ -353,7 +367,7 @@ def plot_attention(alpha: np.ndarray, src_tokens: Sequence[str], out_tokens: Seq
         for s in range(alpha.shape[1]):
             ax.text(s, t, f"{alpha[t, s]:.2f}", ha="center", va="center", fontsize=7,
                     color="white" if alpha[t, s] > 0.5 else "black")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, width=int(9 * width)), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

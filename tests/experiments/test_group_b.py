@@ -79,6 +79,11 @@ def test_translation_smoke(tmp_path):
     assert all(0.0 <= p["bleu"] <= 1.0 for p in r["probes"])
     assert (tmp_path / "translation.json").exists()
     assert (tmp_path / "translation_bleu_vs_length.png").exists()
+    # A rerun restores the finished model (no training) and reports the logged run.
+    again = translation.main(["--smoke", "--workdir", str(tmp_path)])["runs"][0]
+    assert again["bleu"] == r["bleu"] and again["probes"] == r["probes"]
+    assert again["final_train_loss"] == pytest.approx(r["final_train_loss"])
+    assert 0.0 < again["train_s"] <= r["train_s"]
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -96,6 +101,14 @@ def test_detokenize_and_prompt():
     assert numbers.detokenize("quatre - vingt - dix - sept") == "quatre-vingt-dix-sept"
     assert numbers.detokenize("one thousand , two") == "one thousand, two"
     assert numbers._english("97") == "ninety-seven"
+
+
+def test_numbers_quickstart_preset_is_short_and_verbose():
+    from seqjax.cli import build_config
+
+    cfg = build_config(numbers, "numbers", ["--preset", "quickstart"])
+    assert cfg.steps < numbers.Config().steps and cfg.progress
+    assert cfg.archs == ("bahdanau",) and cfg.workdir == "workdirs/numbers_quickstart"
 
 
 def test_numbers_smoke_and_cli_generate(tmp_path):
