@@ -9,7 +9,7 @@ differ from autodiff of ``lax.scan`` only in *how* the gradient is scheduled:
   step (:func:`lstm_layer`, :func:`gru_layer`). Hoisting ``x W_ih`` for all steps into one
   GEMM writes, transposes and re-reads a ``[T, B, G·H]`` buffer (and page-faults it in
   fresh every call); per step the operands stay in cache. Measured in
-  ``benchmarks/RESULTS.md``: GRU forward 47 → 32 ms at B=32, T=128, H=256 on one core.
+  ``benchmarks/RESULTS.md``: GRU forward 48 → 32 ms at B=32, T=128, H=256 on one core.
 * **Backward**: a reverse loop that carries only the state cotangents and emits the
   pre-activation gate gradients ``dG_t``; the step saves its post-activation gates in
   the forward pass, so the backward loop does no recomputation and no autodiff. Every

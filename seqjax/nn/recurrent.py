@@ -66,9 +66,16 @@ class RNN(nn.Module):
     r"""Scan a recurrent cell over time.
 
     Computes ``(carry_t, y_t) = cell(carry_{t-1}, x_t)`` for ``t = 1..T``
-    (MEDL (7.1)–(7.2); J&M Fig. 9.2), with the cell's input projection
-    ``x_t W_xᵀ + b`` hoisted out of the loop and computed for all steps in a
-    single ``[B*T, P] x [P, G*H]`` matmul; only ``h_{t-1} W_hᵀ`` is in the loop.
+    (MEDL (7.1)–(7.2); J&M Fig. 9.2). How the loop runs (same values and gradients):
+
+    * ``LSTMCell`` and ``GRUCell(reset_after=True)``: a whole-layer custom VJP
+      (:mod:`seqjax.nn._layer_scan`): both projections per step, gate activations
+      saved, the backward loop written by hand and every weight gradient one matmul
+      over all ``T·B`` rows after it;
+    * other cells: the input projection ``x_t W_xᵀ + b`` hoisted out of the loop (one
+      ``[B*T, P] x [P, G*H]`` matmul) and a custom-VJP scan over ``h_{t-1} W_hᵀ``
+      (:mod:`seqjax.nn._fused_scan`);
+    * ``fused=False`` or ``resets``: autodiff of a plain ``nn.scan`` over ``cell.step``.
 
     Call: ``rnn(x, lengths=None, initial_carry=None, resets=None)`` with
 
@@ -97,10 +104,8 @@ class RNN(nn.Module):
         unroll: steps unrolled per loop iteration in ``lax.scan``.
         return_carry: also return the final carry.
         time_major: inputs and outputs are ``[T, B, ...]``.
-        fused: use the custom-VJP scan (:mod:`seqjax.nn._fused_scan`) when the
-            cell supports it (Elman, LSTM, GRU with ``reset_after``) and no
-            ``resets`` are given; it computes the recurrent weight gradient as
-            one matmul after the backward loop. Same values as ``fused=False``.
+        fused: use the custom-VJP paths above when no ``resets`` are given
+            (``fused=False``: autodiff of the plain scan; same values).
     """
 
     cell: RecurrentCell
