@@ -672,6 +672,16 @@ class _Resumable:
             raise ValueError(f"`state` does not belong to this iterator ({detail}).")
         self._set_position({k: int(state[k]) for k in self._position()})
 
+    # The iterator protocol of ``seqjax.train.fit``: it saves ``get_state()`` with every
+    # checkpoint and calls ``set_state`` on resume (no replay of the consumed batches).
+    def get_state(self) -> dict[str, Any]:
+        """Same as :meth:`state` (the name :func:`seqjax.train.fit` looks for)."""
+        return self.state()
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Same as :meth:`restore` (the name :func:`seqjax.train.fit` looks for)."""
+        self.restore(state)
+
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return self
 

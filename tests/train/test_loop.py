@@ -165,6 +165,35 @@ def test_resume_replays_a_plain_iterator_and_without_workdir_writes_nothing(tmp_
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4, 5, 6]
 
 
+def test_resume_restores_a_pipeline_iterator_without_replaying(tmp_path):
+    """``LMWindowIterator`` (seqjax.data) speaks fit's get_state/set_state: the position is
+    saved with the checkpoint and restored on resume, not replayed batch by batch."""
+    from seqjax.data.pipelines import LMWindowIterator
+
+    class Counting(LMWindowIterator):
+        calls = 0
+
+        def __next__(self):
+            Counting.calls += 1
+            return super().__next__()
+
+    tokens = np.arange(200) % 7
+    state0, _, _ = _quadratic()
+
+    def step(state, b):  # a step that reads the batch: the loss is a function of the data
+        return state, {"loss": jnp.float32(b["inputs"].sum())}
+
+    cfg = FitConfig(num_steps=6, log_every=1, checkpoint_every=3, progress=False,
+                    tensorboard=False, plot=False, async_checkpointing=False)
+    once = fit(state0, step, Counting(tokens, 2, 8, seed=0), cfg)
+    half = FitConfig(**{**cfg.__dict__, "num_steps": 3})
+    fit(state0, step, Counting(tokens, 2, 8, seed=0), half, workdir=tmp_path)
+    Counting.calls = 0
+    again = fit(state0, step, Counting(tokens, 2, 8, seed=0), cfg, workdir=tmp_path)
+    assert again.start_step == 3 and Counting.calls == 3  # steps 4..6 only, no replay
+    assert [h["loss"] for h in again.history] == [h["loss"] for h in once.history][3:]
+
+
 def test_evaluate_weights_batches_by_tokens():
     ev = lambda params, b: {"loss": jnp.float32(b["l"]), "tokens": jnp.float32(b["n"])}
     out = evaluate(ev, None, [{"l": 1.0, "n": 1.0}, {"l": 4.0, "n": 3.0}])
