@@ -1,9 +1,23 @@
 """Whole-layer LSTM and GRU recurrences with hand-written backward passes (CPU/GPU/TPU).
 
 These are the fast paths behind :class:`seqjax.nn.RNN` for ``LSTMCell`` and
-``GRUCell(reset_after=True)``. They compute exactly the cells' equations
-(MEDL (7.16)–(7.17) for the LSTM; the ``reset_after`` GRU of PyTorch/cuDNN) and
-differ from autodiff of ``lax.scan`` only in *how* the gradient is scheduled:
+``GRUCell(reset_after=True)``. They compute exactly the cells' equations (row vectors,
+kernels are the textbooks' ``Wᵀ``):
+
+* LSTM, MEDL (7.16)–(7.17), J&M (9.22)–(9.29), gate order i, f, c̃, o:
+  ``[i, f, c̃, o] = [σ, σ, tanh, σ](x_t W_ih + h_{t-1} W_hh + b)``,
+  ``c_t = f ⊙ c_{t-1} + i ⊙ c̃``, ``h_t = o ⊙ tanh(c_t)``;
+* GRU with the reset gate after the matmul (PyTorch/cuDNN), order r, z, n:
+  ``[r, z] = σ(x_t W_ih + b + h_{t-1} W_hh)[:2H]``,
+  ``n = tanh((x_t W_ih + b)_n + r ⊙ ((h_{t-1} W_hh)_n + b_hn))``,
+  ``h_t = (1 − z) ⊙ n + z ⊙ h_{t-1}``;
+
+and their exact gradients. With ``dh = ∂L/∂h_t`` (from the output and from step t+1):
+LSTM ``dc ← dc + dh ⊙ o ⊙ (1 − tanh²c_t)``, ``dG = [dc ⊙ c̃, dc ⊙ c_{t-1}, dc ⊙ i, dh ⊙ tanh c_t]
+⊙ act′``, ``dc_{t-1} = dc ⊙ f``, ``dh_{t-1} = dG W_hhᵀ``; GRU ``dn̂ = dh ⊙ (1 − z) ⊙ (1 − n²)``,
+``dẑ = dh ⊙ (h_{t-1} − n) ⊙ z(1 − z)``, ``dr̂ = dn̂ ⊙ ĥ_n ⊙ r(1 − r)``,
+``dh_{t-1} = dh ⊙ z + [dr̂, dẑ, dn̂ ⊙ r] W_hhᵀ``. They differ from autodiff of ``lax.scan``
+only in *how* the gradient is scheduled:
 
 * **Input projection inside the loop**: ``x_t W_ih`` and ``h_{t-1} W_hh`` are two dots per
   step (:func:`lstm_layer`, :func:`gru_layer`). Hoisting ``x W_ih`` for all steps into one
@@ -48,6 +62,8 @@ def _dot(a: Array, b: Array, dtype: Any) -> Array:
 
 def _shift(seq_TxBxH: Array, first_BxH: Array, reverse: bool) -> Array:
     """The carry *before* each step: ``[c0, c_0, …, c_{T-2}]`` (reversed order if ``reverse``)."""
+    if seq_TxBxH.shape[0] == 0:
+        return seq_TxBxH
     first = first_BxH[None].astype(seq_TxBxH.dtype)
     if reverse:
         return jnp.concatenate([seq_TxBxH[1:], first], 0)
