@@ -33,6 +33,7 @@ from flax import linen as nn
 
 from seqjax._checks import check_bool, check_integer, check_rank
 from seqjax.models._common import check_lengths, check_preset, check_tokens
+from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.norms import LayerNorm
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerEncoder
@@ -209,7 +210,7 @@ class Bert(nn.Module):
             lengths = check_lengths(lengths, "lengths", batch, num_steps)
         init = nn.initializers.normal(stddev=cfg.init_std)
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        dense = lambda n, name: nn.Dense(n, kernel_init=init, name=name, **kw)  # noqa: E731
+        dense = lambda n, name: Dense(n, kernel_init=init, name=name, **kw)  # noqa: E731
 
         token_embed = nn.Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
                                name="token_embed", **kw)
@@ -242,7 +243,7 @@ class Bert(nn.Module):
             h_BxTxD = LayerNorm(cfg.norm_epsilon, name="mlm_norm", **kw)(h_BxTxD)
             mlm_bias = self.param("mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,),
                                   self.param_dtype)
-            out["mlm_logits"] = (token_embed.attend(h_BxTxD) + mlm_bias).astype(jnp.float32)
+            out["mlm_logits"] = (flat_attend(token_embed, h_BxTxD) + mlm_bias).astype(jnp.float32)
         first_BxD = z_BxTxD[:, 0]
         if cfg.pooler:
             first_BxD = jnp.tanh(dense(cfg.embed_dim, "pooler")(first_BxD))

@@ -48,6 +48,7 @@ from seqjax.models._common import (
     layers_from_batch_major,
     layers_to_batch_major,
 )
+from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder, TransformerEncoder
 
@@ -199,7 +200,7 @@ class Transformer(nn.Module):
                 self.output_bias = self.param("output_bias", nn.initializers.zeros_init(),
                                               (cfg.target_vocab_size,), self.param_dtype)
         else:
-            self.output = nn.Dense(cfg.target_vocab_size, use_bias=cfg.output_bias, **kw)
+            self.output = Dense(cfg.target_vocab_size, use_bias=cfg.output_bias, **kw)
 
     def _target_table(self) -> nn.Embed:
         return self.shared_embed if self.config.shared_vocab else self.tgt_embed
@@ -222,7 +223,7 @@ class Transformer(nn.Module):
     def _head(self, h_BxTxD: Array) -> Array:
         cfg = self.config
         if cfg.tie_output:
-            logits = self._target_table().attend(h_BxTxD)
+            logits = flat_attend(self._target_table(), h_BxTxD)
             if cfg.output_bias:
                 logits = logits + self.output_bias
         else:

@@ -36,6 +36,7 @@ from seqjax.models._common import (
     layers_from_batch_major,
     layers_to_batch_major,
 )
+from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder
 
@@ -178,7 +179,7 @@ class TransformerLM(nn.Module):
         )
         self.drop = nn.Dropout(cfg.dropout_rate)
         if not cfg.tie_embeddings:
-            self.lm_head = nn.Dense(cfg.vocab_size, use_bias=False, kernel_init=init,
+            self.lm_head = Dense(cfg.vocab_size, use_bias=False, kernel_init=init,
                                     dtype=self.dtype, param_dtype=self.param_dtype)
 
     def _embed(self, tokens_BxT: Array, positions_BxT: Array | None, deterministic: bool
@@ -190,7 +191,7 @@ class TransformerLM(nn.Module):
 
     def _head(self, h_BxTxD: Array) -> Array:
         if self.config.tie_embeddings:
-            logits_BxTxV = self.token_embed.attend(h_BxTxD)
+            logits_BxTxV = flat_attend(self.token_embed, h_BxTxD)
         else:
             logits_BxTxV = self.lm_head(h_BxTxD)
         return logits_BxTxV.astype(jnp.float32)

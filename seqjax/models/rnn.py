@@ -31,6 +31,7 @@ from seqjax.models._common import (
     check_tokens,
     masked_pool,
 )
+from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.recurrent import StackedRNN
 
 Array = jax.Array
@@ -128,7 +129,7 @@ class RNNLanguageModel(nn.Module):
                     self.param_dtype,
                 )
         else:
-            self.output = nn.Dense(
+            self.output = Dense(
                 self.vocab_size, use_bias=self.use_output_bias, dtype=self.dtype,
                 param_dtype=self.param_dtype,
             )
@@ -156,7 +157,7 @@ class RNNLanguageModel(nn.Module):
     def logits(self, h_BxTxH: Array) -> Array:
         """Output layer: ``h W_out + b`` or, tied, ``h Eᵀ + b`` (J&M (9.16)); float32."""
         if self.tie_weights:
-            logits_BxTxV = self.embed.attend(h_BxTxH.astype(self.embed.embedding.dtype))
+            logits_BxTxV = flat_attend(self.embed, h_BxTxH.astype(self.embed.embedding.dtype))
             if self.use_output_bias:
                 logits_BxTxV = logits_BxTxV + self.output_bias
         else:
@@ -326,10 +327,10 @@ class RNNClassifier(nn.Module):
         pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional)
         if self.mlp_hidden is not None:
             pooled_BxH = jnp.tanh(
-                nn.Dense(self.mlp_hidden, dtype=self.dtype, param_dtype=self.param_dtype,
+                Dense(self.mlp_hidden, dtype=self.dtype, param_dtype=self.param_dtype,
                          name="hidden")(pooled_BxH)
             )
-        logits_BxC = nn.Dense(
+        logits_BxC = Dense(
             self.num_classes, dtype=self.dtype, param_dtype=self.param_dtype, name="classifier"
         )(pooled_BxH)
         return logits_BxC.astype(jnp.float32)
@@ -380,7 +381,7 @@ class RNNTagger(nn.Module):
             self.bidirectional, self.dropout, self.cell_kwargs, self.unroll, self.dtype,
             self.param_dtype, name="encoder",
         )(inputs, lengths, deterministic)
-        logits_BxTxK = nn.Dense(
+        logits_BxTxK = Dense(
             self.num_tags, dtype=self.dtype, param_dtype=self.param_dtype, name="output"
         )(h_BxTxH)
         return logits_BxTxK.astype(jnp.float32)

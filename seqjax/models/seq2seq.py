@@ -60,6 +60,7 @@ from seqjax.models._common import (
     length_mask,
 )
 from seqjax.nn.attention import Attention
+from seqjax.nn.dense import Dense
 from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
 
 Array = jax.Array
@@ -167,7 +168,7 @@ class _DecoderStep(nn.Module):
         else:
             # Luong timing: the query is the current state s^{t}.
             u_BxV, weights_BxS = attn(h_BxH, enc_BxSxV, mask=src_valid_BxS)
-            out_BxO = jnp.tanh(nn.Dense(
+            out_BxO = jnp.tanh(Dense(
                 self.hidden_size, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
                 name="combine",
             )(jnp.concatenate([u_BxV.astype(h_BxH.dtype), h_BxH], axis=-1)))
@@ -284,13 +285,13 @@ class Seq2Seq(nn.Module):
         # Teacher forcing scans the step over T; decoding scans it over one step: one
         # parameter tree ("decoder/...") for both.
         self.decoder = scanned(**step_kwargs)
-        self.output = nn.Dense(self.tgt_vocab_size, dtype=self.dtype, param_dtype=self.param_dtype)
+        self.output = Dense(self.tgt_vocab_size, dtype=self.dtype, param_dtype=self.param_dtype)
         self.drop = nn.Dropout(self.dropout)
         mode = self._bridge_mode()
         if mode == "dense":
             n_parts = len(jax.tree_util.tree_leaves(self._zero_carries(1)))
             self.bridge_layers = [
-                nn.Dense(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype)
+                Dense(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype)
                 for _ in range(n_parts)
             ]
 

@@ -28,6 +28,7 @@ from flax import linen as nn
 
 from seqjax._checks import check_rank
 from seqjax.models._common import check_preset
+from seqjax.nn.dense import Dense
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerEncoder
 
@@ -176,7 +177,7 @@ class ViT(nn.Module):
             )
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         x_BxNxF = patchify(images_BxHxWxC, cfg.patch_size)
-        x_BxNxD = nn.Dense(cfg.embed_dim, name="patch_embed", **kw)(x_BxNxF)
+        x_BxNxD = Dense(cfg.embed_dim, name="patch_embed", **kw)(x_BxNxF)
         batch = x_BxNxD.shape[0]
         if cfg.class_token:
             cls = self.param("cls_token", nn.initializers.zeros_init(), (1, 1, cfg.embed_dim),
@@ -195,5 +196,5 @@ class ViT(nn.Module):
         pooled_BxD = z_BxNxD[:, 0] if cfg.class_token else jnp.mean(z_BxNxD, axis=1)
         if cfg.num_classes is None:
             return pooled_BxD
-        return nn.Dense(cfg.num_classes, kernel_init=nn.initializers.zeros_init(), name="head",
+        return Dense(cfg.num_classes, kernel_init=nn.initializers.zeros_init(), name="head",
                         **kw)(pooled_BxD).astype(jnp.float32)

@@ -15,6 +15,7 @@ from seqjax.nn.attention import (
     scaled_dot_score,
 )
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
+from seqjax.nn.dense import Dense, DenseGeneral
 from seqjax.nn.ffn import ACTIVATIONS, GLU, GLU_VARIANTS, MLP, get_activation, glu_hidden_dim
 from seqjax.nn.linear_attention import (
     FEATURE_MAPS,
@@ -66,6 +67,7 @@ from seqjax.nn.transformer import (
 __all__ = [
     # recurrent
     "CELL_TYPES", "RNN", "Bidirectional", "ElmanCell", "GRUCell", "LSTMCell", "RecurrentCell",
+    "Dense", "DenseGeneral",
     "StackedRNN", "cudnn_lstm_weights",
     # attention and masks
     "SCORE_FUNCTIONS", "Attention", "KVCache", "MultiHeadAttention", "additive_score",

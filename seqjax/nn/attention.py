@@ -35,6 +35,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax._checks import check_bool, check_integer, check_range, check_rank, is_concrete
+from seqjax.nn.dense import DenseGeneral
 from seqjax.nn.masks import causal_mask, combine_masks, padding_mask
 from seqjax.nn.positional import apply_rope
 
@@ -1112,8 +1113,8 @@ class MultiHeadAttention(nn.Module):
         d = self._head_dim(features)
         out_features = features if self.out_features is None else self.out_features
 
-        def proj(heads: int, name: str) -> nn.DenseGeneral:
-            return nn.DenseGeneral(
+        def proj(heads: int, name: str) -> DenseGeneral:
+            return DenseGeneral(
                 features=(heads, d), axis=-1, use_bias=self.use_bias, dtype=self.dtype,
                 param_dtype=self.param_dtype, kernel_init=self.kernel_init,
                 bias_init=self.bias_init, name=name,
@@ -1174,7 +1175,7 @@ class MultiHeadAttention(nn.Module):
             return_weights=return_weights,
         )
         attn_BxQxHxD, weights = result if return_weights else (result, None)
-        out_BxQxF = nn.DenseGeneral(
+        out_BxQxF = DenseGeneral(
             features=out_features, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
             param_dtype=self.param_dtype, kernel_init=self.out_kernel_init or self.kernel_init,
             bias_init=self.bias_init, name="out",

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax.nn.dense import Dense
+
 Array = jax.Array
 Dtype = Any
 Initializer = Callable[..., Array]
@@ -114,7 +116,7 @@ class RecurrentCell(nn.Module):
         if self.features <= 0:
             raise ValueError(f"`features` must be a positive int; got {self.features}.")
         gh = self.num_gates * self.features
-        self.input = nn.Dense(
+        self.input = Dense(
             gh,
             use_bias=True,
             dtype=self.dtype,

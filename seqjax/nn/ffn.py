@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax.nn.dense import Dense
+
 Array = jax.Array
 Dtype = Any
 Initializer = Callable[..., Array]
@@ -156,7 +158,7 @@ class MLP(nn.Module):
             raise ValueError(f"`hidden_dim` must be a positive int; got {hidden}.")
         act = get_activation(self.activation)
         dense = functools.partial(
-            nn.Dense,
+            Dense,
             use_bias=self.use_bias,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
@@ -246,7 +248,7 @@ class GLU(nn.Module):
         if hidden <= 0:
             raise ValueError(f"`hidden_dim` must be a positive int; got {hidden}.")
         dense = functools.partial(
-            nn.Dense,
+            Dense,
             use_bias=self.use_bias,
             dtype=self.dtype,
             param_dtype=self.param_dtype,

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import check_bool, check_integer, check_range, check_rank
+from seqjax.nn.dense import DenseGeneral
 
 Array = jax.Array
 Dtype = Any
@@ -516,8 +517,8 @@ class LinearAttention(nn.Module):
     kernel_init: Initializer = nn.initializers.lecun_normal()
     bias_init: Initializer = nn.initializers.zeros_init()
 
-    def _dense(self, features: Any, axis: Any, name: str) -> nn.DenseGeneral:
-        return nn.DenseGeneral(
+    def _dense(self, features: Any, axis: Any, name: str) -> DenseGeneral:
+        return DenseGeneral(
             features,
             axis=axis,
             use_bias=self.use_bias,

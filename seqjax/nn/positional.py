@@ -34,6 +34,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax._checks import check_integer, check_range, check_rank
+from seqjax.nn.dense import Dense
 
 Array = jax.Array
 Dtype = Any
@@ -197,9 +198,9 @@ class LearnedPositionalEmbedding(nn.Module):
         e_BxTxD = jnp.take(table, pos_BxT, axis=0).astype(dtype)
         if self.form == "add":
             return x_BxTxP.astype(dtype) + e_BxTxD
-        h = nn.Dense(d, dtype=self.dtype, param_dtype=self.param_dtype, name="input")(x_BxTxP)
+        h = Dense(d, dtype=self.dtype, param_dtype=self.param_dtype, name="input")(x_BxTxP)
         h = self.activation(h + e_BxTxD)
-        return nn.Dense(d, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
+        return Dense(d, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
                         name="output")(h)
 
 

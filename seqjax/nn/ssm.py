@@ -48,6 +48,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import check_integer, check_range, check_rank
+from seqjax.nn.dense import Dense
 
 Array = jax.Array
 Dtype = Any
@@ -406,12 +407,12 @@ class SelectiveSSM(nn.Module):
             self.B = self.param("B", nn.initializers.normal(1.0), (n,), self.param_dtype)
             self.C = self.param("C", nn.initializers.normal(1.0), (n,), self.param_dtype)
             return
-        self.x_proj = nn.Dense(
+        self.x_proj = Dense(
             r + 2 * n, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
             kernel_init=self.kernel_init, name="x_proj",
         )
         dt_std = r**-0.5 * self.dt_scale
-        self.dt_proj = nn.Dense(
+        self.dt_proj = Dense(
             e, use_bias=True, dtype=self.dtype, param_dtype=self.param_dtype,
             kernel_init=_symmetric_uniform(dt_std),
             bias_init=dt_init,
@@ -630,7 +631,7 @@ class MambaBlock(nn.Module):
             )
         dense = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
                      kernel_init=self.kernel_init)
-        self.in_proj = nn.Dense(2 * self.inner, name="in_proj", **dense)
+        self.in_proj = Dense(2 * self.inner, name="in_proj", **dense)
         self.conv1d = CausalDepthwiseConv1d(
             self.inner, self.d_conv, use_bias=self.conv_bias, dtype=self.dtype,
             param_dtype=self.param_dtype, name="conv1d",
@@ -642,7 +643,7 @@ class MambaBlock(nn.Module):
             selective=self.selective, dtype=self.dtype,
             param_dtype=self.param_dtype, kernel_init=self.kernel_init, name="ssm",
         )
-        self.out_proj = nn.Dense(self.features, name="out_proj", **dense)
+        self.out_proj = Dense(self.features, name="out_proj", **dense)
 
     def __call__(
         self, x: Array, *, lengths: Array | None = None, cache: MambaCache | None = None
@@ -718,7 +719,7 @@ class MinGRU(nn.Module):
 
     def setup(self) -> None:
         _check_choice(self.scan_impl, "scan_impl", SCAN_IMPLS)
-        self.gates = nn.Dense(2 * self.features, dtype=self.dtype, param_dtype=self.param_dtype,
+        self.gates = Dense(2 * self.features, dtype=self.dtype, param_dtype=self.param_dtype,
                               kernel_init=self.kernel_init, name="gates")
 
     def _coefficients(self, x: Array) -> tuple[Array, Array]:

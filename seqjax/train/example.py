@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from seqjax._checks import check_integer, check_rank
+from seqjax.nn.dense import Dense
 from seqjax.nn.recurrent import CELL_TYPES, RNN
 
 Array = jax.Array
@@ -86,7 +87,7 @@ class TinyLM(nn.Module):
             e_BxTxE, initial_carry=initial_carry
         )
         h_BxTxH = nn.Dropout(self.dropout)(h_BxTxH, deterministic=deterministic)
-        logits_BxTxV = nn.Dense(
+        logits_BxTxV = Dense(
             self.vocab_size, dtype=self.dtype, param_dtype=self.param_dtype, name="head"
         )(h_BxTxH)
         if initial_carry is not None or return_carry:
