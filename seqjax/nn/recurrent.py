@@ -201,22 +201,19 @@ class RNN(nn.Module):
         """LSTM / GRU(reset_after) through :mod:`seqjax.nn._layer_scan` (time-major)."""
         cell = self.cell
         x_TxBxP = x if self.time_major else jnp.swapaxes(x, 0, 1)
-        if isinstance(cell, GRUCell):
-            if self.is_initializing():
-                cell.input_projection(x_TxBxP[:1, :1])
-            dense = cell.input.variables["params"]
-            compute = cell.dtype or jnp.result_type(x, dense["kernel"], cell.recurrent_kernel)
-            y, h = gru_layer(x_TxBxP, dense["kernel"], dense["bias"], cell.recurrent_kernel,
-                             cell.recurrent_bias_n, carry, valid_TxB, reverse,
-                             jnp.dtype(compute), self.unroll)
-            return h, y
         if self.is_initializing():  # create input/{kernel,bias} without a full projection
             cell.input_projection(x_TxBxP[:1, :1])
         dense = cell.input.variables["params"]
-        compute = cell.dtype or jnp.result_type(x, dense["kernel"], cell.recurrent_kernel)
+        compute = jnp.dtype(cell.dtype or jnp.result_type(x, dense["kernel"],
+                                                          cell.recurrent_kernel))
+        if isinstance(cell, GRUCell):
+            y, h = gru_layer(x_TxBxP, dense["kernel"], dense["bias"], cell.recurrent_kernel,
+                             cell.recurrent_bias_n, carry, valid_TxB, reverse, compute,
+                             self.unroll)
+            return h, y
         c0, h0 = carry
         y, (c, h) = lstm_layer(x_TxBxP, dense["kernel"], dense["bias"], cell.recurrent_kernel,
-                               c0, h0, valid_TxB, reverse, jnp.dtype(compute), self.unroll)
+                               c0, h0, valid_TxB, reverse, compute, self.unroll)
         return (c, h), y
 
 
