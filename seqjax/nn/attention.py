@@ -670,25 +670,39 @@ def _scan_fwd(q5, k4, v4, mask5, chunk):
 
 
 def _scan_bwd(chunk, res, do):
+    """Backward pass, one query chunk at a time, with the scores *transposed* (``[K, n]``).
+
+    ``wᵀ = exp(k qᵀ − lse)``, ``dwᵀ = v doᵀ``, ``dsᵀ = wᵀ ⊙ (dwᵀ − rowsum(do ⊙ o))``; then
+    ``dv += wᵀ do``, ``dk += dsᵀ q`` and ``dqᵀ = kᵀ dsᵀ`` are all plain ``A·B`` products.
+    (With ``[n, K]`` scores, ``dv`` and ``dk`` contract the scores' leading axis, an
+    ``Aᵀ·B`` product that XLA:CPU runs 3× slower; see ``benchmarks/RESULTS.md``.)
+    """
     q5, k4, v4, mask5, o, lse = res
     dsum = jnp.sum(do.astype(jnp.float32) * o, axis=-1, keepdims=True)
+    kt4 = jnp.swapaxes(k4, -1, -2)  # [B, G, D, K], once for all chunks
+    maskt = None if mask5 is None else jnp.swapaxes(mask5, -1, -2)  # [B, G, g, K, 1]
 
     def body(carry, xs):
         dk, dv = carry
         q5c, doc, lsec, dsumc = xs
         b, h, g, c, d = q5c.shape
-        w = jnp.exp(_scan_scores(q5c, k4, mask5) - lsec)  # masked: exp(-inf) = 0
-        w4 = w.reshape(b, h, g * c, -1)
+        q4 = q5c.reshape(b, h, g * c, d)
         do4 = doc.reshape(b, h, g * c, -1)
-        dv = dv + jnp.einsum("bhnk,bhnd->bhkd", w4.astype(v4.dtype), do4,
+        st = jnp.einsum("bhkd,bhnd->bhkn", k4, q4, preferred_element_type=jnp.float32)
+        st = st.reshape(b, h, -1, g, c)
+        if maskt is not None:
+            st = jnp.where(jnp.moveaxis(maskt, 2, 3), st, -jnp.inf)
+        wt = jnp.exp(st - jnp.moveaxis(lsec, -1, 2))  # [B, G, K, g, c]; masked: 0
+        wt4 = wt.reshape(b, h, -1, g * c)
+        dv = dv + jnp.einsum("bhkn,bhnd->bhkd", wt4.astype(v4.dtype), do4,
                              preferred_element_type=jnp.float32)
-        dw = jnp.einsum("bhnd,bhkd->bhnk", do4, v4, preferred_element_type=jnp.float32)
-        ds4 = w4 * (dw - dsumc.reshape(b, h, g * c, 1))
-        dq = jnp.einsum("bhnk,bhkd->bhnd", ds4.astype(k4.dtype), k4,
-                        preferred_element_type=jnp.float32)
-        dk = dk + jnp.einsum("bhnk,bhnd->bhkd", ds4.astype(q5c.dtype),
-                             q5c.reshape(b, h, g * c, d), preferred_element_type=jnp.float32)
-        return (dk, dv), dq.reshape(b, h, g, c, d)
+        dwt = jnp.einsum("bhkd,bhnd->bhkn", v4, do4, preferred_element_type=jnp.float32)
+        dst4 = wt4 * (dwt - dsumc.reshape(b, h, 1, g * c))
+        dk = dk + jnp.einsum("bhkn,bhnd->bhkd", dst4.astype(q4.dtype), q4,
+                             preferred_element_type=jnp.float32)
+        dqt = jnp.einsum("bhdk,bhkn->bhdn", kt4, dst4.astype(kt4.dtype),
+                         preferred_element_type=jnp.float32)
+        return (dk, dv), jnp.swapaxes(dqt, -1, -2).reshape(b, h, g, c, d)
 
     init = (jnp.zeros(k4.shape, jnp.float32), jnp.zeros(v4.shape, jnp.float32))
     xs = tuple(_split_q(x, chunk) for x in (q5, do, lse, dsum))
