@@ -275,10 +275,12 @@ class Transformer(nn.Module):
         z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths)
         batch, num_steps = prompt_BxT.shape
         cache = self.decoder.init_cache(batch, max_len)
-        if num_steps > 1:
-            y_BxTxD = self._embed(prompt_BxT[:, :-1], False, None, True)
-            _, cache = self.decoder(y_BxTxD, lengths=lengths_B, encoder_out=z_BxSxD,
-                                    encoder_lengths=src_lengths, cache=cache)
+        # Always one decoder pass, even for 1-token prompts (then with every length 0, which
+        # leaves the self-attention caches empty): it projects the encoder output into each
+        # layer's cross-attention keys/values once, for every later step to reuse.
+        y_BxTxD = self._embed(prompt_BxT[:, : max(num_steps - 1, 1)], False, None, True)
+        _, cache = self.decoder(y_BxTxD, lengths=lengths_B, encoder_out=z_BxSxD,
+                                encoder_lengths=src_lengths, cache=cache)
         return {"cache": layers_to_batch_major(cache, self.config.scan_layers),
                 "enc": z_BxSxD, "src_lengths": src_lengths, "positions": lengths_B}
 
@@ -303,7 +305,10 @@ class Transformer(nn.Module):
     ) -> dict:
         """Encode ``src`` and prefill the decoder caches with ``prompt[b, :len_b - 1]``.
 
-        State ``{"cache", "enc", "src_lengths", "positions"}``, every leaf batch-leading.
+        State ``{"cache", "enc", "src_lengths", "positions"}``, every leaf batch-leading;
+        each layer's cache (:class:`~seqjax.nn.transformer.DecoderLayerCache`) also holds
+        the source projected into that layer's cross-attention keys/values, computed here
+        once and reused by every :meth:`decode_step`.
         """
         prompt_BxT = check_tokens(prompt_BxT, "prompt", self.config.target_vocab_size)
         batch, num_steps = prompt_BxT.shape

@@ -990,9 +990,13 @@ class MultiHeadAttention(nn.Module):
     * ``kv_lengths``: ``int[B]`` real tokens in ``inputs_kv`` (cross-attention key padding);
     * ``cache``: a :class:`KVCache` (self-attention only): the new keys/values
       are written at each row's offset and the queries attend to the cache;
+    * ``kv``: ``(k [B, K, G, d], v [B, K, G, Dv])`` returned by an earlier call with
+      ``return_kv=True`` on the same ``inputs_kv`` (cross-attention only): the key and
+      value projections (with ``qk_norm`` and RoPE applied) are reused instead of
+      recomputed — a decoder step then costs ``O(K·d)`` instead of ``O(K·D·d)`` per head;
     * returns ``out [B, Q, out_features]``; ``(out, new_cache)`` with a cache;
       ``(out, weights [B, H, Q, K])`` with ``return_weights``;
-      ``(out, new_cache, weights)`` with both.
+      ``(out, new_cache, weights)`` with both; ``return_kv`` appends ``(k, v)`` last.
 
     Parameters (stable names; Flax ``MultiHeadDotProductAttention`` layout):
     ``query/kernel [D, H, d]``, ``key/kernel``, ``value/kernel [Dkv, G, d]``,
@@ -1102,6 +1106,8 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         deterministic: bool = True,
         return_weights: bool = False,
+        kv: tuple[Array, Array] | None = None,
+        return_kv: bool = False,
     ) -> Any:
         check_rank(inputs_q, "inputs_q", 3)
         b, q_len, features = inputs_q.shape
@@ -1115,7 +1121,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not self_attention:
             raise ValueError(
                 "`cache` is for self-attention only; for cross-attention pass the encoder "
-                "output as `inputs_kv` at every step."
+                "output as `inputs_kv`, and reuse its projection with `kv` / `return_kv`."
             )
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"`cache` must be a KVCache; got {type(cache).__name__}.")
@@ -1135,13 +1141,26 @@ class MultiHeadAttention(nn.Module):
             )
 
         q_BxQxHxD = proj(h, "query")(inputs_q)
-        k_BxKxGxD = proj(g, "key")(x_kv)
-        v_BxKxGxD = proj(g, "value")(x_kv)
+        if kv is not None:  # cross-attention keys/values projected by an earlier call
+            if self_attention:
+                raise ValueError("`kv` is for cross-attention: pass `inputs_kv` as well.")
+            k_BxKxGxD, v_BxKxGxD = kv
+            want = (b, x_kv.shape[1], g, d)
+            if tuple(k_BxKxGxD.shape) != want or tuple(v_BxKxGxD.shape[:3]) != want[:3]:
+                raise ValueError(
+                    f"`kv` must hold keys of shape {want} (and values [B, K, G, Dv]) for "
+                    f"`inputs_kv` of shape {tuple(x_kv.shape)}; got "
+                    f"{tuple(k_BxKxGxD.shape)} and {tuple(v_BxKxGxD.shape)}."
+                )
+        else:
+            k_BxKxGxD = proj(g, "key")(x_kv)
+            v_BxKxGxD = proj(g, "value")(x_kv)
         if self.qk_norm:
             q_BxQxHxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype,
                                      name="query_norm")(q_BxQxHxD)
-            k_BxKxGxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype,
-                                     name="key_norm")(k_BxKxGxD)
+            if kv is None:
+                k_BxKxGxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype,
+                                         name="key_norm")(k_BxKxGxD)
 
         if lengths is not None:
             lengths = jnp.asarray(lengths)
@@ -1157,7 +1176,9 @@ class MultiHeadAttention(nn.Module):
                 kv_pos = positions
             else:
                 kv_pos = kv_positions
-            k_BxKxGxD = apply_rope(k_BxKxGxD, kv_pos, self.rope_base, self.rope_layout)
+            if kv is None:
+                k_BxKxGxD = apply_rope(k_BxKxGxD, kv_pos, self.rope_base, self.rope_layout)
+        projected_kv = (k_BxKxGxD, v_BxKxGxD)
 
         if cache is not None:
             attn_mask = cache.attention_mask(q_len)
@@ -1203,4 +1224,6 @@ class MultiHeadAttention(nn.Module):
             outputs += (cache,)
         if return_weights:
             outputs += (weights,)
+        if return_kv:
+            outputs += (projected_kv,)
         return outputs[0] if len(outputs) == 1 else outputs

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +45,10 @@ Array = jax.Array
 Dtype = Any
 Initializer = Callable[..., Array]
 
-__all__ = ["REMAT_POLICIES", "TransformerBlock", "TransformerDecoder", "TransformerEncoder"]
+__all__ = [
+    "REMAT_POLICIES", "DecoderLayerCache", "TransformerBlock", "TransformerDecoder",
+    "TransformerEncoder",
+]
 
 #: Named ``jax.checkpoint`` policies for ``remat_policy`` (None = save nothing: recompute
 #: the whole block in the backward pass, the least memory).
@@ -165,6 +168,16 @@ class _BlockConfig(nn.Module):
                     f"{changed} configure the default MultiHeadAttention and are not passed to "
                     "a custom `attention` factory; bind them with functools.partial instead."
                 )
+
+
+class DecoderLayerCache(NamedTuple):
+    """Decoding state of a block with cross-attention: the self-attention cache and the
+    encoder output's projected keys/values ``(k [B, S, G, d], v [B, S, G, Dv])`` — ``None``
+    until the first call computes them; later calls reuse them (MEDL (7.33): the encoder
+    output is fixed while the decoder runs)."""
+
+    self_attn: Any
+    cross_kv: Any = None
 
 
 class TransformerBlock(_BlockConfig):
@@ -344,6 +357,16 @@ class TransformerBlock(_BlockConfig):
             raise ValueError("`encoder_out` was given but the block has `cross_attention=False`.")
         lengths = _check_lengths(lengths, batch, length, "lengths")
 
+        cross_kv = None
+        if isinstance(cache, DecoderLayerCache):
+            cache, cross_kv = cache.self_attn, cache.cross_kv
+            if not self.cross_attention:
+                raise ValueError("a DecoderLayerCache needs `cross_attention=True`.")
+        elif cache is not None and self.cross_attention:
+            raise TypeError(
+                "`cache` of a cross-attention block must be the DecoderLayerCache of "
+                f"init_cache; got {type(cache).__name__}."
+            )
         sa_kwargs: dict[str, Any] = dict(is_causal=self.causal, deterministic=deterministic)
         if positions is not None:
             sa_kwargs["positions"] = positions
@@ -371,18 +394,17 @@ class TransformerBlock(_BlockConfig):
                 encoder_lengths, batch, encoder_out.shape[1], "encoder_lengths"
             )
             enc_mask = _key_mask(encoder_mask, "encoder_mask")
-            x, _ = self._sublayer(
-                x,
-                self.cross_attn_norm,
-                lambda h: self.cross_attn(
-                    h,
-                    encoder_out,
-                    mask=enc_mask,
-                    kv_lengths=enc_lengths,
-                    deterministic=deterministic,
-                ),
-                deterministic,
+            ca_kwargs: dict[str, Any] = dict(mask=enc_mask, kv_lengths=enc_lengths,
+                                             deterministic=deterministic)
+            reuse = cache is not None and _accepts_keyword(self.cross_attn, "kv")
+            if reuse:  # decoding: project the encoder output once, then reuse it
+                ca_kwargs.update(kv=cross_kv, return_kv=True)
+            x, cross_kv = self._sublayer(
+                x, self.cross_attn_norm,
+                lambda h: self.cross_attn(h, encoder_out, **ca_kwargs), deterministic,
             )
+            if cache is not None:
+                new_cache = DecoderLayerCache(new_cache, cross_kv if reuse else None)
         x, _ = self._sublayer(
             x, self.ffn_norm, lambda h: self.ffn(h, deterministic=deterministic), deterministic
         )
@@ -390,9 +412,11 @@ class TransformerBlock(_BlockConfig):
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
         """The self-attention module's empty cache (a :class:`~seqjax.nn.attention.KVCache`
-        for the default attention). Call with bound parameters:
-        ``block.apply(params, batch, max_len, method="init_cache")``."""
-        return self.self_attn.init_cache(batch, max_len, dtype)
+        for the default attention); with ``cross_attention`` a :class:`DecoderLayerCache`
+        whose cross-attention keys/values are filled by the first call. Call with bound
+        parameters: ``block.apply(params, batch, max_len, method="init_cache")``."""
+        cache = self.self_attn.init_cache(batch, max_len, dtype)
+        return DecoderLayerCache(cache, None) if self.cross_attention else cache
 
 
 class _TransformerStack(_BlockConfig, kw_only=True):

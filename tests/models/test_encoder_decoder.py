@@ -77,6 +77,23 @@ def test_cached_generation_equals_recomputation_and_source_padding():
     assert len({tuple(r) for r in np.asarray(out.tokens).tolist()}) > 1
 
 
+@pytest.mark.parametrize("prompt_len", [1, 3])
+def test_decode_state_holds_the_projected_source_once(prompt_len):
+    """init_decode_state projects the encoded source into every layer's cross-attention K/V
+    (also for 1-token prompts); a step reuses them: its result does not read state["enc"]."""
+    model = Transformer(CFG.replace(tgt_vocab_size=9, num_layers=2))
+    prompts = jnp.asarray(RNG.integers(0, 9, (3, prompt_len)), jnp.int32)
+    v = np_init(model, SRC, prompts, scale=None, seed=2)
+    state = model.init_decode_state(v, prompts, max_len=prompt_len + 2, src=SRC,
+                                    src_lengths=SRC_LEN)
+    for layer in state["cache"]:
+        k, val = layer.cross_kv
+        assert k.shape == val.shape == (3, 6, 2, 8)  # [B, S, G, d]
+    logits, _ = model.decode_step(v, state, prompts[:, -1])
+    blind, _ = model.decode_step(v, {**state, "enc": state["enc"] * 0.0}, prompts[:, -1])
+    np.testing.assert_array_equal(logits, blind)
+
+
 def test_bad_inputs():
     model = Transformer(CFG)
     with pytest.raises(ValueError, match="src_lengths"):

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.linear_attention import LinearAttention
 from seqjax.nn.transformer import TransformerBlock, TransformerDecoder, TransformerEncoder
 from seqjax.utils import count_params
@@ -280,11 +281,43 @@ def test_cached_decoding_equals_full_pass(scan_layers, cross, chunks):
     params = random_params(dec, x_full, **enc_kwargs)
     cache = _decode_and_compare(dec, params, x_full, [3, 5], chunks, **enc_kwargs)
     if scan_layers:
-        assert cache.k.shape[:2] == (2, 2)  # stacked on a leading layer axis
-        np.testing.assert_array_equal(cache.lengths, [[5, 7], [5, 7]])
+        self_cache = cache.self_attn if cross else cache
+        assert self_cache.k.shape[:2] == (2, 2)  # stacked on a leading layer axis
+        np.testing.assert_array_equal(self_cache.lengths, [[5, 7], [5, 7]])
+        if cross:  # the encoder's keys/values, projected once at prefill, per layer
+            k, v = cache.cross_kv
+            assert k.shape == v.shape == (2, 2, 5, H, D // H)
     else:
         assert len(cache) == 2
         np.testing.assert_array_equal(cache[1].lengths, [5, 7])
+
+
+def test_cross_attention_keys_values_are_projected_once():
+    """After prefill, decoding steps reuse the cached cross-attention K/V: the encoder output
+    is not projected again (the steps' results do not depend on it) and a step's program has
+    two fewer matmuls per layer than one that recomputes them."""
+    dec = TransformerDecoder(num_heads=H, num_layers=2, mlp_dim=F, cross_attention=True)
+    x_full, enc = _x(2, 4, D), _x(2, 5, D, seed=1)
+    params = random_params(dec, x_full, encoder_out=enc)
+    y_full = dec.apply(params, x_full, encoder_out=enc)
+    cache = dec.apply(params, 2, 4, method="init_cache")
+    assert all(c.cross_kv is None for c in cache)
+    _, cache = dec.apply(params, x_full[:, :2], cache=cache, encoder_out=enc)
+    y3, _ = dec.apply(params, x_full[:, 2:3], cache=cache, encoder_out=enc * 0.0)
+    np.testing.assert_allclose(y3[:, 0], y_full[:, 2], atol=2e-5)
+
+    def n_dots(c):
+        jaxpr = jax.make_jaxpr(lambda p, x, e: dec.apply(p, x, cache=c, encoder_out=e))(
+            params, x_full[:, 2:3], enc)
+        return str(jaxpr).count("dot_general")
+
+    fresh = [c._replace(cross_kv=None) for c in cache]
+    assert n_dots(fresh) - n_dots(cache) == 2 * 2  # key and value projections, 2 layers
+    with pytest.raises(ValueError, match="kv"):
+        k, v = cache[0].cross_kv
+        MultiHeadAttention(num_heads=H).apply(
+            {"params": params["params"]["layers_0"]["cross_attn"]}, x_full[:, :1], enc[:, :3],
+            kv=(k, v))
 
 
 def test_linear_attention_drop_in():
