@@ -281,20 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         modes = (True,) if args.no_forward else (True, False)
         results = run(kinds, lengths, modes=modes, **common, **timing)
-    cmd = "python -m benchmarks attention " + " ".join(
-        argv if argv is not None else sys.argv[1:])
-    report = "\n\n".join([
-        "## Attention and pre-norm block: tokens/s (higher is better)",
-        f"Command: `{cmd.strip()}`",
-        harness.machine_markdown(),
-        summary_table(results),
-        "Per peer (median and interquartile range over the repeats; compile time apart):",
-        harness.results_table(results),
-    ])
-    print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report + "\n")
+    harness.emit_report("Attention and pre-norm block: tokens/s (higher is better)",
+                        "attention", argv, summary_table(results), results, out=args.out)
     return 0
 
 

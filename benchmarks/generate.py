@@ -244,31 +244,18 @@ def main(argv: list[str] | None = None) -> int:
     if prompt < 1 or new_tokens < 1 or prompt + new_tokens > shape.block_size:
         ap.error(f"need P >= 1, N >= 1 and P + N <= {shape.block_size}; "
                  f"got P={prompt}, N={new_tokens}")
-    threads = harness.configure_threads(args.threads)
+    harness.configure_threads(args.threads)
     log = None if args.quiet or args.smoke else (lambda s: print(s, file=sys.stderr, flush=True))
     results = run(shape, batches, peers, prompt=prompt, new_tokens=new_tokens,
                   repeats=2 if args.smoke else args.repeats, warmup=1 if args.smoke else 2,
                   min_sample_s=0.0 if args.smoke else 0.2, log=log)
-    cmd = "python -m benchmarks generate " + " ".join(
-        argv if argv is not None else sys.argv[1:])
-    info = harness.machine_info()
-    if "torch_threads" not in threads:
-        info["torch"] = "not installed (torch peers skipped)"
-    report = "\n\n".join([
-        "## GPT generation (nanoGPT CPU config): generated tokens/s (higher is better)",
-        f"Command: `{cmd.strip()}`",
-        harness.machine_markdown(info),
-        f"Prompt P = {prompt} tokens, N = {new_tokens} new tokens per row, sampling at "
-        "temperature 1; tokens/s counts the B·N generated tokens (prompt processing "
-        "included in the time).",
-        summary_table(results),
-        "Per peer (median and interquartile range over the repeats; compile time apart):",
-        harness.results_table(results),
-    ])
-    print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report + "\n")
+    harness.emit_report(
+        "GPT generation (nanoGPT CPU config): generated tokens/s (higher is better)",
+        "generate", argv, summary_table(results), results, out=args.out,
+        notes=[f"Prompt P = {prompt} tokens, N = {new_tokens} new tokens per row, sampling at "
+               "temperature 1; tokens/s counts the B·N generated tokens (prompt processing "
+               "included in the time)."],
+    )
     return 0
 
 

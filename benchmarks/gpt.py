@@ -401,28 +401,16 @@ def main(argv: list[str] | None = None) -> int:
         num_layers=args.layers, num_heads=args.heads, embed_dim=args.d_model,
         block_size=args.block, batch=args.batch,
     )
-    threads = harness.configure_threads(args.threads)
+    harness.configure_threads(args.threads)
     log = None if args.quiet or args.smoke else (lambda s: print(s, file=sys.stderr, flush=True))
     results = run(shape, peers, repeats=2 if args.smoke else args.repeats,
                   warmup=1 if args.smoke else 2, min_sample_s=0.0 if args.smoke else 0.2,
                   log=log)
-    cmd = "python -m benchmarks gpt " + " ".join(argv if argv is not None else sys.argv[1:])
-    info = harness.machine_info()
-    if "torch_threads" not in threads:
-        info["torch"] = "not installed (torch peers skipped)"
-    report = "\n\n".join([
-        "## GPT training step, nanoGPT CPU config: tokens/s (higher is better)",
-        f"Command: `{cmd.strip()}`",
-        harness.machine_markdown(info),
-        f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}.",
-        summary_table(results),
-        "Per peer (median and interquartile range over the repeats; compile time apart):",
-        harness.results_table(results),
-    ])
-    print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report + "\n")
+    harness.emit_report(
+        "GPT training step, nanoGPT CPU config: tokens/s (higher is better)", "gpt", argv,
+        summary_table(results), results, out=args.out,
+        notes=[f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}."],
+    )
     return 0
 
 

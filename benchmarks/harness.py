@@ -51,6 +51,7 @@ __all__ = [
     "run_row",
     "machine_info",
     "machine_markdown",
+    "emit_report",
     "markdown_table",
     "results_table",
     "format_rate",
@@ -384,6 +385,36 @@ def machine_markdown(info: dict[str, str] | None = None) -> str:
     """The machine as a markdown bullet list."""
     info = machine_info() if info is None else info
     return "\n".join(f"- **{k}**: {v if v else '(unset)'}" for k, v in info.items())
+
+
+def emit_report(
+    title: str,
+    name: str,
+    argv: Sequence[str] | None,
+    summary: str,
+    results: Sequence[Result],
+    *,
+    notes: Sequence[str] = (),
+    out: str | None = None,
+) -> str:
+    """The markdown report every benchmark prints (and writes to ``out``): title, the
+    command that reproduces it, the machine (torch "not installed" when absent: its peers
+    are skipped), ``notes``, the summary table and the per-peer table."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    report = "\n\n".join([
+        f"## {title}",
+        f"Command: `{' '.join(['python -m benchmarks', name, *args])}`",
+        machine_markdown(),
+        *notes,
+        summary,
+        "Per peer (median and interquartile range over the repeats; compile time apart):",
+        results_table(results),
+    ])
+    print(report)
+    if out:
+        with open(out, "w") as f:
+            f.write(report + "\n")
+    return report
 
 
 def format_rate(x: float) -> str:

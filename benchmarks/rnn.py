@@ -212,19 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         repeats=repeats, warmup=1 if args.smoke else 2,
         min_sample_s=0.0 if args.smoke else 0.2, log=log,
     )
-    cmd = "python -m benchmarks rnn " + " ".join(argv if argv is not None else sys.argv[1:])
-    report = "\n\n".join([
-        "## RNN: forward+backward and forward tokens/s (higher is better)",
-        f"Command: `{cmd.strip()}`",
-        harness.machine_markdown(),
-        summary_table(results),
-        "Per peer (median and interquartile range over the repeats; compile time apart):",
-        harness.results_table(results),
-    ])
-    print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report + "\n")
+    harness.emit_report("RNN: forward+backward and forward tokens/s (higher is better)",
+                        "rnn", argv, summary_table(results), results, out=args.out)
     return 0
 
 

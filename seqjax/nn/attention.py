@@ -675,7 +675,8 @@ def _scan_bwd(chunk, res, do):
     ``wᵀ = exp(k qᵀ − lse)``, ``dwᵀ = v doᵀ``, ``dsᵀ = wᵀ ⊙ (dwᵀ − rowsum(do ⊙ o))``; then
     ``dv += wᵀ do``, ``dk += dsᵀ q`` and ``dqᵀ = kᵀ dsᵀ`` are all plain ``A·B`` products.
     (With ``[n, K]`` scores, ``dv`` and ``dk`` contract the scores' leading axis, an
-    ``Aᵀ·B`` product that XLA:CPU runs 3× slower; see ``benchmarks/RESULTS.md``.)
+    ``Aᵀ·B`` product that XLA:CPU sends to a slower generic path; see
+    ``benchmarks/RESULTS.md``.)
     """
     q5, k4, v4, mask5, o, lse = res
     dsum = jnp.sum(do.astype(jnp.float32) * o, axis=-1, keepdims=True)

@@ -55,14 +55,6 @@ def _add_self(d_carry: Array, dh: Array) -> Array:
     return d_carry + dh
 
 
-def _get_h_of_ch(carry: tuple[Array, Array]) -> Array:
-    return carry[1]
-
-
-def _add_h_of_ch(d_carry: tuple[Array, Array], dh: Array) -> tuple[Array, Array]:
-    return d_carry[0], d_carry[1] + dh
-
-
 def _elman_step(activation: Callable, aux: None, h: Array, xp: Array, rec: Array):
     """MEDL (7.2) given ``rec = h_{t-1} W_hhᵀ``."""
     h_BxH = activation(xp + rec)
@@ -249,9 +241,6 @@ class LSTMCell(RecurrentCell):
     def step(self, carry: tuple[Array, Array], xp: Array) -> tuple[tuple[Array, Array], Array]:
         return _lstm_step(None, carry, xp, self.recurrent(carry[1]))
 
-    def fused_spec(self) -> FusedSpec:
-        return FusedSpec(_lstm_step, None, _get_h_of_ch, _add_h_of_ch)
-
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> tuple[Array, Array]:
         del rng
         batch = tuple(input_shape[:-1])
@@ -321,12 +310,6 @@ class GRUCell(RecurrentCell):
         n = jnp.tanh(xn + self.recurrent(r * h_BxH, slice(2 * hsz, None)))
         h_new = (1.0 - z) * n + z * h_BxH
         return h_new, h_new
-
-    def fused_spec(self) -> FusedSpec | None:
-        if not self.reset_after:
-            return None  # two matmuls per step with different inputs: use the generic scan
-        return FusedSpec(partial(_gru_after_step, self.features), self.recurrent_bias_n,
-                         _get_self, _add_self)
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> Array:
         del rng
