@@ -189,7 +189,12 @@ class ElmanCell(RecurrentCell):
     def step(self, carry: Array, xp: Array) -> tuple[Array, Array]:
         return _elman_step(self.activation, None, carry, xp, self.recurrent(carry))
 
-    def fused_spec(self) -> FusedSpec:
+    def fused_spec(self) -> FusedSpec | None:
+        # A subclass that redefines the step (or the recurrent product) runs its own
+        # code through the plain scan: the fused spec only knows the Elman equation.
+        cls = type(self)
+        if cls.step is not ElmanCell.step or cls.recurrent is not RecurrentCell.recurrent:
+            return None
         return FusedSpec(partial(_elman_step, self.activation), None, _get_self, _add_self)
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> Array:

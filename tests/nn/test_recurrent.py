@@ -322,3 +322,35 @@ def test_bf16_gradients_close_to_fp32(make_cell, x):
     for a, b in zip(jax.tree_util.tree_leaves(g16), jax.tree_util.tree_leaves(g32)):
         assert a.dtype == jnp.float32
         np.testing.assert_allclose(a, b, atol=0.15, rtol=0.1)
+
+
+class _LeakyElman(ElmanCell):
+    """A subclass with its own step: h_t = ½ h_{t-1} + ½ tanh(...)."""
+
+    def step(self, carry, xp):
+        h = jnp.tanh(xp + self.recurrent(carry))
+        return 0.5 * carry + 0.5 * h, 0.5 * carry + 0.5 * h
+
+
+class _LeakyLSTM(LSTMCell):
+    def step(self, carry, xp):
+        (c, h), y = super().step(carry, xp)
+        return (0.5 * c, h), y
+
+
+@pytest.mark.parametrize("cls", [_LeakyElman, _LeakyLSTM])
+def test_subclass_step_override_is_honoured(cls, x):
+    """A cell subclass that redefines ``step`` runs its own equation, not the fused parent's."""
+    cell = cls(H)
+    rnn = RNN(cell, return_carry=True)
+    v = _init(rnn, x)
+    carry, y = rnn.apply(v, x)
+    c = cell.initialize_carry(None, (B, P))
+    ys = []
+    for t in range(T):
+        c, y_t = cell.apply({"params": v["params"]["cell"]}, c, x[:, t])
+        ys.append(y_t)
+    np.testing.assert_allclose(np.asarray(y), np.stack(ys, 1), atol=1e-6)
+    _tree_close(carry, c, atol=1e-6)
+    if cls is _LeakyElman:
+        assert cell.fused_spec() is None
