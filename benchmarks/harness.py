@@ -418,7 +418,9 @@ def emit_report(
 
 
 def format_rate(x: float) -> str:
-    """Tokens/s with a k/M suffix: ``123456 -> '123.5k'``."""
+    """Tokens/s with a k/M/G suffix: ``123456 -> '123.5k'``."""
+    if x >= 1e9:
+        return f"{x / 1e9:.1f}G"
     if x >= 1e6:
         return f"{x / 1e6:.2f}M"
     if x >= 1e3:
@@ -448,7 +450,7 @@ def _looks_numeric(s: str) -> bool:
     if s in ("–", "-", ""):
         return True
     for part in s.split("–"):
-        part = part.strip().rstrip("kMx×%s").replace(".", "", 1).lstrip("-")
+        part = part.strip().rstrip("kMGx×%s").replace(".", "", 1).lstrip("-")
         if not part.isdigit():
             return False
     return True

@@ -49,6 +49,7 @@ def test_markdown_table_and_machine_info():
         assert info[key]
     assert harness.format_rate(123456) == "123.5k"
     assert harness.format_rate(2.5e6) == "2.50M"
+    assert harness.format_rate(2.345e11) == "234.5G"
 
 
 @pytest.mark.parametrize("name", ["rnn", "attention"])
@@ -157,10 +158,33 @@ def test_scaling_smoke_prints_slopes_and_plot(capsys, tmp_path):
     assert png.exists() and png.stat().st_size > 0
 
 
+def test_primitives_smoke_reports_gflops_and_core_use(capsys):
+    from benchmarks import primitives
+
+    assert primitives.main(["--smoke", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    for label in ("gemm 64×32×48", "bmm 8×16×16×8", "2 × bmm 4×16×16×8",
+                  "recurrent gemm 4×8×32, 5 steps"):
+        assert label in out
+    assert "jax CPU÷wall" in out and "GFLOP/s" in out
+    if _has_torch():
+        assert "| torch " in out
+
+
+def test_primitives_rejects_unknown_peers():
+    from benchmarks import primitives
+
+    with pytest.raises(SystemExit):
+        primitives.main(["--smoke", "--peers", "numpy"])
+    with pytest.raises(ValueError, match="parts"):
+        primitives.bmm_case(9, 4, parts=2)
+
+
 def test_runner_lists_and_dispatches(capsys):
     from benchmarks.__main__ import list_benchmarks, main
 
-    assert {"rnn", "attention", "gpt", "generate", "scaling"} <= set(list_benchmarks())
+    names = set(list_benchmarks())
+    assert {"rnn", "attention", "gpt", "generate", "scaling", "primitives"} <= names
     assert "harness" not in list_benchmarks()
     assert main(["no-such-benchmark"]) == 2
     assert main([]) == 0

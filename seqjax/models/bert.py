@@ -8,7 +8,7 @@ Heads (Bishop §12.3.3, Fig. 12.18; J&M §9.7 for the encoder):
 
 * masked-language-model: :math:`p(x_n \mid x_{\setminus\text{masked}}) =
   \mathrm{softmax}(\mathrm{LN}(\mathrm{gelu}(Z_n W_t + b_t)) E^\top + b)` — the output matrix is
-  the tied input embedding ``E`` (Devlin et al. 2018);
+  the tied input embedding ``E`` (Devlin et al. 2018); the gelu is ``config.activation``;
 * classification from the first (``<class>``) position: :math:`\mathrm{softmax}(W_c
   \tanh(W_p Z_1 + b_p) + b_c)` (with ``pooler=False``: Bishop's ``D×K`` matrix on
   :math:`Z_1` directly);
@@ -34,6 +34,7 @@ from flax import linen as nn
 from seqjax._checks import check_bool, check_integer, check_rank
 from seqjax.models._common import check_lengths, check_preset, check_tokens
 from seqjax.nn.dense import Dense, flat_attend
+from seqjax.nn.ffn import get_activation
 from seqjax.nn.norms import LayerNorm
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerEncoder
@@ -52,7 +53,8 @@ class BertConfig:
         vocab_size, num_layers, num_heads, embed_dim, mlp_dim, max_len: sizes.
         type_vocab_size: segment ids (sentence A/B); 0 disables segment embeddings.
         norm: ``"post"`` (BERT) or ``"pre"``.
-        activation: FFN activation (``"gelu"``, exact, as BERT).
+        activation: activation of the FFN and of the MLM head's transform (``"gelu"``,
+            exact, as BERT; Hugging Face's ``hidden_act`` sets both too).
         norm_epsilon: LayerNorm ``ε`` (BERT: 1e-12).
         dropout_rate, attention_dropout_rate: dropout (BERT: 0.1, 0.1).
         mlm_head: build the tied MLM head.
@@ -239,7 +241,7 @@ class Bert(nn.Module):
 
         out: dict[str, Array] = {"hidden": z_BxTxD}
         if cfg.mlm_head:
-            h_BxTxD = nn.gelu(dense(cfg.embed_dim, "mlm_dense")(z_BxTxD), approximate=False)
+            h_BxTxD = get_activation(cfg.activation)(dense(cfg.embed_dim, "mlm_dense")(z_BxTxD))
             h_BxTxD = LayerNorm(cfg.norm_epsilon, name="mlm_norm", **kw)(h_BxTxD)
             mlm_bias = self.param("mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,),
                                   self.param_dtype)

@@ -128,12 +128,17 @@ TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_he
             intermediate_size=48, max_position_embeddings=20, type_vocab_size=2)
 
 
-@pytest.mark.parametrize("architecture", ["BertForPreTraining", "BertForTokenClassification"])
-def test_task_heads_match_transformers(architecture, tmp_path):
+@pytest.mark.parametrize("architecture,hidden_act", [
+    ("BertForPreTraining", "gelu"),
+    ("BertForPreTraining", "gelu_new"),  # tanh GELU in the FFN and in the MLM transform
+    ("BertForTokenClassification", "gelu"),
+])
+def test_task_heads_match_transformers(architecture, hidden_act, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(**TINY, num_labels=3, initializer_range=0.2)
+    cfg = transformers.BertConfig(**TINY, num_labels=3, initializer_range=0.2,
+                                  hidden_act=hidden_act)
     ref = getattr(transformers, architecture)(cfg).eval()
     ref.save_pretrained(tmp_path)
     model, variables, tok = load_hf_bert(tmp_path, with_tokenizer=False)

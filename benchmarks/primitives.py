@@ -1,0 +1,237 @@
+"""The kernels under the RNN and attention rows: XLA:CPU vs torch (CPU, fp32, 2 threads).
+
+Why seqjax's LSTM and attention rows trail torch on CPU (``benchmarks/RESULTS.md``,
+"Why the targets are not met") comes down to a few primitives. This benchmark times
+each one alone, in ``jax.jit`` (the XLA:CPU that every JAX program gets) and in eager
+torch, and reports GFLOP/s and **CPU ÷ wall**: how many of the cores the call kept
+busy (≈ 2 when both cores work, ≈ 1 when the call runs on one). Rows:
+
+* ``gemm M×K×N``: one ``[M, K] @ [K, N]`` — the projections of an attention layer
+  (``8192×256×768`` is the fused QKV of the ``B·T = 8192``, d = 256 rows; ``8192×256×1024``
+  an MLP's first layer). jax: ``jnp.dot``; torch: ``torch.mm``.
+* ``bmm G×T×T×64``: the attention scores ``S_g = Q_g K_gᵀ`` for ``G = B·heads`` batched
+  ``[T, 64] @ [64, T]`` products (``G = 256, T = 128`` and ``G = 64, T = 512`` are the
+  MHA rows' shapes). jax: ``einsum('gqd,gkd->gqk')`` (a batched ``dot_general``); torch:
+  ``torch.bmm`` with ``K`` transposed (a view).
+* ``2 × bmm``: two independent batched products of half the batch each in one call
+  (one jit / two torch calls): does the runtime put the two on different cores?
+* ``recurrent gemm B×H×4H, T steps``: ``T`` dependent steps of
+  ``h ← tanh(g_0 + g_1 + g_2 + g_3)``, ``[g_0 … g_3] = h W`` with ``W: [H, 4H] ~ N(0, 1/H)``
+  — the per-step GEMM of an LSTM layer at ``M = B`` rows (``h`` stays O(1), so no
+  denormals slow either side). jax: ``lax.fori_loop`` in one jit; torch: a Python loop
+  of ``torch.mm`` + elementwise ops (its per-op dispatch included).
+
+FLOPs count ``2·M·K·N`` per product (the elementwise work of the recurrent row is
+not counted). The ``fwd+bwd``/``fwd`` timings of the real layers are in the ``rnn`` and
+``attention`` benchmarks; this one explains them.
+
+Run: ``python -m benchmarks primitives`` (or ``seqjax bench primitives``); ``--smoke``
+runs tiny shapes in seconds; ``--out FILE`` writes the markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from benchmarks import harness
+
+PEERS = ("jax", "torch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One row: ``make_jax()`` / ``make_torch()`` return a :class:`harness.Prepared`."""
+
+    label: str
+    flops: float
+    make_jax: Callable[[], harness.Prepared]
+    make_torch: Callable[[], harness.Prepared]
+
+
+def _rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def gemm_case(m: int, k: int, n: int) -> Case:
+    a, b = _rand((m, k), 0), _rand((k, n), 1)
+
+    def make_jax() -> harness.Prepared:
+        import jax.numpy as jnp
+
+        return harness.jax_prepared(jnp.dot, jnp.asarray(a), jnp.asarray(b))
+
+    def make_torch() -> harness.Prepared:
+        import torch
+
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        return harness.torch_prepared(lambda: torch.mm(ta, tb))
+
+    return Case(f"gemm {m}×{k}×{n}", 2.0 * m * k * n, make_jax, make_torch)
+
+
+def bmm_case(g: int, t: int, d: int = 64, parts: int = 1) -> Case:
+    """``parts`` independent batched products of ``g // parts`` matrices each."""
+    if g % parts:
+        raise ValueError(f"`g` must be divisible by `parts`; got g={g}, parts={parts}.")
+    qs = [_rand((g // parts, t, d), 2 * i) for i in range(parts)]
+    ks = [_rand((g // parts, t, d), 2 * i + 1) for i in range(parts)]
+
+    def make_jax() -> harness.Prepared:
+        import jax.numpy as jnp
+
+        def scores(qs_: Sequence[Any], ks_: Sequence[Any]) -> list[Any]:
+            return [jnp.einsum("gqd,gkd->gqk", q, k) for q, k in zip(qs_, ks_)]
+
+        return harness.jax_prepared(scores, [jnp.asarray(q) for q in qs],
+                                    [jnp.asarray(k) for k in ks])
+
+    def make_torch() -> harness.Prepared:
+        import torch
+
+        tq = [torch.from_numpy(q) for q in qs]
+        tk = [torch.from_numpy(k) for k in ks]
+        return harness.torch_prepared(
+            lambda: [torch.bmm(q, k.transpose(1, 2)) for q, k in zip(tq, tk)])
+
+    label = f"bmm {g}×{t}×{t}×{d}" if parts == 1 else f"{parts} × bmm {g // parts}×{t}×{t}×{d}"
+    return Case(label, 2.0 * g * t * t * d, make_jax, make_torch)
+
+
+def recurrent_case(batch: int, hidden: int, steps: int) -> Case:
+    h0 = _rand((batch, hidden), 3)
+    w = _rand((hidden, 4 * hidden), 4) * np.float32(hidden ** -0.5)
+
+    def make_jax() -> harness.Prepared:
+        import jax
+        import jax.numpy as jnp
+
+        def run(h: Any, w_: Any) -> Any:
+            def body(_: Any, h_: Any) -> Any:
+                return jnp.tanh((h_ @ w_).reshape(batch, 4, hidden).sum(1))
+
+            return jax.lax.fori_loop(0, steps, body, h)
+
+        return harness.jax_prepared(run, jnp.asarray(h0), jnp.asarray(w))
+
+    def make_torch() -> harness.Prepared:
+        import torch
+
+        th, tw = torch.from_numpy(h0), torch.from_numpy(w)
+
+        @torch.inference_mode()
+        def run() -> Any:
+            h = th
+            for _ in range(steps):
+                h = torch.tanh(torch.mm(h, tw).view(batch, 4, hidden).sum(1))
+            return h
+
+        return harness.torch_prepared(run)
+
+    return Case(f"recurrent gemm {batch}×{hidden}×{4 * hidden}, {steps} steps",
+                2.0 * batch * hidden * 4 * hidden * steps, make_jax, make_torch)
+
+
+def default_cases() -> list[Case]:
+    return [
+        gemm_case(8192, 256, 768),
+        gemm_case(8192, 256, 1024),
+        bmm_case(256, 128),
+        bmm_case(256, 128, parts=2),
+        bmm_case(64, 512),
+        recurrent_case(32, 256, 128),
+        recurrent_case(64, 512, 256),
+    ]
+
+
+def smoke_cases() -> list[Case]:
+    return [gemm_case(64, 32, 48), bmm_case(8, 16, 8), bmm_case(8, 16, 8, parts=2),
+            recurrent_case(4, 8, 5)]
+
+
+def run(cases: Sequence[Case], peers: Sequence[str], *, repeats: int, warmup: int,
+        min_sample_s: float, log: Callable[[str], None] | None) -> list[tuple[Case, list]]:
+    has_torch = _has_torch()
+    out = []
+    for case in cases:
+        row_peers = []
+        if "jax" in peers:
+            row_peers.append(harness.Peer("jax", case.make_jax))
+        if "torch" in peers and has_torch:
+            row_peers.append(harness.Peer("torch", case.make_torch))
+        if not row_peers:
+            continue
+        # harness "tokens" = FLOPs, so its tokens/s column reads as FLOP/s.
+        out.append((case, harness.run_row(case.label, row_peers, int(case.flops),
+                                          repeats=repeats, warmup=warmup,
+                                          min_sample_s=min_sample_s, log=log)))
+    return out
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def summary_table(rows: Sequence[tuple[Case, list]]) -> str:
+    headers = ["row", "jax ms", "jax GFLOP/s", "jax CPU÷wall", "torch ms", "torch GFLOP/s",
+               "torch CPU÷wall", "jax ÷ torch speed"]
+    lines = []
+    for case, results in rows:
+        by = {r.peer: r for r in results}
+        cells: list[str] = [case.label]
+        for peer in PEERS:
+            r = by.get(peer)
+            if r is None:
+                cells += ["–", "–", "–"]
+                continue
+            cells += [f"{r.median_s * 1e3:.2f}", f"{case.flops / r.median_s / 1e9:.0f}",
+                      f"{r.cpu_median_s / r.median_s:.2f}"]
+        if "jax" in by and "torch" in by:
+            cells.append(f"{by['torch'].median_s / by['jax'].median_s:.2f}×")
+        else:
+            cells.append("–")
+        lines.append(cells)
+    return harness.markdown_table(headers, lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="seqjax bench primitives",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes, 2 repeats, seconds")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma list of " + ",".join(PEERS))
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    args = ap.parse_args(argv)
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = sorted(set(peers) - set(PEERS))
+    if unknown or not peers:
+        ap.error(f"--peers must be a comma list of {', '.join(PEERS)}; got {args.peers!r}")
+    harness.configure_threads(args.threads)
+    log = None if args.quiet or args.smoke else (lambda s: print(s, file=sys.stderr, flush=True))
+    rows = run(smoke_cases() if args.smoke else default_cases(), peers,
+               repeats=2 if args.smoke else args.repeats, warmup=1 if args.smoke else 2,
+               min_sample_s=0.0 if args.smoke else 0.2, log=log)
+    harness.emit_report(
+        "Primitives under the RNN and attention rows: XLA:CPU vs torch (fp32)",
+        "primitives", argv, summary_table(rows), [r for _, rs in rows for r in rs],
+        out=args.out,
+        notes=["GFLOP/s = 2·M·K·N per product ÷ median wall time. CPU÷wall = process CPU "
+               "time ÷ wall time per call (2.0 = both cores busy). In the per-peer table "
+               "below, \"tokens\" are FLOPs: its tokens/s column is FLOP/s."],
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
