@@ -12,7 +12,8 @@ busy (≈ 2 when both cores work, ≈ 1 when the call runs on one). Rows:
 * ``bmm G×T×T×64``: the attention scores ``S_g = Q_g K_gᵀ`` for ``G = B·heads`` batched
   ``[T, 64] @ [64, T]`` products (``G = 256, T = 128`` and ``G = 64, T = 512`` are the
   MHA rows' shapes). jax: ``einsum('gqd,gkd->gqk')`` (a batched ``dot_general``); torch:
-  ``torch.bmm`` with ``K`` transposed (a view).
+  ``torch.bmm`` with ``K`` transposed (a view). ``48×64×64×32`` (and ``gemm 768×128×384``,
+  the fused QKV) are the shapes of the nanoGPT CPU config's training step (``gpt``).
 * ``2 × bmm``: two independent batched products of half the batch each in one call
   (one jit / two torch calls): does the runtime put the two on different cores?
 * ``recurrent gemm B×H×4H, T steps``: ``T`` dependent steps of
@@ -20,6 +21,8 @@ busy (≈ 2 when both cores work, ≈ 1 when the call runs on one). Rows:
   — the per-step GEMM of an LSTM layer at ``M = B`` rows (``h`` stays O(1), so no
   denormals slow either side). jax: ``lax.fori_loop`` in one jit; torch: a Python loop
   of ``torch.mm`` + elementwise ops (its per-op dispatch included).
+* ``dispatch``: ``x + 1`` on 8 floats — the fixed cost of one call (a jitted
+  executable's launch vs one eager torch op), included in every other row's time.
 
 FLOPs count ``2·M·K·N`` per product (the elementwise work of the recurrent row is
 not counted). The ``fwd+bwd``/``fwd`` timings of the real layers are in the ``rnn`` and
@@ -137,6 +140,24 @@ def recurrent_case(batch: int, hidden: int, steps: int) -> Case:
                 2.0 * batch * hidden * 4 * hidden * steps, make_jax, make_torch)
 
 
+def dispatch_case() -> Case:
+    """The fixed cost of one call: ``x + 1`` on 8 floats (a jitted call vs an eager op)."""
+    x = _rand((8,), 5)
+
+    def make_jax() -> harness.Prepared:
+        import jax.numpy as jnp
+
+        return harness.jax_prepared(lambda v: v + 1, jnp.asarray(x))
+
+    def make_torch() -> harness.Prepared:
+        import torch
+
+        tx = torch.from_numpy(x)
+        return harness.torch_prepared(lambda: tx + 1)
+
+    return Case("dispatch: x + 1 on 8 floats", 0.0, make_jax, make_torch)
+
+
 def default_cases() -> list[Case]:
     return [
         gemm_case(8192, 256, 768),
@@ -146,12 +167,15 @@ def default_cases() -> list[Case]:
         bmm_case(64, 512),
         recurrent_case(32, 256, 128),
         recurrent_case(64, 512, 256),
+        gemm_case(768, 128, 384),
+        bmm_case(48, 64, 32),
+        dispatch_case(),
     ]
 
 
 def smoke_cases() -> list[Case]:
     return [gemm_case(64, 32, 48), bmm_case(8, 16, 8), bmm_case(8, 16, 8, parts=2),
-            recurrent_case(4, 8, 5)]
+            recurrent_case(4, 8, 5), dispatch_case()]
 
 
 def run(cases: Sequence[Case], peers: Sequence[str], *, repeats: int, warmup: int,
@@ -193,8 +217,8 @@ def summary_table(rows: Sequence[tuple[Case, list]]) -> str:
             if r is None:
                 cells += ["–", "–", "–"]
                 continue
-            cells += [f"{r.median_s * 1e3:.2f}", f"{case.flops / r.median_s / 1e9:.0f}",
-                      f"{r.cpu_median_s / r.median_s:.2f}"]
+            gflops = f"{case.flops / r.median_s / 1e9:.0f}" if case.flops else "–"
+            cells += [f"{r.median_s * 1e3:.3f}", gflops, f"{r.cpu_median_s / r.median_s:.2f}"]
         if "jax" in by and "torch" in by:
             cells.append(f"{by['torch'].median_s / by['jax'].median_s:.2f}×")
         else:
