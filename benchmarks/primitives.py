@@ -232,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, 2 repeats, seconds")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma list of " + ",".join(PEERS))
+    ap.add_argument("--rows", default=None,
+                    help="comma list of substrings; keep the rows whose label contains one "
+                         "(e.g. 'bmm,recurrent')")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     ap.add_argument("--quiet", action="store_true")
@@ -243,7 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--peers must be a comma list of {', '.join(PEERS)}; got {args.peers!r}")
     harness.configure_threads(args.threads)
     log = None if args.quiet or args.smoke else (lambda s: print(s, file=sys.stderr, flush=True))
-    rows = run(smoke_cases() if args.smoke else default_cases(), peers,
+    cases = smoke_cases() if args.smoke else default_cases()
+    if args.rows:
+        wanted = [w.strip() for w in args.rows.split(",") if w.strip()]
+        cases = [c for c in cases if any(w in c.label for w in wanted)]
+        if not cases:
+            ap.error(f"--rows {args.rows!r} matches no row")
+    rows = run(cases, peers,
                repeats=2 if args.smoke else args.repeats, warmup=1 if args.smoke else 2,
                min_sample_s=0.0 if args.smoke else 0.2, log=log)
     harness.emit_report(

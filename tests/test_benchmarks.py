@@ -169,6 +169,9 @@ def test_primitives_smoke_reports_gflops_and_core_use(capsys):
     assert "jax CPU÷wall" in out and "GFLOP/s" in out
     if _has_torch():
         assert "| torch " in out
+    assert primitives.main(["--smoke", "--peers", "jax", "--rows", "bmm"]) == 0
+    out = capsys.readouterr().out
+    assert "bmm 8×16×16×8" in out and "gemm 64×32×48" not in out and "| torch " not in out
 
 
 def test_primitives_rejects_unknown_peers():
@@ -176,6 +179,8 @@ def test_primitives_rejects_unknown_peers():
 
     with pytest.raises(SystemExit):
         primitives.main(["--smoke", "--peers", "numpy"])
+    with pytest.raises(SystemExit):
+        primitives.main(["--smoke", "--rows", "no-such-row"])
     with pytest.raises(ValueError, match="parts"):
         primitives.bmm_case(9, 4, parts=2)
 
