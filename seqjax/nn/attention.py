@@ -632,7 +632,7 @@ def _scan_scores(q5c: Array, k4: Array, mask5: Array | None) -> Array:
     b, h, g, c, d = q5c.shape
     s = jnp.einsum("bhnd,bhkd->bhnk", q5c.reshape(b, h, g * c, d), k4,
                    preferred_element_type=jnp.float32).reshape(b, h, g, c, -1)
-    return s if mask5 is None else jnp.where(mask5, s, -jnp.inf)
+    return s if mask5 is None else s + jnp.where(mask5, 0.0, _MASKED)  # see _attend_block
 
 
 def _scan_pv(w5: Array, x4: Array) -> Array:
@@ -654,15 +654,19 @@ def _scan_attention(q5, k4, v4, mask5, chunk):
 
 
 def _scan_fwd(q5, k4, v4, mask5, chunk):
+    # Rows with no visible key (the mask is the same for every query of a head): output 0,
+    # and lse = +∞ so that the backward pass's exp(s − lse) is 0 there too.
+    keep = None if mask5 is None else jnp.any(mask5, axis=-1, keepdims=True)
+
     def body(_, q5c):
         s = _scan_scores(q5c, k4, mask5)
         m = jnp.max(s, axis=-1, keepdims=True)
-        m = jnp.where(jnp.isfinite(m), m, 0.0)
         e = jnp.exp(s - m)
         denom = jnp.sum(e, axis=-1, keepdims=True)
-        safe = jnp.where(denom == 0.0, 1.0, denom)
-        o = _scan_pv(e.astype(v4.dtype), v4) / safe
-        return None, (o, m + jnp.log(safe))
+        inv = 1.0 / denom if keep is None else keep.astype(jnp.float32) / denom
+        o = _scan_pv(e.astype(v4.dtype), v4) * inv
+        lse = m + jnp.log(denom)
+        return None, (o, lse if keep is None else jnp.where(keep, lse, jnp.inf))
 
     _, (o, lse) = jax.lax.scan(body, None, _split_q(q5, chunk))
     o, lse = _merge_q(o), _merge_q(lse)
@@ -724,26 +728,47 @@ def _attend_block(q4, k4, v4, mask5, bias5, groups):
     value matmul (``o = (e v) / l``, ``e = exp(s − max)``), so the weights are
     never written; the backward pass uses ``ds = w ⊙ (dw − rowsum(do ⊙ o))`` and
     ``dv = eᵀ (do / l)``. Fewer passes over the ``[R, K]`` scores than autodiff.
+
+    Without a bias, masked scores get ``_MASKED`` added (finite) rather than being
+    replaced by ``−∞``, and rows with no visible key are zeroed through ``1/l``
+    (``keep / l``): with no select on the scores, XLA:CPU fuses the whole forward
+    pass — both products, the max, the exp and the sums — into one multi-threaded
+    kernel (``benchmarks/RESULTS.md``). With a bias (which may hold ``−∞``) the
+    masked scores are ``−∞`` and the max and sum are guarded.
     """
     return _attend_fwd(q4, k4, v4, mask5, bias5, groups)[0]
+
+
+# Added to masked scores. exp(s + _MASKED − max) is exactly 0 in float32 whenever the
+# row has a visible key; rows without one are zeroed by ``keep``.
+_MASKED = -1e30
 
 
 def _attend_fwd(q4, k4, v4, mask5, bias5, groups):
     b, g, r, _ = q4.shape
     k_len = k4.shape[2]
     s = jnp.einsum("bhnd,bhkd->bhnk", q4, k4, preferred_element_type=jnp.float32)
+    keep = None
     if mask5 is not None or bias5 is not None:
         s5 = s.reshape(b, g, groups, r // groups, k_len)
-        if bias5 is not None:
+        if bias5 is not None:  # −∞ in the bias and the mask: the guarded (select) form
             s5 = s5 + bias5.astype(jnp.float32)
-        if mask5 is not None:
-            s5 = jnp.where(mask5, s5, -jnp.inf)
+            if mask5 is not None:
+                s5 = jnp.where(mask5, s5, -jnp.inf)
+        else:
+            s5 = s5 + jnp.where(mask5, 0.0, _MASKED).astype(jnp.float32)
+            keep5 = jnp.any(mask5, axis=-1, keepdims=True)
+            keep = jnp.broadcast_to(keep5, (b, g, groups, r // groups, 1))
+            keep = keep.reshape(b, g, r, 1).astype(jnp.float32)
         s = s5.reshape(b, g, r, k_len)
     m = jnp.max(s, axis=-1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0.0)  # empty rows: exp(-inf - 0) = 0, no NaN
+    if bias5 is not None:  # a row may be all −∞: exp(−∞ − 0) = 0, no NaN
+        m = jnp.where(jnp.isfinite(m), m, 0.0)
     e = jnp.exp(s - m)
     denom = jnp.sum(e, axis=-1, keepdims=True)
-    inv = 1.0 / jnp.where(denom == 0.0, 1.0, denom)
+    if bias5 is not None:
+        denom = jnp.where(denom == 0.0, 1.0, denom)
+    inv = 1.0 / denom if keep is None else keep / denom
     o = jnp.einsum("bhnk,bhkd->bhnd", e.astype(v4.dtype), v4,
                    preferred_element_type=jnp.float32) * inv
     return o.astype(v4.dtype), (q4, k4, v4, mask5, bias5, e, inv, o)

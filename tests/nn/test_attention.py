@@ -430,6 +430,35 @@ def test_fully_masked_rows_are_zero_without_nan_also_in_gradients(implementation
     np.testing.assert_array_equal(grads[0][:, 1], 0.0)
 
 
+def test_bias_with_inf_rows_and_mask_edge_cases():
+    # A bias may hold -inf: a row whose visible keys all carry -inf bias (the mask hides the
+    # others), and a row that is -inf everywhere, are zero and finite in gradients, as in the
+    # reference; masked keys never get weight, even when their scores are the largest.
+    q, k, v = _qkv(b=1, q=3, k=4, h=2, g=2, seed=11)
+    mask = np.ones((1, 1, 3, 4), bool)
+    mask[..., 0, 2:] = False
+    bias = np.zeros((1, 2, 3, 4), np.float32)
+    bias[:, :, 0, :2] = -np.inf  # row 0: its only visible keys are -inf
+    bias[:, :, 1] = -np.inf  # row 1: -inf everywhere
+    for args in (dict(mask=mask, bias=bias), dict(bias=bias)):
+        f = lambda impl, a=args: lambda q, k, v: dot_product_attention(  # noqa: E731
+            q, k, v, implementation=impl, **a)
+        out = f("xla")(q, k, v)
+        np.testing.assert_allclose(out, f("reference")(q, k, v), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(out[:, 1], 0.0)
+        grads = jax.jit(jax.grad(lambda *a, f=f: jnp.sum(f("xla")(*a) ** 2),
+                                 argnums=(0, 1, 2)))(q, k, v)
+        for g in grads:
+            assert np.isfinite(g).all()
+    # Masked keys with huge scores: zero weight (the additive mask is exact in float32).
+    k_big = np.asarray(k).copy()
+    k_big[:, 2:] = 1e4 * np.sign(np.asarray(q)[:, :1, ::2]).repeat(2, axis=1)
+    key_mask = np.array([True, True, False, False])[None, None, None]
+    out = dot_product_attention(q, k_big, v, mask=key_mask)
+    np.testing.assert_allclose(out, dot_product_attention(q[:, :], k_big[:, :2], v[:, :2]),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_masked_softmax_edge_cases():
     # Exercise 12.2: rows sum to 1 even with logits of +-1e4; -inf scores and fully masked rows
     # give zeros (and finite gradients), never NaN.
