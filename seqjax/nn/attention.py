@@ -724,34 +724,54 @@ def _attend_block(q4, k4, v4, mask5, bias5, groups):
 
     ``q4 [B, G, R, D]`` (``R`` = ``groups`` query heads × ``n`` queries, already
     scaled), ``k4 [B, G, K, D]``, ``v4 [B, G, K, Dv]``; ``mask5``/``bias5``
-    broadcast to ``[B, G, groups, n, K]``. The forward pass normalises after the
-    value matmul (``o = (e v) / l``, ``e = exp(s − max)``), so the weights are
-    never written; the backward pass uses ``ds = w ⊙ (dw − rowsum(do ⊙ o))`` and
-    ``dv = eᵀ (do / l)``. Fewer passes over the ``[R, K]`` scores than autodiff.
+    broadcast to ``[B, G, groups, n, K]``. Both forms normalise after the value
+    matmul (``o = (e v) / l``, ``e = exp(s − max)``), so the weights are never
+    written; the backward pass uses ``ds = w ⊙ (dw − rowsum(do ⊙ o))`` and
+    ``dv = eᵀ (do / l)`` — fewer passes over the ``[R, K]`` scores than autodiff.
 
-    Without a bias, masked scores get ``_MASKED`` added (finite) rather than being
-    replaced by ``−∞``, and rows with no visible key are zeroed through ``1/l``
-    (``keep / l``): with no select on the scores, XLA:CPU fuses the whole forward
-    pass — both products, the max, the exp and the sums — into one multi-threaded
-    kernel (``benchmarks/RESULTS.md``). With a bias (which may hold ``−∞``) the
-    masked scores are ``−∞`` and the max and sum are guarded.
+    Two forward forms of the same function, chosen by what XLA:CPU runs fastest:
+
+    * not differentiated (this primal, :func:`_attend_fused`): no select on the
+      scores, in query chunks of ``_FUSED_ROWS`` — XLA:CPU then fuses each chunk's
+      whole pass (both products, the max, the exp, the sums) into one multi-threaded
+      kernel, about twice as fast at T = 128 and 512 (``benchmarks/RESULTS.md``);
+    * under ``jax.grad`` (:func:`_attend_fwd`, which must also write ``e`` for the
+      backward pass): the scores whole, masked with ``−∞`` and guarded, the form
+      that measured fastest with the backward pass.
     """
-    return _attend_fwd(q4, k4, v4, mask5, bias5, groups)[0]
+    b, g, r, d = q4.shape
+    n = r // groups
+    if n < 2 * _FUSED_ROWS:
+        return _attend_fused(q4, k4, v4, mask5, bias5, groups)
+    q5 = q4.reshape(b, g, groups, n, d)
+    k_len = k4.shape[2]
+    outs = []
+    for q0 in range(0, n, _FUSED_ROWS):
+        q1 = min(q0 + _FUSED_ROWS, n)
+        qc = q5[:, :, :, q0:q1].reshape(b, g, groups * (q1 - q0), d)
+        oc = _attend_fused(qc, k4, v4, _slice_qk(mask5, q0, q1, k_len),
+                           _slice_qk(bias5, q0, q1, k_len), groups)
+        outs.append(oc.reshape(b, g, groups, q1 - q0, -1))
+    return jnp.concatenate(outs, axis=3).reshape(b, g, r, -1)
 
 
-# Added to masked scores. exp(s + _MASKED − max) is exactly 0 in float32 whenever the
-# row has a visible key; rows without one are zeroed by ``keep``.
+# Query rows per fused forward chunk (one chunk below 2×): at 128 rows a chunk's
+# scores stay in cache; 512-row blocks fused whole ran no faster than unfused.
+_FUSED_ROWS = 128
+# Added to masked scores in the fused form. exp(s + _MASKED − max) is exactly 0 in
+# float32 whenever the row has a visible key; rows without one are zeroed by ``keep``.
 _MASKED = -1e30
 
 
-def _attend_fwd(q4, k4, v4, mask5, bias5, groups):
+def _attend_fused(q4, k4, v4, mask5, bias5, groups):
+    """The primal's form: additive finite mask, ``keep / l`` for empty rows (see above)."""
     b, g, r, _ = q4.shape
     k_len = k4.shape[2]
     s = jnp.einsum("bhnd,bhkd->bhnk", q4, k4, preferred_element_type=jnp.float32)
     keep = None
     if mask5 is not None or bias5 is not None:
         s5 = s.reshape(b, g, groups, r // groups, k_len)
-        if bias5 is not None:  # −∞ in the bias and the mask: the guarded (select) form
+        if bias5 is not None:  # a bias may hold −∞: the guarded (select) form
             s5 = s5 + bias5.astype(jnp.float32)
             if mask5 is not None:
                 s5 = jnp.where(mask5, s5, -jnp.inf)
@@ -769,6 +789,28 @@ def _attend_fwd(q4, k4, v4, mask5, bias5, groups):
     if bias5 is not None:
         denom = jnp.where(denom == 0.0, 1.0, denom)
     inv = 1.0 / denom if keep is None else keep / denom
+    o = jnp.einsum("bhnk,bhkd->bhnd", e.astype(v4.dtype), v4,
+                   preferred_element_type=jnp.float32) * inv
+    return o.astype(v4.dtype)
+
+
+def _attend_fwd(q4, k4, v4, mask5, bias5, groups):
+    """The differentiated form: ``−∞`` masking, guarded max and sum; saves ``e`` and ``1/l``."""
+    b, g, r, _ = q4.shape
+    k_len = k4.shape[2]
+    s = jnp.einsum("bhnd,bhkd->bhnk", q4, k4, preferred_element_type=jnp.float32)
+    if mask5 is not None or bias5 is not None:
+        s5 = s.reshape(b, g, groups, r // groups, k_len)
+        if bias5 is not None:
+            s5 = s5 + bias5.astype(jnp.float32)
+        if mask5 is not None:
+            s5 = jnp.where(mask5, s5, -jnp.inf)
+        s = s5.reshape(b, g, r, k_len)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)  # empty rows: exp(-inf - 0) = 0, no NaN
+    e = jnp.exp(s - m)
+    denom = jnp.sum(e, axis=-1, keepdims=True)
+    inv = 1.0 / jnp.where(denom == 0.0, 1.0, denom)
     o = jnp.einsum("bhnk,bhkd->bhnd", e.astype(v4.dtype), v4,
                    preferred_element_type=jnp.float32) * inv
     return o.astype(v4.dtype), (q4, k4, v4, mask5, bias5, e, inv, o)
