@@ -436,8 +436,10 @@ def dot_product_attention(
         implementation: ``"xla"`` (the fast path for CPU/TPU: heads-first
             batched GEMMs, GQA without repeating K/V, a hand-written backward
             pass, causal attention in 128-query chunks that skip the masked
-            upper triangle, and for ≥ 1024 keys a loop over query chunks that
-            recomputes the scores in the backward pass), ``"reference"`` (plain
+            upper triangle, for ≥ 1024 keys a loop over query chunks that
+            recomputes the scores in the backward pass, and outside ``jax.grad``
+            a select-free form that XLA:CPU fuses into one kernel per 128-query
+            chunk), ``"reference"`` (plain
             einsum, K/V repeated, autodiff — for tests), ``"cudnn"``
             (``jax.nn.dot_product_attention(implementation="cudnn")``, flash
             attention on a GPU with float16/bfloat16 and head dim ≤ 128: anything
