@@ -57,7 +57,7 @@ __all__ = [
     "MultiHeadAttention",
 ]
 
-_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "reference")
+_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "pallas", "reference")
 
 
 # ============================================================================ softmax
@@ -394,6 +394,46 @@ def _cudnn_supported(q: Array, k: Array, v: Array, dropout_rate: float,
     return None
 
 
+def _pallas_interpret_mode() -> bool:
+    """Whether Pallas's TPU interpret mode is on (``pltpu.force_tpu_interpret_mode()``)."""
+    try:
+        from jax._src import config as jax_config
+
+        return jax_config.pallas_tpu_interpret_mode_context_manager.value is not None
+    except (ImportError, AttributeError):  # a JAX without TPU interpret mode
+        return False
+
+
+def _pallas_seq_ok(n: int) -> bool:
+    """Sequence lengths the kernel's 128-blocks tile: ≤ 128 (a multiple of 8) or 128·k."""
+    return (n <= 128 and n % 8 == 0) or n % 128 == 0
+
+
+def _pallas_supported(q: Array, k: Array, v: Array, is_causal: bool, dropout_rate: float,
+                      return_weights: bool, explicit: bool) -> str | None:
+    """Why the Pallas TPU flash-attention kernel cannot run this call, or ``None``."""
+    backend = jax.default_backend()
+    if backend != "tpu" and not (explicit and _pallas_interpret_mode()):
+        return (f"it needs a TPU backend (the default backend is {backend!r}; off TPU, run "
+                "it under jax.experimental.pallas.tpu.force_tpu_interpret_mode())")
+    if q.dtype not in (jnp.float32, jnp.bfloat16) or not (q.dtype == k.dtype == v.dtype):
+        return f"it needs one dtype, float32 or bfloat16, for q, k, v (got {q.dtype}, " \
+               f"{k.dtype}, {v.dtype})"
+    if v.shape[-1] != q.shape[-1]:
+        return f"it needs equal key and value head dims (got {q.shape[-1]} and {v.shape[-1]})"
+    q_len, k_len = q.shape[1], k.shape[1]
+    if not (_pallas_seq_ok(q_len) and _pallas_seq_ok(k_len)):
+        return ("it needs query and key lengths that are multiples of 128, or at most 128 and "
+                f"multiples of 8 (got {q_len} and {k_len})")
+    if is_causal and q_len != k_len:
+        return f"its causal mask needs as many queries as keys (got {q_len} and {k_len})"
+    if dropout_rate > 0.0:
+        return "it does not support attention dropout here"
+    if return_weights:
+        return "it does not return attention weights"
+    return None
+
+
 def dot_product_attention(
     q_BxQxHxD: Any,
     k_BxKxGxD: Any,
@@ -443,7 +483,12 @@ def dot_product_attention(
             einsum, K/V repeated, autodiff — for tests), ``"cudnn"``
             (``jax.nn.dot_product_attention(implementation="cudnn")``, flash
             attention on a GPU with float16/bfloat16 and head dim ≤ 128: anything
-            else is a ``ValueError``), ``"auto"`` (cuDNN when allowed, else ``"xla"``).
+            else is a ``ValueError``), ``"pallas"`` (the Pallas TPU flash-attention
+            kernel, ``jax.experimental.pallas.ops.tpu.flash_attention``: on a TPU, or
+            anywhere under ``pltpu.force_tpu_interpret_mode()``; float32/bfloat16,
+            equal key and value head dims, lengths that tile into 128-blocks;
+            anything else is a ``ValueError``), ``"auto"`` (cuDNN on a GPU and the
+            Pallas kernel on a TPU when allowed, else ``"xla"``).
         dropout_rate: attention-weight dropout (needs ``dropout_rng``).
         dropout_rng: PRNG key for dropout.
         return_weights: also return the weights ``[B, H, Q, K]`` (float32).
@@ -499,6 +544,13 @@ def dot_product_attention(
             return _cudnn_attention(q, k, v, mask, bias, **static)
         if implementation == "cudnn":
             raise ValueError(f"implementation='cudnn' is unavailable: {why_not}.")
+    if implementation in ("pallas", "auto"):
+        why_not = _pallas_supported(q, k, v, bool(is_causal), dropout_rate, return_weights,
+                                    explicit=implementation == "pallas")
+        if why_not is None:
+            return _pallas_attention(q, k, v, mask, bias, **static)
+        if implementation == "pallas":
+            raise ValueError(f"implementation='pallas' is unavailable: {why_not}.")
     if implementation == "reference":
         return _reference_attention(q, k, v, mask, bias, dropout_rng=dropout_rng,
                                     dropout_rate=float(dropout_rate),
@@ -873,6 +925,57 @@ def _cudnn_attention(q, k, v, mask, bias, is_causal, scale):
         if is_causal:
             mask = combine_masks(mask, causal_mask(q_len, k.shape[1])[None, None])
         any_BxHxQ = jnp.broadcast_to(jnp.any(mask, axis=-1), (b, h, q_len))
+        out = jnp.where(any_BxHxQ.swapaxes(1, 2)[..., None], out, jnp.zeros((), out.dtype))
+    return out
+
+
+def _pallas_attention(q, k, v, mask, bias, is_causal, scale):
+    """Pallas TPU flash attention (``jax.experimental.pallas.ops.tpu.flash_attention``).
+
+    The kernel takes ``[B, H, T, D]`` with as many kv heads as query heads (GQA's K/V
+    are repeated), a bias only of the full ``[B, H, Q, K]`` shape and segment ids. A
+    key-padding mask (``[B, 1, 1, K]``) becomes segment ids — the scores are never
+    materialised; any other mask is added to the bias as ``_MASKED``. Rows with no
+    visible key (by the mask, or a bias of ``−∞`` on the whole row) are zeroed after.
+    """
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    b, q_len, h, d = q.shape
+    k_len, hkv = k.shape[1], k.shape[2]
+    if hkv != h:
+        k, v = jnp.repeat(k, h // hkv, axis=2), jnp.repeat(v, h // hkv, axis=2)
+    mask, bias = _as_4d(mask), _as_4d(bias)
+    segment_ids = ab = None
+    if mask is not None and bias is None and mask.shape[1] == mask.shape[2] == 1:
+        kv_ids = jnp.where(jnp.broadcast_to(mask[:, 0, 0], (b, k_len)), 0, 1).astype(jnp.int32)
+        segment_ids = fa.SegmentIds(q=jnp.zeros((b, q_len), jnp.int32), kv=kv_ids)
+    elif mask is not None or bias is not None:
+        ab = jnp.zeros((b, h, q_len, k_len), jnp.float32)
+        if bias is not None:  # −∞ → _MASKED: finite inside the kernel, zeroed below
+            ab = ab + jnp.maximum(bias.astype(jnp.float32), _MASKED)
+        if mask is not None:
+            ab = ab + jnp.where(mask, 0.0, _MASKED)
+        ab = ab.astype(q.dtype)
+    block_q, block_k = min(128, q_len), min(128, k_len)
+    sizes = fa.BlockSizes(
+        block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1,
+        block_q_major_dkv=block_q, block_k_major_dkv=block_k, block_k_dkv=block_k,
+        block_q_dkv=block_q, block_k_major_dq=block_k, block_k_dq=block_k, block_q_dq=block_q,
+    )
+    # The kernel scales ``q kᵀ + ab`` by ``sm_scale``; the bias must stay unscaled, so the
+    # scale goes on q (as in the XLA path) and sm_scale is 1.
+    q = q * jnp.asarray(scale, q.dtype)
+    out = fa.flash_attention(
+        q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), ab,
+        segment_ids, causal=is_causal, sm_scale=1.0, block_sizes=sizes,
+    ).transpose(0, 2, 1, 3)
+    if mask is not None or bias is not None:
+        visible = jnp.ones((1, 1, 1, 1), bool) if mask is None else mask
+        if bias is not None:
+            visible = visible & (bias > _MASKED)
+        if is_causal:
+            visible = visible & causal_mask(q_len, k_len)[None, None]
+        any_BxHxQ = jnp.broadcast_to(jnp.any(visible, axis=-1), (b, h, q_len))
         out = jnp.where(any_BxHxQ.swapaxes(1, 2)[..., None], out, jnp.zeros((), out.dtype))
     return out
 

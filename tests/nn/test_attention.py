@@ -642,3 +642,80 @@ def test_parity_with_torch_sdpa():
         out = dot_product_attention(q, k, v, **kw_j)
         np.testing.assert_allclose(out, ref.transpose(1, 2).numpy(), rtol=1e-5, atol=1e-5)
     assert math.isclose(float(jnp.abs(out).sum()), float(ref.abs().sum()), rel_tol=1e-4)
+
+
+# --------------------------------------------------------------------------- Pallas TPU kernel
+
+
+def _pallas_case(seed, b=2, t=128, h=2, g=1, d=32):
+    return (randn((b, t, h, d), seed), randn((b, t, g, d), seed + 1),
+            randn((b, t, g, d), seed + 2))
+
+
+def test_pallas_kernel_matches_reference_in_interpret_mode():
+    # The TPU flash-attention kernel, run by Pallas's TPU interpreter on CPU: == reference for
+    # causal, GQA, a key-padding mask with an empty batch row (segment ids), a general mask
+    # and a bias with a row of -inf (the bias path); gradients too, finite everywhere.
+    pltpu = pytest.importorskip("jax.experimental.pallas.tpu")
+    q, k, v = _pallas_case(31)
+    key_mask = np.ones((2, 1, 1, 128), bool)
+    key_mask[0, ..., 100:] = False
+    key_mask[1] = False
+    general = np.random.default_rng(31).random((2, 1, 128, 128)) < 0.7
+    bias = np.asarray(randn((1, 2, 128, 128), 34)) * 0.5
+    bias[:, :, 5] = -np.inf
+    cases = [dict(is_causal=True), dict(mask=key_mask), dict(mask=general, is_causal=True),
+             dict(bias=bias)]
+    with pltpu.force_tpu_interpret_mode():
+        for kw in cases:
+            f = lambda impl, kw=kw: lambda q, k, v: dot_product_attention(  # noqa: E731
+                q, k, v, implementation=impl, **kw)
+            out = jax.jit(f("pallas"))(q, k, v)
+            np.testing.assert_allclose(out, f("reference")(q, k, v), rtol=2e-5, atol=2e-5)
+        np.testing.assert_array_equal(out[:, 5], 0.0)
+        loss = lambda impl: jax.jit(jax.grad(  # noqa: E731
+            lambda q, k, v: jnp.sum(jnp.sin(dot_product_attention(
+                q, k, v, mask=key_mask, implementation=impl))), argnums=(0, 1, 2)))
+        for a, r in zip(loss("pallas")(q, k, v), loss("reference")(q, k, v)):
+            assert np.isfinite(a).all()
+            np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-5)
+    q4, k4, v4 = _pallas_case(41, h=4, g=2)
+    with pltpu.force_tpu_interpret_mode():
+        out = dot_product_attention(q4, k4, v4, is_causal=True, implementation="pallas")
+    np.testing.assert_allclose(out, dot_product_attention(q4, k4, v4, is_causal=True,
+                                                          implementation="reference"),
+                               rtol=2e-5, atol=2e-5)
+
+
+def test_pallas_unavailable_is_a_clear_error_and_auto_stays_on_xla():
+    q, k, v = _pallas_case(51, t=16)
+    with pytest.raises(ValueError, match="implementation='pallas' is unavailable: it needs a TPU"):
+        dot_product_attention(q, k, v, implementation="pallas")
+    jaxpr = str(jax.make_jaxpr(lambda q: dot_product_attention(q, k, v))(q))
+    assert "pallas_call" not in jaxpr
+    pltpu = pytest.importorskip("jax.experimental.pallas.tpu")
+    with pltpu.force_tpu_interpret_mode():
+        assert "pallas_call" not in str(
+            jax.make_jaxpr(lambda q: dot_product_attention(q, k, v))(q))  # auto: TPU only
+        for kw, why in [(dict(q=q[:, :12]), "multiples of 128"),
+                        (dict(v=jnp.concatenate([v, v], -1)), "equal key and value head dims"),
+                        (dict(dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0)), "dropout"),
+                        (dict(return_weights=True), "weights"),
+                        (dict(q=q[:, :8], is_causal=True), "as many queries as keys")]:
+            args = dict(q=q, k=k, v=v)
+            args.update({n: kw.pop(n) for n in ("q", "v") if n in kw})
+            with pytest.raises(ValueError, match=why):
+                dot_product_attention(args["q"], args["k"], args["v"], implementation="pallas",
+                                      **kw)
+
+
+def test_multihead_attention_with_the_pallas_kernel_and_lengths():
+    pltpu = pytest.importorskip("jax.experimental.pallas.tpu")
+    x = randn((2, 128, 16), 61)
+    lengths = np.array([128, 70])
+    make = lambda impl: MultiHeadAttention(num_heads=2, implementation=impl)  # noqa: E731
+    params = make("xla").init(jax.random.PRNGKey(0), x)
+    with pltpu.force_tpu_interpret_mode():
+        got = make("pallas").apply(params, x, lengths=lengths)
+    np.testing.assert_allclose(got, make("xla").apply(params, x, lengths=lengths),
+                               rtol=2e-5, atol=2e-5)
