@@ -59,6 +59,7 @@ from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.config import config_from_dict
+from seqjax.train.flops import lm_flops_per_token
 from seqjax.train.loop import FitConfig, fit, read_metrics
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
@@ -312,12 +313,17 @@ def run(cfg: Config) -> dict:
     print(f"char_lm: {cfg.model}, {n_params:,} parameters, {len(train_ids):,} train / "
           f"{len(val_ids):,} val characters, vocabulary {vocab}")
     load_before = load_average()
+    # MFU in the logs (on devices with a known peak): 6N + 12·L·H·Q·T per token, causal half.
+    flops_per_step = None
+    if isinstance(model, TransformerLM):
+        flops_per_step = (lm_flops_per_token(model.config, params, seq_len=cfg.block_size)
+                          * cfg.batch_size * cfg.block_size)
     start = time.perf_counter()
     result = fit(
         state, train_step, data,
         FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                   checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
-                  print_logs=True),
+                  print_logs=True, flops_per_step=flops_per_step),
         workdir=cfg.workdir, eval_step=eval_step, eval_data=eval_batches,
         model_config=model_config(cfg, vocab), tokenizer=tok.to_json(),
     )

@@ -9,6 +9,7 @@ from seqjax.train.checkpoint import (
     restore_params,
 )
 from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
+from seqjax.train.flops import lm_flops_per_token, transformer_flops_per_token
 from seqjax.train.iterators import ArrayIterator
 from seqjax.train.loop import (
     FitConfig,
@@ -73,11 +74,12 @@ __all__ = [
     "bits_per_char", "cast_floating", "config_from_dict", "constant_schedule",
     "create_train_state", "decay_mask", "evaluate", "fit", "flax_apply_fn", "host_batch_slice",
     "inverse_sqrt_schedule", "linear_schedule", "load_meta", "load_tokenizer", "make_eval_step",
-    "make_lm_eval", "make_lm_loss", "make_mesh", "make_optimizer", "make_pmap_train_step",
+    "lm_flops_per_token", "make_lm_eval", "make_lm_loss", "make_mesh", "make_optimizer",
+    "make_pmap_train_step",
     "make_schedule", "make_streams", "make_tbptt_loss", "make_train_step", "masked_cross_entropy",
     "maybe_initialize_distributed", "nll_to_perplexity", "parse_overrides", "partition_spec",
     "peak_flops_per_device", "perplexity", "plot_curves", "pmap_replicate", "pmap_unreplicate",
     "read_metrics", "replicated", "reset_carry", "restore_params", "shard_batch",
     "split_for_pmap", "token_accuracy", "token_cross_entropy",
-    "tree_shardings", "warmup_cosine_schedule",
+    "transformer_flops_per_token", "tree_shardings", "warmup_cosine_schedule",
 ]

@@ -1,0 +1,74 @@
+r"""Model FLOPs per token, for the trainer's MFU (model FLOPs utilisation).
+
+A decoder-only transformer with ``N`` parameters, ``L`` layers, ``H`` heads of size
+``Q`` and context ``T`` costs, per token of one training step (forward + backward),
+
+.. math::
+    C = 6N + 12\,L\,H\,Q\,T
+
+FLOPs (Chowdhery et al. 2022, *PaLM*, App. B; the formula of nanoGPT's
+``estimate_mfu`` and of llm.c): ``6N`` for the weight matmuls (2 forward, 4
+backward), ``12 L H Q T`` for the two attention products ``Q Kᵀ`` and ``A V``
+(each ``2 H Q T`` per token and layer forward, twice that backward). With a causal
+mask only the lower triangle is needed, so the attention term is counted at half,
+``6 L H Q T`` (issue #9's convention). MFU = ``C · tokens/s ÷ (devices · peak)``
+with the device's dense peak (:func:`seqjax.train.loop.peak_flops_per_device`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+__all__ = ["lm_flops_per_token", "transformer_flops_per_token"]
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+    return value
+
+
+def transformer_flops_per_token(
+    num_params: int, num_layers: int, num_heads: int, head_dim: int, seq_len: int,
+    *, causal: bool = True,
+) -> float:
+    """Training FLOPs per token, ``6N + 12·L·H·Q·T`` (attention term halved when causal).
+
+    Example:
+        >>> transformer_flops_per_token(124_000_000, 12, 12, 64, 1024, causal=False)
+        857246208.0
+    """
+    if isinstance(num_params, bool) or not isinstance(num_params, int) or num_params < 0:
+        raise ValueError(f"`num_params` must be a non-negative int; got {num_params!r}.")
+    sizes = (_positive_int(num_layers, "num_layers"), _positive_int(num_heads, "num_heads"),
+             _positive_int(head_dim, "head_dim"), _positive_int(seq_len, "seq_len"))
+    attention = 12.0 * sizes[0] * sizes[1] * sizes[2] * sizes[3]
+    return 6.0 * num_params + (attention / 2 if causal else attention)
+
+
+def lm_flops_per_token(config: Any, params: Any, seq_len: int | None = None) -> float:
+    """:func:`transformer_flops_per_token` for a :class:`seqjax.models.gpt.TransformerLM`.
+
+    ``N`` counts every parameter except the learned position table (``pos_embed``;
+    a lookup, no matmul — nanoGPT's "non-embedding" count); the token embedding is
+    counted once, as the output matrix it is tied to (or the separate head when
+    untied). ``Q = embed_dim / num_heads``; ``T = seq_len`` (default
+    ``config.max_len``, the block size); causal.
+
+    Args:
+        config: the model's :class:`~seqjax.models.gpt.TransformerLMConfig`.
+        params: its parameters (with or without the ``{"params": ...}`` wrapper).
+        seq_len: the training context length, when shorter than ``max_len``.
+    """
+    tree = params.get("params", params) if hasattr(params, "get") else params
+    counted = {k: v for k, v in tree.items() if k != "pos_embed"}
+    n = sum(int(x.size) for x in jax.tree_util.tree_leaves(counted))
+    if config.embed_dim % config.num_heads:
+        raise ValueError(f"`embed_dim` ({config.embed_dim}) must be divisible by `num_heads` "
+                         f"({config.num_heads}).")
+    return transformer_flops_per_token(
+        n, config.num_layers, config.num_heads, config.embed_dim // config.num_heads,
+        config.max_len if seq_len is None else seq_len, causal=True,
+    )
