@@ -96,7 +96,8 @@ def seqjax_model(shape: GPTShape) -> Any:
     )
 
 
-def seqjax_peer(shape: GPTShape) -> harness.Prepared:
+def seqjax_peer(shape: GPTShape, compute_dtype: str = "float32") -> harness.Prepared:
+    """The library's train step; ``compute_dtype="bfloat16"``: mixed precision (fp32 params)."""
     import time
 
     import jax
@@ -113,7 +114,9 @@ def seqjax_peer(shape: GPTShape) -> harness.Prepared:
     tx, _ = make_optimizer(OptimizerConfig(
         "adamw", LR, b1=BETA1, b2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY, clip_norm=CLIP))
     holder = {"state": TrainState.create(params, tx, jax.random.PRNGKey(1))}
-    train_step = make_train_step(make_lm_loss(flax_apply_fn(model)))  # donates the state
+    compute = None if compute_dtype == "float32" else jax.numpy.dtype(compute_dtype)
+    train_step = make_train_step(make_lm_loss(flax_apply_fn(model)),  # donates the state
+                                 compute_dtype=compute)
 
     t0 = time.perf_counter()
     compiled = train_step.lower(holder["state"], batch).compile()
@@ -332,9 +335,15 @@ def run(
     warmup: int = 2,
     min_sample_s: float = 0.2,
     log=None,
+    compute_dtype: str = "float32",
 ) -> list[harness.Result]:
     """Time one training step of every peer, alternating round robin."""
-    row_peers = [harness.Peer(n, lambda n=n: _BUILDERS[n](shape)) for n in peers]
+    def build(name: str) -> harness.Prepared:
+        if name == "seqjax":
+            return seqjax_peer(shape, compute_dtype)
+        return _BUILDERS[name](shape)
+
+    row_peers = [harness.Peer(n, lambda n=n: build(n)) for n in peers]
     return harness.run_row(shape.label, row_peers, shape.tokens, repeats=repeats,
                            warmup=warmup, min_sample_s=min_sample_s, log=log)
 
@@ -356,6 +365,32 @@ def summary_table(results: Sequence[harness.Result]) -> str:
         lines.append([row] + [harness.format_rate(res[p].tokens_per_s) if p in res else "–"
                               for p in peers] + [best or "–", ratio])
     return harness.markdown_table(headers, lines)
+
+
+def mfu_note(shape: GPTShape, results: Sequence[harness.Result]) -> str:
+    """seqjax's model FLOPs utilisation: ``C · tokens/s ÷ (devices · peak)``, with ``C`` =
+    :func:`seqjax.train.flops.lm_flops_per_token` (6N + 12·L·H·Q·T, causal half) and the
+    device's dense peak (:func:`seqjax.train.loop.peak_flops_per_device`)."""
+    import jax
+
+    from seqjax.train.flops import lm_flops_per_token
+    from seqjax.train.loop import peak_flops_per_device
+
+    model = seqjax_model(shape)
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                            jax.numpy.zeros((1, shape.block_size), jax.numpy.int32))
+    per_token = lm_flops_per_token(model.config, params, seq_len=shape.block_size)
+    peak = peak_flops_per_device()
+    ours = [r for r in results if r.peer == "seqjax"]
+    text = f"Model FLOPs per token (6N + 12·L·H·Q·T, causal half): {per_token / 1e6:.2f} M"
+    if not ours:
+        return text + "."
+    achieved = per_token * ours[0].tokens_per_s
+    text += f"; seqjax achieves {achieved / 1e9:.2f} GFLOP/s"
+    if peak is None:
+        return text + f" (MFU: no peak FLOP/s known for {jax.devices()[0].device_kind!r})."
+    mfu = achieved / (peak * jax.device_count())
+    return text + f", MFU {mfu:.1%} of {peak / 1e12:.0f} TFLOP/s per device."
 
 
 def torch_available() -> bool:
@@ -390,6 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=65, help="vocabulary size (GPT-2: 50304)")
+    ap.add_argument("--preset", choices=("nanogpt-cpu", "gpt2-small"), default=None,
+                    help="gpt2-small: 12L/12H/768, T=1024, |V|=50304, biases (issue #9 item 4; "
+                         "--batch still applies)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="seqjax compute dtype (bfloat16: mixed precision; seqjax peer only)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     ap.add_argument("--quiet", action="store_true")
@@ -397,19 +438,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     peers = parse_peers(ap, args.peers, PEERS)
-    shape = SMOKE if args.smoke else GPTShape(
-        num_layers=args.layers, num_heads=args.heads, embed_dim=args.d_model,
-        block_size=args.block, batch=args.batch,
-    )
+    if args.dtype != "float32" and peers != ["seqjax"]:
+        ap.error(f"--dtype {args.dtype} times the seqjax peer only: add --peers seqjax")
+    if args.smoke:
+        shape = SMOKE
+    elif args.preset == "gpt2-small":
+        shape = GPTShape(num_layers=12, num_heads=12, embed_dim=768, block_size=1024,
+                         batch=args.batch, vocab_size=50304, use_bias=True)
+    else:
+        shape = GPTShape(num_layers=args.layers, num_heads=args.heads, embed_dim=args.d_model,
+                         block_size=args.block, batch=args.batch, vocab_size=args.vocab)
     harness.configure_threads(args.threads)
     log = None if args.quiet or args.smoke else (lambda s: print(s, file=sys.stderr, flush=True))
     results = run(shape, peers, repeats=2 if args.smoke else args.repeats,
                   warmup=1 if args.smoke else 2, min_sample_s=0.0 if args.smoke else 0.2,
-                  log=log)
+                  log=log, compute_dtype=args.dtype)
     harness.emit_report(
-        "GPT training step, nanoGPT CPU config: tokens/s (higher is better)", "gpt", argv,
-        summary_table(results), results, out=args.out,
-        notes=[f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}."],
+        f"GPT training step ({shape.label}, {args.dtype}): tokens/s (higher is better)", "gpt",
+        argv, summary_table(results), results, out=args.out,
+        notes=[f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}.",
+               mfu_note(shape, results)],
     )
     return 0
 

@@ -197,3 +197,17 @@ def test_runner_lists_and_dispatches(capsys):
     assert main(["no-such-benchmark"]) == 2
     assert main([]) == 0
     assert "rnn" in capsys.readouterr().out
+
+
+def test_gpt_bf16_smoke_prints_flops_and_mfu_and_gpt2_count(capsys):
+    from benchmarks import gpt
+
+    assert gpt.main(["--smoke", "--peers", "seqjax", "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "bfloat16" in out and "Model FLOPs per token" in out and "seqjax achieves" in out
+    with pytest.raises(SystemExit):
+        gpt.main(["--smoke", "--dtype", "bfloat16", "--peers", "seqjax,flax"])
+    # GPT-2 small (|V| = 50304): N = 123.69M without the position table (nanoGPT: 123.65M at
+    # |V| = 50257), so C = 6N + 6·12·12·64·1024 per token.
+    note = gpt.mfu_note(gpt.GPTShape(12, 12, 768, 1024, 16, 50304, True), [])
+    assert "798.76 M" in note
