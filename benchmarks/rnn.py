@@ -9,7 +9,10 @@ torch). Peers, all single-layer, unidirectional, batch-first:
 * ``seqjax``: ``seqjax.nn.RNN(LSTMCell(H) | GRUCell(H))``;
 * ``flax``: ``flax.linen.RNN(OptimizedLSTMCell(H) | GRUCell(H))``;
 * ``torch``: ``torch.nn.LSTM | GRU(H, H, batch_first=True)`` with
-  ``torch.set_num_threads(2)``.
+  ``torch.set_num_threads(2)``;
+* ``seqjax-cudnn`` (GPU only, LSTM rows, not in the default ``--peers``):
+  ``seqjax.nn.StackedRNN(H, implementation="cudnn")`` — the scan vs cuDNN row of
+  issue #9 (``--peers seqjax,seqjax-cudnn``).
 
 Run: ``python -m benchmarks rnn`` (or ``seqjax bench rnn``); ``--smoke`` runs
 tiny shapes in a few seconds; ``--out FILE`` also writes the markdown.
@@ -93,7 +96,24 @@ def torch_peer(cfg: Config) -> harness.Prepared:
     )
 
 
-_BUILDERS = {"seqjax": seqjax_peer, "flax": flax_peer, "torch": torch_peer}
+def seqjax_cudnn_peer(cfg: Config) -> harness.Prepared:
+    """``StackedRNN(implementation="cudnn")``: one cuDNN call (GPU, LSTM only)."""
+    import jax
+
+    from seqjax.nn.recurrent import StackedRNN
+
+    if cfg.cell != "lstm" or jax.default_backend() != "gpu":
+        raise ValueError("the seqjax-cudnn peer needs an LSTM row and a GPU backend; got "
+                         f"cell {cfg.cell!r} on {jax.default_backend()!r}")
+    module = StackedRNN(cfg.hidden, cell_type="lstm", implementation="cudnn")
+    return harness.jax_module_prepared(module, _inputs(cfg), backward=cfg.backward,
+                                       params_cache=_PARAMS, cache_key=_key("cudnn", cfg))
+
+
+_BUILDERS = {"seqjax": seqjax_peer, "flax": flax_peer, "torch": torch_peer,
+             "seqjax-cudnn": seqjax_cudnn_peer}
+# Not in the default peers: the LSTM through cuDNN (issue #9 item 4: scan vs cuDNN), GPU only.
+OPTIONAL_PEERS = ("seqjax-cudnn",)
 
 
 def run(
@@ -117,6 +137,7 @@ def run(
                 cfg = Config(cell, b, t, h, backward, unroll)
                 row_peers = [
                     harness.Peer(name, lambda n=name, c=cfg: _BUILDERS[n](c)) for name in peers
+                    if name != "seqjax-cudnn" or cell == "lstm"
                 ]
                 results += harness.run_row(
                     cfg.label, row_peers, cfg.tokens, repeats=repeats, warmup=warmup,
@@ -178,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells", default=None, help="comma list of lstm,gru (default both)")
     ap.add_argument("--shapes", type=_parse_shapes, default=None,
                     help="comma list of BxTxH (default 32x128x256,64x256x512)")
-    ap.add_argument("--peers", default=",".join(PEERS), help="comma list of seqjax,flax,torch")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help="comma list of seqjax,flax,torch (and seqjax-cudnn on a GPU)")
     ap.add_argument("--no-forward", action="store_true", help="skip the forward-only rows")
     ap.add_argument("--unroll", type=int, default=1, help="seqjax RNN(unroll=...)")
     ap.add_argument("--repeats", type=int, default=7)
@@ -194,8 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         if c not in CELLS:
             ap.error(f"--cells: unknown cell {c!r}; choose from {CELLS}")
     for p in peers:
-        if p not in PEERS:
-            ap.error(f"--peers: unknown peer {p!r}; choose from {PEERS}")
+        if p not in PEERS + OPTIONAL_PEERS:
+            ap.error(f"--peers: unknown peer {p!r}; choose from {PEERS + OPTIONAL_PEERS}")
+    if "seqjax-cudnn" in peers:
+        import jax
+
+        if jax.default_backend() != "gpu":
+            ap.error("--peers seqjax-cudnn needs a GPU backend; the default backend is "
+                     f"{jax.default_backend()!r}")
     if "torch" in peers:
         try:
             import torch  # noqa: F401

@@ -211,3 +211,12 @@ def test_gpt_bf16_smoke_prints_flops_and_mfu_and_gpt2_count(capsys):
     # |V| = 50257), so C = 6N + 6·12·12·64·1024 per token.
     note = gpt.mfu_note(gpt.GPTShape(12, 12, 768, 1024, 16, 50304, True), [])
     assert "798.76 M" in note
+
+
+def test_rnn_cudnn_peer_is_refused_off_gpu():
+    from benchmarks import rnn
+
+    with pytest.raises(SystemExit):
+        rnn.main(["--smoke", "--peers", "seqjax,seqjax-cudnn"])
+    with pytest.raises(ValueError, match="GPU backend"):
+        rnn.seqjax_cudnn_peer(rnn.Config("lstm", 2, 3, 4, backward=True))
