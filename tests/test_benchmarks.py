@@ -220,3 +220,15 @@ def test_rnn_cudnn_peer_is_refused_off_gpu():
         rnn.main(["--smoke", "--peers", "seqjax,seqjax-cudnn"])
     with pytest.raises(ValueError, match="GPU backend"):
         rnn.seqjax_cudnn_peer(rnn.Config("lstm", 2, 3, 4, backward=True))
+
+
+def test_attention_core_smoke_reports_tflops(capsys):
+    from benchmarks import attention_core
+
+    assert attention_core.main(["--smoke", "--causal", "--implementations", "xla"]) == 0
+    out = capsys.readouterr().out
+    assert "xla TFLOP/s" in out and "causal float32 fwd+bwd" in out
+    with pytest.raises(SystemExit):
+        attention_core.main(["--smoke", "--implementations", "cudnn"])  # no GPU here
+    assert attention_core.flops(2, 4, 8, 16, causal=True, backward=True) == \
+        4 * 2 * 4 * 8 * 8 * 16 * 0.5 * 3.5
