@@ -788,7 +788,7 @@ def _attend_block(q4, k4, v4, mask5, bias5, groups):
     * not differentiated (this primal, :func:`_attend_fused`): no select on the
       scores, in query chunks of ``_FUSED_ROWS`` — XLA:CPU then fuses each chunk's
       whole pass (both products, the max, the exp, the sums) into one multi-threaded
-      kernel, about twice as fast at T = 128 and 512 (``benchmarks/RESULTS.md``);
+      kernel, 1.4–1.7× faster at T = 128 and 512 (``benchmarks/RESULTS.md``);
     * under ``jax.grad`` (:func:`_attend_fwd`, which must also write ``e`` for the
       backward pass): the scores whole, masked with ``−∞`` and guarded, the form
       that measured fastest with the backward pass.
