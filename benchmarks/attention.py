@@ -216,20 +216,7 @@ def run(
 
 def summary_table(results: Sequence[harness.Result]) -> str:
     """One line per row: tokens/s of every peer, and seqjax ÷ the fastest other peer."""
-    by_row: dict[str, dict[str, harness.Result]] = {}
-    for r in results:
-        by_row.setdefault(r.row, {})[r.peer] = r
-    peers = list(dict.fromkeys(r.peer for r in results))
-    headers = ["row"] + [f"{p} tok/s" for p in peers] + ["fastest peer", "seqjax ÷ fastest"]
-    lines = []
-    for row, res in by_row.items():
-        others = {p: r.tokens_per_s for p, r in res.items() if p != "seqjax"}
-        best = max(others, key=others.get) if others else None
-        ratio = (f"{res['seqjax'].tokens_per_s / others[best]:.2f}×"
-                 if best and "seqjax" in res else "–")
-        lines.append([row] + [harness.format_rate(res[p].tokens_per_s) if p in res else "–"
-                              for p in peers] + [best or "–", ratio])
-    return harness.markdown_table(headers, lines)
+    return harness.ratio_summary(results)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,10 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-forward", action="store_true", help="skip the forward-only rows")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    harness.add_common_args(ap)
     args = ap.parse_args(argv)
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -262,12 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     tokens = 4 * max(lengths) if args.smoke and args.tokens == 8192 else args.tokens
     d_model, heads = (16, 2) if args.smoke else (args.d_model, args.heads)
     use_torch = not args.no_torch
-    if use_torch:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            print("torch not installed: skipping the torch peers", file=sys.stderr)
-            use_torch = False
+    if use_torch and not harness.torch_available():
+        print("torch not installed: skipping the torch peers", file=sys.stderr)
+        use_torch = False
     harness.configure_threads(args.threads)
     log = None if args.quiet or args.smoke else (lambda s: print(s, file=sys.stderr, flush=True))
 

@@ -42,13 +42,8 @@ def available_implementations() -> list[str]:
         impls.append("cudnn")
     if backend == "tpu":
         impls.append("pallas")
-    try:
-        import torch  # noqa: F401
-
-        if backend == "cpu":
-            impls.append("torch-sdpa")
-    except ImportError:
-        pass
+    if backend == "cpu" and harness.torch_available():
+        impls.append("torch-sdpa")
     return impls
 
 
@@ -132,10 +127,7 @@ def run(lengths: Sequence[int], impls: Sequence[str], *, tokens: int, heads: int
 
 
 def summary_table(results: Sequence[harness.Result]) -> str:
-    rows: dict[str, dict[str, harness.Result]] = {}
-    for r in results:
-        rows.setdefault(r.row, {})[r.peer] = r
-    impls = list(dict.fromkeys(r.peer for r in results))
+    rows, impls = harness.by_row(results)
     lines = []
     for row, by in rows.items():
         lines.append([row] + [f"{by[i].tokens_per_s / 1e12:.3f}" if i in by else "–"
@@ -156,10 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--implementations", default=None,
                     help="comma list (default: every one this backend offers)")
     ap.add_argument("--no-forward", action="store_true", help="skip the forward-only rows")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--out", default=None)
+    harness.add_common_args(ap, repeats=5)
     args = ap.parse_args(argv)
     offered = available_implementations()
     impls = ([i.strip() for i in args.implementations.split(",") if i.strip()]

@@ -200,14 +200,11 @@ def run(
 
 def summary_table(results: Sequence[harness.Result]) -> str:
     """Per row: tokens/s of every peer; seqjax-kv ÷ the fastest non-seqjax peer and ÷ recompute."""
-    by_row: dict[str, dict[str, harness.Result]] = {}
-    for r in results:
-        by_row.setdefault(r.row, {})[r.peer] = r
-    peers = list(dict.fromkeys(r.peer for r in results))
+    rows, peers = harness.by_row(results)
     headers = (["row"] + [f"{p} tok/s" for p in peers]
                + ["fastest torch peer", "seqjax-kv ÷ fastest", "kv ÷ recompute (seqjax)"])
     lines = []
-    for row, res in by_row.items():
+    for row, res in rows.items():
         rate = {p: r.tokens_per_s for p, r in res.items()}
         others = {p: v for p, v in rate.items() if not p.startswith("seqjax")}
         best = max(others, key=others.get) if others else None
@@ -229,10 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", default=None, help="comma list of B (default 1,12)")
     ap.add_argument("--prompt", type=int, default=16, help="prompt length P")
     ap.add_argument("--new-tokens", type=int, default=48, help="generated tokens N")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    harness.add_common_args(ap)
     args = ap.parse_args(argv)
 
     peers = parse_peers(ap, args.peers, PEERS)

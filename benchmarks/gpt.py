@@ -350,21 +350,7 @@ def run(
 
 def summary_table(results: Sequence[harness.Result]) -> str:
     """One line per row: tokens/s of every peer, and seqjax ÷ the fastest other peer."""
-    by_row: dict[str, dict[str, harness.Result]] = {}
-    for r in results:
-        by_row.setdefault(r.row, {})[r.peer] = r
-    peers = list(dict.fromkeys(r.peer for r in results))
-    headers = (["row"] + [f"{p} tok/s" for p in peers]
-               + ["fastest other peer", "seqjax ÷ fastest"])
-    lines = []
-    for row, res in by_row.items():
-        others = {p: r.tokens_per_s for p, r in res.items() if p != "seqjax"}
-        best = max(others, key=others.get) if others else None
-        ratio = (f"{res['seqjax'].tokens_per_s / others[best]:.2f}×"
-                 if best and "seqjax" in res else "–")
-        lines.append([row] + [harness.format_rate(res[p].tokens_per_s) if p in res else "–"
-                              for p in peers] + [best or "–", ratio])
-    return harness.markdown_table(headers, lines)
+    return harness.ratio_summary(results, best_header="fastest other peer")
 
 
 def mfu_note(shape: GPTShape, results: Sequence[harness.Result]) -> str:
@@ -393,21 +379,13 @@ def mfu_note(shape: GPTShape, results: Sequence[harness.Result]) -> str:
     return text + f", MFU {mfu:.1%} of {peak / 1e12:.0f} TFLOP/s per device."
 
 
-def torch_available() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def parse_peers(ap: argparse.ArgumentParser, text: str, allowed: Sequence[str]) -> list[str]:
     """The ``--peers`` comma list, checked; torch peers dropped (with a note) without torch."""
     peers = [p.strip() for p in text.split(",") if p.strip()]
     for p in peers:
         if p not in allowed:
             ap.error(f"--peers: unknown peer {p!r}; choose from {tuple(allowed)}")
-    if any(p.startswith("torch") for p in peers) and not torch_available():
+    if any(p.startswith("torch") for p in peers) and not harness.torch_available():
         print("torch not installed: skipping the torch peers", file=sys.stderr)
         peers = [p for p in peers if not p.startswith("torch")]
     if not peers:
@@ -431,10 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                          "--batch still applies)")
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="seqjax compute dtype (bfloat16: mixed precision; seqjax peer only)")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    harness.add_common_args(ap)
     args = ap.parse_args(argv)
 
     peers = parse_peers(ap, args.peers, PEERS)

@@ -44,11 +44,15 @@ __all__ = [
     "Prepared",
     "Result",
     "configure_threads",
+    "add_common_args",
+    "torch_available",
     "jax_prepared",
     "torch_prepared",
     "jax_module_prepared",
     "torch_module_prepared",
     "run_row",
+    "by_row",
+    "ratio_summary",
     "machine_info",
     "machine_markdown",
     "emit_report",
@@ -117,6 +121,23 @@ class Result:
 
 
 # --------------------------------------------------------------------------- set-up
+
+
+def add_common_args(ap: Any, *, repeats: int = 7) -> None:
+    """The options every benchmark takes: ``--repeats``, ``--threads``, ``--quiet``, ``--out``."""
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+
+
+def torch_available() -> bool:
+    """Whether torch can be imported (the torch peers are skipped without it)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def configure_threads(num_threads: int = 2) -> dict[str, Any]:
@@ -454,6 +475,29 @@ def _looks_numeric(s: str) -> bool:
         if not part.isdigit():
             return False
     return True
+
+
+def by_row(results: Sequence[Result]) -> tuple[dict[str, dict[str, Result]], list[str]]:
+    """``({row: {peer: result}}, peers)``, both in the order the results were run."""
+    rows: dict[str, dict[str, Result]] = {}
+    for r in results:
+        rows.setdefault(r.row, {})[r.peer] = r
+    return rows, list(dict.fromkeys(r.peer for r in results))
+
+
+def ratio_summary(results: Sequence[Result], *, ours: str = "seqjax",
+                  best_header: str = "fastest peer") -> str:
+    """One line per row: tokens/s of every peer, the fastest other peer, and ``ours`` ÷ it."""
+    rows, peers = by_row(results)
+    headers = ["row"] + [f"{p} tok/s" for p in peers] + [best_header, f"{ours} ÷ fastest"]
+    lines = []
+    for row, res in rows.items():
+        others = {p: r.tokens_per_s for p, r in res.items() if p != ours}
+        best = max(others, key=others.get) if others else None
+        ratio = f"{res[ours].tokens_per_s / others[best]:.2f}×" if best and ours in res else "–"
+        lines.append([row] + [format_rate(res[p].tokens_per_s) if p in res else "–"
+                              for p in peers] + [best or "–", ratio])
+    return markdown_table(headers, lines)
 
 
 def results_table(results: Sequence[Result]) -> str:

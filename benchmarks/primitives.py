@@ -180,7 +180,7 @@ def smoke_cases() -> list[Case]:
 
 def run(cases: Sequence[Case], peers: Sequence[str], *, repeats: int, warmup: int,
         min_sample_s: float, log: Callable[[str], None] | None) -> list[tuple[Case, list]]:
-    has_torch = _has_torch()
+    has_torch = harness.torch_available()
     out = []
     for case in cases:
         row_peers = []
@@ -195,14 +195,6 @@ def run(cases: Sequence[Case], peers: Sequence[str], *, repeats: int, warmup: in
                                           repeats=repeats, warmup=warmup,
                                           min_sample_s=min_sample_s, log=log)))
     return out
-
-
-def _has_torch() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def summary_table(rows: Sequence[tuple[Case, list]]) -> str:
@@ -235,10 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=None,
                     help="comma list of substrings; keep the rows whose label contains one "
                          "(e.g. 'bmm,recurrent')")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    harness.add_common_args(ap)
     args = ap.parse_args(argv)
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = sorted(set(peers) - set(PEERS))

@@ -152,10 +152,7 @@ def summary_table(results: Sequence[harness.Result]) -> str:
 
     The ratio compares seqjax with the fastest *other* peer of the same row.
     """
-    by_row: dict[str, dict[str, harness.Result]] = {}
-    for r in results:
-        by_row.setdefault(r.row, {})[r.peer] = r
-    peers = list(dict.fromkeys(r.peer for r in results))
+    by_row, peers = harness.by_row(results)
     keys = list(dict.fromkeys(r.row.rsplit(" ", 1)[0] for r in results))
     headers = ["cell, shape"]
     for mode in ("fwd+bwd", "fwd"):
@@ -203,10 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma list of seqjax,flax,torch (and seqjax-cudnn on a GPU)")
     ap.add_argument("--no-forward", action="store_true", help="skip the forward-only rows")
     ap.add_argument("--unroll", type=int, default=1, help="seqjax RNN(unroll=...)")
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    ap.add_argument("--quiet", action="store_true")
-    ap.add_argument("--out", default=None, help="also write the markdown report to this file")
+    harness.add_common_args(ap)
     args = ap.parse_args(argv)
 
     cells_arg = args.cells or ("lstm" if args.smoke else ",".join(CELLS))
@@ -224,12 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         if jax.default_backend() != "gpu":
             ap.error("--peers seqjax-cudnn needs a GPU backend; the default backend is "
                      f"{jax.default_backend()!r}")
-    if "torch" in peers:
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            print("torch not installed: skipping the torch peer", file=sys.stderr)
-            peers.remove("torch")
+    if "torch" in peers and not harness.torch_available():
+        print("torch not installed: skipping the torch peer", file=sys.stderr)
+        peers.remove("torch")
     shapes = args.shapes or (SMOKE_SHAPES if args.smoke else SHAPES)
     repeats = 2 if args.smoke else args.repeats
     harness.configure_threads(args.threads)

@@ -70,12 +70,7 @@ def test_benchmark_smoke_prints_a_table(name, capsys):
     assert "torch" in out
 
 
-def _has_torch() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
+_has_torch = harness.torch_available
 
 
 def test_gpt_smoke_prints_the_training_step_row(capsys):

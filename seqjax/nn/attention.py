@@ -920,13 +920,24 @@ def _cudnn_attention(q, k, v, mask, bias, is_causal, scale):
     out = jax.nn.dot_product_attention(
         q, k, v, bias=bias, mask=mask, scale=scale, is_causal=is_causal, implementation="cudnn"
     )
-    if mask is not None:
-        b, q_len, h, _ = q.shape
-        if is_causal:
-            mask = combine_masks(mask, causal_mask(q_len, k.shape[1])[None, None])
-        any_BxHxQ = jnp.broadcast_to(jnp.any(mask, axis=-1), (b, h, q_len))
-        out = jnp.where(any_BxHxQ.swapaxes(1, 2)[..., None], out, jnp.zeros((), out.dtype))
-    return out
+    return _zero_invisible_rows(out, mask, bias, is_causal, k.shape[1])
+
+
+def _zero_invisible_rows(out: Array, mask: Array | None, bias: Array | None, is_causal: bool,
+                         k_len: int) -> Array:
+    """Zero the query rows of ``out [B, Q, H, Dv]`` that see no key: every key masked
+    (``mask``, ``is_causal``) or given a ``−∞`` (≤ ``_MASKED``) bias. For the fused kernels,
+    which return a uniform average (or NaN) there."""
+    if mask is None and bias is None:
+        return out
+    b, q_len, h, _ = out.shape
+    visible = jnp.ones((1, 1, 1, 1), bool) if mask is None else mask
+    if bias is not None:
+        visible = visible & (bias > _MASKED)
+    if is_causal:
+        visible = visible & causal_mask(q_len, k_len)[None, None]
+    any_BxHxQ = jnp.broadcast_to(jnp.any(visible, axis=-1), (b, h, q_len))
+    return jnp.where(any_BxHxQ.swapaxes(1, 2)[..., None], out, jnp.zeros((), out.dtype))
 
 
 def _pallas_attention(q, k, v, mask, bias, is_causal, scale):
@@ -969,15 +980,7 @@ def _pallas_attention(q, k, v, mask, bias, is_causal, scale):
         q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), ab,
         segment_ids, causal=is_causal, sm_scale=1.0, block_sizes=sizes,
     ).transpose(0, 2, 1, 3)
-    if mask is not None or bias is not None:
-        visible = jnp.ones((1, 1, 1, 1), bool) if mask is None else mask
-        if bias is not None:
-            visible = visible & (bias > _MASKED)
-        if is_causal:
-            visible = visible & causal_mask(q_len, k_len)[None, None]
-        any_BxHxQ = jnp.broadcast_to(jnp.any(visible, axis=-1), (b, h, q_len))
-        out = jnp.where(any_BxHxQ.swapaxes(1, 2)[..., None], out, jnp.zeros((), out.dtype))
-    return out
+    return _zero_invisible_rows(out, mask, bias, is_causal, k_len)
 
 
 # ============================================================================ KV cache
