@@ -98,7 +98,7 @@ def torch_peer(arrays: list[Any], dtype: str, causal: bool, backward: bool) -> h
             with torch.inference_mode():
                 F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    return harness.torch_prepared(step)
+    return harness.eager_prepared(step)
 
 
 def run(lengths: Sequence[int], impls: Sequence[str], *, tokens: int, heads: int,

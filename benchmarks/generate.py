@@ -159,7 +159,7 @@ def torch_peer(cfg: GenConfig, kv_cache: bool) -> harness.Prepared:
             out.append(nxt)
         return torch.cat([prompt] + out, dim=1)
 
-    return harness.torch_prepared(cached if kv_cache else recompute)
+    return harness.eager_prepared(cached if kv_cache else recompute)
 
 
 def _builder(name: str, cfg: GenConfig):

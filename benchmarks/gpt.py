@@ -318,7 +318,7 @@ def torch_peer(shape: GPTShape) -> harness.Prepared:
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    return harness.torch_prepared(step)
+    return harness.eager_prepared(step)
 
 
 _BUILDERS = {"seqjax": seqjax_peer, "flax": flax_peer, "torch-nanogpt": torch_peer}

@@ -47,7 +47,7 @@ __all__ = [
     "add_common_args",
     "torch_available",
     "jax_prepared",
-    "torch_prepared",
+    "eager_prepared",
     "jax_module_prepared",
     "torch_module_prepared",
     "run_row",
@@ -242,11 +242,11 @@ def torch_module_prepared(
             with torch.inference_mode():
                 pick(model(x))
 
-    return torch_prepared(step)
+    return eager_prepared(step)
 
 
-def torch_prepared(step: Callable[[], Any]) -> Prepared:
-    """Wrap a torch step; its first call is timed as the set-up cost."""
+def eager_prepared(step: Callable[[], Any]) -> Prepared:
+    """Wrap an eager step (torch, numpy); its first call is timed as the set-up cost."""
     t0 = time.perf_counter()
     step()
     return Prepared(step=step, compile_s=time.perf_counter() - t0, compile_kind="first call")

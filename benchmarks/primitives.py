@@ -1,10 +1,13 @@
-"""The kernels under the RNN and attention rows: XLA:CPU vs torch (CPU, fp32, 2 threads).
+"""The kernels under the RNN and attention rows: XLA:CPU vs torch vs OpenBLAS (CPU, fp32).
 
 Why seqjax's LSTM and attention rows trail torch on CPU (``benchmarks/RESULTS.md``,
 "Why the targets are not met") comes down to a few primitives. This benchmark times
-each one alone, in ``jax.jit`` (the XLA:CPU that every JAX program gets) and in eager
-torch, and reports GFLOP/s and **CPU ÷ wall**: how many of the cores the call kept
-busy (≈ 2 when both cores work, ≈ 1 when the call runs on one). Rows:
+each one alone, in ``jax.jit`` (the XLA:CPU that every JAX program gets), in eager
+torch (MKL / oneDNN underneath), and in numpy (the OpenBLAS that numpy's wheels ship:
+what a hand-written native kernel built on a freely redistributable BLAS would get),
+and reports GFLOP/s and **CPU ÷ wall**: how many of the cores the call kept busy
+(≈ 2 when both cores work, ≈ 1 when the call runs on one). torch and OpenBLAS get
+``--threads`` threads. Rows:
 
 * ``gemm M×K×N``: one ``[M, K] @ [K, N]`` — the projections of an attention layer
   (``8192×256×768`` is the fused QKV of the ``B·T = 8192``, d = 256 rows; ``8192×256×1024``
@@ -12,15 +15,16 @@ busy (≈ 2 when both cores work, ≈ 1 when the call runs on one). Rows:
 * ``bmm G×T×T×64``: the attention scores ``S_g = Q_g K_gᵀ`` for ``G = B·heads`` batched
   ``[T, 64] @ [64, T]`` products (``G = 256, T = 128`` and ``G = 64, T = 512`` are the
   MHA rows' shapes). jax: ``einsum('gqd,gkd->gqk')`` (a batched ``dot_general``); torch:
-  ``torch.bmm`` with ``K`` transposed (a view). ``48×64×64×32`` (and ``gemm 768×128×384``,
+  ``torch.bmm`` with ``K`` transposed (a view); numpy: ``np.matmul`` (one BLAS call per
+  matrix). ``48×64×64×32`` (and ``gemm 768×128×384``,
   the fused QKV) are the shapes of the nanoGPT CPU config's training step (``gpt``).
 * ``2 × bmm``: two independent batched products of half the batch each in one call
   (one jit / two torch calls): does the runtime put the two on different cores?
 * ``recurrent gemm B×H×4H, T steps``: ``T`` dependent steps of
   ``h ← tanh(g_0 + g_1 + g_2 + g_3)``, ``[g_0 … g_3] = h W`` with ``W: [H, 4H] ~ N(0, 1/H)``
   — the per-step GEMM of an LSTM layer at ``M = B`` rows (``h`` stays O(1), so no
-  denormals slow either side). jax: ``lax.fori_loop`` in one jit; torch: a Python loop
-  of ``torch.mm`` + elementwise ops (its per-op dispatch included).
+  denormals slow either side). jax: ``lax.fori_loop`` in one jit; torch and numpy: a
+  Python loop of ``torch.mm`` / ``np.dot`` + elementwise ops (per-op dispatch included).
 * ``dispatch``: ``x + 1`` on 8 floats — the fixed cost of one call (a jitted
   executable's launch vs one eager torch op), included in every other row's time.
 
@@ -44,17 +48,19 @@ import numpy as np
 
 from benchmarks import harness
 
-PEERS = ("jax", "torch")
+PEERS = ("jax", "torch", "numpy")
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One row: ``make_jax()`` / ``make_torch()`` return a :class:`harness.Prepared`."""
+    """One row: ``make_jax()`` / ``make_torch()`` / ``make_numpy()`` return a
+    :class:`harness.Prepared`."""
 
     label: str
     flops: float
     make_jax: Callable[[], harness.Prepared]
     make_torch: Callable[[], harness.Prepared]
+    make_numpy: Callable[[], harness.Prepared]
 
 
 def _rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -73,9 +79,13 @@ def gemm_case(m: int, k: int, n: int) -> Case:
         import torch
 
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        return harness.torch_prepared(lambda: torch.mm(ta, tb))
+        return harness.eager_prepared(lambda: torch.mm(ta, tb))
 
-    return Case(f"gemm {m}×{k}×{n}", 2.0 * m * k * n, make_jax, make_torch)
+    def make_numpy() -> harness.Prepared:
+        out = np.empty((m, n), np.float32)
+        return harness.eager_prepared(lambda: np.dot(a, b, out=out))
+
+    return Case(f"gemm {m}×{k}×{n}", 2.0 * m * k * n, make_jax, make_torch, make_numpy)
 
 
 def bmm_case(g: int, t: int, d: int = 64, parts: int = 1) -> Case:
@@ -99,11 +109,16 @@ def bmm_case(g: int, t: int, d: int = 64, parts: int = 1) -> Case:
 
         tq = [torch.from_numpy(q) for q in qs]
         tk = [torch.from_numpy(k) for k in ks]
-        return harness.torch_prepared(
+        return harness.eager_prepared(
             lambda: [torch.bmm(q, k.transpose(1, 2)) for q, k in zip(tq, tk)])
 
+    def make_numpy() -> harness.Prepared:
+        outs = [np.empty((g // parts, t, t), np.float32) for _ in range(parts)]
+        return harness.eager_prepared(
+            lambda: [np.matmul(q, k.transpose(0, 2, 1), out=o) for q, k, o in zip(qs, ks, outs)])
+
     label = f"bmm {g}×{t}×{t}×{d}" if parts == 1 else f"{parts} × bmm {g // parts}×{t}×{t}×{d}"
-    return Case(label, 2.0 * g * t * t * d, make_jax, make_torch)
+    return Case(label, 2.0 * g * t * t * d, make_jax, make_torch, make_numpy)
 
 
 def recurrent_case(batch: int, hidden: int, steps: int) -> Case:
@@ -134,10 +149,22 @@ def recurrent_case(batch: int, hidden: int, steps: int) -> Case:
                 h = torch.tanh(torch.mm(h, tw).view(batch, 4, hidden).sum(1))
             return h
 
-        return harness.torch_prepared(run)
+        return harness.eager_prepared(run)
+
+    def make_numpy() -> harness.Prepared:
+        g = np.empty((batch, 4 * hidden), np.float32)
+
+        def run() -> Any:
+            h = h0
+            for _ in range(steps):
+                np.dot(h, w, out=g)
+                h = np.tanh(g.reshape(batch, 4, hidden).sum(1))
+            return h
+
+        return harness.eager_prepared(run)
 
     return Case(f"recurrent gemm {batch}×{hidden}×{4 * hidden}, {steps} steps",
-                2.0 * batch * hidden * 4 * hidden * steps, make_jax, make_torch)
+                2.0 * batch * hidden * 4 * hidden * steps, make_jax, make_torch, make_numpy)
 
 
 def dispatch_case() -> Case:
@@ -153,9 +180,12 @@ def dispatch_case() -> Case:
         import torch
 
         tx = torch.from_numpy(x)
-        return harness.torch_prepared(lambda: tx + 1)
+        return harness.eager_prepared(lambda: tx + 1)
 
-    return Case("dispatch: x + 1 on 8 floats", 0.0, make_jax, make_torch)
+    def make_numpy() -> harness.Prepared:
+        return harness.eager_prepared(lambda: x + 1)
+
+    return Case("dispatch: x + 1 on 8 floats", 0.0, make_jax, make_torch, make_numpy)
 
 
 def default_cases() -> list[Case]:
@@ -188,6 +218,8 @@ def run(cases: Sequence[Case], peers: Sequence[str], *, repeats: int, warmup: in
             row_peers.append(harness.Peer("jax", case.make_jax))
         if "torch" in peers and has_torch:
             row_peers.append(harness.Peer("torch", case.make_torch))
+        if "numpy" in peers:
+            row_peers.append(harness.Peer("numpy", case.make_numpy))
         if not row_peers:
             continue
         # harness "tokens" = FLOPs, so its tokens/s column reads as FLOP/s.
@@ -198,25 +230,41 @@ def run(cases: Sequence[Case], peers: Sequence[str], *, repeats: int, warmup: in
 
 
 def summary_table(rows: Sequence[tuple[Case, list]]) -> str:
-    headers = ["row", "jax ms", "jax GFLOP/s", "jax CPU÷wall", "torch ms", "torch GFLOP/s",
-               "torch CPU÷wall", "jax ÷ torch speed"]
+    """ms, GFLOP/s and CPU÷wall per peer, and jax's speed relative to each other peer."""
+    present = [p for p in PEERS if any(r.peer == p for _, rs in rows for r in rs)]
+    headers = ["row"]
+    for peer in present:
+        headers += [f"{peer} ms", f"{peer} GFLOP/s", f"{peer} CPU÷wall"]
+    others = [p for p in present if p != "jax"]
+    headers += [f"jax ÷ {p} speed" for p in others]
     lines = []
     for case, results in rows:
         by = {r.peer: r for r in results}
         cells: list[str] = [case.label]
-        for peer in PEERS:
+        for peer in present:
             r = by.get(peer)
             if r is None:
                 cells += ["–", "–", "–"]
                 continue
             gflops = f"{case.flops / r.median_s / 1e9:.0f}" if case.flops else "–"
             cells += [f"{r.median_s * 1e3:.3f}", gflops, f"{r.cpu_median_s / r.median_s:.2f}"]
-        if "jax" in by and "torch" in by:
-            cells.append(f"{by['torch'].median_s / by['jax'].median_s:.2f}×")
-        else:
-            cells.append("–")
+        for peer in others:
+            ok = "jax" in by and peer in by
+            cells.append(f"{by[peer].median_s / by['jax'].median_s:.2f}×" if ok else "–")
         lines.append(cells)
     return harness.markdown_table(headers, lines)
+
+
+def limit_blas_threads(num_threads: int) -> Any:
+    """Cap numpy's BLAS pool at ``num_threads`` (a context manager; a no-op without
+    ``threadpoolctl``, when OpenBLAS keeps its default of one thread per core)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=num_threads, user_api="blas")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,15 +289,17 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if any(w in c.label for w in wanted)]
         if not cases:
             ap.error(f"--rows {args.rows!r} matches no row")
-    rows = run(cases, peers,
-               repeats=2 if args.smoke else args.repeats, warmup=1 if args.smoke else 2,
-               min_sample_s=0.0 if args.smoke else 0.2, log=log)
+    with limit_blas_threads(args.threads):
+        rows = run(cases, peers,
+                   repeats=2 if args.smoke else args.repeats, warmup=1 if args.smoke else 2,
+                   min_sample_s=0.0 if args.smoke else 0.2, log=log)
     harness.emit_report(
-        "Primitives under the RNN and attention rows: XLA:CPU vs torch (fp32)",
+        "Primitives under the RNN and attention rows: XLA:CPU vs torch vs OpenBLAS (fp32)",
         "primitives", argv, summary_table(rows), [r for _, rs in rows for r in rs],
         out=args.out,
         notes=["GFLOP/s = 2·M·K·N per product ÷ median wall time. CPU÷wall = process CPU "
-               "time ÷ wall time per call (2.0 = both cores busy). In the per-peer table "
+               "time ÷ wall time per call (2.0 = both cores busy). numpy = the OpenBLAS "
+               "in numpy's wheel, capped at --threads threads. In the per-peer table "
                "below, \"tokens\" are FLOPs: its tokens/s column is FLOP/s."],
     )
     return 0

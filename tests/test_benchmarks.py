@@ -164,19 +164,21 @@ def test_primitives_smoke_reports_gflops_and_core_use(capsys):
                   "recurrent gemm 4×8×32, 5 steps"):
         assert label in out
     assert "jax CPU÷wall" in out and "GFLOP/s" in out
+    assert "jax ÷ numpy speed" in out and re.search(r"\| numpy +\|", out)  # OpenBLAS peer
     if _has_torch():
-        assert re.search(r"\| torch +\|", out)
+        assert re.search(r"\| torch +\|", out) and "jax ÷ torch speed" in out
     assert primitives.main(["--smoke", "--peers", "jax", "--rows", "bmm"]) == 0
     out = capsys.readouterr().out
     assert "bmm 8×16×16×8" in out and "gemm 64×32×48" not in out
-    assert not re.search(r"\| torch +\|", out)  # no torch row in the per-peer table
+    assert not re.search(r"\| (torch|numpy) +\|", out)  # only jax in the per-peer table
+    assert "speed" not in out.split("Per peer")[0]  # no ratio column without a 2nd peer
 
 
 def test_primitives_rejects_unknown_peers():
     from benchmarks import primitives
 
     with pytest.raises(SystemExit):
-        primitives.main(["--smoke", "--peers", "numpy"])
+        primitives.main(["--smoke", "--peers", "mkl"])
     with pytest.raises(SystemExit):
         primitives.main(["--smoke", "--rows", "no-such-row"])
     with pytest.raises(ValueError, match="parts"):
