@@ -126,7 +126,8 @@ class Result:
 def add_common_args(ap: Any, *, repeats: int = 7) -> None:
     """The options every benchmark takes: ``--repeats``, ``--threads``, ``--quiet``, ``--out``."""
     ap.add_argument("--repeats", type=int, default=repeats)
-    ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch intra-op threads (and the primitives' OpenBLAS peer's)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--out", default=None, help="also write the markdown report to this file")
 

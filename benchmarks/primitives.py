@@ -267,6 +267,17 @@ def limit_blas_threads(num_threads: int) -> Any:
     return threadpool_limits(limits=num_threads, user_api="blas")
 
 
+def blas_description() -> str:
+    """numpy's BLAS as threadpoolctl sees it (library, version, threads), for the report."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "numpy's BLAS: unknown (threadpoolctl not installed; default threads)"
+    libs = [f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
+            for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "BLAS libraries loaded: " + ("; ".join(libs) if libs else "none found")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="seqjax bench primitives",
                                  description=__doc__.splitlines()[0])
@@ -290,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         if not cases:
             ap.error(f"--rows {args.rows!r} matches no row")
     with limit_blas_threads(args.threads):
+        blas = blas_description()
         rows = run(cases, peers,
                    repeats=2 if args.smoke else args.repeats, warmup=1 if args.smoke else 2,
                    min_sample_s=0.0 if args.smoke else 0.2, log=log)
@@ -300,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         notes=["GFLOP/s = 2·M·K·N per product ÷ median wall time. CPU÷wall = process CPU "
                "time ÷ wall time per call (2.0 = both cores busy). numpy = the OpenBLAS "
                "in numpy's wheel, capped at --threads threads. In the per-peer table "
-               "below, \"tokens\" are FLOPs: its tokens/s column is FLOP/s."],
+               "below, \"tokens\" are FLOPs: its tokens/s column is FLOP/s.", blas],
     )
     return 0
 
