@@ -64,7 +64,8 @@ from seqjax.train.loop import FitConfig, fit, read_metrics
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import flax_apply_fn, make_eval_step, make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 
 NANOGPT_CPU_VAL_LOSS = 1.88  # nanoGPT README, CPU config, "val loss of about 1.88"
@@ -75,7 +76,7 @@ NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     model: str = "transformer"
     num_layers: int = 4
     num_heads: int = 4
@@ -108,7 +109,7 @@ class Config:
 
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
-              "batch_size": 4, "steps": 4, "warmup_steps": 2, "eval_every": 0,
+              "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
               "eval_batches": 2, "sample_chars": 24, "max_chars": 20000, "log_every": 2,
               "checkpoint_every": 0},
     "gpu": {"num_layers": 6, "num_heads": 6, "embed_dim": 384, "block_size": 256,
@@ -116,7 +117,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "compute_dtype": "bfloat16", "log_every": 100, "checkpoint_every": 1000},
     "lstm": {"model": "lstm", "num_layers": 2, "embed_dim": 224, "learning_rate": 2e-3},
     "lstm-smoke": {"model": "lstm", "num_layers": 1, "embed_dim": 16, "block_size": 16,
-                   "batch_size": 4, "steps": 4, "warmup_steps": 2, "eval_every": 0,
+                   "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
                    "eval_batches": 2, "sample_chars": 24, "max_chars": 20000,
                    "log_every": 2, "checkpoint_every": 0},
 }
@@ -292,6 +293,9 @@ def load_average() -> str:
 
 
 def run(cfg: Config) -> dict:
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch_size)
+    primary = jax.process_index() == 0
     train_ids, val_ids, tok = load_data(cfg)
     vocab = tok.vocab_size
     model = build_model(cfg, vocab)
@@ -299,19 +303,21 @@ def run(cfg: Config) -> dict:
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x0)["params"]
     n_params = count_params(params)
     tx, schedule = _optimizer(cfg)
-    state = TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1)))
     apply_fn = flax_apply_fn(model)
     compute = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
-    train_step = make_train_step(make_lm_loss(apply_fn), schedule=schedule,
-                                 compute_dtype=compute)
-    eval_step = make_eval_step(make_lm_eval(apply_fn), compute_dtype=compute)
+    train_step = par.train_step(make_lm_loss(apply_fn), schedule=schedule,
+                                compute_dtype=compute)
+    eval_step = par.eval_step(make_lm_eval(apply_fn), compute_dtype=compute)
     eval_batches = val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2)
-    data = LMWindowIterator(train_ids, cfg.batch_size, cfg.block_size, seed=cfg.seed)
-    if cfg.workdir:
+    # this process's rows of each global batch of `batch_size` windows
+    data = LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
+                            seed=cfg.seed, **par.iterator_shard())
+    if cfg.workdir and primary:
         os.makedirs(cfg.workdir, exist_ok=True)
         tok.save(os.path.join(cfg.workdir, "tokenizer.json"))
     print(f"char_lm: {cfg.model}, {n_params:,} parameters, {len(train_ids):,} train / "
-          f"{len(val_ids):,} val characters, vocabulary {vocab}")
+          f"{len(val_ids):,} val characters, vocabulary {vocab}; {par}")
     load_before = load_average()
     # MFU in the logs (on devices with a known peak): 6N + 12·L·H·Q·T per token, causal half.
     flops_per_step = None
@@ -325,7 +331,7 @@ def run(cfg: Config) -> dict:
                   checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
                   print_logs=True, flops_per_step=flops_per_step),
         workdir=cfg.workdir, eval_step=eval_step, eval_data=eval_batches,
-        model_config=model_config(cfg, vocab), tokenizer=tok.to_json(),
+        model_config=model_config(cfg, vocab), tokenizer=tok.to_json(), parallel=par,
     )
     train_wall = time.perf_counter() - start
     load_after = load_average()
@@ -333,13 +339,17 @@ def run(cfg: Config) -> dict:
         records = read_history(cfg, result)
         train_wall = max((r.get("time", 0.0) for r in records), default=train_wall)
     params = result.state.params
-    final = evaluate_batches(eval_step, params, eval_batches)
+    place = par.place_global
+    final = evaluate_batches(eval_step, params, eval_batches, place_batch=place)
     train_est = evaluate_batches(eval_step, params,
-                                 val_windows(train_ids, cfg, cfg.eval_batches, seed=cfg.seed + 3))
+                                 val_windows(train_ids, cfg, cfg.eval_batches, seed=cfg.seed + 3),
+                                 place_batch=place)
     full = None
     if cfg.full_val:
         full = evaluate_batches(eval_step, params,
-                                full_windows(val_ids, cfg.block_size, cfg.batch_size))
+                                full_windows(val_ids, cfg.block_size, cfg.batch_size),
+                                place_batch=place)
+    params = par.gather(params)  # a host copy for sampling (identical on every process)
     text = generate_ids(model, params, cfg, tok.encode("\n"), max_new_tokens=cfg.sample_chars,
                         temperature=cfg.sample_temperature, top_k=cfg.sample_top_k,
                         seed=cfg.seed)
@@ -347,6 +357,7 @@ def run(cfg: Config) -> dict:
     curve = [(r["step"], r["loss"], r.get("eval/loss")) for r in read_history(cfg, result)]
     summary = {
         "config": dataclasses.asdict(cfg),
+        "parallel": par.describe(),
         "params": n_params,
         "steps": int(jax.device_get(result.state.step)),
         "resumed_from": result.start_step,
@@ -367,7 +378,7 @@ def run(cfg: Config) -> dict:
           + (f" (full val {full['loss']:.4f})" if full else "")
           + f"; {train_wall:.0f} s of training; nanoGPT: {summary['anchor_val_loss']}")
     print("sample:\n" + sample_text)
-    if cfg.workdir:
+    if cfg.workdir and primary:
         with open(os.path.join(cfg.workdir, "char_lm.json"), "w") as f:
             json.dump(summary, f, indent=1)
         with open(os.path.join(cfg.workdir, "samples.txt"), "w", encoding="utf-8") as f:

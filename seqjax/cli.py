@@ -9,6 +9,15 @@ Commands::
     seqjax list                       experiments, their presets and one-line descriptions
     seqjax --version
 
+**Every device, every host.** Experiments whose ``Config`` inherits
+:class:`seqjax.train.parallel.ParallelOptions` train on all visible devices (data
+parallel) and take ``--mesh data=4,fsdp=2,model=1``, ``--strategy
+replicated|fsdp|tensor|fsdp+tensor|auto`` and ``--grad_accum K``; ``batch_size`` is the
+*global* batch. When the environment describes a multi-process job
+(``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``, a TPU pod slice,
+SLURM, Open MPI), ``train`` first calls ``jax.distributed.initialize``; process 0 writes
+the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
+
 ``train`` with a ``--workdir`` writes ``DIR/experiment.json`` (the experiment's name and
 full config) and checkpoints, ``metrics.jsonl``, TensorBoard events and curves there.
 Rerunning ``seqjax train`` with the same ``--workdir`` resumes from the newest checkpoint:
@@ -147,7 +156,7 @@ def build_config(
 
 def _save_config(name: str, cfg: Any) -> None:
     workdir = getattr(cfg, "workdir", None)
-    if not workdir:
+    if not workdir or not _primary():
         return
     os.makedirs(workdir, exist_ok=True)
     tmp = os.path.join(workdir, EXPERIMENT_FILE + ".tmp")
@@ -156,7 +165,22 @@ def _save_config(name: str, cfg: Any) -> None:
     os.replace(tmp, os.path.join(workdir, EXPERIMENT_FILE))
 
 
+def _primary() -> bool:
+    """Process 0 of a multi-process job (or the only process) writes shared files."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _start_distributed() -> None:
+    """Join the multi-process job the environment describes, before any other JAX call."""
+    from seqjax.train.sharding import maybe_initialize_distributed
+
+    maybe_initialize_distributed()
+
+
 def _train(name: str, argv: Sequence[str]) -> int:
+    _start_distributed()
     module = load_experiment(name, allow_legacy=True)
     if not _follows_protocol(module):  # an experiment that parses its own flags
         module.main(list(argv))
@@ -186,6 +210,7 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
         print((module.__doc__ or "").strip())
         print("\noptions: " + ", ".join(f"--{f.name}" for f in dataclasses.fields(module.Config)))
         return {}
+    _start_distributed()
     try:
         module = load_experiment(name)
         cfg = build_config(module, name, argv)

@@ -21,10 +21,14 @@ The stages, each usable alone:
      optional length bucketing to waste less padding;
    * :class:`ArrayIterator` — fixed-shape arrays (packed rows, synthetic tasks).
 
-   Every iterator shards by host: each of ``jax.process_count()`` hosts gets its
-   own rows of the same global batch (``jax.process_index()`` picks which), so
-   ``N`` hosts together see exactly what one host with an ``N``-times larger
-   batch would.
+   Every iterator can shard by host: with ``shard_index``/``shard_count`` each host
+   gets its own rows of the same global batch, so ``count`` hosts together see
+   exactly what one host with a ``count``-times larger batch would. Without them an
+   iterator yields the whole global batch. Which rows a process must feed depends on
+   the device mesh, not on ``jax.process_index()`` (processes that share batch shards
+   feed the same rows): take them from
+   :meth:`seqjax.train.parallel.Parallel.iterator_shard`. The saved state describes
+   the global stream, so a run resumes on another number of hosts.
 5. **Pack** — :func:`pack_sequences` puts several short sequences in one row
    with segment ids; :func:`packed_attention_mask` keeps attention inside a
    segment and the ``resets`` flags tell an RNN where to zero its carry.
@@ -90,6 +94,19 @@ def host_shard(index: int | None = None, count: int | None = None) -> tuple[int,
             f"got shard_index={index}, shard_count={count}."
         )
     return int(index), int(count)
+
+
+def _iterator_shard(index: int | None, count: int | None) -> tuple[int, int]:
+    """An iterator's ``(shard_index, shard_count)``: ``(0, 1)`` (the whole global batch)
+    unless given; multi-process runs pass the mesh's (``Parallel.iterator_shard()``)."""
+    if index is None and count is None:
+        return 0, 1
+    if index is None or count is None:
+        raise ValueError(
+            f"give both `shard_index` and `shard_count`, or neither; got shard_index={index}, "
+            f"shard_count={count}."
+        )
+    return host_shard(index, count)
 
 
 def shard_dataset(
@@ -661,7 +678,16 @@ class _Resumable:
         return {k: v.item() if isinstance(v, np.generic) else v for k, v in state.items()}
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        """Continue exactly where the iterator that produced ``state`` was."""
+        """Continue exactly where the iterator that produced ``state`` was.
+
+        The state describes the *global* stream (its global batch size and position), not
+        this host's share of it, so a run saved by ``N`` processes resumes on ``M`` (a
+        different topology) as long as the global batch is the same.
+        """
+        state = dict(state)
+        if "global_batch_size" not in state and "batch_size" in state:  # older states
+            state["global_batch_size"] = int(state["batch_size"]) * int(
+                state.get("shard_count", 1))
         expect = {"kind": self.kind, **self._config()}
         missing = [k for k in (*expect, *self._position()) if k not in state]
         if missing:
@@ -727,12 +753,12 @@ class LMWindowIterator(_Resumable):
             raise ValueError(f"`batch_size` must be >= 1; got {batch_size}.")
         self.batch_size, self.block_size, self.seed = batch_size, block_size, seed
         self.num_steps = num_steps
-        self.shard_index, self.shard_count = host_shard(shard_index, shard_count)
+        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
         self.step = 0
 
     def _config(self) -> dict[str, Any]:
-        return {"seed": self.seed, "batch_size": self.batch_size, "block_size": self.block_size,
-                "num_tokens": len(self.tokens), "shard_count": self.shard_count}
+        return {"seed": self.seed, "global_batch_size": self.batch_size * self.shard_count,
+                "block_size": self.block_size, "num_tokens": len(self.tokens)}
 
     def _position(self) -> dict[str, int]:
         return {"step": self.step}
@@ -784,7 +810,7 @@ class TBPTTIterator(_Resumable):
         shard_count: int | None = None,
     ):
         tokens = np.asarray(tokens_N)
-        self.shard_index, self.shard_count = host_shard(shard_index, shard_count)
+        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
         g = batch_size * self.shard_count
         if batch_size < 1 or tokens.ndim != 1:
             raise ValueError(
@@ -806,8 +832,8 @@ class TBPTTIterator(_Resumable):
         self.step = 0
 
     def _config(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "seq_len": self.seq_len,
-                "num_tokens": self.num_tokens, "shard_count": self.shard_count}
+        return {"global_batch_size": self.batch_size * self.shard_count,
+                "seq_len": self.seq_len, "num_tokens": self.num_tokens}
 
     def _position(self) -> dict[str, int]:
         return {"epoch": self.epoch, "step": self.step}
@@ -847,7 +873,7 @@ class _EpochIterator(_Resumable):
     ):
         if batch_size < 1:
             raise ValueError(f"`batch_size` must be >= 1; got {batch_size}.")
-        self.shard_index, self.shard_count = host_shard(shard_index, shard_count)
+        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
         if self.shard_count > 1 and not drop_remainder:
             raise ValueError(
                 "`drop_remainder` must be True with several hosts (shard_count="
@@ -884,8 +910,8 @@ class _EpochIterator(_Resumable):
         return len(self.batches(self.epoch))
 
     def _config(self) -> dict[str, Any]:
-        return {"seed": self.seed, "batch_size": self.batch_size, "shuffle": self.shuffle,
-                "num_examples": self.num_examples, "shard_count": self.shard_count}
+        return {"seed": self.seed, "global_batch_size": self.global_batch,
+                "shuffle": self.shuffle, "num_examples": self.num_examples}
 
     def _position(self) -> dict[str, int]:
         return {"epoch": self.epoch, "step": self.step}

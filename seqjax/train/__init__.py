@@ -17,6 +17,7 @@ from seqjax.train.loop import (
     NonFiniteLossError,
     evaluate,
     fit,
+    host_value,
     peak_flops_per_device,
     plot_curves,
     read_metrics,
@@ -43,15 +44,19 @@ from seqjax.train.optim import (
     make_schedule,
     warmup_cosine_schedule,
 )
+from seqjax.train.parallel import Parallel, ParallelOptions, parse_mesh
 from seqjax.train.sharding import (
     TENSOR_PARALLEL_RULES,
     batch_sharding,
+    distributed_requested,
     host_batch_slice,
     make_mesh,
     maybe_initialize_distributed,
     partition_spec,
+    process_data_shard,
     replicated,
     shard_batch,
+    shard_global_batch,
     tree_shardings,
 )
 from seqjax.train.step import (
@@ -70,6 +75,8 @@ from seqjax.train.tbptt import TBPTTIterator, make_streams, make_tbptt_loss, res
 __all__ = [
     "ArrayIterator", "CheckpointMismatchError", "CheckpointWarning", "Checkpointer", "ConfigError",
     "DEFAULT_NO_DECAY", "FitConfig", "FitResult", "NonFiniteLossError", "OptimizerConfig",
+    "Parallel", "ParallelOptions", "distributed_requested", "host_value", "parse_mesh",
+    "process_data_shard", "shard_global_batch",
     "TBPTTIterator", "TENSOR_PARALLEL_RULES", "TrainState", "apply_overrides", "batch_sharding",
     "bits_per_char", "cast_floating", "config_from_dict", "constant_schedule",
     "create_train_state", "decay_mask", "evaluate", "fit", "flax_apply_fn", "host_batch_slice",

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import jax
 import numpy as np
 
 __all__ = ["ArrayIterator"]
@@ -24,8 +23,8 @@ class ArrayIterator(Iterator[dict[str, np.ndarray]]):
 
     Each epoch visits ``⌊N / global_batch_size⌋`` batches (the remainder is dropped) in
     the order ``permutation(N)`` drawn from ``np.random.default_rng([seed, epoch])``
-    (or in order, ``shuffle=False``). With ``num_shards`` processes, process
-    ``shard_index`` gets rows ``[i·b, (i+1)·b)`` of each global batch, ``b =
+    (or in order, ``shuffle=False``). With ``num_shards`` blocks (default 1: the whole
+    global batch), shard ``shard_index`` gets rows ``[i·b, (i+1)·b)`` of each global batch, ``b =
     global_batch_size / num_shards``.
 
     State: ``{"epoch": int, "index": int}`` (the next batch).
@@ -55,8 +54,10 @@ class ArrayIterator(Iterator[dict[str, np.ndarray]]):
             raise ValueError(f"`arrays` must share their leading length; got {lengths}.")
         if not 0 < global_batch_size <= n:
             raise ValueError(f"`global_batch_size` must lie in [1, {n}]; got {global_batch_size}.")
-        self.num_shards = jax.process_count() if num_shards is None else num_shards
-        self.shard_index = jax.process_index() if shard_index is None else shard_index
+        # Default: the whole global batch. Multi-process runs pass the mesh's blocks
+        # (Parallel.iterator_shard(): processes sharing batch shards feed the same rows).
+        self.num_shards = 1 if num_shards is None else num_shards
+        self.shard_index = 0 if shard_index is None else shard_index
         if global_batch_size % self.num_shards:
             raise ValueError(
                 f"`global_batch_size` ({global_batch_size}) must be divisible by the number of "

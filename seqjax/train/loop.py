@@ -14,9 +14,22 @@ work dir, keeps
 * ``tensorboard/`` — TensorBoard event files (tensorboardX) of the same scalars;
 * ``loss.png``, ``perplexity.png`` — curves drawn at the end (matplotlib, Agg).
 
+* ``run.json`` — where the run ran: ``devices``, ``processes``, ``mesh`` (axis → size),
+  ``strategy``, ``device_kind``, ``platform``, ``jax`` (see
+  :meth:`seqjax.train.parallel.Parallel.describe`), rewritten by every (resumed) run.
+
 A tqdm bar shows loss, tokens/s and the ETA. SIGTERM/SIGINT (preemption on Colab or a TPU
 VM, Ctrl-C) finish the current step, save a checkpoint and return with
-``status="interrupted"`` (a second Ctrl-C aborts at once). A non-finite ``loss`` or
+``status="interrupted"`` (a second Ctrl-C aborts at once).
+
+**Several processes** (``jax.distributed``): only process 0 writes logs, metrics, curves
+and ``run.json``; checkpoints are written collectively by orbax. A SIGTERM that reaches
+*one* process (a preempted host) must stop *every* process at the same step, or one
+would wait in the checkpoint's collectives while the other waits in the next step's: the
+stop decision is taken with JAX's preemption sync point
+(``multihost_utils.reached_preemption_sync_point``, fed by the coordination service,
+which owns SIGTERM in a distributed job; SIGINT is forwarded to it), so all processes
+agree on the step, save it together and return ``"interrupted"``. A non-finite ``loss`` or
 ``grad_norm`` raises :class:`NonFiniteLossError` naming the step and the metric; nothing
 is saved after the last finite step, so the last good checkpoint stays the newest.
 
@@ -40,6 +53,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from seqjax.train.checkpoint import Checkpointer
 from seqjax.train.optim import TrainState
@@ -161,6 +175,60 @@ def peak_flops_per_device(device: Any = None) -> float | None:
     return None
 
 
+def host_value(tree: Any) -> Any:
+    """``jax.device_get`` that also reads replicated arrays spanning other processes.
+
+    A global array whose devices are not all addressable (several processes) cannot be
+    fetched whole; a fully replicated one is read from this process's first shard.
+    """
+
+    def get(x: Any) -> Any:
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if not x.is_fully_replicated:
+                raise ValueError(
+                    f"cannot read a sharded array of shape {x.shape} spanning other processes "
+                    "on the host; replicate it (out_shardings P()) first."
+                )
+            return np.asarray(x.addressable_data(0))
+        return jax.device_get(x)
+
+    return jax.tree_util.tree_map(get, tree)
+
+
+def _check_distributed() -> None:
+    from seqjax.train.sharding import distributed_requested
+
+    if distributed_requested() and not jax.distributed.is_initialized():
+        raise RuntimeError(
+            "the environment asks for a multi-process job (JAX_COORDINATOR_ADDRESS, a TPU pod, "
+            "SLURM or Open MPI), but jax.distributed is not initialised: call "
+            "seqjax.train.maybe_initialize_distributed() (or Parallel.create()) before any "
+            "other JAX call."
+        )
+
+
+def _run_info(state: Any, parallel: Any) -> dict[str, Any]:
+    from seqjax.train.parallel import describe_state
+
+    info = parallel.describe() if parallel is not None else describe_state(state)
+    return {**info, "seqjax": _version()}
+
+
+def _version() -> str:
+    import seqjax
+
+    return seqjax.__version__
+
+
+def _write_json(path: str, obj: Any) -> None:
+    """Atomic JSON write (temporary file + rename)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
 def evaluate(
     eval_step: Callable[[Any, Any], Mapping[str, Any]],
     params: Any,
@@ -184,7 +252,7 @@ def evaluate(
     for batch in batches:
         if place_batch is not None:
             batch = place_batch(batch)
-        m = {k: float(v) for k, v in jax.device_get(dict(eval_step(params, batch))).items()}
+        m = {k: float(v) for k, v in host_value(dict(eval_step(params, batch))).items()}
         w = m.pop("tokens", 1.0)
         total += w
         n += 1
@@ -263,21 +331,64 @@ def _tensorboard_writer(logdir: str, purge_step: int | None) -> Any:
 
 
 class _SignalGuard:
-    """Turn SIGTERM/SIGINT into a stop request while training (restored on exit)."""
+    """Turn SIGTERM/SIGINT into a stop request while training (restored on exit).
+
+    One process: Python handlers set ``requested``. Several processes: the stop must be
+    agreed on. JAX's coordination service catches SIGTERM itself (its preemption notifier)
+    and :func:`jax.experimental.multihost_utils.reached_preemption_sync_point` returns True
+    on every process at the same step; SIGINT is re-raised as SIGTERM so that Ctrl-C on
+    one host takes the same path. Without the preemption service (not initialised through
+    ``jax.distributed``) the processes agree by an all-gather of their local flags at every
+    step.
+    """
 
     def __init__(self, enabled: bool) -> None:
         self.requested: str | None = None
         self._old: dict[int, Any] = {}
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.multi = jax.process_count() > 1
+        self._sync_point: Callable[[int], bool] | None = None
+        if self.multi:
+            from jax.experimental import multihost_utils
+
+            self._sync_point = multihost_utils.reached_preemption_sync_point
+            try:
+                self._sync_point(-1)  # probe: raises if the sync manager is absent
+            except RuntimeError:
+                self._sync_point = None
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.requested is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = signal.Signals(signum).name
+        if self.multi and self._sync_point is not None and signum == signal.SIGINT:
+            # hand Ctrl-C to the coordination service's SIGTERM notifier (all processes)
+            signal.signal(signal.SIGINT, self._old.get(signal.SIGINT, signal.SIG_DFL))
+            signal.raise_signal(signal.SIGTERM)
+
+    def should_stop(self, step: int) -> bool:
+        """Whether to save and stop after ``step`` (the same answer on every process)."""
+        if not self.multi:
+            return self.requested is not None
+        if self._sync_point is not None:
+            if self._sync_point(step):
+                self.requested = self.requested or "SIGTERM"
+                return True
+            return False
+        from jax.experimental import multihost_utils
+
+        flags = multihost_utils.process_allgather(np.int32(self.requested is not None))
+        if np.asarray(flags).any():
+            self.requested = self.requested or "SIGTERM (another process)"
+            return True
+        return False
 
     def __enter__(self) -> _SignalGuard:
         if self.enabled:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            # In a distributed job with the preemption service, SIGTERM belongs to it.
+            sigs = (signal.SIGINT,) if self._sync_point is not None else (
+                signal.SIGTERM, signal.SIGINT)
+            for sig in sigs:
                 self._old[sig] = signal.signal(sig, self._handler)
         return self
 
@@ -320,6 +431,8 @@ def fit(
     model_config: Mapping[str, Any] | None = None,
     tokenizer: Mapping[str, Any] | str | None = None,
     hooks: Sequence[Callable[[dict], None]] = (),
+    parallel: Any = None,
+    place_eval_batch: Callable[[Any], Any] | None = None,
 ) -> FitResult:
     """Train ``state`` to ``config.num_steps`` steps, resuming from ``workdir``'s checkpoints.
 
@@ -335,20 +448,37 @@ def fit(
         workdir: checkpoints, logs and plots go here; ``None`` = nothing is written.
         eval_step: ``(params, batch) -> metrics`` (e.g. :func:`seqjax.train.step.make_eval_step`).
         eval_data: a list of batches or a function returning a fresh iterable of them.
-        place_batch: applied to every batch before the step (e.g.
-            ``partial(shard_batch, mesh=mesh)``).
+        place_batch: applied to every training batch before the step; default
+            ``parallel.place`` (this process's rows → global arrays) when ``parallel`` is
+            given.
+        place_eval_batch: the same for evaluation batches; default ``place_batch``, or
+            ``parallel.place_global`` (evaluation batches are global, held by every
+            process) when ``parallel`` is given.
         model_config: JSON-able dict saved with checkpoints and checked on restore.
         tokenizer: JSON dict/string saved with checkpoints.
         hooks: called with every logged record.
+        parallel: the :class:`seqjax.train.parallel.Parallel` the state and steps were
+            built with: recorded in ``run.json``; MFU is over its devices. Without it the
+            devices are read off the state's shardings.
 
     Returns:
         A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf.
     """
     cfg = config
+    _check_distributed()
     primary = jax.process_index() == 0
+    if parallel is not None:
+        place_batch = parallel.place if place_batch is None else place_batch
+        if place_eval_batch is None:
+            place_eval_batch = parallel.place_global
+    if place_eval_batch is None:
+        place_eval_batch = place_batch
+    run_info = _run_info(state, parallel)
+    if primary and workdir is not None:
+        _write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), run_info)
     workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
     ckpt = None
-    start = int(jax.device_get(state.step))
+    start = int(host_value(state.step))
     data_state = None
     if workdir is not None:
         os.makedirs(workdir, exist_ok=True)
@@ -381,7 +511,7 @@ def fit(
                                          purge_step=start + 1 if start else None)
 
     peak = cfg.peak_flops or peak_flops_per_device()
-    n_dev = jax.device_count()
+    n_dev = int(run_info["devices"])
     history: list[dict] = []
     eval_metrics: dict = {}
     last_metrics: dict = {}
@@ -416,7 +546,7 @@ def fit(
     def flush(pending: list[tuple[int, Any]]) -> dict | None:
         """Fetch the pending steps' metrics (one transfer), check them in order, and
         return the record of the last one if it is logged."""
-        fetched = jax.device_get([m for _, m in pending])
+        fetched = host_value([m for _, m in pending])
         for (s, _), m_host in zip(pending, fetched):
             m = {k: float(v) for k, v in m_host.items()}
             for name in cfg.finite_check:
@@ -454,7 +584,7 @@ def fit(
 
     def run_eval() -> dict:
         batches = eval_data() if callable(eval_data) else eval_data
-        out = evaluate(eval_step, state.params, batches, place_batch=place_batch)
+        out = evaluate(eval_step, state.params, batches, place_batch=place_eval_batch)
         return {f"eval/{k}": v for k, v in out.items()}
 
     status = "completed"
@@ -468,7 +598,7 @@ def fit(
                 state, m_dev = train_step(state, batch)
                 pending.append((s, m_dev))
                 final = s == cfg.num_steps
-                stop = guard.requested is not None
+                stop = guard.should_stop(s)
                 do_eval = eval_step is not None and eval_data is not None and (
                     final or (cfg.eval_every and s % cfg.eval_every == 0))
                 do_save = ckpt is not None and (

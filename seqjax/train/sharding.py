@@ -16,9 +16,11 @@ the parameter path (``"block_0/attn/query/kernel"``), first match wins, and a ru
 that does not divide a shape falls back to replication on that axis. The same rules
 shard optimiser state (its leaves' paths end with the parameter path).
 
-On several hosts each process feeds its own slice of the global batch
-(:func:`host_batch_slice`) and :func:`shard_batch` assembles the global array with
-``jax.make_array_from_process_local_data``; on one host it is a ``device_put``.
+On several hosts each process feeds the rows of the global batch that its devices hold
+(:func:`process_data_shard` derives them from the mesh, so processes that share batch
+shards — ``model`` spanning processes — feed the same rows) and :func:`shard_batch`
+assembles the global array with ``jax.make_array_from_callback``; on one host it is a
+``device_put``. :func:`shard_global_batch` places a batch every process holds in full.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ __all__ = [
     "batch_sharding",
     "replicated",
     "shard_batch",
+    "shard_global_batch",
     "host_batch_slice",
+    "process_data_shard",
+    "distributed_requested",
     "maybe_initialize_distributed",
 ]
 
@@ -201,53 +206,142 @@ def tree_shardings(
     return jax.tree_util.tree_map_with_path(leaf_sharding, tree)
 
 
-def host_batch_slice(global_batch_size: int) -> slice:
+def process_data_shard(mesh: Mesh, process_index: int | None = None) -> tuple[int, int]:
+    """``(index, count)``: this process feeds block ``index`` of ``count`` equal, contiguous
+    blocks of the global batch, as the batch sharding ``P(("data", "fsdp"))`` says.
+
+    Device ``(i, j, k)`` of the mesh holds batch shard ``i·|fsdp| + j`` of ``|data|·|fsdp|``
+    (``model`` replicates the batch). A process feeds the shards its devices hold, so
+    processes that share shards (``model`` spanning processes) get the same ``index`` and
+    feed the same rows. Raises ``ValueError`` for a layout a per-process loader cannot feed
+    (a process's shards not one aligned contiguous block, or unequal blocks).
+
+    Example:
+        >>> process_data_shard(make_mesh(devices=jax.devices()[:1]))
+        (0, 1)
+    """
+    me = jax.process_index() if process_index is None else process_index
+    fsdp = mesh.shape["fsdp"]
+    num_shards = mesh.shape["data"] * fsdp
+    held: dict[int, set[int]] = {}
+    for (i, j, _k), dev in np.ndenumerate(mesh.devices):
+        held.setdefault(dev.process_index, set()).add(i * fsdp + j)
+    if me not in held:
+        raise ValueError(f"process {me} has no device in the mesh {dict(mesh.shape)}.")
+    blocks = {}
+    for p, shards in sorted(held.items()):
+        lo, m = min(shards), len(shards)
+        if sorted(shards) != list(range(lo, lo + m)) or lo % m or num_shards % m:
+            raise ValueError(
+                f"mesh {dict(mesh.shape)}: process {p} holds batch shards {sorted(shards)} of "
+                f"{num_shards}, not one aligned contiguous block, so a per-process data loader "
+                "cannot feed it. Order the devices so each process's devices are adjacent on "
+                "('data', 'fsdp') (jax.make_mesh does), or give every process the global batch "
+                "(shard_global_batch)."
+            )
+        blocks[p] = (lo // m, num_shards // m)
+    if len({c for _, c in blocks.values()}) != 1:
+        raise ValueError(
+            f"mesh {dict(mesh.shape)}: processes hold unequal numbers of batch shards "
+            f"{ {p: num_shards // c for p, (_, c) in blocks.items()} }; every process must "
+            "feed the same number of rows."
+        )
+    return blocks[me]
+
+
+def host_batch_slice(global_batch_size: int, mesh: Mesh | None = None) -> slice:
     """The rows of the global batch this process feeds (contiguous, equal per process).
+
+    With ``mesh`` the rows come from the mesh (:func:`process_data_shard`; right when
+    ``model`` spans processes); without, process ``i`` of ``n`` feeds block ``i`` of ``n``.
 
     Example:
         >>> host_batch_slice(8)   # one process: everything
         slice(0, 8, None)
     """
-    n, i = jax.process_count(), jax.process_index()
+    if mesh is None:
+        i, n = jax.process_index(), jax.process_count()
+    else:
+        i, n = process_data_shard(mesh)
     if global_batch_size % n:
         raise ValueError(
             f"global batch size {global_batch_size} must be divisible by the number of "
-            f"processes ({n})."
+            f"row blocks ({n}: processes feeding different rows)."
         )
     per = global_batch_size // n
     return slice(i * per, (i + 1) * per)
 
 
-def shard_batch(batch: Any, mesh: Mesh) -> Any:
-    """Place a host-local batch (a pytree of ``[b, ...]`` numpy arrays) on the mesh.
-
-    Each leaf becomes a global ``[b * process_count, ...]`` array sharded over
-    ``("data", "fsdp")``. On one process this is ``jax.device_put``.
-    """
+def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int) -> jax.Array:
+    """The global ``[rows, ...]`` array of which this process holds rows ``[lo, lo + len(x))``."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        raise ValueError("batch leaves must have a leading batch axis; got a scalar.")
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if rows % shards:
+        raise ValueError(
+            f"global batch size {rows} must be divisible by data*fsdp = {shards}."
+        )
     sharding = batch_sharding(mesh)
-    batch_devices = mesh.shape["data"] * mesh.shape["fsdp"]
+    if jax.process_count() == 1 and lo == 0 and x.shape[0] == rows:
+        return jax.device_put(x, sharding)
+
+    def piece(index: tuple[slice, ...]) -> np.ndarray:
+        start, stop, _ = index[0].indices(rows)
+        if start < lo or stop > lo + x.shape[0]:
+            raise ValueError(
+                f"a device of this process needs rows [{start}, {stop}) of the global batch, "
+                f"but this process holds rows [{lo}, {lo + x.shape[0]})."
+            )
+        return x[(slice(start - lo, stop - lo), *index[1:])]
+
+    return jax.make_array_from_callback((rows, *x.shape[1:]), sharding, piece)
+
+
+def shard_batch(batch: Any, mesh: Mesh) -> Any:
+    """Place this process's rows of the global batch (a pytree of ``[b, ...]`` numpy
+    arrays) on the mesh.
+
+    The process feeds block ``index`` of ``count`` (:func:`process_data_shard`), so each
+    leaf becomes a global ``[b * count, ...]`` array sharded over ``("data", "fsdp")``.
+    On one process this is ``jax.device_put``.
+    """
+    index, count = process_data_shard(mesh)
 
     def put(x: Any) -> jax.Array:
         x = np.asarray(x)
         if x.ndim == 0:
             raise ValueError("batch leaves must have a leading batch axis; got a scalar.")
-        global_rows = x.shape[0] * jax.process_count()
-        if global_rows % batch_devices:
-            raise ValueError(
-                f"global batch size {global_rows} must be divisible by data*fsdp = "
-                f"{batch_devices}."
-            )
-        if jax.process_count() == 1:
-            return jax.device_put(x, sharding)
-        return jax.make_array_from_process_local_data(sharding, x)
+        return _from_rows(x, mesh, x.shape[0] * count, index * x.shape[0])
 
     return jax.tree_util.tree_map(put, batch)
+
+
+def shard_global_batch(batch: Any, mesh: Mesh) -> Any:
+    """Place a global batch that *every* process holds in full (any mesh layout).
+
+    Each device takes its rows from the local copy; nothing crosses hosts.
+    """
+    return jax.tree_util.tree_map(lambda x: _from_rows(x, mesh, np.shape(x)[0], 0), batch)
 
 
 _MULTIHOST_ENV = (
     "JAX_COORDINATOR_ADDRESS",
     "COORDINATOR_ADDRESS",
 )
+
+
+def distributed_requested() -> bool:
+    """Whether the environment describes a multi-process job (see
+    :func:`maybe_initialize_distributed`)."""
+    env = os.environ
+    return bool(
+        any(env.get(k) for k in _MULTIHOST_ENV)
+        or len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
+        or env.get("MEGASCALE_COORDINATOR_ADDRESS")
+        or int(env.get("SLURM_NTASKS", "1") or 1) > 1
+        or int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1
+    )
 
 
 def maybe_initialize_distributed() -> bool:
@@ -261,26 +355,16 @@ def maybe_initialize_distributed() -> bool:
     """
     if jax.distributed.is_initialized():
         return True
+    if not distributed_requested():
+        return False
     env = os.environ
     kwargs: dict[str, Any] = {}
-    multi = False
     addr = next((env[k] for k in _MULTIHOST_ENV if env.get(k)), None)
-    if addr:
-        multi = True
+    if addr:  # explicit; otherwise JAX auto-detects the TPU pod / SLURM / MPI cluster
         kwargs["coordinator_address"] = addr
         if env.get("JAX_NUM_PROCESSES"):
             kwargs["num_processes"] = int(env["JAX_NUM_PROCESSES"])
         if env.get("JAX_PROCESS_ID"):
             kwargs["process_id"] = int(env["JAX_PROCESS_ID"])
-    elif len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1:
-        multi = True
-    elif env.get("MEGASCALE_COORDINATOR_ADDRESS"):
-        multi = True
-    elif int(env.get("SLURM_NTASKS", "1") or 1) > 1:
-        multi = True
-    elif int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1:
-        multi = True
-    if not multi:
-        return False
     jax.distributed.initialize(**kwargs)
     return True

@@ -131,6 +131,94 @@ def _check_state(state: Any) -> None:
         )
 
 
+def _loss_and_grad(
+    loss_fn: LossFn,
+    params: Any,
+    batch: Batch,
+    rng: Array,
+    carry: Any,
+    *,
+    compute_dtype: Any,
+    remat: bool | str,
+    with_carry: bool,
+) -> tuple[Array, dict[str, Array], Any, Any]:
+    """``(loss, metrics, new_carry, grads)`` of one (micro-)batch, metrics float32."""
+    batch_c = cast_floating(batch, compute_dtype)
+
+    def compute(params: Any) -> tuple[Array, Any]:
+        p = cast_floating(params, compute_dtype)
+        if with_carry:
+            return loss_fn(p, batch_c, rng, carry)
+        return loss_fn(p, batch_c, rng)
+
+    (loss, aux), grads = jax.value_and_grad(_remat(compute, remat), has_aux=True)(params)
+    metrics, new_carry = aux if with_carry else (aux, None)
+    metrics = {k: jnp.asarray(v, jnp.float32) for k, v in dict(metrics or {}).items()}
+    return jnp.asarray(loss, jnp.float32), metrics, new_carry, grads
+
+
+def _split_micro(batch: Batch, k: int) -> Any:
+    """Every ``[B, ...]`` leaf → ``[k, B/k, ...]``; micro-batch ``i`` holds rows ``i::k``.
+
+    Strided rows keep each device's micro-batch rows inside its own block of the batch
+    sharding (row ``r`` goes to micro-batch ``r mod k``), so the split moves no data
+    between devices.
+    """
+
+    def split(x: Any) -> Any:
+        x = jnp.asarray(x)
+        if x.ndim == 0 or x.shape[0] % k:
+            raise ValueError(
+                f"every batch leaf needs a leading axis divisible by grad_accum={k}; got shape "
+                f"{x.shape}."
+            )
+        return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
+
+    return jax.tree_util.tree_map(split, batch)
+
+
+def _accumulated_loss_and_grad(
+    loss_fn: LossFn, params: Any, batch: Batch, rng: Array, k: int, **kw: Any
+) -> tuple[Array, dict[str, Array], Any]:
+    """Token-weighted gradient accumulation over ``k`` micro-batches (``lax.scan``).
+
+    With ``w_i`` the ``tokens`` metric of micro-batch ``i`` (1 without it) and ``C_i`` its
+    token-mean loss, the step uses ``g = Σ_i w_i ∇C_i / Σ_i w_i`` and reports
+    ``C = Σ_i w_i C_i / Σ_i w_i`` — the gradient and loss of the token-mean loss over the
+    whole batch, as if it had been one batch. Other metrics are ``w``-weighted means;
+    ``tokens`` is summed.
+    """
+    micro = _split_micro(batch, k)
+
+    def one(i: Array, mb: Batch) -> tuple[Array, dict[str, Array], Any]:
+        loss, metrics, _, grads = _loss_and_grad(
+            loss_fn, params, mb, jax.random.fold_in(rng, i), None, with_carry=False, **kw)
+        return loss, metrics, grads
+
+    first = jax.tree_util.tree_map(lambda x: x[0], micro)
+    shapes = jax.eval_shape(one, jnp.zeros((), jnp.int32), first)
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+
+    def body(acc: Any, xs: tuple[Array, Batch]) -> tuple[Any, None]:
+        loss, metrics, grads = one(*xs)
+        w = metrics.get("tokens", jnp.ones((), jnp.float32))
+        a_loss, a_metrics, a_grads = acc
+        a_grads = jax.tree_util.tree_map(lambda a, g: a + w * g.astype(jnp.float32),
+                                         a_grads, grads)
+        a_metrics = {n: a_metrics[n] + (v if n == "tokens" else w * v)
+                     for n, v in metrics.items()}
+        a_metrics["__w"] = acc[1]["__w"] + w
+        return (a_loss + w * loss, a_metrics, a_grads), None
+
+    init = (zeros[0], {**zeros[1], "__w": jnp.zeros((), jnp.float32)}, zeros[2])
+    (loss, metrics, grads), _ = jax.lax.scan(body, init, (jnp.arange(k), micro))
+    total = metrics.pop("__w")
+    total = jnp.maximum(total, jnp.finfo(jnp.float32).tiny)
+    grads = jax.tree_util.tree_map(lambda g, p: (g / total).astype(p.dtype), grads, params)
+    metrics = {n: v if n == "tokens" else v / total for n, v in metrics.items()}
+    return loss / total, metrics, grads
+
+
 def _grad_and_update(
     loss_fn: LossFn,
     state: TrainState,
@@ -140,21 +228,18 @@ def _grad_and_update(
     compute_dtype: Any,
     remat: bool | str,
     with_carry: bool,
+    grad_accum: int = 1,
     combine: Callable[[Any, Array, dict], tuple[Any, Array, dict]] | None = None,
 ) -> tuple[TrainState, dict[str, Array]]:
-    batch_c = cast_floating(batch, compute_dtype)
-    carry = jax.lax.stop_gradient(state.carry) if with_carry else None
-
-    def compute(params: Any) -> tuple[Array, Any]:
-        p = cast_floating(params, compute_dtype)
-        if with_carry:
-            return loss_fn(p, batch_c, rng, carry)
-        return loss_fn(p, batch_c, rng)
-
-    (loss, aux), grads = jax.value_and_grad(_remat(compute, remat), has_aux=True)(state.params)
-    metrics, new_carry = aux if with_carry else (aux, None)
-    metrics = {k: jnp.asarray(v, jnp.float32) for k, v in dict(metrics or {}).items()}
-    loss = jnp.asarray(loss, jnp.float32)
+    kw = {"compute_dtype": compute_dtype, "remat": remat}
+    if grad_accum > 1:
+        loss, metrics, grads = _accumulated_loss_and_grad(
+            loss_fn, state.params, batch, rng, grad_accum, **kw)
+        new_carry = None
+    else:
+        carry = jax.lax.stop_gradient(state.carry) if with_carry else None
+        loss, metrics, new_carry, grads = _loss_and_grad(
+            loss_fn, state.params, batch, rng, carry, with_carry=with_carry, **kw)
     if combine is not None:
         grads, loss, metrics = combine(grads, loss, metrics)
     updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
@@ -176,6 +261,7 @@ def make_train_step(
     schedule: optax.Schedule | None = None,
     with_carry: bool = False,
     donate: bool = True,
+    grad_accum: int = 1,
 ) -> StepFn:
     """A jitted ``step(state, batch) -> (state, metrics)``.
 
@@ -190,6 +276,10 @@ def make_train_step(
         schedule: the learning-rate schedule, to report ``lr`` (of the update just made).
         with_carry: the loss function threads a recurrent carry (truncated BPTT).
         donate: donate the input state's buffers (the old state must not be reused).
+        grad_accum: split each batch into this many micro-batches inside the jitted step
+            (``lax.scan``; rows ``i::grad_accum`` form micro-batch ``i``) and accumulate
+            their gradients weighted by the ``tokens`` metric — the update equals the
+            one-batch update while activations are held for one micro-batch at a time.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax
@@ -201,12 +291,19 @@ def make_train_step(
         (1.0, 0.2)
     """
 
+    if not isinstance(grad_accum, int) or grad_accum < 1:
+        raise ValueError(f"`grad_accum` must be an int >= 1; got {grad_accum!r}.")
+    if grad_accum > 1 and with_carry:
+        raise ValueError("`grad_accum` > 1 cannot thread a TBPTT carry (`with_carry=True`): "
+                         "the carry belongs to whole rows; use grad_accum=1.")
+
     def step_fn(state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Array]]:
         _check_state(state)
         rng, step_rng = jax.random.split(state.rng)
         new_state, metrics = _grad_and_update(
             loss_fn, state, batch, step_rng,
             compute_dtype=compute_dtype, remat=remat, with_carry=with_carry,
+            grad_accum=grad_accum,
         )
         if schedule is not None:
             metrics["lr"] = jnp.asarray(schedule(state.step), jnp.float32)

@@ -1,0 +1,364 @@
+"""Every device, every host: one object that lays a training run out over a device mesh.
+
+:class:`Parallel` is what ``fit``, the ``seqjax`` command, the experiments and the
+notebooks use to train on *all* the accelerators they are given — the devices of this
+process and, under ``jax.distributed`` (JAX's multi-controller runtime), those of every
+other process of the job::
+
+    par = Parallel.create(mesh="data=4,fsdp=2", strategy="fsdp")    # default: all on `data`
+    state = par.create_state(lambda r: model.init(r, x0)["params"], tx, rng)
+    train_step = par.train_step(loss_fn, schedule=schedule)
+    it = LMWindowIterator(ids, par.local_batch_size(64), T, **par.iterator_shard())
+    fit(state, train_step, it, FitConfig(...), parallel=par, eval_step=par.eval_step(ev))
+
+**Mesh.** Axes ``("data", "fsdp", "model")`` (:func:`seqjax.train.sharding.make_mesh`);
+the spec is ``"data=4,fsdp=2,model=1"`` (a size may be ``-1``: the rest of the devices)
+or a mapping; an empty spec puts every device on ``data``.
+
+**Strategy** (parameter layout, :func:`seqjax.train.sharding.tree_shardings`):
+``replicated`` (data parallel), ``fsdp`` (ZeRO-3 over ``fsdp``), ``tensor`` (Megatron
+column/row split over ``model``), ``fsdp+tensor``; ``auto`` picks from the mesh
+(``fsdp`` if the ``fsdp`` axis is larger than 1, ``tensor`` if ``model`` is, both if both).
+
+**Which rows a process feeds.** The batch is sharded over ``("data", "fsdp")`` and
+replicated over ``model``. Each device therefore holds batch shard
+``k = data_index · |fsdp| + fsdp_index`` of ``D = |data|·|fsdp|``; a process feeds the rows
+of the shards its devices hold. :meth:`Parallel.iterator_shard` derives this from the
+mesh — *not* from ``jax.process_index()``: when ``model`` spans processes, several
+processes hold the same shards and must feed the *same* rows (feeding different rows
+into data the sharding declares identical silently corrupts the loss;
+:func:`seqjax.train.sharding.process_data_shard`). A layout in which a process's shards
+are not one contiguous, aligned block of equal size for every process cannot be fed from
+a per-process loader and is refused with a :class:`ValueError` naming the mesh;
+:meth:`Parallel.place_global` (every process holds the whole global batch) feeds any
+layout.
+
+**Run record.** :meth:`Parallel.describe` is the JSON written to ``<workdir>/run.json``
+by :func:`seqjax.train.loop.fit`: ``devices``, ``processes``, ``mesh`` (axis → size),
+``strategy``, ``device_kind``, ``platform``, ``jax``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding
+
+from seqjax.train.loop import host_value
+from seqjax.train.optim import TrainState
+from seqjax.train.sharding import (
+    AXES,
+    STRATEGIES,
+    batch_sharding,
+    make_mesh,
+    maybe_initialize_distributed,
+    process_data_shard,
+    shard_batch,
+    shard_global_batch,
+    tree_shardings,
+)
+from seqjax.train.step import create_train_state, make_eval_step, make_train_step
+
+__all__ = ["Parallel", "ParallelOptions", "describe_state", "gather", "parse_mesh",
+           "resolve_strategy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelOptions:
+    """The ``--mesh`` / ``--strategy`` / ``--grad_accum`` options every experiment shares.
+
+    An experiment's ``Config`` inherits these fields (``class Config(ParallelOptions)``).
+
+    Attributes:
+        mesh: ``"data=4,fsdp=2,model=1"``; ``""`` = every visible device on ``data``.
+        strategy: one of :data:`seqjax.train.sharding.STRATEGIES` or ``"auto"``.
+        grad_accum: micro-batches per step (gradient accumulation inside the jitted step,
+            token-weighted; the global batch is split ``grad_accum`` ways).
+        fsdp_min_size: parameters with fewer elements stay replicated under FSDP.
+    """
+
+    mesh: str = ""
+    strategy: str = "auto"
+    grad_accum: int = 1
+    fsdp_min_size: int = 2**12
+
+
+def parse_mesh(spec: str | Mapping[str, int] | None) -> dict[str, int]:
+    """``"data=4,fsdp=2"`` → ``{"data": 4, "fsdp": 2, "model": 1}`` (unnamed axes 1, or
+    ``data=-1`` when no axis is named).
+
+    Example:
+        >>> parse_mesh("fsdp=2, data=-1")
+        {'data': -1, 'fsdp': 2, 'model': 1}
+        >>> parse_mesh("")
+        {'data': -1, 'fsdp': 1, 'model': 1}
+    """
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return {"data": -1, "fsdp": 1, "model": 1}
+    if isinstance(spec, Mapping):
+        items = [(str(k), v) for k, v in spec.items()]
+    elif isinstance(spec, str):
+        items = []
+        for part in spec.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            name, eq, value = part.partition("=")
+            if not eq:
+                raise ValueError(
+                    f"`mesh` must look like 'data=4,fsdp=2,model=1'; got {spec!r} "
+                    f"(the part {part!r} has no '=')."
+                )
+            items.append((name.strip(), value.strip()))
+    else:
+        raise TypeError(f"`mesh` must be a str or a mapping; got {type(spec).__name__}.")
+    out = {"data": 1, "fsdp": 1, "model": 1}
+    seen = set()
+    for name, value in items:
+        if name not in AXES:
+            raise ValueError(f"`mesh` axis must be one of {AXES}; got {name!r} in {spec!r}.")
+        if name in seen:
+            raise ValueError(f"`mesh` names the axis {name!r} twice in {spec!r}.")
+        seen.add(name)
+        try:
+            size = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"`mesh` axis {name!r} must have an integer size; got {value!r}."
+            ) from None
+        if size == 0 or size < -1:
+            raise ValueError(f"`mesh` axis {name!r} must be >= 1 or -1; got {size}.")
+        out[name] = size
+    return out
+
+
+def resolve_strategy(strategy: str, mesh: Mesh) -> str:
+    """``"auto"`` → the strategy the mesh implies; other names are checked and returned."""
+    if strategy == "auto":
+        fsdp, model = mesh.shape["fsdp"] > 1, mesh.shape["model"] > 1
+        return {(False, False): "replicated", (True, False): "fsdp",
+                (False, True): "tensor", (True, True): "fsdp+tensor"}[(fsdp, model)]
+    if strategy not in STRATEGIES:
+        raise ValueError(f"`strategy` must be 'auto' or one of {STRATEGIES}; got {strategy!r}.")
+    return strategy
+
+
+class Parallel:
+    """A device mesh and a parameter layout, with the pieces a training run needs.
+
+    Build it with :meth:`create`. Attributes: ``mesh``, ``strategy`` (resolved),
+    ``grad_accum``, ``state_sharding`` (after :meth:`create_state`).
+    """
+
+    def __init__(self, mesh: Mesh, strategy: str = "auto", *, grad_accum: int = 1,
+                 min_fsdp_size: int = 2**12) -> None:
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"`mesh` must be a jax.sharding.Mesh; got {type(mesh).__name__}.")
+        if tuple(mesh.axis_names) != AXES:
+            raise ValueError(f"`mesh` must have the axes {AXES}; got {mesh.axis_names}.")
+        if not isinstance(grad_accum, int) or grad_accum < 1:
+            raise ValueError(f"`grad_accum` must be an int >= 1; got {grad_accum!r}.")
+        self.mesh = mesh
+        self.strategy = resolve_strategy(strategy, mesh)
+        self.grad_accum = grad_accum
+        self.min_fsdp_size = min_fsdp_size
+        self.state_sharding: Any = None
+        self.shard_index, self.shard_count = process_data_shard(mesh)
+
+    @classmethod
+    def create(
+        cls,
+        mesh: str | Mapping[str, int] | Mesh | None = None,
+        strategy: str = "auto",
+        *,
+        grad_accum: int = 1,
+        devices: Any = None,
+        min_fsdp_size: int = 2**12,
+    ) -> Parallel:
+        """A ``Parallel`` over ``devices`` (default: every device of every process).
+
+        Calls :func:`~seqjax.train.sharding.maybe_initialize_distributed` first, so a
+        multi-host job (``JAX_COORDINATOR_ADDRESS``, a TPU pod slice, SLURM, Open MPI)
+        joins its peers before any device is looked at.
+        """
+        if isinstance(mesh, Mesh):
+            return cls(mesh, strategy, grad_accum=grad_accum, min_fsdp_size=min_fsdp_size)
+        maybe_initialize_distributed()
+        sizes = parse_mesh(mesh)
+        devs = list(jax.devices() if devices is None else devices)
+        try:
+            m = make_mesh(sizes["data"], sizes["fsdp"], sizes["model"], devices=devs)
+        except ValueError as err:
+            raise ValueError(
+                f"`mesh` {mesh!r} does not fit the {len(devs)} visible devices "
+                f"({jax.process_count()} process(es)): {err}"
+            ) from None
+        return cls(m, strategy, grad_accum=grad_accum, min_fsdp_size=min_fsdp_size)
+
+    @classmethod
+    def from_options(cls, opts: Any, **kwargs: Any) -> Parallel:
+        """``create`` from an object with ``mesh``/``strategy``/``grad_accum`` (a ``Config``)."""
+        kwargs.setdefault("min_fsdp_size", getattr(opts, "fsdp_min_size", 2**12))
+        return cls.create(getattr(opts, "mesh", ""), getattr(opts, "strategy", "auto"),
+                          grad_accum=getattr(opts, "grad_accum", 1), **kwargs)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_devices(self) -> int:
+        return int(self.mesh.devices.size)
+
+    @property
+    def batch_shards(self) -> int:
+        """``|data| · |fsdp|``: the global batch must be a multiple of this."""
+        return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+
+    def check_batch_size(self, global_batch_size: int, name: str = "batch_size") -> None:
+        """Refuse a global batch the mesh (and ``grad_accum``) cannot split evenly."""
+        need = self.batch_shards * self.grad_accum
+        if global_batch_size < 1 or global_batch_size % need:
+            raise ValueError(
+                f"`{name}` (the global batch) must be a positive multiple of "
+                f"data*fsdp*grad_accum = {self.mesh.shape['data']}*{self.mesh.shape['fsdp']}*"
+                f"{self.grad_accum} = {need}; got {global_batch_size}."
+            )
+
+    def local_batch_size(self, global_batch_size: int) -> int:
+        """Rows of each global batch this process feeds."""
+        self.check_batch_size(global_batch_size)
+        return global_batch_size // self.shard_count
+
+    def iterator_shard(self) -> dict[str, int]:
+        """``{"shard_index", "shard_count"}`` for the :mod:`seqjax.data.pipelines` iterators."""
+        return {"shard_index": self.shard_index, "shard_count": self.shard_count}
+
+    # ------------------------------------------------------------------ shardings
+    def batch_sharding(self) -> NamedSharding:
+        return batch_sharding(self.mesh)
+
+    def shardings(self, tree: Any) -> Any:
+        """The strategy's ``NamedSharding`` for every leaf of ``tree`` (state or params)."""
+        return tree_shardings(tree, self.mesh, self.strategy, min_fsdp_size=self.min_fsdp_size)
+
+    def create_state(self, init_params: Callable[[jax.Array], Any],
+                     tx: optax.GradientTransformation, rng: jax.Array, *,
+                     carry: Any = None) -> TrainState:
+        """A ``TrainState`` created directly in its sharded layout (no device ever holds
+        unsharded FSDP parameters); remembers ``state_sharding``."""
+        state, self.state_sharding = create_train_state(
+            init_params, tx, rng, state_sharding_fn=self.shardings, carry=carry)
+        return state
+
+    def shard_state(self, state: TrainState) -> TrainState:
+        """Lay an existing state (the same on every process, e.g. from a seeded init) out in
+        the strategy's layout; each device takes its piece of the host copy."""
+        self.state_sharding = self.shardings(state)
+        host = host_value(state)
+
+        def put(x: Any, sharding: NamedSharding) -> Any:
+            if not isinstance(x, np.ndarray | np.generic):
+                return x
+            x = np.asarray(x)
+            return jax.make_array_from_callback(x.shape, sharding, lambda i: x[i])
+
+        return jax.tree_util.tree_map(put, host, self.state_sharding)
+
+    def gather(self, tree: Any) -> Any:
+        """Numpy copies of (possibly sharded, multi-process) arrays, on every process —
+        e.g. parameters for sampling or export after training."""
+        return gather(tree)
+
+    def train_step(self, loss_fn: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
+        """:func:`~seqjax.train.step.make_train_step` over this mesh (after ``create_state``)."""
+        if self.state_sharding is None:
+            raise ValueError("call `create_state` (or `shard_state`) before `train_step`.")
+        kwargs.setdefault("grad_accum", self.grad_accum)
+        return make_train_step(loss_fn, state_sharding=self.state_sharding,
+                               batch_sharding=self.batch_sharding(), **kwargs)
+
+    def eval_step(self, eval_fn: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
+        """:func:`~seqjax.train.step.make_eval_step` over this mesh."""
+        if self.state_sharding is None:
+            raise ValueError("call `create_state` (or `shard_state`) before `eval_step`.")
+        return make_eval_step(eval_fn, params_sharding=self.state_sharding.params,
+                              batch_sharding=self.batch_sharding(), **kwargs)
+
+    # ------------------------------------------------------------------ input placement
+    def place(self, batch: Any) -> Any:
+        """This process's rows (block ``shard_index`` of ``shard_count``) → global arrays
+        ``[global_batch, ...]`` sharded over ``("data", "fsdp")``
+        (:func:`~seqjax.train.sharding.shard_batch`)."""
+        return shard_batch(batch, self.mesh)
+
+    def place_global(self, batch: Any) -> Any:
+        """A global batch every process holds in full → global arrays (any mesh layout;
+        :func:`~seqjax.train.sharding.shard_global_batch`)."""
+        return shard_global_batch(batch, self.mesh)
+
+    # ------------------------------------------------------------------ record
+    def describe(self) -> dict[str, Any]:
+        """What ``run.json`` records: devices, processes, mesh, strategy, device kind."""
+        dev = self.mesh.devices.flat[0]
+        return {
+            "devices": self.num_devices,
+            "processes": len({d.process_index for d in self.mesh.devices.flat}),
+            "mesh": {k: int(v) for k, v in self.mesh.shape.items()},
+            "strategy": self.strategy,
+            "grad_accum": self.grad_accum,
+            "device_kind": dev.device_kind,
+            "platform": dev.platform,
+            "jax": jax.__version__,
+        }
+
+    def __repr__(self) -> str:
+        shape = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
+        return f"Parallel(mesh='{shape}', strategy={self.strategy!r}, grad_accum={self.grad_accum})"
+
+
+def gather(tree: Any) -> Any:
+    """Numpy copy of every array of ``tree``; arrays sharded over other processes are
+    all-gathered (a collective: every process must call it)."""
+
+    def get(x: Any) -> Any:
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if x.is_fully_replicated:
+                return np.asarray(x.addressable_data(0))
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return jax.device_get(x)
+
+    return jax.tree_util.tree_map(get, tree)
+
+
+def describe_state(state: Any) -> dict[str, Any]:
+    """``run.json`` fields for a state built without :class:`Parallel` (its shardings)."""
+    leaves = [x for x in jax.tree_util.tree_leaves(getattr(state, "params", state))
+              if isinstance(x, jax.Array)]
+    devices = set().union(*(x.sharding.device_set for x in leaves)) if leaves else set(
+        jax.devices()[:1])
+    mesh = None
+    for x in leaves:
+        if isinstance(x.sharding, NamedSharding):
+            mesh = {k: int(v) for k, v in x.sharding.mesh.shape.items()}
+            break
+    dev = next(iter(devices))
+    return {
+        "devices": len(devices),
+        "processes": len({d.process_index for d in devices}),
+        "mesh": mesh or {"data": len(devices)},
+        "strategy": None,
+        "device_kind": dev.device_kind,
+        "platform": dev.platform,
+        "jax": jax.__version__,
+    }
+
+
+def total_devices(info: Mapping[str, Any]) -> int:
+    """Device count of a ``describe()`` record (for MFU)."""
+    return int(info.get("devices") or math.prod((info.get("mesh") or {"d": 1}).values()))
