@@ -39,7 +39,7 @@ def test_parallel_uses_every_device_by_default_and_checks_the_batch():
     assert par.describe()["devices"] == 8 and par.describe()["processes"] == 1
     assert par.iterator_shard() == {"shard_index": 0, "shard_count": 1}
     assert par.local_batch_size(16) == 16
-    with pytest.raises(ValueError, match=r"batch_size.*data\*fsdp\*grad_accum = 8\*1\*1 = 8; got 12"):
+    with pytest.raises(ValueError, match=r"batch_size.*grad_accum = 8\*1\*1 = 8; got 12"):
         par.check_batch_size(12)
     with pytest.raises(ValueError, match="does not fit the 8 visible devices"):
         Parallel.create("data=3")
