@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import check_integer, check_range, check_rank, check_tree_shapes
+from seqjax.nn import _sharding
 from seqjax.nn._fused_scan import fused_scan
 from seqjax.nn._layer_scan import gru_layer, lstm_layer
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
@@ -162,9 +163,13 @@ class RNN(nn.Module):
 
         spec = self.cell.fused_spec() if (self.fused and resets is None) else None
         if spec is not None:
+            carry = jax.tree_util.tree_map(
+                lambda a: _sharding.constrain(a, _sharding.BATCH), carry)
             carry, y_TxBxH = fused_scan(
-                spec.step, spec.get_h, spec.add_h, spec.aux, self.cell.recurrent_kernel,
-                carry, xp_TxBxG, valid_TxB, reverse, self.unroll,
+                spec.step, spec.get_h, spec.add_h, _sharding.replicate(spec.aux),
+                _sharding.replicate(self.cell.recurrent_kernel), carry,
+                _sharding.constrain(xp_TxBxG, None, _sharding.BATCH),
+                _sharding.constrain(valid_TxB, None, _sharding.BATCH), reverse, self.unroll,
             )
             y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
             return (carry, y) if return_carry else y
@@ -206,14 +211,20 @@ class RNN(nn.Module):
         dense = cell.input.variables["params"]
         compute = jnp.dtype(cell.dtype or jnp.result_type(x, dense["kernel"],
                                                           cell.recurrent_kernel))
+        # Inside a sharded step: weights gathered once before the time loop, batch split
+        # on inputs and carry, so the loop body has no collectives (seqjax.nn._sharding).
+        w_ih, b, w_hh = _sharding.replicate(
+            (dense["kernel"], dense["bias"], cell.recurrent_kernel))
+        x_TxBxP = _sharding.constrain(x_TxBxP, None, _sharding.BATCH)
+        valid_TxB = _sharding.constrain(valid_TxB, None, _sharding.BATCH)
+        carry = jax.tree_util.tree_map(lambda a: _sharding.constrain(a, _sharding.BATCH), carry)
         if isinstance(cell, GRUCell):
-            y, h = gru_layer(x_TxBxP, dense["kernel"], dense["bias"], cell.recurrent_kernel,
-                             cell.recurrent_bias_n, carry, valid_TxB, reverse, compute,
-                             self.unroll)
+            y, h = gru_layer(x_TxBxP, w_ih, b, w_hh, _sharding.replicate(cell.recurrent_bias_n),
+                             carry, valid_TxB, reverse, compute, self.unroll)
             return h, y
         c0, h0 = carry
-        y, (c, h) = lstm_layer(x_TxBxP, dense["kernel"], dense["bias"], cell.recurrent_kernel,
-                               c0, h0, valid_TxB, reverse, compute, self.unroll)
+        y, (c, h) = lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute,
+                               self.unroll)
         return (c, h), y
 
 

@@ -8,12 +8,20 @@ One mesh with three named axes serves every layout (DESIGN.md, "Parallelism"):
   the axis size; XLA all-gathers a parameter where it is used;
 * ``model`` — tensor parallelism (Megatron-LM, Shoeybi et al. 2019): attention q/k/v and
   MLP up/gate kernels are split along their output (heads/hidden) axis, attention-out and
-  MLP down kernels along their input axis, so each block needs one all-reduce.
+  MLP down kernels along their input axis, so each block needs one all-reduce; token
+  embeddings and output heads along their vocabulary axis. Recurrent cells stay
+  replicated (a split hidden state would need an all-gather at every time step).
+
+Parameters get *logical axis names* (``embed``, ``heads``, ``head_dim``, ``mlp``, ``vocab``,
+``rnn``, ``layers``; :func:`logical_axes`) from :data:`LOGICAL_AXIS_RULES`, left-aligned
+after a leading scanned-layer axis, and the strategy maps names to mesh axes — so a
+``scan_layers=True`` stack splits the same axes as an unrolled one and never its layer
+axis.
 
 The batch is sharded over ``("data", "fsdp")`` on its leading axis. A strategy is one of
 ``"replicated"``, ``"fsdp"``, ``"tensor"`` or ``"fsdp+tensor"``; rules are regexes over
-the parameter path (``"block_0/attn/query/kernel"``), first match wins, and a rule
-that does not divide a shape falls back to replication on that axis. The same rules
+the parameter path (``"block_0/attn/query/kernel"``), first match wins, and an axis whose
+size the mesh axis does not divide falls back to replication. The same rules
 shard optimiser state (its leaves' paths end with the parameter path).
 
 On several hosts each process feeds the rows of the global batch that its devices hold
@@ -42,6 +50,9 @@ __all__ = [
     "AXES",
     "STRATEGIES",
     "TENSOR_PARALLEL_RULES",
+    "LOGICAL_AXIS_RULES",
+    "TENSOR_AXES",
+    "logical_axes",
     "make_mesh",
     "partition_spec",
     "tree_shardings",
@@ -58,22 +69,69 @@ __all__ = [
 AXES = ("data", "fsdp", "model")
 STRATEGIES = ("replicated", "fsdp", "tensor", "fsdp+tensor")
 
-# (regex over the lower-cased parameter path, which axis of the leaf to split over
-# `model`). Column-parallel layers split axis 1 of a kernel ([D, H*Dh] or DenseGeneral's
-# [D, H, Dh]) and axis 0 of their bias; row-parallel layers split axis 0 of the kernel
-# ([H*Dh, D] or [H, Dh, D]) and leave the bias replicated.
+# Logical axis names of parameters: (regex over the lower-cased parameter path, the
+# logical names of the leaf's axes, left-aligned after any leading scanned-layer axes).
+# Column-parallel layers (q/k/v, MLP up/gate) name their output axis `heads`/`mlp`,
+# row-parallel layers (attention out, MLP down) their input axis; embeddings and output
+# heads name their vocabulary axis `vocab`; recurrent cells name theirs `rnn`.
 _COL = r"(query|key|value|q_proj|k_proj|v_proj|qkv|c_attn|wq|wk|wv|q|k|v)"
 _ROW = r"(out|o_proj|out_proj|attn_out|c_proj|wo)"
 _UP = r"(up|gate|up_proj|gate_proj|fc1|fc_in|wi|wi_0|wi_1|w1|w3|c_fc|dense_in|intermediate)"
 _DOWN = r"(down|down_proj|fc2|fc_out|w2|dense_out)"
-TENSOR_PARALLEL_RULES: tuple[tuple[str, int], ...] = (
-    (rf"(^|/)(mlp|ffn|feed_?forward|swiglu|geglu)[^/]*/{_UP}/kernel$", 1),
-    (rf"(^|/)(mlp|ffn|feed_?forward|swiglu|geglu)[^/]*/{_UP}/bias$", 0),
-    (rf"(^|/)(mlp|ffn|feed_?forward|swiglu|geglu)[^/]*/({_DOWN}|{_ROW})/kernel$", 0),
-    (rf"(^|/){_COL}/kernel$", 1),
-    (rf"(^|/){_COL}/bias$", 0),
-    (rf"(^|/){_ROW}/kernel$", 0),
+_MLP = r"(^|/)(mlp|ffn|feed_?forward|swiglu|geglu)[^/]*/"
+LOGICAL_AXIS_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (rf"{_MLP}{_UP}/kernel$", ("embed", "mlp")),
+    (rf"{_MLP}{_UP}/bias$", ("mlp",)),
+    (rf"{_MLP}({_DOWN}|{_ROW})/kernel$", ("mlp", "embed")),
+    (rf"(^|/){_COL}/kernel$", ("embed", "heads", "head_dim")),
+    (rf"(^|/){_COL}/bias$", ("heads", "head_dim")),
+    (rf"(^|/){_ROW}/kernel$", ("heads", "head_dim", "embed")),
+    (r"(^|/)(token_embed|tok_embed|embed|wte|word_embeddings|embeddings?)/embedding$",
+     ("vocab", "embed")),
+    (r"(^|/)(output|lm_head|head|mlm_head|logits)/kernel$", ("embed", "vocab")),
+    (r"(^|/)(output|lm_head|head|mlm_head|logits)/bias$", ("vocab",)),
+    (r"(^|/)cell/(input|x_proj|w_ih)/kernel$", ("embed", "rnn")),
+    (r"(^|/)cell/(recurrent_kernel|w_hh)$", ("rnn_in", "rnn")),
 )
+# What the `model` axis of the "tensor" strategies splits. Recurrent weights (`rnn`)
+# stay replicated: a hidden state split over devices would need an all-gather at every
+# time step; the RNN models are tensor-parallel in their embedding and output head.
+TENSOR_AXES = ("heads", "mlp", "vocab")
+# Parameters under these path components carry one leading layer axis (nn.scan over
+# layers, e.g. TransformerStack(scan_layers=True)'s "layers"); it is never split.
+SCANNED_LAYERS = (r"(^|/)layers/",)
+# Kept for callers of the earlier API: the same rules as absolute axis indices.
+TENSOR_PARALLEL_RULES: tuple[tuple[str, int], ...] = tuple(
+    (pat, names.index(ax)) for pat, names in LOGICAL_AXIS_RULES for ax in names
+    if ax in TENSOR_AXES
+)
+
+
+def logical_axes(path: str, ndim: int, *,
+                 rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES,
+                 scanned: Sequence[str] = SCANNED_LAYERS) -> tuple[str | None, ...]:
+    """The logical name of every axis of the parameter at ``path`` (``None`` = unnamed).
+
+    Example:
+        >>> logical_axes("decoder/layers/self_attn/query/kernel", 4)
+        ('layers', 'embed', 'heads', 'head_dim')
+        >>> logical_axes("decoder/layers_0/ffn/down/kernel", 2)
+        ('mlp', 'embed')
+    """
+    name = path.lower()
+    lead = sum(1 for pat in scanned if re.search(pat, name))
+    lead = min(lead, ndim)
+    out: list[str | None] = ["layers"] * lead + [None] * (ndim - lead)
+    for pattern, names in rules:
+        if re.search(pattern, name):
+            if isinstance(names, int):  # absolute index (earlier API)
+                if lead + names < ndim:
+                    out[lead + names] = "heads"
+                break
+            for i, n in enumerate(names[: ndim - lead]):
+                out[lead + i] = n
+            break
+    return tuple(out)
 
 
 def make_mesh(
@@ -137,15 +195,18 @@ def partition_spec(
     mesh: Mesh,
     strategy: str = "replicated",
     *,
-    rules: Sequence[tuple[str, int]] = TENSOR_PARALLEL_RULES,
+    rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES,
     min_fsdp_size: int = 2**12,
 ) -> PartitionSpec:
     """The ``PartitionSpec`` of one parameter (or optimiser-state leaf) of ``shape`` at ``path``.
 
-    * tensor parallel: the first rule whose regex matches ``path`` names the axis
-      split over ``model`` (if divisible);
-    * FSDP: among the remaining axes, the largest one divisible by the ``fsdp`` size is
-      split over ``fsdp`` (leaves smaller than ``min_fsdp_size`` stay replicated).
+    The leaf's axes get logical names (:func:`logical_axes`), then
+
+    * tensor parallel: the axes named ``heads``, ``mlp`` or ``vocab`` (the first one, if its
+      size divides) are split over ``model``;
+    * FSDP: among the remaining axes, except a scanned ``layers`` axis, the largest one
+      divisible by the ``fsdp`` size is split over ``fsdp`` (leaves smaller than
+      ``min_fsdp_size`` stay replicated).
 
     Example:
         >>> mesh = make_mesh(devices=jax.devices()[:1])   # 8 devices: make_mesh(model=8)
@@ -154,17 +215,18 @@ def partition_spec(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {STRATEGIES}; got {strategy!r}.")
+    names = logical_axes(path, len(shape), rules=rules)
     spec: list[Any] = [None] * len(shape)
     if "tensor" in strategy and mesh.shape["model"] > 1:
-        name = path.lower()
-        for pattern, axis in rules:
-            if re.search(pattern, name):
-                if axis < len(shape) and shape[axis] % mesh.shape["model"] == 0:
-                    spec[axis] = "model"
+        for i, n in enumerate(names):
+            if n in TENSOR_AXES:
+                if shape[i] % mesh.shape["model"] == 0:
+                    spec[i] = "model"
                 break
     if "fsdp" in strategy and mesh.shape["fsdp"] > 1 and math.prod(shape) >= min_fsdp_size:
         n = mesh.shape["fsdp"]
-        free = [i for i in range(len(shape)) if spec[i] is None and shape[i] % n == 0]
+        free = [i for i in range(len(shape))
+                if spec[i] is None and names[i] != "layers" and shape[i] % n == 0]
         if free:
             spec[max(free, key=lambda i: (shape[i], -i))] = "fsdp"
     while spec and spec[-1] is None:  # canonical form: P() for replicated
@@ -177,7 +239,7 @@ def tree_shardings(
     mesh: Mesh,
     strategy: str = "replicated",
     *,
-    rules: Sequence[tuple[str, int]] = TENSOR_PARALLEL_RULES,
+    rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES,
     min_fsdp_size: int = 2**12,
 ) -> Any:
     """``NamedSharding`` for every leaf of ``tree`` (params, optimiser state or a whole

@@ -316,7 +316,19 @@ def make_train_step(
         mesh = batch_sharding.mesh
         kwargs["in_shardings"] = (state_sharding, batch_sharding)
         kwargs["out_shardings"] = (state_sharding, NamedSharding(mesh, PartitionSpec()))
+        return jax.jit(_under_mesh(step_fn, mesh), **kwargs)
     return jax.jit(step_fn, **kwargs)
+
+
+def _under_mesh(fn: Callable, mesh: Any) -> Callable:
+    """Trace ``fn`` with ``mesh``'s abstract mesh in scope, so the layers' sharding hints
+    (:mod:`seqjax.nn._sharding`, e.g. the RNN's collective-free time loop) apply."""
+
+    def wrapped(*args: Any) -> Any:
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return wrapped
 
 
 def make_eval_step(
@@ -337,7 +349,8 @@ def make_eval_step(
     if params_sharding is None or batch_sharding is None:
         raise ValueError("give both `params_sharding` and `batch_sharding`, or neither.")
     rep = NamedSharding(batch_sharding.mesh, PartitionSpec())
-    return jax.jit(fn, in_shardings=(params_sharding, batch_sharding), out_shardings=rep)
+    return jax.jit(_under_mesh(fn, batch_sharding.mesh),
+                   in_shardings=(params_sharding, batch_sharding), out_shardings=rep)
 
 
 def create_train_state(

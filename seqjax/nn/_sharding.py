@@ -1,0 +1,45 @@
+"""Activation and weight sharding hints for code that runs inside a sharded train step.
+
+:func:`seqjax.train.step.make_train_step` (and so :class:`seqjax.train.parallel.Parallel`)
+traces the step under the device mesh's abstract mesh. Inside it, :func:`constrain`
+pins an array to a layout over the mesh axes ``("data", "fsdp", "model")`` with
+``jax.lax.with_sharding_constraint``; outside a sharded step (plain ``model.apply``, one
+device) it returns the array unchanged, so layers may call it unconditionally.
+
+The recurrent layers use it to keep their time loop free of collectives: the weights of
+a layer are gathered once *before* the ``lax.scan`` (replicated), the batch stays split
+over ``("data", "fsdp")`` on the carry and the per-step inputs, and XLA's partitioner has
+nothing left to communicate inside the loop. (Under FSDP, without these hints, GSPMD
+propagates the weights' ``fsdp`` split into the loop body and all-gathers/all-to-alls at
+every time step.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+BATCH = ("data", "fsdp")  # the mesh axes the batch is split over
+_AXES = {"data", "fsdp", "model"}
+
+
+def active() -> bool:
+    """Whether a seqjax device mesh is in scope (inside a sharded train/eval step)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and _AXES <= set(mesh.axis_names)
+
+
+def constrain(x: Any, *spec: Any) -> Any:
+    """``with_sharding_constraint(x, P(*spec))`` inside a sharded step, else ``x``."""
+    if x is None or not active():
+        return x
+    return jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))
+
+
+def replicate(tree: Any) -> Any:
+    """Every array of ``tree`` replicated (gathered once, e.g. before a time loop)."""
+    if not active():
+        return tree
+    return jax.tree_util.tree_map(lambda x: constrain(x), tree)
