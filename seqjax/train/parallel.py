@@ -50,7 +50,6 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from seqjax.train.loop import host_value
 from seqjax.train.optim import TrainState
 from seqjax.train.sharding import (
     AXES,
@@ -258,7 +257,7 @@ class Parallel:
         """Lay an existing state (the same on every process, e.g. from a seeded init) out in
         the strategy's layout; each device takes its piece of the host copy."""
         self.state_sharding = self.shardings(state)
-        host = host_value(state)
+        host = gather(state)  # also a state already sharded over other processes
 
         def put(x: Any, sharding: NamedSharding) -> Any:
             if not isinstance(x, np.ndarray | np.generic):
