@@ -19,6 +19,9 @@ Reported: held-out MLM loss and masked-word accuracy, fill-in-the-blank examples
 test accuracy / macro-F1 of the classifier (pre-trained vs scratch) against the number of
 labels, mean ± sd over seeds; the majority class is the floor.
 
+Both stages train on every visible device (and host), data parallel unless ``--mesh`` /
+``--strategy`` say otherwise; ``pretrain_batch`` and ``finetune_batch`` are global batches.
+
 Run:  python -m experiments.bert_mlm            (or: seqjax train bert_mlm)
       python -m experiments.bert_mlm --smoke    (seconds, for CI)
 """
@@ -35,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments._parallel import pad_rows, write_run_info
 from experiments.translation import load_pairs, machine, mean_sd, save_json
 from seqjax.data.pipelines import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
@@ -42,7 +46,7 @@ from seqjax.models.bert import Bert, BertConfig, mlm_mask
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import make_eval_step, make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 CLASSES = (".", "?", "!")
@@ -50,7 +54,7 @@ SPECIALS = SpecialTokens(bos=None, eos=None, sep=None)  # <pad> <unk> <mask> <cl
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     num_pairs: int = 0  # 0 = all pairs of the file
     test_fraction: float = 0.1
     min_freq: int = 2
@@ -140,42 +144,54 @@ def _mlm_batch(model: Bert, tok: WordTokenizer, p: Any, batch: dict, key: jax.Ar
 
 
 def pretrain(cfg: Config, tok: WordTokenizer, train: dict, val: dict, length: int,
-             workdir: str | None) -> tuple[Bert, Any, dict, float]:
-    """MLM pre-training; returns the model, its parameters, held-out MLM metrics, seconds."""
+             workdir: str | None, par: Parallel) -> tuple[Bert, Any, dict, float]:
+    """MLM pre-training on ``par``'s devices; returns the model, its parameters (a host
+    copy), held-out MLM metrics, seconds."""
     model = _bert(cfg, tok.vocab_size, length, classifier=False)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))[
         "params"]
     tx, schedule = _optimizer(cfg.pretrain_lr, cfg.pretrain_steps, cfg.warmup_steps)
-    state = TrainState.create(params, tx, jax.random.PRNGKey(1))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         return _mlm_batch(model, tok, p, batch, rng, True)
 
     def eval_fn(p: Any, batch: dict) -> dict:
-        loss, m = _mlm_batch(model, tok, p, batch, batch["key"], False)
+        # Every row carries the pass's key (a batch leaf is split over the devices by row).
+        loss, m = _mlm_batch(model, tok, p, batch, batch["key"][0], False)
         return {"loss": loss, **m}
 
-    # Fixed masks for evaluation: 4 passes over the held-out sentences, one key each.
-    mlm_val = [{**val, "key": jax.random.PRNGKey(100 + i)} for i in range(4)]
+    # Fixed masks for evaluation: 4 passes over the held-out sentences, one key each. The
+    # masks are drawn for the whole [N, T] batch at once (rows appended to split it over
+    # the devices are length-1 `<cls>` rows, never masked, and leave the others' draws
+    # unchanged).
+    n_val = len(val["tokens"])
+    mlm_val = [pad_rows({**val, "key": np.repeat(np.asarray(jax.random.PRNGKey(100 + i))[None],
+                                                 n_val, axis=0)},
+                        par.batch_shards, {"lengths": 1})
+               for i in range(4)]
+    batch_size = min(cfg.pretrain_batch, len(train["tokens"]))
+    par.check_batch_size(batch_size, "pretrain_batch")
     start = time.perf_counter()
     result = fit(
-        state, make_train_step(loss_fn, schedule=schedule),
+        state, par.train_step(loss_fn, schedule=schedule),
         ArrayIterator({k: train[k] for k in ("tokens", "lengths")},
-                      min(cfg.pretrain_batch, len(train["tokens"])), seed=0),
+                      par.local_batch_size(batch_size), seed=0, **par.iterator_shard()),
         FitConfig(num_steps=cfg.pretrain_steps, log_every=cfg.log_every, checkpoint_every=0,
                   best_metric=None, progress=cfg.progress, tensorboard=False,
                   plot=workdir is not None),
-        workdir=workdir, eval_step=make_eval_step(eval_fn), eval_data=mlm_val,
+        workdir=workdir, eval_step=par.eval_step(eval_fn), eval_data=mlm_val,
         model_config={"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.dim,
-                      "layers": cfg.layers},
+                      "layers": cfg.layers}, parallel=par,
     )
-    return model, result.state.params, result.eval_metrics, time.perf_counter() - start
+    params = par.gather(result.state.params)
+    return model, params, result.eval_metrics, time.perf_counter() - start
 
 
 def fill_in(model: Bert, params: Any, tok: WordTokenizer, sents: list[str], length: int,
             k: int = 3) -> list[dict]:
     """Mask the second word of each sentence and list the model's ``k`` best guesses."""
-    apply = jax.jit(lambda x, n: model.apply({"params": params}, x, n)["mlm_logits"])
+    apply = jax.jit(lambda p, x, n: model.apply({"params": p}, x, n)["mlm_logits"])
     out = []
     for s in sents:
         words = s.split()[:-1]
@@ -183,7 +199,7 @@ def fill_in(model: Bert, params: Any, tok: WordTokenizer, sents: list[str], leng
         masked = list(ids)
         masked[2] = tok.mask_id
         x = jnp.asarray([masked + [0] * (length - len(masked))], jnp.int32)
-        logits = apply(x, jnp.asarray([len(masked)], jnp.int32))
+        logits = apply(params, x, jnp.asarray([len(masked)], jnp.int32))
         probs = jax.nn.softmax(logits[0, 2])
         top = np.argsort(-np.asarray(probs))[:k]
         out.append({"input": " ".join([*words[:1], "<mask>", *words[2:]]), "answer": words[1],
@@ -212,8 +228,13 @@ def macro_f1(pred: np.ndarray, gold: np.ndarray, classes: int = 3) -> float:
 
 
 def run(cfg: Config) -> dict:
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.pretrain_batch, "pretrain_batch")
+    par.check_batch_size(cfg.finetune_batch, "finetune_batch")
+    primary = jax.process_index() == 0
     t_start = time.perf_counter()
     info = machine()
+    write_run_info(par, cfg.workdir)
     sents = sentences(cfg.num_pairs)
     perm = np.random.default_rng(0).permutation(len(sents))
     n_test = max(1, int(round(cfg.test_fraction * len(sents))))
@@ -227,12 +248,12 @@ def run(cfg: Config) -> dict:
     majority = max(counts.values()) / len(test_s)
     print(f"bert_mlm: {len(train_s)} training / {len(test_s)} test sentences; vocabulary "
           f"{tok.vocab_size}; test classes {dict((CLASSES[c], n) for c, n in counts.items())}; "
-          f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}")
+          f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}; {par}")
 
     print("\n== MLM pre-training")
     mlm_model, mlm_params, mlm_eval, pre_s = pretrain(
         cfg, tok, train, test, length,
-        None if cfg.workdir is None else os.path.join(cfg.workdir, "pretrain"))
+        None if cfg.workdir is None else os.path.join(cfg.workdir, "pretrain"), par)
     demo = fill_in(mlm_model, mlm_params, tok,
                    [s for s in test_s if len(s.split()) >= 4][:6], length)
     print(f"held-out MLM loss {mlm_eval['eval/loss']:.3f}, masked-word accuracy "
@@ -254,8 +275,9 @@ def run(cfg: Config) -> dict:
         return masked_cross_entropy(logits, batch["label"]), {
             "accuracy": token_accuracy(logits, batch["label"])}
 
-    # One compiled step and one predictor for every fine-tuning run.
-    step = make_train_step(loss_fn, schedule=schedule)
+    # One compiled step (built with the first run's state: every run has the same layout)
+    # and one predictor for every fine-tuning run.
+    step = None
     predict = jax.jit(lambda p, x, n: jnp.argmax(
         model.apply({"params": p}, x, n)["class_logits"], -1))
     runs = []
@@ -270,14 +292,21 @@ def run(cfg: Config) -> dict:
                 if init == "pretrained":  # copies: the train step donates its input state
                     params = {**params, **jax.tree_util.tree_map(
                         jnp.copy, {k: mlm_params[k] for k in shared})}
-                state = TrainState.create(params, tx, jax.random.PRNGKey(seed + 7))
+                state = par.shard_state(
+                    TrainState.create(params, tx, jax.random.PRNGKey(seed + 7)))
+                if step is None:
+                    step = par.train_step(loss_fn, schedule=schedule)
+                batch_size = min(cfg.finetune_batch, n)
+                par.check_batch_size(batch_size, "finetune_batch (or the labels, if fewer)")
                 t0 = time.perf_counter()
-                res = fit(state, step, ArrayIterator(labelled, min(cfg.finetune_batch, n),
-                                                     seed=seed),
+                res = fit(state, step,
+                          ArrayIterator(labelled, par.local_batch_size(batch_size), seed=seed,
+                                        **par.iterator_shard()),
                           FitConfig(num_steps=cfg.finetune_steps, log_every=cfg.log_every,
                                     checkpoint_every=0, best_metric=None, progress=False,
-                                    tensorboard=False, plot=False))
-                pred = np.asarray(predict(res.state.params, jnp.asarray(test["tokens"]),
+                                    tensorboard=False, plot=False), parallel=par)
+                pred = np.asarray(predict(par.gather(res.state.params),
+                                          jnp.asarray(test["tokens"]),
                                           jnp.asarray(test["lengths"])))
                 acc = float(np.mean(pred == test["label"]))
                 f1 = macro_f1(pred, test["label"])
@@ -288,13 +317,14 @@ def run(cfg: Config) -> dict:
     wall = time.perf_counter() - t_start
     table = _table(runs, majority)
     print("\n" + table + f"\n\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "wall_s": wall, "pretrain_s": pre_s,
+    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
+               "wall_s": wall, "pretrain_s": pre_s,
                "params_mlm": count_params(mlm_params), "params_classifier": count_params(template),
                "vocab": tok.vocab_size, "n_train": len(train_s), "n_test": len(test_s),
                "test_classes": {CLASSES[c]: n for c, n in counts.items()},
                "majority_accuracy": majority, "mlm_eval": mlm_eval, "fill_in": demo,
                "runs": runs, "table_md": table}
-    if cfg.workdir is not None:
+    if cfg.workdir is not None and primary:
         os.makedirs(cfg.workdir, exist_ok=True)
         summary["plot"] = _plot(runs, majority, os.path.join(cfg.workdir, "bert_mlm.png"))
         save_json(summary, os.path.join(cfg.workdir, "bert_mlm.json"))

@@ -19,6 +19,9 @@ Reference: scikit-learn's gallery example "Recognizing hand-written digits" fits
 SVM (``SVC(gamma=0.001)``) and reports ~0.97 accuracy on a 50/50 split; the script fits
 the same SVM on its own split for a like-for-like baseline.
 
+Every visible device (and host) trains each model, data parallel unless ``--mesh`` /
+``--strategy`` say otherwise; ``batch_size`` is the global batch.
+
 Run:  python -m experiments.digits               (or: seqjax train digits)
       python -m experiments.digits --smoke       (seconds, for CI)
 """
@@ -35,14 +38,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments._parallel import pad_rows, write_run_info
 from experiments.translation import machine, mean_sd, save_json
 from seqjax.data.pipelines import ArrayIterator, split_arrays
 from seqjax.models.rnn import RNNClassifier
 from seqjax.models.vit import ViT, ViTConfig
 from seqjax.train.loop import FitConfig, fit
-from seqjax.train.losses import masked_cross_entropy
+from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import make_eval_step, make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 MODELS = ("elman", "lstm", "gru", "bilstm", "transformer", "vit")
@@ -57,7 +61,7 @@ LABELS = {
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     models: tuple[str, ...] = MODELS
     seeds: tuple[int, ...] = (0, 1, 2)
     test_fraction: float = 0.2
@@ -119,15 +123,16 @@ def svm_baseline(train: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> f
 
 
 def train_classifier(model: Any, train: dict[str, np.ndarray], test: dict[str, np.ndarray],
-                     cfg: Config, seed: int, workdir: str | None,
-                     model_config: dict) -> tuple[Any, float, float, list[dict]]:
-    """Cross-entropy training (AdamW, warm-up + cosine); returns params, test accuracy, s."""
+                     cfg: Config, seed: int, workdir: str | None, model_config: dict,
+                     par: Parallel) -> tuple[Any, float, float, list[dict]]:
+    """Cross-entropy training (AdamW, warm-up + cosine) on ``par``'s devices; returns
+    params (a host copy), test accuracy, seconds and the logged records."""
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.asarray(train["x"][:1]))["params"]
     tx, schedule = make_optimizer(OptimizerConfig(
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
         end_lr_ratio=0.0, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm))
-    state = TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000)))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["x"])
@@ -136,31 +141,42 @@ def train_classifier(model: Any, train: dict[str, np.ndarray], test: dict[str, n
 
     def eval_fn(p: Any, batch: dict) -> dict:
         logits = model.apply({"params": p}, batch["x"])
-        return {"loss": masked_cross_entropy(logits, batch["y"]),
-                "accuracy": jnp.mean(jnp.argmax(logits, -1) == batch["y"]),
-                "tokens": jnp.asarray(batch["y"].shape[0], jnp.float32)}
+        keep = batch["mask"]  # False on the rows that pad the test set to the mesh
+        return {"loss": masked_cross_entropy(logits, batch["y"], keep),
+                "accuracy": token_accuracy(logits, batch["y"], keep),
+                "tokens": jnp.sum(keep).astype(jnp.float32)}
 
+    # The whole test set is one global evaluation batch, padded to split over the devices.
+    test = pad_rows({**test, "mask": np.ones(len(test["y"]), bool)}, par.batch_shards,
+                    {"mask": False})
+    batch_size = min(cfg.batch_size, len(train["y"]))
+    par.check_batch_size(batch_size)
     start = time.perf_counter()
     result = fit(
-        state, make_train_step(loss_fn, schedule=schedule),
-        ArrayIterator(train, min(cfg.batch_size, len(train["y"])), seed=seed),
+        state, par.train_step(loss_fn, schedule=schedule),
+        ArrayIterator(train, par.local_batch_size(batch_size), seed=seed,
+                      **par.iterator_shard()),
         FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
                   best_metric=None, progress=cfg.progress, tensorboard=False,
                   plot=workdir is not None),
-        workdir=workdir, eval_step=make_eval_step(eval_fn), eval_data=[test],
-        model_config=model_config,
+        workdir=workdir, eval_step=par.eval_step(eval_fn), eval_data=[test],
+        model_config=model_config, parallel=par,
     )
-    return (result.state.params, float(result.eval_metrics["eval/accuracy"]),
+    return (par.gather(result.state.params), float(result.eval_metrics["eval/accuracy"]),
             time.perf_counter() - start, result.history)
 
 
 def run(cfg: Config) -> dict:
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch_size)
+    primary = jax.process_index() == 0
     from seqjax.data.tasks import digits
 
     for m in cfg.models:
         if m not in MODELS:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
     t_start = time.perf_counter()
+    write_run_info(par, cfg.workdir)
     info = machine()
     data = digits("rows")
     train, test = split_arrays({"x": data["inputs"], "y": data["labels"]},
@@ -168,7 +184,7 @@ def run(cfg: Config) -> dict:
     svm = svm_baseline(train, test)
     print(f"digits: {len(train['y'])} training / {len(test['y'])} test images; "
           f"SVC(gamma=0.001) baseline {100 * svm:.1f}%; {info['cpu']}, {info['cores']} cores, "
-          f"load {info['load_avg']}")
+          f"load {info['load_avg']}; {par}")
     runs = []
     for name in cfg.models:
         for seed in cfg.seeds:
@@ -178,7 +194,7 @@ def run(cfg: Config) -> dict:
             sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{name}_seed{seed}")
             print(f"\n== {LABELS[name]}, seed {seed}")
             params, acc, secs, history = train_classifier(
-                model, tr, te, cfg, seed, sub, {"model": name, "hidden": cfg.hidden})
+                model, tr, te, cfg, seed, sub, {"model": name, "hidden": cfg.hidden}, par)
             runs.append({"model": name, "seed": seed, "params": count_params(params),
                          "test_accuracy": acc, "train_s": secs,
                          "final_train_loss": history[-1]["loss"] if history else None})
@@ -199,10 +215,11 @@ def run(cfg: Config) -> dict:
     lines.append(f"| SVC(gamma=0.001) (scikit-learn gallery) | 64 px | – | {100 * svm:.2f} | – |")
     table = "\n".join(lines)
     print("\n" + table + f"\n\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "wall_s": wall, "runs": runs,
+    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
+               "wall_s": wall, "runs": runs,
                "svm_accuracy": svm, "n_train": int(len(train["y"])),
                "n_test": int(len(test["y"])), "table_md": table}
-    if cfg.workdir is not None:
+    if cfg.workdir is not None and primary:
         summary["plot"] = _plot(by, svm, os.path.join(cfg.workdir, "digits_accuracy.png"))
         save_json(summary, os.path.join(cfg.workdir, "digits.json"))
     return summary

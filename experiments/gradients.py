@@ -17,7 +17,9 @@ for LSTM and GRU cells at initialisation, and for the models trained in part B.
 vs LSTM vs GRU (:class:`seqjax.models.rnn.RNNClassifier`, one layer, last hidden state →
 linear read-out), Adam, fresh random batches every step, with gradient clipping
 (global norm 1, the slides' ``g ← η g/‖g‖``) on and off. Test MSE on held-out sequences
-against the baseline 0.167 of always predicting 1 (the sum's mean).
+against the baseline 0.167 of always predicting 1 (the sum's mean). The models train on
+every visible device (and host), data parallel unless ``--mesh`` / ``--strategy`` say
+otherwise; ``batch_size`` is the global batch.
 
 Run:  python -m experiments.gradients --results_dir experiments/results   (full)
       python -m experiments.gradients --smoke --workdir /tmp/g             (seconds)
@@ -37,13 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from experiments._parallel import host_rows, pad_rows, write_run_info
 from experiments.char_lm import command_line, load_average, machine
 from seqjax.data.tasks import adding_problem
 from seqjax.models.rnn import RNNClassifier
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell
 from seqjax.train.loop import FitConfig, NonFiniteLossError, fit
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import make_eval_step, make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 ADDING_BASELINE_MSE = 1.0 / 6.0  # always predict 1: Var(u_1 + u_2) = 2/12
@@ -51,7 +54,7 @@ CELLS = ("elman", "lstm", "gru")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     hidden: int = 32
     # part A
     distance_steps: int = 300
@@ -198,26 +201,50 @@ def _mse_fn(model: RNNClassifier) -> Any:
     return mse
 
 
-def train_adding(cfg: Config, cell: str, length: int, clip: bool) -> dict:
-    """Train one model on the adding problem; returns curves, test MSE and gradient stats."""
+def _masked_mse_fn(model: RNNClassifier) -> Any:
+    """Mean squared error over the rows with ``mask`` True (padding rows weigh nothing)."""
+
+    def mse(params: Any, batch: dict) -> dict:
+        pred_B = model.apply({"params": params}, batch["inputs"])[:, 0]
+        keep_B = batch["mask"]
+        n = jnp.sum(keep_B).astype(jnp.float32)
+        # A padding row "predicts" its target (zero error); without padding this is the
+        # same float32 sum as `jnp.mean` in `_mse_fn`, to the last bit.
+        pred_B = jnp.where(keep_B, pred_B, batch["targets"])
+        return {"loss": jnp.sum((pred_B - batch["targets"]) ** 2) / jnp.maximum(n, 1.0),
+                "tokens": n}
+
+    return mse
+
+
+def train_adding(cfg: Config, cell: str, length: int, clip: bool,
+                 par: Parallel | None = None) -> dict:
+    """Train one model on the adding problem on ``par``'s devices (default: every visible
+    device); returns curves, test MSE and gradient stats."""
+    par = Parallel.create() if par is None else par
     model = _adding_model(cell, cfg.hidden)
     seed = cfg.seed + 1000 * length + 10 * CELLS.index(cell)
     test = adding_problem(cfg.test_examples, length, seed=10_000_019 + length)
-    test_batches = [{"inputs": test["inputs"][i : i + 250], "targets": test["targets"][i : i + 250]}
+    # Global evaluation batches, the last padded to split over the devices.
+    test_batches = [pad_rows({"inputs": test["inputs"][i : i + 250],
+                              "targets": test["targets"][i : i + 250],
+                              "mask": np.ones(len(test["targets"][i : i + 250]), bool)},
+                             par.batch_shards, {"mask": False})
                     for i in range(0, cfg.test_examples, 250)]
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), test["inputs"][:1])["params"]
     tx, schedule = make_optimizer(OptimizerConfig(
         "adam", learning_rate=cfg.learning_rate, clip_norm=cfg.clip_norm if clip else None))
-    state = TrainState.create(params, tx, jax.random.PRNGKey(seed))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed)))
     mse = _mse_fn(model)
-    step = make_train_step(lambda p, b, rng: (mse(p, b), {}), schedule=schedule)
-    eval_step = make_eval_step(lambda p, b: {"loss": mse(p, b),
-                                             "tokens": jnp.float32(b["targets"].shape[0])})
+    step = par.train_step(lambda p, b, rng: (mse(p, b), {}), schedule=schedule)
+    eval_step = par.eval_step(_masked_mse_fn(model))
     rng = np.random.default_rng(seed)
+    par.check_batch_size(cfg.batch_size)
 
     def batches(i: int) -> dict:
+        # Every process draws the same global batch and feeds its own rows of it.
         d = adding_problem(cfg.batch_size, length, seed=rng)
-        return {"inputs": d["inputs"], "targets": d["targets"]}
+        return host_rows(par, {"inputs": d["inputs"], "targets": d["targets"]})
 
     grad_norms: list[float] = []
     start = time.perf_counter()
@@ -228,9 +255,9 @@ def train_adding(cfg: Config, cell: str, length: int, clip: bool) -> dict:
                                best_metric=None, progress=False, tensorboard=False, plot=False,
                                handle_signals=False),
                      eval_step=eval_step, eval_data=test_batches,
-                     hooks=[lambda r: grad_norms.append(r["grad_norm"])])
+                     hooks=[lambda r: grad_norms.append(r["grad_norm"])], parallel=par)
         history = result.history
-        final_params = result.state.params
+        final_params = par.gather(result.state.params)
     except NonFiniteLossError as err:
         status, diverged_at, history, final_params = "diverged", err.step, [], None
     wall = time.perf_counter() - start
@@ -433,6 +460,9 @@ def run(cfg: Config) -> dict:
     for c in cfg.cells:
         if c not in CELLS:
             raise ValueError(f"`cells` must be drawn from {CELLS}; got {c!r}.")
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch_size)
+    write_run_info(par, cfg.workdir)
     loads = [load_average()]
     start = time.perf_counter()
     profiles = part_a(cfg)
@@ -446,7 +476,7 @@ def run(cfg: Config) -> dict:
                 if not clip and cfg.no_clip_lengths is not None and \
                         length not in cfg.no_clip_lengths:
                     continue
-                r = train_adding(cfg, cell, length, clip)
+                r = train_adding(cfg, cell, length, clip, par)
                 print(f"adding T={length:4d} {cell:6s} clip={'on ' if clip else 'off'} "
                       f"test MSE {r['test_mse']:.4f} ({r['status']}), max |g| "
                       f"{r['grad_norm_max']:.3g}, {r['wall_s']:.0f} s", flush=True)
@@ -454,7 +484,8 @@ def run(cfg: Config) -> dict:
     wall = time.perf_counter() - start
     loads.append(load_average())
     summary = {"config": dataclasses.asdict(cfg), "profiles": profiles, "runs": runs,
-               "wall_s": wall, "machine": machine(), "load_average": loads}
+               "wall_s": wall, "machine": machine(), "parallel": par.describe(),
+               "load_average": loads}
     command = command_line("gradients", cfg)
     write_outputs(cfg, "gradients", summary,
                   lambda outdir: _plots(cfg, profiles, runs, outdir),
@@ -463,7 +494,10 @@ def run(cfg: Config) -> dict:
 
 
 def write_outputs(cfg: Any, name: str, summary: dict, plot: Any, markdown: str) -> None:
-    """``NAME.json``, ``NAME.md`` and the plots into the work dir and/or ``results_dir``."""
+    """``NAME.json``, ``NAME.md`` and the plots into the work dir and/or ``results_dir``
+    (process 0 of a multi-process job writes them)."""
+    if jax.process_index() != 0:
+        return
     for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
         os.makedirs(outdir, exist_ok=True)
         plot(outdir)

@@ -9,7 +9,9 @@ one. Here the same character-level causal LM (token + learned position embedding
 :class:`~seqjax.nn.transformer.TransformerDecoder` with ``norm="pre"`` or ``"post"`` →
 linear head) is trained on Tiny Shakespeare (nanoGPT's split, random windows) with AdamW
 and a cosine schedule, once with a linear warm-up and once without, and the loss
-curves, the validation loss and the gradient norms are compared.
+curves, the validation loss and the gradient norms are compared. Every run trains on every
+visible device (and host), data parallel unless ``--mesh`` / ``--strategy`` say otherwise;
+``batch_size`` is the global batch.
 
 Run:  python -m experiments.norm_placement --results_dir experiments/results  (full)
       python -m experiments.norm_placement --smoke --workdir /tmp/n            (seconds)
@@ -29,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from experiments._parallel import write_run_info
 from experiments.char_lm import command_line, load_average, load_data, machine, val_windows
 from seqjax.data.pipelines import LMWindowIterator
 from seqjax.nn.positional import LearnedPositionalEmbedding
@@ -37,14 +40,15 @@ from seqjax.train.loop import FitConfig, NonFiniteLossError, fit
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import flax_apply_fn, make_eval_step, make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.step import flax_apply_fn
 from seqjax.utils import count_params
 
 NORMS = ("pre", "post")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     norms: tuple[str, ...] = NORMS
     warmups: tuple[int, ...] = (100, 0)
     num_layers: int = 6
@@ -68,7 +72,7 @@ class Config:
 
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"norms": ("post",), "warmups": (0,), "num_layers": 1, "num_heads": 2,
-              "embed_dim": 16, "block_size": 16, "batch_size": 4, "steps": 3,
+              "embed_dim": 16, "block_size": 16, "batch_size": 8, "steps": 3,
               "eval_batches": 1, "max_chars": 20000},
 }
 
@@ -99,7 +103,10 @@ class NormLM(nn.Module):
 
 
 def train_one(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
-              eval_batches: list[dict], vocab: int) -> dict:
+              eval_batches: list[dict], vocab: int, par: Parallel | None = None) -> dict:
+    """One run on ``par``'s devices (default: every visible device); ``eval_batches`` are
+    global batches."""
+    par = Parallel.create() if par is None else par
     model = NormLM(norm, vocab, cfg.block_size, cfg.embed_dim, cfg.num_heads, cfg.num_layers)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed),
                                  jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
@@ -108,24 +115,27 @@ def train_one(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
         warmup_steps=warmup, total_steps=max(cfg.steps, warmup + 1),
         end_lr_ratio=cfg.min_lr_ratio, b2=0.99, weight_decay=cfg.weight_decay,
         clip_norm=cfg.clip_norm or None))
-    state = TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed)))
     apply_fn = flax_apply_fn(model)
-    eval_step = make_eval_step(make_lm_eval(apply_fn))
-    data = LMWindowIterator(train_ids, cfg.batch_size, cfg.block_size, seed=cfg.seed)
+    eval_step = par.eval_step(make_lm_eval(apply_fn))
+    # this process's rows of each global batch of `batch_size` windows
+    data = LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
+                            seed=cfg.seed, **par.iterator_shard())
     records: list[dict] = []
     start = time.perf_counter()
     status, diverged_at, final = "completed", None, None
     try:
-        result = fit(state, make_train_step(make_lm_loss(apply_fn), schedule=schedule), data,
+        result = fit(state, par.train_step(make_lm_loss(apply_fn), schedule=schedule), data,
                      FitConfig(num_steps=cfg.steps, log_every=1, best_metric=None,
                                progress=False, tensorboard=False, plot=False,
                                handle_signals=False),
-                     hooks=[records.append])
+                     hooks=[records.append], parallel=par)
         final = result.state.params
     except NonFiniteLossError as err:
         status, diverged_at = "diverged", err.step
     train_s = time.perf_counter() - start
-    val = evaluate_batches(eval_step, final, eval_batches)["loss"] if final is not None else None
+    val = (evaluate_batches(eval_step, final, eval_batches, place_batch=par.place_global)["loss"]
+           if final is not None else None)
     losses = np.asarray([r["loss"] for r in records])
     tail = max(1, min(50, len(losses) // 5))
     return {
@@ -227,6 +237,9 @@ def run(cfg: Config) -> dict:
     for n in cfg.norms:
         if n not in NORMS:
             raise ValueError(f"`norms` must be drawn from {NORMS}; got {n!r}.")
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch_size)
+    write_run_info(par, cfg.workdir)
     loads = [load_average()]
     start = time.perf_counter()
     train_ids, val_ids, tok = load_data(cfg)
@@ -234,7 +247,7 @@ def run(cfg: Config) -> dict:
     runs = []
     for norm in cfg.norms:
         for warmup in cfg.warmups:
-            r = train_one(cfg, norm, warmup, train_ids, eval_batches, tok.vocab_size)
+            r = train_one(cfg, norm, warmup, train_ids, eval_batches, tok.vocab_size, par)
             print(f"{norm:4s}-norm warm-up {warmup:4d}: loss@100 "
                   f"{r['loss_at'].get(100, float('nan')):.3f}, final {r['train_loss_tail']}, "
                   f"val {r['val_loss']}, {r['train_s']:.0f} s", flush=True)
@@ -243,9 +256,9 @@ def run(cfg: Config) -> dict:
     loads.append(load_average())
     command = command_line("norm_placement", cfg)
     summary = {"config": dataclasses.asdict(cfg), "runs": runs, "wall_s": wall,
-               "machine": machine(), "load_average": loads}
+               "machine": machine(), "parallel": par.describe(), "load_average": loads}
     markdown = report(cfg, runs, wall, command, (loads[0], loads[1]))
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
+    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d and jax.process_index() == 0}:
         os.makedirs(outdir, exist_ok=True)
         _plots(cfg, runs, outdir)
         with open(os.path.join(outdir, f"norm_placement{cfg.tag}.md"), "w",

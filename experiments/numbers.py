@@ -18,6 +18,9 @@ Reported: exact match (the whole French name right) on the held-out numbers agai
 number of digits; a few translations; the attention heatmap of 97 (MEDL Fig. 7.11 style),
 where "quatre", "vingt", "dix" look at "ninety" and "sept" at "seven"; the loss curve.
 
+Every model trains on every visible device (and host), data parallel unless ``--mesh`` /
+``--strategy`` say otherwise; ``batch_size`` is the global batch.
+
 Run:  seqjax train numbers --preset quickstart     (about a minute on one CPU core)
       seqjax train numbers                        (or: python -m experiments.numbers)
       seqjax generate --workdir workdirs/numbers --prompt 1997
@@ -33,8 +36,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import jax
 import numpy as np
 
+from experiments._parallel import write_run_info
 from experiments.translation import (
     ARCH_LABELS,
     ARCHS,
@@ -53,6 +58,7 @@ from experiments.translation import (
 )
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
 from seqjax.train.checkpoint import restore_params
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 #: Shown after training; 97 is the issue's example of French reordering.
@@ -60,7 +66,7 @@ SHOWCASE = (97, 71, 80, 1997, 2024, 7777)
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     archs: tuple[str, ...] = ("bahdanau",)
     seeds: tuple[int, ...] = (0,)
     max_number: int = 10000
@@ -195,11 +201,15 @@ def _plot_exact_match(table: dict[str, dict[int, list[float]]], counts: dict[int
 
 
 def run(cfg: Config) -> dict:
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch_size)
+    primary = jax.process_index() == 0
     for a in cfg.archs:
         if a not in ARCHS:
             raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
     t_start = time.perf_counter()
     info = machine()
+    write_run_info(par, cfg.workdir)
     d = _data(cfg)
     arrays = encode_pairs(d.src, d.tgt, d.src_tok, d.tgt_tok, src_len=d.src_len,
                           tgt_len=d.tgt_len)
@@ -214,7 +224,7 @@ def run(cfg: Config) -> dict:
     print(f"numbers: {len(d.train)} training / {len(d.test)} held-out numbers below "
           f"{cfg.max_number}; vocabularies {d.src_tok.vocab_size} (en) / "
           f"{d.tgt_tok.vocab_size} (fr); {info['cpu']}, {info['cores']} cores, "
-          f"load {info['load_avg']}")
+          f"load {info['load_avg']}; {par}")
     spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
                      cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress,
                      print_logs=cfg.progress)
@@ -228,7 +238,7 @@ def run(cfg: Config) -> dict:
                   "hidden": cfg.hidden}
             print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
             params, history, train_s = train_seq2seq(model, train, test, spec, seed=seed,
-                                                     workdir=sub, model_config=mc)
+                                                     workdir=sub, model_config=mc, parallel=par)
             out = translate(model, params, dec_x, dec_len, max_new_tokens=d.tgt_len + 1,
                             beam_size=cfg.beam_size, batch_size=cfg.decode_batch)
             ok = [out[j] == d.tgt_tok.encode(d.tgt[i]) for j, i in enumerate(d.test)]
@@ -257,7 +267,8 @@ def run(cfg: Config) -> dict:
                 seen = "held out" if e["held_out"] else "seen in training"
                 print(f"  {e['number']:>5} {e['english']!r:<48} -> {e['predicted']}  "
                       f"[{mark}; {seen}]")
-            if arch != "gru" and arch != "transformer" and seed == cfg.seeds[0] and sub:
+            if (arch != "gru" and arch != "transformer" and seed == cfg.seeds[0] and sub
+                    and primary):
                 s_ids = d.src_tok.encode(d.src[heat])
                 alpha = attention_map(model, params, s_ids, out[-1])
                 plots[f"attention_{arch}"] = plot_attention(
@@ -280,10 +291,11 @@ def run(cfg: Config) -> dict:
     table = "\n".join(lines)
     print("\nexact match (%) on held-out numbers, by number of digits:\n" + table)
     print(f"\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "wall_s": wall, "runs": runs,
+    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
+               "wall_s": wall, "runs": runs,
                "table_md": table, "n_train": len(d.train), "n_test": len(d.test),
                "plots": plots}
-    if cfg.workdir is not None:
+    if cfg.workdir is not None and primary:
         plots["exact_match"] = _plot_exact_match(
             {a: {k: [r["by_digits"][k] for r in rs] for k in counts} for a, rs in
              by_arch.items()}, dict(counts), os.path.join(cfg.workdir, "numbers_exact_match.png"))

@@ -24,7 +24,8 @@ the target only, teacher forcing), with four kinds of positional information:
 Trained on source lengths ``1..train_max_length``; evaluated on held-out sequences of each
 length up to ``test_max_length``. Exact match is the fraction of sequences whose every
 target token is the arg-max under teacher forcing — the same as greedy decoding
-reproducing the whole target.
+reproducing the whole target. The models train on every visible device (and host), data
+parallel unless ``--mesh`` / ``--strategy`` say otherwise; ``batch_size`` is the global batch.
 
 Run:  python -m experiments.positions --results_dir experiments/results     (full)
       python -m experiments.positions --smoke --workdir /tmp/p                (seconds)
@@ -44,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from experiments._parallel import host_rows, pad_rows, write_run_info
 from experiments.char_lm import command_line, load_average, machine
 from seqjax.data.tasks import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.nn.positional import (
@@ -56,7 +58,7 @@ from seqjax.train.config import config_from_dict
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope")
@@ -65,7 +67,7 @@ SEP = BOS_ID  # the separator between source and target (the decoder's <start>)
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     # heat maps
     medl_dim: int = 768
     medl_length: int = 4000
@@ -178,8 +180,10 @@ class PositionsLM(nn.Module):
 # ----------------------------------------------------------------------------- training
 
 
-def train_one(cfg: Config, task: str, positions: str) -> dict:
-    """Train one model; exact match and token accuracy per source length."""
+def train_one(cfg: Config, task: str, positions: str, par: Parallel | None = None) -> dict:
+    """Train one model on ``par``'s devices (default: every visible device); exact match
+    and token accuracy per source length."""
+    par = Parallel.create() if par is None else par
     vocab = FIRST_SYMBOL + cfg.num_symbols
     test_width = 2 * cfg.test_max_length + 2
     train_width = 2 * cfg.train_max_length + 2
@@ -192,7 +196,7 @@ def train_one(cfg: Config, task: str, positions: str) -> dict:
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
         weight_decay=0.01, clip_norm=1.0))
-    state = TrainState.create(params, tx, jax.random.PRNGKey(seed))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed)))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["inputs"])
@@ -206,29 +210,38 @@ def train_one(cfg: Config, task: str, positions: str) -> dict:
         return {"exact": hit.all(-1), "right": right, "total": batch["mask"].sum(-1)}
 
     rng = np.random.default_rng(seed)
+    par.check_batch_size(cfg.batch_size)
 
     def batches(i: int) -> dict:
+        # Every process draws the same global batch and feeds its own rows of it.
         b = make_examples(task, cfg.batch_size, 1, cfg.train_max_length, train_width,
                           cfg.num_symbols, rng)
-        return {k: b[k] for k in ("inputs", "targets", "mask")}
+        return host_rows(par, {k: b[k] for k in ("inputs", "targets", "mask")})
 
     start = time.perf_counter()
-    result = fit(state, make_train_step(loss_fn, schedule=schedule), batches,
+    result = fit(state, par.train_step(loss_fn, schedule=schedule), batches,
                  FitConfig(num_steps=cfg.steps, log_every=max(1, cfg.steps // 20),
                            eval_every=0, best_metric=None, progress=False, tensorboard=False,
-                           plot=False, handle_signals=False))
+                           plot=False, handle_signals=False), parallel=par)
     train_s = time.perf_counter() - start
     params = result.state.params
 
-    # Held-out sequences of every length 1..test_max_length, one fixed shape for all.
-    per_len = jax.jit(per_sequence)
+    # Held-out sequences of every length 1..test_max_length, one fixed shape for all: a
+    # global batch split over the devices (padded to split evenly; the padding rows' results
+    # are dropped), per-sequence results gathered on every process.
+    per_len = par.eval_step(per_sequence)
     exact, tok_acc = {}, {}
     for n in range(1, cfg.test_max_length + 1):
         t = make_examples(task, cfg.test_per_length, n, n, test_width, cfg.num_symbols,
                           20_011 + 31 * n + seed)
-        out = jax.device_get(per_len(params, {k: t[k] for k in ("inputs", "targets", "mask")}))
-        exact[n] = float(np.mean(out["exact"]))
-        tok_acc[n] = float(out["right"].sum() / out["total"].sum())
+        t = pad_rows({k: t[k] for k in ("inputs", "targets", "mask")}, par.batch_shards,
+                     {"mask": False})
+        out = par.gather(per_len(params, par.place_global(t)))
+        out = {k: np.asarray(v)[: cfg.test_per_length] for k, v in out.items()}
+        exact[n] = float(np.mean(out["exact"].astype(bool)))  # float32 from the eval step
+        tok_acc[n] = float(out["right"].astype(np.int64).sum()
+                           / out["total"].astype(np.int64).sum())
+    params = par.gather(params)
     seen = range(1, cfg.train_max_length + 1)
     unseen = range(cfg.train_max_length + 1, cfg.test_max_length + 1)
     return {
@@ -382,6 +395,9 @@ def run(cfg: Config) -> dict:
     if cfg.test_max_length < cfg.train_max_length:
         raise ValueError(f"`test_max_length` ({cfg.test_max_length}) must be >= "
                          f"`train_max_length` ({cfg.train_max_length}).")
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch_size)
+    write_run_info(par, cfg.workdir)
     previous, sessions = _previous(cfg)
     loads = [load_average()]
     start = time.perf_counter()
@@ -391,7 +407,7 @@ def run(cfg: Config) -> dict:
     new = []
     for task in cfg.tasks:
         for pos in cfg.positions:
-            r = train_one(cfg, task, pos)
+            r = train_one(cfg, task, pos, par)
             print(f"{task:8s} {pos:11s} exact (seen) {r['exact_seen']:.3f}  exact (longer) "
                   f"{r['exact_unseen'] if r['exact_unseen'] is not None else float('nan'):.3f}"
                   f"  {r['train_s']:.0f} s", flush=True)
@@ -405,12 +421,13 @@ def run(cfg: Config) -> dict:
                      "load_average": loads})
     summary = {
         "config": dataclasses.asdict(cfg), "wall_s": wall, "machine": machine(),
+        "parallel": par.describe(),
         "load_average": loads, "runs": runs, "sessions": sessions,
         "medl": {k: v for k, v in medl.items() if k not in ("r", "diff")},
         "bishop": {k: v for k, v in bishop.items() if k != "r"},
     }
     markdown = report(cfg, medl, bishop, runs, sessions)
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
+    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d and jax.process_index() == 0}:
         os.makedirs(outdir, exist_ok=True)
         _plots(cfg, medl, bishop, runs, outdir)
         with open(os.path.join(outdir, "positions.md"), "w", encoding="utf-8") as f:

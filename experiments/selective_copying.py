@@ -28,10 +28,15 @@ S4 without gating 18.3%, H3 57.0%, Mamba architecture with S4 56.4%, Mamba (S6) 
 Our scale is far smaller (length ``L + K = 40`` by default, ``d = 64``, 1500 steps of 32
 sequences), so the ordering, not the numbers, is what is compared.
 
+Each run trains with :func:`seqjax.train.loop.fit` on every visible device (and host), data
+parallel unless ``--mesh`` / ``--strategy`` say otherwise; ``batch`` is the global batch
+(every process draws the same fresh batch and feeds its own rows). With ``--workdir`` each
+run keeps its checkpoint and ``metrics.jsonl`` in ``WORKDIR/TASK_MODEL``.
+
 Run:  python -m experiments.selective_copying --out experiments/results/selective_copying.md
       python -m experiments.selective_copying --smoke    (seconds, for CI)
-      (or ``seqjax train selective_copying [--smoke]``); every ``Config`` field is an
-      option, e.g. ``--tasks=selective_copying --models=mamba,mamba-lti --steps=500``.
+      (or ``seqjax train selective_copying [--smoke] [--workdir DIR]``); every ``Config``
+      field is an option, e.g. ``--tasks=selective_copying --models=mamba,mamba-lti --steps=500``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import platform
 import sys
 import time
@@ -51,6 +57,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
+from experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.cli import experiment_main
 from seqjax.data.tasks import associative_recall, selective_copying
 from seqjax.nn.linear_attention import LinearAttention
@@ -58,6 +65,9 @@ from seqjax.nn.norms import RMSNorm
 from seqjax.nn.recurrent import StackedRNN
 from seqjax.nn.ssm import MambaBlock
 from seqjax.nn.transformer import TransformerBlock
+from seqjax.train.loop import FitConfig, evaluate, fit
+from seqjax.train.optim import TrainState
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 TASKS = ("selective_copying", "associative_recall")
@@ -71,7 +81,7 @@ PAPER_TABLE1 = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     """The runs (tasks × models, or an explicit list), their sizes and optimisation."""
 
     tasks: str = "selective_copying,associative_recall"  # comma list of TASKS
@@ -100,6 +110,7 @@ class Config:
     fast_compile: bool = False  # LLVM -O0 (smoke runs, where compiling is the whole cost)
     out: str | None = None  # markdown report
     json_out: str | None = None  # raw results
+    workdir: str | None = None  # run.json; checkpoints and metrics of each run
 
 
 DEFAULT_STEPS = {"selective_copying": 1500, "associative_recall": 1500}
@@ -219,49 +230,82 @@ def _loss(logits, batch):
     return (ce * w).sum() / w.sum(), correct.sum() / w.sum()
 
 
-def train(cfg: Config, task: str, model_name: str, log=print) -> dict[str, Any]:
-    """Train one model on one task with fresh random batches; evaluate on held-out ones."""
-    jit = functools.partial(
-        jax.jit,
-        compiler_options={"xla_backend_optimization_level": 0} if cfg.fast_compile else None,
-    )
+def _compiled_with(step: Any, options: dict[str, Any] | None) -> Any:
+    """``step`` (a jitted function) compiled with XLA ``options`` at its first call."""
+    if not options:
+        return step
+    compiled: dict[str, Any] = {}
+
+    def call(*args: Any) -> Any:
+        if "fn" not in compiled:
+            compiled["fn"] = step.lower(*args).compile(compiler_options=options)
+        return compiled["fn"](*args)
+
+    return call
+
+
+def train(cfg: Config, task: str, model_name: str, log=print,
+          par: Parallel | None = None) -> dict[str, Any]:
+    """Train one model on one task with fresh random batches on ``par``'s devices (default:
+    every visible device); evaluate on held-out ones."""
+    par = Parallel.create() if par is None else par
+    options = {"xla_backend_optimization_level": 0} if cfg.fast_compile else None
     steps = DEFAULT_STEPS[task] if cfg.steps is None else cfg.steps
     vocab, length = task_spec(cfg, task)
     model = SequenceClassifier(model_name, vocab, length, cfg.d_model, cfg.num_layers,
                                cfg.num_heads, cfg.d_state, cfg.scan_impl)
     data_rng = np.random.default_rng(cfg.seed)
     eval_data = make_batch(cfg, task, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
+    # One global evaluation batch, padded to split over the devices (`row` False: no weight).
+    eval_data = pad_rows({**eval_data, "row": np.ones(cfg.eval_examples, bool)},
+                         par.batch_shards, {"weights": 0.0, "row": False})
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))
     schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, cfg.warmup,
                                                   max(steps, cfg.warmup + 1))
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
-    opt_state = tx.init(params)
+    state = par.shard_state(TrainState.create(params["params"], tx,
+                                              jax.random.PRNGKey(cfg.seed)))
 
-    @jit
-    def step(params, opt_state, batch):
-        (loss, acc), grads = jax.value_and_grad(
-            lambda p: _loss(model.apply(p, batch["tokens"]), batch), has_aux=True)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, acc
+    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+        loss, acc = _loss(model.apply({"params": p}, batch["tokens"]), batch)
+        # `tokens` (the answers due) weighs micro-batches under --grad_accum
+        return loss, {"accuracy": acc, "tokens": batch["weights"].sum()}
 
-    @jit
-    def evaluate(params, batch):
-        logits = model.apply(params, batch["tokens"])
+    def eval_fn(p: Any, batch: dict) -> dict:
+        logits = model.apply({"params": p}, batch["tokens"])
         loss, acc = _loss(logits, batch)
         hit = (jnp.argmax(logits, -1) == batch["targets"]) | (batch["weights"] == 0)
-        return loss, acc, hit.all(axis=1).mean()
+        exact = jnp.sum(hit.all(axis=1) & batch["row"], dtype=jnp.float32) / jnp.sum(
+            batch["row"], dtype=jnp.float32)
+        return {"loss": loss, "accuracy": acc, "exact": exact}
 
-    t0 = time.perf_counter()
+    par.check_batch_size(cfg.batch, "batch")
+
+    def batches(i: int) -> dict:
+        # Every process draws the same global batch and feeds its own rows of it.
+        return host_rows(par, make_batch(cfg, task, cfg.batch, data_rng))
+
+    every = max(1, steps // 6)
     curve = []
-    for i in range(steps):
-        batch = make_batch(cfg, task, cfg.batch, data_rng)
-        params, opt_state, loss, acc = step(params, opt_state, batch)
-        if (i + 1) % max(1, steps // 6) == 0 or i == steps - 1:
-            curve.append((i + 1, float(loss), float(acc)))
-            log(f"    {task} {model_name} step {i + 1}: loss {float(loss):.3f} "
-                f"acc {float(acc):.3f}")
+
+    def record(r: dict) -> None:
+        if r["step"] % every == 0 or r["step"] == steps:
+            curve.append((r["step"], r["loss"], r["accuracy"]))
+            log(f"    {task} {model_name} step {r['step']}: loss {r['loss']:.3f} "
+                f"acc {r['accuracy']:.3f}")
+
+    workdir = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{task}_{model_name}")
+    t0 = time.perf_counter()
+    result = fit(state, _compiled_with(par.train_step(loss_fn, schedule=schedule), options),
+                 batches,
+                 FitConfig(num_steps=steps, log_every=every, best_metric=None, progress=False,
+                           tensorboard=False, plot=False, handle_signals=workdir is not None),
+                 workdir=workdir, hooks=[record], parallel=par,
+                 model_config={"task": task, "model": model_name, "d_model": cfg.d_model})
     train_s = time.perf_counter() - t0
-    loss, acc, exact = (float(v) for v in evaluate(params, eval_data))
+    ev = evaluate(_compiled_with(par.eval_step(eval_fn), options), result.state.params,
+                  [eval_data], place_batch=par.place_global)
+    loss, acc, exact = ev["loss"], ev["accuracy"], ev["exact"]
     return {
         "task": task,
         "model": model_name,
@@ -327,27 +371,32 @@ def report(results: Sequence[dict[str, Any]], command: str, wall_s: float) -> st
 
 def run(cfg: Config) -> dict[str, Any]:
     """Train and evaluate every planned run; print (and write) the markdown report."""
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch, "batch")
+    primary = jax.process_index() == 0
+    write_run_info(par, cfg.workdir)
     runs = plan(cfg)
     t0 = time.perf_counter()
     results = []
     for task, model in runs:
-        res = train(cfg, task, model, log=lambda s: print(s, file=sys.stderr, flush=True))
+        res = train(cfg, task, model, log=lambda s: print(s, file=sys.stderr, flush=True),
+                    par=par)
         print(f"{task:20s} {model:12s} params {res['params']:>7,}  "
               f"accuracy {100 * res['eval_accuracy']:5.1f}%  "
               f"exact {100 * res['eval_exact_match']:5.1f}%  ({res['train_s']:.0f} s)",
               flush=True)
         results.append(res)
-        if cfg.json_out:  # after every run, so an interrupted job keeps what it finished
+        if cfg.json_out and primary:  # after every run: an interrupted job keeps what it did
             with open(cfg.json_out, "w", encoding="utf-8") as f:
                 json.dump(results, f, indent=1)
     wall = time.perf_counter() - t0
     command = "python -m experiments.selective_copying " + " ".join(sys.argv[1:])
     text = report(results, command.strip(), wall)
     print(text)
-    if cfg.out:
+    if cfg.out and primary:
         with open(cfg.out, "w", encoding="utf-8") as f:
             f.write(text)
-    return {"results": results, "wall_s": wall}
+    return {"results": results, "wall_s": wall, "parallel": par.describe()}
 
 
 def main(argv: list[str] | None = None) -> int:

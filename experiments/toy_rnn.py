@@ -10,7 +10,10 @@ activation and a softmax output (MEDL (7.2)):
 
 which has 20·20 + 20·8 + 20 + 8·20 + 8 = 748 parameters. Trained with
 cross-entropy averaged over time (MEDL (7.4)–(7.5)), BPTT (autodiff) and Adam,
-through the seqjax.train loop (checkpoints and logs when --workdir is given).
+through the seqjax.train loop (checkpoints and logs when --workdir is given), on every
+visible device: the one sentence is the whole data set, so with ``D`` batch shards
+(``data·fsdp`` of the mesh) each holds a copy of it — the token-mean loss and its gradient
+are those of the one sentence, and on one device the batch is the sentence alone.
 
 Run:  seqjax train toy_rnn                       (or: python -m experiments.toy_rnn)
       seqjax train toy_rnn --smoke               (a few steps, for CI)
@@ -32,12 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from experiments._parallel import host_rows
 from seqjax.nn import RNN, ElmanCell
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 LEXICON = sorted(
@@ -47,7 +51,7 @@ SENTENCE = "the mathematical engineering of deep learning".split()
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     hidden: int = 20
     steps: int = 2000
     learning_rate: float = 0.05
@@ -121,12 +125,14 @@ def _table(model: ToyRNN, params: dict, x: np.ndarray, y: np.ndarray) -> int:
 
 
 def run(cfg: Config) -> dict:
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    primary = jax.process_index() == 0
     x, y = make_data()
     model = ToyRNN(cfg.hidden)
     params = _init(model, jax.random.PRNGKey(cfg.seed), x)["params"]
     n_params = count_params(params)
     tx, schedule = make_optimizer(OptimizerConfig("adam", learning_rate=cfg.learning_rate))
-    state = TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed)))
 
     def loss_fn(p: dict, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["x"])
@@ -134,11 +140,13 @@ def run(cfg: Config) -> dict:
             "accuracy": token_accuracy(logits, batch["y"])
         }
 
-    batch = {"x": x, "y": y}
+    # The sentence once per batch shard (and micro-batch): this process's copies of it.
+    copies = par.batch_shards * par.grad_accum
+    batch = host_rows(par, {"x": np.repeat(x, copies, axis=0), "y": np.repeat(y, copies, axis=0)})
     start = time.perf_counter()
     result = fit(
         state,
-        make_train_step(loss_fn, schedule=schedule),
+        par.train_step(loss_fn, schedule=schedule),
         lambda i: batch,
         FitConfig(
             num_steps=cfg.steps,
@@ -150,9 +158,10 @@ def run(cfg: Config) -> dict:
         ),
         workdir=cfg.workdir,
         model_config=_model_config(cfg),
+        parallel=par,
     )
     wall = time.perf_counter() - start
-    params = result.state.params
+    params = par.gather(result.state.params)  # a host copy for the table below
     final_loss = float(_loss(model, params, x, y))
     curve = [(r["step"], r["loss"]) for r in result.history]
 
@@ -160,6 +169,7 @@ def run(cfg: Config) -> dict:
     correct = _table(model, params, x, y)
     summary = {
         "config": asdict(cfg),
+        "parallel": par.describe(),
         "params": n_params,
         "final_loss": final_loss,
         "correct": correct,
@@ -171,7 +181,7 @@ def run(cfg: Config) -> dict:
     }
     print(f"\n{correct}/{len(y[0])} next words correct; final loss {final_loss:.4f}; "
           f"{wall:.1f}s")
-    if cfg.workdir:
+    if cfg.workdir and primary:
         with open(os.path.join(cfg.workdir, "toy_rnn.json"), "w") as f:
             json.dump(summary, f, indent=1)
     return summary

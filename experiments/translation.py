@@ -27,6 +27,9 @@ Run:  python -m experiments.translation                 (or: seqjax train transl
       python -m experiments.translation --smoke         (seconds, for CI)
       python -m experiments.translation --archs=bahdanau --seeds=0 --steps=2000
 
+Every model trains on every visible device (and host), data parallel unless ``--mesh`` /
+``--strategy`` say otherwise; ``batch_size`` is the global batch.
+
 This module also holds the sequence-to-sequence machinery that ``experiments.numbers``
 reuses (tokenising pairs, building the models, training with :func:`seqjax.train.loop.fit`,
 greedy/beam decoding with :mod:`seqjax.decoding`, attention heatmaps).
@@ -51,6 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments._parallel import pad_rows, write_run_info
 from seqjax.data.pipelines import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
@@ -59,7 +63,7 @@ from seqjax.models.seq2seq import Seq2Seq
 from seqjax.train.loop import FitConfig, fit, read_metrics
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-from seqjax.train.step import make_eval_step, make_train_step
+from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 ARCHS = ("gru", "bahdanau", "luong", "transformer")
@@ -82,7 +86,7 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ParallelOptions):
     archs: tuple[str, ...] = ARCHS
     seeds: tuple[int, ...] = (0, 1, 2)
     num_pairs: int = 0  # 0 = every pair of the file; else the first (shortest) N, as d2l
@@ -240,6 +244,7 @@ class TrainSpec:
 def train_seq2seq(
     model: Any, train: dict[str, np.ndarray], val: dict[str, np.ndarray] | None,
     spec: TrainSpec, *, seed: int, workdir: str | None, model_config: dict,
+    parallel: Parallel | None = None,
 ) -> tuple[Any, list[dict], float]:
     """Train with teacher forcing through :func:`seqjax.train.loop.fit`.
 
@@ -247,8 +252,11 @@ def train_seq2seq(
     AdamW with linear warm-up and cosine decay, global-norm clipping. Resumes from
     ``workdir`` when it holds checkpoints (a finished run is restored, not retrained);
     then ``history`` and ``seconds`` cover the whole run, read from its ``metrics.jsonl``.
-    Returns ``(params, history, seconds)``.
+    Trains on ``parallel``'s devices (default: every visible device, data parallel);
+    ``spec.batch_size`` is the global batch. Returns ``(params, history, seconds)``, the
+    parameters as a host (numpy) copy.
     """
+    par = Parallel.create() if parallel is None else parallel
     first = {k: v[:1] for k, v in train.items()}
     params = jax.jit(lambda k: model.init(k, first["src"], first["tgt_in"],
                                           first["src_lengths"])["params"])(
@@ -259,7 +267,7 @@ def train_seq2seq(
         end_lr_ratio=0.05, clip_norm=spec.clip_norm,
     )
     tx, schedule = make_optimizer(opt)
-    state = TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000)))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         return _metrics(_apply(model, p, batch, train=True, rng=rng), batch)
@@ -271,20 +279,26 @@ def train_seq2seq(
     eval_batches = None
     if val is not None and len(val["src"]) and spec.eval_every > 0:
         size = 256
-        eval_batches = [{k: v[i : i + size] for k, v in val.items()}
+        # Global batches; the last is padded to split over the devices (no target tokens,
+        # so no weight in the token-weighted mean).
+        eval_batches = [pad_rows({k: v[i : i + size] for k, v in val.items()},
+                                 par.batch_shards, {"tgt_mask": False})
                         for i in range(0, len(val["src"]), size)]
     batch_size = min(spec.batch_size, len(train["src"]))
+    par.check_batch_size(batch_size)
     start = time.perf_counter()
     result = fit(
-        state, make_train_step(loss_fn, schedule=schedule),
-        ArrayIterator(train, batch_size, seed=seed),
+        state, par.train_step(loss_fn, schedule=schedule),
+        ArrayIterator(train, par.local_batch_size(batch_size), seed=seed,
+                      **par.iterator_shard()),
         FitConfig(num_steps=spec.steps, log_every=spec.log_every,
                   eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
                   progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
                   plot=workdir is not None),
-        workdir=workdir, eval_step=make_eval_step(eval_fn) if eval_batches else None,
-        eval_data=eval_batches, model_config=model_config,
+        workdir=workdir, eval_step=par.eval_step(eval_fn) if eval_batches else None,
+        eval_data=eval_batches, model_config=model_config, parallel=par,
     )
+    params = par.gather(result.state.params)  # a host copy for decoding
     seconds = time.perf_counter() - start
     if result.start_step > 0 and workdir is not None:
         # Resumed (or already finished): report the whole run from its metrics log, and
@@ -294,8 +308,8 @@ def train_seq2seq(
         times = [r["time"] for r in history if "time" in r]
         seconds = sum(a for a, b in zip(times, times[1:]) if b < a)  # earlier segments
         seconds += times[-1] if times else 0.0
-        return result.state.params, history, seconds
-    return result.state.params, result.history, seconds
+        return params, history, seconds
+    return params, result.history, seconds
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -504,11 +518,14 @@ def _word_len(sentence: str) -> int:
 
 
 def run(cfg: Config) -> dict:
+    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
+    par.check_batch_size(cfg.batch_size)
     for a in cfg.archs:
         if a not in ARCHS:
             raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
     t_start = time.perf_counter()
     info = machine()
+    write_run_info(par, cfg.workdir)
     src, tgt = load_pairs(cfg.num_pairs)
     keep = [i for i, t in enumerate(tgt) if len(t.split()) <= cfg.max_tgt_len]
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
@@ -534,7 +551,7 @@ def run(cfg: Config) -> dict:
     print(f"translation: {len(train_pairs)} training pairs, {len(test_sents)} held-out source "
           f"sentences ({sum(len(refs[s]) for s in test_sents)} references); vocabularies "
           f"{src_tok.vocab_size} (en) / {tgt_tok.vocab_size} (fr); {info['cpu']}, "
-          f"{info['cores']} cores, load {info['load_avg']}")
+          f"{info['cores']} cores, load {info['load_avg']}; {par}")
     spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
                      cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress)
     lengths = [_word_len(s) for s in test_sents]
@@ -550,7 +567,7 @@ def run(cfg: Config) -> dict:
                   "embed_dim": cfg.embed_dim, "hidden": cfg.hidden}
             print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
             params, history, train_s = train_seq2seq(model, train_arr, val_arr, spec, seed=seed,
-                                                     workdir=sub, model_config=mc)
+                                                     workdir=sub, model_config=mc, parallel=par)
             t0 = time.perf_counter()
             # One decoding call (one compiled shape): held-out sentences, probes, heatmap.
             all_ids = translate(model, params, dec_x, dec_len,
@@ -581,7 +598,7 @@ def run(cfg: Config) -> dict:
                   f"train {train_s:.0f}s; " + "; ".join(f"{q['src']} => {q['out']} "
                                                         f"({q['bleu']:.3f})" for q in probes))
             if (arch in ("bahdanau", "luong") and seed == cfg.seeds[0]
-                    and cfg.workdir is not None):
+                    and cfg.workdir is not None and jax.process_index() == 0):
                 s_ids = src_tok.encode(cfg.heatmap_sentence)
                 o_ids = all_ids[-1]
                 alpha = attention_map(model, params, s_ids, o_ids)
@@ -591,6 +608,7 @@ def run(cfg: Config) -> dict:
                     os.path.join(cfg.workdir, f"translation_attention_{arch}.png"),
                     f"{ARCH_LABELS[arch]}: attention weights (MEDL Fig. 7.11 style)")
     summary = _summarise(cfg, runs, lengths, info, heatmaps, time.perf_counter() - t_start,
+                         parallel=par.describe(),
                          n_train=len(train_pairs), n_test=len(test_sents),
                          vocab=(src_tok.vocab_size, tgt_tok.vocab_size),
                          probe_seen={p: p in train_src for p, _ in PROBES})
@@ -627,7 +645,7 @@ def _summarise(cfg: Config, runs: list[dict], lengths: list[int], info: dict,
     print(f"\nwall time {wall:.0f}s")
     summary = {"config": asdict(cfg), "machine": info, "wall_s": wall, "runs": runs,
                "table_md": table, "heatmaps": heatmaps, **extra}
-    if cfg.workdir is not None:
+    if cfg.workdir is not None and jax.process_index() == 0:
         curves = {a: {n: [r["bleu_by_length"][n] for r in rs] for n in counts}
                   for a, rs in by_arch.items()}
         summary["bleu_vs_length_png"] = _plot_bleu_vs_length(

@@ -1,0 +1,70 @@
+"""Every experiment that trains lays its training out over *all* visible devices.
+
+One subprocess (JAX starts once) fakes 8 CPU devices and trains every such experiment's
+smoke config through ``seqjax train NAME --smoke``; each work dir's ``run.json`` (and the
+``run.json`` that ``fit`` writes beside a run's checkpoints) must say 8 devices, 1 process,
+and the smoke batches split over ``data=8``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# experiment -> (extra options that keep the run short and quiet, the work dir's sub-folder
+# where `fit` writes its own run.json, or None where the runs keep no work dir)
+EXPERIMENTS = {
+    "toy_rnn": (["--progress=false"], ""),
+    "digits": (["--progress=false", "--models=lstm"], "lstm_seed0"),
+    "bert_mlm": (["--progress=false", "--seeds=0"], "pretrain"),
+    "translation": (["--progress=false"], "transformer_seed0"),
+    "numbers": (["--progress=false"], "bahdanau_seed0"),
+    "gradients": ([], None),
+    "positions": ([], None),
+    "norm_placement": ([], None),
+    "selective_copying": (["--runs=selective_copying:mamba"], "selective_copying_mamba"),
+}
+
+SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    import jax
+    from seqjax import cli
+
+    root, plan = sys.argv[1], json.loads(sys.argv[2])
+    out = {"devices": jax.device_count(), "seconds": {}}
+    for name, extra in plan.items():
+        start = time.perf_counter()
+        rc = cli.main(["train", name, "--smoke", "--workdir", os.path.join(root, name), *extra])
+        out["seconds"][name] = round(time.perf_counter() - start, 1)
+        if rc != 0:
+            raise SystemExit(f"seqjax train {name} --smoke exited with {rc}")
+    print("RESULT " + json.dumps(out))
+""")
+
+
+@pytest.mark.slow
+def test_every_experiment_trains_on_all_8_devices(tmp_path):
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 "
+                        "--xla_backend_optimization_level=0")
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    plan = {name: extra for name, (extra, _) in EXPERIMENTS.items()}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), json.dumps(plan)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    assert result["devices"] == 8
+    print("seconds per experiment:", result["seconds"])
+    for name, (_, sub) in EXPERIMENTS.items():
+        dirs = [tmp_path / name] + ([tmp_path / name / sub] if sub else [])
+        for d in dirs:
+            info = json.loads((d / "run.json").read_text())
+            assert info["devices"] == 8 and info["processes"] == 1, (name, d, info)
+            assert info["mesh"] == {"data": 8, "fsdp": 1, "model": 1}, (name, info)
