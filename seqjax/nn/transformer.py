@@ -35,7 +35,14 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_integer, check_range, check_rank
+from seqjax._checks import (
+    bound_param_shape,
+    check_features,
+    check_integer,
+    check_range,
+    check_rank,
+)
+from seqjax.nn import _sharding
 from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.ffn import GLU, GLU_VARIANTS, MLP
 from seqjax.nn.masks import combine_masks, padding_mask
@@ -351,6 +358,9 @@ class TransformerBlock(_BlockConfig):
     ) -> Any:
         check_rank(x, "x", 3)
         batch, length = x.shape[:2]
+        width = (bound_param_shape(self, "self_attn", "query", "kernel")
+                 or bound_param_shape(self, "self_attn_norm", "scale"))
+        check_features(x, "x", None if width is None else width[0])
         if self.cross_attention and encoder_out is None:
             raise ValueError("`encoder_out` is required when `cross_attention=True`.")
         if not self.cross_attention and encoder_out is not None:
@@ -390,6 +400,14 @@ class TransformerBlock(_BlockConfig):
         )
         if self.cross_attention:
             check_rank(encoder_out, "encoder_out", 3)
+            if encoder_out.shape[0] != batch:
+                raise ValueError(
+                    f"`encoder_out` must have batch size {batch} like `x`; got shape "
+                    f"{tuple(encoder_out.shape)}."
+                )
+            if cross_kv is None:
+                w_k = bound_param_shape(self, "cross_attn", "key", "kernel")
+                check_features(encoder_out, "encoder_out", None if w_k is None else w_k[0])
             enc_lengths = _check_lengths(
                 encoder_lengths, batch, encoder_out.shape[1], "encoder_lengths"
             )
@@ -458,6 +476,10 @@ class _TransformerStack(_BlockConfig, kw_only=True):
         lengths = _check_lengths(lengths, x.shape[0], x.shape[1], "lengths")
 
         def body(block, x, cache_l, mask, lengths, enc, enc_mask, enc_lengths, positions):
+            # Inside a sharded step the residual stream stays split over the batch only
+            # (seqjax.nn._sharding): without this, GSPMD may carry an FSDP weight's split
+            # into the activations and reshuffle them between layers.
+            x = _sharding.constrain(x, _sharding.BATCH)
             out = block(
                 x,
                 mask=mask,

@@ -142,3 +142,19 @@ def test_rnn_time_loop_has_no_collectives(cell, mesh, strategy):
     assert all(not c for c in loops.values()), loops
     # the parameters' collectives happen outside the loops
     assert re.search(r"\ball-gather(-start)?\(", hlo) or strategy == "tensor"
+
+
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
+def test_fsdp_transformer_step_keeps_activations_batch_split(scan):
+    """The residual stream is constrained to the batch split, so FSDP's weight split does
+    not leak into the activations (no all-to-all reshuffles between layers)."""
+    model = _gpt(scan)
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
+    par = Parallel.create("data=2,fsdp=4", "fsdp", min_fsdp_size=0)
+    tx, _ = make_optimizer(OptimizerConfig("adamw", 1e-3))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
+    step = par.train_step(make_lm_loss(flax_apply_fn(model)))
+    batch = par.place({"inputs": np.zeros((8, T), np.int32), "targets": np.ones((8, T), np.int32)})
+    hlo = step.lower(state, batch).compile().as_text()
+    assert re.search(r"\ball-gather(-start)?\(", hlo)  # FSDP gathers the weights
+    assert not re.search(r"\ball-to-all(-start)?\(", hlo)
