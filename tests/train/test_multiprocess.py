@@ -127,7 +127,9 @@ def test_two_processes_match_one_process(tmp_path, model, mesh, strategy):
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_process_stops_both_at_the_same_step_and_resumes(tmp_path):
+@pytest.mark.parametrize(("sig", "victim"), [(signal.SIGTERM, 1), (signal.SIGINT, 0)],
+                         ids=["sigterm-to-process-1", "ctrl-c-to-process-0"])
+def test_signal_to_one_process_stops_both_at_the_same_step_and_resumes(tmp_path, sig, victim):
     work = str(tmp_path / "run")
     procs = _launch(work, "--steps=100000", "--log_every=1")
     metrics = os.path.join(work, "metrics.jsonl")
@@ -138,7 +140,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step_and_resumes(tmp_path
         if any(p.poll() is not None for p in procs):
             break
         time.sleep(0.2)
-    procs[1].send_signal(signal.SIGTERM)  # one host is preempted
+    procs[victim].send_signal(sig)  # one host is preempted (or Ctrl-C on one host)
     outs = _wait(procs)
     steps = []
     for out in outs:
