@@ -14,14 +14,12 @@ every single-device result is what it was before the experiments ran on a mesh.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
-import jax
 import numpy as np
 
+from seqjax.train.loop import write_run_info as _write_run_info
 from seqjax.train.parallel import Parallel
 from seqjax.train.sharding import host_batch_slice
 
@@ -69,10 +67,5 @@ def host_rows(par: Parallel, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 def write_run_info(par: Parallel, workdir: str | None) -> None:
     """``workdir/run.json``: the devices, processes and mesh (process 0 writes it)."""
-    if not workdir or jax.process_index() != 0:
-        return
-    import seqjax
-
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "run.json"), "w") as f:
-        json.dump({**par.describe(), "seqjax": seqjax.__version__}, f, indent=1)
+    if workdir:
+        _write_run_info(workdir, par)

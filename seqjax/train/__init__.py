@@ -21,6 +21,7 @@ from seqjax.train.loop import (
     peak_flops_per_device,
     plot_curves,
     read_metrics,
+    write_run_info,
 )
 from seqjax.train.losses import (
     bits_per_char,
@@ -76,7 +77,7 @@ __all__ = [
     "ArrayIterator", "CheckpointMismatchError", "CheckpointWarning", "Checkpointer", "ConfigError",
     "DEFAULT_NO_DECAY", "FitConfig", "FitResult", "NonFiniteLossError", "OptimizerConfig",
     "Parallel", "ParallelOptions", "distributed_requested", "host_value", "parse_mesh",
-    "process_data_shard", "shard_global_batch",
+    "process_data_shard", "shard_global_batch", "write_run_info",
     "TBPTTIterator", "TENSOR_PARALLEL_RULES", "TrainState", "apply_overrides", "batch_sharding",
     "bits_per_char", "cast_floating", "config_from_dict", "constant_schedule",
     "create_train_state", "decay_mask", "evaluate", "fit", "flax_apply_fn", "host_batch_slice",

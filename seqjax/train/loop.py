@@ -66,6 +66,7 @@ __all__ = [
     "evaluate",
     "read_metrics",
     "plot_curves",
+    "write_run_info",
     "peak_flops_per_device",
 ]
 
@@ -212,6 +213,19 @@ def _run_info(state: Any, parallel: Any) -> dict[str, Any]:
 
     info = parallel.describe() if parallel is not None else describe_state(state)
     return {**info, "seqjax": _version()}
+
+
+def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any = None) -> dict:
+    """Write ``workdir/run.json`` (process 0 only, atomically) — what :func:`fit` writes —
+    for a run laid out by ``parallel`` (or, without it, by ``state``'s shardings). For
+    experiments whose several ``fit`` calls write theirs one level down. Returns the record.
+    """
+    if parallel is None and state is None:
+        raise ValueError("give `parallel` or `state`.")
+    info = _run_info(state, parallel)
+    if jax.process_index() == 0:
+        _write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), info)
+    return info
 
 
 def _version() -> str:
@@ -473,9 +487,8 @@ def fit(
             place_eval_batch = parallel.place_global
     if place_eval_batch is None:
         place_eval_batch = place_batch
-    run_info = _run_info(state, parallel)
-    if primary and workdir is not None:
-        _write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), run_info)
+    run_info = (write_run_info(workdir, parallel, state) if workdir is not None
+                else _run_info(state, parallel))
     workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
     ckpt = None
     start = int(host_value(state.step))

@@ -50,6 +50,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 
+from seqjax.train.config import ConfigError
 from seqjax.train.optim import TrainState
 from seqjax.train.sharding import (
     AXES,
@@ -218,18 +219,20 @@ class Parallel:
         return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
 
     def check_batch_size(self, global_batch_size: int, name: str = "batch_size") -> None:
-        """Refuse a global batch the mesh (and ``grad_accum``) cannot split evenly."""
+        """Refuse a global batch the mesh (and ``grad_accum``) cannot split evenly
+        (a :class:`~seqjax.train.config.ConfigError`, so the CLI reports it as a bad
+        option, exit status 2)."""
         need = self.batch_shards * self.grad_accum
         if global_batch_size < 1 or global_batch_size % need:
-            raise ValueError(
+            raise ConfigError(
                 f"`{name}` (the global batch) must be a positive multiple of "
                 f"data*fsdp*grad_accum = {self.mesh.shape['data']}*{self.mesh.shape['fsdp']}*"
                 f"{self.grad_accum} = {need}; got {global_batch_size}."
             )
 
-    def local_batch_size(self, global_batch_size: int) -> int:
-        """Rows of each global batch this process feeds."""
-        self.check_batch_size(global_batch_size)
+    def local_batch_size(self, global_batch_size: int, name: str = "batch_size") -> int:
+        """Rows of each global batch (the option ``name``) this process feeds."""
+        self.check_batch_size(global_batch_size, name)
         return global_batch_size // self.shard_count
 
     def iterator_shard(self) -> dict[str, int]:
@@ -272,19 +275,27 @@ class Parallel:
         e.g. parameters for sampling or export after training."""
         return gather(tree)
 
-    def train_step(self, loss_fn: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
-        """:func:`~seqjax.train.step.make_train_step` over this mesh (after ``create_state``)."""
+    def _state_sharding(self, state: Any) -> Any:
+        if state is not None:
+            return jax.tree_util.tree_map(lambda x: x.sharding, state)
         if self.state_sharding is None:
-            raise ValueError("call `create_state` (or `shard_state`) before `train_step`.")
+            raise ValueError("call `create_state` (or `shard_state`) first, or pass `state=`.")
+        return self.state_sharding
+
+    def train_step(self, loss_fn: Callable[..., Any], *, state: Any = None,
+                   **kwargs: Any) -> Callable[..., Any]:
+        """:func:`~seqjax.train.step.make_train_step` over this mesh, for ``state`` (its
+        shardings; default: the state of the last ``create_state``/``shard_state`` — pass
+        ``state=`` when one ``Parallel`` lays out several models)."""
         kwargs.setdefault("grad_accum", self.grad_accum)
-        return make_train_step(loss_fn, state_sharding=self.state_sharding,
+        return make_train_step(loss_fn, state_sharding=self._state_sharding(state),
                                batch_sharding=self.batch_sharding(), **kwargs)
 
-    def eval_step(self, eval_fn: Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
-        """:func:`~seqjax.train.step.make_eval_step` over this mesh."""
-        if self.state_sharding is None:
-            raise ValueError("call `create_state` (or `shard_state`) before `eval_step`.")
-        return make_eval_step(eval_fn, params_sharding=self.state_sharding.params,
+    def eval_step(self, eval_fn: Callable[..., Any], *, state: Any = None,
+                  **kwargs: Any) -> Callable[..., Any]:
+        """:func:`~seqjax.train.step.make_eval_step` over this mesh (parameters laid out as
+        ``state``'s, as in :meth:`train_step`). Every output is returned as float32."""
+        return make_eval_step(eval_fn, params_sharding=self._state_sharding(state).params,
                               batch_sharding=self.batch_sharding(), **kwargs)
 
     # ------------------------------------------------------------------ input placement
