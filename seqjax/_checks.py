@@ -74,6 +74,18 @@ def check_range(x: Any, name: str, low: int, high: int) -> None:
         )
 
 
+def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> jax.Array:
+    """``int32[batch]`` lengths with values in ``[low, max_len]`` (values checked when concrete)."""
+    check_rank(lengths, name, 1)
+    check_integer(lengths, name)
+    if np.shape(lengths)[0] != batch:
+        raise ValueError(
+            f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
+        )
+    check_range(lengths, name, low, max_len)
+    return jnp.asarray(lengths).astype(jnp.int32)
+
+
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
     """Raise ``ValueError`` unless two pytrees have the same structure and leaf shapes."""
     a_leaves, a_def = jax.tree_util.tree_flatten(actual)
@@ -86,3 +98,76 @@ def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
                 f"`{name}` leaf {i} must have shape {tuple(np.shape(e))}; "
                 f"got {tuple(np.shape(a))}."
             )
+
+
+def bound_param_shape(module: Any, *path: str) -> tuple[int, ...] | None:
+    """Shape of the parameter ``path`` below a bound Flax ``module``, or ``None``.
+
+    ``None`` when the module is unbound, initialising (the parameter is about to be
+    created from the input) or has no such parameter — so a check against it is skipped.
+    """
+    if getattr(module, "scope", None) is None or module.is_initializing():
+        return None
+    tree: Any = module.variables.get("params", {})
+    for key in path:
+        if not hasattr(tree, "keys") or key not in tree:
+            return None
+        tree = tree[key]
+    return tuple(np.shape(tree))
+
+
+def check_features(x: Any, name: str, expected: int | None, what: str = "") -> None:
+    """Raise ``ValueError`` unless ``x``'s last axis has ``expected`` features.
+
+    The one check every layer with input-sized parameters runs before using them:
+    ``expected`` is read off the bound parameters (:func:`bound_param_shape`), so an
+    input of another size fails with the argument, the size the parameters were created
+    with and the shape received, instead of a ``dot_general``/``ScopeParamShapeError``
+    deep inside. ``expected=None`` (initialising) skips the check.
+    """
+    if expected is None:
+        return
+    shape = tuple(np.shape(x))
+    got = shape[-1] if shape else None
+    if got != expected:
+        extra = f" ({what})" if what else " (the input size its parameters were created with)"
+        raise ValueError(
+            f"`{name}` must have {expected} features on its last axis{extra}; "
+            f"got shape {shape}."
+        )
+
+
+def check_vocab_ids(x: Any, name: str, vocab_size: int, mask: Any = None) -> None:
+    """Host-side range check of token ids: ``ValueError`` unless every id (where ``mask`` is
+    True, if given) lies in ``[0, vocab_size)``.
+
+    For concrete arrays only (numpy, or a ``jax.Array`` held by this process); a tracer
+    is skipped. This is the check the train/eval step wrappers and ``decode_step`` run
+    *before* a jitted call, where :func:`check_range` cannot see the values.
+    """
+    if not is_concrete(x) or (mask is not None and not is_concrete(mask)):
+        return
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return
+    arr = np.asarray(x)
+    if not np.issubdtype(arr.dtype, np.integer):
+        return
+    if mask is not None:
+        m = np.asarray(mask).astype(bool)
+        try:
+            m = np.broadcast_to(m, arr.shape)
+        except ValueError:
+            raise ValueError(
+                f"the mask of `{name}` must have the shape of `{name}` {arr.shape}; got {m.shape}."
+            ) from None
+        arr = arr[m]
+    if arr.size == 0:
+        return
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= vocab_size:
+        where = " where the mask is True" if mask is not None else ""
+        bad = lo if lo < 0 else hi
+        raise ValueError(
+            f"`{name}` must hold token ids in [0, {vocab_size - 1}] (vocab_size={vocab_size})"
+            f"{where}; got values in [{lo}, {hi}] (e.g. {bad})."
+        )

@@ -34,7 +34,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import check_bool, check_integer, check_range, check_rank, is_concrete
+from seqjax._checks import (
+    bound_param_shape,
+    check_bool,
+    check_features,
+    check_integer,
+    check_lengths,
+    check_range,
+    check_rank,
+    is_concrete,
+)
 from seqjax.nn.dense import DenseGeneral
 from seqjax.nn.masks import causal_mask, combine_masks, padding_mask
 from seqjax.nn.positional import apply_rope
@@ -82,7 +91,10 @@ def masked_softmax(scores: Any, mask: Any = None, axis: int = -1) -> Array:
     if mask is not None:
         mask = jnp.asarray(mask)
         check_bool(mask, "mask")
-    return _masked_softmax(jnp.asarray(scores), mask, axis)
+    scores = jnp.asarray(scores)
+    if scores.size == 0:  # no keys (or no rows): nothing to normalise, all zeros
+        return jnp.zeros(scores.shape, jnp.float32)
+    return _masked_softmax(scores, mask, axis)
 
 
 @partial(jax.jit, static_argnums=2)
@@ -311,6 +323,7 @@ class Attention(nn.Module):
                 f"`values` must have {k_len} steps like `keys`; got shape {values.shape}."
             )
         dq = q_BxQxD.shape[-1]
+        self._check_sizes(query, keys)
         hidden = dk if self.hidden is None else self.hidden
         q_BxQxD, keys, values = nn.dtypes.promote_dtype(q_BxQxD, keys, values, dtype=self.dtype)
 
@@ -337,16 +350,50 @@ class Attention(nn.Module):
             mask = jnp.asarray(mask)
             check_bool(mask, "mask")
             check_rank(mask, "mask", (2, 3))
+            if mask.ndim == 3 and mask.shape[1] != q_BxQxD.shape[1]:
+                raise ValueError(
+                    f"`mask` must have {q_BxQxD.shape[1]} query rows like `query`; got shape "
+                    f"{mask.shape}."
+                )
             key_mask = mask[:, None, :] if mask.ndim == 2 else mask
             if key_mask.shape[-1] != k_len:
                 raise ValueError(f"`mask` must have {k_len} keys; got shape {mask.shape}.")
         if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", b, k_len)
             key_mask = combine_masks(key_mask, padding_mask(lengths, k_len)[:, None, :])
         w_BxQxK = masked_softmax(s_BxQxK, key_mask)
         ctx_BxQxV = jnp.einsum("bqk,bkv->bqv", w_BxQxK.astype(values.dtype), values)
         if single:
             return ctx_BxQxV[:, 0], w_BxQxK[:, 0]
         return ctx_BxQxV, w_BxQxK
+
+    def _check_sizes(self, query: Array, keys: Array) -> None:
+        """Query/key sizes against the bound score parameters (or each other for dot)."""
+        dq, dk = query.shape[-1], keys.shape[-1]
+        if self.score in ("dot", "scaled_dot"):
+            if dq != dk:
+                raise ValueError(
+                    f"`query` must have the feature size of `keys` (m_q = m_k = {dk}) for the "
+                    f"{self.score!r} score; got shape {tuple(query.shape)}."
+                )
+            return
+        if self.score == "general":
+            w = bound_param_shape(self, "kernel")
+            want_q, want_k = (None, None) if w is None else w
+        elif self.score == "additive":
+            wq, wk = bound_param_shape(self, "query_kernel"), bound_param_shape(self, "key_kernel")
+            want_q, want_k = (None if wq is None else wq[0]), (None if wk is None else wk[0])
+        else:  # concat: kernel [m_q + m_k, hidden]; only the sum is known
+            w = bound_param_shape(self, "kernel")
+            if w is not None and dq + dk != w[0]:
+                raise ValueError(
+                    f"`query` and `keys` must have {w[0]} features together (the sizes the "
+                    f"'concat' kernel was created with); got {dq} + {dk} (shapes "
+                    f"{tuple(query.shape)}, {tuple(keys.shape)})."
+                )
+            return
+        check_features(query, "query", want_q)
+        check_features(keys, "keys", want_k)
 
 
 # ============================================================================ dot-product attention
@@ -537,6 +584,11 @@ def dot_product_attention(
         _check_broadcast(bias, "bias", target)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     static = dict(is_causal=bool(is_causal), scale=scale)
+    if 0 in (b, q_len, k_len):
+        # Nothing to attend (an empty batch, no queries, or no keys: every row then sees
+        # no key and is zero, as a fully masked row is).
+        out = jnp.zeros((b, q_len, h, v.shape[-1]), q.dtype)
+        return (out, jnp.zeros(target, jnp.float32)) if return_weights else out
 
     if implementation in ("cudnn", "auto"):
         why_not = _cudnn_supported(q, k, v, dropout_rate, return_weights)
@@ -994,7 +1046,11 @@ class KVCache:
 
     * ``k``: ``[B, S, G, D]`` stored keys (``S`` = ``max_len``, ``G`` kv heads);
     * ``v``: ``[B, S, G, Dv]`` stored values;
-    * ``lengths``: ``int32[B]``, tokens already stored per row.
+    * ``lengths``: ``int32[B]``, tokens already stored per row;
+    * ``overflow``: ``int32[B]``, tokens that did not fit and were dropped (0 = none). A
+      concrete update that would overflow raises; under ``jit`` the tokens past
+      ``max_len`` are dropped (never written over earlier entries) and counted here —
+      check ``cache.overflow`` (or :attr:`overflowed`) after a jitted loop.
 
     Row ``b`` writes its next tokens at its own offset ``lengths[b]``, so a
     batch of prompts of different lengths (right padded) decodes correctly:
@@ -1012,6 +1068,7 @@ class KVCache:
     k: Array
     v: Array
     lengths: Array
+    overflow: Array | None = None
 
     @classmethod
     def create(
@@ -1033,11 +1090,19 @@ class KVCache:
             k=jnp.zeros((batch, max_len, num_kv_heads, head_dim), dtype),
             v=jnp.zeros((batch, max_len, num_kv_heads, dv), dtype),
             lengths=jnp.zeros((batch,), jnp.int32),
+            overflow=jnp.zeros((batch,), jnp.int32),
         )
 
     @property
     def max_len(self) -> int:
         return self.k.shape[1]
+
+    @property
+    def overflowed(self) -> Array:
+        """``bool[B]``: rows that lost tokens to a full cache (under ``jit``)."""
+        if self.overflow is None:
+            return jnp.zeros(self.lengths.shape, bool)
+        return self.overflow > 0
 
     @property
     def k_BxSxHkvxD(self) -> Array:
@@ -1058,7 +1123,8 @@ class KVCache:
         the new chunk is right padded; the padding is written too but is
         overwritten by the next update. Overflow past ``max_len`` is a
         ``ValueError`` when ``lengths`` are concrete; under ``jit`` the tokens
-        past the end are dropped (never written over earlier entries).
+        past the end are dropped (never written over earlier entries) and counted in
+        ``overflow``.
         """
         b, s = self.k.shape[:2]
         check_rank(k_BxTxGxD, "k", 4)
@@ -1108,8 +1174,10 @@ def _cache_write(cache: KVCache, k_BxTxGxD: Array, v_BxTxGxV: Array, num_new: Ar
     rows_Bx1 = jnp.arange(b, dtype=jnp.int32)[:, None]
     k = cache.k.at[rows_Bx1, pos_BxT].set(k_BxTxGxD.astype(cache.k.dtype), mode="drop")
     v = cache.v.at[rows_Bx1, pos_BxT].set(v_BxTxGxV.astype(cache.v.dtype), mode="drop")
-    lengths = jnp.minimum(cache.lengths + num_new, cache.k.shape[1])
-    return cache.replace(k=k, v=v, lengths=lengths)
+    wanted = cache.lengths + num_new
+    lengths = jnp.minimum(wanted, cache.k.shape[1])
+    overflow = None if cache.overflow is None else cache.overflow + (wanted - lengths)
+    return cache.replace(k=k, v=v, lengths=lengths, overflow=overflow)
 
 
 # ============================================================================ multi-head attention
@@ -1301,10 +1369,20 @@ class MultiHeadAttention(nn.Module):
             )
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"`cache` must be a KVCache; got {type(cache).__name__}.")
+        if cache is not None and cache.k.shape[0] != b:
+            raise ValueError(
+                f"`cache` must hold batch size {b} like `inputs_q`; got a cache of shape "
+                f"{tuple(cache.k.shape)} (from init_cache(batch={cache.k.shape[0]}, ...))."
+            )
         if self.rope_layout not in ("halves", "interleaved"):
             raise ValueError(
                 f"`rope_layout` must be 'halves' or 'interleaved'; got {self.rope_layout!r}."
             )
+        wq = bound_param_shape(self, "query", "kernel")
+        check_features(inputs_q, "inputs_q", None if wq is None else wq[0])
+        if kv is None and not self_attention:
+            wk = bound_param_shape(self, "key", "kernel")
+            check_features(x_kv, "inputs_kv", None if wk is None else wk[0])
         h, g = self.num_heads, self._kv_heads()
         d = self._head_dim(features)
         out_features = features if self.out_features is None else self.out_features
@@ -1339,10 +1417,11 @@ class MultiHeadAttention(nn.Module):
                                          name="key_norm")(k_BxKxGxD)
 
         if lengths is not None:
-            lengths = jnp.asarray(lengths)
-            check_integer(lengths, "lengths")
-            check_rank(lengths, "lengths", 1)
-            check_range(lengths, "lengths", 0, q_len)
+            lengths = check_lengths(lengths, "lengths", b, q_len)
+        if kv_lengths is not None:
+            if self_attention:
+                raise ValueError("`kv_lengths` is for cross-attention; use `lengths`.")
+            kv_lengths = check_lengths(kv_lengths, "kv_lengths", b, x_kv.shape[1])
         if self.use_rope:
             if positions is None:
                 start = cache.lengths[:, None] if cache is not None else 0
@@ -1365,15 +1444,14 @@ class MultiHeadAttention(nn.Module):
             if lengths is not None and self_attention:
                 attn_mask = combine_masks(attn_mask, padding_mask(lengths, q_len)[:, None, None])
         if kv_lengths is not None:
-            if self_attention:
-                raise ValueError("`kv_lengths` is for cross-attention; use `lengths`.")
-            kv_lengths = jnp.asarray(kv_lengths)
-            check_rank(kv_lengths, "kv_lengths", 1)
             key_valid = padding_mask(kv_lengths, x_kv.shape[1])
             attn_mask = combine_masks(attn_mask, key_valid[:, None, None, :])
         if mask is not None:
             mask = jnp.asarray(mask)
             check_bool(mask, "mask")
+            # Checked before it meets the masks built from lengths/kv_lengths/cache, so a
+            # wrong shape is reported as `mask`'s, against the keys it must cover.
+            _check_broadcast(mask, "mask", (b, h, q_len, k_BxKxGxD.shape[1]))
         attn_mask = combine_masks(attn_mask, mask)
 
         use_dropout = self.dropout_rate > 0.0 and not deterministic

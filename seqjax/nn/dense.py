@@ -101,4 +101,5 @@ def flat_attend(embed: nn.Embed, query: Array) -> Array:
     """``embed.attend(query)`` — the tied output layer ``q Eᵀ`` (J&M (9.16); Press & Wolf
     2017) — computed on ``query`` flattened to ``[N, D]`` for the same reason as above."""
     lead = query.shape[:-1]
-    return embed.attend(query.reshape(-1, query.shape[-1])).reshape(*lead, -1)
+    out = embed.attend(query.reshape(-1, query.shape[-1]))
+    return out.reshape(*lead, out.shape[-1])  # not -1: an empty batch has 0 elements

@@ -17,7 +17,14 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_integer, check_range, check_rank, check_tree_shapes
+from seqjax._checks import (
+    bound_param_shape,
+    check_features,
+    check_integer,
+    check_range,
+    check_rank,
+    check_tree_shapes,
+)
 from seqjax.nn import _sharding
 from seqjax.nn._fused_scan import fused_scan
 from seqjax.nn._layer_scan import gru_layer, lstm_layer
@@ -130,6 +137,8 @@ class RNN(nn.Module):
         reverse = self.reverse if reverse is None else reverse
         return_carry = self.return_carry if return_carry is None else return_carry
         check_rank(x, "x", 3)
+        kernel = bound_param_shape(self, "cell", "input", "kernel")
+        check_features(x, "x", None if kernel is None else kernel[0])
         x_BxTxP = jnp.swapaxes(x, 0, 1) if self.time_major else x
         batch, num_steps, _ = x_BxTxP.shape
         lengths = _check_lengths(lengths, batch, num_steps)
@@ -380,6 +389,10 @@ class StackedRNN(nn.Module):
                 f"`initial_carries` must have one entry per layer ({self.num_layers}); "
                 f"got {len(initial_carries)}."
             )
+        check_rank(x, "x", 3)
+        first = ("layer_0", "forward") if self.bidirectional else ("layer_0",)
+        kernel = bound_param_shape(self, *first, "cell", "input", "kernel")
+        check_features(x, "x", None if kernel is None else kernel[0])
         if self.implementation not in ("auto", "scan", "cudnn"):
             raise ValueError(
                 f"`implementation` must be 'auto', 'scan' or 'cudnn'; got {self.implementation!r}."
