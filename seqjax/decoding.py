@@ -41,7 +41,9 @@ deterministic for a given PRNG key (step ``n`` uses ``fold_in(key, n)``).
 
 Outputs hold the *generated* tokens only (``[B, N]``, ``N = max_new_tokens``),
 padded with ``pad_id`` after ``eos_id``; ``lengths`` counts generated tokens
-including ``eos_id``.
+including ``eos_id``. ``eos_id`` must lie in the model's vocabulary (``model.vocab_size``
+when it has one; an id the model can never emit would silently never stop a row);
+``pad_id`` is a token id or a negative marker such as -1.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -195,8 +197,28 @@ def process_logits(
 # --------------------------------------------------------------------------- shared set-up
 
 
+def _check_special_ids(model: Any, eos_id: Any, pad_id: Any) -> None:
+    """``eos_id`` (or ``None``) is a token id of the model's vocabulary — one outside it is
+    never generated, so decoding would silently never stop. ``pad_id`` is a token id too,
+    or negative: a marker (e.g. -1) that cannot be mistaken for a token."""
+    vocab = getattr(model, "vocab_size", None)
+    span = f"[0, {vocab - 1}] (vocab_size={vocab})" if isinstance(vocab, int) else ">= 0"
+    for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
+        if value is None and name == "eos_id":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"`{name}` must be an int token id; got {value!r}.")
+        if name == "eos_id" and value < 0:
+            raise ValueError(f"`eos_id` must be a token id in {span}; got {value}.")
+        if isinstance(vocab, int) and value >= vocab:
+            marker = " (or negative, e.g. -1, for a marker outside the vocabulary)" \
+                if name == "pad_id" else ""
+            raise ValueError(f"`{name}` must be a token id in {span}{marker}; got {value}.")
+
+
 def _check_prompt(
-    model: Any, prompt_BxT: Any, prompt_lengths_B: Any, max_new_tokens: int
+    model: Any, prompt_BxT: Any, prompt_lengths_B: Any, max_new_tokens: int,
+    eos_id: Any = None, pad_id: Any = 0,
 ) -> tuple[Array, Array]:
     check_rank(prompt_BxT, "prompt", 2)
     check_integer(prompt_BxT, "prompt")
@@ -215,8 +237,10 @@ def _check_prompt(
         raise ValueError(f"`prompt_lengths` must have shape ({batch},); got "
                          f"{tuple(np.shape(prompt_lengths_B))}.")
     check_range(prompt_lengths_B, "prompt_lengths", 1, num_steps)
-    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+    if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer))
+            or max_new_tokens < 1):
         raise ValueError(f"`max_new_tokens` must be a positive int; got {max_new_tokens!r}.")
+    _check_special_ids(model, eos_id, pad_id)
     return jnp.asarray(prompt_BxT, jnp.int32), jnp.asarray(prompt_lengths_B, jnp.int32)
 
 
@@ -303,7 +327,8 @@ def greedy_search(
     ``T``) -> :class:`DecodeOutput` with ``tokens: [B, max_new_tokens]``.
     ``inputs``: extra keyword inputs for the model's ``init_decode_state``.
     """
-    prompt_BxT, lengths_B = _check_prompt(model, prompt_BxT, prompt_lengths_B, max_new_tokens)
+    prompt_BxT, lengths_B = _check_prompt(
+        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id)
     return _sample_loop(
         model, params, prompt_BxT, lengths_B, None, dict(inputs or {}),
         max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id, temperature=0.0,
@@ -338,7 +363,8 @@ def sample(
         raise ValueError(f"`top_k` must be >= 1; got {top_k}.")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
-    prompt_BxT, lengths_B = _check_prompt(model, prompt_BxT, prompt_lengths_B, max_new_tokens)
+    prompt_BxT, lengths_B = _check_prompt(
+        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id)
     key = jnp.asarray(key) if temperature > 0 else None
     return _sample_loop(
         model, params, prompt_BxT, lengths_B, key, dict(inputs or {}),
@@ -470,7 +496,8 @@ def beam_search(
         raise ValueError(f"`beam_size` must be a positive int; got {beam_size!r}.")
     if length_penalty < 0:
         raise ValueError(f"`length_penalty` must be >= 0; got {length_penalty}.")
-    prompt_BxT, lengths_B = _check_prompt(model, prompt_BxT, prompt_lengths_B, max_new_tokens)
+    prompt_BxT, lengths_B = _check_prompt(
+        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id)
     return _beam_loop(
         model, params, prompt_BxT, lengths_B, dict(inputs or {}), beam_size=int(beam_size),
         max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id,

@@ -11,7 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_integer, check_range, check_rank, is_concrete
+from seqjax._checks import (
+    check_integer,
+    check_lengths,
+    check_range,
+    check_rank,
+    check_vocab_ids,
+    is_concrete,
+)
 
 Array = jax.Array
 
@@ -20,7 +27,12 @@ __all__ = [
     "as_variables",
     "check_preset",
     "check_lengths",
+    "check_nonempty",
+    "check_same_batch",
+    "check_step_tokens",
     "check_tokens",
+    "flag_oov_rows",
+    "split_oov",
     "gather_time",
     "layers_from_batch_major",
     "layers_to_batch_major",
@@ -49,16 +61,55 @@ def check_tokens(tokens: Any, name: str, vocab_size: int, rank: int = 2) -> Arra
     return jnp.asarray(tokens).astype(jnp.int32)
 
 
-def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> Array:
-    """``int32[B]`` lengths in ``[low, max_len]``."""
-    check_rank(lengths, name, 1)
-    check_integer(lengths, name)
-    if np.shape(lengths)[0] != batch:
+def check_nonempty(tokens_BxT: Any, name: str, why: str) -> None:
+    """``ValueError`` unless ``tokens_BxT`` has at least one position (``T >= 1``)."""
+    if np.shape(tokens_BxT)[1] < 1:
         raise ValueError(
-            f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
+            f"`{name}` must hold at least one token per row ({why}); got shape "
+            f"{tuple(np.shape(tokens_BxT))}."
         )
-    check_range(lengths, name, low, max_len)
-    return jnp.asarray(lengths).astype(jnp.int32)
+
+
+def check_same_batch(x: Any, name: str, ref: Any, ref_name: str) -> None:
+    """``ValueError`` unless ``x`` and ``ref`` have the same leading (batch) size."""
+    if np.shape(x)[0] != np.shape(ref)[0]:
+        raise ValueError(
+            f"`{name}` must have the batch size of `{ref_name}` ({np.shape(ref)[0]}); got shape "
+            f"{tuple(np.shape(x))}."
+        )
+
+
+def check_step_tokens(tokens_B: Any, vocab_size: int, state: Any) -> Array:
+    """The ``tokens_B`` of a ``decode_step``: ``int[B]`` with ``B`` the state's batch, and —
+    when concrete (called outside ``jit``) — every id in ``[0, vocab_size)``.
+
+    Traced tokens cannot be inspected; the models' step then runs :func:`split_oov` /
+    :func:`flag_oov_rows` so that an out-of-vocabulary id gives NaN logits for its row
+    and leaves that row's state (KV cache, carry) as it was, instead of poisoning it.
+    """
+    check_rank(tokens_B, "tokens", 1)
+    check_integer(tokens_B, "tokens")
+    leaves = jax.tree_util.tree_leaves(state)
+    if leaves and np.ndim(leaves[0]) and np.shape(leaves[0])[0] != np.shape(tokens_B)[0]:
+        raise ValueError(
+            f"`tokens` must have shape (batch,) = ({np.shape(leaves[0])[0]},) like the decoding "
+            f"state; got {tuple(np.shape(tokens_B))}."
+        )
+    check_vocab_ids(tokens_B, "tokens", vocab_size)
+    return jnp.asarray(tokens_B).astype(jnp.int32)
+
+
+def split_oov(tokens_B: Array, vocab_size: int) -> tuple[Array, Array]:
+    """``(safe_tokens_B, valid_B)``: ids outside ``[0, vocab_size)`` replaced by 0, and
+    ``valid_B`` True where the id was in the vocabulary (see :func:`check_step_tokens`)."""
+    valid_B = (tokens_B >= 0) & (tokens_B < vocab_size)
+    return jnp.where(valid_B, tokens_B, 0), valid_B
+
+
+def flag_oov_rows(logits_BxV: Array, valid_B: Array) -> Array:
+    """NaN logits for the rows whose token was out of the vocabulary (the error signal of
+    a traced ``decode_step``)."""
+    return jnp.where(valid_B[:, None], logits_BxV, jnp.nan)
 
 
 def length_mask(lengths_B: Array, max_len: int) -> Array:

@@ -246,7 +246,9 @@ class Bert(nn.Module):
             mlm_bias = self.param("mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,),
                                   self.param_dtype)
             out["mlm_logits"] = (flat_attend(token_embed, h_BxTxD) + mlm_bias).astype(jnp.float32)
-        first_BxD = z_BxTxD[:, 0]
+        # The first ([CLS]) position; an empty sequence pools to zeros like a row of length 0.
+        first_BxD = z_BxTxD[:, 0] if num_steps else jnp.zeros((batch, cfg.embed_dim),
+                                                              z_BxTxD.dtype)
         if cfg.pooler:
             first_BxD = jnp.tanh(dense(cfg.embed_dim, "pooler")(first_BxD))
             out["pooled"] = first_BxD

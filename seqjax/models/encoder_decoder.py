@@ -39,14 +39,18 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_rank
 from seqjax.models._common import (
     as_variables,
     check_lengths,
+    check_nonempty,
     check_preset,
+    check_same_batch,
+    check_step_tokens,
     check_tokens,
+    flag_oov_rows,
     layers_from_batch_major,
     layers_to_batch_major,
+    split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
@@ -239,6 +243,7 @@ class Transformer(nn.Module):
                deterministic: bool = True) -> tuple[Array, Array]:
         """``(z_BxSxD, src_lengths_B)``: the encoder output ``Z*`` (zeros at padding)."""
         src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
+        check_nonempty(src_BxS, "src", "the decoder's cross-attention needs a key")
         batch, src_len = src_BxS.shape
         self._check_len(src_len, "src")
         if src_lengths is None:
@@ -257,8 +262,9 @@ class Transformer(nn.Module):
         *,
         deterministic: bool = True,
     ) -> Array:
-        z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths, deterministic=deterministic)
         tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.target_vocab_size)
+        check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
+        z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths, deterministic=deterministic)
         batch, tgt_len = tgt_in_BxT.shape
         self._check_len(tgt_len, "tgt_in")
         if tgt_lengths is not None:
@@ -285,13 +291,16 @@ class Transformer(nn.Module):
                 "enc": z_BxSxD, "src_lengths": src_lengths, "positions": lengths_B}
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        # Out-of-vocabulary ids (seen only here under jit): NaN logits, cache not advanced.
+        tokens_B, valid_B = split_oov(tokens_B, self.config.target_vocab_size)
         y_Bx1xD = self._embed(tokens_B[:, None], False, state["positions"][:, None], True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder(y_Bx1xD, encoder_out=state["enc"],
+        h_Bx1xD, cache = self.decoder(y_Bx1xD, lengths=valid_B.astype(jnp.int32),
+                                      encoder_out=state["enc"],
                                       encoder_lengths=state["src_lengths"], cache=cache)
         new_state = {**state, "cache": layers_to_batch_major(cache, self.config.scan_layers),
-                     "positions": state["positions"] + 1}
-        return self._head(h_Bx1xD)[:, 0], new_state
+                     "positions": state["positions"] + valid_B}
+        return flag_oov_rows(self._head(h_Bx1xD)[:, 0], valid_B), new_state
 
     def init_decode_state(
         self,
@@ -311,6 +320,8 @@ class Transformer(nn.Module):
         once and reused by every :meth:`decode_step`.
         """
         prompt_BxT = check_tokens(prompt_BxT, "prompt", self.config.target_vocab_size)
+        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
+        check_same_batch(src, "src", prompt_BxT, "prompt")
         batch, num_steps = prompt_BxT.shape
         if prompt_lengths_B is None:
             prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
@@ -325,6 +336,10 @@ class Transformer(nn.Module):
                           src_lengths, method=type(self)._prefill)
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Append one target token per row: ``(logits_BxV, new_state)``."""
-        check_rank(tokens_B, "tokens", 1)
+        """Append one target token per row: ``(logits_BxV, new_state)``.
+
+        An id outside the target vocabulary is a ``ValueError``; under ``jit`` its row gets
+        NaN logits and its cache is left as it was.
+        """
+        tokens_B = check_step_tokens(tokens_B, self.config.target_vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)

@@ -27,14 +27,17 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_rank
 from seqjax.models._common import (
     as_variables,
     check_lengths,
+    check_nonempty,
     check_preset,
+    check_step_tokens,
     check_tokens,
+    flag_oov_rows,
     layers_from_batch_major,
     layers_to_batch_major,
+    split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.positional import LearnedPositionalEmbedding
@@ -224,13 +227,17 @@ class TransformerLM(nn.Module):
                 "positions": lengths_B}
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        # An out-of-vocabulary id (seen only here under jit) embeds as id 0 with length 0:
+        # its row's cache does not advance (the slot is overwritten by the next token) and
+        # its logits are NaN — the cache is never poisoned.
+        tokens_B, valid_B = split_oov(tokens_B, self.config.vocab_size)
         pos_Bx1 = state["positions"][:, None]
         x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder(x_Bx1xD, cache=cache)
+        h_Bx1xD, cache = self.decoder(x_Bx1xD, lengths=valid_B.astype(jnp.int32), cache=cache)
         new_state = {"cache": layers_to_batch_major(cache, self.config.scan_layers),
-                     "positions": state["positions"] + 1}
-        return self._head(h_Bx1xD)[:, 0], new_state
+                     "positions": state["positions"] + valid_B}
+        return flag_oov_rows(self._head(h_Bx1xD)[:, 0], valid_B), new_state
 
     def init_decode_state(
         self,
@@ -244,6 +251,7 @@ class TransformerLM(nn.Module):
         State ``{"cache": [KVCache per layer], "positions": int32[B]}`` (batch-leading).
         """
         prompt_BxT = check_tokens(prompt_BxT, "prompt", self.config.vocab_size)
+        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
         batch, num_steps = prompt_BxT.shape
         if prompt_lengths_B is None:
             prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
@@ -260,6 +268,11 @@ class TransformerLM(nn.Module):
                           method=type(self)._prefill)
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Append one token per row to the caches: ``(logits_BxV, new_state)``."""
-        check_rank(tokens_B, "tokens", 1)
+        """Append one token per row to the caches: ``(logits_BxV, new_state)``.
+
+        An id outside the vocabulary is a ``ValueError``; under ``jit`` its row gets NaN
+        logits and its cache is left as it was. A cache that fills up under ``jit`` drops
+        the tokens past ``max_len`` and counts them in each layer's ``KVCache.overflow``.
+        """
+        tokens_B = check_step_tokens(tokens_B, self.config.vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)

@@ -28,8 +28,12 @@ from seqjax.models._common import (
     POOLINGS,
     as_variables,
     check_lengths,
+    check_nonempty,
+    check_step_tokens,
     check_tokens,
+    flag_oov_rows,
     masked_pool,
+    split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.recurrent import StackedRNN
@@ -185,10 +189,14 @@ class RNNLanguageModel(nn.Module):
         return self.hidden_states(prompt_BxT, lengths_B)[1]
 
     def _step(self, state: tuple[Carry, ...], tokens_B: Array) -> tuple[Array, tuple[Carry, ...]]:
+        tokens_B, valid_B = split_oov(tokens_B, self.vocab_size)
         logits_Bx1xV, carries = self(
             tokens_B[:, None], initial_carries=state, return_carries=True
         )
-        return logits_Bx1xV[:, 0], carries
+        carries = jax.tree_util.tree_map(  # an out-of-vocabulary row keeps its carry
+            lambda n, o: jnp.where(valid_B.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
+            carries, state)
+        return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), carries
 
     def init_decode_state(
         self,
@@ -203,6 +211,7 @@ class RNNLanguageModel(nn.Module):
         """
         del max_len
         prompt_BxT = check_tokens(prompt_BxT, "prompt", self.vocab_size)
+        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
         batch, num_steps = prompt_BxT.shape
         if prompt_lengths_B is None:
             prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
@@ -214,8 +223,12 @@ class RNNLanguageModel(nn.Module):
     def decode_step(
         self, params: Any, state: tuple[Carry, ...], tokens_B: Array
     ) -> tuple[Array, tuple[Carry, ...]]:
-        """Feed one token per row: ``tokens_B -> (logits_BxV, new_state)`` (J&M Fig. 9.9)."""
-        check_rank(tokens_B, "tokens", 1)
+        """Feed one token per row: ``tokens_B -> (logits_BxV, new_state)`` (J&M Fig. 9.9).
+
+        An id outside the vocabulary is a ``ValueError``; under ``jit`` (where it cannot be
+        seen) its row gets NaN logits and keeps its carry.
+        """
+        tokens_B = check_step_tokens(tokens_B, self.vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
 
 

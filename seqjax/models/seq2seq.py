@@ -52,12 +52,16 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_rank
 from seqjax.models._common import (
     as_variables,
     check_lengths,
+    check_nonempty,
+    check_same_batch,
+    check_step_tokens,
     check_tokens,
+    flag_oov_rows,
     length_mask,
+    split_oov,
 )
 from seqjax.nn.attention import Attention
 from seqjax.nn.dense import Dense
@@ -307,6 +311,7 @@ class Seq2Seq(nn.Module):
         state, ``[h_f^{⟨n⟩}; h_r^{⟨1⟩}]`` for a bidirectional encoder.
         """
         src_BxS = check_tokens(src_BxS, "src", self.src_vocab_size)
+        check_nonempty(src_BxS, "src", "the encoder needs a last state to pass on")
         batch, src_len = src_BxS.shape
         if src_lengths is None:
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
@@ -369,6 +374,7 @@ class Seq2Seq(nn.Module):
         return_attention: bool = False,
     ) -> Array | tuple[Array, Array]:
         tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.tgt_vocab_size)
+        check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
         v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
         valid_BxT = jnp.ones(tgt_in_BxT.shape, bool)
         _, logits_BxTxV, w_BxTxS = self._decode(
@@ -398,11 +404,13 @@ class Seq2Seq(nn.Module):
                 "src_valid": src_valid, "z": z}
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        # Out-of-vocabulary ids (seen only here under jit): NaN logits, carries kept.
+        tokens_B, valid_B = split_oov(tokens_B, self.tgt_vocab_size)
         carries, logits_Bx1xV, w = self._decode(
-            state["carries"], tokens_B[:, None], jnp.ones((tokens_B.shape[0], 1), bool),
+            state["carries"], tokens_B[:, None], valid_B[:, None],
             state["enc"], state["src_valid"], state["z"], True,
         )
-        return logits_Bx1xV[:, 0], {**state, "carries": carries}
+        return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), {**state, "carries": carries}
 
     def init_decode_state(
         self,
@@ -420,6 +428,8 @@ class Seq2Seq(nn.Module):
         """
         del max_len
         prompt_BxT = check_tokens(prompt_BxT, "prompt", self.tgt_vocab_size)
+        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
+        check_same_batch(src, "src", prompt_BxT, "prompt")
         batch, num_steps = prompt_BxT.shape
         if prompt_lengths_B is None:
             prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
@@ -428,6 +438,10 @@ class Seq2Seq(nn.Module):
                           src_lengths, method=type(self)._prefill)
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Feed one target token per row: ``(logits_BxV, new_state)``."""
-        check_rank(tokens_B, "tokens", 1)
+        """Feed one target token per row: ``(logits_BxV, new_state)``.
+
+        An id outside the target vocabulary is a ``ValueError``; under ``jit`` its row gets
+        NaN logits and keeps its carries.
+        """
+        tokens_B = check_step_tokens(tokens_B, self.tgt_vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
