@@ -449,6 +449,9 @@ def pad_batch(
         >>> b["ids"].tolist(), b["lengths"].tolist()
         ([[5, 6, 7], [8, 0, 0]], [3, 1])
     """
+    _check_positive(pad_to_multiple=pad_to_multiple)
+    if length is not None and (not isinstance(length, int | np.integer) or length < 0):
+        raise ValueError(f"`length` must be an int >= 0 or None; got {length!r}.")
     lengths = np.array([len(s) for s in seqs], np.int32)
     longest = int(lengths.max()) if len(lengths) else 0
     if length is None:
@@ -638,6 +641,7 @@ def random_windows(
         >>> (b["targets"] - b["inputs"]).tolist()
         [[1, 1, 1, 1], [1, 1, 1, 1]]
     """
+    _check_positive(batch_size=batch_size, block_size=block_size)
     tokens_N = np.asarray(tokens_N)
     if tokens_N.ndim != 1 or len(tokens_N) <= block_size:
         raise ValueError(
@@ -646,6 +650,13 @@ def random_windows(
         )
     ix = rng.integers(0, len(tokens_N) - block_size, size=batch_size)
     return _windows_at(tokens_N, ix, block_size)
+
+
+def _check_positive(**values: Any) -> None:
+    """``ValueError`` unless every value is an int >= 1 (a window, batch or chunk size)."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise ValueError(f"`{name}` must be an int >= 1; got {v!r}.")
 
 
 def _windows_at(tokens: np.ndarray, ix: np.ndarray, block_size: int) -> dict[str, np.ndarray]:
@@ -743,6 +754,7 @@ class LMWindowIterator(_Resumable):
         shard_index: int | None = None,
         shard_count: int | None = None,
     ):
+        _check_positive(batch_size=batch_size, block_size=block_size)
         self.tokens = np.asarray(tokens_N)
         if self.tokens.ndim != 1 or len(self.tokens) <= block_size:
             raise ValueError(
@@ -809,6 +821,7 @@ class TBPTTIterator(_Resumable):
         shard_index: int | None = None,
         shard_count: int | None = None,
     ):
+        _check_positive(batch_size=batch_size, seq_len=seq_len)
         tokens = np.asarray(tokens_N)
         self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
         g = batch_size * self.shard_count

@@ -30,7 +30,7 @@ import collections
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -345,6 +345,9 @@ class CharTokenizer(_VocabTokenizer):
         chars: set[str] = set()
         for t in [text] if isinstance(text, str) else text:
             chars.update(t)
+        if not chars:
+            raise ValueError("`text` is empty: a character vocabulary needs at least one "
+                             "character (got no text, or only empty strings).")
         specials = special_tokens.tokens()
         return cls(specials + sorted(chars - set(specials)), special_tokens)
 
@@ -411,6 +414,9 @@ class WordTokenizer(_VocabTokenizer):
         counts: collections.Counter[str] = collections.Counter()
         for t in texts:
             counts.update(regex.findall(t.lower() if lowercase else t))
+        if not counts:
+            raise ValueError(f"`texts` hold no words (pattern {pattern!r}): a word vocabulary "
+                             "needs at least one; got no texts or only empty ones.")
         specials = special_tokens.tokens()
         words = sorted(
             (w for w, c in counts.items() if c >= min_freq and w not in specials),
@@ -583,7 +589,19 @@ def train_bpe(
         initial_alphabet=alphabet,
         show_progress=False,
     )
-    tokenizer.train_from_iterator(texts, trainer)
+    chars = [0]
+
+    def counted() -> Iterator[str]:  # the corpus may be a stream: count as it flows
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"`texts` must yield str; got {type(t).__name__}.")
+            chars[0] += len(t)
+            yield t
+
+    tokenizer.train_from_iterator(counted(), trainer)
+    if chars[0] == 0:
+        raise ValueError("`texts` is empty: BPE needs a corpus to learn merges from (got no "
+                         "text, or only empty strings).")
     return HFTokenizer(tokenizer, special_tokens)
 
 
