@@ -126,14 +126,21 @@ def _load_safetensors(path: Path) -> dict[str, np.ndarray]:
     st = _safetensors()
     out: dict[str, np.ndarray] = {}
     bf16: list[str] = []
-    with st.safe_open(str(path), framework="np") as f:
-        for name in f.keys():
-            if f.get_slice(name).get_dtype() == "BF16":
-                bf16.append(name)
-            else:
-                out[name] = f.get_tensor(name)
-    if bf16:
-        out.update(_read_bf16(path, bf16))
+    try:
+        with st.safe_open(str(path), framework="np") as f:
+            for name in f.keys():
+                if f.get_slice(name).get_dtype() == "BF16":
+                    bf16.append(name)
+                else:
+                    out[name] = f.get_tensor(name)
+        if bf16:
+            out.update(_read_bf16(path, bf16))
+    except (OSError, ValueError, KeyError, struct.error, st.SafetensorError) as err:
+        size = path.stat().st_size if path.exists() else 0
+        raise ValueError(
+            f"cannot read the safetensors file {str(path)!r} ({size} bytes): {err}. Is it "
+            "truncated (an interrupted download) or not a safetensors file?"
+        ) from err
     return out
 
 

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -62,6 +63,29 @@ def _quiet_orbax() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+def _silence_closed_loop_noise() -> None:
+    """Drop the ``RuntimeError('Event loop is closed')`` tracebacks of a failed orbax read.
+
+    After a read fails, tensorstore futures of that read still complete and call back into
+    the event loop of orbax's finished ``asyncio.run``; Python reports each as an
+    "unraisable" exception — harmless noise printed over the real message (the
+    :class:`CheckpointWarning`). This wraps ``sys.unraisablehook`` (once per process) to
+    drop exactly that error; every other one reaches the previous hook.
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "_seqjax_closed_loop_filter", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        err = unraisable.exc_value
+        if isinstance(err, RuntimeError) and str(err) == "Event loop is closed":
+            return
+        previous(unraisable)
+
+    hook._seqjax_closed_loop_filter = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 class CheckpointMismatchError(ValueError):
@@ -391,6 +415,7 @@ class Checkpointer:
         Raises :class:`CheckpointMismatchError` when the checkpoint does not fit.
         """
         self.wait()
+        _silence_closed_loop_noise()  # before any read: a failed one's callbacks come early
         if step is not None:
             return self._restore_step(int(step), target)
         steps = self.all_steps()
@@ -413,6 +438,7 @@ class Checkpointer:
     ) -> Any:
         """The parameters alone (for inference); see :func:`restore_params`."""
         self.wait()
+        _silence_closed_loop_noise()
         steps = [step] if step is not None else self.all_steps()[::-1]
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}.")
