@@ -30,8 +30,15 @@ stop decision is taken with JAX's preemption sync point
 (``multihost_utils.reached_preemption_sync_point``, fed by the coordination service,
 which owns SIGTERM in a distributed job; SIGINT is forwarded to it), so all processes
 agree on the step, save it together and return ``"interrupted"``. A non-finite ``loss`` or
-``grad_norm`` raises :class:`NonFiniteLossError` naming the step and the metric; nothing
-is saved after the last finite step, so the last good checkpoint stays the newest.
+``grad_norm`` raises :class:`NonFiniteLossError` naming the step, the metric and the likely
+causes (learning rate, gradients, unchecked token ids, half precision); nothing is saved
+after the last finite step, so the last good checkpoint stays the newest.
+
+**Batch check.** A train step with a ``check_batch`` (e.g. from
+:func:`seqjax.train.step.make_train_step` given ``vocab_size``, or a
+:func:`~seqjax.train.losses.make_lm_loss` that knows the model's vocabulary) has every host
+batch checked *before* it is placed on the devices: an out-of-vocabulary id is a
+``ValueError`` naming the batch key and the step, not a NaN or a silently wrong loss.
 
 Metrics stay on the device between logged steps (the host runs at most 8 steps ahead)
 and are fetched together at log, eval and checkpoint steps, where every one of them is
@@ -63,6 +70,7 @@ __all__ = [
     "FitResult",
     "NonFiniteLossError",
     "fit",
+    "non_finite_hint",
     "evaluate",
     "read_metrics",
     "plot_curves",
@@ -91,12 +99,43 @@ _PEAK_FLOPS = {
 
 
 class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN/inf metric; ``step``, ``metric`` and ``value`` say where."""
+    """Training produced a NaN/inf metric; ``step``, ``metric`` and ``value`` say where,
+    ``hint`` the likely causes (see :func:`non_finite_hint`)."""
 
-    def __init__(self, step: int, metric: str, value: float, workdir: str | None = None) -> None:
-        self.step, self.metric, self.value = step, metric, value
+    def __init__(self, step: int, metric: str, value: float, workdir: str | None = None,
+                 hint: str | None = None) -> None:
+        self.step, self.metric, self.value, self.hint = step, metric, value, hint
         where = f"; the last good checkpoint is in {workdir}/checkpoints" if workdir else ""
-        super().__init__(f"non-finite {metric} = {value} at step {step}; training stopped{where}.")
+        more = f" {hint}" if hint else ""
+        super().__init__(
+            f"non-finite {metric} = {value} at step {step}; training stopped{where}.{more}")
+
+
+def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, float] | None,
+                    batches_checked: bool) -> str:
+    """The likely causes of a NaN/inf step, most specific first, from what fit saw.
+
+    ``metrics``: the bad step's metrics; ``last_finite``: the previous finite step's
+    (``None`` if the first step failed); ``batches_checked``: whether token ids were
+    range-checked on the host (a train step with ``check_batch``).
+    """
+    causes = []
+    lr = metrics.get("lr")
+    if lr is not None and math.isfinite(lr):
+        causes.append(f"a learning rate too high (lr = {lr:.3g} at this step)")
+    else:
+        causes.append("a learning rate too high")
+    if last_finite and "grad_norm" in last_finite:
+        causes.append(f"exploding gradients (grad_norm = {last_finite['grad_norm']:.3g} at the "
+                      "previous step; clip them, e.g. max_grad_norm=1.0)")
+    else:
+        causes.append("exploding gradients (clip them, e.g. max_grad_norm=1.0)")
+    if not batches_checked:
+        causes.append("token ids outside the vocabulary — the batches were not range-checked: "
+                      "give make_train_step / Parallel.train_step `vocab_size=` (or use "
+                      "make_lm_loss on flax_apply_fn(model)) to check them before the step")
+    causes.append("a float16/bfloat16 overflow, if the step computes in half precision")
+    return "Likely causes: " + "; ".join(causes) + "."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,8 +302,13 @@ def evaluate(
     sums: dict[str, float] = {}
     total = 0.0
     n = 0
+    check = getattr(eval_step, "check_batch", None)
+    if check is not None and place_batch is not None:  # check the host batch, then place it
+        eval_step = getattr(eval_step, "unchecked", eval_step)
     for batch in batches:
         if place_batch is not None:
+            if check is not None:
+                check(batch)
             batch = place_batch(batch)
         m = {k: float(v) for k, v in host_value(dict(eval_step(params, batch))).items()}
         w = m.pop("tokens", 1.0)
@@ -523,11 +567,16 @@ def fit(
             writer = _tensorboard_writer(os.path.join(workdir, "tensorboard"),
                                          purge_step=start + 1 if start else None)
 
+    # Token ids are checked on the host batch, before it is placed on the devices (the
+    # jitted step cannot see them; see seqjax.train.step.make_batch_check).
+    check_batch = getattr(train_step, "check_batch", None)
+    run_step = getattr(train_step, "unchecked", train_step) if check_batch else train_step
     peak = cfg.peak_flops or peak_flops_per_device()
     n_dev = int(run_info["devices"])
     history: list[dict] = []
     eval_metrics: dict = {}
     last_metrics: dict = {}
+    last_finite: dict = {}
     bar = None
     if cfg.progress and primary and start < cfg.num_steps:
         from tqdm.auto import tqdm
@@ -564,7 +613,10 @@ def fit(
             m = {k: float(v) for k, v in m_host.items()}
             for name in cfg.finite_check:
                 if name in m and not math.isfinite(m[name]):
-                    raise NonFiniteLossError(s, name, m[name], workdir)
+                    hint = non_finite_hint(m, last_finite or None, check_batch is not None)
+                    raise NonFiniteLossError(s, name, m[name], workdir, hint)
+            last_finite.clear()
+            last_finite.update(m)
             clock["tokens"] += m.get("tokens", 0.0)
         last_metrics.clear()
         last_metrics.update(m)
@@ -606,9 +658,15 @@ def fit(
             pending: list[tuple[int, Any]] = []
             for s in range(start + 1, cfg.num_steps + 1):
                 batch = get_batch(s - 1)
+                if check_batch is not None:
+                    try:
+                        check_batch(batch)
+                    except ValueError as err:
+                        raise ValueError(f"{err} (the training batch of step {s}; nothing "
+                                         "was trained on it)") from None
                 if place_batch is not None:
                     batch = place_batch(batch)
-                state, m_dev = train_step(state, batch)
+                state, m_dev = run_step(state, batch)
                 pending.append((s, m_dev))
                 final = s == cfg.num_steps
                 stop = guard.should_stop(s)

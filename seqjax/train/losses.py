@@ -235,6 +235,22 @@ def bits_per_char(mean_nll: Array | float, chars_per_token: float = 1.0) -> Arra
 ApplyFn = Callable[[Any, Array, Array, bool], Array]
 
 
+def attach_batch_check(fn: Callable, apply_fn: Any, vocab_size: int | None, *,
+                       inputs_key: str = "inputs", targets_key: str = "targets",
+                       mask_key: str = "mask") -> Callable:
+    """Give ``fn`` a ``check_batch`` attribute (the host-side token-id check that
+    :func:`seqjax.train.step.make_train_step` runs before the jitted step) when the
+    vocabulary is known: ``vocab_size``, else ``apply_fn.vocab_size`` (set by
+    :func:`seqjax.train.step.flax_apply_fn` for a model with one)."""
+    from seqjax.train.step import make_batch_check
+
+    vocab = getattr(apply_fn, "vocab_size", None) if vocab_size is None else vocab_size
+    if vocab is not None:
+        fn.check_batch = make_batch_check(  # type: ignore[attr-defined]
+            vocab, inputs_key=inputs_key, targets_key=targets_key, mask_key=mask_key)
+    return fn
+
+
 def make_lm_loss(
     apply_fn: ApplyFn,
     *,
@@ -242,6 +258,7 @@ def make_lm_loss(
     inputs_key: str = "inputs",
     targets_key: str = "targets",
     mask_key: str = "mask",
+    vocab_size: int | None = None,
 ) -> Callable[[Any, Mapping[str, Array], Array], tuple[Array, dict[str, Array]]]:
     """A language-model training loss for :func:`seqjax.train.step.make_train_step`.
 
@@ -251,6 +268,12 @@ def make_lm_loss(
     (mask ``batch["mask"]`` if present). ``metrics`` holds ``accuracy``,
     ``tokens`` (the number of kept positions, used to weight shards and
     evaluation batches) and, with smoothing, ``nll`` (the unsmoothed loss).
+
+    With ``vocab_size`` (default: ``apply_fn.vocab_size``, which
+    :func:`seqjax.train.step.flax_apply_fn` sets from the model) the returned function
+    carries ``loss_fn.check_batch``: inputs and (unmasked) targets must lie in
+    ``[0, vocab_size)``, checked on the host before every jitted step, where the ids
+    cannot be seen.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -274,7 +297,8 @@ def make_lm_loss(
             metrics["nll"] = masked_cross_entropy(logits, labels, mask)
         return loss, metrics
 
-    return loss_fn
+    return attach_batch_check(loss_fn, apply_fn, vocab_size, inputs_key=inputs_key,
+                              targets_key=targets_key, mask_key=mask_key)
 
 
 def make_lm_eval(
@@ -283,11 +307,13 @@ def make_lm_eval(
     inputs_key: str = "inputs",
     targets_key: str = "targets",
     mask_key: str = "mask",
+    vocab_size: int | None = None,
 ) -> Callable[[Any, Mapping[str, Array]], dict[str, Array]]:
     """An evaluation function ``eval_fn(params, batch) -> {"loss", "accuracy", "tokens"}``.
 
     ``loss`` is the unsmoothed mean NLL over kept positions; :func:`seqjax.train.loop.evaluate`
-    averages batches weighted by ``tokens`` and adds ``perplexity = exp(loss)``.
+    averages batches weighted by ``tokens`` and adds ``perplexity = exp(loss)``. The batch
+    check is attached as in :func:`make_lm_loss`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -306,4 +332,5 @@ def make_lm_eval(
             "tokens": _count(labels, mask),
         }
 
-    return eval_fn
+    return attach_batch_check(eval_fn, apply_fn, vocab_size, inputs_key=inputs_key,
+                              targets_key=targets_key, mask_key=mask_key)

@@ -54,8 +54,11 @@ LossFn = Callable[..., tuple[Array, Any]]
 StepFn = Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]
 
 __all__ = [
+    "BatchCheck",
     "cast_floating",
+    "checked_step",
     "flax_apply_fn",
+    "make_batch_check",
     "make_train_step",
     "make_eval_step",
     "create_train_state",
@@ -64,6 +67,131 @@ __all__ = [
     "pmap_unreplicate",
     "split_for_pmap",
 ]
+
+
+BatchCheck = Callable[[Batch], None]
+
+
+def _host_array(x: Any) -> np.ndarray | None:
+    """``x`` as numpy if reading it costs no device round trip: numpy, Python data, or a
+    ``jax.Array`` on the CPU held by this process; ``None`` otherwise (tracers, accelerator
+    arrays — checking those would stall the host on every step)."""
+    if isinstance(x, np.ndarray | np.generic | list | tuple | int):
+        return np.asarray(x)
+    if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
+        return None
+    if not x.is_fully_addressable or any(d.platform != "cpu" for d in x.devices()):
+        return None
+    return np.asarray(x)
+
+
+def make_batch_check(
+    vocab_size: int | Mapping[str, int],
+    *,
+    inputs_key: str = "inputs",
+    targets_key: str = "targets",
+    mask_key: str = "mask",
+    masks: Mapping[str, str] | None = None,
+) -> BatchCheck:
+    """A host-side check of a batch's token ids, run *before* the jitted step.
+
+    Inside ``jit`` the ids are tracers and cannot be range-checked, and out-of-range ids
+    are silent there: an id ``>= V`` embeds as NaN, ``-1`` reads row ``V - 1``, a target
+    ``-1`` gives a finite wrong loss. The returned ``check(batch)`` raises ``ValueError``
+    naming the batch key, the vocabulary and the values found.
+
+    Args:
+        vocab_size: ``V`` for ``batch[inputs_key]`` and ``batch[targets_key]``, or a mapping
+            ``{key: V}`` (e.g. ``{"src": 8000, "tgt_in": 6000, "tgt_out": 6000}``).
+        inputs_key, targets_key, mask_key: the keys of :func:`~seqjax.train.losses.make_lm_loss`.
+        masks: ``{key: mask key}``: only positions where the mask is True are checked
+            (padding labels such as -100 are allowed elsewhere). Default
+            ``{targets_key: mask_key}``.
+
+    Keys missing from the batch and non-integer leaves (e.g. float features) are skipped,
+    and so are arrays that live on an accelerator (reading them back would stall every
+    step; :func:`~seqjax.train.loop.fit` checks the host batch before placing it).
+
+    Example:
+        >>> check = make_batch_check(5)
+        >>> check({"inputs": np.array([[1, 2]]), "targets": np.array([[2, 4]])})  # fine
+        >>> try:
+        ...     check({"inputs": np.array([[1, 2]]), "targets": np.array([[2, 5]])})
+        ... except ValueError as err:
+        ...     print(str(err)[:50])
+        `batch["targets"]` must hold token ids in [0, 4]
+    """
+    from seqjax._checks import check_vocab_ids
+
+    sizes = (dict(vocab_size) if isinstance(vocab_size, Mapping)
+             else {inputs_key: vocab_size, targets_key: vocab_size})
+    for key, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise ValueError(f"`vocab_size` for batch key {key!r} must be a positive int; "
+                             f"got {v!r}.")
+    mask_of = {targets_key: mask_key} if masks is None else dict(masks)
+
+    def check(batch: Batch) -> None:
+        if not isinstance(batch, Mapping):
+            return
+        for key, v in sizes.items():
+            if key not in batch:
+                continue
+            ids = _host_array(batch[key])
+            if ids is None:
+                continue
+            mask = None
+            if mask_of.get(key) in batch:
+                mask = _host_array(batch[mask_of[key]])
+                if mask is None:
+                    continue
+            check_vocab_ids(ids, f'batch["{key}"]', int(v), mask)
+
+    check.vocab_sizes = sizes  # type: ignore[attr-defined]
+    return check
+
+
+class _CheckedStep:
+    """A jitted step behind a host-side batch check (:func:`checked_step`)."""
+
+    def __init__(self, fn: Callable[..., Any], check: BatchCheck) -> None:
+        self.unchecked = fn
+        self.check_batch = check
+        self.__wrapped__ = fn
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, first: Any, batch: Batch, *rest: Any) -> Any:
+        self.check_batch(batch)
+        return self.unchecked(first, batch, *rest)
+
+    def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, ...
+        return getattr(self.unchecked, name)
+
+
+def checked_step(fn: Callable[..., Any], check: BatchCheck | None) -> Callable[..., Any]:
+    """``fn(state_or_params, batch)`` that first runs ``check(batch)`` on the host.
+
+    The result has ``.check_batch`` (the check) and ``.unchecked`` (``fn`` itself, which
+    :func:`~seqjax.train.loop.fit` calls after checking the host batch before placement);
+    other attributes (``lower``, ...) are ``fn``'s. ``check=None`` returns ``fn``.
+    """
+    return fn if check is None else _CheckedStep(fn, check)
+
+
+def _resolve_check(fn: Any, vocab_size: Any, check_batch: Any) -> BatchCheck | None:
+    """The batch check a step runs: ``check_batch`` (``False`` = none), else one built from
+    ``vocab_size``, else the one the loss/eval function carries (``fn.check_batch``, set by
+    :func:`~seqjax.train.losses.make_lm_loss` when it knows the vocabulary)."""
+    if check_batch is False:
+        return None
+    if check_batch is not None and check_batch is not True:
+        if not callable(check_batch):
+            raise TypeError(f"`check_batch` must be a callable, True/False or None; got "
+                            f"{type(check_batch).__name__}.")
+        return check_batch
+    if vocab_size is not None:
+        return make_batch_check(vocab_size)
+    return getattr(fn, "check_batch", None)
 
 
 def cast_floating(tree: Any, dtype: Any | None) -> Any:
@@ -86,6 +214,8 @@ def flax_apply_fn(model: Any, *, mutable: bool = False) -> Callable[..., Any]:
     module's ``__call__`` takes one of them; ``rng`` feeds the ``dropout`` stream
     during training. With a ``carry`` argument the module is called as
     ``model(inputs, initial_carry=carry)`` and must return ``(logits, new_carry)``.
+    A model with an int ``vocab_size`` passes it on as ``apply_fn.vocab_size``, from which
+    :func:`~seqjax.train.losses.make_lm_loss` builds the host-side batch check.
 
     Example:
         >>> import flax.linen as nn, jax, jax.numpy as jnp
@@ -107,6 +237,9 @@ def flax_apply_fn(model: Any, *, mutable: bool = False) -> Callable[..., Any]:
         rngs = {"dropout": rng} if train else {}
         return model.apply({"params": params}, inputs, rngs=rngs, **kwargs)
 
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, int) and not isinstance(vocab, bool):
+        apply_fn.vocab_size = vocab  # type: ignore[attr-defined]  # for make_lm_loss's check
     return apply_fn
 
 
@@ -262,8 +395,17 @@ def make_train_step(
     with_carry: bool = False,
     donate: bool = True,
     grad_accum: int = 1,
+    vocab_size: int | Mapping[str, int] | None = None,
+    check_batch: BatchCheck | bool | None = None,
 ) -> StepFn:
     """A jitted ``step(state, batch) -> (state, metrics)``.
+
+    **Batch check.** Token ids cannot be range-checked inside ``jit``; the step therefore
+    checks each host batch first (:func:`make_batch_check`) when it knows the vocabulary:
+    from ``vocab_size``, from ``check_batch`` (a callable), or from the loss function
+    (``loss_fn.check_batch``, set by :func:`~seqjax.train.losses.make_lm_loss` on a
+    :func:`flax_apply_fn` of a model with ``vocab_size``). ``check_batch=False`` turns it
+    off. The checked step keeps the jitted one as ``step.unchecked``.
 
     Args:
         loss_fn: ``(params, batch, rng) -> (loss, metrics)`` (see the module docstring).
@@ -280,6 +422,8 @@ def make_train_step(
             (``lax.scan``; rows ``i::grad_accum`` form micro-batch ``i``) and accumulate
             their gradients weighted by the ``tokens`` metric — the update equals the
             one-batch update while activations are held for one micro-batch at a time.
+        vocab_size: ``V`` (or ``{batch key: V}``) for the host-side token-id check.
+        check_batch: a ``check(batch)`` to run instead, or ``False`` for none.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax
@@ -293,6 +437,7 @@ def make_train_step(
 
     if not isinstance(grad_accum, int) or grad_accum < 1:
         raise ValueError(f"`grad_accum` must be an int >= 1; got {grad_accum!r}.")
+    check = _resolve_check(loss_fn, vocab_size, check_batch)
     if grad_accum > 1 and with_carry:
         raise ValueError("`grad_accum` > 1 cannot thread a TBPTT carry (`with_carry=True`): "
                          "the carry belongs to whole rows; use grad_accum=1.")
@@ -316,8 +461,8 @@ def make_train_step(
         mesh = batch_sharding.mesh
         kwargs["in_shardings"] = (state_sharding, batch_sharding)
         kwargs["out_shardings"] = (state_sharding, NamedSharding(mesh, PartitionSpec()))
-        return jax.jit(_under_mesh(step_fn, mesh), **kwargs)
-    return jax.jit(step_fn, **kwargs)
+        return checked_step(jax.jit(_under_mesh(step_fn, mesh), **kwargs), check)
+    return checked_step(jax.jit(step_fn, **kwargs), check)
 
 
 def _under_mesh(fn: Callable, mesh: Any) -> Callable:
@@ -337,20 +482,28 @@ def make_eval_step(
     params_sharding: Any = None,
     batch_sharding: NamedSharding | None = None,
     compute_dtype: Any = None,
+    vocab_size: int | Mapping[str, int] | None = None,
+    check_batch: BatchCheck | bool | None = None,
 ) -> Callable[[Any, Batch], dict[str, Array]]:
-    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. from ``losses.make_lm_eval``)."""
+    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. from ``losses.make_lm_eval``).
+
+    Host batches are checked first as in :func:`make_train_step` (``vocab_size``,
+    ``check_batch`` or ``eval_fn.check_batch``).
+    """
+    check = _resolve_check(eval_fn, vocab_size, check_batch)
 
     def fn(params: Any, batch: Batch) -> dict[str, Array]:
         out = eval_fn(cast_floating(params, compute_dtype), cast_floating(batch, compute_dtype))
         return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
 
     if params_sharding is None and batch_sharding is None:
-        return jax.jit(fn)
+        return checked_step(jax.jit(fn), check)
     if params_sharding is None or batch_sharding is None:
         raise ValueError("give both `params_sharding` and `batch_sharding`, or neither.")
     rep = NamedSharding(batch_sharding.mesh, PartitionSpec())
-    return jax.jit(_under_mesh(fn, batch_sharding.mesh),
-                   in_shardings=(params_sharding, batch_sharding), out_shardings=rep)
+    return checked_step(jax.jit(_under_mesh(fn, batch_sharding.mesh),
+                                in_shardings=(params_sharding, batch_sharding),
+                                out_shardings=rep), check)
 
 
 def create_train_state(
@@ -402,6 +555,8 @@ def make_pmap_train_step(
     with_carry: bool = False,
     donate: bool = True,
     devices: list[Any] | None = None,
+    vocab_size: int | Mapping[str, int] | None = None,
+    check_batch: BatchCheck | bool | None = None,
 ) -> StepFn:
     """The data-parallel step with ``jax.pmap``: state replicated, batch ``[n_dev, b, ...]``.
 
@@ -410,7 +565,8 @@ def make_pmap_train_step(
     ``g = Σ_d w_d g_d / Σ_d w_d`` — the gradient of the global token-mean loss, equal to
     the single-device step on the concatenated batch. Dropout keys differ per device
     (``fold_in(rng, axis_index)``). Use :func:`pmap_replicate`, :func:`split_for_pmap`
-    and :func:`pmap_unreplicate` around it.
+    and :func:`pmap_unreplicate` around it. Batches are checked on the host as in
+    :func:`make_train_step` (``vocab_size``, ``check_batch``).
     """
 
     def combine(grads: Any, loss: Array, metrics: dict) -> tuple[Any, Array, dict]:
@@ -435,9 +591,9 @@ def make_pmap_train_step(
             metrics["lr"] = jnp.asarray(schedule(state.step), jnp.float32)
         return new_state.replace(rng=rng), metrics
 
-    return jax.pmap(
+    return checked_step(jax.pmap(
         step_fn, axis_name=axis_name, donate_argnums=(0,) if donate else (), devices=devices
-    )
+    ), _resolve_check(loss_fn, vocab_size, check_batch))
 
 
 def pmap_replicate(tree: Any, num_devices: int | None = None) -> Any:

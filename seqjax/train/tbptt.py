@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax._checks import check_rank
-from seqjax.train.losses import masked_cross_entropy, token_accuracy
+from seqjax.train.losses import attach_batch_check, masked_cross_entropy, token_accuracy
 
 Array = jax.Array
 
@@ -121,6 +121,7 @@ def make_tbptt_loss(
     apply_fn: Callable[..., tuple[Array, Any]],
     *,
     label_smoothing: float = 0.0,
+    vocab_size: int | None = None,
 ) -> Callable[..., tuple[Array, tuple[dict[str, Array], Any]]]:
     """``loss_fn(params, batch, rng, carry) -> (loss, (metrics, new_carry))`` for one chunk.
 
@@ -128,7 +129,8 @@ def make_tbptt_loss(
     ``(logits, new_carry) = apply_fn(params, batch["inputs"], rng, True, carry)``;
     the loss is the (masked, smoothed) mean cross-entropy against ``batch["targets"]``.
     :func:`seqjax.train.step.make_train_step` (``with_carry=True``) applies the
-    ``stop_gradient`` to the incoming carry.
+    ``stop_gradient`` to the incoming carry. The host-side token-id check is attached as
+    in :func:`seqjax.train.losses.make_lm_loss` (``vocab_size`` or ``apply_fn.vocab_size``).
     """
 
     def loss_fn(params: Any, batch: Mapping[str, Array], rng: Array, carry: Any) -> tuple:
@@ -142,4 +144,4 @@ def make_tbptt_loss(
         metrics = {"accuracy": token_accuracy(logits, labels, mask), "tokens": tokens}
         return loss, (metrics, new_carry)
 
-    return loss_fn
+    return attach_batch_check(loss_fn, apply_fn, vocab_size)
