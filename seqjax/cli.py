@@ -2,7 +2,8 @@
 
 Commands::
 
-    seqjax train EXPERIMENT [--preset P | --smoke] [--workdir DIR] [--steps N] [--key=value ...]
+    seqjax train EXPERIMENT [--preset P | --smoke] [--workdir DIR] [--steps N] [--restart]
+                 [--key=value ...]
     seqjax eval [EXPERIMENT] --workdir DIR [--key=value ...]
     seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max-new-tokens N]
                     [--temperature T] [--seed S]
@@ -23,10 +24,20 @@ full config) and checkpoints, ``metrics.jsonl``, TensorBoard events and curves t
 Rerunning ``seqjax train`` with the same ``--workdir`` resumes from the newest checkpoint:
 the saved config is the base, then the preset, then the new ``--key=value`` overrides
 (so ``--steps 4000`` extends a finished run). ``eval`` and ``generate`` read the
-experiment and config from ``DIR/experiment.json``. Unknown keys and values of the wrong
-type are errors (exit status 2) that name the key and the expected type, as is a
-checkpoint in the work dir that does not fit the model; a NaN/inf loss exits with
-status 1; SIGTERM/SIGINT save a checkpoint and exit with status 0.
+experiment and config from ``DIR/experiment.json`` and refuse overrides (or a saved config)
+that differ from the newest checkpoint's model config. Unknown keys, values of the wrong
+type and conventional options out of range (``--steps`` < 0, ``--batch_size`` < 1,
+``--learning_rate`` <= 0, ... see :func:`check_ranges`) are errors (exit status 2) that name
+the key, as is a checkpoint in the work dir that does not fit the model; a NaN/inf loss
+exits with status 1; SIGTERM/SIGINT save a checkpoint and exit with status 0.
+
+**A work dir is never poisoned.** A run that is refused (a checkpoint that does not fit,
+a bad option, nothing to resume) or ends in a NaN leaves ``experiment.json`` as it was, so
+the next ``train``/``eval`` starts from the last accepted config. A work dir whose
+checkpoints are all unreadable (moved to ``DIR/checkpoints.corrupted``), or whose run was
+killed before its first checkpoint, still holds that run's ``metrics.jsonl``: ``train``
+refuses to start it over at step 0 unless given ``--restart``, which keeps the old
+history as ``metrics.jsonl.<time>.old``.
 
 Experiment protocol — ``experiments/NAME.py`` is an experiment when it defines:
 
@@ -57,21 +68,25 @@ parses its own flags), but gets no config checking, resume bookkeeping, eval or 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
+import math
 import os
 import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
 import seqjax
-from seqjax.train.checkpoint import CheckpointMismatchError
+from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
 from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
+from seqjax.train.loop import ResumeError
 
-__all__ = ["main", "list_experiments", "load_experiment", "build_config", "experiment_main"]
+__all__ = ["main", "list_experiments", "load_experiment", "build_config", "check_ranges",
+           "experiment_main"]
 
 EXPERIMENT_FILE = "experiment.json"
 
@@ -151,7 +166,108 @@ def build_config(
         cfg = config_from_dict(cfg_cls, saved["config"])
     if preset is not None:
         cfg = apply_overrides(cfg, presets[preset])
-    return apply_overrides(cfg, overrides)
+    cfg = apply_overrides(cfg, overrides)
+    check_ranges(cfg)
+    return cfg
+
+
+def _int_minimum(name: str) -> int | None:
+    """The smallest value a conventional integer option may take (``None``: any)."""
+    if name == "log_every":
+        return 1
+    if name == "steps" or name.endswith(("_steps", "_every")):
+        return 0
+    if name in ("batch_size", "batch", "grad_accum", "seq_len", "block_size") or name.endswith(
+            ("_batch_size", "_batch")):
+        return 1
+    return None
+
+
+def check_ranges(cfg: Any, prefix: str = "") -> None:
+    """Refuse conventional options out of range, by name: ``steps``/``*_steps`` >= 0,
+    ``log_every`` >= 1, ``*_every`` >= 0, ``batch_size``/``*_batch``/``grad_accum``/
+    ``seq_len``/``block_size`` >= 1, ``learning_rate``/``lr``/``*_lr`` finite and > 0,
+    ``dropout*`` in [0, 1). A :class:`ConfigError` naming the option (exit status 2), not a
+    traceback from deep inside the run."""
+    for f in dataclasses.fields(cfg):
+        value, key = getattr(cfg, f.name), f"--{prefix}{f.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_ranges(value, f"{prefix}{f.name}.")
+            continue
+        name = f.name
+        if isinstance(value, int) and not isinstance(value, bool):
+            low = _int_minimum(name)
+            if low is not None and value < low:
+                raise ConfigError(f"{key} must be an int >= {low}; got {value}.")
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            if name in ("learning_rate", "lr") or name.endswith("_lr"):
+                if not (math.isfinite(value) and value > 0):
+                    raise ConfigError(f"{key} must be a finite number > 0; got {value}.")
+            if name == "dropout" or name.startswith("dropout_") or name.endswith("_dropout"):
+                if not 0.0 <= value < 1.0:
+                    raise ConfigError(f"{key} must lie in [0, 1); got {value}.")
+
+
+def _pop_restart(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """Take ``--restart`` (a CLI flag, not a config key) out of ``argv``."""
+    out, restart = [], False
+    for arg in argv:
+        if arg in ("--restart", "--restart=true", "--restart=1"):
+            restart = True
+        elif arg in ("--restart=false", "--restart=0"):
+            restart = False
+        else:
+            out.append(arg)
+    return out, restart
+
+
+def _restart(cfg: Any) -> None:
+    """``--restart``: start a work dir over whose run has no checkpoint left to resume —
+    its ``metrics.jsonl`` is kept as ``metrics.jsonl.<time>.old``. Refused while
+    checkpoints exist (they would be resumed, not restarted)."""
+    from seqjax.train.loop import set_aside_history
+
+    workdir = getattr(cfg, "workdir", None)
+    if not workdir:
+        raise ConfigError("--restart needs a --workdir to start over in.")
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    steps = sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit()) \
+        if os.path.isdir(ckpt_dir) else []
+    if steps:
+        raise ConfigError(
+            f"--restart: {workdir!r} holds checkpoints (steps {steps}) that a rerun resumes "
+            f"from; remove {ckpt_dir!r} to discard them, or use a new --workdir."
+        )
+    set_aside_history(workdir)
+
+
+@contextlib.contextmanager
+def _config_saved(name: str, cfg: Any) -> Iterator[None]:
+    """Save ``cfg`` as the work dir's ``experiment.json`` for the run, and put the previous
+    file back (or remove it) when the run is refused — a config the checkpoint does not
+    fit, a bad option, a work dir that cannot be resumed — or ends in a NaN: a refused or
+    diverged override never becomes the base config of the next run."""
+    workdir = getattr(cfg, "workdir", None)
+    path = os.path.join(workdir, EXPERIMENT_FILE) if workdir else None
+    before = None
+    if path is not None and _primary() and os.path.exists(path):
+        with open(path, "rb") as f:
+            before = f.read()
+    _save_config(name, cfg)
+    try:
+        yield
+    except (CheckpointMismatchError, CheckpointUnreadableError, ConfigError, ResumeError,
+            FloatingPointError):
+        if path is not None and _primary():
+            if before is None:
+                if os.path.exists(path):
+                    os.remove(path)
+            else:
+                tmp = path + ".tmp"
+                with open(tmp, "wb") as f:
+                    f.write(before)
+                os.replace(tmp, path)
+        raise
 
 
 def _save_config(name: str, cfg: Any) -> None:
@@ -185,15 +301,22 @@ def _train(name: str, argv: Sequence[str]) -> int:
     if not _follows_protocol(module):  # an experiment that parses its own flags
         module.main(list(argv))
         return 0
+    argv, restart = _pop_restart(argv)
     cfg = build_config(module, name, argv)
-    _save_config(name, cfg)
+    if restart:
+        _restart(cfg)
     try:
-        module.run(cfg)
+        with _config_saved(name, cfg):
+            module.run(cfg)
     except FloatingPointError as err:  # NonFiniteLossError
         print(f"seqjax: {err}", file=sys.stderr)
         return 1
-    except CheckpointMismatchError as err:
+    except (CheckpointMismatchError, ResumeError) as err:
         print(f"seqjax: error: {err}", file=sys.stderr)
+        return 2
+    except CheckpointUnreadableError as err:
+        print(f"seqjax: error: {err} Nothing to resume from: rerun with --restart to start "
+              "over (the old metrics are kept), or use a new --workdir.", file=sys.stderr)
         return 2
     return 0
 
@@ -211,14 +334,17 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
         print("\noptions: " + ", ".join(f"--{f.name}" for f in dataclasses.fields(module.Config)))
         return {}
     _start_distributed()
+    argv, restart = _pop_restart(argv)
     try:
         module = load_experiment(name)
         cfg = build_config(module, name, argv)
+        if restart:
+            _restart(cfg)
     except ConfigError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    _save_config(name, cfg)
-    return module.run(cfg)
+    with _config_saved(name, cfg):
+        return module.run(cfg)
 
 
 def _from_workdir(name: str | None, workdir: str, argv: Sequence[str]) -> tuple[ModuleType, Any]:
@@ -227,10 +353,57 @@ def _from_workdir(name: str | None, workdir: str, argv: Sequence[str]) -> tuple[
         raise ConfigError(f"no {EXPERIMENT_FILE} in {workdir!r}; train there with "
                           "`seqjax train EXPERIMENT --workdir DIR` first.")
     name = name or saved["experiment"]
+    if name != saved.get("experiment"):
+        raise ConfigError(f"work dir {workdir!r} belongs to experiment "
+                          f"{saved.get('experiment')!r}, not {name!r}.")
     module = load_experiment(name)
     cfg = config_from_dict(module.Config, saved["config"])
     cfg = apply_overrides(cfg, {**parse_overrides(argv), "workdir": workdir})
+    check_ranges(cfg)
+    _check_model_config(cfg, workdir)
     return module, cfg
+
+
+def _flat_config(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in dataclasses.asdict(cfg).items():
+        if isinstance(value, dict):
+            out.update({f"{prefix}{key}.{k}": v for k, v in _flat_dict(value).items()})
+        out[f"{prefix}{key}"] = value
+    return out
+
+
+def _flat_dict(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat_dict(v, f"{prefix}{k}."))
+        out[f"{prefix}{k}"] = v
+    return out
+
+
+def _check_model_config(cfg: Any, workdir: str) -> None:
+    """``eval``/``generate``: the config (saved + overrides) must describe the model the
+    newest checkpoint was trained with — every config key that also appears in the
+    checkpoint's ``model_config`` must have the same value there — else a
+    :class:`CheckpointMismatchError` naming the keys (a model of another size would fail
+    deep inside, or silently load into the wrong shapes)."""
+    from seqjax.train.checkpoint import _jsonable, load_meta
+
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    try:
+        model_config = load_meta(ckpt_dir).get("model_config") or {}
+    except Exception:  # noqa: BLE001 — no (readable) checkpoint: the experiment reports it
+        return
+    ours = _jsonable(_flat_config(cfg))
+    saved = _jsonable(_flat_dict(model_config)) if isinstance(model_config, dict) else {}
+    diff = [f"--{k}={ours[k]!r} but the checkpoint has {saved[k]!r}"
+            for k in sorted(set(ours) & set(saved)) if ours[k] != saved[k]]
+    if diff:
+        raise CheckpointMismatchError(
+            f"the checkpoint in {ckpt_dir!r} was trained with another model config: "
+            + "; ".join(diff) + ". Drop the override(s), or train this config in a new --workdir."
+        )
 
 
 def _list() -> int:
@@ -285,6 +458,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list()
         if args.command == "train":
             return _train(args.experiment, rest)
+        if args.command == "generate":
+            if args.max_new_tokens < 1:
+                raise ConfigError(f"--max-new-tokens must be >= 1; got {args.max_new_tokens}.")
+            if not args.temperature >= 0:
+                raise ConfigError(f"--temperature must be >= 0 (0 = greedy); got "
+                                  f"{args.temperature}.")
         module, cfg = _from_workdir(args.experiment, args.workdir, rest)
         if args.command == "eval":
             if not callable(getattr(module, "evaluate", None)):
@@ -296,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(module.generate(cfg, args.prompt, max_new_tokens=args.max_new_tokens,
                               temperature=args.temperature, seed=args.seed))
         return 0
-    except ConfigError as err:
+    except (ConfigError, CheckpointMismatchError) as err:
         print(f"seqjax: error: {err}", file=sys.stderr)
         return 2
 

@@ -44,6 +44,7 @@ from seqjax.train.optim import TrainState, path_to_str
 __all__ = [
     "Checkpointer",
     "CheckpointMismatchError",
+    "CheckpointUnreadableError",
     "CheckpointWarning",
     "Restored",
     "restore_params",
@@ -90,6 +91,10 @@ def _silence_closed_loop_noise() -> None:
 
 class CheckpointMismatchError(ValueError):
     """A checkpoint was read but does not fit the model (config, names or shapes)."""
+
+
+class CheckpointUnreadableError(RuntimeError):
+    """Every checkpoint of a directory failed to read (they were moved aside)."""
 
 
 class CheckpointWarning(UserWarning):
@@ -427,7 +432,7 @@ class Checkpointer:
             except Exception as err:  # noqa: BLE001 — any read failure means "corrupted"
                 self._quarantine(steps[i], err, steps[i - 1] if i > 0 else None)
         if steps:
-            raise RuntimeError(
+            raise CheckpointUnreadableError(
                 f"no readable checkpoint in {self.directory} (steps {steps} all failed; "
                 f"moved to {self.directory}.corrupted)."
             )
@@ -476,7 +481,8 @@ class Checkpointer:
                     CheckpointWarning,
                     stacklevel=2,
                 )
-        raise RuntimeError(f"no readable checkpoint in {self.directory}") from last_err
+        raise CheckpointUnreadableError(
+            f"no readable checkpoint in {self.directory}") from last_err
 
 
 def _remove_partial_writes(directory: str) -> None:

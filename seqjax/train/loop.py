@@ -10,7 +10,9 @@ work dir, keeps
   continues — bit-for-bit the same run on the same hardware;
 * ``metrics.jsonl`` — one JSON object per logged step (``step``, ``loss``, ``grad_norm``,
   ``lr``, ``tokens_per_s``, ``eval/*``, ...); lines past the restored step are dropped on
-  resume;
+  resume. A history with no readable checkpoint to resume it from (all corrupted, or a
+  kill before the first one) is never overwritten silently: ``fit`` raises
+  :class:`ResumeError` unless called with ``restart=True``;
 * ``tensorboard/`` — TensorBoard event files (tensorboardX) of the same scalars;
 * ``loss.png``, ``perplexity.png`` — curves drawn at the end (matplotlib, Agg).
 
@@ -69,11 +71,13 @@ __all__ = [
     "FitConfig",
     "FitResult",
     "NonFiniteLossError",
+    "ResumeError",
     "fit",
     "non_finite_hint",
     "evaluate",
     "read_metrics",
     "plot_curves",
+    "set_aside_history",
     "write_run_info",
     "peak_flops_per_device",
 ]
@@ -455,6 +459,50 @@ class _SignalGuard:
             signal.signal(sig, old)
 
 
+class ResumeError(RuntimeError):
+    """The work dir holds a run's history but nothing to resume it from (see ``fit``'s
+    ``restart``)."""
+
+
+def set_aside_history(workdir: str | os.PathLike) -> str | None:
+    """Move ``workdir/metrics.jsonl`` to ``metrics.jsonl.<time>.old`` (process 0); returns
+    the new path, or ``None`` when there was none. What ``fit(restart=True)`` and
+    ``seqjax train --restart`` do before starting over."""
+    path = os.path.join(os.fspath(workdir), "metrics.jsonl")
+    if jax.process_index() != 0 or not os.path.exists(path):
+        return None
+    dst = f"{path}.{int(time.time())}.old"
+    os.replace(path, dst)
+    return dst
+
+
+def _check_history(workdir: str, start: int, restart: bool) -> None:
+    """Refuse to start at ``start`` over a recorded history that goes further (no readable
+    checkpoint: all corrupted and moved aside, or a kill before the first one)."""
+    records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    last = max((int(r.get("step", 0)) for r in records), default=0)
+    lost = last > start
+    if jax.process_count() > 1:  # the same answer on every process (process 0 decides)
+        from jax.experimental import multihost_utils
+
+        lost = bool(multihost_utils.broadcast_one_to_all(np.int32(lost)))
+    if not lost:
+        return
+    if restart:
+        set_aside_history(workdir)
+        return
+    corrupted = os.path.join(workdir, "checkpoints.corrupted")
+    where = (f" (unreadable checkpoints were moved to {corrupted})"
+             if os.path.isdir(corrupted) else "")
+    raise ResumeError(
+        f"work dir {workdir} holds the history of a run up to step {last} (metrics.jsonl) but "
+        f"no readable checkpoint to resume it from{where}; starting at step {start} would "
+        "overwrite that history. Start over explicitly with fit(..., restart=True) "
+        "(`seqjax train ... --restart`), which keeps the old metrics as "
+        "metrics.jsonl.<time>.old, or use a new work dir."
+    )
+
+
 def _batches(data: Any, start: int, data_state: Any) -> Callable[[int], Any]:
     """``get(i)`` = the batch of 0-based step ``i``, for a callable or an iterator."""
     if not hasattr(data, "__next__"):
@@ -491,6 +539,7 @@ def fit(
     hooks: Sequence[Callable[[dict], None]] = (),
     parallel: Any = None,
     place_eval_batch: Callable[[Any], Any] | None = None,
+    restart: bool = False,
 ) -> FitResult:
     """Train ``state`` to ``config.num_steps`` steps, resuming from ``workdir``'s checkpoints.
 
@@ -518,6 +567,10 @@ def fit(
         parallel: the :class:`seqjax.train.parallel.Parallel` the state and steps were
             built with: recorded in ``run.json``; MFU is over its devices. Without it the
             devices are read off the state's shardings.
+        restart: start from ``state`` although ``workdir`` holds the history
+            (``metrics.jsonl``) of a run that has no readable checkpoint to resume from;
+            that history is moved to ``metrics.jsonl.<time>.old``. Without it such a work
+            dir is a :class:`ResumeError` — a run's history is never overwritten silently.
 
     Returns:
         A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf.
@@ -550,6 +603,8 @@ def fit(
         )
         try:
             restored = ckpt.restore(state)
+            if restored is None:
+                _check_history(workdir, start, restart)
         except BaseException:
             ckpt.close()
             raise
@@ -565,7 +620,7 @@ def fit(
             f.writelines(json.dumps(r) + "\n" for r in kept)
         if cfg.tensorboard:
             writer = _tensorboard_writer(os.path.join(workdir, "tensorboard"),
-                                         purge_step=start + 1 if start else None)
+                                         purge_step=start + 1 if start or restart else None)
 
     # Token ids are checked on the host batch, before it is placed on the devices (the
     # jitted step cannot see them; see seqjax.train.step.make_batch_check).
