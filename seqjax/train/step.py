@@ -118,7 +118,7 @@ def make_batch_check(
         >>> try:
         ...     check({"inputs": np.array([[1, 2]]), "targets": np.array([[2, 5]])})
         ... except ValueError as err:
-        ...     print(str(err)[:50])
+        ...     print(str(err)[:48])
         `batch["targets"]` must hold token ids in [0, 4]
     """
     from seqjax._checks import check_vocab_ids

@@ -1,0 +1,562 @@
+"""Bad inputs get clear errors (DESIGN.md, "Errors"): a table, one row per guard.
+
+Each row is ``(id, call, exception type, words)``: ``call()`` must raise the exception and
+its message must contain every word — usually the argument's name, what was expected and
+what was got. The table grows with every guard (issue #17). Below it, the behaviours that
+are not errors: empty inputs handled, out-of-vocabulary tokens under ``jit`` flagged
+without poisoning the decoding state, the batch check in ``fit``, the NaN hint, and the
+command line never poisoning a work dir.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from seqjax import decoding
+from seqjax import nn as snn
+from seqjax.data import pipelines, tokenizers
+from seqjax.models import (
+    Bert,
+    BertConfig,
+    RNNLanguageModel,
+    Seq2Seq,
+    Transformer,
+    TransformerConfig,
+    TransformerLM,
+    TransformerLMConfig,
+)
+from seqjax.train import FitConfig, TrainState, evaluate, fit
+from seqjax.train.losses import make_lm_eval, make_lm_loss
+from seqjax.train.step import flax_apply_fn, make_batch_check, make_eval_step, make_train_step
+
+KEY = jax.random.PRNGKey(0)
+X8 = np.ones((2, 5, 8), np.float32)
+X7 = np.ones((2, 5, 7), np.float32)
+V = 11  # every language model's vocabulary below
+
+
+def i32(*shape: int, fill: int = 1) -> np.ndarray:
+    return np.full(shape, fill, np.int32)
+
+
+# ------------------------------------------------------------------ models, built once
+
+
+@functools.cache
+def bound(kind: str) -> tuple:
+    """``(module, variables)`` of a small module, initialised once per test session."""
+    if kind.startswith("rnn-"):
+        cell = {"rnn-lstm": snn.LSTMCell, "rnn-gru": snn.GRUCell, "rnn-elman": snn.ElmanCell}
+        m = snn.RNN(cell[kind](6))
+        return m, m.init(KEY, X8)
+    if kind == "bi":
+        m = snn.Bidirectional(snn.RNN(snn.LSTMCell(4)), snn.RNN(snn.LSTMCell(4)))
+        return m, m.init(KEY, X8)
+    if kind in ("stacked", "stacked-bi"):
+        m = snn.StackedRNN(features=4, num_layers=2, bidirectional=kind == "stacked-bi")
+        return m, m.init(KEY, X8)
+    if kind.startswith("attn-"):
+        m = snn.Attention(score=kind[5:])
+        return m, m.init(KEY, np.ones((2, 8), np.float32), X8)
+    if kind == "mha":
+        m = snn.MultiHeadAttention(num_heads=2, head_dim=4)
+        return m, m.init(KEY, X8)
+    if kind == "mha-cross":
+        m = snn.MultiHeadAttention(num_heads=2, head_dim=4)
+        return m, m.init(KEY, X8, np.ones((2, 4, 6), np.float32))
+    if kind == "block":
+        m = snn.TransformerBlock(num_heads=2)
+        return m, m.init(KEY, X8)
+    if kind == "block-cross":
+        m = snn.TransformerBlock(num_heads=2, causal=True, cross_attention=True)
+        return m, m.init(KEY, X8, encoder_out=np.ones((2, 4, 6), np.float32))
+    if kind == "encoder":
+        m = snn.TransformerEncoder(num_heads=2, num_layers=2)
+        return m, m.init(KEY, X8)
+    if kind == "rnnlm":
+        m = RNNLanguageModel(vocab_size=V, embed_dim=8)
+        return m, m.init(KEY, i32(2, 3))
+    if kind == "gpt":
+        m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, num_heads=2,
+                                              embed_dim=8, max_len=16))
+        return m, m.init(KEY, i32(2, 5))
+    if kind == "bert":
+        m = Bert(BertConfig(vocab_size=V, num_layers=1, num_heads=2, embed_dim=8, mlp_dim=16,
+                            max_len=16))
+        return m, m.init(KEY, i32(2, 5))
+    if kind == "transformer":
+        m = Transformer(TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, num_layers=1,
+                                          num_heads=2, embed_dim=8, mlp_dim=16, max_len=16))
+        return m, m.init(KEY, i32(2, 5), i32(2, 3))
+    if kind == "seq2seq":
+        m = Seq2Seq(src_vocab_size=V, tgt_vocab_size=V, embed_dim=8, hidden_size=8)
+        return m, m.init(KEY, i32(2, 5), i32(2, 3))
+    raise KeyError(kind)
+
+
+def apply(kind: str, *args, **kwargs):
+    m, v = bound(kind)
+    return m.apply(v, *args, **kwargs)
+
+
+SRC = {"transformer": {"src": i32(2, 5)}, "seq2seq": {"src": i32(2, 5)}}
+
+
+def decode_state(kind: str):
+    m, v = bound(kind)
+    return m.init_decode_state(v, np.array([[1, 2, 3], [4, 5, 6]]), None, 10,
+                               **SRC.get(kind, {}))
+
+
+def decode_step(kind: str, tokens):
+    m, v = bound(kind)
+    return m.decode_step(v, decode_state(kind), tokens)
+
+
+def toy_config(argv: list[str]):
+    from seqjax import cli
+
+    return cli.build_config(cli.load_experiment("toy_rnn"), "toy_rnn", argv)
+
+
+def truncated_safetensors(tmp: str):
+    from safetensors.numpy import save_file
+
+    from seqjax.interop.safetensors_io import Checkpoint
+
+    path = os.path.join(tmp, "model.safetensors")
+    save_file({"w": np.ones((64, 3), np.float32)}, path)
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    return Checkpoint.open(tmp)
+
+
+def lm_step(**kw):
+    m, v = bound("gpt")
+    state = TrainState.create(jax.device_get(v["params"]), optax.sgd(0.1), jax.random.PRNGKey(1))
+    return state, make_train_step(make_lm_loss(flax_apply_fn(m)), **kw)
+
+
+def train_on(batch: dict, **kw):
+    state, step = lm_step(**kw)
+    return step(state, batch)
+
+
+def fit_on(batch: dict):
+    state, step = lm_step()
+    return fit(state, step, lambda i: batch,
+               FitConfig(num_steps=2, progress=False, plot=False, tensorboard=False))
+
+
+def eval_on(batch: dict):
+    m, v = bound("gpt")
+    return evaluate(make_eval_step(make_lm_eval(flax_apply_fn(m))), v["params"], [batch])
+
+
+GOOD_INPUTS = i32(2, 5)
+CASES = [
+    # ----------------------------------------------------------- 2. input feature size
+    ("rnn-lstm-features", lambda: apply("rnn-lstm", X7), ValueError,
+     ["`x`", "8 features", "(2, 5, 7)"]),
+    ("rnn-gru-features", lambda: apply("rnn-gru", X7), ValueError, ["`x`", "8 features"]),
+    ("rnn-elman-features", lambda: apply("rnn-elman", X7), ValueError, ["`x`", "8 features"]),
+    ("bidirectional-features", lambda: apply("bi", X7), ValueError, ["`x`", "8 features"]),
+    ("stacked-features", lambda: apply("stacked", X7), ValueError, ["`x`", "8", "(2, 5, 7)"]),
+    ("stacked-bi-features", lambda: apply("stacked-bi", X7), ValueError, ["`x`", "8 features"]),
+    ("attention-general-query", lambda: apply("attn-general", np.ones((2, 7)), X8), ValueError,
+     ["`query`", "8 features", "(2, 7)"]),
+    ("attention-general-keys", lambda: apply("attn-general", np.ones((2, 8)), X7), ValueError,
+     ["`keys`", "8 features", "(2, 5, 7)"]),
+    ("attention-additive-query", lambda: apply("attn-additive", np.ones((2, 7)), X8),
+     ValueError, ["`query`", "8 features"]),
+    ("attention-additive-keys", lambda: apply("attn-additive", np.ones((2, 8)), X7),
+     ValueError, ["`keys`", "8 features"]),
+    ("attention-concat-sizes", lambda: apply("attn-concat", np.ones((2, 7)), X8), ValueError,
+     ["`query`", "`keys`", "16 features", "7 + 8"]),
+    ("attention-dot-sizes", lambda: apply("attn-dot", np.ones((2, 7)), X8), ValueError,
+     ["`query`", "m_q = m_k = 8", "(2, 7)"]),
+    ("mha-inputs_q-features", lambda: apply("mha", X7), ValueError,
+     ["`inputs_q`", "8 features", "(2, 5, 7)"]),
+    ("mha-inputs_kv-features", lambda: apply("mha-cross", X8, np.ones((2, 4, 5))), ValueError,
+     ["`inputs_kv`", "6 features", "(2, 4, 5)"]),
+    ("block-x-features", lambda: apply("block", X7), ValueError, ["`x`", "8 features"]),
+    ("block-encoder_out-features",
+     lambda: apply("block-cross", X8, encoder_out=np.ones((2, 4, 5))), ValueError,
+     ["`encoder_out`", "6 features", "(2, 4, 5)"]),
+    ("block-encoder_out-batch",
+     lambda: apply("block-cross", X8, encoder_out=np.ones((3, 4, 6))), ValueError,
+     ["`encoder_out`", "batch size 2", "(3, 4, 6)"]),
+    ("encoder-features", lambda: apply("encoder", X7), ValueError, ["`x`", "8 features"]),
+    # ----------------------------------------------------------- 3. empty inputs rejected
+    ("transformer-empty-src", lambda: apply("transformer", i32(2, 0), i32(2, 3)), ValueError,
+     ["`src`", "at least one token", "(2, 0)"]),
+    ("seq2seq-empty-src", lambda: apply("seq2seq", i32(2, 0), i32(2, 3)), ValueError,
+     ["`src`", "at least one token", "(2, 0)"]),
+    ("gpt-empty-prompt", lambda: bound("gpt")[0].init_decode_state(bound("gpt")[1], i32(2, 0)),
+     ValueError, ["`prompt`", "at least one token", "(2, 0)"]),
+    ("rnnlm-empty-prompt",
+     lambda: bound("rnnlm")[0].init_decode_state(bound("rnnlm")[1], i32(2, 0)), ValueError,
+     ["`prompt`", "at least one token"]),
+    # ----------------------------------------------------------- 4. argument names
+    ("mha-lengths-batch", lambda: apply("mha", X8, lengths=np.array([5, 5, 5])), ValueError,
+     ["`lengths`", "(2,)", "(3,)"]),
+    ("mha-lengths-range", lambda: apply("mha", X8, lengths=np.array([5, 6])), ValueError,
+     ["`lengths`", "[0, 5]", "6"]),
+    ("mha-lengths-dtype", lambda: apply("mha", X8, lengths=np.array([5.0, 5.0])), TypeError,
+     ["`lengths`", "integer", "float"]),
+    ("mha-lengths-rank", lambda: apply("mha", X8, lengths=i32(2, 5)), ValueError,
+     ["`lengths`", "rank 1", "(2, 5)"]),
+    ("mha-kv_lengths-self", lambda: apply("mha", X8, kv_lengths=np.array([5, 5])), ValueError,
+     ["`kv_lengths`", "cross-attention"]),
+    ("mha-kv_lengths-batch",
+     lambda: apply("mha-cross", X8, np.ones((2, 4, 6)), kv_lengths=np.array([4, 4, 4])),
+     ValueError, ["`kv_lengths`", "(2,)", "(3,)"]),
+    ("mha-kv_lengths-range",
+     lambda: apply("mha-cross", X8, np.ones((2, 4, 6)), kv_lengths=np.array([4, 5])),
+     ValueError, ["`kv_lengths`", "[0, 4]", "5"]),
+    ("mha-kv_lengths-negative",
+     lambda: apply("mha-cross", X8, np.ones((2, 4, 6)), kv_lengths=np.array([-1, 4])),
+     ValueError, ["`kv_lengths`", "-1"]),
+    ("mha-kv_lengths-dtype",
+     lambda: apply("mha-cross", X8, np.ones((2, 4, 6)), kv_lengths=np.array([4.0, 4.0])),
+     TypeError, ["`kv_lengths`", "integer"]),
+    ("mha-mask-with-cache",
+     lambda: apply("mha", X8, cache=snn.KVCache.create(2, 16, 2, 4),
+                   mask=np.ones((2, 1, 5, 5), bool)), ValueError,
+     ["`mask`", "[2, 2, 5, 16]", "(2, 1, 5, 5)"]),
+    ("mha-mask-with-lengths",
+     lambda: apply("mha", X8, lengths=np.array([5, 3]), mask=np.ones((2, 1, 5, 4), bool)),
+     ValueError, ["`mask`", "[2, 2, 5, 5]", "(2, 1, 5, 4)"]),
+    ("mha-mask-with-kv_lengths",
+     lambda: apply("mha-cross", X8, np.ones((2, 4, 6)), kv_lengths=np.array([4, 3]),
+                   mask=np.ones((2, 1, 5, 5), bool)), ValueError,
+     ["`mask`", "[2, 2, 5, 4]", "(2, 1, 5, 5)"]),
+    ("mha-mask-dtype", lambda: apply("mha", X8, mask=np.ones((2, 1, 5, 5), np.int32)),
+     TypeError, ["`mask`", "boolean", "int32"]),
+    ("mha-cache-batch", lambda: apply("mha", X8, cache=snn.KVCache.create(3, 16, 2, 4)),
+     ValueError, ["`cache`", "batch size 2", "(3, 16, 2, 4)"]),
+    ("mha-cache-overflow", lambda: apply("mha", X8, cache=snn.KVCache.create(2, 4, 2, 4)),
+     ValueError, ["overflow", "5", "max_len=4"]),
+    ("kvcache-update-overflow",
+     lambda: snn.KVCache.create(1, 2, 1, 2).update(np.ones((1, 3, 1, 2)), np.ones((1, 3, 1, 2))),
+     ValueError, ["overflow", "max_len=2"]),
+    ("attention-lengths-batch",
+     lambda: apply("attn-additive", np.ones((2, 8)), X8, lengths=np.array([1, 2, 3])),
+     ValueError, ["`lengths`", "(2,)", "(3,)"]),
+    ("attention-mask-rows",
+     lambda: apply("attn-additive", np.ones((2, 3, 8)), X8, mask=np.ones((2, 4, 5), bool)),
+     ValueError, ["`mask`", "3 query rows", "(2, 4, 5)"]),
+    ("seq2seq-batch-mismatch", lambda: apply("seq2seq", i32(3, 5), i32(2, 4)), ValueError,
+     ["`tgt_in`", "`src`", "(3)", "(2, 4)"]),
+    ("transformer-batch-mismatch", lambda: apply("transformer", i32(3, 5), i32(2, 4)),
+     ValueError, ["`tgt_in`", "`src`", "(2, 4)"]),
+    ("seq2seq-decode-src-batch",
+     lambda: bound("seq2seq")[0].init_decode_state(bound("seq2seq")[1], i32(2, 1), src=i32(3, 5)),
+     ValueError, ["`src`", "`prompt`", "(3, 5)"]),
+    ("transformer-decode-src-batch",
+     lambda: bound("transformer")[0].init_decode_state(bound("transformer")[1], i32(2, 1),
+                                                       src=i32(3, 5)),
+     ValueError, ["`src`", "`prompt`", "(3, 5)"]),
+    ("greedy-eos_id-too-large",
+     lambda: decoding.greedy_search(*bound("rnnlm"), i32(2, 3), max_new_tokens=2, eos_id=V),
+     ValueError, ["`eos_id`", "[0, 10]", "11"]),
+    ("greedy-eos_id-negative",
+     lambda: decoding.greedy_search(*bound("rnnlm"), i32(2, 3), max_new_tokens=2, eos_id=-1),
+     ValueError, ["`eos_id`", "[0, 10]", "-1"]),
+    ("greedy-eos_id-type",
+     lambda: decoding.greedy_search(*bound("rnnlm"), i32(2, 3), max_new_tokens=2, eos_id=1.5),
+     TypeError, ["`eos_id`", "int", "1.5"]),
+    ("sample-pad_id-too-large",
+     lambda: decoding.sample(*bound("rnnlm"), i32(2, 3), key=KEY, max_new_tokens=2, pad_id=V),
+     ValueError, ["`pad_id`", "negative", "11"]),
+    ("beam-eos_id-too-large",
+     lambda: decoding.beam_search(*bound("gpt"), i32(2, 3), beam_size=2, max_new_tokens=2,
+                                  eos_id=99), ValueError, ["`eos_id`", "99"]),
+    ("greedy-max_new_tokens",
+     lambda: decoding.greedy_search(*bound("rnnlm"), i32(2, 3), max_new_tokens=0), ValueError,
+     ["`max_new_tokens`", "positive", "0"]),
+    # ----------------------------------------------------------- 1. decode_step token ids
+    ("rnnlm-decode_step-oov", lambda: decode_step("rnnlm", np.array([1, V])), ValueError,
+     ["`tokens`", "[0, 10]", "11"]),
+    ("gpt-decode_step-oov", lambda: decode_step("gpt", np.array([1, V])), ValueError,
+     ["`tokens`", "[0, 10]", "11"]),
+    ("gpt-decode_step-negative", lambda: decode_step("gpt", np.array([-1, 1])), ValueError,
+     ["`tokens`", "-1"]),
+    ("transformer-decode_step-oov", lambda: decode_step("transformer", np.array([1, V])),
+     ValueError, ["`tokens`", "vocab_size=11"]),
+    ("seq2seq-decode_step-oov", lambda: decode_step("seq2seq", np.array([1, V])), ValueError,
+     ["`tokens`", "vocab_size=11"]),
+    ("gpt-decode_step-batch", lambda: decode_step("gpt", np.array([1, 2, 3])), ValueError,
+     ["`tokens`", "(2,)", "(3,)"]),
+    ("gpt-decode_step-dtype", lambda: decode_step("gpt", np.array([1.0, 2.0])), TypeError,
+     ["`tokens`", "integer"]),
+    # ----------------------------------------------------------- 1. training batches
+    ("batch-check-inputs", lambda: make_batch_check(V)({"inputs": i32(1, 2, fill=V)}),
+     ValueError, ['`batch["inputs"]`', "[0, 10]", "11"]),
+    ("batch-check-targets-negative",
+     lambda: make_batch_check(V)({"inputs": GOOD_INPUTS, "targets": i32(2, 5, fill=-1)}),
+     ValueError, ['`batch["targets"]`', "-1"]),
+    ("batch-check-targets-masked",
+     lambda: make_batch_check(V)({"targets": np.array([[-100, V]]),
+                                  "mask": np.array([[False, True]])}),
+     ValueError, ['`batch["targets"]`', "where the mask is True", "11"]),
+    ("batch-check-mask-shape",
+     lambda: make_batch_check(V)({"targets": i32(2, 5), "mask": np.ones((2, 4), bool)}),
+     ValueError, ['`batch["targets"]`', "mask", "(2, 4)"]),
+    ("batch-check-mapping",
+     lambda: make_batch_check({"src": 5, "tgt": 7})({"src": i32(1, 3), "tgt": i32(1, 3, fill=7)}),
+     ValueError, ['`batch["tgt"]`', "vocab_size=7"]),
+    ("batch-check-vocab", lambda: make_batch_check(0), ValueError, ["`vocab_size`", "0"]),
+    ("train-step-vocab_size",
+     lambda: train_on({"inputs": i32(2, 5, fill=12), "targets": GOOD_INPUTS}, vocab_size=V),
+     ValueError, ['`batch["inputs"]`', "vocab_size=11", "12"]),
+    ("train-step-from-model",
+     lambda: train_on({"inputs": GOOD_INPUTS, "targets": i32(2, 5, fill=V)}), ValueError,
+     ['`batch["targets"]`', "vocab_size=11"]),
+    ("train-step-check_batch-type", lambda: lm_step(check_batch="yes"), TypeError,
+     ["`check_batch`", "str"]),
+    ("fit-batch-step", lambda: fit_on({"inputs": i32(2, 5, fill=V), "targets": GOOD_INPUTS}),
+     ValueError, ['`batch["inputs"]`', "step 1", "nothing was trained"]),
+    ("evaluate-batch", lambda: eval_on({"inputs": i32(2, 5, fill=-3), "targets": GOOD_INPUTS}),
+     ValueError, ['`batch["inputs"]`', "-3"]),
+    # ----------------------------------------------------------- 4. data settings
+    ("tbptt-seq_len", lambda: pipelines.TBPTTIterator(np.arange(50), 2, 0), ValueError,
+     ["`seq_len`", ">= 1", "0"]),
+    ("tbptt-batch_size", lambda: pipelines.TBPTTIterator(np.arange(50), 0, 4), ValueError,
+     ["`batch_size`", ">= 1", "0"]),
+    ("lm-windows-block_size", lambda: pipelines.LMWindowIterator(np.arange(50), 2, 0),
+     ValueError, ["`block_size`", ">= 1", "0"]),
+    ("random-windows-block_size",
+     lambda: pipelines.random_windows(np.arange(50), 2, -1, np.random.default_rng(0)),
+     ValueError, ["`block_size`", "-1"]),
+    ("random-windows-batch_size",
+     lambda: pipelines.random_windows(np.arange(50), 0, 4, np.random.default_rng(0)),
+     ValueError, ["`batch_size`", "0"]),
+    ("pad-batch-multiple", lambda: pipelines.pad_batch([[1, 2]], pad_to_multiple=0),
+     ValueError, ["`pad_to_multiple`", ">= 1", "0"]),
+    ("pad-batch-length", lambda: pipelines.pad_batch([[1, 2]], length=-1), ValueError,
+     ["`length`", "-1"]),
+    ("char-tokenizer-empty", lambda: tokenizers.CharTokenizer.from_text(""), ValueError,
+     ["`text`", "empty"]),
+    ("word-tokenizer-empty", lambda: tokenizers.WordTokenizer.from_texts(["", " "]), ValueError,
+     ["`texts`", "no words"]),
+    ("bpe-empty-corpus", lambda: tokenizers.train_bpe([], vocab_size=300), ValueError,
+     ["`texts`", "empty"]),
+    # ----------------------------------------------------------- 4. command line options
+    ("cli-steps", lambda: toy_config(["--steps=-5"]), ValueError, ["--steps", ">= 0", "-5"]),
+    ("cli-log_every", lambda: toy_config(["--log_every=0"]), ValueError,
+     ["--log_every", ">= 1", "0"]),
+    ("cli-checkpoint_every", lambda: toy_config(["--checkpoint_every=-1"]), ValueError,
+     ["--checkpoint_every", ">= 0", "-1"]),
+    ("cli-grad_accum", lambda: toy_config(["--grad_accum=0"]), ValueError,
+     ["--grad_accum", ">= 1", "0"]),
+    ("cli-learning_rate", lambda: toy_config(["--learning_rate=0"]), ValueError,
+     ["--learning_rate", "> 0", "0.0"]),
+    ("cli-learning_rate-nan", lambda: toy_config(["--learning_rate=nan"]), ValueError,
+     ["--learning_rate", "finite", "nan"]),
+    # ----------------------------------------------------------- 6. files
+    ("safetensors-truncated", lambda: truncated_safetensors(tmp_dir()), ValueError,
+     ["model.safetensors", "truncated", "bytes"]),
+]
+
+
+@functools.cache
+def tmp_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="seqjax-bad-inputs-")
+
+
+def test_the_table_is_large_and_ids_are_unique():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 60
+
+
+@pytest.mark.parametrize("call, exc, words", [pytest.param(*c[1:], id=c[0]) for c in CASES])
+def test_bad_input_is_a_clear_error(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    message = str(info.value)
+    missing = [w for w in words if w not in message]
+    assert not missing, f"{missing} not in: {message}"
+
+
+# ------------------------------------------------------------------ empty inputs: handled
+
+
+@pytest.mark.parametrize("kind, x, shape", [
+    ("mha", np.ones((2, 0, 8), np.float32), (2, 0, 8)),
+    ("mha", np.ones((0, 5, 8), np.float32), (0, 5, 8)),
+    ("block", np.ones((2, 0, 8), np.float32), (2, 0, 8)),
+    ("encoder", np.ones((0, 5, 8), np.float32), (0, 5, 8)),
+    ("gpt", i32(2, 0), (2, 0, V)),
+    ("gpt", i32(0, 5), (0, 5, V)),
+    ("rnnlm", i32(2, 0), (2, 0, V)),
+])
+def test_empty_batch_or_time_gives_empty_outputs(kind, x, shape):
+    assert apply(kind, x).shape == shape
+
+
+def test_empty_inputs_of_bert_and_encoder_decoders():
+    out = apply("bert", i32(2, 0))
+    assert out["hidden"].shape == (2, 0, 8) and np.isfinite(out["pooled"]).all()
+    assert apply("bert", i32(0, 5))["mlm_logits"].shape == (0, 5, V)
+    assert apply("transformer", i32(2, 5), i32(2, 0)).shape == (2, 0, V)
+    assert apply("seq2seq", i32(0, 5), i32(0, 3)).shape == (0, 3, V)
+    ctx, w = apply("attn-additive", np.ones((2, 8)), np.ones((2, 0, 8)))
+    assert ctx.shape == (2, 8) and w.shape == (2, 0) and not np.asarray(ctx).any()
+    out, w = snn.dot_product_attention(np.ones((2, 3, 2, 4)), np.ones((2, 0, 2, 4)),
+                                       np.ones((2, 0, 2, 4)), return_weights=True)
+    assert out.shape == (2, 3, 2, 4) and not np.asarray(out).any() and w.shape == (2, 2, 3, 0)
+
+
+# ------------------------------------------------------------------ jit: flags, no poison
+
+
+@pytest.mark.parametrize("kind", ["rnnlm", "gpt", "transformer", "seq2seq"])
+def test_traced_decode_step_flags_an_oov_row_and_keeps_its_state(kind):
+    m, v = bound(kind)
+    state = decode_state(kind)
+    step = jax.jit(m.decode_step)
+    bad_logits, after_bad = step(v, state, jnp.array([7, V]))
+    assert np.isnan(bad_logits[1]).all() and np.isfinite(bad_logits[0]).all()
+    # Row 1's state was left as it was: the next token gives what it gives without the bad one.
+    logits, _ = step(v, after_bad, jnp.array([7, 8]))
+    direct, _ = step(v, state, jnp.array([7, 8]))
+    assert np.isfinite(logits).all()
+    np.testing.assert_allclose(logits[1], direct[1], atol=1e-5)
+
+
+def test_kv_cache_overflow_is_counted_under_jit():
+    cache = snn.KVCache.create(2, 3, 1, 2)
+    write = jax.jit(lambda c, k, n: c.update(k, k, n))
+    cache = write(cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 1]))
+    cache = write(cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 2]))
+    assert cache.lengths.tolist() == [3, 3] and cache.overflow.tolist() == [1, 0]
+    assert cache.overflowed.tolist() == [True, False]
+
+
+# ------------------------------------------------------------------ training
+
+
+def test_masked_targets_may_hold_any_id_and_the_check_rides_on_the_step():
+    state, step = lm_step()
+    assert callable(step.check_batch) and step.unchecked is not None
+    batch = {"inputs": GOOD_INPUTS, "targets": i32(2, 5, fill=-100),
+             "mask": np.zeros((2, 5), bool)}
+    _, metrics = step(state, batch)
+    assert float(metrics["tokens"]) == 0.0
+    # Arrays on an accelerator are not read back (they would stall every step); CPU ones are.
+    with pytest.raises(ValueError, match="batch"):
+        make_batch_check(V)({"inputs": jnp.full((1, 2), V)})
+
+
+def test_non_finite_loss_names_the_likely_causes(tmp_path):
+    m, v = bound("gpt")
+    apply_fn = lambda p, x, rng, train: m.apply({"params": p}, x)  # noqa: E731 — no vocab
+    state = TrainState.create(jax.device_get(v["params"]), optax.sgd(1e38), jax.random.PRNGKey(1))
+    step = make_train_step(make_lm_loss(apply_fn), schedule=optax.constant_schedule(1e38))
+    batch = {"inputs": GOOD_INPUTS, "targets": GOOD_INPUTS}
+    with pytest.raises(FloatingPointError) as info:
+        fit(state, step, lambda i: batch, FitConfig(num_steps=6, log_every=1, progress=False,
+                                                    plot=False, tensorboard=False))
+    message = str(info.value)
+    for words in ("non-finite", "lr = 1e+38", "grad_norm", "not range-checked", "vocab_size="):
+        assert words in message, message
+
+
+def test_fit_refuses_to_overwrite_a_history_it_cannot_resume(tmp_path):
+    from seqjax.train.loop import ResumeError, read_metrics
+
+    workdir = str(tmp_path)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"step": 7, "loss": 1.0}) + "\n")
+    state, step = lm_step()
+    batch = {"inputs": GOOD_INPUTS, "targets": GOOD_INPUTS}
+    config = FitConfig(num_steps=2, progress=False, plot=False, tensorboard=False)
+    with pytest.raises(ResumeError, match="up to step 7.*restart=True"):
+        fit(state, step, lambda i: batch, config, workdir=workdir)
+    assert read_metrics(os.path.join(workdir, "metrics.jsonl"))[0]["step"] == 7  # untouched
+    state, step = lm_step()
+    result = fit(state, step, lambda i: batch, config, workdir=workdir, restart=True)
+    assert result.start_step == 0
+    assert [r["step"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))] == [1, 2]
+    assert [n for n in os.listdir(workdir) if n.startswith("metrics.jsonl.")]  # kept
+
+
+# ------------------------------------------------------------------ command line, work dir
+
+
+def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
+    from seqjax import cli
+
+    workdir = str(tmp_path / "toy")
+    saved = os.path.join(workdir, "experiment.json")
+    assert cli.main(["train", "toy_rnn", "--smoke", "--workdir", workdir,
+                     "--progress=false"]) == 0
+    before = open(saved).read()
+    capsys.readouterr()
+
+    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--hidden=16"]) == 2  # refused
+    assert "hidden: saved 20, now 16" in capsys.readouterr().err
+    assert open(saved).read() == before
+    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--steps=30",
+                     "--learning_rate=1e38"]) == 1  # NaN: not the base of the next run
+    assert "Likely causes" in capsys.readouterr().err
+    assert open(saved).read() == before
+    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--steps=-5"]) == 2
+    assert "--steps must be an int >= 0; got -5" in capsys.readouterr().err
+
+    assert cli.main(["eval", "--workdir", workdir, "--hidden=16"]) == 2
+    assert "--hidden=16 but the checkpoint has 20" in capsys.readouterr().err
+    assert cli.main(["generate", "--workdir", workdir, "--prompt", "the",
+                     "--max-new-tokens", "-3"]) == 2
+    assert "--max-new-tokens must be >= 1; got -3" in capsys.readouterr().err
+    assert cli.main(["eval", "--workdir", workdir]) == 0  # the saved config still works
+
+
+def test_cli_restart_is_explicit(tmp_path, capsys):
+    import shutil
+
+    from seqjax import cli
+
+    workdir = str(tmp_path / "toy")
+    argv = ["train", "toy_rnn", "--smoke", "--workdir", workdir, "--progress=false"]
+    assert cli.main(argv) == 0
+    assert cli.main(argv + ["--restart"]) == 2  # checkpoints: resume, not restart
+    assert "holds checkpoints" in capsys.readouterr().err
+    shutil.rmtree(os.path.join(workdir, "checkpoints"))  # e.g. all moved aside as unreadable
+    saved = open(os.path.join(workdir, "experiment.json")).read()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "history of a run up to step 20" in err and "--restart" in err
+    assert open(os.path.join(workdir, "experiment.json")).read() == saved
+    assert cli.main(argv + ["--restart"]) == 0
+    assert any(n.startswith("metrics.jsonl.") for n in os.listdir(workdir))
+
+
+# ------------------------------------------------------------------ noise
+
+
+def test_closed_event_loop_noise_is_filtered(monkeypatch):
+    from types import SimpleNamespace
+
+    from seqjax.train.checkpoint import _silence_closed_loop_noise
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(str(u.exc_value)))
+    _silence_closed_loop_noise()
+    _silence_closed_loop_noise()  # once only
+    sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
+    sys.unraisablehook(SimpleNamespace(exc_value=RuntimeError("something else")))
+    assert seen == ["something else"]
