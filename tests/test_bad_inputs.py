@@ -457,8 +457,9 @@ def test_masked_targets_may_hold_any_id_and_the_check_rides_on_the_step():
     _, metrics = step(state, batch)
     assert float(metrics["tokens"]) == 0.0
     # Arrays on an accelerator are not read back (they would stall every step); CPU ones are.
+    on_cpu = jax.device_put(np.full((1, 2), V, np.int32), jax.devices("cpu")[0])
     with pytest.raises(ValueError, match="batch"):
-        make_batch_check(V)({"inputs": jnp.full((1, 2), V)})
+        make_batch_check(V)({"inputs": on_cpu})
 
 
 def test_non_finite_loss_names_the_likely_causes(tmp_path):
