@@ -967,10 +967,20 @@ def _reference_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, dr
 def _cudnn_attention(q, k, v, mask, bias, is_causal, scale):
     """cuDNN flash attention; rows with no visible key are zeroed afterwards."""
     mask, bias = _as_4d(mask), _as_4d(bias)
+    # cuDNN takes a mask/bias only with full query and key axes ([B|1, H|1, Q, K]).
+    qk = (q.shape[1], k.shape[1])
+    kernel_mask = None
+    if mask is not None:
+        mask = jnp.broadcast_to(mask, mask.shape[:2] + qk)
+        # A row with no visible key gives NaN gradients inside the kernel: let it see every
+        # key there (a harmless average), and zero it afterwards as the other paths do.
+        visible = mask & causal_mask(*qk)[None, None] if is_causal else mask
+        kernel_mask = mask | ~jnp.any(visible, axis=-1, keepdims=True)
     if bias is not None:
-        bias = bias.astype(q.dtype)
+        bias = jnp.broadcast_to(bias, bias.shape[:2] + qk).astype(q.dtype)
     out = jax.nn.dot_product_attention(
-        q, k, v, bias=bias, mask=mask, scale=scale, is_causal=is_causal, implementation="cudnn"
+        q, k, v, bias=bias, mask=kernel_mask, scale=scale, is_causal=is_causal,
+        implementation="cudnn",
     )
     return _zero_invisible_rows(out, mask, bias, is_causal, k.shape[1])
 

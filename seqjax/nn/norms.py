@@ -201,7 +201,9 @@ class LayerNorm(nn.Module):
             if self.use_bias
             else None
         )
-        dtype = self.dtype or jnp.result_type(x, self.param_dtype)
+        # Promote with the parameters as given (bf16 copies under mixed precision).
+        given = [p for p in (scale, bias) if p is not None] or [self.param_dtype]
+        dtype = self.dtype or jnp.result_type(x, *given)
         return layer_norm(x, scale, bias, epsilon=self.epsilon, dtype=dtype)
 
 
@@ -248,5 +250,5 @@ class RMSNorm(nn.Module):
             if self.use_scale
             else None
         )
-        dtype = self.dtype or jnp.result_type(x, self.param_dtype)
+        dtype = self.dtype or jnp.result_type(x, self.param_dtype if scale is None else scale)
         return rms_norm(x, scale, epsilon=self.epsilon, dtype=dtype)

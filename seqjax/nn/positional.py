@@ -194,7 +194,9 @@ class LearnedPositionalEmbedding(nn.Module):
         check_range(pos_BxT, "positions", 0, self.num_positions - 1)
         table = self.param("embedding", self.embedding_init, (self.num_positions, d),
                            self.param_dtype)
-        dtype = self.dtype or jnp.result_type(x_BxTxP.dtype, self.param_dtype)
+        # The table as given (a bf16 copy under mixed precision), not the declared storage
+        # dtype: promoting with param_dtype would lift a bf16 model back to float32.
+        dtype = self.dtype or jnp.result_type(x_BxTxP.dtype, table.dtype)
         e_BxTxD = jnp.take(table, pos_BxT, axis=0).astype(dtype)
         if self.form == "add":
             return x_BxTxP.astype(dtype) + e_BxTxD

@@ -458,12 +458,17 @@ class StackedRNN(nn.Module):
             c0 = jnp.stack([c for c, _ in per])
             h0 = jnp.stack([h for _, h in per])
         weights = cudnn_lstm_weights(self.variables["params"], self.num_layers, self.bidirectional)
+        # cuDNN's LSTM runs in float32 here: bf16 inputs/parameters (mixed precision) are
+        # upcast, and the outputs come back in the input's dtype, as the scan path's do.
+        out_dtype = x.dtype
         y, h_n, c_n = jrnn.lstm(
-            x, h0, c0, weights, lengths, input_size=in_features, hidden_size=self.features,
+            x.astype(jnp.float32), h0.astype(jnp.float32), c0.astype(jnp.float32), weights,
+            lengths, input_size=in_features, hidden_size=self.features,
             num_layers=self.num_layers, dropout=0.0, bidirectional=self.bidirectional,
         )
         valid = (jnp.arange(num_steps)[None, :] < lengths[:, None])[..., None]
-        y = jnp.where(valid, y, 0.0)
+        y = jnp.where(valid, y, 0.0).astype(out_dtype)
+        h_n, c_n = h_n.astype(out_dtype), c_n.astype(out_dtype)
         finals = []
         for layer in range(self.num_layers):
             carries = tuple((c_n[layer * dirs + d], h_n[layer * dirs + d]) for d in range(dirs))
