@@ -151,8 +151,9 @@ SHAKESPEARE_CELL = code('''
 def quickstart() -> list[tuple[str, str]]:
     return [
         *header("00_quickstart", "seqjax quickstart: a character-level GPT on Tiny Shakespeare", """
-            Train a small GPT (`seqjax.models.gpt.TransformerLM`) on Tiny Shakespeare with the
-            library's sharded train step and `fit` loop: a device mesh, a progress bar, a
+            Train a small GPT (`seqjax.models.gpt.TransformerLM`) on Tiny Shakespeare on every
+            device of the runtime (all 8 TPU cores of a v2-8 or v5e-8, every GPU) with the
+            library's `Parallel` layout, sharded train step and `fit` loop: a progress bar, a
             loss curve, samples, and a checkpoint that is saved, restored and resumed.
             The configuration is nanoGPT's `shakespeare_char` on a TPU or GPU and its CPU
             variant otherwise.
@@ -180,8 +181,8 @@ def quickstart() -> list[tuple[str, str]]:
 
             `TransformerLM` is a decoder-only, pre-norm transformer with learned positions
             and a tied output matrix (Bishop §12.3.1; J&M §9.8). The presets are nanoGPT's
-            shapes; the batch is rounded up to a multiple of the number of devices so that
-            it splits evenly over the mesh.
+            shapes; `BATCH` is the *global* batch (all devices together), rounded up to a
+            multiple of the number of devices so that it splits evenly over them.
         """),
         code("""
             import dataclasses
@@ -211,72 +212,70 @@ def quickstart() -> list[tuple[str, str]]:
             print(f"{STEPS} steps of {BATCH} x {cfg.max_len} characters, compute dtype {COMPUTE}")
         """),
         md("""
-            ## The mesh and the sharded train step
+            ## Every device: `Parallel` and the sharded train step
 
-            One `jax.jit` step runs on a device `Mesh` with axes `("data", "fsdp", "model")`.
-            `make_mesh()` puts every device on `data` (data parallelism: each device gets a
-            slice of the batch, parameters are replicated). On a TPU v5e-8, try
-            `make_mesh(data=1, fsdp=8)` with the `"fsdp"` strategy to shard the parameters
-            and optimiser state too; nothing else changes. `create_train_state` builds the
-            state directly in its sharded layout.
+            `Parallel.create()` lays the run over *all* the devices JAX sees (and every host
+            of a multi-host job): a device `Mesh` with axes `("data", "fsdp", "model")`, here
+            every device on `data` — data parallelism: each device gets a slice of the global
+            batch, the parameters are replicated, and one `jax.jit` step averages the
+            gradients over the devices. `MESH = "fsdp=8"` on a TPU v2-8 / v5e-8 shards the
+            parameters and optimiser state too (ZeRO-3); nothing else changes.
+            `par.create_state` builds the state directly in its sharded layout, and
+            `par.train_step` / `par.eval_step` compile the steps for the mesh.
         """),
         code("""
-            import jax
-
             from seqjax.train import (
                 OptimizerConfig,
-                batch_sharding,
-                create_train_state,
+                Parallel,
                 flax_apply_fn,
-                make_eval_step,
                 make_lm_eval,
                 make_lm_loss,
-                make_mesh,
                 make_optimizer,
-                make_train_step,
-                tree_shardings,
             )
 
-            mesh = make_mesh()
-            STRATEGY = "replicated"  # or "fsdp" with make_mesh(data=1, fsdp=N_DEV)
-            print("mesh:", dict(mesh.shape))
+            MESH = ""  # "" = every device on `data`; e.g. "fsdp=8" or "data=4,fsdp=2"
+            par = Parallel.create(MESH)
+            par.check_batch_size(BATCH)
+            print(par)
+            print(f"training on {par.num_devices} x {DEVICES[0].device_kind}:",
+                  [str(d) for d in par.mesh.devices.flat])
 
             tx, schedule = make_optimizer(OptimizerConfig(
                 "adamw", learning_rate=LR, schedule="warmup_cosine", warmup_steps=WARMUP,
                 total_steps=STEPS, end_lr_ratio=0.1, b2=0.99, weight_decay=0.1, clip_norm=1.0))
             x0 = jnp.zeros((1, cfg.max_len), jnp.int32)
-            state, state_sharding = create_train_state(
-                lambda rng: model.init(rng, x0)["params"], tx, jax.random.PRNGKey(0),
-                state_sharding_fn=lambda s: tree_shardings(s, mesh, STRATEGY))
+            state = par.create_state(lambda rng: model.init(rng, x0)["params"], tx,
+                                     jax.random.PRNGKey(0))
             print(f"{count_params(state.params):,} parameters")
 
             apply_fn = flax_apply_fn(model)
-            train_step = make_train_step(
-                make_lm_loss(apply_fn), state_sharding=state_sharding,
-                batch_sharding=batch_sharding(mesh), schedule=schedule, compute_dtype=COMPUTE)
-            eval_step = make_eval_step(
-                make_lm_eval(apply_fn), params_sharding=state_sharding.params,
-                batch_sharding=batch_sharding(mesh), compute_dtype=COMPUTE)
+            train_step = par.train_step(make_lm_loss(apply_fn), schedule=schedule,
+                                        compute_dtype=COMPUTE)
+            eval_step = par.eval_step(make_lm_eval(apply_fn), compute_dtype=COMPUTE)
         """),
         md("""
             ## Train with `fit`
 
             `fit` runs the steps with a progress bar (loss, tokens/s, ETA), evaluates every
             `eval_every` steps, and keeps orbax checkpoints in `WORKDIR/checkpoints`
-            (with the model config and the tokenizer). Interrupting the cell saves a
-            checkpoint and returns; running it again resumes from the newest checkpoint.
-            Batches are random windows of the training text (nanoGPT's sampler).
+            (with the model config and the tokenizer), and `run.json` records the devices
+            and the mesh. Interrupting the cell saves a checkpoint and returns; running it
+            again resumes from the newest checkpoint. Batches are random windows of the
+            training text (nanoGPT's sampler): the iterator yields this process's rows of each
+            global batch (all of them on a single-host runtime) and `fit(parallel=par)`
+            splits them over the devices; the evaluation batches are whole global batches.
         """),
         code("""
+            import json
             import tempfile
-            from functools import partial
 
             from seqjax.data import LMWindowIterator
-            from seqjax.train import FitConfig, fit, shard_batch
+            from seqjax.train import FitConfig, fit
 
             WORKDIR = tempfile.mkdtemp(prefix="seqjax_quickstart_") if SMOKE else "workdirs/quickstart"
 
-            train_data = LMWindowIterator(train_ids, BATCH, cfg.max_len, seed=0)
+            train_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_len, seed=0,
+                                          **par.iterator_shard())
             val_windows = LMWindowIterator(val_ids, BATCH, cfg.max_len, seed=1)
             eval_batches = [next(val_windows) for _ in range(EVAL_BATCHES)]
 
@@ -284,10 +283,11 @@ def quickstart() -> list[tuple[str, str]]:
                 state, train_step, train_data,
                 FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 50, eval_every=EVAL_EVERY,
                           tensorboard=False, plot=False),
-                workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
-                place_batch=partial(shard_batch, mesh=mesh),
+                parallel=par, workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
                 model_config=dataclasses.asdict(cfg), tokenizer=tok.to_json(),
             )
+            with open(os.path.join(WORKDIR, "run.json")) as f:
+                print("run.json:", json.load(f))
             print(result.status, "at step", int(result.state.step), "| validation:",
                   {k: round(v, 4) for k, v in result.eval_metrics.items()})
         """),
@@ -316,12 +316,14 @@ def quickstart() -> list[tuple[str, str]]:
             with a KV cache per layer: temperature 0.8 and the 20 most probable characters
             (Bishop (12.35)). With learned positions the model sees at most `max_len`
             characters, so it writes `max_len - 1` after the one-character prompt.
+            `par.gather` copies the (possibly sharded) trained parameters to the host.
         """),
         code("""
             from seqjax.decoding import sample
 
+            host_params = par.gather(result.state.params)  # numpy copies, on every process
             prompt = jnp.asarray([tok.encode("\\n")] * 3, jnp.int32)
-            out = sample(model, result.state.params, prompt, key=jax.random.PRNGKey(1),
+            out = sample(model, host_params, prompt, key=jax.random.PRNGKey(1),
                          max_new_tokens=cfg.max_len - 1, temperature=0.8, top_k=20)
             for row in np.asarray(out.tokens):
                 print(tok.decode(row))
@@ -353,18 +355,18 @@ def quickstart() -> list[tuple[str, str]]:
             print("restored parameters equal the trained ones:", same)
             print("validation loss of the restored parameters:",
                   round(evaluate(eval_step, params2, eval_batches,
-                                 place_batch=partial(shard_batch, mesh=mesh))["loss"], 4))
+                                 place_batch=par.place_global)["loss"], 4))
             assert same
         """),
         code("""
             MORE = 1 if SMOKE else 500
-            fresh_data = LMWindowIterator(train_ids, BATCH, cfg.max_len, seed=0)  # replayed to STEPS
+            fresh_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_len,
+                                          seed=0, **par.iterator_shard())  # position: from the checkpoint
             resumed = fit(
                 result.state, train_step, fresh_data,  # result.state is only the template
                 FitConfig(num_steps=STEPS + MORE, log_every=1 if SMOKE else 50,
                           eval_every=EVAL_EVERY, tensorboard=False, plot=False),
-                workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
-                place_batch=partial(shard_batch, mesh=mesh),
+                parallel=par, workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
                 model_config=dataclasses.asdict(cfg), tokenizer=tok.to_json(),
             )
             print(f"resumed from step {resumed.start_step}, now at step {int(resumed.state.step)}")
@@ -805,7 +807,7 @@ def seq2seq() -> list[tuple[str, str]]:
             from seqjax.utils import count_params
 
             EMBED, HIDDEN = (8, 8) if SMOKE else (32, 64)
-            STEPS, BATCH, LR = (2, 16, 5e-3) if SMOKE else (2000, 64, 5e-3)
+            STEPS, BATCH, LR = (2, 16, 5e-3) if SMOKE else (2000, 64, 5e-3)  # BATCH: the global batch
             common = dict(src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
                           embed_dim=EMBED, hidden_size=HIDDEN, cell_type="gru")
             models = {
@@ -814,12 +816,19 @@ def seq2seq() -> list[tuple[str, str]]:
                                      bidirectional_encoder=True),
             }
         """),
-        md("## Train\n\nThe same sharded train step and `fit` loop as the quickstart, here "
-           "without a work dir (nothing is written) and on one device."),
+        md("## Train\n\nThe same `Parallel` layout, sharded train step and `fit` loop as the "
+           "quickstart, on every device of the runtime (each device takes a slice of the "
+           "global batch), here without a work dir (nothing is written). `par.gather` brings "
+           "the trained parameters back to the host for decoding."),
         code("""
             from seqjax.data import ArrayIterator
-            from seqjax.train import (FitConfig, OptimizerConfig, TrainState, fit, make_optimizer,
-                                      make_train_step, masked_cross_entropy, token_accuracy)
+            from seqjax.train import (FitConfig, OptimizerConfig, Parallel, TrainState, fit,
+                                      make_optimizer, masked_cross_entropy, token_accuracy)
+
+            par = Parallel.create()  # every device on `data`
+            BATCH = -(-BATCH // par.batch_shards) * par.batch_shards  # a multiple of the devices
+            print(par)
+            print(f"training on {par.num_devices} x {DEVICES[0].device_kind}, global batch {BATCH}")
 
 
             def make_loss(model):
@@ -840,12 +849,14 @@ def seq2seq() -> list[tuple[str, str]]:
                     "adam", learning_rate=LR, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
                     total_steps=STEPS, clip_norm=1.0))
                 print(f"{name}: {count_params(params):,} parameters")
-                result = fit(TrainState.create(params, tx, jax.random.PRNGKey(1)),
-                             make_train_step(make_loss(model), schedule=schedule),
-                             ArrayIterator(train, BATCH, seed=0),
+                state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
+                result = fit(state, par.train_step(make_loss(model), schedule=schedule),
+                             ArrayIterator(train, par.local_batch_size(BATCH), seed=0,
+                                           **par.iterator_shard()),
                              FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 50,
-                                       tensorboard=False, plot=False))
-                trained[name], histories[name] = result.state.params, result.history
+                                       tensorboard=False, plot=False),
+                             parallel=par)
+                trained[name], histories[name] = par.gather(result.state.params), result.history
         """),
         code("""
             %matplotlib inline
@@ -1031,27 +1042,38 @@ def transformers() -> list[tuple[str, str]]:
         md("""
             ## A short training run
 
-            The plain loop: `make_train_step` compiles one step (loss, gradient, AdamW
-            update); batches are random windows of the text. Training is teacher-forced and
+            `TransformerLM` with the block weights above, trained on every device of the
+            runtime: `Parallel.create()` puts all devices on the `data` axis of a mesh,
+            `par.train_step` compiles one sharded step (loss, gradient, AdamW update, the
+            gradients averaged over the devices), and `fit` feeds it random windows of the
+            text, a slice of each global batch per device. Training is teacher-forced and
             parallel over positions: the causal mask stops position $n$ from seeing
-            positions after it (MEDL (7.27)).
+            positions after it (MEDL (7.27)). `par.gather` copies the trained parameters
+            to the host for the decoding below.
         """),
         code("""
             from seqjax.data import LMWindowIterator
-            from seqjax.train import (OptimizerConfig, TrainState, flax_apply_fn, make_lm_loss,
-                                      make_optimizer, make_train_step)
+            from seqjax.train import (FitConfig, OptimizerConfig, Parallel, TrainState, fit,
+                                      flax_apply_fn, make_lm_loss, make_optimizer)
 
+            par = Parallel.create()  # every device on `data`
             STEPS = 2 if SMOKE else (3000 if BACKEND != "cpu" else 1000)
+            BATCH = 8 if SMOKE else 32  # the global batch: a multiple of the device count
+            BATCH = -(-BATCH // par.batch_shards) * par.batch_shards
+            print(par)
+            print(f"training on {par.num_devices} x {DEVICES[0].device_kind}, global batch {BATCH}")
             tx, _ = make_optimizer(OptimizerConfig("adamw", learning_rate=1e-3, weight_decay=0.1,
                                                    clip_norm=1.0))
-            state = TrainState.create(p_lm, tx, jax.random.PRNGKey(1))
-            train_step = make_train_step(make_lm_loss(flax_apply_fn(lm)))
-            batches = LMWindowIterator(train_ids, 4 if SMOKE else 32, BLOCK, seed=0)
-            for i in range(1, STEPS + 1):
-                state, metrics = train_step(state, next(batches))
-                if i == 1 or i % 250 == 0 or i == STEPS:
-                    print(f"step {i}: loss {float(metrics['loss']):.3f}")
-            params = state.params
+            state = par.shard_state(TrainState.create(p_lm, tx, jax.random.PRNGKey(1)))
+            train_step = par.train_step(make_lm_loss(flax_apply_fn(lm)))
+            batches = LMWindowIterator(train_ids, par.local_batch_size(BATCH), BLOCK, seed=0,
+                                       **par.iterator_shard())
+            result = fit(state, train_step, batches,
+                         FitConfig(num_steps=STEPS, log_every=250, tensorboard=False, plot=False),
+                         parallel=par)
+            for r in result.history:  # logged: the first step, every 250th and the last
+                print(f"step {r['step']}: loss {r['loss']:.3f}")
+            params = par.gather(result.state.params)
         """),
         md("""
             ## KV cache == full causal pass
@@ -1199,9 +1221,21 @@ def bert_vit() -> list[tuple[str, str]]:
 
             from seqjax.data import CharTokenizer, LMWindowIterator, SpecialTokens, split_text
             from seqjax.models.bert import Bert, BertConfig, mlm_mask
-            from seqjax.train import (FitConfig, OptimizerConfig, TrainState, fit, make_optimizer,
-                                      make_train_step, masked_cross_entropy, token_accuracy)
+            from seqjax.train import (FitConfig, OptimizerConfig, Parallel, TrainState, fit,
+                                      make_optimizer, masked_cross_entropy, token_accuracy)
             from seqjax.utils import count_params
+
+            # Both models train on every device: all of them on the `data` axis of a mesh,
+            # each taking a slice of every global batch (a multiple of the device count).
+            par = Parallel.create()
+            print(par)
+            print(f"training on {par.num_devices} x {DEVICES[0].device_kind}")
+
+
+            def global_batch(n):
+                \"\"\"``n`` rounded up to a multiple of the devices the batch is split over.\"\"\"
+                return -(-n // par.batch_shards) * par.batch_shards
+
 
             text = load_shakespeare()
             if SMOKE:
@@ -1211,7 +1245,7 @@ def bert_vit() -> list[tuple[str, str]]:
             train_ids, val_ids = split_text(np.asarray(tok.encode(text), np.int32), 0.9)
 
             if SMOKE:
-                WINDOW, STEPS, BATCH = 16, 2, 4
+                WINDOW, STEPS, BATCH = 16, 2, 8
                 bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=1, num_heads=2, embed_dim=16,
                                       mlp_dim=32, max_len=WINDOW + 1, type_vocab_size=0, pooler=False)
             else:
@@ -1219,6 +1253,7 @@ def bert_vit() -> list[tuple[str, str]]:
                 bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=4, num_heads=4, embed_dim=128,
                                       mlp_dim=512, max_len=WINDOW + 1, type_vocab_size=0, pooler=False,
                                       dropout_rate=0.1)
+            BATCH = global_batch(BATCH)
             bert = Bert(bert_cfg)
 
 
@@ -1249,11 +1284,14 @@ def bert_vit() -> list[tuple[str, str]]:
             tx, schedule = make_optimizer(OptimizerConfig(
                 "adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 200,
                 total_steps=STEPS, weight_decay=0.01, clip_norm=1.0))
-            data = map(with_cls, LMWindowIterator(train_ids, BATCH, WINDOW, seed=1))
-            bert_run = fit(TrainState.create(params, tx, jax.random.PRNGKey(1)),
-                           make_train_step(mlm_loss, schedule=schedule), data,
+            state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
+            data = map(with_cls, LMWindowIterator(train_ids, par.local_batch_size(BATCH), WINDOW,
+                                                  seed=1, **par.iterator_shard()))
+            bert_run = fit(state, par.train_step(mlm_loss, schedule=schedule), data,
                            FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 100,
-                                     tensorboard=False, plot=False))
+                                     tensorboard=False, plot=False),
+                           parallel=par)
+            bert_params = par.gather(bert_run.state.params)  # host copies for what follows
         """),
         md("""
             **Fill in the blanks.** Validation windows with every character selected by the
@@ -1270,7 +1308,7 @@ def bert_vit() -> list[tuple[str, str]]:
 
 
             val = with_cls(next(LMWindowIterator(val_ids, BATCH, WINDOW, seed=2)))["tokens"]
-            inputs, selected, guess = map(np.asarray, fill_in(bert_run.state.params, val,
+            inputs, selected, guess = map(np.asarray, fill_in(bert_params, val,
                                                               jax.random.PRNGKey(3)))
             frequent = np.bincount(train_ids, minlength=tok.vocab_size).argmax()
             acc = (guess == val)[selected].mean() if selected.any() else float("nan")
@@ -1324,12 +1362,13 @@ def bert_vit() -> list[tuple[str, str]]:
             if SMOKE:
                 vit_cfg = ViTConfig(image_size=8, patch_size=PATCH, channels=1, num_classes=10,
                                     num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32)
-                VIT_STEPS = 2
+                VIT_STEPS, VIT_BATCH = 2, 16
             else:
                 vit_cfg = ViTConfig(image_size=8, patch_size=PATCH, channels=1, num_classes=10,
                                     num_layers=4, num_heads=4, embed_dim=64, mlp_dim=128,
                                     dropout_rate=0.1)
-                VIT_STEPS = 1500
+                VIT_STEPS, VIT_BATCH = 1500, 64
+            VIT_BATCH = global_batch(VIT_BATCH)
             vit = ViT(vit_cfg)
             vit_params = jax.jit(vit.init)(jax.random.PRNGKey(0), train["inputs"][:1])["params"]
             print(f"ViT: {count_params(vit_params):,} parameters")
@@ -1345,14 +1384,16 @@ def bert_vit() -> list[tuple[str, str]]:
             tx, schedule = make_optimizer(OptimizerConfig(
                 "adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
                 total_steps=VIT_STEPS, weight_decay=0.05, clip_norm=1.0))
-            vit_run = fit(TrainState.create(vit_params, tx, jax.random.PRNGKey(1)),
-                          make_train_step(vit_loss, schedule=schedule),
-                          ArrayIterator(train, 16 if SMOKE else 64, seed=0),
+            vit_state = par.shard_state(TrainState.create(vit_params, tx, jax.random.PRNGKey(1)))
+            vit_run = fit(vit_state, par.train_step(vit_loss, schedule=schedule),
+                          ArrayIterator(train, par.local_batch_size(VIT_BATCH), seed=0,
+                                        **par.iterator_shard()),
                           FitConfig(num_steps=VIT_STEPS, log_every=1 if SMOKE else 100,
-                                    tensorboard=False, plot=False))
+                                    tensorboard=False, plot=False),
+                          parallel=par)
 
             predict = jax.jit(lambda p, x: jnp.argmax(vit.apply({"params": p}, x), -1))
-            pred = np.asarray(predict(vit_run.state.params, test["inputs"]))
+            pred = np.asarray(predict(par.gather(vit_run.state.params), test["inputs"]))
             print(f"test accuracy: {100 * np.mean(pred == test['labels']):.1f}% on {n_test} digits")
         """),
         code("""
