@@ -377,7 +377,7 @@ def quickstart() -> list[tuple[str, str]]:
 
             * `01_rnns_from_the_equations`: the recurrent cells, BPTT and vanishing gradients.
             * `03_transformers`: the GPT built from its blocks, the KV cache and sampling.
-            * The same run from a terminal: `python -m experiments.char_lm` (and `--preset gpu`).
+            * The same run from a terminal: `python -m seqjax.experiments.char_lm` (and `--preset gpu`).
         """),
     ]
 
@@ -731,7 +731,7 @@ def rnns() -> list[tuple[str, str]]:
             of 1 — but a bias of 3 ($\\sigma(3) \\approx 0.95$) keeps it orders of magnitude
             longer, and training learns to hold $g_f \\approx 1$ where the task needs memory.
             Gradient clipping (`OptimizerConfig(clip_norm=1.0)`) tames the exploding side;
-            `python -m experiments.gradients` trains all three cells on the adding problem.
+            `python -m seqjax.experiments.gradients` trains all three cells on the adding problem.
         """),
     ]
 
@@ -950,9 +950,9 @@ def seq2seq() -> list[tuple[str, str]]:
         md("""
             Without attention the whole source has to squeeze through one vector; the
             attention model's errors concentrate where French reorders or regroups
-            (70–99). More: `python -m experiments.numbers` (0–9999, the transformer too), and
+            (70–99). More: `python -m seqjax.experiments.numbers` (0–9999, the transformer too), and
             `seqjax.data.english_french()` for the Tatoeba sentence pairs
-            (`python -m experiments.translation`).
+            (`python -m seqjax.experiments.translation`).
         """),
     ]
 
@@ -1186,7 +1186,7 @@ def transformers() -> list[tuple[str, str]]:
         md("""
             Low temperature and beam search repeat themselves; high temperature invents
             words; top-k and top-p cut the implausible tail while keeping variety. More in
-            `python -m experiments.sampling`.
+            `python -m seqjax.experiments.sampling`.
         """),
     ]
 
@@ -1419,7 +1419,7 @@ def bert_vit() -> list[tuple[str, str]]:
         md("""
             Next: fine-tune the pre-trained encoder for classification (`BertConfig(num_classes=...)`
             uses the `<cls>` state), or load real BERT weights with `seqjax.interop`.
-            `python -m experiments.bert_mlm` and `python -m experiments.digits` are the
+            `python -m seqjax.experiments.bert_mlm` and `python -m seqjax.experiments.digits` are the
             scripted versions.
         """),
     ]

@@ -39,7 +39,7 @@ killed before its first checkpoint, still holds that run's ``metrics.jsonl``: ``
 refuses to start it over at step 0 unless given ``--restart``, which keeps the old
 history as ``metrics.jsonl.<time>.old``.
 
-Experiment protocol — ``experiments/NAME.py`` is an experiment when it defines:
+Experiment protocol — ``seqjax/experiments/NAME.py`` is an experiment when it defines:
 
 * ``Config``: a frozen dataclass; every field is a ``--key=value`` option (nested
   dataclass fields as ``--outer.inner=value``). Conventional fields, used when present:
@@ -57,7 +57,7 @@ and optionally:
   (``seqjax eval``);
 * ``generate(cfg: Config, prompt: str, *, max_new_tokens: int, temperature: float,
   seed: int) -> str`` (``seqjax generate``);
-* ``main(argv)``: for ``python -m experiments.NAME``; usually
+* ``main(argv)``: for ``python -m seqjax.experiments.NAME``; usually
   ``return experiment_main(__file__, argv)``, which accepts the same options as
   ``seqjax train NAME``.
 
@@ -93,7 +93,7 @@ EXPERIMENT_FILE = "experiment.json"
 
 def list_experiments() -> list[str]:
     """The names of the modules in the ``experiments`` package."""
-    import experiments
+    from seqjax import experiments
 
     return sorted(
         m.name for m in pkgutil.iter_modules(experiments.__path__)
@@ -108,7 +108,7 @@ def _follows_protocol(module: ModuleType) -> bool:
 
 
 def load_experiment(name: str, *, allow_legacy: bool = False) -> ModuleType:
-    """Import ``experiments.NAME`` and check that it follows the protocol.
+    """Import ``seqjax.experiments.NAME`` and check that it follows the protocol.
 
     With ``allow_legacy``, a module with only ``main(argv)`` (parsing its own flags) is
     accepted too.
@@ -116,11 +116,11 @@ def load_experiment(name: str, *, allow_legacy: bool = False) -> ModuleType:
     names = list_experiments()
     if name not in names:
         raise ConfigError(f"unknown experiment {name!r}; choose one of: {', '.join(names)}.")
-    module = importlib.import_module(f"experiments.{name}")
+    module = importlib.import_module(f"seqjax.experiments.{name}")
     if _follows_protocol(module) or (allow_legacy and callable(getattr(module, "main", None))):
         return module
     raise ConfigError(
-        f"experiments/{name}.py must define a dataclass `Config` and `run(cfg)` "
+        f"seqjax/experiments/{name}.py must define a dataclass `Config` and `run(cfg)` "
         "(see `seqjax.cli`'s docstring)."
     )
 
@@ -322,7 +322,7 @@ def _train(name: str, argv: Sequence[str]) -> int:
 
 
 def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
-    """``python -m experiments.NAME [options]``: the same options as ``seqjax train NAME``.
+    """``python -m seqjax.experiments.NAME [options]``: the same options as ``seqjax train NAME``.
 
     ``experiment`` is the experiment's name, module name or ``__file__``.
     """

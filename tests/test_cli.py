@@ -45,7 +45,7 @@ def test_build_config_layers_saved_config_preset_and_overrides(tmp_path):
 
 
 def test_experiment_main_reports_bad_keys(capsys):
-    from experiments import toy_rnn
+    from seqjax.experiments import toy_rnn
 
     with pytest.raises(SystemExit) as exit_info:
         toy_rnn.main(["--no_such_key=1"])
@@ -80,7 +80,7 @@ def test_legacy_experiment_with_only_main_gets_its_own_flags(monkeypatch):
     import types
 
     calls = []
-    legacy = types.ModuleType("experiments.legacy")
+    legacy = types.ModuleType("seqjax.experiments.legacy")
     legacy.main = lambda argv: calls.append(argv)
     monkeypatch.setattr(cli, "load_experiment", lambda name, allow_legacy=False: legacy)
     assert cli.main(["train", "legacy", "--smoke", "--whatever=1"]) == 0

@@ -67,7 +67,7 @@ class TransformerLMConfig:
         norm_epsilon: ``ε`` of every norm (default: LayerNorm 1e-5, RMSNorm 1e-6).
         norm_use_bias: learn LayerNorm's ``β``; nanoGPT's ``bias=False`` also drops it
             (the ``nanogpt-*`` presets keep it, so their parameter counts are those of
-            ``experiments/results/char_lm.md``: 1,152 more than nanoGPT at 4L/128d).
+            ``seqjax/experiments/results/char_lm.md``: 1,152 more than nanoGPT at 4L/128d).
         init_std: standard deviation of the normal initialisers (GPT-2: 0.02).
         scan_layers, remat: compile the stack as one scanned block; rematerialise.
     """

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import char_lm, gradients, norm_placement, param_counts, positions
+from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
 from seqjax.data.tasks import EOS_ID
 
 # ----------------------------------------------------------------------------- param_counts

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import bert_mlm, digits, numbers, sampling, translation
-from experiments.translation import BOS, EOS, PAD
+from seqjax.experiments import bert_mlm, digits, numbers, sampling, translation
+from seqjax.experiments.translation import BOS, EOS, PAD
 from seqjax.train.config import config_from_dict
 
 # ----------------------------------------------------------------------------- translation
@@ -159,7 +159,7 @@ def test_sampling_smoke_scores_agree_with_the_decoder(tmp_path):
     assert [r["strategy"] for r in s["rows"]] == ["human", "greedy", "beam2", "topp0.9"]
     assert (tmp_path / "sampling.png").exists() and (tmp_path / "samples.md").exists()
     # The teacher-forced scorer reproduces greedy search's own log-probabilities.
-    from experiments import char_lm
+    from seqjax.experiments import char_lm
 
     model, params, tok, lm_cfg = char_lm.load_model(str(tmp_path / "char_lm"))
     dec = sampling.decoder_for(model, lm_cfg)

@@ -206,7 +206,7 @@ def test_parameter_counts_medl(cell, expected):
 
 
 def test_toy_rnn_has_748_parameters():
-    from experiments.toy_rnn import ToyRNN, make_data
+    from seqjax.experiments.toy_rnn import ToyRNN, make_data
 
     x, _ = make_data()
     assert count_params(ToyRNN(20).init(jax.random.PRNGKey(0), x)) == 748

@@ -15,7 +15,7 @@ visible device: the one sentence is the whole data set, so with ``D`` batch shar
 (``data·fsdp`` of the mesh) each holds a copy of it — the token-mean loss and its gradient
 are those of the one sentence, and on one device the batch is the sentence alone.
 
-Run:  seqjax train toy_rnn                       (or: python -m experiments.toy_rnn)
+Run:  seqjax train toy_rnn                       (or: python -m seqjax.experiments.toy_rnn)
       seqjax train toy_rnn --smoke               (a few steps, for CI)
       seqjax train toy_rnn --workdir runs/toy    (checkpoints, metrics.jsonl, curves; resumes)
       seqjax eval --workdir runs/toy
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from experiments._parallel import host_rows
+from seqjax.experiments._parallel import host_rows
 from seqjax.nn import RNN, ElmanCell
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.loop import FitConfig, fit

@@ -25,8 +25,8 @@ The row ``human`` scores the true validation continuation of each prompt: Bishop
 (Fig. 12.17, after Holtzman et al.) notes that human text has a *lower* likelihood under
 the model than beam-search output, and is more diverse.
 
-Run:  python -m experiments.sampling             (after experiments.char_lm; or trains one)
-      python -m experiments.sampling --smoke     (seconds, for CI: a tiny LM of its own)
+Run:  python -m seqjax.experiments.sampling             (after experiments.char_lm; or trains one)
+      python -m seqjax.experiments.sampling --smoke     (seconds, for CI: a tiny LM of its own)
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import char_lm
-from experiments.translation import machine, save_json
+from seqjax.experiments import char_lm
+from seqjax.experiments.translation import machine, save_json
 from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.checkpoint import load_meta
@@ -92,7 +92,7 @@ def load_or_train(cfg: Config) -> tuple[Any, Any, Any, Any, dict]:
         f"--steps={cfg.fallback_steps}", f"--max_chars={cfg.fallback_max_chars}",
         "--eval_every=0", "--full_val=false", "--sample_chars=100", "--checkpoint_every=0"])
     print(f"sampling: no checkpoint in {path!r}; training a char LM in {own}: "
-          f"python -m experiments.char_lm {' '.join(argv)}")
+          f"python -m seqjax.experiments.char_lm {' '.join(argv)}")
     char_lm.main(argv)  # the experiment protocol: saves experiment.json, then trains
     model, params, tok, lm_cfg = char_lm.load_model(own)
     return model, params, tok, lm_cfg, {"source": "trained here (fallback)", "path": own,

@@ -33,8 +33,8 @@ parallel unless ``--mesh`` / ``--strategy`` say otherwise; ``batch`` is the glob
 (every process draws the same fresh batch and feeds its own rows). With ``--workdir`` each
 run keeps its checkpoint and ``metrics.jsonl`` in ``WORKDIR/TASK_MODEL``.
 
-Run:  python -m experiments.selective_copying --out experiments/results/selective_copying.md
-      python -m experiments.selective_copying --smoke    (seconds, for CI)
+Run:  python -m seqjax.experiments.selective_copying --out seqjax/experiments/results/selective_copying.md
+      python -m seqjax.experiments.selective_copying --smoke    (seconds, for CI)
       (or ``seqjax train selective_copying [--smoke] [--workdir DIR]``); every ``Config``
       field is an option, e.g. ``--tasks=selective_copying --models=mamba,mamba-lti --steps=500``.
 """
@@ -57,7 +57,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from experiments._parallel import host_rows, pad_rows, write_run_info
+from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.cli import experiment_main
 from seqjax.data.tasks import associative_recall, selective_copying
 from seqjax.nn.linear_attention import LinearAttention
@@ -390,7 +390,7 @@ def run(cfg: Config) -> dict[str, Any]:
             with open(cfg.json_out, "w", encoding="utf-8") as f:
                 json.dump(results, f, indent=1)
     wall = time.perf_counter() - t0
-    command = "python -m experiments.selective_copying " + " ".join(sys.argv[1:])
+    command = "python -m seqjax.experiments.selective_copying " + " ".join(sys.argv[1:])
     text = report(results, command.strip(), wall)
     print(text)
     if cfg.out and primary:

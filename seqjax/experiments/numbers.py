@@ -22,7 +22,7 @@ Every model trains on every visible device (and host), data parallel unless ``--
 ``--strategy`` say otherwise; ``batch_size`` is the global batch.
 
 Run:  seqjax train numbers --preset quickstart     (about a minute on one CPU core)
-      seqjax train numbers                        (or: python -m experiments.numbers)
+      seqjax train numbers                        (or: python -m seqjax.experiments.numbers)
       seqjax generate --workdir workdirs/numbers --prompt 1997
       seqjax eval --workdir workdirs/numbers
       seqjax train numbers --smoke                (seconds, for CI)
@@ -39,8 +39,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments._parallel import write_run_info
-from experiments.translation import (
+from seqjax.experiments._parallel import write_run_info
+from seqjax.experiments.translation import (
     ARCH_LABELS,
     ARCHS,
     TrainSpec,
@@ -94,7 +94,7 @@ PRESETS = {
     "smoke": {"max_number": 120, "embed_dim": 8, "hidden": 8, "batch_size": 16, "steps": 3,
               "eval_every": 0, "warmup_steps": 1, "log_every": 1, "decode_batch": 32,
               "progress": False},
-    # The comparison in experiments/results/numbers.md.
+    # The comparison in seqjax/experiments/results/numbers.md.
     "compare": {"archs": "gru,bahdanau,transformer", "seeds": "0,1,2"},
     # The README's first command: one Bahdanau model in about a minute on one CPU core,
     # with the progress bar, metrics, translations and plots (in its own work dir).

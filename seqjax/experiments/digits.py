@@ -22,8 +22,8 @@ the same SVM on its own split for a like-for-like baseline.
 Every visible device (and host) trains each model, data parallel unless ``--mesh`` /
 ``--strategy`` say otherwise; ``batch_size`` is the global batch.
 
-Run:  python -m experiments.digits               (or: seqjax train digits)
-      python -m experiments.digits --smoke       (seconds, for CI)
+Run:  python -m seqjax.experiments.digits               (or: seqjax train digits)
+      python -m seqjax.experiments.digits --smoke       (seconds, for CI)
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments._parallel import pad_rows, write_run_info
-from experiments.translation import machine, mean_sd, save_json
+from seqjax.experiments._parallel import pad_rows, write_run_info
+from seqjax.experiments.translation import machine, mean_sd, save_json
 from seqjax.data.pipelines import ArrayIterator, split_arrays
 from seqjax.models.rnn import RNNClassifier
 from seqjax.models.vit import ViT, ViTConfig

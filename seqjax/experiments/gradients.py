@@ -21,8 +21,8 @@ against the baseline 0.167 of always predicting 1 (the sum's mean). The models t
 every visible device (and host), data parallel unless ``--mesh`` / ``--strategy`` say
 otherwise; ``batch_size`` is the global batch.
 
-Run:  python -m experiments.gradients --results_dir experiments/results   (full)
-      python -m experiments.gradients --smoke --workdir /tmp/g             (seconds)
+Run:  python -m seqjax.experiments.gradients --results_dir seqjax/experiments/results   (full)
+      python -m seqjax.experiments.gradients --smoke --workdir /tmp/g             (seconds)
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from experiments._parallel import host_rows, pad_rows, write_run_info
-from experiments.char_lm import command_line, load_average, machine
+from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
+from seqjax.experiments.char_lm import command_line, load_average, machine
 from seqjax.data.tasks import adding_problem
 from seqjax.models.rnn import RNNClassifier
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell

@@ -13,8 +13,8 @@ curves, the validation loss and the gradient norms are compared. Every run train
 visible device (and host), data parallel unless ``--mesh`` / ``--strategy`` say otherwise;
 ``batch_size`` is the global batch.
 
-Run:  python -m experiments.norm_placement --results_dir experiments/results  (full)
-      python -m experiments.norm_placement --smoke --workdir /tmp/n            (seconds)
+Run:  python -m seqjax.experiments.norm_placement --results_dir seqjax/experiments/results  (full)
+      python -m seqjax.experiments.norm_placement --smoke --workdir /tmp/n            (seconds)
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from experiments._parallel import write_run_info
-from experiments.char_lm import command_line, load_average, load_data, machine, val_windows
+from seqjax.experiments._parallel import write_run_info
+from seqjax.experiments.char_lm import command_line, load_average, load_data, machine, val_windows
 from seqjax.data.pipelines import LMWindowIterator
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder

@@ -29,10 +29,10 @@ and the tokenizer), ``tokenizer.json``, ``metrics.jsonl``, ``loss.png``, ``sampl
 and ``char_lm.json`` (the summary). :func:`load_model` rebuilds ``(model, params,
 tokenizer, config)`` from it (used by the ``sampling`` experiment).
 
-Run:  python -m experiments.char_lm                      (nanoGPT CPU config)
-      python -m experiments.char_lm --preset lstm --workdir workdirs/char_lm_lstm
-      python -m experiments.char_lm --preset gpu --workdir workdirs/char_lm_gpu   (GPU)
-      python -m experiments.char_lm --smoke --workdir /tmp/x (seconds, for CI)
+Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU config)
+      python -m seqjax.experiments.char_lm --preset lstm --workdir workdirs/char_lm_lstm
+      python -m seqjax.experiments.char_lm --preset gpu --workdir workdirs/char_lm_gpu   (GPU)
+      python -m seqjax.experiments.char_lm --smoke --workdir /tmp/x (seconds, for CI)
       seqjax generate --workdir workdirs/char_lm --prompt "ROMEO:" --max-new-tokens 200
 """
 
@@ -273,7 +273,7 @@ def machine() -> str:
 
 
 def command_line(name: str, cfg: Any) -> str:
-    """``python -m experiments.NAME`` with the options that differ from ``Config()``."""
+    """``python -m seqjax.experiments.NAME`` with the options that differ from ``Config()``."""
     default = type(cfg)()
     opts = []
     for f in dataclasses.fields(cfg):
@@ -282,7 +282,7 @@ def command_line(name: str, cfg: Any) -> str:
             if isinstance(v, tuple):
                 v = ",".join(str(x) for x in v)
             opts.append(f"--{f.name}={v}")
-    return " ".join([f"python -m experiments.{name}", *opts])
+    return " ".join([f"python -m seqjax.experiments.{name}", *opts])
 
 
 def load_average() -> str:
@@ -493,7 +493,7 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
         "Commands:",
         "",
     ]
-    lines += [f"* `{commands.get(wd, 'python -m experiments.char_lm')}`" for wd, _, _ in runs]
+    lines += [f"* `{commands.get(wd, 'python -m seqjax.experiments.char_lm')}`" for wd, _, _ in runs]
     lines += ["", *notes] if notes else []
     lines += [
         "",

@@ -22,8 +22,8 @@ labels, mean ± sd over seeds; the majority class is the floor.
 Both stages train on every visible device (and host), data parallel unless ``--mesh`` /
 ``--strategy`` say otherwise; ``pretrain_batch`` and ``finetune_batch`` are global batches.
 
-Run:  python -m experiments.bert_mlm            (or: seqjax train bert_mlm)
-      python -m experiments.bert_mlm --smoke    (seconds, for CI)
+Run:  python -m seqjax.experiments.bert_mlm            (or: seqjax train bert_mlm)
+      python -m seqjax.experiments.bert_mlm --smoke    (seconds, for CI)
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments._parallel import pad_rows, write_run_info
-from experiments.translation import load_pairs, machine, mean_sd, save_json
+from seqjax.experiments._parallel import pad_rows, write_run_info
+from seqjax.experiments.translation import load_pairs, machine, mean_sd, save_json
 from seqjax.data.pipelines import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.models.bert import Bert, BertConfig, mlm_mask

@@ -13,8 +13,8 @@ memory) and their parameter trees counted with :func:`seqjax.utils.count_params`
 component; (7.32) is also evaluated as a formula. Other presets are listed beside the
 numbers their papers or reference code print.
 
-Run:  python -m experiments.param_counts --results_dir experiments/results
-      python -m experiments.param_counts --smoke --workdir /tmp/pc
+Run:  python -m seqjax.experiments.param_counts --results_dir seqjax/experiments/results
+      python -m seqjax.experiments.param_counts --smoke --workdir /tmp/pc
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from experiments.char_lm import command_line, load_average, machine
+from seqjax.experiments.char_lm import command_line, load_average, machine
 from seqjax.models.bert import Bert
 from seqjax.models.encoder_decoder import Transformer
 from seqjax.models.gpt import TransformerLM

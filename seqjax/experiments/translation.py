@@ -23,9 +23,9 @@ encoder-bottleneck curve of Bahdanau et al. 2015, Fig. 2), an attention heatmap 
 style of MEDL Fig. 7.11, and d2l's four probe sentences (go . / i lost . / he's calm . /
 i'm home .) with d2l's sentence BLEU (k = 2), mean ± sd over seeds.
 
-Run:  python -m experiments.translation                 (or: seqjax train translation)
-      python -m experiments.translation --smoke         (seconds, for CI)
-      python -m experiments.translation --archs=bahdanau --seeds=0 --steps=2000
+Run:  python -m seqjax.experiments.translation                 (or: seqjax train translation)
+      python -m seqjax.experiments.translation --smoke         (seconds, for CI)
+      python -m seqjax.experiments.translation --archs=bahdanau --seeds=0 --steps=2000
 
 Every model trains on every visible device (and host), data parallel unless ``--mesh`` /
 ``--strategy`` say otherwise; ``batch_size`` is the global batch.
@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments._parallel import pad_rows, write_run_info
+from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.data.pipelines import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
@@ -121,7 +121,7 @@ PRESETS = {
         "decode_batch": 16,
         "progress": False,
     },
-    # What was run on the shared 2-core CPU for experiments/results/translation.md.
+    # What was run on the shared 2-core CPU for seqjax/experiments/results/translation.md.
     "reduced": {"seeds": "0,1", "steps": 1500, "eval_every": 500},
 }
 

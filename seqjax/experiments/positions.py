@@ -27,8 +27,8 @@ target token is the arg-max under teacher forcing — the same as greedy decodin
 reproducing the whole target. The models train on every visible device (and host), data
 parallel unless ``--mesh`` / ``--strategy`` say otherwise; ``batch_size`` is the global batch.
 
-Run:  python -m experiments.positions --results_dir experiments/results     (full)
-      python -m experiments.positions --smoke --workdir /tmp/p                (seconds)
+Run:  python -m seqjax.experiments.positions --results_dir seqjax/experiments/results     (full)
+      python -m seqjax.experiments.positions --smoke --workdir /tmp/p                (seconds)
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from experiments._parallel import host_rows, pad_rows, write_run_info
-from experiments.char_lm import command_line, load_average, machine
+from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
+from seqjax.experiments.char_lm import command_line, load_average, machine
 from seqjax.data.tasks import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.nn.positional import (
     LearnedPositionalEmbedding,
