@@ -230,6 +230,15 @@ class Parallel:
                 f"{self.grad_accum} = {need}; got {global_batch_size}."
             )
 
+    def round_batch_size(self, batch_size: int) -> int:
+        """The smallest global batch ``>= batch_size`` that :meth:`check_batch_size`
+        accepts (a multiple of ``data*fsdp*grad_accum``), e.g. to scale a single-device
+        setting to this mesh: ``par.round_batch_size(12)`` is 16 on 8 data-parallel devices."""
+        if batch_size < 1:
+            raise ConfigError(f"`batch_size` must be >= 1; got {batch_size}.")
+        need = self.batch_shards * self.grad_accum
+        return -(-batch_size // need) * need
+
     def local_batch_size(self, global_batch_size: int, name: str = "batch_size") -> int:
         """Rows of each global batch (the option ``name``) this process feeds."""
         self.check_batch_size(global_batch_size, name)
@@ -300,7 +309,9 @@ class Parallel:
 
     # ------------------------------------------------------------------ input placement
     def place(self, batch: Any) -> Any:
-        """This process's rows (block ``shard_index`` of ``shard_count``) → global arrays
+        """Use with an iterator built with :meth:`iterator_shard` (each process loads only
+        its rows); use :meth:`place_global` when every process holds the whole batch (a
+        seeded generator, an eval set). This process's rows (block ``shard_index`` of ``shard_count``) → global arrays
         ``[global_batch, ...]`` sharded over ``("data", "fsdp")``
         (:func:`~seqjax.train.sharding.shard_batch`)."""
         return shard_batch(batch, self.mesh)
@@ -327,7 +338,9 @@ class Parallel:
 
     def __repr__(self) -> str:
         shape = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
-        return f"Parallel(mesh='{shape}', strategy={self.strategy!r}, grad_accum={self.grad_accum})"
+        dev = self.mesh.devices.flat[0]
+        return (f"Parallel(mesh='{shape}', strategy={self.strategy!r}, "
+                f"grad_accum={self.grad_accum}, devices={self.num_devices}x{dev.device_kind!r})")
 
 
 def gather(tree: Any) -> Any:

@@ -44,6 +44,11 @@ def test_parallel_uses_every_device_by_default_and_checks_the_batch():
     with pytest.raises(ValueError, match="does not fit the 8 visible devices"):
         Parallel.create("data=3")
     assert Parallel.create("data=2,fsdp=2,model=2").strategy == "fsdp+tensor"
+    assert par.round_batch_size(12) == 16 and par.round_batch_size(16) == 16
+    par.check_batch_size(par.round_batch_size(1))
+    with pytest.raises(ValueError, match="batch_size"):
+        par.round_batch_size(0)
+    assert "devices=8x" in repr(par) and "mesh='data=8,fsdp=1,model=1'" in repr(par)
 
 
 def _fake_mesh(order, data, fsdp, model):
