@@ -7,6 +7,7 @@ and what was received (DESIGN.md, "Errors").
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,8 +75,24 @@ def check_range(x: Any, name: str, low: int, high: int) -> None:
         )
 
 
+# Lengths arrays `check_lengths` returned, by id (weakly held): a model checks its `lengths`
+# once and every layer under it receives the checked array, so the value check (a host
+# read in eager mode) is not repeated per layer. Shapes and dtypes are always re-checked.
+_CHECKED_LENGTHS: dict[int, tuple[weakref.ref, int, int]] = {}
+
+
 def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> jax.Array:
-    """``int32[batch]`` lengths with values in ``[low, max_len]`` (values checked when concrete)."""
+    """The one check of per-row lengths: ``int32[batch]`` with values in ``[low, max_len]``.
+
+    Shape and dtype are checked at trace time; the values when concrete (a host read),
+    and not again for an array this function already returned with a range inside
+    ``[low, max_len]`` (so the layers under a model do not re-read what it checked).
+    """
+    key = id(lengths)
+    seen = _CHECKED_LENGTHS.get(key)
+    if seen is not None and seen[0]() is lengths and np.shape(lengths) == (batch,) \
+            and low <= seen[1] and seen[2] <= max_len:
+        return lengths
     check_rank(lengths, name, 1)
     check_integer(lengths, name)
     if np.shape(lengths)[0] != batch:
@@ -83,7 +100,15 @@ def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 
             f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
         )
     check_range(lengths, name, low, max_len)
-    return jnp.asarray(lengths).astype(jnp.int32)
+    out = jnp.asarray(lengths).astype(jnp.int32)
+    if is_concrete(out):
+        key = id(out)
+        try:
+            ref = weakref.ref(out, lambda _: _CHECKED_LENGTHS.pop(key, None))
+        except TypeError:  # not weak-referenceable: simply checked again next time
+            return out
+        _CHECKED_LENGTHS[key] = (ref, low, max_len)
+    return out
 
 
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:

@@ -44,8 +44,9 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_bool, check_integer, check_range, check_rank
+from seqjax._checks import check_bool, check_lengths, check_rank
 from seqjax.nn.dense import DenseGeneral
+from seqjax.nn.masks import padding_mask
 
 Array = jax.Array
 Dtype = Any
@@ -396,13 +397,8 @@ class LinearAttentionCache:
 
 
 def _padding(lengths: Array, name: str, batch: int, size: int) -> Array:
-    """``bool[B, size]``: ``t < lengths[b]`` (right padding)."""
-    lengths = jnp.asarray(lengths)
-    check_integer(lengths, name)
-    if tuple(lengths.shape) != (batch,):
-        raise ValueError(f"`{name}` must have shape ({batch},); got {tuple(lengths.shape)}.")
-    check_range(lengths, name, 0, size)
-    return jnp.arange(size)[None, :] < lengths[:, None]
+    """``bool[B, size]`` validity (:func:`~seqjax.nn.masks.padding_mask`) of checked ``lengths``."""
+    return padding_mask(check_lengths(lengths, name, batch, size), size)
 
 
 def _and(a: Array | None, b: Array | None) -> Array | None:

@@ -47,8 +47,9 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_integer, check_range, check_rank
+from seqjax._checks import check_lengths, check_rank
 from seqjax.nn.dense import Dense
+from seqjax.nn.masks import padding_mask
 
 Array = jax.Array
 Dtype = Any
@@ -307,12 +308,7 @@ def _dt_bias_init(dt_min: float, dt_max: float, floor: float) -> Initializer:
 def _valid_mask(lengths: Array | None, batch: int, steps: int) -> Array | None:
     if lengths is None:
         return None
-    lengths = jnp.asarray(lengths)
-    check_integer(lengths, "lengths")
-    if tuple(lengths.shape) != (batch,):
-        raise ValueError(f"`lengths` must have shape ({batch},); got {tuple(lengths.shape)}.")
-    check_range(lengths, "lengths", 0, steps)
-    return jnp.arange(steps)[None, :] < lengths[:, None]
+    return padding_mask(check_lengths(lengths, "lengths", batch, steps), steps)
 
 
 def _symmetric_uniform(scale: float) -> Initializer:

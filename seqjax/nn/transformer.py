@@ -38,8 +38,7 @@ from flax import linen as nn
 from seqjax._checks import (
     bound_param_shape,
     check_features,
-    check_integer,
-    check_range,
+    check_lengths,
     check_rank,
 )
 from seqjax.nn import _sharding
@@ -86,17 +85,6 @@ def _accepts_keyword(module: nn.Module, keyword: str) -> bool:
     except (TypeError, ValueError):
         return False
     return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _check_lengths(lengths: Any, batch: int, length: int, name: str) -> Array | None:
-    if lengths is None:
-        return None
-    lengths = jnp.asarray(lengths)
-    check_integer(lengths, name)
-    if lengths.shape != (batch,):
-        raise ValueError(f"`{name}` must have shape ({batch},); got {tuple(lengths.shape)}.")
-    check_range(lengths, name, 0, length)
-    return lengths.astype(jnp.int32)
 
 
 def _key_mask(mask: Any, name: str) -> Array | None:
@@ -365,7 +353,8 @@ class TransformerBlock(_BlockConfig):
             raise ValueError("`encoder_out` is required when `cross_attention=True`.")
         if not self.cross_attention and encoder_out is not None:
             raise ValueError("`encoder_out` was given but the block has `cross_attention=False`.")
-        lengths = _check_lengths(lengths, batch, length, "lengths")
+        if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", batch, length)
 
         cross_kv = None
         if isinstance(cache, DecoderLayerCache):
@@ -408,9 +397,10 @@ class TransformerBlock(_BlockConfig):
             if cross_kv is None:
                 w_k = bound_param_shape(self, "cross_attn", "key", "kernel")
                 check_features(encoder_out, "encoder_out", None if w_k is None else w_k[0])
-            enc_lengths = _check_lengths(
-                encoder_lengths, batch, encoder_out.shape[1], "encoder_lengths"
-            )
+            enc_lengths = encoder_lengths
+            if enc_lengths is not None:
+                enc_lengths = check_lengths(enc_lengths, "encoder_lengths", batch,
+                                            encoder_out.shape[1])
             enc_mask = _key_mask(encoder_mask, "encoder_mask")
             ca_kwargs: dict[str, Any] = dict(mask=enc_mask, kv_lengths=enc_lengths,
                                              deterministic=deterministic)
@@ -473,7 +463,8 @@ class _TransformerStack(_BlockConfig, kw_only=True):
             raise ValueError(f"`num_layers` must be a positive int; got {self.num_layers!r}.")
         self._check_config()
         policy = self._policy()
-        lengths = _check_lengths(lengths, x.shape[0], x.shape[1], "lengths")
+        if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", x.shape[0], x.shape[1])
 
         def body(block, x, cache_l, mask, lengths, enc, enc_mask, enc_lengths, positions):
             # Inside a sharded step the residual stream stays split over the batch only
