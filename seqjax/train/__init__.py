@@ -71,14 +71,15 @@ from seqjax.train.step import (
     pmap_unreplicate,
     split_for_pmap,
 )
-from seqjax.train.tbptt import TBPTTIterator, make_streams, make_tbptt_loss, reset_carry
+from seqjax.train.tbptt import StreamChunkIterator, make_streams, make_tbptt_loss, reset_carry
 
 __all__ = [
     "ArrayIterator", "CheckpointMismatchError", "CheckpointWarning", "Checkpointer", "ConfigError",
     "DEFAULT_NO_DECAY", "FitConfig", "FitResult", "NonFiniteLossError", "OptimizerConfig",
     "Parallel", "ParallelOptions", "distributed_requested", "host_value", "parse_mesh",
     "process_data_shard", "shard_global_batch", "write_run_info",
-    "TBPTTIterator", "TENSOR_PARALLEL_RULES", "TrainState", "apply_overrides", "batch_sharding",
+    "StreamChunkIterator", "TENSOR_PARALLEL_RULES", "TrainState", "apply_overrides",
+    "batch_sharding",
     "bits_per_char", "cast_floating", "config_from_dict", "constant_schedule",
     "create_train_state", "decay_mask", "evaluate", "fit", "flax_apply_fn", "host_batch_slice",
     "inverse_sqrt_schedule", "linear_schedule", "load_meta", "load_tokenizer", "make_eval_step",
@@ -91,3 +92,19 @@ __all__ = [
     "split_for_pmap", "token_accuracy", "token_cross_entropy",
     "transformer_flops_per_token", "tree_shardings", "warmup_cosine_schedule",
 ]
+
+
+# Names that meant something else here than in the rest of seqjax (issue #18.3); they keep
+# working for a while, with a DeprecationWarning that names the new spelling.
+_RENAMED = {"TBPTTIterator": ("StreamChunkIterator", StreamChunkIterator)}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        new, value = _RENAMED[name]
+        warnings.warn(f"seqjax.train.{name} is now seqjax.train.{new}.", DeprecationWarning,
+                      stacklevel=2)
+        return value
+    raise AttributeError(f"module 'seqjax.train' has no attribute {name!r}")

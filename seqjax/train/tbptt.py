@@ -34,7 +34,7 @@ from seqjax.train.losses import attach_batch_check, masked_cross_entropy, token_
 
 Array = jax.Array
 
-__all__ = ["make_streams", "TBPTTIterator", "reset_carry", "make_tbptt_loss"]
+__all__ = ["make_streams", "StreamChunkIterator", "reset_carry", "make_tbptt_loss"]
 
 
 def make_streams(tokens: Any, batch_size: int) -> np.ndarray:
@@ -57,7 +57,7 @@ def make_streams(tokens: Any, batch_size: int) -> np.ndarray:
     return tokens[: batch_size * length].reshape(batch_size, length)
 
 
-class TBPTTIterator(Iterator[dict[str, np.ndarray]]):
+class StreamChunkIterator(Iterator[dict[str, np.ndarray]]):
     """Consecutive chunks ``{"inputs", "targets": int[B, k], "reset": bool[B]}`` of streams.
 
     Chunk ``i`` has ``inputs = streams[:, ik : (i+1)k]`` and ``targets`` shifted by one
@@ -65,7 +65,7 @@ class TBPTTIterator(Iterator[dict[str, np.ndarray]]):
     with ``reset`` True. State (checkpointed): ``{"epoch", "chunk"}``.
 
     Example:
-        >>> it = TBPTTIterator(make_streams(np.arange(14), 2), chunk_len=3)
+        >>> it = StreamChunkIterator(make_streams(np.arange(14), 2), chunk_len=3)
         >>> b = next(it); b["inputs"].tolist(), b["targets"].tolist(), b["reset"].tolist()
         ([[0, 1, 2], [7, 8, 9]], [[1, 2, 3], [8, 9, 10]], [True, True])
         >>> next(it)["reset"].tolist(), it.get_state()
@@ -85,7 +85,7 @@ class TBPTTIterator(Iterator[dict[str, np.ndarray]]):
         self.epoch = 0
         self.chunk = 0
 
-    def __iter__(self) -> TBPTTIterator:
+    def __iter__(self) -> StreamChunkIterator:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:

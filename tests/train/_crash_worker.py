@@ -19,13 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.train.example import TinyLM
 from seqjax.train.iterators import ArrayIterator
 from seqjax.train.loop import FitConfig, FitResult, fit
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.sharding import batch_sharding, make_mesh, shard_batch, tree_shardings
 from seqjax.train.step import flax_apply_fn, make_eval_step, make_train_step
+from tests.train._tiny_lm import TinyLM
 
 VOCAB, T, N, BATCH, STEPS = 13, 6, 40, 4, 12
 MODEL = TinyLM(vocab_size=VOCAB, embed_dim=8, hidden=12, dropout=0.2)

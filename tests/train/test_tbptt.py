@@ -6,11 +6,11 @@ import numpy as np
 import optax
 import pytest
 
-from seqjax.train.example import TinyLM
 from seqjax.train.losses import make_lm_loss, masked_cross_entropy
 from seqjax.train.optim import TrainState
 from seqjax.train.step import flax_apply_fn, make_train_step
-from seqjax.train.tbptt import TBPTTIterator, make_streams, make_tbptt_loss, reset_carry
+from seqjax.train.tbptt import StreamChunkIterator, make_streams, make_tbptt_loss, reset_carry
+from tests.train._tiny_lm import TinyLM
 
 V, B = 7, 2
 MODEL = TinyLM(V, embed_dim=4, hidden=6)
@@ -37,7 +37,7 @@ def _streams(length=9):
 def test_streams_and_iterator():
     s = make_streams(np.arange(20), 3)
     assert s.tolist() == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17]]
-    it = TBPTTIterator(s, chunk_len=2)
+    it = StreamChunkIterator(s, chunk_len=2)
     assert it.chunks_per_epoch == 2
     b0, b1, b2 = next(it), next(it), next(it)
     assert b0["inputs"].tolist() == [[0, 1], [6, 7], [12, 13]]
@@ -45,11 +45,11 @@ def test_streams_and_iterator():
     assert b1["inputs"][:, 0].tolist() == [2, 8, 14]  # each row continues where it stopped
     assert b0["reset"].all() and not b1["reset"].any() and b2["reset"].all()  # new epoch
     state = it.get_state()
-    again = TBPTTIterator(s, chunk_len=2)
+    again = StreamChunkIterator(s, chunk_len=2)
     again.set_state(state)
     np.testing.assert_array_equal(next(again)["inputs"], next(it)["inputs"])
     with pytest.raises(ValueError, match="chunk_len"):
-        TBPTTIterator(s, chunk_len=6)
+        StreamChunkIterator(s, chunk_len=6)
     with pytest.raises(ValueError, match="batch_size"):
         make_streams(np.arange(5), 3)
 
@@ -71,7 +71,7 @@ def test_one_chunk_equals_full_bptt():
     full_step = make_train_step(make_lm_loss(APPLY))
     full, m_full = full_step(full, {"inputs": inputs, "targets": targets})
     chunked = TrainState.create(_params(), tx, jax.random.PRNGKey(0), carry=MODEL.zero_carry(B))
-    chunk = next(TBPTTIterator(streams, chunk_len=streams.shape[1] - 1))
+    chunk = next(StreamChunkIterator(streams, chunk_len=streams.shape[1] - 1))
     chunked, m_tb = TBPTT_STEP(chunked, chunk)
     np.testing.assert_allclose(float(m_tb["loss"]), float(m_full["loss"]), rtol=1e-6)
     np.testing.assert_allclose(float(m_tb["grad_norm"]), float(m_full["grad_norm"]), rtol=1e-5)
@@ -87,7 +87,7 @@ def test_one_chunk_equals_full_bptt():
 def test_carry_threads_between_chunks_without_gradient():
     streams = _streams()
     k = 4
-    it = TBPTTIterator(streams, chunk_len=k)
+    it = StreamChunkIterator(streams, chunk_len=k)
     c1, c2 = next(it), next(it)
     state = TrainState.create(_params(), optax.sgd(LR), jax.random.PRNGKey(0),
                               carry=MODEL.zero_carry(B))

@@ -1,11 +1,12 @@
-r"""``TinyLM``: a small recurrent language model for demos, tests and smoke runs of the loop.
+r"""``TinyLM``: a small recurrent language model, a test fixture for :mod:`seqjax.train`.
 
 .. math::  e_t = E[w_t],\quad (h_t, c_t) = \mathrm{cell}(h_{t-1}, e_t),\quad
            z_t = W_{out}\,\mathrm{dropout}(h_t) + b
 
 i.e. the RNN language model of J&M §9.3 (J&M (9.5)–(9.7); MEDL §7.2 with learned
 embeddings instead of one-hot inputs). The real models live in :mod:`seqjax.models`; this
-one only exercises :mod:`seqjax.train` without depending on them.
+one only exercises :mod:`seqjax.train` without depending on them (it lives in ``tests/``,
+not in the wheel).
 """
 
 from __future__ import annotations
