@@ -1,4 +1,4 @@
-"""Write ``colab/NAME.ipynb`` from its source ``colab/src/NAME.py`` (run: ``python colab/build.py``).
+"""Write ``colab/NAME.ipynb`` from its source ``colab/src/NAME.py``: ``python colab/build.py``.
 
 Each source is a notebook in jupytext's percent format, linted by ruff like the rest of
 the repository:
@@ -20,6 +20,7 @@ difference), for CI.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -113,13 +114,19 @@ def render(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    check = "--check" in args
-    chosen = [a for a in args if a != "--check"] or names()
+    parser = argparse.ArgumentParser(description="Write colab/NAME.ipynb from colab/src/NAME.py.")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"notebooks to write (default: all of {', '.join(names())})")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit status 1 when a committed notebook is stale")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in names()]
+    if unknown:
+        parser.error(f"NAME must be one of {names()}, got {unknown}")
     stale = []
-    for name in chosen:
+    for name in args.names or names():
         path, text = HERE / f"{name}.ipynb", render(name)
-        if check:
+        if args.check:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 stale.append(name)
         else:

@@ -48,8 +48,8 @@ if BACKEND == "cpu" and not SMOKE:
           "it matters. Runtime -> Change runtime type -> TPU or GPU for the full run.")
 
 # %%
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from seqjax.nn import RNN, ElmanCell, GRUCell, LSTMCell
@@ -232,7 +232,7 @@ def train_step(params, opt_state):
 
 
 opt_state = tx.init(params)
-for step in range(2 if SMOKE else 200):
+for _ in range(2 if SMOKE else 200):
     params, opt_state, loss = train_step(params, opt_state)
 pred = np.argmax(jax.jit(toy.apply)({"params": params}, x_1xTxV), -1)[0]
 print(f"loss {float(loss):.4f}; predicted next words:", [LEXICON[i] for i in pred])

@@ -55,8 +55,8 @@ if BACKEND == "cpu" and not SMOKE:
 # `number_names` writes the numbers with `num2words`; words, hyphens and commas are the tokens. A seeded fifth of the numbers is held out.
 
 # %%
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 from seqjax.data import SpecialTokens, WordTokenizer, number_names
 
@@ -126,8 +126,16 @@ models = {
 
 # %%
 from seqjax.data import ArrayIterator
-from seqjax.train import (FitConfig, OptimizerConfig, Parallel, TrainState, fit,
-                          make_optimizer, masked_cross_entropy, token_accuracy)
+from seqjax.train import (
+    FitConfig,
+    OptimizerConfig,
+    Parallel,
+    TrainState,
+    fit,
+    make_optimizer,
+    masked_cross_entropy,
+    token_accuracy,
+)
 
 par = Parallel.create()  # every device on `data`
 BATCH = -(-BATCH // par.batch_shards) * par.batch_shards  # a multiple of the devices

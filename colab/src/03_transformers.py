@@ -96,8 +96,8 @@ def load_shakespeare() -> str:
 
 
 # %%
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from seqjax.data import CharTokenizer, SpecialTokens, split_text
@@ -179,8 +179,16 @@ assert jnp.allclose(logits_blocks, logits_lm, atol=1e-5)
 
 # %%
 from seqjax.data import LMWindowIterator
-from seqjax.train import (FitConfig, OptimizerConfig, Parallel, TrainState, fit,
-                          flax_apply_fn, make_lm_loss, make_optimizer)
+from seqjax.train import (
+    FitConfig,
+    OptimizerConfig,
+    Parallel,
+    TrainState,
+    fit,
+    flax_apply_fn,
+    make_lm_loss,
+    make_optimizer,
+)
 
 par = Parallel.create()  # every device on `data`
 STEPS = 2 if SMOKE else (3000 if BACKEND != "cpu" else 1000)

@@ -107,13 +107,21 @@ def load_shakespeare() -> str:
 
 
 # %%
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 from seqjax.data import CharTokenizer, LMWindowIterator, SpecialTokens, split_text
 from seqjax.models.bert import Bert, BertConfig, mlm_mask
-from seqjax.train import (FitConfig, OptimizerConfig, Parallel, TrainState, fit,
-                          make_optimizer, masked_cross_entropy, token_accuracy)
+from seqjax.train import (
+    FitConfig,
+    OptimizerConfig,
+    Parallel,
+    TrainState,
+    fit,
+    make_optimizer,
+    masked_cross_entropy,
+    token_accuracy,
+)
 from seqjax.utils import count_params
 
 # Both models train on every device: all of them on the `data` axis of a mesh,

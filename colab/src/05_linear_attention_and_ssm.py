@@ -51,12 +51,18 @@ if BACKEND == "cpu" and not SMOKE:
 # %%
 from functools import partial
 
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
-from seqjax.nn import (dot_product_attention, linear_attention, linear_attention_step,
-                       linear_attention_weights, linear_recurrence, selective_scan,
-                       selective_step)
+from seqjax.nn import (
+    dot_product_attention,
+    linear_attention,
+    linear_attention_step,
+    linear_attention_weights,
+    linear_recurrence,
+    selective_scan,
+    selective_step,
+)
 
 jax.config.update("jax_default_matmul_precision", "highest")  # exact comparisons on TPU
 
