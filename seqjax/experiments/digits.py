@@ -38,9 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.data.batching import split_arrays
+from seqjax.data.iterators import ArrayIterator
 from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.experiments.translation import machine, mean_sd, save_json
-from seqjax.data.pipelines import ArrayIterator, split_arrays
 from seqjax.models.rnn import RNNClassifier
 from seqjax.models.vit import ViT, ViTConfig
 from seqjax.train.loop import FitConfig, fit

@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from seqjax.data.iterators import LMWindowIterator
 from seqjax.experiments._parallel import write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, load_data, machine, val_windows
-from seqjax.data.pipelines import LMWindowIterator
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder
 from seqjax.train.loop import FitConfig, NonFiniteLossError, fit

@@ -54,10 +54,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.experiments._parallel import pad_rows, write_run_info
-from seqjax.data.pipelines import ArrayIterator
+from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
+from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig
 from seqjax.models.seq2seq import Seq2Seq
 from seqjax.train.loop import FitConfig, fit, read_metrics

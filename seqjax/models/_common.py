@@ -38,7 +38,6 @@ __all__ = [
     "layers_to_batch_major",
     "length_mask",
     "masked_pool",
-    "token_cross_entropy",
 ]
 
 POOLINGS = ("last", "mean", "max", "first")
@@ -164,21 +163,6 @@ def masked_pool(
     neg = jnp.finfo(h_BxTxD.dtype).min
     pooled = jnp.max(jnp.where(valid_BxT[..., None], h_BxTxD, neg), axis=1)
     return jnp.where(nonempty_Bx1, pooled, 0).astype(h_BxTxD.dtype)
-
-
-def token_cross_entropy(
-    logits_BxTxV: Array, targets_BxT: Array, mask_BxT: Array | None = None
-) -> Array:
-    r"""Per-token cross-entropy :math:`-\log \mathrm{softmax}(a_t)_{y_t}`, zero where masked.
-
-    MEDL (7.5) with one-hot targets; J&M (9.11)–(9.12). Computed in float32.
-    Shapes: ``logits_BxTxV``, ``targets_BxT`` (int), ``mask_BxT`` (bool) ``-> loss_BxT``.
-    """
-    logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
-    nll_BxT = -jnp.take_along_axis(logp_BxTxV, targets_BxT[..., None].astype(jnp.int32), -1)[..., 0]
-    if mask_BxT is not None:
-        nll_BxT = jnp.where(mask_BxT, nll_BxT, 0.0)
-    return nll_BxT
 
 
 def is_static(x: Any) -> bool:

@@ -24,6 +24,15 @@ bits per character of text: ``bpc = NLL_nats / (ln 2 · chars)``.
 
 Shapes: ``logits_...xV`` and integer ``labels_...`` with any leading shape (usually
 ``[B, T]``); ``mask_...`` boolean, True = the position counts.
+
+word2vec's *negative-sampling* loss (Mikolov et al. 2013, eq. 4; the model is
+:class:`seqjax.models.word2vec.Word2Vec`, embeddings as in Bishop (12.26)) replaces the
+softmax over the vocabulary by ``K`` logistic contrasts against noise words ``w_k``:
+
+.. math::  \ell = -\log\sigma(u_o^\top h) - \sum_{k=1}^{K}\log\sigma(-u_{w_k}^\top h),
+
+``h = v_c`` for skip-gram (:func:`skipgram_ns_loss`) and the mean of the context vectors
+for CBOW (:func:`cbow_ns_loss`).
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ __all__ = [
     "bits_per_char",
     "make_lm_loss",
     "make_lm_eval",
+    "skipgram_ns_loss",
+    "cbow_ns_loss",
 ]
 
 
@@ -88,7 +99,7 @@ def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> No
 
 
 def token_cross_entropy(
-    logits: Array, labels: Array, *, label_smoothing: float = 0.0, mask: Array | None = None
+    logits: Array, labels: Array, mask: Array | None = None, *, label_smoothing: float = 0.0
 ) -> Array:
     r"""Per-position cross-entropy ``C^{<t>}`` (J&M (9.12)–(9.13); MEDL (7.4)), float32.
 
@@ -334,3 +345,42 @@ def make_lm_eval(
 
     return attach_batch_check(eval_fn, apply_fn, vocab_size, inputs_key=inputs_key,
                               targets_key=targets_key, mask_key=mask_key)
+
+
+# ----------------------------------------------------------------------------- word2vec
+def _ns_loss(h_BxD: Array, out_VxD: Array, targets_B: Array, negatives_BxK: Array) -> Array:
+    h = h_BxD.astype(jnp.float32)
+    pos_B = jnp.einsum("bd,bd->b", h, out_VxD[targets_B].astype(jnp.float32))
+    neg_BxK = jnp.einsum("bd,bkd->bk", h, out_VxD[negatives_BxK].astype(jnp.float32))
+    per_example = -jax.nn.log_sigmoid(pos_B) - jnp.sum(jax.nn.log_sigmoid(-neg_BxK), axis=-1)
+    return jnp.mean(per_example)
+
+
+def skipgram_ns_loss(
+    in_VxD: Array, out_VxD: Array, centers_B: Array, contexts_B: Array, negatives_BxK: Array
+) -> Array:
+    r"""Mean skip-gram negative-sampling loss (Mikolov et al. 2013, eq. 4).
+
+    ``ℓ = −log σ(u_o·v_c) − Σ_k log σ(−u_{w_k}·v_c)`` with ``v = in_VxD[centers]``,
+    ``u_o = out_VxD[contexts]``, ``u_{w_k} = out_VxD[negatives]``. Returns a scalar.
+    """
+    return _ns_loss(in_VxD[centers_B], out_VxD, contexts_B, negatives_BxK)
+
+
+def cbow_ns_loss(
+    in_VxD: Array,
+    out_VxD: Array,
+    contexts_BxC: Array,
+    mask_BxC: Array,
+    centers_B: Array,
+    negatives_BxK: Array,
+) -> Array:
+    r"""Mean CBOW negative-sampling loss: ``h`` is the masked mean of the context vectors.
+
+    ``h = Σ_j m_j v_{x_j} / Σ_j m_j``, then the loss of :func:`skipgram_ns_loss`
+    with the centre word as target. Returns a scalar.
+    """
+    m = mask_BxC.astype(jnp.float32)[..., None]
+    h_BxD = jnp.sum(in_VxD[contexts_BxC].astype(jnp.float32) * m, axis=1) / jnp.maximum(
+        jnp.sum(m, axis=1), 1.0)
+    return _ns_loss(h_BxD, out_VxD, centers_B, negatives_BxK)

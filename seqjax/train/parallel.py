@@ -245,7 +245,7 @@ class Parallel:
         return global_batch_size // self.shard_count
 
     def iterator_shard(self) -> dict[str, int]:
-        """``{"shard_index", "shard_count"}`` for the :mod:`seqjax.data.pipelines` iterators."""
+        """``{"shard_index", "shard_count"}`` for the :mod:`seqjax.data.iterators` iterators."""
         return {"shard_index": self.shard_index, "shard_count": self.shard_count}
 
     # ------------------------------------------------------------------ shardings

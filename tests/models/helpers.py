@@ -91,7 +91,7 @@ def reversal_accuracy(model: Any, vocab: int, length: int, lr: float) -> float:
     """Train ``model(src, tgt_in) -> logits`` on reversing random sequences of ``length``
     tokens from ``[2, vocab)`` (``1`` = BOS), 200 batches of 32; the mean accuracy over the
     last 10 batches, each measured before training on it."""
-    from seqjax.models._common import token_cross_entropy
+    from seqjax.train.losses import token_cross_entropy
 
     bos = 1
     src = jnp.asarray(np.random.default_rng(1).integers(2, vocab, (200, 32, length)), jnp.int32)

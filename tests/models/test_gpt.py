@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from seqjax.decoding import greedy_search, recompute_decoder
-from seqjax.models._common import token_cross_entropy
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_cross_entropy, np_init
 

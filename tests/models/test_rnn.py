@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from seqjax.decoding import greedy_search, recompute_decoder
-from seqjax.models._common import masked_pool, token_cross_entropy
+from seqjax.models._common import masked_pool
 from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
+from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_cross_entropy, np_init
 

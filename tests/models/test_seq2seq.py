@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models._common import token_cross_entropy
 from seqjax.models.seq2seq import Seq2Seq, reverse_sequences
+from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import np_cross_entropy, np_init, reversal_accuracy
 

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models._common import token_cross_entropy
 from seqjax.models.vit import ViT, ViTConfig, num_patches, patchify, unpatchify
+from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_init
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.train.iterators import ArrayIterator
+from seqjax.data.iterators import ArrayIterator
 from seqjax.train.loop import FitConfig, FitResult, fit
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer

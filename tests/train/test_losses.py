@@ -1,4 +1,4 @@
-"""Losses and metrics vs numpy: MEDL (7.4)–(7.5), J&M (9.1)–(9.2), (9.12)–(9.13)."""
+"""Losses and metrics vs numpy: MEDL (7.4)–(7.5), J&M (9.1)–(9.2), (9.12)–(9.13), word2vec NS."""
 
 import math
 
@@ -10,11 +10,13 @@ import pytest
 
 from seqjax.train.losses import (
     bits_per_char,
+    cbow_ns_loss,
     make_lm_eval,
     make_lm_loss,
     masked_cross_entropy,
     nll_to_perplexity,
     perplexity,
+    skipgram_ns_loss,
     token_accuracy,
     token_cross_entropy,
 )
@@ -146,3 +148,47 @@ def test_lm_loss_and_eval(batch):
     assert float(m["tokens"]) == mask.sum()
     ev = make_lm_eval(apply)(jnp.float32(1.0), b)
     np.testing.assert_allclose(float(ev["loss"]), np_cross_entropy(z, y, mask)[0], rtol=1e-5)
+
+
+def _np_log_sigmoid(x):
+    return -np.log1p(np.exp(-x))
+
+
+def test_negative_sampling_losses_against_numpy():
+    rng = np.random.default_rng(0)
+    v, d, b, k = 11, 6, 5, 3
+    inp, out = rng.normal(size=(v, d)), rng.normal(size=(v, d))
+    centers, contexts = rng.integers(0, v, b), rng.integers(0, v, b)
+    negatives = rng.integers(0, v, (b, k))
+    ref = np.mean([
+        -_np_log_sigmoid(out[contexts[i]] @ inp[centers[i]])
+        - sum(_np_log_sigmoid(-out[n] @ inp[centers[i]]) for n in negatives[i])
+        for i in range(b)])
+    got = skipgram_ns_loss(jnp.asarray(inp), jnp.asarray(out), centers, contexts, negatives)
+    np.testing.assert_allclose(float(got), ref, rtol=1e-5)
+
+    ctx = rng.integers(0, v, (b, 4))
+    mask = rng.random((b, 4)) < 0.7
+    mask[:, 0] = True
+    ref_c = np.mean([
+        -_np_log_sigmoid(out[centers[i]] @ inp[ctx[i][mask[i]]].mean(0))
+        - sum(_np_log_sigmoid(-out[n] @ inp[ctx[i][mask[i]]].mean(0)) for n in negatives[i])
+        for i in range(b)])
+    got_c = cbow_ns_loss(jnp.asarray(inp), jnp.asarray(out), ctx, mask, centers, negatives)
+    np.testing.assert_allclose(float(got_c), ref_c, rtol=1e-5)
+
+
+def test_token_cross_entropy_is_one_function():
+    """seqjax.models.token_cross_entropy (it used to be a second implementation) is this one;
+    the mask is the third positional argument, as in masked_cross_entropy/token_accuracy."""
+    import seqjax.models
+
+    assert seqjax.models.token_cross_entropy is token_cross_entropy
+    z = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 5)), jnp.float32)
+    y = jnp.array([[0, 4, 2], [1, 1, 3]])
+    mask = jnp.array([[True, True, False], [True, False, False]])
+    np.testing.assert_array_equal(token_cross_entropy(z, y, mask),
+                                  token_cross_entropy(z, y, mask=mask))
+    _, per = np_cross_entropy(np.asarray(z), np.asarray(y), np.asarray(mask))
+    np.testing.assert_allclose(token_cross_entropy(z, y, mask), per * np.asarray(mask),
+                               rtol=1e-5, atol=1e-6)

@@ -1,0 +1,328 @@
+r"""Arrays out: splits, padding, length bucketing, packing and LM windows, all in numpy.
+
+The array stages of the input pipeline (text loading is :mod:`seqjax.data.loading`, the
+resumable iterators that call these are :mod:`seqjax.data.iterators`):
+
+* **Next-token pairs.** A language model trained with teacher forcing (J&M §9.3) sees the
+  gold history ``w_{1:t}`` and predicts ``w_{t+1}`` (J&M (9.9):
+  ``P(w_{t+1} = i | w_{1:t}) = y_t[i]``), so a window of ``T + 1`` tokens gives
+
+  .. math::  \text{inputs}_t = w_{i+t},\qquad \text{targets}_t = w_{i+t+1},
+             \qquad t = 0, \dots, T-1
+
+  (:func:`random_windows`, nanoGPT's ``get_batch``; :func:`packed_lm_targets` for packed rows).
+* **Padding.** Variable-length sequences are right-padded to a common ``T`` with the
+  padding mask ``m_{bt} = [t < \ell_b]`` (MEDL §7.4 footnote 9: no loss on ``<empty>``;
+  Bishop §12.3.1: a ``<pad>`` token plus a per-sequence mask): :func:`pad_batch`;
+  :func:`bucket_batches` groups similar lengths so less padding is needed.
+* **Packing.** :func:`pack_sequences` puts several short sequences in one row with segment
+  ids ``s_{bt}``; attention stays inside a segment,
+  ``M_{b,ij} = [s_{bi} = s_{bj} > 0] \wedge [j \le i]`` (:func:`packed_attention_mask`), and
+  the ``resets`` flags tell an RNN where to zero its carry.
+* **Splits.** :func:`split_text` (contiguous, nanoGPT's 90/10) and :func:`split_arrays`
+  (seeded, shuffled).
+
+Conventions (DESIGN.md): arrays are numpy, batch-major, ids ``int32``, masks ``bool`` with
+``True`` = real token / keep, lengths ``int32`` with right padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "split_text",
+    "split_arrays",
+    "pad_batch",
+    "bucket_batches",
+    "pack_sequences",
+    "packed_lm_targets",
+    "packed_attention_mask",
+    "random_windows",
+]
+
+
+# ----------------------------------------------------------------------------- splits
+def split_text(data: Any, train_fraction: float = 0.9) -> tuple[Any, Any]:
+    """Contiguous ``(data[:n], data[n:])`` with ``n = int(len(data) * train_fraction)``.
+
+    nanoGPT's split of a token stream or string: on Tiny Shakespeare it gives
+    1,003,854 training and 111,540 validation characters.
+
+    Example:
+        >>> split_text("abcdefghij")
+        ('abcdefghi', 'j')
+    """
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"`train_fraction` must lie in (0, 1); got {train_fraction}.")
+    n = int(len(data) * train_fraction)
+    return data[:n], data[n:]
+
+
+def split_arrays(
+    arrays: Mapping[str, np.ndarray], test_fraction: float = 0.2, *, seed: int = 0
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Seeded shuffled ``(train, test)`` split of arrays sharing their leading dimension."""
+    n = _leading_dim(arrays)
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"`test_fraction` must lie in (0, 1); got {test_fraction}.")
+    perm = np.random.default_rng(seed).permutation(n)
+    n_test = max(1, int(round(n * test_fraction)))
+    test, train = perm[:n_test], perm[n_test:]
+    return ({k: np.asarray(v)[train] for k, v in arrays.items()},
+            {k: np.asarray(v)[test] for k, v in arrays.items()})
+
+
+def _leading_dim(arrays: Mapping[str, Any]) -> int:
+    if not arrays:
+        raise ValueError("`arrays` must not be empty.")
+    sizes = {k: len(v) for k, v in arrays.items()}
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"`arrays` must share their leading dimension; got {sizes}.")
+    return next(iter(sizes.values()))
+
+
+# ----------------------------------------------------------------------------- padding
+def pad_batch(
+    seqs: Sequence[Sequence[int]],
+    *,
+    pad_id: int = 0,
+    length: int | None = None,
+    pad_to_multiple: int = 1,
+) -> dict[str, np.ndarray]:
+    """Right-pad variable-length sequences into one array.
+
+    Returns ``{"ids": int32[B, T], "lengths": int32[B], "mask": bool[B, T]}`` with
+    ``T = length`` if given, else the longest sequence rounded up to a multiple of
+    ``pad_to_multiple`` (fewer distinct shapes, fewer recompilations);
+    ``mask[b, t] = t < lengths[b]``. Empty sequences give an all-``False`` row.
+
+    Example:
+        >>> b = pad_batch([[5, 6, 7], [8]], pad_id=0)
+        >>> b["ids"].tolist(), b["lengths"].tolist()
+        ([[5, 6, 7], [8, 0, 0]], [3, 1])
+    """
+    _check_positive(pad_to_multiple=pad_to_multiple)
+    if length is not None and (not isinstance(length, int | np.integer) or length < 0):
+        raise ValueError(f"`length` must be an int >= 0 or None; got {length!r}.")
+    lengths = np.array([len(s) for s in seqs], np.int32)
+    longest = int(lengths.max()) if len(lengths) else 0
+    if length is None:
+        m = max(1, pad_to_multiple)
+        length = -(-longest // m) * m
+    elif longest > length:
+        i = int(lengths.argmax())
+        raise ValueError(
+            f"`seqs[{i}]` has length {longest}, longer than `length`={length}; truncate when "
+            "tokenising (truncation=True) or raise `length`."
+        )
+    ids = np.full((len(seqs), length), pad_id, np.int32)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = np.asarray(s, np.int32)
+    mask = np.arange(length)[None, :] < lengths[:, None]
+    return {"ids": ids, "lengths": lengths, "mask": mask}
+
+
+def bucket_batches(
+    lengths: Sequence[int] | np.ndarray,
+    batch_size: int,
+    *,
+    rng: np.random.Generator,
+    window: int = 50,
+    drop_remainder: bool = True,
+) -> list[np.ndarray]:
+    """Batches of indices grouping similar lengths ("sortish" bucketing).
+
+    Shuffle all indices, sort each window of ``window * batch_size`` of them by
+    length, cut the windows into batches and shuffle the batch order. Batches
+    hold sequences of similar length (little padding) yet stay random.
+
+    Example:
+        >>> bs = bucket_batches([1, 9, 2, 8, 1, 9], 2, rng=np.random.default_rng(0))
+        >>> sorted(sorted([1, 9, 2, 8, 1, 9][i] for i in b) for b in bs)
+        [[1, 1], [2, 8], [9, 9]]
+    """
+    lengths = np.asarray(lengths)
+    perm = rng.permutation(len(lengths))
+    chunk = max(1, window) * batch_size
+    order = np.concatenate(
+        [perm[s : s + chunk][np.argsort(lengths[perm[s : s + chunk]], kind="stable")]
+         for s in range(0, len(perm), chunk)]
+    ) if len(perm) else perm
+    batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if drop_remainder and batches and len(batches[-1]) < batch_size:
+        batches = batches[:-1]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+# ----------------------------------------------------------------------------- packing
+def pack_sequences(
+    seqs: Sequence[Sequence[int]],
+    seq_len: int,
+    *,
+    pad_id: int = 0,
+    overflow: Literal["error", "truncate", "split"] = "error",
+    lookback: int = 64,
+) -> dict[str, np.ndarray]:
+    """Pack sequences end to end into rows of ``seq_len`` tokens (greedy first fit).
+
+    Each sequence, in order, goes into the first of the last ``lookback`` rows
+    with room for it, else starts a new row (first fit with a bounded search:
+    ``O(N * lookback)``; ``lookback=1`` is next fit).
+    Sequences longer than ``seq_len`` raise ``ValueError`` (``overflow="error"``),
+    are cut (``"truncate"``) or continue in fresh rows as separate segments
+    (``"split"``). Empty sequences are skipped.
+
+    Returns, each ``[R, seq_len]``:
+
+    * ``ids`` int32 — tokens, ``pad_id`` after the last segment;
+    * ``segment_ids`` int32 — ``1, 2, …`` per sequence within a row, ``0`` on padding
+      (the convention of :func:`seqjax.nn.masks.segment_mask`);
+    * ``positions`` int32 — position inside the segment (for positional encodings);
+    * ``mask`` bool — ``True`` on real tokens;
+    * ``resets`` bool — ``True`` on the first token of each segment: an RNN zeroes
+      its carry before that token, so segments never see each other.
+
+    Example:
+        >>> p = pack_sequences([[1, 2], [3, 4, 5], [6]], 4)
+        >>> p["ids"].tolist(), p["segment_ids"].tolist()
+        ([[1, 2, 6, 0], [3, 4, 5, 0]], [[1, 1, 2, 0], [1, 1, 1, 0]])
+    """
+    if seq_len < 1 or lookback < 1:
+        raise ValueError(f"`seq_len` and `lookback` must be >= 1; got {seq_len}, {lookback}.")
+    pieces: list[np.ndarray] = []
+    for i, s in enumerate(seqs):
+        s = np.asarray(s, np.int32).reshape(-1)
+        if len(s) > seq_len:
+            if overflow == "error":
+                raise ValueError(
+                    f"`seqs[{i}]` has length {len(s)}, longer than `seq_len`={seq_len}; pass "
+                    "overflow='truncate' or 'split'."
+                )
+            if overflow == "truncate":
+                s = s[:seq_len]
+            elif overflow == "split":
+                pieces.extend(s[j : j + seq_len] for j in range(0, len(s), seq_len))
+                continue
+            else:
+                raise ValueError(
+                    f"`overflow` must be 'error', 'truncate' or 'split'; got {overflow!r}."
+                )
+        if len(s):
+            pieces.append(s)
+    rows: list[list[np.ndarray]] = []
+    free: list[int] = []
+    open_rows: list[int] = []  # the last `lookback` rows that still have room
+    for s in pieces:
+        target = next((r for r in open_rows if free[r] >= len(s)), None)
+        if target is None:
+            rows.append([])
+            free.append(seq_len)
+            target = len(rows) - 1
+            open_rows.append(target)
+            if len(open_rows) > lookback:
+                open_rows.pop(0)
+        rows[target].append(s)
+        free[target] -= len(s)
+        if free[target] == 0:
+            open_rows.remove(target)
+    n = len(rows)
+    ids = np.full((n, seq_len), pad_id, np.int32)
+    seg = np.zeros((n, seq_len), np.int32)
+    pos = np.zeros((n, seq_len), np.int32)
+    resets = np.zeros((n, seq_len), bool)
+    for r, row in enumerate(rows):
+        t = 0
+        for k, s in enumerate(row, start=1):
+            ids[r, t : t + len(s)] = s
+            seg[r, t : t + len(s)] = k
+            pos[r, t : t + len(s)] = np.arange(len(s))
+            resets[r, t] = True
+            t += len(s)
+    return {"ids": ids, "segment_ids": seg, "positions": pos, "mask": seg > 0, "resets": resets}
+
+
+def packed_lm_targets(
+    packed: Mapping[str, np.ndarray], *, pad_id: int = 0
+) -> dict[str, np.ndarray]:
+    """Next-token targets for packed rows, never crossing a segment boundary.
+
+    ``targets[r, t] = ids[r, t+1]`` and ``loss_mask[r, t] = True`` when tokens
+    ``t`` and ``t+1`` are in the same segment; else ``pad_id`` / ``False``.
+    Both ``[R, T]``.
+    """
+    ids, seg = np.asarray(packed["ids"]), np.asarray(packed["segment_ids"])
+    same = np.zeros_like(seg, dtype=bool)
+    same[:, :-1] = (seg[:, :-1] == seg[:, 1:]) & (seg[:, :-1] > 0)
+    targets = np.full_like(ids, pad_id)
+    targets[:, :-1] = np.where(same[:, :-1], ids[:, 1:], pad_id)
+    return {"targets": targets, "loss_mask": same}
+
+
+def packed_attention_mask(segment_ids_BxT: np.ndarray, *, causal: bool = True) -> np.ndarray:
+    """``bool[B, 1, T, T]``: query ``i`` attends key ``j`` iff both are in the same segment
+    (ids ``> 0``) and, when ``causal``, ``j <= i``.
+
+    Equal to ``segment_mask(s, s) & padding & causal_mask`` of :mod:`seqjax.nn.masks`,
+    in numpy for the input pipeline. Padding queries attend to nothing.
+
+    Example:
+        >>> packed_attention_mask(np.array([[1, 1, 2]]))[0, 0].astype(int).tolist()
+        [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
+    """
+    seg = np.asarray(segment_ids_BxT)
+    if seg.ndim != 2:
+        raise ValueError(f"`segment_ids_BxT` must have rank 2; got shape {seg.shape}.")
+    m = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] > 0)
+    if causal:
+        t = seg.shape[1]
+        m &= np.tril(np.ones((t, t), bool))[None]
+    return m[:, None]
+
+
+# ----------------------------------------------------------------------------- windows
+def random_windows(
+    tokens_N: np.ndarray, batch_size: int, block_size: int, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """nanoGPT's ``get_batch``: ``batch_size`` random windows and their next-token targets.
+
+    ``i ~ U{0, …, N - block_size - 1}``; ``inputs = tokens[i : i+T]``,
+    ``targets = tokens[i+1 : i+1+T]``, both ``int32[B, T]``.
+
+    Example:
+        >>> b = random_windows(np.arange(100), 2, 4, np.random.default_rng(0))
+        >>> (b["targets"] - b["inputs"]).tolist()
+        [[1, 1, 1, 1], [1, 1, 1, 1]]
+    """
+    _check_positive(batch_size=batch_size, block_size=block_size)
+    tokens_N = np.asarray(tokens_N)
+    if tokens_N.ndim != 1 or len(tokens_N) <= block_size:
+        raise ValueError(
+            f"`tokens_N` must be 1-D and longer than block_size={block_size}; got shape "
+            f"{tokens_N.shape}."
+        )
+    ix = rng.integers(0, len(tokens_N) - block_size, size=batch_size)
+    return _windows_at(tokens_N, ix, block_size)
+
+
+def _check_positive(**values: Any) -> None:
+    """``ValueError`` unless every value is an int >= 1 (a window, batch or chunk size)."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise ValueError(f"`{name}` must be an int >= 1; got {v!r}.")
+
+
+def _windows_at(tokens: np.ndarray, ix: np.ndarray, block_size: int) -> dict[str, np.ndarray]:
+    offs = ix[:, None] + np.arange(block_size)[None, :]
+    return {
+        "inputs": tokens[offs].astype(np.int32),
+        "targets": tokens[offs + 1].astype(np.int32),
+    }
+
+
+def _prefix(column: str) -> str:
+    """``"ids" -> ""``, ``"src_ids" -> "src_"``, ``"x" -> "x_"``: names of companion columns."""
+    return column[:-3] if column.endswith("ids") else column + "_"

@@ -1,0 +1,519 @@
+r"""Resumable, host-sharded batch iterators: one family, one ``get_state``/``set_state``.
+
+Every iterator here yields dicts of numpy arrays and is a :class:`ResumableIterator`:
+``get_state()`` is a small JSON-able dict (its kind, its configuration and its position in
+the *global* stream) that :func:`seqjax.train.fit` saves with every checkpoint and gives
+back to ``set_state`` on resume — no replay of the consumed batches.
+
+* :class:`LMWindowIterator` — random windows of a token stream (nanoGPT's ``get_batch``),
+  targets shifted by one (J&M (9.9) with teacher forcing, §9.3:
+  ``inputs_t = w_{i+t}``, ``targets_t = w_{i+t+1}``);
+* :class:`TBPTTIterator` — ``G`` contiguous streams cut into consecutive chunks of ``T``
+  tokens, so an RNN carries its state across batches while gradients stop at the chunk
+  boundary (truncated BPTT, MEDL §7.2 and (7.13); J&M §9.2.2):
+  chunk ``s`` of row ``g`` is ``w_{gL + sT : gL + (s+1)T}``, ``L = \lfloor (N-1)/G \rfloor``;
+* :class:`ArrayIterator` — shuffled batches of fixed-shape arrays (packed rows, synthetic
+  tasks); epoch ``e`` visits ``permutation_{(seed, e)}(N)``;
+* :class:`BatchIterator` — variable-length sequences right-padded per batch (mask
+  ``m_{bt} = [t < \ell_b]``, :func:`seqjax.data.batching.pad_batch`), optionally
+  length-bucketed.
+
+**Hosts.** With ``shard_index``/``shard_count`` each host gets its own rows of the same
+global batch, so ``count`` hosts together see exactly what one host with a ``count``-times
+larger batch would; without them an iterator yields the whole global batch. Which rows a
+process must feed depends on the device mesh, not on ``jax.process_index()`` (processes
+that share batch shards feed the same rows): take them from
+:meth:`seqjax.train.parallel.Parallel.iterator_shard`. The saved state records the global
+batch size, not this host's share, so a run resumes on another number of hosts; states
+written by older versions (``batch_size`` + ``shard_count``, or the ``{"epoch", "index"}``
+of the former ``seqjax.train.ArrayIterator``) are accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from seqjax.data.batching import (
+    _check_positive,
+    _leading_dim,
+    _prefix,
+    _windows_at,
+    bucket_batches,
+    pad_batch,
+)
+
+__all__ = [
+    "host_shard",
+    "ResumableIterator",
+    "LMWindowIterator",
+    "TBPTTIterator",
+    "ArrayIterator",
+    "BatchIterator",
+]
+
+
+# ----------------------------------------------------------------------------- hosts
+def host_shard(index: int | None = None, count: int | None = None) -> tuple[int, int]:
+    """``(index, count)`` of this host: the arguments, else ``jax.process_index/count()``."""
+    if index is None or count is None:
+        import jax
+
+        index = jax.process_index() if index is None else index
+        count = jax.process_count() if count is None else count
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(
+            f"`shard_index` must lie in [0, shard_count) and `shard_count` >= 1; "
+            f"got shard_index={index}, shard_count={count}."
+        )
+    return int(index), int(count)
+
+
+def _iterator_shard(index: int | None, count: int | None) -> tuple[int, int]:
+    """An iterator's ``(shard_index, shard_count)``: ``(0, 1)`` (the whole global batch)
+    unless given; multi-process runs pass the mesh's (``Parallel.iterator_shard()``)."""
+    if index is None and count is None:
+        return 0, 1
+    if index is None or count is None:
+        raise ValueError(
+            f"give both `shard_index` and `shard_count`, or neither; got shard_index={index}, "
+            f"shard_count={count}."
+        )
+    return host_shard(index, count)
+
+
+# ----------------------------------------------------------------------------- the family
+class ResumableIterator(Iterator[dict[str, np.ndarray]]):
+    """An iterator of batches whose position is a small JSON-able dict.
+
+    ``get_state()`` returns ``{"kind", <configuration>, <position>}``; ``set_state(state)``
+    checks that ``state`` belongs to an iterator of the same kind and configuration
+    (a ``ValueError`` naming every difference) and continues exactly where that iterator
+    was. Subclasses set ``kind`` and define ``_config`` (what must match), ``_position``
+    and ``_set_position`` (where the stream is), and ``__next__``.
+    """
+
+    kind = ""
+
+    def _config(self) -> dict[str, Any]:
+        return {}
+
+    def _position(self) -> dict[str, int]:
+        return {}
+
+    def _set_position(self, position: dict[str, int]) -> None:
+        del position
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state written by an older version, in today's keys."""
+        if "global_batch_size" not in state and "batch_size" in state:
+            state["global_batch_size"] = int(state["batch_size"]) * int(
+                state.get("shard_count", 1))
+        return state
+
+    def get_state(self) -> dict[str, Any]:
+        """JSON-able dict that :meth:`set_state` accepts; save it with each checkpoint."""
+        state = {"kind": self.kind, **self._config(), **self._position()}
+        # numpy scalars (e.g. a seed given as np.int64) become plain Python values
+        return {k: v.item() if isinstance(v, np.generic) else v for k, v in state.items()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Continue exactly where the iterator that produced ``state`` was.
+
+        The state describes the *global* stream (its global batch size and position), not
+        this host's share of it, so a run saved by ``N`` processes resumes on ``M`` (a
+        different topology) as long as the global batch is the same.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"`state` must be a dict from get_state(); got {type(state).__name__}."
+            )
+        state = self._upgrade_state(dict(state))
+        expect = {"kind": self.kind, **self._config()}
+        missing = [k for k in (*expect, *self._position()) if k not in state]
+        if missing:
+            raise ValueError(f"`state` lacks the keys {missing}; got {sorted(state)}.")
+        diff = {k: (v, state[k]) for k, v in expect.items() if state[k] != v}
+        if diff:
+            detail = ", ".join(f"{k}: expected {v!r}, got {g!r}" for k, (v, g) in diff.items())
+            raise ValueError(f"`state` does not belong to this iterator ({detail}).")
+        self._set_position({k: int(state[k]) for k in self._position()})
+
+    def __iter__(self) -> ResumableIterator:
+        return self
+
+
+class LMWindowIterator(ResumableIterator):
+    """Endless random windows of a token stream (nanoGPT's sampler), resumable and host-sharded.
+
+    Step ``k`` draws a global batch of ``batch_size * shard_count`` start
+    offsets from ``np.random.default_rng([seed, k])``; this host keeps rows
+    ``[shard_index * batch_size, (shard_index + 1) * batch_size)``. So the
+    state is just ``step`` and every host agrees without communication.
+
+    Yields ``{"inputs": int32[B, T], "targets": int32[B, T]}`` (targets shifted by one).
+
+    Example:
+        >>> it = LMWindowIterator(np.arange(50), batch_size=2, block_size=8, seed=0)
+        >>> _ = next(it); s = it.get_state(); a = next(it)
+        >>> it2 = LMWindowIterator(np.arange(50), 2, 8, seed=0); it2.set_state(s)
+        >>> bool((next(it2)["inputs"] == a["inputs"]).all())
+        True
+    """
+
+    kind = "lm_windows"
+
+    def __init__(
+        self,
+        tokens_N: np.ndarray,
+        batch_size: int,
+        block_size: int,
+        *,
+        seed: int = 0,
+        num_steps: int | None = None,
+        shard_index: int | None = None,
+        shard_count: int | None = None,
+    ):
+        _check_positive(batch_size=batch_size, block_size=block_size)
+        self.tokens = np.asarray(tokens_N)
+        if self.tokens.ndim != 1 or len(self.tokens) <= block_size:
+            raise ValueError(
+                f"`tokens_N` must be 1-D and longer than block_size={block_size}; got shape "
+                f"{self.tokens.shape}."
+            )
+        self.batch_size, self.block_size, self.seed = batch_size, block_size, seed
+        self.num_steps = num_steps
+        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
+        self.step = 0
+
+    def _config(self) -> dict[str, Any]:
+        return {"seed": self.seed, "global_batch_size": self.batch_size * self.shard_count,
+                "block_size": self.block_size, "num_tokens": len(self.tokens)}
+
+    def _position(self) -> dict[str, int]:
+        return {"step": self.step}
+
+    def _set_position(self, position: dict[str, int]) -> None:
+        self.step = position["step"]
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.num_steps is not None and self.step >= self.num_steps:
+            raise StopIteration
+        rng = np.random.default_rng([self.seed, self.step])
+        ix = rng.integers(0, len(self.tokens) - self.block_size,
+                          size=self.batch_size * self.shard_count)
+        lo = self.shard_index * self.batch_size
+        self.step += 1
+        return _windows_at(self.tokens, ix[lo : lo + self.batch_size], self.block_size)
+
+
+class TBPTTIterator(ResumableIterator):
+    """Contiguous streams for truncated back-propagation through time.
+
+    The token stream is cut into ``G = batch_size * shard_count`` equal streams
+    laid out as rows (``tokens[:G*L].reshape(G, L)``, ``L = (N - 1) // G``);
+    step ``s`` of an epoch yields columns ``[s*T, (s+1)*T)`` of the rows of this
+    host. Row ``b`` of step ``s+1`` continues row ``b`` of step ``s``, so the
+    RNN's final carry of one batch is the right initial carry of the next
+    (gradients are truncated at the batch boundary). An epoch has ``L // T``
+    steps; the tail that does not fill a chunk is dropped.
+
+    Yields ``{"inputs": int32[B, T], "targets": int32[B, T], "reset": bool[B]}``;
+    ``reset`` is ``True`` on an epoch's first step (start from a zero carry).
+
+    Example:
+        >>> it = TBPTTIterator(np.arange(21), batch_size=2, seq_len=4)
+        >>> [next(it)["inputs"].tolist() for _ in range(2)]
+        [[[0, 1, 2, 3], [10, 11, 12, 13]], [[4, 5, 6, 7], [14, 15, 16, 17]]]
+    """
+
+    kind = "tbptt"
+
+    def __init__(
+        self,
+        tokens_N: np.ndarray,
+        batch_size: int,
+        seq_len: int,
+        *,
+        num_epochs: int | None = None,
+        shard_index: int | None = None,
+        shard_count: int | None = None,
+    ):
+        _check_positive(batch_size=batch_size, seq_len=seq_len)
+        tokens = np.asarray(tokens_N)
+        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
+        g = batch_size * self.shard_count
+        if tokens.ndim != 1:
+            raise ValueError(f"`tokens_N` must be 1-D; got shape {tokens.shape}.")
+        stream = (len(tokens) - 1) // g
+        if stream < seq_len:
+            raise ValueError(
+                f"`tokens_N` has {len(tokens)} tokens: too few for {g} streams of at least "
+                f"seq_len={seq_len} (+1 for the targets)."
+            )
+        rows = slice(self.shard_index * batch_size, (self.shard_index + 1) * batch_size)
+        self.x = tokens[: g * stream].reshape(g, stream)[rows].astype(np.int32)
+        self.y = tokens[1 : g * stream + 1].reshape(g, stream)[rows].astype(np.int32)
+        self.batch_size, self.seq_len, self.num_epochs = batch_size, seq_len, num_epochs
+        self.steps_per_epoch = stream // seq_len
+        self.num_tokens = len(tokens)
+        self.epoch = 0
+        self.step = 0
+
+    def _config(self) -> dict[str, Any]:
+        return {"global_batch_size": self.batch_size * self.shard_count,
+                "seq_len": self.seq_len, "num_tokens": self.num_tokens}
+
+    def _position(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+    def _set_position(self, position: dict[str, int]) -> None:
+        self.epoch, self.step = position["epoch"], position["step"]
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.num_epochs is not None and self.epoch >= self.num_epochs:
+            raise StopIteration
+        cols = slice(self.step * self.seq_len, (self.step + 1) * self.seq_len)
+        out = {
+            "inputs": self.x[:, cols],
+            "targets": self.y[:, cols],
+            "reset": np.full((self.batch_size,), self.step == 0),
+        }
+        self.step += 1
+        if self.step == self.steps_per_epoch:
+            self.epoch, self.step = self.epoch + 1, 0
+        return out
+
+
+class _EpochIterator(ResumableIterator):
+    """Epochs of global batches; batch order a pure function of ``(seed, epoch)``."""
+
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        drop_remainder: bool,
+        num_epochs: int | None,
+        shard_index: int | None,
+        shard_count: int | None,
+    ):
+        _check_positive(batch_size=batch_size)
+        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
+        if self.shard_count > 1 and not drop_remainder:
+            raise ValueError(
+                "`drop_remainder` must be True with several hosts (shard_count="
+                f"{self.shard_count}): every host needs a full batch at every step."
+            )
+        self.num_examples, self.batch_size = num_examples, batch_size
+        self.global_batch = batch_size * self.shard_count
+        if drop_remainder and num_examples < self.global_batch:
+            raise ValueError(
+                f"{num_examples} examples cannot fill one global batch of {self.global_batch} "
+                f"(batch_size={batch_size} x shard_count={self.shard_count})."
+            )
+        self.shuffle, self.seed, self.drop_remainder = shuffle, seed, drop_remainder
+        self.num_epochs = num_epochs
+        self.epoch = 0
+        self.step = 0
+        self._cache: tuple[int, list[np.ndarray]] | None = None
+
+    def _epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        order = rng.permutation(self.num_examples) if self.shuffle else np.arange(
+            self.num_examples)
+        g = self.global_batch
+        stop = (len(order) // g) * g if self.drop_remainder else len(order)
+        return [order[s : s + g] for s in range(0, stop, g)]
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """The global batches (index arrays) of ``epoch``."""
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, self._epoch_batches(np.random.default_rng([self.seed, epoch])))
+        return self._cache[1]
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.batches(self.epoch))
+
+    def _config(self) -> dict[str, Any]:
+        return {"seed": self.seed, "global_batch_size": self.global_batch,
+                "shuffle": self.shuffle, "num_examples": self.num_examples}
+
+    def _position(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+    def _set_position(self, position: dict[str, int]) -> None:
+        self.epoch, self.step = position["epoch"], position["step"]
+        if self.step >= len(self.batches(self.epoch)):  # saved right after an epoch's last batch
+            self.epoch, self.step = self.epoch + 1, 0
+
+    def _next_indices(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(global_indices, host_indices)`` of the next batch; advances the position."""
+        if self.num_epochs is not None and self.epoch >= self.num_epochs:
+            raise StopIteration
+        batches = self.batches(self.epoch)
+        glob = batches[self.step]
+        lo = self.shard_index * self.batch_size
+        self.step += 1
+        if self.step >= len(batches):
+            self.epoch, self.step = self.epoch + 1, 0
+        return glob, glob[lo : lo + self.batch_size]
+
+
+class ArrayIterator(_EpochIterator):
+    """Shuffled batches of fixed-shape arrays (packed rows, synthetic tasks), resumable.
+
+    ``arrays`` share their leading dimension ``N``; each step yields the same
+    keys with leading dimension ``batch_size`` (this host's rows of the global
+    batch). The order of epoch ``e`` is ``default_rng([seed, e]).permutation(N)``.
+
+    Example:
+        >>> it = ArrayIterator({"x": np.arange(10)}, batch_size=4, shuffle=False)
+        >>> [next(it)["x"].tolist() for _ in range(3)]
+        [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
+    """
+
+    kind = "arrays"
+
+    def __init__(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_remainder: bool = True,
+        num_epochs: int | None = None,
+        shard_index: int | None = None,
+        shard_count: int | None = None,
+    ):
+        self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        super().__init__(
+            _leading_dim(self.arrays), batch_size, shuffle=shuffle, seed=seed,
+            drop_remainder=drop_remainder, num_epochs=num_epochs,
+            shard_index=shard_index, shard_count=shard_count,
+        )
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        # ``{"epoch", "index"}`` of the former seqjax.train.ArrayIterator: the same batches in
+        # the same order (it took the global batch size), but no configuration to check.
+        if "kind" not in state and "step" not in state and {"epoch", "index"} <= set(state):
+            return {**self.get_state(), "epoch": int(state["epoch"]), "step": int(state["index"])}
+        return super()._upgrade_state(state)
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        _, idx = self._next_indices()
+        return {k: v[idx] for k, v in self.arrays.items()}
+
+
+class BatchIterator(_EpochIterator):
+    """Padded batches of variable-length token sequences, optionally length-bucketed.
+
+    ``data`` is a ``datasets.Dataset`` (columns ``columns``, e.g. ``("ids",)`` or
+    ``("src_ids", "tgt_ids")``), a mapping ``{column: list of sequences}``, or a
+    plain list of sequences (one column ``"ids"``).
+
+    Each column ``c`` yields ``c: int32[B, T_c]``, ``<p>lengths: int32[B]`` and
+    ``<p>mask: bool[B, T_c]`` with ``<p>`` = ``""`` for ``"ids"``, ``"src_"``
+    for ``"src_ids"``. ``T_c`` is ``pad_to_length`` if given, else the longest
+    ``c`` in the *global* batch rounded up to ``pad_to_multiple``, so all hosts
+    get the same shapes. ``bucket=True`` groups similar lengths
+    (:func:`bucket_batches`, per epoch from ``(seed, epoch)``).
+
+    Example:
+        >>> it = BatchIterator([[1], [2, 3], [4, 5, 6], [7]], batch_size=2, shuffle=False)
+        >>> b = next(it)
+        >>> b["ids"].tolist(), b["lengths"].tolist(), b["mask"].tolist()
+        ([[1, 0], [2, 3]], [1, 2], [[True, False], [True, True]])
+    """
+
+    kind = "padded"
+
+    def __init__(
+        self,
+        data: Any,
+        batch_size: int,
+        *,
+        columns: Sequence[str] = ("ids",),
+        pad_id: int = 0,
+        pad_to_multiple: int = 1,
+        pad_to_length: int | None = None,
+        bucket: bool = False,
+        bucket_window: int = 50,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_remainder: bool = True,
+        num_epochs: int | None = None,
+        shard_index: int | None = None,
+        shard_count: int | None = None,
+    ):
+        self.columns = tuple(columns)
+        self._get: Callable[[np.ndarray], dict[str, list[Any]]]
+        if hasattr(data, "column_names") and hasattr(data, "select"):  # datasets.Dataset
+            missing = [c for c in self.columns if c not in data.column_names]
+            if missing:
+                raise ValueError(
+                    f"`columns` {missing} are not in the dataset; columns: {data.column_names}."
+                )
+            ds = data.select_columns(list(self.columns))
+            self._get = lambda idx: ds[idx.tolist()]
+            lengths = {c: np.array([len(s) for s in ds[c][:]]) for c in self.columns}
+        else:
+            table = dict(data) if isinstance(data, Mapping) else {"ids": list(data)}
+            if isinstance(data, Mapping):
+                missing = [c for c in self.columns if c not in table]
+                if missing:
+                    raise ValueError(f"`columns` {missing} are not keys of `data`: {list(table)}.")
+            else:
+                self.columns = ("ids",)
+            self._get = lambda idx: {c: [table[c][i] for i in idx] for c in self.columns}
+            lengths = {c: np.array([len(s) for s in table[c]]) for c in self.columns}
+        self.lengths = lengths
+        n = {c: len(v) for c, v in lengths.items()}
+        if len(set(n.values())) != 1:
+            raise ValueError(f"`columns` must have equally many examples; got {n}.")
+        if pad_to_length is not None:
+            for c, ls in lengths.items():
+                if len(ls) and ls.max() > pad_to_length:
+                    i = int(ls.argmax())
+                    raise ValueError(
+                        f"example {i} of column {c!r} has length {int(ls[i])}, longer than "
+                        f"`pad_to_length`={pad_to_length}; truncate when tokenising."
+                    )
+        self.pad_id, self.pad_to_multiple, self.pad_to_length = pad_id, pad_to_multiple, \
+            pad_to_length
+        self.bucket, self.bucket_window = bucket, bucket_window
+        super().__init__(
+            next(iter(n.values())), batch_size, shuffle=shuffle, seed=seed,
+            drop_remainder=drop_remainder, num_epochs=num_epochs,
+            shard_index=shard_index, shard_count=shard_count,
+        )
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "bucket": self.bucket}
+
+    def _epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        if not self.bucket:
+            return super()._epoch_batches(rng)
+        longest = np.max(np.stack(list(self.lengths.values())), axis=0)
+        return bucket_batches(longest, self.global_batch, rng=rng, window=self.bucket_window,
+                              drop_remainder=self.drop_remainder)
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        glob, idx = self._next_indices()
+        rows = self._get(idx)
+        out: dict[str, np.ndarray] = {}
+        for c in self.columns:
+            if self.pad_to_length is not None:
+                length = self.pad_to_length
+            else:
+                m = max(1, self.pad_to_multiple)
+                length = -(-int(self.lengths[c][glob].max(initial=0)) // m) * m
+            b = pad_batch(rows[c], pad_id=self.pad_id, length=length)
+            p = _prefix(c)
+            out[c], out[p + "lengths"], out[p + "mask"] = b["ids"], b["lengths"], b["mask"]
+        return out
