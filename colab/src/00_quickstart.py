@@ -280,13 +280,13 @@ for row in np.asarray(out.tokens):
 # position) and continues where training stopped.
 
 # %%
-from seqjax.train import evaluate, load_meta, load_tokenizer, restore_params
+from seqjax.train import evaluate, load_meta, load_tokenizer_json, restore_params
 
 ckpt_dir = os.path.join(WORKDIR, "checkpoints")
 meta = load_meta(ckpt_dir)
 print("newest checkpoint: step", meta["step"], "| metrics:",
       {k: round(v, 4) for k, v in meta["metrics"].items() if isinstance(v, float)})
-saved = load_tokenizer(ckpt_dir)
+saved = load_tokenizer_json(ckpt_dir)
 tok2 = CharTokenizer(saved["vocab"], SpecialTokens(**saved["special_tokens"]))
 assert TransformerLMConfig(**meta["model_config"]) == cfg and tok2.vocab == tok.vocab
 

@@ -5,7 +5,7 @@ from seqjax.train.checkpoint import (
     CheckpointMismatchError,
     CheckpointWarning,
     load_meta,
-    load_tokenizer,
+    load_tokenizer_json,
     restore_params,
 )
 from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
@@ -82,7 +82,8 @@ __all__ = [
     "batch_sharding",
     "bits_per_char", "cast_floating", "config_from_dict", "constant_schedule",
     "create_train_state", "decay_mask", "evaluate", "fit", "flax_apply_fn", "host_batch_slice",
-    "inverse_sqrt_schedule", "linear_schedule", "load_meta", "load_tokenizer", "make_eval_step",
+    "inverse_sqrt_schedule", "linear_schedule", "load_meta", "load_tokenizer_json",
+    "make_eval_step",
     "lm_flops_per_token", "make_lm_eval", "make_lm_loss", "make_mesh", "make_optimizer",
     "make_pmap_train_step",
     "make_schedule", "make_streams", "make_tbptt_loss", "make_train_step", "masked_cross_entropy",
@@ -96,7 +97,8 @@ __all__ = [
 
 # Names that meant something else here than in the rest of seqjax (issue #18.3); they keep
 # working for a while, with a DeprecationWarning that names the new spelling.
-_RENAMED = {"TBPTTIterator": ("StreamChunkIterator", StreamChunkIterator)}
+_RENAMED = {"TBPTTIterator": ("StreamChunkIterator", StreamChunkIterator),
+            "load_tokenizer": ("load_tokenizer_json", load_tokenizer_json)}
 
 
 def __getattr__(name: str):

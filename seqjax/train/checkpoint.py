@@ -49,7 +49,7 @@ __all__ = [
     "Restored",
     "restore_params",
     "load_meta",
-    "load_tokenizer",
+    "load_tokenizer_json",
 ]
 
 
@@ -568,8 +568,13 @@ def load_meta(directory: str | os.PathLike, step: int | None = None) -> dict:
         ckpt.close()
 
 
-def load_tokenizer(directory: str | os.PathLike, step: int | None = None) -> dict | None:
-    """The tokenizer JSON saved with a checkpoint (default: the newest), or ``None``."""
+def load_tokenizer_json(directory: str | os.PathLike, step: int | None = None) -> dict | None:
+    """The tokenizer JSON dict saved with a checkpoint (default: the newest), or ``None``.
+
+    This is the dict given to ``Checkpointer(tokenizer=...)``/``fit(tokenizer=...)``, not a
+    tokenizer: to rebuild one from a ``tokenizer.json`` file use
+    :func:`seqjax.data.tokenizers.load_tokenizer`.
+    """
     ckpt = _open(directory)
     try:
         step = ckpt.latest_step() if step is None else step

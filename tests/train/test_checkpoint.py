@@ -13,7 +13,7 @@ from seqjax.train.checkpoint import (
     CheckpointMismatchError,
     CheckpointWarning,
     load_meta,
-    load_tokenizer,
+    load_tokenizer_json,
     restore_params,
 )
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
@@ -58,7 +58,7 @@ def test_round_trip_is_exact(tmp_path, async_save):
     assert _equal(r.state.rng, s.rng) and _equal(r.state.carry, carry)
     assert r.state.tx is s.tx or r.state.tx is not None
     assert load_meta(tmp_path)["model_config"] == {"hidden": 3}
-    assert load_tokenizer(tmp_path) == {"model": {"vocab": {"a": 0}}}
+    assert load_tokenizer_json(tmp_path) == {"model": {"vocab": {"a": 0}}}
     params = restore_params(tmp_path)  # parameters alone, no optimizer needed
     assert _equal(params, s.params)
 
@@ -145,3 +145,18 @@ def test_empty_directory_restores_nothing(tmp_path):
         assert c.restore(_state()) is None and c.latest_step() is None
     with pytest.raises(ValueError, match="best_mode"):
         Checkpointer(tmp_path, best_mode="lowest")
+
+
+def test_renamed_train_names_warn_and_keep_working():
+    """Issue #18.3: seqjax.train.load_tokenizer (a checkpoint's tokenizer JSON dict, unlike
+    seqjax.data.load_tokenizer) and seqjax.train.TBPTTIterator (unlike seqjax.data's) were
+    renamed; the old spellings still work with a DeprecationWarning naming the new ones."""
+    import seqjax.train
+    from seqjax.train.tbptt import StreamChunkIterator
+
+    with pytest.warns(DeprecationWarning, match="load_tokenizer_json"):
+        assert seqjax.train.load_tokenizer is load_tokenizer_json
+    with pytest.warns(DeprecationWarning, match="StreamChunkIterator"):
+        assert seqjax.train.TBPTTIterator is StreamChunkIterator
+    with pytest.raises(AttributeError, match="no_such_name"):
+        seqjax.train.no_such_name  # noqa: B018
