@@ -446,14 +446,14 @@ def _optional(module: str, package: str) -> Any:
     except ImportError as e:
         raise ImportError(
             f"this task needs the `{package}` package; install the data extra: "
-            "pip install seqjax[data]"
+            'pip install "seqjax[data]"'
         ) from e
 
 
 def _datasets() -> Any:
-    import datasets
+    from seqjax._optional import require
 
-    return datasets
+    return require("datasets", "this task (it returns a datasets.Dataset)")
 
 
 def number_names(

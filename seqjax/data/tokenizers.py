@@ -442,14 +442,9 @@ class WordTokenizer(_VocabTokenizer):
 
 
 def _hf_tokenizers():
-    try:
-        import tokenizers
-    except ImportError as e:  # pragma: no cover - tokenizers is a core dependency
-        raise ImportError(
-            "Hugging Face `tokenizers` is required for BPE / tokenizer.json support: "
-            "pip install tokenizers"
-        ) from e
-    return tokenizers
+    from seqjax._optional import require
+
+    return require("tokenizers", "BPE / tokenizer.json support (Hugging Face `tokenizers`)")
 
 
 # Names that common tokenizer.json files use for each role, tried in order.
