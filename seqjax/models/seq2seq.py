@@ -24,6 +24,26 @@ target. Variants (``context``):
     :math:`\tilde h^{⟨t⟩} = \tanh(W_c [u^{⟨t⟩}; s^{⟨t⟩}])`, :math:`\hat y^{⟨t⟩} = g(\tilde h^{⟨t⟩})`
     (Luong et al. 2015; scores of MEDL (7.21)).
 
+**Output layer** (``output_context``): by default the output layer of ``"every_step"`` and
+``"bahdanau"`` also sees the context, as above (Cho et al. 2014; Bahdanau et al. 2015,
+App. A). ``output_context=False`` computes it on the decoder state alone,
+:math:`\hat y^{⟨t⟩} = \mathrm{softmax}(W_y s^{⟨t⟩} + b)`: the lecture notes' eq. (5)
+:math:`\mathbf y_t = \mathrm{softmax}(\mathbf W_y \mathbf h'_t)` (exactly so with
+``output_bias=False``; the notes write no bias) and MEDL (7.22)'s
+:math:`\hat y^{⟨t⟩} = f_{\rm decoder\text{-}out}(s^{⟨t⟩})`. The context then reaches the output
+only through the state. (``"initial_state"`` always uses ``s`` alone; Luong's output is
+:math:`g(\tilde h^{⟨t⟩})` by construction and refuses ``output_context=False``.) With
+``context="every_step"``, ``cell_type="elman"``, ``bridge="zeros"`` and
+``output_context=output_bias=False`` the model is the notes' eqs. (3)–(5) with
+:math:`\sigma(\mathbf y_{t-1}, \mathbf h'_{t-1}, \mathbf c) = \tanh(W[\mathbf y_{t-1};
+\mathbf c] + U\mathbf h'_{t-1} + b)` and :math:`\mathbf h'_0 = 0`.
+
+**Scheduled sampling** (Bengio et al. 2015; exposure bias, Bishop §12.3.1):
+:func:`scheduled_sampling_inputs` builds the decoder inputs of one training batch, each
+the true previous token with probability :math:`\epsilon_i` and the model's own previous
+prediction otherwise; :func:`scheduled_sampling_epsilon` gives the paper's decay
+schedules of :math:`\epsilon_i` over training iterations ``i``.
+
 ``reverse_source`` reverses each source sentence within its length, in training
 and in use (MEDL §7.4). Training uses teacher forcing: the decoder is fed the
 true previous target token (MEDL §7.4, "teacher forcing").
@@ -45,6 +65,7 @@ per carry part of every decoder layer, in order), ``tgt_embed/embedding``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +73,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax._checks import is_concrete
 from seqjax.models._common import (
     as_variables,
     check_lengths,
@@ -71,7 +93,13 @@ Array = jax.Array
 Dtype = Any
 Carry = Any
 
-__all__ = ["Seq2Seq", "reverse_sequences"]
+__all__ = [
+    "SCHEDULES",
+    "Seq2Seq",
+    "reverse_sequences",
+    "scheduled_sampling_epsilon",
+    "scheduled_sampling_inputs",
+]
 
 CONTEXTS = ("initial_state", "every_step", "attention")
 ATTENTIONS = {
@@ -125,6 +153,7 @@ class _DecoderStep(nn.Module):
     attention_hidden: int | None
     dtype: Dtype | None
     param_dtype: Dtype
+    output_context: bool = True
 
     def _cell(self, layer: int) -> nn.Module:
         cls = self.cell_type
@@ -163,8 +192,8 @@ class _DecoderStep(nn.Module):
             carry = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), carry, carries[layer])
             new_carries.append(carry)
         new_carries = _select(valid_B, tuple(new_carries), tuple(carries))
-        if self.context == "initial_state":
-            out_BxO = h_BxH
+        if self.context == "initial_state" or not self.output_context:
+            out_BxO = h_BxH  # notes eq. (5) / MEDL (7.22): the output sees s^{t} alone
         elif self.context == "every_step":
             out_BxO = jnp.concatenate([h_BxH, z_BxC.astype(h_BxH.dtype)], axis=-1)
         elif self.attention == "bahdanau":
@@ -214,6 +243,9 @@ class Seq2Seq(nn.Module):
         attention_hidden: ``m̃`` of additive/concat scores (default: the key size).
         reverse_source: reverse each source within its length (Sutskever et al.).
         bridge: initial decoder state, ``"auto"``, ``"copy"``, ``"dense"`` or ``"zeros"``.
+        output_context: the output layer also sees ``z*`` / ``u^{⟨t⟩}`` (default); ``False``:
+            on ``s^{⟨t⟩}`` alone (lecture notes eq. (5); MEDL (7.22)).
+        output_bias: the output layer's bias ``b`` (the notes' eq. (5) has none).
         dropout: on embeddings and on the decoder outputs.
     """
 
@@ -231,6 +263,8 @@ class Seq2Seq(nn.Module):
     reverse_source: bool = False
     bridge: str = "auto"
     dropout: float = 0.0
+    output_context: bool = True
+    output_bias: bool = True
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
@@ -261,6 +295,12 @@ class Seq2Seq(nn.Module):
             raise ValueError(
                 f"`attention` must be one of {sorted(ATTENTIONS)}; got {self.attention!r}."
             )
+        if not self.output_context and self.context == "attention" and self.attention != "bahdanau":
+            raise ValueError(
+                "`output_context=False` (output on s alone, notes eq. (5)) applies to "
+                "context='every_step' or attention='bahdanau'; Luong's output is "
+                f"g(tanh(W_c[u; s])) by construction; got attention={self.attention!r}."
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
         self.src_embed = nn.Embed(
@@ -280,7 +320,7 @@ class Seq2Seq(nn.Module):
             hidden_size=self.hidden_size, num_layers=self.decoder_layers,
             cell_type=self.cell_type, cell_kwargs=self.cell_kwargs, context=self.context,
             attention=self.attention, attention_hidden=self.attention_hidden, dtype=self.dtype,
-            param_dtype=self.param_dtype,
+            param_dtype=self.param_dtype, output_context=self.output_context,
         )
         scanned = nn.scan(
             _DecoderStep, variable_broadcast="params", split_rngs={"params": False},
@@ -289,7 +329,8 @@ class Seq2Seq(nn.Module):
         # Teacher forcing scans the step over T; decoding scans it over one step: one
         # parameter tree ("decoder/...") for both.
         self.decoder = scanned(**step_kwargs)
-        self.output = Dense(self.tgt_vocab_size, dtype=self.dtype, param_dtype=self.param_dtype)
+        self.output = Dense(self.tgt_vocab_size, use_bias=self.output_bias, dtype=self.dtype,
+                            param_dtype=self.param_dtype)
         self.drop = nn.Dropout(self.dropout)
         mode = self._bridge_mode()
         if mode == "dense":
@@ -445,3 +486,163 @@ class Seq2Seq(nn.Module):
         """
         tokens_B = check_step_tokens(tokens_B, self.tgt_vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
+
+
+# --------------------------------------------------------------------- scheduled sampling
+
+#: Decay schedules of Bengio et al. (2015, §2.4) for the teacher-forcing probability.
+SCHEDULES = ("linear", "exponential", "inverse_sigmoid", "constant")
+
+
+def scheduled_sampling_epsilon(
+    step: Any,
+    schedule: str = "inverse_sigmoid",
+    *,
+    k: float | None = None,
+    c: float | None = None,
+    minimum: float = 0.0,
+) -> Array:
+    r"""The probability :math:`\epsilon_i` of feeding the true token at training iteration ``i``.
+
+    Bengio, Vinyals, Jaitly & Shazeer (2015), "Scheduled sampling for sequence prediction
+    with recurrent neural networks", §2.4:
+
+    * ``"linear"``: :math:`\epsilon_i = \max(\epsilon, k - c\,i)` with floor
+      :math:`\epsilon` = ``minimum`` (``0 <= minimum < 1``), offset ``k`` (default 1) and
+      slope ``c > 0``;
+    * ``"exponential"``: :math:`\epsilon_i = k^i` with ``0 < k < 1``;
+    * ``"inverse_sigmoid"``: :math:`\epsilon_i = k / (k + \exp(i / k))` with ``k >= 1``;
+    * ``"constant"``: :math:`\epsilon_i = k` (default 1, i.e. teacher forcing).
+
+    ``step`` may be a Python int or a traced integer (inside ``jit``); the result is a
+    float32 scalar (or an array shaped like ``step``).
+
+    Example:
+        >>> round(float(scheduled_sampling_epsilon(0, "exponential", k=0.99)), 4)
+        1.0
+        >>> round(float(scheduled_sampling_epsilon(100, "linear", c=0.005, minimum=0.1)), 4)
+        0.5
+        >>> round(float(scheduled_sampling_epsilon(1000, "inverse_sigmoid", k=200.0)), 3)
+        0.574
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"`schedule` must be one of {SCHEDULES}; got {schedule!r}.")
+    i = jnp.asarray(step, jnp.float32)
+    if schedule == "constant":
+        k = 1.0 if k is None else k
+        if not 0.0 <= k <= 1.0:
+            raise ValueError(f"`k` (the constant epsilon) must be in [0, 1]; got {k}.")
+        return jnp.full(i.shape, k, jnp.float32)
+    if schedule == "linear":
+        k = 1.0 if k is None else k
+        if c is None or not c > 0:
+            raise ValueError(f"`c` (the slope of the linear decay) must be > 0; got {c}.")
+        if not 0.0 <= minimum < 1.0:
+            raise ValueError(f"`minimum` (the floor epsilon) must be in [0, 1); got {minimum}.")
+        return jnp.clip(jnp.maximum(minimum, k - c * i), 0.0, 1.0)
+    if schedule == "exponential":
+        if k is None or not 0.0 < k < 1.0:
+            raise ValueError(f"`k` of the exponential decay k**i must be in (0, 1); got {k}.")
+        return jnp.exp(i * jnp.float32(math.log(k)))  # k**i without float32 rounding of k
+    if k is None or not k >= 1.0:
+        raise ValueError(f"`k` of the inverse sigmoid decay k/(k+exp(i/k)) must be >= 1; "
+                         f"got {k}.")
+    return jnp.float32(k) / (jnp.float32(k) + jnp.exp(i / jnp.float32(k)))
+
+
+def scheduled_sampling_inputs(
+    model: Seq2Seq,
+    params: Any,
+    src_BxS: Array,
+    tgt_in_BxT: Array,
+    src_lengths: Array | None = None,
+    *,
+    epsilon: Any,
+    rng: Array,
+    sample: bool = False,
+    temperature: float = 1.0,
+) -> tuple[Array, Array]:
+    r"""Decoder inputs for one scheduled-sampling training step (Bengio et al. 2015).
+
+    ``tgt_in = [<start>, y_1, …, y_{T-1}]`` becomes ``[<start>, ỹ_1, …, ỹ_{T-1}]`` with,
+    independently for every row ``b`` and step ``t >= 1``,
+
+    .. math::
+        \tilde y_t = \begin{cases} y_t & \text{with probability } \epsilon_i
+        \quad\text{(teacher forcing, MEDL §7.4)} \\
+        \hat y_t = \arg\max_k p(y_t = k \mid \tilde y_{<t}, x) & \text{otherwise}\end{cases}
+
+    where :math:`\hat y_t` is the model's own prediction given the *mixed* prefix, made
+    step by step through the decoding interface (:meth:`Seq2Seq.init_decode_state`,
+    :meth:`Seq2Seq.decode_step`, as :func:`seqjax.decoding.greedy_search`), with dropout
+    off; ``sample=True`` draws :math:`\hat y_t \sim \mathrm{softmax}(\text{logits}/T)`
+    instead, as in the paper. Train on ``model.apply(params, src, mixed, src_lengths)``
+    against the true targets: the logits of that teacher-forced pass over the mixed inputs
+    are the logits the step-by-step loop saw, and, as in the paper, no gradient flows
+    through the choice of :math:`\hat y_t` (the inputs are integers).
+
+    ``epsilon = 1`` returns ``tgt_in`` itself (teacher forcing exactly); ``epsilon = 0``
+    feeds back the greedy predictions, i.e. ``mixed[:, 1:]`` is the output of greedy
+    decoding from ``<start>``. Use :func:`scheduled_sampling_epsilon` for ``epsilon``.
+
+    Args:
+        model, params: the :class:`Seq2Seq` and its parameters (or variables).
+        src_BxS, tgt_in_BxT, src_lengths: as for ``model(...)``.
+        epsilon: probability of the true token, a scalar or one per row (``[B]``), in [0, 1].
+        rng: PRNG key for the coin flips (and the draws when ``sample``).
+        sample, temperature: sample the fed-back prediction instead of taking the argmax.
+
+    Returns:
+        ``(mixed_BxT, from_truth_BxT)``: the inputs (int32) and where the true token was
+        kept (``True`` at ``t = 0``).
+
+    Example (a training loss)::
+
+        def loss_fn(p, batch, rng):
+            coin, drop = jax.random.split(rng)
+            tgt_in, _ = scheduled_sampling_inputs(
+                model, p, batch["src"], batch["tgt_in"], batch["src_lengths"],
+                epsilon=batch["epsilon"], rng=coin)   # epsilon from the host's schedule
+            logits = model.apply({"params": p}, batch["src"], tgt_in, batch["src_lengths"],
+                                 deterministic=False, rngs={"dropout": drop})
+            return masked_cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])
+    """
+    if not isinstance(model, Seq2Seq):
+        raise TypeError(f"`model` must be a Seq2Seq; got {type(model).__name__}.")
+    if not temperature > 0:
+        raise ValueError(f"`temperature` must be > 0; got {temperature}.")
+    tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", model.tgt_vocab_size)
+    check_nonempty(tgt_in_BxT, "tgt_in", "its first token (<start>) is always fed")
+    check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
+    batch, num_steps = tgt_in_BxT.shape
+    eps = jnp.asarray(epsilon, jnp.float32)
+    if eps.ndim > 1 or (eps.ndim == 1 and eps.shape[0] != batch):
+        raise ValueError(f"`epsilon` must be a scalar or one value per row ([{batch}]); "
+                         f"got shape {tuple(eps.shape)}.")
+    if is_concrete(eps) and not bool(jnp.all((eps >= 0) & (eps <= 1))):
+        raise ValueError(f"`epsilon` must lie in [0, 1]; got {eps}.")
+    eps_B = jnp.broadcast_to(eps, (batch,))
+    variables = jax.lax.stop_gradient(as_variables(params))
+    coin_key, draw_key = jax.random.split(rng)
+    # uniform in [0, 1): epsilon = 1 always keeps the truth, epsilon = 0 never does.
+    truth_BxT = jax.random.uniform(coin_key, (batch, num_steps)) < eps_B[:, None]
+    truth_BxT = truth_BxT.at[:, 0].set(True)
+    state = model.init_decode_state(variables, tgt_in_BxT[:, :1], None, num_steps,
+                                    src=src_BxS, src_lengths=src_lengths)
+
+    def body(carry: tuple, xs: tuple) -> tuple[tuple, Array]:
+        state, tok_B = carry
+        t, true_B, keep_B = xs
+        logits_BxV, state = model.decode_step(variables, state, tok_B)
+        if sample:
+            pred_B = jax.random.categorical(jax.random.fold_in(draw_key, t),
+                                            logits_BxV / temperature, axis=-1)
+        else:
+            pred_B = jnp.argmax(logits_BxV, axis=-1)
+        nxt_B = jnp.where(keep_B, true_B, pred_B.astype(jnp.int32))
+        return (state, nxt_B), nxt_B
+
+    xs = (jnp.arange(1, num_steps), tgt_in_BxT[:, 1:].T.astype(jnp.int32), truth_BxT[:, 1:].T)
+    _, rest_TxB = jax.lax.scan(body, (state, tgt_in_BxT[:, 0].astype(jnp.int32)), xs)
+    mixed_BxT = jnp.concatenate([tgt_in_BxT[:, :1].astype(jnp.int32), rest_TxB.T], axis=1)
+    return mixed_BxT, truth_BxT
