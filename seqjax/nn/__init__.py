@@ -14,7 +14,15 @@ from seqjax.nn.attention import (
     masked_softmax,
     scaled_dot_score,
 )
-from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
+from seqjax.nn.cells import (
+    ElmanCell,
+    GRUCell,
+    LayerWeights,
+    LSTMCell,
+    OutputFeedbackCell,
+    RecurrentCell,
+    SimpleGatedCell,
+)
 from seqjax.nn.dense import Dense, DenseGeneral
 from seqjax.nn.ffn import ACTIVATIONS, GLU, GLU_VARIANTS, MLP, get_activation, glu_hidden_dim
 from seqjax.nn.linear_attention import (
@@ -68,6 +76,7 @@ from seqjax.nn.transformer import (
 __all__ = [
     # recurrent
     "CELL_TYPES", "RNN", "Bidirectional", "ElmanCell", "GRUCell", "LSTMCell", "RecurrentCell",
+    "OutputFeedbackCell", "SimpleGatedCell", "LayerWeights",
     "Dense", "DenseGeneral",
     "StackedRNN", "cudnn_lstm_weights",
     # attention and masks

@@ -1,18 +1,27 @@
-"""Whole-layer LSTM and GRU recurrences with hand-written backward passes (CPU/GPU/TPU).
+"""Whole-layer Elman, LSTM and GRU recurrences with hand-written backward passes (CPU/GPU/TPU).
 
-These are the fast paths behind :class:`seqjax.nn.RNN` for ``LSTMCell`` and
-``GRUCell(reset_after=True)``. They compute exactly the cells' equations (row vectors,
-kernels are the textbooks' ``Wᵀ``):
+These are the ``implementation="fused"`` kernels behind :class:`seqjax.nn.RNN` (the default
+on CPU/TPU, and on GPU where cuDNN does not apply). A cell reaches them only through
+:meth:`seqjax.nn.RecurrentCell.layer_weights`, which names the equation and hands over
+its parameters (:class:`seqjax.nn.cells.LayerWeights`); :func:`layer_scan` dispatches on
+it. Each kernel computes exactly its cell's ``step`` (row vectors, kernels are the
+textbooks' ``Wᵀ``, ``b`` the cell's bias or zeros without one):
 
-* LSTM, MEDL (7.16)–(7.17), J&M (9.22)–(9.29), gate order i, f, c̃, o:
+* ``"elman"`` (:class:`~seqjax.nn.ElmanCell`), MEDL (7.2), J&M (9.3) without bias:
+  ``h_t = σ(x_t W_ih + h_{t-1} W_hh + b)``;
+* ``"lstm"`` (:class:`~seqjax.nn.LSTMCell`), MEDL (7.16)–(7.17), J&M (9.22)–(9.29),
+  gate order i, f, c̃, o:
   ``[i, f, c̃, o] = [σ, σ, tanh, σ](x_t W_ih + h_{t-1} W_hh + b)``,
   ``c_t = f ⊙ c_{t-1} + i ⊙ c̃``, ``h_t = o ⊙ tanh(c_t)``;
-* GRU with the reset gate after the matmul (PyTorch/cuDNN), order r, z, n:
+* ``"gru"`` (:class:`~seqjax.nn.GRUCell` with ``reset_after=True``): the reset gate
+  **after** the matmul (PyTorch/cuDNN/the slides), order r, z, n:
   ``[r, z] = σ(x_t W_ih + b + h_{t-1} W_hh)[:2H]``,
   ``n = tanh((x_t W_ih + b)_n + r ⊙ ((h_{t-1} W_hh)_n + b_hn))``,
-  ``h_t = (1 − z) ⊙ n + z ⊙ h_{t-1}``;
+  ``h_t = (1 − z) ⊙ n + z ⊙ h_{t-1}``. (MEDL's reset-before GRU, ``reset_after=False``,
+  has no kernel here: the layer scans the cell's own ``step``.)
 
 and their exact gradients. With ``dh = ∂L/∂h_t`` (from the output and from step t+1):
+Elman ``du = σ′(u_t) ⊙ dh``, ``dh_{t-1} = du W_hhᵀ``;
 LSTM ``dc ← dc + dh ⊙ o ⊙ (1 − tanh²c_t)``, ``dG = [dc ⊙ c̃, dc ⊙ c_{t-1}, dc ⊙ i, dh ⊙ tanh c_t]
 ⊙ act′``, ``dc_{t-1} = dc ⊙ f``, ``dh_{t-1} = dG W_hhᵀ``; GRU ``dn̂ = dh ⊙ (1 − z) ⊙ (1 − n²)``,
 ``dẑ = dh ⊙ (h_{t-1} − n) ⊙ z(1 − z)``, ``dr̂ = dn̂ ⊙ ĥ_n ⊙ r(1 − r)``,
@@ -20,16 +29,17 @@ LSTM ``dc ← dc + dh ⊙ o ⊙ (1 − tanh²c_t)``, ``dG = [dc ⊙ c̃, dc ⊙ 
 only in *how* the gradient is scheduled:
 
 * **Input projection inside the loop**: ``x_t W_ih`` and ``h_{t-1} W_hh`` are two dots per
-  step (:func:`lstm_layer`, :func:`gru_layer`). Hoisting ``x W_ih`` for all steps into one
-  GEMM writes, transposes and re-reads a ``[T, B, G·H]`` buffer (and page-faults it in
-  fresh every call); per step the operands stay in cache. Measured in
-  ``benchmarks/RESULTS.md``: GRU forward 48 → 32 ms at B=32, T=128, H=256 on one core.
+  step. Hoisting ``x W_ih`` for all steps into one GEMM writes, transposes and re-reads a
+  ``[T, B, G·H]`` buffer (and page-faults it in fresh every call); per step the operands
+  stay in cache. Measured in ``benchmarks/RESULTS.md``: GRU forward 48 → 32 ms at B=32,
+  T=128, H=256 on one core.
 * **Backward**: a reverse loop that carries only the state cotangents and emits the
-  pre-activation gate gradients ``dG_t``; the step saves its post-activation gates in
-  the forward pass, so the backward loop does no recomputation and no autodiff. Every
-  weight gradient is then one matmul over all ``T·B`` rows after the loop,
-  ``dW_hh = Σ_t h_{t-1}ᵀ dG_t`` (and ``dW_ih = Σ_t x_tᵀ dG_t``, ``dx = dG W_ihᵀ``), instead
-  of a ``[H, G·H]`` accumulator read and written at every step.
+  pre-activation gate gradients ``dG_t``; the step saves its post-activation gates (the
+  Elman kernel: its pre-activations) in the forward pass, so the backward loop does no
+  recomputation of matmuls and no autodiff of the step. Every weight gradient is then one
+  matmul over all ``T·B`` rows after the loop, ``dW_hh = Σ_t h_{t-1}ᵀ dG_t`` (and
+  ``dW_ih = Σ_t x_tᵀ dG_t``, ``dx = dG W_ihᵀ``), instead of a ``[H, G·H]`` accumulator read
+  and written at every step.
 * **One tanh for the four LSTM gates**: ``σ(u) = ½ + ½·tanh(u/2)``, so
   ``act = s·tanh(s·u) + shift`` with ``(s, shift) = (½, ½)`` for i, f, o and ``(1, 0)`` for
   c̃; its derivative is ``s² − (act − shift)²``.
@@ -49,9 +59,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from seqjax.nn.cells import LayerWeights
+
 Array = jax.Array
 
-__all__ = ["lstm_layer", "gru_layer"]
+__all__ = ["layer_scan", "elman_layer", "lstm_layer", "gru_layer"]
 
 _F32 = jnp.float32
 
@@ -74,11 +86,122 @@ def _keep(valid_B: Array | None, new: Array, old: Array) -> Array:
     return new if valid_B is None else jnp.where(valid_B[:, None], new, old)
 
 
+def _mask_y(hs_TxBxH: Array, valid_TxB: Array | None) -> Array:
+    if valid_TxB is None:
+        return hs_TxBxH
+    return jnp.where(valid_TxB[..., None], hs_TxBxH, jnp.zeros_like(hs_TxBxH))
+
+
 def _gate_consts(hsz: int, dtype: Any) -> tuple[Array, Array]:
     half = jnp.full((hsz,), 0.5, dtype)
     s = jnp.concatenate([half, half, jnp.ones((hsz,), dtype), half])
     shift = jnp.concatenate([half, half, jnp.zeros((hsz,), dtype), half])
     return s, shift
+
+
+def layer_scan(
+    weights: LayerWeights,
+    x_TxBxP: Array,
+    carry: Any,
+    valid_TxB: Array | None,
+    reverse: bool,
+    compute_dtype: Any,
+    unroll: int = 1,
+) -> tuple[Any, Array]:
+    """Run the kernel ``weights.equation`` over a time-major layer: ``(final_carry, y_TxBxH)``.
+
+    ``carry`` is the cell's carry layout (Elman/GRU ``h``, LSTM ``(c, h)``), batch ``[B, H]``.
+    """
+    w = weights
+    if w.equation == "elman":
+        y, h = elman_layer(x_TxBxP, w.input_kernel, w.bias, w.recurrent_kernel, carry,
+                           valid_TxB, w.activation, reverse, compute_dtype, unroll)
+        return h, y
+    if w.equation == "lstm":
+        c0, h0 = carry
+        y, (c, h) = lstm_layer(x_TxBxP, w.input_kernel, w.bias, w.recurrent_kernel, c0, h0,
+                               valid_TxB, reverse, compute_dtype, unroll)
+        return (c, h), y
+    if w.equation == "gru":
+        y, h = gru_layer(x_TxBxP, w.input_kernel, w.bias, w.recurrent_kernel, w.recurrent_bias,
+                         carry, valid_TxB, reverse, compute_dtype, unroll)
+        return h, y
+    raise ValueError(
+        f"`weights.equation` must be 'elman', 'lstm' or 'gru'; got {w.equation!r}."
+    )
+
+
+# ---------------------------------------------------------------------------------- Elman
+
+
+def _elman_forward(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype,
+                   unroll, keep=True):
+    ew = h0.dtype
+    w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
+    b_ew = b.astype(ew)
+
+    def body(h, inputs):
+        x_BxP, valid_B = inputs
+        u = (jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32)
+             + jnp.dot(h.astype(compute_dtype), w_h, preferred_element_type=_F32))
+        u = u.astype(ew) + b_ew
+        h_new = _keep(valid_B, activation(u).astype(ew), h)
+        return h_new, (h_new, u if keep else None)
+
+    return jax.lax.scan(body, h0, (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
+def elman_layer(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype,
+                unroll=1):
+    """Elman layer, time-major: returns ``(y_TxBxH, h_T)``.
+
+    ``w_ih: [P, H]``, ``b: [H]``, ``w_hh: [H, H]``, ``h0: [B, H]``; ``activation``: ``σ``.
+    """
+    h, (hs, _) = _elman_forward(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse,
+                                compute_dtype, unroll, keep=False)
+    return _mask_y(hs, valid_TxB), h
+
+
+def _elman_fwd(x, w_ih, b, w_hh, h0, valid, activation, reverse, compute_dtype, unroll):
+    h, (hs, us) = _elman_forward(x, w_ih, b, w_hh, h0, valid, activation, reverse,
+                                 compute_dtype, unroll)
+    return (_mask_y(hs, valid), h), (x, w_ih, b, w_hh, h0, valid, hs, us)
+
+
+def _elman_bwd(activation, reverse, compute_dtype, unroll, res, cot):
+    x, w_ih, b, w_hh, h0, valid, hs, us = res
+    dy_TxBxH, dh_T = cot
+    num_steps, batch, in_features = x.shape
+    hsz = w_hh.shape[0]
+    ew = us.dtype
+    w_hh_t = w_hh.astype(compute_dtype).T
+    dy = _mask_y(dy_TxBxH.astype(ew), valid)
+
+    def body(dh, inputs):
+        dy_BxH, u, valid_B = inputs
+        dh_all = dh + dy_BxH
+        du = jax.vjp(activation, u)[1](dh_all.astype(ew))[0].astype(ew)  # σ′(u) ⊙ dh
+        if valid_B is not None:
+            du = jnp.where(valid_B[:, None], du, jnp.zeros_like(du))
+        dh_prev = jnp.dot(du.astype(compute_dtype), w_hh_t,
+                          preferred_element_type=_F32).astype(ew)
+        if valid_B is not None:  # a padded step passed the carry through
+            dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
+        return dh_prev, du
+
+    dh0, du_TxBxH = jax.lax.scan(body, dh_T.astype(ew), (dy, us, valid),
+                                 reverse=not reverse, unroll=unroll)
+    h_prev = _shift(hs, h0, reverse)
+    du = du_TxBxH.reshape(num_steps * batch, hsz)
+    dw_ih = _dot(x.reshape(-1, in_features).T, du, compute_dtype)
+    dw_hh = _dot(h_prev.reshape(-1, hsz).T, du, compute_dtype)
+    dx = _dot(du, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
+    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), du.sum(0).astype(b.dtype),
+            dw_hh.astype(w_hh.dtype), dh0.astype(h0.dtype), None)
+
+
+elman_layer.defvjp(_elman_fwd, _elman_bwd)
 
 
 # ----------------------------------------------------------------------------------- LSTM
@@ -105,12 +228,6 @@ def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dt
         return (c_new, h_new), ((h_new, c_new, acts) if keep else (h_new, None, None))
 
     return jax.lax.scan(body, (c0, h0), (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
-
-
-def _mask_y(hs_TxBxH: Array, valid_TxB: Array | None) -> Array:
-    if valid_TxB is None:
-        return hs_TxBxH
-    return jnp.where(valid_TxB[..., None], hs_TxBxH, jnp.zeros_like(hs_TxBxH))
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))

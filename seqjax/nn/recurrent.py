@@ -10,6 +10,7 @@ back to its first (MEDL (7.14)'s ``h_r``), not from the padded end.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,9 +27,8 @@ from seqjax._checks import (
     check_tree_shapes,
 )
 from seqjax.nn import _sharding
-from seqjax.nn._fused_scan import fused_scan
-from seqjax.nn._layer_scan import gru_layer, lstm_layer
-from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell, RecurrentCell
+from seqjax.nn._layer_scan import layer_scan
+from seqjax.nn.cells import ElmanCell, GRUCell, LayerWeights, LSTMCell, RecurrentCell
 
 Array = jax.Array
 Carry = Any
@@ -70,20 +70,42 @@ def _check_lengths(lengths: Array | None, batch: int, num_steps: int) -> Array |
     return lengths.astype(jnp.int32)
 
 
+IMPLEMENTATIONS = ("auto", "scan", "fused", "cudnn")
+
+
+def _check_implementation(implementation: str) -> None:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."
+        )
+
+
+def _on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
 class RNN(nn.Module):
     r"""Scan a recurrent cell over time.
 
     Computes ``(carry_t, y_t) = cell(carry_{t-1}, x_t)`` for ``t = 1..T``
-    (MEDL (7.1)–(7.2); J&M Fig. 9.2). How the loop runs (same values and gradients):
+    (MEDL (7.1)–(7.2); J&M Fig. 9.2). The equation is the cell's; ``implementation``
+    chooses how the loop runs (same values and gradients, up to float rounding):
 
-    * ``LSTMCell`` and ``GRUCell(reset_after=True)``: a whole-layer custom VJP
-      (:mod:`seqjax.nn._layer_scan`): both projections per step, gate activations
-      saved, the backward loop written by hand and every weight gradient one matmul
-      over all ``T·B`` rows after it;
-    * other cells: the input projection ``x_t W_xᵀ + b`` hoisted out of the loop (one
-      ``[B*T, P] x [P, G*H]`` matmul) and a custom-VJP scan over ``h_{t-1} W_hᵀ``
-      (:mod:`seqjax.nn._fused_scan`);
-    * ``fused=False`` or ``resets``: autodiff of a plain ``nn.scan`` over ``cell.step``.
+    * ``"scan"``: ``cell.input_projection`` for all steps at once, then autodiff of a
+      plain ``nn.scan`` over ``cell.step`` — any cell, any subclass, and ``resets``;
+    * ``"fused"``: a whole-layer kernel with a hand-written backward pass
+      (:mod:`seqjax.nn._layer_scan`), reached through ``cell.layer_weights()`` — the
+      cells whose equation has a kernel: ``ElmanCell``, ``LSTMCell``,
+      ``GRUCell(reset_after=True)`` and subclasses that keep their parent's ``step``;
+      no ``resets``;
+    * ``"cudnn"``: ``jax.experimental.rnn.lstm`` (one cuDNN call; GPU only) for
+      ``"lstm"`` weights, forward direction, no ``resets``; runs in float32;
+    * ``"auto"`` (default): ``"cudnn"`` on a GPU when it applies and everything is
+      float32, else ``"fused"`` when the cell has a kernel and there are no ``resets``,
+      else ``"scan"``. On CPU/TPU this is the fused kernel for Elman, LSTM and the
+      reset-after GRU, and the scan of ``step`` for MEDL's reset-before GRU
+      (``GRUCell(reset_after=False)``), :class:`~seqjax.nn.OutputFeedbackCell`,
+      :class:`~seqjax.nn.SimpleGatedCell` and subclasses with their own ``step``.
 
     Call: ``rnn(x, lengths=None, initial_carry=None, resets=None)`` with
 
@@ -93,7 +115,9 @@ class RNN(nn.Module):
     * ``resets``: optional ``bool[B, T]``; where True the carry is reset to the
       initial carry *before* that step (sequence packing with segment ids).
 
-    Returns ``y: [B, T, H]``, or ``(final_carry, y)`` if ``return_carry``.
+    Returns ``y: [B, T, H]``, or ``(final_carry, y)`` if ``return_carry`` (the cell's
+    and ``flax.linen.RNN``'s order; :class:`StackedRNN` and the models return
+    ``(y, carry)``, see the carry protocol there).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -106,14 +130,14 @@ class RNN(nn.Module):
         ((2, 5, 8), True)
 
     Attributes:
-        cell: a :class:`~seqjax.nn.RecurrentCell` (``ElmanCell``, ``LSTMCell``, ``GRUCell``).
+        cell: a :class:`~seqjax.nn.RecurrentCell`.
         reverse: process each sequence from its last real step to its first;
             outputs stay in the input's time order.
         unroll: steps unrolled per loop iteration in ``lax.scan``.
         return_carry: also return the final carry.
         time_major: inputs and outputs are ``[T, B, ...]``.
-        fused: use the custom-VJP paths above when no ``resets`` are given
-            (``fused=False``: autodiff of the plain scan; same values).
+        implementation: ``"auto"``, ``"scan"``, ``"fused"`` or ``"cudnn"`` (above).
+        fused: deprecated; ``fused=False`` is ``implementation="scan"``.
     """
 
     cell: RecurrentCell
@@ -121,7 +145,51 @@ class RNN(nn.Module):
     unroll: int = 1
     return_carry: bool = False
     time_major: bool = False
-    fused: bool = True
+    implementation: str = "auto"
+    fused: bool | None = None
+
+    def _implementation(self, weights: LayerWeights | None, x: Array, resets: Array | None,
+                        reverse: bool) -> str:
+        """The path that runs (see the class docstring); errors for impossible requests."""
+        impl = self.implementation
+        if self.fused is not None:
+            warnings.warn("`RNN(fused=...)` is deprecated; use implementation='fused' or "
+                          "'scan'.", DeprecationWarning, stacklevel=3)
+            if impl == "auto" and not self.fused:
+                impl = "scan"
+        _check_implementation(impl)
+        cudnn_ok = (weights is not None and weights.equation == "lstm" and not reverse
+                    and resets is None)
+        if impl == "auto":
+            f32 = all(jnp.dtype(d) == jnp.float32 for d in
+                      (x.dtype, self.cell.param_dtype, self.cell.dtype or jnp.float32))
+            if _on_gpu() and cudnn_ok and f32 and not self.is_initializing():
+                return "cudnn"
+            return "fused" if weights is not None and resets is None else "scan"
+        name = type(self.cell).__name__
+        if impl == "fused" and (weights is None or resets is not None):
+            raise ValueError(
+                "`implementation='fused'` needs a cell with a layer kernel "
+                "(cell.layer_weights() is not None: ElmanCell, LSTMCell, "
+                "GRUCell(reset_after=True)) and no `resets`; got "
+                f"{name} with resets={'given' if resets is not None else None}. "
+                "Use 'scan' or 'auto'."
+            )
+        if impl == "cudnn":
+            if not cudnn_ok:
+                raise ValueError(
+                    "`implementation='cudnn'` needs an LSTM cell (layer_weights() equation "
+                    f"'lstm'), reverse=False and no `resets`; got {name}, reverse={reverse}, "
+                    f"resets={'given' if resets is not None else None}."
+                )
+            if not _on_gpu():
+                raise ValueError(
+                    "`implementation='cudnn'` needs a GPU backend; got "
+                    f"{jax.default_backend()!r}. Use 'auto', 'fused' or 'scan'."
+                )
+            if self.is_initializing():  # parameters are created by the fused kernel's path
+                return "fused"
+        return impl
 
     @nn.compact
     def __call__(
@@ -158,30 +226,25 @@ class RNN(nn.Module):
             check_tree_shapes(initial_carry, default_carry, "initial_carry")
             carry = initial_carry
 
+        if self.is_initializing():  # create input/{kernel,bias} without a full projection
+            self.cell.input_projection(x_BxTxP[:1, :1])
+        weights = self.cell.layer_weights()
+        impl = self._implementation(weights, x, resets, reverse)
         valid_TxB = None if lengths is None else _step_mask(lengths, num_steps)
-        if self.fused and resets is None and _has_layer_path(self.cell):
-            carry, y_TxBxH = self._layer_path(x, carry, valid_TxB, reverse)
+        if impl == "cudnn":
+            carry, y_BxTxH = _cudnn_layer(weights, x_BxTxP, carry, lengths)
+            y = jnp.swapaxes(y_BxTxH, 0, 1) if self.time_major else y_BxTxH
+            return (carry, y) if return_carry else y
+        if impl == "fused":
+            carry, y_TxBxH = self._fused(weights, x, carry, valid_TxB, reverse)
             y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
             return (carry, y) if return_carry else y
 
-        # Hoisted input projection: one matmul over all time steps, then time-major
-        # for the scan (scanning the leading axis avoids strided slices per step).
+        # "scan": hoisted input projection (one matmul over all time steps), then
+        # time-major for the scan (scanning the leading axis avoids strided slices per step).
         xp_TxBxG = jnp.swapaxes(self.cell.input_projection(x_BxTxP), 0, 1)
         resets_TxB = None if resets is None else jnp.swapaxes(resets, 0, 1)
         reset_carry = default_carry if initial_carry is None else initial_carry
-
-        spec = self.cell.fused_spec() if (self.fused and resets is None) else None
-        if spec is not None:
-            carry = jax.tree_util.tree_map(
-                lambda a: _sharding.constrain(a, _sharding.BATCH), carry)
-            carry, y_TxBxH = fused_scan(
-                spec.step, spec.get_h, spec.add_h, _sharding.replicate(spec.aux),
-                _sharding.replicate(self.cell.recurrent_kernel), carry,
-                _sharding.constrain(xp_TxBxG, None, _sharding.BATCH),
-                _sharding.constrain(valid_TxB, None, _sharding.BATCH), reverse, self.unroll,
-            )
-            y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
-            return (carry, y) if return_carry else y
 
         def body(cell: RecurrentCell, carry: Carry, inputs: tuple) -> tuple[Carry, Array]:
             xp_BxG, valid_B, reset_B = inputs
@@ -208,38 +271,64 @@ class RNN(nn.Module):
         y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
         return (carry, y) if return_carry else y
 
-
-    def _layer_path(
-        self, x: Array, carry: Carry, valid_TxB: Array | None, reverse: bool
+    def _fused(
+        self, weights: LayerWeights, x: Array, carry: Carry, valid_TxB: Array | None,
+        reverse: bool,
     ) -> tuple[Carry, Array]:
-        """LSTM / GRU(reset_after) through :mod:`seqjax.nn._layer_scan` (time-major)."""
-        cell = self.cell
+        """The cell's layer kernel (:func:`seqjax.nn._layer_scan.layer_scan`), time-major."""
         x_TxBxP = x if self.time_major else jnp.swapaxes(x, 0, 1)
-        if self.is_initializing():  # create input/{kernel,bias} without a full projection
-            cell.input_projection(x_TxBxP[:1, :1])
-        dense = cell.input.variables["params"]
-        compute = jnp.dtype(cell.dtype or jnp.result_type(x, dense["kernel"],
-                                                          cell.recurrent_kernel))
+        compute = jnp.dtype(self.cell.dtype or jnp.result_type(x, weights.input_kernel,
+                                                               weights.recurrent_kernel))
         # Inside a sharded step: weights gathered once before the time loop, batch split
         # on inputs and carry, so the loop body has no collectives (seqjax.nn._sharding).
-        w_ih, b, w_hh = _sharding.replicate(
-            (dense["kernel"], dense["bias"], cell.recurrent_kernel))
+        w_ih, b, w_hh, b_hn = _sharding.replicate((weights.input_kernel, weights.bias,
+                                                    weights.recurrent_kernel,
+                                                    weights.recurrent_bias))
+        weights = weights._replace(input_kernel=w_ih, bias=b, recurrent_kernel=w_hh,
+                                   recurrent_bias=b_hn)
         x_TxBxP = _sharding.constrain(x_TxBxP, None, _sharding.BATCH)
         valid_TxB = _sharding.constrain(valid_TxB, None, _sharding.BATCH)
         carry = jax.tree_util.tree_map(lambda a: _sharding.constrain(a, _sharding.BATCH), carry)
-        if isinstance(cell, GRUCell):
-            y, h = gru_layer(x_TxBxP, w_ih, b, w_hh, _sharding.replicate(cell.recurrent_bias_n),
-                             carry, valid_TxB, reverse, compute, self.unroll)
-            return h, y
-        c0, h0 = carry
-        y, (c, h) = lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute,
-                               self.unroll)
-        return (c, h), y
+        return layer_scan(weights, x_TxBxP, carry, valid_TxB, reverse, compute, self.unroll)
 
 
-def _has_layer_path(cell: RecurrentCell) -> bool:
-    """Cells with a whole-layer custom VJP (:mod:`seqjax.nn._layer_scan`)."""
-    return type(cell) is LSTMCell or (type(cell) is GRUCell and cell.reset_after)
+def _cudnn_pack(cells: Sequence[tuple[Array, Array, Array]]) -> Array:
+    """cuDNN's flat LSTM weights from per-(pseudo-)layer ``(input_kernel, bias, recurrent_kernel)``.
+
+    Layout (``jax.experimental.rnn``): for every pseudo-layer ``W_ih [4H, P_l]`` then
+    ``W_hh [4H, H]``; then, for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate
+    order i, f, g, o as in seqjax; seqjax's single bias goes to ``b_ih``, ``b_hh`` is zero.
+    """
+    mats = []
+    for w_ih, _, w_hh in cells:
+        mats.append(w_ih.T.reshape(-1))
+        mats.append(w_hh.T.reshape(-1))
+    for _, b, _ in cells:
+        mats.append(b)
+        mats.append(jnp.zeros_like(b))
+    return jnp.concatenate([m.astype(jnp.float32) for m in mats])
+
+
+def _cudnn_layer(
+    weights: LayerWeights, x_BxTxP: Array, carry: Carry, lengths: Array | None
+) -> tuple[Carry, Array]:
+    """One forward LSTM layer through cuDNN (float32): ``((c_T, h_T), y_BxTxH)``."""
+    from jax.experimental import rnn as jrnn
+
+    batch, num_steps, in_features = x_BxTxP.shape
+    hidden = weights.recurrent_kernel.shape[0]
+    if lengths is None:
+        lengths = jnp.full((batch,), num_steps, jnp.int32)
+    c0, h0 = carry
+    w = _cudnn_pack([(weights.input_kernel, weights.bias, weights.recurrent_kernel)])
+    y, h_n, c_n = jrnn.lstm(
+        x_BxTxP.astype(jnp.float32), h0[None].astype(jnp.float32),
+        c0[None].astype(jnp.float32), w, lengths, input_size=in_features, hidden_size=hidden,
+        num_layers=1, dropout=0.0, bidirectional=False,
+    )
+    valid = (jnp.arange(num_steps)[None, :] < lengths[:, None])[..., None]
+    y = jnp.where(valid, y, 0.0).astype(x_BxTxP.dtype)
+    return (c_n[0].astype(c0.dtype), h_n[0].astype(h0.dtype)), y
 
 
 _MERGES: dict[str, Callable[[Array, Array], Array]] = {
@@ -313,9 +402,16 @@ class StackedRNN(nn.Module):
     as PyTorch) and, with ``residual=True``, plus the layer's input when the
     widths match (every layer after the first).
 
-    Call: ``stack(x, lengths=None, initial_carries=None, deterministic=True)``;
-    returns ``(y, final_carries)`` where ``final_carries`` is a tuple with one
-    entry per layer, each a cell carry or, if bidirectional, ``(fwd, bwd)``.
+    Call: ``stack(x, lengths=None, initial_carry=None, deterministic=True, resets=None)``;
+    returns ``(y, carry)`` where ``carry`` is a tuple with one entry per layer, each a
+    cell carry or, if bidirectional, ``(fwd, bwd)``; ``initial_carry`` has the same
+    layout (:meth:`zero_carry` builds the zero one).
+
+    **Carry protocol** (every recurrent model in :mod:`seqjax.models` and the truncated
+    BPTT route of :mod:`seqjax.train.tbptt`): the state goes in as ``initial_carry=``
+    and comes out second, ``(outputs, carry)``; models return it when called with
+    ``return_carry=True``. The old keyword ``initial_carries=`` still works and warns
+    (``DeprecationWarning``). (:class:`RNN` and the cells keep Flax's ``(carry, y)``.)
 
     Attributes:
         features: hidden size ``H`` of every layer (per direction).
@@ -325,13 +421,14 @@ class StackedRNN(nn.Module):
         dropout: dropout rate on the outputs of every layer but the last.
         residual: add each layer's input to its output where the widths match.
         cell_kwargs: extra constructor arguments for every cell
-            (e.g. ``{"reset_after": False}``, ``{"forget_bias": 1.0}``).
-        implementation: ``"scan"`` (seqjax's scan, any platform), ``"cudnn"``
-            (``jax.experimental.rnn.lstm``: one cuDNN call for the whole stack;
-            GPU only, plain LSTM, no residual, no dropout, no resets) or
-            ``"auto"`` (cuDNN when on a GPU and the configuration allows it,
-            the scan otherwise). Same parameters and outputs either way; see
-            :func:`cudnn_lstm_weights` for the weight packing.
+            (e.g. ``{"reset_after": False}``, ``{"forget_bias": 1.0}``, ``{"use_bias": False}``).
+        implementation: ``"cudnn"`` (``jax.experimental.rnn.lstm``: one cuDNN call for
+            the whole stack; GPU only, plain LSTM, no residual, no dropout, no resets),
+            ``"scan"`` or ``"fused"`` (every layer an :class:`RNN` with that
+            implementation) or ``"auto"`` (the whole-stack cuDNN call when on a GPU and
+            the configuration allows it, else every layer ``RNN(implementation="auto")``).
+            Same parameters and outputs either way; see :func:`cudnn_lstm_weights` for
+            the weight packing.
     """
 
     features: int
@@ -350,7 +447,7 @@ class StackedRNN(nn.Module):
         kwargs = dict(self.cell_kwargs or {})
         return (
             self.cell_type in ("lstm", LSTMCell)
-            and set(kwargs) <= {"forget_bias"}
+            and set(kwargs) <= {"forget_bias", "use_bias"}
             and not self.residual
             and (self.dropout == 0.0 or deterministic)
             and resets is None
@@ -371,35 +468,51 @@ class StackedRNN(nn.Module):
         return cls(self.features, dtype=self.dtype, param_dtype=self.param_dtype, parent=None,
                    **kwargs)
 
+    def zero_carry(self, batch_size: int, in_features: int = 1) -> tuple[Carry, ...]:
+        """The all-zero ``initial_carry`` for ``batch_size`` rows (one entry per layer).
+
+        ``in_features`` matters only for cells whose carry depends on the input width.
+        """
+        def one(p: int) -> Carry:
+            return self._cell().initialize_carry(jax.random.PRNGKey(0), (batch_size, p))
+
+        dirs = 2 if self.bidirectional else 1
+        carries = []
+        for layer in range(self.num_layers):
+            p = in_features if layer == 0 else self.features * dirs
+            carries.append((one(p), one(p)) if self.bidirectional else one(p))
+        return tuple(carries)
+
     @nn.compact
     def __call__(
         self,
         x: Array,
         lengths: Array | None = None,
-        initial_carries: Sequence[Carry] | None = None,
+        initial_carry: Sequence[Carry] | None = None,
         deterministic: bool = True,
         resets: Array | None = None,
+        *,
+        initial_carries: Sequence[Carry] | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
+        initial_carry = _renamed(initial_carry, initial_carries, "initial_carries",
+                                 "initial_carry", "StackedRNN")
         if self.num_layers < 1:
             raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
-        if initial_carries is not None and len(initial_carries) != self.num_layers:
+        if initial_carry is not None and len(initial_carry) != self.num_layers:
             raise ValueError(
-                f"`initial_carries` must have one entry per layer ({self.num_layers}); "
-                f"got {len(initial_carries)}."
+                f"`initial_carry` must have one entry per layer ({self.num_layers}); "
+                f"got {len(initial_carry)}."
             )
         check_rank(x, "x", 3)
         first = ("layer_0", "forward") if self.bidirectional else ("layer_0",)
         kernel = bound_param_shape(self, *first, "cell", "input", "kernel")
         check_features(x, "x", None if kernel is None else kernel[0])
-        if self.implementation not in ("auto", "scan", "cudnn"):
-            raise ValueError(
-                f"`implementation` must be 'auto', 'scan' or 'cudnn'; got {self.implementation!r}."
-            )
+        _check_implementation(self.implementation)
         use_cudnn = self.implementation == "cudnn" or (
             self.implementation == "auto"
-            and jax.default_backend() == "gpu"
+            and _on_gpu()
             and self._cudnn_eligible(deterministic, resets)
         )
         if use_cudnn and not self.is_initializing():
@@ -408,27 +521,32 @@ class StackedRNN(nn.Module):
                     "`implementation='cudnn'` needs a plain LSTM stack (cell_type='lstm', "
                     "float32, no residual, no resets, dropout 0 or deterministic)."
                 )
-            if jax.default_backend() != "gpu":
+            if not _on_gpu():
                 raise ValueError(
                     "`implementation='cudnn'` needs a GPU backend; got "
-                    f"{jax.default_backend()!r}. Use 'auto' or 'scan'."
+                    f"{jax.default_backend()!r}. Use 'auto', 'fused' or 'scan'."
                 )
-            return self._cudnn(x, lengths, initial_carries)
+            return self._cudnn(x, lengths, initial_carry)
+        # Per layer: the stack's own choice, except that a whole-stack cuDNN request
+        # (building the parameters at init) runs the layers' default.
+        layer_impl = "auto" if self.implementation == "cudnn" else self.implementation
         h = x
         finals = []
         for layer in range(self.num_layers):
-            init = None if initial_carries is None else initial_carries[layer]
+            init = None if initial_carry is None else initial_carry[layer]
             if self.bidirectional:
                 bi = Bidirectional(
-                    RNN(self._cell(), unroll=self.unroll, parent=None),
-                    RNN(self._cell(), unroll=self.unroll, parent=None),
+                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl,
+                        parent=None),
+                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl,
+                        parent=None),
                     return_carry=True,
                     name=f"layer_{layer}",
                 )
                 carry, out = bi(h, lengths, init, resets)
             else:
                 rnn = RNN(self._cell(), unroll=self.unroll, return_carry=True,
-                          name=f"layer_{layer}")
+                          implementation=layer_impl, name=f"layer_{layer}")
                 carry, out = rnn(h, lengths, init, resets)
             finals.append(carry)
             if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
@@ -439,9 +557,8 @@ class StackedRNN(nn.Module):
             h = out
         return h, tuple(finals)
 
-
     def _cudnn(
-        self, x: Array, lengths: Array | None, initial_carries: Sequence[Carry] | None
+        self, x: Array, lengths: Array | None, initial_carry: Sequence[Carry] | None
     ) -> tuple[Array, tuple[Carry, ...]]:
         from jax.experimental import rnn as jrnn
 
@@ -453,8 +570,8 @@ class StackedRNN(nn.Module):
         dirs = 2 if self.bidirectional else 1
         zeros = jnp.zeros((self.num_layers * dirs, batch, self.features), jnp.float32)
         h0, c0 = zeros, zeros
-        if initial_carries is not None:
-            per = [c for carry in initial_carries for c in (carry if dirs == 2 else (carry,))]
+        if initial_carry is not None:
+            per = [c for carry in initial_carry for c in (carry if dirs == 2 else (carry,))]
             c0 = jnp.stack([c for c, _ in per])
             h0 = jnp.stack([h for _, h in per])
         weights = cudnn_lstm_weights(self.variables["params"], self.num_layers, self.bidirectional)
@@ -476,24 +593,34 @@ class StackedRNN(nn.Module):
         return y, tuple(finals)
 
 
+def _renamed(new: Any, old: Any, old_name: str, new_name: str, where: str) -> Any:
+    """The value of a keyword that was renamed: ``old`` warns, both at once is an error."""
+    if old is None:
+        return new
+    if new is not None:
+        raise TypeError(f"{where}: pass `{new_name}` only (`{old_name}` is its deprecated name).")
+    warnings.warn(f"{where}: `{old_name}` is deprecated; use `{new_name}`.", DeprecationWarning,
+                  stacklevel=3)
+    return old
+
+
 def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Array:
     """Pack a ``StackedRNN(cell_type="lstm")`` parameter tree into cuDNN's flat weight vector.
 
     cuDNN's layout (``jax.experimental.rnn``): for every pseudo-layer
     ``l = layer * dirs + direction``: ``W_ih [4H, P_l]`` then ``W_hh [4H, H]``; then,
     for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate order i, f, g, o
-    as in seqjax; seqjax's single bias goes to ``b_ih`` and ``b_hh`` is zero.
+    as in seqjax; seqjax's single bias goes to ``b_ih`` (zeros for ``use_bias=False``)
+    and ``b_hh`` is zero.
     """
     cells = []
     for layer in range(num_layers):
         lp = params[f"layer_{layer}"]
         cells.extend([lp["forward"]["cell"], lp["backward"]["cell"]] if bidirectional
                      else [lp["cell"]])
-    mats = []
+    packed = []
     for cell in cells:
-        mats.append(cell["input"]["kernel"].T.reshape(-1))
-        mats.append(cell["recurrent_kernel"].T.reshape(-1))
-    for cell in cells:
-        mats.append(cell["input"]["bias"])
-        mats.append(jnp.zeros_like(cell["input"]["bias"]))
-    return jnp.concatenate([m.astype(jnp.float32) for m in mats])
+        kernel = cell["input"]["kernel"]
+        bias = cell["input"].get("bias", jnp.zeros(kernel.shape[-1:], kernel.dtype))
+        packed.append((kernel, bias, cell["recurrent_kernel"]))
+    return _cudnn_pack(packed)

@@ -47,8 +47,7 @@ class _LeakyLSTM(LSTMCell):
 
 
 # Subclasses that redefine step(): the layer must run their equation, not the parent's
-# fused one (ElmanCell.fused_spec steps aside; LSTM/GRU take the layer path only for the
-# exact classes).
+# kernel (their layer_weights() is None, so "auto" scans their own step).
 SUBCLASSES = [pytest.param(lambda: _LeakyElman(H), id="elman_subclass"),
               pytest.param(lambda: _LeakyLSTM(H), id="lstm_subclass")]
 
@@ -194,9 +193,9 @@ def test_stacked_errors(x):
         _init(StackedRNN(H, cell_type="transformer"), x)
     with pytest.raises(ValueError, match="dropout"):
         _init(StackedRNN(H, dropout=1.5), x)
-    with pytest.raises(ValueError, match="initial_carries"):
+    with pytest.raises(ValueError, match="initial_carry"):
         stack = StackedRNN(H, num_layers=2)
-        stack.apply(_init(stack, x), x, initial_carries=[None])
+        stack.apply(_init(stack, x), x, initial_carry=[None])
 
 
 def test_errors_name_the_argument(x):
@@ -273,7 +272,7 @@ def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
     """The fused scan's hand-written VJP == autodiff of the generic nn.scan path."""
     cell = make_cell()
     fused = RNN(cell, reverse=reverse, return_carry=True)
-    generic = RNN(cell, reverse=reverse, return_carry=True, fused=False)
+    generic = RNN(cell, reverse=reverse, return_carry=True, implementation="scan")
     v = _init(fused, x)
     c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
 
@@ -345,6 +344,3 @@ def test_bf16_gradients_close_to_fp32(make_cell, x):
         np.testing.assert_allclose(a, b, atol=0.15, rtol=0.1)
 
 
-def test_elman_subclass_with_its_own_step_has_no_fused_spec():
-    assert _LeakyElman(H).fused_spec() is None
-    assert ElmanCell(H).fused_spec() is not None
