@@ -213,7 +213,9 @@ def flax_apply_fn(model: Any, *, mutable: bool = False) -> Callable[..., Any]:
     ``train`` is passed as ``deterministic=not train`` or ``train=train`` when the
     module's ``__call__`` takes one of them; ``rng`` feeds the ``dropout`` stream
     during training. With a ``carry`` argument the module is called as
-    ``model(inputs, initial_carry=carry)`` and must return ``(logits, new_carry)``.
+    ``model(inputs, initial_carry=carry)`` (plus ``return_carry=True`` when its
+    ``__call__`` takes it, as every recurrent model of :mod:`seqjax.models` does) and must
+    return ``(logits, new_carry)``.
     A model with an int ``vocab_size`` passes it on as ``apply_fn.vocab_size``, from which
     :func:`~seqjax.train.losses.make_lm_loss` builds the host-side batch check.
 
@@ -234,6 +236,8 @@ def flax_apply_fn(model: Any, *, mutable: bool = False) -> Callable[..., Any]:
             kwargs["train"] = train
         if carry:
             kwargs["initial_carry"] = carry[0]
+            if "return_carry" in params_of_call:  # the carry protocol (seqjax.nn.StackedRNN)
+                kwargs["return_carry"] = True
         rngs = {"dropout": rng} if train else {}
         return model.apply({"params": params}, inputs, rngs=rngs, **kwargs)
 
