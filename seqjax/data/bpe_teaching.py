@@ -10,13 +10,19 @@ Bishop §12.2.2 (Fig. 12.12), after Sennrich et al. (2015):
 
 On "Peter Piper picked a peck of pickled peppers" the figure merges ``pe``
 (4 times; ``Pe`` differs by case), then ``ck`` (3), then ``pi``, ``ed`` and
-``per`` (2 each). That order only comes out when pairs are counted inside words
-(with rule 3 alone, ``' '+'p'`` also occurs 4 times and is merged second), and
-only with a fixed tie-break, which the book does not state. We use: highest
-count, then the shorter new token, then the pair that occurs first in the text.
+``per`` (2 each). Ties are broken by a rule the book does not state; we use:
+highest count, then the shorter new token, then the pair that occurs first in
+the text. With it, the figure's order comes out when pairs are counted inside
+words (``word_internal=True``, the default; the spaces are dropped). The literal
+rule (``word_internal=False``: spaces are tokens, only rule 3 forbids pairs)
+gives another order: ``' '+'p'`` also occurs 4 times, but ``pe`` occurs first
+and wins the tie; merging ``pe`` leaves ``' '+'p'`` 2 occurrences (``' '+'pe'``
+took the other two), and it is merged *third*, in place of ``pi``: ``pe``,
+``ck``, ``' p'``, ``ed``, ``per``.
 
 :func:`seqjax.data.tokenizers.train_bpe` is the fast byte-level version for
-real corpora; this module exists to show the rule step by step.
+real corpora (its order differs again: see its docstring); this module exists
+to show the rule step by step.
 """
 
 from __future__ import annotations

@@ -554,11 +554,26 @@ def train_bpe(
 
     Byte-pair encoding (Sennrich et al. 2015; Bishop §12.2.2, Fig. 12.12):
     start from the 256 byte symbols and repeatedly merge the most frequent
-    adjacent pair inside a pre-token (a word with its leading space) until
-    ``vocab_size`` tokens exist. Pre-splitting at spaces enforces Bishop's rule
-    that a merge never joins a token starting with white space to the token
-    before it. Byte-level symbols make every string encodable (no ``<unk>``)
-    and ``decode(encode(s)) == s``. The special tokens take ids ``0..6``.
+    adjacent pair inside a pre-token (GPT-2's regex split: contractions, runs of
+    letters, of digits or of other symbols, each with at most one leading space,
+    written ``Ġ``, and runs of white space) until
+    ``vocab_size`` tokens exist, or until no pair occurs ``min_frequency``
+    times (then the vocabulary is smaller). Pre-splitting enforces Bishop's
+    rule that a merge never joins a token starting with white space to the
+    token before it (``'Ġ'+'p'`` is allowed: the space comes first). Byte-level
+    symbols make every string encodable (no ``<unk>``) and
+    ``decode(encode(s)) == s``. The special tokens take ids ``0..6``.
+
+    **Merge order** (Hugging Face's ``BpeTrainer``): the highest pair count
+    first; a tie goes to the pair with the smaller ``(left id, right id)``,
+    where the 256 byte symbols have ids ``7..262`` in code-point order of their
+    byte-level characters (so ``Ġ`` sorts after every ASCII letter) and merged
+    tokens follow in the order they were made. This is neither Bishop's order
+    nor :mod:`seqjax.data.bpe_teaching`'s: on Fig. 12.12's "Peter Piper picked
+    a peck of pickled peppers" the merges are ``pe`` (4), ``ck`` (3), then
+    ``ed``, ``ick``, ``pick``, ``Ġpe``, ``Ġpick``, ``per`` (2 each), where the
+    figure has ``pe``, ``ck``, ``pi``, ``ed``, ``per`` (``i``+``ck`` beats
+    ``p``+``i`` because ``i`` < ``p``).
 
     Example:
         >>> tok = train_bpe(["peter piper picked a peck"] * 5, vocab_size=270)

@@ -12,6 +12,24 @@ learned table. With a shared vocabulary (``tgt_vocab_size=None``) one matrix
 ``E`` embeds source and target and, transposed, is the output layer
 (Vaswani §3.4; Press & Wolf 2017).
 
+**Where the input layer departs from MEDL (7.29)–(7.30).** Two choices follow Vaswani et
+al. (and the PyTorch/tensor2tensor implementations), not MEDL:
+
+* *Positions count from 0.* The token at index ``t`` (``t = 0, 1, …``) gets
+  :math:`r^{⟨t⟩}_{2i} = \sin(t / M^{2i/p})`, :math:`r^{⟨t⟩}_{2i+1} = \cos(t / M^{2i/p})`
+  (interleaved, ``M = 10,000``), so the first token's encoding is ``[0, 1, 0, 1, …]``.
+  MEDL (7.29) numbers positions ``t = 1..T``, so every position is shifted by
+  one: ``R[t]`` here is MEDL's :math:`r^{⟨t+1⟩}`. Relative offsets behave the same
+  (:math:`r^{⟨t+k⟩} = M_k r^{⟨t⟩}`, Bishop Ex. 12.10); the absolute encodings differ, so
+  weights trained one way do not transfer to the other.
+  (:class:`~seqjax.nn.SinusoidalPositionalEmbedding` takes ``start=1`` for MEDL's numbering.)
+* *Embeddings are scaled by* :math:`\sqrt{d}` *before the positions are added*
+  (Vaswani §3.4): the input is :math:`\sqrt{d}\,E[x_t] + r^{⟨t⟩}`, where MEDL (7.30) adds
+  :math:`\tilde x^{⟨t⟩}_j = x^{⟨t⟩}_j + r^{⟨t⟩}_{j-1}` to the unscaled embedding. Embeddings
+  are initialised :math:`\mathcal N(0, 1/d)`, so the scaled ones start with unit-variance
+  entries, the size of the encoding's. ``scale_embeddings=False`` gives MEDL's (7.30); the
+  position offset is not configurable.
+
 **Parameter count (preset ``vaswani-base``, MEDL §7.5 / SEEDS_NOTES E10).**
 With MEDL's bias-free heads (``attention_use_bias=False``), each encoder block
 has ``3,150,336`` parameters and each decoder block ``4,199,936`` (MEDL (7.32)
@@ -79,7 +97,8 @@ class TransformerConfig:
         tie_output: the output matrix is the target embedding transposed.
         output_bias: a bias per output word.
         attention_use_bias: biases on the attention projections (MEDL counts none).
-        scale_embeddings: multiply embeddings by ``√d`` (Vaswani §3.4).
+        scale_embeddings: multiply embeddings by ``√d`` (Vaswani §3.4; MEDL (7.30) does
+            not: ``False``).
         dropout_rate, attention_dropout_rate: dropout (Vaswani: 0.1, 0.0).
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerDecoder`.
     """
