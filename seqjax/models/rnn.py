@@ -16,6 +16,7 @@ Parameter names (stable; golden trees in ``tests/golden/``):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ from seqjax.models._common import (
     split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
-from seqjax.nn.recurrent import StackedRNN
+from seqjax.nn.recurrent import StackedRNN, _renamed
 
 Array = jax.Array
 Dtype = Any
@@ -63,10 +64,23 @@ class RNNLanguageModel(nn.Module):
     LSTM, GRU) and the network may be stacked (MEDL (7.15)). Trained with
     teacher forcing: the targets are the inputs shifted by one.
 
+    **Departure from J&M (9.16).** J&M's tied output is ``y_t = softmax(E^\top h_t)``
+    with no bias. Here the tied model keeps an output bias ``b`` (param ``output_bias``,
+    ``|V|`` numbers, initialised to zero) by default, as PyTorch's word-language-model
+    and Press & Wolf (2017) do: it lets the model learn unigram frequencies without
+    spending embedding directions on them. ``use_output_bias=False`` computes (9.16)
+    exactly. (The recurrence's own biases are the cell's: ``cell_kwargs={"use_bias":
+    False}`` gives J&M's bias-free (9.3)/(9.15).)
+
     Call: ``model(tokens_BxT, lengths=None, *, deterministic=True,
-    initial_carries=None, return_carries=False)`` returns ``logits_BxTxV``
-    (float32), or ``(logits, carries)`` — one carry per layer, each the carry
-    at that row's last real step.
+    initial_carry=None, return_carry=False)`` returns ``logits_BxTxV``
+    (float32), or ``(logits, carry)`` — ``carry`` is one cell carry per layer, each the
+    carry at that row's last real step. This is the carry protocol of
+    :class:`~seqjax.nn.StackedRNN` and of truncated BPTT
+    (:mod:`seqjax.train.tbptt` through :func:`~seqjax.train.step.flax_apply_fn`):
+    ``initial_carry`` in, ``(outputs, carry)`` out; :meth:`zero_carry` gives the
+    start of every stream. ``initial_carries=`` / ``return_carries=`` are the deprecated
+    names (``DeprecationWarning``).
 
     Decoding interface (see :mod:`seqjax.decoding`): ``init_decode_state`` and
     ``decode_step`` (state: the tuple of per-layer carries, batch-leading).
@@ -78,6 +92,10 @@ class RNNLanguageModel(nn.Module):
         >>> variables = lm.init(jax.random.PRNGKey(0), tokens)
         >>> lm.apply(variables, tokens).shape
         (2, 5, 11)
+        >>> logits, carry = lm.apply(variables, tokens, initial_carry=lm.zero_carry(2),
+        ...                          return_carry=True)
+        >>> [leaf.shape for leaf in jax.tree_util.tree_leaves(carry)]
+        [(2, 8), (2, 8)]
 
     Attributes:
         vocab_size: ``|V|``.
@@ -87,7 +105,7 @@ class RNNLanguageModel(nn.Module):
         cell_type: ``"lstm"``, ``"gru"`` or ``"elman"`` (or a cell class).
         dropout: rate on the embeddings, between layers and before the output layer.
         tie_weights: use ``Eᵀ`` as the output matrix (Press & Wolf 2017; Inan et al. 2017).
-        use_output_bias: the output bias ``b`` (kept when tied).
+        use_output_bias: the output bias ``b`` (kept when tied; see the departure above).
         cell_kwargs: extra cell arguments, e.g. ``{"forget_bias": 1.0}``.
     """
 
@@ -139,22 +157,36 @@ class RNNLanguageModel(nn.Module):
             )
         self.drop = nn.Dropout(self.dropout)
 
+    def _stack(self) -> StackedRNN:
+        return StackedRNN(
+            features=self.hidden, num_layers=self.num_layers, cell_type=self.cell_type,
+            dropout=self.dropout, unroll=self.unroll, cell_kwargs=self.cell_kwargs,
+            dtype=self.dtype, param_dtype=self.param_dtype, parent=None,
+        )
+
+    def zero_carry(self, batch_size: int) -> tuple[Carry, ...]:
+        """The all-zero carry for ``batch_size`` rows (one cell carry per layer)."""
+        return self._stack().zero_carry(batch_size, self.embed_dim)
+
     def hidden_states(
         self,
         tokens_BxT: Array,
         lengths: Array | None = None,
         *,
         deterministic: bool = True,
+        initial_carry: Sequence[Carry] | None = None,
         initial_carries: Sequence[Carry] | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
-        """``(h_BxTxH, carries)``: the top layer's outputs and every layer's final carry."""
+        """``(h_BxTxH, carry)``: the top layer's outputs and every layer's final carry."""
+        initial_carry = _renamed(initial_carry, initial_carries, "initial_carries",
+                                 "initial_carry", "RNNLanguageModel")
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.vocab_size)
         batch, num_steps = tokens_BxT.shape
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, num_steps)
         e_BxTxE = self.drop(self.embed(tokens_BxT), deterministic=deterministic)
         h_BxTxH, carries = self.rnn(
-            e_BxTxE, lengths, initial_carries=initial_carries, deterministic=deterministic
+            e_BxTxE, lengths, initial_carry=initial_carry, deterministic=deterministic
         )
         return self.drop(h_BxTxH, deterministic=deterministic), carries
 
@@ -174,14 +206,22 @@ class RNNLanguageModel(nn.Module):
         lengths: Array | None = None,
         *,
         deterministic: bool = True,
+        initial_carry: Sequence[Carry] | None = None,
+        return_carry: bool = False,
         initial_carries: Sequence[Carry] | None = None,
-        return_carries: bool = False,
+        return_carries: bool | None = None,
     ) -> Array | tuple[Array, tuple[Carry, ...]]:
-        h_BxTxH, carries = self.hidden_states(
-            tokens_BxT, lengths, deterministic=deterministic, initial_carries=initial_carries
+        initial_carry = _renamed(initial_carry, initial_carries, "initial_carries",
+                                 "initial_carry", "RNNLanguageModel")
+        if return_carries is not None:
+            warnings.warn("RNNLanguageModel: `return_carries` is deprecated; use "
+                          "`return_carry`.", DeprecationWarning, stacklevel=2)
+            return_carry = return_carry or return_carries
+        h_BxTxH, carry = self.hidden_states(
+            tokens_BxT, lengths, deterministic=deterministic, initial_carry=initial_carry
         )
         logits_BxTxV = self.logits(h_BxTxH)
-        return (logits_BxTxV, carries) if return_carries else logits_BxTxV
+        return (logits_BxTxV, carry) if return_carry else logits_BxTxV
 
     # --- decoding interface (seqjax.decoding) -------------------------------------------
 
@@ -191,7 +231,7 @@ class RNNLanguageModel(nn.Module):
     def _step(self, state: tuple[Carry, ...], tokens_B: Array) -> tuple[Array, tuple[Carry, ...]]:
         tokens_B, valid_B = split_oov(tokens_B, self.vocab_size)
         logits_Bx1xV, carries = self(
-            tokens_B[:, None], initial_carries=state, return_carries=True
+            tokens_B[:, None], initial_carry=state, return_carry=True
         )
         carries = jax.tree_util.tree_map(  # an out-of-vocabulary row keeps its carry
             lambda n, o: jnp.where(valid_B.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),

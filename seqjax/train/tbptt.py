@@ -15,9 +15,15 @@ BPTT. The carry lives in ``TrainState.carry`` and is checkpointed with it; a bat
 ``reset`` flags (True at the first chunk of every epoch) zero it.
 
 Use with ``make_train_step(make_tbptt_loss(apply_fn), with_carry=True)`` where
-``apply_fn(params, inputs, rng, train, carry) -> (logits, new_carry)`` (e.g.
-:func:`seqjax.train.step.flax_apply_fn` of a model that takes ``initial_carry`` and
-returns ``(logits, carry)``).
+``apply_fn(params, inputs, rng, train, carry) -> (logits, new_carry)``, e.g.
+:func:`seqjax.train.step.flax_apply_fn` of any model that follows the carry protocol
+(:class:`seqjax.nn.StackedRNN`): ``model(inputs, initial_carry=carry, return_carry=True)
+-> (logits, carry)``, as :class:`seqjax.models.RNNLanguageModel` does. Start the state
+from the model's zero carry::
+
+    lm = RNNLanguageModel(vocab_size=V, embed_dim=32, num_layers=2)
+    state = TrainState.create(params, tx, rng, carry=lm.zero_carry(batch_size))
+    step = make_train_step(make_tbptt_loss(flax_apply_fn(lm)), with_carry=True)
 """
 
 from __future__ import annotations

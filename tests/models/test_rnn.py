@@ -31,7 +31,7 @@ def test_lm_shapes_carries_and_tied_output(lm_params):
 
     @jax.jit
     def run(v, x, lengths):
-        return (lm.apply(v, x, lengths, return_carries=True),
+        return (lm.apply(v, x, lengths, return_carry=True),
                 lm.apply(v, x, method=RNNLanguageModel.hidden_states)[0])
 
     (logits, carries), h = run(v, x, jnp.array([7, 3, 0]))
@@ -193,3 +193,22 @@ def test_classifier_and_tagger_learn():
     _, (_, (acc_c, acc_t)) = fit(loss, params, (x, labels, tags), lr=2e-2, has_aux=True)
     assert float(acc_c[-10:].mean()) > 0.95
     assert float(acc_t[-10:].mean()) > 0.98
+
+
+def test_lm_carry_protocol_and_deprecated_names(lm_params):
+    """initial_carry in, (logits, carry) out with return_carry; the old names warn."""
+    lm, v = lm_params
+    x = jnp.asarray(np.random.default_rng(2).integers(0, V, (2, 6)), jnp.int32)
+    full, carry_full = lm.apply(v, x, return_carry=True)
+    first, carry = lm.apply(v, x[:, :4], initial_carry=lm.zero_carry(2), return_carry=True)
+    rest, carry = lm.apply(v, x[:, 4:], initial_carry=carry, return_carry=True)
+    np.testing.assert_allclose(jnp.concatenate([first, rest], 1), full, atol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(carry), jax.tree_util.tree_leaves(carry_full)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    with pytest.warns(DeprecationWarning, match="initial_carries"):
+        old = lm.apply(v, x[:, 4:], initial_carries=carry, return_carry=True)
+    with pytest.warns(DeprecationWarning, match="return_carries"):
+        old2 = lm.apply(v, x[:, 4:], initial_carry=carry, return_carries=True)
+    np.testing.assert_allclose(old[0], old2[0])
+    with pytest.raises(TypeError, match="initial_carry"):
+        lm.apply(v, x, initial_carry=carry, initial_carries=carry)

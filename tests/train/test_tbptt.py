@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.losses import make_lm_loss, masked_cross_entropy
 from seqjax.train.optim import TrainState
 from seqjax.train.step import flax_apply_fn, make_train_step
@@ -121,3 +122,53 @@ def test_carry_threads_between_chunks_without_gradient():
     diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in
                zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_full)))
     assert diff > 1e-4
+
+
+# The library's own recurrent LM through the documented route (flax_apply_fn → TBPTT).
+LM = RNNLanguageModel(vocab_size=V, embed_dim=8, num_layers=2, cell_type="lstm")
+LM_STEP = make_train_step(make_tbptt_loss(flax_apply_fn(LM)), with_carry=True, donate=False)
+
+
+def _lm_params():
+    return LM.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))["params"]
+
+
+def test_rnn_lm_windows_with_carried_state_equal_the_full_sequence():
+    """With the parameters held fixed (lr 0), chunk i's loss is the full pass's loss on
+    window i, and the carry handed on after the last chunk is the full pass's final carry."""
+    streams = _streams(length=13)  # 3 chunks of 4 steps
+    k = 4
+    it = StreamChunkIterator(streams, chunk_len=k)
+    params = _lm_params()
+    state = TrainState.create(params, optax.sgd(0.0), jax.random.PRNGKey(0),
+                              carry=LM.zero_carry(B))
+    losses = []
+    for _ in range(it.chunks_per_epoch):
+        state, m = LM_STEP(state, next(it))
+        losses.append(float(m["loss"]))
+    n = it.chunks_per_epoch * k
+    inputs, targets = streams[:, :n], streams[:, 1 : n + 1]
+    logits, final = LM.apply({"params": params}, jnp.asarray(inputs), return_carry=True)
+    for i, loss in enumerate(losses):
+        window = slice(i * k, (i + 1) * k)
+        want = masked_cross_entropy(logits[:, window], jnp.asarray(targets[:, window]))
+        np.testing.assert_allclose(loss, float(want), rtol=1e-5)
+    assert len(state.carry) == 2  # one (c, h) per layer
+    for a, b in zip(jax.tree_util.tree_leaves(state.carry), jax.tree_util.tree_leaves(final)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_rnn_lm_trains_with_tbptt():
+    """A few epochs of TBPTT on a short periodic stream: the loss falls, the carry flows
+    between chunks (non-zero after the first) and is reset at each epoch's first chunk."""
+    stream = np.tile(np.arange(V), 6)
+    it = StreamChunkIterator(make_streams(stream, B), chunk_len=5)
+    state = TrainState.create(_lm_params(), optax.adam(0.05), jax.random.PRNGKey(0),
+                              carry=LM.zero_carry(B))
+    first = None
+    for _ in range(4 * it.chunks_per_epoch):
+        batch = next(it)
+        state, m = LM_STEP(state, batch)
+        first = float(m["loss"]) if first is None else first
+        assert any(float(jnp.abs(c).max()) > 0 for c in jax.tree_util.tree_leaves(state.carry))
+    assert float(m["loss"]) < 0.5 * first
