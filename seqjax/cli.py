@@ -1,4 +1,4 @@
-"""The ``seqjax`` command.
+"""The ``seqjax`` command: argument parsing and exit statuses only.
 
 Commands::
 
@@ -8,7 +8,13 @@ Commands::
     seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max-new-tokens N]
                     [--temperature T] [--seed S]
     seqjax list                       experiments, their presets and one-line descriptions
+    seqjax bench [BENCHMARK] [...]    a benchmark of benchmarks/ (from a checkout)
     seqjax --version
+
+What the commands do — the experiment protocol, configs layered from the work dir's
+``experiment.json``, a preset and ``--key=value`` overrides, resuming, ``--restart``, and
+work dirs that are never poisoned by a refused run — is
+:mod:`seqjax.experiments._runner` (its names are re-exported here).
 
 **Every device, every host.** Experiments whose ``Config`` inherits
 :class:`seqjax.train.parallel.ParallelOptions` train on all visible devices (data
@@ -19,406 +25,76 @@ replicated|fsdp|tensor|fsdp+tensor|auto`` and ``--grad_accum K``; ``batch_size``
 SLURM, Open MPI), ``train`` first calls ``jax.distributed.initialize``; process 0 writes
 the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
 
-``train`` with a ``--workdir`` writes ``DIR/experiment.json`` (the experiment's name and
-full config) and checkpoints, ``metrics.jsonl``, TensorBoard events and curves there.
-Rerunning ``seqjax train`` with the same ``--workdir`` resumes from the newest checkpoint:
-the saved config is the base, then the preset, then the new ``--key=value`` overrides
-(so ``--steps 4000`` extends a finished run). ``eval`` and ``generate`` read the
-experiment and config from ``DIR/experiment.json`` and refuse overrides (or a saved config)
-that differ from the newest checkpoint's model config. Unknown keys, values of the wrong
-type and conventional options out of range (``--steps`` < 0, ``--batch_size`` < 1,
-``--learning_rate`` <= 0, ... see :func:`check_ranges`) are errors (exit status 2) that name
-the key, as is a checkpoint in the work dir that does not fit the model; a NaN/inf loss
-exits with status 1; SIGTERM/SIGINT save a checkpoint and exit with status 0.
-
-**A work dir is never poisoned.** A run that is refused (a checkpoint that does not fit,
-a bad option, nothing to resume) or ends in a NaN leaves ``experiment.json`` as it was, so
-the next ``train``/``eval`` starts from the last accepted config. A work dir whose
-checkpoints are all unreadable (moved to ``DIR/checkpoints.corrupted``), or whose run was
-killed before its first checkpoint, still holds that run's ``metrics.jsonl``: ``train``
-refuses to start it over at step 0 unless given ``--restart``, which keeps the old
-history as ``metrics.jsonl.<time>.old``.
-
-Experiment protocol — ``seqjax/experiments/NAME.py`` is an experiment when it defines:
-
-* ``Config``: a frozen dataclass; every field is a ``--key=value`` option (nested
-  dataclass fields as ``--outer.inner=value``). Conventional fields, used when present:
-  ``workdir: str | None`` (where to checkpoint and resume; ``None`` = write nothing),
-  ``steps: int``, ``seed: int``.
-* ``run(cfg: Config) -> dict``: train (resuming from ``cfg.workdir`` if it holds
-  checkpoints; :func:`seqjax.train.loop.fit` with ``workdir=cfg.workdir`` does this)
-  and return a JSON-able summary.
-
-and optionally:
-
-* ``PRESETS: dict[str, dict[str, Any]]``: named overrides for ``--preset NAME``; a
-  ``"smoke"`` preset (``--smoke``) runs in seconds and is what CI runs;
-* ``evaluate(cfg: Config) -> dict``: metrics of the checkpoint in ``cfg.workdir``
-  (``seqjax eval``);
-* ``generate(cfg: Config, prompt: str, *, max_new_tokens: int, temperature: float,
-  seed: int) -> str`` (``seqjax generate``);
-* ``main(argv)``: for ``python -m seqjax.experiments.NAME``; usually
-  ``return experiment_main(__file__, argv)``, which accepts the same options as
-  ``seqjax train NAME``.
-
-A module with only ``main(argv)`` is still run by ``seqjax train NAME [args]`` (it
-parses its own flags), but gets no config checking, resume bookkeeping, eval or generate.
+**Exit statuses.** 0: done (also after SIGTERM/SIGINT, which save a checkpoint first).
+1: a NaN/inf loss. 2: refused — an unknown key, a value of the wrong type or out of range
+(``--steps=-5``), an unknown experiment or preset, a checkpoint that does not fit the
+model, a work dir with nothing to resume (``--restart``), or a missing optional package
+(the message names the extra to install, e.g. ``pip install "seqjax[experiments]"``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import importlib
 import json
-import math
-import os
-import pkgutil
 import sys
-from collections.abc import Iterator, Sequence
-from types import ModuleType
-from typing import Any
+from collections.abc import Sequence
 
 import seqjax
+from seqjax._optional import extra_for
+from seqjax.experiments._runner import (
+    EXPERIMENT_FILE,
+    build_config,
+    check_ranges,
+    describe_experiments,
+    experiment_from_workdir,
+    experiment_main,
+    list_experiments,
+    load_experiment,
+    train_experiment,
+)
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
-from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
+from seqjax.train.config import ConfigError
 from seqjax.train.loop import ResumeError
 
 __all__ = ["main", "list_experiments", "load_experiment", "build_config", "check_ranges",
-           "experiment_main"]
-
-EXPERIMENT_FILE = "experiment.json"
-
-
-def list_experiments() -> list[str]:
-    """The names of the modules in the ``experiments`` package."""
-    from seqjax import experiments
-
-    return sorted(
-        m.name for m in pkgutil.iter_modules(experiments.__path__)
-        if not m.name.startswith("_") and m.name != "results"
-    )
-
-
-def _follows_protocol(module: ModuleType) -> bool:
-    cfg_cls = getattr(module, "Config", None)
-    return (isinstance(cfg_cls, type) and dataclasses.is_dataclass(cfg_cls)
-            and callable(getattr(module, "run", None)))
-
-
-def load_experiment(name: str, *, allow_legacy: bool = False) -> ModuleType:
-    """Import ``seqjax.experiments.NAME`` and check that it follows the protocol.
-
-    With ``allow_legacy``, a module with only ``main(argv)`` (parsing its own flags) is
-    accepted too.
-    """
-    names = list_experiments()
-    if name not in names:
-        raise ConfigError(f"unknown experiment {name!r}; choose one of: {', '.join(names)}.")
-    module = importlib.import_module(f"seqjax.experiments.{name}")
-    if _follows_protocol(module) or (allow_legacy and callable(getattr(module, "main", None))):
-        return module
-    raise ConfigError(
-        f"seqjax/experiments/{name}.py must define a dataclass `Config` and `run(cfg)` "
-        "(see `seqjax.cli`'s docstring)."
-    )
-
-
-def _read_saved(workdir: str | None) -> dict | None:
-    if not workdir:
-        return None
-    path = os.path.join(workdir, EXPERIMENT_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
-def build_config(
-    module: ModuleType, name: str, argv: Sequence[str], *, resume: bool = True
-) -> Any:
-    """``Config`` from (saved workdir config) + preset + ``--key=value`` overrides."""
-    overrides = parse_overrides(argv)
-    cfg_cls = module.Config
-    fields = {f.name for f in dataclasses.fields(cfg_cls)}
-    presets: dict[str, dict] = dict(getattr(module, "PRESETS", {}) or {})
-    preset = None
-    if "smoke" not in fields and overrides.get("smoke") is not None:
-        if overrides.pop("smoke") not in (True, "true", "1"):
-            raise ConfigError("--smoke takes no value.")
-        preset = "smoke"
-    if "preset" not in fields and "preset" in overrides:
-        preset = overrides.pop("preset")
-    if preset is not None and preset not in presets:
-        raise ConfigError(
-            f"unknown preset {preset!r} for experiment {name}; "
-            f"presets: {', '.join(presets) or '(none)'}."
-        )
-    cfg = cfg_cls()
-    saved = _read_saved(overrides.get("workdir")) if resume else None
-    if saved is not None:
-        if saved.get("experiment") != name:
-            raise ConfigError(
-                f"work dir {overrides['workdir']!r} belongs to experiment "
-                f"{saved.get('experiment')!r}, not {name!r}; use another --workdir."
-            )
-        cfg = config_from_dict(cfg_cls, saved["config"])
-    if preset is not None:
-        cfg = apply_overrides(cfg, presets[preset])
-    cfg = apply_overrides(cfg, overrides)
-    check_ranges(cfg)
-    return cfg
-
-
-def _int_minimum(name: str) -> int | None:
-    """The smallest value a conventional integer option may take (``None``: any)."""
-    if name == "log_every":
-        return 1
-    if name == "steps" or name.endswith(("_steps", "_every")):
-        return 0
-    if name in ("batch_size", "batch", "grad_accum", "seq_len", "block_size") or name.endswith(
-            ("_batch_size", "_batch")):
-        return 1
-    return None
-
-
-def check_ranges(cfg: Any, prefix: str = "") -> None:
-    """Refuse conventional options out of range, by name: ``steps``/``*_steps`` >= 0,
-    ``log_every`` >= 1, ``*_every`` >= 0, ``batch_size``/``*_batch``/``grad_accum``/
-    ``seq_len``/``block_size`` >= 1, ``learning_rate``/``lr``/``*_lr`` finite and > 0,
-    ``dropout*`` in [0, 1). A :class:`ConfigError` naming the option (exit status 2), not a
-    traceback from deep inside the run."""
-    for f in dataclasses.fields(cfg):
-        value, key = getattr(cfg, f.name), f"--{prefix}{f.name}"
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            check_ranges(value, f"{prefix}{f.name}.")
-            continue
-        name = f.name
-        if isinstance(value, int) and not isinstance(value, bool):
-            low = _int_minimum(name)
-            if low is not None and value < low:
-                raise ConfigError(f"{key} must be an int >= {low}; got {value}.")
-        if isinstance(value, float | int) and not isinstance(value, bool):
-            if name in ("learning_rate", "lr") or name.endswith("_lr"):
-                if not (math.isfinite(value) and value > 0):
-                    raise ConfigError(f"{key} must be a finite number > 0; got {value}.")
-            if name == "dropout" or name.startswith("dropout_") or name.endswith("_dropout"):
-                if not 0.0 <= value < 1.0:
-                    raise ConfigError(f"{key} must lie in [0, 1); got {value}.")
-
-
-def _pop_restart(argv: Sequence[str]) -> tuple[list[str], bool]:
-    """Take ``--restart`` (a CLI flag, not a config key) out of ``argv``."""
-    out, restart = [], False
-    for arg in argv:
-        if arg in ("--restart", "--restart=true", "--restart=1"):
-            restart = True
-        elif arg in ("--restart=false", "--restart=0"):
-            restart = False
-        else:
-            out.append(arg)
-    return out, restart
-
-
-def _restart(cfg: Any) -> None:
-    """``--restart``: start a work dir over whose run has no checkpoint left to resume —
-    its ``metrics.jsonl`` is kept as ``metrics.jsonl.<time>.old``. Refused while
-    checkpoints exist (they would be resumed, not restarted)."""
-    from seqjax.train.loop import set_aside_history
-
-    workdir = getattr(cfg, "workdir", None)
-    if not workdir:
-        raise ConfigError("--restart needs a --workdir to start over in.")
-    ckpt_dir = os.path.join(workdir, "checkpoints")
-    steps = sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit()) \
-        if os.path.isdir(ckpt_dir) else []
-    if steps:
-        raise ConfigError(
-            f"--restart: {workdir!r} holds checkpoints (steps {steps}) that a rerun resumes "
-            f"from; remove {ckpt_dir!r} to discard them, or use a new --workdir."
-        )
-    set_aside_history(workdir)
-
-
-@contextlib.contextmanager
-def _config_saved(name: str, cfg: Any) -> Iterator[None]:
-    """Save ``cfg`` as the work dir's ``experiment.json`` for the run, and put the previous
-    file back (or remove it) when the run is refused — a config the checkpoint does not
-    fit, a bad option, a work dir that cannot be resumed — or ends in a NaN: a refused or
-    diverged override never becomes the base config of the next run."""
-    workdir = getattr(cfg, "workdir", None)
-    path = os.path.join(workdir, EXPERIMENT_FILE) if workdir else None
-    before = None
-    if path is not None and _primary() and os.path.exists(path):
-        with open(path, "rb") as f:
-            before = f.read()
-    _save_config(name, cfg)
-    try:
-        yield
-    except (CheckpointMismatchError, CheckpointUnreadableError, ConfigError, ResumeError,
-            FloatingPointError):
-        if path is not None and _primary():
-            if before is None:
-                if os.path.exists(path):
-                    os.remove(path)
-            else:
-                tmp = path + ".tmp"
-                with open(tmp, "wb") as f:
-                    f.write(before)
-                os.replace(tmp, path)
-        raise
-
-
-def _save_config(name: str, cfg: Any) -> None:
-    workdir = getattr(cfg, "workdir", None)
-    if not workdir or not _primary():
-        return
-    os.makedirs(workdir, exist_ok=True)
-    tmp = os.path.join(workdir, EXPERIMENT_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"experiment": name, "config": dataclasses.asdict(cfg)}, f, indent=1)
-    os.replace(tmp, os.path.join(workdir, EXPERIMENT_FILE))
-
-
-def _primary() -> bool:
-    """Process 0 of a multi-process job (or the only process) writes shared files."""
-    import jax
-
-    return jax.process_index() == 0
-
-
-def _start_distributed() -> None:
-    """Join the multi-process job the environment describes, before any other JAX call."""
-    from seqjax.train.sharding import maybe_initialize_distributed
-
-    maybe_initialize_distributed()
-
-
-def _train(name: str, argv: Sequence[str]) -> int:
-    _start_distributed()
-    module = load_experiment(name, allow_legacy=True)
-    if not _follows_protocol(module):  # an experiment that parses its own flags
-        module.main(list(argv))
-        return 0
-    argv, restart = _pop_restart(argv)
-    cfg = build_config(module, name, argv)
-    if restart:
-        _restart(cfg)
-    try:
-        with _config_saved(name, cfg):
-            module.run(cfg)
-    except FloatingPointError as err:  # NonFiniteLossError
-        print(f"seqjax: {err}", file=sys.stderr)
-        return 1
-    except (CheckpointMismatchError, ResumeError) as err:
-        print(f"seqjax: error: {err}", file=sys.stderr)
-        return 2
-    except CheckpointUnreadableError as err:
-        print(f"seqjax: error: {err} Nothing to resume from: rerun with --restart to start "
-              "over (the old metrics are kept), or use a new --workdir.", file=sys.stderr)
-        return 2
-    return 0
-
-
-def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
-    """``python -m seqjax.experiments.NAME [options]``: the same options as ``seqjax train NAME``.
-
-    ``experiment`` is the experiment's name, module name or ``__file__``.
-    """
-    name = os.path.splitext(os.path.basename(experiment))[0].rsplit(".", 1)[-1]
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        module = load_experiment(name)
-        print((module.__doc__ or "").strip())
-        print("\noptions: " + ", ".join(f"--{f.name}" for f in dataclasses.fields(module.Config)))
-        return {}
-    _start_distributed()
-    argv, restart = _pop_restart(argv)
-    try:
-        module = load_experiment(name)
-        cfg = build_config(module, name, argv)
-        if restart:
-            _restart(cfg)
-    except ConfigError as err:
-        print(f"{name}: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    with _config_saved(name, cfg):
-        return module.run(cfg)
-
-
-def _from_workdir(name: str | None, workdir: str, argv: Sequence[str]) -> tuple[ModuleType, Any]:
-    saved = _read_saved(workdir)
-    if saved is None:
-        raise ConfigError(f"no {EXPERIMENT_FILE} in {workdir!r}; train there with "
-                          "`seqjax train EXPERIMENT --workdir DIR` first.")
-    name = name or saved["experiment"]
-    if name != saved.get("experiment"):
-        raise ConfigError(f"work dir {workdir!r} belongs to experiment "
-                          f"{saved.get('experiment')!r}, not {name!r}.")
-    module = load_experiment(name)
-    cfg = config_from_dict(module.Config, saved["config"])
-    cfg = apply_overrides(cfg, {**parse_overrides(argv), "workdir": workdir})
-    check_ranges(cfg)
-    _check_model_config(cfg, workdir)
-    return module, cfg
-
-
-def _flat_config(cfg: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in dataclasses.asdict(cfg).items():
-        if isinstance(value, dict):
-            out.update({f"{prefix}{key}.{k}": v for k, v in _flat_dict(value).items()})
-        out[f"{prefix}{key}"] = value
-    return out
-
-
-def _flat_dict(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat_dict(v, f"{prefix}{k}."))
-        out[f"{prefix}{k}"] = v
-    return out
-
-
-def _check_model_config(cfg: Any, workdir: str) -> None:
-    """``eval``/``generate``: the config (saved + overrides) must describe the model the
-    newest checkpoint was trained with — every config key that also appears in the
-    checkpoint's ``model_config`` must have the same value there — else a
-    :class:`CheckpointMismatchError` naming the keys (a model of another size would fail
-    deep inside, or silently load into the wrong shapes)."""
-    from seqjax.train.checkpoint import _jsonable, load_meta
-
-    ckpt_dir = os.path.join(workdir, "checkpoints")
-    try:
-        model_config = load_meta(ckpt_dir).get("model_config") or {}
-    except Exception:  # noqa: BLE001 — no (readable) checkpoint: the experiment reports it
-        return
-    ours = _jsonable(_flat_config(cfg))
-    saved = _jsonable(_flat_dict(model_config)) if isinstance(model_config, dict) else {}
-    diff = [f"--{k}={ours[k]!r} but the checkpoint has {saved[k]!r}"
-            for k in sorted(set(ours) & set(saved)) if ours[k] != saved[k]]
-    if diff:
-        raise CheckpointMismatchError(
-            f"the checkpoint in {ckpt_dir!r} was trained with another model config: "
-            + "; ".join(diff) + ". Drop the override(s), or train this config in a new --workdir."
-        )
+           "experiment_main", "EXPERIMENT_FILE", "ConfigError"]
 
 
 def _list() -> int:
-    for name in list_experiments():
-        try:
-            module = load_experiment(name, allow_legacy=True)
-        except (ConfigError, ImportError) as err:
-            print(f"{name:<20} (not loadable: {err})")
-            continue
-        doc = (module.__doc__ or "").strip().splitlines()
-        presets = ", ".join(getattr(module, "PRESETS", {}) or {}) or "-"
-        if not _follows_protocol(module):
-            presets += " (parses its own flags)"
-        print(f"{name:<20} {doc[0] if doc else ''}")
-        print(f"{'':<20} presets: {presets}")
+    for name, summary, presets in describe_experiments():
+        print(f"{name:<20} {summary}")
+        if presets:
+            print(f"{'':<20} presets: {presets}")
+    return 0
+
+
+def _error(message: str) -> int:
+    print(f"seqjax: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.command == "list":
+        return _list()
+    if args.command == "train":
+        train_experiment(args.experiment, rest)
+        return 0
+    if args.command == "generate":
+        if args.max_new_tokens < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1; got {args.max_new_tokens}.")
+        if not args.temperature >= 0:
+            raise ConfigError(f"--temperature must be >= 0 (0 = greedy); got "
+                              f"{args.temperature}.")
+    module, cfg = experiment_from_workdir(args.experiment, args.workdir, rest)
+    if args.command == "eval":
+        if not callable(getattr(module, "evaluate", None)):
+            raise ConfigError(f"experiment {module.__name__} has no `evaluate(cfg)`.")
+        print(json.dumps(module.evaluate(cfg), indent=1, default=str))
+        return 0
+    if not callable(getattr(module, "generate", None)):
+        raise ConfigError(f"experiment {module.__name__} has no `generate(cfg, prompt, ...)`.")
+    print(module.generate(cfg, args.prompt, max_new_tokens=args.max_new_tokens,
+                          temperature=args.temperature, seed=args.seed))
     return 0
 
 
@@ -426,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(
         prog="seqjax", description="seqjax: sequence models in JAX.",
-        epilog="Run `seqjax list` for the experiments; see `python -c \"import seqjax.cli; "
-        "help(seqjax.cli)\"` for the experiment protocol.",
+        epilog="Run `seqjax list` for the experiments; see `python -c \"import "
+        "seqjax.experiments._runner as r; help(r)\"` for the experiment protocol.",
     )
     ap.add_argument("--version", action="version", version=f"seqjax {seqjax.__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -448,37 +124,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("benchmark", nargs="?")
     args, rest = ap.parse_known_args(argv)
     if args.command == "bench":
-        from benchmarks.__main__ import main as bench_main
-
+        try:
+            from benchmarks.__main__ import main as bench_main
+        except ImportError:
+            return _error("`seqjax bench` runs the benchmarks of a seqjax checkout (they are not "
+                          "installed with the package): run it from the repository root.")
         return bench_main(([args.benchmark] if args.benchmark else []) + rest)
+    if args.command == "list" and rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        if args.command == "list":
-            if rest:
-                ap.error(f"unrecognized arguments: {' '.join(rest)}")
-            return _list()
-        if args.command == "train":
-            return _train(args.experiment, rest)
-        if args.command == "generate":
-            if args.max_new_tokens < 1:
-                raise ConfigError(f"--max-new-tokens must be >= 1; got {args.max_new_tokens}.")
-            if not args.temperature >= 0:
-                raise ConfigError(f"--temperature must be >= 0 (0 = greedy); got "
-                                  f"{args.temperature}.")
-        module, cfg = _from_workdir(args.experiment, args.workdir, rest)
-        if args.command == "eval":
-            if not callable(getattr(module, "evaluate", None)):
-                raise ConfigError(f"experiment {module.__name__} has no `evaluate(cfg)`.")
-            print(json.dumps(module.evaluate(cfg), indent=1, default=str))
-            return 0
-        if not callable(getattr(module, "generate", None)):
-            raise ConfigError(f"experiment {module.__name__} has no `generate(cfg, prompt, ...)`.")
-        print(module.generate(cfg, args.prompt, max_new_tokens=args.max_new_tokens,
-                              temperature=args.temperature, seed=args.seed))
-        return 0
-    except (ConfigError, CheckpointMismatchError) as err:
-        print(f"seqjax: error: {err}", file=sys.stderr)
-        return 2
-
+        return _run(args, rest)
+    except FloatingPointError as err:  # NonFiniteLossError
+        print(f"seqjax: {err}", file=sys.stderr)
+        return 1
+    except (ConfigError, CheckpointMismatchError, ResumeError) as err:
+        return _error(str(err))
+    except CheckpointUnreadableError as err:
+        return _error(f"{err} Nothing to resume from: rerun with --restart to start over (the "
+                      "old metrics are kept), or use a new --workdir.")
+    except ModuleNotFoundError as err:
+        found = extra_for(err.name or "")
+        if found is None:
+            raise
+        if "seqjax[" in str(err):  # seqjax._optional.require: it names the extra already
+            return _error(str(err))
+        return _error(f"{err}: an optional package of seqjax (`{found[0]}`); "
+                      'pip install "seqjax[experiments]" installs every one the experiments use.')
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from seqjax import cli
+from seqjax.experiments import _runner
 
 
 def test_list_shows_experiments_and_presets(capsys):
@@ -82,6 +83,35 @@ def test_legacy_experiment_with_only_main_gets_its_own_flags(monkeypatch):
     calls = []
     legacy = types.ModuleType("seqjax.experiments.legacy")
     legacy.main = lambda argv: calls.append(argv)
-    monkeypatch.setattr(cli, "load_experiment", lambda name, allow_legacy=False: legacy)
+    monkeypatch.setattr(_runner, "load_experiment", lambda name, allow_legacy=False: legacy)
     assert cli.main(["train", "legacy", "--smoke", "--whatever=1"]) == 0
     assert calls == [["--smoke", "--whatever=1"]]
+
+
+def test_cli_only_parses_arguments_the_runner_does_the_work():
+    for name in ("build_config", "check_ranges", "experiment_main", "list_experiments",
+                 "load_experiment", "EXPERIMENT_FILE"):
+        assert getattr(cli, name) is getattr(_runner, name)
+
+
+@pytest.mark.parametrize("error, words", [
+    (ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib"),
+     ["matplotlib", 'pip install "seqjax[experiments]"']),
+    (ModuleNotFoundError('plotting needs `matplotlib`: pip install "seqjax[plot]"',
+                         name="matplotlib"), ['pip install "seqjax[plot]"']),
+])
+def test_a_missing_optional_package_exits_2_naming_the_extra(monkeypatch, capsys, error, words):
+    import types
+
+    def main(argv):
+        raise error
+
+    module = types.ModuleType("seqjax.experiments.needs_plots")
+    module.main = main
+    monkeypatch.setattr(_runner, "load_experiment", lambda name, allow_legacy=False: module)
+    assert cli.main(["train", "needs_plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("seqjax: error:") and all(w in err for w in words), err
+    monkeypatch.setattr(module, "main", lambda argv: __import__("no_such_package_xyz"))
+    with pytest.raises(ModuleNotFoundError):  # not an optional dependency of seqjax: a bug
+        cli.main(["train", "needs_plots"])

@@ -13,8 +13,11 @@ work dir, keeps
   resume. A history with no readable checkpoint to resume it from (all corrupted, or a
   kill before the first one) is never overwritten silently: ``fit`` raises
   :class:`ResumeError` unless called with ``restart=True``;
-* ``tensorboard/`` — TensorBoard event files (tensorboardX) of the same scalars;
-* ``loss.png``, ``perplexity.png`` — curves drawn at the end (matplotlib, Agg).
+* ``tensorboard/`` — TensorBoard event files (tensorboardX, ``pip install
+  "seqjax[tensorboard]"``) of the same scalars;
+* ``loss.png``, ``perplexity.png`` — curves drawn at the end (matplotlib, Agg; ``pip install
+  "seqjax[plot]"``). Both are optional: by default they are written when their package is
+  installed.
 
 * ``run.json`` — where the run ran: ``devices``, ``processes``, ``mesh`` (axis → size),
   ``strategy``, ``device_kind``, ``platform``, ``jax`` (see
@@ -51,6 +54,7 @@ logged step at the latest, and no checkpoint is ever written after it.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -64,6 +68,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from seqjax._optional import require
 from seqjax.train.checkpoint import Checkpointer
 from seqjax.train.optim import TrainState
 
@@ -157,8 +162,12 @@ class FitConfig:
         async_checkpointing: write checkpoints in a background thread.
         progress: show a tqdm bar.
         print_logs: print one line per logged record.
-        tensorboard: write TensorBoard event files.
-        plot: draw ``loss.png`` and ``perplexity.png`` at the end.
+        tensorboard: write TensorBoard event files: ``True`` (needs tensorboardX,
+            ``seqjax[tensorboard]``; an error naming the extra without it), ``False``, or
+            ``None`` (default: when tensorboardX is installed).
+        plot: draw ``loss.png`` and ``perplexity.png`` at the end: ``True`` (needs
+            matplotlib, ``seqjax[plot]``), ``False``, or ``None`` (default: when matplotlib
+            is installed).
         handle_signals: SIGTERM/SIGINT save and stop (main thread only).
         finite_check: metrics that must stay finite.
         flops_per_step: model FLOPs per step (e.g. ``6 · params · tokens``) to report MFU.
@@ -175,8 +184,8 @@ class FitConfig:
     async_checkpointing: bool = True
     progress: bool = True
     print_logs: bool = False
-    tensorboard: bool = True
-    plot: bool = True
+    tensorboard: bool | None = None
+    plot: bool | None = None
     handle_signals: bool = True
     finite_check: tuple[str, ...] = ("loss", "grad_norm")
     flops_per_step: float | None = None
@@ -347,9 +356,10 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 
 def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike) -> list[str]:
-    """Draw ``loss.png`` (train and eval cross-entropy) and ``perplexity.png`` in ``workdir``."""
-    import matplotlib
+    """Draw ``loss.png`` (train and eval cross-entropy) and ``perplexity.png`` in ``workdir``.
 
+    Needs matplotlib (``pip install "seqjax[plot]"``)."""
+    matplotlib = require("matplotlib", "plotting training curves (FitConfig(plot=True))")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -378,6 +388,16 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
     return paths
 
 
+def _wanted(flag: bool | None, module: str) -> bool:
+    """An optional output of :class:`FitConfig`: ``True``/``False`` as given, ``None`` = when
+    ``module`` is installed (``True`` without it fails with the extra to install)."""
+    if flag is None:
+        if module in sys.modules:  # imported already (or blocked: None)
+            return sys.modules[module] is not None
+        return importlib.util.find_spec(module) is not None
+    return bool(flag)
+
+
 def _tensorboard_writer(logdir: str, purge_step: int | None) -> Any:
     # tensorboardX imports torch when it can (~5 s) only to accept torch tensors; we log
     # floats, so hide torch during the import unless the user already imported it.
@@ -385,7 +405,8 @@ def _tensorboard_writer(logdir: str, purge_step: int | None) -> Any:
     if hide:
         sys.modules["torch"] = None  # type: ignore[assignment]
     try:
-        import tensorboardX
+        tensorboardX = require("tensorboardX",
+                               "writing TensorBoard events (FitConfig(tensorboard=True))")
     finally:
         if hide:
             del sys.modules["torch"]
@@ -618,7 +639,7 @@ def fit(
         kept = [r for r in read_metrics(metrics_path) if r.get("step", 0) <= start]
         with open(metrics_path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
-        if cfg.tensorboard:
+        if _wanted(cfg.tensorboard, "tensorboardX"):
             writer = _tensorboard_writer(os.path.join(workdir, "tensorboard"),
                                          purge_step=start + 1 if start or restart else None)
 
@@ -755,7 +776,7 @@ def fit(
                 ckpt.close()
             if writer is not None:
                 writer.close()
-    if primary and workdir is not None and cfg.plot:
+    if primary and workdir is not None and _wanted(cfg.plot, "matplotlib"):
         plot_curves(read_metrics(metrics_path), workdir)
     return FitResult(state=state, status=status, start_step=start, history=history,
                      eval_metrics=eval_metrics)
