@@ -9,35 +9,9 @@ The pipeline now lives in three modules (issue #18.6):
 Every name below is the same object as in its new module (and in :mod:`seqjax.data`).
 """
 
-from seqjax.data.batching import (
-    bucket_batches,
-    pack_sequences,
-    packed_attention_mask,
-    packed_lm_targets,
-    pad_batch,
-    random_windows,
-    split_arrays,
-    split_text,
-)
-from seqjax.data.iterators import (
-    ArrayIterator,
-    BatchIterator,
-    LMWindowIterator,
-    ResumableIterator,
-    TBPTTIterator,
-    host_shard,
-)
-from seqjax.data.loading import (
-    load_parallel,
-    load_text,
-    shard_dataset,
-    split_dataset,
-    tokenize_dataset,
-)
+from seqjax.data import batching, iterators, loading
+from seqjax.data.batching import *  # noqa: F403
+from seqjax.data.iterators import *  # noqa: F403
+from seqjax.data.loading import *  # noqa: F403
 
-__all__ = [
-    "host_shard", "load_text", "load_parallel", "tokenize_dataset", "split_dataset", "split_text",
-    "split_arrays", "shard_dataset", "random_windows", "pad_batch", "bucket_batches",
-    "pack_sequences", "packed_lm_targets", "packed_attention_mask", "ResumableIterator",
-    "LMWindowIterator", "TBPTTIterator", "BatchIterator", "ArrayIterator",
-]
+__all__ = [*loading.__all__, *batching.__all__, *iterators.__all__]
