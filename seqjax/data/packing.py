@@ -1,0 +1,145 @@
+r"""Source–delimiter–target packing for a causal LM (J&M §9.9, summarization).
+
+J&M §9.9 turn each article–summary pair :math:`(x_1, \dots, x_m;\ y_1, \dots, y_n)` into
+one training string
+
+.. math::
+    s = (x_1, \dots, x_m, \delta, y_1, \dots, y_n), \qquad |s| = m + n + 1,
+
+with :math:`\delta` a unique marker, and train an ordinary autoregressive language model on
+these strings "as long sentences ... using teacher forcing, exactly as we did earlier"
+(J&M Figs. 9.21, 9.23–9.24), i.e. with the loss over the whole string,
+
+.. math::
+    L = \frac{1}{\sum_t m_t} \sum_{t=1}^{|s|-1} m_t \big(-\log p(s_{t+1} \mid s_{\le t})\big),
+    \qquad m_t = 1\ (\texttt{loss\_on="all"}),
+
+the average cross-entropy of J&M (9.12)–(9.13) / MEDL (7.4)–(7.5). ``loss_on="target"``
+keeps only the predictions of the summary (:math:`m_t = 1` iff :math:`s_{t+1}` is a
+:math:`y_j` or the end-of-sequence token, so the step from :math:`\delta` to :math:`y_1` is
+included): the usual fine-tuning loss of later instruction-tuned models, *not* J&M's. At
+inference the prompt is :math:`(x_1, \dots, x_m, \delta)` and the model generates the
+summary (J&M Fig. 9.24); ``prompt_lengths`` gives its length.
+
+Optional ``bos_id`` goes before :math:`x_1` and ``eos_id`` after :math:`y_n` (then
+:math:`|s| = m + n + 2` or ``+ 3``); the delimiter must occur in neither part ("a unique
+marker"). Padding is on the right; ``lengths`` count the real input positions, so
+``loss_mask`` is ``False`` beyond them.
+
+Example:
+    >>> b = pack_pairs([[5, 6, 7]], [[8, 9]], delimiter_id=3, loss_on="target")
+    >>> b["inputs"].tolist(), b["targets"].tolist()
+    ([[5, 6, 7, 3, 8]], [[6, 7, 3, 8, 9]])
+    >>> b["loss_mask"].astype(int).tolist(), b["prompt_lengths"].tolist()
+    ([[0, 0, 0, 1, 1]], [4])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["LOSS_ON", "pack_pair", "pack_pairs"]
+
+LOSS_ON = ("all", "target")
+
+
+def _ids(seq: Sequence[int], name: str, index: int) -> list[int]:
+    try:
+        out = [int(t) for t in seq]
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"`{name}[{index}]` must be a sequence of token ids; got "
+                        f"{type(seq).__name__}.") from e
+    if any(t < 0 for t in out):
+        raise ValueError(f"`{name}[{index}]` holds a negative token id: {min(out)}.")
+    return out
+
+
+def pack_pair(
+    src: Sequence[int],
+    tgt: Sequence[int],
+    delimiter_id: int,
+    *,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> list[int]:
+    """``[bos] + src + [δ] + tgt + [eos]`` (J&M §9.9), checking that ``δ`` is unique.
+
+    Example:
+        >>> pack_pair([5, 6], [7], 3, eos_id=2)
+        [5, 6, 3, 7, 2]
+    """
+    src_ids, tgt_ids = _ids(src, "src", 0), _ids(tgt, "tgt", 0)
+    for name, part in (("src", src_ids), ("tgt", tgt_ids)):
+        if delimiter_id in part:
+            raise ValueError(f"`delimiter_id` {delimiter_id} occurs in `{name}` at position "
+                             f"{part.index(delimiter_id)}: J&M's δ must be a unique marker.")
+    head = [] if bos_id is None else [int(bos_id)]
+    tail = [] if eos_id is None else [int(eos_id)]
+    return head + src_ids + [int(delimiter_id)] + tgt_ids + tail
+
+
+def pack_pairs(
+    srcs: Sequence[Sequence[int]],
+    tgts: Sequence[Sequence[int]],
+    delimiter_id: int,
+    *,
+    loss_on: str = "all",
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    max_len: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Pack pairs into a causal-LM batch (see the module docstring).
+
+    Args:
+        srcs, tgts: the token ids of each source ``x`` and target ``y`` (equal counts).
+        delimiter_id: ``δ``.
+        loss_on: ``"all"`` (J&M: the whole string) or ``"target"`` (only the summary).
+        bos_id, eos_id: optional tokens before ``x`` and after ``y``.
+        pad_id: fills the rows on the right.
+        max_len: pad the *strings* to this length (inputs are one shorter); a longer
+            string is an error. Default: the longest string.
+
+    Returns:
+        ``inputs``, ``targets`` (int32 ``[N, L-1]``: the string without its last / first
+        token), ``loss_mask`` (bool ``[N, L-1]``), ``lengths`` (int32 ``[N]``, real input
+        positions: ``|s| - 1``), ``prompt_lengths`` (int32 ``[N]``: ``[bos] x δ``, the
+        prompt for generating ``y``).
+    """
+    if loss_on not in LOSS_ON:
+        raise ValueError(f"`loss_on` must be one of {LOSS_ON}; got {loss_on!r}.")
+    if len(srcs) != len(tgts):
+        raise ValueError(f"`srcs` and `tgts` must have the same length; got {len(srcs)} and "
+                         f"{len(tgts)}.")
+    if len(srcs) == 0:
+        raise ValueError("`srcs` is empty: nothing to pack.")
+    strings, prompts = [], []
+    for i, (x, y) in enumerate(zip(srcs, tgts)):
+        x, y = _ids(x, "srcs", i), _ids(y, "tgts", i)
+        try:
+            strings.append(pack_pair(x, y, delimiter_id, bos_id=bos_id, eos_id=eos_id))
+        except ValueError as e:
+            raise ValueError(f"pair {i}: {e}") from None
+        prompts.append(len(x) + 1 + (bos_id is not None))
+    longest = max(len(s) for s in strings)
+    width = longest if max_len is None else int(max_len)
+    if width < longest:
+        i = int(np.argmax([len(s) for s in strings]))
+        raise ValueError(f"`max_len` is {width} but pair {i} packs to {longest} tokens.")
+    if width < 2:
+        raise ValueError(f"a packed string needs at least 2 tokens to predict one; got {width}.")
+    seq = np.full((len(strings), width), pad_id, np.int32)
+    for i, s in enumerate(strings):
+        seq[i, :len(s)] = s
+    lengths = np.array([len(s) - 1 for s in strings], np.int32)
+    prompt_lengths = np.array(prompts, np.int32)
+    t = np.arange(width - 1)[None]
+    real = t < lengths[:, None]
+    if loss_on == "all":
+        mask = real
+    else:  # predictions of y_1..y_n (and eos): target index >= the prompt length
+        mask = real & (t + 1 >= prompt_lengths[:, None])
+    return {"inputs": seq[:, :-1], "targets": seq[:, 1:], "loss_mask": mask,
+            "lengths": lengths, "prompt_lengths": prompt_lengths}
