@@ -370,7 +370,7 @@ def _plot(runs: list[dict], majority: float, path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

@@ -552,7 +552,7 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

@@ -254,7 +254,7 @@ def _plot(by: dict[str, list[dict]], svm: float, path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

@@ -39,9 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from seqjax.data.tasks import adding_problem
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, machine
-from seqjax.data.tasks import adding_problem
 from seqjax.models.rnn import RNNClassifier
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell
 from seqjax.train.loop import FitConfig, NonFiniteLossError, fit
@@ -509,7 +509,7 @@ def write_outputs(cfg: Any, name: str, summary: dict, plot: Any, markdown: str) 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

@@ -39,6 +39,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
 from seqjax.experiments._parallel import write_run_info
 from seqjax.experiments.translation import (
     ARCH_LABELS,
@@ -56,7 +57,6 @@ from seqjax.experiments.translation import (
     train_seq2seq,
     translate,
 )
-from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
@@ -337,7 +337,7 @@ def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 20, temperature:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

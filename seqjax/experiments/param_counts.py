@@ -213,7 +213,7 @@ def report(cfg: Config, s: dict, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

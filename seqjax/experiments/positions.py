@@ -45,9 +45,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from seqjax.data.tasks import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, machine
-from seqjax.data.tasks import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.nn.positional import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEmbedding,
@@ -466,7 +466,7 @@ def _previous(cfg: Config) -> tuple[list[dict], list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

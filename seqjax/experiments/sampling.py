@@ -42,9 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.experiments import char_lm
 from seqjax.experiments.translation import machine, save_json
-from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.checkpoint import load_meta
 from seqjax.utils import count_params
@@ -275,7 +275,7 @@ def _plot(rows: list[dict], traces: dict[str, list[float]], path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

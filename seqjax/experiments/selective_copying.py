@@ -57,9 +57,9 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
-from seqjax.cli import experiment_main
 from seqjax.data.tasks import associative_recall, selective_copying
+from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
+from seqjax.experiments._runner import experiment_main
 from seqjax.nn.linear_attention import LinearAttention
 from seqjax.nn.norms import RMSNorm
 from seqjax.nn.recurrent import StackedRNN

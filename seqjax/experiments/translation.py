@@ -655,7 +655,7 @@ def _summarise(cfg: Config, runs: list[dict], lengths: list[int], info: dict,
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 
