@@ -24,6 +24,7 @@ Array = jax.Array
 
 __all__ = [
     "causal_mask",
+    "sliding_window_mask",
     "padding_mask",
     "make_attention_mask",
     "segment_mask",
@@ -57,6 +58,49 @@ def causal_mask(q_len: int, kv_len: int | None = None, *, offset: Any = 0) -> Ar
         >>> causal_mask(1, 4, offset=2).astype(int).tolist()
         [[1, 1, 1, 0]]
     """
+    kv_len, offset = _check_positions(q_len, kv_len, offset)
+    return _causal(q_len, kv_len, offset)
+
+
+def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
+                        offset: Any = 0) -> Array:
+    r"""Causal sliding-window (local) mask: query ``i`` sees the ``window`` keys ending at itself.
+
+    .. math::
+        M_{ij} = [\, p_i - w < j \le p_i \,],\qquad p_i = i + \mathrm{offset}
+
+    Position ``p_i`` attends to itself and the ``w − 1`` positions before it —
+    at most ``w`` keys; ``window ≥ kv_len + offset`` gives :func:`causal_mask`.
+    This is the local attention of Longformer (Beltagy et al. 2020, §3.1
+    "sliding window"; there the window is centred on ``i``) in its causal
+    (left-to-right LM) form, as in Mistral 7B (Jiang et al. 2023, "sliding window
+    attention"). With this convention ``L`` stacked layers reach ``L·(w − 1)``
+    positions back.
+    ``offset`` is the absolute position of query 0 (e.g. the tokens already in a
+    KV cache), an int or an ``int32[B]`` array as in :func:`causal_mask`.
+
+    Args:
+        q_len: number of queries ``Q``.
+        kv_len: number of keys ``K`` (default ``Q``).
+        window: ``w ≥ 1``, the number of keys each query sees (itself included).
+        offset: position of query 0 on the key axis.
+
+    Returns:
+        ``bool[Q, K]`` (scalar offset) or ``bool[B, 1, Q, K]`` (per-row offset).
+
+    Example:
+        >>> sliding_window_mask(4, window=2).astype(int).tolist()
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
+        >>> sliding_window_mask(1, 5, window=3, offset=3).astype(int).tolist()
+        [[0, 1, 1, 1, 0]]
+    """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"`window` must be a positive int; got {window!r}.")
+    kv_len, offset = _check_positions(q_len, kv_len, offset)
+    return _sliding_window(q_len, kv_len, window, offset)
+
+
+def _check_positions(q_len: Any, kv_len: Any, offset: Any) -> tuple[int, Array]:
     if not isinstance(q_len, int) or q_len < 0:
         raise ValueError(f"`q_len` must be a non-negative int; got {q_len!r}.")
     kv_len = q_len if kv_len is None else kv_len
@@ -65,16 +109,28 @@ def causal_mask(q_len: int, kv_len: int | None = None, *, offset: Any = 0) -> Ar
     offset = jnp.asarray(offset)
     check_integer(offset, "offset")
     check_rank(offset, "offset", (0, 1))
-    return _causal(q_len, kv_len, offset)
+    return kv_len, offset
+
+
+def _key_and_query_positions(q_len: int, kv_len: int, offset: Array) -> tuple[Array, Array]:
+    """Key positions and absolute query positions, broadcast to ``[Q, K]`` or ``[B, 1, Q, K]``."""
+    q_pos = jnp.arange(q_len, dtype=jnp.int32)
+    k_pos = jnp.arange(kv_len, dtype=jnp.int32)
+    if offset.ndim == 0:
+        return k_pos[None, :], q_pos[:, None] + offset
+    return k_pos[None, None, None, :], (q_pos[None, :] + offset[:, None])[:, None, :, None]
 
 
 @partial(jax.jit, static_argnums=(0, 1))
 def _causal(q_len: int, kv_len: int, offset: Array) -> Array:
-    q_pos = jnp.arange(q_len, dtype=jnp.int32)
-    k_pos = jnp.arange(kv_len, dtype=jnp.int32)
-    if offset.ndim == 0:
-        return k_pos[None, :] <= q_pos[:, None] + offset
-    return k_pos[None, None, None, :] <= (q_pos[None, :] + offset[:, None])[:, None, :, None]
+    k_pos, p = _key_and_query_positions(q_len, kv_len, offset)
+    return k_pos <= p
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2))
+def _sliding_window(q_len: int, kv_len: int, window: int, offset: Array) -> Array:
+    k_pos, p = _key_and_query_positions(q_len, kv_len, offset)
+    return (k_pos <= p) & (k_pos > p - window)
 
 
 def padding_mask(lengths_B: Any, max_len: int) -> Array:

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqjax.nn import attention as attention_mod
 from seqjax.nn.attention import (
     Attention,
     MultiHeadAttention,
@@ -350,36 +349,35 @@ def test_fused_path_matches_jax_nn_and_reference():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_chunked_causal_path(monkeypatch):
+def test_chunked_causal_path():
     # Causal attention in query chunks that skip invisible keys == numpy; gradients == reference.
-    monkeypatch.setattr(attention_mod, "_CAUSAL_CHUNK", 2)
     q, k, v = _qkv(q=7, k=7)
-    jaxpr = str(jax.make_jaxpr(lambda q: dot_product_attention(q, k, v, is_causal=True))(q))
+    jaxpr = str(jax.make_jaxpr(lambda q: dot_product_attention(q, k, v, is_causal=True,
+                                                               query_chunk=2))(q))
     assert jaxpr.count("dot_general") == 8  # 4 chunks x (scores, values)
     for qn, kn in ((7, 7), (7, 4), (3, 7)):  # causal is top-left aligned for Q != K
         q, k, v = _qkv(q=qn, k=kn, seed=5)
         ref, _ = np_mha_core(q, k, v, np.tril(np.ones((qn, kn), bool)))
-        np.testing.assert_allclose(dot_product_attention(q, k, v, is_causal=True), ref,
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(dot_product_attention(q, k, v, is_causal=True, query_chunk=2),
+                                   ref, rtol=1e-5, atol=1e-6)
     q, k, v = _qkv(q=7, k=7, seed=6)
     loss = lambda impl: jax.jit(jax.grad(lambda q, k, v: jnp.sum(dot_product_attention(
-        q, k, v, is_causal=True, implementation=impl) ** 2), argnums=(0, 1, 2)))(q, k, v)
+        q, k, v, is_causal=True, implementation=impl, query_chunk=2) ** 2),
+        argnums=(0, 1, 2)))(q, k, v)
     for a, b in zip(loss("xla"), loss("reference")):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_long_noncausal_scan_path(monkeypatch):
+def test_long_noncausal_scan_path():
     # Long non-causal attention loops over query chunks and recomputes the scores in its
     # backward pass: == reference with GQA, a key-padding mask with an empty row, and a
     # query count that is not a multiple of the chunk.
-    monkeypatch.setattr(attention_mod, "_SCAN_MIN_KEYS", 4)
-    monkeypatch.setattr(attention_mod, "_CAUSAL_CHUNK", 3)
     q, k, v = _qkv(q=8, k=6, d=5, seed=7)
     mask = np.ones((2, 1, 1, 6), bool)
     mask[0, ..., 3:] = False
     mask[1] = False
-    attend = lambda impl: lambda q, k, v: dot_product_attention(q, k, v, mask=mask,
-                                                                implementation=impl)
+    attend = lambda impl: lambda q, k, v: dot_product_attention(  # noqa: E731
+        q, k, v, mask=mask, implementation=impl, scan_min_keys=4, query_chunk=3)
     assert "scan" in str(jax.make_jaxpr(attend("xla"))(q, k, v))
     out = attend("xla")(q, k, v)
     np.testing.assert_allclose(out, attend("reference")(q, k, v), rtol=1e-5, atol=1e-6)
@@ -391,17 +389,19 @@ def test_long_noncausal_scan_path(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_forward_in_fused_query_chunks_matches_reference(monkeypatch):
-    # Not differentiated, long blocks run in query chunks of _FUSED_ROWS (additive mask,
+def test_forward_in_fused_query_chunks_matches_reference():
+    # Not differentiated, long blocks run in query chunks of `fused_rows` (additive mask,
     # keep/l for empty rows): == reference with GQA, masks with an empty row, and biases.
-    monkeypatch.setattr(attention_mod, "_FUSED_ROWS", 2)
     q, k, v = _qkv(q=9, k=7, h=4, g=2, d=5, seed=21)
     rng = np.random.default_rng(21)
     mask = rng.random((2, 1, 9, 7)) < 0.6
     mask[0, 0, 3] = False
     bias = randn((1, 4, 9, 7), 22)
-    f = lambda impl, **kw: dot_product_attention(q, k, v, implementation=impl, **kw)  # noqa: E731
-    assert "concatenate" in str(jax.make_jaxpr(lambda q: dot_product_attention(q, k, v))(q))
+    f = lambda impl, **kw: dot_product_attention(  # noqa: E731
+        q, k, v, implementation=impl, fused_rows=2, **kw)
+    assert "concatenate" in str(jax.make_jaxpr(
+        lambda q: dot_product_attention(q, k, v, fused_rows=2))(q))
+    assert "concatenate" not in str(jax.make_jaxpr(lambda q: dot_product_attention(q, k, v))(q))
     for kw in ({}, {"mask": mask}, {"bias": bias}, {"mask": mask, "bias": bias}):
         out = f("xla", **kw)
         np.testing.assert_allclose(out, f("reference", **kw), rtol=1e-5, atol=1e-6)

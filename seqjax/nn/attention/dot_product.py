@@ -1,0 +1,263 @@
+r"""Scaled dot-product attention: the public function, its reference, and the dispatch table.
+
+.. math::
+    \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d_k}} + B + M\Big) V
+
+Bishop (12.14); J&M (9.39); LN (9), (13); MEDL (7.25) per head with the mask of
+(7.27) on the scores. :func:`dot_product_attention` checks its arguments once
+(:func:`~seqjax.nn.attention.checks.check_attention_args`) and runs one kernel of
+:data:`KERNELS`: :func:`reference_attention` (plain ``einsum`` and autodiff — the
+definition the others are tested against) or a fast kernel from a private module
+per backend (``_xla_kernels``, ``_cudnn``, ``_pallas``), each documented to equal it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from seqjax.nn.attention import _xla_kernels
+from seqjax.nn.attention._cudnn import cudnn_attention, cudnn_unsupported
+from seqjax.nn.attention._pallas import pallas_attention, pallas_unsupported
+from seqjax.nn.attention.checks import (
+    as_4d,
+    check_attention_args,
+    check_positive_int,
+    masked_weights,
+)
+from seqjax.nn.attention.softmax import dropout_weights
+from seqjax.nn.masks import causal_mask, combine_masks, sliding_window_mask
+
+Array = jax.Array
+
+__all__ = ["dot_product_attention", "reference_attention", "KERNELS", "IMPLEMENTATIONS"]
+
+
+@partial(jax.jit, static_argnames=("is_causal", "scale", "dropout_rate", "return_weights"))
+def reference_attention(q: Array, k: Array, v: Array, mask: Array | None, bias: Array | None,
+                        is_causal: bool, scale: float, dropout_rate: float,
+                        dropout_rng: Array | None, return_weights: bool) -> Any:
+    r"""The definition: ``softmax(Q Kᵀ·scale + B + M) V`` with K/V repeated to every query head.
+
+    Plain ``einsum`` in float32 and :func:`~seqjax.nn.attention.checks.masked_weights`
+    (the empty-row rule), differentiated by plain autodiff — no custom VJP, so
+    ``jax.test_util.check_grads`` checks it against finite differences and every
+    other kernel's gradients are checked against it. Arguments as
+    :func:`dot_product_attention` after its checks (``mask``/``bias`` broadcastable
+    to ``[B, H, Q, K]``).
+    """
+    mask, bias = as_4d(mask), as_4d(bias)
+    if is_causal:
+        mask = combine_masks(mask, causal_mask(q.shape[1], k.shape[1]))
+    groups = q.shape[2] // k.shape[2]
+    k = jnp.repeat(k, groups, axis=2)
+    v = jnp.repeat(v, groups, axis=2)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
+    if bias is not None:
+        s = s + bias.astype(jnp.float32)
+    w = dropout_weights(masked_weights(s, mask), dropout_rate, dropout_rng)
+    out = jnp.einsum("bhqk,bkhd->bqhd", w, v.astype(jnp.float32)).astype(q.dtype)
+    return (out, w) if return_weights else out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One checked call of :func:`dot_product_attention`, as the kernels receive it."""
+
+    q: Array
+    k: Array
+    v: Array
+    mask: Array | None
+    bias: Array | None
+    is_causal: bool
+    scale: float
+    dropout_rate: float
+    dropout_rng: Array | None
+    return_weights: bool
+    query_chunk: int
+    scan_min_keys: int
+    fused_rows: int
+
+
+class Kernel(NamedTuple):
+    """An entry of :data:`KERNELS`: how to run a call, and why it cannot (``None`` = it can)."""
+
+    run: Callable[[_Call], Any]
+    unsupported: Callable[..., str | None] | None
+
+
+def _run_reference(c: _Call) -> Any:
+    return reference_attention(c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal,
+                               scale=c.scale, dropout_rate=c.dropout_rate,
+                               dropout_rng=c.dropout_rng, return_weights=c.return_weights)
+
+
+def _run_xla(c: _Call) -> Any:
+    return _xla_kernels.xla_attention(
+        c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal, scale=c.scale,
+        dropout_rate=c.dropout_rate, dropout_rng=c.dropout_rng,
+        return_weights=c.return_weights, chunk=c.query_chunk, scan_min_keys=c.scan_min_keys,
+        fused_rows=c.fused_rows)
+
+
+def _run_cudnn(c: _Call) -> Any:
+    return cudnn_attention(c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal, scale=c.scale)
+
+
+def _run_pallas(c: _Call) -> Any:
+    return pallas_attention(c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal, scale=c.scale)
+
+
+#: Implementation name → kernel. ``"auto"`` takes the first of :data:`AUTO_ORDER` whose
+#: ``unsupported`` says nothing (cuDNN on a GPU, Pallas on a TPU, else XLA).
+KERNELS: dict[str, Kernel] = {
+    "xla": Kernel(_run_xla, None),
+    "cudnn": Kernel(_run_cudnn, cudnn_unsupported),
+    "pallas": Kernel(_run_pallas, pallas_unsupported),
+    "reference": Kernel(_run_reference, None),
+}
+AUTO_ORDER = ("cudnn", "pallas", "xla")
+IMPLEMENTATIONS = ("auto", *KERNELS)
+
+
+def _choose(implementation: str, q: Array, k: Array, v: Array, is_causal: bool,
+            dropout_rate: float, return_weights: bool) -> str:
+    """The kernel that runs: ``implementation``, or ``"auto"``'s first supported one."""
+    explicit = implementation != "auto"
+    for name in (implementation,) if explicit else AUTO_ORDER:
+        unsupported = KERNELS[name].unsupported
+        why_not = None if unsupported is None else unsupported(
+            q, k, v, is_causal, dropout_rate, return_weights, explicit)
+        if why_not is None:
+            return name
+        if explicit:
+            raise ValueError(f"implementation={name!r} is unavailable: {why_not}.")
+    raise AssertionError("unreachable: 'xla' always runs")  # pragma: no cover
+
+
+def dot_product_attention(
+    q_BxQxHxD: Any,
+    k_BxKxGxD: Any,
+    v_BxKxGxV: Any,
+    *,
+    mask: Any = None,
+    bias: Any = None,
+    is_causal: bool = False,
+    window: int | None = None,
+    scale: float | None = None,
+    implementation: str = "auto",
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    return_weights: bool = False,
+    query_chunk: int = _xla_kernels.QUERY_CHUNK,
+    scan_min_keys: int = _xla_kernels.SCAN_MIN_KEYS,
+    fused_rows: int = _xla_kernels.FUSED_ROWS,
+) -> Array | tuple[Array, Array]:
+    r"""Scaled dot-product attention over heads, with masks, bias, GQA/MQA, windows and dropout.
+
+    .. math::
+        \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d_k}} + B
+            + M\Big) V,\qquad M_{ij} = \begin{cases}0 & \text{mask}_{ij}\\
+            -\infty & \text{otherwise}\end{cases}
+
+    Bishop (12.14); J&M (9.39); LN (9), (13); MEDL (7.25) per head, with the
+    mask of (7.27) applied to the scores. Heads are independent; with ``G``
+    key/value heads (``G`` divides ``H``) query head ``h`` reads kv head
+    ``h // (H/G)`` (grouped-query attention; ``G = 1`` is multi-query).
+
+    Guarantees: the softmax runs in float32 whatever the input dtype; a query
+    row with no visible key returns exactly zeros (and zero gradients), never
+    NaN (:mod:`seqjax.nn.attention.checks`); ``is_causal`` keeps keys ``j ≤ i``
+    (top-left aligned, as PyTorch's ``scaled_dot_product_attention`` and
+    ``jax.nn.dot_product_attention``); ``window = w`` keeps ``i − w < j ≤ i``
+    (:func:`~seqjax.nn.masks.sliding_window_mask`, causal local attention; it
+    implies ``is_causal``). Every implementation equals ``"reference"`` in output
+    and gradients.
+
+    Args:
+        q_BxQxHxD: queries ``[B, Q, H, D]``.
+        k_BxKxGxD: keys ``[B, K, G, D]``.
+        v_BxKxGxV: values ``[B, K, G, Dv]``.
+        mask: boolean, broadcastable to ``[B, H, Q, K]`` (``True`` = attend).
+        bias: additive score bias broadcastable to ``[B, H, Q, K]`` (e.g. ALiBi).
+        is_causal: also apply :func:`~seqjax.nn.masks.causal_mask` ``(Q, K)``.
+        window: sliding-window size ``w ≥ 1`` (each query sees itself and the
+            ``w − 1`` keys before it); ``None`` = no window.
+        scale: score scale (default ``1/√D``).
+        implementation: ``"xla"`` (the fast path for CPU/TPU: heads-first
+            batched GEMMs, GQA without repeating K/V, a hand-written backward
+            pass, causal attention in ``query_chunk``-query chunks that skip the masked
+            upper triangle, for ≥ ``scan_min_keys`` keys a loop over query chunks that
+            recomputes the scores in the backward pass, and outside ``jax.grad``
+            a select-free form that XLA:CPU fuses into one kernel per
+            ``fused_rows``-query chunk), ``"reference"`` (plain einsum, K/V repeated,
+            autodiff — the definition, for tests), ``"cudnn"``
+            (``jax.nn.dot_product_attention(implementation="cudnn")``, flash
+            attention on a GPU with float16/bfloat16 and head dim ≤ 128: anything
+            else is a ``ValueError``), ``"pallas"`` (the Pallas TPU flash-attention
+            kernel, ``jax.experimental.pallas.ops.tpu.flash_attention``: on a TPU, or
+            anywhere under ``pltpu.force_tpu_interpret_mode()``; float32/bfloat16,
+            equal key and value head dims, lengths that tile into 128-blocks;
+            anything else is a ``ValueError``), ``"auto"`` (cuDNN on a GPU and the
+            Pallas kernel on a TPU when allowed, else ``"xla"``).
+        dropout_rate: attention-weight dropout (needs ``dropout_rng``).
+        dropout_rng: PRNG key for dropout.
+        return_weights: also return the weights ``[B, H, Q, K]`` (float32).
+        query_chunk: ``"xla"`` only: query rows per chunk of the causal path (used
+            when ``Q ≥ 2·query_chunk``) and of the scan path (default 128, fastest on CPU
+            for T in {128, 512, 2048}; ``benchmarks/RESULTS.md``).
+        scan_min_keys: ``"xla"`` only: non-causal attention over at least this many
+            keys (and ``Q ≥ 2·query_chunk``, no bias, dropout or weights, a mask that is
+            the same for every query) loops over query chunks and recomputes the
+            scores in the backward pass (default 1024).
+        fused_rows: ``"xla"`` only: outside ``jax.grad``, a block of at least
+            ``2·fused_rows`` queries runs in select-free chunks of ``fused_rows``
+            (default 128).
+
+    Returns:
+        ``out [B, Q, H, Dv]`` in the inputs' dtype, or ``(out, weights)``.
+
+    Example:
+        >>> q = jnp.ones((2, 3, 4, 8)); kv = jnp.ones((2, 5, 2, 8))
+        >>> dot_product_attention(q, kv, kv, is_causal=True).shape
+        (2, 3, 4, 8)
+        >>> x = jnp.eye(4)[None, :, None, :]  # 4 orthogonal tokens, one head
+        >>> dot_product_attention(x, x, x, window=2, scale=0.0)[0, :, 0].round(2).tolist()
+        [[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0], [0.0, 0.0, 0.5, 0.5]]
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."
+        )
+    q, k, v, mask, bias = check_attention_args(q_BxQxHxD, k_BxKxGxD, v_BxKxGxV, mask, bias,
+                                               dropout_rate, dropout_rng)
+    for name, value in (("query_chunk", query_chunk), ("scan_min_keys", scan_min_keys),
+                        ("fused_rows", fused_rows)):
+        check_positive_int(value, name)
+    if window is not None:
+        check_positive_int(window, "window")
+    b, q_len, h, d = q.shape
+    k_len = k.shape[1]
+    if 0 in (b, q_len, k_len):
+        # Nothing to attend (an empty batch, no queries, or no keys: every row then sees
+        # no key and is zero, as a fully masked row is).
+        out = jnp.zeros((b, q_len, h, v.shape[-1]), q.dtype)
+        return (out, jnp.zeros((b, h, q_len, k_len), jnp.float32)) if return_weights else out
+    if window is not None:  # a band below the diagonal: causal, so the causal paths apply
+        mask = combine_masks(mask, sliding_window_mask(q_len, k_len, window=window))
+        is_causal = True
+    name = _choose(implementation, q, k, v, bool(is_causal), dropout_rate,
+                   bool(return_weights))
+    return KERNELS[name].run(_Call(
+        q, k, v, mask, bias, is_causal=bool(is_causal),
+        scale=1.0 / math.sqrt(d) if scale is None else float(scale),
+        dropout_rate=float(dropout_rate), dropout_rng=dropout_rng,
+        return_weights=bool(return_weights), query_chunk=query_chunk,
+        scan_min_keys=scan_min_keys, fused_rows=fused_rows,
+    ))

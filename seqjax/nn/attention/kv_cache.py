@@ -1,0 +1,172 @@
+r"""Key/value cache for autoregressive decoding: :class:`KVCache` and its write.
+
+Decoding one token at a time with a transformer recomputes nothing: the keys and
+values of earlier positions are stored, and the new query attends to them with
+the causal mask at absolute positions, ``M_{ij} = [j ≤ lengths_b + i]`` (MEDL
+(7.23)/(7.27); J&M §9.7; Bishop §12.3.2), or with a sliding window
+``[lengths_b + i − w < j ≤ lengths_b + i]`` (:func:`~seqjax.nn.masks.sliding_window_mask`).
+Cached decoding equals the full causal pass (``tests/nn/test_attention.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax._checks import check_integer, check_range, check_rank, is_concrete
+from seqjax.nn.masks import causal_mask, sliding_window_mask
+
+Array = jax.Array
+Dtype = Any
+
+__all__ = ["KVCache"]
+
+
+@flax.struct.dataclass
+class KVCache:
+    r"""Key/value cache for autoregressive decoding, an explicit pytree.
+
+    Fields:
+
+    * ``k``: ``[B, S, G, D]`` stored keys (``S`` = ``max_len``, ``G`` kv heads);
+    * ``v``: ``[B, S, G, Dv]`` stored values;
+    * ``lengths``: ``int32[B]``, tokens already stored per row;
+    * ``overflow``: ``int32[B]``, tokens that did not fit and were dropped (0 = none). A
+      concrete update that would overflow raises; under ``jit`` the tokens past
+      ``max_len`` are dropped (never written over earlier entries) and counted here —
+      check ``cache.overflow`` (or :attr:`overflowed`) after a jitted loop.
+
+    Row ``b`` writes its next tokens at its own offset ``lengths[b]``, so a
+    batch of prompts of different lengths (right padded) decodes correctly:
+    prefill the padded batch with ``lengths=prompt_lengths`` and the cache
+    advances each row by its own length; later writes overwrite the padding.
+    Aliases with shape suffixes: ``k_BxSxHkvxD``, ``v_BxSxHkvxD``, ``lengths_B``.
+
+    Example:
+        >>> c = KVCache.create(batch=2, max_len=8, num_kv_heads=1, head_dim=4)
+        >>> c = c.update(jnp.ones((2, 3, 1, 4)), jnp.ones((2, 3, 1, 4)), jnp.array([3, 2]))
+        >>> c.lengths.tolist(), c.max_len
+        ([3, 2], 8)
+    """
+
+    k: Array
+    v: Array
+    lengths: Array
+    overflow: Array | None = None
+
+    @classmethod
+    def create(
+        cls,
+        batch: int,
+        max_len: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: Dtype = jnp.float32,
+        value_head_dim: int | None = None,
+    ) -> KVCache:
+        """Empty cache: zeros ``[batch, max_len, num_kv_heads, head_dim]`` and ``lengths = 0``."""
+        for name, val in (("batch", batch), ("max_len", max_len), ("num_kv_heads", num_kv_heads),
+                          ("head_dim", head_dim)):
+            if not isinstance(val, (int, np.integer)) or val <= 0:
+                raise ValueError(f"`{name}` must be a positive int; got {val!r}.")
+        dv = head_dim if value_head_dim is None else value_head_dim
+        return cls(
+            k=jnp.zeros((batch, max_len, num_kv_heads, head_dim), dtype),
+            v=jnp.zeros((batch, max_len, num_kv_heads, dv), dtype),
+            lengths=jnp.zeros((batch,), jnp.int32),
+            overflow=jnp.zeros((batch,), jnp.int32),
+        )
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def overflowed(self) -> Array:
+        """``bool[B]``: rows that lost tokens to a full cache (under ``jit``)."""
+        if self.overflow is None:
+            return jnp.zeros(self.lengths.shape, bool)
+        return self.overflow > 0
+
+    @property
+    def k_BxSxHkvxD(self) -> Array:
+        return self.k
+
+    @property
+    def v_BxSxHkvxD(self) -> Array:
+        return self.v
+
+    @property
+    def lengths_B(self) -> Array:
+        return self.lengths
+
+    def update(self, k_BxTxGxD: Array, v_BxTxGxV: Array, num_new: Any = None) -> KVCache:
+        """Write ``T`` new tokens per row at offset ``lengths[b]``; advance by ``num_new`` (or T).
+
+        ``num_new`` (``int[B]``, ≤ T) is the number of real tokens per row when
+        the new chunk is right padded; the padding is written too but is
+        overwritten by the next update. Overflow past ``max_len`` is a
+        ``ValueError`` when ``lengths`` are concrete; under ``jit`` the tokens
+        past the end are dropped (never written over earlier entries) and counted in
+        ``overflow``.
+        """
+        b, s = self.k.shape[:2]
+        check_rank(k_BxTxGxD, "k", 4)
+        if k_BxTxGxD.shape[0] != b or k_BxTxGxD.shape[2:] != self.k.shape[2:]:
+            raise ValueError(
+                f"new keys must have shape [{b}, T, {self.k.shape[2]}, {self.k.shape[3]}] to fit "
+                f"the cache; got {k_BxTxGxD.shape}."
+            )
+        t = k_BxTxGxD.shape[1]
+        if v_BxTxGxV.shape != (b, t, *self.v.shape[2:]):
+            raise ValueError(
+                f"new values must have shape {(b, t, *self.v.shape[2:])}; got {v_BxTxGxV.shape}."
+            )
+        if num_new is None:
+            num_new = jnp.full((b,), t, jnp.int32)
+        else:
+            num_new = jnp.asarray(num_new)
+            check_integer(num_new, "lengths")
+            check_rank(num_new, "lengths", 1)
+            check_range(num_new, "lengths", 0, t)
+            num_new = jnp.broadcast_to(num_new.astype(jnp.int32), (b,))
+        if is_concrete(self.lengths):
+            longest = int(np.max(np.asarray(self.lengths) + t)) if b else 0
+            if longest > s:
+                raise ValueError(
+                    f"KV cache overflow: writing {t} tokens at lengths "
+                    f"{np.asarray(self.lengths).tolist()} needs {longest} slots but "
+                    f"max_len={s}."
+                )
+        return _cache_write(self, k_BxTxGxD, v_BxTxGxV, num_new)
+
+    def attention_mask(self, q_len: int, window: int | None = None) -> Array:
+        """Mask ``bool[B, 1, q_len, S]`` for ``q_len`` new tokens at offsets ``lengths``.
+
+        Query ``i`` of row ``b`` (absolute position ``p = lengths[b] + i``) sees
+        cache slots ``j ≤ p``: every stored token and the new ones up to itself;
+        with ``window = w``, only the last ``w`` of them, ``p − w < j ≤ p``
+        (:func:`~seqjax.nn.masks.sliding_window_mask` at absolute positions: slot
+        ``j`` holds position ``j``). Call it on the cache *before* :meth:`update`.
+        """
+        if window is None:
+            return causal_mask(q_len, self.max_len, offset=self.lengths)
+        return sliding_window_mask(q_len, self.max_len, window=window, offset=self.lengths)
+
+
+@jax.jit
+def _cache_write(cache: KVCache, k_BxTxGxD: Array, v_BxTxGxV: Array, num_new: Array) -> KVCache:
+    """Scatter each row's new tokens at ``lengths[b] + t``; out-of-range writes are dropped."""
+    b, t = k_BxTxGxD.shape[:2]
+    pos_BxT = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    rows_Bx1 = jnp.arange(b, dtype=jnp.int32)[:, None]
+    k = cache.k.at[rows_Bx1, pos_BxT].set(k_BxTxGxD.astype(cache.k.dtype), mode="drop")
+    v = cache.v.at[rows_Bx1, pos_BxT].set(v_BxTxGxV.astype(cache.v.dtype), mode="drop")
+    wanted = cache.lengths + num_new
+    lengths = jnp.minimum(wanted, cache.k.shape[1])
+    overflow = None if cache.overflow is None else cache.overflow + (wanted - lengths)
+    return cache.replace(k=k, v=v, lengths=lengths, overflow=overflow)

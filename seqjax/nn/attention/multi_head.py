@@ -1,0 +1,373 @@
+r"""Multi-head attention with GQA/MQA, QK-norm, RoPE, a sliding window and a KV cache.
+
+.. math::
+    H_h = \mathrm{softmax}\Big(\frac{(X_q W^{(q)}_h)(X_{kv} W^{(k)}_{g(h)})^\top}{\sqrt{d}}
+        + M\Big) X_{kv} W^{(v)}_{g(h)},\qquad
+    Y = \mathrm{Concat}[H_1, \dots, H_H]\, W^{(o)}
+
+Bishop (12.15)–(12.19), Alg. 12.2; J&M (9.47)–(9.48); LN (10); MEDL (7.25)–(7.26).
+Without the output matrix and with one head (``output_projection=False``,
+``num_heads=1``) it is MEDL (7.24)'s single-head self-attention
+``u_t = Σ_τ α_τ W_v x_τ``, ``α ∝ exp s(W_q x_t, W_k x_τ)``.
+The attention itself is :func:`~seqjax.nn.attention.dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import bound_param_shape, check_bool, check_features, check_lengths, check_rank
+from seqjax.nn.attention.checks import check_broadcast, check_positive_int
+from seqjax.nn.attention.dot_product import dot_product_attention
+from seqjax.nn.attention.kv_cache import KVCache
+from seqjax.nn.dense import DenseGeneral
+from seqjax.nn.masks import combine_masks, padding_mask
+from seqjax.nn.positional import apply_rope
+
+Array = jax.Array
+Dtype = Any
+Initializer = Callable[..., Array]
+
+__all__ = ["MultiHeadAttention"]
+
+
+class _HeadRMSNorm(nn.Module):
+    """RMS norm over the last (head) axis with a learned gain ``scale`` [D]; float32 statistics."""
+
+    epsilon: float = 1e-6
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        scale = self.param("scale", nn.initializers.ones_init(), (x.shape[-1],), self.param_dtype)
+        xf = x.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.epsilon)
+        return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+    r"""Multi-head (self or cross) attention with GQA/MQA, QK-norm, RoPE and a KV cache.
+
+    .. math::
+        Q_h = X_q W^{(q)}_h,\ K_h = X_{kv} W^{(k)}_{g(h)},\ V_h = X_{kv} W^{(v)}_{g(h)},\qquad
+        H_h = \mathrm{softmax}\Big(\frac{Q_h K_h^\top}{\sqrt{d}} + M\Big) V_h
+
+    .. math::
+        Y = \mathrm{Concat}[H_1, \dots, H_H]\, W^{(o)} = \sum_h H_h W^{(o)}_h
+
+    Bishop (12.15)–(12.19) and Alg. 12.2; J&M (9.47)–(9.48); LN (10). The sum
+    form is MEDL (7.25)–(7.26) (``W_c^h`` = row block ``h`` of ``W^{(o)}``;
+    Bishop Ex. 12.5). MEDL's heads have no projection biases: ``use_bias=False``
+    reproduces them (and its parameter count, MEDL (7.32)).
+
+    Options: ``num_kv_heads`` ``G`` < ``H`` shares each key/value head among
+    ``H/G`` query heads (GQA; ``G = 1`` is MQA). ``qk_norm`` applies an RMS norm
+    with a learned gain over each head's ``q`` and ``k`` (before RoPE).
+    ``use_rope`` rotates ``q`` and ``k`` by their positions
+    (:func:`~seqjax.nn.positional.apply_rope`). ``window = w`` makes self-attention
+    local and causal: position ``p`` sees keys ``p − w < j ≤ p``
+    (:func:`~seqjax.nn.masks.sliding_window_mask`; Longformer/Mistral-style sliding
+    window), also when decoding with a cache, where ``p`` is the absolute position.
+    ``output_projection=False`` drops ``W^{(o)}``: the output is the concatenated heads
+    ``[B, Q, H·d]`` — with ``num_heads=1`` (and ``use_bias=False``) MEDL (7.24).
+
+    Call ``mha(inputs_q, inputs_kv=None, *, mask=None, bias=None, is_causal=False,
+    positions=None, kv_positions=None, lengths=None, kv_lengths=None, cache=None,
+    deterministic=True, return_weights=False)``:
+
+    * ``inputs_q``: ``[B, Q, D]``; ``inputs_kv``: ``[B, K, Dkv]`` (``None`` = self-attention);
+    * ``mask``: bool broadcastable to ``[B, H, Q, K]``; ``bias``: added to the scores;
+    * ``is_causal``: causal mask (self-attention; decoding with a cache is always causal,
+      and a ``window`` implies it);
+    * ``positions``: ``int[B, Q]`` RoPE positions of the queries (default
+      ``arange(Q)``, or ``cache.lengths[:, None] + arange(Q)`` when decoding);
+      in self-attention the keys share them; ``kv_positions`` for cross-attention keys;
+    * ``lengths``: ``int[B]`` real tokens in ``inputs_q`` (right padding): in
+      self-attention the padded keys are masked; padded query rows output
+      zeros; with a cache, each row's cache advances by its length (mixed-length prefill);
+    * ``kv_lengths``: ``int[B]`` real tokens in ``inputs_kv`` (cross-attention key padding);
+    * ``cache``: a :class:`KVCache` (self-attention only): the new keys/values
+      are written at each row's offset and the queries attend to the cache;
+    * ``kv``: ``(k [B, K, G, d], v [B, K, G, Dv])`` returned by an earlier call with
+      ``return_kv=True`` on the same ``inputs_kv`` (cross-attention only): the key and
+      value projections (with ``qk_norm`` and RoPE applied) are reused instead of
+      recomputed — a decoder step then costs ``O(K·d)`` instead of ``O(K·D·d)`` per head;
+    * returns ``out [B, Q, out_features]`` (``[B, Q, H·d]`` without the output
+      projection); ``(out, new_cache)`` with a cache;
+      ``(out, weights [B, H, Q, K])`` with ``return_weights``;
+      ``(out, new_cache, weights)`` with both; ``return_kv`` appends ``(k, v)`` last.
+
+    Parameters (stable names; Flax ``MultiHeadDotProductAttention`` layout):
+    ``query/kernel [D, H, d]``, ``key/kernel``, ``value/kernel [Dkv, G, d]``,
+    ``out/kernel [H, d, D']`` (and ``bias`` for each when ``use_bias``; no ``out`` without
+    the output projection);
+    ``query_norm/scale``, ``key_norm/scale [d]`` with ``qk_norm``.
+
+    Example (cached decoding):
+        >>> import jax
+        >>> mha = MultiHeadAttention(num_heads=4, head_dim=8, use_rope=True)
+        >>> x = jnp.ones((2, 5, 32))
+        >>> params = mha.init(jax.random.PRNGKey(0), x, is_causal=True)
+        >>> cache = mha.init_cache(batch=2, max_len=16)
+        >>> y, cache = mha.apply(params, x, cache=cache)          # prefill 5 tokens
+        >>> y1, cache = mha.apply(params, x[:, :1], cache=cache)  # one more step
+        >>> y1.shape, cache.lengths.tolist()
+        ((2, 1, 32), [6, 6])
+
+    Attributes:
+        num_heads: ``H``.
+        head_dim: ``d`` per head (default ``D // H``).
+        num_kv_heads: ``G`` key/value heads (default ``H``); must divide ``H``.
+        out_features: output size (default: ``D`` of ``inputs_q``).
+        use_bias: biases on the four projections.
+        dropout_rate: dropout on the attention weights (when ``deterministic=False``;
+            RNG stream ``dropout``).
+        qk_norm: RMS-normalise ``q`` and ``k`` per head.
+        use_rope: rotary position embedding on ``q`` and ``k``.
+        rope_base: RoPE ``base``; rope_layout: ``"halves"`` or ``"interleaved"``.
+        implementation: see :func:`dot_product_attention`.
+        dtype: compute dtype; param_dtype: storage dtype.
+        window: sliding-window size ``w`` of causal local self-attention (``None``: all
+            keys); see :func:`~seqjax.nn.masks.sliding_window_mask`.
+        output_projection: apply ``W^{(o)}`` (``out``); ``False`` returns the
+            concatenated heads (MEDL (7.24) with one head).
+
+    Example (MEDL (7.24): one head, no output matrix, no biases):
+        >>> sha = MultiHeadAttention(num_heads=1, use_bias=False, output_projection=False)
+        >>> x = jnp.ones((2, 5, 6))
+        >>> p = sha.init(jax.random.PRNGKey(0), x, is_causal=True)
+        >>> sorted(p["params"]), sha.apply(p, x, is_causal=True).shape
+        (['key', 'query', 'value'], (2, 5, 6))
+    """
+
+    num_heads: int
+    head_dim: int | None = None
+    num_kv_heads: int | None = None
+    out_features: int | None = None
+    use_bias: bool = True
+    dropout_rate: float = 0.0
+    qk_norm: bool = False
+    qk_norm_epsilon: float = 1e-6
+    use_rope: bool = False
+    rope_base: float = 10000.0
+    rope_layout: str = "halves"
+    scale: float | None = None
+    implementation: str = "auto"
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.lecun_normal()
+    out_kernel_init: Initializer | None = None
+    bias_init: Initializer = nn.initializers.zeros_init()
+    window: int | None = None
+    output_projection: bool = True
+
+    def _kv_heads(self) -> int:
+        g = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        if not isinstance(self.num_heads, int) or self.num_heads <= 0:
+            raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads!r}.")
+        if not isinstance(g, int) or g <= 0 or self.num_heads % g:
+            raise ValueError(
+                f"`num_kv_heads` must be a positive divisor of num_heads={self.num_heads}; "
+                f"got {g!r}."
+            )
+        return g
+
+    def _head_dim(self, features: int) -> int:
+        if self.head_dim is not None:
+            if not isinstance(self.head_dim, int) or self.head_dim <= 0:
+                raise ValueError(f"`head_dim` must be a positive int; got {self.head_dim!r}.")
+            return self.head_dim
+        if features % self.num_heads:
+            raise ValueError(
+                f"input size {features} is not divisible by num_heads={self.num_heads}; "
+                f"set `head_dim` explicitly."
+            )
+        return features // self.num_heads
+
+    def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> KVCache:
+        """An empty :class:`KVCache` for this layer (``[batch, max_len, G, d]``).
+
+        Needs ``head_dim`` set, or bound parameters (``mha.apply(params, batch,
+        max_len, method="init_cache")``) from which ``d`` is read.
+        """
+        g = self._kv_heads()
+        if self.head_dim is not None:
+            d = self._head_dim(0)
+        elif self.scope is not None and self.has_variable("params", "key"):
+            d = self.get_variable("params", "key")["kernel"].shape[-1]
+        else:
+            raise ValueError(
+                "init_cache needs `head_dim` set on the module, or bound parameters "
+                "(mha.apply(params, batch, max_len, method='init_cache'))."
+            )
+        dtype = dtype or self.dtype or self.param_dtype
+        return KVCache.create(batch, max_len, g, d, dtype)
+
+    @nn.compact
+    def __call__(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None = None,
+        *,
+        mask: Any = None,
+        bias: Any = None,
+        is_causal: bool = False,
+        positions: Any = None,
+        kv_positions: Any = None,
+        lengths: Any = None,
+        kv_lengths: Any = None,
+        cache: KVCache | None = None,
+        deterministic: bool = True,
+        return_weights: bool = False,
+        kv: tuple[Array, Array] | None = None,
+        return_kv: bool = False,
+    ) -> Any:
+        check_rank(inputs_q, "inputs_q", 3)
+        b, q_len, features = inputs_q.shape
+        self_attention = inputs_kv is None
+        x_kv = inputs_q if self_attention else inputs_kv
+        check_rank(x_kv, "inputs_kv", 3)
+        if x_kv.shape[0] != b:
+            raise ValueError(
+                f"`inputs_kv` must have batch size {b} like `inputs_q`; got shape {x_kv.shape}."
+            )
+        if cache is not None and not self_attention:
+            raise ValueError(
+                "`cache` is for self-attention only; for cross-attention pass the encoder "
+                "output as `inputs_kv`, and reuse its projection with `kv` / `return_kv`."
+            )
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"`cache` must be a KVCache; got {type(cache).__name__}.")
+        if cache is not None and cache.k.shape[0] != b:
+            raise ValueError(
+                f"`cache` must hold batch size {b} like `inputs_q`; got a cache of shape "
+                f"{tuple(cache.k.shape)} (from init_cache(batch={cache.k.shape[0]}, ...))."
+            )
+        if self.window is not None:
+            check_positive_int(self.window, "window")
+            if not self_attention:
+                raise ValueError(
+                    "`window` (sliding-window attention) is for self-attention; got "
+                    "`inputs_kv` (cross-attention)."
+                )
+        if not self.output_projection and self.out_features is not None:
+            raise ValueError(
+                f"`out_features` ({self.out_features}) needs the output projection; got "
+                "output_projection=False (the output is the concatenated heads, H·d wide)."
+            )
+        if self.rope_layout not in ("halves", "interleaved"):
+            raise ValueError(
+                f"`rope_layout` must be 'halves' or 'interleaved'; got {self.rope_layout!r}."
+            )
+        wq = bound_param_shape(self, "query", "kernel")
+        check_features(inputs_q, "inputs_q", None if wq is None else wq[0])
+        if kv is None and not self_attention:
+            wk = bound_param_shape(self, "key", "kernel")
+            check_features(x_kv, "inputs_kv", None if wk is None else wk[0])
+        h, g = self.num_heads, self._kv_heads()
+        d = self._head_dim(features)
+        out_features = features if self.out_features is None else self.out_features
+
+        def proj(heads: int, name: str) -> DenseGeneral:
+            return DenseGeneral(
+                features=(heads, d), axis=-1, use_bias=self.use_bias, dtype=self.dtype,
+                param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+                bias_init=self.bias_init, name=name,
+            )
+
+        q_BxQxHxD = proj(h, "query")(inputs_q)
+        if kv is not None:  # cross-attention keys/values projected by an earlier call
+            if self_attention:
+                raise ValueError("`kv` is for cross-attention: pass `inputs_kv` as well.")
+            k_BxKxGxD, v_BxKxGxD = kv
+            want = (b, x_kv.shape[1], g, d)
+            if tuple(k_BxKxGxD.shape) != want or tuple(v_BxKxGxD.shape[:3]) != want[:3]:
+                raise ValueError(
+                    f"`kv` must hold keys of shape {want} (and values [B, K, G, Dv]) for "
+                    f"`inputs_kv` of shape {tuple(x_kv.shape)}; got "
+                    f"{tuple(k_BxKxGxD.shape)} and {tuple(v_BxKxGxD.shape)}."
+                )
+        else:
+            k_BxKxGxD = proj(g, "key")(x_kv)
+            v_BxKxGxD = proj(g, "value")(x_kv)
+        if self.qk_norm:
+            q_BxQxHxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype,
+                                     name="query_norm")(q_BxQxHxD)
+            if kv is None:
+                k_BxKxGxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype,
+                                         name="key_norm")(k_BxKxGxD)
+
+        if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", b, q_len)
+        if kv_lengths is not None:
+            if self_attention:
+                raise ValueError("`kv_lengths` is for cross-attention; use `lengths`.")
+            kv_lengths = check_lengths(kv_lengths, "kv_lengths", b, x_kv.shape[1])
+        if self.use_rope:
+            if positions is None:
+                start = cache.lengths[:, None] if cache is not None else 0
+                positions = start + jnp.arange(q_len, dtype=jnp.int32)[None, :]
+            q_BxQxHxD = apply_rope(q_BxQxHxD, positions, self.rope_base, self.rope_layout)
+            if self_attention:
+                kv_pos = positions
+            else:
+                kv_pos = kv_positions
+            if kv is None:
+                k_BxKxGxD = apply_rope(k_BxKxGxD, kv_pos, self.rope_base, self.rope_layout)
+        projected_kv = (k_BxKxGxD, v_BxKxGxD)
+
+        if cache is not None:
+            attn_mask = cache.attention_mask(q_len, window=self.window)
+            cache = cache.update(k_BxKxGxD, v_BxKxGxD, lengths)
+            k_BxKxGxD, v_BxKxGxD = cache.k, cache.v
+        else:
+            attn_mask = None
+            if lengths is not None and self_attention:
+                attn_mask = combine_masks(attn_mask, padding_mask(lengths, q_len)[:, None, None])
+        if kv_lengths is not None:
+            key_valid = padding_mask(kv_lengths, x_kv.shape[1])
+            attn_mask = combine_masks(attn_mask, key_valid[:, None, None, :])
+        if mask is not None:
+            mask = jnp.asarray(mask)
+            check_bool(mask, "mask")
+            # Checked before it meets the masks built from lengths/kv_lengths/cache, so a
+            # wrong shape is reported as `mask`'s, against the keys it must cover.
+            check_broadcast(mask, "mask", (b, h, q_len, k_BxKxGxD.shape[1]))
+        attn_mask = combine_masks(attn_mask, mask)
+
+        use_dropout = self.dropout_rate > 0.0 and not deterministic
+        result = dot_product_attention(
+            q_BxQxHxD, k_BxKxGxD, v_BxKxGxD, mask=attn_mask, bias=bias, scale=self.scale,
+            is_causal=is_causal and cache is None,
+            window=self.window if cache is None else None,  # with a cache: in attn_mask
+            implementation=self.implementation,
+            dropout_rate=self.dropout_rate if use_dropout else 0.0,
+            dropout_rng=self.make_rng("dropout") if use_dropout else None,
+            return_weights=return_weights,
+        )
+        attn_BxQxHxD, weights = result if return_weights else (result, None)
+        if self.output_projection:
+            out_BxQxF = DenseGeneral(
+                features=out_features, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
+                param_dtype=self.param_dtype, kernel_init=self.out_kernel_init or self.kernel_init,
+                bias_init=self.bias_init, name="out",
+            )(attn_BxQxHxD)
+        else:  # Concat[H_1, ..., H_H]: [B, Q, H·Dv]
+            out_BxQxF = attn_BxQxHxD.reshape(b, q_len, -1)
+        if lengths is not None:
+            valid_BxQ = padding_mask(lengths, q_len)
+            out_BxQxF = jnp.where(valid_BxQ[..., None], out_BxQxF, jnp.zeros((), out_BxQxF.dtype))
+
+        outputs: tuple[Any, ...] = (out_BxQxF,)
+        if cache is not None:
+            outputs += (cache,)
+        if return_weights:
+            outputs += (weights,)
+        if return_kv:
+            outputs += (projected_kv,)
+        return outputs[0] if len(outputs) == 1 else outputs

@@ -1,0 +1,365 @@
+r"""Score functions and RNN attention (Bahdanau/Luong), and parameter-free self-attention.
+
+A score ``s(z_q, z_k)`` per query/key pair, weights ``α = softmax_τ s(z_q, z_k^τ)``
+and the context ``u = Σ_τ α_τ v^τ`` (MEDL (7.20)–(7.21)):
+
+* :func:`dot_score`, :func:`scaled_dot_score`, :func:`general_score`,
+  :func:`concat_score`, :func:`additive_score` — the scores of MEDL (7.21);
+* :class:`Attention` — the module (Bahdanau: query = previous decoder state;
+  Luong: query = current state; MEDL Fig. 7.10, (7.22));
+* :func:`simple_self_attention` — the parameter-free self-attention
+  ``Y = Softmax[X Xᵀ] X`` (Bishop (12.5)–(12.6); J&M (9.30)–(9.33); MEDL (7.23)).
+
+Shapes: ``z_q [..., Q, Dq]``, ``z_k [..., K, Dk]`` → scores ``[..., Q, K]``.
+Row vectors (Flax kernels are the transposes of MEDL's ``W``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import (
+    bound_param_shape,
+    check_bool,
+    check_features,
+    check_lengths,
+    check_rank,
+)
+from seqjax.nn.attention.softmax import masked_softmax
+from seqjax.nn.masks import causal_mask, combine_masks, padding_mask
+
+Array = jax.Array
+Dtype = Any
+Initializer = Callable[..., Array]
+
+__all__ = [
+    "SCORE_FUNCTIONS",
+    "dot_score",
+    "scaled_dot_score",
+    "general_score",
+    "concat_score",
+    "additive_score",
+    "Attention",
+    "simple_self_attention",
+]
+
+
+def dot_score(z_q: Any, z_k: Any) -> Array:
+    r"""Dot-product score ``s(z_q, z_k) = z_qᵀ z_k`` (MEDL §7.4 default; Luong "dot").
+
+    ``[..., Q, D], [..., K, D] -> [..., Q, K]``.
+
+    Example:
+        >>> dot_score(jnp.ones((1, 2, 3)), jnp.ones((1, 4, 3))).shape
+        (1, 2, 4)
+    """
+    z_q, z_k = jnp.asarray(z_q), jnp.asarray(z_k)
+    if z_q.shape[-1] != z_k.shape[-1]:
+        raise ValueError(
+            f"dot score needs equal query and key sizes (m_q = m_k); got z_q {z_q.shape} "
+            f"and z_k {z_k.shape}."
+        )
+    return jnp.einsum("...qd,...kd->...qk", z_q, z_k)
+
+
+def scaled_dot_score(z_q: Any, z_k: Any, scale: float | None = None) -> Array:
+    r"""Scaled dot-product score ``z_qᵀ z_k / √d_k`` (Bishop (12.14); J&M (9.39); MEDL §7.4).
+
+    ``scale`` overrides ``1/√d_k``. Slides' example: scores 112 and 96 with
+    ``d_k = 64`` become 14 and 12, softmax 0.88 / 0.12.
+
+    Example:
+        >>> q = jnp.ones((1, 64)); k = jnp.stack([jnp.full(64, 1.75), jnp.full(64, 1.5)])
+        >>> scaled_dot_score(q, k)  # q·k = 112, 96
+        Array([[14., 12.]], dtype=float32)
+    """
+    z_q = jnp.asarray(z_q)
+    scale = 1.0 / math.sqrt(z_q.shape[-1]) if scale is None else scale
+    return dot_score(z_q, z_k) * scale
+
+
+def general_score(z_q: Any, z_k: Any, w_s: Any) -> Array:
+    r"""General (bilinear) score ``s = z_qᵀ W_s z_k``, ``W_s ∈ ℝ^{m_q×m_k}`` (MEDL (7.21); Luong).
+
+    ``[..., Q, Dq], [..., K, Dk], [Dq, Dk] -> [..., Q, K]``.
+
+    Example:
+        >>> general_score(jnp.ones((2, 3)), jnp.ones((4, 5)), jnp.eye(3, 5)).shape
+        (2, 4)
+    """
+    z_q, z_k, w_s = jnp.asarray(z_q), jnp.asarray(z_k), jnp.asarray(w_s)
+    check_rank(w_s, "w_s", 2)
+    if w_s.shape != (z_q.shape[-1], z_k.shape[-1]):
+        raise ValueError(
+            f"`w_s` must have shape (m_q, m_k) = {(z_q.shape[-1], z_k.shape[-1])}; got {w_s.shape}."
+        )
+    return jnp.einsum("...qd,...kd->...qk", z_q @ w_s, z_k)
+
+
+def additive_score(z_q: Any, z_k: Any, w_a: Any, w_b: Any, w_s: Any) -> Array:
+    r"""Additive score ``s = w_sᵀ tanh(W_a z_q + W_b z_k)`` (MEDL (7.21); Bahdanau et al. 2015).
+
+    Row-vector kernels: ``w_a: [Dq, M]`` (``W_aᵀ``), ``w_b: [Dk, M]``, ``w_s: [M]``.
+    ``[..., Q, Dq], [..., K, Dk] -> [..., Q, K]``; the ``[..., Q, K, M]``
+    intermediate is materialised.
+
+    Example:
+        >>> additive_score(jnp.ones((2, 3)), jnp.ones((4, 5)), jnp.ones((3, 6)),
+        ...                jnp.ones((5, 6)), jnp.ones(6)).shape
+        (2, 4)
+    """
+    z_q, z_k = jnp.asarray(z_q), jnp.asarray(z_k)
+    w_a, w_b, w_s = jnp.asarray(w_a), jnp.asarray(w_b), jnp.asarray(w_s)
+    check_rank(w_s, "w_s", 1)
+    m = w_s.shape[0]
+    if w_a.shape != (z_q.shape[-1], m):
+        raise ValueError(f"`w_a` must have shape {(z_q.shape[-1], m)}; got {w_a.shape}.")
+    if w_b.shape != (z_k.shape[-1], m):
+        raise ValueError(f"`w_b` must have shape {(z_k.shape[-1], m)}; got {w_b.shape}.")
+    hq = (z_q @ w_a)[..., :, None, :]
+    hk = (z_k @ w_b)[..., None, :, :]
+    return jnp.tanh(hq + hk) @ w_s
+
+
+def concat_score(z_q: Any, z_k: Any, w_c: Any, w_s: Any) -> Array:
+    r"""Concatenation score ``s = w_sᵀ tanh(W̃_s [z_q; z_k])`` (MEDL (7.21); Luong "concat").
+
+    ``w_c: [Dq + Dk, M]`` is ``W̃_sᵀ``; computed without materialising the
+    concatenation, as ``tanh(z_q W_c[:Dq] + z_k W_c[Dq:])`` (Bishop Ex. 12.9:
+    a linear map of a concatenation is a sum of linear maps).
+
+    Example:
+        >>> concat_score(jnp.ones((2, 3)), jnp.ones((4, 5)), jnp.ones((8, 6)), jnp.ones(6)).shape
+        (2, 4)
+    """
+    z_q = jnp.asarray(z_q)
+    w_c = jnp.asarray(w_c)
+    check_rank(w_c, "w_c", 2)
+    dq, dk = z_q.shape[-1], jnp.shape(z_k)[-1]
+    if w_c.shape[0] != dq + dk:
+        raise ValueError(f"`w_c` must have {dq + dk} rows (m_q + m_k); got shape {w_c.shape}.")
+    return additive_score(z_q, z_k, w_c[:dq], w_c[dq:], w_s)
+
+
+SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "concat", "additive")
+
+
+class Attention(nn.Module):
+    r"""General (RNN) attention with a choice of score: returns ``(context, weights)``.
+
+    .. math::
+        \alpha^{\langle t\rangle} = \mathrm{softmax}_\tau\, s(z_q^{\langle t\rangle},
+            z_k^{\langle\tau\rangle}),\qquad
+        u^{\langle t\rangle} = \sum_\tau \alpha^{\langle t\rangle}_\tau v^{\langle\tau\rangle}
+
+    MEDL (7.20)–(7.21) (non-causal form), with ``score`` one of
+
+    * ``"dot"``: ``z_qᵀ z_k``; ``"scaled_dot"``: ``z_qᵀ z_k / √m`` (``m = m_k``);
+    * ``"general"``: ``z_qᵀ W_s z_k`` (param ``kernel``: ``[m_q, m_k]``);
+    * ``"concat"``: ``w_sᵀ tanh(W̃_s [z_q; z_k])`` (params ``kernel``: ``[m_q+m_k, m̃]``,
+      ``v``: ``[m̃]``);
+    * ``"additive"``: ``w_sᵀ tanh(W_a z_q + W_b z_k)`` (params ``query_kernel``:
+      ``[m_q, m̃]``, ``key_kernel``: ``[m_k, m̃]``, ``v``: ``[m̃]``).
+
+    General/concat are Luong et al. 2015 (query = current decoder state
+    ``s^{⟨t⟩}``); additive is Bahdanau et al. 2015 (query = previous state
+    ``s^{⟨t-1⟩}``, MEDL Fig. 7.10, (7.22)). The module is agnostic to timing:
+    the decoder chooses which state it passes.
+
+    Call: ``attn(query, keys, values=None, *, mask=None, lengths=None)``
+
+    * ``query``: ``[B, Dq]`` (one decoder step) or ``[B, Q, Dq]``;
+    * ``keys``: ``[B, K, Dk]``; ``values``: ``[B, K, Dv]`` (default: ``keys``,
+      MEDL §7.4 "keys = values");
+    * ``mask``: ``bool[B, K]`` or ``bool[B, Q, K]``; ``lengths``: ``int[B]`` key lengths;
+    * returns ``context``: ``[B, Dv]`` / ``[B, Q, Dv]`` and ``weights`` (float32)
+      ``[B, K]`` / ``[B, Q, K]``, each row summing to 1 over the visible keys
+      (zeros when none is visible).
+
+    Example:
+        >>> import jax
+        >>> attn = Attention(score="additive", hidden=8)
+        >>> s, enc = jnp.ones((2, 4)), jnp.ones((2, 5, 6))
+        >>> params = attn.init(jax.random.PRNGKey(0), s, enc)
+        >>> ctx, w = attn.apply(params, s, enc, lengths=jnp.array([5, 3]))
+        >>> ctx.shape, w.shape, w.sum(-1).round(4).tolist()
+        ((2, 6), (2, 5), [1.0, 1.0])
+
+    Attributes:
+        score: one of ``SCORE_FUNCTIONS``.
+        hidden: ``m̃``, the hidden size of concat/additive scores (default ``m_k``).
+        scale: overrides ``1/√m_k`` for ``"scaled_dot"``.
+    """
+
+    score: str = "dot"
+    hidden: int | None = None
+    scale: float | None = None
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.lecun_normal()
+    v_init: Initializer = nn.initializers.normal(stddev=0.1)
+
+    @nn.compact
+    def __call__(
+        self,
+        query: Array,
+        keys: Array,
+        values: Array | None = None,
+        *,
+        mask: Any = None,
+        lengths: Any = None,
+    ) -> tuple[Array, Array]:
+        if self.score not in SCORE_FUNCTIONS:
+            raise ValueError(f"`score` must be one of {SCORE_FUNCTIONS}; got {self.score!r}.")
+        check_rank(query, "query", (2, 3))
+        check_rank(keys, "keys", 3)
+        values = keys if values is None else values
+        check_rank(values, "values", 3)
+        single = query.ndim == 2
+        q_BxQxD = query[:, None, :] if single else query
+        b, k_len, dk = keys.shape
+        if q_BxQxD.shape[0] != b or values.shape[0] != b:
+            raise ValueError(
+                f"`query`, `keys` and `values` must share the batch size; got {query.shape}, "
+                f"{keys.shape}, {values.shape}."
+            )
+        if values.shape[1] != k_len:
+            raise ValueError(
+                f"`values` must have {k_len} steps like `keys`; got shape {values.shape}."
+            )
+        dq = q_BxQxD.shape[-1]
+        self._check_sizes(query, keys)
+        hidden = dk if self.hidden is None else self.hidden
+        q_BxQxD, keys, values = nn.dtypes.promote_dtype(q_BxQxD, keys, values, dtype=self.dtype)
+
+        def param(name: str, init: Initializer, shape: tuple[int, ...]) -> Array:
+            p = self.param(name, init, shape, self.param_dtype)
+            return jnp.asarray(p, q_BxQxD.dtype)
+
+        if self.score == "dot":
+            s_BxQxK = dot_score(q_BxQxD, keys)
+        elif self.score == "scaled_dot":
+            s_BxQxK = scaled_dot_score(q_BxQxD, keys, self.scale)
+        elif self.score == "general":
+            s_BxQxK = general_score(q_BxQxD, keys, param("kernel", self.kernel_init, (dq, dk)))
+        elif self.score == "concat":
+            w_c = param("kernel", self.kernel_init, (dq + dk, hidden))
+            s_BxQxK = concat_score(q_BxQxD, keys, w_c, param("v", self.v_init, (hidden,)))
+        else:
+            w_a = param("query_kernel", self.kernel_init, (dq, hidden))
+            w_b = param("key_kernel", self.kernel_init, (dk, hidden))
+            s_BxQxK = additive_score(q_BxQxD, keys, w_a, w_b, param("v", self.v_init, (hidden,)))
+
+        key_mask = None
+        if mask is not None:
+            mask = jnp.asarray(mask)
+            check_bool(mask, "mask")
+            check_rank(mask, "mask", (2, 3))
+            if mask.ndim == 3 and mask.shape[1] != q_BxQxD.shape[1]:
+                raise ValueError(
+                    f"`mask` must have {q_BxQxD.shape[1]} query rows like `query`; got shape "
+                    f"{mask.shape}."
+                )
+            key_mask = mask[:, None, :] if mask.ndim == 2 else mask
+            if key_mask.shape[-1] != k_len:
+                raise ValueError(f"`mask` must have {k_len} keys; got shape {mask.shape}.")
+        if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", b, k_len)
+            key_mask = combine_masks(key_mask, padding_mask(lengths, k_len)[:, None, :])
+        w_BxQxK = masked_softmax(s_BxQxK, key_mask)
+        ctx_BxQxV = jnp.einsum("bqk,bkv->bqv", w_BxQxK.astype(values.dtype), values)
+        if single:
+            return ctx_BxQxV[:, 0], w_BxQxK[:, 0]
+        return ctx_BxQxV, w_BxQxK
+
+    def _check_sizes(self, query: Array, keys: Array) -> None:
+        """Query/key sizes against the bound score parameters (or each other for dot)."""
+        dq, dk = query.shape[-1], keys.shape[-1]
+        if self.score in ("dot", "scaled_dot"):
+            if dq != dk:
+                raise ValueError(
+                    f"`query` must have the feature size of `keys` (m_q = m_k = {dk}) for the "
+                    f"{self.score!r} score; got shape {tuple(query.shape)}."
+                )
+            return
+        if self.score == "general":
+            w = bound_param_shape(self, "kernel")
+            want_q, want_k = (None, None) if w is None else w
+        elif self.score == "additive":
+            wq, wk = bound_param_shape(self, "query_kernel"), bound_param_shape(self, "key_kernel")
+            want_q, want_k = (None if wq is None else wq[0]), (None if wk is None else wk[0])
+        else:  # concat: kernel [m_q + m_k, hidden]; only the sum is known
+            w = bound_param_shape(self, "kernel")
+            if w is not None and dq + dk != w[0]:
+                raise ValueError(
+                    f"`query` and `keys` must have {w[0]} features together (the sizes the "
+                    f"'concat' kernel was created with); got {dq} + {dk} (shapes "
+                    f"{tuple(query.shape)}, {tuple(keys.shape)})."
+                )
+            return
+        check_features(query, "query", want_q)
+        check_features(keys, "keys", want_k)
+
+
+def simple_self_attention(
+    x: Any, *, is_causal: bool = False, mask: Any = None, return_weights: bool = False
+) -> Array | tuple[Array, Array]:
+    r"""Parameter-free self-attention ``Y = Softmax[X Xᵀ] X``: queries = keys = values = ``X``.
+
+    .. math::
+        a_{nm} = \frac{\exp(x_n^\top x_m)}{\sum_{m'} \exp(x_n^\top x_{m'})},\qquad
+        y_n = \sum_m a_{nm}\, x_m,\qquad Y = \mathrm{Softmax}[X X^\top]\, X
+
+    Bishop (12.5)–(12.6), non-causal (the default; ``Softmax`` normalises rows).
+    With ``is_causal=True`` the sums run over ``m ≤ n``: J&M (9.30)–(9.33)
+    (``score(x_i, x_j) = x_i · x_j``, ``y_i = Σ_{j≤i} α_ij x_j``) and MEDL (7.23)
+    ("simple" self-attention, ``z_q = z_k = v = x``). The score is the *unscaled*
+    dot product, as in all three sources (no ``1/√D``; compare
+    :func:`dot_product_attention`). Bishop (12.7)–(12.9) note its weakness: the score
+    matrix ``X Xᵀ`` is symmetric and nothing is learned — the projections of
+    :class:`~seqjax.nn.attention.MultiHeadAttention` remove both.
+
+    Softmax runs in float32; a row whose keys are all masked is zero (``mask``:
+    boolean, broadcastable to ``[..., T, T]``, ``True`` = attend).
+
+    Args:
+        x: ``[..., T, D]`` (e.g. ``[B, T, D]`` or one sequence ``[T, D]``).
+        is_causal: keep ``m ≤ n`` only (:func:`~seqjax.nn.masks.causal_mask`).
+        mask: optional extra mask.
+        return_weights: also return ``A = [a_nm]``, ``[..., T, T]`` (float32).
+
+    Returns:
+        ``Y [..., T, D]`` in ``x``'s dtype, or ``(Y, A)``.
+
+    Example:
+        >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+        >>> y, a = simple_self_attention(x, is_causal=True, return_weights=True)
+        >>> a.round(3).tolist(), y.round(3).tolist()
+        ([[1.0, 0.0], [0.269, 0.731]], [[1.0, 0.0], [0.269, 0.731]])
+    """
+    x = jnp.asarray(x)
+    if x.ndim < 2:
+        raise ValueError(f"`x` must have rank >= 2 ([..., T, D]); got shape {x.shape}.")
+    t = x.shape[-2]
+    scores = dot_score(x, x)  # [..., T, T]: x_n · x_m
+    if mask is not None:
+        mask = jnp.asarray(mask)
+        check_bool(mask, "mask")
+        try:
+            jnp.broadcast_shapes(mask.shape, scores.shape)
+        except ValueError:
+            raise ValueError(
+                f"`mask` must broadcast to [..., T, T] = {list(scores.shape)}; got shape "
+                f"{mask.shape}."
+            ) from None
+    if is_causal:
+        mask = combine_masks(mask, causal_mask(t))
+    a = masked_softmax(scores, mask)
+    y = jnp.einsum("...nm,...md->...nd", a, x.astype(jnp.float32)).astype(x.dtype)
+    return (y, a) if return_weights else y
