@@ -16,6 +16,13 @@ CELLS = [
     pytest.param(lambda: GRUCell(H, reset_after=False), id="gru_before"),
 ]
 LENGTHS = np.array([6, 3, 0, 1], np.int32)
+# More cells with a layer kernel: its bias-free and other-activation forms.
+KERNEL_VARIANTS = [
+    pytest.param(lambda: ElmanCell(H, use_bias=False, activation=jax.nn.sigmoid),
+                 id="elman_nobias_sigmoid"),
+    pytest.param(lambda: LSTMCell(H, use_bias=False), id="lstm_nobias"),
+    pytest.param(lambda: GRUCell(H, use_bias=False), id="gru_nobias"),
+]
 
 
 @pytest.fixture
@@ -266,12 +273,12 @@ def test_bf16_compute_close_to_fp32(make_cell, x):
     np.testing.assert_allclose(np.asarray(y16, np.float32), y32, atol=5e-2)
 
 
-@pytest.mark.parametrize("make_cell", CELLS[:3])
+@pytest.mark.parametrize("make_cell", CELLS[:3] + KERNEL_VARIANTS)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
-    """The fused scan's hand-written VJP == autodiff of the generic nn.scan path."""
+    """The layer kernels' hand-written VJPs == autodiff of the plain nn.scan of the step."""
     cell = make_cell()
-    fused = RNN(cell, reverse=reverse, return_carry=True)
+    fused = RNN(cell, reverse=reverse, return_carry=True, implementation="fused")
     generic = RNN(cell, reverse=reverse, return_carry=True, implementation="scan")
     v = _init(fused, x)
     c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
@@ -344,3 +351,71 @@ def test_bf16_gradients_close_to_fp32(make_cell, x):
         np.testing.assert_allclose(a, b, atol=0.15, rtol=0.1)
 
 
+
+
+def test_implementation_switch_errors_and_deprecated_fused(x):
+    rnn = RNN(LSTMCell(H))
+    v = _init(rnn, x)
+    with pytest.raises(ValueError, match="implementation"):
+        RNN(LSTMCell(H), implementation="fast").apply(v, x)
+    with pytest.raises(ValueError, match="GPU"):
+        RNN(LSTMCell(H), implementation="cudnn").apply(v, x)
+    with pytest.raises(ValueError, match="LSTM cell"):
+        RNN(LSTMCell(H), implementation="cudnn", reverse=True).apply(v, x)
+    with pytest.raises(ValueError, match="no `resets`"):
+        RNN(LSTMCell(H), implementation="fused").apply(v, x, resets=jnp.zeros((B, T), bool))
+    gru = RNN(GRUCell(H, reset_after=False), implementation="fused")
+    with pytest.raises(ValueError, match="layer kernel"):
+        gru.apply(_init(RNN(GRUCell(H, reset_after=False)), x), x)
+    with pytest.warns(DeprecationWarning, match="fused"):
+        y_old = RNN(LSTMCell(H), fused=False).apply(v, x, lengths=LENGTHS)
+    y_scan = RNN(LSTMCell(H), implementation="scan").apply(v, x, lengths=LENGTHS)
+    np.testing.assert_array_equal(y_old, y_scan)
+    with pytest.warns(DeprecationWarning, match="initial_carries"):
+        stack = StackedRNN(H, num_layers=1)
+        c0 = LSTMCell(H).initialize_carry(None, (B, P))
+        stack.apply(_init(stack, x), x, initial_carries=[c0])
+
+
+def _lstm_ref_as_cudnn(calls):
+    """jax.experimental.rnn.lstm on CPU: its reference LSTM on the same packed weights."""
+    from jax.experimental import rnn as jrnn
+
+    def lstm(x, h0, c0, w, seq_lengths, input_size, hidden_size, num_layers, dropout,
+             bidirectional):
+        calls.append((num_layers, bidirectional))
+        W_ih, W_hh, b_ih, b_hh = jrnn.unpack_lstm_weights(w, input_size, hidden_size,
+                                                           num_layers, bidirectional)
+        return jrnn.lstm_ref(x, h0, c0, W_ih, W_hh, b_ih, b_hh, seq_lengths, input_size,
+                             hidden_size, num_layers, dropout, bidirectional)
+
+    return lstm
+
+
+def test_rnn_cudnn_layer_equals_the_fused_kernel(monkeypatch, x):
+    """RNN(implementation="cudnn") (and "auto" on a GPU) packs the cell's layer_weights for
+    cuDNN and returns the carry in the cell's layout; checked on CPU through jax's
+    reference LSTM, which has cuDNN's semantics."""
+    from jax.experimental import rnn as jrnn
+
+    import seqjax.nn.recurrent as recurrent
+
+    calls = []
+    monkeypatch.setattr(recurrent, "_on_gpu", lambda: True)
+    monkeypatch.setattr(jrnn, "lstm", _lstm_ref_as_cudnn(calls))
+    cell = LSTMCell(H)
+    v = _init(RNN(cell, implementation="fused"), x)
+    c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
+    want = RNN(cell, implementation="fused", return_carry=True).apply(v, x, initial_carry=c0)
+    for impl in ("cudnn", "auto"):
+        got = RNN(cell, implementation=impl, return_carry=True).apply(v, x, initial_carry=c0)
+        _tree_close(got, want)
+    tm = RNN(cell, implementation="cudnn", time_major=True).apply(v, jnp.swapaxes(x, 0, 1))
+    np.testing.assert_allclose(jnp.swapaxes(tm, 0, 1), RNN(cell).apply(v, x), atol=1e-5)
+    assert calls == [(1, False)] * 4  # cudnn, auto, time-major cudnn, auto
+    # "auto" keeps the kernel where cuDNN does not apply: reverse, resets, GRU, bf16.
+    RNN(cell, reverse=True).apply(v, x)
+    RNN(cell).apply(v, x, resets=jnp.zeros((B, T), bool))
+    RNN(cell.clone(dtype=jnp.bfloat16)).apply(v, x)
+    RNN(GRUCell(H)).apply(_init(RNN(GRUCell(H)), x), x)
+    assert len(calls) == 4
