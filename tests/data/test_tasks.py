@@ -258,5 +258,5 @@ def test_missing_optional_package_names_the_extra(monkeypatch, module, call):
     import sys
 
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
-    with pytest.raises(ImportError, match=r"pip install seqjax\[data\]"):
+    with pytest.raises(ImportError, match=r'pip install "seqjax\[data\]"'):
         call()
