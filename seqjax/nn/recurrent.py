@@ -321,14 +321,17 @@ def _cudnn_layer(
         lengths = jnp.full((batch,), num_steps, jnp.int32)
     c0, h0 = carry
     w = _cudnn_pack([(weights.input_kernel, weights.bias, weights.recurrent_kernel)])
+    # A row of length 0 keeps its initial carry (cuDNN is given at least one step).
     y, h_n, c_n = jrnn.lstm(
         x_BxTxP.astype(jnp.float32), h0[None].astype(jnp.float32),
-        c0[None].astype(jnp.float32), w, lengths, input_size=in_features, hidden_size=hidden,
-        num_layers=1, dropout=0.0, bidirectional=False,
+        c0[None].astype(jnp.float32), w, jnp.maximum(lengths, 1), input_size=in_features,
+        hidden_size=hidden, num_layers=1, dropout=0.0, bidirectional=False,
     )
     valid = (jnp.arange(num_steps)[None, :] < lengths[:, None])[..., None]
     y = jnp.where(valid, y, 0.0).astype(x_BxTxP.dtype)
-    return (c_n[0].astype(c0.dtype), h_n[0].astype(h0.dtype)), y
+    ran = (lengths > 0)[:, None]
+    return (jnp.where(ran, c_n[0], c0).astype(c0.dtype),
+            jnp.where(ran, h_n[0], h0).astype(h0.dtype)), y
 
 
 _MERGES: dict[str, Callable[[Array, Array], Array]] = {
