@@ -80,6 +80,8 @@ def pallas_attention(q, k, v, mask, bias, is_causal, scale):
     key-padding mask (``[B, 1, 1, K]``) becomes segment ids — the scores are never
     materialised; any other mask is added to the bias as ``MASKED``. Rows with no
     visible key (by the mask, or a bias of ``−∞`` on the whole row) are zeroed after.
+    Fewer than 128 keys are padded to 128 masked keys: the kernel's backward pass
+    tiles the keys in 128-lane blocks.
     Must equal ``dot_product_attention(..., implementation="reference")``.
     """
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
@@ -100,7 +102,16 @@ def pallas_attention(q, k, v, mask, bias, is_causal, scale):
         if mask is not None:
             ab = ab + jnp.where(mask, 0.0, MASKED)
         ab = ab.astype(q.dtype)
-    block_q, block_k = min(128, q_len), min(128, k_len)
+    pad = -k_len % 128  # > 0 only below 128 keys (pallas_unsupported)
+    if pad:
+        k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (k, v))
+        if ab is not None:
+            ab = jnp.pad(ab, ((0, 0),) * 3 + ((0, pad),), constant_values=MASKED)
+        else:
+            kv_ids = jnp.zeros((b, k_len), jnp.int32) if segment_ids is None else segment_ids.kv
+            segment_ids = fa.SegmentIds(q=jnp.zeros((b, q_len), jnp.int32),
+                                        kv=jnp.pad(kv_ids, ((0, 0), (0, pad)), constant_values=1))
+    block_q, block_k = min(128, q_len), k_len + pad
     sizes = fa.BlockSizes(
         block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1,
         block_q_major_dkv=block_q, block_k_major_dkv=block_k, block_k_dkv=block_k,

@@ -75,6 +75,8 @@ def _slice_qk(x5: Array | None, q0: int, q1: int, k1: int) -> Array | None:
     """Rows ``q0:q1`` and columns ``:k1`` of a grouped mask/bias (size-1 axes broadcast)."""
     if x5 is None:
         return None
+    if x5.ndim < 5:  # a causal block mask alone is [n, K]
+        x5 = x5.reshape((1,) * (5 - x5.ndim) + x5.shape)
     if x5.shape[3] != 1:
         x5 = x5[:, :, :, q0:q1]
     if x5.shape[4] != 1:

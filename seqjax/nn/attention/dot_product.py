@@ -45,8 +45,9 @@ def reference_attention(q: Array, k: Array, v: Array, mask: Array | None, bias: 
                         dropout_rng: Array | None, return_weights: bool) -> Any:
     r"""The definition: ``softmax(Q Kᵀ·scale + B + M) V`` with K/V repeated to every query head.
 
-    Plain ``einsum`` in float32 and :func:`~seqjax.nn.attention.checks.masked_weights`
-    (the empty-row rule), differentiated by plain autodiff — no custom VJP, so
+    Plain ``einsum`` in float32 (float64 for float64 inputs) and
+    :func:`~seqjax.nn.attention.checks.masked_weights` (the empty-row rule),
+    differentiated by plain autodiff — no custom VJP, so
     ``jax.test_util.check_grads`` checks it against finite differences and every
     other kernel's gradients are checked against it. Arguments as
     :func:`dot_product_attention` after its checks (``mask``/``bias`` broadcastable
@@ -58,11 +59,12 @@ def reference_attention(q: Array, k: Array, v: Array, mask: Array | None, bias: 
     groups = q.shape[2] // k.shape[2]
     k = jnp.repeat(k, groups, axis=2)
     v = jnp.repeat(v, groups, axis=2)
-    s = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
+    f32 = jnp.promote_types(q.dtype, jnp.float32)  # float32, or float64 under x64
+    s = jnp.einsum("bqhd,bkhd->bhqk", q.astype(f32), k.astype(f32)) * scale
     if bias is not None:
-        s = s + bias.astype(jnp.float32)
+        s = s + bias.astype(f32)
     w = dropout_weights(masked_weights(s, mask), dropout_rate, dropout_rng)
-    out = jnp.einsum("bhqk,bkhd->bqhd", w, v.astype(jnp.float32)).astype(q.dtype)
+    out = jnp.einsum("bhqk,bkhd->bqhd", w, v.astype(f32)).astype(q.dtype)
     return (out, w) if return_weights else out
 
 
