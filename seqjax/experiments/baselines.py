@@ -1,0 +1,326 @@
+r"""Count baselines (Bishop §12.2.3–12.2.4) against an RNN and a transformer.
+
+Two character-level tasks on the offline corpora (:func:`seqjax.data.tasks.find_data_dir`):
+
+* **Language modelling** — Tiny Shakespeare (nanoGPT's 90/10 split, 65 characters).
+  Bag of words (Bishop (12.28)) and n-grams of order 2, 3, 5 (Bishop (12.31)–(12.32),
+  counts as (12.46)), fitted on the whole training split, against an LSTM LM
+  (:class:`~seqjax.models.RNNLanguageModel`; J&M (9.6)–(9.8), MEDL (7.16)–(7.17)) and a
+  GPT (:class:`~seqjax.models.TransformerLM`; J&M §9.8) trained for ``steps`` steps on
+  random windows. Metric: nats and bits per character on the first ``lm_eval_chars``
+  characters of the validation split. The count models score the stream with their full
+  ``n - 1`` history; the networks score it in consecutive windows of ``block_size``
+  characters, the context restarting at each window.
+* **Sequence classification** — language identification: is a Tatoeba sentence
+  (``fra-eng.txt``) English or French? Each pair gives one sentence of each class;
+  pairs are split at random into training and test. Naive Bayes over characters (Bishop
+  (12.29)–(12.30)) and class-conditional bi-/tri-gram models (the same Bayes rule, word
+  order seen) against a GRU classifier (:class:`~seqjax.models.RNNClassifier`, last state;
+  J&M Fig. 9.8) and a pre-norm transformer encoder with a ``<cls>`` token
+  (:class:`~seqjax.models.Bert` without MLM head; Bishop §12.3.3). Metric: test accuracy.
+
+Smoothing of the count models: add-k with ``k = add_k`` (fixed in advance, not tuned on
+the evaluation data; Bishop's "reassigning a small level of probability uniformly").
+
+Every visible device trains the networks (data parallel, as the other experiments);
+``batch_size`` is the global batch.
+
+Run:  python -m seqjax.experiments.baselines               (or: seqjax train baselines)
+      python -m seqjax.experiments.baselines --smoke       (seconds, for CI)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.data.iterators import ArrayIterator
+from seqjax.data.tasks import find_data_dir, tiny_shakespeare
+from seqjax.experiments._parallel import pad_rows, write_run_info
+from seqjax.experiments.translation import machine, save_json
+from seqjax.models.baselines import NGramClassifier, NGramLM
+from seqjax.models.bert import Bert, BertConfig
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.rnn import RNNClassifier, RNNLanguageModel
+from seqjax.train.loop import FitConfig, fit
+from seqjax.train.losses import masked_cross_entropy, token_accuracy
+from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.utils import count_params
+
+PAD, CLS = 0, 1  # classification vocabulary: 0 padding, 1 <cls>, then the characters
+
+
+@dataclass(frozen=True)
+class Config(ParallelOptions):
+    ngram_orders: tuple[int, ...] = (1, 2, 3, 5)  # 1 = bag of words (12.28)
+    class_orders: tuple[int, ...] = (1, 2, 3)  # 1 = naive Bayes (12.29)-(12.30)
+    add_k: float = 0.1
+    lm_eval_chars: int = 20_000
+    lm_train_chars: int = 0  # 0: the whole training split (1,003,854 characters)
+    lm_train_windows: int = 48_000  # steps × batch_size: each window seen about once
+    class_train_pairs: int = 4000
+    class_test_pairs: int = 1000
+    max_chars: int = 64  # sentences are truncated to this many characters
+    block_size: int = 64
+    hidden: int = 128  # LSTM / GRU width
+    embed_dim: int = 64
+    layers: int = 2  # transformer blocks
+    heads: int = 4
+    steps: int = 1500
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    warmup_steps: int = 100
+    seed: int = 0
+    log_every: int = 100
+    progress: bool = True
+    data_path: str | None = None  # the folder holding tinyshakespeare.txt and fra-eng.txt
+    workdir: str | None = "workdirs/baselines"
+
+
+PRESETS = {
+    "smoke": {"ngram_orders": "1,2", "class_orders": "1,2", "lm_eval_chars": 512,
+              "lm_train_chars": 50_000,
+              "lm_train_windows": 64, "class_train_pairs": 64, "class_test_pairs": 16,
+              "max_chars": 24, "block_size": 16, "hidden": 8, "embed_dim": 8, "layers": 1,
+              "heads": 2, "steps": 3, "warmup_steps": 1, "batch_size": 8, "log_every": 1,
+              "progress": False},
+}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def language_id_data(cfg: Config) -> dict[str, Any]:
+    """Sentences of ``fra-eng.txt`` as character ids with labels 0 = English, 1 = French."""
+    folder = find_data_dir(cfg.data_path)
+    pairs = []
+    for line in (folder / "fra-eng.txt").read_text(encoding="utf-8").splitlines():
+        cols = line.split("\t")
+        if len(cols) >= 2 and cols[0] and cols[1]:
+            pairs.append((cols[0], cols[1]))
+    need = cfg.class_train_pairs + cfg.class_test_pairs
+    if need > len(pairs):
+        raise ValueError(f"`class_train_pairs` + `class_test_pairs` = {need} exceeds the "
+                         f"{len(pairs)} pairs of fra-eng.txt.")
+    order = np.random.default_rng(cfg.seed).permutation(len(pairs))[:need]
+    chosen = [pairs[i] for i in order]
+    chars = sorted({c for en, fr in chosen for c in en + fr})
+    index = {c: i + 2 for i, c in enumerate(chars)}  # 0 pad, 1 <cls>
+
+    def encode(split: list[tuple[str, str]]) -> tuple[list[np.ndarray], np.ndarray]:
+        seqs, labels = [], []
+        for en, fr in split:
+            for label, s in ((0, en), (1, fr)):
+                seqs.append(np.array([index[c] for c in s[: cfg.max_chars]], np.int64))
+                labels.append(label)
+        return seqs, np.array(labels, np.int32)
+
+    train = encode(chosen[: cfg.class_train_pairs])
+    test = encode(chosen[cfg.class_train_pairs:])
+    return {"train": train, "test": test, "vocab_size": len(chars) + 2}
+
+
+def _padded(seqs: list[np.ndarray], width: int, cls: bool) -> tuple[np.ndarray, np.ndarray]:
+    x = np.full((len(seqs), width + cls), PAD, np.int32)
+    lengths = np.empty(len(seqs), np.int32)
+    for i, s in enumerate(seqs):
+        row = ([CLS] if cls else []) + list(s)
+        x[i, :len(row)] = row
+        lengths[i] = max(1, len(row))
+    return x, lengths
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _train(model: Any, init_x: np.ndarray, train: dict[str, np.ndarray],
+           test: dict[str, np.ndarray], loss_fn: Any, eval_fn: Any, cfg: Config,
+           par: Parallel, workdir: str | None, name: str) -> tuple[Any, dict, float]:
+    """AdamW + warm-up/cosine on ``par``'s devices; ``(params, eval metrics, seconds)``."""
+    params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), jnp.asarray(init_x))["params"]
+    tx, schedule = make_optimizer(OptimizerConfig(
+        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+        warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
+        end_lr_ratio=0.0, weight_decay=0.0, clip_norm=1.0))
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1)))
+    test = pad_rows({**test, "keep": np.ones(len(test["y"]), bool)}, par.batch_shards,
+                    {"keep": False})
+    batch_size = min(cfg.batch_size, len(train["y"]))
+    par.check_batch_size(batch_size)
+    start = time.perf_counter()
+    result = fit(
+        state, par.train_step(loss_fn, schedule=schedule),
+        ArrayIterator(train, par.local_batch_size(batch_size), seed=cfg.seed,
+                      **par.iterator_shard()),
+        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
+                  best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
+        workdir=None if workdir is None else os.path.join(workdir, name),
+        eval_step=par.eval_step(eval_fn), eval_data=[test],
+        model_config={"model": name}, parallel=par,
+    )
+    return (par.gather(result.state.params), result.eval_metrics,
+            time.perf_counter() - start)
+
+
+def lm_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
+    data = tiny_shakespeare(cfg.data_path)
+    train_ids, val_ids = data.train_ids, data.val_ids[: cfg.lm_eval_chars]
+    if cfg.lm_train_chars > 0:
+        train_ids = train_ids[: cfg.lm_train_chars]
+    vocab = data.tokenizer.vocab_size
+    rows = []
+    print(f"Tiny Shakespeare: {len(train_ids):,} training characters, scoring the first "
+          f"{len(val_ids):,} validation characters; |V| = {vocab}")
+    for order in cfg.ngram_orders:
+        start = time.perf_counter()
+        lm = NGramLM(order, vocab, k=cfg.add_k).fit(train_ids)
+        nll = lm.nll(val_ids)
+        entries = sum(len(t[0]) for t in lm._check_fitted())
+        name = "bag of words (12.28)" if order == 1 else f"{order}-gram (12.32)"
+        rows.append({"task": "lm", "model": name, "nats": nll, "bpc": nll / math.log(2),
+                     "size": f"{entries:,} counts", "seconds": time.perf_counter() - start})
+        print(f"{name}: {nll:.3f} nats/char ({nll / math.log(2):.3f} bpc)")
+
+    block = cfg.block_size
+    rng = np.random.default_rng(cfg.seed)
+    starts = rng.integers(0, len(train_ids) - block - 1, cfg.lm_train_windows)
+    win = np.stack([train_ids[s: s + block + 1] for s in starts]).astype(np.int32)
+    train = {"x": win[:, :-1], "y": win[:, 1:]}
+    n_val = (len(val_ids) - 1) // block
+    vx = val_ids[: n_val * block].reshape(n_val, block).astype(np.int32)
+    vy = val_ids[1: n_val * block + 1].reshape(n_val, block).astype(np.int32)
+    test = {"x": vx, "y": vy}
+    models = {
+        "LSTM LM": RNNLanguageModel(vocab_size=vocab, embed_dim=cfg.embed_dim,
+                                    hidden_size=cfg.hidden, cell_type="lstm"),
+        "transformer LM (GPT)": TransformerLM(TransformerLMConfig(
+            vocab_size=vocab, num_layers=cfg.layers, num_heads=cfg.heads,
+            embed_dim=cfg.embed_dim, max_len=block)),
+    }
+    for name, model in models.items():
+        def loss_fn(p: Any, b: dict, rng: jax.Array, model: Any = model) -> tuple:
+            logits = model.apply({"params": p}, b["x"])
+            return masked_cross_entropy(logits, b["y"]), {}
+
+        def eval_fn(p: Any, b: dict, model: Any = model) -> dict:
+            logits = model.apply({"params": p}, b["x"])
+            keep = jnp.broadcast_to(b["keep"][:, None], b["y"].shape)
+            return {"loss": masked_cross_entropy(logits, b["y"], keep),
+                    "tokens": jnp.sum(keep).astype(jnp.float32)}
+
+        print(f"\n== {name}")
+        params, metrics, secs = _train(model, train["x"][:1], train, test, loss_fn, eval_fn,
+                                       cfg, par, workdir, name.split()[0].lower())
+        nll = float(metrics["eval/loss"])
+        rows.append({"task": "lm", "model": name, "nats": nll, "bpc": nll / math.log(2),
+                     "size": f"{count_params(params):,} params", "seconds": secs})
+        print(f"{name}: {nll:.3f} nats/char ({nll / math.log(2):.3f} bpc), {secs:.0f}s")
+    return rows
+
+
+def classification_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
+    d = language_id_data(cfg)
+    (tr_seqs, tr_y), (te_seqs, te_y) = d["train"], d["test"]
+    vocab = d["vocab_size"]
+    print(f"\nLanguage ID (fra-eng.txt): {len(tr_y):,} training / {len(te_y):,} test sentences, "
+          f"{vocab - 2} characters")
+    rows = []
+    for order in cfg.class_orders:
+        start = time.perf_counter()
+        clf = NGramClassifier(order, vocab, 2, k=cfg.add_k).fit(tr_seqs, tr_y)
+        acc = float(np.mean(clf.predict(te_seqs) == te_y))
+        name = ("naive Bayes (12.29)-(12.30)" if order == 1
+                else f"{order}-gram Bayes classifier")
+        rows.append({"task": "classification", "model": name, "accuracy": acc,
+                     "size": f"{sum(len(t[0]) for m in clf.models for t in m._check_fitted()):,}"
+                             " counts", "seconds": time.perf_counter() - start})
+        print(f"{name}: {100 * acc:.2f}%")
+
+    for name in ("GRU classifier", "transformer classifier"):
+        cls = name.startswith("transformer")
+        xtr, ltr = _padded(tr_seqs, cfg.max_chars, cls)
+        xte, lte = _padded(te_seqs, cfg.max_chars, cls)
+        if cls:
+            model = Bert(BertConfig(vocab_size=vocab, num_layers=cfg.layers,
+                                    num_heads=cfg.heads, embed_dim=cfg.embed_dim,
+                                    mlp_dim=2 * cfg.embed_dim, max_len=cfg.max_chars + 1,
+                                    type_vocab_size=0, norm="pre", dropout_rate=0.0,
+                                    mlm_head=False, pooler=False, num_classes=2,
+                                    init_std=0.02))
+
+            def logits_of(p: Any, b: dict, model: Any = model) -> jax.Array:
+                return model.apply({"params": p}, b["x"], b["len"])["class_logits"]
+        else:
+            model = RNNClassifier(num_classes=2, vocab_size=vocab, embed_dim=cfg.embed_dim,
+                                  hidden_size=cfg.hidden, cell_type="gru", pooling="last")
+
+            def logits_of(p: Any, b: dict, model: Any = model) -> jax.Array:
+                return model.apply({"params": p}, b["x"], b["len"])
+
+        def loss_fn(p: Any, b: dict, rng: jax.Array, logits_of: Any = logits_of) -> tuple:
+            logits = logits_of(p, b)
+            return masked_cross_entropy(logits, b["y"]), {
+                "accuracy": jnp.mean(jnp.argmax(logits, -1) == b["y"])}
+
+        def eval_fn(p: Any, b: dict, logits_of: Any = logits_of) -> dict:
+            logits = logits_of(p, b)
+            return {"loss": masked_cross_entropy(logits, b["y"], b["keep"]),
+                    "accuracy": token_accuracy(logits, b["y"], b["keep"]),
+                    "tokens": jnp.sum(b["keep"]).astype(jnp.float32)}
+
+        print(f"\n== {name}")
+        params, metrics, secs = _train(
+            model, xtr[:1], {"x": xtr, "len": ltr, "y": tr_y}, {"x": xte, "len": lte, "y": te_y},
+            loss_fn, eval_fn, cfg, par, workdir, "gru" if not cls else "transformer_cls")
+        acc = float(metrics["eval/accuracy"])
+        rows.append({"task": "classification", "model": name, "accuracy": acc,
+                     "size": f"{count_params(params):,} params", "seconds": secs})
+        print(f"{name}: {100 * acc:.2f}% ({secs:.0f}s)")
+    return rows
+
+
+def run(cfg: Config) -> dict:
+    par = Parallel.from_options(cfg)
+    par.check_batch_size(cfg.batch_size)
+    for o in (*cfg.ngram_orders, *cfg.class_orders):
+        if o < 1:
+            raise ValueError(f"n-gram orders must be >= 1; got {o} in `ngram_orders` / "
+                             "`class_orders`.")
+    t0 = time.perf_counter()
+    write_run_info(par, cfg.workdir)
+    info = machine()
+    print(f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}; {par}")
+    rows = lm_task(cfg, par, cfg.workdir) + classification_task(cfg, par, cfg.workdir)
+    wall = time.perf_counter() - t0
+    lm = ["| model | size | val nats/char | val bits/char | s |", "|---|---:|---:|---:|---:|"]
+    lm += [f"| {r['model']} | {r['size']} | {r['nats']:.3f} | {r['bpc']:.3f} | "
+           f"{r['seconds']:.0f} |" for r in rows if r["task"] == "lm"]
+    cl = ["| model | size | test accuracy (%) | s |", "|---|---:|---:|---:|"]
+    cl += [f"| {r['model']} | {r['size']} | {100 * r['accuracy']:.2f} | {r['seconds']:.0f} |"
+           for r in rows if r["task"] == "classification"]
+    tables = "\n".join(lm) + "\n\n" + "\n".join(cl)
+    print("\n" + tables + f"\n\nwall time {wall:.0f}s")
+    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
+               "wall_s": wall, "rows": rows, "lm_table_md": "\n".join(lm),
+               "class_table_md": "\n".join(cl)}
+    if cfg.workdir is not None and jax.process_index() == 0:
+        save_json(summary, os.path.join(cfg.workdir, "baselines.json"))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.cli import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()
