@@ -34,6 +34,7 @@ from seqjax.data.loading import (
     split_dataset,
     tokenize_dataset,
 )
+from seqjax.data.packing import pack_pair, pack_pairs
 from seqjax.data.tasks import (
     BOS_ID,
     EOS_ID,
@@ -83,7 +84,8 @@ __all__ = [
     "copy_memory", "copy_task", "digits", "english_french", "find_data_dir", "forecasting_windows",
     "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel", "load_text",
     "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
-    "pack_sequences", "packed_attention_mask", "packed_lm_targets", "pad_batch", "random_windows",
+    "pack_pair", "pack_pairs", "pack_sequences", "packed_attention_mask", "packed_lm_targets",
+    "pad_batch", "random_windows",
     "reverse_task", "selective_copying", "shard_dataset", "skipgram_pairs", "sort_task",
     "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
