@@ -13,6 +13,7 @@ from seqjax.nn.attention import (
     general_score,
     masked_softmax,
     scaled_dot_score,
+    simple_self_attention,
 )
 from seqjax.nn.cells import (
     ElmanCell,
@@ -41,6 +42,7 @@ from seqjax.nn.masks import (
     make_attention_mask,
     padding_mask,
     segment_mask,
+    sliding_window_mask,
 )
 from seqjax.nn.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 from seqjax.nn.positional import (
@@ -82,8 +84,8 @@ __all__ = [
     # attention and masks
     "SCORE_FUNCTIONS", "Attention", "KVCache", "MultiHeadAttention", "additive_score",
     "concat_score", "dot_product_attention", "dot_score", "general_score", "masked_softmax",
-    "scaled_dot_score", "causal_mask", "combine_masks", "make_attention_mask", "padding_mask",
-    "segment_mask",
+    "scaled_dot_score", "simple_self_attention", "causal_mask", "combine_masks",
+    "make_attention_mask", "padding_mask", "segment_mask", "sliding_window_mask",
     # positions
     "LearnedPositionalEmbedding", "SinusoidalPositionalEmbedding", "alibi_bias", "alibi_slopes",
     "apply_rope", "one_hot_positions", "rope_frequencies", "sinusoidal_positions",

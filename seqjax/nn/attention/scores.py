@@ -340,8 +340,10 @@ def simple_self_attention(
     Example:
         >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
         >>> y, a = simple_self_attention(x, is_causal=True, return_weights=True)
-        >>> a.round(3).tolist(), y.round(3).tolist()
-        ([[1.0, 0.0], [0.269, 0.731]], [[1.0, 0.0], [0.269, 0.731]])
+        >>> (100 * a).round().astype(int).tolist()  # row 2: e / (e + e²), e² / (e + e²)
+        [[100, 0], [27, 73]]
+        >>> bool(jnp.allclose(y, a @ x))
+        True
     """
     x = jnp.asarray(x)
     if x.ndim < 2:
