@@ -359,14 +359,21 @@ class CharTokenizer(_VocabTokenizer):
         return "".join(self.vocab[i] for i in ids if i not in skip)
 
 
-WORD_PATTERN = r"\w+|[^\w\s]"
+# ``<word>`` first: markers such as ``<unk>`` and ``<eos>`` in a text stay one token (Penn
+# Treebank's ``<unk>``) instead of ``<``, ``unk``, ``>``.
+WORD_PATTERN = r"<\w+>|\w+|[^\w\s]"
+#: Split on whitespace only, for corpora that are already tokenized (Penn Treebank, where
+#: ``n't``, ``mr.`` and ``u.s.`` are words).
+WHITESPACE_PATTERN = r"\S+"
 
 
 class WordTokenizer(_VocabTokenizer):
     """One token per word or punctuation mark, with a frequency-pruned vocabulary.
 
     Words are found with the regular expression ``pattern`` (default
-    ``\\w+|[^\\w\\s]``: runs of letters/digits, or single punctuation marks).
+    ``<\\w+>|\\w+|[^\\w\\s]``: a marker such as ``<unk>`` kept whole, runs of
+    letters/digits, or single punctuation marks; :data:`WHITESPACE_PATTERN` splits an
+    already tokenized corpus on whitespace only).
     The vocabulary keeps words seen at least ``min_freq`` times (at most
     ``max_size`` of them), most frequent first, ties alphabetical; everything
     else becomes ``<unk>`` (MEDL §7.1's fixed lexicon; Bishop §12.2.2 notes it

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from seqjax.data.tokenizers import (
+    WHITESPACE_PATTERN,
     CharTokenizer,
     HFTokenizer,
     SpecialTokens,
@@ -101,6 +102,19 @@ def test_word_tokenizer_min_freq_order_and_unknowns():
     assert capped.vocab_size == 9 and capped.vocab[7:] == ["the", "."]
     with pytest.raises(ValueError, match="min_freq"):
         WordTokenizer.from_texts(texts, min_freq=0)
+
+
+def test_word_tokenizer_keeps_angle_bracket_markers_whole():
+    # Penn Treebank's text holds "<unk>": the default pattern must not split it in three
+    text = "pierre <unk> N years old , mr. <unk> 's"
+    tok = WordTokenizer.from_texts([text], special_tokens=SpecialTokens(pad=None, bos=None))
+    assert tok.split(text)[:2] == ["pierre", "<unk>"]
+    assert tok.encode("<unk> <eos>") == [tok.unk_id, tok.eos_id]
+    assert "<" not in tok.vocab and "unk" not in tok.vocab
+    # the default still splits punctuation; WHITESPACE_PATTERN keeps PTB's words ("mr.", "'s")
+    assert tok.split("mr. x's") == ["mr", ".", "x", "'", "s"]
+    ws = WordTokenizer.from_texts([text], pattern=WHITESPACE_PATTERN)
+    assert ws.split(text) == text.split()
 
 
 @pytest.mark.parametrize("kind", ["char", "word"])
