@@ -13,7 +13,7 @@ with at least one visible key is an ordinary softmax over its visible keys
     \qquad \mu_i = \begin{cases} \max_{j: m_{ij}} s_{ij} & \text{some key visible}\\
     0 & \text{none} \end{cases},\qquad \alpha_{i\cdot} = 0 \text{ when no key is visible.}
 
-The kernels reach it in one of two ways, both built from the pieces below:
+The kernels reach it in one of three ways, all built from the pieces below:
 
 * **``−∞`` masking** (:func:`masked_weights`, the reference, the differentiated XLA
   block, the weights path): masked scores are ``−∞``; :func:`stable_row_max`
