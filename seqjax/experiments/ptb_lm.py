@@ -378,6 +378,23 @@ def epoch_table(records: list[dict], steps_per_epoch: int, cfg: Config) -> list[
     return rows
 
 
+def evaluate(cfg: Config) -> dict:
+    """Valid and test perplexity of the newest checkpoint in ``cfg.workdir`` (``seqjax eval``),
+    evaluated as during training."""
+    from seqjax.train.checkpoint import restore_params
+
+    if not cfg.workdir:
+        raise ValueError("`workdir` is required: the checkpoint to evaluate.")
+    data = load_data(cfg)
+    model = build_model(cfg, data.tokenizer.vocab_size)
+    params = restore_params(os.path.join(cfg.workdir, "checkpoints"))
+    v_sum, v_n = stream_nll(model, params, data.valid_ids, cfg.batch_size, cfg.eval_chunk_tokens)
+    t_sum, t_n = stream_nll(model, params, data.test_ids, cfg.test_batch_size,
+                            cfg.eval_chunk_tokens)
+    return {"valid_ppl": math.exp(v_sum / v_n), "test_ppl": math.exp(t_sum / t_n),
+            "valid_tokens": v_n, "test_tokens": t_n}
+
+
 # ----------------------------------------------------------------------------- results
 
 

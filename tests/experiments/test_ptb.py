@@ -127,3 +127,6 @@ def test_ptb_lm_smoke(tmp_path):
     assert saved["test_ppl"] == pytest.approx(s["test_ppl"])
     md = (tmp_path / "ptb_lm.md").read_text()
     assert "| 2 | 1 |" in md and "Final test perplexity" in md
+    cfg = ptb_lm.Config(**{**saved["config"], "workdir": str(tmp_path)})
+    again = ptb_lm.evaluate(cfg)  # the newest checkpoint: the end of epoch 2
+    assert again["test_ppl"] == pytest.approx(s["test_ppl"], rel=1e-4)
