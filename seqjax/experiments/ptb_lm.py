@@ -430,9 +430,14 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
         f"{cfg.dropout:g}, init U(±{cfg.init_scale:g}), batch {cfg.batch_size}, truncated BPTT "
         f"over windows of {cfg.num_steps} with the state carried, {cfg.epochs} epochs of "
         f"{per_epoch} steps; SGD lr {cfg.learning_rate:g}, clip {cfg.clip_norm:g}, lr × "
-        f"{cfg.lr_decay:g} after every epoch > {cfg.max_epoch} — Zaremba's numbers for a loss "
+        f"{cfg.lr_decay:g} after every epoch e > {cfg.max_epoch} (`main.lua`'s rule: the lr "
+        "column) — Zaremba's numbers for a loss "
         f"summed over the {cfg.num_steps} steps, run as lr {lr:g}, clip {clip:g} on seqjax's "
         "mean loss (the same update; see the module docstring of seqjax/experiments/ptb_lm.py).",
+        "",
+        "Unroll: `main.lua`'s small config (\"Trains 1h and gives test 115 perplexity\") reads "
+        "windows of `seq_length = 20`; the paper's \"unrolled for 35 steps\" describes its "
+        "medium and large (regularized) models (`--preset unroll35` runs 35).",
         "",
         "Perplexity = exp(mean NLL per token); train: mean over the epoch's windows (as "
         f"`main.lua`); valid: the whole split in {cfg.batch_size} rows, test: the whole split "
