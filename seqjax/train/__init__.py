@@ -39,10 +39,12 @@ from seqjax.train.optim import (
     TrainState,
     constant_schedule,
     decay_mask,
+    freeze,
     inverse_sqrt_schedule,
     linear_schedule,
     make_optimizer,
     make_schedule,
+    trainable_mask,
     warmup_cosine_schedule,
 )
 from seqjax.train.parallel import Parallel, ParallelOptions, parse_mesh
@@ -82,6 +84,7 @@ __all__ = [
     "batch_sharding",
     "bits_per_char", "cast_floating", "config_from_dict", "constant_schedule",
     "create_train_state", "decay_mask", "evaluate", "fit", "flax_apply_fn", "host_batch_slice",
+    "freeze", "trainable_mask",
     "inverse_sqrt_schedule", "linear_schedule", "load_meta", "load_tokenizer_json",
     "make_eval_step",
     "lm_flops_per_token", "make_lm_eval", "make_lm_loss", "make_mesh", "make_optimizer",

@@ -21,7 +21,18 @@ Everything is built from `optax <https://optax.readthedocs.io>`_ transformations
   norm scales) and leaves whose path matches an embedding/norm pattern are skipped;
 * gradient accumulation over ``k`` micro-batches with :class:`optax.MultiSteps`
   (parameters change every ``k``-th call; the averaged gradient equals the gradient
-  of the ``k``-times larger batch when micro-batches hold equal token counts).
+  of the ``k``-times larger batch when micro-batches hold equal token counts);
+* freezing / partial fine-tuning (:func:`freeze`, :func:`trainable_mask`): a trainable
+  mask ``m`` routes every leaf either through the optimiser or to a zero update,
+
+  .. math::
+      θ_{s+1} = θ_s + m ⊙ u_s(g_s),\qquad u_s \text{ computed on } \{θ : m = 1\} \text{ only}
+
+  (``optax.multi_transform`` with ``optax.set_to_zero``), so frozen leaves stay
+  bit-identical, get no Adam moments, no weight decay and do not count in the clipping
+  norm. MEDL §7.1 ("frozen or fine-tuned" embeddings) and §7.5 (training only the output
+  layer, or only the encoder or decoder); Bishop §12.3.3 (fine-tuning) and §12.3.5
+  (LoRA: ``W_0`` frozen, (12.36)).
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import optax
 from seqjax.utils import count_params
 
 Array = jax.Array
+Trainable = Any  # a pytree of bools, a predicate ``(path, leaf) -> bool``, or regexes
 
 __all__ = [
     "OptimizerConfig",
@@ -52,6 +64,8 @@ __all__ = [
     "linear_schedule",
     "inverse_sqrt_schedule",
     "constant_schedule",
+    "freeze",
+    "trainable_mask",
 ]
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
@@ -257,8 +271,14 @@ def decay_mask(params: Any, no_decay: Sequence[str] = DEFAULT_NO_DECAY) -> Any:
 # ----------------------------------------------------------------------------- optimizer
 
 
-def make_optimizer(cfg: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def make_optimizer(
+    cfg: OptimizerConfig, *, trainable: Trainable | None = None
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Build ``clip → optimiser`` (→ ``MultiSteps``) from ``cfg``; returns ``(tx, schedule)``.
+
+    ``trainable`` (optional): train only these parameters (:func:`freeze`; a bool tree, a
+    path predicate or regexes); the others stay bit-identical, are not decayed and do not
+    count in the clipping norm.
 
     Example:
         >>> import jax.numpy as jnp
@@ -283,12 +303,104 @@ def make_optimizer(cfg: OptimizerConfig) -> tuple[optax.GradientTransformation, 
             opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask), opt)
     if cfg.clip_norm:
         opt = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
+    if trainable is not None:
+        opt = freeze(opt, trainable)
     if cfg.accumulate_steps > 1:
         opt = optax.MultiSteps(opt, every_k_schedule=cfg.accumulate_steps).gradient_transformation()
         inner = schedule
         k = cfg.accumulate_steps
         schedule = lambda count: inner(count // k)  # the rate of the pending update
     return opt, schedule
+
+
+# ----------------------------------------------------------------------------- freezing
+
+def trainable_mask(params: Any, trainable: Trainable) -> Any:
+    """The boolean tree (True = trained) that ``trainable`` describes for ``params``.
+
+    ``trainable`` is one of
+
+    * a pytree of Python/NumPy bools with the structure of ``params`` (returned as is,
+      after a structure check);
+    * a predicate ``f(path: str, leaf) -> bool`` on the ``"a/b/c"`` path
+      (:func:`path_to_str`) and the leaf;
+    * a regex or a tuple/list of regexes: a leaf is trainable when one of them is found
+      (``re.search``) in its path.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> p = {"encoder": {"kernel": jnp.ones((2, 2))}, "head": {"kernel": jnp.ones((2, 3))}}
+        >>> trainable_mask(p, r"^head/")
+        {'encoder': {'kernel': False}, 'head': {'kernel': True}}
+        >>> trainable_mask(p, lambda path, leaf: leaf.shape[-1] == 2)
+        {'encoder': {'kernel': True}, 'head': {'kernel': False}}
+    """
+    if isinstance(trainable, str | tuple | list):
+        patterns = [trainable] if isinstance(trainable, str) else list(trainable)
+        if not all(isinstance(p, str) for p in patterns):
+            raise TypeError(f"`trainable` regexes must be strings; got {trainable!r}.")
+        compiled = [re.compile(p) for p in patterns]
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: any(c.search(path_to_str(path)) for c in compiled), params)
+    if callable(trainable):
+        def call(path: Sequence[Any], leaf: Any) -> bool:
+            out = trainable(path_to_str(path), leaf)
+            if not isinstance(out, bool | jnp.bool_):
+                raise TypeError(f"`trainable` predicate must return a bool; got {out!r} for "
+                                f"{path_to_str(path)!r}.")
+            return bool(out)
+        return jax.tree_util.tree_map_with_path(call, params)
+    want = jax.tree_util.tree_structure(params)
+    got = jax.tree_util.tree_structure(trainable)
+    if got != want:
+        raise ValueError(f"`trainable` must be a tree of bools shaped like the parameters "
+                         f"({want}); got {got}.")
+    leaves = jax.tree_util.tree_leaves(trainable)
+    if not all(isinstance(x, bool) or (hasattr(x, "dtype") and x.dtype == bool and
+                                       jnp.ndim(x) == 0) for x in leaves):
+        raise TypeError("`trainable` tree leaves must be Python bools (one per parameter "
+                        f"array); got {[type(x).__name__ for x in leaves][:5]}.")
+    return jax.tree_util.tree_map(bool, trainable)
+
+
+def freeze(tx: optax.GradientTransformation, trainable: Trainable) -> optax.GradientTransformation:
+    """``tx`` on the trainable leaves, a zero update on the frozen ones (partial fine-tuning).
+
+    ``trainable`` is what :func:`trainable_mask` accepts (a bool tree, a path predicate
+    or regexes), resolved against the parameters at ``init``. Built with
+    ``optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)``, so
+
+    * frozen parameters receive an update of exactly ``0.0`` and stay bit-identical
+      (``θ + 0.0 == θ`` for every finite ``θ`` except ``-0.0``, which becomes ``+0.0``);
+    * ``tx`` never sees them: no optimiser state (Adam moments) is kept for them, weight
+      decay (``adamw``'s or ``sgd``'s decay mask) does not apply to them, and a
+      ``clip_by_global_norm`` inside ``tx`` measures the norm of the trainable gradient
+      only.
+
+    Wrap the whole optimiser from :func:`make_optimizer`: ``freeze(make_optimizer(cfg)[0],
+    r"^head/")`` trains only the ``head`` module (MEDL §7.5: "only the output layer").
+    Gradients are still computed for the frozen leaves; differentiate with respect to the
+    trainable subtree (or use :mod:`seqjax.nn.lora`) to save that work.
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> tx = freeze(optax.adamw(0.1, weight_decay=0.5), {"body": False, "head": True})
+        >>> params = {"body": jnp.ones(2), "head": jnp.ones(2)}
+        >>> state = tx.init(params)
+        >>> grads = {"body": jnp.ones(2), "head": jnp.ones(2)}
+        >>> updates, state = tx.update(grads, state, params)
+        >>> new = optax.apply_updates(params, updates)
+        >>> new["body"].tolist(), [round(v, 2) for v in new["head"].tolist()]
+        ([1.0, 1.0], [0.85, 0.85])
+    """
+    if not isinstance(tx, optax.GradientTransformation):
+        raise TypeError(f"`tx` must be an optax.GradientTransformation; got {type(tx).__name__}.")
+
+    def labels(params: Any) -> Any:
+        mask = trainable_mask(params, trainable)
+        return jax.tree_util.tree_map(lambda m: "train" if m else "freeze", mask)
+
+    return optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)
 
 
 # ----------------------------------------------------------------------------- TrainState
