@@ -74,6 +74,7 @@ from seqjax.nn.transformer import (
     TransformerDecoder,
     TransformerEncoder,
 )
+from seqjax.nn.vq import VectorQuantizer, kmeans_codebook, nearest_code, quantize, vq_losses
 
 __all__ = [
     # recurrent
@@ -102,4 +103,6 @@ __all__ = [
     "linear_attention_step", "linear_attention_weights", "CausalDepthwiseConv1d", "MambaBlock",
     "MambaCache", "MinGRU", "SelectiveSSM", "discretize", "linear_recurrence", "selective_scan",
     "selective_step",
+    # vector quantisation
+    "VectorQuantizer", "kmeans_codebook", "nearest_code", "quantize", "vq_losses",
 ]

@@ -1,0 +1,246 @@
+r"""Vector quantisation with the straight-through estimator (VQ-VAE's bottleneck).
+
+Nearest-codebook assignment (Bishop §12.4.2, (12.38)): each vector ``z_n ∈ ℝ^D`` is
+replaced by the closest of ``K`` code vectors ``c_1..c_K`` (the codebook ``C``),
+
+.. math::
+    k_n = \arg\min_{k} \lVert z_n - c_k \rVert^2,\qquad q_n = c_{k_n}.
+
+The ``argmin`` has no useful gradient, so training uses the **straight-through**
+estimator (Bishop §12.4.2; van den Oord et al. 2017, §3.2; Bengio et al. 2013): the
+forward pass outputs ``q_n`` but the backward pass copies the gradient from ``q_n`` to
+``z_n`` unchanged,
+
+.. math::
+    \tilde q_n = z_n + \mathrm{sg}[q_n - z_n],\qquad
+    \frac{\partial \tilde q_n}{\partial z_n} = I,
+
+(``sg`` = ``jax.lax.stop_gradient``). The codebook and the encoder are pulled together
+by two losses (van den Oord et al. 2017, eq. 3, averaged over vectors and dimensions):
+
+.. math::
+    \mathcal L_{\rm codebook} = \frac1{ND}\sum_n \lVert \mathrm{sg}[z_n] - q_n \rVert^2,\qquad
+    \mathcal L_{\rm commit} = \frac{β}{ND}\sum_n \lVert z_n - \mathrm{sg}[q_n] \rVert^2,
+
+the first moving the chosen codes towards the encoder outputs, the second (weight
+``β``, 0.25 in the paper) keeping the encoder outputs close to their codes. The two
+have the same value up to ``β`` but different gradients: the codebook loss reaches only
+``C``, the commitment loss only ``z``.
+
+Codebooks can also be fitted without gradients, by K-means (Bishop §12.4.2; ImageGPT's
+colour palette): :func:`kmeans_codebook` is Lloyd's algorithm, whose assignment step is
+(12.38) and whose update step moves each code to the mean of its vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+from seqjax._checks import check_rank
+
+Array = jax.Array
+Initializer = Callable[..., Array]
+
+__all__ = ["VectorQuantizer", "kmeans_codebook", "nearest_code", "quantize",
+           "vq_losses"]
+
+
+def _check_codebook(codebook_KxD: Any, name: str = "codebook") -> None:
+    check_rank(codebook_KxD, name, 2)
+    if codebook_KxD.shape[0] < 1:
+        raise ValueError(f"`{name}` must hold at least one code; got shape "
+                         f"{tuple(codebook_KxD.shape)}.")
+
+
+def _check_width(z: Any, codebook_KxD: Any) -> None:
+    if jnp.ndim(z) < 1 or z.shape[-1] != codebook_KxD.shape[-1]:
+        raise ValueError(
+            f"`z` must end in the code width D = {codebook_KxD.shape[-1]}; got shape "
+            f"{tuple(jnp.shape(z))}.")
+
+
+def nearest_code(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
+    r"""``(k, d)``: the index ``k = argmin_k ‖z − c_k‖²`` (Bishop (12.38)) and all distances.
+
+    Shapes: ``z: [..., D]``, ``codebook_KxD: [K, D]`` -> ``k: int32[...]``,
+    ``d: f32[..., K]``. The squared distance is expanded as ``‖z‖² − 2 zᵀc + ‖c‖²`` (one
+    matmul); ties go to the lowest index (``argmin``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> c = jnp.array([[0.0, 0.0], [1.0, 1.0], [4.0, 0.0]])
+        >>> k, d = nearest_code(jnp.array([[0.9, 0.7], [3.0, 0.1]]), c)
+        >>> k.tolist()
+        [1, 2]
+    """
+    _check_codebook(codebook_KxD)
+    _check_width(z, codebook_KxD)
+    z32 = z.astype(jnp.float32)
+    c32 = codebook_KxD.astype(jnp.float32)
+    d_xK = (jnp.sum(z32 * z32, -1, keepdims=True) - 2.0 * z32 @ c32.T
+            + jnp.sum(c32 * c32, -1))
+    return jnp.argmin(d_xK, axis=-1).astype(jnp.int32), d_xK
+
+
+def quantize(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
+    r"""``(q̃, k)``: the straight-through quantisation ``q̃ = z + sg[c_k − z]`` and the codes.
+
+    The forward value is the nearest code ``c_k`` (up to one rounding of ``z + (c_k − z)``);
+    the gradient with respect to ``z`` is the identity and none reaches the codebook (use
+    :func:`vq_losses` for that).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> c = jnp.array([[0.0], [1.0]])
+        >>> q, k = quantize(jnp.array([[0.2], [0.8]]), c)
+        >>> q.ravel().tolist(), k.tolist()
+        ([0.0, 1.0], [0, 1])
+        >>> jax.grad(lambda z: (3.0 * quantize(z, c)[0]).sum())(jnp.array([[0.2]])).tolist()
+        [[3.0]]
+    """
+    k, _ = nearest_code(z, codebook_KxD)
+    q = jnp.take(codebook_KxD, k, axis=0).astype(z.dtype)
+    return z + jax.lax.stop_gradient(q - z), k
+
+
+def vq_losses(z: Array, q: Array, beta: float = 0.25) -> tuple[Array, Array]:
+    r"""``(codebook_loss, commitment_loss)`` of van den Oord et al. (2017), eq. 3.
+
+    ``codebook = mean ‖sg[z] − q‖²`` (gradient to the codes only) and
+    ``commitment = β · mean ‖z − sg[q]‖²`` (gradient to ``z`` only); ``q`` are the selected
+    codes *with* their gradient path to the codebook (``codebook[k]``), not ``q̃``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> cb, cm = vq_losses(jnp.array([[1.0, 2.0]]), jnp.array([[0.0, 0.0]]), beta=0.5)
+        >>> float(cb), float(cm)
+        (2.5, 1.25)
+    """
+    if not beta >= 0:
+        raise ValueError(f"`beta` must be >= 0; got {beta}.")
+    if jnp.shape(z) != jnp.shape(q):
+        raise ValueError(f"`z` and `q` must have the same shape; got {tuple(jnp.shape(z))} "
+                         f"and {tuple(jnp.shape(q))}.")
+    sg = jax.lax.stop_gradient
+    z32, q32 = z.astype(jnp.float32), q.astype(jnp.float32)
+    codebook = jnp.mean(jnp.square(sg(z32) - q32))
+    commitment = beta * jnp.mean(jnp.square(z32 - sg(q32)))
+    return codebook, commitment
+
+
+class VectorQuantizer(nn.Module):
+    r"""A learned codebook with nearest-code assignment and the straight-through estimator.
+
+    .. math::
+        k_n = \arg\min_k \lVert z_n - c_k\rVert^2\ \text{(Bishop (12.38))},\qquad
+        \tilde q_n = z_n + \mathrm{sg}[c_{k_n} - z_n],\\
+        \mathcal L_{\rm VQ} = \lVert \mathrm{sg}[z] - c_k\rVert^2
+            + β\,\lVert z - \mathrm{sg}[c_k]\rVert^2 \ \text{(van den Oord et al. 2017, eq. 3)}
+
+    (means over vectors and dimensions; see the module docstring). Call:
+    ``vq(z) -> (q̃, aux)`` with ``z: [..., D]``, ``q̃: [..., D]`` (forward value ``c_k``,
+    gradient ``I`` with respect to ``z``) and ``aux`` a dict of ``codes: int32[...]``,
+    ``codebook_loss``, ``commitment_loss``, ``loss`` (their sum: add it to the task loss)
+    and ``perplexity`` (``exp`` of the entropy of the code usage in the batch; ``K`` when
+    every code is used equally, 1 when one code takes everything).
+
+    Parameters: ``codebook: [K, D]`` (``K·D``). ``decode(codes)`` looks codes up.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> vq = VectorQuantizer(num_codes=8, features=4)
+        >>> z = jnp.ones((2, 5, 4))
+        >>> params = vq.init(jax.random.PRNGKey(0), z)
+        >>> q, aux = vq.apply(params, z)
+        >>> q.shape, aux["codes"].shape, bool(aux["perplexity"] == 1.0)
+        ((2, 5, 4), (2, 5), True)
+
+    Attributes:
+        num_codes: ``K``.
+        features: ``D``, the code width (must equal the last axis of ``z``).
+        beta: commitment weight ``β`` (0.25 as van den Oord et al.).
+        codebook_init: initialiser of ``[K, D]`` (uniform ±1/K, as the VQ-VAE reference code).
+    """
+
+    num_codes: int
+    features: int
+    beta: float = 0.25
+    codebook_init: Initializer | None = None
+
+    def setup(self) -> None:
+        if self.num_codes < 1 or self.features < 1:
+            raise ValueError(f"`num_codes` and `features` must be positive ints; got "
+                             f"{self.num_codes} and {self.features}.")
+        if not self.beta >= 0:
+            raise ValueError(f"`beta` must be >= 0; got {self.beta}.")
+        init = self.codebook_init or nn.initializers.uniform(2.0 / self.num_codes)
+        if self.codebook_init is None:
+            base = init
+
+            def init(key: Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Array:
+                return base(key, shape, dtype) - 1.0 / self.num_codes
+
+        self.codebook = self.param("codebook", init, (self.num_codes, self.features))
+
+    def __call__(self, z: Array) -> tuple[Array, dict[str, Array]]:
+        _check_width(z, self.codebook)
+        k, _ = nearest_code(z, self.codebook)
+        q = jnp.take(self.codebook, k, axis=0)
+        codebook_loss, commitment_loss = vq_losses(z, q, self.beta)
+        q_st = z + jax.lax.stop_gradient(q.astype(z.dtype) - z)
+        usage_K = jnp.mean(jax.nn.one_hot(k.reshape(-1), self.num_codes), axis=0)
+        entropy = -jnp.sum(usage_K * jnp.log(jnp.where(usage_K > 0, usage_K, 1.0)))
+        return q_st, {"codes": k, "codebook_loss": codebook_loss,
+                      "commitment_loss": commitment_loss,
+                      "loss": codebook_loss + commitment_loss,
+                      "perplexity": jnp.exp(entropy)}
+
+    def decode(self, codes: Array) -> Array:
+        """The code vectors ``c_k`` of ``codes: int[...]`` -> ``[..., D]``."""
+        return jnp.take(self.codebook, codes, axis=0)
+
+
+def kmeans_codebook(
+    x_NxD: Any, num_codes: int, *, iterations: int = 50, seed: int = 0
+) -> np.ndarray:
+    r"""A ``[K, D]`` codebook by K-means (Lloyd's algorithm), in numpy.
+
+    Initialised by k-means++ seeding; each iteration assigns every vector to its nearest
+    code (Bishop (12.38)) and moves each code to the mean of its vectors (an empty
+    cluster keeps its code). Codes are returned sorted by their first coordinate, so a
+    1-D codebook (grey levels) is in increasing order.
+
+    Example:
+        >>> import numpy as np
+        >>> x = np.array([[0.0], [0.1], [0.9], [1.0]])
+        >>> [round(float(v), 2) for v in kmeans_codebook(x, 2).ravel()]
+        [0.05, 0.95]
+    """
+    x = np.asarray(x_NxD, np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"`x` must be [N, D]; got shape {x.shape}.")
+    if not 1 <= num_codes <= len(x):
+        raise ValueError(f"`num_codes` must be in [1, N = {len(x)}]; got {num_codes}.")
+    rng = np.random.default_rng(seed)
+    codes = [x[rng.integers(len(x))]]
+    for _ in range(1, num_codes):  # k-means++: sample far from the codes chosen so far
+        d2 = np.min(((x[:, None, :] - np.asarray(codes)[None]) ** 2).sum(-1), axis=1)
+        p = d2 / d2.sum() if d2.sum() > 0 else np.full(len(x), 1.0 / len(x))
+        codes.append(x[rng.choice(len(x), p=p)])
+    c = np.asarray(codes)
+    for _ in range(iterations):
+        k = np.argmin(((x[:, None, :] - c[None]) ** 2).sum(-1), axis=1)
+        new = c.copy()
+        for j in range(num_codes):
+            if np.any(k == j):
+                new[j] = x[k == j].mean(0)
+        if np.allclose(new, c):
+            break
+        c = new
+    return c[np.argsort(c[:, 0], kind="stable")].astype(np.float32)
