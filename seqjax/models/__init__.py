@@ -9,6 +9,7 @@ from seqjax.models.baselines import (
     bag_of_words,
 )
 from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, mlm_mask
+from seqjax.models.captioning import ImageCaptioner
 from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS, Transformer, TransformerConfig
 from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig
 from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
@@ -23,7 +24,8 @@ from seqjax.models.vit import VIT_PRESETS, ViT, ViTConfig, num_patches, patchify
 __all__ = [
     "BagOfWordsLM", "NGramClassifier", "NGramLM", "NaiveBayes", "bag_of_words",
     "scheduled_sampling_epsilon", "scheduled_sampling_inputs",
-    "BERT_PRESETS", "Bert", "BertConfig", "RNNClassifier", "RNNLanguageModel", "RNNTagger",
+    "BERT_PRESETS", "Bert", "BertConfig", "ImageCaptioner", "RNNClassifier", "RNNLanguageModel",
+    "RNNTagger",
     "Seq2Seq", "TRANSFORMER_LM_PRESETS", "TRANSFORMER_PRESETS", "Transformer",
     "TransformerConfig", "TransformerLM", "TransformerLMConfig", "VIT_PRESETS", "ViT",
     "ViTConfig", "Word2Vec", "Word2VecConfig", "masked_pool", "mlm_mask", "num_patches",

@@ -1,0 +1,200 @@
+r"""An RNN language model conditioned on an image feature vector (image captioning).
+
+MEDL Fig. 7.1(d) (§7.1, "image captioning": an image encoder produces a context vector
+and a one-to-many RNN decoder writes the caption, Fig. 7.2(a)); the slides: "``h_0``:
+zeros, or conditioning information such as CNN image features", and the multi-modal
+recurrence ``h_t = σ(W_hh h_{t−1} + W_xh x_t + W_ah a_t)``. With image features
+``f ∈ ℝ^F`` (e.g. CNN features, or here raw pixels), caption tokens
+``y_0 = <start>, y_1, …`` and their embeddings ``e_t = E y_t``:
+
+.. math::
+    a = \mathrm{enc}(f),\qquad
+    h_0 = \begin{cases}\tanh(W_I a + b_I) & \text{condition ∈ \{init, both\}}\\
+                       0 & \text{condition = input}\end{cases}
+
+.. math::
+    h_t = \mathrm{cell}\big(h_{t-1},\ x_t\big),\quad
+    x_t = \begin{cases} e_{t-1} & \text{condition = init}\\
+                        [e_{t-1};\ W_A a] & \text{condition ∈ \{input, both\}}\end{cases},\qquad
+    p(y_t \mid y_{<t}, f) = \mathrm{softmax}(W_{yh} h_t + b_y)
+
+``condition="init"`` is MEDL's context vector as the decoder's initial state (the
+decoder of Fig. 7.9(a), Vinyals et al. 2015 feed the image once); ``"input"`` adds the
+image to every step, which is the slides' ``W_ah a_t`` term (a linear map of the
+concatenation ``[e; W_A a]`` equals ``W_xh e + W_ah a``; MEDL Fig. 7.9(b) passes its
+code vector to every step the same way); ``"both"`` does both. For an LSTM the carry is
+``(c_0, h_0) = (0, tanh(W_I a + b_I))``. ``enc`` is the identity, or one
+``tanh`` layer of width ``image_hidden`` (a stand-in for the CNN of Fig. 7.1(d)).
+
+Parameters: ``image_encoder`` (optional), ``init_proj`` (``W_I, b_I``), ``image_proj``
+(``W_A``, no bias), ``embed`` (``E``), ``rnn/cell/...`` (the cell of
+:mod:`seqjax.nn.cells`), ``head`` (``W_yh, b_y``). Training is teacher-forced: inputs
+``[<start>, y_1..y_{n-1}]``, targets ``[y_1..y_n]`` (MEDL §7.2, "teacher forcing").
+Generation goes through :mod:`seqjax.decoding` with ``inputs={"images": f}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax._checks import check_rank
+from seqjax.models._common import (
+    as_variables,
+    check_lengths,
+    check_nonempty,
+    check_step_tokens,
+    check_tokens,
+    flag_oov_rows,
+    split_oov,
+)
+from seqjax.nn.dense import Dense
+from seqjax.nn.recurrent import CELL_TYPES, RNN
+
+Array = jax.Array
+
+__all__ = ["CONDITIONS", "ImageCaptioner"]
+
+CONDITIONS = ("init", "input", "both")
+
+
+class ImageCaptioner(nn.Module):
+    r"""RNN caption decoder conditioned on image features (see the module docstring).
+
+    Call: ``model(tokens_BxT, images_BxF, lengths=None) -> logits_BxTxV`` (float32);
+    ``lengths`` (right padding) zeroes the padded positions' outputs.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> m = ImageCaptioner(vocab_size=12, hidden_size=16, embed_dim=8, condition="both")
+        >>> tokens, images = jnp.zeros((2, 5), jnp.int32), jnp.ones((2, 64))
+        >>> params = m.init(jax.random.PRNGKey(0), tokens, images)
+        >>> m.apply(params, tokens, images).shape
+        (2, 5, 12)
+
+    Attributes:
+        vocab_size: ``|V|`` (caption tokens incl. ``<start>``/``<stop>``/padding).
+        embed_dim: width of ``E``.
+        hidden_size: ``H``.
+        cell_type: ``"elman"``, ``"lstm"`` or ``"gru"``.
+        condition: ``"init"`` (``h_0`` from the image), ``"input"`` (image at every step)
+            or ``"both"``.
+        image_hidden: width of the ``tanh`` image encoder; ``None`` = the identity.
+        image_embed_dim: width of ``W_A a`` (default ``embed_dim``).
+    """
+
+    vocab_size: int
+    embed_dim: int = 32
+    hidden_size: int = 64
+    cell_type: str = "lstm"
+    condition: str = "init"
+    image_hidden: int | None = None
+    image_embed_dim: int | None = None
+
+    def setup(self) -> None:
+        if self.condition not in CONDITIONS:
+            raise ValueError(f"`condition` must be one of {CONDITIONS}; got {self.condition!r}.")
+        if self.cell_type not in ("elman", "lstm", "gru"):
+            raise ValueError(f"`cell_type` must be 'elman', 'lstm' or 'gru'; got "
+                             f"{self.cell_type!r}.")
+        for name in ("vocab_size", "embed_dim", "hidden_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive int; got {getattr(self, name)}.")
+        if self.image_hidden is not None:
+            self.image_encoder = Dense(self.image_hidden, name="image_encoder")
+        if self.condition in ("init", "both"):
+            self.init_proj = Dense(self.hidden_size, name="init_proj")
+        if self.condition in ("input", "both"):
+            self.image_proj = Dense(self.image_embed_dim or self.embed_dim, use_bias=False,
+                                    name="image_proj")
+        self.embed = nn.Embed(self.vocab_size, self.embed_dim, name="embed")
+        cell = CELL_TYPES[self.cell_type](self.hidden_size, parent=None)
+        self.rnn = RNN(cell, return_carry=True, implementation="scan", name="rnn")
+        self.head = Dense(self.vocab_size, name="head")
+
+    # ------------------------------------------------------------------ pieces
+
+    def _context(self, images_BxF: Array) -> Array:
+        check_rank(images_BxF, "images", 2)
+        a_BxA = images_BxF.astype(jnp.float32)
+        if self.image_hidden is not None:
+            a_BxA = jnp.tanh(self.image_encoder(a_BxA))
+        return a_BxA
+
+    def _initial_carry(self, a_BxA: Array) -> Any:
+        batch = a_BxA.shape[0]
+        if self.condition == "input":
+            h_BxH = jnp.zeros((batch, self.hidden_size), jnp.float32)
+        else:
+            h_BxH = jnp.tanh(self.init_proj(a_BxA))
+        if self.cell_type == "lstm":
+            return (jnp.zeros_like(h_BxH), h_BxH)
+        return h_BxH
+
+    def _inputs(self, tokens_BxT: Array, a_BxA: Array) -> Array:
+        e_BxTxE = self.embed(tokens_BxT)
+        if self.condition == "init":
+            return e_BxTxE
+        img_BxI = self.image_proj(a_BxA)
+        img_BxTxI = jnp.broadcast_to(img_BxI[:, None], (*tokens_BxT.shape, img_BxI.shape[-1]))
+        return jnp.concatenate([e_BxTxE, img_BxTxI], axis=-1)
+
+    def _run(self, tokens_BxT: Array, a_BxA: Array, carry: Any,
+             lengths: Array | None) -> tuple[Array, Any]:
+        carry, h_BxTxH = self.rnn(self._inputs(tokens_BxT, a_BxA), lengths=lengths,
+                                  initial_carry=carry)
+        return self.head(h_BxTxH).astype(jnp.float32), carry
+
+    def __call__(self, tokens_BxT: Array, images_BxF: Array,
+                 lengths: Array | None = None) -> Array:
+        tokens_BxT = check_tokens(tokens_BxT, "tokens", self.vocab_size)
+        batch, num_steps = tokens_BxT.shape
+        if images_BxF.shape[0] != batch:
+            raise ValueError(f"`images` must have the tokens' batch size {batch} as its first "
+                             f"axis; got shape {tuple(images_BxF.shape)}.")
+        if lengths is not None:
+            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+        a_BxA = self._context(images_BxF)
+        logits_BxTxV, _ = self._run(tokens_BxT, a_BxA, self._initial_carry(a_BxA), lengths)
+        return logits_BxTxV
+
+    # ------------------------------------------------------------------ decoding interface
+
+    def _prefill(self, prompt_BxT: Array, lengths_B: Array, images_BxF: Array) -> dict:
+        a_BxA = self._context(images_BxF)
+        carry = self._initial_carry(a_BxA)
+        if prompt_BxT.shape[1] > 0:
+            _, carry = self._run(prompt_BxT, a_BxA, carry, lengths_B)
+        return {"carry": carry, "context": a_BxA}
+
+    def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        tokens_B, valid_B = split_oov(tokens_B, self.vocab_size)
+        logits_Bx1xV, carry = self._run(tokens_B[:, None], state["context"], state["carry"],
+                                        None)
+        carry = jax.tree_util.tree_map(  # an out-of-vocabulary row keeps its carry
+            lambda n, o: jnp.where(valid_B.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
+            carry, state["carry"])
+        return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), {**state, "carry": carry}
+
+    def init_decode_state(self, params: Any, prompt_BxT: Array,
+                          prompt_lengths_B: Array | None = None, max_len: int | None = None,
+                          *, images: Array) -> dict:
+        """Condition on ``images: [B, F]`` and run over ``prompt[b, :len_b - 1]`` (the first
+        decode step feeds ``prompt[b, len_b - 1]``, usually ``<start>``)."""
+        del max_len
+        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.vocab_size)
+        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
+        batch, num_steps = prompt_BxT.shape
+        if prompt_lengths_B is None:
+            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
+        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        return self.apply(as_variables(params), prompt_BxT[:, :-1], prompt_lengths_B - 1,
+                          jnp.asarray(images), method=type(self)._prefill)
+
+    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
+        """Feed one token per row: ``tokens_B -> (logits_BxV, new_state)``."""
+        tokens_B = check_step_tokens(tokens_B, self.vocab_size, state)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
