@@ -1,0 +1,76 @@
+"""The complexity / path-length table: FLOP counting, critical paths, dependency graphs."""
+
+import jax
+import numpy as np
+import pytest
+
+from seqjax.experiments import complexity
+
+CFG = complexity.Config(width=8, heads=2, d_state=4)
+
+
+def test_rnn_flops_count_every_scan_step():
+    """Elman layer: 2Td² (input projection) + 2Td² (recurrent matmuls) + 2Td (bias, sum) —
+    XLA counts the scan body once; the correction multiplies it by the length."""
+    d = CFG.width
+    f5, f12 = (complexity.measure("rnn", CFG, t)["flops"] for t in (5, 12))
+    assert f12 - f5 == 7 * (4 * d * d + 2 * d)  # exactly one step's matmuls and adds per step
+    assert abs(f5 - 5 * (4 * d * d + 2 * d)) <= 4  # (+ the loop's own bookkeeping)
+
+
+def test_attention_flops_have_the_quadratic_term():
+    """Causal MHA: FLOPs = a T² + b T + c with a ≥ 4d (QKᵀ and AV, 2T²d each; Bishop
+    §12.1.8) plus softmax terms per head, and b ≈ 8d² (the four projections)."""
+    d, h = CFG.width, CFG.heads
+    ts = np.array([16, 32, 64])
+    f = [complexity.measure("attention", CFG, int(t))["flops"] for t in ts]
+    a, b, _ = np.polyfit(ts, f, 2)
+    assert 4 * d <= a <= 4 * d + 10 * h, a
+    assert abs(b - 8 * d * d) < 0.1 * 8 * d * d, b
+
+
+def test_sequential_ops_grow_with_t_only_for_the_rnn():
+    s = {m: [complexity.measure(m, CFG, t)["sequential_ops"] for t in (8, 16, 32)]
+         for m in complexity.MODELS}
+    d1, d2 = s["rnn"][1] - s["rnn"][0], s["rnn"][2] - s["rnn"][1]
+    assert d2 == 2 * d1 > 0  # T × (the step's critical path)
+    assert s["attention"][0] == s["attention"][2]
+    assert s["linear_attention"][0] == s["linear_attention"][2]
+    assert s["ssm"][0] < s["ssm"][2] < s["ssm"][0] + 3 * 8  # associative scan: ~log T
+
+
+def test_max_path_lengths():
+    for t in (1, 4, 9):
+        assert complexity.max_path_length(complexity.position_graph("rnn", t, "parallel"), t) \
+            == t + 1
+        assert complexity.max_path_length(
+            complexity.position_graph("attention", t, "recurrent"), t) == 1
+        for m in ("linear_attention", "ssm"):
+            assert complexity.max_path_length(complexity.position_graph(m, t, "parallel"),
+                                              t) == 1
+            assert complexity.max_path_length(complexity.position_graph(m, t, "recurrent"),
+                                              t) == t + 1
+    with pytest.raises(ValueError, match="`form` must be"):
+        complexity.position_graph("rnn", 3, "tree")
+
+
+@pytest.mark.parametrize("name", complexity.MODELS)
+def test_graph_reachability_is_the_layers_jacobian_pattern(name):
+    """y_i depends on x_j exactly when j ≤ i, in the graphs and in the library's layers."""
+    t = 5
+    module, fn = complexity.layer(name, CFG)
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, t, CFG.width))
+    params = module.init(jax.random.PRNGKey(1), x)
+    jac = jax.jit(jax.jacrev(lambda x: fn(params, x)))(x)[0, :, :, 0, :, :]  # [T, d, T, d]
+    measured = np.abs(np.asarray(jac)).max(axis=(1, 3)) > 1e-7
+    np.testing.assert_array_equal(measured, np.tril(np.ones((t, t), bool)))
+    for form in ("parallel", "recurrent"):
+        graph = complexity.position_graph(name, t, form)
+        np.testing.assert_array_equal(complexity.reachability(graph, t), measured)
+
+
+def test_complexity_smoke(tmp_path):
+    s = complexity.main(["--smoke", "--workdir", str(tmp_path)])
+    assert abs(s["fits"]["rnn"]["flops"] - 1.0) < 1e-3
+    assert abs(s["fits"]["rnn"]["sequential_ops"] - 1.0) < 0.1
+    assert (tmp_path / "complexity.md").exists() and (tmp_path / "complexity.png").exists()
