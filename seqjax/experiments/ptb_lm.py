@@ -424,7 +424,9 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
         f"Reference: Zaremba, Sutskever & Vinyals (2014), Table 1, non-regularized LSTM: valid "
         f"{ZAREMBA_SMALL_VALID_PPL}, **test {ZAREMBA_SMALL_TEST_PPL}** (13 epochs).",
         "",
-        f"Command: `{cmd}`",
+        f"Command: `{cmd}` (the run writes this table to `WORKDIR/ptb_lm.md`; "
+        "`seqjax.experiments.ptb_lm.write_results(WORKDIR, PATH, COMMAND)` rewrites it from the "
+        "work dir, also during a run).",
         "",
         f"Config: 2×{cfg.hidden_size} LSTM (embedding {cfg.hidden_size}), dropout "
         f"{cfg.dropout:g}, init U(±{cfg.init_scale:g}), batch {cfg.batch_size}, truncated BPTT "
@@ -467,6 +469,13 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
                   + (" (resumed run: this process's time)" if summary["resumed_from"] else "")
                   + f". Target ≤ {ZAREMBA_SMALL_TEST_PPL}: "
                   + ("met." if summary["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL else "NOT met.")]
+        best = min(rows, key=lambda r: r["valid_ppl"])
+        lines += ["", f"Best validation perplexity: epoch {best['epoch']}, valid "
+                  f"{best['valid_ppl']:.2f}, test {best['test_ppl']:.2f} (the table's final row is "
+                  "the reported number; no early stopping). One run, seed "
+                  f"{cfg.seed}: the spread over seeds was not measured. The model has one bias "
+                  "per LSTM gate (4,651,600 parameters), `main.lua` two (i2h and h2h, 1,600 "
+                  "more); everything else follows `main.lua`."]
     else:
         lines += [f"**Run in progress / incomplete:** {len(rows)} of {cfg.epochs} epochs "
                   f"finished (last logged step {last_step} of {cfg.epochs * per_epoch}); "
