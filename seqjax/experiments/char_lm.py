@@ -494,7 +494,8 @@ def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str
         "Commands:",
         "",
     ]
-    lines += [f"* `{commands.get(wd, 'python -m seqjax.experiments.char_lm')}`" for wd, _, _ in runs]
+    default_command = "python -m seqjax.experiments.char_lm"
+    lines += [f"* `{commands.get(wd, default_command)}`" for wd, _, _ in runs]
     lines += ["", *notes] if notes else []
     lines += [
         "",

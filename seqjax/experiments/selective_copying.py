@@ -1,4 +1,4 @@
-"""Selective copying and associative recall (Mamba §3.1/§4.1, Table 1) at reduced scale.
+r"""Selective copying and associative recall (Mamba §3.1/§4.1, Table 1) at reduced scale.
 
 Two synthetic tasks that separate *content-aware* sequence layers from time-invariant
 ones (Gu & Dao 2023, §3.1):
@@ -33,7 +33,8 @@ parallel unless ``--mesh`` / ``--strategy`` say otherwise; ``batch`` is the glob
 (every process draws the same fresh batch and feeds its own rows). With ``--workdir`` each
 run keeps its checkpoint and ``metrics.jsonl`` in ``WORKDIR/TASK_MODEL``.
 
-Run:  python -m seqjax.experiments.selective_copying --out seqjax/experiments/results/selective_copying.md
+Run:  python -m seqjax.experiments.selective_copying --out \
+          seqjax/experiments/results/selective_copying.md
       python -m seqjax.experiments.selective_copying --smoke    (seconds, for CI)
       (or ``seqjax train selective_copying [--smoke] [--workdir DIR]``); every ``Config``
       field is an option, e.g. ``--tasks=selective_copying --models=mamba,mamba-lti --steps=500``.

@@ -19,6 +19,7 @@ from seqjax._checks import (
     check_vocab_ids,
     is_concrete,
 )
+from seqjax.nn.masks import padding_mask
 
 Array = jax.Array
 
@@ -36,7 +37,6 @@ __all__ = [
     "gather_time",
     "layers_from_batch_major",
     "layers_to_batch_major",
-    "length_mask",
     "masked_pool",
 ]
 
@@ -111,11 +111,6 @@ def flag_oov_rows(logits_BxV: Array, valid_B: Array) -> Array:
     return jnp.where(valid_B[:, None], logits_BxV, jnp.nan)
 
 
-def length_mask(lengths_B: Array, max_len: int) -> Array:
-    """``valid_BxT[b, t] = t < lengths[b]`` (True = real token)."""
-    return jnp.arange(max_len, dtype=jnp.int32)[None, :] < lengths_B[:, None]
-
-
 def gather_time(x_BxTxD: Array, index_B: Array) -> Array:
     """``x[b, index[b]]`` for every row: ``[B, T, D] -> [B, D]`` (index clipped to ``[0, T)``)."""
     index_B = jnp.clip(index_B, 0, x_BxTxD.shape[1] - 1)
@@ -145,7 +140,7 @@ def masked_pool(
     batch, num_steps, feat = h_BxTxD.shape
     if lengths_B is None:
         lengths_B = jnp.full((batch,), num_steps, jnp.int32)
-    valid_BxT = length_mask(lengths_B, num_steps)
+    valid_BxT = padding_mask(lengths_B, num_steps)
     nonempty_Bx1 = (lengths_B > 0)[:, None]
     if mode == "last":
         last = gather_time(h_BxTxD, lengths_B - 1)

@@ -82,11 +82,11 @@ from seqjax.models._common import (
     check_step_tokens,
     check_tokens,
     flag_oov_rows,
-    length_mask,
     split_oov,
 )
 from seqjax.nn.attention import Attention
 from seqjax.nn.dense import Dense
+from seqjax.nn.masks import padding_mask
 from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
 
 Array = jax.Array
@@ -380,7 +380,7 @@ class Seq2Seq(nn.Module):
                         lambda leaf: jnp.tanh(next(bridges)(z_BxC)).astype(leaf.dtype), carry)
                     for carry in template
                 )
-        return v_BxSxV, length_mask(src_lengths, src_len), z_BxC, init
+        return v_BxSxV, padding_mask(src_lengths, src_len), z_BxC, init
 
     def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
         cls = CELL_TYPES[self.cell_type] if isinstance(self.cell_type, str) else self.cell_type
@@ -438,7 +438,7 @@ class Seq2Seq(nn.Module):
                  src_lengths: Array | None) -> dict:
         v, src_valid, z, carries = self.encode(src_BxS, src_lengths)
         carries, _, _ = self._decode(
-            carries, prompt_BxT, length_mask(lengths_B, prompt_BxT.shape[1]), v, src_valid, z,
+            carries, prompt_BxT, padding_mask(lengths_B, prompt_BxT.shape[1]), v, src_valid, z,
             True,
         )
         return {"carries": carries, "enc": v if self.context == "attention" else None,

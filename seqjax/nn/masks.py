@@ -17,8 +17,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from seqjax._checks import check_bool, check_integer, check_range, check_rank
+from seqjax._checks import check_bool, check_integer, check_lengths, check_rank
 
 Array = jax.Array
 
@@ -147,12 +148,11 @@ def padding_mask(lengths_B: Any, max_len: int) -> Array:
         >>> padding_mask(jnp.array([1, 3]), 3).astype(int).tolist()
         [[1, 0, 0], [1, 1, 1]]
     """
-    lengths_B = jnp.asarray(lengths_B)
-    check_integer(lengths_B, "lengths")
-    check_rank(lengths_B, "lengths", 1)
     if not isinstance(max_len, int) or max_len < 0:
         raise ValueError(f"`max_len` must be a non-negative int; got {max_len!r}.")
-    check_range(lengths_B, "lengths", 0, max_len)
+    check_rank(lengths_B, "lengths", 1)
+    # The one lengths check: values already checked by a caller are not read again.
+    lengths_B = check_lengths(lengths_B, "lengths", np.shape(lengths_B)[0], max_len)
     return _padding(lengths_B, max_len)
 
 

@@ -21,14 +21,14 @@ from flax import linen as nn
 from seqjax._checks import (
     bound_param_shape,
     check_features,
-    check_integer,
-    check_range,
+    check_lengths,
     check_rank,
     check_tree_shapes,
 )
 from seqjax.nn import _sharding
 from seqjax.nn._layer_scan import layer_scan
 from seqjax.nn.cells import ElmanCell, GRUCell, LayerWeights, LSTMCell, RecurrentCell
+from seqjax.nn.masks import padding_mask
 
 Array = jax.Array
 Carry = Any
@@ -44,8 +44,8 @@ CELL_TYPES: dict[str, type[RecurrentCell]] = {
 
 
 def _step_mask(lengths_B: Array, num_steps: int) -> Array:
-    """``valid_TxB[t, b] = t < lengths[b]``."""
-    return jnp.arange(num_steps, dtype=jnp.int32)[:, None] < lengths_B[None, :]
+    """``valid_TxB[t, b] = t < lengths[b]``: :func:`~seqjax.nn.masks.padding_mask`, time-major."""
+    return padding_mask(lengths_B, num_steps).T
 
 
 def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
@@ -58,16 +58,8 @@ def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
 
 
 def _check_lengths(lengths: Array | None, batch: int, num_steps: int) -> Array | None:
-    if lengths is None:
-        return None
-    lengths = jnp.asarray(lengths) if not isinstance(lengths, jax.Array) else lengths
-    check_integer(lengths, "lengths")
-    if lengths.shape != (batch,):
-        raise ValueError(
-            f"`lengths` must have shape (batch,) = ({batch},); got {tuple(lengths.shape)}."
-        )
-    check_range(lengths, "lengths", 0, num_steps)
-    return lengths.astype(jnp.int32)
+    """:func:`seqjax._checks.check_lengths` (the one check), ``None`` passed through."""
+    return None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
 
 
 IMPLEMENTATIONS = ("auto", "scan", "fused", "cudnn")
@@ -327,7 +319,7 @@ def _cudnn_layer(
         c0[None].astype(jnp.float32), w, jnp.maximum(lengths, 1), input_size=in_features,
         hidden_size=hidden, num_layers=1, dropout=0.0, bidirectional=False,
     )
-    valid = (jnp.arange(num_steps)[None, :] < lengths[:, None])[..., None]
+    valid = padding_mask(lengths, num_steps)[..., None]
     y = jnp.where(valid, y, 0.0).astype(x_BxTxP.dtype)
     ran = (lengths > 0)[:, None]
     return (jnp.where(ran, c_n[0], c0).astype(c0.dtype),
@@ -586,7 +578,7 @@ class StackedRNN(nn.Module):
             lengths, input_size=in_features, hidden_size=self.features,
             num_layers=self.num_layers, dropout=0.0, bidirectional=self.bidirectional,
         )
-        valid = (jnp.arange(num_steps)[None, :] < lengths[:, None])[..., None]
+        valid = padding_mask(lengths, num_steps)[..., None]
         y = jnp.where(valid, y, 0.0).astype(out_dtype)
         h_n, c_n = h_n.astype(out_dtype), c_n.astype(out_dtype)
         finals = []

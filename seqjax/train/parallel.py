@@ -311,7 +311,8 @@ class Parallel:
     def place(self, batch: Any) -> Any:
         """Use with an iterator built with :meth:`iterator_shard` (each process loads only
         its rows); use :meth:`place_global` when every process holds the whole batch (a
-        seeded generator, an eval set). This process's rows (block ``shard_index`` of ``shard_count``) → global arrays
+        seeded generator, an eval set). This process's rows (block ``shard_index`` of
+        ``shard_count``) → global arrays
         ``[global_batch, ...]`` sharded over ``("data", "fsdp")``
         (:func:`~seqjax.train.sharding.shard_batch`)."""
         return shard_batch(batch, self.mesh)

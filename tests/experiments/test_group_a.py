@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
 from seqjax.data.tasks import EOS_ID
+from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
 
 # ----------------------------------------------------------------------------- param_counts
 

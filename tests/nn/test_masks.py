@@ -76,3 +76,51 @@ def test_combine_masks():
     np.testing.assert_array_equal(combine_masks(a, None, b), np.asarray(a) & np.asarray(b))
     with pytest.raises(TypeError, match="boolean"):
         combine_masks(a, jnp.ones((3, 3)))
+
+
+def _count_lengths_reads(monkeypatch):
+    """Count the host reads of a concrete lengths array made by the one check."""
+    from seqjax import _checks
+
+    reads = []
+    real = _checks.check_range
+
+    def counting(x, name, low, high):
+        if "lengths" in name and _checks.is_concrete(x):
+            reads.append(name)
+        return real(x, name, low, high)
+
+    monkeypatch.setattr(_checks, "check_range", counting)
+    return reads
+
+
+@pytest.mark.parametrize("family", ["gpt", "rnn"])
+def test_lengths_checked_once_per_model_call_and_layers_still_check(monkeypatch, family):
+    """From a model down, ``lengths`` is validated once (one host read), not once per
+    layer; each layer called on its own still rejects bad lengths."""
+    from seqjax.models import RNNClassifier, TransformerLM, TransformerLMConfig
+    from seqjax.nn import MultiHeadAttention, StackedRNN
+
+    tokens = jnp.ones((3, 5), jnp.int32)
+    lengths = jnp.array([5, 2, 0])
+    if family == "gpt":
+        model = TransformerLM(TransformerLMConfig(vocab_size=7, num_layers=3, num_heads=2,
+                                                  embed_dim=8, max_len=8))
+        layer = MultiHeadAttention(num_heads=2)
+    else:
+        model = RNNClassifier(vocab_size=7, num_classes=2, embed_dim=4, hidden_size=4,
+                              num_layers=3, cell_type="lstm")
+        layer = StackedRNN(4, num_layers=2, cell_type="gru")
+    params = model.init(jax.random.PRNGKey(0), tokens, lengths)
+    reads = _count_lengths_reads(monkeypatch)
+    model.apply(params, tokens, jnp.array([5, 2, 0]))  # a new array: not checked yet
+    assert reads == ["lengths"]
+    model.apply(params, tokens, lengths)  # checked when the model was initialised
+    assert reads == ["lengths"]
+
+    x = jnp.ones((3, 5, 4))
+    layer_params = layer.init(jax.random.PRNGKey(0), x)
+    with pytest.raises(ValueError, match=r"`lengths` must lie in \[0, 5\]; got values in \[0, 6\]"):
+        layer.apply(layer_params, x, lengths=jnp.array([6, 2, 0]))
+    with pytest.raises(ValueError, match=r"`lengths` must have shape \(batch,\) = \(3,\)"):
+        layer.apply(layer_params, x, lengths=jnp.array([1, 2]))
