@@ -28,6 +28,10 @@ EXPERIMENTS = {
     "positions": ([], None),
     "norm_placement": ([], None),
     "selective_copying": (["--runs=selective_copying:mamba"], "selective_copying_mamba"),
+    "baselines": ([], "lstm"),
+    "ptb_lm": (["--progress=false"], ""),
+    "forecasting": ([], "seed0"),
+    "image_gpt": ([], "pixels"),
 }
 
 SCRIPT = textwrap.dedent("""
