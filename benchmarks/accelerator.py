@@ -788,13 +788,15 @@ def device_info() -> dict[str, str]:
             info["nvidia-smi"] = f"failed: {e}"
     else:
         info["nvidia-smi"] = "not present"
-    try:
-        from jax._src.lib import cuda_versions
+    # cuDNN's version from the wheel that ships it (public metadata, no private JAX API).
+    from importlib import metadata
 
-        if cuda_versions is not None:
-            info["cuDNN"] = str(cuda_versions.cudnn_get_version())
-    except (ImportError, AttributeError, RuntimeError):
-        pass
+    for dist in ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12"):
+        try:
+            info["cuDNN"] = f"{metadata.version(dist)} ({dist})"
+            break
+        except metadata.PackageNotFoundError:
+            continue
     peak = peak_flops_per_device()
     info["dense bf16 peak for MFU"] = ("unknown" if peak is None
                                        else f"{peak / 1e12:.0f} TFLOP/s")

@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -70,19 +71,22 @@ def _inputs(cfg: Config) -> np.ndarray:
 # ----------------------------------------------------------------------------- JAX peers
 
 
-def seqjax_peer(cfg: Config) -> harness.Prepared:
+def seqjax_module(cfg: Config) -> Any:
+    """The seqjax layer a row times (also traced by ``benchmarks programs``)."""
     if cfg.kind == "mha":
         from seqjax.nn.attention import MultiHeadAttention
 
-        module = MultiHeadAttention(num_heads=cfg.num_heads)
-    else:
-        from seqjax.nn.transformer import TransformerBlock
+        return MultiHeadAttention(num_heads=cfg.num_heads)
+    from seqjax.nn.transformer import TransformerBlock
 
-        module = TransformerBlock(
-            num_heads=cfg.num_heads, mlp_dim=cfg.mlp_dim, norm="pre", norm_type="layernorm",
-            mlp="mlp", activation="gelu",
-        )
-    return harness.jax_module_prepared(module, _inputs(cfg), backward=cfg.backward)
+    return TransformerBlock(
+        num_heads=cfg.num_heads, mlp_dim=cfg.mlp_dim, norm="pre", norm_type="layernorm",
+        mlp="mlp", activation="gelu",
+    )
+
+
+def seqjax_peer(cfg: Config) -> harness.Prepared:
+    return harness.jax_module_prepared(seqjax_module(cfg), _inputs(cfg), backward=cfg.backward)
 
 
 def _flax_block(cfg: Config):

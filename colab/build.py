@@ -9,6 +9,11 @@ the repository:
   ``#`` for an empty line) is removed.
 * Blank lines that open or close a cell only separate cells and are dropped.
 
+Every notebook opens the same way on Colab: its title cell, then the cells of
+``colab/src/_preamble.py`` (install seqjax when it is not importable; what the runtime
+and ``SMOKE`` mean), written in here so that each ``.ipynb`` stands alone while the source
+holds them once. ``REQUIREMENTS`` names the extras a notebook's install cell asks for.
+
 The conversion needs only the standard library (jupytext reads the same files but is not
 needed) and is deterministic: cell ids are ``NN-II`` (the notebook's number, the cell's
 index), the notebook metadata are the constant ``METADATA`` (the Colab TPU accelerator,
@@ -33,6 +38,10 @@ METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
 }
+PREAMBLE = SRC / "_preamble.py"
+REPOSITORY = "git+https://github.com/seqjax/seqjax"
+# Notebooks whose install cell needs extras beyond the core (seqjax[data]: the packaged tasks).
+REQUIREMENTS = {"02_seq2seq_attention": "seqjax[data]", "04_bert_and_vit": "seqjax[data]"}
 _MARKER = re.compile(r"# %%(?P<rest>.*)")
 _MAGIC = re.compile(r"(?P<indent>\s*)# (?P<magic>%{1,2}[A-Za-z]\w*\b.*)")
 
@@ -97,8 +106,14 @@ def build(name: str) -> dict:
     path = SRC / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"name: no notebook source {path} (known: {names()})")
+    own = parse(path.read_text(encoding="utf-8"), str(path))
+    if own[0][0] != "markdown":
+        raise ValueError(f"{path}: the first cell must be the Markdown title")
+    requirement = f"{REQUIREMENTS.get(name, 'seqjax')} @ {REPOSITORY}"
+    preamble = parse(PREAMBLE.read_text(encoding="utf-8").split("\n\n", 1)[1], str(PREAMBLE))
+    preamble = [(kind, source.replace("{requirement}", requirement)) for kind, source in preamble]
     cells = []
-    for index, (kind, source) in enumerate(parse(path.read_text(encoding="utf-8"), str(path))):
+    for index, (kind, source) in enumerate([own[0], *preamble, *own[1:]]):
         cell = {"cell_type": kind, "id": f"{name[:2]}-{index:02d}", "metadata": {},
                 "source": source}
         if kind == "code":

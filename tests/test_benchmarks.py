@@ -230,3 +230,30 @@ def test_attention_core_smoke_reports_tflops(capsys):
         attention_core.main(["--smoke", "--implementations", "cudnn"])  # no GPU here
     assert attention_core.flops(2, 4, 8, 16, causal=True, backward=True) == \
         4 * 2 * 4 * 8 * 8 * 16 * 0.5 * 3.5
+
+
+def test_programs_fingerprints_ignore_names_not_operations(capsys):
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks import programs
+
+    x = jax.ShapeDtypeStruct((3, 4), jnp.float32)
+
+    def double(v):
+        return v * 2
+
+    def twice(v):  # the same computation under another name
+        return v * 2
+
+    def add(v):
+        return v + 2
+
+    fp = programs.fingerprint
+    assert fp(lambda v: jax.jit(double)(v).sum(), x) == fp(lambda v: jax.jit(twice)(v).sum(), x)
+    assert fp(lambda v: jax.jit(double)(v).sum(), x) != fp(lambda v: jax.jit(add)(v).sum(), x)
+    assert fp(double, x) != fp(double, jax.ShapeDtypeStruct((3, 5), jnp.float32))
+    assert programs.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    for row in ("LSTM B=2", "GRU B=2", "mha B=", "block B=", "LM loss"):
+        assert row in out

@@ -105,11 +105,31 @@ def test_notebook_is_committed_clean(name):
     # The first code cell installs seqjax only when it is not importable.
     assert 'find_spec("seqjax") is None' in code[0]
     assert "git+https://github.com/seqjax/seqjax" in code[0]
-    # The SMOKE switch, read from the environment, and the accelerator check.
-    switch = [c for c in code if re.search(r"^SMOKE = .*SEQJAX_SMOKE", c, re.M)]
-    assert switch, f"{name}: no `SMOKE = ...SEQJAX_SMOKE...` switch"
-    assert "jax.devices()" in switch[0] and "jax.default_backend()" in switch[0]
+    # Title, then the shared preamble (colab/src/_preamble.py), written in by the builder.
+    build = _load_build()
+    preamble = build.parse(build.PREAMBLE.read_text(encoding="utf-8").split("\n\n", 1)[1])
+    assert [c.cell_type for c in nb.cells[1:1 + len(preamble)]] == [k for k, _ in preamble]
+    assert f"seqjax{'[data]' if name in build.REQUIREMENTS else ''} @ git+" in code[0]
+    # The SMOKE switch ($SEQJAX_SMOKE, read by notebook_setup, which prints the devices).
+    switch = [c for c in code if re.search(r"^SMOKE = notebook_setup\(", c, re.M)]
+    assert switch, f"{name}: no `SMOKE = notebook_setup()` switch"
+    assert "from seqjax.utils import notebook_setup" in switch[0]
     assert any("SMOKE" in c for c in code[code.index(switch[0]) + 1:]), "SMOKE is never used"
+
+
+def test_notebook_setup_reads_the_smoke_switch(monkeypatch, capsys):
+    from seqjax.utils import notebook_setup
+
+    monkeypatch.setenv("SEQJAX_SMOKE", " Yes ")
+    assert notebook_setup() is True
+    out = capsys.readouterr().out
+    assert "SMOKE = True" in out and " on cpu: " in out and "No accelerator" not in out
+    monkeypatch.setenv("SEQJAX_SMOKE", "0")
+    assert notebook_setup() is False
+    assert "No accelerator found" in capsys.readouterr().out
+    assert notebook_setup(smoke=True) is True
+    with pytest.raises(TypeError, match="`smoke` must be a bool or None; got 'yes'"):
+        notebook_setup(smoke="yes")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -10,43 +10,12 @@
 # as sequences of patches.
 
 # %%
-# Install seqjax from its repository when it is not importable (a fresh Colab
-# runtime). Skipped in a checkout with `pip install -e .` and in CI. Should pip
-# upgrade jax here, restart the session (Runtime -> Restart session) once.
-import importlib.util
-import subprocess
-import sys
-
-if importlib.util.find_spec("seqjax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "seqjax[data] @ git+https://github.com/seqjax/seqjax"], check=True)
-
-# %% [markdown]
-# **Accelerators.** *Runtime → Change runtime type* picks a TPU, a GPU or the CPU;
-# the same code runs on each. A Colab TPU runtime is a TPU VM (often one v5e chip,
-# or v5e-8): JAX sees the TPU cores directly through `jax.devices()`, so the old
-# `jax.tools.colab_tpu.setup_tpu()` of the retired TPU-Node runtime is neither
-# needed nor available, and nothing here needs TensorFlow.
-#
-# **`SMOKE`** runs everything with tiny sizes, one or two training steps and
-# offline data, in seconds: it is what CI executes. Set the environment variable
-# `SEQJAX_SMOKE=1` (or flip the switch below) to try it; leave it off for the
-# real run.
-
-# %%
-import os
-
 import jax
 
-SMOKE = os.environ.get("SEQJAX_SMOKE", "0").strip().lower() in ("1", "true", "yes")
+from seqjax.utils import notebook_setup
 
-BACKEND = jax.default_backend()  # "tpu", "gpu" or "cpu"
-DEVICES = jax.devices()
-print(f"jax {jax.__version__} on {BACKEND}: {len(DEVICES)} x {DEVICES[0].device_kind}")
-print(f"SMOKE = {SMOKE}")
-if BACKEND == "cpu" and not SMOKE:
-    print("No accelerator found: running on the CPU, slower, with smaller sizes where "
-          "it matters. Runtime -> Change runtime type -> TPU or GPU for the full run.")
+SMOKE = notebook_setup()  # notebook_setup(smoke=True): tiny sizes, offline data
+BACKEND, DEVICES = jax.default_backend(), jax.devices()  # "tpu", "gpu" or "cpu"
 
 # %% [markdown]
 # ## Masked-language-model pre-training
@@ -59,58 +28,16 @@ if BACKEND == "cpu" and not SMOKE:
 # the text.
 
 # %%
-from seqjax.data import tiny_shakespeare_text
-
-# The opening of Coriolanus: the text used when SMOKE runs without a local copy.
-TINY_TEXT = """First Citizen:
-Before we proceed any further, hear me speak.
-
-All:
-Speak, speak.
-
-First Citizen:
-You are all resolved rather to die than to famish?
-
-All:
-Resolved. resolved.
-
-First Citizen:
-First, you know Caius Marcius is chief enemy to the people.
-
-All:
-We know't, we know't.
-
-First Citizen:
-Let us kill him, and we'll have corn at our own price.
-Is't a verdict?
-"""
-CHAR_RNN_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
-                "data/tinyshakespeare/input.txt")
-
-
-def load_shakespeare() -> str:
-    """Tiny Shakespeare: a local copy, else the Hugging Face hub, else char-rnn's file."""
-    try:
-        return tiny_shakespeare_text()  # $SEQJAX_DATA_DIR or ../shared/data
-    except FileNotFoundError:
-        pass
-    if SMOKE:
-        return TINY_TEXT
-    try:
-        return tiny_shakespeare_text(hub_name="karpathy/tiny_shakespeare")
-    except Exception as err:  # noqa: BLE001 - any hub failure: fall back to the raw file
-        print(f"hub unavailable ({type(err).__name__}); downloading {CHAR_RNN_URL}")
-        import urllib.request
-
-        with urllib.request.urlopen(CHAR_RNN_URL) as f:
-            return f.read().decode("utf-8")
-
-
-# %%
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data import CharTokenizer, LMWindowIterator, SpecialTokens, split_text
+from seqjax.data import (
+    CharTokenizer,
+    LMWindowIterator,
+    SpecialTokens,
+    fetch_tiny_shakespeare,
+    split_text,
+)
 from seqjax.models.bert import Bert, BertConfig, mlm_mask
 from seqjax.train import (
     FitConfig,
@@ -136,7 +63,7 @@ def global_batch(n):
     return -(-n // par.batch_shards) * par.batch_shards
 
 
-text = load_shakespeare()
+text = fetch_tiny_shakespeare(offline_sample=SMOKE)
 if SMOKE:
     text = text[:20_000]
 tok = CharTokenizer.from_text(text, SpecialTokens(bos=None, eos=None, sep=None))

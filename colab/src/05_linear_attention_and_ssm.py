@@ -10,43 +10,12 @@
 # (`seqjax.nn.linear_attention`, `seqjax.nn.ssm`) and measures the cost curves.
 
 # %%
-# Install seqjax from its repository when it is not importable (a fresh Colab
-# runtime). Skipped in a checkout with `pip install -e .` and in CI. Should pip
-# upgrade jax here, restart the session (Runtime -> Restart session) once.
-import importlib.util
-import subprocess
-import sys
-
-if importlib.util.find_spec("seqjax") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "seqjax @ git+https://github.com/seqjax/seqjax"], check=True)
-
-# %% [markdown]
-# **Accelerators.** *Runtime → Change runtime type* picks a TPU, a GPU or the CPU;
-# the same code runs on each. A Colab TPU runtime is a TPU VM (often one v5e chip,
-# or v5e-8): JAX sees the TPU cores directly through `jax.devices()`, so the old
-# `jax.tools.colab_tpu.setup_tpu()` of the retired TPU-Node runtime is neither
-# needed nor available, and nothing here needs TensorFlow.
-#
-# **`SMOKE`** runs everything with tiny sizes, one or two training steps and
-# offline data, in seconds: it is what CI executes. Set the environment variable
-# `SEQJAX_SMOKE=1` (or flip the switch below) to try it; leave it off for the
-# real run.
-
-# %%
-import os
-
 import jax
 
-SMOKE = os.environ.get("SEQJAX_SMOKE", "0").strip().lower() in ("1", "true", "yes")
+from seqjax.utils import notebook_setup
 
-BACKEND = jax.default_backend()  # "tpu", "gpu" or "cpu"
-DEVICES = jax.devices()
-print(f"jax {jax.__version__} on {BACKEND}: {len(DEVICES)} x {DEVICES[0].device_kind}")
-print(f"SMOKE = {SMOKE}")
-if BACKEND == "cpu" and not SMOKE:
-    print("No accelerator found: running on the CPU, slower, with smaller sizes where "
-          "it matters. Runtime -> Change runtime type -> TPU or GPU for the full run.")
+SMOKE = notebook_setup()  # notebook_setup(smoke=True): tiny sizes, offline data
+BACKEND, DEVICES = jax.default_backend(), jax.devices()  # "tpu", "gpu" or "cpu"
 
 # %%
 from functools import partial

@@ -38,9 +38,11 @@ from seqjax.data.packing import pack_pair, pack_pairs
 from seqjax.data.ptb import PTBData, penn_treebank
 from seqjax.data.tasks import (
     BOS_ID,
+    CHAR_RNN_SHAKESPEARE_URL,
     EOS_ID,
     FIRST_SYMBOL,
     PAD_ID,
+    TINY_SHAKESPEARE_OPENING,
     CharLMData,
     adding_problem,
     agreement_vocabulary,
@@ -49,6 +51,7 @@ from seqjax.data.tasks import (
     copy_task,
     digits,
     english_french,
+    fetch_tiny_shakespeare,
     find_data_dir,
     forecasting_windows,
     grapheme_to_phoneme,
@@ -90,6 +93,7 @@ __all__ = [
     "reverse_task", "selective_copying", "shard_dataset", "skipgram_pairs", "sort_task",
     "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
+    "CHAR_RNN_SHAKESPEARE_URL", "TINY_SHAKESPEARE_OPENING", "fetch_tiny_shakespeare",
 ]
 
 # word2vec's model, training loop, similarity tools and losses moved out of seqjax.data

@@ -68,6 +68,9 @@ __all__ = [
     "grapheme_to_phoneme",
     "digits",
     "sunspots",
+    "CHAR_RNN_SHAKESPEARE_URL",
+    "TINY_SHAKESPEARE_OPENING",
+    "fetch_tiny_shakespeare",
     "forecasting_windows",
     "find_data_dir",
     "CharLMData",
@@ -662,22 +665,82 @@ class CharLMData:
     tokenizer: CharTokenizer
 
 
+# Karpathy's char-rnn copy of the corpus (the file nanoGPT downloads).
+CHAR_RNN_SHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+
+# The first 20 lines of Tiny Shakespeare (the opening of Coriolanus): what a smoke run
+# trains on when no copy of the corpus is at hand (see :func:`fetch_tiny_shakespeare`).
+TINY_SHAKESPEARE_OPENING = """First Citizen:
+Before we proceed any further, hear me speak.
+
+All:
+Speak, speak.
+
+First Citizen:
+You are all resolved rather to die than to famish?
+
+All:
+Resolved. resolved.
+
+First Citizen:
+First, you know Caius Marcius is chief enemy to the people.
+
+All:
+We know't, we know't.
+
+First Citizen:
+Let us kill him, and we'll have corn at our own price.
+Is't a verdict?
+"""
+
+
 def tiny_shakespeare_text(
-    path: str | os.PathLike | None = None, *, hub_name: str | None = None
+    path: str | os.PathLike | None = None, *, hub_name: str | None = None,
+    url: str | None = None,
 ) -> str:
     """The Tiny Shakespeare text (1,115,394 characters, 65 distinct).
 
     From ``path`` (the file or its folder), else ``tinyshakespeare.txt`` in
     :func:`find_data_dir`; with ``hub_name`` (e.g. ``"karpathy/tiny_shakespeare"``,
     needs a network) the hub dataset's splits are concatenated in the order
-    train, validation, test.
+    train, validation, test; with ``url`` (e.g. :data:`CHAR_RNN_SHAKESPEARE_URL`) the
+    plain-text file is downloaded (``file://`` URLs read a local file).
     """
+    if hub_name is not None and url is not None:
+        raise ValueError("pass at most one of `hub_name` and `url`.")
+    if url is not None:
+        import urllib.request
+
+        with urllib.request.urlopen(url) as f:  # noqa: S310 - the caller's URL
+            return f.read().decode("utf-8")
     if hub_name is not None:
         dd = _datasets().load_dataset(hub_name)
         order = [s for s in ("train", "validation", "test") if s in dd] + [
             s for s in dd if s not in ("train", "validation", "test")]
         return "".join(t for s in order for t in dd[s]["text"][:])
     return _corpus_file("tinyshakespeare.txt", path).read_text(encoding="utf-8")
+
+
+def fetch_tiny_shakespeare(*, offline_sample: bool = False) -> str:
+    """Tiny Shakespeare from wherever it can be had, as a notebook wants it.
+
+    A local copy (:func:`tiny_shakespeare_text`: ``$SEQJAX_DATA_DIR`` or the shared data
+    folder); else, with ``offline_sample``, :data:`TINY_SHAKESPEARE_OPENING` (smoke runs
+    never touch the network); else the Hugging Face hub dataset
+    ``karpathy/tiny_shakespeare``; else char-rnn's file (:data:`CHAR_RNN_SHAKESPEARE_URL`).
+    """
+    try:
+        return tiny_shakespeare_text()
+    except FileNotFoundError:
+        if offline_sample:
+            return TINY_SHAKESPEARE_OPENING
+    try:
+        return tiny_shakespeare_text(hub_name="karpathy/tiny_shakespeare")
+    except Exception as err:  # noqa: BLE001 - any hub failure: fall back to the raw file
+        print(f"hub unavailable ({type(err).__name__}); downloading {CHAR_RNN_SHAKESPEARE_URL}")
+        return tiny_shakespeare_text(url=CHAR_RNN_SHAKESPEARE_URL)
 
 
 def tiny_shakespeare(

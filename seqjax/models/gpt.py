@@ -64,6 +64,8 @@ class TransformerLMConfig:
         dropout_rate: on the embeddings and every residual branch;
         attention_dropout_rate: on the attention weights (default ``dropout_rate``).
         activation, norm_type, mlp, num_kv_heads, rope_base: block options.
+        window: sliding-window (local) attention of ``w`` keys in every layer (Longformer,
+            Mistral; ``None``: full causal attention); the KV cache still keeps every key.
         norm_epsilon: ``ε`` of every norm (default: LayerNorm 1e-5, RMSNorm 1e-6).
         norm_use_bias: learn LayerNorm's ``β``; nanoGPT's ``bias=False`` also drops it
             (the ``nanogpt-*`` presets keep it, so their parameter counts are those of
@@ -90,6 +92,7 @@ class TransformerLMConfig:
     mlp: str = "mlp"
     num_kv_heads: int | None = None
     rope_base: float = 10000.0
+    window: int | None = None
     init_std: float = 0.02
     scan_layers: bool = False
     remat: bool = False
@@ -176,7 +179,7 @@ class TransformerLM(nn.Module):
             causal=True, cross_attention=False, dropout_rate=cfg.dropout_rate,
             attention_dropout_rate=attn_drop, use_bias=cfg.use_bias,
             num_kv_heads=cfg.num_kv_heads, use_rope=cfg.positions == "rope",
-            rope_base=cfg.rope_base, implementation=cfg.implementation,
+            rope_base=cfg.rope_base, window=cfg.window, implementation=cfg.implementation,
             scan_layers=cfg.scan_layers, remat=cfg.remat, kernel_init=init, dtype=self.dtype,
             param_dtype=self.param_dtype,
         )

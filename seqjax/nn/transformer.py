@@ -74,6 +74,7 @@ _MHA_ONLY = {
     "qk_norm": False,
     "use_rope": False,
     "rope_base": 10000.0,
+    "window": None,
     "implementation": "auto",
 }
 
@@ -120,6 +121,7 @@ class _BlockConfig(nn.Module):
     qk_norm: bool = False
     use_rope: bool = False
     rope_base: float = 10000.0
+    window: int | None = None
     implementation: str = "auto"
     attention: Callable[..., nn.Module] | None = None
     dtype: Dtype | None = None
@@ -262,6 +264,9 @@ class TransformerBlock(_BlockConfig):
             MEDL's heads have none).
         qk_norm, use_rope, rope_base, implementation: passed to the default
             :class:`~seqjax.nn.attention.MultiHeadAttention` self-attention.
+        window: sliding-window (local) causal self-attention of ``w`` keys, position ``i``
+            attending to ``i-w+1 .. i`` (MultiHeadAttention's ``window``; ``None``: all);
+            ``L`` such layers see ``L(w-1)+1`` positions back.
         attention: factory for the self-attention module, called with keywords
             ``num_heads, head_dim, use_bias, dropout_rate, dtype, param_dtype``; it must
             follow MultiHeadAttention's call signature (e.g.
@@ -295,6 +300,7 @@ class TransformerBlock(_BlockConfig):
                 qk_norm=self.qk_norm,
                 use_rope=self.use_rope,
                 rope_base=self.rope_base,
+                window=self.window,
             )
         else:
             self.self_attn = self.attention(**common)

@@ -260,3 +260,38 @@ def test_missing_optional_package_names_the_extra(monkeypatch, module, call):
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
     with pytest.raises(ImportError, match=r'pip install "seqjax\[data\]"'):
         call()
+
+
+def test_tiny_shakespeare_from_a_url_and_the_fallback_chain(tmp_path, monkeypatch):
+    """``url=`` downloads the plain file (here a ``file://`` URL); ``fetch_tiny_shakespeare``
+    takes a local copy, else the built-in opening offline, else the hub, else the URL."""
+    corpus = tmp_path / "tinyshakespeare.txt"
+    corpus.write_text("First Citizen:\nSpeak.\n", encoding="utf-8")
+    assert tasks.tiny_shakespeare_text(url=corpus.as_uri()) == "First Citizen:\nSpeak.\n"
+    with pytest.raises(ValueError, match="at most one of `hub_name` and `url`"):
+        tasks.tiny_shakespeare_text(hub_name="x/y", url=corpus.as_uri())
+
+    monkeypatch.setenv(tasks.DATA_DIR_ENV, str(tmp_path))
+    assert tasks.fetch_tiny_shakespeare(offline_sample=True) == "First Citizen:\nSpeak.\n"
+
+    calls = []
+
+    def no_local_copy(path=None, *, hub_name=None, url=None):
+        calls.append((hub_name, url))
+        if hub_name is None and url is None:
+            raise FileNotFoundError("no local copy")
+        if hub_name is not None:
+            raise ConnectionError("offline")
+        return "downloaded"
+
+    monkeypatch.setattr(tasks, "tiny_shakespeare_text", no_local_copy)
+    assert tasks.fetch_tiny_shakespeare(offline_sample=True) == tasks.TINY_SHAKESPEARE_OPENING
+    assert calls == [(None, None)]
+    assert tasks.fetch_tiny_shakespeare() == "downloaded"
+    assert calls[1:] == [(None, None), ("karpathy/tiny_shakespeare", None),
+                         (None, tasks.CHAR_RNN_SHAKESPEARE_URL)]
+
+
+@needs_shared
+def test_tiny_shakespeare_opening_is_the_corpus_opening():
+    assert tasks.tiny_shakespeare_text().startswith(tasks.TINY_SHAKESPEARE_OPENING)

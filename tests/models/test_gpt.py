@@ -111,6 +111,26 @@ def test_cached_generation_equals_recomputation():
     assert len({tuple(r) for r in np.asarray(out.tokens).tolist()}) > 1  # rows differ
 
 
+def test_sliding_window_receptive_field_and_cached_generation():
+    """``window=w`` in every layer: L layers see L(w-1) positions back, no further (changing
+    token 0 moves the logits at positions 0..L(w-1) only); KV-cached decoding equals the full
+    windowed pass recomputed at every step."""
+    model = TransformerLM(_cfg(window=2))  # 2 layers: positions t-2..t
+    v = np_init(model, PROMPTS, scale=None, seed=5)
+    x = jnp.asarray(RNG.integers(0, V, (1, 8)), jnp.int32)
+    moved = np.abs(np.asarray(model.apply(v, x.at[0, 0].set((x[0, 0] + 1) % V))
+                              - model.apply(v, x)))[0].max(-1)
+    assert (moved[:3] > 1e-6).all() and (moved[3:] == 0).all(), moved
+    full = TransformerLM(_cfg())  # same parameters, all keys: position 3+ sees token 0
+    assert float(np.abs(full.apply(v, x.at[0, 0].set((x[0, 0] + 1) % V))
+                        - full.apply(v, x))[0, 3:].max()) > 1e-6
+    out = greedy_search(model, v, PROMPTS, LENGTHS, max_new_tokens=7)
+    ref = greedy_search(recompute_decoder(functools.partial(_full_logits, model)), v, PROMPTS,
+                        LENGTHS, max_new_tokens=7)
+    np.testing.assert_array_equal(out.tokens, ref.tokens)
+    np.testing.assert_allclose(out.log_probs, ref.log_probs, rtol=1e-4)
+
+
 def test_bad_inputs():
     model = TransformerLM(_cfg())
     v = np_init(model, PROMPTS)
