@@ -8,9 +8,11 @@ gives test 115 perplexity") is what this experiment follows:
 * data: Mikolov's PTB split (:func:`seqjax.data.ptb.penn_treebank`: 929,589 / 73,760 /
   82,430 tokens, 10,000 words with ``<unk>`` and ``<eos>``);
 * model: :class:`seqjax.models.RNNLanguageModel` — embedding 200, 2 stacked LSTM layers of 200
-  units, a 10,000-way softmax with bias, no dropout, no weight tying (4,651,600 parameters;
-  ``main.lua``'s LSTM has two biases per gate, i2h and h2h, 1,600 more). Every parameter is
-  drawn from U(−0.1, 0.1) (``init_scale``), as ``main.lua`` does;
+  units, a 10,000-way softmax with bias, no dropout, no weight tying; two biases per gate as
+  ``main.lua``'s ``i2h`` and ``h2h`` Linear layers keep them (``LSTMCell(recurrent_bias=True)``:
+  the same function, but each half gets the gradient and its own initial draw), 4,653,200
+  parameters (``--recurrent_bias=false``: one bias, 4,651,600). Every parameter is drawn from
+  U(−0.1, 0.1) (``init_scale``), as ``main.lua`` does;
 * data order: the training stream is cut into 20 contiguous rows
   (:func:`seqjax.train.tbptt.make_streams`) read in windows of ``num_steps = 20`` tokens
   (:class:`~seqjax.train.tbptt.StreamChunkIterator`), the LSTM state carried from window to
@@ -93,6 +95,7 @@ class Config(ParallelOptions):
     hidden_size: int = 200
     num_layers: int = 2
     dropout: float = 0.0
+    recurrent_bias: bool = True
     init_scale: float = 0.1
     batch_size: int = 20
     num_steps: int = 20
@@ -139,10 +142,12 @@ def load_data(cfg: Config) -> PTBData:
 
 
 def build_model(cfg: Config, vocab_size: int) -> RNNLanguageModel:
-    """Zaremba's LM: embedding = hidden width, ``num_layers`` LSTMs, untied softmax with bias."""
+    """Zaremba's LM: embedding = hidden width, ``num_layers`` LSTMs (with ``recurrent_bias``
+    two biases per gate, ``main.lua``'s i2h and h2h), untied softmax with bias."""
     return RNNLanguageModel(vocab_size=vocab_size, embed_dim=cfg.hidden_size,
                             hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                            cell_type="lstm", dropout=cfg.dropout)
+                            cell_type="lstm", dropout=cfg.dropout,
+                            cell_kwargs={"recurrent_bias": cfg.recurrent_bias})
 
 
 def uniform_init(params: Any, key: jax.Array, scale: float) -> Any:
@@ -307,7 +312,7 @@ def run(cfg: Config) -> dict:
                   f"{time.perf_counter() - t_start:.0f} s", flush=True)
 
     model_config = {"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
-                    "vocab_size": vocab}
+                    "recurrent_bias": cfg.recurrent_bias, "vocab_size": vocab}
     load_before = load_average()
     result = fit(
         state, train_step, train_data,
@@ -473,9 +478,11 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
         lines += ["", f"Best validation perplexity: epoch {best['epoch']}, valid "
                   f"{best['valid_ppl']:.2f}, test {best['test_ppl']:.2f} (the table's final row is "
                   "the reported number; no early stopping). One run, seed "
-                  f"{cfg.seed}: the spread over seeds was not measured. The model has one bias "
-                  "per LSTM gate (4,651,600 parameters), `main.lua` two (i2h and h2h, 1,600 "
-                  "more); everything else follows `main.lua`."]
+                  f"{cfg.seed}: the spread over seeds was not measured. "
+                  + ("Two biases per LSTM gate as `main.lua` (i2h and h2h)."
+                     if cfg.recurrent_bias else
+                     "One bias per LSTM gate; `main.lua` has two (i2h and h2h).")
+                  + f" {summary['params']:,} parameters."]
     else:
         lines += [f"**Run in progress / incomplete:** {len(rows)} of {cfg.epochs} epochs "
                   f"finished (last logged step {last_step} of {cfg.epochs * per_epoch}); "

@@ -130,6 +130,8 @@ def seqjax_to_torch_rnn(stack: StackedRNN, variables: dict, input_size: int) -> 
             w_hh = np.asarray(cell["recurrent_kernel"], np.float32).T
             b_ih = np.asarray(cell["input"]["bias"], np.float32)
             b_hh = np.zeros_like(b_ih)
+            if "recurrent_bias" in cell:  # LSTMCell(recurrent_bias=True): PyTorch's layout
+                b_hh = np.asarray(cell["recurrent_bias"], np.float32).copy()
             if key == "GRU":
                 b_hh[2 * hidden :] = np.asarray(cell["recurrent_bias_n"], np.float32)
             for nm, arr in ((f"weight_ih_l{layer}{suffix}", w_ih),

@@ -262,10 +262,33 @@ class LSTMCell(RecurrentCell):
             et al. 2015 recommend 1.0). It is an initialisation only: the
             equation above is computed exactly.
         use_bias: the biases ``b_·`` (MEDL); ``False`` for J&M (9.22)–(9.29).
+        recurrent_bias: keep the bias as two vectors, ``b = b_{·x} + b_{·h}``, the second
+            (``recurrent_bias: [4H]``) on the recurrent product, as PyTorch, cuDNN and
+            Torch7's ``nn.Linear`` pairs (Zaremba et al.'s ``i2h + h2h``) do. The same
+            function (the equation above with ``b`` their sum) with ``4H`` more parameters,
+            so a different initialisation and SGD trajectory (each half gets the gradient
+            of ``b``). Needs ``use_bias``.
     """
 
     forget_bias: float = 0.0
+    recurrent_bias: bool = False
     num_gates: int = 4
+
+    def setup(self) -> None:
+        super().setup()
+        if self.recurrent_bias:
+            if not self.use_bias:
+                raise ValueError("`recurrent_bias=True` needs `use_bias=True`; got use_bias=False.")
+            self.recurrent_bias_hh = self.param(
+                "recurrent_bias", self.bias_init, (4 * self.features,), self.param_dtype
+            )
+
+    def recurrent(self, h: Array, cols: slice = slice(None)) -> Array:
+        """``h W_hᵀ (+ b_h)`` restricted to the gate columns ``cols``, in the compute dtype."""
+        out = super().recurrent(h, cols)
+        if self.recurrent_bias:
+            out = out + jnp.asarray(self.recurrent_bias_hh[cols], out.dtype)
+        return out
 
     def _bias_init(self, key: Array, shape: tuple[int, ...], dtype: Dtype = jnp.float32) -> Array:
         b = self.bias_init(key, shape, dtype)
@@ -283,6 +306,8 @@ class LSTMCell(RecurrentCell):
         if not _keeps_equation(self, LSTMCell):
             return None
         kernel, bias = self._dense_weights()
+        if self.recurrent_bias:
+            bias = bias + self.recurrent_bias_hh  # the kernel adds one bias: b_x + b_h
         return LayerWeights("lstm", kernel, bias, self.recurrent_kernel)
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> tuple[Array, Array]:

@@ -605,8 +605,8 @@ def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Arr
     cuDNN's layout (``jax.experimental.rnn``): for every pseudo-layer
     ``l = layer * dirs + direction``: ``W_ih [4H, P_l]`` then ``W_hh [4H, H]``; then,
     for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate order i, f, g, o
-    as in seqjax; seqjax's single bias goes to ``b_ih`` (zeros for ``use_bias=False``)
-    and ``b_hh`` is zero.
+    as in seqjax; seqjax's bias goes to ``b_ih`` (zeros for ``use_bias=False``; with
+    ``recurrent_bias=True`` the sum of both) and ``b_hh`` is zero.
     """
     cells = []
     for layer in range(num_layers):
@@ -617,5 +617,7 @@ def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Arr
     for cell in cells:
         kernel = cell["input"]["kernel"]
         bias = cell["input"].get("bias", jnp.zeros(kernel.shape[-1:], kernel.dtype))
+        if "recurrent_bias" in cell:  # LSTMCell(recurrent_bias=True): b_ih + b_hh
+            bias = bias + cell["recurrent_bias"]
         packed.append((kernel, bias, cell["recurrent_kernel"]))
     return _cudnn_pack(packed)

@@ -22,6 +22,9 @@ KERNEL_VARIANTS = [
                  id="elman_nobias_sigmoid"),
     pytest.param(lambda: LSTMCell(H, use_bias=False), id="lstm_nobias"),
     pytest.param(lambda: GRUCell(H, use_bias=False), id="gru_nobias"),
+    pytest.param(lambda: LSTMCell(H, recurrent_bias=True,
+                                  bias_init=jax.nn.initializers.normal(0.5)),
+                 id="lstm_two_biases"),
 ]
 
 
@@ -296,15 +299,19 @@ def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
     _tree_close(g_fused, g_generic, atol=1e-5)
 
 
+@pytest.mark.parametrize("two_biases", [False, True])
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_cudnn_weight_packing_matches_jax_reference_lstm(bidirectional, x):
+def test_cudnn_weight_packing_matches_jax_reference_lstm(bidirectional, two_biases, x):
     """The GPU path's packed weights, run through jax.experimental.rnn's reference LSTM
     (the cuDNN semantics, runnable on CPU), give the scan's outputs and final carries."""
     from jax.experimental import rnn as jrnn
 
     from seqjax.nn.recurrent import cudnn_lstm_weights
 
-    stack = StackedRNN(H, num_layers=2, bidirectional=bidirectional, implementation="scan")
+    kwargs = ({"recurrent_bias": True, "bias_init": jax.nn.initializers.normal(0.5)}
+              if two_biases else None)
+    stack = StackedRNN(H, num_layers=2, bidirectional=bidirectional, implementation="scan",
+                       cell_kwargs=kwargs)
     v = _init(stack, x)
     lengths = jnp.full((B,), T, jnp.int32)  # jax's reference LSTM does not handle ragged
     y, finals = stack.apply(v, x, lengths)
@@ -419,3 +426,37 @@ def test_rnn_cudnn_layer_equals_the_fused_kernel(monkeypatch, x):
     RNN(cell.clone(dtype=jnp.bfloat16)).apply(v, x)
     RNN(GRUCell(H)).apply(_init(RNN(GRUCell(H)), x), x)
     assert len(calls) == 4
+
+
+def test_lstm_recurrent_bias_is_the_summed_bias_with_two_parameters(x):
+    """LSTMCell(recurrent_bias=True) keeps PyTorch's / Torch7's b_ih and b_hh: the layer
+    computes the one-bias LSTM with b = b_ih + b_hh, each half gets the gradient of b, and
+    it has 4H more parameters."""
+    normal = jax.nn.initializers.normal(0.5)
+    two = RNN(LSTMCell(H, recurrent_bias=True, bias_init=normal))
+    one = RNN(LSTMCell(H))
+    v2 = _init(two, x)
+    c2 = v2["params"]["cell"]
+    assert c2["recurrent_bias"].shape == (4 * H,)
+    v1 = {"params": {"cell": {"input": {"kernel": c2["input"]["kernel"],
+                                        "bias": c2["input"]["bias"] + c2["recurrent_bias"]},
+                              "recurrent_kernel": c2["recurrent_kernel"]}}}
+    for impl in ("fused", "scan"):
+        np.testing.assert_allclose(two.clone(implementation=impl).apply(v2, x, lengths=LENGTHS),
+                                   one.apply(v1, x, lengths=LENGTHS), atol=1e-6)
+    g2 = jax.grad(lambda v: (two.apply(v, x, lengths=LENGTHS) ** 2).sum())(v2)["params"]["cell"]
+    g1 = jax.grad(lambda v: (one.apply(v, x, lengths=LENGTHS) ** 2).sum())(v1)["params"]["cell"]
+    np.testing.assert_allclose(g2["recurrent_bias"], g1["input"]["bias"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g2["input"]["bias"], g1["input"]["bias"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="`recurrent_bias=True` needs `use_bias=True`"):
+        _init(RNN(LSTMCell(H, recurrent_bias=True, use_bias=False)), x)
+    torch = pytest.importorskip("torch")
+    from seqjax.interop import seqjax_to_torch_rnn
+
+    stack = StackedRNN(H, cell_kwargs={"recurrent_bias": True, "bias_init": normal})
+    vs = _init(stack, x)
+    module = seqjax_to_torch_rnn(stack, vs, P)
+    np.testing.assert_allclose(module.bias_hh_l0.detach().numpy(),
+                               vs["params"]["layer_0"]["cell"]["recurrent_bias"], rtol=1e-6)
+    y_torch = module(torch.from_numpy(np.array(x)))[0].detach().numpy()
+    np.testing.assert_allclose(stack.apply(vs, x)[0], y_torch, atol=1e-5)
