@@ -1,9 +1,14 @@
 """Every experiment that trains lays its training out over *all* visible devices.
 
-One subprocess (JAX starts once) fakes 8 CPU devices and trains every such experiment's
-smoke config through ``seqjax train NAME --smoke``; each work dir's ``run.json`` (and the
-``run.json`` that ``fit`` writes beside a run's checkpoints) must say 8 devices, 1 process,
-and the smoke batches split over ``data=8``.
+The suite runs with 8 fake CPU devices (tests/conftest.py), so each experiment's in-process
+smoke test checks its own ``run.json`` files (:func:`tests.experiments._devices.
+assert_trained_on_all_devices`). This test covers the rest through the command line, in a
+fresh process as a user runs it: one subprocess (JAX starts once) fakes 8 CPU devices and
+trains each remaining experiment's smoke config with ``seqjax train NAME --smoke``; each work
+dir's ``run.json`` (and the one ``fit`` writes beside a run's checkpoints) must say 8 devices,
+1 process, and the smoke batches split over ``data=8``. ``COVERED`` lists the experiments
+whose smoke tests check it in-process, and the test asserts that the two lists together are
+every training experiment.
 """
 
 import json
@@ -20,19 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # where `fit` writes its own run.json, or None where the runs keep no work dir)
 EXPERIMENTS = {
     "toy_rnn": (["--progress=false"], ""),
-    "digits": (["--progress=false", "--models=lstm"], "lstm_seed0"),
-    "bert_mlm": (["--progress=false", "--seeds=0"], "pretrain"),
-    "translation": (["--progress=false"], "transformer_seed0"),
-    "numbers": (["--progress=false"], "bahdanau_seed0"),
-    "gradients": ([], None),
-    "positions": ([], None),
-    "norm_placement": ([], None),
     "selective_copying": (["--runs=selective_copying:mamba"], "selective_copying_mamba"),
-    "baselines": ([], "lstm"),
-    "ptb_lm": (["--progress=false"], ""),
-    "forecasting": ([], "seed0"),
-    "image_gpt": ([], "pixels"),
 }
+# Checked by their smoke tests in-process (tests/experiments/test_*.py).
+COVERED = {"digits", "bert_mlm", "translation", "numbers", "gradients", "positions",
+           "norm_placement", "baselines", "ptb_lm", "forecasting", "image_gpt", "char_lm"}
+# Experiments that train nothing (tables, figures, counts, sampling a saved model).
+NO_TRAINING = {"param_counts", "complexity", "dynamics", "sampling"}
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, time
@@ -49,6 +48,12 @@ SCRIPT = textwrap.dedent("""
             raise SystemExit(f"seqjax train {name} --smoke exited with {rc}")
     print("RESULT " + json.dumps(out))
 """)
+
+
+def test_every_experiment_is_covered():
+    from seqjax.experiments._runner import list_experiments
+
+    assert set(list_experiments()) == set(EXPERIMENTS) | COVERED | NO_TRAINING
 
 
 @pytest.mark.slow

@@ -4,10 +4,12 @@ import json
 import math
 
 from seqjax.experiments import baselines
+from tests.experiments._devices import assert_trained_on_all_devices
 
 
 def test_baselines_smoke(tmp_path):
     s = baselines.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path, tmp_path / "lstm")
     lm = {r["model"]: r for r in s["rows"] if r["task"] == "lm"}
     cl = {r["model"]: r for r in s["rows"] if r["task"] == "classification"}
     assert set(lm) == {"bag of words (12.28)", "2-gram (12.32)", "LSTM LM",

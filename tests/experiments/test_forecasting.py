@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.experiments import forecasting
+from tests.experiments._devices import assert_trained_on_all_devices
 
 
 def test_closed_loop_feeds_predictions_back():
@@ -34,6 +35,7 @@ def test_ar_fit_and_forecast_vs_numpy():
 
 def test_forecasting_smoke(tmp_path):
     s = forecasting.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path, tmp_path / "seed0")
     r = s["rmse"]
     assert len(r["rnn_mean"]) == 4 and all(np.isfinite(r["rnn_mean"]))
     # persistence is exact at horizon 0 only; its 1-step error is the mean |Δx| scale

@@ -12,6 +12,7 @@ import pytest
 
 from seqjax.data.tasks import EOS_ID
 from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
+from tests.experiments._devices import assert_trained_on_all_devices
 
 # ----------------------------------------------------------------------------- param_counts
 
@@ -38,6 +39,7 @@ def test_param_counts_smoke_measures_the_base_transformer(tmp_path):
 
 def test_gradients_smoke(tmp_path):
     s = gradients.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path)
     assert {r["cell"] for r in s["runs"]} == {"lstm"}
     run = s["runs"][0]
     assert math.isfinite(run["test_mse"]) and 0.0 <= run["clipped_fraction"] <= 1.0
@@ -73,6 +75,7 @@ def test_make_examples_layout(task, transform):
 
 def test_positions_smoke(tmp_path):
     s = positions.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path)
     (r,) = s["runs"]
     assert r["positions"] == "rope" and set(r["exact"]) == {1, 2, 3, 4}
     assert all(0.0 <= v <= 1.0 for v in r["token_accuracy"].values())
@@ -86,6 +89,7 @@ def test_positions_smoke(tmp_path):
 
 def test_norm_placement_smoke(tmp_path):
     s = norm_placement.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path)
     (r,) = s["runs"]
     assert r["norm"] == "post" and r["status"] == "completed" and math.isfinite(r["val_loss"])
     assert (tmp_path / "norm_placement.png").exists()
@@ -122,6 +126,7 @@ def test_window_decoder_matches_nanogpt_cropping():
 def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
     workdir = str(tmp_path / "lm")
     s = char_lm.main(["--smoke", "--workdir", workdir, "--progress=false"])
+    assert_trained_on_all_devices(workdir)
     assert s["steps"] == 4 and math.isfinite(s["val_loss_full"])
     assert s["val_loss_estimate"] < math.log(65) + 0.2
     assert len(s["sample"]) == 24

@@ -11,6 +11,7 @@ import pytest
 from seqjax.experiments import bert_mlm, digits, numbers, sampling, translation
 from seqjax.experiments.translation import BOS, EOS, PAD
 from seqjax.train.config import config_from_dict
+from tests.experiments._devices import assert_trained_on_all_devices
 
 # ----------------------------------------------------------------------------- translation
 
@@ -73,6 +74,7 @@ def test_attention_map_rows_are_distributions():
 def test_translation_smoke(tmp_path):
     pytest.importorskip("sacrebleu")
     s = translation.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path, tmp_path / "transformer_seed0")
     assert [r["arch"] for r in s["runs"]] == ["transformer"]
     r = s["runs"][0]
     assert 0.0 <= r["bleu"] <= 100.0 and len(r["probes"]) == 4
@@ -113,6 +115,7 @@ def test_numbers_quickstart_preset_is_short_and_verbose():
 
 def test_numbers_smoke_and_cli_generate(tmp_path):
     s = numbers.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path, tmp_path / "bahdanau_seed0")
     r = s["runs"][0]
     assert r["arch"] == "bahdanau" and 0.0 <= r["exact_match"] <= 1.0
     assert set(r["by_digits"]) == {1, 2, 3}
@@ -136,6 +139,7 @@ def test_row_transformer_sees_one_token_per_row():
 
 def test_digits_smoke(tmp_path):
     s = digits.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path, tmp_path / "lstm_seed0")
     assert [r["model"] for r in s["runs"]] == ["lstm", "vit"]
     assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in s["runs"])
     assert s["svm_accuracy"] > 0.9  # scikit-learn's gallery SVM on the same split
@@ -192,6 +196,7 @@ def test_bert_inputs_drop_the_label_punctuation():
 
 def test_bert_mlm_smoke(tmp_path):
     s = bert_mlm.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path, tmp_path / "pretrain")
     # Two seeds: the pre-trained encoder is reused after a run that donated its buffers.
     assert sorted((r["init"], r["seed"]) for r in s["runs"]) == [
         ("pretrained", 0), ("pretrained", 1), ("scratch", 0), ("scratch", 1)]

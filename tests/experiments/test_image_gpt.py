@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from seqjax.experiments import image_gpt
+from tests.experiments._devices import assert_trained_on_all_devices
 
 
 def test_raster_order_is_row_major_4x4():
@@ -39,6 +40,7 @@ def test_independent_baseline_is_the_per_position_entropy():
 
 def test_image_gpt_smoke(tmp_path):
     s = image_gpt.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path, tmp_path / "pixels")
     (r,) = s["runs"]
     assert r["tokens"] == "pixels" and r["sequence_length"] == 64 and r["codes"] == 3
     assert np.isfinite(r["test_bits_per_image"])

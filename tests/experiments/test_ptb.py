@@ -15,6 +15,7 @@ import pytest
 
 from seqjax.data import ptb
 from seqjax.experiments import ptb_lm
+from tests.experiments._devices import assert_trained_on_all_devices
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,7 @@ def test_streaming_evaluation_equals_one_full_pass():
 
 def test_ptb_lm_smoke(tmp_path):
     s = ptb_lm.main(["--smoke", "--workdir", str(tmp_path)])
+    assert_trained_on_all_devices(tmp_path)
     assert s["vocab_size"] == 10_000 and s["status"] == "completed"
     assert [r["epoch"] for r in s["epochs"]] == [1, 2]
     per_epoch = s["steps_per_epoch"]
