@@ -483,6 +483,9 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
                      if cfg.recurrent_bias else
                      "One bias per LSTM gate; `main.lua` has two (i2h and h2h).")
                   + f" {summary['params']:,} parameters."]
+        if cfg.recurrent_bias:
+            lines += ["", "The first full run had one bias per gate (`--recurrent_bias=false`): "
+                      "[ptb_lm_one_bias.md](ptb_lm_one_bias.md)."]
     else:
         lines += [f"**Run in progress / incomplete:** {len(rows)} of {cfg.epochs} epochs "
                   f"finished (last logged step {last_step} of {cfg.epochs * per_epoch}); "
