@@ -670,7 +670,7 @@ CHAR_RNN_SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 )
 
-# The first 20 lines of Tiny Shakespeare (the opening of Coriolanus): what a smoke run
+# The first 21 lines of Tiny Shakespeare (the opening of Coriolanus): what a smoke run
 # trains on when no copy of the corpus is at hand (see :func:`fetch_tiny_shakespeare`).
 TINY_SHAKESPEARE_OPENING = """First Citizen:
 Before we proceed any further, hear me speak.

@@ -138,9 +138,11 @@ def masked_pool(
     if mode not in POOLINGS:
         raise ValueError(f"`pooling` must be one of {POOLINGS}; got {mode!r}.")
     batch, num_steps, feat = h_BxTxD.shape
-    if lengths_B is None:
+    if lengths_B is None:  # every row full: nothing to check or mask
         lengths_B = jnp.full((batch,), num_steps, jnp.int32)
-    valid_BxT = padding_mask(lengths_B, num_steps)
+        valid_BxT = jnp.ones((batch, num_steps), bool)
+    else:
+        valid_BxT = padding_mask(lengths_B, num_steps)
     nonempty_Bx1 = (lengths_B > 0)[:, None]
     if mode == "last":
         last = gather_time(h_BxTxD, lengths_B - 1)

@@ -309,7 +309,8 @@ def _cudnn_layer(
 
     batch, num_steps, in_features = x_BxTxP.shape
     hidden = weights.recurrent_kernel.shape[0]
-    if lengths is None:
+    padded = lengths is not None  # checked by the caller; else every row is full
+    if not padded:
         lengths = jnp.full((batch,), num_steps, jnp.int32)
     c0, h0 = carry
     w = _cudnn_pack([(weights.input_kernel, weights.bias, weights.recurrent_kernel)])
@@ -319,8 +320,9 @@ def _cudnn_layer(
         c0[None].astype(jnp.float32), w, jnp.maximum(lengths, 1), input_size=in_features,
         hidden_size=hidden, num_layers=1, dropout=0.0, bidirectional=False,
     )
-    valid = padding_mask(lengths, num_steps)[..., None]
-    y = jnp.where(valid, y, 0.0).astype(x_BxTxP.dtype)
+    if padded:
+        y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
+    y = y.astype(x_BxTxP.dtype)
     ran = (lengths > 0)[:, None]
     return (jnp.where(ran, c_n[0], c0).astype(c0.dtype),
             jnp.where(ran, h_n[0], h0).astype(h0.dtype)), y
@@ -560,7 +562,8 @@ class StackedRNN(nn.Module):
         check_rank(x, "x", 3)
         batch, num_steps, in_features = x.shape
         lengths = _check_lengths(lengths, batch, num_steps)
-        if lengths is None:
+        padded = lengths is not None
+        if not padded:
             lengths = jnp.full((batch,), num_steps, jnp.int32)
         dirs = 2 if self.bidirectional else 1
         zeros = jnp.zeros((self.num_layers * dirs, batch, self.features), jnp.float32)
@@ -578,8 +581,9 @@ class StackedRNN(nn.Module):
             lengths, input_size=in_features, hidden_size=self.features,
             num_layers=self.num_layers, dropout=0.0, bidirectional=self.bidirectional,
         )
-        valid = padding_mask(lengths, num_steps)[..., None]
-        y = jnp.where(valid, y, 0.0).astype(out_dtype)
+        if padded:
+            y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
+        y = y.astype(out_dtype)
         h_n, c_n = h_n.astype(out_dtype), c_n.astype(out_dtype)
         finals = []
         for layer in range(self.num_layers):
