@@ -56,6 +56,11 @@ The work dir holds the checkpoints (newest, and best by validation loss), ``metr
 (the summary) and ``ptb_lm.md`` (the results table, :func:`write_results`; it can also be
 written from a run still in progress).
 
+Runs that differ only in ``--seed`` are compared by :func:`write_seed_summary` (each seed's
+final valid / test perplexity, their mean and sample standard deviation, how many reach the
+paper's 114.5): the paper reports one run, so one run here says little about whether the
+difference from it is the implementation or the draw.
+
 Run:  seqjax train ptb_lm --workdir workdirs/ptb_lm          (13 epochs, about an hour on 2 cores)
       python -m seqjax.experiments.ptb_lm --smoke --workdir /tmp/x   (seconds, for CI)
 """
@@ -478,7 +483,8 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
         lines += ["", f"Best validation perplexity: epoch {best['epoch']}, valid "
                   f"{best['valid_ppl']:.2f}, test {best['test_ppl']:.2f} (the table's final row is "
                   "the reported number; no early stopping). One run, seed "
-                  f"{cfg.seed}: the spread over seeds was not measured. "
+                  f"{cfg.seed}; the spread over seeds: `write_seed_summary` "
+                  "([ptb_lm_seeds.md](ptb_lm_seeds.md)). "
                   + ("Two biases per LSTM gate as `main.lua` (i2h and h2h)."
                      if cfg.recurrent_bias else
                      "One bias per LSTM gate; `main.lua` has two (i2h and h2h).")
@@ -491,6 +497,121 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
                   f"finished (last logged step {last_step} of {cfg.epochs * per_epoch}); "
                   "no final number yet."]
     lines.append("")
+    text = "\n".join(lines)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return text
+
+
+#: Config fields that may differ between the runs of one seed summary (they do not change
+#: what is trained or measured).
+SEED_SUMMARY_FREE = frozenset({"seed", "workdir", "print_every", "progress", "log_every"})
+
+
+def seed_summary(workdirs: list[str]) -> dict:
+    """The finished runs in ``workdirs`` — the same config but for the seed — side by side.
+
+    Returns ``{"config", "runs", "test_ppl", "valid_ppl"}``: ``runs`` holds each run's seed,
+    final valid / test perplexity (after the last epoch, as reported), its best-validation
+    epoch and wall time, sorted by seed; ``test_ppl`` / ``valid_ppl`` are
+    ``{"mean", "std", "min", "max", "n"}`` over the runs (``std`` the sample standard deviation,
+    ``n − 1`` in the denominator; 0 for one run).
+
+    Raises:
+        ValueError: no work dirs; a work dir without a finished run (``ptb_lm.json`` with every
+            epoch); two runs with the same seed; configs that differ in a field outside
+            :data:`SEED_SUMMARY_FREE` (named, with both values).
+    """
+    if not workdirs:
+        raise ValueError("`workdirs` must name at least one finished ptb_lm run; got none.")
+    runs, base, base_dir = [], None, None
+    for d in workdirs:
+        path = os.path.join(d, "ptb_lm.json")
+        if not os.path.exists(path):
+            raise ValueError(f"`workdirs`: {d!r} holds no finished ptb_lm run ({path} is "
+                             "missing).")
+        with open(path) as f:
+            s = json.load(f)
+        cfg = s["config"]
+        if s["steps"] < cfg["epochs"] * s["steps_per_epoch"]:
+            raise ValueError(f"`workdirs`: the run in {d!r} stopped at step {s['steps']} of "
+                             f"{cfg['epochs'] * s['steps_per_epoch']}.")
+        fixed = {k: v for k, v in cfg.items() if k not in SEED_SUMMARY_FREE}
+        if base is None:
+            base, base_dir = fixed, d
+        elif fixed != base:
+            k = next(k for k in sorted(set(base) | set(fixed)) if base.get(k) != fixed.get(k))
+            raise ValueError(f"`workdirs`: the runs must differ only in the seed; `{k}` is "
+                             f"{base.get(k)!r} in {base_dir!r} but {fixed.get(k)!r} in {d!r}.")
+        best = min(s["epochs"], key=lambda r: r["valid_ppl"])
+        runs.append({"seed": cfg["seed"], "workdir": d, "valid_ppl": s["valid_ppl"],
+                     "test_ppl": s["test_ppl"], "best_epoch": best["epoch"],
+                     "best_valid_ppl": best["valid_ppl"], "best_test_ppl": best["test_ppl"],
+                     "wall_s": s["wall_s"], "params": s["params"]})
+    seeds = [r["seed"] for r in runs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"`workdirs`: each run needs its own seed; got seeds {seeds}.")
+    runs.sort(key=lambda r: r["seed"])
+
+    def stats(key: str) -> dict:
+        x = np.array([r[key] for r in runs], np.float64)
+        return {"mean": float(x.mean()), "std": float(x.std(ddof=1)) if len(x) > 1 else 0.0,
+                "min": float(x.min()), "max": float(x.max()), "n": len(x)}
+
+    return {"config": base, "runs": runs, "test_ppl": stats("test_ppl"),
+            "valid_ppl": stats("valid_ppl")}
+
+
+def write_seed_summary(workdirs: list[str], path: str,
+                       commands: dict[int, str] | None = None) -> str:
+    """:func:`seed_summary` of ``workdirs`` as a markdown table at ``path`` (returned);
+    ``commands`` maps a seed to the command that ran it (default ``seqjax train ptb_lm
+    --seed S --workdir DIR``)."""
+    summary = seed_summary(workdirs)
+    cfg, runs, test, valid = (summary[k] for k in ("config", "runs", "test_ppl", "valid_ppl"))
+    commands = commands or {}
+    met = [r["seed"] for r in runs if r["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL]
+    lines = [
+        "# ptb_lm over seeds — Zaremba et al. (2014) small LSTM on Penn Treebank",
+        "",
+        f"Reference: Zaremba et al. (2014), Table 1, non-regularized LSTM: valid "
+        f"{ZAREMBA_SMALL_VALID_PPL}, **test {ZAREMBA_SMALL_TEST_PPL}** (one run; `main.lua`'s "
+        "comment on this config: \"gives test 115 perplexity\").",
+        "",
+        f"The same config for every run but the seed: {cfg['num_layers']}×{cfg['hidden_size']} "
+        f"LSTM, {'two biases' if cfg.get('recurrent_bias') else 'one bias'} per gate, "
+        f"{cfg['epochs']} epochs, batch {cfg['batch_size']}, windows of {cfg['num_steps']}, "
+        f"SGD lr {cfg['learning_rate']:g} / clip {cfg['clip_norm']:g} on the summed loss "
+        "(the setup of [ptb_lm.md](ptb_lm.md)). The seed draws the initial parameters; the data "
+        "order is fixed (contiguous streams, as `main.lua`). Each row is the run's final number "
+        "after the last epoch, as reported; \"best valid\" is the epoch with the lowest "
+        "validation perplexity and the test perplexity there (not used for the reported number).",
+        "",
+        "| seed | valid ppl | test ppl | best valid (epoch: valid / test) | wall | command |",
+        "|---:|---:|---:|---|---:|---|",
+    ]
+    for r in runs:
+        cmd = commands.get(r["seed"]) or f"seqjax train ptb_lm --seed {r['seed']} --workdir DIR"
+        lines.append(f"| {r['seed']} | {r['valid_ppl']:.2f} | {r['test_ppl']:.2f} | "
+                     f"{r['best_epoch']}: {r['best_valid_ppl']:.2f} / {r['best_test_ppl']:.2f} | "
+                     f"{r['wall_s'] / 60:.0f} min | `{cmd}` |")
+    lines += [
+        "",
+        f"**Test perplexity over {test['n']} seeds: mean {test['mean']:.2f}, sample std "
+        f"{test['std']:.2f}, range {test['min']:.2f}–{test['max']:.2f}** (valid: mean "
+        f"{valid['mean']:.2f}, std {valid['std']:.2f}).",
+        "",
+        f"Target ≤ {ZAREMBA_SMALL_TEST_PPL}: the mean is "
+        + ("at or below it" if test["mean"] <= ZAREMBA_SMALL_TEST_PPL else "above it")
+        + f" ({test['mean'] - ZAREMBA_SMALL_TEST_PPL:+.2f}); "
+        + f"{len(met)} of {test['n']} runs reach it"
+        + (f" (seed{'s' if len(met) > 1 else ''} {', '.join(map(str, met))})." if met else "."),
+        "",
+        "Rewrite this file from the work dirs: `python -c \"from seqjax.experiments.ptb_lm import "
+        "write_seed_summary as w; w(['DIR0', 'DIR1', ...], 'ptb_lm_seeds.md')\"`.",
+        "",
+    ]
     text = "\n".join(lines)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:

@@ -114,8 +114,14 @@ def test_streaming_evaluation_equals_one_full_pass():
     np.testing.assert_allclose(total, float(full), rtol=1e-5)
 
 
-def test_ptb_lm_smoke(tmp_path):
-    s = ptb_lm.main(["--smoke", "--workdir", str(tmp_path)])
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("ptb_smoke")
+    return workdir, ptb_lm.main(["--smoke", "--workdir", str(workdir)])
+
+
+def test_ptb_lm_smoke(smoke_run):
+    tmp_path, s = smoke_run
     assert_trained_on_all_devices(tmp_path)
     assert s["vocab_size"] == 10_000 and s["status"] == "completed"
     assert [r["epoch"] for r in s["epochs"]] == [1, 2]
@@ -132,3 +138,46 @@ def test_ptb_lm_smoke(tmp_path):
     cfg = ptb_lm.Config(**{**saved["config"], "workdir": str(tmp_path)})
     again = ptb_lm.evaluate(cfg)  # the newest checkpoint: the end of epoch 2
     assert again["test_ppl"] == pytest.approx(s["test_ppl"], rel=1e-4)
+
+
+def _reseeded_copy(src, dst, seed, test_ppl, **config):
+    """A copy of the finished run in ``src`` as if run with ``seed`` (and ``config``) and
+    reporting ``test_ppl``: the seed summary reads only ``ptb_lm.json``."""
+    dst.mkdir()
+    s = json.loads((src / "ptb_lm.json").read_text())
+    s["config"].update(seed=seed, workdir=str(dst), **config)
+    s["test_ppl"] = test_ppl
+    (dst / "ptb_lm.json").write_text(json.dumps(s))
+    return str(dst)
+
+
+def test_seed_summary_statistics_and_refusals(smoke_run, tmp_path):
+    src, s = smoke_run
+    a = _reseeded_copy(src, tmp_path / "a", seed=3, test_ppl=114.0, print_every=1)
+    b = _reseeded_copy(src, tmp_path / "b", seed=1, test_ppl=116.0)
+    summary = ptb_lm.seed_summary([str(src), a, b])
+    assert [r["seed"] for r in summary["runs"]] == [0, 1, 3]
+    t = [s["test_ppl"], 116.0, 114.0]
+    assert summary["test_ppl"]["mean"] == pytest.approx(np.mean(t))
+    assert summary["test_ppl"]["std"] == pytest.approx(np.std(t, ddof=1))
+    assert (summary["test_ppl"]["min"], summary["test_ppl"]["max"]) == (min(t), max(t))
+    assert summary["runs"][0]["best_epoch"] in (1, 2)
+    md = ptb_lm.write_seed_summary([a, b], str(tmp_path / "seeds.md"), {1: "cmd one"})
+    assert "mean 115.00, sample std 1.41" in md and "`cmd one`" in md
+    assert "1 of 2 runs reach it (seed 3)" in md and "the mean is above it (+0.50)" in md
+
+    with pytest.raises(ValueError, match="`hidden_size` is 16 in .* but 32 in"):
+        ptb_lm.seed_summary([a, _reseeded_copy(src, tmp_path / "c", 4, 1.0, hidden_size=32)])
+    with pytest.raises(ValueError, match=r"own seed; got seeds \[1, 1\]"):
+        ptb_lm.seed_summary([b, _reseeded_copy(src, tmp_path / "d", 1, 1.0)])
+    stopped = tmp_path / "e"
+    _reseeded_copy(src, stopped, 5, 1.0)
+    j = json.loads((stopped / "ptb_lm.json").read_text())
+    j["steps"] -= 1
+    (stopped / "ptb_lm.json").write_text(json.dumps(j))
+    with pytest.raises(ValueError, match="stopped at step"):
+        ptb_lm.seed_summary([a, str(stopped)])
+    with pytest.raises(ValueError, match="holds no finished ptb_lm run"):
+        ptb_lm.seed_summary([str(tmp_path)])
+    with pytest.raises(ValueError, match="at least one"):
+        ptb_lm.seed_summary([])
