@@ -514,9 +514,9 @@ def seed_summary(workdirs: list[str]) -> dict:
 
     Returns ``{"config", "runs", "test_ppl", "valid_ppl"}``: ``runs`` holds each run's seed,
     final valid / test perplexity (after the last epoch, as reported), its best-validation
-    epoch and wall time, sorted by seed; ``test_ppl`` / ``valid_ppl`` are
-    ``{"mean", "std", "min", "max", "n"}`` over the runs (``std`` the sample standard deviation,
-    ``n − 1`` in the denominator; 0 for one run).
+    epoch, wall time and test perplexity after every epoch (``epoch_test_ppl``), sorted by
+    seed; ``test_ppl`` / ``valid_ppl`` are ``{"mean", "std", "min", "max", "n"}`` over the runs
+    (``std`` the sample standard deviation, ``n − 1`` in the denominator; 0 for one run).
 
     Raises:
         ValueError: no work dirs; a work dir without a finished run (``ptb_lm.json`` with every
@@ -548,7 +548,8 @@ def seed_summary(workdirs: list[str]) -> dict:
         runs.append({"seed": cfg["seed"], "workdir": d, "valid_ppl": s["valid_ppl"],
                      "test_ppl": s["test_ppl"], "best_epoch": best["epoch"],
                      "best_valid_ppl": best["valid_ppl"], "best_test_ppl": best["test_ppl"],
-                     "wall_s": s["wall_s"], "params": s["params"]})
+                     "wall_s": s["wall_s"], "params": s["params"],
+                     "epoch_test_ppl": [r["test_ppl"] for r in s["epochs"]]})
     seeds = [r["seed"] for r in runs]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"`workdirs`: each run needs its own seed; got seeds {seeds}.")
@@ -607,6 +608,17 @@ def write_seed_summary(workdirs: list[str], path: str,
         + f" ({test['mean'] - ZAREMBA_SMALL_TEST_PPL:+.2f}); "
         + f"{len(met)} of {test['n']} runs reach it"
         + (f" (seed{'s' if len(met) > 1 else ''} {', '.join(map(str, met))})." if met else "."),
+        "",
+        "Test perplexity at the end of each epoch:",
+        "",
+        "| epoch | " + " | ".join(f"seed {r['seed']}" for r in runs) + " | mean |",
+        "|---:|" + "---:|" * (len(runs) + 1),
+    ]
+    for e in range(min(len(r["epoch_test_ppl"]) for r in runs)):
+        row = [r["epoch_test_ppl"][e] for r in runs]
+        lines.append(f"| {e + 1} | " + " | ".join(f"{x:.2f}" for x in row)
+                     + f" | {sum(row) / len(row):.2f} |")
+    lines += [
         "",
         "Rewrite this file from the work dirs: `python -c \"from seqjax.experiments.ptb_lm import "
         "write_seed_summary as w; w(['DIR0', 'DIR1', ...], 'ptb_lm_seeds.md')\"`.",

@@ -165,6 +165,8 @@ def test_seed_summary_statistics_and_refusals(smoke_run, tmp_path):
     md = ptb_lm.write_seed_summary([a, b], str(tmp_path / "seeds.md"), {1: "cmd one"})
     assert "mean 115.00, sample std 1.41" in md and "`cmd one`" in md
     assert "1 of 2 runs reach it (seed 3)" in md and "the mean is above it (+0.50)" in md
+    e2 = s["epochs"][1]["test_ppl"]  # the copies share the smoke run's epoch table
+    assert f"| 2 | {e2:.2f} | {e2:.2f} | {e2:.2f} |" in md
 
     with pytest.raises(ValueError, match="`hidden_size` is 16 in .* but 32 in"):
         ptb_lm.seed_summary([a, _reseeded_copy(src, tmp_path / "c", 4, 1.0, hidden_size=32)])
