@@ -621,7 +621,8 @@ def write_seed_summary(workdirs: list[str], path: str,
     lines += [
         "",
         "Rewrite this file from the work dirs: `python -c \"from seqjax.experiments.ptb_lm import "
-        "write_seed_summary as w; w(['DIR0', 'DIR1', ...], 'ptb_lm_seeds.md')\"`.",
+        "write_seed_summary as w; w(['DIR0', 'DIR1', ...], 'ptb_lm_seeds.md', "
+        "{0: 'COMMAND0', ...})\"` (the last argument fills the command column).",
         "",
     ]
     text = "\n".join(lines)
