@@ -510,13 +510,17 @@ SEED_SUMMARY_FREE = frozenset({"seed", "workdir", "print_every", "progress", "lo
 
 
 def seed_summary(workdirs: list[str]) -> dict:
-    """The finished runs in ``workdirs`` — the same config but for the seed — side by side.
+    r"""The finished runs in ``workdirs`` — the same config but for the seed — side by side.
 
     Returns ``{"config", "runs", "test_ppl", "valid_ppl"}``: ``runs`` holds each run's seed,
     final valid / test perplexity (after the last epoch, as reported), its best-validation
     epoch, wall time and test perplexity after every epoch (``epoch_test_ppl``), sorted by
-    seed; ``test_ppl`` / ``valid_ppl`` are ``{"mean", "std", "min", "max", "n"}`` over the runs
-    (``std`` the sample standard deviation, ``n − 1`` in the denominator; 0 for one run).
+    seed; ``test_ppl`` / ``valid_ppl`` are ``{"mean", "std", "sem", "ci95", "min", "max", "n"}``
+    over the runs: ``std`` the sample standard deviation :math:`s` (``n − 1`` in the
+    denominator), ``sem`` the standard error of the mean :math:`s/\sqrt{n}` and ``ci95`` the
+    two-sided 95% Student-t interval for the mean,
+    :math:`\bar x \pm t_{0.975,\,n-1}\,s/\sqrt{n}` (it treats the seeds as independent draws
+    of one run's outcome); for one run ``std`` and ``sem`` are 0 and ``ci95`` is ``None``.
 
     Raises:
         ValueError: no work dirs; a work dir without a finished run (``ptb_lm.json`` with every
@@ -557,8 +561,16 @@ def seed_summary(workdirs: list[str]) -> dict:
 
     def stats(key: str) -> dict:
         x = np.array([r[key] for r in runs], np.float64)
-        return {"mean": float(x.mean()), "std": float(x.std(ddof=1)) if len(x) > 1 else 0.0,
-                "min": float(x.min()), "max": float(x.max()), "n": len(x)}
+        n, mean = len(x), float(x.mean())
+        std = float(x.std(ddof=1)) if n > 1 else 0.0
+        sem, ci95 = std / math.sqrt(n), None
+        if n > 1:
+            from scipy.stats import t as student_t
+
+            half = float(student_t.ppf(0.975, n - 1)) * sem
+            ci95 = (mean - half, mean + half)
+        return {"mean": mean, "std": std, "sem": sem, "ci95": ci95, "min": float(x.min()),
+                "max": float(x.max()), "n": n}
 
     return {"config": base, "runs": runs, "test_ppl": stats("test_ppl"),
             "valid_ppl": stats("valid_ppl")}
@@ -603,6 +615,18 @@ def write_seed_summary(workdirs: list[str], path: str,
         f"{test['std']:.2f}, range {test['min']:.2f}–{test['max']:.2f}** (valid: mean "
         f"{valid['mean']:.2f}, std {valid['std']:.2f}).",
         "",
+    ]
+    if test["ci95"] is not None:
+        lo, hi = test["ci95"]
+        inside = lo <= ZAREMBA_SMALL_TEST_PPL <= hi
+        lines += [
+            f"Standard error of the mean {test['sem']:.2f}; 95% Student-t interval (df = "
+            f"{test['n'] - 1}) for the mean test perplexity: {lo:.2f}–{hi:.2f}. The "
+            f"paper's {ZAREMBA_SMALL_TEST_PPL} (one run) lies "
+            + ("inside" if inside else "outside") + " it.",
+            "",
+        ]
+    lines += [
         f"Target ≤ {ZAREMBA_SMALL_TEST_PPL}: the mean is "
         + ("at or below it" if test["mean"] <= ZAREMBA_SMALL_TEST_PPL else "above it")
         + f" ({test['mean'] - ZAREMBA_SMALL_TEST_PPL:+.2f}); "

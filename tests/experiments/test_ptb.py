@@ -161,10 +161,21 @@ def test_seed_summary_statistics_and_refusals(smoke_run, tmp_path):
     assert summary["test_ppl"]["mean"] == pytest.approx(np.mean(t))
     assert summary["test_ppl"]["std"] == pytest.approx(np.std(t, ddof=1))
     assert (summary["test_ppl"]["min"], summary["test_ppl"]["max"]) == (min(t), max(t))
+    sem = np.std(t, ddof=1) / np.sqrt(3)
+    assert summary["test_ppl"]["sem"] == pytest.approx(sem)
+    # t_{0.975, 2} = 4.303 (any table of Student's t)
+    assert summary["test_ppl"]["ci95"] == pytest.approx(
+        (np.mean(t) - 4.303 * sem, np.mean(t) + 4.303 * sem), abs=1e-3 * sem)
     assert summary["runs"][0]["best_epoch"] in (1, 2)
     md = ptb_lm.write_seed_summary([a, b], str(tmp_path / "seeds.md"), {1: "cmd one"})
     assert "mean 115.00, sample std 1.41" in md and "`cmd one`" in md
     assert "1 of 2 runs reach it (seed 3)" in md and "the mean is above it (+0.50)" in md
+    # two runs: sem 1, t_{0.975, 1} = 12.706
+    assert "Standard error of the mean 1.00; 95% Student-t interval (df = 1) for the mean " \
+        "test perplexity: 102.29–127.71." in md and "lies inside it" in md
+    one = ptb_lm.seed_summary([a])["test_ppl"]
+    assert (one["std"], one["sem"], one["ci95"]) == (0.0, 0.0, None)
+    assert "Student-t" not in ptb_lm.write_seed_summary([a], str(tmp_path / "one.md"))
     e2 = s["epochs"][1]["test_ppl"]  # the copies share the smoke run's epoch table
     assert f"| 2 | {e2:.2f} | {e2:.2f} | {e2:.2f} |" in md
 
