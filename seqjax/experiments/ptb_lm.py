@@ -631,7 +631,10 @@ def write_seed_summary(workdirs: list[str], path: str,
         + ("at or below it" if test["mean"] <= ZAREMBA_SMALL_TEST_PPL else "above it")
         + f" ({test['mean'] - ZAREMBA_SMALL_TEST_PPL:+.2f}); "
         + f"{len(met)} of {test['n']} runs reach it"
-        + (f" (seed{'s' if len(met) > 1 else ''} {', '.join(map(str, met))})." if met else "."),
+        + (f" (seed{'s' if len(met) > 1 else ''} {', '.join(map(str, met))})" if met else "")
+        + "".join(f"; seed {r['seed']}'s {r['test_ppl']:.4f} shows as {r['test_ppl']:.2f} but is "
+                  "above it" for r in runs if r["test_ppl"] > ZAREMBA_SMALL_TEST_PPL
+                  and float(f"{r['test_ppl']:.2f}") <= ZAREMBA_SMALL_TEST_PPL) + ".",
         "",
         "Test perplexity at the end of each epoch:",
         "",

@@ -176,6 +176,10 @@ def test_seed_summary_statistics_and_refusals(smoke_run, tmp_path):
     one = ptb_lm.seed_summary([a])["test_ppl"]
     assert (one["std"], one["sem"], one["ci95"]) == (0.0, 0.0, None)
     assert "Student-t" not in ptb_lm.write_seed_summary([a], str(tmp_path / "one.md"))
+    near = _reseeded_copy(src, tmp_path / "near", seed=7, test_ppl=114.504)
+    md = ptb_lm.write_seed_summary([a, near], str(tmp_path / "near.md"))
+    assert "1 of 2 runs reach it (seed 3); seed 7's 114.5040 shows as 114.50 but is above it." \
+        in md
     e2 = s["epochs"][1]["test_ppl"]  # the copies share the smoke run's epoch table
     assert f"| 2 | {e2:.2f} | {e2:.2f} | {e2:.2f} |" in md
 
