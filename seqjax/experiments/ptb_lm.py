@@ -585,6 +585,9 @@ def write_seed_summary(workdirs: list[str], path: str,
     cfg, runs, test, valid = (summary[k] for k in ("config", "runs", "test_ppl", "valid_ppl"))
     commands = commands or {}
     met = [r["seed"] for r in runs if r["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL]
+    # runs above the target whose 2-decimal figure in the table reads as meeting it
+    near = [r for r in runs if r["test_ppl"] > ZAREMBA_SMALL_TEST_PPL
+            and round(r["test_ppl"], 2) <= ZAREMBA_SMALL_TEST_PPL]
     lines = [
         "# ptb_lm over seeds — Zaremba et al. (2014) small LSTM on Penn Treebank",
         "",
@@ -633,8 +636,7 @@ def write_seed_summary(workdirs: list[str], path: str,
         + f"{len(met)} of {test['n']} runs reach it"
         + (f" (seed{'s' if len(met) > 1 else ''} {', '.join(map(str, met))})" if met else "")
         + "".join(f"; seed {r['seed']}'s {r['test_ppl']:.4f} shows as {r['test_ppl']:.2f} but is "
-                  "above it" for r in runs if r["test_ppl"] > ZAREMBA_SMALL_TEST_PPL
-                  and float(f"{r['test_ppl']:.2f}") <= ZAREMBA_SMALL_TEST_PPL) + ".",
+                  "above it" for r in near) + ".",
         "",
         "Test perplexity at the end of each epoch:",
         "",

@@ -180,6 +180,9 @@ def test_seed_summary_statistics_and_refusals(smoke_run, tmp_path):
     md = ptb_lm.write_seed_summary([a, near], str(tmp_path / "near.md"))
     assert "1 of 2 runs reach it (seed 3); seed 7's 114.5040 shows as 114.50 but is above it." \
         in md
+    far = _reseeded_copy(src, tmp_path / "far", seed=8, test_ppl=116.0)
+    assert "interval (df = 1) for the mean test perplexity: 116.00–116.00. The paper's 114.5 " \
+        "(one run) lies outside it." in ptb_lm.write_seed_summary([b, far], str(tmp_path / "f.md"))
     e2 = s["epochs"][1]["test_ppl"]  # the copies share the smoke run's epoch table
     assert f"| 2 | {e2:.2f} | {e2:.2f} | {e2:.2f} |" in md
 
