@@ -34,6 +34,7 @@ from flax import linen as nn
 from seqjax._checks import check_bool, check_integer, check_rank
 from seqjax.models._common import check_lengths, check_preset, check_tokens
 from seqjax.nn.dense import Dense, flat_attend
+from seqjax.nn.embedding import Embed
 from seqjax.nn.ffn import get_activation
 from seqjax.nn.norms import LayerNorm
 from seqjax.nn.positional import LearnedPositionalEmbedding
@@ -214,7 +215,7 @@ class Bert(nn.Module):
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         dense = lambda n, name: Dense(n, kernel_init=init, name=name, **kw)  # noqa: E731
 
-        token_embed = nn.Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
+        token_embed = Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
                                name="token_embed", **kw)
         x_BxTxD = token_embed(tokens_BxT)
         x_BxTxD = LearnedPositionalEmbedding(cfg.max_len, embedding_init=init, name="pos_embed",
@@ -223,7 +224,7 @@ class Bert(nn.Module):
             if token_types_BxT is None:
                 token_types_BxT = jnp.zeros((batch, num_steps), jnp.int32)
             token_types_BxT = check_tokens(token_types_BxT, "token_types", cfg.type_vocab_size)
-            x_BxTxD = x_BxTxD + nn.Embed(cfg.type_vocab_size, cfg.embed_dim, embedding_init=init,
+            x_BxTxD = x_BxTxD + Embed(cfg.type_vocab_size, cfg.embed_dim, embedding_init=init,
                                          name="type_embed", **kw)(token_types_BxT)
         elif token_types_BxT is not None:
             raise ValueError("`token_types` given but the config has type_vocab_size=0.")

@@ -52,6 +52,7 @@ from seqjax.models._common import (
     split_oov,
 )
 from seqjax.nn.dense import Dense
+from seqjax.nn.embedding import Embed
 from seqjax.nn.recurrent import CELL_TYPES, RNN
 
 Array = jax.Array
@@ -110,7 +111,7 @@ class ImageCaptioner(nn.Module):
         if self.condition in ("input", "both"):
             self.image_proj = Dense(self.image_embed_dim or self.embed_dim, use_bias=False,
                                     name="image_proj")
-        self.embed = nn.Embed(self.vocab_size, self.embed_dim, name="embed")
+        self.embed = Embed(self.vocab_size, self.embed_dim, name="embed")
         cell = CELL_TYPES[self.cell_type](self.hidden_size, parent=None)
         self.rnn = RNN(cell, return_carry=True, implementation="scan", name="rnn")
         self.head = Dense(self.vocab_size, name="head")

@@ -71,6 +71,7 @@ from seqjax.models._common import (
     split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
+from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder, TransformerEncoder
 
@@ -193,12 +194,12 @@ class Transformer(nn.Module):
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         emb_init = nn.initializers.normal(stddev=cfg.embed_dim ** -0.5)
         if cfg.shared_vocab:
-            self.shared_embed = nn.Embed(cfg.src_vocab_size, cfg.embed_dim,
+            self.shared_embed = Embed(cfg.src_vocab_size, cfg.embed_dim,
                                          embedding_init=emb_init, **kw)
         else:
-            self.src_embed = nn.Embed(cfg.src_vocab_size, cfg.embed_dim,
+            self.src_embed = Embed(cfg.src_vocab_size, cfg.embed_dim,
                                       embedding_init=emb_init, **kw)
-            self.tgt_embed = nn.Embed(cfg.tgt_vocab_size, cfg.embed_dim,
+            self.tgt_embed = Embed(cfg.tgt_vocab_size, cfg.embed_dim,
                                       embedding_init=emb_init, **kw)
         if cfg.positions == "learned":
             self.src_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)

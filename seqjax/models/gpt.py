@@ -40,6 +40,7 @@ from seqjax.models._common import (
     split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
+from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder
 
@@ -164,7 +165,7 @@ class TransformerLM(nn.Module):
         if cfg.positions not in ("learned", "rope"):
             raise ValueError(f"`positions` must be 'learned' or 'rope'; got {cfg.positions!r}.")
         init = nn.initializers.normal(stddev=cfg.init_std)
-        self.token_embed = nn.Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
+        self.token_embed = Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
                                     dtype=self.dtype, param_dtype=self.param_dtype)
         if cfg.positions == "learned":
             self.pos_embed = LearnedPositionalEmbedding(

@@ -37,6 +37,7 @@ from seqjax.models._common import (
     split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
+from seqjax.nn.embedding import Embed
 from seqjax.nn.recurrent import StackedRNN, _renamed
 
 Array = jax.Array
@@ -135,7 +136,7 @@ class RNNLanguageModel(nn.Module):
                 "`tie_weights=True` needs hidden_size == embed_dim (the output matrix is Eᵀ); "
                 f"got hidden_size={self.hidden}, embed_dim={self.embed_dim}."
             )
-        self.embed = nn.Embed(
+        self.embed = Embed(
             self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
@@ -293,7 +294,7 @@ class _Encoder(nn.Module):
     ) -> tuple[Array, Array | None]:
         if self.vocab_size is not None:
             tokens = check_tokens(inputs, "inputs", self.vocab_size)
-            x_BxTxE = nn.Embed(
+            x_BxTxE = Embed(
                 self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
                 embedding_init=nn.initializers.normal(stddev=0.1), name="embed",
             )(tokens)

@@ -86,6 +86,7 @@ from seqjax.models._common import (
 )
 from seqjax.nn.attention import Attention
 from seqjax.nn.dense import Dense
+from seqjax.nn.embedding import Embed
 from seqjax.nn.masks import padding_mask
 from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
 
@@ -303,7 +304,7 @@ class Seq2Seq(nn.Module):
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
-        self.src_embed = nn.Embed(
+        self.src_embed = Embed(
             self.src_vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
@@ -312,7 +313,7 @@ class Seq2Seq(nn.Module):
             bidirectional=self.bidirectional_encoder, dropout=self.dropout,
             cell_kwargs=self.cell_kwargs, dtype=self.dtype, param_dtype=self.param_dtype,
         )
-        self.tgt_embed = nn.Embed(
+        self.tgt_embed = Embed(
             self.tgt_vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )

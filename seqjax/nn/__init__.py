@@ -44,6 +44,7 @@ from seqjax.nn.masks import (
     segment_mask,
     sliding_window_mask,
 )
+from seqjax.nn.embedding import Embed, embedding_lookup
 from seqjax.nn.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 from seqjax.nn.positional import (
     LearnedPositionalEmbedding,
@@ -80,7 +81,7 @@ __all__ = [
     # recurrent
     "CELL_TYPES", "RNN", "Bidirectional", "ElmanCell", "GRUCell", "LSTMCell", "RecurrentCell",
     "OutputFeedbackCell", "SimpleGatedCell", "LayerWeights",
-    "Dense", "DenseGeneral",
+    "Dense", "DenseGeneral", "Embed", "embedding_lookup",
     "StackedRNN", "cudnn_lstm_weights",
     # attention and masks
     "SCORE_FUNCTIONS", "Attention", "KVCache", "MultiHeadAttention", "additive_score",

@@ -35,6 +35,7 @@ from flax import linen as nn
 
 from seqjax._checks import check_integer, check_range, check_rank
 from seqjax.nn.dense import Dense
+from seqjax.nn.embedding import embedding_lookup
 
 Array = jax.Array
 Dtype = Any
@@ -197,7 +198,7 @@ class LearnedPositionalEmbedding(nn.Module):
         # The table as given (a bf16 copy under mixed precision), not the declared storage
         # dtype: promoting with param_dtype would lift a bf16 model back to float32.
         dtype = self.dtype or jnp.result_type(x_BxTxP.dtype, table.dtype)
-        e_BxTxD = jnp.take(table, pos_BxT, axis=0).astype(dtype)
+        e_BxTxD = embedding_lookup(table, pos_BxT).astype(dtype)
         if self.form == "add":
             return x_BxTxP.astype(dtype) + e_BxTxD
         h = Dense(d, dtype=self.dtype, param_dtype=self.param_dtype, name="input")(x_BxTxP)

@@ -1,0 +1,140 @@
+r"""Embedding lookup ``x_n = E[i_n]`` with a backward pass chosen for the accelerator.
+
+.. math::
+    x_n = E_{i_n,:} = \mathbf{1}_{i_n}^\top E, \qquad
+    \frac{\partial L}{\partial E} = \sum_n \mathbf{1}_{i_n} g_n^\top = \mathrm{onehot}(i)^\top G,
+    \qquad g_n = \frac{\partial L}{\partial x_n}
+
+(J&M (9.13): the embedding of a one-hot input is a row of ``E``; MEDL (7.28) for learned
+positions.) The forward pass is a gather. Its gradient is a sum into the rows of ``E``:
+autodiff writes it as a scatter-add of the ``N = B·T`` rows of ``G`` into ``V`` rows.
+On a GPU that scatter runs as atomic adds, and with a small vocabulary every row of ``E``
+receives thousands of them (char_lm's ``--preset gpu``: 16,384 adds into each of 65 rows);
+under bf16 the adds are compare-and-swap loops that retry on every conflict. Measured on
+one H200 (``benchmarks/RESULTS.md``, "char_lm's embedding gradient"), that one kernel took
+16 ms of a 24 ms training step. The same sum as a matrix product,
+``onehot(i)ᵀ G`` (``[V, N] @ [N, D]``, accumulated in float32), costs ``2·N·V·D`` FLOPs —
+0.8 GFLOP there, microseconds — and is deterministic.
+
+:func:`embedding_lookup` picks the backward pass (:data:`BACKWARDS`):
+
+* ``"autodiff"`` — ``jnp.take`` differentiated by JAX (a scatter-add in the table's dtype);
+* ``"one_hot"`` — the matrix product above;
+* ``"scatter"`` — a scatter-add accumulated in float32 (native float atomics on GPUs);
+* ``"auto"`` (default) — ``"autodiff"`` on CPU (a scatter is cheap there; the program is
+  unchanged), ``"one_hot"`` elsewhere when ``V ≤ ONE_HOT_MAX_ROWS``, else ``"scatter"``
+  (GPT-2's 50,304 rows: few conflicts, and a one-hot product would cost ~10% of the step).
+
+All four give the same values and gradients (up to float summation order;
+``tests/nn/test_embedding.py`` checks them against a numpy reference).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+Array = jax.Array
+
+__all__ = ["BACKWARDS", "ONE_HOT_MAX_ROWS", "Embed", "embedding_lookup", "resolve_backward"]
+
+BACKWARDS = ("auto", "autodiff", "one_hot", "scatter")
+# Tables of at most this many rows take the one-hot product on accelerators: at N = 16k rows
+# of G and D = 768 it is 2·N·V·D ≈ 50 GFLOP, well under a millisecond on a current GPU/TPU.
+ONE_HOT_MAX_ROWS = 2048
+
+
+def resolve_backward(backward: str, num_rows: int, platform: str | None = None) -> str:
+    """The backward pass ``"auto"`` means for a table of ``num_rows`` on ``platform``
+    (default: JAX's default backend)."""
+    if backward not in BACKWARDS:
+        raise ValueError(f"`backward` must be one of {BACKWARDS}; got {backward!r}.")
+    if backward != "auto":
+        return backward
+    platform = platform or jax.default_backend()
+    if platform == "cpu":
+        return "autodiff"
+    return "one_hot" if num_rows <= ONE_HOT_MAX_ROWS else "scatter"
+
+
+def embedding_lookup(table_VxD: Array, ids: Array, *, backward: str = "auto") -> Array:
+    """``table[ids]`` (shape ``ids.shape + (D,)``) with the backward pass ``backward``.
+
+    Ids outside ``[0, V)`` are the caller's to reject (the models check them); here they
+    read as ``jnp.take``'s fill value and contribute no gradient.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> E = jnp.arange(6.0).reshape(3, 2)
+        >>> embedding_lookup(E, jnp.array([[2, 0]]), backward="one_hot").tolist()
+        [[[4.0, 5.0], [0.0, 1.0]]]
+    """
+    if table_VxD.ndim != 2:
+        raise ValueError(f"`table_VxD` must be [V, D]; got shape {table_VxD.shape}.")
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise TypeError(f"`ids` must be integers; got {ids.dtype}.")
+    how = resolve_backward(backward, table_VxD.shape[0])
+    if how == "autodiff":
+        return jnp.take(table_VxD, ids, axis=0)
+    return _lookup(how, table_VxD, ids)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _lookup(how: str, table_VxD: Array, ids: Array) -> Array:
+    return jnp.take(table_VxD, ids, axis=0)
+
+
+def _lookup_fwd(how: str, table_VxD: Array, ids: Array) -> tuple[Array, tuple]:
+    # The backward pass needs only the table's row count and dtype: an empty [V, 0] array.
+    return jnp.take(table_VxD, ids, axis=0), (ids, jnp.zeros((table_VxD.shape[0], 0),
+                                                             table_VxD.dtype))
+
+
+def _lookup_bwd(how: str, res: tuple, g: Array) -> tuple[Array, None]:
+    ids, like_Vx0 = res
+    num_rows = like_Vx0.shape[0]
+    dim = g.shape[-1]
+    ids_N = ids.reshape(-1)
+    g_NxD = g.reshape(-1, dim)
+    if how == "one_hot":
+        onehot_NxV = jax.nn.one_hot(ids_N, num_rows, dtype=g.dtype)
+        d_VxD = jax.lax.dot_general(onehot_NxV, g_NxD, (((0,), (0,)), ((), ())),
+                                    preferred_element_type=jnp.float32)
+    else:  # "scatter", accumulated in float32
+        d_VxD = jnp.zeros((num_rows, dim), jnp.float32).at[ids_N].add(
+            g_NxD.astype(jnp.float32), mode="drop")
+    return d_VxD.astype(like_Vx0.dtype), None
+
+
+_lookup.defvjp(_lookup_fwd, _lookup_bwd)
+
+
+class Embed(nn.Embed):
+    """``flax.linen.Embed`` (same parameter ``embedding [V, D]``, same ``attend``) whose
+    lookup runs through :func:`embedding_lookup` (see the module docstring).
+
+    Attributes: those of ``flax.linen.Embed`` (``num_embeddings``, ``features``,
+    ``dtype``, ``param_dtype``, ``embedding_init``), and ``backward`` (one of
+    :data:`BACKWARDS`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> emb = Embed(10, 4)
+        >>> params = emb.init(jax.random.PRNGKey(0), jnp.zeros((2, 3), jnp.int32))
+        >>> emb.apply(params, jnp.ones((2, 3), jnp.int32)).shape
+        (2, 3, 4)
+    """
+
+    backward: str = "auto"
+
+    def __call__(self, inputs: Array) -> Array:
+        """``int[...] -> [..., features]``: the rows of the table."""
+        if not jnp.issubdtype(inputs.dtype, jnp.integer):
+            raise TypeError(f"`inputs` must be integer ids; got {inputs.dtype}.")
+        (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
+        if self.num_embeddings == 1:
+            return jnp.broadcast_to(embedding, inputs.shape + (self.features,))
+        return embedding_lookup(embedding, inputs, backward=self.backward)
