@@ -34,6 +34,7 @@ from flax import linen as nn
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.experiments._parallel import write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, load_data, machine, val_windows
+from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder
 from seqjax.train.loop import FitConfig, NonFiniteLossError, fit
@@ -90,7 +91,7 @@ class NormLM(nn.Module):
     @nn.compact
     def __call__(self, tokens_BxT: jax.Array, *, deterministic: bool = True) -> jax.Array:
         init = nn.initializers.normal(0.02)
-        x_BxTxD = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=init,
+        x_BxTxD = Embed(self.vocab_size, self.embed_dim, embedding_init=init,
                            name="token_embed")(tokens_BxT)
         x_BxTxD = LearnedPositionalEmbedding(self.max_len, embedding_init=init,
                                              name="pos_embed")(x_BxTxD)

@@ -48,6 +48,7 @@ from flax import linen as nn
 from seqjax.data.tasks import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, machine
+from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEmbedding,
@@ -163,7 +164,7 @@ class PositionsLM(nn.Module):
         if self.positions not in POSITIONS:
             raise ValueError(f"`positions` must be one of {POSITIONS}; got {self.positions!r}.")
         d = self.embed_dim
-        x_BxTxD = nn.Embed(self.vocab_size, d, embedding_init=nn.initializers.normal(d ** -0.5),
+        x_BxTxD = Embed(self.vocab_size, d, embedding_init=nn.initializers.normal(d ** -0.5),
                            name="embed")(tokens_BxT) * np.sqrt(d)
         if self.positions == "sinusoidal":
             x_BxTxD = SinusoidalPositionalEmbedding()(x_BxTxD)

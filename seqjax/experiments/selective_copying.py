@@ -61,6 +61,7 @@ from flax import linen as nn
 from seqjax.data.tasks import associative_recall, selective_copying
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments._runner import experiment_main
+from seqjax.nn.embedding import Embed
 from seqjax.nn.linear_attention import LinearAttention
 from seqjax.nn.norms import RMSNorm
 from seqjax.nn.recurrent import StackedRNN
@@ -193,7 +194,7 @@ class SequenceClassifier(nn.Module):
     @nn.compact
     def __call__(self, tokens_BxT: jax.Array) -> jax.Array:
         d = self.d_model
-        x_BxTxD = nn.Embed(self.vocab, d, name="embed")(tokens_BxT)
+        x_BxTxD = Embed(self.vocab, d, name="embed")(tokens_BxT)
         if self.kind == "lstm":
             x_BxTxD, _ = StackedRNN(features=d, num_layers=self.num_layers, name="lstm")(x_BxTxD)
         elif self.kind in ("transformer", "linear"):

@@ -25,6 +25,7 @@ from seqjax.nn.cells import (
     SimpleGatedCell,
 )
 from seqjax.nn.dense import Dense, DenseGeneral
+from seqjax.nn.embedding import Embed, embedding_lookup
 from seqjax.nn.ffn import ACTIVATIONS, GLU, GLU_VARIANTS, MLP, get_activation, glu_hidden_dim
 from seqjax.nn.linear_attention import (
     FEATURE_MAPS,
@@ -44,7 +45,6 @@ from seqjax.nn.masks import (
     segment_mask,
     sliding_window_mask,
 )
-from seqjax.nn.embedding import Embed, embedding_lookup
 from seqjax.nn.norms import LayerNorm, RMSNorm, layer_norm, rms_norm
 from seqjax.nn.positional import (
     LearnedPositionalEmbedding,
