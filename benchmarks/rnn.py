@@ -42,7 +42,7 @@ class Config:
     steps: int
     hidden: int
     backward: bool
-    unroll: int = 1
+    unroll: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -130,7 +130,7 @@ def run(
     peers: Sequence[str] = PEERS,
     *,
     forward: bool = True,
-    unroll: int = 1,
+    unroll: int | None = None,
     repeats: int = 7,
     warmup: int = 2,
     min_sample_s: float = 0.2,
@@ -207,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers", default=",".join(PEERS),
                     help="comma list of seqjax,flax,torch (and seqjax-cudnn on a GPU)")
     ap.add_argument("--no-forward", action="store_true", help="skip the forward-only rows")
-    ap.add_argument("--unroll", type=int, default=1, help="seqjax RNN(unroll=...)")
+    ap.add_argument("--unroll", type=int, default=None,
+                    help="seqjax RNN(unroll=...); default: the layer's own "
+                         "(8 for the scan on a GPU, else 1)")
     harness.add_common_args(ap)
     args = ap.parse_args(argv)
 

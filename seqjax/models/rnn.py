@@ -119,7 +119,7 @@ class RNNLanguageModel(nn.Module):
     tie_weights: bool = False
     use_output_bias: bool = True
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
-    unroll: int = 1
+    unroll: int | None = None
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
@@ -284,7 +284,7 @@ class _Encoder(nn.Module):
     bidirectional: bool
     dropout: float
     cell_kwargs: Any
-    unroll: int
+    unroll: int | None
     dtype: Dtype | None
     param_dtype: Dtype
 
@@ -362,7 +362,7 @@ class RNNClassifier(nn.Module):
     mlp_hidden: int | None = None
     dropout: float = 0.0
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
-    unroll: int = 1
+    unroll: int | None = None
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
@@ -421,7 +421,7 @@ class RNNTagger(nn.Module):
     bidirectional: bool = True
     dropout: float = 0.0
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
-    unroll: int = 1
+    unroll: int | None = None
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 

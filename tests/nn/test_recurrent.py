@@ -400,9 +400,9 @@ def _lstm_ref_as_cudnn(calls):
 
 
 def test_rnn_cudnn_layer_equals_the_fused_kernel(monkeypatch, x):
-    """RNN(implementation="cudnn") (and "auto" on a GPU) packs the cell's layer_weights for
-    cuDNN and returns the carry in the cell's layout; checked on CPU through jax's
-    reference LSTM, which has cuDNN's semantics."""
+    """RNN(implementation="cudnn") packs the cell's layer_weights for cuDNN and returns the
+    carry in the cell's layout; checked on CPU through jax's reference LSTM, which has
+    cuDNN's semantics. "auto" on a GPU runs the unrolled scan instead (measured faster)."""
     from jax.experimental import rnn as jrnn
 
     import seqjax.nn.recurrent as recurrent
@@ -419,13 +419,37 @@ def test_rnn_cudnn_layer_equals_the_fused_kernel(monkeypatch, x):
         _tree_close(got, want)
     tm = RNN(cell, implementation="cudnn", time_major=True).apply(v, jnp.swapaxes(x, 0, 1))
     np.testing.assert_allclose(jnp.swapaxes(tm, 0, 1), RNN(cell).apply(v, x), atol=1e-5)
-    assert calls == [(1, False)] * 4  # cudnn, auto, time-major cudnn, auto
-    # "auto" keeps the kernel where cuDNN does not apply: reverse, resets, GRU, bf16.
+    assert calls == [(1, False)] * 2  # cudnn, time-major cudnn; "auto" never calls cuDNN
     RNN(cell, reverse=True).apply(v, x)
-    RNN(cell).apply(v, x, resets=jnp.zeros((B, T), bool))
-    RNN(cell.clone(dtype=jnp.bfloat16)).apply(v, x)
     RNN(GRUCell(H)).apply(_init(RNN(GRUCell(H)), x), x)
-    assert len(calls) == 4
+    StackedRNN(H).apply(_init(StackedRNN(H), x), x)
+    assert len(calls) == 2
+
+
+def test_auto_on_a_gpu_is_the_unrolled_scan(monkeypatch, x):
+    """On a GPU "auto" runs the scan with GPU_SCAN_UNROLL steps per iteration (unless
+    `unroll` is given); on CPU the fused kernel, not unrolled."""
+    import seqjax.nn.recurrent as recurrent
+
+    cell = LSTMCell(H)
+    v = _init(RNN(cell), x)
+    seen = []
+    real_scan = jax.lax.scan
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("unroll", 1))
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(jax.lax, "scan", spy)
+    want = RNN(cell, implementation="scan").apply(v, x, lengths=LENGTHS)
+    assert seen[-1] == 1  # CPU: no unrolling by default
+    monkeypatch.setattr(recurrent, "_on_gpu", lambda: True)
+    for unroll, expect in ((None, recurrent.GPU_SCAN_UNROLL), (2, 2)):
+        seen.clear()
+        got = RNN(cell, unroll=unroll).apply(v, x, lengths=LENGTHS)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert expect in seen
+        assert RNN(cell, unroll=unroll)._implementation(None, x, None, False) == "scan"
 
 
 def test_lstm_recurrent_bias_is_the_summed_bias_with_two_parameters(x):
