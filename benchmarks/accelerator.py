@@ -29,7 +29,7 @@ exit status 1.
 **Measurements** (the shared :mod:`benchmarks.harness`: compile apart, warm-up,
 median and IQR, peers alternated): the GPT-2 124M training step (bf16, T = 1024,
 tokens/s and MFU from :func:`seqjax.train.flops.lm_flops_per_token` and
-:func:`seqjax.train.loop.peak_flops_per_device`); attention TFLOP/s at T = 4096,
+:func:`seqjax.train.flops.peak_flops_per_device`); attention TFLOP/s at T = 4096,
 head dim 128 per implementation, against ``jax.nn.dot_product_attention`` (xla and
 cudnn) and torch SDPA when torch sees the device; an LSTM layer fwd+bwd through cuDNN
 vs the scan vs Flax's ``OptimizedLSTMCell`` under ``nn.RNN``; linear attention
@@ -580,8 +580,7 @@ def gpt_mfu(shapes: Shapes, group: Group) -> tuple[float, float, float | None]:
     """``(FLOPs per token, achieved FLOP/s, MFU or None without a known peak)``."""
     import jax
 
-    from seqjax.train.flops import lm_flops_per_token
-    from seqjax.train.loop import peak_flops_per_device
+    from seqjax.train.flops import lm_flops_per_token, peak_flops_per_device
 
     shape = shapes.gpt
     model = gpt.seqjax_model(shape)
@@ -772,7 +771,7 @@ def device_info() -> dict[str, str]:
     """The accelerator, its driver (nvidia-smi), cuDNN, the dense peak used for MFU."""
     import jax
 
-    from seqjax.train.loop import peak_flops_per_device
+    from seqjax.train.flops import peak_flops_per_device
 
     dev = jax.devices()[0]
     info = {"device": f"{dev.device_kind} (platform {dev.platform}, "

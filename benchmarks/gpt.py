@@ -356,11 +356,10 @@ def summary_table(results: Sequence[harness.Result]) -> str:
 def mfu_note(shape: GPTShape, results: Sequence[harness.Result]) -> str:
     """seqjax's model FLOPs utilisation: ``C · tokens/s ÷ (devices · peak)``, with ``C`` =
     :func:`seqjax.train.flops.lm_flops_per_token` (6N + 12·L·H·Q·T, causal half) and the
-    device's dense peak (:func:`seqjax.train.loop.peak_flops_per_device`)."""
+    device's dense peak (:func:`seqjax.train.flops.peak_flops_per_device`)."""
     import jax
 
-    from seqjax.train.flops import lm_flops_per_token
-    from seqjax.train.loop import peak_flops_per_device
+    from seqjax.train.flops import lm_flops_per_token, peak_flops_per_device
 
     model = seqjax_model(shape)
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0),

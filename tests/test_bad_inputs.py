@@ -477,7 +477,8 @@ def test_non_finite_loss_names_the_likely_causes(tmp_path):
 
 
 def test_fit_refuses_to_overwrite_a_history_it_cannot_resume(tmp_path):
-    from seqjax.train.loop import ResumeError, read_metrics
+    from seqjax.train.loop import ResumeError
+    from seqjax.train.records import read_metrics
 
     workdir = str(tmp_path)
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:

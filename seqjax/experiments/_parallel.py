@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from seqjax.train.loop import write_run_info as _write_run_info
 from seqjax.train.parallel import Parallel
+from seqjax.train.records import write_run_info as _write_run_info
 from seqjax.train.sharding import host_batch_slice
 
 __all__ = ["pad_rows", "host_rows", "write_run_info"]

@@ -219,7 +219,7 @@ def _restart(cfg: Any) -> None:
     """``--restart``: start a work dir over whose run has no checkpoint left to resume —
     its ``metrics.jsonl`` is kept as ``metrics.jsonl.<time>.old``. Refused while
     checkpoints exist (they would be resumed, not restarted)."""
-    from seqjax.train.loop import set_aside_history
+    from seqjax.train.records import set_aside_history
 
     workdir = getattr(cfg, "workdir", None)
     if not workdir:

@@ -61,11 +61,12 @@ from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.config import config_from_dict
 from seqjax.train.flops import lm_flops_per_token
-from seqjax.train.loop import FitConfig, fit, read_metrics
+from seqjax.train.loop import FitConfig, fit
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 

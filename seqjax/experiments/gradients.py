@@ -44,9 +44,10 @@ from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, machine
 from seqjax.models.rnn import RNNClassifier
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell
-from seqjax.train.loop import FitConfig, NonFiniteLossError, fit
+from seqjax.train.loop import FitConfig, fit
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.records import NonFiniteLossError
 from seqjax.utils import count_params
 
 ADDING_BASELINE_MSE = 1.0 / 6.0  # always predict 1: Var(u_1 + u_2) = 2/12

@@ -37,11 +37,12 @@ from seqjax.experiments.char_lm import command_line, load_average, load_data, ma
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder
-from seqjax.train.loop import FitConfig, NonFiniteLossError, fit
+from seqjax.train.loop import FitConfig, fit
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.records import NonFiniteLossError
 from seqjax.train.step import flax_apply_fn
 from seqjax.utils import count_params
 

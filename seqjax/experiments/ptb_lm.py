@@ -84,9 +84,10 @@ from seqjax.data.ptb import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.experiments._parallel import host_rows
 from seqjax.experiments.char_lm import load_average, machine
 from seqjax.models.rnn import RNNLanguageModel
-from seqjax.train.loop import FitConfig, fit, read_metrics
+from seqjax.train.loop import FitConfig, fit
 from seqjax.train.optim import TrainState
 from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn
 from seqjax.train.tbptt import StreamChunkIterator, make_streams, make_tbptt_loss
 from seqjax.utils import count_params

@@ -60,10 +60,11 @@ from seqjax.decoding import beam_search, greedy_search
 from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig
 from seqjax.models.seq2seq import Seq2Seq
-from seqjax.train.loop import FitConfig, fit, read_metrics
+from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.records import read_metrics
 from seqjax.utils import count_params
 
 ARCHS = ("gru", "bahdanau", "luong", "transformer")

@@ -9,20 +9,13 @@ from seqjax.train.checkpoint import (
     restore_params,
 )
 from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
-from seqjax.train.flops import lm_flops_per_token, transformer_flops_per_token
-from seqjax.train.iterators import ArrayIterator
-from seqjax.train.loop import (
-    FitConfig,
-    FitResult,
-    NonFiniteLossError,
-    evaluate,
-    fit,
-    host_value,
+from seqjax.train.flops import (
+    lm_flops_per_token,
     peak_flops_per_device,
-    plot_curves,
-    read_metrics,
-    write_run_info,
+    transformer_flops_per_token,
 )
+from seqjax.train.iterators import ArrayIterator
+from seqjax.train.loop import FitConfig, FitResult, evaluate, fit, host_value
 from seqjax.train.losses import (
     bits_per_char,
     make_lm_eval,
@@ -48,6 +41,7 @@ from seqjax.train.optim import (
     warmup_cosine_schedule,
 )
 from seqjax.train.parallel import Parallel, ParallelOptions, parse_mesh
+from seqjax.train.records import NonFiniteLossError, plot_curves, read_metrics, write_run_info
 from seqjax.train.sharding import (
     TENSOR_PARALLEL_RULES,
     batch_sharding,

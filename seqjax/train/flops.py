@@ -12,7 +12,7 @@ backward), ``12 L H Q T`` for the two attention products ``Q Kᵀ`` and ``A V``
 (each ``2 H Q T`` per token and layer forward, twice that backward). With a causal
 mask only the lower triangle is needed, so the attention term is counted at half,
 ``6 L H Q T`` (issue #9's convention). MFU = ``C · tokens/s ÷ (devices · peak)``
-with the device's dense peak (:func:`seqjax.train.loop.peak_flops_per_device`).
+with the device's dense peak (:func:`peak_flops_per_device`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,33 @@ from typing import Any
 
 import jax
 
-__all__ = ["lm_flops_per_token", "transformer_flops_per_token"]
+__all__ = ["lm_flops_per_token", "peak_flops_per_device", "transformer_flops_per_token"]
+
+# Dense bf16 peak FLOP/s per chip, by jax `device_kind` substring (vendor data sheets).
+_PEAK_FLOPS = {
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v5": 459e12,
+    "TPU v6 lite": 918e12,
+    "TPU v6e": 918e12,
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L4": 121e12,
+    "V100": 125e12,
+}
+
+
+def peak_flops_per_device(device: Any = None) -> float | None:
+    """Peak dense bf16 FLOP/s of ``device`` (default: the first) from a small table, or None."""
+    kind = (device or jax.devices()[0]).device_kind
+    for name, flops in _PEAK_FLOPS.items():
+        if name.lower() in kind.lower():
+            return flops
+    return None
+
 
 
 def _positive_int(value: Any, name: str) -> int:

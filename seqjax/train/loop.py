@@ -54,13 +54,10 @@ logged step at the latest, and no checkpoint is ever written after it.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -68,83 +65,27 @@ from typing import Any
 import jax
 import numpy as np
 
-from seqjax._optional import require
 from seqjax.train.checkpoint import Checkpointer
+from seqjax.train.flops import peak_flops_per_device
 from seqjax.train.optim import TrainState
+from seqjax.train.preemption import SignalGuard, check_distributed
+from seqjax.train.records import (
+    NonFiniteLossError,
+    non_finite_hint,
+    plot_curves,
+    read_metrics,
+    run_info,
+    set_aside_history,
+    tensorboard_writer,
+    wanted,
+    write_run_info,
+)
 
-__all__ = [
-    "FitConfig",
-    "FitResult",
-    "NonFiniteLossError",
-    "ResumeError",
-    "fit",
-    "non_finite_hint",
-    "evaluate",
-    "read_metrics",
-    "plot_curves",
-    "set_aside_history",
-    "write_run_info",
-    "peak_flops_per_device",
-]
+__all__ = ["FitConfig", "FitResult", "ResumeError", "evaluate", "fit", "host_value"]
 
 # Steps the host may run ahead of the device between logged steps.
 _MAX_IN_FLIGHT = 8
 
-# Dense bf16 peak FLOP/s per chip, by jax `device_kind` substring (vendor data sheets).
-_PEAK_FLOPS = {
-    "TPU v4": 275e12,
-    "TPU v5 lite": 197e12,
-    "TPU v5e": 197e12,
-    "TPU v5p": 459e12,
-    "TPU v5": 459e12,
-    "TPU v6 lite": 918e12,
-    "TPU v6e": 918e12,
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L4": 121e12,
-    "V100": 125e12,
-}
-
-
-class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN/inf metric; ``step``, ``metric`` and ``value`` say where,
-    ``hint`` the likely causes (see :func:`non_finite_hint`)."""
-
-    def __init__(self, step: int, metric: str, value: float, workdir: str | None = None,
-                 hint: str | None = None) -> None:
-        self.step, self.metric, self.value, self.hint = step, metric, value, hint
-        where = f"; the last good checkpoint is in {workdir}/checkpoints" if workdir else ""
-        more = f" {hint}" if hint else ""
-        super().__init__(
-            f"non-finite {metric} = {value} at step {step}; training stopped{where}.{more}")
-
-
-def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, float] | None,
-                    batches_checked: bool) -> str:
-    """The likely causes of a NaN/inf step, most specific first, from what fit saw.
-
-    ``metrics``: the bad step's metrics; ``last_finite``: the previous finite step's
-    (``None`` if the first step failed); ``batches_checked``: whether token ids were
-    range-checked on the host (a train step with ``check_batch``).
-    """
-    causes = []
-    lr = metrics.get("lr")
-    if lr is not None and math.isfinite(lr):
-        causes.append(f"a learning rate too high (lr = {lr:.3g} at this step)")
-    else:
-        causes.append("a learning rate too high")
-    if last_finite and "grad_norm" in last_finite:
-        causes.append(f"exploding gradients (grad_norm = {last_finite['grad_norm']:.3g} at the "
-                      "previous step; clip them, e.g. max_grad_norm=1.0)")
-    else:
-        causes.append("exploding gradients (clip them, e.g. max_grad_norm=1.0)")
-    if not batches_checked:
-        causes.append("token ids outside the vocabulary — the batches were not range-checked: "
-                      "give make_train_step / Parallel.train_step `vocab_size=` (or use "
-                      "make_lm_loss on flax_apply_fn(model)) to check them before the step")
-    causes.append("a float16/bfloat16 overflow, if the step computes in half precision")
-    return "Likely causes: " + "; ".join(causes) + "."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,15 +160,6 @@ class FitResult:
     eval_metrics: dict
 
 
-def peak_flops_per_device(device: Any = None) -> float | None:
-    """Peak dense bf16 FLOP/s of ``device`` (default: the first) from a small table, or None."""
-    kind = (device or jax.devices()[0]).device_kind
-    for name, flops in _PEAK_FLOPS.items():
-        if name.lower() in kind.lower():
-            return flops
-    return None
-
-
 def host_value(tree: Any) -> Any:
     """``jax.device_get`` that also reads replicated arrays spanning other processes.
 
@@ -246,53 +178,6 @@ def host_value(tree: Any) -> Any:
         return jax.device_get(x)
 
     return jax.tree_util.tree_map(get, tree)
-
-
-def _check_distributed() -> None:
-    from seqjax.train.sharding import distributed_requested
-
-    if distributed_requested() and not jax.distributed.is_initialized():
-        raise RuntimeError(
-            "the environment asks for a multi-process job (JAX_COORDINATOR_ADDRESS, a TPU pod, "
-            "SLURM or Open MPI), but jax.distributed is not initialised: call "
-            "seqjax.train.maybe_initialize_distributed() (or Parallel.create()) before any "
-            "other JAX call."
-        )
-
-
-def _run_info(state: Any, parallel: Any) -> dict[str, Any]:
-    from seqjax.train.parallel import describe_state
-
-    info = parallel.describe() if parallel is not None else describe_state(state)
-    return {**info, "seqjax": _version()}
-
-
-def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any = None) -> dict:
-    """Write ``workdir/run.json`` (process 0 only, atomically) — what :func:`fit` writes —
-    for a run laid out by ``parallel`` (or, without it, by ``state``'s shardings). For
-    experiments whose several ``fit`` calls write theirs one level down. Returns the record.
-    """
-    if parallel is None and state is None:
-        raise ValueError("give `parallel` or `state`.")
-    info = _run_info(state, parallel)
-    if jax.process_index() == 0:
-        _write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), info)
-    return info
-
-
-def _version() -> str:
-    import seqjax
-
-    return seqjax.__version__
-
-
-def _write_json(path: str, obj: Any) -> None:
-    """Atomic JSON write (temporary file + rename)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 def evaluate(
@@ -338,163 +223,9 @@ def evaluate(
     return out
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """The records of a ``metrics.jsonl`` file (unreadable trailing lines are ignored)."""
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut by a crash; everything after it is suspect
-    return out
-
-
-def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike) -> list[str]:
-    """Draw ``loss.png`` (train and eval cross-entropy) and ``perplexity.png`` in ``workdir``.
-
-    Needs matplotlib (``pip install "seqjax[plot]"``)."""
-    matplotlib = require("matplotlib", "plotting training curves (FitConfig(plot=True))")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for name, transform, ylabel in (
-        ("loss", lambda v: v, "cross-entropy (nats/token)"),
-        ("perplexity", lambda v: math.exp(min(v, 700.0)), "perplexity"),
-    ):
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        fig.subplots_adjust(left=0.13, right=0.97, bottom=0.14, top=0.95)  # tight_layout is slow
-        for key, label in (("loss", "train"), ("eval/loss", "eval")):
-            pts = [(r["step"], transform(r[key])) for r in records
-                   if key in r and r[key] is not None and math.isfinite(r[key])]
-            if pts:
-                xs, ys = zip(*pts)
-                ax.plot(xs, ys, label=label, marker="o" if key != "loss" else None, ms=3)
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        path = os.path.join(os.fspath(workdir), f"{name}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-def _wanted(flag: bool | None, module: str) -> bool:
-    """An optional output of :class:`FitConfig`: ``True``/``False`` as given, ``None`` = when
-    ``module`` is installed (``True`` without it fails with the extra to install)."""
-    if flag is None:
-        if module in sys.modules:  # imported already (or blocked: None)
-            return sys.modules[module] is not None
-        return importlib.util.find_spec(module) is not None
-    return bool(flag)
-
-
-def _tensorboard_writer(logdir: str, purge_step: int | None) -> Any:
-    # tensorboardX imports torch when it can (~5 s) only to accept torch tensors; we log
-    # floats, so hide torch during the import unless the user already imported it.
-    hide = "torch" not in sys.modules
-    if hide:
-        sys.modules["torch"] = None  # type: ignore[assignment]
-    try:
-        tensorboardX = require("tensorboardX",
-                               "writing TensorBoard events (FitConfig(tensorboard=True))")
-    finally:
-        if hide:
-            del sys.modules["torch"]
-    return tensorboardX.SummaryWriter(logdir=logdir, purge_step=purge_step)
-
-
-class _SignalGuard:
-    """Turn SIGTERM/SIGINT into a stop request while training (restored on exit).
-
-    One process: Python handlers set ``requested``. Several processes: the stop must be
-    agreed on. JAX's coordination service catches SIGTERM itself (its preemption notifier)
-    and :func:`jax.experimental.multihost_utils.reached_preemption_sync_point` returns True
-    on every process at the same step; SIGINT is re-raised as SIGTERM so that Ctrl-C on
-    one host takes the same path. Without the preemption service (not initialised through
-    ``jax.distributed``) the processes agree by an all-gather of their local flags at every
-    step.
-    """
-
-    def __init__(self, enabled: bool) -> None:
-        self.requested: str | None = None
-        self._old: dict[int, Any] = {}
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.multi = jax.process_count() > 1
-        self._sync_point: Callable[[int], bool] | None = None
-        if self.multi:
-            from jax.experimental import multihost_utils
-
-            self._sync_point = multihost_utils.reached_preemption_sync_point
-            try:
-                self._sync_point(-1)  # probe: raises if the sync manager is absent
-            except RuntimeError:
-                self._sync_point = None
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.requested is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.requested = signal.Signals(signum).name
-        if self.multi and self._sync_point is not None and signum == signal.SIGINT:
-            # hand Ctrl-C to the coordination service's SIGTERM notifier (all processes)
-            signal.signal(signal.SIGINT, self._old.get(signal.SIGINT, signal.SIG_DFL))
-            signal.raise_signal(signal.SIGTERM)
-
-    def should_stop(self, step: int) -> bool:
-        """Whether to save and stop after ``step`` (the same answer on every process)."""
-        if not self.multi:
-            return self.requested is not None
-        if self._sync_point is not None:
-            if self._sync_point(step):
-                self.requested = self.requested or "SIGTERM"
-                return True
-            return False
-        from jax.experimental import multihost_utils
-
-        flags = multihost_utils.process_allgather(np.int32(self.requested is not None))
-        if np.asarray(flags).any():
-            self.requested = self.requested or "SIGTERM (another process)"
-            return True
-        return False
-
-    def __enter__(self) -> _SignalGuard:
-        if self.enabled:
-            # In a distributed job with the preemption service, SIGTERM belongs to it.
-            sigs = (signal.SIGINT,) if self._sync_point is not None else (
-                signal.SIGTERM, signal.SIGINT)
-            for sig in sigs:
-                self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
 class ResumeError(RuntimeError):
     """The work dir holds a run's history but nothing to resume it from (see ``fit``'s
     ``restart``)."""
-
-
-def set_aside_history(workdir: str | os.PathLike) -> str | None:
-    """Move ``workdir/metrics.jsonl`` to ``metrics.jsonl.<time>.old`` (process 0); returns
-    the new path, or ``None`` when there was none. What ``fit(restart=True)`` and
-    ``seqjax train --restart`` do before starting over."""
-    path = os.path.join(os.fspath(workdir), "metrics.jsonl")
-    if jax.process_index() != 0 or not os.path.exists(path):
-        return None
-    dst = f"{path}.{int(time.time())}.old"
-    os.replace(path, dst)
-    return dst
 
 
 def _check_history(workdir: str, start: int, restart: bool) -> None:
@@ -597,7 +328,7 @@ def fit(
         A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf.
     """
     cfg = config
-    _check_distributed()
+    check_distributed()
     primary = jax.process_index() == 0
     if parallel is not None:
         place_batch = parallel.place if place_batch is None else place_batch
@@ -605,8 +336,8 @@ def fit(
             place_eval_batch = parallel.place_global
     if place_eval_batch is None:
         place_eval_batch = place_batch
-    run_info = (write_run_info(workdir, parallel, state) if workdir is not None
-                else _run_info(state, parallel))
+    info = (write_run_info(workdir, parallel, state) if workdir is not None
+                else run_info(state, parallel))
     workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
     ckpt = None
     start = int(host_value(state.step))
@@ -639,8 +370,8 @@ def fit(
         kept = [r for r in read_metrics(metrics_path) if r.get("step", 0) <= start]
         with open(metrics_path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in kept)
-        if _wanted(cfg.tensorboard, "tensorboardX"):
-            writer = _tensorboard_writer(os.path.join(workdir, "tensorboard"),
+        if wanted(cfg.tensorboard, "tensorboardX"):
+            writer = tensorboard_writer(os.path.join(workdir, "tensorboard"),
                                          purge_step=start + 1 if start or restart else None)
 
     # Token ids are checked on the host batch, before it is placed on the devices (the
@@ -648,7 +379,7 @@ def fit(
     check_batch = getattr(train_step, "check_batch", None)
     run_step = getattr(train_step, "unchecked", train_step) if check_batch else train_step
     peak = cfg.peak_flops or peak_flops_per_device()
-    n_dev = int(run_info["devices"])
+    n_dev = int(info["devices"])
     history: list[dict] = []
     eval_metrics: dict = {}
     last_metrics: dict = {}
@@ -729,7 +460,7 @@ def fit(
         return {f"eval/{k}": v for k, v in out.items()}
 
     status = "completed"
-    with _SignalGuard(cfg.handle_signals) as guard:
+    with SignalGuard(cfg.handle_signals) as guard:
         try:
             pending: list[tuple[int, Any]] = []
             for s in range(start + 1, cfg.num_steps + 1):
@@ -776,7 +507,7 @@ def fit(
                 ckpt.close()
             if writer is not None:
                 writer.close()
-    if primary and workdir is not None and _wanted(cfg.plot, "matplotlib"):
+    if primary and workdir is not None and wanted(cfg.plot, "matplotlib"):
         plot_curves(read_metrics(metrics_path), workdir)
     return FitResult(state=state, status=status, start_step=start, history=history,
                      eval_metrics=eval_metrics)

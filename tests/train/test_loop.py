@@ -14,7 +14,8 @@ import optax
 import pytest
 
 from seqjax.train.checkpoint import Checkpointer, restore_params
-from seqjax.train.loop import FitConfig, NonFiniteLossError, evaluate, fit, read_metrics
+from seqjax.train.loop import FitConfig, evaluate, fit
+from seqjax.train.records import NonFiniteLossError, read_metrics
 from seqjax.train.step import create_train_state, make_train_step
 from tests.train import _crash_worker as worker
 

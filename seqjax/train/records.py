@@ -1,0 +1,193 @@
+"""What a run leaves behind: ``run.json``, ``metrics.jsonl``, TensorBoard events, curves,
+and the report of a non-finite step.
+
+:func:`seqjax.train.loop.fit` writes these (process 0 only); experiments and tools read
+them back with :func:`read_metrics`. Every JSON file is written atomically (temporary
+file + rename), so a crash never leaves half a record.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+
+from seqjax._optional import require
+
+__all__ = [
+    "NonFiniteLossError",
+    "non_finite_hint",
+    "plot_curves",
+    "read_metrics",
+    "set_aside_history",
+    "write_run_info",
+]
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN/inf metric; ``step``, ``metric`` and ``value`` say where,
+    ``hint`` the likely causes (see :func:`non_finite_hint`)."""
+
+    def __init__(self, step: int, metric: str, value: float, workdir: str | None = None,
+                 hint: str | None = None) -> None:
+        self.step, self.metric, self.value, self.hint = step, metric, value, hint
+        where = f"; the last good checkpoint is in {workdir}/checkpoints" if workdir else ""
+        more = f" {hint}" if hint else ""
+        super().__init__(
+            f"non-finite {metric} = {value} at step {step}; training stopped{where}.{more}")
+
+
+def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, float] | None,
+                    batches_checked: bool) -> str:
+    """The likely causes of a NaN/inf step, most specific first, from what fit saw.
+
+    ``metrics``: the bad step's metrics; ``last_finite``: the previous finite step's
+    (``None`` if the first step failed); ``batches_checked``: whether token ids were
+    range-checked on the host (a train step with ``check_batch``).
+    """
+    causes = []
+    lr = metrics.get("lr")
+    if lr is not None and math.isfinite(lr):
+        causes.append(f"a learning rate too high (lr = {lr:.3g} at this step)")
+    else:
+        causes.append("a learning rate too high")
+    if last_finite and "grad_norm" in last_finite:
+        causes.append(f"exploding gradients (grad_norm = {last_finite['grad_norm']:.3g} at the "
+                      "previous step; clip them, e.g. max_grad_norm=1.0)")
+    else:
+        causes.append("exploding gradients (clip them, e.g. max_grad_norm=1.0)")
+    if not batches_checked:
+        causes.append("token ids outside the vocabulary — the batches were not range-checked: "
+                      "give make_train_step / Parallel.train_step `vocab_size=` (or use "
+                      "make_lm_loss on flax_apply_fn(model)) to check them before the step")
+    causes.append("a float16/bfloat16 overflow, if the step computes in half precision")
+    return "Likely causes: " + "; ".join(causes) + "."
+
+
+def run_info(state: Any, parallel: Any) -> dict[str, Any]:
+    from seqjax.train.parallel import describe_state
+
+    info = parallel.describe() if parallel is not None else describe_state(state)
+    return {**info, "seqjax": _version()}
+
+
+def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any = None) -> dict:
+    """Write ``workdir/run.json`` (process 0 only, atomically) — what :func:`fit` writes —
+    for a run laid out by ``parallel`` (or, without it, by ``state``'s shardings). For
+    experiments whose several ``fit`` calls write theirs one level down. Returns the record.
+    """
+    if parallel is None and state is None:
+        raise ValueError("give `parallel` or `state`.")
+    info = run_info(state, parallel)
+    if jax.process_index() == 0:
+        _write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), info)
+    return info
+
+
+def _version() -> str:
+    import seqjax
+
+    return seqjax.__version__
+
+
+def _write_json(path: str, obj: Any) -> None:
+    """Atomic JSON write (temporary file + rename)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The records of a ``metrics.jsonl`` file (unreadable trailing lines are ignored)."""
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line cut by a crash; everything after it is suspect
+    return out
+
+
+def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike) -> list[str]:
+    """Draw ``loss.png`` (train and eval cross-entropy) and ``perplexity.png`` in ``workdir``.
+
+    Needs matplotlib (``pip install "seqjax[plot]"``)."""
+    matplotlib = require("matplotlib", "plotting training curves (FitConfig(plot=True))")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for name, transform, ylabel in (
+        ("loss", lambda v: v, "cross-entropy (nats/token)"),
+        ("perplexity", lambda v: math.exp(min(v, 700.0)), "perplexity"),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig.subplots_adjust(left=0.13, right=0.97, bottom=0.14, top=0.95)  # tight_layout is slow
+        for key, label in (("loss", "train"), ("eval/loss", "eval")):
+            pts = [(r["step"], transform(r[key])) for r in records
+                   if key in r and r[key] is not None and math.isfinite(r[key])]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, label=label, marker="o" if key != "loss" else None, ms=3)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        path = os.path.join(os.fspath(workdir), f"{name}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def wanted(flag: bool | None, module: str) -> bool:
+    """An optional output of :class:`FitConfig`: ``True``/``False`` as given, ``None`` = when
+    ``module`` is installed (``True`` without it fails with the extra to install)."""
+    if flag is None:
+        if module in sys.modules:  # imported already (or blocked: None)
+            return sys.modules[module] is not None
+        return importlib.util.find_spec(module) is not None
+    return bool(flag)
+
+
+def tensorboard_writer(logdir: str, purge_step: int | None) -> Any:
+    # tensorboardX imports torch when it can (~5 s) only to accept torch tensors; we log
+    # floats, so hide torch during the import unless the user already imported it.
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        tensorboardX = require("tensorboardX",
+                               "writing TensorBoard events (FitConfig(tensorboard=True))")
+    finally:
+        if hide:
+            del sys.modules["torch"]
+    return tensorboardX.SummaryWriter(logdir=logdir, purge_step=purge_step)
+
+
+def set_aside_history(workdir: str | os.PathLike) -> str | None:
+    """Move ``workdir/metrics.jsonl`` to ``metrics.jsonl.<time>.old`` (process 0); returns
+    the new path, or ``None`` when there was none. What ``fit(restart=True)`` and
+    ``seqjax train --restart`` do before starting over."""
+    path = os.path.join(os.fspath(workdir), "metrics.jsonl")
+    if jax.process_index() != 0 or not os.path.exists(path):
+        return None
+    dst = f"{path}.{int(time.time())}.old"
+    os.replace(path, dst)
+    return dst
