@@ -1,4 +1,4 @@
-"""GPT training step for nanoGPT's CPU configuration: seqjax vs flax.linen vs torch (CPU, fp32).
+"""GPT training step in nanoGPT's configuration: seqjax vs flax.linen vs torch (nanoGPT's model).
 
 One row, one call = one full optimiser step on a fixed batch of token ids:
 forward over ``[B, T] = [12, 64]``, mean next-token cross-entropy over all
@@ -8,7 +8,9 @@ optimiser). The model is nanoGPT's README CPU variant: 4 layers, 4 heads, d = 12
 block 64, |V| = 65, dropout 0, fp32, pre-norm blocks with a final LayerNorm,
 learned absolute positions, exact-GELU MLP of width 4d, tied input/output
 embedding, no biases on the linear layers (nanoGPT's ``bias=False`` default).
-Tokens per call: ``B·T = 768``. Peers:
+Tokens per call: ``B·T = 768``. ``--preset gpt2-small`` is the shape of nanoGPT's
+``bench.py``: 12 layers, 12 heads, d = 768, T = 1024, |V| = 50304 (GPT-2's 50257
+padded), biases on. Peers:
 
 * ``seqjax``: :class:`seqjax.models.gpt.TransformerLM` from the ``nanogpt-cpu``
   preset, trained by the library's own step — :func:`seqjax.train.step.make_train_step`
@@ -19,10 +21,21 @@ Tokens per call: ``B·T = 768``. Peers:
   ``jax.jit`` of ``value_and_grad`` + ``optax`` clip/adamw, params and optimiser state
   donated — what a user without seqjax would write.
 * ``torch-nanogpt``: a torch re-implementation of nanoGPT's ``model.py`` architecture
-  (fused QKV ``Linear``, ``F.scaled_dot_product_attention(is_causal=True)``, eager
-  mode as nanoGPT's CPU recipe runs it with ``--compile=False``), the
+  (fused QKV ``Linear``, ``F.scaled_dot_product_attention(is_causal=True)``), the
   ``F.cross_entropy`` loss, ``clip_grad_norm_`` and ``torch.optim.AdamW`` with
-  nanoGPT's two parameter groups (decay on ≥2-D tensors only).
+  nanoGPT's two parameter groups (decay on ≥2-D tensors only). Where it runs:
+
+  - **CPU** (no CUDA device visible to torch): eager mode and fp32, as nanoGPT's CPU
+    recipe runs it with ``--compile=False``.
+  - **CUDA** (``torch.cuda.is_available()``): what nanoGPT's ``train.py`` does on a GPU —
+    the model on ``cuda``, TF32 allowed for fp32 matmuls (``torch.backends.cuda.matmul``
+    and ``cudnn.allow_tf32``, set process-wide, as nanoGPT does), ``torch.compile`` of the
+    model together with its loss (nanoGPT computes the loss inside ``forward``),
+    ``torch.optim.AdamW(fused=True)`` (nanoGPT's ``configure_optimizers``) and, with
+    ``--dtype bfloat16``, the forward under ``torch.autocast("cuda", dtype=torch.bfloat16)``
+    (fp32 parameters and optimiser, like seqjax's mixed precision). Every call ends in
+    ``torch.cuda.synchronize()`` and ``loss.item()``, so a timed call covers all its GPU
+    work; the first call (the compilation) is reported as the compile time.
 
 With ``bias=False`` (nanoGPT's default) no peer has biases anywhere, LayerNorm
 included (seqjax: ``norm_use_bias=False``). The difference that remains: seqjax's
@@ -30,7 +43,9 @@ default decay mask exempts the embeddings from weight decay (nanoGPT decays them
 — the same arithmetic either way.
 
 Run: ``python -m benchmarks gpt`` (or ``seqjax bench gpt``); ``--smoke`` runs a
-2-layer, d = 32, T = 16 model in seconds; ``--out FILE`` writes the markdown.
+1-layer, d = 16, T = 16 model in seconds; ``--out FILE`` writes the markdown.
+``python -m benchmarks nanogpt_loop`` times nanoGPT's whole ``train.py`` loop
+(data sampling, learning-rate schedule, logging) around the same torch model.
 """
 
 from __future__ import annotations
@@ -208,13 +223,26 @@ def flax_peer(shape: GPTShape) -> harness.Prepared:
 # ----------------------------------------------------------------------------- torch peer
 
 
-def torch_gpt(shape: GPTShape) -> Any:
-    """nanoGPT's architecture in torch (written from its description, eager mode).
+def torch_device() -> str:
+    """Where the torch peers run: ``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def torch_gpt(shape: GPTShape, dropout: float = 0.0) -> Any:
+    """nanoGPT's architecture in torch (written from its description; built on the CPU).
 
     ``forward(idx, cache=None, start=0, last_only=False)`` returns logits ``[B, T, V]``
     (``[B, 1, V]`` with ``last_only``); with ``cache`` (a list filled with one ``(k, v)``
     pair per layer) it also keeps the keys and values so that the next call can feed
     only the new tokens at positions ``start, start + 1, …`` (KV-cache decoding).
+
+    ``dropout`` (in training mode only) is applied where nanoGPT applies it: to the sum
+    of the token and position embeddings, to the attention weights (the ``dropout_p`` of
+    ``F.scaled_dot_product_attention``) and to the output projection of every residual
+    branch (attention and MLP). At ``dropout=0`` (the default) those are identities and
+    the model is exactly the dropout-free one (same parameters, same outputs).
     """
     import math
 
@@ -222,13 +250,19 @@ def torch_gpt(shape: GPTShape) -> Any:
     import torch.nn.functional as F
     from torch import nn
 
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"`dropout` must be in [0, 1); got {dropout}.")
     d, heads, bias = shape.embed_dim, shape.num_heads, shape.use_bias
+
+    def drop() -> nn.Module:
+        return nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     class SelfAttention(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.qkv = nn.Linear(d, 3 * d, bias=bias)
             self.proj = nn.Linear(d, d, bias=bias)
+            self.proj_drop = drop()
 
         def forward(self, x, cache=None, layer=0):
             b, t, _ = x.shape
@@ -242,8 +276,9 @@ def torch_gpt(shape: GPTShape) -> Any:
                 else:
                     cache.append((k, v))
             # A single new query attends to every cached key: no mask needed.
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
-            return self.proj(o.transpose(1, 2).reshape(b, t, d))
+            o = F.scaled_dot_product_attention(
+                q, k, v, is_causal=t > 1, dropout_p=dropout if self.training else 0.0)
+            return self.proj_drop(self.proj(o.transpose(1, 2).reshape(b, t, d)))
 
     class Block(nn.Module):
         def __init__(self) -> None:
@@ -253,16 +288,18 @@ def torch_gpt(shape: GPTShape) -> Any:
             self.ln_2 = nn.LayerNorm(d, eps=1e-5, bias=bias)
             self.fc = nn.Linear(d, 4 * d, bias=bias)
             self.out = nn.Linear(4 * d, d, bias=bias)
+            self.out_drop = drop()
 
         def forward(self, x, cache=None, layer=0):
             x = x + self.attn(self.ln_1(x), cache, layer)
-            return x + self.out(F.gelu(self.fc(self.ln_2(x))))
+            return x + self.out_drop(self.out(F.gelu(self.fc(self.ln_2(x)))))
 
     class GPT(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.wte = nn.Embedding(shape.vocab_size, d)
             self.wpe = nn.Embedding(shape.block_size, d)
+            self.drop = drop()
             self.blocks = nn.ModuleList(Block() for _ in range(shape.num_layers))
             self.ln_f = nn.LayerNorm(d, eps=1e-5, bias=bias)
             self.head = nn.Linear(d, shape.vocab_size, bias=False)
@@ -275,8 +312,8 @@ def torch_gpt(shape: GPTShape) -> Any:
 
         def forward(self, idx, cache=None, start=0, last_only=False):
             t = idx.shape[1]
-            pos = torch.arange(start, start + t, dtype=torch.long)
-            x = self.wte(idx) + self.wpe(pos)
+            pos = torch.arange(start, start + t, dtype=torch.long, device=idx.device)
+            x = self.drop(self.wte(idx) + self.wpe(pos))
             for i, block in enumerate(self.blocks):
                 x = block(x, cache, i)
             if last_only:  # inference: the head on the last position only, as nanoGPT does
@@ -286,39 +323,122 @@ def torch_gpt(shape: GPTShape) -> Any:
     return GPT()
 
 
-def torch_optimizer(model: Any) -> Any:
-    """nanoGPT's AdamW: weight decay on ≥2-D parameters, none on biases and norms."""
+def torch_lm_loss(model: Any) -> Any:
+    """``model`` with its loss: a module whose ``forward(x, y)`` is the mean next-token
+    cross-entropy of ``model(x)`` against ``y`` (the logits' ``F.cross_entropy``).
+
+    nanoGPT computes the loss inside its model's ``forward``, so ``torch.compile(model)``
+    compiles the loss too; compiling this module does the same. It owns ``model`` (its
+    parameters and ``train()``/``eval()`` mode are ``model``'s).
+    """
+    import torch.nn.functional as F
+    from torch import nn
+
+    class LMLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = model
+
+        def forward(self, x, y):
+            logits = self.lm(x)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+    return LMLoss()
+
+
+def torch_optimizer(
+    model: Any, *, lr: float = LR, betas: tuple[float, float] = (BETA1, BETA2),
+    weight_decay: float = WEIGHT_DECAY, fused: bool | None = None,
+) -> Any:
+    """nanoGPT's AdamW: weight decay on ≥2-D parameters, none on biases and norms.
+
+    ``fused=None``: the fused CUDA kernel when the parameters are on a CUDA device (as
+    nanoGPT's ``configure_optimizers`` chooses), torch's default implementation otherwise.
+    """
     import torch
 
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=LR, betas=(BETA1, BETA2), eps=EPS)
+    if fused is None:
+        fused = bool(params) and all(p.is_cuda for p in params)
+    extra = {"fused": True} if fused else {}
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=EPS, **extra)
 
 
-def torch_peer(shape: GPTShape) -> harness.Prepared:
+def torch_autocast(device: str, compute_dtype: str = "float32") -> Any:
+    """A factory of the forward pass's context: ``torch.autocast("cuda", bfloat16)`` for
+    ``compute_dtype="bfloat16"`` on CUDA, a no-op otherwise (fp32)."""
+    import contextlib
+
     import torch
-    import torch.nn.functional as F
 
+    if compute_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"compute_dtype must be float32 or bfloat16; got {compute_dtype!r}.")
+    if compute_dtype == "bfloat16":
+        if device != "cuda":
+            raise ValueError("the torch-nanogpt peer runs bfloat16 (autocast) on CUDA only; "
+                             "on the CPU it is fp32 eager.")
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def torch_cuda_setup() -> None:
+    """nanoGPT's CUDA settings: TF32 allowed in fp32 matmuls and cuDNN (process-wide)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def torch_peer(shape: GPTShape, compute_dtype: str = "float32") -> harness.Prepared:
+    """nanoGPT's training step in torch: eager fp32 on the CPU; on CUDA compiled, fused
+    AdamW, bf16 autocast with ``compute_dtype="bfloat16"`` (the module docstring)."""
+    import time
+
+    import torch
+
+    device = torch_device()
+    autocast = torch_autocast(device, compute_dtype)  # refuses bfloat16 on the CPU
     torch.manual_seed(0)
-    model = torch_gpt(shape)
+    model = torch_gpt(shape).to(device)
     model.train()
     opt = torch_optimizer(model)
-    tokens = torch.from_numpy(batch_tokens(shape).astype(np.int64))
+    loss_fn = torch_lm_loss(model)
+    tokens = torch.from_numpy(batch_tokens(shape).astype(np.int64)).to(device)
     x, y = tokens[:, :-1], tokens[:, 1:]
 
-    def step() -> float:
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    if device == "cpu":  # nanoGPT's CPU recipe: eager, fp32
+        def step() -> float:
+            loss = loss_fn(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.item()
+
+        return harness.eager_prepared(step)
+
+    torch_cuda_setup()
+    compiled = torch.compile(loss_fn)
+
+    def cuda_step() -> float:
+        with autocast():
+            loss = compiled(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()  # the call returns once the GPU has finished it
         return loss.item()
 
-    return harness.eager_prepared(step)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    cuda_step()  # torch.compile traces and compiles forward and backward here
+    return harness.Prepared(step=cuda_step, compile_s=time.perf_counter() - t0,
+                            compile_kind="compile")
 
 
 _BUILDERS = {"seqjax": seqjax_peer, "flax": flax_peer, "torch-nanogpt": torch_peer}
@@ -339,8 +459,8 @@ def run(
 ) -> list[harness.Result]:
     """Time one training step of every peer, alternating round robin."""
     def build(name: str) -> harness.Prepared:
-        if name == "seqjax":
-            return seqjax_peer(shape, compute_dtype)
+        if name in ("seqjax", "torch-nanogpt"):
+            return _BUILDERS[name](shape, compute_dtype)
         return _BUILDERS[name](shape)
 
     row_peers = [harness.Peer(n, lambda n=n: build(n)) for n in peers]
@@ -378,6 +498,18 @@ def mfu_note(shape: GPTShape, results: Sequence[harness.Result]) -> str:
     return text + f", MFU {mfu:.1%} of {peak / 1e12:.0f} TFLOP/s per device."
 
 
+def torch_note(compute_dtype: str) -> str:
+    """Where and how the torch-nanogpt peer ran (a line of the report)."""
+    import torch
+
+    if torch_device() == "cpu":
+        return "torch-nanogpt: CPU, eager, fp32 (nanoGPT's CPU recipe, --compile=False)."
+    precision = ("bf16 autocast" if compute_dtype == "bfloat16"
+                 else "fp32 (TF32 matmuls)")
+    return (f"torch-nanogpt: CUDA ({torch.cuda.get_device_name()}), torch.compile, "
+            f"{precision}, fused AdamW (nanoGPT's train.py on a GPU); compile = first call.")
+
+
 def parse_peers(ap: argparse.ArgumentParser, text: str, allowed: Sequence[str]) -> list[str]:
     """The ``--peers`` comma list, checked; torch peers dropped (with a note) without torch."""
     peers = [p.strip() for p in text.split(",") if p.strip()]
@@ -395,7 +527,7 @@ def parse_peers(ap: argparse.ArgumentParser, text: str, allowed: Sequence[str]) 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="seqjax bench gpt", description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true",
-                    help="a 2-layer d=32 T=16 B=2 model, 2 repeats: every peer in seconds")
+                    help="a 1-layer d=16 T=16 B=2 model, 2 repeats: every peer in seconds")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma list of " + ",".join(PEERS))
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--block", type=int, default=64, help="block size T")
@@ -407,13 +539,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="gpt2-small: 12L/12H/768, T=1024, |V|=50304, biases (issue #9 item 4; "
                          "--batch still applies)")
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                    help="seqjax compute dtype (bfloat16: mixed precision; seqjax peer only)")
+                    help="compute dtype (bfloat16: seqjax's mixed precision, and torch-nanogpt's "
+                         "bf16 autocast on CUDA; the flax peer is fp32 only)")
     harness.add_common_args(ap)
     args = ap.parse_args(argv)
 
     peers = parse_peers(ap, args.peers, PEERS)
-    if args.dtype != "float32" and peers != ["seqjax"]:
-        ap.error(f"--dtype {args.dtype} times the seqjax peer only: add --peers seqjax")
+    if args.dtype != "float32":
+        fp32_only = [p for p in peers if p not in ("seqjax", "torch-nanogpt")]
+        if fp32_only:
+            ap.error(f"--dtype {args.dtype} times the seqjax and torch-nanogpt peers only "
+                     f"(not {','.join(fp32_only)}): add --peers seqjax,torch-nanogpt")
+        if "torch-nanogpt" in peers and torch_device() != "cuda":
+            ap.error(f"--dtype {args.dtype}: torch-nanogpt runs bf16 autocast on CUDA only "
+                     "(on the CPU it is fp32 eager): add --peers seqjax")
     if args.smoke:
         shape = SMOKE
     elif args.preset == "gpt2-small":
@@ -431,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         f"GPT training step ({shape.label}, {args.dtype}): tokens/s (higher is better)", "gpt",
         argv, summary_table(results), results, out=args.out,
         notes=[f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}.",
-               mfu_note(shape, results)],
+               mfu_note(shape, results),
+               *([torch_note(args.dtype)] if "torch-nanogpt" in peers else [])],
     )
     return 0
 

@@ -54,6 +54,7 @@ logged step at the latest, and no checkpoint is ever written after it.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -80,6 +81,7 @@ from seqjax.train.records import (
     wanted,
     write_run_info,
 )
+from seqjax.train.step import TrainStep
 
 __all__ = ["FitConfig", "FitResult", "ResumeError", "evaluate", "fit", "host_value"]
 
@@ -113,6 +115,15 @@ class FitConfig:
         finite_check: metrics that must stay finite.
         flops_per_step: model FLOPs per step (e.g. ``6 · params · tokens``) to report MFU.
         peak_flops: peak FLOP/s per device for MFU; ``None`` = look up the device kind.
+        steps_per_call: run this many steps in one jitted call (a ``lax.scan`` of the
+            step; :meth:`~seqjax.train.step.TrainStep.steps`), so the host dispatches once
+            per ``k`` steps — the usual answer to host overhead on TPUs and for small
+            models. ``log_every``, ``eval_every`` and ``checkpoint_every`` must be
+            multiples of it; a stop request (SIGTERM) is honoured at the end of a call.
+            Needs the train step of :func:`~seqjax.train.step.make_train_step`.
+        freeze_gc: ``gc.freeze()`` everything allocated before training (the model, the
+            data, the compiled programs), so Python's full collections — pauses of 0.1 s
+            and more with a large heap — stop walking it; undone when ``fit`` returns.
     """
 
     num_steps: int
@@ -131,14 +142,22 @@ class FitConfig:
     finite_check: tuple[str, ...] = ("loss", "grad_norm")
     flops_per_step: float | None = None
     peak_flops: float | None = None
+    steps_per_call: int = 1
+    freeze_gc: bool = True
 
     def __post_init__(self) -> None:
         minimum = {"num_steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
-                   "keep_checkpoints": 1}
+                   "keep_checkpoints": 1, "steps_per_call": 1}
         for name, low in minimum.items():
             v = getattr(self, name)
-            if not isinstance(v, int) or v < low:
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"`{name}` must be an int >= {low}; got {v!r}.")
+        k = self.steps_per_call
+        for name in ("log_every", "eval_every", "checkpoint_every"):
+            v = getattr(self, name)
+            if v % k:
+                raise ValueError(f"`{name}` must be a multiple of steps_per_call={k}; "
+                                 f"got {v}.")
 
 
 @dataclasses.dataclass
@@ -362,7 +381,20 @@ def fit(
             raise
         if restored is not None:
             state, start, data_state = restored.state, restored.step, restored.data_state
-    get_batch = _batches(train_data, start, data_state)
+    # A device-resident source (e.g. seqjax.data.device.DeviceLMWindows) draws each step's
+    # batch inside the jitted call; anything else yields host batches.
+    device_source = callable(getattr(train_data, "device_batch", None))
+    if (device_source or cfg.steps_per_call > 1) and not isinstance(train_step, TrainStep):
+        raise TypeError(
+            "a device-resident `train_data` and `steps_per_call` > 1 need the train step of "
+            "make_train_step / Parallel.train_step (a TrainStep); got "
+            f"{type(train_step).__name__}.")
+    if device_source:
+        if data_state is not None and hasattr(train_data, "set_state"):
+            train_data.set_state(data_state)
+        get_batch = None
+    else:
+        get_batch = _batches(train_data, start, data_state)
 
     metrics_path = None if workdir is None else os.path.join(workdir, "metrics.jsonl")
     writer = None
@@ -409,22 +441,29 @@ def fit(
         for hook in hooks:
             hook(record)
 
-    def is_log(s: int) -> bool:
-        return s % cfg.log_every == 0 or s == start + 1 or s == cfg.num_steps
+    k = cfg.steps_per_call
+    first_end = min(start + k - start % k, cfg.num_steps)  # the last step of the first call
 
-    def flush(pending: list[tuple[int, Any]]) -> dict | None:
-        """Fetch the pending steps' metrics (one transfer), check them in order, and
-        return the record of the last one if it is logged."""
-        fetched = host_value([m for _, m in pending])
-        for (s, _), m_host in zip(pending, fetched):
-            m = {k: float(v) for k, v in m_host.items()}
-            for name in cfg.finite_check:
-                if name in m and not math.isfinite(m[name]):
-                    hint = non_finite_hint(m, last_finite or None, check_batch is not None)
-                    raise NonFiniteLossError(s, name, m[name], workdir, hint)
-            last_finite.clear()
-            last_finite.update(m)
-            clock["tokens"] += m.get("tokens", 0.0)
+    def is_log(s: int) -> bool:
+        return s % cfg.log_every == 0 or s == first_end or s == cfg.num_steps
+
+    def flush(pending: list[tuple[int, int, Any]]) -> dict | None:
+        """Fetch the pending calls' metrics (one transfer), check every step's in order,
+        and return the record of the last step if it is logged."""
+        fetched = host_value([m for _, _, m in pending])
+        for (s_end, n, _), m_host in zip(pending, fetched):
+            for j in range(n):  # a call of n steps returns every metric stacked on [n]
+                s = s_end - n + 1 + j
+                m = {key: float(v if n == 1 and np.ndim(v) == 0 else v[j])
+                     for key, v in m_host.items()}
+                for name in cfg.finite_check:
+                    if name in m and not math.isfinite(m[name]):
+                        hint = non_finite_hint(m, last_finite or None,
+                                               check_batch is not None or device_source)
+                        raise NonFiniteLossError(s, name, m[name], workdir, hint)
+                last_finite.clear()
+                last_finite.update(m)
+                clock["tokens"] += m.get("tokens", 0.0)
         last_metrics.clear()
         last_metrics.update(m)
         s = pending[-1][0]
@@ -459,22 +498,43 @@ def fit(
         out = evaluate(eval_step, state.params, batches, place_batch=place_eval_batch)
         return {f"eval/{k}": v for k, v in out.items()}
 
+    def host_batch(i: int) -> Any:
+        """The checked, placed batch of 0-based step ``i``."""
+        batch = get_batch(i)
+        if check_batch is not None:
+            try:
+                check_batch(batch)
+            except ValueError as err:
+                raise ValueError(f"{err} (the training batch of step {i + 1}; nothing "
+                                 "was trained on it)") from None
+        return batch if place_batch is None else place_batch(batch)
+
+    def run_call(state: TrainState, s: int, n: int) -> tuple[TrainState, Any]:
+        """Steps ``s + 1 .. s + n`` in one jitted call."""
+        if device_source:
+            return train_step.steps_from(train_data, n)(state, train_data.arrays)
+        if k == 1:
+            return run_step(state, host_batch(s))
+        batches = tuple(host_batch(i) for i in range(s, s + n))
+        return train_step.steps(n)(state, batches)
+
     status = "completed"
+    frozen = cfg.freeze_gc and gc.isenabled() is not False
+    if frozen:
+        gc.collect()
+        gc.freeze()
+    in_flight = max(1, _MAX_IN_FLIGHT // k)
     with SignalGuard(cfg.handle_signals) as guard:
         try:
-            pending: list[tuple[int, Any]] = []
-            for s in range(start + 1, cfg.num_steps + 1):
-                batch = get_batch(s - 1)
-                if check_batch is not None:
-                    try:
-                        check_batch(batch)
-                    except ValueError as err:
-                        raise ValueError(f"{err} (the training batch of step {s}; nothing "
-                                         "was trained on it)") from None
-                if place_batch is not None:
-                    batch = place_batch(batch)
-                state, m_dev = run_step(state, batch)
-                pending.append((s, m_dev))
+            pending: list[tuple[int, int, Any]] = []
+            s = start
+            while s < cfg.num_steps:
+                # k steps per call, aligned to multiples of k; a shorter call to reach one
+                # (a run resumed off the grid) or the last step.
+                n = min(k - s % k, cfg.num_steps - s)
+                state, m_dev = run_call(state, s, n)
+                s += n
+                pending.append((s, n, m_dev))
                 final = s == cfg.num_steps
                 stop = guard.should_stop(s)
                 do_eval = eval_step is not None and eval_data is not None and (
@@ -483,8 +543,8 @@ def fit(
                     final or do_eval or (cfg.checkpoint_every and s % cfg.checkpoint_every == 0)
                     or stop)
                 if not (is_log(s) or do_eval or do_save or final or stop):
-                    if len(pending) > _MAX_IN_FLIGHT:  # back-pressure: stay a few steps ahead
-                        jax.block_until_ready(pending[-1 - _MAX_IN_FLIGHT][1])
+                    if len(pending) > in_flight:  # back-pressure: stay a few steps ahead
+                        jax.block_until_ready(pending[-1 - in_flight][2])
                     continue
                 rec = flush(pending)
                 if do_eval:
@@ -501,6 +561,8 @@ def fit(
                     (bar.write if bar is not None else print)(msg, file=sys.stderr)
                     break
         finally:
+            if frozen:
+                gc.unfreeze()
             if bar is not None:
                 bar.close()
             if ckpt is not None:

@@ -55,11 +55,11 @@ from seqjax.train.optim import TrainState
 from seqjax.train.sharding import (
     AXES,
     STRATEGIES,
+    BatchPlacer,
     batch_sharding,
     make_mesh,
     maybe_initialize_distributed,
     process_data_shard,
-    shard_batch,
     shard_global_batch,
     tree_shardings,
 )
@@ -170,6 +170,7 @@ class Parallel:
         self.min_fsdp_size = min_fsdp_size
         self.state_sharding: Any = None
         self.shard_index, self.shard_count = process_data_shard(mesh)
+        self._placer = BatchPlacer(mesh)  # the batch sharding, built once
 
     @classmethod
     def create(
@@ -315,7 +316,7 @@ class Parallel:
         ``shard_count``) → global arrays
         ``[global_batch, ...]`` sharded over ``("data", "fsdp")``
         (:func:`~seqjax.train.sharding.shard_batch`)."""
-        return shard_batch(batch, self.mesh)
+        return self._placer(batch)
 
     def place_global(self, batch: Any) -> Any:
         """A global batch every process holds in full → global arrays (any mesh layout;

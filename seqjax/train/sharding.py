@@ -334,7 +334,8 @@ def host_batch_slice(global_batch_size: int, mesh: Mesh | None = None) -> slice:
     return slice(i * per, (i + 1) * per)
 
 
-def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int) -> jax.Array:
+def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int,
+               sharding: NamedSharding | None = None) -> jax.Array:
     """The global ``[rows, ...]`` array of which this process holds rows ``[lo, lo + len(x))``."""
     x = np.asarray(x)
     if x.ndim == 0:
@@ -344,8 +345,8 @@ def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int) -> jax.Array:
         raise ValueError(
             f"global batch size {rows} must be divisible by data*fsdp = {shards}."
         )
-    sharding = batch_sharding(mesh)
-    if jax.process_count() == 1 and lo == 0 and x.shape[0] == rows:
+    sharding = batch_sharding(mesh) if sharding is None else sharding
+    if lo == 0 and x.shape[0] == rows and jax.process_count() == 1:
         return jax.device_put(x, sharding)
 
     def piece(index: tuple[slice, ...]) -> np.ndarray:
@@ -360,23 +361,36 @@ def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int) -> jax.Array:
     return jax.make_array_from_callback((rows, *x.shape[1:]), sharding, piece)
 
 
+class BatchPlacer:
+    """:func:`shard_batch` for one mesh, with the sharding and this process's block of the
+    batch worked out once (what ``Parallel.place`` calls every step)."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        self.mesh = mesh
+        self.index, self.count = process_data_shard(mesh)
+        self.sharding = batch_sharding(mesh)
+
+    def __call__(self, batch: Any) -> Any:
+        def put(x: Any) -> jax.Array:
+            x = np.asarray(x)
+            if x.ndim == 0:
+                raise ValueError("batch leaves must have a leading batch axis; got a scalar.")
+            return _from_rows(x, self.mesh, x.shape[0] * self.count, self.index * x.shape[0],
+                              self.sharding)
+
+        return jax.tree_util.tree_map(put, batch)
+
+
 def shard_batch(batch: Any, mesh: Mesh) -> Any:
     """Place this process's rows of the global batch (a pytree of ``[b, ...]`` numpy
     arrays) on the mesh.
 
     The process feeds block ``index`` of ``count`` (:func:`process_data_shard`), so each
     leaf becomes a global ``[b * count, ...]`` array sharded over ``("data", "fsdp")``.
-    On one process this is ``jax.device_put``.
+    On one process this is ``jax.device_put``. To place many batches on one mesh, build a
+    :class:`BatchPlacer` once.
     """
-    index, count = process_data_shard(mesh)
-
-    def put(x: Any) -> jax.Array:
-        x = np.asarray(x)
-        if x.ndim == 0:
-            raise ValueError("batch leaves must have a leading batch axis; got a scalar.")
-        return _from_rows(x, mesh, x.shape[0] * count, index * x.shape[0])
-
-    return jax.tree_util.tree_map(put, batch)
+    return BatchPlacer(mesh)(batch)
 
 
 def shard_global_batch(batch: Any, mesh: Mesh) -> Any:

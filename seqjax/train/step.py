@@ -61,6 +61,7 @@ __all__ = [
     "make_batch_check",
     "make_train_step",
     "make_eval_step",
+    "TrainStep",
     "create_train_state",
     "make_pmap_train_step",
     "pmap_replicate",
@@ -401,8 +402,8 @@ def make_train_step(
     grad_accum: int = 1,
     vocab_size: int | Mapping[str, int] | None = None,
     check_batch: BatchCheck | bool | None = None,
-) -> StepFn:
-    """A jitted ``step(state, batch) -> (state, metrics)``.
+) -> TrainStep:
+    """A jitted ``step(state, batch) -> (state, metrics)`` (a :class:`TrainStep`).
 
     **Batch check.** Token ids cannot be range-checked inside ``jit``; the step therefore
     checks each host batch first (:func:`make_batch_check`) when it knows the vocabulary:
@@ -458,15 +459,107 @@ def make_train_step(
             metrics["lr"] = jnp.asarray(schedule(state.step), jnp.float32)
         return new_state.replace(rng=rng), metrics
 
-    kwargs: dict[str, Any] = {"donate_argnums": (0,) if donate else ()}
-    if state_sharding is not None or batch_sharding is not None:
-        if state_sharding is None or batch_sharding is None:
-            raise ValueError("give both `state_sharding` and `batch_sharding`, or neither.")
-        mesh = batch_sharding.mesh
-        kwargs["in_shardings"] = (state_sharding, batch_sharding)
-        kwargs["out_shardings"] = (state_sharding, NamedSharding(mesh, PartitionSpec()))
-        return checked_step(jax.jit(_under_mesh(step_fn, mesh), **kwargs), check)
-    return checked_step(jax.jit(step_fn, **kwargs), check)
+    if (state_sharding is None) != (batch_sharding is None):
+        raise ValueError("give both `state_sharding` and `batch_sharding`, or neither.")
+    return TrainStep(step_fn, check, state_sharding=state_sharding,
+                     batch_sharding=batch_sharding, donate=donate)
+
+
+class TrainStep:
+    """A jitted ``step(state, batch) -> (state, metrics)`` and the ways to run it.
+
+    What :func:`make_train_step` returns. Calling it checks the host batch
+    (``check_batch``, when the step knows the vocabulary) and runs the jitted step;
+    :func:`~seqjax.train.loop.fit` uses the rest:
+
+    * ``unchecked`` — the jitted step alone (``fit`` checks host batches before placing
+      them, where reading them costs nothing);
+    * :meth:`steps` — ``k`` steps in one jitted call: ``(state, (batch_1, ..., batch_k))
+      -> (state, metrics)`` with every metric stacked on a leading ``[k]`` axis, a
+      ``lax.scan`` of the same step (the update of each is the update of a single call);
+    * :meth:`steps_from` — ``k`` steps whose batches a device-resident source
+      (e.g. :class:`seqjax.data.device.DeviceLMWindows`) draws inside the jitted call
+      from the step number: ``(state, source.arrays) -> (state, metrics[k])``. No batch
+      crosses from the host.
+
+    Other attributes (``lower``, ``eval_shape``, ...) are the jitted step's.
+    """
+
+    def __init__(self, step_fn: StepFn, check_batch: BatchCheck | None, *,
+                 state_sharding: Any = None, batch_sharding: NamedSharding | None = None,
+                 donate: bool = True) -> None:
+        self.step_fn = step_fn
+        self.check_batch = check_batch
+        self.state_sharding = state_sharding
+        self.batch_sharding = batch_sharding
+        self.donate = donate
+        self.mesh = None if batch_sharding is None else batch_sharding.mesh
+        self._compiled: dict[Any, Callable[..., Any]] = {}
+        self.unchecked = self._jit(step_fn, self.batch_sharding)
+        self.__wrapped__ = self.unchecked
+
+    def _jit(self, fn: Callable[..., Any], second_sharding: Any) -> Callable[..., Any]:
+        kwargs: dict[str, Any] = {"donate_argnums": (0,) if self.donate else ()}
+        if self.mesh is None:
+            return jax.jit(fn, **kwargs)
+        kwargs["in_shardings"] = (self.state_sharding, second_sharding)
+        kwargs["out_shardings"] = (self.state_sharding,
+                                   NamedSharding(self.mesh, PartitionSpec()))
+        return jax.jit(_under_mesh(fn, self.mesh), **kwargs)
+
+    def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Array]]:
+        if self.check_batch is not None:
+            self.check_batch(batch)
+        return self.unchecked(state, batch)
+
+    def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, ...
+        return getattr(self.__dict__["unchecked"], name)
+
+    def steps(self, k: int) -> Callable[..., Any]:
+        """The jitted ``(state, batches) -> (state, metrics[k])`` of ``k`` steps over the
+        tuple ``batches`` of ``k`` placed batches (unchecked: check host batches first)."""
+        _check_k(k)
+        key = ("steps", k)
+        if key not in self._compiled:
+            step_fn = self.step_fn
+
+            def run(state: TrainState, batches: tuple) -> tuple[TrainState, dict]:
+                if len(batches) != k:
+                    raise ValueError(f"expected {k} batches; got {len(batches)}.")
+                stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *batches)
+                return jax.lax.scan(step_fn, state, stacked)
+
+            sharding = None if self.batch_sharding is None else (self.batch_sharding,) * k
+            self._compiled[key] = self._jit(run, sharding)
+        return self._compiled[key]
+
+    def steps_from(self, source: Any, k: int = 1) -> Callable[..., Any]:
+        """The jitted ``(state, source.arrays) -> (state, metrics[k])`` of ``k`` steps, the
+        batch of step ``s`` (0-based, ``state.step`` before it) drawn on the devices by
+        ``source.device_batch(arrays, s)``."""
+        _check_k(k)
+        key = ("source", id(source), k)
+        if key not in self._compiled:
+            step_fn, batch_sharding = self.step_fn, self.batch_sharding
+
+            def run(state: TrainState, arrays: Any) -> tuple[TrainState, dict]:
+                def one(state: TrainState, _: Any) -> tuple[TrainState, dict]:
+                    batch = source.device_batch(arrays, state.step)
+                    if batch_sharding is not None:
+                        batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+                    return step_fn(state, batch)
+
+                return jax.lax.scan(one, state, None, length=k)
+
+            sharding = None if self.mesh is None else jax.tree_util.tree_map(
+                lambda _: NamedSharding(self.mesh, PartitionSpec()), source.arrays)
+            self._compiled[key] = (self._jit(run, sharding), source)  # keeps `source` alive
+        return self._compiled[key][0]
+
+
+def _check_k(k: Any) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"`steps_per_call` must be an int >= 1; got {k!r}.")
 
 
 def _under_mesh(fn: Callable, mesh: Any) -> Callable:

@@ -1,0 +1,114 @@
+"""Token corpora that live on the devices: training windows drawn inside the jitted step.
+
+A host iterator (:class:`~seqjax.data.iterators.LMWindowIterator`) costs the host, every
+step, a random draw, a gather of ``B·(T+1)`` ids, their range check and a host-to-device
+copy, and the device waits for it whenever the host falls behind. For a corpus that fits
+in device memory (Tiny Shakespeare's 1M characters are 4 MB as int32; PTB's 1M words the
+same) none of that is needed: :class:`DeviceLMWindows` uploads the ids once, checks them
+once, and :meth:`~DeviceLMWindows.device_batch` draws step ``s``'s windows on the devices
+from ``(seed, s)`` alone — nanoGPT's ``get_batch`` (random ``block_size`` windows, targets
+shifted by one) as a pure function of the step number. So:
+
+* the batch of step ``s`` is the same on 1 or N devices and on any number of hosts (the
+  global batch is drawn, each device computes its rows of it under the step's sharding);
+* resuming is exact without a saved position: the step number is the position;
+* :func:`seqjax.train.loop.fit` runs such a source through
+  :meth:`seqjax.train.step.TrainStep.steps_from` (``k`` steps per call with
+  ``FitConfig(steps_per_call=k)``): nothing crosses from the host during training.
+
+The windows are drawn with JAX's random numbers, not numpy's: the sequence of batches
+differs from :class:`~seqjax.data.iterators.LMWindowIterator`'s for the same seed (the
+distribution is the same: start offsets uniform on ``[0, N − T − 1]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from seqjax._checks import check_vocab_ids
+
+__all__ = ["DeviceLMWindows"]
+
+
+class DeviceLMWindows:
+    """Random ``block_size`` windows of a token stream held on the devices (see the module
+    docstring).
+
+    Args:
+        tokens_N: the token ids, 1-D, longer than ``block_size``.
+        batch_size: the *global* batch (rows drawn per step, over all devices and hosts).
+        block_size: ``T``; each row is ``T + 1`` consecutive ids (inputs and targets).
+        seed: the windows of step ``s`` depend on ``(seed, s)`` only.
+        vocab_size: when given, every id is checked to lie in ``[0, vocab_size)`` once,
+            here (a ``ValueError`` naming the offending values).
+        mesh: place the ids replicated on every device of ``mesh`` (every process passes
+            the same ids); default: the first local device.
+
+    Attributes:
+        arrays: ``{"tokens": int32[N]}`` on the devices — what the jitted step receives.
+
+    Example:
+        >>> import numpy as np
+        >>> src = DeviceLMWindows(np.arange(100), batch_size=2, block_size=8, seed=0)
+        >>> b = src.device_batch(src.arrays, 3)
+        >>> b["inputs"].shape, bool((b["targets"][:, :-1] == b["inputs"][:, 1:]).all())
+        ((2, 8), True)
+    """
+
+    kind = "device_lm_windows"
+
+    def __init__(self, tokens_N: Any, batch_size: int, block_size: int, *, seed: int = 0,
+                 vocab_size: int | None = None, mesh: Mesh | None = None) -> None:
+        for name, v in (("batch_size", batch_size), ("block_size", block_size)):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ValueError(f"`{name}` must be a positive int; got {v!r}.")
+        tokens = np.asarray(tokens_N)
+        if tokens.ndim != 1 or len(tokens) <= block_size:
+            raise ValueError(f"`tokens_N` must be 1-D and longer than block_size={block_size}; "
+                             f"got shape {tokens.shape}.")
+        if not np.issubdtype(tokens.dtype, np.integer):
+            raise TypeError(f"`tokens_N` must hold integer ids; got {tokens.dtype}.")
+        if len(tokens) >= 2**31:
+            raise ValueError(f"`tokens_N` holds {len(tokens)} ids; at most 2**31 - 1 fit the "
+                             "int32 offsets drawn on the device.")
+        if vocab_size is not None:
+            check_vocab_ids(tokens, "tokens_N", int(vocab_size))
+        self.batch_size, self.block_size, self.seed = int(batch_size), int(block_size), seed
+        self.num_tokens = len(tokens)
+        ids = tokens.astype(np.int32)
+        if mesh is None:
+            placed = jax.device_put(ids, jax.local_devices()[0])
+        else:
+            sharding = NamedSharding(mesh, PartitionSpec())
+            placed = jax.make_array_from_callback(ids.shape, sharding, lambda index: ids[index])
+        self.arrays = {"tokens": placed}
+
+    def device_batch(self, arrays: Mapping[str, jax.Array], step: Any) -> dict[str, jax.Array]:
+        """``{"inputs", "targets"}: int32[batch_size, block_size]`` of step ``step``
+        (traceable: ``step`` may be a traced int)."""
+        key = jax.random.fold_in(jax.random.PRNGKey(self.seed), jnp.asarray(step, jnp.uint32))
+        starts_B = jax.random.randint(key, (self.batch_size,), 0,
+                                      self.num_tokens - self.block_size, dtype=jnp.int32)
+        index_BxW = starts_B[:, None] + jnp.arange(self.block_size + 1, dtype=jnp.int32)
+        window_BxW = jnp.take(arrays["tokens"], index_BxW, axis=0)
+        return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:]}
+
+    def get_state(self) -> dict[str, Any]:
+        """What a checkpoint records: the configuration (the position is the step)."""
+        return {"kind": self.kind, "seed": int(self.seed), "global_batch_size": self.batch_size,
+                "block_size": self.block_size, "num_tokens": self.num_tokens}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Check that ``state`` was written for this source (same seed, batch, block and
+        corpus size); a ``ValueError`` names every difference."""
+        expect = self.get_state()
+        diff = {k: (v, state.get(k)) for k, v in expect.items() if state.get(k) != v}
+        if diff:
+            detail = ", ".join(f"{k}: expected {v!r}, got {g!r}" for k, (v, g) in diff.items())
+            raise ValueError(f"`state` does not belong to this source ({detail}).")
