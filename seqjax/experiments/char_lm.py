@@ -24,6 +24,22 @@ over the whole validation split in non-overlapping windows (``full_val``). Sampl
 drawn nanoGPT-style (prompt ``"\\n"``, temperature 0.8, top-k 200); a transformer whose
 context is full keeps its last ``block_size`` characters (nanoGPT's crop).
 
+Input: by default (``--input=device``) the training ids live on the devices and each
+step's windows are drawn inside the jitted step from ``(seed, step)``
+(:class:`~seqjax.data.device.DeviceLMWindows`: uploaded and range-checked once; the same
+batches on any device count; exact resume). ``--input=host`` draws them on the host
+(:class:`~seqjax.data.iterators.LMWindowIterator`, nanoGPT's numpy sampler) — what the
+runs in ``results/char_lm.md`` used; the two draw different (equally distributed) windows
+for the same seed. ``--steps_per_call=k`` runs ``k`` steps per jitted call
+(``FitConfig(steps_per_call=k)``; ``log_every``, ``eval_every`` and ``checkpoint_every``
+must be multiples of ``k``).
+
+Attention dropout: ``--attention_dropout`` (default: ``dropout``, as nanoGPT) is the
+dropout on the attention weights. On a GPU it keeps attention off the fused cuDNN kernel
+(dropout needs the ``[B, H, T, T]`` weights written out); ``--attention_dropout=0``
+keeps dropout on the embeddings and residual branches and runs the fused kernel. The
+cost, measured on one H200: ``benchmarks/RESULTS.md`` ("char_lm on one GPU").
+
 The work dir (default ``workdirs/char_lm``) holds the checkpoints (with the model config
 and the tokenizer), ``tokenizer.json``, ``metrics.jsonl``, ``loss.png``, ``samples.txt``
 and ``char_lm.json`` (the summary). :func:`load_model` rebuilds ``(model, params,
@@ -52,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.batching import split_text
+from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tasks import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
@@ -86,6 +103,7 @@ class Config(ParallelOptions):
     block_size: int = 64
     batch_size: int = 12
     dropout: float = 0.0
+    attention_dropout: float | None = None
     steps: int = 2000
     learning_rate: float = 1e-3
     min_lr_ratio: float = 0.1
@@ -105,6 +123,8 @@ class Config(ParallelOptions):
     seed: int = 1337
     log_every: int = 50
     checkpoint_every: int = 500
+    input: str = "device"
+    steps_per_call: int = 1
     progress: bool = True
     workdir: str | None = "workdirs/char_lm"
 
@@ -138,6 +158,23 @@ def load_data(cfg: Config) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
     ids = np.asarray(tok.encode(text[: cfg.max_chars]), np.int32)
     train, val = split_text(ids, 0.9)
     return train, val, tok
+
+
+INPUTS = ("device", "host")
+
+
+def train_windows(ids: np.ndarray, cfg: Config, par: Parallel, vocab: int) -> Any:
+    """The training windows: ``input="device"`` keeps the ids on the devices and draws each
+    step's windows inside the jitted step (:class:`~seqjax.data.device.DeviceLMWindows`,
+    checked once); ``"host"`` draws them on the host (:class:`LMWindowIterator`, this
+    process's rows; what the runs in ``results/char_lm.md`` used)."""
+    if cfg.input not in INPUTS:
+        raise ValueError(f"`input` must be one of {INPUTS}; got {cfg.input!r}.")
+    if cfg.input == "device":
+        return DeviceLMWindows(ids, cfg.batch_size, cfg.block_size, seed=cfg.seed,
+                               vocab_size=vocab, mesh=par.mesh)
+    return LMWindowIterator(ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
+                            seed=cfg.seed, **par.iterator_shard())
 
 
 def val_windows(ids: np.ndarray, cfg: Config, num: int, seed: int) -> list[dict]:
@@ -180,7 +217,7 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
         return TransformerLM(TransformerLMConfig(
             vocab_size=vocab_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
             embed_dim=cfg.embed_dim, max_len=cfg.block_size, dropout_rate=cfg.dropout,
-            use_bias=False, activation="gelu",
+            attention_dropout_rate=cfg.attention_dropout, use_bias=False, activation="gelu",
         ), dtype=dtype)
     return RNNLanguageModel(
         vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
@@ -191,7 +228,10 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
 
 def model_config(cfg: Config, vocab_size: int) -> dict:
     keys = ("model", "num_layers", "num_heads", "embed_dim", "block_size", "dropout")
-    return {"vocab_size": vocab_size, **{k: getattr(cfg, k) for k in keys}}
+    out = {"vocab_size": vocab_size, **{k: getattr(cfg, k) for k in keys}}
+    if cfg.attention_dropout is not None:  # absent before the option existed: old runs match
+        out["attention_dropout"] = cfg.attention_dropout
+    return out
 
 
 class _Window(NamedTuple):
@@ -312,9 +352,7 @@ def run(cfg: Config) -> dict:
                                 compute_dtype=compute)
     eval_step = par.eval_step(make_lm_eval(apply_fn), compute_dtype=compute)
     eval_batches = val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2)
-    # this process's rows of each global batch of `batch_size` windows
-    data = LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
-                            seed=cfg.seed, **par.iterator_shard())
+    data = train_windows(train_ids, cfg, par, vocab)
     if cfg.workdir and primary:
         os.makedirs(cfg.workdir, exist_ok=True)
         tok.save(os.path.join(cfg.workdir, "tokenizer.json"))
@@ -331,7 +369,8 @@ def run(cfg: Config) -> dict:
         state, train_step, data,
         FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                   checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
-                  print_logs=True, flops_per_step=flops_per_step),
+                  print_logs=True, flops_per_step=flops_per_step,
+                  steps_per_call=cfg.steps_per_call),
         workdir=cfg.workdir, eval_step=eval_step, eval_data=eval_batches,
         model_config=model_config(cfg, vocab), tokenizer=tok.to_json(), parallel=par,
     )

@@ -381,6 +381,8 @@ def fit(
             raise
         if restored is not None:
             state, start, data_state = restored.state, restored.step, restored.data_state
+            if primary:
+                print(f"resumed from step {start} ({workdir}/checkpoints)", file=sys.stderr)
     # A device-resident source (e.g. seqjax.data.device.DeviceLMWindows) draws each step's
     # batch inside the jitted call; anything else yields host batches.
     device_source = callable(getattr(train_data, "device_batch", None))
