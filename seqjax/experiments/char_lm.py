@@ -32,7 +32,10 @@ batches on any device count; exact resume). ``--input=host`` draws them on the h
 runs in ``results/char_lm.md`` used; the two draw different (equally distributed) windows
 for the same seed. ``--steps_per_call=k`` runs ``k`` steps per jitted call
 (``FitConfig(steps_per_call=k)``; ``log_every``, ``eval_every`` and ``checkpoint_every``
-must be multiples of ``k``).
+must be multiples of ``k``). ``--flat_optimizer`` (default true) keeps AdamW's moments as
+one vector each (``OptimizerConfig(flat_state=True)``: 70 state leaves instead of 196 at
+``--preset gpu``, so each jitted call costs the host less); a work dir resumes only with
+the setting it was written with.
 
 Attention dropout: ``--attention_dropout`` (default: ``dropout``, as nanoGPT) is the
 dropout on the attention weights. On a GPU it keeps attention off the fused cuDNN kernel
@@ -125,6 +128,7 @@ class Config(ParallelOptions):
     checkpoint_every: int = 500
     input: str = "device"
     steps_per_call: int = 1
+    flat_optimizer: bool = True
     progress: bool = True
     workdir: str | None = "workdirs/char_lm"
 
@@ -296,7 +300,7 @@ def _optimizer(cfg: Config) -> tuple[Any, Any]:
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
         end_lr_ratio=cfg.min_lr_ratio, b1=0.9, b2=cfg.beta2, weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm or None, no_decay=NO_DECAY,
+        clip_norm=cfg.clip_norm or None, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer,
     ))
 
 

@@ -128,3 +128,29 @@ def test_train_state():
     assert int(s.step) == 1 and s.params["w"].tolist() == [0.5, 0.5] and s.num_params == 2
     with pytest.raises(ValueError, match="PRNGKey"):
         TrainState.create({"w": jnp.ones(2)}, optax.sgd(0.5), jnp.zeros(3, jnp.uint32))
+
+
+@pytest.mark.parametrize("name,extra", [("adamw", {"weight_decay": 0.1, "clip_norm": 0.5}),
+                                        ("adam", {}),
+                                        ("sgd", {"momentum": 0.9, "weight_decay": 0.01})])
+def test_flat_state_is_the_same_optimiser_with_fewer_leaves(name, extra):
+    """flat_state=True keeps m, v (or the momentum) as one vector each: same updates."""
+    rng = np.random.default_rng(0)
+    params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
+                        "bias": jnp.asarray(rng.normal(size=(3,)), jnp.float32)},
+              "embed": {"embedding": jnp.asarray(rng.normal(size=(5, 4)), jnp.float32)},
+              "norm": {"scale": jnp.ones((4,), jnp.float32)}}
+    results = {}
+    for flat in (False, True):
+        tx, _ = make_optimizer(OptimizerConfig(name, 0.05, flat_state=flat, **extra))
+        p, state = params, tx.init(params)
+        for i in range(5):
+            g = jax.tree_util.tree_map(lambda x, i=i: jnp.sin(x * (i + 1)), p)
+            updates, state = tx.update(g, state, p)
+            p = optax.apply_updates(p, updates)
+        results[flat] = (p, len(jax.tree_util.tree_leaves(state)))
+    for a, b in zip(jax.tree_util.tree_leaves(results[False][0]),
+                    jax.tree_util.tree_leaves(results[True][0])):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert results[True][1] < results[False][1]
+    assert results[True][1] <= 4
