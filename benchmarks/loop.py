@@ -189,10 +189,58 @@ def _skip(data: Any, start: int) -> Any:
     return data
 
 
-def run(argv: Sequence[str], steps: int, k: int, null_only: bool = False
-        ) -> tuple[list[list[Any]], float | None, float]:
+def kernel_profile(s: Setup, h: _Holder, steps: int = 5, top: int = 15) -> str:
+    """The ``top`` device operations of the compiled step by time per step, from a
+    ``jax.profiler`` trace of ``steps`` steps (its Perfetto export, read with ``json``);
+    on a backend whose trace has no device process, the host's events."""
+    import collections
+    import glob
+    import gzip
+    import json
+    import os
+    import tempfile
+
+    import jax
+
+    batch = s.par.place(next(_host_windows(s)))
+    run = s.step.unchecked
+    for _ in range(2):
+        h.state, _ = run(h.state, batch)
+    jax.block_until_ready(h.state)
+    logdir = tempfile.mkdtemp(prefix="seqjax_trace_")
+    with jax.profiler.trace(logdir, create_perfetto_trace=True):
+        for _ in range(steps):
+            h.state, _ = run(h.state, batch)
+        jax.block_until_ready(h.state)
+    files = glob.glob(os.path.join(logdir, "**", "perfetto_trace.json.gz"), recursive=True)
+    if not files:
+        return "(no Perfetto trace was written)"
+    with gzip.open(files[0]) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    device = [p for p, n in names.items() if "/device:" in n] or list(names)
+    total: collections.Counter = collections.Counter()
+    count: collections.Counter = collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and e.get("pid") in device and "dur" in e:
+            total[e["name"]] += e["dur"]
+            count[e["name"]] += 1
+    busy = sum(total.values()) / steps / 1e3
+    rows = [[name[:80], f"{us / steps / 1e3:.3f}", f"{count[name] // steps}"]
+            for name, us in total.most_common(top)]
+    where = ", ".join(sorted({names[p] for p in device}))
+    return (f"Device operations of the compiled step ({where}; sum of their durations "
+            f"{busy:.3f} ms per step over {steps} steps):\n\n"
+            + harness.markdown_table(["operation", "ms/step", "calls/step"], rows))
+
+
+def run(argv: Sequence[str], steps: int, k: int, null_only: bool = False,
+        profile: bool = False) -> tuple[list[list[Any]], float | None, float, str]:
     s = build(argv)
     h = _Holder(s.state)
+    profile_text = kernel_profile(s, h) if profile else ""
     device_input = s.cfg.input == "device"
     rows: list[list[Any]] = []
     compiled = None if null_only else compiled_sync(s, h, steps)
@@ -222,7 +270,7 @@ def run(argv: Sequence[str], steps: int, k: int, null_only: bool = False
     row("null step: fit, device windows, steps_per_call=1", null_dev, None)
     row(f"null step: fit, device windows, steps_per_call={k}", null_dev_k, None)
     host_us = (null_dev if device_input else null_host) * 1e3
-    return rows, ratio, host_us
+    return rows, ratio, host_us, profile_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--null-only", action="store_true",
                     help="only the null-step rows (the host cost at the model's state size; "
                          "no real step is compiled)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print the compiled step's top device operations (jax.profiler)")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     args, rest = ap.parse_known_args(argv)
     exp_args = list(rest)
@@ -245,8 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         exp_args = ["--preset=gpu", *exp_args]
     if args.steps < 2 * args.k:
         ap.error(f"--steps must be at least 2 * --k = {2 * args.k}; got {args.steps}.")
-    rows, ratio, host_us = run(exp_args, args.steps, args.k, args.null_only)
+    rows, ratio, host_us, profile_text = run(exp_args, args.steps, args.k, args.null_only,
+                                             args.profile)
     table = harness.markdown_table(["mode", "ms/step", "vs compiled step"], rows)
+    if profile_text:
+        table += "\n\n" + profile_text
     report = "\n\n".join([
         "## Training loop vs its compiled step",
         f"Command: `python -m benchmarks loop {' '.join(argv if argv is not None else [])}`"

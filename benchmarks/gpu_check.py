@@ -1,0 +1,328 @@
+"""The GPU check of the user path (issue #28): one command, about five minutes on one GPU.
+
+Runs, each part in its own process with a time limit (a part that fails or runs out of
+time is reported as unmeasured; the others still run), in order of importance:
+
+1. ``char_lm`` — ``python -m seqjax.experiments.char_lm --preset gpu`` as a user runs
+   it (5000 steps, evaluation every 250, bf16, dropout 0.2), through ``fit``: the median
+   of the logged ``steps_per_s`` and the final validation loss;
+2. ``nanogpt`` — nanoGPT's ``train.py`` loop for the same config in torch
+   (``python -m benchmarks nanogpt_loop --preset gpu``: ``torch.compile``, bf16 autocast,
+   fused AdamW): ms per iteration after warm-up;
+3. ``rnn`` — LSTM and GRU layers, B=64 T=256 H=512, forward + backward: seqjax's
+   default (``RNN(implementation="auto")``) against ``torch.nn.LSTM``/``GRU`` on cuDNN;
+4. ``loop`` — ``python -m benchmarks loop --preset=gpu``: ``fit`` against its compiled
+   step (and ``steps_per_call``), the null step's host cost;
+5. ``attn0`` — the compiled char_lm step with ``--attention_dropout=0`` (cuDNN's fused
+   attention) against the default (attention dropout 0.2, XLA attention);
+6. ``gpt2`` — GPT-2 124M train step, B=12 T=1024 bf16, seqjax against nanoGPT's model
+   with ``torch.compile`` (``python -m benchmarks gpt --preset gpt2-small``), when the
+   budget leaves time for it.
+
+The last lines are the targets table of issue #28, with what was measured.
+
+Run (on the GPU machine; the corpus path explicit because ``../shared`` may be absent):
+``python -m benchmarks gpu_check --data_path PATH/tinyshakespeare.txt [--budget 300]
+[--parts char_lm,nanogpt,rnn,loop,attn0,gpt2] [--out-dir DIR]``. ``--smoke`` runs every
+part at toy sizes on any backend (CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+PARTS = ("char_lm", "nanogpt", "rnn", "loop", "attn0", "gpt2")
+# Seconds each part needs on one H100/H200, compile included (estimates; a part is skipped
+# when less than this is left of the budget).
+ESTIMATE = {"char_lm": 110, "nanogpt": 70, "rnn": 40, "loop": 80, "attn0": 45, "gpt2": 150}
+RNN_SHAPE = (64, 256, 512)
+
+
+def _run(cmd: Sequence[str], timeout: float, log_path: str | None) -> tuple[int, str]:
+    """Run ``cmd``; ``(returncode, output)``; 124 on timeout."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, env=env)
+        out, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as err:
+        out = (err.stdout or b"").decode() if isinstance(err.stdout, bytes) else (
+            err.stdout or "")
+        rc = 124
+    if log_path:
+        with open(log_path, "w") as f:
+            f.write(" ".join(cmd) + "\n\n" + out)
+    return rc, out
+
+
+# ----------------------------------------------------------------------------- parsers
+
+
+def parse_char_lm(workdir: str) -> dict[str, Any]:
+    """Median logged steps/s (records after the first) and the final validation loss."""
+    rates = []
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    rates = [r["steps_per_s"] for r in records[1:] if "steps_per_s" in r]
+    with open(os.path.join(workdir, "char_lm.json")) as f:
+        summary = json.load(f)
+    return {"steps_per_s": statistics.median(rates), "val": summary["val_loss_estimate"],
+            "val_full": summary["val_loss_full"], "steps": summary["steps"],
+            "train_wall_s": summary["train_wall_s"]}
+
+
+def parse_nanogpt(out: str) -> dict[str, Any]:
+    m = re.search(r"nanogpt_loop: ms/iter ([0-9.]+); steps/s ([0-9.]+)", out)
+    if not m:
+        raise ValueError("no 'nanogpt_loop:' line in the output")
+    return {"ms_per_iter": float(m.group(1)), "steps_per_s": float(m.group(2))}
+
+
+def parse_loop(out: str) -> dict[str, Any]:
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"[0-9.]+", cells[1]):
+            rows[cells[0]] = float(cells[1])
+    m = re.search(r"fit/step: ([0-9.]+); host us/step: ([0-9.]+)", out)
+    if not m:
+        raise ValueError("no 'fit/step:' line in the output")
+    return {"rows": rows, "fit_over_step": float(m.group(1)), "host_us": float(m.group(2))}
+
+
+def parse_json_line(out: str, tag: str) -> dict[str, Any]:
+    for line in reversed(out.splitlines()):
+        if line.startswith(tag + " "):
+            return json.loads(line[len(tag) + 1:])
+    raise ValueError(f"no '{tag}' line in the output")
+
+
+def parse_gpt2(out: str) -> dict[str, Any]:
+    """ms per step of each peer from the per-peer table of ``benchmarks gpt`` (columns: row,
+    peer, compile s, tokens/s, IQR, ms/call, CPU ms/call, n)."""
+    found = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[1] in ("seqjax", "torch-nanogpt"):
+            try:
+                found[cells[1]] = float(cells[5])
+            except ValueError:
+                continue
+    if "seqjax" not in found:
+        raise ValueError("no seqjax row in the per-peer table")
+    return found
+
+
+# ----------------------------------------------------------------------------- in-process parts
+
+
+def rnn_part(smoke: bool) -> dict[str, Any]:
+    """seqjax's default LSTM/GRU layer vs torch's (cuDNN on a GPU), fwd+bwd, ms/call."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from seqjax.nn import RNN, GRUCell, LSTMCell
+
+    b, t, h = (4, 16, 32) if smoke else RNN_SHAPE
+    x = np.random.default_rng(0).standard_normal((b, t, h)).astype(np.float32)
+    out: dict[str, Any] = {"shape": [b, t, h], "backend": jax.default_backend()}
+
+    def timed(fn: Any, n: int) -> float:
+        fn()
+        best = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best.append((time.perf_counter() - t0) / n * 1e3)
+        return sorted(best)[2]
+
+    def seqjax_call(cell: Any) -> Any:
+        rnn = RNN(cell)
+        xj = jnp.asarray(x)
+        params = rnn.init(jax.random.PRNGKey(0), xj)
+        grad = jax.jit(jax.grad(lambda p, x: jnp.sum(rnn.apply(p, x)), argnums=(0, 1)))
+        return lambda: jax.block_until_ready(grad(params, xj))
+
+    for name, cell in (("lstm", LSTMCell(h)), ("gru", GRUCell(h))):
+        out[f"seqjax_{name}_ms"] = timed(seqjax_call(cell), 3 if smoke else 20)
+    try:
+        import torch
+    except ImportError:
+        return out
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    out["torch_device"] = dev
+    for name, cls in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
+        mod = cls(h, h, batch_first=True).to(dev)
+        xt = torch.tensor(x, device=dev, requires_grad=True)
+
+        def step(mod: Any = mod, xt: Any = xt) -> None:
+            y, _ = mod(xt)
+            y.sum().backward()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+
+        out[f"torch_{name}_ms"] = timed(step, 3 if smoke else 20)
+    return out
+
+
+def attn0_part(data_path: str | None, smoke: bool) -> dict[str, Any]:
+    """The compiled char_lm step: default vs ``--attention_dropout=0``."""
+    from benchmarks import loop
+
+    base = ["--smoke"] if smoke else ["--preset=gpu"]
+    if data_path:
+        base.append(f"--data_path={data_path}")
+    out = {}
+    for name, extra in (("default", []), ("attention_dropout_0", ["--attention_dropout=0"])):
+        s = loop.build([*base, *extra])
+        out[f"{name}_ms"] = loop.compiled_sync(s, loop._Holder(s.state), 10 if smoke else 100)
+    return out
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def _fmt(x: Any, spec: str = ".2f") -> str:
+    return "unmeasured" if x is None else format(x, spec)
+
+
+def targets_table(r: dict[str, Any]) -> str:
+    """Issue #28's GPU targets against what ``r`` (the parts' results) holds."""
+    rows = []
+
+    def ok(value: float | None, target: float, higher: bool = True) -> str:
+        if value is None:
+            return "unmeasured"
+        return "met" if (value >= target if higher else value <= target) else "missed"
+
+    cl, ng, lp = r.get("char_lm"), r.get("nanogpt"), r.get("loop")
+    ratio = None if not (cl and ng) else cl["steps_per_s"] / ng["steps_per_s"]
+    rows.append(["char_lm --preset gpu steps/s ÷ nanoGPT train.py loop (≥ 1.0, stretch 1.3)",
+                 (f"{_fmt(cl and cl['steps_per_s'], '.1f')} / "
+                  f"{_fmt(ng and ng['steps_per_s'], '.1f')} = {_fmt(ratio)}"), ok(ratio, 1.0)])
+    val = cl and cl["val"]
+    rows.append(["char_lm val loss at 5000 steps (≤ 1.47)", _fmt(val, ".4f"),
+                 ok(val, 1.47, higher=False)])
+    fit_ratio = None if not lp else 1.0 / lp["fit_over_step"]
+    rows.append(["compiled step ÷ fit, steps_per_call=1 (≥ 0.9)", _fmt(fit_ratio),
+                 ok(fit_ratio, 0.9)])
+    rn = r.get("rnn") or {}
+    for cell in ("lstm", "gru"):
+        s, t = rn.get(f"seqjax_{cell}_ms"), rn.get(f"torch_{cell}_ms")
+        sp = None if s is None or t is None else t / s
+        rows.append([f"{cell.upper()} B=64 T=256 H=512 fwd+bwd, default ÷ torch cuDNN (≥ 1.6)",
+                     f"{_fmt(s, '.3f')} vs {_fmt(t, '.3f')} ms = {_fmt(sp)}×", ok(sp, 1.6)])
+    g = r.get("gpt2") or {}
+    gs, gt = g.get("seqjax"), g.get("torch-nanogpt")
+    gr = None if gs is None or gt is None else gt / gs
+    rows.append(["GPT-2 124M step, seqjax ÷ nanoGPT torch.compile (≥ 1.0)",
+                 f"{_fmt(gs)} vs {_fmt(gt)} ms = {_fmt(gr)}×", ok(gr, 1.0)])
+    a0 = r.get("attn0") or {}
+    rows.append(["char_lm step: attention dropout 0.2 vs 0 (ms; the fast choice)",
+                 f"{_fmt(a0.get('default_ms'), '.3f')} vs "
+                 f"{_fmt(a0.get('attention_dropout_0_ms'), '.3f')}", "information"])
+    lines = ["| target | measured | |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks gpu_check",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--smoke", action="store_true", help="toy sizes on any backend (CI)")
+    ap.add_argument("--data_path", default=None, help="tinyshakespeare.txt")
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds for all parts")
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma list of " + ",".join(PARTS))
+    ap.add_argument("--out-dir", default=None, help="keep every part's output here")
+    ap.add_argument("--part", default=None, help=argparse.SUPPRESS)  # internal: one part
+    args = ap.parse_args(argv)
+    if args.part == "rnn":
+        print("RNN " + json.dumps(rnn_part(args.smoke)))
+        return 0
+    if args.part == "attn0":
+        print("ATTN0 " + json.dumps(attn0_part(args.data_path, args.smoke)))
+        return 0
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        ap.error(f"unknown parts {unknown}; choose from {', '.join(PARTS)}.")
+    out_dir = args.out_dir or tempfile.mkdtemp(prefix="gpu_check_")
+    os.makedirs(out_dir, exist_ok=True)
+    py = sys.executable
+    data = [f"--data_path={args.data_path}"] if args.data_path else []
+    smoke = args.smoke
+    deadline = time.perf_counter() + args.budget
+    results: dict[str, Any] = {}
+    for part in parts:
+        left = deadline - time.perf_counter()
+        need = 20 if smoke else ESTIMATE[part]
+        if left < need:
+            print(f"[{part}] skipped: {left:.0f} s left of the budget, needs ~{need} s",
+                  flush=True)
+            continue
+        log = os.path.join(out_dir, f"{part}.log")
+        left = left if smoke else min(left, 1.6 * need)  # one slow part cannot eat the rest
+        t0 = time.perf_counter()
+        try:
+            if part == "char_lm":
+                wd = os.path.join(out_dir, "char_lm_workdir")
+                preset = ["--smoke"] if smoke else ["--preset", "gpu"]
+                rc, out = _run([py, "-m", "seqjax.experiments.char_lm", *preset, "--workdir", wd,
+                                "--progress=false", *data], left, log)
+                results[part] = parse_char_lm(wd) if rc == 0 else None
+            elif part == "nanogpt":
+                opts = ["--smoke"] if smoke else ["--preset", "gpu", "--steps", "600",
+                                                  "--device", "cuda"]
+                if args.data_path:
+                    opts += ["--data", args.data_path]
+                rc, out = _run([py, "-m", "benchmarks", "nanogpt_loop", *opts, "--quiet"],
+                               left, log)
+                results[part] = parse_nanogpt(out) if rc == 0 else None
+            elif part == "loop":
+                opts = ["--smoke"] if smoke else ["--preset=gpu", "--steps", "200", "--k", "10",
+                                                  "--profile"]
+                rc, out = _run([py, "-m", "benchmarks", "loop", *opts, *data], left, log)
+                results[part] = parse_loop(out) if rc == 0 else None
+            elif part in ("rnn", "attn0"):
+                rc, out = _run([py, "-m", "benchmarks", "gpu_check", "--part", part,
+                                *(["--smoke"] if smoke else []), *data], left, log)
+                results[part] = parse_json_line(out, part.upper()) if rc == 0 else None
+            else:  # gpt2
+                if smoke:
+                    opts = ["--smoke", "--peers", "seqjax"]
+                else:
+                    opts = ["--preset", "gpt2-small", "--batch", "12", "--peers",
+                            "seqjax,torch-nanogpt", "--dtype", "bfloat16", "--repeats", "3"]
+                rc, out = _run([py, "-m", "benchmarks", "gpt", *opts], left, log)
+                results[part] = parse_gpt2(out) if rc == 0 else None
+        except (OSError, ValueError, KeyError, statistics.StatisticsError) as err:
+            rc, results[part] = 1, None
+            out = f"{type(err).__name__}: {err}"
+        status = "ok" if results.get(part) is not None else f"FAILED (exit {rc}; see {log})"
+        print(f"[{part}] {time.perf_counter() - t0:.0f} s, {status}: {results.get(part)}",
+              flush=True)
+        if results.get(part) is None:
+            print("\n".join(out.splitlines()[-15:]), flush=True)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print("\n## Targets (issue #28)\n")
+    print(targets_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""benchmarks.loop and benchmarks.gpu_check: smoke runs, parsers and the targets table
+(speed itself is never asserted)."""
+
+import json
+import re
+
+from benchmarks import gpu_check, loop
+
+
+def test_loop_smoke_prints_every_mode_and_the_summary_line(capsys):
+    assert loop.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    for mode in ("compiled step, sync every step", "bare loop, device batches, async",
+                 "fit, host windows, steps_per_call=1", "fit, device windows, steps_per_call=4",
+                 "null step: fit, device windows, steps_per_call=1"):
+        assert mode in out
+    last = out.strip().splitlines()[-1]
+    assert re.fullmatch(r"fit/step: [0-9.]+; host us/step: [0-9.]+", last)
+    parsed = gpu_check.parse_loop(out)
+    assert parsed["rows"]["compiled step, sync every step"] > 0
+    assert parsed["host_us"] > 0
+
+
+def test_loop_null_only_compiles_no_real_step(capsys):
+    assert loop.main(["--smoke", "--null-only"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled step" not in out and "null step: fit" in out
+    assert "fit/step: n/a (--null-only)" in out
+
+
+def test_gpu_check_smoke_runs_parts_in_processes_and_prints_the_targets(capsys, tmp_path):
+    assert gpu_check.main(["--smoke", "--parts", "char_lm,rnn", "--out-dir",
+                           str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[char_lm]" in out and "ok" in out and "[rnn]" in out
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["char_lm"]["steps"] == 4 and results["rnn"]["seqjax_lstm_ms"] > 0
+    assert "## Targets (issue #28)" in out
+    assert "GPT-2 124M" in out and "unmeasured" in out  # gpt2 was not asked for
+
+
+def test_gpu_check_parsers_and_table():
+    assert gpu_check.parse_nanogpt("x\nnanogpt_loop: ms/iter 8.500; steps/s 117.647\n") == {
+        "ms_per_iter": 8.5, "steps_per_s": 117.647}
+    table = ("| row | peer | compile s | tokens/s (median) | IQR tokens/s | ms/call | "
+             "CPU ms/call | n |\n| GPT 12L | seqjax | 40.1 | 411k | 400k–420k | 29.86 | 30.0 | "
+             "7×1 |\n| GPT 12L | torch-nanogpt | 70.0 | 450k | 440k–460k | 27.29 | 27.0 | 7×1 |")
+    assert gpu_check.parse_gpt2(table) == {"seqjax": 29.86, "torch-nanogpt": 27.29}
+    text = gpu_check.targets_table({
+        "char_lm": {"steps_per_s": 130.0, "val": 1.46}, "nanogpt": {"steps_per_s": 100.0},
+        "loop": {"fit_over_step": 1.25}, "rnn": {"seqjax_lstm_ms": 5.0, "torch_lstm_ms": 10.0},
+    })
+    assert "130.0 / 100.0 = 1.30 | met" in text
+    assert "1.4600 | met" in text
+    assert "0.80 | missed" in text  # compiled ÷ fit = 1 / 1.25
+    assert "2.00× | met" in text
+    assert "GRU" in text and "unmeasured" in text
