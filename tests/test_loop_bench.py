@@ -18,7 +18,12 @@ def test_loop_smoke_prints_every_mode_and_the_summary_line(capsys):
     assert re.fullmatch(r"fit/step: [0-9.]+; host us/step: [0-9.]+", last)
     parsed = gpu_check.parse_loop(out)
     assert parsed["rows"]["compiled step, sync every step"] > 0
-    assert parsed["host_us"] > 0
+    assert parsed["host_us"] > 0 and parsed["finished"]
+    # a run cut short keeps the rows it printed, and the ratio where both rows are there
+    cut = "\n".join(line for line in out.splitlines() if line.startswith("loop: "))
+    partial = gpu_check.parse_loop(cut)
+    assert not partial["finished"] and partial["host_us"] is None
+    assert partial["fit_over_step"] > 0
 
 
 def test_loop_null_only_compiles_no_real_step(capsys):

@@ -32,7 +32,10 @@ batches on any device count; exact resume). ``--input=host`` draws them on the h
 runs in ``results/char_lm.md`` used; the two draw different (equally distributed) windows
 for the same seed. ``--steps_per_call=k`` runs ``k`` steps per jitted call
 (``FitConfig(steps_per_call=k)``; ``log_every``, ``eval_every`` and ``checkpoint_every``
-must be multiples of ``k``). ``--flat_optimizer`` (default true) keeps AdamW's moments as
+must be multiples of ``k``). The default is 10: on XLA:CPU each call of the step pays a
+fixed cost (~12 ms of the nanoGPT CPU config's ~30 ms step on the 2-core machine of
+``benchmarks/RESULTS.md``, "The loop on the CPU"), which ten steps per call share.
+``--preset gpu`` keeps 1 (measured device-bound there; 10 is not measured on a GPU yet). ``--flat_optimizer`` (default true) keeps AdamW's moments as
 one vector each (``OptimizerConfig(flat_state=True)``: 70 state leaves instead of 196 at
 ``--preset gpu``, so each jitted call costs the host less); a work dir resumes only with
 the setting it was written with.
@@ -127,7 +130,7 @@ class Config(ParallelOptions):
     log_every: int = 50
     checkpoint_every: int = 500
     input: str = "device"
-    steps_per_call: int = 1
+    steps_per_call: int = 10
     flat_optimizer: bool = True
     progress: bool = True
     workdir: str | None = "workdirs/char_lm"
@@ -137,15 +140,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
               "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
               "eval_batches": 2, "sample_chars": 24, "max_chars": 20000, "log_every": 2,
-              "checkpoint_every": 0},
+              "checkpoint_every": 0, "steps_per_call": 2},
     "gpu": {"num_layers": 6, "num_heads": 6, "embed_dim": 384, "block_size": 256,
             "batch_size": 64, "dropout": 0.2, "steps": 5000, "eval_batches": 200,
-            "compute_dtype": "bfloat16", "log_every": 100, "checkpoint_every": 1000},
+            "compute_dtype": "bfloat16", "log_every": 100, "checkpoint_every": 1000,
+            "steps_per_call": 1},
     "lstm": {"model": "lstm", "num_layers": 2, "embed_dim": 224, "learning_rate": 2e-3},
     "lstm-smoke": {"model": "lstm", "num_layers": 1, "embed_dim": 16, "block_size": 16,
                    "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
                    "eval_batches": 2, "sample_chars": 24, "max_chars": 20000,
-                   "log_every": 2, "checkpoint_every": 0},
+                   "log_every": 2, "checkpoint_every": 0, "steps_per_call": 2},
 }
 
 
