@@ -35,16 +35,18 @@ for the same seed. ``--steps_per_call=k`` runs ``k`` steps per jitted call
 must be multiples of ``k``). The default is 10: on XLA:CPU each call of the step pays a
 fixed cost (~12 ms of the nanoGPT CPU config's ~30 ms step on the 2-core machine of
 ``benchmarks/RESULTS.md``, "The loop on the CPU"), which ten steps per call share.
-``--preset gpu`` keeps 1 (measured device-bound there; 10 is not measured on a GPU yet). ``--flat_optimizer`` (default true) keeps AdamW's moments as
-one vector each (``OptimizerConfig(flat_state=True)``: 70 state leaves instead of 196 at
-``--preset gpu``, so each jitted call costs the host less); a work dir resumes only with
-the setting it was written with.
+``--preset gpu`` keeps 1 (measured device-bound there; 10 is not measured on a GPU yet).
+``--flat_optimizer`` (default true) keeps AdamW's moments as one vector each
+(``OptimizerConfig(flat_state=True)``: 70 state leaves instead of 196 at ``--preset gpu``,
+so each jitted call costs the host less); a work dir resumes only with the setting it was
+written with.
 
 Attention dropout: ``--attention_dropout`` (default: ``dropout``, as nanoGPT) is the
 dropout on the attention weights. On a GPU it keeps attention off the fused cuDNN kernel
 (dropout needs the ``[B, H, T, T]`` weights written out); ``--attention_dropout=0``
 keeps dropout on the embeddings and residual branches and runs the fused kernel. The
-cost, measured on one H200: ``benchmarks/RESULTS.md`` ("char_lm on one GPU").
+cost, measured on one H200 before the embedding fix: 24.0 vs 20.7–21.3 ms per step
+(``benchmarks/RESULTS.md``, "The user path on one GPU"; after it, not yet measured).
 
 The work dir (default ``workdirs/char_lm``) holds the checkpoints (with the model config
 and the tokenizer), ``tokenizer.json``, ``metrics.jsonl``, ``loss.png``, ``samples.txt``

@@ -8,11 +8,12 @@ r"""Embedding lookup ``x_n = E[i_n]`` with a backward pass chosen for the accele
 (J&M (9.13): the embedding of a one-hot input is a row of ``E``; MEDL (7.28) for learned
 positions.) The forward pass is a gather. Its gradient is a sum into the rows of ``E``:
 autodiff writes it as a scatter-add of the ``N = B·T`` rows of ``G`` into ``V`` rows.
-On a GPU that scatter runs as atomic adds, and with a small vocabulary every row of ``E``
-receives thousands of them (char_lm's ``--preset gpu``: 16,384 adds into each of 65 rows);
-under bf16 the adds are compare-and-swap loops that retry on every conflict. Measured on
-one H200 (``benchmarks/RESULTS.md``, "char_lm's embedding gradient"), that one kernel took
-16 ms of a 24 ms training step. The same sum as a matrix product,
+On a GPU that scatter runs as atomic adds, and with a small vocabulary every row of
+``E`` receives hundreds of them (char_lm's ``--preset gpu``: 16,384 rows added into 65,
+~250 per row), which collide (in bf16 the kernel's time even varied with the values:
+the step drifted from 16 to 23 ms over a run). Measured on one H200
+(``benchmarks/RESULTS.md``, "The user path on one GPU"), that one kernel took 16 ms of a
+24 ms training step. The same sum as a matrix product,
 ``onehot(i)ᵀ G`` (``[V, N] @ [N, D]``, accumulated in float32), costs ``2·N·V·D`` FLOPs —
 0.8 GFLOP there, microseconds — and is deterministic.
 
