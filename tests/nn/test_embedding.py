@@ -1,4 +1,4 @@
-"""Embedding lookup: forward and gradient against numpy (J&M (9.13)), every backward pass."""
+"""Embedding lookup: forward and gradient against numpy (J&M (9.6)), every backward pass."""
 
 import jax
 import jax.numpy as jnp
