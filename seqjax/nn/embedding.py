@@ -6,7 +6,8 @@ r"""Embedding lookup ``x_n = E[i_n]`` with a backward pass chosen for the accele
     \qquad g_n = \frac{\partial L}{\partial x_n}
 
 (J&M (9.6): ``e_t = E x_t`` with ``x_t`` one-hot — a row of the table in our ``[V, D]``
-layout; MEDL (7.28) for learned positions.) The forward pass is a gather. Its gradient is a sum into the rows of ``E``:
+layout; MEDL (7.28) for learned positions.) The forward pass is a gather. Its gradient
+is a sum into the rows of ``E``:
 autodiff writes it as a scatter-add of the ``N = B·T`` rows of ``G`` into ``V`` rows.
 On a GPU that scatter runs as atomic adds, and with a small vocabulary every row of
 ``E`` receives hundreds of them (char_lm's ``--preset gpu``: 16,384 rows added into 65,
