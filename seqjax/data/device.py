@@ -16,6 +16,11 @@ shifted by one) as a pure function of the step number. So:
   :meth:`seqjax.train.step.TrainStep.steps_from` (``k`` steps per call with
   ``FitConfig(steps_per_call=k)``): nothing crosses from the host during training.
 
+:class:`DeviceStreamChunks` does the same for truncated BPTT: the ``[B, L]`` streams of
+:func:`~seqjax.train.tbptt.make_streams` live on the devices (split by rows like a batch)
+and step ``s`` reads chunk ``s mod C`` — exactly the chunks of
+:class:`~seqjax.train.tbptt.StreamChunkIterator` started with the run.
+
 The windows are drawn with JAX's random numbers, not numpy's: the sequence of batches
 differs from :class:`~seqjax.data.iterators.LMWindowIterator`'s for the same seed (the
 distribution is the same: start offsets uniform on ``[0, N − T − 1]``).
@@ -33,7 +38,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from seqjax._checks import check_vocab_ids
 
-__all__ = ["DeviceLMWindows"]
+__all__ = ["DeviceLMWindows", "DeviceStreamChunks"]
 
 
 class DeviceLMWindows:
@@ -107,8 +112,88 @@ class DeviceLMWindows:
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Check that ``state`` was written for this source (same seed, batch, block and
         corpus size); a ``ValueError`` names every difference."""
-        expect = self.get_state()
-        diff = {k: (v, state.get(k)) for k, v in expect.items() if state.get(k) != v}
-        if diff:
-            detail = ", ".join(f"{k}: expected {v!r}, got {g!r}" for k, (v, g) in diff.items())
-            raise ValueError(f"`state` does not belong to this source ({detail}).")
+        _check_state(self.get_state(), state)
+
+
+class DeviceStreamChunks:
+    """:class:`~seqjax.train.tbptt.StreamChunkIterator` on the devices: step ``s`` reads
+    chunk ``i = s mod C`` of every stream, ``C = (L − 1) // chunk_len`` chunks per epoch.
+
+    ``device_batch`` returns ``{"inputs", "targets": int32[B, k], "reset": bool[B]}``:
+    ``inputs = streams[:, ik : (i+1)k]``, ``targets`` shifted by one, ``reset`` True at the
+    first chunk of every epoch (the TBPTT loss zeroes the carry there) — the iterator's
+    batches in the same order, when the run starts at step 0 with the iterator fresh.
+
+    Args:
+        streams_BxL: the streams (:func:`~seqjax.train.tbptt.make_streams`), ``B`` = the
+            global batch.
+        chunk_len: ``k``, in ``[1, L − 1]``.
+        vocab_size: when given, every id is checked once, here.
+        mesh: place the streams on ``mesh`` split by rows over ``("data", "fsdp")`` (each
+            device holds its rows; every process passes all of them); default: the first
+            local device.
+
+    Example:
+        >>> import numpy as np
+        >>> src = DeviceStreamChunks(np.arange(14).reshape(2, 7), chunk_len=3)
+        >>> b = src.device_batch(src.arrays, 1)
+        >>> b["inputs"].tolist(), b["reset"].tolist()
+        ([[3, 4, 5], [10, 11, 12]], [False, False])
+    """
+
+    kind = "device_stream_chunks"
+
+    def __init__(self, streams_BxL: Any, chunk_len: int, *, vocab_size: int | None = None,
+                 mesh: Mesh | None = None) -> None:
+        streams = np.asarray(streams_BxL)
+        if streams.ndim != 2:
+            raise ValueError(f"`streams_BxL` must be [B, L]; got shape {streams.shape}.")
+        if not np.issubdtype(streams.dtype, np.integer):
+            raise TypeError(f"`streams_BxL` must hold integer ids; got {streams.dtype}.")
+        length = streams.shape[1]
+        if isinstance(chunk_len, bool) or not isinstance(chunk_len, int | np.integer) or not (
+                1 <= chunk_len <= length - 1):
+            raise ValueError(f"`chunk_len` must be an int in [1, {length - 1}] for streams of "
+                             f"length {length}; got {chunk_len!r}.")
+        if vocab_size is not None:
+            check_vocab_ids(streams, "streams_BxL", int(vocab_size))
+        self.chunk_len = int(chunk_len)
+        self.batch_size, self.length = streams.shape
+        self.chunks_per_epoch = (length - 1) // self.chunk_len
+        ids = streams.astype(np.int32)
+        if mesh is None:
+            placed = jax.device_put(ids, jax.local_devices()[0])
+        else:
+            shards = mesh.shape["data"] * mesh.shape["fsdp"]
+            if self.batch_size % shards:
+                raise ValueError(f"the {self.batch_size} streams must divide over data*fsdp = "
+                                 f"{shards} devices.")
+            sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None))
+            placed = jax.make_array_from_callback(ids.shape, sharding, lambda index: ids[index])
+        self.arrays = {"streams": placed}
+
+    def device_batch(self, arrays: Mapping[str, jax.Array], step: Any) -> dict[str, jax.Array]:
+        """The chunk of step ``step`` (traceable)."""
+        k = self.chunk_len
+        chunk = jnp.asarray(step, jnp.int32) % self.chunks_per_epoch
+        window_BxW = jax.lax.dynamic_slice_in_dim(arrays["streams"], chunk * k, k + 1, axis=1)
+        reset_B = jnp.broadcast_to(chunk == 0, (self.batch_size,))
+        return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:], "reset": reset_B}
+
+    def get_state(self) -> dict[str, Any]:
+        """The configuration (the position is the step)."""
+        return {"kind": self.kind, "global_batch_size": int(self.batch_size),
+                "length": int(self.length), "chunk_len": self.chunk_len}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Check that ``state`` was written for this source; a ``ValueError`` names every
+        difference."""
+        _check_state(self.get_state(), state)
+
+
+def _check_state(expect: Mapping[str, Any], state: Mapping[str, Any]) -> None:
+    """``ValueError`` naming every key where ``state`` differs from ``expect``."""
+    diff = {k: (v, state.get(k)) for k, v in expect.items() if state.get(k) != v}
+    if diff:
+        detail = ", ".join(f"{k}: expected {v!r}, got {g!r}" for k, (v, g) in diff.items())
+        raise ValueError(f"`state` does not belong to this source ({detail}).")

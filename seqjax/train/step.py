@@ -551,8 +551,9 @@ class TrainStep:
 
                 return jax.lax.scan(one, state, None, length=k)
 
+            # the source's arrays stay where it placed them (replicated, or split by rows)
             sharding = None if self.mesh is None else jax.tree_util.tree_map(
-                lambda _: NamedSharding(self.mesh, PartitionSpec()), source.arrays)
+                lambda a: a.sharding, source.arrays)
             self._compiled[key] = (self._jit(run, sharding), source)  # keeps `source` alive
         return self._compiled[key][0]
 
