@@ -58,7 +58,9 @@ import gc
 import json
 import math
 import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -121,6 +123,10 @@ class FitConfig:
             models. ``log_every``, ``eval_every`` and ``checkpoint_every`` must be
             multiples of it; a stop request (SIGTERM) is honoured at the end of a call.
             Needs the train step of :func:`~seqjax.train.step.make_train_step`.
+        prefetch: host batches a background thread prepares ahead (the next batch, its
+            check and its placement on the devices, while the step runs); ``None``
+            (default): 2 on an accelerator, 0 (none) on the CPU, where the thread would
+            compete with XLA for the same cores. Not used with a device-resident source.
         freeze_gc: ``gc.freeze()`` everything allocated before training (the model, the
             data, the compiled programs), so Python's full collections — pauses of 0.1 s
             and more with a large heap — stop walking it; undone when ``fit`` returns.
@@ -143,6 +149,7 @@ class FitConfig:
     flops_per_step: float | None = None
     peak_flops: float | None = None
     steps_per_call: int = 1
+    prefetch: int | None = None
     freeze_gc: bool = True
 
     def __post_init__(self) -> None:
@@ -152,6 +159,9 @@ class FitConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"`{name}` must be an int >= {low}; got {v!r}.")
+        if self.prefetch is not None and (isinstance(self.prefetch, bool) or not isinstance(
+                self.prefetch, int) or self.prefetch < 0):
+            raise ValueError(f"`prefetch` must be None or an int >= 0; got {self.prefetch!r}.")
         k = self.steps_per_call
         for name in ("log_every", "eval_every", "checkpoint_every"):
             v = getattr(self, name)
@@ -277,6 +287,55 @@ def _check_history(workdir: str, start: int, restart: bool) -> None:
         "(`seqjax train ... --restart`), which keeps the old metrics as "
         "metrics.jsonl.<time>.old, or use a new work dir."
     )
+
+
+class _Prefetcher:
+    """Host batches ``start .. end − 1`` made ahead by a background thread: ``produce(i)``
+    (next, check, place) and the data position after it (``position_after(i + 1)``), at
+    most ``depth`` ahead. An error is raised by :meth:`get` at the batch it belongs to."""
+
+    def __init__(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
+                 start: int, end: int, depth: int) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self.position: Any = None
+        self._thread = threading.Thread(
+            target=self._run, args=(produce, position_after, start, end),
+            name="seqjax-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
+             start: int, end: int) -> None:
+        for i in range(start, end):
+            try:
+                item = (i, produce(i), position_after(i + 1), None)
+            except BaseException as err:  # handed to the main thread at batch i
+                item = (i, None, None, err)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if self._stop.is_set() or item[3] is not None:
+                return
+
+    def get(self, i: int) -> Any:
+        j, batch, position, err = self._queue.get()
+        if j != i:  # cannot happen: batches are consumed in order
+            raise RuntimeError(f"prefetched batch {j} where batch {i} was expected.")
+        if err is not None:
+            raise err
+        self.position = position
+        return batch
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
 
 
 def _batches(data: Any, start: int, data_state: Any) -> Callable[[int], Any]:
@@ -497,7 +556,10 @@ def fit(
 
     def save(s: int, metrics: Mapping[str, Any]) -> None:
         if ckpt is not None:
-            ckpt.save(state, data_state=_data_state(train_data, s), metrics=metrics, step=s)
+            # the position after the batches trained on (a prefetcher has read further)
+            position = (prefetcher.position if prefetcher is not None
+                        else _data_state(train_data, s))
+            ckpt.save(state, data_state=position, metrics=metrics, step=s)
 
     def run_eval() -> dict:
         batches = eval_data() if callable(eval_data) else eval_data
@@ -515,17 +577,25 @@ def fit(
                                  "was trained on it)") from None
         return batch if place_batch is None else place_batch(batch)
 
+    depth = cfg.prefetch if cfg.prefetch is not None else (
+        0 if jax.default_backend() == "cpu" else 2)
+    prefetcher = None
+    if depth and not device_source and start < cfg.num_steps:
+        prefetcher = _Prefetcher(host_batch, lambda i: _data_state(train_data, i), start,
+                                 cfg.num_steps, depth)
+    next_batch = host_batch if prefetcher is None else prefetcher.get
+
     def run_call(state: TrainState, s: int, n: int) -> tuple[TrainState, Any]:
         """Steps ``s + 1 .. s + n`` in one jitted call."""
         if device_source:
             return train_step.steps_from(train_data, n)(state, train_data.arrays)
         if k == 1:
-            return run_step(state, host_batch(s))
-        batches = tuple(host_batch(i) for i in range(s, s + n))
+            return run_step(state, next_batch(s))
+        batches = tuple(next_batch(i) for i in range(s, s + n))
         return train_step.steps(n)(state, batches)
 
     status = "completed"
-    frozen = cfg.freeze_gc and gc.isenabled() is not False
+    frozen = cfg.freeze_gc and gc.isenabled()
     if frozen:
         gc.collect()
         gc.freeze()
@@ -567,6 +637,8 @@ def fit(
                     (bar.write if bar is not None else print)(msg, file=sys.stderr)
                     break
         finally:
+            if prefetcher is not None:
+                prefetcher.close()
             if frozen:
                 gc.unfreeze()
             if bar is not None:

@@ -196,3 +196,32 @@ def test_tbptt_fit_on_device_streams_equals_the_host_iterator(k):
                                                   log_every=3), parallel=par).state)
     for a, b in zip(_leaves(results[0]), _leaves(results[1])):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+def test_prefetch_gives_the_same_run_resumes_at_the_right_batch_and_names_bad_batches(tmp_path):
+    from seqjax.data.iterators import LMWindowIterator
+
+    def run(prefetch, num_steps, workdir=None):
+        par, state, step = _setup()
+        it = LMWindowIterator(TOKENS, B, T, seed=0)
+        return fit(state, step, it, _cfg(num_steps, log_every=3, checkpoint_every=3,
+                                         prefetch=prefetch), parallel=par, workdir=workdir)
+
+    plain = run(0, 12)
+    ahead = run(2, 12)
+    for a, b in zip(_leaves(plain.state), _leaves(ahead.state)):
+        np.testing.assert_array_equal(a, b)
+    part = str(tmp_path / "part")
+    run(3, 6, part)  # the thread has read past step 6; the checkpoint says where training was
+    resumed = run(3, 12, part)
+    assert resumed.start_step == 6
+    for a, b in zip(_leaves(plain.state), _leaves(resumed.state)):
+        np.testing.assert_array_equal(a, b)
+
+    par, state, step = _setup()
+    batches = _host_batches(8)
+    batches[4]["targets"][0, 0] = V  # out of the vocabulary at step 5
+    with pytest.raises(ValueError, match="the training batch of step 5"):
+        fit(state, step, lambda i: batches[i], _cfg(8, prefetch=2), parallel=par)
+    with pytest.raises(ValueError, match="`prefetch` must be None or an int >= 0"):
+        FitConfig(num_steps=2, prefetch=-1)
