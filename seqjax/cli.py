@@ -28,7 +28,9 @@ the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
 **Exit statuses.** 0: done (also after SIGTERM/SIGINT, which save a checkpoint first).
 1: a NaN/inf loss. 2: refused — an unknown key, a value of the wrong type or out of range
 (``--steps=-5``), an unknown experiment or preset, a checkpoint that does not fit the
-model, a work dir with nothing to resume (``--restart``), or a missing optional package
+model, a work dir with nothing to resume (``--restart``), a corpus found nowhere
+(:func:`seqjax.data.corpora.resolve_corpus`: the message says where it looked), or a
+missing optional package
 (the message names the extra to install, e.g. ``pip install "seqjax[experiments]"``).
 """
 
@@ -41,6 +43,7 @@ from collections.abc import Sequence
 
 import seqjax
 from seqjax._optional import extra_for
+from seqjax.data.corpora import CorpusNotFoundError
 from seqjax.experiments._runner import (
     EXPERIMENT_FILE,
     build_config,
@@ -137,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FloatingPointError as err:  # NonFiniteLossError
         print(f"seqjax: {err}", file=sys.stderr)
         return 1
-    except (ConfigError, CheckpointMismatchError, ResumeError) as err:
+    except (ConfigError, CheckpointMismatchError, ResumeError, CorpusNotFoundError) as err:
         return _error(str(err))
     except CheckpointUnreadableError as err:
         return _error(f"{err} Nothing to resume from: rerun with --restart to start over (the "

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from seqjax.data.batching import split_text
+from seqjax.data.corpora import CORPORA, DATA_DIR_ENV, resolve_corpus
 from seqjax.data.loading import load_parallel
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens
 
@@ -603,7 +604,6 @@ def forecasting_windows(
 
 
 # ----------------------------------------------------------------------------- offline corpora
-DATA_DIR_ENV = "SEQJAX_DATA_DIR"
 
 
 def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
@@ -643,17 +643,9 @@ def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def _corpus_file(filename: str, path: str | os.PathLike | None) -> Path:
-    if path is not None:
-        p = Path(path).expanduser()
-        p = p / filename if p.is_dir() else p
-    else:
-        p = find_data_dir() / filename
-    if not p.is_file():
-        raise FileNotFoundError(
-            f"{str(p)!r} does not exist. Pass the file with `path=` or `hub_name=` to load from "
-            "the Hugging Face hub."
-        )
-    return p
+    """The local copy of a corpus (:func:`seqjax.data.corpora.resolve_corpus`: ``path``,
+    ``$SEQJAX_DATA_DIR``, the user cache, a checked download, the shared folder)."""
+    return resolve_corpus(filename, path)
 
 
 @dataclass(frozen=True)
@@ -666,9 +658,7 @@ class CharLMData:
 
 
 # Karpathy's char-rnn copy of the corpus (the file nanoGPT downloads).
-CHAR_RNN_SHAKESPEARE_URL = (
-    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-)
+CHAR_RNN_SHAKESPEARE_URL = CORPORA["tinyshakespeare.txt"].url
 
 # The first 21 lines of Tiny Shakespeare (the opening of Coriolanus): what a smoke run
 # trains on when no copy of the corpus is at hand (see :func:`fetch_tiny_shakespeare`).
@@ -702,9 +692,11 @@ def tiny_shakespeare_text(
 ) -> str:
     """The Tiny Shakespeare text (1,115,394 characters, 65 distinct).
 
-    From ``path`` (the file or its folder), else ``tinyshakespeare.txt`` in
-    :func:`find_data_dir`; with ``hub_name`` (e.g. ``"karpathy/tiny_shakespeare"``,
-    needs a network) the hub dataset's splits are concatenated in the order
+    From ``path`` (the file or its folder), else wherever
+    :func:`seqjax.data.corpora.resolve_corpus` finds ``tinyshakespeare.txt``
+    (``$SEQJAX_DATA_DIR``, the user cache, a checked download, the shared folder); with
+    ``hub_name`` (e.g. ``"karpathy/tiny_shakespeare"``, needs a network) the hub dataset's
+    splits are concatenated in the order
     train, validation, test; with ``url`` (e.g. :data:`CHAR_RNN_SHAKESPEARE_URL`) the
     plain-text file is downloaded (``file://`` URLs read a local file).
     """
@@ -774,7 +766,8 @@ def english_french(
 ) -> datasets.Dataset:
     """English–French sentence pairs (Tatoeba/Anki, shortest first; 18,065 in the offline file).
 
-    From ``path``, else ``fra-eng.txt`` in :func:`find_data_dir`; or the hub via
+    From ``path``, else wherever :func:`seqjax.data.corpora.resolve_corpus` finds
+    ``fra-eng.txt``; or the hub via
     ``hub_name`` (e.g. ``"opus_books"`` with ``hub_config="en-fr"``). Returns a
     ``Dataset`` with columns ``src`` (English) and ``tgt`` (French); keyword
     arguments go to :func:`seqjax.data.loading.load_parallel`.

@@ -1,6 +1,6 @@
 r"""Count baselines (Bishop §12.2.3–12.2.4) against an RNN and a transformer.
 
-Two character-level tasks on the offline corpora (:func:`seqjax.data.tasks.find_data_dir`):
+Two character-level tasks on the offline corpora (:func:`seqjax.data.corpora.resolve_corpus`):
 
 * **Language modelling** — Tiny Shakespeare (nanoGPT's 90/10 split, 65 characters).
   Bag of words (Bishop (12.28)) and n-grams of order 2, 3, 5 (Bishop (12.31)–(12.32),
@@ -41,8 +41,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.data.corpora import resolve_corpus
 from seqjax.data.iterators import ArrayIterator
-from seqjax.data.tasks import find_data_dir, tiny_shakespeare
+from seqjax.data.tasks import tiny_shakespeare
 from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.experiments.translation import machine, save_json
 from seqjax.models.baselines import NGramClassifier, NGramLM
@@ -100,9 +101,9 @@ PRESETS = {
 
 def language_id_data(cfg: Config) -> dict[str, Any]:
     """Sentences of ``fra-eng.txt`` as character ids with labels 0 = English, 1 = French."""
-    folder = find_data_dir(cfg.data_path)
     pairs = []
-    for line in (folder / "fra-eng.txt").read_text(encoding="utf-8").splitlines():
+    for line in resolve_corpus("fra-eng.txt", cfg.data_path).read_text(
+            encoding="utf-8").splitlines():
         cols = line.split("\t")
         if len(cols) >= 2 and cols[0] and cols[1]:
             pairs.append((cols[0], cols[1]))
