@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -71,6 +72,18 @@ def _list() -> int:
     return 0
 
 
+def _checkpoint_step(workdir: str) -> str:
+    """Which checkpoint ``seqjax eval`` read (the newest in ``workdir/checkpoints``)."""
+    from seqjax.train.checkpoint import Checkpointer
+
+    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    if not os.path.isdir(directory):
+        return f"{workdir} (no checkpoints folder)"
+    with Checkpointer(directory, keep=None, async_save=False, read_only=True) as ckpt:
+        step = ckpt.latest_step()
+    return f"the checkpoint of step {step} in {directory}"
+
+
 def _error(message: str) -> int:
     print(f"seqjax: error: {message}", file=sys.stderr)
     return 2
@@ -92,7 +105,9 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     if args.command == "eval":
         if not callable(getattr(module, "evaluate", None)):
             raise ConfigError(f"experiment {module.__name__} has no `evaluate(cfg)`.")
-        print(json.dumps(module.evaluate(cfg), indent=1, default=str))
+        result = module.evaluate(cfg)
+        print(json.dumps(result, indent=1, default=str))
+        print(f"seqjax: evaluated {_checkpoint_step(args.workdir)}", file=sys.stderr)
         return 0
     if not callable(getattr(module, "generate", None)):
         raise ConfigError(f"experiment {module.__name__} has no `generate(cfg, prompt, ...)`.")
@@ -137,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return _run(args, rest)
+    except BrokenPipeError:  # `seqjax list | head`: the reader left; nothing to report
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush must not fail either
+        return 0
     except FloatingPointError as err:  # NonFiniteLossError
         print(f"seqjax: {err}", file=sys.stderr)
         return 1

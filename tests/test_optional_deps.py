@@ -58,3 +58,7 @@ def test_core_works_without_the_extras_and_names_them_when_needed():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    # what the default left out is said (once per fit), with the extra that adds it
+    assert 'TensorBoard events not written: tensorboardX is not installed (pip install ' \
+        '"seqjax[tensorboard]")' in out.stderr
+    assert 'loss.png and perplexity.png not written: matplotlib is not installed' in out.stderr

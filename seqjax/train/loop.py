@@ -463,6 +463,13 @@ def fit(
         get_batch = _batches(train_data, start, data_state)
 
     metrics_path = None if workdir is None else os.path.join(workdir, "metrics.jsonl")
+    if primary and workdir is not None:  # an optional output left out says so, once
+        for flag, module, what, extra in (
+                (cfg.tensorboard, "tensorboardX", "TensorBoard events", "tensorboard"),
+                (cfg.plot, "matplotlib", "loss.png and perplexity.png", "plot")):
+            if flag is None and not wanted(None, module):
+                print(f"fit: {what} not written: {module} is not installed "
+                      f'(pip install "seqjax[{extra}]").', file=sys.stderr)
     writer = None
     if primary and metrics_path is not None:
         kept = [r for r in read_metrics(metrics_path) if r.get("step", 0) <= start]

@@ -150,7 +150,7 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
         ax.grid(alpha=0.3)
         ax.legend()
         path = os.path.join(os.fspath(workdir), f"{name}.png")
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=100, bbox_inches="tight")  # long log-scale tick labels fit
         plt.close(fig)
         paths.append(path)
     return paths
