@@ -51,6 +51,7 @@ from seqjax.experiments._runner import (
     check_ranges,
     describe_experiments,
     experiment_from_workdir,
+    experiment_help,
     experiment_main,
     list_experiments,
     load_experiment,
@@ -125,8 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--version", action="version", version=f"seqjax {seqjax.__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    tr = sub.add_parser("train", help="train an experiment (resumes in the same --workdir)")
-    tr.add_argument("experiment")
+    tr = sub.add_parser("train", help="train an experiment (resumes in the same --workdir); "
+                        "`seqjax train NAME --help`: its options", add_help=False)
+    tr.add_argument("experiment", nargs="?")
     ev = sub.add_parser("eval", help="evaluate the checkpoint in --workdir")
     ev.add_argument("experiment", nargs="?")
     ev.add_argument("--workdir", required=True)
@@ -148,6 +150,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _error("`seqjax bench` runs the benchmarks of a seqjax checkout (they are not "
                           "installed with the package): run it from the repository root.")
         return bench_main(([args.benchmark] if args.benchmark else []) + rest)
+    if args.command == "train" and (args.experiment in (None, "-h", "--help")
+                                     or any(a in ("-h", "--help") for a in rest)):
+        if args.experiment in (None, "-h", "--help"):
+            print("usage: seqjax train NAME [--preset P | --smoke] [--workdir DIR] [--restart] "
+                  "[--key=value ...]\n`seqjax list`: the experiments; `seqjax train NAME "
+                  "--help`: the options of one.")
+            return 0
+        try:
+            print(experiment_help(args.experiment))
+        except ConfigError as err:
+            return _error(str(err))
+        return 0
     if args.command == "list" and rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:

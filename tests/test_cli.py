@@ -117,3 +117,27 @@ def test_a_missing_optional_package_exits_2_naming_the_extra(monkeypatch, capsys
     monkeypatch.setattr(module, "main", lambda argv: __import__("no_such_package_xyz"))
     with pytest.raises(ModuleNotFoundError):  # not an optional dependency of seqjax: a bug
         cli.main(["train", "needs_plots"])
+
+
+def test_train_help_lists_every_option_with_its_type_default_and_meaning(capsys):
+    """`seqjax train NAME --help` (issue #29 item 2): every Config field, its type and
+    default, its meaning where the Config documents it, and the presets; exit 0."""
+    import dataclasses
+
+    from seqjax.experiments._runner import describe_experiments, load_experiment
+
+    assert cli.main(["train", "char_lm", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "  --steps (int, default 2000): optimiser steps" in out
+    assert "  --mesh (str, default ''): " in out  # inherited from ParallelOptions
+    assert "gpu: num_layers=6" in out and "``" not in out
+    for name, _, _ in describe_experiments():
+        module = load_experiment(name, allow_legacy=True)
+        if not hasattr(module, "Config"):
+            continue
+        assert cli.main(["train", name, "-h"]) == 0
+        out = capsys.readouterr().out
+        for f in dataclasses.fields(module.Config):
+            assert f"  --{f.name} (" in out, (name, f.name)
+    assert cli.main(["train", "--help"]) == 0
+    assert cli.main(["train", "nosuch", "--help"]) == 2

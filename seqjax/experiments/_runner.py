@@ -55,11 +55,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import json
 import math
 import os
 import pkgutil
+import re
 import sys
+import typing
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
@@ -289,6 +292,75 @@ def _start_distributed() -> None:
     maybe_initialize_distributed()
 
 
+def _field_meanings(cfg_cls: type) -> dict[str, str]:
+    """``{field: one line}`` from the ``Attributes:`` section of ``cfg_cls``'s docstring
+    (``name: text`` lines; continuation lines are joined)."""
+    meanings: dict[str, str] = {}
+    for klass in reversed(cfg_cls.__mro__):  # a subclass's text wins over its base's
+        if dataclasses.is_dataclass(klass):
+            meanings.update(_attributes_section(klass))
+    return meanings
+
+
+def _attributes_section(klass: type) -> dict[str, str]:
+    doc = klass.__dict__.get("__doc__") or ""
+    doc = inspect.cleandoc(doc)
+    meanings: dict[str, str] = {}
+    names = {f.name for f in dataclasses.fields(klass)}
+    current = None
+    in_attributes = False
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped == "Attributes:":
+            in_attributes = True
+            continue
+        if not in_attributes:
+            continue
+        head, sep, text = stripped.partition(":")
+        keys = [k.strip() for k in head.split(",")]
+        if sep and keys and all(k in names for k in keys):
+            current = keys
+            for k in keys:
+                meanings[k] = text.strip()
+        elif stripped and current is not None:
+            for k in current:
+                meanings[k] = f"{meanings[k]} {stripped}".strip()
+        elif not stripped:
+            current = None
+    return meanings
+
+
+def experiment_help(name: str) -> str:
+    """``seqjax train NAME --help``: what the experiment does, every option of its
+    ``Config`` with its type, default and meaning (where its docstring gives one), and its
+    presets."""
+    module = load_experiment(name)
+    cfg_cls = module.Config
+    summary = (module.__doc__ or "").strip().split("\n\n")[0]
+    meanings = _field_meanings(cfg_cls)
+    hints = typing.get_type_hints(cfg_cls)
+    lines = [f"usage: seqjax train {name} [--preset P | --smoke] [--restart] [--key=value ...]",
+             "", summary, "", "options (--key=value; type, default):"]
+    for f in dataclasses.fields(cfg_cls):
+        kind = hints.get(f.name, f.type)
+        kind = getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        line = f"  --{f.name} ({kind}, default {default!r})"
+        if f.name in meanings:  # docstring markup dropped for the terminal
+            text = re.sub(r":\w+:`~?([^`]+)`", r"\1", meanings[f.name]).replace("``", "")
+            line += f": {text}"
+        lines.append(line)
+    presets = getattr(module, "PRESETS", {}) or {}
+    if presets:
+        lines += ["", "presets (--preset NAME; --smoke is --preset smoke):"]
+        for p, values in presets.items():
+            shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+            lines.append(f"  {p}: {shown}")
+    lines += ["", f"Module: python -m seqjax.experiments.{name} takes the same options."]
+    return "\n".join(lines)
+
+
 def train_experiment(name: str, argv: Sequence[str]) -> Any:
     """``seqjax train NAME [options]``: build the config (saved work-dir config, preset,
     ``--key=value``; ``--restart``), save it as the work dir's ``experiment.json`` and run
@@ -316,10 +388,8 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
     """
     name = os.path.splitext(os.path.basename(experiment))[0].rsplit(".", 1)[-1]
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        module = load_experiment(name)
-        print((module.__doc__ or "").strip())
-        print("\noptions: " + ", ".join(f"--{f.name}" for f in dataclasses.fields(module.Config)))
+    if any(a in ("-h", "--help") for a in argv):
+        print(experiment_help(name))
         return {}
     _start_distributed()
     argv, restart = _pop_restart(argv)

@@ -104,6 +104,46 @@ NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train char_lm`` (defaults: nanoGPT's README CPU run).
+
+    Attributes:
+        model: ``transformer`` (a GPT) or ``lstm`` (a stacked-LSTM LM).
+        num_layers: transformer blocks or LSTM layers.
+        num_heads: attention heads (transformer).
+        embed_dim: model width ``d`` (transformer) or LSTM width and embedding size.
+        block_size: context length ``T`` of every training window.
+        batch_size: windows per step, over all devices (the global batch).
+        dropout: on the embeddings and every residual branch (and the LSTM's outputs).
+        attention_dropout: on the attention weights; unset = ``dropout``; 0 keeps a GPU on
+            the fused cuDNN attention.
+        steps: optimiser steps (the cosine schedule ends here).
+        learning_rate: peak AdamW learning rate, after the warm-up.
+        min_lr_ratio: the schedule's final rate as a fraction of the peak.
+        warmup_steps: linear warm-up steps.
+        weight_decay: AdamW's decoupled weight decay (every matrix; not vectors).
+        beta2: AdamW's second-moment decay (β₁ = 0.9).
+        clip_norm: global gradient-norm clip; 0 = none.
+        compute_dtype: ``float32`` or ``bfloat16`` (mixed precision; parameters stay float32).
+        eval_every: steps between validation estimates (0 = only at the end).
+        eval_batches: random validation windows (batches) per estimate, as nanoGPT.
+        full_val: also evaluate on the whole validation split at the end.
+        sample_chars: characters sampled at the end (prompt: a newline).
+        sample_temperature: sampling temperature.
+        sample_top_k: sampling keeps the k most likely characters.
+        max_chars: use only the corpus's first N characters (0 = all; smoke runs).
+        data_path: the corpus file or its folder; unset = ``$SEQJAX_DATA_DIR``, the user
+            cache, a download, ``shared/data`` (``seqjax.data.corpora``).
+        seed: initialisation, dropout and window sampling.
+        log_every: steps between logged records (``metrics.jsonl``, the progress line).
+        checkpoint_every: steps between checkpoints (also at every evaluation and the end).
+        input: ``device`` (windows drawn on the devices) or ``host`` (numpy sampler).
+        steps_per_call: steps per jitted call; the logging, evaluation and checkpoint
+            intervals must be multiples of it.
+        flat_optimizer: AdamW's moments as one vector each (fewer state leaves).
+        progress: show a progress bar.
+        workdir: checkpoints, logs, samples and the summary; rerun to resume.
+    """
+
     model: str = "transformer"
     num_layers: int = 4
     num_heads: int = 4
