@@ -527,6 +527,35 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     assert cli.main(["eval", "--workdir", workdir]) == 0  # the saved config still works
 
 
+@pytest.mark.parametrize("option, message", [
+    ("--embed_dim=15", "--embed_dim must be a multiple of --num_heads = 2"),
+    ("--embed_dim=0", "--embed_dim must be an int >= 1; got 0"),
+    ("--num_layers=-1", "--num_layers must be an int >= 1; got -1"),
+    ("--data_path=/nonexistent/tiny.txt", "'/nonexistent/tiny.txt' does not exist"),
+    ("--mesh=data=3", "--mesh/--strategy/--grad_accum: `mesh` 'data=3' does not fit"),
+    ("--input=disk", "--input must be one of ('device', 'host'); got 'disk'"),
+    ("--model=cnn", "--model must be one of ('transformer', 'lstm'); got 'cnn'"),
+    ("--steps_per_call=3", "--log_every must be a multiple of --steps_per_call=3; got 2"),
+])
+def test_bad_option_values_exit_2_with_one_line_and_leave_the_work_dir(tmp_path, capsys, option,
+                                                                       message):
+    """Issue #29 item 4: a bad value is exit 2, one line naming it, no traceback, and the
+    saved experiment.json of an earlier run is left as it was."""
+    from seqjax import cli
+
+    workdir = str(tmp_path / "run")
+    assert cli.main(["train", "char_lm", "--smoke", "--workdir", workdir, "--steps=2",
+                     "--progress=false"]) == 0
+    saved = os.path.join(workdir, "experiment.json")
+    before = open(saved).read()
+    capsys.readouterr()
+    assert cli.main(["train", "char_lm", "--workdir", workdir, option]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert open(saved).read() == before
+
+
 def test_cli_restart_is_explicit(tmp_path, capsys):
     import shutil
 

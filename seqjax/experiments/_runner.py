@@ -67,6 +67,7 @@ from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+from seqjax.data.corpora import CorpusNotFoundError
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
 from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
 from seqjax.train.loop import ResumeError
@@ -174,8 +175,9 @@ def _int_minimum(name: str) -> int | None:
         return 1
     if name == "steps" or name.endswith(("_steps", "_every")):
         return 0
-    if name in ("batch_size", "batch", "grad_accum", "seq_len", "block_size") or name.endswith(
-            ("_batch_size", "_batch")):
+    if name in ("batch_size", "batch", "grad_accum", "seq_len", "block_size", "embed_dim",
+                "num_layers", "num_heads", "hidden_size", "d_model") or name.endswith(
+            ("_batch_size", "_batch", "_dim", "_heads", "_layers")):
         return 1
     return None
 
@@ -183,9 +185,11 @@ def _int_minimum(name: str) -> int | None:
 def check_ranges(cfg: Any, prefix: str = "") -> None:
     """Refuse conventional options out of range, by name: ``steps``/``*_steps`` >= 0,
     ``log_every`` >= 1, ``*_every`` >= 0, ``batch_size``/``*_batch``/``grad_accum``/
-    ``seq_len``/``block_size`` >= 1, ``learning_rate``/``lr``/``*_lr`` finite and > 0,
-    ``dropout*`` in [0, 1). A :class:`ConfigError` naming the option (exit status 2), not a
-    traceback from deep inside the run."""
+    ``seq_len``/``block_size``/``embed_dim``/``*_dim``/``num_heads``/``num_layers`` >= 1,
+    ``learning_rate``/``lr``/``*_lr`` finite and > 0, ``dropout*`` in [0, 1), and
+    ``embed_dim`` a multiple of ``num_heads`` (attention models), the ``*_every``
+    intervals multiples of ``steps_per_call``. A :class:`ConfigError`
+    naming the option (exit status 2), not a traceback from deep inside the run."""
     for f in dataclasses.fields(cfg):
         value, key = getattr(cfg, f.name), f"--{prefix}{f.name}"
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -203,6 +207,20 @@ def check_ranges(cfg: Any, prefix: str = "") -> None:
             if name == "dropout" or name.startswith("dropout_") or name.endswith("_dropout"):
                 if not 0.0 <= value < 1.0:
                     raise ConfigError(f"{key} must lie in [0, 1); got {value}.")
+    k = getattr(cfg, "steps_per_call", None)
+    if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
+        for name in ("log_every", "eval_every", "checkpoint_every"):
+            v = getattr(cfg, name, None)
+            if isinstance(v, int) and v % k:
+                raise ConfigError(f"--{prefix}{name} must be a multiple of "
+                                  f"--{prefix}steps_per_call={k}; got {v}.")
+    heads, width = getattr(cfg, "num_heads", None), getattr(cfg, "embed_dim", None)
+    model = getattr(cfg, "model", "transformer")
+    if (isinstance(heads, int) and isinstance(width, int) and heads >= 1 and width % heads
+            and model not in ("lstm", "gru", "rnn", "elman")):
+        raise ConfigError(f"--{prefix}embed_dim must be a multiple of --{prefix}num_heads = "
+                          f"{heads} (each head gets embed_dim / num_heads features); got "
+                          f"{width}.")
 
 
 def _pop_restart(argv: Sequence[str]) -> tuple[list[str], bool]:
@@ -254,7 +272,7 @@ def _config_saved(name: str, cfg: Any) -> Iterator[None]:
     try:
         yield
     except (CheckpointMismatchError, CheckpointUnreadableError, ConfigError, ResumeError,
-            FloatingPointError):
+            CorpusNotFoundError, FloatingPointError):
         if path is not None and _primary():
             if before is None:
                 if os.path.exists(path):

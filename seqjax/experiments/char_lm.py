@@ -84,7 +84,7 @@ from seqjax.decoding import FunctionalDecoder, sample
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
-from seqjax.train.config import config_from_dict
+from seqjax.train.config import ConfigError, config_from_dict
 from seqjax.train.flops import lm_flops_per_token
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.loop import evaluate as evaluate_batches
@@ -219,7 +219,7 @@ def train_windows(ids: np.ndarray, cfg: Config, par: Parallel, vocab: int) -> An
     checked once); ``"host"`` draws them on the host (:class:`LMWindowIterator`, this
     process's rows; what the runs in ``results/char_lm.md`` used)."""
     if cfg.input not in INPUTS:
-        raise ValueError(f"`input` must be one of {INPUTS}; got {cfg.input!r}.")
+        raise ConfigError(f"--input must be one of {INPUTS}; got {cfg.input!r}.")
     if cfg.input == "device":
         return DeviceLMWindows(ids, cfg.batch_size, cfg.block_size, seed=cfg.seed,
                                vocab_size=vocab, mesh=par.mesh)
@@ -261,7 +261,7 @@ def full_windows(ids: np.ndarray, block: int, batch: int) -> list[dict]:
 def build_model(cfg: Config, vocab_size: int) -> Any:
     """The :class:`TransformerLM` or :class:`RNNLanguageModel` that ``cfg`` describes."""
     if cfg.model not in MODELS:
-        raise ValueError(f"`model` must be one of {MODELS}; got {cfg.model!r}.")
+        raise ConfigError(f"--model must be one of {MODELS}; got {cfg.model!r}.")
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
     if cfg.model == "transformer":
         return TransformerLM(TransformerLMConfig(

@@ -206,8 +206,11 @@ class Parallel:
     def from_options(cls, opts: Any, **kwargs: Any) -> Parallel:
         """``create`` from an object with ``mesh``/``strategy``/``grad_accum`` (a ``Config``)."""
         kwargs.setdefault("min_fsdp_size", getattr(opts, "fsdp_min_size", 2**12))
-        return cls.create(getattr(opts, "mesh", ""), getattr(opts, "strategy", "auto"),
-                          grad_accum=getattr(opts, "grad_accum", 1), **kwargs)
+        try:
+            return cls.create(getattr(opts, "mesh", ""), getattr(opts, "strategy", "auto"),
+                              grad_accum=getattr(opts, "grad_accum", 1), **kwargs)
+        except ValueError as err:  # a bad --mesh / --strategy / --grad_accum: an option error
+            raise ConfigError(f"--mesh/--strategy/--grad_accum: {err}") from None
 
     # ------------------------------------------------------------------ sizes
     @property
