@@ -11,7 +11,8 @@
    download, a corrupted disk) is moved aside to ``<file>.corrupt`` and not used;
 4. a download from the corpus's canonical source (:data:`CORPORA`), with a progress bar,
    checked against its SHA-256, written to the cache through a temporary file and a rename
-   (an interrupted download never leaves a partial file under the real name);
+   (an interrupted download never leaves a partial file under the real name); skipped
+   when ``$SEQJAX_OFFLINE`` is ``1``;
 5. the ``shared/data`` folder beside a development checkout of the repository.
 
 When none of them has the file, :class:`CorpusNotFoundError` names every place tried and
@@ -33,6 +34,7 @@ __all__ = ["CORPORA", "CorpusNotFoundError", "CorpusSource", "cache_dir", "resol
 
 DATA_DIR_ENV = "SEQJAX_DATA_DIR"
 CACHE_DIR_ENV = "SEQJAX_CACHE_DIR"
+OFFLINE_ENV = "SEQJAX_OFFLINE"  # 1/true: never download (step 4 is skipped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +170,10 @@ def resolve_corpus(filename: str, path: str | os.PathLike | None = None, *,
         tried.append(f"the cache ({cached}: wrong SHA-256, moved to {aside.name})")
     else:
         tried.append(f"the cache ({cached})")
-    if source is not None and source.url is not None and download:
+    offline = os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes")
+    if source is not None and source.url is not None and download and offline:
+        tried.append(f"a download (${OFFLINE_ENV} is set)")
+    elif source is not None and source.url is not None and download:
         if opener is None:
             import urllib.request
 

@@ -121,3 +121,11 @@ def test_the_cli_exits_2_naming_the_places(places, monkeypatch, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "tinyshakespeare.txt" in err and "--data_path=FILE" in err and "Traceback" not in err
+
+
+def test_offline_mode_never_downloads(places, monkeypatch):
+    monkeypatch.setenv(corpora.OFFLINE_ENV, "1")
+    opener = _Opener()
+    with pytest.raises(CorpusNotFoundError, match=r"a download \(\$SEQJAX_OFFLINE is set\)"):
+        resolve_corpus("x.txt", opener=opener)
+    assert opener.calls == []
