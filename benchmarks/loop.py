@@ -265,7 +265,7 @@ def run(argv: Sequence[str], steps: int, k: int, null_only: bool = False,
         row(f"fit, device windows, steps_per_call={k}",
             fit_ms(s, h, steps, lambda: _device_windows(s), k))
         ratio = (fit_dev if device_input else fit_host) / compiled
-    null_steps = max(steps, 200)
+    null_steps = steps if steps < 50 else max(steps, 200)  # smoke runs stay short
     hn = _Holder(h.state)
     null_host = fit_ms(s, hn, null_steps, lambda: _host_windows(s), 1, s.null_step)
     null_dev = fit_ms(s, hn, null_steps, lambda: _device_windows(s), 1, s.null_step)
@@ -294,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     exp_args = list(rest)
     if args.smoke:
         exp_args = ["--smoke", *exp_args]
-        args.steps = min(args.steps, 16)
-        args.k = min(args.k, 4)
+        args.steps = min(args.steps, 8)
+        args.k = min(args.k, 2)
     elif not any(a.startswith("--preset") for a in exp_args):
         exp_args = ["--preset=gpu", *exp_args]
     # --preset=default: the experiment's own defaults (char_lm: nanoGPT's CPU config)
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         .rstrip(),
         harness.machine_markdown(),
         f"Experiment options: `{' '.join(exp_args)}`; {args.steps} timed steps per mode "
-        "(null-step rows: at least 200).",
+        "(null-step rows: at least 200; fewer in a smoke run).",
         table,
     ])
     print(report)

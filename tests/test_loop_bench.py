@@ -11,7 +11,7 @@ def test_loop_smoke_prints_every_mode_and_the_summary_line(capsys):
     assert loop.main(["--smoke"]) == 0
     out = capsys.readouterr().out
     for mode in ("compiled step, sync every step", "bare loop, device batches, async",
-                 "fit, host windows, steps_per_call=1", "fit, device windows, steps_per_call=4",
+                 "fit, host windows, steps_per_call=1", "fit, device windows, steps_per_call=2",
                  "null step: fit, device windows, steps_per_call=1"):
         assert mode in out
     last = out.strip().splitlines()[-1]
@@ -29,7 +29,7 @@ def test_loop_smoke_prints_every_mode_and_the_summary_line(capsys):
 def test_loop_null_only_compiles_no_real_step(capsys):
     assert loop.main(["--smoke", "--null-only"]) == 0
     out = capsys.readouterr().out
-    assert "compiled step" not in out and "null step: fit" in out
+    assert "loop: compiled step" not in out and "loop: null step: fit" in out
     assert "fit/step: n/a (--null-only)" in out
 
 
