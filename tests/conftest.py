@@ -27,3 +27,31 @@ if "SEQJAX_DATA_DIR" not in os.environ and os.path.isdir(_shared):
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+# The quick tier (`pytest -m "not slow"`, README): everything but the end-to-end runs below,
+# which train experiments, start processes, build a wheel or run benchmarks in smoke mode.
+# Every module of seqjax still has tests in the quick tier (the experiments through the CLI
+# test of toy_rnn and the bad-option rows of char_lm).
+_SLOW_FILES = (
+    "tests/experiments/",
+    "tests/train/test_multiprocess.py",
+    "tests/test_notebooks.py",
+    "tests/test_accelerator_bench.py",
+    "tests/test_devices_bench.py",
+    "tests/test_loop_bench.py",
+    "tests/test_wheel_install.py",
+    "tests/test_benchmarks.py",
+    "tests/test_nanogpt_loop_bench.py",
+    "tests/test_readme.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    root = str(config.rootpath)
+    for item in items:
+        path = os.path.relpath(str(item.path), root).replace(os.sep, "/")
+        if path.startswith(_SLOW_FILES):
+            item.add_marker(pytest.mark.slow)

@@ -537,6 +537,7 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     ("--model=cnn", "--model must be one of ('transformer', 'lstm'); got 'cnn'"),
     ("--steps_per_call=3", "--log_every must be a multiple of --steps_per_call=3; got 2"),
 ])
+@pytest.mark.slow
 def test_bad_option_values_exit_2_with_one_line_and_leave_the_work_dir(tmp_path, capsys, option,
                                                                        message):
     """Issue #29 item 4: a bad value is exit 2, one line naming it, no traceback, and the

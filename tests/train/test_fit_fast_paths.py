@@ -110,6 +110,7 @@ def test_device_windows_check_ids_once_and_their_state():
 
 
 @pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.slow
 def test_fit_on_device_windows_learns_and_resumes_exactly(tmp_path, k):
     full_dir, part_dir = str(tmp_path / "full"), str(tmp_path / "part")
     par, state, step = _setup(dropout=0.1)
@@ -130,6 +131,7 @@ def test_fit_on_device_windows_learns_and_resumes_exactly(tmp_path, k):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_fit_on_device_windows_on_eight_devices_equals_one():
     par1, s1, step1 = _setup()
     r1 = fit(s1, step1, DeviceLMWindows(TOKENS, B, T, mesh=par1.mesh), _cfg(4, 2, log_every=2),
@@ -176,6 +178,7 @@ def test_device_stream_chunks_are_the_iterators_chunks():
 
 
 @pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.slow
 def test_tbptt_fit_on_device_streams_equals_the_host_iterator(k):
     from seqjax.data.device import DeviceStreamChunks
     from seqjax.models.rnn import RNNLanguageModel
@@ -198,6 +201,7 @@ def test_tbptt_fit_on_device_streams_equals_the_host_iterator(k):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_prefetch_gives_the_same_run_resumes_at_the_right_batch_and_names_bad_batches(tmp_path):
     from seqjax.data.iterators import LMWindowIterator
 

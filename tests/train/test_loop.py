@@ -65,6 +65,7 @@ def test_fit_writes_metrics_tensorboard_curves_and_checkpoints(reference):
         assert (state["kind"], state["epoch"], state["step"]) == ("arrays", 1, 2)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_training_then_restart_reproduces_the_uninterrupted_run(reference, tmp_path):
     _, ref_dir = reference
     workdir = str(tmp_path / "crash")
@@ -97,6 +98,7 @@ def test_sigkill_mid_training_then_restart_reproduces_the_uninterrupted_run(refe
     assert _same_params(workdir, ref_dir)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_stops_then_resume_matches(reference, tmp_path):
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers can only be installed in the main thread")
