@@ -35,7 +35,8 @@ for the same seed. ``--steps_per_call=k`` runs ``k`` steps per jitted call
 must be multiples of ``k``). The default is 10: on XLA:CPU each call of the step pays a
 fixed cost (~12 ms of the nanoGPT CPU config's ~30 ms step on the 2-core machine of
 ``benchmarks/RESULTS.md``, "The loop on the CPU"), which ten steps per call share.
-``--preset gpu`` keeps 1 (measured device-bound there; 10 is not measured on a GPU yet).
+``--preset gpu`` and the smoke presets keep 1 (the GPU run measured device-bound; 10 is not
+measured on a GPU yet).
 ``--flat_optimizer`` (default true) keeps AdamW's moments as one vector each
 (``OptimizerConfig(flat_state=True)``: 70 state leaves instead of 196 at ``--preset gpu``,
 so each jitted call costs the host less); a work dir resumes only with the setting it was
@@ -182,7 +183,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
               "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
               "eval_batches": 2, "sample_chars": 24, "max_chars": 20000, "log_every": 2,
-              "checkpoint_every": 0, "steps_per_call": 2},
+              "checkpoint_every": 0, "steps_per_call": 1},
     "gpu": {"num_layers": 6, "num_heads": 6, "embed_dim": 384, "block_size": 256,
             "batch_size": 64, "dropout": 0.2, "steps": 5000, "eval_batches": 200,
             "compute_dtype": "bfloat16", "log_every": 100, "checkpoint_every": 1000,
@@ -191,7 +192,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "lstm-smoke": {"model": "lstm", "num_layers": 1, "embed_dim": 16, "block_size": 16,
                    "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
                    "eval_batches": 2, "sample_chars": 24, "max_chars": 20000,
-                   "log_every": 2, "checkpoint_every": 0, "steps_per_call": 2},
+                   "log_every": 2, "checkpoint_every": 0, "steps_per_call": 1},
 }
 
 
