@@ -25,8 +25,9 @@ def installed(tmp_path_factory):
     src = build / "src"  # a clean copy: no build/ or egg-info of the checkout leaks in
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
         ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "workdirs", "runs"))
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                          "--no-build-isolation", "-q", "-w", str(build / "dist"), str(src)],
+    # pip's isolated build (setuptools from the package index, as a user's pip does)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                          "-w", str(build / "dist"), str(src)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     wheels = list((build / "dist").glob("seqjax-*.whl"))
