@@ -19,6 +19,8 @@ from seqjax.data.batching import (
     split_text,
 )
 from seqjax.data.bpe_teaching import Merge, apply_merges, learn_merges
+from seqjax.data.corpora import CorpusNotFoundError, resolve_corpus
+from seqjax.data.device import DeviceLMWindows, DeviceStreamChunks
 from seqjax.data.iterators import (
     ArrayIterator,
     BatchIterator,
@@ -81,6 +83,7 @@ from seqjax.data.word2vec import (
 )
 
 __all__ = [
+    "CorpusNotFoundError", "DeviceLMWindows", "DeviceStreamChunks", "resolve_corpus",
     "ArrayIterator", "BatchIterator", "BOS_ID", "CharLMData", "CharTokenizer", "EOS_ID",
     "FIRST_SYMBOL", "HFTokenizer", "LMWindowIterator", "Merge", "PAD_ID", "ResumableIterator",
     "SpecialTokens", "TBPTTIterator", "Tokenizer", "WordTokenizer", "adding_problem",

@@ -57,6 +57,7 @@ from seqjax.train.sharding import (
     tree_shardings,
 )
 from seqjax.train.step import (
+    TrainStep,
     cast_floating,
     create_train_state,
     flax_apply_fn,
@@ -83,7 +84,8 @@ __all__ = [
     "make_eval_step",
     "lm_flops_per_token", "make_lm_eval", "make_lm_loss", "make_mesh", "make_optimizer",
     "make_pmap_train_step",
-    "make_schedule", "make_streams", "make_tbptt_loss", "make_train_step", "masked_cross_entropy",
+    "make_schedule", "make_streams", "make_tbptt_loss", "make_train_step", "TrainStep",
+    "masked_cross_entropy",
     "maybe_initialize_distributed", "nll_to_perplexity", "parse_overrides", "partition_spec",
     "peak_flops_per_device", "perplexity", "plot_curves", "pmap_replicate", "pmap_unreplicate",
     "read_metrics", "replicated", "reset_carry", "restore_params", "shard_batch",
