@@ -61,6 +61,42 @@ PAD, CLS = 0, 1  # classification vocabulary: 0 padding, 1 <cls>, then the chara
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train baselines`` (count models against RNNs and transformers).
+
+    Attributes:
+        ngram_orders: orders ``n`` of the count language models (1 = bag of words).
+        class_orders: orders ``n`` of the count classifiers (1 = naive Bayes).
+        add_k: add-k pseudo-count of every count model (> 0).
+        lm_eval_chars: validation characters scored (the first N of the split).
+        lm_train_chars: use only the first N training characters (0 = the whole split).
+        lm_train_windows: random training windows of ``block_size`` characters drawn for the
+            LSTM and GPT (the default, ``steps`` × ``batch_size``, sees each about once).
+        class_train_pairs: Tatoeba pairs for training (each gives an English and a French
+            sentence).
+        class_test_pairs: Tatoeba pairs for the test accuracy.
+        max_chars: sentences are truncated to this many characters (classification).
+        block_size: window length of the LM networks, in training and scoring (GPT context).
+        hidden: LSTM and GRU width (one layer each).
+        embed_dim: character embedding size of the LSTM and GRU; width ``d`` of both
+            transformers.
+        layers: blocks of both transformers.
+        heads: attention heads of both transformers.
+        steps: optimiser steps of each network.
+        batch_size: windows or sentences per step, over all devices (capped at the training
+            set).
+        learning_rate: peak AdamW learning rate (warm-up, then cosine to 0; no weight decay,
+            clipping at 1.0).
+        warmup_steps: linear warm-up steps (at most ``steps - 1``).
+        seed: pair sample and split, window sampling, initialisation and batch order.
+        log_every: steps between logged records.
+        progress: show a progress bar.
+        data_path: the folder holding ``tinyshakespeare.txt`` and ``fra-eng.txt``; unset =
+            ``$SEQJAX_DATA_DIR``, the user cache, a download, ``shared/data``
+            (``seqjax.data.corpora``).
+        workdir: each network's logs and checkpoints (a subfolder each), ``run.json`` and
+            ``baselines.json``; unset = nothing written.
+    """
+
     ngram_orders: tuple[int, ...] = (1, 2, 3, 5)  # 1 = bag of words (12.28)
     class_orders: tuple[int, ...] = (1, 2, 3)  # 1 = naive Bayes (12.29)-(12.30)
     add_k: float = 0.1

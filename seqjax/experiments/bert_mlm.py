@@ -55,6 +55,37 @@ SPECIALS = SpecialTokens(bos=None, eos=None, sep=None)  # <pad> <unk> <mask> <cl
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train bert_mlm`` (MLM pre-training, then fine-tuning).
+
+    Attributes:
+        num_pairs: use only the first N pairs of ``fra-eng.txt`` (the shortest; 0 = all).
+        test_fraction: fraction of the distinct sentences held out (MLM evaluation and
+            classifier test).
+        min_freq: words seen fewer times in the training sentences become ``<unk>``.
+        layers: encoder blocks.
+        heads: attention heads.
+        dim: model width ``d`` (embeddings and every block).
+        mlp_dim: hidden width of each block's MLP.
+        dropout: dropout rate of the encoder, in both stages.
+        pretrain_steps: MLM optimiser steps.
+        pretrain_batch: sentences per MLM step, over all devices (capped at the training set).
+        pretrain_lr: peak AdamW learning rate of pre-training (warm-up, then cosine to 0;
+            weight decay 0.01, clipping at 1.0).
+        finetune_steps: optimiser steps of each fine-tuning run.
+        finetune_batch: labelled sentences per fine-tuning step, over all devices (capped at
+            the number of labels).
+        finetune_lr: peak AdamW learning rate of fine-tuning (same schedule).
+        n_labels: labelled training sentences of each fine-tuning setting (0 = every
+            training sentence).
+        seeds: fine-tuning seeds (labelled sample, initialisation, batch order, dropout);
+            results are mean ± sd over them.
+        warmup_steps: linear warm-up steps of both stages (at most the stage's steps - 1).
+        log_every: steps between logged records (both stages).
+        progress: show a progress bar during pre-training.
+        workdir: pre-training logs and checkpoint (``pretrain/``), ``run.json``,
+            ``bert_mlm.json`` and ``bert_mlm.png``; unset = nothing written.
+    """
+
     num_pairs: int = 0  # 0 = all pairs of the file
     test_fraction: float = 0.1
     min_freq: int = 2

@@ -69,6 +69,23 @@ SLIDES = {"rnn": ("O(N d²)", "O(N)", "O(N)"), "attention": ("O(N² d)", "O(1)",
 
 @dataclass(frozen=True)
 class Config:
+    """The options of ``seqjax train complexity`` (layers are traced and compiled, not run).
+
+    Attributes:
+        models: layers measured: ``rnn``, ``attention``, ``linear_attention`` and/or ``ssm``.
+        lengths: sequence lengths ``T`` measured.
+        width: model width ``d`` of every layer (also the RNN's state and the SSM's features).
+        heads: heads of attention and linear attention.
+        d_state: the SSM's state size ``N_s``.
+        fit_last: growth exponents are fitted over this many of the largest lengths (2 to
+            the number of lengths).
+        seed: key of the layers' initialisation; only shapes are traced, so the results do
+            not depend on it.
+        workdir: ``complexity.md``, ``complexity.png`` and ``complexity.json``; unset = none.
+        results_dir: also write ``complexity.md`` and ``complexity.png`` here (e.g.
+            ``seqjax/experiments/results``); unset = not.
+    """
+
     models: tuple[str, ...] = MODELS
     lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
     width: int = 64

@@ -63,6 +63,30 @@ LABELS = {
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train digits`` (row-by-row RNNs, a transformer and a ViT).
+
+    Attributes:
+        models: classifiers trained: ``elman``, ``lstm``, ``gru``, ``bilstm``,
+            ``transformer`` and/or ``vit``.
+        seeds: one run of each model per seed (initialisation, batch order); results are
+            mean ± sd over them.
+        test_fraction: fraction of the 1,797 images held out for test (a fixed split).
+        hidden: RNN width (one layer); width ``d`` of the transformer and ViT (MLP ``2d``).
+        layers: transformer and ViT blocks.
+        heads: attention heads (transformer and ViT).
+        patch_size: the ViT's patch side in pixels (must divide 8).
+        batch_size: images per step, over all devices (capped at the training set).
+        steps: optimiser steps of each run.
+        learning_rate: peak AdamW learning rate (warm-up, then cosine to 0).
+        warmup_steps: linear warm-up steps (at most ``steps - 1``).
+        clip_norm: global gradient-norm clip; 0 = none.
+        weight_decay: AdamW's decoupled weight decay (matrices; not vectors, norms or embeddings).
+        log_every: steps between logged records.
+        progress: show a progress bar.
+        workdir: each run's logs and checkpoint (``MODEL_seedS/``), ``run.json``,
+            ``digits.json`` and ``digits_accuracy.png``; unset = nothing written.
+    """
+
     models: tuple[str, ...] = MODELS
     seeds: tuple[int, ...] = (0, 1, 2)
     test_fraction: float = 0.2

@@ -66,6 +66,31 @@ DERIVATIVE_STEPS = 60  # ∂x_T/∂x_0 of the logistic map (float32 autodiff sta
 
 @dataclass(frozen=True)
 class Config:
+    """The options of ``seqjax train dynamics`` (part A: the logistic map; part B: the BPTT bound).
+
+    Attributes:
+        orbit_r: ``r`` of the plotted orbit and cobweb (the slides' 3.5), also of the reported
+            ``λ`` and ``∂x_T/∂x_0``; in [0, 4].
+        orbit_x0: the starting point ``x_0`` (in [0, 1]) of the orbit, the bifurcation diagram
+            and the derivative.
+        orbit_steps: steps of the plotted orbit.
+        r_min: the smallest ``r`` of the bifurcation diagram.
+        r_max: the largest ``r`` of the bifurcation diagram.
+        r_points: values of ``r`` in the diagram (evenly spaced from ``r_min`` to ``r_max``).
+        transient: steps iterated and discarded before states are kept (diagram and ``λ``).
+        keep: states kept per ``r`` after the transient, plotted and averaged for ``λ(r)``
+            (at least 1000 for the reported ``λ`` at ``orbit_r`` and 3.9).
+        hidden: size ``H`` of the hidden state of the random recurrences.
+        input_size: size of the random Gaussian inputs ``x_t``.
+        length: steps ``T`` of each recurrence (the largest distance ``T − t``).
+        norms: spectral norms ``‖W‖`` of the random recurrent matrices, one table row each.
+        activations: ``σ``, each ``tanh``, ``sigmoid`` or ``identity``.
+        trials: random draws (``W``, inputs, ``h_0``) per form, activation and norm.
+        seed: the random draws of part B.
+        workdir: the plots, ``dynamics.md`` and ``dynamics.json``; ``None`` = none of them.
+        results_dir: also write the plots and ``dynamics.md`` here; ``None`` = not.
+    """
+
     # part A: the logistic map
     orbit_r: float = 3.5
     orbit_x0: float = 0.2

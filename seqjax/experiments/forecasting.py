@@ -53,6 +53,29 @@ Array = jax.Array
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train forecasting`` (sunspots, a GRU fed its own forecasts).
+
+    Attributes:
+        train_until: last training year (the series starts in 1700); the later years are
+            the test period.
+        window: years per training window (targets: the same years shifted by one).
+        horizon: years forecast from each test origin by feeding predictions back.
+        hidden: GRU width.
+        ar_order: ``p`` of the AR(p) baseline (least squares on the training years).
+        steps: Adam steps per seed.
+        batch_size: windows per step, over all devices (capped at the number of windows).
+        learning_rate: Adam's learning rate (constant).
+        clip_norm: global gradient-norm clip; 0 = none.
+        seeds: one GRU trained per seed (initialisation and batch order); the RNN's RMSE is
+            the mean ± sd over them.
+        log_every: steps between logged records (``metrics.jsonl``, the progress line).
+        progress: show a progress bar.
+        workdir: ``run.json``, ``seed<N>/`` (each seed's training run: a checkpoint at the
+            end, ``metrics.jsonl``), the plot, ``forecasting.md`` and ``forecasting.json``;
+            ``None`` = nothing written.
+        results_dir: also write the plot and ``forecasting.md`` here; ``None`` = not.
+    """
+
     train_until: int = 1920  # last training year; the rest is the test period
     window: int = 40
     horizon: int = 22  # two solar cycles

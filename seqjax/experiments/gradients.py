@@ -56,6 +56,37 @@ CELLS = ("elman", "lstm", "gru")
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train gradients`` (part A: gradient norms; B: the adding problem).
+
+    Attributes:
+        hidden: hidden units of every cell (parts A and B).
+        distance_steps: sequence length ``T`` of the part A profiles.
+        radii: spectral radii ``ρ`` of ``W_hh = ρQ`` of the Elman profiles.
+        input_size: size of the Gaussian inputs of part A.
+        input_scales: standard deviations of those inputs, one tanh profile each (the first
+            also feeds the LSTM and GRU profiles).
+        profile_batch: sequences averaged per profile (part A and the trained models).
+        gated_at_init: also profile an LSTM (forget bias 1) and a GRU at initialisation.
+        lengths: adding-problem sequence lengths ``T``.
+        cells: the cells trained on the adding problem, each ``elman``, ``lstm`` or ``gru``.
+        clipping: the clipping settings run (``True`` = on, ``False`` = off).
+        no_clip_lengths: the lengths at which the clipping-off runs happen; ``None`` = all.
+        clip_norm: global gradient-norm threshold of the clipping-on runs (and of the
+            ``clipped`` fraction reported).
+        steps: Adam steps per adding-problem run.
+        batch_size: fresh sequences per step, over all devices (the global batch).
+        learning_rate: Adam's learning rate (constant).
+        test_examples: held-out sequences of the test MSE.
+        eval_every: steps between test-MSE evaluations (0 = only at the end).
+        profile_length: the ``T`` whose trained clipping-on models are profiled (a length
+            not in ``lengths``, such as 0, = none).
+        seed: part A's inputs, read-out and initialisation; part B's initialisation and
+            batches (offset per length and cell; the test sets do not depend on it).
+        workdir: ``run.json``, the plots, ``gradients.md`` and ``gradients.json``; ``None`` =
+            nothing written.
+        results_dir: also write the plots and ``gradients.md`` here; ``None`` = not.
+    """
+
     hidden: int = 32
     # part A
     distance_steps: int = 300

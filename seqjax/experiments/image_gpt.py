@@ -59,6 +59,34 @@ TOKENISATIONS = ("pixels", "patches")
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train image_gpt`` (a raster-order transformer on 8×8 digits).
+
+    Attributes:
+        tokens: tokenisations, one model each: ``pixels`` (a token per pixel) or ``patches``
+            (a token per ``patch_size`` × ``patch_size`` patch).
+        pixel_codes: ``K``, grey levels of the ``pixels`` palette (K-means).
+        patch_codes: ``K``, patch vectors of the ``patches`` codebook (K-means).
+        patch_size: side of a ``patches`` token in pixels (must divide 8).
+        layers: transformer blocks.
+        heads: attention heads.
+        embed_dim: model width ``d``.
+        steps: AdamW steps per tokenisation (the cosine schedule ends here).
+        batch_size: images per step, over all devices (the global batch).
+        learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 0).
+        warmup_steps: linear warm-up steps (at most ``steps − 1``).
+        weight_decay: AdamW's decoupled weight decay (weight matrices; not biases, norms
+            or embeddings).
+        num_samples: images sampled per tokenisation (at most 16 are plotted).
+        temperature: sampling temperature.
+        seed: K-means, initialisation, batch order and sampling (the 80/20 split is fixed).
+        log_every: steps between logged records (``metrics.jsonl``, the progress line).
+        progress: show a progress bar.
+        workdir: ``run.json``, ``pixels/`` and ``patches/`` (each training run: a checkpoint
+            at the end, ``metrics.jsonl``), ``image_gpt_samples.png``, ``image_gpt.md`` and
+            ``image_gpt.json``; ``None`` = nothing written.
+        results_dir: also write the plot and ``image_gpt.md`` here; ``None`` = not.
+    """
+
     tokens: tuple[str, ...] = TOKENISATIONS
     pixel_codes: int = 4
     patch_codes: int = 32

@@ -51,6 +51,33 @@ NORMS = ("pre", "post")
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train norm_placement`` (every norm × warm-up pair is one run).
+
+    Attributes:
+        norms: the norm placements to train, from ``pre`` and ``post`` (comma-separated).
+        warmups: the linear warm-up lengths to train each placement with, in steps (0 = none).
+        num_layers: transformer blocks.
+        num_heads: attention heads.
+        embed_dim: model width ``d``.
+        block_size: context length ``T`` of every window (and the position table's length).
+        batch_size: windows per step, over all devices (the global batch).
+        steps: optimiser steps per run (the cosine schedule ends here).
+        learning_rate: peak AdamW learning rate, after the warm-up (β₂ = 0.99).
+        min_lr_ratio: the schedule's final rate as a fraction of the peak.
+        weight_decay: AdamW's decoupled weight decay (matrices; not embeddings or vectors).
+        clip_norm: global gradient-norm clip; 0 = none.
+        eval_batches: random validation windows (batches) for each run's final validation loss.
+        max_chars: use only the corpus's first N characters (0 = all; smoke runs).
+        data_path: the corpus file or its folder; unset = ``$SEQJAX_DATA_DIR``, the user
+            cache, a download, ``shared/data`` (``seqjax.data.corpora``).
+        seed: initialisation and training windows (the same in every run); the validation
+            windows use ``seed + 2``.
+        tag: suffix of the output files' names (``norm_placement{tag}.md``/``.png``/``.json``);
+            letters, digits, ``_``, ``-`` and ``.`` only.
+        workdir: the report, plot, summary (``.json``) and ``run.json``; unset = none written.
+        results_dir: also write the report and the plot here; unset = nowhere else.
+    """
+
     norms: tuple[str, ...] = NORMS
     warmups: tuple[int, ...] = (100, 0)
     num_layers: int = 6

@@ -67,6 +67,38 @@ SHOWCASE = (97, 71, 80, 1997, 2024, 7777)
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train numbers`` (every architecture × seed is one model).
+
+    Attributes:
+        archs: the models to train, from ``gru`` (no attention), ``bahdanau``, ``luong`` and
+            ``transformer`` (comma-separated).
+        seeds: one model per seed and architecture: initialisation, dropout and batch order
+            (the held-out split is fixed).
+        max_number: the numbers ``0 .. max_number - 1`` are translated.
+        test_fraction: fraction of the numbers of each digit count held out (at least one).
+        embed_dim: word-embedding size of the GRU models (the transformer uses ``hidden``).
+        hidden: GRU hidden size, or the transformer's width (its MLP is ``2 × hidden``).
+        transformer_layers: encoder layers and decoder layers, each (``transformer``).
+        heads: attention heads (``transformer``).
+        dropout: dropout rate of every model.
+        batch_size: training pairs per step, over all devices (the global batch; at most the
+            training set).
+        steps: optimiser steps per model (the cosine schedule ends here).
+        learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 5% of it).
+        warmup_steps: linear warm-up steps (at most ``steps - 1``).
+        clip_norm: global gradient-norm clip; 0 = none.
+        eval_every: steps between evaluations of the loss on the held-out numbers (also at
+            the end); 0 = none.
+        beam_size: 1 = greedy search; more = beam search with that many beams.
+        decode_batch: source rows per decoding batch.
+        heatmap_number: the number whose attention weights are plotted (``bahdanau``,
+            ``luong``; first seed); if not below ``max_number``, the first number shown.
+        log_every: steps between logged records (``metrics.jsonl``; printed with ``progress``).
+        progress: show a progress bar and print the log records.
+        workdir: one folder per model (``ARCH_seedS``: checkpoints, logs, loss plot), the
+            plots and ``numbers.json``; rerun to resume; unset = nothing written.
+    """
+
     archs: tuple[str, ...] = ("bahdanau",)
     seeds: tuple[int, ...] = (0,)
     max_number: int = 10000

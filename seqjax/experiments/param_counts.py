@@ -56,6 +56,20 @@ PUBLISHED = {
 
 @dataclass(frozen=True)
 class Config:
+    """The options of ``seqjax train param_counts`` (counting only; nothing is trained).
+
+    Attributes:
+        presets: the model presets counted beside their published numbers (names from
+            ``TRANSFORMER_PRESETS``, ``TRANSFORMER_LM_PRESETS``, ``BERT_PRESETS`` and
+            ``VIT_PRESETS``; comma-separated).
+        vocab_size: ``d_V``, the shared vocabulary of the ``vaswani-base`` breakdown (the
+            other presets keep their own).
+        seed: unused (the parameters are initialised abstractly, with a fixed key).
+        workdir: the report (``param_counts.md``) and the summary (``param_counts.json``);
+            unset = none written.
+        results_dir: also write the report here; unset = nowhere else.
+    """
+
     presets: tuple[str, ...] = ("vaswani-big", "nanogpt-cpu", "nanogpt-shakespeare-char",
                                 "gpt2-small", "bert-base", "bert-large", "vit-base-16")
     vocab_size: int = 37000

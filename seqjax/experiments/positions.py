@@ -69,6 +69,39 @@ SEP = BOS_ID  # the separator between source and target (the decoder's <start>)
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train positions`` (heat maps, then every task × encoding).
+
+    Attributes:
+        medl_dim: MEDL Fig. 7.14's encoding size ``p_e``.
+        medl_length: MEDL Fig. 7.14's number of positions ``T`` (base ``M = 10⁴``).
+        bishop_dim: Bishop Fig. 12.10's encoding size ``D``.
+        bishop_base: Bishop Fig. 12.10's base ``L``.
+        bishop_length: Bishop Fig. 12.10's number of positions ``N``.
+        tasks: the ablation's tasks, from ``reverse`` and ``sort`` (comma-separated).
+        positions: the encodings compared, from ``none``, ``sinusoidal``, ``learned`` and
+            ``rope`` (comma-separated).
+        num_symbols: distinct symbols a source sequence is drawn from.
+        train_max_length: training source lengths are ``1 .. train_max_length``.
+        test_max_length: test source lengths are ``1 .. test_max_length`` (at least
+            ``train_max_length``).
+        test_per_length: test sequences per source length.
+        embed_dim: model width ``d`` (the MLP is ``4d``).
+        num_heads: attention heads.
+        num_layers: transformer blocks.
+        steps: optimiser steps per model (the cosine schedule ends here).
+        batch_size: sequences per step, over all devices (the global batch).
+        learning_rate: peak AdamW learning rate, after the warm-up (weight decay 0.01,
+            clipping at 1.0).
+        warmup_steps: linear warm-up steps.
+        seed: base of each model's seed (initialisation, training and test sequences; each
+            task and encoding adds its own offset).
+        keep_previous: report the runs in ``workdir/positions.json`` that this run does not
+            redo (their settings must match).
+        workdir: the report, plots, summary (``positions.json``) and ``run.json``; unset =
+            none written.
+        results_dir: also write the report and the plots here; unset = nowhere else.
+    """
+
     # heat maps
     medl_dim: int = 768
     medl_length: int = 4000

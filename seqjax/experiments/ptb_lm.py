@@ -98,6 +98,40 @@ ZAREMBA_SMALL_VALID_PPL = 120.7
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train ptb_lm`` (defaults: Zaremba et al.'s small LSTM).
+
+    Attributes:
+        hidden_size: LSTM width and embedding size.
+        num_layers: stacked LSTM layers.
+        dropout: rate on the embeddings, between layers and before the output layer.
+        recurrent_bias: two biases per LSTM gate (``main.lua``'s i2h and h2h); false = one.
+        init_scale: every parameter is drawn from ``U(-init_scale, init_scale)`` (> 0).
+        batch_size: contiguous streams the training split is cut into (rows per step, over
+            all devices); the validation split is read in as many rows.
+        num_steps: tokens per window: truncated BPTT's unroll length ``k``.
+        epochs: passes over the training split (validation and test after each).
+        max_epoch: the learning rate is multiplied by ``lr_decay`` after every epoch
+            ``e > max_epoch`` (epochs ``1 .. max_epoch + 1`` run at the full rate).
+        lr_decay: the factor applied to the learning rate after each epoch past ``max_epoch``.
+        learning_rate: SGD learning rate (for the loss summed over the window with
+            ``sum_over_time``).
+        clip_norm: global gradient-norm clip (for the summed loss with ``sum_over_time``).
+        sum_over_time: ``learning_rate`` and ``clip_norm`` are Zaremba's for the loss summed
+            over the ``num_steps`` tokens (run as ``k · lr`` and ``clip / k`` on the mean loss);
+            false = used as given on the mean loss.
+        steps: stop after this many optimiser steps; 0 = run all ``epochs``.
+        test_batch_size: streams the test split is read in (1 = one stream).
+        eval_chunk_tokens: tokens per evaluation window over all rows (memory and speed only).
+        max_tokens: use only each split's first N tokens (0 = all; smoke runs).
+        seed: initialisation and dropout (the data order is fixed).
+        log_every: steps between logged records (``metrics.jsonl``; the train perplexity
+            averages the logged steps).
+        print_every: steps between printed progress lines; 0 = none.
+        progress: show a progress bar.
+        workdir: checkpoints, ``metrics.jsonl``, ``ptb_lm.json`` and ``ptb_lm.md``; rerun to
+            resume; unset = nothing written.
+    """
+
     hidden_size: int = 200
     num_layers: int = 2
     dropout: float = 0.0

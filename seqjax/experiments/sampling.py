@@ -55,6 +55,29 @@ STRATEGIES = ("greedy", "beam4", "temp0.5", "temp0.8", "temp1.0", "temp1.5", "to
 
 @dataclass(frozen=True)
 class Config:
+    """The options of ``seqjax train sampling``: the character LM, the prompts, the strategies.
+
+    Attributes:
+        lm_workdir: the ``char_lm`` work dir to read the model from (it must hold
+            ``checkpoints/`` and ``experiment.json``); ``""`` = always train a small LM here.
+        fallback_steps: training steps of the char LM trained here when ``lm_workdir``
+            holds none.
+        fallback_max_chars: that LM trains on the corpus's first N characters (0 = all of
+            Tiny Shakespeare).
+        fallback_smoke: train ``char_lm``'s ``smoke`` preset instead (seconds, for CI; the
+            two ``fallback_*`` settings above are then unused).
+        strategies: decoding strategies, a comma list of ``greedy``, ``beamK`` (beam width
+            K), ``tempT`` (temperature T), ``topkK`` (top-k) and ``toppP`` (nucleus mass P).
+        num_prompts: prompts, each from the start of a random line of the validation text.
+        prompt_chars: characters per prompt.
+        new_chars: characters each strategy generates per prompt (and the length of the
+            true continuation scored as ``human``).
+        seed: the choice of prompts and the sampling key.
+        workdir: ``sampling.png``, ``samples.md``, ``sampling.json`` and the fallback LM
+            (in ``WORKDIR/char_lm``); ``None`` = write nothing (``lm_workdir`` must then
+            hold a model).
+    """
+
     lm_workdir: str = "workdirs/char_lm"  # "" = always train a small LM here
     fallback_steps: int = 1000
     fallback_max_chars: int = 0  # 0 = all of Tiny Shakespeare

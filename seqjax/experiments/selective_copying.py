@@ -84,7 +84,41 @@ PAPER_TABLE1 = {
 
 @dataclasses.dataclass(frozen=True)
 class Config(ParallelOptions):
-    """The runs (tasks × models, or an explicit list), their sizes and optimisation."""
+    """The runs (tasks × models, or an explicit list), their sizes and optimisation.
+
+    Attributes:
+        tasks: comma list of ``selective_copying`` and ``associative_recall``.
+        models: comma list of ``lstm``, ``transformer``, ``linear``, ``mamba`` and
+            ``mamba-lti``; every task is run with every model.
+        runs: an explicit comma list of ``task:model`` runs; overrides ``tasks`` ×
+            ``models`` when set (``""`` = use them).
+        d_model: model width ``d`` (the embedding and every layer).
+        num_layers: LSTM layers, transformer blocks or Mamba blocks.
+        num_heads: attention heads (``transformer``, ``linear``).
+        d_state: SSM state size ``N`` per channel (``mamba``, ``mamba-lti``).
+        scan_impl: the Mamba scan: ``sequential`` (``lax.scan``) or ``associative``
+            (``lax.associative_scan``).
+        steps: training steps of every run; ``None`` = ``DEFAULT_STEPS`` of the task (1500).
+        batch: sequences per step over all devices (the global batch), fresh every step.
+        learning_rate: peak AdamW rate (weight decay 0.01, gradient clip 1.0), after the
+            warm-up; cosine decay to 0 at the last step.
+        warmup: linear warm-up steps.
+        eval_examples: held-out examples of the final evaluation.
+        seed: initialisation and training batches (the held-out set uses 10,000 + seed).
+        seq_len: noise positions ``L`` before the markers (selective copying).
+        num_tokens: content tokens ``K`` to copy, then as many markers (at most ``seq_len``).
+        num_symbols: distinct content symbols (vocabulary ``num_symbols + 3``).
+        num_pairs: key–value pairs per example (associative recall; at most ``num_keys``).
+        num_keys: distinct key ids.
+        num_values: distinct value ids.
+        fast_compile: compile at XLA backend optimisation level 0 (LLVM -O0): faster
+            compiles, slower steps (smoke runs).
+        out: write the markdown report to this file; ``None`` = print it only.
+        json_out: write every run's raw results to this JSON file (after each run);
+            ``None`` = none.
+        workdir: ``run.json``, and each run's checkpoint and ``metrics.jsonl`` in
+            ``WORKDIR/TASK_MODEL``; ``None`` = write nothing.
+    """
 
     tasks: str = "selective_copying,associative_recall"  # comma list of TASKS
     models: str = "lstm,transformer,linear,mamba,mamba-lti"  # comma list of MODELS

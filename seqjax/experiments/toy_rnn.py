@@ -52,6 +52,20 @@ SENTENCE = "the mathematical engineering of deep learning".split()
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train toy_rnn`` (defaults: MEDL §7.2's network).
+
+    Attributes:
+        hidden: hidden units ``m`` of the sigmoid Elman RNN.
+        steps: Adam steps, each on the whole sentence.
+        learning_rate: Adam's learning rate (constant).
+        seed: parameter initialisation.
+        log_every: steps between logged records (the printed lines, ``metrics.jsonl``).
+        checkpoint_every: steps between checkpoints (with a ``workdir``); 0 = only at the end.
+        progress: show a progress bar.
+        workdir: checkpoints, ``metrics.jsonl``, curves and ``toy_rnn.json``; ``None`` =
+            write nothing; rerun to resume.
+    """
+
     hidden: int = 20
     steps: int = 2000
     learning_rate: float = 0.05

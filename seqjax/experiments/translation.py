@@ -88,6 +88,43 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 @dataclass(frozen=True)
 class Config(ParallelOptions):
+    """The options of ``seqjax train translation``: the models, the data, training, decoding.
+
+    Attributes:
+        archs: comma list of ``gru``, ``bahdanau``, ``luong`` and ``transformer``.
+        seeds: one run of every arch per seed (initialisation, dropout, batch order; the
+            train/test split does not change).
+        num_pairs: use the file's first N pairs (the shortest, as d2l); 0 = every pair.
+        test_fraction: share of the distinct English sentences held out, with all their
+            translations (the BLEU references).
+        min_freq: words seen fewer times in the training pairs become ``<unk>``.
+        max_tgt_len: drop pairs whose French has more than N tokens (words and punctuation);
+            decoding stops after N + 1 tokens.
+        embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden``).
+        hidden: GRU hidden size; the transformer's width ``d`` (MLP ``2·d``).
+        transformer_layers: encoder blocks and decoder blocks, each (``transformer``).
+        heads: attention heads (``transformer``).
+        dropout: dropout rate in training (GRU models: embeddings and decoder outputs).
+        batch_size: pairs per step over all devices (the global batch).
+        steps: optimiser steps of every run (the cosine schedule ends here).
+        learning_rate: peak AdamW rate, after the warm-up; cosine decay to 5% of it.
+        warmup_steps: linear warm-up steps (at most ``steps`` − 1).
+        clip_norm: global gradient-norm clip; 0 = none.
+        eval_every: steps between validation losses on the held-out pairs (first reference
+            each); 0 = none.
+        beam_size: beam width of the decoding (length-normalised); 1 = greedy.
+        decode_batch: sentences per decoding call (rows repeated to fill the last).
+        max_test: held-out source sentences translated for BLEU (the first N, sorted);
+            0 = all.
+        heatmap_sentence: the English sentence whose attention weights are plotted
+            (``bahdanau``, ``luong``; first seed; needs a ``workdir``).
+        log_every: steps between logged records.
+        progress: show a progress bar.
+        workdir: ``run.json``, plots, ``translation.json`` and each run's checkpoint and
+            ``metrics.jsonl`` in ``WORKDIR/ARCH_seedS``; ``None`` = write nothing; rerun to
+            resume.
+    """
+
     archs: tuple[str, ...] = ARCHS
     seeds: tuple[int, ...] = (0, 1, 2)
     num_pairs: int = 0  # 0 = every pair of the file; else the first (shortest) N, as d2l
