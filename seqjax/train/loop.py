@@ -49,6 +49,15 @@ Metrics stay on the device between logged steps (the host runs at most 8 steps a
 and are fetched together at log, eval and checkpoint steps, where every one of them is
 checked for NaN/inf — so a non-finite value is reported, with its step, at the next
 logged step at the latest, and no checkpoint is ever written after it.
+
+**Keeping the devices busy.** ``FitConfig(steps_per_call=k)`` runs ``k`` steps per jitted
+call (:meth:`~seqjax.train.step.TrainStep.steps`); a ``train_data`` with
+``device_batch`` (:class:`seqjax.data.device.DeviceLMWindows`,
+:class:`~seqjax.data.device.DeviceStreamChunks`) has its batches drawn inside the call
+from the step number (:meth:`~seqjax.train.step.TrainStep.steps_from`: nothing crosses from
+the host; ids checked once); host batches are otherwise prepared by a background thread
+``prefetch`` batches ahead on accelerators. The cost of each, measured:
+``python -m benchmarks loop`` (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations

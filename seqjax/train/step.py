@@ -513,7 +513,10 @@ class TrainStep:
         return self.unchecked(state, batch)
 
     def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, ...
-        return getattr(self.__dict__["unchecked"], name)
+        unchecked = self.__dict__.get("unchecked")
+        if unchecked is None:  # not built yet (e.g. while copying)
+            raise AttributeError(name)
+        return getattr(unchecked, name)
 
     def steps(self, k: int) -> Callable[..., Any]:
         """The jitted ``(state, batches) -> (state, metrics[k])`` of ``k`` steps over the
