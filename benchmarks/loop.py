@@ -190,6 +190,11 @@ def _skip(data: Any, start: int) -> Any:
     return data
 
 
+# Spans of XLA:CPU's runtime and of jax's dispatch in a host trace (not operations).
+_HOST_WRAPPERS = ("ThunkExecutor", "PjitFunction", "SlinkyThreadPool", "CommonPjRt",
+                  "PythonRefManager", "PjRt", "TfrtCpu")
+
+
 def kernel_profile(s: Setup, h: _Holder, steps: int = 5, top: int = 15) -> str:
     """The ``top`` device operations of the compiled step by time per step, from a
     ``jax.profiler`` trace of ``steps`` steps (its Perfetto export, read with ``json``);
@@ -221,20 +226,35 @@ def kernel_profile(s: Setup, h: _Holder, steps: int = 5, top: int = 15) -> str:
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name"}
-    device = [p for p, n in names.items() if "/device:" in n] or list(names)
+    device = [p for p, n in names.items() if "/device:" in n]
+    host_only = not device  # XLA:CPU: the operations run on the host's threads
+    if host_only:
+        device = list(names)
     total: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
+    executor = 0.0
     for e in events:
-        if e.get("ph") == "X" and e.get("pid") in device and "dur" in e:
-            total[e["name"]] += e["dur"]
-            count[e["name"]] += 1
+        if e.get("ph") != "X" or e.get("pid") not in device or "dur" not in e:
+            continue
+        name = e["name"]
+        if host_only and name == "ThunkExecutor::Execute (wait for completion)":
+            executor += e["dur"]
+        if host_only and (name.startswith("$") or name.startswith(_HOST_WRAPPERS)):
+            continue  # Python frames and the runtime's own spans, not operations
+        total[name] += e["dur"]
+        count[name] += 1
     busy = sum(total.values()) / steps / 1e3
     rows = [[name[:80], f"{us / steps / 1e3:.3f}", f"{count[name] // steps}"]
             for name, us in total.most_common(top)]
     where = ", ".join(sorted({names[p] for p in device}))
-    return (f"Device operations of the compiled step ({where}; sum of their durations "
-            f"{busy:.3f} ms per step over {steps} steps):\n\n"
-            + harness.markdown_table(["operation", "ms/step", "calls/step"], rows))
+    head = (f"Operations of the compiled step ({where}; the sum of their durations is "
+            f"{busy:.3f} ms per step over {steps} steps")
+    if host_only:
+        head += (f"; the executor's wall time per call is {executor / steps / 1e3:.3f} ms — the "
+                 "difference is the runtime's own time between operations, or operations "
+                 "running side by side on the two threads")
+    return head + "):\n\n" + harness.markdown_table(["operation", "ms/step", "calls/step"],
+                                                     rows)
 
 
 def run(argv: Sequence[str], steps: int, k: int, null_only: bool = False,

@@ -45,7 +45,8 @@ iterations) is reported too. The last line printed is
 ``nanogpt_loop: ms/iter M; steps/s S``.
 
 Run: ``python -m benchmarks nanogpt_loop [--smoke] [--steps N] [--device cpu|cuda]
-[--data PATH] [--preset gpu|cpu]``; :func:`run_loop` does the same from Python.
+[--data PATH] [--preset gpu|cpu] [--profile]`` (``--profile``: the top operators of a
+``torch.profiler`` trace of the whole run); :func:`run_loop` does the same from Python.
 """
 
 from __future__ import annotations
@@ -313,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
                          "checkout; random tokens without one)")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
     ap.add_argument("--quiet", action="store_true", help="no per-iteration loss lines")
+    ap.add_argument("--profile", action="store_true",
+                    help="run under torch.profiler and print the top operators by self time "
+                         "(the timings then include the profiler's overhead)")
     args = ap.parse_args(argv)
 
     if not harness.torch_available():
@@ -335,8 +339,20 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--data: no file {args.data}")
     harness.configure_threads(args.threads)
 
-    res = run_loop(preset, steps, device, args.data, warmup,
-                   log=None if args.quiet else print)
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + (
+            [ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            res = run_loop(preset, steps, device, args.data, warmup,
+                           log=None if args.quiet else print)
+        sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+        print(f"nanogpt_loop: torch.profiler over all {steps} iterations, by {sort}:")
+        print(prof.key_averages().table(sort_by=sort, row_limit=20))
+    else:
+        res = run_loop(preset, steps, device, args.data, warmup,
+                       log=None if args.quiet else print)
     if args.quiet:
         print(f"nanogpt_loop: data {res['data']}")
     print(f"nanogpt_loop: preset {preset}, device {res['device']}, {steps} iterations, "
