@@ -93,7 +93,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _shared_dirs() -> list[Path]:
+def shared_data_dirs() -> list[Path]:
     """``shared/data`` beside the checkout holding this package, then beside the current
     folder (a development setup)."""
     repo = Path(__file__).resolve().parents[2]
@@ -184,7 +184,7 @@ def resolve_corpus(filename: str, path: str | os.PathLike | None = None, *,
             tried.append(f"the download from {source.url} ({type(err).__name__}: {err})")
     elif source is not None and source.url is None:
         tried.append("a download (this file has no canonical source)")
-    for folder in _shared_dirs():
+    for folder in shared_data_dirs():
         p = folder / filename
         if p.is_file():
             return p

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from seqjax.data.batching import split_text
-from seqjax.data.corpora import CORPORA, DATA_DIR_ENV, resolve_corpus
+from seqjax.data.corpora import CORPORA, DATA_DIR_ENV, resolve_corpus, shared_data_dirs
 from seqjax.data.loading import load_parallel
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens
 
@@ -630,8 +630,7 @@ def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
             f"{DATA_DIR_ENV} at the folder holding the corpora, or pass `hub_name=` to load "
             "from the Hugging Face hub."
         )
-    repo = Path(__file__).resolve().parents[2]
-    candidates = [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    candidates = shared_data_dirs()
     for c in candidates:
         if c.is_dir():
             return c

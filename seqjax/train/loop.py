@@ -530,8 +530,8 @@ def fit(
         return s % cfg.log_every == 0 or s == first_end or s == cfg.num_steps
 
     def flush(pending: list[tuple[int, int, Any]]) -> dict | None:
-        """Fetch the pending calls' metrics (one transfer), check every step's in order,
-        and return the record of the last step if it is logged."""
+        """Fetch the pending calls' metrics (all transfers started together), check every
+        step's in order, and return the record of the last step if it is logged."""
         fetched = host_value([m for _, _, m in pending])  # every transfer started at once
         for (s_end, n, _), m_host in zip(pending, fetched):
             for j in range(n):  # a call of n steps returns every metric stacked on [n]
@@ -595,16 +595,13 @@ def fit(
 
     depth = cfg.prefetch if cfg.prefetch is not None else (
         0 if jax.default_backend() == "cpu" else 2)
-    prefetcher = None
-    if depth and not device_source and start < cfg.num_steps:
-        prefetcher = _Prefetcher(host_batch, lambda i: _data_state(train_data, i), start,
-                                 cfg.num_steps, depth)
-    next_batch = host_batch if prefetcher is None else prefetcher.get
+    prefetcher = None  # started inside the try below, so that `finally` always stops it
 
     def run_call(state: TrainState, s: int, n: int) -> tuple[TrainState, Any]:
         """Steps ``s + 1 .. s + n`` in one jitted call."""
         if device_source:
             return train_step.steps_from(train_data, n)(state, train_data.arrays)
+        next_batch = host_batch if prefetcher is None else prefetcher.get
         if k == 1:
             return run_step(state, next_batch(s))
         batches = tuple(next_batch(i) for i in range(s, s + n))
@@ -612,12 +609,15 @@ def fit(
 
     status = "completed"
     frozen = cfg.freeze_gc and gc.isenabled()
-    if frozen:
-        gc.collect()
-        gc.freeze()
     in_flight = max(1, _MAX_IN_FLIGHT // k)
     with SignalGuard(cfg.handle_signals) as guard:
         try:
+            if frozen:
+                gc.collect()
+                gc.freeze()
+            if depth and not device_source and start < cfg.num_steps:
+                prefetcher = _Prefetcher(host_batch, lambda i: _data_state(train_data, i),
+                                         start, cfg.num_steps, depth)
             pending: list[tuple[int, int, Any]] = []
             s = start
             while s < cfg.num_steps:

@@ -494,7 +494,7 @@ class TrainStep:
         self.batch_sharding = batch_sharding
         self.donate = donate
         self.mesh = None if batch_sharding is None else batch_sharding.mesh
-        self._compiled: dict[Any, Callable[..., Any]] = {}
+        self._compiled: dict[Any, Any] = {}  # jitted runs (with the source they read)
         self.unchecked = self._jit(step_fn, self.batch_sharding)
         self.__wrapped__ = self.unchecked
 

@@ -45,7 +45,7 @@ def places(tmp_path, monkeypatch):
     monkeypatch.delenv(corpora.DATA_DIR_ENV, raising=False)
     shared = tmp_path / "shared"
     shared.mkdir()
-    monkeypatch.setattr(corpora, "_shared_dirs", lambda: [shared])
+    monkeypatch.setattr(corpora, "shared_data_dirs", lambda: [shared])
     return tmp_path
 
 
@@ -105,7 +105,7 @@ def test_a_corpus_without_a_canonical_source_says_so(places):
 
 
 def test_tiny_shakespeare_checksum_is_the_shared_copy():
-    shared = [d / "tinyshakespeare.txt" for d in corpora._shared_dirs()]
+    shared = [d / "tinyshakespeare.txt" for d in corpora.shared_data_dirs()]
     shared = [p for p in shared if p.is_file()]
     if not shared:
         pytest.skip("no shared copy of the corpus")

@@ -223,8 +223,7 @@ def test_find_data_dir_resolution(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         tiny_shakespeare(tmp_path / "missing.txt")
     monkeypatch.delenv(tasks.DATA_DIR_ENV)
-    monkeypatch.setattr(tasks, "__file__", str(tmp_path / "a" / "b" / "c" / "tasks.py"))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tasks, "shared_data_dirs", lambda: [tmp_path / "no" / "shared"])
     with pytest.raises(FileNotFoundError, match="no offline data folder found"):
         find_data_dir()
 
