@@ -25,10 +25,12 @@ Parameter names: ``token_embed/embedding``, ``pos_embed/embedding``,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from seqjax._checks import check_bool, check_integer, check_rank
@@ -110,6 +112,7 @@ def mlm_mask(
     select_rate: float = 0.15,
     mask_rate: float = 0.8,
     random_rate: float = 0.1,
+    special_ids: Sequence[int] | None = None,
 ) -> tuple[Array, Array]:
     r"""BERT's masked-language-model corruption (Bishop §12.3.3; Devlin et al. 2018).
 
@@ -119,12 +122,30 @@ def mlm_mask(
     ``random_rate`` (10%), and kept otherwise (10%). The model must predict the
     original token at every selected position, whatever its input became.
 
+    **Random replacements and special tokens.** By default the random token is drawn
+    from the whole vocabulary, special tokens (``<pad>``, ``<cls>``, ``<sep>``,
+    ``<mask>``) included. That is what BERT does: the paper says only "a random token"
+    (Devlin et al. 2018, §3.1 and App. A.1), and the reference implementation
+    (google-research/bert, ``create_pretraining_data.py``) draws
+    ``vocab_words[rng.randint(0, len(vocab_words) - 1)]`` — every vocabulary entry, as
+    Hugging Face's ``DataCollatorForLanguageModeling`` does too. With a large vocabulary
+    the chance of a special is negligible (5 in 30,522 for BERT-base); with a small one
+    it is not (with 4 specials among 20 ids, one random draw in 5 is a special, an input
+    the model never sees at a real word's place outside pre-training), so ``special_ids``
+    draws the random token uniformly from the other ids instead (as fairseq's
+    ``MaskTokensDataset`` does), e.g. ``special_ids=(pad, cls, mask)``. The default stays
+    BERT's, so existing callers are unchanged; with ``mask_id`` among ``special_ids`` the
+    ``<mask>`` share of the selected tokens is exactly ``mask_rate``.
+
     Args:
         key: PRNG key (the result is a deterministic function of it).
         tokens_BxT: integer token ids.
         vocab_size: range of the random replacements.
         mask_id: the ``<mask>`` id.
         maskable_BxT: ``bool[B, T]``; False for padding and special tokens (``<class>``).
+        select_rate, mask_rate, random_rate: the 15% / 80% / 10% above.
+        special_ids: ids in ``[0, vocab_size)`` never drawn as random replacements
+            (``None``: draw from the whole vocabulary, as BERT's reference code).
 
     Returns:
         ``(inputs_BxT, selected_BxT)``: the corrupted tokens and the boolean
@@ -139,14 +160,39 @@ def mlm_mask(
     """
     check_rank(tokens_BxT, "tokens", 2)
     check_integer(tokens_BxT, "tokens")
-    for name, rate in (("select_rate", select_rate), ("mask_rate", mask_rate),
-                       ("random_rate", random_rate)):
+    for name, rate in (
+        ("select_rate", select_rate),
+        ("mask_rate", mask_rate),
+        ("random_rate", random_rate),
+    ):
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"`{name}` must be in [0, 1]; got {rate}.")
     if mask_rate + random_rate > 1.0:
         raise ValueError(
             f"`mask_rate + random_rate` must be <= 1; got {mask_rate} + {random_rate}."
         )
+    if (
+        isinstance(vocab_size, bool)
+        or not isinstance(vocab_size, int | np.integer)
+        or vocab_size < 1
+    ):
+        raise ValueError(f"`vocab_size` must be a positive int; got {vocab_size!r}.")
+    allowed = None
+    if special_ids is not None:
+        specials = np.asarray(list(special_ids))
+        if specials.size and not np.issubdtype(specials.dtype, np.integer):
+            raise TypeError(f"`special_ids` must be integer token ids; got {list(special_ids)!r}.")
+        if specials.size and (specials.min() < 0 or specials.max() >= vocab_size):
+            raise ValueError(
+                f"`special_ids` must lie in [0, vocab_size = {vocab_size}); got "
+                f"{sorted(specials.tolist())}."
+            )
+        allowed = np.setdiff1d(np.arange(vocab_size), specials)
+        if allowed.size == 0:
+            raise ValueError(
+                f"`special_ids` exclude every id of the vocabulary of {vocab_size}; "
+                "no token is left to draw as a random replacement."
+            )
     tokens_BxT = jnp.asarray(tokens_BxT)
     k_select, k_kind, k_random = jax.random.split(key, 3)
     selected_BxT = jax.random.bernoulli(k_select, select_rate, tokens_BxT.shape)
@@ -154,10 +200,18 @@ def mlm_mask(
         check_bool(maskable_BxT, "maskable")
         selected_BxT = selected_BxT & maskable_BxT
     u_BxT = jax.random.uniform(k_kind, tokens_BxT.shape)
-    random_tokens = jax.random.randint(k_random, tokens_BxT.shape, 0, vocab_size,
-                                       dtype=tokens_BxT.dtype)
-    replaced = jnp.where(u_BxT < mask_rate, jnp.asarray(mask_id, tokens_BxT.dtype),
-                         jnp.where(u_BxT < mask_rate + random_rate, random_tokens, tokens_BxT))
+    if allowed is None:
+        random_tokens = jax.random.randint(
+            k_random, tokens_BxT.shape, 0, vocab_size, dtype=tokens_BxT.dtype
+        )
+    else:  # uniform over the non-special ids
+        pick = jax.random.randint(k_random, tokens_BxT.shape, 0, allowed.size)
+        random_tokens = jnp.asarray(allowed, tokens_BxT.dtype)[pick]
+    replaced = jnp.where(
+        u_BxT < mask_rate,
+        jnp.asarray(mask_id, tokens_BxT.dtype),
+        jnp.where(u_BxT < mask_rate + random_rate, random_tokens, tokens_BxT),
+    )
     return jnp.where(selected_BxT, replaced, tokens_BxT), selected_BxT
 
 
@@ -215,49 +269,64 @@ class Bert(nn.Module):
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         dense = lambda n, name: Dense(n, kernel_init=init, name=name, **kw)  # noqa: E731
 
-        token_embed = Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
-                               name="token_embed", **kw)
+        token_embed = Embed(
+            cfg.vocab_size, cfg.embed_dim, embedding_init=init, name="token_embed", **kw
+        )
         x_BxTxD = token_embed(tokens_BxT)
-        x_BxTxD = LearnedPositionalEmbedding(cfg.max_len, embedding_init=init, name="pos_embed",
-                                             **kw)(x_BxTxD)
+        x_BxTxD = LearnedPositionalEmbedding(
+            cfg.max_len, embedding_init=init, name="pos_embed", **kw
+        )(x_BxTxD)
         if cfg.type_vocab_size > 0:
             if token_types_BxT is None:
                 token_types_BxT = jnp.zeros((batch, num_steps), jnp.int32)
             token_types_BxT = check_tokens(token_types_BxT, "token_types", cfg.type_vocab_size)
-            x_BxTxD = x_BxTxD + Embed(cfg.type_vocab_size, cfg.embed_dim, embedding_init=init,
-                                         name="type_embed", **kw)(token_types_BxT)
+            x_BxTxD = x_BxTxD + Embed(
+                cfg.type_vocab_size, cfg.embed_dim, embedding_init=init, name="type_embed", **kw
+            )(token_types_BxT)
         elif token_types_BxT is not None:
             raise ValueError("`token_types` given but the config has type_vocab_size=0.")
         x_BxTxD = LayerNorm(cfg.norm_epsilon, name="embed_norm", **kw)(x_BxTxD)
         x_BxTxD = nn.Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
-        attn_drop = cfg.dropout_rate if cfg.attention_dropout_rate is None else \
-            cfg.attention_dropout_rate
+        attn_drop = (
+            cfg.dropout_rate if cfg.attention_dropout_rate is None else cfg.attention_dropout_rate
+        )
         z_BxTxD = TransformerEncoder(
-            num_heads=cfg.num_heads, num_layers=cfg.num_layers, mlp_dim=cfg.mlp_dim,
-            norm=cfg.norm, activation=cfg.activation, norm_epsilon=cfg.norm_epsilon,
-            dropout_rate=cfg.dropout_rate, attention_dropout_rate=attn_drop,
-            implementation=cfg.implementation, scan_layers=cfg.scan_layers, remat=cfg.remat,
-            kernel_init=init, name="encoder", **kw,
+            num_heads=cfg.num_heads,
+            num_layers=cfg.num_layers,
+            mlp_dim=cfg.mlp_dim,
+            norm=cfg.norm,
+            activation=cfg.activation,
+            norm_epsilon=cfg.norm_epsilon,
+            dropout_rate=cfg.dropout_rate,
+            attention_dropout_rate=attn_drop,
+            implementation=cfg.implementation,
+            scan_layers=cfg.scan_layers,
+            remat=cfg.remat,
+            kernel_init=init,
+            name="encoder",
+            **kw,
         )(x_BxTxD, lengths=lengths, deterministic=deterministic)
 
         out: dict[str, Array] = {"hidden": z_BxTxD}
         if cfg.mlm_head:
             h_BxTxD = get_activation(cfg.activation)(dense(cfg.embed_dim, "mlm_dense")(z_BxTxD))
             h_BxTxD = LayerNorm(cfg.norm_epsilon, name="mlm_norm", **kw)(h_BxTxD)
-            mlm_bias = self.param("mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,),
-                                  self.param_dtype)
+            mlm_bias = self.param(
+                "mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,), self.param_dtype
+            )
             out["mlm_logits"] = (flat_attend(token_embed, h_BxTxD) + mlm_bias).astype(jnp.float32)
         # The first ([CLS]) position; an empty sequence pools to zeros like a row of length 0.
-        first_BxD = z_BxTxD[:, 0] if num_steps else jnp.zeros((batch, cfg.embed_dim),
-                                                              z_BxTxD.dtype)
+        first_BxD = z_BxTxD[:, 0] if num_steps else jnp.zeros((batch, cfg.embed_dim), z_BxTxD.dtype)
         if cfg.pooler:
             first_BxD = jnp.tanh(dense(cfg.embed_dim, "pooler")(first_BxD))
             out["pooled"] = first_BxD
         drop = nn.Dropout(cfg.dropout_rate)
         if cfg.num_classes is not None:
             out["class_logits"] = dense(cfg.num_classes, "classifier")(
-                drop(first_BxD, deterministic=deterministic)).astype(jnp.float32)
+                drop(first_BxD, deterministic=deterministic)
+            ).astype(jnp.float32)
         if cfg.num_tags is not None:
             out["tag_logits"] = dense(cfg.num_tags, "tagger")(
-                drop(z_BxTxD, deterministic=deterministic)).astype(jnp.float32)
+                drop(z_BxTxD, deterministic=deterministic)
+            ).astype(jnp.float32)
         return out

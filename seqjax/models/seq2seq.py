@@ -24,6 +24,13 @@ target. Variants (``context``):
     :math:`\tilde h^{⟨t⟩} = \tanh(W_c [u^{⟨t⟩}; s^{⟨t⟩}])`, :math:`\hat y^{⟨t⟩} = g(\tilde h^{⟨t⟩})`
     (Luong et al. 2015; scores of MEDL (7.21)).
 
+    **Input feeding is left out.** Luong et al. (2015, §3.3) also feed the previous
+    attentional vector back into the next step, :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩},
+    [y^{⟨t-1⟩}; \tilde h^{⟨t-1⟩}])`; here the Luong decoder's input is
+    :math:`y^{⟨t-1⟩}` alone, so :math:`\tilde h^{⟨t⟩}` reaches only the output layer and
+    past alignments are not seen by later steps (the models of their Table 1 without
+    "feed input").
+
 **Output layer** (``output_context``): by default the output layer of ``"every_step"`` and
 ``"bahdanau"`` also sees the context, as above (Cho et al. 2014; Bahdanau et al. 2015,
 App. A). ``output_context=False`` computes it on the decoder state alone,
@@ -125,8 +132,9 @@ def reverse_sequences(x_BxT: Array, lengths_B: Array | None) -> Array:
     t_T = jnp.arange(num_steps, dtype=jnp.int32)
     if lengths_B is None:
         return x_BxT[:, ::-1]
-    idx_BxT = jnp.where(t_T[None] < lengths_B[:, None], lengths_B[:, None] - 1 - t_T[None],
-                        t_T[None])
+    idx_BxT = jnp.where(
+        t_T[None] < lengths_B[:, None], lengths_B[:, None] - 1 - t_T[None], t_T[None]
+    )
     idx = idx_BxT.reshape(idx_BxT.shape + (1,) * (x_BxT.ndim - 2))
     return jnp.take_along_axis(x_BxT, idx, axis=1)
 
@@ -138,8 +146,8 @@ def _carry_h(carry: Carry) -> Array:
 
 def _select(valid_B: Array, new: Any, old: Any) -> Any:
     return jax.tree_util.tree_map(
-        lambda a, b: jnp.where(valid_B.reshape(valid_B.shape + (1,) * (a.ndim - 1)), a, b),
-        new, old)
+        lambda a, b: jnp.where(valid_B.reshape(valid_B.shape + (1,) * (a.ndim - 1)), a, b), new, old
+    )
 
 
 class _DecoderStep(nn.Module):
@@ -160,8 +168,13 @@ class _DecoderStep(nn.Module):
         cls = self.cell_type
         if isinstance(cls, str):
             cls = CELL_TYPES[cls]
-        return cls(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
-                   name=f"layer_{layer}", **dict(self.cell_kwargs or {}))
+        return cls(
+            self.hidden_size,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            name=f"layer_{layer}",
+            **dict(self.cell_kwargs or {}),
+        )
 
     @nn.compact
     def __call__(
@@ -176,8 +189,13 @@ class _DecoderStep(nn.Module):
         weights_BxS = None
         attn = None
         if self.context == "attention":
-            attn = Attention(score=ATTENTIONS[self.attention], hidden=self.attention_hidden,
-                             dtype=self.dtype, param_dtype=self.param_dtype, name="attention")
+            attn = Attention(
+                score=ATTENTIONS[self.attention],
+                hidden=self.attention_hidden,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                name="attention",
+            )
         if self.context == "every_step":
             x_BxP = jnp.concatenate([y_prev_BxE, z_BxC.astype(y_prev_BxE.dtype)], axis=-1)
         elif self.context == "attention" and self.attention == "bahdanau":
@@ -202,10 +220,15 @@ class _DecoderStep(nn.Module):
         else:
             # Luong timing: the query is the current state s^{t}.
             u_BxV, weights_BxS = attn(h_BxH, enc_BxSxV, mask=src_valid_BxS)
-            out_BxO = jnp.tanh(Dense(
-                self.hidden_size, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-                name="combine",
-            )(jnp.concatenate([u_BxV.astype(h_BxH.dtype), h_BxH], axis=-1)))
+            out_BxO = jnp.tanh(
+                Dense(
+                    self.hidden_size,
+                    use_bias=False,
+                    dtype=self.dtype,
+                    param_dtype=self.param_dtype,
+                    name="combine",
+                )(jnp.concatenate([u_BxV.astype(h_BxH.dtype), h_BxH], axis=-1))
+            )
         return new_carries, (out_BxO, weights_BxS)
 
 
@@ -305,33 +328,57 @@ class Seq2Seq(nn.Module):
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
         self.src_embed = Embed(
-            self.src_vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+            self.src_vocab_size,
+            self.embed_dim,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
         self.encoder = StackedRNN(
-            features=self.hidden_size, num_layers=self.encoder_layers, cell_type=self.cell_type,
-            bidirectional=self.bidirectional_encoder, dropout=self.dropout,
-            cell_kwargs=self.cell_kwargs, dtype=self.dtype, param_dtype=self.param_dtype,
+            features=self.hidden_size,
+            num_layers=self.encoder_layers,
+            cell_type=self.cell_type,
+            bidirectional=self.bidirectional_encoder,
+            dropout=self.dropout,
+            cell_kwargs=self.cell_kwargs,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
         )
         self.tgt_embed = Embed(
-            self.tgt_vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+            self.tgt_vocab_size,
+            self.embed_dim,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
         step_kwargs = dict(
-            hidden_size=self.hidden_size, num_layers=self.decoder_layers,
-            cell_type=self.cell_type, cell_kwargs=self.cell_kwargs, context=self.context,
-            attention=self.attention, attention_hidden=self.attention_hidden, dtype=self.dtype,
-            param_dtype=self.param_dtype, output_context=self.output_context,
+            hidden_size=self.hidden_size,
+            num_layers=self.decoder_layers,
+            cell_type=self.cell_type,
+            cell_kwargs=self.cell_kwargs,
+            context=self.context,
+            attention=self.attention,
+            attention_hidden=self.attention_hidden,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            output_context=self.output_context,
         )
         scanned = nn.scan(
-            _DecoderStep, variable_broadcast="params", split_rngs={"params": False},
-            in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast), out_axes=0,
+            _DecoderStep,
+            variable_broadcast="params",
+            split_rngs={"params": False},
+            in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+            out_axes=0,
         )
         # Teacher forcing scans the step over T; decoding scans it over one step: one
         # parameter tree ("decoder/...") for both.
         self.decoder = scanned(**step_kwargs)
-        self.output = Dense(self.tgt_vocab_size, use_bias=self.output_bias, dtype=self.dtype,
-                            param_dtype=self.param_dtype)
+        self.output = Dense(
+            self.tgt_vocab_size,
+            use_bias=self.output_bias,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+        )
         self.drop = nn.Dropout(self.dropout)
         mode = self._bridge_mode()
         if mode == "dense":
@@ -378,29 +425,43 @@ class Seq2Seq(nn.Module):
                 bridges = iter(self.bridge_layers)
                 init = tuple(
                     jax.tree_util.tree_map(
-                        lambda leaf: jnp.tanh(next(bridges)(z_BxC)).astype(leaf.dtype), carry)
+                        lambda leaf: jnp.tanh(next(bridges)(z_BxC)).astype(leaf.dtype), carry
+                    )
                     for carry in template
                 )
         return v_BxSxV, padding_mask(src_lengths, src_len), z_BxC, init
 
     def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
         cls = CELL_TYPES[self.cell_type] if isinstance(self.cell_type, str) else self.cell_type
-        cell = cls(self.hidden_size, param_dtype=self.param_dtype, parent=None,
-                   **dict(self.cell_kwargs or {}))
+        cell = cls(
+            self.hidden_size,
+            param_dtype=self.param_dtype,
+            parent=None,
+            **dict(self.cell_kwargs or {}),
+        )
         zero = cell.initialize_carry(jax.random.PRNGKey(0), (batch, 1))
         return tuple(zero for _ in range(self.decoder_layers))
 
     # ----------------------------------------------------------------- decoder
 
     def _decode(
-        self, carries: tuple[Carry, ...], tgt_in_BxT: Array, valid_BxT: Array,
-        v_BxSxV: Array, src_valid_BxS: Array, z_BxC: Array, deterministic: bool,
+        self,
+        carries: tuple[Carry, ...],
+        tgt_in_BxT: Array,
+        valid_BxT: Array,
+        v_BxSxV: Array,
+        src_valid_BxS: Array,
+        z_BxC: Array,
+        deterministic: bool,
     ) -> tuple[tuple[Carry, ...], Array, Array | None]:
         y_BxTxE = self.drop(self.tgt_embed(tgt_in_BxT), deterministic=deterministic)
         enc = v_BxSxV if self.context == "attention" else None
         carries, (out_TxBxO, w_TxBxS) = self.decoder(
-            carries, (jnp.swapaxes(y_BxTxE, 0, 1), jnp.swapaxes(valid_BxT, 0, 1)), enc,
-            src_valid_BxS, z_BxC,
+            carries,
+            (jnp.swapaxes(y_BxTxE, 0, 1), jnp.swapaxes(valid_BxT, 0, 1)),
+            enc,
+            src_valid_BxS,
+            z_BxC,
         )
         out_BxTxO = self.drop(jnp.swapaxes(out_TxBxO, 0, 1), deterministic=deterministic)
         w_BxTxS = None if w_TxBxS is None else jnp.swapaxes(w_TxBxS, 0, 1)
@@ -435,22 +496,37 @@ class Seq2Seq(nn.Module):
 
     # ----------------------------------------------------------------- decoding interface
 
-    def _prefill(self, prompt_BxT: Array, lengths_B: Array, src_BxS: Array,
-                 src_lengths: Array | None) -> dict:
+    def _prefill(
+        self, prompt_BxT: Array, lengths_B: Array, src_BxS: Array, src_lengths: Array | None
+    ) -> dict:
         v, src_valid, z, carries = self.encode(src_BxS, src_lengths)
         carries, _, _ = self._decode(
-            carries, prompt_BxT, padding_mask(lengths_B, prompt_BxT.shape[1]), v, src_valid, z,
+            carries,
+            prompt_BxT,
+            padding_mask(lengths_B, prompt_BxT.shape[1]),
+            v,
+            src_valid,
+            z,
             True,
         )
-        return {"carries": carries, "enc": v if self.context == "attention" else None,
-                "src_valid": src_valid, "z": z}
+        return {
+            "carries": carries,
+            "enc": v if self.context == "attention" else None,
+            "src_valid": src_valid,
+            "z": z,
+        }
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         # Out-of-vocabulary ids (seen only here under jit): NaN logits, carries kept.
         tokens_B, valid_B = split_oov(tokens_B, self.tgt_vocab_size)
         carries, logits_Bx1xV, w = self._decode(
-            state["carries"], tokens_B[:, None], valid_B[:, None],
-            state["enc"], state["src_valid"], state["z"], True,
+            state["carries"],
+            tokens_B[:, None],
+            valid_B[:, None],
+            state["enc"],
+            state["src_valid"],
+            state["z"],
+            True,
         )
         return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), {**state, "carries": carries}
 
@@ -476,8 +552,14 @@ class Seq2Seq(nn.Module):
         if prompt_lengths_B is None:
             prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
         prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
-        return self.apply(as_variables(params), prompt_BxT, prompt_lengths_B - 1, src,
-                          src_lengths, method=type(self)._prefill)
+        return self.apply(
+            as_variables(params),
+            prompt_BxT,
+            prompt_lengths_B - 1,
+            src,
+            src_lengths,
+            method=type(self)._prefill,
+        )
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         """Feed one target token per row: ``(logits_BxV, new_state)``.
@@ -546,8 +628,7 @@ def scheduled_sampling_epsilon(
             raise ValueError(f"`k` of the exponential decay k**i must be in (0, 1); got {k}.")
         return jnp.exp(i * jnp.float32(math.log(k)))  # k**i without float32 rounding of k
     if k is None or not k >= 1.0:
-        raise ValueError(f"`k` of the inverse sigmoid decay k/(k+exp(i/k)) must be >= 1; "
-                         f"got {k}.")
+        raise ValueError(f"`k` of the inverse sigmoid decay k/(k+exp(i/k)) must be >= 1; got {k}.")
     return jnp.float32(k) / (jnp.float32(k) + jnp.exp(i / jnp.float32(k)))
 
 
@@ -618,8 +699,10 @@ def scheduled_sampling_inputs(
     batch, num_steps = tgt_in_BxT.shape
     eps = jnp.asarray(epsilon, jnp.float32)
     if eps.ndim > 1 or (eps.ndim == 1 and eps.shape[0] != batch):
-        raise ValueError(f"`epsilon` must be a scalar or one value per row ([{batch}]); "
-                         f"got shape {tuple(eps.shape)}.")
+        raise ValueError(
+            f"`epsilon` must be a scalar or one value per row ([{batch}]); "
+            f"got shape {tuple(eps.shape)}."
+        )
     if is_concrete(eps) and not bool(jnp.all((eps >= 0) & (eps <= 1))):
         raise ValueError(f"`epsilon` must lie in [0, 1]; got {eps}.")
     eps_B = jnp.broadcast_to(eps, (batch,))
@@ -628,16 +711,18 @@ def scheduled_sampling_inputs(
     # uniform in [0, 1): epsilon = 1 always keeps the truth, epsilon = 0 never does.
     truth_BxT = jax.random.uniform(coin_key, (batch, num_steps)) < eps_B[:, None]
     truth_BxT = truth_BxT.at[:, 0].set(True)
-    state = model.init_decode_state(variables, tgt_in_BxT[:, :1], None, num_steps,
-                                    src=src_BxS, src_lengths=src_lengths)
+    state = model.init_decode_state(
+        variables, tgt_in_BxT[:, :1], None, num_steps, src=src_BxS, src_lengths=src_lengths
+    )
 
     def body(carry: tuple, xs: tuple) -> tuple[tuple, Array]:
         state, tok_B = carry
         t, true_B, keep_B = xs
         logits_BxV, state = model.decode_step(variables, state, tok_B)
         if sample:
-            pred_B = jax.random.categorical(jax.random.fold_in(draw_key, t),
-                                            logits_BxV / temperature, axis=-1)
+            pred_B = jax.random.categorical(
+                jax.random.fold_in(draw_key, t), logits_BxV / temperature, axis=-1
+            )
         else:
             pred_B = jnp.argmax(logits_BxV, axis=-1)
         nxt_B = jnp.where(keep_B, true_B, pred_B.astype(jnp.int32))

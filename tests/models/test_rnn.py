@@ -20,8 +20,9 @@ V = 13
 
 @pytest.fixture(scope="module")
 def lm_params():
-    lm = RNNLanguageModel(vocab_size=V, embed_dim=8, num_layers=2, cell_type="gru",
-                          tie_weights=True)
+    lm = RNNLanguageModel(
+        vocab_size=V, embed_dim=8, num_layers=2, cell_type="gru", tie_weights=True
+    )
     return lm, np_init(lm, jnp.zeros((1, 4), jnp.int32))
 
 
@@ -31,14 +32,17 @@ def test_lm_shapes_carries_and_tied_output(lm_params):
 
     @jax.jit
     def run(v, x, lengths):
-        return (lm.apply(v, x, lengths, return_carry=True),
-                lm.apply(v, x, method=RNNLanguageModel.hidden_states)[0])
+        return (
+            lm.apply(v, x, lengths, return_carry=True),
+            lm.apply(v, x, method=RNNLanguageModel.hidden_states)[0],
+        )
 
     (logits, carries), h = run(v, x, jnp.array([7, 3, 0]))
     assert logits.shape == (3, 7, V) and logits.dtype == jnp.float32
     assert len(carries) == 2 and carries[0].shape == (3, 8)
     assert float(jnp.abs(carries[1][2]).max()) == 0.0  # length 0 keeps the zero carry
-    # J&M (9.16): y = softmax(E h + b) with the input embedding E.
+    # Tied output: logits = h Eᵀ + b. J&M (9.16) is y = softmax(Eᵀ h) with no bias; the
+    # bias b is seqjax's default (use_output_bias=True, see RNNLanguageModel's docstring).
     emb, bias = v["params"]["embed"]["embedding"], v["params"]["output_bias"]
     np.testing.assert_allclose(logits[0], h[0] @ emb.T + bias, rtol=1e-5, atol=1e-5)
 
@@ -48,8 +52,9 @@ def test_tying_removes_exactly_v_times_d(cell):
     x = jnp.zeros((1, 3), jnp.int32)
     counts = {}
     for tie in (False, True):
-        lm = RNNLanguageModel(vocab_size=29, embed_dim=6, num_layers=2, cell_type=cell,
-                              tie_weights=tie)
+        lm = RNNLanguageModel(
+            vocab_size=29, embed_dim=6, num_layers=2, cell_type=cell, tie_weights=tie
+        )
         counts[tie] = count_params(jax.eval_shape(lm.init, KEY, x)["params"])
     assert counts[False] - counts[True] == 29 * 6
 
@@ -64,10 +69,12 @@ def test_bad_inputs(lm_params):
         lm.apply(v, jnp.ones((1, 2), jnp.int32), jnp.array([3]))
     with pytest.raises(ValueError, match="tie_weights"):
         RNNLanguageModel(vocab_size=5, embed_dim=4, hidden_size=5, tie_weights=True).init(
-            KEY, jnp.zeros((1, 2), jnp.int32))
+            KEY, jnp.zeros((1, 2), jnp.int32)
+        )
     with pytest.raises(ValueError, match="pooling"):
-        jax.eval_shape(RNNClassifier(2, vocab_size=5, pooling="median").init, KEY,
-                       jnp.zeros((1, 2), jnp.int32))
+        jax.eval_shape(
+            RNNClassifier(2, vocab_size=5, pooling="median").init, KEY, jnp.zeros((1, 2), jnp.int32)
+        )
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -104,8 +111,9 @@ def test_generation_equals_scanned_forward_with_ragged_prompts(lm_params):
     prompts = jnp.asarray(np.random.default_rng(4).integers(0, V, (3, 5)), jnp.int32)
     lengths = jnp.array([5, 2, 1])
     out = greedy_search(lm, v, prompts, lengths, max_new_tokens=6)
-    ref = greedy_search(recompute_decoder(functools.partial(_rnn_logits, lm)), v, prompts,
-                        lengths, max_new_tokens=6)
+    ref = greedy_search(
+        recompute_decoder(functools.partial(_rnn_logits, lm)), v, prompts, lengths, max_new_tokens=6
+    )
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_allclose(out.log_probs, ref.log_probs, rtol=1e-5)
     assert len({tuple(r) for r in np.asarray(out.tokens).tolist()}) > 1
@@ -115,13 +123,17 @@ def test_generation_equals_scanned_forward_with_ragged_prompts(lm_params):
 def test_masked_pool_reference(mode):
     h = np.asarray(jax.random.normal(KEY, (3, 5, 6)))
     lengths = np.array([5, 2, 0])
-    ref = {"mean": lambda r: r.mean(0), "max": lambda r: r.max(0), "last": lambda r: r[-1],
-           "first": lambda r: r[0]}[mode]
+    ref = {
+        "mean": lambda r: r.mean(0),
+        "max": lambda r: r.max(0),
+        "last": lambda r: r[-1],
+        "first": lambda r: r[0],
+    }[mode]
     garbage = h.copy()
     garbage[1, 2:] = 1e3
     out = masked_pool(jnp.asarray(garbage), jnp.asarray(lengths), mode)
     for b in range(2):
-        np.testing.assert_allclose(out[b], ref(h[b, :lengths[b]]), rtol=1e-6)
+        np.testing.assert_allclose(out[b], ref(h[b, : lengths[b]]), rtol=1e-6)
     np.testing.assert_array_equal(out[2], 0.0)  # empty row
     bi = masked_pool(jnp.asarray(h), jnp.asarray(lengths), "last", bidirectional=True)[1]
     np.testing.assert_allclose(bi, np.concatenate([h[1, 1, :3], h[1, 0, 3:]]))  # J&M Fig. 9.12
@@ -129,8 +141,15 @@ def test_masked_pool_reference(mode):
 
 def test_classifier_masked_pooling_equals_unpadded():
     """A padded row classifies exactly as the row alone (bidirectional, last pooling)."""
-    clf = RNNClassifier(num_classes=3, vocab_size=11, embed_dim=6, hidden_size=5,
-                        bidirectional=True, pooling="last", cell_type="gru")
+    clf = RNNClassifier(
+        num_classes=3,
+        vocab_size=11,
+        embed_dim=6,
+        hidden_size=5,
+        bidirectional=True,
+        pooling="last",
+        cell_type="gru",
+    )
     x = jnp.asarray(np.random.default_rng(5).integers(1, 11, (3, 6)), jnp.int32)
     v = np_init(clf, x)
 
@@ -177,17 +196,26 @@ def test_classifier_and_tagger_learn():
     labels = jnp.asarray(has_one, jnp.int32)
     tags = jnp.asarray(np.concatenate([np.zeros_like(x[..., :1]), x[..., :-1]], -1), jnp.int32)
     x = jnp.asarray(x, jnp.int32)
-    clf = RNNClassifier(num_classes=2, vocab_size=n_tok, embed_dim=8, hidden_size=16,
-                        cell_type="gru", pooling="max")
-    tagger = RNNTagger(num_tags=n_tok, vocab_size=n_tok, embed_dim=8, hidden_size=16,
-                       cell_type="gru", bidirectional=False)
+    clf = RNNClassifier(
+        num_classes=2, vocab_size=n_tok, embed_dim=8, hidden_size=16, cell_type="gru", pooling="max"
+    )
+    tagger = RNNTagger(
+        num_tags=n_tok,
+        vocab_size=n_tok,
+        embed_dim=8,
+        hidden_size=16,
+        cell_type="gru",
+        bidirectional=False,
+    )
     params = (np_init(clf, x[0], scale=None), np_init(tagger, x[0], scale=None))
 
     def loss(p, batch):
         xb, yb, tb = batch
         lc, lt = clf.apply(p[0], xb), tagger.apply(p[1], xb)
-        total = (token_cross_entropy(lc[:, None], yb[:, None]).mean()
-                 + token_cross_entropy(lt, tb).mean())
+        total = (
+            token_cross_entropy(lc[:, None], yb[:, None]).mean()
+            + token_cross_entropy(lt, tb).mean()
+        )
         return total, (accuracy(lc, yb), accuracy(lt, tb))
 
     _, (_, (acc_c, acc_t)) = fit(loss, params, (x, labels, tags), lr=2e-2, has_aux=True)
