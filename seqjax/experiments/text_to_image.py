@@ -1,0 +1,339 @@
+r"""Text and image tokens in one sequence: digits drawn from a prompt (Bishop §12.4.5).
+
+Bishop §12.4.5 treats text-to-image generation as language modelling over "a dictionary
+that is the concatenation of a language token dictionary and the image token codebook":
+the text tokens are given first and every image token is decoded conditioned on them. Here
+the image GPT of :mod:`seqjax.experiments.image_gpt` (Bishop §12.4.2) reads, before the
+raster-order codes ``c_1 … c_L`` of an 8×8 digit, the prompt naming it:
+
+.. math::
+    [\text{a}, \text{seven}, \langle\text{sep}\rangle, c_1, …, c_L],\qquad
+    p(c_1, …, c_L \mid \text{text}) = \prod_{n=1}^{L} p(c_n \mid \text{text},
+    \langle\text{sep}\rangle, c_1, …, c_{n-1})
+
+((12.37) with the text as the sequence's given beginning). One vocabulary: the ``K`` image
+codes are ids ``0 … K−1`` (the K-means codebook of (12.38), as image_gpt's), then the
+eleven words ``a, zero … nine``, then ``<sep>``. The loss is the causal LM cross-entropy on
+the image part only: the prompt is always given, never generated, and its second word is
+uniform over the ten digits (a loss on it would learn only the label frequencies); at an
+image position every non-code id gets logit −∞, so the test NLL is over the ``K`` codes,
+as image_gpt's. Generation feeds ``[a, DIGIT, <sep>]`` and samples the ``L`` codes
+(:func:`seqjax.experiments.image_gpt.generate`).
+
+Measure: a digit classifier — scikit-learn's gallery ``SVC(gamma=0.001)`` trained on the
+real training digits — labels the generated images; its accuracy against the prompt, per
+prompt, says whether the text steers the image. Its accuracy on the real test digits (and
+on the same digits quantised through the codebook) calibrates it. Also: test bits per image
+of the codes given the true prompt, next to the independent-position baselines without and
+with the digit (a categorical per position, or per position and digit; add-one counts).
+
+Run:  python -m seqjax.experiments.text_to_image --results_dir seqjax/experiments/results
+      python -m seqjax.experiments.text_to_image --smoke --workdir /tmp/t2i     (seconds)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from seqjax.experiments._parallel import write_run_info
+from seqjax.experiments.image_gpt import (
+    TOKENISATIONS,
+    decode,
+    digit_splits,
+    encode,
+    generate,
+    independent_baseline,
+    lm_arrays,
+    tokenizer,
+    train_lm,
+)
+from seqjax.train.parallel import Parallel, ParallelOptions
+
+DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+WORDS = ("a", *DIGIT_WORDS)
+
+
+@dataclass(frozen=True)
+class Config(ParallelOptions):
+    """The options of ``seqjax train text_to_image`` (a digit image GPT prompted by text).
+
+    Attributes:
+        tokens: the image tokenisation, as image_gpt's: ``patches`` (a token per
+            ``patch_size`` × ``patch_size`` patch) or ``pixels`` (a token per pixel).
+        pixel_codes: ``K`` of the ``pixels`` grey palette (K-means).
+        patch_codes: ``K`` of the ``patches`` codebook (K-means).
+        patch_size: side of a ``patches`` token in pixels (must divide 8).
+        layers: transformer blocks.
+        heads: attention heads.
+        embed_dim: model width ``d``.
+        dropout: dropout rate on the embeddings, residual branches and attention weights.
+        steps: AdamW steps (the cosine schedule ends here).
+        batch_size: sequences per step, over all devices (the global batch).
+        learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 0).
+        warmup_steps: linear warm-up steps (at most ``steps − 1``).
+        weight_decay: AdamW's decoupled weight decay (weight matrices only).
+        val_fraction: share of the training images held out for early stopping (the
+            parameters with the lowest validation NLL are kept); 0 = the last step's.
+        eval_every: steps between validation evaluations (also at the end).
+        samples_per_prompt: images generated for each of the ten prompts "a zero" …
+            "a nine" (at most 10 per prompt are plotted).
+        temperature: sampling temperature.
+        seed: K-means, initialisation, batch order and sampling (the splits are fixed).
+        log_every: steps between logged records (``metrics.jsonl``, the progress line).
+        progress: show a progress bar.
+        workdir: ``run.json``, ``model/`` (a checkpoint at the end, ``metrics.jsonl``),
+            ``text_to_image_samples.png``, ``text_to_image.md`` and
+            ``text_to_image.json``; ``None`` = nothing written.
+        results_dir: also write the plot and ``text_to_image.md`` here; ``None`` = not.
+    """
+
+    tokens: str = "patches"
+    pixel_codes: int = 4
+    patch_codes: int = 32
+    patch_size: int = 2
+    layers: int = 2
+    heads: int = 4
+    embed_dim: int = 64
+    dropout: float = 0.1
+    steps: int = 1500
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    val_fraction: float = 0.1
+    eval_every: int = 100
+    samples_per_prompt: int = 50
+    temperature: float = 1.0
+    seed: int = 0
+    log_every: int = 250
+    progress: bool = False
+    workdir: str | None = "workdirs/text_to_image"
+    results_dir: str | None = None
+
+
+PRESETS = {"smoke": {"layers": 1, "heads": 2, "embed_dim": 16, "steps": 40,
+                     "warmup_steps": 5, "batch_size": 32, "eval_every": 20,
+                     "samples_per_prompt": 2, "log_every": 10}}
+
+
+def vocabulary(num_codes: int) -> dict[str, int]:
+    """Text ids after the ``K`` codes: ``a`` → ``K``, ``zero … nine`` → ``K+1 … K+10``,
+    ``<sep>`` → ``K+11`` (vocabulary size ``K + 12``)."""
+    ids = {w: num_codes + i for i, w in enumerate(WORDS)}
+    ids["<sep>"] = num_codes + len(WORDS)
+    return ids
+
+
+def prompt_tokens(labels_N: np.ndarray, num_codes: int) -> np.ndarray:
+    """``int32[N, 3]``: ``[a, DIGIT, <sep>]`` for each digit label in ``0 … 9``."""
+    labels_N = np.asarray(labels_N)
+    if labels_N.ndim != 1 or not np.issubdtype(labels_N.dtype, np.integer) or (
+            labels_N.size and (labels_N.min() < 0 or labels_N.max() > 9)):
+        raise ValueError(f"`labels` must be ints in [0, 9] of shape [N]; got "
+                         f"{labels_N.dtype} {labels_N.shape}.")
+    ids = vocabulary(num_codes)
+    out = np.empty((len(labels_N), 3), np.int32)
+    out[:, 0] = ids["a"]
+    out[:, 1] = ids["zero"] + labels_N
+    out[:, 2] = ids["<sep>"]
+    return out
+
+
+def class_independent_baseline(train_tok: np.ndarray, train_y: np.ndarray,
+                               test_tok: np.ndarray, test_y: np.ndarray, vocab: int) -> float:
+    """Test NLL (bits per image) of a categorical per position *and digit* (add-one counts):
+    :func:`~seqjax.experiments.image_gpt.independent_baseline` fitted on each digit's
+    training images and scored on that digit's test images."""
+    total = 0.0
+    for d in range(10):
+        sel = test_y == d
+        if sel.any():
+            total += sel.sum() * independent_baseline(train_tok[train_y == d], test_tok[sel],
+                                                      vocab)
+    return float(total / len(test_y))
+
+
+def digit_classifier(train_x: np.ndarray, train_y: np.ndarray) -> Any:
+    """scikit-learn's gallery classifier, ``SVC(gamma=0.001)`` on the 0–16 pixel scale, fitted
+    on ``[N, 8, 8]`` images in [0, 1]; ``.predict`` takes the same."""
+    from sklearn.svm import SVC
+
+    clf = SVC(gamma=0.001).fit(16.0 * train_x.reshape(len(train_x), -1), train_y)
+
+    class _Digits:
+        def predict(self, x: np.ndarray) -> np.ndarray:
+            return clf.predict(16.0 * np.asarray(x).reshape(len(x), -1))
+
+    return _Digits()
+
+
+def run(cfg: Config) -> dict:
+    if cfg.tokens not in TOKENISATIONS:
+        raise ValueError(f"`tokens` must be one of {TOKENISATIONS}; got {cfg.tokens!r}.")
+    if cfg.samples_per_prompt < 1:
+        raise ValueError(f"`samples_per_prompt` must be >= 1; got {cfg.samples_per_prompt}.")
+    par = Parallel.from_options(cfg)
+    par.check_batch_size(cfg.batch_size)
+    t0 = time.perf_counter()
+    write_run_info(par, cfg.workdir)
+    data = digit_splits(cfg.val_fraction)
+    codebook, patch = tokenizer(cfg.tokens, data["fit"]["x"], cfg)
+    k = len(codebook)
+    tok = {name: encode(d["x"], codebook, patch) for name, d in data.items()}
+    splits = {name: lm_arrays(prompt_tokens(data[name]["y"], k), t)
+              for name, t in tok.items() if name != "fit"}
+    vocab = k + len(WORDS) + 1
+    sub = None if cfg.workdir is None else os.path.join(cfg.workdir, "model")
+    model, params, info = train_lm(cfg, splits, vocab, k, par, sub,
+                                   {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim,
+                                    "vocab": vocab})
+    length = tok["test"].shape[1]
+
+    # generation: every prompt "a zero" … "a nine", samples_per_prompt images each
+    labels = np.repeat(np.arange(10), cfg.samples_per_prompt)
+    gen = generate(model, params, prompt_tokens(labels, k), k, length, cfg.temperature,
+                   cfg.seed)
+    images = decode(gen, codebook, patch)
+    clf = digit_classifier(data["fit"]["x"], data["fit"]["y"])
+    predicted = clf.predict(images)
+    per_prompt = [float(np.mean(predicted[labels == d] == d)) for d in range(10)]
+    test_y = data["test"]["y"]
+    info.update({
+        "tokens": cfg.tokens, "codes": k, "vocab": vocab, "sequence_length": int(length),
+        "patch": patch,
+        "independent_bits_per_image": independent_baseline(tok["fit"], tok["test"], k),
+        "class_independent_bits_per_image": class_independent_baseline(
+            tok["fit"], data["fit"]["y"], tok["test"], test_y, k),
+        "uniform_bits_per_image": float(length * np.log2(k)),
+        "accuracy_per_prompt": per_prompt, "accuracy": float(np.mean(predicted == labels)),
+        "classifier_test_accuracy": float(np.mean(clf.predict(data["test"]["x"]) == test_y)),
+        "classifier_quantised_test_accuracy": float(np.mean(
+            clf.predict(decode(tok["test"], codebook, patch)) == test_y)),
+        "confusion": [np.bincount(predicted[labels == d], minlength=10).tolist()
+                      for d in range(10)],
+    })
+    print(f"text_to_image: {k} codes × {length} tokens; test {info['test_bits_per_image']:.1f} "
+          f"bits/image given the prompt (independent positions "
+          f"{info['independent_bits_per_image']:.1f}, given the digit "
+          f"{info['class_independent_bits_per_image']:.1f}); samples classified as their "
+          f"prompt {100 * info['accuracy']:.1f}% (classifier on real test digits "
+          f"{100 * info['classifier_test_accuracy']:.1f}%)")
+    summary = {"config": asdict(cfg), **info, "wall_s": time.perf_counter() - t0,
+               "n_fit": int(len(data["fit"]["x"])), "n_train": int(len(data["train"]["x"])),
+               "n_val": int(len(data["val"]["x"])) if "val" in data else 0,
+               "n_test": int(len(test_y)), "parallel": par.describe()}
+    from seqjax.experiments.char_lm import command_line
+
+    markdown = report(cfg, summary, command_line("text_to_image", cfg))
+    print(markdown)
+    if jax.process_index() == 0:
+        for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
+            os.makedirs(outdir, exist_ok=True)
+            _plot(images, labels, predicted, outdir)
+            with open(os.path.join(outdir, "text_to_image.md"), "w", encoding="utf-8") as f:
+                f.write(markdown)
+            if outdir == cfg.workdir:
+                with open(os.path.join(outdir, "text_to_image.json"), "w") as f:
+                    json.dump(summary, f, indent=1)
+    return summary
+
+
+def report(cfg: Config, s: dict, command: str) -> str:
+    from seqjax.experiments.char_lm import machine
+
+    lines = [
+        "# text_to_image — text and image tokens in one sequence (Bishop §12.4.5)",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine()}  ",
+        f"Wall time: {s['wall_s']:.0f} s.",
+        "",
+        f"scikit-learn digits, {s['n_fit']} training images ({s['n_train']} trained on, "
+        f"{s['n_val']} held out for early stopping) / {s['n_test']} test images (image_gpt's "
+        f"splits and codebook). One vocabulary of {s['vocab']} ids: {s['codes']} image codes "
+        f"(K-means {cfg.tokens}, Bishop (12.38)), the words `a zero … nine` and `<sep>`; each "
+        f"sequence is `a DIGIT <sep>` then the {s['sequence_length']} raster-order codes. "
+        f"TransformerLM ({cfg.layers} layers, {cfg.heads} heads, d = {cfg.embed_dim}, "
+        f"dropout {cfg.dropout:g}, {s['params']:,} parameters), causal LM loss on the image "
+        f"codes only (the prompt is given, not modelled), AdamW {cfg.learning_rate:g}, "
+        f"{cfg.steps} steps × batch {cfg.batch_size}, the parameters of the best validation "
+        f"step ({s['best_step']}) kept.",
+        "",
+        "## Does the text steer the image?",
+        "",
+        f"{cfg.samples_per_prompt} samples per prompt (temperature {cfg.temperature:g}), "
+        "each labelled by scikit-learn's gallery classifier `SVC(gamma=0.001)` trained on "
+        f"the real training digits. The classifier scores "
+        f"{100 * s['classifier_test_accuracy']:.1f}% on the real test digits and "
+        f"{100 * s['classifier_quantised_test_accuracy']:.1f}% on the same digits quantised "
+        "through the codebook (what the samples are made of); chance is 10%.",
+        "",
+        "| prompt | " + " | ".join(f"a {w}" for w in DIGIT_WORDS) + " | all |",
+        "|---|" + "---:|" * 11,
+        "| samples classified as the prompt (%) | "
+        + " | ".join(f"{100 * a:.0f}" for a in s["accuracy_per_prompt"])
+        + f" | **{100 * s['accuracy']:.1f}** |",
+        "",
+        "## Test NLL of the image codes",
+        "",
+        "Bits per image over the same codes and test images (lower is better):",
+        "",
+        "| model | bits / image |",
+        "|---|---:|",
+        f"| transformer given the prompt | **{s['test_bits_per_image']:.1f}** |",
+        f"| (same, last step {cfg.steps}) | {s['last_test_bits_per_image']:.1f} |",
+        f"| independent positions given the digit | "
+        f"{s['class_independent_bits_per_image']:.1f} |",
+        f"| independent positions | {s['independent_bits_per_image']:.1f} |",
+        f"| uniform | {s['uniform_bits_per_image']:.0f} |",
+        "",
+        "Samples, one row per prompt (the classifier's label above each):",
+        "",
+        "![samples](text_to_image_samples.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _plot(images: np.ndarray, labels: np.ndarray, predicted: np.ndarray, outdir: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(10, int(np.sum(labels == 0)))
+    fig, axes = plt.subplots(10, cols, figsize=(cols * 0.6 + 0.8, 10 * 0.7), squeeze=False)
+    for d in range(10):
+        rows = np.flatnonzero(labels == d)[:cols]
+        for j in range(cols):
+            ax = axes[d, j]
+            ax.imshow(images[rows[j]], cmap="gray_r", vmin=0, vmax=1)
+            ax.set_title(str(predicted[rows[j]]), fontsize=6, pad=1,
+                         color="black" if predicted[rows[j]] == d else "red")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if j == 0:
+                ax.set_ylabel(f"a {DIGIT_WORDS[d]}", rotation=0, ha="right", va="center",
+                              fontsize=7)
+    fig.tight_layout(pad=0.2)
+    path = os.path.join(outdir, "text_to_image_samples.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.experiments._runner import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()
