@@ -1,6 +1,7 @@
 """seqjax.models: complete models built from seqjax.nn."""
 
 from seqjax.models._common import masked_pool
+from seqjax.models.ast import AST, AST_PRESETS, ASTConfig, patch_grid, spectrogram_patches
 from seqjax.models.baselines import (
     BagOfWordsLM,
     NaiveBayes,
@@ -11,7 +12,12 @@ from seqjax.models.baselines import (
 from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, mlm_mask
 from seqjax.models.captioning import ImageCaptioner
 from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS, Transformer, TransformerConfig
-from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import (
+    TRANSFORMER_LM_PRESETS,
+    TransformerLM,
+    TransformerLMClassifier,
+    TransformerLMConfig,
+)
 from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
 from seqjax.models.seq2seq import (
     Seq2Seq,
@@ -22,12 +28,14 @@ from seqjax.models.seq2seq import (
 from seqjax.models.vit import VIT_PRESETS, ViT, ViTConfig, num_patches, patchify, unpatchify
 
 __all__ = [
+    "AST", "AST_PRESETS", "ASTConfig", "patch_grid", "spectrogram_patches",
     "BagOfWordsLM", "NGramClassifier", "NGramLM", "NaiveBayes", "bag_of_words",
     "scheduled_sampling_epsilon", "scheduled_sampling_inputs",
     "BERT_PRESETS", "Bert", "BertConfig", "ImageCaptioner", "RNNClassifier", "RNNLanguageModel",
     "RNNTagger",
     "Seq2Seq", "TRANSFORMER_LM_PRESETS", "TRANSFORMER_PRESETS", "Transformer",
-    "TransformerConfig", "TransformerLM", "TransformerLMConfig", "VIT_PRESETS", "ViT",
+    "TransformerConfig", "TransformerLM", "TransformerLMClassifier", "TransformerLMConfig",
+    "VIT_PRESETS", "ViT",
     "ViTConfig", "Word2Vec", "Word2VecConfig", "masked_pool", "mlm_mask", "num_patches",
     "patchify", "reverse_sequences", "train_word2vec", "unpatchify",
 ]

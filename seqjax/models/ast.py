@@ -1,0 +1,247 @@
+r"""Audio Spectrogram Transformer (AST): a ViT on the (log-)mel spectrogram.
+
+.. math::
+    S \in \mathbb R^{F\times T}\ (\text{mel bins} \times \text{frames}) \;\to\;
+    x_{ij} = \mathrm{vec}\,S[i s_F : i s_F + P_F,\ j s_T : j s_T + P_T] \in \mathbb R^{P_F P_T},\\
+    N = N_F N_T,\quad N_F = 1 + \lfloor (F - P_F)/s_F \rfloor,\quad
+    N_T = 1 + \lfloor (T - P_T)/s_T \rfloor,\\
+    Z^{(0)} = [\,x_{class};\ x_{11} W_E + b_E;\ …;\ x_{N_F N_T} W_E + b_E\,] + E_{pos},\qquad
+    y = \mathrm{softmax}(\mathrm{LN}(Z^{(L)}_0) W_h + b_h)
+
+Bishop §12.4.3 (after Gong, Chung & Glass 2021): the mel spectrogram "is viewed as an
+image which is then tokenized ... into patches in a similar way to vision transformers,
+possibly with some overlap", each patch flattened (length ``16·16 = 256`` in the paper),
+a learned positional encoding added, a ``<class>`` token, a transformer encoder, and a
+linear layer + softmax on the ``<class>`` output, trained with cross-entropy.
+
+**How it is built.** Everything after the patches *is* :class:`seqjax.models.ViT`: the
+patch grid ``[B, N_F, N_T, P_F P_T]`` is handed to a ViT as an ``N_F × N_T`` image with
+``P_F P_T`` channels and ``1 × 1`` patches, so ViT's ``patchify`` (raster order, row by
+row: frequency-major), its ``patch_embed`` matmul, ``<class>`` token, learned positions,
+pre-norm :class:`~seqjax.nn.transformer.TransformerEncoder` and head are reused unchanged
+(the same trick as the row-by-row transformer of ``seqjax.experiments.digits``). Only the
+patch extraction is new: :func:`spectrogram_patches`.
+
+**What differs from ViT.** (1) Patches may **overlap** (``patch_stride < patch_size``;
+Gong et al. use ``16 × 16`` patches with stride 10 on both axes, so 128 × 1024 inputs give
+``12 × 101 = 1212`` tokens); with ``patch_stride == patch_size`` the patches are exactly
+ViT's. (2) Patches and strides may differ between frequency and time. (3) The input is one
+channel and not square; a remainder that does not fill a patch is dropped (as in the paper).
+**What differs from Gong et al.** The paper starts from ImageNet-pretrained DeiT weights
+(with both a ``<class>`` and a distillation token, their outputs averaged, and the
+positional embeddings cut and interpolated to the audio grid) and feeds Kaldi fbank
+features (25 ms Hamming window, 10 ms hop, 128 bins; HTK mel scale), normalised by the
+data set's mean and standard deviation; here the model is trained from scratch with one
+``<class>`` token, and any spectrogram (e.g. :func:`seqjax.data.audio.log_mel_spectrogram`,
+HTK scale by default) can be fed.
+
+Input layout: ``[B, T, F]`` (frames, mel bins), as :mod:`seqjax.data.audio` returns it;
+the model transposes it to Bishop's image, frequency rows × time columns (Fig. 12.25).
+
+Parameter names: ``vit/…`` — exactly :class:`~seqjax.models.ViT`'s (``patch_embed`` with
+a ``[P_F P_T, D]`` kernel, ``cls_token``, ``pos_embed`` ``[N + 1, D]``, ``encoder``, ``head``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+from seqjax._checks import check_rank
+from seqjax.models._common import check_preset
+from seqjax.models.vit import ViT, ViTConfig
+
+Array = jax.Array
+Dtype = Any
+
+__all__ = ["AST", "AST_PRESETS", "ASTConfig", "patch_grid", "spectrogram_patches"]
+
+
+def _pair(x: int | tuple[int, int], name: str) -> tuple[int, int]:
+    pair = (x, x) if isinstance(x, (int, np.integer)) else tuple(x)
+    if len(pair) != 2 or any(
+        isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in pair
+    ):
+        raise ValueError(f"`{name}` must be a positive int or a pair of them; got {x!r}.")
+    return int(pair[0]), int(pair[1])
+
+
+def patch_grid(
+    spectrogram_size: tuple[int, int],
+    patch_size: int | tuple[int, int],
+    patch_stride: int | tuple[int, int] | None = None,
+) -> tuple[int, int]:
+    """``(N_F, N_T)``: ``N = 1 + (size - patch) // stride`` on each axis (Gong et al. 2021:
+    128 × 1024 with 16 × 16 patches, stride 10 → ``(12, 101)``).
+
+    Example:
+        >>> patch_grid((128, 1024), 16, 10), patch_grid((32, 64), 8)
+        ((12, 101), (4, 8))
+    """
+    f, t = _pair(spectrogram_size, "spectrogram_size")
+    pf, pt = _pair(patch_size, "patch_size")
+    sf, st = (pf, pt) if patch_stride is None else _pair(patch_stride, "patch_stride")
+    if pf > f or pt > t:
+        raise ValueError(
+            f"`patch_size` {(pf, pt)} must fit in the spectrogram (mel bins, frames) {(f, t)}."
+        )
+    return 1 + (f - pf) // sf, 1 + (t - pt) // st
+
+
+def spectrogram_patches(
+    images_BxFxTxC: Array,
+    patch_size: int | tuple[int, int],
+    patch_stride: int | tuple[int, int] | None = None,
+) -> Array:
+    r"""Possibly overlapping patches: ``[B, F, T, C] -> [B, N_F, N_T, P_F P_T C]``.
+
+    Patch ``(i, j)`` is ``x[:, i s_F : i s_F + P_F, j s_T : j s_T + P_T, :]`` flattened in
+    ``(row, column, channel)`` order, as :func:`seqjax.models.vit.patchify` flattens a
+    patch; with ``patch_stride = patch_size`` (the default) and square patches,
+    ``reshape(B, N, -1)`` of this is ``patchify`` exactly.
+
+    Example:
+        >>> x = jnp.arange(4 * 6.0).reshape(1, 4, 6, 1)
+        >>> spectrogram_patches(x, 2, (2, 2)).shape, spectrogram_patches(x, 2, 1).shape
+        ((1, 2, 3, 4), (1, 3, 5, 4))
+    """
+    check_rank(images_BxFxTxC, "images", 4)
+    b, f, t, c = images_BxFxTxC.shape
+    pf, pt = _pair(patch_size, "patch_size")
+    sf, st = (pf, pt) if patch_stride is None else _pair(patch_stride, "patch_stride")
+    nf, nt = patch_grid((f, t), (pf, pt), (sf, st))
+    rows_NfxPf = sf * np.arange(nf)[:, None] + np.arange(pf)[None, :]
+    cols_NtxPt = st * np.arange(nt)[:, None] + np.arange(pt)[None, :]
+    # [B, Nf, Pf, Nt, Pt, C] by gathering rows then columns (static index tables).
+    x = images_BxFxTxC[:, rows_NfxPf][:, :, :, cols_NtxPt]
+    x = x.transpose(0, 1, 3, 2, 4, 5)  # [B, Nf, Nt, Pf, Pt, C]
+    return x.reshape(b, nf, nt, pf * pt * c)
+
+
+@dataclasses.dataclass(frozen=True)
+class ASTConfig:
+    """Hyper-parameters of :class:`AST`.
+
+    Attributes:
+        num_frames: ``T``, spectrogram frames (time).
+        num_mel_bins: ``F``, mel bins (frequency).
+        patch_size: ``P`` or ``(P_F, P_T)``: patch height (mel bins) and width (frames).
+        patch_stride: ``s`` or ``(s_F, s_T)``; ``None`` = ``patch_size`` (no overlap, as
+            ViT); smaller overlaps neighbouring patches (Gong et al.: 16 and 10).
+        num_classes: classifier outputs (``None``: no head; the model returns features).
+        num_layers, num_heads, embed_dim, mlp_dim: encoder sizes.
+        class_token: prepend a learned ``<class>`` token (else mean-pool the patches).
+        dropout_rate, attention_dropout_rate: dropout.
+        activation, norm_epsilon: encoder options (GELU; ``ε = 1e-6``).
+        scan_layers, remat, implementation: as :class:`~seqjax.models.ViTConfig`.
+    """
+
+    num_frames: int = 1024
+    num_mel_bins: int = 128
+    patch_size: int | tuple[int, int] = 16
+    patch_stride: int | tuple[int, int] | None = 10
+    num_classes: int | None = 527
+    num_layers: int = 12
+    num_heads: int = 12
+    embed_dim: int = 768
+    mlp_dim: int | None = 3072
+    class_token: bool = True
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    activation: str = "gelu"
+    norm_epsilon: float = 1e-6
+    scan_layers: bool = False
+    remat: bool = False
+    implementation: str = "auto"
+
+    def __post_init__(self) -> None:
+        patch_grid((self.num_mel_bins, self.num_frames), self.patch_size, self.patch_stride)
+
+    def replace(self, **changes: Any) -> ASTConfig:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """``(N_F, N_T)``, the patch grid (:func:`patch_grid`)."""
+        return patch_grid((self.num_mel_bins, self.num_frames), self.patch_size, self.patch_stride)
+
+    def vit_config(self) -> ViTConfig:
+        """The ViT that runs on the patch grid: an ``N_F × N_T`` image of ``P_F P_T``
+        channels in ``1 × 1`` patches."""
+        pf, pt = _pair(self.patch_size, "patch_size")
+        return ViTConfig(
+            image_size=self.grid,
+            patch_size=1,
+            channels=pf * pt,
+            num_classes=self.num_classes,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            embed_dim=self.embed_dim,
+            mlp_dim=self.mlp_dim,
+            class_token=self.class_token,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            activation=self.activation,
+            norm_epsilon=self.norm_epsilon,
+            scan_layers=self.scan_layers,
+            remat=self.remat,
+            implementation=self.implementation,
+        )
+
+
+#: ``ast-base`` — Gong et al. 2021's AudioSet model shape (128 mel bins × 1024 frames,
+#: 16 × 16 patches with stride 10 → 1212 patches, ViT-B encoder, 527 classes; one
+#: ``<class>`` token here, no distillation token); ``ast-tiny`` — the DeiT-Ti encoder.
+AST_PRESETS: dict[str, ASTConfig] = {
+    "ast-base": ASTConfig(),
+    "ast-tiny": ASTConfig(num_heads=3, embed_dim=192, mlp_dim=768),
+}
+
+
+class AST(nn.Module):
+    r"""Audio Spectrogram Transformer classifier (see the module docstring).
+
+    Call: ``model(spectrogram_BxTxF, *, deterministic=True)`` returns ``logits_BxK``
+    (float32; softmax them for Bishop's class probabilities), or the pooled ``<class>``
+    features ``[B, D]`` when ``num_classes`` is ``None``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> cfg = ASTConfig(num_frames=12, num_mel_bins=8, patch_size=4, patch_stride=(4, 2),
+        ...                 num_classes=3, num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32)
+        >>> ast = AST(cfg)
+        >>> x = jnp.zeros((2, 12, 8))  # [B, frames, mel bins]
+        >>> v = ast.init(jax.random.PRNGKey(0), x)
+        >>> ast.apply(v, x).shape, cfg.grid, v["params"]["vit"]["pos_embed"]["embedding"].shape
+        ((2, 3), (2, 5), (11, 16))
+    """
+
+    config: ASTConfig
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> AST:
+        """A model from :data:`AST_PRESETS`, with config fields overridden."""
+        return cls(check_preset(name, AST_PRESETS).replace(**overrides))
+
+    @nn.compact
+    def __call__(self, spectrogram_BxTxF: Array, *, deterministic: bool = True) -> Array:
+        cfg = self.config
+        check_rank(spectrogram_BxTxF, "spectrogram", 3)
+        want = (cfg.num_frames, cfg.num_mel_bins)
+        if spectrogram_BxTxF.shape[1:] != want:
+            raise ValueError(
+                f"`spectrogram` must have shape [B, num_frames={want[0]}, "
+                f"num_mel_bins={want[1]}]; got {spectrogram_BxTxF.shape}."
+            )
+        image_BxFxTx1 = jnp.swapaxes(spectrogram_BxTxF, 1, 2)[..., None]  # frequency rows
+        grid_BxNfxNtxP = spectrogram_patches(image_BxFxTx1, cfg.patch_size, cfg.patch_stride)
+        return ViT(cfg.vit_config(), dtype=self.dtype, param_dtype=self.param_dtype, name="vit")(
+            grid_BxNfxNtxP, deterministic=deterministic
+        )
