@@ -12,7 +12,12 @@ from seqjax.models.baselines import (
 from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, mlm_mask
 from seqjax.models.captioning import ImageCaptioner
 from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS, Transformer, TransformerConfig
-from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import (
+    TRANSFORMER_LM_PRESETS,
+    TransformerLM,
+    TransformerLMClassifier,
+    TransformerLMConfig,
+)
 from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
 from seqjax.models.seq2seq import (
     Seq2Seq,
@@ -29,7 +34,7 @@ __all__ = [
     "BERT_PRESETS", "Bert", "BertConfig", "ImageCaptioner", "RNNClassifier", "RNNLanguageModel",
     "RNNTagger",
     "Seq2Seq", "TRANSFORMER_LM_PRESETS", "TRANSFORMER_PRESETS", "Transformer",
-    "TransformerConfig", "TransformerLM", "TransformerLMConfig",
+    "TransformerConfig", "TransformerLM", "TransformerLMClassifier", "TransformerLMConfig",
     "VIT_PRESETS", "ViT",
     "ViTConfig", "Word2Vec", "Word2VecConfig", "masked_pool", "mlm_mask", "num_patches",
     "patchify", "reverse_sequences", "train_word2vec", "unpatchify",

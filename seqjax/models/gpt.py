@@ -16,6 +16,11 @@ Parameter names (golden trees in ``tests/golden/``): ``token_embed/embedding [V,
 ``pos_embed/embedding [max_len, D]`` (learned positions), ``decoder/layers_{i}/...``
 (:class:`~seqjax.nn.transformer.TransformerDecoder`; ``decoder/layers/...`` stacked
 with ``scan_layers``), ``decoder/final_norm``, ``lm_head/kernel`` (untied only).
+
+:class:`TransformerLMClassifier` is the decoder form of a sequence classifier (J&M §9.4.2,
+§9.9.1; GPT-1): the same trunk and LM head, plus ``class_head/{kernel,bias}`` on the last
+real token's hidden state, so one parameter tree pre-trains as an LM and fine-tunes as a
+classifier.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax._checks import check_bool, is_concrete
 from seqjax.models._common import (
     as_variables,
     check_lengths,
@@ -37,6 +43,7 @@ from seqjax.models._common import (
     flag_oov_rows,
     layers_from_batch_major,
     layers_to_batch_major,
+    masked_pool,
     split_oov,
 )
 from seqjax.nn.dense import Dense, flat_attend
@@ -47,7 +54,12 @@ from seqjax.nn.transformer import TransformerDecoder
 Array = jax.Array
 Dtype = Any
 
-__all__ = ["TRANSFORMER_LM_PRESETS", "TransformerLM", "TransformerLMConfig"]
+__all__ = [
+    "TRANSFORMER_LM_PRESETS",
+    "TransformerLM",
+    "TransformerLMClassifier",
+    "TransformerLMConfig",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,16 +120,34 @@ class TransformerLMConfig:
 #: block 64); ``gpt2-small`` is GPT-2 124M (12L/12H/768, block 1024, |V| = 50257).
 TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
     "nanogpt-shakespeare-char": TransformerLMConfig(
-        vocab_size=65, num_layers=6, num_heads=6, embed_dim=384, max_len=256,
-        dropout_rate=0.2, use_bias=False, activation="gelu",
+        vocab_size=65,
+        num_layers=6,
+        num_heads=6,
+        embed_dim=384,
+        max_len=256,
+        dropout_rate=0.2,
+        use_bias=False,
+        activation="gelu",
     ),
     "nanogpt-cpu": TransformerLMConfig(
-        vocab_size=65, num_layers=4, num_heads=4, embed_dim=128, max_len=64,
-        dropout_rate=0.0, use_bias=False, activation="gelu",
+        vocab_size=65,
+        num_layers=4,
+        num_heads=4,
+        embed_dim=128,
+        max_len=64,
+        dropout_rate=0.0,
+        use_bias=False,
+        activation="gelu",
     ),
     "gpt2-small": TransformerLMConfig(
-        vocab_size=50257, num_layers=12, num_heads=12, embed_dim=768, max_len=1024,
-        dropout_rate=0.1, use_bias=True, activation="gelu_tanh",
+        vocab_size=50257,
+        num_layers=12,
+        num_heads=12,
+        embed_dim=768,
+        max_len=1024,
+        dropout_rate=0.1,
+        use_bias=True,
+        activation="gelu_tanh",
     ),
 }
 
@@ -165,32 +195,57 @@ class TransformerLM(nn.Module):
         if cfg.positions not in ("learned", "rope"):
             raise ValueError(f"`positions` must be 'learned' or 'rope'; got {cfg.positions!r}.")
         init = nn.initializers.normal(stddev=cfg.init_std)
-        self.token_embed = Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init,
-                                    dtype=self.dtype, param_dtype=self.param_dtype)
+        self.token_embed = Embed(
+            cfg.vocab_size,
+            cfg.embed_dim,
+            embedding_init=init,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+        )
         if cfg.positions == "learned":
             self.pos_embed = LearnedPositionalEmbedding(
                 cfg.max_len, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
             )
-        attn_drop = cfg.dropout_rate if cfg.attention_dropout_rate is None else \
-            cfg.attention_dropout_rate
+        attn_drop = (
+            cfg.dropout_rate if cfg.attention_dropout_rate is None else cfg.attention_dropout_rate
+        )
         self.decoder = TransformerDecoder(
-            num_heads=cfg.num_heads, num_layers=cfg.num_layers, mlp_dim=cfg.mlp_dim,
-            norm="pre", norm_type=cfg.norm_type, norm_epsilon=cfg.norm_epsilon,
-            norm_use_bias=cfg.norm_use_bias, mlp=cfg.mlp, activation=cfg.activation,
-            causal=True, cross_attention=False, dropout_rate=cfg.dropout_rate,
-            attention_dropout_rate=attn_drop, use_bias=cfg.use_bias,
-            num_kv_heads=cfg.num_kv_heads, use_rope=cfg.positions == "rope",
-            rope_base=cfg.rope_base, window=cfg.window, implementation=cfg.implementation,
-            scan_layers=cfg.scan_layers, remat=cfg.remat, kernel_init=init, dtype=self.dtype,
+            num_heads=cfg.num_heads,
+            num_layers=cfg.num_layers,
+            mlp_dim=cfg.mlp_dim,
+            norm="pre",
+            norm_type=cfg.norm_type,
+            norm_epsilon=cfg.norm_epsilon,
+            norm_use_bias=cfg.norm_use_bias,
+            mlp=cfg.mlp,
+            activation=cfg.activation,
+            causal=True,
+            cross_attention=False,
+            dropout_rate=cfg.dropout_rate,
+            attention_dropout_rate=attn_drop,
+            use_bias=cfg.use_bias,
+            num_kv_heads=cfg.num_kv_heads,
+            use_rope=cfg.positions == "rope",
+            rope_base=cfg.rope_base,
+            window=cfg.window,
+            implementation=cfg.implementation,
+            scan_layers=cfg.scan_layers,
+            remat=cfg.remat,
+            kernel_init=init,
+            dtype=self.dtype,
             param_dtype=self.param_dtype,
         )
         self.drop = nn.Dropout(cfg.dropout_rate)
         if not cfg.tie_embeddings:
-            self.lm_head = Dense(cfg.vocab_size, use_bias=False, kernel_init=init,
-                                    dtype=self.dtype, param_dtype=self.param_dtype)
+            self.lm_head = Dense(
+                cfg.vocab_size,
+                use_bias=False,
+                kernel_init=init,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+            )
 
-    def _embed(self, tokens_BxT: Array, positions_BxT: Array | None, deterministic: bool
-               ) -> Array:
+    def _embed(self, tokens_BxT: Array, positions_BxT: Array | None, deterministic: bool) -> Array:
         x_BxTxD = self.token_embed(tokens_BxT)
         if self.config.positions == "learned":
             x_BxTxD = self.pos_embed(x_BxTxD, positions_BxT)
@@ -203,9 +258,10 @@ class TransformerLM(nn.Module):
             logits_BxTxV = self.lm_head(h_BxTxD)
         return logits_BxTxV.astype(jnp.float32)
 
-    def __call__(
-        self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
-    ) -> Array:
+    def _trunk(
+        self, tokens_BxT: Array, lengths: Array | None, deterministic: bool, min_length: int = 0
+    ) -> tuple[Array, Array | None]:
+        """``(LN(X^{(L)}) [B, T, D], checked lengths)``: everything but the head."""
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.config.vocab_size)
         batch, num_steps = tokens_BxT.shape
         if self.config.positions == "learned" and num_steps > self.config.max_len:
@@ -213,9 +269,14 @@ class TransformerLM(nn.Module):
                 f"`tokens` has {num_steps} positions but max_len={self.config.max_len}."
             )
         if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+            lengths = check_lengths(lengths, "lengths", batch, num_steps, min_length)
         x_BxTxD = self._embed(tokens_BxT, None, deterministic)
-        h_BxTxD = self.decoder(x_BxTxD, lengths=lengths, deterministic=deterministic)
+        return self.decoder(x_BxTxD, lengths=lengths, deterministic=deterministic), lengths
+
+    def __call__(
+        self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
+    ) -> Array:
+        h_BxTxD, _ = self._trunk(tokens_BxT, lengths, deterministic)
         return self._head(h_BxTxD)
 
     # ----------------------------------------------------------------- decoding interface
@@ -227,8 +288,10 @@ class TransformerLM(nn.Module):
             # Every prompt token but the last (that one is fed by the first decode step).
             x_BxTxD = self._embed(prompt_BxT[:, :-1], None, True)
             _, cache = self.decoder(x_BxTxD, lengths=lengths_B, cache=cache)
-        return {"cache": layers_to_batch_major(cache, self.config.scan_layers),
-                "positions": lengths_B}
+        return {
+            "cache": layers_to_batch_major(cache, self.config.scan_layers),
+            "positions": lengths_B,
+        }
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         # An out-of-vocabulary id (seen only here under jit) embeds as id 0 with length 0:
@@ -239,8 +302,10 @@ class TransformerLM(nn.Module):
         x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
         h_Bx1xD, cache = self.decoder(x_Bx1xD, lengths=valid_B.astype(jnp.int32), cache=cache)
-        new_state = {"cache": layers_to_batch_major(cache, self.config.scan_layers),
-                     "positions": state["positions"] + valid_B}
+        new_state = {
+            "cache": layers_to_batch_major(cache, self.config.scan_layers),
+            "positions": state["positions"] + valid_B,
+        }
         return flag_oov_rows(self._head(h_Bx1xD)[:, 0], valid_B), new_state
 
     def init_decode_state(
@@ -268,8 +333,13 @@ class TransformerLM(nn.Module):
                 f"prompt + generated tokens need {max_len - 1} positions but the learned table "
                 f"has max_len={self.config.max_len}."
             )
-        return self.apply(as_variables(params), prompt_BxT, prompt_lengths_B - 1, max_len,
-                          method=type(self)._prefill)
+        return self.apply(
+            as_variables(params),
+            prompt_BxT,
+            prompt_lengths_B - 1,
+            max_len,
+            method=type(self)._prefill,
+        )
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         """Append one token per row to the caches: ``(logits_BxV, new_state)``.
@@ -280,3 +350,113 @@ class TransformerLM(nn.Module):
         """
         tokens_B = check_step_tokens(tokens_B, self.config.vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
+
+
+class TransformerLMClassifier(TransformerLM):
+    r"""Decoder-form sequence classifier: a causal LM with a linear head on the last token.
+
+    .. math::
+        H = \mathrm{LN}(X^{(L)}) \ (\text{the causal trunk of } \mathrm{TransformerLM}),\qquad
+        p(c \mid x_{1:n}) = \mathrm{softmax}(W_c\, H_n + b_c)
+
+    with ``n`` the last *real* token of the row. J&M §9.4.2 (Fig. 9.8) takes "the hidden
+    layer for the last token of the text, :math:`h_n`" as the representation of the whole
+    sequence and feeds it to a classifier, trained with cross-entropy on the class only;
+    J&M §9.9.1 gives the transformer recipe: pre-train the language model, "only afterwards
+    add a linear or feedforward layer on top" and fine-tune. GPT-1 (Radford et al. 2018,
+    eq. (3)): :math:`P(y \mid x^1, \dots, x^m) = \mathrm{softmax}(h_l^m W_y)` (GPT-1
+    appends an extract token; here the last token of the text itself is read). Under the
+    causal mask :math:`H_n` is the only position that has seen every token, which is why
+    the decoder form reads the last token where BERT reads the first (``<cls>``).
+
+    **Padding.** Rows are right-padded. ``lengths`` (``int32[B]``, each in ``[1, T]``) or
+    ``mask`` (``bool[B, T]``, ``True`` = real token, a prefix of each row) give
+    :math:`n_b`; the head reads position ``lengths[b] - 1``, the padded positions never
+    reach it (causal mask), so a padded batch classifies exactly like each row alone. A row
+    of length 0 has no last token and is an error (checked when the lengths are concrete).
+    Without either, every row is ``T`` tokens long.
+
+    **Pre-train, then fine-tune.** The parameter tree is :class:`TransformerLM`'s
+    (``token_embed``, ``pos_embed``, ``decoder``, and ``lm_head`` when untied — created at
+    ``init`` even though the classifier does not use it) plus ``class_head/{kernel,bias}``
+    (``[D, C]``, ``[C]``). An LM's parameters drop in unchanged:
+    ``{**clf_params, **lm_params}``. ``model.apply(v, tokens, lengths,
+    method=TransformerLMClassifier.lm_logits)`` is the LM's forward pass on the same
+    parameters (e.g. an auxiliary LM loss while fine-tuning, as GPT-1 does), and the
+    decoding interface of :class:`TransformerLM` still works.
+
+    Call: ``model(tokens_BxT, lengths=None, *, mask=None, deterministic=True) ->
+    class_logits_BxC`` (float32). Dropout (``config.dropout_rate``) is applied to
+    :math:`H_n` before the head when ``deterministic=False``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=1, num_heads=2, embed_dim=8,
+        ...                           max_len=16)
+        >>> clf = TransformerLMClassifier(cfg, num_classes=3)
+        >>> tokens = jnp.ones((2, 5), jnp.int32)
+        >>> v = clf.init(jax.random.PRNGKey(0), tokens)
+        >>> clf.apply(v, tokens, jnp.array([5, 2])).shape
+        (2, 3)
+        >>> clf.apply(v, tokens, method=TransformerLMClassifier.lm_logits).shape
+        (2, 5, 17)
+
+    Attributes:
+        config: the LM's :class:`TransformerLMConfig`.
+        num_classes: ``C``, the classes of the head (default 2, e.g. sentiment).
+    """
+
+    num_classes: int = 2
+
+    def setup(self) -> None:
+        super().setup()
+        n = self.num_classes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"`num_classes` must be a positive int; got {n!r}.")
+        self.class_head = Dense(
+            n,
+            kernel_init=nn.initializers.normal(stddev=self.config.init_std),
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+        )
+
+    def _lengths_from_mask(self, mask: Array, shape: tuple[int, int]) -> Array:
+        check_bool(mask, "mask")
+        if tuple(mask.shape) != tuple(shape):
+            raise ValueError(
+                f"`mask` must have the shape of `tokens` {tuple(shape)}; got {tuple(mask.shape)}."
+            )
+        lengths_B = jnp.sum(mask, axis=-1, dtype=jnp.int32)
+        if is_concrete(mask):
+            prefix = jnp.arange(shape[1])[None, :] < lengths_B[:, None]
+            if not bool(jnp.all(prefix == mask)):
+                raise ValueError(
+                    "`mask` must be right padding (each row True then False: the real tokens "
+                    "first); got a row with a False before a True."
+                )
+        return lengths_B
+
+    def __call__(
+        self,
+        tokens_BxT: Array,
+        lengths: Array | None = None,
+        *,
+        mask: Array | None = None,
+        deterministic: bool = True,
+    ) -> Array:
+        if mask is not None:
+            if lengths is not None:
+                raise ValueError("give `lengths` or `mask`, not both.")
+            lengths = self._lengths_from_mask(mask, jnp.shape(tokens_BxT))
+        h_BxTxD, lengths = self._trunk(tokens_BxT, lengths, deterministic, min_length=1)
+        if self.is_initializing() and not self.config.tie_embeddings:
+            self._head(h_BxTxD[:, :1])  # create lm_head: the tree stays the LM's
+        last_BxD = masked_pool(h_BxTxD, lengths, "last")  # H[b, lengths[b] - 1]
+        last_BxD = self.drop(last_BxD, deterministic=deterministic)
+        return self.class_head(last_BxD).astype(jnp.float32)
+
+    def lm_logits(
+        self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
+    ) -> Array:
+        """The language model's ``logits_BxTxV`` on the same parameters."""
+        return TransformerLM.__call__(self, tokens_BxT, lengths, deterministic=deterministic)

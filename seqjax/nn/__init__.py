@@ -24,6 +24,7 @@ from seqjax.nn.cells import (
     RecurrentCell,
     SimpleGatedCell,
 )
+from seqjax.nn.conv import CausalConv1D
 from seqjax.nn.dense import Dense, DenseGeneral
 from seqjax.nn.embedding import Embed, embedding_lookup
 from seqjax.nn.ffn import ACTIVATIONS, GLU, GLU_VARIANTS, MLP, get_activation, glu_hidden_dim
@@ -83,6 +84,8 @@ __all__ = [
     "OutputFeedbackCell", "SimpleGatedCell", "LayerWeights",
     "Dense", "DenseGeneral", "Embed", "embedding_lookup",
     "StackedRNN", "cudnn_lstm_weights",
+    # convolution
+    "CausalConv1D",
     # attention and masks
     "SCORE_FUNCTIONS", "Attention", "KVCache", "MultiHeadAttention", "additive_score",
     "concat_score", "dot_product_attention", "dot_score", "general_score", "masked_softmax",
