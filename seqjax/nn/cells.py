@@ -16,10 +16,10 @@ Cells whose step needs the raw input ``x_t`` itself (:class:`OutputFeedbackCell`
 **Fast layer kernels.** ``cell.layer_weights()`` is the one door through which a layer
 reaches a cell's parameters: it returns a :class:`LayerWeights` naming the equation
 (``"elman"``, ``"lstm"``, ``"gru"``) and the arrays a whole-layer kernel of
-:mod:`seqjax.nn._layer_scan` needs, or ``None`` when the cell has no such kernel — the
-output-feedback and gated cells, ``GRUCell(reset_after=False)``, and every subclass that
-redefines ``step``, ``recurrent`` or ``input_projection`` (the kernel would compute the
-parent's equation, not theirs): those run their own ``step`` in a scan. A subclass whose
+:mod:`seqjax.nn.recurrent._layer_kernels` needs, or ``None`` when the cell has no such
+kernel — the output-feedback and gated cells, ``GRUCell(reset_after=False)``, and every
+subclass that redefines ``step``, ``recurrent`` or ``input_projection`` (the kernel would
+compute the parent's equation, not theirs): those run their own ``step`` in a scan. A subclass whose
 equation *is* one of the kernels' may override ``layer_weights`` to opt back in.
 
 **Biases.** ``use_bias=True`` (default, as PyTorch and Flax) adds the biases of MEDL
@@ -58,7 +58,7 @@ def _zeros_carry(batch_shape: tuple[int, ...], features: int, dtype: Dtype) -> A
 
 
 class LayerWeights(NamedTuple):
-    """A cell's parameters as the whole-layer kernels of :mod:`seqjax.nn._layer_scan` read them.
+    """A cell's parameters as the layer kernels of :mod:`seqjax.nn.recurrent._layer_kernels` read.
 
     Returned by :meth:`RecurrentCell.layer_weights`. With ``G`` gate blocks of width ``H``:
 

@@ -405,10 +405,10 @@ def test_rnn_cudnn_layer_equals_the_fused_kernel(monkeypatch, x):
     cuDNN's semantics. "auto" on a GPU runs the unrolled scan instead (measured faster)."""
     from jax.experimental import rnn as jrnn
 
-    import seqjax.nn.recurrent as recurrent
+    from seqjax.nn.recurrent import layers  # where the backend probe is read
 
     calls = []
-    monkeypatch.setattr(recurrent, "_on_gpu", lambda: True)
+    monkeypatch.setattr(layers, "_on_gpu", lambda: True)
     monkeypatch.setattr(jrnn, "lstm", _lstm_ref_as_cudnn(calls))
     cell = LSTMCell(H)
     v = _init(RNN(cell, implementation="fused"), x)
@@ -430,6 +430,7 @@ def test_auto_on_a_gpu_is_the_unrolled_scan(monkeypatch, x):
     """On a GPU "auto" runs the scan with GPU_SCAN_UNROLL steps per iteration (unless
     `unroll` is given); on CPU the fused kernel, not unrolled."""
     import seqjax.nn.recurrent as recurrent
+    from seqjax.nn.recurrent import layers  # where the backend probe is read
 
     cell = LSTMCell(H)
     v = _init(RNN(cell), x)
@@ -443,7 +444,8 @@ def test_auto_on_a_gpu_is_the_unrolled_scan(monkeypatch, x):
     monkeypatch.setattr(jax.lax, "scan", spy)
     want = RNN(cell, implementation="scan").apply(v, x, lengths=LENGTHS)
     assert seen[-1] == 1  # CPU: no unrolling by default
-    monkeypatch.setattr(recurrent, "_on_gpu", lambda: True)
+    monkeypatch.setattr(layers, "_on_gpu", lambda: True)
+    assert recurrent.GPU_SCAN_UNROLL == layers.GPU_SCAN_UNROLL
     for unroll, expect in ((None, recurrent.GPU_SCAN_UNROLL), (2, 2)):
         seen.clear()
         got = RNN(cell, unroll=unroll).apply(v, x, lengths=LENGTHS)

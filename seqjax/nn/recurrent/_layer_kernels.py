@@ -114,36 +114,66 @@ def layer_scan(
     """
     w = weights
     if w.equation == "elman":
-        y, h = elman_layer(x_TxBxP, w.input_kernel, w.bias, w.recurrent_kernel, carry,
-                           valid_TxB, w.activation, reverse, compute_dtype, unroll)
+        y, h = elman_layer(
+            x_TxBxP,
+            w.input_kernel,
+            w.bias,
+            w.recurrent_kernel,
+            carry,
+            valid_TxB,
+            w.activation,
+            reverse,
+            compute_dtype,
+            unroll,
+        )
         return h, y
     if w.equation == "lstm":
         c0, h0 = carry
-        y, (c, h) = lstm_layer(x_TxBxP, w.input_kernel, w.bias, w.recurrent_kernel, c0, h0,
-                               valid_TxB, reverse, compute_dtype, unroll)
+        y, (c, h) = lstm_layer(
+            x_TxBxP,
+            w.input_kernel,
+            w.bias,
+            w.recurrent_kernel,
+            c0,
+            h0,
+            valid_TxB,
+            reverse,
+            compute_dtype,
+            unroll,
+        )
         return (c, h), y
     if w.equation == "gru":
-        y, h = gru_layer(x_TxBxP, w.input_kernel, w.bias, w.recurrent_kernel, w.recurrent_bias,
-                         carry, valid_TxB, reverse, compute_dtype, unroll)
+        y, h = gru_layer(
+            x_TxBxP,
+            w.input_kernel,
+            w.bias,
+            w.recurrent_kernel,
+            w.recurrent_bias,
+            carry,
+            valid_TxB,
+            reverse,
+            compute_dtype,
+            unroll,
+        )
         return h, y
-    raise ValueError(
-        f"`weights.equation` must be 'elman', 'lstm' or 'gru'; got {w.equation!r}."
-    )
+    raise ValueError(f"`weights.equation` must be 'elman', 'lstm' or 'gru'; got {w.equation!r}.")
 
 
 # ---------------------------------------------------------------------------------- Elman
 
 
-def _elman_forward(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype,
-                   unroll, keep=True):
+def _elman_forward(
+    x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype, unroll, keep=True
+):
     ew = h0.dtype
     w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
     b_ew = b.astype(ew)
 
     def body(h, inputs):
         x_BxP, valid_B = inputs
-        u = (jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32)
-             + jnp.dot(h.astype(compute_dtype), w_h, preferred_element_type=_F32))
+        u = jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32) + jnp.dot(
+            h.astype(compute_dtype), w_h, preferred_element_type=_F32
+        )
         u = u.astype(ew) + b_ew
         h_new = _keep(valid_B, activation(u).astype(ew), h)
         return h_new, (h_new, u if keep else None)
@@ -152,20 +182,33 @@ def _elman_forward(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, c
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
-def elman_layer(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype,
-                unroll=1):
+def elman_layer(
+    x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype, unroll=1
+):
     """Elman layer, time-major: returns ``(y_TxBxH, h_T)``.
 
     ``w_ih: [P, H]``, ``b: [H]``, ``w_hh: [H, H]``, ``h0: [B, H]``; ``activation``: ``σ``.
     """
-    h, (hs, _) = _elman_forward(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse,
-                                compute_dtype, unroll, keep=False)
+    h, (hs, _) = _elman_forward(
+        x_TxBxP,
+        w_ih,
+        b,
+        w_hh,
+        h0,
+        valid_TxB,
+        activation,
+        reverse,
+        compute_dtype,
+        unroll,
+        keep=False,
+    )
     return _mask_y(hs, valid_TxB), h
 
 
 def _elman_fwd(x, w_ih, b, w_hh, h0, valid, activation, reverse, compute_dtype, unroll):
-    h, (hs, us) = _elman_forward(x, w_ih, b, w_hh, h0, valid, activation, reverse,
-                                 compute_dtype, unroll)
+    h, (hs, us) = _elman_forward(
+        x, w_ih, b, w_hh, h0, valid, activation, reverse, compute_dtype, unroll
+    )
     return (_mask_y(hs, valid), h), (x, w_ih, b, w_hh, h0, valid, hs, us)
 
 
@@ -184,21 +227,27 @@ def _elman_bwd(activation, reverse, compute_dtype, unroll, res, cot):
         du = jax.vjp(activation, u)[1](dh_all.astype(ew))[0].astype(ew)  # σ′(u) ⊙ dh
         if valid_B is not None:
             du = jnp.where(valid_B[:, None], du, jnp.zeros_like(du))
-        dh_prev = jnp.dot(du.astype(compute_dtype), w_hh_t,
-                          preferred_element_type=_F32).astype(ew)
+        dh_prev = jnp.dot(du.astype(compute_dtype), w_hh_t, preferred_element_type=_F32).astype(ew)
         if valid_B is not None:  # a padded step passed the carry through
             dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
         return dh_prev, du
 
-    dh0, du_TxBxH = jax.lax.scan(body, dh_T.astype(ew), (dy, us, valid),
-                                 reverse=not reverse, unroll=unroll)
+    dh0, du_TxBxH = jax.lax.scan(
+        body, dh_T.astype(ew), (dy, us, valid), reverse=not reverse, unroll=unroll
+    )
     h_prev = _shift(hs, h0, reverse)
     du = du_TxBxH.reshape(num_steps * batch, hsz)
     dw_ih = _dot(x.reshape(-1, in_features).T, du, compute_dtype)
     dw_hh = _dot(h_prev.reshape(-1, hsz).T, du, compute_dtype)
     dx = _dot(du, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
-    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), du.sum(0).astype(b.dtype),
-            dw_hh.astype(w_hh.dtype), dh0.astype(h0.dtype), None)
+    return (
+        dx.astype(x.dtype),
+        dw_ih.astype(w_ih.dtype),
+        du.sum(0).astype(b.dtype),
+        dw_hh.astype(w_hh.dtype),
+        dh0.astype(h0.dtype),
+        None,
+    )
 
 
 elman_layer.defvjp(_elman_fwd, _elman_bwd)
@@ -207,8 +256,9 @@ elman_layer.defvjp(_elman_fwd, _elman_bwd)
 # ----------------------------------------------------------------------------------- LSTM
 
 
-def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll,
-                  keep=True):
+def _lstm_forward(
+    x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll, keep=True
+):
     ew = c0.dtype  # elementwise / carry dtype
     w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
     b_ew = b.astype(ew)
@@ -217,8 +267,9 @@ def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dt
     def body(carry, inputs):
         c, h = carry
         x_BxP, valid_B = inputs
-        gates = (jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32)
-                 + jnp.dot(h.astype(compute_dtype), w_h, preferred_element_type=_F32))
+        gates = jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32) + jnp.dot(
+            h.astype(compute_dtype), w_h, preferred_element_type=_F32
+        )
         gates = gates.astype(ew) + b_ew
         acts = jnp.tanh(gates * s4) * s4 + shift4
         i, f, g, o = jnp.split(acts, 4, axis=-1)
@@ -237,14 +288,16 @@ def lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype
     ``w_ih: [P, 4H]``, ``b: [4H]``, ``w_hh: [H, 4H]`` (gate order i, f, c̃, o); carry
     ``(c0, h0)``: ``[B, H]``; ``valid_TxB``: bool or ``None``.
     """
-    (c, h), (hs, _, _) = _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse,
-                                       compute_dtype, unroll, keep=False)
+    (c, h), (hs, _, _) = _lstm_forward(
+        x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll, keep=False
+    )
     return _mask_y(hs, valid_TxB), (c, h)
 
 
 def _lstm_fwd(x, w_ih, b, w_hh, c0, h0, valid, reverse, compute_dtype, unroll):
-    (c, h), (hs, cs, acts) = _lstm_forward(x, w_ih, b, w_hh, c0, h0, valid, reverse,
-                                           compute_dtype, unroll)
+    (c, h), (hs, cs, acts) = _lstm_forward(
+        x, w_ih, b, w_hh, c0, h0, valid, reverse, compute_dtype, unroll
+    )
     return (_mask_y(hs, valid), (c, h)), (x, w_ih, b, w_hh, c0, h0, valid, hs, cs, acts)
 
 
@@ -280,8 +333,11 @@ def _lstm_bwd(reverse, compute_dtype, unroll, res, cot):
         return (dc_prev, dh_prev), dg
 
     (dc0, dh0), dg_TxBx4H = jax.lax.scan(
-        body, (dc_T.astype(ew), dh_T.astype(ew)), (dy, c_prev, cs, acts, valid),
-        reverse=not reverse, unroll=unroll,
+        body,
+        (dc_T.astype(ew), dh_T.astype(ew)),
+        (dy, c_prev, cs, acts, valid),
+        reverse=not reverse,
+        unroll=unroll,
     )
     h_prev = _shift(hs, h0, reverse)
     dg = dg_TxBx4H.reshape(num_steps * batch, 4 * hsz)
@@ -289,8 +345,15 @@ def _lstm_bwd(reverse, compute_dtype, unroll, res, cot):
     dw_hh = _dot(h_prev.reshape(-1, hsz).T, dg, compute_dtype)
     dx = _dot(dg, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
     db = dg.sum(0)
-    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), db.astype(b.dtype),
-            dw_hh.astype(w_hh.dtype), dc0.astype(c0.dtype), dh0.astype(h0.dtype), None)
+    return (
+        dx.astype(x.dtype),
+        dw_ih.astype(w_ih.dtype),
+        db.astype(b.dtype),
+        dw_hh.astype(w_hh.dtype),
+        dc0.astype(c0.dtype),
+        dh0.astype(h0.dtype),
+        None,
+    )
 
 
 lstm_layer.defvjp(_lstm_fwd, _lstm_bwd)
@@ -299,8 +362,9 @@ lstm_layer.defvjp(_lstm_fwd, _lstm_bwd)
 # ------------------------------------------------------------------------------------ GRU
 
 
-def _gru_forward(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll,
-                 keep=True):
+def _gru_forward(
+    x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll, keep=True
+):
     ew = h0.dtype
     hsz = w_hh.shape[0]
     w_ih, w_hh = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
@@ -328,14 +392,14 @@ def gru_layer(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtyp
 
     ``w_ih: [P, 3H]``, ``b: [3H]``, ``w_hh: [H, 3H]`` (gate order r, z, n), ``b_hn: [H]``.
     """
-    h, (hs, _) = _gru_forward(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse,
-                              compute_dtype, unroll, keep=False)
+    h, (hs, _) = _gru_forward(
+        x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll, keep=False
+    )
     return _mask_y(hs, valid_TxB), h
 
 
 def _gru_fwd(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll):
-    h, (hs, acts) = _gru_forward(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype,
-                                 unroll)
+    h, (hs, acts) = _gru_forward(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll)
     return (_mask_y(hs, valid), h), (x, w_ih, b, w_hh, b_hn, h0, valid, hs, acts)
 
 
@@ -361,22 +425,31 @@ def _gru_bwd(reverse, compute_dtype, unroll, res, cot):
         if valid_B is not None:
             dxp = jnp.where(valid_B[:, None], dxp, jnp.zeros_like(dxp))
             dhp = jnp.where(valid_B[:, None], dhp, jnp.zeros_like(dhp))
-        dh_prev = dh_all * z + jnp.dot(dhp.astype(compute_dtype), w_hh_t,
-                                       preferred_element_type=_F32).astype(ew)
+        dh_prev = dh_all * z + jnp.dot(
+            dhp.astype(compute_dtype), w_hh_t, preferred_element_type=_F32
+        ).astype(ew)
         if valid_B is not None:
             dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
         return dh_prev, (dxp, dhp)
 
-    dh0, (dxp, dhp) = jax.lax.scan(body, dh_T.astype(ew), (dy, h_prev, acts, valid),
-                                   reverse=not reverse, unroll=unroll)
+    dh0, (dxp, dhp) = jax.lax.scan(
+        body, dh_T.astype(ew), (dy, h_prev, acts, valid), reverse=not reverse, unroll=unroll
+    )
     dhp_N = dhp.reshape(-1, 3 * hsz)
     dw_hh = _dot(h_prev.reshape(-1, hsz).T, dhp_N, compute_dtype)
     db_hn = dhp_N[:, 2 * hsz :].sum(0)
     dxp_N = dxp.reshape(-1, 3 * hsz)
     dw_ih = _dot(x.reshape(-1, in_features).T, dxp_N, compute_dtype)
     dx = _dot(dxp_N, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
-    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), dxp_N.sum(0).astype(b.dtype),
-            dw_hh.astype(w_hh.dtype), db_hn.astype(b_hn.dtype), dh0.astype(h0.dtype), None)
+    return (
+        dx.astype(x.dtype),
+        dw_ih.astype(w_ih.dtype),
+        dxp_N.sum(0).astype(b.dtype),
+        dw_hh.astype(w_hh.dtype),
+        db_hn.astype(b_hn.dtype),
+        dh0.astype(h0.dtype),
+        None,
+    )
 
 
 gru_layer.defvjp(_gru_fwd, _gru_bwd)

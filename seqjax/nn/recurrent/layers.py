@@ -1,4 +1,11 @@
-"""Recurrent layers: ``RNN`` (a cell scanned over time), ``Bidirectional``, ``StackedRNN``.
+r"""Recurrent layers: ``RNN`` (a cell scanned over time), ``Bidirectional``, ``StackedRNN``.
+
+A layer runs its cell's recurrence ``(carry_t, y_t) = cell(carry_{t-1}, x_t)`` for
+``t = 1..T`` (MEDL (7.1)–(7.2); J&M Fig. 9.2); the equation is the cell's
+(:mod:`seqjax.nn.cells`), the layer chooses how the loop runs (``implementation``: a
+``lax.scan`` of ``cell.step``, the whole-layer kernels of :mod:`._layer_kernels`, or cuDNN
+through :mod:`._cudnn`). The backend probe ``_on_gpu`` and the GPU default
+``GPU_SCAN_UNROLL`` are read here, so this is the module to patch them in.
 
 Shapes: ``x_BxTxP`` in, ``y_BxTxH`` out (batch-major; ``time_major=True`` for
 ``[T, B, P]``). Variable length is given by ``lengths: int32[B]`` (right
@@ -26,14 +33,15 @@ from seqjax._checks import (
     check_tree_shapes,
 )
 from seqjax.nn import _sharding
-from seqjax.nn._layer_scan import layer_scan
 from seqjax.nn.cells import ElmanCell, GRUCell, LayerWeights, LSTMCell, RecurrentCell
 from seqjax.nn.masks import padding_mask
+from seqjax.nn.recurrent import _cudnn
+from seqjax.nn.recurrent._layer_kernels import layer_scan
 
 Array = jax.Array
 Carry = Any
 
-__all__ = ["RNN", "Bidirectional", "StackedRNN", "CELL_TYPES", "cudnn_lstm_weights"]
+__all__ = ["RNN", "Bidirectional", "StackedRNN", "CELL_TYPES", "GPU_SCAN_UNROLL", "IMPLEMENTATIONS"]
 
 CELL_TYPES: dict[str, type[RecurrentCell]] = {
     "elman": ElmanCell,
@@ -94,11 +102,12 @@ class RNN(nn.Module):
     * ``"scan"``: ``cell.input_projection`` for all steps at once, then autodiff of a
       plain ``nn.scan`` over ``cell.step`` — any cell, any subclass, and ``resets``;
     * ``"fused"``: a whole-layer kernel with a hand-written backward pass
-      (:mod:`seqjax.nn._layer_scan`), reached through ``cell.layer_weights()`` — the
-      cells whose equation has a kernel: ``ElmanCell``, ``LSTMCell``,
-      ``GRUCell(reset_after=True)`` and subclasses that keep their parent's ``step``;
-      no ``resets``;
-    * ``"cudnn"``: ``jax.experimental.rnn.lstm`` (one cuDNN call; GPU only) for
+      (:mod:`seqjax.nn.recurrent._layer_kernels`), reached through
+      ``cell.layer_weights()`` — the cells whose equation has a kernel: ``ElmanCell``,
+      ``LSTMCell``, ``GRUCell(reset_after=True)`` and subclasses that keep their
+      parent's ``step``; no ``resets``;
+    * ``"cudnn"``: ``jax.experimental.rnn.lstm`` (one cuDNN call; GPU only, through
+      :mod:`seqjax.nn.recurrent._cudnn`) for
       ``"lstm"`` weights, forward direction, no ``resets``; runs in float32;
     * ``"auto"`` (default): on a GPU ``"scan"`` unrolled ``GPU_SCAN_UNROLL`` steps per
       iteration (the fastest path measured there, ahead of the fused kernel and of
@@ -150,18 +159,23 @@ class RNN(nn.Module):
     implementation: str = "auto"
     fused: bool | None = None
 
-    def _implementation(self, weights: LayerWeights | None, x: Array, resets: Array | None,
-                        reverse: bool) -> str:
+    def _implementation(
+        self, weights: LayerWeights | None, x: Array, resets: Array | None, reverse: bool
+    ) -> str:
         """The path that runs (see the class docstring); errors for impossible requests."""
         impl = self.implementation
         if self.fused is not None:
-            warnings.warn("`RNN(fused=...)` is deprecated; use implementation='fused' or "
-                          "'scan'.", DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                "`RNN(fused=...)` is deprecated; use implementation='fused' or 'scan'.",
+                DeprecationWarning,
+                stacklevel=3,
+            )
             if impl == "auto" and not self.fused:
                 impl = "scan"
         _check_implementation(impl)
-        cudnn_ok = (weights is not None and weights.equation == "lstm" and not reverse
-                    and resets is None)
+        cudnn_ok = (
+            weights is not None and weights.equation == "lstm" and not reverse and resets is None
+        )
         if impl == "auto":
             if _on_gpu():
                 return "scan"
@@ -232,7 +246,7 @@ class RNN(nn.Module):
         impl = self._implementation(weights, x, resets, reverse)
         valid_TxB = None if lengths is None else _step_mask(lengths, num_steps)
         if impl == "cudnn":
-            carry, y_BxTxH = _cudnn_layer(weights, x_BxTxP, carry, lengths)
+            carry, y_BxTxH = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths)
             y = jnp.swapaxes(y_BxTxH, 0, 1) if self.time_major else y_BxTxH
             return (carry, y) if return_carry else y
         if impl == "fused":
@@ -272,75 +286,38 @@ class RNN(nn.Module):
         return (carry, y) if return_carry else y
 
     def _fused(
-        self, weights: LayerWeights, x: Array, carry: Carry, valid_TxB: Array | None,
+        self,
+        weights: LayerWeights,
+        x: Array,
+        carry: Carry,
+        valid_TxB: Array | None,
         reverse: bool,
     ) -> tuple[Carry, Array]:
-        """The cell's layer kernel (:func:`seqjax.nn._layer_scan.layer_scan`), time-major."""
+        """The cell's layer kernel (:func:`._layer_kernels.layer_scan`), time-major."""
         x_TxBxP = x if self.time_major else jnp.swapaxes(x, 0, 1)
-        compute = jnp.dtype(self.cell.dtype or jnp.result_type(x, weights.input_kernel,
-                                                               weights.recurrent_kernel))
+        compute = jnp.dtype(
+            self.cell.dtype or jnp.result_type(x, weights.input_kernel, weights.recurrent_kernel)
+        )
         # Inside a sharded step: weights gathered once before the time loop, batch split
         # on inputs and carry, so the loop body has no collectives (seqjax.nn._sharding).
-        w_ih, b, w_hh, b_hn = _sharding.replicate((weights.input_kernel, weights.bias,
-                                                    weights.recurrent_kernel,
-                                                    weights.recurrent_bias))
-        weights = weights._replace(input_kernel=w_ih, bias=b, recurrent_kernel=w_hh,
-                                   recurrent_bias=b_hn)
+        w_ih, b, w_hh, b_hn = _sharding.replicate(
+            (weights.input_kernel, weights.bias, weights.recurrent_kernel, weights.recurrent_bias)
+        )
+        weights = weights._replace(
+            input_kernel=w_ih, bias=b, recurrent_kernel=w_hh, recurrent_bias=b_hn
+        )
         x_TxBxP = _sharding.constrain(x_TxBxP, None, _sharding.BATCH)
         valid_TxB = _sharding.constrain(valid_TxB, None, _sharding.BATCH)
         carry = jax.tree_util.tree_map(lambda a: _sharding.constrain(a, _sharding.BATCH), carry)
-        return layer_scan(weights, x_TxBxP, carry, valid_TxB, reverse, compute,
-                          self._unroll("fused"))
+        return layer_scan(
+            weights, x_TxBxP, carry, valid_TxB, reverse, compute, self._unroll("fused")
+        )
 
     def _unroll(self, impl: str) -> int:
         """``unroll`` as given, or the default for ``impl`` on this backend."""
         if self.unroll is not None:
             return self.unroll
         return GPU_SCAN_UNROLL if impl == "scan" and _on_gpu() else 1
-
-
-def _cudnn_pack(cells: Sequence[tuple[Array, Array, Array]]) -> Array:
-    """cuDNN's flat LSTM weights from per-(pseudo-)layer ``(input_kernel, bias, recurrent_kernel)``.
-
-    Layout (``jax.experimental.rnn``): for every pseudo-layer ``W_ih [4H, P_l]`` then
-    ``W_hh [4H, H]``; then, for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate
-    order i, f, g, o as in seqjax; seqjax's single bias goes to ``b_ih``, ``b_hh`` is zero.
-    """
-    mats = []
-    for w_ih, _, w_hh in cells:
-        mats.append(w_ih.T.reshape(-1))
-        mats.append(w_hh.T.reshape(-1))
-    for _, b, _ in cells:
-        mats.append(b)
-        mats.append(jnp.zeros_like(b))
-    return jnp.concatenate([m.astype(jnp.float32) for m in mats])
-
-
-def _cudnn_layer(
-    weights: LayerWeights, x_BxTxP: Array, carry: Carry, lengths: Array | None
-) -> tuple[Carry, Array]:
-    """One forward LSTM layer through cuDNN (float32): ``((c_T, h_T), y_BxTxH)``."""
-    from jax.experimental import rnn as jrnn
-
-    batch, num_steps, in_features = x_BxTxP.shape
-    hidden = weights.recurrent_kernel.shape[0]
-    padded = lengths is not None  # checked by the caller; else every row is full
-    if not padded:
-        lengths = jnp.full((batch,), num_steps, jnp.int32)
-    c0, h0 = carry
-    w = _cudnn_pack([(weights.input_kernel, weights.bias, weights.recurrent_kernel)])
-    # A row of length 0 keeps its initial carry (cuDNN is given at least one step).
-    y, h_n, c_n = jrnn.lstm(
-        x_BxTxP.astype(jnp.float32), h0[None].astype(jnp.float32),
-        c0[None].astype(jnp.float32), w, jnp.maximum(lengths, 1), input_size=in_features,
-        hidden_size=hidden, num_layers=1, dropout=0.0, bidirectional=False,
-    )
-    if padded:
-        y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
-    y = y.astype(x_BxTxP.dtype)
-    ran = (lengths > 0)[:, None]
-    return (jnp.where(ran, c_n[0], c0).astype(c0.dtype),
-            jnp.where(ran, h_n[0], h0).astype(h0.dtype)), y
 
 
 _MERGES: dict[str, Callable[[Array, Array], Array]] = {
@@ -387,17 +364,13 @@ class Bidirectional(nn.Module):
     ) -> Array | tuple[tuple[Carry, Carry], Array]:
         merge = _merge_fn(self.merge)
         init_f, init_b = (None, None) if initial_carry is None else initial_carry
-        carry_f, y_f = self.forward(
-            x, lengths, init_f, resets, reverse=False, return_carry=True
-        )
+        carry_f, y_f = self.forward(x, lengths, init_f, resets, reverse=False, return_carry=True)
         # Resets mark segment starts; in reverse a segment starts at its last token.
         resets_b = None
         if resets is not None:
             ends = jnp.concatenate([resets[:, 1:], jnp.ones_like(resets[:, :1])], axis=1)
             resets_b = ends
-        carry_b, y_b = self.backward(
-            x, lengths, init_b, resets_b, reverse=True, return_carry=True
-        )
+        carry_b, y_b = self.backward(x, lengths, init_b, resets_b, reverse=True, return_carry=True)
         y = merge(y_f, y_b)
         return ((carry_f, carry_b), y) if self.return_carry else y
 
@@ -439,7 +412,7 @@ class StackedRNN(nn.Module):
             ``"scan"`` or ``"fused"`` (every layer an :class:`RNN` with that
             implementation) or ``"auto"`` (every layer ``RNN(implementation="auto")``;
             on a GPU the unrolled scan, measured faster than the cuDNN call).
-            Same parameters and outputs either way; see :func:`cudnn_lstm_weights` for
+            Same parameters and outputs either way; see :func:`~seqjax.nn.cudnn_lstm_weights` for
             the weight packing.
     """
 
@@ -477,14 +450,16 @@ class StackedRNN(nn.Module):
             cls = CELL_TYPES[cls]
         kwargs = dict(self.cell_kwargs or {})
         # parent=None: the cell is adopted by the RNN that holds it (param path .../cell/...).
-        return cls(self.features, dtype=self.dtype, param_dtype=self.param_dtype, parent=None,
-                   **kwargs)
+        return cls(
+            self.features, dtype=self.dtype, param_dtype=self.param_dtype, parent=None, **kwargs
+        )
 
     def zero_carry(self, batch_size: int, in_features: int = 1) -> tuple[Carry, ...]:
         """The all-zero ``initial_carry`` for ``batch_size`` rows (one entry per layer).
 
         ``in_features`` matters only for cells whose carry depends on the input width.
         """
+
         def one(p: int) -> Carry:
             return self._cell().initialize_carry(jax.random.PRNGKey(0), (batch_size, p))
 
@@ -506,8 +481,9 @@ class StackedRNN(nn.Module):
         *,
         initial_carries: Sequence[Carry] | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
-        initial_carry = _renamed(initial_carry, initial_carries, "initial_carries",
-                                 "initial_carry", "StackedRNN")
+        initial_carry = _renamed(
+            initial_carry, initial_carries, "initial_carries", "initial_carry", "StackedRNN"
+        )
         if self.num_layers < 1:
             raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
         if not 0.0 <= self.dropout < 1.0:
@@ -544,17 +520,20 @@ class StackedRNN(nn.Module):
             init = None if initial_carry is None else initial_carry[layer]
             if self.bidirectional:
                 bi = Bidirectional(
-                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl,
-                        parent=None),
-                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl,
-                        parent=None),
+                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl, parent=None),
+                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl, parent=None),
                     return_carry=True,
                     name=f"layer_{layer}",
                 )
                 carry, out = bi(h, lengths, init, resets)
             else:
-                rnn = RNN(self._cell(), unroll=self.unroll, return_carry=True,
-                          implementation=layer_impl, name=f"layer_{layer}")
+                rnn = RNN(
+                    self._cell(),
+                    unroll=self.unroll,
+                    return_carry=True,
+                    implementation=layer_impl,
+                    name=f"layer_{layer}",
+                )
                 carry, out = rnn(h, lengths, init, resets)
             finals.append(carry)
             if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
@@ -568,39 +547,18 @@ class StackedRNN(nn.Module):
     def _cudnn(
         self, x: Array, lengths: Array | None, initial_carry: Sequence[Carry] | None
     ) -> tuple[Array, tuple[Carry, ...]]:
-        from jax.experimental import rnn as jrnn
-
         check_rank(x, "x", 3)
-        batch, num_steps, in_features = x.shape
+        batch, num_steps, _ = x.shape
         lengths = _check_lengths(lengths, batch, num_steps)
-        padded = lengths is not None
-        if not padded:
-            lengths = jnp.full((batch,), num_steps, jnp.int32)
-        dirs = 2 if self.bidirectional else 1
-        zeros = jnp.zeros((self.num_layers * dirs, batch, self.features), jnp.float32)
-        h0, c0 = zeros, zeros
-        if initial_carry is not None:
-            per = [c for carry in initial_carry for c in (carry if dirs == 2 else (carry,))]
-            c0 = jnp.stack([c for c, _ in per])
-            h0 = jnp.stack([h for _, h in per])
-        weights = cudnn_lstm_weights(self.variables["params"], self.num_layers, self.bidirectional)
-        # cuDNN's LSTM runs in float32 here: bf16 inputs/parameters (mixed precision) are
-        # upcast, and the outputs come back in the input's dtype, as the scan path's do.
-        out_dtype = x.dtype
-        y, h_n, c_n = jrnn.lstm(
-            x.astype(jnp.float32), h0.astype(jnp.float32), c0.astype(jnp.float32), weights,
-            lengths, input_size=in_features, hidden_size=self.features,
-            num_layers=self.num_layers, dropout=0.0, bidirectional=self.bidirectional,
+        return _cudnn.lstm_stack(
+            self.variables["params"],
+            x,
+            lengths,
+            initial_carry,
+            features=self.features,
+            num_layers=self.num_layers,
+            bidirectional=self.bidirectional,
         )
-        if padded:
-            y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
-        y = y.astype(out_dtype)
-        h_n, c_n = h_n.astype(out_dtype), c_n.astype(out_dtype)
-        finals = []
-        for layer in range(self.num_layers):
-            carries = tuple((c_n[layer * dirs + d], h_n[layer * dirs + d]) for d in range(dirs))
-            finals.append(carries if dirs == 2 else carries[0])
-        return y, tuple(finals)
 
 
 def _renamed(new: Any, old: Any, old_name: str, new_name: str, where: str) -> Any:
@@ -609,30 +567,7 @@ def _renamed(new: Any, old: Any, old_name: str, new_name: str, where: str) -> An
         return new
     if new is not None:
         raise TypeError(f"{where}: pass `{new_name}` only (`{old_name}` is its deprecated name).")
-    warnings.warn(f"{where}: `{old_name}` is deprecated; use `{new_name}`.", DeprecationWarning,
-                  stacklevel=3)
+    warnings.warn(
+        f"{where}: `{old_name}` is deprecated; use `{new_name}`.", DeprecationWarning, stacklevel=3
+    )
     return old
-
-
-def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Array:
-    """Pack a ``StackedRNN(cell_type="lstm")`` parameter tree into cuDNN's flat weight vector.
-
-    cuDNN's layout (``jax.experimental.rnn``): for every pseudo-layer
-    ``l = layer * dirs + direction``: ``W_ih [4H, P_l]`` then ``W_hh [4H, H]``; then,
-    for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate order i, f, g, o
-    as in seqjax; seqjax's bias goes to ``b_ih`` (zeros for ``use_bias=False``; with
-    ``recurrent_bias=True`` the sum of both) and ``b_hh`` is zero.
-    """
-    cells = []
-    for layer in range(num_layers):
-        lp = params[f"layer_{layer}"]
-        cells.extend([lp["forward"]["cell"], lp["backward"]["cell"]] if bidirectional
-                     else [lp["cell"]])
-    packed = []
-    for cell in cells:
-        kernel = cell["input"]["kernel"]
-        bias = cell["input"].get("bias", jnp.zeros(kernel.shape[-1:], kernel.dtype))
-        if "recurrent_bias" in cell:  # LSTMCell(recurrent_bias=True): b_ih + b_hh
-            bias = bias + cell["recurrent_bias"]
-        packed.append((kernel, bias, cell["recurrent_kernel"]))
-    return _cudnn_pack(packed)

@@ -1,0 +1,175 @@
+r"""The cuDNN LSTM behind ``implementation="cudnn"``: seqjax's weights in cuDNN's layout.
+
+``jax.experimental.rnn.lstm`` runs a whole (stacked, optionally bidirectional) LSTM as one
+cuDNN call (GPU only, float32). It computes the same LSTM as
+:class:`~seqjax.nn.LSTMCell` (MEDL (7.16)–(7.17); J&M (9.22)–(9.29); gate order i, f, c̃, o):
+
+.. math::
+    [i, f, \tilde c, o] = [\sigma, \sigma, \tanh, \sigma](W_{ih} x_t + b_{ih} + W_{hh} h_{t-1}
+    + b_{hh}),\quad c_t = f \odot c_{t-1} + i \odot \tilde c,\quad h_t = o \odot \tanh c_t
+
+with column vectors, so ``W_ih = kernelᵀ``; seqjax's single bias ``b`` is cuDNN's ``b_ih`` and
+``b_hh = 0`` (with ``LSTMCell(recurrent_bias=True)``, ``b_ih = b + b_hh``: the sum is all the
+equation sees). This module only packs weights and calls it; the layers
+(:class:`~seqjax.nn.RNN`, :class:`~seqjax.nn.StackedRNN` in ``layers.py``) decide when it
+runs and check the request. Tested on CPU through ``jax.experimental.rnn.lstm_ref``, which
+has cuDNN's semantics (``tests/nn/test_recurrent.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from seqjax.nn.cells import LayerWeights
+from seqjax.nn.masks import padding_mask
+
+Array = jax.Array
+Carry = Any
+
+__all__ = ["cudnn_lstm_weights", "lstm_layer", "lstm_stack"]
+
+
+def _pack(cells: Sequence[tuple[Array, Array, Array]]) -> Array:
+    """cuDNN's flat LSTM weights from per-(pseudo-)layer ``(input_kernel, bias, recurrent_kernel)``.
+
+    Layout (``jax.experimental.rnn``): for every pseudo-layer ``W_ih [4H, P_l]`` then
+    ``W_hh [4H, H]``; then, for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate
+    order i, f, g, o as in seqjax; seqjax's single bias goes to ``b_ih``, ``b_hh`` is zero.
+    """
+    mats = []
+    for w_ih, _, w_hh in cells:
+        mats.append(w_ih.T.reshape(-1))
+        mats.append(w_hh.T.reshape(-1))
+    for _, b, _ in cells:
+        mats.append(b)
+        mats.append(jnp.zeros_like(b))
+    return jnp.concatenate([m.astype(jnp.float32) for m in mats])
+
+
+def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Array:
+    """Pack a ``StackedRNN(cell_type="lstm")`` parameter tree into cuDNN's flat weight vector.
+
+    cuDNN's layout (``jax.experimental.rnn``): for every pseudo-layer
+    ``l = layer * dirs + direction``: ``W_ih [4H, P_l]`` then ``W_hh [4H, H]``; then,
+    for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate order i, f, g, o
+    as in seqjax; seqjax's bias goes to ``b_ih`` (zeros for ``use_bias=False``; with
+    ``recurrent_bias=True`` the sum of both) and ``b_hh`` is zero.
+    """
+    cells = []
+    for layer in range(num_layers):
+        lp = params[f"layer_{layer}"]
+        cells.extend(
+            [lp["forward"]["cell"], lp["backward"]["cell"]] if bidirectional else [lp["cell"]]
+        )
+    packed = []
+    for cell in cells:
+        kernel = cell["input"]["kernel"]
+        bias = cell["input"].get("bias", jnp.zeros(kernel.shape[-1:], kernel.dtype))
+        if "recurrent_bias" in cell:  # LSTMCell(recurrent_bias=True): b_ih + b_hh
+            bias = bias + cell["recurrent_bias"]
+        packed.append((kernel, bias, cell["recurrent_kernel"]))
+    return _pack(packed)
+
+
+def lstm_layer(
+    weights: LayerWeights, x_BxTxP: Array, carry: Carry, lengths: Array | None
+) -> tuple[Carry, Array]:
+    """One forward LSTM layer through cuDNN (float32): ``((c_T, h_T), y_BxTxH)``.
+
+    ``weights`` is the cell's :meth:`~seqjax.nn.RecurrentCell.layer_weights` (equation
+    ``"lstm"``), ``carry`` its ``(c, h)``; ``lengths`` checked by the caller (``None``: every
+    row is full). Outputs past a row's length are zero; a row of length 0 keeps its initial
+    carry.
+    """
+    from jax.experimental import rnn as jrnn
+
+    batch, num_steps, in_features = x_BxTxP.shape
+    hidden = weights.recurrent_kernel.shape[0]
+    padded = lengths is not None
+    if not padded:
+        lengths = jnp.full((batch,), num_steps, jnp.int32)
+    c0, h0 = carry
+    w = _pack([(weights.input_kernel, weights.bias, weights.recurrent_kernel)])
+    # A row of length 0 keeps its initial carry (cuDNN is given at least one step).
+    y, h_n, c_n = jrnn.lstm(
+        x_BxTxP.astype(jnp.float32),
+        h0[None].astype(jnp.float32),
+        c0[None].astype(jnp.float32),
+        w,
+        jnp.maximum(lengths, 1),
+        input_size=in_features,
+        hidden_size=hidden,
+        num_layers=1,
+        dropout=0.0,
+        bidirectional=False,
+    )
+    if padded:
+        y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
+    y = y.astype(x_BxTxP.dtype)
+    ran = (lengths > 0)[:, None]
+    return (
+        jnp.where(ran, c_n[0], c0).astype(c0.dtype),
+        jnp.where(ran, h_n[0], h0).astype(h0.dtype),
+    ), y
+
+
+def lstm_stack(
+    params: Any,
+    x_BxTxP: Array,
+    lengths: Array | None,
+    initial_carry: Sequence[Carry] | None,
+    *,
+    features: int,
+    num_layers: int,
+    bidirectional: bool,
+) -> tuple[Array, tuple[Carry, ...]]:
+    """A whole ``StackedRNN(cell_type="lstm")`` as one cuDNN call: ``(y_BxTxD, carries)``.
+
+    ``params`` is the stack's parameter tree (:func:`cudnn_lstm_weights` packs it),
+    ``lengths`` checked by the caller (``None``: every row is full); ``initial_carry`` and
+    the returned carries follow :class:`~seqjax.nn.StackedRNN`'s carry protocol (one entry
+    per layer, ``(c, h)``, or ``((c, h), (c, h))`` forward/backward when bidirectional).
+    ``D = features`` (``2·features`` when bidirectional).
+    """
+    from jax.experimental import rnn as jrnn
+
+    batch, num_steps, in_features = x_BxTxP.shape
+    padded = lengths is not None
+    if not padded:
+        lengths = jnp.full((batch,), num_steps, jnp.int32)
+    dirs = 2 if bidirectional else 1
+    zeros = jnp.zeros((num_layers * dirs, batch, features), jnp.float32)
+    h0, c0 = zeros, zeros
+    if initial_carry is not None:
+        per = [c for carry in initial_carry for c in (carry if dirs == 2 else (carry,))]
+        c0 = jnp.stack([c for c, _ in per])
+        h0 = jnp.stack([h for _, h in per])
+    weights = cudnn_lstm_weights(params, num_layers, bidirectional)
+    # cuDNN's LSTM runs in float32 here: bf16 inputs/parameters (mixed precision) are
+    # upcast, and the outputs come back in the input's dtype, as the scan path's do.
+    out_dtype = x_BxTxP.dtype
+    y, h_n, c_n = jrnn.lstm(
+        x_BxTxP.astype(jnp.float32),
+        h0.astype(jnp.float32),
+        c0.astype(jnp.float32),
+        weights,
+        lengths,
+        input_size=in_features,
+        hidden_size=features,
+        num_layers=num_layers,
+        dropout=0.0,
+        bidirectional=bidirectional,
+    )
+    if padded:
+        y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
+    y = y.astype(out_dtype)
+    h_n, c_n = h_n.astype(out_dtype), c_n.astype(out_dtype)
+    finals = []
+    for layer in range(num_layers):
+        carries = tuple((c_n[layer * dirs + d], h_n[layer * dirs + d]) for d in range(dirs))
+        finals.append(carries if dirs == 2 else carries[0])
+    return y, tuple(finals)
