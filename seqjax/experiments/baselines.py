@@ -41,9 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.corpora import resolve_corpus
+from seqjax.data.corpora import resolve_corpus, tiny_shakespeare
 from seqjax.data.iterators import ArrayIterator
-from seqjax.data.tasks import tiny_shakespeare
 from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.experiments.translation import machine, save_json
 from seqjax.models.baselines import NGramClassifier, NGramLM

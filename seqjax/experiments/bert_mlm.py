@@ -1,7 +1,7 @@
 """A small BERT pre-trained by masked language modelling, then fine-tuned as a classifier.
 
 Data: the distinct English sentences of the Tatoeba/Anki pairs
-(``seqjax.data.tasks.english_french``, d2l's preprocessing), word-level, split 90/10 by
+(``seqjax.data.corpora.english_french``, d2l's preprocessing), word-level, split 90/10 by
 sentence. Every input is ``<cls> w_1 … w_n`` **without the sentence's final punctuation**.
 
 1. **Pre-training** (Bishop §12.3.3, Fig. 12.18; Devlin et al. 2018): a 2-layer

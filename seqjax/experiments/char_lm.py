@@ -1,6 +1,6 @@
 """Character-level language model on Tiny Shakespeare (nanoGPT's split and configs).
 
-Data: :func:`seqjax.data.tasks.tiny_shakespeare` — the 65 sorted characters, the
+Data: :func:`seqjax.data.corpora.tiny_shakespeare` — the 65 sorted characters, the
 contiguous 90/10 split of nanoGPT's ``shakespeare_char`` (1,003,854 / 111,540
 characters); random ``block_size`` windows per step (nanoGPT's ``get_batch``, via
 :class:`seqjax.data.iterators.LMWindowIterator`).
@@ -77,9 +77,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.batching import split_text
+from seqjax.data.corpora import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
-from seqjax.data.tasks import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, sample
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig

@@ -1,7 +1,7 @@
 """Sequential digits: Elman vs LSTM vs GRU vs bidirectional LSTM vs transformer vs ViT.
 
 Data: scikit-learn's 1,797 handwritten digits (8×8, 16 grey levels, 10 classes;
-``seqjax.data.tasks.digits``), read as a sequence of 8 rows of 8 pixels (the row-by-row
+``seqjax.data.packaged.digits``), read as a sequence of 8 rows of 8 pixels (the row-by-row
 RNN classifier), or as an image cut into patches (ViT). A seeded 80/20 split.
 
 Models (all from :mod:`seqjax.models`, trained with :func:`seqjax.train.loop.fit`):
@@ -195,7 +195,7 @@ def run(cfg: Config) -> dict:
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
     par.check_batch_size(cfg.batch_size)
     primary = jax.process_index() == 0
-    from seqjax.data.tasks import digits
+    from seqjax.data.packaged import digits
 
     for m in cfg.models:
         if m not in MODELS:

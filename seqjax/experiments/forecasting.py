@@ -12,9 +12,9 @@ feedback with ``T = identity``):
 
 Training minimises the one-step squared error ``Σ_t (\hat x_{t+1} − x_{t+1})²`` on windows
 of the training years (1700–1920 by default); the test years (1921–2008) are forecast from
-every origin ``o`` with the true history up to ``o``. Data: :func:`seqjax.data.tasks.sunspots`
+every origin ``o`` with the true history up to ``o``. Data: :func:`seqjax.data.packaged.sunspots`
 (statsmodels' yearly series, 309 values, the ~11-year solar cycle), standardised with the
-training mean and deviation (:func:`~seqjax.data.tasks.forecasting_windows` cuts the
+training mean and deviation (:func:`~seqjax.data.packaged.forecasting_windows` cuts the
 windows).
 
 Baselines, forecast the same way: **persistence** ``\hat x_{o+k} = x_o``; **climatology**
@@ -40,7 +40,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.iterators import ArrayIterator
-from seqjax.data.tasks import forecasting_windows, sunspots
+from seqjax.data.packaged import forecasting_windows, sunspots
 from seqjax.experiments._parallel import write_run_info
 from seqjax.nn import RNN, Dense, GRUCell
 from seqjax.train.loop import FitConfig, fit

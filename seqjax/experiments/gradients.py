@@ -13,7 +13,7 @@ the loss with respect to a zero perturbation added to ``h_t``. The same is measu
 for LSTM and GRU cells at initialisation, and for the models trained in part B.
 
 **Part B — the adding problem** (Hochreiter & Schmidhuber 1997; Le, Jaitly & Hinton 2015;
-:func:`seqjax.data.tasks.adding_problem`) at ``T ∈ {50, 100, 200, 400}``: Elman (tanh)
+:func:`seqjax.data.synthetic.adding_problem`) at ``T ∈ {50, 100, 200, 400}``: Elman (tanh)
 vs LSTM vs GRU (:class:`seqjax.models.rnn.RNNClassifier`, one layer, last hidden state →
 linear read-out), Adam, fresh random batches every step, with gradient clipping
 (global norm 1, the slides' ``g ← η g/‖g‖``) on and off. Test MSE on held-out sequences
@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax.data.tasks import adding_problem
+from seqjax.data.synthetic import adding_problem
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, machine
 from seqjax.models.rnn import RNNClassifier

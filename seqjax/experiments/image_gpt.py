@@ -42,7 +42,7 @@ import numpy as np
 
 from seqjax.data.batching import split_arrays
 from seqjax.data.iterators import ArrayIterator
-from seqjax.data.tasks import digits
+from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
 from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig

@@ -1,6 +1,6 @@
 """English→French number names with attention (the quickstart): 97 → "quatre-vingt-dix-sept".
 
-Data: ``seqjax.data.tasks.number_names`` (num2words), the numbers ``0 .. max_number-1``
+Data: ``seqjax.data.packaged.number_names`` (num2words), the numbers ``0 .. max_number-1``
 written in English and in French, split into words, hyphens and commas
 ("quatre - vingt - dix - sept"). French counts in twenties from 60 to 99 (97 = 4·20 + 17,
 "quatre-vingt-dix-sept"), says "mille" for "one thousand" and drops "and", so the model
@@ -142,7 +142,7 @@ def detokenize(text: str) -> str:
 
 def load_numbers(max_number: int) -> tuple[list[int], list[str], list[str]]:
     """``(numbers, english, french)`` for ``0 .. max_number-1`` from num2words."""
-    from seqjax.data.tasks import number_names
+    from seqjax.data.packaged import number_names
 
     ds = number_names(range(max_number))
     return list(ds["number"]), list(ds["src"]), list(ds["tgt"])

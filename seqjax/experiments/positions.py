@@ -10,7 +10,7 @@ r"""Positional encodings: the sinusoid heat maps, and an ablation on reversal an
 
 **Ablation.** A 2-layer causal transformer (:class:`~seqjax.nn.transformer.TransformerDecoder`,
 pre-norm) reads ``x_1..x_n <sep>`` and emits the target and ``<eos>``
-(:func:`seqjax.data.tasks.reverse_task`, :func:`~seqjax.data.tasks.sort_task`; loss on
+(:func:`seqjax.data.synthetic.reverse_task`, :func:`~seqjax.data.synthetic.sort_task`; loss on
 the target only, teacher forcing), with four kinds of positional information:
 
 * ``none`` — no encoding (a causal mask alone still breaks permutation symmetry: a
@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax.data.tasks import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
+from seqjax.data.synthetic import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, machine
 from seqjax.nn.embedding import Embed

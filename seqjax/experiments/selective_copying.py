@@ -3,12 +3,12 @@ r"""Selective copying and associative recall (Mamba §3.1/§4.1, Table 1) at red
 Two synthetic tasks that separate *content-aware* sequence layers from time-invariant
 ones (Gu & Dao 2023, §3.1):
 
-* **selective copying** (:func:`seqjax.data.tasks.selective_copying`): ``K`` content
+* **selective copying** (:func:`seqjax.data.synthetic.selective_copying`): ``K`` content
   tokens at random positions among ``L`` noise tokens, then ``K`` markers; at marker
   ``i`` the model must emit the ``i``-th content token. The spacing varies, so a linear
   time-invariant (LTI) layer — a fixed convolution — cannot solve it; input-dependent
   selection can. Reported: accuracy over the ``K`` emitted tokens.
-* **associative recall** (:func:`seqjax.data.tasks.associative_recall`):
+* **associative recall** (:func:`seqjax.data.synthetic.associative_recall`):
   ``k₁ v₁ … k_P v_P ? k_q`` → ``v_q`` (Ba et al. 2016; H3/Zoology). Reported: accuracy
   of the single answer.
 
@@ -58,7 +58,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from seqjax.data.tasks import associative_recall, selective_copying
+from seqjax.data.synthetic import associative_recall, selective_copying
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments._runner import experiment_main
 from seqjax.nn.embedding import Embed

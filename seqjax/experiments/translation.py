@@ -1,6 +1,6 @@
 """English→French translation: GRU seq2seq without attention vs Bahdanau vs Luong vs a transformer.
 
-Data: the Tatoeba/Anki sentence pairs (``seqjax.data.tasks.english_french``; 18,065 short
+Data: the Tatoeba/Anki sentence pairs (``seqjax.data.corpora.english_french``; 18,065 short
 pairs in the offline file), preprocessed as in d2l (lower case, a space before ``, . ! ?``)
 and split into words on spaces, so "he's" and "j'ai" are single tokens. Pairs are split
 by *source sentence* (all translations of a held-out English sentence are held out and
@@ -507,7 +507,7 @@ def save_json(obj: Any, path: str) -> None:
 
 def load_pairs(num_pairs: int = 0) -> tuple[list[str], list[str]]:
     """The preprocessed (English, French) pairs of the offline file (first ``num_pairs``)."""
-    from seqjax.data.tasks import english_french
+    from seqjax.data.corpora import english_french
 
     ds = english_french()
     n = len(ds) if num_pairs <= 0 else min(num_pairs, len(ds))

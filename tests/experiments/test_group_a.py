@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.data.tasks import EOS_ID
+from seqjax.data.synthetic import EOS_ID
 from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
 from tests.experiments._devices import assert_trained_on_all_devices
 

