@@ -408,6 +408,7 @@ def tone_order_dataset(
     sample_rate: int = 8000,
     num_samples: int = 8320,
     min_gap: float = 0.4,
+    margin: float = 0.0,
     tone_duration: tuple[float, float] = (0.08, 0.14),
     noise: float = 0.05,
     seed: int = 0,
@@ -416,7 +417,8 @@ def tone_order_dataset(
 
     Each clip (``num_samples`` at ``sample_rate``; 1.04 s by default) holds two tone bursts
     from two different pitch bands of :data:`TONE_BANDS`, separated by at least
-    ``min_gap`` seconds of background noise; the label indexes the ordered pair
+    ``min_gap`` seconds of background noise and at least ``margin`` seconds from either
+    end of the clip; the label indexes the ordered pair
     ``(first band, second band)`` in :func:`tone_order_classes` (6 classes, balanced).
     A tone is :math:`a \sin(2\pi f t + \phi)` under a Hann envelope, with the amplitude
     ``a ~ U(0.3, 1)``, the frequency log-uniform in its band, the phase uniform, the
@@ -428,6 +430,8 @@ def tone_order_dataset(
     ``min_gap`` apart — the long-range dependency that Bishop §12.4.3 says CNNs struggle
     with and attention does not. A model that sees which tones occur but not their order
     is right at most half of the time (3 of the 6 classes are told apart; chance is 1/6).
+    ``margin`` keeps the tones away from the clip's ends, so that a local detector cannot
+    read the order from a tone's distance to the start or the end either.
 
     Returns ``{"audio": float32 [N, num_samples], "label": int32 [N],
     "onsets": float32 [N, 2] (seconds)}``. Deterministic given ``seed``.
@@ -445,9 +449,12 @@ def tone_order_dataset(
         raise ValueError(
             f"`tone_duration` must be (low, high) with 0 < low <= high; got {tone_duration}."
         )
-    if 2 * hi_d + min_gap >= num_samples / sample_rate:
+    if min_gap < 0 or margin < 0:
+        raise ValueError(f"`min_gap` and `margin` must be >= 0; got {min_gap} and {margin}.")
+    if 2 * hi_d + min_gap + 2 * margin >= num_samples / sample_rate:
         raise ValueError(
-            f"two tones of up to {hi_d} s and a gap of `min_gap`={min_gap} s do not fit in "
+            f"two tones of up to {hi_d} s, a gap of `min_gap`={min_gap} s and margins of "
+            f"`margin`={margin} s do not fit in "
             f"`num_samples`={num_samples} at {sample_rate} Hz ({num_samples / sample_rate} s)."
         )
     if noise < 0:
@@ -465,11 +472,12 @@ def tone_order_dataset(
         d1, d2 = rng.uniform(lo_d, hi_d, size=2)
         n1, n2 = int(d1 * sample_rate), int(d2 * sample_rate)
         gap = int(np.ceil(min_gap * sample_rate))
-        slack = num_samples - (n1 + gap + n2)  # > 0 by the check above
+        edge = int(np.ceil(margin * sample_rate))
+        slack = num_samples - 2 * edge - (n1 + gap + n2)  # > 0 by the check above
         # Uniform over (start1, start2) with start2 >= start1 + n1 + gap: the two free
         # offsets are two sorted uniform points in [0, slack].
         a, b = np.sort(rng.integers(0, slack + 1, size=2))
-        starts = (int(a), int(b) + n1 + gap)
+        starts = (edge + int(a), edge + int(b) + n1 + gap)
         for start, n, band in zip(starts, (n1, n2), (first, second)):
             lo, hi = bands[names.index(band)]
             f = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))

@@ -202,6 +202,10 @@ def test_tone_order_dataset():
             frame_t = int(d["onsets"][i, k] * SR / 128) + 2  # a frame inside the tone
             lo, hi = audio.TONE_BANDS[band]
             assert 0.8 * lo <= centres_hz[lm[i, frame_t].argmax()] <= 1.2 * hi, (i, k, band)
+    # `margin` keeps both tones away from the clip's ends
+    m = audio.tone_order_dataset(30, num_samples=12416, margin=0.3, seed=6)
+    assert (m["onsets"][:, 0] >= 0.3).all()
+    assert (m["onsets"][:, 1] + 0.08 <= 12416 / SR - 0.3 + 1e-6).all()  # shortest tone
     with pytest.raises(ValueError, match="do not fit in `num_samples`"):
         audio.tone_order_dataset(4, num_samples=2000)
     with pytest.raises(ValueError, match="`num_examples` must be a positive int"):
