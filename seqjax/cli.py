@@ -45,6 +45,7 @@ from collections.abc import Sequence
 import seqjax
 from seqjax._optional import extra_for
 from seqjax.data.corpora import CorpusNotFoundError
+from seqjax.experiments._config import ConfigError
 from seqjax.experiments._runner import (
     EXPERIMENT_FILE,
     build_config,
@@ -58,8 +59,8 @@ from seqjax.experiments._runner import (
     train_experiment,
 )
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
-from seqjax.train.config import ConfigError
 from seqjax.train.loop import ResumeError
+from seqjax.train.parallel import LayoutError
 
 __all__ = ["main", "list_experiments", "load_experiment", "build_config", "check_ranges",
            "experiment_main", "EXPERIMENT_FILE", "ConfigError"]
@@ -173,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FloatingPointError as err:  # NonFiniteLossError
         print(f"seqjax: {err}", file=sys.stderr)
         return 1
-    except (ConfigError, CheckpointMismatchError, ResumeError, CorpusNotFoundError) as err:
+    except (ConfigError, LayoutError, CheckpointMismatchError, ResumeError,
+            CorpusNotFoundError) as err:
         return _error(str(err))
     except CheckpointUnreadableError as err:
         return _error(f"{err} Nothing to resume from: rerun with --restart to start over (the "

@@ -23,7 +23,7 @@ import pytest
 
 from seqjax import decoding
 from seqjax import nn as snn
-from seqjax.data import pipelines, tokenizers
+from seqjax.data import batching, iterators, tokenizers
 from seqjax.models import (
     Bert,
     BertConfig,
@@ -330,21 +330,21 @@ CASES = [
     ("evaluate-batch", lambda: eval_on({"inputs": i32(2, 5, fill=-3), "targets": GOOD_INPUTS}),
      ValueError, ['`batch["inputs"]`', "-3"]),
     # ----------------------------------------------------------- 4. data settings
-    ("tbptt-seq_len", lambda: pipelines.TBPTTIterator(np.arange(50), 2, 0), ValueError,
+    ("tbptt-seq_len", lambda: iterators.TBPTTIterator(np.arange(50), 2, 0), ValueError,
      ["`seq_len`", ">= 1", "0"]),
-    ("tbptt-batch_size", lambda: pipelines.TBPTTIterator(np.arange(50), 0, 4), ValueError,
+    ("tbptt-batch_size", lambda: iterators.TBPTTIterator(np.arange(50), 0, 4), ValueError,
      ["`batch_size`", ">= 1", "0"]),
-    ("lm-windows-block_size", lambda: pipelines.LMWindowIterator(np.arange(50), 2, 0),
+    ("lm-windows-block_size", lambda: iterators.LMWindowIterator(np.arange(50), 2, 0),
      ValueError, ["`block_size`", ">= 1", "0"]),
     ("random-windows-block_size",
-     lambda: pipelines.random_windows(np.arange(50), 2, -1, np.random.default_rng(0)),
+     lambda: batching.random_windows(np.arange(50), 2, -1, np.random.default_rng(0)),
      ValueError, ["`block_size`", "-1"]),
     ("random-windows-batch_size",
-     lambda: pipelines.random_windows(np.arange(50), 0, 4, np.random.default_rng(0)),
+     lambda: batching.random_windows(np.arange(50), 0, 4, np.random.default_rng(0)),
      ValueError, ["`batch_size`", "0"]),
-    ("pad-batch-multiple", lambda: pipelines.pad_batch([[1, 2]], pad_to_multiple=0),
+    ("pad-batch-multiple", lambda: batching.pad_batch([[1, 2]], pad_to_multiple=0),
      ValueError, ["`pad_to_multiple`", ">= 1", "0"]),
-    ("pad-batch-length", lambda: pipelines.pad_batch([[1, 2]], length=-1), ValueError,
+    ("pad-batch-length", lambda: batching.pad_batch([[1, 2]], length=-1), ValueError,
      ["`length`", "-1"]),
     ("char-tokenizer-empty", lambda: tokenizers.CharTokenizer.from_text(""), ValueError,
      ["`text`", "empty"]),

@@ -13,6 +13,7 @@ functions that use them, with an error that names the extra.
 
 from seqjax.data.batching import (
     bucket_batches,
+    make_streams,
     pack_sequences,
     packed_attention_mask,
     packed_lm_targets,
@@ -101,28 +102,9 @@ __all__ = [
     "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel", "load_text",
     "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
     "pack_pair", "pack_pairs", "pack_sequences", "packed_attention_mask", "packed_lm_targets",
-    "pad_batch", "penn_treebank", "PTBData", "random_windows",
+    "make_streams", "pad_batch", "penn_treebank", "PTBData", "random_windows",
     "reverse_task", "selective_copying", "shard_dataset", "skipgram_pairs", "sort_task",
     "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
     "CHAR_RNN_SHAKESPEARE_URL", "TINY_SHAKESPEARE_OPENING", "fetch_tiny_shakespeare",
 ]
-
-# word2vec's model, training loop, similarity tools and losses moved out of seqjax.data
-# (issue #18.6: seqjax.models.word2vec, seqjax.train.losses); the old names still work and
-# are imported on first use, so that importing seqjax.data does not import them.
-_MOVED = {
-    **{name: "seqjax.models.word2vec" for name in (
-        "Word2Vec", "Word2VecConfig", "train_word2vec", "cosine_similarity",
-        "nearest_neighbours", "analogy", "evaluate_analogies")},
-    "skipgram_ns_loss": "seqjax.train.losses",
-    "cbow_ns_loss": "seqjax.train.losses",
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'seqjax.data' has no attribute {name!r}")

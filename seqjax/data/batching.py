@@ -42,6 +42,7 @@ __all__ = [
     "packed_lm_targets",
     "packed_attention_mask",
     "random_windows",
+    "make_streams",
 ]
 
 
@@ -326,3 +327,26 @@ def _windows_at(tokens: np.ndarray, ix: np.ndarray, block_size: int) -> dict[str
 def _prefix(column: str) -> str:
     """``"ids" -> ""``, ``"src_ids" -> "src_"``, ``"x" -> "x_"``: names of companion columns."""
     return column[:-3] if column.endswith("ids") else column + "_"
+
+
+def make_streams(tokens: Any, batch_size: int) -> np.ndarray:
+    """Cut a 1-D token stream into ``batch_size`` contiguous rows ``[B, L]``, ``L = N // B``.
+
+    Row ``b`` is ``tokens[b L : (b + 1) L]``; the remainder is dropped. For evaluating a
+    recurrent LM with its state carried along each row (the training chunks of the same
+    streams are :class:`~seqjax.data.iterators.TBPTTIterator`'s).
+
+    Example:
+        >>> make_streams(np.arange(10), 3).tolist()
+        [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    """
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"`tokens` must be 1-D; got shape {tokens.shape}.")
+    if batch_size < 1 or tokens.shape[0] < 2 * batch_size:
+        raise ValueError(
+            f"`batch_size` must be >= 1 with at least 2 tokens per row; got {batch_size} rows "
+            f"for {tokens.shape[0]} tokens."
+        )
+    length = tokens.shape[0] // batch_size
+    return tokens[: batch_size * length].reshape(batch_size, length)

@@ -16,10 +16,9 @@ shifted by one) as a pure function of the step number. So:
   :meth:`seqjax.train.step.TrainStep.steps_from` (``k`` steps per call with
   ``FitConfig(steps_per_call=k)``): nothing crosses from the host during training.
 
-:class:`DeviceStreamChunks` does the same for truncated BPTT: the ``[B, L]`` streams of
-:func:`~seqjax.train.tbptt.make_streams` live on the devices (split by rows like a batch)
-and step ``s`` reads chunk ``s mod C`` — exactly the chunks of
-:class:`~seqjax.train.tbptt.StreamChunkIterator` started with the run.
+:class:`DeviceStreamChunks` does the same for truncated BPTT: the streams of
+:class:`~seqjax.data.iterators.TBPTTIterator` live on the devices (split by rows like a batch)
+and step ``s`` reads chunk ``s mod C`` — exactly the iterator's chunks, started with the run.
 
 The windows are drawn with JAX's random numbers, not numpy's: the sequence of batches
 differs from :class:`~seqjax.data.iterators.LMWindowIterator`'s for the same seed (the
@@ -116,74 +115,82 @@ class DeviceLMWindows:
 
 
 class DeviceStreamChunks:
-    """:class:`~seqjax.train.tbptt.StreamChunkIterator` on the devices: step ``s`` reads
-    chunk ``i = s mod C`` of every stream, ``C = (L − 1) // chunk_len`` chunks per epoch.
+    """:class:`~seqjax.data.iterators.TBPTTIterator` on the devices: the same streams, the
+    same chunks in the same order, read inside the jitted step.
 
-    ``device_batch`` returns ``{"inputs", "targets": int32[B, k], "reset": bool[B]}``:
-    ``inputs = streams[:, ik : (i+1)k]``, ``targets`` shifted by one, ``reset`` True at the
-    first chunk of every epoch (the TBPTT loss zeroes the carry there) — the iterator's
-    batches in the same order, when the run starts at step 0 with the iterator fresh.
+    The ``N`` tokens are cut into ``B`` streams (rows) of ``L = (N − 1) // B`` tokens, the
+    targets shifted by one; step ``s`` reads chunk ``i = s mod C`` of every stream,
+    ``C = L // seq_len`` chunks per epoch. ``device_batch`` returns ``{"inputs",
+    "targets": int32[B, seq_len], "reset": bool[B]}``, ``reset`` True at the first chunk of
+    every epoch (the TBPTT loss zeroes the carry there) — the iterator's batches, when the
+    run starts at step 0 with the iterator fresh.
 
     Args:
-        streams_BxL: the streams (:func:`~seqjax.train.tbptt.make_streams`), ``B`` = the
-            global batch.
-        chunk_len: ``k``, in ``[1, L − 1]``.
+        tokens_N: the token stream (1-D integer ids).
+        batch_size: ``B``, the global batch (the number of streams).
+        seq_len: the chunk length, ``1 ≤ seq_len ≤ L``.
         vocab_size: when given, every id is checked once, here.
         mesh: place the streams on ``mesh`` split by rows over ``("data", "fsdp")`` (each
-            device holds its rows; every process passes all of them); default: the first
+            device holds its rows; every process passes all the tokens); default: the first
             local device.
 
     Example:
         >>> import numpy as np
-        >>> src = DeviceStreamChunks(np.arange(14).reshape(2, 7), chunk_len=3)
+        >>> src = DeviceStreamChunks(np.arange(15), batch_size=2, seq_len=3)
         >>> b = src.device_batch(src.arrays, 1)
-        >>> b["inputs"].tolist(), b["reset"].tolist()
-        ([[3, 4, 5], [10, 11, 12]], [False, False])
+        >>> b["inputs"].tolist(), b["targets"].tolist(), b["reset"].tolist()
+        ([[3, 4, 5], [10, 11, 12]], [[4, 5, 6], [11, 12, 13]], [False, False])
     """
 
     kind = "device_stream_chunks"
 
-    def __init__(self, streams_BxL: Any, chunk_len: int, *, vocab_size: int | None = None,
-                 mesh: Mesh | None = None) -> None:
-        streams = np.asarray(streams_BxL)
-        if streams.ndim != 2:
-            raise ValueError(f"`streams_BxL` must be [B, L]; got shape {streams.shape}.")
-        if not np.issubdtype(streams.dtype, np.integer):
-            raise TypeError(f"`streams_BxL` must hold integer ids; got {streams.dtype}.")
-        length = streams.shape[1]
-        if isinstance(chunk_len, bool) or not isinstance(chunk_len, int | np.integer) or not (
-                1 <= chunk_len <= length - 1):
-            raise ValueError(f"`chunk_len` must be an int in [1, {length - 1}] for streams of "
-                             f"length {length}; got {chunk_len!r}.")
+    def __init__(self, tokens_N: Any, batch_size: int, seq_len: int, *,
+                 vocab_size: int | None = None, mesh: Mesh | None = None) -> None:
+        tokens = np.asarray(tokens_N)
+        if tokens.ndim != 1:
+            raise ValueError(f"`tokens_N` must be 1-D; got shape {tokens.shape}.")
+        if not np.issubdtype(tokens.dtype, np.integer):
+            raise TypeError(f"`tokens_N` must hold integer ids; got {tokens.dtype}.")
+        for name, v in (("batch_size", batch_size), ("seq_len", seq_len)):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ValueError(f"`{name}` must be an int >= 1; got {v!r}.")
+        length = (len(tokens) - 1) // int(batch_size)
+        if length < seq_len:
+            raise ValueError(f"`tokens_N` has {len(tokens)} tokens: too few for {batch_size} "
+                             f"streams of at least seq_len={seq_len} (+1 for the targets).")
         if vocab_size is not None:
-            check_vocab_ids(streams, "streams_BxL", int(vocab_size))
-        self.chunk_len = int(chunk_len)
-        self.batch_size, self.length = streams.shape
-        self.chunks_per_epoch = (length - 1) // self.chunk_len
-        ids = streams.astype(np.int32)
+            check_vocab_ids(tokens, "tokens_N", int(vocab_size))
+        self.batch_size, self.seq_len, self.length = int(batch_size), int(seq_len), length
+        self.num_tokens = len(tokens)
+        self.chunks_per_epoch = length // self.seq_len
+        g = self.batch_size
+        rows = {"inputs": tokens[: g * length].reshape(g, length).astype(np.int32),
+                "targets": tokens[1 : g * length + 1].reshape(g, length).astype(np.int32)}
         if mesh is None:
-            placed = jax.device_put(ids, jax.local_devices()[0])
+            self.arrays = {k: jax.device_put(v, jax.local_devices()[0]) for k, v in rows.items()}
         else:
             shards = mesh.shape["data"] * mesh.shape["fsdp"]
-            if self.batch_size % shards:
-                raise ValueError(f"the {self.batch_size} streams must divide over data*fsdp = "
+            if g % shards:
+                raise ValueError(f"`batch_size` ({g} streams) must divide over data*fsdp = "
                                  f"{shards} devices.")
             sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None))
-            placed = jax.make_array_from_callback(ids.shape, sharding, lambda index: ids[index])
-        self.arrays = {"streams": placed}
+            self.arrays = {k: jax.make_array_from_callback(v.shape, sharding,
+                                                           lambda index, v=v: v[index])
+                           for k, v in rows.items()}
 
     def device_batch(self, arrays: Mapping[str, jax.Array], step: Any) -> dict[str, jax.Array]:
         """The chunk of step ``step`` (traceable)."""
-        k = self.chunk_len
+        k = self.seq_len
         chunk = jnp.asarray(step, jnp.int32) % self.chunks_per_epoch
-        window_BxW = jax.lax.dynamic_slice_in_dim(arrays["streams"], chunk * k, k + 1, axis=1)
-        reset_B = jnp.broadcast_to(chunk == 0, (self.batch_size,))
-        return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:], "reset": reset_B}
+        out = {key: jax.lax.dynamic_slice_in_dim(arrays[key], chunk * k, k, axis=1)
+               for key in ("inputs", "targets")}
+        out["reset"] = jnp.broadcast_to(chunk == 0, (self.batch_size,))
+        return out
 
     def get_state(self) -> dict[str, Any]:
         """The configuration (the position is the step)."""
-        return {"kind": self.kind, "global_batch_size": int(self.batch_size),
-                "length": int(self.length), "chunk_len": self.chunk_len}
+        return {"kind": self.kind, "global_batch_size": self.batch_size,
+                "seq_len": self.seq_len, "num_tokens": int(self.num_tokens)}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Check that ``state`` was written for this source; a ``ValueError`` names every

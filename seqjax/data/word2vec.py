@@ -13,10 +13,8 @@ eq. 4; :func:`noise_distribution`), and frequent words are subsampled, token ``w
 relative frequency ``f`` being kept with probability ``min(1, (\sqrt{f/t} + 1)\,t/f)``
 (:func:`subsample_mask`).
 
-The model and its training loop (:class:`seqjax.models.word2vec.Word2Vec`,
-:func:`~seqjax.models.word2vec.train_word2vec`), the similarity and analogy tools, and the
-negative-sampling losses (:func:`seqjax.train.losses.skipgram_ns_loss`) live outside
-``seqjax.data``; their names still import from here.
+The model, its negative-sampling losses and the similarity and analogy tools are
+:mod:`seqjax.models.word2vec`; the training loop is :func:`seqjax.train.word2vec.train_word2vec`.
 """
 
 from __future__ import annotations
@@ -31,25 +29,6 @@ __all__ = [
     "noise_distribution",
     "subsample_mask",
 ]
-
-# Moved out of seqjax.data (issue #18.6); imported on first use so that seqjax.data does
-# not import the models and the training code.
-_MOVED = {
-    **{name: "seqjax.models.word2vec" for name in (
-        "Word2Vec", "Word2VecConfig", "train_word2vec", "cosine_similarity",
-        "nearest_neighbours", "analogy", "evaluate_analogies")},
-    "skipgram_ns_loss": "seqjax.train.losses",
-    "cbow_ns_loss": "seqjax.train.losses",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def _ids(ids_N: Any) -> np.ndarray:
     ids = np.asarray(ids_N)

@@ -68,9 +68,15 @@ from types import ModuleType
 from typing import Any
 
 from seqjax.data.corpora import CorpusNotFoundError
+from seqjax.experiments._config import (
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    parse_overrides,
+)
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
-from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
 from seqjax.train.loop import ResumeError
+from seqjax.train.parallel import LayoutError
 
 __all__ = [
     "EXPERIMENT_FILE",
@@ -271,8 +277,8 @@ def _config_saved(name: str, cfg: Any) -> Iterator[None]:
     _save_config(name, cfg)
     try:
         yield
-    except (CheckpointMismatchError, CheckpointUnreadableError, ConfigError, ResumeError,
-            CorpusNotFoundError, FloatingPointError):
+    except (CheckpointMismatchError, CheckpointUnreadableError, ConfigError, LayoutError,
+            ResumeError, CorpusNotFoundError, FloatingPointError):
         if path is not None and _primary():
             if before is None:
                 if os.path.exists(path):

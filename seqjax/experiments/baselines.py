@@ -353,7 +353,7 @@ def run(cfg: Config) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from seqjax.cli import experiment_main
+    from seqjax.experiments._runner import experiment_main
 
     return experiment_main(__file__, argv)
 

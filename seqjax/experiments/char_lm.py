@@ -82,10 +82,10 @@ from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, sample
+from seqjax.experiments._config import ConfigError, config_from_dict
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
-from seqjax.train.config import ConfigError, config_from_dict
 from seqjax.train.flops import lm_flops_per_token
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.loop import evaluate as evaluate_batches

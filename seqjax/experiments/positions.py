@@ -46,6 +46,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.synthetic import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
+from seqjax.experiments._config import config_from_dict
 from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
 from seqjax.experiments.char_lm import command_line, load_average, machine
 from seqjax.nn.embedding import Embed
@@ -55,7 +56,6 @@ from seqjax.nn.positional import (
     sinusoidal_positions,
 )
 from seqjax.nn.transformer import TransformerDecoder
-from seqjax.train.config import config_from_dict
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer

@@ -13,13 +13,12 @@ gives test 115 perplexity") is what this experiment follows:
   the same function, but each half gets the gradient and its own initial draw), 4,653,200
   parameters (``--recurrent_bias=false``: one bias, 4,651,600). Every parameter is drawn from
   U(−0.1, 0.1) (``init_scale``), as ``main.lua`` does;
-* data order: the training stream is cut into 20 contiguous rows
-  (:func:`seqjax.train.tbptt.make_streams`) read in windows of ``num_steps = 20`` tokens
-  (:class:`~seqjax.train.tbptt.StreamChunkIterator`), the LSTM state carried from window to
+* data order: the training stream is cut into 20 contiguous rows read in windows of ``num_steps
+  = 20`` tokens (:class:`seqjax.data.TBPTTIterator`), the LSTM state carried from window to
   window and zeroed at the start of every epoch — truncated BPTT (MEDL §7.2, (7.13)): gradients
   reach back ``num_steps`` steps (:func:`~seqjax.train.tbptt.make_tbptt_loss`, the train step
-  with ``with_carry=True``, :func:`~seqjax.train.loop.fit`). The paper's text says the models are
-  "unrolled for 35 steps" — that sentence is about its medium and large models; the small
+  with ``with_carry=True``, :func:`~seqjax.train.loop.fit`). The paper's text says the models
+  are "unrolled for 35 steps" — that sentence is about its medium and large models; the small
   config of ``main.lua`` uses ``seq_length = 20`` (``--num_steps=35`` runs the other reading);
 * optimisation: plain SGD, learning rate 1, global-norm clipping at 5, 13 epochs; after every
   epoch ``e > max_epoch = 4`` the rate is divided by 2 (``main.lua``: epochs 1–5 at 1, epoch 6
@@ -80,8 +79,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
-from seqjax.experiments._parallel import host_rows
+from seqjax.data.iterators import TBPTTIterator
 from seqjax.experiments.char_lm import load_average, machine
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.loop import FitConfig, fit
@@ -89,7 +89,7 @@ from seqjax.train.optim import TrainState
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn
-from seqjax.train.tbptt import StreamChunkIterator, make_streams, make_tbptt_loss
+from seqjax.train.tbptt import make_tbptt_loss
 from seqjax.utils import count_params
 
 ZAREMBA_SMALL_TEST_PPL = 114.5  # arXiv:1409.2329, Table 1, non-regularized LSTM
@@ -295,9 +295,9 @@ def run(cfg: Config) -> dict:
     primary = jax.process_index() == 0
     data = load_data(cfg)
     vocab = data.tokenizer.vocab_size
-    streams = make_streams(data.train_ids, cfg.batch_size)
-    train_data = StreamChunkIterator(host_rows(par, {"s": streams})["s"], cfg.num_steps)
-    per_epoch = train_data.chunks_per_epoch
+    train_data = TBPTTIterator(data.train_ids, par.local_batch_size(cfg.batch_size),
+                               cfg.num_steps, **par.iterator_shard())
+    per_epoch = train_data.steps_per_epoch
     total = cfg.steps or cfg.epochs * per_epoch
     valid_streams = make_streams(data.valid_ids, cfg.batch_size)
     test_streams = make_streams(data.test_ids, cfg.test_batch_size)

@@ -26,6 +26,7 @@ from seqjax.models.seq2seq import (
     scheduled_sampling_inputs,
 )
 from seqjax.models.vit import VIT_PRESETS, ViT, ViTConfig, num_patches, patchify, unpatchify
+from seqjax.models.word2vec import Word2Vec
 
 __all__ = [
     "AST", "AST_PRESETS", "ASTConfig", "patch_grid", "spectrogram_patches",
@@ -36,19 +37,6 @@ __all__ = [
     "Seq2Seq", "TRANSFORMER_LM_PRESETS", "TRANSFORMER_PRESETS", "Transformer",
     "TransformerConfig", "TransformerLM", "TransformerLMClassifier", "TransformerLMConfig",
     "VIT_PRESETS", "ViT",
-    "ViTConfig", "Word2Vec", "Word2VecConfig", "masked_pool", "mlm_mask", "num_patches",
-    "patchify", "reverse_sequences", "train_word2vec", "unpatchify",
+    "ViTConfig", "Word2Vec", "masked_pool", "mlm_mask", "num_patches",
+    "patchify", "reverse_sequences", "unpatchify",
 ]
-
-# Imported on first use: word2vec trains with seqjax.train, and token_cross_entropy (one
-# function, seqjax.train.losses.token_cross_entropy) is a loss, not a model.
-_LAZY = {"Word2Vec": "seqjax.models.word2vec", "Word2VecConfig": "seqjax.models.word2vec",
-         "train_word2vec": "seqjax.models.word2vec", "token_cross_entropy": "seqjax.train.losses"}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'seqjax.models' has no attribute {name!r}")

@@ -46,6 +46,8 @@ from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.ffn import GLU, GLU_VARIANTS, MLP
 from seqjax.nn.masks import combine_masks, padding_mask
 from seqjax.nn.norms import LayerNorm, RMSNorm
+from seqjax.nn.remat import REMAT_POLICIES
+from seqjax.nn.remat import remat_policy as resolve_remat_policy
 
 Array = jax.Array
 Dtype = Any
@@ -55,15 +57,6 @@ __all__ = [
     "REMAT_POLICIES", "DecoderLayerCache", "TransformerBlock", "TransformerDecoder",
     "TransformerEncoder",
 ]
-
-#: Named ``jax.checkpoint`` policies for ``remat_policy`` (None = save nothing: recompute
-#: the whole block in the backward pass, the least memory).
-REMAT_POLICIES: dict[str, Callable[..., Any]] = {
-    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
-    "everything_saveable": jax.checkpoint_policies.everything_saveable,
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,
-    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
 
 _NORMS = ("pre", "post")
 _NORM_TYPES = ("layernorm", "rmsnorm")
@@ -443,14 +436,7 @@ class _TransformerStack(_BlockConfig, kw_only=True):
     final_norm: bool | None = None
 
     def _policy(self) -> Callable[..., Any] | None:
-        p = self.remat_policy
-        if p is None or callable(p):
-            return p
-        if p not in REMAT_POLICIES:
-            raise ValueError(
-                f"`remat_policy` must be a callable or one of {sorted(REMAT_POLICIES)}; got {p!r}."
-            )
-        return REMAT_POLICIES[p]
+        return resolve_remat_policy(self.remat_policy)
 
     def _forward(
         self,

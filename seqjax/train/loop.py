@@ -92,9 +92,10 @@ from seqjax.train.records import (
     wanted,
     write_run_info,
 )
-from seqjax.train.step import TrainStep
+from seqjax.train.sharding import host_value
+from seqjax.train.step import CheckedStep, TrainStep
 
-__all__ = ["FitConfig", "FitResult", "ResumeError", "evaluate", "fit", "host_value"]
+__all__ = ["FitConfig", "FitResult", "ResumeError", "evaluate", "fit"]
 
 # Steps the host may run ahead of the device between logged steps.
 _MAX_IN_FLIGHT = 8
@@ -198,31 +199,6 @@ class FitResult:
     eval_metrics: dict
 
 
-def host_value(tree: Any) -> Any:
-    """``jax.device_get`` that also reads replicated arrays spanning other processes.
-
-    A global array whose devices are not all addressable (several processes) cannot be
-    fetched whole; a fully replicated one is read from this process's first shard. Every
-    transfer is started before the first is waited for, and each array is read with
-    ``np.asarray`` (about 1 µs, where ``jax.device_get`` costs several per array: ``fit``
-    reads every step's metrics).
-    """
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
-    arrays = []
-    for x in leaves:
-        if isinstance(x, jax.Array):
-            if not x.is_fully_addressable:
-                if not x.is_fully_replicated:
-                    raise ValueError(
-                        f"cannot read a sharded array of shape {x.shape} spanning other "
-                        "processes on the host; replicate it (out_shardings P()) first.")
-                x = x.addressable_data(0)
-            x.copy_to_host_async()
-        arrays.append(x)
-    return jax.tree_util.tree_unflatten(
-        treedef, [np.asarray(x) if isinstance(x, jax.Array) else x for x in arrays])
-
-
 def evaluate(
     eval_step: Callable[[Any, Any], Mapping[str, Any]],
     params: Any,
@@ -243,9 +219,9 @@ def evaluate(
     sums: dict[str, float] = {}
     total = 0.0
     n = 0
-    check = getattr(eval_step, "check_batch", None)
+    check = eval_step.check_batch if isinstance(eval_step, CheckedStep) else None
     if check is not None and place_batch is not None:  # check the host batch, then place it
-        eval_step = getattr(eval_step, "unchecked", eval_step)
+        eval_step = eval_step.unchecked
     for batch in batches:
         if place_batch is not None:
             if check is not None:
@@ -490,8 +466,8 @@ def fit(
 
     # Token ids are checked on the host batch, before it is placed on the devices (the
     # jitted step cannot see them; see seqjax.train.step.make_batch_check).
-    check_batch = getattr(train_step, "check_batch", None)
-    run_step = getattr(train_step, "unchecked", train_step) if check_batch else train_step
+    check_batch = train_step.check_batch if isinstance(train_step, CheckedStep) else None
+    run_step = train_step.unchecked if isinstance(train_step, CheckedStep) else train_step
     peak = cfg.peak_flops or peak_flops_per_device()
     n_dev = int(info["devices"])
     history: list[dict] = []

@@ -58,8 +58,6 @@ __all__ = [
     "bits_per_char",
     "make_lm_loss",
     "make_lm_eval",
-    "skipgram_ns_loss",
-    "cbow_ns_loss",
 ]
 
 
@@ -249,17 +247,20 @@ ApplyFn = Callable[[Any, Array, Array, bool], Array]
 def attach_batch_check(fn: Callable, apply_fn: Any, vocab_size: int | None, *,
                        inputs_key: str = "inputs", targets_key: str = "targets",
                        mask_key: str = "mask") -> Callable:
-    """Give ``fn`` a ``check_batch`` attribute (the host-side token-id check that
-    :func:`seqjax.train.step.make_train_step` runs before the jitted step) when the
-    vocabulary is known: ``vocab_size``, else ``apply_fn.vocab_size`` (set by
-    :func:`seqjax.train.step.flax_apply_fn` for a model with one)."""
-    from seqjax.train.step import make_batch_check
+    """``fn`` as a :class:`~seqjax.train.step.CheckedFn` holding the host-side token-id check
+    that :func:`~seqjax.train.step.make_train_step` runs before the jitted step, when the
+    vocabulary is known: ``vocab_size``, else the ``vocab_size`` of a
+    :class:`~seqjax.train.step.ModelApply` ``apply_fn`` (:func:`~seqjax.train.step.flax_apply_fn`
+    of a model with one); else ``fn`` unchanged."""
+    from seqjax.train.step import CheckedFn, ModelApply, make_batch_check
 
-    vocab = getattr(apply_fn, "vocab_size", None) if vocab_size is None else vocab_size
-    if vocab is not None:
-        fn.check_batch = make_batch_check(  # type: ignore[attr-defined]
-            vocab, inputs_key=inputs_key, targets_key=targets_key, mask_key=mask_key)
-    return fn
+    vocab = vocab_size
+    if vocab is None and isinstance(apply_fn, ModelApply):
+        vocab = apply_fn.vocab_size
+    if vocab is None:
+        return fn
+    return CheckedFn(fn, make_batch_check(vocab, inputs_key=inputs_key, targets_key=targets_key,
+                                          mask_key=mask_key))
 
 
 def make_lm_loss(
@@ -280,9 +281,9 @@ def make_lm_loss(
     ``tokens`` (the number of kept positions, used to weight shards and
     evaluation batches) and, with smoothing, ``nll`` (the unsmoothed loss).
 
-    With ``vocab_size`` (default: ``apply_fn.vocab_size``, which
-    :func:`seqjax.train.step.flax_apply_fn` sets from the model) the returned function
-    carries ``loss_fn.check_batch``: inputs and (unmasked) targets must lie in
+    With ``vocab_size`` (default: that of a :func:`seqjax.train.step.flax_apply_fn`
+    ``apply_fn``, taken from the model) the result is a :class:`~seqjax.train.step.CheckedFn`
+    whose ``check_batch`` the train step runs: inputs and (unmasked) targets must lie in
     ``[0, vocab_size)``, checked on the host before every jitted step, where the ids
     cannot be seen.
 
@@ -345,42 +346,3 @@ def make_lm_eval(
 
     return attach_batch_check(eval_fn, apply_fn, vocab_size, inputs_key=inputs_key,
                               targets_key=targets_key, mask_key=mask_key)
-
-
-# ----------------------------------------------------------------------------- word2vec
-def _ns_loss(h_BxD: Array, out_VxD: Array, targets_B: Array, negatives_BxK: Array) -> Array:
-    h = h_BxD.astype(jnp.float32)
-    pos_B = jnp.einsum("bd,bd->b", h, out_VxD[targets_B].astype(jnp.float32))
-    neg_BxK = jnp.einsum("bd,bkd->bk", h, out_VxD[negatives_BxK].astype(jnp.float32))
-    per_example = -jax.nn.log_sigmoid(pos_B) - jnp.sum(jax.nn.log_sigmoid(-neg_BxK), axis=-1)
-    return jnp.mean(per_example)
-
-
-def skipgram_ns_loss(
-    in_VxD: Array, out_VxD: Array, centers_B: Array, contexts_B: Array, negatives_BxK: Array
-) -> Array:
-    r"""Mean skip-gram negative-sampling loss (Mikolov et al. 2013, eq. 4).
-
-    ``ℓ = −log σ(u_o·v_c) − Σ_k log σ(−u_{w_k}·v_c)`` with ``v = in_VxD[centers]``,
-    ``u_o = out_VxD[contexts]``, ``u_{w_k} = out_VxD[negatives]``. Returns a scalar.
-    """
-    return _ns_loss(in_VxD[centers_B], out_VxD, contexts_B, negatives_BxK)
-
-
-def cbow_ns_loss(
-    in_VxD: Array,
-    out_VxD: Array,
-    contexts_BxC: Array,
-    mask_BxC: Array,
-    centers_B: Array,
-    negatives_BxK: Array,
-) -> Array:
-    r"""Mean CBOW negative-sampling loss: ``h`` is the masked mean of the context vectors.
-
-    ``h = Σ_j m_j v_{x_j} / Σ_j m_j``, then the loss of :func:`skipgram_ns_loss`
-    with the centre word as target. Returns a scalar.
-    """
-    m = mask_BxC.astype(jnp.float32)[..., None]
-    h_BxD = jnp.sum(in_VxD[contexts_BxC].astype(jnp.float32) * m, axis=1) / jnp.maximum(
-        jnp.sum(m, axis=1), 1.0)
-    return _ns_loss(h_BxD, out_VxD, centers_B, negatives_BxK)

@@ -19,9 +19,6 @@ Everything is built from `optax <https://optax.readthedocs.io>`_ transformations
   optimiser;
 * a weight-decay mask that decays matrices only: leaves with ``ndim < 2`` (biases,
   norm scales) and leaves whose path matches an embedding/norm pattern are skipped;
-* gradient accumulation over ``k`` micro-batches with :class:`optax.MultiSteps`
-  (parameters change every ``k``-th call; the averaged gradient equals the gradient
-  of the ``k``-times larger batch when micro-batches hold equal token counts);
 * freezing / partial fine-tuning (:func:`freeze`, :func:`trainable_mask`): a trainable
   mask ``m`` routes every leaf either through the optimiser or to a zero update,
 
@@ -99,7 +96,6 @@ class OptimizerConfig:
         weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off.
         momentum, nesterov: SGD momentum (0 = plain SGD).
         clip_norm: global-norm clipping threshold ``η``; ``None`` or 0 = off.
-        accumulate_steps: micro-batches per update (``optax.MultiSteps``); 1 = off.
         flat_state: keep the optimiser's per-parameter state (Adam's ``m`` and ``v``, SGD's
             momentum) as one vector each instead of one array per parameter
             (``optax.flatten`` around the stateful part; clipping, the decay mask and the
@@ -125,7 +121,6 @@ class OptimizerConfig:
     momentum: float = 0.0
     nesterov: bool = False
     clip_norm: float | None = None
-    accumulate_steps: int = 1
     flat_state: bool = False
     no_decay: tuple[str, ...] = DEFAULT_NO_DECAY
 
@@ -138,8 +133,6 @@ class OptimizerConfig:
             raise ValueError(f"`learning_rate` must be >= 0; got {self.learning_rate}.")
         if self.warmup_steps < 0:
             raise ValueError(f"`warmup_steps` must be >= 0; got {self.warmup_steps}.")
-        if self.accumulate_steps < 1:
-            raise ValueError(f"`accumulate_steps` must be >= 1; got {self.accumulate_steps}.")
         if self.schedule in ("warmup_cosine", "linear"):
             if self.total_steps is None or self.total_steps <= self.warmup_steps:
                 raise ValueError(
@@ -317,11 +310,6 @@ def make_optimizer(
         opt = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
     if trainable is not None:
         opt = freeze(opt, trainable)
-    if cfg.accumulate_steps > 1:
-        opt = optax.MultiSteps(opt, every_k_schedule=cfg.accumulate_steps).gradient_transformation()
-        inner = schedule
-        k = cfg.accumulate_steps
-        schedule = lambda count: inner(count // k)  # the rate of the pending update
     return opt, schedule
 
 
@@ -446,8 +434,9 @@ class TrainState:
     """Everything that changes during training, as one pytree (checkpointed as a whole).
 
     Attributes:
-        step: int32 scalar, the number of completed ``apply_gradients`` calls
-            (micro-steps under gradient accumulation).
+        step: int32 scalar, the number of completed ``apply_gradients`` calls (one per
+            optimiser update; gradient accumulation, ``make_train_step(grad_accum=k)``,
+            happens inside one step).
         params: the model parameters (float32 storage).
         opt_state: the optimiser state (float32).
         rng: a ``jax.random.PRNGKey`` (uint32[2]); split once per step for dropout.

@@ -50,13 +50,13 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from seqjax.train.config import ConfigError
 from seqjax.train.optim import TrainState
 from seqjax.train.sharding import (
     AXES,
     STRATEGIES,
     BatchPlacer,
     batch_sharding,
+    host_value,
     make_mesh,
     maybe_initialize_distributed,
     process_data_shard,
@@ -65,7 +65,7 @@ from seqjax.train.sharding import (
 )
 from seqjax.train.step import create_train_state, make_eval_step, make_train_step
 
-__all__ = ["Parallel", "ParallelOptions", "describe_state", "gather", "parse_mesh",
+__all__ = ["Parallel", "ParallelOptions", "LayoutError", "describe_state", "parse_mesh",
            "resolve_strategy"]
 
 
@@ -149,6 +149,14 @@ def resolve_strategy(strategy: str, mesh: Mesh) -> str:
     return strategy
 
 
+class LayoutError(ValueError):
+    """A mesh, strategy, ``grad_accum`` or global batch that does not fit the devices.
+
+    Raised by :meth:`Parallel.from_options` and the batch-size checks; the ``seqjax`` CLI
+    reports it as a bad option (exit status 2), like a bad ``--key=value``.
+    """
+
+
 class Parallel:
     """A device mesh and a parameter layout, with the pieces a training run needs.
 
@@ -209,8 +217,10 @@ class Parallel:
         try:
             return cls.create(getattr(opts, "mesh", ""), getattr(opts, "strategy", "auto"),
                               grad_accum=getattr(opts, "grad_accum", 1), **kwargs)
-        except ValueError as err:  # a bad --mesh / --strategy / --grad_accum: an option error
-            raise ConfigError(f"--mesh/--strategy/--grad_accum: {err}") from None
+        except LayoutError:
+            raise
+        except ValueError as err:  # a bad --mesh / --strategy / --grad_accum
+            raise LayoutError(f"--mesh/--strategy/--grad_accum: {err}") from None
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -224,11 +234,10 @@ class Parallel:
 
     def check_batch_size(self, global_batch_size: int, name: str = "batch_size") -> None:
         """Refuse a global batch the mesh (and ``grad_accum``) cannot split evenly
-        (a :class:`~seqjax.train.config.ConfigError`, so the CLI reports it as a bad
-        option, exit status 2)."""
+        (a :class:`LayoutError`, which the CLI reports as a bad option, exit status 2)."""
         need = self.batch_shards * self.grad_accum
         if global_batch_size < 1 or global_batch_size % need:
-            raise ConfigError(
+            raise LayoutError(
                 f"`{name}` (the global batch) must be a positive multiple of "
                 f"data*fsdp*grad_accum = {self.mesh.shape['data']}*{self.mesh.shape['fsdp']}*"
                 f"{self.grad_accum} = {need}; got {global_batch_size}."
@@ -239,7 +248,7 @@ class Parallel:
         accepts (a multiple of ``data*fsdp*grad_accum``), e.g. to scale a single-device
         setting to this mesh: ``par.round_batch_size(12)`` is 16 on 8 data-parallel devices."""
         if batch_size < 1:
-            raise ConfigError(f"`batch_size` must be >= 1; got {batch_size}.")
+            raise LayoutError(f"`batch_size` must be >= 1; got {batch_size}.")
         need = self.batch_shards * self.grad_accum
         return -(-batch_size // need) * need
 
@@ -273,7 +282,7 @@ class Parallel:
         """Lay an existing state (the same on every process, e.g. from a seeded init) out in
         the strategy's layout; each device takes its piece of the host copy."""
         self.state_sharding = self.shardings(state)
-        host = gather(state)  # also a state already sharded over other processes
+        host = host_value(state)  # also a state already sharded over other processes
 
         def put(x: Any, sharding: NamedSharding) -> Any:
             if not isinstance(x, np.ndarray | np.generic):
@@ -285,8 +294,9 @@ class Parallel:
 
     def gather(self, tree: Any) -> Any:
         """Numpy copies of (possibly sharded, multi-process) arrays, on every process —
-        e.g. parameters for sampling or export after training."""
-        return gather(tree)
+        e.g. parameters for sampling or export after training
+        (:func:`~seqjax.train.sharding.host_value`)."""
+        return host_value(tree)
 
     def _state_sharding(self, state: Any) -> Any:
         if state is not None:
@@ -346,22 +356,6 @@ class Parallel:
         dev = self.mesh.devices.flat[0]
         return (f"Parallel(mesh='{shape}', strategy={self.strategy!r}, "
                 f"grad_accum={self.grad_accum}, devices={self.num_devices}x{dev.device_kind!r})")
-
-
-def gather(tree: Any) -> Any:
-    """Numpy copy of every array of ``tree``; arrays sharded over other processes are
-    all-gathered (a collective: every process must call it)."""
-
-    def get(x: Any) -> Any:
-        if isinstance(x, jax.Array) and not x.is_fully_addressable:
-            if x.is_fully_replicated:
-                return np.asarray(x.addressable_data(0))
-            from jax.experimental import multihost_utils
-
-            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-        return jax.device_get(x)
-
-    return jax.tree_util.tree_map(get, tree)
 
 
 def describe_state(state: Any) -> dict[str, Any]:

@@ -26,8 +26,8 @@ def check_distributed() -> None:
         raise RuntimeError(
             "the environment asks for a multi-process job (JAX_COORDINATOR_ADDRESS, a TPU pod, "
             "SLURM or Open MPI), but jax.distributed is not initialised: call "
-            "seqjax.train.maybe_initialize_distributed() (or Parallel.create()) before any "
-            "other JAX call."
+            "seqjax.train.sharding.maybe_initialize_distributed() (or Parallel.create()) "
+            "before any other JAX call."
         )
 
 

@@ -47,6 +47,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from seqjax.train.optim import path_to_str
 
 __all__ = [
+    "host_value",
     "AXES",
     "STRATEGIES",
     "TENSOR_PARALLEL_RULES",
@@ -444,3 +445,33 @@ def maybe_initialize_distributed() -> bool:
             kwargs["process_id"] = int(env["JAX_PROCESS_ID"])
     jax.distributed.initialize(**kwargs)
     return True
+
+
+def host_value(tree: Any) -> Any:
+    """Numpy copies of every array of ``tree``, on every process.
+
+    The one host fetch of seqjax (``fit``'s metrics, :meth:`Parallel.gather
+    <seqjax.train.parallel.Parallel.gather>` for parameters). An array whose devices are
+    all addressable is copied; a global array spanning other processes is read from this
+    process's first shard when it is fully replicated, and otherwise all-gathered (a
+    collective: every process must then call ``host_value`` on it). Every transfer is
+    started before the first is waited for, and each array is read with ``np.asarray``
+    (about 1 µs, where ``jax.device_get`` costs several per array: ``fit`` reads every
+    step's metrics).
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    arrays = []
+    for x in leaves:
+        if isinstance(x, jax.Array):
+            if not x.is_fully_addressable:
+                if x.is_fully_replicated:
+                    x = x.addressable_data(0)
+                else:
+                    from jax.experimental import multihost_utils
+
+                    x = np.asarray(multihost_utils.process_allgather(x, tiled=True))
+            if isinstance(x, jax.Array):
+                x.copy_to_host_async()
+        arrays.append(x)
+    return jax.tree_util.tree_unflatten(
+        treedef, [np.asarray(x) if isinstance(x, jax.Array) else x for x in arrays])

@@ -1,4 +1,4 @@
-r"""The training step: one ``jax.jit`` over a device mesh, and a ``jax.pmap`` variant.
+r"""The training step: one ``jax.jit`` over a device mesh.
 
 A step computes, for the loss ``C(θ)`` of one batch,
 
@@ -25,17 +25,14 @@ leaves to bf16 inside the differentiated function; parameters, gradients and opt
 state stay float32 (the cast's transpose casts gradients back), and the losses promote
 logits to float32.
 
-**Remat.** ``remat=True`` (or a ``jax.checkpoint_policies`` name such as
-``"dots_saveable"``) rematerialises the forward pass during the backward pass; models
-can instead wrap individual blocks in ``flax.linen.remat``.
-
-**pmap.** :func:`make_pmap_train_step` is the same step for code that still uses
-``jax.pmap``: per-device batches, gradients combined with ``psum`` weighted by each
-shard's ``tokens`` (so the result is the gradient of the global token-mean loss).
+**Remat.** ``remat=True`` (or a policy of :mod:`seqjax.nn.remat`, by name such as
+``"dots_saveable"`` or as a callable) rematerialises the forward pass during the backward
+pass; models can instead wrap individual blocks in ``flax.linen.remat``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -46,6 +43,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from seqjax.nn.remat import remat_policy
 from seqjax.train.optim import TrainState
 
 Array = jax.Array
@@ -55,22 +53,17 @@ StepFn = Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]
 
 __all__ = [
     "BatchCheck",
+    "CheckedFn",
+    "CheckedStep",
+    "ModelApply",
     "cast_floating",
-    "checked_step",
     "flax_apply_fn",
     "make_batch_check",
     "make_train_step",
     "make_eval_step",
     "TrainStep",
     "create_train_state",
-    "make_pmap_train_step",
-    "pmap_replicate",
-    "pmap_unreplicate",
-    "split_for_pmap",
 ]
-
-
-BatchCheck = Callable[[Batch], None]
 
 
 def _host_array(x: Any) -> np.ndarray | None:
@@ -122,7 +115,6 @@ def make_batch_check(
         ...     print(str(err)[:48])
         `batch["targets"]` must hold token ids in [0, 4]
     """
-    from seqjax._checks import check_vocab_ids
 
     sizes = (dict(vocab_size) if isinstance(vocab_size, Mapping)
              else {inputs_key: vocab_size, targets_key: vocab_size})
@@ -131,58 +123,87 @@ def make_batch_check(
             raise ValueError(f"`vocab_size` for batch key {key!r} must be a positive int; "
                              f"got {v!r}.")
     mask_of = {targets_key: mask_key} if masks is None else dict(masks)
+    return BatchCheck(sizes, mask_of)
 
-    def check(batch: Batch) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class BatchCheck:
+    """The host-side token-id check of :func:`make_batch_check`: ``check(batch)``.
+
+    Attributes:
+        vocab_sizes: ``{batch key: V}``; ids of ``batch[key]`` must lie in ``[0, V)``.
+        masks: ``{batch key: mask key}``; only positions where the mask is True are checked.
+    """
+
+    vocab_sizes: Mapping[str, int]
+    masks: Mapping[str, str]
+
+    def __call__(self, batch: Batch) -> None:
+        from seqjax._checks import check_vocab_ids
+
         if not isinstance(batch, Mapping):
             return
-        for key, v in sizes.items():
+        for key, v in self.vocab_sizes.items():
             if key not in batch:
                 continue
             ids = _host_array(batch[key])
             if ids is None:
                 continue
             mask = None
-            if mask_of.get(key) in batch:
-                mask = _host_array(batch[mask_of[key]])
+            if self.masks.get(key) in batch:
+                mask = _host_array(batch[self.masks[key]])
                 if mask is None:
                     continue
             check_vocab_ids(ids, f'batch["{key}"]', int(v), mask)
 
-    check.vocab_sizes = sizes  # type: ignore[attr-defined]
-    return check
+
+@dataclasses.dataclass(frozen=True)
+class CheckedFn:
+    """A loss or evaluation function with the batch check that belongs to it.
+
+    What :func:`~seqjax.train.losses.make_lm_loss`, :func:`~seqjax.train.losses.make_lm_eval`
+    and :func:`~seqjax.train.tbptt.make_tbptt_loss` return: calling it calls ``fn``;
+    :func:`make_train_step` and :func:`make_eval_step` run ``check_batch`` on every host
+    batch before the jitted step (unless given their own ``vocab_size``/``check_batch``).
+    """
+
+    fn: Callable[..., Any]
+    check_batch: BatchCheck | Callable[[Batch], None] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
 
 
-class _CheckedStep:
-    """A jitted step behind a host-side batch check (:func:`checked_step`)."""
+class CheckedStep:
+    """A jitted ``step(first, batch, ...)`` behind a host-side batch check.
 
-    def __init__(self, fn: Callable[..., Any], check: BatchCheck) -> None:
+    What :func:`make_eval_step` returns, and the base of :class:`TrainStep`. Calling it runs
+    ``check_batch(batch)`` (when not ``None``) and then ``unchecked``, the jitted function
+    itself, which :func:`~seqjax.train.loop.fit` and :func:`~seqjax.train.loop.evaluate`
+    call after checking the host batch before placing it. Other attributes (``lower``,
+    ``eval_shape``, ...) are the jitted function's.
+    """
+
+    def __init__(self, fn: Callable[..., Any], check_batch: BatchCheck | None) -> None:
         self.unchecked = fn
-        self.check_batch = check
+        self.check_batch = check_batch
         self.__wrapped__ = fn
-        self.__doc__ = getattr(fn, "__doc__", None)
 
     def __call__(self, first: Any, batch: Batch, *rest: Any) -> Any:
-        self.check_batch(batch)
+        if self.check_batch is not None:
+            self.check_batch(batch)
         return self.unchecked(first, batch, *rest)
 
     def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, ...
-        return getattr(self.unchecked, name)
-
-
-def checked_step(fn: Callable[..., Any], check: BatchCheck | None) -> Callable[..., Any]:
-    """``fn(state_or_params, batch)`` that first runs ``check(batch)`` on the host.
-
-    The result has ``.check_batch`` (the check) and ``.unchecked`` (``fn`` itself, which
-    :func:`~seqjax.train.loop.fit` calls after checking the host batch before placement);
-    other attributes (``lower``, ...) are ``fn``'s. ``check=None`` returns ``fn``.
-    """
-    return fn if check is None else _CheckedStep(fn, check)
+        unchecked = self.__dict__.get("unchecked")
+        if unchecked is None:  # not built yet (e.g. while copying)
+            raise AttributeError(name)
+        return getattr(unchecked, name)
 
 
 def _resolve_check(fn: Any, vocab_size: Any, check_batch: Any) -> BatchCheck | None:
     """The batch check a step runs: ``check_batch`` (``False`` = none), else one built from
-    ``vocab_size``, else the one the loss/eval function carries (``fn.check_batch``, set by
-    :func:`~seqjax.train.losses.make_lm_loss` when it knows the vocabulary)."""
+    ``vocab_size``, else the one a :class:`CheckedFn` loss/eval function holds."""
     if check_batch is False:
         return None
     if check_batch is not None and check_batch is not True:
@@ -192,7 +213,7 @@ def _resolve_check(fn: Any, vocab_size: Any, check_batch: Any) -> BatchCheck | N
         return check_batch
     if vocab_size is not None:
         return make_batch_check(vocab_size)
-    return getattr(fn, "check_batch", None)
+    return fn.check_batch if isinstance(fn, CheckedFn) else None
 
 
 def cast_floating(tree: Any, dtype: Any | None) -> Any:
@@ -208,28 +229,21 @@ def cast_floating(tree: Any, dtype: Any | None) -> Any:
     return jax.tree_util.tree_map(cast, tree)
 
 
-def flax_apply_fn(model: Any, *, mutable: bool = False) -> Callable[..., Any]:
-    """Adapt a Flax module to ``apply_fn(params, inputs, rng, train, [carry])``.
+@dataclasses.dataclass(frozen=True)
+class ModelApply:
+    """A Flax module as ``apply_fn(params, inputs, rng, train, [carry])`` (:func:`flax_apply_fn`).
 
-    ``train`` is passed as ``deterministic=not train`` or ``train=train`` when the
-    module's ``__call__`` takes one of them; ``rng`` feeds the ``dropout`` stream
-    during training. With a ``carry`` argument the module is called as
-    ``model(inputs, initial_carry=carry)`` (plus ``return_carry=True`` when its
-    ``__call__`` takes it, as every recurrent model of :mod:`seqjax.models` does) and must
-    return ``(logits, new_carry)``.
-    A model with an int ``vocab_size`` passes it on as ``apply_fn.vocab_size``, from which
-    :func:`~seqjax.train.losses.make_lm_loss` builds the host-side batch check.
-
-    Example:
-        >>> import flax.linen as nn, jax, jax.numpy as jnp
-        >>> model = nn.Dense(3)
-        >>> params = model.init(jax.random.PRNGKey(0), jnp.ones((1, 2)))["params"]
-        >>> flax_apply_fn(model)(params, jnp.ones((1, 2)), jax.random.PRNGKey(1), True).shape
-        (1, 3)
+    Attributes:
+        model: the module.
+        vocab_size: the model's ``vocab_size`` when it has an int one (else ``None``), from
+            which :func:`~seqjax.train.losses.make_lm_loss` builds the host-side batch check.
     """
-    params_of_call = inspect.signature(type(model).__call__).parameters
 
-    def apply_fn(params: Any, inputs: Any, rng: Array, train: bool, *carry: Any) -> Any:
+    model: Any
+    vocab_size: int | None = None
+
+    def __call__(self, params: Any, inputs: Any, rng: Array, train: bool, *carry: Any) -> Any:
+        params_of_call = inspect.signature(type(self.model).__call__).parameters  # at trace time
         kwargs: dict[str, Any] = {}
         if "deterministic" in params_of_call:
             kwargs["deterministic"] = not train
@@ -240,24 +254,40 @@ def flax_apply_fn(model: Any, *, mutable: bool = False) -> Callable[..., Any]:
             if "return_carry" in params_of_call:  # the carry protocol (seqjax.nn.StackedRNN)
                 kwargs["return_carry"] = True
         rngs = {"dropout": rng} if train else {}
-        return model.apply({"params": params}, inputs, rngs=rngs, **kwargs)
+        return self.model.apply({"params": params}, inputs, rngs=rngs, **kwargs)
 
+
+def flax_apply_fn(model: Any) -> ModelApply:
+    """Adapt a Flax module to ``apply_fn(params, inputs, rng, train, [carry])``.
+
+    ``train`` is passed as ``deterministic=not train`` or ``train=train`` when the
+    module's ``__call__`` takes one of them; ``rng`` feeds the ``dropout`` stream
+    during training. With a ``carry`` argument the module is called as
+    ``model(inputs, initial_carry=carry)`` (plus ``return_carry=True`` when its
+    ``__call__`` takes it, as every recurrent model of :mod:`seqjax.models` does) and must
+    return ``(logits, new_carry)``. The result is a :class:`ModelApply`; a model with an
+    int ``vocab_size`` passes it on as its ``vocab_size`` field, from which
+    :func:`~seqjax.train.losses.make_lm_loss` builds the host-side batch check.
+
+    Example:
+        >>> import flax.linen as nn, jax, jax.numpy as jnp
+        >>> model = nn.Dense(3)
+        >>> params = model.init(jax.random.PRNGKey(0), jnp.ones((1, 2)))["params"]
+        >>> flax_apply_fn(model)(params, jnp.ones((1, 2)), jax.random.PRNGKey(1), True).shape
+        (1, 3)
+    """
     vocab = getattr(model, "vocab_size", None)
-    if isinstance(vocab, int) and not isinstance(vocab, bool):
-        apply_fn.vocab_size = vocab  # type: ignore[attr-defined]  # for make_lm_loss's check
-    return apply_fn
+    if isinstance(vocab, bool) or not isinstance(vocab, int):
+        vocab = None
+    return ModelApply(model, vocab)
 
 
-def _remat(fn: Callable, remat: bool | str) -> Callable:
+def _remat(fn: Callable, remat: bool | str | Callable) -> Callable:
     if remat is False or remat is None:
         return fn
     if remat is True:
         return jax.checkpoint(fn)
-    policy = getattr(jax.checkpoint_policies, remat, None)
-    if policy is None:
-        names = sorted(n for n in dir(jax.checkpoint_policies) if not n.startswith("_"))
-        raise ValueError(f"`remat` must be a bool or one of {names}; got {remat!r}.")
-    return jax.checkpoint(fn, policy=policy)
+    return jax.checkpoint(fn, policy=remat_policy(remat, "remat"))
 
 
 def _check_state(state: Any) -> None:
@@ -277,7 +307,7 @@ def _loss_and_grad(
     carry: Any,
     *,
     compute_dtype: Any,
-    remat: bool | str,
+    remat: bool | str | Callable,
     with_carry: bool,
 ) -> tuple[Array, dict[str, Array], Any, Any]:
     """``(loss, metrics, new_carry, grads)`` of one (micro-)batch, metrics float32."""
@@ -364,7 +394,7 @@ def _grad_and_update(
     rng: Array,
     *,
     compute_dtype: Any,
-    remat: bool | str,
+    remat: bool | str | Callable,
     with_carry: bool,
     grad_accum: int = 1,
     combine: Callable[[Any, Array, dict], tuple[Any, Array, dict]] | None = None,
@@ -395,7 +425,7 @@ def make_train_step(
     state_sharding: Any = None,
     batch_sharding: NamedSharding | None = None,
     compute_dtype: Any = None,
-    remat: bool | str = False,
+    remat: bool | str | Callable = False,
     schedule: optax.Schedule | None = None,
     with_carry: bool = False,
     donate: bool = True,
@@ -419,7 +449,8 @@ def make_train_step(
             inputs (one device).
         batch_sharding: sharding of every batch leaf (e.g. ``batch_sharding(mesh)``).
         compute_dtype: e.g. ``jnp.bfloat16`` for mixed precision; ``None`` = as stored.
-        remat: ``True`` or a ``jax.checkpoint_policies`` name.
+        remat: ``True`` (save nothing) or a policy of :mod:`seqjax.nn.remat` (a name in
+            ``REMAT_POLICIES`` or a ``jax.checkpoint_policies`` callable).
         schedule: the learning-rate schedule, to report ``lr`` (of the update just made).
         with_carry: the loss function threads a recurrent carry (truncated BPTT).
         donate: donate the input state's buffers (the old state must not be reused).
@@ -465,7 +496,7 @@ def make_train_step(
                      batch_sharding=batch_sharding, donate=donate)
 
 
-class TrainStep:
+class TrainStep(CheckedStep):
     """A jitted ``step(state, batch) -> (state, metrics)`` and the ways to run it.
 
     What :func:`make_train_step` returns. Calling it checks the host batch
@@ -489,14 +520,12 @@ class TrainStep:
                  state_sharding: Any = None, batch_sharding: NamedSharding | None = None,
                  donate: bool = True) -> None:
         self.step_fn = step_fn
-        self.check_batch = check_batch
         self.state_sharding = state_sharding
         self.batch_sharding = batch_sharding
         self.donate = donate
         self.mesh = None if batch_sharding is None else batch_sharding.mesh
         self._compiled: dict[Any, Any] = {}  # jitted runs (with the source they read)
-        self.unchecked = self._jit(step_fn, self.batch_sharding)
-        self.__wrapped__ = self.unchecked
+        super().__init__(self._jit(step_fn, self.batch_sharding), check_batch)
 
     def _jit(self, fn: Callable[..., Any], second_sharding: Any) -> Callable[..., Any]:
         kwargs: dict[str, Any] = {"donate_argnums": (0,) if self.donate else ()}
@@ -506,17 +535,6 @@ class TrainStep:
         kwargs["out_shardings"] = (self.state_sharding,
                                    NamedSharding(self.mesh, PartitionSpec()))
         return jax.jit(_under_mesh(fn, self.mesh), **kwargs)
-
-    def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Array]]:
-        if self.check_batch is not None:
-            self.check_batch(batch)
-        return self.unchecked(state, batch)
-
-    def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, ...
-        unchecked = self.__dict__.get("unchecked")
-        if unchecked is None:  # not built yet (e.g. while copying)
-            raise AttributeError(name)
-        return getattr(unchecked, name)
 
     def steps(self, k: int) -> Callable[..., Any]:
         """The jitted ``(state, batches) -> (state, metrics[k])`` of ``k`` steps over the
@@ -585,11 +603,11 @@ def make_eval_step(
     compute_dtype: Any = None,
     vocab_size: int | Mapping[str, int] | None = None,
     check_batch: BatchCheck | bool | None = None,
-) -> Callable[[Any, Batch], dict[str, Array]]:
+) -> CheckedStep:
     """Jit ``eval_fn(params, batch) -> metrics`` (e.g. from ``losses.make_lm_eval``).
 
     Host batches are checked first as in :func:`make_train_step` (``vocab_size``,
-    ``check_batch`` or ``eval_fn.check_batch``).
+    ``check_batch``, or the check of a :class:`CheckedFn` ``eval_fn``).
     """
     check = _resolve_check(eval_fn, vocab_size, check_batch)
 
@@ -598,13 +616,13 @@ def make_eval_step(
         return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
 
     if params_sharding is None and batch_sharding is None:
-        return checked_step(jax.jit(fn), check)
+        return CheckedStep(jax.jit(fn), check)
     if params_sharding is None or batch_sharding is None:
         raise ValueError("give both `params_sharding` and `batch_sharding`, or neither.")
     rep = NamedSharding(batch_sharding.mesh, PartitionSpec())
-    return checked_step(jax.jit(_under_mesh(fn, batch_sharding.mesh),
-                                in_shardings=(params_sharding, batch_sharding),
-                                out_shardings=rep), check)
+    return CheckedStep(jax.jit(_under_mesh(fn, batch_sharding.mesh),
+                               in_shardings=(params_sharding, batch_sharding),
+                               out_shardings=rep), check)
 
 
 def create_train_state(
@@ -642,80 +660,3 @@ def create_train_state(
     shardings = state_sharding_fn(jax.eval_shape(make, rng))
     return jax.jit(make, out_shardings=shardings)(rng), shardings
 
-
-# ----------------------------------------------------------------------------- pmap
-
-
-def make_pmap_train_step(
-    loss_fn: LossFn,
-    *,
-    axis_name: str = "data",
-    compute_dtype: Any = None,
-    remat: bool | str = False,
-    schedule: optax.Schedule | None = None,
-    with_carry: bool = False,
-    donate: bool = True,
-    devices: list[Any] | None = None,
-    vocab_size: int | Mapping[str, int] | None = None,
-    check_batch: BatchCheck | bool | None = None,
-) -> StepFn:
-    """The data-parallel step with ``jax.pmap``: state replicated, batch ``[n_dev, b, ...]``.
-
-    Each device computes its shard's loss ``C_d`` (mean over its ``w_d`` tokens, ``w_d`` =
-    ``metrics["tokens"]`` or 1) and gradient; the update uses
-    ``g = Σ_d w_d g_d / Σ_d w_d`` — the gradient of the global token-mean loss, equal to
-    the single-device step on the concatenated batch. Dropout keys differ per device
-    (``fold_in(rng, axis_index)``). Use :func:`pmap_replicate`, :func:`split_for_pmap`
-    and :func:`pmap_unreplicate` around it. Batches are checked on the host as in
-    :func:`make_train_step` (``vocab_size``, ``check_batch``).
-    """
-
-    def combine(grads: Any, loss: Array, metrics: dict) -> tuple[Any, Array, dict]:
-        w = metrics.get("tokens", jnp.ones((), jnp.float32))
-        total = jax.lax.psum(w, axis_name)
-        mean = lambda x: jax.lax.psum(x * w, axis_name) / total
-        grads = jax.tree_util.tree_map(mean, grads)
-        out = {k: mean(v) for k, v in metrics.items() if k != "tokens"}
-        if "tokens" in metrics:
-            out["tokens"] = total
-        return grads, mean(loss), out
-
-    def step_fn(state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Array]]:
-        _check_state(state)
-        rng, step_rng = jax.random.split(state.rng)
-        step_rng = jax.random.fold_in(step_rng, jax.lax.axis_index(axis_name))
-        new_state, metrics = _grad_and_update(
-            loss_fn, state, batch, step_rng,
-            compute_dtype=compute_dtype, remat=remat, with_carry=with_carry, combine=combine,
-        )
-        if schedule is not None:
-            metrics["lr"] = jnp.asarray(schedule(state.step), jnp.float32)
-        return new_state.replace(rng=rng), metrics
-
-    return checked_step(jax.pmap(
-        step_fn, axis_name=axis_name, donate_argnums=(0,) if donate else (), devices=devices
-    ), _resolve_check(loss_fn, vocab_size, check_batch))
-
-
-def pmap_replicate(tree: Any, num_devices: int | None = None) -> Any:
-    """Stack ``num_devices`` copies of every leaf (the layout ``jax.pmap`` expects)."""
-    n = jax.local_device_count() if num_devices is None else num_devices
-    return jax.tree_util.tree_map(lambda x: np.broadcast_to(np.asarray(x), (n, *np.shape(x))), tree)
-
-
-def pmap_unreplicate(tree: Any) -> Any:
-    """The first device's copy of every leaf."""
-    return jax.tree_util.tree_map(lambda x: x[0], tree)
-
-
-def split_for_pmap(batch: Any, num_devices: int | None = None) -> Any:
-    """Reshape every ``[B, ...]`` leaf to ``[n_dev, B / n_dev, ...]``."""
-    n = jax.local_device_count() if num_devices is None else num_devices
-
-    def split(x: Any) -> Any:
-        x = np.asarray(x)
-        if x.shape[0] % n:
-            raise ValueError(f"batch size {x.shape[0]} must be divisible by {n} devices.")
-        return x.reshape(n, x.shape[0] // n, *x.shape[1:])
-
-    return jax.tree_util.tree_map(split, batch)

@@ -1,9 +1,10 @@
 r"""Truncated backpropagation through time for recurrent language models (J&M §9.2.2; MEDL §7.2).
 
-A long token stream is cut into ``B`` contiguous rows (:func:`make_streams`; row ``b``
-continues in the next chunk exactly where it stopped) and each row into chunks of ``k``
-steps. Chunk ``i`` is trained with the recurrence started from the carry the previous
-chunk ended with, under ``stop_gradient``:
+A long token stream is cut into ``B`` contiguous rows and each row into chunks of ``k``
+steps (:class:`seqjax.data.TBPTTIterator`, or :class:`seqjax.data.device.DeviceStreamChunks`
+on the devices; row ``b`` continues in the next chunk exactly where it stopped). Chunk ``i``
+is trained with the recurrence started from the carry the previous chunk ended with, under
+``stop_gradient``:
 
 .. math::  h^{\langle ik\rangle} = \mathrm{sg}\big(h^{\langle ik\rangle}_{\text{chunk } i-1}\big),
            \qquad g_i = \nabla_θ \frac1{Bk}\sum_{t=ik+1}^{(i+1)k} C^{\langle t\rangle}
@@ -28,89 +29,17 @@ from the model's zero carry::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from seqjax._checks import check_rank
 from seqjax.train.losses import attach_batch_check, masked_cross_entropy, token_accuracy
 
 Array = jax.Array
 
-__all__ = ["make_streams", "StreamChunkIterator", "reset_carry", "make_tbptt_loss"]
-
-
-def make_streams(tokens: Any, batch_size: int) -> np.ndarray:
-    """Cut a 1-D token stream into ``batch_size`` contiguous rows ``[B, L]``, ``L = N // B``.
-
-    Row ``b`` is ``tokens[b L : (b + 1) L]``; the remainder is dropped.
-
-    Example:
-        >>> make_streams(np.arange(10), 3).tolist()
-        [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
-    """
-    tokens = np.asarray(tokens)
-    check_rank(tokens, "tokens", 1)
-    if batch_size < 1 or tokens.shape[0] < 2 * batch_size:
-        raise ValueError(
-            f"`batch_size` must be >= 1 with at least 2 tokens per row; got {batch_size} rows "
-            f"for {tokens.shape[0]} tokens."
-        )
-    length = tokens.shape[0] // batch_size
-    return tokens[: batch_size * length].reshape(batch_size, length)
-
-
-class StreamChunkIterator(Iterator[dict[str, np.ndarray]]):
-    """Consecutive chunks ``{"inputs", "targets": int[B, k], "reset": bool[B]}`` of streams.
-
-    Chunk ``i`` has ``inputs = streams[:, ik : (i+1)k]`` and ``targets`` shifted by one
-    (next-token prediction); an epoch has ``(L - 1) // k`` chunks and then starts over
-    with ``reset`` True. State (checkpointed): ``{"epoch", "chunk"}``.
-
-    Example:
-        >>> it = StreamChunkIterator(make_streams(np.arange(14), 2), chunk_len=3)
-        >>> b = next(it); b["inputs"].tolist(), b["targets"].tolist(), b["reset"].tolist()
-        ([[0, 1, 2], [7, 8, 9]], [[1, 2, 3], [8, 9, 10]], [True, True])
-        >>> next(it)["reset"].tolist(), it.get_state()
-        ([False, False], {'epoch': 0, 'chunk': 2})
-    """
-
-    def __init__(self, streams: Any, chunk_len: int) -> None:
-        self.streams = np.asarray(streams)
-        check_rank(self.streams, "streams", 2)
-        if chunk_len < 1 or chunk_len > self.streams.shape[1] - 1:
-            raise ValueError(
-                f"`chunk_len` must lie in [1, {self.streams.shape[1] - 1}] for streams of length "
-                f"{self.streams.shape[1]}; got {chunk_len}."
-            )
-        self.chunk_len = chunk_len
-        self.chunks_per_epoch = (self.streams.shape[1] - 1) // chunk_len
-        self.epoch = 0
-        self.chunk = 0
-
-    def __iter__(self) -> StreamChunkIterator:
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self.chunk >= self.chunks_per_epoch:
-            self.epoch, self.chunk = self.epoch + 1, 0
-        k, i = self.chunk_len, self.chunk
-        window = self.streams[:, i * k : (i + 1) * k + 1]
-        self.chunk += 1
-        return {
-            "inputs": window[:, :-1],
-            "targets": window[:, 1:],
-            "reset": np.full((self.streams.shape[0],), i == 0),
-        }
-
-    def get_state(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "chunk": self.chunk}
-
-    def set_state(self, state: Mapping[str, Any]) -> None:
-        self.epoch, self.chunk = int(state["epoch"]), int(state["chunk"])
+__all__ = ["reset_carry", "make_tbptt_loss"]
 
 
 def reset_carry(carry: Any, reset_B: Array) -> Any:
@@ -136,7 +65,7 @@ def make_tbptt_loss(
     the loss is the (masked, smoothed) mean cross-entropy against ``batch["targets"]``.
     :func:`seqjax.train.step.make_train_step` (``with_carry=True``) applies the
     ``stop_gradient`` to the incoming carry. The host-side token-id check is attached as
-    in :func:`seqjax.train.losses.make_lm_loss` (``vocab_size`` or ``apply_fn.vocab_size``).
+    in :func:`seqjax.train.losses.make_lm_loss` (``vocab_size``, or the model's).
     """
 
     def loss_fn(params: Any, batch: Mapping[str, Array], rng: Array, carry: Any) -> tuple:

@@ -145,18 +145,3 @@ def test_empty_directory_restores_nothing(tmp_path):
         assert c.restore(_state()) is None and c.latest_step() is None
     with pytest.raises(ValueError, match="best_mode"):
         Checkpointer(tmp_path, best_mode="lowest")
-
-
-def test_renamed_train_names_warn_and_keep_working():
-    """Issue #18.3: seqjax.train.load_tokenizer (a checkpoint's tokenizer JSON dict, unlike
-    seqjax.data.load_tokenizer) and seqjax.train.TBPTTIterator (unlike seqjax.data's) were
-    renamed; the old spellings still work with a DeprecationWarning naming the new ones."""
-    import seqjax.train
-    from seqjax.train.tbptt import StreamChunkIterator
-
-    with pytest.warns(DeprecationWarning, match="load_tokenizer_json"):
-        assert seqjax.train.load_tokenizer is load_tokenizer_json
-    with pytest.warns(DeprecationWarning, match="StreamChunkIterator"):
-        assert seqjax.train.TBPTTIterator is StreamChunkIterator
-    with pytest.raises(AttributeError, match="no_such_name"):
-        seqjax.train.no_such_name  # noqa: B018

@@ -157,35 +157,39 @@ def test_a_nan_inside_a_call_names_its_step():
 
 def test_device_stream_chunks_are_the_iterators_chunks():
     from seqjax.data.device import DeviceStreamChunks
-    from seqjax.train.tbptt import StreamChunkIterator, make_streams
+    from seqjax.data.iterators import TBPTTIterator
 
-    streams = make_streams(TOKENS[:260], 8)  # [8, 32]: 7 chunks of 4 per epoch
-    it = StreamChunkIterator(streams, chunk_len=4)
-    eight = DeviceStreamChunks(streams, 4, mesh=Parallel.create().mesh)
-    one = DeviceStreamChunks(streams, 4, vocab_size=V)
+    tokens = TOKENS[:260]  # 8 streams of 32: 8 chunks of 4 per epoch
+    it = TBPTTIterator(tokens, 8, 4)
+    eight = DeviceStreamChunks(tokens, 8, 4, mesh=Parallel.create().mesh)
+    one = DeviceStreamChunks(tokens, 8, 4, vocab_size=V)
+    assert one.chunks_per_epoch == it.steps_per_epoch == 8
     get = jax.jit(eight.device_batch)
-    for step in range(2 * it.chunks_per_epoch + 1):
+    for step in range(2 * it.steps_per_epoch + 1):
         want = next(it)
         for got in (one.device_batch(one.arrays, step), get(eight.arrays, jnp.int32(step))):
             for key in ("inputs", "targets", "reset"):
                 np.testing.assert_array_equal(np.asarray(got[key]), want[key])
-    with pytest.raises(ValueError, match="`chunk_len` must be an int in"):
-        DeviceStreamChunks(streams, 32)
+    with pytest.raises(ValueError, match="too few for 8 streams of at least seq_len=40"):
+        DeviceStreamChunks(tokens, 8, 40)
+    with pytest.raises(ValueError, match="`seq_len` must be an int >= 1"):
+        DeviceStreamChunks(tokens, 8, 0)
     with pytest.raises(ValueError, match="divide over data"):
-        DeviceStreamChunks(streams[:3], 4, mesh=Parallel.create().mesh)
-    with pytest.raises(ValueError, match="chunk_len: expected 4, got 5"):
-        one.set_state({**one.get_state(), "chunk_len": 5})
+        DeviceStreamChunks(tokens, 3, 4, mesh=Parallel.create().mesh)
+    with pytest.raises(ValueError, match="seq_len: expected 4, got 5"):
+        one.set_state({**one.get_state(), "seq_len": 5})
 
 
 @pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.slow
 def test_tbptt_fit_on_device_streams_equals_the_host_iterator(k):
     from seqjax.data.device import DeviceStreamChunks
+    from seqjax.data.iterators import TBPTTIterator
     from seqjax.models.rnn import RNNLanguageModel
-    from seqjax.train.tbptt import StreamChunkIterator, make_streams, make_tbptt_loss
+    from seqjax.train.tbptt import make_tbptt_loss
 
     lm = RNNLanguageModel(vocab_size=V, embed_dim=8, num_layers=1, cell_type="lstm")
-    streams = make_streams(TOKENS[:200], 4)  # 12 chunks of 4 per epoch
+    tokens = TOKENS[:200]  # 4 streams of 49: 12 chunks of 4 per epoch
     results = []
     for data in ("host", "device"):
         par = Parallel.create(devices=jax.devices()[:1])
@@ -193,8 +197,8 @@ def test_tbptt_fit_on_device_streams_equals_the_host_iterator(k):
         state = par.shard_state(TrainState.create(params, optax.adam(1e-2), jax.random.PRNGKey(1),
                                                   carry=lm.zero_carry(4)))
         step = par.train_step(make_tbptt_loss(flax_apply_fn(lm)), with_carry=True)
-        src = (StreamChunkIterator(streams, 4) if data == "host"
-               else DeviceStreamChunks(streams, 4, vocab_size=V, mesh=par.mesh))
+        src = (TBPTTIterator(tokens, 4, 4) if data == "host"
+               else DeviceStreamChunks(tokens, 4, 4, vocab_size=V, mesh=par.mesh))
         results.append(fit(state, step, src, _cfg(15, k if data == "device" else 1,
                                                   log_every=3), parallel=par).state)
     for a, b in zip(_leaves(results[0]), _leaves(results[1])):

@@ -52,8 +52,6 @@ def test_config_errors():
         OptimizerConfig("lamb")
     with pytest.raises(ValueError, match="total_steps"):
         OptimizerConfig(schedule="warmup_cosine", warmup_steps=10)
-    with pytest.raises(ValueError, match="accumulate_steps"):
-        OptimizerConfig(accumulate_steps=0)
 
 
 def test_decay_mask_skips_biases_norms_embeddings():
@@ -99,26 +97,6 @@ def test_clipping_is_the_slides_rule():
     small = {"a": jnp.array([0.3, 0.0]), "b": jnp.array(0.4)}
     upd, _ = update(small, tx.init(p), p)
     np.testing.assert_allclose(np.asarray(upd["a"]), [-0.3, 0.0], rtol=1e-6)
-
-
-def test_gradient_accumulation_equals_big_batch():
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(8, 3)), rng.normal(size=(8,))
-    loss = lambda w, xb, yb: jnp.mean((xb @ w - yb) ** 2)
-    w0 = jnp.asarray(rng.normal(size=3), jnp.float32)
-    cfg = dict(name="adam", learning_rate=0.1, clip_norm=10.0)
-    big_tx, _ = make_optimizer(OptimizerConfig(**cfg))
-    step = jax.jit(lambda st, xb, yb: st.apply_gradients(jax.grad(loss)(st.params, xb, yb)))
-    s = TrainState.create(w0, big_tx, jax.random.PRNGKey(0))
-    s = step(s, x, y)
-    acc_tx, lr = make_optimizer(OptimizerConfig(**cfg, accumulate_steps=4))
-    a = TrainState.create(w0, acc_tx, jax.random.PRNGKey(0))
-    for i in range(4):
-        a = step(a, x[2 * i : 2 * i + 2], y[2 * i : 2 * i + 2])
-        if i < 3:
-            np.testing.assert_array_equal(np.asarray(a.params), np.asarray(w0))
-    np.testing.assert_allclose(np.asarray(a.params), np.asarray(s.params), rtol=1e-5, atol=1e-7)
-    assert int(a.step) == 4 and float(lr(7)) == pytest.approx(0.1)
 
 
 def test_train_state():

@@ -1,4 +1,4 @@
-"""Sharded steps on 8 fake CPU devices: data parallel == 1 device == pmap; FSDP/TP == replicated."""
+"""Sharded steps on 8 fake CPU devices: data parallel == 1 device; FSDP/TP == replicated."""
 
 import functools
 
@@ -22,11 +22,7 @@ from seqjax.train.sharding import (
 )
 from seqjax.train.step import (
     flax_apply_fn,
-    make_pmap_train_step,
     make_train_step,
-    pmap_replicate,
-    pmap_unreplicate,
-    split_for_pmap,
 )
 
 VOCAB, B, T = 11, 8, 5
@@ -108,7 +104,7 @@ def _assert_close(a, b, rtol=2e-5, atol=1e-6):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
 
-def test_data_parallel_equals_single_device_equals_pmap():
+def test_data_parallel_equals_single_device():
     assert jax.device_count() == 8, "tests/conftest.py should fake 8 CPU devices"
     s1, l1 = _reference(MODEL)
     mesh = make_mesh(data=8)
@@ -119,16 +115,6 @@ def test_data_parallel_equals_single_device_equals_pmap():
     _assert_close(s8.params, s1.params)
     _assert_close(s8.opt_state, s1.opt_state)
 
-    tx, schedule = make_optimizer(OPT)
-    sp = pmap_replicate(TrainState.create(_params(MODEL)["params"], tx, jax.random.PRNGKey(1)))
-    pstep = make_pmap_train_step(loss_fn, schedule=schedule)
-    lp = []
-    for b in BATCHES:
-        sp, m = pstep(sp, split_for_pmap(b))
-        lp.append(float(m["loss"][0]))
-        assert float(m["tokens"][0]) == b["mask"].sum()
-    np.testing.assert_allclose(lp, l1, rtol=1e-5)
-    _assert_close(pmap_unreplicate(sp).params, s1.params)
 
 
 def test_fsdp_and_tensor_parallel_with_remat_equal_replicated():

@@ -6,11 +6,13 @@ import numpy as np
 import optax
 import pytest
 
+from seqjax.data.batching import make_streams
+from seqjax.data.iterators import TBPTTIterator
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.losses import make_lm_loss, masked_cross_entropy
 from seqjax.train.optim import TrainState
 from seqjax.train.step import flax_apply_fn, make_train_step
-from seqjax.train.tbptt import StreamChunkIterator, make_streams, make_tbptt_loss, reset_carry
+from seqjax.train.tbptt import make_tbptt_loss, reset_carry
 from tests.train._tiny_lm import TinyLM
 
 V, B = 7, 2
@@ -31,28 +33,29 @@ def _forward(params, inputs):
     return MODEL.apply({"params": params}, inputs, return_carry=True)
 
 
-def _streams(length=9):
-    return make_streams(np.random.default_rng(1).integers(0, V, size=B * length), B)
+def _chunks(length, k):
+    """TBPTT chunks of ``k`` over ``B`` random streams of ``length`` tokens (+1 target)."""
+    return TBPTTIterator(np.random.default_rng(1).integers(0, V, size=B * length + 1), B, k)
 
 
 def test_streams_and_iterator():
     s = make_streams(np.arange(20), 3)
     assert s.tolist() == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17]]
-    it = StreamChunkIterator(s, chunk_len=2)
-    assert it.chunks_per_epoch == 2
-    b0, b1, b2 = next(it), next(it), next(it)
+    with pytest.raises(ValueError, match="batch_size"):
+        make_streams(np.arange(5), 3)
+    it = TBPTTIterator(np.arange(19), batch_size=3, seq_len=2)  # 3 streams of 6 tokens
+    assert it.steps_per_epoch == 3
+    b0, b1, _, b3 = next(it), next(it), next(it), next(it)
     assert b0["inputs"].tolist() == [[0, 1], [6, 7], [12, 13]]
     assert b0["targets"].tolist() == [[1, 2], [7, 8], [13, 14]]
     assert b1["inputs"][:, 0].tolist() == [2, 8, 14]  # each row continues where it stopped
-    assert b0["reset"].all() and not b1["reset"].any() and b2["reset"].all()  # new epoch
+    assert b0["reset"].all() and not b1["reset"].any() and b3["reset"].all()  # new epoch
     state = it.get_state()
-    again = StreamChunkIterator(s, chunk_len=2)
+    again = TBPTTIterator(np.arange(19), batch_size=3, seq_len=2)
     again.set_state(state)
     np.testing.assert_array_equal(next(again)["inputs"], next(it)["inputs"])
-    with pytest.raises(ValueError, match="chunk_len"):
-        StreamChunkIterator(s, chunk_len=6)
-    with pytest.raises(ValueError, match="batch_size"):
-        make_streams(np.arange(5), 3)
+    with pytest.raises(ValueError, match="seq_len"):
+        TBPTTIterator(np.arange(19), batch_size=3, seq_len=7)
 
 
 def test_reset_carry_zeroes_rows():
@@ -65,14 +68,14 @@ TBPTT_STEP = make_train_step(make_tbptt_loss(APPLY), with_carry=True, donate=Fal
 
 
 def test_one_chunk_equals_full_bptt():
-    streams = _streams(length=5)  # one chunk of 4 steps
-    inputs, targets = streams[:, :-1], streams[:, 1:]
+    it = _chunks(4, 4)  # one chunk of 4 steps
+    inputs, targets = it.x, it.y
     tx = optax.sgd(LR)
     full = TrainState.create(_params(), tx, jax.random.PRNGKey(0))
     full_step = make_train_step(make_lm_loss(APPLY))
     full, m_full = full_step(full, {"inputs": inputs, "targets": targets})
     chunked = TrainState.create(_params(), tx, jax.random.PRNGKey(0), carry=MODEL.zero_carry(B))
-    chunk = next(StreamChunkIterator(streams, chunk_len=streams.shape[1] - 1))
+    chunk = next(it)
     chunked, m_tb = TBPTT_STEP(chunked, chunk)
     np.testing.assert_allclose(float(m_tb["loss"]), float(m_full["loss"]), rtol=1e-6)
     np.testing.assert_allclose(float(m_tb["grad_norm"]), float(m_full["grad_norm"]), rtol=1e-5)
@@ -86,9 +89,7 @@ def test_one_chunk_equals_full_bptt():
 
 
 def test_carry_threads_between_chunks_without_gradient():
-    streams = _streams()
-    k = 4
-    it = StreamChunkIterator(streams, chunk_len=k)
+    it = _chunks(8, 4)
     c1, c2 = next(it), next(it)
     state = TrainState.create(_params(), optax.sgd(LR), jax.random.PRNGKey(0),
                               carry=MODEL.zero_carry(B))
@@ -136,18 +137,17 @@ def _lm_params():
 def test_rnn_lm_windows_with_carried_state_equal_the_full_sequence():
     """With the parameters held fixed (lr 0), chunk i's loss is the full pass's loss on
     window i, and the carry handed on after the last chunk is the full pass's final carry."""
-    streams = _streams(length=13)  # 3 chunks of 4 steps
     k = 4
-    it = StreamChunkIterator(streams, chunk_len=k)
+    it = _chunks(12, k)  # 3 chunks of 4 steps
     params = _lm_params()
     state = TrainState.create(params, optax.sgd(0.0), jax.random.PRNGKey(0),
                               carry=LM.zero_carry(B))
     losses = []
-    for _ in range(it.chunks_per_epoch):
+    for _ in range(it.steps_per_epoch):
         state, m = LM_STEP(state, next(it))
         losses.append(float(m["loss"]))
-    n = it.chunks_per_epoch * k
-    inputs, targets = streams[:, :n], streams[:, 1 : n + 1]
+    n = it.steps_per_epoch * k
+    inputs, targets = it.x[:, :n], it.y[:, :n]
     logits, final = LM.apply({"params": params}, jnp.asarray(inputs), return_carry=True)
     for i, loss in enumerate(losses):
         window = slice(i * k, (i + 1) * k)
@@ -162,11 +162,11 @@ def test_rnn_lm_trains_with_tbptt():
     """A few epochs of TBPTT on a short periodic stream: the loss falls, the carry flows
     between chunks (non-zero after the first) and is reset at each epoch's first chunk."""
     stream = np.tile(np.arange(V), 6)
-    it = StreamChunkIterator(make_streams(stream, B), chunk_len=5)
+    it = TBPTTIterator(stream, B, 5)
     state = TrainState.create(_lm_params(), optax.adam(0.05), jax.random.PRNGKey(0),
                               carry=LM.zero_carry(B))
     first = None
-    for _ in range(4 * it.chunks_per_epoch):
+    for _ in range(4 * it.steps_per_epoch):
         batch = next(it)
         state, m = LM_STEP(state, batch)
         first = float(m["loss"]) if first is None else first

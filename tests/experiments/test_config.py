@@ -5,7 +5,12 @@ from typing import Literal
 
 import pytest
 
-from seqjax.train.config import ConfigError, apply_overrides, config_from_dict, parse_overrides
+from seqjax.experiments._config import (
+    ConfigError,
+    apply_overrides,
+    config_from_dict,
+    parse_overrides,
+)
 
 
 @dataclasses.dataclass(frozen=True)

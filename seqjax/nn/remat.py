@@ -1,0 +1,41 @@
+"""The one rematerialisation vocabulary of seqjax (``jax.checkpoint`` policies by name).
+
+Rematerialisation trades compute for memory: the backward pass recomputes the forward
+activations a policy does not save. A policy is ``None`` (save nothing: recompute the whole
+block, the least memory), a name in :data:`REMAT_POLICIES`, or any
+``jax.checkpoint_policies`` callable. The transformer stacks (``remat_policy=``) and the
+train step (``make_train_step(remat=...)``) take the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+__all__ = ["REMAT_POLICIES", "remat_policy"]
+
+#: Named ``jax.checkpoint`` policies.
+REMAT_POLICIES: dict[str, Callable[..., Any]] = {
+    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
+    "everything_saveable": jax.checkpoint_policies.everything_saveable,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def remat_policy(policy: str | Callable[..., Any] | None,
+                 name: str = "remat_policy") -> Callable[..., Any] | None:
+    """The ``jax.checkpoint`` policy for ``policy`` (``None``, a name or a callable).
+
+    Example:
+        >>> remat_policy("dots_saveable") is jax.checkpoint_policies.dots_saveable
+        True
+    """
+    if policy is None or callable(policy):
+        return policy
+    if policy not in REMAT_POLICIES:
+        raise ValueError(
+            f"`{name}` must be a callable or one of {sorted(REMAT_POLICIES)}; got {policy!r}.")
+    return REMAT_POLICIES[policy]
