@@ -1,4 +1,5 @@
-"""A small BERT pre-trained by masked language modelling, then fine-tuned as a classifier.
+"""A small BERT pre-trained by masked language modelling, then fine-tuned as a classifier,
+beside the decoder form: a causal LM pre-trained on the same text, fine-tuned on its last token.
 
 Data: the distinct English sentences of the Tatoeba/Anki pairs
 (``seqjax.data.corpora.english_french``, d2l's preprocessing), word-level, split 90/10 by
@@ -14,10 +15,20 @@ sentence. Every input is ``<cls> w_1 … w_n`` **without the sentence's final pu
    training sentences, starting either from the pre-trained encoder or from scratch.
    The punctuation never appears in pre-training, so the gain measures what MLM taught
    the encoder about English (question words, inversion, …), not a leaked label.
+3. **The decoder form** (J&M §9.4.2 and §9.9.1; GPT-1), with ``decoder`` (default on): a
+   :class:`~seqjax.models.TransformerLM` of the same depth, width, heads, MLP and dropout
+   (pre-norm, tied output) is pre-trained as a causal language model on the same
+   unlabelled sentences (the same steps, batch and schedule; ``<cls>`` is its
+   begin-of-sentence token, so it predicts ``w_1 … w_n`` from their prefixes), then
+   :class:`~seqjax.models.TransformerLMClassifier` — the same trunk with a linear head on
+   the hidden state of the **last** word ``w_n`` (right padding: position ``length − 1``)
+   — is fine-tuned with the same label budgets, seeds, steps and optimiser, from the
+   pre-trained LM and from scratch.
 
-Reported: held-out MLM loss and masked-word accuracy, fill-in-the-blank examples, and
-test accuracy / macro-F1 of the classifier (pre-trained vs scratch) against the number of
-labels, mean ± sd over seeds; the majority class is the floor.
+Reported: held-out MLM loss and masked-word accuracy, fill-in-the-blank examples, the
+causal LM's held-out loss and next-word accuracy, and test accuracy / macro-F1 of both
+classifiers (pre-trained vs scratch) against the number of labels, mean ± sd over seeds;
+the majority class is the floor.
 
 Both stages train on every visible device (and host), data parallel unless ``--mesh`` /
 ``--strategy`` say otherwise; ``pretrain_batch`` and ``finetune_batch`` are global batches.
@@ -43,6 +54,7 @@ from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.experiments._parallel import pad_rows, write_run_info
 from seqjax.experiments.translation import load_pairs, machine, mean_sd, save_json
 from seqjax.models.bert import Bert, BertConfig, mlm_mask
+from seqjax.models.gpt import TransformerLM, TransformerLMClassifier, TransformerLMConfig
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
@@ -81,9 +93,13 @@ class Config(ParallelOptions):
             results are mean ± sd over them.
         warmup_steps: linear warm-up steps of both stages (at most the stage's steps - 1).
         log_every: steps between logged records (both stages).
+        decoder: also run the decoder form: pre-train a causal LM of the same size with the
+            same ``pretrain_*`` options, then fine-tune its last-token classifier with the same
+            ``finetune_*`` options, label budgets and seeds.
         progress: show a progress bar during pre-training.
-        workdir: pre-training logs and checkpoint (``pretrain/``), ``run.json``,
-            ``bert_mlm.json`` and ``bert_mlm.png``; unset = nothing written.
+        workdir: pre-training logs and checkpoints (``pretrain/``, and ``lm_pretrain/`` for
+            the causal LM), ``run.json``, ``bert_mlm.json`` and ``bert_mlm.png``; unset =
+            nothing written.
     """
 
     num_pairs: int = 0  # 0 = all pairs of the file
@@ -104,15 +120,28 @@ class Config(ParallelOptions):
     seeds: tuple[int, ...] = (0, 1, 2)
     warmup_steps: int = 100
     log_every: int = 100
+    decoder: bool = True
     progress: bool = True
     workdir: str | None = "workdirs/bert_mlm"
 
 
 PRESETS = {
-    "smoke": {"num_pairs": 400, "layers": 1, "heads": 2, "dim": 16, "mlp_dim": 32,
-              "pretrain_steps": 3, "pretrain_batch": 16, "finetune_steps": 3,
-              "finetune_batch": 8, "n_labels": "40", "seeds": "0,1", "warmup_steps": 1,
-              "log_every": 1, "progress": False},
+    "smoke": {
+        "num_pairs": 400,
+        "layers": 1,
+        "heads": 2,
+        "dim": 16,
+        "mlp_dim": 32,
+        "pretrain_steps": 3,
+        "pretrain_batch": 16,
+        "finetune_steps": 3,
+        "finetune_batch": 8,
+        "n_labels": "40",
+        "seeds": "0,1",
+        "warmup_steps": 1,
+        "log_every": 1,
+        "progress": False,
+    },
 }
 
 
@@ -141,46 +170,78 @@ def encode(sents: list[str], tok: WordTokenizer, length: int) -> dict[str, np.nd
 
 
 def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
-    return Bert(BertConfig(
-        vocab_size=vocab, num_layers=cfg.layers, num_heads=cfg.heads, embed_dim=cfg.dim,
-        mlp_dim=cfg.mlp_dim, max_len=length, type_vocab_size=0, dropout_rate=cfg.dropout,
-        mlm_head=not classifier, pooler=classifier, num_classes=3 if classifier else None,
-    ))
+    return Bert(
+        BertConfig(
+            vocab_size=vocab,
+            num_layers=cfg.layers,
+            num_heads=cfg.heads,
+            embed_dim=cfg.dim,
+            mlp_dim=cfg.mlp_dim,
+            max_len=length,
+            type_vocab_size=0,
+            dropout_rate=cfg.dropout,
+            mlm_head=not classifier,
+            pooler=classifier,
+            num_classes=3 if classifier else None,
+        )
+    )
 
 
 def _optimizer(lr: float, steps: int, warmup: int) -> tuple[Any, Any]:
-    return make_optimizer(OptimizerConfig(
-        "adamw", learning_rate=lr, schedule="warmup_cosine",
-        warmup_steps=min(warmup, steps - 1), total_steps=steps, weight_decay=0.01,
-        clip_norm=1.0))
+    return make_optimizer(
+        OptimizerConfig(
+            "adamw",
+            learning_rate=lr,
+            schedule="warmup_cosine",
+            warmup_steps=min(warmup, steps - 1),
+            total_steps=steps,
+            weight_decay=0.01,
+            clip_norm=1.0,
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- pre-training
 
 
-def _mlm_batch(model: Bert, tok: WordTokenizer, p: Any, batch: dict, key: jax.Array,
-               train: bool) -> tuple[jax.Array, dict]:
+def _mlm_batch(
+    model: Bert, tok: WordTokenizer, p: Any, batch: dict, key: jax.Array, train: bool
+) -> tuple[jax.Array, dict]:
     tokens = batch["tokens"]
     valid = jnp.arange(tokens.shape[1])[None] < batch["lengths"][:, None]
     maskable = valid & (tokens != tok.cls_id)
     k_mask, k_drop = jax.random.split(key)
-    inputs, selected = mlm_mask(k_mask, tokens, vocab_size=tok.vocab_size,
-                                mask_id=tok.mask_id, maskable_BxT=maskable)
-    out = model.apply({"params": p}, inputs, batch["lengths"], deterministic=not train,
-                      rngs={"dropout": k_drop} if train else {})
+    inputs, selected = mlm_mask(
+        k_mask, tokens, vocab_size=tok.vocab_size, mask_id=tok.mask_id, maskable_BxT=maskable
+    )
+    out = model.apply(
+        {"params": p},
+        inputs,
+        batch["lengths"],
+        deterministic=not train,
+        rngs={"dropout": k_drop} if train else {},
+    )
     logits = out["mlm_logits"]
     loss = masked_cross_entropy(logits, tokens, selected)
-    return loss, {"accuracy": token_accuracy(logits, tokens, selected),
-                  "tokens": jnp.sum(selected).astype(jnp.float32)}
+    return loss, {
+        "accuracy": token_accuracy(logits, tokens, selected),
+        "tokens": jnp.sum(selected).astype(jnp.float32),
+    }
 
 
-def pretrain(cfg: Config, tok: WordTokenizer, train: dict, val: dict, length: int,
-             workdir: str | None, par: Parallel) -> tuple[Bert, Any, dict, float]:
+def pretrain(
+    cfg: Config,
+    tok: WordTokenizer,
+    train: dict,
+    val: dict,
+    length: int,
+    workdir: str | None,
+    par: Parallel,
+) -> tuple[Bert, Any, dict, float]:
     """MLM pre-training on ``par``'s devices; returns the model, its parameters (a host
     copy), held-out MLM metrics, seconds."""
     model = _bert(cfg, tok.vocab_size, length, classifier=False)
-    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))[
-        "params"]
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
     tx, schedule = _optimizer(cfg.pretrain_lr, cfg.pretrain_steps, cfg.warmup_steps)
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
 
@@ -197,30 +258,152 @@ def pretrain(cfg: Config, tok: WordTokenizer, train: dict, val: dict, length: in
     # the devices are length-1 `<cls>` rows, never masked, and leave the others' draws
     # unchanged).
     n_val = len(val["tokens"])
-    mlm_val = [pad_rows({**val, "key": np.repeat(np.asarray(jax.random.PRNGKey(100 + i))[None],
-                                                 n_val, axis=0)},
-                        par.batch_shards, {"lengths": 1})
-               for i in range(4)]
+    mlm_val = [
+        pad_rows(
+            {**val, "key": np.repeat(np.asarray(jax.random.PRNGKey(100 + i))[None], n_val, axis=0)},
+            par.batch_shards,
+            {"lengths": 1},
+        )
+        for i in range(4)
+    ]
+    params, metrics, seconds = _pretrain_fit(
+        cfg,
+        state,
+        schedule,
+        loss_fn,
+        eval_fn,
+        train,
+        mlm_val,
+        workdir,
+        par,
+        {"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.dim, "layers": cfg.layers},
+    )
+    return model, params, metrics, seconds
+
+
+def _pretrain_fit(
+    cfg: Config,
+    state: Any,
+    schedule: Any,
+    loss_fn: Any,
+    eval_fn: Any,
+    train: dict,
+    val: list[dict],
+    workdir: str | None,
+    par: Parallel,
+    model_config: dict,
+) -> tuple[Any, dict, float]:
+    """``cfg.pretrain_steps`` steps of ``loss_fn`` over the training sentences (both
+    pre-trainings); returns a host copy of the parameters, the held-out metrics, seconds."""
     batch_size = min(cfg.pretrain_batch, len(train["tokens"]))
     par.check_batch_size(batch_size, "pretrain_batch")
     start = time.perf_counter()
     result = fit(
-        state, par.train_step(loss_fn, schedule=schedule),
-        ArrayIterator({k: train[k] for k in ("tokens", "lengths")},
-                      par.local_batch_size(batch_size), seed=0, **par.iterator_shard()),
-        FitConfig(num_steps=cfg.pretrain_steps, log_every=cfg.log_every, checkpoint_every=0,
-                  best_metric=None, progress=cfg.progress, tensorboard=False,
-                  plot=workdir is not None),
-        workdir=workdir, eval_step=par.eval_step(eval_fn), eval_data=mlm_val,
-        model_config={"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.dim,
-                      "layers": cfg.layers}, parallel=par,
+        state,
+        par.train_step(loss_fn, schedule=schedule),
+        ArrayIterator(
+            {k: train[k] for k in ("tokens", "lengths")},
+            par.local_batch_size(batch_size),
+            seed=0,
+            **par.iterator_shard(),
+        ),
+        FitConfig(
+            num_steps=cfg.pretrain_steps,
+            log_every=cfg.log_every,
+            checkpoint_every=0,
+            best_metric=None,
+            progress=cfg.progress,
+            tensorboard=False,
+            plot=workdir is not None,
+        ),
+        workdir=workdir,
+        eval_step=par.eval_step(eval_fn),
+        eval_data=val,
+        model_config=model_config,
+        parallel=par,
     )
-    params = par.gather(result.state.params)
-    return model, params, result.eval_metrics, time.perf_counter() - start
+    return par.gather(result.state.params), result.eval_metrics, time.perf_counter() - start
 
 
-def fill_in(model: Bert, params: Any, tok: WordTokenizer, sents: list[str], length: int,
-            k: int = 3) -> list[dict]:
+def _lm_config(cfg: Config, vocab: int, length: int) -> TransformerLMConfig:
+    """The causal LM of the decoder form: BERT's depth, width, heads, MLP and dropout."""
+    return TransformerLMConfig(
+        vocab_size=vocab,
+        num_layers=cfg.layers,
+        num_heads=cfg.heads,
+        embed_dim=cfg.dim,
+        mlp_dim=cfg.mlp_dim,
+        max_len=length,
+        dropout_rate=cfg.dropout,
+        tie_embeddings=True,
+    )
+
+
+def _lm_batch(
+    model: TransformerLM, p: Any, batch: dict, key: jax.Array, train: bool
+) -> tuple[jax.Array, dict]:
+    """Next-word cross-entropy: position ``t`` predicts token ``t + 1`` of ``<cls> w_1 … w_n``
+    (``<cls>`` plays the begin-of-sentence token), over the real tokens only."""
+    tokens = batch["tokens"]
+    logits = model.apply(
+        {"params": p},
+        tokens,
+        batch["lengths"],
+        deterministic=not train,
+        rngs={"dropout": key} if train else {},
+    )[:, :-1]
+    targets = tokens[:, 1:]
+    keep = jnp.arange(1, tokens.shape[1])[None] < batch["lengths"][:, None]
+    loss = masked_cross_entropy(logits, targets, keep)
+    return loss, {
+        "accuracy": token_accuracy(logits, targets, keep),
+        "tokens": jnp.sum(keep).astype(jnp.float32),
+    }
+
+
+def pretrain_lm(
+    cfg: Config,
+    tok: WordTokenizer,
+    train: dict,
+    val: dict,
+    length: int,
+    workdir: str | None,
+    par: Parallel,
+) -> tuple[TransformerLM, Any, dict, float]:
+    """Causal-LM pre-training of the decoder form (same steps, batch and schedule as MLM);
+    returns the model, its parameters (a host copy), held-out LM metrics, seconds."""
+    model = TransformerLM(_lm_config(cfg, tok.vocab_size, length))
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
+    tx, schedule = _optimizer(cfg.pretrain_lr, cfg.pretrain_steps, cfg.warmup_steps)
+    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
+
+    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+        return _lm_batch(model, p, batch, rng, True)
+
+    def eval_fn(p: Any, batch: dict) -> dict:
+        loss, m = _lm_batch(model, p, batch, jax.random.PRNGKey(0), False)
+        return {"loss": loss, **m}
+
+    # Appended rows (to split the batch over the devices) have length 1: no target.
+    lm_val = [pad_rows(dict(val), par.batch_shards, {"lengths": 1})]
+    params, metrics, seconds = _pretrain_fit(
+        cfg,
+        state,
+        schedule,
+        loss_fn,
+        eval_fn,
+        train,
+        lm_val,
+        workdir,
+        par,
+        {"stage": "causal_lm", "vocab": tok.vocab_size, "dim": cfg.dim, "layers": cfg.layers},
+    )
+    return model, params, metrics, seconds
+
+
+def fill_in(
+    model: Bert, params: Any, tok: WordTokenizer, sents: list[str], length: int, k: int = 3
+) -> list[dict]:
     """Mask the second word of each sentence and list the model's ``k`` best guesses."""
     apply = jax.jit(lambda p, x, n: model.apply({"params": p}, x, n)["mlm_logits"])
     out = []
@@ -233,8 +416,13 @@ def fill_in(model: Bert, params: Any, tok: WordTokenizer, sents: list[str], leng
         logits = apply(params, x, jnp.asarray([len(masked)], jnp.int32))
         probs = jax.nn.softmax(logits[0, 2])
         top = np.argsort(-np.asarray(probs))[:k]
-        out.append({"input": " ".join([*words[:1], "<mask>", *words[2:]]), "answer": words[1],
-                    "guesses": [(tok.id_to_token(int(i)), float(probs[i])) for i in top]})
+        out.append(
+            {
+                "input": " ".join([*words[:1], "<mask>", *words[2:]]),
+                "answer": words[1],
+                "guesses": [(tok.id_to_token(int(i)), float(probs[i])) for i in top],
+            }
+        )
     return out
 
 
@@ -258,6 +446,113 @@ def macro_f1(pred: np.ndarray, gold: np.ndarray, classes: int = 3) -> float:
     return float(np.mean(f1s))
 
 
+def finetune(
+    cfg: Config,
+    par: Parallel,
+    form: str,
+    model: Any,
+    class_logits: Any,
+    pre_params: Any,
+    train: dict,
+    test: dict,
+) -> tuple[list[dict], Any]:
+    """Fine-tune ``model`` (a classifier whose ``apply`` output gives the logits through
+    ``class_logits``) for every label budget and seed, from ``pre_params`` (the keys both
+    trees share) and from scratch; returns the runs and the classifier's parameter tree."""
+    n_train = len(train["tokens"])
+    init_fn = jax.jit(model.init)
+    template = init_fn(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
+    shared = [k for k in template if k in pre_params]
+    tx, schedule = _optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps)
+
+    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+        logits = class_logits(
+            model.apply(
+                {"params": p},
+                batch["tokens"],
+                batch["lengths"],
+                deterministic=False,
+                rngs={"dropout": rng},
+            )
+        )
+        return masked_cross_entropy(logits, batch["label"]), {
+            "accuracy": token_accuracy(logits, batch["label"])
+        }
+
+    # One compiled step (built with the first run's state: every run has the same layout)
+    # and one predictor for every fine-tuning run.
+    step = None
+    predict = jax.jit(
+        lambda p, x, n: jnp.argmax(class_logits(model.apply({"params": p}, x, n)), -1)
+    )
+    runs = []
+    for n_lab in cfg.n_labels:
+        n = n_train if n_lab <= 0 else min(n_lab, n_train)
+        for seed in cfg.seeds:
+            pick = np.sort(np.random.default_rng(1000 + seed).permutation(n_train)[:n])
+            labelled = {k: v[pick] for k, v in train.items()}
+            for init in ("pretrained", "scratch"):
+                params = init_fn(jax.random.PRNGKey(seed), jnp.asarray(train["tokens"][:1]))[
+                    "params"
+                ]
+                if init == "pretrained":  # copies: the train step donates its input state
+                    params = {
+                        **params,
+                        **jax.tree_util.tree_map(jnp.copy, {k: pre_params[k] for k in shared}),
+                    }
+                state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed + 7)))
+                if step is None:
+                    step = par.train_step(loss_fn, schedule=schedule)
+                batch_size = min(cfg.finetune_batch, n)
+                par.check_batch_size(batch_size, "finetune_batch (or the labels, if fewer)")
+                t0 = time.perf_counter()
+                res = fit(
+                    state,
+                    step,
+                    ArrayIterator(
+                        labelled,
+                        par.local_batch_size(batch_size),
+                        seed=seed,
+                        **par.iterator_shard(),
+                    ),
+                    FitConfig(
+                        num_steps=cfg.finetune_steps,
+                        log_every=cfg.log_every,
+                        checkpoint_every=0,
+                        best_metric=None,
+                        progress=False,
+                        tensorboard=False,
+                        plot=False,
+                    ),
+                    parallel=par,
+                )
+                pred = np.asarray(
+                    predict(
+                        par.gather(res.state.params),
+                        jnp.asarray(test["tokens"]),
+                        jnp.asarray(test["lengths"]),
+                    )
+                )
+                acc = float(np.mean(pred == test["label"]))
+                f1 = macro_f1(pred, test["label"])
+                runs.append(
+                    {
+                        "model": form,
+                        "n_labels": n,
+                        "seed": seed,
+                        "init": init,
+                        "accuracy": acc,
+                        "macro_f1": f1,
+                        "seconds": time.perf_counter() - t0,
+                    }
+                )
+                print(
+                    f"fine-tune {form} {init:>10}, {n:>5} labels, seed {seed}: accuracy "
+                    f"{100 * acc:.1f}%, macro-F1 {f1:.3f}"
+                )
+    return runs, template
+
+
 def run(cfg: Config) -> dict:
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
     par.check_batch_size(cfg.pretrain_batch, "pretrain_batch")
@@ -271,107 +566,129 @@ def run(cfg: Config) -> dict:
     n_test = max(1, int(round(cfg.test_fraction * len(sents))))
     test_s = [sents[i] for i in sorted(perm[:n_test])]
     train_s = [sents[i] for i in sorted(perm[n_test:])]
-    tok = WordTokenizer.from_texts([" ".join(s.split()[:-1]) for s in train_s],
-                                   min_freq=cfg.min_freq, pattern=r"\S+", special_tokens=SPECIALS)
+    tok = WordTokenizer.from_texts(
+        [" ".join(s.split()[:-1]) for s in train_s],
+        min_freq=cfg.min_freq,
+        pattern=r"\S+",
+        special_tokens=SPECIALS,
+    )
     length = 1 + max(len(s.split()) - 1 for s in sents)
     train, test = encode(train_s, tok, length), encode(test_s, tok, length)
     counts = collections.Counter(test["label"].tolist())
     majority = max(counts.values()) / len(test_s)
-    print(f"bert_mlm: {len(train_s)} training / {len(test_s)} test sentences; vocabulary "
-          f"{tok.vocab_size}; test classes {dict((CLASSES[c], n) for c, n in counts.items())}; "
-          f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}; {par}")
+    print(
+        f"bert_mlm: {len(train_s)} training / {len(test_s)} test sentences; vocabulary "
+        f"{tok.vocab_size}; test classes {dict((CLASSES[c], n) for c, n in counts.items())}; "
+        f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}; {par}"
+    )
 
     print("\n== MLM pre-training")
     mlm_model, mlm_params, mlm_eval, pre_s = pretrain(
-        cfg, tok, train, test, length,
-        None if cfg.workdir is None else os.path.join(cfg.workdir, "pretrain"), par)
-    demo = fill_in(mlm_model, mlm_params, tok,
-                   [s for s in test_s if len(s.split()) >= 4][:6], length)
-    print(f"held-out MLM loss {mlm_eval['eval/loss']:.3f}, masked-word accuracy "
-          f"{100 * mlm_eval['eval/accuracy']:.1f}% ({pre_s:.0f}s)")
+        cfg,
+        tok,
+        train,
+        test,
+        length,
+        None if cfg.workdir is None else os.path.join(cfg.workdir, "pretrain"),
+        par,
+    )
+    demo = fill_in(
+        mlm_model, mlm_params, tok, [s for s in test_s if len(s.split()) >= 4][:6], length
+    )
+    print(
+        f"held-out MLM loss {mlm_eval['eval/loss']:.3f}, masked-word accuracy "
+        f"{100 * mlm_eval['eval/accuracy']:.1f}% ({pre_s:.0f}s)"
+    )
     for d in demo:
-        print(f"  {d['input']!r} ({d['answer']}): "
-              + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"]))
+        print(
+            f"  {d['input']!r} ({d['answer']}): "
+            + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"])
+        )
 
     model = _bert(cfg, tok.vocab_size, length, classifier=True)
-    init_fn = jax.jit(model.init)
-    template = init_fn(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
-    shared = [k for k in template if k in mlm_params]
-    tx, schedule = _optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps)
-
-    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
-        out = model.apply({"params": p}, batch["tokens"], batch["lengths"],
-                          deterministic=False, rngs={"dropout": rng})
-        logits = out["class_logits"]
-        return masked_cross_entropy(logits, batch["label"]), {
-            "accuracy": token_accuracy(logits, batch["label"])}
-
-    # One compiled step (built with the first run's state: every run has the same layout)
-    # and one predictor for every fine-tuning run.
-    step = None
-    predict = jax.jit(lambda p, x, n: jnp.argmax(
-        model.apply({"params": p}, x, n)["class_logits"], -1))
-    runs = []
-    for n_lab in cfg.n_labels:
-        n = len(train_s) if n_lab <= 0 else min(n_lab, len(train_s))
-        for seed in cfg.seeds:
-            pick = np.sort(np.random.default_rng(1000 + seed).permutation(len(train_s))[:n])
-            labelled = {k: v[pick] for k, v in train.items()}
-            for init in ("pretrained", "scratch"):
-                params = init_fn(jax.random.PRNGKey(seed),
-                                 jnp.asarray(train["tokens"][:1]))["params"]
-                if init == "pretrained":  # copies: the train step donates its input state
-                    params = {**params, **jax.tree_util.tree_map(
-                        jnp.copy, {k: mlm_params[k] for k in shared})}
-                state = par.shard_state(
-                    TrainState.create(params, tx, jax.random.PRNGKey(seed + 7)))
-                if step is None:
-                    step = par.train_step(loss_fn, schedule=schedule)
-                batch_size = min(cfg.finetune_batch, n)
-                par.check_batch_size(batch_size, "finetune_batch (or the labels, if fewer)")
-                t0 = time.perf_counter()
-                res = fit(state, step,
-                          ArrayIterator(labelled, par.local_batch_size(batch_size), seed=seed,
-                                        **par.iterator_shard()),
-                          FitConfig(num_steps=cfg.finetune_steps, log_every=cfg.log_every,
-                                    checkpoint_every=0, best_metric=None, progress=False,
-                                    tensorboard=False, plot=False), parallel=par)
-                pred = np.asarray(predict(par.gather(res.state.params),
-                                          jnp.asarray(test["tokens"]),
-                                          jnp.asarray(test["lengths"])))
-                acc = float(np.mean(pred == test["label"]))
-                f1 = macro_f1(pred, test["label"])
-                runs.append({"n_labels": n, "seed": seed, "init": init, "accuracy": acc,
-                             "macro_f1": f1, "seconds": time.perf_counter() - t0})
-                print(f"fine-tune {init:>10}, {n:>5} labels, seed {seed}: accuracy "
-                      f"{100 * acc:.1f}%, macro-F1 {f1:.3f}")
+    runs, template = finetune(
+        cfg, par, "bert", model, lambda out: out["class_logits"], mlm_params, train, test
+    )
+    decoder: dict[str, Any] = {}
+    if cfg.decoder:
+        print("\n== causal LM pre-training (the decoder form)")
+        _, lm_params, lm_eval, lm_s = pretrain_lm(
+            cfg,
+            tok,
+            train,
+            test,
+            length,
+            None if cfg.workdir is None else os.path.join(cfg.workdir, "lm_pretrain"),
+            par,
+        )
+        print(
+            f"held-out LM loss {lm_eval['eval/loss']:.3f}, next-word accuracy "
+            f"{100 * lm_eval['eval/accuracy']:.1f}% ({lm_s:.0f}s)"
+        )
+        clf = TransformerLMClassifier(
+            _lm_config(cfg, tok.vocab_size, length), num_classes=len(CLASSES)
+        )
+        dec_runs, dec_template = finetune(
+            cfg, par, "gpt", clf, lambda out: out, lm_params, train, test
+        )
+        decoder = {
+            "lm_eval": lm_eval,
+            "pretrain_s": lm_s,
+            "params_lm": count_params(lm_params),
+            "params_classifier": count_params(dec_template),
+            "runs": dec_runs,
+        }
     wall = time.perf_counter() - t_start
-    table = _table(runs, majority)
+    table = _table(runs + decoder.get("runs", []), majority)
     print("\n" + table + f"\n\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
-               "wall_s": wall, "pretrain_s": pre_s,
-               "params_mlm": count_params(mlm_params), "params_classifier": count_params(template),
-               "vocab": tok.vocab_size, "n_train": len(train_s), "n_test": len(test_s),
-               "test_classes": {CLASSES[c]: n for c, n in counts.items()},
-               "majority_accuracy": majority, "mlm_eval": mlm_eval, "fill_in": demo,
-               "runs": runs, "table_md": table}
+    summary = {
+        "config": asdict(cfg),
+        "machine": info,
+        "parallel": par.describe(),
+        "wall_s": wall,
+        "pretrain_s": pre_s,
+        "params_mlm": count_params(mlm_params),
+        "params_classifier": count_params(template),
+        "vocab": tok.vocab_size,
+        "n_train": len(train_s),
+        "n_test": len(test_s),
+        "test_classes": {CLASSES[c]: n for c, n in counts.items()},
+        "majority_accuracy": majority,
+        "mlm_eval": mlm_eval,
+        "fill_in": demo,
+        "runs": runs,
+        "decoder": decoder,
+        "table_md": table,
+    }
     if cfg.workdir is not None and primary:
         os.makedirs(cfg.workdir, exist_ok=True)
-        summary["plot"] = _plot(runs, majority, os.path.join(cfg.workdir, "bert_mlm.png"))
+        summary["plot"] = _plot(
+            runs + decoder.get("runs", []), majority, os.path.join(cfg.workdir, "bert_mlm.png")
+        )
         save_json(summary, os.path.join(cfg.workdir, "bert_mlm.json"))
     return summary
 
 
+FORMS = {"bert": "BERT, `<cls>` (encoder)", "gpt": "causal LM, last token (decoder)"}
+
+
 def _table(runs: list[dict], majority: float) -> str:
-    groups: dict[tuple[int, str], list[dict]] = collections.defaultdict(list)
+    """Mean ± sd per label budget, classifier form and initialisation (BERT's rows first)."""
+    groups: dict[tuple[int, int, str], list[dict]] = collections.defaultdict(list)
+    order = list(FORMS)
     for r in runs:
-        groups[(r["n_labels"], r["init"])].append(r)
-    lines = ["| labelled sentences | init | test accuracy (%) | macro-F1 |",
-             "|---:|---|---:|---:|"]
-    for (n, init), rs in groups.items():
-        lines.append(f"| {n} | {init} | {mean_sd([100 * r['accuracy'] for r in rs])} | "
-                     f"{mean_sd([r['macro_f1'] for r in rs])} |")
-    lines.append(f"| – | majority class | {100 * majority:.3f} | – |")
+        groups[(r["n_labels"], order.index(r.get("model", "bert")), r["init"])].append(r)
+    lines = [
+        "| labelled sentences | classifier | init | test accuracy (%) | macro-F1 |",
+        "|---:|---|---|---:|---:|",
+    ]
+    for (n, form, init), rs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        lines.append(
+            f"| {n} | {FORMS[order[form]]} | {init} | "
+            f"{mean_sd([100 * r['accuracy'] for r in rs])} | "
+            f"{mean_sd([r['macro_f1'] for r in rs])} |"
+        )
+    lines.append(f"| – | majority class | – | {100 * majority:.3f} | – |")
     return "\n".join(lines)
 
 
@@ -382,18 +699,31 @@ def _plot(runs: list[dict], majority: float, path: str) -> str:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.0, 3.3))
-    for init, color in (("pretrained", "tab:blue"), ("scratch", "tab:orange")):
-        ns = sorted({r["n_labels"] for r in runs if r["init"] == init})
-        vals = [[r["macro_f1"] for r in runs if r["init"] == init and r["n_labels"] == n]
-                for n in ns]
-        ax.errorbar(ns, [np.mean(v) for v in vals], yerr=[np.std(v) for v in vals],
-                    marker="o", capsize=3, color=color, label=f"{init} encoder")
+    for form, style in (("bert", "-"), ("gpt", "--")):
+        for init, color in (("pretrained", "tab:blue"), ("scratch", "tab:orange")):
+            sel = [r for r in runs if r.get("model", "bert") == form and r["init"] == init]
+            if not sel:
+                continue
+            ns = sorted({r["n_labels"] for r in sel})
+            vals = [[r["macro_f1"] for r in sel if r["n_labels"] == n] for n in ns]
+            ax.errorbar(
+                ns,
+                [np.mean(v) for v in vals],
+                yerr=[np.std(v) for v in vals],
+                marker="o" if form == "bert" else "s",
+                linestyle=style,
+                capsize=3,
+                color=color,
+                label=f"{init} {'BERT' if form == 'bert' else 'causal LM'}",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("labelled training sentences")
     ax.set_ylabel("test macro-F1 (. ? !)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(f"BERT fine-tuning (majority-class accuracy {100 * majority:.1f}%)", fontsize=9)
+    ax.set_title(
+        f"fine-tuning, encoder vs decoder form (majority class {100 * majority:.1f}%)", fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
