@@ -29,7 +29,8 @@ EXPERIMENTS = {
 }
 # Checked by their smoke tests in-process (tests/experiments/test_*.py).
 COVERED = {"digits", "bert_mlm", "translation", "numbers", "gradients", "positions",
-           "norm_placement", "baselines", "ptb_lm", "forecasting", "image_gpt", "char_lm"}
+           "norm_placement", "baselines", "ptb_lm", "forecasting", "image_gpt", "char_lm",
+           "audio"}
 # Experiments that train nothing (tables, figures, counts, sampling a saved model).
 NO_TRAINING = {"param_counts", "complexity", "dynamics", "sampling"}
 
