@@ -31,7 +31,7 @@ with a Hann window, hop 128 = 16 ms, 32 mel bins; 96 frames × 32 bins), normali
 training set's mean and standard deviation (as Gong et al. normalise their fbank inputs).
 
 Both models train with the same AdamW schedule, steps, batches and seed
-(:func:`seqjax.experiments.digits.train_classifier`), on every visible device.
+(:func:`seqjax.experiments._kit.train_classifier`, as ``digits``), on every visible device.
 
 Run:  python -m seqjax.experiments.audio --results_dir seqjax/experiments/results
       python -m seqjax.experiments.audio --smoke --workdir /tmp/audio     (seconds, for CI)
@@ -52,8 +52,7 @@ from flax import linen as nn
 
 from seqjax.data.audio import log_mel_spectrogram, num_frames, tone_order_classes
 from seqjax.data.audio import tone_order_dataset as _tone_order_dataset
-from seqjax.experiments._parallel import write_run_info
-from seqjax.experiments.digits import train_classifier
+from seqjax.experiments._kit import train_classifier, write_run_info
 from seqjax.models.ast import AST, ASTConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
@@ -293,7 +292,7 @@ def run(cfg: Config) -> dict:
         "n_test": cfg.num_test,
         "parallel": par.describe(),
     }
-    from seqjax.experiments.char_lm import command_line
+    from seqjax.experiments._kit import command_line
 
     markdown = report(cfg, summary, command_line("audio", cfg))
     print(markdown)
@@ -309,8 +308,7 @@ def run(cfg: Config) -> dict:
 
 
 def report(cfg: Config, s: dict, command: str) -> str:
-    from seqjax.experiments.char_lm import machine
-    from seqjax.experiments.translation import mean_sd
+    from seqjax.experiments._kit import machine, mean_sd
     from seqjax.models.ast import patch_grid
 
     grid = patch_grid((cfg.n_mels, s["frames"]), tuple(cfg.patch_size), tuple(cfg.patch_stride))

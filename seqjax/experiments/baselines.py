@@ -42,16 +42,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.corpora import resolve_corpus, tiny_shakespeare
-from seqjax.data.iterators import ArrayIterator
-from seqjax.experiments._parallel import pad_rows, write_run_info
-from seqjax.experiments.translation import machine, save_json
+from seqjax.experiments._kit import (
+    fit_arrays,
+    init_state,
+    machine_info,
+    pad_rows,
+    save_json,
+    write_run_info,
+)
 from seqjax.models.baselines import NGramClassifier, NGramLM
 from seqjax.models.bert import Bert, BertConfig
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.models.rnn import RNNClassifier, RNNLanguageModel
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -182,25 +187,30 @@ def _train(model: Any, init_x: np.ndarray, train: dict[str, np.ndarray],
            par: Parallel, workdir: str | None, name: str) -> tuple[Any, dict, float]:
     """AdamW + warm-up/cosine on ``par``'s devices; ``(params, eval metrics, seconds)``."""
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), jnp.asarray(init_x))["params"]
-    tx, schedule = make_optimizer(OptimizerConfig(
+    opt = OptimizerConfig(
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
-        end_lr_ratio=0.0, weight_decay=0.0, clip_norm=1.0))
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1)))
+        end_lr_ratio=0.0, weight_decay=0.0, clip_norm=1.0)
+    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(cfg.seed + 1))
     test = pad_rows({**test, "keep": np.ones(len(test["y"]), bool)}, par.batch_shards,
                     {"keep": False})
     batch_size = min(cfg.batch_size, len(train["y"]))
     par.check_batch_size(batch_size)
     start = time.perf_counter()
-    result = fit(
-        state, par.train_step(loss_fn, schedule=schedule),
-        ArrayIterator(train, par.local_batch_size(batch_size), seed=cfg.seed,
-                      **par.iterator_shard()),
+    result = fit_arrays(
+        par,
+        state,
+        loss_fn,
+        train,
         FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
                   best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
+        batch_size=batch_size,
+        seed=cfg.seed,
+        schedule=schedule,
         workdir=None if workdir is None else os.path.join(workdir, name),
-        eval_step=par.eval_step(eval_fn), eval_data=[test],
-        model_config={"model": name}, parallel=par,
+        eval_fn=eval_fn,
+        eval_data=[test],
+        model_config={"model": name},
     )
     return (par.gather(result.state.params), result.eval_metrics,
             time.perf_counter() - start)
@@ -332,7 +342,7 @@ def run(cfg: Config) -> dict:
                              "`class_orders`.")
     t0 = time.perf_counter()
     write_run_info(par, cfg.workdir)
-    info = machine()
+    info = machine_info()
     print(f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}; {par}")
     rows = lm_task(cfg, par, cfg.workdir) + classification_task(cfg, par, cfg.workdir)
     wall = time.perf_counter() - t0

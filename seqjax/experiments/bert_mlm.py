@@ -51,8 +51,8 @@ import numpy as np
 
 from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
-from seqjax.experiments._parallel import pad_rows, write_run_info
-from seqjax.experiments.translation import load_pairs, machine, mean_sd, save_json
+from seqjax.experiments._kit import machine_info, mean_sd, pad_rows, save_json, write_run_info
+from seqjax.experiments.translation import load_pairs
 from seqjax.models.bert import Bert, BertConfig, mlm_mask
 from seqjax.models.gpt import TransformerLM, TransformerLMClassifier, TransformerLMConfig
 from seqjax.train.loop import FitConfig, fit
@@ -559,7 +559,7 @@ def run(cfg: Config) -> dict:
     par.check_batch_size(cfg.finetune_batch, "finetune_batch")
     primary = jax.process_index() == 0
     t_start = time.perf_counter()
-    info = machine()
+    info = machine_info()
     write_run_info(par, cfg.workdir)
     sents = sentences(cfg.num_pairs)
     perm = np.random.default_rng(0).permutation(len(sents))

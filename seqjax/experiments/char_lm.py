@@ -67,7 +67,6 @@ import dataclasses
 import functools
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -83,6 +82,7 @@ from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, sample
 from seqjax.experiments._config import ConfigError, config_from_dict
+from seqjax.experiments._kit import load_average, machine
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
@@ -351,38 +351,10 @@ def _optimizer(cfg: Config) -> tuple[Any, Any]:
     ))
 
 
-def machine() -> str:
-    """CPU model, core count and jax backend, for the results files."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    dev = jax.devices()[0]
-    return (f"{cpu}, {os.cpu_count()} cores; jax {jax.__version__} on {dev.platform} "
-            f"({dev.device_kind})")
 
 
-def command_line(name: str, cfg: Any) -> str:
-    """``python -m seqjax.experiments.NAME`` with the options that differ from ``Config()``."""
-    default = type(cfg)()
-    opts = []
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        if v != getattr(default, f.name):
-            if isinstance(v, tuple):
-                v = ",".join(str(x) for x in v)
-            opts.append(f"--{f.name}={v}")
-    return " ".join([f"python -m seqjax.experiments.{name}", *opts])
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 def run(cfg: Config) -> dict:

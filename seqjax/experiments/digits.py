@@ -35,18 +35,18 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.batching import split_arrays
-from seqjax.data.iterators import ArrayIterator
-from seqjax.experiments._parallel import pad_rows, write_run_info
-from seqjax.experiments.translation import machine, mean_sd, save_json
+from seqjax.experiments._kit import (
+    machine_info,
+    mean_sd,
+    save_json,
+    train_classifier,
+    write_run_info,
+)
 from seqjax.models.rnn import RNNClassifier
 from seqjax.models.vit import ViT, ViTConfig
-from seqjax.train.loop import FitConfig, fit
-from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -147,50 +147,6 @@ def svm_baseline(train: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> f
     return float(np.mean(pred == test["y"]))
 
 
-def train_classifier(model: Any, train: dict[str, np.ndarray], test: dict[str, np.ndarray],
-                     cfg: Config, seed: int, workdir: str | None, model_config: dict,
-                     par: Parallel) -> tuple[Any, float, float, list[dict]]:
-    """Cross-entropy training (AdamW, warm-up + cosine) on ``par``'s devices; returns
-    params (a host copy), test accuracy, seconds and the logged records."""
-    params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.asarray(train["x"][:1]))["params"]
-    tx, schedule = make_optimizer(OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
-        end_lr_ratio=0.0, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm))
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000)))
-
-    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
-        logits = model.apply({"params": p}, batch["x"])
-        acc = jnp.mean(jnp.argmax(logits, -1) == batch["y"])
-        return masked_cross_entropy(logits, batch["y"]), {"accuracy": acc}
-
-    def eval_fn(p: Any, batch: dict) -> dict:
-        logits = model.apply({"params": p}, batch["x"])
-        keep = batch["mask"]  # False on the rows that pad the test set to the mesh
-        return {"loss": masked_cross_entropy(logits, batch["y"], keep),
-                "accuracy": token_accuracy(logits, batch["y"], keep),
-                "tokens": jnp.sum(keep).astype(jnp.float32)}
-
-    # The whole test set is one global evaluation batch, padded to split over the devices.
-    test = pad_rows({**test, "mask": np.ones(len(test["y"]), bool)}, par.batch_shards,
-                    {"mask": False})
-    batch_size = min(cfg.batch_size, len(train["y"]))
-    par.check_batch_size(batch_size)
-    start = time.perf_counter()
-    result = fit(
-        state, par.train_step(loss_fn, schedule=schedule),
-        ArrayIterator(train, par.local_batch_size(batch_size), seed=seed,
-                      **par.iterator_shard()),
-        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                  best_metric=None, progress=cfg.progress, tensorboard=False,
-                  plot=workdir is not None),
-        workdir=workdir, eval_step=par.eval_step(eval_fn), eval_data=[test],
-        model_config=model_config, parallel=par,
-    )
-    return (par.gather(result.state.params), float(result.eval_metrics["eval/accuracy"]),
-            time.perf_counter() - start, result.history)
-
-
 def run(cfg: Config) -> dict:
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
     par.check_batch_size(cfg.batch_size)
@@ -202,7 +158,7 @@ def run(cfg: Config) -> dict:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
     t_start = time.perf_counter()
     write_run_info(par, cfg.workdir)
-    info = machine()
+    info = machine_info()
     data = digits("rows")
     train, test = split_arrays({"x": data["inputs"], "y": data["labels"]},
                                cfg.test_fraction, seed=0)

@@ -338,7 +338,7 @@ def _plot(cfg: Config, orbit: np.ndarray, r_grid: np.ndarray, xs: np.ndarray,
 
 
 def report(cfg: Config, summary: dict, command: str) -> str:
-    from seqjax.experiments.char_lm import machine
+    from seqjax.experiments._kit import machine
 
     cyc = summary["cycle"]
     dists = [d for d in (1, 5, 10, 20, 40) if d <= cfg.length]
@@ -418,7 +418,7 @@ def run(cfg: Config) -> dict:
                "derivative_autodiff": auto, "derivative_product": prod,
                "derivative_3.9": chaos, "bound": rows}
     summary["wall_s"] = time.perf_counter() - start
-    from seqjax.experiments.char_lm import command_line
+    from seqjax.experiments._kit import command_line
 
     markdown = report(cfg, summary, command_line("dynamics", cfg))
     for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:

@@ -39,12 +39,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax.data.iterators import ArrayIterator
 from seqjax.data.packaged import forecasting_windows, sunspots
-from seqjax.experiments._parallel import write_run_info
+from seqjax.experiments._kit import fit_arrays, init_state, write_run_info
 from seqjax.nn import RNN, Dense, GRUCell
-from seqjax.train.loop import FitConfig, fit
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.loop import FitConfig
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -159,9 +158,8 @@ def train_forecaster(cfg: Config, train_z: np.ndarray, seed: int, par: Parallel,
         [w["inputs"][:, 1:, 0], w["targets"]], axis=1)}
     model = Forecaster(cfg.hidden)
     params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, cfg.window, 1)))["params"]
-    tx, schedule = make_optimizer(OptimizerConfig("adam", learning_rate=cfg.learning_rate,
-                                                  clip_norm=cfg.clip_norm))
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000)))
+    opt = OptimizerConfig("adam", learning_rate=cfg.learning_rate, clip_norm=cfg.clip_norm)
+    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed + 1000))
 
     def loss_fn(p: Any, batch: dict, rng: Array) -> tuple[Array, dict]:
         pred, _ = model.apply({"params": p}, batch["x"][..., None])
@@ -169,13 +167,19 @@ def train_forecaster(cfg: Config, train_z: np.ndarray, seed: int, par: Parallel,
 
     batch_size = min(cfg.batch_size, len(data["x"]))
     start = time.perf_counter()
-    result = fit(state, par.train_step(loss_fn, schedule=schedule),
-                 ArrayIterator(data, par.local_batch_size(batch_size), seed=seed,
-                               **par.iterator_shard()),
-                 FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                           best_metric=None, progress=cfg.progress, tensorboard=False,
-                           plot=False),
-                 workdir=workdir, model_config={"hidden": cfg.hidden}, parallel=par)
+    result = fit_arrays(
+        par,
+        state,
+        loss_fn,
+        data,
+        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
+                  best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
+        batch_size=batch_size,
+        seed=seed,
+        schedule=schedule,
+        workdir=workdir,
+        model_config={"hidden": cfg.hidden},
+    )
     return model, par.gather(result.state.params), time.perf_counter() - start
 
 
@@ -229,7 +233,7 @@ def run(cfg: Config) -> dict:
     summary = {"config": asdict(cfg), "n_train": n_train, "n_test": len(series) - n_train,
                "n_origins": len(starts), "rmse": results, "one_step_rnn": one_step,
                "one_step_ar": ar_one, "wall_s": wall, "parallel": par.describe()}
-    from seqjax.experiments.char_lm import command_line
+    from seqjax.experiments._kit import command_line
 
     markdown = report(cfg, summary, years, command_line("forecasting", cfg))
     print(markdown)
@@ -246,7 +250,7 @@ def run(cfg: Config) -> dict:
 
 
 def report(cfg: Config, s: dict, years: np.ndarray, command: str) -> str:
-    from seqjax.experiments.char_lm import machine
+    from seqjax.experiments._kit import machine
 
     r = s["rmse"]
     hs = [h for h in (1, 2, 3, 5, 8, 11, 16, 22) if h <= cfg.horizon]

@@ -40,12 +40,19 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.synthetic import adding_problem
-from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
-from seqjax.experiments.char_lm import command_line, load_average, machine
+from seqjax.experiments._kit import (
+    command_line,
+    host_rows,
+    init_state,
+    load_average,
+    machine,
+    pad_rows,
+    write_run_info,
+)
 from seqjax.models.rnn import RNNClassifier
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell
 from seqjax.train.loop import FitConfig, fit
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import NonFiniteLossError
 from seqjax.utils import count_params
@@ -264,9 +271,9 @@ def train_adding(cfg: Config, cell: str, length: int, clip: bool,
                              par.batch_shards, {"mask": False})
                     for i in range(0, cfg.test_examples, 250)]
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), test["inputs"][:1])["params"]
-    tx, schedule = make_optimizer(OptimizerConfig(
-        "adam", learning_rate=cfg.learning_rate, clip_norm=cfg.clip_norm if clip else None))
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed)))
+    opt = OptimizerConfig(
+        "adam", learning_rate=cfg.learning_rate, clip_norm=cfg.clip_norm if clip else None)
+    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed))
     mse = _mse_fn(model)
     step = par.train_step(lambda p, b, rng: (mse(p, b), {}), schedule=schedule)
     eval_step = par.eval_step(_masked_mse_fn(model))

@@ -32,15 +32,15 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.iterators import LMWindowIterator
-from seqjax.experiments._parallel import write_run_info
-from seqjax.experiments.char_lm import command_line, load_average, load_data, machine, val_windows
+from seqjax.experiments._kit import command_line, init_state, load_average, machine, write_run_info
+from seqjax.experiments.char_lm import load_data, val_windows
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import NonFiniteLossError
 from seqjax.train.step import flax_apply_fn
@@ -139,12 +139,12 @@ def train_one(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
     model = NormLM(norm, vocab, cfg.block_size, cfg.embed_dim, cfg.num_heads, cfg.num_layers)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed),
                                  jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
-    tx, schedule = make_optimizer(OptimizerConfig(
+    opt = OptimizerConfig(
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=warmup, total_steps=max(cfg.steps, warmup + 1),
         end_lr_ratio=cfg.min_lr_ratio, b2=0.99, weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm or None))
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed)))
+        clip_norm=cfg.clip_norm or None)
+    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(cfg.seed))
     apply_fn = flax_apply_fn(model)
     eval_step = par.eval_step(make_lm_eval(apply_fn))
     # this process's rows of each global batch of `batch_size` windows

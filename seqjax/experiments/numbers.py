@@ -40,7 +40,7 @@ import jax
 import numpy as np
 
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
-from seqjax.experiments._parallel import write_run_info
+from seqjax.experiments._kit import machine_info, mean_sd, save_json, write_run_info
 from seqjax.experiments.translation import (
     ARCH_LABELS,
     ARCHS,
@@ -49,11 +49,8 @@ from seqjax.experiments.translation import (
     build_tokenizer,
     encode_pairs,
     encode_sources,
-    machine,
     make_model,
-    mean_sd,
     plot_attention,
-    save_json,
     train_seq2seq,
     translate,
 )
@@ -240,7 +237,7 @@ def run(cfg: Config) -> dict:
         if a not in ARCHS:
             raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
     t_start = time.perf_counter()
-    info = machine()
+    info = machine_info()
     write_run_info(par, cfg.workdir)
     d = _data(cfg)
     arrays = encode_pairs(d.src, d.tgt, d.src_tok, d.tgt_tok, src_len=d.src_len,

@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from seqjax.experiments.char_lm import command_line, load_average, machine
+from seqjax.experiments._kit import command_line, load_average, machine
 from seqjax.models.bert import Bert
 from seqjax.models.encoder_decoder import Transformer
 from seqjax.models.gpt import TransformerLM

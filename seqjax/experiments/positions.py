@@ -47,8 +47,15 @@ from flax import linen as nn
 
 from seqjax.data.synthetic import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.experiments._config import config_from_dict
-from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
-from seqjax.experiments.char_lm import command_line, load_average, machine
+from seqjax.experiments._kit import (
+    command_line,
+    host_rows,
+    init_state,
+    load_average,
+    machine,
+    pad_rows,
+    write_run_info,
+)
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import (
     LearnedPositionalEmbedding,
@@ -58,7 +65,7 @@ from seqjax.nn.positional import (
 from seqjax.nn.transformer import TransformerDecoder
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -226,11 +233,11 @@ def train_one(cfg: Config, task: str, positions: str, par: Parallel | None = Non
     seed = cfg.seed + 100 * POSITIONS.index(positions) + (0 if task == "reverse" else 7)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed),
                                  jnp.zeros((1, test_width), jnp.int32))["params"]
-    tx, schedule = make_optimizer(OptimizerConfig(
+    opt = OptimizerConfig(
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
-        weight_decay=0.01, clip_norm=1.0))
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed)))
+        weight_decay=0.01, clip_norm=1.0)
+    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["inputs"])

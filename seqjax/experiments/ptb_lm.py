@@ -82,7 +82,7 @@ import optax
 from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.data.iterators import TBPTTIterator
-from seqjax.experiments.char_lm import load_average, machine
+from seqjax.experiments._kit import load_average, machine
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.optim import TrainState

@@ -44,7 +44,7 @@ import numpy as np
 
 from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.experiments import char_lm
-from seqjax.experiments.translation import machine, save_json
+from seqjax.experiments._kit import machine_info, save_json
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.checkpoint import load_meta
 from seqjax.utils import count_params
@@ -203,7 +203,7 @@ def run(cfg: Config) -> dict:
     for s in cfg.strategies:
         parse_strategy(s)
     t_start = time.perf_counter()
-    info = machine()
+    info = machine_info()
     model, params, tok, lm_cfg, provenance = load_or_train(cfg)
     train_ids, val_ids, _ = char_lm.load_data(lm_cfg)
     vocab_words = set(words(tok.decode(train_ids)))

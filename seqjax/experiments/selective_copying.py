@@ -59,7 +59,7 @@ import optax
 from flax import linen as nn
 
 from seqjax.data.synthetic import associative_recall, selective_copying
-from seqjax.experiments._parallel import host_rows, pad_rows, write_run_info
+from seqjax.experiments._kit import host_rows, pad_rows, write_run_info
 from seqjax.experiments._runner import experiment_main
 from seqjax.nn.embedding import Embed
 from seqjax.nn.linear_attention import LinearAttention

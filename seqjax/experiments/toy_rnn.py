@@ -35,12 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax.experiments._parallel import host_rows
+from seqjax.experiments._kit import host_rows, init_state
 from seqjax.nn import RNN, ElmanCell
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -145,8 +145,8 @@ def run(cfg: Config) -> dict:
     model = ToyRNN(cfg.hidden)
     params = _init(model, jax.random.PRNGKey(cfg.seed), x)["params"]
     n_params = count_params(params)
-    tx, schedule = make_optimizer(OptimizerConfig("adam", learning_rate=cfg.learning_rate))
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed)))
+    opt = OptimizerConfig("adam", learning_rate=cfg.learning_rate)
+    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(cfg.seed))
 
     def loss_fn(p: dict, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["x"])

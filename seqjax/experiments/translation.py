@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import collections
 import functools
-import json
 import math
 import os
-import platform
 import re
 import textwrap
 import time
@@ -54,15 +52,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
-from seqjax.experiments._parallel import pad_rows, write_run_info
+from seqjax.experiments._kit import (
+    fit_arrays,
+    init_state,
+    machine_info,
+    mean_sd,
+    pad_rows,
+    save_json,
+    write_run_info,
+)
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig
 from seqjax.models.seq2seq import Seq2Seq
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import read_metrics
 from seqjax.utils import count_params
@@ -304,8 +309,7 @@ def train_seq2seq(
         warmup_steps=min(spec.warmup_steps, spec.steps - 1), total_steps=spec.steps,
         end_lr_ratio=0.05, clip_norm=spec.clip_norm,
     )
-    tx, schedule = make_optimizer(opt)
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed + 1000)))
+    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed + 1000))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         return _metrics(_apply(model, p, batch, train=True, rng=rng), batch)
@@ -325,16 +329,22 @@ def train_seq2seq(
     batch_size = min(spec.batch_size, len(train["src"]))
     par.check_batch_size(batch_size)
     start = time.perf_counter()
-    result = fit(
-        state, par.train_step(loss_fn, schedule=schedule),
-        ArrayIterator(train, par.local_batch_size(batch_size), seed=seed,
-                      **par.iterator_shard()),
+    result = fit_arrays(
+        par,
+        state,
+        loss_fn,
+        train,
         FitConfig(num_steps=spec.steps, log_every=spec.log_every,
                   eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
                   progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
                   plot=workdir is not None),
-        workdir=workdir, eval_step=par.eval_step(eval_fn) if eval_batches else None,
-        eval_data=eval_batches, model_config=model_config, parallel=par,
+        batch_size=batch_size,
+        seed=seed,
+        schedule=schedule,
+        workdir=workdir,
+        eval_fn=eval_fn if eval_batches else None,
+        eval_data=eval_batches,
+        model_config=model_config,
     )
     params = par.gather(result.state.params)  # a host copy for decoding
     seconds = time.perf_counter() - start
@@ -474,32 +484,10 @@ def corpus_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
                                                                           streams).score)
 
 
-def machine() -> dict[str, Any]:
-    """CPU model, core count and load average of this machine (for the results files)."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return {"cpu": model, "cores": os.cpu_count(), "load_avg": [round(x, 2) for x in load],
-            "jax_backend": jax.default_backend()}
 
 
-def mean_sd(xs: Sequence[float]) -> str:
-    """``"m ± sd"`` (sample sd; ``"m"`` for one value)."""
-    xs = [float(x) for x in xs]
-    m = float(np.mean(xs))
-    return f"{m:.3f}" if len(xs) < 2 else f"{m:.3f} ± {float(np.std(xs, ddof=1)):.3f}"
 
 
-def save_json(obj: Any, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False, default=str)
 
 
 # ----------------------------------------------------------------------------- experiment
@@ -562,7 +550,7 @@ def run(cfg: Config) -> dict:
         if a not in ARCHS:
             raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
     t_start = time.perf_counter()
-    info = machine()
+    info = machine_info()
     write_run_info(par, cfg.workdir)
     src, tgt = load_pairs(cfg.num_pairs)
     keep = [i for i, t in enumerate(tgt) if len(t.split()) <= cfg.max_tgt_len]
