@@ -44,7 +44,7 @@ from seqjax.data.batching import split_arrays
 from seqjax.data.iterators import ArrayIterator
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
-from seqjax.experiments._parallel import pad_rows, write_run_info
+from seqjax.experiments._kit import pad_rows, write_run_info
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.nn.vq import kmeans_codebook, nearest_code
 from seqjax.train.loop import FitConfig, fit
@@ -118,9 +118,20 @@ class Config(ParallelOptions):
 
 # smoke: 2×2 patches, a 1-layer d = 32 model, 200 steps (seconds); at this size the model
 # already beats the independent-position baseline by ~5 bits/image on seeds 0–3 (the test).
-PRESETS = {"smoke": {"tokens": ("patches",), "layers": 1, "heads": 2, "embed_dim": 32,
-                     "steps": 200, "warmup_steps": 20, "batch_size": 32, "eval_every": 50,
-                     "num_samples": 8, "log_every": 50}}
+PRESETS = {
+    "smoke": {
+        "tokens": ("patches",),
+        "layers": 1,
+        "heads": 2,
+        "embed_dim": 32,
+        "steps": 200,
+        "warmup_steps": 20,
+        "batch_size": 32,
+        "eval_every": 50,
+        "num_samples": 8,
+        "log_every": 50,
+    }
+}
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -183,13 +194,19 @@ def lm_arrays(prompt_NxP: np.ndarray, codes_NxL: np.ndarray) -> dict[str, np.nda
     seq = np.concatenate([prompt_NxP, codes_NxL], 1).astype(np.int32)
     p = prompt_NxP.shape[1]
     mask = np.zeros(seq[:, 1:].shape, bool)
-    mask[:, p - 1:] = True
+    mask[:, p - 1 :] = True
     return {"inputs": seq[:, :-1], "targets": seq[:, 1:], "mask": mask}
 
 
-def train_lm(cfg: Any, splits: dict[str, dict[str, np.ndarray]], vocab: int, num_codes: int,
-             par: Parallel, workdir: str | None, model_config: dict
-             ) -> tuple[TransformerLM, Any, dict]:
+def train_lm(
+    cfg: Any,
+    splits: dict[str, dict[str, np.ndarray]],
+    vocab: int,
+    num_codes: int,
+    par: Parallel,
+    workdir: str | None,
+    model_config: dict,
+) -> tuple[TransformerLM, Any, dict]:
     """Train a :class:`TransformerLM` with the causal LM loss on the image codes of
     ``splits["train"]`` (arrays of :func:`lm_arrays`); early stopping on ``splits["val"]``.
 
@@ -207,21 +224,39 @@ def train_lm(cfg: Any, splits: dict[str, dict[str, np.ndarray]], vocab: int, num
     """
     train = splits["train"]
     length = train["inputs"].shape[1]
-    model = TransformerLM(TransformerLMConfig(
-        vocab_size=vocab, num_layers=cfg.layers, num_heads=cfg.heads,
-        embed_dim=cfg.embed_dim, max_len=length + 1, tie_embeddings=False,
-        dropout_rate=cfg.dropout))
+    model = TransformerLM(
+        TransformerLMConfig(
+            vocab_size=vocab,
+            num_layers=cfg.layers,
+            num_heads=cfg.heads,
+            embed_dim=cfg.embed_dim,
+            max_len=length + 1,
+            tie_embeddings=False,
+            dropout_rate=cfg.dropout,
+        )
+    )
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))["params"]
-    tx, schedule = make_optimizer(OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=max(cfg.steps, 1),
-        weight_decay=cfg.weight_decay, clip_norm=1.0))
+    tx, schedule = make_optimizer(
+        OptimizerConfig(
+            "adamw",
+            learning_rate=cfg.learning_rate,
+            schedule="warmup_cosine",
+            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1),
+            total_steps=max(cfg.steps, 1),
+            weight_decay=cfg.weight_decay,
+            clip_norm=1.0,
+        )
+    )
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1)))
     not_code_V = jnp.arange(vocab) >= num_codes
 
     def code_logits(p: Any, inputs: Array, rng: Array | None = None) -> Array:
-        logits = model.apply({"params": p}, inputs, deterministic=rng is None,
-                             rngs=None if rng is None else {"dropout": rng})
+        logits = model.apply(
+            {"params": p},
+            inputs,
+            deterministic=rng is None,
+            rngs=None if rng is None else {"dropout": rng},
+        )
         return jnp.where(not_code_V, -jnp.inf, logits)
 
     def loss_fn(p: Any, batch: dict, rng: Array) -> tuple[Array, dict]:
@@ -230,8 +265,10 @@ def train_lm(cfg: Any, splits: dict[str, dict[str, np.ndarray]], vocab: int, num
 
     def nll_fn(p: Any, batch: dict) -> dict:  # summed over the kept (code) targets
         logits = code_logits(p, batch["inputs"])
-        return {"loss": masked_cross_entropy(logits, batch["targets"], batch["mask"]),
-                "tokens": jnp.sum(batch["mask"]).astype(jnp.float32)}
+        return {
+            "loss": masked_cross_entropy(logits, batch["targets"], batch["mask"]),
+            "tokens": jnp.sum(batch["mask"]).astype(jnp.float32),
+        }
 
     def bits_per_image(p: Any, arrays: dict[str, np.ndarray]) -> float:
         m = jax.jit(nll_fn)(p, {k: jnp.asarray(v) for k, v in arrays.items()})
@@ -256,34 +293,62 @@ def train_lm(cfg: Any, splits: dict[str, dict[str, np.ndarray]], vocab: int, num
 
         eval_kwargs = {"eval_step": eval_and_keep, "eval_data": [val_batch]}
     start = time.perf_counter()
-    result = fit(state, par.train_step(loss_fn, schedule=schedule),
-                 ArrayIterator(train, par.local_batch_size(cfg.batch_size), seed=cfg.seed,
-                               **par.iterator_shard()),
-                 FitConfig(num_steps=cfg.steps, log_every=cfg.log_every,
-                           eval_every=cfg.eval_every, checkpoint_every=0, best_metric=None,
-                           progress=cfg.progress, tensorboard=False, plot=False),
-                 workdir=workdir, model_config=model_config, parallel=par, **eval_kwargs)
+    result = fit(
+        state,
+        par.train_step(loss_fn, schedule=schedule),
+        ArrayIterator(
+            train, par.local_batch_size(cfg.batch_size), seed=cfg.seed, **par.iterator_shard()
+        ),
+        FitConfig(
+            num_steps=cfg.steps,
+            log_every=cfg.log_every,
+            eval_every=cfg.eval_every,
+            checkpoint_every=0,
+            best_metric=None,
+            progress=cfg.progress,
+            tensorboard=False,
+            plot=False,
+        ),
+        workdir=workdir,
+        model_config=model_config,
+        parallel=par,
+        **eval_kwargs,
+    )
     last_params = par.gather(result.state.params)
     secs = time.perf_counter() - start
     eval_steps = [r["step"] for r in result.history if "eval/loss" in r]
-    curve = list(zip(eval_steps, best["curve"])) if len(eval_steps) == len(best["curve"]) \
-        else []
+    curve = list(zip(eval_steps, best["curve"])) if len(eval_steps) == len(best["curve"]) else []
     params = last_params if best["params"] is None else best["params"]
-    best_step = (curve[best["index"]][0] if best["params"] is not None and curve
-                 else int(result.state.step))
+    best_step = (
+        curve[best["index"]][0] if best["params"] is not None and curve else int(result.state.step)
+    )
     test = splits["test"]
     history = [r for r in result.history if "loss" in r]
-    return model, params, {
-        "test_bits_per_image": bits_per_image(params, test),
-        "last_test_bits_per_image": bits_per_image(last_params, test),
-        "best_step": int(best_step), "val_curve": [[int(s), float(b)] for s, b in curve],
-        "train_s": secs, "params": count_params(params),
-        "first_loss": history[0]["loss"] if history else float("nan"),
-        "last_loss": history[-1]["loss"] if history else float("nan")}
+    return (
+        model,
+        params,
+        {
+            "test_bits_per_image": bits_per_image(params, test),
+            "last_test_bits_per_image": bits_per_image(last_params, test),
+            "best_step": int(best_step),
+            "val_curve": [[int(s), float(b)] for s, b in curve],
+            "train_s": secs,
+            "params": count_params(params),
+            "first_loss": history[0]["loss"] if history else float("nan"),
+            "last_loss": history[-1]["loss"] if history else float("nan"),
+        },
+    )
 
 
-def generate(model: TransformerLM, params: Any, prompt_BxP: np.ndarray, num_codes: int,
-             length: int, temperature: float, seed: int) -> np.ndarray:
+def generate(
+    model: TransformerLM,
+    params: Any,
+    prompt_BxP: np.ndarray,
+    num_codes: int,
+    length: int,
+    temperature: float,
+    seed: int,
+) -> np.ndarray:
     """``int32[B, length]`` image codes sampled in raster order after ``prompt_BxP``; only
     the codes ``0 … num_codes − 1`` are drawn (every other id's logit is −∞ at every step)."""
     not_code_V = jnp.arange(model.config.vocab_size) >= num_codes
@@ -293,8 +358,14 @@ def generate(model: TransformerLM, params: Any, prompt_BxP: np.ndarray, num_code
         return jnp.where(not_code_V, -jnp.inf, logits_BxV), state
 
     decoder = FunctionalDecoder(model.init_decode_state, step)
-    out = sample(decoder, params, jnp.asarray(prompt_BxP, jnp.int32),
-                 key=jax.random.PRNGKey(seed), max_new_tokens=length, temperature=temperature)
+    out = sample(
+        decoder,
+        params,
+        jnp.asarray(prompt_BxP, jnp.int32),
+        key=jax.random.PRNGKey(seed),
+        max_new_tokens=length,
+        temperature=temperature,
+    )
     return np.asarray(out.tokens)
 
 
@@ -326,36 +397,61 @@ def run(cfg: Config) -> dict:
         tok = {name: encode(d["x"], codebook, patch) for name, d in data.items()}
         recon = decode(tok["test"], codebook, patch)
         start_id = vocab  # <start> is the last id
-        splits = {name: lm_arrays(np.full((len(t), 1), start_id, np.int32), t)
-                  for name, t in tok.items() if name != "fit"}
+        splits = {
+            name: lm_arrays(np.full((len(t), 1), start_id, np.int32), t)
+            for name, t in tok.items()
+            if name != "fit"
+        }
         sub = None if cfg.workdir is None else os.path.join(cfg.workdir, kind)
-        model, params, info = train_lm(cfg, splits, vocab + 1, vocab, par, sub,
-                                       {"tokens": kind, "embed_dim": cfg.embed_dim})
+        model, params, info = train_lm(
+            cfg, splits, vocab + 1, vocab, par, sub, {"tokens": kind, "embed_dim": cfg.embed_dim}
+        )
         length = tok["test"].shape[1]
-        gen = generate(model, params, np.full((cfg.num_samples, 1), start_id, np.int32), vocab,
-                       length, cfg.temperature, cfg.seed)
-        samples[kind] = (decode(gen, codebook, patch), decode(tok["test"][:cfg.num_samples],
-                                                              codebook, patch))
-        info.update({
-            "tokens": kind, "codes": vocab, "sequence_length": int(length),
-            "patch": patch, "reconstruction_rmse": float(np.sqrt(np.mean(
-                (recon - data["test"]["x"]) ** 2))),
-            "independent_bits_per_image": independent_baseline(tok["fit"], tok["test"], vocab),
-            "uniform_bits_per_image": float(length * np.log2(vocab)),
-            "codebook": np.round(codebook, 3).tolist(),
-        })
+        gen = generate(
+            model,
+            params,
+            np.full((cfg.num_samples, 1), start_id, np.int32),
+            vocab,
+            length,
+            cfg.temperature,
+            cfg.seed,
+        )
+        samples[kind] = (
+            decode(gen, codebook, patch),
+            decode(tok["test"][: cfg.num_samples], codebook, patch),
+        )
+        info.update(
+            {
+                "tokens": kind,
+                "codes": vocab,
+                "sequence_length": int(length),
+                "patch": patch,
+                "reconstruction_rmse": float(np.sqrt(np.mean((recon - data["test"]["x"]) ** 2))),
+                "independent_bits_per_image": independent_baseline(tok["fit"], tok["test"], vocab),
+                "uniform_bits_per_image": float(length * np.log2(vocab)),
+                "codebook": np.round(codebook, 3).tolist(),
+            }
+        )
         runs.append(info)
-        print(f"{kind}: {vocab} codes × {length} tokens; test "
-              f"{info['test_bits_per_image']:.1f} bits/image at step {info['best_step']} "
-              f"(last step {info['last_test_bits_per_image']:.1f}; independent positions "
-              f"{info['independent_bits_per_image']:.1f}, uniform "
-              f"{info['uniform_bits_per_image']:.0f}); {info['train_s']:.0f}s")
+        print(
+            f"{kind}: {vocab} codes × {length} tokens; test "
+            f"{info['test_bits_per_image']:.1f} bits/image at step {info['best_step']} "
+            f"(last step {info['last_test_bits_per_image']:.1f}; independent positions "
+            f"{info['independent_bits_per_image']:.1f}, uniform "
+            f"{info['uniform_bits_per_image']:.0f}); {info['train_s']:.0f}s"
+        )
     wall = time.perf_counter() - t0
-    summary = {"config": asdict(cfg), "runs": runs, "wall_s": wall,
-               "n_train": int(len(data["train"]["x"])), "n_fit": int(len(data["fit"]["x"])),
-               "n_val": int(len(data["val"]["x"])) if "val" in data else 0,
-               "n_test": int(len(data["test"]["x"])), "parallel": par.describe()}
-    from seqjax.experiments.char_lm import command_line
+    summary = {
+        "config": asdict(cfg),
+        "runs": runs,
+        "wall_s": wall,
+        "n_train": int(len(data["train"]["x"])),
+        "n_fit": int(len(data["fit"]["x"])),
+        "n_val": int(len(data["val"]["x"])) if "val" in data else 0,
+        "n_test": int(len(data["test"]["x"])),
+        "parallel": par.describe(),
+    }
+    from seqjax.experiments._kit import command_line
 
     markdown = report(cfg, summary, command_line("image_gpt", cfg))
     print(markdown)
@@ -372,10 +468,14 @@ def run(cfg: Config) -> dict:
 
 
 def report(cfg: Config, s: dict, command: str) -> str:
-    from seqjax.experiments.char_lm import machine
+    from seqjax.experiments._kit import machine
 
-    split = (f"{s['n_fit']} training images ({s['n_train']} trained on, {s['n_val']} held "
-             f"out for early stopping)" if s["n_val"] else f"{s['n_fit']} training images")
+    split = (
+        f"{s['n_fit']} training images ({s['n_train']} trained on, {s['n_val']} held "
+        f"out for early stopping)"
+        if s["n_val"]
+        else f"{s['n_fit']} training images"
+    )
     lines = [
         "# image_gpt — a raster-order transformer on 8×8 digits (Bishop §12.4.2)",
         "",
@@ -389,8 +489,12 @@ def report(cfg: Config, s: dict, command: str) -> str:
         f"{cfg.dropout:g}), causal LM loss on raster-order tokens after `<start>` (Bishop "
         f"(12.37)), AdamW {cfg.learning_rate:g} (weight decay {cfg.weight_decay:g}) with "
         f"warm-up + cosine, {cfg.steps} steps × batch {cfg.batch_size}"
-        + (f"; the parameters of the step with the lowest validation NLL (evaluated every "
-           f"{cfg.eval_every} steps) are kept" if s["n_val"] else "")
+        + (
+            f"; the parameters of the step with the lowest validation NLL (evaluated every "
+            f"{cfg.eval_every} steps) are kept"
+            if s["n_val"]
+            else ""
+        )
         + ". NLL of the test tokens in bits per image, over the same codes and the same test "
         "images for every column; the independent-position baseline is a categorical per "
         "position (add-one counts on all the training images).",
@@ -408,22 +512,39 @@ def report(cfg: Config, s: dict, command: str) -> str:
             f"{r['last_test_bits_per_image']:.1f} | "
             f"{r['last_loss'] * r['sequence_length'] / np.log(2.0):.1f} | "
             f"{r['independent_bits_per_image']:.1f} | "
-            f"{r['uniform_bits_per_image']:.0f} | {r['train_s']:.0f} |")
+            f"{r['uniform_bits_per_image']:.0f} | {r['train_s']:.0f} |"
+        )
     for r in s["runs"]:
         if r["tokens"] == "pixels":
-            lines += ["", "Grey palette (K-means on pixel values): "
-                      + ", ".join(f"{c[0]:.3f}" for c in r["codebook"]) + "."]
+            lines += [
+                "",
+                "Grey palette (K-means on pixel values): "
+                + ", ".join(f"{c[0]:.3f}" for c in r["codebook"])
+                + ".",
+            ]
         if r["val_curve"]:
-            lines += ["", f"Validation bits/image of `{r['tokens']}` by step: "
-                      + ", ".join(f"{st}: {b:.1f}" for st, b in r["val_curve"]) + "."]
+            lines += [
+                "",
+                f"Validation bits/image of `{r['tokens']}` by step: "
+                + ", ".join(f"{st}: {b:.1f}" for st, b in r["val_curve"])
+                + ".",
+            ]
     lines += [
         "",
         "The transformer beats the independent-position baseline on "
-        + " and ".join(f"`{r['tokens']}` ({r['test_bits_per_image']:.1f} vs "
-                       f"{r['independent_bits_per_image']:.1f})" for r in s["runs"]
-                       if r["test_bits_per_image"] < r["independent_bits_per_image"])
-        + "." if any(r["test_bits_per_image"] < r["independent_bits_per_image"]
-                     for r in s["runs"]) else "",
+        + " and ".join(
+            f"`{r['tokens']}` ({r['test_bits_per_image']:.1f} vs "
+            f"{r['independent_bits_per_image']:.1f})"
+            for r in s["runs"]
+            if r["test_bits_per_image"] < r["independent_bits_per_image"]
+        )
+        + "."
+        if any(r["test_bits_per_image"] < r["independent_bits_per_image"] for r in s["runs"])
+        else "",
+        "",
+        "Without dropout and early stopping the same model over-fits and loses to the "
+        "baseline on patches; which remedy does what, measured: "
+        "[image_gpt_ablation.md](image_gpt_ablation.md).",
         "",
         f"Samples (temperature {cfg.temperature:g}, drawn token by token in raster order from "
         "`<start>`), next to quantised test digits:",
@@ -442,13 +563,16 @@ def _plot(samples: dict[str, tuple[np.ndarray, np.ndarray]], outdir: str) -> str
 
     kinds = list(samples)
     cols = min(16, samples[kinds[0]][0].shape[0])
-    fig, axes = plt.subplots(2 * len(kinds), cols, figsize=(cols * 0.6, 2 * len(kinds) * 0.75),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        2 * len(kinds), cols, figsize=(cols * 0.6, 2 * len(kinds) * 0.75), squeeze=False
+    )
     for i, kind in enumerate(kinds):
         gen, real = samples[kind]
         for j in range(cols):
-            for row, imgs, name in ((2 * i, gen, f"{kind}: samples"),
-                                    (2 * i + 1, real, f"{kind}: test")):
+            for row, imgs, name in (
+                (2 * i, gen, f"{kind}: samples"),
+                (2 * i + 1, real, f"{kind}: test"),
+            ):
                 ax = axes[row, j]
                 if j < len(imgs):
                     ax.imshow(imgs[j], cmap="gray_r", vmin=0, vmax=1)

@@ -42,7 +42,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from seqjax.experiments._parallel import write_run_info
+from seqjax.experiments._kit import write_run_info
 from seqjax.experiments.image_gpt import (
     TOKENISATIONS,
     decode,
@@ -82,13 +82,17 @@ class Config(ParallelOptions):
         val_fraction: share of the training images held out for early stopping (the
             parameters with the lowest validation NLL are kept); 0 = the last step's.
         eval_every: steps between validation evaluations (also at the end).
+        unconditional: also train the same model on ``[<sep>, c_1 … c_L]`` (no text;
+            image_gpt's unconditional model in this vocabulary), to measure the bits per
+            image the prompt saves.
         samples_per_prompt: images generated for each of the ten prompts "a zero" …
             "a nine" (at most 10 per prompt are plotted).
         temperature: sampling temperature.
         seed: K-means, initialisation, batch order and sampling (the splits are fixed).
         log_every: steps between logged records (``metrics.jsonl``, the progress line).
         progress: show a progress bar.
-        workdir: ``run.json``, ``model/`` (a checkpoint at the end, ``metrics.jsonl``),
+        workdir: ``run.json``, ``model/`` and ``unconditional/`` (each: a checkpoint at
+            the end, ``metrics.jsonl``),
             ``text_to_image_samples.png``, ``text_to_image.md`` and
             ``text_to_image.json``; ``None`` = nothing written.
         results_dir: also write the plot and ``text_to_image.md`` here; ``None`` = not.
@@ -109,6 +113,7 @@ class Config(ParallelOptions):
     weight_decay: float = 0.01
     val_fraction: float = 0.1
     eval_every: int = 100
+    unconditional: bool = True
     samples_per_prompt: int = 50
     temperature: float = 1.0
     seed: int = 0
@@ -118,9 +123,19 @@ class Config(ParallelOptions):
     results_dir: str | None = None
 
 
-PRESETS = {"smoke": {"layers": 1, "heads": 2, "embed_dim": 16, "steps": 40,
-                     "warmup_steps": 5, "batch_size": 32, "eval_every": 20,
-                     "samples_per_prompt": 2, "log_every": 10}}
+PRESETS = {
+    "smoke": {
+        "layers": 1,
+        "heads": 2,
+        "embed_dim": 16,
+        "steps": 40,
+        "warmup_steps": 5,
+        "batch_size": 32,
+        "eval_every": 20,
+        "samples_per_prompt": 2,
+        "log_every": 10,
+    }
+}
 
 
 def vocabulary(num_codes: int) -> dict[str, int]:
@@ -134,10 +149,14 @@ def vocabulary(num_codes: int) -> dict[str, int]:
 def prompt_tokens(labels_N: np.ndarray, num_codes: int) -> np.ndarray:
     """``int32[N, 3]``: ``[a, DIGIT, <sep>]`` for each digit label in ``0 … 9``."""
     labels_N = np.asarray(labels_N)
-    if labels_N.ndim != 1 or not np.issubdtype(labels_N.dtype, np.integer) or (
-            labels_N.size and (labels_N.min() < 0 or labels_N.max() > 9)):
-        raise ValueError(f"`labels` must be ints in [0, 9] of shape [N]; got "
-                         f"{labels_N.dtype} {labels_N.shape}.")
+    if (
+        labels_N.ndim != 1
+        or not np.issubdtype(labels_N.dtype, np.integer)
+        or (labels_N.size and (labels_N.min() < 0 or labels_N.max() > 9))
+    ):
+        raise ValueError(
+            f"`labels` must be ints in [0, 9] of shape [N]; got {labels_N.dtype} {labels_N.shape}."
+        )
     ids = vocabulary(num_codes)
     out = np.empty((len(labels_N), 3), np.int32)
     out[:, 0] = ids["a"]
@@ -146,8 +165,9 @@ def prompt_tokens(labels_N: np.ndarray, num_codes: int) -> np.ndarray:
     return out
 
 
-def class_independent_baseline(train_tok: np.ndarray, train_y: np.ndarray,
-                               test_tok: np.ndarray, test_y: np.ndarray, vocab: int) -> float:
+def class_independent_baseline(
+    train_tok: np.ndarray, train_y: np.ndarray, test_tok: np.ndarray, test_y: np.ndarray, vocab: int
+) -> float:
     """Test NLL (bits per image) of a categorical per position *and digit* (add-one counts):
     :func:`~seqjax.experiments.image_gpt.independent_baseline` fitted on each digit's
     training images and scored on that digit's test images."""
@@ -155,8 +175,7 @@ def class_independent_baseline(train_tok: np.ndarray, train_y: np.ndarray,
     for d in range(10):
         sel = test_y == d
         if sel.any():
-            total += sel.sum() * independent_baseline(train_tok[train_y == d], test_tok[sel],
-                                                      vocab)
+            total += sel.sum() * independent_baseline(train_tok[train_y == d], test_tok[sel], vocab)
     return float(total / len(test_y))
 
 
@@ -187,49 +206,90 @@ def run(cfg: Config) -> dict:
     codebook, patch = tokenizer(cfg.tokens, data["fit"]["x"], cfg)
     k = len(codebook)
     tok = {name: encode(d["x"], codebook, patch) for name, d in data.items()}
-    splits = {name: lm_arrays(prompt_tokens(data[name]["y"], k), t)
-              for name, t in tok.items() if name != "fit"}
+    splits = {
+        name: lm_arrays(prompt_tokens(data[name]["y"], k), t)
+        for name, t in tok.items()
+        if name != "fit"
+    }
     vocab = k + len(WORDS) + 1
     sub = None if cfg.workdir is None else os.path.join(cfg.workdir, "model")
-    model, params, info = train_lm(cfg, splits, vocab, k, par, sub,
-                                   {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim,
-                                    "vocab": vocab})
+    model, params, info = train_lm(
+        cfg,
+        splits,
+        vocab,
+        k,
+        par,
+        sub,
+        {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim, "vocab": vocab},
+    )
     length = tok["test"].shape[1]
+    if cfg.unconditional:  # the same model and data without the text: [<sep>, c_1 … c_L]
+        sep = vocabulary(k)["<sep>"]
+        _, _, plain = train_lm(
+            cfg,
+            {
+                name: lm_arrays(np.full((len(t), 1), sep, np.int32), t)
+                for name, t in tok.items()
+                if name != "fit"
+            },
+            vocab,
+            k,
+            par,
+            None if cfg.workdir is None else os.path.join(cfg.workdir, "unconditional"),
+            {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim, "vocab": vocab},
+        )
+        info["unconditional_bits_per_image"] = plain["test_bits_per_image"]
 
     # generation: every prompt "a zero" … "a nine", samples_per_prompt images each
     labels = np.repeat(np.arange(10), cfg.samples_per_prompt)
-    gen = generate(model, params, prompt_tokens(labels, k), k, length, cfg.temperature,
-                   cfg.seed)
+    gen = generate(model, params, prompt_tokens(labels, k), k, length, cfg.temperature, cfg.seed)
     images = decode(gen, codebook, patch)
     clf = digit_classifier(data["fit"]["x"], data["fit"]["y"])
     predicted = clf.predict(images)
     per_prompt = [float(np.mean(predicted[labels == d] == d)) for d in range(10)]
     test_y = data["test"]["y"]
-    info.update({
-        "tokens": cfg.tokens, "codes": k, "vocab": vocab, "sequence_length": int(length),
-        "patch": patch,
-        "independent_bits_per_image": independent_baseline(tok["fit"], tok["test"], k),
-        "class_independent_bits_per_image": class_independent_baseline(
-            tok["fit"], data["fit"]["y"], tok["test"], test_y, k),
-        "uniform_bits_per_image": float(length * np.log2(k)),
-        "accuracy_per_prompt": per_prompt, "accuracy": float(np.mean(predicted == labels)),
-        "classifier_test_accuracy": float(np.mean(clf.predict(data["test"]["x"]) == test_y)),
-        "classifier_quantised_test_accuracy": float(np.mean(
-            clf.predict(decode(tok["test"], codebook, patch)) == test_y)),
-        "confusion": [np.bincount(predicted[labels == d], minlength=10).tolist()
-                      for d in range(10)],
-    })
-    print(f"text_to_image: {k} codes × {length} tokens; test {info['test_bits_per_image']:.1f} "
-          f"bits/image given the prompt (independent positions "
-          f"{info['independent_bits_per_image']:.1f}, given the digit "
-          f"{info['class_independent_bits_per_image']:.1f}); samples classified as their "
-          f"prompt {100 * info['accuracy']:.1f}% (classifier on real test digits "
-          f"{100 * info['classifier_test_accuracy']:.1f}%)")
-    summary = {"config": asdict(cfg), **info, "wall_s": time.perf_counter() - t0,
-               "n_fit": int(len(data["fit"]["x"])), "n_train": int(len(data["train"]["x"])),
-               "n_val": int(len(data["val"]["x"])) if "val" in data else 0,
-               "n_test": int(len(test_y)), "parallel": par.describe()}
-    from seqjax.experiments.char_lm import command_line
+    info.update(
+        {
+            "tokens": cfg.tokens,
+            "codes": k,
+            "vocab": vocab,
+            "sequence_length": int(length),
+            "patch": patch,
+            "independent_bits_per_image": independent_baseline(tok["fit"], tok["test"], k),
+            "class_independent_bits_per_image": class_independent_baseline(
+                tok["fit"], data["fit"]["y"], tok["test"], test_y, k
+            ),
+            "uniform_bits_per_image": float(length * np.log2(k)),
+            "accuracy_per_prompt": per_prompt,
+            "accuracy": float(np.mean(predicted == labels)),
+            "classifier_test_accuracy": float(np.mean(clf.predict(data["test"]["x"]) == test_y)),
+            "classifier_quantised_test_accuracy": float(
+                np.mean(clf.predict(decode(tok["test"], codebook, patch)) == test_y)
+            ),
+            "confusion": [
+                np.bincount(predicted[labels == d], minlength=10).tolist() for d in range(10)
+            ],
+        }
+    )
+    print(
+        f"text_to_image: {k} codes × {length} tokens; test {info['test_bits_per_image']:.1f} "
+        f"bits/image given the prompt (independent positions "
+        f"{info['independent_bits_per_image']:.1f}, given the digit "
+        f"{info['class_independent_bits_per_image']:.1f}); samples classified as their "
+        f"prompt {100 * info['accuracy']:.1f}% (classifier on real test digits "
+        f"{100 * info['classifier_test_accuracy']:.1f}%)"
+    )
+    summary = {
+        "config": asdict(cfg),
+        **info,
+        "wall_s": time.perf_counter() - t0,
+        "n_fit": int(len(data["fit"]["x"])),
+        "n_train": int(len(data["train"]["x"])),
+        "n_val": int(len(data["val"]["x"])) if "val" in data else 0,
+        "n_test": int(len(test_y)),
+        "parallel": par.describe(),
+    }
+    from seqjax.experiments._kit import command_line
 
     markdown = report(cfg, summary, command_line("text_to_image", cfg))
     print(markdown)
@@ -246,7 +306,7 @@ def run(cfg: Config) -> dict:
 
 
 def report(cfg: Config, s: dict, command: str) -> str:
-    from seqjax.experiments.char_lm import machine
+    from seqjax.experiments._kit import machine
 
     lines = [
         "# text_to_image — text and image tokens in one sequence (Bishop §12.4.5)",
@@ -289,8 +349,15 @@ def report(cfg: Config, s: dict, command: str) -> str:
         "|---|---:|",
         f"| transformer given the prompt | **{s['test_bits_per_image']:.1f}** |",
         f"| (same, last step {cfg.steps}) | {s['last_test_bits_per_image']:.1f} |",
-        f"| independent positions given the digit | "
-        f"{s['class_independent_bits_per_image']:.1f} |",
+        *(
+            [
+                f"| the same transformer without the text (`<sep>` then the codes) | "
+                f"{s['unconditional_bits_per_image']:.1f} |"
+            ]
+            if "unconditional_bits_per_image" in s
+            else []
+        ),
+        f"| independent positions given the digit | {s['class_independent_bits_per_image']:.1f} |",
         f"| independent positions | {s['independent_bits_per_image']:.1f} |",
         f"| uniform | {s['uniform_bits_per_image']:.0f} |",
         "",
@@ -315,13 +382,18 @@ def _plot(images: np.ndarray, labels: np.ndarray, predicted: np.ndarray, outdir:
         for j in range(cols):
             ax = axes[d, j]
             ax.imshow(images[rows[j]], cmap="gray_r", vmin=0, vmax=1)
-            ax.set_title(str(predicted[rows[j]]), fontsize=6, pad=1,
-                         color="black" if predicted[rows[j]] == d else "red")
+            ax.set_title(
+                str(predicted[rows[j]]),
+                fontsize=6,
+                pad=1,
+                color="black" if predicted[rows[j]] == d else "red",
+            )
             ax.set_xticks([])
             ax.set_yticks([])
             if j == 0:
-                ax.set_ylabel(f"a {DIGIT_WORDS[d]}", rotation=0, ha="right", va="center",
-                              fontsize=7)
+                ax.set_ylabel(
+                    f"a {DIGIT_WORDS[d]}", rotation=0, ha="right", va="center", fontsize=7
+                )
     fig.tight_layout(pad=0.2)
     path = os.path.join(outdir, "text_to_image_samples.png")
     fig.savefig(path, dpi=90)

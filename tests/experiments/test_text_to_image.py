@@ -10,8 +10,9 @@ from tests.experiments._devices import assert_trained_on_all_devices
 def test_one_vocabulary_codes_then_words_then_sep():
     ids = text_to_image.vocabulary(32)
     assert ids["a"] == 32 and ids["zero"] == 33 and ids["nine"] == 42 and ids["<sep>"] == 43
-    np.testing.assert_array_equal(text_to_image.prompt_tokens(np.array([7, 0]), 32),
-                                  [[32, 40, 43], [32, 33, 43]])  # "a seven <sep>", "a zero <sep>"
+    np.testing.assert_array_equal(
+        text_to_image.prompt_tokens(np.array([7, 0]), 32), [[32, 40, 43], [32, 33, 43]]
+    )  # "a seven <sep>", "a zero <sep>"
     with pytest.raises(ValueError, match="`labels` must be ints in"):
         text_to_image.prompt_tokens(np.array([10]), 32)
     # the loss mask of [a, DIGIT, <sep>, c_1 … c_L] covers exactly the L codes
@@ -31,12 +32,12 @@ def test_class_independent_baseline_is_per_digit_per_position():
 
 def test_text_to_image_smoke(tmp_path):
     s = text_to_image.main(["--smoke", "--workdir", str(tmp_path)])
-    assert_trained_on_all_devices(tmp_path, tmp_path / "model")
+    assert_trained_on_all_devices(tmp_path, tmp_path / "model", tmp_path / "unconditional")
     assert s["vocab"] == 32 + 12 and s["sequence_length"] == 16
     assert s["first_loss"] - s["last_loss"] > 0.5, s  # training moved the loss (nats/code)
     assert len(s["accuracy_per_prompt"]) == 10 and 0.0 <= s["accuracy"] <= 1.0
     assert s["classifier_test_accuracy"] > 0.95  # the classifier itself is trustworthy
-    assert np.isfinite(s["test_bits_per_image"])
+    assert np.isfinite(s["test_bits_per_image"]) and np.isfinite(s["unconditional_bits_per_image"])
     assert s["class_independent_bits_per_image"] < s["independent_bits_per_image"]
     for name in ("text_to_image.md", "text_to_image_samples.png", "text_to_image.json"):
         assert (tmp_path / name).exists()
