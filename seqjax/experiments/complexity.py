@@ -1,14 +1,34 @@
-r"""Per-layer cost, sequential operations and path length: RNN, attention, linear attention, SSM.
+r"""Per-layer cost, sequential operations, path length: RNN, CNN, attention, linear attention, SSM.
 
-The slides' "complexity and path length" table (RNN ``O(Nd²)``, path ``O(N)``;
-self-attention ``O(N²d)``, path ``O(1)``; linear attention ``O(N²d) → O(Nd²)``; SSMs
-"RNN-like", parallel in training, linear in generation), Bishop §12.1.8 (attention
-``O(N²D)`` against the ``O(ND²)`` projections) and Vaswani et al. (2017), Table 1
-(complexity per layer, sequential operations, maximum path length), **measured** on the
-library's layers, each on ``x: [1, T, d]``:
+What the sources state, and what is measured here:
+
+* The slides' "RNN vs CNN vs self-attention" (three bullet lists, not a table) state the
+  cost of a layer and its maximum path length: RNN ``O(N d²)``, path ``O(N)``; CNN
+  ``O(k N d²)``, path ``O(N/k)``; self-attention ``O(N² d)``, path ``O(1)``; RNNs and
+  CNNs are said to be not parallelisable / parallelisable "across sequence". Their
+  "Transformers vs RNNs" table states only fast/slow training and inference. The hybrid
+  slides state that linear attention brings ``O(N² d)`` down to ``O(N d²)`` and that SSMs
+  are parallelisable with "linear scaling in sequence length" (no formula, no path length).
+* Vaswani et al. (2017), Table 1 is the table with the three columns measured here —
+  complexity per layer, sequential operations, maximum path length — for self-attention
+  (``O(n² d)``, ``O(1)``, ``O(1)``), recurrent (``O(n d²)``, ``O(n)``, ``O(n)``) and
+  convolutional layers (``O(k n d²)``, ``O(1)``, ``O(n/k)`` with contiguous kernels or
+  ``O(log_k n)`` dilated). Bishop §12.1.8 gives attention's ``O(N² D)`` against the
+  ``O(N D²)`` projections. Linear attention and SSMs are in neither table; their rows
+  give what is measured only.
+
+The rows are the library's layers, each on ``x: [1, T, d]``:
 
 * ``rnn`` — :class:`seqjax.nn.RNN` of an :class:`~seqjax.nn.ElmanCell` (MEDL (7.2)),
   ``implementation="scan"``;
+* ``cnn`` — one :class:`seqjax.nn.CausalConv1D` layer, ``d → d``, kernel ``k``
+  (``kernel_size``); its path length is that of the stack of ``L = ⌈(T − 1)/(k − 1)⌉``
+  such layers whose receptive field ``1 + L(k − 1)`` covers the sequence (XLA's count
+  leaves out the taps that fall on the left zero padding, so its FLOPs per token approach
+  ``2kd² + d`` from below as T grows);
+* ``cnn_dilated`` — one layer of a WaveNet-style stack, dilations ``1, k, k², …``
+  (the layer measured has dilation ``k``: the same ``k`` taps, so the same cost); the
+  stack needs ``L = ⌈log_k T⌉`` layers (receptive field ``k^L``);
 * ``attention`` — causal :class:`seqjax.nn.MultiHeadAttention` (Bishop (12.15)–(12.19));
 * ``linear_attention`` — causal :class:`seqjax.nn.LinearAttention` (Katharopoulos et al.
   2020; the chunked training form);
@@ -34,8 +54,17 @@ Columns:
   linear attention's parallel form ``y_i = φ(q_i)ᵀ Σ_{j≤i} φ(k_j) v_jᵀ / …`` is one hop
   and its recurrent form ``S_t = S_{t−1} + φ(k_t)v_tᵀ`` a chain; the SSM's convolution
   form ``y_i = Σ_{j≤i} C_i (∏_{l=j+1}^{i} Ā_l) B̄_j x_j`` is one hop, its recurrence
-  ``h_t = Ā_t h_{t−1} + B̄_t x_t`` a chain. The test checks that the graphs' reachability
-  (``y_i`` depends on ``x_j`` iff ``j ≤ i``) is the layers' measured Jacobian pattern.
+  ``h_t = Ā_t h_{t−1} + B̄_t x_t`` a chain. A CNN has no recurrent form (generation
+  recomputes the stack, as the slides say), so both columns are the stack's graph: nodes
+  per layer and position, an edge from position ``t − j·r_l`` of layer ``l − 1`` to
+  position ``t`` of layer ``l`` for each tap ``j``. That graph is layered, so every path
+  from an input to an output has exactly ``L`` edges and the longest shortest path is
+  ``L``; the experiment runs the breadth-first search layer by layer from ``x_1`` (numpy
+  frontiers, as ``T·L`` nodes are too many for the dictionary search at T = 4096), which
+  also checks that ``y_T`` is reached. The test checks that the graphs' reachability
+  (``y_i`` depends on ``x_j`` iff ``j ≤ i``) is the layers' (for CNNs, the stacks')
+  measured Jacobian pattern, and that the layer-by-layer search equals the dictionary
+  search on small ``T``.
 
 Run:  python -m seqjax.experiments.complexity --results_dir seqjax/experiments/results
       python -m seqjax.experiments.complexity --smoke --workdir /tmp/cx     (seconds)
@@ -54,17 +83,47 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from jax.extend import core as jex
 
-from seqjax.nn import RNN, ElmanCell, LinearAttention, MultiHeadAttention, SelectiveSSM
+from seqjax.nn import (
+    RNN,
+    CausalConv1D,
+    ElmanCell,
+    LinearAttention,
+    MultiHeadAttention,
+    SelectiveSSM,
+)
 
 Array = jax.Array
-MODELS = ("rnn", "attention", "linear_attention", "ssm")
-LABELS = {"rnn": "RNN (Elman, scan)", "attention": "self-attention (causal MHA)",
-          "linear_attention": "linear attention (causal, chunked)",
-          "ssm": "SSM (Mamba S6, associative scan)"}
-SLIDES = {"rnn": ("O(N d²)", "O(N)", "O(N)"), "attention": ("O(N² d)", "O(1)", "O(1)"),
-          "linear_attention": ("O(N d²)", "—", "—"), "ssm": ("O(N d N_s)", "—", "—")}
+MODELS = ("rnn", "cnn", "cnn_dilated", "attention", "linear_attention", "ssm")
+CNNS = ("cnn", "cnn_dilated")
+LABELS = {
+    "rnn": "RNN (Elman, scan)",
+    "cnn": "CNN (causal conv, stacked)",
+    "cnn_dilated": "CNN (causal conv, dilated stack)",
+    "attention": "self-attention (causal MHA)",
+    "linear_attention": "linear attention (causal, chunked)",
+    "ssm": "SSM (Mamba S6, associative scan)",
+}
+# What the slides state: cost per layer, maximum path length ("—": not stated).
+SLIDES = {
+    "rnn": ("O(N d²)", "O(N)"),
+    "cnn": ("O(k N d²)", "O(N/k)"),
+    "cnn_dilated": ("O(k N d²)", "—"),
+    "attention": ("O(N² d)", "O(1)"),
+    "linear_attention": ("O(N d²)", "—"),
+    "ssm": ("linear in N", "—"),
+}
+# Vaswani et al. (2017) Table 1: complexity per layer, sequential operations, path length.
+VASWANI = {
+    "rnn": ("O(n d²)", "O(n)", "O(n)"),
+    "cnn": ("O(k n d²)", "O(1)", "O(n/k)"),
+    "cnn_dilated": ("O(k n d²)", "O(1)", "O(log_k n)"),
+    "attention": ("O(n² d)", "O(1)", "O(1)"),
+    "linear_attention": None,
+    "ssm": None,
+}
 
 
 @dataclass(frozen=True)
@@ -72,11 +131,14 @@ class Config:
     """The options of ``seqjax train complexity`` (layers are traced and compiled, not run).
 
     Attributes:
-        models: layers measured: ``rnn``, ``attention``, ``linear_attention`` and/or ``ssm``.
+        models: layers measured: ``rnn``, ``cnn``, ``cnn_dilated``, ``attention``,
+            ``linear_attention`` and/or ``ssm``.
         lengths: sequence lengths ``T`` measured.
         width: model width ``d`` of every layer (also the RNN's state and the SSM's features).
         heads: heads of attention and linear attention.
         d_state: the SSM's state size ``N_s``.
+        kernel_size: the CNNs' kernel ``k`` (≥ 2: a stack of ``k = 1`` layers never widens
+            its receptive field); also the dilated stack's dilation base.
         fit_last: growth exponents are fitted over this many of the largest lengths (2 to
             the number of lengths).
         seed: key of the layers' initialisation; only shapes are traced, so the results do
@@ -91,14 +153,14 @@ class Config:
     width: int = 64
     heads: int = 4
     d_state: int = 16
+    kernel_size: int = 3
     fit_last: int = 3  # fit the growth exponent on the largest lengths
     seed: int = 0
     workdir: str | None = "workdirs/complexity"
     results_dir: str | None = None
 
 
-PRESETS = {"smoke": {"lengths": (16, 32, 64), "width": 8, "heads": 2, "d_state": 4,
-                     "fit_last": 2}}
+PRESETS = {"smoke": {"lengths": (16, 32, 64), "width": 8, "heads": 2, "d_state": 4, "fit_last": 2}}
 
 
 # ----------------------------------------------------------------------------- layers
@@ -108,6 +170,11 @@ def layer(name: str, cfg: Config) -> tuple[Any, Callable[[Any, Array], Array]]:
     """``(module, f(params, x))`` for one of :data:`MODELS`."""
     if name == "rnn":
         module: Any = RNN(ElmanCell(cfg.width), implementation="scan")
+        return module, lambda p, x: module.apply(p, x)
+    if name in CNNS:
+        module = CausalConv1D(
+            cfg.width, kernel_size=cfg.kernel_size, dilation=1 if name == "cnn" else cfg.kernel_size
+        )
         return module, lambda p, x: module.apply(p, x)
     if name == "attention":
         module = MultiHeadAttention(num_heads=cfg.heads)
@@ -119,6 +186,36 @@ def layer(name: str, cfg: Config) -> tuple[Any, Callable[[Any, Array], Array]]:
         module = SelectiveSSM(features=cfg.width, d_state=cfg.d_state)
         return module, lambda p, x: module.apply(p, x)
     raise ValueError(f"`models` must be drawn from {MODELS}; got {name!r}.")
+
+
+def conv_dilations(name: str, num_steps: int, kernel_size: int) -> list[int]:
+    """Dilations of the smallest causal-conv stack whose receptive field covers ``num_steps``:
+    ``[1] * L`` (``cnn``) or ``[1, k, k², …]`` (``cnn_dilated``); at least one layer."""
+    if name not in CNNS:
+        raise ValueError(f"`name` must be one of {CNNS}; got {name!r}.")
+    if kernel_size < 2:
+        raise ValueError(f"`kernel_size` must be >= 2 for a stack to cover T; got {kernel_size}.")
+    dilations: list[int] = []
+    field = 1
+    while field < num_steps or not dilations:
+        r = 1 if name == "cnn" else kernel_size ** len(dilations)
+        dilations.append(r)
+        field += (kernel_size - 1) * r
+    return dilations
+
+
+def stack(name: str, cfg: Config, num_steps: int) -> tuple[Any, Callable[[Any, Array], Array]]:
+    """``(module, f(params, x))``: the layer itself, or for a CNN the stack of
+    :func:`conv_dilations` layers (the module whose paths the position graph describes)."""
+    if name not in CNNS:
+        return layer(name, cfg)
+    module = nn.Sequential(
+        [
+            CausalConv1D(cfg.width, kernel_size=cfg.kernel_size, dilation=r)
+            for r in conv_dilations(name, num_steps, cfg.kernel_size)
+        ]
+    )
+    return module, lambda p, x: module.apply(p, x)
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -148,8 +245,9 @@ def _loop_correction(jaxpr: Any) -> float:
             full = once + _loop_correction(body.jaxpr)
             extra += eqn.params["length"] * full - once
         elif eqn.primitive.name == "while":
-            raise ValueError("a `while` loop has no static trip count; its FLOPs cannot be "
-                             "counted (use a scan).")
+            raise ValueError(
+                "a `while` loop has no static trip count; its FLOPs cannot be counted (use a scan)."
+            )
         else:
             for sub in jex.jaxprs_in_params(eqn.params):
                 extra += _loop_correction(sub)
@@ -192,16 +290,29 @@ def sequential_ops(fn: Callable, params: Any, x: Any) -> int:
 # ----------------------------------------------------------------------------- path length
 
 
-def position_graph(name: str, num_steps: int, form: str) -> dict[str, list[str]]:
+def position_graph(
+    name: str, num_steps: int, form: str, kernel_size: int = 3
+) -> dict[str, list[str]]:
     """Edges (node -> successors) of the layer's equation over positions ``1..T``.
 
-    ``x{j}`` are inputs, ``y{i}`` outputs, ``s{t}`` recurrent states. ``form``:
-    ``"parallel"`` or ``"recurrent"`` (see the module docstring)."""
+    ``x{j}`` are inputs, ``y{i}`` outputs, ``s{t}`` recurrent states, ``c{l}_{t}`` the
+    outputs of a CNN stack's layer ``l`` (the stack of :func:`conv_dilations`, kernel
+    ``kernel_size``; the same graph in both forms). ``form``: ``"parallel"`` or
+    ``"recurrent"`` (see the module docstring)."""
     if form not in ("parallel", "recurrent"):
         raise ValueError(f"`form` must be 'parallel' or 'recurrent'; got {form!r}.")
     if name not in MODELS:
         raise ValueError(f"`name` must be one of {MODELS}; got {name!r}.")
     g: dict[str, list[str]] = collections.defaultdict(list)
+    if name in CNNS:
+        dilations = conv_dilations(name, num_steps, kernel_size)
+        names = ["x"] + [f"c{l}_" for l in range(1, len(dilations))] + ["y"]
+        for l, r in enumerate(dilations):
+            for t in range(1, num_steps + 1):
+                for j in range(kernel_size):
+                    if t + j * r <= num_steps:
+                        g[f"{names[l]}{t}"].append(f"{names[l + 1]}{t + j * r}")
+        return g
     chain = name == "rnn" or (form == "recurrent" and name in ("linear_attention", "ssm"))
     for t in range(1, num_steps + 1):
         if chain:
@@ -232,6 +343,23 @@ def max_path_length(graph: dict[str, list[str]], num_steps: int) -> int:
     return longest
 
 
+def conv_path_length(name: str, num_steps: int, kernel_size: int) -> int:
+    """The longest shortest path of the CNN stack's layered position graph, by breadth-first
+    search from ``x_1`` one layer at a time (a numpy frontier over positions): every path
+    has one edge per layer, so it is the stack's depth ``L`` once ``y_T`` is reached."""
+    reach_T = np.zeros(num_steps, bool)
+    reach_T[0] = True
+    dist = 0
+    for r in conv_dilations(name, num_steps, kernel_size):
+        nxt = reach_T.copy()
+        for j in range(1, kernel_size):
+            nxt[j * r :] |= reach_T[: max(num_steps - j * r, 0)]
+        reach_T, dist = nxt, dist + 1
+    if not reach_T[-1]:
+        raise AssertionError(f"y_{num_steps} is not reachable from x_1 in the {name} stack.")
+    return dist
+
+
 def reachability(graph: dict[str, list[str]], num_steps: int) -> np.ndarray:
     """``bool[T, T]``: ``[i, j]`` True when ``y_{i+1}`` is reachable from ``x_{j+1}``."""
     out = np.zeros((num_steps, num_steps), bool)
@@ -256,12 +384,27 @@ def measure(name: str, cfg: Config, num_steps: int) -> dict[str, Any]:
     x = jax.ShapeDtypeStruct((1, num_steps, cfg.width), jnp.float32)
     params = jax.eval_shape(module.init, jax.random.PRNGKey(cfg.seed), x)
     flops = forward_flops(fn, params, x)
-    return {"model": name, "T": num_steps, "flops": flops, "flops_per_token": flops / num_steps,
-            "sequential_ops": sequential_ops(fn, params, x),
-            "path_parallel": max_path_length(position_graph(name, num_steps, "parallel"),
-                                             num_steps),
-            "path_recurrent": max_path_length(position_graph(name, num_steps, "recurrent"),
-                                              num_steps)}
+    if name in CNNS:
+        path = conv_path_length(name, num_steps, cfg.kernel_size)
+        paths = {
+            "path_parallel": path,
+            "path_recurrent": path,
+            "layers": len(conv_dilations(name, num_steps, cfg.kernel_size)),
+        }
+    else:
+        paths = {
+            f"path_{form}": max_path_length(position_graph(name, num_steps, form), num_steps)
+            for form in ("parallel", "recurrent")
+        }
+        paths["layers"] = 1
+    return {
+        "model": name,
+        "T": num_steps,
+        "flops": flops,
+        "flops_per_token": flops / num_steps,
+        "sequential_ops": sequential_ops(fn, params, x),
+        **paths,
+    }
 
 
 def growth(rows: list[dict], key: str, last: int) -> float:
@@ -273,7 +416,7 @@ def growth(rows: list[dict], key: str, last: int) -> float:
 
 
 def report(cfg: Config, rows: list[dict], fits: dict, wall: float, command: str) -> str:
-    from seqjax.experiments.char_lm import machine
+    from seqjax.experiments._kit import machine
 
     lens = sorted({r["T"] for r in rows})
     by = {(r["model"], r["T"]): r for r in rows}
@@ -285,55 +428,74 @@ def report(cfg: Config, rows: list[dict], fits: dict, wall: float, command: str)
         f"Wall time: {wall:.0f} s (compilation only: nothing is timed).",
         "",
         f"Width d = {cfg.width}, {cfg.heads} heads (attention, linear attention), SSM state "
-        f"N_s = {cfg.d_state}; one forward pass of one layer on x: [1, T, d]. See the module "
-        "docstring of `seqjax/experiments/complexity.py` for how each column is measured. "
-        f"Growth exponents are least-squares slopes in log–log over T = "
-        f"{', '.join(map(str, lens[-cfg.fit_last:]))}.",
+        f"N_s = {cfg.d_state}, CNN kernel k = {cfg.kernel_size}; one forward pass of one layer "
+        "on x: [1, T, d] (the CNNs' path lengths are those of the stack that covers T). "
+        "See the module docstring of `seqjax/experiments/complexity.py` for how each column "
+        "is measured. Growth exponents are least-squares slopes in log–log over T = "
+        f"{', '.join(map(str, lens[-cfg.fit_last :]))}.",
         "",
         "## Vaswani et al. (2017) Table 1, measured",
         "",
-        "| layer | FLOPs / token at T = " + f"{lens[0]} → {lens[-1]}"
-        + " | FLOPs ∝ T^k, k | sequential ops at T = " + f"{lens[0]} → {lens[-1]}"
+        "The last two columns are what the sources *state*; every other number is measured. "
+        'The slides give cost and path length as bullet lists under "RNN vs CNN vs '
+        'self-attention" (their only table, "Transformers vs RNNs", says fast/slow '
+        "training and inference); Vaswani et al.'s Table 1 has the three columns but no "
+        "linear attention or SSM row.",
+        "",
+        "| layer | FLOPs / token at T = "
+        + f"{lens[0]} → {lens[-1]}"
+        + " | FLOPs ∝ T^k, k | sequential ops at T = "
+        + f"{lens[0]} → {lens[-1]}"
         + " | seq. ops ∝ T^k, k | max path (parallel form) | max path (recurrent form) "
-        "| slides: complexity, path |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| slides: complexity, path | Vaswani Table 1: complexity, seq. ops, path |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for m in cfg.models:
         a, b = by[(m, lens[0])], by[(m, lens[-1])]
-        sl = SLIDES[m]
+        sl, vt = SLIDES[m], VASWANI[m]
         lines.append(
             f"| {LABELS[m]} | {a['flops_per_token']:,.0f} → {b['flops_per_token']:,.0f} | "
-            f"{fits[m]['flops']:.2f} | {a['sequential_ops']:,} → {b['sequential_ops']:,} | "
-            f"{fits[m]['sequential_ops']:.2f} | "
-            f"{'—' if m == 'rnn' else b['path_parallel']} | {b['path_recurrent']:,} | "
-            f"{sl[0]}, {sl[1]} |")
+            f"{round(fits[m]['flops'], 2) + 0.0:.2f} | "
+            f"{a['sequential_ops']:,} → {b['sequential_ops']:,} | "
+            f"{round(fits[m]['sequential_ops'], 2) + 0.0:.2f} | "
+            f"{'—' if m == 'rnn' else format(b['path_parallel'], ',')} | "
+            f"{b['path_recurrent']:,} | {sl[0]}, {sl[1]} | "
+            f"{'not in the table' if vt is None else ', '.join(vt)} |"
+        )
     lines += [
         "",
         "Max path lengths are at the largest T (T + 1 = the chain x_1 → s_1 → … → s_T → y_T; "
-        "1 = a direct edge); the RNN has no parallel form.",
+        "1 = a direct edge; for a CNN, the depth L of the stack that covers T); the RNN has no "
+        "parallel form, a CNN no recurrent one (both columns are its stack).",
         "",
         "## Every length",
         "",
         "| layer | T | FLOPs | FLOPs / token | sequential ops | path (parallel) "
-        "| path (recurrent) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| path (recurrent) | CNN stack depth L |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m in cfg.models:
         for t in lens:
             r = by[(m, t)]
-            lines.append(f"| {m} | {t} | {r['flops']:,.0f} | {r['flops_per_token']:,.0f} | "
-                         f"{r['sequential_ops']:,} | {r['path_parallel']} | "
-                         f"{r['path_recurrent']} |")
+            lines.append(
+                f"| {m} | {t} | {r['flops']:,.0f} | {r['flops_per_token']:,.0f} | "
+                f"{r['sequential_ops']:,} | {r['path_parallel']} | "
+                f"{r['path_recurrent']} | {r['layers'] if m in CNNS else '—'} |"
+            )
     lines += [
         "",
         "Reading: attention's cost per token grows with T (the N²d term; at small T the ND² "
-        "projections dominate, so the exponent approaches 2 only as T ≫ d), the other three are "
-        "linear in T. The RNN's chain of T dependent steps shows in the sequential operations "
-        "(∝ T); attention's and linear attention's critical paths do not grow with T (a "
-        "matmul or a prefix sum counts as one operation), and the associative scan of the SSM "
-        "grows like log T.",
+        "projections dominate, so the exponent approaches 2 only as T ≫ d), the others are "
+        "linear in T; a conv layer's cost per token is 2·k·d² (+ d for the bias), k times a "
+        "d × d projection, whatever its dilation. The RNN's chain of T dependent steps shows "
+        "in the sequential operations (∝ T); the CNN's, attention's and linear attention's "
+        "critical paths do not grow with T (a convolution, a matmul or a prefix sum counts "
+        "as one operation), and the associative scan of the SSM grows like log T. Path "
+        "length is where the CNNs differ: a plain stack needs ⌈(T − 1)/(k − 1)⌉ layers to "
+        "connect the ends (O(N/k)), a dilated one ⌈log_k T⌉ (O(log_k N)), where attention "
+        "needs one hop and the RNN's and the recurrent forms' chains T + 1.",
         "",
-        "![FLOPs and sequential operations](complexity.png)",
+        "![FLOPs, sequential operations and path length](complexity.png)",
         "",
     ]
     return "\n".join(lines)
@@ -345,14 +507,20 @@ def _plot(cfg: Config, rows: list[dict], outdir: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, ax = plt.subplots(1, 3, figsize=(14, 3.6))
     for m in cfg.models:
         rs = sorted((r for r in rows if r["model"] == m), key=lambda r: r["T"])
         t = [r["T"] for r in rs]
         ax[0].loglog(t, [r["flops"] for r in rs], "o-", label=m)
         ax[1].loglog(t, [r["sequential_ops"] for r in rs], "o-", label=m)
+        ax[2].loglog(t, [r["path_parallel"] for r in rs], "o-", label=m)
     ax[0].set(xlabel="T", ylabel="forward FLOPs (XLA cost analysis)", title="cost per layer")
     ax[1].set(xlabel="T", ylabel="critical path (primitives)", title="sequential operations")
+    ax[2].set(
+        xlabel="T",
+        ylabel="longest shortest path (hops)",
+        title="max path length (RNN: chain, CNN: stack)",
+    )
     for a in ax:
         a.grid(alpha=0.3, which="both")
     ax[0].legend(fontsize=8)
@@ -367,15 +535,23 @@ def run(cfg: Config) -> dict:
     for m in cfg.models:
         if m not in MODELS:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
+    if any(m in CNNS for m in cfg.models) and cfg.kernel_size < 2:
+        raise ValueError(f"`kernel_size` must be >= 2 for the CNN rows; got {cfg.kernel_size}.")
     if not 2 <= cfg.fit_last <= len(cfg.lengths):
-        raise ValueError(f"`fit_last` must be in [2, len(lengths) = {len(cfg.lengths)}]; got "
-                         f"{cfg.fit_last}.")
+        raise ValueError(
+            f"`fit_last` must be in [2, len(lengths) = {len(cfg.lengths)}]; got {cfg.fit_last}."
+        )
     start = time.perf_counter()
     rows = [measure(m, cfg, t) for m in cfg.models for t in sorted(cfg.lengths)]
-    fits = {m: {k: growth([r for r in rows if r["model"] == m], k, cfg.fit_last)
-                for k in ("flops", "sequential_ops")} for m in cfg.models}
+    fits = {
+        m: {
+            k: growth([r for r in rows if r["model"] == m], k, cfg.fit_last)
+            for k in ("flops", "sequential_ops")
+        }
+        for m in cfg.models
+    }
     wall = time.perf_counter() - start
-    from seqjax.experiments.char_lm import command_line
+    from seqjax.experiments._kit import command_line
 
     markdown = report(cfg, rows, fits, wall, command_line("complexity", cfg))
     summary = {"config": asdict(cfg), "rows": rows, "fits": fits, "wall_s": wall}
