@@ -271,8 +271,7 @@ def train_lm(
         }
 
     def bits_per_image(p: Any, arrays: dict[str, np.ndarray]) -> float:
-        m = jax.jit(nll_fn)(p, {k: jnp.asarray(v) for k, v in arrays.items()})
-        return float(m["loss"]) * float(m["tokens"]) / np.log(2.0) / len(arrays["inputs"])
+        return float(np.mean(image_bits(model, p, arrays, num_codes)))
 
     best: dict[str, Any] = {"loss": np.inf, "params": None, "curve": []}
     eval_kwargs: dict[str, Any] = {}
@@ -337,6 +336,25 @@ def train_lm(
             "first_loss": history[0]["loss"] if history else float("nan"),
             "last_loss": history[-1]["loss"] if history else float("nan"),
         },
+    )
+
+
+def image_bits(
+    model: TransformerLM, params: Any, arrays: dict[str, np.ndarray], num_codes: int
+) -> np.ndarray:
+    """``float[N]``: each sequence's ``−log₂ p(c_1 … c_L | prompt)``, the NLL in bits of its
+    image codes (the ``mask``-ed targets of :func:`lm_arrays`) under ``model``, over the
+    codes ``0 … num_codes − 1`` (every other id's logit is −∞, as in training)."""
+    not_code_V = jnp.arange(model.config.vocab_size) >= num_codes
+
+    @jax.jit
+    def bits_N(p: Any, inputs_NxT: Array, targets_NxT: Array, mask_NxT: Array) -> Array:
+        logits_NxTxV = jnp.where(not_code_V, -jnp.inf, model.apply({"params": p}, inputs_NxT))
+        nll_NxT = masked_cross_entropy(logits_NxTxV, targets_NxT, mask_NxT, reduction="none")
+        return jnp.sum(jnp.where(mask_NxT, nll_NxT, 0.0), -1) / jnp.log(2.0)
+
+    return np.asarray(
+        bits_N(params, *(jnp.asarray(arrays[k]) for k in ("inputs", "targets", "mask")))
     )
 
 

@@ -48,6 +48,25 @@ def test_lm_arrays_shift_by_one_and_mask_the_prompt():
     np.testing.assert_array_equal(a["mask"], [[False, False, True, True, True, True]])
 
 
+def test_image_bits_is_the_code_nll_in_bits():
+    """numpy reference: −Σ log₂ softmax over the codes only, at the masked (code) targets."""
+    import jax
+
+    from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+
+    model = TransformerLM(
+        TransformerLMConfig(vocab_size=6, num_layers=1, num_heads=1, embed_dim=8, max_len=4)
+    )
+    params = model.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.int32))["params"]
+    a = image_gpt.lm_arrays(np.array([[4, 5], [5, 4]]), np.array([[0, 3, 1], [2, 2, 0]]))
+    logits = np.asarray(model.apply({"params": params}, a["inputs"]), np.float64)[..., :4]
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))  # over the 4 codes
+    picked = np.take_along_axis(logp, a["targets"][..., None] % 4, -1)[..., 0]
+    want = -(picked * a["mask"]).sum(-1) / np.log(2.0)
+    got = image_gpt.image_bits(model, params, a, num_codes=4)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_digit_splits_hold_out_validation_from_training_only():
     d = image_gpt.digit_splits(0.1)
     assert len(d["fit"]["x"]) == len(d["train"]["x"]) + len(d["val"]["x"]) == 1438

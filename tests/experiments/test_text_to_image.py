@@ -39,5 +39,7 @@ def test_text_to_image_smoke(tmp_path):
     assert s["classifier_test_accuracy"] > 0.95  # the classifier itself is trustworthy
     assert np.isfinite(s["test_bits_per_image"]) and np.isfinite(s["unconditional_bits_per_image"])
     assert s["class_independent_bits_per_image"] < s["independent_bits_per_image"]
+    # -log2 Σ_y p(y) p(x|y) <= -log2 p(y*) p(x|y*): at most -log2 min p(y) (< 3.5) above
+    assert s["mixture_bits_per_image"] < s["test_bits_per_image"] + 3.5
     for name in ("text_to_image.md", "text_to_image_samples.png", "text_to_image.json"):
         assert (tmp_path / name).exists()
