@@ -7,7 +7,6 @@ and what was received (DESIGN.md, "Errors").
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,8 +32,7 @@ def check_dim(x: Any, name: str, axis: int, size: int, what: str = "") -> None:
     if actual != size:
         extra = f" ({what})" if what else ""
         raise ValueError(
-            f"`{name}` must have size {size} on axis {axis}{extra}; "
-            f"got shape {tuple(np.shape(x))}."
+            f"`{name}` must have size {size} on axis {axis}{extra}; got shape {tuple(np.shape(x))}."
         )
 
 
@@ -70,29 +68,16 @@ def check_range(x: Any, name: str, low: int, high: int) -> None:
         return
     lo, hi = arr.min(), arr.max()
     if lo < low or hi > high:
-        raise ValueError(
-            f"`{name}` must lie in [{low}, {high}]; got values in [{lo}, {hi}]."
-        )
-
-
-# Lengths arrays `check_lengths` returned, by id (weakly held): a model checks its `lengths`
-# once and every layer under it receives the checked array, so the value check (a host
-# read in eager mode) is not repeated per layer. Shapes and dtypes are always re-checked.
-_CHECKED_LENGTHS: dict[int, tuple[weakref.ref, int, int]] = {}
+        raise ValueError(f"`{name}` must lie in [{low}, {high}]; got values in [{lo}, {hi}].")
 
 
 def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> jax.Array:
     """The one check of per-row lengths: ``int32[batch]`` with values in ``[low, max_len]``.
 
-    Shape and dtype are checked at trace time; the values when concrete (a host read),
-    and not again for an array this function already returned with a range inside
-    ``[low, max_len]`` (so the layers under a model do not re-read what it checked).
+    Shape and dtype are checked at trace time, the values when concrete (a host read).
+    A model runs it once at its door; the layers it calls trust the checked array (their
+    private paths), so nothing is re-read per layer.
     """
-    key = id(lengths)
-    seen = _CHECKED_LENGTHS.get(key)
-    if seen is not None and seen[0]() is lengths and np.shape(lengths) == (batch,) \
-            and low <= seen[1] and seen[2] <= max_len:
-        return lengths
     check_rank(lengths, name, 1)
     check_integer(lengths, name)
     if np.shape(lengths)[0] != batch:
@@ -100,15 +85,7 @@ def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 
             f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
         )
     check_range(lengths, name, low, max_len)
-    out = jnp.asarray(lengths).astype(jnp.int32)
-    if is_concrete(out):
-        key = id(out)
-        try:
-            ref = weakref.ref(out, lambda _: _CHECKED_LENGTHS.pop(key, None))
-        except TypeError:  # not weak-referenceable: simply checked again next time
-            return out
-        _CHECKED_LENGTHS[key] = (ref, low, max_len)
-    return out
+    return jnp.asarray(lengths).astype(jnp.int32)
 
 
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
@@ -120,8 +97,7 @@ def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
         if np.shape(a) != np.shape(e):
             raise ValueError(
-                f"`{name}` leaf {i} must have shape {tuple(np.shape(e))}; "
-                f"got {tuple(np.shape(a))}."
+                f"`{name}` leaf {i} must have shape {tuple(np.shape(e))}; got {tuple(np.shape(a))}."
             )
 
 
@@ -157,8 +133,7 @@ def check_features(x: Any, name: str, expected: int | None, what: str = "") -> N
     if got != expected:
         extra = f" ({what})" if what else " (the input size its parameters were created with)"
         raise ValueError(
-            f"`{name}` must have {expected} features on its last axis{extra}; "
-            f"got shape {shape}."
+            f"`{name}` must have {expected} features on its last axis{extra}; got shape {shape}."
         )
 
 

@@ -71,6 +71,7 @@ from seqjax.nn.ssm import (
 )
 from seqjax.nn.transformer import (
     REMAT_POLICIES,
+    BlockConfig,
     DecoderLayerCache,
     TransformerBlock,
     TransformerDecoder,
@@ -98,7 +99,7 @@ __all__ = [
     "LayerNorm", "RMSNorm", "layer_norm", "rms_norm", "ACTIVATIONS", "GLU", "GLU_VARIANTS", "MLP",
     "get_activation", "glu_hidden_dim",
     # transformer
-    "REMAT_POLICIES", "DecoderLayerCache", "TransformerBlock", "TransformerDecoder",
+    "REMAT_POLICIES", "BlockConfig", "DecoderLayerCache", "TransformerBlock", "TransformerDecoder",
     "TransformerEncoder",
     # LoRA adapters
     "LORA_TARGETS", "init_lora", "lora_delta", "merge_lora", "unmerge_lora",

@@ -208,7 +208,6 @@ class MultiHeadAttention(nn.Module):
         dtype = dtype or self.dtype or self.param_dtype
         return KVCache.create(batch, max_len, g, d, dtype)
 
-    @nn.compact
     def __call__(
         self,
         inputs_q: Array,
@@ -227,6 +226,38 @@ class MultiHeadAttention(nn.Module):
         kv: tuple[Array, Array] | None = None,
         return_kv: bool = False,
     ) -> Any:
+        lengths, kv_lengths, mask = self._check_call(
+            inputs_q, inputs_kv, mask, lengths, kv_lengths, cache, kv
+        )
+        return self._attend(
+            inputs_q,
+            inputs_kv,
+            mask=mask,
+            bias=bias,
+            is_causal=is_causal,
+            positions=positions,
+            kv_positions=kv_positions,
+            lengths=lengths,
+            kv_lengths=kv_lengths,
+            cache=cache,
+            deterministic=deterministic,
+            return_weights=return_weights,
+            kv=kv,
+            return_kv=return_kv,
+        )
+
+    def _check_call(
+        self,
+        inputs_q: Any,
+        inputs_kv: Any,
+        mask: Any,
+        lengths: Any,
+        kv_lengths: Any,
+        cache: Any,
+        kv: Any,
+    ) -> tuple[Any, Any, Any]:
+        """Every argument check of a call, before :meth:`_attend`: returns
+        ``(lengths, kv_lengths, mask)`` checked."""
         check_rank(inputs_q, "inputs_q", 3)
         b, q_len, features = inputs_q.shape
         self_attention = inputs_kv is None
@@ -269,45 +300,88 @@ class MultiHeadAttention(nn.Module):
         if kv is None and not self_attention:
             wk = bound_param_shape(self, "key", "kernel")
             check_features(x_kv, "inputs_kv", None if wk is None else wk[0])
-        h, g = self.num_heads, self._kv_heads()
-        d = self._head_dim(features)
-        out_features = features if self.out_features is None else self.out_features
-
-        def proj(heads: int, name: str) -> DenseGeneral:
-            return DenseGeneral(
-                features=(heads, d), axis=-1, use_bias=self.use_bias, dtype=self.dtype,
-                param_dtype=self.param_dtype, kernel_init=self.kernel_init,
-                bias_init=self.bias_init, name=name,
-            )
-
-        q_BxQxHxD = proj(h, "query")(inputs_q)
-        if kv is not None:  # cross-attention keys/values projected by an earlier call
+        g, d = self._kv_heads(), self._head_dim(features)
+        if kv is not None:
             if self_attention:
                 raise ValueError("`kv` is for cross-attention: pass `inputs_kv` as well.")
-            k_BxKxGxD, v_BxKxGxD = kv
+            k, v = kv
             want = (b, x_kv.shape[1], g, d)
-            if tuple(k_BxKxGxD.shape) != want or tuple(v_BxKxGxD.shape[:3]) != want[:3]:
+            if tuple(k.shape) != want or tuple(v.shape[:3]) != want[:3]:
                 raise ValueError(
                     f"`kv` must hold keys of shape {want} (and values [B, K, G, Dv]) for "
                     f"`inputs_kv` of shape {tuple(x_kv.shape)}; got "
-                    f"{tuple(k_BxKxGxD.shape)} and {tuple(v_BxKxGxD.shape)}."
+                    f"{tuple(k.shape)} and {tuple(v.shape)}."
                 )
-        else:
-            k_BxKxGxD = proj(g, "key")(x_kv)
-            v_BxKxGxD = proj(g, "value")(x_kv)
-        if self.qk_norm:
-            q_BxQxHxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype,
-                                     name="query_norm")(q_BxQxHxD)
-            if kv is None:
-                k_BxKxGxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype,
-                                         name="key_norm")(k_BxKxGxD)
-
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", b, q_len)
         if kv_lengths is not None:
             if self_attention:
                 raise ValueError("`kv_lengths` is for cross-attention; use `lengths`.")
             kv_lengths = check_lengths(kv_lengths, "kv_lengths", b, x_kv.shape[1])
+        if mask is not None:
+            mask = jnp.asarray(mask)
+            check_bool(mask, "mask")
+            # Checked before it meets the masks built from lengths/kv_lengths/cache, so a
+            # wrong shape is reported as `mask`'s, against the keys it must cover.
+            keys = x_kv.shape[1] if cache is None else cache.k.shape[1]
+            check_broadcast(mask, "mask", (b, self.num_heads, q_len, keys))
+        return lengths, kv_lengths, mask
+
+    @nn.compact
+    def _attend(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None = None,
+        *,
+        mask: Any = None,
+        bias: Any = None,
+        is_causal: bool = False,
+        positions: Any = None,
+        kv_positions: Any = None,
+        lengths: Array | None = None,
+        kv_lengths: Array | None = None,
+        cache: KVCache | None = None,
+        deterministic: bool = True,
+        return_weights: bool = False,
+        kv: tuple[Array, Array] | None = None,
+        return_kv: bool = False,
+    ) -> Any:
+        """The attention on checked arguments (:meth:`_check_call`): the path that a
+        :class:`~seqjax.nn.transformer.TransformerBlock` under a stack or a model takes."""
+        b, q_len, features = inputs_q.shape
+        self_attention = inputs_kv is None
+        x_kv = inputs_q if self_attention else inputs_kv
+        h, g = self.num_heads, self._kv_heads()
+        d = self._head_dim(features)
+        out_features = features if self.out_features is None else self.out_features
+
+        def proj(heads: int, name: str) -> DenseGeneral:
+            return DenseGeneral(
+                features=(heads, d),
+                axis=-1,
+                use_bias=self.use_bias,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                kernel_init=self.kernel_init,
+                bias_init=self.bias_init,
+                name=name,
+            )
+
+        q_BxQxHxD = proj(h, "query")(inputs_q)
+        if kv is not None:  # cross-attention keys/values projected by an earlier call
+            k_BxKxGxD, v_BxKxGxD = kv
+        else:
+            k_BxKxGxD = proj(g, "key")(x_kv)
+            v_BxKxGxD = proj(g, "value")(x_kv)
+        if self.qk_norm:
+            q_BxQxHxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype, name="query_norm")(
+                q_BxQxHxD
+            )
+            if kv is None:
+                k_BxKxGxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype, name="key_norm")(
+                    k_BxKxGxD
+                )
+
         if self.use_rope:
             if positions is None:
                 start = cache.lengths[:, None] if cache is not None else 0
@@ -334,15 +408,16 @@ class MultiHeadAttention(nn.Module):
             attn_mask = combine_masks(attn_mask, key_valid[:, None, None, :])
         if mask is not None:
             mask = jnp.asarray(mask)
-            check_bool(mask, "mask")
-            # Checked before it meets the masks built from lengths/kv_lengths/cache, so a
-            # wrong shape is reported as `mask`'s, against the keys it must cover.
-            check_broadcast(mask, "mask", (b, h, q_len, k_BxKxGxD.shape[1]))
         attn_mask = combine_masks(attn_mask, mask)
 
         use_dropout = self.dropout_rate > 0.0 and not deterministic
         result = dot_product_attention(
-            q_BxQxHxD, k_BxKxGxD, v_BxKxGxD, mask=attn_mask, bias=bias, scale=self.scale,
+            q_BxQxHxD,
+            k_BxKxGxD,
+            v_BxKxGxD,
+            mask=attn_mask,
+            bias=bias,
+            scale=self.scale,
             is_causal=is_causal and cache is None,
             window=self.window if cache is None else None,  # with a cache: in attn_mask
             implementation=self.implementation,
@@ -353,9 +428,14 @@ class MultiHeadAttention(nn.Module):
         attn_BxQxHxD, weights = result if return_weights else (result, None)
         if self.output_projection:
             out_BxQxF = DenseGeneral(
-                features=out_features, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
-                param_dtype=self.param_dtype, kernel_init=self.out_kernel_init or self.kernel_init,
-                bias_init=self.bias_init, name="out",
+                features=out_features,
+                axis=(-2, -1),
+                use_bias=self.use_bias,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                kernel_init=self.out_kernel_init or self.kernel_init,
+                bias_init=self.bias_init,
+                name="out",
             )(attn_BxQxHxD)
         else:  # Concat[H_1, ..., H_H]: [B, Q, H·Dv]
             out_BxQxF = attn_BxQxHxD.reshape(b, q_len, -1)
