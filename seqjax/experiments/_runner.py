@@ -95,12 +95,16 @@ EXPERIMENT_FILE = "experiment.json"
 
 
 def list_experiments() -> list[str]:
-    """The names of the modules in the ``experiments`` package."""
+    """The names of the experiment modules in the ``experiments`` package.
+
+    Only public plain modules count: private ones (``_kit``, ``_runner``) and packages
+    (``reports``, the experiments' markdown and figure writers) are not experiments.
+    """
     from seqjax import experiments
 
     return sorted(
         m.name for m in pkgutil.iter_modules(experiments.__path__)
-        if not m.name.startswith("_") and m.name != "results"
+        if not m.name.startswith("_") and not m.ispkg and m.name != "results"
     )
 
 

@@ -51,7 +51,8 @@ import numpy as np
 
 from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
-from seqjax.experiments._kit import machine_info, mean_sd, pad_rows, save_json, write_run_info
+from seqjax.experiments._kit import machine_info, pad_rows, save_json, write_run_info
+from seqjax.experiments.reports.bert_mlm import plot_results, results_table
 from seqjax.experiments.translation import load_pairs
 from seqjax.models.bert import Bert, BertConfig, mlm_mask
 from seqjax.models.gpt import TransformerLM, TransformerLMClassifier, TransformerLMConfig
@@ -639,7 +640,7 @@ def run(cfg: Config) -> dict:
             "runs": dec_runs,
         }
     wall = time.perf_counter() - t_start
-    table = _table(runs + decoder.get("runs", []), majority)
+    table = results_table(runs + decoder.get("runs", []), majority)
     print("\n" + table + f"\n\nwall time {wall:.0f}s")
     summary = {
         "config": asdict(cfg),
@@ -662,72 +663,11 @@ def run(cfg: Config) -> dict:
     }
     if cfg.workdir is not None and primary:
         os.makedirs(cfg.workdir, exist_ok=True)
-        summary["plot"] = _plot(
+        summary["plot"] = plot_results(
             runs + decoder.get("runs", []), majority, os.path.join(cfg.workdir, "bert_mlm.png")
         )
         save_json(summary, os.path.join(cfg.workdir, "bert_mlm.json"))
     return summary
-
-
-FORMS = {"bert": "BERT, `<cls>` (encoder)", "gpt": "causal LM, last token (decoder)"}
-
-
-def _table(runs: list[dict], majority: float) -> str:
-    """Mean ± sd per label budget, classifier form and initialisation (BERT's rows first)."""
-    groups: dict[tuple[int, int, str], list[dict]] = collections.defaultdict(list)
-    order = list(FORMS)
-    for r in runs:
-        groups[(r["n_labels"], order.index(r.get("model", "bert")), r["init"])].append(r)
-    lines = [
-        "| labelled sentences | classifier | init | test accuracy (%) | macro-F1 |",
-        "|---:|---|---|---:|---:|",
-    ]
-    for (n, form, init), rs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
-        lines.append(
-            f"| {n} | {FORMS[order[form]]} | {init} | "
-            f"{mean_sd([100 * r['accuracy'] for r in rs])} | "
-            f"{mean_sd([r['macro_f1'] for r in rs])} |"
-        )
-    lines.append(f"| – | majority class | – | {100 * majority:.3f} | – |")
-    return "\n".join(lines)
-
-
-def _plot(runs: list[dict], majority: float, path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.0, 3.3))
-    for form, style in (("bert", "-"), ("gpt", "--")):
-        for init, color in (("pretrained", "tab:blue"), ("scratch", "tab:orange")):
-            sel = [r for r in runs if r.get("model", "bert") == form and r["init"] == init]
-            if not sel:
-                continue
-            ns = sorted({r["n_labels"] for r in sel})
-            vals = [[r["macro_f1"] for r in sel if r["n_labels"] == n] for n in ns]
-            ax.errorbar(
-                ns,
-                [np.mean(v) for v in vals],
-                yerr=[np.std(v) for v in vals],
-                marker="o" if form == "bert" else "s",
-                linestyle=style,
-                capsize=3,
-                color=color,
-                label=f"{init} {'BERT' if form == 'bert' else 'causal LM'}",
-            )
-    ax.set_xscale("log")
-    ax.set_xlabel("labelled training sentences")
-    ax.set_ylabel("test macro-F1 (. ? !)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(
-        f"fine-tuning, encoder vs decoder form (majority class {100 * majority:.1f}%)", fontsize=9
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
 
 
 def main(argv: list[str] | None = None) -> dict:

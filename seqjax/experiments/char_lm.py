@@ -83,6 +83,7 @@ from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, sample
 from seqjax.experiments._config import ConfigError, config_from_dict
 from seqjax.experiments._kit import load_average, machine
+from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU_VAL_LOSS
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
@@ -96,8 +97,6 @@ from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 
-NANOGPT_CPU_VAL_LOSS = 1.88  # nanoGPT README, CPU config, "val loss of about 1.88"
-NANOGPT_GPU_VAL_LOSS = 1.4697  # nanoGPT README, train_shakespeare_char on one A100
 MODELS = ("transformer", "lstm")
 # nanoGPT decays every 2-D parameter (embeddings included); vectors are never decayed.
 NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
@@ -351,12 +350,6 @@ def _optimizer(cfg: Config) -> tuple[Any, Any]:
     ))
 
 
-
-
-
-
-
-
 def run(cfg: Config) -> dict:
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
     par.check_batch_size(cfg.batch_size)
@@ -498,7 +491,6 @@ def evaluate(cfg: Config) -> dict:
             "val_tokens_full": full["tokens"]}
 
 
-
 def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature: float = 0.8,
              seed: int = 0) -> str:
     """Continue ``prompt`` with the checkpoint in ``cfg.workdir`` (top-k ``sample_top_k``)."""
@@ -509,110 +501,6 @@ def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature
 
 
 # ----------------------------------------------------------------------------- results
-
-
-def write_results(workdirs: list[str], results_dir: str, commands: dict[str, str],
-                  notes: tuple[str, ...] = ()) -> str:
-    """``results_dir/char_lm.md`` and ``char_lm_loss.png`` from finished runs' work dirs.
-
-    ``commands`` maps each work dir to the command that trained it. Every number comes
-    from the runs' ``char_lm.json`` and ``metrics.jsonl``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = []
-    for wd in workdirs:
-        with open(os.path.join(wd, "char_lm.json")) as f:
-            runs.append((wd, json.load(f), read_metrics(os.path.join(wd, "metrics.jsonl"))))
-    os.makedirs(results_dir, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.14, top=0.92)
-    for _wd, s, recs in runs:
-        name = f"{s['config']['model']} ({s['params'] / 1e6:.2f}M, {s['steps']} it.)"
-        pts = [(r["step"], r["eval/loss"]) for r in recs if "eval/loss" in r]
-        tr = [(r["step"], r["loss"]) for r in recs if "loss" in r]
-        line, = ax.plot(*zip(*pts), marker="o", ms=3, label=f"{name} val")
-        ax.plot(*zip(*tr), color=line.get_color(), alpha=0.35, lw=0.8, label=f"{name} train")
-    ax.axhline(NANOGPT_CPU_VAL_LOSS, color="k", ls=":", lw=1, label="nanoGPT CPU val ≈ 1.88")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("cross-entropy (nats/char)")
-    ax.set_ylim(1.3, 3.5)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title("Tiny Shakespeare, nanoGPT CPU config (block 64, batch 12)", fontsize=9)
-    fig.savefig(os.path.join(results_dir, "char_lm_loss.png"), dpi=90)
-    plt.close(fig)
-
-    first = runs[0][1]
-    lines = [
-        "# char_lm — Tiny Shakespeare character LM (nanoGPT's split and CPU config)",
-        "",
-        f"Machine: {first['machine']}. The 2 cores were shared with other jobs during every "
-        "run (load averages below; a 2-core machine is saturated at 2), so wall times are "
-        "upper bounds, not benchmarks.",
-        "",
-        "Commands:",
-        "",
-    ]
-    default_command = "python -m seqjax.experiments.char_lm"
-    lines += [f"* `{commands.get(wd, default_command)}`" for wd, _, _ in runs]
-    lines += ["", *notes] if notes else []
-    lines += [
-        "",
-        "Data: nanoGPT's `shakespeare_char` (65 characters; 1,003,854 train / 111,540 val). "
-        "Recipe (both models): AdamW, β₂ = 0.99, weight decay 0.1 on every matrix, 100 "
-        "warm-up iterations, cosine decay to 0.1× at the last iteration, gradient clipping 1.0, "
-        "dropout 0, random windows of 64 characters, batch 12.",
-        "",
-        "| model | params | iterations | peak lr | val loss (20 random batches, as nanoGPT) "
-        "| val loss (whole val split) | train loss (20 batches) | training wall time "
-        "| load average (1/5/15 min) before → after | anchor |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for _wd, s, _ in runs:
-        c = s["config"]
-        full = "" if s["val_loss_full"] is None else f"{s['val_loss_full']:.4f}"
-        loads = (f"{s['load_average_before']} → {s['load_average_after']}"
-                 if not s["resumed_from"] else "not recorded (evaluated in a resumed run)")
-        lines.append(
-            f"| {c['model']} {c['num_layers']}L/{c['embed_dim']}d | {s['params']:,} | "
-            f"{s['steps']} | {c['learning_rate']:g} | {s['val_loss_estimate']:.4f} | {full} | "
-            f"{s['train_loss_estimate']:.4f} | {s['train_wall_s'] / 60:.1f} min | {loads} | "
-            f"nanoGPT val ≈ {s['anchor_val_loss']} (~3 min on a laptop CPU) |")
-    lines += ["", "![loss curves](char_lm_loss.png)", "",
-              "Validation loss during training (20 fixed random batches):", "",
-              "| iteration | " + " | ".join(f"{s['config']['model']}, {s['steps']} it."
-                                           for _, s, _ in runs) + " |",
-              "|---:|" + "---:|" * len(runs)]
-    evals = [{r["step"]: r["eval/loss"] for r in recs if "eval/loss" in r} for _, _, recs in runs]
-    for step in sorted(set().union(*evals)):
-        lines.append(f"| {step} | " + " | ".join(
-            f"{e[step]:.4f}" if step in e else "" for e in evals) + " |")
-    for _wd, s, _ in runs:
-        c = s["config"]
-        lines += ["", f"Sample of the {c['model']} after {s['steps']} iterations (prompt a "
-                  "newline, temperature "
-                  f"{c['sample_temperature']:g}, top-k {c['sample_top_k']}, "
-                  f"{c['sample_chars']} characters):", "", "```", s["sample"].strip(), "```"]
-    lines += [
-        "",
-        "The transformer's checkpoint, tokenizer and config stay in its work dir "
-        f"(`{runs[0][0]}`: `checkpoints/`, `tokenizer.json`, `experiment.json`); "
-        "`experiments.char_lm.load_model(workdir)` returns `(model, params, tokenizer, "
-        "config)`.",
-        "",
-        "nanoGPT's GPU config (`--preset gpu`: 6 layers, 6 heads, d = 384, block 256, batch "
-        f"64, 5000 iterations, dropout 0.2; val {NANOGPT_GPU_VAL_LOSS} on one A100) is "
-        "implemented and smoke-tested; it has not been run here (no GPU).",
-        "",
-    ]
-    text = "\n".join(lines)
-    with open(os.path.join(results_dir, "char_lm.md"), "w", encoding="utf-8") as f:
-        f.write(text)
-    return text
 
 
 def main(argv: list[str] | None = None) -> dict:

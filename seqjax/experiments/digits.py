@@ -40,11 +40,11 @@ import numpy as np
 from seqjax.data.batching import split_arrays
 from seqjax.experiments._kit import (
     machine_info,
-    mean_sd,
     save_json,
     train_classifier,
     write_run_info,
 )
+from seqjax.experiments.reports.digits import accuracy_table, plot_accuracy
 from seqjax.models.rnn import RNNClassifier
 from seqjax.models.vit import ViT, ViTConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
@@ -185,52 +185,16 @@ def run(cfg: Config) -> dict:
     by: dict[str, list[dict]] = collections.defaultdict(list)
     for r in runs:
         by[r["model"]].append(r)
-    lines = ["| model | input | params | test accuracy (%) | train s / seed |",
-             "|---|---|---:|---:|---:|"]
-    for name, rs in by.items():
-        inp = ("8 rows × 8 px" if name not in ("vit",) else
-               f"{(8 // cfg.patch_size) ** 2} patches × {cfg.patch_size ** 2} px")
-        lines.append(f"| {LABELS[name]} | {inp} | {rs[0]['params']:,} | "
-                     f"{mean_sd([100 * r['test_accuracy'] for r in rs])} | "
-                     f"{np.mean([r['train_s'] for r in rs]):.0f} |")
-    lines.append(f"| SVC(gamma=0.001) (scikit-learn gallery) | 64 px | – | {100 * svm:.2f} | – |")
-    table = "\n".join(lines)
+    table = accuracy_table(by, svm, LABELS, cfg.patch_size)
     print("\n" + table + f"\n\nwall time {wall:.0f}s")
     summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
                "wall_s": wall, "runs": runs,
                "svm_accuracy": svm, "n_train": int(len(train["y"])),
                "n_test": int(len(test["y"])), "table_md": table}
     if cfg.workdir is not None and primary:
-        summary["plot"] = _plot(by, svm, os.path.join(cfg.workdir, "digits_accuracy.png"))
+        summary["plot"] = plot_accuracy(by, svm, os.path.join(cfg.workdir, "digits_accuracy.png"))
         save_json(summary, os.path.join(cfg.workdir, "digits.json"))
     return summary
-
-
-def _plot(by: dict[str, list[dict]], svm: float, path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(by)
-    fig, ax = plt.subplots(figsize=(6.0, 3.2))
-    means = [100 * np.mean([r["test_accuracy"] for r in by[n]]) for n in names]
-    sds = [100 * np.std([r["test_accuracy"] for r in by[n]]) for n in names]
-    ax.bar(range(len(names)), means, yerr=sds, capsize=3, color="tab:blue")
-    for i, r in enumerate(by.values()):
-        ax.scatter([i] * len(r), [100 * x["test_accuracy"] for x in r], color="k", s=8, zorder=3)
-    ax.axhline(100 * svm, color="tab:red", ls="--", lw=1, label="SVC(gamma=0.001)")
-    short = {"elman": "Elman", "lstm": "LSTM", "gru": "GRU", "bilstm": "BiLSTM",
-             "transformer": "transformer\n(rows)", "vit": "ViT\n(2×2 patches)"}
-    ax.set_xticks(range(len(names)), [short[n] for n in names], fontsize=8)
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_ylim(max(0.0, min(means) - 4), 100)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.experiments import bert_mlm
+from seqjax.experiments.reports import bert_mlm as report
 from seqjax.models import TransformerLM
 
 
@@ -40,13 +41,13 @@ def test_table_puts_both_forms_side_by_side():
         for s in (0, 1)
         for i in ("pretrained", "scratch")
     ]
-    lines = bert_mlm._table(runs, 0.8).splitlines()
+    lines = report.results_table(runs, 0.8).splitlines()
     assert len(lines) == 2 + 8 + 1
     assert [ln.split(" | ")[:2] for ln in lines[2:6]] == [
-        ["| 10", bert_mlm.FORMS["bert"]],
-        ["| 10", bert_mlm.FORMS["bert"]],
-        ["| 10", bert_mlm.FORMS["gpt"]],
-        ["| 10", bert_mlm.FORMS["gpt"]],
+        ["| 10", report.FORMS["bert"]],
+        ["| 10", report.FORMS["bert"]],
+        ["| 10", report.FORMS["gpt"]],
+        ["| 10", report.FORMS["gpt"]],
     ]
     assert lines[-1].startswith("| – | majority class | – | 80.000")
 

@@ -1,0 +1,13 @@
+"""The experiments' reports: one module per experiment, ``reports/NAME.py``.
+
+A report module turns a recipe's results — plain dicts and lists of numbers, the frozen
+``Config`` — into what a reader sees: the markdown results file (tables, the command that
+reproduces them) and the figures (matplotlib, Agg backend, written to a path it is given).
+It never trains and computes no model quantity; it imports nothing from the recipes
+(``seqjax.experiments.NAME``), so the recipe imports its report and never the other way
+round. What a report needs from a recipe (labels, a reference number, a lexicon) comes in
+as an argument or lives in the report itself when only formatting uses it.
+
+The recipes re-export the report functions that users call by the recipe's name (e.g.
+``seqjax.experiments.ptb_lm.write_seed_summary``), so those commands keep working.
+"""
