@@ -372,7 +372,7 @@ def report(cfg: Config, s: dict, command: str) -> str:
             else []
         ),
         "| the transformer given the prompt, summed over the ten prompts "
-        f"(−log₂ Σ_y p(y) p(x | y): no text needed) | {s['mixture_bits_per_image']:.1f} |",
+        f"(−log₂ Σ_y p(y) p(x \\| y): no text needed) | {s['mixture_bits_per_image']:.1f} |",
         f"| independent positions given the digit | {s['class_independent_bits_per_image']:.1f} |",
         f"| independent positions | {s['independent_bits_per_image']:.1f} |",
         f"| uniform | {s['uniform_bits_per_image']:.0f} |",
