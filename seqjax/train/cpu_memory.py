@@ -1,0 +1,71 @@
+"""Keep freed memory in the process on XLA:CPU, so a jitted step does not fault it back in.
+
+On the CPU backend every call of a compiled program allocates its temporaries with the C
+library's ``malloc`` and frees them when it returns. glibc serves a large block with a
+fresh ``mmap`` (above ``M_MMAP_THRESHOLD``, at most 32 MiB by its own adjustment) and
+returns freed memory at the top of the heap to the kernel (above ``M_TRIM_THRESHOLD``), so
+the next call touches new pages again: the kernel zeroes and maps each one on first touch.
+For ``char_lm``'s step (nanoGPT's CPU config, a 2-core VM) that is about 12,600 minor page
+faults and 18 ms of system time per call — a third of the step's CPU time
+(``benchmarks/RESULTS.md``, "The CPU step: page faults").
+
+:func:`keep_freed_memory` raises both thresholds to 1 GiB with ``mallopt``: blocks up to
+that size come from the heap and freed ones stay there for the next call (page faults per
+call fall to a few hundred). The cost is memory: the process keeps up to 1 GiB of freed
+heap instead of returning it, and its resident size stays near its peak.
+:func:`~seqjax.train.step.make_train_step` and :func:`~seqjax.train.step.make_eval_step`
+call it when JAX's default backend is the CPU; ``SEQJAX_KEEP_FREED_MEMORY=0`` turns it off.
+It does nothing outside Linux with glibc, and on GPU/TPU backends (their temporaries live
+in the accelerator's allocator).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+import jax
+
+__all__ = ["ENV", "keep_freed_memory"]
+
+#: Set to ``0`` to leave glibc's allocator settings alone.
+ENV = "SEQJAX_KEEP_FREED_MEMORY"
+
+_M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (<malloc.h>)
+_M_MMAP_THRESHOLD = -3
+_THRESHOLD = 1 << 30  # 1 GiB
+
+_applied: bool | None = None  # the outcome, once decided (a process-wide setting)
+
+
+def keep_freed_memory(*, force: bool = False) -> bool:
+    """Raise glibc's mmap and trim thresholds to 1 GiB (once per process); ``True`` if set.
+
+    Without ``force`` it acts only when JAX's default backend is the CPU and the
+    environment does not set ``SEQJAX_KEEP_FREED_MEMORY=0``. Returns ``False`` where it
+    cannot (not Linux/glibc) or should not act.
+    """
+    global _applied
+    if _applied is not None and not force:
+        return _applied
+    if not force and (os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")
+                      or jax.default_backend() != "cpu"):
+        _applied = False
+        return False
+    _applied = _mallopt_thresholds(_THRESHOLD)
+    return _applied
+
+
+def _mallopt_thresholds(value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, value)) and bool(mallopt(_M_TRIM_THRESHOLD, value))
