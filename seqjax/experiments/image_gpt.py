@@ -24,6 +24,13 @@ targets ``[t_1 … t_N]``; samples are drawn by :func:`seqjax.decoding.sample` f
 (add-one smoothed counts), the ``p(x) = ∏ p(x_n)`` that ignores the context. Test
 negative log-likelihood is reported in bits per image.
 
+1,438 training images are few for a 100k-parameter transformer: without regularisation it
+over-fits and, on patches, loses to the baseline (``results/image_gpt_ablation.md``). So
+the model trains with dropout, and the parameters of the step with the lowest NLL on a
+held-out validation split (early stopping) are the ones tested. :func:`train_lm`,
+:func:`lm_arrays`, :func:`image_bits` and :func:`generate` take any prompt before the codes
+(``<start>`` here; text in :mod:`seqjax.experiments.text_to_image`).
+
 Run:  python -m seqjax.experiments.image_gpt --results_dir seqjax/experiments/results
       python -m seqjax.experiments.image_gpt --smoke --workdir /tmp/igpt     (seconds)
 """
