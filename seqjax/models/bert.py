@@ -40,7 +40,7 @@ from seqjax.nn.embedding import Embed
 from seqjax.nn.ffn import get_activation
 from seqjax.nn.norms import LayerNorm
 from seqjax.nn.positional import LearnedPositionalEmbedding
-from seqjax.nn.transformer import TransformerEncoder
+from seqjax.nn.transformer import BlockConfig, TransformerEncoder
 
 Array = jax.Array
 Dtype = Any
@@ -91,6 +91,29 @@ class BertConfig:
 
     def replace(self, **changes: Any) -> BertConfig:
         return dataclasses.replace(self, **changes)
+
+    def block_config(
+        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
+    ) -> BlockConfig:
+        """The one :class:`~seqjax.nn.BlockConfig` of every encoder block (bidirectional;
+        validated here, once, and handed whole to the stack)."""
+        return BlockConfig(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            norm=self.norm,
+            activation=self.activation,
+            norm_epsilon=self.norm_epsilon,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=(
+                self.dropout_rate
+                if self.attention_dropout_rate is None
+                else self.attention_dropout_rate
+            ),
+            implementation=self.implementation,
+            kernel_init=nn.initializers.normal(stddev=self.init_std),
+            dtype=dtype,
+            param_dtype=param_dtype,
+        )
 
 
 #: ``bert-base`` / ``bert-large`` (Devlin et al. 2018; Bishop Ex. 12.16: BERT-Large has
@@ -287,25 +310,13 @@ class Bert(nn.Module):
             raise ValueError("`token_types` given but the config has type_vocab_size=0.")
         x_BxTxD = LayerNorm(cfg.norm_epsilon, name="embed_norm", **kw)(x_BxTxD)
         x_BxTxD = nn.Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
-        attn_drop = (
-            cfg.dropout_rate if cfg.attention_dropout_rate is None else cfg.attention_dropout_rate
-        )
         z_BxTxD = TransformerEncoder(
-            num_heads=cfg.num_heads,
+            config=cfg.block_config(self.dtype, self.param_dtype),
             num_layers=cfg.num_layers,
-            mlp_dim=cfg.mlp_dim,
-            norm=cfg.norm,
-            activation=cfg.activation,
-            norm_epsilon=cfg.norm_epsilon,
-            dropout_rate=cfg.dropout_rate,
-            attention_dropout_rate=attn_drop,
-            implementation=cfg.implementation,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
-            kernel_init=init,
             name="encoder",
-            **kw,
-        )(x_BxTxD, lengths=lengths, deterministic=deterministic)
+        )._call_checked(x_BxTxD, lengths=lengths, deterministic=deterministic)
 
         out: dict[str, Array] = {"hidden": z_BxTxD}
         if cfg.mlm_head:

@@ -73,7 +73,7 @@ from seqjax.models._common import (
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
-from seqjax.nn.transformer import TransformerDecoder, TransformerEncoder
+from seqjax.nn.transformer import BlockConfig, TransformerDecoder, TransformerEncoder
 
 Array = jax.Array
 Dtype = Any
@@ -129,6 +129,25 @@ class TransformerConfig:
     def replace(self, **changes: Any) -> TransformerConfig:
         return dataclasses.replace(self, **changes)
 
+    def block_config(
+        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
+    ) -> BlockConfig:
+        """The one :class:`~seqjax.nn.BlockConfig` of the encoder blocks (validated here,
+        once); the decoder's is its ``replace(causal=True, cross_attention=True)``."""
+        return BlockConfig(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            norm=self.norm,
+            activation=self.activation,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            attention_use_bias=self.attention_use_bias,
+            implementation=self.implementation,
+            kernel_init=nn.initializers.xavier_uniform(),
+            dtype=dtype,
+            param_dtype=param_dtype,
+        )
+
     @property
     def shared_vocab(self) -> bool:
         return self.tgt_vocab_size is None
@@ -143,8 +162,9 @@ class TransformerConfig:
 #: d_ff=4096, h=16, dropout 0.3.
 TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
     "vaswani-base": TransformerConfig(src_vocab_size=37000),
-    "vaswani-big": TransformerConfig(src_vocab_size=37000, num_heads=16, embed_dim=1024,
-                                     mlp_dim=4096, dropout_rate=0.3),
+    "vaswani-big": TransformerConfig(
+        src_vocab_size=37000, num_heads=16, embed_dim=1024, mlp_dim=4096, dropout_rate=0.3
+    ),
 }
 
 
@@ -192,48 +212,51 @@ class Transformer(nn.Module):
                 f"`positions` must be 'sinusoidal' or 'learned'; got {cfg.positions!r}."
             )
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        emb_init = nn.initializers.normal(stddev=cfg.embed_dim ** -0.5)
+        emb_init = nn.initializers.normal(stddev=cfg.embed_dim**-0.5)
         if cfg.shared_vocab:
-            self.shared_embed = Embed(cfg.src_vocab_size, cfg.embed_dim,
-                                         embedding_init=emb_init, **kw)
+            self.shared_embed = Embed(
+                cfg.src_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw
+            )
         else:
-            self.src_embed = Embed(cfg.src_vocab_size, cfg.embed_dim,
-                                      embedding_init=emb_init, **kw)
-            self.tgt_embed = Embed(cfg.tgt_vocab_size, cfg.embed_dim,
-                                      embedding_init=emb_init, **kw)
+            self.src_embed = Embed(cfg.src_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw)
+            self.tgt_embed = Embed(cfg.tgt_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw)
         if cfg.positions == "learned":
             self.src_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
             self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
         else:
             self.sinusoid = SinusoidalPositionalEmbedding()
-        stack = dict(
-            num_heads=cfg.num_heads, mlp_dim=cfg.mlp_dim, norm=cfg.norm,
-            activation=cfg.activation, dropout_rate=cfg.dropout_rate,
-            attention_dropout_rate=cfg.attention_dropout_rate,
-            attention_use_bias=cfg.attention_use_bias, implementation=cfg.implementation,
-            scan_layers=cfg.scan_layers, remat=cfg.remat,
-            kernel_init=nn.initializers.xavier_uniform(), **kw,
+        block = cfg.block_config(self.dtype, self.param_dtype)
+        stack = dict(scan_layers=cfg.scan_layers, remat=cfg.remat)
+        self.encoder = TransformerEncoder(
+            config=block, num_layers=cfg.encoder_layers or cfg.num_layers, **stack
         )
-        self.encoder = TransformerEncoder(num_layers=cfg.encoder_layers or cfg.num_layers,
-                                          **stack)
-        self.decoder = TransformerDecoder(num_layers=cfg.decoder_layers or cfg.num_layers,
-                                          causal=True, cross_attention=True, **stack)
+        self.decoder = TransformerDecoder(
+            config=block.replace(causal=True, cross_attention=True),
+            num_layers=cfg.decoder_layers or cfg.num_layers,
+            **stack,
+        )
         self.drop = nn.Dropout(cfg.dropout_rate)
         if cfg.tie_output:
             if cfg.output_bias:
-                self.output_bias = self.param("output_bias", nn.initializers.zeros_init(),
-                                              (cfg.target_vocab_size,), self.param_dtype)
+                self.output_bias = self.param(
+                    "output_bias",
+                    nn.initializers.zeros_init(),
+                    (cfg.target_vocab_size,),
+                    self.param_dtype,
+                )
         else:
             self.output = Dense(cfg.target_vocab_size, use_bias=cfg.output_bias, **kw)
 
     def _target_table(self) -> nn.Embed:
         return self.shared_embed if self.config.shared_vocab else self.tgt_embed
 
-    def _embed(self, tokens_BxT: Array, source: bool, positions_BxT: Array | None,
-               deterministic: bool) -> Array:
+    def _embed(
+        self, tokens_BxT: Array, source: bool, positions_BxT: Array | None, deterministic: bool
+    ) -> Array:
         cfg = self.config
-        table = (self.shared_embed if cfg.shared_vocab
-                 else self.src_embed if source else self.tgt_embed)
+        table = (
+            self.shared_embed if cfg.shared_vocab else self.src_embed if source else self.tgt_embed
+        )
         x_BxTxD = table(tokens_BxT)
         if cfg.scale_embeddings:
             x_BxTxD = x_BxTxD * math.sqrt(cfg.embed_dim)
@@ -256,11 +279,13 @@ class Transformer(nn.Module):
 
     def _check_len(self, num_steps: int, name: str) -> None:
         if self.config.positions == "learned" and num_steps > self.config.max_len:
-            raise ValueError(f"`{name}` has {num_steps} positions but max_len="
-                             f"{self.config.max_len}.")
+            raise ValueError(
+                f"`{name}` has {num_steps} positions but max_len={self.config.max_len}."
+            )
 
-    def encode(self, src_BxS: Array, src_lengths: Array | None = None, *,
-               deterministic: bool = True) -> tuple[Array, Array]:
+    def encode(
+        self, src_BxS: Array, src_lengths: Array | None = None, *, deterministic: bool = True
+    ) -> tuple[Array, Array]:
         """``(z_BxSxD, src_lengths_B)``: the encoder output ``Z*`` (zeros at padding)."""
         src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
         check_nonempty(src_BxS, "src", "the decoder's cross-attention needs a key")
@@ -270,7 +295,9 @@ class Transformer(nn.Module):
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
         src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         x_BxSxD = self._embed(src_BxS, True, None, deterministic)
-        z_BxSxD = self.encoder(x_BxSxD, lengths=src_lengths, deterministic=deterministic)
+        z_BxSxD = self.encoder._call_checked(
+            x_BxSxD, lengths=src_lengths, deterministic=deterministic
+        )
         return z_BxSxD, src_lengths
 
     def __call__(
@@ -290,14 +317,25 @@ class Transformer(nn.Module):
         if tgt_lengths is not None:
             tgt_lengths = check_lengths(tgt_lengths, "tgt_lengths", batch, tgt_len)
         y_BxTxD = self._embed(tgt_in_BxT, False, None, deterministic)
-        h_BxTxD = self.decoder(y_BxTxD, lengths=tgt_lengths, encoder_out=z_BxSxD,
-                               encoder_lengths=src_lengths, deterministic=deterministic)
+        h_BxTxD = self.decoder._call_checked(
+            y_BxTxD,
+            lengths=tgt_lengths,
+            encoder_out=z_BxSxD,
+            encoder_lengths=src_lengths,
+            deterministic=deterministic,
+        )
         return self._head(h_BxTxD)
 
     # ----------------------------------------------------------------- decoding interface
 
-    def _prefill(self, prompt_BxT: Array, lengths_B: Array, max_len: int, src_BxS: Array,
-                 src_lengths: Array | None) -> dict:
+    def _prefill(
+        self,
+        prompt_BxT: Array,
+        lengths_B: Array,
+        max_len: int,
+        src_BxS: Array,
+        src_lengths: Array | None,
+    ) -> dict:
         z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths)
         batch, num_steps = prompt_BxT.shape
         cache = self.decoder.init_cache(batch, max_len)
@@ -305,21 +343,37 @@ class Transformer(nn.Module):
         # leaves the self-attention caches empty): it projects the encoder output into each
         # layer's cross-attention keys/values once, for every later step to reuse.
         y_BxTxD = self._embed(prompt_BxT[:, : max(num_steps - 1, 1)], False, None, True)
-        _, cache = self.decoder(y_BxTxD, lengths=lengths_B, encoder_out=z_BxSxD,
-                                encoder_lengths=src_lengths, cache=cache)
-        return {"cache": layers_to_batch_major(cache, self.config.scan_layers),
-                "enc": z_BxSxD, "src_lengths": src_lengths, "positions": lengths_B}
+        _, cache = self.decoder._call_checked(
+            y_BxTxD,
+            lengths=lengths_B,
+            encoder_out=z_BxSxD,
+            encoder_lengths=src_lengths,
+            cache=cache,
+        )
+        return {
+            "cache": layers_to_batch_major(cache, self.config.scan_layers),
+            "enc": z_BxSxD,
+            "src_lengths": src_lengths,
+            "positions": lengths_B,
+        }
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         # Out-of-vocabulary ids (seen only here under jit): NaN logits, cache not advanced.
         tokens_B, valid_B = split_oov(tokens_B, self.config.target_vocab_size)
         y_Bx1xD = self._embed(tokens_B[:, None], False, state["positions"][:, None], True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder(y_Bx1xD, lengths=valid_B.astype(jnp.int32),
-                                      encoder_out=state["enc"],
-                                      encoder_lengths=state["src_lengths"], cache=cache)
-        new_state = {**state, "cache": layers_to_batch_major(cache, self.config.scan_layers),
-                     "positions": state["positions"] + valid_B}
+        h_Bx1xD, cache = self.decoder._call_checked(
+            y_Bx1xD,
+            lengths=valid_B.astype(jnp.int32),
+            encoder_out=state["enc"],
+            encoder_lengths=state["src_lengths"],
+            cache=cache,
+        )
+        new_state = {
+            **state,
+            "cache": layers_to_batch_major(cache, self.config.scan_layers),
+            "positions": state["positions"] + valid_B,
+        }
         return flag_oov_rows(self._head(h_Bx1xD)[:, 0], valid_B), new_state
 
     def init_decode_state(
@@ -350,10 +404,18 @@ class Transformer(nn.Module):
         if max_len < num_steps:
             raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")
         if self.config.positions == "learned" and max_len - 1 > self.config.max_len:
-            raise ValueError(f"decoding needs {max_len - 1} positions but max_len="
-                             f"{self.config.max_len}.")
-        return self.apply(as_variables(params), prompt_BxT, prompt_lengths_B - 1, max_len, src,
-                          src_lengths, method=type(self)._prefill)
+            raise ValueError(
+                f"decoding needs {max_len - 1} positions but max_len={self.config.max_len}."
+            )
+        return self.apply(
+            as_variables(params),
+            prompt_BxT,
+            prompt_lengths_B - 1,
+            max_len,
+            src,
+            src_lengths,
+            method=type(self)._prefill,
+        )
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         """Append one target token per row: ``(logits_BxV, new_state)``.

@@ -49,7 +49,7 @@ from seqjax.models._common import (
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
-from seqjax.nn.transformer import TransformerDecoder
+from seqjax.nn.transformer import BlockConfig, TransformerDecoder
 
 Array = jax.Array
 Dtype = Any
@@ -113,6 +113,39 @@ class TransformerLMConfig:
 
     def replace(self, **changes: Any) -> TransformerLMConfig:
         return dataclasses.replace(self, **changes)
+
+    def block_config(
+        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
+    ) -> BlockConfig:
+        """The one :class:`~seqjax.nn.BlockConfig` of every decoder block: pre-norm, causal,
+        no cross-attention (validated here, once, and handed whole to the stack)."""
+        return BlockConfig(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            norm="pre",
+            norm_type=self.norm_type,
+            norm_epsilon=self.norm_epsilon,
+            norm_use_bias=self.norm_use_bias,
+            mlp=self.mlp,
+            activation=self.activation,
+            causal=True,
+            cross_attention=False,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=(
+                self.dropout_rate
+                if self.attention_dropout_rate is None
+                else self.attention_dropout_rate
+            ),
+            use_bias=self.use_bias,
+            num_kv_heads=self.num_kv_heads,
+            use_rope=self.positions == "rope",
+            rope_base=self.rope_base,
+            window=self.window,
+            implementation=self.implementation,
+            kernel_init=nn.initializers.normal(stddev=self.init_std),
+            dtype=dtype,
+            param_dtype=param_dtype,
+        )
 
 
 #: Named configurations. ``nanogpt-*`` are nanoGPT's ``train_shakespeare_char`` shapes
@@ -206,34 +239,11 @@ class TransformerLM(nn.Module):
             self.pos_embed = LearnedPositionalEmbedding(
                 cfg.max_len, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
             )
-        attn_drop = (
-            cfg.dropout_rate if cfg.attention_dropout_rate is None else cfg.attention_dropout_rate
-        )
         self.decoder = TransformerDecoder(
-            num_heads=cfg.num_heads,
+            config=cfg.block_config(self.dtype, self.param_dtype),
             num_layers=cfg.num_layers,
-            mlp_dim=cfg.mlp_dim,
-            norm="pre",
-            norm_type=cfg.norm_type,
-            norm_epsilon=cfg.norm_epsilon,
-            norm_use_bias=cfg.norm_use_bias,
-            mlp=cfg.mlp,
-            activation=cfg.activation,
-            causal=True,
-            cross_attention=False,
-            dropout_rate=cfg.dropout_rate,
-            attention_dropout_rate=attn_drop,
-            use_bias=cfg.use_bias,
-            num_kv_heads=cfg.num_kv_heads,
-            use_rope=cfg.positions == "rope",
-            rope_base=cfg.rope_base,
-            window=cfg.window,
-            implementation=cfg.implementation,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
-            kernel_init=init,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
         )
         self.drop = nn.Dropout(cfg.dropout_rate)
         if not cfg.tie_embeddings:
@@ -271,7 +281,8 @@ class TransformerLM(nn.Module):
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, num_steps, min_length)
         x_BxTxD = self._embed(tokens_BxT, None, deterministic)
-        return self.decoder(x_BxTxD, lengths=lengths, deterministic=deterministic), lengths
+        h_BxTxD = self.decoder._call_checked(x_BxTxD, lengths=lengths, deterministic=deterministic)
+        return h_BxTxD, lengths
 
     def __call__(
         self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
@@ -287,7 +298,7 @@ class TransformerLM(nn.Module):
         if num_steps > 1:
             # Every prompt token but the last (that one is fed by the first decode step).
             x_BxTxD = self._embed(prompt_BxT[:, :-1], None, True)
-            _, cache = self.decoder(x_BxTxD, lengths=lengths_B, cache=cache)
+            _, cache = self.decoder._call_checked(x_BxTxD, lengths=lengths_B, cache=cache)
         return {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "positions": lengths_B,
@@ -301,7 +312,9 @@ class TransformerLM(nn.Module):
         pos_Bx1 = state["positions"][:, None]
         x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder(x_Bx1xD, lengths=valid_B.astype(jnp.int32), cache=cache)
+        h_Bx1xD, cache = self.decoder._call_checked(
+            x_Bx1xD, lengths=valid_B.astype(jnp.int32), cache=cache
+        )
         new_state = {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "positions": state["positions"] + valid_B,

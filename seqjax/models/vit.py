@@ -30,7 +30,7 @@ from seqjax._checks import check_rank
 from seqjax.models._common import check_preset
 from seqjax.nn.dense import Dense
 from seqjax.nn.positional import LearnedPositionalEmbedding
-from seqjax.nn.transformer import TransformerEncoder
+from seqjax.nn.transformer import BlockConfig, TransformerEncoder
 
 Array = jax.Array
 Dtype = Any
@@ -71,8 +71,7 @@ def patchify(images_BxHxWxC: Array, patch_size: int) -> Array:
     return x.reshape(b, (h // p) * (w // p), p * p * c)
 
 
-def unpatchify(patches_BxNxF: Array, patch_size: int,
-               image_size: int | tuple[int, int]) -> Array:
+def unpatchify(patches_BxNxF: Array, patch_size: int, image_size: int | tuple[int, int]) -> Array:
     r"""Inverse of :func:`patchify`: ``[B, N, P²C] -> [B, H, W, C]``.
 
     Example:
@@ -130,6 +129,24 @@ class ViTConfig:
     def replace(self, **changes: Any) -> ViTConfig:
         return dataclasses.replace(self, **changes)
 
+    def block_config(
+        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
+    ) -> BlockConfig:
+        """The one :class:`~seqjax.nn.BlockConfig` of every encoder block (pre-norm,
+        bidirectional; validated here, once, and handed whole to the stack)."""
+        return BlockConfig(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            norm="pre",
+            activation=self.activation,
+            norm_epsilon=self.norm_epsilon,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            implementation=self.implementation,
+            dtype=dtype,
+            param_dtype=param_dtype,
+        )
+
 
 #: ``vit-base-16`` (ViT-B/16 at 224², 1000 classes: 86,567,656 parameters) and
 #: ``vit-tiny-16`` (DeiT-Ti: 192 wide, 3 heads).
@@ -180,21 +197,23 @@ class ViT(nn.Module):
         x_BxNxD = Dense(cfg.embed_dim, name="patch_embed", **kw)(x_BxNxF)
         batch = x_BxNxD.shape[0]
         if cfg.class_token:
-            cls = self.param("cls_token", nn.initializers.zeros_init(), (1, 1, cfg.embed_dim),
-                             self.param_dtype)
+            cls = self.param(
+                "cls_token", nn.initializers.zeros_init(), (1, 1, cfg.embed_dim), self.param_dtype
+            )
             cls_Bx1xD = jnp.broadcast_to(cls.astype(x_BxNxD.dtype), (batch, 1, cfg.embed_dim))
             x_BxNxD = jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
         x_BxNxD = LearnedPositionalEmbedding(x_BxNxD.shape[1], name="pos_embed", **kw)(x_BxNxD)
         x_BxNxD = nn.Dropout(cfg.dropout_rate)(x_BxNxD, deterministic=deterministic)
         z_BxNxD = TransformerEncoder(
-            num_heads=cfg.num_heads, num_layers=cfg.num_layers, mlp_dim=cfg.mlp_dim, norm="pre",
-            activation=cfg.activation, norm_epsilon=cfg.norm_epsilon,
-            dropout_rate=cfg.dropout_rate, attention_dropout_rate=cfg.attention_dropout_rate,
-            implementation=cfg.implementation, scan_layers=cfg.scan_layers, remat=cfg.remat,
-            name="encoder", **kw,
-        )(x_BxNxD, deterministic=deterministic)
+            config=cfg.block_config(self.dtype, self.param_dtype),
+            num_layers=cfg.num_layers,
+            scan_layers=cfg.scan_layers,
+            remat=cfg.remat,
+            name="encoder",
+        )._call_checked(x_BxNxD, deterministic=deterministic)
         pooled_BxD = z_BxNxD[:, 0] if cfg.class_token else jnp.mean(z_BxNxD, axis=1)
         if cfg.num_classes is None:
             return pooled_BxD
-        return Dense(cfg.num_classes, kernel_init=nn.initializers.zeros_init(), name="head",
-                        **kw)(pooled_BxD).astype(jnp.float32)
+        return Dense(cfg.num_classes, kernel_init=nn.initializers.zeros_init(), name="head", **kw)(
+            pooled_BxD
+        ).astype(jnp.float32)
