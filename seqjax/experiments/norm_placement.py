@@ -34,6 +34,7 @@ from flax import linen as nn
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.experiments._kit import command_line, init_state, load_average, machine, write_run_info
 from seqjax.experiments.char_lm import load_data, val_windows
+from seqjax.experiments.reports.norm_placement import plot_curves, report
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import TransformerDecoder
@@ -180,86 +181,6 @@ def train_one(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
     }
 
 
-def _smooth(y: np.ndarray, k: int) -> np.ndarray:
-    if len(y) < k or k <= 1:
-        return y
-    return np.convolve(y, np.ones(k) / k, mode="valid")
-
-
-def _plots(cfg: Config, runs: list[dict], outdir: str) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.9, wspace=0.22)
-    colors = {"pre": "tab:blue", "post": "tab:red"}
-    k = max(1, min(20, cfg.steps // 20))
-    for r in runs:
-        if not r["curve"]:
-            continue
-        steps, loss, gnorm, _ = (np.asarray(v, float) for v in zip(*r["curve"]))
-        label = f"{r['norm']}-norm, warm-up {r['warmup']}"
-        ls = "-" if r["warmup"] else "--"
-        axes[0].plot(steps[k - 1:], _smooth(loss, k), color=colors[r["norm"]], ls=ls,
-                     label=label)
-        axes[1].plot(steps[k - 1:], _smooth(gnorm, k), color=colors[r["norm"]], ls=ls,
-                     label=label)
-    axes[0].set_ylabel(f"train loss (moving average of {k})")
-    axes[1].set_ylabel(f"gradient norm (moving average of {k})")
-    axes[1].set_yscale("log")
-    for ax in axes:
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(f"{cfg.num_layers}-layer char LM, d={cfg.embed_dim}, AdamW "
-                 f"{cfg.learning_rate:g}, cosine decay", fontsize=10)
-    path = os.path.join(outdir, f"norm_placement{cfg.tag}.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return [path]
-
-
-def report(cfg: Config, runs: list[dict], wall: float, command: str,
-           loads: tuple[str, str]) -> str:
-    lines = [
-        "# norm_placement — pre-norm vs post-norm, with and without warm-up",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {machine()}  ",
-        f"Wall time: {wall / 60:.1f} min (load average {loads[0]} before, {loads[1]} after; "
-        "the 2 cores were shared with other jobs).",
-        "",
-        f"Character LM on Tiny Shakespeare (nanoGPT's split): {cfg.num_layers} layers, "
-        f"d = {cfg.embed_dim}, {cfg.num_heads} heads, block {cfg.block_size}, batch "
-        f"{cfg.batch_size}, {cfg.steps} steps; AdamW (β₂ = 0.99, weight decay "
-        f"{cfg.weight_decay:g}), peak learning rate {cfg.learning_rate:g}, cosine decay to "
-        f"{cfg.min_lr_ratio:g}× after a linear warm-up of the given length (0 = none); "
-        f"gradient clipping {'at ' + format(cfg.clip_norm, 'g') if cfg.clip_norm else 'off'}. "
-        "Same initialisation and data order in every run. Validation loss: mean over "
-        f"{cfg.eval_batches} random validation windows.",
-        "",
-        "Anchor: the lecture notes' claim that pre-LN converges faster, and Xiong et al. "
-        "(2020) — post-LN needs warm-up, pre-LN does not.",
-        "",
-        "| norm | warm-up | params | loss @50 | loss @100 | loss @200 | final train loss "
-        "| val loss | mean ‖g‖, first 10 steps | max ‖g‖ | train s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in runs:
-        la = [f"{r['loss_at'][s]:.3f}" if s in r["loss_at"] else "" for s in (50, 100, 200)]
-        val = f"{r['val_loss']:.3f}" if r["val_loss"] is not None else \
-            f"diverged at {r['diverged_at']}"
-        tail = f"{r['train_loss_tail']:.3f}" if r["train_loss_tail"] is not None else ""
-        g10 = f"{r['grad_norm_first10']:.3g}" if r["grad_norm_first10"] is not None else ""
-        gmax = f"{r['grad_norm_max']:.3g}" if r["grad_norm_max"] is not None else ""
-        lines.append(f"| {r['norm']} | {r['warmup']} | {r['params']:,} | {' | '.join(la)} | "
-                     f"{tail} | {val} | {g10} | {gmax} | {r['train_s']:.0f} |")
-    lines += ["", f"![loss curves](norm_placement{cfg.tag}.png)", ""]
-    return "\n".join(lines)
-
-
 def run(cfg: Config) -> dict:
     if not all(c.isalnum() or c in "_-." for c in cfg.tag):
         raise ValueError(f"`tag` may hold letters, digits, '_', '-' and '.' only; got {cfg.tag!r}.")
@@ -289,7 +210,7 @@ def run(cfg: Config) -> dict:
     markdown = report(cfg, runs, wall, command, (loads[0], loads[1]))
     for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d and jax.process_index() == 0}:
         os.makedirs(outdir, exist_ok=True)
-        _plots(cfg, runs, outdir)
+        plot_curves(cfg, runs, outdir)
         with open(os.path.join(outdir, f"norm_placement{cfg.tag}.md"), "w",
                   encoding="utf-8") as f:
             f.write(markdown)
