@@ -66,7 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_integer, check_range, check_rank
+from seqjax.models._common import check_prompt
 
 Array = jax.Array
 State = Any
@@ -211,41 +211,42 @@ def _check_special_ids(model: Any, eos_id: Any, pad_id: Any) -> None:
         if name == "eos_id" and value < 0:
             raise ValueError(f"`eos_id` must be a token id in {span}; got {value}.")
         if isinstance(vocab, int) and value >= vocab:
-            marker = " (or negative, e.g. -1, for a marker outside the vocabulary)" \
-                if name == "pad_id" else ""
+            marker = (
+                " (or negative, e.g. -1, for a marker outside the vocabulary)"
+                if name == "pad_id"
+                else ""
+            )
             raise ValueError(f"`{name}` must be a token id in {span}{marker}; got {value}.")
 
 
 def _check_prompt(
-    model: Any, prompt_BxT: Any, prompt_lengths_B: Any, max_new_tokens: int,
-    eos_id: Any = None, pad_id: Any = 0,
+    model: Any,
+    prompt_BxT: Any,
+    prompt_lengths_B: Any,
+    max_new_tokens: int,
+    eos_id: Any = None,
+    pad_id: Any = 0,
 ) -> tuple[Array, Array]:
-    check_rank(prompt_BxT, "prompt", 2)
-    check_integer(prompt_BxT, "prompt")
-    batch, num_steps = np.shape(prompt_BxT)
-    if num_steps < 1:
-        raise ValueError(f"`prompt` must hold at least one token per row; got shape "
-                         f"{tuple(np.shape(prompt_BxT))}.")
     vocab = getattr(model, "vocab_size", None)
-    if isinstance(vocab, int):
-        check_range(prompt_BxT, "prompt", 0, vocab - 1)
-    if prompt_lengths_B is None:
-        prompt_lengths_B = np.full((batch,), num_steps, np.int32)
-    check_rank(prompt_lengths_B, "prompt_lengths", 1)
-    check_integer(prompt_lengths_B, "prompt_lengths")
-    if np.shape(prompt_lengths_B)[0] != batch:
-        raise ValueError(f"`prompt_lengths` must have shape ({batch},); got "
-                         f"{tuple(np.shape(prompt_lengths_B))}.")
-    check_range(prompt_lengths_B, "prompt_lengths", 1, num_steps)
-    if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer))
-            or max_new_tokens < 1):
+    prompt_BxT, prompt_lengths_B = check_prompt(
+        prompt_BxT, prompt_lengths_B, vocab if isinstance(vocab, int) else None
+    )
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, (int, np.integer))
+        or max_new_tokens < 1
+    ):
         raise ValueError(f"`max_new_tokens` must be a positive int; got {max_new_tokens!r}.")
     _check_special_ids(model, eos_id, pad_id)
-    return jnp.asarray(prompt_BxT, jnp.int32), jnp.asarray(prompt_lengths_B, jnp.int32)
+    return prompt_BxT, prompt_lengths_B
 
 
 def _init(
-    model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, max_new_tokens: int,
+    model: Any,
+    params: Any,
+    prompt_BxT: Array,
+    lengths_B: Array,
+    max_new_tokens: int,
     inputs: dict,
 ) -> tuple[State, Array]:
     max_len = prompt_BxT.shape[1] + max_new_tokens
@@ -259,13 +260,30 @@ def _init(
 
 @functools.partial(
     jax.jit,
-    static_argnames=("model", "max_new_tokens", "eos_id", "pad_id", "temperature", "top_k",
-                     "top_p"),
+    static_argnames=(
+        "model",
+        "max_new_tokens",
+        "eos_id",
+        "pad_id",
+        "temperature",
+        "top_k",
+        "top_p",
+    ),
 )
 def _sample_loop(
-    model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, key: Array | None,
-    inputs: dict, *, max_new_tokens: int, eos_id: int | None, pad_id: int,
-    temperature: float, top_k: int | None, top_p: float | None,
+    model: Any,
+    params: Any,
+    prompt_BxT: Array,
+    lengths_B: Array,
+    key: Array | None,
+    inputs: dict,
+    *,
+    max_new_tokens: int,
+    eos_id: int | None,
+    pad_id: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
 ) -> DecodeOutput:
     batch = prompt_BxT.shape[0]
     state, first_B = _init(model, params, prompt_BxT, lengths_B, max_new_tokens, inputs)
@@ -282,8 +300,7 @@ def _sample_loop(
         if greedy:
             nxt_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
         else:
-            filtered = process_logits(logits_BxV, temperature=temperature, top_k=top_k,
-                                      top_p=top_p)
+            filtered = process_logits(logits_BxV, temperature=temperature, top_k=top_k, top_p=top_p)
             step_key = jax.random.fold_in(key, step)
             nxt_B = jax.random.categorical(step_key, filtered, axis=-1).astype(jnp.int32)
         token_logp_B = jnp.take_along_axis(
@@ -328,11 +345,21 @@ def greedy_search(
     ``inputs``: extra keyword inputs for the model's ``init_decode_state``.
     """
     prompt_BxT, lengths_B = _check_prompt(
-        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id)
+        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
+    )
     return _sample_loop(
-        model, params, prompt_BxT, lengths_B, None, dict(inputs or {}),
-        max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id, temperature=0.0,
-        top_k=None, top_p=None,
+        model,
+        params,
+        prompt_BxT,
+        lengths_B,
+        None,
+        dict(inputs or {}),
+        max_new_tokens=int(max_new_tokens),
+        eos_id=eos_id,
+        pad_id=pad_id,
+        temperature=0.0,
+        top_k=None,
+        top_p=None,
     )
 
 
@@ -364,12 +391,21 @@ def sample(
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
     prompt_BxT, lengths_B = _check_prompt(
-        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id)
+        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
+    )
     key = jnp.asarray(key) if temperature > 0 else None
     return _sample_loop(
-        model, params, prompt_BxT, lengths_B, key, dict(inputs or {}),
-        max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id,
-        temperature=float(temperature), top_k=None if top_k is None else int(top_k),
+        model,
+        params,
+        prompt_BxT,
+        lengths_B,
+        key,
+        dict(inputs or {}),
+        max_new_tokens=int(max_new_tokens),
+        eos_id=eos_id,
+        pad_id=pad_id,
+        temperature=float(temperature),
+        top_k=None if top_k is None else int(top_k),
         top_p=None if top_p is None else float(top_p),
     )
 
@@ -388,12 +424,20 @@ def _gather_rows(tree: Any, rows: Array) -> Any:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("model", "beam_size", "max_new_tokens", "eos_id", "pad_id",
-                     "length_penalty"),
+    static_argnames=("model", "beam_size", "max_new_tokens", "eos_id", "pad_id", "length_penalty"),
 )
 def _beam_loop(
-    model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, inputs: dict, *,
-    beam_size: int, max_new_tokens: int, eos_id: int | None, pad_id: int, length_penalty: float,
+    model: Any,
+    params: Any,
+    prompt_BxT: Array,
+    lengths_B: Array,
+    inputs: dict,
+    *,
+    beam_size: int,
+    max_new_tokens: int,
+    eos_id: int | None,
+    pad_id: int,
+    length_penalty: float,
 ) -> BeamSearchOutput:
     batch = prompt_BxT.shape[0]
     K, N = beam_size, max_new_tokens
@@ -420,22 +464,24 @@ def _beam_loop(
         vocab = logits_BKxV.shape[-1]
         step_logp = jax.nn.log_softmax(logits_BKxV.astype(jnp.float32), axis=-1)
         step_logp = jnp.maximum(step_logp, _NEG).reshape(batch, K, vocab)  # finite
-        ext_logp_BxKV = jnp.where(alive_BxK[:, :, None], logp_BxK[:, :, None] + step_logp,
-                                  _NEG).reshape(batch, K * vocab)
+        ext_logp_BxKV = jnp.where(
+            alive_BxK[:, :, None], logp_BxK[:, :, None] + step_logp, _NEG
+        ).reshape(batch, K * vocab)
         # Candidates: every extension of an alive hypothesis, and every finished one as is.
         cand_scores = jnp.concatenate(
-            [score(ext_logp_BxKV, step + 1),
-             jnp.where(done_BxK, score(logp_BxK, len_BxK), _NEG)], axis=1)
+            [score(ext_logp_BxKV, step + 1), jnp.where(done_BxK, score(logp_BxK, len_BxK), _NEG)],
+            axis=1,
+        )
         top_BxK, idx_BxK = jax.lax.top_k(cand_scores, K)
         is_ext = idx_BxK < K * vocab
         parent_BxK = jnp.where(is_ext, idx_BxK // vocab, idx_BxK - K * vocab)
         token_BxK = jnp.where(is_ext, idx_BxK % vocab, pad_id).astype(jnp.int32)
         seq_BxKxN = jnp.take_along_axis(seq_BxKxN, parent_BxK[:, :, None], axis=1)
-        column = jnp.where(is_ext, token_BxK, jax.lax.dynamic_index_in_dim(
-            seq_BxKxN, step, axis=2, keepdims=False))
+        column = jnp.where(
+            is_ext, token_BxK, jax.lax.dynamic_index_in_dim(seq_BxKxN, step, axis=2, keepdims=False)
+        )
         seq_BxKxN = jax.lax.dynamic_update_slice(seq_BxKxN, column[:, :, None], (0, 0, step))
-        ext_logp = jnp.take_along_axis(ext_logp_BxKV, jnp.minimum(idx_BxK, K * vocab - 1),
-                                       axis=1)
+        ext_logp = jnp.take_along_axis(ext_logp_BxKV, jnp.minimum(idx_BxK, K * vocab - 1), axis=1)
         logp_BxK = jnp.where(is_ext, ext_logp, jnp.take_along_axis(logp_BxK, parent_BxK, 1))
         len_BxK = jnp.where(is_ext, step + 1, jnp.take_along_axis(len_BxK, parent_BxK, 1))
         ends = (token_BxK == eos_id) if eos_id is not None else jnp.zeros_like(is_ext)
@@ -448,8 +494,10 @@ def _beam_loop(
 
     beams = (
         jnp.full((batch, K, N), pad_id, jnp.int32),
-        jnp.concatenate([jnp.zeros((batch, 1), jnp.float32),
-                         jnp.full((batch, K - 1), _NEG, jnp.float32)], axis=1),
+        jnp.concatenate(
+            [jnp.zeros((batch, 1), jnp.float32), jnp.full((batch, K - 1), _NEG, jnp.float32)],
+            axis=1,
+        ),
         jnp.zeros((batch, K), jnp.int32),
         jnp.zeros((batch, K), bool),
     )
@@ -497,10 +545,18 @@ def beam_search(
     if length_penalty < 0:
         raise ValueError(f"`length_penalty` must be >= 0; got {length_penalty}.")
     prompt_BxT, lengths_B = _check_prompt(
-        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id)
+        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
+    )
     return _beam_loop(
-        model, params, prompt_BxT, lengths_B, dict(inputs or {}), beam_size=int(beam_size),
-        max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id,
+        model,
+        params,
+        prompt_BxT,
+        lengths_B,
+        dict(inputs or {}),
+        beam_size=int(beam_size),
+        max_new_tokens=int(max_new_tokens),
+        eos_id=eos_id,
+        pad_id=pad_id,
         length_penalty=float(length_penalty),
     )
 
@@ -521,16 +577,25 @@ def generate(
     ``method``: ``"greedy"``, ``"sample"`` or ``"beam"``; ``kwargs`` go to that function.
     """
     if method == "greedy":
-        return greedy_search(model, params, prompt_BxT, prompt_lengths_B,
-                             max_new_tokens=max_new_tokens, **kwargs)
+        return greedy_search(
+            model, params, prompt_BxT, prompt_lengths_B, max_new_tokens=max_new_tokens, **kwargs
+        )
     if method == "sample":
         if key is None:
             raise ValueError("`key` (a PRNG key) is required for method='sample'.")
-        return sample(model, params, prompt_BxT, prompt_lengths_B, key=key,
-                      max_new_tokens=max_new_tokens, **kwargs)
+        return sample(
+            model,
+            params,
+            prompt_BxT,
+            prompt_lengths_B,
+            key=key,
+            max_new_tokens=max_new_tokens,
+            **kwargs,
+        )
     if method == "beam":
-        return beam_search(model, params, prompt_BxT, prompt_lengths_B,
-                           max_new_tokens=max_new_tokens, **kwargs)
+        return beam_search(
+            model, params, prompt_BxT, prompt_lengths_B, max_new_tokens=max_new_tokens, **kwargs
+        )
     raise ValueError(f"`method` must be 'greedy', 'sample' or 'beam'; got {method!r}.")
 
 
@@ -555,15 +620,17 @@ def recompute_decoder(logits_fn: Callable[[Any, Array], Array]) -> FunctionalDec
     module-level function or ``functools.partial`` of one).
     """
 
-    def init_decode_state(params: Any, prompt_BxT: Array, prompt_lengths_B: Array,
-                          max_len: int) -> _RecomputeState:
+    def init_decode_state(
+        params: Any, prompt_BxT: Array, prompt_lengths_B: Array, max_len: int
+    ) -> _RecomputeState:
         del params
         batch, num_steps = prompt_BxT.shape
         buffer_BxL = jnp.zeros((batch, max_len), jnp.int32).at[:, :num_steps].set(prompt_BxT)
         return _RecomputeState(buffer_BxL, jnp.asarray(prompt_lengths_B, jnp.int32) - 1)
 
-    def decode_step(params: Any, state: _RecomputeState, tokens_B: Array
-                    ) -> tuple[Array, _RecomputeState]:
+    def decode_step(
+        params: Any, state: _RecomputeState, tokens_B: Array
+    ) -> tuple[Array, _RecomputeState]:
         rows = jnp.arange(tokens_B.shape[0])
         buffer_BxL = state.tokens_BxL.at[rows, state.lengths_B].set(tokens_B.astype(jnp.int32))
         logits_BxLxV = logits_fn(params, buffer_BxL)

@@ -14,7 +14,6 @@ import numpy as np
 from seqjax._checks import (
     check_integer,
     check_lengths,
-    check_range,
     check_rank,
     check_vocab_ids,
     is_concrete,
@@ -29,6 +28,7 @@ __all__ = [
     "check_preset",
     "check_lengths",
     "check_nonempty",
+    "check_prompt",
     "check_same_batch",
     "check_step_tokens",
     "check_tokens",
@@ -52,12 +52,37 @@ def as_variables(params: Any) -> dict:
     return {"params": params}
 
 
-def check_tokens(tokens: Any, name: str, vocab_size: int, rank: int = 2) -> Array:
-    """Integer ids of rank ``rank`` in ``[0, vocab_size)``; out-of-vocabulary ids are an error."""
+def check_tokens(tokens: Any, name: str, vocab_size: int | None, rank: int = 2) -> Array:
+    """Integer ids of rank ``rank`` in ``[0, vocab_size)``; out-of-vocabulary ids are an error.
+
+    The vocabulary rule is :func:`~seqjax._checks.check_vocab_ids` (when the ids are
+    concrete; :func:`split_oov` is its traced form). ``vocab_size=None`` (a model that
+    does not say) checks rank and dtype only.
+    """
     check_rank(tokens, name, rank)
     check_integer(tokens, name)
-    check_range(tokens, name, 0, vocab_size - 1)
+    if vocab_size is not None:
+        check_vocab_ids(tokens, name, vocab_size)
     return jnp.asarray(tokens).astype(jnp.int32)
+
+
+def check_prompt(
+    prompt_BxT: Any, prompt_lengths_B: Any, vocab_size: int | None
+) -> tuple[Array, Array]:
+    """The one check of a decoding prompt: ``(prompt int32[B, T], prompt_lengths int32[B])``.
+
+    ``prompt`` holds token ids in ``[0, vocab_size)`` (:func:`check_tokens`) and at least
+    one position (its last token is fed by the first decode step); ``prompt_lengths``
+    (default ``T``) lie in ``[1, T]`` (:func:`~seqjax._checks.check_lengths`). Used by
+    :mod:`seqjax.decoding` and by every model's ``init_decode_state``.
+    """
+    prompt_BxT = check_tokens(prompt_BxT, "prompt", vocab_size)
+    check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
+    batch, num_steps = prompt_BxT.shape
+    if prompt_lengths_B is None:
+        prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
+    prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+    return prompt_BxT, prompt_lengths_B
 
 
 def check_nonempty(tokens_BxT: Any, name: str, why: str) -> None:

@@ -45,7 +45,7 @@ from seqjax._checks import check_rank
 from seqjax.models._common import (
     as_variables,
     check_lengths,
-    check_nonempty,
+    check_prompt,
     check_step_tokens,
     check_tokens,
     flag_oov_rows,
@@ -186,12 +186,7 @@ class ImageCaptioner(nn.Module):
         """Condition on ``images: [B, F]`` and run over ``prompt[b, :len_b - 1]`` (the first
         decode step feeds ``prompt[b, len_b - 1]``, usually ``<start>``)."""
         del max_len
-        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.vocab_size)
-        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
-        batch, num_steps = prompt_BxT.shape
-        if prompt_lengths_B is None:
-            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
-        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, self.vocab_size)
         return self.apply(as_variables(params), prompt_BxT[:, :-1], prompt_lengths_B - 1,
                           jnp.asarray(images), method=type(self)._prefill)
 

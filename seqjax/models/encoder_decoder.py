@@ -62,6 +62,7 @@ from seqjax.models._common import (
     check_lengths,
     check_nonempty,
     check_preset,
+    check_prompt,
     check_same_batch,
     check_step_tokens,
     check_tokens,
@@ -393,13 +394,11 @@ class Transformer(nn.Module):
         the source projected into that layer's cross-attention keys/values, computed here
         once and reused by every :meth:`decode_step`.
         """
-        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.config.target_vocab_size)
-        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
+        prompt_BxT, prompt_lengths_B = check_prompt(
+            prompt_BxT, prompt_lengths_B, self.config.target_vocab_size
+        )
         check_same_batch(src, "src", prompt_BxT, "prompt")
-        batch, num_steps = prompt_BxT.shape
-        if prompt_lengths_B is None:
-            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
-        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        num_steps = prompt_BxT.shape[1]
         max_len = num_steps if max_len is None else int(max_len)
         if max_len < num_steps:
             raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")

@@ -36,8 +36,8 @@ from seqjax._checks import check_bool, is_concrete
 from seqjax.models._common import (
     as_variables,
     check_lengths,
-    check_nonempty,
     check_preset,
+    check_prompt,
     check_step_tokens,
     check_tokens,
     flag_oov_rows,
@@ -332,12 +332,10 @@ class TransformerLM(nn.Module):
 
         State ``{"cache": [KVCache per layer], "positions": int32[B]}`` (batch-leading).
         """
-        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.config.vocab_size)
-        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
-        batch, num_steps = prompt_BxT.shape
-        if prompt_lengths_B is None:
-            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
-        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        prompt_BxT, prompt_lengths_B = check_prompt(
+            prompt_BxT, prompt_lengths_B, self.config.vocab_size
+        )
+        num_steps = prompt_BxT.shape[1]
         max_len = num_steps if max_len is None else int(max_len)
         if max_len < num_steps:
             raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")

@@ -29,7 +29,7 @@ from seqjax.models._common import (
     POOLINGS,
     as_variables,
     check_lengths,
-    check_nonempty,
+    check_prompt,
     check_step_tokens,
     check_tokens,
     flag_oov_rows,
@@ -137,32 +137,50 @@ class RNNLanguageModel(nn.Module):
                 f"got hidden_size={self.hidden}, embed_dim={self.embed_dim}."
             )
         self.embed = Embed(
-            self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+            self.vocab_size,
+            self.embed_dim,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
         self.rnn = StackedRNN(
-            features=self.hidden, num_layers=self.num_layers, cell_type=self.cell_type,
-            dropout=self.dropout, unroll=self.unroll, cell_kwargs=self.cell_kwargs,
-            dtype=self.dtype, param_dtype=self.param_dtype,
+            features=self.hidden,
+            num_layers=self.num_layers,
+            cell_type=self.cell_type,
+            dropout=self.dropout,
+            unroll=self.unroll,
+            cell_kwargs=self.cell_kwargs,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
         )
         if self.tie_weights:
             if self.use_output_bias:
                 self.output_bias = self.param(
-                    "output_bias", nn.initializers.zeros_init(), (self.vocab_size,),
+                    "output_bias",
+                    nn.initializers.zeros_init(),
+                    (self.vocab_size,),
                     self.param_dtype,
                 )
         else:
             self.output = Dense(
-                self.vocab_size, use_bias=self.use_output_bias, dtype=self.dtype,
+                self.vocab_size,
+                use_bias=self.use_output_bias,
+                dtype=self.dtype,
                 param_dtype=self.param_dtype,
             )
         self.drop = nn.Dropout(self.dropout)
 
     def _stack(self) -> StackedRNN:
         return StackedRNN(
-            features=self.hidden, num_layers=self.num_layers, cell_type=self.cell_type,
-            dropout=self.dropout, unroll=self.unroll, cell_kwargs=self.cell_kwargs,
-            dtype=self.dtype, param_dtype=self.param_dtype, parent=None,
+            features=self.hidden,
+            num_layers=self.num_layers,
+            cell_type=self.cell_type,
+            dropout=self.dropout,
+            unroll=self.unroll,
+            cell_kwargs=self.cell_kwargs,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            parent=None,
         )
 
     def zero_carry(self, batch_size: int) -> tuple[Carry, ...]:
@@ -179,8 +197,9 @@ class RNNLanguageModel(nn.Module):
         initial_carries: Sequence[Carry] | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
         """``(h_BxTxH, carry)``: the top layer's outputs and every layer's final carry."""
-        initial_carry = _renamed(initial_carry, initial_carries, "initial_carries",
-                                 "initial_carry", "RNNLanguageModel")
+        initial_carry = _renamed(
+            initial_carry, initial_carries, "initial_carries", "initial_carry", "RNNLanguageModel"
+        )
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.vocab_size)
         batch, num_steps = tokens_BxT.shape
         if lengths is not None:
@@ -212,11 +231,15 @@ class RNNLanguageModel(nn.Module):
         initial_carries: Sequence[Carry] | None = None,
         return_carries: bool | None = None,
     ) -> Array | tuple[Array, tuple[Carry, ...]]:
-        initial_carry = _renamed(initial_carry, initial_carries, "initial_carries",
-                                 "initial_carry", "RNNLanguageModel")
+        initial_carry = _renamed(
+            initial_carry, initial_carries, "initial_carries", "initial_carry", "RNNLanguageModel"
+        )
         if return_carries is not None:
-            warnings.warn("RNNLanguageModel: `return_carries` is deprecated; use "
-                          "`return_carry`.", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "RNNLanguageModel: `return_carries` is deprecated; use `return_carry`.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return_carry = return_carry or return_carries
         h_BxTxH, carry = self.hidden_states(
             tokens_BxT, lengths, deterministic=deterministic, initial_carry=initial_carry
@@ -231,12 +254,12 @@ class RNNLanguageModel(nn.Module):
 
     def _step(self, state: tuple[Carry, ...], tokens_B: Array) -> tuple[Array, tuple[Carry, ...]]:
         tokens_B, valid_B = split_oov(tokens_B, self.vocab_size)
-        logits_Bx1xV, carries = self(
-            tokens_B[:, None], initial_carry=state, return_carry=True
-        )
+        logits_Bx1xV, carries = self(tokens_B[:, None], initial_carry=state, return_carry=True)
         carries = jax.tree_util.tree_map(  # an out-of-vocabulary row keeps its carry
             lambda n, o: jnp.where(valid_B.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
-            carries, state)
+            carries,
+            state,
+        )
         return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), carries
 
     def init_decode_state(
@@ -251,12 +274,7 @@ class RNNLanguageModel(nn.Module):
         Returns the per-layer carries (constant size: ``max_len`` is not needed).
         """
         del max_len
-        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.vocab_size)
-        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
-        batch, num_steps = prompt_BxT.shape
-        if prompt_lengths_B is None:
-            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
-        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
+        prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, self.vocab_size)
         return self.apply(
             as_variables(params), prompt_BxT, prompt_lengths_B - 1, method=type(self)._prefill
         )
@@ -295,8 +313,12 @@ class _Encoder(nn.Module):
         if self.vocab_size is not None:
             tokens = check_tokens(inputs, "inputs", self.vocab_size)
             x_BxTxE = Embed(
-                self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
-                embedding_init=nn.initializers.normal(stddev=0.1), name="embed",
+                self.vocab_size,
+                self.embed_dim,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                embedding_init=nn.initializers.normal(stddev=0.1),
+                name="embed",
             )(tokens)
         else:
             check_rank(inputs, "inputs", 3)
@@ -306,9 +328,15 @@ class _Encoder(nn.Module):
             lengths = check_lengths(lengths, "lengths", batch, num_steps)
         x_BxTxE = nn.Dropout(self.dropout)(x_BxTxE, deterministic=deterministic)
         h_BxTxH, _ = StackedRNN(
-            features=self.hidden_size, num_layers=self.num_layers, cell_type=self.cell_type,
-            bidirectional=self.bidirectional, dropout=self.dropout, unroll=self.unroll,
-            cell_kwargs=self.cell_kwargs, dtype=self.dtype, param_dtype=self.param_dtype,
+            features=self.hidden_size,
+            num_layers=self.num_layers,
+            cell_type=self.cell_type,
+            bidirectional=self.bidirectional,
+            dropout=self.dropout,
+            unroll=self.unroll,
+            cell_kwargs=self.cell_kwargs,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
             name="rnn",
         )(x_BxTxE, lengths, deterministic=deterministic)
         return nn.Dropout(self.dropout)(h_BxTxH, deterministic=deterministic), lengths
@@ -374,15 +402,25 @@ class RNNClassifier(nn.Module):
             raise ValueError(f"`pooling` must be one of {POOLINGS}; got {self.pooling!r}.")
         _check_rate(self.dropout, "dropout")
         h_BxTxH, lengths = _Encoder(
-            self.vocab_size, self.embed_dim, self.hidden_size, self.num_layers, self.cell_type,
-            self.bidirectional, self.dropout, self.cell_kwargs, self.unroll, self.dtype,
-            self.param_dtype, name="encoder",
+            self.vocab_size,
+            self.embed_dim,
+            self.hidden_size,
+            self.num_layers,
+            self.cell_type,
+            self.bidirectional,
+            self.dropout,
+            self.cell_kwargs,
+            self.unroll,
+            self.dtype,
+            self.param_dtype,
+            name="encoder",
         )(inputs, lengths, deterministic)
         pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional)
         if self.mlp_hidden is not None:
             pooled_BxH = jnp.tanh(
-                Dense(self.mlp_hidden, dtype=self.dtype, param_dtype=self.param_dtype,
-                         name="hidden")(pooled_BxH)
+                Dense(
+                    self.mlp_hidden, dtype=self.dtype, param_dtype=self.param_dtype, name="hidden"
+                )(pooled_BxH)
             )
         logits_BxC = Dense(
             self.num_classes, dtype=self.dtype, param_dtype=self.param_dtype, name="classifier"
@@ -431,9 +469,18 @@ class RNNTagger(nn.Module):
     ) -> Array:
         _check_rate(self.dropout, "dropout")
         h_BxTxH, _ = _Encoder(
-            self.vocab_size, self.embed_dim, self.hidden_size, self.num_layers, self.cell_type,
-            self.bidirectional, self.dropout, self.cell_kwargs, self.unroll, self.dtype,
-            self.param_dtype, name="encoder",
+            self.vocab_size,
+            self.embed_dim,
+            self.hidden_size,
+            self.num_layers,
+            self.cell_type,
+            self.bidirectional,
+            self.dropout,
+            self.cell_kwargs,
+            self.unroll,
+            self.dtype,
+            self.param_dtype,
+            name="encoder",
         )(inputs, lengths, deterministic)
         logits_BxTxK = Dense(
             self.num_tags, dtype=self.dtype, param_dtype=self.param_dtype, name="output"

@@ -85,6 +85,7 @@ from seqjax.models._common import (
     as_variables,
     check_lengths,
     check_nonempty,
+    check_prompt,
     check_same_batch,
     check_step_tokens,
     check_tokens,
@@ -545,13 +546,10 @@ class Seq2Seq(nn.Module):
         State: ``{"carries", "enc", "src_valid", "z"}``, every leaf batch-leading.
         """
         del max_len
-        prompt_BxT = check_tokens(prompt_BxT, "prompt", self.tgt_vocab_size)
-        check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
+        prompt_BxT, prompt_lengths_B = check_prompt(
+            prompt_BxT, prompt_lengths_B, self.tgt_vocab_size
+        )
         check_same_batch(src, "src", prompt_BxT, "prompt")
-        batch, num_steps = prompt_BxT.shape
-        if prompt_lengths_B is None:
-            prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
-        prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
         return self.apply(
             as_variables(params),
             prompt_BxT,
