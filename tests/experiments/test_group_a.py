@@ -13,6 +13,7 @@ import pytest
 from seqjax.data.synthetic import EOS_ID
 from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
 from tests.experiments._devices import assert_trained_on_all_devices
+from tests.experiments._learning import assert_curve_learned, assert_loss_dropped
 
 # ----------------------------------------------------------------------------- param_counts
 
@@ -38,11 +39,15 @@ def test_param_counts_smoke_measures_the_base_transformer(tmp_path):
 
 
 def test_gradients_smoke(tmp_path):
-    s = gradients.main(["--smoke", "--workdir", str(tmp_path)])
+    s = gradients.main(["--smoke", "--steps=30", "--workdir", str(tmp_path)])  # 30: it learns
     assert_trained_on_all_devices(tmp_path)
     assert {r["cell"] for r in s["runs"]} == {"lstm"}
     run = s["runs"][0]
     assert math.isfinite(run["test_mse"]) and 0.0 <= run["clipped_fraction"] <= 1.0
+    # It learned: the adding problem's training MSE, a mean over steps 1-5 against one over
+    # steps 26-30 (batches of 8: single steps are noisy), falls from 1.42 to 0.21; with a
+    # learning rate of 1e-9 the same means are 1.51 and 1.32.
+    assert_curve_learned(run["train_curve"], rel=0.5, head=5, tail=5, what="adding MSE")
     # MEDL (7.12): identity activation, no input: ‖ζ_{T-d}‖ = ρ^d ‖ζ_T‖ (W_hh = ρQ)
     prof = s["profiles"]["elman linear, x=0 (MEDL 7.12), rho=1.2"]
     np.testing.assert_allclose([gradients.ratio_at(prof, d) for d in range(12)],
@@ -74,10 +79,14 @@ def test_make_examples_layout(task, transform):
 
 
 def test_positions_smoke(tmp_path):
-    s = positions.main(["--smoke", "--workdir", str(tmp_path)])
+    s = positions.main(["--smoke", "--steps=40", "--workdir", str(tmp_path)])  # 40: it learns
     assert_trained_on_all_devices(tmp_path)
     (r,) = s["runs"]
     assert r["positions"] == "rope" and set(r["exact"]) == {1, 2, 3, 4}
+    # It learned: the reversal's training loss falls from 2.46 (step 1) to 1.66, the mean of
+    # the last 5 logged steps (32-40; batches of 8: single steps are noisy). With a learning
+    # rate of 1e-9 that mean is 2.81.
+    assert_curve_learned(r["curve"], rel=0.15, tail=5, what="reverse-task loss")
     assert all(0.0 <= v <= 1.0 for v in r["token_accuracy"].values())
     for name in ("positions.md", "positions_medl_fig7_14.png", "positions_bishop_fig12_10.png",
                  "positions_ablation.png"):
@@ -88,10 +97,13 @@ def test_positions_smoke(tmp_path):
 
 
 def test_norm_placement_smoke(tmp_path):
-    s = norm_placement.main(["--smoke", "--workdir", str(tmp_path)])
+    s = norm_placement.main(["--smoke", "--steps=80", "--workdir", str(tmp_path)])  # 80: learns
     assert_trained_on_all_devices(tmp_path)
     (r,) = s["runs"]
     assert r["norm"] == "post" and r["status"] == "completed" and math.isfinite(r["val_loss"])
+    # It learned: the character loss falls from 4.17 (step 1) to 3.27, the mean of steps
+    # 76-80. With a learning rate of 1e-9 that mean is 4.17.
+    assert_curve_learned(r["curve"], rel=0.08, tail=5, what="post-norm LM loss")
     assert (tmp_path / "norm_placement.png").exists()
 
 
@@ -125,9 +137,13 @@ def test_window_decoder_matches_nanogpt_cropping():
 
 def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
     workdir = str(tmp_path / "lm")
-    s = char_lm.main(["--smoke", "--workdir", workdir, "--progress=false"])
+    # 100 steps, not the preset's 4: enough to see the loss fall
+    s = char_lm.main(["--smoke", "--steps=100", "--workdir", workdir, "--progress=false"])
     assert_trained_on_all_devices(workdir)
-    assert s["steps"] == 4 and math.isfinite(s["val_loss_full"])
+    assert s["steps"] == 100 and math.isfinite(s["val_loss_full"])
+    # It learned: the training loss falls from ln 65 = 4.18 (step 1) to 3.55, the mean of the
+    # last 5 logged steps (92-100). With a learning rate of 1e-9 that mean is 4.18.
+    assert_loss_dropped(workdir, rel=0.08, tail=5)
     assert s["val_loss_estimate"] < math.log(65) + 0.2
     assert len(s["sample"]) == 24
     saved = json.load(open(os.path.join(workdir, "char_lm.json")))

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from seqjax.experiments import bert_mlm, digits, numbers, sampling, translation
+from seqjax.experiments._config import config_from_dict
 from seqjax.experiments.translation import BOS, EOS, PAD
-from seqjax.train.config import config_from_dict
 from tests.experiments._devices import assert_trained_on_all_devices
+from tests.experiments._learning import assert_loss_dropped
 
 # ----------------------------------------------------------------------------- translation
 
@@ -73,7 +74,8 @@ def test_attention_map_rows_are_distributions():
 
 def test_translation_smoke(tmp_path):
     pytest.importorskip("sacrebleu")
-    s = translation.main(["--smoke", "--workdir", str(tmp_path)])
+    argv = ["--smoke", "--steps=40", "--workdir", str(tmp_path)]  # 40 steps: see it learn
+    s = translation.main(argv)
     assert_trained_on_all_devices(tmp_path, tmp_path / "transformer_seed0")
     assert [r["arch"] for r in s["runs"]] == ["transformer"]
     r = s["runs"][0]
@@ -81,8 +83,10 @@ def test_translation_smoke(tmp_path):
     assert all(0.0 <= p["bleu"] <= 1.0 for p in r["probes"])
     assert (tmp_path / "translation.json").exists()
     assert (tmp_path / "translation_bleu_vs_length.png").exists()
+    # It learned: the training loss falls from 5.03 (step 1) to 3.85 (mean of steps 36-40).
+    assert_loss_dropped(tmp_path / "transformer_seed0", rel=0.1, tail=5)
     # A rerun restores the finished model (no training) and reports the logged run.
-    again = translation.main(["--smoke", "--workdir", str(tmp_path)])["runs"][0]
+    again = translation.main(argv)["runs"][0]
     assert again["bleu"] == r["bleu"] and again["probes"] == r["probes"]
     assert again["final_train_loss"] == pytest.approx(r["final_train_loss"])
     assert 0.0 < again["train_s"] <= r["train_s"]
@@ -114,9 +118,11 @@ def test_numbers_quickstart_preset_is_short_and_verbose():
 
 
 def test_numbers_smoke_and_cli_generate(tmp_path):
-    s = numbers.main(["--smoke", "--workdir", str(tmp_path)])
+    s = numbers.main(["--smoke", "--steps=40", "--workdir", str(tmp_path)])  # 40: it learns
     assert_trained_on_all_devices(tmp_path, tmp_path / "bahdanau_seed0")
     r = s["runs"][0]
+    # It learned: the training loss falls from 3.40 (step 1) to 2.62 (mean of steps 36-40).
+    assert_loss_dropped(tmp_path / "bahdanau_seed0", rel=0.12, tail=5)
     assert r["arch"] == "bahdanau" and 0.0 <= r["exact_match"] <= 1.0
     assert set(r["by_digits"]) == {1, 2, 3}
     assert (tmp_path / "numbers_attention_97_bahdanau.png").exists()
@@ -138,8 +144,14 @@ def test_row_transformer_sees_one_token_per_row():
 
 
 def test_digits_smoke(tmp_path):
-    s = digits.main(["--smoke", "--workdir", str(tmp_path)])
+    # 100 steps at a learning rate of 0.01, not the preset's 3 at 3e-3: enough to see the
+    # 8-unit LSTM learn (at 3e-3 its loss falls 2% in 120 steps)
+    s = digits.main(["--smoke", "--steps=100", "--learning_rate=0.01", "--workdir", str(tmp_path)])
     assert_trained_on_all_devices(tmp_path, tmp_path / "lstm_seed0")
+    # It learned: the loss falls from ln 10 = 2.30 (step 1) to a mean over steps 96-100 of
+    # 1.87 (LSTM) and 1.67 (ViT); batches of 16 images are noisy, hence the mean.
+    for model in ("lstm", "vit"):
+        assert_loss_dropped(tmp_path / f"{model}_seed0", rel=0.08, tail=5)
     assert [r["model"] for r in s["runs"]] == ["lstm", "vit"]
     assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in s["runs"])
     assert s["svm_accuracy"] > 0.9  # scikit-learn's gallery SVM on the same split
@@ -195,8 +207,14 @@ def test_bert_inputs_drop_the_label_punctuation():
 
 
 def test_bert_mlm_smoke(tmp_path):
-    s = bert_mlm.main(["--smoke", "--workdir", str(tmp_path)])
+    # 100 pre-training steps, not the preset's 3: enough to see the losses fall
+    s = bert_mlm.main(["--smoke", "--pretrain_steps=100", "--workdir", str(tmp_path)])
     assert_trained_on_all_devices(tmp_path, tmp_path / "pretrain")
+    # It learned: the MLM loss falls from ln V = 4.22 (step 1) to 3.64, the mean over the
+    # masked tokens of steps 81-100 (a batch holds 0-8 of them: single steps are noise); the
+    # decoder form's causal-LM loss from 4.21 to 3.39 (the same mean, ~32 tokens a batch).
+    assert_loss_dropped(tmp_path / "pretrain", rel=0.06, tail=20, weight="tokens")
+    assert_loss_dropped(tmp_path / "lm_pretrain", rel=0.1, tail=20, weight="tokens")
     # Two seeds: the pre-trained encoder is reused after a run that donated its buffers.
     assert sorted((r["init"], r["seed"]) for r in s["runs"]) == [
         ("pretrained", 0), ("pretrained", 1), ("scratch", 0), ("scratch", 1)]

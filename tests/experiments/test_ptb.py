@@ -16,6 +16,7 @@ import pytest
 from seqjax.data import corpora as ptb  # Penn Treebank is part of seqjax.data.corpora
 from seqjax.experiments import ptb_lm
 from tests.experiments._devices import assert_trained_on_all_devices
+from tests.experiments._learning import assert_loss_dropped
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +131,9 @@ def test_ptb_lm_smoke(smoke_run):
                                                for r in s["epochs"])
     assert all(1 < r["valid_ppl"] < 10_000 and 1 < r["test_ppl"] < 10_000 for r in s["epochs"])
     assert s["epochs"][1]["train_ppl"] < s["epochs"][0]["train_ppl"]
+    # It learned: the window loss falls from ln 10,000 = 9.21 (step 1) to 7.09 (the mean of
+    # steps 20-24).
+    assert_loss_dropped(tmp_path, rel=0.12, tail=5)
     assert s["epochs"][1]["lr"] == 1.0 and s["mean_loss_lr"] == 10.0  # k = 10 in the smoke
     saved = json.loads((tmp_path / "ptb_lm.json").read_text())
     assert saved["test_ppl"] == pytest.approx(s["test_ppl"])
