@@ -41,6 +41,8 @@ import numpy as np
 
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
 from seqjax.experiments._kit import machine_info, mean_sd, save_json, write_run_info
+from seqjax.experiments.reports.numbers import plot_exact_match
+from seqjax.experiments.reports.translation import plot_attention
 from seqjax.experiments.translation import (
     ARCH_LABELS,
     ARCHS,
@@ -50,7 +52,6 @@ from seqjax.experiments.translation import (
     encode_pairs,
     encode_sources,
     make_model,
-    plot_attention,
     train_seq2seq,
     translate,
 )
@@ -200,35 +201,6 @@ def _english(prompt: str) -> str:
     return prompt.lower()
 
 
-def _plot_exact_match(table: dict[str, dict[int, list[float]]], counts: dict[int, int],
-                      path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    digits = sorted(counts)
-    width = 0.8 / max(1, len(table))
-    fig, ax = plt.subplots(figsize=(5.6, 3.3))
-    for j, (arch, by_d) in enumerate(table.items()):
-        xs = np.arange(len(digits)) + (j - (len(table) - 1) / 2) * width
-        ax.bar(xs, [100 * np.mean(by_d[d]) for d in digits], width,
-               yerr=[100 * np.std(by_d[d]) for d in digits], capsize=2,
-               label=ARCH_LABELS.get(arch, arch))
-    ax.set_xticks(range(len(digits)), [f"{d} digit{'s' if d > 1 else ''}\n(n={counts[d]})"
-                                       for d in digits], fontsize=8)
-    ax.set_ylabel("exact match, held-out numbers (%)", fontsize=8)
-    ax.set_ylim(0, 135)
-    ax.set_yticks(range(0, 101, 20))
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=7, loc="upper center", ncol=min(2, len(table)))
-    ax.set_title("English→French number names", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
 def run(cfg: Config) -> dict:
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
     par.check_batch_size(cfg.batch_size)
@@ -325,9 +297,10 @@ def run(cfg: Config) -> dict:
                "table_md": table, "n_train": len(d.train), "n_test": len(d.test),
                "plots": plots}
     if cfg.workdir is not None and primary:
-        plots["exact_match"] = _plot_exact_match(
+        plots["exact_match"] = plot_exact_match(
             {a: {k: [r["by_digits"][k] for r in rs] for k in counts} for a, rs in
-             by_arch.items()}, dict(counts), os.path.join(cfg.workdir, "numbers_exact_match.png"))
+             by_arch.items()}, dict(counts), os.path.join(cfg.workdir, "numbers_exact_match.png"),
+            labels=ARCH_LABELS)
         save_json(summary, os.path.join(cfg.workdir, "numbers.json"))
         print("plots: " + ", ".join(sorted(plots.values())) + ", "
               + os.path.join(cfg.workdir, f"{cfg.archs[0]}_seed{cfg.seeds[0]}", "loss.png"))

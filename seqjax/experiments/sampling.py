@@ -45,6 +45,7 @@ import numpy as np
 from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.experiments import char_lm
 from seqjax.experiments._kit import machine_info, save_json
+from seqjax.experiments.reports.sampling import plot_sampling
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.checkpoint import load_meta
 from seqjax.utils import count_params
@@ -258,43 +259,12 @@ def run(cfg: Config) -> dict:
                "logp_prompt1": traces, "wall_s": wall}
     if cfg.workdir is not None:
         os.makedirs(cfg.workdir, exist_ok=True)
-        summary["plot"] = _plot(rows, traces, os.path.join(cfg.workdir, "sampling.png"))
+        summary["plot"] = plot_sampling(rows, traces, os.path.join(cfg.workdir, "sampling.png"))
         with open(os.path.join(cfg.workdir, "samples.md"), "w", encoding="utf-8") as f:
             for r in rows:
                 f.write(f"### {r['strategy']}\n\n```\n{r['sample']}\n```\n\n")
         save_json(summary, os.path.join(cfg.workdir, "sampling.json"))
     return summary
-
-
-def _plot(rows: list[dict], traces: dict[str, list[float]], path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9.0, 3.4))
-    for r in rows:
-        a.scatter(r["distinct_2"], r["loglik_per_char"], s=18,
-                  color="tab:red" if r["strategy"] == "human" else "tab:blue")
-        a.annotate(r["strategy"], (r["distinct_2"], r["loglik_per_char"]), fontsize=7,
-                   xytext=(3, 2), textcoords="offset points")
-    a.set_xlabel("distinct-2 (diversity)")
-    a.set_ylabel("log-likelihood / char under the model")
-    a.grid(alpha=0.3)
-    window = 10
-    for name in ("human", "beam4", "greedy", "temp1.0"):
-        if name in traces and len(traces[name]) >= window:
-            p = np.convolve(np.exp(traces[name]), np.ones(window) / window, mode="valid")
-            b.plot(np.arange(len(p)) + window - 1, p, lw=1.0, label=name)
-    b.set_xlabel("generated character")
-    b.set_ylabel(f"p(character), mean of {window}")
-    b.set_ylim(0, 1)
-    b.set_title("prompt 1: p(each generated character)\n(cf. Bishop Fig. 12.17)", fontsize=8)
-    b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=85)
-    plt.close(fig)
-    return path
 
 
 def main(argv: list[str] | None = None) -> dict:

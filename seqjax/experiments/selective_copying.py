@@ -46,10 +46,8 @@ import dataclasses
 import functools
 import json
 import os
-import platform
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -61,6 +59,7 @@ from flax import linen as nn
 from seqjax.data.synthetic import associative_recall, selective_copying
 from seqjax.experiments._kit import host_rows, pad_rows, write_run_info
 from seqjax.experiments._runner import experiment_main
+from seqjax.experiments.reports.selective_copying import report
 from seqjax.nn.embedding import Embed
 from seqjax.nn.linear_attention import LinearAttention
 from seqjax.nn.norms import RMSNorm
@@ -74,12 +73,6 @@ from seqjax.utils import count_params
 
 TASKS = ("selective_copying", "associative_recall")
 MODELS = ("lstm", "transformer", "linear", "mamba", "mamba-lti")
-PAPER_TABLE1 = {
-    "S4 (no gate)": 18.3,
-    "H3 (S4)": 57.0,
-    "Mamba arch. with S4": 56.4,
-    "Mamba (S6)": 99.8,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,56 +348,6 @@ def train(cfg: Config, task: str, model_name: str, log=print,
     }
 
 
-def report(results: Sequence[dict[str, Any]], command: str, wall_s: float) -> str:
-    """Markdown: one table per task, the paper's Table 1 beside it, machine and wall time."""
-    lines = [
-        "# Selective copying and associative recall (Mamba Table 1, reduced scale)",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {platform.processor() or platform.machine()}, "
-        f"{len(jax.devices())} JAX {jax.default_backend()} device(s), jax {jax.__version__}; "
-        f"total wall time {wall_s / 60:.1f} min (shared 2-core CPU).",
-        "",
-    ]
-    for task in TASKS:
-        rows = [r for r in results if r["task"] == task]
-        if not rows:
-            continue
-        cfg = rows[0]["config"]
-        if task == "selective_copying":
-            setting = (f"{cfg['seq_len']} noise positions + {cfg['num_tokens']} content "
-                       f"tokens (length {cfg['seq_len'] + cfg['num_tokens']}), "
-                       f"{cfg['num_symbols']} symbols")
-        else:
-            setting = (f"{cfg['num_pairs']} key–value pairs (length {2 * cfg['num_pairs'] + 2}), "
-                       f"{cfg['num_keys']} keys, {cfg['num_values']} values")
-        lines += [
-            f"## {task.replace('_', ' ')}",
-            "",
-            f"{setting}; {cfg['num_layers']} layers, d = {cfg['d_model']}, "
-            f"{cfg['steps']} steps × batch {cfg['batch']} (fresh samples), AdamW "
-            f"{cfg['learning_rate']:g} with warm-up + cosine; evaluated on "
-            f"{cfg['eval_examples']} held-out examples.",
-            "",
-            "| model | params | accuracy % | exact match % | eval loss | train s |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for r in sorted(rows, key=lambda r: -r["eval_accuracy"]):
-            lines.append(
-                f"| {r['model']} | {r['params']:,} | {100 * r['eval_accuracy']:.1f} | "
-                f"{100 * r['eval_exact_match']:.1f} | {r['eval_loss']:.3f} | "
-                f"{r['train_s']:.0f} |"
-            )
-        lines.append("")
-    lines += [
-        "## Reference: Mamba paper, Table 1 (selective copying, length 4096, 2 layers)",
-        "",
-        "| model | accuracy % |",
-        "|---|---:|",
-    ] + [f"| {k} | {v} |" for k, v in PAPER_TABLE1.items()] + [""]
-    return "\n".join(lines)
-
-
 def run(cfg: Config) -> dict[str, Any]:
     """Train and evaluate every planned run; print (and write) the markdown report."""
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
@@ -427,7 +370,7 @@ def run(cfg: Config) -> dict[str, Any]:
                 json.dump(results, f, indent=1)
     wall = time.perf_counter() - t0
     command = "python -m seqjax.experiments.selective_copying " + " ".join(sys.argv[1:])
-    text = report(results, command.strip(), wall)
+    text = report(results, command.strip(), wall, tasks=TASKS)
     print(text)
     if cfg.out and primary:
         with open(cfg.out, "w", encoding="utf-8") as f:

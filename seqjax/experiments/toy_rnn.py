@@ -36,6 +36,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.experiments._kit import host_rows, init_state
+from seqjax.experiments.reports.toy_rnn import print_predictions
 from seqjax.nn import RNN, ElmanCell
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.loop import FitConfig, fit
@@ -126,18 +127,6 @@ def _model_config(cfg: Config) -> dict:
     return {"model": "ToyRNN", "hidden": cfg.hidden, "vocab": len(LEXICON)}
 
 
-def _table(model: ToyRNN, params: dict, x: np.ndarray, y: np.ndarray) -> int:
-    pred = np.asarray(jnp.argmax(_apply(model, params, x), -1))[0]
-    correct = 0
-    print(f"{'t':>2}  {'input':<14}{'target':<14}{'predicted':<14}")
-    for t, (i, j) in enumerate(zip(x[0].argmax(-1), y[0]), start=1):
-        ok = int(pred[t - 1]) == int(j)
-        correct += ok
-        guess = LEXICON[pred[t - 1]]
-        print(f"{t:>2}  {LEXICON[i]:<14}{LEXICON[j]:<14}{guess:<14}{'' if ok else 'x'}")
-    return correct
-
-
 def run(cfg: Config) -> dict:
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
     primary = jax.process_index() == 0
@@ -180,7 +169,8 @@ def run(cfg: Config) -> dict:
     curve = [(r["step"], r["loss"]) for r in result.history]
 
     print(f"\nparameters: {n_params}")
-    correct = _table(model, params, x, y)
+    pred = np.asarray(jnp.argmax(_apply(model, params, x), -1))[0]
+    correct = print_predictions(x, y, pred, LEXICON)
     summary = {
         "config": asdict(cfg),
         "parallel": par.describe(),

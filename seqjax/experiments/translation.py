@@ -42,7 +42,6 @@ import functools
 import math
 import os
 import re
-import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -63,6 +62,7 @@ from seqjax.experiments._kit import (
     save_json,
     write_run_info,
 )
+from seqjax.experiments.reports.translation import plot_attention, plot_bleu_vs_length
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig
 from seqjax.models.seq2seq import Seq2Seq
 from seqjax.train.loop import FitConfig
@@ -411,31 +411,6 @@ def _attention_fn(model: Seq2Seq) -> Callable:
     return jax.jit(lambda p, s, t, n: model.apply({"params": p}, s, t, n, return_attention=True))
 
 
-def plot_attention(alpha: np.ndarray, src_tokens: Sequence[str], out_tokens: Sequence[str],
-                   path: str, title: str) -> str:
-    """A heatmap of ``alpha`` (rows: output tokens + <eos>; columns: source tokens)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [*out_tokens, "<eos>"]
-    width = max(3.4, 1.0 + 0.55 * len(src_tokens))  # room for the title of short sentences
-    fig, ax = plt.subplots(figsize=(width, 0.9 + 0.42 * len(rows)))
-    ax.imshow(alpha, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(src_tokens)), src_tokens, rotation=45, ha="right")
-    ax.set_yticks(range(len(rows)), rows)
-    for t in range(alpha.shape[0]):
-        for s in range(alpha.shape[1]):
-            ax.text(s, t, f"{alpha[t, s]:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if alpha[t, s] > 0.5 else "black")
-    ax.set_title(textwrap.fill(title, width=int(9 * width)), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
 # ----------------------------------------------------------------------------- metrics
 
 
@@ -484,12 +459,6 @@ def corpus_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
                                                                           streams).score)
 
 
-
-
-
-
-
-
 # ----------------------------------------------------------------------------- experiment
 
 
@@ -511,32 +480,6 @@ def split_by_source(src: Sequence[str], test_fraction: float,
     n_test = max(1, int(round(test_fraction * len(uniq))))
     test = {uniq[i] for i in perm[:n_test]}
     return set(uniq) - test, test
-
-
-def _plot_bleu_vs_length(curves: dict[str, dict[int, list[float]]], counts: dict[int, int],
-                         path: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for arch, by_len in curves.items():
-        lens = sorted(by_len)
-        means = [np.mean(by_len[n]) for n in lens]
-        sds = [np.std(by_len[n]) for n in lens]
-        ax.errorbar(lens, means, yerr=sds, marker="o", ms=4, capsize=2,
-                    label=ARCH_LABELS.get(arch, arch))
-    ax.set_xlabel("source length (words, punctuation excluded)")
-    ax.set_ylabel("BLEU (held-out, multi-ref)")
-    ax.set_xticks(sorted(counts), [f"{n}\n(n={counts[n]})" for n in sorted(counts)], fontsize=7)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title("BLEU against source length (cf. Bahdanau et al. 2015, Fig. 2)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
 
 
 def _word_len(sentence: str) -> int:
@@ -674,8 +617,9 @@ def _summarise(cfg: Config, runs: list[dict], lengths: list[int], info: dict,
     if cfg.workdir is not None and jax.process_index() == 0:
         curves = {a: {n: [r["bleu_by_length"][n] for r in rs] for n in counts}
                   for a, rs in by_arch.items()}
-        summary["bleu_vs_length_png"] = _plot_bleu_vs_length(
-            curves, dict(counts), os.path.join(cfg.workdir, "translation_bleu_vs_length.png"))
+        summary["bleu_vs_length_png"] = plot_bleu_vs_length(
+            curves, dict(counts), os.path.join(cfg.workdir, "translation_bleu_vs_length.png"),
+            labels=ARCH_LABELS)
         save_json(summary, os.path.join(cfg.workdir, "translation.json"))
     return summary
 
