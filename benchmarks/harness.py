@@ -18,6 +18,10 @@ What it guarantees, for every row of every table:
 * **same threads**: :func:`configure_threads` pins torch to the given number of
   intra-op threads; JAX's CPU client uses one thread per core of the process's
   affinity set, which on the 2-core benchmark machine is the same 2 threads.
+* **same allocator**: :func:`configure_threads` also sets the process up as a seqjax
+  training process is on the CPU (:func:`seqjax.train.cpu_memory.keep_freed_memory`:
+  freed memory stays in glibc's heap); every peer runs in that one process, so all get
+  it (``SEQJAX_KEEP_FREED_MEMORY=0`` measures glibc's defaults).
 * **CPU time too**: each sample also records the process CPU time per call
   (all threads). On a machine shared with other jobs wall time inflates, and
   torch's OpenMP threads suffer more than XLA's pool when descheduled; CPU
@@ -142,13 +146,17 @@ def torch_available() -> bool:
 
 
 def configure_threads(num_threads: int = 2) -> dict[str, Any]:
-    """Give torch ``num_threads`` intra-op threads (and one inter-op thread).
+    """Give torch ``num_threads`` intra-op threads (and one inter-op thread), and keep
+    freed memory in the heap as seqjax's train step does on the CPU.
 
     JAX's CPU client sizes its pool from the process's CPU affinity; the value
     is only recorded here (``XLA_FLAGS`` must be set before jax is imported to
     change it, which a benchmark run through the ``seqjax`` CLI cannot do).
     """
-    info: dict[str, Any] = {"requested_threads": num_threads}
+    from seqjax.train.cpu_memory import keep_freed_memory
+
+    info: dict[str, Any] = {"requested_threads": num_threads,
+                            "keep_freed_memory": keep_freed_memory()}
     try:
         import torch
     except ImportError:
@@ -395,6 +403,10 @@ def machine_info() -> dict[str, str]:
         info["jax_matmul_precision"] = str(jax.config.jax_default_matmul_precision)
     except ImportError:
         pass
+    from seqjax.train import cpu_memory
+
+    info["keep_freed_memory"] = {True: "on (glibc: 1 GiB mmap/trim thresholds, one arena)",
+                                 False: "off", None: "not decided"}[cpu_memory._applied]
     if "torch" in sys.modules:
         import torch
 
