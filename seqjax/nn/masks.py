@@ -151,8 +151,14 @@ def padding_mask(lengths_B: Any, max_len: int) -> Array:
     if not isinstance(max_len, int) or max_len < 0:
         raise ValueError(f"`max_len` must be a non-negative int; got {max_len!r}.")
     check_rank(lengths_B, "lengths", 1)
-    # The one lengths check: values already checked by a caller are not read again.
     lengths_B = check_lengths(lengths_B, "lengths", np.shape(lengths_B)[0], max_len)
+    return _padding(lengths_B, max_len)
+
+
+def padding_mask_checked(lengths_B: Array, max_len: int) -> Array:
+    """:func:`padding_mask` of lengths a caller already checked (``int32[B]`` in
+    ``[0, max_len]``, from :func:`~seqjax._checks.check_lengths`): no check and no host
+    read. The layers under a model, which checked its ``lengths`` once, use it."""
     return _padding(lengths_B, max_len)
 
 

@@ -47,7 +47,7 @@ from seqjax.nn.attention import KVCache, MultiHeadAttention
 from seqjax.nn.attention.checks import check_broadcast, check_positive_int
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU, GLU_VARIANTS, MLP, get_activation
-from seqjax.nn.masks import combine_masks, padding_mask
+from seqjax.nn.masks import combine_masks, padding_mask_checked
 from seqjax.nn.norms import LayerNorm, RMSNorm
 from seqjax.nn.remat import REMAT_POLICIES
 from seqjax.nn.remat import remat_policy as resolve_remat_policy
@@ -529,9 +529,11 @@ class TransformerBlock(_BlockModule):
             if _accepts_keyword(self.self_attn, "lengths"):
                 sa_kwargs["lengths"] = lengths
             elif sa_mask is None:
-                sa_mask = padding_mask(lengths, length)
+                sa_mask = padding_mask_checked(lengths, length)
             else:
-                sa_mask = combine_masks(sa_mask, padding_mask(lengths, length)[:, None, None, :])
+                sa_mask = combine_masks(
+                    sa_mask, padding_mask_checked(lengths, length)[:, None, None, :]
+                )
         if sa_mask is not None:
             sa_kwargs["mask"] = sa_mask
 
@@ -767,7 +769,7 @@ class _TransformerStack(_BlockModule, kw_only=True):
         if use_final:
             x = cfg.make_norm(name="final_norm")(x)
         if lengths is not None:
-            valid_BxT = padding_mask(lengths, x.shape[1])
+            valid_BxT = padding_mask_checked(lengths, x.shape[1])
             x = jnp.where(valid_BxT[..., None], x, jnp.zeros((), x.dtype))
         return x, new_cache
 

@@ -9,7 +9,12 @@ import pytest
 
 from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.linear_attention import LinearAttention
-from seqjax.nn.transformer import TransformerBlock, TransformerDecoder, TransformerEncoder
+from seqjax.nn.transformer import (
+    BlockConfig,
+    TransformerBlock,
+    TransformerDecoder,
+    TransformerEncoder,
+)
 from seqjax.utils import count_params
 
 D, H, F = 16, 2, 32  # tiny model width, heads, FFN hidden
@@ -308,7 +313,8 @@ def test_cross_attention_keys_values_are_projected_once():
 
     def n_dots(c):
         jaxpr = jax.make_jaxpr(lambda p, x, e: dec.apply(p, x, cache=c, encoder_out=e))(
-            params, x_full[:, 2:3], enc)
+            params, x_full[:, 2:3], enc
+        )
         return str(jaxpr).count("dot_general")
 
     fresh = [c._replace(cross_kv=None) for c in cache]
@@ -316,8 +322,11 @@ def test_cross_attention_keys_values_are_projected_once():
     with pytest.raises(ValueError, match="kv"):
         k, v = cache[0].cross_kv
         MultiHeadAttention(num_heads=H).apply(
-            {"params": params["params"]["layers_0"]["cross_attn"]}, x_full[:, :1], enc[:, :3],
-            kv=(k, v))
+            {"params": params["params"]["layers_0"]["cross_attn"]},
+            x_full[:, :1],
+            enc[:, :3],
+            kv=(k, v),
+        )
 
 
 def test_linear_attention_drop_in():
@@ -506,3 +515,90 @@ def test_torch_encoder_layer_parity(norm_first, activation):
     )
     params = _torch_to_params(layer, D, H)
     np.testing.assert_allclose(jax.jit(block.apply)({"params": params}, x), ref, atol=2e-5)
+
+
+# ------------------------------------------------------------------ BlockConfig
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_heads", 0),
+        ("num_heads", True),
+        ("mlp_dim", -4),
+        ("head_dim", 2.5),
+        ("num_kv_heads", 3),
+        ("norm", "middle"),
+        ("norm_type", "batchnorm"),
+        ("mlp", "swish"),
+        ("activation", "nope"),
+        ("multiple_of", 0),
+        ("norm_epsilon", 0.0),
+        ("dropout_rate", 1.0),
+        ("attention_dropout_rate", -0.1),
+        ("mlp_dropout_rate", 1.5),
+        ("window", 0),
+        ("implementation", "magic"),
+    ],
+)
+def test_block_config_names_the_bad_field(field, value):
+    kw = {"num_heads": 4, field: value}
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        BlockConfig(**kw)
+
+
+def test_block_config_custom_attention_rule():
+    with pytest.raises(ValueError, match="use_rope"):
+        BlockConfig(num_heads=H, attention=LinearAttention, use_rope=True)
+    cfg = BlockConfig(num_heads=H, attention=LinearAttention)
+    with pytest.raises(ValueError, match="window"):
+        cfg.replace(window=4)  # replace validates again
+
+
+def test_config_equals_keywords():
+    """``config=BlockConfig(...)`` and the keyword fields build the same layers."""
+    kw = dict(num_heads=H, mlp_dim=F, causal=True, norm="post", activation="relu")
+    x = _x(2, 5, D)
+    by_kw, by_cfg = TransformerBlock(**kw), TransformerBlock(config=BlockConfig(**kw))
+    params = random_params(by_kw, x)
+    np.testing.assert_array_equal(by_cfg.apply(params, x), by_kw.apply(params, x))
+    enc_kw = TransformerEncoder(**kw, num_layers=2)
+    enc_cfg = TransformerEncoder(config=BlockConfig(**kw), num_layers=2)
+    params = random_params(enc_kw, x)
+    lengths = jnp.array([5, 3])
+    np.testing.assert_array_equal(
+        enc_cfg.apply(params, x, lengths=lengths), enc_kw.apply(params, x, lengths=lengths)
+    )
+    with pytest.raises(ValueError, match="not both"):
+        jax.eval_shape(TransformerBlock(config=BlockConfig(num_heads=H), causal=True).init, KEY, x)
+    with pytest.raises(TypeError, match="BlockConfig"):
+        jax.eval_shape(TransformerBlock(config={"num_heads": H}).init, KEY, x)
+
+
+def test_lengths_checked_once_at_the_door(monkeypatch):
+    """A model checks ``lengths`` once; its stack, blocks and attention trust it (no
+    per-layer re-check, and no module-level cache of checked arrays)."""
+    import seqjax._checks as checks
+    from seqjax.models import TransformerLM, TransformerLMConfig
+
+    assert not hasattr(checks, "_CHECKED_LENGTHS")
+    names = []
+    real = checks.check_range
+    monkeypatch.setattr(
+        checks, "check_range", lambda x, name, *a: (names.append(name), real(x, name, *a))
+    )
+    lm = TransformerLM(
+        TransformerLMConfig(vocab_size=11, num_layers=3, num_heads=H, embed_dim=D, max_len=8)
+    )
+    tokens = jnp.ones((2, 6), jnp.int32)
+    params = jax.eval_shape(lm.init, KEY, tokens)
+    params = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), params)
+    names.clear()
+    lm.apply(params, tokens, jnp.array([6, 4]))
+    assert names.count("lengths") == 1
+    enc = TransformerEncoder(num_heads=H, num_layers=3, mlp_dim=F)  # a stack called directly
+    x = _x(2, 5, D)
+    p = random_params(enc, x)
+    names.clear()
+    enc.apply(p, x, lengths=jnp.array([5, 2]))
+    assert names.count("lengths") == 1

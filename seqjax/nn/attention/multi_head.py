@@ -26,7 +26,7 @@ from seqjax.nn.attention.checks import check_broadcast, check_positive_int
 from seqjax.nn.attention.dot_product import dot_product_attention
 from seqjax.nn.attention.kv_cache import KVCache
 from seqjax.nn.dense import DenseGeneral
-from seqjax.nn.masks import combine_masks, padding_mask
+from seqjax.nn.masks import combine_masks, padding_mask_checked
 from seqjax.nn.positional import apply_rope
 
 Array = jax.Array
@@ -402,9 +402,11 @@ class MultiHeadAttention(nn.Module):
         else:
             attn_mask = None
             if lengths is not None and self_attention:
-                attn_mask = combine_masks(attn_mask, padding_mask(lengths, q_len)[:, None, None])
+                attn_mask = combine_masks(
+                    attn_mask, padding_mask_checked(lengths, q_len)[:, None, None]
+                )
         if kv_lengths is not None:
-            key_valid = padding_mask(kv_lengths, x_kv.shape[1])
+            key_valid = padding_mask_checked(kv_lengths, x_kv.shape[1])
             attn_mask = combine_masks(attn_mask, key_valid[:, None, None, :])
         if mask is not None:
             mask = jnp.asarray(mask)
@@ -440,7 +442,7 @@ class MultiHeadAttention(nn.Module):
         else:  # Concat[H_1, ..., H_H]: [B, Q, H·Dv]
             out_BxQxF = attn_BxQxHxD.reshape(b, q_len, -1)
         if lengths is not None:
-            valid_BxQ = padding_mask(lengths, q_len)
+            valid_BxQ = padding_mask_checked(lengths, q_len)
             out_BxQxF = jnp.where(valid_BxQ[..., None], out_BxQxF, jnp.zeros((), out_BxQxF.dtype))
 
         outputs: tuple[Any, ...] = (out_BxQxF,)
