@@ -272,7 +272,8 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
     return RNNLanguageModel(
         vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
         # cell_kwargs as pairs, not a dict: the model must be hashable (a static jit argument).
-        cell_type="lstm", dropout=cfg.dropout, cell_kwargs=(("forget_bias", 1.0),), dtype=dtype,
+        cell_type="lstm", dropout_rate=cfg.dropout, cell_kwargs=(("forget_bias", 1.0),),
+        dtype=dtype,
     )
 
 

@@ -190,7 +190,7 @@ def build_model(cfg: Config, vocab_size: int) -> RNNLanguageModel:
     two biases per gate, ``main.lua``'s i2h and h2h), untied softmax with bias."""
     return RNNLanguageModel(vocab_size=vocab_size, embed_dim=cfg.hidden_size,
                             hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                            cell_type="lstm", dropout=cfg.dropout,
+                            cell_type="lstm", dropout_rate=cfg.dropout,
                             cell_kwargs={"recurrent_bias": cfg.recurrent_bias})
 
 

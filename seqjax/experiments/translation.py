@@ -240,7 +240,8 @@ def make_model(
 ) -> Seq2Seq | Transformer:
     """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring)."""
     rnn = dict(src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, embed_dim=embed_dim,
-               hidden_size=hidden, cell_type="gru", bidirectional_encoder=True, dropout=dropout)
+               hidden_size=hidden, cell_type="gru", bidirectional_encoder=True,
+               dropout_rate=dropout)
     if arch == "gru":
         return Seq2Seq(context="every_step", **rnn)
     if arch == "bahdanau":

@@ -35,8 +35,8 @@ def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
 
     Supports any ``num_layers``, ``bidirectional``, ``bias`` and ``batch_first``
     (seqjax is always batch-major: transpose time-major inputs yourself).
-    ``dropout`` is carried over. ``proj_size`` (LSTM projections) is not a seqjax
-    cell and is rejected.
+    The dropout rate is carried over (``dropout_rate`` here). ``proj_size`` (LSTM
+    projections) is not a seqjax cell and is rejected.
 
     Returns ``(stack, {"params": ...})`` such that, for ``x: [B, T, P]`` and
     ``lengths``, ``stack.apply(variables, x, lengths)[0]`` equals the padded
@@ -58,7 +58,7 @@ def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
         num_layers=module.num_layers,
         cell_type=cell_type,
         bidirectional=module.bidirectional,
-        dropout=float(module.dropout),
+        dropout_rate=float(module.dropout),
         cell_kwargs=cell_kwargs or None,
     )
     sd = module.state_dict()
@@ -116,7 +116,7 @@ def seqjax_to_torch_rnn(stack: StackedRNN, variables: dict, input_size: int) -> 
             raise ValueError(f"Elman `activation` must be tanh or relu to export; got {act}.")
     module = getattr(torch.nn, key)(
         input_size, stack.features, num_layers=stack.num_layers, bias=True, batch_first=True,
-        dropout=stack.dropout, bidirectional=stack.bidirectional, **ctor_kwargs,
+        dropout=stack.dropout_rate, bidirectional=stack.bidirectional, **ctor_kwargs,
     )
     hidden = stack.features
     params = variables["params"]

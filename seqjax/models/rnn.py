@@ -104,7 +104,7 @@ class RNNLanguageModel(nn.Module):
         hidden_size: RNN width; defaults to ``embed_dim`` (required equal when tied).
         num_layers: stacked RNN layers.
         cell_type: ``"lstm"``, ``"gru"`` or ``"elman"`` (or a cell class).
-        dropout: rate on the embeddings, between layers and before the output layer.
+        dropout_rate: rate on the embeddings, between layers and before the output layer.
         tie_weights: use ``Eᵀ`` as the output matrix (Press & Wolf 2017; Inan et al. 2017).
         use_output_bias: the output bias ``b`` (kept when tied; see the departure above).
         cell_kwargs: extra cell arguments, e.g. ``{"forget_bias": 1.0}``.
@@ -115,7 +115,7 @@ class RNNLanguageModel(nn.Module):
     hidden_size: int | None = None
     num_layers: int = 1
     cell_type: Any = "lstm"
-    dropout: float = 0.0
+    dropout_rate: float = 0.0
     tie_weights: bool = False
     use_output_bias: bool = True
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
@@ -130,7 +130,7 @@ class RNNLanguageModel(nn.Module):
     def setup(self) -> None:
         if self.vocab_size < 1:
             raise ValueError(f"`vocab_size` must be >= 1; got {self.vocab_size}.")
-        _check_rate(self.dropout, "dropout")
+        _check_rate(self.dropout_rate, "dropout_rate")
         if self.tie_weights and self.hidden != self.embed_dim:
             raise ValueError(
                 "`tie_weights=True` needs hidden_size == embed_dim (the output matrix is Eᵀ); "
@@ -147,7 +147,7 @@ class RNNLanguageModel(nn.Module):
             features=self.hidden,
             num_layers=self.num_layers,
             cell_type=self.cell_type,
-            dropout=self.dropout,
+            dropout_rate=self.dropout_rate,
             unroll=self.unroll,
             cell_kwargs=self.cell_kwargs,
             dtype=self.dtype,
@@ -168,14 +168,14 @@ class RNNLanguageModel(nn.Module):
                 dtype=self.dtype,
                 param_dtype=self.param_dtype,
             )
-        self.drop = nn.Dropout(self.dropout)
+        self.drop = nn.Dropout(self.dropout_rate)
 
     def _stack(self) -> StackedRNN:
         return StackedRNN(
             features=self.hidden,
             num_layers=self.num_layers,
             cell_type=self.cell_type,
-            dropout=self.dropout,
+            dropout_rate=self.dropout_rate,
             unroll=self.unroll,
             cell_kwargs=self.cell_kwargs,
             dtype=self.dtype,
@@ -300,7 +300,7 @@ class _Encoder(nn.Module):
     num_layers: int
     cell_type: Any
     bidirectional: bool
-    dropout: float
+    dropout_rate: float
     cell_kwargs: Any
     unroll: int | None
     dtype: Dtype | None
@@ -326,20 +326,20 @@ class _Encoder(nn.Module):
         batch, num_steps = x_BxTxE.shape[:2]
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, num_steps)
-        x_BxTxE = nn.Dropout(self.dropout)(x_BxTxE, deterministic=deterministic)
+        x_BxTxE = nn.Dropout(self.dropout_rate)(x_BxTxE, deterministic=deterministic)
         h_BxTxH, _ = StackedRNN(
             features=self.hidden_size,
             num_layers=self.num_layers,
             cell_type=self.cell_type,
             bidirectional=self.bidirectional,
-            dropout=self.dropout,
+            dropout_rate=self.dropout_rate,
             unroll=self.unroll,
             cell_kwargs=self.cell_kwargs,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             name="rnn",
         )(x_BxTxE, lengths, deterministic=deterministic)
-        return nn.Dropout(self.dropout)(h_BxTxH, deterministic=deterministic), lengths
+        return nn.Dropout(self.dropout_rate)(h_BxTxH, deterministic=deterministic), lengths
 
 
 class RNNClassifier(nn.Module):
@@ -388,7 +388,7 @@ class RNNClassifier(nn.Module):
     bidirectional: bool = False
     pooling: str = "last"
     mlp_hidden: int | None = None
-    dropout: float = 0.0
+    dropout_rate: float = 0.0
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
     unroll: int | None = None
     dtype: Dtype | None = None
@@ -400,7 +400,7 @@ class RNNClassifier(nn.Module):
     ) -> Array:
         if self.pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}; got {self.pooling!r}.")
-        _check_rate(self.dropout, "dropout")
+        _check_rate(self.dropout_rate, "dropout_rate")
         h_BxTxH, lengths = _Encoder(
             self.vocab_size,
             self.embed_dim,
@@ -408,7 +408,7 @@ class RNNClassifier(nn.Module):
             self.num_layers,
             self.cell_type,
             self.bidirectional,
-            self.dropout,
+            self.dropout_rate,
             self.cell_kwargs,
             self.unroll,
             self.dtype,
@@ -457,7 +457,7 @@ class RNNTagger(nn.Module):
     num_layers: int = 1
     cell_type: Any = "lstm"
     bidirectional: bool = True
-    dropout: float = 0.0
+    dropout_rate: float = 0.0
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
     unroll: int | None = None
     dtype: Dtype | None = None
@@ -467,7 +467,7 @@ class RNNTagger(nn.Module):
     def __call__(
         self, inputs: Array, lengths: Array | None = None, *, deterministic: bool = True
     ) -> Array:
-        _check_rate(self.dropout, "dropout")
+        _check_rate(self.dropout_rate, "dropout_rate")
         h_BxTxH, _ = _Encoder(
             self.vocab_size,
             self.embed_dim,
@@ -475,7 +475,7 @@ class RNNTagger(nn.Module):
             self.num_layers,
             self.cell_type,
             self.bidirectional,
-            self.dropout,
+            self.dropout_rate,
             self.cell_kwargs,
             self.unroll,
             self.dtype,

@@ -271,7 +271,7 @@ class Seq2Seq(nn.Module):
         output_context: the output layer also sees ``z*`` / ``u^{⟨t⟩}`` (default); ``False``:
             on ``s^{⟨t⟩}`` alone (lecture notes eq. (5); MEDL (7.22)).
         output_bias: the output layer's bias ``b`` (the notes' eq. (5) has none).
-        dropout: on embeddings and on the decoder outputs.
+        dropout_rate: on embeddings and on the decoder outputs.
     """
 
     src_vocab_size: int
@@ -287,7 +287,7 @@ class Seq2Seq(nn.Module):
     attention_hidden: int | None = None
     reverse_source: bool = False
     bridge: str = "auto"
-    dropout: float = 0.0
+    dropout_rate: float = 0.0
     output_context: bool = True
     output_bias: bool = True
     cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
@@ -326,8 +326,8 @@ class Seq2Seq(nn.Module):
                 "context='every_step' or attention='bahdanau'; Luong's output is "
                 f"g(tanh(W_c[u; s])) by construction; got attention={self.attention!r}."
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"`dropout_rate` must be in [0, 1); got {self.dropout_rate}.")
         self.src_embed = Embed(
             self.src_vocab_size,
             self.embed_dim,
@@ -340,7 +340,7 @@ class Seq2Seq(nn.Module):
             num_layers=self.encoder_layers,
             cell_type=self.cell_type,
             bidirectional=self.bidirectional_encoder,
-            dropout=self.dropout,
+            dropout_rate=self.dropout_rate,
             cell_kwargs=self.cell_kwargs,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
@@ -380,7 +380,7 @@ class Seq2Seq(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,
         )
-        self.drop = nn.Dropout(self.dropout)
+        self.drop = nn.Dropout(self.dropout_rate)
         mode = self._bridge_mode()
         if mode == "dense":
             n_parts = len(jax.tree_util.tree_leaves(self._zero_carries(1)))

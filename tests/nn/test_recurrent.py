@@ -182,7 +182,7 @@ def test_stacked_matches_manual_composition(x):
 
 
 def test_stacked_bidirectional_residual_dropout(x):
-    stack = StackedRNN(H, num_layers=2, bidirectional=True, dropout=0.5, residual=True)
+    stack = StackedRNN(H, num_layers=2, bidirectional=True, dropout_rate=0.5, residual=True)
     v = _init(stack, x)
     y_det, finals = stack.apply(v, x, LENGTHS)
     assert y_det.shape == (B, T, 2 * H)
@@ -202,7 +202,7 @@ def test_stacked_errors(x):
     with pytest.raises(ValueError, match="cell_type"):
         _init(StackedRNN(H, cell_type="transformer"), x)
     with pytest.raises(ValueError, match="dropout"):
-        _init(StackedRNN(H, dropout=1.5), x)
+        _init(StackedRNN(H, dropout_rate=1.5), x)
     with pytest.raises(ValueError, match="initial_carry"):
         stack = StackedRNN(H, num_layers=2)
         stack.apply(_init(stack, x), x, initial_carry=[None])

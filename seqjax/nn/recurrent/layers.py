@@ -403,7 +403,7 @@ class StackedRNN(nn.Module):
         num_layers: ``L``.
         cell_type: ``"lstm"``, ``"gru"``, ``"elman"`` or a cell class.
         bidirectional: concatenate a reversed layer at every level (output ``2H``).
-        dropout: dropout rate on the outputs of every layer but the last.
+        dropout_rate: dropout rate on the outputs of every layer but the last.
         residual: add each layer's input to its output where the widths match.
         cell_kwargs: extra constructor arguments for every cell
             (e.g. ``{"reset_after": False}``, ``{"forget_bias": 1.0}``, ``{"use_bias": False}``).
@@ -420,7 +420,7 @@ class StackedRNN(nn.Module):
     num_layers: int = 1
     cell_type: str | type[RecurrentCell] = "lstm"
     bidirectional: bool = False
-    dropout: float = 0.0
+    dropout_rate: float = 0.0
     residual: bool = False
     unroll: int | None = None
     cell_kwargs: Sequence[tuple[str, Any]] | dict | None = None
@@ -434,7 +434,7 @@ class StackedRNN(nn.Module):
             self.cell_type in ("lstm", LSTMCell)
             and set(kwargs) <= {"forget_bias", "use_bias"}
             and not self.residual
-            and (self.dropout == 0.0 or deterministic)
+            and (self.dropout_rate == 0.0 or deterministic)
             and resets is None
             and self.dtype in (None, jnp.float32)
             and self.param_dtype == jnp.float32
@@ -486,8 +486,8 @@ class StackedRNN(nn.Module):
         )
         if self.num_layers < 1:
             raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1); got {self.dropout}.")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"`dropout_rate` must be in [0, 1); got {self.dropout_rate}.")
         if initial_carry is not None and len(initial_carry) != self.num_layers:
             raise ValueError(
                 f"`initial_carry` must have one entry per layer ({self.num_layers}); "
@@ -538,9 +538,9 @@ class StackedRNN(nn.Module):
             finals.append(carry)
             if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
                 out = out + h
-            if layer < self.num_layers - 1 and self.dropout > 0.0:
+            if layer < self.num_layers - 1 and self.dropout_rate > 0.0:
                 # Padded outputs are zero and stay zero under dropout.
-                out = nn.Dropout(self.dropout)(out, deterministic=deterministic)
+                out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
             h = out
         return h, tuple(finals)
 
