@@ -8,11 +8,12 @@ then the Mamba paper's Table 1 (:data:`PAPER_TABLE1`). The results come from
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Sequence
 from typing import Any
 
 import jax
+
+from seqjax.experiments._kit import machine
 
 PAPER_TABLE1 = {
     "S4 (no gate)": 18.3,
@@ -30,8 +31,7 @@ def report(
         "# Selective copying and associative recall (Mamba Table 1, reduced scale)",
         "",
         f"Command: `{command}`  ",
-        f"Machine: {platform.processor() or platform.machine()}, "
-        f"{len(jax.devices())} JAX {jax.default_backend()} device(s), jax {jax.__version__}; "
+        f"Machine: {machine()}, {len(jax.devices())} device(s); "
         f"total wall time {wall_s / 60:.1f} min (shared 2-core CPU).",
         "",
     ]
