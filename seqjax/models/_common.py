@@ -18,7 +18,7 @@ from seqjax._checks import (
     check_vocab_ids,
     is_concrete,
 )
-from seqjax.nn.masks import padding_mask
+from seqjax.nn.masks import padding_mask, padding_mask_checked
 
 Array = jax.Array
 
@@ -143,7 +143,12 @@ def gather_time(x_BxTxD: Array, index_B: Array) -> Array:
 
 
 def masked_pool(
-    h_BxTxD: Array, lengths_B: Array | None, mode: str, *, bidirectional: bool = False
+    h_BxTxD: Array,
+    lengths_B: Array | None,
+    mode: str,
+    *,
+    bidirectional: bool = False,
+    lengths_checked: bool = False,
 ) -> Array:
     r"""Pool a padded sequence of vectors into one vector per row, ignoring padding.
 
@@ -159,6 +164,8 @@ def masked_pool(
     alone. A row of length 0 pools to zeros.
 
     Shapes: ``h_BxTxD``, ``lengths_B`` (``None`` = all ``T``) ``-> [B, D]``.
+    ``lengths_checked=True``: the caller (a model, at its door) already checked
+    ``lengths_B``, so they are not read again.
     """
     if mode not in POOLINGS:
         raise ValueError(f"`pooling` must be one of {POOLINGS}; got {mode!r}.")
@@ -167,7 +174,8 @@ def masked_pool(
         lengths_B = jnp.full((batch,), num_steps, jnp.int32)
         valid_BxT = jnp.ones((batch, num_steps), bool)
     else:
-        valid_BxT = padding_mask(lengths_B, num_steps)
+        valid_BxT = (padding_mask_checked(lengths_B, num_steps) if lengths_checked
+                     else padding_mask(lengths_B, num_steps))
     nonempty_Bx1 = (lengths_B > 0)[:, None]
     if mode == "last":
         last = gather_time(h_BxTxD, lengths_B - 1)

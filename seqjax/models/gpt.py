@@ -462,7 +462,8 @@ class TransformerLMClassifier(TransformerLM):
         h_BxTxD, lengths = self._trunk(tokens_BxT, lengths, deterministic, min_length=1)
         if self.is_initializing() and not self.config.tie_embeddings:
             self._head(h_BxTxD[:, :1])  # create lm_head: the tree stays the LM's
-        last_BxD = masked_pool(h_BxTxD, lengths, "last")  # H[b, lengths[b] - 1]
+        # H[b, lengths[b] - 1]; lengths checked by the trunk
+        last_BxD = masked_pool(h_BxTxD, lengths, "last", lengths_checked=True)
         last_BxD = self.drop(last_BxD, deterministic=deterministic)
         return self.class_head(last_BxD).astype(jnp.float32)
 

@@ -206,7 +206,8 @@ class RNNLanguageModel(nn.Module):
             lengths = check_lengths(lengths, "lengths", batch, num_steps)
         e_BxTxE = self.drop(self.embed(tokens_BxT), deterministic=deterministic)
         h_BxTxH, carries = self.rnn(
-            e_BxTxE, lengths, initial_carry=initial_carry, deterministic=deterministic
+            e_BxTxE, lengths, initial_carry=initial_carry, deterministic=deterministic,
+            lengths_checked=True,
         )
         return self.drop(h_BxTxH, deterministic=deterministic), carries
 
@@ -338,7 +339,7 @@ class _Encoder(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             name="rnn",
-        )(x_BxTxE, lengths, deterministic=deterministic)
+        )(x_BxTxE, lengths, deterministic=deterministic, lengths_checked=True)
         return nn.Dropout(self.dropout_rate)(h_BxTxH, deterministic=deterministic), lengths
 
 
@@ -415,7 +416,8 @@ class RNNClassifier(nn.Module):
             self.param_dtype,
             name="encoder",
         )(inputs, lengths, deterministic)
-        pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional)
+        pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional,
+                                 lengths_checked=True)
         if self.mlp_hidden is not None:
             pooled_BxH = jnp.tanh(
                 Dense(

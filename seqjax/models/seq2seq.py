@@ -95,7 +95,7 @@ from seqjax.models._common import (
 from seqjax.nn.attention import Attention
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
-from seqjax.nn.masks import padding_mask
+from seqjax.nn.masks import padding_mask, padding_mask_checked
 from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
 
 Array = jax.Array
@@ -409,7 +409,8 @@ class Seq2Seq(nn.Module):
         if self.reverse_source:
             src_BxS = reverse_sequences(src_BxS, src_lengths)
         e_BxSxE = self.drop(self.src_embed(src_BxS), deterministic=deterministic)
-        v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic)
+        v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic,
+                                       lengths_checked=True)
         top = finals[-1]
         if self.bidirectional_encoder:
             z_BxC = jnp.concatenate([_carry_h(top[0]), _carry_h(top[1])], axis=-1)
@@ -430,7 +431,7 @@ class Seq2Seq(nn.Module):
                     )
                     for carry in template
                 )
-        return v_BxSxV, padding_mask(src_lengths, src_len), z_BxC, init
+        return v_BxSxV, padding_mask_checked(src_lengths, src_len), z_BxC, init
 
     def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
         cls = CELL_TYPES[self.cell_type] if isinstance(self.cell_type, str) else self.cell_type

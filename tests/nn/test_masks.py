@@ -96,8 +96,9 @@ def _count_lengths_reads(monkeypatch):
 
 @pytest.mark.parametrize("family", ["gpt", "rnn"])
 def test_lengths_checked_once_per_model_call_and_layers_still_check(monkeypatch, family):
-    """From a model down, ``lengths`` is validated once (one host read), not once per
-    layer; each layer called on its own still rejects bad lengths."""
+    """From a model down, ``lengths`` is validated once per model call (one host read), not
+    once per layer, and nothing is remembered between calls (no cache keyed on the array);
+    each layer called on its own still rejects bad lengths."""
     from seqjax.models import RNNClassifier, TransformerLM, TransformerLMConfig
     from seqjax.nn import MultiHeadAttention, StackedRNN
 
@@ -113,10 +114,10 @@ def test_lengths_checked_once_per_model_call_and_layers_still_check(monkeypatch,
         layer = StackedRNN(4, num_layers=2, cell_type="gru")
     params = model.init(jax.random.PRNGKey(0), tokens, lengths)
     reads = _count_lengths_reads(monkeypatch)
-    model.apply(params, tokens, jnp.array([5, 2, 0]))  # a new array: not checked yet
+    model.apply(params, tokens, jnp.array([5, 2, 0]))
     assert reads == ["lengths"]
-    model.apply(params, tokens, lengths)  # checked when the model was initialised
-    assert reads == ["lengths"]
+    model.apply(params, tokens, lengths)  # the same array again: checked again, once
+    assert reads == ["lengths", "lengths"]
 
     x = jnp.ones((3, 5, 4))
     layer_params = layer.init(jax.random.PRNGKey(0), x)

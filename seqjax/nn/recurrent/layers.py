@@ -13,6 +13,13 @@ padding): outputs at ``t >= lengths[b]`` are exactly zero and the returned
 carry is the carry after step ``lengths[b] - 1`` (the initial carry when the
 length is 0). ``reverse=True`` runs each sequence from its own last real step
 back to its first (MEDL (7.14)'s ``h_r``), not from the padded end.
+
+``lengths`` are checked once per call (a host read when they are concrete): a layer called
+directly checks them; :class:`StackedRNN` and :class:`Bidirectional` check once and call
+their layers with ``lengths_checked=True``, and so do the models of
+:mod:`seqjax.models`, which check their ``lengths`` at their own door. Pass
+``lengths_checked=True`` only with lengths that went through
+:func:`seqjax._checks.check_lengths` (``int32[B]`` in ``[0, T]``).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from seqjax._checks import (
 )
 from seqjax.nn import _sharding
 from seqjax.nn.cells import ElmanCell, GRUCell, LayerWeights, LSTMCell, RecurrentCell
-from seqjax.nn.masks import padding_mask
+from seqjax.nn.masks import padding_mask_checked
 from seqjax.nn.recurrent import _cudnn
 from seqjax.nn.recurrent._layer_kernels import layer_scan
 
@@ -52,8 +59,8 @@ CELL_TYPES: dict[str, type[RecurrentCell]] = {
 
 
 def _step_mask(lengths_B: Array, num_steps: int) -> Array:
-    """``valid_TxB[t, b] = t < lengths[b]``: :func:`~seqjax.nn.masks.padding_mask`, time-major."""
-    return padding_mask(lengths_B, num_steps).T
+    """``valid_TxB[t, b] = t < lengths[b]`` of checked lengths, time-major."""
+    return padding_mask_checked(lengths_B, num_steps).T
 
 
 def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
@@ -65,9 +72,13 @@ def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
     )
 
 
-def _check_lengths(lengths: Array | None, batch: int, num_steps: int) -> Array | None:
-    """:func:`seqjax._checks.check_lengths` (the one check), ``None`` passed through."""
-    return None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
+def _check_lengths(lengths: Array | None, batch: int, num_steps: int,
+                   checked: bool = False) -> Array | None:
+    """:func:`seqjax._checks.check_lengths` (the one check), ``None`` passed through; a
+    caller that already checked them (``checked``, a model's own check) is trusted."""
+    if lengths is None or checked:
+        return lengths
+    return check_lengths(lengths, "lengths", batch, num_steps)
 
 
 IMPLEMENTATIONS = ("auto", "scan", "fused", "cudnn")
@@ -215,6 +226,7 @@ class RNN(nn.Module):
         *,
         reverse: bool | None = None,
         return_carry: bool | None = None,
+        lengths_checked: bool = False,
     ) -> Array | tuple[Carry, Array]:
         reverse = self.reverse if reverse is None else reverse
         return_carry = self.return_carry if return_carry is None else return_carry
@@ -223,7 +235,7 @@ class RNN(nn.Module):
         check_features(x, "x", None if kernel is None else kernel[0])
         x_BxTxP = jnp.swapaxes(x, 0, 1) if self.time_major else x
         batch, num_steps, _ = x_BxTxP.shape
-        lengths = _check_lengths(lengths, batch, num_steps)
+        lengths = _check_lengths(lengths, batch, num_steps, lengths_checked)
         if resets is not None:
             if tuple(resets.shape) != (batch, num_steps):
                 raise ValueError(
@@ -361,16 +373,22 @@ class Bidirectional(nn.Module):
         lengths: Array | None = None,
         initial_carry: tuple[Carry, Carry] | None = None,
         resets: Array | None = None,
+        *,
+        lengths_checked: bool = False,
     ) -> Array | tuple[tuple[Carry, Carry], Array]:
         merge = _merge_fn(self.merge)
+        check_rank(x, "x", 3)
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[1], lengths_checked)
         init_f, init_b = (None, None) if initial_carry is None else initial_carry
-        carry_f, y_f = self.forward(x, lengths, init_f, resets, reverse=False, return_carry=True)
+        carry_f, y_f = self.forward(x, lengths, init_f, resets, reverse=False, return_carry=True,
+                                    lengths_checked=True)
         # Resets mark segment starts; in reverse a segment starts at its last token.
         resets_b = None
         if resets is not None:
             ends = jnp.concatenate([resets[:, 1:], jnp.ones_like(resets[:, :1])], axis=1)
             resets_b = ends
-        carry_b, y_b = self.backward(x, lengths, init_b, resets_b, reverse=True, return_carry=True)
+        carry_b, y_b = self.backward(x, lengths, init_b, resets_b, reverse=True, return_carry=True,
+                                     lengths_checked=True)
         y = merge(y_f, y_b)
         return ((carry_f, carry_b), y) if self.return_carry else y
 
@@ -480,6 +498,7 @@ class StackedRNN(nn.Module):
         resets: Array | None = None,
         *,
         initial_carries: Sequence[Carry] | None = None,
+        lengths_checked: bool = False,
     ) -> tuple[Array, tuple[Carry, ...]]:
         initial_carry = _renamed(
             initial_carry, initial_carries, "initial_carries", "initial_carry", "StackedRNN"
@@ -494,6 +513,7 @@ class StackedRNN(nn.Module):
                 f"got {len(initial_carry)}."
             )
         check_rank(x, "x", 3)
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[1], lengths_checked)  # once
         first = ("layer_0", "forward") if self.bidirectional else ("layer_0",)
         kernel = bound_param_shape(self, *first, "cell", "input", "kernel")
         check_features(x, "x", None if kernel is None else kernel[0])
@@ -525,7 +545,7 @@ class StackedRNN(nn.Module):
                     return_carry=True,
                     name=f"layer_{layer}",
                 )
-                carry, out = bi(h, lengths, init, resets)
+                carry, out = bi(h, lengths, init, resets, lengths_checked=True)
             else:
                 rnn = RNN(
                     self._cell(),
@@ -534,7 +554,7 @@ class StackedRNN(nn.Module):
                     implementation=layer_impl,
                     name=f"layer_{layer}",
                 )
-                carry, out = rnn(h, lengths, init, resets)
+                carry, out = rnn(h, lengths, init, resets, lengths_checked=True)
             finals.append(carry)
             if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
                 out = out + h
@@ -547,9 +567,7 @@ class StackedRNN(nn.Module):
     def _cudnn(
         self, x: Array, lengths: Array | None, initial_carry: Sequence[Carry] | None
     ) -> tuple[Array, tuple[Carry, ...]]:
-        check_rank(x, "x", 3)
-        batch, num_steps, _ = x.shape
-        lengths = _check_lengths(lengths, batch, num_steps)
+        check_rank(x, "x", 3)  # lengths: checked by __call__
         return _cudnn.lstm_stack(
             self.variables["params"],
             x,
