@@ -313,11 +313,16 @@ def _primary() -> bool:
     return jax.process_index() == 0
 
 
-def _start_distributed() -> None:
-    """Join the multi-process job the environment describes, before any other JAX call."""
+def _start_process() -> None:
+    """Join the multi-process job the environment describes, before any other JAX call;
+    then, on the CPU, keep freed memory in the heap before any operation has run, so that
+    every XLA thread allocates from the one main heap
+    (:func:`seqjax.train.cpu_memory.keep_freed_memory`)."""
+    from seqjax.train.cpu_memory import keep_freed_memory
     from seqjax.train.sharding import maybe_initialize_distributed
 
     maybe_initialize_distributed()
+    keep_freed_memory()
 
 
 def _field_meanings(cfg_cls: type) -> dict[str, str]:
@@ -396,7 +401,7 @@ def train_experiment(name: str, argv: Sequence[str]) -> Any:
     which gets ``argv`` as it is). Refusals raise (:class:`ConfigError`,
     :class:`CheckpointMismatchError`, :class:`ResumeError`, :class:`CheckpointUnreadableError`,
     a ``FloatingPointError`` for a NaN) and leave ``experiment.json`` as it was."""
-    _start_distributed()
+    _start_process()
     module = load_experiment(name, allow_legacy=True)
     if not follows_protocol(module):  # an experiment that parses its own flags
         module.main(list(argv))
@@ -419,7 +424,7 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
     if any(a in ("-h", "--help") for a in argv):
         print(experiment_help(name))
         return {}
-    _start_distributed()
+    _start_process()
     argv, restart = _pop_restart(argv)
     try:
         module = load_experiment(name)

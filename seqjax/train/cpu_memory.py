@@ -21,6 +21,11 @@ in buffers allocated up front; a program whose many threads allocate all the tim
 prefer ``SEQJAX_KEEP_FREED_MEMORY=0``).
 :func:`~seqjax.train.step.make_train_step` and :func:`~seqjax.train.step.make_eval_step`
 call it when JAX's default backend is the CPU; ``SEQJAX_KEEP_FREED_MEMORY=0`` turns it off.
+Called before any JAX operation has run (``seqjax train`` does, right after the backend
+starts), it is steadiest: a thread keeps the malloc arena of its first allocation, so XLA
+threads that allocated before the call may still map their large temporaries afresh
+(an LSTM layer's fwd+bwd in a session script: 682–8,140 faults per call when applied after
+the model ran, against about 150 when applied first).
 It does nothing outside Linux with glibc, and on GPU/TPU backends (their temporaries live
 in the accelerator's allocator).
 """
