@@ -8,7 +8,8 @@ written once, and no experiment imports a peer for a helper.
   :func:`machine` (the same, one line for a results file), :func:`load_average`,
   :func:`command_line` (``python -m seqjax.experiments.NAME`` with the options that differ
   from the defaults).
-* **Results files** — :func:`save_json` (atomic), :func:`mean_sd`.
+* **Results files** — :func:`write_results` (the markdown, figures and JSON summary in the
+  work dir and the results folder), :func:`save_json` (atomic), :func:`mean_sd`.
 * **Devices** — :func:`pad_rows` (an evaluation set split over the mesh's batch shards,
   padded with rows that weigh zero), :func:`host_rows` (this process's rows of a global
   batch), :func:`write_run_info` (``run.json``).
@@ -46,7 +47,8 @@ from seqjax.train.records import write_run_info as _write_run_info
 from seqjax.train.sharding import host_batch_slice
 
 __all__ = [
-    "machine_info", "machine", "load_average", "command_line", "save_json", "mean_sd",
+    "machine_info", "machine", "load_average", "command_line", "save_json", "write_results",
+    "mean_sd",
     "pad_rows", "host_rows", "write_run_info", "init_state", "fit_arrays", "train_classifier",
 ]
 
@@ -116,13 +118,45 @@ def command_line(name: str, cfg: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- results files
+def _json_value(x: Any) -> Any:
+    """numpy scalars and arrays as Python numbers and lists; anything else as ``str``."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray | jax.Array):
+        return np.asarray(x).tolist()
+    return str(x)
+
+
 def save_json(obj: Any, path: str) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename);
-    values JSON cannot hold are written with ``str``."""
+    numpy values are written as numbers and lists, anything else JSON cannot hold with
+    ``str``."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False, default=str)
+        json.dump(obj, f, indent=1, ensure_ascii=False, default=_json_value)
     os.replace(tmp, path)
+
+
+def write_results(name: str, cfg: Any, markdown: str, summary: Mapping[str, Any], *,
+                  plot: Callable[[str], Any] | None = None) -> list[str]:
+    """An experiment's outputs, written by process 0: ``NAME.md`` (and the figures,
+    ``plot(folder)``) in ``cfg.workdir`` and ``cfg.results_dir`` (those that are set), and
+    the summary as ``NAME.json`` in the work dir. Returns the folders written."""
+    if jax.process_index() != 0:
+        return []
+    folders = list(dict.fromkeys(d for d in (getattr(cfg, "workdir", None),
+                                             getattr(cfg, "results_dir", None)) if d))
+    for folder in folders:
+        os.makedirs(folder, exist_ok=True)
+        if plot is not None:
+            plot(folder)
+        tmp = os.path.join(folder, f"{name}.md.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(markdown)
+        os.replace(tmp, os.path.join(folder, f"{name}.md"))
+        if folder == getattr(cfg, "workdir", None):
+            save_json(summary, os.path.join(folder, f"{name}.json"))
+    return folders
 
 
 def mean_sd(xs: Sequence[float]) -> str:

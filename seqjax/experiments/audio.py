@@ -39,7 +39,6 @@ Run:  python -m seqjax.experiments.audio --results_dir seqjax/experiments/result
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -52,7 +51,7 @@ from flax import linen as nn
 
 from seqjax.data.audio import log_mel_spectrogram, num_frames, tone_order_classes
 from seqjax.data.audio import tone_order_dataset as _tone_order_dataset
-from seqjax.experiments._kit import train_classifier, write_run_info
+from seqjax.experiments._kit import train_classifier, write_results, write_run_info
 from seqjax.experiments.reports.audio import report
 from seqjax.models.ast import AST, ASTConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
@@ -296,14 +295,7 @@ def run(cfg: Config) -> dict:
 
     markdown = report(cfg, summary, command_line("audio", cfg))
     print(markdown)
-    if jax.process_index() == 0:
-        for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-            os.makedirs(outdir, exist_ok=True)
-            with open(os.path.join(outdir, "audio.md"), "w", encoding="utf-8") as f:
-                f.write(markdown)
-            if outdir == cfg.workdir:
-                with open(os.path.join(outdir, "audio.json"), "w") as f:
-                    json.dump(summary, f, indent=1)
+    write_results("audio", cfg, markdown, summary)
     return summary
 
 

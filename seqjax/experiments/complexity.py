@@ -73,8 +73,6 @@ Run:  python -m seqjax.experiments.complexity --results_dir seqjax/experiments/r
 from __future__ import annotations
 
 import collections
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -86,6 +84,7 @@ import numpy as np
 from flax import linen as nn
 from jax.extend import core as jex
 
+from seqjax.experiments._kit import write_results
 from seqjax.experiments.reports.complexity import plot_costs, report
 from seqjax.nn import (
     RNN,
@@ -414,14 +413,8 @@ def run(cfg: Config) -> dict:
 
     markdown = report(cfg, rows, fits, wall, command_line("complexity", cfg), cnns=CNNS)
     summary = {"config": asdict(cfg), "rows": rows, "fits": fits, "wall_s": wall}
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-        os.makedirs(outdir, exist_ok=True)
-        plot_costs(cfg, rows, outdir)
-        with open(os.path.join(outdir, "complexity.md"), "w", encoding="utf-8") as f:
-            f.write(markdown)
-        if outdir == cfg.workdir:
-            with open(os.path.join(outdir, "complexity.json"), "w") as f:
-                json.dump(summary, f, indent=1)
+    write_results("complexity", cfg, markdown, summary,
+                  plot=lambda folder: plot_costs(cfg, rows, folder))
     print(markdown)
     return summary
 

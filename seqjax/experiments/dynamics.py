@@ -39,8 +39,6 @@ Run:  python -m seqjax.experiments.dynamics --results_dir seqjax/experiments/res
 from __future__ import annotations
 
 import functools
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -50,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.experiments._kit import write_results
 from seqjax.experiments.reports.dynamics import plot_dynamics, report
 from seqjax.nn.cells import ElmanCell
 
@@ -308,14 +307,8 @@ def run(cfg: Config) -> dict:
 
     markdown = report(cfg, summary, command_line("dynamics", cfg),
                       derivative_steps=DERIVATIVE_STEPS)
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-        os.makedirs(outdir, exist_ok=True)
-        plot_dynamics(cfg, orbit, r_grid, xs, lyap, rows, outdir, forms=FORMS)
-        with open(os.path.join(outdir, "dynamics.md"), "w", encoding="utf-8") as f:
-            f.write(markdown)
-        if outdir == cfg.workdir:
-            with open(os.path.join(outdir, "dynamics.json"), "w") as f:
-                json.dump(summary, f, indent=1, default=float)
+    write_results("dynamics", cfg, markdown, summary, plot=lambda folder: plot_dynamics(
+        cfg, orbit, r_grid, xs, lyap, rows, folder, forms=FORMS))
     print(markdown)
     return summary
 

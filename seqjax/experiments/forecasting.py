@@ -28,7 +28,6 @@ Run:  python -m seqjax.experiments.forecasting --results_dir seqjax/experiments/
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -40,7 +39,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.packaged import forecasting_windows, sunspots
-from seqjax.experiments._kit import fit_arrays, init_state, write_run_info
+from seqjax.experiments._kit import fit_arrays, init_state, write_results, write_run_info
 from seqjax.experiments.reports.forecasting import plot_forecasts, report
 from seqjax.nn import RNN, Dense, GRUCell
 from seqjax.train.loop import FitConfig
@@ -238,15 +237,8 @@ def run(cfg: Config) -> dict:
 
     markdown = report(cfg, summary, years, command_line("forecasting", cfg))
     print(markdown)
-    if jax.process_index() == 0:
-        for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-            os.makedirs(outdir, exist_ok=True)
-            plot_forecasts(cfg, series, years, n_train, starts, rnn_fc[0], ar_fc, outdir)
-            with open(os.path.join(outdir, "forecasting.md"), "w", encoding="utf-8") as f:
-                f.write(markdown)
-            if outdir == cfg.workdir:
-                with open(os.path.join(outdir, "forecasting.json"), "w") as f:
-                    json.dump(summary, f, indent=1, default=float)
+    write_results("forecasting", cfg, markdown, summary, plot=lambda folder: plot_forecasts(
+        cfg, series, years, n_train, starts, rnn_fc[0], ar_fc, folder))
     return summary
 
 

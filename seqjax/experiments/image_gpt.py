@@ -37,7 +37,6 @@ Run:  python -m seqjax.experiments.image_gpt --results_dir seqjax/experiments/re
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -51,7 +50,7 @@ from seqjax.data.batching import split_arrays
 from seqjax.data.iterators import ArrayIterator
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
-from seqjax.experiments._kit import pad_rows, write_run_info
+from seqjax.experiments._kit import pad_rows, write_results, write_run_info
 from seqjax.experiments.reports.image_gpt import plot_samples, report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
 from seqjax.nn.vq import kmeans_codebook, nearest_code
@@ -481,15 +480,8 @@ def run(cfg: Config) -> dict:
 
     markdown = report(cfg, summary, command_line("image_gpt", cfg))
     print(markdown)
-    if jax.process_index() == 0:
-        for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-            os.makedirs(outdir, exist_ok=True)
-            plot_samples(samples, outdir)
-            with open(os.path.join(outdir, "image_gpt.md"), "w", encoding="utf-8") as f:
-                f.write(markdown)
-            if outdir == cfg.workdir:
-                with open(os.path.join(outdir, "image_gpt.json"), "w") as f:
-                    json.dump(summary, f, indent=1)
+    write_results("image_gpt", cfg, markdown, summary,
+                  plot=lambda folder: plot_samples(samples, folder))
     return summary
 
 

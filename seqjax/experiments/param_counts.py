@@ -20,8 +20,6 @@ Run:  python -m seqjax.experiments.param_counts --results_dir seqjax/experiments
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from seqjax.experiments._kit import command_line, load_average, machine
+from seqjax.experiments._kit import command_line, load_average, machine, write_results
 from seqjax.experiments.reports.param_counts import MEDL_TOTAL, VASWANI_BASE, report
 from seqjax.models.bert import Bert
 from seqjax.models.encoder_decoder import Transformer
@@ -146,13 +144,7 @@ def run(cfg: Config) -> dict:
                "load_average": load}
     command = command_line("param_counts", cfg)
     markdown = report(cfg, summary, command)
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-        os.makedirs(outdir, exist_ok=True)
-        with open(os.path.join(outdir, "param_counts.md"), "w", encoding="utf-8") as f:
-            f.write(markdown)
-        if outdir == cfg.workdir:
-            with open(os.path.join(outdir, "param_counts.json"), "w") as f:
-                json.dump(summary, f, indent=1)
+    write_results("param_counts", cfg, markdown, summary)
     return summary
 
 

@@ -33,16 +33,14 @@ Run:  python -m seqjax.experiments.text_to_image --results_dir seqjax/experiment
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import jax
 import numpy as np
 
-from seqjax.experiments._kit import write_run_info
+from seqjax.experiments._kit import write_results, write_run_info
 from seqjax.experiments.image_gpt import (
     TOKENISATIONS,
     decode,
@@ -308,15 +306,9 @@ def run(cfg: Config) -> dict:
 
     markdown = report(cfg, summary, command_line("text_to_image", cfg), words=DIGIT_WORDS)
     print(markdown)
-    if jax.process_index() == 0:
-        for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-            os.makedirs(outdir, exist_ok=True)
-            plot_samples(images, labels, predicted, outdir, words=DIGIT_WORDS)
-            with open(os.path.join(outdir, "text_to_image.md"), "w", encoding="utf-8") as f:
-                f.write(markdown)
-            if outdir == cfg.workdir:
-                with open(os.path.join(outdir, "text_to_image.json"), "w") as f:
-                    json.dump(summary, f, indent=1)
+    write_results("text_to_image", cfg, markdown, summary,
+                  plot=lambda folder: plot_samples(images, labels, predicted, folder,
+                                                   words=DIGIT_WORDS))
     return summary
 
 
