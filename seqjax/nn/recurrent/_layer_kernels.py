@@ -256,9 +256,8 @@ elman_layer.defvjp(_elman_fwd, _elman_bwd)
 # ----------------------------------------------------------------------------------- LSTM
 
 
-def _lstm_forward(
-    x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll, keep=True
-):
+def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll):
+    """The primal (inference) pass: both projections per step, no residuals kept."""
     ew = c0.dtype  # elementwise / carry dtype
     w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
     b_ew = b.astype(ew)
@@ -276,9 +275,57 @@ def _lstm_forward(
         c_new = f * c + i * g
         h_new = o * jnp.tanh(c_new)
         c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
-        return (c_new, h_new), ((h_new, c_new, acts) if keep else (h_new, None, None))
+        return (c_new, h_new), h_new
 
     return jax.lax.scan(body, (c0, h0), (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
+
+
+def _lstm_forward_saving(
+    x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll
+):
+    """The training pass: ``x W_ih`` for all steps in one GEMM, residuals kept in place.
+
+    Step ``t`` reads its slot of the ``[T, B, 4H]`` projection and overwrites it with its
+    activations, the residual the backward reads; so the residual costs no buffer of its
+    own (no zero fill of ``T·B·4H`` floats, no copy). Returns
+    ``((c_T, h_T), (hs, cs, acts))`` in time order.
+    """
+    num_steps, batch, in_features = x_TxBxP.shape
+    hsz = w_hh.shape[0]
+    ew = c0.dtype
+    xw = _dot(x_TxBxP.reshape(num_steps * batch, in_features), w_ih, compute_dtype)
+    xw = xw.astype(ew).reshape(num_steps, batch, 4 * hsz)
+    w_h = w_hh.astype(compute_dtype)
+    b_ew = b.astype(ew)
+    s4, shift4 = _gate_consts(hsz, ew)
+    lax = jax.lax
+
+    def body(i, carry):
+        c, h, buf, hs, cs = carry
+        t = num_steps - 1 - i if reverse else i
+        gates = lax.dynamic_index_in_dim(buf, t, keepdims=False) + b_ew
+        gates = gates + jnp.dot(
+            h.astype(compute_dtype), w_h, preferred_element_type=_F32
+        ).astype(ew)
+        acts = jnp.tanh(gates * s4) * s4 + shift4
+        ig, fg, gg, og = jnp.split(acts, 4, axis=-1)
+        c_new = fg * c + ig * gg
+        h_new = og * jnp.tanh(c_new)
+        if valid_TxB is not None:
+            valid_B = lax.dynamic_index_in_dim(valid_TxB, t, keepdims=False)
+            c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
+        return (
+            c_new,
+            h_new,
+            lax.dynamic_update_index_in_dim(buf, acts, t, 0),
+            lax.dynamic_update_index_in_dim(hs, h_new, t, 0),
+            lax.dynamic_update_index_in_dim(cs, c_new, t, 0),
+        )
+
+    hs = jnp.zeros((num_steps, batch, hsz), ew)
+    cs = jnp.zeros((num_steps, batch, hsz), ew)
+    c, h, acts, hs, cs = lax.fori_loop(0, num_steps, body, (c0, h0, xw, hs, cs), unroll=unroll)
+    return (c, h), (hs, cs, acts)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
@@ -288,14 +335,14 @@ def lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype
     ``w_ih: [P, 4H]``, ``b: [4H]``, ``w_hh: [H, 4H]`` (gate order i, f, c̃, o); carry
     ``(c0, h0)``: ``[B, H]``; ``valid_TxB``: bool or ``None``.
     """
-    (c, h), (hs, _, _) = _lstm_forward(
-        x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll, keep=False
+    (c, h), hs = _lstm_forward(
+        x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll
     )
     return _mask_y(hs, valid_TxB), (c, h)
 
 
 def _lstm_fwd(x, w_ih, b, w_hh, c0, h0, valid, reverse, compute_dtype, unroll):
-    (c, h), (hs, cs, acts) = _lstm_forward(
+    (c, h), (hs, cs, acts) = _lstm_forward_saving(
         x, w_ih, b, w_hh, c0, h0, valid, reverse, compute_dtype, unroll
     )
     return (_mask_y(hs, valid), (c, h)), (x, w_ih, b, w_hh, c0, h0, valid, hs, cs, acts)
@@ -307,37 +354,49 @@ def _lstm_bwd(reverse, compute_dtype, unroll, res, cot):
     num_steps, batch, in_features = x.shape
     hsz = w_hh.shape[0]
     ew = acts.dtype
-    s4, shift4 = _gate_consts(hsz, ew)
-    s4sq = s4 * s4
-    c_prev = _shift(cs, c0, reverse)
     w_hh_t = w_hh.astype(compute_dtype).T
     dy = _mask_y(dy_TxBxH.astype(ew), valid)
+    c_first = c0.astype(ew)
+    lax = jax.lax
 
-    def body(carry, inputs):
-        dc, dh = carry
-        dy_BxH, cp, c, a, valid_B = inputs
-        i, f, g, o = jnp.split(a, 4, axis=-1)
-        dh_all = dh + dy_BxH
-        tc = jnp.tanh(c)
-        dc_all = dc + dh_all * o * (1.0 - tc * tc)
-        dacts = jnp.concatenate([dc_all * g, dc_all * cp, dc_all * i, dh_all * tc], -1)
-        dg = dacts * (s4sq - (a - shift4) ** 2)
-        if valid_B is not None:
-            dg = jnp.where(valid_B[:, None], dg, jnp.zeros_like(dg))
+    def body(i, carry):
+        dc, dh, buf = carry
+        t = i if reverse else num_steps - 1 - i  # forward time, visited in reverse
+        t_prev = t + 1 if reverse else t - 1  # the step before t in the forward pass
+        first = t == (num_steps - 1 if reverse else 0)
+        cp = lax.dynamic_index_in_dim(cs, jnp.clip(t_prev, 0, num_steps - 1), keepdims=False)
+        cp = jnp.where(first, c_first, cp)
+        ig, fg, gg, og = jnp.split(lax.dynamic_index_in_dim(buf, t, keepdims=False), 4, axis=-1)
+        dh_all = dh + lax.dynamic_index_in_dim(dy, t, keepdims=False)
+        tc = jnp.tanh(lax.dynamic_index_in_dim(cs, t, keepdims=False))
+        dc_all = dc + dh_all * og * (1.0 - tc * tc)
+        dc_prev = dc_all * fg
+        if valid is not None:  # a padded step passes the carry through
+            valid_B = lax.dynamic_index_in_dim(valid, t, keepdims=False)[:, None]
+            dc_prev = jnp.where(valid_B, dc_prev, dc)
+        # dG = dacts ⊙ act′ per gate (σ′ = a(1 − a), tanh′ = 1 − a²). The forget gate's term
+        # is written through dc_prev (= dc ⊙ f at a real step; a padded step's dG is zeroed),
+        # so every read of slot t feeds the value that overwrites it: XLA then updates the
+        # buffer in place instead of copying it at every step.
+        dg = jnp.concatenate(
+            [
+                dc_all * gg * ig * (1.0 - ig),
+                dc_prev * cp * (1.0 - fg),
+                dc_all * ig * (1.0 - gg * gg),
+                dh_all * tc * og * (1.0 - og),
+            ],
+            -1,
+        )
+        if valid is not None:
+            dg = jnp.where(valid_B, dg, jnp.zeros_like(dg))
         dh_prev = jnp.dot(dg.astype(compute_dtype), w_hh_t, preferred_element_type=_F32)
         dh_prev = dh_prev.astype(ew)
-        dc_prev = dc_all * f
-        if valid_B is not None:  # a padded step passed the carry through
-            dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
-            dc_prev = jnp.where(valid_B[:, None], dc_prev, dc)
-        return (dc_prev, dh_prev), dg
+        if valid is not None:
+            dh_prev = jnp.where(valid_B, dh_prev, dh_all)
+        return dc_prev, dh_prev, lax.dynamic_update_index_in_dim(buf, dg, t, 0)
 
-    (dc0, dh0), dg_TxBx4H = jax.lax.scan(
-        body,
-        (dc_T.astype(ew), dh_T.astype(ew)),
-        (dy, c_prev, cs, acts, valid),
-        reverse=not reverse,
-        unroll=unroll,
+    dc0, dh0, dg_TxBx4H = lax.fori_loop(
+        0, num_steps, body, (dc_T.astype(ew), dh_T.astype(ew), acts), unroll=unroll
     )
     h_prev = _shift(hs, h0, reverse)
     dg = dg_TxBx4H.reshape(num_steps * batch, 4 * hsz)
