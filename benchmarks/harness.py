@@ -451,6 +451,47 @@ def emit_report(
     return report
 
 
+def trace_events(fn, args, calls: int) -> list[dict]:
+    """Complete events of a ``jax.profiler`` trace of ``calls`` calls of ``fn``."""
+    import glob
+    import gzip
+    import json
+    import os
+    import tempfile
+
+    import jax
+
+    with tempfile.TemporaryDirectory() as logdir:
+        jax.profiler.start_trace(logdir)
+        try:
+            for _ in range(calls):
+                jax.block_until_ready(fn(*args))
+        finally:
+            jax.profiler.stop_trace()
+        paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.trace.json.gz"))
+        if not paths:
+            return []
+        with gzip.open(paths[0]) as f:
+            trace = json.load(f)
+    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+
+
+def dot_names(hlo_text: str) -> set[str]:
+    """Names of the compiled program's instructions that compute a matmul: ``dot``s and
+    the fusions (XLA:CPU's YNNPACK/XNNPACK/oneDNN library fusions) whose body holds one."""
+    import re
+
+    bodies = dict(re.findall(r"^%(\S+) [^\n]*\{\n(.*?)\n\}", hlo_text, re.S | re.M))
+    with_dot = {name for name, body in bodies.items() if " dot(" in body}
+    names = set()
+    for name, op, rest in re.findall(r"^\s*(?:ROOT )?%(\S+) = \S+ ([a-z-]+)\((.*)$", hlo_text,
+                                     re.M):
+        callee = re.search(r"calls=%([^,\s]+)", rest)
+        if op == "dot" or (op == "fusion" and callee and callee.group(1) in with_dot):
+            names.add(name)
+    return names
+
+
 def format_rate(x: float) -> str:
     """Tokens/s with a k/M/G suffix: ``123456 -> '123.5k'``."""
     if x >= 1e9:

@@ -28,11 +28,17 @@ LSTM ``dc ← dc + dh ⊙ o ⊙ (1 − tanh²c_t)``, ``dG = [dc ⊙ c̃, dc ⊙ 
 ``dh_{t-1} = dh ⊙ z + [dr̂, dẑ, dn̂ ⊙ r] W_hhᵀ``. They differ from autodiff of ``lax.scan``
 only in *how* the gradient is scheduled:
 
-* **Input projection inside the loop**: ``x_t W_ih`` and ``h_{t-1} W_hh`` are two dots per
-  step. Hoisting ``x W_ih`` for all steps into one GEMM writes, transposes and re-reads a
-  ``[T, B, G·H]`` buffer (and page-faults it in fresh every call); per step the operands
-  stay in cache. Measured in ``benchmarks/RESULTS.md``: GRU forward 48 → 32 ms at B=32,
-  T=128, H=256 on one core.
+* **Input projection inside the loop** (every forward without gradients, and the Elman and
+  GRU training passes): ``x_t W_ih`` and ``h_{t-1} W_hh`` are two dots per step. Hoisting
+  ``x W_ih`` for all steps into one GEMM writes and re-reads a ``[T, B, G·H]`` buffer; per
+  step the operands stay in cache. Measured in ``benchmarks/RESULTS.md``: GRU forward
+  48 → 32 ms at B=32, T=128, H=256 on one core.
+* **LSTM training pass: the projection hoisted, its buffer reused twice.** The backward
+  needs the gates of every step, a ``[T, B, 4H]`` residual, so that buffer exists anyway:
+  ``x W_ih`` for all steps is one GEMM into it, step ``t`` overwrites its slot with its
+  activations, and the backward overwrites the slot with ``dG_t``. No ``[T, B, 4H]`` buffer
+  is zero-filled or copied (a test reads the compiled gradient for it). Measured in
+  ``benchmarks/RESULTS.md`` ("The LSTM rows: where the time goes").
 * **Backward**: a reverse loop that carries only the state cotangents and emits the
   pre-activation gate gradients ``dG_t``; the step saves its post-activation gates (the
   Elman kernel: its pre-activations) in the forward pass, so the backward loop does no
@@ -42,7 +48,7 @@ only in *how* the gradient is scheduled:
   and written at every step.
 * **One tanh for the four LSTM gates**: ``σ(u) = ½ + ½·tanh(u/2)``, so
   ``act = s·tanh(s·u) + shift`` with ``(s, shift) = (½, ½)`` for i, f, o and ``(1, 0)`` for
-  c̃; its derivative is ``s² − (act − shift)²``.
+  c̃; its derivative is ``a(1 − a)`` for the sigmoid gates and ``1 − a²`` for c̃.
 
 Variable length (``valid_TxB``, right padding): at a padded step the carry passes
 through unchanged and the output is 0; ``reverse=True`` scans from ``T-1`` to 0, so
