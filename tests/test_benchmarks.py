@@ -257,3 +257,50 @@ def test_programs_fingerprints_ignore_names_not_operations(capsys):
     out = capsys.readouterr().out
     for row in ("LSTM B=2", "GRU B=2", "mha B=", "block B=", "LM loss"):
         assert row in out
+
+
+def test_cpu_wakeup_timeline_from_pool_events():
+    """gap, matmul and join read off a trace: the second core joins 20 µs, then 1 µs, after
+    the task is posted; the gap is the time between one matmul's end and the next's start."""
+    from benchmarks.cpu_wakeup import dot_timeline, per_step_dots
+
+    def ev(name, ts, dur, tid):
+        return {"name": name, "ts": ts, "dur": dur, "tid": tid}
+
+    events = [
+        ev("dot", 0, 50, 1), ev("ThreadpoolListener::Record", 1, 0, 1),
+        ev("ThreadpoolListener::StartRegion", 21, 0, 2),
+        ev("tanh", 50, 9, 1),
+        ev("dot", 60, 30, 1), ev("ThreadpoolListener::Record", 61, 0, 1),
+        ev("ThreadpoolListener::StartRegion", 62, 0, 2),
+    ]
+    assert dot_timeline(events, "dot") == {"matmul": 40.0, "gap": 10, "join": 10.5}
+    assert per_step_dots(events, steps=2, calls=1, dots={"dot", "tanh"}) == ["dot"]
+    assert dot_timeline(events, "absent") == {"matmul": None, "gap": None, "join": None}
+
+
+def test_dot_names_finds_the_matmuls_of_a_compiled_program():
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((8, 16))
+    hlo = jax.jit(lambda a, b: jnp.tanh(a @ b) + 1.0).lower(x, x.T).compile().as_text()
+    names = harness.dot_names(hlo)
+    assert names, hlo
+    tanh_only = jax.jit(lambda a: jnp.tanh(a) + 1.0).lower(x).compile().as_text()
+    assert not harness.dot_names(tanh_only)
+
+
+def test_cpu_wakeup_and_rnn_profile_smoke(capsys):
+    from benchmarks import cpu_wakeup, rnn_profile
+
+    assert cpu_wakeup.main(["--smoke", "--threads", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "join µs" in out and "LSTM forward step loop" in out
+    assert "fusions split over cores" in out
+    assert rnn_profile.main(["--smoke", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    for group in rnn_profile.GROUPS:
+        assert group in out
+    if harness.torch_available():
+        assert "mkldnn_rnn_layer" in out or "aten::" in out
