@@ -11,7 +11,8 @@ and reports GFLOP/s and **CPU ÷ wall**: how many of the cores the call kept bus
 
 * ``gemm M×K×N``: one ``[M, K] @ [K, N]`` — the projections of an attention layer
   (``8192×256×768`` is the fused QKV of the ``B·T = 8192``, d = 256 rows; ``8192×256×1024``
-  an MLP's first layer). jax: ``jnp.dot``; torch: ``torch.mm``.
+  an MLP's first layer; ``16384×512×2048`` the input projection ``x W_ih`` of the
+  ``B=64 T=256 H=512`` LSTM row). jax: ``jnp.dot``; torch: ``torch.mm``.
 * ``bmm G×T×T×64``: the attention scores ``S_g = Q_g K_gᵀ`` for ``G = B·heads`` batched
   ``[T, 64] @ [64, T]`` products (``G = 256, T = 128`` and ``G = 64, T = 512`` are the
   MHA rows' shapes). jax: ``einsum('gqd,gkd->gqk')`` (a batched ``dot_general``); torch:
@@ -192,6 +193,7 @@ def default_cases() -> list[Case]:
     return [
         gemm_case(8192, 256, 768),
         gemm_case(8192, 256, 1024),
+        gemm_case(16384, 512, 2048),
         bmm_case(256, 128),
         bmm_case(256, 128, parts=2),
         bmm_case(64, 512),

@@ -305,9 +305,9 @@ def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
 def test_lstm_gradient_keeps_its_residuals_in_place(with_lengths, reverse, x):
     """The LSTM's training pass writes each step's activations over its slot of the hoisted
     ``x W_ih`` buffer, and the backward writes ``dG_t`` over the same slot: the compiled
-    gradient holds no zero-filled ``[T, B, 4H]`` buffer and copies none (a per-step copy of
-    that buffer, which XLA inserts when a read of the slot is not ordered before its
-    overwrite, made the gradient 2.5x slower)."""
+    gradient holds no zero-filled ``[T, B, 4H]`` buffer and copies none (XLA copies the
+    whole buffer at every step when a read of the slot is not ordered before its
+    overwrite)."""
     import re
 
     m = RNN(LSTMCell(H), reverse=reverse)
