@@ -299,6 +299,30 @@ def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
     _tree_close(g_fused, g_generic, atol=1e-5)
 
 
+@pytest.mark.parametrize("make_cell", CELLS[:3])
+def test_empty_sequence_values_and_gradients(make_cell, x):
+    """T = 0: the output is empty, the final carry is the initial one, and the layer
+    kernels' gradients equal the scan's (the carry's cotangent passes straight through)."""
+    cell = make_cell()
+    fused = RNN(cell, return_carry=True, implementation="fused")
+    generic = RNN(cell, return_carry=True, implementation="scan")
+    v = _init(fused, x)
+    x0 = x[:, :0]
+    c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
+
+    def loss(m):
+        def f(p, c):
+            c_T, y = m.apply(p, x0, initial_carry=c)
+            assert y.shape == (B, 0, H)
+            return sum((leaf**2).sum() for leaf in jax.tree_util.tree_leaves(c_T))
+
+        return f
+
+    np.testing.assert_allclose(loss(fused)(v, c0), loss(generic)(v, c0), rtol=1e-6)
+    _tree_close(jax.grad(loss(fused), argnums=(0, 1))(v, c0),
+                jax.grad(loss(generic), argnums=(0, 1))(v, c0))
+
+
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="reads XLA:CPU's compiled program")
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("with_lengths", [False, True])

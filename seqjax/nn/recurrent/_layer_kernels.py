@@ -330,6 +330,8 @@ def _lstm_forward_saving(
 
     hs = jnp.zeros((num_steps, batch, hsz), ew)
     cs = jnp.zeros((num_steps, batch, hsz), ew)
+    if num_steps == 0:  # no slot to index
+        return (c0, h0), (hs, cs, xw)
     c, h, acts, hs, cs = lax.fori_loop(0, num_steps, body, (c0, h0, xw, hs, cs), unroll=unroll)
     return (c, h), (hs, cs, acts)
 
@@ -401,9 +403,10 @@ def _lstm_bwd(reverse, compute_dtype, unroll, res, cot):
             dh_prev = jnp.where(valid_B, dh_prev, dh_all)
         return dc_prev, dh_prev, lax.dynamic_update_index_in_dim(buf, dg, t, 0)
 
-    dc0, dh0, dg_TxBx4H = lax.fori_loop(
-        0, num_steps, body, (dc_T.astype(ew), dh_T.astype(ew), acts), unroll=unroll
-    )
+    carry = (dc_T.astype(ew), dh_T.astype(ew), acts)
+    if num_steps:  # (no slot to index in an empty sequence)
+        carry = lax.fori_loop(0, num_steps, body, carry, unroll=unroll)
+    dc0, dh0, dg_TxBx4H = carry
     h_prev = _shift(hs, h0, reverse)
     dg = dg_TxBx4H.reshape(num_steps * batch, 4 * hsz)
     dw_ih = _dot(x.reshape(-1, in_features).T, dg, compute_dtype)
