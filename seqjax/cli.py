@@ -145,9 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("benchmark", nargs="?")
     args, rest = ap.parse_known_args(argv)
     if args.command == "bench":
-        try:
-            from benchmarks.__main__ import main as bench_main
-        except ImportError:
+        bench_main = _checkout_benchmarks()
+        if bench_main is None:
             return _error("`seqjax bench` runs the benchmarks of a seqjax checkout (they are not "
                           "installed with the package): run it from the repository root.")
         return bench_main(([args.benchmark] if args.benchmark else []) + rest)
@@ -188,6 +187,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _error(str(err))
         return _error(f"{err}: an optional package of seqjax (`{found[0]}`); "
                       'pip install "seqjax[experiments]" installs every one the experiments use.')
+
+def _checkout_benchmarks():
+    """``benchmarks.__main__.main`` of the checkout in the working directory, or ``None``.
+
+    The ``seqjax`` console script does not put the working directory on ``sys.path`` (``python
+    -m`` does), so a checkout's ``benchmarks/`` package is added from there.
+    """
+    root = os.getcwd()
+    if (os.path.isfile(os.path.join(root, "benchmarks", "__main__.py"))
+            and root not in sys.path and "" not in sys.path):
+        sys.path.insert(0, root)
+    try:
+        from benchmarks.__main__ import main
+    except ModuleNotFoundError as err:
+        if err.name not in ("benchmarks", "benchmarks.__main__"):
+            raise  # a dependency of the benchmarks is missing: say which
+        return None
+    return main
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -146,3 +146,22 @@ def test_train_help_lists_every_option_with_its_type_default_and_meaning(capsys)
             assert "): " in line and len(line.split("): ", 1)[1]) > 3, (name, line)  # a meaning
     assert cli.main(["train", "--help"]) == 0
     assert cli.main(["train", "nosuch", "--help"]) == 2
+
+
+def test_bench_from_a_checkout_and_from_elsewhere(tmp_path):
+    """The ``seqjax`` console script does not put the working directory on ``sys.path``:
+    ``seqjax bench`` finds the checkout's benchmarks from its root, and outside a checkout
+    exits 2 saying so. (``python -I`` reproduces the console script's ``sys.path``.)"""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = "import sys; from seqjax.cli import main; sys.exit(main(['bench']))"
+    listed = subprocess.run([sys.executable, "-I", "-c", code], cwd=root,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "rnn_profile" in listed.stdout and "cpu_wakeup" in listed.stdout
+    elsewhere = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=120)
+    assert elsewhere.returncode == 2
+    assert "repository root" in elsewhere.stderr
