@@ -150,13 +150,13 @@ def make_lstm_loop(batch: int, hidden: int, steps: int, pad: int):
     import jax.numpy as jnp
     import numpy as np
 
+    from seqjax.nn.recurrent._layer_kernels import _gate_consts
+
     lax = jax.lax
     rng = np.random.default_rng(0)
     w = jnp.asarray(rng.standard_normal((hidden, 4 * hidden)) / np.sqrt(hidden), jnp.float32)
     xw = jnp.asarray(rng.standard_normal((steps, batch, 4 * hidden)), jnp.float32)
-    half = jnp.full((hidden,), 0.5)
-    s4 = jnp.concatenate([half, half, jnp.ones((hidden,)), half])
-    shift4 = jnp.concatenate([half, half, jnp.zeros((hidden,)), half])
+    s4, shift4 = _gate_consts(hidden, jnp.float32)
 
     def body(t, carry):
         c, h, buf, hs, cs = carry
@@ -241,19 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                  for pad, (fn, fargs) in loops.items()]
     lstm_table = harness.markdown_table(
         ["LSTM forward step loop", "fusions split over cores", "step µs"], lstm_rows)
-    report = "\n\n".join([
-        f"## {title}",
-        f"Command: `python -m benchmarks cpu_wakeup {' '.join(argv or [])}`",
-        harness.machine_markdown(),
+    harness.emit_report(title, "cpu_wakeup", argv, "\n\n".join([
         table,
         f"The LSTM forward's step loop at the same shape ({steps} steps; median over "
         f"{repeats} rounds of 10 untraced calls, the two loops alternating):",
         lstm_table,
-    ])
-    print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report + "\n")
+    ]), [], out=args.out)
     return 0
 
 

@@ -433,16 +433,20 @@ def emit_report(
 ) -> str:
     """The markdown report every benchmark prints (and writes to ``out``): title, the
     command that reproduces it, the machine (torch "not installed" when absent: its peers
-    are skipped), ``notes``, the summary table and the per-peer table."""
+    are skipped), ``notes``, the summary and, when there are ``results``, the per-peer
+    table."""
     args = list(sys.argv[1:] if argv is None else argv)
+    per_peer = [
+        "Per peer (median and interquartile range over the repeats; compile time apart):",
+        results_table(results),
+    ] if results else []
     report = "\n\n".join([
         f"## {title}",
         f"Command: `{' '.join(['python -m benchmarks', name, *args])}`",
         machine_markdown(),
         *notes,
         summary,
-        "Per peer (median and interquartile range over the repeats; compile time apart):",
-        results_table(results),
+        *per_peer,
     ])
     print(report)
     if out:

@@ -16,7 +16,8 @@ One row of ``python -m benchmarks rnn`` (``--shape BxTxH``), profiled on each si
 * **torch** — ``torch.nn.LSTM`` (oneDNN's fused RNN primitive on CPU) fwd+bwd, the same
   inputs, ``torch.profiler`` over ``--calls`` calls: self CPU time per operator.
 
-Wall times per call come from separate untraced runs, alternating the two sides.
+Wall times per call come from separate untraced runs, alternating the two sides
+(:func:`harness.run_row`, the ``rnn`` benchmark's timing).
 
 Run: ``python -m benchmarks rnn_profile [--shape 32x128x256] [--calls 5]``; ``--smoke``:
 tiny shapes (CI).
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 from benchmarks import cpu_wakeup, harness, rnn
 
@@ -89,20 +89,11 @@ def torch_ops(cfg: rnn.Config, calls: int, top: int) -> list[list[str]]:
             for a in averages[:top]]
 
 
-def wall_ms(cfg: rnn.Config, rounds: int, with_torch: bool) -> dict[str, float]:
-    """Median wall ms per call of each side, untraced, alternating."""
-    steps = {"seqjax": rnn.seqjax_peer(cfg).step}
-    if with_torch:
-        steps["torch"] = rnn.torch_peer(cfg).step
-    for step in steps.values():
-        step()
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(rounds):
-        for k, step in steps.items():
-            t0 = time.perf_counter()
-            step()
-            times[k].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+def wall_results(cfg: rnn.Config, repeats: int, with_torch: bool) -> list[harness.Result]:
+    """Both sides untraced, alternating (:func:`harness.run_row`)."""
+    names = ["seqjax", "torch"] if with_torch else ["seqjax"]
+    peers = [harness.Peer(n, lambda n=n: rnn._BUILDERS[n](cfg)) for n in names]
+    return harness.run_row(cfg.label, peers, cfg.tokens, repeats=repeats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,12 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     calls = 1 if args.smoke else args.calls
     with_torch = harness.torch_available()
 
-    walls = wall_ms(cfg, 3 if args.smoke else max(args.repeats, 5), with_torch)
+    results = wall_results(cfg, 3 if args.smoke else max(args.repeats, 5), with_torch)
+    walls = {r.peer: statistics.median(r.times_s) * 1e3 for r in results}
     groups, timelines = seqjax_groups(cfg, calls)
     parts = [
-        f"## LSTM B={b} T={t} H={h} fwd+bwd: where the time goes",
-        f"Command: `python -m benchmarks rnn_profile {' '.join(argv or [])}`",
-        harness.machine_markdown(),
         "Wall time per call (untraced, alternating, median): "
         + ", ".join(f"{k} {v:.2f} ms" for k, v in walls.items())
         + (f"; seqjax ÷ torch speed {walls['torch'] / walls['seqjax']:.2f}×"
@@ -146,11 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         parts += ["torch (`torch.profiler`, self CPU ms per call):",
                   harness.markdown_table(["operator", "self ms/call", "calls/call"],
                                          torch_ops(cfg, calls, args.top))]
-    report = "\n\n".join(parts)
-    print(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(report + "\n")
+    harness.emit_report(f"LSTM B={b} T={t} H={h} fwd+bwd: where the time goes",
+                        "rnn_profile", argv, "\n\n".join(parts), results, out=args.out)
     return 0
 
 

@@ -262,6 +262,16 @@ elman_layer.defvjp(_elman_fwd, _elman_bwd)
 # ----------------------------------------------------------------------------------- LSTM
 
 
+def _lstm_update(gates, c, s4, shift4):
+    """One step from the pre-activations ``gates: [B, 4H]`` and ``c: [B, H]``:
+    ``(acts, c_t, h_t)`` with ``acts = [i, f, c̃, o]``, ``c_t = f ⊙ c + i ⊙ c̃``,
+    ``h_t = o ⊙ tanh(c_t)`` (one tanh for the four gates, see the module docstring)."""
+    acts = jnp.tanh(gates * s4) * s4 + shift4
+    i, f, g, o = jnp.split(acts, 4, axis=-1)
+    c_new = f * c + i * g
+    return acts, c_new, o * jnp.tanh(c_new)
+
+
 def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll):
     """The primal (inference) pass: both projections per step, no residuals kept."""
     ew = c0.dtype  # elementwise / carry dtype
@@ -275,11 +285,7 @@ def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dt
         gates = jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32) + jnp.dot(
             h.astype(compute_dtype), w_h, preferred_element_type=_F32
         )
-        gates = gates.astype(ew) + b_ew
-        acts = jnp.tanh(gates * s4) * s4 + shift4
-        i, f, g, o = jnp.split(acts, 4, axis=-1)
-        c_new = f * c + i * g
-        h_new = o * jnp.tanh(c_new)
+        _, c_new, h_new = _lstm_update(gates.astype(ew) + b_ew, c, s4, shift4)
         c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
         return (c_new, h_new), h_new
 
@@ -313,10 +319,7 @@ def _lstm_forward_saving(
         gates = gates + jnp.dot(
             h.astype(compute_dtype), w_h, preferred_element_type=_F32
         ).astype(ew)
-        acts = jnp.tanh(gates * s4) * s4 + shift4
-        ig, fg, gg, og = jnp.split(acts, 4, axis=-1)
-        c_new = fg * c + ig * gg
-        h_new = og * jnp.tanh(c_new)
+        acts, c_new, h_new = _lstm_update(gates, c, s4, shift4)
         if valid_TxB is not None:
             valid_B = lax.dynamic_index_in_dim(valid_TxB, t, keepdims=False)
             c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
