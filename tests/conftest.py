@@ -5,7 +5,8 @@
   (hundreds of tiny programs), which this roughly halves, while matmuls still go
   to the same optimised library kernels;
 * float32 matmuls at full precision, so numpy references compare tightly;
-* ``SEQJAX_DATA_DIR`` = ``../shared/data`` when it exists (no test downloads a corpus).
+* ``SEQJAX_DATA_DIR`` = ``../shared/data`` when it exists, else ``tests/fixtures`` (a few KB
+  of Tiny Shakespeare and English–French pairs in the corpora's formats; no test downloads).
 """
 
 import os
@@ -17,12 +18,15 @@ if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The corpora come from ../shared/data (tests never download): SEQJAX_DATA_DIR is the
-# resolver's second place, before the user cache and the network.
+# The corpora come from ../shared/data when that folder exists, else from the few-KB
+# fixtures in tests/fixtures (a fresh clone: no shared folder, no network; tests never
+# download): SEQJAX_DATA_DIR is the resolver's second place, before the user cache and the
+# network. Tests that need a full corpus skip when it is not the one found.
+FIXTURES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 _shared = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "shared", "data")
-if "SEQJAX_DATA_DIR" not in os.environ and os.path.isdir(_shared):
-    os.environ["SEQJAX_DATA_DIR"] = _shared
+if "SEQJAX_DATA_DIR" not in os.environ:
+    os.environ["SEQJAX_DATA_DIR"] = _shared if os.path.isdir(_shared) else FIXTURES_DIR
 
 import jax  # noqa: E402
 

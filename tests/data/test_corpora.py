@@ -167,9 +167,19 @@ def _shared_data_dir():
         return None
 
 
+def _full_corpora() -> bool:
+    """The folder found holds the real corpora, not the few-KB fixtures of tests/fixtures."""
+    folder = _shared_data_dir()
+    corpus = None if folder is None else folder / "tinyshakespeare.txt"
+    return (corpus is not None and corpus.is_file()
+            and corpora._sha256(corpus) == CORPORA["tinyshakespeare.txt"].sha256
+            and (folder / "fra-eng.txt").is_file())
+
+
 needs_shared = pytest.mark.skipif(
-    _shared_data_dir() is None or not (_shared_data_dir() / "tinyshakespeare.txt").exists(),
-    reason="offline corpora (../shared/data) not available",
+    not _full_corpora(),
+    reason="the full corpora (../shared/data or $SEQJAX_DATA_DIR) are not available; "
+    "tests/fixtures holds only a few KB of each",
 )
 
 
