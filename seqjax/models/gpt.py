@@ -189,9 +189,9 @@ class TransformerLM(nn.Module):
     r"""GPT-style language model (see the module docstring for the equations).
 
     Call: ``model(tokens_BxT, lengths=None, *, deterministic=True) -> logits_BxTxV``
-    (float32); ``T ≤ max_len`` with learned positions. ``lengths`` (right padding)
-    zeroes the padded positions' hidden states; the model is causal, so the real
-    positions never see the padding either way.
+    in the compute dtype (``dtype``; float32 by default); ``T ≤ max_len`` with learned
+    positions. ``lengths`` (right padding) zeroes the padded positions' hidden states;
+    the model is causal, so the real positions never see the padding either way.
 
     Decoding (:mod:`seqjax.decoding`): ``init_decode_state`` builds one KV cache
     per layer (:class:`~seqjax.nn.attention.KVCache`) and prefills the prompts
@@ -266,7 +266,10 @@ class TransformerLM(nn.Module):
             logits_BxTxV = flat_attend(self.token_embed, h_BxTxD)
         else:
             logits_BxTxV = self.lm_head(h_BxTxD)
-        return logits_BxTxV.astype(jnp.float32)
+        # In the compute dtype: a float32 copy of [B, T, V] would be the largest buffer of a
+        # GPT-2 step. The losses (seqjax.train.losses) and the samplers take the log-sum-exp
+        # in float32 themselves.
+        return logits_BxTxV
 
     def _trunk(
         self, tokens_BxT: Array, lengths: Array | None, deterministic: bool, min_length: int = 0
@@ -319,7 +322,7 @@ class TransformerLM(nn.Module):
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "positions": state["positions"] + valid_B,
         }
-        return flag_oov_rows(self._head(h_Bx1xD)[:, 0], valid_B), new_state
+        return flag_oov_rows(self._head(h_Bx1xD)[:, 0].astype(jnp.float32), valid_B), new_state
 
     def init_decode_state(
         self,

@@ -14,8 +14,17 @@ the one-hot target by ``q = (1 - ε) e_y + ε / V``, which gives
 .. math::  C^{\langle t\rangle} = (1-ε)(\log Z - z_y) + ε(\log Z - \tfrac1V\sum_k z_k),
            \qquad \log Z = \operatorname{logsumexp}(z),
 
-computed here without materialising a ``[..., V]`` one-hot. Logits are promoted to
-float32 before the log-softmax whatever the compute dtype (DESIGN.md).
+computed here without materialising a ``[..., V]`` one-hot. The logits stay in their
+compute dtype (bfloat16 under mixed precision); the log-sum-exp and the loss run in float32
+whatever that dtype. The gradient is written by hand (:func:`jax.custom_vjp`):
+
+.. math::  \frac{\partial C^{\langle t\rangle}}{\partial z_k} = \hat y_k - q_k,
+           \qquad \hat y_k = \exp(z_k - \log Z),
+
+evaluated in float32 from the saved ``log Z`` and returned in the logits' dtype, so neither
+the forward nor the backward pass keeps a float32 ``[..., V]`` copy of the logits (the
+``[B·T, 50304]`` logits are GPT-2's largest activation). In float32 the loss is the same
+program as plain autodiff of the formula above and the gradient equals it to rounding.
 
 Perplexity (J&M (9.1)–(9.2)) is ``PP = P(w_{1:n})^{-1/n} = exp(-(1/n) Σ log P(w_i | w_{<i}))``;
 it is computed from the mean negative log-likelihood in log space, never as a
@@ -39,6 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import jax
@@ -122,17 +132,50 @@ def token_cross_entropy(
     _check_logits_labels(logits, labels, mask)
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"`label_smoothing` must lie in [0, 1); got {label_smoothing}.")
-    z = jnp.asarray(logits).astype(jnp.float32)
+    z = jnp.asarray(logits)
+    if not jnp.issubdtype(z.dtype, jnp.floating):
+        z = z.astype(jnp.float32)
     safe_labels = labels if mask is None else jnp.where(mask, labels, 0)
-    log_z = jax.nn.logsumexp(z, axis=-1)
-    z_y = jnp.take_along_axis(z, safe_labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    loss = log_z - z_y  # -log ŷ_y
-    if label_smoothing > 0.0:
-        uniform = log_z - jnp.mean(z, axis=-1)  # -(1/V) Σ_k log ŷ_k
-        loss = (1.0 - label_smoothing) * loss + label_smoothing * uniform
+    loss = _cross_entropy(z, jnp.asarray(safe_labels).astype(jnp.int32), float(label_smoothing))
     if mask is not None:
         loss = jnp.where(mask, loss, 0.0)
     return loss
+
+
+def _cross_entropy_and_lse(z: Array, labels: Array, smoothing: float) -> tuple[Array, Array]:
+    """``(C [...], log Z [...])`` in float32 from logits ``z [..., V]`` of any float dtype."""
+    z32 = z.astype(jnp.float32)  # fused into the reductions: no float32 [..., V] buffer
+    log_z = jax.nn.logsumexp(z32, axis=-1)
+    z_y = jnp.take_along_axis(z32, labels[..., None], axis=-1)[..., 0]
+    loss = log_z - z_y  # -log ŷ_y
+    if smoothing > 0.0:
+        uniform = log_z - jnp.mean(z32, axis=-1)  # -(1/V) Σ_k log ŷ_k
+        loss = (1.0 - smoothing) * loss + smoothing * uniform
+    return loss, log_z
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _cross_entropy(z: Array, labels: Array, smoothing: float) -> Array:
+    return _cross_entropy_and_lse(z, labels, smoothing)[0]
+
+
+def _cross_entropy_fwd(z: Array, labels: Array, smoothing: float) -> tuple[Array, tuple]:
+    loss, log_z = _cross_entropy_and_lse(z, labels, smoothing)
+    return loss, (z, labels, log_z)
+
+
+def _cross_entropy_bwd(smoothing: float, res: tuple, g: Array) -> tuple[Array, None]:
+    z, labels, log_z = res
+    probs = jnp.exp(z.astype(jnp.float32) - log_z[..., None])  # ŷ
+    ids = jax.lax.broadcasted_iota(jnp.int32, z.shape, z.ndim - 1)
+    target = (ids == labels[..., None]).astype(jnp.float32)  # e_y, never stored
+    if smoothing > 0.0:
+        target = (1.0 - smoothing) * target + smoothing / z.shape[-1]
+    dz = g.astype(jnp.float32)[..., None] * (probs - target)
+    return dz.astype(z.dtype), None
+
+
+_cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 
 def _count(labels: Array, mask: Array | None) -> Array:
