@@ -77,12 +77,12 @@ def seqjax_module(cfg: Config) -> Any:
         from seqjax.nn.attention import MultiHeadAttention
 
         return MultiHeadAttention(num_heads=cfg.num_heads)
-    from seqjax.nn.transformer import TransformerBlock
+    from seqjax.nn.transformer import BlockConfig, TransformerBlock
 
-    return TransformerBlock(
+    return TransformerBlock(BlockConfig(
         num_heads=cfg.num_heads, mlp_dim=cfg.mlp_dim, norm="pre", norm_type="layernorm",
         mlp="mlp", activation="gelu",
-    )
+    ))
 
 
 def seqjax_peer(cfg: Config) -> harness.Prepared:

@@ -74,13 +74,13 @@ def bound(kind: str) -> tuple:
         m = snn.MultiHeadAttention(num_heads=2, head_dim=4)
         return m, m.init(KEY, X8, np.ones((2, 4, 6), np.float32))
     if kind == "block":
-        m = snn.TransformerBlock(num_heads=2)
+        m = snn.TransformerBlock(snn.BlockConfig(num_heads=2))
         return m, m.init(KEY, X8)
     if kind == "block-cross":
-        m = snn.TransformerBlock(num_heads=2, causal=True, cross_attention=True)
+        m = snn.TransformerBlock(snn.BlockConfig.decoder(num_heads=2))
         return m, m.init(KEY, X8, encoder_out=np.ones((2, 4, 6), np.float32))
     if kind == "encoder":
-        m = snn.TransformerEncoder(num_heads=2, num_layers=2)
+        m = snn.TransformerEncoder(config=snn.BlockConfig(num_heads=2), num_layers=2)
         return m, m.init(KEY, X8)
     if kind == "rnnlm":
         m = RNNLanguageModel(vocab_size=V, embed_dim=8)

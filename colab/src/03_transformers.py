@@ -44,7 +44,7 @@ print(f"{len(text):,} characters, vocabulary of {tok.vocab_size}")
 
 # %%
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
-from seqjax.nn import LayerNorm, LearnedPositionalEmbedding, TransformerBlock
+from seqjax.nn import BlockConfig, LayerNorm, LearnedPositionalEmbedding, TransformerBlock
 from seqjax.utils import count_params
 
 
@@ -62,9 +62,9 @@ class BlockGPT(nn.Module):
                          name="token_embed")
         x_BxTxD = LearnedPositionalEmbedding(self.max_len, name="pos_embed")(
             embed(tokens_BxT))                       # E[x_n] + P_n
+        block = BlockConfig.decoder(self.num_heads, cross_attention=False)  # causal, pre-norm
         for i in range(self.num_layers):
-            x_BxTxD = TransformerBlock(num_heads=self.num_heads, causal=True, norm="pre",
-                                       name=f"block_{i}")(x_BxTxD)
+            x_BxTxD = TransformerBlock(block, name=f"block_{i}")(x_BxTxD)
         return embed.attend(LayerNorm(name="final_norm")(x_BxTxD))  # logits = h E^T
 
 

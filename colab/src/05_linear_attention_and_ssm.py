@@ -167,7 +167,7 @@ print(linear_recurrence(jnp.full((1, 4, 1), 0.5), jnp.ones((1, 4, 1)))[0, :, 0])
 # %% [markdown]
 # `SelectiveSSM` and `MambaBlock` wrap this scan with the learned projections
 # (`scan_impl="associative"` or `"sequential"`; `.step` / `init_cache` for
-# generation), and `TransformerBlock(attention=LinearAttention)` swaps the
+# generation), and `TransformerBlock(BlockConfig(..., attention=LinearAttention))` swaps the
 # attention of a transformer block.
 #
 # ## Cost curves

@@ -37,7 +37,7 @@ from seqjax.experiments.char_lm import load_data, val_windows
 from seqjax.experiments.reports.norm_placement import plot_curves, report
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
-from seqjax.nn.transformer import TransformerDecoder
+from seqjax.nn.transformer import BlockConfig, TransformerDecoder
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
@@ -124,10 +124,10 @@ class NormLM(nn.Module):
                            name="token_embed")(tokens_BxT)
         x_BxTxD = LearnedPositionalEmbedding(self.max_len, embedding_init=init,
                                              name="pos_embed")(x_BxTxD)
-        h_BxTxD = TransformerDecoder(
-            num_heads=self.num_heads, num_layers=self.num_layers, norm=self.norm, causal=True,
-            cross_attention=False, kernel_init=init, name="decoder",
-        )(x_BxTxD, deterministic=deterministic)
+        block = BlockConfig.decoder(self.num_heads, norm=self.norm, cross_attention=False,
+                                    kernel_init=init)
+        h_BxTxD = TransformerDecoder(config=block, num_layers=self.num_layers, name="decoder")(
+            x_BxTxD, deterministic=deterministic)
         return nn.Dense(self.vocab_size, kernel_init=init, name="head")(h_BxTxD).astype(
             jnp.float32)
 

@@ -63,7 +63,7 @@ from seqjax.nn.positional import (
     SinusoidalPositionalEmbedding,
     sinusoidal_positions,
 )
-from seqjax.nn.transformer import TransformerDecoder
+from seqjax.nn.transformer import BlockConfig, TransformerDecoder
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
@@ -211,11 +211,10 @@ class PositionsLM(nn.Module):
             x_BxTxD = SinusoidalPositionalEmbedding()(x_BxTxD)
         elif self.positions == "learned":
             x_BxTxD = LearnedPositionalEmbedding(self.max_len, name="pos_embed")(x_BxTxD)
-        h_BxTxD = TransformerDecoder(
-            num_heads=self.num_heads, num_layers=self.num_layers, mlp_dim=4 * d, norm="pre",
-            causal=True, cross_attention=False, use_rope=self.positions == "rope",
-            name="decoder",
-        )(x_BxTxD)
+        block = BlockConfig.decoder(self.num_heads, mlp_dim=4 * d, cross_attention=False,
+                                    use_rope=self.positions == "rope")
+        h_BxTxD = TransformerDecoder(config=block, num_layers=self.num_layers,
+                                     name="decoder")(x_BxTxD)
         return nn.Dense(self.vocab_size, name="head")(h_BxTxD).astype(jnp.float32)
 
 

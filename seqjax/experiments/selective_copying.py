@@ -65,7 +65,7 @@ from seqjax.nn.linear_attention import LinearAttention
 from seqjax.nn.norms import RMSNorm
 from seqjax.nn.recurrent import StackedRNN
 from seqjax.nn.ssm import MambaBlock
-from seqjax.nn.transformer import TransformerBlock
+from seqjax.nn.transformer import BlockConfig, TransformerBlock
 from seqjax.train.loop import FitConfig, evaluate, fit
 from seqjax.train.optim import TrainState
 from seqjax.train.parallel import Parallel, ParallelOptions
@@ -231,10 +231,9 @@ class SequenceClassifier(nn.Module):
             if self.kind == "linear":
                 attention = functools.partial(LinearAttention, chunk_size=32)
             for i in range(self.num_layers):
-                x_BxTxD = TransformerBlock(
-                    num_heads=self.num_heads, mlp_dim=4 * d, causal=True, norm="pre",
-                    attention=attention, name=f"block_{i}",
-                )(x_BxTxD)
+                block = BlockConfig.decoder(self.num_heads, mlp_dim=4 * d, cross_attention=False,
+                                            attention=attention)
+                x_BxTxD = TransformerBlock(block, name=f"block_{i}")(x_BxTxD)
             x_BxTxD = nn.LayerNorm(name="final_norm")(x_BxTxD)
         elif self.kind in ("mamba", "mamba-lti"):
             for i in range(self.num_layers):

@@ -135,6 +135,9 @@ class MLP(nn.Module):
         use_bias: biases ``b^{[1]}, b^{[2]}`` (MEDL counts them).
         dropout_rate: dropout on the hidden activations when ``deterministic=False``.
         dtype, param_dtype: compute and storage dtypes.
+        kernel_init, bias_init: initialisers of the kernels and biases.
+        out_kernel_init: initialiser of ``down/kernel`` (``W^{[2]}``; default
+            ``kernel_init``): GPT-2's ``N(0, (0.02/√(2L))²)`` for a residual branch.
     """
 
     hidden_dim: int | None = None
@@ -146,6 +149,7 @@ class MLP(nn.Module):
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = nn.initializers.lecun_normal()
     bias_init: Initializer = nn.initializers.zeros_init()
+    out_kernel_init: Initializer | None = None
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
@@ -167,7 +171,8 @@ class MLP(nn.Module):
         )
         h_xF = act(dense(hidden, name="up")(x))
         h_xF = nn.Dropout(self.dropout_rate)(h_xF, deterministic=deterministic)
-        return dense(self.out_features or features, name="down")(h_xF)
+        down_init = self.kernel_init if self.out_kernel_init is None else self.out_kernel_init
+        return dense(self.out_features or features, kernel_init=down_init, name="down")(h_xF)
 
 
 class GLU(nn.Module):
@@ -213,6 +218,8 @@ class GLU(nn.Module):
         use_bias: biases ``b, c, b_2``.
         dropout_rate: dropout on the gated hidden ``S(xW) ⊙ xV``.
         dtype, param_dtype: compute and storage dtypes.
+        kernel_init, bias_init: initialisers of the kernels and biases.
+        out_kernel_init: initialiser of ``down/kernel`` (``W_2``; default ``kernel_init``).
     """
 
     variant: str = "swiglu"
@@ -226,6 +233,7 @@ class GLU(nn.Module):
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = nn.initializers.lecun_normal()
     bias_init: Initializer = nn.initializers.zeros_init()
+    out_kernel_init: Initializer | None = None
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
@@ -257,4 +265,5 @@ class GLU(nn.Module):
         )
         h_xF = act(dense(hidden, name="gate")(x)) * dense(hidden, name="up")(x)
         h_xF = nn.Dropout(self.dropout_rate)(h_xF, deterministic=deterministic)
-        return dense(self.out_features or features, name="down")(h_xF)
+        down_init = self.kernel_init if self.out_kernel_init is None else self.out_kernel_init
+        return dense(self.out_features or features, kernel_init=down_init, name="down")(h_xF)

@@ -8,7 +8,7 @@ from flax import linen as nn
 
 from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.lora import init_lora, lora_delta, merge_lora, unmerge_lora
-from seqjax.nn.transformer import TransformerEncoder
+from seqjax.nn.transformer import BlockConfig, TransformerEncoder
 from seqjax.utils import count_params
 from tests.models.helpers import fit
 
@@ -32,8 +32,8 @@ def test_adapter_shapes_and_count():
     assert float(jnp.abs(lora["value"]["lora_b"]).max()) == 0.0  # starts at W_0
     only_q = init_lora(jax.random.PRNGKey(1), params, rank=2, path_filter=lambda p: "query" in p)
     assert list(only_q) == ["query"]
-    stacked = jax.eval_shape(TransformerEncoder(num_heads=2, num_layers=3, mlp_dim=8,
-                                                scan_layers=True).init,
+    stacked = jax.eval_shape(TransformerEncoder(config=BlockConfig(num_heads=2, mlp_dim=8),
+                                                num_layers=3, scan_layers=True).init,
                              jax.random.PRNGKey(0), X)["params"]
     lora_s = init_lora(jax.random.PRNGKey(2), stacked, rank=2)
     assert lora_s["layers"]["self_attn"]["key"]["lora_a"].shape == (3, 16, 2)

@@ -27,7 +27,7 @@ from seqjax.nn.ssm import (
     selective_scan,
     selective_step,
 )
-from seqjax.nn.transformer import TransformerBlock
+from seqjax.nn.transformer import BlockConfig, TransformerBlock
 
 jit = jax.jit
 scan = jit(selective_scan, static_argnames=("impl", "discretization", "return_state"))
@@ -388,8 +388,9 @@ class _HybridLM(nn.Module):
 
     def setup(self):
         self.embed = nn.Embed(self.vocab, self.width)
-        self.block = TransformerBlock(num_heads=2, mlp_dim=16, causal=True,
-                                      attention=functools.partial(LinearAttention, chunk_size=4))
+        self.block = TransformerBlock(BlockConfig.decoder(
+            num_heads=2, mlp_dim=16, cross_attention=False,
+            attention=functools.partial(LinearAttention, chunk_size=4)))
         self.mamba = MambaBlock(features=self.width, d_state=4)
         self.head = nn.Dense(self.vocab)
 

@@ -120,14 +120,9 @@ def test_block_numpy_reference(norm, norm_type, mlp):
     x, enc = _x(2, 5, D), _x(2, 4, D, seed=1)
     enc_lengths = np.array([4, 2], np.int32)
     block = TransformerBlock(
-        num_heads=H,
-        mlp_dim=F,
-        norm=norm,
-        norm_type=norm_type,
-        mlp=mlp,
-        activation="relu",
-        causal=True,
-        cross_attention=True,
+        BlockConfig.decoder(
+            H, mlp_dim=F, norm=norm, norm_type=norm_type, mlp=mlp, activation="relu"
+        )
     )
     params = random_params(block, x, encoder_out=enc)
     y = jax.jit(block.apply)(params, x, encoder_out=enc, encoder_lengths=enc_lengths)
@@ -148,7 +143,7 @@ def test_block_numpy_reference(norm, norm_type, mlp):
 def test_pre_norm_with_zero_sublayers_is_identity():
     """Bishop (12.21)/(12.23): with zero sublayer weights a pre-norm block is the identity."""
     x = _x(2, 4, D)
-    block = TransformerBlock(num_heads=H, mlp_dim=F)
+    block = TransformerBlock(BlockConfig(num_heads=H, mlp_dim=F))
     apply = jax.jit(block.apply)
     params = random_params(block, x)
     zeroed = jax.tree_util.tree_map_with_path(
@@ -174,18 +169,19 @@ def test_medl_parameter_counts():
     p, n1, heads, m = 512, 2048, 8, 64
     kw = dict(num_heads=heads, mlp_dim=n1, norm="post", activation="relu", attention_use_bias=False)
     x = jax.ShapeDtypeStruct((1, 3, p), jnp.float32)
-    enc = TransformerBlock(**kw)
+    enc = TransformerBlock(BlockConfig.encoder(**kw))
     shapes = jax.eval_shape(enc.init, KEY, x)["params"]
     assert count_params(shapes) == 4 * p + 2 * n1 * p + n1 + p + heads * (2 * m * p + 2 * m * p)
     assert count_params(shapes) == 3_150_336
     assert count_params(shapes["self_attn"]) == heads * 4 * m * p
     assert count_params(shapes["self_attn_norm"]) + count_params(shapes["ffn_norm"]) == 4 * p
     assert count_params(shapes["ffn"]) == 2 * n1 * p + n1 + p
-    dec = TransformerBlock(**kw, causal=True, cross_attention=True)
+    dec = TransformerBlock(BlockConfig.decoder(**kw))
     shapes = jax.eval_shape(lambda k, x: dec.init(k, x, encoder_out=x), KEY, x)["params"]
     assert count_params(shapes) == 4_199_936 == 3_150_336 + heads * 4 * m * p + 2 * p
     # With attention biases (PyTorch's default) each attention has 3·H·m + p more.
-    biased = jax.eval_shape(TransformerBlock(**{**kw, "attention_use_bias": True}).init, KEY, x)
+    biased_cfg = BlockConfig.encoder(**{**kw, "attention_use_bias": True})
+    biased = jax.eval_shape(TransformerBlock(biased_cfg).init, KEY, x)
     assert count_params(biased) == 3_150_336 + 3 * heads * m + p
 
 
@@ -203,7 +199,7 @@ def test_cost_analysis_attention_quadratic_mlp_linear():
     rows, flops = [], []
     for n, d in sizes:
         x = jax.ShapeDtypeStruct((1, n, d), jnp.float32)
-        block = TransformerBlock(num_heads=4, mlp_dim=4 * d, activation="relu")
+        block = TransformerBlock(BlockConfig(num_heads=4, mlp_dim=4 * d, activation="relu"))
         params = jax.eval_shape(block.init, KEY, x)
         cost = jax.jit(block.apply).lower(params, x).cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
@@ -224,7 +220,8 @@ def test_cost_analysis_attention_quadratic_mlp_linear():
 
 def test_causal_stack_outputs_and_gradients():
     """Output at t unchanged when inputs after t change; zero gradient from future tokens."""
-    dec = TransformerDecoder(num_heads=H, num_layers=2, mlp_dim=F, cross_attention=False)
+    cfg = BlockConfig.decoder(H, mlp_dim=F, cross_attention=False)
+    dec = TransformerDecoder(config=cfg, num_layers=2)
     x = _x(2, 6, D)
     params = random_params(dec, x)
     t = 2
@@ -273,14 +270,8 @@ def _decode_and_compare(dec, params, x_full, prompt_lengths, chunks, **enc_kwarg
 def test_cached_decoding_equals_full_pass(scan_layers, cross, chunks):
     """Mixed prompt lengths and RoPE; per-layer (list) or stacked (scan) caches; 1- or 2-token
     steps; with cross-attention on a padded source for the encoder-decoder stack."""
-    dec = TransformerDecoder(
-        num_heads=H,
-        num_layers=2,
-        mlp_dim=F,
-        use_rope=True,
-        scan_layers=scan_layers,
-        cross_attention=cross,
-    )
+    cfg = BlockConfig.decoder(H, mlp_dim=F, use_rope=True, cross_attention=cross)
+    dec = TransformerDecoder(config=cfg, num_layers=2, scan_layers=scan_layers)
     x_full, enc = _x(2, 7, D), _x(2, 5, D, seed=1)
     enc_kwargs = dict(encoder_out=enc, encoder_lengths=jnp.array([5, 3])) if cross else {}
     params = random_params(dec, x_full, **enc_kwargs)
@@ -301,7 +292,7 @@ def test_cross_attention_keys_values_are_projected_once():
     """After prefill, decoding steps reuse the cached cross-attention K/V: the encoder output
     is not projected again (the steps' results do not depend on it) and a step's program has
     two fewer matmuls per layer than one that recomputes them."""
-    dec = TransformerDecoder(num_heads=H, num_layers=2, mlp_dim=F, cross_attention=True)
+    dec = TransformerDecoder(config=BlockConfig.decoder(H, mlp_dim=F), num_layers=2)
     x_full, enc = _x(2, 4, D), _x(2, 5, D, seed=1)
     params = random_params(dec, x_full, encoder_out=enc)
     y_full = dec.apply(params, x_full, encoder_out=enc)
@@ -331,30 +322,22 @@ def test_cross_attention_keys_values_are_projected_once():
 
 def test_linear_attention_drop_in():
     """`attention=` factory: LinearAttention replaces self-attention, cache included."""
-    dec = TransformerDecoder(
-        num_heads=H,
-        num_layers=1,
-        mlp_dim=F,
-        cross_attention=False,
-        attention=functools.partial(LinearAttention, feature_map="elu+1"),
-    )
+    attention = functools.partial(LinearAttention, feature_map="elu+1")
+    cfg = BlockConfig.decoder(H, mlp_dim=F, cross_attention=False, attention=attention)
+    dec = TransformerDecoder(config=cfg, num_layers=1)
     x_full = _x(2, 5, D)
     params = random_params(dec, x_full)
     assert set(params["params"]["layers_0"]["self_attn"]) == {"query", "key", "value", "out"}
     _decode_and_compare(dec, params, x_full, [2, 4], [1])
     with pytest.raises(ValueError, match="use_rope"):
-        jax.eval_shape(
-            TransformerBlock(num_heads=H, attention=LinearAttention, use_rope=True).init,
-            KEY,
-            x_full,
-        )
+        cfg.replace(use_rope=True)
 
 
 # ------------------------------------------------------------------ padding, scan, remat
 
 
 def test_encoder_padding_invariance():
-    enc = TransformerEncoder(num_heads=H, num_layers=2, mlp_dim=F)
+    enc = TransformerEncoder(config=BlockConfig.encoder(H, mlp_dim=F), num_layers=2)
     x = _x(2, 6, D)
     apply = jax.jit(enc.apply)
     params = random_params(enc, x)
@@ -388,7 +371,8 @@ def test_scan_layers_and_remat_match_unrolled():
     One comparison covers both transforms (a compensating error in the two is implausible);
     the jaxprs show that remat really checkpoints and the scan really scans.
     """
-    kw = dict(num_heads=H, num_layers=2, mlp_dim=F, norm_type="rmsnorm", mlp="geglu")
+    kw = dict(config=BlockConfig(num_heads=H, mlp_dim=F, norm_type="rmsnorm", mlp="geglu"))
+    kw["num_layers"] = 2
     x = _x(2, 5, D)
     unrolled = TransformerEncoder(**kw)
     scanned = TransformerEncoder(**kw, scan_layers=True, remat=True, remat_policy="dots_saveable")
@@ -416,7 +400,8 @@ def test_scan_layers_and_remat_match_unrolled():
 
 
 def test_dropout_and_bf16():
-    block = TransformerBlock(num_heads=H, mlp_dim=F, dropout_rate=0.3, attention_dropout_rate=0.3)
+    cfg = BlockConfig(num_heads=H, mlp_dim=F, dropout_rate=0.3, attention_dropout_rate=0.3)
+    block = TransformerBlock(cfg)
     x = _x(2, 5, D)
     apply = jax.jit(block.apply, static_argnames="deterministic")
     params = random_params(block, x)
@@ -425,7 +410,7 @@ def test_dropout_and_bf16():
     y1 = apply(params, x, deterministic=False, rngs={"dropout": jax.random.key(1, impl="rbg")})
     assert not np.allclose(y, y1)
     # bf16 compute: a bf16 residual stream stays bf16 and is close to the float32 result.
-    y16 = jax.jit(TransformerBlock(num_heads=H, mlp_dim=F, dtype=jnp.bfloat16).apply)(
+    y16 = jax.jit(TransformerBlock(cfg.replace(dtype=jnp.bfloat16)).apply)(
         params, x.astype(jnp.bfloat16)
     )
     assert y16.dtype == jnp.bfloat16
@@ -438,19 +423,18 @@ def test_errors():
     def init(module, **kw):
         return jax.eval_shape(functools.partial(module.init, **kw), KEY, x)
 
-    with pytest.raises(ValueError, match="norm"):
-        init(TransformerBlock(num_heads=H, norm="middle"))
-    with pytest.raises(ValueError, match="mlp"):
-        init(TransformerBlock(num_heads=H, mlp="swish"))
+    cfg = BlockConfig(num_heads=H)
     with pytest.raises(ValueError, match="encoder_out"):
-        init(TransformerBlock(num_heads=H, cross_attention=True))
+        init(TransformerBlock(BlockConfig.decoder(H)))
     with pytest.raises(ValueError, match="encoder_out"):
-        init(TransformerBlock(num_heads=H), encoder_out=jnp.ones((1, 3, D)))
+        init(TransformerBlock(cfg), encoder_out=jnp.ones((1, 3, D)))
     with pytest.raises(ValueError, match="lengths"):
-        init(TransformerEncoder(num_heads=H, num_layers=1), lengths=jnp.array([1, 2]))
+        init(TransformerEncoder(config=cfg, num_layers=1), lengths=jnp.array([1, 2]))
     with pytest.raises(ValueError, match="remat_policy"):
-        init(TransformerEncoder(num_heads=H, num_layers=1, remat=True, remat_policy="most"))
-    dec = TransformerDecoder(num_heads=H, num_layers=2, cross_attention=False)
+        TransformerEncoder(config=cfg, num_layers=1, remat=True, remat_policy="most")
+    with pytest.raises(ValueError, match="num_layers"):
+        TransformerEncoder(config=cfg, num_layers=0)
+    dec = TransformerDecoder(config=BlockConfig.decoder(H, cross_attention=False), num_layers=2)
     params = random_params(dec, x)
     cache = dec.apply(params, 1, 4, method="init_cache")
     with pytest.raises(ValueError, match="cache"):
@@ -511,7 +495,9 @@ def test_torch_encoder_layer_parity(norm_first, activation):
     with torch.no_grad():
         ref = layer(torch.tensor(x)).numpy()
     block = TransformerBlock(
-        num_heads=H, mlp_dim=F, norm="pre" if norm_first else "post", activation=activation
+        BlockConfig(
+            num_heads=H, mlp_dim=F, norm="pre" if norm_first else "post", activation=activation
+        )
     )
     params = _torch_to_params(layer, D, H)
     np.testing.assert_allclose(jax.jit(block.apply)({"params": params}, x), ref, atol=2e-5)
@@ -555,24 +541,22 @@ def test_block_config_custom_attention_rule():
         cfg.replace(window=4)  # replace validates again
 
 
-def test_config_equals_keywords():
-    """``config=BlockConfig(...)`` and the keyword fields build the same layers."""
-    kw = dict(num_heads=H, mlp_dim=F, causal=True, norm="post", activation="relu")
+def test_config_is_the_one_option():
+    """A block and a stack take one ``config``: a BlockConfig, nothing else; the stack's
+    fields are declared in the class body (type checkers and ``help()`` see them)."""
     x = _x(2, 5, D)
-    by_kw, by_cfg = TransformerBlock(**kw), TransformerBlock(config=BlockConfig(**kw))
-    params = random_params(by_kw, x)
-    np.testing.assert_array_equal(by_cfg.apply(params, x), by_kw.apply(params, x))
-    enc_kw = TransformerEncoder(**kw, num_layers=2)
-    enc_cfg = TransformerEncoder(config=BlockConfig(**kw), num_layers=2)
-    params = random_params(enc_kw, x)
-    lengths = jnp.array([5, 3])
-    np.testing.assert_array_equal(
-        enc_cfg.apply(params, x, lengths=lengths), enc_kw.apply(params, x, lengths=lengths)
-    )
-    with pytest.raises(ValueError, match="not both"):
-        jax.eval_shape(TransformerBlock(config=BlockConfig(num_heads=H), causal=True).init, KEY, x)
     with pytest.raises(TypeError, match="BlockConfig"):
-        jax.eval_shape(TransformerBlock(config={"num_heads": H}).init, KEY, x)
+        TransformerBlock(config={"num_heads": H})
+    with pytest.raises(TypeError):
+        TransformerBlock(num_heads=H)  # no keyword form
+    fields = set(TransformerEncoder.__dataclass_fields__)
+    assert {"config", "num_layers", "scan_layers", "remat", "final_norm"} <= fields
+    assert "num_heads" not in fields and "causal" not in TransformerDecoder.__dataclass_fields__
+    cfg = BlockConfig.decoder(H, mlp_dim=F)
+    y = TransformerBlock(cfg).apply(
+        random_params(TransformerBlock(cfg), x, encoder_out=x), x, encoder_out=x
+    )
+    assert y.shape == x.shape
 
 
 def test_lengths_checked_once_at_the_door(monkeypatch):
@@ -596,7 +580,7 @@ def test_lengths_checked_once_at_the_door(monkeypatch):
     names.clear()
     lm.apply(params, tokens, jnp.array([6, 4]))
     assert names.count("lengths") == 1
-    enc = TransformerEncoder(num_heads=H, num_layers=3, mlp_dim=F)  # a stack called directly
+    enc = TransformerEncoder(config=BlockConfig(num_heads=H, mlp_dim=F), num_layers=3)
     x = _x(2, 5, D)
     p = random_params(enc, x)
     names.clear()

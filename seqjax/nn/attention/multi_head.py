@@ -132,6 +132,9 @@ class MultiHeadAttention(nn.Module):
         rope_base: RoPE ``base``; rope_layout: ``"halves"`` or ``"interleaved"``.
         implementation: see :func:`dot_product_attention`.
         dtype: compute dtype; param_dtype: storage dtype.
+        kernel_init, bias_init: initialisers of the projections.
+        out_kernel_init: initialiser of ``out/kernel`` (``W^{(o)}``; default ``kernel_init``):
+            GPT-2's ``N(0, (0.02/√(2L))²)`` for a residual branch.
         window: sliding-window size ``w`` of causal local self-attention (``None``: all
             keys); see :func:`~seqjax.nn.masks.sliding_window_mask`.
         output_projection: apply ``W^{(o)}`` (``out``); ``False`` returns the

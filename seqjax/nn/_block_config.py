@@ -1,0 +1,241 @@
+"""The options of a transformer block: :class:`BlockConfig` (re-exported by
+:mod:`seqjax.nn.transformer` and :mod:`seqjax.nn`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from seqjax.nn.attention.checks import check_positive_int
+from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
+from seqjax.nn.ffn import GLU_VARIANTS, get_activation
+from seqjax.nn.norms import LayerNorm, RMSNorm
+
+Array = jax.Array
+Dtype = Any
+Initializer = Callable[..., Array]
+
+__all__ = ["BlockConfig"]
+
+_NORMS = ("pre", "post")
+_NORM_TYPES = ("layernorm", "rmsnorm")
+_FFN_TYPES = ("mlp", *GLU_VARIANTS)
+
+
+def _check_optional_positive_int(value: Any, name: str) -> None:
+    if value is not None:
+        check_positive_int(value, name)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BlockConfig:
+    """Every option of a transformer block, validated once (Flax lm1b's ``TransformerConfig``).
+
+    The one option of :class:`TransformerBlock`, :class:`TransformerEncoder` and
+    :class:`TransformerDecoder` (``config=``), and the ``block`` of every transformer model
+    config; each layer reads its options from it. ``__post_init__`` checks every field (a
+    ``ValueError``/``TypeError`` naming the field, what it must be and what it is), so a
+    layer given a ``BlockConfig`` trusts it. ``replace(**changes)`` returns a new
+    (re-validated) config.
+
+    The named constructors hold the two stacks' defaults: :meth:`encoder` (bidirectional,
+    no cross-attention: also the plain constructor's defaults) and :meth:`decoder`
+    (causal, with cross-attention; ``cross_attention=False`` for a decoder-only LM).
+
+    Example:
+        >>> cfg = BlockConfig.decoder(num_heads=2, mlp_dim=32, cross_attention=False)
+        >>> cfg.causal, cfg.replace(norm="post").norm, cfg.attention_bias
+        (True, 'post', True)
+        >>> BlockConfig(num_heads=2, norm="middle")
+        Traceback (most recent call last):
+        ...
+        ValueError: `norm` must be one of ('pre', 'post'); got 'middle'.
+
+    Attributes:
+        num_heads: ``H``.
+        mlp_dim: FFN hidden size (MEDL's ``N₁``); default ``4D`` for ``"mlp"`` and
+            :func:`~seqjax.nn.ffn.glu_hidden_dim` ``(D, multiple_of)`` for GLUs.
+        head_dim: per-head size ``m = m_v`` (default ``D // H``).
+        num_kv_heads: GQA/MQA key-value heads, a divisor of ``num_heads`` (default MHA).
+        norm: ``"pre"`` (default) or ``"post"``.
+        norm_type: ``"layernorm"`` (default) or ``"rmsnorm"``.
+        norm_epsilon: ``ε`` of the norms (default: LayerNorm 1e-5, RMSNorm 1e-6).
+        norm_use_bias: learn LayerNorm's ``β`` (nanoGPT's ``bias=False`` drops it; RMSNorm
+            has none).
+        mlp: ``"mlp"`` or a GLU variant (``"swiglu"``, ``"geglu"``, ``"reglu"``, ``"glu"``,
+            ``"bilinear"``).
+        activation: MLP activation (``"gelu"`` exact, ``"gelu_tanh"``, ``"relu"``, …).
+        multiple_of: rounding of the default GLU hidden size.
+        causal: causal self-attention (decoder / language model).
+        cross_attention: add the cross-attention sublayer.
+        dropout_rate: residual dropout on every sublayer output.
+        attention_dropout_rate: dropout on the attention weights.
+        mlp_dropout_rate: dropout on the FFN hidden layer (default ``dropout_rate``,
+            as ``torch.nn.TransformerEncoderLayer``).
+        use_bias: biases in the FFN and (unless ``attention_use_bias``) the attention.
+        attention_use_bias: biases on the attention projections (default ``use_bias``;
+            MEDL's heads have none).
+        qk_norm, use_rope, rope_base, implementation: passed to the default
+            :class:`~seqjax.nn.attention.MultiHeadAttention` self-attention.
+        window: sliding-window (local) causal self-attention of ``w`` keys, position ``i``
+            attending to ``i-w+1 .. i`` (MultiHeadAttention's ``window``; ``None``: all);
+            ``L`` such layers see ``L(w-1)+1`` positions back.
+        attention: factory for the self-attention module, called with keywords
+            ``num_heads, head_dim, use_bias, dropout_rate, dtype, param_dtype``; it must
+            follow MultiHeadAttention's call signature, ``lengths`` included (e.g.
+            :class:`~seqjax.nn.linear_attention.LinearAttention`). Bind other options with
+            ``functools.partial``: the fields of the default attention (``num_kv_heads``,
+            ``qk_norm``, ``use_rope``, ``rope_base``, ``window``, ``implementation``) must
+            keep their defaults. Default: MultiHeadAttention.
+        dtype, param_dtype: compute and storage dtypes.
+        kernel_init, bias_init: initialisers of the projection and FFN weights.
+        residual_init_std: ``σ`` of a normal initialiser ``N(0, σ²)`` for the two
+            projections that write into the residual stream, the attention output
+            ``W^{(o)}`` (``self_attn/out``, ``cross_attn/out``) and the FFN's ``down``
+            (``None``: ``kernel_init``). GPT-2 (Radford et al. 2019, §2.3) and nanoGPT use
+            ``0.02/√(2L)`` for ``L`` blocks, so that the residual sum of ``2L`` branches keeps
+            the variance of one; the model configs compute it (BlockConfig does not know
+            ``L``).
+    """
+
+    num_heads: int
+    mlp_dim: int | None = None
+    head_dim: int | None = None
+    num_kv_heads: int | None = None
+    norm: str = "pre"
+    norm_type: str = "layernorm"
+    norm_epsilon: float | None = None
+    norm_use_bias: bool = True
+    mlp: str = "mlp"
+    activation: str | Callable[[Array], Array] = "gelu"
+    multiple_of: int = 256
+    causal: bool = False
+    cross_attention: bool = False
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    mlp_dropout_rate: float | None = None
+    use_bias: bool = True
+    attention_use_bias: bool | None = None
+    qk_norm: bool = False
+    use_rope: bool = False
+    rope_base: float = 10000.0
+    window: int | None = None
+    implementation: str = "auto"
+    attention: Callable[..., nn.Module] | None = None
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = nn.initializers.lecun_normal()
+    bias_init: Initializer = nn.initializers.zeros_init()
+    residual_init_std: float | None = None
+
+    @classmethod
+    def encoder(cls, num_heads: int, **options: Any) -> BlockConfig:
+        """An encoder block's config: bidirectional self-attention, no cross-attention."""
+        return cls(num_heads=num_heads, causal=False, cross_attention=False, **options)
+
+    @classmethod
+    def decoder(
+        cls, num_heads: int, *, cross_attention: bool = True, **options: Any
+    ) -> BlockConfig:
+        """A decoder block's config: causal self-attention and (default) cross-attention
+        on an encoder output; ``cross_attention=False`` gives GPT's decoder-only block."""
+        return cls(num_heads=num_heads, causal=True, cross_attention=cross_attention, **options)
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.num_heads, bool)
+            or not isinstance(self.num_heads, int)
+            or self.num_heads <= 0
+        ):
+            raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads!r}.")
+        for field in ("mlp_dim", "head_dim", "window"):
+            _check_optional_positive_int(getattr(self, field), field)
+        check_positive_int(self.multiple_of, "multiple_of")
+        g = self.num_kv_heads
+        if g is not None and (
+            isinstance(g, bool) or not isinstance(g, int) or g <= 0 or self.num_heads % g
+        ):
+            raise ValueError(
+                f"`num_kv_heads` must be a positive divisor of num_heads={self.num_heads}; "
+                f"got {g!r}."
+            )
+        for field, allowed in (
+            ("norm", _NORMS),
+            ("norm_type", _NORM_TYPES),
+            ("mlp", _FFN_TYPES),
+            ("implementation", IMPLEMENTATIONS),
+        ):
+            value = getattr(self, field)
+            if value not in allowed:
+                raise ValueError(f"`{field}` must be one of {allowed}; got {value!r}.")
+        if self.mlp == "mlp":
+            get_activation(self.activation)  # a ValueError naming `activation` if unknown
+        for field in ("causal", "cross_attention"):
+            if not isinstance(getattr(self, field), bool):
+                raise TypeError(f"`{field}` must be a bool; got {getattr(self, field)!r}.")
+        if self.residual_init_std is not None and not self.residual_init_std > 0:
+            raise ValueError(
+                f"`residual_init_std` must be > 0 or None; got {self.residual_init_std!r}."
+            )
+        if self.norm_epsilon is not None and not self.norm_epsilon > 0:
+            raise ValueError(f"`norm_epsilon` must be > 0; got {self.norm_epsilon!r}.")
+        for field in ("dropout_rate", "attention_dropout_rate", "mlp_dropout_rate"):
+            rate = getattr(self, field)
+            if rate is not None and not 0.0 <= rate < 1.0:
+                raise ValueError(f"`{field}` must lie in [0, 1); got {rate}.")
+        if self.attention is not None:
+            # options of the default MultiHeadAttention that a custom factory never receives
+            defaults = {f.name: f.default for f in dataclasses.fields(BlockConfig)}
+            mha_only = (
+                "num_kv_heads",
+                "qk_norm",
+                "use_rope",
+                "rope_base",
+                "window",
+                "implementation",
+            )
+            changed = [k for k in mha_only if getattr(self, k) != defaults[k]]
+            if changed:
+                raise ValueError(
+                    f"{changed} configure the default MultiHeadAttention and are not passed to "
+                    "a custom `attention` factory; bind them with functools.partial instead."
+                )
+
+    def replace(self, **changes: Any) -> BlockConfig:
+        """A copy with ``changes`` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def attention_bias(self) -> bool:
+        """Biases on the attention projections: ``attention_use_bias``, else ``use_bias``."""
+        return self.use_bias if self.attention_use_bias is None else self.attention_use_bias
+
+    @property
+    def ffn_dropout_rate(self) -> float:
+        """Dropout on the FFN hidden layer: ``mlp_dropout_rate``, else ``dropout_rate``."""
+        return self.dropout_rate if self.mlp_dropout_rate is None else self.mlp_dropout_rate
+
+    @property
+    def residual_init(self) -> Initializer:
+        """Initialiser of the residual-branch output kernels (attention ``out``, FFN
+        ``down``): ``N(0, residual_init_std²)``, else ``kernel_init``."""
+        if self.residual_init_std is None:
+            return self.kernel_init
+        return nn.initializers.normal(stddev=self.residual_init_std)
+
+    def make_norm(self, name: str | None = None) -> nn.Module:
+        """The configured norm (LayerNorm or RMSNorm) as a module."""
+        kw: dict[str, Any] = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        if self.norm_epsilon is not None:
+            kw["epsilon"] = self.norm_epsilon
+        if self.norm_type == "layernorm":
+            cls = LayerNorm
+            kw["use_bias"] = self.norm_use_bias
+        else:
+            cls = RMSNorm
+        return cls(**kw) if name is None else cls(**kw, name=name)
