@@ -10,9 +10,10 @@ work dir, keeps
   continues — bit-for-bit the same run on the same hardware;
 * ``metrics.jsonl`` — one JSON object per logged step (``step``, ``loss``, ``grad_norm``,
   ``lr``, ``tokens_per_s``, ``eval/*``, ...); lines past the restored step are dropped on
-  resume. A history with no readable checkpoint to resume it from (all corrupted, or a
-  kill before the first one) is never overwritten silently: ``fit`` raises
-  :class:`ResumeError` unless called with ``restart=True``;
+  resume. A history with no readable checkpoint to resume it from is never overwritten
+  silently: after a kill before the first checkpoint finished, ``fit`` starts over and keeps
+  it as ``metrics.jsonl.<time>.old`` (one line says so); when every checkpoint was unreadable
+  it raises :class:`ResumeError` unless called with ``restart=True``;
 * ``tensorboard/`` — TensorBoard event files (tensorboardX, ``pip install
   "seqjax[tensorboard]"``) of the same scalars;
 * ``loss.png``, ``perplexity.png`` — curves drawn at the end (matplotlib, Agg; ``pip install
@@ -64,31 +65,33 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import math
 import os
-import queue
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from seqjax.train.checkpoint import Checkpointer
+from seqjax.train.fit_parts import (
+    BatchSource,
+    MetricsFetch,
+    MetricsLog,
+    Throughput,
+    compile_in_background,
+    process_uptime,
+    resume,
+)
 from seqjax.train.flops import peak_flops_per_device
 from seqjax.train.optim import TrainState
 from seqjax.train.preemption import SignalGuard, check_distributed
 from seqjax.train.records import (
-    NonFiniteLossError,
-    non_finite_hint,
     plot_curves,
     read_metrics,
     run_info,
     set_aside_history,
-    tensorboard_writer,
     wanted,
     write_run_info,
 )
@@ -140,6 +143,11 @@ class FitConfig:
         freeze_gc: ``gc.freeze()`` everything allocated before training (the model, the
             data, the compiled programs), so Python's full collections — pauses of 0.1 s
             and more with a large heap — stop walking it; undone when ``fit`` returns.
+        compile_ahead: compile the first call's program (device-resident data) and the
+            evaluation step (on the first evaluation batch) in background threads while the
+            checkpoint is read, so the evaluation's compile is off the training's critical
+            path; ``None`` (default): on accelerators, where the host's cores are free, not
+            on the CPU, where the compiles would compete with the steps for the same cores.
     """
 
     num_steps: int
@@ -161,6 +169,7 @@ class FitConfig:
     steps_per_call: int = 1
     prefetch: int | None = None
     freeze_gc: bool = True
+    compile_ahead: bool | None = None
 
     def __post_init__(self) -> None:
         minimum = {"num_steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
@@ -190,6 +199,8 @@ class FitResult:
         start_step: the step training started from (restored checkpoint, else 0).
         history: the logged records of this call.
         eval_metrics: the last evaluation's metrics.
+        first_step_s: seconds from the call of ``fit`` to the first call's results
+            (compilation included); ``None`` when no step ran.
     """
 
     state: TrainState
@@ -197,6 +208,7 @@ class FitResult:
     start_step: int
     history: list[dict]
     eval_metrics: dict
+    first_step_s: float | None = None
 
 
 def evaluate(
@@ -248,100 +260,36 @@ class ResumeError(RuntimeError):
 
 
 def _check_history(workdir: str, start: int, restart: bool) -> None:
-    """Refuse to start at ``start`` over a recorded history that goes further (no readable
-    checkpoint: all corrupted and moved aside, or a kill before the first one)."""
+    """Decide what to do with a recorded history that goes further than ``start`` when no
+    checkpoint could be restored. Killed before its first checkpoint finished (no
+    ``checkpoints.corrupted``): start over — the run is deterministic from its seed — with
+    the partial history set aside and a one-line notice. All checkpoints unreadable (moved
+    to ``checkpoints.corrupted``): refuse unless ``restart``."""
     records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     last = max((int(r.get("step", 0)) for r in records), default=0)
-    lost = last > start
-    if jax.process_count() > 1:  # the same answer on every process (process 0 decides)
+    corrupted = os.path.join(workdir, "checkpoints.corrupted")
+    # 0: nothing recorded past start; 1: start over; 2: refuse (process 0 decides for all)
+    action = 0 if last <= start else (1 if restart or not os.path.isdir(corrupted) else 2)
+    if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
-        lost = bool(multihost_utils.broadcast_one_to_all(np.int32(lost)))
-    if not lost:
+        action = int(multihost_utils.broadcast_one_to_all(np.int32(action)))
+    if action == 1:
+        kept = set_aside_history(workdir)
+        if not restart and kept is not None:
+            print(f"fit: {workdir} holds steps 1-{last} of a run killed before its first "
+                  f"checkpoint finished; starting over (that history is kept as "
+                  f"{os.path.basename(kept)}).", file=sys.stderr)
+    if action != 2:
         return
-    if restart:
-        set_aside_history(workdir)
-        return
-    corrupted = os.path.join(workdir, "checkpoints.corrupted")
-    where = (f" (unreadable checkpoints were moved to {corrupted})"
-             if os.path.isdir(corrupted) else "")
     raise ResumeError(
         f"work dir {workdir} holds the history of a run up to step {last} (metrics.jsonl) but "
-        f"no readable checkpoint to resume it from{where}; starting at step {start} would "
+        f"no readable checkpoint to resume it from (unreadable checkpoints were moved to "
+        f"{corrupted}); starting at step {start} would "
         "overwrite that history. Start over explicitly with fit(..., restart=True) "
         "(`seqjax train ... --restart`), which keeps the old metrics as "
         "metrics.jsonl.<time>.old, or use a new work dir."
     )
-
-
-class _Prefetcher:
-    """Host batches ``start .. end − 1`` made ahead by a background thread: ``produce(i)``
-    (next, check, place) and the data position after it (``position_after(i + 1)``), at
-    most ``depth`` ahead. An error is raised by :meth:`get` at the batch it belongs to."""
-
-    def __init__(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
-                 start: int, end: int, depth: int) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self.position: Any = None
-        self._thread = threading.Thread(
-            target=self._run, args=(produce, position_after, start, end),
-            name="seqjax-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
-             start: int, end: int) -> None:
-        for i in range(start, end):
-            try:
-                item = (i, produce(i), position_after(i + 1), None)
-            except BaseException as err:  # handed to the main thread at batch i
-                item = (i, None, None, err)
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
-            if self._stop.is_set() or item[3] is not None:
-                return
-
-    def get(self, i: int) -> Any:
-        j, batch, position, err = self._queue.get()
-        if j != i:  # cannot happen: batches are consumed in order
-            raise RuntimeError(f"prefetched batch {j} where batch {i} was expected.")
-        if err is not None:
-            raise err
-        self.position = position
-        return batch
-
-    def close(self) -> None:
-        self._stop.set()
-        while self._thread.is_alive():
-            try:
-                self._queue.get(timeout=0.05)
-            except queue.Empty:
-                pass
-
-
-def _batches(data: Any, start: int, data_state: Any) -> Callable[[int], Any]:
-    """``get(i)`` = the batch of 0-based step ``i``, for a callable or an iterator."""
-    if not hasattr(data, "__next__"):
-        if callable(data):
-            return data
-        data = iter(data)
-    if start:
-        if data_state is not None and hasattr(data, "set_state"):
-            data.set_state(data_state)
-        else:
-            for _ in range(start):  # no saved position: replay the stream
-                next(data)
-    return lambda i: next(data)
-
-
-def _data_state(data: Any, step: int) -> Any:
-    if hasattr(data, "get_state"):
-        return data.get_state()
-    return {"batches_consumed": step}
 
 
 def fit(
@@ -389,15 +337,15 @@ def fit(
             devices are read off the state's shardings.
         restart: start from ``state`` although ``workdir`` holds the history
             (``metrics.jsonl``) of a run that has no readable checkpoint to resume from;
-            that history is moved to ``metrics.jsonl.<time>.old``. Without it such a work
-            dir is a :class:`ResumeError` — a run's history is never overwritten silently.
+            that history is moved to ``metrics.jsonl.<time>.old``. Without it, a work dir
+            whose checkpoints were all unreadable is a :class:`ResumeError`; one killed before
+            its first checkpoint finished starts over anyway (history set aside, a notice).
 
     Returns:
         A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf.
     """
     cfg = config
     check_distributed()
-    primary = jax.process_index() == 0
     if parallel is not None:
         place_batch = parallel.place if place_batch is None else place_batch
         if place_eval_batch is None:
@@ -405,241 +353,128 @@ def fit(
     if place_eval_batch is None:
         place_eval_batch = place_batch
     info = (write_run_info(workdir, parallel, state) if workdir is not None
-                else run_info(state, parallel))
+            else run_info(state, parallel))
     workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
-    ckpt = None
-    start = int(host_value(state.step))
-    data_state = None
-    if workdir is not None:
-        os.makedirs(workdir, exist_ok=True)
-        ckpt = Checkpointer(
-            os.path.join(workdir, "checkpoints"),
-            keep=cfg.keep_checkpoints,
-            best_metric=cfg.best_metric,
-            best_mode=cfg.best_mode,
-            async_save=cfg.async_checkpointing,
-            model_config=model_config,
-            tokenizer=tokenizer,
-        )
-        try:
-            restored = ckpt.restore(state)
-            if restored is None:
-                _check_history(workdir, start, restart)
-        except BaseException:
-            ckpt.close()
-            raise
-        if restored is not None:
-            state, start, data_state = restored.state, restored.step, restored.data_state
-            if primary:
-                print(f"resumed from step {start} ({workdir}/checkpoints)", file=sys.stderr)
-    # A device-resident source (e.g. seqjax.data.device.DeviceLMWindows) draws each step's
-    # batch inside the jitted call; anything else yields host batches.
-    device_source = callable(getattr(train_data, "device_batch", None))
-    if (device_source or cfg.steps_per_call > 1) and not isinstance(train_step, TrainStep):
-        raise TypeError(
-            "a device-resident `train_data` and `steps_per_call` > 1 need the train step of "
-            "make_train_step / Parallel.train_step (a TrainStep); got "
-            f"{type(train_step).__name__}.")
-    if device_source:
-        if data_state is not None and hasattr(train_data, "set_state"):
-            train_data.set_state(data_state)
-        get_batch = None
-    else:
-        get_batch = _batches(train_data, start, data_state)
-
-    metrics_path = None if workdir is None else os.path.join(workdir, "metrics.jsonl")
-    if primary and workdir is not None:  # an optional output left out says so, once
-        for flag, module, what, extra in (
-                (cfg.tensorboard, "tensorboardX", "TensorBoard events", "tensorboard"),
-                (cfg.plot, "matplotlib", "loss.png and perplexity.png", "plot")):
-            if flag is None and not wanted(None, module):
-                print(f"fit: {what} not written: {module} is not installed "
-                      f'(pip install "seqjax[{extra}]").', file=sys.stderr)
-    writer = None
-    if primary and metrics_path is not None:
-        kept = [r for r in read_metrics(metrics_path) if r.get("step", 0) <= start]
-        with open(metrics_path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in kept)
-        if wanted(cfg.tensorboard, "tensorboardX"):
-            writer = tensorboard_writer(os.path.join(workdir, "tensorboard"),
-                                         purge_step=start + 1 if start or restart else None)
-
-    # Token ids are checked on the host batch, before it is placed on the devices (the
-    # jitted step cannot see them; see seqjax.train.step.make_batch_check).
-    check_batch = train_step.check_batch if isinstance(train_step, CheckedStep) else None
-    run_step = train_step.unchecked if isinstance(train_step, CheckedStep) else train_step
-    peak = cfg.peak_flops or peak_flops_per_device()
-    n_dev = int(info["devices"])
-    history: list[dict] = []
-    eval_metrics: dict = {}
-    last_metrics: dict = {}
-    last_finite: dict = {}
-    bar = None
-    if cfg.progress and primary and start < cfg.num_steps:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.num_steps, initial=start, desc="train", unit="step",
-                   dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
-    t0 = time.perf_counter()
-    clock = {"t": t0, "step": start, "tokens": 0.0}
-
-    def write(record: dict) -> None:
-        history.append(record)
-        if metrics_path is not None and primary:
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(record) + "\n")
-        if writer is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, int | float):
-                    writer.add_scalar(k, v, record["step"])
-        if cfg.print_logs and primary:
-            text = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                             for k, v in record.items() if k != "time")
-            (bar.write if bar is not None else print)(text)
-        for hook in hooks:
-            hook(record)
-
     k = cfg.steps_per_call
-    first_end = min(start + k - start % k, cfg.num_steps)  # the last step of the first call
-
-    def is_log(s: int) -> bool:
-        return s % cfg.log_every == 0 or s == first_end or s == cfg.num_steps
-
-    def flush(pending: list[tuple[int, int, Any]]) -> dict | None:
-        """Fetch the pending calls' metrics (all transfers started together), check every
-        step's in order, and return the record of the last step if it is logged."""
-        fetched = host_value([m for _, _, m in pending])  # every transfer started at once
-        for (s_end, n, _), m_host in zip(pending, fetched):
-            for j in range(n):  # a call of n steps returns every metric stacked on [n]
-                s = s_end - n + 1 + j
-                m = {key: float(v[j] if np.ndim(v) else v) for key, v in m_host.items()}
-                for name in cfg.finite_check:
-                    if name in m and not math.isfinite(m[name]):
-                        hint = non_finite_hint(m, last_finite or None,
-                                               check_batch is not None or device_source)
-                        raise NonFiniteLossError(s, name, m[name], workdir, hint)
-                last_finite.clear()
-                last_finite.update(m)
-                clock["tokens"] += m.get("tokens", 0.0)
-        last_metrics.clear()
-        last_metrics.update(m)
-        s = pending[-1][0]
-        pending.clear()
-        if bar is not None:
-            bar.update(s - bar.n)
-        if not is_log(s):
-            return None
-        now = time.perf_counter()
-        dt, ds = max(now - clock["t"], 1e-9), s - clock["step"]
-        record = {"step": s, **m, "steps_per_s": ds / dt, "time": now - t0}
-        if clock["tokens"]:
-            record["tokens_per_s"] = clock["tokens"] / dt
-        if cfg.flops_per_step and peak:
-            record["mfu"] = cfg.flops_per_step * ds / dt / (peak * n_dev)
-        clock.update(t=now, step=s, tokens=0.0)
-        if bar is not None:
-            post = {"loss": f"{m.get('loss', float('nan')):.4f}"}
-            if "tokens_per_s" in record:
-                post["tok/s"] = f"{record['tokens_per_s']:.3g}"
-            if "mfu" in record:
-                post["mfu"] = f"{record['mfu']:.1%}"
-            bar.set_postfix(post, refresh=False)
-        return record
-
-    def save(s: int, metrics: Mapping[str, Any]) -> None:
-        if ckpt is not None:
-            # the position after the batches trained on (a prefetcher has read further)
-            position = (prefetcher.position if prefetcher is not None
-                        else _data_state(train_data, s))
-            ckpt.save(state, data_state=position, metrics=metrics, step=s)
-
-    def run_eval() -> dict:
-        batches = eval_data() if callable(eval_data) else eval_data
-        out = evaluate(eval_step, state.params, batches, place_batch=place_eval_batch)
-        return {f"eval/{k}": v for k, v in out.items()}
-
-    def host_batch(i: int) -> Any:
-        """The checked, placed batch of 0-based step ``i``."""
-        batch = get_batch(i)
-        if check_batch is not None:
-            try:
-                check_batch(batch)
-            except ValueError as err:
-                raise ValueError(f"{err} (the training batch of step {i + 1}; nothing "
-                                 "was trained on it)") from None
-        return batch if place_batch is None else place_batch(batch)
-
+    start = int(host_value(state.step))
+    first_n = min(k - start % k, cfg.num_steps - start)  # the steps of the first call
+    do_eval_at_all = eval_step is not None and eval_data is not None
+    # The template state has the restored state's shapes and shardings: the first call's
+    # program (and the evaluation's) compile while the checkpoint is read.
+    warm = _compile_ahead(cfg, state, train_data, train_step, first_n,
+                          eval_step if do_eval_at_all else None, eval_data, place_eval_batch)
+    ckpt, state, start, data_state = resume(
+        state, workdir, keep=cfg.keep_checkpoints, best_metric=cfg.best_metric,
+        best_mode=cfg.best_mode, async_save=cfg.async_checkpointing, model_config=model_config,
+        tokenizer=tokenizer, check_history=lambda w, s0: _check_history(w, s0, restart))
     depth = cfg.prefetch if cfg.prefetch is not None else (
         0 if jax.default_backend() == "cpu" else 2)
-    prefetcher = None  # started inside the try below, so that `finally` always stops it
-
-    def run_call(state: TrainState, s: int, n: int) -> tuple[TrainState, Any]:
-        """Steps ``s + 1 .. s + n`` in one jitted call."""
-        if device_source:
-            return train_step.steps_from(train_data, n)(state, train_data.arrays)
-        next_batch = host_batch if prefetcher is None else prefetcher.get
-        if k == 1:
-            return run_step(state, next_batch(s))
-        batches = tuple(next_batch(i) for i in range(s, s + n))
-        return train_step.steps(n)(state, batches)
-
-    status = "completed"
+    log = fetch = source = meter = None
+    status, eval_metrics = "completed", {}
     frozen = cfg.freeze_gc and gc.isenabled()
     in_flight = max(1, _MAX_IN_FLIGHT // k)
     with SignalGuard(cfg.handle_signals) as guard:
         try:
+            source = BatchSource(train_data, train_step, start=start, data_state=data_state,
+                                 place_batch=place_batch, steps_per_call=k, prefetch=depth,
+                                 num_steps=cfg.num_steps)
+            log = MetricsLog(workdir, start=start, num_steps=cfg.num_steps, restart=restart,
+                             progress=cfg.progress, print_logs=cfg.print_logs,
+                             tensorboard=cfg.tensorboard, plot=cfg.plot, hooks=hooks)
+            fetch = MetricsFetch(cfg.finite_check, workdir,
+                                 source.check_batch is not None or source.device)
+            meter = Throughput(start, flops_per_step=cfg.flops_per_step,
+                               peak=cfg.peak_flops or peak_flops_per_device(),
+                               devices=int(info["devices"]))
             if frozen:
                 gc.collect()
                 gc.freeze()
-            if depth and not device_source and start < cfg.num_steps:
-                prefetcher = _Prefetcher(host_batch, lambda i: _data_state(train_data, i),
-                                         start, cfg.num_steps, depth)
+            first_end = start + first_n
             pending: list[tuple[int, int, Any]] = []
             s = start
             while s < cfg.num_steps:
                 # k steps per call, aligned to multiples of k; a shorter call to reach one
                 # (a run resumed off the grid) or the last step.
                 n = min(k - s % k, cfg.num_steps - s)
-                state, m_dev = run_call(state, s, n)
+                state, m_dev = source.call(state, s, n)
                 s += n
                 pending.append((s, n, m_dev))
+                if s == first_end:
+                    _report_first_step(meter, m_dev, warm, log)
                 final = s == cfg.num_steps
                 stop = guard.should_stop(s)
-                do_eval = eval_step is not None and eval_data is not None and (
+                logged = s % cfg.log_every == 0 or s == first_end or final
+                do_eval = do_eval_at_all and (
                     final or (cfg.eval_every and s % cfg.eval_every == 0))
                 do_save = ckpt is not None and (
                     final or do_eval or (cfg.checkpoint_every and s % cfg.checkpoint_every == 0)
                     or stop)
-                if not (is_log(s) or do_eval or do_save or final or stop):
+                if not (logged or do_eval or do_save or stop):
                     if len(pending) > in_flight:  # back-pressure: stay a few steps ahead
                         jax.block_until_ready(pending[-1 - in_flight][2])
                     continue
-                rec = flush(pending)
+                last = fetch(pending)
+                rec = ({"step": s, **last, **meter.record(s, fetch.take_tokens())}
+                       if logged else None)
+                log.advance(s, rec)
                 if do_eval:
-                    eval_metrics = run_eval()
-                    rec = {**(rec or {"step": s, **last_metrics}), **eval_metrics}
+                    eval_metrics = {f"eval/{name}": v for name, v in evaluate(
+                        eval_step, state.params, eval_data() if callable(eval_data)
+                        else eval_data, place_batch=place_eval_batch).items()}
+                    rec = {**(rec or {"step": s, **last}), **eval_metrics}
                 if rec is not None:
-                    write(rec)
+                    log.write(rec)
                 if do_save:
-                    save(s, {**last_metrics, **eval_metrics} if do_eval else last_metrics)
+                    ckpt.save(state, data_state=source.position(s), step=s,
+                              metrics={**last, **eval_metrics} if do_eval else last)
                 if stop and not final:
                     status = "interrupted"
-                    msg = (f"{guard.requested}: stopped at step {s}"
-                           + (f"; checkpoint saved in {workdir}" if ckpt is not None else ""))
-                    (bar.write if bar is not None else print)(msg, file=sys.stderr)
+                    log.say(f"{guard.requested}: stopped at step {s}"
+                            + (f"; checkpoint saved in {workdir}" if ckpt else ""), sys.stderr)
                     break
         finally:
-            if prefetcher is not None:
-                prefetcher.close()
+            for part in (source, log, ckpt):
+                if part is not None:
+                    part.close()
             if frozen:
                 gc.unfreeze()
-            if bar is not None:
-                bar.close()
-            if ckpt is not None:
-                ckpt.close()
-            if writer is not None:
-                writer.close()
-    if primary and workdir is not None and wanted(cfg.plot, "matplotlib"):
-        plot_curves(read_metrics(metrics_path), workdir)
-    return FitResult(state=state, status=status, start_step=start, history=history,
-                     eval_metrics=eval_metrics)
+    if jax.process_index() == 0 and workdir is not None and wanted(cfg.plot, "matplotlib"):
+        plot_curves(read_metrics(os.path.join(workdir, "metrics.jsonl")), workdir)
+    return FitResult(state=state, status=status, start_step=start,
+                     history=log.history if log is not None else [],
+                     eval_metrics=eval_metrics,
+                     first_step_s=None if meter is None else meter.first_step_s)
+
+
+def _compile_ahead(cfg: FitConfig, state: TrainState, train_data: Any, train_step: Any,
+                   first_n: int, eval_step: Any, eval_data: Any,
+                   place_eval_batch: Callable[[Any], Any] | None) -> list[threading.Thread]:
+    """Start the background compiles :attr:`FitConfig.compile_ahead` asks for: the first
+    call's program (device-resident data) and the evaluation step's on the first
+    evaluation batch."""
+    ahead = cfg.compile_ahead
+    if ahead is None:
+        ahead = jax.default_backend() != "cpu"
+    if not ahead or first_n <= 0:
+        return []
+    threads = []
+    if callable(getattr(train_data, "device_batch", None)) and isinstance(train_step, TrainStep):
+        threads.append(BatchSource.compile_ahead_of(train_step, train_data, state, first_n))
+    lower = getattr(eval_step, "lower", None)
+    if lower is not None and isinstance(eval_data, Sequence) and len(eval_data):
+        first = eval_data[0]
+        placed = first if place_eval_batch is None else place_eval_batch(first)
+        threads.append(compile_in_background(lambda: lower(state.params, placed), "eval"))
+    return threads
+
+
+def _report_first_step(meter: Throughput, metrics: Any, warm: list[threading.Thread],
+                       log: MetricsLog) -> None:
+    """Wait for the first call's results and say how long the run took to get there."""
+    jax.block_until_ready(metrics)
+    seconds = meter.first_step()
+    since = process_uptime()
+    if jax.process_index() == 0:
+        log.say(f"first step: {seconds:.2f} s in fit"
+                + (f", {since:.2f} s since the process started" if since is not None else "")
+                + (" (compiled ahead)" if warm else ""), sys.stderr)

@@ -1,0 +1,402 @@
+"""The parts :func:`seqjax.train.loop.fit` is made of, each usable and testable alone.
+
+* :func:`resume` — the checkpointer of a work dir and the state to start from;
+* :class:`BatchSource` — what one jitted call trains on: a device-resident source drawn
+  inside the call, or host batches (checked, placed, optionally prefetched by a thread);
+  it also compiles the first call's program ahead of time;
+* :class:`MetricsLog` — where a logged record goes: ``metrics.jsonl``, TensorBoard, the
+  printed line, the progress bar and the hooks;
+* :class:`MetricsFetch` — fetches the metrics the devices hold, checks them finite step by
+  step, and counts the tokens;
+* :class:`Throughput` — steps/s, tokens/s and MFU between logged steps, and the time to
+  the first step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from seqjax.train.checkpoint import Checkpointer
+from seqjax.train.records import (
+    NonFiniteLossError,
+    non_finite_hint,
+    read_metrics,
+    tensorboard_writer,
+    wanted,
+)
+from seqjax.train.sharding import host_value
+from seqjax.train.step import CheckedStep, TrainStep
+
+__all__ = ["BatchSource", "MetricsFetch", "MetricsLog", "Resumed", "Throughput", "resume",
+           "process_uptime"]
+
+
+def process_uptime() -> float | None:
+    """Seconds since this process started (Linux ``/proc``), ``None`` where unknown."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+# --------------------------------------------------------------------------- resume
+
+
+class Resumed(NamedTuple):
+    """What :func:`resume` found: the checkpointer (``None`` without a work dir), the state
+    and 0-based step to start from, and the data position saved with it (or ``None``)."""
+
+    checkpointer: Checkpointer | None
+    state: Any
+    start: int
+    data_state: Any
+
+
+def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | None,
+           best_mode: str, async_save: bool, model_config: Mapping[str, Any] | None,
+           tokenizer: Any, check_history: Callable[[str, int], None]) -> Resumed:
+    """Open ``workdir``'s checkpoints and restore the newest readable one into ``state``'s
+    structure; with none, ``check_history(workdir, start)`` decides whether a recorded
+    history may be started over."""
+    start = int(host_value(state.step))
+    if workdir is None:
+        return Resumed(None, state, start, None)
+    os.makedirs(workdir, exist_ok=True)
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=keep,
+                        best_metric=best_metric, best_mode=best_mode, async_save=async_save,
+                        model_config=model_config, tokenizer=tokenizer)
+    try:
+        restored = ckpt.restore(state)
+        if restored is None:
+            check_history(workdir, start)
+    except BaseException:
+        ckpt.close()
+        raise
+    if restored is None:
+        return Resumed(ckpt, state, start, None)
+    if jax.process_index() == 0:
+        print(f"resumed from step {restored.step} ({workdir}/checkpoints)", file=sys.stderr)
+    return Resumed(ckpt, restored.state, restored.step, restored.data_state)
+
+
+# --------------------------------------------------------------------------- batches
+
+
+class _Prefetcher:
+    """Host batches ``start .. end − 1`` made ahead by a background thread: ``produce(i)``
+    (next, check, place) and the data position after it (``position_after(i + 1)``), at
+    most ``depth`` ahead. An error is raised by :meth:`get` at the batch it belongs to."""
+
+    def __init__(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
+                 start: int, end: int, depth: int) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self.position: Any = None
+        self._thread = threading.Thread(
+            target=self._run, args=(produce, position_after, start, end),
+            name="seqjax-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
+             start: int, end: int) -> None:
+        for i in range(start, end):
+            try:
+                item = (i, produce(i), position_after(i + 1), None)
+            except BaseException as err:  # handed to the main thread at batch i
+                item = (i, None, None, err)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if self._stop.is_set() or item[3] is not None:
+                return
+
+    def get(self, i: int) -> Any:
+        j, batch, position, err = self._queue.get()
+        if j != i:  # cannot happen: batches are consumed in order
+            raise RuntimeError(f"prefetched batch {j} where batch {i} was expected.")
+        if err is not None:
+            raise err
+        self.position = position
+        return batch
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+
+
+def _batches(data: Any, start: int, data_state: Any) -> Callable[[int], Any]:
+    """``get(i)`` = the batch of 0-based step ``i``, for a callable or an iterator."""
+    if not hasattr(data, "__next__"):
+        if callable(data):
+            return data
+        data = iter(data)
+    if start:
+        if data_state is not None and hasattr(data, "set_state"):
+            data.set_state(data_state)
+        else:
+            for _ in range(start):  # no saved position: replay the stream
+                next(data)
+    return lambda i: next(data)
+
+
+def _data_state(data: Any, step: int) -> Any:
+    if hasattr(data, "get_state"):
+        return data.get_state()
+    return {"batches_consumed": step}
+
+
+def compile_in_background(lower: Callable[[], Any], name: str) -> threading.Thread:
+    """Compile ``lower()``'s program in a daemon thread, so that the first real call finds
+    it in JAX's cache; a failure is left for that call to report."""
+
+    def run() -> None:
+        try:
+            lower().compile()
+        except Exception:  # noqa: BLE001 - the real call raises it with its context
+            pass
+
+    thread = threading.Thread(target=run, name=f"seqjax-compile-{name}", daemon=True)
+    thread.start()
+    return thread
+
+
+class BatchSource:
+    """What each jitted call of ``fit`` trains on, from 0-based step ``start``.
+
+    A ``data`` with ``device_batch`` (:class:`seqjax.data.device.DeviceLMWindows`) is drawn
+    inside the call (:meth:`~seqjax.train.step.TrainStep.steps_from`); anything else gives
+    host batches — an iterator (``get_state``/``set_state`` resume its position, otherwise
+    it is replayed) or ``f(i) -> batch`` — each checked by the step's ``check_batch`` on the
+    host, placed by ``place_batch``, and made ``prefetch`` batches ahead by a thread.
+    """
+
+    def __init__(self, data: Any, train_step: Callable, *, start: int, data_state: Any,
+                 place_batch: Callable[[Any], Any] | None, steps_per_call: int,
+                 prefetch: int, num_steps: int) -> None:
+        self.device = callable(getattr(data, "device_batch", None))
+        if (self.device or steps_per_call > 1) and not isinstance(train_step, TrainStep):
+            raise TypeError(
+                "a device-resident `train_data` and `steps_per_call` > 1 need the train step "
+                "of make_train_step / Parallel.train_step (a TrainStep); got "
+                f"{type(train_step).__name__}.")
+        self.data, self.train_step, self.k = data, train_step, steps_per_call
+        self.check_batch = train_step.check_batch if isinstance(train_step, CheckedStep) else None
+        self._run = train_step.unchecked if isinstance(train_step, CheckedStep) else train_step
+        self._place = place_batch
+        self._prefetcher: _Prefetcher | None = None
+        self._get = None
+        if self.device:
+            if data_state is not None and hasattr(data, "set_state"):
+                data.set_state(data_state)
+        else:
+            self._get = _batches(data, start, data_state)
+            if prefetch and start < num_steps:
+                self._prefetcher = _Prefetcher(self._host_batch,
+                                               lambda i: _data_state(data, i),
+                                               start, num_steps, prefetch)
+
+    def _host_batch(self, i: int) -> Any:
+        """The checked, placed batch of 0-based step ``i``."""
+        batch = self._get(i)
+        if self.check_batch is not None:
+            try:
+                self.check_batch(batch)
+            except ValueError as err:
+                raise ValueError(f"{err} (the training batch of step {i + 1}; nothing "
+                                 "was trained on it)") from None
+        return batch if self._place is None else self._place(batch)
+
+    @staticmethod
+    def compile_ahead_of(train_step: TrainStep, data: Any, state: Any,
+                         n: int) -> threading.Thread:
+        """Start compiling, in a thread, the program of a call of ``n`` steps on a
+        device-resident ``data`` for ``state``'s shapes and shardings (host batches are
+        not read ahead of their step, so their program compiles at the first call)."""
+        run = train_step.steps_from(data, n)
+        return compile_in_background(lambda: run.lower(state, data.arrays), "train")
+
+    def call(self, state: Any, s: int, n: int) -> tuple[Any, Any]:
+        """Steps ``s + 1 .. s + n`` in one jitted call: ``(state, metrics)``."""
+        if self.device:
+            return self.train_step.steps_from(self.data, n)(state, self.data.arrays)
+        next_batch = self._host_batch if self._prefetcher is None else self._prefetcher.get
+        if self.k == 1:
+            return self._run(state, next_batch(s))
+        batches = tuple(next_batch(i) for i in range(s, s + n))
+        return self.train_step.steps(n)(state, batches)
+
+    def position(self, s: int) -> Any:
+        """The data position after the batches of steps ``1 .. s`` (a prefetcher has read
+        further)."""
+        if self._prefetcher is not None:
+            return self._prefetcher.position
+        return _data_state(self.data, s)
+
+    def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class MetricsLog:
+    """Where ``fit``'s logged records go (process 0 only): ``metrics.jsonl`` (cut back to
+    ``start`` on resume), TensorBoard (``tensorboard``: True/False/None = if installed), one
+    printed line per record (``print_logs``), a tqdm bar (``progress``) and ``hooks``."""
+
+    def __init__(self, workdir: str | None, *, start: int, num_steps: int, restart: bool,
+                 progress: bool, print_logs: bool, tensorboard: bool | None,
+                 plot: bool | None, hooks: Sequence[Callable[[dict], None]] = ()) -> None:
+        self.primary = jax.process_index() == 0
+        self.path = None if workdir is None else os.path.join(workdir, "metrics.jsonl")
+        self.history: list[dict] = []
+        self.print_logs, self.hooks = print_logs, hooks
+        self.writer = None
+        self.bar = None
+        if self.primary and workdir is not None:  # an optional output left out says so, once
+            for flag, module, what, extra in (
+                    (tensorboard, "tensorboardX", "TensorBoard events", "tensorboard"),
+                    (plot, "matplotlib", "loss.png and perplexity.png", "plot")):
+                if flag is None and not wanted(None, module):
+                    print(f"fit: {what} not written: {module} is not installed "
+                          f'(pip install "seqjax[{extra}]").', file=sys.stderr)
+        if self.primary and self.path is not None:
+            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= start]
+            with open(self.path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in kept)
+            if wanted(tensorboard, "tensorboardX"):
+                self.writer = tensorboard_writer(
+                    os.path.join(workdir, "tensorboard"),
+                    purge_step=start + 1 if start or restart else None)
+        if progress and self.primary and start < num_steps:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=num_steps, initial=start, desc="train", unit="step",
+                            dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
+
+    def write(self, record: dict) -> None:
+        self.history.append(record)
+        if self.path is not None and self.primary:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, int | float):
+                    self.writer.add_scalar(k, v, record["step"])
+        if self.print_logs and self.primary:
+            self.say("  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                               for k, v in record.items() if k != "time"))
+        for hook in self.hooks:
+            hook(record)
+
+    def say(self, text: str, file: Any = None) -> None:
+        """Print a line without breaking the progress bar."""
+        if self.bar is not None:
+            self.bar.write(text, file=file)
+        else:
+            print(text, file=file)
+
+    def advance(self, step: int, record: dict | None) -> None:
+        """Move the bar to ``step``; a logged ``record`` updates its loss, tok/s and MFU."""
+        if self.bar is None:
+            return
+        self.bar.update(step - self.bar.n)
+        if record is not None:
+            post = {"loss": f"{record.get('loss', float('nan')):.4f}"}
+            if "tokens_per_s" in record:
+                post["tok/s"] = f"{record['tokens_per_s']:.3g}"
+            if "mfu" in record:
+                post["mfu"] = f"{record['mfu']:.1%}"
+            self.bar.set_postfix(post, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+class MetricsFetch:
+    """Fetches the metrics of pending calls (all transfers started together), checks every
+    step's ``finite_check`` metrics in order — a non-finite one is a
+    :class:`~seqjax.train.records.NonFiniteLossError` naming its step — and counts the
+    ``tokens`` trained on since :meth:`take_tokens`."""
+
+    def __init__(self, finite_check: Sequence[str], workdir: str | None,
+                 ids_checked: bool) -> None:
+        self.finite_check, self.workdir, self.ids_checked = finite_check, workdir, ids_checked
+        self.last: dict = {}
+        self.tokens = 0.0
+
+    def __call__(self, pending: list[tuple[int, int, Any]]) -> dict:
+        """The last step's metrics; ``pending`` (``(last step, steps, metrics)`` per call)
+        is emptied."""
+        fetched = host_value([m for _, _, m in pending])
+        for (s_end, n, _), m_host in zip(pending, fetched):
+            for j in range(n):  # a call of n steps returns every metric stacked on [n]
+                m = {key: float(v[j] if np.ndim(v) else v) for key, v in m_host.items()}
+                for name in self.finite_check:
+                    if name in m and not math.isfinite(m[name]):
+                        hint = non_finite_hint(m, self.last or None, self.ids_checked)
+                        raise NonFiniteLossError(s_end - n + 1 + j, name, m[name],
+                                                 self.workdir, hint)
+                self.last = m
+                self.tokens += m.get("tokens", 0.0)
+        pending.clear()
+        return self.last
+
+    def take_tokens(self) -> float:
+        tokens, self.tokens = self.tokens, 0.0
+        return tokens
+
+
+class Throughput:
+    """Rates between logged steps: ``steps_per_s``, ``tokens_per_s`` (when the metrics count
+    tokens) and ``mfu`` (with ``flops_per_step`` and a known ``peak`` FLOP/s per device), and
+    ``time`` since the start; :meth:`first_step` records the time to the first step."""
+
+    def __init__(self, start: int, *, flops_per_step: float | None, peak: float | None,
+                 devices: int) -> None:
+        self.t0 = time.perf_counter()
+        self._t, self._step = self.t0, start
+        self.flops, self.peak, self.devices = flops_per_step, peak, devices
+        self.first_step_s: float | None = None
+
+    def first_step(self) -> float:
+        """Seconds from the start to now (call when the first call's results are ready)."""
+        self.first_step_s = time.perf_counter() - self.t0
+        return self.first_step_s
+
+    def record(self, step: int, tokens: float) -> dict:
+        now = time.perf_counter()
+        dt, ds = max(now - self._t, 1e-9), step - self._step
+        out = {"steps_per_s": ds / dt, "time": now - self.t0}
+        if tokens:
+            out["tokens_per_s"] = tokens / dt
+        if self.flops and self.peak:
+            out["mfu"] = self.flops * ds / dt / (self.peak * self.devices)
+        self._t, self._step = now, step
+        return out

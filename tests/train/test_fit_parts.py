@@ -1,0 +1,143 @@
+"""The parts of fit, one at a time: resume, batch source, metrics log, metrics fetch,
+throughput; and fit's compile-ahead path (same run, each program compiled once)."""
+
+import json
+import logging
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seqjax.data.device import DeviceLMWindows
+from seqjax.train import fit_parts
+from seqjax.train.fit_parts import (
+    BatchSource,
+    MetricsFetch,
+    MetricsLog,
+    Throughput,
+    process_uptime,
+    resume,
+)
+from seqjax.train.loop import fit
+from seqjax.train.losses import make_lm_eval
+from seqjax.train.records import NonFiniteLossError
+from seqjax.train.step import flax_apply_fn
+from tests.train._tiny_lm import TinyLM
+from tests.train.test_fit_fast_paths import TOKENS, B, T, V, _cfg, _host_batches, _leaves, _setup
+
+
+def test_throughput_rates_between_logged_steps(monkeypatch):
+    now = iter([10.0, 12.0, 14.0, 15.0])
+    monkeypatch.setattr(fit_parts.time, "perf_counter", lambda: next(now))
+    meter = Throughput(4, flops_per_step=100.0, peak=50.0, devices=2)
+    assert meter.first_step() == 2.0
+    rec = meter.record(8, tokens=40.0)  # 4 steps, 40 tokens in 4 s
+    assert rec == {"steps_per_s": 1.0, "time": 4.0, "tokens_per_s": 10.0, "mfu": 1.0}
+    rec = meter.record(9, tokens=0.0)  # no token count: no tokens_per_s
+    assert rec == {"steps_per_s": 1.0, "time": 5.0, "mfu": 1.0}
+
+
+def test_metrics_fetch_checks_every_step_and_counts_tokens():
+    fetch = MetricsFetch(("loss",), None, ids_checked=True)
+    pending = [(2, 2, {"loss": jnp.array([1.0, 0.5]), "tokens": jnp.array([3.0, 4.0])}),
+               (3, 1, {"loss": jnp.float32(0.25), "tokens": jnp.float32(5.0)})]
+    assert fetch(pending) == {"loss": 0.25, "tokens": 5.0} and pending == []
+    assert fetch.take_tokens() == 12.0 and fetch.take_tokens() == 0.0
+    bad = [(6, 3, {"loss": jnp.array([1.0, jnp.nan, 2.0])})]
+    with pytest.raises(NonFiniteLossError, match="step 5"):
+        fetch(bad)
+
+
+def test_metrics_log_cuts_history_back_and_writes_records(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (2, 4, 6)))
+    seen = []
+    log = MetricsLog(str(tmp_path), start=4, num_steps=8, restart=False, progress=False,
+                     print_logs=True, tensorboard=False, plot=False, hooks=[seen.append])
+    log.write({"step": 8, "loss": 0.5, "time": 1.0})
+    log.close()
+    steps = [json.loads(line)["step"] for line in path.read_text().splitlines()]
+    assert steps == [2, 4, 8] and seen == log.history == [{"step": 8, "loss": 0.5, "time": 1.0}]
+    assert "step 8  loss 0.5" in capsys.readouterr().out
+
+
+def test_batch_source_host_batches_replay_check_and_position():
+    _, _, step = _setup()
+    batches = _host_batches(5)
+    source = BatchSource(iter(batches), step, start=2, data_state=None, place_batch=None,
+                         steps_per_call=1, prefetch=0, num_steps=5)
+    assert not source.device and source.check_batch is not None
+    assert source.position(3) == {"batches_consumed": 3}
+    bad = [{"inputs": np.full((B, T), V), "targets": np.zeros((B, T), np.int32)}]
+    source = BatchSource(lambda i: bad[0], step, start=0, data_state=None, place_batch=None,
+                         steps_per_call=1, prefetch=0, num_steps=1)
+    with pytest.raises(ValueError, match="training batch of step 1"):
+        source.call(None, 0, 1)
+    with pytest.raises(TypeError, match="TrainStep"):
+        BatchSource(DeviceLMWindows(TOKENS, B, T), lambda s, b: (s, {}), start=0,
+                    data_state=None, place_batch=None, steps_per_call=1, prefetch=0,
+                    num_steps=1)
+
+
+def test_resume_without_checkpoint_asks_the_history_check(tmp_path):
+    _, state, _ = _setup()
+    assert resume(state, None, keep=1, best_metric=None, best_mode="min", async_save=False,
+                  model_config=None, tokenizer=None, check_history=None).checkpointer is None
+    asked = []
+    got = resume(state, str(tmp_path), keep=1, best_metric=None, best_mode="min",
+                 async_save=False, model_config=None, tokenizer=None,
+                 check_history=lambda w, s: asked.append((w, s)))
+    got.checkpointer.close()
+    assert asked == [(str(tmp_path), 0)] and got.start == 0 and got.data_state is None
+    assert process_uptime() is None or process_uptime() > 0
+
+
+def test_compile_ahead_gives_the_same_run_compiled_in_background_threads():
+    """With compile_ahead the train and eval programs compile on the seqjax-compile threads
+    (while the checkpoint is read), and the run is the one compiled at the first call."""
+    import optax
+
+    from seqjax.train.losses import make_lm_loss
+    from seqjax.train.optim import TrainState
+    from seqjax.train.parallel import Parallel
+
+    threads = []
+
+    class Where(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("Finished XLA compilation of jit(wrapped)"):
+                threads.append(threading.current_thread().name)
+
+    def setup():  # sizes no other test uses: nothing of it is in JAX's in-memory cache yet
+        par = Parallel.create(devices=jax.devices()[:1])
+        model = TinyLM(vocab_size=V, embed_dim=12, hidden=20)
+        params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
+        state = par.shard_state(TrainState.create(params, optax.adam(1e-2),
+                                                  jax.random.PRNGKey(1)))
+        apply = flax_apply_fn(model)
+        return (par, state, par.train_step(make_lm_loss(apply)),
+                par.eval_step(make_lm_eval(apply)))
+
+    handler = Where()
+    logger = logging.getLogger("jax._src.dispatch")
+    logger.addHandler(handler)
+    results = {}
+    jax.config.update("jax_log_compiles", True)  # process-wide: the context is per thread
+    try:
+        for ahead in (True, False):
+            par, state, step, ev = setup()
+            results[ahead] = fit(
+                state, step, DeviceLMWindows(TOKENS, B, T, seed=3),
+                _cfg(8, 2, log_every=4, eval_every=4, compile_ahead=ahead),
+                parallel=par, eval_step=ev, eval_data=_host_batches(2))
+            if ahead:
+                assert sorted(threads) == ["seqjax-compile-eval", "seqjax-compile-train"]
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logger.removeHandler(handler)
+    for a, b in zip(_leaves(results[False].state), _leaves(results[True].state)):
+        np.testing.assert_array_equal(a, b)
+    assert results[False].eval_metrics == results[True].eval_metrics
+    assert results[True].first_step_s > 0
