@@ -15,10 +15,11 @@ from seqjax.decoding import (  # noqa: E402
     recompute_decoder,
     sample,
 )
+from seqjax.compile_cache import enable_compile_cache  # noqa: E402
 from seqjax.utils import count_params  # noqa: E402
 
 __all__ = [
     "BeamSearchOutput", "Decodable", "DecodeOutput", "FunctionalDecoder", "__version__",
-    "beam_search", "count_params", "decoding", "generate", "greedy_search", "models", "nn",
-    "process_logits", "recompute_decoder", "sample",
+    "beam_search", "count_params", "decoding", "enable_compile_cache", "generate",
+    "greedy_search", "models", "nn", "process_logits", "recompute_decoder", "sample",
 ]

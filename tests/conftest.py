@@ -6,7 +6,8 @@
   to the same optimised library kernels;
 * float32 matmuls at full precision, so numpy references compare tightly;
 * ``SEQJAX_DATA_DIR`` = ``../shared/data`` when it exists, else ``tests/fixtures`` (a few KB
-  of Tiny Shakespeare and English–French pairs in the corpora's formats; no test downloads).
+  of Tiny Shakespeare and English–French pairs in the corpora's formats; no test downloads);
+* ``SEQJAX_COMPILE_CACHE=0``: the command line's compile cache off unless a test turns it on.
 """
 
 import os
@@ -27,6 +28,10 @@ _shared = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "shared", "data")
 if "SEQJAX_DATA_DIR" not in os.environ:
     os.environ["SEQJAX_DATA_DIR"] = _shared if os.path.isdir(_shared) else FIXTURES_DIR
+
+# `seqjax train` keeps compiled programs in a per-user cache by default; the suite's runs
+# leave the user's cache alone (tests of the cache give it a temporary folder).
+os.environ.setdefault("SEQJAX_COMPILE_CACHE", "0")
 
 import jax  # noqa: E402
 

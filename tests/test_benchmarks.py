@@ -304,3 +304,27 @@ def test_cpu_wakeup_and_rnn_profile_smoke(capsys):
         assert group in out
     if harness.torch_available():
         assert "mkldnn_rnn_layer" in out or "aten::" in out
+
+
+def test_startup_smoke_reports_cold_and_warm_first_step(capsys):
+    """Two fresh char_lm --smoke processes on one empty cache folder: the report's rows and
+    its last line (the second run loads the programs the first one stored)."""
+    from benchmarks import startup
+
+    assert startup.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "| char_lm --smoke | cold " in out and "| char_lm --smoke | warm " in out
+    last = out.strip().splitlines()[-1]
+    cold, warm = (float(x) for x in re.fullmatch(
+        r"first step: cold ([0-9.]+) s, warm ([0-9.]+) s", last).groups())
+    assert cold > 0 and warm > 0
+
+
+def test_startup_reads_fits_first_step_line():
+    from benchmarks import startup
+
+    assert startup._first_step("x\nfirst step: 1.50 s in fit, 4.25 s since the process "
+                               "started\n") == (1.5, 4.25)
+    assert startup._first_step("first step: 2.00 s in fit (compiled ahead)") == (2.0, None)
+    with pytest.raises(RuntimeError, match="no 'first step:' line"):
+        startup._first_step("nothing")

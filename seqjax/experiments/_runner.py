@@ -246,6 +246,24 @@ def _pop_restart(argv: Sequence[str]) -> tuple[list[str], bool]:
     return out, restart
 
 
+def _pop_compile_cache(argv: Sequence[str]) -> tuple[list[str], bool | None]:
+    """Take ``--compile_cache[=true|false]`` (a CLI flag, not a config key) out of ``argv``;
+    ``None`` when absent (then ``$SEQJAX_COMPILE_CACHE`` decides, unset = on)."""
+    out: list[str] = []
+    flag: bool | None = None
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if key != "--compile_cache":
+            out.append(arg)
+        elif not eq or value.lower() in ("true", "1", "yes", "on"):
+            flag = True
+        elif value.lower() in ("false", "0", "no", "off"):
+            flag = False
+        else:
+            raise ConfigError(f"--compile_cache must be true or false; got {value!r}.")
+    return out, flag
+
+
 def _restart(cfg: Any) -> None:
     """``--restart``: start a work dir over whose run has no checkpoint left to resume —
     its ``metrics.jsonl`` is kept as ``metrics.jsonl.<time>.old``. Refused while
@@ -313,16 +331,25 @@ def _primary() -> bool:
     return jax.process_index() == 0
 
 
-def _start_process() -> None:
+def _start_process(compile_cache: bool | None = None) -> None:
     """Join the multi-process job the environment describes, before any other JAX call;
     then, on the CPU, keep freed memory in the heap before any operation has run, so that
     every XLA thread allocates from the one main heap
-    (:func:`seqjax.train.cpu_memory.keep_freed_memory`)."""
+    (:func:`seqjax.train.cpu_memory.keep_freed_memory`); then turn on JAX's persistent
+    compilation cache (:func:`seqjax.enable_compile_cache`) unless ``--compile_cache=false``
+    or ``$SEQJAX_COMPILE_CACHE=0`` says not to."""
+    from seqjax.compile_cache import compile_cache_setting, enable_compile_cache
     from seqjax.train.cpu_memory import keep_freed_memory
     from seqjax.train.sharding import maybe_initialize_distributed
 
     maybe_initialize_distributed()
     keep_freed_memory()
+    enabled, path = compile_cache_setting(compile_cache)
+    if enabled:
+        try:
+            enable_compile_cache(path)
+        except ValueError as err:  # an unwritable folder: run without the cache, say so
+            print(f"seqjax: compile cache off: {err}", file=sys.stderr)
 
 
 def _field_meanings(cfg_cls: type) -> dict[str, str]:
@@ -372,8 +399,13 @@ def experiment_help(name: str) -> str:
     summary = (module.__doc__ or "").strip().split("\n\n")[0]
     meanings = _field_meanings(cfg_cls)
     hints = typing.get_type_hints(cfg_cls)
-    lines = [f"usage: seqjax train {name} [--preset P | --smoke] [--restart] [--key=value ...]",
-             "", summary, "", "options (--key=value; type, default):"]
+    lines = [f"usage: seqjax train {name} [--preset P | --smoke] [--restart] "
+             "[--compile_cache=false] [--key=value ...]",
+             "", summary, "",
+             "--compile_cache=false: run without JAX's persistent compilation cache (on by "
+             "default, in ~/.cache/seqjax/jax; $SEQJAX_COMPILE_CACHE=0 also turns it off, "
+             "a path moves it).",
+             "", "options (--key=value; type, default):"]
     for f in dataclasses.fields(cfg_cls):
         kind = hints.get(f.name, f.type)
         kind = getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
@@ -401,7 +433,8 @@ def train_experiment(name: str, argv: Sequence[str]) -> Any:
     which gets ``argv`` as it is). Refusals raise (:class:`ConfigError`,
     :class:`CheckpointMismatchError`, :class:`ResumeError`, :class:`CheckpointUnreadableError`,
     a ``FloatingPointError`` for a NaN) and leave ``experiment.json`` as it was."""
-    _start_process()
+    argv, compile_cache = _pop_compile_cache(argv)
+    _start_process(compile_cache)
     module = load_experiment(name, allow_legacy=True)
     if not follows_protocol(module):  # an experiment that parses its own flags
         module.main(list(argv))
@@ -424,7 +457,12 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
     if any(a in ("-h", "--help") for a in argv):
         print(experiment_help(name))
         return {}
-    _start_process()
+    try:
+        argv, compile_cache = _pop_compile_cache(argv)
+    except ConfigError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    _start_process(compile_cache)
     argv, restart = _pop_restart(argv)
     try:
         module = load_experiment(name)
