@@ -44,7 +44,6 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 
 from benchmarks import harness
 

@@ -471,6 +471,31 @@ def run(
                            warmup=warmup, min_sample_s=min_sample_s, log=log)
 
 
+def largest_batch(shape: GPTShape, candidates: Sequence[int], *, compute_dtype: str,
+                  repeats: int, warmup: int, min_sample_s: float,
+                  log=None) -> tuple[GPTShape, list[harness.Result]] | None:
+    """seqjax's step at the largest batch of ``candidates`` (tried largest first) that fits
+    in the device's memory; ``None`` when none does."""
+    import gc
+
+    import jax
+
+    for batch in sorted(candidates, reverse=True):
+        bigger = dataclasses.replace(shape, batch=batch)
+        try:
+            return bigger, run(bigger, ["seqjax"], repeats=repeats, warmup=warmup,
+                               min_sample_s=min_sample_s, log=log,
+                               compute_dtype=compute_dtype)
+        except Exception as err:  # XLA's out-of-memory error: try the next batch
+            if "RESOURCE_EXHAUSTED" not in str(err) and "out of memory" not in str(err).lower():
+                raise
+            if log is not None:
+                log(f"B={batch} does not fit: {str(err).splitlines()[0][:120]}")
+            gc.collect()
+            jax.clear_caches()
+    return None
+
+
 def summary_table(results: Sequence[harness.Result]) -> str:
     """One line per row: tokens/s of every peer, and seqjax ÷ the fastest other peer."""
     return harness.ratio_summary(results, best_header="fastest other peer")
@@ -544,8 +569,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                     help="compute dtype (bfloat16: seqjax's mixed precision, and torch-nanogpt's "
                          "bf16 autocast on CUDA; the flax peer is fp32 only)")
+    ap.add_argument("--largest-batch", default="",
+                    help="also time seqjax at the largest of these batches that fits, e.g. "
+                         "64,32,16 (tokens/s and MFU at the batch a user would train with)")
     harness.add_common_args(ap)
     args = ap.parse_args(argv)
+    try:
+        candidates = [int(b) for b in args.largest_batch.split(",") if b.strip()]
+    except ValueError:
+        ap.error(f"--largest-batch: a comma list of ints; got {args.largest_batch!r}")
+    if any(b < 1 for b in candidates):
+        ap.error(f"--largest-batch: batches must be >= 1; got {args.largest_batch!r}")
 
     peers = parse_peers(ap, args.peers, PEERS)
     if "torch-nanogpt" in peers and torch_device() == "cuda":
@@ -574,12 +608,25 @@ def main(argv: list[str] | None = None) -> int:
     results = run(shape, peers, repeats=2 if args.smoke else args.repeats,
                   warmup=1 if args.smoke else 2, min_sample_s=0.0 if args.smoke else 0.2,
                   log=log, compute_dtype=args.dtype)
+    notes = [f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}.",
+             mfu_note(shape, results),
+             *([torch_note(args.dtype)] if "torch-nanogpt" in peers else [])]
+    if candidates:
+        found = largest_batch(shape, candidates, compute_dtype=args.dtype,
+                              repeats=2 if args.smoke else args.repeats,
+                              warmup=1 if args.smoke else 2,
+                              min_sample_s=0.0 if args.smoke else 0.2, log=log)
+        if found is None:
+            notes.append(f"Largest batch: none of {candidates} fits.")
+        else:
+            big, big_results = found
+            results = [*results, *big_results]
+            notes.append(f"Largest batch of {candidates} that fits: B={big.batch}, seqjax "
+                         f"{big_results[0].tokens_per_s:,.0f} tokens/s. "
+                         + mfu_note(big, big_results))
     harness.emit_report(
         f"GPT training step ({shape.label}, {args.dtype}): tokens/s (higher is better)", "gpt",
-        argv, summary_table(results), results, out=args.out,
-        notes=[f"Tokens per step: B·T = {shape.batch}·{shape.block_size} = {shape.tokens}.",
-               mfu_note(shape, results),
-               *([torch_note(args.dtype)] if "torch-nanogpt" in peers else [])],
+        argv, summary_table(results), results, out=args.out, notes=notes,
     )
     return 0
 

@@ -27,8 +27,13 @@ The last lines are the targets table of issue #28, with what was measured.
 
 Run (on the GPU machine; the corpus path explicit because ``../shared`` may be absent):
 ``python -m benchmarks gpu_check --data_path PATH/tinyshakespeare.txt [--budget 300]
-[--parts char_lm,nanogpt,rnn,loop,attn0,gpt2] [--out-dir DIR]``. ``--smoke`` runs every
-part at toy sizes on any backend (CI).
+[--parts char_lm,nanogpt,rnn,loop,attn0,gpt2,startup,profile] [--out-dir DIR]``;
+``--parts gpt --budget 360`` is the GPT-2-scale check: ``gpt2`` (B=12 against nanoGPT's
+``torch.compile`` step, then the largest of B=64/32/16 that fits: tokens/s, MFU),
+``startup`` (``benchmarks startup``: cold and warm time to first step of ``char_lm`` at its
+defaults and ``--preset gpu``) and ``profile`` (``benchmarks gpt_profile``: the step by
+operation group beside ``torch.profiler``, the logits buffers, the attention kernels).
+``--smoke`` runs every part at toy sizes on any backend (CI).
 """
 
 from __future__ import annotations
@@ -45,12 +50,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-PARTS = ("char_lm", "nanogpt", "rnn", "attn0", "loop", "gpt2")
+PARTS = ("char_lm", "nanogpt", "rnn", "attn0", "loop", "gpt2", "startup", "profile")
+#: ``--parts gpt``: the GPT-2-scale check (about 6 minutes): the step at B=12 against
+#: nanoGPT and at the largest batch that fits, cold/warm time to first step, the profile.
+GPT_PARTS = ("gpt2", "startup", "profile")
 # Seconds each part needs on one H100/H200, compile included (estimates; a part is skipped
 # when less than this is left of the budget).
 # Measured on one H200 (benchmarks/RESULTS.md, "The user path on one GPU"): char_lm 128 s,
 # nanogpt 39 s, rnn 29 s; loop did not finish in 128 s (it compiles the step four times).
-ESTIMATE = {"char_lm": 135, "nanogpt": 45, "rnn": 35, "loop": 200, "attn0": 60, "gpt2": 150}
+ESTIMATE = {"char_lm": 135, "nanogpt": 45, "rnn": 35, "loop": 200, "attn0": 60, "gpt2": 190,
+            "startup": 80, "profile": 100}
 RNN_SHAPE = (64, 256, 512)
 
 
@@ -119,19 +128,60 @@ def parse_json_line(out: str, tag: str) -> dict[str, Any]:
 
 
 def parse_gpt2(out: str) -> dict[str, Any]:
-    """ms per step of each peer from the per-peer table of ``benchmarks gpt`` (columns: row,
-    peer, compile s, tokens/s, IQR, ms/call, CPU ms/call, n)."""
-    found = {}
+    """From ``benchmarks gpt``'s report: ms per step of each peer at the first row's batch
+    (per-peer table columns: row, peer, compile s, tokens/s, IQR, ms/call, CPU ms/call, n),
+    seqjax's compile seconds, and the ``--largest-batch`` row (batch, tokens/s, MFU)."""
+    found: dict[str, Any] = {}
+    first_row = None
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 8 and cells[1] in ("seqjax", "torch-nanogpt"):
+            first_row = first_row or cells[0]
+            if cells[0] != first_row:
+                continue
             try:
                 found[cells[1]] = float(cells[5])
+                if cells[1] == "seqjax":
+                    found["seqjax_compile_s"] = float(cells[2])
             except ValueError:
                 continue
     if "seqjax" not in found:
         raise ValueError("no seqjax row in the per-peer table")
+    big = re.search(r"that fits: B=(\d+), seqjax ([\d,]+) tokens/s.*?MFU ([\d.]+)%", out)
+    if big:
+        found["largest"] = {"batch": int(big.group(1)),
+                            "tokens_per_s": float(big.group(2).replace(",", "")),
+                            "mfu": float(big.group(3)) / 100}
     return found
+
+
+def parse_startup(out: str) -> dict[str, Any]:
+    """``benchmarks startup``: its last line (char_lm's cold and warm first step) and the
+    first-step seconds of every (workload, cache) row."""
+    last = re.search(r"first step: cold ([\d.]+) s, warm ([\d.]+) s", out)
+    if last is None:
+        raise ValueError("no 'first step: cold C s, warm W s' line")
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[1] in ("cold", "warm"):
+            rows[f"{cells[0]} ({cells[1]})"] = {"first_step_s": float(cells[2]),
+                                               "outside_steps_s": float(cells[5]),
+                                               "wall_s": float(cells[6])}
+    return {"cold_s": float(last.group(1)), "warm_s": float(last.group(2)), "rows": rows}
+
+
+def parse_profile(out: str) -> dict[str, Any]:
+    """``benchmarks gpt_profile``: the compiled step's logits buffers and attention kernels
+    (its sentence), and seqjax's ms per group."""
+    facts = re.search(r"materialised: (.*?); attention kernels: (.*?)\.\n", out + "\n")
+    groups = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[2].endswith("%"):
+            groups[cells[0]] = float(cells[1])
+    return {"logits_buffers": facts.group(1) if facts else None,
+            "attention_kernels": facts.group(2) if facts else None, "groups_ms": groups}
 
 
 # ----------------------------------------------------------------------------- in-process parts
@@ -238,8 +288,21 @@ def targets_table(r: dict[str, Any]) -> str:
     g = r.get("gpt2") or {}
     gs, gt = g.get("seqjax"), g.get("torch-nanogpt")
     gr = None if gs is None or gt is None else gt / gs
-    rows.append(["GPT-2 124M step, seqjax ÷ nanoGPT torch.compile (≥ 1.0)",
-                 f"{_fmt(gs)} vs {_fmt(gt)} ms = {_fmt(gr)}×", ok(gr, 1.0)])
+    rows.append(["GPT-2 124M step B=12, seqjax ÷ nanoGPT torch.compile (≥ 1.25)",
+                 f"{_fmt(gs)} vs {_fmt(gt)} ms = {_fmt(gr)}×", ok(gr, 1.25)])
+    big = g.get("largest") or {}
+    rows.append([f"GPT-2 124M at the largest batch that fits (B={big.get('batch', '?')}): "
+                 "tokens/s (≥ 500k)", _fmt(big.get("tokens_per_s"), ",.0f"),
+                 ok(big.get("tokens_per_s"), 500e3)])
+    rows.append(["… its MFU (≥ 40%)", _fmt(big.get("mfu"), ".1%"), ok(big.get("mfu"), 0.40)])
+    su = r.get("startup") or {}
+    rows.append(["char_lm time to first step, cold (≤ 10 s)", _fmt(su.get("cold_s"), ".1f"),
+                 ok(su.get("cold_s"), 10.0, higher=False)])
+    rows.append(["char_lm time to first step, warm (≤ 3 s)", _fmt(su.get("warm_s"), ".1f"),
+                 ok(su.get("warm_s"), 3.0, higher=False)])
+    pr = r.get("profile") or {}
+    rows.append(["GPT-2 step: logits-sized buffers; attention kernels",
+                 f"{pr.get('logits_buffers')}; {pr.get('attention_kernels')}", "information"])
     a0 = r.get("attn0") or {}
     rows.append(["char_lm step: attention dropout 0.2 vs 0 (ms; the fast choice)",
                  f"{_fmt(a0.get('default_ms'), '.3f')} vs "
@@ -268,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "attn0":
         print("ATTN0 " + json.dumps(attn0_part(args.data_path, args.smoke)))
         return 0
-    parts = [p for p in args.parts.split(",") if p]
+    parts = [q for p in args.parts.split(",") if p
+             for q in (GPT_PARTS if p == "gpt" else (p,))]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         ap.error(f"unknown parts {unknown}; choose from {', '.join(PARTS)}.")
@@ -313,12 +377,22 @@ def main(argv: list[str] | None = None) -> int:
                 rc, out = _run([py, "-m", "benchmarks", "gpu_check", "--part", part,
                                 *(["--smoke"] if smoke else []), *data], left, log)
                 results[part] = parse_json_line(out, part.upper()) if rc == 0 else None
+            elif part == "startup":
+                opts = ["--smoke"] if smoke else ["--steps", "100", "--skip-gpt2"]
+                rc, out = _run([py, "-m", "benchmarks", "startup", *opts], left, log)
+                results[part] = parse_startup(out) if rc == 0 else None
+            elif part == "profile":
+                opts = (["--smoke", "--peers", "seqjax"] if smoke else
+                        ["--preset", "gpt2-small", "--batch", "12", "--calls", "5"])
+                rc, out = _run([py, "-m", "benchmarks", "gpt_profile", *opts], left, log)
+                results[part] = parse_profile(out) if rc == 0 else None
             else:  # gpt2
                 if smoke:
-                    opts = ["--smoke", "--peers", "seqjax"]
+                    opts = ["--smoke", "--peers", "seqjax", "--largest-batch", "4"]
                 else:
                     opts = ["--preset", "gpt2-small", "--batch", "12", "--peers",
-                            "seqjax,torch-nanogpt", "--dtype", "bfloat16", "--repeats", "3"]
+                            "seqjax,torch-nanogpt", "--dtype", "bfloat16", "--repeats", "3",
+                            "--largest-batch", "64,32,16"]
                 rc, out = _run([py, "-m", "benchmarks", "gpt", *opts], left, log)
                 results[part] = parse_gpt2(out) if rc == 0 else None
         except (OSError, ValueError, KeyError, statistics.StatisticsError) as err:

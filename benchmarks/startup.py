@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=12, help="GPT-2 row's batch")
     ap.add_argument("--all", action="store_true",
                     help="also the --preset gpu and GPT-2 rows on the CPU (slow there)")
+    ap.add_argument("--skip-gpt2", action="store_true",
+                    help="leave out the GPT-2 row (gpu_check times its compile elsewhere)")
     ap.add_argument("--smoke", action="store_true", help="char_lm --smoke only (CI)")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     ap.add_argument("--child-gpt2", type=int, default=None, help=argparse.SUPPRESS)
@@ -144,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         if accelerator or args.all:
             workloads.append((f"char_lm --preset gpu --steps={args.steps}",
                               lambda c, w: char_lm_once(["--preset", "gpu", *steps], c, w)))
-            workloads.append((f"GPT-2 124M step, B={args.batch}, bf16",
-                              lambda c, w: gpt2_once(args.batch, c)))
+            if not args.skip_gpt2:
+                workloads.append((f"GPT-2 124M step, B={args.batch}, bf16",
+                                  lambda c, w: gpt2_once(args.batch, c)))
     imports = import_seconds("seqjax.experiments.char_lm")
     rows, first = [], None
     for label, run in workloads:

@@ -328,3 +328,44 @@ def test_startup_reads_fits_first_step_line():
     assert startup._first_step("first step: 2.00 s in fit (compiled ahead)") == (2.0, None)
     with pytest.raises(RuntimeError, match="no 'first step:' line"):
         startup._first_step("nothing")
+
+
+def test_gpt_profile_smoke_reads_the_program_and_groups_the_time(capsys):
+    from benchmarks import gpt_profile
+
+    assert gpt_profile.main(["--smoke", "--peers", "seqjax", "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "buffers of the logits' size [32, 65] materialised:" in out
+    for group in gpt_profile.GROUPS:
+        assert f"| {group} " in out
+
+
+def test_gpt_profile_counts_materialised_logits_and_groups_instructions():
+    from benchmarks import gpt_profile
+
+    hlo = """%fused_computation (p: f32[4,10]) -> f32[4,10] {
+  %p = f32[4,10]{1,0} parameter(0)
+  ROOT %e = f32[4,10]{1,0} exponential(%p)
+}
+
+ENTRY %main (x: bf16[2,2,10]) -> bf16[4,10] {
+  %x = bf16[2,2,10]{2,1,0} parameter(0)
+  %c = f32[4,10]{1,0} convert(%x), metadata={op_name="jit(step_fn)/jvp()/convert"}
+  %f = f32[4,10]{1,0} fusion(%c), kind=kLoop, calls=%fused_computation
+  %a = (bf16[2,8,2,64]{3,2,1,0}, u8[0]{0}) custom-call(%x), custom_call_target="__cudnn$fmhaSoftmax"
+  ROOT %r = bf16[4,10]{1,0} convert(%f)
+}
+"""
+    assert gpt_profile.logits_buffers(hlo, tokens=4, vocab=10) == {"f32": 2, "bf16": 2}
+    assert gpt_profile.attention_kernels(hlo) == {"__cudnn$fmhaSoftmax": 1}
+    info = gpt_profile.instructions(hlo)
+    assert info["a"][0] == "custom-call:__cudnn$fmhaSoftmax"
+    g = gpt_profile.group_of
+    stack = "jit(step_fn)/jvp(TransformerLM)/TransformerLM._trunk/decoder/layers_0"
+    assert g("custom-call:__cudnn$fmha", "", stack + "/self_attn", 10) == "attention core"
+    assert g("dot", "f32[4,32]", stack + "/ffn/up/dot_general", 10) == "other matmuls"
+    assert g("fusion", "f32[4,10]", "jit(step_fn)/jvp(TransformerLM)/TransformerLM._head",
+             10) == "logits and loss"
+    assert g("fusion", "f32[32]", "jit(step_fn)/adamw/mul", 10) == "optimizer update"
+    assert g("fusion", "f32[4,32]", stack + "/ffn_norm/sub", 10) == (
+        "norms, GELU, residual, embeddings")

@@ -50,7 +50,25 @@ def test_gpu_check_parsers_and_table():
     table = ("| row | peer | compile s | tokens/s (median) | IQR tokens/s | ms/call | "
              "CPU ms/call | n |\n| GPT 12L | seqjax | 40.1 | 411k | 400k–420k | 29.86 | 30.0 | "
              "7×1 |\n| GPT 12L | torch-nanogpt | 70.0 | 450k | 440k–460k | 27.29 | 27.0 | 7×1 |")
-    assert gpu_check.parse_gpt2(table) == {"seqjax": 29.86, "torch-nanogpt": 27.29}
+    assert gpu_check.parse_gpt2(table) == {"seqjax": 29.86, "torch-nanogpt": 27.29,
+                                           "seqjax_compile_s": 40.1}
+    big = (table + "\n| GPT 12L B=64 | seqjax | 50.0 | 520k | 510k–530k | 126.0 | 1.0 | 3×1 |"
+           "\nLargest batch of [64, 32, 16] that fits: B=64, seqjax 520,000 tokens/s. Model "
+           "FLOPs per token: 1.00 M; seqjax achieves 1.00 GFLOP/s, MFU 41.5% of 989 TFLOP/s")
+    parsed = gpu_check.parse_gpt2(big)
+    assert parsed["seqjax"] == 29.86  # the B=12 row, not the largest batch's
+    assert parsed["largest"] == {"batch": 64, "tokens_per_s": 520000.0, "mfu": 0.415}
+    startup = ("| char_lm (defaults, --steps=100) | cold | 9.50 | 7.00 | 5.00 | 12.0 | 20.0 |\n"
+               "| char_lm (defaults, --steps=100) | warm | 2.50 | 0.50 | 0.90 | 5.0 | 12.0 |\n"
+               "first step: cold 9.5 s, warm 2.5 s")
+    su = gpu_check.parse_startup(startup)
+    assert (su["cold_s"], su["warm_s"]) == (9.5, 2.5)
+    assert su["rows"]["char_lm (defaults, --steps=100) (warm)"]["outside_steps_s"] == 5.0
+    prof = gpu_check.parse_profile(
+        "The compiled step: buffers of the logits' size [12288, 50304] materialised: 2 × bf16; "
+        "attention kernels: 24 × `__cudnn$fmhaSoftmax`.\n| attention core | 3.10 | 9% |")
+    assert prof == {"logits_buffers": "2 × bf16", "attention_kernels": "24 × `__cudnn$fmhaSoftmax`",
+                    "groups_ms": {"attention core": 3.1}}
     text = gpu_check.targets_table({
         "char_lm": {"steps_per_s": 130.0, "val": 1.46}, "nanogpt": {"steps_per_s": 100.0},
         "loop": {"fit_over_step": 1.25}, "rnn": {"seqjax_lstm_ms": 5.0, "torch_lstm_ms": 10.0},
@@ -60,3 +78,4 @@ def test_gpu_check_parsers_and_table():
     assert "0.80 | missed" in text  # compiled ÷ fit = 1 / 1.25
     assert "2.00× | met" in text
     assert "GRU" in text and "unmeasured" in text
+    assert "time to first step, warm (≤ 3 s) | unmeasured" in text
