@@ -3,6 +3,7 @@
 __version__ = "0.1.0"
 
 from seqjax import decoding, models, nn  # noqa: E402
+from seqjax._traced_checks import checked  # noqa: E402
 from seqjax.decoding import (  # noqa: E402
     BeamSearchOutput,
     Decodable,
@@ -20,6 +21,6 @@ from seqjax.utils import count_params  # noqa: E402
 
 __all__ = [
     "BeamSearchOutput", "Decodable", "DecodeOutput", "FunctionalDecoder", "__version__",
-    "beam_search", "count_params", "decoding", "enable_compile_cache", "generate",
+    "beam_search", "checked", "count_params", "decoding", "enable_compile_cache", "generate",
     "greedy_search", "models", "nn", "process_logits", "recompute_decoder", "sample",
 ]

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax._traced_checks import record_range, record_vocab_ids
+
 
 def check_rank(x: Any, name: str, ranks: int | Sequence[int]) -> None:
     """Raise ``ValueError`` unless ``x.ndim`` is one of ``ranks``."""
@@ -58,10 +60,13 @@ def is_concrete(x: Any) -> bool:
 def check_range(x: Any, name: str, low: int, high: int) -> None:
     """Raise ``ValueError`` if a concrete ``x`` has values outside ``[low, high]``.
 
-    Traced values cannot be inspected at trace time; for those the check is a
-    no-op and the caller's semantics (e.g. clipping of lengths) apply.
+    Traced values cannot be inspected at trace time; for those the same condition is
+    recorded as a checkify check (:func:`seqjax._traced_checks.record_range`: an error
+    under ``seqjax.checked``, nothing otherwise), and the caller makes the affected outputs
+    NaN (the policy of :mod:`seqjax._traced_checks`).
     """
     if not is_concrete(x):
+        record_range(x, name, low, high)
         return
     arr = np.asarray(x)
     if arr.size == 0:
@@ -141,11 +146,13 @@ def check_vocab_ids(x: Any, name: str, vocab_size: int, mask: Any = None) -> Non
     """Host-side range check of token ids: ``ValueError`` unless every id (where ``mask`` is
     True, if given) lies in ``[0, vocab_size)``.
 
-    For concrete arrays only (numpy, or a ``jax.Array`` held by this process); a tracer
-    is skipped. This is the check the train/eval step wrappers and ``decode_step`` run
-    *before* a jitted call, where :func:`check_range` cannot see the values.
+    For concrete arrays (numpy, or a ``jax.Array`` held by this process). This is the
+    check the train/eval step wrappers and ``decode_step`` run *before* a jitted call; a
+    tracer's ids are recorded as a checkify check instead
+    (:func:`seqjax._traced_checks.record_vocab_ids`), and the embedding makes their rows NaN.
     """
     if not is_concrete(x) or (mask is not None and not is_concrete(mask)):
+        record_vocab_ids(x, name, vocab_size, mask)
         return
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         return

@@ -42,8 +42,9 @@ deterministic for a given PRNG key (step ``n`` uses ``fold_in(key, n)``).
 Outputs hold the *generated* tokens only (``[B, N]``, ``N = max_new_tokens``),
 padded with ``pad_id`` after ``eos_id``; ``lengths`` counts generated tokens
 including ``eos_id``. ``eos_id`` must lie in the model's vocabulary (``model.vocab_size``
-when it has one; an id the model can never emit would silently never stop a row);
-``pad_id`` is a token id or a negative marker such as -1.
+when it has one; an id the model can never emit would silently never stop a row), and
+so must ``pad_id`` (the outputs are token ids a tokenizer can decode; a marker such as -1
+is refused: use ``lengths`` to find each row's end).
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -199,8 +200,8 @@ def process_logits(
 
 def _check_special_ids(model: Any, eos_id: Any, pad_id: Any) -> None:
     """``eos_id`` (or ``None``) is a token id of the model's vocabulary — one outside it is
-    never generated, so decoding would silently never stop. ``pad_id`` is a token id too,
-    or negative: a marker (e.g. -1) that cannot be mistaken for a token."""
+    never generated, so decoding would silently never stop. ``pad_id`` is a token id too:
+    it is written into the outputs, which must decode (a row's end is ``lengths``)."""
     vocab = getattr(model, "vocab_size", None)
     span = f"[0, {vocab - 1}] (vocab_size={vocab})" if isinstance(vocab, int) else ">= 0"
     for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
@@ -208,15 +209,8 @@ def _check_special_ids(model: Any, eos_id: Any, pad_id: Any) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"`{name}` must be an int token id; got {value!r}.")
-        if name == "eos_id" and value < 0:
-            raise ValueError(f"`eos_id` must be a token id in {span}; got {value}.")
-        if isinstance(vocab, int) and value >= vocab:
-            marker = (
-                " (or negative, e.g. -1, for a marker outside the vocabulary)"
-                if name == "pad_id"
-                else ""
-            )
-            raise ValueError(f"`{name}` must be a token id in {span}{marker}; got {value}.")
+        if value < 0 or (isinstance(vocab, int) and value >= vocab):
+            raise ValueError(f"`{name}` must be a token id in {span}; got {value}.")
 
 
 def _check_prompt(

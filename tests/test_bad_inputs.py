@@ -278,7 +278,10 @@ CASES = [
      TypeError, ["`eos_id`", "int", "1.5"]),
     ("sample-pad_id-too-large",
      lambda: decoding.sample(*bound("rnnlm"), i32(2, 3), key=KEY, max_new_tokens=2, pad_id=V),
-     ValueError, ["`pad_id`", "negative", "11"]),
+     ValueError, ["`pad_id`", "[0, 10]", "11"]),
+    ("greedy-pad_id-negative",
+     lambda: decoding.greedy_search(*bound("rnnlm"), i32(2, 3), max_new_tokens=2, pad_id=-1),
+     ValueError, ["`pad_id`", "[0, 10]", "-1"]),
     ("beam-eos_id-too-large",
      lambda: decoding.beam_search(*bound("gpt"), i32(2, 3), beam_size=2, max_new_tokens=2,
                                   eos_id=99), ValueError, ["`eos_id`", "99"]),
@@ -408,8 +411,8 @@ def test_empty_batch_or_time_gives_empty_outputs(kind, x, shape):
 
 
 def test_empty_inputs_of_bert_and_encoder_decoders():
-    out = apply("bert", i32(2, 0))
-    assert out["hidden"].shape == (2, 0, 8) and np.isfinite(out["pooled"]).all()
+    with pytest.raises(ValueError, match=r"`tokens` must hold at least one token.*\[CLS\]"):
+        apply("bert", i32(2, 0))  # the pooler reads a [CLS] token that is not there
     assert apply("bert", i32(0, 5))["mlm_logits"].shape == (0, 5, V)
     assert apply("transformer", i32(2, 5), i32(2, 0)).shape == (2, 0, V)
     assert apply("seq2seq", i32(0, 5), i32(0, 3)).shape == (0, 3, V)

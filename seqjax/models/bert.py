@@ -34,7 +34,8 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax._checks import check_bool, check_integer, check_rank
-from seqjax.models._common import check_lengths, check_preset, check_tokens
+from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
+from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.ffn import get_activation
@@ -245,7 +246,10 @@ class Bert(nn.Module):
     returns a dict with ``"hidden"`` ``[B, T, D]`` and, as configured,
     ``"mlm_logits"`` ``[B, T, V]``, ``"pooled"`` ``[B, D]``, ``"class_logits"``
     ``[B, C]``, ``"tag_logits"`` ``[B, T, K]`` (logits in float32). Padding
-    (``lengths``) is masked out of every attention.
+    (``lengths``) is masked out of every attention. With a pooler or a classifier the
+    tokens need ``T >= 1`` (both read the first, [CLS], position). Under ``jit`` a row
+    holding an id outside ``[0, V)`` or a length outside ``[0, T]`` gives NaN outputs
+    (every position attends to the bad one; :mod:`seqjax._traced_checks`).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -286,6 +290,10 @@ class Bert(nn.Module):
         batch, num_steps = tokens_BxT.shape
         if num_steps > cfg.max_len:
             raise ValueError(f"`tokens` has {num_steps} positions but max_len={cfg.max_len}.")
+        needs_first = cfg.pooler or cfg.num_classes is not None
+        if needs_first:
+            check_nonempty(tokens_BxT, "tokens", "the pooler and the classifier read its first "
+                           "([CLS]) token")
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, num_steps)
         init = nn.initializers.normal(stddev=cfg.init_std)
@@ -295,7 +303,9 @@ class Bert(nn.Module):
         token_embed = Embed(
             cfg.vocab_size, cfg.embed_dim, embedding_init=init, name="token_embed", **kw
         )
-        x_BxTxD = token_embed(tokens_BxT)
+        # Under jit, a row with an invalid id or length is NaN (seqjax._traced_checks).
+        x_BxTxD = poison_bad_ids(token_embed(tokens_BxT), tokens_BxT, cfg.vocab_size)
+        x_BxTxD = poison_bad_lengths(x_BxTxD, lengths, 0, num_steps)
         x_BxTxD = LearnedPositionalEmbedding(
             cfg.max_len, embedding_init=init, name="pos_embed", **kw
         )(x_BxTxD)
@@ -326,8 +336,7 @@ class Bert(nn.Module):
                 "mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,), self.param_dtype
             )
             out["mlm_logits"] = (flat_attend(token_embed, h_BxTxD) + mlm_bias).astype(jnp.float32)
-        # The first ([CLS]) position; an empty sequence pools to zeros like a row of length 0.
-        first_BxD = z_BxTxD[:, 0] if num_steps else jnp.zeros((batch, cfg.embed_dim), z_BxTxD.dtype)
+        first_BxD = z_BxTxD[:, 0] if needs_first else None  # the first ([CLS]) position
         if cfg.pooler:
             first_BxD = jnp.tanh(dense(cfg.embed_dim, "pooler")(first_BxD))
             out["pooled"] = first_BxD

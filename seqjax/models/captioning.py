@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import check_rank
+from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     as_variables,
     check_lengths,
@@ -136,7 +137,8 @@ class ImageCaptioner(nn.Module):
         return h_BxH
 
     def _inputs(self, tokens_BxT: Array, a_BxA: Array) -> Array:
-        e_BxTxE = self.embed(tokens_BxT)
+        # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
+        e_BxTxE = poison_bad_ids(self.embed(tokens_BxT), tokens_BxT, self.vocab_size)
         if self.condition == "init":
             return e_BxTxE
         img_BxI = self.image_proj(a_BxA)

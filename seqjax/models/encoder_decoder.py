@@ -57,6 +57,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     as_variables,
     check_lengths,
@@ -258,7 +259,8 @@ class Transformer(nn.Module):
         table = (
             self.shared_embed if cfg.shared_vocab else self.src_embed if source else self.tgt_embed
         )
-        x_BxTxD = table(tokens_BxT)
+        # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
+        x_BxTxD = poison_bad_ids(table(tokens_BxT), tokens_BxT, table.num_embeddings)
         if cfg.scale_embeddings:
             x_BxTxD = x_BxTxD * math.sqrt(cfg.embed_dim)
         if cfg.positions == "learned":

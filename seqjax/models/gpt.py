@@ -33,9 +33,11 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import check_bool, is_concrete
+from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
     check_lengths,
+    check_nonempty,
     check_preset,
     check_prompt,
     check_step_tokens,
@@ -191,7 +193,10 @@ class TransformerLM(nn.Module):
     Call: ``model(tokens_BxT, lengths=None, *, deterministic=True) -> logits_BxTxV``
     in the compute dtype (``dtype``; float32 by default); ``T ≤ max_len`` with learned
     positions. ``lengths`` (right padding) zeroes the padded positions' hidden states;
-    the model is causal, so the real positions never see the padding either way.
+    the model is causal, so the real positions never see the padding either way. Under
+    ``jit`` an id outside ``[0, V)`` (``-1`` included: ids never wrap) makes its position
+    and the later ones of its row NaN, a length outside ``[0, T]`` its whole row
+    (:mod:`seqjax._traced_checks`; errors under ``seqjax.checked``).
 
     Decoding (:mod:`seqjax.decoding`): ``init_decode_state`` builds one KV cache
     per layer (:class:`~seqjax.nn.attention.KVCache`) and prefills the prompts
@@ -256,7 +261,8 @@ class TransformerLM(nn.Module):
             )
 
     def _embed(self, tokens_BxT: Array, positions_BxT: Array | None, deterministic: bool) -> Array:
-        x_BxTxD = self.token_embed(tokens_BxT)
+        # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
+        x_BxTxD = poison_bad_ids(self.token_embed(tokens_BxT), tokens_BxT, self.config.vocab_size)
         if self.config.positions == "learned":
             x_BxTxD = self.pos_embed(x_BxTxD, positions_BxT)
         return self.drop(x_BxTxD, deterministic=deterministic)
@@ -283,7 +289,9 @@ class TransformerLM(nn.Module):
             )
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, num_steps, min_length)
-        x_BxTxD = self._embed(tokens_BxT, None, deterministic)
+        x_BxTxD = poison_bad_lengths(
+            self._embed(tokens_BxT, None, deterministic), lengths, min_length, num_steps
+        )
         h_BxTxD = self.decoder._call_checked(x_BxTxD, lengths=lengths, deterministic=deterministic)
         return h_BxTxD, lengths
 
@@ -462,6 +470,7 @@ class TransformerLMClassifier(TransformerLM):
             if lengths is not None:
                 raise ValueError("give `lengths` or `mask`, not both.")
             lengths = self._lengths_from_mask(mask, jnp.shape(tokens_BxT))
+        check_nonempty(tokens_BxT, "tokens", "the classifier reads its last token")
         h_BxTxD, lengths = self._trunk(tokens_BxT, lengths, deterministic, min_length=1)
         if self.is_initializing() and not self.config.tie_embeddings:
             self._head(h_BxTxD[:, :1])  # create lm_head: the tree stays the LM's

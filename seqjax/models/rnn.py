@@ -25,10 +25,12 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import check_rank
+from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     POOLINGS,
     as_variables,
     check_lengths,
+    check_nonempty,
     check_prompt,
     check_step_tokens,
     check_tokens,
@@ -204,7 +206,9 @@ class RNNLanguageModel(nn.Module):
         batch, num_steps = tokens_BxT.shape
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, num_steps)
-        e_BxTxE = self.drop(self.embed(tokens_BxT), deterministic=deterministic)
+        # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
+        e_BxTxE = poison_bad_ids(self.embed(tokens_BxT), tokens_BxT, self.vocab_size)
+        e_BxTxE = self.drop(e_BxTxE, deterministic=deterministic)
         h_BxTxH, carries = self.rnn(
             e_BxTxE, lengths, initial_carry=initial_carry, deterministic=deterministic,
             lengths_checked=True,
@@ -321,6 +325,7 @@ class _Encoder(nn.Module):
                 embedding_init=nn.initializers.normal(stddev=0.1),
                 name="embed",
             )(tokens)
+            x_BxTxE = poison_bad_ids(x_BxTxE, tokens, self.vocab_size)
         else:
             check_rank(inputs, "inputs", 3)
             x_BxTxE = jnp.asarray(inputs)
@@ -416,6 +421,7 @@ class RNNClassifier(nn.Module):
             self.param_dtype,
             name="encoder",
         )(inputs, lengths, deterministic)
+        check_nonempty(inputs, "inputs", f"the classifier pools them, pooling={self.pooling!r}")
         pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional,
                                  lengths_checked=True)
         if self.mlp_hidden is not None:

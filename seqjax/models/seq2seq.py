@@ -81,6 +81,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import is_concrete
+from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     as_variables,
     check_lengths,
@@ -408,7 +409,9 @@ class Seq2Seq(nn.Module):
         src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         if self.reverse_source:
             src_BxS = reverse_sequences(src_BxS, src_lengths)
-        e_BxSxE = self.drop(self.src_embed(src_BxS), deterministic=deterministic)
+        # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
+        e_BxSxE = poison_bad_ids(self.src_embed(src_BxS), src_BxS, self.src_vocab_size)
+        e_BxSxE = self.drop(e_BxSxE, deterministic=deterministic)
         v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic,
                                        lengths_checked=True)
         top = finals[-1]
@@ -456,7 +459,8 @@ class Seq2Seq(nn.Module):
         z_BxC: Array,
         deterministic: bool,
     ) -> tuple[tuple[Carry, ...], Array, Array | None]:
-        y_BxTxE = self.drop(self.tgt_embed(tgt_in_BxT), deterministic=deterministic)
+        y_BxTxE = poison_bad_ids(self.tgt_embed(tgt_in_BxT), tgt_in_BxT, self.tgt_vocab_size)
+        y_BxTxE = self.drop(y_BxTxE, deterministic=deterministic)
         enc = v_BxSxV if self.context == "attention" else None
         carries, (out_TxBxO, w_TxBxS) = self.decoder(
             carries,

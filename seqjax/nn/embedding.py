@@ -29,6 +29,12 @@ the step drifted from 16 to 23 ms over a run). Measured on one H200
 
 All four give the same values and gradients (up to float summation order;
 ``tests/nn/test_embedding.py`` checks them against a numpy reference).
+
+Invalid ids (the traced-value policy of :mod:`seqjax._traced_checks`): an id outside
+``[0, V)`` — negative ones included, which do not wrap around as in Python indexing —
+reads a row of NaN (the gather's fill mode, no extra pass) and receives no gradient; the
+same condition is recorded as a checkify check, an error under ``seqjax.checked``. Outside
+``jit`` the models refuse such ids at their door with a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
+
+from seqjax._traced_checks import poison, record_vocab_ids, valid_ids
 
 Array = jax.Array
 
@@ -62,11 +70,19 @@ def resolve_backward(backward: str, num_rows: int, platform: str | None = None) 
     return "one_hot" if num_rows <= ONE_HOT_MAX_ROWS else "scatter"
 
 
-def embedding_lookup(table_VxD: Array, ids: Array, *, backward: str = "auto") -> Array:
+def _rows(table_VxD: Array, ids: Array) -> Array:
+    """``table[ids]``; an id outside ``[0, V)`` (negative too: no wrap-around) reads NaN."""
+    return table_VxD.at[ids].get(mode="fill", fill_value=jnp.nan, wrap_negative_indices=False)
+
+
+def embedding_lookup(
+    table_VxD: Array, ids: Array, *, backward: str = "auto", name: str = "ids"
+) -> Array:
     """``table[ids]`` (shape ``ids.shape + (D,)``) with the backward pass ``backward``.
 
-    Ids outside ``[0, V)`` are the caller's to reject (the models check them); here they
-    read as ``jnp.take``'s fill value and contribute no gradient.
+    Ids outside ``[0, V)`` (negative ones included) read a row of NaN and contribute no
+    gradient; under ``jit`` the condition is also recorded as a checkify check naming
+    ``name`` (an error under ``seqjax.checked``; see :mod:`seqjax._traced_checks`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -79,19 +95,20 @@ def embedding_lookup(table_VxD: Array, ids: Array, *, backward: str = "auto") ->
     if not jnp.issubdtype(ids.dtype, jnp.integer):
         raise TypeError(f"`ids` must be integers; got {ids.dtype}.")
     how = resolve_backward(backward, table_VxD.shape[0])
+    record_vocab_ids(ids, name, table_VxD.shape[0])
     if how == "autodiff":
-        return jnp.take(table_VxD, ids, axis=0)
+        return _rows(table_VxD, ids)
     return _lookup(how, table_VxD, ids)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _lookup(how: str, table_VxD: Array, ids: Array) -> Array:
-    return jnp.take(table_VxD, ids, axis=0)
+    return _rows(table_VxD, ids)
 
 
 def _lookup_fwd(how: str, table_VxD: Array, ids: Array) -> tuple[Array, tuple]:
     # The backward pass needs only the table's row count and dtype: an empty [V, 0] array.
-    return jnp.take(table_VxD, ids, axis=0), (ids, jnp.zeros((table_VxD.shape[0], 0),
+    return _rows(table_VxD, ids), (ids, jnp.zeros((table_VxD.shape[0], 0),
                                                              table_VxD.dtype))
 
 
@@ -107,7 +124,7 @@ def _lookup_bwd(how: str, res: tuple, g: Array) -> tuple[Array, None]:
                                     preferred_element_type=jnp.float32)
     else:  # "scatter", accumulated in float32
         d_VxD = jnp.zeros((num_rows, dim), jnp.float32).at[ids_N].add(
-            g_NxD.astype(jnp.float32), mode="drop")
+            g_NxD.astype(jnp.float32), mode="drop", wrap_negative_indices=False)
     return d_VxD.astype(like_Vx0.dtype), None
 
 
@@ -120,7 +137,8 @@ class Embed(nn.Embed):
 
     Attributes: those of ``flax.linen.Embed`` (``num_embeddings``, ``features``,
     ``dtype``, ``param_dtype``, ``embedding_init``), and ``backward`` (one of
-    :data:`BACKWARDS`).
+    :data:`BACKWARDS`). An id outside ``[0, num_embeddings)`` reads a row of NaN (see the
+    module docstring).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -138,5 +156,7 @@ class Embed(nn.Embed):
             raise TypeError(f"`inputs` must be integer ids; got {inputs.dtype}.")
         (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
         if self.num_embeddings == 1:
-            return jnp.broadcast_to(embedding, inputs.shape + (self.features,))
-        return embedding_lookup(embedding, inputs, backward=self.backward)
+            record_vocab_ids(inputs, "inputs", 1)
+            rows = jnp.broadcast_to(embedding, inputs.shape + (self.features,))
+            return poison(rows, valid_ids(inputs, 1))
+        return embedding_lookup(embedding, inputs, backward=self.backward, name="inputs")

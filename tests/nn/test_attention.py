@@ -242,10 +242,11 @@ def test_cache_init_update_and_errors():
     with pytest.raises(ValueError, match="self-attention"):
         mha.apply({"params": params}, x, x, cache=cache)
     # Under jit the overflow cannot be seen: the extra tokens are dropped, never written
-    # over earlier entries.
+    # over earlier entries, and the overflowing row's last slot is NaN (seqjax._traced_checks).
     full = jax.jit(lambda c, k: c.update(k, k))(c, np.full((2, 3, 1, 2), 5.0))
     np.testing.assert_array_equal(full.lengths, [5, 5])
-    np.testing.assert_array_equal(full.k[0, :, 0, 0], [1, 1, 1, 2, 5])
+    np.testing.assert_array_equal(full.k[0, :, 0, 0], [1, 1, 1, 2, np.nan])
+    np.testing.assert_array_equal(full.k[1, :, 0, 0], [1, 2, 5, 5, 5])  # fits exactly
 
 
 def test_padding_invariance_self_and_cross():

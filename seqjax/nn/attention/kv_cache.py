@@ -6,6 +6,14 @@ the causal mask at absolute positions, ``M_{ij} = [j ≤ lengths_b + i]`` (MEDL
 (7.23)/(7.27); J&M §9.7; Bishop §12.3.2), or with a sliding window
 ``[lengths_b + i − w < j ≤ lengths_b + i]`` (:func:`~seqjax.nn.masks.sliding_window_mask`).
 Cached decoding equals the full causal pass (``tests/nn/test_attention.py``).
+
+A write past ``max_len`` is a ``ValueError`` when the cache's lengths are concrete. Under
+``jit`` (the policy of :mod:`seqjax._traced_checks`) the tokens past the end are dropped
+(never written over earlier entries) and counted in ``overflow``, and the row's last slot
+becomes NaN, so the query that overflowed and every later query of that row read NaN
+instead of attending to a cache that silently lost tokens; the condition is also recorded
+as a checkify check, an error under ``seqjax.checked``. (A sliding window that no longer
+reaches the last slot sees no key at all; its output is that of a fully masked row.)
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax._checks import check_integer, check_range, check_rank, is_concrete
+from seqjax._traced_checks import poison, record
 from seqjax.nn.masks import causal_mask, sliding_window_mask
 
 Array = jax.Array
@@ -37,8 +46,10 @@ class KVCache:
     * ``lengths``: ``int32[B]``, tokens already stored per row;
     * ``overflow``: ``int32[B]``, tokens that did not fit and were dropped (0 = none). A
       concrete update that would overflow raises; under ``jit`` the tokens past
-      ``max_len`` are dropped (never written over earlier entries) and counted here —
-      check ``cache.overflow`` (or :attr:`overflowed`) after a jitted loop.
+      ``max_len`` are dropped (never written over earlier entries) and counted here, and
+      the row's last slot is set to NaN so its later attention outputs are NaN (see the
+      module docstring) — check ``cache.overflow`` (or :attr:`overflowed`) after a jitted
+      loop, or run it under ``seqjax.checked`` for an error.
 
     Row ``b`` writes its next tokens at its own offset ``lengths[b]``, so a
     batch of prompts of different lengths (right padded) decodes correctly:
@@ -112,7 +123,8 @@ class KVCache:
         overwritten by the next update. Overflow past ``max_len`` is a
         ``ValueError`` when ``lengths`` are concrete; under ``jit`` the tokens
         past the end are dropped (never written over earlier entries) and counted in
-        ``overflow``.
+        ``overflow``, the row's last slot becomes NaN, and the condition is recorded as a
+        checkify check (an error under ``seqjax.checked``).
         """
         b, s = self.k.shape[:2]
         check_rank(k_BxTxGxD, "k", 4)
@@ -142,6 +154,14 @@ class KVCache:
                     f"{np.asarray(self.lengths).tolist()} needs {longest} slots but "
                     f"max_len={s}."
                 )
+        else:
+            need_B = self.lengths + num_new
+            record(
+                need_B <= s,
+                f"KV cache overflow: writing up to {t} tokens per row needs up to {{need}} "
+                f"slots but max_len={s} (lengths before the write: {{lengths}}).",
+                need=jnp.max(need_B), lengths=self.lengths,
+            )
         return _cache_write(self, k_BxTxGxD, v_BxTxGxV, num_new)
 
     def attention_mask(self, q_len: int, window: int | None = None) -> Array:
@@ -160,13 +180,19 @@ class KVCache:
 
 @jax.jit
 def _cache_write(cache: KVCache, k_BxTxGxD: Array, v_BxTxGxV: Array, num_new: Array) -> KVCache:
-    """Scatter each row's new tokens at ``lengths[b] + t``; out-of-range writes are dropped."""
+    """Scatter each row's new tokens at ``lengths[b] + t``; out-of-range writes are dropped
+    and the last slot of a row that lost real tokens is set to NaN."""
     b, t = k_BxTxGxD.shape[:2]
     pos_BxT = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     rows_Bx1 = jnp.arange(b, dtype=jnp.int32)[:, None]
     k = cache.k.at[rows_Bx1, pos_BxT].set(k_BxTxGxD.astype(cache.k.dtype), mode="drop")
     v = cache.v.at[rows_Bx1, pos_BxT].set(v_BxTxGxV.astype(cache.v.dtype), mode="drop")
     wanted = cache.lengths + num_new
+    over_B = wanted > cache.k.shape[1]
+    # NaN in the last slot (a [B, G, D] select, not a pass over the cache): every query
+    # at or past the end attends to it, so the overflowing row's outputs are NaN.
+    k = k.at[:, -1].set(poison(k[:, -1], ~over_B))
+    v = v.at[:, -1].set(poison(v[:, -1], ~over_B))
     lengths = jnp.minimum(wanted, cache.k.shape[1])
     overflow = None if cache.overflow is None else cache.overflow + (wanted - lengths)
     return cache.replace(k=k, v=v, lengths=lengths, overflow=overflow)

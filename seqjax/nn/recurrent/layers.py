@@ -20,6 +20,11 @@ their layers with ``lengths_checked=True``, and so do the models of
 :mod:`seqjax.models`, which check their ``lengths`` at their own door. Pass
 ``lengths_checked=True`` only with lengths that went through
 :func:`seqjax._checks.check_lengths` (``int32[B]`` in ``[0, T]``).
+
+Under ``jit`` lengths cannot be read: a row whose length lies outside ``[0, T]`` gets NaN
+outputs and a NaN final carry (never lengths clipped to ``[0, T]``), and
+:func:`~seqjax._checks.check_lengths` records the condition as a checkify check, an error
+under ``seqjax.checked`` (the policy of :mod:`seqjax._traced_checks`).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from seqjax._checks import (
     check_rank,
     check_tree_shapes,
 )
+from seqjax._traced_checks import poison_bad_lengths
 from seqjax.nn import _sharding
 from seqjax.nn.cells import ElmanCell, GRUCell, LayerWeights, LSTMCell, RecurrentCell
 from seqjax.nn.masks import padding_mask_checked
@@ -79,6 +85,19 @@ def _check_lengths(lengths: Array | None, batch: int, num_steps: int,
     if lengths is None or checked:
         return lengths
     return check_lengths(lengths, "lengths", batch, num_steps)
+
+
+def _poison_bad_lengths(
+    carry: Carry, y: Array, lengths: Array | None, num_steps: int, time_major: bool
+) -> tuple[Carry, Array]:
+    """NaN outputs and carry for the rows whose traced length lies outside ``[0, T]``.
+
+    Concrete lengths went through the host check; for those nothing is added.
+    """
+    carry = jax.tree_util.tree_map(
+        lambda a: poison_bad_lengths(a, lengths, 0, num_steps), carry
+    )
+    return carry, poison_bad_lengths(y, lengths, 0, num_steps, axis=int(time_major))
 
 
 IMPLEMENTATIONS = ("auto", "scan", "fused", "cudnn")
@@ -260,10 +279,12 @@ class RNN(nn.Module):
         if impl == "cudnn":
             carry, y_BxTxH = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths)
             y = jnp.swapaxes(y_BxTxH, 0, 1) if self.time_major else y_BxTxH
+            carry, y = _poison_bad_lengths(carry, y, lengths, num_steps, self.time_major)
             return (carry, y) if return_carry else y
         if impl == "fused":
             carry, y_TxBxH = self._fused(weights, x, carry, valid_TxB, reverse)
             y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
+            carry, y = _poison_bad_lengths(carry, y, lengths, num_steps, self.time_major)
             return (carry, y) if return_carry else y
 
         # "scan": hoisted input projection (one matmul over all time steps), then
@@ -295,6 +316,7 @@ class RNN(nn.Module):
         )
         carry, y_TxBxH = scan(self.cell, carry, (xp_TxBxG, valid_TxB, resets_TxB))
         y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
+        carry, y = _poison_bad_lengths(carry, y, lengths, num_steps, self.time_major)
         return (carry, y) if return_carry else y
 
     def _fused(
@@ -568,7 +590,7 @@ class StackedRNN(nn.Module):
         self, x: Array, lengths: Array | None, initial_carry: Sequence[Carry] | None
     ) -> tuple[Array, tuple[Carry, ...]]:
         check_rank(x, "x", 3)  # lengths: checked by __call__
-        return _cudnn.lstm_stack(
+        h, finals = _cudnn.lstm_stack(
             self.variables["params"],
             x,
             lengths,
@@ -577,6 +599,8 @@ class StackedRNN(nn.Module):
             num_layers=self.num_layers,
             bidirectional=self.bidirectional,
         )
+        finals, h = _poison_bad_lengths(finals, h, lengths, x.shape[1], time_major=False)
+        return h, finals
 
 
 def _renamed(new: Any, old: Any, old_name: str, new_name: str, where: str) -> Any:

@@ -1,0 +1,201 @@
+r"""Value checks in traced code: NaN in the affected outputs, and the same condition as a
+``checkify`` check that :func:`checked` turns into an error.
+
+Outside ``jax.jit`` a bad value is a ``ValueError`` at the door that receives it
+(:mod:`seqjax._checks`: a token id outside ``[0, V)``, a length outside ``[0, T]``, a
+KV-cache write past ``max_len``), naming the argument, the range and the values found.
+Inside ``jit`` values are tracers and cannot be read, so every layer and model follows one
+policy:
+
+1. **NaN, never a plausible number.** The outputs that depend on the bad value are NaN:
+
+   * a token id outside ``[0, V)`` embeds as a row of NaN
+     (:func:`seqjax.nn.embedding_lookup`; negative ids do not wrap around). Every output
+     that reads that position is NaN: in a causal model that position and the later ones
+     of its row, in a bidirectional model (BERT, an encoder) the whole row, in an RNN that
+     step and the later ones. Other rows are unaffected; a loss over the batch is NaN.
+     A model's ``decode_step`` gives NaN logits for the row and leaves its state as it was.
+   * ``lengths`` outside ``[0, T]``: the row's outputs and final carry are NaN
+     (:class:`seqjax.nn.RNN`, so also ``Bidirectional``, ``StackedRNN`` and the RNN models).
+   * a KV-cache write past ``max_len`` (:meth:`seqjax.nn.attention.KVCache.update`): the
+     row's last slot is set to NaN, so the query that overflowed and every later query of
+     that row read NaN (the dropped tokens are still counted in ``KVCache.overflow``).
+
+2. **The same condition, written with checkify.** Each host check of :mod:`seqjax._checks`
+   has a traced twin here that records its condition with ``checkify.debug_check`` and
+   the message the host check would give, values included. :func:`checked` (re-exported
+   as ``seqjax.checked``) runs a function under ``checkify.checkify(fn,
+   errors=checkify.user_checks)`` and raises the first failed check as a
+   ``JaxRuntimeError``; it works on jitted functions (``seqjax.checked(jax.jit(step))``).
+
+Why ``debug_check`` and no switch read at trace time: a plain ``checkify.check`` cannot
+be staged outside ``checkify`` (``jit`` fails with "Cannot abstractly evaluate a
+checkify.check which was not functionalized"), while ``debug_check`` is the same check,
+compiled to nothing unless the program is functionalized by ``checkify``. So one traced
+program serves both modes: no flag, nothing in ``jit``'s cache keys, no host callbacks.
+
+Cost on the happy path: the NaN rows come from the gather's fill mode (the same gather as
+before) or a ``where`` XLA fuses into the neighbouring elementwise work; the predicates
+and messages only feed the removed checks, so XLA drops them as dead code.
+
+Limitation (JAX's, not ours): a ``checkify`` check inside a ``lax.scan`` body that is
+differentiated (``jax.grad`` of a function containing the scan) is dropped by the scan's
+partial evaluation. The checks here are recorded outside time loops (the embedding before
+the layers, the lengths before the scan), so they survive ``grad``; the NaN never depends
+on checkify.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from seqjax.nn import embedding_lookup
+    >>> E = jnp.ones((3, 2))
+    >>> f = jax.jit(lambda ids: embedding_lookup(E, ids))
+    >>> f(jnp.array([0, 3])).tolist()  # id 3 is outside [0, 3): NaN
+    [[1.0, 1.0], [nan, nan]]
+    >>> try:
+    ...     checked(f)(jnp.array([0, 3]))
+    ... except Exception as e:
+    ...     print(str(e).splitlines()[0])
+    `ids` must hold token ids in [0, 2] (vocab_size=3); got values in [0, 3] (`check` failed)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import checkify
+
+Array = jax.Array
+
+__all__ = [
+    "checked", "poison", "poison_bad_ids", "poison_bad_lengths", "record", "record_range",
+    "record_vocab_ids", "valid_ids",
+]
+
+
+def _traced(*xs: Any) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _escape(text: str) -> str:
+    """``text`` as a literal part of a ``str.format`` message."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def record(ok: Any, msg: str, **values: Array) -> None:
+    """Record ``all(ok)`` as a checkify check with ``msg`` (a ``str.format`` template over
+    ``values``, arrays read at run time).
+
+    Compiled to nothing unless the program runs under ``checkify`` (:func:`checked`); a
+    no-op when ``ok`` is concrete (the host check already ran and raised).
+    """
+    if not _traced(ok):
+        return
+    checkify.debug_check(jnp.all(ok), msg, **values)
+
+
+def record_range(x: Array, name: str, low: int, high: int) -> None:
+    """The traced twin of :func:`seqjax._checks.check_range`: every value in ``[low, high]``."""
+    if not _traced(x) or x.size == 0:
+        return
+    record(
+        (x >= low) & (x <= high),
+        f"`{_escape(name)}` must lie in [{low}, {high}]; got values in [{{lo}}, {{hi}}].",
+        lo=jnp.min(x), hi=jnp.max(x),
+    )
+
+
+def valid_ids(ids: Array, vocab_size: int) -> Array:
+    """``bool[...]``: True where ``ids`` lie in ``[0, vocab_size)``."""
+    return (ids >= 0) & (ids < vocab_size)
+
+
+def record_vocab_ids(ids: Array, name: str, vocab_size: int, mask: Any = None) -> None:
+    """The traced twin of :func:`seqjax._checks.check_vocab_ids`: ids in ``[0, vocab_size)``
+    (where ``mask`` is True, if given)."""
+    if not _traced(ids, mask) or ids.size == 0 or not jnp.issubdtype(ids.dtype, jnp.integer):
+        return
+    ok = valid_ids(ids, vocab_size)
+    where = ""
+    if mask is not None:
+        ok = ok | ~jnp.broadcast_to(jnp.asarray(mask, bool), ids.shape)
+        where = " where the mask is True"
+    record(
+        ok,
+        f"`{_escape(name)}` must hold token ids in [0, {vocab_size - 1}] "
+        f"(vocab_size={vocab_size}){where}; got values in [{{lo}}, {{hi}}]",
+        lo=jnp.min(ids), hi=jnp.max(ids),
+    )
+
+
+def poison(x: Array, ok: Array) -> Array:
+    """``x`` with NaN where ``ok`` (broadcast over ``x``'s trailing axes) is False."""
+    ok = jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
+    return jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype))
+
+
+def poison_bad_ids(x: Array, ids: Array, vocab_size: int) -> Array:
+    """``x`` (``[B, ...]``, e.g. a model's embedded ``[B, T, D]``) with NaN in every row
+    whose traced ``ids`` (``int[B, ...]``) hold one outside ``[0, vocab_size)``; unchanged
+    for concrete ids (those went through the host check).
+
+    A model applies it right after its embedding, so a sequence with an invalid id has
+    only NaN outputs, whatever its pooling, direction or padding.
+    """
+    if not _traced(ids) or ids.size == 0:
+        return x
+    ok_B = jnp.all(valid_ids(ids, vocab_size), axis=tuple(range(1, ids.ndim)))
+    return poison(x, ok_B)
+
+
+def poison_bad_lengths(x: Array, lengths: Array | None, low: int, high: int,
+                       axis: int = 0) -> Array:
+    """``x`` with NaN in the rows (``axis`` = the batch axis of ``x``) whose traced length
+    lies outside ``[low, high]``; ``x`` unchanged for ``lengths=None`` or concrete lengths
+    (those went through the host check)."""
+    if lengths is None or not _traced(lengths):
+        return x
+    ok_B = (lengths >= low) & (lengths <= high)
+    return poison(x, jnp.reshape(ok_B, (1,) * axis + ok_B.shape))
+
+
+def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with its traced value checks turned into errors.
+
+    Runs ``fn`` under ``checkify.checkify(fn, errors=checkify.user_checks)`` and raises
+    the first failed check (``jax.experimental.checkify.JaxRuntimeError``, with the message
+    the host check would give: argument, expected range, values found); otherwise returns
+    ``fn``'s output. Without it the same conditions only make the affected outputs NaN
+    (see the module docstring).
+
+    Call it outside ``jit`` on a jitted (or plain) function: ``seqjax.checked(jax.jit(step))``
+    compiles once and keeps ``step``'s donation. Called inside a traced function it hands
+    its checks on to an enclosing ``checked``/``checkify``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from seqjax.nn import RNN, LSTMCell
+        >>> rnn = RNN(LSTMCell(4))
+        >>> x = jnp.ones((2, 3, 2))
+        >>> params = rnn.init(jax.random.PRNGKey(0), x)
+        >>> step = jax.jit(rnn.apply)
+        >>> bool(jnp.isnan(step(params, x, jnp.array([3, 5]))[1]).all())  # 5 > T = 3
+        True
+        >>> try:
+        ...     checked(step)(params, x, jnp.array([3, 5]))
+        ... except Exception as e:
+        ...     print(str(e).splitlines()[0])
+        `lengths` must lie in [0, 3]; got values in [3, 5]. (`check` failed)
+    """
+    checkified = checkify.checkify(fn, errors=checkify.user_checks)
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        err, out = checkified(*args, **kwargs)
+        checkify.check_error(err)  # raises here; traced: re-raised by the enclosing checkify
+        return out
+
+    return run

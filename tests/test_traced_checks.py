@@ -1,0 +1,228 @@
+"""The traced-value policy (``seqjax._traced_checks``): under ``jit`` an invalid token id,
+length or KV-cache overflow makes the affected outputs NaN, and ``seqjax.checked`` turns
+the same conditions into errors with the host check's message. Each case runs jitted in
+both modes; outside ``jit`` the host checks still raise ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental.checkify import JaxRuntimeError
+
+import seqjax
+from seqjax import nn as snn
+from seqjax.models import RNNClassifier, RNNTagger
+from tests.test_bad_inputs import KEY, X8, V, bound, decode_state, i32
+
+OK = np.array([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]], np.int32)
+
+
+def bad_row(bad_id: int, pos: int = 2) -> np.ndarray:
+    """``OK`` with one invalid id in row 1."""
+    tokens = OK.copy()
+    tokens[1, pos] = bad_id
+    return tokens
+
+
+def assert_row_nan(out, row: int = 1) -> None:
+    """Every output of ``row`` is NaN, every output of the other rows finite."""
+    for leaf in jax.tree_util.tree_leaves(out):
+        leaf = np.asarray(leaf)
+        if not np.issubdtype(leaf.dtype, np.floating):
+            continue
+        assert np.isnan(leaf[row]).all(), leaf[row]
+        assert np.isfinite(np.delete(leaf, row, axis=0)).all()
+
+
+def assert_refused(fn, *args, words: list[str]) -> None:
+    with pytest.raises(JaxRuntimeError) as info:
+        seqjax.checked(fn)(*args)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+# ------------------------------------------------------------------ token ids
+
+
+@pytest.mark.parametrize("bad_id", [-1, V])
+@pytest.mark.parametrize("kind", ["rnnlm", "gpt", "bert"])
+def test_an_invalid_id_makes_its_row_nan_and_checked_raises(kind, bad_id):
+    m, v = bound(kind)
+    f = jax.jit(m.apply)
+    assert np.isfinite(jax.tree_util.tree_leaves(f(v, OK))[0]).all()
+    assert_row_nan(f(v, bad_row(bad_id)))  # -1 no longer reads the last id
+    assert_refused(f, v, bad_row(bad_id),
+                   words=["`tokens`", f"[0, {V - 1}]", f"vocab_size={V}", str(bad_id)])
+    with pytest.raises(ValueError, match="`tokens`"):  # outside jit: the host check
+        m.apply(v, bad_row(bad_id))
+
+
+@pytest.mark.parametrize("side", ["src", "tgt_in"])
+@pytest.mark.parametrize("kind", ["transformer", "seq2seq"])
+def test_encoder_decoders_poison_the_row_of_an_invalid_source_or_target_id(kind, side):
+    m, v = bound(kind)
+    f = jax.jit(m.apply)
+    src, tgt = i32(2, 5), i32(2, 3)
+    args = (bad_row(-1), tgt) if side == "src" else (src, bad_row(-1)[:, :3])
+    assert_row_nan(f(v, *args))
+    assert_refused(f, v, *args, words=[f"`{side}`", "-1"])
+
+
+@pytest.mark.parametrize("cls", [RNNClassifier, RNNTagger])
+def test_rnn_classifier_and_tagger_poison_the_row(cls):
+    kw = dict(num_classes=3) if cls is RNNClassifier else dict(num_tags=3)
+    m = cls(vocab_size=V, embed_dim=4, hidden_size=4, pooling="first", **kw) \
+        if cls is RNNClassifier else cls(vocab_size=V, embed_dim=4, hidden_size=4, **kw)
+    v = m.init(KEY, OK)
+    f = jax.jit(m.apply)
+    # An id late in the row: the "first" pooling does not read it, the row is NaN anyway.
+    assert_row_nan(f(v, bad_row(V, pos=4)))
+    assert_refused(f, v, bad_row(V, pos=4), words=["`inputs`", str(V)])
+
+
+def test_embed_layer_and_lookup_read_nan_for_invalid_ids():
+    table = jnp.arange(6.0).reshape(3, 2)
+    for backward in ("autodiff", "one_hot", "scatter"):
+        f = jax.jit(lambda ids, b=backward: snn.embedding_lookup(table, ids, backward=b))
+        out = np.asarray(f(jnp.array([0, -1, 3, 2])))
+        np.testing.assert_array_equal(out[[0, 3]], [[0, 1], [4, 5]])
+        assert np.isnan(out[[1, 2]]).all()
+        assert_refused(f, jnp.array([0, -1]), words=["`ids`", "[0, 2]", "-1"])
+    emb = snn.Embed(3, 2)
+    p = emb.init(KEY, jnp.zeros((1,), jnp.int32))
+    g = jax.jit(emb.apply)
+    assert np.isnan(g(p, jnp.array([-1]))).all()
+    assert_refused(g, p, jnp.array([5]), words=["`inputs`", "5"])
+
+
+def test_a_traced_decode_step_token_is_refused_under_checked():
+    m, v = bound("gpt")
+    state = decode_state("gpt")
+    step = jax.jit(m.decode_step)
+    logits, _ = step(v, state, jnp.array([1, V]))
+    assert np.isnan(logits[1]).all() and np.isfinite(logits[0]).all()
+    assert_refused(step, v, state, jnp.array([1, V]), words=["`tokens`", str(V)])
+
+
+def test_a_grad_of_the_loss_is_nan_and_checked_raises():
+    m, v = bound("rnnlm")
+
+    def loss(params, tokens):
+        return jnp.mean(m.apply(params, tokens))
+
+    g = jax.jit(jax.value_and_grad(loss))
+    value, grads = g(v, bad_row(-1))
+    assert np.isnan(value) and any(np.isnan(x).any() for x in jax.tree_util.tree_leaves(grads))
+    assert_refused(g, v, bad_row(-1), words=["`tokens`", "-1"])
+    seqjax.checked(g)(v, OK)  # the happy path passes
+
+
+# ------------------------------------------------------------------ lengths
+
+
+@pytest.mark.parametrize("kind", ["rnn-lstm", "rnn-gru", "bi", "stacked", "stacked-bi"])
+@pytest.mark.parametrize("bad", [6, -1])
+def test_rnn_lengths_outside_0_T_make_the_row_nan(kind, bad):
+    m, v = bound(kind)  # x: [2, 5, 8], so lengths must lie in [0, 5]
+    f = jax.jit(m.apply)
+    lengths = jnp.array([3, bad])
+    leaves = jax.tree_util.tree_leaves(f(v, X8, jnp.array([3, 5])))
+    assert all(np.isfinite(x).all() for x in leaves)
+    assert_row_nan(f(v, X8, lengths))  # outputs and carries: never clipped to [0, T]
+    assert_refused(f, v, X8, lengths, words=["`lengths`", "[0, 5]", str(bad)])
+    with pytest.raises(ValueError, match="`lengths`"):
+        m.apply(v, X8, np.array([3, bad]))
+
+
+def test_rnn_lm_lengths_and_their_gradient():
+    m, v = bound("rnnlm")
+    f = jax.jit(m.apply)
+    assert_row_nan(f(v, OK, jnp.array([5, 9])))
+    assert_refused(f, v, OK, jnp.array([5, 9]), words=["`lengths`", "[0, 5]", "9"])
+    g = jax.jit(jax.grad(lambda p, n: jnp.sum(m.apply(p, OK, n))))
+    assert_refused(g, v, jnp.array([5, 9]), words=["`lengths`", "9"])
+
+
+@pytest.mark.parametrize("kind", ["gpt", "bert"])
+def test_transformer_models_poison_the_row_of_a_bad_length(kind):
+    m, v = bound(kind)
+    f = jax.jit(m.apply)
+    assert_row_nan(f(v, OK, jnp.array([5, 7])))
+    assert_refused(f, v, OK, jnp.array([5, 7]), words=["`lengths`", "7"])
+
+
+# ------------------------------------------------------------------ KV cache
+
+
+def test_kv_cache_overflow_poisons_the_row_and_checked_raises():
+    cache = snn.KVCache.create(2, 3, 1, 2)
+    write = jax.jit(lambda c, k, n: c.update(k, k, n))
+    cache = write(cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 1]))
+    full = write(cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 2]))
+    assert full.overflow.tolist() == [1, 0]
+    assert np.isnan(full.k[0, -1]).all() and np.isnan(full.v[0, -1]).all()
+    assert np.isfinite(full.k[1]).all() and np.isfinite(full.k[0, :2]).all()
+    assert_refused(write, cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 2]),
+                   words=["KV cache overflow", "max_len=3", "4"])
+    seqjax.checked(write)(cache, jnp.ones((2, 2, 1, 2)), jnp.array([1, 2]))  # fits
+
+
+def test_decoding_past_max_len_gives_nan_logits_from_the_overflowing_step():
+    m, v = bound("gpt")
+    # Prompts of 3 and 1 tokens in a 4-slot cache: row 0 fills up first.
+    state = m.init_decode_state(v, np.array([[1, 2, 3], [4, 0, 0]]), np.array([3, 1]), 4)
+    step = jax.jit(m.decode_step)
+    finite = []
+    for n in range(4):
+        if n == 2:
+            assert_refused(step, v, state, jnp.array([1, 1]),
+                           words=["KV cache overflow", "max_len=4"])
+        elif n < 2:
+            seqjax.checked(step)(v, state, jnp.array([1, 1]))
+        logits, state = step(v, state, jnp.array([1, 1]))
+        finite.append(np.isfinite(logits).all(axis=-1).tolist())
+    # Row 0 stores positions 2 and 3, then overflows at its third step; row 1 never does.
+    assert finite == [[True, True], [True, True], [False, True], [False, True]]
+
+
+# ------------------------------------------------------------------ the switch
+
+
+def test_checked_returns_the_outputs_and_hands_checks_to_an_enclosing_checked():
+    m, v = bound("gpt")
+    f = jax.jit(m.apply)
+    np.testing.assert_array_equal(seqjax.checked(f)(v, OK), f(v, OK))
+
+    def outer(params, tokens):  # a checked function called inside another one
+        return seqjax.checked(m.apply)(params, tokens) * 2
+
+    assert_refused(jax.jit(outer), v, bad_row(-1), words=["`tokens`", "-1"])
+
+
+def test_the_unchecked_program_has_no_callback():
+    m, v = bound("gpt")
+    text = jax.jit(m.apply).lower(v, OK).as_text()
+    assert "callback" not in text
+
+
+# ------------------------------------------------------------------ deliverable 2
+
+
+def test_pad_id_is_a_token_id():
+    lm, v = bound("rnnlm")
+    for pad in (-1, V):
+        with pytest.raises(ValueError, match=rf"`pad_id` must be a token id in \[0, {V - 1}\]"
+                                             rf".*got {pad}"):
+            seqjax.greedy_search(lm, v, i32(2, 3), max_new_tokens=2, pad_id=pad)
+
+
+def test_models_that_read_a_first_or_last_token_refuse_t_0():
+    with pytest.raises(ValueError, match=r"`tokens`.*at least one.*\[CLS\].*\(2, 0\)"):
+        bound("bert")[0].apply(bound("bert")[1], i32(2, 0))
+    m = RNNClassifier(vocab_size=V, embed_dim=4, hidden_size=4, num_classes=3, pooling="first")
+    v = m.init(KEY, OK)
+    with pytest.raises(ValueError, match=r"`inputs`.*at least one.*pooling='first'"):
+        m.apply(v, i32(2, 0))
