@@ -80,6 +80,7 @@ __all__ = [
     "beam_search",
     "generate",
     "greedy_search",
+    "lower_sample",
     "process_logits",
     "recompute_decoder",
     "sample",
@@ -357,6 +358,42 @@ def greedy_search(
     )
 
 
+def _sample_args(
+    model: Decodable,
+    params: Any,
+    prompt_BxT: Array,
+    prompt_lengths_B: Array | None = None,
+    *,
+    key: Array,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    inputs: dict | None = None,
+) -> tuple[tuple, dict]:
+    """The checked arguments of :func:`_sample_loop` for :func:`sample`'s."""
+    if temperature < 0:
+        raise ValueError(f"`temperature` must be >= 0; got {temperature}.")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"`top_k` must be >= 1; got {top_k}.")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
+    prompt_BxT, lengths_B = _check_prompt(
+        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
+    )
+    key = jnp.asarray(key) if temperature > 0 else None
+    return (model, params, prompt_BxT, lengths_B, key, dict(inputs or {})), dict(
+        max_new_tokens=int(max_new_tokens),
+        eos_id=eos_id,
+        pad_id=pad_id,
+        temperature=float(temperature),
+        top_k=None if top_k is None else int(top_k),
+        top_p=None if top_p is None else float(top_p),
+    )
+
+
 def sample(
     model: Decodable,
     params: Any,
@@ -378,30 +415,22 @@ def sample(
     :func:`process_logits`) with key ``fold_in(key, n)``, so a key fixes the output.
     ``temperature=0`` is greedy search.
     """
-    if temperature < 0:
-        raise ValueError(f"`temperature` must be >= 0; got {temperature}.")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"`top_k` must be >= 1; got {top_k}.")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
-    prompt_BxT, lengths_B = _check_prompt(
-        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
-    )
-    key = jnp.asarray(key) if temperature > 0 else None
-    return _sample_loop(
-        model,
-        params,
-        prompt_BxT,
-        lengths_B,
-        key,
-        dict(inputs or {}),
-        max_new_tokens=int(max_new_tokens),
-        eos_id=eos_id,
-        pad_id=pad_id,
-        temperature=float(temperature),
-        top_k=None if top_k is None else int(top_k),
-        top_p=None if top_p is None else float(top_p),
-    )
+    args, kwargs = _sample_args(
+        model, params, prompt_BxT, prompt_lengths_B, key=key, max_new_tokens=max_new_tokens,
+        temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id, pad_id=pad_id,
+        inputs=inputs)
+    return _sample_loop(*args, **kwargs)
+
+
+def lower_sample(model: Decodable, params: Any, prompt_BxT: Array,
+                 prompt_lengths_B: Array | None = None, **options: Any) -> Any:
+    """The program :func:`sample` runs for these arguments, lowered and not run
+    (``jax.stages.Lowered``): ``lower_sample(...).compile()`` compiles it ahead of time — in a
+    background thread while training runs, say — and a later :func:`sample` with arguments
+    of the same shapes, dtypes and options finds it compiled. Takes :func:`sample`'s
+    arguments."""
+    args, kwargs = _sample_args(model, params, prompt_BxT, prompt_lengths_B, **options)
+    return _sample_loop.lower(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------- beam search

@@ -12,6 +12,7 @@ from seqjax.decoding import (
     beam_search,
     generate,
     greedy_search,
+    lower_sample,
     process_logits,
     sample,
 )
@@ -192,6 +193,28 @@ def test_sampling_follows_the_filtered_distribution_and_is_deterministic_per_key
     other = sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(1), **kw)
     np.testing.assert_array_equal(out.tokens, again.tokens)
     assert not np.array_equal(out.tokens, other.tokens)
+
+
+def test_lower_sample_compiles_the_program_sample_then_runs(monkeypatch):
+    """A program compiled ahead with lower_sample is the one sample runs: sample finds it
+    and compiles nothing, and its output is the same."""
+    from jax._src import compiler
+
+    kw = dict(temperature=0.9, top_k=3, max_new_tokens=7)
+    prompt = jnp.zeros((3, 2), jnp.int32)  # a shape no other test samples
+    lower_sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(4), **kw).compile()
+    compiles = []
+    real = compiler.compile_or_get_cached
+    monkeypatch.setattr(compiler, "compile_or_get_cached",
+                        lambda *a, **k: compiles.append(1) or real(*a, **k))
+    out = sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(4), **kw)
+    monkeypatch.undo()
+    assert compiles == []
+    want = sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(4), **kw)
+    np.testing.assert_array_equal(out.tokens, want.tokens)
+    with pytest.raises(ValueError, match="`temperature` must be >= 0"):
+        lower_sample(UNIGRAM, PROBS, prompt, key=jax.random.PRNGKey(4), temperature=-1,
+                     max_new_tokens=2)
 
 
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
