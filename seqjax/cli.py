@@ -28,7 +28,7 @@ the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
 **Exit statuses.** 0: done (also after SIGTERM/SIGINT, which save a checkpoint first).
 1: a NaN/inf loss. 2: refused — an unknown key, a value of the wrong type or out of range
 (``--steps=-5``), an unknown experiment or preset, a checkpoint that does not fit the
-model, a work dir with nothing to resume (``--restart``), a corpus found nowhere
+model, a work dir whose checkpoints were all unreadable (``--restart``), a corpus found nowhere
 (:func:`seqjax.data.corpora.resolve_corpus`: the message says where it looked), or a
 missing optional package
 (the message names the extra to install, e.g. ``pip install "seqjax[experiments]"``).

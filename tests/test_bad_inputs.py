@@ -484,6 +484,7 @@ def test_fit_refuses_to_overwrite_a_history_it_cannot_resume(tmp_path):
     from seqjax.train.records import read_metrics
 
     workdir = str(tmp_path)
+    os.makedirs(os.path.join(workdir, "checkpoints.corrupted"))  # every checkpoint unreadable
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
         f.write(json.dumps({"step": 7, "loss": 1.0}) + "\n")
     state, step = lm_step()
@@ -536,9 +537,10 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     ("--num_layers=-1", "--num_layers must be an int >= 1; got -1"),
     ("--data_path=/nonexistent/tiny.txt", "'/nonexistent/tiny.txt' does not exist"),
     ("--mesh=data=3", "--mesh/--strategy/--grad_accum: `mesh` 'data=3' does not fit"),
-    ("--input=disk", "--input must be one of ('device', 'host'); got 'disk'"),
-    ("--model=cnn", "--model must be one of ('transformer', 'lstm'); got 'cnn'"),
+    ("--input=disk", "--input: expected one of ['device', 'host']; got 'disk'"),
+    ("--model=cnn", "--model: expected one of ['transformer', 'lstm']; got 'cnn'"),
     ("--steps_per_call=3", "--log_every must be a multiple of --steps_per_call=3; got 2"),
+    ("--compute_dtype=float8", "--compute_dtype: expected one of ['float32', 'bfloat16']"),
 ])
 @pytest.mark.slow
 def test_bad_option_values_exit_2_with_one_line_and_leave_the_work_dir(tmp_path, capsys, option,
@@ -561,7 +563,6 @@ def test_bad_option_values_exit_2_with_one_line_and_leave_the_work_dir(tmp_path,
 
 
 def test_cli_restart_is_explicit(tmp_path, capsys):
-    import shutil
 
     from seqjax import cli
 
@@ -570,7 +571,8 @@ def test_cli_restart_is_explicit(tmp_path, capsys):
     assert cli.main(argv) == 0
     assert cli.main(argv + ["--restart"]) == 2  # checkpoints: resume, not restart
     assert "holds checkpoints" in capsys.readouterr().err
-    shutil.rmtree(os.path.join(workdir, "checkpoints"))  # e.g. all moved aside as unreadable
+    os.replace(os.path.join(workdir, "checkpoints"),  # all moved aside as unreadable
+               os.path.join(workdir, "checkpoints.corrupted"))
     saved = open(os.path.join(workdir, "experiment.json")).read()
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -578,6 +580,267 @@ def test_cli_restart_is_explicit(tmp_path, capsys):
     assert open(os.path.join(workdir, "experiment.json")).read() == saved
     assert cli.main(argv + ["--restart"]) == 0
     assert any(n.startswith("metrics.jsonl.") for n in os.listdir(workdir))
+
+
+# ------------------------------------------------------------------ every option of every recipe
+
+# Options that are free text by nature: paths, names the recipe parses (`--mesh` is parsed at
+# the door; `--runs`, `--strategies`, `--presets` and `--tag` by the Config's own check).
+FREE_TEXT = {"mesh", "workdir", "results_dir", "data_path", "lm_workdir", "out", "json_out",
+             "tag", "heatmap_sentence", "runs", "strategies", "presets"}
+UNBOUNDED = {"seed", "seeds"}  # any int seeds a PRNG
+
+
+def _recipes() -> list[str]:
+    from seqjax.experiments._runner import follows_protocol, list_experiments, load_experiment
+
+    return [n for n in list_experiments()
+            if follows_protocol(load_experiment(n, allow_legacy=True))]
+
+
+def _options(name: str) -> list[tuple[str, object]]:
+    import dataclasses
+
+    from seqjax.experiments._config import _hints
+    from seqjax.experiments._runner import load_experiment
+
+    cls = load_experiment(name).Config
+    hints = _hints(cls)
+    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+def _kind(tp: object) -> tuple[object, object, bool]:
+    """``(base type, Range | None, is_tuple)``; a ``Literal`` base stays a ``Literal``."""
+    from seqjax.experiments._config import field_range
+
+    return field_range(tp)
+
+
+def _work_dir(tmp_path, name: str) -> tuple[str, dict[str, bytes]]:
+    """A work dir of ``name`` as an earlier run left it: its config and some history."""
+    import dataclasses
+
+    from seqjax.experiments._runner import load_experiment
+
+    workdir = tmp_path / name
+    workdir.mkdir()
+    cfg = load_experiment(name).Config()
+    (workdir / "experiment.json").write_text(json.dumps(
+        {"experiment": name, "config": dataclasses.asdict(cfg)}, indent=1))
+    (workdir / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 2.0}) + "\n")
+    return str(workdir), _snapshot(str(workdir))
+
+
+def _snapshot(workdir: str) -> dict[str, bytes]:
+    out = {}
+    for root, _, files in os.walk(workdir):
+        for f in files:
+            path = os.path.join(root, f)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, workdir)] = fh.read()
+    return out
+
+
+def _refused(monkeypatch, capsys, name: str, workdir: str, before: dict, option: str,
+             value: str, must_name: str) -> None:
+    from seqjax import cli
+    from seqjax.experiments._runner import load_experiment
+
+    def run(cfg):
+        raise AssertionError(f"{name} --{option}={value} was not refused at the door")
+
+    monkeypatch.setattr(load_experiment(name), "run", run)
+    code = cli.main(["train", name, "--workdir", workdir, f"--{option}={value}"])
+    err = capsys.readouterr().err
+    assert code == 2, (name, option, value, err)
+    assert must_name in err and "Traceback" not in err, (name, option, value, err)
+    assert len(err.strip().splitlines()) == 1, err
+    assert _snapshot(workdir) == before, (name, option, value)
+
+
+def test_every_option_declares_its_type_choices_and_range():
+    """Choices are ``Literal`` (dtypes, strategies, models, inputs) and every number has a
+    declared range, so no recipe can forget a check."""
+    import typing
+
+    missing = []
+    for name in _recipes():
+        for option, tp in _options(name):
+            base, rng, _ = _kind(tp)
+            if base is str and option not in FREE_TEXT:
+                missing.append(f"{name} --{option}: a str, not a Literal of its choices")
+            if base in (int, float) and rng is None and option not in UNBOUNDED:
+                missing.append(f"{name} --{option}: a number without a declared range")
+            if typing.get_origin(base) is typing.Literal:
+                assert all(isinstance(a, str) for a in typing.get_args(base))
+    assert not missing, "\n".join(missing)
+
+
+def test_strategy_choices_are_the_sharding_strategies():
+    import typing
+
+    from seqjax.train.parallel import ParallelOptions
+    from seqjax.train.sharding import STRATEGIES
+
+    hint = typing.get_type_hints(ParallelOptions)["strategy"]
+    assert set(typing.get_args(hint)) == {"auto", *STRATEGIES}
+
+
+@pytest.mark.parametrize("name", _recipes())
+def test_one_bad_value_per_option_exits_2_naming_it_and_leaves_the_work_dir(
+        name, tmp_path, monkeypatch, capsys):
+    """Every option of every recipe, one value of the wrong type or not among its choices:
+    exit 2, one line naming the option (and the allowed values), the work dir byte for byte
+    as it was — before anything runs."""
+    import typing
+
+    workdir, before = _work_dir(tmp_path, name)
+    for option, tp in _options(name):
+        base, _, _ = _kind(tp)
+        if typing.get_origin(base) is typing.Literal:
+            value, words = "bogus", f"--{option}: expected one of"
+        elif base is bool:
+            value, words = "maybe", f"--{option}: expected bool"
+        elif base in (int, float):
+            value, words = "x1", f"--{option}: expected"
+        elif option == "mesh":
+            value, words = "data=x", "--mesh"
+        else:
+            continue
+        _refused(monkeypatch, capsys, name, workdir, before, option, value, words)
+
+
+def test_compute_dtype_float8_names_the_allowed_dtypes(tmp_path, monkeypatch, capsys):
+    workdir, before = _work_dir(tmp_path, "char_lm")
+    _refused(monkeypatch, capsys, "char_lm", workdir, before, "compute_dtype", "float8",
+             "--compute_dtype: expected one of ['float32', 'bfloat16']; got 'float8'")
+
+
+@pytest.mark.parametrize("name", _recipes())
+def test_zero_or_negative_for_each_bounded_option_exits_2_naming_it(
+        name, tmp_path, monkeypatch, capsys):
+    """Ranges come from the declarations (``PosInt``, ``NonNegInt``, ``PosFloat``,
+    ``Fraction``...): the first value below each one (0 or -1), and 1 for a fraction."""
+    workdir, before = _work_dir(tmp_path, name)
+    bounded = 0
+    for option, tp in _options(name):
+        base, rng, is_tuple = _kind(tp)
+        if rng is None or rng.low is None:
+            continue
+        low = rng.low if rng.low_open else rng.low - 1
+        values = [low] + ([rng.high] if rng.high is not None and not rng.high_closed else [])
+        for v in values:
+            v = int(v) if base is int else float(v)
+            _refused(monkeypatch, capsys, name, workdir, before, option, str(v),
+                     f"--{option} must ")
+        bounded += 1
+    assert bounded  # every recipe has a size, a count or a step
+
+
+@pytest.mark.parametrize("old, new", [("layers", "num_layers"), ("heads", "num_heads"),
+                                      ("dim", "embed_dim"), ("dropout", "dropout_rate"),
+                                      ("batch", "batch_size"), ("d_model", "embed_dim")])
+def test_old_option_spellings_name_the_new_one(old, new, capsys):
+    from seqjax import cli
+
+    names = [n for n in _recipes() if new in dict(_options(n))]
+    assert names
+    for name in names:
+        assert cli.main(["train", name, f"--{old}=2"]) == 2
+        err = capsys.readouterr().err
+        assert f"--{old} is now --{new}" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_config_saved_with_the_old_spellings_still_loads():
+    from seqjax.experiments import bert_mlm
+    from seqjax.experiments._config import config_from_dict
+
+    cfg = config_from_dict(bert_mlm.Config, {"layers": 3, "heads": 2, "dim": 32,
+                                             "dropout": 0.2})
+    assert (cfg.num_layers, cfg.num_heads, cfg.embed_dim, cfg.dropout_rate) == (3, 2, 32, 0.2)
+
+
+
+def _kill_before_the_first_checkpoint(workdir: str) -> None:
+    """The state a SIGKILL during the first checkpoint write leaves: metrics.jsonl with the
+    steps run, orbax's temporary directory of the unfinished checkpoint, no finished one."""
+    import shutil
+
+    ckpt = os.path.join(workdir, "checkpoints")
+    steps = sorted(int(n) for n in os.listdir(ckpt) if n.isdigit())
+    first = steps[0]
+    os.replace(os.path.join(ckpt, str(first)),
+               os.path.join(ckpt, f"{first}.orbax-checkpoint-tmp-1700000000000000"))
+    for s in steps[1:]:
+        shutil.rmtree(os.path.join(ckpt, str(s)))
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_by_starting_over(tmp_path, capsys):
+    from seqjax import cli
+    from seqjax.train.records import read_metrics
+
+    workdir = str(tmp_path / "toy")
+    argv = ["train", "toy_rnn", "--smoke", "--workdir", workdir, "--progress=false"]
+    assert cli.main(argv) == 0
+    first = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    _kill_before_the_first_checkpoint(workdir)
+    saved = open(os.path.join(workdir, "experiment.json")).read()
+    capsys.readouterr()
+    assert cli.main(argv) == 0  # the same command: starts over, no --restart
+    err = capsys.readouterr().err
+    notice = [line for line in err.splitlines() if "killed before its first checkpoint" in line]
+    assert len(notice) == 1 and "starting over" in notice[0] and "steps 1-20" in notice[0], err
+    kept = [n for n in os.listdir(workdir) if n.startswith("metrics.jsonl.")]
+    assert len(kept) == 1 and kept[0] in notice[0]
+    assert read_metrics(os.path.join(workdir, kept[0])) == first  # the partial history
+    again = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    assert [r["step"] for r in again] == [r["step"] for r in first]
+    assert again[-1]["loss"] == pytest.approx(first[-1]["loss"])  # deterministic from the seed
+    ckpt = os.path.join(workdir, "checkpoints")
+    assert not [n for n in os.listdir(ckpt) if "tmp" in n]
+    assert open(os.path.join(workdir, "experiment.json")).read() == saved
+
+
+# The first checkpoint's write starts (orbax's temporary directory, a partial file) and the
+# process is killed before it finishes: always, not by a race with the asynchronous write.
+_KILL_IN_FIRST_SAVE = """
+import os, signal, sys
+from seqjax.train import checkpoint
+def die_while_saving(self, *args, **kwargs):
+    tmp = os.path.join(self.directory, "10.orbax-checkpoint-tmp-1700000000000000", "params")
+    os.makedirs(tmp)
+    with open(os.path.join(tmp, "partial"), "wb") as f:
+        f.write(b"half a checkpoint")
+    os.kill(os.getpid(), signal.SIGKILL)
+checkpoint.Checkpointer.save = die_while_saving
+from seqjax import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_during_the_first_checkpoint_write_then_the_same_command_finishes(tmp_path):
+    import subprocess
+
+    from seqjax.train.records import read_metrics
+
+    workdir = str(tmp_path / "toy")
+    args = ["train", "toy_rnn", "--smoke", "--workdir", workdir, "--progress=false"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    killed = subprocess.run([sys.executable, "-c", _KILL_IN_FIRST_SAVE, *args], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    ckpt = os.path.join(workdir, "checkpoints")
+    assert not [n for n in os.listdir(ckpt) if n.isdigit()]  # no finished checkpoint
+    assert read_metrics(os.path.join(workdir, "metrics.jsonl"))  # but some history
+    again = subprocess.run([sys.executable, "-m", "seqjax.cli", *args], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "starting over" in again.stderr
+    assert [r["step"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))][-1] == 20
+    assert sorted(int(n) for n in os.listdir(ckpt) if n.isdigit())[-1] == 20
+
 
 
 # ------------------------------------------------------------------ noise

@@ -4,23 +4,42 @@
 gives ``{"hidden": "32", "lr": "0.1", "model.layers": "2", "shuffle": True}``;
 :func:`apply_overrides` checks every key against the dataclass fields (dotted keys reach
 nested dataclasses) and converts each value to its field's type — ``int``, ``float``,
-``bool``, ``str``, ``X | None``, ``tuple[int, ...]`` (comma separated) and ``Literal``.
+``bool``, ``str``, ``X | None``, ``tuple[int, ...]`` (comma separated) and ``Literal``
+(the allowed values of a choice: dtypes, strategies, models, inputs).
 Unknown keys and values that do not convert are a :class:`ConfigError` that names the
-key, the expected type and the value (with a "did you mean" for near-misses).
+key, the expected type and the value (with a "did you mean" for near-misses); a key
+spelled as before a rename (:data:`RENAMED`) names its new spelling.
+
+**Ranges come from the declaration.** A numeric field declared ``Annotated[int, Range(...)]``
+(the aliases :data:`PosInt`, :data:`NonNegInt`, :data:`PosFloat`, :data:`NonNegFloat`,
+:data:`Fraction`; also as the items of a tuple) is checked by :func:`check_field_ranges`, so no
+option can forget its range.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
+
+from seqjax._ranges import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, Range
 
 __all__ = [
     "ConfigError",
+    "Range",
+    "PosInt",
+    "NonNegInt",
+    "PosFloat",
+    "NonNegFloat",
+    "Fraction",
+    "RENAMED",
+    "field_range",
+    "check_field_ranges",
     "parse_overrides",
     "apply_overrides",
     "config_from_dict",
@@ -34,6 +53,57 @@ _NONE = {"none", "null"}
 
 class ConfigError(ValueError):
     """A bad ``--key=value`` override (unknown key or a value of the wrong type)."""
+
+
+#: Options renamed to the one spelling shared by every recipe: ``{old: new}``. For one release
+#: the old spelling is refused with the new name (a saved ``experiment.json`` is read with the
+#: new names).
+RENAMED: dict[str, str] = {
+    "layers": "num_layers",
+    "heads": "num_heads",
+    "dim": "embed_dim",
+    "d_model": "embed_dim",
+    "dropout": "dropout_rate",
+    "batch": "batch_size",
+}
+
+
+def field_range(tp: Any) -> tuple[Any, Range | None, bool]:
+    """``(base type, Range or None, is_tuple)`` of a field's declared type (through
+    ``X | None`` and ``tuple[X, ...]``)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        subs = [a for a in args if a is not type(None)]
+        if len(subs) == 1:
+            return field_range(subs[0])
+        return tp, None, False
+    if origin in (tuple, list) and args:
+        base, rng, _ = field_range(args[0])
+        return base, rng, True
+    if origin is Annotated:
+        rng = next((m for m in tp.__metadata__ if isinstance(m, Range)), None)
+        return args[0], rng, False
+    return tp, None, False
+
+
+def check_field_ranges(cfg: Any, prefix: str = "") -> None:
+    """Refuse a value outside its field's declared :class:`Range` (nested configs too): a
+    :class:`ConfigError` naming the option, the range and the value."""
+    hints = _hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        value, key = getattr(cfg, f.name), f"--{prefix}{f.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_field_ranges(value, f"{prefix}{f.name}.")
+            continue
+        base, rng, _ = field_range(hints[f.name])
+        if rng is None or value is None:
+            continue
+        for x in value if isinstance(value, tuple | list) else (value,):
+            if isinstance(x, int | float) and not isinstance(x, bool) and not rng.admits(x):
+                what = rng.describe(base)
+                verb = "" if what.startswith("lie") else "be "
+                got = value if isinstance(value, int | float) else f"{x} in {value}"
+                raise ConfigError(f"{key} must {verb}{what}; got {got}.")
 
 
 def parse_overrides(argv: Sequence[str]) -> dict[str, Any]:
@@ -69,16 +139,28 @@ def parse_overrides(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    module = sys.modules.get(cls.__module__)
-    return typing.get_type_hints(cls, vars(module) if module else None)
+    try:  # each class of the MRO in its own module's names (an inherited field too)
+        return typing.get_type_hints(cls, include_extras=True)
+    except NameError:
+        module = sys.modules.get(cls.__module__)
+        return typing.get_type_hints(cls, vars(module) if module else None, include_extras=True)
 
 
 def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+    if tp is type(None):
+        return "None"
+    if typing.get_origin(tp) is Annotated:
+        return _type_name(typing.get_args(tp)[0])
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+    return re.sub(r"Annotated\[(\w+), Range\([^)]*\)\]", r"\1", name)
 
 
 def _convert(key: str, value: Any, tp: Any) -> Any:
     """Convert a command-line string (or an already-typed value) to ``tp``."""
+    if typing.get_origin(tp) is Annotated:  # the range is checked on the whole config
+        tp = typing.get_args(tp)[0]
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     bad = ConfigError(f"--{key}: expected {_type_name(tp)}; got {value!r}.")
@@ -149,6 +231,10 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
 
 def _unknown(key: str, cls: type, prefix: str) -> ConfigError:
     names = [f.name for f in dataclasses.fields(cls)]
+    if RENAMED.get(key) in names:
+        new = RENAMED[key]
+        return ConfigError(f"--{prefix}{key} is now --{prefix}{new} (one spelling across the "
+                           f"recipes); use --{prefix}{new}=VALUE.")
     close = difflib.get_close_matches(key, names, n=1)
     hint = f" Did you mean --{prefix}{close[0]}?" if close else ""
     return ConfigError(
@@ -208,6 +294,8 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     hints = _hints(cls)
     kwargs = {}
     for key, value in data.items():
+        if key not in hints and RENAMED.get(key) in hints and RENAMED[key] not in data:
+            key = RENAMED[key]  # a config saved before the rename
         if key not in hints:
             raise _unknown(key, cls, "")
         kwargs[key] = _convert(key, value, hints[key])

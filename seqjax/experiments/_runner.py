@@ -36,18 +36,26 @@ the newest checkpoint: the saved config is the base, then the preset, then the n
 ``--key=value`` overrides (so ``--steps 4000`` extends a finished run). ``eval`` and
 ``generate`` read the experiment and config from ``DIR/experiment.json`` and refuse
 overrides (or a saved config) that differ from the newest checkpoint's model config.
-Unknown keys, values of the wrong type and conventional options out of range (``--steps``
-< 0, ``--batch_size`` < 1, ``--learning_rate`` <= 0, ... see :func:`check_ranges`) are
-:class:`ConfigError` naming the key, as is a checkpoint in the work dir that does not fit
-the model (:class:`CheckpointMismatchError`).
+Unknown keys, values of the wrong type, a choice not among those its field declares
+(``Literal[...]``: ``--compute_dtype``, ``--strategy``, ``--model``, ...), and numbers out
+of their declared range (``PosInt``, ``NonNegInt``, ``PosFloat``, ``Fraction``:
+``--steps`` < 0, ``--batch_size`` < 1, ``--learning_rate`` <= 0, ... see
+:func:`check_ranges`) are :class:`ConfigError` naming the key — before anything is written
+to the work dir — as is a checkpoint in the work dir that does not fit the model
+(:class:`CheckpointMismatchError`). An option spelled as before the shared vocabulary
+(``--layers``, ``--heads``, ``--dim``, ``--dropout``, ``--batch``, ``--d_model``) is refused
+with its new name (``--num_layers``, ``--num_heads``, ``--embed_dim``, ``--dropout_rate``,
+``--batch_size``).
 
 **A work dir is never poisoned.** A run that is refused (a checkpoint that does not fit,
 a bad option, nothing to resume) or ends in a NaN leaves ``experiment.json`` as it was, so
 the next ``train``/``eval`` starts from the last accepted config. A work dir whose
-checkpoints are all unreadable (moved to ``DIR/checkpoints.corrupted``), or whose run was
-killed before its first checkpoint, still holds that run's ``metrics.jsonl``: ``train``
-refuses to start it over at step 0 unless given ``--restart``, which keeps the old
-history as ``metrics.jsonl.<time>.old``.
+checkpoints are all unreadable (moved to ``DIR/checkpoints.corrupted``) still holds that
+run's ``metrics.jsonl``: ``train`` refuses to start it over at step 0 unless given
+``--restart``, which keeps the old history as ``metrics.jsonl.<time>.old``. A run killed
+before its first checkpoint finished has nothing to lose (it is deterministic from its
+seed): rerunning the same command starts it over, keeps the partial history the same way
+and says so in one line.
 """
 
 from __future__ import annotations
@@ -57,7 +65,6 @@ import dataclasses
 import importlib
 import inspect
 import json
-import math
 import os
 import pkgutil
 import re
@@ -69,8 +76,10 @@ from typing import Any
 
 from seqjax.data.corpora import CorpusNotFoundError
 from seqjax.experiments._config import (
+    RENAMED,
     ConfigError,
     apply_overrides,
+    check_field_ranges,
     config_from_dict,
     parse_overrides,
 )
@@ -179,44 +188,23 @@ def build_config(
     return cfg
 
 
-def _int_minimum(name: str) -> int | None:
-    """The smallest value a conventional integer option may take (``None``: any)."""
-    if name == "log_every":
-        return 1
-    if name == "steps" or name.endswith(("_steps", "_every")):
-        return 0
-    if name in ("batch_size", "batch", "grad_accum", "seq_len", "block_size", "embed_dim",
-                "num_layers", "num_heads", "hidden_size", "d_model") or name.endswith(
-            ("_batch_size", "_batch", "_dim", "_heads", "_layers")):
-        return 1
-    return None
-
-
 def check_ranges(cfg: Any, prefix: str = "") -> None:
-    """Refuse conventional options out of range, by name: ``steps``/``*_steps`` >= 0,
-    ``log_every`` >= 1, ``*_every`` >= 0, ``batch_size``/``*_batch``/``grad_accum``/
-    ``seq_len``/``block_size``/``embed_dim``/``*_dim``/``num_heads``/``num_layers`` >= 1,
-    ``learning_rate``/``lr``/``*_lr`` finite and > 0, ``dropout*`` in [0, 1), and
-    ``embed_dim`` a multiple of ``num_heads`` (attention models), the ``*_every``
-    intervals multiples of ``steps_per_call``. A :class:`ConfigError`
-    naming the option (exit status 2), not a traceback from deep inside the run."""
-    for f in dataclasses.fields(cfg):
-        value, key = getattr(cfg, f.name), f"--{prefix}{f.name}"
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            check_ranges(value, f"{prefix}{f.name}.")
-            continue
-        name = f.name
-        if isinstance(value, int) and not isinstance(value, bool):
-            low = _int_minimum(name)
-            if low is not None and value < low:
-                raise ConfigError(f"{key} must be an int >= {low}; got {value}.")
-        if isinstance(value, float | int) and not isinstance(value, bool):
-            if name in ("learning_rate", "lr") or name.endswith("_lr"):
-                if not (math.isfinite(value) and value > 0):
-                    raise ConfigError(f"{key} must be a finite number > 0; got {value}.")
-            if name == "dropout" or name.startswith("dropout_") or name.endswith("_dropout"):
-                if not 0.0 <= value < 1.0:
-                    raise ConfigError(f"{key} must lie in [0, 1); got {value}.")
+    """Refuse options out of range before anything is written: each numeric field's range
+    from its declaration (``PosInt``, ``NonNegInt``, ``PosFloat``, ``Fraction``, ... of
+    :mod:`seqjax.experiments._config`; :func:`~seqjax.experiments._config.check_field_ranges`),
+    ``--mesh`` well formed, and the checks that relate two options: the ``*_every``
+    intervals multiples of ``steps_per_call``, ``embed_dim`` a multiple of ``num_heads``
+    (attention models). A :class:`ConfigError` naming the option (exit status 2), not a
+    traceback from deep inside the run."""
+    check_field_ranges(cfg, prefix)
+    mesh = getattr(cfg, "mesh", None)
+    if isinstance(mesh, str):
+        from seqjax.train.parallel import parse_mesh
+
+        try:
+            parse_mesh(mesh)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"--{prefix}mesh: {err}") from None
     k = getattr(cfg, "steps_per_call", None)
     if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
         for name in ("log_every", "eval_every", "checkpoint_every"):
@@ -531,6 +519,7 @@ def _check_model_config(cfg: Any, workdir: str) -> None:
         return
     ours = _jsonable(_flat_config(cfg))
     saved = _jsonable(_flat_dict(model_config)) if isinstance(model_config, dict) else {}
+    saved = {RENAMED.get(k, k): v for k, v in saved.items()}  # a checkpoint's older names
     diff = [f"--{k}={ours[k]!r} but the checkpoint has {saved[k]!r}"
             for k in sorted(set(ours) & set(saved)) if ours[k] != saved[k]]
     if diff:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +51,7 @@ from flax import linen as nn
 
 from seqjax.data.audio import log_mel_spectrogram, num_frames, tone_order_classes
 from seqjax.data.audio import tone_order_dataset as _tone_order_dataset
+from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import train_classifier, write_results, write_run_info
 from seqjax.experiments.reports.audio import report
 from seqjax.models.ast import AST, ASTConfig
@@ -58,7 +59,8 @@ from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 Array = jax.Array
-MODELS = ("ast", "cnn")
+Model = Literal["ast", "cnn"]
+MODELS: tuple[str, ...] = get_args(Model)
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,8 @@ class Config(ParallelOptions):
         patch_size: the AST's patch, mel bins × frames (one int = square).
         patch_stride: the AST's patch stride, mel bins × frames; below ``patch_size`` the
             patches overlap (Gong et al.: 16 × 16 patches, stride 10).
-        layers: AST encoder blocks.
-        heads: AST attention heads.
+        num_layers: AST encoder blocks.
+        num_heads: AST attention heads.
         embed_dim: AST width ``d`` (MLP ``2d``).
         cnn_channels: output channels of the CNN's 3 × 3 convolutions (one 2 × 2 max-pool
             after each but the last).
@@ -100,30 +102,30 @@ class Config(ParallelOptions):
         results_dir: also write ``audio.md`` here; ``None`` = not.
     """
 
-    models: tuple[str, ...] = MODELS
+    models: tuple[Model, ...] = MODELS
     seeds: tuple[int, ...] = (0, 1, 2)
-    num_train: int = 3000
-    num_test: int = 1200
-    min_gap: float = 0.4
-    margin: float = 0.3
-    sample_rate: int = 8000
-    num_samples: int = 12416
-    n_fft: int = 256
-    hop_length: int = 128
-    n_mels: int = 32
-    patch_size: tuple[int, int] = (8, 8)
-    patch_stride: tuple[int, int] = (8, 4)
-    layers: int = 2
-    heads: int = 4
-    embed_dim: int = 64
-    cnn_channels: tuple[int, ...] = (16, 32, 32)
-    batch_size: int = 64
-    steps: int = 1500
-    learning_rate: float = 2e-3
-    warmup_steps: int = 100
-    clip_norm: float = 1.0
-    weight_decay: float = 1e-4
-    log_every: int = 100
+    num_train: PosInt = 3000
+    num_test: PosInt = 1200
+    min_gap: NonNegFloat = 0.4
+    margin: NonNegFloat = 0.3
+    sample_rate: PosInt = 8000
+    num_samples: PosInt = 12416
+    n_fft: PosInt = 256
+    hop_length: PosInt = 128
+    n_mels: PosInt = 32
+    patch_size: tuple[PosInt, PosInt] = (8, 8)
+    patch_stride: tuple[PosInt, PosInt] = (8, 4)
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+    cnn_channels: tuple[PosInt, ...] = (16, 32, 32)
+    batch_size: PosInt = 64
+    steps: NonNegInt = 1500
+    learning_rate: PosFloat = 2e-3
+    warmup_steps: NonNegInt = 100
+    clip_norm: NonNegFloat = 1.0
+    weight_decay: NonNegFloat = 1e-4
+    log_every: PosInt = 100
     progress: bool = False
     workdir: str | None = "workdirs/audio"
     results_dir: str | None = None
@@ -134,8 +136,8 @@ PRESETS = {
         "seeds": (0,),
         "num_train": 192,
         "num_test": 48,
-        "layers": 1,
-        "heads": 2,
+        "num_layers": 1,
+        "num_heads": 2,
         "embed_dim": 16,
         "cnn_channels": (8, 8),
         "steps": 60,
@@ -203,8 +205,8 @@ def make_classifier(name: str, cfg: Config, num_frames_: int) -> Any:
                 patch_size=tuple(cfg.patch_size),
                 patch_stride=tuple(cfg.patch_stride),
                 num_classes=num_classes,
-                num_layers=cfg.layers,
-                num_heads=cfg.heads,
+                num_layers=cfg.num_layers,
+                num_heads=cfg.num_heads,
                 embed_dim=cfg.embed_dim,
                 mlp_dim=2 * cfg.embed_dim,
             )

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.corpora import resolve_corpus, tiny_shakespeare
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import (
     fit_arrays,
     init_state,
@@ -83,8 +84,8 @@ class Config(ParallelOptions):
         hidden: LSTM and GRU width (one layer each).
         embed_dim: character embedding size of the LSTM and GRU; width ``d`` of both
             transformers.
-        layers: blocks of both transformers.
-        heads: attention heads of both transformers.
+        num_layers: blocks of both transformers.
+        num_heads: attention heads of both transformers.
         steps: optimiser steps of each network.
         batch_size: windows or sentences per step, over all devices (capped at the training
             set).
@@ -101,26 +102,26 @@ class Config(ParallelOptions):
             ``baselines.json``; unset = nothing written.
     """
 
-    ngram_orders: tuple[int, ...] = (1, 2, 3, 5)  # 1 = bag of words (12.28)
-    class_orders: tuple[int, ...] = (1, 2, 3)  # 1 = naive Bayes (12.29)-(12.30)
-    add_k: float = 0.1
-    lm_eval_chars: int = 20_000
-    lm_train_chars: int = 0  # 0: the whole training split (1,003,854 characters)
-    lm_train_windows: int = 48_000  # steps × batch_size: each window seen about once
-    class_train_pairs: int = 4000
-    class_test_pairs: int = 1000
-    max_chars: int = 64  # sentences are truncated to this many characters
-    block_size: int = 64
-    hidden: int = 128  # LSTM / GRU width
-    embed_dim: int = 64
-    layers: int = 2  # transformer blocks
-    heads: int = 4
-    steps: int = 1500
-    batch_size: int = 32
-    learning_rate: float = 3e-3
-    warmup_steps: int = 100
+    ngram_orders: tuple[PosInt, ...] = (1, 2, 3, 5)  # 1 = bag of words (12.28)
+    class_orders: tuple[PosInt, ...] = (1, 2, 3)  # 1 = naive Bayes (12.29)-(12.30)
+    add_k: PosFloat = 0.1
+    lm_eval_chars: PosInt = 20_000
+    lm_train_chars: NonNegInt = 0  # 0: the whole training split (1,003,854 characters)
+    lm_train_windows: PosInt = 48_000  # steps × batch_size: each window seen about once
+    class_train_pairs: PosInt = 4000
+    class_test_pairs: PosInt = 1000
+    max_chars: NonNegInt = 64  # sentences are truncated to this many characters
+    block_size: PosInt = 64
+    hidden: PosInt = 128  # LSTM / GRU width
+    embed_dim: PosInt = 64
+    num_layers: PosInt = 2  # transformer blocks
+    num_heads: PosInt = 4
+    steps: NonNegInt = 1500
+    batch_size: PosInt = 32
+    learning_rate: PosFloat = 3e-3
+    warmup_steps: NonNegInt = 100
     seed: int = 0
-    log_every: int = 100
+    log_every: PosInt = 100
     progress: bool = True
     data_path: str | None = None  # the folder holding tinyshakespeare.txt and fra-eng.txt
     workdir: str | None = "workdirs/baselines"
@@ -130,8 +131,8 @@ PRESETS = {
     "smoke": {"ngram_orders": "1,2", "class_orders": "1,2", "lm_eval_chars": 512,
               "lm_train_chars": 50_000,
               "lm_train_windows": 64, "class_train_pairs": 64, "class_test_pairs": 16,
-              "max_chars": 24, "block_size": 16, "hidden": 8, "embed_dim": 8, "layers": 1,
-              "heads": 2, "steps": 3, "warmup_steps": 1, "batch_size": 8, "log_every": 1,
+              "max_chars": 24, "block_size": 16, "hidden": 8, "embed_dim": 8, "num_layers": 1,
+              "num_heads": 2, "steps": 3, "warmup_steps": 1, "batch_size": 8, "log_every": 1,
               "progress": False},
 }
 
@@ -248,7 +249,7 @@ def lm_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
         "LSTM LM": RNNLanguageModel(vocab_size=vocab, embed_dim=cfg.embed_dim,
                                     hidden_size=cfg.hidden, cell_type="lstm"),
         "transformer LM (GPT)": TransformerLM(TransformerLMConfig(
-            vocab_size=vocab, num_layers=cfg.layers, num_heads=cfg.heads,
+            vocab_size=vocab, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
             embed_dim=cfg.embed_dim, max_len=block)),
     }
     for name, model in models.items():
@@ -295,8 +296,8 @@ def classification_task(cfg: Config, par: Parallel, workdir: str | None) -> list
         xtr, ltr = _padded(tr_seqs, cfg.max_chars, cls)
         xte, lte = _padded(te_seqs, cfg.max_chars, cls)
         if cls:
-            model = Bert(BertConfig(vocab_size=vocab, num_layers=cfg.layers,
-                                    num_heads=cfg.heads, embed_dim=cfg.embed_dim,
+            model = Bert(BertConfig(vocab_size=vocab, num_layers=cfg.num_layers,
+                                    num_heads=cfg.num_heads, embed_dim=cfg.embed_dim,
                                     mlp_dim=2 * cfg.embed_dim, max_len=cfg.max_chars + 1,
                                     type_vocab_size=0, norm="pre", dropout_rate=0.0,
                                     mlm_head=False, pooler=False, num_classes=2,

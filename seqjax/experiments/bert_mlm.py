@@ -51,6 +51,7 @@ import numpy as np
 
 from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
+from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import machine_info, pad_rows, save_json, write_run_info
 from seqjax.experiments.reports.bert_mlm import plot_results, results_table
 from seqjax.experiments.translation import load_pairs
@@ -75,11 +76,11 @@ class Config(ParallelOptions):
         test_fraction: fraction of the distinct sentences held out (MLM evaluation and
             classifier test).
         min_freq: words seen fewer times in the training sentences become ``<unk>``.
-        layers: encoder blocks.
-        heads: attention heads.
-        dim: model width ``d`` (embeddings and every block).
+        num_layers: encoder blocks.
+        num_heads: attention heads.
+        embed_dim: model width ``d`` (embeddings and every block).
         mlp_dim: hidden width of each block's MLP.
-        dropout: dropout rate of the encoder, in both stages.
+        dropout_rate: dropout rate of the encoder, in both stages.
         pretrain_steps: MLM optimiser steps.
         pretrain_batch: sentences per MLM step, over all devices (capped at the training set).
         pretrain_lr: peak AdamW learning rate of pre-training (warm-up, then cosine to 0;
@@ -103,24 +104,24 @@ class Config(ParallelOptions):
             nothing written.
     """
 
-    num_pairs: int = 0  # 0 = all pairs of the file
-    test_fraction: float = 0.1
-    min_freq: int = 2
-    layers: int = 2
-    heads: int = 4
-    dim: int = 64
-    mlp_dim: int = 128
-    dropout: float = 0.1
-    pretrain_steps: int = 3000
-    pretrain_batch: int = 128
-    pretrain_lr: float = 2e-3
-    finetune_steps: int = 300
-    finetune_batch: int = 32
-    finetune_lr: float = 1e-3
-    n_labels: tuple[int, ...] = (100, 1000, 0)  # 0 = every training sentence
+    num_pairs: NonNegInt = 0  # 0 = all pairs of the file
+    test_fraction: Fraction = 0.1
+    min_freq: PosInt = 2
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+    mlp_dim: PosInt = 128
+    dropout_rate: Fraction = 0.1
+    pretrain_steps: NonNegInt = 3000
+    pretrain_batch: PosInt = 128
+    pretrain_lr: PosFloat = 2e-3
+    finetune_steps: NonNegInt = 300
+    finetune_batch: PosInt = 32
+    finetune_lr: PosFloat = 1e-3
+    n_labels: tuple[NonNegInt, ...] = (100, 1000, 0)  # 0 = every training sentence
     seeds: tuple[int, ...] = (0, 1, 2)
-    warmup_steps: int = 100
-    log_every: int = 100
+    warmup_steps: NonNegInt = 100
+    log_every: PosInt = 100
     decoder: bool = True
     progress: bool = True
     workdir: str | None = "workdirs/bert_mlm"
@@ -129,9 +130,9 @@ class Config(ParallelOptions):
 PRESETS = {
     "smoke": {
         "num_pairs": 400,
-        "layers": 1,
-        "heads": 2,
-        "dim": 16,
+        "num_layers": 1,
+        "num_heads": 2,
+        "embed_dim": 16,
         "mlp_dim": 32,
         "pretrain_steps": 3,
         "pretrain_batch": 16,
@@ -174,13 +175,13 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
     return Bert(
         BertConfig(
             vocab_size=vocab,
-            num_layers=cfg.layers,
-            num_heads=cfg.heads,
-            embed_dim=cfg.dim,
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            embed_dim=cfg.embed_dim,
             mlp_dim=cfg.mlp_dim,
             max_len=length,
             type_vocab_size=0,
-            dropout_rate=cfg.dropout,
+            dropout_rate=cfg.dropout_rate,
             mlm_head=not classifier,
             pooler=classifier,
             num_classes=3 if classifier else None,
@@ -277,7 +278,7 @@ def pretrain(
         mlm_val,
         workdir,
         par,
-        {"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.dim, "layers": cfg.layers},
+        {"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.embed_dim, "layers": cfg.num_layers},
     )
     return model, params, metrics, seconds
 
@@ -330,12 +331,12 @@ def _lm_config(cfg: Config, vocab: int, length: int) -> TransformerLMConfig:
     """The causal LM of the decoder form: BERT's depth, width, heads, MLP and dropout."""
     return TransformerLMConfig(
         vocab_size=vocab,
-        num_layers=cfg.layers,
-        num_heads=cfg.heads,
-        embed_dim=cfg.dim,
+        num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads,
+        embed_dim=cfg.embed_dim,
         mlp_dim=cfg.mlp_dim,
         max_len=length,
-        dropout_rate=cfg.dropout,
+        dropout_rate=cfg.dropout_rate,
         tie_embeddings=True,
     )
 
@@ -397,7 +398,8 @@ def pretrain_lm(
         lm_val,
         workdir,
         par,
-        {"stage": "causal_lm", "vocab": tok.vocab_size, "dim": cfg.dim, "layers": cfg.layers},
+        {"stage": "causal_lm", "vocab": tok.vocab_size, "dim": cfg.embed_dim,
+         "layers": cfg.num_layers},
     )
     return model, params, metrics, seconds
 

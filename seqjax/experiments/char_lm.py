@@ -69,7 +69,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -81,7 +81,15 @@ from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, sample
-from seqjax.experiments._config import ConfigError, config_from_dict
+from seqjax.experiments._config import (
+    ConfigError,
+    Fraction,
+    NonNegFloat,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    config_from_dict,
+)
 from seqjax.experiments._kit import load_average, machine
 from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU_VAL_LOSS
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
@@ -97,7 +105,8 @@ from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 
-MODELS = ("transformer", "lstm")
+Model = Literal["transformer", "lstm"]
+MODELS: tuple[str, ...] = get_args(Model)
 # nanoGPT decays every 2-D parameter (embeddings included); vectors are never decayed.
 NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 
@@ -113,7 +122,7 @@ class Config(ParallelOptions):
         embed_dim: model width ``d`` (transformer) or LSTM width and embedding size.
         block_size: context length ``T`` of every training window.
         batch_size: windows per step, over all devices (the global batch).
-        dropout: on the embeddings and every residual branch (and the LSTM's outputs).
+        dropout_rate: on the embeddings and every residual branch (and the LSTM's outputs).
         attention_dropout: on the attention weights; unset = ``dropout``; 0 keeps a GPU on
             the fused cuDNN attention.
         steps: optimiser steps (the cosine schedule ends here).
@@ -127,7 +136,7 @@ class Config(ParallelOptions):
         eval_every: steps between validation estimates (0 = only at the end).
         eval_batches: random validation windows (batches) per estimate, as nanoGPT.
         full_val: also evaluate on the whole validation split at the end.
-        sample_chars: characters sampled at the end (prompt: a newline).
+        sample_chars: characters sampled at the end (prompt: a newline); 0 = no sample.
         sample_temperature: sampling temperature.
         sample_top_k: sampling keeps the k most likely characters.
         max_chars: use only the corpus's first N characters (0 = all; smoke runs).
@@ -144,35 +153,35 @@ class Config(ParallelOptions):
         workdir: checkpoints, logs, samples and the summary; rerun to resume.
     """
 
-    model: str = "transformer"
-    num_layers: int = 4
-    num_heads: int = 4
-    embed_dim: int = 128
-    block_size: int = 64
-    batch_size: int = 12
-    dropout: float = 0.0
-    attention_dropout: float | None = None
-    steps: int = 2000
-    learning_rate: float = 1e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    beta2: float = 0.99
-    clip_norm: float = 1.0
-    compute_dtype: str = "float32"
-    eval_every: int = 250
-    eval_batches: int = 20
+    model: Model = "transformer"
+    num_layers: PosInt = 4
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 128
+    block_size: PosInt = 64
+    batch_size: PosInt = 12
+    dropout_rate: Fraction = 0.0
+    attention_dropout: Fraction | None = None
+    steps: NonNegInt = 2000
+    learning_rate: PosFloat = 1e-3
+    min_lr_ratio: NonNegFloat = 0.1
+    warmup_steps: NonNegInt = 100
+    weight_decay: NonNegFloat = 0.1
+    beta2: Fraction = 0.99
+    clip_norm: NonNegFloat = 1.0
+    compute_dtype: Literal["float32", "bfloat16"] = "float32"
+    eval_every: NonNegInt = 250
+    eval_batches: PosInt = 20
     full_val: bool = True
-    sample_chars: int = 500
-    sample_temperature: float = 0.8
-    sample_top_k: int = 200
-    max_chars: int = 0
+    sample_chars: NonNegInt = 500
+    sample_temperature: NonNegFloat = 0.8
+    sample_top_k: PosInt = 200
+    max_chars: NonNegInt = 0
     data_path: str | None = None
     seed: int = 1337
-    log_every: int = 50
-    checkpoint_every: int = 500
-    input: str = "device"
-    steps_per_call: int = 10
+    log_every: PosInt = 50
+    checkpoint_every: NonNegInt = 500
+    input: Literal["device", "host"] = "device"
+    steps_per_call: PosInt = 10
     flat_optimizer: bool = True
     progress: bool = True
     workdir: str | None = "workdirs/char_lm"
@@ -184,7 +193,7 @@ PRESETS: dict[str, dict[str, Any]] = {
               "eval_batches": 2, "sample_chars": 24, "max_chars": 20000, "log_every": 2,
               "checkpoint_every": 0, "steps_per_call": 1},
     "gpu": {"num_layers": 6, "num_heads": 6, "embed_dim": 384, "block_size": 256,
-            "batch_size": 64, "dropout": 0.2, "steps": 5000, "eval_batches": 200,
+            "batch_size": 64, "dropout_rate": 0.2, "steps": 5000, "eval_batches": 200,
             "compute_dtype": "bfloat16", "log_every": 100, "checkpoint_every": 1000,
             "steps_per_call": 1},
     "lstm": {"model": "lstm", "num_layers": 2, "embed_dim": 224, "learning_rate": 2e-3},
@@ -266,20 +275,22 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
     if cfg.model == "transformer":
         return TransformerLM(TransformerLMConfig(
             vocab_size=vocab_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-            embed_dim=cfg.embed_dim, max_len=cfg.block_size, dropout_rate=cfg.dropout,
+            embed_dim=cfg.embed_dim, max_len=cfg.block_size, dropout_rate=cfg.dropout_rate,
             attention_dropout_rate=cfg.attention_dropout, use_bias=False, activation="gelu",
         ), dtype=dtype)
     return RNNLanguageModel(
         vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
         # cell_kwargs as pairs, not a dict: the model must be hashable (a static jit argument).
-        cell_type="lstm", dropout_rate=cfg.dropout, cell_kwargs=(("forget_bias", 1.0),),
+        cell_type="lstm", dropout_rate=cfg.dropout_rate, cell_kwargs=(("forget_bias", 1.0),),
         dtype=dtype,
     )
 
 
 def model_config(cfg: Config, vocab_size: int) -> dict:
-    keys = ("model", "num_layers", "num_heads", "embed_dim", "block_size", "dropout")
-    out = {"vocab_size": vocab_size, **{k: getattr(cfg, k) for k in keys}}
+    keys = ("model", "num_layers", "num_heads", "embed_dim", "block_size")
+    # "dropout": the checkpoints' name for --dropout_rate (checkpoints of earlier runs resume)
+    out = {"vocab_size": vocab_size, **{k: getattr(cfg, k) for k in keys},
+           "dropout": cfg.dropout_rate}
     if cfg.attention_dropout is not None:  # absent before the option existed: old runs match
         out["attention_dropout"] = cfg.attention_dropout
     return out
@@ -410,7 +421,7 @@ def run(cfg: Config) -> dict:
     params = par.gather(params)  # a host copy for sampling (identical on every process)
     text = generate_ids(model, params, cfg, tok.encode("\n"), max_new_tokens=cfg.sample_chars,
                         temperature=cfg.sample_temperature, top_k=cfg.sample_top_k,
-                        seed=cfg.seed)
+                        seed=cfg.seed) if cfg.sample_chars else []  # 0: no sample
     sample_text = tok.decode(text)
     curve = [(r["step"], r["loss"], r.get("eval/loss")) for r in read_history(cfg, result)]
     summary = {

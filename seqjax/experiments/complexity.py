@@ -76,7 +76,7 @@ import collections
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +84,7 @@ import numpy as np
 from flax import linen as nn
 from jax.extend import core as jex
 
+from seqjax.experiments._config import PosInt
 from seqjax.experiments._kit import write_results
 from seqjax.experiments.reports.complexity import plot_costs, report
 from seqjax.nn import (
@@ -96,7 +97,8 @@ from seqjax.nn import (
 )
 
 Array = jax.Array
-MODELS = ("rnn", "cnn", "cnn_dilated", "attention", "linear_attention", "ssm")
+Model = Literal["rnn", "cnn", "cnn_dilated", "attention", "linear_attention", "ssm"]
+MODELS: tuple[str, ...] = get_args(Model)
 CNNS = ("cnn", "cnn_dilated")
 
 
@@ -109,7 +111,7 @@ class Config:
             ``linear_attention`` and/or ``ssm``.
         lengths: sequence lengths ``T`` measured.
         width: model width ``d`` of every layer (also the RNN's state and the SSM's features).
-        heads: heads of attention and linear attention.
+        num_heads: heads of attention and linear attention.
         d_state: the SSM's state size ``N_s``.
         kernel_size: the CNNs' kernel ``k`` (≥ 2: a stack of ``k = 1`` layers never widens
             its receptive field); also the dilated stack's dilation base.
@@ -122,19 +124,20 @@ class Config:
             ``seqjax/experiments/results``); unset = not.
     """
 
-    models: tuple[str, ...] = MODELS
-    lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
-    width: int = 64
-    heads: int = 4
-    d_state: int = 16
-    kernel_size: int = 3
-    fit_last: int = 3  # fit the growth exponent on the largest lengths
+    models: tuple[Model, ...] = MODELS
+    lengths: tuple[PosInt, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
+    width: PosInt = 64
+    num_heads: PosInt = 4
+    d_state: PosInt = 16
+    kernel_size: PosInt = 3
+    fit_last: PosInt = 3  # fit the growth exponent on the largest lengths
     seed: int = 0
     workdir: str | None = "workdirs/complexity"
     results_dir: str | None = None
 
 
-PRESETS = {"smoke": {"lengths": (16, 32, 64), "width": 8, "heads": 2, "d_state": 4, "fit_last": 2}}
+PRESETS = {"smoke": {"lengths": (16, 32, 64), "width": 8, "num_heads": 2, "d_state": 4,
+                     "fit_last": 2}}
 
 
 # ----------------------------------------------------------------------------- layers
@@ -151,10 +154,10 @@ def layer(name: str, cfg: Config) -> tuple[Any, Callable[[Any, Array], Array]]:
         )
         return module, lambda p, x: module.apply(p, x)
     if name == "attention":
-        module = MultiHeadAttention(num_heads=cfg.heads)
+        module = MultiHeadAttention(num_heads=cfg.num_heads)
         return module, lambda p, x: module.apply(p, x, is_causal=True)
     if name == "linear_attention":
-        module = LinearAttention(num_heads=cfg.heads)
+        module = LinearAttention(num_heads=cfg.num_heads)
         return module, lambda p, x: module.apply(p, x, is_causal=True)
     if name == "ssm":
         module = SelectiveSSM(features=cfg.width, d_state=cfg.d_state)

@@ -32,12 +32,13 @@ import collections
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import numpy as np
 
 from seqjax.data.batching import split_arrays
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import (
     machine_info,
     save_json,
@@ -50,7 +51,8 @@ from seqjax.models.vit import ViT, ViTConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
-MODELS = ("elman", "lstm", "gru", "bilstm", "transformer", "vit")
+Model = Literal["elman", "lstm", "gru", "bilstm", "transformer", "vit"]
+MODELS: tuple[str, ...] = get_args(Model)
 LABELS = {
     "elman": "Elman RNN (rows)",
     "lstm": "LSTM (rows)",
@@ -72,8 +74,8 @@ class Config(ParallelOptions):
             mean ± sd over them.
         test_fraction: fraction of the 1,797 images held out for test (a fixed split).
         hidden: RNN width (one layer); width ``d`` of the transformer and ViT (MLP ``2d``).
-        layers: transformer and ViT blocks.
-        heads: attention heads (transformer and ViT).
+        num_layers: transformer and ViT blocks.
+        num_heads: attention heads (transformer and ViT).
         patch_size: the ViT's patch side in pixels (must divide 8).
         batch_size: images per step, over all devices (capped at the training set).
         steps: optimiser steps of each run.
@@ -87,26 +89,26 @@ class Config(ParallelOptions):
             ``digits.json`` and ``digits_accuracy.png``; unset = nothing written.
     """
 
-    models: tuple[str, ...] = MODELS
+    models: tuple[Model, ...] = MODELS
     seeds: tuple[int, ...] = (0, 1, 2)
-    test_fraction: float = 0.2
-    hidden: int = 64
-    layers: int = 2  # transformer / ViT blocks
-    heads: int = 4
-    patch_size: int = 2
-    batch_size: int = 64
-    steps: int = 1500
-    learning_rate: float = 3e-3
-    warmup_steps: int = 100
-    clip_norm: float = 1.0
-    weight_decay: float = 1e-4
-    log_every: int = 100
+    test_fraction: Fraction = 0.2
+    hidden: PosInt = 64
+    num_layers: PosInt = 2  # transformer / ViT blocks
+    num_heads: PosInt = 4
+    patch_size: PosInt = 2
+    batch_size: PosInt = 64
+    steps: NonNegInt = 1500
+    learning_rate: PosFloat = 3e-3
+    warmup_steps: NonNegInt = 100
+    clip_norm: NonNegFloat = 1.0
+    weight_decay: NonNegFloat = 1e-4
+    log_every: PosInt = 100
     progress: bool = True
     workdir: str | None = "workdirs/digits"
 
 
 PRESETS = {
-    "smoke": {"models": "lstm,vit", "seeds": "0", "hidden": 8, "layers": 1, "heads": 2,
+    "smoke": {"models": "lstm,vit", "seeds": "0", "hidden": 8, "num_layers": 1, "num_heads": 2,
               "steps": 3, "warmup_steps": 1, "log_every": 1, "batch_size": 16,
               "progress": False},
 }
@@ -119,7 +121,7 @@ def make_classifier(name: str, cfg: Config) -> tuple[Any, str]:
         return RNNClassifier(num_classes=10, vocab_size=None, hidden_size=cfg.hidden,
                              cell_type=cell, bidirectional=name == "bilstm",
                              pooling="last"), "rows"
-    common = dict(num_classes=10, num_layers=cfg.layers, num_heads=cfg.heads,
+    common = dict(num_classes=10, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
                   embed_dim=cfg.hidden, mlp_dim=2 * cfg.hidden)
     if name == "transformer":
         # An 8×1 image with 8 channels: patch (i, 0) is row i, so the tokens are the rows.

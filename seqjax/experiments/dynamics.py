@@ -42,12 +42,13 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, Range
 from seqjax.experiments._kit import write_results
 from seqjax.experiments.reports.dynamics import plot_dynamics, report
 from seqjax.nn.cells import ElmanCell
@@ -61,6 +62,8 @@ ACTIVATIONS: dict[str, tuple[Callable[[Array], Array], float]] = {
     "identity": (lambda a: a, 1.0),
 }
 FORMS = ("slides", "elman")
+LogisticR = Annotated[float, Range(low=0, high=4, high_closed=True)]  # keeps [0, 1]
+Activation = Literal["tanh", "sigmoid", "identity"]  # the keys of ACTIVATIONS
 DERIVATIVE_STEPS = 60  # ∂x_T/∂x_0 of the logistic map (float32 autodiff stays finite)
 
 
@@ -92,21 +95,21 @@ class Config:
     """
 
     # part A: the logistic map
-    orbit_r: float = 3.5
-    orbit_x0: float = 0.2
-    orbit_steps: int = 40
-    r_min: float = 2.5
-    r_max: float = 4.0
-    r_points: int = 1500
-    transient: int = 500
-    keep: int = 200
+    orbit_r: LogisticR = 3.5
+    orbit_x0: Annotated[float, Range(low=0, high=1, high_closed=True)] = 0.2
+    orbit_steps: PosInt = 40
+    r_min: LogisticR = 2.5
+    r_max: LogisticR = 4.0
+    r_points: PosInt = 1500
+    transient: NonNegInt = 500
+    keep: PosInt = 200
     # part B: the BPTT bound
-    hidden: int = 16
-    input_size: int = 4
-    length: int = 40
-    norms: tuple[float, ...] = (0.5, 0.9, 1.0, 1.1, 2.0)
-    activations: tuple[str, ...] = ("tanh", "sigmoid", "identity")
-    trials: int = 10
+    hidden: PosInt = 16
+    input_size: PosInt = 4
+    length: PosInt = 40
+    norms: tuple[PosFloat, ...] = (0.5, 0.9, 1.0, 1.1, 2.0)
+    activations: tuple[Activation, ...] = ("tanh", "sigmoid", "identity")
+    trials: PosInt = 10
     seed: int = 0
     workdir: str | None = "workdirs/dynamics"
     results_dir: str | None = None

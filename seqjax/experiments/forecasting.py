@@ -39,6 +39,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.packaged import forecasting_windows, sunspots
+from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import fit_arrays, init_state, write_results, write_run_info
 from seqjax.experiments.reports.forecasting import plot_forecasts, report
 from seqjax.nn import RNN, Dense, GRUCell
@@ -75,17 +76,17 @@ class Config(ParallelOptions):
         results_dir: also write the plot and ``forecasting.md`` here; ``None`` = not.
     """
 
-    train_until: int = 1920  # last training year; the rest is the test period
-    window: int = 40
-    horizon: int = 22  # two solar cycles
-    hidden: int = 32
-    ar_order: int = 9
-    steps: int = 1500
-    batch_size: int = 32
-    learning_rate: float = 3e-3
-    clip_norm: float = 1.0
+    train_until: PosInt = 1920  # last training year; the rest is the test period
+    window: PosInt = 40
+    horizon: PosInt = 22  # two solar cycles
+    hidden: PosInt = 32
+    ar_order: PosInt = 9
+    steps: NonNegInt = 1500
+    batch_size: PosInt = 32
+    learning_rate: PosFloat = 3e-3
+    clip_norm: NonNegFloat = 1.0
     seeds: tuple[int, ...] = (0, 1, 2)
-    log_every: int = 250
+    log_every: PosInt = 250
     progress: bool = False
     workdir: str | None = "workdirs/forecasting"
     results_dir: str | None = None

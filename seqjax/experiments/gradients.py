@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.synthetic import adding_problem
+from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import (
     command_line,
     host_rows,
@@ -56,7 +57,8 @@ from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import NonFiniteLossError
 from seqjax.utils import count_params
 
-CELLS = ("elman", "lstm", "gru")
+Cell = Literal["elman", "lstm", "gru"]
+CELLS: tuple[str, ...] = get_args(Cell)
 
 
 @dataclass(frozen=True)
@@ -92,26 +94,26 @@ class Config(ParallelOptions):
         results_dir: also write the plots and ``gradients.md`` here; ``None`` = not.
     """
 
-    hidden: int = 32
+    hidden: PosInt = 32
     # part A
-    distance_steps: int = 300
-    radii: tuple[float, ...] = (0.8, 1.0, 1.2, 2.0)
-    input_size: int = 8
-    input_scales: tuple[float, ...] = (0.1, 1.0)
-    profile_batch: int = 32
+    distance_steps: PosInt = 300
+    radii: tuple[PosFloat, ...] = (0.8, 1.0, 1.2, 2.0)
+    input_size: PosInt = 8
+    input_scales: tuple[PosFloat, ...] = (0.1, 1.0)
+    profile_batch: PosInt = 32
     gated_at_init: bool = True
     # part B
-    lengths: tuple[int, ...] = (50, 100, 200, 400)
-    cells: tuple[str, ...] = CELLS
+    lengths: tuple[PosInt, ...] = (50, 100, 200, 400)
+    cells: tuple[Cell, ...] = CELLS
     clipping: tuple[bool, ...] = (True, False)
-    no_clip_lengths: tuple[int, ...] | None = None  # clipping-off runs only at these T
-    clip_norm: float = 1.0
-    steps: int = 1000
-    batch_size: int = 32
-    learning_rate: float = 3e-3
-    test_examples: int = 1000
-    eval_every: int = 100
-    profile_length: int = 200
+    no_clip_lengths: tuple[PosInt, ...] | None = None  # clipping-off runs only at these T
+    clip_norm: NonNegFloat = 1.0
+    steps: NonNegInt = 1000
+    batch_size: PosInt = 32
+    learning_rate: PosFloat = 3e-3
+    test_examples: PosInt = 1000
+    eval_every: NonNegInt = 100
+    profile_length: NonNegInt = 200
     seed: int = 0
     workdir: str | None = "workdirs/gradients"
     results_dir: str | None = None

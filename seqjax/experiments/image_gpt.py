@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +50,7 @@ from seqjax.data.batching import split_arrays
 from seqjax.data.iterators import ArrayIterator
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import pad_rows, write_results, write_run_info
 from seqjax.experiments.reports.image_gpt import plot_samples, report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig
@@ -61,7 +62,8 @@ from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
 Array = jax.Array
-TOKENISATIONS = ("pixels", "patches")
+Tokenisation = Literal["pixels", "patches"]
+TOKENISATIONS: tuple[str, ...] = get_args(Tokenisation)
 
 
 @dataclass(frozen=True)
@@ -74,10 +76,10 @@ class Config(ParallelOptions):
         pixel_codes: ``K``, grey levels of the ``pixels`` palette (K-means).
         patch_codes: ``K``, patch vectors of the ``patches`` codebook (K-means).
         patch_size: side of a ``patches`` token in pixels (must divide 8).
-        layers: transformer blocks.
-        heads: attention heads.
+        num_layers: transformer blocks.
+        num_heads: attention heads.
         embed_dim: model width ``d``.
-        dropout: dropout rate on the embeddings, residual branches and attention weights.
+        dropout_rate: dropout rate on the embeddings, residual branches and attention weights.
         steps: AdamW steps per tokenisation (the cosine schedule ends here).
         batch_size: images per step, over all devices (the global batch).
         learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 0).
@@ -99,25 +101,25 @@ class Config(ParallelOptions):
         results_dir: also write the plot and ``image_gpt.md`` here; ``None`` = not.
     """
 
-    tokens: tuple[str, ...] = TOKENISATIONS
-    pixel_codes: int = 4
-    patch_codes: int = 32
-    patch_size: int = 2
-    layers: int = 2
-    heads: int = 4
-    embed_dim: int = 64
-    dropout: float = 0.1
-    steps: int = 1500
-    batch_size: int = 64
-    learning_rate: float = 3e-3
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
-    val_fraction: float = 0.1
-    eval_every: int = 100
-    num_samples: int = 32
-    temperature: float = 1.0
+    tokens: tuple[Tokenisation, ...] = TOKENISATIONS
+    pixel_codes: PosInt = 4
+    patch_codes: PosInt = 32
+    patch_size: PosInt = 2
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+    dropout_rate: Fraction = 0.1
+    steps: NonNegInt = 1500
+    batch_size: PosInt = 64
+    learning_rate: PosFloat = 3e-3
+    warmup_steps: NonNegInt = 100
+    weight_decay: NonNegFloat = 0.01
+    val_fraction: Fraction = 0.1
+    eval_every: NonNegInt = 100
+    num_samples: PosInt = 32
+    temperature: PosFloat = 1.0
     seed: int = 0
-    log_every: int = 250
+    log_every: PosInt = 250
     progress: bool = False
     workdir: str | None = "workdirs/image_gpt"
     results_dir: str | None = None
@@ -128,8 +130,8 @@ class Config(ParallelOptions):
 PRESETS = {
     "smoke": {
         "tokens": ("patches",),
-        "layers": 1,
-        "heads": 2,
+        "num_layers": 1,
+        "num_heads": 2,
         "embed_dim": 32,
         "steps": 200,
         "warmup_steps": 20,
@@ -234,12 +236,12 @@ def train_lm(
     model = TransformerLM(
         TransformerLMConfig(
             vocab_size=vocab,
-            num_layers=cfg.layers,
-            num_heads=cfg.heads,
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
             embed_dim=cfg.embed_dim,
             max_len=length + 1,
             tie_embeddings=False,
-            dropout_rate=cfg.dropout,
+            dropout_rate=cfg.dropout_rate,
         )
     )
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))["params"]
@@ -267,7 +269,7 @@ def train_lm(
         return jnp.where(not_code_V, -jnp.inf, logits)
 
     def loss_fn(p: Any, batch: dict, rng: Array) -> tuple[Array, dict]:
-        logits = code_logits(p, batch["inputs"], rng if cfg.dropout > 0 else None)
+        logits = code_logits(p, batch["inputs"], rng if cfg.dropout_rate > 0 else None)
         return masked_cross_entropy(logits, batch["targets"], batch["mask"]), {}
 
     def nll_fn(p: Any, batch: dict) -> dict:  # summed over the kept (code) targets

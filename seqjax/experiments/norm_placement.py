@@ -24,7 +24,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +32,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.iterators import LMWindowIterator
+from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import command_line, init_state, load_average, machine, write_run_info
 from seqjax.experiments.char_lm import load_data, val_windows
 from seqjax.experiments.reports.norm_placement import plot_curves, report
@@ -47,7 +48,8 @@ from seqjax.train.records import NonFiniteLossError
 from seqjax.train.step import flax_apply_fn
 from seqjax.utils import count_params
 
-NORMS = ("pre", "post")
+Norm = Literal["pre", "post"]
+NORMS: tuple[str, ...] = get_args(Norm)
 
 
 @dataclass(frozen=True)
@@ -79,20 +81,20 @@ class Config(ParallelOptions):
         results_dir: also write the report and the plot here; unset = nowhere else.
     """
 
-    norms: tuple[str, ...] = NORMS
-    warmups: tuple[int, ...] = (100, 0)
-    num_layers: int = 6
-    num_heads: int = 4
-    embed_dim: int = 64
-    block_size: int = 64
-    batch_size: int = 16
-    steps: int = 500
-    learning_rate: float = 2e-3
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    clip_norm: float = 0.0
-    eval_batches: int = 10
-    max_chars: int = 0
+    norms: tuple[Norm, ...] = NORMS
+    warmups: tuple[NonNegInt, ...] = (100, 0)
+    num_layers: PosInt = 6
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+    block_size: PosInt = 64
+    batch_size: PosInt = 16
+    steps: NonNegInt = 500
+    learning_rate: PosFloat = 2e-3
+    min_lr_ratio: NonNegFloat = 0.1
+    weight_decay: NonNegFloat = 0.1
+    clip_norm: NonNegFloat = 0.0
+    eval_batches: PosInt = 10
+    max_chars: NonNegInt = 0
     data_path: str | None = None
     seed: int = 0
     tag: str = ""  # suffix of the output files (norm_placement{tag}.md/.png/.json)

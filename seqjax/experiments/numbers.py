@@ -40,12 +40,14 @@ import jax
 import numpy as np
 
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import machine_info, mean_sd, save_json, write_run_info
 from seqjax.experiments.reports.numbers import plot_exact_match
 from seqjax.experiments.reports.translation import plot_attention
 from seqjax.experiments.translation import (
     ARCH_LABELS,
     ARCHS,
+    Arch,
     TrainSpec,
     attention_map,
     build_tokenizer,
@@ -77,8 +79,8 @@ class Config(ParallelOptions):
         embed_dim: word-embedding size of the GRU models (the transformer uses ``hidden``).
         hidden: GRU hidden size, or the transformer's width (its MLP is ``2 × hidden``).
         transformer_layers: encoder layers and decoder layers, each (``transformer``).
-        heads: attention heads (``transformer``).
-        dropout: dropout rate of every model.
+        num_heads: attention heads (``transformer``).
+        dropout_rate: dropout rate of every model.
         batch_size: training pairs per step, over all devices (the global batch; at most the
             training set).
         steps: optimiser steps per model (the cosine schedule ends here).
@@ -97,25 +99,25 @@ class Config(ParallelOptions):
             plots and ``numbers.json``; rerun to resume; unset = nothing written.
     """
 
-    archs: tuple[str, ...] = ("bahdanau",)
+    archs: tuple[Arch, ...] = ("bahdanau",)
     seeds: tuple[int, ...] = (0,)
-    max_number: int = 10000
-    test_fraction: float = 0.2
-    embed_dim: int = 32
-    hidden: int = 64
-    transformer_layers: int = 2
-    heads: int = 4
-    dropout: float = 0.0
-    batch_size: int = 64
-    steps: int = 2000
-    learning_rate: float = 5e-3
-    warmup_steps: int = 100
-    clip_norm: float = 1.0
-    eval_every: int = 1000
-    beam_size: int = 1
-    decode_batch: int = 500
-    heatmap_number: int = 97
-    log_every: int = 200
+    max_number: PosInt = 10000
+    test_fraction: Fraction = 0.2
+    embed_dim: PosInt = 32
+    hidden: PosInt = 64
+    transformer_layers: PosInt = 2
+    num_heads: PosInt = 4
+    dropout_rate: Fraction = 0.0
+    batch_size: PosInt = 64
+    steps: NonNegInt = 2000
+    learning_rate: PosFloat = 5e-3
+    warmup_steps: NonNegInt = 100
+    clip_norm: NonNegFloat = 1.0
+    eval_every: NonNegInt = 1000
+    beam_size: PosInt = 1
+    decode_batch: PosInt = 500
+    heatmap_number: NonNegInt = 97
+    log_every: PosInt = 200
     progress: bool = True
     workdir: str | None = "workdirs/numbers"
 
@@ -187,8 +189,8 @@ def _data(cfg: Config) -> _Data:
 
 def _model(cfg: Config, arch: str, d: _Data) -> Any:
     return make_model(arch, d.src_tok.vocab_size, d.tgt_tok.vocab_size,
-                      embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout,
-                      transformer_layers=cfg.transformer_layers, heads=cfg.heads)
+                      embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout_rate,
+                      transformer_layers=cfg.transformer_layers, heads=cfg.num_heads)
 
 
 def _english(prompt: str) -> str:

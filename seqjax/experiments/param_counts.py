@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from seqjax.experiments._config import PosInt
 from seqjax.experiments._kit import command_line, load_average, machine, write_results
 from seqjax.experiments.reports.param_counts import MEDL_TOTAL, VASWANI_BASE, report
 from seqjax.models.bert import Bert
@@ -54,7 +55,7 @@ class Config:
 
     presets: tuple[str, ...] = ("vaswani-big", "nanogpt-cpu", "nanogpt-shakespeare-char",
                                 "gpt2-small", "bert-base", "bert-large", "vit-base-16")
-    vocab_size: int = 37000
+    vocab_size: PosInt = 37000
     seed: int = 0
     workdir: str | None = "workdirs/param_counts"
     results_dir: str | None = None

@@ -38,7 +38,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.synthetic import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
-from seqjax.experiments._config import config_from_dict
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, config_from_dict
 from seqjax.experiments._kit import (
     command_line,
     host_rows,
@@ -70,7 +70,9 @@ from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
-POSITIONS = ("none", "sinusoidal", "learned", "rope")
+Position = Literal["none", "sinusoidal", "learned", "rope"]
+Task = Literal["reverse", "sort"]
+POSITIONS: tuple[str, ...] = get_args(Position)
 TASKS = {"reverse": reverse_task, "sort": sort_task}
 SEP = BOS_ID  # the separator between source and target (the decoder's <start>)
 
@@ -111,25 +113,25 @@ class Config(ParallelOptions):
     """
 
     # heat maps
-    medl_dim: int = 768
-    medl_length: int = 4000
-    bishop_dim: int = 100
-    bishop_base: float = 30.0
-    bishop_length: int = 200
+    medl_dim: PosInt = 768
+    medl_length: PosInt = 4000
+    bishop_dim: PosInt = 100
+    bishop_base: PosFloat = 30.0
+    bishop_length: PosInt = 200
     # ablation
-    tasks: tuple[str, ...] = ("reverse", "sort")
-    positions: tuple[str, ...] = POSITIONS
-    num_symbols: int = 8
-    train_max_length: int = 10
-    test_max_length: int = 16
-    test_per_length: int = 128
-    embed_dim: int = 64
-    num_heads: int = 4
-    num_layers: int = 2
-    steps: int = 1000
-    batch_size: int = 64
-    learning_rate: float = 3e-3
-    warmup_steps: int = 100
+    tasks: tuple[Task, ...] = ("reverse", "sort")
+    positions: tuple[Position, ...] = POSITIONS
+    num_symbols: PosInt = 8
+    train_max_length: PosInt = 10
+    test_max_length: PosInt = 16
+    test_per_length: PosInt = 128
+    embed_dim: PosInt = 64
+    num_heads: PosInt = 4
+    num_layers: PosInt = 2
+    steps: NonNegInt = 1000
+    batch_size: PosInt = 64
+    learning_rate: PosFloat = 3e-3
+    warmup_steps: NonNegInt = 100
     seed: int = 0
     keep_previous: bool = False  # keep the work dir's earlier runs of other tasks/encodings
     workdir: str | None = "workdirs/positions"

@@ -82,6 +82,7 @@ import optax
 from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.data.iterators import TBPTTIterator
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import load_average, machine
 from seqjax.experiments.reports.ptb_lm import (
     ZAREMBA_SMALL_TEST_PPL,
@@ -107,7 +108,7 @@ class Config(ParallelOptions):
     Attributes:
         hidden_size: LSTM width and embedding size.
         num_layers: stacked LSTM layers.
-        dropout: rate on the embeddings, between layers and before the output layer.
+        dropout_rate: rate on the embeddings, between layers and before the output layer.
         recurrent_bias: two biases per LSTM gate (``main.lua``'s i2h and h2h); false = one.
         init_scale: every parameter is drawn from ``U(-init_scale, init_scale)`` (> 0).
         batch_size: contiguous streams the training split is cut into (rows per step, over
@@ -136,26 +137,26 @@ class Config(ParallelOptions):
             resume; unset = nothing written.
     """
 
-    hidden_size: int = 200
-    num_layers: int = 2
-    dropout: float = 0.0
+    hidden_size: PosInt = 200
+    num_layers: PosInt = 2
+    dropout_rate: Fraction = 0.0
     recurrent_bias: bool = True
-    init_scale: float = 0.1
-    batch_size: int = 20
-    num_steps: int = 20
-    epochs: int = 13
-    max_epoch: int = 4
-    lr_decay: float = 0.5
-    learning_rate: float = 1.0
-    clip_norm: float = 5.0
+    init_scale: PosFloat = 0.1
+    batch_size: PosInt = 20
+    num_steps: PosInt = 20
+    epochs: PosInt = 13
+    max_epoch: PosInt = 4
+    lr_decay: PosFloat = 0.5
+    learning_rate: PosFloat = 1.0
+    clip_norm: NonNegFloat = 5.0
     sum_over_time: bool = True
-    steps: int = 0
-    test_batch_size: int = 1
-    eval_chunk_tokens: int = 4096
-    max_tokens: int = 0
+    steps: NonNegInt = 0
+    test_batch_size: PosInt = 1
+    eval_chunk_tokens: PosInt = 4096
+    max_tokens: NonNegInt = 0
     seed: int = 0
-    log_every: int = 1
-    print_every: int = 200
+    log_every: PosInt = 1
+    print_every: NonNegInt = 200
     progress: bool = False
     workdir: str | None = "workdirs/ptb_lm"
 
@@ -190,7 +191,7 @@ def build_model(cfg: Config, vocab_size: int) -> RNNLanguageModel:
     two biases per gate, ``main.lua``'s i2h and h2h), untied softmax with bias."""
     return RNNLanguageModel(vocab_size=vocab_size, embed_dim=cfg.hidden_size,
                             hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                            cell_type="lstm", dropout_rate=cfg.dropout,
+                            cell_type="lstm", dropout_rate=cfg.dropout_rate,
                             cell_kwargs={"recurrent_bias": cfg.recurrent_bias})
 
 

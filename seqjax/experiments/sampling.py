@@ -44,6 +44,7 @@ import numpy as np
 
 from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.experiments import char_lm
+from seqjax.experiments._config import NonNegInt, PosInt
 from seqjax.experiments._kit import machine_info, save_json
 from seqjax.experiments.reports.sampling import plot_sampling
 from seqjax.models.gpt import TransformerLM
@@ -80,13 +81,13 @@ class Config:
     """
 
     lm_workdir: str = "workdirs/char_lm"  # "" = always train a small LM here
-    fallback_steps: int = 1000
-    fallback_max_chars: int = 0  # 0 = all of Tiny Shakespeare
+    fallback_steps: PosInt = 1000
+    fallback_max_chars: NonNegInt = 0  # 0 = all of Tiny Shakespeare
     fallback_smoke: bool = False  # train char_lm's "smoke" model instead (CI)
     strategies: tuple[str, ...] = STRATEGIES
-    num_prompts: int = 16
-    prompt_chars: int = 32
-    new_chars: int = 200
+    num_prompts: PosInt = 16
+    prompt_chars: PosInt = 32
+    new_chars: PosInt = 200
     seed: int = 0
     workdir: str | None = "workdirs/sampling"
 

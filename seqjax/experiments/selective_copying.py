@@ -48,7 +48,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +57,7 @@ import optax
 from flax import linen as nn
 
 from seqjax.data.synthetic import associative_recall, selective_copying
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import host_rows, pad_rows, write_run_info
 from seqjax.experiments._runner import experiment_main
 from seqjax.experiments.reports.selective_copying import report
@@ -71,8 +72,10 @@ from seqjax.train.optim import TrainState
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
-TASKS = ("selective_copying", "associative_recall")
-MODELS = ("lstm", "transformer", "linear", "mamba", "mamba-lti")
+Task = Literal["selective_copying", "associative_recall"]
+Model = Literal["lstm", "transformer", "linear", "mamba", "mamba-lti"]
+TASKS: tuple[str, ...] = get_args(Task)
+MODELS: tuple[str, ...] = get_args(Model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,14 +88,14 @@ class Config(ParallelOptions):
             ``mamba-lti``; every task is run with every model.
         runs: an explicit comma list of ``task:model`` runs; overrides ``tasks`` ×
             ``models`` when set (``""`` = use them).
-        d_model: model width ``d`` (the embedding and every layer).
+        embed_dim: model width ``d`` (the embedding and every layer).
         num_layers: LSTM layers, transformer blocks or Mamba blocks.
         num_heads: attention heads (``transformer``, ``linear``).
         d_state: SSM state size ``N`` per channel (``mamba``, ``mamba-lti``).
         scan_impl: the Mamba scan: ``sequential`` (``lax.scan``) or ``associative``
             (``lax.associative_scan``).
         steps: training steps of every run; ``None`` = ``DEFAULT_STEPS`` of the task (1500).
-        batch: sequences per step over all devices (the global batch), fresh every step.
+        batch_size: sequences per step over all devices (the global batch), fresh every step.
         learning_rate: peak AdamW rate (weight decay 0.01, gradient clip 1.0), after the
             warm-up; cosine decay to 0 at the last step.
         warmup: linear warm-up steps.
@@ -113,33 +116,37 @@ class Config(ParallelOptions):
             ``WORKDIR/TASK_MODEL``; ``None`` = write nothing.
     """
 
-    tasks: str = "selective_copying,associative_recall"  # comma list of TASKS
-    models: str = "lstm,transformer,linear,mamba,mamba-lti"  # comma list of MODELS
+    tasks: tuple[Task, ...] = TASKS  # comma list on the command line
+    models: tuple[Model, ...] = MODELS
     runs: str = ""  # explicit "task:model,..." list; overrides tasks × models when set
-    d_model: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    d_state: int = 8
-    scan_impl: str = "sequential"  # on CPU at this size, ~2x faster than "associative"
-    steps: int | None = None  # default: DEFAULT_STEPS[task]
-    batch: int = 32
-    learning_rate: float = 3e-3
-    warmup: int = 100
-    eval_examples: int = 1024
+    embed_dim: PosInt = 64
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    d_state: PosInt = 8
+    # on CPU at this size, "sequential" is ~2x faster than "associative"
+    scan_impl: Literal["sequential", "associative"] = "sequential"
+    steps: NonNegInt | None = None  # default: DEFAULT_STEPS[task]
+    batch_size: PosInt = 32
+    learning_rate: PosFloat = 3e-3
+    warmup: NonNegInt = 100
+    eval_examples: PosInt = 1024
     seed: int = 0
     # selective copying
-    seq_len: int = 32
-    num_tokens: int = 8
-    num_symbols: int = 8
+    seq_len: PosInt = 32
+    num_tokens: PosInt = 8
+    num_symbols: PosInt = 8
     # associative recall
-    num_pairs: int = 8
-    num_keys: int = 16
-    num_values: int = 16
+    num_pairs: PosInt = 8
+    num_keys: PosInt = 16
+    num_values: PosInt = 16
     # bookkeeping
     fast_compile: bool = False  # LLVM -O0 (smoke runs, where compiling is the whole cost)
     out: str | None = None  # markdown report
     json_out: str | None = None  # raw results
     workdir: str | None = None  # run.json; checkpoints and metrics of each run
+
+    def __post_init__(self) -> None:
+        plan(self)  # --runs is checked at the door, before the work dir is written
 
 
 DEFAULT_STEPS = {"selective_copying": 1500, "associative_recall": 1500}
@@ -147,7 +154,7 @@ PRESETS = {
     # Every model on selective copying and the SSM on associative recall, tiny: seconds.
     "smoke": dict(
         runs=",".join([f"selective_copying:{m}" for m in MODELS] + ["associative_recall:mamba"]),
-        steps=4, batch=8, eval_examples=8, d_model=16, d_state=4, seq_len=12, num_tokens=3,
+        steps=4, batch_size=8, eval_examples=8, embed_dim=16, d_state=4, seq_len=12, num_tokens=3,
         num_pairs=3, num_keys=6, num_values=6, warmup=2, fast_compile=True,
     ),
 }
@@ -158,14 +165,14 @@ def plan(cfg: Config) -> list[tuple[str, str]]:
     if cfg.runs:
         runs = [tuple(r.split(":", 1)) for r in cfg.runs.split(",") if r]
         if any(len(r) != 2 for r in runs):
-            raise ValueError(f"`runs` must be a comma list of task:model; got {cfg.runs!r}.")
+            raise ValueError(f"--runs must be a comma list of task:model; got {cfg.runs!r}.")
     else:
-        runs = [(t, m) for t in cfg.tasks.split(",") if t for m in cfg.models.split(",") if m]
+        runs = [(t, m) for t in cfg.tasks for m in cfg.models]
     for task, model in runs:
         if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; choose from {TASKS}.")
+            raise ValueError(f"--runs: unknown task {task!r}; choose from {TASKS}.")
         if model not in MODELS:
-            raise ValueError(f"unknown model {model!r}; choose from {MODELS}.")
+            raise ValueError(f"--runs: unknown model {model!r}; choose from {MODELS}.")
     return runs
 
 
@@ -280,7 +287,7 @@ def train(cfg: Config, task: str, model_name: str, log=print,
     options = {"xla_backend_optimization_level": 0} if cfg.fast_compile else None
     steps = DEFAULT_STEPS[task] if cfg.steps is None else cfg.steps
     vocab, length = task_spec(cfg, task)
-    model = SequenceClassifier(model_name, vocab, length, cfg.d_model, cfg.num_layers,
+    model = SequenceClassifier(model_name, vocab, length, cfg.embed_dim, cfg.num_layers,
                                cfg.num_heads, cfg.d_state, cfg.scan_impl)
     data_rng = np.random.default_rng(cfg.seed)
     eval_data = make_batch(cfg, task, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
@@ -307,11 +314,11 @@ def train(cfg: Config, task: str, model_name: str, log=print,
             batch["row"], dtype=jnp.float32)
         return {"loss": loss, "accuracy": acc, "exact": exact}
 
-    par.check_batch_size(cfg.batch, "batch")
+    par.check_batch_size(cfg.batch_size, "batch_size")
 
     def batches(i: int) -> dict:
         # Every process draws the same global batch and feeds its own rows of it.
-        return host_rows(par, make_batch(cfg, task, cfg.batch, data_rng))
+        return host_rows(par, make_batch(cfg, task, cfg.batch_size, data_rng))
 
     every = max(1, steps // 6)
     curve = []
@@ -329,7 +336,7 @@ def train(cfg: Config, task: str, model_name: str, log=print,
                  FitConfig(num_steps=steps, log_every=every, best_metric=None, progress=False,
                            tensorboard=False, plot=False, handle_signals=workdir is not None),
                  workdir=workdir, hooks=[record], parallel=par,
-                 model_config={"task": task, "model": model_name, "d_model": cfg.d_model})
+                 model_config={"task": task, "model": model_name, "d_model": cfg.embed_dim})
     train_s = time.perf_counter() - t0
     ev = evaluate(_compiled_with(par.eval_step(eval_fn), options), result.state.params,
                   [eval_data], place_batch=par.place_global)
@@ -350,7 +357,7 @@ def train(cfg: Config, task: str, model_name: str, log=print,
 def run(cfg: Config) -> dict[str, Any]:
     """Train and evaluate every planned run; print (and write) the markdown report."""
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch, "batch")
+    par.check_batch_size(cfg.batch_size, "batch_size")
     primary = jax.process_index() == 0
     write_run_info(par, cfg.workdir)
     runs = plan(cfg)

@@ -36,10 +36,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import write_results, write_run_info
 from seqjax.experiments.image_gpt import (
     TOKENISATIONS,
@@ -70,10 +71,10 @@ class Config(ParallelOptions):
         pixel_codes: ``K`` of the ``pixels`` grey palette (K-means).
         patch_codes: ``K`` of the ``patches`` codebook (K-means).
         patch_size: side of a ``patches`` token in pixels (must divide 8).
-        layers: transformer blocks.
-        heads: attention heads.
+        num_layers: transformer blocks.
+        num_heads: attention heads.
         embed_dim: model width ``d``.
-        dropout: dropout rate on the embeddings, residual branches and attention weights.
+        dropout_rate: dropout rate on the embeddings, residual branches and attention weights.
         steps: AdamW steps (the cosine schedule ends here).
         batch_size: sequences per step, over all devices (the global batch).
         learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 0).
@@ -98,26 +99,26 @@ class Config(ParallelOptions):
         results_dir: also write the plot and ``text_to_image.md`` here; ``None`` = not.
     """
 
-    tokens: str = "patches"
-    pixel_codes: int = 4
-    patch_codes: int = 32
-    patch_size: int = 2
-    layers: int = 2
-    heads: int = 4
-    embed_dim: int = 64
-    dropout: float = 0.1
-    steps: int = 1500
-    batch_size: int = 64
-    learning_rate: float = 3e-3
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
-    val_fraction: float = 0.1
-    eval_every: int = 100
+    tokens: Literal["pixels", "patches"] = "patches"
+    pixel_codes: PosInt = 4
+    patch_codes: PosInt = 32
+    patch_size: PosInt = 2
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+    dropout_rate: Fraction = 0.1
+    steps: NonNegInt = 1500
+    batch_size: PosInt = 64
+    learning_rate: PosFloat = 3e-3
+    warmup_steps: NonNegInt = 100
+    weight_decay: NonNegFloat = 0.01
+    val_fraction: Fraction = 0.1
+    eval_every: NonNegInt = 100
     unconditional: bool = True
-    samples_per_prompt: int = 50
-    temperature: float = 1.0
+    samples_per_prompt: PosInt = 50
+    temperature: PosFloat = 1.0
     seed: int = 0
-    log_every: int = 250
+    log_every: PosInt = 250
     progress: bool = False
     workdir: str | None = "workdirs/text_to_image"
     results_dir: str | None = None
@@ -125,8 +126,8 @@ class Config(ParallelOptions):
 
 PRESETS = {
     "smoke": {
-        "layers": 1,
-        "heads": 2,
+        "num_layers": 1,
+        "num_heads": 2,
         "embed_dim": 16,
         "steps": 40,
         "warmup_steps": 5,

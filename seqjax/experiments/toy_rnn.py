@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import host_rows, init_state
 from seqjax.experiments.reports.toy_rnn import print_predictions
 from seqjax.nn import RNN, ElmanCell
@@ -67,12 +68,12 @@ class Config(ParallelOptions):
             write nothing; rerun to resume.
     """
 
-    hidden: int = 20
-    steps: int = 2000
-    learning_rate: float = 0.05
+    hidden: PosInt = 20
+    steps: NonNegInt = 2000
+    learning_rate: PosFloat = 0.05
     seed: int = 0
-    log_every: int = 100
-    checkpoint_every: int = 500
+    log_every: PosInt = 100
+    checkpoint_every: NonNegInt = 500
     progress: bool = True
     workdir: str | None = None
 

@@ -45,7 +45,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +53,7 @@ import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import (
     fit_arrays,
     init_state,
@@ -72,7 +73,8 @@ from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import read_metrics
 from seqjax.utils import count_params
 
-ARCHS = ("gru", "bahdanau", "luong", "transformer")
+Arch = Literal["gru", "bahdanau", "luong", "transformer"]
+ARCHS: tuple[str, ...] = get_args(Arch)
 ARCH_LABELS = {
     "gru": "GRU enc–dec, no attention",
     "bahdanau": "GRU + Bahdanau (additive)",
@@ -108,8 +110,8 @@ class Config(ParallelOptions):
         embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden``).
         hidden: GRU hidden size; the transformer's width ``d`` (MLP ``2·d``).
         transformer_layers: encoder blocks and decoder blocks, each (``transformer``).
-        heads: attention heads (``transformer``).
-        dropout: dropout rate in training (GRU models: embeddings and decoder outputs).
+        num_heads: attention heads (``transformer``).
+        dropout_rate: dropout rate in training (GRU models: embeddings and decoder outputs).
         batch_size: pairs per step over all devices (the global batch).
         steps: optimiser steps of every run (the cosine schedule ends here).
         learning_rate: peak AdamW rate, after the warm-up; cosine decay to 5% of it.
@@ -130,28 +132,28 @@ class Config(ParallelOptions):
             resume.
     """
 
-    archs: tuple[str, ...] = ARCHS
+    archs: tuple[Arch, ...] = ARCHS
     seeds: tuple[int, ...] = (0, 1, 2)
-    num_pairs: int = 0  # 0 = every pair of the file; else the first (shortest) N, as d2l
-    test_fraction: float = 0.1
-    min_freq: int = 2
-    max_tgt_len: int = 10
-    embed_dim: int = 64
-    hidden: int = 64
-    transformer_layers: int = 2
-    heads: int = 4
-    dropout: float = 0.1
-    batch_size: int = 64
-    steps: int = 3000
-    learning_rate: float = 3e-3
-    warmup_steps: int = 100
-    clip_norm: float = 1.0
-    eval_every: int = 1000
-    beam_size: int = 1
-    decode_batch: int = 256
-    max_test: int = 0  # 0 = every held-out source sentence
+    num_pairs: NonNegInt = 0  # 0 = every pair of the file; else the first (shortest) N, as d2l
+    test_fraction: Fraction = 0.1
+    min_freq: PosInt = 2
+    max_tgt_len: PosInt = 10
+    embed_dim: PosInt = 64
+    hidden: PosInt = 64
+    transformer_layers: PosInt = 2
+    num_heads: PosInt = 4
+    dropout_rate: Fraction = 0.1
+    batch_size: PosInt = 64
+    steps: NonNegInt = 3000
+    learning_rate: PosFloat = 3e-3
+    warmup_steps: NonNegInt = 100
+    clip_norm: NonNegFloat = 1.0
+    eval_every: NonNegInt = 1000
+    beam_size: PosInt = 1
+    decode_batch: PosInt = 256
+    max_test: NonNegInt = 0  # 0 = every held-out source sentence
     heatmap_sentence: str = "i'm home ."
-    log_every: int = 100
+    log_every: PosInt = 100
     progress: bool = True
     workdir: str | None = "workdirs/translation"
 
@@ -159,7 +161,7 @@ class Config(ParallelOptions):
 PRESETS = {
     "smoke": {
         "archs": "transformer", "seeds": "0", "num_pairs": 300,
-        "embed_dim": 8, "hidden": 8, "transformer_layers": 1, "heads": 2, "batch_size": 16,
+        "embed_dim": 8, "hidden": 8, "transformer_layers": 1, "num_heads": 2, "batch_size": 16,
         "steps": 3, "eval_every": 0, "warmup_steps": 1, "max_test": 8, "log_every": 1,
         "decode_batch": 16,
         "progress": False,
@@ -530,8 +532,8 @@ def run(cfg: Config) -> dict:
     for arch in cfg.archs:
         for seed in cfg.seeds:
             model = make_model(arch, src_tok.vocab_size, tgt_tok.vocab_size,
-                               embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout,
-                               transformer_layers=cfg.transformer_layers, heads=cfg.heads)
+                               embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout_rate,
+                               transformer_layers=cfg.transformer_layers, heads=cfg.num_heads)
             sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{arch}_seed{seed}")
             mc = {"arch": arch, "src_vocab": src_tok.vocab_size, "tgt_vocab": tgt_tok.vocab_size,
                   "embed_dim": cfg.embed_dim, "hidden": cfg.hidden}

@@ -43,13 +43,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 
+from seqjax._ranges import NonNegInt, PosInt
 from seqjax.train.optim import TrainState
 from seqjax.train.sharding import (
     AXES,
@@ -84,9 +85,9 @@ class ParallelOptions:
     """
 
     mesh: str = ""
-    strategy: str = "auto"
-    grad_accum: int = 1
-    fsdp_min_size: int = 2**12
+    strategy: Literal["auto", "replicated", "fsdp", "tensor", "fsdp+tensor"] = "auto"
+    grad_accum: PosInt = 1
+    fsdp_min_size: NonNegInt = 2**12
 
 
 def parse_mesh(spec: str | Mapping[str, int] | None) -> dict[str, int]:

@@ -57,6 +57,7 @@ def places(tmp_path, monkeypatch):
     )
     monkeypatch.setenv(corpora.CACHE_DIR_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(corpora.DATA_DIR_ENV, raising=False)
+    monkeypatch.delenv(corpora.OFFLINE_ENV, raising=False)  # the fake opener is the network
     shared = tmp_path / "shared"
     shared.mkdir()
     monkeypatch.setattr(corpora, "shared_data_dirs", lambda: [shared])

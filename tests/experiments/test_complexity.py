@@ -6,7 +6,7 @@ import pytest
 
 from seqjax.experiments import complexity
 
-CFG = complexity.Config(width=8, heads=2, d_state=4)
+CFG = complexity.Config(width=8, num_heads=2, d_state=4)
 
 
 def test_rnn_flops_count_every_scan_step():
@@ -21,7 +21,7 @@ def test_rnn_flops_count_every_scan_step():
 def test_attention_flops_have_the_quadratic_term():
     """Causal MHA: FLOPs = a T² + b T + c with a ≥ 4d (QKᵀ and AV, 2T²d each; Bishop
     §12.1.8) plus softmax terms per head, and b ≈ 8d² (the four projections)."""
-    d, h = CFG.width, CFG.heads
+    d, h = CFG.width, CFG.num_heads
     ts = np.array([16, 32, 64])
     f = [complexity.measure("attention", CFG, int(t))["flops"] for t in ts]
     a, b, _ = np.polyfit(ts, f, 2)

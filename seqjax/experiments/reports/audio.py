@@ -37,7 +37,8 @@ def report(cfg: Any, s: dict, command: str) -> str:
         "",
         f"AST: {tuple(cfg.patch_size)} patches (mel bins × frames) with stride "
         f"{tuple(cfg.patch_stride)} → {grid[0]} × {grid[1]} = {grid[0] * grid[1]} tokens "
-        f"+ `<class>`, {cfg.layers} pre-norm blocks, {cfg.heads} heads, d = {cfg.embed_dim}. "
+        f"+ `<class>`, {cfg.num_layers} pre-norm blocks, {cfg.num_heads} heads, "
+        f"d = {cfg.embed_dim}. "
         f"CNN: 3 × 3 convolutions with {list(cfg.cnn_channels)} channels, 2 × 2 max-pools "
         f"between them, global average pooling (receptive field {s['cnn_receptive_field']} "
         f"frames). Both: AdamW {cfg.learning_rate:g}, warm-up {cfg.warmup_steps} + cosine, "

@@ -59,7 +59,7 @@ def report(
         f"Machine: {machine()}  ",
         f"Wall time: {wall:.0f} s (compilation only: nothing is timed).",
         "",
-        f"Width d = {cfg.width}, {cfg.heads} heads (attention, linear attention), SSM state "
+        f"Width d = {cfg.width}, {cfg.num_heads} heads (attention, linear attention), SSM state "
         f"N_s = {cfg.d_state}, CNN kernel k = {cfg.kernel_size}; one forward pass of one layer "
         "on x: [1, T, d] (the CNNs' path lengths are those of the stack that covers T). "
         "See the module docstring of `seqjax/experiments/complexity.py` for how each column "

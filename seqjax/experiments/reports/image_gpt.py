@@ -33,8 +33,8 @@ def report(cfg: Any, s: dict, command: str) -> str:
         "",
         f"scikit-learn digits, {split} / {s['n_test']} test images (seeded 80/20 split). "
         f"Codebooks by K-means on the training images (Bishop (12.38)); TransformerLM "
-        f"({cfg.layers} layers, {cfg.heads} heads, d = {cfg.embed_dim}, dropout "
-        f"{cfg.dropout:g}), causal LM loss on raster-order tokens after `<start>` (Bishop "
+        f"({cfg.num_layers} layers, {cfg.num_heads} heads, d = {cfg.embed_dim}, dropout "
+        f"{cfg.dropout_rate:g}), causal LM loss on raster-order tokens after `<start>` (Bishop "
         f"(12.37)), AdamW {cfg.learning_rate:g} (weight decay {cfg.weight_decay:g}) with "
         f"warm-up + cosine, {cfg.steps} steps × batch {cfg.batch_size}"
         + (

@@ -60,7 +60,8 @@ def results_markdown(
         "work dir, also during a run).",
         "",
         f"Config: 2×{cfg.hidden_size} LSTM (embedding {cfg.hidden_size}), dropout "
-        f"{cfg.dropout:g}, init U(±{cfg.init_scale:g}), batch {cfg.batch_size}, truncated BPTT "
+        f"{cfg.dropout_rate:g}, init U(±{cfg.init_scale:g}), batch {cfg.batch_size}, "
+        f"truncated BPTT "
         f"over windows of {cfg.num_steps} with the state carried, {cfg.epochs} epochs of "
         f"{per_epoch} steps; SGD lr {cfg.learning_rate:g}, clip {cfg.clip_norm:g}, lr × "
         f"{cfg.lr_decay:g} after every epoch e > {cfg.max_epoch} (`main.lua`'s rule: the lr "

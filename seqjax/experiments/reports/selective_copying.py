@@ -54,8 +54,10 @@ def report(
         lines += [
             f"## {task.replace('_', ' ')}",
             "",
-            f"{setting}; {cfg['num_layers']} layers, d = {cfg['d_model']}, "
-            f"{cfg['steps']} steps × batch {cfg['batch']} (fresh samples), AdamW "
+            f"{setting}; {cfg['num_layers']} layers, "  # results saved before the rename:
+            f"d = {cfg.get('embed_dim', cfg.get('d_model'))}, "  # d_model, batch
+            f"{cfg['steps']} steps × batch {cfg.get('batch_size', cfg.get('batch'))} (fresh "
+            f"samples), AdamW "
             f"{cfg['learning_rate']:g} with warm-up + cosine; evaluated on "
             f"{cfg['eval_examples']} held-out examples.",
             "",

@@ -33,8 +33,8 @@ def report(cfg: Any, s: dict, command: str, *, words: Sequence[str]) -> str:
         f"splits and codebook). One vocabulary of {s['vocab']} ids: {s['codes']} image codes "
         f"(K-means {cfg.tokens}, Bishop (12.38)), the words `a zero … nine` and `<sep>`; each "
         f"sequence is `a DIGIT <sep>` then the {s['sequence_length']} raster-order codes. "
-        f"TransformerLM ({cfg.layers} layers, {cfg.heads} heads, d = {cfg.embed_dim}, "
-        f"dropout {cfg.dropout:g}, {s['params']:,} parameters), causal LM loss on the image "
+        f"TransformerLM ({cfg.num_layers} layers, {cfg.num_heads} heads, d = {cfg.embed_dim}, "
+        f"dropout {cfg.dropout_rate:g}, {s['params']:,} parameters), causal LM loss on the image "
         f"codes only (the prompt is given, not modelled), AdamW {cfg.learning_rate:g}, "
         f"{cfg.steps} steps × batch {cfg.batch_size}, the parameters of the best validation "
         f"step ({s['best_step']}) kept.",
