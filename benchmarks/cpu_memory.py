@@ -41,6 +41,7 @@ def measure(steps: int, exp_args: Sequence[str]) -> dict[str, float]:
     from benchmarks.loop import build
     from seqjax.train import cpu_memory
 
+    cpu_memory.keep_freed_memory()  # as `seqjax train` does at its start ($SEQJAX_KEEP_...)
     s = build(list(exp_args))
     rng = np.random.default_rng(0)
     ids = np.asarray(s.train_ids)

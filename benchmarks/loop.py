@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also print the compiled step's top device operations (jax.profiler)")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     args, rest = ap.parse_known_args(argv)
+    harness.configure_threads()  # the allocator setting of a `seqjax train` process
     exp_args = list(rest)
     if args.smoke:
         exp_args = ["--smoke", *exp_args]

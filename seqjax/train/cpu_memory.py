@@ -19,13 +19,13 @@ process keeps up to 1 GiB of freed heap instead of returning it, and its residen
 stays near its peak — and one lock for every thread's ``malloc`` (XLA's operations compute
 in buffers allocated up front; a program whose many threads allocate all the time may
 prefer ``SEQJAX_KEEP_FREED_MEMORY=0``).
-:func:`~seqjax.train.step.make_train_step` and :func:`~seqjax.train.step.make_eval_step`
-call it when JAX's default backend is the CPU; ``SEQJAX_KEEP_FREED_MEMORY=0`` turns it off.
-Called before any JAX operation has run (``seqjax train`` does, right after the backend
-starts), it is steadiest: a thread keeps the malloc arena of its first allocation, so XLA
-threads that allocated before the call may still map their large temporaries afresh
-(an LSTM layer's fwd+bwd in a session script: 682–8,140 faults per call when applied after
-the model ran, against about 150 when applied first).
+It is a setting of the whole process, so only a program's start sets it: ``seqjax train``
+calls it right after the backend starts (the benchmarks do too); a CPU training script of
+your own calls it first thing. ``SEQJAX_KEEP_FREED_MEMORY=0`` turns it off.
+Called before any JAX operation has run, it is steadiest: a thread keeps the malloc arena
+of its first allocation, so XLA threads that allocated before the call may still map their
+large temporaries afresh (an LSTM layer's fwd+bwd in a session script: 682–8,140 faults
+per call when applied after the model ran, against about 150 when applied first).
 It does nothing outside Linux with glibc, and on GPU/TPU backends (their temporaries live
 in the accelerator's allocator).
 """

@@ -44,7 +44,6 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from seqjax.nn.remat import remat_policy
-from seqjax.train.cpu_memory import keep_freed_memory
 from seqjax.train.optim import TrainState
 
 Array = jax.Array
@@ -443,9 +442,9 @@ def make_train_step(
     :func:`flax_apply_fn` of a model with ``vocab_size``). ``check_batch=False`` turns it
     off. The checked step keeps the jitted one as ``step.unchecked``.
 
-    **XLA:CPU memory.** On the CPU backend this calls
-    :func:`~seqjax.train.cpu_memory.keep_freed_memory` (once per process), so the step's
-    temporaries are not faulted back in on every call (``SEQJAX_KEEP_FREED_MEMORY=0``: off).
+    **XLA:CPU memory.** The C library's allocator is a process-wide setting, so the step
+    leaves it alone: ``seqjax train`` applies :func:`~seqjax.train.cpu_memory.keep_freed_memory`
+    at process start; call it yourself first thing in a CPU training script.
 
     Args:
         loss_fn: ``(params, batch, rng) -> (loss, metrics)`` (see the module docstring).
@@ -478,7 +477,6 @@ def make_train_step(
 
     if not isinstance(grad_accum, int) or grad_accum < 1:
         raise ValueError(f"`grad_accum` must be an int >= 1; got {grad_accum!r}.")
-    keep_freed_memory()  # XLA:CPU: no fresh pages for every call's temporaries
     check = _resolve_check(loss_fn, vocab_size, check_batch)
     if grad_accum > 1 and with_carry:
         raise ValueError("`grad_accum` > 1 cannot thread a TBPTT carry (`with_carry=True`): "
@@ -615,7 +613,6 @@ def make_eval_step(
     Host batches are checked first as in :func:`make_train_step` (``vocab_size``,
     ``check_batch``, or the check of a :class:`CheckedFn` ``eval_fn``).
     """
-    keep_freed_memory()
     check = _resolve_check(eval_fn, vocab_size, check_batch)
 
     def fn(params: Any, batch: Batch) -> dict[str, Array]:
