@@ -117,11 +117,19 @@ def group_of(opcode: str, shape: str, op_name: str, vocab: int) -> str:
     return GROUPS[4]
 
 
-def seqjax_profile(shape: gpt.GPTShape, compute_dtype: str, calls: int) -> dict[str, Any]:
+def program_facts(hlo: str, shape: gpt.GPTShape) -> dict[str, Any]:
+    return {"logits": logits_buffers(hlo, shape.tokens, shape.vocab_size),
+            "attention": attention_kernels(hlo)}
+
+
+def seqjax_profile(shape: gpt.GPTShape, compute_dtype: str, calls: int,
+                   hlo_only: bool = False) -> dict[str, Any]:
     import jax
 
     compiled, state, batch = compiled_step(shape, compute_dtype)
     hlo = compiled.as_text()
+    if hlo_only:
+        return {"hlo": hlo, "groups": {}, **program_facts(hlo, shape)}
     holder = {"state": state}
 
     def step() -> Any:
@@ -143,8 +151,7 @@ def seqjax_profile(shape: gpt.GPTShape, compute_dtype: str, calls: int) -> dict[
             continue
         groups[group_of(*info[name], shape.vocab_size)] += e["dur"] / calls / 1e3
     return {"hlo": hlo, "groups": groups, "unmatched_ms": unmatched / calls / 1e3,
-            "logits": logits_buffers(hlo, shape.tokens, shape.vocab_size),
-            "attention": attention_kernels(hlo)}
+            **program_facts(hlo, shape)}
 
 
 def torch_profile(shape: gpt.GPTShape, compute_dtype: str, calls: int,
@@ -183,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--top", type=int, default=15, help="torch operators listed")
     ap.add_argument("--peers", default="seqjax,torch-nanogpt")
+    ap.add_argument("--hlo-only", action="store_true",
+                    help="only compile the seqjax step and read its program (no profile)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -201,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     peers = [p for p in args.peers.split(",") if p]
     parts = [f"Shape: {shape.label}, |V| = {shape.vocab_size}, {dtype} compute, "
              f"{args.calls} profiled steps."]
+    if args.hlo_only:
+        peers = ["seqjax"]
     if "seqjax" in peers:
-        prof = seqjax_profile(shape, dtype, args.calls)
+        prof = seqjax_profile(shape, dtype, args.calls, hlo_only=args.hlo_only)
         total = sum(prof["groups"].values())
         rows = [[g, f"{ms:.2f}", f"{ms / total:.0%}" if total else "-"]
                 for g, ms in prof["groups"].items()]
@@ -212,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             "none (no fused attention kernel: XLA's own)")
         parts += [
             f"The compiled step: buffers of the logits' size [{shape.tokens}, "
-            f"{shape.vocab_size}] materialised: {logits}; attention kernels: {attention}.",
-            "seqjax (`jax.profiler`, ms per step by group):",
-            harness.markdown_table(["group", "ms / step", "share"], rows)]
+            f"{shape.vocab_size}] materialised: {logits}; attention kernels: {attention}."]
+        if not args.hlo_only:
+            parts += ["seqjax (`jax.profiler`, ms per step by group):",
+                      harness.markdown_table(["group", "ms / step", "share"], rows)]
     if "torch-nanogpt" in peers and harness.torch_available():
         rows = torch_profile(shape, dtype, args.calls, args.top)
         parts += ["nanoGPT's step (`torch.profiler`, self device ms per step; CPU ms on the "
