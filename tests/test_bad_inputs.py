@@ -33,6 +33,9 @@ from seqjax.models import (
     TransformerConfig,
     TransformerLM,
     TransformerLMConfig,
+    bert_block,
+    gpt_block,
+    vaswani_block,
 )
 from seqjax.train import FitConfig, TrainState, evaluate, fit
 from seqjax.train.losses import make_lm_eval, make_lm_loss
@@ -86,16 +89,17 @@ def bound(kind: str) -> tuple:
         m = RNNLanguageModel(vocab_size=V, embed_dim=8)
         return m, m.init(KEY, i32(2, 3))
     if kind == "gpt":
-        m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, num_heads=2,
-                                              embed_dim=8, max_len=16))
+        m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=8,
+                                              max_len=16, block=gpt_block(2)))
         return m, m.init(KEY, i32(2, 5))
     if kind == "bert":
-        m = Bert(BertConfig(vocab_size=V, num_layers=1, num_heads=2, embed_dim=8, mlp_dim=16,
-                            max_len=16))
+        m = Bert(BertConfig(vocab_size=V, num_layers=1, embed_dim=8, max_len=16,
+                            block=bert_block(2, mlp_dim=16)))
         return m, m.init(KEY, i32(2, 5))
     if kind == "transformer":
         m = Transformer(TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, num_layers=1,
-                                          num_heads=2, embed_dim=8, mlp_dim=16, max_len=16))
+                                          embed_dim=8, max_len=16,
+                                          block=vaswani_block(2, mlp_dim=16)))
         return m, m.init(KEY, i32(2, 5), i32(2, 3))
     if kind == "seq2seq":
         m = Seq2Seq(src_vocab_size=V, tgt_vocab_size=V, embed_dim=8, hidden_size=8)

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqjax import nn as snn
-from seqjax.models import TransformerLM, TransformerLMConfig
+from seqjax.models import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.step import make_batch_check
 
 B, T, K, D, V = 3, 5, 4, 8, 7
@@ -45,8 +45,8 @@ def mha() -> tuple:
 
 @functools.cache
 def gpt() -> tuple:
-    m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, num_heads=2,
-                                          embed_dim=D, max_len=16))
+    m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=D,
+                                          max_len=16, block=gpt_block(2)))
     v = m.init(jax.random.PRNGKey(0), np.ones((B, T), np.int32))
     state = m.init_decode_state(v, np.ones((B, 2), np.int32), None, 8)
     return m, v, state, jax.jit(m.decode_step)

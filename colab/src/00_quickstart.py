@@ -53,12 +53,12 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.utils import count_params
 
 if SMOKE:
-    cfg = TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=1, num_heads=2,
-                              embed_dim=16, max_len=16, use_bias=False)
+    cfg = TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=1, embed_dim=16,
+                              max_len=16, block=gpt_block(2, num_layers=1, use_bias=False))
     STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 2, 2, 1e-3, 1, 2, 1
 elif BACKEND == "cpu":  # nanoGPT's README CPU run: 4 layers, 128 wide, block 64
     cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"].replace(vocab_size=tok.vocab_size)
@@ -141,6 +141,8 @@ WORKDIR = tempfile.mkdtemp(prefix="seqjax_quickstart_") if SMOKE else "workdirs/
 train_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_len, seed=0,
                               **par.iterator_shard())
 val_windows = LMWindowIterator(val_ids, BATCH, cfg.max_len, seed=1)
+# the config as JSON, saved with each checkpoint (its initialisers and dtypes are code: None)
+MODEL_CONFIG = json.loads(json.dumps(dataclasses.asdict(cfg), default=lambda v: None))
 eval_batches = [next(val_windows) for _ in range(EVAL_BATCHES)]
 
 result = fit(
@@ -148,7 +150,7 @@ result = fit(
     FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 50, eval_every=EVAL_EVERY,
               tensorboard=False, plot=False),
     parallel=par, workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
-    model_config=dataclasses.asdict(cfg), tokenizer=tok.to_json(),
+    model_config=MODEL_CONFIG, tokenizer=tok.to_json(),
 )
 with open(os.path.join(WORKDIR, "run.json")) as f:
     print("run.json:", json.load(f))
@@ -211,7 +213,7 @@ print("newest checkpoint: step", meta["step"], "| metrics:",
       {k: round(v, 4) for k, v in meta["metrics"].items() if isinstance(v, float)})
 saved = load_tokenizer_json(ckpt_dir)
 tok2 = CharTokenizer(saved["vocab"], SpecialTokens(**saved["special_tokens"]))
-assert TransformerLMConfig(**meta["model_config"]) == cfg and tok2.vocab == tok.vocab
+assert meta["model_config"] == MODEL_CONFIG and tok2.vocab == tok.vocab
 
 params2 = restore_params(ckpt_dir, target=result.state.params)
 same = all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(params2),
@@ -231,7 +233,7 @@ resumed = fit(
     FitConfig(num_steps=STEPS + MORE, log_every=1 if SMOKE else 50,
               eval_every=EVAL_EVERY, tensorboard=False, plot=False),
     parallel=par, workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
-    model_config=dataclasses.asdict(cfg), tokenizer=tok.to_json(),
+    model_config=MODEL_CONFIG, tokenizer=tok.to_json(),
 )
 print(f"resumed from step {resumed.start_step}, now at step {int(resumed.state.step)}")
 assert resumed.start_step >= STEPS  # (more than STEPS when the notebook is run again)

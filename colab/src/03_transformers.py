@@ -43,7 +43,7 @@ print(f"{len(text):,} characters, vocabulary of {tok.vocab_size}")
 # `decoder/layers_i`, so the weights carry over and the logits must agree.
 
 # %%
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.nn import BlockConfig, LayerNorm, LearnedPositionalEmbedding, TransformerBlock
 from seqjax.utils import count_params
 
@@ -73,8 +73,8 @@ if SMOKE:
 else:
     L, H, D, BLOCK = 4, 4, 128, 64
 gpt = BlockGPT(tok.vocab_size, L, H, D, BLOCK)
-lm = TransformerLM(TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=L, num_heads=H,
-                                       embed_dim=D, max_len=BLOCK))
+lm = TransformerLM(TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=L, embed_dim=D,
+                                       max_len=BLOCK, block=gpt_block(H)))
 x = jnp.asarray([train_ids[:BLOCK]])
 p_blocks = jax.jit(gpt.init)(jax.random.PRNGKey(0), x)["params"]
 p_lm = {"token_embed": p_blocks["token_embed"], "pos_embed": p_blocks["pos_embed"],

@@ -38,7 +38,7 @@ from seqjax.data import (
     fetch_tiny_shakespeare,
     split_text,
 )
-from seqjax.models.bert import Bert, BertConfig, mlm_mask
+from seqjax.models.bert import Bert, BertConfig, bert_block, mlm_mask
 from seqjax.train import (
     FitConfig,
     OptimizerConfig,
@@ -72,13 +72,14 @@ train_ids, val_ids = split_text(np.asarray(tok.encode(text), np.int32), 0.9)
 
 if SMOKE:
     WINDOW, STEPS, BATCH = 16, 2, 8
-    bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=1, num_heads=2, embed_dim=16,
-                          mlp_dim=32, max_len=WINDOW + 1, type_vocab_size=0, pooler=False)
+    bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=1, embed_dim=16,
+                          block=bert_block(2, mlp_dim=32), max_len=WINDOW + 1,
+                          type_vocab_size=0, pooler=False)
 else:
     WINDOW, STEPS, BATCH = 64, 3000 if BACKEND != "cpu" else 1000, 64
-    bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=4, num_heads=4, embed_dim=128,
-                          mlp_dim=512, max_len=WINDOW + 1, type_vocab_size=0, pooler=False,
-                          dropout_rate=0.1)
+    bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=4, embed_dim=128,
+                          block=bert_block(4, mlp_dim=512, dropout_rate=0.1),
+                          max_len=WINDOW + 1, type_vocab_size=0, pooler=False)
 BATCH = global_batch(BATCH)
 bert = Bert(bert_cfg)
 
@@ -163,7 +164,7 @@ for row in range(min(3, BATCH)):
 import matplotlib.pyplot as plt
 
 from seqjax.data import digits
-from seqjax.models.vit import ViT, ViTConfig, patchify
+from seqjax.models.vit import ViT, ViTConfig, patchify, vit_block
 
 d = digits("images")  # float32[1797, 8, 8, 1] in [0, 1], labels int32[1797]
 order = np.random.default_rng(0).permutation(len(d["labels"]))
@@ -189,12 +190,12 @@ from seqjax.data import ArrayIterator
 
 if SMOKE:
     vit_cfg = ViTConfig(image_size=8, patch_size=PATCH, channels=1, num_classes=10,
-                        num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32)
+                        num_layers=1, embed_dim=16, block=vit_block(2, mlp_dim=32))
     VIT_STEPS, VIT_BATCH = 2, 16
 else:
     vit_cfg = ViTConfig(image_size=8, patch_size=PATCH, channels=1, num_classes=10,
-                        num_layers=4, num_heads=4, embed_dim=64, mlp_dim=128,
-                        dropout_rate=0.1)
+                        num_layers=4, embed_dim=64,
+                        block=vit_block(4, mlp_dim=128, dropout_rate=0.1))
     VIT_STEPS, VIT_BATCH = 1500, 64
 VIT_BATCH = global_batch(VIT_BATCH)
 vit = ViT(vit_cfg)

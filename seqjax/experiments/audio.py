@@ -55,6 +55,7 @@ from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import train_classifier, write_results, write_run_info
 from seqjax.experiments.reports.audio import report
 from seqjax.models.ast import AST, ASTConfig
+from seqjax.models.vit import vit_block
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -206,9 +207,8 @@ def make_classifier(name: str, cfg: Config, num_frames_: int) -> Any:
                 patch_stride=tuple(cfg.patch_stride),
                 num_classes=num_classes,
                 num_layers=cfg.num_layers,
-                num_heads=cfg.num_heads,
                 embed_dim=cfg.embed_dim,
-                mlp_dim=2 * cfg.embed_dim,
+                block=vit_block(cfg.num_heads, mlp_dim=2 * cfg.embed_dim),
             )
         )
     if name == "cnn":

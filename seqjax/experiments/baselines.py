@@ -52,8 +52,8 @@ from seqjax.experiments._kit import (
     write_run_info,
 )
 from seqjax.models.baselines import NGramClassifier, NGramLM
-from seqjax.models.bert import Bert, BertConfig
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.bert import Bert, BertConfig, bert_block
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNClassifier, RNNLanguageModel
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
@@ -249,8 +249,8 @@ def lm_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
         "LSTM LM": RNNLanguageModel(vocab_size=vocab, embed_dim=cfg.embed_dim,
                                     hidden_size=cfg.hidden, cell_type="lstm"),
         "transformer LM (GPT)": TransformerLM(TransformerLMConfig(
-            vocab_size=vocab, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-            embed_dim=cfg.embed_dim, max_len=block)),
+            vocab_size=vocab, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim, max_len=block,
+            block=gpt_block(cfg.num_heads))),
     }
     for name, model in models.items():
         def loss_fn(p: Any, b: dict, rng: jax.Array, model: Any = model) -> tuple:
@@ -296,12 +296,12 @@ def classification_task(cfg: Config, par: Parallel, workdir: str | None) -> list
         xtr, ltr = _padded(tr_seqs, cfg.max_chars, cls)
         xte, lte = _padded(te_seqs, cfg.max_chars, cls)
         if cls:
+            block = bert_block(cfg.num_heads, mlp_dim=2 * cfg.embed_dim, norm="pre",
+                               dropout_rate=0.0)
             model = Bert(BertConfig(vocab_size=vocab, num_layers=cfg.num_layers,
-                                    num_heads=cfg.num_heads, embed_dim=cfg.embed_dim,
-                                    mlp_dim=2 * cfg.embed_dim, max_len=cfg.max_chars + 1,
-                                    type_vocab_size=0, norm="pre", dropout_rate=0.0,
-                                    mlm_head=False, pooler=False, num_classes=2,
-                                    init_std=0.02))
+                                    embed_dim=cfg.embed_dim, max_len=cfg.max_chars + 1,
+                                    block=block, type_vocab_size=0, mlm_head=False,
+                                    pooler=False, num_classes=2, init_std=0.02))
 
             def logits_of(p: Any, b: dict, model: Any = model) -> jax.Array:
                 return model.apply({"params": p}, b["x"], b["len"])["class_logits"]

@@ -55,8 +55,13 @@ from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import machine_info, pad_rows, save_json, write_run_info
 from seqjax.experiments.reports.bert_mlm import plot_results, results_table
 from seqjax.experiments.translation import load_pairs
-from seqjax.models.bert import Bert, BertConfig, mlm_mask
-from seqjax.models.gpt import TransformerLM, TransformerLMClassifier, TransformerLMConfig
+from seqjax.models.bert import Bert, BertConfig, bert_block, mlm_mask
+from seqjax.models.gpt import (
+    TransformerLM,
+    TransformerLMClassifier,
+    TransformerLMConfig,
+    gpt_block,
+)
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
@@ -176,12 +181,10 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
         BertConfig(
             vocab_size=vocab,
             num_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
             embed_dim=cfg.embed_dim,
-            mlp_dim=cfg.mlp_dim,
             max_len=length,
+            block=bert_block(cfg.num_heads, mlp_dim=cfg.mlp_dim, dropout_rate=cfg.dropout_rate),
             type_vocab_size=0,
-            dropout_rate=cfg.dropout_rate,
             mlm_head=not classifier,
             pooler=classifier,
             num_classes=3 if classifier else None,
@@ -332,11 +335,9 @@ def _lm_config(cfg: Config, vocab: int, length: int) -> TransformerLMConfig:
     return TransformerLMConfig(
         vocab_size=vocab,
         num_layers=cfg.num_layers,
-        num_heads=cfg.num_heads,
         embed_dim=cfg.embed_dim,
-        mlp_dim=cfg.mlp_dim,
         max_len=length,
-        dropout_rate=cfg.dropout_rate,
+        block=gpt_block(cfg.num_heads, mlp_dim=cfg.mlp_dim, dropout_rate=cfg.dropout_rate),
         tie_embeddings=True,
     )
 

@@ -92,7 +92,7 @@ from seqjax.experiments._config import (
 )
 from seqjax.experiments._kit import load_average, machine
 from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU_VAL_LOSS
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.flops import lm_flops_per_token
@@ -273,10 +273,13 @@ def build_model(cfg: Config, vocab_size: int) -> Any:
         raise ConfigError(f"--model must be one of {MODELS}; got {cfg.model!r}.")
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
     if cfg.model == "transformer":
+        # nanoGPT's block, its residual projections at 0.02/√(2L) included
+        block = gpt_block(cfg.num_heads, num_layers=cfg.num_layers, dropout_rate=cfg.dropout_rate,
+                          attention_dropout_rate=cfg.attention_dropout, use_bias=False,
+                          activation="gelu")
         return TransformerLM(TransformerLMConfig(
-            vocab_size=vocab_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-            embed_dim=cfg.embed_dim, max_len=cfg.block_size, dropout_rate=cfg.dropout_rate,
-            attention_dropout_rate=cfg.attention_dropout, use_bias=False, activation="gelu",
+            vocab_size=vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
+            max_len=cfg.block_size, block=block,
         ), dtype=dtype)
     return RNNLanguageModel(
         vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,

@@ -47,7 +47,7 @@ from seqjax.experiments._kit import (
 )
 from seqjax.experiments.reports.digits import accuracy_table, plot_accuracy
 from seqjax.models.rnn import RNNClassifier
-from seqjax.models.vit import ViT, ViTConfig
+from seqjax.models.vit import ViT, ViTConfig, vit_block
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -121,8 +121,8 @@ def make_classifier(name: str, cfg: Config) -> tuple[Any, str]:
         return RNNClassifier(num_classes=10, vocab_size=None, hidden_size=cfg.hidden,
                              cell_type=cell, bidirectional=name == "bilstm",
                              pooling="last"), "rows"
-    common = dict(num_classes=10, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-                  embed_dim=cfg.hidden, mlp_dim=2 * cfg.hidden)
+    common = dict(num_classes=10, num_layers=cfg.num_layers, embed_dim=cfg.hidden,
+                  block=vit_block(cfg.num_heads, mlp_dim=2 * cfg.hidden))
     if name == "transformer":
         # An 8×1 image with 8 channels: patch (i, 0) is row i, so the tokens are the rows.
         return ViT(ViTConfig(image_size=(8, 1), patch_size=1, channels=8, **common)), "row_image"

@@ -53,7 +53,7 @@ from seqjax.decoding import FunctionalDecoder, sample
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import pad_rows, write_results, write_run_info
 from seqjax.experiments.reports.image_gpt import plot_samples, report
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.nn.vq import kmeans_codebook, nearest_code
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.losses import masked_cross_entropy
@@ -237,11 +237,10 @@ def train_lm(
         TransformerLMConfig(
             vocab_size=vocab,
             num_layers=cfg.num_layers,
-            num_heads=cfg.num_heads,
             embed_dim=cfg.embed_dim,
             max_len=length + 1,
             tie_embeddings=False,
-            dropout_rate=cfg.dropout_rate,
+            block=gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate),
         )
     )
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))["params"]

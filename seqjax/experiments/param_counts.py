@@ -31,7 +31,7 @@ from seqjax.experiments._config import PosInt
 from seqjax.experiments._kit import command_line, load_average, machine, write_results
 from seqjax.experiments.reports.param_counts import MEDL_TOTAL, VASWANI_BASE, report
 from seqjax.models.bert import Bert
-from seqjax.models.encoder_decoder import Transformer
+from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS, Transformer
 from seqjax.models.gpt import TransformerLM
 from seqjax.models.vit import ViT
 from seqjax.utils import count_params
@@ -86,8 +86,9 @@ def _tokens(n: int = 8) -> jax.ShapeDtypeStruct:
 
 def transformer_breakdown(attention_use_bias: bool, vocab: int) -> dict[str, int]:
     """Per-component counts of ``Transformer.from_preset("vaswani-base")``."""
-    model = Transformer.from_preset("vaswani-base", attention_use_bias=attention_use_bias,
-                                    src_vocab_size=vocab)
+    block = TRANSFORMER_PRESETS["vaswani-base"].block.replace(
+        attention_use_bias=attention_use_bias)
+    model = Transformer.from_preset("vaswani-base", block=block, src_vocab_size=vocab)
     p = abstract_params(model, _tokens(), _tokens())
     enc, dec = p["encoder"], p["decoder"]
     out = {
@@ -105,7 +106,6 @@ def transformer_breakdown(attention_use_bias: bool, vocab: int) -> dict[str, int
 def preset_count(name: str) -> tuple[int, int]:
     """``(total, position-embedding parameters)`` of a named preset."""
     from seqjax.models.bert import BERT_PRESETS
-    from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS
     from seqjax.models.gpt import TRANSFORMER_LM_PRESETS
     from seqjax.models.vit import VIT_PRESETS
 

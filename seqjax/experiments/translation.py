@@ -64,7 +64,7 @@ from seqjax.experiments._kit import (
     write_run_info,
 )
 from seqjax.experiments.reports.translation import plot_attention, plot_bleu_vs_length
-from seqjax.models.encoder_decoder import Transformer, TransformerConfig
+from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
 from seqjax.models.seq2seq import Seq2Seq
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
@@ -253,8 +253,8 @@ def make_model(
     if arch == "transformer":
         return Transformer(TransformerConfig(
             src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, num_layers=transformer_layers,
-            num_heads=heads, embed_dim=hidden, mlp_dim=2 * hidden, max_len=max_len,
-            dropout_rate=dropout, tie_output=True,
+            embed_dim=hidden, max_len=max_len, tie_output=True,
+            block=vaswani_block(heads, mlp_dim=2 * hidden, dropout_rate=dropout),
         ))
     raise ValueError(f"`arch` must be one of {ARCHS}; got {arch!r}.")
 

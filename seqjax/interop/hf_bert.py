@@ -54,7 +54,7 @@ import numpy as np
 from seqjax.data.tokenizers import HFTokenizer
 from seqjax.interop.safetensors_io import Checkpoint, check_params_like, read_config
 from seqjax.models._common import masked_pool
-from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig
+from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, bert_block
 
 Array = jax.Array
 Dtype = Any
@@ -67,7 +67,7 @@ __all__ = [
     "sentence_embeddings",
 ]
 
-_MINILM = dict(num_heads=12, embed_dim=384, mlp_dim=1536, max_len=512)
+_MINILM = dict(embed_dim=384, max_len=512, block=bert_block(12, mlp_dim=1536))
 
 #: Configurations of common BERT-family checkpoints, for directories without a
 #: ``config.json`` (names with an organisation, e.g. ``sentence-transformers/...``, are
@@ -76,10 +76,11 @@ _MINILM = dict(num_heads=12, embed_dim=384, mlp_dim=1536, max_len=512)
 HF_BERT_PRESETS: dict[str, BertConfig] = {
     "bert-base-uncased": BertConfig(),
     "bert-base-cased": BertConfig(vocab_size=28996),
-    "bert-large-uncased": BertConfig(num_layers=24, num_heads=16, embed_dim=1024, mlp_dim=4096),
-    "bert-large-cased": BertConfig(vocab_size=28996, num_layers=24, num_heads=16,
-                                   embed_dim=1024, mlp_dim=4096),
-    "bert-tiny": BertConfig(num_layers=2, num_heads=2, embed_dim=128, mlp_dim=512),
+    "bert-large-uncased": BertConfig(num_layers=24, embed_dim=1024,
+                                     block=bert_block(16, mlp_dim=4096)),
+    "bert-large-cased": BertConfig(vocab_size=28996, num_layers=24, embed_dim=1024,
+                                   block=bert_block(16, mlp_dim=4096)),
+    "bert-tiny": BertConfig(num_layers=2, embed_dim=128, block=bert_block(2, mlp_dim=512)),
     "all-MiniLM-L6-v2": BertConfig(num_layers=6, **_MINILM),
     "all-MiniLM-L12-v2": BertConfig(num_layers=12, **_MINILM),
     "paraphrase-MiniLM-L6-v2": BertConfig(num_layers=6, **_MINILM),
@@ -116,7 +117,7 @@ def bert_config_from_hf(hf: dict) -> BertConfig:
     Example:
         >>> cfg = bert_config_from_hf({"hidden_size": 384, "num_hidden_layers": 6,
         ...     "num_attention_heads": 12, "intermediate_size": 1536, "vocab_size": 30522})
-        >>> cfg.embed_dim, cfg.num_layers, cfg.norm_epsilon
+        >>> cfg.embed_dim, cfg.num_layers, cfg.block.norm_epsilon
         (384, 6, 1e-12)
     """
     model_type = hf.get("model_type", "bert")
@@ -133,30 +134,35 @@ def bert_config_from_hf(hf: dict) -> BertConfig:
             raise ValueError(f"config `{flag}` must be false (encoder-only BERT); got true.")
     try:
         d, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
-        cfg = BertConfig(
-            vocab_size=int(hf["vocab_size"]),
-            num_layers=int(hf["num_hidden_layers"]),
-            num_heads=heads,
-            embed_dim=d,
-            mlp_dim=int(hf.get("intermediate_size", 4 * d)),
-            max_len=int(hf.get("max_position_embeddings", 512)),
-            type_vocab_size=int(hf.get("type_vocab_size", 2)),
-            norm="post",
-            activation=_activation(hf.get("hidden_act", "gelu")),
-            norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
-            dropout_rate=float(hf.get("hidden_dropout_prob", 0.1)),
-            attention_dropout_rate=float(hf.get("attention_probs_dropout_prob", 0.1)),
-            init_std=float(hf.get("initializer_range", 0.02)),
-            mlm_head=False,
-            pooler=False,
-        )
+        vocab, layers = int(hf["vocab_size"]), int(hf["num_hidden_layers"])
     except KeyError as e:
         raise ValueError(f"BERT config.json is missing the field {e.args[0]!r}.") from None
     if d % heads:
         raise ValueError(
             f"config `hidden_size` {d} must be divisible by `num_attention_heads` {heads}."
         )
-    return cfg
+    std = float(hf.get("initializer_range", 0.02))
+    block = bert_block(
+        heads,
+        init_std=std,
+        mlp_dim=int(hf.get("intermediate_size", 4 * d)),
+        norm="post",
+        activation=_activation(hf.get("hidden_act", "gelu")),
+        norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
+        dropout_rate=float(hf.get("hidden_dropout_prob", 0.1)),
+        attention_dropout_rate=float(hf.get("attention_probs_dropout_prob", 0.1)),
+    )
+    return BertConfig(
+        vocab_size=vocab,
+        num_layers=layers,
+        embed_dim=d,
+        max_len=int(hf.get("max_position_embeddings", 512)),
+        type_vocab_size=int(hf.get("type_vocab_size", 2)),
+        block=block,
+        init_std=std,
+        mlm_head=False,
+        pooler=False,
+    )
 
 
 def _preset(name: Any) -> BertConfig:
@@ -184,7 +190,7 @@ def _dense(ckpt: Checkpoint, prefix: str, d_in: int, d_out: int) -> dict:
 
 
 def _layer(ckpt: Checkpoint, i: int, cfg: BertConfig) -> dict:
-    d, h, f = cfg.embed_dim, cfg.num_heads, cfg.mlp_dim or 4 * cfg.embed_dim
+    d, h, f = cfg.embed_dim, cfg.block.num_heads, cfg.block.mlp_dim or 4 * cfg.embed_dim
     hd = d // h
     pre = f"encoder.layer.{i}."
     attn = {}

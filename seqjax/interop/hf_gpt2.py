@@ -39,25 +39,31 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.interop.safetensors_io import Checkpoint, check_params_like, read_config
-from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig, gpt_block
 
 Dtype = Any
 PathLike = Any
 
 __all__ = ["HF_GPT2_PRESETS", "gpt2_config_from_hf", "load_hf_gpt2"]
 
-_GPT2 = dict(vocab_size=50257, max_len=1024, activation="gelu_tanh", use_bias=True,
-             tie_embeddings=True, dropout_rate=0.1, positions="learned")
+_GPT2 = dict(vocab_size=50257, max_len=1024, tie_embeddings=True, positions="learned")
+
+
+def _gpt2(num_layers: int, num_heads: int, embed_dim: int) -> TransformerLMConfig:
+    block = gpt_block(num_heads, num_layers=num_layers, activation="gelu_tanh", use_bias=True,
+                      dropout_rate=0.1)
+    return TransformerLMConfig(num_layers=num_layers, embed_dim=embed_dim, block=block, **_GPT2)
+
 
 #: GPT-2 family shapes, for directories without a ``config.json`` (``openai-community/``
 #: prefixes are ignored). The seqjax presets of
 #: :data:`~seqjax.models.gpt.TRANSFORMER_LM_PRESETS` are accepted too.
 HF_GPT2_PRESETS: dict[str, TransformerLMConfig] = {
-    "gpt2": TransformerLMConfig(num_layers=12, num_heads=12, embed_dim=768, **_GPT2),
-    "gpt2-medium": TransformerLMConfig(num_layers=24, num_heads=16, embed_dim=1024, **_GPT2),
-    "gpt2-large": TransformerLMConfig(num_layers=36, num_heads=20, embed_dim=1280, **_GPT2),
-    "gpt2-xl": TransformerLMConfig(num_layers=48, num_heads=25, embed_dim=1600, **_GPT2),
-    "distilgpt2": TransformerLMConfig(num_layers=6, num_heads=12, embed_dim=768, **_GPT2),
+    "gpt2": _gpt2(12, 12, 768),
+    "gpt2-medium": _gpt2(24, 16, 1024),
+    "gpt2-large": _gpt2(36, 20, 1280),
+    "gpt2-xl": _gpt2(48, 25, 1600),
+    "distilgpt2": _gpt2(6, 12, 768),
 }
 
 _ACTIVATIONS = {
@@ -85,7 +91,7 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
     Example:
         >>> cfg = gpt2_config_from_hf({"n_embd": 64, "n_layer": 2, "n_head": 4,
         ...                            "vocab_size": 100, "n_positions": 32})
-        >>> cfg.activation, cfg.mlp_dim, cfg.tie_embeddings
+        >>> cfg.block.activation, cfg.block.mlp_dim, cfg.tie_embeddings
         ('gelu_tanh', 256, True)
     """
     model_type = hf.get("model_type", "gpt2")
@@ -111,26 +117,32 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
         )
     try:
         d, heads = int(hf["n_embd"]), int(hf["n_head"])
-        cfg = TransformerLMConfig(
-            vocab_size=int(hf["vocab_size"]),
-            num_layers=int(hf["n_layer"]),
-            num_heads=heads,
-            embed_dim=d,
-            mlp_dim=int(hf.get("n_inner") or 4 * d),
-            max_len=int(hf.get("n_positions", hf.get("n_ctx", 1024))),
-            positions="learned",
-            tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-            use_bias=True,
-            dropout_rate=float(hf.get("resid_pdrop", 0.1)),
-            attention_dropout_rate=float(hf.get("attn_pdrop", 0.1)),
-            activation=_ACTIVATIONS[act],
-            init_std=float(hf.get("initializer_range", 0.02)),
-        )
+        layers, std = int(hf["n_layer"]), float(hf.get("initializer_range", 0.02))
+        vocab, max_len = int(hf["vocab_size"]), int(hf.get("n_positions", hf.get("n_ctx", 1024)))
     except KeyError as e:
         raise ValueError(f"GPT-2 config.json is missing the field {e.args[0]!r}.") from None
     if d % heads:
         raise ValueError(f"config `n_embd` {d} must be divisible by `n_head` {heads}.")
-    return cfg
+    block = gpt_block(
+        heads,
+        num_layers=layers,
+        init_std=std,
+        mlp_dim=int(hf.get("n_inner") or 4 * d),
+        use_bias=True,
+        dropout_rate=float(hf.get("resid_pdrop", 0.1)),
+        attention_dropout_rate=float(hf.get("attn_pdrop", 0.1)),
+        activation=_ACTIVATIONS[act],
+    )
+    return TransformerLMConfig(
+        vocab_size=vocab,
+        num_layers=layers,
+        embed_dim=d,
+        max_len=max_len,
+        block=block,
+        positions="learned",
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        init_std=std,
+    )
 
 
 def _preset(name: Any) -> TransformerLMConfig:
@@ -146,12 +158,13 @@ def _preset(name: Any) -> TransformerLMConfig:
 
 def _check_supported(cfg: TransformerLMConfig) -> None:
     """The GPT-2 layout needs learned positions, biases, a plain MLP, LayerNorm and MHA."""
-    for field, want in (("positions", "learned"), ("use_bias", True), ("mlp", "mlp"),
-                        ("norm_type", "layernorm"), ("num_kv_heads", None)):
-        if getattr(cfg, field) != want:
+    for field, want in (("positions", "learned"), ("block.use_bias", True), ("block.mlp", "mlp"),
+                        ("block.norm_type", "layernorm"), ("block.num_kv_heads", None)):
+        owner, _, name = field.rpartition(".")
+        got = getattr(cfg.block if owner else cfg, name)
+        if got != want:
             raise ValueError(
-                f"GPT-2 checkpoints need TransformerLMConfig.{field}={want!r}; "
-                f"got {getattr(cfg, field)!r}."
+                f"GPT-2 checkpoints need TransformerLMConfig.{field}={want!r}; got {got!r}."
             )
 
 
@@ -165,8 +178,8 @@ def _conv1d(ckpt: Checkpoint, prefix: str, d_in: int, d_out: int) -> dict:
 
 
 def _layer(ckpt: Checkpoint, i: int, cfg: TransformerLMConfig) -> dict:
-    d, h = cfg.embed_dim, cfg.num_heads
-    f, hd = cfg.mlp_dim or 4 * d, d // h
+    d, h = cfg.embed_dim, cfg.block.num_heads
+    f, hd = cfg.block.mlp_dim or 4 * d, d // h
     pre = f"h.{i}."
     w_qkv = ckpt.take(pre + "attn.c_attn.weight", (d, 3 * d))
     b_qkv = ckpt.take(pre + "attn.c_attn.bias", (3 * d,))

@@ -9,14 +9,20 @@ from seqjax.models.baselines import (
     NGramLM,
     bag_of_words,
 )
-from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, mlm_mask
+from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, bert_block, mlm_mask
 from seqjax.models.captioning import ImageCaptioner
-from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS, Transformer, TransformerConfig
+from seqjax.models.encoder_decoder import (
+    TRANSFORMER_PRESETS,
+    Transformer,
+    TransformerConfig,
+    vaswani_block,
+)
 from seqjax.models.gpt import (
     TRANSFORMER_LM_PRESETS,
     TransformerLM,
     TransformerLMClassifier,
     TransformerLMConfig,
+    gpt_block,
 )
 from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
 from seqjax.models.seq2seq import (
@@ -25,7 +31,15 @@ from seqjax.models.seq2seq import (
     scheduled_sampling_epsilon,
     scheduled_sampling_inputs,
 )
-from seqjax.models.vit import VIT_PRESETS, ViT, ViTConfig, num_patches, patchify, unpatchify
+from seqjax.models.vit import (
+    VIT_PRESETS,
+    ViT,
+    ViTConfig,
+    num_patches,
+    patchify,
+    unpatchify,
+    vit_block,
+)
 from seqjax.models.word2vec import Word2Vec
 
 __all__ = [
@@ -37,6 +51,7 @@ __all__ = [
     "Seq2Seq", "TRANSFORMER_LM_PRESETS", "TRANSFORMER_PRESETS", "Transformer",
     "TransformerConfig", "TransformerLM", "TransformerLMClassifier", "TransformerLMConfig",
     "VIT_PRESETS", "ViT",
-    "ViTConfig", "Word2Vec", "masked_pool", "mlm_mask", "num_patches",
+    "ViTConfig", "Word2Vec", "bert_block", "gpt_block", "vaswani_block", "vit_block",
+    "masked_pool", "mlm_mask", "num_patches",
     "patchify", "reverse_sequences", "unpatchify",
 ]

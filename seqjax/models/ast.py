@@ -54,7 +54,8 @@ from flax import linen as nn
 
 from seqjax._checks import check_rank
 from seqjax.models._common import check_preset
-from seqjax.models.vit import ViT, ViTConfig
+from seqjax.models.vit import ViT, ViTConfig, vit_block
+from seqjax.nn.transformer import BlockConfig
 
 Array = jax.Array
 Dtype = Any
@@ -134,11 +135,11 @@ class ASTConfig:
         patch_stride: ``s`` or ``(s_F, s_T)``; ``None`` = ``patch_size`` (no overlap, as
             ViT); smaller overlaps neighbouring patches (Gong et al.: 16 and 10).
         num_classes: classifier outputs (``None``: no head; the model returns features).
-        num_layers, num_heads, embed_dim, mlp_dim: encoder sizes.
+        num_layers, embed_dim: encoder depth and width.
+        block: the encoder blocks' :class:`~seqjax.nn.BlockConfig`, as
+            :class:`~seqjax.models.ViTConfig`'s (default ``vit_block(12, mlp_dim=3072)``).
         class_token: prepend a learned ``<class>`` token (else mean-pool the patches).
-        dropout_rate, attention_dropout_rate: dropout.
-        activation, norm_epsilon: encoder options (GELU; ``ε = 1e-6``).
-        scan_layers, remat, implementation: as :class:`~seqjax.models.ViTConfig`.
+        scan_layers, remat: as :class:`~seqjax.models.ViTConfig`.
     """
 
     num_frames: int = 1024
@@ -147,17 +148,11 @@ class ASTConfig:
     patch_stride: int | tuple[int, int] | None = 10
     num_classes: int | None = 527
     num_layers: int = 12
-    num_heads: int = 12
     embed_dim: int = 768
-    mlp_dim: int | None = 3072
+    block: BlockConfig = dataclasses.field(default_factory=lambda: vit_block(12, mlp_dim=3072))
     class_token: bool = True
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float = 0.0
-    activation: str = "gelu"
-    norm_epsilon: float = 1e-6
     scan_layers: bool = False
     remat: bool = False
-    implementation: str = "auto"
 
     def __post_init__(self) -> None:
         patch_grid((self.num_mel_bins, self.num_frames), self.patch_size, self.patch_stride)
@@ -180,17 +175,11 @@ class ASTConfig:
             channels=pf * pt,
             num_classes=self.num_classes,
             num_layers=self.num_layers,
-            num_heads=self.num_heads,
             embed_dim=self.embed_dim,
-            mlp_dim=self.mlp_dim,
+            block=self.block,
             class_token=self.class_token,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            activation=self.activation,
-            norm_epsilon=self.norm_epsilon,
             scan_layers=self.scan_layers,
             remat=self.remat,
-            implementation=self.implementation,
         )
 
 
@@ -199,7 +188,7 @@ class ASTConfig:
 #: ``<class>`` token here, no distillation token); ``ast-tiny`` — the DeiT-Ti encoder.
 AST_PRESETS: dict[str, ASTConfig] = {
     "ast-base": ASTConfig(),
-    "ast-tiny": ASTConfig(num_heads=3, embed_dim=192, mlp_dim=768),
+    "ast-tiny": ASTConfig(embed_dim=192, block=vit_block(3, mlp_dim=768)),
 }
 
 
@@ -213,7 +202,8 @@ class AST(nn.Module):
     Example:
         >>> import jax, jax.numpy as jnp
         >>> cfg = ASTConfig(num_frames=12, num_mel_bins=8, patch_size=4, patch_stride=(4, 2),
-        ...                 num_classes=3, num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32)
+        ...                 num_classes=3, num_layers=1, embed_dim=16,
+        ...                 block=vit_block(2, mlp_dim=32))
         >>> ast = AST(cfg)
         >>> x = jnp.zeros((2, 12, 8))  # [B, frames, mel bins]
         >>> v = ast.init(jax.random.PRNGKey(0), x)

@@ -8,7 +8,7 @@ Heads (Bishop §12.3.3, Fig. 12.18; J&M §9.7 for the encoder):
 
 * masked-language-model: :math:`p(x_n \mid x_{\setminus\text{masked}}) =
   \mathrm{softmax}(\mathrm{LN}(\mathrm{gelu}(Z_n W_t + b_t)) E^\top + b)` — the output matrix is
-  the tied input embedding ``E`` (Devlin et al. 2018); the gelu is ``config.activation``;
+  the tied input embedding ``E`` (Devlin et al. 2018); the gelu is ``config.block.activation``;
 * classification from the first (``<class>``) position: :math:`\mathrm{softmax}(W_c
   \tanh(W_p Z_1 + b_p) + b_c)` (with ``pooler=False``: Bishop's ``D×K`` matrix on
   :math:`Z_1` directly);
@@ -36,6 +36,7 @@ from flax import linen as nn
 from seqjax._checks import check_bool, check_integer, check_rank
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
+from seqjax.nn._block_config import check_block, normal_init
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.ffn import get_activation
@@ -46,7 +47,26 @@ from seqjax.nn.transformer import BlockConfig, TransformerEncoder
 Array = jax.Array
 Dtype = Any
 
-__all__ = ["BERT_PRESETS", "Bert", "BertConfig", "mlm_mask"]
+__all__ = ["BERT_PRESETS", "Bert", "BertConfig", "bert_block", "mlm_mask"]
+
+
+def bert_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> BlockConfig:
+    """BERT's encoder block: bidirectional, post-norm, exact GELU, LayerNorm ``ε = 1e-12``,
+    dropout 0.1 on every residual branch and (unless given) on the attention weights,
+    ``N(0, init_std²)`` kernels (Devlin et al. 2018). ``options`` are other
+    :class:`~seqjax.nn.BlockConfig` fields (``norm="pre"``, ``mlp_dim``, ...).
+
+    Example:
+        >>> bert_block(12).norm, bert_block(12).norm_epsilon, bert_block(12).causal
+        ('post', 1e-12, False)
+    """
+    options.setdefault("norm", "post")
+    options.setdefault("activation", "gelu")
+    options.setdefault("norm_epsilon", 1e-12)
+    options.setdefault("dropout_rate", 0.1)
+    if options.get("attention_dropout_rate") is None:
+        options["attention_dropout_rate"] = options["dropout_rate"]
+    return BlockConfig.encoder(num_heads, kernel_init=normal_init(init_std), **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,33 +74,30 @@ class BertConfig:
     """Hyper-parameters of :class:`Bert`.
 
     Attributes:
-        vocab_size, num_layers, num_heads, embed_dim, mlp_dim, max_len: sizes.
+        vocab_size, num_layers, embed_dim, max_len: sizes.
+        block: every encoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN size,
+            norm placement, activation, ``ε``, dropout), e.g. :func:`bert_block` (the
+            default: ``bert_block(12, mlp_dim=3072)``, BERT-base); it must be bidirectional
+            without cross-attention (:meth:`~seqjax.nn.BlockConfig.encoder`). Its
+            ``activation`` is also the MLM head's transform's (Hugging Face's
+            ``hidden_act`` sets both), its ``norm_epsilon`` the embedding and MLM-head
+            LayerNorms' and its ``dropout_rate`` the embeddings' and the heads'; its
+            ``dtype``/``param_dtype`` are the model's.
         type_vocab_size: segment ids (sentence A/B); 0 disables segment embeddings.
-        norm: ``"post"`` (BERT) or ``"pre"``.
-        activation: activation of the FFN and of the MLM head's transform (``"gelu"``,
-            exact, as BERT; Hugging Face's ``hidden_act`` sets both too).
-        norm_epsilon: LayerNorm ``ε`` (BERT: 1e-12).
-        dropout_rate, attention_dropout_rate: dropout (BERT: 0.1, 0.1).
         mlm_head: build the tied MLM head.
         pooler: ``tanh`` dense on the first position before the classifier.
         num_classes: sequence classes (``None``: no classifier).
         num_tags: token tags (``None``: no tagger).
-        init_std: normal initialiser standard deviation (0.02).
+        init_std: the embeddings' and heads' normal initialiser standard deviation (0.02).
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerEncoder`.
     """
 
     vocab_size: int = 30522
     num_layers: int = 12
-    num_heads: int = 12
     embed_dim: int = 768
-    mlp_dim: int | None = 3072
     max_len: int = 512
+    block: BlockConfig = dataclasses.field(default_factory=lambda: bert_block(12, mlp_dim=3072))
     type_vocab_size: int = 2
-    norm: str = "post"
-    activation: str = "gelu"
-    norm_epsilon: float = 1e-12
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float | None = None
     mlm_head: bool = True
     pooler: bool = True
     num_classes: int | None = None
@@ -88,41 +105,20 @@ class BertConfig:
     init_std: float = 0.02
     scan_layers: bool = False
     remat: bool = False
-    implementation: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_block(self.block, causal=False, cross_attention=False, owner="BertConfig")
 
     def replace(self, **changes: Any) -> BertConfig:
         return dataclasses.replace(self, **changes)
-
-    def block_config(
-        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
-    ) -> BlockConfig:
-        """The one :class:`~seqjax.nn.BlockConfig` of every encoder block (bidirectional;
-        validated here, once, and handed whole to the stack)."""
-        return BlockConfig(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            norm=self.norm,
-            activation=self.activation,
-            norm_epsilon=self.norm_epsilon,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=(
-                self.dropout_rate
-                if self.attention_dropout_rate is None
-                else self.attention_dropout_rate
-            ),
-            implementation=self.implementation,
-            kernel_init=nn.initializers.normal(stddev=self.init_std),
-            dtype=dtype,
-            param_dtype=param_dtype,
-        )
 
 
 #: ``bert-base`` / ``bert-large`` (Devlin et al. 2018; Bishop Ex. 12.16: BERT-Large has
 #: ≈340M parameters) and ``bert-tiny`` (Turc et al. 2019: 2 layers, 128 wide).
 BERT_PRESETS: dict[str, BertConfig] = {
     "bert-base": BertConfig(),
-    "bert-large": BertConfig(num_layers=24, num_heads=16, embed_dim=1024, mlp_dim=4096),
-    "bert-tiny": BertConfig(num_layers=2, num_heads=2, embed_dim=128, mlp_dim=512),
+    "bert-large": BertConfig(num_layers=24, embed_dim=1024, block=bert_block(16, mlp_dim=4096)),
+    "bert-tiny": BertConfig(num_layers=2, embed_dim=128, block=bert_block(2, mlp_dim=512)),
 }
 
 
@@ -318,10 +314,11 @@ class Bert(nn.Module):
             )(token_types_BxT)
         elif token_types_BxT is not None:
             raise ValueError("`token_types` given but the config has type_vocab_size=0.")
-        x_BxTxD = LayerNorm(cfg.norm_epsilon, name="embed_norm", **kw)(x_BxTxD)
-        x_BxTxD = nn.Dropout(cfg.dropout_rate)(x_BxTxD, deterministic=deterministic)
+        block = cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype)
+        x_BxTxD = LayerNorm(block.norm_epsilon, name="embed_norm", **kw)(x_BxTxD)
+        x_BxTxD = nn.Dropout(block.dropout_rate)(x_BxTxD, deterministic=deterministic)
         z_BxTxD = TransformerEncoder(
-            config=cfg.block_config(self.dtype, self.param_dtype),
+            config=block,
             num_layers=cfg.num_layers,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
@@ -330,8 +327,8 @@ class Bert(nn.Module):
 
         out: dict[str, Array] = {"hidden": z_BxTxD}
         if cfg.mlm_head:
-            h_BxTxD = get_activation(cfg.activation)(dense(cfg.embed_dim, "mlm_dense")(z_BxTxD))
-            h_BxTxD = LayerNorm(cfg.norm_epsilon, name="mlm_norm", **kw)(h_BxTxD)
+            h_BxTxD = get_activation(block.activation)(dense(cfg.embed_dim, "mlm_dense")(z_BxTxD))
+            h_BxTxD = LayerNorm(block.norm_epsilon, name="mlm_norm", **kw)(h_BxTxD)
             mlm_bias = self.param(
                 "mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,), self.param_dtype
             )
@@ -340,7 +337,7 @@ class Bert(nn.Module):
         if cfg.pooler:
             first_BxD = jnp.tanh(dense(cfg.embed_dim, "pooler")(first_BxD))
             out["pooled"] = first_BxD
-        drop = nn.Dropout(cfg.dropout_rate)
+        drop = nn.Dropout(block.dropout_rate)
         if cfg.num_classes is not None:
             out["class_logits"] = dense(cfg.num_classes, "classifier")(
                 drop(first_BxD, deterministic=deterministic)

@@ -72,6 +72,7 @@ from seqjax.models._common import (
     layers_to_batch_major,
     split_oov,
 )
+from seqjax.nn._block_config import check_block
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
@@ -80,7 +81,33 @@ from seqjax.nn.transformer import BlockConfig, TransformerDecoder, TransformerEn
 Array = jax.Array
 Dtype = Any
 
-__all__ = ["TRANSFORMER_PRESETS", "Transformer", "TransformerConfig"]
+__all__ = ["TRANSFORMER_PRESETS", "Transformer", "TransformerConfig", "vaswani_block"]
+
+
+#: Vaswani et al.'s weight initialiser (one object, so equal configs compare equal).
+_XAVIER = nn.initializers.xavier_uniform()
+
+
+def vaswani_block(num_heads: int = 8, **options: Any) -> BlockConfig:
+    """The encoder block of Vaswani et al. 2017 (MEDL §7.5): bidirectional, post-norm,
+    ReLU FFN of ``d_ff = 2048``, residual dropout 0.1, none on the attention weights,
+    attention biases, Glorot-uniform weights. ``options`` are other
+    :class:`~seqjax.nn.BlockConfig` fields. The decoder's block is the same with causal
+    self-attention and cross-attention (:attr:`TransformerConfig.decoder_block`).
+
+    Example:
+        >>> cfg = vaswani_block(8)
+        >>> cfg.norm, cfg.activation, cfg.mlp_dim, cfg.causal
+        ('post', 'relu', 2048, False)
+    """
+    options.setdefault("mlp_dim", 2048)
+    options.setdefault("norm", "post")
+    options.setdefault("activation", "relu")
+    options.setdefault("dropout_rate", 0.1)
+    options.setdefault("attention_dropout_rate", 0.0)
+    options.setdefault("attention_use_bias", True)
+    options.setdefault("kernel_init", _XAVIER)
+    return BlockConfig.encoder(num_heads, **options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,17 +119,19 @@ class TransformerConfig:
         tgt_vocab_size: target vocabulary; ``None`` = shared with the source.
         num_layers: ``N`` encoder and ``N`` decoder blocks (unless the next two are set).
         encoder_layers, decoder_layers: override ``N`` per side.
-        num_heads, embed_dim, mlp_dim: ``h``, ``d_model = p``, ``d_ff = N₁``.
+        embed_dim: ``d_model = p``.
         max_len: maximum length (size of learned position tables).
+        block: the encoder blocks' :class:`~seqjax.nn.BlockConfig` (``h``, ``d_ff = N₁``,
+            norm placement, activation, dropout, attention biases; MEDL counts none), e.g.
+            :func:`vaswani_block` (the default: ``vaswani_block(8)``); bidirectional
+            without cross-attention. The decoder blocks use it with causal self-attention
+            and cross-attention (:attr:`decoder_block`); its ``dropout_rate`` also drops the
+            embeddings; its ``dtype``/``param_dtype`` are the model's.
         positions: ``"sinusoidal"`` (MEDL (7.29)–(7.30); Vaswani) or ``"learned"``.
-        norm: ``"post"`` (Vaswani; MEDL Fig. 7.15) or ``"pre"``.
-        activation: FFN activation (``"relu"``).
         tie_output: the output matrix is the target embedding transposed.
         output_bias: a bias per output word.
-        attention_use_bias: biases on the attention projections (MEDL counts none).
         scale_embeddings: multiply embeddings by ``√d`` (Vaswani §3.4; MEDL (7.30) does
             not: ``False``).
-        dropout_rate, attention_dropout_rate: dropout (Vaswani: 0.1, 0.0).
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerDecoder`.
     """
 
@@ -111,44 +140,31 @@ class TransformerConfig:
     num_layers: int = 6
     encoder_layers: int | None = None
     decoder_layers: int | None = None
-    num_heads: int = 8
     embed_dim: int = 512
-    mlp_dim: int = 2048
     max_len: int = 512
+    block: BlockConfig = dataclasses.field(default_factory=vaswani_block)
     positions: str = "sinusoidal"
-    norm: str = "post"
-    activation: str = "relu"
     tie_output: bool = True
     output_bias: bool = True
-    attention_use_bias: bool = True
     scale_embeddings: bool = True
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.0
     scan_layers: bool = False
     remat: bool = False
-    implementation: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_block(self.block, causal=False, cross_attention=False, owner="TransformerConfig")
+        if self.positions not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f"`positions` must be 'sinusoidal' or 'learned'; got {self.positions!r}."
+            )
 
     def replace(self, **changes: Any) -> TransformerConfig:
         return dataclasses.replace(self, **changes)
 
-    def block_config(
-        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
-    ) -> BlockConfig:
-        """The one :class:`~seqjax.nn.BlockConfig` of the encoder blocks (validated here,
-        once); the decoder's is its ``replace(causal=True, cross_attention=True)``."""
-        return BlockConfig(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            norm=self.norm,
-            activation=self.activation,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            attention_use_bias=self.attention_use_bias,
-            implementation=self.implementation,
-            kernel_init=nn.initializers.xavier_uniform(),
-            dtype=dtype,
-            param_dtype=param_dtype,
-        )
+    @property
+    def decoder_block(self) -> BlockConfig:
+        """The decoder blocks' config: ``block`` with causal self-attention and
+        cross-attention on the encoder output (MEDL Fig. 7.15b)."""
+        return self.block.replace(causal=True, cross_attention=True)
 
     @property
     def shared_vocab(self) -> bool:
@@ -165,7 +181,9 @@ class TransformerConfig:
 TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
     "vaswani-base": TransformerConfig(src_vocab_size=37000),
     "vaswani-big": TransformerConfig(
-        src_vocab_size=37000, num_heads=16, embed_dim=1024, mlp_dim=4096, dropout_rate=0.3
+        src_vocab_size=37000,
+        embed_dim=1024,
+        block=vaswani_block(16, mlp_dim=4096, dropout_rate=0.3),
     ),
 }
 
@@ -184,8 +202,8 @@ class Transformer(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> cfg = TransformerConfig(src_vocab_size=20, num_layers=2, num_heads=2, embed_dim=16,
-        ...                         mlp_dim=32)
+        >>> cfg = TransformerConfig(src_vocab_size=20, num_layers=2, embed_dim=16,
+        ...                         block=vaswani_block(2, mlp_dim=32))
         >>> model = Transformer(cfg)
         >>> src, tgt = jnp.ones((2, 6), jnp.int32), jnp.ones((2, 5), jnp.int32)
         >>> v = model.init(jax.random.PRNGKey(0), src, tgt)
@@ -209,10 +227,6 @@ class Transformer(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        if cfg.positions not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f"`positions` must be 'sinusoidal' or 'learned'; got {cfg.positions!r}."
-            )
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         emb_init = nn.initializers.normal(stddev=cfg.embed_dim**-0.5)
         if cfg.shared_vocab:
@@ -227,17 +241,19 @@ class Transformer(nn.Module):
             self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
         else:
             self.sinusoid = SinusoidalPositionalEmbedding()
-        block = cfg.block_config(self.dtype, self.param_dtype)
+        dtypes = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         stack = dict(scan_layers=cfg.scan_layers, remat=cfg.remat)
         self.encoder = TransformerEncoder(
-            config=block, num_layers=cfg.encoder_layers or cfg.num_layers, **stack
+            config=cfg.block.replace(**dtypes),
+            num_layers=cfg.encoder_layers or cfg.num_layers,
+            **stack,
         )
         self.decoder = TransformerDecoder(
-            config=block.replace(causal=True, cross_attention=True),
+            config=cfg.decoder_block.replace(**dtypes),
             num_layers=cfg.decoder_layers or cfg.num_layers,
             **stack,
         )
-        self.drop = nn.Dropout(cfg.dropout_rate)
+        self.drop = nn.Dropout(cfg.block.dropout_rate)
         if cfg.tie_output:
             if cfg.output_bias:
                 self.output_bias = self.param(

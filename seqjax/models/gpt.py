@@ -26,6 +26,7 @@ classifier.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -48,6 +49,8 @@ from seqjax.models._common import (
     masked_pool,
     split_oov,
 )
+from seqjax.nn._block_config import check_block, normal_init
+from seqjax.nn.attention.checks import check_positive_int
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
@@ -58,10 +61,41 @@ Dtype = Any
 
 __all__ = [
     "TRANSFORMER_LM_PRESETS",
+    "gpt_block",
     "TransformerLM",
     "TransformerLMClassifier",
     "TransformerLMConfig",
 ]
+
+
+def gpt_block(
+    num_heads: int, *, num_layers: int | None = None, init_std: float = 0.02, **options: Any
+) -> BlockConfig:
+    r"""GPT-2's decoder block: causal, pre-norm, no cross-attention, ``N(0, init_std²)``
+    kernels; the attention-weight dropout defaults to (``None``: is) ``dropout_rate``
+    (nanoGPT).
+
+    Given ``num_layers = L``, the two residual output projections (attention ``out`` and
+    the FFN's ``down``) start at ``N(0, (init_std/√(2L))²)`` (``residual_init_std``), as in
+    GPT-2 (Radford et al. 2019, §2.3) and nanoGPT: the residual stream sums ``2L`` branches.
+    ``options`` are other :class:`~seqjax.nn.BlockConfig` fields.
+
+    Example:
+        >>> cfg = gpt_block(12, num_layers=12)
+        >>> cfg.causal, cfg.cross_attention, round(cfg.residual_init_std, 6)
+        (True, False, 0.002887)
+    """
+    if options.get("attention_dropout_rate") is None:
+        options["attention_dropout_rate"] = options.get("dropout_rate", 0.0)
+    if num_layers is not None:
+        check_positive_int(num_layers, "num_layers")
+        options.setdefault("residual_init_std", init_std / math.sqrt(2 * num_layers))
+    return BlockConfig.decoder(
+        num_heads,
+        cross_attention=False,
+        kernel_init=normal_init(init_std),
+        **options,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,119 +104,75 @@ class TransformerLMConfig:
 
     Attributes:
         vocab_size: ``|V|``.
-        num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
-        mlp_dim: FFN hidden size (default ``4D``).
+        num_layers, embed_dim: ``L``, ``D``.
         max_len: context length ("block size"); the size of the learned position table.
+        block: every decoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN, norms,
+            biases, dropout, window, init, ...), e.g. :func:`gpt_block` (the default:
+            ``gpt_block(6)``). It must be causal without cross-attention
+            (``BlockConfig.decoder(..., cross_attention=False)``), with ``use_rope`` exactly
+            when ``positions="rope"``; its ``dtype``/``param_dtype`` are the model's. Its
+            ``dropout_rate`` also drops the embeddings.
         positions: ``"learned"`` (GPT-2) or ``"rope"`` (no position parameters).
         tie_embeddings: output matrix ``Eᵀ`` (J&M §9.8; Press & Wolf 2017).
-        use_bias: biases in attention and FFN (nanoGPT's ``bias``).
-        dropout_rate: on the embeddings and every residual branch;
-        attention_dropout_rate: on the attention weights (default ``dropout_rate``).
-        activation, norm_type, mlp, num_kv_heads, rope_base: block options.
-        window: sliding-window (local) attention of ``w`` keys in every layer (Longformer,
-            Mistral; ``None``: full causal attention); the KV cache still keeps every key.
-        norm_epsilon: ``ε`` of every norm (default: LayerNorm 1e-5, RMSNorm 1e-6).
-        norm_use_bias: learn LayerNorm's ``β``; nanoGPT's ``bias=False`` also drops it
-            (the ``nanogpt-*`` presets keep it, so their parameter counts are those of
-            ``seqjax/experiments/results/char_lm.md``: 1,152 more than nanoGPT at 4L/128d).
-        init_std: standard deviation of the normal initialisers (GPT-2: 0.02).
+        init_std: standard deviation of the embeddings' (and an untied head's) normal
+            initialiser (GPT-2: 0.02); the blocks' is ``block.kernel_init``.
         scan_layers, remat: compile the stack as one scanned block; rematerialise.
     """
 
     vocab_size: int
     num_layers: int = 6
-    num_heads: int = 6
     embed_dim: int = 384
-    mlp_dim: int | None = None
     max_len: int = 256
+    block: BlockConfig = dataclasses.field(default_factory=lambda: gpt_block(6))
     positions: str = "learned"
     tie_embeddings: bool = True
-    use_bias: bool = True
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float | None = None
-    activation: str = "gelu"
-    norm_type: str = "layernorm"
-    norm_epsilon: float | None = None
-    norm_use_bias: bool = True
-    mlp: str = "mlp"
-    num_kv_heads: int | None = None
-    rope_base: float = 10000.0
-    window: int | None = None
     init_std: float = 0.02
     scan_layers: bool = False
     remat: bool = False
-    implementation: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_block(
+            self.block, causal=True, cross_attention=False, owner="TransformerLMConfig"
+        )
+        if self.positions not in ("learned", "rope"):
+            raise ValueError(f"`positions` must be 'learned' or 'rope'; got {self.positions!r}.")
+        if self.block.use_rope != (self.positions == "rope"):
+            raise ValueError(
+                f"`block.use_rope` must be {self.positions == 'rope'} with "
+                f"positions={self.positions!r}; got {self.block.use_rope}."
+            )
 
     def replace(self, **changes: Any) -> TransformerLMConfig:
         return dataclasses.replace(self, **changes)
 
-    def block_config(
-        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
-    ) -> BlockConfig:
-        """The one :class:`~seqjax.nn.BlockConfig` of every decoder block: pre-norm, causal,
-        no cross-attention (validated here, once, and handed whole to the stack)."""
-        return BlockConfig(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            norm="pre",
-            norm_type=self.norm_type,
-            norm_epsilon=self.norm_epsilon,
-            norm_use_bias=self.norm_use_bias,
-            mlp=self.mlp,
-            activation=self.activation,
-            causal=True,
-            cross_attention=False,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=(
-                self.dropout_rate
-                if self.attention_dropout_rate is None
-                else self.attention_dropout_rate
-            ),
-            use_bias=self.use_bias,
-            num_kv_heads=self.num_kv_heads,
-            use_rope=self.positions == "rope",
-            rope_base=self.rope_base,
-            window=self.window,
-            implementation=self.implementation,
-            kernel_init=nn.initializers.normal(stddev=self.init_std),
-            dtype=dtype,
-            param_dtype=param_dtype,
-        )
-
 
 #: Named configurations. ``nanogpt-*`` are nanoGPT's ``train_shakespeare_char`` shapes
 #: (6L/6H/384, block 256, dropout 0.2, no biases) and its README's CPU variant (4L/4H/128,
-#: block 64); ``gpt2-small`` is GPT-2 124M (12L/12H/768, block 1024, |V| = 50257).
+#: block 64); ``gpt2-small`` is GPT-2 124M (12L/12H/768, block 1024, |V| = 50257). All three
+#: start the residual projections at ``0.02/√(2L)``, as nanoGPT and GPT-2 (:func:`gpt_block`).
 TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
     "nanogpt-shakespeare-char": TransformerLMConfig(
         vocab_size=65,
         num_layers=6,
-        num_heads=6,
         embed_dim=384,
         max_len=256,
-        dropout_rate=0.2,
-        use_bias=False,
-        activation="gelu",
+        block=gpt_block(6, num_layers=6, dropout_rate=0.2, use_bias=False, activation="gelu"),
     ),
     "nanogpt-cpu": TransformerLMConfig(
         vocab_size=65,
         num_layers=4,
-        num_heads=4,
         embed_dim=128,
         max_len=64,
-        dropout_rate=0.0,
-        use_bias=False,
-        activation="gelu",
+        block=gpt_block(4, num_layers=4, dropout_rate=0.0, use_bias=False, activation="gelu"),
     ),
     "gpt2-small": TransformerLMConfig(
         vocab_size=50257,
         num_layers=12,
-        num_heads=12,
         embed_dim=768,
         max_len=1024,
-        dropout_rate=0.1,
-        use_bias=True,
-        activation="gelu_tanh",
+        block=gpt_block(
+            12, num_layers=12, dropout_rate=0.1, use_bias=True, activation="gelu_tanh"
+        ),
     ),
 }
 
@@ -204,8 +194,8 @@ class TransformerLM(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=2, num_heads=2, embed_dim=16,
-        ...                           max_len=32)
+        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=2, embed_dim=16, max_len=32,
+        ...                           block=gpt_block(2))
         >>> lm = TransformerLM(cfg)
         >>> tokens = jnp.zeros((2, 8), jnp.int32)
         >>> params = lm.init(jax.random.PRNGKey(0), tokens)
@@ -230,8 +220,6 @@ class TransformerLM(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        if cfg.positions not in ("learned", "rope"):
-            raise ValueError(f"`positions` must be 'learned' or 'rope'; got {cfg.positions!r}.")
         init = nn.initializers.normal(stddev=cfg.init_std)
         self.token_embed = Embed(
             cfg.vocab_size,
@@ -245,12 +233,12 @@ class TransformerLM(nn.Module):
                 cfg.max_len, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
             )
         self.decoder = TransformerDecoder(
-            config=cfg.block_config(self.dtype, self.param_dtype),
+            config=cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype),
             num_layers=cfg.num_layers,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
         )
-        self.drop = nn.Dropout(cfg.dropout_rate)
+        self.drop = nn.Dropout(cfg.block.dropout_rate)
         if not cfg.tie_embeddings:
             self.lm_head = Dense(
                 cfg.vocab_size,
@@ -408,7 +396,7 @@ class TransformerLMClassifier(TransformerLM):
     decoding interface of :class:`TransformerLM` still works.
 
     Call: ``model(tokens_BxT, lengths=None, *, mask=None, deterministic=True) ->
-    class_logits_BxC`` (float32). Dropout (``config.dropout_rate``) is applied to
+    class_logits_BxC`` (float32). Dropout (``config.block.dropout_rate``) is applied to
     :math:`H_n` before the head when ``deterministic=False``.
 
     Example:

@@ -28,6 +28,7 @@ from flax import linen as nn
 
 from seqjax._checks import check_rank
 from seqjax.models._common import check_preset
+from seqjax.nn._block_config import check_block
 from seqjax.nn.dense import Dense
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import BlockConfig, TransformerEncoder
@@ -35,7 +36,15 @@ from seqjax.nn.transformer import BlockConfig, TransformerEncoder
 Array = jax.Array
 Dtype = Any
 
-__all__ = ["VIT_PRESETS", "ViT", "ViTConfig", "num_patches", "patchify", "unpatchify"]
+__all__ = [
+    "VIT_PRESETS",
+    "ViT",
+    "ViTConfig",
+    "num_patches",
+    "patchify",
+    "unpatchify",
+    "vit_block",
+]
 
 
 def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
@@ -94,6 +103,21 @@ def unpatchify(patches_BxNxF: Array, patch_size: int, image_size: int | tuple[in
     return x.reshape(b, h, w, c)
 
 
+def vit_block(num_heads: int, **options: Any) -> BlockConfig:
+    """ViT's encoder block (Dosovitskiy et al. 2021): bidirectional, pre-norm, exact GELU,
+    LayerNorm ``ε = 1e-6``, no dropout; ``options`` are other
+    :class:`~seqjax.nn.BlockConfig` fields (``mlp_dim``, ``dropout_rate``, ...).
+
+    Example:
+        >>> vit_block(3, mlp_dim=768).norm, vit_block(3).norm_epsilon
+        ('pre', 1e-06)
+    """
+    options.setdefault("norm", "pre")
+    options.setdefault("activation", "gelu")
+    options.setdefault("norm_epsilon", 1e-6)
+    return BlockConfig.encoder(num_heads, **options)
+
+
 @dataclasses.dataclass(frozen=True)
 class ViTConfig:
     """Hyper-parameters of :class:`ViT`.
@@ -103,10 +127,14 @@ class ViTConfig:
         patch_size: ``P``.
         channels: ``C``.
         num_classes: classifier outputs (``None``: no head; the model returns features).
-        num_layers, num_heads, embed_dim, mlp_dim: encoder sizes.
+        num_layers, embed_dim: encoder depth and width.
+        block: every encoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN size,
+            dropout, ...), e.g. :func:`vit_block` (the default: ``vit_block(12,
+            mlp_dim=3072)``, ViT-B); bidirectional without cross-attention. Its
+            ``dropout_rate`` also drops the patch embeddings; its ``dtype``/``param_dtype``
+            are the model's.
         class_token: prepend a learned ``<class>`` token (else mean-pool the patches).
-        dropout_rate, attention_dropout_rate: dropout.
-        activation, norm_epsilon: encoder options (GELU; ``ε = 1e-6``).
+        scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerEncoder`.
     """
 
     image_size: int | tuple[int, int] = 224
@@ -114,45 +142,24 @@ class ViTConfig:
     channels: int = 3
     num_classes: int | None = 1000
     num_layers: int = 12
-    num_heads: int = 12
     embed_dim: int = 768
-    mlp_dim: int | None = 3072
+    block: BlockConfig = dataclasses.field(default_factory=lambda: vit_block(12, mlp_dim=3072))
     class_token: bool = True
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float = 0.0
-    activation: str = "gelu"
-    norm_epsilon: float = 1e-6
     scan_layers: bool = False
     remat: bool = False
-    implementation: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_block(self.block, causal=False, cross_attention=False, owner="ViTConfig")
 
     def replace(self, **changes: Any) -> ViTConfig:
         return dataclasses.replace(self, **changes)
-
-    def block_config(
-        self, dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32
-    ) -> BlockConfig:
-        """The one :class:`~seqjax.nn.BlockConfig` of every encoder block (pre-norm,
-        bidirectional; validated here, once, and handed whole to the stack)."""
-        return BlockConfig(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            norm="pre",
-            activation=self.activation,
-            norm_epsilon=self.norm_epsilon,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            implementation=self.implementation,
-            dtype=dtype,
-            param_dtype=param_dtype,
-        )
 
 
 #: ``vit-base-16`` (ViT-B/16 at 224², 1000 classes: 86,567,656 parameters) and
 #: ``vit-tiny-16`` (DeiT-Ti: 192 wide, 3 heads).
 VIT_PRESETS: dict[str, ViTConfig] = {
     "vit-base-16": ViTConfig(),
-    "vit-tiny-16": ViTConfig(num_heads=3, embed_dim=192, mlp_dim=768),
+    "vit-tiny-16": ViTConfig(embed_dim=192, block=vit_block(3, mlp_dim=768)),
 }
 
 
@@ -165,7 +172,7 @@ class ViT(nn.Module):
     Example:
         >>> import jax, jax.numpy as jnp
         >>> cfg = ViTConfig(image_size=8, patch_size=4, channels=1, num_classes=3,
-        ...                 num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32)
+        ...                 num_layers=1, embed_dim=16, block=vit_block(2, mlp_dim=32))
         >>> vit = ViT(cfg)
         >>> x = jnp.zeros((2, 8, 8, 1))
         >>> v = vit.init(jax.random.PRNGKey(0), x)
@@ -203,9 +210,9 @@ class ViT(nn.Module):
             cls_Bx1xD = jnp.broadcast_to(cls.astype(x_BxNxD.dtype), (batch, 1, cfg.embed_dim))
             x_BxNxD = jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
         x_BxNxD = LearnedPositionalEmbedding(x_BxNxD.shape[1], name="pos_embed", **kw)(x_BxNxD)
-        x_BxNxD = nn.Dropout(cfg.dropout_rate)(x_BxNxD, deterministic=deterministic)
+        x_BxNxD = nn.Dropout(cfg.block.dropout_rate)(x_BxNxD, deterministic=deterministic)
         z_BxNxD = TransformerEncoder(
-            config=cfg.block_config(self.dtype, self.param_dtype),
+            config=cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype),
             num_layers=cfg.num_layers,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,

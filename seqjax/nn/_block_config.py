@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -226,16 +227,48 @@ class BlockConfig:
         ``down``): ``N(0, residual_init_std²)``, else ``kernel_init``."""
         if self.residual_init_std is None:
             return self.kernel_init
-        return nn.initializers.normal(stddev=self.residual_init_std)
+        return normal_init(self.residual_init_std)
 
     def make_norm(self, name: str | None = None) -> nn.Module:
         """The configured norm (LayerNorm or RMSNorm) as a module."""
         kw: dict[str, Any] = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         if self.norm_epsilon is not None:
             kw["epsilon"] = self.norm_epsilon
+        cls: type[nn.Module]
         if self.norm_type == "layernorm":
             cls = LayerNorm
             kw["use_bias"] = self.norm_use_bias
         else:
             cls = RMSNorm
         return cls(**kw) if name is None else cls(**kw, name=name)
+
+
+def check_block(
+    block: Any,
+    *,
+    causal: bool | None = None,
+    cross_attention: bool | None = None,
+    name: str = "block",
+    owner: str = "",
+) -> None:
+    """``block`` is a :class:`BlockConfig` with the ``causal`` / ``cross_attention`` that its
+    owner (a stack or a model config) requires; a ``ValueError`` names ``{name}.causal`` or
+    ``{name}.cross_attention``, the expected and the actual value."""
+    where = f" of {owner}" if owner else ""
+    if not isinstance(block, BlockConfig):
+        raise TypeError(f"`{name}`{where} must be a BlockConfig; got {type(block).__name__}.")
+    if causal is not None and block.causal != causal:
+        hint = "BlockConfig.decoder(...)" if causal else "BlockConfig.encoder(...)"
+        raise ValueError(f"`{name}.causal`{where} must be {causal} ({hint}); got {block.causal}.")
+    if cross_attention is not None and block.cross_attention != cross_attention:
+        raise ValueError(
+            f"`{name}.cross_attention`{where} must be {cross_attention}; "
+            f"got {block.cross_attention}."
+        )
+
+
+@functools.cache
+def normal_init(stddev: float) -> Initializer:
+    """``N(0, stddev²)``, one initialiser object per ``stddev``: configs built with equal
+    values compare (and hash) equal, so a model rebuilt from them is not compiled again."""
+    return nn.initializers.normal(stddev=stddev)

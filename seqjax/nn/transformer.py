@@ -35,7 +35,7 @@ from flax import linen as nn
 
 from seqjax._checks import bound_param_shape, check_features, check_lengths, check_rank
 from seqjax.nn import _sharding
-from seqjax.nn._block_config import BlockConfig
+from seqjax.nn._block_config import BlockConfig, check_block
 from seqjax.nn._transformer_checks import (
     DecoderLayerCache,
     check_encoder_batch,
@@ -132,11 +132,12 @@ class TransformerBlock(nn.Module):
     config: BlockConfig
 
     def __post_init__(self) -> None:
-        _check_config(self.config)
+        check_block(self.config, name="config", owner="TransformerBlock")
         super().__post_init__()
 
     def setup(self) -> None:
         cfg = self.cfg = self.config
+        self.self_attn: nn.Module
         if cfg.attention is None:
             self.self_attn = _attention(cfg, cross=False)
         else:
@@ -152,6 +153,7 @@ class TransformerBlock(nn.Module):
         if cfg.cross_attention:
             self.cross_attn = _attention(cfg, cross=True)
             self.cross_attn_norm = cfg.make_norm()
+        self.ffn: nn.Module
         if cfg.mlp == "mlp":
             self.ffn = MLP(**_ffn_options(cfg), activation=cfg.activation)
         else:
@@ -194,7 +196,7 @@ class TransformerBlock(nn.Module):
         check_layer_cache(cache, self.cfg.cross_attention)
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, length)
-        if self.cfg.cross_attention:
+        if encoder_out is not None:  # given exactly when config.cross_attention
             check_rank(encoder_out, "encoder_out", 3)
             check_encoder_batch(encoder_out, batch)
             if cache is None or cache.cross_kv is None:
@@ -337,25 +339,6 @@ def _attention_call(module: nn.Module, trusted: bool) -> Callable[..., Any]:
     return module
 
 
-def _check_config(
-    config: Any, *, causal: bool | None = None, name: str = "TransformerBlock"
-) -> None:
-    """``config`` is a :class:`BlockConfig` (with ``config.causal == causal`` and, for an
-    encoder, no cross-attention, when ``causal`` is given)."""
-    if not isinstance(config, BlockConfig):
-        raise TypeError(f"`config` of {name} must be a BlockConfig; got {type(config).__name__}.")
-    if causal is not None and config.causal != causal:
-        hint = "BlockConfig.decoder(...)" if causal else "BlockConfig.encoder(...)"
-        raise ValueError(
-            f"`config.causal` of {name} must be {causal} ({hint}); got {config.causal}."
-        )
-    if causal is False and config.cross_attention:
-        raise ValueError(
-            f"`config.cross_attention` of {name} must be False (an encoder block reads no "
-            "encoder output; use TransformerDecoder); got True."
-        )
-
-
 class _TransformerStack(nn.Module, kw_only=True):
     """``num_layers`` identical blocks (no weight sharing, Bishop §12.1.7), scanned or unrolled."""
 
@@ -370,7 +353,15 @@ class _TransformerStack(nn.Module, kw_only=True):
     _causal: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        _check_config(self.config, causal=self._causal, name=type(self).__name__)
+        # the encoder: bidirectional, no encoder output; the decoder: causal, either
+        cross = False if not self._causal else None
+        check_block(
+            self.config,
+            causal=self._causal,
+            cross_attention=cross,
+            name="config",
+            owner=type(self).__name__,
+        )
         if (
             isinstance(self.num_layers, bool)
             or not isinstance(self.num_layers, int)

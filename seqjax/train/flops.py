@@ -91,10 +91,11 @@ def lm_flops_per_token(config: Any, params: Any, seq_len: int | None = None) -> 
     tree = params.get("params", params) if hasattr(params, "get") else params
     counted = {k: v for k, v in tree.items() if k != "pos_embed"}
     n = sum(int(x.size) for x in jax.tree_util.tree_leaves(counted))
-    if config.embed_dim % config.num_heads:
-        raise ValueError(f"`embed_dim` ({config.embed_dim}) must be divisible by `num_heads` "
-                         f"({config.num_heads}).")
+    heads = config.block.num_heads
+    if config.embed_dim % heads:
+        raise ValueError(f"`embed_dim` ({config.embed_dim}) must be divisible by "
+                         f"`block.num_heads` ({heads}).")
     return transformer_flops_per_token(
-        n, config.num_layers, config.num_heads, config.embed_dim // config.num_heads,
+        n, config.num_layers, heads, config.embed_dim // heads,
         config.max_len if seq_len is None else seq_len, causal=True,
     )

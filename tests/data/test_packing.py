@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from seqjax.data.packing import pack_pair, pack_pairs
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.losses import masked_cross_entropy
 from tests.models.helpers import fit, np_init
 
@@ -63,8 +63,8 @@ def markov_text(rng, n, length):
 def test_pretrain_then_fine_tune_on_packed_summaries():
     rng = np.random.default_rng(1)
     steps, batch = 120, 16
-    model = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, num_heads=2,
-                                              embed_dim=32, max_len=16))
+    model = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=32,
+                                              max_len=16, block=gpt_block(2)))
 
     def lm_loss(p, b):
         logits = model.apply({"params": p}, b["inputs"])

@@ -52,10 +52,11 @@ def test_image_bits_is_the_code_nll_in_bits():
     """numpy reference: −Σ log₂ softmax over the codes only, at the masked (code) targets."""
     import jax
 
-    from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+    from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 
     model = TransformerLM(
-        TransformerLMConfig(vocab_size=6, num_layers=1, num_heads=1, embed_dim=8, max_len=4)
+        TransformerLMConfig(vocab_size=6, num_layers=1, embed_dim=8, max_len=4,
+                            block=gpt_block(1))
     )
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.int32))["params"]
     a = image_gpt.lm_arrays(np.array([[4, 5], [5, 4]]), np.array([[0, 3, 1], [2, 2, 0]]))

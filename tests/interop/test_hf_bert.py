@@ -20,7 +20,7 @@ from seqjax.interop.hf_bert import (  # noqa: E402
     load_hf_bert,
     sentence_embeddings,
 )
-from seqjax.models.bert import BertConfig  # noqa: E402
+from seqjax.models.bert import BertConfig, bert_block  # noqa: E402
 
 SENTENCES = [
     "A man is eating food.",
@@ -77,8 +77,9 @@ def minilm_reference(minilm):
 def test_minilm_config_and_tokenizer(minilm):
     _, model, variables, tok = minilm
     cfg = model.config
-    assert (cfg.num_layers, cfg.num_heads, cfg.embed_dim, cfg.mlp_dim) == (6, 12, 384, 1536)
-    assert cfg.norm == "post" and cfg.norm_epsilon == 1e-12 and cfg.activation == "gelu"
+    block = cfg.block
+    assert (cfg.num_layers, block.num_heads, cfg.embed_dim, block.mlp_dim) == (6, 12, 384, 1536)
+    assert block.norm == "post" and block.norm_epsilon == 1e-12 and block.activation == "gelu"
     assert cfg.pooler and not cfg.mlm_head  # BertModel: pooler weights, no MLM head
     assert "pooler" in variables["params"]
     ids = tok.encode("Hello, World!")
@@ -208,9 +209,10 @@ def _write(directory, tensors, config=HF_CONFIG):
 
 def test_config_from_hf():
     cfg = bert_config_from_hf({**HF_CONFIG, "hidden_act": "gelu_new", "layer_norm_eps": 1e-7})
-    assert (cfg.vocab_size, cfg.num_layers, cfg.embed_dim, cfg.mlp_dim, cfg.max_len) == \
+    assert (cfg.vocab_size, cfg.num_layers, cfg.embed_dim, cfg.block.mlp_dim, cfg.max_len) == \
         (99, 2, 32, 48, 20)
-    assert cfg.activation == "gelu_tanh" and cfg.norm_epsilon == 1e-7 and cfg.norm == "post"
+    block = cfg.block
+    assert block.activation == "gelu_tanh" and block.norm_epsilon == 1e-7 and block.norm == "post"
     for change, field in (({"position_embedding_type": "relative_key"}, "position_embedding"),
                           ({"hidden_act": "mish"}, "hidden_act"),
                           ({"model_type": "roberta"}, "model_type"),
@@ -228,8 +230,8 @@ def test_missing_files_and_presets(tmp_path):
     d = _write(tmp_path / "noconfig", _np_checkpoint(), config=None)
     with pytest.raises(FileNotFoundError, match="preset"):
         load_hf_bert(d, with_tokenizer=False)
-    preset = BertConfig(vocab_size=99, num_layers=2, num_heads=4, embed_dim=32, mlp_dim=48,
-                        max_len=20)
+    preset = BertConfig(vocab_size=99, num_layers=2, embed_dim=32, max_len=20,
+                        block=bert_block(4, mlp_dim=48))
     model, variables, _ = load_hf_bert(d, preset=preset, with_tokenizer=False)
     assert model.config.pooler and not model.config.mlm_head
     with pytest.raises(ValueError, match=r"'embeddings\.word_embeddings\.weight'.*\(30522, 128\)"):

@@ -16,7 +16,7 @@ from safetensors.numpy import save_file  # noqa: E402
 
 from seqjax.decoding import greedy_search  # noqa: E402
 from seqjax.interop.hf_gpt2 import gpt2_config_from_hf, load_hf_gpt2  # noqa: E402
-from seqjax.models.gpt import TransformerLMConfig  # noqa: E402
+from seqjax.models.gpt import TransformerLMConfig, gpt_block  # noqa: E402
 
 L, H, D, V, P = 2, 4, 64, 100, 32
 # One compiled forward per model config, shared by every test (the module is hashable).
@@ -89,7 +89,7 @@ def test_matches_numpy_reference_and_drops_mask_buffers(tmp_path):
     tensors["transformer.h.0.attn.bias"] = np.tril(np.ones((1, 1, P, P), np.float32))
     tensors["transformer.h.0.attn.masked_bias"] = np.array(-1e4, np.float32)
     model, variables = load_hf_gpt2(_write(tmp_path, tensors))
-    assert model.config.activation == "gelu_tanh" and model.config.tie_embeddings
+    assert model.config.block.activation == "gelu_tanh" and model.config.tie_embeddings
     logits = _logits(model, variables, jnp.asarray(TOKENS))
     np.testing.assert_allclose(np.asarray(logits), _np_gpt2_logits(tensors, TOKENS),
                                atol=1e-4, rtol=1e-4)
@@ -97,9 +97,9 @@ def test_matches_numpy_reference_and_drops_mask_buffers(tmp_path):
 
 def test_config_from_hf():
     cfg = gpt2_config_from_hf({**HF_CONFIG, "n_inner": 96, "tie_word_embeddings": False})
-    assert (cfg.num_layers, cfg.num_heads, cfg.embed_dim, cfg.mlp_dim, cfg.max_len) == \
+    assert (cfg.num_layers, cfg.block.num_heads, cfg.embed_dim, cfg.block.mlp_dim, cfg.max_len) == \
         (L, H, D, 96, P)
-    assert not cfg.tie_embeddings and cfg.positions == "learned" and cfg.use_bias
+    assert not cfg.tie_embeddings and cfg.positions == "learned" and cfg.block.use_bias
 
 
 # --------------------------------------------------------------------------- errors
@@ -119,8 +119,8 @@ def test_preset_when_no_config(tmp_path):
     d = _write(tmp_path, _np_checkpoint(prefix=""), config=None)  # GPT2Model names, no prefix
     with pytest.raises(FileNotFoundError, match="preset"):
         load_hf_gpt2(d)
-    preset = TransformerLMConfig(vocab_size=V, num_layers=L, num_heads=H, embed_dim=D,
-                                 max_len=P, activation="gelu_tanh")
+    preset = TransformerLMConfig(vocab_size=V, num_layers=L, embed_dim=D, max_len=P,
+                                 block=gpt_block(H, activation="gelu_tanh"))
     model, variables = load_hf_gpt2(d, preset=preset)
     assert variables["params"]["pos_embed"]["embedding"].shape == (P, D)
     with pytest.raises(ValueError, match="gpt2-medium"):

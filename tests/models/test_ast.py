@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models import AST, AST_PRESETS, ASTConfig, ViT, patch_grid, patchify
+from seqjax.models import AST, AST_PRESETS, ASTConfig, ViT, patch_grid, patchify, vit_block
 from seqjax.models.ast import spectrogram_patches
 from seqjax.utils import count_params
 
@@ -17,9 +17,8 @@ SMALL = dict(
     patch_stride=(4, 2),
     num_classes=3,
     num_layers=1,
-    num_heads=2,
     embed_dim=16,
-    mlp_dim=32,
+    block=vit_block(2, mlp_dim=32),
 )
 
 

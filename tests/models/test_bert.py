@@ -5,14 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models.bert import Bert, BertConfig, mlm_mask
+from seqjax.models.bert import Bert, BertConfig, bert_block, mlm_mask
 from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_init
 
 V = 20
-CFG = BertConfig(vocab_size=V, num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32, max_len=12,
-                 num_classes=3, num_tags=4, dropout_rate=0.0)
+CFG = BertConfig(vocab_size=V, num_layers=1, embed_dim=16, max_len=12, num_classes=3, num_tags=4,
+                 block=bert_block(2, mlp_dim=32, dropout_rate=0.0))
 
 
 def _shapes(cfg):
@@ -26,8 +26,8 @@ def test_parameter_counts():
     mlm = count_params({k: base[k] for k in ("mlm_dense", "mlm_norm", "mlm_bias")})
     assert count_params(base) - mlm == 109_482_240
     assert mlm == 768 * 768 + 768 + 2 * 768 + 30522  # tied: no |V|×D output matrix
-    large = count_params(_shapes(BertConfig(num_layers=24, num_heads=16, embed_dim=1024,
-                                            mlp_dim=4096, mlm_head=False))["params"])
+    large = count_params(_shapes(BertConfig(num_layers=24, embed_dim=1024, mlm_head=False,
+                                            block=bert_block(16, mlp_dim=4096)))["params"])
     assert abs(large - 340e6) / 340e6 < 0.02
 
 
@@ -82,9 +82,9 @@ def test_bert_learns_masked_tokens_and_classes():
     """Rows repeat one token: MLM recovers masked copies from context, and the class head
     reads the token's parity from <class>. Both need bidirectional attention."""
     cls_id, mask_id, n_batches = 0, 1, 150
-    cfg = BertConfig(vocab_size=12, num_layers=1, num_heads=2, embed_dim=32, mlp_dim=64,
-                     max_len=8, num_classes=2, dropout_rate=0.0, norm="pre",
-                     norm_epsilon=1e-6)
+    cfg = BertConfig(vocab_size=12, num_layers=1, embed_dim=32, max_len=8, num_classes=2,
+                     block=bert_block(2, mlp_dim=64, dropout_rate=0.0, norm="pre",
+                                      norm_epsilon=1e-6))
     model = Bert(cfg)
     tok = np.random.default_rng(0).integers(2, 12, (n_batches * 32, 1))
     x = np.concatenate([np.full_like(tok, cls_id), np.repeat(tok, 7, -1)], -1)

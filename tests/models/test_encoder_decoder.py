@@ -8,15 +8,21 @@ import numpy as np
 import pytest
 
 from seqjax.decoding import greedy_search, recompute_decoder
-from seqjax.models.encoder_decoder import Transformer, TransformerConfig
+from seqjax.models.encoder_decoder import (
+    TRANSFORMER_PRESETS,
+    Transformer,
+    TransformerConfig,
+    vaswani_block,
+)
 from seqjax.utils import count_params
 from tests.models.helpers import np_init, reversal_accuracy
 
 RNG = np.random.default_rng(0)
 SRC = jnp.asarray(RNG.integers(0, 13, (3, 6)), jnp.int32)
 SRC_LEN = jnp.array([6, 4, 2])
-CFG = TransformerConfig(src_vocab_size=13, num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32,
-                        dropout_rate=0.0)
+CFG = TransformerConfig(src_vocab_size=13, num_layers=1, embed_dim=16,
+                        block=vaswani_block(2, mlp_dim=32, dropout_rate=0.0))
+MEDL_BLOCK = TRANSFORMER_PRESETS["vaswani-base"].block.replace(attention_use_bias=False)
 
 
 def _params(model):
@@ -27,7 +33,7 @@ def _params(model):
 def test_vaswani_base_parameter_count_reconciles_medl():
     """MEDL §7.5 / SEEDS_NOTES E10: 63,046,144 with d_V = 37,000; Vaswani et al.: ≈65M."""
     p, d_v = 512, 37_000
-    medl = Transformer.from_preset("vaswani-base", attention_use_bias=False)
+    medl = Transformer.from_preset("vaswani-base", block=MEDL_BLOCK)
     params = _params(medl)
     assert count_params(params["encoder"]["layers_0"]) == 3_150_336  # MEDL (7.32)
     assert count_params(params["decoder"]["layers_0"]) == 4_199_936
@@ -38,7 +44,7 @@ def test_vaswani_base_parameter_count_reconciles_medl():
     total = count_params(params)
     assert total == 63_046_144 - p + d_v == 63_082_632
     no_out_bias = count_params(_params(Transformer.from_preset(
-        "vaswani-base", attention_use_bias=False, output_bias=False)))
+        "vaswani-base", block=MEDL_BLOCK, output_bias=False)))
     assert no_out_bias == 63_046_144 - p
     # Vaswani's projections have biases: +4p per attention layer (6 + 2·6 layers).
     vaswani = count_params(_params(Transformer.from_preset("vaswani-base")))
@@ -98,11 +104,11 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="src_lengths"):
         model.init(jax.random.PRNGKey(0), SRC, SRC, jnp.array([7, 1, 1]))
     with pytest.raises(ValueError, match="positions"):
-        jax.eval_shape(Transformer(CFG.replace(positions="alibi")).init, jax.random.PRNGKey(0),
-                       SRC, SRC)
+        CFG.replace(positions="alibi")
 
 
 def test_transformer_learns_to_reverse():
-    model = Transformer(CFG.replace(src_vocab_size=10, embed_dim=32, mlp_dim=64, norm="pre",
+    block = CFG.block.replace(mlp_dim=64, norm="pre")
+    model = Transformer(CFG.replace(src_vocab_size=10, embed_dim=32, block=block,
                                     scale_embeddings=False))
     assert reversal_accuracy(model, vocab=10, length=6, lr=3e-3) > 0.97

@@ -6,7 +6,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.models.encoder_decoder import Transformer, TransformerConfig
+from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
 from tests.models.helpers import np_init
 
 D = 8
@@ -23,8 +23,9 @@ def medl_sinusoid(t, p, m=10_000.0):
 def test_positions_from_zero_and_sqrt_d_scaling():
     tokens = jnp.array([[3, 1, 4, 1, 5]], jnp.int32)
     for scale in (True, False):
-        cfg = TransformerConfig(src_vocab_size=11, num_layers=1, num_heads=2, embed_dim=D,
-                                mlp_dim=16, dropout_rate=0.0, scale_embeddings=scale)
+        cfg = TransformerConfig(src_vocab_size=11, num_layers=1, embed_dim=D,
+                                block=vaswani_block(2, mlp_dim=16, dropout_rate=0.0),
+                                scale_embeddings=scale)
         model = Transformer(cfg)
         v = np_init(model, tokens, tokens)
         x = np.asarray(model.apply(v, tokens, True, None, True, method=Transformer._embed))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from seqjax.decoding import greedy_search, recompute_decoder
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_cross_entropy, np_init
@@ -19,9 +19,13 @@ PROMPTS = jnp.asarray(RNG.integers(0, V, (3, 5)), jnp.int32)
 LENGTHS = jnp.array([5, 2, 1])
 
 
-def _cfg(**kw):
-    return TransformerLMConfig(**{**dict(vocab_size=V, num_layers=2, num_heads=2, embed_dim=16,
-                                         max_len=24), **kw})
+def _cfg(num_heads=2, **kw):
+    """A small LM; ``kw`` are TransformerLMConfig fields or block options."""
+    model_fields = set(TransformerLMConfig.__dataclass_fields__)
+    block = {k: kw.pop(k) for k in list(kw) if k not in model_fields}
+    rope = kw.get("positions") == "rope"
+    return TransformerLMConfig(**{**dict(vocab_size=V, num_layers=2, embed_dim=16, max_len=24),
+                                  **kw, "block": gpt_block(num_heads, use_rope=rope, **block)})
 
 
 def _count(model):
@@ -39,7 +43,7 @@ def test_preset_parameter_counts():
     assert round(non_pos / 1e6, 2) == 10.65
     # nanoGPT's bias=False also drops the LayerNorm offsets (2 per block + final): 13 · 384.
     assert non_pos - 13 * 384 == 10_646_784
-    exact = TransformerLM(nano.config.replace(norm_use_bias=False))
+    exact = TransformerLM(nano.config.replace(block=nano.config.block.replace(norm_use_bias=False)))
     assert _count(exact) - 256 * 384 == 10_646_784
 
 
@@ -141,8 +145,9 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="positions"):
         greedy_search(model, v, PROMPTS, max_new_tokens=30)
     with pytest.raises(ValueError, match="positions"):
-        jax.eval_shape(TransformerLM(_cfg(positions="alibi")).init, jax.random.PRNGKey(0),
-                       PROMPTS)
+        _cfg(positions="alibi")
+    with pytest.raises(ValueError, match="block.use_rope"):
+        TransformerLMConfig(vocab_size=V, block=gpt_block(2, use_rope=True))
 
 
 def test_gpt_learns_to_continue_a_pattern():

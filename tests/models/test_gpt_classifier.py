@@ -5,15 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models import TransformerLM, TransformerLMClassifier, TransformerLMConfig
+from seqjax.models import TransformerLM, TransformerLMClassifier, TransformerLMConfig, gpt_block
 
 V, C, T = 19, 3, 7
 KEY = jax.random.PRNGKey(0)
 
 
-def _cfg(**kw):
+def _cfg(dropout_rate=0.0, **kw):
     return TransformerLMConfig(
-        vocab_size=V, num_layers=2, num_heads=2, embed_dim=16, max_len=T, **kw
+        vocab_size=V, num_layers=2, embed_dim=16, max_len=T,
+        block=gpt_block(2, dropout_rate=dropout_rate), **kw
     )
 
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models.vit import ViT, ViTConfig, num_patches, patchify, unpatchify
+from seqjax.models.vit import ViT, ViTConfig, num_patches, patchify, unpatchify, vit_block
 from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_init
@@ -37,7 +37,7 @@ def test_token_count_and_parameters():
     assert base["pos_embed"]["embedding"].shape == (224 * 224 // 16**2 + 1, 768)
     assert count_params(base) == 86_567_656
     small = ViTConfig(image_size=8, patch_size=2, channels=1, num_classes=None, num_layers=1,
-                      num_heads=2, embed_dim=8, mlp_dim=16, class_token=False)
+                      embed_dim=8, block=vit_block(2, mlp_dim=16), class_token=False)
     p = shapes(small)
     assert p["pos_embed"]["embedding"].shape == (16, 8) and "cls_token" not in p
     assert "head" not in p
@@ -46,7 +46,7 @@ def test_token_count_and_parameters():
 def test_vit_learns_where_the_bright_patch_is():
     """Class = the quadrant holding a bright 2×2 square on a noisy 8×8 image."""
     cfg = ViTConfig(image_size=8, patch_size=2, channels=1, num_classes=4, num_layers=1,
-                    num_heads=2, embed_dim=16, mlp_dim=32)
+                    embed_dim=16, block=vit_block(2, mlp_dim=32))
     model = ViT(cfg)
     rng = np.random.default_rng(0)
     n = 150 * 32

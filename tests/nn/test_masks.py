@@ -99,14 +99,14 @@ def test_lengths_checked_once_per_model_call_and_layers_still_check(monkeypatch,
     """From a model down, ``lengths`` is validated once per model call (one host read), not
     once per layer, and nothing is remembered between calls (no cache keyed on the array);
     each layer called on its own still rejects bad lengths."""
-    from seqjax.models import RNNClassifier, TransformerLM, TransformerLMConfig
+    from seqjax.models import RNNClassifier, TransformerLM, TransformerLMConfig, gpt_block
     from seqjax.nn import MultiHeadAttention, StackedRNN
 
     tokens = jnp.ones((3, 5), jnp.int32)
     lengths = jnp.array([5, 2, 0])
     if family == "gpt":
-        model = TransformerLM(TransformerLMConfig(vocab_size=7, num_layers=3, num_heads=2,
-                                                  embed_dim=8, max_len=8))
+        model = TransformerLM(TransformerLMConfig(vocab_size=7, num_layers=3, embed_dim=8,
+                                                  max_len=8, block=gpt_block(2)))
         layer = MultiHeadAttention(num_heads=2)
     else:
         model = RNNClassifier(vocab_size=7, num_classes=2, embed_dim=4, hidden_size=4,

@@ -572,7 +572,13 @@ def test_lengths_checked_once_at_the_door(monkeypatch):
         checks, "check_range", lambda x, name, *a: (names.append(name), real(x, name, *a))
     )
     lm = TransformerLM(
-        TransformerLMConfig(vocab_size=11, num_layers=3, num_heads=H, embed_dim=D, max_len=8)
+        TransformerLMConfig(
+            vocab_size=11,
+            num_layers=3,
+            embed_dim=D,
+            max_len=8,
+            block=BlockConfig.decoder(H, cross_attention=False),
+        )
     )
     tokens = jnp.ones((2, 6), jnp.int32)
     params = jax.eval_shape(lm.init, KEY, tokens)

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.flops import lm_flops_per_token, transformer_flops_per_token
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.step import create_train_state, make_train_step
@@ -26,7 +26,8 @@ def test_transformer_flops_per_token_gpt2_small():
 
 
 def test_lm_flops_per_token_counts_all_but_the_position_table():
-    cfg = TransformerLMConfig(vocab_size=65, num_layers=2, num_heads=4, embed_dim=32, max_len=16)
+    cfg = TransformerLMConfig(vocab_size=65, num_layers=2, embed_dim=32, max_len=16,
+                              block=gpt_block(4))
     params = jax.jit(TransformerLM(cfg).init)(jax.random.PRNGKey(0),
                                               jnp.zeros((1, 16), jnp.int32))
     total = sum(x.size for x in jax.tree_util.tree_leaves(params))

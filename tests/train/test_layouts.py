@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models.bert import Bert, BertConfig
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig
+from seqjax.models.bert import Bert, BertConfig, bert_block
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.losses import make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer, path_to_str
@@ -22,13 +22,13 @@ V, T = 64, 8
 
 
 def _gpt(scan):
-    return TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=2, num_heads=4,
-                                             embed_dim=32, max_len=T, scan_layers=scan))
+    return TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=32, max_len=T,
+                                             block=gpt_block(4), scan_layers=scan))
 
 
 def _bert(scan):
-    return Bert(BertConfig(vocab_size=V, num_layers=2, num_heads=4, embed_dim=32, mlp_dim=64,
-                           max_len=T, scan_layers=scan))
+    return Bert(BertConfig(vocab_size=V, num_layers=2, embed_dim=32, max_len=T,
+                           block=bert_block(4, mlp_dim=64), scan_layers=scan))
 
 
 MODELS = {

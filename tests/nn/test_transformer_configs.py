@@ -1,0 +1,247 @@
+"""One BlockConfig per stack: every stack built both ways a user would (the named
+constructor and an explicit BlockConfig) and through each model config is causal exactly
+when it should be and has (and uses) cross-attention exactly when it should; a config
+that disagrees with its stack is an error naming the field. And GPT-2's residual init."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from seqjax.experiments import char_lm
+from seqjax.models import (
+    TRANSFORMER_LM_PRESETS,
+    Bert,
+    BertConfig,
+    Transformer,
+    TransformerConfig,
+    TransformerLM,
+    TransformerLMConfig,
+    ViTConfig,
+    bert_block,
+    gpt_block,
+    vaswani_block,
+)
+from seqjax.nn import GLU, BlockConfig, TransformerBlock, TransformerDecoder, TransformerEncoder
+
+D, H, T, S, V = 16, 2, 6, 5, 13
+KEY = jax.random.PRNGKey(0)
+
+
+def _x(*shape, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+def _changed_at(x, t, seed=9):
+    """``x`` with position ``t`` (axis 1) replaced: a float vector or a token id."""
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return x.at[:, t].set((x[:, t] + 1) % V)
+    return x.at[:, t].set(_x(x.shape[0], *x.shape[2:], seed=seed))
+
+
+def _assert_causal(f, x, t=3):
+    """Changing position ``t`` changes no output before ``t``, and does change ``t``."""
+    y, y2 = np.asarray(f(x)), np.asarray(f(_changed_at(x, t)))
+    np.testing.assert_allclose(y2[:, :t], y[:, :t], atol=1e-6)
+    assert not np.allclose(y2[:, t], y[:, t], atol=1e-4)
+
+
+def _assert_bidirectional(f, x):
+    """Changing the last position changes the first output."""
+    y, y2 = np.asarray(f(x)), np.asarray(f(_changed_at(x, x.shape[1] - 1)))
+    assert not np.allclose(y2[:, 0], y[:, 0], atol=1e-4)
+
+
+def _assert_cross_attention_used(f, enc):
+    """Changing the encoder output changes every decoder position."""
+    y, y2 = np.asarray(f(enc)), np.asarray(f(enc + _x(*enc.shape, seed=5)))
+    assert np.all(np.abs(y2 - y).max(-1) > 1e-4)
+
+
+def _layers(params):
+    return [v for k, v in params["params"].items() if k.startswith("layers")]
+
+
+# ------------------------------------------------------------------ stacks, both ways
+
+
+DECODER_ONLY = {
+    "named": BlockConfig.decoder(H, mlp_dim=32, cross_attention=False),
+    "explicit": BlockConfig(num_heads=H, mlp_dim=32, causal=True),
+}
+ENCODER_DECODER = {
+    "named": BlockConfig.decoder(H, mlp_dim=32),
+    "explicit": BlockConfig(num_heads=H, mlp_dim=32, causal=True, cross_attention=True),
+}
+ENCODER = {
+    "named": BlockConfig.encoder(H, mlp_dim=32),
+    "explicit": BlockConfig(num_heads=H, mlp_dim=32),
+}
+
+
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
+@pytest.mark.parametrize("way", ["named", "explicit"])
+def test_decoder_only_stack_is_causal_without_cross_attention(way, scan):
+    dec = TransformerDecoder(config=DECODER_ONLY[way], num_layers=2, scan_layers=scan)
+    x = _x(2, T, D)
+    params = dec.init(KEY, x)
+    assert all("cross_attn" not in layer for layer in _layers(params))
+    _assert_causal(jax.jit(lambda x: dec.apply(params, x)), x)
+
+
+@pytest.mark.parametrize("way", ["named", "explicit"])
+def test_encoder_decoder_stack_is_causal_and_uses_cross_attention(way):
+    dec = TransformerDecoder(config=ENCODER_DECODER[way], num_layers=2)
+    x, enc = _x(2, T, D), _x(2, S, D, seed=1)
+    params = dec.init(KEY, x, encoder_out=enc)
+    assert all("cross_attn" in layer for layer in _layers(params))
+    apply = jax.jit(lambda x, e: dec.apply(params, x, encoder_out=e))
+    _assert_causal(lambda x: apply(x, enc), x)
+    _assert_cross_attention_used(lambda e: apply(x, e), enc)
+
+
+@pytest.mark.parametrize("way", ["named", "explicit"])
+def test_encoder_stack_is_bidirectional(way):
+    enc = TransformerEncoder(config=ENCODER[way], num_layers=2)
+    x = _x(2, T, D)
+    params = enc.init(KEY, x)
+    assert all("cross_attn" not in layer for layer in _layers(params))
+    _assert_bidirectional(jax.jit(lambda x: enc.apply(params, x)), x)
+
+
+def test_named_constructors_equal_the_explicit_configs():
+    for configs in (DECODER_ONLY, ENCODER_DECODER, ENCODER):
+        assert configs["named"] == configs["explicit"]
+
+
+def test_a_stack_rejects_a_config_that_disagrees():
+    """The decoder given a bidirectional config (once a silent non-causal "decoder"), the
+    encoder given a causal one or one with cross-attention: a ValueError naming the field."""
+    with pytest.raises(ValueError, match=r"`config.causal` of TransformerDecoder must be True"):
+        TransformerDecoder(config=BlockConfig(num_heads=H), num_layers=1)
+    with pytest.raises(ValueError, match=r"`config.causal` of TransformerEncoder must be False"):
+        TransformerEncoder(config=BlockConfig.decoder(H, cross_attention=False), num_layers=1)
+    with pytest.raises(ValueError, match=r"`config.cross_attention` of TransformerEncoder"):
+        TransformerEncoder(config=BlockConfig(num_heads=H, cross_attention=True), num_layers=1)
+    with pytest.raises(TypeError, match="`config` of TransformerDecoder must be a BlockConfig"):
+        TransformerDecoder(config={"num_heads": H}, num_layers=1)
+    with pytest.raises(TypeError):
+        TransformerDecoder(num_heads=H, num_layers=1)  # no keyword form
+
+
+# ------------------------------------------------------------------ through the model configs
+
+
+def _lm(block):
+    return TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=D, max_len=T,
+                                             block=block))
+
+
+@pytest.mark.parametrize("block", [
+    gpt_block(H, num_layers=2),
+    BlockConfig.decoder(H, cross_attention=False),
+    BlockConfig(num_heads=H, causal=True),
+], ids=["gpt_block", "named", "explicit"])
+def test_language_model_is_causal(block):
+    lm = _lm(block)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, V, (2, T)), jnp.int32)
+    params = lm.init(KEY, tokens)
+    assert all("cross_attn" not in layer for layer in _layers({"params": params["params"]
+                                                                ["decoder"]}))
+    _assert_causal(jax.jit(lambda t: lm.apply(params, t)), tokens)
+
+
+def test_bert_is_bidirectional():
+    cfg = BertConfig(vocab_size=V, num_layers=1, embed_dim=D, max_len=T, pooler=False,
+                     block=bert_block(H, mlp_dim=32, dropout_rate=0.0))
+    assert cfg == BertConfig(vocab_size=V, num_layers=1, embed_dim=D, max_len=T, pooler=False,
+                             block=bert_block(H, mlp_dim=32, dropout_rate=0.0))
+    model = Bert(cfg)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, V, (2, T)), jnp.int32)
+    params = model.init(KEY, tokens)
+    _assert_bidirectional(jax.jit(lambda t: model.apply(params, t)["hidden"]), tokens)
+
+
+def test_encoder_decoder_model_decoder_is_causal_and_reads_the_source():
+    cfg = TransformerConfig(src_vocab_size=V, num_layers=1, embed_dim=D,
+                            block=vaswani_block(H, mlp_dim=32, dropout_rate=0.0))
+    assert cfg.decoder_block.causal and cfg.decoder_block.cross_attention
+    assert not cfg.block.causal and not cfg.block.cross_attention
+    model = Transformer(cfg)
+    rng = np.random.default_rng(0)
+    src = jnp.asarray(rng.integers(0, V, (2, S)), jnp.int32)
+    tgt = jnp.asarray(rng.integers(0, V, (2, T)), jnp.int32)
+    params = model.init(KEY, src, tgt)
+    assert "cross_attn" in params["params"]["decoder"]["layers_0"]
+    assert "cross_attn" not in params["params"]["encoder"]["layers_0"]
+    apply = jax.jit(lambda s, t: model.apply(params, s, t))
+    _assert_causal(lambda t: apply(src, t), tgt)
+    y, y2 = np.asarray(apply(src, tgt)), np.asarray(apply(_changed_at(src, S - 1), tgt))
+    assert np.all(np.abs(y2 - y).max(-1) > 1e-5)  # every target position reads the source
+
+
+def test_model_configs_reject_a_block_that_disagrees():
+    with pytest.raises(ValueError, match=r"`block.causal` of TransformerLMConfig must be True"):
+        TransformerLMConfig(vocab_size=V, block=BlockConfig(num_heads=H))
+    with pytest.raises(ValueError, match=r"`block.cross_attention` of TransformerLMConfig"):
+        TransformerLMConfig(vocab_size=V, block=BlockConfig.decoder(H))
+    with pytest.raises(ValueError, match="`block.use_rope`"):
+        TransformerLMConfig(vocab_size=V, block=gpt_block(H), positions="rope")
+    for config in (BertConfig, ViTConfig):
+        with pytest.raises(ValueError, match=r"`block.causal`"):
+            config(block=BlockConfig.decoder(H, cross_attention=False))
+    with pytest.raises(ValueError, match=r"`block.causal` of TransformerConfig"):
+        TransformerConfig(src_vocab_size=V, block=BlockConfig.decoder(H))
+    with pytest.raises(TypeError, match="`block` of BertConfig must be a BlockConfig"):
+        BertConfig(block={"num_heads": H})
+
+
+# ------------------------------------------------------------------ GPT-2's residual init
+
+
+def _std(a):
+    return float(np.std(np.asarray(a)))
+
+
+def test_residual_projections_start_at_gpt2_std():
+    """nanoGPT / GPT-2: the attention output and the MLP output projections ~ N(0, σ²) with
+    σ = 0.02/√(2L); every other kernel and the embeddings keep σ = 0.02."""
+    cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"]  # L = 4, D = 128
+    want = 0.02 / math.sqrt(2 * cfg.num_layers)
+    assert cfg.block.residual_init_std == pytest.approx(want)
+    params = jax.jit(TransformerLM(cfg).init)(KEY, jnp.zeros((1, 8), jnp.int32))["params"]
+    for i in range(cfg.num_layers):
+        layer = params["decoder"][f"layers_{i}"]
+        assert _std(layer["self_attn"]["out"]["kernel"]) == pytest.approx(want, rel=0.05)
+        assert _std(layer["ffn"]["down"]["kernel"]) == pytest.approx(want, rel=0.05)
+        for kernel in (layer["self_attn"]["query"], layer["self_attn"]["value"],
+                       layer["ffn"]["up"]):
+            assert _std(kernel["kernel"]) == pytest.approx(0.02, rel=0.05)
+    assert _std(params["token_embed"]["embedding"]) == pytest.approx(0.02, rel=0.05)
+    for name in ("gpt2-small", "nanogpt-shakespeare-char"):
+        preset = TRANSFORMER_LM_PRESETS[name]
+        assert preset.block.residual_init_std == 0.02 / math.sqrt(2 * preset.num_layers)
+    # char_lm (nanoGPT's model) builds the same block for its own depth
+    model = char_lm.build_model(char_lm.Config(num_layers=3), 65)
+    assert model.config.block.residual_init_std == 0.02 / math.sqrt(6)
+
+
+def test_residual_init_is_opt_in():
+    """``residual_init_std=None`` (the default; gpt_block without ``num_layers``): every
+    kernel keeps the block's ``kernel_init``; a GLU's ``down`` follows the field too."""
+    assert BlockConfig(num_heads=H).residual_init_std is None
+    assert gpt_block(H).residual_init_std is None
+    block = TransformerBlock(gpt_block(H))
+    x = _x(1, 4, 64)
+    p = jax.jit(block.init)(KEY, x)["params"]
+    assert _std(p["self_attn"]["out"]["kernel"]) == pytest.approx(0.02, rel=0.1)
+    assert _std(p["ffn"]["down"]["kernel"]) == pytest.approx(0.02, rel=0.1)
+    glu = GLU(hidden_dim=256, kernel_init=jax.nn.initializers.normal(0.02),
+              out_kernel_init=jax.nn.initializers.normal(0.001))
+    p = glu.init(KEY, x)["params"]
+    assert _std(p["down"]["kernel"]) == pytest.approx(0.001, rel=0.1)
+    assert _std(p["gate"]["kernel"]) == pytest.approx(0.02, rel=0.1)
+    with pytest.raises(ValueError, match="`residual_init_std`"):
+        BlockConfig(num_heads=H, residual_init_std=0.0)
