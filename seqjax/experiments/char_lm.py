@@ -80,7 +80,7 @@ from seqjax.data.corpora import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
-from seqjax.decoding import FunctionalDecoder, sample
+from seqjax.decoding import FunctionalDecoder, lower_sample, sample
 from seqjax.experiments._config import (
     ConfigError,
     Fraction,
@@ -95,6 +95,7 @@ from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.checkpoint import restore_params
+from seqjax.train.fit_parts import compile_in_background
 from seqjax.train.flops import lm_flops_per_token
 from seqjax.train.loop import FitConfig, fit
 from seqjax.train.loop import evaluate as evaluate_batches
@@ -336,10 +337,9 @@ def window_decoder(model: TransformerLM, block: int) -> FunctionalDecoder:
     return FunctionalDecoder(init_decode_state, decode_step)
 
 
-def generate_ids(model: Any, params: Any, cfg: Config, prompt_ids: list[int], *,
-                 max_new_tokens: int, temperature: float, top_k: int | None,
-                 seed: int) -> list[int]:
-    """Continue ``prompt_ids`` (greedy when ``temperature == 0``)."""
+def _sampling(model: Any, cfg: Config, prompt_ids: list[int], *, max_new_tokens: int,
+              temperature: float, top_k: int | None, seed: int) -> tuple[Any, jax.Array, dict]:
+    """``(decoder, prompt [1, T], sample's options)`` for continuing ``prompt_ids``."""
     if not prompt_ids:
         raise ValueError("`prompt` must hold at least one character.")
     if isinstance(model, TransformerLM):
@@ -347,10 +347,30 @@ def generate_ids(model: Any, params: Any, cfg: Config, prompt_ids: list[int], *,
         decoder = window_decoder(model, cfg.block_size)
     else:
         decoder = model
-    out = sample(decoder, params, jnp.asarray([prompt_ids], jnp.int32),
-                 key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens,
-                 temperature=temperature, top_k=top_k if temperature > 0 else None)
+    return decoder, jnp.asarray([prompt_ids], jnp.int32), dict(
+        key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens, temperature=temperature,
+        top_k=top_k if temperature > 0 else None)
+
+
+def generate_ids(model: Any, params: Any, cfg: Config, prompt_ids: list[int], *,
+                 max_new_tokens: int, temperature: float, top_k: int | None,
+                 seed: int) -> list[int]:
+    """Continue ``prompt_ids`` (greedy when ``temperature == 0``)."""
+    decoder, prompt, options = _sampling(model, cfg, prompt_ids, max_new_tokens=max_new_tokens,
+                                         temperature=temperature, top_k=top_k, seed=seed)
+    out = sample(decoder, params, prompt, **options)
     return [int(t) for t in np.asarray(out.tokens[0])]
+
+
+def compile_sampler_ahead(model: Any, params: Any, cfg: Config, prompt_ids: list[int]) -> Any:
+    """Compile the end-of-run sample's program in a background thread (while training
+    runs), for host copies of ``params``' shapes: the sample then starts at once."""
+    abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+    decoder, prompt, options = _sampling(
+        model, cfg, prompt_ids, max_new_tokens=cfg.sample_chars,
+        temperature=cfg.sample_temperature, top_k=cfg.sample_top_k, seed=cfg.seed)
+    return compile_in_background(lambda: lower_sample(decoder, abstract, prompt, **options),
+                                 "sample")
 
 
 # ----------------------------------------------------------------------------- training
@@ -395,6 +415,8 @@ def run(cfg: Config) -> dict:
     if isinstance(model, TransformerLM):
         flops_per_step = (lm_flops_per_token(model.config, params, seq_len=cfg.block_size)
                           * cfg.batch_size * cfg.block_size)
+    if cfg.sample_chars and jax.default_backend() != "cpu":  # off the critical path
+        compile_sampler_ahead(model, params, cfg, tok.encode("\n"))
     start = time.perf_counter()
     result = fit(
         state, train_step, data,

@@ -173,3 +173,34 @@ def test_lstm_generates():
     out = char_lm.generate_ids(model, params, cfg, [1, 2], max_new_tokens=3, temperature=0.8,
                                top_k=5, seed=0)
     assert len(out) == 3 and all(0 <= t < 11 for t in out)
+
+
+def test_char_lm_sampler_compiled_ahead_is_the_one_the_sample_runs():
+    """compile_sampler_ahead (run on accelerators while training runs) compiles the exact
+    program of the end-of-run sample: generating afterwards compiles no sampling loop."""
+    import logging
+
+    cfg = char_lm.Config(**{**char_lm.PRESETS["smoke"], "workdir": None, "sample_chars": 9})
+    model = char_lm.build_model(cfg, 65)
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, cfg.block_size), jnp.int32))
+    params = params["params"]
+    char_lm.compile_sampler_ahead(model, params, cfg, [0]).join()
+    compiled = []
+
+    class Compiles(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("Compiling "):
+                compiled.append(record.getMessage()[:60])
+
+    handler = Compiles()
+    logger = logging.getLogger("jax._src.interpreters.pxla")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):  # this thread only: the sample runs here
+            out = char_lm.generate_ids(model, jax.device_get(params), cfg, [0],
+                                       max_new_tokens=9, temperature=cfg.sample_temperature,
+                                       top_k=cfg.sample_top_k, seed=cfg.seed)
+    finally:
+        logger.removeHandler(handler)
+    assert len(out) == 9
+    assert not [c for c in compiled if "_sample_loop" in c], compiled
