@@ -249,8 +249,8 @@ class Bert(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> cfg = BertConfig(vocab_size=30, num_layers=2, num_heads=2, embed_dim=16,
-        ...                  mlp_dim=32, max_len=12, num_classes=3, num_tags=4)
+        >>> cfg = BertConfig(vocab_size=30, num_layers=2, embed_dim=16, max_len=12,
+        ...                  block=bert_block(2, mlp_dim=32), num_classes=3, num_tags=4)
         >>> bert = Bert(cfg)
         >>> x = jnp.ones((2, 7), jnp.int32)
         >>> v = bert.init(jax.random.PRNGKey(0), x)

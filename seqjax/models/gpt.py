@@ -83,7 +83,7 @@ def gpt_block(
     Example:
         >>> cfg = gpt_block(12, num_layers=12)
         >>> cfg.causal, cfg.cross_attention, round(cfg.residual_init_std, 6)
-        (True, False, 0.002887)
+        (True, False, 0.004082)
     """
     if options.get("attention_dropout_rate") is None:
         options["attention_dropout_rate"] = options.get("dropout_rate", 0.0)
@@ -401,8 +401,8 @@ class TransformerLMClassifier(TransformerLM):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=1, num_heads=2, embed_dim=8,
-        ...                           max_len=16)
+        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=1, embed_dim=8, max_len=16,
+        ...                           block=gpt_block(2))
         >>> clf = TransformerLMClassifier(cfg, num_classes=3)
         >>> tokens = jnp.ones((2, 5), jnp.int32)
         >>> v = clf.init(jax.random.PRNGKey(0), tokens)
