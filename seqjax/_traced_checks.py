@@ -9,14 +9,17 @@ policy:
 
 1. **NaN, never a plausible number.** The outputs that depend on the bad value are NaN:
 
-   * a token id outside ``[0, V)`` embeds as a row of NaN
-     (:func:`seqjax.nn.embedding_lookup`; negative ids do not wrap around). Every output
-     that reads that position is NaN: in a causal model that position and the later ones
-     of its row, in a bidirectional model (BERT, an encoder) the whole row, in an RNN that
-     step and the later ones. Other rows are unaffected; a loss over the batch is NaN.
-     A model's ``decode_step`` gives NaN logits for the row and leaves its state as it was.
+   * a token id outside ``[0, V)`` (negative ones included: ids never wrap around) reads a
+     row of NaN in :class:`seqjax.nn.Embed` / :func:`seqjax.nn.embedding_lookup`, and the
+     models (language models, classifiers, taggers, BERT, encoder–decoders) poison the
+     whole row right after their embedding (:func:`poison_bad_ids`), so a sequence with an
+     invalid id has only NaN outputs whatever its pooling, direction or padding. Other rows
+     are unaffected; a loss over the batch is NaN. A model's ``decode_step`` gives NaN
+     logits for the row and leaves its state as it was.
    * ``lengths`` outside ``[0, T]``: the row's outputs and final carry are NaN
-     (:class:`seqjax.nn.RNN`, so also ``Bidirectional``, ``StackedRNN`` and the RNN models).
+     (:class:`seqjax.nn.RNN`, so also ``Bidirectional``, ``StackedRNN`` and the RNN models);
+     the transformer models (GPT, BERT) poison the row after the embedding
+     (:func:`poison_bad_lengths`).
    * a KV-cache write past ``max_len`` (:meth:`seqjax.nn.attention.KVCache.update`): the
      row's last slot is set to NaN, so the query that overflowed and every later query of
      that row read NaN (the dropped tokens are still counted in ``KVCache.overflow``).
@@ -172,8 +175,10 @@ def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
     (see the module docstring).
 
     Call it outside ``jit`` on a jitted (or plain) function: ``seqjax.checked(jax.jit(step))``
-    compiles once and keeps ``step``'s donation. Called inside a traced function it hands
-    its checks on to an enclosing ``checked``/``checkify``.
+    compiles once and keeps ``step``'s donation; each call still traces the small
+    checkify wrapper in Python (about 3 ms on a CPU), a price for a debugging run. Called
+    inside a traced function it hands its checks on to an enclosing ``checked``/``checkify``
+    (under a bare ``jax.jit`` that fails to lower: put ``checked`` outside the ``jit``).
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -184,9 +184,9 @@ class TransformerLM(nn.Module):
     in the compute dtype (``dtype``; float32 by default); ``T ≤ max_len`` with learned
     positions. ``lengths`` (right padding) zeroes the padded positions' hidden states;
     the model is causal, so the real positions never see the padding either way. Under
-    ``jit`` an id outside ``[0, V)`` (``-1`` included: ids never wrap) makes its position
-    and the later ones of its row NaN, a length outside ``[0, T]`` its whole row
-    (:mod:`seqjax._traced_checks`; errors under ``seqjax.checked``).
+    ``jit`` a row holding an id outside ``[0, V)`` (``-1`` included: ids never wrap) or a
+    length outside its range gives NaN outputs for the whole row (the policy of
+    :mod:`seqjax._traced_checks`; errors under ``seqjax.checked``).
 
     Decoding (:mod:`seqjax.decoding`): ``init_decode_state`` builds one KV cache
     per layer (:class:`~seqjax.nn.attention.KVCache`) and prefills the prompts
