@@ -131,7 +131,8 @@ def test_train_help_lists_every_option_with_its_type_default_and_meaning(capsys)
 
     assert cli.main(["train", "char_lm", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "  --steps (int, default 2000): optimiser steps" in out
+    assert "  --steps (int >= 0, default 2000): optimiser steps" in out  # the declared range
+    assert "  --compute_dtype ('float32' | 'bfloat16', default 'float32'): " in out  # choices
     assert "  --mesh (str, default ''): " in out  # inherited from ParallelOptions
     assert "gpu: num_layers=6" in out and "``" not in out
     for name, _, _ in describe_experiments():

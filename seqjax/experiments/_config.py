@@ -40,6 +40,7 @@ __all__ = [
     "RENAMED",
     "field_range",
     "check_field_ranges",
+    "describe_type",
     "parse_overrides",
     "apply_overrides",
     "config_from_dict",
@@ -84,6 +85,24 @@ def field_range(tp: Any) -> tuple[Any, Range | None, bool]:
         rng = next((m for m in tp.__metadata__ if isinstance(m, Range)), None)
         return args[0], rng, False
     return tp, None, False
+
+
+def describe_type(tp: Any) -> str:
+    """A field's type as ``--help`` shows it: ``int >= 1``, ``float in [0, 1)``,
+    ``'float32' | 'bfloat16'``, ``tuple of (int >= 1)``, ``str | None``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(describe_type(a) for a in args)
+    if origin in (tuple, list) and args:
+        return f"tuple of ({describe_type(args[0])})"
+    base, rng, _ = field_range(tp)
+    if rng is None or origin is not Annotated:
+        return _type_name(tp)
+    what = rng.describe(base)
+    return what.replace("an int", "int").replace("a finite number", _type_name(base)) if \
+        not what.startswith("lie") else f"{_type_name(base)} {what[4:]}"
 
 
 def check_field_ranges(cfg: Any, prefix: str = "") -> None:

@@ -69,7 +69,6 @@ import os
 import pkgutil
 import re
 import sys
-import typing
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
@@ -78,9 +77,11 @@ from seqjax.data.corpora import CorpusNotFoundError
 from seqjax.experiments._config import (
     RENAMED,
     ConfigError,
+    _hints,
     apply_overrides,
     check_field_ranges,
     config_from_dict,
+    describe_type,
     parse_overrides,
 )
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
@@ -386,7 +387,7 @@ def experiment_help(name: str) -> str:
     cfg_cls = module.Config
     summary = (module.__doc__ or "").strip().split("\n\n")[0]
     meanings = _field_meanings(cfg_cls)
-    hints = typing.get_type_hints(cfg_cls)
+    hints = _hints(cfg_cls)
     lines = [f"usage: seqjax train {name} [--preset P | --smoke] [--restart] "
              "[--compile_cache=false] [--key=value ...]",
              "", summary, "",
@@ -395,8 +396,7 @@ def experiment_help(name: str) -> str:
              "a path moves it).",
              "", "options (--key=value; type, default):"]
     for f in dataclasses.fields(cfg_cls):
-        kind = hints.get(f.name, f.type)
-        kind = getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
+        kind = describe_type(hints.get(f.name, f.type))
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         line = f"  --{f.name} ({kind}, default {default!r})"
