@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 
 from seqjax import decoding, models, nn  # noqa: E402
 from seqjax._traced_checks import checked  # noqa: E402
+from seqjax.compile_cache import enable_compile_cache  # noqa: E402
 from seqjax.decoding import (  # noqa: E402
     BeamSearchOutput,
     Decodable,
@@ -16,7 +17,6 @@ from seqjax.decoding import (  # noqa: E402
     recompute_decoder,
     sample,
 )
-from seqjax.compile_cache import enable_compile_cache  # noqa: E402
 from seqjax.utils import count_params  # noqa: E402
 
 __all__ = [
