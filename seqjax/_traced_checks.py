@@ -135,7 +135,10 @@ def record_vocab_ids(ids: Array, name: str, vocab_size: int, mask: Any = None) -
 
 
 def poison(x: Array, ok: Array) -> Array:
-    """``x`` with NaN where ``ok`` (broadcast over ``x``'s trailing axes) is False."""
+    """``x`` with NaN where ``ok`` (broadcast over ``x``'s trailing axes) is False; an
+    ``x`` that cannot hold NaN (integers, booleans) is returned as it is."""
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
     ok = jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
     return jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype))
 

@@ -226,3 +226,13 @@ def test_models_that_read_a_first_or_last_token_refuse_t_0():
     v = m.init(KEY, OK)
     with pytest.raises(ValueError, match=r"`inputs`.*at least one.*pooling='first'"):
         m.apply(v, i32(2, 0))
+
+
+def test_seq2seq_source_lengths_outside_1_S_make_the_row_nan():
+    m, v = bound("seq2seq")
+    f = jax.jit(m.apply)
+    src, tgt = i32(2, 5), i32(2, 3)
+    for bad in (0, 6):  # 0: the encoder would pass on its initial state as if it had read
+        assert_row_nan(f(v, src, tgt, jnp.array([5, bad])))
+        assert_refused(f, v, src, tgt, jnp.array([5, bad]),
+                       words=["`src_lengths`", "[1, 5]", str(bad)])

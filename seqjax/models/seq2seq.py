@@ -81,7 +81,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import is_concrete
-from seqjax._traced_checks import poison_bad_ids
+from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
     check_lengths,
@@ -414,6 +414,10 @@ class Seq2Seq(nn.Module):
         e_BxSxE = self.drop(e_BxSxE, deterministic=deterministic)
         v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic,
                                        lengths_checked=True)
+        # Under jit a row whose length lies outside [1, S] is NaN (seqjax._traced_checks).
+        v_BxSxV, finals = jax.tree_util.tree_map(
+            lambda a: poison_bad_lengths(a, src_lengths, 1, src_len), (v_BxSxV, finals)
+        )
         top = finals[-1]
         if self.bidirectional_encoder:
             z_BxC = jnp.concatenate([_carry_h(top[0]), _carry_h(top[1])], axis=-1)
