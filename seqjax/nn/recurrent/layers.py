@@ -114,11 +114,9 @@ def _on_gpu() -> bool:
     return jax.default_backend() == "gpu"
 
 
-# Steps unrolled per iteration of the scan on a GPU when `unroll` is left to the layer.
-# One H200, LSTM B=64 T=256 H=512 fwd+bwd at fbca4ed (issue #28): 7.81 ms with the scan at
-# unroll 8, 8.67 ms with the fused kernel, 12.36 ms through cuDNN; GRU 6.48 ms (scan, unroll
-# 8) vs 7.80 ms (fused). With this default: LSTM 7.41 ms, GRU 6.60 ms, 1.79x / 1.93x torch's
-# cuDNN layers (benchmarks/RESULTS.md, "The user path on one GPU").
+# Steps unrolled per iteration of the scan on a GPU when `unroll` is left to the layer: the
+# fastest setting measured against the fused kernel and cuDNN (benchmarks/RESULTS.md, "The
+# user path on one GPU").
 GPU_SCAN_UNROLL = 8
 
 
