@@ -593,6 +593,9 @@ def test_cli_restart_is_explicit(tmp_path, capsys):
 FREE_TEXT = {"mesh", "workdir", "results_dir", "data_path", "lm_workdir", "out", "json_out",
              "tag", "heatmap_sentence", "runs", "strategies", "presets"}
 UNBOUNDED = {"seed", "seeds"}  # any int seeds a PRNG
+# The free-text options that still have a form, with a value that breaks it.
+CHECKED_TEXT = {"mesh": "data=x", "tag": "a/b", "strategies": "beam0", "presets": "nosuch",
+                "runs": "selective_copying:cnn"}
 
 
 def _recipes() -> list[str]:
@@ -707,8 +710,8 @@ def test_one_bad_value_per_option_exits_2_naming_it_and_leaves_the_work_dir(
             value, words = "maybe", f"--{option}: expected bool"
         elif base in (int, float):
             value, words = "x1", f"--{option}: expected"
-        elif option == "mesh":
-            value, words = "data=x", "--mesh"
+        elif option in CHECKED_TEXT:
+            value, words = CHECKED_TEXT[option], f"--{option}"
         else:
             continue
         _refused(monkeypatch, capsys, name, workdir, before, option, value, words)

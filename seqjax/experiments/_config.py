@@ -300,7 +300,13 @@ def _apply(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
     try:
         return dataclasses.replace(cfg, **direct)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"invalid {cls.__name__}: {err}") from err
+        raise ConfigError(_invalid(cls, err)) from err
+
+
+def _invalid(cls: type, err: Exception) -> str:
+    """A refusal of ``cls.__post_init__``: as it is when it names the option (``--key ...``)."""
+    text = str(err)
+    return text if text.startswith("--") else f"invalid {cls.__name__}: {text}"
 
 
 def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
@@ -321,7 +327,7 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"invalid {cls.__name__}: {err}") from err
+        raise ConfigError(_invalid(cls, err)) from err
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

@@ -101,6 +101,11 @@ class Config(ParallelOptions):
     workdir: str | None = "workdirs/norm_placement"
     results_dir: str | None = None
 
+    def __post_init__(self) -> None:  # at the door, before the work dir is written
+        if not all(c.isalnum() or c in "_-." for c in self.tag):
+            raise ValueError(f"--tag may hold letters, digits, '_', '-' and '.' only; got "
+                             f"{self.tag!r}.")
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"norms": ("post",), "warmups": (0,), "num_layers": 1, "num_heads": 2,
@@ -184,11 +189,6 @@ def train_one(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
 
 
 def run(cfg: Config) -> dict:
-    if not all(c.isalnum() or c in "_-." for c in cfg.tag):
-        raise ValueError(f"`tag` may hold letters, digits, '_', '-' and '.' only; got {cfg.tag!r}.")
-    for n in cfg.norms:
-        if n not in NORMS:
-            raise ValueError(f"`norms` must be drawn from {NORMS}; got {n!r}.")
     par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
     par.check_batch_size(cfg.batch_size)
     write_run_info(par, cfg.workdir)

@@ -60,6 +60,13 @@ class Config:
     workdir: str | None = "workdirs/param_counts"
     results_dir: str | None = None
 
+    def __post_init__(self) -> None:  # at the door, before the work dir is written
+        known = preset_names()
+        for name in self.presets:
+            if name not in known:
+                raise ValueError(f"--presets: unknown preset {name!r}; choose from "
+                                 f"{', '.join(known)}.")
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"presets": ("nanogpt-cpu",)},
@@ -101,6 +108,15 @@ def transformer_breakdown(attention_use_bias: bool, vocab: int) -> dict[str, int
         "total": count_params(p),
     }
     return out
+
+
+def preset_names() -> list[str]:
+    """Every model preset :func:`preset_count` counts."""
+    from seqjax.models.bert import BERT_PRESETS
+    from seqjax.models.gpt import TRANSFORMER_LM_PRESETS
+    from seqjax.models.vit import VIT_PRESETS
+
+    return [*TRANSFORMER_PRESETS, *TRANSFORMER_LM_PRESETS, *BERT_PRESETS, *VIT_PRESETS]
 
 
 def preset_count(name: str) -> tuple[int, int]:

@@ -91,6 +91,10 @@ class Config:
     seed: int = 0
     workdir: str | None = "workdirs/sampling"
 
+    def __post_init__(self) -> None:
+        for name in self.strategies:  # checked at the door, before the work dir is written
+            parse_strategy(name)
+
 
 PRESETS = {
     "smoke": {"lm_workdir": "", "fallback_smoke": True, "strategies": "greedy,beam2,topp0.9",
@@ -159,12 +163,16 @@ def parse_strategy(name: str) -> dict:
                               ("topk", "top_k", int), ("topp", "top_p", float)):
         if name.startswith(prefix):
             try:
-                return {key: conv(name[len(prefix):])}
+                value = conv(name[len(prefix):])
             except ValueError:
                 break
+            if value > 0 and (key != "top_p" or value <= 1):
+                return {key: value}
+            break
     if name == "greedy":
         return {}
-    raise ValueError(f"unknown strategy {name!r}: use greedy, beamK, tempT, topkK or toppP.")
+    raise ValueError(f"--strategies: unknown strategy {name!r}: use greedy, beamK (K >= 1), "
+                     "tempT (T > 0), topkK (K >= 1) or toppP (0 < P <= 1).")
 
 
 def decode(decoder: Any, params: Any, prompts: jax.Array, name: str, n: int,
