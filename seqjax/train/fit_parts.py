@@ -59,20 +59,22 @@ def process_uptime() -> float | None:
 
 class Resumed(NamedTuple):
     """What :func:`resume` found: the checkpointer (``None`` without a work dir), the state
-    and 0-based step to start from, and the data position saved with it (or ``None``)."""
+    and 0-based step to start from, the data position saved with it (or ``None``), and
+    whether a recorded history was set aside to start over."""
 
     checkpointer: Checkpointer | None
     state: Any
     start: int
     data_state: Any
+    started_over: bool = False
 
 
 def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | None,
            best_mode: str, async_save: bool, model_config: Mapping[str, Any] | None,
-           tokenizer: Any, check_history: Callable[[str, int], None]) -> Resumed:
+           tokenizer: Any, check_history: Callable[[str, int], bool]) -> Resumed:
     """Open ``workdir``'s checkpoints and restore the newest readable one into ``state``'s
     structure; with none, ``check_history(workdir, start)`` decides whether a recorded
-    history may be started over."""
+    history may be started over (raises if not; ``True`` when it set that history aside)."""
     start = int(host_value(state.step))
     if workdir is None:
         return Resumed(None, state, start, None)
@@ -82,13 +84,12 @@ def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | Non
                         model_config=model_config, tokenizer=tokenizer)
     try:
         restored = ckpt.restore(state)
-        if restored is None:
-            check_history(workdir, start)
+        started_over = bool(check_history(workdir, start)) if restored is None else False
     except BaseException:
         ckpt.close()
         raise
     if restored is None:
-        return Resumed(ckpt, state, start, None)
+        return Resumed(ckpt, state, start, None, started_over)
     if jax.process_index() == 0:
         print(f"resumed from step {restored.step} ({workdir}/checkpoints)", file=sys.stderr)
     return Resumed(ckpt, restored.state, restored.step, restored.data_state)

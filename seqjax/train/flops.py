@@ -11,8 +11,9 @@ FLOPs (Chowdhery et al. 2022, *PaLM*, App. B; the formula of nanoGPT's
 backward), ``12 L H Q T`` for the two attention products ``Q Kᵀ`` and ``A V``
 (each ``2 H Q T`` per token and layer forward, twice that backward). With a causal
 mask only the lower triangle is needed, so the attention term is counted at half,
-``6 L H Q T`` (the convention of nanoGPT's and llm.c's MFU). MFU = ``C · tokens/s ÷ (devices · peak)``
-with the device's dense peak (:func:`peak_flops_per_device`).
+``6 L H Q T`` (the convention of nanoGPT's and llm.c's MFU).
+MFU = ``C · tokens/s ÷ (devices · peak)`` with the device's dense peak
+(:func:`peak_flops_per_device`).
 """
 
 from __future__ import annotations

@@ -259,12 +259,13 @@ class ResumeError(RuntimeError):
     ``restart``)."""
 
 
-def _check_history(workdir: str, start: int, restart: bool) -> None:
+def _check_history(workdir: str, start: int, restart: bool) -> bool:
     """Decide what to do with a recorded history that goes further than ``start`` when no
     checkpoint could be restored. Killed before its first checkpoint finished (no
     ``checkpoints.corrupted``): start over — the run is deterministic from its seed — with
     the partial history set aside and a one-line notice. All checkpoints unreadable (moved
-    to ``checkpoints.corrupted``): refuse unless ``restart``."""
+    to ``checkpoints.corrupted``): refuse unless ``restart``. ``True`` when the history was
+    set aside (the run starts over)."""
     records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     last = max((int(r.get("step", 0)) for r in records), default=0)
     corrupted = os.path.join(workdir, "checkpoints.corrupted")
@@ -281,7 +282,7 @@ def _check_history(workdir: str, start: int, restart: bool) -> None:
                   f"checkpoint finished; starting over (that history is kept as "
                   f"{os.path.basename(kept)}).", file=sys.stderr)
     if action != 2:
-        return
+        return action == 1
     raise ResumeError(
         f"work dir {workdir} holds the history of a run up to step {last} (metrics.jsonl) but "
         f"no readable checkpoint to resume it from (unreadable checkpoints were moved to "
@@ -363,7 +364,7 @@ def fit(
     # program (and the evaluation's) compile while the checkpoint is read.
     warm = _compile_ahead(cfg, state, train_data, train_step, first_n,
                           eval_step if do_eval_at_all else None, eval_data, place_eval_batch)
-    ckpt, state, start, data_state = resume(
+    ckpt, state, start, data_state, started_over = resume(
         state, workdir, keep=cfg.keep_checkpoints, best_metric=cfg.best_metric,
         best_mode=cfg.best_mode, async_save=cfg.async_checkpointing, model_config=model_config,
         tokenizer=tokenizer, check_history=lambda w, s0: _check_history(w, s0, restart))
@@ -378,7 +379,8 @@ def fit(
             source = BatchSource(train_data, train_step, start=start, data_state=data_state,
                                  place_batch=place_batch, steps_per_call=k, prefetch=depth,
                                  num_steps=cfg.num_steps)
-            log = MetricsLog(workdir, start=start, num_steps=cfg.num_steps, restart=restart,
+            log = MetricsLog(workdir, start=start, num_steps=cfg.num_steps,
+                             restart=restart or started_over,
                              progress=cfg.progress, print_logs=cfg.print_logs,
                              tensorboard=cfg.tensorboard, plot=cfg.plot, hooks=hooks)
             fetch = MetricsFetch(cfg.finite_check, workdir,

@@ -1,6 +1,7 @@
 """The parts of fit, one at a time: resume, batch source, metrics log, metrics fetch,
 throughput; and fit's compile-ahead path (same run, each program compiled once)."""
 
+import dataclasses
 import json
 import logging
 import threading
@@ -88,9 +89,10 @@ def test_resume_without_checkpoint_asks_the_history_check(tmp_path):
     asked = []
     got = resume(state, str(tmp_path), keep=1, best_metric=None, best_mode="min",
                  async_save=False, model_config=None, tokenizer=None,
-                 check_history=lambda w, s: asked.append((w, s)))
+                 check_history=lambda w, s: asked.append((w, s)) or True)
     got.checkpointer.close()
     assert asked == [(str(tmp_path), 0)] and got.start == 0 and got.data_state is None
+    assert got.started_over
     assert process_uptime() is None or process_uptime() > 0
 
 
@@ -141,3 +143,29 @@ def test_compile_ahead_gives_the_same_run_compiled_in_background_threads():
         np.testing.assert_array_equal(a, b)
     assert results[False].eval_metrics == results[True].eval_metrics
     assert results[True].first_step_s > 0
+
+
+def test_a_run_started_over_purges_its_old_tensorboard_events(tmp_path, monkeypatch):
+    """A work dir killed before its first checkpoint: fit starts over, and the TensorBoard
+    writer is told to drop the old run's events (purge from step 1), as with --restart."""
+    purges = []
+
+    class Writer:
+        def add_scalar(self, *a):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(fit_parts, "tensorboard_writer",
+                        lambda path, purge_step=None: purges.append(purge_step) or Writer())
+    monkeypatch.setattr(fit_parts, "wanted", lambda flag, module: bool(flag))
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (2, 4)))
+    par, state, step = _setup()
+    batches = _host_batches(2)
+    cfg = dataclasses.replace(_cfg(2, log_every=2), tensorboard=True)
+    fit(state, step, lambda i: batches[i], cfg, workdir=str(tmp_path), parallel=par)
+    assert purges == [1]
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]  # the new run only
