@@ -42,6 +42,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from jax.experimental.checkify import JaxRuntimeError
+
 import seqjax
 from seqjax._optional import extra_for
 from seqjax.data.corpora import CorpusNotFoundError
@@ -172,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except FloatingPointError as err:  # NonFiniteLossError
         print(f"seqjax: {err}", file=sys.stderr)
+        return 1
+    except JaxRuntimeError as err:  # a value check that failed under --checked
+        notes = " ".join(getattr(err, "__notes__", []))
+        print(f"seqjax: {str(err).splitlines()[0]} {notes}".rstrip(), file=sys.stderr)
         return 1
     except (ConfigError, LayoutError, CheckpointMismatchError, ResumeError,
             CorpusNotFoundError) as err:

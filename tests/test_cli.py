@@ -166,3 +166,13 @@ def test_bench_from_a_checkout_and_from_elsewhere(tmp_path):
                                capture_output=True, text=True, timeout=120)
     assert elsewhere.returncode == 2
     assert "repository root" in elsewhere.stderr
+
+
+def test_checked_flag_turns_on_the_checked_fit_for_the_process(monkeypatch):
+    from seqjax.experiments._runner import _pop_checked
+    from seqjax.train.loop import CHECKED_ENV
+
+    monkeypatch.delenv(CHECKED_ENV, raising=False)
+    assert _pop_checked(["--steps=2", "--checked"]) == ["--steps=2"]
+    assert os.environ[CHECKED_ENV] == "1"
+    assert _pop_checked(["--checked=false"]) == [] and os.environ[CHECKED_ENV] == "0"

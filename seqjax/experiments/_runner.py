@@ -85,7 +85,7 @@ from seqjax.experiments._config import (
     parse_overrides,
 )
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
-from seqjax.train.loop import ResumeError
+from seqjax.train.loop import CHECKED_ENV, ResumeError
 from seqjax.train.parallel import LayoutError
 
 __all__ = [
@@ -253,6 +253,20 @@ def _pop_compile_cache(argv: Sequence[str]) -> tuple[list[str], bool | None]:
     return out, flag
 
 
+def _pop_checked(argv: Sequence[str]) -> list[str]:
+    """Take ``--checked`` (a CLI flag, not a config key) out of ``argv``: every ``fit`` of
+    the process then runs under :func:`seqjax.checked` (``$SEQJAX_CHECKED=1``)."""
+    out = []
+    for arg in argv:
+        if arg in ("--checked", "--checked=true", "--checked=1"):
+            os.environ[CHECKED_ENV] = "1"
+        elif arg in ("--checked=false", "--checked=0"):
+            os.environ[CHECKED_ENV] = "0"
+        else:
+            out.append(arg)
+    return out
+
+
 def _restart(cfg: Any) -> None:
     """``--restart``: start a work dir over whose run has no checkpoint left to resume —
     its ``metrics.jsonl`` is kept as ``metrics.jsonl.<time>.old``. Refused while
@@ -393,7 +407,8 @@ def experiment_help(name: str) -> str:
              "", summary, "",
              "--compile_cache=false: run without JAX's persistent compilation cache (on by "
              "default, in ~/.cache/seqjax/jax; $SEQJAX_COMPILE_CACHE=0 also turns it off, "
-             "a path moves it).",
+             "a path moves it). --checked: run training under seqjax.checked (an invalid "
+             "id, length or cache overflow inside a step is an error naming it, not a NaN).",
              "", "options (--key=value; type, default):"]
     for f in dataclasses.fields(cfg_cls):
         kind = describe_type(hints.get(f.name, f.type))
@@ -421,7 +436,7 @@ def train_experiment(name: str, argv: Sequence[str]) -> Any:
     which gets ``argv`` as it is). Refusals raise (:class:`ConfigError`,
     :class:`CheckpointMismatchError`, :class:`ResumeError`, :class:`CheckpointUnreadableError`,
     a ``FloatingPointError`` for a NaN) and leave ``experiment.json`` as it was."""
-    argv, compile_cache = _pop_compile_cache(argv)
+    argv, compile_cache = _pop_compile_cache(_pop_checked(argv))
     _start_process(compile_cache)
     module = load_experiment(name, allow_legacy=True)
     if not follows_protocol(module):  # an experiment that parses its own flags
@@ -446,7 +461,7 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
         print(experiment_help(name))
         return {}
     try:
-        argv, compile_cache = _pop_compile_cache(argv)
+        argv, compile_cache = _pop_compile_cache(_pop_checked(argv))
     except ConfigError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax.experimental.checkify import JaxRuntimeError
 
 from seqjax.train.checkpoint import Checkpointer
 from seqjax.train.records import (
@@ -195,7 +196,7 @@ class BatchSource:
 
     def __init__(self, data: Any, train_step: Callable, *, start: int, data_state: Any,
                  place_batch: Callable[[Any], Any] | None, steps_per_call: int,
-                 prefetch: int, num_steps: int) -> None:
+                 prefetch: int, num_steps: int, checked: bool = False) -> None:
         self.device = callable(getattr(data, "device_batch", None))
         if (self.device or steps_per_call > 1) and not isinstance(train_step, TrainStep):
             raise TypeError(
@@ -206,6 +207,7 @@ class BatchSource:
         self.check_batch = train_step.check_batch if isinstance(train_step, CheckedStep) else None
         self._run = train_step.unchecked if isinstance(train_step, CheckedStep) else train_step
         self._place = place_batch
+        self._checked: dict[Any, Callable] | None = {} if checked else None
         self._prefetcher: _Prefetcher | None = None
         self._get = None
         if self.device:
@@ -238,15 +240,33 @@ class BatchSource:
         run = train_step.steps_from(data, n)
         return compile_in_background(lambda: run.lower(state, data.arrays), "train")
 
+    def _fn(self, kind: str, n: int) -> Callable:
+        fn = {"device": lambda: self.train_step.steps_from(self.data, n),
+              "one": lambda: self._run, "steps": lambda: self.train_step.steps(n)}[kind]
+        if self._checked is None:
+            return fn()
+        if (kind, n) not in self._checked:
+            from seqjax._traced_checks import checked
+
+            self._checked[(kind, n)] = checked(fn())
+        return self._checked[(kind, n)]
+
     def call(self, state: Any, s: int, n: int) -> tuple[Any, Any]:
-        """Steps ``s + 1 .. s + n`` in one jitted call: ``(state, metrics)``."""
-        if self.device:
-            return self.train_step.steps_from(self.data, n)(state, self.data.arrays)
-        next_batch = self._host_batch if self._prefetcher is None else self._prefetcher.get
-        if self.k == 1:
-            return self._run(state, next_batch(s))
-        batches = tuple(next_batch(i) for i in range(s, s + n))
-        return self.train_step.steps(n)(state, batches)
+        """Steps ``s + 1 .. s + n`` in one jitted call: ``(state, metrics)``; with
+        ``checked``, a failed value check raises, noted with the steps of the call."""
+        try:
+            if self.device:
+                return self._fn("device", n)(state, self.data.arrays)
+            next_batch = self._host_batch if self._prefetcher is None else self._prefetcher.get
+            if self.k == 1:
+                return self._fn("one", 1)(state, next_batch(s))
+            batches = tuple(next_batch(i) for i in range(s, s + n))
+            return self._fn("steps", n)(state, batches)
+        except JaxRuntimeError as err:
+            if self._checked is not None:
+                steps = f"step {s + 1}" if n == 1 else f"steps {s + 1}-{s + n}"
+                err.add_note(f"fit: raised by the training call of {steps}.")
+            raise
 
     def position(self, s: int) -> Any:
         """The data position after the batches of steps ``1 .. s`` (a prefetcher has read

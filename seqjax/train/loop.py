@@ -98,7 +98,10 @@ from seqjax.train.records import (
 from seqjax.train.sharding import host_value
 from seqjax.train.step import CheckedStep, TrainStep
 
-__all__ = ["FitConfig", "FitResult", "ResumeError", "evaluate", "fit"]
+__all__ = ["CHECKED_ENV", "FitConfig", "FitResult", "ResumeError", "evaluate", "fit"]
+
+#: ``1`` runs every ``fit`` under :func:`seqjax.checked` (``FitConfig.checked=None``).
+CHECKED_ENV = "SEQJAX_CHECKED"
 
 # Steps the host may run ahead of the device between logged steps.
 _MAX_IN_FLIGHT = 8
@@ -148,6 +151,11 @@ class FitConfig:
             checkpoint is read, so the evaluation's compile is off the training's critical
             path; ``None`` (default): on accelerators, where the host's cores are free, not
             on the CPU, where the compiles would compete with the steps for the same cores.
+        checked: run every call under :func:`seqjax.checked`: an invalid token id, length
+            or cache overflow inside the step raises its message (with the steps of the
+            call) instead of making the loss NaN; a debugging mode (each call re-traces a
+            small wrapper). ``None`` (default): ``$SEQJAX_CHECKED`` (set by
+            ``seqjax train --checked``), else off.
     """
 
     num_steps: int
@@ -170,6 +178,7 @@ class FitConfig:
     prefetch: int | None = None
     freeze_gc: bool = True
     compile_ahead: bool | None = None
+    checked: bool | None = None
 
     def __post_init__(self) -> None:
         minimum = {"num_steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
@@ -357,13 +366,16 @@ def fit(
             else run_info(state, parallel))
     workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
     k = cfg.steps_per_call
+    checked = cfg.checked if cfg.checked is not None else os.environ.get(
+        CHECKED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     start = int(host_value(state.step))
     first_n = min(k - start % k, cfg.num_steps - start)  # the steps of the first call
     do_eval_at_all = eval_step is not None and eval_data is not None
     # The template state has the restored state's shapes and shardings: the first call's
     # program (and the evaluation's) compile while the checkpoint is read.
-    warm = _compile_ahead(cfg, state, train_data, train_step, first_n,
-                          eval_step if do_eval_at_all else None, eval_data, place_eval_batch)
+    warm = [] if checked else _compile_ahead(  # the checked program is another program
+        cfg, state, train_data, train_step, first_n,
+        eval_step if do_eval_at_all else None, eval_data, place_eval_batch)
     ckpt, state, start, data_state, started_over = resume(
         state, workdir, keep=cfg.keep_checkpoints, best_metric=cfg.best_metric,
         best_mode=cfg.best_mode, async_save=cfg.async_checkpointing, model_config=model_config,
@@ -378,7 +390,7 @@ def fit(
         try:
             source = BatchSource(train_data, train_step, start=start, data_state=data_state,
                                  place_batch=place_batch, steps_per_call=k, prefetch=depth,
-                                 num_steps=cfg.num_steps)
+                                 num_steps=cfg.num_steps, checked=checked)
             log = MetricsLog(workdir, start=start, num_steps=cfg.num_steps,
                              restart=restart or started_over,
                              progress=cfg.progress, print_logs=cfg.print_logs,

@@ -169,3 +169,35 @@ def test_a_run_started_over_purges_its_old_tensorboard_events(tmp_path, monkeypa
     assert purges == [1]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2]  # the new run only
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_checked_fit_names_the_failed_value_check_and_its_step(checked):
+    """An out-of-vocabulary id that reaches the jitted step (the host check turned off):
+    by default the loss is NaN (NonFiniteLossError names the step); under
+    FitConfig(checked=True) the step raises the check's message, noted with its steps."""
+    import optax
+    from jax.experimental.checkify import JaxRuntimeError
+
+    from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
+    from seqjax.train.losses import make_lm_loss
+    from seqjax.train.optim import TrainState
+    from seqjax.train.step import make_train_step
+
+    model = TransformerLM(TransformerLMConfig(
+        vocab_size=V, num_layers=1, embed_dim=8, max_len=T, block=gpt_block(2, num_layers=1)))
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
+    state = TrainState.create(params, optax.adam(1e-2), jax.random.PRNGKey(1))
+    step = make_train_step(make_lm_loss(flax_apply_fn(model)), check_batch=False)
+    good = _host_batches(1)[0]
+    bad = {"inputs": good["inputs"].copy(), "targets": good["targets"]}
+    bad["inputs"][0, 2] = V  # one id past the vocabulary
+    batches = [good, bad]
+    cfg = dataclasses.replace(_cfg(2, log_every=1), checked=checked)
+    if checked:
+        with pytest.raises(JaxRuntimeError, match="must") as info:
+            fit(state, step, lambda i: batches[i], cfg)
+        assert "training call of step 2" in " ".join(info.value.__notes__)
+    else:
+        with pytest.raises(NonFiniteLossError, match="step 2"):
+            fit(state, step, lambda i: batches[i], cfg)
