@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax._checks import check_bool, check_integer, is_concrete
+from seqjax._traced_checks import record_vocab_ids
 
 Array = jax.Array
 
@@ -89,10 +90,13 @@ def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> No
                 f"`mask` must have the shape of `labels` {tuple(np.shape(labels))}; "
                 f"got {tuple(np.shape(mask))}."
             )
-    # Token ids outside the vocabulary are an error, not a silent clamp (DESIGN.md).
-    # Only concrete values can be checked; positions with mask False are ignored
-    # (padding labels such as -100 are allowed there).
-    if is_concrete(labels) and (mask is None or is_concrete(mask)):
+    # Token ids outside the vocabulary are an error, not a silent clamp (DESIGN.md);
+    # positions with mask False are ignored (padding labels such as -100 are allowed there).
+    if not (is_concrete(labels) and (mask is None or is_concrete(mask))):
+        # Traced: an id outside the vocabulary makes its loss NaN (the gather's fill, in
+        # _cross_entropy_and_lse); seqjax.checked turns the same condition into an error.
+        record_vocab_ids(labels, "labels", np.shape(logits)[-1], mask)
+    else:
         lab = np.asarray(labels)
         if mask is not None:
             lab = lab[np.asarray(mask)]
@@ -146,7 +150,9 @@ def _cross_entropy_and_lse(z: Array, labels: Array, smoothing: float) -> tuple[A
     """``(C [...], log Z [...])`` in float32 from logits ``z [..., V]`` of any float dtype."""
     z32 = z.astype(jnp.float32)  # fused into the reductions: no float32 [..., V] buffer
     log_z = jax.nn.logsumexp(z32, axis=-1)
-    z_y = jnp.take_along_axis(z32, labels[..., None], axis=-1)[..., 0]
+    # An id outside [0, V) reads NaN (never a neighbouring logit): the loss says so.
+    z_y = jnp.take_along_axis(z32, labels[..., None], axis=-1, mode="fill",
+                              fill_value=jnp.nan)[..., 0]
     loss = log_z - z_y  # -log ŷ_y
     if smoothing > 0.0:
         uniform = log_z - jnp.mean(z32, axis=-1)  # -(1/V) Σ_k log ŷ_k

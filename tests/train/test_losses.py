@@ -137,6 +137,24 @@ def test_bf16_logits_keep_no_float32_copy_for_the_backward(batch):
     np.testing.assert_allclose(np.asarray(grad, np.float32), np.asarray(want), atol=2e-3)
 
 
+def test_traced_labels_outside_the_vocabulary_give_nan_or_a_checked_error(batch):
+    """Under jit a label id cannot be range-checked on the host: an invalid one makes the
+    loss NaN (never the loss of a neighbouring id); seqjax.checked names it; masked-out
+    padding labels (-100) stay allowed."""
+    import seqjax
+
+    z, y, mask = batch
+    bad = y.copy()
+    bad[0, 0] = z.shape[-1]  # kept by the mask: row 0 keeps all 5 positions
+    loss = jax.jit(masked_cross_entropy)
+    assert np.isnan(float(loss(z, bad, mask)))
+    assert np.isfinite(float(loss(z, np.where(mask, y, -100), mask)))
+    with pytest.raises(Exception, match="`labels` must hold token ids in"):
+        seqjax.checked(loss)(z, bad, mask)
+    grad = jax.jit(jax.grad(masked_cross_entropy))(jnp.asarray(z), y, mask)
+    assert np.all(np.isfinite(np.asarray(grad)))
+
+
 def test_input_errors(batch):
     z, y, mask = batch
     with pytest.raises(ValueError, match=r"`labels` must lie in \[0, 6\]"):
