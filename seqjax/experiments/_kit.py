@@ -2,7 +2,10 @@
 
 An experiment (``seqjax/experiments/NAME.py``) is a recipe: it builds its data and models
 and calls downward into :mod:`seqjax.train`; what more than one recipe needs lives here,
-written once, and no experiment imports a peer for a helper.
+written once, and no experiment imports another. The pipelines that some recipes share have
+kit modules of their own: :mod:`~seqjax.experiments._text` (the character LM on Tiny
+Shakespeare), :mod:`~seqjax.experiments._seq2seq` (sentence pairs and the seq2seq models),
+:mod:`~seqjax.experiments._images` (digits as raster-order codes for a transformer LM).
 
 * **Provenance** — :func:`machine_info` (one probe of the CPU, cores, load and backend),
   :func:`machine` (the same, one line for a results file), :func:`load_average`,

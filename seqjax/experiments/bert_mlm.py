@@ -53,8 +53,8 @@ from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import machine_info, pad_rows, save_json, write_run_info
+from seqjax.experiments._seq2seq import load_pairs
 from seqjax.experiments.reports.bert_mlm import plot_results, results_table
-from seqjax.experiments.translation import load_pairs
 from seqjax.models.bert import Bert, BertConfig, bert_block, mlm_mask
 from seqjax.models.gpt import (
     TransformerLM,

@@ -51,8 +51,10 @@ cost, measured on one H200 before the embedding fix: 24.0 vs 20.7–21.3 ms per 
 
 The work dir (default ``workdirs/char_lm``) holds the checkpoints (with the model config
 and the tokenizer), ``tokenizer.json``, ``metrics.jsonl``, ``loss.png``, ``samples.txt``
-and ``char_lm.json`` (the summary). :func:`load_model` rebuilds ``(model, params,
-tokenizer, config)`` from it (used by the ``sampling`` experiment).
+and ``char_lm.json`` (the summary). ``load_model(workdir)`` rebuilds ``(model, params,
+tokenizer, config)`` from it. The data, the model, the window decoder and ``load_model``
+are the experiments' text kit (:mod:`seqjax.experiments._text`), shared with
+``norm_placement`` and ``sampling``.
 
 Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU config)
       python -m seqjax.experiments.char_lm --preset lstm --workdir workdirs/char_lm_lstm
@@ -64,23 +66,20 @@ Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU con
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.batching import split_text
-from seqjax.data.corpora import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
-from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
-from seqjax.decoding import FunctionalDecoder, lower_sample, sample
+from seqjax.data.tokenizers import CharTokenizer
+from seqjax.decoding import lower_sample, sample
 from seqjax.experiments._config import (
     ConfigError,
     Fraction,
@@ -88,13 +87,19 @@ from seqjax.experiments._config import (
     NonNegInt,
     PosFloat,
     PosInt,
-    config_from_dict,
 )
 from seqjax.experiments._kit import load_average, machine
+from seqjax.experiments._text import (
+    Model,
+    build_model,
+    lm_decoder,
+    load_data,
+    restore,
+    val_windows,
+)
+from seqjax.experiments._text import load_model as load_model  # char_lm.load_model(workdir)
 from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU_VAL_LOSS
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
-from seqjax.models.rnn import RNNLanguageModel
-from seqjax.train.checkpoint import restore_params
+from seqjax.models.gpt import TransformerLM
 from seqjax.train.fit_parts import compile_in_background
 from seqjax.train.flops import lm_flops_per_token
 from seqjax.train.loop import FitConfig, fit
@@ -106,8 +111,6 @@ from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 
-Model = Literal["transformer", "lstm"]
-MODELS: tuple[str, ...] = get_args(Model)
 # nanoGPT decays every 2-D parameter (embeddings included); vectors are never decayed.
 NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 
@@ -208,18 +211,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 # ----------------------------------------------------------------------------- data
 
 
-def load_data(cfg: Config) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
-    """``(train_ids, val_ids, tokenizer)``; ``max_chars > 0`` keeps a prefix (smoke runs)."""
-    if cfg.max_chars <= 0:
-        d = tiny_shakespeare(cfg.data_path)
-        return d.train_ids, d.val_ids, d.tokenizer
-    text = tiny_shakespeare_text(cfg.data_path)
-    tok = CharTokenizer.from_text(text, SpecialTokens.none())  # the full 65-char vocabulary
-    ids = np.asarray(tok.encode(text[: cfg.max_chars]), np.int32)
-    train, val = split_text(ids, 0.9)
-    return train, val, tok
-
-
 INPUTS = ("device", "host")
 
 
@@ -235,16 +226,6 @@ def train_windows(ids: np.ndarray, cfg: Config, par: Parallel, vocab: int) -> An
                                vocab_size=vocab, mesh=par.mesh)
     return LMWindowIterator(ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
                             seed=cfg.seed, **par.iterator_shard())
-
-
-def val_windows(ids: np.ndarray, cfg: Config, num: int, seed: int) -> list[dict]:
-    """``num`` random ``[batch_size, block_size]`` windows (nanoGPT's ``estimate_loss``)."""
-    it = LMWindowIterator(ids, cfg.batch_size, cfg.block_size, seed=seed)
-    out = []
-    for _ in range(num):
-        b = next(it)
-        out.append({**b, "mask": np.ones(b["targets"].shape, bool)})
-    return out
 
 
 def full_windows(ids: np.ndarray, block: int, batch: int) -> list[dict]:
@@ -268,28 +249,6 @@ def full_windows(ids: np.ndarray, block: int, batch: int) -> list[dict]:
 # ----------------------------------------------------------------------------- model
 
 
-def build_model(cfg: Config, vocab_size: int) -> Any:
-    """The :class:`TransformerLM` or :class:`RNNLanguageModel` that ``cfg`` describes."""
-    if cfg.model not in MODELS:
-        raise ConfigError(f"--model must be one of {MODELS}; got {cfg.model!r}.")
-    dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
-    if cfg.model == "transformer":
-        # nanoGPT's block, its residual projections at 0.02/√(2L) included
-        block = gpt_block(cfg.num_heads, num_layers=cfg.num_layers, dropout_rate=cfg.dropout_rate,
-                          attention_dropout_rate=cfg.attention_dropout, use_bias=False,
-                          activation="gelu")
-        return TransformerLM(TransformerLMConfig(
-            vocab_size=vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
-            max_len=cfg.block_size, block=block,
-        ), dtype=dtype)
-    return RNNLanguageModel(
-        vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
-        # cell_kwargs as pairs, not a dict: the model must be hashable (a static jit argument).
-        cell_type="lstm", dropout_rate=cfg.dropout_rate, cell_kwargs=(("forget_bias", 1.0),),
-        dtype=dtype,
-    )
-
-
 def model_config(cfg: Config, vocab_size: int) -> dict:
     keys = ("model", "num_layers", "num_heads", "embed_dim", "block_size")
     # "dropout": the checkpoints' name for --dropout_rate (checkpoints of earlier runs resume)
@@ -300,43 +259,6 @@ def model_config(cfg: Config, vocab_size: int) -> dict:
     return out
 
 
-class _Window(NamedTuple):
-    buffer_BxW: jax.Array
-    count_B: jax.Array
-
-
-@functools.cache
-def window_decoder(model: TransformerLM, block: int) -> FunctionalDecoder:
-    """A :class:`~seqjax.decoding.Decodable` that feeds the model its last ``block`` tokens.
-
-    A transformer with learned positions sees at most ``block`` tokens; to generate more,
-    nanoGPT crops the context to the most recent ``block`` (sliding window, full forward
-    pass per token). Prompts must be at most ``block + 1`` tokens.
-    """
-
-    def init_decode_state(params: Any, prompt_BxT: jax.Array, lengths_B: jax.Array,
-                          max_len: int) -> _Window:
-        del params, max_len
-        batch, steps = prompt_BxT.shape
-        buf = jnp.zeros((batch, block), jnp.int32)
-        keep = min(steps, block)
-        buf = buf.at[:, :keep].set(prompt_BxT[:, :keep])
-        return _Window(buf, jnp.asarray(lengths_B, jnp.int32) - 1)
-
-    def decode_step(params: Any, state: _Window, tokens_B: jax.Array
-                    ) -> tuple[jax.Array, _Window]:
-        rows = jnp.arange(tokens_B.shape[0])
-        full_B = state.count_B >= block
-        buf = jnp.where(full_B[:, None], jnp.roll(state.buffer_BxW, -1, axis=1),
-                        state.buffer_BxW)
-        pos_B = jnp.minimum(state.count_B, block - 1)
-        buf = buf.at[rows, pos_B].set(tokens_B.astype(jnp.int32))
-        logits_BxWxV = model.apply({"params": params}, buf)
-        return logits_BxWxV[rows, pos_B], _Window(buf, jnp.minimum(state.count_B + 1, block))
-
-    return FunctionalDecoder(init_decode_state, decode_step)
-
-
 def _sampling(model: Any, cfg: Config, prompt_ids: list[int], *, max_new_tokens: int,
               temperature: float, top_k: int | None, seed: int) -> tuple[Any, jax.Array, dict]:
     """``(decoder, prompt [1, T], sample's options)`` for continuing ``prompt_ids``."""
@@ -344,10 +266,7 @@ def _sampling(model: Any, cfg: Config, prompt_ids: list[int], *, max_new_tokens:
         raise ValueError("`prompt` must hold at least one character.")
     if isinstance(model, TransformerLM):
         prompt_ids = prompt_ids[-(cfg.block_size + 1):]
-        decoder = window_decoder(model, cfg.block_size)
-    else:
-        decoder = model
-    return decoder, jnp.asarray([prompt_ids], jnp.int32), dict(
+    return lm_decoder(model, cfg.block_size), jnp.asarray([prompt_ids], jnp.int32), dict(
         key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens, temperature=temperature,
         top_k=top_k if temperature > 0 else None)
 
@@ -490,29 +409,11 @@ def read_history(cfg: Config, result: Any) -> list[dict]:
 # ----------------------------------------------------------------------------- inference
 
 
-def load_model(workdir: str) -> tuple[Any, Any, CharTokenizer, Config]:
-    """``(model, params, tokenizer, config)`` of the newest checkpoint in ``workdir``.
-
-    Example (after a run)::
-
-        model, params, tok, cfg = load_model("workdirs/char_lm")
-        logits = model.apply({"params": params}, jnp.asarray([tok.encode("ROMEO:")]))
-    """
-    with open(os.path.join(workdir, "experiment.json")) as f:
-        saved = json.load(f)
-    cfg = config_from_dict(Config, saved["config"])
-    tok = load_tokenizer(os.path.join(workdir, "tokenizer.json"))
-    model = build_model(cfg, tok.vocab_size)
-    params = restore_params(os.path.join(workdir, "checkpoints"))
-    return model, params, tok, cfg
-
-
 def _restore(cfg: Config) -> tuple[Any, Any, CharTokenizer]:
     if not cfg.workdir:
         raise ValueError("`workdir` is required: the checkpoint to load.")
-    tok = load_tokenizer(os.path.join(cfg.workdir, "tokenizer.json"))
-    model = build_model(cfg, tok.vocab_size)
-    return model, restore_params(os.path.join(cfg.workdir, "checkpoints")), tok
+    model, tok, params = restore(cfg, cfg.workdir)
+    return model, params, tok
 
 
 def evaluate(cfg: Config) -> dict:

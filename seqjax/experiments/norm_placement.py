@@ -34,7 +34,7 @@ from flax import linen as nn
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import command_line, init_state, load_average, machine, write_run_info
-from seqjax.experiments.char_lm import load_data, val_windows
+from seqjax.experiments._text import load_data, val_windows
 from seqjax.experiments.reports.norm_placement import plot_curves, report
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding

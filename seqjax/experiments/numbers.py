@@ -11,8 +11,8 @@ Model (default): a bidirectional-GRU encoder and a GRU decoder with additive att
 (Bahdanau et al. 2015; MEDL (7.22), Fig. 7.10), :class:`seqjax.models.Seq2Seq`, trained
 with teacher forcing by :func:`seqjax.train.loop.fit`; translation by greedy search
 (:mod:`seqjax.decoding`). ``--archs=gru,bahdanau,luong,transformer`` compares the
-models of ``experiments.translation`` (``gru`` has no attention: the fixed-context
-bottleneck).
+models of ``experiments.translation`` (the experiments' seq2seq kit,
+:mod:`seqjax.experiments._seq2seq`; ``gru`` has no attention: the fixed-context bottleneck).
 
 Reported: exact match (the whole French name right) on the held-out numbers against the
 number of digits; a few translations; the attention heatmap of 97 (MEDL Fig. 7.11 style),
@@ -42,9 +42,7 @@ import numpy as np
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import machine_info, mean_sd, save_json, write_run_info
-from seqjax.experiments.reports.numbers import plot_exact_match
-from seqjax.experiments.reports.translation import plot_attention
-from seqjax.experiments.translation import (
+from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
     Arch,
@@ -57,6 +55,8 @@ from seqjax.experiments.translation import (
     train_seq2seq,
     translate,
 )
+from seqjax.experiments.reports.numbers import plot_exact_match
+from seqjax.experiments.reports.translation import plot_attention
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params

@@ -1,15 +1,16 @@
 """Decoding a character LM: greedy, beam, temperature, top-k, top-p (Bishop §12.3.2).
 
 The model is the one trained by ``experiments.char_lm`` (nanoGPT's CPU config on Tiny
-Shakespeare), read from ``lm_workdir`` (default ``workdirs/char_lm``) with
-``experiments.char_lm.load_model``. If that folder holds no checkpoint, this experiment
-first trains a small character LM itself with ``experiments.char_lm.run`` (``fallback_*``
-settings, written to ``<workdir>/char_lm``) and says so in its summary.
+Shakespeare), read from ``lm_workdir`` (default ``workdirs/char_lm``) with the text kit's
+:func:`~seqjax.experiments._text.load_model`. If that folder holds no checkpoint, this
+experiment first trains a small character LM itself — ``seqjax train char_lm`` run by the
+runner (``fallback_*`` settings, written to ``<workdir>/char_lm``) — and says so in its
+summary.
 
 For ``num_prompts`` prompts — ``prompt_chars`` characters from the start of random lines of
 the *validation* text — every strategy continues each prompt by ``new_chars``
 characters through :mod:`seqjax.decoding` (a transformer with learned positions sees its
-last ``block_size`` characters: ``experiments.char_lm.window_decoder``):
+last ``block_size`` characters: :func:`~seqjax.experiments._text.window_decoder`):
 
 * ``greedy`` — :math:`y_n = \\arg\\max_k p(y_n = k \\mid y_{<n})`;
 * ``beamK`` — beam search of width ``K`` (all hypotheses have the same length here, so
@@ -43,11 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.decoding import beam_search, greedy_search, sample
-from seqjax.experiments import char_lm
 from seqjax.experiments._config import NonNegInt, PosInt
 from seqjax.experiments._kit import machine_info, save_json
+from seqjax.experiments._runner import train_experiment
+from seqjax.experiments._text import lm_decoder, load_data, load_model
 from seqjax.experiments.reports.sampling import plot_sampling
-from seqjax.models.gpt import TransformerLM
 from seqjax.train.checkpoint import load_meta
 from seqjax.utils import count_params
 
@@ -110,7 +111,7 @@ def load_or_train(cfg: Config) -> tuple[Any, Any, Any, Any, dict]:
     path = cfg.lm_workdir
     if path and os.path.isdir(os.path.join(path, "checkpoints")) and os.path.exists(
             os.path.join(path, "experiment.json")):
-        model, params, tok, lm_cfg = char_lm.load_model(path)
+        model, params, tok, lm_cfg = load_model(path)
         step = load_meta(os.path.join(path, "checkpoints")).get("step")
         return model, params, tok, lm_cfg, {"source": "char_lm work dir", "path": path,
                                             "checkpoint_step": step}
@@ -122,17 +123,15 @@ def load_or_train(cfg: Config) -> tuple[Any, Any, Any, Any, dict]:
         "--eval_every=0", "--full_val=false", "--sample_chars=100", "--checkpoint_every=0"])
     print(f"sampling: no checkpoint in {path!r}; training a char LM in {own}: "
           f"python -m seqjax.experiments.char_lm {' '.join(argv)}")
-    char_lm.main(argv)  # the experiment protocol: saves experiment.json, then trains
-    model, params, tok, lm_cfg = char_lm.load_model(own)
+    train_experiment("char_lm", argv)  # as `seqjax train char_lm`: experiment.json, then run
+    model, params, tok, lm_cfg = load_model(own)
     return model, params, tok, lm_cfg, {"source": "trained here (fallback)", "path": own,
                                         "checkpoint_step": lm_cfg.steps, "argv": argv}
 
 
 def decoder_for(model: Any, lm_cfg: Any) -> Any:
     """The :class:`~seqjax.decoding.Decodable` used for every strategy."""
-    if isinstance(model, TransformerLM):
-        return char_lm.window_decoder(model, lm_cfg.block_size)
-    return model
+    return lm_decoder(model, lm_cfg.block_size)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -215,7 +214,7 @@ def run(cfg: Config) -> dict:
     t_start = time.perf_counter()
     info = machine_info()
     model, params, tok, lm_cfg, provenance = load_or_train(cfg)
-    train_ids, val_ids, _ = char_lm.load_data(lm_cfg)
+    train_ids, val_ids, _ = load_data(lm_cfg)
     vocab_words = set(words(tok.decode(train_ids)))
     val_text = tok.decode(val_ids)
     rng = np.random.default_rng(cfg.seed)

@@ -18,7 +18,7 @@ the image part only: the prompt is always given, never generated, and its second
 uniform over the ten digits (a loss on it would learn only the label frequencies); at an
 image position every non-code id gets logit −∞, so the test NLL is over the ``K`` codes,
 as image_gpt's. Generation feeds ``[a, DIGIT, <sep>]`` and samples the ``L`` codes
-(:func:`seqjax.experiments.image_gpt.generate`).
+(:func:`seqjax.experiments._images.generate`).
 
 Measure: a digit classifier — scikit-learn's gallery ``SVC(gamma=0.001)`` trained on the
 real training digits — labels the generated images; its accuracy against the prompt, per
@@ -41,8 +41,7 @@ from typing import Any, Literal
 import numpy as np
 
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import write_results, write_run_info
-from seqjax.experiments.image_gpt import (
+from seqjax.experiments._images import (
     TOKENISATIONS,
     decode,
     digit_splits,
@@ -54,6 +53,7 @@ from seqjax.experiments.image_gpt import (
     tokenizer,
     train_lm,
 )
+from seqjax.experiments._kit import write_results, write_run_info
 from seqjax.experiments.reports.text_to_image import plot_samples, report
 from seqjax.train.parallel import Parallel, ParallelOptions
 
@@ -170,7 +170,7 @@ def class_independent_baseline(
     train_tok: np.ndarray, train_y: np.ndarray, test_tok: np.ndarray, test_y: np.ndarray, vocab: int
 ) -> float:
     """Test NLL (bits per image) of a categorical per position *and digit* (add-one counts):
-    :func:`~seqjax.experiments.image_gpt.independent_baseline` fitted on each digit's
+    :func:`~seqjax.experiments._images.independent_baseline` fitted on each digit's
     training images and scored on that digit's test images."""
     total = 0.0
     for d in range(10):

@@ -30,57 +30,50 @@ Run:  python -m seqjax.experiments.translation                 (or: seqjax train
 Every model trains on every visible device (and host), data parallel unless ``--mesh`` /
 ``--strategy`` say otherwise; ``batch_size`` is the global batch.
 
-This module also holds the sequence-to-sequence machinery that ``experiments.numbers``
-reuses (tokenising pairs, building the models, training with :func:`seqjax.train.loop.fit`,
-greedy/beam decoding with :mod:`seqjax.decoding`, attention heatmaps).
+The sequence-to-sequence machinery (reading and tokenising the pairs, building the models,
+training with :func:`seqjax.train.loop.fit`, greedy/beam decoding with :mod:`seqjax.decoding`,
+attention maps) is the experiments' kit, :mod:`seqjax.experiments._seq2seq`, shared with
+``experiments.numbers``.
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import os
-import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
-from seqjax.decoding import beam_search, greedy_search
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import (
-    fit_arrays,
-    init_state,
     machine_info,
     mean_sd,
-    pad_rows,
     save_json,
     write_run_info,
 )
+from seqjax.experiments._seq2seq import (
+    ARCH_LABELS,
+    ARCHS,
+    Arch,
+    TrainSpec,
+    attention_map,
+    build_tokenizer,
+    encode_pairs,
+    encode_sources,
+    load_pairs,
+    make_model,
+    train_seq2seq,
+    translate,
+)
 from seqjax.experiments.reports.translation import plot_attention, plot_bleu_vs_length
-from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
-from seqjax.models.seq2seq import Seq2Seq
-from seqjax.train.loop import FitConfig
-from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
-from seqjax.train.records import read_metrics
 from seqjax.utils import count_params
 
-Arch = Literal["gru", "bahdanau", "luong", "transformer"]
-ARCHS: tuple[str, ...] = get_args(Arch)
-ARCH_LABELS = {
-    "gru": "GRU enc–dec, no attention",
-    "bahdanau": "GRU + Bahdanau (additive)",
-    "luong": "GRU + Luong (general)",
-    "transformer": "Transformer (2+2 layers)",
-}
 #: d2l's probe sentences and its references (d2l §10.7 / §11.4).
 PROBES = (
     ("go .", "va !"),
@@ -88,9 +81,6 @@ PROBES = (
     ("he's calm .", "il est calme ."),
     ("i'm home .", "je suis chez moi ."),
 )
-#: Vocabulary layout of every tokenizer here: <pad>=0, <unk>=1, <bos>=2, <eos>=3.
-SPECIALS = SpecialTokens(mask=None, sep=None, cls=None)
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -171,249 +161,6 @@ PRESETS = {
 }
 
 
-# ----------------------------------------------------------------------------- text
-
-
-def preprocess(text: str) -> str:
-    """d2l's normalisation: lower case, no-break spaces to spaces, a space before ``,.!?``.
-
-    Example:
-        >>> preprocess("He's calm.")
-        "he's calm ."
-    """
-    text = text.replace("\u202f", " ").replace("\xa0", " ").lower()
-    return re.sub(r"(?<=\S)([,.!?])", r" \1", text).strip()
-
-
-def build_tokenizer(texts: Sequence[str], *, min_freq: int = 1,
-                    pattern: str = r"\S+") -> WordTokenizer:
-    """Words of ``texts`` seen ``min_freq`` times, after the specials <pad> <unk> <bos> <eos>."""
-    return WordTokenizer.from_texts(texts, min_freq=min_freq, pattern=pattern,
-                                    special_tokens=SPECIALS)
-
-
-def encode_pairs(
-    src: Sequence[str], tgt: Sequence[str], src_tok: WordTokenizer, tgt_tok: WordTokenizer,
-    *, src_len: int, tgt_len: int,
-) -> dict[str, np.ndarray]:
-    """Fixed-shape arrays for teacher forcing (one compiled shape for every batch).
-
-    ``src`` int32[N, src_len] (+ ``src_lengths``), ``tgt_in`` = ``<bos> y`` and
-    ``tgt_out`` = ``y <eos>``, int32[N, tgt_len + 1], with ``tgt_mask`` (True on
-    real target tokens and on ``<eos>``).
-    """
-    n = len(src)
-    out = {
-        "src": np.full((n, src_len), PAD, np.int32),
-        "src_lengths": np.zeros(n, np.int32),
-        "tgt_in": np.full((n, tgt_len + 1), PAD, np.int32),
-        "tgt_out": np.full((n, tgt_len + 1), PAD, np.int32),
-        "tgt_mask": np.zeros((n, tgt_len + 1), bool),
-    }
-    for i, (s, t) in enumerate(zip(src, tgt)):
-        s_ids = src_tok.encode(s, max_length=src_len, truncation=True)
-        t_ids = tgt_tok.encode(t, max_length=tgt_len, truncation=True)
-        out["src"][i, : len(s_ids)] = s_ids
-        out["src_lengths"][i] = max(len(s_ids), 1)
-        out["tgt_in"][i, : len(t_ids) + 1] = [BOS, *t_ids]
-        out["tgt_out"][i, : len(t_ids) + 1] = [*t_ids, EOS]
-        out["tgt_mask"][i, : len(t_ids) + 1] = True
-    return out
-
-
-def encode_sources(sentences: Sequence[str], tok: WordTokenizer,
-                   src_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(src int32[N, src_len], src_lengths int32[N])`` of source sentences."""
-    src = np.full((len(sentences), src_len), PAD, np.int32)
-    lengths = np.ones(len(sentences), np.int32)
-    for i, s in enumerate(sentences):
-        ids = tok.encode(s, max_length=src_len, truncation=True)
-        src[i, : len(ids)] = ids
-        lengths[i] = max(len(ids), 1)
-    return src, lengths
-
-
-# ----------------------------------------------------------------------------- models
-
-
-def make_model(
-    arch: str, src_vocab: int, tgt_vocab: int, *, embed_dim: int, hidden: int,
-    dropout: float = 0.0, transformer_layers: int = 2, heads: int = 4, max_len: int = 64,
-) -> Seq2Seq | Transformer:
-    """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring)."""
-    rnn = dict(src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, embed_dim=embed_dim,
-               hidden_size=hidden, cell_type="gru", bidirectional_encoder=True,
-               dropout_rate=dropout)
-    if arch == "gru":
-        return Seq2Seq(context="every_step", **rnn)
-    if arch == "bahdanau":
-        return Seq2Seq(context="attention", attention="bahdanau", **rnn)
-    if arch == "luong":
-        return Seq2Seq(context="attention", attention="luong_general", **rnn)
-    if arch == "transformer":
-        return Transformer(TransformerConfig(
-            src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, num_layers=transformer_layers,
-            embed_dim=hidden, max_len=max_len, tie_output=True,
-            block=vaswani_block(heads, mlp_dim=2 * hidden, dropout_rate=dropout),
-        ))
-    raise ValueError(f"`arch` must be one of {ARCHS}; got {arch!r}.")
-
-
-def _apply(model: Any, params: Any, batch: dict, *, train: bool, rng: jax.Array | None = None,
-           ) -> jax.Array:
-    rngs = {"dropout": rng} if train else {}
-    return model.apply({"params": params}, batch["src"], batch["tgt_in"], batch["src_lengths"],
-                       deterministic=not train, rngs=rngs)
-
-
-def _metrics(logits: jax.Array, batch: dict) -> tuple[jax.Array, dict]:
-    loss = masked_cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])
-    return loss, {"accuracy": token_accuracy(logits, batch["tgt_out"], batch["tgt_mask"]),
-                  "tokens": jnp.sum(batch["tgt_mask"]).astype(jnp.float32)}
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """How :func:`train_seq2seq` trains one model."""
-
-    steps: int
-    batch_size: int
-    learning_rate: float
-    warmup_steps: int = 0
-    clip_norm: float | None = 1.0
-    eval_every: int = 0
-    log_every: int = 100
-    progress: bool = True
-    print_logs: bool = False
-
-
-def train_seq2seq(
-    model: Any, train: dict[str, np.ndarray], val: dict[str, np.ndarray] | None,
-    spec: TrainSpec, *, seed: int, workdir: str | None, model_config: dict,
-    parallel: Parallel | None = None,
-) -> tuple[Any, list[dict], float]:
-    """Train with teacher forcing through :func:`seqjax.train.loop.fit`.
-
-    Loss: masked token cross-entropy (MEDL (7.4)–(7.5), no loss on padding);
-    AdamW with linear warm-up and cosine decay, global-norm clipping. Resumes from
-    ``workdir`` when it holds checkpoints (a finished run is restored, not retrained);
-    then ``history`` and ``seconds`` cover the whole run, read from its ``metrics.jsonl``.
-    Trains on ``parallel``'s devices (default: every visible device, data parallel);
-    ``spec.batch_size`` is the global batch. Returns ``(params, history, seconds)``, the
-    parameters as a host (numpy) copy.
-    """
-    par = Parallel.create() if parallel is None else parallel
-    first = {k: v[:1] for k, v in train.items()}
-    params = jax.jit(lambda k: model.init(k, first["src"], first["tgt_in"],
-                                          first["src_lengths"])["params"])(
-        jax.random.PRNGKey(seed))
-    opt = OptimizerConfig(
-        "adamw", learning_rate=spec.learning_rate, schedule="warmup_cosine",
-        warmup_steps=min(spec.warmup_steps, spec.steps - 1), total_steps=spec.steps,
-        end_lr_ratio=0.05, clip_norm=spec.clip_norm,
-    )
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed + 1000))
-
-    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
-        return _metrics(_apply(model, p, batch, train=True, rng=rng), batch)
-
-    def eval_fn(p: Any, batch: dict) -> dict:
-        loss, m = _metrics(_apply(model, p, batch, train=False), batch)
-        return {"loss": loss, **m}
-
-    eval_batches = None
-    if val is not None and len(val["src"]) and spec.eval_every > 0:
-        size = 256
-        # Global batches; the last is padded to split over the devices (no target tokens,
-        # so no weight in the token-weighted mean).
-        eval_batches = [pad_rows({k: v[i : i + size] for k, v in val.items()},
-                                 par.batch_shards, {"tgt_mask": False})
-                        for i in range(0, len(val["src"]), size)]
-    batch_size = min(spec.batch_size, len(train["src"]))
-    par.check_batch_size(batch_size)
-    start = time.perf_counter()
-    result = fit_arrays(
-        par,
-        state,
-        loss_fn,
-        train,
-        FitConfig(num_steps=spec.steps, log_every=spec.log_every,
-                  eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
-                  progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
-                  plot=workdir is not None),
-        batch_size=batch_size,
-        seed=seed,
-        schedule=schedule,
-        workdir=workdir,
-        eval_fn=eval_fn if eval_batches else None,
-        eval_data=eval_batches,
-        model_config=model_config,
-    )
-    params = par.gather(result.state.params)  # a host copy for decoding
-    seconds = time.perf_counter() - start
-    if result.start_step > 0 and workdir is not None:
-        # Resumed (or already finished): report the whole run from its metrics log, and
-        # its training time as the sum of the logged segments (the clock restarts at 0
-        # in every segment).
-        history = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-        times = [r["time"] for r in history if "time" in r]
-        seconds = sum(a for a, b in zip(times, times[1:]) if b < a)  # earlier segments
-        seconds += times[-1] if times else 0.0
-        return params, history, seconds
-    return params, result.history, seconds
-
-
-# ----------------------------------------------------------------------------- decoding
-
-
-def translate(
-    model: Any, params: Any, src: np.ndarray, src_lengths: np.ndarray, *,
-    max_new_tokens: int, beam_size: int = 1, batch_size: int = 256,
-) -> list[list[int]]:
-    """Decode every source row (greedy, or beam search with length normalisation).
-
-    Every batch has ``batch_size`` rows (rows are repeated to fill it), so the decoding
-    loop compiles once per model. Returns the token ids of each translation, ``<eos>`` excluded.
-    """
-    n = len(src)
-    out: list[list[int]] = []
-    for i in range(0, n, batch_size):
-        idx = np.arange(i, i + batch_size) % n
-        inputs = {"src": jnp.asarray(src[idx]), "src_lengths": jnp.asarray(src_lengths[idx])}
-        prompt = jnp.full((batch_size, 1), BOS, jnp.int32)
-        if beam_size > 1:
-            res = beam_search(model, params, prompt, beam_size=beam_size,
-                              max_new_tokens=max_new_tokens, eos_id=EOS, pad_id=PAD,
-                              inputs=inputs)
-            tokens = np.asarray(res.tokens[:, 0])
-        else:
-            res = greedy_search(model, params, prompt, max_new_tokens=max_new_tokens,
-                                eos_id=EOS, pad_id=PAD, inputs=inputs)
-            tokens = np.asarray(res.tokens)
-        for row in tokens[: min(batch_size, n - i)]:
-            row = row.tolist()
-            out.append(row[: row.index(EOS)] if EOS in row else row)
-    return out
-
-
-def attention_map(model: Seq2Seq, params: Any, src_ids: Sequence[int],
-                  out_ids: Sequence[int]) -> np.ndarray:
-    """Attention weights ``[len(out_ids) + 1, len(src_ids)]`` of a Seq2Seq with attention.
-
-    Row ``t`` is :math:`\\alpha^{⟨t⟩}`, the weights used to emit output token ``t`` (the
-    last row emits ``<eos>``): the decoder is teacher-forced on its own translation.
-    """
-    src = jnp.asarray([list(src_ids)], jnp.int32)
-    tgt_in = jnp.asarray([[BOS, *out_ids]], jnp.int32)
-    _, alpha = _attention_fn(model)(params, src, tgt_in, jnp.asarray([len(src_ids)], jnp.int32))
-    return np.asarray(alpha[0])
-
-
-@functools.cache
-def _attention_fn(model: Seq2Seq) -> Callable:
-    return jax.jit(lambda p, s, t, n: model.apply({"params": p}, s, t, n, return_attention=True))
-
-
 # ----------------------------------------------------------------------------- metrics
 
 
@@ -463,16 +210,6 @@ def corpus_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
 
 
 # ----------------------------------------------------------------------------- experiment
-
-
-def load_pairs(num_pairs: int = 0) -> tuple[list[str], list[str]]:
-    """The preprocessed (English, French) pairs of the offline file (first ``num_pairs``)."""
-    from seqjax.data.corpora import english_french
-
-    ds = english_french()
-    n = len(ds) if num_pairs <= 0 else min(num_pairs, len(ds))
-    rows = ds.select(range(n))
-    return [preprocess(s) for s in rows["src"]], [preprocess(t) for t in rows["tgt"]]
 
 
 def split_by_source(src: Sequence[str], test_fraction: float,

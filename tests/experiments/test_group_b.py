@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.experiments import bert_mlm, digits, numbers, sampling, translation
+from seqjax.experiments import _seq2seq, bert_mlm, digits, numbers, sampling, translation
 from seqjax.experiments._config import config_from_dict
-from seqjax.experiments.translation import BOS, EOS, PAD
+from seqjax.experiments._seq2seq import BOS, EOS, PAD
 from tests.experiments._devices import assert_trained_on_all_devices
 from tests.experiments._learning import assert_loss_dropped
 
@@ -18,9 +18,9 @@ from tests.experiments._learning import assert_loss_dropped
 
 
 def test_preprocess_matches_d2l():
-    assert translation.preprocess("He's calm.") == "he's calm ."
-    assert translation.preprocess("Va\u202f!") == "va !"
-    assert translation.preprocess("Wait, what?") == "wait , what ?"
+    assert _seq2seq.preprocess("He's calm.") == "he's calm ."
+    assert _seq2seq.preprocess("Va\u202f!") == "va !"
+    assert _seq2seq.preprocess("Wait, what?") == "wait , what ?"
 
 
 def test_d2l_bleu():
@@ -45,10 +45,10 @@ def test_corpus_bleu_multi_reference():
 
 
 def test_encode_pairs_teacher_forcing_layout():
-    src_tok = translation.build_tokenizer(["go .", "i lost ."])
-    tgt_tok = translation.build_tokenizer(["va !", "j'ai perdu ."])
-    a = translation.encode_pairs(["i lost ."], ["j'ai perdu ."], src_tok, tgt_tok, src_len=4,
-                                 tgt_len=4)
+    src_tok = _seq2seq.build_tokenizer(["go .", "i lost ."])
+    tgt_tok = _seq2seq.build_tokenizer(["va !", "j'ai perdu ."])
+    a = _seq2seq.encode_pairs(["i lost ."], ["j'ai perdu ."], src_tok, tgt_tok, src_len=4,
+                              tgt_len=4)
     y = tgt_tok.encode("j'ai perdu .")
     assert a["src"][0].tolist() == src_tok.encode("i lost .") + [PAD]
     assert a["src_lengths"].tolist() == [3]
@@ -64,10 +64,10 @@ def test_split_by_source_keeps_every_translation_of_a_sentence_together():
 
 
 def test_attention_map_rows_are_distributions():
-    model = translation.make_model("bahdanau", 9, 11, embed_dim=4, hidden=4)
+    model = _seq2seq.make_model("bahdanau", 9, 11, embed_dim=4, hidden=4)
     src, tgt = jnp.ones((1, 3), jnp.int32), jnp.ones((1, 4), jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), src, tgt)["params"]
-    alpha = translation.attention_map(model, params, [4, 5, 6], [7, 8])
+    alpha = _seq2seq.attention_map(model, params, [4, 5, 6], [7, 8])
     assert alpha.shape == (3, 3)
     np.testing.assert_allclose(alpha.sum(-1), 1.0, rtol=1e-5)
 

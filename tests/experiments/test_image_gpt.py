@@ -3,31 +3,31 @@
 import numpy as np
 import pytest
 
-from seqjax.experiments import image_gpt
+from seqjax.experiments import _images, image_gpt
 from tests.experiments._devices import assert_trained_on_all_devices
 
 
 def test_raster_order_is_row_major_4x4():
     """Bishop Fig. 12.23: pixel x_n of a 4×4 grid sits at row (n−1)//4, column (n−1)%4."""
     img = np.arange(1, 17).reshape(1, 4, 4)
-    np.testing.assert_array_equal(image_gpt.raster_patches(img, 1)[0, :, 0], np.arange(1, 17))
-    p = image_gpt.raster_patches(img, 2)
+    np.testing.assert_array_equal(_images.raster_patches(img, 1)[0, :, 0], np.arange(1, 17))
+    p = _images.raster_patches(img, 2)
     np.testing.assert_array_equal(p[0, 1], [3, 4, 7, 8])  # top-right 2×2 patch, second token
     for patch in (1, 2, 4):
-        back = image_gpt.from_raster_patches(image_gpt.raster_patches(img, patch), 4, patch)
+        back = _images.from_raster_patches(_images.raster_patches(img, patch), 4, patch)
         np.testing.assert_array_equal(back, img)
     with pytest.raises(ValueError, match="`patch` must divide"):
-        image_gpt.raster_patches(img, 3)
+        _images.raster_patches(img, 3)
 
 
 def test_encode_is_the_nearest_code():
     rng = np.random.default_rng(0)
     imgs = rng.uniform(size=(3, 8, 8)).astype(np.float32)
     cb = np.array([[0.1], [0.5], [0.9]], np.float32)
-    tok = image_gpt.encode(imgs, cb, 1)
+    tok = _images.encode(imgs, cb, 1)
     ref = np.abs(imgs.reshape(3, 64, 1) - cb[:, 0]).argmin(-1)
     np.testing.assert_array_equal(tok, ref)
-    np.testing.assert_allclose(image_gpt.decode(tok, cb, 1), cb[ref, 0].reshape(3, 8, 8))
+    np.testing.assert_allclose(_images.decode(tok, cb, 1), cb[ref, 0].reshape(3, 8, 8))
 
 
 def test_independent_baseline_is_the_per_position_entropy():
@@ -35,13 +35,13 @@ def test_independent_baseline_is_the_per_position_entropy():
     test = np.array([[0, 1]])
     # position 1: counts (1+3, 1+0) -> p(0) = 4/5; position 2: (1+1, 1+2) -> p(1) = 3/5
     want = -(np.log2(4 / 5) + np.log2(3 / 5))
-    assert image_gpt.independent_baseline(train, test, 2) == pytest.approx(want)
+    assert _images.independent_baseline(train, test, 2) == pytest.approx(want)
 
 
 def test_lm_arrays_shift_by_one_and_mask_the_prompt():
     prompt = np.array([[7, 8, 9]])
     codes = np.array([[0, 1, 2, 3]])
-    a = image_gpt.lm_arrays(prompt, codes)
+    a = _images.lm_arrays(prompt, codes)
     np.testing.assert_array_equal(a["inputs"], [[7, 8, 9, 0, 1, 2]])
     np.testing.assert_array_equal(a["targets"], [[8, 9, 0, 1, 2, 3]])
     # the loss is on the image codes only: every code is a target once, the prompt never
@@ -59,22 +59,22 @@ def test_image_bits_is_the_code_nll_in_bits():
                             block=gpt_block(1))
     )
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.int32))["params"]
-    a = image_gpt.lm_arrays(np.array([[4, 5], [5, 4]]), np.array([[0, 3, 1], [2, 2, 0]]))
+    a = _images.lm_arrays(np.array([[4, 5], [5, 4]]), np.array([[0, 3, 1], [2, 2, 0]]))
     logits = np.asarray(model.apply({"params": params}, a["inputs"]), np.float64)[..., :4]
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))  # over the 4 codes
     picked = np.take_along_axis(logp, a["targets"][..., None] % 4, -1)[..., 0]
     want = -(picked * a["mask"]).sum(-1) / np.log(2.0)
-    got = image_gpt.image_bits(model, params, a, num_codes=4)
+    got = _images.image_bits(model, params, a, num_codes=4)
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_digit_splits_hold_out_validation_from_training_only():
-    d = image_gpt.digit_splits(0.1)
+    d = _images.digit_splits(0.1)
     assert len(d["fit"]["x"]) == len(d["train"]["x"]) + len(d["val"]["x"]) == 1438
     assert len(d["test"]["x"]) == 359
-    assert "val" not in image_gpt.digit_splits(0.0)
+    assert "val" not in _images.digit_splits(0.0)
     with pytest.raises(ValueError, match="`val_fraction` must lie in"):
-        image_gpt.digit_splits(1.0)
+        _images.digit_splits(1.0)
 
 
 def test_image_gpt_smoke_beats_the_independent_baseline(tmp_path):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from seqjax.experiments import image_gpt, text_to_image
+from seqjax.experiments import _images, text_to_image
 from tests.experiments._devices import assert_trained_on_all_devices
 
 
@@ -16,7 +16,7 @@ def test_one_vocabulary_codes_then_words_then_sep():
     with pytest.raises(ValueError, match="`labels` must be ints in"):
         text_to_image.prompt_tokens(np.array([10]), 32)
     # the loss mask of [a, DIGIT, <sep>, c_1 … c_L] covers exactly the L codes
-    a = image_gpt.lm_arrays(text_to_image.prompt_tokens(np.array([3]), 4), np.array([[0, 1]]))
+    a = _images.lm_arrays(text_to_image.prompt_tokens(np.array([3]), 4), np.array([[0, 1]]))
     np.testing.assert_array_equal(a["targets"][a["mask"]], [0, 1])
 
 

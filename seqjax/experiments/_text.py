@@ -1,0 +1,170 @@
+"""The experiments' character-level text kit: Tiny Shakespeare, the char LM, its decoder.
+
+What ``experiments.char_lm`` shares with ``experiments.norm_placement`` (the data) and
+``experiments.sampling`` (a trained LM and its decoder):
+
+* **Data** — :func:`load_data` (the 65 characters of Tiny Shakespeare in nanoGPT's 90/10
+  split, or a prefix for smoke runs; :mod:`seqjax.data.corpora`) and :func:`val_windows`
+  (random ``[batch, block]`` windows, nanoGPT's ``estimate_loss``).
+* **Model** — :func:`build_model`: a GPT (:class:`~seqjax.models.gpt.TransformerLM`,
+  nanoGPT's block) or a stacked-LSTM LM (:class:`~seqjax.models.rnn.RNNLanguageModel`).
+* **Decoding** — :func:`window_decoder` (a transformer fed its last ``block`` tokens,
+  nanoGPT's crop) and :func:`lm_decoder` (the decoder of either model).
+* **A trained LM** — :func:`load_model` (model, parameters, tokenizer and config from a
+  ``char_lm`` work dir) on :func:`restore`.
+
+The functions take a config ``cfg`` and read the fields they name (char_lm's ``Config`` has
+them all; norm_placement's has the data and window fields).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Literal, NamedTuple, get_args
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.data.batching import split_text
+from seqjax.data.corpora import tiny_shakespeare, tiny_shakespeare_text
+from seqjax.data.iterators import LMWindowIterator
+from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
+from seqjax.decoding import FunctionalDecoder
+from seqjax.experiments._config import ConfigError
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
+from seqjax.models.rnn import RNNLanguageModel
+from seqjax.train.checkpoint import restore_params
+
+Model = Literal["transformer", "lstm"]
+MODELS: tuple[str, ...] = get_args(Model)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_data(cfg: Any) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
+    """``(train_ids, val_ids, tokenizer)`` of Tiny Shakespeare read from ``cfg.data_path``;
+    ``cfg.max_chars > 0`` keeps a prefix (smoke runs)."""
+    if cfg.max_chars <= 0:
+        d = tiny_shakespeare(cfg.data_path)
+        return d.train_ids, d.val_ids, d.tokenizer
+    text = tiny_shakespeare_text(cfg.data_path)
+    tok = CharTokenizer.from_text(text, SpecialTokens.none())  # the full 65-char vocabulary
+    ids = np.asarray(tok.encode(text[: cfg.max_chars]), np.int32)
+    train, val = split_text(ids, 0.9)
+    return train, val, tok
+
+
+def val_windows(ids: np.ndarray, cfg: Any, num: int, seed: int) -> list[dict]:
+    """``num`` random ``[cfg.batch_size, cfg.block_size]`` windows (nanoGPT's
+    ``estimate_loss``)."""
+    it = LMWindowIterator(ids, cfg.batch_size, cfg.block_size, seed=seed)
+    out = []
+    for _ in range(num):
+        b = next(it)
+        out.append({**b, "mask": np.ones(b["targets"].shape, bool)})
+    return out
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(cfg: Any, vocab_size: int) -> Any:
+    """The :class:`TransformerLM` or :class:`RNNLanguageModel` that ``cfg`` describes (its
+    ``model``, ``num_layers``, ``num_heads``, ``embed_dim``, ``block_size``, ``dropout_rate``,
+    ``attention_dropout`` and ``compute_dtype``, as char_lm's ``Config``)."""
+    if cfg.model not in MODELS:
+        raise ConfigError(f"--model must be one of {MODELS}; got {cfg.model!r}.")
+    dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
+    if cfg.model == "transformer":
+        # nanoGPT's block, its residual projections at 0.02/√(2L) included
+        block = gpt_block(cfg.num_heads, num_layers=cfg.num_layers, dropout_rate=cfg.dropout_rate,
+                          attention_dropout_rate=cfg.attention_dropout, use_bias=False,
+                          activation="gelu")
+        return TransformerLM(TransformerLMConfig(
+            vocab_size=vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
+            max_len=cfg.block_size, block=block,
+        ), dtype=dtype)
+    return RNNLanguageModel(
+        vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
+        # cell_kwargs as pairs, not a dict: the model must be hashable (a static jit argument).
+        cell_type="lstm", dropout_rate=cfg.dropout_rate, cell_kwargs=(("forget_bias", 1.0),),
+        dtype=dtype,
+    )
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+class _Window(NamedTuple):
+    buffer_BxW: jax.Array
+    count_B: jax.Array
+
+
+@functools.cache
+def window_decoder(model: TransformerLM, block: int) -> FunctionalDecoder:
+    """A :class:`~seqjax.decoding.Decodable` that feeds the model its last ``block`` tokens.
+
+    A transformer with learned positions sees at most ``block`` tokens; to generate more,
+    nanoGPT crops the context to the most recent ``block`` (sliding window, full forward
+    pass per token). Prompts must be at most ``block + 1`` tokens.
+    """
+
+    def init_decode_state(params: Any, prompt_BxT: jax.Array, lengths_B: jax.Array,
+                          max_len: int) -> _Window:
+        del params, max_len
+        batch, steps = prompt_BxT.shape
+        buf = jnp.zeros((batch, block), jnp.int32)
+        keep = min(steps, block)
+        buf = buf.at[:, :keep].set(prompt_BxT[:, :keep])
+        return _Window(buf, jnp.asarray(lengths_B, jnp.int32) - 1)
+
+    def decode_step(params: Any, state: _Window, tokens_B: jax.Array
+                    ) -> tuple[jax.Array, _Window]:
+        rows = jnp.arange(tokens_B.shape[0])
+        full_B = state.count_B >= block
+        buf = jnp.where(full_B[:, None], jnp.roll(state.buffer_BxW, -1, axis=1),
+                        state.buffer_BxW)
+        pos_B = jnp.minimum(state.count_B, block - 1)
+        buf = buf.at[rows, pos_B].set(tokens_B.astype(jnp.int32))
+        logits_BxWxV = model.apply({"params": params}, buf)
+        return logits_BxWxV[rows, pos_B], _Window(buf, jnp.minimum(state.count_B + 1, block))
+
+    return FunctionalDecoder(init_decode_state, decode_step)
+
+
+def lm_decoder(model: Any, block_size: int) -> Any:
+    """The :class:`~seqjax.decoding.Decodable` a character LM is sampled and scored through: a
+    transformer through :func:`window_decoder` (its last ``block_size`` characters), an RNN
+    as it is."""
+    return window_decoder(model, block_size) if isinstance(model, TransformerLM) else model
+
+
+# ----------------------------------------------------------------------------- a trained LM
+
+
+def restore(cfg: Any, workdir: str) -> tuple[Any, CharTokenizer, Any]:
+    """``(model, tokenizer, params)``: the model ``cfg`` describes (:func:`build_model`), the
+    tokenizer of ``workdir/tokenizer.json`` and the newest checkpoint's parameters."""
+    tok = load_tokenizer(os.path.join(workdir, "tokenizer.json"))
+    model = build_model(cfg, tok.vocab_size)
+    return model, tok, restore_params(os.path.join(workdir, "checkpoints"))
+
+
+def load_model(workdir: str) -> tuple[Any, Any, CharTokenizer, Any]:
+    """``(model, params, tokenizer, config)`` of the newest checkpoint of the character LM
+    trained in ``workdir`` by ``seqjax train char_lm`` (its config read from the work dir's
+    ``experiment.json`` by the runner, as ``seqjax generate`` does).
+
+    Example (after a run)::
+
+        model, params, tok, cfg = load_model("workdirs/char_lm")
+        logits = model.apply({"params": params}, jnp.asarray([tok.encode("ROMEO:")]))
+    """
+    from seqjax.experiments._runner import experiment_from_workdir
+
+    _, cfg = experiment_from_workdir("char_lm", workdir, [])
+    model, tok, params = restore(cfg, workdir)
+    return model, params, tok, cfg
