@@ -3,8 +3,8 @@
 :func:`plot_attention` draws one sentence's attention weights (target words × source
 words, MEDL Fig. 7.11 style); :func:`plot_bleu_vs_length` draws held-out BLEU against the
 source length for each architecture (mean ± sd over seeds; ``labels`` names them). The
-weights come from :func:`seqjax.experiments.translation.attention_map`, the BLEU scores
-from its ``run``; :mod:`seqjax.experiments.numbers` draws its heat maps with the same
+weights come from :func:`seqjax.experiments._seq2seq.attention_map`, the BLEU scores
+from translation's ``run``; :mod:`seqjax.experiments.numbers` draws its heat maps with the same
 :func:`plot_attention`, and ``seqjax.experiments.translation.plot_attention`` still works.
 """
 
