@@ -140,7 +140,9 @@ def poison(x: Array, ok: Array) -> Array:
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
     ok = jnp.reshape(ok, ok.shape + (1,) * (x.ndim - ok.ndim))
-    return jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype))
+    # Added, not selected: a [B, 1, ...] constant (0 or NaN) that XLA fuses into the next
+    # elementwise op and whose backward is the identity (no select over x's cotangent).
+    return x + jax.lax.stop_gradient(jnp.where(ok, 0.0, jnp.nan).astype(x.dtype))
 
 
 def poison_bad_ids(x: Array, ids: Array, vocab_size: int) -> Array:
