@@ -40,7 +40,7 @@ def test_gpu_check_smoke_runs_parts_in_processes_and_prints_the_targets(capsys, 
     assert "[char_lm]" in out and "ok" in out and "[rnn]" in out
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["char_lm"]["steps"] == 4 and results["rnn"]["seqjax_lstm_ms"] > 0
-    assert "## Targets (issue #28)" in out
+    assert "## Targets (issues #28 and #37)" in out
     assert "GPT-2 124M" in out and "unmeasured" in out  # gpt2 was not asked for
 
 
@@ -58,6 +58,11 @@ def test_gpu_check_parsers_and_table():
     parsed = gpu_check.parse_gpt2(big)
     assert parsed["seqjax"] == 29.86  # the B=12 row, not the largest batch's
     assert parsed["largest"] == {"batch": 64, "tokens_per_s": 520000.0, "mfu": 0.415}
+    cpu = table + ("\nLargest batch of [4] that fits: B=4, seqjax 15,700 tokens/s. Model FLOPs"
+                   " per token: 1.00 M; seqjax achieves 0.01 GFLOP/s (MFU: no peak FLOP/s known"
+                   " for 'cpu').")
+    assert gpu_check.parse_gpt2(cpu)["largest"] == {"batch": 4, "tokens_per_s": 15700.0,
+                                                    "mfu": None}
     startup = ("| char_lm (defaults, --steps=100) | cold | 9.50 | 7.00 | 5.00 | 12.0 | 20.0 |\n"
                "| char_lm (defaults, --steps=100) | warm | 2.50 | 0.50 | 0.90 | 5.0 | 12.0 |\n"
                "first step: cold 9.5 s, warm 2.5 s")
