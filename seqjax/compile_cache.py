@@ -89,6 +89,10 @@ def enable_compile_cache(path: str | os.PathLike | None = None, *,
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    # Kernel autotuning results (GPU) and the other XLA caches, beside the executables.
-    jax.config.update("jax_persistent_cache_enable_xla_caches", "all")
+    # Kernel autotuning results (GPU) and the other XLA caches, beside the executables
+    # (an option of recent JAX releases; without it, the executables alone are cached).
+    try:
+        jax.config.update("jax_persistent_cache_enable_xla_caches", "all")
+    except (AttributeError, KeyError, ValueError):
+        pass
     return folder
