@@ -63,7 +63,6 @@ __all__ = [
     "markdown_table",
     "results_table",
     "format_rate",
-    "cpu_model",
 ]
 
 
@@ -352,18 +351,6 @@ def _version(module: str) -> str:
     return str(getattr(mod, "__version__", "?"))
 
 
-def cpu_model() -> str:
-    """The ``model name`` line of /proc/cpuinfo (or ``platform.processor()``)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _cpu_flags() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -378,18 +365,22 @@ def _cpu_flags() -> str:
 
 
 def machine_info() -> dict[str, str]:
-    """CPU model, cores, OS, Python and library versions, thread settings."""
+    """CPU model, cores, OS, Python and library versions, thread settings (the CPU model and
+    jax version from :func:`seqjax.utils.machine_info`, the library's probe)."""
+    from seqjax.utils import machine_info as library_machine_info
+
+    common = library_machine_info()
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:
         affinity = os.cpu_count() or 0
     info = {
-        "cpu": cpu_model(),
+        "cpu": common["cpu"],
         "cpu_flags": _cpu_flags(),
         "cores": f"{os.cpu_count()} logical, {affinity} usable by this process",
         "os": f"{platform.system()} {platform.release()}",
         "python": sys.version.split()[0],
-        "jax": _version("jax"),
+        "jax": common["jax"],
         "jaxlib": _version("jaxlib"),
         "flax": _version("flax"),
         "torch": _version("torch"),

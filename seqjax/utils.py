@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import platform
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["count_params", "notebook_setup"]
+__all__ = ["count_params", "machine_info", "notebook_setup"]
 
 SMOKE_ENV = "SEQJAX_SMOKE"
 
@@ -38,3 +39,30 @@ def notebook_setup(smoke: bool | None = None) -> bool:
         print("No accelerator found: running on the CPU, slower, with smaller sizes where "
               "it matters. Runtime -> Change runtime type -> TPU or GPU for the full run.")
     return smoke
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine a result was measured on: the CPU model (``/proc/cpuinfo``, else
+    ``platform``), the core count, the 1/5/15-minute load average, the jax version, backend
+    and the first device's kind.
+
+    Example:
+        >>> sorted(machine_info())
+        ['cores', 'cpu', 'device_kind', 'jax', 'jax_backend', 'load_avg']
+    """
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    dev = jax.devices()[0]
+    return {"cpu": _cpu_name(), "cores": os.cpu_count(),
+            "load_avg": [round(x, 2) for x in load], "jax": jax.__version__,
+            "jax_backend": dev.platform, "device_kind": dev.device_kind}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

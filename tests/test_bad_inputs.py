@@ -599,10 +599,9 @@ CHECKED_TEXT = {"mesh": "data=x", "tag": "a/b", "strategies": "beam0", "presets"
 
 
 def _recipes() -> list[str]:
-    from seqjax.experiments._runner import follows_protocol, list_experiments, load_experiment
+    from seqjax.experiments._runner import list_experiments
 
-    return [n for n in list_experiments()
-            if follows_protocol(load_experiment(n, allow_legacy=True))]
+    return list_experiments()
 
 
 def _options(name: str) -> list[tuple[str, object]]:

@@ -82,15 +82,16 @@ def test_train_resume_eval_generate(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "the mathematical engineering of deep learning"
 
 
-def test_legacy_experiment_with_only_main_gets_its_own_flags(monkeypatch):
+def test_a_module_without_config_and_run_is_refused(monkeypatch, capsys):
+    import sys
     import types
 
-    calls = []
     legacy = types.ModuleType("seqjax.experiments.legacy")
-    legacy.main = lambda argv: calls.append(argv)
-    monkeypatch.setattr(_runner, "load_experiment", lambda name, allow_legacy=False: legacy)
-    assert cli.main(["train", "legacy", "--smoke", "--whatever=1"]) == 0
-    assert calls == [["--smoke", "--whatever=1"]]
+    legacy.main = lambda argv: None  # parses its own flags: no longer an experiment
+    monkeypatch.setitem(sys.modules, "seqjax.experiments.legacy", legacy)
+    monkeypatch.setattr(_runner, "list_experiments", lambda: ["legacy"])
+    assert cli.main(["train", "legacy", "--smoke"]) == 2
+    assert "must define a dataclass `Config` and `run(cfg)`" in capsys.readouterr().err
 
 
 def test_cli_only_parses_arguments_the_runner_does_the_work():
@@ -106,18 +107,20 @@ def test_cli_only_parses_arguments_the_runner_does_the_work():
                          name="matplotlib"), ['pip install "seqjax[plot]"']),
 ])
 def test_a_missing_optional_package_exits_2_naming_the_extra(monkeypatch, capsys, error, words):
+    import dataclasses
     import types
 
-    def main(argv):
+    def run(cfg):
         raise error
 
     module = types.ModuleType("seqjax.experiments.needs_plots")
-    module.main = main
-    monkeypatch.setattr(_runner, "load_experiment", lambda name, allow_legacy=False: module)
+    module.Config = dataclasses.make_dataclass("Config", [], frozen=True)
+    module.run = run
+    monkeypatch.setattr(_runner, "load_experiment", lambda name: module)
     assert cli.main(["train", "needs_plots"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("seqjax: error:") and all(w in err for w in words), err
-    monkeypatch.setattr(module, "main", lambda argv: __import__("no_such_package_xyz"))
+    monkeypatch.setattr(module, "run", lambda cfg: __import__("no_such_package_xyz"))
     with pytest.raises(ModuleNotFoundError):  # not an optional dependency of seqjax: a bug
         cli.main(["train", "needs_plots"])
 
@@ -136,9 +139,7 @@ def test_train_help_lists_every_option_with_its_type_default_and_meaning(capsys)
     assert "  --mesh (str, default ''): " in out  # inherited from ParallelOptions
     assert "gpu: num_layers=6" in out and "``" not in out
     for name, _, _ in describe_experiments():
-        module = load_experiment(name, allow_legacy=True)
-        if not hasattr(module, "Config"):
-            continue
+        module = load_experiment(name)
         assert cli.main(["train", name, "-h"]) == 0
         out = capsys.readouterr().out
         for f in dataclasses.fields(module.Config):

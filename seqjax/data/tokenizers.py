@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._io import write_json
+
 __all__ = [
     "SpecialTokens",
     "Tokenizer",
@@ -315,7 +317,8 @@ class _VocabTokenizer(Tokenizer):
         }
 
     def save(self, path: PathLike) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1))
+        """Write :meth:`to_json` to ``path`` (UTF-8 JSON, atomically)."""
+        write_json(path, self.to_json())
 
 
 class CharTokenizer(_VocabTokenizer):

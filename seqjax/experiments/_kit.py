@@ -7,12 +7,14 @@ kit modules of their own: :mod:`~seqjax.experiments._text` (the character LM on 
 Shakespeare), :mod:`~seqjax.experiments._seq2seq` (sentence pairs and the seq2seq models),
 :mod:`~seqjax.experiments._images` (digits as raster-order codes for a transformer LM).
 
-* **Provenance** — :func:`machine_info` (one probe of the CPU, cores, load and backend),
-  :func:`machine` (the same, one line for a results file), :func:`load_average`,
+* **Provenance** — :func:`machine_info` (:func:`seqjax.utils.machine_info`, the one probe
+  of the CPU, cores, load and backend), :func:`machine` (the same, one line for a results
+  file), :func:`load_average`,
   :func:`command_line` (``python -m seqjax.experiments.NAME`` with the options that differ
   from the defaults).
 * **Results files** — :func:`write_results` (the markdown, figures and JSON summary in the
-  work dir and the results folder), :func:`save_json` (atomic), :func:`mean_sd`.
+  work dir and the results folder), :func:`write_json` (:func:`seqjax._io.write_json`,
+  atomic), :func:`mean_sd`.
 * **Devices** — :func:`pad_rows` (an evaluation set split over the mesh's batch shards,
   padded with rows that weigh zero), :func:`host_rows` (this process's rows of a global
   batch), :func:`write_run_info` (``run.json``).
@@ -29,9 +31,7 @@ single-device result is what it was before the experiments ran on a mesh.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from seqjax._io import write_atomic, write_json
 from seqjax.data.iterators import ArrayIterator
 from seqjax.train.loop import FitConfig, FitResult, fit
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
@@ -48,41 +49,16 @@ from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel
 from seqjax.train.records import write_run_info as _write_run_info
 from seqjax.train.sharding import host_batch_slice
+from seqjax.utils import machine_info
 
 __all__ = [
-    "machine_info", "machine", "load_average", "command_line", "save_json", "write_results",
+    "machine_info", "machine", "load_average", "command_line", "write_json", "write_results",
     "mean_sd",
     "pad_rows", "host_rows", "write_run_info", "init_state", "fit_arrays", "train_classifier",
 ]
 
 
 # ----------------------------------------------------------------------------- provenance
-def _cpu_name() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return name
-
-
-def machine_info() -> dict[str, Any]:
-    """The CPU model, core count, load average, jax version and backend (for results files).
-
-    Example:
-        >>> sorted(machine_info())
-        ['cores', 'cpu', 'device_kind', 'jax', 'jax_backend', 'load_avg']
-    """
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    dev = jax.devices()[0]
-    return {"cpu": _cpu_name(), "cores": os.cpu_count(),
-            "load_avg": [round(x, 2) for x in load], "jax": jax.__version__,
-            "jax_backend": dev.platform, "device_kind": dev.device_kind}
-
-
 def machine() -> str:
     """:func:`machine_info` as one line: ``"CPU, N cores; jax V on BACKEND (KIND)"``."""
     info = machine_info()
@@ -121,25 +97,6 @@ def command_line(name: str, cfg: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- results files
-def _json_value(x: Any) -> Any:
-    """numpy scalars and arrays as Python numbers and lists; anything else as ``str``."""
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray | jax.Array):
-        return np.asarray(x).tolist()
-    return str(x)
-
-
-def save_json(obj: Any, path: str) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename);
-    numpy values are written as numbers and lists, anything else JSON cannot hold with
-    ``str``."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False, default=_json_value)
-    os.replace(tmp, path)
-
-
 def write_results(name: str, cfg: Any, markdown: str, summary: Mapping[str, Any], *,
                   plot: Callable[[str], Any] | None = None) -> list[str]:
     """An experiment's outputs, written by process 0: ``NAME.md`` (and the figures,
@@ -153,12 +110,9 @@ def write_results(name: str, cfg: Any, markdown: str, summary: Mapping[str, Any]
         os.makedirs(folder, exist_ok=True)
         if plot is not None:
             plot(folder)
-        tmp = os.path.join(folder, f"{name}.md.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(markdown)
-        os.replace(tmp, os.path.join(folder, f"{name}.md"))
+        write_atomic(os.path.join(folder, f"{name}.md"), markdown)
         if folder == getattr(cfg, "workdir", None):
-            save_json(summary, os.path.join(folder, f"{name}.json"))
+            write_json(os.path.join(folder, f"{name}.json"), summary)
     return folders
 
 

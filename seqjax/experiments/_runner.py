@@ -26,8 +26,7 @@ and optionally:
   ``return experiment_main(__file__, argv)``, which accepts the same options as
   ``seqjax train NAME``.
 
-A module with only ``main(argv)`` is still run by ``seqjax train NAME [args]`` (it
-parses its own flags), but gets no config checking, resume bookkeeping, eval or generate.
+A module without ``Config`` and ``run`` is refused (:class:`ConfigError`).
 
 **Configs and work dirs.** ``train`` with a ``--workdir`` writes ``DIR/experiment.json``
 (the experiment's name and full config) and checkpoints, ``metrics.jsonl``, TensorBoard
@@ -73,6 +72,7 @@ from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+from seqjax._io import write_atomic, write_json
 from seqjax.data.corpora import CorpusNotFoundError
 from seqjax.experiments._config import (
     RENAMED,
@@ -125,17 +125,13 @@ def follows_protocol(module: ModuleType) -> bool:
             and callable(getattr(module, "run", None)))
 
 
-def load_experiment(name: str, *, allow_legacy: bool = False) -> ModuleType:
-    """Import ``seqjax.experiments.NAME`` and check that it follows the protocol.
-
-    With ``allow_legacy``, a module with only ``main(argv)`` (parsing its own flags) is
-    accepted too.
-    """
+def load_experiment(name: str) -> ModuleType:
+    """Import ``seqjax.experiments.NAME`` and check that it follows the protocol."""
     names = list_experiments()
     if name not in names:
         raise ConfigError(f"unknown experiment {name!r}; choose one of: {', '.join(names)}.")
     module = importlib.import_module(f"seqjax.experiments.{name}")
-    if follows_protocol(module) or (allow_legacy and callable(getattr(module, "main", None))):
+    if follows_protocol(module):
         return module
     raise ConfigError(
         f"seqjax/experiments/{name}.py must define a dataclass `Config` and `run(cfg)` "
@@ -149,7 +145,7 @@ def _read_saved(workdir: str | None) -> dict | None:
     path = os.path.join(workdir, EXPERIMENT_FILE)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -309,10 +305,7 @@ def _config_saved(name: str, cfg: Any) -> Iterator[None]:
                 if os.path.exists(path):
                     os.remove(path)
             else:
-                tmp = path + ".tmp"
-                with open(tmp, "wb") as f:
-                    f.write(before)
-                os.replace(tmp, path)
+                write_atomic(path, before)
         raise
 
 
@@ -320,11 +313,8 @@ def _save_config(name: str, cfg: Any) -> None:
     workdir = getattr(cfg, "workdir", None)
     if not workdir or not _primary():
         return
-    os.makedirs(workdir, exist_ok=True)
-    tmp = os.path.join(workdir, EXPERIMENT_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"experiment": name, "config": dataclasses.asdict(cfg)}, f, indent=1)
-    os.replace(tmp, os.path.join(workdir, EXPERIMENT_FILE))
+    write_json(os.path.join(workdir, EXPERIMENT_FILE),
+               {"experiment": name, "config": dataclasses.asdict(cfg)})
 
 
 def _primary() -> bool:
@@ -432,16 +422,12 @@ def experiment_help(name: str) -> str:
 def train_experiment(name: str, argv: Sequence[str]) -> Any:
     """``seqjax train NAME [options]``: build the config (saved work-dir config, preset,
     ``--key=value``; ``--restart``), save it as the work dir's ``experiment.json`` and run
-    it. Returns what ``run(cfg)`` returns (``None`` for a module with only ``main(argv)``,
-    which gets ``argv`` as it is). Refusals raise (:class:`ConfigError`,
+    it. Returns what ``run(cfg)`` returns. Refusals raise (:class:`ConfigError`,
     :class:`CheckpointMismatchError`, :class:`ResumeError`, :class:`CheckpointUnreadableError`,
     a ``FloatingPointError`` for a NaN) and leave ``experiment.json`` as it was."""
     argv, compile_cache = _pop_compile_cache(_pop_checked(argv))
     _start_process(compile_cache)
-    module = load_experiment(name, allow_legacy=True)
-    if not follows_protocol(module):  # an experiment that parses its own flags
-        module.main(list(argv))
-        return None
+    module = load_experiment(name)
     argv, restart = _pop_restart(argv)
     cfg = build_config(module, name, argv)
     if restart:
@@ -550,13 +536,11 @@ def describe_experiments() -> list[tuple[str, str, str]]:
     out = []
     for name in list_experiments():
         try:
-            module = load_experiment(name, allow_legacy=True)
+            module = load_experiment(name)
         except (ConfigError, ImportError) as err:
             out.append((name, f"(not loadable: {err})", ""))
             continue
         doc = (module.__doc__ or "").strip().splitlines()
         presets = ", ".join(getattr(module, "PRESETS", {}) or {}) or "-"
-        if not follows_protocol(module):
-            presets += " (parses its own flags)"
         out.append((name, doc[0] if doc else "", presets))
     return out

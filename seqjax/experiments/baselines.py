@@ -48,7 +48,7 @@ from seqjax.experiments._kit import (
     init_state,
     machine_info,
     pad_rows,
-    save_json,
+    write_json,
     write_run_info,
 )
 from seqjax.models.baselines import NGramClassifier, NGramLM
@@ -359,7 +359,7 @@ def run(cfg: Config) -> dict:
                "wall_s": wall, "rows": rows, "lm_table_md": "\n".join(lm),
                "class_table_md": "\n".join(cl)}
     if cfg.workdir is not None and jax.process_index() == 0:
-        save_json(summary, os.path.join(cfg.workdir, "baselines.json"))
+        write_json(os.path.join(cfg.workdir, "baselines.json"), summary)
     return summary
 
 

@@ -52,7 +52,7 @@ import numpy as np
 from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import machine_info, pad_rows, save_json, write_run_info
+from seqjax.experiments._kit import machine_info, pad_rows, write_json, write_run_info
 from seqjax.experiments._seq2seq import load_pairs
 from seqjax.experiments.reports.bert_mlm import plot_results, results_table
 from seqjax.models.bert import Bert, BertConfig, bert_block, mlm_mask
@@ -669,7 +669,7 @@ def run(cfg: Config) -> dict:
         summary["plot"] = plot_results(
             runs + decoder.get("runs", []), majority, os.path.join(cfg.workdir, "bert_mlm.png")
         )
-        save_json(summary, os.path.join(cfg.workdir, "bert_mlm.json"))
+        write_json(os.path.join(cfg.workdir, "bert_mlm.json"), summary)
     return summary
 
 

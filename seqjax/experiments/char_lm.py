@@ -66,7 +66,6 @@ Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU con
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -88,7 +87,7 @@ from seqjax.experiments._config import (
     PosFloat,
     PosInt,
 )
-from seqjax.experiments._kit import load_average, machine
+from seqjax.experiments._kit import load_average, machine, write_json
 from seqjax.experiments._text import (
     Model,
     build_model,
@@ -392,8 +391,7 @@ def run(cfg: Config) -> dict:
           + f"; {train_wall:.0f} s of training; nanoGPT: {summary['anchor_val_loss']}")
     print("sample:\n" + sample_text)
     if cfg.workdir and primary:
-        with open(os.path.join(cfg.workdir, "char_lm.json"), "w") as f:
-            json.dump(summary, f, indent=1)
+        write_json(os.path.join(cfg.workdir, "char_lm.json"), summary)
         with open(os.path.join(cfg.workdir, "samples.txt"), "w", encoding="utf-8") as f:
             f.write(sample_text)
     return summary

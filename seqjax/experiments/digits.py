@@ -41,8 +41,8 @@ from seqjax.data.batching import split_arrays
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import (
     machine_info,
-    save_json,
     train_classifier,
+    write_json,
     write_run_info,
 )
 from seqjax.experiments.reports.digits import accuracy_table, plot_accuracy
@@ -195,7 +195,7 @@ def run(cfg: Config) -> dict:
                "n_test": int(len(test["y"])), "table_md": table}
     if cfg.workdir is not None and primary:
         summary["plot"] = plot_accuracy(by, svm, os.path.join(cfg.workdir, "digits_accuracy.png"))
-        save_json(summary, os.path.join(cfg.workdir, "digits.json"))
+        write_json(os.path.join(cfg.workdir, "digits.json"), summary)
     return summary
 
 

@@ -20,7 +20,6 @@ Run:  python -m seqjax.experiments.norm_placement --results_dir seqjax/experimen
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -33,7 +32,14 @@ from flax import linen as nn
 
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import command_line, init_state, load_average, machine, write_run_info
+from seqjax.experiments._kit import (
+    command_line,
+    init_state,
+    load_average,
+    machine,
+    write_json,
+    write_run_info,
+)
 from seqjax.experiments._text import load_data, val_windows
 from seqjax.experiments.reports.norm_placement import plot_curves, report
 from seqjax.nn.embedding import Embed
@@ -217,8 +223,7 @@ def run(cfg: Config) -> dict:
                   encoding="utf-8") as f:
             f.write(markdown)
         if outdir == cfg.workdir:
-            with open(os.path.join(outdir, f"norm_placement{cfg.tag}.json"), "w") as f:
-                json.dump(summary, f, indent=1)
+            write_json(os.path.join(outdir, f"norm_placement{cfg.tag}.json"), summary)
     return summary
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import machine_info, mean_sd, save_json, write_run_info
+from seqjax.experiments._kit import machine_info, mean_sd, write_json, write_run_info
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
@@ -303,7 +303,7 @@ def run(cfg: Config) -> dict:
             {a: {k: [r["by_digits"][k] for r in rs] for k in counts} for a, rs in
              by_arch.items()}, dict(counts), os.path.join(cfg.workdir, "numbers_exact_match.png"),
             labels=ARCH_LABELS)
-        save_json(summary, os.path.join(cfg.workdir, "numbers.json"))
+        write_json(os.path.join(cfg.workdir, "numbers.json"), summary)
         print("plots: " + ", ".join(sorted(plots.values())) + ", "
               + os.path.join(cfg.workdir, f"{cfg.archs[0]}_seed{cfg.seeds[0]}", "loss.png"))
     return summary

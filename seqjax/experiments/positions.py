@@ -54,6 +54,7 @@ from seqjax.experiments._kit import (
     load_average,
     machine,
     pad_rows,
+    write_json,
     write_run_info,
 )
 from seqjax.experiments.reports.positions import plot_positions, report
@@ -346,8 +347,7 @@ def run(cfg: Config) -> dict:
         with open(os.path.join(outdir, "positions.md"), "w", encoding="utf-8") as f:
             f.write(markdown)
         if outdir == cfg.workdir:
-            with open(os.path.join(outdir, "positions.json"), "w") as f:
-                json.dump(summary, f, indent=1)
+            write_json(os.path.join(outdir, "positions.json"), summary)
     return summary
 
 

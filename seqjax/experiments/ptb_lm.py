@@ -83,7 +83,7 @@ from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.data.iterators import TBPTTIterator
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import load_average, machine
+from seqjax.experiments._kit import load_average, machine, write_json
 from seqjax.experiments.reports.ptb_lm import (
     ZAREMBA_SMALL_TEST_PPL,
     ZAREMBA_SMALL_VALID_PPL,
@@ -399,8 +399,7 @@ def run(cfg: Config) -> dict:
           f"{summary['test_ppl']:.2f} (Zaremba et al. 2014: {ZAREMBA_SMALL_VALID_PPL} / "
           f"{ZAREMBA_SMALL_TEST_PPL}); {wall:.0f} s")
     if cfg.workdir and primary:
-        with open(os.path.join(cfg.workdir, "ptb_lm.json"), "w") as f:
-            json.dump(summary, f, indent=1)
+        write_json(os.path.join(cfg.workdir, "ptb_lm.json"), summary)
         write_results(cfg.workdir, os.path.join(cfg.workdir, "ptb_lm.md"))
     return summary
 

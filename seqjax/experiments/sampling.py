@@ -45,7 +45,7 @@ import numpy as np
 
 from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.experiments._config import NonNegInt, PosInt
-from seqjax.experiments._kit import machine_info, save_json
+from seqjax.experiments._kit import machine_info, write_json
 from seqjax.experiments._runner import train_experiment
 from seqjax.experiments._text import lm_decoder, load_data, load_model
 from seqjax.experiments.reports.sampling import plot_sampling
@@ -271,7 +271,7 @@ def run(cfg: Config) -> dict:
         with open(os.path.join(cfg.workdir, "samples.md"), "w", encoding="utf-8") as f:
             for r in rows:
                 f.write(f"### {r['strategy']}\n\n```\n{r['sample']}\n```\n\n")
-        save_json(summary, os.path.join(cfg.workdir, "sampling.json"))
+        write_json(os.path.join(cfg.workdir, "sampling.json"), summary)
     return summary
 
 

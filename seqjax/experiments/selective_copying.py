@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import sys
 import time
@@ -58,7 +57,7 @@ from flax import linen as nn
 
 from seqjax.data.synthetic import associative_recall, selective_copying
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import host_rows, pad_rows, write_run_info
+from seqjax.experiments._kit import host_rows, pad_rows, write_json, write_run_info
 from seqjax.experiments._runner import experiment_main
 from seqjax.experiments.reports.selective_copying import report
 from seqjax.nn.embedding import Embed
@@ -372,8 +371,7 @@ def run(cfg: Config) -> dict[str, Any]:
               flush=True)
         results.append(res)
         if cfg.json_out and primary:  # after every run: an interrupted job keeps what it did
-            with open(cfg.json_out, "w", encoding="utf-8") as f:
-                json.dump(results, f, indent=1)
+            write_json(cfg.json_out, results)
     wall = time.perf_counter() - t0
     command = "python -m seqjax.experiments.selective_copying " + " ".join(sys.argv[1:])
     text = report(results, command.strip(), wall, tasks=TASKS)

@@ -24,7 +24,6 @@ Run:  seqjax train toy_rnn                       (or: python -m seqjax.experimen
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -36,7 +35,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import host_rows, init_state
+from seqjax.experiments._kit import host_rows, init_state, write_json
 from seqjax.experiments.reports.toy_rnn import print_predictions
 from seqjax.nn import RNN, ElmanCell
 from seqjax.train.checkpoint import restore_params
@@ -187,8 +186,7 @@ def run(cfg: Config) -> dict:
     print(f"\n{correct}/{len(y[0])} next words correct; final loss {final_loss:.4f}; "
           f"{wall:.1f}s")
     if cfg.workdir and primary:
-        with open(os.path.join(cfg.workdir, "toy_rnn.json"), "w") as f:
-            json.dump(summary, f, indent=1)
+        write_json(os.path.join(cfg.workdir, "toy_rnn.json"), summary)
     return summary
 
 

@@ -53,7 +53,7 @@ from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloa
 from seqjax.experiments._kit import (
     machine_info,
     mean_sd,
-    save_json,
+    write_json,
     write_run_info,
 )
 from seqjax.experiments._seq2seq import (
@@ -360,7 +360,7 @@ def _summarise(cfg: Config, runs: list[dict], lengths: list[int], info: dict,
         summary["bleu_vs_length_png"] = plot_bleu_vs_length(
             curves, dict(counts), os.path.join(cfg.workdir, "translation_bleu_vs_length.png"),
             labels=ARCH_LABELS)
-        save_json(summary, os.path.join(cfg.workdir, "translation.json"))
+        write_json(os.path.join(cfg.workdir, "translation.json"), summary)
     return summary
 
 

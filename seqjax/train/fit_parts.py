@@ -28,6 +28,7 @@ import jax
 import numpy as np
 from jax.experimental.checkify import JaxRuntimeError
 
+from seqjax._io import write_atomic
 from seqjax.train.checkpoint import Checkpointer
 from seqjax.train.records import (
     NonFiniteLossError,
@@ -306,8 +307,7 @@ class MetricsLog:
                           f'(pip install "seqjax[{extra}]").', file=sys.stderr)
         if self.primary and self.path is not None:
             kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= start]
-            with open(self.path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
             if wanted(tensorboard, "tensorboardX"):
                 self.writer = tensorboard_writer(
                     os.path.join(workdir, "tensorboard"),

@@ -41,7 +41,6 @@ by :func:`seqjax.train.loop.fit`: ``devices``, ``processes``, ``mesh`` (axis →
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -380,8 +379,3 @@ def describe_state(state: Any) -> dict[str, Any]:
         "platform": dev.platform,
         "jax": jax.__version__,
     }
-
-
-def total_devices(info: Mapping[str, Any]) -> int:
-    """Device count of a ``describe()`` record (for MFU)."""
-    return int(info.get("devices") or math.prod((info.get("mesh") or {"d": 1}).values()))

@@ -2,8 +2,9 @@
 and the report of a non-finite step.
 
 :func:`seqjax.train.loop.fit` writes these (process 0 only); experiments and tools read
-them back with :func:`read_metrics`. Every JSON file is written atomically (temporary
-file + rename), so a crash never leaves half a record.
+them back with :func:`read_metrics`. Every JSON file is written atomically
+(:func:`seqjax._io.write_json`: temporary file, fsync, rename), so a crash never leaves
+half a record.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import jax
 
+from seqjax._io import write_json
 from seqjax._optional import require
 
 __all__ = [
@@ -87,7 +89,7 @@ def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any 
         raise ValueError("give `parallel` or `state`.")
     info = run_info(state, parallel)
     if jax.process_index() == 0:
-        _write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), info)
+        write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), info)
     return info
 
 
@@ -95,15 +97,6 @@ def _version() -> str:
     import seqjax
 
     return seqjax.__version__
-
-
-def _write_json(path: str, obj: Any) -> None:
-    """Atomic JSON write (temporary file + rename)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:

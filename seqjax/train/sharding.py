@@ -50,7 +50,6 @@ __all__ = [
     "host_value",
     "AXES",
     "STRATEGIES",
-    "TENSOR_PARALLEL_RULES",
     "LOGICAL_AXIS_RULES",
     "TENSOR_AXES",
     "logical_axes",
@@ -101,15 +100,10 @@ TENSOR_AXES = ("heads", "mlp", "vocab")
 # Parameters under these path components carry one leading layer axis (nn.scan over
 # layers, e.g. TransformerStack(scan_layers=True)'s "layers"); it is never split.
 SCANNED_LAYERS = (r"(^|/)layers/",)
-# Kept for callers of the earlier API: the same rules as absolute axis indices.
-TENSOR_PARALLEL_RULES: tuple[tuple[str, int], ...] = tuple(
-    (pat, names.index(ax)) for pat, names in LOGICAL_AXIS_RULES for ax in names
-    if ax in TENSOR_AXES
-)
 
 
 def logical_axes(path: str, ndim: int, *,
-                 rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES,
+                 rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
                  scanned: Sequence[str] = SCANNED_LAYERS) -> tuple[str | None, ...]:
     """The logical name of every axis of the parameter at ``path`` (``None`` = unnamed).
 
@@ -125,10 +119,6 @@ def logical_axes(path: str, ndim: int, *,
     out: list[str | None] = ["layers"] * lead + [None] * (ndim - lead)
     for pattern, names in rules:
         if re.search(pattern, name):
-            if isinstance(names, int):  # absolute index (earlier API)
-                if lead + names < ndim:
-                    out[lead + names] = "heads"
-                break
             for i, n in enumerate(names[: ndim - lead]):
                 out[lead + i] = n
             break
@@ -196,7 +186,7 @@ def partition_spec(
     mesh: Mesh,
     strategy: str = "replicated",
     *,
-    rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES,
+    rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
     min_fsdp_size: int = 2**12,
 ) -> PartitionSpec:
     """The ``PartitionSpec`` of one parameter (or optimiser-state leaf) of ``shape`` at ``path``.
@@ -240,7 +230,7 @@ def tree_shardings(
     mesh: Mesh,
     strategy: str = "replicated",
     *,
-    rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES,
+    rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
     min_fsdp_size: int = 2**12,
 ) -> Any:
     """``NamedSharding`` for every leaf of ``tree`` (params, optimiser state or a whole

@@ -415,7 +415,7 @@ def _grad_and_update(
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     if with_carry:
         new_state = new_state.replace(carry=new_carry)
-    out = {"loss": loss, "grad_norm": optax.global_norm(grads).astype(jnp.float32), **metrics}
+    out = {"loss": loss, "grad_norm": optax.tree.norm(grads).astype(jnp.float32), **metrics}
     return new_state, out
 
 

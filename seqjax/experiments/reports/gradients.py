@@ -10,14 +10,13 @@ come from :mod:`seqjax.experiments.gradients`, which re-exports :func:`ratio_at`
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import jax
 import numpy as np
 
-from seqjax.experiments._kit import machine
+from seqjax.experiments._kit import machine, write_json
 
 ADDING_BASELINE_MSE = 1.0 / 6.0  # always predict 1: Var(u_1 + u_2) = 2/12
 
@@ -216,5 +215,4 @@ def write_outputs(cfg: Any, name: str, summary: dict, plot: Any, markdown: str) 
         with open(os.path.join(outdir, f"{name}.md"), "w", encoding="utf-8") as f:
             f.write(markdown)
         if outdir == cfg.workdir:
-            with open(os.path.join(outdir, f"{name}.json"), "w") as f:
-                json.dump(summary, f, indent=1, default=float)
+            write_json(os.path.join(outdir, f"{name}.json"), summary)
