@@ -7,6 +7,7 @@ and what was received (DESIGN.md, "Errors").
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,21 +77,62 @@ def check_range(x: Any, name: str, low: int, high: int) -> None:
         raise ValueError(f"`{name}` must lie in [{low}, {high}]; got values in [{lo}, {hi}].")
 
 
-def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> jax.Array:
-    """The one check of per-row lengths: ``int32[batch]`` with values in ``[low, max_len]``.
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True, eq=False)
+class ValidLengths:
+    """Per-row lengths that passed :func:`check_lengths`: ``value`` is ``int32[B]`` with
+    every entry in ``[low, max_len]``.
 
-    Shape and dtype are checked at trace time, the values when concrete (a host read).
-    A model runs it once at its door; the layers it calls trust the checked array (their
-    private paths), so nothing is re-read per layer.
+    Made only by :func:`check_lengths`. A model checks its ``lengths`` once at its door and
+    passes this marker down; every layer accepts it in place of ``lengths`` and checks only
+    its shape against its own input (free at trace time), with no second host read. A
+    pytree (``value`` the one leaf, the bounds static), so it crosses ``jit``, ``nn.scan``
+    and ``nn.remat`` like the array it wraps.
     """
+
+    value: jax.Array
+    max_len: int
+    low: int = 0
+
+    def tree_flatten(self) -> tuple[tuple[jax.Array], tuple[int, int]]:
+        return (self.value,), (self.max_len, self.low)
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple[int, int], children: Sequence[Any]) -> ValidLengths:
+        return cls(children[0], *aux)
+
+
+def lengths_array(lengths: Any) -> Any:
+    """The array of a :class:`ValidLengths` (anything else, ``None`` included, as is)."""
+    return lengths.value if isinstance(lengths, ValidLengths) else lengths
+
+
+def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> ValidLengths:
+    """The one check of per-row lengths: ``int[batch]`` with values in ``[low, max_len]``.
+
+    Shape and dtype are checked at trace time, the values when concrete (a host read; a
+    traced value is recorded for ``seqjax.checked``, :mod:`seqjax._traced_checks`).
+    Returns the lengths as a :class:`ValidLengths` (``int32``). A :class:`ValidLengths`
+    whose bounds lie within ``[low, max_len]`` is not read again: only its shape is checked.
+    A model runs this once at its door and hands the marker to its layers.
+    """
+    if isinstance(lengths, ValidLengths):
+        _check_lengths_shape(lengths.value, name, batch)
+        if lengths.low >= low and lengths.max_len <= max_len:
+            return lengths
+        lengths = lengths.value
+    _check_lengths_shape(lengths, name, batch)
+    check_range(lengths, name, low, max_len)
+    return ValidLengths(jnp.asarray(lengths).astype(jnp.int32), max_len, low)
+
+
+def _check_lengths_shape(lengths: Any, name: str, batch: int) -> None:
     check_rank(lengths, name, 1)
     check_integer(lengths, name)
     if np.shape(lengths)[0] != batch:
         raise ValueError(
             f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
         )
-    check_range(lengths, name, low, max_len)
-    return jnp.asarray(lengths).astype(jnp.int32)
 
 
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:

@@ -12,13 +12,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax._checks import (
+    ValidLengths,
     check_integer,
     check_lengths,
     check_rank,
     check_vocab_ids,
     is_concrete,
+    lengths_array,
 )
-from seqjax.nn.masks import padding_mask, padding_mask_checked
+from seqjax.nn.masks import padding_mask
 
 Array = jax.Array
 
@@ -82,7 +84,7 @@ def check_prompt(
     if prompt_lengths_B is None:
         prompt_lengths_B = jnp.full((batch,), num_steps, jnp.int32)
     prompt_lengths_B = check_lengths(prompt_lengths_B, "prompt_lengths", batch, num_steps, 1)
-    return prompt_BxT, prompt_lengths_B
+    return prompt_BxT, prompt_lengths_B.value
 
 
 def check_nonempty(tokens_BxT: Any, name: str, why: str) -> None:
@@ -144,11 +146,10 @@ def gather_time(x_BxTxD: Array, index_B: Array) -> Array:
 
 def masked_pool(
     h_BxTxD: Array,
-    lengths_B: Array | None,
+    lengths_B: Array | ValidLengths | None,
     mode: str,
     *,
     bidirectional: bool = False,
-    lengths_checked: bool = False,
 ) -> Array:
     r"""Pool a padded sequence of vectors into one vector per row, ignoring padding.
 
@@ -163,9 +164,8 @@ def masked_pool(
     Padded steps never contribute, so a padded batch pools exactly like each row
     alone. A row of length 0 pools to zeros.
 
-    Shapes: ``h_BxTxD``, ``lengths_B`` (``None`` = all ``T``) ``-> [B, D]``.
-    ``lengths_checked=True``: the caller (a model, at its door) already checked
-    ``lengths_B``, so they are not read again.
+    Shapes: ``h_BxTxD``, ``lengths_B`` (``None`` = all ``T``) ``-> [B, D]``. Lengths a
+    model checked at its door (a :class:`~seqjax._checks.ValidLengths`) are not read again.
     """
     if mode not in POOLINGS:
         raise ValueError(f"`pooling` must be one of {POOLINGS}; got {mode!r}.")
@@ -174,8 +174,8 @@ def masked_pool(
         lengths_B = jnp.full((batch,), num_steps, jnp.int32)
         valid_BxT = jnp.ones((batch, num_steps), bool)
     else:
-        valid_BxT = (padding_mask_checked(lengths_B, num_steps) if lengths_checked
-                     else padding_mask(lengths_B, num_steps))
+        valid_BxT = padding_mask(lengths_B, num_steps)
+        lengths_B = lengths_array(lengths_B)
     nonempty_Bx1 = (lengths_B > 0)[:, None]
     if mode == "last":
         last = gather_time(h_BxTxD, lengths_B - 1)

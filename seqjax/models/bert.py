@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import check_bool, check_integer, check_rank
+from seqjax._checks import check_bool, check_integer, check_rank, lengths_array
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
 from seqjax.nn._block_config import check_block, normal_init
@@ -301,7 +301,7 @@ class Bert(nn.Module):
         )
         # Under jit, a row with an invalid id or length is NaN (seqjax._traced_checks).
         x_BxTxD = poison_bad_ids(token_embed(tokens_BxT), tokens_BxT, cfg.vocab_size)
-        x_BxTxD = poison_bad_lengths(x_BxTxD, lengths, 0, num_steps)
+        x_BxTxD = poison_bad_lengths(x_BxTxD, lengths_array(lengths), 0, num_steps)
         x_BxTxD = LearnedPositionalEmbedding(
             cfg.max_len, embedding_init=init, name="pos_embed", **kw
         )(x_BxTxD)
@@ -323,7 +323,7 @@ class Bert(nn.Module):
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
             name="encoder",
-        )._call_checked(x_BxTxD, lengths=lengths, deterministic=deterministic)
+        )(x_BxTxD, lengths=lengths, deterministic=deterministic)
 
         out: dict[str, Array] = {"hidden": z_BxTxD}
         if cfg.mlm_head:

@@ -57,6 +57,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax._checks import ValidLengths
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     as_variables,
@@ -304,8 +305,9 @@ class Transformer(nn.Module):
 
     def encode(
         self, src_BxS: Array, src_lengths: Array | None = None, *, deterministic: bool = True
-    ) -> tuple[Array, Array]:
-        """``(z_BxSxD, src_lengths_B)``: the encoder output ``Z*`` (zeros at padding)."""
+    ) -> tuple[Array, ValidLengths]:
+        """``(z_BxSxD, src_lengths_B)``: the encoder output ``Z*`` (zeros at padding) and the
+        checked source lengths (a :class:`~seqjax._checks.ValidLengths`)."""
         src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
         check_nonempty(src_BxS, "src", "the decoder's cross-attention needs a key")
         batch, src_len = src_BxS.shape
@@ -314,7 +316,7 @@ class Transformer(nn.Module):
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
         src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         x_BxSxD = self._embed(src_BxS, True, None, deterministic)
-        z_BxSxD = self.encoder._call_checked(
+        z_BxSxD = self.encoder(
             x_BxSxD, lengths=src_lengths, deterministic=deterministic
         )
         return z_BxSxD, src_lengths
@@ -336,7 +338,7 @@ class Transformer(nn.Module):
         if tgt_lengths is not None:
             tgt_lengths = check_lengths(tgt_lengths, "tgt_lengths", batch, tgt_len)
         y_BxTxD = self._embed(tgt_in_BxT, False, None, deterministic)
-        h_BxTxD = self.decoder._call_checked(
+        h_BxTxD = self.decoder(
             y_BxTxD,
             lengths=tgt_lengths,
             encoder_out=z_BxSxD,
@@ -362,7 +364,7 @@ class Transformer(nn.Module):
         # leaves the self-attention caches empty): it projects the encoder output into each
         # layer's cross-attention keys/values once, for every later step to reuse.
         y_BxTxD = self._embed(prompt_BxT[:, : max(num_steps - 1, 1)], False, None, True)
-        _, cache = self.decoder._call_checked(
+        _, cache = self.decoder(
             y_BxTxD,
             lengths=lengths_B,
             encoder_out=z_BxSxD,
@@ -372,7 +374,7 @@ class Transformer(nn.Module):
         return {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "enc": z_BxSxD,
-            "src_lengths": src_lengths,
+            "src_lengths": src_lengths.value,
             "positions": lengths_B,
         }
 
@@ -381,7 +383,7 @@ class Transformer(nn.Module):
         tokens_B, valid_B = split_oov(tokens_B, self.config.target_vocab_size)
         y_Bx1xD = self._embed(tokens_B[:, None], False, state["positions"][:, None], True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder._call_checked(
+        h_Bx1xD, cache = self.decoder(
             y_Bx1xD,
             lengths=valid_B.astype(jnp.int32),
             encoder_out=state["enc"],

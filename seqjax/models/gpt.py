@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_bool, is_concrete
+from seqjax._checks import ValidLengths, check_bool, is_concrete, lengths_array
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -267,7 +267,7 @@ class TransformerLM(nn.Module):
 
     def _trunk(
         self, tokens_BxT: Array, lengths: Array | None, deterministic: bool, min_length: int = 0
-    ) -> tuple[Array, Array | None]:
+    ) -> tuple[Array, ValidLengths | None]:
         """``(LN(X^{(L)}) [B, T, D], checked lengths)``: everything but the head."""
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.config.vocab_size)
         batch, num_steps = tokens_BxT.shape
@@ -278,9 +278,10 @@ class TransformerLM(nn.Module):
         if lengths is not None:
             lengths = check_lengths(lengths, "lengths", batch, num_steps, min_length)
         x_BxTxD = poison_bad_lengths(
-            self._embed(tokens_BxT, None, deterministic), lengths, min_length, num_steps
+            self._embed(tokens_BxT, None, deterministic), lengths_array(lengths), min_length,
+            num_steps,
         )
-        h_BxTxD = self.decoder._call_checked(x_BxTxD, lengths=lengths, deterministic=deterministic)
+        h_BxTxD = self.decoder(x_BxTxD, lengths=lengths, deterministic=deterministic)
         return h_BxTxD, lengths
 
     def __call__(
@@ -297,7 +298,7 @@ class TransformerLM(nn.Module):
         if num_steps > 1:
             # Every prompt token but the last (that one is fed by the first decode step).
             x_BxTxD = self._embed(prompt_BxT[:, :-1], None, True)
-            _, cache = self.decoder._call_checked(x_BxTxD, lengths=lengths_B, cache=cache)
+            _, cache = self.decoder(x_BxTxD, lengths=lengths_B, cache=cache)
         return {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "positions": lengths_B,
@@ -311,7 +312,7 @@ class TransformerLM(nn.Module):
         pos_Bx1 = state["positions"][:, None]
         x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder._call_checked(
+        h_Bx1xD, cache = self.decoder(
             x_Bx1xD, lengths=valid_B.astype(jnp.int32), cache=cache
         )
         new_state = {
@@ -463,7 +464,7 @@ class TransformerLMClassifier(TransformerLM):
         if self.is_initializing() and not self.config.tie_embeddings:
             self._head(h_BxTxD[:, :1])  # create lm_head: the tree stays the LM's
         # H[b, lengths[b] - 1]; lengths checked by the trunk
-        last_BxD = masked_pool(h_BxTxD, lengths, "last", lengths_checked=True)
+        last_BxD = masked_pool(h_BxTxD, lengths, "last")
         last_BxD = self.drop(last_BxD, deterministic=deterministic)
         return self.class_head(last_BxD).astype(jnp.float32)
 

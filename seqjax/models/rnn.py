@@ -210,8 +210,7 @@ class RNNLanguageModel(nn.Module):
         e_BxTxE = poison_bad_ids(self.embed(tokens_BxT), tokens_BxT, self.vocab_size)
         e_BxTxE = self.drop(e_BxTxE, deterministic=deterministic)
         h_BxTxH, carries = self.rnn(
-            e_BxTxE, lengths, initial_carry=initial_carry, deterministic=deterministic,
-            lengths_checked=True,
+            e_BxTxE, lengths, initial_carry=initial_carry, deterministic=deterministic
         )
         return self.drop(h_BxTxH, deterministic=deterministic), carries
 
@@ -344,7 +343,7 @@ class _Encoder(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             name="rnn",
-        )(x_BxTxE, lengths, deterministic=deterministic, lengths_checked=True)
+        )(x_BxTxE, lengths, deterministic=deterministic)
         return nn.Dropout(self.dropout_rate)(h_BxTxH, deterministic=deterministic), lengths
 
 
@@ -422,8 +421,7 @@ class RNNClassifier(nn.Module):
             name="encoder",
         )(inputs, lengths, deterministic)
         check_nonempty(inputs, "inputs", f"the classifier pools them, pooling={self.pooling!r}")
-        pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional,
-                                 lengths_checked=True)
+        pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional)
         if self.mlp_hidden is not None:
             pooled_BxH = jnp.tanh(
                 Dense(

@@ -96,7 +96,7 @@ from seqjax.models._common import (
 from seqjax.nn.attention import Attention
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
-from seqjax.nn.masks import padding_mask, padding_mask_checked
+from seqjax.nn.masks import padding_mask
 from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
 
 Array = jax.Array
@@ -408,15 +408,14 @@ class Seq2Seq(nn.Module):
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
         src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         if self.reverse_source:
-            src_BxS = reverse_sequences(src_BxS, src_lengths)
+            src_BxS = reverse_sequences(src_BxS, src_lengths.value)
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
         e_BxSxE = poison_bad_ids(self.src_embed(src_BxS), src_BxS, self.src_vocab_size)
         e_BxSxE = self.drop(e_BxSxE, deterministic=deterministic)
-        v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic,
-                                       lengths_checked=True)
+        v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic)
         # Under jit a row whose length lies outside [1, S] is NaN (seqjax._traced_checks).
         v_BxSxV, finals = jax.tree_util.tree_map(
-            lambda a: poison_bad_lengths(a, src_lengths, 1, src_len), (v_BxSxV, finals)
+            lambda a: poison_bad_lengths(a, src_lengths.value, 1, src_len), (v_BxSxV, finals)
         )
         top = finals[-1]
         if self.bidirectional_encoder:
@@ -438,7 +437,7 @@ class Seq2Seq(nn.Module):
                     )
                     for carry in template
                 )
-        return v_BxSxV, padding_mask_checked(src_lengths, src_len), z_BxC, init
+        return v_BxSxV, padding_mask(src_lengths, src_len), z_BxC, init
 
     def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
         cls = CELL_TYPES[self.cell_type] if isinstance(self.cell_type, str) else self.cell_type

@@ -217,7 +217,7 @@ class ViT(nn.Module):
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
             name="encoder",
-        )._call_checked(x_BxNxD, deterministic=deterministic)
+        )(x_BxNxD, deterministic=deterministic)
         pooled_BxD = z_BxNxD[:, 0] if cfg.class_token else jnp.mean(z_BxNxD, axis=1)
         if cfg.num_classes is None:
             return pooled_BxD

@@ -122,8 +122,9 @@ def check_stack_call(
     encoder_mask: Any,
     encoder_lengths: Any,
 ) -> tuple[Any, Any, Any]:
-    """Every check of a stack's call, done once for all its layers (which then trust
-    their inputs): returns ``(lengths, encoder_mask, encoder_lengths)`` checked."""
+    """Every check of a stack's call: returns ``(lengths, encoder_mask, encoder_lengths)``
+    checked, the lengths as :class:`~seqjax._checks.ValidLengths` (the layers below check
+    their shapes only, no value is read again)."""
     cfg = stack.config
     check_rank(x, "x", 3)
     batch, length = x.shape[:2]

@@ -107,7 +107,7 @@ class CausalConv1D(nn.Module):
         if bias_F is not None:
             y_BxTxF = y_BxTxF + bias_F
         if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, steps)
+            lengths = check_lengths(lengths, "lengths", batch, steps).value
             keep_BxT = jnp.arange(steps)[None, :] < lengths[:, None]
             y_BxTxF = jnp.where(keep_BxT[..., None], y_BxTxF, 0)
         return y_BxTxF

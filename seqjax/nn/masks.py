@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_bool, check_integer, check_lengths, check_rank
+from seqjax._checks import check_bool, check_integer, check_lengths, check_rank, lengths_array
 
 Array = jax.Array
 
@@ -138,7 +138,8 @@ def padding_mask(lengths_B: Any, max_len: int) -> Array:
     r"""Right-padding mask from per-row lengths: ``valid[b, t] = t < lengths[b]``.
 
     Args:
-        lengths_B: ``int[B]`` real lengths, each in ``[0, max_len]``.
+        lengths_B: ``int[B]`` real lengths, each in ``[0, max_len]``, or a
+            :class:`~seqjax._checks.ValidLengths` (already checked: not read again).
         max_len: padded length ``T``.
 
     Returns:
@@ -150,16 +151,9 @@ def padding_mask(lengths_B: Any, max_len: int) -> Array:
     """
     if not isinstance(max_len, int) or max_len < 0:
         raise ValueError(f"`max_len` must be a non-negative int; got {max_len!r}.")
-    check_rank(lengths_B, "lengths", 1)
-    lengths_B = check_lengths(lengths_B, "lengths", np.shape(lengths_B)[0], max_len)
-    return _padding(lengths_B, max_len)
-
-
-def padding_mask_checked(lengths_B: Array, max_len: int) -> Array:
-    """:func:`padding_mask` of lengths a caller already checked (``int32[B]`` in
-    ``[0, max_len]``, from :func:`~seqjax._checks.check_lengths`): no check and no host
-    read. The layers under a model, which checked its ``lengths`` once, use it."""
-    return _padding(lengths_B, max_len)
+    check_rank(lengths_array(lengths_B), "lengths", 1)
+    batch = np.shape(lengths_array(lengths_B))[0]
+    return _padding(check_lengths(lengths_B, "lengths", batch, max_len).value, max_len)
 
 
 @partial(jax.jit, static_argnums=1)

@@ -33,7 +33,14 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import bound_param_shape, check_features, check_lengths, check_rank
+from seqjax._checks import (
+    ValidLengths,
+    bound_param_shape,
+    check_features,
+    check_lengths,
+    check_rank,
+    lengths_array,
+)
 from seqjax.nn import _sharding
 from seqjax.nn._block_config import BlockConfig, check_block
 from seqjax.nn._transformer_checks import (
@@ -46,7 +53,7 @@ from seqjax.nn._transformer_checks import (
 )
 from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.ffn import GLU, MLP
-from seqjax.nn.masks import padding_mask_checked
+from seqjax.nn.masks import padding_mask
 from seqjax.nn.remat import REMAT_POLICIES
 from seqjax.nn.remat import remat_policy as resolve_remat_policy
 
@@ -217,7 +224,6 @@ class TransformerBlock(nn.Module):
             positions=positions,
             cache=cache,
             deterministic=deterministic,
-            trusted=False,
         )
 
     def _forward(
@@ -225,22 +231,17 @@ class TransformerBlock(nn.Module):
         x: Array,
         *,
         mask: Any,
-        lengths: Array | None,
+        lengths: ValidLengths | None,
         bias: Any,
         encoder_out: Array | None,
         encoder_mask: Array | None,
-        encoder_lengths: Array | None,
+        encoder_lengths: ValidLengths | None,
         positions: Any,
         cache: Any,
         deterministic: bool,
-        trusted: bool,
     ) -> Any:
-        """The block on checked inputs (``lengths`` ``int32[B]``, ``encoder_mask`` rank 4).
-
-        ``trusted``: the caller (a stack, so a model) also checked what the attention
-        layers would (masks, caches, feature sizes), so the default attention runs
-        without its argument checks (:meth:`MultiHeadAttention._attend`).
-        """
+        """The block on checked inputs (``lengths`` a :class:`~seqjax._checks.ValidLengths`,
+        ``encoder_mask`` rank 4): its sublayers check shapes only, no lengths are re-read."""
         cfg = self.cfg
         cross_kv = None
         if isinstance(cache, DecoderLayerCache):
@@ -252,14 +253,14 @@ class TransformerBlock(nn.Module):
             sa_kwargs["bias"] = bias
         if cache is not None:
             sa_kwargs["cache"] = cache
-        if lengths is not None:
-            sa_kwargs["lengths"] = lengths
+        if lengths is not None:  # a custom attention gets the int32[B] array
+            custom = not isinstance(self.self_attn, MultiHeadAttention)
+            sa_kwargs["lengths"] = lengths_array(lengths) if custom else lengths
         if mask is not None:
             sa_kwargs["mask"] = jnp.asarray(mask)
 
-        self_attn = _attention_call(self.self_attn, trusted)
         x, new_cache = self._sublayer(
-            x, self.self_attn_norm, lambda h: self_attn(h, **sa_kwargs), deterministic
+            x, self.self_attn_norm, lambda h: self.self_attn(h, **sa_kwargs), deterministic
         )
         if cfg.cross_attention:
             ca_kwargs: dict[str, Any] = dict(
@@ -267,11 +268,10 @@ class TransformerBlock(nn.Module):
             )
             if cache is not None:  # decoding: project the encoder output once, then reuse it
                 ca_kwargs.update(kv=cross_kv, return_kv=True)
-            cross_attn = _attention_call(self.cross_attn, trusted)
             x, cross_kv = self._sublayer(
                 x,
                 self.cross_attn_norm,
-                lambda h: cross_attn(h, encoder_out, **ca_kwargs),
+                lambda h: self.cross_attn(h, encoder_out, **ca_kwargs),
                 deterministic,
             )
             if cache is not None:
@@ -331,14 +331,6 @@ def _ffn_options(cfg: BlockConfig) -> dict[str, Any]:
     )
 
 
-def _attention_call(module: nn.Module, trusted: bool) -> Callable[..., Any]:
-    """The attention sublayer's entry: without argument checks for a trusted caller
-    (the default attention's :meth:`~MultiHeadAttention._attend`), else its ``__call__``."""
-    if trusted and isinstance(module, MultiHeadAttention):
-        return module._attend
-    return module
-
-
 class _TransformerStack(nn.Module, kw_only=True):
     """``num_layers`` identical blocks (no weight sharing, Bishop §12.1.7), scanned or unrolled."""
 
@@ -385,15 +377,15 @@ class _TransformerStack(nn.Module, kw_only=True):
         x: Array,
         cache: Any,
         mask: Any,
-        lengths: Array | None,
+        lengths: ValidLengths | None,
         encoder_out: Any,
         encoder_mask: Array | None,
-        encoder_lengths: Array | None,
+        encoder_lengths: ValidLengths | None,
         positions: Any,
         deterministic: bool,
     ) -> tuple[Array, Any]:
-        """The stack on checked inputs (:func:`check_stack_call`, or a model that checked
-        them): every block receives ``config`` whole and runs without argument checks."""
+        """The stack on checked inputs (:func:`check_stack_call`): every block receives
+        ``config`` whole and the lengths as :class:`~seqjax._checks.ValidLengths`."""
         cfg = self.config
 
         def body(block, x, cache_l, mask, lengths, enc, enc_mask, enc_lengths, positions):
@@ -412,7 +404,6 @@ class _TransformerStack(nn.Module, kw_only=True):
                 positions=positions,
                 cache=cache_l,
                 deterministic=deterministic,
-                trusted=True,
             )
             return out if cache_l is not None else (out, None)
 
@@ -443,7 +434,7 @@ class _TransformerStack(nn.Module, kw_only=True):
         if use_final:
             x = cfg.make_norm(name="final_norm")(x)
         if lengths is not None:
-            valid_BxT = padding_mask_checked(lengths, x.shape[1])
+            valid_BxT = padding_mask(lengths, x.shape[1])
             x = jnp.where(valid_BxT[..., None], x, jnp.zeros((), x.dtype))
         return x, new_cache
 
@@ -474,34 +465,6 @@ class _TransformerStack(nn.Module, kw_only=True):
             deterministic,
         )
 
-    def _call_checked(
-        self,
-        x: Array,
-        *,
-        lengths: Array | None = None,
-        encoder_out: Array | None = None,
-        encoder_lengths: Array | None = None,
-        positions: Any = None,
-        cache: Any = None,
-        deterministic: bool = True,
-    ) -> Any:
-        """The models' private path: the stack on inputs its model built and checked
-        (``x`` its embeddings, ``lengths``/``encoder_lengths`` from
-        :func:`~seqjax._checks.check_lengths`, ``cache`` from its decoding state), without
-        the checks of ``__call__``."""
-        x, new_cache = self._forward(
-            x,
-            cache,
-            None,
-            lengths,
-            encoder_out,
-            None,
-            encoder_lengths,
-            positions,
-            deterministic,
-        )
-        return x if cache is None else (x, new_cache)
-
 
 class TransformerEncoder(_TransformerStack):
     r"""A stack of ``num_layers`` bidirectional :class:`TransformerBlock` s (BERT/ViT encoder).
@@ -514,7 +477,8 @@ class TransformerEncoder(_TransformerStack):
     J&M §9.7. The block options are one :class:`BlockConfig` (``config``, e.g.
     :meth:`BlockConfig.encoder`), handed whole to every block; a causal config or one with
     cross-attention is a ``ValueError`` (that stack is a :class:`TransformerDecoder`). The
-    call's arguments are checked once here; the blocks and their attention layers trust them.
+    call's lengths are checked once here; the blocks and their attention layers receive
+    them as a :class:`~seqjax._checks.ValidLengths` and check shapes only.
 
     Call ``encoder(x, *, mask=None, lengths=None, positions=None, deterministic=True)``
     with ``x: [B, T, D]`` (embedded and positionally encoded), ``lengths: int32[B]``

@@ -95,7 +95,7 @@ def _count_lengths_reads(monkeypatch):
 
 
 @pytest.mark.parametrize("family", ["gpt", "rnn"])
-def test_lengths_checked_once_per_model_call_and_layers_still_check(monkeypatch, family):
+def test_lengths_read_once_per_model_call_and_layers_still_check(monkeypatch, family):
     """From a model down, ``lengths`` is validated once per model call (one host read), not
     once per layer, and nothing is remembered between calls (no cache keyed on the array);
     each layer called on its own still rejects bad lengths."""
@@ -125,3 +125,33 @@ def test_lengths_checked_once_per_model_call_and_layers_still_check(monkeypatch,
         layer.apply(layer_params, x, lengths=jnp.array([6, 2, 0]))
     with pytest.raises(ValueError, match=r"`lengths` must have shape \(batch,\) = \(3,\)"):
         layer.apply(layer_params, x, lengths=jnp.array([1, 2]))
+
+
+def test_valid_lengths_marker_is_the_only_way_past_the_value_check(monkeypatch):
+    """``check_lengths`` returns a ``ValidLengths``; layers take it in place of ``lengths``
+    without a second host read, still check its shape, and re-read it only against a
+    tighter bound."""
+    from seqjax._checks import ValidLengths, check_lengths
+    from seqjax.models import masked_pool
+    from seqjax.nn import RNN, ElmanCell
+
+    checked = check_lengths(jnp.array([3, 1]), "lengths", 2, 3)
+    assert isinstance(checked, ValidLengths) and checked.value.dtype == jnp.int32
+    assert (checked.max_len, checked.low) == (3, 0)
+    reads = _count_lengths_reads(monkeypatch)
+    np.testing.assert_array_equal(padding_mask(checked, 3), padding_mask(jnp.array([3, 1]), 3))
+    assert reads == ["lengths"]  # the plain array only
+    h = jnp.ones((2, 3, 4))
+    masked_pool(h, checked, "mean")
+    rnn = RNN(ElmanCell(4))
+    params = rnn.init(jax.random.PRNGKey(0), h)
+    rnn.apply(params, h, checked)
+    assert reads == ["lengths"]
+    # a pytree: through jit and back
+    out = jax.jit(lambda v: padding_mask(v, 3))(checked)
+    np.testing.assert_array_equal(out, padding_mask(checked, 3))
+    # the shape is still checked; a looser bound than the layer's is read again
+    with pytest.raises(ValueError, match=r"`lengths` must have shape \(batch,\) = \(3,\)"):
+        rnn.apply(params, jnp.ones((3, 3, 4)), checked)
+    with pytest.raises(ValueError, match=r"`lengths` must lie in \[0, 2\]; got values in \[1, 3\]"):
+        padding_mask(checked, 2)

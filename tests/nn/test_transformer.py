@@ -559,7 +559,7 @@ def test_config_is_the_one_option():
     assert y.shape == x.shape
 
 
-def test_lengths_checked_once_at_the_door(monkeypatch):
+def test_lengths_read_once_at_the_door(monkeypatch):
     """A model checks ``lengths`` once; its stack, blocks and attention trust it (no
     per-layer re-check, and no module-level cache of checked arrays)."""
     import seqjax._checks as checks

@@ -21,12 +21,20 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import bound_param_shape, check_bool, check_features, check_lengths, check_rank
+from seqjax._checks import (
+    ValidLengths,
+    bound_param_shape,
+    check_bool,
+    check_features,
+    check_lengths,
+    check_rank,
+    lengths_array,
+)
 from seqjax.nn.attention.checks import check_broadcast, check_positive_int
 from seqjax.nn.attention.dot_product import dot_product_attention
 from seqjax.nn.attention.kv_cache import KVCache
 from seqjax.nn.dense import DenseGeneral
-from seqjax.nn.masks import combine_masks, padding_mask_checked
+from seqjax.nn.masks import combine_masks, padding_mask
 from seqjax.nn.positional import apply_rope
 
 Array = jax.Array
@@ -341,16 +349,16 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         positions: Any = None,
         kv_positions: Any = None,
-        lengths: Array | None = None,
-        kv_lengths: Array | None = None,
+        lengths: ValidLengths | None = None,
+        kv_lengths: ValidLengths | None = None,
         cache: KVCache | None = None,
         deterministic: bool = True,
         return_weights: bool = False,
         kv: tuple[Array, Array] | None = None,
         return_kv: bool = False,
     ) -> Any:
-        """The attention on checked arguments (:meth:`_check_call`): the path that a
-        :class:`~seqjax.nn.transformer.TransformerBlock` under a stack or a model takes."""
+        """The attention on the arguments :meth:`_check_call` checked (``lengths`` and
+        ``kv_lengths`` as :class:`~seqjax._checks.ValidLengths`)."""
         b, q_len, features = inputs_q.shape
         self_attention = inputs_kv is None
         x_kv = inputs_q if self_attention else inputs_kv
@@ -400,16 +408,16 @@ class MultiHeadAttention(nn.Module):
 
         if cache is not None:
             attn_mask = cache.attention_mask(q_len, window=self.window)
-            cache = cache.update(k_BxKxGxD, v_BxKxGxD, lengths)
+            cache = cache.update(k_BxKxGxD, v_BxKxGxD, lengths_array(lengths))
             k_BxKxGxD, v_BxKxGxD = cache.k, cache.v
         else:
             attn_mask = None
             if lengths is not None and self_attention:
                 attn_mask = combine_masks(
-                    attn_mask, padding_mask_checked(lengths, q_len)[:, None, None]
+                    attn_mask, padding_mask(lengths, q_len)[:, None, None]
                 )
         if kv_lengths is not None:
-            key_valid = padding_mask_checked(kv_lengths, x_kv.shape[1])
+            key_valid = padding_mask(kv_lengths, x_kv.shape[1])
             attn_mask = combine_masks(attn_mask, key_valid[:, None, None, :])
         if mask is not None:
             mask = jnp.asarray(mask)
@@ -445,7 +453,7 @@ class MultiHeadAttention(nn.Module):
         else:  # Concat[H_1, ..., H_H]: [B, Q, H·Dv]
             out_BxQxF = attn_BxQxHxD.reshape(b, q_len, -1)
         if lengths is not None:
-            valid_BxQ = padding_mask_checked(lengths, q_len)
+            valid_BxQ = padding_mask(lengths, q_len)
             out_BxQxF = jnp.where(valid_BxQ[..., None], out_BxQxF, jnp.zeros((), out_BxQxF.dtype))
 
         outputs: tuple[Any, ...] = (out_BxQxF,)

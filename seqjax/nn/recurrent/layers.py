@@ -15,11 +15,10 @@ length is 0). ``reverse=True`` runs each sequence from its own last real step
 back to its first (MEDL (7.14)'s ``h_r``), not from the padded end.
 
 ``lengths`` are checked once per call (a host read when they are concrete): a layer called
-directly checks them; :class:`StackedRNN` and :class:`Bidirectional` check once and call
-their layers with ``lengths_checked=True``, and so do the models of
-:mod:`seqjax.models`, which check their ``lengths`` at their own door. Pass
-``lengths_checked=True`` only with lengths that went through
-:func:`seqjax._checks.check_lengths` (``int32[B]`` in ``[0, T]``).
+directly checks them; :class:`StackedRNN` and :class:`Bidirectional` check once and hand
+their layers the result, a :class:`~seqjax._checks.ValidLengths`, and so do the models of
+:mod:`seqjax.models`, which check their ``lengths`` at their own door. A layer given a
+``ValidLengths`` checks its shape only.
 
 Under ``jit`` lengths cannot be read: a row whose length lies outside ``[0, T]`` gets NaN
 outputs and a NaN final carry (never lengths clipped to ``[0, T]``), and
@@ -38,16 +37,18 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import (
+    ValidLengths,
     bound_param_shape,
     check_features,
     check_lengths,
     check_rank,
     check_tree_shapes,
+    lengths_array,
 )
 from seqjax._traced_checks import poison_bad_lengths
 from seqjax.nn import _sharding
 from seqjax.nn.cells import ElmanCell, GRUCell, LayerWeights, LSTMCell, RecurrentCell
-from seqjax.nn.masks import padding_mask_checked
+from seqjax.nn.masks import padding_mask
 from seqjax.nn.recurrent import _cudnn
 from seqjax.nn.recurrent._layer_kernels import layer_scan
 
@@ -64,9 +65,9 @@ CELL_TYPES: dict[str, type[RecurrentCell]] = {
 }
 
 
-def _step_mask(lengths_B: Array, num_steps: int) -> Array:
+def _step_mask(lengths_B: ValidLengths, num_steps: int) -> Array:
     """``valid_TxB[t, b] = t < lengths[b]`` of checked lengths, time-major."""
-    return padding_mask_checked(lengths_B, num_steps).T
+    return padding_mask(lengths_B, num_steps).T
 
 
 def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
@@ -78,12 +79,11 @@ def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
     )
 
 
-def _check_lengths(lengths: Array | None, batch: int, num_steps: int,
-                   checked: bool = False) -> Array | None:
-    """:func:`seqjax._checks.check_lengths` (the one check), ``None`` passed through; a
-    caller that already checked them (``checked``, a model's own check) is trusted."""
-    if lengths is None or checked:
-        return lengths
+def _check_lengths(lengths: Any, batch: int, num_steps: int) -> ValidLengths | None:
+    """:func:`seqjax._checks.check_lengths` (the one check; a ``ValidLengths`` is not read
+    again), ``None`` passed through."""
+    if lengths is None:
+        return None
     return check_lengths(lengths, "lengths", batch, num_steps)
 
 
@@ -237,13 +237,12 @@ class RNN(nn.Module):
     def __call__(
         self,
         x: Array,
-        lengths: Array | None = None,
+        lengths: Array | ValidLengths | None = None,
         initial_carry: Carry | None = None,
         resets: Array | None = None,
         *,
         reverse: bool | None = None,
         return_carry: bool | None = None,
-        lengths_checked: bool = False,
     ) -> Array | tuple[Carry, Array]:
         reverse = self.reverse if reverse is None else reverse
         return_carry = self.return_carry if return_carry is None else return_carry
@@ -252,7 +251,8 @@ class RNN(nn.Module):
         check_features(x, "x", None if kernel is None else kernel[0])
         x_BxTxP = jnp.swapaxes(x, 0, 1) if self.time_major else x
         batch, num_steps, _ = x_BxTxP.shape
-        lengths = _check_lengths(lengths, batch, num_steps, lengths_checked)
+        checked = _check_lengths(lengths, batch, num_steps)
+        lengths = lengths_array(checked)
         if resets is not None:
             if tuple(resets.shape) != (batch, num_steps):
                 raise ValueError(
@@ -273,7 +273,7 @@ class RNN(nn.Module):
             self.cell.input_projection(x_BxTxP[:1, :1])
         weights = self.cell.layer_weights()
         impl = self._implementation(weights, x, resets, reverse)
-        valid_TxB = None if lengths is None else _step_mask(lengths, num_steps)
+        valid_TxB = None if checked is None else _step_mask(checked, num_steps)
         if impl == "cudnn":
             carry, y_BxTxH = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths)
             y = jnp.swapaxes(y_BxTxH, 0, 1) if self.time_major else y_BxTxH
@@ -390,25 +390,21 @@ class Bidirectional(nn.Module):
     def __call__(
         self,
         x: Array,
-        lengths: Array | None = None,
+        lengths: Array | ValidLengths | None = None,
         initial_carry: tuple[Carry, Carry] | None = None,
         resets: Array | None = None,
-        *,
-        lengths_checked: bool = False,
     ) -> Array | tuple[tuple[Carry, Carry], Array]:
         merge = _merge_fn(self.merge)
         check_rank(x, "x", 3)
-        lengths = _check_lengths(lengths, x.shape[0], x.shape[1], lengths_checked)
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[1])
         init_f, init_b = (None, None) if initial_carry is None else initial_carry
-        carry_f, y_f = self.forward(x, lengths, init_f, resets, reverse=False, return_carry=True,
-                                    lengths_checked=True)
+        carry_f, y_f = self.forward(x, lengths, init_f, resets, reverse=False, return_carry=True)
         # Resets mark segment starts; in reverse a segment starts at its last token.
         resets_b = None
         if resets is not None:
             ends = jnp.concatenate([resets[:, 1:], jnp.ones_like(resets[:, :1])], axis=1)
             resets_b = ends
-        carry_b, y_b = self.backward(x, lengths, init_b, resets_b, reverse=True, return_carry=True,
-                                     lengths_checked=True)
+        carry_b, y_b = self.backward(x, lengths, init_b, resets_b, reverse=True, return_carry=True)
         y = merge(y_f, y_b)
         return ((carry_f, carry_b), y) if self.return_carry else y
 
@@ -512,13 +508,12 @@ class StackedRNN(nn.Module):
     def __call__(
         self,
         x: Array,
-        lengths: Array | None = None,
+        lengths: Array | ValidLengths | None = None,
         initial_carry: Sequence[Carry] | None = None,
         deterministic: bool = True,
         resets: Array | None = None,
         *,
         initial_carries: Sequence[Carry] | None = None,
-        lengths_checked: bool = False,
     ) -> tuple[Array, tuple[Carry, ...]]:
         initial_carry = _renamed(
             initial_carry, initial_carries, "initial_carries", "initial_carry", "StackedRNN"
@@ -533,7 +528,7 @@ class StackedRNN(nn.Module):
                 f"got {len(initial_carry)}."
             )
         check_rank(x, "x", 3)
-        lengths = _check_lengths(lengths, x.shape[0], x.shape[1], lengths_checked)  # once
+        lengths = _check_lengths(lengths, x.shape[0], x.shape[1])  # once, for every layer
         first = ("layer_0", "forward") if self.bidirectional else ("layer_0",)
         kernel = bound_param_shape(self, *first, "cell", "input", "kernel")
         check_features(x, "x", None if kernel is None else kernel[0])
@@ -550,7 +545,7 @@ class StackedRNN(nn.Module):
                     "`implementation='cudnn'` needs a GPU backend; got "
                     f"{jax.default_backend()!r}. Use 'auto', 'fused' or 'scan'."
                 )
-            return self._cudnn(x, lengths, initial_carry)
+            return self._cudnn(x, lengths_array(lengths), initial_carry)
         # Per layer: the stack's own choice, except that a whole-stack cuDNN request
         # (building the parameters at init) runs the layers' default.
         layer_impl = "auto" if self.implementation == "cudnn" else self.implementation
@@ -565,7 +560,7 @@ class StackedRNN(nn.Module):
                     return_carry=True,
                     name=f"layer_{layer}",
                 )
-                carry, out = bi(h, lengths, init, resets, lengths_checked=True)
+                carry, out = bi(h, lengths, init, resets)
             else:
                 rnn = RNN(
                     self._cell(),
@@ -574,7 +569,7 @@ class StackedRNN(nn.Module):
                     implementation=layer_impl,
                     name=f"layer_{layer}",
                 )
-                carry, out = rnn(h, lengths, init, resets, lengths_checked=True)
+                carry, out = rnn(h, lengths, init, resets)
             finals.append(carry)
             if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
                 out = out + h
