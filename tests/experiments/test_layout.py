@@ -66,7 +66,7 @@ def test_the_check_sees_every_import_form():
         "import seqjax.experiments.translation as t\n"
         "def f():\n"
         "    from .char_lm import load_data\n"
-        "from seqjax.experiments._kit import save_json\n"
+        "from seqjax.experiments._kit import write_json\n"
         "from seqjax.experiments import _text, reports\n"
     )
     mods = imported_modules(src)
