@@ -29,16 +29,6 @@ def check_rank(x: Any, name: str, ranks: int | Sequence[int]) -> None:
         )
 
 
-def check_dim(x: Any, name: str, axis: int, size: int, what: str = "") -> None:
-    """Raise ``ValueError`` unless ``x.shape[axis] == size``."""
-    actual = np.shape(x)[axis]
-    if actual != size:
-        extra = f" ({what})" if what else ""
-        raise ValueError(
-            f"`{name}` must have size {size} on axis {axis}{extra}; got shape {tuple(np.shape(x))}."
-        )
-
-
 def check_integer(x: Any, name: str) -> None:
     """Raise ``TypeError`` unless ``x`` has an integer dtype."""
     dtype = jnp.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype

@@ -17,7 +17,6 @@ from seqjax._checks import (
     check_lengths,
     check_rank,
     check_vocab_ids,
-    is_concrete,
     lengths_array,
 )
 from seqjax.nn.masks import padding_mask
@@ -193,11 +192,6 @@ def masked_pool(
     neg = jnp.finfo(h_BxTxD.dtype).min
     pooled = jnp.max(jnp.where(valid_BxT[..., None], h_BxTxD, neg), axis=1)
     return jnp.where(nonempty_Bx1, pooled, 0).astype(h_BxTxD.dtype)
-
-
-def is_static(x: Any) -> bool:
-    """True when ``x`` is a concrete (non-traced) value."""
-    return is_concrete(x)
 
 
 def layers_to_batch_major(cache: Any, scan_layers: bool) -> Any:
