@@ -16,7 +16,6 @@ Parameter names (stable; golden trees in ``tests/golden/``):
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ from seqjax.models._common import (
 )
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
-from seqjax.nn.recurrent import StackedRNN, _renamed
+from seqjax.nn.recurrent import StackedRNN
 
 Array = jax.Array
 Dtype = Any
@@ -82,8 +81,7 @@ class RNNLanguageModel(nn.Module):
     :class:`~seqjax.nn.StackedRNN` and of truncated BPTT
     (:mod:`seqjax.train.tbptt` through :func:`~seqjax.train.step.flax_apply_fn`):
     ``initial_carry`` in, ``(outputs, carry)`` out; :meth:`zero_carry` gives the
-    start of every stream. ``initial_carries=`` / ``return_carries=`` are the deprecated
-    names (``DeprecationWarning``).
+    start of every stream.
 
     Decoding interface (see :mod:`seqjax.decoding`): ``init_decode_state`` and
     ``decode_step`` (state: the tuple of per-layer carries, batch-leading).
@@ -196,12 +194,8 @@ class RNNLanguageModel(nn.Module):
         *,
         deterministic: bool = True,
         initial_carry: Sequence[Carry] | None = None,
-        initial_carries: Sequence[Carry] | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
         """``(h_BxTxH, carry)``: the top layer's outputs and every layer's final carry."""
-        initial_carry = _renamed(
-            initial_carry, initial_carries, "initial_carries", "initial_carry", "RNNLanguageModel"
-        )
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.vocab_size)
         batch, num_steps = tokens_BxT.shape
         if lengths is not None:
@@ -232,19 +226,7 @@ class RNNLanguageModel(nn.Module):
         deterministic: bool = True,
         initial_carry: Sequence[Carry] | None = None,
         return_carry: bool = False,
-        initial_carries: Sequence[Carry] | None = None,
-        return_carries: bool | None = None,
     ) -> Array | tuple[Array, tuple[Carry, ...]]:
-        initial_carry = _renamed(
-            initial_carry, initial_carries, "initial_carries", "initial_carry", "RNNLanguageModel"
-        )
-        if return_carries is not None:
-            warnings.warn(
-                "RNNLanguageModel: `return_carries` is deprecated; use `return_carry`.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return_carry = return_carry or return_carries
         h_BxTxH, carry = self.hidden_states(
             tokens_BxT, lengths, deterministic=deterministic, initial_carry=initial_carry
         )

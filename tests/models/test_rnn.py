@@ -223,8 +223,8 @@ def test_classifier_and_tagger_learn():
     assert float(acc_t[-10:].mean()) > 0.98
 
 
-def test_lm_carry_protocol_and_deprecated_names(lm_params):
-    """initial_carry in, (logits, carry) out with return_carry; the old names warn."""
+def test_lm_carry_protocol_and_removed_names(lm_params):
+    """initial_carry in, (logits, carry) out with return_carry; the removed names are errors."""
     lm, v = lm_params
     x = jnp.asarray(np.random.default_rng(2).integers(0, V, (2, 6)), jnp.int32)
     full, carry_full = lm.apply(v, x, return_carry=True)
@@ -233,10 +233,6 @@ def test_lm_carry_protocol_and_deprecated_names(lm_params):
     np.testing.assert_allclose(jnp.concatenate([first, rest], 1), full, atol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(carry), jax.tree_util.tree_leaves(carry_full)):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    with pytest.warns(DeprecationWarning, match="initial_carries"):
-        old = lm.apply(v, x[:, 4:], initial_carries=carry, return_carry=True)
-    with pytest.warns(DeprecationWarning, match="return_carries"):
-        old2 = lm.apply(v, x[:, 4:], initial_carry=carry, return_carries=True)
-    np.testing.assert_allclose(old[0], old2[0])
-    with pytest.raises(TypeError, match="initial_carry"):
-        lm.apply(v, x, initial_carry=carry, initial_carries=carry)
+    for removed in ("initial_carries", "return_carries"):  # gone: an error, not a warning
+        with pytest.raises(TypeError, match=removed):
+            lm.apply(v, x[:, 4:], **{removed: carry})

@@ -412,7 +412,7 @@ def test_bf16_gradients_close_to_fp32(make_cell, x):
 
 
 
-def test_implementation_switch_errors_and_deprecated_fused(x):
+def test_implementation_switch_errors_and_removed_keywords(x):
     rnn = RNN(LSTMCell(H))
     v = _init(rnn, x)
     with pytest.raises(ValueError, match="implementation"):
@@ -426,14 +426,12 @@ def test_implementation_switch_errors_and_deprecated_fused(x):
     gru = RNN(GRUCell(H, reset_after=False), implementation="fused")
     with pytest.raises(ValueError, match="layer kernel"):
         gru.apply(_init(RNN(GRUCell(H, reset_after=False)), x), x)
-    with pytest.warns(DeprecationWarning, match="fused"):
-        y_old = RNN(LSTMCell(H), fused=False).apply(v, x, lengths=LENGTHS)
-    y_scan = RNN(LSTMCell(H), implementation="scan").apply(v, x, lengths=LENGTHS)
-    np.testing.assert_array_equal(y_old, y_scan)
-    with pytest.warns(DeprecationWarning, match="initial_carries"):
-        stack = StackedRNN(H, num_layers=1)
-        c0 = LSTMCell(H).initialize_carry(None, (B, P))
-        stack.apply(_init(stack, x), x, initial_carries=[c0])
+    with pytest.raises(TypeError, match="fused"):  # the removed keyword is an error
+        RNN(LSTMCell(H), fused=False)
+    stack = StackedRNN(H, num_layers=1)
+    with pytest.raises(TypeError, match="initial_carries"):
+        stack.apply(_init(stack, x), x, initial_carries=[LSTMCell(H).initialize_carry(
+            None, (B, P))])
 
 
 def _lstm_ref_as_cudnn(calls):

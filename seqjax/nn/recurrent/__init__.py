@@ -37,7 +37,6 @@ from seqjax.nn.recurrent.layers import (
     RNN,
     Bidirectional,
     StackedRNN,
-    _renamed,  # noqa: F401 - the deprecated-keyword helper that seqjax.models.rnn imports
 )
 
 # Read-only copies of the layers' constants (documented names); set them in `layers`.

@@ -28,7 +28,6 @@ under ``seqjax.checked`` (the policy of :mod:`seqjax._traced_checks`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -176,7 +175,6 @@ class RNN(nn.Module):
         return_carry: also return the final carry.
         time_major: inputs and outputs are ``[T, B, ...]``.
         implementation: ``"auto"``, ``"scan"``, ``"fused"`` or ``"cudnn"`` (above).
-        fused: deprecated; ``fused=False`` is ``implementation="scan"``.
     """
 
     cell: RecurrentCell
@@ -185,21 +183,12 @@ class RNN(nn.Module):
     return_carry: bool = False
     time_major: bool = False
     implementation: str = "auto"
-    fused: bool | None = None
 
     def _implementation(
         self, weights: LayerWeights | None, x: Array, resets: Array | None, reverse: bool
     ) -> str:
         """The path that runs (see the class docstring); errors for impossible requests."""
         impl = self.implementation
-        if self.fused is not None:
-            warnings.warn(
-                "`RNN(fused=...)` is deprecated; use implementation='fused' or 'scan'.",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            if impl == "auto" and not self.fused:
-                impl = "scan"
         _check_implementation(impl)
         cudnn_ok = (
             weights is not None and weights.equation == "lstm" and not reverse and resets is None
@@ -429,8 +418,8 @@ class StackedRNN(nn.Module):
     **Carry protocol** (every recurrent model in :mod:`seqjax.models` and the truncated
     BPTT route of :mod:`seqjax.train.tbptt`): the state goes in as ``initial_carry=``
     and comes out second, ``(outputs, carry)``; models return it when called with
-    ``return_carry=True``. The old keyword ``initial_carries=`` still works and warns
-    (``DeprecationWarning``). (:class:`RNN` and the cells keep Flax's ``(carry, y)``.)
+    ``return_carry=True``. (:class:`RNN` and the cells keep Flax's ``(carry, y)``; a stack
+    returns its outputs first, as the models built on it do.)
 
     Attributes:
         features: hidden size ``H`` of every layer (per direction).
@@ -512,12 +501,7 @@ class StackedRNN(nn.Module):
         initial_carry: Sequence[Carry] | None = None,
         deterministic: bool = True,
         resets: Array | None = None,
-        *,
-        initial_carries: Sequence[Carry] | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
-        initial_carry = _renamed(
-            initial_carry, initial_carries, "initial_carries", "initial_carry", "StackedRNN"
-        )
         if self.num_layers < 1:
             raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
         if not 0.0 <= self.dropout_rate < 1.0:
@@ -594,15 +578,3 @@ class StackedRNN(nn.Module):
         )
         finals, h = _poison_bad_lengths(finals, h, lengths, x.shape[1], time_major=False)
         return h, finals
-
-
-def _renamed(new: Any, old: Any, old_name: str, new_name: str, where: str) -> Any:
-    """The value of a keyword that was renamed: ``old`` warns, both at once is an error."""
-    if old is None:
-        return new
-    if new is not None:
-        raise TypeError(f"{where}: pass `{new_name}` only (`{old_name}` is its deprecated name).")
-    warnings.warn(
-        f"{where}: `{old_name}` is deprecated; use `{new_name}`.", DeprecationWarning, stacklevel=3
-    )
-    return old
