@@ -190,6 +190,10 @@ class FitConfig:
         if self.prefetch is not None and (isinstance(self.prefetch, bool) or not isinstance(
                 self.prefetch, int) or self.prefetch < 0):
             raise ValueError(f"`prefetch` must be None or an int >= 0; got {self.prefetch!r}.")
+        for name in ("compile_ahead", "checked"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, bool):
+                raise ValueError(f"`{name}` must be True, False or None; got {v!r}.")
         k = self.steps_per_call
         for name in ("log_every", "eval_every", "checkpoint_every"):
             v = getattr(self, name)

@@ -201,3 +201,11 @@ def test_checked_fit_names_the_failed_value_check_and_its_step(checked):
     else:
         with pytest.raises(NonFiniteLossError, match="step 2"):
             fit(state, step, lambda i: batches[i], cfg)
+
+
+def test_fit_config_refuses_non_bool_switches():
+    from seqjax.train.loop import FitConfig
+
+    for name in ("compile_ahead", "checked"):
+        with pytest.raises(ValueError, match=f"`{name}` must be True, False or None; got 'yes'"):
+            FitConfig(num_steps=1, **{name: "yes"})
