@@ -115,8 +115,11 @@ def seqjax_model(shape: GPTShape) -> Any:
     )
 
 
-def seqjax_peer(shape: GPTShape, compute_dtype: str = "float32") -> harness.Prepared:
-    """The library's train step; ``compute_dtype="bfloat16"``: mixed precision (fp32 params)."""
+def seqjax_compiled_step(shape: GPTShape, compute_dtype: str = "float32"
+                         ) -> tuple[Any, Any, dict, float]:
+    """``(compiled step, state, batch, compile seconds)``: the library's train step
+    (:func:`~seqjax.train.step.make_train_step` over :func:`~seqjax.train.losses.make_lm_loss`,
+    ``clip → adamw``), compiled for one fixed batch; the step donates the state."""
     import time
 
     import jax
@@ -132,14 +135,20 @@ def seqjax_peer(shape: GPTShape, compute_dtype: str = "float32") -> harness.Prep
     params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["inputs"])["params"]
     tx, _ = make_optimizer(OptimizerConfig(
         "adamw", LR, b1=BETA1, b2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY, clip_norm=CLIP))
-    holder = {"state": TrainState.create(params, tx, jax.random.PRNGKey(1))}
+    state = TrainState.create(params, tx, jax.random.PRNGKey(1))
     compute = None if compute_dtype == "float32" else jax.numpy.dtype(compute_dtype)
-    train_step = make_train_step(make_lm_loss(flax_apply_fn(model)),  # donates the state
-                                 compute_dtype=compute)
-
+    train_step = make_train_step(make_lm_loss(flax_apply_fn(model)), compute_dtype=compute)
     t0 = time.perf_counter()
-    compiled = train_step.lower(holder["state"], batch).compile()
-    compile_s = time.perf_counter() - t0
+    compiled = train_step.lower(state, batch).compile()
+    return compiled, state, batch, time.perf_counter() - t0
+
+
+def seqjax_peer(shape: GPTShape, compute_dtype: str = "float32") -> harness.Prepared:
+    """The library's train step; ``compute_dtype="bfloat16"``: mixed precision (fp32 params)."""
+    import jax
+
+    compiled, state, batch, compile_s = seqjax_compiled_step(shape, compute_dtype)
+    holder = {"state": state}
 
     def step() -> Any:
         holder["state"], metrics = compiled(holder["state"], batch)

@@ -35,28 +35,6 @@ GROUPS = ("attention core", "logits and loss", "other matmuls", "optimizer updat
           "norms, GELU, residual, embeddings")
 
 
-def compiled_step(shape: gpt.GPTShape, compute_dtype: str) -> tuple[Any, Any, Any]:
-    """``(compiled, state, batch)``: the library's train step of ``benchmarks gpt``."""
-    import jax
-
-    from seqjax.train.losses import make_lm_loss
-    from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
-    from seqjax.train.step import flax_apply_fn, make_train_step
-
-    model = gpt.seqjax_model(shape)
-    tokens = gpt.batch_tokens(shape)
-    batch = {"inputs": jax.numpy.asarray(tokens[:, :-1]),
-             "targets": jax.numpy.asarray(tokens[:, 1:])}
-    params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["inputs"])["params"]
-    tx, _ = make_optimizer(OptimizerConfig(
-        "adamw", gpt.LR, b1=gpt.BETA1, b2=gpt.BETA2, eps=gpt.EPS,
-        weight_decay=gpt.WEIGHT_DECAY, clip_norm=gpt.CLIP))
-    state = TrainState.create(params, tx, jax.random.PRNGKey(1))
-    compute = None if compute_dtype == "float32" else jax.numpy.dtype(compute_dtype)
-    step = make_train_step(make_lm_loss(flax_apply_fn(model)), compute_dtype=compute)
-    return step.lower(state, batch).compile(), state, batch
-
-
 def _computations(hlo: str) -> dict[str, str]:
     return dict(re.findall(r"^(?:ENTRY )?%(\S+) [^\n]*\{\n(.*?)\n\}", hlo, re.S | re.M))
 
@@ -126,7 +104,7 @@ def seqjax_profile(shape: gpt.GPTShape, compute_dtype: str, calls: int,
                    hlo_only: bool = False) -> dict[str, Any]:
     import jax
 
-    compiled, state, batch = compiled_step(shape, compute_dtype)
+    compiled, state, batch, _ = gpt.seqjax_compiled_step(shape, compute_dtype)
     hlo = compiled.as_text()
     if hlo_only:
         return {"hlo": hlo, "groups": {}, **program_facts(hlo, shape)}
