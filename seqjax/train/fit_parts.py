@@ -406,9 +406,10 @@ class Throughput:
         self.flops, self.peak, self.devices = flops_per_step, peak, devices
         self.first_step_s: float | None = None
 
-    def first_step(self) -> float:
-        """Seconds from the start to now (call when the first call's results are ready)."""
-        self.first_step_s = time.perf_counter() - self.t0
+    def first_step(self, since: float | None = None) -> float:
+        """Seconds from ``since`` (a ``time.perf_counter()`` reading; default: the meter's
+        start) to now: call it when the first call's results are ready."""
+        self.first_step_s = time.perf_counter() - (self.t0 if since is None else since)
         return self.first_step_s
 
     def record(self, step: int, tokens: float) -> dict:

@@ -69,6 +69,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -359,6 +360,7 @@ def fit(
         A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf.
     """
     cfg = config
+    t_fit = time.perf_counter()
     check_distributed()
     if parallel is not None:
         place_batch = parallel.place if place_batch is None else place_batch
@@ -373,7 +375,7 @@ def fit(
     checked = cfg.checked if cfg.checked is not None else os.environ.get(
         CHECKED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     start = int(host_value(state.step))
-    first_n = min(k - start % k, cfg.num_steps - start)  # the steps of the first call
+    first_n = min(k - start % k, cfg.num_steps - start)  # the template's first call
     do_eval_at_all = eval_step is not None and eval_data is not None
     # The template state has the restored state's shapes and shardings: the first call's
     # program (and the evaluation's) compile while the checkpoint is read.
@@ -407,7 +409,7 @@ def fit(
             if frozen:
                 gc.collect()
                 gc.freeze()
-            first_end = start + first_n
+            first_end = min(start + k - start % k, cfg.num_steps)  # the first call's last step
             pending: list[tuple[int, int, Any]] = []
             s = start
             while s < cfg.num_steps:
@@ -418,7 +420,7 @@ def fit(
                 s += n
                 pending.append((s, n, m_dev))
                 if s == first_end:
-                    _report_first_step(meter, m_dev, warm, log)
+                    _report_first_step(meter, m_dev, warm, log, t_fit)
                 final = s == cfg.num_steps
                 stop = guard.should_stop(s)
                 logged = s % cfg.log_every == 0 or s == first_end or final
@@ -487,10 +489,11 @@ def _compile_ahead(cfg: FitConfig, state: TrainState, train_data: Any, train_ste
 
 
 def _report_first_step(meter: Throughput, metrics: Any, warm: list[threading.Thread],
-                       log: MetricsLog) -> None:
-    """Wait for the first call's results and say how long the run took to get there."""
+                       log: MetricsLog, since: float) -> None:
+    """Wait for the first call's results and say how long the run took to get there
+    (from ``since``, the call of ``fit``)."""
     jax.block_until_ready(metrics)
-    seconds = meter.first_step()
+    seconds = meter.first_step(since)
     since = process_uptime()
     if jax.process_index() == 0:
         log.say(f"first step: {seconds:.2f} s in fit"

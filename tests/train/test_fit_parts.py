@@ -209,3 +209,17 @@ def test_fit_config_refuses_non_bool_switches():
     for name in ("compile_ahead", "checked"):
         with pytest.raises(ValueError, match=f"`{name}` must be True, False or None; got 'yes'"):
             FitConfig(num_steps=1, **{name: "yes"})
+
+
+def test_first_call_after_an_off_grid_resume_is_logged_and_timed(tmp_path):
+    """Run 1 stops at step 3 (k=1); run 2 (k=2) resumes off the grid: its first call is the
+    one step 3 -> 4, which is logged and timed (the template state said step 0)."""
+    batches = _host_batches(6)
+    par, state, step = _setup()
+    fit(state, step, lambda i: batches[i], _cfg(3, log_every=3), workdir=str(tmp_path),
+        parallel=par)
+    par, state, step = _setup()
+    r = fit(state, step, lambda i: batches[i], _cfg(6, 2, log_every=2), workdir=str(tmp_path),
+            parallel=par)
+    assert r.start_step == 3 and r.first_step_s is not None and r.first_step_s > 0
+    assert [rec["step"] for rec in r.history] == [4, 6]
