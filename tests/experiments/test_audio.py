@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.experiments import audio
-from seqjax.train.records import read_metrics
 from tests.experiments._devices import assert_trained_on_all_devices
+from tests.experiments._learning import assert_loss_dropped
 
 
 def test_receptive_field_is_below_the_gap_and_the_margin():
@@ -44,14 +44,11 @@ def test_audio_smoke(tmp_path):
     assert [r["model"] for r in s["runs"]] == ["ast", "cnn"]
     assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in s["runs"])
     assert s["frames"] == 96 and s["cnn_receptive_field"] == 8
-    # training moved the loss (fixed seed; measured at smoke size: AST 1.792 -> 1.37,
-    # CNN 1.955 -> 1.79): the last logged training loss is below the first by a margin
-    for name, rel in (("ast", 0.10), ("cnn", 0.03)):
-        losses = [
-            r["loss"]
-            for r in read_metrics(str(tmp_path / f"{name}_seed0" / "metrics.jsonl"))
-            if "loss" in r
-        ]
-        assert len(losses) >= 2 and np.isfinite(losses).all(), (name, losses)
-        assert losses[-1] <= losses[0] * (1 - rel), (name, losses[0], losses[-1])
+    # It learned (fixed seed, measured at smoke size): the AST's training loss falls from
+    # ln 6 = 1.792 (step 1) to 1.49, the mean of the last 5 logged steps (40-60; batches of
+    # 32 clips: single steps are noisy). The CNN only learns the class prior in 60 steps: its
+    # over-confident start, 1.955, falls to 1.792 = ln 6 (the same mean). With a learning
+    # rate of 1e-9 those means are 1.792 (AST) and 1.903 (CNN), and both assertions fail.
+    assert_loss_dropped(tmp_path / "ast_seed0", rel=0.1, tail=5)
+    assert_loss_dropped(tmp_path / "cnn_seed0", rel=0.06, tail=5)
     assert (tmp_path / "audio.md").exists() and (tmp_path / "audio.json").exists()
