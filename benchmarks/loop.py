@@ -11,8 +11,8 @@ process times, on whatever backend JAX finds:
 * **bare loop, device batches** — the same step called back to back on distinct
   pre-placed batches, synchronised once at the end (JAX's async dispatch);
 * **bare loop + host input** — the same with nanoGPT-style host windows
-  (:class:`~seqjax.data.iterators.LMWindowIterator`), the token-id check and placement
-  every step: ``fit``'s per-step work without ``fit``;
+  (:class:`~seqjax.data.iterators.LMWindowIterator`) and their placement every step:
+  ``fit``'s per-step work without ``fit``;
 * **fit** — :func:`seqjax.train.loop.fit` itself (no work dir, no progress bar), with
   host windows and with device-resident windows
   (:class:`~seqjax.data.device.DeviceLMWindows`), at ``steps_per_call`` 1 and ``K``;
@@ -82,7 +82,7 @@ def build(argv: Sequence[str]) -> Setup:
         metrics["tokens"] = jnp.float32(batch["inputs"].size)
         return state.replace(step=state.step + 1), metrics
 
-    null = TrainStep(null_fn, step.check_batch, state_sharding=step.state_sharding,
+    null = TrainStep(null_fn, state_sharding=step.state_sharding,
                      batch_sharding=step.batch_sharding)
     return Setup(cfg, par, state, step, train_ids, tok.vocab_size, null)
 
@@ -112,7 +112,7 @@ def compiled_sync(s: Setup, h: _Holder, n: int) -> float:
     import jax
 
     batch = s.par.place(next(_host_windows(s)))
-    run = s.step.unchecked
+    run = s.step
     h.state, m = run(h.state, batch)
     jax.block_until_ready(m)
     t = time.perf_counter()
@@ -127,7 +127,7 @@ def bare_device(s: Setup, h: _Holder, n: int) -> float:
 
     it = _host_windows(s)
     batches = [s.par.place(next(it)) for _ in range(min(n, 64))]
-    run = s.step.unchecked
+    run = s.step
     h.state, m = run(h.state, batches[0])
     jax.block_until_ready(h.state)
     t = time.perf_counter()
@@ -142,15 +142,12 @@ def bare_host(s: Setup, h: _Holder, n: int, step: Any = None) -> float:
 
     step = s.step if step is None else step
     it = _host_windows(s)
-    run, check = step.unchecked, step.check_batch
+    run = step
     h.state, m = run(h.state, s.par.place(next(it)))
     jax.block_until_ready(h.state)
     t = time.perf_counter()
     for _ in range(n):
-        batch = next(it)
-        if check is not None:
-            check(batch)
-        h.state, m = run(h.state, s.par.place(batch))
+        h.state, m = run(h.state, s.par.place(next(it)))
     jax.block_until_ready(h.state)
     return (time.perf_counter() - t) / n * 1e3
 
@@ -209,7 +206,7 @@ def kernel_profile(s: Setup, h: _Holder, steps: int = 5, top: int = 15) -> str:
     import jax
 
     batch = s.par.place(next(_host_windows(s)))
-    run = s.step.unchecked
+    run = s.step
     for _ in range(2):
         h.state, _ = run(h.state, batch)
     jax.block_until_ready(h.state)
@@ -277,7 +274,7 @@ def run(argv: Sequence[str], steps: int, k: int, null_only: bool = False,
     if not null_only:
         row("compiled step, sync every step", compiled)
         row("bare loop, device batches, async", bare_device(s, h, steps))
-        row("bare loop + host input (windows, id check, placement)", bare_host(s, h, steps))
+        row("bare loop + host input (windows, placement)", bare_host(s, h, steps))
         fit_host = fit_ms(s, h, steps, lambda: _host_windows(s), 1)
         row("fit, host windows, steps_per_call=1", fit_host)
         fit_dev = fit_ms(s, h, steps, lambda: _device_windows(s), 1)

@@ -151,20 +151,17 @@ def lm_step(**kw):
     return state, make_train_step(make_lm_loss(flax_apply_fn(m)), **kw)
 
 
-def train_on(batch: dict, **kw):
-    state, step = lm_step(**kw)
-    return step(state, batch)
-
-
 def fit_on(batch: dict):
     state, step = lm_step()
     return fit(state, step, lambda i: batch,
-               FitConfig(num_steps=2, progress=False, plot=False, tensorboard=False))
+               FitConfig(num_steps=2, progress=False, plot=False, tensorboard=False),
+               check_batch=make_batch_check(V))
 
 
 def eval_on(batch: dict):
     m, v = bound("gpt")
-    return evaluate(make_eval_step(make_lm_eval(flax_apply_fn(m))), v["params"], [batch])
+    return evaluate(make_eval_step(make_lm_eval(flax_apply_fn(m))), v["params"], [batch],
+                    check_batch=make_batch_check(V))
 
 
 GOOD_INPUTS = i32(2, 5)
@@ -324,14 +321,15 @@ CASES = [
      lambda: make_batch_check({"src": 5, "tgt": 7})({"src": i32(1, 3), "tgt": i32(1, 3, fill=7)}),
      ValueError, ['`batch["tgt"]`', "vocab_size=7"]),
     ("batch-check-vocab", lambda: make_batch_check(0), ValueError, ["`vocab_size`", "0"]),
-    ("train-step-vocab_size",
-     lambda: train_on({"inputs": i32(2, 5, fill=12), "targets": GOOD_INPUTS}, vocab_size=V),
+    ("fit-batch-inputs",
+     lambda: fit_on({"inputs": i32(2, 5, fill=12), "targets": GOOD_INPUTS}),
      ValueError, ['`batch["inputs"]`', "vocab_size=11", "12"]),
-    ("train-step-from-model",
-     lambda: train_on({"inputs": GOOD_INPUTS, "targets": i32(2, 5, fill=V)}), ValueError,
+    ("fit-batch-targets",
+     lambda: fit_on({"inputs": GOOD_INPUTS, "targets": i32(2, 5, fill=V)}), ValueError,
      ['`batch["targets"]`', "vocab_size=11"]),
-    ("train-step-check_batch-type", lambda: lm_step(check_batch="yes"), TypeError,
-     ["`check_batch`", "str"]),
+    ("lm-windows-vocab",
+     lambda: iterators.LMWindowIterator(np.array([0, 1, V, 2, 3]), 1, 2, vocab_size=V),
+     ValueError, ["`tokens_N`", "vocab_size=11", "11"]),
     ("fit-batch-step", lambda: fit_on({"inputs": i32(2, 5, fill=V), "targets": GOOD_INPUTS}),
      ValueError, ['`batch["inputs"]`', "step 1", "nothing was trained"]),
     ("evaluate-batch", lambda: eval_on({"inputs": i32(2, 5, fill=-3), "targets": GOOD_INPUTS}),
@@ -456,13 +454,16 @@ def test_kv_cache_overflow_is_counted_under_jit():
 # ------------------------------------------------------------------ training
 
 
-def test_masked_targets_may_hold_any_id_and_the_check_rides_on_the_step():
-    state, step = lm_step()
-    assert callable(step.check_batch) and step.unchecked is not None
+def test_masked_targets_may_hold_any_id_and_the_check_is_explicit():
     batch = {"inputs": GOOD_INPUTS, "targets": i32(2, 5, fill=-100),
              "mask": np.zeros((2, 5), bool)}
-    _, metrics = step(state, batch)
-    assert float(metrics["tokens"]) == 0.0
+    make_batch_check(V)(batch)  # masked positions are not checked
+    assert float(fit_on(batch).history[-1]["tokens"]) == 0.0
+    # Without a check nothing reads the batches on the host: the step itself makes the
+    # loss NaN for an invalid target, and fit names the likely causes.
+    state, step = lm_step()
+    _, metrics = step(state, {"inputs": GOOD_INPUTS, "targets": i32(2, 5, fill=V)})
+    assert not np.isfinite(float(metrics["loss"]))
     # Arrays on an accelerator are not read back (they would stall every step); CPU ones are.
     on_cpu = jax.device_put(np.full((1, 2), V, np.int32), jax.devices("cpu")[0])
     with pytest.raises(ValueError, match="batch"):
@@ -479,7 +480,8 @@ def test_non_finite_loss_names_the_likely_causes(tmp_path):
         fit(state, step, lambda i: batch, FitConfig(num_steps=6, log_every=1, progress=False,
                                                     plot=False, tensorboard=False))
     message = str(info.value)
-    for words in ("non-finite", "lr = 1e+38", "grad_norm", "not range-checked", "vocab_size="):
+    for words in ("non-finite", "lr = 1e+38", "grad_norm", "not range-checked",
+                  "check_batch=make_batch_check(vocab_size)"):
         assert words in message, message
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._checks import check_vocab_ids
 from seqjax.data.batching import (
     _check_positive,
     _leading_dim,
@@ -154,6 +155,8 @@ class LMWindowIterator(ResumableIterator):
     state is just ``step`` and every host agrees without communication.
 
     Yields ``{"inputs": int32[B, T], "targets": int32[B, T]}`` (targets shifted by one).
+    Given ``vocab_size``, every id of ``tokens_N`` is checked once, here, to lie in
+    ``[0, vocab_size)`` (so no batch needs a check on the way to the step).
 
     Example:
         >>> it = LMWindowIterator(np.arange(50), batch_size=2, block_size=8, seed=0)
@@ -175,9 +178,12 @@ class LMWindowIterator(ResumableIterator):
         num_steps: int | None = None,
         shard_index: int | None = None,
         shard_count: int | None = None,
+        vocab_size: int | None = None,
     ):
         _check_positive(batch_size=batch_size, block_size=block_size)
         self.tokens = np.asarray(tokens_N)
+        if vocab_size is not None:
+            check_vocab_ids(self.tokens, "tokens_N", int(vocab_size))
         if self.tokens.ndim != 1 or len(self.tokens) <= block_size:
             raise ValueError(
                 f"`tokens_N` must be 1-D and longer than block_size={block_size}; got shape "

@@ -38,7 +38,7 @@ from seqjax.train.records import (
     wanted,
 )
 from seqjax.train.sharding import host_value
-from seqjax.train.step import CheckedStep, TrainStep
+from seqjax.train.step import TrainStep
 
 __all__ = ["BatchSource", "MetricsFetch", "MetricsLog", "Resumed", "Throughput", "resume",
            "process_uptime"]
@@ -191,13 +191,14 @@ class BatchSource:
     A ``data`` with ``device_batch`` (:class:`seqjax.data.device.DeviceLMWindows`) is drawn
     inside the call (:meth:`~seqjax.train.step.TrainStep.steps_from`); anything else gives
     host batches — an iterator (``get_state``/``set_state`` resume its position, otherwise
-    it is replayed) or ``f(i) -> batch`` — each checked by the step's ``check_batch`` on the
-    host, placed by ``place_batch``, and made ``prefetch`` batches ahead by a thread.
+    it is replayed) or ``f(i) -> batch`` — each checked by ``check_batch`` (when given) on
+    the host, placed by ``place_batch``, and made ``prefetch`` batches ahead by a thread.
     """
 
     def __init__(self, data: Any, train_step: Callable, *, start: int, data_state: Any,
                  place_batch: Callable[[Any], Any] | None, steps_per_call: int,
-                 prefetch: int, num_steps: int, checked: bool = False) -> None:
+                 prefetch: int, num_steps: int, checked: bool = False,
+                 check_batch: Callable[[Any], None] | None = None) -> None:
         self.device = callable(getattr(data, "device_batch", None))
         if (self.device or steps_per_call > 1) and not isinstance(train_step, TrainStep):
             raise TypeError(
@@ -205,8 +206,7 @@ class BatchSource:
                 "of make_train_step / Parallel.train_step (a TrainStep); got "
                 f"{type(train_step).__name__}.")
         self.data, self.train_step, self.k = data, train_step, steps_per_call
-        self.check_batch = train_step.check_batch if isinstance(train_step, CheckedStep) else None
-        self._run = train_step.unchecked if isinstance(train_step, CheckedStep) else train_step
+        self.check_batch = check_batch
         self._place = place_batch
         self._checked: dict[Any, Callable] | None = {} if checked else None
         self._prefetcher: _Prefetcher | None = None
@@ -243,7 +243,7 @@ class BatchSource:
 
     def _fn(self, kind: str, n: int) -> Callable:
         fn = {"device": lambda: self.train_step.steps_from(self.data, n),
-              "one": lambda: self._run, "steps": lambda: self.train_step.steps(n)}[kind]
+              "one": lambda: self.train_step, "steps": lambda: self.train_step.steps(n)}[kind]
         if self._checked is None:
             return fn()
         if (kind, n) not in self._checked:

@@ -40,11 +40,12 @@ agree on the step, save it together and return ``"interrupted"``. A non-finite `
 causes (learning rate, gradients, unchecked token ids, half precision); nothing is saved
 after the last finite step, so the last good checkpoint stays the newest.
 
-**Batch check.** A train step with a ``check_batch`` (e.g. from
-:func:`seqjax.train.step.make_train_step` given ``vocab_size``, or a
-:func:`~seqjax.train.losses.make_lm_loss` that knows the model's vocabulary) has every host
-batch checked *before* it is placed on the devices: an out-of-vocabulary id is a
-``ValueError`` naming the batch key and the step, not a NaN or a silently wrong loss.
+**Batch check.** ``fit(..., check_batch=check)`` (e.g.
+``check = make_batch_check(V)``, :func:`seqjax.train.step.make_batch_check`) runs
+``check(batch)`` on every host batch *before* it is placed on the devices: an
+out-of-vocabulary id is a ``ValueError`` naming the batch key and the step, not a NaN.
+Without it, nothing reads the batches on the host; data made on the devices
+(:class:`~seqjax.data.device.DeviceLMWindows`) checks its ids once when it is made.
 
 Metrics stay on the device between logged steps (the host runs at most 8 steps ahead)
 and are fetched together at log, eval and checkpoint steps, where every one of them is
@@ -97,7 +98,7 @@ from seqjax.train.records import (
     write_run_info,
 )
 from seqjax.train.sharding import host_value
-from seqjax.train.step import CheckedStep, TrainStep
+from seqjax.train.step import TrainStep
 
 __all__ = ["CHECKED_ENV", "FitConfig", "FitResult", "ResumeError", "evaluate", "fit"]
 
@@ -231,11 +232,13 @@ def evaluate(
     batches: Iterable[Any],
     *,
     place_batch: Callable[[Any], Any] | None = None,
+    check_batch: Callable[[Any], None] | None = None,
 ) -> dict[str, float]:
     """Average ``eval_step(params, batch)`` over ``batches``, weighted by ``tokens``.
 
     Each metric ``m`` is ``Σ_b m_b w_b / Σ_b w_b`` with ``w_b`` the batch's ``tokens``
     (1 if absent); ``tokens`` itself is summed and ``perplexity = exp(loss)`` added.
+    ``check_batch(batch)`` (when given) runs on each host batch before ``place_batch``.
 
     Example:
         >>> ev = lambda p, b: {"loss": b["l"], "tokens": b["n"]}
@@ -245,13 +248,10 @@ def evaluate(
     sums: dict[str, float] = {}
     total = 0.0
     n = 0
-    check = eval_step.check_batch if isinstance(eval_step, CheckedStep) else None
-    if check is not None and place_batch is not None:  # check the host batch, then place it
-        eval_step = eval_step.unchecked
     for batch in batches:
+        if check_batch is not None:
+            check_batch(batch)
         if place_batch is not None:
-            if check is not None:
-                check(batch)
             batch = place_batch(batch)
         m = {k: float(v) for k, v in host_value(dict(eval_step(params, batch))).items()}
         w = m.pop("tokens", 1.0)
@@ -322,6 +322,7 @@ def fit(
     hooks: Sequence[Callable[[dict], None]] = (),
     parallel: Any = None,
     place_eval_batch: Callable[[Any], Any] | None = None,
+    check_batch: Callable[[Any], None] | None = None,
     restart: bool = False,
 ) -> FitResult:
     """Train ``state`` to ``config.num_steps`` steps, resuming from ``workdir``'s checkpoints.
@@ -347,6 +348,10 @@ def fit(
         model_config: JSON-able dict saved with checkpoints and checked on restore.
         tokenizer: JSON dict/string saved with checkpoints.
         hooks: called with every logged record.
+        check_batch: ``check(batch)``, run on every host batch (training and evaluation)
+            before it is placed, e.g. :func:`seqjax.train.step.make_batch_check`; a
+            ``ValueError`` it raises names the step. ``None``: batches are not read on the
+            host.
         parallel: the :class:`seqjax.train.parallel.Parallel` the state and steps were
             built with: recorded in ``run.json``; MFU is over its devices. Without it the
             devices are read off the state's shardings.
@@ -396,7 +401,8 @@ def fit(
         try:
             source = BatchSource(train_data, train_step, start=start, data_state=data_state,
                                  place_batch=place_batch, steps_per_call=k, prefetch=depth,
-                                 num_steps=cfg.num_steps, checked=checked)
+                                 num_steps=cfg.num_steps, checked=checked,
+                                 check_batch=check_batch)
             log = MetricsLog(workdir, start=start, num_steps=cfg.num_steps,
                              restart=restart or started_over,
                              progress=cfg.progress, print_logs=cfg.print_logs,
@@ -440,7 +446,8 @@ def fit(
                 if do_eval:
                     eval_metrics = {f"eval/{name}": v for name, v in evaluate(
                         eval_step, state.params, eval_data() if callable(eval_data)
-                        else eval_data, place_batch=place_eval_batch).items()}
+                        else eval_data, place_batch=place_eval_batch,
+                        check_batch=check_batch).items()}
                     rec = {**(rec or {"step": s, **last}), **eval_metrics}
                 if rec is not None:
                     log.write(rec)

@@ -293,25 +293,6 @@ def bits_per_char(mean_nll: Array | float, chars_per_token: float = 1.0) -> Arra
 ApplyFn = Callable[[Any, Array, Array, bool], Array]
 
 
-def attach_batch_check(fn: Callable, apply_fn: Any, vocab_size: int | None, *,
-                       inputs_key: str = "inputs", targets_key: str = "targets",
-                       mask_key: str = "mask") -> Callable:
-    """``fn`` as a :class:`~seqjax.train.step.CheckedFn` holding the host-side token-id check
-    that :func:`~seqjax.train.step.make_train_step` runs before the jitted step, when the
-    vocabulary is known: ``vocab_size``, else the ``vocab_size`` of a
-    :class:`~seqjax.train.step.ModelApply` ``apply_fn`` (:func:`~seqjax.train.step.flax_apply_fn`
-    of a model with one); else ``fn`` unchanged."""
-    from seqjax.train.step import CheckedFn, ModelApply, make_batch_check
-
-    vocab = vocab_size
-    if vocab is None and isinstance(apply_fn, ModelApply):
-        vocab = apply_fn.vocab_size
-    if vocab is None:
-        return fn
-    return CheckedFn(fn, make_batch_check(vocab, inputs_key=inputs_key, targets_key=targets_key,
-                                          mask_key=mask_key))
-
-
 def make_lm_loss(
     apply_fn: ApplyFn,
     *,
@@ -319,7 +300,6 @@ def make_lm_loss(
     inputs_key: str = "inputs",
     targets_key: str = "targets",
     mask_key: str = "mask",
-    vocab_size: int | None = None,
 ) -> Callable[[Any, Mapping[str, Array], Array], tuple[Array, dict[str, Array]]]:
     """A language-model training loss for :func:`seqjax.train.step.make_train_step`.
 
@@ -330,11 +310,9 @@ def make_lm_loss(
     ``tokens`` (the number of kept positions, used to weight shards and
     evaluation batches) and, with smoothing, ``nll`` (the unsmoothed loss).
 
-    With ``vocab_size`` (default: that of a :func:`seqjax.train.step.flax_apply_fn`
-    ``apply_fn``, taken from the model) the result is a :class:`~seqjax.train.step.CheckedFn`
-    whose ``check_batch`` the train step runs: inputs and (unmasked) targets must lie in
-    ``[0, vocab_size)``, checked on the host before every jitted step, where the ids
-    cannot be seen.
+    An invalid target makes the loss NaN (an invalid input, its row's logits); to refuse
+    such a batch on the host with a message, give ``fit`` a
+    ``check_batch=make_batch_check(V)`` (:func:`seqjax.train.step.make_batch_check`).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -358,8 +336,7 @@ def make_lm_loss(
             metrics["nll"] = masked_cross_entropy(logits, labels, mask)
         return loss, metrics
 
-    return attach_batch_check(loss_fn, apply_fn, vocab_size, inputs_key=inputs_key,
-                              targets_key=targets_key, mask_key=mask_key)
+    return loss_fn
 
 
 def make_lm_eval(
@@ -368,13 +345,12 @@ def make_lm_eval(
     inputs_key: str = "inputs",
     targets_key: str = "targets",
     mask_key: str = "mask",
-    vocab_size: int | None = None,
 ) -> Callable[[Any, Mapping[str, Array]], dict[str, Array]]:
     """An evaluation function ``eval_fn(params, batch) -> {"loss", "accuracy", "tokens"}``.
 
     ``loss`` is the unsmoothed mean NLL over kept positions; :func:`seqjax.train.loop.evaluate`
-    averages batches weighted by ``tokens`` and adds ``perplexity = exp(loss)``. The batch
-    check is attached as in :func:`make_lm_loss`.
+    averages batches weighted by ``tokens`` and adds ``perplexity = exp(loss)`` (and checks
+    host batches when given ``check_batch=``).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -393,5 +369,4 @@ def make_lm_eval(
             "tokens": _count(labels, mask),
         }
 
-    return attach_batch_check(eval_fn, apply_fn, vocab_size, inputs_key=inputs_key,
-                              targets_key=targets_key, mask_key=mask_key)
+    return eval_fn

@@ -52,7 +52,7 @@ def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, floa
 
     ``metrics``: the bad step's metrics; ``last_finite``: the previous finite step's
     (``None`` if the first step failed); ``batches_checked``: whether token ids were
-    range-checked on the host (a train step with ``check_batch``).
+    range-checked on the host (``fit(..., check_batch=...)``, or data checked when made).
     """
     causes = []
     lr = metrics.get("lr")
@@ -67,8 +67,8 @@ def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, floa
         causes.append("exploding gradients (clip them, e.g. max_grad_norm=1.0)")
     if not batches_checked:
         causes.append("token ids outside the vocabulary — the batches were not range-checked: "
-                      "give make_train_step / Parallel.train_step `vocab_size=` (or use "
-                      "make_lm_loss on flax_apply_fn(model)) to check them before the step")
+                      "give fit `check_batch=make_batch_check(vocab_size)` to check them "
+                      "before each step")
     causes.append("a float16/bfloat16 overflow, if the step computes in half precision")
     return "Likely causes: " + "; ".join(causes) + "."
 

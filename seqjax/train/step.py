@@ -53,8 +53,6 @@ StepFn = Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]
 
 __all__ = [
     "BatchCheck",
-    "CheckedFn",
-    "CheckedStep",
     "ModelApply",
     "cast_floating",
     "flax_apply_fn",
@@ -87,12 +85,15 @@ def make_batch_check(
     mask_key: str = "mask",
     masks: Mapping[str, str] | None = None,
 ) -> BatchCheck:
-    """A host-side check of a batch's token ids, run *before* the jitted step.
+    """A host-side check of a batch's token ids, for ``fit(..., check_batch=check)``.
 
-    Inside ``jit`` the ids are tracers and cannot be range-checked, and out-of-range ids
-    are silent there: an id ``>= V`` embeds as NaN, ``-1`` reads row ``V - 1``, a target
-    ``-1`` gives a finite wrong loss. The returned ``check(batch)`` raises ``ValueError``
-    naming the batch key, the vocabulary and the values found.
+    Inside ``jit`` the ids are tracers and cannot be range-checked there; an invalid id
+    only turns its row's output NaN (:mod:`seqjax._traced_checks`). The returned
+    ``check(batch)`` reads the host batch and raises ``ValueError`` naming the batch key,
+    the vocabulary and the values found. Give it to :func:`~seqjax.train.loop.fit` or
+    :func:`~seqjax.train.loop.evaluate` as ``check_batch=``, which run it on every host batch
+    before placing it on the devices; or check the data once where it is made (an iterator
+    over token ids given ``vocab_size``, :class:`~seqjax.data.device.DeviceLMWindows`).
 
     Args:
         vocab_size: ``V`` for ``batch[inputs_key]`` and ``batch[targets_key]``, or a mapping
@@ -104,7 +105,7 @@ def make_batch_check(
 
     Keys missing from the batch and non-integer leaves (e.g. float features) are skipped,
     and so are arrays that live on an accelerator (reading them back would stall every
-    step; :func:`~seqjax.train.loop.fit` checks the host batch before placing it).
+    step; ``fit`` checks the host batch before placing it).
 
     Example:
         >>> check = make_batch_check(5)
@@ -157,65 +158,6 @@ class BatchCheck:
             check_vocab_ids(ids, f'batch["{key}"]', int(v), mask)
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckedFn:
-    """A loss or evaluation function with the batch check that belongs to it.
-
-    What :func:`~seqjax.train.losses.make_lm_loss`, :func:`~seqjax.train.losses.make_lm_eval`
-    and :func:`~seqjax.train.tbptt.make_tbptt_loss` return: calling it calls ``fn``;
-    :func:`make_train_step` and :func:`make_eval_step` run ``check_batch`` on every host
-    batch before the jitted step (unless given their own ``vocab_size``/``check_batch``).
-    """
-
-    fn: Callable[..., Any]
-    check_batch: BatchCheck | Callable[[Batch], None] | None = None
-
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*args)
-
-
-class CheckedStep:
-    """A jitted ``step(first, batch, ...)`` behind a host-side batch check.
-
-    What :func:`make_eval_step` returns, and the base of :class:`TrainStep`. Calling it runs
-    ``check_batch(batch)`` (when not ``None``) and then ``unchecked``, the jitted function
-    itself, which :func:`~seqjax.train.loop.fit` and :func:`~seqjax.train.loop.evaluate`
-    call after checking the host batch before placing it. Other attributes (``lower``,
-    ``eval_shape``, ...) are the jitted function's.
-    """
-
-    def __init__(self, fn: Callable[..., Any], check_batch: BatchCheck | None) -> None:
-        self.unchecked = fn
-        self.check_batch = check_batch
-        self.__wrapped__ = fn
-
-    def __call__(self, first: Any, batch: Batch, *rest: Any) -> Any:
-        if self.check_batch is not None:
-            self.check_batch(batch)
-        return self.unchecked(first, batch, *rest)
-
-    def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, ...
-        unchecked = self.__dict__.get("unchecked")
-        if unchecked is None:  # not built yet (e.g. while copying)
-            raise AttributeError(name)
-        return getattr(unchecked, name)
-
-
-def _resolve_check(fn: Any, vocab_size: Any, check_batch: Any) -> BatchCheck | None:
-    """The batch check a step runs: ``check_batch`` (``False`` = none), else one built from
-    ``vocab_size``, else the one a :class:`CheckedFn` loss/eval function holds."""
-    if check_batch is False:
-        return None
-    if check_batch is not None and check_batch is not True:
-        if not callable(check_batch):
-            raise TypeError(f"`check_batch` must be a callable, True/False or None; got "
-                            f"{type(check_batch).__name__}.")
-        return check_batch
-    if vocab_size is not None:
-        return make_batch_check(vocab_size)
-    return fn.check_batch if isinstance(fn, CheckedFn) else None
-
-
 def cast_floating(tree: Any, dtype: Any | None) -> Any:
     """Cast the floating-point leaves of ``tree`` to ``dtype`` (no-op for ``None``)."""
     if dtype is None:
@@ -235,12 +177,9 @@ class ModelApply:
 
     Attributes:
         model: the module.
-        vocab_size: the model's ``vocab_size`` when it has an int one (else ``None``), from
-            which :func:`~seqjax.train.losses.make_lm_loss` builds the host-side batch check.
     """
 
     model: Any
-    vocab_size: int | None = None
 
     def __call__(self, params: Any, inputs: Any, rng: Array, train: bool, *carry: Any) -> Any:
         params_of_call = inspect.signature(type(self.model).__call__).parameters  # at trace time
@@ -265,9 +204,7 @@ def flax_apply_fn(model: Any) -> ModelApply:
     during training. With a ``carry`` argument the module is called as
     ``model(inputs, initial_carry=carry)`` (plus ``return_carry=True`` when its
     ``__call__`` takes it, as every recurrent model of :mod:`seqjax.models` does) and must
-    return ``(logits, new_carry)``. The result is a :class:`ModelApply`; a model with an
-    int ``vocab_size`` passes it on as its ``vocab_size`` field, from which
-    :func:`~seqjax.train.losses.make_lm_loss` builds the host-side batch check.
+    return ``(logits, new_carry)``. The result is a :class:`ModelApply`.
 
     Example:
         >>> import flax.linen as nn, jax, jax.numpy as jnp
@@ -276,10 +213,7 @@ def flax_apply_fn(model: Any) -> ModelApply:
         >>> flax_apply_fn(model)(params, jnp.ones((1, 2)), jax.random.PRNGKey(1), True).shape
         (1, 3)
     """
-    vocab = getattr(model, "vocab_size", None)
-    if isinstance(vocab, bool) or not isinstance(vocab, int):
-        vocab = None
-    return ModelApply(model, vocab)
+    return ModelApply(model)
 
 
 def _remat(fn: Callable, remat: bool | str | Callable) -> Callable:
@@ -430,17 +364,13 @@ def make_train_step(
     with_carry: bool = False,
     donate: bool = True,
     grad_accum: int = 1,
-    vocab_size: int | Mapping[str, int] | None = None,
-    check_batch: BatchCheck | bool | None = None,
 ) -> TrainStep:
     """A jitted ``step(state, batch) -> (state, metrics)`` (a :class:`TrainStep`).
 
-    **Batch check.** Token ids cannot be range-checked inside ``jit``; the step therefore
-    checks each host batch first (:func:`make_batch_check`) when it knows the vocabulary:
-    from ``vocab_size``, from ``check_batch`` (a callable), or from a :class:`CheckedFn`
-    loss function (what :func:`~seqjax.train.losses.make_lm_loss` returns for a
-    :func:`flax_apply_fn` of a model with ``vocab_size``). ``check_batch=False`` turns it
-    off. The checked step keeps the jitted one as ``step.unchecked``.
+    **Token ids.** The step reads no host value: an invalid id in a batch makes its row NaN
+    inside ``jit``. Check host batches before they reach it with
+    ``fit(..., check_batch=make_batch_check(V))`` (:func:`make_batch_check`), or check the
+    ids once where the data is made.
 
     **XLA:CPU memory.** The C library's allocator is a process-wide setting, so the step
     leaves it alone: ``seqjax train`` applies :func:`~seqjax.train.cpu_memory.keep_freed_memory`
@@ -462,8 +392,6 @@ def make_train_step(
             (``lax.scan``; rows ``i::grad_accum`` form micro-batch ``i``) and accumulate
             their gradients weighted by the ``tokens`` metric — the update equals the
             one-batch update while activations are held for one micro-batch at a time.
-        vocab_size: ``V`` (or ``{batch key: V}``) for the host-side token-id check.
-        check_batch: a ``check(batch)`` to run instead, or ``False`` for none.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax
@@ -477,7 +405,6 @@ def make_train_step(
 
     if not isinstance(grad_accum, int) or grad_accum < 1:
         raise ValueError(f"`grad_accum` must be an int >= 1; got {grad_accum!r}.")
-    check = _resolve_check(loss_fn, vocab_size, check_batch)
     if grad_accum > 1 and with_carry:
         raise ValueError("`grad_accum` > 1 cannot thread a TBPTT carry (`with_carry=True`): "
                          "the carry belongs to whole rows; use grad_accum=1.")
@@ -496,19 +423,16 @@ def make_train_step(
 
     if (state_sharding is None) != (batch_sharding is None):
         raise ValueError("give both `state_sharding` and `batch_sharding`, or neither.")
-    return TrainStep(step_fn, check, state_sharding=state_sharding,
+    return TrainStep(step_fn, state_sharding=state_sharding,
                      batch_sharding=batch_sharding, donate=donate)
 
 
-class TrainStep(CheckedStep):
+class TrainStep:
     """A jitted ``step(state, batch) -> (state, metrics)`` and the ways to run it.
 
-    What :func:`make_train_step` returns. Calling it checks the host batch
-    (``check_batch``, when the step knows the vocabulary) and runs the jitted step;
-    :func:`~seqjax.train.loop.fit` uses the rest:
+    What :func:`make_train_step` returns. Calling it runs the jitted step, one update;
+    :func:`~seqjax.train.loop.fit` also uses:
 
-    * ``unchecked`` — the jitted step alone (``fit`` checks host batches before placing
-      them, where reading them costs nothing);
     * :meth:`steps` — ``k`` steps in one jitted call: ``(state, (batch_1, ..., batch_k))
       -> (state, metrics)`` with every metric stacked on a leading ``[k]`` axis, a
       ``lax.scan`` of the same step (the update of each is the update of a single call);
@@ -520,16 +444,25 @@ class TrainStep(CheckedStep):
     Other attributes (``lower``, ``eval_shape``, ...) are the jitted step's.
     """
 
-    def __init__(self, step_fn: StepFn, check_batch: BatchCheck | None, *,
-                 state_sharding: Any = None, batch_sharding: NamedSharding | None = None,
-                 donate: bool = True) -> None:
+    def __init__(self, step_fn: StepFn, *, state_sharding: Any = None,
+                 batch_sharding: NamedSharding | None = None, donate: bool = True) -> None:
         self.step_fn = step_fn
         self.state_sharding = state_sharding
         self.batch_sharding = batch_sharding
         self.donate = donate
         self.mesh = None if batch_sharding is None else batch_sharding.mesh
         self._compiled: dict[Any, Any] = {}  # jitted runs (with the source they read)
-        super().__init__(self._jit(step_fn, self.batch_sharding), check_batch)
+        self.jitted = self._jit(step_fn, self.batch_sharding)
+        self.__wrapped__ = self.jitted
+
+    def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict[str, Array]]:
+        return self.jitted(state, batch)
+
+    def __getattr__(self, name: str) -> Any:  # lower, trace, eval_shape, ...
+        jitted = self.__dict__.get("jitted")
+        if jitted is None:  # not built yet (e.g. while copying)
+            raise AttributeError(name)
+        return getattr(jitted, name)
 
     def _jit(self, fn: Callable[..., Any], second_sharding: Any) -> Callable[..., Any]:
         kwargs: dict[str, Any] = {"donate_argnums": (0,) if self.donate else ()}
@@ -542,7 +475,7 @@ class TrainStep(CheckedStep):
 
     def steps(self, k: int) -> Callable[..., Any]:
         """The jitted ``(state, batches) -> (state, metrics[k])`` of ``k`` steps over the
-        tuple ``batches`` of ``k`` placed batches (unchecked: check host batches first)."""
+        tuple ``batches`` of ``k`` placed batches."""
         _check_k(k)
         key = ("steps", k)
         if key not in self._compiled:
@@ -605,28 +538,23 @@ def make_eval_step(
     params_sharding: Any = None,
     batch_sharding: NamedSharding | None = None,
     compute_dtype: Any = None,
-    vocab_size: int | Mapping[str, int] | None = None,
-    check_batch: BatchCheck | bool | None = None,
-) -> CheckedStep:
-    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. from ``losses.make_lm_eval``).
-
-    Host batches are checked first as in :func:`make_train_step` (``vocab_size``,
-    ``check_batch``, or the check of a :class:`CheckedFn` ``eval_fn``).
+) -> Callable[[Any, Batch], dict[str, Array]]:
+    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. from ``losses.make_lm_eval``); every
+    metric is returned as float32. Host batches are checked by
+    ``evaluate(..., check_batch=...)``, as in ``fit``.
     """
-    check = _resolve_check(eval_fn, vocab_size, check_batch)
 
     def fn(params: Any, batch: Batch) -> dict[str, Array]:
         out = eval_fn(cast_floating(params, compute_dtype), cast_floating(batch, compute_dtype))
         return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
 
     if params_sharding is None and batch_sharding is None:
-        return CheckedStep(jax.jit(fn), check)
+        return jax.jit(fn)
     if params_sharding is None or batch_sharding is None:
         raise ValueError("give both `params_sharding` and `batch_sharding`, or neither.")
     rep = NamedSharding(batch_sharding.mesh, PartitionSpec())
-    return CheckedStep(jax.jit(_under_mesh(fn, batch_sharding.mesh),
-                               in_shardings=(params_sharding, batch_sharding),
-                               out_shardings=rep), check)
+    return jax.jit(_under_mesh(fn, batch_sharding.mesh),
+                   in_shardings=(params_sharding, batch_sharding), out_shardings=rep)
 
 
 def create_train_state(

@@ -35,7 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from seqjax.train.losses import attach_batch_check, masked_cross_entropy, token_accuracy
+from seqjax.train.losses import masked_cross_entropy, token_accuracy
 
 Array = jax.Array
 
@@ -56,7 +56,6 @@ def make_tbptt_loss(
     apply_fn: Callable[..., tuple[Array, Any]],
     *,
     label_smoothing: float = 0.0,
-    vocab_size: int | None = None,
 ) -> Callable[..., tuple[Array, tuple[dict[str, Array], Any]]]:
     """``loss_fn(params, batch, rng, carry) -> (loss, (metrics, new_carry))`` for one chunk.
 
@@ -64,8 +63,8 @@ def make_tbptt_loss(
     ``(logits, new_carry) = apply_fn(params, batch["inputs"], rng, True, carry)``;
     the loss is the (masked, smoothed) mean cross-entropy against ``batch["targets"]``.
     :func:`seqjax.train.step.make_train_step` (``with_carry=True``) applies the
-    ``stop_gradient`` to the incoming carry. The host-side token-id check is attached as
-    in :func:`seqjax.train.losses.make_lm_loss` (``vocab_size``, or the model's).
+    ``stop_gradient`` to the incoming carry. Host batches are checked by
+    ``fit(..., check_batch=...)``, as for :func:`seqjax.train.losses.make_lm_loss`.
     """
 
     def loss_fn(params: Any, batch: Mapping[str, Array], rng: Array, carry: Any) -> tuple:
@@ -79,4 +78,4 @@ def make_tbptt_loss(
         metrics = {"accuracy": token_accuracy(logits, labels, mask), "tokens": tokens}
         return loss, (metrics, new_carry)
 
-    return attach_batch_check(loss_fn, apply_fn, vocab_size)
+    return loss_fn

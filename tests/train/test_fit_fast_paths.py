@@ -15,7 +15,7 @@ from seqjax.train.losses import make_lm_loss
 from seqjax.train.optim import TrainState
 from seqjax.train.parallel import Parallel
 from seqjax.train.records import NonFiniteLossError, read_metrics
-from seqjax.train.step import flax_apply_fn, make_train_step
+from seqjax.train.step import flax_apply_fn, make_batch_check, make_train_step
 from tests.train._tiny_lm import TinyLM
 
 V, B, T = 13, 8, 6
@@ -230,6 +230,7 @@ def test_prefetch_gives_the_same_run_resumes_at_the_right_batch_and_names_bad_ba
     batches = _host_batches(8)
     batches[4]["targets"][0, 0] = V  # out of the vocabulary at step 5
     with pytest.raises(ValueError, match="the training batch of step 5"):
-        fit(state, step, lambda i: batches[i], _cfg(8, prefetch=2), parallel=par)
+        fit(state, step, lambda i: batches[i], _cfg(8, prefetch=2), parallel=par,
+            check_batch=make_batch_check(V))
     with pytest.raises(ValueError, match="`prefetch` must be None or an int >= 0"):
         FitConfig(num_steps=2, prefetch=-1)

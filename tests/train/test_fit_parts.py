@@ -24,7 +24,7 @@ from seqjax.train.fit_parts import (
 from seqjax.train.loop import fit
 from seqjax.train.losses import make_lm_eval
 from seqjax.train.records import NonFiniteLossError
-from seqjax.train.step import flax_apply_fn
+from seqjax.train.step import flax_apply_fn, make_batch_check
 from tests.train._tiny_lm import TinyLM
 from tests.train.test_fit_fast_paths import TOKENS, B, T, V, _cfg, _host_batches, _leaves, _setup
 
@@ -69,11 +69,12 @@ def test_batch_source_host_batches_replay_check_and_position():
     batches = _host_batches(5)
     source = BatchSource(iter(batches), step, start=2, data_state=None, place_batch=None,
                          steps_per_call=1, prefetch=0, num_steps=5)
-    assert not source.device and source.check_batch is not None
+    assert not source.device and source.check_batch is None
     assert source.position(3) == {"batches_consumed": 3}
     bad = [{"inputs": np.full((B, T), V), "targets": np.zeros((B, T), np.int32)}]
     source = BatchSource(lambda i: bad[0], step, start=0, data_state=None, place_batch=None,
-                         steps_per_call=1, prefetch=0, num_steps=1)
+                         steps_per_call=1, prefetch=0, num_steps=1,
+                         check_batch=make_batch_check(V))
     with pytest.raises(ValueError, match="training batch of step 1"):
         source.call(None, 0, 1)
     with pytest.raises(TypeError, match="TrainStep"):
@@ -188,7 +189,7 @@ def test_checked_fit_names_the_failed_value_check_and_its_step(checked):
         vocab_size=V, num_layers=1, embed_dim=8, max_len=T, block=gpt_block(2, num_layers=1)))
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
     state = TrainState.create(params, optax.adam(1e-2), jax.random.PRNGKey(1))
-    step = make_train_step(make_lm_loss(flax_apply_fn(model)), check_batch=False)
+    step = make_train_step(make_lm_loss(flax_apply_fn(model)))
     good = _host_batches(1)[0]
     bad = {"inputs": good["inputs"].copy(), "targets": good["targets"]}
     bad["inputs"][0, 2] = V  # one id past the vocabulary
