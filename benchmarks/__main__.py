@@ -1,7 +1,8 @@
 """Run a benchmark: ``python -m benchmarks NAME [args...]`` (same as ``seqjax bench NAME``).
 
 ``python -m benchmarks`` with no name lists the benchmarks; every benchmark
-module exposes ``main(argv) -> int`` and takes ``--smoke``.
+module exposes ``main(argv) -> int`` and takes ``--smoke``. ``gpu_check`` is another name
+of ``gpu``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ import pkgutil
 import sys
 
 import benchmarks
+
+#: Other names a benchmark answers to (commands in RESULTS.md use them).
+ALIASES = {"gpu_check": "gpu"}
+#: Benchmarks that were removed, and where their content went.
+MOVED = {"accelerator": "its checks are the tests in tests/test_gpu_paths.py (JAX_PLATFORMS=cuda "
+                        "python -m pytest tests/test_gpu_paths.py), its measurements "
+                        "`python -m benchmarks gpu --parts kernels`"}
 
 
 def list_benchmarks() -> list[str]:
@@ -28,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m benchmarks NAME [--smoke] [args...]\nbenchmarks: "
               + ", ".join(names))
         return 0
-    name, rest = argv[0], argv[1:]
+    name, rest = ALIASES.get(argv[0], argv[0]), argv[1:]
+    if name in MOVED:
+        print(f"benchmark {name!r} was removed: {MOVED[name]}.", file=sys.stderr)
+        return 2
     if name not in names:
         print(f"unknown benchmark {name!r}; choose one of: {', '.join(names)}", file=sys.stderr)
         return 2

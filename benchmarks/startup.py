@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true",
                     help="also the --preset gpu and GPT-2 rows on the CPU (slow there)")
     ap.add_argument("--skip-gpt2", action="store_true",
-                    help="leave out the GPT-2 row (gpu_check times its compile elsewhere)")
+                    help="leave out the GPT-2 row (benchmarks gpu times its compile elsewhere)")
     ap.add_argument("--smoke", action="store_true", help="char_lm --smoke only (CI)")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     ap.add_argument("--child-gpt2", type=int, default=None, help=argparse.SUPPRESS)

@@ -8,7 +8,9 @@ Commands::
     seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max-new-tokens N]
                     [--temperature T] [--seed S]
     seqjax list                       experiments, their presets and one-line descriptions
-    seqjax bench [BENCHMARK] [...]    a benchmark of benchmarks/ (from a checkout)
+    seqjax bench [BENCHMARK] [...]    a benchmark of a checkout's benchmarks/ (``python -m
+                                      benchmarks`` run in the root of the checkout that holds
+                                      the working directory)
     seqjax --version
 
 What the commands do — the experiment protocol, configs layered from the work dir's
@@ -39,6 +41,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -143,15 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
     sub.add_parser("list", help="list experiments and presets")
-    bench = sub.add_parser("bench", help="run a benchmark from benchmarks/ (--smoke: seconds)")
+    bench = sub.add_parser("bench", add_help=False,
+                           help="run a benchmark of the seqjax checkout you are in (`python -m "
+                           "benchmarks` in its root; --smoke: seconds; `seqjax bench`: the list)")
     bench.add_argument("benchmark", nargs="?")
     args, rest = ap.parse_known_args(argv)
     if args.command == "bench":
-        bench_main = _checkout_benchmarks()
-        if bench_main is None:
-            return _error("`seqjax bench` runs the benchmarks of a seqjax checkout (they are not "
-                          "installed with the package): run it from the repository root.")
-        return bench_main(([args.benchmark] if args.benchmark else []) + rest)
+        return _bench(([args.benchmark] if args.benchmark else []) + rest)
     if args.command == "train" and (args.experiment in (None, "-h", "--help")
                                      or any(a in ("-h", "--help") for a in rest)):
         if args.experiment in (None, "-h", "--help"):
@@ -194,23 +196,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(f"{err}: an optional package of seqjax (`{found[0]}`); "
                       'pip install "seqjax[experiments]" installs every one the experiments use.')
 
-def _checkout_benchmarks():
-    """``benchmarks.__main__.main`` of the checkout in the working directory, or ``None``.
+def _checkout_root(start: str) -> str | None:
+    """The seqjax checkout that holds ``start``: the nearest folder at or above it with
+    ``benchmarks/__main__.py`` beside a ``pyproject.toml`` of the project ``seqjax``."""
+    path = os.path.abspath(start)
+    while True:
+        pyproject = os.path.join(path, "pyproject.toml")
+        if (os.path.isfile(os.path.join(path, "benchmarks", "__main__.py"))
+                and os.path.isfile(pyproject)):
+            with open(pyproject, encoding="utf-8") as f:
+                if re.search(r"""(?m)^name\s*=\s*["']seqjax["']""", f.read()):
+                    return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
 
-    The ``seqjax`` console script does not put the working directory on ``sys.path`` (``python
-    -m`` does), so a checkout's ``benchmarks/`` package is added from there.
-    """
-    root = os.getcwd()
-    if (os.path.isfile(os.path.join(root, "benchmarks", "__main__.py"))
-            and root not in sys.path and "" not in sys.path):
-        sys.path.insert(0, root)
+
+def _bench(argv: list[str]) -> int:
+    """``python -m benchmarks ARGV`` in the checkout's root, as a child process: the
+    benchmarks are not installed with the package, and this process's ``sys.path`` is left
+    as it is. Relative paths in ``ARGV`` are taken from the root."""
+    cwd = os.getcwd()
+    root = _checkout_root(cwd)
+    if root is None:
+        return _error(f"`seqjax bench` runs the benchmarks of a seqjax checkout (they are not "
+                      f"installed with the package), and no folder from {cwd} up holds "
+                      "benchmarks/__main__.py beside the pyproject.toml of seqjax: run it "
+                      "inside a clone of the repository.")
+    if os.path.realpath(root) != os.path.realpath(cwd):
+        print(f"seqjax bench: running `python -m benchmarks` in {root} (relative paths are "
+              "taken from there)", file=sys.stderr, flush=True)
     try:
-        from benchmarks.__main__ import main
-    except ModuleNotFoundError as err:
-        if err.name not in ("benchmarks", "benchmarks.__main__"):
-            raise  # a dependency of the benchmarks is missing: say which
-        return None
-    return main
+        rc = subprocess.run([sys.executable, "-m", "benchmarks", *argv], cwd=root,
+                            check=False).returncode
+    except KeyboardInterrupt:  # the child got the same SIGINT and has been stopped
+        return 130
+    return rc if rc >= 0 else 128 - rc  # killed by signal N: 128 + N, as a shell says
 
 
 if __name__ == "__main__":

@@ -151,22 +151,44 @@ def test_train_help_lists_every_option_with_its_type_default_and_meaning(capsys)
 
 
 def test_bench_from_a_checkout_and_from_elsewhere(tmp_path):
-    """The ``seqjax`` console script does not put the working directory on ``sys.path``:
-    ``seqjax bench`` finds the checkout's benchmarks from its root, and outside a checkout
-    exits 2 saying so. (``python -I`` reproduces the console script's ``sys.path``.)"""
+    """``seqjax bench`` runs ``python -m benchmarks`` in the root of the checkout that holds
+    the working directory (from the root or below it), leaves its own ``sys.path`` alone,
+    and outside a checkout exits 2 naming what it looked for. (``python -I`` reproduces the
+    console script's ``sys.path``: no working directory on it.)"""
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = "import sys; from seqjax.cli import main; sys.exit(main(['bench']))"
-    listed = subprocess.run([sys.executable, "-I", "-c", code], cwd=root,
-                            capture_output=True, text=True, timeout=120)
-    assert listed.returncode == 0, listed.stderr
-    assert "rnn_profile" in listed.stdout and "cpu_wakeup" in listed.stdout
+    code = ("import sys; from seqjax.cli import main; path = list(sys.path); "
+            "rc = main(['bench']); assert sys.path == path and 'benchmarks' not in sys.modules; "
+            "sys.exit(rc)")
+    for cwd in (root, os.path.join(root, "tests")):
+        listed = subprocess.run([sys.executable, "-I", "-c", code], cwd=cwd,
+                                capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        assert "rnn_profile" in listed.stdout and "gpu" in listed.stdout
+        assert ("relative paths are taken from there" in listed.stderr) == (cwd != root)
+    # A folder with benchmarks/ but another project's pyproject.toml is not a checkout.
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__main__.py").write_text("raise SystemExit(0)\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "other"\n')
     elsewhere = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path,
                                capture_output=True, text=True, timeout=120)
     assert elsewhere.returncode == 2
-    assert "repository root" in elsewhere.stderr
+    assert "benchmarks/__main__.py beside the pyproject.toml of seqjax" in elsewhere.stderr
+    assert str(tmp_path) in elsewhere.stderr
+
+
+def test_bench_finds_the_checkout_root_from_below(tmp_path):
+    from seqjax.cli import _checkout_root
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__main__.py").write_text("")
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    assert _checkout_root(str(tmp_path / "deep" / "er")) is None  # no pyproject.toml
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "seqjax"\n')
+    assert _checkout_root(str(tmp_path / "deep" / "er")) == str(tmp_path)
+    assert _checkout_root(str(tmp_path)) == str(tmp_path)
 
 
 def test_checked_flag_turns_on_the_checked_fit_for_the_process(monkeypatch):

@@ -78,7 +78,7 @@ def _context(impl):
         pltpu = pytest.importorskip("jax.experimental.pallas.tpu")
         return pltpu.force_tpu_interpret_mode()
     if impl == "cudnn" and jax.default_backend() != "gpu":
-        pytest.skip("cuDNN attention needs a GPU (checked by python -m benchmarks accelerator)")
+        pytest.skip("cuDNN attention needs a GPU (checked by tests/test_gpu_paths.py)")
     return _nullcontext()
 
 

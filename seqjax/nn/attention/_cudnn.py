@@ -6,7 +6,8 @@ gradients, to the tolerance of float16/bfloat16: ``jax.nn.dot_product_attention`
 cuDNN flash attention on a GPU, with the empty-row rule of
 :mod:`seqjax.nn.attention.checks` applied after the kernel
 (:func:`~seqjax.nn.attention.checks.zero_invisible_rows`). Checked on a GPU by
-``python -m benchmarks accelerator``; skipped on CPU.
+``tests/test_gpu_paths.py`` (``JAX_PLATFORMS=cuda python -m pytest tests/test_gpu_paths.py``);
+skipped on CPU.
 """
 
 from __future__ import annotations
