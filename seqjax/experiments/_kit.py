@@ -18,11 +18,17 @@ Shakespeare), :mod:`~seqjax.experiments._seq2seq` (sentence pairs and the seq2se
 * **Devices** — :func:`pad_rows` (an evaluation set split over the mesh's batch shards,
   padded with rows that weigh zero), :func:`host_rows` (this process's rows of a global
   batch), :func:`write_run_info` (``run.json``).
-* **Training wiring** — :func:`init_state` (the optimiser and the sharded ``TrainState``)
-  and :func:`fit_arrays` (``fit`` over a dict of arrays through a resumable, host-sharded
-  :class:`~seqjax.data.iterators.ArrayIterator`, with the step and evaluation step laid
-  out on the mesh): the ~15 lines each recipe used to write; :func:`train_classifier` on
-  top of them (cross-entropy, AdamW with warm-up and cosine decay, test accuracy).
+* **Training** — a recipe's ``build(cfg)`` returns a :class:`Task`: its runs (each a :class:`Run`:
+  model, initial parameters, loss, data, optimiser, ``FitConfig``, evaluation) and the
+  hooks of its results (``summarize``, ``report``, ``files``; a run's own ``evaluate``).
+  :func:`train` is the one path that trains it: for each run the sharded state
+  (:func:`init_state`), the train and evaluation steps on the mesh, ``fit`` (a dict of
+  arrays through a resumable, host-sharded :class:`~seqjax.data.iterators.ArrayIterator`),
+  the final evaluation, giving a :class:`Trained`; then the summary (provenance + the
+  recipe's figures) and :func:`write_results`. A recipe's ``run(cfg)`` is
+  ``train(build(cfg), cfg)``. :func:`classifier_run` builds the run of a classifier
+  (cross-entropy, AdamW with warm-up and cosine decay, test accuracy); :func:`fit_arrays`
+  is ``fit`` over a dict of arrays for the recipes that wire ``fit`` themselves.
 
 On one device :func:`pad_rows` and :func:`host_rows` return their input unchanged, so a
 single-device result is what it was before the experiments ran on a mesh.
@@ -33,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -44,17 +50,20 @@ import optax
 from seqjax._io import write_atomic, write_json
 from seqjax.data.iterators import ArrayIterator
 from seqjax.train.loop import FitConfig, FitResult, fit
+from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel
+from seqjax.train.records import read_metrics
 from seqjax.train.records import write_run_info as _write_run_info
 from seqjax.train.sharding import host_batch_slice
-from seqjax.utils import machine_info
+from seqjax.utils import count_params, machine_info
 
 __all__ = [
     "machine_info", "machine", "load_average", "command_line", "write_json", "write_results",
     "mean_sd",
-    "pad_rows", "host_rows", "write_run_info", "init_state", "fit_arrays", "train_classifier",
+    "pad_rows", "host_rows", "write_run_info", "init_state", "Run", "Trained", "Task", "train",
+    "train_run", "classifier_run", "fit_arrays", "train_classifier",
 ]
 
 
@@ -97,11 +106,12 @@ def command_line(name: str, cfg: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- results files
-def write_results(name: str, cfg: Any, markdown: str, summary: Mapping[str, Any], *,
+def write_results(name: str, cfg: Any, markdown: str | None, summary: Mapping[str, Any], *,
                   plot: Callable[[str], Any] | None = None) -> list[str]:
-    """An experiment's outputs, written by process 0: ``NAME.md`` (and the figures,
-    ``plot(folder)``) in ``cfg.workdir`` and ``cfg.results_dir`` (those that are set), and
-    the summary as ``NAME.json`` in the work dir. Returns the folders written."""
+    """An experiment's outputs, written by process 0: ``NAME.md`` (unless ``markdown`` is
+    ``None``) and the figures (``plot(folder)``) in ``cfg.workdir`` and ``cfg.results_dir``
+    (those that are set), and the summary as ``NAME.json`` in the work dir. Returns the
+    folders written."""
     if jax.process_index() != 0:
         return []
     folders = list(dict.fromkeys(d for d in (getattr(cfg, "workdir", None),
@@ -110,7 +120,8 @@ def write_results(name: str, cfg: Any, markdown: str, summary: Mapping[str, Any]
         os.makedirs(folder, exist_ok=True)
         if plot is not None:
             plot(folder)
-        write_atomic(os.path.join(folder, f"{name}.md"), markdown)
+        if markdown is not None:
+            write_atomic(os.path.join(folder, f"{name}.md"), markdown)
         if folder == getattr(cfg, "workdir", None):
             write_json(os.path.join(folder, f"{name}.json"), summary)
     return folders
@@ -188,6 +199,258 @@ def init_state(par: Parallel, params: Any, optimizer: OptimizerConfig,
     return par.shard_state(TrainState.create(params, tx, key)), schedule
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run of a recipe: what :func:`train` needs to fit one model.
+
+    Attributes:
+        model: the Flax module (for the recipe's hooks; ``train`` reads only ``params``).
+        params: the initial parameters (a host copy, the same on every process).
+        loss_fn: ``(params, batch, rng) -> (loss, metrics)``, laid out on the mesh by
+            ``par.train_step``.
+        data: the training batches: a dict of arrays, whose rows a seeded, resumable
+            :class:`~seqjax.data.iterators.ArrayIterator` draws (this process's share of
+            every global batch), or a function of the :class:`Parallel` that returns
+            ``fit``'s ``train_data`` (an iterator, ``f(i) -> batch``, a device source).
+        optimizer: the optimiser and its schedule.
+        fit: how ``fit`` runs (steps, logging, checkpoints, ``flops_per_step``, ...).
+        batch_size: rows of every global batch (checked against the mesh first).
+        seed: the batch order of a dict ``data``; the state's dropout key too, unless
+            ``dropout_seed`` is given.
+        dropout_seed: the seed of the state's dropout key; ``None`` = ``seed``.
+        eval_fn: ``(params, batch) -> metrics``, laid out on the mesh by ``par.eval_step``;
+            with ``eval_data``, evaluated by ``fit`` (every ``fit.eval_every`` steps and at
+            the end) and by :meth:`Trained.evaluate`.
+        eval_data: a list of global evaluation batches, or a function of the
+            :class:`Parallel` that returns one.
+        compute_dtype: the steps' compute dtype (``None`` = the parameters').
+        model_config: saved with the checkpoints and checked when they are restored.
+        tokenizer: saved with the checkpoints and as ``tokenizer.json`` in the run's folder
+            (an object with ``to_json()`` and ``save(path)``).
+        check_batch: a host-side check of every training batch, given to ``fit``.
+        name: the run's folder under the work dir (runs of a multi-run recipe);
+            ``""`` = the work dir itself.
+        evaluate: the run's own evaluation after ``fit``: its dict is
+            :attr:`Trained.results`.
+    """
+
+    model: Any
+    params: Any
+    loss_fn: Callable[..., Any]
+    data: Mapping[str, np.ndarray] | Callable[[Parallel], Any]
+    optimizer: OptimizerConfig
+    fit: FitConfig
+    batch_size: int
+    seed: int
+    dropout_seed: int | None = None
+    eval_fn: Callable[..., Any] | None = None
+    eval_data: Sequence[Any] | Callable[[Parallel], Any] | None = None
+    compute_dtype: Any = None
+    model_config: Mapping[str, Any] | None = None
+    tokenizer: Any = None
+    check_batch: Callable[[Any], None] | None = None
+    name: str = ""
+    evaluate: Callable[[Trained], dict] | None = None
+
+
+@dataclasses.dataclass
+class Trained:
+    """A :class:`Run` after :func:`train` fitted it.
+
+    Attributes:
+        run: the run.
+        result: what ``fit`` returned (its ``state`` on the mesh).
+        params: a host copy of the trained parameters (the same on every process).
+        eval: the final evaluation's metrics (``"eval/loss"``, ...; empty without
+            ``eval_fn``).
+        seconds: the training time (of every call, for a resumed run: its records').
+        records: every logged record (``metrics.jsonl`` with a work dir, else ``fit``'s).
+        results: what the run's ``evaluate`` hook returned (empty without one).
+        folder: the run's folder (``None`` without a work dir).
+        par: the devices it trained on.
+        eval_step: the evaluation step on the mesh (``None`` without ``eval_fn``).
+        eval_data: the run's evaluation batches.
+    """
+
+    run: Run
+    result: FitResult
+    params: Any
+    eval: dict
+    seconds: float
+    records: list[dict]
+    folder: str | None
+    par: Parallel
+    eval_step: Callable[..., Any] | None
+    eval_data: Any
+    results: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        """The optimiser steps the state has taken."""
+        return int(jax.device_get(self.result.state.step))
+
+    def evaluate(self, batches: Iterable[Any] | None = None) -> dict[str, float]:
+        """The trained parameters' metrics over global ``batches`` (default: the run's
+        evaluation data), on the mesh (:func:`seqjax.train.loop.evaluate`)."""
+        if self.eval_step is None:
+            raise ValueError("the run has no `eval_fn`: nothing to evaluate with.")
+        return evaluate_batches(self.eval_step, self.result.state.params,
+                                self.eval_data if batches is None else batches,
+                                place_batch=self.par.place_global)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a recipe's ``build(cfg)`` returns: its runs and the hooks of its summary.
+
+    Attributes:
+        name: the recipe (``NAME.json``, ``NAME.md``).
+        runs: the runs, trained in order (a generator builds each when its turn comes).
+        about: printed before training, ``"NAME: ABOUT; PARALLEL"``.
+        summarize: the summary's figures from the trained runs (joined to the
+            provenance that :func:`train` records).
+        report: the markdown of ``NAME.md`` from the summary (printed, and written to
+            the work dir and the results folder); ``None`` = no markdown.
+        files: writes the recipe's own files (figures, samples) into a folder, given the
+            folder and the summary; called for the work dir and the results folder.
+        started: ``time.perf_counter()`` when the recipe began (its data preparation then
+            counts in ``wall_s``); ``None`` = when :func:`train` is called.
+    """
+
+    name: str
+    runs: Iterable[Run]
+    about: str = ""
+    summarize: Callable[[list[Trained]], dict] | None = None
+    report: Callable[[dict], str] | None = None
+    files: Callable[[str, dict], Any] | None = None
+    started: float | None = None
+
+
+def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
+    """Train each of ``task``'s runs on ``par``'s devices (default:
+    ``Parallel.from_options(cfg)``), then summarise and write the results once.
+
+    The summary is the provenance (``config``, ``parallel``, ``machine``, the load
+    averages, ``wall_s``; with one run also its ``params``, ``steps``, ``resumed_from``,
+    ``status`` and ``train_wall_s``) updated by ``task.summarize``; :func:`write_results`
+    writes it as ``NAME.json`` in ``cfg.workdir``, with ``task.report``'s markdown and
+    ``task.files``' files there and in ``cfg.results_dir``. Returns the summary.
+    """
+    start = time.perf_counter() if task.started is None else task.started
+    par = Parallel.from_options(cfg) if par is None else par
+    load_before = load_average()
+    print(f"{task.name}: {task.about}; {par}" if task.about else f"{task.name}: {par}")
+    trained = [train_run(run, par, getattr(cfg, "workdir", None)) for run in task.runs]
+    summary: dict[str, Any] = {
+        "config": dataclasses.asdict(cfg), "parallel": par.describe(), "machine": machine(),
+        "load_average_before": load_before, "load_average_after": load_average(),
+    }
+    if len(trained) == 1:
+        t = trained[0]
+        summary.update(params=count_params(t.params), steps=t.steps,
+                       resumed_from=t.result.start_step, status=t.result.status,
+                       train_wall_s=t.seconds)
+    summary["wall_s"] = time.perf_counter() - start
+    if task.summarize is not None:
+        summary.update(task.summarize(trained))
+    markdown = None if task.report is None else task.report(summary)
+    if markdown:
+        print("\n" + markdown)
+    files = task.files
+    write_results(task.name, cfg, markdown, summary,
+                  plot=None if files is None else (lambda folder: files(folder, summary)))
+    return summary
+
+
+def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
+    """Fit one :class:`Run` on ``par``'s devices, in ``workdir/run.name`` (nothing written
+    without a work dir), then evaluate it (``fit``'s last evaluation and the run's
+    ``evaluate`` hook)."""
+    par.check_batch_size(run.batch_size)
+    folder = None if not workdir else os.path.join(workdir, run.name) if run.name else workdir
+    if run.name:  # the runs write theirs one level down
+        write_run_info(par, workdir)
+    seed = run.seed if run.dropout_seed is None else run.dropout_seed
+    state, schedule = init_state(par, run.params, run.optimizer, jax.random.PRNGKey(seed))
+    train_step = par.train_step(run.loss_fn, schedule=schedule, compute_dtype=run.compute_dtype)
+    eval_step = (None if run.eval_fn is None
+                 else par.eval_step(run.eval_fn, compute_dtype=run.compute_dtype))
+    eval_data = run.eval_data(par) if callable(run.eval_data) else run.eval_data
+    if isinstance(run.data, Mapping):
+        data = ArrayIterator(dict(run.data), par.local_batch_size(run.batch_size),
+                             seed=run.seed, **par.iterator_shard())
+    else:
+        data = run.data(par)
+    tokenizer = None
+    if run.tokenizer is not None:
+        tokenizer = run.tokenizer.to_json()
+        if folder and jax.process_index() == 0:
+            os.makedirs(folder, exist_ok=True)
+            run.tokenizer.save(os.path.join(folder, "tokenizer.json"))
+    extra = {} if run.check_batch is None else {"check_batch": run.check_batch}
+    begin = time.perf_counter()
+    result = fit(state, train_step, data, run.fit, workdir=folder, eval_step=eval_step,
+                 eval_data=eval_data, tokenizer=tokenizer, parallel=par,
+                 model_config=None if run.model_config is None else dict(run.model_config),
+                 **extra)
+    seconds = time.perf_counter() - begin
+    records = (read_metrics(os.path.join(folder, "metrics.jsonl")) if folder
+               else list(result.history))
+    if result.start_step:  # resumed: the training time is in the earlier calls' records
+        seconds = max((r.get("time", 0.0) for r in records), default=seconds)
+    trained = Trained(run=run, result=result, params=par.gather(result.state.params),
+                      eval=dict(result.eval_metrics), seconds=seconds, records=records,
+                      folder=folder, par=par, eval_step=eval_step, eval_data=eval_data)
+    if run.evaluate is not None:
+        trained.results = dict(run.evaluate(trained))
+    return trained
+
+
+def classifier_run(model: Any, train: Mapping[str, np.ndarray],
+                   test: Mapping[str, np.ndarray], cfg: Any, seed: int, *,
+                   name: str = "", model_config: Mapping[str, Any] | None = None,
+                   evaluate: Callable[[Trained], dict] | None = None) -> Run:
+    """A classifier of ``train["x"] -> train["y"]`` trained by cross-entropy (AdamW, linear
+    warm-up then cosine decay to 0), the whole ``test`` set evaluated as one global batch
+    at the end (``eval/accuracy``).
+
+    ``cfg`` gives ``learning_rate``, ``warmup_steps``, ``steps``, ``weight_decay``,
+    ``clip_norm``, ``batch_size`` (capped at the training set), ``log_every``,
+    ``progress`` and ``workdir`` (the ``digits`` and ``audio`` experiments' ``Config``);
+    the parameters are drawn from ``seed``, the state's dropout key from ``seed + 1000``.
+    """
+    params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.asarray(train["x"][:1]))["params"]
+
+    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
+        logits = model.apply({"params": p}, batch["x"])
+        acc = jnp.mean(jnp.argmax(logits, -1) == batch["y"])
+        return masked_cross_entropy(logits, batch["y"]), {"accuracy": acc}
+
+    def eval_fn(p: Any, batch: dict) -> dict:
+        logits = model.apply({"params": p}, batch["x"])
+        keep = batch["mask"]  # False on the rows that pad the test set to the mesh
+        return {"loss": masked_cross_entropy(logits, batch["y"], keep),
+                "accuracy": token_accuracy(logits, batch["y"], keep),
+                "tokens": jnp.sum(keep).astype(jnp.float32)}
+
+    def test_batch(par: Parallel) -> list[dict]:  # one global batch, padded to the mesh
+        rows = {**test, "mask": np.ones(len(test["y"]), bool)}
+        return [pad_rows(rows, par.batch_shards, {"mask": False})]
+
+    return Run(
+        model=model, params=params, loss_fn=loss_fn, data=dict(train),
+        optimizer=OptimizerConfig(
+            "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
+            end_lr_ratio=0.0, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm),
+        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
+                      best_metric=None, progress=cfg.progress, tensorboard=False,
+                      plot=cfg.workdir is not None),
+        batch_size=min(cfg.batch_size, len(train["y"])), seed=seed, dropout_seed=seed + 1000,
+        eval_fn=eval_fn, eval_data=test_batch, model_config=model_config, name=name,
+        evaluate=evaluate)
+
+
 def fit_arrays(
     par: Parallel,
     state: TrainState,
@@ -225,56 +488,8 @@ def fit_arrays(
 def train_classifier(model: Any, train: dict[str, np.ndarray], test: dict[str, np.ndarray],
                      cfg: Any, seed: int, workdir: str | None, model_config: dict,
                      par: Parallel) -> tuple[Any, float, float, list[dict]]:
-    """A classifier of ``train["x"] -> train["y"]`` trained by cross-entropy on ``par``'s
-    devices (AdamW, linear warm-up then cosine decay), the whole ``test`` set evaluated as one
-    global batch at the end; returns the parameters (a host copy), the test accuracy, the
-    seconds and the logged records.
-
-    ``cfg`` gives ``learning_rate``, ``warmup_steps``, ``steps``, ``weight_decay``,
-    ``clip_norm``, ``batch_size``, ``log_every`` and ``progress`` (the ``digits`` and
-    ``audio`` experiments' ``Config``); the parameters are drawn from ``seed``, the state's
-    dropout key from ``seed + 1000``.
-    """
-    params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.asarray(train["x"][:1]))["params"]
-    opt = OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
-        end_lr_ratio=0.0, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm)
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed + 1000))
-
-    def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
-        logits = model.apply({"params": p}, batch["x"])
-        acc = jnp.mean(jnp.argmax(logits, -1) == batch["y"])
-        return masked_cross_entropy(logits, batch["y"]), {"accuracy": acc}
-
-    def eval_fn(p: Any, batch: dict) -> dict:
-        logits = model.apply({"params": p}, batch["x"])
-        keep = batch["mask"]  # False on the rows that pad the test set to the mesh
-        return {"loss": masked_cross_entropy(logits, batch["y"], keep),
-                "accuracy": token_accuracy(logits, batch["y"], keep),
-                "tokens": jnp.sum(keep).astype(jnp.float32)}
-
-    # The whole test set is one global evaluation batch, padded to split over the devices.
-    test = pad_rows({**test, "mask": np.ones(len(test["y"]), bool)}, par.batch_shards,
-                    {"mask": False})
-    batch_size = min(cfg.batch_size, len(train["y"]))
-    par.check_batch_size(batch_size)
-    start = time.perf_counter()
-    result = fit_arrays(
-        par,
-        state,
-        loss_fn,
-        train,
-        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                  best_metric=None, progress=cfg.progress, tensorboard=False,
-                  plot=workdir is not None),
-        batch_size=batch_size,
-        seed=seed,
-        schedule=schedule,
-        workdir=workdir,
-        eval_fn=eval_fn,
-        eval_data=[test],
-        model_config=model_config,
-    )
-    return (par.gather(result.state.params), float(result.eval_metrics["eval/accuracy"]),
-            time.perf_counter() - start, result.history)
+    """:func:`classifier_run` trained in ``workdir`` by :func:`train_run`: the parameters
+    (a host copy), the test accuracy, the seconds and the logged records."""
+    t = train_run(classifier_run(model, train, test, cfg, seed, model_config=model_config),
+                  par, workdir)
+    return t.params, float(t.eval["eval/accuracy"]), t.seconds, t.result.history

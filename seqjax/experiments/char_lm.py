@@ -65,9 +65,7 @@ Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU con
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,7 +85,7 @@ from seqjax.experiments._config import (
     PosFloat,
     PosInt,
 )
-from seqjax.experiments._kit import load_average, machine, write_json
+from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments._text import (
     Model,
     build_model,
@@ -101,12 +99,11 @@ from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.fit_parts import compile_in_background
 from seqjax.train.flops import lm_flops_per_token
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
-from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 
@@ -294,40 +291,21 @@ def compile_sampler_ahead(model: Any, params: Any, cfg: Config, prompt_ids: list
 # ----------------------------------------------------------------------------- training
 
 
-def _optimizer(cfg: Config) -> tuple[Any, Any]:
-    return make_optimizer(OptimizerConfig(
+def optimizer(cfg: Config) -> OptimizerConfig:
+    """nanoGPT's AdamW: warm-up, cosine decay to ``min_lr_ratio``, every matrix decayed."""
+    return OptimizerConfig(
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
         end_lr_ratio=cfg.min_lr_ratio, b1=0.9, b2=cfg.beta2, weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm or None, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer,
-    ))
+        clip_norm=cfg.clip_norm or None, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size)
-    primary = jax.process_index() == 0
+def build(cfg: Config) -> Task:
+    """The character LM's one run on Tiny Shakespeare and the figures of its summary."""
     train_ids, val_ids, tok = load_data(cfg)
-    vocab = tok.vocab_size
-    model = build_model(cfg, vocab)
+    model = build_model(cfg, tok.vocab_size)
     x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x0)["params"]
-    n_params = count_params(params)
-    tx, schedule = _optimizer(cfg)
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1)))
-    apply_fn = flax_apply_fn(model)
-    compute = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
-    train_step = par.train_step(make_lm_loss(apply_fn), schedule=schedule,
-                                compute_dtype=compute)
-    eval_step = par.eval_step(make_lm_eval(apply_fn), compute_dtype=compute)
-    eval_batches = val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2)
-    data = train_windows(train_ids, cfg, par, vocab)
-    if cfg.workdir and primary:
-        os.makedirs(cfg.workdir, exist_ok=True)
-        tok.save(os.path.join(cfg.workdir, "tokenizer.json"))
-    print(f"char_lm: {cfg.model}, {n_params:,} parameters, {len(train_ids):,} train / "
-          f"{len(val_ids):,} val characters, vocabulary {vocab}; {par}")
-    load_before = load_average()
     # MFU in the logs (on devices with a known peak): 6N + 12·L·H·Q·T per token, causal half.
     flops_per_step = None
     if isinstance(model, TransformerLM):
@@ -335,73 +313,61 @@ def run(cfg: Config) -> dict:
                           * cfg.batch_size * cfg.block_size)
     if cfg.sample_chars and jax.default_backend() != "cpu":  # off the critical path
         compile_sampler_ahead(model, params, cfg, tok.encode("\n"))
-    start = time.perf_counter()
-    result = fit(
-        state, train_step, data,
-        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                  checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
-                  print_logs=True, flops_per_step=flops_per_step,
-                  steps_per_call=cfg.steps_per_call),
-        workdir=cfg.workdir, eval_step=eval_step, eval_data=eval_batches,
-        model_config=model_config(cfg, vocab), tokenizer=tok.to_json(), parallel=par,
-    )
-    train_wall = time.perf_counter() - start
-    load_after = load_average()
-    if result.start_step:  # resumed: the training time is in the earlier runs' records
-        records = read_history(cfg, result)
-        train_wall = max((r.get("time", 0.0) for r in records), default=train_wall)
-    params = result.state.params
-    place = par.place_global
-    final = evaluate_batches(eval_step, params, eval_batches, place_batch=place)
-    train_est = evaluate_batches(eval_step, params,
-                                 val_windows(train_ids, cfg, cfg.eval_batches, seed=cfg.seed + 3),
-                                 place_batch=place)
-    full = None
-    if cfg.full_val:
-        full = evaluate_batches(eval_step, params,
-                                full_windows(val_ids, cfg.block_size, cfg.batch_size),
-                                place_batch=place)
-    params = par.gather(params)  # a host copy for sampling (identical on every process)
-    text = generate_ids(model, params, cfg, tok.encode("\n"), max_new_tokens=cfg.sample_chars,
-                        temperature=cfg.sample_temperature, top_k=cfg.sample_top_k,
-                        seed=cfg.seed) if cfg.sample_chars else []  # 0: no sample
-    sample_text = tok.decode(text)
-    curve = [(r["step"], r["loss"], r.get("eval/loss")) for r in read_history(cfg, result)]
-    summary = {
-        "config": dataclasses.asdict(cfg),
-        "parallel": par.describe(),
-        "params": n_params,
-        "steps": int(jax.device_get(result.state.step)),
-        "resumed_from": result.start_step,
-        "status": result.status,
-        "train_wall_s": train_wall,
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "machine": machine(),
-        "val_loss_estimate": final["loss"],
-        "train_loss_estimate": train_est["loss"],
-        "val_loss_full": None if full is None else full["loss"],
-        "val_tokens_full": None if full is None else full["tokens"],
-        "anchor_val_loss": NANOGPT_GPU_VAL_LOSS if cfg.block_size >= 256 else NANOGPT_CPU_VAL_LOSS,
-        "sample": sample_text,
-        "curve": curve,
-    }
-    print(f"\nstep {summary['steps']}: train {train_est['loss']:.4f}, val {final['loss']:.4f}"
-          + (f" (full val {full['loss']:.4f})" if full else "")
-          + f"; {train_wall:.0f} s of training; nanoGPT: {summary['anchor_val_loss']}")
-    print("sample:\n" + sample_text)
-    if cfg.workdir and primary:
-        write_json(os.path.join(cfg.workdir, "char_lm.json"), summary)
-        with open(os.path.join(cfg.workdir, "samples.txt"), "w", encoding="utf-8") as f:
-            f.write(sample_text)
-    return summary
+    apply_fn = flax_apply_fn(model)
+
+    def evaluate_lm(t: Trained) -> dict:  # nanoGPT's estimates, the full split, a sample
+        val, train_est = t.evaluate(), t.evaluate(
+            val_windows(train_ids, cfg, cfg.eval_batches, seed=cfg.seed + 3))
+        full = {"loss": None, "tokens": None}
+        if cfg.full_val:
+            full = t.evaluate(full_windows(val_ids, cfg.block_size, cfg.batch_size))
+        text = generate_ids(model, t.params, cfg, tok.encode("\n"), seed=cfg.seed,
+                            max_new_tokens=cfg.sample_chars, temperature=cfg.sample_temperature,
+                            top_k=cfg.sample_top_k) if cfg.sample_chars else []  # 0: none
+        return {"val_loss_estimate": val["loss"], "train_loss_estimate": train_est["loss"],
+                "val_loss_full": full["loss"], "val_tokens_full": full["tokens"],
+                "sample": tok.decode(text)}
+
+    run_ = Run(
+        model=model, params=params, loss_fn=make_lm_loss(apply_fn),
+        data=lambda par: train_windows(train_ids, cfg, par, tok.vocab_size),
+        optimizer=optimizer(cfg),
+        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                      checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
+                      print_logs=True, flops_per_step=flops_per_step,
+                      steps_per_call=cfg.steps_per_call),
+        batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,
+        eval_fn=make_lm_eval(apply_fn),
+        eval_data=val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2),
+        compute_dtype=None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype),
+        model_config=model_config(cfg, tok.vocab_size), tokenizer=tok, evaluate=evaluate_lm)
+    about = (f"{cfg.model}, {count_params(params):,} parameters, {len(train_ids):,} train / "
+             f"{len(val_ids):,} val characters, vocabulary {tok.vocab_size}")
+    return Task("char_lm", [run_], about=about, summarize=lambda ts: summarize(cfg, ts[0]),
+                files=write_sample)
 
 
-def read_history(cfg: Config, result: Any) -> list[dict]:
-    """Every logged record of the run (``metrics.jsonl`` if there is a work dir)."""
-    if cfg.workdir:
-        return read_metrics(os.path.join(cfg.workdir, "metrics.jsonl"))
-    return list(result.history)
+def summarize(cfg: Config, t: Trained) -> dict:
+    """The estimates, the sample, the curve and nanoGPT's anchor; printed."""
+    s = {**t.results, "curve": [(r["step"], r["loss"], r.get("eval/loss")) for r in t.records],
+         "anchor_val_loss": NANOGPT_GPU_VAL_LOSS if cfg.block_size >= 256 else NANOGPT_CPU_VAL_LOSS}
+    full = s["val_loss_full"]
+    print(f"\nstep {t.steps}: train {s['train_loss_estimate']:.4f}, val "
+          f"{s['val_loss_estimate']:.4f}" + (f" (full val {full:.4f})" if full is not None else "")
+          + f"; {t.seconds:.0f} s of training; nanoGPT: {s['anchor_val_loss']}")
+    print("sample:\n" + s["sample"])
+    return s
+
+
+def write_sample(folder: str, summary: dict) -> None:
+    """``samples.txt``: the end-of-run sample."""
+    with open(os.path.join(folder, "samples.txt"), "w", encoding="utf-8") as f:
+        f.write(summary["sample"])
+
+
+def run(cfg: Config) -> dict:
+    """Train the character LM (resuming from ``cfg.workdir``); the summary."""
+    return train(build(cfg), cfg)
 
 
 # ----------------------------------------------------------------------------- inference

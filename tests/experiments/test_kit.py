@@ -1,4 +1,4 @@
-"""seqjax.experiments._kit: the results files every experiment writes, and its JSON."""
+"""seqjax.experiments._kit: the results files, their JSON, and the one training path (train)."""
 
 import dataclasses
 import json
@@ -29,3 +29,90 @@ def test_write_results_puts_the_markdown_and_figures_in_both_folders_and_json_in
     assert _kit.write_results("toy", _Cfg(), "# toy\n", summary) == []  # nowhere to write
     same = str(tmp_path / "same")
     assert _kit.write_results("toy", _Cfg(same, same), "x", {}) == [same]  # once
+
+
+# ----------------------------------------------------------------------------- train(task, cfg)
+@dataclasses.dataclass(frozen=True)
+class _TrainCfg:
+    steps: int = 6
+    workdir: str | None = None
+    results_dir: str | None = None
+
+
+def _regression_run(cfg, seed=0, name="", evaluate=None):
+    """A linear regression of y = x·w on 64 rows: the smallest Run."""
+    import jax.numpy as jnp
+
+    from seqjax.train.loop import FitConfig
+    from seqjax.train.optim import OptimizerConfig
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 3)).astype(np.float32)
+    data = {"x": x, "y": x @ np.array([1.0, -2.0, 0.5], np.float32)}
+
+    def loss_fn(p, batch, rng):
+        return jnp.mean((batch["x"] @ p["w"] - batch["y"]) ** 2), {}
+
+    def eval_fn(p, batch):
+        return {"loss": jnp.mean((batch["x"] @ p["w"] - batch["y"]) ** 2)}
+
+    return _kit.Run(
+        model=None, params={"w": np.zeros(3, np.float32)}, loss_fn=loss_fn, data=data,
+        optimizer=OptimizerConfig("adam", learning_rate=0.1),
+        fit=FitConfig(num_steps=cfg.steps, log_every=1, progress=False, best_metric=None,
+                      tensorboard=False, plot=False),
+        batch_size=8, seed=seed, eval_fn=eval_fn, eval_data=[data], name=name,
+        evaluate=evaluate)
+
+
+def test_train_is_fit_over_the_runs_data_with_the_same_losses_as_fit_arrays(tmp_path):
+    """train(Task) draws the same batches, from the same state, as the hand-wired path."""
+    import jax
+
+    from seqjax.train.parallel import Parallel
+
+    cfg = _TrainCfg(workdir=str(tmp_path / "work"), results_dir=str(tmp_path / "results"))
+    seen = {}
+
+    def summarize(trained):
+        seen["trained"] = trained
+        return {"final_loss": trained[0].records[-1]["loss"]}
+
+    task = _kit.Task("toy", [_regression_run(cfg, evaluate=lambda t: {"again": t.evaluate()})],
+                     summarize=summarize, report=lambda s: f"# toy {s['steps']}\n",
+                     files=lambda folder, s: open(f"{folder}/extra.txt", "w").write("x"))
+    summary = _kit.train(task, cfg)
+    (t,) = seen["trained"]
+    assert summary["steps"] == 6 and summary["status"] == "completed"
+    assert summary["resumed_from"] == 0 and summary["params"] == 3
+    assert {"config", "parallel", "machine", "wall_s", "train_wall_s"} <= set(summary)
+    assert t.results["again"]["loss"] == t.eval["eval/loss"]
+    assert isinstance(t.params["w"], np.ndarray) and t.folder == cfg.workdir
+    saved = json.load(open(f"{cfg.workdir}/toy.json"))
+    assert saved["final_loss"] == summary["final_loss"] and saved["config"]["steps"] == 6
+    for folder in (cfg.workdir, cfg.results_dir):
+        assert open(f"{folder}/toy.md").read() == "# toy 6\n"
+        assert open(f"{folder}/extra.txt").read() == "x"
+
+    run = _regression_run(cfg)
+    par = Parallel.from_options(cfg)
+    state, schedule = _kit.init_state(par, run.params, run.optimizer, jax.random.PRNGKey(0))
+    by_hand = _kit.fit_arrays(par, state, run.loss_fn, run.data, run.fit, batch_size=8,
+                              seed=0, schedule=schedule)
+    assert [r["loss"] for r in by_hand.history] == [r["loss"] for r in t.records]
+
+
+def test_train_puts_named_runs_in_sub_folders_and_writes_no_markdown_without_a_report(tmp_path):
+    cfg = _TrainCfg(steps=2, workdir=str(tmp_path))
+    runs = (_regression_run(cfg, seed=s, name=f"seed{s}",
+                            evaluate=lambda t: {"loss": t.eval["eval/loss"]}) for s in (0, 1))
+    summary = _kit.train(_kit.Task("two", runs, summarize=lambda ts: {
+        "runs": [t.results for t in ts]}), cfg)
+    assert len(summary["runs"]) == 2 and "steps" not in summary  # per run, not one
+    for s in (0, 1):
+        assert (tmp_path / f"seed{s}" / "metrics.jsonl").exists()
+    assert (tmp_path / "run.json").exists() and (tmp_path / "two.json").exists()
+    assert not (tmp_path / "two.md").exists()
+    nothing = _kit.train(_kit.Task("two", [_regression_run(_TrainCfg(steps=2))]),
+                         _TrainCfg(steps=2))
+    assert nothing["steps"] == 2
