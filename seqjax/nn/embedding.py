@@ -155,6 +155,7 @@ class Embed(nn.Embed):
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise TypeError(f"`inputs` must be integer ids; got {inputs.dtype}.")
         (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
+        assert embedding is not None  # promote_dtype returns None only for a None input
         if self.num_embeddings == 1:
             record_vocab_ids(inputs, "inputs", 1)
             rows = jnp.broadcast_to(embedding, inputs.shape + (self.features,))

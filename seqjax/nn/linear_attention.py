@@ -37,7 +37,7 @@ the state is ``S: [B, H, F, D_v]``, ``z: [B, H, F]`` (``F`` = feature dimension 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import flax
 import jax
@@ -198,7 +198,8 @@ def _step(state: State, pq_BxHxF: Array, pk_BxHxF: Array, v_BxHxE: Array, eps: f
 
 def _causal_recurrent(pq, pk, v, state, eps):
     def body(carry, inputs):
-        return _step(carry, *inputs, eps)
+        pq_BxHxF, pk_BxHxF, v_BxHxE = inputs
+        return _step(carry, pq_BxHxF, pk_BxHxF, v_BxHxE, eps)
 
     xs = (jnp.swapaxes(pq, 0, 1), jnp.swapaxes(pk, 0, 1), jnp.swapaxes(v, 0, 1))
     final, y_TxBxHxE = jax.lax.scan(body, state, xs)
@@ -282,7 +283,8 @@ def linear_attention(
         state = _zero_state(b, h, f, e)
     else:
         _check_state(initial_state, b, h, f, e, "initial_state")
-        state = tuple(s.astype(jnp.float32) for s in initial_state)
+        s0, z0 = initial_state
+        state = (s0.astype(jnp.float32), z0.astype(jnp.float32))
     v32 = v_BxKxHxE.astype(jnp.float32)
     if not is_causal:
         y, final = _noncausal(pq, pk, v32, state, eps)
@@ -327,7 +329,8 @@ def linear_attention_step(
     _check_state(state, b, h, f, v_BxHxE.shape[-1], "state")
     if valid is not None:
         pk = jnp.where(valid[:, None, None], pk, 0.0)
-    state = tuple(s.astype(jnp.float32) for s in state)
+    s, z = state
+    state = (s.astype(jnp.float32), z.astype(jnp.float32))
     new_state, y = _step(state, pq, pk, v_BxHxE.astype(jnp.float32), eps)
     return new_state, y.astype(v_BxHxE.dtype)
 
@@ -378,6 +381,10 @@ class LinearAttentionCache:
     s_BxHxFxE: Array
     z_BxHxF: Array
     lengths_B: Array
+
+    if TYPE_CHECKING:
+        # flax.struct.dataclass adds it at runtime: dataclasses.replace(self, **changes).
+        def replace(self, **changes: Any) -> LinearAttentionCache: ...
 
     @classmethod
     def create(
@@ -566,7 +573,7 @@ class LinearAttention(nn.Module):
                 "additive bias would modify."
             )
         self_attention = inputs_kv is None
-        inputs_kv = inputs_q if self_attention else inputs_kv
+        inputs_kv = inputs_q if inputs_kv is None else inputs_kv
         check_rank(inputs_kv, "inputs_kv", 3)
         if inputs_kv.shape[0] != inputs_q.shape[0]:
             raise ValueError(
@@ -599,14 +606,14 @@ class LinearAttention(nn.Module):
             if self_attention:
                 raise ValueError("`kv_lengths` is for cross-attention; use `lengths`.")
             key_valid_BxK = _and(key_valid_BxK, _padding(kv_lengths, "kv_lengths", batch, klen))
-        kwargs = dict(feature_map=self.feature_map, eps=self.eps)
+        kwargs: dict[str, Any] = dict(feature_map=self.feature_map, eps=self.eps)
 
         if cache is None:
             causal = is_causal
-            y_BxQxHxD = linear_attention(
+            y_BxQxHxD = cast(Array, linear_attention(
                 q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=causal,
                 implementation=self.implementation, chunk_size=self.chunk_size, **kwargs,
-            )
+            ))  # return_state=False: y alone
             new_cache = None
         else:
             state = (cache.s_BxHxFxE, cache.z_BxHxF)

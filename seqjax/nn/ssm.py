@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax
 import jax
@@ -542,6 +542,10 @@ class MambaCache:
     conv_BxKm1xE: Array
     ssm_BxExN: Array
     lengths_B: Array
+
+    if TYPE_CHECKING:
+        # flax.struct.dataclass adds it at runtime: dataclasses.replace(self, **changes).
+        def replace(self, **changes: Any) -> MambaCache: ...
 
     @classmethod
     def create(

@@ -111,7 +111,7 @@ def xla_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, dropout_r
     mask5 = None if mask is None else _group(mask, hkv, groups)
     bias5 = None if bias is None else _group(bias, hkv, groups)
 
-    def block(q0: int, q1: int, k1: int, rng: Array | None) -> tuple[Array, Array]:
+    def block(q0: int, q1: int, k1: int, rng: Array | None) -> tuple[Array, Array | None]:
         n = q1 - q0
         # The H/G heads of a group and the queries form the rows of one GEMM: [B, G, H/G*n, D].
         qb = q5[:, :, :, q0:q1].reshape(b, hkv, groups * n, d)
@@ -158,6 +158,7 @@ def xla_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, dropout_r
         out5, w = block(0, q_len, k_len, dropout_rng)
     out = out5.transpose(0, 3, 1, 2, 4).reshape(b, q_len, h, dv)
     if return_weights:
+        assert w is not None  # block returns the weights when return_weights
         return out, w.reshape(b, h, q_len, k_len)
     return out
 

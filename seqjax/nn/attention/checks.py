@@ -116,8 +116,11 @@ def as_4d(x: Array | None) -> Array | None:
     return None if x is None else x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 
-def check_broadcast(x: Array, name: str, target: tuple[int, int, int, int]) -> None:
-    """``x`` must broadcast to ``target = [B, H, Q, K]`` (rank ≤ 4, each axis 1 or equal)."""
+def check_broadcast(
+    x: Array, name: str, target: tuple[int, int, int, int | None]
+) -> None:
+    """``x`` must broadcast to ``target = [B, H, Q, K]`` (rank ≤ 4, each axis 1 or equal;
+    ``K = None``, an unknown key count, admits only 1)."""
     check_rank(x, name, (0, 1, 2, 3, 4))
     shape4 = (1,) * (4 - x.ndim) + tuple(x.shape)
     for got, want in zip(shape4, target):

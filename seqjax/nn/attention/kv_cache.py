@@ -18,7 +18,7 @@ reaches the last slot sees no key at all; its output is that of a fully masked r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax
 import jax
@@ -68,6 +68,10 @@ class KVCache:
     v: Array
     lengths: Array
     overflow: Array | None = None
+
+    if TYPE_CHECKING:
+        # flax.struct.dataclass adds it at runtime: dataclasses.replace(self, **changes).
+        def replace(self, **changes: Any) -> KVCache: ...
 
     @classmethod
     def create(

@@ -15,7 +15,7 @@ The attention itself is :func:`~seqjax.nn.attention.dot_product_attention`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -361,7 +361,7 @@ class MultiHeadAttention(nn.Module):
         ``kv_lengths`` as :class:`~seqjax._checks.ValidLengths`)."""
         b, q_len, features = inputs_q.shape
         self_attention = inputs_kv is None
-        x_kv = inputs_q if self_attention else inputs_kv
+        x_kv = inputs_q if inputs_kv is None else inputs_kv
         h, g = self.num_heads, self._kv_heads()
         d = self._head_dim(features)
         out_features = features if self.out_features is None else self.out_features
@@ -438,7 +438,7 @@ class MultiHeadAttention(nn.Module):
             dropout_rng=self.make_rng("dropout") if use_dropout else None,
             return_weights=return_weights,
         )
-        attn_BxQxHxD, weights = result if return_weights else (result, None)
+        attn_BxQxHxD, weights = result if return_weights else (cast(Array, result), None)
         if self.output_projection:
             out_BxQxF = DenseGeneral(
                 features=out_features,

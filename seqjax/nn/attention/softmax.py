@@ -88,5 +88,6 @@ def dropout_weights(w: Array, rate: float, rng: Array | None) -> Array:
     """Inverted dropout on attention weights: keep with probability ``1 − rate``, scale by it."""
     if rate == 0.0:
         return w
+    assert rng is not None  # the callers' checks require a key when rate > 0
     keep = jax.random.bernoulli(rng, 1.0 - rate, w.shape)
     return jnp.where(keep, w / (1.0 - rate), 0.0)

@@ -90,8 +90,7 @@ def lstm_layer(
     batch, num_steps, in_features = x_BxTxP.shape
     hidden = weights.recurrent_kernel.shape[0]
     padded = lengths is not None
-    if not padded:
-        lengths = jnp.full((batch,), num_steps, jnp.int32)
+    lengths_B = jnp.full((batch,), num_steps, jnp.int32) if lengths is None else lengths
     c0, h0 = carry
     w = _pack([(weights.input_kernel, weights.bias, weights.recurrent_kernel)])
     # A row of length 0 keeps its initial carry (cuDNN is given at least one step).
@@ -100,7 +99,7 @@ def lstm_layer(
         h0[None].astype(jnp.float32),
         c0[None].astype(jnp.float32),
         w,
-        jnp.maximum(lengths, 1),
+        jnp.maximum(lengths_B, 1),
         input_size=in_features,
         hidden_size=hidden,
         num_layers=1,
@@ -108,9 +107,9 @@ def lstm_layer(
         bidirectional=False,
     )
     if padded:
-        y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
+        y = jnp.where(padding_mask(lengths_B, num_steps)[..., None], y, 0.0)
     y = y.astype(x_BxTxP.dtype)
-    ran = (lengths > 0)[:, None]
+    ran = (lengths_B > 0)[:, None]
     return (
         jnp.where(ran, c_n[0], c0).astype(c0.dtype),
         jnp.where(ran, h_n[0], h0).astype(h0.dtype),
@@ -139,8 +138,7 @@ def lstm_stack(
 
     batch, num_steps, in_features = x_BxTxP.shape
     padded = lengths is not None
-    if not padded:
-        lengths = jnp.full((batch,), num_steps, jnp.int32)
+    lengths_B = jnp.full((batch,), num_steps, jnp.int32) if lengths is None else lengths
     dirs = 2 if bidirectional else 1
     zeros = jnp.zeros((num_layers * dirs, batch, features), jnp.float32)
     h0, c0 = zeros, zeros
@@ -157,7 +155,7 @@ def lstm_stack(
         h0.astype(jnp.float32),
         c0.astype(jnp.float32),
         weights,
-        lengths,
+        lengths_B,
         input_size=in_features,
         hidden_size=features,
         num_layers=num_layers,
@@ -165,7 +163,7 @@ def lstm_stack(
         bidirectional=bidirectional,
     )
     if padded:
-        y = jnp.where(padding_mask(lengths, num_steps)[..., None], y, 0.0)
+        y = jnp.where(padding_mask(lengths_B, num_steps)[..., None], y, 0.0)
     y = y.astype(out_dtype)
     h_n, c_n = h_n.astype(out_dtype), c_n.astype(out_dtype)
     finals = []

@@ -241,7 +241,7 @@ class RNN(nn.Module):
         x_BxTxP = jnp.swapaxes(x, 0, 1) if self.time_major else x
         batch, num_steps, _ = x_BxTxP.shape
         checked = _check_lengths(lengths, batch, num_steps)
-        lengths = lengths_array(checked)
+        lengths_B: Array | None = lengths_array(checked)
         if resets is not None:
             if tuple(resets.shape) != (batch, num_steps):
                 raise ValueError(
@@ -264,14 +264,16 @@ class RNN(nn.Module):
         impl = self._implementation(weights, x, resets, reverse)
         valid_TxB = None if checked is None else _step_mask(checked, num_steps)
         if impl == "cudnn":
-            carry, y_BxTxH = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths)
+            assert weights is not None  # _implementation picks it only for a layer kernel
+            carry, y_BxTxH = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths_B)
             y = jnp.swapaxes(y_BxTxH, 0, 1) if self.time_major else y_BxTxH
-            carry, y = _poison_bad_lengths(carry, y, lengths, num_steps, self.time_major)
+            carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
             return (carry, y) if return_carry else y
         if impl == "fused":
+            assert weights is not None  # _implementation picks it only for a layer kernel
             carry, y_TxBxH = self._fused(weights, x, carry, valid_TxB, reverse)
             y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
-            carry, y = _poison_bad_lengths(carry, y, lengths, num_steps, self.time_major)
+            carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
             return (carry, y) if return_carry else y
 
         # "scan": hoisted input projection (one matmul over all time steps), then
@@ -303,7 +305,7 @@ class RNN(nn.Module):
         )
         carry, y_TxBxH = scan(self.cell, carry, (xp_TxBxG, valid_TxB, resets_TxB))
         y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
-        carry, y = _poison_bad_lengths(carry, y, lengths, num_steps, self.time_major)
+        carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
         return (carry, y) if return_carry else y
 
     def _fused(
