@@ -118,6 +118,7 @@ class _Prefetcher:
     def _run(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
              start: int, end: int) -> None:
         for i in range(start, end):
+            item: tuple[int, Any, Any, BaseException | None]
             try:
                 item = (i, produce(i), position_after(i + 1), None)
             except BaseException as err:  # handed to the main thread at batch i
@@ -205,12 +206,13 @@ class BatchSource:
                 "a device-resident `train_data` and `steps_per_call` > 1 need the train step "
                 "of make_train_step / Parallel.train_step (a TrainStep); got "
                 f"{type(train_step).__name__}.")
-        self.data, self.train_step, self.k = data, train_step, steps_per_call
+        self.data, self.k = data, steps_per_call
+        self.train_step: Any = train_step  # a TrainStep, or any step(state, batch) when k = 1
         self.check_batch = check_batch
         self._place = place_batch
         self._checked: dict[Any, Callable] | None = {} if checked else None
         self._prefetcher: _Prefetcher | None = None
-        self._get = None
+        self._get: Callable[[int], Any] | None = None
         if self.device:
             if data_state is not None and hasattr(data, "set_state"):
                 data.set_state(data_state)
@@ -223,6 +225,7 @@ class BatchSource:
 
     def _host_batch(self, i: int) -> Any:
         """The checked, placed batch of 0-based step ``i``."""
+        assert self._get is not None  # host data
         batch = self._get(i)
         if self.check_batch is not None:
             try:
@@ -266,7 +269,11 @@ class BatchSource:
         except JaxRuntimeError as err:
             if self._checked is not None:
                 steps = f"step {s + 1}" if n == 1 else f"steps {s + 1}-{s + n}"
-                err.add_note(f"fit: raised by the training call of {steps}.")
+                note = f"fit: raised by the training call of {steps}."
+                if sys.version_info >= (3, 11):
+                    err.add_note(note)
+                else:  # no notes before Python 3.11: the note joins the message
+                    err.args = (*err.args[:1], note, *err.args[1:])
             raise
 
     def position(self, s: int) -> Any:
@@ -308,7 +315,7 @@ class MetricsLog:
         if self.primary and self.path is not None:
             kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= start]
             write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
-            if wanted(tensorboard, "tensorboardX"):
+            if workdir is not None and wanted(tensorboard, "tensorboardX"):
                 self.writer = tensorboard_writer(
                     os.path.join(workdir, "tensorboard"),
                     purge_step=start + 1 if start or restart else None)

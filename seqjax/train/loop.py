@@ -444,6 +444,7 @@ def fit(
                        if logged else None)
                 log.advance(s, rec)
                 if do_eval:
+                    assert eval_step is not None and eval_data is not None
                     eval_metrics = {f"eval/{name}": v for name, v in evaluate(
                         eval_step, state.params, eval_data() if callable(eval_data)
                         else eval_data, place_batch=place_eval_batch,
@@ -452,6 +453,7 @@ def fit(
                 if rec is not None:
                     log.write(rec)
                 if do_save:
+                    assert ckpt is not None
                     ckpt.save(state, data_state=source.position(s), step=s,
                               metrics={**last, **eval_metrics} if do_eval else last)
                 if stop and not final:
@@ -501,8 +503,8 @@ def _report_first_step(meter: Throughput, metrics: Any, warm: list[threading.Thr
     (from ``since``, the call of ``fit``)."""
     jax.block_until_ready(metrics)
     seconds = meter.first_step(since)
-    since = process_uptime()
+    uptime = process_uptime()
     if jax.process_index() == 0:
         log.say(f"first step: {seconds:.2f} s in fit"
-                + (f", {since:.2f} s since the process started" if since is not None else "")
+                + (f", {uptime:.2f} s since the process started" if uptime is not None else "")
                 + (" (compiled ahead)" if warm else ""), sys.stderr)

@@ -101,6 +101,7 @@ def parse_mesh(spec: str | Mapping[str, int] | None) -> dict[str, int]:
     """
     if spec is None or (isinstance(spec, str) and not spec.strip()):
         return {"data": -1, "fsdp": 1, "model": 1}
+    items: list[tuple[str, Any]]
     if isinstance(spec, Mapping):
         items = [(str(k), v) for k, v in spec.items()]
     elif isinstance(spec, str):
@@ -362,7 +363,7 @@ def describe_state(state: Any) -> dict[str, Any]:
     """``run.json`` fields for a state built without :class:`Parallel` (its shardings)."""
     leaves = [x for x in jax.tree_util.tree_leaves(getattr(state, "params", state))
               if isinstance(x, jax.Array)]
-    devices = set().union(*(x.sharding.device_set for x in leaves)) if leaves else set(
+    devices: set[Any] = set().union(*(x.sharding.device_set for x in leaves)) if leaves else set(
         jax.devices()[:1])
     mesh = None
     for x in leaves:

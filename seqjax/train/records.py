@@ -101,7 +101,7 @@ def _version() -> str:
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """The records of a ``metrics.jsonl`` file (unreadable trailing lines are ignored)."""
-    out = []
+    out: list[dict] = []
     if not os.path.exists(path):
         return out
     with open(path) as f:

@@ -473,7 +473,7 @@ class TrainStep:
                                    NamedSharding(self.mesh, PartitionSpec()))
         return jax.jit(_under_mesh(fn, self.mesh), **kwargs)
 
-    def steps(self, k: int) -> Callable[..., Any]:
+    def steps(self, k: int) -> Any:
         """The jitted ``(state, batches) -> (state, metrics[k])`` of ``k`` steps over the
         tuple ``batches`` of ``k`` placed batches."""
         _check_k(k)
@@ -491,7 +491,7 @@ class TrainStep:
             self._compiled[key] = self._jit(run, sharding)
         return self._compiled[key]
 
-    def steps_from(self, source: Any, k: int = 1) -> Callable[..., Any]:
+    def steps_from(self, source: Any, k: int = 1) -> Any:
         """The jitted ``(state, source.arrays) -> (state, metrics[k])`` of ``k`` steps, the
         batch of step ``s`` (0-based, ``state.step`` before it) drawn on the devices by
         ``source.device_batch(arrays, s)``."""
