@@ -129,7 +129,7 @@ def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
     """Raise ``ValueError`` unless two pytrees have the same structure and leaf shapes."""
     a_leaves, a_def = jax.tree_util.tree_flatten(actual)
     e_leaves, e_def = jax.tree_util.tree_flatten(expected)
-    if a_def != e_def:
+    if a_def != e_def:  # type: ignore[operator]  # jaxlib ships PyTreeDef without a stub
         raise ValueError(f"`{name}` must have structure {e_def}; got {a_def}.")
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
         if np.shape(a) != np.shape(e):

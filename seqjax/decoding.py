@@ -296,6 +296,7 @@ def _sample_loop(
             nxt_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
         else:
             filtered = process_logits(logits_BxV, temperature=temperature, top_k=top_k, top_p=top_p)
+            assert key is not None  # _sample_args passes a key whenever temperature > 0
             step_key = jax.random.fold_in(key, step)
             nxt_B = jax.random.categorical(step_key, filtered, axis=-1).astype(jnp.int32)
         token_logp_B = jnp.take_along_axis(
@@ -383,8 +384,8 @@ def _sample_args(
     prompt_BxT, lengths_B = _check_prompt(
         model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
     )
-    key = jnp.asarray(key) if temperature > 0 else None
-    return (model, params, prompt_BxT, lengths_B, key, dict(inputs or {})), dict(
+    loop_key = jnp.asarray(key) if temperature > 0 else None
+    return (model, params, prompt_BxT, lengths_B, loop_key, dict(inputs or {})), dict(
         max_new_tokens=int(max_new_tokens),
         eos_id=eos_id,
         pad_id=pad_id,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.struct
 import jax
@@ -224,8 +224,10 @@ def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
     if cfg.schedule == "constant":
         return constant_schedule(peak, cfg.warmup_steps)
     if cfg.schedule == "warmup_cosine":
+        assert cfg.total_steps is not None  # OptimizerConfig requires it for this schedule
         return warmup_cosine_schedule(peak, cfg.warmup_steps, cfg.total_steps, end)
     if cfg.schedule == "linear":
+        assert cfg.total_steps is not None  # OptimizerConfig requires it for this schedule
         return linear_schedule(peak, cfg.warmup_steps, cfg.total_steps, end)
     return inverse_sqrt_schedule(peak, cfg.warmup_steps)
 
@@ -375,7 +377,7 @@ def trainable_mask(params: Any, trainable: Trainable) -> Any:
         return jax.tree_util.tree_map_with_path(call, params)
     want = jax.tree_util.tree_structure(params)
     got = jax.tree_util.tree_structure(trainable)
-    if got != want:
+    if got != want:  # type: ignore[operator]  # jaxlib ships PyTreeDef without a stub
         raise ValueError(f"`trainable` must be a tree of bools shaped like the parameters "
                          f"({want}); got {got}.")
     leaves = jax.tree_util.tree_leaves(trainable)
@@ -459,6 +461,10 @@ class TrainState:
     rng: Array
     carry: Any = None
     tx: optax.GradientTransformation = flax.struct.field(pytree_node=False, default=None)
+
+    if TYPE_CHECKING:
+        # flax.struct.dataclass adds it at runtime: dataclasses.replace(self, **changes).
+        def replace(self, **changes: Any) -> TrainState: ...
 
     @classmethod
     def create(

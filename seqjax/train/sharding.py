@@ -340,14 +340,15 @@ def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int,
     if lo == 0 and x.shape[0] == rows and jax.process_count() == 1:
         return jax.device_put(x, sharding)
 
-    def piece(index: tuple[slice, ...]) -> np.ndarray:
+    def piece(index: tuple[slice, ...] | None) -> np.ndarray:
+        assert index is not None  # jax passes every shard's index (typed Optional)
         start, stop, _ = index[0].indices(rows)
         if start < lo or stop > lo + x.shape[0]:
             raise ValueError(
                 f"a device of this process needs rows [{start}, {stop}) of the global batch, "
                 f"but this process holds rows [{lo}, {lo + x.shape[0]})."
             )
-        return x[(slice(start - lo, stop - lo), *index[1:])]
+        return x[(slice(start - lo, stop - lo),) + index[1:]]
 
     return jax.make_array_from_callback((rows, *x.shape[1:]), sharding, piece)
 
