@@ -29,26 +29,22 @@ Run:  python -m seqjax.experiments.digits               (or: seqjax train digits
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-import jax
 import numpy as np
 
 from seqjax.data.batching import split_arrays
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import (
-    machine_info,
-    train_classifier,
-    write_json,
-    write_run_info,
-)
+from seqjax.experiments._kit import Run, Task, Trained, classifier_run, machine_info, train
 from seqjax.experiments.reports.digits import accuracy_table, plot_accuracy
 from seqjax.models.rnn import RNNClassifier
 from seqjax.models.vit import ViT, ViTConfig, vit_block
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
 Model = Literal["elman", "lstm", "gru", "bilstm", "transformer", "vit"]
@@ -149,54 +145,68 @@ def svm_baseline(train: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> f
     return float(np.mean(pred == test["y"]))
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size)
-    primary = jax.process_index() == 0
+def build(cfg: Config) -> Task:
+    """One classifier run per model and seed on a fixed split; the SVM baseline."""
     from seqjax.data.packaged import digits
 
     for m in cfg.models:
         if m not in MODELS:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
-    t_start = time.perf_counter()
-    write_run_info(par, cfg.workdir)
-    info = machine_info()
+    started, info = time.perf_counter(), machine_info()
     data = digits("rows")
     train, test = split_arrays({"x": data["inputs"], "y": data["labels"]},
                                cfg.test_fraction, seed=0)
     svm = svm_baseline(train, test)
-    print(f"digits: {len(train['y'])} training / {len(test['y'])} test images; "
-          f"SVC(gamma=0.001) baseline {100 * svm:.1f}%; {info['cpu']}, {info['cores']} cores, "
-          f"load {info['load_avg']}; {par}")
-    runs = []
-    for name in cfg.models:
-        for seed in cfg.seeds:
-            model, layout = make_classifier(name, cfg)
-            tr = {"x": _inputs(train["x"], layout), "y": train["y"]}
-            te = {"x": _inputs(test["x"], layout), "y": test["y"]}
-            sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{name}_seed{seed}")
-            print(f"\n== {LABELS[name]}, seed {seed}")
-            params, acc, secs, history = train_classifier(
-                model, tr, te, cfg, seed, sub, {"model": name, "hidden": cfg.hidden}, par)
-            runs.append({"model": name, "seed": seed, "params": count_params(params),
-                         "test_accuracy": acc, "train_s": secs,
-                         "final_train_loss": history[-1]["loss"] if history else None})
-            print(f"{name} seed {seed}: test accuracy {100 * acc:.2f}% "
-                  f"({count_params(params):,} parameters, {secs:.0f}s)")
-    wall = time.perf_counter() - t_start
+
+    def runs() -> Iterator[Run]:
+        for name in cfg.models:
+            for seed in cfg.seeds:
+                model, layout = make_classifier(name, cfg)
+                print(f"\n== {LABELS[name]}, seed {seed}")
+                yield classifier_run(
+                    model, {"x": _inputs(train["x"], layout), "y": train["y"]},
+                    {"x": _inputs(test["x"], layout), "y": test["y"]}, cfg, seed,
+                    name=f"{name}_seed{seed}", model_config={"model": name, "hidden": cfg.hidden},
+                    evaluate=functools.partial(result_row, name, seed))
+
+    def summarize(trained: list[Trained]) -> dict:
+        rows = [t.results for t in trained]
+        by: dict[str, list[dict]] = collections.defaultdict(list)
+        for r in rows:
+            by[r["model"]].append(r)
+        table = accuracy_table(by, svm, LABELS, cfg.patch_size)
+        print("\n" + table)
+        plot = {"plot": os.path.join(cfg.workdir, "digits_accuracy.png")} if cfg.workdir else {}
+        return {"machine": info, "runs": rows, "svm_accuracy": svm, "n_train": len(train["y"]),
+                "n_test": len(test["y"]), "table_md": table, **plot}
+
+    about = (f"{len(train['y'])} training / {len(test['y'])} test images; SVC(gamma=0.001) "
+             f"baseline {100 * svm:.1f}%; {info['cpu']}, {info['cores']} cores, "
+             f"load {info['load_avg']}")
+    return Task("digits", runs(), about=about, summarize=summarize, files=draw, started=started)
+
+
+def result_row(name: str, seed: int, t: Trained) -> dict:
+    """A run's row of the summary (printed): its test accuracy, size, time, last loss."""
+    acc, n = float(t.eval["eval/accuracy"]), count_params(t.params)
+    print(f"{name} seed {seed}: test accuracy {100 * acc:.2f}% ({n:,} parameters, "
+          f"{t.seconds:.0f}s)")
+    losses = [r["loss"] for r in t.records if "loss" in r]
+    return {"model": name, "seed": seed, "params": n, "test_accuracy": acc,
+            "train_s": t.seconds, "final_train_loss": losses[-1] if losses else None}
+
+
+def draw(folder: str, summary: dict) -> None:
+    """``digits_accuracy.png``: the accuracy of each model over the seeds."""
     by: dict[str, list[dict]] = collections.defaultdict(list)
-    for r in runs:
+    for r in summary["runs"]:
         by[r["model"]].append(r)
-    table = accuracy_table(by, svm, LABELS, cfg.patch_size)
-    print("\n" + table + f"\n\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
-               "wall_s": wall, "runs": runs,
-               "svm_accuracy": svm, "n_train": int(len(train["y"])),
-               "n_test": int(len(test["y"])), "table_md": table}
-    if cfg.workdir is not None and primary:
-        summary["plot"] = plot_accuracy(by, svm, os.path.join(cfg.workdir, "digits_accuracy.png"))
-        write_json(os.path.join(cfg.workdir, "digits.json"), summary)
-    return summary
+    plot_accuracy(by, summary["svm_accuracy"], os.path.join(folder, "digits_accuracy.png"))
+
+
+def run(cfg: Config) -> dict:
+    """Train every model for every seed on every visible device; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
