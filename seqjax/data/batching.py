@@ -195,8 +195,8 @@ def pack_sequences(
     if seq_len < 1 or lookback < 1:
         raise ValueError(f"`seq_len` and `lookback` must be >= 1; got {seq_len}, {lookback}.")
     pieces: list[np.ndarray] = []
-    for i, s in enumerate(seqs):
-        s = np.asarray(s, np.int32).reshape(-1)
+    for i, seq in enumerate(seqs):
+        s = np.asarray(seq, np.int32).reshape(-1)
         if len(s) > seq_len:
             if overflow == "error":
                 raise ValueError(

@@ -478,7 +478,7 @@ def english_french(
 # ---------------------------------------------------------------------------- 3. Penn Treebank
 
 Split = Literal["train", "valid", "test"]
-PTB_SPLITS: tuple[str, ...] = ("train", "valid", "test")
+PTB_SPLITS: tuple[Split, ...] = ("train", "valid", "test")
 #: md5 of Mikolov's ``ptb.{train,valid,test}.txt`` (the sums torchtext checks too).
 PTB_MD5: dict[str, str] = {
     "train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",

@@ -174,8 +174,7 @@ class DeviceStreamChunks:
                 raise ValueError(f"`batch_size` ({g} streams) must divide over data*fsdp = "
                                  f"{shards} devices.")
             sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None))
-            self.arrays = {k: jax.make_array_from_callback(v.shape, sharding,
-                                                           lambda index, v=v: v[index])
+            self.arrays = {k: jax.make_array_from_callback(v.shape, sharding, v.__getitem__)
                            for k, v in rows.items()}
 
     def device_batch(self, arrays: Mapping[str, jax.Array], step: Any) -> dict[str, jax.Array]:

@@ -287,7 +287,9 @@ def tokenize_dataset(
     if column not in ds.column_names:
         raise ValueError(f"`column` {column!r} is not in the dataset; columns: {ds.column_names}.")
     p = _prefix(output)
-    kwargs = dict(add_bos=add_bos, add_eos=add_eos, max_length=max_length, truncation=truncation)
+    kwargs: dict[str, Any] = dict(
+        add_bos=add_bos, add_eos=add_eos, max_length=max_length, truncation=truncation
+    )
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[Any]]:
         encoded = [tokenizer.encode_with_unknowns(t, **kwargs) for t in batch[column]]
