@@ -63,7 +63,7 @@ __all__ = [
     "machine_info", "machine", "load_average", "command_line", "write_json", "write_results",
     "mean_sd",
     "pad_rows", "host_rows", "write_run_info", "init_state", "Run", "Trained", "Task", "train",
-    "train_run", "classifier_run", "fit_arrays", "train_classifier",
+    "train_run", "classifier_run", "fit_arrays",
 ]
 
 
@@ -484,12 +484,3 @@ def fit_arrays(
                model_config=None if model_config is None else dict(model_config),
                parallel=par, **fit_kwargs)
 
-
-def train_classifier(model: Any, train: dict[str, np.ndarray], test: dict[str, np.ndarray],
-                     cfg: Any, seed: int, workdir: str | None, model_config: dict,
-                     par: Parallel) -> tuple[Any, float, float, list[dict]]:
-    """:func:`classifier_run` trained in ``workdir`` by :func:`train_run`: the parameters
-    (a host copy), the test accuracy, the seconds and the logged records."""
-    t = train_run(classifier_run(model, train, test, cfg, seed, model_config=model_config),
-                  par, workdir)
-    return t.params, float(t.eval["eval/accuracy"]), t.seconds, t.result.history

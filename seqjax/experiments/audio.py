@@ -31,7 +31,7 @@ with a Hann window, hop 128 = 16 ms, 32 mel bins; 96 frames × 32 bins), normali
 training set's mean and standard deviation (as Gong et al. normalise their fbank inputs).
 
 Both models train with the same AdamW schedule, steps, batches and seed
-(:func:`seqjax.experiments._kit.train_classifier`, as ``digits``), on every visible device.
+(:func:`seqjax.experiments._kit.classifier_run`, as ``digits``), on every visible device.
 
 Run:  python -m seqjax.experiments.audio --results_dir seqjax/experiments/results
       python -m seqjax.experiments.audio --smoke --workdir /tmp/audio     (seconds, for CI)
@@ -39,9 +39,9 @@ Run:  python -m seqjax.experiments.audio --results_dir seqjax/experiments/result
 
 from __future__ import annotations
 
-import os
+import functools
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import jax
@@ -52,11 +52,11 @@ from flax import linen as nn
 from seqjax.data.audio import log_mel_spectrogram, num_frames, tone_order_classes
 from seqjax.data.audio import tone_order_dataset as _tone_order_dataset
 from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import train_classifier, write_results, write_run_info
+from seqjax.experiments._kit import Task, Trained, classifier_run, command_line, train
 from seqjax.experiments.reports.audio import report
 from seqjax.models.ast import AST, ASTConfig
 from seqjax.models.vit import vit_block
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
 Array = jax.Array
@@ -243,62 +243,43 @@ def spectrogram_splits(cfg: Config) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def run(cfg: Config) -> dict:
+def build(cfg: Config) -> Task:
+    """One classifier run per model and seed on the same spectrograms; the report."""
     for m in cfg.models:
         if m not in MODELS:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
-    par = Parallel.from_options(cfg)
-    par.check_batch_size(cfg.batch_size)
-    t0 = time.perf_counter()
-    write_run_info(par, cfg.workdir)
+    started = time.perf_counter()
     data = spectrogram_splits(cfg)
     frames = num_frames(cfg.num_samples, cfg.n_fft, cfg.hop_length)
-    print(
-        f"audio: {cfg.num_train} training / {cfg.num_test} test clips, log-mel {frames} "
-        f"frames × {cfg.n_mels} bins; {par}"
-    )
-    runs = []
-    for name in cfg.models:
-        for seed in cfg.seeds:
-            model = make_classifier(name, cfg, frames)
-            sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{name}_seed{seed}")
-            params, acc, secs, history = train_classifier(
-                model, data["train"], data["test"], cfg, seed, sub, {"model": name}, par
-            )
-            losses = [r["loss"] for r in history if "loss" in r]
-            runs.append(
-                {
-                    "model": name,
-                    "seed": seed,
-                    "params": count_params(params),
-                    "test_accuracy": acc,
-                    "train_s": secs,
-                    "first_train_loss": losses[0] if losses else None,
-                    "final_train_loss": losses[-1] if losses else None,
-                }
-            )
-            print(
-                f"{name} seed {seed}: test accuracy {100 * acc:.2f}% "
-                f"({count_params(params):,} parameters, {secs:.0f}s)"
-            )
-    wall = time.perf_counter() - t0
-    summary = {
-        "config": asdict(cfg),
-        "runs": runs,
-        "wall_s": wall,
-        "frames": frames,
-        "cnn_receptive_field": receptive_field(len(cfg.cnn_channels)),
-        "min_gap_frames": int(cfg.min_gap * cfg.sample_rate / cfg.hop_length),
-        "n_train": cfg.num_train,
-        "n_test": cfg.num_test,
-        "parallel": par.describe(),
-    }
-    from seqjax.experiments._kit import command_line
+    runs = (classifier_run(make_classifier(name, cfg, frames), data["train"], data["test"], cfg,
+                           seed, name=f"{name}_seed{seed}", model_config={"model": name},
+                           evaluate=functools.partial(result_row, name, seed))
+            for name in cfg.models for seed in cfg.seeds)
+    figures = {"frames": frames, "cnn_receptive_field": receptive_field(len(cfg.cnn_channels)),
+               "min_gap_frames": int(cfg.min_gap * cfg.sample_rate / cfg.hop_length),
+               "n_train": cfg.num_train, "n_test": cfg.num_test}
+    return Task("audio", runs, started=started,
+                about=f"{cfg.num_train} training / {cfg.num_test} test clips, log-mel "
+                      f"{frames} frames × {cfg.n_mels} bins",
+                summarize=lambda trained: {"runs": [t.results for t in trained], **figures},
+                report=lambda summary: report(cfg, summary, command_line("audio", cfg)))
 
-    markdown = report(cfg, summary, command_line("audio", cfg))
-    print(markdown)
-    write_results("audio", cfg, markdown, summary)
-    return summary
+
+def result_row(name: str, seed: int, t: Trained) -> dict:
+    """A run's row of the summary (printed): its test accuracy, size, time, first and last
+    training loss."""
+    acc, n = float(t.eval["eval/accuracy"]), count_params(t.params)
+    print(f"{name} seed {seed}: test accuracy {100 * acc:.2f}% ({n:,} parameters, "
+          f"{t.seconds:.0f}s)")
+    losses = [r["loss"] for r in t.records if "loss" in r]
+    return {"model": name, "seed": seed, "params": n, "test_accuracy": acc,
+            "train_s": t.seconds, "first_train_loss": losses[0] if losses else None,
+            "final_train_loss": losses[-1] if losses else None}
+
+
+def run(cfg: Config) -> dict:
+    """Train the AST and the CNN for every seed on every visible device; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
