@@ -14,7 +14,11 @@ Covered here, each in under 10 s on one core:
 * ``toy_rnn`` — the full 2,000-step run: 748 parameters, the predictions and the training loss
   at steps 1, 100 and 2,000 as the file prints them;
 * ``forecasting`` — the AR(9), persistence and climatology rows and the AR(9) one-step RMSE,
-  which need no training (the GRU rows are 3 seeds × 1,500 steps: the full run's 17 s).
+  which need no training (the GRU rows are 3 seeds × 1,500 steps: the full run's 17 s);
+* ``baselines`` — the count models' rows (n-gram LMs on the whole Tiny Shakespeare training
+  split, n-gram Bayes classifiers on the Tatoeba sample), where the full corpora are found;
+* ``positions`` — MEDL Fig. 7.14(b)'s count of indices where the encodings of positions 50
+  and 51 differ by more than 0.1.
 
 A failure means the recipe no longer reproduces its results file: regenerate the file with
 the command it names, or say in the change why the figures moved. The other recipes train
@@ -25,9 +29,18 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from seqjax.experiments import complexity, dynamics, forecasting, param_counts, toy_rnn
+from seqjax.experiments import (
+    baselines,
+    complexity,
+    dynamics,
+    forecasting,
+    param_counts,
+    positions,
+    toy_rnn,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "seqjax" / "experiments" / "results"
 # The lines that describe the run, not its figures.
@@ -134,6 +147,48 @@ def test_forecasting_baselines_regenerate(tmp_path):
     assert len(rows(text)) == 4 and rows(got) == rows(text)
     one_step = re.compile(r"AR\(9\) ([\d.]+)\.")
     assert one_step.search(got).group(1) == one_step.search(text).group(1)
+
+
+def test_baselines_count_models_regenerate():
+    """The rows of the models that are counted, not trained, computed as the recipe does
+    (its lm_task and classification_task) with the default Config."""
+    from seqjax.data.corpora import tiny_shakespeare
+    from seqjax.models.baselines import NGramClassifier, NGramLM
+
+    cfg = baselines.Config(workdir=None)
+    data = tiny_shakespeare(cfg.data_path)
+    if len(data.train_ids) != 1_003_854:
+        pytest.skip("needs the whole Tiny Shakespeare (the test fixture is a few KB)")
+    try:
+        lang = baselines.language_id_data(cfg)
+    except ValueError:
+        pytest.skip("needs the whole fra-eng.txt (the test fixture is a few KB)")
+    text = committed("baselines.md")
+
+    def row(name: str) -> list[str]:
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} |"))
+        return [c.strip() for c in line.strip("|").split("|")]
+
+    val = data.val_ids[: cfg.lm_eval_chars]
+    for order in cfg.ngram_orders:
+        nll = NGramLM(order, data.tokenizer.vocab_size, k=cfg.add_k).fit(data.train_ids).nll(val)
+        name = "bag of words (12.28)" if order == 1 else f"{order}-gram (12.32)"
+        assert row(name)[2:4] == [f"{nll:.3f}", f"{nll / math.log(2):.3f}"], name
+    (train, train_y), (test, test_y) = lang["train"], lang["test"]
+    for order in cfg.class_orders:
+        clf = NGramClassifier(order, lang["vocab_size"], 2, k=cfg.add_k).fit(train, train_y)
+        accuracy = 100 * float(np.mean(clf.predict(test) == test_y))
+        name = "naive Bayes (12.29)-(12.30)" if order == 1 else f"{order}-gram Bayes classifier"
+        assert row(name)[2] == f"{accuracy:.2f}", name
+
+
+def test_positions_medl_fig_7_14_count_regenerates():
+    stats = positions.medl_fig_7_14(positions.Config())
+    m = re.search(r"> 0\.1 at (\d+) of (\d+) indices, the last at j = (\d+)",
+                  committed("positions.md"))
+    assert m, "positions.md no longer states the count of Fig. 7.14(b)"
+    got = (stats["count_above_0.1"], stats["r"].shape[1], stats["last_j_above_0.1"])
+    assert got == tuple(int(g) for g in m.groups())
 
 
 @pytest.mark.parametrize("text, value, ok", [
