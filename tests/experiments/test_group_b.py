@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,8 @@ from seqjax.experiments._config import config_from_dict
 from seqjax.experiments._seq2seq import BOS, EOS, PAD
 from tests.experiments._devices import assert_trained_on_all_devices
 from tests.experiments._learning import assert_loss_dropped
+
+RESULTS = Path(__file__).resolve().parents[2] / "seqjax" / "experiments" / "results"
 
 # ----------------------------------------------------------------------------- translation
 
@@ -155,6 +158,11 @@ def test_digits_smoke(tmp_path):
     assert [r["model"] for r in s["runs"]] == ["lstm", "vit"]
     assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in s["runs"])
     assert s["svm_accuracy"] > 0.9  # scikit-learn's gallery SVM on the same split
+    # The smoke keeps the full run's split (20% held out, seed 0): the SVM's figure is the
+    # results file's.
+    svm = f"{100 * s['svm_accuracy']:.2f}"
+    published = (RESULTS / "digits.md").read_text(encoding="utf-8")
+    assert f"| SVC(gamma=0.001) (scikit-learn gallery) | 64 px | – | {svm} |" in published
     assert (tmp_path / "digits_accuracy.png").exists()
 
 
