@@ -214,7 +214,8 @@ class Run:
             ``fit``'s ``train_data`` (an iterator, ``f(i) -> batch``, a device source).
         optimizer: the optimiser and its schedule.
         fit: how ``fit`` runs (steps, logging, checkpoints, ``flops_per_step``, ...).
-        batch_size: rows of every global batch (checked against the mesh first).
+        batch_size: rows of every global batch (checked against the mesh first); ``None``
+            when ``data`` is a function that sizes the batches to the mesh itself.
         seed: the batch order of a dict ``data``; the state's dropout key too, unless
             ``dropout_seed`` is given.
         dropout_seed: the seed of the state's dropout key; ``None`` = ``seed``.
@@ -240,7 +241,7 @@ class Run:
     data: Mapping[str, np.ndarray] | Callable[[Parallel], Any]
     optimizer: OptimizerConfig
     fit: FitConfig
-    batch_size: int
+    batch_size: int | None
     seed: int
     dropout_seed: int | None = None
     eval_fn: Callable[..., Any] | None = None
@@ -366,7 +367,10 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     """Fit one :class:`Run` on ``par``'s devices, in ``workdir/run.name`` (nothing written
     without a work dir), then evaluate it (``fit``'s last evaluation and the run's
     ``evaluate`` hook)."""
-    par.check_batch_size(run.batch_size)
+    if run.batch_size is not None:
+        par.check_batch_size(run.batch_size)
+    elif isinstance(run.data, Mapping):
+        raise ValueError("a Run whose `data` is a dict of arrays needs a `batch_size`.")
     folder = None if not workdir else os.path.join(workdir, run.name) if run.name else workdir
     if run.name:  # the runs write theirs one level down
         write_run_info(par, workdir)

@@ -25,8 +25,8 @@ Run:  seqjax train toy_rnn                       (or: python -m seqjax.experimen
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -35,11 +35,11 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import host_rows, init_state, write_json
+from seqjax.experiments._kit import Run, Task, Trained, host_rows, train
 from seqjax.experiments.reports.toy_rnn import print_predictions
 from seqjax.nn import RNN, ElmanCell
 from seqjax.train.checkpoint import restore_params
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
@@ -127,15 +127,10 @@ def _model_config(cfg: Config) -> dict:
     return {"model": "ToyRNN", "hidden": cfg.hidden, "vocab": len(LEXICON)}
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    primary = jax.process_index() == 0
+def build(cfg: Config) -> Task:
+    """The one run: Adam on the one sentence (a copy per batch shard); the predictions."""
     x, y = make_data()
     model = ToyRNN(cfg.hidden)
-    params = _init(model, jax.random.PRNGKey(cfg.seed), x)["params"]
-    n_params = count_params(params)
-    opt = OptimizerConfig("adam", learning_rate=cfg.learning_rate)
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(cfg.seed))
 
     def loss_fn(p: dict, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["x"])
@@ -143,51 +138,36 @@ def run(cfg: Config) -> dict:
             "accuracy": token_accuracy(logits, batch["y"])
         }
 
-    # The sentence once per batch shard (and micro-batch): this process's copies of it.
-    copies = par.batch_shards * par.grad_accum
-    batch = host_rows(par, {"x": np.repeat(x, copies, axis=0), "y": np.repeat(y, copies, axis=0)})
-    start = time.perf_counter()
-    result = fit(
-        state,
-        par.train_step(loss_fn, schedule=schedule),
-        lambda i: batch,
-        FitConfig(
-            num_steps=cfg.steps,
-            log_every=cfg.log_every,
-            checkpoint_every=cfg.checkpoint_every,
-            best_metric=None,
-            progress=cfg.progress,
-            print_logs=True,
-        ),
-        workdir=cfg.workdir,
-        model_config=_model_config(cfg),
-        parallel=par,
-    )
-    wall = time.perf_counter() - start
-    params = par.gather(result.state.params)  # a host copy for the table below
-    final_loss = float(_loss(model, params, x, y))
-    curve = [(r["step"], r["loss"]) for r in result.history]
+    def sentence(par: Parallel) -> Callable[[int], dict]:
+        # The sentence once per batch shard (and micro-batch): this process's copies of it.
+        copies = par.batch_shards * par.grad_accum
+        batch = host_rows(par, {"x": np.repeat(x, copies, 0), "y": np.repeat(y, copies, 0)})
+        return lambda i: batch
 
-    print(f"\nparameters: {n_params}")
-    pred = np.asarray(jnp.argmax(_apply(model, params, x), -1))[0]
-    correct = print_predictions(x, y, pred, LEXICON)
-    summary = {
-        "config": asdict(cfg),
-        "parallel": par.describe(),
-        "params": n_params,
-        "final_loss": final_loss,
-        "correct": correct,
-        "positions": len(y[0]),
-        "status": result.status,
-        "resumed_from": result.start_step,
-        "wall_s": wall,
-        "curve": curve,
-    }
-    print(f"\n{correct}/{len(y[0])} next words correct; final loss {final_loss:.4f}; "
-          f"{wall:.1f}s")
-    if cfg.workdir and primary:
-        write_json(os.path.join(cfg.workdir, "toy_rnn.json"), summary)
-    return summary
+    def predictions(t: Trained) -> dict:  # printed: the table and the count
+        final_loss = float(_loss(model, t.params, x, y))
+        print(f"\nparameters: {count_params(t.params)}")
+        pred = np.asarray(jnp.argmax(_apply(model, t.params, x), -1))[0]
+        correct = print_predictions(x, y, pred, LEXICON)
+        print(f"\n{correct}/{len(y[0])} next words correct; final loss {final_loss:.4f}; "
+              f"{t.seconds:.1f}s")
+        return {"final_loss": final_loss, "correct": correct, "positions": len(y[0])}
+
+    run_ = Run(
+        model=model, params=_init(model, jax.random.PRNGKey(cfg.seed), x)["params"],
+        loss_fn=loss_fn, data=sentence, batch_size=None, seed=cfg.seed,
+        optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate),
+        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, best_metric=None,
+                      checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
+                      print_logs=True),
+        model_config=_model_config(cfg), evaluate=predictions)
+    return Task("toy_rnn", [run_], summarize=lambda trained: {
+        **trained[0].results, "curve": [(r["step"], r["loss"]) for r in trained[0].records]})
+
+
+def run(cfg: Config) -> dict:
+    """Train the toy RNN on the sentence (resuming from ``cfg.workdir``); the summary."""
+    return train(build(cfg), cfg)
 
 
 def _restore(cfg: Config) -> tuple[ToyRNN, dict]:
