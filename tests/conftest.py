@@ -7,6 +7,8 @@
 * float32 matmuls at full precision, so numpy references compare tightly;
 * ``SEQJAX_DATA_DIR`` = ``../shared/data`` when it exists, else ``tests/fixtures`` (a few KB
   of Tiny Shakespeare and English–French pairs in the corpora's formats; no test downloads);
+* tests marked ``corpus`` need the full corpora in ``$SEQJAX_DATA_DIR`` and skip, with the
+  reason, when it holds only the fixtures (``SEQJAX_REQUIRE_CORPUS=1`` makes that an error);
 * ``SEQJAX_COMPILE_CACHE=0``: the command line's compile cache off unless a test turns it on.
 """
 
@@ -22,7 +24,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The corpora come from ../shared/data when that folder exists, else from the few-KB
 # fixtures in tests/fixtures (a fresh clone: no shared folder, no network; tests never
 # download): SEQJAX_DATA_DIR is the resolver's second place, before the user cache and the
-# network. Tests that need a full corpus skip when it is not the one found.
+# network. Tests that need a full corpus are marked `corpus` and skip when it is not the one
+# found (pytest_collection_modifyitems below).
 FIXTURES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 _shared = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "shared", "data")
@@ -33,7 +36,10 @@ if "SEQJAX_DATA_DIR" not in os.environ:
 # leave the user's cache alone (tests of the cache give it a temporary folder).
 os.environ.setdefault("SEQJAX_COMPILE_CACHE", "0")
 
+from pathlib import Path  # noqa: E402
+
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -56,11 +62,52 @@ _SLOW_FILES = (
 )
 
 
-def pytest_collection_modifyitems(config, items):
-    import pytest
+# The full corpora (../shared/data/README.md): a folder holds them when each file is at
+# least this big; tests/fixtures holds a few KB of each.
+FULL_CORPORA = {"tinyshakespeare.txt": 1_000_000, "fra-eng.txt": 500_000}
 
+
+def full_corpora_dir() -> str | None:
+    """``$SEQJAX_DATA_DIR`` when it holds the full corpora (:data:`FULL_CORPORA`), else None."""
+    folder = os.environ.get("SEQJAX_DATA_DIR", "")
+    for name, size in FULL_CORPORA.items():
+        path = os.path.join(folder, name)
+        if not folder or not os.path.isfile(path) or os.path.getsize(path) < size:
+            return None
+    return folder
+
+
+def pytest_collection_modifyitems(config, items):
     root = str(config.rootpath)
     for item in items:
         path = os.path.relpath(str(item.path), root).replace(os.sep, "/")
         if path.startswith(_SLOW_FILES):
             item.add_marker(pytest.mark.slow)
+
+    # `corpus` tests (CI runs them apart: `SEQJAX_DATA_DIR=../shared/data pytest -m corpus`)
+    # skip without the full corpora, or stop the run when SEQJAX_REQUIRE_CORPUS=1.
+    needing = [item for item in items if item.get_closest_marker("corpus")]
+    if not needing or full_corpora_dir() is not None:
+        return
+    reason = (
+        f"needs the full corpora ({', '.join(FULL_CORPORA)}) in $SEQJAX_DATA_DIR; "
+        f"{os.environ.get('SEQJAX_DATA_DIR', '')!r} does not hold them (tests/fixtures has "
+        "a few KB of each; point SEQJAX_DATA_DIR at ../shared/data or put shared/ beside the "
+        "checkout)"
+    )
+    if os.environ.get("SEQJAX_REQUIRE_CORPUS") == "1":
+        raise pytest.UsageError(
+            f"SEQJAX_REQUIRE_CORPUS=1; {len(needing)} `corpus` test(s): {reason}"
+        )
+    for item in needing:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
+
+@pytest.fixture
+def corpus_dir() -> Path:
+    """The folder holding the full corpora; a test that uses it is marked ``corpus``."""
+    folder = full_corpora_dir()
+    if folder is None:  # only reached by a test without the marker
+        pytest.skip("needs the full corpora in $SEQJAX_DATA_DIR (mark the test `corpus`)")
+    return Path(folder)

@@ -128,12 +128,10 @@ def test_a_corpus_without_a_canonical_source_says_so(places):
         resolve_corpus("fra-eng.txt")
 
 
-def test_tiny_shakespeare_checksum_is_the_shared_copy():
-    shared = [d / "tinyshakespeare.txt" for d in corpora.shared_data_dirs()]
-    shared = [p for p in shared if p.is_file()]
-    if not shared:
-        pytest.skip("no shared copy of the corpus")
-    assert corpora._sha256(shared[0]) == CORPORA["tinyshakespeare.txt"].sha256
+@pytest.mark.corpus
+def test_tiny_shakespeare_checksum_is_the_shared_copy(corpus_dir):
+    expected = CORPORA["tinyshakespeare.txt"].sha256
+    assert corpora._sha256(corpus_dir / "tinyshakespeare.txt") == expected
 
 
 def test_the_cli_exits_2_naming_the_places(places, monkeypatch, capsys):
@@ -161,30 +159,7 @@ def test_offline_mode_never_downloads(places, monkeypatch):
 # --------------------------------------------------------------------- the text corpora
 
 
-def _shared_data_dir():
-    try:
-        return find_data_dir()
-    except FileNotFoundError:
-        return None
-
-
-def _full_corpora() -> bool:
-    """The folder found holds the real corpora, not the few-KB fixtures of tests/fixtures."""
-    folder = _shared_data_dir()
-    corpus = None if folder is None else folder / "tinyshakespeare.txt"
-    return (corpus is not None and corpus.is_file()
-            and corpora._sha256(corpus) == CORPORA["tinyshakespeare.txt"].sha256
-            and (folder / "fra-eng.txt").is_file())
-
-
-needs_shared = pytest.mark.skipif(
-    not _full_corpora(),
-    reason="the full corpora (../shared/data or $SEQJAX_DATA_DIR) are not available; "
-    "tests/fixtures holds only a few KB of each",
-)
-
-
-@needs_shared
+@pytest.mark.corpus
 def test_tiny_shakespeare_nanogpt_split():
     d = tiny_shakespeare()
     assert d.tokenizer.vocab_size == 65
@@ -195,7 +170,7 @@ def test_tiny_shakespeare_nanogpt_split():
     assert d.tokenizer.vocab == sorted(d.tokenizer.vocab) and d.tokenizer.vocab[0] == "\n"
 
 
-@needs_shared
+@pytest.mark.corpus
 def test_english_french_pairs():
     ds = english_french()
     assert len(ds) == 18_065
@@ -277,6 +252,6 @@ def test_tiny_shakespeare_from_a_url_and_the_fallback_chain(tmp_path, monkeypatc
     ]
 
 
-@needs_shared
+@pytest.mark.corpus
 def test_tiny_shakespeare_opening_is_the_corpus_opening():
     assert corpora.tiny_shakespeare_text().startswith(corpora.TINY_SHAKESPEARE_OPENING)
