@@ -1,10 +1,14 @@
 """Raster-order image transformer (Bishop §12.4.2): tokenisation pieces and smoke run."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from seqjax.experiments import _images, image_gpt
 from tests.experiments._devices import assert_trained_on_all_devices
+
+RESULTS = Path(__file__).resolve().parents[2] / "seqjax" / "experiments" / "results"
 
 
 def test_raster_order_is_row_major_4x4():
@@ -93,3 +97,12 @@ def test_image_gpt_smoke_beats_the_independent_baseline(tmp_path):
     steps, bits = zip(*r["val_curve"])
     assert steps[-1] == 200 and r["best_step"] == steps[int(np.argmin(bits))]
     assert (tmp_path / "image_gpt.md").exists() and (tmp_path / "image_gpt_samples.png").exists()
+    # The smoke shrinks only the transformer: the splits and the K-means codebook are the full
+    # run's, so the `patches` row's codebook and baselines are the results file's figures.
+    line = next(ln for ln in (RESULTS / "image_gpt.md").read_text(encoding="utf-8").splitlines()
+                if ln.startswith("| patches |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:4] == [str(r["codes"]), str(r["sequence_length"]),
+                          f"{r['reconstruction_rmse']:.3f}"], cells
+    assert cells[9:11] == [f"{r['independent_bits_per_image']:.1f}",
+                           f"{r['uniform_bits_per_image']:.0f}"], cells

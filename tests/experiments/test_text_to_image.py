@@ -1,10 +1,14 @@
 """Text and image tokens in one sequence (Bishop §12.4.5): vocabulary, baselines, smoke run."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from seqjax.experiments import _images, text_to_image
 from tests.experiments._devices import assert_trained_on_all_devices
+
+RESULTS = Path(__file__).resolve().parents[2] / "seqjax" / "experiments" / "results"
 
 
 def test_one_vocabulary_codes_then_words_then_sep():
@@ -43,3 +47,14 @@ def test_text_to_image_smoke(tmp_path):
     assert s["mixture_bits_per_image"] < s["test_bits_per_image"] + 3.5
     for name in ("text_to_image.md", "text_to_image_samples.png", "text_to_image.json"):
         assert (tmp_path / name).exists()
+    # The smoke shrinks only the transformer: the data, the splits, the codebook and the
+    # classifier are the full run's, so its baselines are the results file's figures.
+    published = (RESULTS / "text_to_image.md").read_text(encoding="utf-8")
+    for row, bits in (("independent positions given the digit", "class_independent"),
+                      ("independent positions", "independent"), ("uniform", "uniform")):
+        value = s[f"{bits}_bits_per_image"]
+        shown = f"{value:.0f}" if bits == "uniform" else f"{value:.1f}"
+        assert f"| {row} | {shown} |" in published, (row, value)
+    assert (f"The classifier scores {100 * s['classifier_test_accuracy']:.1f}% on the real test "
+            f"digits and {100 * s['classifier_quantised_test_accuracy']:.1f}% on the same digits "
+            "quantised") in " ".join(published.split())
