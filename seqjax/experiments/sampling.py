@@ -45,7 +45,7 @@ import numpy as np
 
 from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.experiments._config import NonNegInt, PosInt
-from seqjax.experiments._kit import machine_info, write_json
+from seqjax.experiments._kit import Task, machine_info, train
 from seqjax.experiments._runner import train_experiment
 from seqjax.experiments._text import lm_decoder, load_data, load_model
 from seqjax.experiments.reports.sampling import plot_sampling
@@ -208,10 +208,18 @@ def distinct_n(texts: list[str], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-def run(cfg: Config) -> dict:
-    for s in cfg.strategies:
-        parse_strategy(s)
-    t_start = time.perf_counter()
+def build(cfg: Config) -> Task:
+    """Sampling trains nothing: a task with no runs whose ``summarize`` hook decodes the
+    prompts by every strategy and scores the continuations, ``report`` is the table and
+    ``files`` the figure and the samples."""
+    started = time.perf_counter()  # the strategies were checked by Config
+    return Task("sampling", [], summarize=lambda _: measure(cfg, started),
+                report=lambda s: s["table_md"], files=write_files, started=started)
+
+
+def measure(cfg: Config, started: float) -> dict:
+    """The char LM (:func:`load_or_train`), ``num_prompts`` validation prompts, and per
+    strategy the continuations' log-likelihood, distinct-1/2, known words and a sample."""
     info = machine_info()
     model, params, tok, lm_cfg, provenance = load_or_train(cfg)
     train_ids, val_ids, _ = load_data(lm_cfg)
@@ -252,27 +260,36 @@ def run(cfg: Config) -> dict:
         print(f"{name:>8}: log-lik/char {row['loglik_per_char']:7.3f}  distinct-1 "
               f"{row['distinct_1']:.3f}  distinct-2 {row['distinct_2']:.3f}  known words "
               f"{100 * row['known_words']:5.1f}%  | {texts[0][:60]!r}")
-    wall = time.perf_counter() - t_start
+    wall = time.perf_counter() - started
     lines = ["| strategy | log-lik / char (nats) | distinct-1 | distinct-2 | known words |",
              "|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['strategy']} | {r['loglik_per_char']:.3f} ± {r['loglik_sd']:.3f} | "
                      f"{r['distinct_1']:.3f} | {r['distinct_2']:.3f} | "
                      f"{100 * r['known_words']:.1f}% |")
-    table = "\n".join(lines)
-    print("\n" + table + f"\n\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "model": provenance,
-               "lm_config": asdict(lm_cfg), "params": count_params(params),
-               "prompt_starts": [int(s) for s in starts], "rows": rows, "table_md": table,
-               "logp_prompt1": traces, "wall_s": wall}
+    print(f"wall time {wall:.0f}s")
+    summary = {"machine": info, "model": provenance, "lm_config": asdict(lm_cfg),
+               "params": count_params(params), "prompt_starts": [int(s) for s in starts],
+               "rows": rows, "table_md": "\n".join(lines), "logp_prompt1": traces, "wall_s": wall}
     if cfg.workdir is not None:
-        os.makedirs(cfg.workdir, exist_ok=True)
-        summary["plot"] = plot_sampling(rows, traces, os.path.join(cfg.workdir, "sampling.png"))
-        with open(os.path.join(cfg.workdir, "samples.md"), "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(f"### {r['strategy']}\n\n```\n{r['sample']}\n```\n\n")
-        write_json(os.path.join(cfg.workdir, "sampling.json"), summary)
+        summary["plot"] = os.path.join(cfg.workdir, "sampling.png")
     return summary
+
+
+def write_files(folder: str, summary: dict) -> None:
+    """``sampling.png`` (:func:`plot_sampling`) and ``samples.md`` (each strategy's first
+    sample)."""
+    rows = summary["rows"]
+    plot_sampling(rows, summary["logp_prompt1"], os.path.join(folder, "sampling.png"))
+    with open(os.path.join(folder, "samples.md"), "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(f"### {r['strategy']}\n\n```\n{r['sample']}\n```\n\n")
+
+
+def run(cfg: Config) -> dict:
+    """Decode with every strategy (training a small char LM first when none is found);
+    the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
