@@ -63,7 +63,7 @@ __all__ = [
     "machine_info", "machine", "load_average", "command_line", "write_json", "write_results",
     "mean_sd",
     "pad_rows", "host_rows", "write_run_info", "init_state", "Run", "Trained", "Task", "train",
-    "train_run", "classifier_run", "fit_arrays",
+    "train_run", "logged_seconds", "classifier_run", "fit_arrays",
 ]
 
 
@@ -332,8 +332,8 @@ def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
     ``Parallel.from_options(cfg)``), then summarise and write the results once.
 
     The summary is the provenance (``config``, ``parallel``, ``machine``, the load
-    averages, ``wall_s``; with one run also its ``params``, ``steps``, ``resumed_from``,
-    ``status`` and ``train_wall_s``) updated by ``task.summarize``; :func:`write_results`
+    averages, ``wall_s``; for one run in the work dir itself, no ``name``, also its
+    ``params``, ``steps``, ``resumed_from``, ``status`` and ``train_wall_s``) updated by ``task.summarize``; :func:`write_results`
     writes it as ``NAME.json`` in ``cfg.workdir``, with ``task.report``'s markdown and
     ``task.files``' files there and in ``cfg.results_dir``. Returns the summary.
     """
@@ -346,7 +346,7 @@ def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
         "config": dataclasses.asdict(cfg), "parallel": par.describe(), "machine": machine(),
         "load_average_before": load_before, "load_average_after": load_average(),
     }
-    if len(trained) == 1:
+    if len(trained) == 1 and not trained[0].run.name:  # the run of the work dir itself
         t = trained[0]
         summary.update(params=count_params(t.params), steps=t.steps,
                        resumed_from=t.result.start_step, status=t.result.status,
@@ -400,14 +400,26 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     seconds = time.perf_counter() - begin
     records = (read_metrics(os.path.join(folder, "metrics.jsonl")) if folder
                else list(result.history))
-    if result.start_step:  # resumed: the training time is in the earlier calls' records
-        seconds = max((r.get("time", 0.0) for r in records), default=seconds)
+    if result.start_step:  # resumed: the training time is the logged calls' times summed
+        seconds = logged_seconds(records) or seconds
     trained = Trained(run=run, result=result, params=par.gather(result.state.params),
                       eval=dict(result.eval_metrics), seconds=seconds, records=records,
                       folder=folder, par=par, eval_step=eval_step, eval_data=eval_data)
     if run.evaluate is not None:
         trained.results = dict(run.evaluate(trained))
     return trained
+
+
+def logged_seconds(records: Sequence[Mapping[str, Any]]) -> float:
+    """The training time of a run logged over several calls of ``fit``: each call's records
+    count ``time`` from 0, so the time is the sum of each call's last ``time``.
+
+    Example:
+        >>> logged_seconds([{"time": 1.0}, {"time": 3.0}, {"time": 0.5}, {"time": 2.0}])
+        5.0
+    """
+    times = [float(r["time"]) for r in records if "time" in r]
+    return sum(a for a, b in zip(times, times[1:]) if b < a) + (times[-1] if times else 0.0)
 
 
 def classifier_run(model: Any, train: Mapping[str, np.ndarray],

@@ -12,19 +12,19 @@ reads the English side of the pairs through :func:`load_pairs`):
   (bidirectional GRU encoder, decoder fed the fixed context at every step; MEDL Fig. 7.9(b)),
   ``bahdanau`` (additive attention; MEDL (7.22)), ``luong`` (Luong's "general" score and
   attentional layer) and ``transformer`` (post-norm encoder–decoder; MEDL §7.5).
-* **Training** — :func:`train_seq2seq` (:class:`TrainSpec`): masked token cross-entropy with
-  teacher forcing, AdamW with warm-up and cosine decay, through the kit's
-  :func:`~seqjax.experiments._kit.fit_arrays`; resumable.
+* **Training** — :func:`seq2seq_run` (:class:`TrainSpec`): the kit's
+  :class:`~seqjax.experiments._kit.Run` of masked token cross-entropy with teacher forcing,
+  AdamW with warm-up and cosine decay, trained by :func:`~seqjax.experiments._kit.train`;
+  resumable.
 * **Decoding** — :func:`translate` (greedy or beam search, :mod:`seqjax.decoding`) and
   :func:`attention_map` (the attention weights of a Seq2Seq with attention, for heatmaps).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -35,14 +35,13 @@ import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
-from seqjax.experiments._kit import fit_arrays, init_state, pad_rows
+from seqjax.experiments._kit import Run, Trained, pad_rows, train_run
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
 from seqjax.models.seq2seq import Seq2Seq
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel
-from seqjax.train.records import read_metrics
 
 Arch = Literal["gru", "bahdanau", "luong", "transformer"]
 ARCHS: tuple[str, ...] = get_args(Arch)
@@ -163,7 +162,7 @@ def _metrics(logits: jax.Array, batch: dict) -> tuple[jax.Array, dict]:
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """How :func:`train_seq2seq` trains one model."""
+    """How :func:`seq2seq_run` trains one model (``plot``: ``loss.png`` in its folder)."""
 
     steps: int
     batch_size: int
@@ -174,34 +173,27 @@ class TrainSpec:
     log_every: int = 100
     progress: bool = True
     print_logs: bool = False
+    plot: bool = True
 
 
-def train_seq2seq(
+def seq2seq_run(
     model: Any, train: dict[str, np.ndarray], val: dict[str, np.ndarray] | None,
-    spec: TrainSpec, *, seed: int, workdir: str | None, model_config: dict,
-    parallel: Parallel | None = None,
-) -> tuple[Any, list[dict], float]:
-    """Train with teacher forcing through :func:`seqjax.train.loop.fit`.
+    spec: TrainSpec, *, seed: int, name: str = "", model_config: dict,
+    evaluate: Callable[[Trained], dict] | None = None,
+) -> Run:
+    """The :class:`~seqjax.experiments._kit.Run` that trains ``model`` with teacher forcing.
 
-    Loss: masked token cross-entropy (MEDL (7.4)–(7.5), no loss on padding);
-    AdamW with linear warm-up and cosine decay, global-norm clipping. Resumes from
-    ``workdir`` when it holds checkpoints (a finished run is restored, not retrained);
-    then ``history`` and ``seconds`` cover the whole run, read from its ``metrics.jsonl``.
-    Trains on ``parallel``'s devices (default: every visible device, data parallel);
-    ``spec.batch_size`` is the global batch. Returns ``(params, history, seconds)``, the
-    parameters as a host (numpy) copy.
+    Loss: masked token cross-entropy (MEDL (7.4)–(7.5), no loss on padding); AdamW with
+    linear warm-up and cosine decay, global-norm clipping; ``spec.batch_size`` is the global
+    batch (capped at the training set). With ``spec.eval_every`` and ``val``, ``val`` is
+    evaluated in global batches of 256 rows. The parameters are drawn from ``seed``, the
+    state's dropout key from ``seed + 1000``. Trained by :func:`~seqjax.experiments._kit.train`,
+    it resumes from its folder (a finished run is restored, not retrained).
     """
-    par = Parallel.create() if parallel is None else parallel
     first = {k: v[:1] for k, v in train.items()}
     params = jax.jit(lambda k: model.init(k, first["src"], first["tgt_in"],
                                           first["src_lengths"])["params"])(
         jax.random.PRNGKey(seed))
-    opt = OptimizerConfig(
-        "adamw", learning_rate=spec.learning_rate, schedule="warmup_cosine",
-        warmup_steps=min(spec.warmup_steps, spec.steps - 1), total_steps=spec.steps,
-        end_lr_ratio=0.05, clip_norm=spec.clip_norm,
-    )
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed + 1000))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         return _metrics(_apply(model, p, batch, train=True, rng=rng), batch)
@@ -210,46 +202,41 @@ def train_seq2seq(
         loss, m = _metrics(_apply(model, p, batch, train=False), batch)
         return {"loss": loss, **m}
 
-    eval_batches = None
-    if val is not None and len(val["src"]) and spec.eval_every > 0:
-        size = 256
+    def val_batches(par: Parallel) -> list[dict]:
         # Global batches; the last is padded to split over the devices (no target tokens,
         # so no weight in the token-weighted mean).
-        eval_batches = [pad_rows({k: v[i : i + size] for k, v in val.items()},
-                                 par.batch_shards, {"tgt_mask": False})
-                        for i in range(0, len(val["src"]), size)]
-    batch_size = min(spec.batch_size, len(train["src"]))
-    par.check_batch_size(batch_size)
-    start = time.perf_counter()
-    result = fit_arrays(
-        par,
-        state,
-        loss_fn,
-        train,
-        FitConfig(num_steps=spec.steps, log_every=spec.log_every,
-                  eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
-                  progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
-                  plot=workdir is not None),
-        batch_size=batch_size,
-        seed=seed,
-        schedule=schedule,
-        workdir=workdir,
-        eval_fn=eval_fn if eval_batches else None,
-        eval_data=eval_batches,
-        model_config=model_config,
-    )
-    params = par.gather(result.state.params)  # a host copy for decoding
-    seconds = time.perf_counter() - start
-    if result.start_step > 0 and workdir is not None:
-        # Resumed (or already finished): report the whole run from its metrics log, and
-        # its training time as the sum of the logged segments (the clock restarts at 0
-        # in every segment).
-        history = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-        times = [r["time"] for r in history if "time" in r]
-        seconds = sum(a for a, b in zip(times, times[1:]) if b < a)  # earlier segments
-        seconds += times[-1] if times else 0.0
-        return params, history, seconds
-    return params, result.history, seconds
+        size = 256
+        return [pad_rows({k: v[i : i + size] for k, v in val.items()}, par.batch_shards,
+                         {"tgt_mask": False}) for i in range(0, len(val["src"]), size)]
+
+    evaluated = val is not None and len(val["src"]) > 0 and spec.eval_every > 0
+    return Run(
+        model=model, params=params, loss_fn=loss_fn, data=train,
+        optimizer=OptimizerConfig(
+            "adamw", learning_rate=spec.learning_rate, schedule="warmup_cosine",
+            warmup_steps=min(spec.warmup_steps, spec.steps - 1), total_steps=spec.steps,
+            end_lr_ratio=0.05, clip_norm=spec.clip_norm),
+        fit=FitConfig(num_steps=spec.steps, log_every=spec.log_every,
+                      eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
+                      progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
+                      plot=spec.plot),
+        batch_size=min(spec.batch_size, len(train["src"])), seed=seed, dropout_seed=seed + 1000,
+        eval_fn=eval_fn if evaluated else None, eval_data=val_batches if evaluated else None,
+        model_config=model_config, name=name, evaluate=evaluate)
+
+
+def train_seq2seq(
+    model: Any, train: dict[str, np.ndarray], val: dict[str, np.ndarray] | None,
+    spec: TrainSpec, *, seed: int, workdir: str | None, model_config: dict,
+    parallel: Parallel | None = None,
+) -> tuple[Any, list[dict], float]:
+    """:func:`seq2seq_run` trained in ``workdir`` on ``parallel``'s devices (default: every
+    visible device): ``(params, records, seconds)``, the parameters a host copy."""
+    par = Parallel.create() if parallel is None else parallel
+    spec = dataclasses.replace(spec, plot=workdir is not None)
+    t = train_run(seq2seq_run(model, train, val, spec, seed=seed, model_config=model_config),
+                  par, workdir)
+    return t.params, t.records, t.seconds
 
 
 # ----------------------------------------------------------------------------- decoding

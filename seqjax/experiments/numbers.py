@@ -31,9 +31,11 @@ Run:  seqjax train numbers --preset quickstart     (about a minute on one CPU co
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -41,7 +43,7 @@ import numpy as np
 
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import machine_info, mean_sd, write_json, write_run_info
+from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, train
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
@@ -52,13 +54,13 @@ from seqjax.experiments._seq2seq import (
     encode_pairs,
     encode_sources,
     make_model,
-    train_seq2seq,
+    seq2seq_run,
     translate,
 )
 from seqjax.experiments.reports.numbers import plot_exact_match
 from seqjax.experiments.reports.translation import plot_attention
 from seqjax.train.checkpoint import restore_params
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
 #: Shown after training; 97 is the issue's example of French reordering.
@@ -203,16 +205,12 @@ def _english(prompt: str) -> str:
     return prompt.lower()
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size)
-    primary = jax.process_index() == 0
+def build(cfg: Config) -> Task:
+    """One seq2seq run per architecture and seed on the fixed split; the exact-match table."""
     for a in cfg.archs:
         if a not in ARCHS:
             raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
-    t_start = time.perf_counter()
-    info = machine_info()
-    write_run_info(par, cfg.workdir)
+    started, info = time.perf_counter(), machine_info()
     d = _data(cfg)
     arrays = encode_pairs(d.src, d.tgt, d.src_tok, d.tgt_tok, src_len=d.src_len,
                           tgt_len=d.tgt_len)
@@ -222,64 +220,79 @@ def run(cfg: Config) -> dict:
     counts = collections.Counter(digits)
     show = [n for n in SHOWCASE if n < cfg.max_number] or [d.numbers[d.test[0]]]
     heat = cfg.heatmap_number if cfg.heatmap_number < cfg.max_number else show[0]
-    dec_src = [d.src[i] for i in d.test] + [d.src[n] for n in show] + [d.src[heat]]
-    dec_x, dec_len = encode_sources(dec_src, d.src_tok, d.src_len)
-    print(f"numbers: {len(d.train)} training / {len(d.test)} held-out numbers below "
-          f"{cfg.max_number}; vocabularies {d.src_tok.vocab_size} (en) / "
-          f"{d.tgt_tok.vocab_size} (fr); {info['cpu']}, {info['cores']} cores, "
-          f"load {info['load_avg']}; {par}")
+    dec_x, dec_len = encode_sources([d.src[i] for i in d.test] + [d.src[n] for n in show]
+                                    + [d.src[heat]], d.src_tok, d.src_len)
     spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
                      cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress,
-                     print_logs=cfg.progress)
-    runs, plots = [], {}
-    for arch in cfg.archs:
-        for seed in cfg.seeds:
-            model = _model(cfg, arch, d)
-            sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{arch}_seed{seed}")
-            mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
-                  "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
-                  "hidden": cfg.hidden}
-            print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
-            params, history, train_s = train_seq2seq(model, train, test, spec, seed=seed,
-                                                     workdir=sub, model_config=mc, parallel=par)
-            out = translate(model, params, dec_x, dec_len, max_new_tokens=d.tgt_len + 1,
-                            beam_size=cfg.beam_size, batch_size=cfg.decode_batch)
-            ok = [out[j] == d.tgt_tok.encode(d.tgt[i]) for j, i in enumerate(d.test)]
-            by_digits = {k: float(np.mean([o for o, g in zip(ok, digits) if g == k]))
-                         for k in sorted(counts)}
-            examples = []
-            for j, n in enumerate(show):
-                pred = detokenize(d.tgt_tok.decode(out[len(d.test) + j]))
-                examples.append({"number": n, "english": d.src[n], "french": d.tgt[n],
-                                 "predicted": pred, "correct": pred == d.tgt[n],
-                                 "held_out": n in {d.numbers[i] for i in d.test}})
-            final = history[-1] if history else {}
-            rec = {"arch": arch, "seed": seed, "params": count_params(params),
-                   "exact_match": float(np.mean(ok)), "by_digits": by_digits,
-                   "train_s": train_s, "final_train_loss": final.get("loss"),
-                   "val_loss": final.get("eval/loss"), "examples": examples,
-                   "errors": [{"number": d.numbers[i], "predicted":
-                               detokenize(d.tgt_tok.decode(out[j])), "french": d.tgt[i]}
-                              for j, i in enumerate(d.test) if not ok[j]][:10]}
-            runs.append(rec)
-            print(f"{arch} seed {seed}: exact match {100 * rec['exact_match']:.1f}% on "
-                  f"{len(d.test)} held-out numbers; params {rec['params']:,}; "
-                  f"{train_s:.0f}s training")
-            for e in examples:
-                mark = "ok" if e["correct"] else f"expected {e['french']}"
-                seen = "held out" if e["held_out"] else "seen in training"
-                print(f"  {e['number']:>5} {e['english']!r:<48} -> {e['predicted']}  "
-                      f"[{mark}; {seen}]")
-            if (arch != "gru" and arch != "transformer" and seed == cfg.seeds[0] and sub
-                    and primary):
-                s_ids = d.src_tok.encode(d.src[heat])
-                alpha = attention_map(model, params, s_ids, out[-1])
-                plots[f"attention_{arch}"] = plot_attention(
-                    alpha, d.src_tok.split(d.src[heat]),
-                    [d.tgt_tok.id_to_token(i) for i in out[-1]],
-                    os.path.join(cfg.workdir, f"numbers_attention_{heat}_{arch}.png"),
-                    f"{heat}: attention weights of {ARCH_LABELS[arch]}")
-    wall = time.perf_counter() - t_start
+                     print_logs=cfg.progress, plot=cfg.workdir is not None)
+    plots: dict[str, str] = {}
+
+    def translations(arch: str, seed: int, t: Trained) -> dict:  # printed; a heatmap
+        out = translate(t.run.model, t.params, dec_x, dec_len, max_new_tokens=d.tgt_len + 1,
+                        beam_size=cfg.beam_size, batch_size=cfg.decode_batch)
+        ok = [out[j] == d.tgt_tok.encode(d.tgt[i]) for j, i in enumerate(d.test)]
+        by_digits = {k: float(np.mean([o for o, g in zip(ok, digits) if g == k]))
+                     for k in sorted(counts)}
+        examples = []
+        for j, n in enumerate(show):
+            pred = detokenize(d.tgt_tok.decode(out[len(d.test) + j]))
+            examples.append({"number": n, "english": d.src[n], "french": d.tgt[n],
+                             "predicted": pred, "correct": pred == d.tgt[n],
+                             "held_out": n in {d.numbers[i] for i in d.test}})
+        final = t.records[-1] if t.records else {}
+        rec = {"arch": arch, "seed": seed, "params": count_params(t.params),
+               "exact_match": float(np.mean(ok)), "by_digits": by_digits,
+               "train_s": t.seconds, "final_train_loss": final.get("loss"),
+               "val_loss": final.get("eval/loss"), "examples": examples,
+               "errors": [{"number": d.numbers[i], "predicted":
+                           detokenize(d.tgt_tok.decode(out[j])), "french": d.tgt[i]}
+                          for j, i in enumerate(d.test) if not ok[j]][:10]}
+        print(f"{arch} seed {seed}: exact match {100 * rec['exact_match']:.1f}% on "
+              f"{len(d.test)} held-out numbers; params {rec['params']:,}; "
+              f"{t.seconds:.0f}s training")
+        for e in examples:
+            mark = "ok" if e["correct"] else f"expected {e['french']}"
+            seen = "held out" if e["held_out"] else "seen in training"
+            print(f"  {e['number']:>5} {e['english']!r:<48} -> {e['predicted']}  "
+                  f"[{mark}; {seen}]")
+        if (arch not in ("gru", "transformer") and seed == cfg.seeds[0] and t.folder
+                and jax.process_index() == 0):
+            alpha = attention_map(t.run.model, t.params, d.src_tok.encode(d.src[heat]), out[-1])
+            plots[f"attention_{arch}"] = plot_attention(
+                alpha, d.src_tok.split(d.src[heat]), [d.tgt_tok.id_to_token(i) for i in out[-1]],
+                os.path.join(cfg.workdir, f"numbers_attention_{heat}_{arch}.png"),
+                f"{heat}: attention weights of {ARCH_LABELS[arch]}")
+        return rec
+
+    def runs() -> Iterator[Run]:
+        for arch in cfg.archs:
+            for seed in cfg.seeds:
+                print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
+                mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
+                      "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
+                      "hidden": cfg.hidden}
+                yield seq2seq_run(_model(cfg, arch, d), train, test, spec, seed=seed,
+                                  name=f"{arch}_seed{seed}", model_config=mc,
+                                  evaluate=functools.partial(translations, arch, seed))
+
+    def summarize(trained: list[Trained]) -> dict:
+        table = exact_match_table([t.results for t in trained], counts)
+        print("\nexact match (%) on held-out numbers, by number of digits:\n" + table)
+        if cfg.workdir is not None:
+            plots["exact_match"] = os.path.join(cfg.workdir, "numbers_exact_match.png")
+        return {"machine": info, "runs": [t.results for t in trained], "table_md": table,
+                "n_train": len(d.train), "n_test": len(d.test), "plots": plots}
+
+    about = (f"{len(d.train)} training / {len(d.test)} held-out numbers below "
+             f"{cfg.max_number}; vocabularies {d.src_tok.vocab_size} (en) / "
+             f"{d.tgt_tok.vocab_size} (fr); {info['cpu']}, {info['cores']} cores, "
+             f"load {info['load_avg']}")
+    return Task("numbers", runs(), about=about, summarize=summarize,
+                files=lambda folder, s: draw(cfg, folder, s, counts), started=started)
+
+
+def exact_match_table(runs: list[dict], counts: Mapping[int, int]) -> str:
+    """Exact match (%) on the held-out numbers by digit count, one row per architecture."""
     by_arch: dict[str, list[dict]] = collections.defaultdict(list)
     for r in runs:
         by_arch[r["arch"]].append(r)
@@ -291,22 +304,24 @@ def run(cfg: Config) -> dict:
             mean_sd([100 * r["by_digits"][k] for r in rs]) for k in sorted(counts))
             + f" | {mean_sd([100 * r['exact_match'] for r in rs])} | "
             f"{np.mean([r['train_s'] for r in rs]):.0f} |")
-    table = "\n".join(lines)
-    print("\nexact match (%) on held-out numbers, by number of digits:\n" + table)
-    print(f"\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
-               "wall_s": wall, "runs": runs,
-               "table_md": table, "n_train": len(d.train), "n_test": len(d.test),
-               "plots": plots}
-    if cfg.workdir is not None and primary:
-        plots["exact_match"] = plot_exact_match(
-            {a: {k: [r["by_digits"][k] for r in rs] for k in counts} for a, rs in
-             by_arch.items()}, dict(counts), os.path.join(cfg.workdir, "numbers_exact_match.png"),
-            labels=ARCH_LABELS)
-        write_json(os.path.join(cfg.workdir, "numbers.json"), summary)
-        print("plots: " + ", ".join(sorted(plots.values())) + ", "
-              + os.path.join(cfg.workdir, f"{cfg.archs[0]}_seed{cfg.seeds[0]}", "loss.png"))
-    return summary
+    return "\n".join(lines)
+
+
+def draw(cfg: Config, folder: str, summary: dict, counts: Mapping[int, int]) -> None:
+    """``numbers_exact_match.png``: exact match by digit count for each architecture."""
+    by_arch: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in summary["runs"]:
+        by_arch[r["arch"]].append(r)
+    plot_exact_match({a: {k: [r["by_digits"][k] for r in rs] for k in counts}
+                      for a, rs in by_arch.items()}, dict(counts),
+                     os.path.join(folder, "numbers_exact_match.png"), labels=ARCH_LABELS)
+    print("plots: " + ", ".join(sorted(summary["plots"].values())) + ", "
+          + os.path.join(folder, f"{cfg.archs[0]}_seed{cfg.seeds[0]}", "loss.png"))
+
+
+def run(cfg: Config) -> dict:
+    """Train every architecture for every seed on every visible device; the summary."""
+    return train(build(cfg), cfg)
 
 
 def _restore(cfg: Config) -> tuple[Any, Any, _Data]:
