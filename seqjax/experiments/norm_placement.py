@@ -19,8 +19,7 @@ Run:  python -m seqjax.experiments.norm_placement --results_dir seqjax/experimen
 
 from __future__ import annotations
 
-import dataclasses
-import os
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -32,25 +31,16 @@ from flax import linen as nn
 
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import (
-    command_line,
-    init_state,
-    load_average,
-    machine,
-    write_json,
-    write_run_info,
-)
+from seqjax.experiments._kit import Run, Task, Trained, command_line, load_average, train
 from seqjax.experiments._text import load_data, val_windows
 from seqjax.experiments.reports.norm_placement import plot_curves, report
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import BlockConfig, TransformerDecoder
-from seqjax.train.loop import FitConfig, fit
-from seqjax.train.loop import evaluate as evaluate_batches
+from seqjax.train.loop import FitConfig
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig
-from seqjax.train.parallel import Parallel, ParallelOptions
-from seqjax.train.records import NonFiniteLossError
+from seqjax.train.parallel import ParallelOptions
 from seqjax.train.step import flax_apply_fn
 from seqjax.utils import count_params
 
@@ -145,86 +135,84 @@ class NormLM(nn.Module):
             jnp.float32)
 
 
-def train_one(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
-              eval_batches: list[dict], vocab: int, par: Parallel | None = None) -> dict:
-    """One run on ``par``'s devices (default: every visible device); ``eval_batches`` are
-    global batches."""
-    par = Parallel.create() if par is None else par
+def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
+             eval_batches: list[dict], vocab: int) -> Run:
+    """One norm placement with one warm-up: the same initial draw, training windows and
+    validation windows (global batches) in every run; its folder ``NORM_warmupW``."""
     model = NormLM(norm, vocab, cfg.block_size, cfg.embed_dim, cfg.num_heads, cfg.num_layers)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed),
                                  jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
-    opt = OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=warmup, total_steps=max(cfg.steps, warmup + 1),
-        end_lr_ratio=cfg.min_lr_ratio, b2=0.99, weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm or None)
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(cfg.seed))
     apply_fn = flax_apply_fn(model)
-    eval_step = par.eval_step(make_lm_eval(apply_fn))
-    # this process's rows of each global batch of `batch_size` windows
-    data = LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
-                            seed=cfg.seed, **par.iterator_shard())
-    records: list[dict] = []
-    start = time.perf_counter()
-    status, diverged_at, final = "completed", None, None
-    try:
-        result = fit(state, par.train_step(make_lm_loss(apply_fn), schedule=schedule), data,
-                     FitConfig(num_steps=cfg.steps, log_every=1, best_metric=None,
-                               progress=False, tensorboard=False, plot=False,
-                               handle_signals=False),
-                     hooks=[records.append], parallel=par)
-        final = result.state.params
-    except NonFiniteLossError as err:
-        status, diverged_at = "diverged", err.step
-    train_s = time.perf_counter() - start
-    val = (evaluate_batches(eval_step, final, eval_batches, place_batch=par.place_global)["loss"]
-           if final is not None else None)
+    return Run(
+        model=model, params=params, loss_fn=make_lm_loss(apply_fn),
+        # this process's rows of each global batch of `batch_size` windows
+        data=lambda par: LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size),
+                                          cfg.block_size, seed=cfg.seed, **par.iterator_shard()),
+        optimizer=OptimizerConfig(
+            "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+            warmup_steps=warmup, total_steps=max(cfg.steps, warmup + 1),
+            end_lr_ratio=cfg.min_lr_ratio, b2=0.99, weight_decay=cfg.weight_decay,
+            clip_norm=cfg.clip_norm or None),
+        # finite_check=(): a run that diverges is a result (``outcome``), not an error
+        fit=FitConfig(num_steps=cfg.steps, log_every=1, best_metric=None, progress=False,
+                      tensorboard=False, plot=False, handle_signals=False, finite_check=()),
+        batch_size=cfg.batch_size, seed=cfg.seed, eval_fn=make_lm_eval(apply_fn),
+        eval_data=eval_batches, name=f"{norm}_warmup{warmup}",
+        evaluate=lambda t: outcome(t, norm, warmup))
+
+
+def outcome(t: Trained, norm: str, warmup: int) -> dict:
+    """A run's row: the validation loss, the training loss (at steps 50, 100, 200 and the
+    mean of the last steps), the gradient norms and the curve; a run whose loss or
+    gradient norm turned NaN/inf is ``"diverged"`` at that step (its curve ends before it,
+    no validation loss)."""
+    records = [r for r in t.records if "loss" in r]
+    bad = [r["step"] for r in records
+           if not (math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]))]
+    diverged_at = bad[0] if bad else None
+    if bad:
+        records = [r for r in records if r["step"] < diverged_at]
+    val = None if bad else t.eval["eval/loss"]
     losses = np.asarray([r["loss"] for r in records])
     tail = max(1, min(50, len(losses) // 5))
-    return {
-        "norm": norm, "warmup": warmup, "params": count_params(params), "status": status,
-        "diverged_at": diverged_at, "val_loss": val,
+    row = {
+        "norm": norm, "warmup": warmup, "params": count_params(t.params),
+        "status": "diverged" if bad else "completed", "diverged_at": diverged_at,
+        "val_loss": val,
         "train_loss_tail": float(losses[-tail:].mean()) if len(losses) else None,
         "loss_at": {s: float(losses[s - 1]) for s in (50, 100, 200) if s <= len(losses)},
         "grad_norm_max": float(max(r["grad_norm"] for r in records)) if records else None,
         "grad_norm_first10": float(np.mean([r["grad_norm"] for r in records[:10]]))
         if records else None,
         "curve": [(r["step"], r["loss"], r["grad_norm"], r.get("lr")) for r in records],
-        "train_s": train_s,
+        "train_s": t.seconds,
     }
+    print(f"{norm:4s}-norm warm-up {warmup:4d}: loss@100 "
+          f"{row['loss_at'].get(100, float('nan')):.3f}, final {row['train_loss_tail']}, "
+          f"val {row['val_loss']}, {row['train_s']:.0f} s", flush=True)
+    return row
+
+
+def build(cfg: Config) -> Task:
+    """One run per norm placement × warm-up (:func:`norm_run`, built when its turn comes);
+    the report and the curves as the task's hooks."""
+    started, load_before = time.perf_counter(), load_average()
+    train_ids, val_ids, tok = load_data(cfg)
+    eval_batches = val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2)
+    runs = (norm_run(cfg, norm, warmup, train_ids, eval_batches, tok.vocab_size)
+            for norm in cfg.norms for warmup in cfg.warmups)
+    return Task(
+        f"norm_placement{cfg.tag}", runs, started=started,
+        summarize=lambda ts: {"runs": [t.results for t in ts],
+                              "load_average": [load_before, load_average()]},
+        report=lambda s: report(cfg, s["runs"], s["wall_s"],
+                                command_line("norm_placement", cfg), tuple(s["load_average"])),
+        files=lambda folder, s: plot_curves(cfg, s["runs"], folder))
 
 
 def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size)
-    write_run_info(par, cfg.workdir)
-    loads = [load_average()]
-    start = time.perf_counter()
-    train_ids, val_ids, tok = load_data(cfg)
-    eval_batches = val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2)
-    runs = []
-    for norm in cfg.norms:
-        for warmup in cfg.warmups:
-            r = train_one(cfg, norm, warmup, train_ids, eval_batches, tok.vocab_size, par)
-            print(f"{norm:4s}-norm warm-up {warmup:4d}: loss@100 "
-                  f"{r['loss_at'].get(100, float('nan')):.3f}, final {r['train_loss_tail']}, "
-                  f"val {r['val_loss']}, {r['train_s']:.0f} s", flush=True)
-            runs.append(r)
-    wall = time.perf_counter() - start
-    loads.append(load_average())
-    command = command_line("norm_placement", cfg)
-    summary = {"config": dataclasses.asdict(cfg), "runs": runs, "wall_s": wall,
-               "machine": machine(), "parallel": par.describe(), "load_average": loads}
-    markdown = report(cfg, runs, wall, command, (loads[0], loads[1]))
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d and jax.process_index() == 0}:
-        os.makedirs(outdir, exist_ok=True)
-        plot_curves(cfg, runs, outdir)
-        with open(os.path.join(outdir, f"norm_placement{cfg.tag}.md"), "w",
-                  encoding="utf-8") as f:
-            f.write(markdown)
-        if outdir == cfg.workdir:
-            write_json(os.path.join(outdir, f"norm_placement{cfg.tag}.json"), summary)
-    return summary
+    """Train every norm × warm-up run on every visible device; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
