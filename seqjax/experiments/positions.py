@@ -33,7 +33,6 @@ Run:  python -m seqjax.experiments.positions --results_dir seqjax/experiments/re
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -48,15 +47,15 @@ from flax import linen as nn
 from seqjax.data.synthetic import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, config_from_dict
 from seqjax.experiments._kit import (
+    Run,
+    Trained,
     command_line,
     host_rows,
-    init_state,
     load_average,
-    machine,
     pad_rows,
-    write_json,
-    write_run_info,
+    train,
 )
+from seqjax.experiments._kit import Task as KitTask
 from seqjax.experiments.reports.positions import plot_positions, report
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import (
@@ -65,7 +64,7 @@ from seqjax.nn.positional import (
     sinusoidal_positions,
 )
 from seqjax.nn.transformer import BlockConfig, TransformerDecoder
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
@@ -224,10 +223,10 @@ class PositionsLM(nn.Module):
 # ----------------------------------------------------------------------------- training
 
 
-def train_one(cfg: Config, task: str, positions: str, par: Parallel | None = None) -> dict:
-    """Train one model on ``par``'s devices (default: every visible device); exact match
-    and token accuracy per source length."""
-    par = Parallel.create() if par is None else par
+def position_run(cfg: Config, task: str, positions: str) -> Run:
+    """One model of ``task`` with ``positions``: trained on fresh batches of source lengths
+    ``1..train_max_length`` (every process draws the same global batch and feeds its rows);
+    its ``evaluate`` hook is :func:`held_out`. Its folder is ``TASK_POSITIONS``."""
     vocab = FIRST_SYMBOL + cfg.num_symbols
     test_width = 2 * cfg.test_max_length + 2
     train_width = 2 * cfg.train_max_length + 2
@@ -236,11 +235,6 @@ def train_one(cfg: Config, task: str, positions: str, par: Parallel | None = Non
     seed = cfg.seed + 100 * POSITIONS.index(positions) + (0 if task == "reverse" else 7)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed),
                                  jnp.zeros((1, test_width), jnp.int32))["params"]
-    opt = OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
-        weight_decay=0.01, clip_norm=1.0)
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["inputs"])
@@ -253,53 +247,72 @@ def train_one(cfg: Config, task: str, positions: str, par: Parallel | None = Non
         right = ((jnp.argmax(logits, -1) == batch["targets"]) & batch["mask"]).sum(-1)
         return {"exact": hit.all(-1), "right": right, "total": batch["mask"].sum(-1)}
 
-    rng = np.random.default_rng(seed)
-    par.check_batch_size(cfg.batch_size)
+    def data(par: Parallel) -> Any:
+        rng = np.random.default_rng(seed)
 
-    def batches(i: int) -> dict:
-        # Every process draws the same global batch and feeds its own rows of it.
-        b = make_examples(task, cfg.batch_size, 1, cfg.train_max_length, train_width,
-                          cfg.num_symbols, rng)
-        return host_rows(par, {k: b[k] for k in ("inputs", "targets", "mask")})
+        def batches(i: int) -> dict:
+            # Every process draws the same global batch and feeds its own rows of it.
+            b = make_examples(task, cfg.batch_size, 1, cfg.train_max_length, train_width,
+                              cfg.num_symbols, rng)
+            return host_rows(par, {k: b[k] for k in ("inputs", "targets", "mask")})
 
-    start = time.perf_counter()
-    result = fit(state, par.train_step(loss_fn, schedule=schedule), batches,
-                 FitConfig(num_steps=cfg.steps, log_every=max(1, cfg.steps // 20),
-                           eval_every=0, best_metric=None, progress=False, tensorboard=False,
-                           plot=False, handle_signals=False), parallel=par)
-    train_s = time.perf_counter() - start
-    params = result.state.params
+        return batches
 
-    # Held-out sequences of every length 1..test_max_length, one fixed shape for all: a
-    # global batch split over the devices (padded to split evenly; the padding rows' results
-    # are dropped), per-sequence results gathered on every process.
+    return Run(
+        model=model, params=params, loss_fn=loss_fn, data=data,
+        optimizer=OptimizerConfig(
+            "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+            warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
+            weight_decay=0.01, clip_norm=1.0),
+        fit=FitConfig(num_steps=cfg.steps, log_every=max(1, cfg.steps // 20), eval_every=0,
+                      best_metric=None, progress=False, tensorboard=False, plot=False,
+                      handle_signals=False),
+        batch_size=cfg.batch_size, seed=seed, name=f"{task}_{positions}",
+        evaluate=lambda t: held_out(cfg, t, task, positions, per_sequence, seed))
+
+
+def held_out(cfg: Config, t: Trained, task: str, positions: str, per_sequence: Any,
+             seed: int) -> dict:
+    """Exact match and token accuracy of the trained model on held-out sequences of every
+    source length ``1..test_max_length``; the run's row (printed)."""
+    # One fixed shape for all lengths: a global batch split over the devices (padded to
+    # split evenly; the padding rows' results are dropped), gathered on every process.
+    par, params = t.par, t.result.state.params
     per_len = par.eval_step(per_sequence)
+    test_width = 2 * cfg.test_max_length + 2
     exact, tok_acc = {}, {}
     for n in range(1, cfg.test_max_length + 1):
-        t = make_examples(task, cfg.test_per_length, n, n, test_width, cfg.num_symbols,
+        b = make_examples(task, cfg.test_per_length, n, n, test_width, cfg.num_symbols,
                           20_011 + 31 * n + seed)
-        t = pad_rows({k: t[k] for k in ("inputs", "targets", "mask")}, par.batch_shards,
+        b = pad_rows({k: b[k] for k in ("inputs", "targets", "mask")}, par.batch_shards,
                      {"mask": False})
-        out = par.gather(per_len(params, par.place_global(t)))
+        out = par.gather(per_len(params, par.place_global(b)))
         out = {k: np.asarray(v)[: cfg.test_per_length] for k, v in out.items()}
         exact[n] = float(np.mean(out["exact"].astype(bool)))  # float32 from the eval step
         tok_acc[n] = float(out["right"].astype(np.int64).sum()
                            / out["total"].astype(np.int64).sum())
-    params = par.gather(params)
     seen = range(1, cfg.train_max_length + 1)
     unseen = range(cfg.train_max_length + 1, cfg.test_max_length + 1)
-    return {
-        "task": task, "positions": positions, "params": count_params(params),
-        "train_s": train_s, "final_train_loss": result.history[-1]["loss"],
+    records = [r for r in t.records if "loss" in r]
+    r = {
+        "task": task, "positions": positions, "params": count_params(t.params),
+        "train_s": t.seconds, "final_train_loss": records[-1]["loss"],
         "exact": exact, "token_accuracy": tok_acc,
         "exact_seen": float(np.mean([exact[n] for n in seen])),
         "exact_unseen": float(np.mean([exact[n] for n in unseen])) if unseen else None,
         "token_unseen": float(np.mean([tok_acc[n] for n in unseen])) if unseen else None,
-        "curve": [(r["step"], r["loss"]) for r in result.history],
+        "curve": [(r["step"], r["loss"]) for r in records],
     }
+    print(f"{task:8s} {positions:11s} exact (seen) {r['exact_seen']:.3f}  exact (longer) "
+          f"{r['exact_unseen'] if r['exact_unseen'] is not None else float('nan'):.3f}"
+          f"  {r['train_s']:.0f} s", flush=True)
+    return r
 
 
-def run(cfg: Config) -> dict:
+def build(cfg: Config) -> KitTask:
+    """The heat maps, then one run per task × encoding (:func:`position_run`); the runs
+    beside the work dir's earlier ones (``keep_previous``), the report and the figures as
+    the task's hooks."""
     for t in cfg.tasks:
         if t not in TASKS:
             raise ValueError(f"`tasks` must be drawn from {tuple(TASKS)}; got {t!r}.")
@@ -309,46 +322,37 @@ def run(cfg: Config) -> dict:
     if cfg.test_max_length < cfg.train_max_length:
         raise ValueError(f"`test_max_length` ({cfg.test_max_length}) must be >= "
                          f"`train_max_length` ({cfg.train_max_length}).")
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size)
-    write_run_info(par, cfg.workdir)
     previous, sessions = _previous(cfg)
     loads = [load_average()]
-    start = time.perf_counter()
+    started = time.perf_counter()
     medl, bishop = medl_fig_7_14(cfg), bishop_fig_12_10(cfg)
     print(f"MEDL Fig. 7.14(b): |r51 - r50| > 0.1 at {medl['count_above_0.1']} indices, "
           f"last j = {medl['last_j_above_0.1']}")
-    new = []
-    for task in cfg.tasks:
-        for pos in cfg.positions:
-            r = train_one(cfg, task, pos, par)
-            print(f"{task:8s} {pos:11s} exact (seen) {r['exact_seen']:.3f}  exact (longer) "
-                  f"{r['exact_unseen'] if r['exact_unseen'] is not None else float('nan'):.3f}"
-                  f"  {r['train_s']:.0f} s", flush=True)
-            new.append(r)
-    wall = time.perf_counter() - start
-    loads.append(load_average())
-    done = {(r["task"], r["positions"]) for r in new}
-    runs = [r for r in previous if (r["task"], r["positions"]) not in done] + new
-    runs.sort(key=lambda r: (list(TASKS).index(r["task"]), POSITIONS.index(r["positions"])))
-    sessions.append({"command": command_line("positions", cfg), "wall_s": wall,
-                     "load_average": loads})
-    summary = {
-        "config": dataclasses.asdict(cfg), "wall_s": wall, "machine": machine(),
-        "parallel": par.describe(),
-        "load_average": loads, "runs": runs, "sessions": sessions,
-        "medl": {k: v for k, v in medl.items() if k not in ("r", "diff")},
-        "bishop": {k: v for k, v in bishop.items() if k != "r"},
-    }
-    markdown = report(cfg, medl, bishop, runs, sessions)
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d and jax.process_index() == 0}:
-        os.makedirs(outdir, exist_ok=True)
-        plot_positions(cfg, medl, bishop, runs, outdir, tasks=tuple(TASKS))
-        with open(os.path.join(outdir, "positions.md"), "w", encoding="utf-8") as f:
-            f.write(markdown)
-        if outdir == cfg.workdir:
-            write_json(os.path.join(outdir, "positions.json"), summary)
-    return summary
+
+    def summarize(trained: list[Trained]) -> dict:
+        wall = time.perf_counter() - started
+        loads.append(load_average())
+        new = [t.results for t in trained]
+        done = {(r["task"], r["positions"]) for r in new}
+        runs = [r for r in previous if (r["task"], r["positions"]) not in done] + new
+        runs.sort(key=lambda r: (list(TASKS).index(r["task"]), POSITIONS.index(r["positions"])))
+        sessions.append({"command": command_line("positions", cfg), "wall_s": wall,
+                         "load_average": loads})
+        return {"wall_s": wall, "load_average": loads, "runs": runs, "sessions": sessions,
+                "medl": {k: v for k, v in medl.items() if k not in ("r", "diff")},
+                "bishop": {k: v for k, v in bishop.items() if k != "r"}}
+
+    return KitTask(
+        "positions", (position_run(cfg, task, pos) for task in cfg.tasks for pos in cfg.positions),
+        started=started, summarize=summarize,
+        report=lambda s: report(cfg, medl, bishop, s["runs"], s["sessions"]),
+        files=lambda folder, s: plot_positions(cfg, medl, bishop, s["runs"], folder,
+                                               tasks=tuple(TASKS)))
+
+
+def run(cfg: Config) -> dict:
+    """The heat maps and the ablation on every visible device; the summary."""
+    return train(build(cfg), cfg)
 
 
 # Fields that must agree for earlier runs to be reported beside new ones.
