@@ -22,7 +22,6 @@ reads the English side of the pairs through :func:`load_pairs`):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
-from seqjax.experiments._kit import Run, Trained, pad_rows, train_run
+from seqjax.experiments._kit import Run, Trained, pad_rows
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
 from seqjax.models.seq2seq import Seq2Seq
 from seqjax.train.loop import FitConfig
@@ -223,20 +222,6 @@ def seq2seq_run(
         batch_size=min(spec.batch_size, len(train["src"])), seed=seed, dropout_seed=seed + 1000,
         eval_fn=eval_fn if evaluated else None, eval_data=val_batches if evaluated else None,
         model_config=model_config, name=name, evaluate=evaluate)
-
-
-def train_seq2seq(
-    model: Any, train: dict[str, np.ndarray], val: dict[str, np.ndarray] | None,
-    spec: TrainSpec, *, seed: int, workdir: str | None, model_config: dict,
-    parallel: Parallel | None = None,
-) -> tuple[Any, list[dict], float]:
-    """:func:`seq2seq_run` trained in ``workdir`` on ``parallel``'s devices (default: every
-    visible device): ``(params, records, seconds)``, the parameters a host copy."""
-    par = Parallel.create() if parallel is None else parallel
-    spec = dataclasses.replace(spec, plot=workdir is not None)
-    t = train_run(seq2seq_run(model, train, val, spec, seed=seed, model_config=model_config),
-                  par, workdir)
-    return t.params, t.records, t.seconds
 
 
 # ----------------------------------------------------------------------------- decoding

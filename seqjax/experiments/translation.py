@@ -39,23 +39,18 @@ attention maps) is the experiments' kit, :mod:`seqjax.experiments._seq2seq`, sha
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import jax
 import numpy as np
 
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import (
-    machine_info,
-    mean_sd,
-    write_json,
-    write_run_info,
-)
+from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, train
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
@@ -67,11 +62,11 @@ from seqjax.experiments._seq2seq import (
     encode_sources,
     load_pairs,
     make_model,
-    train_seq2seq,
+    seq2seq_run,
     translate,
 )
 from seqjax.experiments.reports.translation import plot_attention, plot_bleu_vs_length
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
 #: d2l's probe sentences and its references (d2l §10.7 / §11.4).
@@ -226,15 +221,13 @@ def _word_len(sentence: str) -> int:
     return sum(1 for w in sentence.split() if w not in {",", ".", "!", "?"})
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size)
+def build(cfg: Config) -> Task:
+    """One seq2seq run per architecture and seed on the pairs whose English source is not
+    held out; BLEU on the held-out sources, the probes, the tables."""
     for a in cfg.archs:
         if a not in ARCHS:
             raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
-    t_start = time.perf_counter()
-    info = machine_info()
-    write_run_info(par, cfg.workdir)
+    started, info = time.perf_counter(), machine_info()
     src, tgt = load_pairs(cfg.num_pairs)
     keep = [i for i, t in enumerate(tgt) if len(t.split()) <= cfg.max_tgt_len]
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
@@ -257,78 +250,94 @@ def run(cfg: Config) -> dict:
                            tgt_tok, src_len=src_len, tgt_len=cfg.max_tgt_len)
     dec_x, dec_len = encode_sources(
         [*test_sents, *(p for p, _ in PROBES), cfg.heatmap_sentence], src_tok, src_len)
-    print(f"translation: {len(train_pairs)} training pairs, {len(test_sents)} held-out source "
-          f"sentences ({sum(len(refs[s]) for s in test_sents)} references); vocabularies "
-          f"{src_tok.vocab_size} (en) / {tgt_tok.vocab_size} (fr); {info['cpu']}, "
-          f"{info['cores']} cores, load {info['load_avg']}; {par}")
     spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
-                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress)
+                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress,
+                     plot=cfg.workdir is not None)
     lengths = [_word_len(s) for s in test_sents]
-    runs: list[dict] = []
     heatmaps: dict[str, str] = {}
-    for arch in cfg.archs:
-        for seed in cfg.seeds:
-            model = make_model(arch, src_tok.vocab_size, tgt_tok.vocab_size,
-                               embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout_rate,
-                               transformer_layers=cfg.transformer_layers, heads=cfg.num_heads)
-            sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{arch}_seed{seed}")
-            mc = {"arch": arch, "src_vocab": src_tok.vocab_size, "tgt_vocab": tgt_tok.vocab_size,
-                  "embed_dim": cfg.embed_dim, "hidden": cfg.hidden}
-            print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
-            params, history, train_s = train_seq2seq(model, train_arr, val_arr, spec, seed=seed,
-                                                     workdir=sub, model_config=mc, parallel=par)
-            t0 = time.perf_counter()
-            # One decoding call (one compiled shape): held-out sentences, probes, heatmap.
-            all_ids = translate(model, params, dec_x, dec_len,
-                                max_new_tokens=cfg.max_tgt_len + 1, beam_size=cfg.beam_size,
-                                batch_size=cfg.decode_batch)
-            n_test = len(test_sents)
-            hyps = [tgt_tok.decode(h) for h in all_ids[:n_test]]
-            bleu = corpus_bleu(hyps, [refs[s] for s in test_sents])
-            by_len = {}
-            for n in sorted(set(lengths)):
-                idx = [i for i, m in enumerate(lengths) if m == n]
-                by_len[n] = corpus_bleu([hyps[i] for i in idx], [refs[test_sents[i]] for i in idx])
-            probe_out = [tgt_tok.decode(h) for h in all_ids[n_test : n_test + len(PROBES)]]
-            probes = [{"src": p, "ref": r, "out": o, "bleu": d2l_bleu(o, r)}
-                      for (p, r), o in zip(PROBES, probe_out)]
-            eval_s = time.perf_counter() - t0
-            final = history[-1] if history else {}
-            rec = {
-                "arch": arch, "seed": seed, "params": count_params(params), "bleu": bleu,
-                "bleu_by_length": by_len, "probes": probes, "train_s": train_s,
-                "eval_s": eval_s, "final_train_loss": final.get("loss"),
-                "val_loss": final.get("eval/loss"),
-                "examples": [{"src": s, "out": h, "refs": refs[s]}
-                             for s, h in list(zip(test_sents, hyps))[:8]],
-            }
-            runs.append(rec)
-            print(f"{arch} seed {seed}: BLEU {bleu:.2f}; params {rec['params']:,}; "
-                  f"train {train_s:.0f}s; " + "; ".join(f"{q['src']} => {q['out']} "
-                                                        f"({q['bleu']:.3f})" for q in probes))
-            if (arch in ("bahdanau", "luong") and seed == cfg.seeds[0]
-                    and cfg.workdir is not None and jax.process_index() == 0):
-                s_ids = src_tok.encode(cfg.heatmap_sentence)
-                o_ids = all_ids[-1]
-                alpha = attention_map(model, params, s_ids, o_ids)
-                heatmaps[arch] = plot_attention(
-                    alpha[:, : len(s_ids)], cfg.heatmap_sentence.split(),
-                    [tgt_tok.id_to_token(i) for i in o_ids],
-                    os.path.join(cfg.workdir, f"translation_attention_{arch}.png"),
-                    f"{ARCH_LABELS[arch]}: attention weights (MEDL Fig. 7.11 style)")
-    summary = _summarise(cfg, runs, lengths, info, heatmaps, time.perf_counter() - t_start,
-                         parallel=par.describe(),
-                         n_train=len(train_pairs), n_test=len(test_sents),
-                         vocab=(src_tok.vocab_size, tgt_tok.vocab_size),
-                         probe_seen={p: p in train_src for p, _ in PROBES})
-    return summary
+
+    def scores(arch: str, seed: int, t: Trained) -> dict:  # printed; a heatmap
+        start = time.perf_counter()
+        # One decoding call (one compiled shape): held-out sentences, probes, heatmap.
+        all_ids = translate(t.run.model, t.params, dec_x, dec_len,
+                            max_new_tokens=cfg.max_tgt_len + 1, beam_size=cfg.beam_size,
+                            batch_size=cfg.decode_batch)
+        n_test = len(test_sents)
+        hyps = [tgt_tok.decode(h) for h in all_ids[:n_test]]
+        bleu = corpus_bleu(hyps, [refs[s] for s in test_sents])
+        by_len = {}
+        for n in sorted(set(lengths)):
+            idx = [i for i, m in enumerate(lengths) if m == n]
+            by_len[n] = corpus_bleu([hyps[i] for i in idx], [refs[test_sents[i]] for i in idx])
+        probe_out = [tgt_tok.decode(h) for h in all_ids[n_test : n_test + len(PROBES)]]
+        probes = [{"src": p, "ref": r, "out": o, "bleu": d2l_bleu(o, r)}
+                  for (p, r), o in zip(PROBES, probe_out)]
+        final = t.records[-1] if t.records else {}
+        rec = {
+            "arch": arch, "seed": seed, "params": count_params(t.params), "bleu": bleu,
+            "bleu_by_length": by_len, "probes": probes, "train_s": t.seconds,
+            "eval_s": time.perf_counter() - start, "final_train_loss": final.get("loss"),
+            "val_loss": final.get("eval/loss"),
+            "examples": [{"src": s, "out": h, "refs": refs[s]}
+                         for s, h in list(zip(test_sents, hyps))[:8]],
+        }
+        print(f"{arch} seed {seed}: BLEU {bleu:.2f}; params {rec['params']:,}; "
+              f"train {t.seconds:.0f}s; " + "; ".join(f"{q['src']} => {q['out']} "
+                                                      f"({q['bleu']:.3f})" for q in probes))
+        if (arch in ("bahdanau", "luong") and seed == cfg.seeds[0]
+                and cfg.workdir is not None and jax.process_index() == 0):
+            s_ids, o_ids = src_tok.encode(cfg.heatmap_sentence), all_ids[-1]
+            alpha = attention_map(t.run.model, t.params, s_ids, o_ids)
+            heatmaps[arch] = plot_attention(
+                alpha[:, : len(s_ids)], cfg.heatmap_sentence.split(),
+                [tgt_tok.id_to_token(i) for i in o_ids],
+                os.path.join(cfg.workdir, f"translation_attention_{arch}.png"),
+                f"{ARCH_LABELS[arch]}: attention weights (MEDL Fig. 7.11 style)")
+        return rec
+
+    def runs() -> Iterator[Run]:
+        for arch in cfg.archs:
+            for seed in cfg.seeds:
+                model = make_model(arch, src_tok.vocab_size, tgt_tok.vocab_size,
+                                   embed_dim=cfg.embed_dim, hidden=cfg.hidden,
+                                   dropout=cfg.dropout_rate, heads=cfg.num_heads,
+                                   transformer_layers=cfg.transformer_layers)
+                mc = {"arch": arch, "src_vocab": src_tok.vocab_size,
+                      "tgt_vocab": tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
+                      "hidden": cfg.hidden}
+                print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
+                yield seq2seq_run(model, train_arr, val_arr, spec, seed=seed,
+                                  name=f"{arch}_seed{seed}", model_config=mc,
+                                  evaluate=functools.partial(scores, arch, seed))
+
+    about = (f"{len(train_pairs)} training pairs, {len(test_sents)} held-out source "
+             f"sentences ({sum(len(refs[s]) for s in test_sents)} references); vocabularies "
+             f"{src_tok.vocab_size} (en) / {tgt_tok.vocab_size} (fr); {info['cpu']}, "
+             f"{info['cores']} cores, load {info['load_avg']}")
+    extra = {"machine": info, "heatmaps": heatmaps, "n_train": len(train_pairs),
+             "n_test": len(test_sents), "vocab": (src_tok.vocab_size, tgt_tok.vocab_size),
+             "probe_seen": {p: p in train_src for p, _ in PROBES}}
+    return Task("translation", runs(), about=about, started=started,
+                summarize=lambda trained: {**_summarise(cfg, [t.results for t in trained],
+                                                        lengths), **extra},
+                files=lambda folder, s: draw(folder, s, lengths))
 
 
-def _summarise(cfg: Config, runs: list[dict], lengths: list[int], info: dict,
-               heatmaps: dict[str, str], wall: float, **extra: Any) -> dict:
+def run(cfg: Config) -> dict:
+    """Train every architecture for every seed on every visible device; the summary."""
+    return train(build(cfg), cfg)
+
+
+def _by_arch(runs: list[dict]) -> dict[str, list[dict]]:
     by_arch: dict[str, list[dict]] = collections.defaultdict(list)
     for r in runs:
         by_arch[r["arch"]].append(r)
+    return by_arch
+
+
+def _summarise(cfg: Config, runs: list[dict], lengths: list[int]) -> dict:
+    """The runs and the tables (BLEU by model, by source length, on the probes); printed."""
+    by_arch = _by_arch(runs)
     counts = collections.Counter(lengths)
     lines = ["| model | params | held-out BLEU | train s / seed |", "|---|---:|---:|---:|"]
     for arch, rs in by_arch.items():
@@ -351,17 +360,20 @@ def _summarise(cfg: Config, runs: list[dict], lengths: list[int], info: dict,
         lines.append(f"| {p} | {ref} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print("\n" + table)
-    print(f"\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "wall_s": wall, "runs": runs,
-               "table_md": table, "heatmaps": heatmaps, **extra}
-    if cfg.workdir is not None and jax.process_index() == 0:
-        curves = {a: {n: [r["bleu_by_length"][n] for r in rs] for n in counts}
-                  for a, rs in by_arch.items()}
-        summary["bleu_vs_length_png"] = plot_bleu_vs_length(
-            curves, dict(counts), os.path.join(cfg.workdir, "translation_bleu_vs_length.png"),
-            labels=ARCH_LABELS)
-        write_json(os.path.join(cfg.workdir, "translation.json"), summary)
-    return summary
+    out = {"runs": runs, "table_md": table}
+    if cfg.workdir is not None:
+        out["bleu_vs_length_png"] = os.path.join(cfg.workdir, "translation_bleu_vs_length.png")
+    return out
+
+
+def draw(folder: str, summary: dict, lengths: list[int]) -> None:
+    """``translation_bleu_vs_length.png``: held-out BLEU by source length, per model."""
+    counts = collections.Counter(lengths)
+    curves = {a: {n: [r["bleu_by_length"][n] for r in rs] for n in counts}
+              for a, rs in _by_arch(summary["runs"]).items()}
+    plot_bleu_vs_length(curves, dict(counts),
+                        os.path.join(folder, "translation_bleu_vs_length.png"),
+                        labels=ARCH_LABELS)
 
 
 def main(argv: list[str] | None = None) -> dict:
