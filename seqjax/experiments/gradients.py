@@ -27,7 +27,7 @@ Run:  python -m seqjax.experiments.gradients --results_dir seqjax/experiments/re
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -40,21 +40,21 @@ from flax import linen as nn
 from seqjax.data.synthetic import adding_problem
 from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import (
+    Run,
+    Task,
+    Trained,
     command_line,
     host_rows,
-    init_state,
     load_average,
-    machine,
     pad_rows,
-    write_run_info,
+    train,
 )
-from seqjax.experiments.reports.gradients import plot_gradients, ratio_at, report, write_outputs
+from seqjax.experiments.reports.gradients import plot_gradients, ratio_at, report
 from seqjax.models.rnn import RNNClassifier
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
-from seqjax.train.records import NonFiniteLossError
 from seqjax.utils import count_params
 
 Cell = Literal["elman", "lstm", "gru"]
@@ -250,63 +250,77 @@ def _masked_mse_fn(model: RNNClassifier) -> Any:
     return mse
 
 
-def train_adding(cfg: Config, cell: str, length: int, clip: bool,
-                 par: Parallel | None = None) -> dict:
-    """Train one model on the adding problem on ``par``'s devices (default: every visible
-    device); returns curves, test MSE and gradient stats."""
-    par = Parallel.create() if par is None else par
+def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
+    """One model of the adding problem: Adam (clipped at ``clip_norm`` when ``clip``) on
+    fresh global batches (every process draws the same batch and feeds its rows), the test
+    MSE every ``eval_every`` steps; its ``evaluate`` hook is :func:`adding_outcome`. Its
+    folder is ``CELL_T{length}_clip{on,off}``."""
     model = _adding_model(cell, cfg.hidden)
     seed = cfg.seed + 1000 * length + 10 * CELLS.index(cell)
     test = adding_problem(cfg.test_examples, length, seed=10_000_019 + length)
-    # Global evaluation batches, the last padded to split over the devices.
-    test_batches = [pad_rows({"inputs": test["inputs"][i : i + 250],
-                              "targets": test["targets"][i : i + 250],
-                              "mask": np.ones(len(test["targets"][i : i + 250]), bool)},
-                             par.batch_shards, {"mask": False})
-                    for i in range(0, cfg.test_examples, 250)]
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), test["inputs"][:1])["params"]
-    opt = OptimizerConfig(
-        "adam", learning_rate=cfg.learning_rate, clip_norm=cfg.clip_norm if clip else None)
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed))
     mse = _mse_fn(model)
-    step = par.train_step(lambda p, b, rng: (mse(p, b), {}), schedule=schedule)
-    eval_step = par.eval_step(_masked_mse_fn(model))
-    rng = np.random.default_rng(seed)
-    par.check_batch_size(cfg.batch_size)
 
-    def batches(i: int) -> dict:
-        # Every process draws the same global batch and feeds its own rows of it.
-        d = adding_problem(cfg.batch_size, length, seed=rng)
-        return host_rows(par, {"inputs": d["inputs"], "targets": d["targets"]})
+    def test_batches(par: Parallel) -> list[dict]:  # global batches, the last padded
+        return [pad_rows({"inputs": test["inputs"][i : i + 250],
+                          "targets": test["targets"][i : i + 250],
+                          "mask": np.ones(len(test["targets"][i : i + 250]), bool)},
+                         par.batch_shards, {"mask": False})
+                for i in range(0, cfg.test_examples, 250)]
 
-    grad_norms: list[float] = []
-    start = time.perf_counter()
-    status, diverged_at = "completed", None
-    try:
-        result = fit(state, step, batches,
-                     FitConfig(num_steps=cfg.steps, log_every=1, eval_every=cfg.eval_every,
-                               best_metric=None, progress=False, tensorboard=False, plot=False,
-                               handle_signals=False),
-                     eval_step=eval_step, eval_data=test_batches,
-                     hooks=[lambda r: grad_norms.append(r["grad_norm"])], parallel=par)
-        history = result.history
-        final_params = par.gather(result.state.params)
-    except NonFiniteLossError as err:
-        status, diverged_at, history, final_params = "diverged", err.step, [], None
-    wall = time.perf_counter() - start
+    def data(par: Parallel) -> Any:
+        rng = np.random.default_rng(seed)
+
+        def batches(i: int) -> dict:
+            # Every process draws the same global batch and feeds its own rows of it.
+            d = adding_problem(cfg.batch_size, length, seed=rng)
+            return host_rows(par, {"inputs": d["inputs"], "targets": d["targets"]})
+
+        return batches
+
+    return Run(
+        model=model, params=params, loss_fn=lambda p, b, rng: (mse(p, b), {}), data=data,
+        optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
+                                  clip_norm=cfg.clip_norm if clip else None),
+        # finite_check=(): a run that diverges is a result (adding_outcome), not an error
+        fit=FitConfig(num_steps=cfg.steps, log_every=1, eval_every=cfg.eval_every,
+                      best_metric=None, progress=False, tensorboard=False, plot=False,
+                      handle_signals=False, finite_check=()),
+        batch_size=cfg.batch_size, seed=seed, eval_fn=_masked_mse_fn(model),
+        eval_data=test_batches, name=f"{cell}_T{length}_clip{'on' if clip else 'off'}",
+        evaluate=lambda t: adding_outcome(cfg, t, cell, length, clip, test))
+
+
+def adding_outcome(cfg: Config, t: Trained, cell: str, length: int, clip: bool,
+                   test: dict) -> dict:
+    """A run's row: the test-MSE curve, the gradient-norm statistics and (for the clipped
+    run of ``profile_length``) the trained model's adjoint profile. A run whose loss or
+    gradient norm turned NaN/inf is ``"diverged"`` at that step: no curves, no test MSE,
+    the gradient norms of the steps before it."""
+    history = [r for r in t.records if "loss" in r]
+    bad = [r["step"] for r in history
+           if not (math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]))]
+    diverged_at = bad[0] if bad else None
+    grad_norms = [r["grad_norm"] for r in history if not bad or r["step"] < diverged_at]
+    if bad:
+        history = []
     curve = [(r["step"], r["eval/loss"]) for r in history if "eval/loss" in r]
     train_curve = [(r["step"], r["loss"]) for r in history]
     g = np.asarray(grad_norms) if grad_norms else np.zeros(1)
     out = {
-        "cell": cell, "length": length, "clip": clip, "status": status,
-        "diverged_at": diverged_at, "params": count_params(params),
+        "cell": cell, "length": length, "clip": clip,
+        "status": "diverged" if bad else "completed", "diverged_at": diverged_at,
+        "params": count_params(t.params),
         "test_mse": curve[-1][1] if curve else float("nan"), "curve": curve,
         "train_curve": train_curve[:: max(1, len(train_curve) // 100)],
         "grad_norm_median": float(np.median(g)), "grad_norm_max": float(g.max()),
-        "clipped_fraction": float((g > cfg.clip_norm).mean()), "wall_s": wall,
+        "clipped_fraction": float((g > cfg.clip_norm).mean()), "wall_s": t.seconds,
     }
-    if final_params is not None and length == cfg.profile_length and clip:
-        out["profile"] = trained_profile(model, final_params, test, cfg)
+    if not bad and length == cfg.profile_length and clip:
+        out["profile"] = trained_profile(t.run.model, t.params, test, cfg)
+    print(f"adding T={length:4d} {cell:6s} clip={'on ' if clip else 'off'} "
+          f"test MSE {out['test_mse']:.4f} ({out['status']}), max |g| "
+          f"{out['grad_norm_max']:.3g}, {out['wall_s']:.0f} s", flush=True)
     return out
 
 
@@ -334,41 +348,37 @@ def _trained_profile(cell_mod: nn.Module, cell_params: Any, head: Any, x: jax.Ar
     return adjoint_norms(cell_mod, cell_params, x, readout).tolist()
 
 
-def run(cfg: Config) -> dict:
+def build(cfg: Config) -> Task:
+    """Part A's profiles at initialisation, then one run of the adding problem per length ×
+    cell × clipping (:func:`adding_run`); the report and the figures as the task's hooks."""
     for c in cfg.cells:
         if c not in CELLS:
             raise ValueError(f"`cells` must be drawn from {CELLS}; got {c!r}.")
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size)
-    write_run_info(par, cfg.workdir)
     loads = [load_average()]
-    start = time.perf_counter()
+    started = time.perf_counter()
     profiles = part_a(cfg)
     print("part A (ratio ‖ζ_{T-d}‖/‖ζ_T‖ at d = 1, T-1):")
     for name, prof in profiles.items():
         print(f"  {name:40s} {ratio_at(prof, 1):.3g}  {ratio_at(prof, len(prof) - 1):.3g}")
-    runs = []
-    for length in cfg.lengths:
-        for cell in cfg.cells:
-            for clip in cfg.clipping:
-                if not clip and cfg.no_clip_lengths is not None and \
-                        length not in cfg.no_clip_lengths:
-                    continue
-                r = train_adding(cfg, cell, length, clip, par)
-                print(f"adding T={length:4d} {cell:6s} clip={'on ' if clip else 'off'} "
-                      f"test MSE {r['test_mse']:.4f} ({r['status']}), max |g| "
-                      f"{r['grad_norm_max']:.3g}, {r['wall_s']:.0f} s", flush=True)
-                runs.append(r)
-    wall = time.perf_counter() - start
-    loads.append(load_average())
-    summary = {"config": dataclasses.asdict(cfg), "profiles": profiles, "runs": runs,
-               "wall_s": wall, "machine": machine(), "parallel": par.describe(),
-               "load_average": loads}
-    command = command_line("gradients", cfg)
-    write_outputs(cfg, "gradients", summary,
-                  lambda outdir: plot_gradients(cfg, profiles, runs, outdir),
-                  report(cfg, profiles, runs, wall, command, (loads[0], loads[1])))
-    return summary
+    runs = (adding_run(cfg, cell, length, clip)
+            for length in cfg.lengths for cell in cfg.cells for clip in cfg.clipping
+            if clip or cfg.no_clip_lengths is None or length in cfg.no_clip_lengths)
+
+    def summarize(trained: list[Trained]) -> dict:
+        loads.append(load_average())
+        return {"profiles": profiles, "runs": [t.results for t in trained],
+                "wall_s": time.perf_counter() - started, "load_average": loads}
+
+    return Task(
+        "gradients", runs, started=started, summarize=summarize,
+        report=lambda s: report(cfg, profiles, s["runs"], s["wall_s"],
+                                command_line("gradients", cfg), tuple(loads)),
+        files=lambda folder, s: plot_gradients(cfg, profiles, s["runs"], folder))
+
+
+def run(cfg: Config) -> dict:
+    """Part A and the adding problem on every visible device; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
