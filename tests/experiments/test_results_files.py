@@ -17,6 +17,7 @@ Covered here, each in under 10 s on one core:
   which need no training (the GRU rows are 3 seeds × 1,500 steps: the full run's 17 s);
 * ``baselines`` — the count models' rows (n-gram LMs on the whole Tiny Shakespeare training
   split, n-gram Bayes classifiers on the Tatoeba sample), where the full corpora are found;
+* ``audio`` — the two classifiers' parameter counts at the full configuration;
 * ``gradients`` — part A, the gradient-norm ratios at initialisation (float64, fixed seed);
   one row is chaotic and is checked for its explosion only (see the test);
 * ``positions`` — MEDL Fig. 7.14(b)'s count of indices where the encodings of positions 50
@@ -31,10 +32,14 @@ import math
 import re
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from seqjax.data.audio import num_frames
 from seqjax.experiments import (
+    audio,
     baselines,
     complexity,
     dynamics,
@@ -44,6 +49,7 @@ from seqjax.experiments import (
     positions,
     toy_rnn,
 )
+from seqjax.utils import count_params
 
 RESULTS = Path(__file__).resolve().parents[2] / "seqjax" / "experiments" / "results"
 # The lines that describe the run, not its figures.
@@ -183,6 +189,19 @@ def test_baselines_count_models_regenerate():
         accuracy = 100 * float(np.mean(clf.predict(test) == test_y))
         name = "naive Bayes (12.29)-(12.30)" if order == 1 else f"{order}-gram Bayes classifier"
         assert row(name)[2] == f"{accuracy:.2f}", name
+
+
+def test_audio_parameter_counts_regenerate():
+    cfg = audio.Config(workdir=None)
+    frames = num_frames(cfg.num_samples, cfg.n_fft, cfg.hop_length)
+    text = committed("audio.md")
+    assert f"log-mel spectrogram in JAX (HTK scale, Hann window n_fft = {cfg.n_fft}, hop " \
+        f"{cfg.hop_length}, {cfg.n_mels} bins: {frames} frames × {cfg.n_mels})" in text
+    for name, row in (("ast", "Audio Spectrogram Transformer"), ("cnn", "CNN on the spectrogram")):
+        model = audio.make_classifier(name, cfg, frames)
+        shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                                jnp.zeros((1, frames, cfg.n_mels)))
+        assert f"| {row} | {count_params(shapes['params']):,} |" in text, name
 
 
 # The tanh RNN with ‖W_hh‖ = 2 and small inputs is chaotic: over 300 steps it amplifies the
