@@ -169,15 +169,16 @@ def masked_pool(
     if mode not in POOLINGS:
         raise ValueError(f"`pooling` must be one of {POOLINGS}; got {mode!r}.")
     batch, num_steps, feat = h_BxTxD.shape
+    n_B: Array
     if lengths_B is None:  # every row full: nothing to check or mask
-        lengths_B = jnp.full((batch,), num_steps, jnp.int32)
+        n_B = jnp.full((batch,), num_steps, jnp.int32)
         valid_BxT = jnp.ones((batch, num_steps), bool)
     else:
         valid_BxT = padding_mask(lengths_B, num_steps)
-        lengths_B = lengths_array(lengths_B)
-    nonempty_Bx1 = (lengths_B > 0)[:, None]
+        n_B = lengths_array(lengths_B)
+    nonempty_Bx1 = (n_B > 0)[:, None]
     if mode == "last":
-        last = gather_time(h_BxTxD, lengths_B - 1)
+        last = gather_time(h_BxTxD, n_B - 1)
         if bidirectional:
             half = feat // 2
             first = h_BxTxD[:, 0]
@@ -187,7 +188,7 @@ def masked_pool(
         return jnp.where(nonempty_Bx1, h_BxTxD[:, 0], 0).astype(h_BxTxD.dtype)
     if mode == "mean":
         summed = jnp.sum(jnp.where(valid_BxT[..., None], h_BxTxD, 0).astype(jnp.float32), axis=1)
-        denom = jnp.maximum(lengths_B, 1).astype(jnp.float32)[:, None]
+        denom = jnp.maximum(n_B, 1).astype(jnp.float32)[:, None]
         return (summed / denom).astype(h_BxTxD.dtype)
     neg = jnp.finfo(h_BxTxD.dtype).min
     pooled = jnp.max(jnp.where(valid_BxT[..., None], h_BxTxD, neg), axis=1)

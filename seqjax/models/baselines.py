@@ -200,7 +200,7 @@ class NGramLM:
 
     # ------------------------------------------------------------------ queries
 
-    def token_log_probs(self, sequence: Sequence[int]) -> np.ndarray:
+    def token_log_probs(self, sequence: Sequence[int] | np.ndarray) -> np.ndarray:
         r""":math:`\log p(x_n \mid x_{\max(1,n-L)}, \dots, x_{n-1})` for each token (float64)."""
         (s,) = _as_sequences([sequence], self.vocab_size, "sequence")
         self._check_fitted()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -290,8 +290,7 @@ class Bert(nn.Module):
         if needs_first:
             check_nonempty(tokens_BxT, "tokens", "the pooler and the classifier read its first "
                            "([CLS]) token")
-        if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+        checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         init = nn.initializers.normal(stddev=cfg.init_std)
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         dense = lambda n, name: Dense(n, kernel_init=init, name=name, **kw)  # noqa: E731
@@ -301,7 +300,7 @@ class Bert(nn.Module):
         )
         # Under jit, a row with an invalid id or length is NaN (seqjax._traced_checks).
         x_BxTxD = poison_bad_ids(token_embed(tokens_BxT), tokens_BxT, cfg.vocab_size)
-        x_BxTxD = poison_bad_lengths(x_BxTxD, lengths_array(lengths), 0, num_steps)
+        x_BxTxD = poison_bad_lengths(x_BxTxD, lengths_array(checked), 0, num_steps)
         x_BxTxD = LearnedPositionalEmbedding(
             cfg.max_len, embedding_init=init, name="pos_embed", **kw
         )(x_BxTxD)
@@ -315,7 +314,8 @@ class Bert(nn.Module):
         elif token_types_BxT is not None:
             raise ValueError("`token_types` given but the config has type_vocab_size=0.")
         block = cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype)
-        x_BxTxD = LayerNorm(block.norm_epsilon, name="embed_norm", **kw)(x_BxTxD)
+        norm_eps = cast(float, block.norm_epsilon)  # bert_block sets it (1e-12)
+        x_BxTxD = LayerNorm(norm_eps, name="embed_norm", **kw)(x_BxTxD)
         x_BxTxD = nn.Dropout(block.dropout_rate)(x_BxTxD, deterministic=deterministic)
         z_BxTxD = TransformerEncoder(
             config=block,
@@ -323,12 +323,12 @@ class Bert(nn.Module):
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
             name="encoder",
-        )(x_BxTxD, lengths=lengths, deterministic=deterministic)
+        )(x_BxTxD, lengths=checked, deterministic=deterministic)
 
         out: dict[str, Array] = {"hidden": z_BxTxD}
         if cfg.mlm_head:
             h_BxTxD = get_activation(block.activation)(dense(cfg.embed_dim, "mlm_dense")(z_BxTxD))
-            h_BxTxD = LayerNorm(block.norm_epsilon, name="mlm_norm", **kw)(h_BxTxD)
+            h_BxTxD = LayerNorm(norm_eps, name="mlm_norm", **kw)(h_BxTxD)
             mlm_bias = self.param(
                 "mlm_bias", nn.initializers.zeros_init(), (cfg.vocab_size,), self.param_dtype
             )

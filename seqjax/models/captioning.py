@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_rank
+from seqjax._checks import ValidLengths, check_rank
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     as_variables,
@@ -146,7 +146,7 @@ class ImageCaptioner(nn.Module):
         return jnp.concatenate([e_BxTxE, img_BxTxI], axis=-1)
 
     def _run(self, tokens_BxT: Array, a_BxA: Array, carry: Any,
-             lengths: Array | None) -> tuple[Array, Any]:
+             lengths: Array | ValidLengths | None) -> tuple[Array, Any]:
         carry, h_BxTxH = self.rnn(self._inputs(tokens_BxT, a_BxA), lengths=lengths,
                                   initial_carry=carry)
         return self.head(h_BxTxH).astype(jnp.float32), carry
@@ -158,10 +158,9 @@ class ImageCaptioner(nn.Module):
         if images_BxF.shape[0] != batch:
             raise ValueError(f"`images` must have the tokens' batch size {batch} as its first "
                              f"axis; got shape {tuple(images_BxF.shape)}.")
-        if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+        checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         a_BxA = self._context(images_BxF)
-        logits_BxTxV, _ = self._run(tokens_BxT, a_BxA, self._initial_carry(a_BxA), lengths)
+        logits_BxTxV, _ = self._run(tokens_BxT, a_BxA, self._initial_carry(a_BxA), checked)
         return logits_BxTxV
 
     # ------------------------------------------------------------------ decoding interface
@@ -189,10 +188,10 @@ class ImageCaptioner(nn.Module):
         decode step feeds ``prompt[b, len_b - 1]``, usually ``<start>``)."""
         del max_len
         prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, self.vocab_size)
-        return self.apply(as_variables(params), prompt_BxT[:, :-1], prompt_lengths_B - 1,
+        return self.apply(as_variables(params), prompt_BxT[:, :-1], prompt_lengths_B - 1,  # type: ignore[return-value]
                           jnp.asarray(images), method=type(self)._prefill)
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         """Feed one token per row: ``tokens_B -> (logits_BxV, new_state)``."""
         tokens_B = check_step_tokens(tokens_B, self.vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]

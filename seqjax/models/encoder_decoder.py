@@ -236,14 +236,16 @@ class Transformer(nn.Module):
             )
         else:
             self.src_embed = Embed(cfg.src_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw)
-            self.tgt_embed = Embed(cfg.tgt_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw)
+            self.tgt_embed = Embed(
+                cfg.target_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw
+            )
         if cfg.positions == "learned":
             self.src_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
             self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
         else:
             self.sinusoid = SinusoidalPositionalEmbedding()
         dtypes = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        stack = dict(scan_layers=cfg.scan_layers, remat=cfg.remat)
+        stack: dict[str, Any] = dict(scan_layers=cfg.scan_layers, remat=cfg.remat)
         self.encoder = TransformerEncoder(
             config=cfg.block.replace(**dtypes),
             num_layers=cfg.encoder_layers or cfg.num_layers,
@@ -314,12 +316,12 @@ class Transformer(nn.Module):
         self._check_len(src_len, "src")
         if src_lengths is None:
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
-        src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
+        checked = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         x_BxSxD = self._embed(src_BxS, True, None, deterministic)
         z_BxSxD = self.encoder(
-            x_BxSxD, lengths=src_lengths, deterministic=deterministic
+            x_BxSxD, lengths=checked, deterministic=deterministic
         )
-        return z_BxSxD, src_lengths
+        return z_BxSxD, checked
 
     def __call__(
         self,
@@ -332,17 +334,19 @@ class Transformer(nn.Module):
     ) -> Array:
         tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.target_vocab_size)
         check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
-        z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths, deterministic=deterministic)
+        z_BxSxD, src_checked = self.encode(src_BxS, src_lengths, deterministic=deterministic)
         batch, tgt_len = tgt_in_BxT.shape
         self._check_len(tgt_len, "tgt_in")
-        if tgt_lengths is not None:
-            tgt_lengths = check_lengths(tgt_lengths, "tgt_lengths", batch, tgt_len)
+        tgt_checked = (
+            None if tgt_lengths is None
+            else check_lengths(tgt_lengths, "tgt_lengths", batch, tgt_len)
+        )
         y_BxTxD = self._embed(tgt_in_BxT, False, None, deterministic)
         h_BxTxD = self.decoder(
             y_BxTxD,
-            lengths=tgt_lengths,
+            lengths=tgt_checked,
             encoder_out=z_BxSxD,
-            encoder_lengths=src_lengths,
+            encoder_lengths=src_checked,
             deterministic=deterministic,
         )
         return self._head(h_BxTxD)
@@ -357,7 +361,7 @@ class Transformer(nn.Module):
         src_BxS: Array,
         src_lengths: Array | None,
     ) -> dict:
-        z_BxSxD, src_lengths = self.encode(src_BxS, src_lengths)
+        z_BxSxD, src_checked = self.encode(src_BxS, src_lengths)
         batch, num_steps = prompt_BxT.shape
         cache = self.decoder.init_cache(batch, max_len)
         # Always one decoder pass, even for 1-token prompts (then with every length 0, which
@@ -368,13 +372,13 @@ class Transformer(nn.Module):
             y_BxTxD,
             lengths=lengths_B,
             encoder_out=z_BxSxD,
-            encoder_lengths=src_lengths,
+            encoder_lengths=src_checked,
             cache=cache,
         )
         return {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "enc": z_BxSxD,
-            "src_lengths": src_lengths.value,
+            "src_lengths": src_checked.value,
             "positions": lengths_B,
         }
 
@@ -426,7 +430,7 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"decoding needs {max_len - 1} positions but max_len={self.config.max_len}."
             )
-        return self.apply(
+        return self.apply(  # type: ignore[return-value]
             as_variables(params),
             prompt_BxT,
             prompt_lengths_B - 1,
@@ -443,4 +447,4 @@ class Transformer(nn.Module):
         NaN logits and its cache is left as it was.
         """
         tokens_B = check_step_tokens(tokens_B, self.config.target_vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]

@@ -275,14 +275,16 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 f"`tokens` has {num_steps} positions but max_len={self.config.max_len}."
             )
-        if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, num_steps, min_length)
+        checked = (
+            None if lengths is None
+            else check_lengths(lengths, "lengths", batch, num_steps, min_length)
+        )
         x_BxTxD = poison_bad_lengths(
-            self._embed(tokens_BxT, None, deterministic), lengths_array(lengths), min_length,
+            self._embed(tokens_BxT, None, deterministic), lengths_array(checked), min_length,
             num_steps,
         )
-        h_BxTxD = self.decoder(x_BxTxD, lengths=lengths, deterministic=deterministic)
-        return h_BxTxD, lengths
+        h_BxTxD = self.decoder(x_BxTxD, lengths=checked, deterministic=deterministic)
+        return h_BxTxD, checked
 
     def __call__(
         self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
@@ -344,7 +346,7 @@ class TransformerLM(nn.Module):
                 f"prompt + generated tokens need {max_len - 1} positions but the learned table "
                 f"has max_len={self.config.max_len}."
             )
-        return self.apply(
+        return self.apply(  # type: ignore[return-value]
             as_variables(params),
             prompt_BxT,
             prompt_lengths_B - 1,
@@ -360,7 +362,7 @@ class TransformerLM(nn.Module):
         the tokens past ``max_len`` and counts them in each layer's ``KVCache.overflow``.
         """
         tokens_B = check_step_tokens(tokens_B, self.config.vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
 
 class TransformerLMClassifier(TransformerLM):
@@ -431,7 +433,7 @@ class TransformerLMClassifier(TransformerLM):
             param_dtype=self.param_dtype,
         )
 
-    def _lengths_from_mask(self, mask: Array, shape: tuple[int, int]) -> Array:
+    def _lengths_from_mask(self, mask: Array, shape: tuple[int, ...]) -> Array:
         check_bool(mask, "mask")
         if tuple(mask.shape) != tuple(shape):
             raise ValueError(
@@ -460,11 +462,11 @@ class TransformerLMClassifier(TransformerLM):
                 raise ValueError("give `lengths` or `mask`, not both.")
             lengths = self._lengths_from_mask(mask, jnp.shape(tokens_BxT))
         check_nonempty(tokens_BxT, "tokens", "the classifier reads its last token")
-        h_BxTxD, lengths = self._trunk(tokens_BxT, lengths, deterministic, min_length=1)
+        h_BxTxD, checked = self._trunk(tokens_BxT, lengths, deterministic, min_length=1)
         if self.is_initializing() and not self.config.tie_embeddings:
             self._head(h_BxTxD[:, :1])  # create lm_head: the tree stays the LM's
         # H[b, lengths[b] - 1]; lengths checked by the trunk
-        last_BxD = masked_pool(h_BxTxD, lengths, "last")
+        last_BxD = masked_pool(h_BxTxD, checked, "last")
         last_BxD = self.drop(last_BxD, deterministic=deterministic)
         return self.class_head(last_BxD).astype(jnp.float32)
 

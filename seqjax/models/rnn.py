@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_rank
+from seqjax._checks import ValidLengths, check_rank
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     POOLINGS,
@@ -198,13 +198,12 @@ class RNNLanguageModel(nn.Module):
         """``(h_BxTxH, carry)``: the top layer's outputs and every layer's final carry."""
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.vocab_size)
         batch, num_steps = tokens_BxT.shape
-        if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+        checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
         e_BxTxE = poison_bad_ids(self.embed(tokens_BxT), tokens_BxT, self.vocab_size)
         e_BxTxE = self.drop(e_BxTxE, deterministic=deterministic)
         h_BxTxH, carries = self.rnn(
-            e_BxTxE, lengths, initial_carry=initial_carry, deterministic=deterministic
+            e_BxTxE, checked, initial_carry=initial_carry, deterministic=deterministic
         )
         return self.drop(h_BxTxH, deterministic=deterministic), carries
 
@@ -274,7 +273,7 @@ class RNNLanguageModel(nn.Module):
         seen) its row gets NaN logits and keeps its carry.
         """
         tokens_B = check_step_tokens(tokens_B, self.vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
 
 class _Encoder(nn.Module):
@@ -295,7 +294,7 @@ class _Encoder(nn.Module):
     @nn.compact
     def __call__(
         self, inputs: Array, lengths: Array | None, deterministic: bool
-    ) -> tuple[Array, Array | None]:
+    ) -> tuple[Array, ValidLengths | None]:
         if self.vocab_size is not None:
             tokens = check_tokens(inputs, "inputs", self.vocab_size)
             x_BxTxE = Embed(
@@ -311,8 +310,7 @@ class _Encoder(nn.Module):
             check_rank(inputs, "inputs", 3)
             x_BxTxE = jnp.asarray(inputs)
         batch, num_steps = x_BxTxE.shape[:2]
-        if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, num_steps)
+        checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         x_BxTxE = nn.Dropout(self.dropout_rate)(x_BxTxE, deterministic=deterministic)
         h_BxTxH, _ = StackedRNN(
             features=self.hidden_size,
@@ -325,8 +323,8 @@ class _Encoder(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             name="rnn",
-        )(x_BxTxE, lengths, deterministic=deterministic)
-        return nn.Dropout(self.dropout_rate)(h_BxTxH, deterministic=deterministic), lengths
+        )(x_BxTxE, checked, deterministic=deterministic)
+        return nn.Dropout(self.dropout_rate)(h_BxTxH, deterministic=deterministic), checked
 
 
 class RNNClassifier(nn.Module):
@@ -388,7 +386,7 @@ class RNNClassifier(nn.Module):
         if self.pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}; got {self.pooling!r}.")
         _check_rate(self.dropout_rate, "dropout_rate")
-        h_BxTxH, lengths = _Encoder(
+        h_BxTxH, checked = _Encoder(
             self.vocab_size,
             self.embed_dim,
             self.hidden_size,
@@ -403,7 +401,7 @@ class RNNClassifier(nn.Module):
             name="encoder",
         )(inputs, lengths, deterministic)
         check_nonempty(inputs, "inputs", f"the classifier pools them, pooling={self.pooling!r}")
-        pooled_BxH = masked_pool(h_BxTxH, lengths, self.pooling, bidirectional=self.bidirectional)
+        pooled_BxH = masked_pool(h_BxTxH, checked, self.pooling, bidirectional=self.bidirectional)
         if self.mlp_hidden is not None:
             pooled_BxH = jnp.tanh(
                 Dense(

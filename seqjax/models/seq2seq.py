@@ -202,6 +202,7 @@ class _DecoderStep(nn.Module):
             x_BxP = jnp.concatenate([y_prev_BxE, z_BxC.astype(y_prev_BxE.dtype)], axis=-1)
         elif self.context == "attention" and self.attention == "bahdanau":
             # Bahdanau timing: the query is the previous state s^{t-1} (MEDL (7.22)).
+            assert attn is not None and enc_BxSxV is not None  # context == "attention"
             u_BxV, weights_BxS = attn(_carry_h(carries[-1]), enc_BxSxV, mask=src_valid_BxS)
             x_BxP = jnp.concatenate([y_prev_BxE, u_BxV.astype(y_prev_BxE.dtype)], axis=-1)
         else:
@@ -221,6 +222,7 @@ class _DecoderStep(nn.Module):
             out_BxO = jnp.concatenate([h_BxH, u_BxV.astype(h_BxH.dtype)], axis=-1)
         else:
             # Luong timing: the query is the current state s^{t}.
+            assert attn is not None and enc_BxSxV is not None  # context == "attention"
             u_BxV, weights_BxS = attn(h_BxH, enc_BxSxV, mask=src_valid_BxS)
             out_BxO = jnp.tanh(
                 Dense(
@@ -406,16 +408,16 @@ class Seq2Seq(nn.Module):
         batch, src_len = src_BxS.shape
         if src_lengths is None:
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
-        src_lengths = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
+        checked = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         if self.reverse_source:
-            src_BxS = reverse_sequences(src_BxS, src_lengths.value)
+            src_BxS = reverse_sequences(src_BxS, checked.value)
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
         e_BxSxE = poison_bad_ids(self.src_embed(src_BxS), src_BxS, self.src_vocab_size)
         e_BxSxE = self.drop(e_BxSxE, deterministic=deterministic)
-        v_BxSxV, finals = self.encoder(e_BxSxE, src_lengths, deterministic=deterministic)
+        v_BxSxV, finals = self.encoder(e_BxSxE, checked, deterministic=deterministic)
         # Under jit a row whose length lies outside [1, S] is NaN (seqjax._traced_checks).
         v_BxSxV, finals = jax.tree_util.tree_map(
-            lambda a: poison_bad_lengths(a, src_lengths.value, 1, src_len), (v_BxSxV, finals)
+            lambda a: poison_bad_lengths(a, checked.value, 1, src_len), (v_BxSxV, finals)
         )
         top = finals[-1]
         if self.bidirectional_encoder:
@@ -437,7 +439,7 @@ class Seq2Seq(nn.Module):
                     )
                     for carry in template
                 )
-        return v_BxSxV, padding_mask(src_lengths, src_len), z_BxC, init
+        return v_BxSxV, padding_mask(checked, src_len), z_BxC, init
 
     def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
         cls = CELL_TYPES[self.cell_type] if isinstance(self.cell_type, str) else self.cell_type
@@ -558,7 +560,7 @@ class Seq2Seq(nn.Module):
             prompt_BxT, prompt_lengths_B, self.tgt_vocab_size
         )
         check_same_batch(src, "src", prompt_BxT, "prompt")
-        return self.apply(
+        return self.apply(  # type: ignore[return-value]
             as_variables(params),
             prompt_BxT,
             prompt_lengths_B - 1,
@@ -574,7 +576,7 @@ class Seq2Seq(nn.Module):
         NaN logits and keeps its carries.
         """
         tokens_B = check_step_tokens(tokens_B, self.tgt_vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)
+        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------- scheduled sampling
