@@ -28,9 +28,9 @@ Run:  python -m seqjax.experiments.forecasting --results_dir seqjax/experiments/
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -40,12 +40,12 @@ from flax import linen as nn
 
 from seqjax.data.packaged import forecasting_windows, sunspots
 from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import fit_arrays, init_state, write_results, write_run_info
+from seqjax.experiments._kit import Run, Task, Trained, command_line, train
 from seqjax.experiments.reports.forecasting import plot_forecasts, report
 from seqjax.nn import RNN, Dense, GRUCell
 from seqjax.train.loop import FitConfig
 from seqjax.train.optim import OptimizerConfig
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
 Array = jax.Array
@@ -151,43 +151,38 @@ def rmse_by_horizon(forecasts_OxH: np.ndarray, truth_OxH: np.ndarray) -> np.ndar
     return np.sqrt(np.mean((forecasts_OxH - truth_OxH) ** 2, axis=0))
 
 
-def train_forecaster(cfg: Config, train_z: np.ndarray, seed: int, par: Parallel,
-                     workdir: str | None) -> tuple[Forecaster, Any, float]:
+def forecaster_run(cfg: Config, train_z: np.ndarray, seed: int,
+                   forecast: Callable[[Trained], dict]) -> Run:
+    """One GRU trained by teacher forcing (next value at every step of every training
+    window; Adam, constant rate) from ``seed``; its folder ``seed<N>``, its ``evaluate``
+    hook ``forecast``."""
     w = forecasting_windows(train_z, cfg.window, 1)
     # inputs x[i:i+L], targets x[i+1:i+L+1]: the next value at every step
     data = {"x": w["inputs"][:, :, 0], "y": np.concatenate(
         [w["inputs"][:, 1:, 0], w["targets"]], axis=1)}
     model = Forecaster(cfg.hidden)
     params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, cfg.window, 1)))["params"]
-    opt = OptimizerConfig("adam", learning_rate=cfg.learning_rate, clip_norm=cfg.clip_norm)
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(seed + 1000))
 
     def loss_fn(p: Any, batch: dict, rng: Array) -> tuple[Array, dict]:
         pred, _ = model.apply({"params": p}, batch["x"][..., None])
         return jnp.mean(jnp.square(pred - batch["y"])), {}
 
-    batch_size = min(cfg.batch_size, len(data["x"]))
-    start = time.perf_counter()
-    result = fit_arrays(
-        par,
-        state,
-        loss_fn,
-        data,
-        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                  best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
-        batch_size=batch_size,
-        seed=seed,
-        schedule=schedule,
-        workdir=workdir,
-        model_config={"hidden": cfg.hidden},
-    )
-    return model, par.gather(result.state.params), time.perf_counter() - start
+    return Run(
+        model=model, params=params, loss_fn=loss_fn, data=data,
+        optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
+                                  clip_norm=cfg.clip_norm),
+        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
+                      best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
+        batch_size=min(cfg.batch_size, len(data["x"])), seed=seed, dropout_seed=seed + 1000,
+        model_config={"hidden": cfg.hidden}, name=f"seed{seed}", evaluate=forecast)
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)
-    start = time.perf_counter()
-    write_run_info(par, cfg.workdir)
+def build(cfg: Config) -> Task:
+    """The standardised series, one :func:`forecaster_run` per seed (each evaluated by its
+    closed-loop forecasts from every test origin and its one-step test RMSE), the AR(p),
+    persistence and climatology baselines in ``summarize``; the report and the plot as
+    hooks."""
+    started = time.perf_counter()
     data = sunspots()
     series, years = data["series"].astype(np.float64), data["years"]
     n_train = int(np.sum(years <= cfg.train_until))
@@ -202,45 +197,49 @@ def run(cfg: Config) -> dict:
     # every origin's history, left-padded by nothing: histories have different lengths, so
     # forecast from the last `n_train` values (>= window), a fixed-length batch
     hist = np.stack([z[o - n_train:o] for o in starts]).astype(np.float32)
+    coef = fit_ar(z[:n_train], cfg.ar_order)
+    ar_fc = np.stack([ar_forecast(coef, z[:o], cfg.horizon) for o in starts]) * sd + mu
+    rnn_fc: list[np.ndarray] = []  # each seed's forecasts, for the summary and the plot
 
-    results: dict[str, Any] = {}
-    rnn_fc, one_step = [], []
-    for seed in cfg.seeds:
-        sub = None if cfg.workdir is None else os.path.join(cfg.workdir, f"seed{seed}")
-        model, params, secs = train_forecaster(cfg, z[:n_train].astype(np.float32), seed, par,
-                                               sub)
+    def forecast(t: Trained) -> dict:
+        model, params = t.run.model, t.params
         fc = np.asarray(jax.jit(closed_loop, static_argnums=(0, 3))(
             model, {"params": params}, jnp.asarray(hist), cfg.horizon)) * sd + mu
         rnn_fc.append(fc)
         pred, _ = model.apply({"params": params}, jnp.asarray(z[None, :-1, None], jnp.float32))
         one = np.asarray(pred[0]) * sd + mu  # teacher-forced one-step predictions of x[1:]
-        one_step.append(float(np.sqrt(np.mean((one[n_train - 1:] - series[n_train:]) ** 2))))
-        print(f"seed {seed}: {count_params(params):,} parameters, {secs:.0f}s; one-step test "
-              f"RMSE {one_step[-1]:.2f}")
-    rnn_rmse = np.stack([rmse_by_horizon(f, truth) for f in rnn_fc])
-    coef = fit_ar(z[:n_train], cfg.ar_order)
-    ar_fc = np.stack([ar_forecast(coef, z[:o], cfg.horizon) for o in starts]) * sd + mu
-    persist = np.repeat(series[starts - 1][:, None], cfg.horizon, 1)
-    clim = np.full_like(truth, mu)
-    results = {
-        "rnn_mean": rnn_rmse.mean(0).tolist(), "rnn_sd": rnn_rmse.std(0).tolist(),
-        f"ar{cfg.ar_order}": rmse_by_horizon(ar_fc, truth).tolist(),
-        "persistence": rmse_by_horizon(persist, truth).tolist(),
-        "climatology": rmse_by_horizon(clim, truth).tolist(),
-    }
-    ar_one = float(np.sqrt(np.mean((np.array([ar_forecast(coef, z[:o], 1)[0] for o in range(
-        n_train, len(series))]) * sd + mu - series[n_train:]) ** 2)))
-    wall = time.perf_counter() - start
-    summary = {"config": asdict(cfg), "n_train": n_train, "n_test": len(series) - n_train,
-               "n_origins": len(starts), "rmse": results, "one_step_rnn": one_step,
-               "one_step_ar": ar_one, "wall_s": wall, "parallel": par.describe()}
-    from seqjax.experiments._kit import command_line
+        one_step = float(np.sqrt(np.mean((one[n_train - 1:] - series[n_train:]) ** 2)))
+        print(f"seed {t.run.seed}: {count_params(params):,} parameters, {t.seconds:.0f}s; "
+              f"one-step test RMSE {one_step:.2f}")
+        return {"one_step": one_step}
 
-    markdown = report(cfg, summary, years, command_line("forecasting", cfg))
-    print(markdown)
-    write_results("forecasting", cfg, markdown, summary, plot=lambda folder: plot_forecasts(
-        cfg, series, years, n_train, starts, rnn_fc[0], ar_fc, folder))
-    return summary
+    def summarize(trained: list[Trained]) -> dict:
+        rnn_rmse = np.stack([rmse_by_horizon(f, truth) for f in rnn_fc])
+        persist = np.repeat(series[starts - 1][:, None], cfg.horizon, 1)
+        results = {
+            "rnn_mean": rnn_rmse.mean(0).tolist(), "rnn_sd": rnn_rmse.std(0).tolist(),
+            f"ar{cfg.ar_order}": rmse_by_horizon(ar_fc, truth).tolist(),
+            "persistence": rmse_by_horizon(persist, truth).tolist(),
+            "climatology": rmse_by_horizon(np.full_like(truth, mu), truth).tolist(),
+        }
+        ar_one = float(np.sqrt(np.mean((np.array([ar_forecast(coef, z[:o], 1)[0] for o in range(
+            n_train, len(series))]) * sd + mu - series[n_train:]) ** 2)))
+        return {"n_train": n_train, "n_test": len(series) - n_train, "n_origins": len(starts),
+                "rmse": results, "one_step_rnn": [t.results["one_step"] for t in trained],
+                "one_step_ar": ar_one}
+
+    runs = (forecaster_run(cfg, z[:n_train].astype(np.float32), seed, forecast)
+            for seed in cfg.seeds)
+    return Task("forecasting", runs, started=started, summarize=summarize,
+                report=lambda s: report(cfg, s, years, command_line("forecasting", cfg)),
+                files=lambda folder, s: plot_forecasts(cfg, series, years, n_train, starts,
+                                                       rnn_fc[0], ar_fc, folder))
+
+
+def run(cfg: Config) -> dict:
+    """Train a GRU per seed on every visible device and forecast the test period; the
+    summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
