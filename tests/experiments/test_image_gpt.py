@@ -92,7 +92,9 @@ def test_image_gpt_smoke_beats_the_independent_baseline(tmp_path):
     assert s["n_train"] + s["n_val"] == s["n_fit"] and s["n_val"] > 0
     assert r["test_bits_per_image"] < r["independent_bits_per_image"] - 3.0, r
     assert r["independent_bits_per_image"] < r["uniform_bits_per_image"]
-    assert r["first_loss"] - r["last_loss"] > 1.0, r  # ~3.47 -> ~1.9 nats per code
+    # ~3.47 -> ~1.92 nats per code; with a learning rate of 1e-9, 3.472 -> 3.476 (and the
+    # transformer's 80.2 bits/image fail the baseline check above too)
+    assert r["first_loss"] - r["last_loss"] > 1.0, r
     # early stopping keeps the step with the lowest validation bits/image
     steps, bits = zip(*r["val_curve"])
     assert steps[-1] == 200 and r["best_step"] == steps[int(np.argmin(bits))]

@@ -38,7 +38,9 @@ def test_text_to_image_smoke(tmp_path):
     s = text_to_image.main(["--smoke", "--workdir", str(tmp_path)])
     assert_trained_on_all_devices(tmp_path, tmp_path / "model", tmp_path / "unconditional")
     assert s["vocab"] == 32 + 12 and s["sequence_length"] == 16
-    assert s["first_loss"] - s["last_loss"] > 0.5, s  # training moved the loss (nats/code)
+    # It learned: training moved the loss (nats/code); with a learning rate of 1e-9 it stays
+    # at 3.466 -> 3.467 and this fails.
+    assert s["first_loss"] - s["last_loss"] > 0.5, s
     assert len(s["accuracy_per_prompt"]) == 10 and 0.0 <= s["accuracy"] <= 1.0
     assert s["classifier_test_accuracy"] > 0.95  # the classifier itself is trustworthy
     assert np.isfinite(s["test_bits_per_image"]) and np.isfinite(s["unconditional_bits_per_image"])
