@@ -32,9 +32,9 @@ Run:  python -m seqjax.experiments.baselines               (or: seqjax train bas
 from __future__ import annotations
 
 import math
-import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -43,14 +43,7 @@ import numpy as np
 
 from seqjax.data.corpora import resolve_corpus, tiny_shakespeare
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import (
-    fit_arrays,
-    init_state,
-    machine_info,
-    pad_rows,
-    write_json,
-    write_run_info,
-)
+from seqjax.experiments._kit import Run, Task, Trained, machine_info, pad_rows, train
 from seqjax.models.baselines import NGramClassifier, NGramLM
 from seqjax.models.bert import Bert, BertConfig, bert_block
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
@@ -58,7 +51,7 @@ from seqjax.models.rnn import RNNClassifier, RNNLanguageModel
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
 PAD, CLS = 0, 1  # classification vocabulary: 0 padding, 1 <cls>, then the characters
@@ -183,41 +176,32 @@ def _padded(seqs: list[np.ndarray], width: int, cls: bool) -> tuple[np.ndarray, 
 # ----------------------------------------------------------------------------- training
 
 
-def _train(model: Any, init_x: np.ndarray, train: dict[str, np.ndarray],
-           test: dict[str, np.ndarray], loss_fn: Any, eval_fn: Any, cfg: Config,
-           par: Parallel, workdir: str | None, name: str) -> tuple[Any, dict, float]:
-    """AdamW + warm-up/cosine on ``par``'s devices; ``(params, eval metrics, seconds)``."""
+def network_run(model: Any, init_x: np.ndarray, train: dict[str, np.ndarray],
+                test: dict[str, np.ndarray], loss_fn: Any, eval_fn: Any, cfg: Config,
+                name: str, row: Callable[[Trained], dict]) -> Run:
+    """A network trained by AdamW + warm-up/cosine (no weight decay, clipping at 1.0) on
+    ``train``, the whole ``test`` set evaluated at the end as one global batch (padded to
+    the mesh, ``keep`` False on the padding rows); its folder ``name``, its ``evaluate``
+    hook ``row``."""
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), jnp.asarray(init_x))["params"]
-    opt = OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
-        end_lr_ratio=0.0, weight_decay=0.0, clip_norm=1.0)
-    state, schedule = init_state(par, params, opt, jax.random.PRNGKey(cfg.seed + 1))
-    test = pad_rows({**test, "keep": np.ones(len(test["y"]), bool)}, par.batch_shards,
-                    {"keep": False})
-    batch_size = min(cfg.batch_size, len(train["y"]))
-    par.check_batch_size(batch_size)
-    start = time.perf_counter()
-    result = fit_arrays(
-        par,
-        state,
-        loss_fn,
-        train,
-        FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                  best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
-        batch_size=batch_size,
-        seed=cfg.seed,
-        schedule=schedule,
-        workdir=None if workdir is None else os.path.join(workdir, name),
-        eval_fn=eval_fn,
-        eval_data=[test],
-        model_config={"model": name},
-    )
-    return (par.gather(result.state.params), result.eval_metrics,
-            time.perf_counter() - start)
+    return Run(
+        model=model, params=params, loss_fn=loss_fn, data=train,
+        optimizer=OptimizerConfig(
+            "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
+            end_lr_ratio=0.0, weight_decay=0.0, clip_norm=1.0),
+        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
+                      best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
+        batch_size=min(cfg.batch_size, len(train["y"])), seed=cfg.seed,
+        dropout_seed=cfg.seed + 1, eval_fn=eval_fn,
+        eval_data=lambda par: [pad_rows({**test, "keep": np.ones(len(test["y"]), bool)},
+                                        par.batch_shards, {"keep": False})],
+        model_config={"model": name}, name=name, evaluate=row)
 
 
-def lm_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
+def lm_task(cfg: Config) -> tuple[list[dict], list[Run]]:
+    """Language modelling: the count models' rows (fitted here) and the LSTM's and GPT's
+    runs on random training windows, scored on the validation windows."""
     data = tiny_shakespeare(cfg.data_path)
     train_ids, val_ids = data.train_ids, data.val_ids[: cfg.lm_eval_chars]
     if cfg.lm_train_chars > 0:
@@ -252,6 +236,7 @@ def lm_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
             vocab_size=vocab, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim, max_len=block,
             block=gpt_block(cfg.num_heads))),
     }
+    runs = []
     for name, model in models.items():
         def loss_fn(p: Any, b: dict, rng: jax.Array, model: Any = model) -> tuple:
             logits = model.apply({"params": p}, b["x"])
@@ -263,17 +248,21 @@ def lm_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
             return {"loss": masked_cross_entropy(logits, b["y"], keep),
                     "tokens": jnp.sum(keep).astype(jnp.float32)}
 
-        print(f"\n== {name}")
-        params, metrics, secs = _train(model, train["x"][:1], train, test, loss_fn, eval_fn,
-                                       cfg, par, workdir, name.split()[0].lower())
-        nll = float(metrics["eval/loss"])
-        rows.append({"task": "lm", "model": name, "nats": nll, "bpc": nll / math.log(2),
-                     "size": f"{count_params(params):,} params", "seconds": secs})
-        print(f"{name}: {nll:.3f} nats/char ({nll / math.log(2):.3f} bpc), {secs:.0f}s")
-    return rows
+        def row(t: Trained, name: str = name) -> dict:
+            nll = float(t.eval["eval/loss"])
+            print(f"{name}: {nll:.3f} nats/char ({nll / math.log(2):.3f} bpc), "
+                  f"{t.seconds:.0f}s")
+            return {"task": "lm", "model": name, "nats": nll, "bpc": nll / math.log(2),
+                    "size": f"{count_params(t.params):,} params", "seconds": t.seconds}
+
+        runs.append(network_run(model, train["x"][:1], train, test, loss_fn, eval_fn, cfg,
+                                name.split()[0].lower(), row))
+    return rows, runs
 
 
-def classification_task(cfg: Config, par: Parallel, workdir: str | None) -> list[dict]:
+def classification_task(cfg: Config) -> tuple[list[dict], list[Run]]:
+    """Language identification: the count classifiers' rows (fitted here) and the GRU's and
+    the transformer encoder's runs, scored on the test sentences."""
     d = language_id_data(cfg)
     (tr_seqs, tr_y), (te_seqs, te_y) = d["train"], d["test"]
     vocab = d["vocab_size"]
@@ -291,6 +280,7 @@ def classification_task(cfg: Config, par: Parallel, workdir: str | None) -> list
                              " counts", "seconds": time.perf_counter() - start})
         print(f"{name}: {100 * acc:.2f}%")
 
+    runs = []
     for name in ("GRU classifier", "transformer classifier"):
         cls = name.startswith("transformer")
         xtr, ltr = _padded(tr_seqs, cfg.max_chars, cls)
@@ -323,44 +313,53 @@ def classification_task(cfg: Config, par: Parallel, workdir: str | None) -> list
                     "accuracy": token_accuracy(logits, b["y"], b["keep"]),
                     "tokens": jnp.sum(b["keep"]).astype(jnp.float32)}
 
-        print(f"\n== {name}")
-        params, metrics, secs = _train(
+        def row(t: Trained, name: str = name) -> dict:
+            acc = float(t.eval["eval/accuracy"])
+            print(f"{name}: {100 * acc:.2f}% ({t.seconds:.0f}s)")
+            return {"task": "classification", "model": name, "accuracy": acc,
+                    "size": f"{count_params(t.params):,} params", "seconds": t.seconds}
+
+        runs.append(network_run(
             model, xtr[:1], {"x": xtr, "len": ltr, "y": tr_y}, {"x": xte, "len": lte, "y": te_y},
-            loss_fn, eval_fn, cfg, par, workdir, "gru" if not cls else "transformer_cls")
-        acc = float(metrics["eval/accuracy"])
-        rows.append({"task": "classification", "model": name, "accuracy": acc,
-                     "size": f"{count_params(params):,} params", "seconds": secs})
-        print(f"{name}: {100 * acc:.2f}% ({secs:.0f}s)")
-    return rows
+            loss_fn, eval_fn, cfg, "gru" if not cls else "transformer_cls", row))
+    return rows, runs
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)
-    par.check_batch_size(cfg.batch_size)
+def build(cfg: Config) -> Task:
+    """The count models of both tasks (fitted at once) and the four networks' runs
+    (:func:`lm_task`, :func:`classification_task`); the rows in order and the two tables
+    as the task's hooks."""
     for o in (*cfg.ngram_orders, *cfg.class_orders):
         if o < 1:
             raise ValueError(f"n-gram orders must be >= 1; got {o} in `ngram_orders` / "
                              "`class_orders`.")
-    t0 = time.perf_counter()
-    write_run_info(par, cfg.workdir)
+    started = time.perf_counter()
     info = machine_info()
-    print(f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}; {par}")
-    rows = lm_task(cfg, par, cfg.workdir) + classification_task(cfg, par, cfg.workdir)
-    wall = time.perf_counter() - t0
-    lm = ["| model | size | val nats/char | val bits/char | s |", "|---|---:|---:|---:|---:|"]
-    lm += [f"| {r['model']} | {r['size']} | {r['nats']:.3f} | {r['bpc']:.3f} | "
-           f"{r['seconds']:.0f} |" for r in rows if r["task"] == "lm"]
-    cl = ["| model | size | test accuracy (%) | s |", "|---|---:|---:|---:|"]
-    cl += [f"| {r['model']} | {r['size']} | {100 * r['accuracy']:.2f} | {r['seconds']:.0f} |"
-           for r in rows if r["task"] == "classification"]
-    tables = "\n".join(lm) + "\n\n" + "\n".join(cl)
-    print("\n" + tables + f"\n\nwall time {wall:.0f}s")
-    summary = {"config": asdict(cfg), "machine": info, "parallel": par.describe(),
-               "wall_s": wall, "rows": rows, "lm_table_md": "\n".join(lm),
-               "class_table_md": "\n".join(cl)}
-    if cfg.workdir is not None and jax.process_index() == 0:
-        write_json(os.path.join(cfg.workdir, "baselines.json"), summary)
-    return summary
+    lm_rows, lm_runs = lm_task(cfg)
+    class_rows, class_runs = classification_task(cfg)
+
+    def summarize(trained: list[Trained]) -> dict:
+        nets = [t.results for t in trained]
+        rows = (lm_rows + [r for r in nets if r["task"] == "lm"] + class_rows
+                + [r for r in nets if r["task"] == "classification"])
+        lm = ["| model | size | val nats/char | val bits/char | s |", "|---|---:|---:|---:|---:|"]
+        lm += [f"| {r['model']} | {r['size']} | {r['nats']:.3f} | {r['bpc']:.3f} | "
+               f"{r['seconds']:.0f} |" for r in rows if r["task"] == "lm"]
+        cl = ["| model | size | test accuracy (%) | s |", "|---|---:|---:|---:|"]
+        cl += [f"| {r['model']} | {r['size']} | {100 * r['accuracy']:.2f} | "
+               f"{r['seconds']:.0f} |" for r in rows if r["task"] == "classification"]
+        return {"machine": info, "rows": rows, "lm_table_md": "\n".join(lm),
+                "class_table_md": "\n".join(cl)}
+
+    return Task("baselines", lm_runs + class_runs, started=started, summarize=summarize,
+                about=f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}",
+                report=lambda s: s["lm_table_md"] + "\n\n" + s["class_table_md"]
+                + f"\n\nwall time {s['wall_s']:.0f}s")
+
+
+def run(cfg: Config) -> dict:
+    """The count baselines and the networks (on every visible device); the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
