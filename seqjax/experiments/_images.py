@@ -9,8 +9,9 @@ What ``experiments.image_gpt`` (Bishop §12.4.2) and ``experiments.text_to_image
   and its inverse :func:`from_raster_patches`; :func:`tokenizer` (a K-means codebook, Bishop
   (12.38)), :func:`encode` (nearest code) and :func:`decode` (through the codebook).
 * **Training** — :func:`lm_arrays` (next-token arrays of ``[prompt, codes]`` with the loss
-  on the codes only), :func:`train_lm` (a :class:`~seqjax.models.gpt.TransformerLM` with the
-  causal LM loss over the codes, early stopping on a validation split),
+  on the codes only), :func:`lm_run` (the kit's :class:`~seqjax.experiments._kit.Run` of a
+  :class:`~seqjax.models.gpt.TransformerLM` with the causal LM loss over the codes, early
+  stopping on a validation split),
   :func:`independent_baseline` (a categorical per position).
 * **Evaluation and sampling** — :func:`image_bits` (bits per image of the codes given the
   prompt) and :func:`generate` (codes sampled in raster order after a prompt).
@@ -18,7 +19,7 @@ What ``experiments.image_gpt`` (Bishop §12.4.2) and ``experiments.text_to_image
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import jax
@@ -26,15 +27,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.batching import split_arrays
-from seqjax.data.iterators import ArrayIterator
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
-from seqjax.experiments._kit import pad_rows
+from seqjax.experiments._kit import Run, Trained, pad_rows, train_run
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.nn.vq import kmeans_codebook, nearest_code
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel
 from seqjax.utils import count_params
 
@@ -108,29 +108,32 @@ def lm_arrays(prompt_NxP: np.ndarray, codes_NxL: np.ndarray) -> dict[str, np.nda
     return {"inputs": seq[:, :-1], "targets": seq[:, 1:], "mask": mask}
 
 
-def train_lm(
+def lm_run(
     cfg: Any,
     splits: dict[str, dict[str, np.ndarray]],
     vocab: int,
     num_codes: int,
-    par: Parallel,
-    workdir: str | None,
+    *,
+    name: str,
     model_config: dict,
-) -> tuple[TransformerLM, Any, dict]:
-    """Train a :class:`TransformerLM` with the causal LM loss on the image codes of
-    ``splits["train"]`` (arrays of :func:`lm_arrays`); early stopping on ``splits["val"]``.
+    evaluate: Callable[[TransformerLM, Any, dict], dict] | None = None,
+) -> Run:
+    """The :class:`~seqjax.experiments._kit.Run` of a :class:`TransformerLM` trained with the
+    causal LM loss on the image codes of ``splits["train"]`` (arrays of :func:`lm_arrays`);
+    early stopping on ``splits["val"]``.
 
     Codes are the ids ``0 … num_codes − 1`` of a vocabulary of ``vocab`` ids; an image
     position predicts a code, so every other id gets logit −∞ there (the NLL is over the
     ``K`` codes, as the baseline's). Every ``cfg.eval_every`` steps (and at the end) the
     validation NLL is measured and the parameters with the lowest are kept (early stopping;
-    without a ``"val"`` split, the last ones). Returns the model, those parameters and a
-    dict with ``test_bits_per_image`` (theirs), ``last_test_bits_per_image`` (the last
-    step's), ``best_step``, ``val_curve`` ``[(step, val bits/image), …]``, ``first_loss``,
-    ``last_loss``, ``params``, ``train_s``. ``cfg`` needs ``num_layers``,
-    ``num_heads``, ``embed_dim``, ``dropout_rate``, ``steps``, ``batch_size``,
-    ``learning_rate``, ``warmup_steps``, ``weight_decay``, ``eval_every``, ``seed``,
-    ``log_every`` and ``progress`` (as the ``Config`` of image_gpt and text_to_image).
+    without a ``"val"`` split, the last ones). The run's results: ``test_bits_per_image``
+    (of those parameters), ``last_test_bits_per_image`` (the last step's), ``best_step``,
+    ``val_curve`` ``[(step, val bits/image), …]``, ``first_loss``, ``last_loss``,
+    ``params``, ``train_s``, updated by ``evaluate(model, kept parameters, results)`` when
+    given. ``cfg`` needs ``num_layers``, ``num_heads``, ``embed_dim``, ``dropout_rate``,
+    ``steps``, ``batch_size``, ``learning_rate``, ``warmup_steps``, ``weight_decay``,
+    ``eval_every``, ``seed``, ``log_every`` and ``progress`` (as the ``Config`` of image_gpt
+    and text_to_image).
     """
     train = splits["train"]
     length = train["inputs"].shape[1]
@@ -145,18 +148,6 @@ def train_lm(
         )
     )
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))["params"]
-    tx, schedule = make_optimizer(
-        OptimizerConfig(
-            "adamw",
-            learning_rate=cfg.learning_rate,
-            schedule="warmup_cosine",
-            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1),
-            total_steps=max(cfg.steps, 1),
-            weight_decay=cfg.weight_decay,
-            clip_norm=1.0,
-        )
-    )
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1)))
     not_code_V = jnp.arange(vocab) >= num_codes
 
     def code_logits(p: Any, inputs: Array, rng: Array | None = None) -> Array:
@@ -183,13 +174,10 @@ def train_lm(
         return float(np.mean(image_bits(model, p, arrays, num_codes)))
 
     best: dict[str, Any] = {"loss": np.inf, "params": None, "curve": []}
-    eval_kwargs: dict[str, Any] = {}
     val = splits.get("val")
-    if val is not None:
+
+    def keep_best(val_step: Callable[..., Any], par: Parallel) -> Callable[..., Any]:
         per_image = float(val["mask"].sum()) / len(val["mask"])
-        # one global batch, padded to split over the devices (padding rows: mask False)
-        val_batch = pad_rows(val, par.batch_shards, {"mask": False})
-        val_step = par.eval_step(nll_fn)
 
         def eval_and_keep(p: Any, batch: dict) -> dict:
             m = val_step(p, batch)
@@ -199,53 +187,65 @@ def train_lm(
                 best.update(loss=loss, params=par.gather(p), index=len(best["curve"]) - 1)
             return m
 
-        eval_kwargs = {"eval_step": eval_and_keep, "eval_data": [val_batch]}
-    start = time.perf_counter()
-    result = fit(
-        state,
-        par.train_step(loss_fn, schedule=schedule),
-        ArrayIterator(
-            train, par.local_batch_size(cfg.batch_size), seed=cfg.seed, **par.iterator_shard()
-        ),
-        FitConfig(
-            num_steps=cfg.steps,
-            log_every=cfg.log_every,
-            eval_every=cfg.eval_every,
-            checkpoint_every=0,
-            best_metric=None,
-            progress=cfg.progress,
-            tensorboard=False,
-            plot=False,
-        ),
-        workdir=workdir,
-        model_config=model_config,
-        parallel=par,
-        **eval_kwargs,
-    )
-    last_params = par.gather(result.state.params)
-    secs = time.perf_counter() - start
-    eval_steps = [r["step"] for r in result.history if "eval/loss" in r]
-    curve = list(zip(eval_steps, best["curve"])) if len(eval_steps) == len(best["curve"]) else []
-    params = last_params if best["params"] is None else best["params"]
-    best_step = (
-        curve[best["index"]][0] if best["params"] is not None and curve else int(result.state.step)
-    )
-    test = splits["test"]
-    history = [r for r in result.history if "loss" in r]
-    return (
-        model,
-        params,
-        {
-            "test_bits_per_image": bits_per_image(params, test),
-            "last_test_bits_per_image": bits_per_image(last_params, test),
+        return eval_and_keep
+
+    def results(t: Trained) -> dict:
+        history = t.result.history
+        eval_steps = [r["step"] for r in history if "eval/loss" in r]
+        curve = list(zip(eval_steps, best["curve"]))
+        if len(eval_steps) != len(best["curve"]):
+            curve = []
+        kept = t.params if best["params"] is None else best["params"]
+        best_step = (curve[best["index"]][0] if best["params"] is not None and curve
+                     else t.steps)
+        losses = [r["loss"] for r in history if "loss" in r]
+        out = {
+            "test_bits_per_image": bits_per_image(kept, splits["test"]),
+            "last_test_bits_per_image": bits_per_image(t.params, splits["test"]),
             "best_step": int(best_step),
             "val_curve": [[int(s), float(b)] for s, b in curve],
-            "train_s": secs,
-            "params": count_params(params),
-            "first_loss": history[0]["loss"] if history else float("nan"),
-            "last_loss": history[-1]["loss"] if history else float("nan"),
-        },
-    )
+            "train_s": t.seconds,
+            "params": count_params(kept),
+            "first_loss": losses[0] if losses else float("nan"),
+            "last_loss": losses[-1] if losses else float("nan"),
+        }
+        return out if evaluate is None else evaluate(model, kept, out)
+
+    return Run(
+        model=model, params=params, loss_fn=loss_fn, data=train,
+        optimizer=OptimizerConfig(
+            "adamw",
+            learning_rate=cfg.learning_rate,
+            schedule="warmup_cosine",
+            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1),
+            total_steps=max(cfg.steps, 1),
+            weight_decay=cfg.weight_decay,
+            clip_norm=1.0,
+        ),
+        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                      checkpoint_every=0, best_metric=None, progress=cfg.progress,
+                      tensorboard=False, plot=False),
+        batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,
+        # one global batch, padded to split over the devices (padding rows: mask False)
+        eval_fn=None if val is None else nll_fn,
+        eval_data=None if val is None else (
+            lambda par: [pad_rows(val, par.batch_shards, {"mask": False})]),
+        wrap_eval_step=keep_best, model_config=model_config, name=name, evaluate=results)
+
+
+def train_lm(cfg: Any, splits: dict[str, dict[str, np.ndarray]], vocab: int, num_codes: int,
+             par: Parallel, workdir: str | None, model_config: dict
+             ) -> tuple[TransformerLM, Any, dict]:
+    """:func:`lm_run` trained in ``workdir``: the model, the kept parameters, the results."""
+    kept: dict[str, Any] = {}
+
+    def keep(model: Any, params: Any, info: dict) -> dict:
+        kept.update(model=model, params=params)
+        return info
+
+    t = train_run(lm_run(cfg, splits, vocab, num_codes, name="", model_config=model_config,
+                         evaluate=keep), par, workdir)
+    return kept["model"], kept["params"], t.results
 
 
 def image_bits(

@@ -224,6 +224,9 @@ class Run:
             the end) and by :meth:`Trained.evaluate`.
         eval_data: a list of global evaluation batches, or a function of the
             :class:`Parallel` that returns one.
+        wrap_eval_step: ``(eval_step, par) -> eval_step``: what ``fit`` evaluates with
+            instead (e.g. a step that also keeps the parameters of the best evaluation —
+            early stopping); :meth:`Trained.evaluate` uses the step unwrapped.
         compute_dtype: the steps' compute dtype (``None`` = the parameters').
         model_config: saved with the checkpoints and checked when they are restored.
         tokenizer: saved with the checkpoints and as ``tokenizer.json`` in the run's folder
@@ -246,6 +249,7 @@ class Run:
     dropout_seed: int | None = None
     eval_fn: Callable[..., Any] | None = None
     eval_data: Sequence[Any] | Callable[[Parallel], Any] | None = None
+    wrap_eval_step: Callable[[Callable[..., Any], Parallel], Callable[..., Any]] | None = None
     compute_dtype: Any = None
     model_config: Mapping[str, Any] | None = None
     tokenizer: Any = None
@@ -393,7 +397,10 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
             run.tokenizer.save(os.path.join(folder, "tokenizer.json"))
     extra = {} if run.check_batch is None else {"check_batch": run.check_batch}
     begin = time.perf_counter()
-    result = fit(state, train_step, data, run.fit, workdir=folder, eval_step=eval_step,
+    fit_eval_step = eval_step
+    if eval_step is not None and run.wrap_eval_step is not None:
+        fit_eval_step = run.wrap_eval_step(eval_step, par)
+    result = fit(state, train_step, data, run.fit, workdir=folder, eval_step=fit_eval_step,
                  eval_data=eval_data, tokenizer=tokenizer, parallel=par,
                  model_config=None if run.model_config is None else dict(run.model_config),
                  **extra)

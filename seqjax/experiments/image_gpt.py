@@ -39,9 +39,9 @@ Run:  python -m seqjax.experiments.image_gpt --results_dir seqjax/experiments/re
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -55,12 +55,12 @@ from seqjax.experiments._images import (
     generate,
     independent_baseline,
     lm_arrays,
+    lm_run,
     tokenizer,
-    train_lm,
 )
-from seqjax.experiments._kit import write_results, write_run_info
+from seqjax.experiments._kit import Run, Task, command_line, train
 from seqjax.experiments.reports.image_gpt import plot_samples, report
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 
 
 @dataclass(frozen=True)
@@ -140,80 +140,57 @@ PRESETS = {
 }
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)
-    par.check_batch_size(cfg.batch_size)
-    t0 = time.perf_counter()
-    write_run_info(par, cfg.workdir)
+def build(cfg: Config) -> Task:
+    """One LM run per tokenisation (pixels, patches) of the same digits; the report and the
+    sample figure."""
+    started = time.perf_counter()
     data = digit_splits(cfg.val_fraction)
-    runs, samples = [], {}
-    for kind in cfg.tokens:
+    samples: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def one(kind: str) -> Run:  # the codebook, the code sequences and the run of one kind
         codebook, patch = tokenizer(kind, data["fit"]["x"], cfg)
         vocab = len(codebook)
         tok = {name: encode(d["x"], codebook, patch) for name, d in data.items()}
-        recon = decode(tok["test"], codebook, patch)
         start_id = vocab  # <start> is the last id
-        splits = {
-            name: lm_arrays(np.full((len(t), 1), start_id, np.int32), t)
-            for name, t in tok.items()
-            if name != "fit"
-        }
-        sub = None if cfg.workdir is None else os.path.join(cfg.workdir, kind)
-        model, params, info = train_lm(
-            cfg, splits, vocab + 1, vocab, par, sub, {"tokens": kind, "embed_dim": cfg.embed_dim}
-        )
+        splits = {name: lm_arrays(np.full((len(t), 1), start_id, np.int32), t)
+                  for name, t in tok.items() if name != "fit"}
         length = tok["test"].shape[1]
-        gen = generate(
-            model,
-            params,
-            np.full((cfg.num_samples, 1), start_id, np.int32),
-            vocab,
-            length,
-            cfg.temperature,
-            cfg.seed,
-        )
-        samples[kind] = (
-            decode(gen, codebook, patch),
-            decode(tok["test"][: cfg.num_samples], codebook, patch),
-        )
-        info.update(
-            {
-                "tokens": kind,
-                "codes": vocab,
-                "sequence_length": int(length),
-                "patch": patch,
+
+        def sample_and_score(model: Any, params: Any, info: dict) -> dict:
+            gen = generate(model, params, np.full((cfg.num_samples, 1), start_id, np.int32),
+                           vocab, length, cfg.temperature, cfg.seed)
+            samples[kind] = (decode(gen, codebook, patch),
+                             decode(tok["test"][: cfg.num_samples], codebook, patch))
+            recon = decode(tok["test"], codebook, patch)
+            info.update({
+                "tokens": kind, "codes": vocab, "sequence_length": int(length), "patch": patch,
                 "reconstruction_rmse": float(np.sqrt(np.mean((recon - data["test"]["x"]) ** 2))),
                 "independent_bits_per_image": independent_baseline(tok["fit"], tok["test"], vocab),
                 "uniform_bits_per_image": float(length * np.log2(vocab)),
                 "codebook": np.round(codebook, 3).tolist(),
-            }
-        )
-        runs.append(info)
-        print(
-            f"{kind}: {vocab} codes × {length} tokens; test "
-            f"{info['test_bits_per_image']:.1f} bits/image at step {info['best_step']} "
-            f"(last step {info['last_test_bits_per_image']:.1f}; independent positions "
-            f"{info['independent_bits_per_image']:.1f}, uniform "
-            f"{info['uniform_bits_per_image']:.0f}); {info['train_s']:.0f}s"
-        )
-    wall = time.perf_counter() - t0
-    summary = {
-        "config": asdict(cfg),
-        "runs": runs,
-        "wall_s": wall,
-        "n_train": int(len(data["train"]["x"])),
-        "n_fit": int(len(data["fit"]["x"])),
-        "n_val": int(len(data["val"]["x"])) if "val" in data else 0,
-        "n_test": int(len(data["test"]["x"])),
-        "parallel": par.describe(),
-    }
-    from seqjax.experiments._kit import command_line
+            })
+            print(f"{kind}: {vocab} codes × {length} tokens; test "
+                  f"{info['test_bits_per_image']:.1f} bits/image at step {info['best_step']} "
+                  f"(last step {info['last_test_bits_per_image']:.1f}; independent positions "
+                  f"{info['independent_bits_per_image']:.1f}, uniform "
+                  f"{info['uniform_bits_per_image']:.0f}); {info['train_s']:.0f}s")
+            return info
 
-    markdown = report(cfg, summary, command_line("image_gpt", cfg))
-    print(markdown)
-    write_results("image_gpt", cfg, markdown, summary,
-                  plot=lambda folder: plot_samples(samples, folder))
-    return summary
+        return lm_run(cfg, splits, vocab + 1, vocab, name=kind, evaluate=sample_and_score,
+                      model_config={"tokens": kind, "embed_dim": cfg.embed_dim})
+
+    sizes = {"n_train": len(data["train"]["x"]), "n_fit": len(data["fit"]["x"]),
+             "n_val": len(data["val"]["x"]) if "val" in data else 0,
+             "n_test": len(data["test"]["x"])}
+    return Task("image_gpt", (one(kind) for kind in cfg.tokens), started=started,
+                summarize=lambda trained: {"runs": [t.results for t in trained], **sizes},
+                report=lambda s: report(cfg, s, command_line("image_gpt", cfg)),
+                files=lambda folder, s: plot_samples(samples, folder))
+
+
+def run(cfg: Config) -> dict:
+    """Train the LM on each tokenisation of the digits; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
