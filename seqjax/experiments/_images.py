@@ -29,7 +29,7 @@ import numpy as np
 from seqjax.data.batching import split_arrays
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
-from seqjax.experiments._kit import Run, Trained, pad_rows, train_run
+from seqjax.experiments._kit import Run, Trained, pad_rows
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.nn.vq import kmeans_codebook, nearest_code
 from seqjax.train.loop import FitConfig
@@ -231,21 +231,6 @@ def lm_run(
         eval_data=None if val is None else (
             lambda par: [pad_rows(val, par.batch_shards, {"mask": False})]),
         wrap_eval_step=keep_best, model_config=model_config, name=name, evaluate=results)
-
-
-def train_lm(cfg: Any, splits: dict[str, dict[str, np.ndarray]], vocab: int, num_codes: int,
-             par: Parallel, workdir: str | None, model_config: dict
-             ) -> tuple[TransformerLM, Any, dict]:
-    """:func:`lm_run` trained in ``workdir``: the model, the kept parameters, the results."""
-    kept: dict[str, Any] = {}
-
-    def keep(model: Any, params: Any, info: dict) -> dict:
-        kept.update(model=model, params=params)
-        return info
-
-    t = train_run(lm_run(cfg, splits, vocab, num_codes, name="", model_config=model_config,
-                         evaluate=keep), par, workdir)
-    return kept["model"], kept["params"], t.results
 
 
 def image_bits(

@@ -29,7 +29,7 @@ over-fits and, on patches, loses to the baseline (``results/image_gpt_ablation.m
 the model trains with dropout, and the parameters of the step with the lowest NLL on a
 held-out validation split (early stopping) are the ones tested. The tokenisation, the
 training, the bits per image and the sampling are the experiments' image kit,
-:mod:`seqjax.experiments._images`, whose ``train_lm``, ``lm_arrays``, ``image_bits`` and
+:mod:`seqjax.experiments._images`, whose ``lm_run``, ``lm_arrays``, ``image_bits`` and
 ``generate`` take any prompt before the codes (``<start>`` here; text in
 :mod:`seqjax.experiments.text_to_image`).
 

@@ -33,9 +33,9 @@ Run:  python -m seqjax.experiments.text_to_image --results_dir seqjax/experiment
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -50,12 +50,12 @@ from seqjax.experiments._images import (
     image_bits,
     independent_baseline,
     lm_arrays,
+    lm_run,
     tokenizer,
-    train_lm,
 )
-from seqjax.experiments._kit import write_results, write_run_info
+from seqjax.experiments._kit import Task, Trained, command_line, train
 from seqjax.experiments.reports.text_to_image import plot_samples, report
-from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.parallel import ParallelOptions
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 WORDS = ("a", *DIGIT_WORDS)
@@ -194,123 +194,98 @@ def digit_classifier(train_x: np.ndarray, train_y: np.ndarray) -> Any:
     return _Digits()
 
 
-def run(cfg: Config) -> dict:
+def build(cfg: Config) -> Task:
+    """The LM of ``[prompt, <sep>, codes]`` (and, with ``unconditional``, the same without
+    the prompt); sampling every prompt, the classifier's verdict and the baselines."""
     if cfg.tokens not in TOKENISATIONS:
         raise ValueError(f"`tokens` must be one of {TOKENISATIONS}; got {cfg.tokens!r}.")
     if cfg.samples_per_prompt < 1:
         raise ValueError(f"`samples_per_prompt` must be >= 1; got {cfg.samples_per_prompt}.")
-    par = Parallel.from_options(cfg)
-    par.check_batch_size(cfg.batch_size)
-    t0 = time.perf_counter()
-    write_run_info(par, cfg.workdir)
+    started = time.perf_counter()
     data = digit_splits(cfg.val_fraction)
     codebook, patch = tokenizer(cfg.tokens, data["fit"]["x"], cfg)
     k = len(codebook)
     tok = {name: encode(d["x"], codebook, patch) for name, d in data.items()}
-    splits = {
-        name: lm_arrays(prompt_tokens(data[name]["y"], k), t)
-        for name, t in tok.items()
-        if name != "fit"
-    }
     vocab = k + len(WORDS) + 1
-    sub = None if cfg.workdir is None else os.path.join(cfg.workdir, "model")
-    model, params, info = train_lm(
-        cfg,
-        splits,
-        vocab,
-        k,
-        par,
-        sub,
-        {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim, "vocab": vocab},
-    )
     length = tok["test"].shape[1]
-    if cfg.unconditional:  # the same model and data without the text: [<sep>, c_1 … c_L]
-        sep = vocabulary(k)["<sep>"]
-        _, _, plain = train_lm(
-            cfg,
-            {
-                name: lm_arrays(np.full((len(t), 1), sep, np.int32), t)
-                for name, t in tok.items()
-                if name != "fit"
-            },
-            vocab,
-            k,
-            par,
-            None if cfg.workdir is None else os.path.join(cfg.workdir, "unconditional"),
-            {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim, "vocab": vocab},
-        )
-        info["unconditional_bits_per_image"] = plain["test_bits_per_image"]
-
+    mc = {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim, "vocab": vocab}
     # generation: every prompt "a zero" … "a nine", samples_per_prompt images each
     labels = np.repeat(np.arange(10), cfg.samples_per_prompt)
-    gen = generate(model, params, prompt_tokens(labels, k), k, length, cfg.temperature, cfg.seed)
-    images = decode(gen, codebook, patch)
-    clf = digit_classifier(data["fit"]["x"], data["fit"]["y"])
-    predicted = clf.predict(images)
-    per_prompt = [float(np.mean(predicted[labels == d] == d)) for d in range(10)]
-    test_y = data["test"]["y"]
-    # the prompted model as an unconditional one: p(x) = Σ_y p(y) p(x | y), p(y) the
-    # training digits' frequencies, p(x | y) the transformer given "a y <sep>"
-    bits_YxN = np.stack(
-        [
-            image_bits(
-                model, params, lm_arrays(prompt_tokens(np.full(len(test_y), d), k), tok["test"]), k
-            )
-            for d in range(10)
-        ]
-    )
-    log2_prior_Y = np.log2(np.bincount(data["fit"]["y"], minlength=10) / len(data["fit"]["y"]))
-    mixture_N = -np.logaddexp2.reduce(log2_prior_Y[:, None] - bits_YxN, axis=0)
-    info.update(
-        {
-            "tokens": cfg.tokens,
-            "codes": k,
-            "vocab": vocab,
-            "sequence_length": int(length),
+    drawn: dict[str, np.ndarray] = {}
+
+    def sample_and_score(model: Any, params: Any, info: dict) -> dict:
+        gen = generate(model, params, prompt_tokens(labels, k), k, length, cfg.temperature,
+                       cfg.seed)
+        images = decode(gen, codebook, patch)
+        clf = digit_classifier(data["fit"]["x"], data["fit"]["y"])
+        predicted = clf.predict(images)
+        drawn.update(images=images, predicted=predicted)
+        test_y = data["test"]["y"]
+        # the prompted model as an unconditional one: p(x) = Σ_y p(y) p(x | y), p(y) the
+        # training digits' frequencies, p(x | y) the transformer given "a y <sep>"
+        bits_YxN = np.stack([image_bits(model, params, lm_arrays(
+            prompt_tokens(np.full(len(test_y), d), k), tok["test"]), k) for d in range(10)])
+        log2_prior_Y = np.log2(np.bincount(data["fit"]["y"], minlength=10)
+                               / len(data["fit"]["y"]))
+        mixture_N = -np.logaddexp2.reduce(log2_prior_Y[:, None] - bits_YxN, axis=0)
+        info.update({
+            "tokens": cfg.tokens, "codes": k, "vocab": vocab, "sequence_length": int(length),
             "patch": patch,
             "independent_bits_per_image": independent_baseline(tok["fit"], tok["test"], k),
             "class_independent_bits_per_image": class_independent_baseline(
-                tok["fit"], data["fit"]["y"], tok["test"], test_y, k
-            ),
+                tok["fit"], data["fit"]["y"], tok["test"], test_y, k),
             "uniform_bits_per_image": float(length * np.log2(k)),
             "mixture_bits_per_image": float(np.mean(mixture_N)),
-            "accuracy_per_prompt": per_prompt,
+            "accuracy_per_prompt": [float(np.mean(predicted[labels == d] == d))
+                                    for d in range(10)],
             "accuracy": float(np.mean(predicted == labels)),
             "classifier_test_accuracy": float(np.mean(clf.predict(data["test"]["x"]) == test_y)),
             "classifier_quantised_test_accuracy": float(
-                np.mean(clf.predict(decode(tok["test"], codebook, patch)) == test_y)
-            ),
-            "confusion": [
-                np.bincount(predicted[labels == d], minlength=10).tolist() for d in range(10)
-            ],
-        }
-    )
+                np.mean(clf.predict(decode(tok["test"], codebook, patch)) == test_y)),
+            "confusion": [np.bincount(predicted[labels == d], minlength=10).tolist()
+                          for d in range(10)],
+        })
+        return info
+
+    def splits(prompt: Callable[[str], np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        return {name: lm_arrays(prompt(name), t) for name, t in tok.items() if name != "fit"}
+
+    runs = [lm_run(cfg, splits(lambda name: prompt_tokens(data[name]["y"], k)), vocab, k,
+                   name="model", model_config=mc, evaluate=sample_and_score)]
+    if cfg.unconditional:  # the same model and data without the text: [<sep>, c_1 … c_L]
+        sep = vocabulary(k)["<sep>"]
+        runs.append(lm_run(cfg, splits(lambda name: np.full((len(tok[name]), 1), sep, np.int32)),
+                           vocab, k, name="unconditional", model_config=mc))
+    sizes = {"n_fit": len(data["fit"]["x"]), "n_train": len(data["train"]["x"]),
+             "n_val": len(data["val"]["x"]) if "val" in data else 0,
+             "n_test": len(data["test"]["y"])}
+    return Task("text_to_image", runs, started=started,
+                summarize=lambda trained: summarize(trained, sizes),
+                report=lambda s: report(cfg, s, command_line("text_to_image", cfg),
+                                        words=DIGIT_WORDS),
+                files=lambda folder, s: plot_samples(drawn["images"], labels, drawn["predicted"],
+                                                     folder, words=DIGIT_WORDS))
+
+
+def summarize(trained: list[Trained], sizes: dict) -> dict:
+    """The prompted model's figures (and the unconditional model's bits/image); printed."""
+    info = dict(trained[0].results)
+    if len(trained) > 1:
+        info["unconditional_bits_per_image"] = trained[1].results["test_bits_per_image"]
     print(
-        f"text_to_image: {k} codes × {length} tokens; test {info['test_bits_per_image']:.1f} "
-        f"bits/image given the prompt (independent positions "
+        f"text_to_image: {info['codes']} codes × {info['sequence_length']} tokens; test "
+        f"{info['test_bits_per_image']:.1f} bits/image given the prompt (independent positions "
         f"{info['independent_bits_per_image']:.1f}, given the digit "
         f"{info['class_independent_bits_per_image']:.1f}); samples classified as their "
         f"prompt {100 * info['accuracy']:.1f}% (classifier on real test digits "
         f"{100 * info['classifier_test_accuracy']:.1f}%)"
     )
-    summary = {
-        "config": asdict(cfg),
-        **info,
-        "wall_s": time.perf_counter() - t0,
-        "n_fit": int(len(data["fit"]["x"])),
-        "n_train": int(len(data["train"]["x"])),
-        "n_val": int(len(data["val"]["x"])) if "val" in data else 0,
-        "n_test": int(len(test_y)),
-        "parallel": par.describe(),
-    }
-    from seqjax.experiments._kit import command_line
+    return {**info, **sizes}
 
-    markdown = report(cfg, summary, command_line("text_to_image", cfg), words=DIGIT_WORDS)
-    print(markdown)
-    write_results("text_to_image", cfg, markdown, summary,
-                  plot=lambda folder: plot_samples(images, labels, predicted, folder,
-                                                   words=DIGIT_WORDS))
-    return summary
+
+def run(cfg: Config) -> dict:
+    """Train the prompted LM (and the unconditional one); the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
