@@ -27,8 +27,7 @@ Shakespeare), :mod:`~seqjax.experiments._seq2seq` (sentence pairs and the seq2se
   the final evaluation, giving a :class:`Trained`; then the summary (provenance + the
   recipe's figures) and :func:`write_results`. A recipe's ``run(cfg)`` is
   ``train(build(cfg), cfg)``. :func:`classifier_run` builds the run of a classifier
-  (cross-entropy, AdamW with warm-up and cosine decay, test accuracy); :func:`fit_arrays`
-  is ``fit`` over a dict of arrays for the recipes that wire ``fit`` themselves.
+  (cross-entropy, AdamW with warm-up and cosine decay, test accuracy).
 
 On one device :func:`pad_rows` and :func:`host_rows` return their input unchanged, so a
 single-device result is what it was before the experiments ran on a mesh.
@@ -63,7 +62,7 @@ __all__ = [
     "machine_info", "machine", "load_average", "command_line", "write_json", "write_results",
     "mean_sd",
     "pad_rows", "host_rows", "write_run_info", "init_state", "Run", "Trained", "Task", "train",
-    "train_run", "logged_seconds", "classifier_run", "fit_arrays",
+    "train_run", "logged_seconds", "classifier_run",
 ]
 
 
@@ -231,7 +230,9 @@ class Run:
         model_config: saved with the checkpoints and checked when they are restored.
         tokenizer: saved with the checkpoints and as ``tokenizer.json`` in the run's folder
             (an object with ``to_json()`` and ``save(path)``).
-        check_batch: a host-side check of every training batch, given to ``fit``.
+        check_batch: ``fit``'s check of every host batch before it is placed (e.g.
+            ``make_batch_check(vocab_size)``: an out-of-vocabulary id is a ``ValueError``);
+            ``None`` = none (data whose ids were checked once, where it was made).
         name: the run's folder under the work dir (runs of a multi-run recipe);
             ``""`` = the work dir itself.
         evaluate: the run's own evaluation after ``fit``: its dict is
@@ -337,9 +338,10 @@ def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
 
     The summary is the provenance (``config``, ``parallel``, ``machine``, the load
     averages, ``wall_s``; for one run in the work dir itself, no ``name``, also its
-    ``params``, ``steps``, ``resumed_from``, ``status`` and ``train_wall_s``) updated by ``task.summarize``; :func:`write_results`
-    writes it as ``NAME.json`` in ``cfg.workdir``, with ``task.report``'s markdown and
-    ``task.files``' files there and in ``cfg.results_dir``. Returns the summary.
+    ``params``, ``steps``, ``resumed_from``, ``status`` and ``train_wall_s``) updated by
+    ``task.summarize``; :func:`write_results` writes it as ``NAME.json`` in ``cfg.workdir``,
+    with ``task.report``'s markdown and ``task.files``' files there and in
+    ``cfg.results_dir``. Returns the summary.
     """
     start = time.perf_counter() if task.started is None else task.started
     par = Parallel.from_options(cfg) if par is None else par
@@ -395,7 +397,6 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
         if folder and jax.process_index() == 0:
             os.makedirs(folder, exist_ok=True)
             run.tokenizer.save(os.path.join(folder, "tokenizer.json"))
-    extra = {} if run.check_batch is None else {"check_batch": run.check_batch}
     begin = time.perf_counter()
     fit_eval_step = eval_step
     if eval_step is not None and run.wrap_eval_step is not None:
@@ -403,7 +404,7 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     result = fit(state, train_step, data, run.fit, workdir=folder, eval_step=fit_eval_step,
                  eval_data=eval_data, tokenizer=tokenizer, parallel=par,
                  model_config=None if run.model_config is None else dict(run.model_config),
-                 **extra)
+                 check_batch=run.check_batch)
     seconds = time.perf_counter() - begin
     records = (read_metrics(os.path.join(folder, "metrics.jsonl")) if folder
                else list(result.history))
@@ -472,38 +473,4 @@ def classifier_run(model: Any, train: Mapping[str, np.ndarray],
         batch_size=min(cfg.batch_size, len(train["y"])), seed=seed, dropout_seed=seed + 1000,
         eval_fn=eval_fn, eval_data=test_batch, model_config=model_config, name=name,
         evaluate=evaluate)
-
-
-def fit_arrays(
-    par: Parallel,
-    state: TrainState,
-    loss_fn: Callable[..., Any],
-    arrays: Mapping[str, np.ndarray],
-    config: FitConfig,
-    *,
-    batch_size: int,
-    seed: int,
-    schedule: optax.Schedule | None = None,
-    eval_fn: Callable[..., Any] | None = None,
-    eval_data: Any = None,
-    workdir: str | None = None,
-    model_config: Mapping[str, Any] | None = None,
-    **fit_kwargs: Any,
-) -> FitResult:
-    """:func:`~seqjax.train.loop.fit` over the rows of ``arrays`` on ``par``'s devices.
-
-    Global batches of ``batch_size`` rows (checked against the mesh) are drawn by a seeded,
-    resumable :class:`~seqjax.data.iterators.ArrayIterator` of this process's share; the
-    train step is ``par.train_step(loss_fn, schedule=schedule)`` and, with ``eval_fn``, the
-    evaluation step ``par.eval_step(eval_fn)`` over ``eval_data``. Other keywords go to
-    ``fit``.
-    """
-    par.check_batch_size(batch_size)
-    batches = ArrayIterator(dict(arrays), par.local_batch_size(batch_size), seed=seed,
-                            **par.iterator_shard())
-    eval_step = None if eval_fn is None else par.eval_step(eval_fn)
-    return fit(state, par.train_step(loss_fn, schedule=schedule), batches, config,
-               workdir=workdir, eval_step=eval_step, eval_data=eval_data,
-               model_config=None if model_config is None else dict(model_config),
-               parallel=par, **fit_kwargs)
 

@@ -214,14 +214,14 @@ def train_windows(ids: np.ndarray, cfg: Config, par: Parallel, vocab: int) -> An
     """The training windows: ``input="device"`` keeps the ids on the devices and draws each
     step's windows inside the jitted step (:class:`~seqjax.data.device.DeviceLMWindows`,
     checked once); ``"host"`` draws them on the host (:class:`LMWindowIterator`, this
-    process's rows; what the runs in ``results/char_lm.md`` used)."""
+    process's rows, its ids checked once; what the runs in ``results/char_lm.md`` used)."""
     if cfg.input not in INPUTS:
         raise ConfigError(f"--input must be one of {INPUTS}; got {cfg.input!r}.")
     if cfg.input == "device":
         return DeviceLMWindows(ids, cfg.batch_size, cfg.block_size, seed=cfg.seed,
                                vocab_size=vocab, mesh=par.mesh)
     return LMWindowIterator(ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
-                            seed=cfg.seed, **par.iterator_shard())
+                            seed=cfg.seed, vocab_size=vocab, **par.iterator_shard())
 
 
 def full_windows(ids: np.ndarray, block: int, batch: int) -> list[dict]:

@@ -65,10 +65,12 @@ def _regression_run(cfg, seed=0, name="", evaluate=None):
         evaluate=evaluate)
 
 
-def test_train_is_fit_over_the_runs_data_with_the_same_losses_as_fit_arrays(tmp_path):
-    """train(Task) draws the same batches, from the same state, as the hand-wired path."""
+def test_train_is_fit_over_the_runs_data_with_the_same_losses_as_fit_by_hand(tmp_path):
+    """train(Task) draws the same batches, from the same state, as fit wired by hand."""
     import jax
 
+    from seqjax.data.iterators import ArrayIterator
+    from seqjax.train.loop import fit
     from seqjax.train.parallel import Parallel
 
     cfg = _TrainCfg(workdir=str(tmp_path / "work"), results_dir=str(tmp_path / "results"))
@@ -97,8 +99,10 @@ def test_train_is_fit_over_the_runs_data_with_the_same_losses_as_fit_arrays(tmp_
     run = _regression_run(cfg)
     par = Parallel.from_options(cfg)
     state, schedule = _kit.init_state(par, run.params, run.optimizer, jax.random.PRNGKey(0))
-    by_hand = _kit.fit_arrays(par, state, run.loss_fn, run.data, run.fit, batch_size=8,
-                              seed=0, schedule=schedule)
+    batches = ArrayIterator(dict(run.data), par.local_batch_size(8), seed=0,
+                            **par.iterator_shard())
+    by_hand = fit(state, par.train_step(run.loss_fn, schedule=schedule), batches, run.fit,
+                  parallel=par)
     assert [r["loss"] for r in by_hand.history] == [r["loss"] for r in t.records]
 
 
@@ -116,3 +120,17 @@ def test_train_puts_named_runs_in_sub_folders_and_writes_no_markdown_without_a_r
     nothing = _kit.train(_kit.Task("two", [_regression_run(_TrainCfg(steps=2))]),
                          _TrainCfg(steps=2))
     assert nothing["steps"] == 2
+
+
+def test_a_runs_batch_check_reaches_fit_and_logged_seconds_sum_the_calls():
+    import pytest
+
+    def refuse(batch):
+        raise ValueError("refused by the run's check")
+
+    run = dataclasses.replace(_regression_run(_TrainCfg(steps=2)), check_batch=refuse)
+    with pytest.raises(ValueError, match="refused by the run's check"):
+        _kit.train(_kit.Task("checked", [run]), _TrainCfg(steps=2))
+    # each call of fit counts its records' time from 0
+    assert _kit.logged_seconds([{"time": 2.0}, {"time": 1.0}, {"step": 3}, {"time": 4.0}]) == 6.0
+    assert _kit.logged_seconds([]) == 0.0
