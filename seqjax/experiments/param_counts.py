@@ -19,7 +19,6 @@ Run:  python -m seqjax.experiments.param_counts --results_dir seqjax/experiments
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from seqjax.experiments._config import PosInt
-from seqjax.experiments._kit import command_line, load_average, machine, write_results
+from seqjax.experiments._kit import Task, command_line, load_average, train
 from seqjax.experiments.reports.param_counts import MEDL_TOTAL, VASWANI_BASE, report
 from seqjax.models.bert import Bert
 from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS, Transformer
@@ -142,9 +141,9 @@ def preset_count(name: str) -> tuple[int, int]:
     return count_params(p), pos
 
 
-def run(cfg: Config) -> dict:
-    load = load_average()
-    start = time.perf_counter()
+def count(cfg: Config, started: float) -> dict:
+    """(7.32) as a formula, the base transformer's measured breakdown (MEDL's convention
+    and with attention biases) and every preset's total; printed."""
     formula = medl_formula()
     medl = transformer_breakdown(False, cfg.vocab_size)
     vaswani = transformer_breakdown(True, cfg.vocab_size)
@@ -153,16 +152,25 @@ def run(cfg: Config) -> dict:
         total, pos = preset_count(name)
         presets[name] = {"total": total, "position_embeddings": pos}
         print(f"{name:26s} {total:>13,}  (without learned positions {total - pos:,})")
-    wall = time.perf_counter() - start
+    wall = time.perf_counter() - started
     print(f"vaswani-base, MEDL convention: {medl['total']:,} (MEDL prints {MEDL_TOTAL:,}); "
           f"with attention biases: {vaswani['total']:,} (Vaswani: {VASWANI_BASE})")
-    summary = {"config": dataclasses.asdict(cfg), "formula": formula, "medl": medl,
-               "vaswani": vaswani, "presets": presets, "wall_s": wall, "machine": machine(),
-               "load_average": load}
-    command = command_line("param_counts", cfg)
-    markdown = report(cfg, summary, command)
-    write_results("param_counts", cfg, markdown, summary)
-    return summary
+    return {"formula": formula, "medl": medl, "vaswani": vaswani, "presets": presets,
+            "wall_s": wall}
+
+
+def build(cfg: Config) -> Task:
+    """The counts train nothing: a task with no runs whose ``summarize`` hook counts
+    (:func:`count`) and whose ``report`` is the markdown."""
+    load, started = load_average(), time.perf_counter()
+    return Task("param_counts", [], started=started,
+                summarize=lambda _: {**count(cfg, started), "load_average": load},
+                report=lambda s: report(cfg, s, command_line("param_counts", cfg)))
+
+
+def run(cfg: Config) -> dict:
+    """Count the parameters; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
