@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import jax
@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, Range
-from seqjax.experiments._kit import write_results
+from seqjax.experiments._kit import Task, command_line, train
 from seqjax.experiments.reports.dynamics import plot_dynamics, report
 from seqjax.nn.cells import ElmanCell
 
@@ -286,34 +286,46 @@ def bound_table(cfg: Config) -> list[dict[str, Any]]:
     return rows
 
 
-def run(cfg: Config) -> dict:
+def build(cfg: Config) -> Task:
+    """The dynamics train nothing: a task with no runs whose ``summarize`` hook computes
+    part A (the orbit, the bifurcation diagram, Lyapunov exponents, the composition's
+    derivative) and part B (:func:`bound_table`); the markdown and the figures as hooks."""
     for a in cfg.activations:
         if a not in ACTIVATIONS:
             raise ValueError(f"`activations` must be drawn from {sorted(ACTIVATIONS)}; got {a!r}.")
-    start = time.perf_counter()
-    orbit = logistic_orbit(cfg.orbit_r, cfg.orbit_x0, cfg.orbit_steps)
-    long = logistic_orbit(cfg.orbit_r, cfg.orbit_x0, 2000)
-    cycle = sorted(set(np.round(long[-4:], 6)))
-    r_grid = np.linspace(cfg.r_min, cfg.r_max, cfg.r_points)
-    xs, lyap = bifurcation(r_grid, x0=cfg.orbit_x0, transient=cfg.transient, keep=cfg.keep)
-    _, lyap_r = bifurcation(np.array([cfg.orbit_r, 3.9]), x0=cfg.orbit_x0,
-                            transient=cfg.transient, keep=max(cfg.keep, 1000))
-    auto, prod = composition_derivative(cfg.orbit_r, cfg.orbit_x0, DERIVATIVE_STEPS)
-    chaos, _ = composition_derivative(3.9, cfg.orbit_x0, DERIVATIVE_STEPS)
-    rows = bound_table(cfg)
-    summary = {"config": asdict(cfg), "orbit": orbit.tolist(), "cycle": cycle,
-               "lyapunov_orbit_r": float(lyap_r[0]), "lyapunov_3.9": float(lyap_r[1]),
-               "derivative_autodiff": auto, "derivative_product": prod,
-               "derivative_3.9": chaos, "bound": rows}
-    summary["wall_s"] = time.perf_counter() - start
-    from seqjax.experiments._kit import command_line
+    started = time.perf_counter()
+    figure: dict[str, Any] = {}  # part A's arrays, for the plots
 
-    markdown = report(cfg, summary, command_line("dynamics", cfg),
-                      derivative_steps=DERIVATIVE_STEPS)
-    write_results("dynamics", cfg, markdown, summary, plot=lambda folder: plot_dynamics(
-        cfg, orbit, r_grid, xs, lyap, rows, folder, forms=FORMS))
-    print(markdown)
-    return summary
+    def summarize(_: list) -> dict:
+        orbit = logistic_orbit(cfg.orbit_r, cfg.orbit_x0, cfg.orbit_steps)
+        long = logistic_orbit(cfg.orbit_r, cfg.orbit_x0, 2000)
+        cycle = sorted(set(np.round(long[-4:], 6)))
+        r_grid = np.linspace(cfg.r_min, cfg.r_max, cfg.r_points)
+        xs, lyap = bifurcation(r_grid, x0=cfg.orbit_x0, transient=cfg.transient, keep=cfg.keep)
+        _, lyap_r = bifurcation(np.array([cfg.orbit_r, 3.9]), x0=cfg.orbit_x0,
+                                transient=cfg.transient, keep=max(cfg.keep, 1000))
+        auto, prod = composition_derivative(cfg.orbit_r, cfg.orbit_x0, DERIVATIVE_STEPS)
+        chaos, _ = composition_derivative(3.9, cfg.orbit_x0, DERIVATIVE_STEPS)
+        rows = bound_table(cfg)
+        figure.update(orbit=orbit, r_grid=r_grid, xs=xs, lyap=lyap)
+        return {"orbit": orbit.tolist(), "cycle": cycle,
+                "lyapunov_orbit_r": float(lyap_r[0]), "lyapunov_3.9": float(lyap_r[1]),
+                "derivative_autodiff": auto, "derivative_product": prod,
+                "derivative_3.9": chaos, "bound": rows,
+                "wall_s": time.perf_counter() - started}
+
+    return Task(
+        "dynamics", [], started=started, summarize=summarize,
+        report=lambda s: report(cfg, s, command_line("dynamics", cfg),
+                                derivative_steps=DERIVATIVE_STEPS),
+        files=lambda folder, s: plot_dynamics(cfg, figure["orbit"], figure["r_grid"],
+                                              figure["xs"], figure["lyap"], s["bound"], folder,
+                                              forms=FORMS))
+
+
+def run(cfg: Config) -> dict:
+    """Parts A and B; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
