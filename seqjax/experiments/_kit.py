@@ -58,11 +58,14 @@ from seqjax.train.records import write_run_info as _write_run_info
 from seqjax.train.sharding import host_batch_slice
 from seqjax.utils import count_params, machine_info
 
+#: A run's optimiser: a config, or an optax transformation built with its schedule.
+Optimizer = OptimizerConfig | tuple[optax.GradientTransformation, optax.Schedule]
+
 __all__ = [
     "machine_info", "machine", "load_average", "command_line", "write_json", "write_results",
-    "mean_sd",
-    "pad_rows", "host_rows", "write_run_info", "init_state", "Run", "Trained", "Task", "train",
-    "train_run", "logged_seconds", "classifier_run",
+    "mean_sd", "pad_rows", "host_rows", "write_run_info", "init_state", "compiled_with",
+    "Optimizer", "Run", "Trained", "Task", "train", "train_run", "logged_seconds",
+    "classifier_run",
 ]
 
 
@@ -190,12 +193,31 @@ def write_run_info(par: Parallel, workdir: str | None) -> None:
 
 
 # ----------------------------------------------------------------------------- training
-def init_state(par: Parallel, params: Any, optimizer: OptimizerConfig,
+def init_state(par: Parallel, params: Any, optimizer: Optimizer,
                key: jax.Array) -> tuple[TrainState, optax.Schedule]:
-    """``(state, schedule)``: the optimiser of ``optimizer`` and a ``TrainState`` of
+    """``(state, schedule)``: the optimiser of ``optimizer`` (an :class:`OptimizerConfig`, or
+    an optax transformation already built with its schedule) and a ``TrainState`` of
     ``params`` laid out on ``par``'s mesh (``key`` is the state's dropout key)."""
-    tx, schedule = make_optimizer(optimizer)
+    tx, schedule = (make_optimizer(optimizer) if isinstance(optimizer, OptimizerConfig)
+                    else optimizer)
     return par.shard_state(TrainState.create(params, tx, key)), schedule
+
+
+def compiled_with(step: Callable[..., Any],
+                  options: Mapping[str, Any] | None) -> Callable[..., Any]:
+    """``step`` (a jitted function) compiled with the XLA compiler ``options`` at its first
+    call (e.g. ``{"xla_backend_optimization_level": 0}``: faster compiles, slower steps);
+    ``step`` itself without options."""
+    if not options:
+        return step
+    compiled: dict[str, Any] = {}
+
+    def call(*args: Any) -> Any:
+        if "fn" not in compiled:
+            compiled["fn"] = step.lower(*args).compile(compiler_options=dict(options))
+        return compiled["fn"](*args)
+
+    return call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +233,8 @@ class Run:
             :class:`~seqjax.data.iterators.ArrayIterator` draws (this process's share of
             every global batch), or a function of the :class:`Parallel` that returns
             ``fit``'s ``train_data`` (an iterator, ``f(i) -> batch``, a device source).
-        optimizer: the optimiser and its schedule.
+        optimizer: the optimiser and its schedule: an :class:`OptimizerConfig`, or an
+            optax transformation already built with its schedule, ``(tx, schedule)``.
         fit: how ``fit`` runs (steps, logging, checkpoints, ``flops_per_step``, ...).
         batch_size: rows of every global batch (checked against the mesh first); ``None``
             when ``data`` is a function that sizes the batches to the mesh itself.
@@ -227,6 +250,9 @@ class Run:
             instead (e.g. a step that also keeps the parameters of the best evaluation —
             early stopping); :meth:`Trained.evaluate` uses the step unwrapped.
         compute_dtype: the steps' compute dtype (``None`` = the parameters').
+        compiler_options: XLA options the train and evaluation steps compile with
+            (:func:`compiled_with`; one step per call); ``None`` = the defaults.
+        on_log: called with every logged record (``fit``'s ``hooks``).
         model_config: saved with the checkpoints and checked when they are restored.
         tokenizer: saved with the checkpoints and as ``tokenizer.json`` in the run's folder
             (an object with ``to_json()`` and ``save(path)``).
@@ -243,7 +269,7 @@ class Run:
     params: Any
     loss_fn: Callable[..., Any]
     data: Mapping[str, np.ndarray] | Callable[[Parallel], Any]
-    optimizer: OptimizerConfig
+    optimizer: Optimizer
     fit: FitConfig
     batch_size: int | None
     seed: int
@@ -252,6 +278,8 @@ class Run:
     eval_data: Sequence[Any] | Callable[[Parallel], Any] | None = None
     wrap_eval_step: Callable[[Callable[..., Any], Parallel], Callable[..., Any]] | None = None
     compute_dtype: Any = None
+    compiler_options: Mapping[str, Any] | None = None
+    on_log: Sequence[Callable[[dict], None]] = ()
     model_config: Mapping[str, Any] | None = None
     tokenizer: Any = None
     check_batch: Callable[[Any], None] | None = None
@@ -385,6 +413,13 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     train_step = par.train_step(run.loss_fn, schedule=schedule, compute_dtype=run.compute_dtype)
     eval_step = (None if run.eval_fn is None
                  else par.eval_step(run.eval_fn, compute_dtype=run.compute_dtype))
+    if run.compiler_options:
+        if run.fit.steps_per_call > 1:
+            raise ValueError("`compiler_options` compile one step per call; got "
+                             f"steps_per_call={run.fit.steps_per_call}.")
+        train_step = compiled_with(train_step, run.compiler_options)
+        eval_step = None if eval_step is None else compiled_with(eval_step,
+                                                                 run.compiler_options)
     eval_data = run.eval_data(par) if callable(run.eval_data) else run.eval_data
     if isinstance(run.data, Mapping):
         data = ArrayIterator(dict(run.data), par.local_batch_size(run.batch_size),
@@ -404,7 +439,7 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     result = fit(state, train_step, data, run.fit, workdir=folder, eval_step=fit_eval_step,
                  eval_data=eval_data, tokenizer=tokenizer, parallel=par,
                  model_config=None if run.model_config is None else dict(run.model_config),
-                 check_batch=run.check_batch)
+                 check_batch=run.check_batch, hooks=run.on_log)
     seconds = time.perf_counter() - begin
     records = (read_metrics(os.path.join(folder, "metrics.jsonl")) if folder
                else list(result.history))

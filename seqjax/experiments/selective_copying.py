@@ -44,9 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import sys
-import time
+from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import jax
@@ -55,9 +54,11 @@ import numpy as np
 import optax
 from flax import linen as nn
 
+from seqjax._io import write_atomic
 from seqjax.data.synthetic import associative_recall, selective_copying
+from seqjax.experiments import _kit
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import host_rows, pad_rows, write_json, write_run_info
+from seqjax.experiments._kit import Run, Trained, host_rows, pad_rows, train, write_json
 from seqjax.experiments._runner import experiment_main
 from seqjax.experiments.reports.selective_copying import report
 from seqjax.nn.embedding import Embed
@@ -66,8 +67,7 @@ from seqjax.nn.norms import RMSNorm
 from seqjax.nn.recurrent import StackedRNN
 from seqjax.nn.ssm import MambaBlock
 from seqjax.nn.transformer import BlockConfig, TransformerBlock
-from seqjax.train.loop import FitConfig, evaluate, fit
-from seqjax.train.optim import TrainState
+from seqjax.train.loop import FitConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -264,41 +264,20 @@ def _loss(logits, batch):
     return (ce * w).sum() / w.sum(), correct.sum() / w.sum()
 
 
-def _compiled_with(step: Any, options: dict[str, Any] | None) -> Any:
-    """``step`` (a jitted function) compiled with XLA ``options`` at its first call."""
-    if not options:
-        return step
-    compiled: dict[str, Any] = {}
-
-    def call(*args: Any) -> Any:
-        if "fn" not in compiled:
-            compiled["fn"] = step.lower(*args).compile(compiler_options=options)
-        return compiled["fn"](*args)
-
-    return call
-
-
-def train(cfg: Config, task: str, model_name: str, log=print,
-          par: Parallel | None = None) -> dict[str, Any]:
-    """Train one model on one task with fresh random batches on ``par``'s devices (default:
-    every visible device); evaluate on held-out ones."""
-    par = Parallel.create() if par is None else par
-    options = {"xla_backend_optimization_level": 0} if cfg.fast_compile else None
+def task_run(cfg: Config, task: str, model_name: str, results: list[dict]) -> Run:
+    """One model on one task, trained on fresh random batches (every process draws the same
+    global batch and feeds its own rows) and evaluated on held-out ones; its row joins
+    ``results`` (printed; written to ``--json_out`` after every run)."""
     steps = DEFAULT_STEPS[task] if cfg.steps is None else cfg.steps
     vocab, length = task_spec(cfg, task)
     model = SequenceClassifier(model_name, vocab, length, cfg.embed_dim, cfg.num_layers,
                                cfg.num_heads, cfg.d_state, cfg.scan_impl)
     data_rng = np.random.default_rng(cfg.seed)
-    eval_data = make_batch(cfg, task, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
-    # One global evaluation batch, padded to split over the devices (`row` False: no weight).
-    eval_data = pad_rows({**eval_data, "row": np.ones(cfg.eval_examples, bool)},
-                         par.batch_shards, {"weights": 0.0, "row": False})
+    held_out = make_batch(cfg, task, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))
     schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, cfg.warmup,
                                                   max(steps, cfg.warmup + 1))
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
-    state = par.shard_state(TrainState.create(params["params"], tx,
-                                              jax.random.PRNGKey(cfg.seed)))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         loss, acc = _loss(model.apply({"params": p}, batch["tokens"]), batch)
@@ -313,73 +292,66 @@ def train(cfg: Config, task: str, model_name: str, log=print,
             batch["row"], dtype=jnp.float32)
         return {"loss": loss, "accuracy": acc, "exact": exact}
 
-    par.check_batch_size(cfg.batch_size, "batch_size")
-
-    def batches(i: int) -> dict:
-        # Every process draws the same global batch and feeds its own rows of it.
-        return host_rows(par, make_batch(cfg, task, cfg.batch_size, data_rng))
+    def batches(par: Parallel) -> Callable[[int], dict]:
+        return lambda i: host_rows(par, make_batch(cfg, task, cfg.batch_size, data_rng))
 
     every = max(1, steps // 6)
-    curve = []
+    curve: list[tuple[int, float, float]] = []
 
     def record(r: dict) -> None:
         if r["step"] % every == 0 or r["step"] == steps:
             curve.append((r["step"], r["loss"], r["accuracy"]))
-            log(f"    {task} {model_name} step {r['step']}: loss {r['loss']:.3f} "
-                f"acc {r['accuracy']:.3f}")
+            print(f"    {task} {model_name} step {r['step']}: loss {r['loss']:.3f} "
+                  f"acc {r['accuracy']:.3f}", file=sys.stderr, flush=True)
 
-    workdir = None if cfg.workdir is None else os.path.join(cfg.workdir, f"{task}_{model_name}")
-    t0 = time.perf_counter()
-    result = fit(state, _compiled_with(par.train_step(loss_fn, schedule=schedule), options),
-                 batches,
-                 FitConfig(num_steps=steps, log_every=every, best_metric=None, progress=False,
-                           tensorboard=False, plot=False, handle_signals=workdir is not None),
-                 workdir=workdir, hooks=[record], parallel=par,
-                 model_config={"task": task, "model": model_name, "d_model": cfg.embed_dim})
-    train_s = time.perf_counter() - t0
-    ev = evaluate(_compiled_with(par.eval_step(eval_fn), options), result.state.params,
-                  [eval_data], place_batch=par.place_global)
-    loss, acc, exact = ev["loss"], ev["accuracy"], ev["exact"]
-    return {
-        "task": task,
-        "model": model_name,
-        "params": count_params(params["params"]),
-        "eval_loss": loss,
-        "eval_accuracy": acc,
-        "eval_exact_match": exact,
-        "train_s": train_s,
-        "curve": curve,
-        "config": {**dataclasses.asdict(cfg), "steps": steps},
-    }
-
-
-def run(cfg: Config) -> dict[str, Any]:
-    """Train and evaluate every planned run; print (and write) the markdown report."""
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.batch_size, "batch_size")
-    primary = jax.process_index() == 0
-    write_run_info(par, cfg.workdir)
-    runs = plan(cfg)
-    t0 = time.perf_counter()
-    results = []
-    for task, model in runs:
-        res = train(cfg, task, model, log=lambda s: print(s, file=sys.stderr, flush=True),
-                    par=par)
-        print(f"{task:20s} {model:12s} params {res['params']:>7,}  "
+    def row(t: Trained) -> dict:
+        # One global evaluation batch, padded to split over the devices (`row` False: no weight).
+        ev = t.evaluate([pad_rows({**held_out, "row": np.ones(cfg.eval_examples, bool)},
+                                  t.par.batch_shards, {"weights": 0.0, "row": False})])
+        res = {"task": task, "model": model_name, "params": count_params(params["params"]),
+               "eval_loss": ev["loss"], "eval_accuracy": ev["accuracy"],
+               "eval_exact_match": ev["exact"], "train_s": t.seconds, "curve": curve,
+               "config": {**dataclasses.asdict(cfg), "steps": steps}}
+        print(f"{task:20s} {model_name:12s} params {res['params']:>7,}  "
               f"accuracy {100 * res['eval_accuracy']:5.1f}%  "
               f"exact {100 * res['eval_exact_match']:5.1f}%  ({res['train_s']:.0f} s)",
               flush=True)
         results.append(res)
-        if cfg.json_out and primary:  # after every run: an interrupted job keeps what it did
+        if cfg.json_out and jax.process_index() == 0:  # an interrupted job keeps what it did
             write_json(cfg.json_out, results)
-    wall = time.perf_counter() - t0
-    command = "python -m seqjax.experiments.selective_copying " + " ".join(sys.argv[1:])
-    text = report(results, command.strip(), wall, tasks=TASKS)
-    print(text)
-    if cfg.out and primary:
-        with open(cfg.out, "w", encoding="utf-8") as f:
-            f.write(text)
-    return {"results": results, "wall_s": wall, "parallel": par.describe()}
+        return res
+
+    return Run(
+        model=model, params=params["params"], loss_fn=loss_fn, data=batches,
+        optimizer=(tx, schedule), batch_size=cfg.batch_size, seed=cfg.seed,
+        fit=FitConfig(num_steps=steps, log_every=every, best_metric=None, progress=False,
+                      tensorboard=False, plot=False, handle_signals=cfg.workdir is not None),
+        eval_fn=eval_fn, on_log=[record], name=f"{task}_{model_name}", evaluate=row,
+        compiler_options={"xla_backend_optimization_level": 0} if cfg.fast_compile else None,
+        model_config={"task": task, "model": model_name, "d_model": cfg.embed_dim})
+
+
+def build(cfg: Config) -> _kit.Task:
+    """One run per planned ``(task, model)``; the markdown report (printed, and written to
+    ``--out``)."""
+    results: list[dict] = []
+
+    def report_md(summary: dict) -> str:
+        command = "python -m seqjax.experiments.selective_copying " + " ".join(sys.argv[1:])
+        text = report(summary["results"], command.strip(), summary["wall_s"], tasks=TASKS)
+        if cfg.out and jax.process_index() == 0:
+            write_atomic(cfg.out, text)
+        return text
+
+    return _kit.Task("selective_copying", (task_run(cfg, task, model, results)
+                                           for task, model in plan(cfg)),
+                summarize=lambda trained: {"results": [t.results for t in trained]},
+                report=report_md)
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Train and evaluate every planned run; print (and write) the markdown report."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
