@@ -42,17 +42,17 @@ from __future__ import annotations
 import collections
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.iterators import ArrayIterator
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import machine_info, pad_rows, write_json, write_run_info
+from seqjax.experiments._kit import Run, Task, Trained, machine_info, pad_rows, train
 from seqjax.experiments._seq2seq import load_pairs
 from seqjax.experiments.reports.bert_mlm import plot_results, results_table
 from seqjax.models.bert import Bert, BertConfig, bert_block, mlm_mask
@@ -62,9 +62,9 @@ from seqjax.models.gpt import (
     TransformerLMConfig,
     gpt_block,
 )
-from seqjax.train.loop import FitConfig, fit
+from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
+from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 
@@ -192,18 +192,11 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
     )
 
 
-def _optimizer(lr: float, steps: int, warmup: int) -> tuple[Any, Any]:
-    return make_optimizer(
-        OptimizerConfig(
-            "adamw",
-            learning_rate=lr,
-            schedule="warmup_cosine",
-            warmup_steps=min(warmup, steps - 1),
-            total_steps=steps,
-            weight_decay=0.01,
-            clip_norm=1.0,
-        )
-    )
+def _optimizer(lr: float, steps: int, warmup: int) -> OptimizerConfig:
+    """AdamW (weight decay 0.01, clipping at 1.0), warm-up then cosine decay to 0."""
+    return OptimizerConfig("adamw", learning_rate=lr, schedule="warmup_cosine",
+                           warmup_steps=min(warmup, steps - 1), total_steps=steps,
+                           weight_decay=0.01, clip_norm=1.0)
 
 
 # ----------------------------------------------------------------------------- pre-training
@@ -234,21 +227,11 @@ def _mlm_batch(
     }
 
 
-def pretrain(
-    cfg: Config,
-    tok: WordTokenizer,
-    train: dict,
-    val: dict,
-    length: int,
-    workdir: str | None,
-    par: Parallel,
-) -> tuple[Bert, Any, dict, float]:
-    """MLM pre-training on ``par``'s devices; returns the model, its parameters (a host
-    copy), held-out MLM metrics, seconds."""
+def pretrain(cfg: Config, tok: WordTokenizer, train: dict, val: dict, length: int,
+             done: Callable[[Trained], dict]) -> Run:
+    """MLM pre-training of the encoder (folder ``pretrain``), evaluated on 4 fixed maskings
+    of the held-out sentences; its ``evaluate`` hook ``done``."""
     model = _bert(cfg, tok.vocab_size, length, classifier=False)
-    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
-    tx, schedule = _optimizer(cfg.pretrain_lr, cfg.pretrain_steps, cfg.warmup_steps)
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         return _mlm_batch(model, tok, p, batch, rng, True)
@@ -263,71 +246,34 @@ def pretrain(
     # the devices are length-1 `<cls>` rows, never masked, and leave the others' draws
     # unchanged).
     n_val = len(val["tokens"])
-    mlm_val = [
-        pad_rows(
-            {**val, "key": np.repeat(np.asarray(jax.random.PRNGKey(100 + i))[None], n_val, axis=0)},
-            par.batch_shards,
-            {"lengths": 1},
-        )
-        for i in range(4)
-    ]
-    params, metrics, seconds = _pretrain_fit(
-        cfg,
-        state,
-        schedule,
-        loss_fn,
-        eval_fn,
-        train,
-        mlm_val,
-        workdir,
-        par,
-        {"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.embed_dim, "layers": cfg.num_layers},
-    )
-    return model, params, metrics, seconds
+
+    def mlm_val(par: Parallel) -> list[dict]:
+        return [pad_rows({**val, "key": np.repeat(np.asarray(jax.random.PRNGKey(100 + i))[None],
+                                                   n_val, axis=0)},
+                         par.batch_shards, {"lengths": 1})
+                for i in range(4)]
+
+    return _pretrain_run(cfg, model, loss_fn, eval_fn, train, mlm_val, "pretrain",
+                         {"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.embed_dim,
+                          "layers": cfg.num_layers}, done)
 
 
-def _pretrain_fit(
-    cfg: Config,
-    state: Any,
-    schedule: Any,
-    loss_fn: Any,
-    eval_fn: Any,
-    train: dict,
-    val: list[dict],
-    workdir: str | None,
-    par: Parallel,
-    model_config: dict,
-) -> tuple[Any, dict, float]:
+def _pretrain_run(cfg: Config, model: Any, loss_fn: Any, eval_fn: Any, train: dict,
+                  val: Callable[[Parallel], list[dict]], name: str, model_config: dict,
+                  done: Callable[[Trained], dict]) -> Run:
     """``cfg.pretrain_steps`` steps of ``loss_fn`` over the training sentences (both
-    pre-trainings); returns a host copy of the parameters, the held-out metrics, seconds."""
-    batch_size = min(cfg.pretrain_batch, len(train["tokens"]))
-    par.check_batch_size(batch_size, "pretrain_batch")
-    start = time.perf_counter()
-    result = fit(
-        state,
-        par.train_step(loss_fn, schedule=schedule),
-        ArrayIterator(
-            {k: train[k] for k in ("tokens", "lengths")},
-            par.local_batch_size(batch_size),
-            seed=0,
-            **par.iterator_shard(),
-        ),
-        FitConfig(
-            num_steps=cfg.pretrain_steps,
-            log_every=cfg.log_every,
-            checkpoint_every=0,
-            best_metric=None,
-            progress=cfg.progress,
-            tensorboard=False,
-            plot=workdir is not None,
-        ),
-        workdir=workdir,
-        eval_step=par.eval_step(eval_fn),
-        eval_data=val,
-        model_config=model_config,
-        parallel=par,
-    )
-    return par.gather(result.state.params), result.eval_metrics, time.perf_counter() - start
+    pre-trainings: AdamW, warm-up and cosine decay; the parameters from key 0, the batch
+    order from seed 0, the dropout key 1), in the folder ``name``."""
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
+    return Run(
+        model=model, params=params, loss_fn=loss_fn,
+        data={k: train[k] for k in ("tokens", "lengths")},
+        optimizer=_optimizer(cfg.pretrain_lr, cfg.pretrain_steps, cfg.warmup_steps),
+        fit=FitConfig(num_steps=cfg.pretrain_steps, log_every=cfg.log_every,
+                      checkpoint_every=0, best_metric=None, progress=cfg.progress,
+                      tensorboard=False, plot=cfg.workdir is not None),
+        batch_size=min(cfg.pretrain_batch, len(train["tokens"])), seed=0, dropout_seed=1,
+        eval_fn=eval_fn, eval_data=val, model_config=model_config, name=name, evaluate=done)
 
 
 def _lm_config(cfg: Config, vocab: int, length: int) -> TransformerLMConfig:
@@ -364,21 +310,11 @@ def _lm_batch(
     }
 
 
-def pretrain_lm(
-    cfg: Config,
-    tok: WordTokenizer,
-    train: dict,
-    val: dict,
-    length: int,
-    workdir: str | None,
-    par: Parallel,
-) -> tuple[TransformerLM, Any, dict, float]:
-    """Causal-LM pre-training of the decoder form (same steps, batch and schedule as MLM);
-    returns the model, its parameters (a host copy), held-out LM metrics, seconds."""
+def pretrain_lm(cfg: Config, tok: WordTokenizer, train: dict, val: dict, length: int,
+                done: Callable[[Trained], dict]) -> Run:
+    """Causal-LM pre-training of the decoder form (same steps, batch and schedule as MLM;
+    folder ``lm_pretrain``); its ``evaluate`` hook ``done``."""
     model = TransformerLM(_lm_config(cfg, tok.vocab_size, length))
-    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
-    tx, schedule = _optimizer(cfg.pretrain_lr, cfg.pretrain_steps, cfg.warmup_steps)
-    state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         return _lm_batch(model, p, batch, rng, True)
@@ -388,21 +324,11 @@ def pretrain_lm(
         return {"loss": loss, **m}
 
     # Appended rows (to split the batch over the devices) have length 1: no target.
-    lm_val = [pad_rows(dict(val), par.batch_shards, {"lengths": 1})]
-    params, metrics, seconds = _pretrain_fit(
-        cfg,
-        state,
-        schedule,
-        loss_fn,
-        eval_fn,
-        train,
-        lm_val,
-        workdir,
-        par,
-        {"stage": "causal_lm", "vocab": tok.vocab_size, "dim": cfg.embed_dim,
-         "layers": cfg.num_layers},
-    )
-    return model, params, metrics, seconds
+    return _pretrain_run(cfg, model, loss_fn, eval_fn, train,
+                         lambda par: [pad_rows(dict(val), par.batch_shards, {"lengths": 1})],
+                         "lm_pretrain",
+                         {"stage": "causal_lm", "vocab": tok.vocab_size, "dim": cfg.embed_dim,
+                          "layers": cfg.num_layers}, done)
 
 
 def fill_in(
@@ -450,46 +376,34 @@ def macro_f1(pred: np.ndarray, gold: np.ndarray, classes: int = 3) -> float:
     return float(np.mean(f1s))
 
 
-def finetune(
-    cfg: Config,
-    par: Parallel,
-    form: str,
-    model: Any,
-    class_logits: Any,
-    pre_params: Any,
-    train: dict,
-    test: dict,
-) -> tuple[list[dict], Any]:
-    """Fine-tune ``model`` (a classifier whose ``apply`` output gives the logits through
-    ``class_logits``) for every label budget and seed, from ``pre_params`` (the keys both
-    trees share) and from scratch; returns the runs and the classifier's parameter tree."""
+def finetune(cfg: Config, form: str, model: Any, class_logits: Any,
+             pre_params: Callable[[], Any], train: dict, test: dict) -> Iterator[Run]:
+    """The fine-tuning runs of ``model`` (a classifier whose ``apply`` output gives the
+    logits through ``class_logits``) for every label budget and seed, from the pre-trained
+    parameters (``pre_params()``, read when the first run is built; the keys both trees
+    share) and from scratch, each in its folder ``finetune_FORM_INIT_nN_seedS``; a run's
+    ``evaluate`` hook gives its test accuracy and macro-F1."""
     n_train = len(train["tokens"])
     init_fn = jax.jit(model.init)
-    template = init_fn(jax.random.PRNGKey(0), jnp.asarray(train["tokens"][:1]))["params"]
-    shared = [k for k in template if k in pre_params]
-    tx, schedule = _optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps)
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
-        logits = class_logits(
-            model.apply(
-                {"params": p},
-                batch["tokens"],
-                batch["lengths"],
-                deterministic=False,
-                rngs={"dropout": rng},
-            )
-        )
+        logits = class_logits(model.apply({"params": p}, batch["tokens"], batch["lengths"],
+                                          deterministic=False, rngs={"dropout": rng}))
         return masked_cross_entropy(logits, batch["label"]), {
-            "accuracy": token_accuracy(logits, batch["label"])
-        }
+            "accuracy": token_accuracy(logits, batch["label"])}
 
-    # One compiled step (built with the first run's state: every run has the same layout)
-    # and one predictor for every fine-tuning run.
-    step = None
     predict = jax.jit(
-        lambda p, x, n: jnp.argmax(class_logits(model.apply({"params": p}, x, n)), -1)
-    )
-    runs = []
+        lambda p, x, n: jnp.argmax(class_logits(model.apply({"params": p}, x, n)), -1))
+
+    def score(t: Trained, n: int, seed: int, init: str) -> dict:
+        pred = np.asarray(predict(t.params, jnp.asarray(test["tokens"]),
+                                  jnp.asarray(test["lengths"])))
+        acc, f1 = float(np.mean(pred == test["label"])), macro_f1(pred, test["label"])
+        print(f"fine-tune {form} {init:>10}, {n:>5} labels, seed {seed}: accuracy "
+              f"{100 * acc:.1f}%, macro-F1 {f1:.3f}")
+        return {"model": form, "n_labels": n, "seed": seed, "init": init, "accuracy": acc,
+                "macro_f1": f1, "seconds": t.seconds}
+
     for n_lab in cfg.n_labels:
         n = n_train if n_lab <= 0 else min(n_lab, n_train)
         for seed in cfg.seeds:
@@ -497,180 +411,118 @@ def finetune(
             labelled = {k: v[pick] for k, v in train.items()}
             for init in ("pretrained", "scratch"):
                 params = init_fn(jax.random.PRNGKey(seed), jnp.asarray(train["tokens"][:1]))[
-                    "params"
-                ]
+                    "params"]
                 if init == "pretrained":  # copies: the train step donates its input state
-                    params = {
-                        **params,
-                        **jax.tree_util.tree_map(jnp.copy, {k: pre_params[k] for k in shared}),
-                    }
-                state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(seed + 7)))
-                if step is None:
-                    step = par.train_step(loss_fn, schedule=schedule)
-                batch_size = min(cfg.finetune_batch, n)
-                par.check_batch_size(batch_size, "finetune_batch (or the labels, if fewer)")
-                t0 = time.perf_counter()
-                res = fit(
-                    state,
-                    step,
-                    ArrayIterator(
-                        labelled,
-                        par.local_batch_size(batch_size),
-                        seed=seed,
-                        **par.iterator_shard(),
-                    ),
-                    FitConfig(
-                        num_steps=cfg.finetune_steps,
-                        log_every=cfg.log_every,
-                        checkpoint_every=0,
-                        best_metric=None,
-                        progress=False,
-                        tensorboard=False,
-                        plot=False,
-                    ),
-                    parallel=par,
-                )
-                pred = np.asarray(
-                    predict(
-                        par.gather(res.state.params),
-                        jnp.asarray(test["tokens"]),
-                        jnp.asarray(test["lengths"]),
-                    )
-                )
-                acc = float(np.mean(pred == test["label"]))
-                f1 = macro_f1(pred, test["label"])
-                runs.append(
-                    {
-                        "model": form,
-                        "n_labels": n,
-                        "seed": seed,
-                        "init": init,
-                        "accuracy": acc,
-                        "macro_f1": f1,
-                        "seconds": time.perf_counter() - t0,
-                    }
-                )
-                print(
-                    f"fine-tune {form} {init:>10}, {n:>5} labels, seed {seed}: accuracy "
-                    f"{100 * acc:.1f}%, macro-F1 {f1:.3f}"
-                )
-    return runs, template
+                    pre = pre_params()
+                    params = {**params, **jax.tree_util.tree_map(
+                        jnp.copy, {k: pre[k] for k in params if k in pre})}
+                yield Run(
+                    model=model, params=params, loss_fn=loss_fn, data=labelled,
+                    optimizer=_optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps),
+                    # checkpoints written at once: in a row of short runs, waiting for the
+                    # previous run's background checkpoint held up each start by seconds
+                    fit=FitConfig(num_steps=cfg.finetune_steps, log_every=cfg.log_every,
+                                  checkpoint_every=0, best_metric=None, progress=False,
+                                  tensorboard=False, plot=False, async_checkpointing=False),
+                    batch_size=min(cfg.finetune_batch, n), seed=seed, dropout_seed=seed + 7,
+                    name=f"finetune_{form}_{init}_n{n}_seed{seed}",
+                    evaluate=lambda t, n=n, seed=seed, init=init: score(t, n, seed, init))
 
 
-def run(cfg: Config) -> dict:
-    par = Parallel.from_options(cfg)  # every visible device (and host), unless --mesh says
-    par.check_batch_size(cfg.pretrain_batch, "pretrain_batch")
-    par.check_batch_size(cfg.finetune_batch, "finetune_batch")
-    primary = jax.process_index() == 0
-    t_start = time.perf_counter()
+def build(cfg: Config) -> Task:
+    """The sentences and the tokenizer; the runs in order: MLM pre-training, the BERT
+    fine-tunings, then (``decoder``) causal-LM pre-training and the GPT fine-tunings (each
+    fine-tuning built once its pre-training is done); the table and the figure as hooks."""
+    started = time.perf_counter()
     info = machine_info()
-    write_run_info(par, cfg.workdir)
     sents = sentences(cfg.num_pairs)
     perm = np.random.default_rng(0).permutation(len(sents))
     n_test = max(1, int(round(cfg.test_fraction * len(sents))))
     test_s = [sents[i] for i in sorted(perm[:n_test])]
     train_s = [sents[i] for i in sorted(perm[n_test:])]
-    tok = WordTokenizer.from_texts(
-        [" ".join(s.split()[:-1]) for s in train_s],
-        min_freq=cfg.min_freq,
-        pattern=r"\S+",
-        special_tokens=SPECIALS,
-    )
+    tok = WordTokenizer.from_texts([" ".join(s.split()[:-1]) for s in train_s],
+                                   min_freq=cfg.min_freq, pattern=r"\S+",
+                                   special_tokens=SPECIALS)
     length = 1 + max(len(s.split()) - 1 for s in sents)
     train, test = encode(train_s, tok, length), encode(test_s, tok, length)
     counts = collections.Counter(test["label"].tolist())
     majority = max(counts.values()) / len(test_s)
-    print(
-        f"bert_mlm: {len(train_s)} training / {len(test_s)} test sentences; vocabulary "
-        f"{tok.vocab_size}; test classes {dict((CLASSES[c], n) for c, n in counts.items())}; "
-        f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}; {par}"
-    )
+    pre: dict[str, Any] = {}  # what the pre-trainings leave for the fine-tunings
 
-    print("\n== MLM pre-training")
-    mlm_model, mlm_params, mlm_eval, pre_s = pretrain(
-        cfg,
-        tok,
-        train,
-        test,
-        length,
-        None if cfg.workdir is None else os.path.join(cfg.workdir, "pretrain"),
-        par,
-    )
-    demo = fill_in(
-        mlm_model, mlm_params, tok, [s for s in test_s if len(s.split()) >= 4][:6], length
-    )
-    print(
-        f"held-out MLM loss {mlm_eval['eval/loss']:.3f}, masked-word accuracy "
-        f"{100 * mlm_eval['eval/accuracy']:.1f}% ({pre_s:.0f}s)"
-    )
-    for d in demo:
-        print(
-            f"  {d['input']!r} ({d['answer']}): "
-            + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"])
-        )
+    def mlm_done(t: Trained) -> dict:
+        pre["mlm"] = t.params
+        demo = fill_in(t.run.model, t.params, tok,
+                       [s for s in test_s if len(s.split()) >= 4][:6], length)
+        print(f"held-out MLM loss {t.eval['eval/loss']:.3f}, masked-word accuracy "
+              f"{100 * t.eval['eval/accuracy']:.1f}% ({t.seconds:.0f}s)")
+        for d in demo:
+            print(f"  {d['input']!r} ({d['answer']}): "
+                  + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"]))
+        return {"fill_in": demo}
 
-    model = _bert(cfg, tok.vocab_size, length, classifier=True)
-    runs, template = finetune(
-        cfg, par, "bert", model, lambda out: out["class_logits"], mlm_params, train, test
-    )
-    decoder: dict[str, Any] = {}
-    if cfg.decoder:
-        print("\n== causal LM pre-training (the decoder form)")
-        _, lm_params, lm_eval, lm_s = pretrain_lm(
-            cfg,
-            tok,
-            train,
-            test,
-            length,
-            None if cfg.workdir is None else os.path.join(cfg.workdir, "lm_pretrain"),
-            par,
-        )
-        print(
-            f"held-out LM loss {lm_eval['eval/loss']:.3f}, next-word accuracy "
-            f"{100 * lm_eval['eval/accuracy']:.1f}% ({lm_s:.0f}s)"
-        )
-        clf = TransformerLMClassifier(
-            _lm_config(cfg, tok.vocab_size, length), num_classes=len(CLASSES)
-        )
-        dec_runs, dec_template = finetune(
-            cfg, par, "gpt", clf, lambda out: out, lm_params, train, test
-        )
-        decoder = {
-            "lm_eval": lm_eval,
-            "pretrain_s": lm_s,
-            "params_lm": count_params(lm_params),
-            "params_classifier": count_params(dec_template),
-            "runs": dec_runs,
-        }
-    wall = time.perf_counter() - t_start
-    table = results_table(runs + decoder.get("runs", []), majority)
-    print("\n" + table + f"\n\nwall time {wall:.0f}s")
-    summary = {
-        "config": asdict(cfg),
-        "machine": info,
-        "parallel": par.describe(),
-        "wall_s": wall,
-        "pretrain_s": pre_s,
-        "params_mlm": count_params(mlm_params),
-        "params_classifier": count_params(template),
-        "vocab": tok.vocab_size,
-        "n_train": len(train_s),
-        "n_test": len(test_s),
-        "test_classes": {CLASSES[c]: n for c, n in counts.items()},
-        "majority_accuracy": majority,
-        "mlm_eval": mlm_eval,
-        "fill_in": demo,
-        "runs": runs,
-        "decoder": decoder,
-        "table_md": table,
-    }
-    if cfg.workdir is not None and primary:
-        os.makedirs(cfg.workdir, exist_ok=True)
-        summary["plot"] = plot_results(
-            runs + decoder.get("runs", []), majority, os.path.join(cfg.workdir, "bert_mlm.png")
-        )
-        write_json(os.path.join(cfg.workdir, "bert_mlm.json"), summary)
-    return summary
+    def lm_done(t: Trained) -> dict:
+        pre["lm"] = t.params
+        print(f"held-out LM loss {t.eval['eval/loss']:.3f}, next-word accuracy "
+              f"{100 * t.eval['eval/accuracy']:.1f}% ({t.seconds:.0f}s)")
+        return {}
+
+    bert = _bert(cfg, tok.vocab_size, length, classifier=True)
+    gpt = TransformerLMClassifier(_lm_config(cfg, tok.vocab_size, length),
+                                  num_classes=len(CLASSES))
+
+    def runs() -> Iterator[Run]:
+        print("\n== MLM pre-training")
+        yield pretrain(cfg, tok, train, test, length, mlm_done)
+        yield from finetune(cfg, "bert", bert, lambda out: out["class_logits"],
+                            lambda: pre["mlm"], train, test)
+        if cfg.decoder:
+            print("\n== causal LM pre-training (the decoder form)")
+            yield pretrain_lm(cfg, tok, train, test, length, lm_done)
+            yield from finetune(cfg, "gpt", gpt, lambda out: out, lambda: pre["lm"], train,
+                                test)
+
+    def template(model: Any) -> Any:  # the classifier's parameter tree
+        return jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                              jnp.asarray(train["tokens"][:1]))["params"]
+
+    def summarize(trained: list[Trained]) -> dict:
+        by_name = {t.run.name: t for t in trained}
+        mlm = by_name["pretrain"]
+        rows = [t.results for t in trained if t.run.name.startswith("finetune_bert")]
+        decoder: dict[str, Any] = {}
+        if cfg.decoder:
+            lm = by_name["lm_pretrain"]
+            decoder = {"lm_eval": lm.eval, "pretrain_s": lm.seconds,
+                       "params_lm": count_params(lm.params),
+                       "params_classifier": count_params(template(gpt)),
+                       "runs": [t.results for t in trained
+                                if t.run.name.startswith("finetune_gpt")]}
+        table = results_table(rows + decoder.get("runs", []), majority)
+        s = {"machine": info, "pretrain_s": mlm.seconds, "params_mlm": count_params(mlm.params),
+             "params_classifier": count_params(template(bert)), "vocab": tok.vocab_size,
+             "n_train": len(train_s), "n_test": len(test_s),
+             "test_classes": {CLASSES[c]: n for c, n in counts.items()},
+             "majority_accuracy": majority, "mlm_eval": mlm.eval,
+             "fill_in": mlm.results["fill_in"], "runs": rows, "decoder": decoder,
+             "table_md": table}
+        if cfg.workdir is not None:
+            s["plot"] = os.path.join(cfg.workdir, "bert_mlm.png")
+        return s
+
+    return Task(
+        "bert_mlm", runs(), started=started, summarize=summarize,
+        about=(f"{len(train_s)} training / {len(test_s)} test sentences; vocabulary "
+               f"{tok.vocab_size}; test classes "
+               f"{dict((CLASSES[c], n) for c, n in counts.items())}; {info['cpu']}, "
+               f"{info['cores']} cores, load {info['load_avg']}"),
+        report=lambda s: s["table_md"] + f"\n\nwall time {s['wall_s']:.0f}s",
+        files=lambda folder, s: plot_results(s["runs"] + s["decoder"].get("runs", []),
+                                             majority, os.path.join(folder, "bert_mlm.png")))
+
+
+def run(cfg: Config) -> dict:
+    """Pre-train, fine-tune and compare on every visible device; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
