@@ -75,7 +75,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import jax
@@ -85,7 +85,7 @@ from flax import linen as nn
 from jax.extend import core as jex
 
 from seqjax.experiments._config import PosInt
-from seqjax.experiments._kit import write_results
+from seqjax.experiments._kit import Task, command_line, train
 from seqjax.experiments.reports.complexity import plot_costs, report
 from seqjax.nn import (
     RNN,
@@ -392,7 +392,10 @@ def growth(rows: list[dict], key: str, last: int) -> float:
     return float(np.polyfit(t, y, 1)[0])
 
 
-def run(cfg: Config) -> dict:
+def build(cfg: Config) -> Task:
+    """The measurements train nothing: a task with no runs whose ``summarize`` hook measures
+    every model at every length (:func:`measure`) and fits the growth exponents; the
+    markdown and the figure as hooks."""
     for m in cfg.models:
         if m not in MODELS:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
@@ -402,24 +405,29 @@ def run(cfg: Config) -> dict:
         raise ValueError(
             f"`fit_last` must be in [2, len(lengths) = {len(cfg.lengths)}]; got {cfg.fit_last}."
         )
-    start = time.perf_counter()
-    rows = [measure(m, cfg, t) for m in cfg.models for t in sorted(cfg.lengths)]
-    fits = {
-        m: {
-            k: growth([r for r in rows if r["model"] == m], k, cfg.fit_last)
-            for k in ("flops", "sequential_ops")
-        }
-        for m in cfg.models
-    }
-    wall = time.perf_counter() - start
-    from seqjax.experiments._kit import command_line
+    started = time.perf_counter()
 
-    markdown = report(cfg, rows, fits, wall, command_line("complexity", cfg), cnns=CNNS)
-    summary = {"config": asdict(cfg), "rows": rows, "fits": fits, "wall_s": wall}
-    write_results("complexity", cfg, markdown, summary,
-                  plot=lambda folder: plot_costs(cfg, rows, folder))
-    print(markdown)
-    return summary
+    def summarize(_: list) -> dict:
+        rows = [measure(m, cfg, t) for m in cfg.models for t in sorted(cfg.lengths)]
+        fits = {
+            m: {
+                k: growth([r for r in rows if r["model"] == m], k, cfg.fit_last)
+                for k in ("flops", "sequential_ops")
+            }
+            for m in cfg.models
+        }
+        return {"rows": rows, "fits": fits, "wall_s": time.perf_counter() - started}
+
+    return Task(
+        "complexity", [], started=started, summarize=summarize,
+        report=lambda s: report(cfg, s["rows"], s["fits"], s["wall_s"],
+                                command_line("complexity", cfg), cnns=CNNS),
+        files=lambda folder, s: plot_costs(cfg, s["rows"], folder))
+
+
+def run(cfg: Config) -> dict:
+    """Measure every model at every length; the summary."""
+    return train(build(cfg), cfg)
 
 
 def main(argv: list[str] | None = None) -> dict:
