@@ -59,7 +59,7 @@ def build(argv: Sequence[str]) -> Setup:
     from seqjax.experiments import char_lm
     from seqjax.experiments._runner import build_config, load_experiment
     from seqjax.train.losses import make_lm_loss
-    from seqjax.train.optim import TrainState
+    from seqjax.train.optim import TrainState, make_optimizer
     from seqjax.train.parallel import Parallel
     from seqjax.train.step import TrainStep, flax_apply_fn
 
@@ -69,7 +69,7 @@ def build(argv: Sequence[str]) -> Setup:
     model = char_lm.build_model(cfg, tok.vocab_size)
     x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x0)["params"]
-    tx, schedule = char_lm._optimizer(cfg)
+    tx, schedule = make_optimizer(char_lm.optimizer(cfg))
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(cfg.seed + 1)))
     compute = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
     step = par.train_step(make_lm_loss(flax_apply_fn(model)), schedule=schedule,

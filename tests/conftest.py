@@ -52,7 +52,6 @@ _SLOW_FILES = (
     "tests/experiments/",
     "tests/train/test_multiprocess.py",
     "tests/test_notebooks.py",
-    "tests/test_accelerator_bench.py",
     "tests/test_devices_bench.py",
     "tests/test_loop_bench.py",
     "tests/test_wheel_install.py",
