@@ -13,7 +13,7 @@ import sys
 
 import benchmarks
 
-#: Other names a benchmark answers to (commands in RESULTS.md use them).
+#: Other names a benchmark answers to (commands in HISTORY.md use them).
 ALIASES = {"gpu_check": "gpu"}
 #: Benchmarks that were removed, and where their content went.
 MOVED = {"accelerator": "its checks are the tests in tests/test_gpu_paths.py (JAX_PLATFORMS=cuda "

@@ -1,7 +1,7 @@
 """XLA:CPU's per-step matmul in a loop: how long the other core takes to join it.
 
 The minimal reproducer of why seqjax's LSTM rows trail torch's oneDNN LSTM on a CPU
-(``benchmarks/RESULTS.md``, "The LSTM rows: where the time goes"). One ``jax.jit`` of a
+(``benchmarks/HISTORY.md``, "The LSTM rows: where the time goes"). One ``jax.jit`` of a
 ``lax.fori_loop`` of ``T`` dependent steps
 
     g = h W;   h ← φ_k(g[:, :H])        W: [H, 4H] ~ N(0, 1/H),  h: [B, H]

@@ -69,9 +69,9 @@ PARTS = ("char_lm", "nanogpt", "rnn", "attn0", "loop", "gpt2", "startup", "profi
 GPT_PARTS = ("gpt2", "startup", "profile")
 # Seconds each part needs on one H100/H200, compile included (estimates; a part is skipped
 # when less than this is left of the budget).
-# Measured on one H200 (benchmarks/RESULTS.md, "The user path on one GPU"): char_lm 128 s,
+# Measured on one H200 (benchmarks/HISTORY.md, "The user path on one GPU"): char_lm 128 s,
 # nanogpt 39 s, rnn 29 s; loop did not finish in 128 s (it compiles the step four times).
-# kernels: on one H100 these measurements and a GPT-2 step took 147 s (RESULTS.md, H100).
+# kernels: on one H100 these measurements and a GPT-2 step took 147 s (HISTORY.md, H100).
 ESTIMATE = {"char_lm": 135, "nanogpt": 45, "rnn": 35, "loop": 200, "attn0": 60, "gpt2": 170,
             "startup": 80, "profile": 100, "kernels": 150}
 RNN_SHAPE = (64, 256, 512)

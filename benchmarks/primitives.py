@@ -1,6 +1,6 @@
 """The kernels under the RNN and attention rows: XLA:CPU vs torch vs OpenBLAS (CPU, fp32).
 
-Why seqjax's LSTM and attention rows trail torch on CPU (``benchmarks/RESULTS.md``,
+Why seqjax's LSTM and attention rows trail torch on CPU (``benchmarks/HISTORY.md``,
 "Why the targets are not met") comes down to a few primitives. This benchmark times
 each one alone, in ``jax.jit`` (the XLA:CPU that every JAX program gets), in eager
 torch (MKL / oneDNN underneath), and in numpy (the OpenBLAS that numpy's wheels ship:

@@ -9,7 +9,7 @@ ISSUE_REF = re.compile(r"\b[Ii]ssues? #?\d+|\(#\d+\)")
 
 def test_no_issue_numbers_in_the_library():
     """Docstrings and comments say what the code does; the history (issue numbers,
-    measurements by date) lives in benchmarks/RESULTS.md and the changelog."""
+    measurements by date) lives in benchmarks/HISTORY.md and the changelog."""
     found = [f"{path.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
              for path in sorted(PACKAGE.rglob("*.py"))
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)

@@ -34,7 +34,7 @@ for the same seed. ``--steps_per_call=k`` runs ``k`` steps per jitted call
 (``FitConfig(steps_per_call=k)``; ``log_every``, ``eval_every`` and ``checkpoint_every``
 must be multiples of ``k``). The default is 10: on XLA:CPU each call of the step pays a
 fixed cost (~12 ms of the nanoGPT CPU config's ~30 ms step on the 2-core machine of
-``benchmarks/RESULTS.md``, "The loop on the CPU"), which ten steps per call share.
+``benchmarks/HISTORY.md``, "The loop on the CPU"), which ten steps per call share.
 ``--preset gpu`` and the smoke presets keep 1 (the GPU run measured device-bound; 10 is not
 measured on a GPU yet).
 ``--flat_optimizer`` (default true) keeps AdamW's moments as one vector each
@@ -47,7 +47,7 @@ dropout on the attention weights. On a GPU it keeps attention off the fused cuDN
 (dropout needs the ``[B, H, T, T]`` weights written out); ``--attention_dropout=0``
 keeps dropout on the embeddings and residual branches and runs the fused kernel. The
 cost, measured on one H200 before the embedding fix: 24.0 vs 20.7–21.3 ms per step
-(``benchmarks/RESULTS.md``, "The user path on one GPU"; after it, not yet measured).
+(``benchmarks/HISTORY.md``, "The user path on one GPU"; after it, not yet measured).
 
 The work dir (default ``workdirs/char_lm``) holds the checkpoints (with the model config
 and the tokenizer), ``tokenizer.json``, ``metrics.jsonl``, ``loss.png``, ``samples.txt``

@@ -16,7 +16,7 @@ of ``x`` and the contracted / produced axes are flattened, so every call is a pl
 ``[B, T, P]`` input left 3-D, XLA:CPU lowers the weight gradient — a contraction over
 two axes — through transposes and a slow generic dot. Flattening made multi-head
 attention's forward+backward 1.60× faster at B=64, T=128 and the nanoGPT-sized GPT training
-step 1.63× faster on the 2-core CPU of ``benchmarks/RESULTS.md``. On GPU and TPU the
+step 1.63× faster on the 2-core CPU of ``benchmarks/HISTORY.md``. On GPU and TPU the
 reshapes are free.
 
 Use them as the Flax layers:

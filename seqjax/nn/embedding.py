@@ -13,7 +13,7 @@ On a GPU that scatter runs as atomic adds, and with a small vocabulary every row
 ``E`` receives hundreds of them (char_lm's ``--preset gpu``: 16,384 rows added into 65,
 ~250 per row), which collide (in bf16 the kernel's time even varied with the values:
 the step drifted from 16 to 23 ms over a run). Measured on one H200
-(``benchmarks/RESULTS.md``, "The user path on one GPU"), that one kernel took 16 ms of a
+(``benchmarks/HISTORY.md``, "The user path on one GPU"), that one kernel took 16 ms of a
 24 ms training step. The same sum as a matrix product,
 ``onehot(i)ᵀ G`` (``[V, N] @ [N, D]``, accumulated in float32), costs ``2·N·V·D`` FLOPs —
 0.8 GFLOP there, microseconds — and is deterministic.

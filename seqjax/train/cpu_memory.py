@@ -9,7 +9,7 @@ the main one) and returns freed memory at the top of the heap to the kernel (abo
 maps each one on first touch. For ``char_lm``'s step (nanoGPT's CPU config, a 2-core VM)
 that is about 12,600 minor page faults and 18 ms of system time per call — a third of the
 step's CPU time; for an LSTM layer's forward and backward pass (B = 32, T = 128, H = 256)
-13,000–14,000 faults and a fifth (``benchmarks/RESULTS.md``, "The CPU step: page faults").
+13,000–14,000 faults and a fifth (``benchmarks/HISTORY.md``, "The CPU step: page faults").
 
 :func:`keep_freed_memory` sets, with ``mallopt``, both thresholds to 1 GiB and the number
 of malloc arenas to one (``M_ARENA_MAX``: every thread allocates from the main heap, which

@@ -59,7 +59,7 @@ call (:meth:`~seqjax.train.step.TrainStep.steps`); a ``train_data`` with
 from the step number (:meth:`~seqjax.train.step.TrainStep.steps_from`: nothing crosses from
 the host; ids checked once); host batches are otherwise prepared by a background thread
 ``prefetch`` batches ahead on accelerators. The cost of each, measured:
-``python -m benchmarks loop`` (``benchmarks/RESULTS.md``).
+``python -m benchmarks loop`` (``benchmarks/HISTORY.md``).
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ class OptimizerConfig:
             schedule still see the parameter tree). The same update up to float rounding;
             the state pytree shrinks from ``~3·P`` to ``~P`` leaves, which is what a jitted
             step pays per call on the host (the GPT of ``char_lm --preset gpu``: 196 → 70
-            leaves, 223 → 89 µs per dispatch on the 2-core CPU; ``benchmarks/RESULTS.md``).
+            leaves, 223 → 89 µs per dispatch on the 2-core CPU; ``benchmarks/HISTORY.md``).
             Changes the layout of ``opt_state``: a checkpoint resumes only with the same
             setting.
         no_decay: regexes of parameter paths excluded from weight decay.

@@ -25,7 +25,7 @@ chooses among sub-paths by the keyword thresholds of ``dot_product_attention``:
 * **weights** (``return_weights`` or dropout): the block with the weights written,
   through :func:`~seqjax.nn.attention.softmax.softmax_last`.
 
-Timings behind each choice: ``benchmarks/RESULTS.md``.
+Timings behind each choice: ``benchmarks/HISTORY.md``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from seqjax.nn.masks import combine_masks
 
 Array = jax.Array
 
-# Defaults of dot_product_attention's thresholds (measured on CPU; benchmarks/RESULTS.md).
+# Defaults of dot_product_attention's thresholds (measured on CPU; benchmarks/HISTORY.md).
 # Causal attention over at least 2 chunks is computed one query chunk at a time, each
 # chunk against the keys it can see only: this skips the masked upper triangle (about
 # half the FLOPs and memory traffic for Q = K). 128 rows was fastest on CPU for
@@ -229,7 +229,7 @@ def _scan_bwd(chunk, res, do):
     ``dv += wᵀ do``, ``dk += dsᵀ q`` and ``dqᵀ = kᵀ dsᵀ`` are all plain ``A·B`` products.
     (With ``[n, K]`` scores, ``dv`` and ``dk`` contract the scores' leading axis, an
     ``Aᵀ·B`` product that XLA:CPU sends to a slower generic path; see
-    ``benchmarks/RESULTS.md``.)
+    ``benchmarks/HISTORY.md``.)
     """
     q5, k4, v4, mask5, o, lse = res
     dsum = jnp.sum(do.astype(jnp.float32) * o, axis=-1, keepdims=True)
@@ -283,7 +283,7 @@ def _attend_block(q4, k4, v4, mask5, bias5, groups, fused_rows):
     * not differentiated (this primal, :func:`_attend_fused`): no select on the
       scores, in query chunks of ``fused_rows`` — XLA:CPU then fuses each chunk's
       whole pass (both products, the max, the exp, the sums) into one multi-threaded
-      kernel, 1.4–1.7× faster at T = 128 and 512 (``benchmarks/RESULTS.md``);
+      kernel, 1.4–1.7× faster at T = 128 and 512 (``benchmarks/HISTORY.md``);
     * under ``jax.grad`` (:func:`_attend_fwd`, which must also write ``e`` for the
       backward pass): the scores whole, masked with ``−∞`` and guarded, the form
       that measured fastest with the backward pass.

@@ -213,7 +213,7 @@ def dot_product_attention(
         return_weights: also return the weights ``[B, H, Q, K]`` (float32).
         query_chunk: ``"xla"`` only: query rows per chunk of the causal path (used
             when ``Q ≥ 2·query_chunk``) and of the scan path (default 128, fastest on CPU
-            for T in {128, 512, 2048}; ``benchmarks/RESULTS.md``).
+            for T in {128, 512, 2048}; ``benchmarks/HISTORY.md``).
         scan_min_keys: ``"xla"`` only: non-causal attention over at least this many
             keys (and ``Q ≥ 2·query_chunk``, no bias, dropout or weights, a mask that is
             the same for every query) loops over query chunks and recomputes the

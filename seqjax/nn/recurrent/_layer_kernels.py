@@ -31,14 +31,14 @@ only in *how* the gradient is scheduled:
 * **Input projection inside the loop** (every forward without gradients, and the Elman and
   GRU training passes): ``x_t W_ih`` and ``h_{t-1} W_hh`` are two dots per step. Hoisting
   ``x W_ih`` for all steps into one GEMM writes and re-reads a ``[T, B, G·H]`` buffer; per
-  step the operands stay in cache. Measured in ``benchmarks/RESULTS.md``: GRU forward
+  step the operands stay in cache. Measured in ``benchmarks/HISTORY.md``: GRU forward
   48 → 32 ms at B=32, T=128, H=256 on one core.
 * **LSTM training pass: the projection hoisted, its buffer reused twice.** The backward
   needs the gates of every step, a ``[T, B, 4H]`` residual, so that buffer exists anyway:
   ``x W_ih`` for all steps is one GEMM into it, step ``t`` overwrites its slot with its
   activations, and the backward overwrites the slot with ``dG_t``. No ``[T, B, 4H]`` buffer
   is zero-filled or copied (a test reads the compiled gradient for it). Measured in
-  ``benchmarks/RESULTS.md`` ("The LSTM rows: where the time goes").
+  ``benchmarks/HISTORY.md`` ("The LSTM rows: where the time goes").
 * **Backward**: a reverse loop that carries only the state cotangents and emits the
   pre-activation gate gradients ``dG_t``; the step saves its post-activation gates (the
   Elman kernel: its pre-activations) in the forward pass, so the backward loop does no

@@ -114,7 +114,7 @@ def _on_gpu() -> bool:
 
 
 # Steps unrolled per iteration of the scan on a GPU when `unroll` is left to the layer: the
-# fastest setting measured against the fused kernel and cuDNN (benchmarks/RESULTS.md, "The
+# fastest setting measured against the fused kernel and cuDNN (benchmarks/HISTORY.md, "The
 # user path on one GPU").
 GPU_SCAN_UNROLL = 8
 
