@@ -193,14 +193,15 @@ def write_run_info(par: Parallel, workdir: str | None) -> None:
 
 
 # ----------------------------------------------------------------------------- training
-def init_state(par: Parallel, params: Any, optimizer: Optimizer,
-               key: jax.Array) -> tuple[TrainState, optax.Schedule]:
+def init_state(par: Parallel, params: Any, optimizer: Optimizer, key: jax.Array, *,
+               carry: Any = None) -> tuple[TrainState, optax.Schedule]:
     """``(state, schedule)``: the optimiser of ``optimizer`` (an :class:`OptimizerConfig`, or
     an optax transformation already built with its schedule) and a ``TrainState`` of
-    ``params`` laid out on ``par``'s mesh (``key`` is the state's dropout key)."""
+    ``params`` (and ``carry``) laid out on ``par``'s mesh (``key`` is the state's dropout
+    key)."""
     tx, schedule = (make_optimizer(optimizer) if isinstance(optimizer, OptimizerConfig)
                     else optimizer)
-    return par.shard_state(TrainState.create(params, tx, key)), schedule
+    return par.shard_state(TrainState.create(params, tx, key, carry=carry)), schedule
 
 
 def compiled_with(step: Callable[..., Any],
@@ -240,12 +241,20 @@ class Run:
             when ``data`` is a function that sizes the batches to the mesh itself.
         seed: the batch order of a dict ``data``; the state's dropout key too, unless
             ``dropout_seed`` is given.
-        dropout_seed: the seed of the state's dropout key; ``None`` = ``seed``.
+        dropout_seed: the seed of the state's dropout key, or the key itself; ``None`` =
+            ``seed``.
+        carry: the state's initial carry (truncated BPTT: the RNN state carried from batch to
+            batch; with ``step_options={"with_carry": True}``).
+        step_options: more keywords of the train step (``par.train_step``).
         eval_fn: ``(params, batch) -> metrics``, laid out on the mesh by ``par.eval_step``;
             with ``eval_data``, evaluated by ``fit`` (every ``fit.eval_every`` steps and at
             the end) and by :meth:`Trained.evaluate`.
         eval_data: a list of global evaluation batches, or a function of the
             :class:`Parallel` that returns one.
+        eval_step: an evaluation step the recipe builds itself, from the
+            :class:`Parallel` (instead of ``par.eval_step(eval_fn)``; e.g. one that evaluates
+            on the host): ``(params, batch) -> metrics``, given the ``eval_data`` batches as
+            they are (not placed on the devices).
         wrap_eval_step: ``(eval_step, par) -> eval_step``: what ``fit`` evaluates with
             instead (e.g. a step that also keeps the parameters of the best evaluation —
             early stopping); :meth:`Trained.evaluate` uses the step unwrapped.
@@ -273,9 +282,12 @@ class Run:
     fit: FitConfig
     batch_size: int | None
     seed: int
-    dropout_seed: int | None = None
+    dropout_seed: int | jax.Array | None = None
+    carry: Any = None
+    step_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     eval_fn: Callable[..., Any] | None = None
     eval_data: Sequence[Any] | Callable[[Parallel], Any] | None = None
+    eval_step: Callable[[Parallel], Callable[[Any, Any], Mapping[str, Any]]] | None = None
     wrap_eval_step: Callable[[Callable[..., Any], Parallel], Callable[..., Any]] | None = None
     compute_dtype: Any = None
     compiler_options: Mapping[str, Any] | None = None
@@ -328,9 +340,10 @@ class Trained:
         evaluation data), on the mesh (:func:`seqjax.train.loop.evaluate`)."""
         if self.eval_step is None:
             raise ValueError("the run has no `eval_fn`: nothing to evaluate with.")
+        place = self.par.place_global if self.run.eval_step is None else None
         return evaluate_batches(self.eval_step, self.result.state.params,
                                 self.eval_data if batches is None else batches,
-                                place_batch=self.par.place_global)
+                                place_batch=place)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,10 +421,13 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     folder = None if not workdir else os.path.join(workdir, run.name) if run.name else workdir
     if run.name:  # the runs write theirs one level down
         write_run_info(par, workdir)
-    seed = run.seed if run.dropout_seed is None else run.dropout_seed
-    state, schedule = init_state(par, run.params, run.optimizer, jax.random.PRNGKey(seed))
-    train_step = par.train_step(run.loss_fn, schedule=schedule, compute_dtype=run.compute_dtype)
-    eval_step = (None if run.eval_fn is None
+    key = run.seed if run.dropout_seed is None else run.dropout_seed
+    key = jax.random.PRNGKey(key) if isinstance(key, int) else key
+    state, schedule = init_state(par, run.params, run.optimizer, key, carry=run.carry)
+    train_step = par.train_step(run.loss_fn, schedule=schedule, compute_dtype=run.compute_dtype,
+                                **run.step_options)
+    eval_step = (run.eval_step(par) if run.eval_step is not None
+                 else None if run.eval_fn is None
                  else par.eval_step(run.eval_fn, compute_dtype=run.compute_dtype))
     if run.compiler_options:
         if run.fit.steps_per_call > 1:
@@ -439,7 +455,8 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     result = fit(state, train_step, data, run.fit, workdir=folder, eval_step=fit_eval_step,
                  eval_data=eval_data, tokenizer=tokenizer, parallel=par,
                  model_config=None if run.model_config is None else dict(run.model_config),
-                 check_batch=run.check_batch, hooks=run.on_log)
+                 check_batch=run.check_batch, hooks=run.on_log,
+                 place_eval_batch=None if run.eval_step is None else (lambda batch: batch))
     seconds = time.perf_counter() - begin
     records = (read_metrics(os.path.join(folder, "metrics.jsonl")) if folder
                else list(result.history))

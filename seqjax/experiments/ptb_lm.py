@@ -71,6 +71,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,7 @@ from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.data.iterators import TBPTTIterator
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import load_average, machine, write_json
+from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments.reports.ptb_lm import (
     ZAREMBA_SMALL_TEST_PPL,
     ZAREMBA_SMALL_VALID_PPL,
@@ -92,8 +93,7 @@ from seqjax.experiments.reports.ptb_lm import (
     write_text,
 )
 from seqjax.models.rnn import RNNLanguageModel
-from seqjax.train.loop import FitConfig, fit
-from seqjax.train.optim import TrainState
+from seqjax.train.loop import FitConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn
@@ -291,18 +291,15 @@ def stream_nll(model: RNNLanguageModel, params: Any, ids: np.ndarray, rows: int,
 # ----------------------------------------------------------------------------- training
 
 
-def run(cfg: Config) -> dict:
+def build(cfg: Config) -> Task:
+    """The one run: Zaremba's LSTM by truncated BPTT over the training stream, validation and
+    test perplexity (on the host, the state carried) after every epoch; the results table."""
     if cfg.num_steps < 1 or cfg.epochs < 1 or cfg.test_batch_size < 1:
         raise ValueError("`num_steps`, `epochs` and `test_batch_size` must be >= 1; got "
                          f"{cfg.num_steps}, {cfg.epochs}, {cfg.test_batch_size}.")
-    par = Parallel.from_options(cfg)
-    par.check_batch_size(cfg.batch_size)
-    primary = jax.process_index() == 0
     data = load_data(cfg)
     vocab = data.tokenizer.vocab_size
-    train_data = TBPTTIterator(data.train_ids, par.local_batch_size(cfg.batch_size),
-                               cfg.num_steps, **par.iterator_shard())
-    per_epoch = train_data.steps_per_epoch
+    per_epoch = TBPTTIterator(data.train_ids, cfg.batch_size, cfg.num_steps).steps_per_epoch
     total = cfg.steps or cfg.epochs * per_epoch
     valid_streams = make_streams(data.valid_ids, cfg.batch_size)
     test_streams = make_streams(data.test_ids, cfg.test_batch_size)
@@ -310,30 +307,51 @@ def run(cfg: Config) -> dict:
                                 max(1, cfg.eval_chunk_tokens // cfg.batch_size))
     test_nll = make_stream_nll(build_model(cfg, vocab),
                                max(1, cfg.eval_chunk_tokens // cfg.test_batch_size))
-
     model = build_model(cfg, vocab)
     key_init, key_uniform, key_state = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     params = model.init(key_init, jnp.zeros((1, cfg.num_steps), jnp.int32))["params"]
     params = uniform_init(params, key_uniform, cfg.init_scale)
-    tx, schedule = make_tx(cfg, per_epoch)
-    state = par.shard_state(TrainState.create(params, tx, key_state,
-                                              carry=model.zero_carry(cfg.batch_size)))
-    train_step = par.train_step(make_tbptt_loss(flax_apply_fn(model)), schedule=schedule,
-                                with_carry=True)
 
-    def eval_step(p: Any, _batch: Any) -> dict[str, float]:
-        host = par.gather(p)
-        v_sum, v_n = valid_nll(host, valid_streams)
-        t_sum, t_n = test_nll(host, test_streams)
-        return {"loss": v_sum / v_n, "test_loss": t_sum / t_n, "tokens": float(v_n)}
+    def host_eval(par: Parallel) -> Callable[[Any, Any], dict[str, float]]:
+        def eval_step(p: Any, _batch: Any) -> dict[str, float]:
+            host = par.gather(p)
+            v_sum, v_n = valid_nll(host, valid_streams)
+            t_sum, t_n = test_nll(host, test_streams)
+            return {"loss": v_sum / v_n, "test_loss": t_sum / t_n, "tokens": float(v_n)}
+
+        return eval_step
 
     lr, clip = mean_loss_settings(cfg)
-    print(f"ptb_lm: {count_params(params):,} parameters; {len(data.train_ids):,} / "
-          f"{len(data.valid_ids):,} / {len(data.test_ids):,} tokens, vocabulary {vocab:,}; "
-          f"{per_epoch} windows of {cfg.batch_size}x{cfg.num_steps} per epoch, {total} steps; "
-          f"SGD lr {lr:g} clip {clip:g} on the mean loss (= lr {cfg.learning_rate:g} clip "
-          f"{cfg.clip_norm:g} on Zaremba's summed loss); {par}", flush=True)
+    run_ = Run(
+        model=model, params=params, loss_fn=make_tbptt_loss(flax_apply_fn(model)),
+        data=lambda par: TBPTTIterator(data.train_ids, par.local_batch_size(cfg.batch_size),
+                                       cfg.num_steps, **par.iterator_shard()),
+        optimizer=make_tx(cfg, per_epoch), batch_size=cfg.batch_size, seed=cfg.seed,
+        dropout_seed=key_state, carry=model.zero_carry(cfg.batch_size),
+        step_options={"with_carry": True},
+        fit=FitConfig(num_steps=total, log_every=cfg.log_every, eval_every=per_epoch,
+                      checkpoint_every=0, progress=cfg.progress, tensorboard=False),
+        eval_step=host_eval, eval_data=[{}], on_log=[progress_printer(cfg, per_epoch, total)],
+        model_config={"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
+                      "recurrent_bias": cfg.recurrent_bias, "vocab_size": vocab},
+        tokenizer=data.tokenizer)
+    about = (f"{count_params(params):,} parameters; {len(data.train_ids):,} / "
+             f"{len(data.valid_ids):,} / {len(data.test_ids):,} tokens, vocabulary {vocab:,}; "
+             f"{per_epoch} windows of {cfg.batch_size}x{cfg.num_steps} per epoch, {total} "
+             f"steps; SGD lr {lr:g} clip {clip:g} on the mean loss (= lr {cfg.learning_rate:g} "
+             f"clip {cfg.clip_norm:g} on Zaremba's summed loss)")
+    figures = {"steps_per_epoch": per_epoch, "mean_loss_lr": lr, "mean_loss_clip": clip,
+               "tokens": {"train": len(data.train_ids), "valid": len(data.valid_ids),
+                          "test": len(data.test_ids)},
+               "vocab_size": vocab, "reference_test_ppl": ZAREMBA_SMALL_TEST_PPL}
+    return Task("ptb_lm", [run_], about=about,
+                summarize=lambda trained: {**figures, **perplexities(cfg, trained[0], per_epoch)},
+                report=lambda summary: report(cfg, summary, per_epoch))
 
+
+def progress_printer(cfg: Config, per_epoch: int, total: int) -> Callable[[dict], None]:
+    """``fit``'s hook that prints each epoch's train, valid and test perplexity (and every
+    ``print_every`` steps the recent train perplexity)."""
     running: list[float] = []
     rates = epoch_rates(cfg)
     t_start = time.perf_counter()
@@ -356,52 +374,34 @@ def run(cfg: Config) -> dict:
                   f"{rec.get('grad_norm', float('nan')):.3g}, "
                   f"{time.perf_counter() - t_start:.0f} s", flush=True)
 
-    model_config = {"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
-                    "recurrent_bias": cfg.recurrent_bias, "vocab_size": vocab}
-    load_before = load_average()
-    result = fit(
-        state, train_step, train_data,
-        FitConfig(num_steps=total, log_every=cfg.log_every, eval_every=per_epoch,
-                  checkpoint_every=0, progress=cfg.progress, tensorboard=False),
-        workdir=cfg.workdir, eval_step=eval_step, eval_data=[{}],
-        place_eval_batch=lambda b: b, model_config=model_config,
-        tokenizer=data.tokenizer.to_json(), hooks=[hook], parallel=par,
-    )
-    wall = time.perf_counter() - t_start
-    records = (read_metrics(os.path.join(cfg.workdir, "metrics.jsonl")) if cfg.workdir
-               else list(result.history))
-    epochs = epoch_table(records, per_epoch, cfg)
-    evals = [r for r in records if "eval/loss" in r]  # fit evaluates at the last step too
-    final = evals[-1] if evals else eval_step(result.state.params, None)
-    summary = {
-        "config": dataclasses.asdict(cfg),
-        "parallel": par.describe(),
-        "params": count_params(params),
-        "steps": int(jax.device_get(result.state.step)),
-        "steps_per_epoch": per_epoch,
-        "resumed_from": result.start_step,
-        "status": result.status,
-        "wall_s": wall,
-        "load_average_before": load_before,
-        "load_average_after": load_average(),
-        "machine": machine(),
-        "mean_loss_lr": lr,
-        "mean_loss_clip": clip,
-        "epochs": epochs,
-        "valid_ppl": math.exp(final.get("eval/loss", final.get("loss"))),
-        "test_ppl": math.exp(final.get("eval/test_loss", final.get("test_loss"))),
-        "tokens": {"train": len(data.train_ids), "valid": len(data.valid_ids),
-                   "test": len(data.test_ids)},
-        "vocab_size": vocab,
-        "reference_test_ppl": ZAREMBA_SMALL_TEST_PPL,
-    }
-    print(f"\nptb_lm: {summary['steps']} steps; valid ppl {summary['valid_ppl']:.2f}, test ppl "
-          f"{summary['test_ppl']:.2f} (Zaremba et al. 2014: {ZAREMBA_SMALL_VALID_PPL} / "
-          f"{ZAREMBA_SMALL_TEST_PPL}); {wall:.0f} s")
-    if cfg.workdir and primary:
-        write_json(os.path.join(cfg.workdir, "ptb_lm.json"), summary)
-        write_results(cfg.workdir, os.path.join(cfg.workdir, "ptb_lm.md"))
-    return summary
+    return hook
+
+
+def perplexities(cfg: Config, t: Trained, per_epoch: int) -> dict:
+    """The epoch table and the final valid and test perplexity (the last evaluation); printed."""
+    evals = [r for r in t.records if "eval/loss" in r]  # fit evaluates at the last step too
+    final = evals[-1] if evals else t.evaluate()
+    out = {"epochs": epoch_table(t.records, per_epoch, cfg),
+           "valid_ppl": math.exp(final.get("eval/loss", final.get("loss"))),
+           "test_ppl": math.exp(final.get("eval/test_loss", final.get("test_loss")))}
+    print(f"\nptb_lm: {t.steps} steps; valid ppl {out['valid_ppl']:.2f}, test ppl "
+          f"{out['test_ppl']:.2f} (Zaremba et al. 2014: {ZAREMBA_SMALL_VALID_PPL} / "
+          f"{ZAREMBA_SMALL_TEST_PPL}); {t.seconds:.0f} s")
+    return out
+
+
+def report(cfg: Config, summary: dict, per_epoch: int) -> str:
+    """``ptb_lm.md``: the results table of the finished run (:func:`results_markdown`)."""
+    lr, clip = mean_loss_settings(cfg)
+    last = summary["epochs"][-1]["step"] if summary["epochs"] else 0
+    return results_markdown(cfg, summary["epochs"], summary, workdir=cfg.workdir or ".",
+                            command=None, per_epoch=per_epoch,
+                            last_step=max(summary["steps"], last), lr=lr, clip=clip)
+
+
+def run(cfg: Config) -> dict:
+    """Train the LSTM (resuming from ``cfg.workdir``); the summary."""
+    return train(build(cfg), cfg)
 
 
 def epoch_table(records: list[dict], steps_per_epoch: int, cfg: Config) -> list[dict]:
