@@ -251,10 +251,10 @@ class Run:
             the end) and by :meth:`Trained.evaluate`.
         eval_data: a list of global evaluation batches, or a function of the
             :class:`Parallel` that returns one.
-        eval_step: an evaluation step the recipe builds itself, from the
-            :class:`Parallel` (instead of ``par.eval_step(eval_fn)``; e.g. one that evaluates
-            on the host): ``(params, batch) -> metrics``, given the ``eval_data`` batches as
-            they are (not placed on the devices).
+        make_eval_step: builds the evaluation step from the :class:`Parallel`, instead of
+            ``par.eval_step(eval_fn)`` (e.g. one that evaluates on the host): ``(params,
+            batch) -> metrics``, given the ``eval_data`` batches as they are (not placed on
+            the devices).
         wrap_eval_step: ``(eval_step, par) -> eval_step``: what ``fit`` evaluates with
             instead (e.g. a step that also keeps the parameters of the best evaluation —
             early stopping); :meth:`Trained.evaluate` uses the step unwrapped.
@@ -287,7 +287,7 @@ class Run:
     step_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     eval_fn: Callable[..., Any] | None = None
     eval_data: Sequence[Any] | Callable[[Parallel], Any] | None = None
-    eval_step: Callable[[Parallel], Callable[[Any, Any], Mapping[str, Any]]] | None = None
+    make_eval_step: Callable[[Parallel], Callable[[Any, Any], Mapping[str, Any]]] | None = None
     wrap_eval_step: Callable[[Callable[..., Any], Parallel], Callable[..., Any]] | None = None
     compute_dtype: Any = None
     compiler_options: Mapping[str, Any] | None = None
@@ -314,7 +314,7 @@ class Trained:
         results: what the run's ``evaluate`` hook returned (empty without one).
         folder: the run's folder (``None`` without a work dir).
         par: the devices it trained on.
-        eval_step: the evaluation step on the mesh (``None`` without ``eval_fn``).
+        eval_step: the evaluation step (``None`` without ``eval_fn`` or ``make_eval_step``).
         eval_data: the run's evaluation batches.
     """
 
@@ -340,7 +340,7 @@ class Trained:
         evaluation data), on the mesh (:func:`seqjax.train.loop.evaluate`)."""
         if self.eval_step is None:
             raise ValueError("the run has no `eval_fn`: nothing to evaluate with.")
-        place = self.par.place_global if self.run.eval_step is None else None
+        place = self.par.place_global if self.run.make_eval_step is None else None
         return evaluate_batches(self.eval_step, self.result.state.params,
                                 self.eval_data if batches is None else batches,
                                 place_batch=place)
@@ -426,7 +426,7 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     state, schedule = init_state(par, run.params, run.optimizer, key, carry=run.carry)
     train_step = par.train_step(run.loss_fn, schedule=schedule, compute_dtype=run.compute_dtype,
                                 **run.step_options)
-    eval_step = (run.eval_step(par) if run.eval_step is not None
+    eval_step = (run.make_eval_step(par) if run.make_eval_step is not None
                  else None if run.eval_fn is None
                  else par.eval_step(run.eval_fn, compute_dtype=run.compute_dtype))
     if run.compiler_options:
@@ -456,7 +456,7 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
                  eval_data=eval_data, tokenizer=tokenizer, parallel=par,
                  model_config=None if run.model_config is None else dict(run.model_config),
                  check_batch=run.check_batch, hooks=run.on_log,
-                 place_eval_batch=None if run.eval_step is None else (lambda batch: batch))
+                 place_eval_batch=None if run.make_eval_step is None else (lambda b: b))
     seconds = time.perf_counter() - begin
     records = (read_metrics(os.path.join(folder, "metrics.jsonl")) if folder
                else list(result.history))

@@ -331,7 +331,7 @@ def build(cfg: Config) -> Task:
         step_options={"with_carry": True},
         fit=FitConfig(num_steps=total, log_every=cfg.log_every, eval_every=per_epoch,
                       checkpoint_every=0, progress=cfg.progress, tensorboard=False),
-        eval_step=host_eval, eval_data=[{}], on_log=[progress_printer(cfg, per_epoch, total)],
+        make_eval_step=host_eval, eval_data=[{}], on_log=[progress_printer(cfg, per_epoch, total)],
         model_config={"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
                       "recurrent_bias": cfg.recurrent_bias, "vocab_size": vocab},
         tokenizer=data.tokenizer)

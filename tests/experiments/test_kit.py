@@ -134,3 +134,19 @@ def test_a_runs_batch_check_reaches_fit_and_logged_seconds_sum_the_calls():
     # each call of fit counts its records' time from 0
     assert _kit.logged_seconds([{"time": 2.0}, {"time": 1.0}, {"step": 3}, {"time": 4.0}]) == 6.0
     assert _kit.logged_seconds([]) == 0.0
+
+
+def test_a_run_may_bring_its_optimizer_evaluation_step_and_log_hook():
+    import optax
+
+    seen, cfg = [], _TrainCfg(steps=3)
+    run = dataclasses.replace(
+        _regression_run(cfg), eval_fn=None, eval_data=[{"value": 2.0}],
+        make_eval_step=lambda par: (lambda params, batch: {"loss": batch["value"]}),
+        optimizer=(optax.sgd(0.1), optax.constant_schedule(0.1)), on_log=[seen.append],
+        evaluate=lambda t: {"again": t.evaluate()["loss"]})
+    trained = []
+    _kit.train(_kit.Task("own", [run], summarize=lambda ts: trained.extend(ts) or {}), cfg)
+    (t,) = trained
+    assert t.eval["eval/loss"] == 2.0 and t.results == {"again": 2.0}  # batches unplaced
+    assert [r["step"] for r in seen] == [1, 2, 3] and abs(seen[-1]["lr"] - 0.1) < 1e-6
