@@ -56,6 +56,9 @@ tokenizer, config)`` from it. The data, the model, the window decoder and ``load
 are the experiments' text kit (:mod:`seqjax.experiments._text`), shared with
 ``norm_placement`` and ``sampling``.
 
+``results/char_lm.md`` (the table of both models, the curves, the samples) is written from
+finished work dirs by ``write_results([workdir, ...], results_dir, {workdir: command})``.
+
 Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU config)
       python -m seqjax.experiments.char_lm --preset lstm --workdir workdirs/char_lm_lstm
       python -m seqjax.experiments.char_lm --preset gpu --workdir workdirs/char_lm_gpu   (GPU)
@@ -96,6 +99,7 @@ from seqjax.experiments._text import (
 )
 from seqjax.experiments._text import load_model as load_model  # char_lm.load_model(workdir)
 from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU_VAL_LOSS
+from seqjax.experiments.reports.char_lm import write_results as write_results  # results/char_lm.md
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.fit_parts import compile_in_background
 from seqjax.train.flops import lm_flops_per_token

@@ -138,7 +138,8 @@ def test_window_decoder_matches_nanogpt_cropping():
 def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
     workdir = str(tmp_path / "lm")
     # 100 steps, not the preset's 4: enough to see the loss fall
-    s = char_lm.main(["--smoke", "--steps=100", "--workdir", workdir, "--progress=false"])
+    s = char_lm.main(["--smoke", "--steps=100", "--eval_every=50", "--workdir", workdir,
+                      "--progress=false"])
     assert_trained_on_all_devices(workdir)
     assert s["steps"] == 100 and math.isfinite(s["val_loss_full"])
     # It learned: the training loss falls from ln 65 = 4.18 (step 1) to 3.55, the mean of the
@@ -148,6 +149,10 @@ def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
     assert len(s["sample"]) == 24
     saved = json.load(open(os.path.join(workdir, "char_lm.json")))
     assert saved["params"] == s["params"]
+    # results/char_lm.md is written from finished work dirs: the table holds this run's figures
+    md = char_lm.write_results([workdir], str(tmp_path / "results"), {workdir: "CMD"})
+    assert "`CMD`" in md and f"{s['val_loss_estimate']:.4f}" in md
+    assert os.path.isfile(tmp_path / "results" / "char_lm_loss.png")
     model, params, tok, cfg = char_lm.load_model(workdir)
     assert tok.vocab_size == 65 and cfg.block_size == 16
     logits = model.apply({"params": params}, jnp.asarray([tok.encode("ROMEO:")]))
