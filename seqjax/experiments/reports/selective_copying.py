@@ -2,8 +2,8 @@
 
 :func:`report` writes one table per task in ``tasks`` (each model's parameters, accuracy,
 exact match, eval loss and training time) under the command, machine and wall time,
-then the Mamba paper's Table 1 (:data:`PAPER_TABLE1`). The results come from
-:func:`seqjax.experiments.selective_copying.train`.
+then the Mamba paper's Table 1 (:data:`PAPER_TABLE1`). The results are the rows of the
+trained runs (:func:`seqjax.experiments.selective_copying.task_run`, one per task and model).
 """
 
 from __future__ import annotations
