@@ -53,7 +53,7 @@ from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer
 from seqjax.train.parallel import Parallel
-from seqjax.train.records import read_metrics
+from seqjax.train.records import NonFiniteLossError, read_metrics
 from seqjax.train.records import write_run_info as _write_run_info
 from seqjax.train.sharding import host_batch_slice
 from seqjax.utils import count_params, machine_info
@@ -272,6 +272,10 @@ class Run:
             ``""`` = the work dir itself.
         evaluate: the run's own evaluation after ``fit``: its dict is
             :attr:`Trained.results`.
+        divergence_is_result: a NaN/inf loss or gradient norm ends this run as a result
+            (:attr:`Trained.diverged_at`, the step; no checkpoint after the last finite
+            step, no final evaluation) instead of an error that ends the task: for the
+            recipes that show which settings diverge.
     """
 
     model: Any
@@ -297,6 +301,7 @@ class Run:
     check_batch: Callable[[Any], None] | None = None
     name: str = ""
     evaluate: Callable[[Trained], dict] | None = None
+    divergence_is_result: bool = False
 
 
 @dataclasses.dataclass
@@ -305,8 +310,10 @@ class Trained:
 
     Attributes:
         run: the run.
-        result: what ``fit`` returned (its ``state`` on the mesh).
-        params: a host copy of the trained parameters (the same on every process).
+        result: what ``fit`` returned (its ``state`` on the mesh); ``None`` for a run that
+            diverged (``Run.divergence_is_result``).
+        params: a host copy of the trained parameters (the same on every process; the
+            initial ones for a run that diverged).
         eval: the final evaluation's metrics (``"eval/loss"``, ...; empty without
             ``eval_fn``).
         seconds: the training time (of every call, for a resumed run: its records').
@@ -316,10 +323,12 @@ class Trained:
         par: the devices it trained on.
         eval_step: the evaluation step (``None`` without ``eval_fn`` or ``make_eval_step``).
         eval_data: the run's evaluation batches.
+        diverged_at: the step whose loss or gradient norm was NaN/inf (``None``: finite);
+            ``records`` end before it.
     """
 
     run: Run
-    result: FitResult
+    result: FitResult | None
     params: Any
     eval: dict
     seconds: float
@@ -329,17 +338,29 @@ class Trained:
     eval_step: Callable[..., Any] | None
     eval_data: Any
     results: dict = dataclasses.field(default_factory=dict)
+    diverged_at: int | None = None
 
     @property
     def steps(self) -> int:
-        """The optimiser steps the state has taken."""
+        """The optimiser steps the state has taken (the finite ones, for a run that
+        diverged)."""
+        if self.result is None:
+            return (self.diverged_at or 1) - 1
         return int(jax.device_get(self.result.state.step))
+
+    @property
+    def status(self) -> str:
+        """``fit``'s status (``"completed"``, ``"interrupted"``), or ``"diverged"``."""
+        return "diverged" if self.result is None else self.result.status
 
     def evaluate(self, batches: Iterable[Any] | None = None) -> dict[str, float]:
         """The trained parameters' metrics over global ``batches`` (default: the run's
         evaluation data), on the mesh (:func:`seqjax.train.loop.evaluate`)."""
         if self.eval_step is None:
             raise ValueError("the run has no `eval_fn`: nothing to evaluate with.")
+        if self.result is None:
+            raise ValueError(f"the run diverged at step {self.diverged_at}: no trained "
+                             "parameters to evaluate.")
         place = self.par.place_global if self.run.make_eval_step is None else None
         return evaluate_batches(self.eval_step, self.result.state.params,
                                 self.eval_data if batches is None else batches,
@@ -396,7 +417,7 @@ def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
     if len(trained) == 1 and not trained[0].run.name:  # the run of the work dir itself
         t = trained[0]
         summary.update(params=count_params(t.params), steps=t.steps,
-                       resumed_from=t.result.start_step, status=t.result.status,
+                       resumed_from=t.result.start_step if t.result else 0, status=t.status,
                        train_wall_s=t.seconds)
     summary["wall_s"] = time.perf_counter() - start
     if task.summarize is not None:
@@ -452,19 +473,31 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     fit_eval_step = eval_step
     if eval_step is not None and run.wrap_eval_step is not None:
         fit_eval_step = run.wrap_eval_step(eval_step, par)
-    result = fit(state, train_step, data, run.fit, workdir=folder, eval_step=fit_eval_step,
-                 eval_data=eval_data, tokenizer=tokenizer, parallel=par,
-                 model_config=None if run.model_config is None else dict(run.model_config),
-                 check_batch=run.check_batch, hooks=run.on_log,
-                 place_eval_batch=None if run.make_eval_step is None else (lambda b: b))
+    logged: list[dict] = []  # fit's history, also when it raises
+    try:
+        result: FitResult | None = fit(
+            state, train_step, data, run.fit, workdir=folder, eval_step=fit_eval_step,
+            eval_data=eval_data, tokenizer=tokenizer, parallel=par,
+            model_config=None if run.model_config is None else dict(run.model_config),
+            check_batch=run.check_batch, hooks=[logged.append, *run.on_log],
+            place_eval_batch=None if run.make_eval_step is None else (lambda b: b))
+        diverged_at = None
+    except NonFiniteLossError as err:
+        if not run.divergence_is_result:
+            raise
+        result, diverged_at = None, err.step
+        print(f"{run.name or 'run'}: diverged at step {err.step} ({err.metric} = {err.value})",
+              flush=True)
     seconds = time.perf_counter() - begin
     records = (read_metrics(os.path.join(folder, "metrics.jsonl")) if folder
-               else list(result.history))
-    if result.start_step:  # resumed: the training time is the logged calls' times summed
+               else logged if result is None else list(result.history))
+    if result is not None and result.start_step:  # resumed: the logged calls' times summed
         seconds = logged_seconds(records) or seconds
-    trained = Trained(run=run, result=result, params=par.gather(result.state.params),
-                      eval=dict(result.eval_metrics), seconds=seconds, records=records,
-                      folder=folder, par=par, eval_step=eval_step, eval_data=eval_data)
+    params = run.params if result is None else par.gather(result.state.params)
+    trained = Trained(run=run, result=result, params=params,
+                      eval={} if result is None else dict(result.eval_metrics),
+                      seconds=seconds, records=records, folder=folder, par=par,
+                      eval_step=eval_step, eval_data=eval_data, diverged_at=diverged_at)
     if run.evaluate is not None:
         trained.results = dict(run.evaluate(trained))
     return trained

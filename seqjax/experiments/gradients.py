@@ -27,7 +27,6 @@ Run:  python -m seqjax.experiments.gradients --results_dir seqjax/experiments/re
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -282,10 +281,10 @@ def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
         model=model, params=params, loss_fn=lambda p, b, rng: (mse(p, b), {}), data=data,
         optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
                                   clip_norm=cfg.clip_norm if clip else None),
-        # finite_check=(): a run that diverges is a result (adding_outcome), not an error
         fit=FitConfig(num_steps=cfg.steps, log_every=1, eval_every=cfg.eval_every,
                       best_metric=None, progress=False, tensorboard=False, plot=False,
-                      handle_signals=False, finite_check=()),
+                      handle_signals=False),
+        divergence_is_result=True,  # a run that diverges is a row (adding_outcome)
         batch_size=cfg.batch_size, seed=seed, eval_fn=_masked_mse_fn(model),
         eval_data=test_batches, name=f"{cell}_T{length}_clip{'on' if clip else 'off'}",
         evaluate=lambda t: adding_outcome(cfg, t, cell, length, clip, test))
@@ -297,11 +296,10 @@ def adding_outcome(cfg: Config, t: Trained, cell: str, length: int, clip: bool,
     run of ``profile_length``) the trained model's adjoint profile. A run whose loss or
     gradient norm turned NaN/inf is ``"diverged"`` at that step: no curves, no test MSE,
     the gradient norms of the steps before it."""
-    history = [r for r in t.records if "loss" in r]
-    bad = [r["step"] for r in history
-           if not (math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]))]
-    diverged_at = bad[0] if bad else None
-    grad_norms = [r["grad_norm"] for r in history if not bad or r["step"] < diverged_at]
+    history = [r for r in t.records if "loss" in r]  # a diverged run's end before it
+    diverged_at = t.diverged_at
+    bad = diverged_at is not None
+    grad_norms = [r["grad_norm"] for r in history]
     if bad:
         history = []
     curve = [(r["step"], r["eval/loss"]) for r in history if "eval/loss" in r]

@@ -19,7 +19,6 @@ Run:  python -m seqjax.experiments.norm_placement --results_dir seqjax/experimen
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -153,9 +152,9 @@ def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
             warmup_steps=warmup, total_steps=max(cfg.steps, warmup + 1),
             end_lr_ratio=cfg.min_lr_ratio, b2=0.99, weight_decay=cfg.weight_decay,
             clip_norm=cfg.clip_norm or None),
-        # finite_check=(): a run that diverges is a result (``outcome``), not an error
         fit=FitConfig(num_steps=cfg.steps, log_every=1, best_metric=None, progress=False,
-                      tensorboard=False, plot=False, handle_signals=False, finite_check=()),
+                      tensorboard=False, plot=False, handle_signals=False),
+        divergence_is_result=True,  # a run that diverges is a row (``outcome``)
         batch_size=cfg.batch_size, seed=cfg.seed, eval_fn=make_lm_eval(apply_fn),
         eval_data=eval_batches, name=f"{norm}_warmup{warmup}",
         evaluate=lambda t: outcome(t, norm, warmup))
@@ -166,12 +165,9 @@ def outcome(t: Trained, norm: str, warmup: int) -> dict:
     mean of the last steps), the gradient norms and the curve; a run whose loss or
     gradient norm turned NaN/inf is ``"diverged"`` at that step (its curve ends before it,
     no validation loss)."""
-    records = [r for r in t.records if "loss" in r]
-    bad = [r["step"] for r in records
-           if not (math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]))]
-    diverged_at = bad[0] if bad else None
-    if bad:
-        records = [r for r in records if r["step"] < diverged_at]
+    records = [r for r in t.records if "loss" in r]  # a diverged run's end before it
+    diverged_at = t.diverged_at
+    bad = diverged_at is not None
     val = None if bad else t.eval["eval/loss"]
     losses = np.asarray([r["loss"] for r in records])
     tail = max(1, min(50, len(losses) // 5))

@@ -150,3 +150,30 @@ def test_a_run_may_bring_its_optimizer_evaluation_step_and_log_hook():
     (t,) = trained
     assert t.eval["eval/loss"] == 2.0 and t.results == {"again": 2.0}  # batches unplaced
     assert [r["step"] for r in seen] == [1, 2, 3] and abs(seen[-1]["lr"] - 0.1) < 1e-6
+
+
+def test_a_run_that_diverges_is_a_result_only_when_it_says_so(tmp_path):
+    import pytest
+
+    from seqjax.train.optim import OptimizerConfig
+    from seqjax.train.records import NonFiniteLossError, read_metrics
+
+    cfg = _TrainCfg(steps=6)
+    run = dataclasses.replace(_regression_run(cfg),
+                              optimizer=OptimizerConfig("sgd", learning_rate=1e30))
+    with pytest.raises(NonFiniteLossError):  # by default a NaN ends the task
+        _kit.train(_kit.Task("nan", [run]), cfg)
+    seen = {}
+    work = str(tmp_path / "work")
+    summary = _kit.train(_kit.Task("nan", [dataclasses.replace(
+        run, divergence_is_result=True, name="blowup")], summarize=lambda ts: seen.update(t=ts[0])
+        or {"diverged_at": ts[0].diverged_at}), _TrainCfg(steps=6, workdir=work))
+    t = seen["t"]
+    assert t.status == "diverged" and t.result is None and t.eval == {}
+    assert summary["diverged_at"] == t.diverged_at and 1 < t.diverged_at <= 6
+    assert [r["step"] for r in t.records] == list(range(1, t.diverged_at))  # the finite steps
+    assert t.steps == t.diverged_at - 1
+    assert read_metrics(f"{work}/blowup/metrics.jsonl") == t.records
+    np.testing.assert_array_equal(t.params["w"], run.params["w"])  # no trained parameters
+    with pytest.raises(ValueError, match="diverged at step"):
+        t.evaluate()
