@@ -270,6 +270,9 @@ class Run:
             ``None`` = none (data whose ids were checked once, where it was made).
         name: the run's folder under the work dir (runs of a multi-run recipe);
             ``""`` = the work dir itself.
+        writes: ``False``: the run writes nothing (no folder, checkpoint or
+            ``metrics.jsonl``; a rerun trains it again) — for the many short runs of a
+            recipe whose results are its rows.
         evaluate: the run's own evaluation after ``fit``: its dict is
             :attr:`Trained.results`.
         divergence_is_result: a NaN/inf loss or gradient norm ends this run as a result
@@ -300,6 +303,7 @@ class Run:
     tokenizer: Any = None
     check_batch: Callable[[Any], None] | None = None
     name: str = ""
+    writes: bool = True
     evaluate: Callable[[Trained], dict] | None = None
     divergence_is_result: bool = False
 
@@ -439,9 +443,11 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
         par.check_batch_size(run.batch_size)
     elif isinstance(run.data, Mapping):
         raise ValueError("a Run whose `data` is a dict of arrays needs a `batch_size`.")
+    if workdir and (run.name or not run.writes):  # the work dir's run.json: fit writes a
+        write_run_info(par, workdir)  # run's own one level down, or none
+    if not run.writes:
+        workdir = None
     folder = None if not workdir else os.path.join(workdir, run.name) if run.name else workdir
-    if run.name:  # the runs write theirs one level down
-        write_run_info(par, workdir)
     key = run.seed if run.dropout_seed is None else run.dropout_seed
     key = jax.random.PRNGKey(key) if isinstance(key, int) else key
     state, schedule = init_state(par, run.params, run.optimizer, key, carry=run.carry)

@@ -381,7 +381,8 @@ def finetune(cfg: Config, form: str, model: Any, class_logits: Any,
     """The fine-tuning runs of ``model`` (a classifier whose ``apply`` output gives the
     logits through ``class_logits``) for every label budget and seed, from the pre-trained
     parameters (``pre_params()``, read when the first run is built; the keys both trees
-    share) and from scratch, each in its folder ``finetune_FORM_INIT_nN_seedS``; a run's
+    share) and from scratch, each named ``finetune_FORM_INIT_nN_seedS`` and writing nothing
+    (its row is the result); a run's
     ``evaluate`` hook gives its test accuracy and macro-F1."""
     n_train = len(train["tokens"])
     init_fn = jax.jit(model.init)
@@ -419,13 +420,12 @@ def finetune(cfg: Config, form: str, model: Any, class_logits: Any,
                 yield Run(
                     model=model, params=params, loss_fn=loss_fn, data=labelled,
                     optimizer=_optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps),
-                    # checkpoints written at once: in a row of short runs, waiting for the
-                    # previous run's background checkpoint held up each start by seconds
                     fit=FitConfig(num_steps=cfg.finetune_steps, log_every=cfg.log_every,
                                   checkpoint_every=0, best_metric=None, progress=False,
-                                  tensorboard=False, plot=False, async_checkpointing=False),
+                                  tensorboard=False, plot=False),
                     batch_size=min(cfg.finetune_batch, n), seed=seed, dropout_seed=seed + 7,
                     name=f"finetune_{form}_{init}_n{n}_seed{seed}",
+                    writes=False,  # the many short fine-tunings are rows of the table
                     evaluate=lambda t, n=n, seed=seed, init=init: score(t, n, seed, init))
 
 

@@ -252,8 +252,8 @@ def _masked_mse_fn(model: RNNClassifier) -> Any:
 def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
     """One model of the adding problem: Adam (clipped at ``clip_norm`` when ``clip``) on
     fresh global batches (every process draws the same batch and feeds its rows), the test
-    MSE every ``eval_every`` steps; its ``evaluate`` hook is :func:`adding_outcome`. Its
-    folder is ``CELL_T{length}_clip{on,off}``."""
+    MSE every ``eval_every`` steps; its ``evaluate`` hook is :func:`adding_outcome`. Named
+    ``CELL_T{length}_clip{on,off}``; it writes nothing (its row is the result)."""
     model = _adding_model(cell, cfg.hidden)
     seed = cfg.seed + 1000 * length + 10 * CELLS.index(cell)
     test = adding_problem(cfg.test_examples, length, seed=10_000_019 + length)
@@ -287,6 +287,7 @@ def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
         divergence_is_result=True,  # a run that diverges is a row (adding_outcome)
         batch_size=cfg.batch_size, seed=seed, eval_fn=_masked_mse_fn(model),
         eval_data=test_batches, name=f"{cell}_T{length}_clip{'on' if clip else 'off'}",
+        writes=False,
         evaluate=lambda t: adding_outcome(cfg, t, cell, length, clip, test))
 
 

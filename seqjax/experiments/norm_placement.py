@@ -137,7 +137,8 @@ class NormLM(nn.Module):
 def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
              eval_batches: list[dict], vocab: int) -> Run:
     """One norm placement with one warm-up: the same initial draw, training windows and
-    validation windows (global batches) in every run; its folder ``NORM_warmupW``."""
+    validation windows (global batches) in every run; named ``NORM_warmupW``, it writes
+    nothing (its row is the result)."""
     model = NormLM(norm, vocab, cfg.block_size, cfg.embed_dim, cfg.num_heads, cfg.num_layers)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed),
                                  jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
@@ -156,7 +157,7 @@ def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
                       tensorboard=False, plot=False, handle_signals=False),
         divergence_is_result=True,  # a run that diverges is a row (``outcome``)
         batch_size=cfg.batch_size, seed=cfg.seed, eval_fn=make_lm_eval(apply_fn),
-        eval_data=eval_batches, name=f"{norm}_warmup{warmup}",
+        eval_data=eval_batches, name=f"{norm}_warmup{warmup}", writes=False,
         evaluate=lambda t: outcome(t, norm, warmup))
 
 

@@ -226,7 +226,8 @@ class PositionsLM(nn.Module):
 def position_run(cfg: Config, task: str, positions: str) -> Run:
     """One model of ``task`` with ``positions``: trained on fresh batches of source lengths
     ``1..train_max_length`` (every process draws the same global batch and feeds its rows);
-    its ``evaluate`` hook is :func:`held_out`. Its folder is ``TASK_POSITIONS``."""
+    its ``evaluate`` hook is :func:`held_out`. Named ``TASK_POSITIONS``; it writes nothing
+    (its row is the result)."""
     vocab = FIRST_SYMBOL + cfg.num_symbols
     test_width = 2 * cfg.test_max_length + 2
     train_width = 2 * cfg.train_max_length + 2
@@ -267,7 +268,7 @@ def position_run(cfg: Config, task: str, positions: str) -> Run:
         fit=FitConfig(num_steps=cfg.steps, log_every=max(1, cfg.steps // 20), eval_every=0,
                       best_metric=None, progress=False, tensorboard=False, plot=False,
                       handle_signals=False),
-        batch_size=cfg.batch_size, seed=seed, name=f"{task}_{positions}",
+        batch_size=cfg.batch_size, seed=seed, name=f"{task}_{positions}", writes=False,
         evaluate=lambda t: held_out(cfg, t, task, positions, per_sequence, seed))
 
 

@@ -117,6 +117,9 @@ def test_train_puts_named_runs_in_sub_folders_and_writes_no_markdown_without_a_r
         assert (tmp_path / f"seed{s}" / "metrics.jsonl").exists()
     assert (tmp_path / "run.json").exists() and (tmp_path / "two.json").exists()
     assert not (tmp_path / "two.md").exists()
+    quiet = dataclasses.replace(_regression_run(cfg, name="quiet"), writes=False)
+    assert _kit.train(_kit.Task("three", [quiet]), cfg)["config"]["steps"] == 2
+    assert not (tmp_path / "quiet").exists()  # a run that writes nothing
     nothing = _kit.train(_kit.Task("two", [_regression_run(_TrainCfg(steps=2))]),
                          _TrainCfg(steps=2))
     assert nothing["steps"] == 2
