@@ -150,9 +150,10 @@ class FitConfig:
             and more with a large heap — stop walking it; undone when ``fit`` returns.
         compile_ahead: compile the first call's program (device-resident data) and the
             evaluation step (on the first evaluation batch) in background threads while the
-            checkpoint is read, so the evaluation's compile is off the training's critical
-            path; ``None`` (default): on accelerators, where the host's cores are free, not
-            on the CPU, where the compiles would compete with the steps for the same cores.
+            checkpoint is read; the first call waits for them, so the two compiles overlap
+            each other and the restore, and neither is done twice; ``None`` (default): on
+            accelerators, where the host's cores are free, not on the CPU, where the
+            compiles would compete with the steps for the same cores.
         checked: run every call under :func:`seqjax.checked`: an invalid token id, length
             or cache overflow inside the step raises its message (with the steps of the
             call) instead of making the loss NaN; a debugging mode (each call re-traces a
@@ -391,6 +392,8 @@ def fit(
         state, workdir, keep=cfg.keep_checkpoints, best_metric=cfg.best_metric,
         best_mode=cfg.best_mode, async_save=cfg.async_checkpointing, model_config=model_config,
         tokenizer=tokenizer, check_history=lambda w, s0: _check_history(w, s0, restart))
+    for thread in warm:  # compiled while the checkpoint was read; a call made before a
+        thread.join()  # background compile finished would compile the same program again
     depth = cfg.prefetch if cfg.prefetch is not None else (
         0 if jax.default_backend() == "cpu" else 2)
     log = fetch = source = meter = None
