@@ -79,12 +79,17 @@ def jax_peer(impl: str, arrays: list[Any], dtype: str, causal: bool,
     return harness.jax_prepared(attend, q, k, v)
 
 
-def torch_peer(arrays: list[Any], dtype: str, causal: bool, backward: bool) -> harness.Prepared:
+def torch_peer(arrays: list[Any], dtype: str, causal: bool, backward: bool,
+               device: str = "cpu") -> harness.Prepared:
+    """torch's ``scaled_dot_product_attention`` on ``device`` (a CUDA device synchronised
+    after each call)."""
     import torch
     import torch.nn.functional as F
 
     tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    q, k, v = (torch.from_numpy(a).to(tdtype).transpose(1, 2).contiguous() for a in arrays)
+    q, k, v = (torch.from_numpy(a).to(device=device, dtype=tdtype).transpose(1, 2).contiguous()
+               for a in arrays)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if backward:
         for t in (q, k, v):
             t.requires_grad_(True)
@@ -93,10 +98,12 @@ def torch_peer(arrays: list[Any], dtype: str, causal: bool, backward: bool) -> h
             for t in (q, k, v):
                 t.grad = None
             F.scaled_dot_product_attention(q, k, v, is_causal=causal).float().sum().backward()
+            sync()
     else:
         def step() -> None:
             with torch.inference_mode():
                 F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            sync()
 
     return harness.eager_prepared(step)
 

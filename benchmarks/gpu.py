@@ -349,34 +349,6 @@ def _torch_device() -> str | None:
     return "cuda" if backend == "gpu" and torch.cuda.is_available() else None
 
 
-def _torch_sdpa_peer(arrays: list[np.ndarray], dtype: str, causal: bool, backward: bool,
-                     device: str) -> harness.Prepared:
-    """torch's ``scaled_dot_product_attention`` on ``device`` (synchronised per call)."""
-    import torch
-    import torch.nn.functional as F
-
-    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    q, k, v = (torch.from_numpy(a).to(device=device, dtype=tdtype).transpose(1, 2).contiguous()
-               for a in arrays)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    if backward:
-        for t in (q, k, v):
-            t.requires_grad_(True)
-
-        def step() -> None:
-            for t in (q, k, v):
-                t.grad = None
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal).float().sum().backward()
-            sync()
-    else:
-        def step() -> None:
-            with torch.inference_mode():
-                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            sync()
-
-    return harness.eager_prepared(step)
-
-
 def _jax_nn_peer(impl: str, arrays: list[np.ndarray], dtype: str, causal: bool,
                  backward: bool) -> harness.Prepared:
     """``jax.nn.dot_product_attention(implementation=impl)`` (no seqjax in between)."""
@@ -421,7 +393,7 @@ def measure_attention(shapes: KernelShapes, timing: dict[str, Any],
                                 else ["cudnn"] if gpu else ["xla"])]
             if torch_device is not None:
                 peers.append(harness.Peer(f"torch-sdpa ({torch_device})",
-                                          lambda c=causal, bw=backward: _torch_sdpa_peer(
+                                          lambda c=causal, bw=backward: attention_core.torch_peer(
                                               arrays, dtype, c, bw, torch_device)))
             label = (f"B={b} T={t} H={h} D={d} {'causal' if causal else 'full'} {dtype} "
                      f"{'fwd+bwd' if backward else 'fwd'}")
