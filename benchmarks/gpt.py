@@ -107,7 +107,7 @@ def seqjax_model(shape: GPTShape) -> Any:
     """The seqjax ``TransformerLM`` of ``shape`` (the ``nanogpt-cpu`` preset at full size)."""
     from seqjax.models.gpt import TransformerLM, gpt_block
 
-    block = gpt_block(shape.num_heads, num_layers=shape.num_layers, use_bias=shape.use_bias,
+    block = gpt_block(shape.num_heads, use_bias=shape.use_bias,
                       norm_use_bias=shape.use_bias, dropout_rate=0.0)
     return TransformerLM.from_preset(
         "nanogpt-cpu", vocab_size=shape.vocab_size, num_layers=shape.num_layers,

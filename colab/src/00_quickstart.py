@@ -58,7 +58,7 @@ from seqjax.utils import count_params
 
 if SMOKE:
     cfg = TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=1, embed_dim=16,
-                              max_len=16, block=gpt_block(2, num_layers=1, use_bias=False))
+                              max_len=16, block=gpt_block(2, use_bias=False))
     STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 2, 2, 1e-3, 1, 2, 1
 elif BACKEND == "cpu":  # nanoGPT's README CPU run: 4 layers, 128 wide, block 64
     cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"].replace(vocab_size=tok.vocab_size)

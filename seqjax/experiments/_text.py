@@ -79,8 +79,8 @@ def build_model(cfg: Any, vocab_size: int) -> Any:
         raise ConfigError(f"--model must be one of {MODELS}; got {cfg.model!r}.")
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
     if cfg.model == "transformer":
-        # nanoGPT's block, its residual projections at 0.02/√(2L) included
-        block = gpt_block(cfg.num_heads, num_layers=cfg.num_layers, dropout_rate=cfg.dropout_rate,
+        # nanoGPT's block (the model starts its residual projections at 0.02/√(2L))
+        block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate,
                           attention_dropout_rate=cfg.attention_dropout, use_bias=False,
                           activation="gelu")
         return TransformerLM(TransformerLMConfig(

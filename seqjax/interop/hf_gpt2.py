@@ -50,8 +50,7 @@ _GPT2 = dict(vocab_size=50257, max_len=1024, tie_embeddings=True, positions="lea
 
 
 def _gpt2(num_layers: int, num_heads: int, embed_dim: int) -> TransformerLMConfig:
-    block = gpt_block(num_heads, num_layers=num_layers, activation="gelu_tanh", use_bias=True,
-                      dropout_rate=0.1)
+    block = gpt_block(num_heads, activation="gelu_tanh", use_bias=True, dropout_rate=0.1)
     return TransformerLMConfig(num_layers=num_layers, embed_dim=embed_dim, block=block, **_GPT2)
 
 
@@ -125,7 +124,6 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
         raise ValueError(f"config `n_embd` {d} must be divisible by `n_head` {heads}.")
     block = gpt_block(
         heads,
-        num_layers=layers,
         init_std=std,
         mlp_dim=int(hf.get("n_inner") or 4 * d),
         use_bias=True,

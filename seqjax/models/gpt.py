@@ -68,28 +68,29 @@ __all__ = [
 ]
 
 
-def gpt_block(
-    num_heads: int, *, num_layers: int | None = None, init_std: float = 0.02, **options: Any
-) -> BlockConfig:
+def gpt_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> BlockConfig:
     r"""GPT-2's decoder block: causal, pre-norm, no cross-attention, ``N(0, init_std²)``
     kernels; the attention-weight dropout defaults to (``None``: is) ``dropout_rate``
-    (nanoGPT).
+    (nanoGPT). ``options`` are other :class:`~seqjax.nn.BlockConfig` fields.
 
-    Given ``num_layers = L``, the two residual output projections (attention ``out`` and
-    the FFN's ``down``) start at ``N(0, (init_std/√(2L))²)`` (``residual_init_std``), as in
-    GPT-2 (Radford et al. 2019, §2.3) and nanoGPT: the residual stream sums ``2L`` branches.
-    ``options`` are other :class:`~seqjax.nn.BlockConfig` fields.
+    The block does not know its depth: a :class:`TransformerLM` built with it starts the
+    two residual output projections at ``N(0, (σ/√(2L))²)`` for its own ``L``
+    (:attr:`TransformerLMConfig.decoder_block`), so depth is stated once, in
+    ``TransformerLMConfig.num_layers``.
 
     Example:
-        >>> cfg = gpt_block(12, num_layers=12)
-        >>> cfg.causal, cfg.cross_attention, round(cfg.residual_init_std, 6)
-        (True, False, 0.004082)
+        >>> cfg = gpt_block(12)
+        >>> cfg.causal, cfg.cross_attention, cfg.residual_init_std
+        (True, False, None)
     """
+    if "num_layers" in options:
+        raise TypeError(
+            "gpt_block() takes no `num_layers`: a TransformerLM derives its residual "
+            "projections' scale init_std/√(2L) from its own TransformerLMConfig.num_layers; "
+            f"got num_layers={options['num_layers']!r}."
+        )
     if options.get("attention_dropout_rate") is None:
         options["attention_dropout_rate"] = options.get("dropout_rate", 0.0)
-    if num_layers is not None:
-        check_positive_int(num_layers, "num_layers")
-        options.setdefault("residual_init_std", init_std / math.sqrt(2 * num_layers))
     return BlockConfig.decoder(
         num_heads,
         cross_attention=False,
@@ -114,8 +115,13 @@ class TransformerLMConfig:
             ``dropout_rate`` also drops the embeddings.
         positions: ``"learned"`` (GPT-2) or ``"rope"`` (no position parameters).
         tie_embeddings: output matrix ``Eᵀ`` (J&M §9.8; Press & Wolf 2017).
-        init_std: standard deviation of the embeddings' (and an untied head's) normal
-            initialiser (GPT-2: 0.02); the blocks' is ``block.kernel_init``.
+        init_std: ``σ``, standard deviation of the embeddings' (and an untied head's) normal
+            initialiser (GPT-2: 0.02); the blocks' is ``block.kernel_init``. The two
+            projections of each block that write into the residual stream (attention
+            ``out``, the FFN's ``down``) start at ``N(0, (σ/√(2L))²)`` for this config's own
+            ``L = num_layers`` (GPT-2, Radford et al. 2019, §2.3; nanoGPT): the residual sum
+            of ``2L`` branches keeps the variance of one. A block with its own
+            ``residual_init_std`` keeps it (:attr:`decoder_block`).
         scan_layers, remat: compile the stack as one scanned block; rematerialise.
     """
 
@@ -145,34 +151,45 @@ class TransformerLMConfig:
     def replace(self, **changes: Any) -> TransformerLMConfig:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def residual_init_std(self) -> float:
+        """``σ/√(2L)`` (GPT-2), unless the block states its own ``residual_init_std``."""
+        if self.block.residual_init_std is not None:
+            return self.block.residual_init_std
+        return self.init_std / math.sqrt(2 * self.num_layers)
+
+    @property
+    def decoder_block(self) -> BlockConfig:
+        """The block every layer is built with: :attr:`block` with the residual projections'
+        initial scale derived from this config's depth (:attr:`residual_init_std`)."""
+        return self.block.replace(residual_init_std=self.residual_init_std)
+
 
 #: Named configurations. ``nanogpt-*`` are nanoGPT's ``train_shakespeare_char`` shapes
 #: (6L/6H/384, block 256, dropout 0.2, no biases) and its README's CPU variant (4L/4H/128,
-#: block 64); ``gpt2-small`` is GPT-2 124M (12L/12H/768, block 1024, |V| = 50257). All three
-#: start the residual projections at ``0.02/√(2L)``, as nanoGPT and GPT-2 (:func:`gpt_block`).
+#: block 64); ``gpt2-small`` is GPT-2 124M (12L/12H/768, block 1024, |V| = 50257). Like every
+#: TransformerLM they start the residual projections at ``0.02/√(2L)`` for their own ``L``.
 TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
     "nanogpt-shakespeare-char": TransformerLMConfig(
         vocab_size=65,
         num_layers=6,
         embed_dim=384,
         max_len=256,
-        block=gpt_block(6, num_layers=6, dropout_rate=0.2, use_bias=False, activation="gelu"),
+        block=gpt_block(6, dropout_rate=0.2, use_bias=False, activation="gelu"),
     ),
     "nanogpt-cpu": TransformerLMConfig(
         vocab_size=65,
         num_layers=4,
         embed_dim=128,
         max_len=64,
-        block=gpt_block(4, num_layers=4, dropout_rate=0.0, use_bias=False, activation="gelu"),
+        block=gpt_block(4, dropout_rate=0.0, use_bias=False, activation="gelu"),
     ),
     "gpt2-small": TransformerLMConfig(
         vocab_size=50257,
         num_layers=12,
         embed_dim=768,
         max_len=1024,
-        block=gpt_block(
-            12, num_layers=12, dropout_rate=0.1, use_bias=True, activation="gelu_tanh"
-        ),
+        block=gpt_block(12, dropout_rate=0.1, use_bias=True, activation="gelu_tanh"),
     ),
 }
 
@@ -233,7 +250,7 @@ class TransformerLM(nn.Module):
                 cfg.max_len, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
             )
         self.decoder = TransformerDecoder(
-            config=cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype),
+            config=cfg.decoder_block.replace(dtype=self.dtype, param_dtype=self.param_dtype),
             num_layers=cfg.num_layers,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,

@@ -140,7 +140,7 @@ def _lm(block):
 
 
 @pytest.mark.parametrize("block", [
-    gpt_block(H, num_layers=2),
+    gpt_block(H),
     BlockConfig.decoder(H, cross_attention=False),
     BlockConfig(num_heads=H, causal=True),
 ], ids=["gpt_block", "named", "explicit"])
@@ -205,32 +205,59 @@ def _std(a):
     return float(np.std(np.asarray(a)))
 
 
+def _gpt_configs():
+    """Every GPT config the library builds: the presets (seqjax's and GPT-2's family of the
+    Hugging Face loader, one of them re-sized) and each recipe's GPT."""
+    from seqjax.experiments import bert_mlm
+    from seqjax.interop.hf_gpt2 import HF_GPT2_PRESETS
+
+    yield from TRANSFORMER_LM_PRESETS.items()
+    yield from HF_GPT2_PRESETS.items()
+    yield "gpt2-small at 24 layers", TRANSFORMER_LM_PRESETS["gpt2-small"].replace(num_layers=24)
+    yield "char_lm L=3", char_lm.build_model(char_lm.Config(num_layers=3), 65).config
+    yield "bert_mlm's GPT", bert_mlm._lm_config(bert_mlm.Config(num_layers=5), 40, 16)
+
+
+def test_every_gpt_derives_its_residual_scale_from_its_own_depth():
+    """Each GPT's residual projections start at 0.02/√(2L) for its own L: depth is stated
+    once (``TransformerLMConfig.num_layers``); ``gpt_block`` refuses a second one."""
+    names = []
+    for name, cfg in _gpt_configs():
+        want = cfg.init_std / math.sqrt(2 * cfg.num_layers)
+        assert cfg.decoder_block.residual_init_std == pytest.approx(want, rel=1e-12), name
+        names.append(name)
+    assert len(names) >= 8
+    with pytest.raises(TypeError, match="`num_layers`.*TransformerLMConfig.num_layers"):
+        gpt_block(H, num_layers=2)
+
+
 def test_residual_projections_start_at_gpt2_std():
     """nanoGPT / GPT-2: the attention output and the MLP output projections ~ N(0, σ²) with
-    σ = 0.02/√(2L); every other kernel and the embeddings keep σ = 0.02."""
-    cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"]  # L = 4, D = 128
-    want = 0.02 / math.sqrt(2 * cfg.num_layers)
-    assert cfg.block.residual_init_std == pytest.approx(want)
-    params = jax.jit(TransformerLM(cfg).init)(KEY, jnp.zeros((1, 8), jnp.int32))["params"]
-    for i in range(cfg.num_layers):
-        layer = params["decoder"][f"layers_{i}"]
-        assert _std(layer["self_attn"]["out"]["kernel"]) == pytest.approx(want, rel=0.05)
-        assert _std(layer["ffn"]["down"]["kernel"]) == pytest.approx(want, rel=0.05)
-        for kernel in (layer["self_attn"]["query"], layer["self_attn"]["value"],
-                       layer["ffn"]["up"]):
-            assert _std(kernel["kernel"]) == pytest.approx(0.02, rel=0.05)
-    assert _std(params["token_embed"]["embedding"]) == pytest.approx(0.02, rel=0.05)
-    for name in ("gpt2-small", "nanogpt-shakespeare-char"):
-        preset = TRANSFORMER_LM_PRESETS[name]
-        assert preset.block.residual_init_std == 0.02 / math.sqrt(2 * preset.num_layers)
-    # char_lm (nanoGPT's model) builds the same block for its own depth
-    model = char_lm.build_model(char_lm.Config(num_layers=3), 65)
-    assert model.config.block.residual_init_std == 0.02 / math.sqrt(6)
+    σ = 0.02/√(2L); every other kernel and the embeddings keep σ = 0.02. Also through the
+    classifier, which shares the trunk, and for a depth set by ``replace``."""
+    from seqjax.models import TransformerLMClassifier
+
+    cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"].replace(num_layers=3)  # D = 128
+    want = 0.02 / math.sqrt(2 * 3)
+    tokens = jnp.zeros((1, 8), jnp.int32)
+    for model in (TransformerLM(cfg), TransformerLMClassifier(cfg, num_classes=2)):
+        params = jax.jit(model.init)(KEY, tokens)["params"]
+        for i in range(cfg.num_layers):
+            layer = params["decoder"][f"layers_{i}"]
+            assert _std(layer["self_attn"]["out"]["kernel"]) == pytest.approx(want, rel=0.05)
+            assert _std(layer["ffn"]["down"]["kernel"]) == pytest.approx(want, rel=0.05)
+            for kernel in (layer["self_attn"]["query"], layer["self_attn"]["value"],
+                           layer["ffn"]["up"]):
+                assert _std(kernel["kernel"]) == pytest.approx(0.02, rel=0.05)
+        assert _std(params["token_embed"]["embedding"]) == pytest.approx(0.02, rel=0.05)
+    # a block that states its own scale keeps it
+    own = cfg.replace(block=cfg.block.replace(residual_init_std=0.001))
+    assert own.decoder_block.residual_init_std == 0.001
 
 
-def test_residual_init_is_opt_in():
-    """``residual_init_std=None`` (the default; gpt_block without ``num_layers``): every
-    kernel keeps the block's ``kernel_init``; a GLU's ``down`` follows the field too."""
+def test_residual_init_is_opt_in_for_a_bare_block():
+    """``residual_init_std=None`` (the default) in a block used outside a GPT: every kernel
+    keeps the block's ``kernel_init``; a GLU's ``down`` follows the field too."""
     assert BlockConfig(num_heads=H).residual_init_std is None
     assert gpt_block(H).residual_init_std is None
     block = TransformerBlock(gpt_block(H))
