@@ -1,0 +1,212 @@
+"""Training windows from token shards on disk, step-indexed: the batch of step ``s`` is a
+pure function of ``(seed, s)``.
+
+:class:`ShardWindows` draws each step's global batch of ``G`` windows of ``T + 1`` tokens
+from every training shard at once (nanoGPT's ``get_batch``, over many memory-mapped
+files; llm.c's shards or nanoGPT's bins, :func:`seqjax.data.shards.open_tokens`):
+
+* the ``G`` start offsets of step ``s`` come from ``np.random.default_rng([seed, s])``,
+  uniform over every window that fits inside one shard (``align="random"``), or over
+  the documents' first tokens (``align="document"``: each window starts at an EOT, so
+  the model sees documents from their beginning);
+* this process keeps rows ``[i·B, (i+1)·B)`` of them (``B = G / processes``,
+  :meth:`seqjax.train.parallel.Parallel.iterator_shard`) and reads only those windows
+  from disk; :meth:`~seqjax.train.parallel.Parallel.place` builds the global array
+  from every process's rows;
+* the position is the step alone (levanter's way): a checkpoint records the step and
+  the configuration (seed, global batch, block, token count), and the run resumes on
+  any number of processes with the same batches bit for bit (the global batch, not
+  each process's share, is what the state describes).
+
+Reading overlaps the step when ``fit`` prefetches (``FitConfig(prefetch=k)``; by
+default 2 batches ahead on accelerators): the next batches are read and placed on the
+devices by a background thread while the current step runs.
+
+Example:
+    >>> import tempfile, os, numpy as np
+    >>> from seqjax.data.shards import open_tokens, write_shard
+    >>> d = tempfile.mkdtemp()
+    >>> write_shard(os.path.join(d, "x_val_000000.bin"), np.arange(50))
+    >>> write_shard(os.path.join(d, "x_train_000001.bin"), np.arange(500) % 97)
+    >>> data = open_tokens(d, vocab_size=97)
+    >>> it = ShardWindows(data.train, batch_size=4, block_size=16, seed=0)
+    >>> b = next(it)
+    >>> b["inputs"].shape, bool((b["targets"][:, :-1] == b["inputs"][:, 1:]).all())
+    ((4, 16), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from seqjax.data.iterators import ResumableIterator, _iterator_shard
+
+__all__ = ["ALIGNS", "ShardWindows", "ValidationWindows"]
+
+ALIGNS = ("random", "document")
+
+
+def _check_positive(**values: Any) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+            raise ValueError(f"`{name}` must be a positive int; got {v!r}.")
+
+
+class ShardWindows(ResumableIterator):
+    """Endless random windows over token shards (see the module docstring).
+
+    Args:
+        shards: the training shards (1-D integer arrays; memmaps from
+            :func:`~seqjax.data.shards.open_tokens`, whose ids it checked).
+        batch_size: this process's rows per step (the global batch over
+            ``shard_count``).
+        block_size: ``T``; each row holds ``T + 1`` consecutive tokens of one shard.
+        seed: the windows of step ``s`` depend on ``(seed, s)`` only.
+        align: ``"random"`` (any start) or ``"document"`` (starts at an ``eot``).
+        eot: the end-of-text id (``align="document"``).
+        shard_index, shard_count: this process's block of rows (default: the whole global
+            batch; a multi-process run passes ``Parallel.iterator_shard()``).
+        num_steps: stop after this many steps (``None``: endless).
+
+    Yields ``{"inputs": int32[B, T], "targets": int32[B, T]}`` (targets shifted by one).
+    """
+
+    kind = "shard_windows"
+
+    def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int, *,
+                 seed: int = 0, align: str = "random", eot: int | None = None,
+                 shard_index: int | None = None, shard_count: int | None = None,
+                 num_steps: int | None = None) -> None:
+        _check_positive(batch_size=batch_size, block_size=block_size)
+        if align not in ALIGNS:
+            raise ValueError(f"`align` must be one of {ALIGNS}; got {align!r}.")
+        self.shards = [np.asarray(s) if not isinstance(s, np.ndarray) else s for s in shards]
+        if not self.shards:
+            raise ValueError("`shards` is empty: no training tokens.")
+        for i, s in enumerate(self.shards):
+            if s.ndim != 1 or not np.issubdtype(s.dtype, np.integer):
+                raise ValueError(f"shard {i} must be 1-D integer ids; got {s.dtype} {s.shape}.")
+        self.batch_size, self.block_size, self.seed = int(batch_size), int(block_size), seed
+        self.align, self.num_steps, self.step = align, num_steps, 0
+        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
+        window = self.block_size + 1
+        if align == "random":
+            # shard i has len - T starts whose window of T + 1 tokens fits inside it
+            counts = np.array([max(len(s) - self.block_size, 0) for s in self.shards], np.int64)
+            self._starts: list[np.ndarray] | None = None
+        else:
+            if eot is None:
+                raise ValueError("`align='document'` needs the end-of-text id `eot`.")
+            self._starts = [np.flatnonzero(np.asarray(s[: max(len(s) - self.block_size, 0)])
+                                           == eot).astype(np.int64) for s in self.shards]
+            counts = np.array([len(x) for x in self._starts], np.int64)
+        if not counts.sum():
+            longest = max(len(s) for s in self.shards)
+            what = ("window" if align == "random"
+                    else f"window starting at a document (eot={eot})")
+            raise ValueError(
+                f"the training shards are too short for one {what} of block_size + 1 = "
+                f"{window} tokens (the longest shard holds {longest}).")
+        self._bounds = np.cumsum(counts)
+        self.num_windows = int(self._bounds[-1])
+        self.num_tokens = int(sum(len(s) for s in self.shards))
+
+    def _config(self) -> dict[str, Any]:
+        return {"seed": self.seed, "global_batch_size": self.batch_size * self.shard_count,
+                "block_size": self.block_size, "num_tokens": self.num_tokens,
+                "align": self.align}
+
+    def _position(self) -> dict[str, int]:
+        return {"step": self.step}
+
+    def _set_position(self, position: dict[str, int]) -> None:
+        self.step = position["step"]
+
+    def global_starts(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(shard index, start offset)`` of every row of step ``step``'s global batch
+        (0-based steps)."""
+        g = self.batch_size * self.shard_count
+        u_G = np.random.default_rng([self.seed, step]).integers(0, self.num_windows, size=g)
+        shard_G = np.searchsorted(self._bounds, u_G, side="right")
+        local_G = u_G - np.concatenate([[0], self._bounds])[shard_G]
+        if self._starts is not None:
+            local_G = np.array([self._starts[s][j] for s, j in zip(shard_G, local_G,
+                                                                   strict=True)], np.int64)
+        return shard_G, local_G
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``'s global batch (reads only those)."""
+        shard_G, start_G = self.global_starts(step)
+        lo = self.shard_index * self.batch_size
+        rows = range(lo, lo + self.batch_size)
+        w = self.block_size + 1
+        window_BxW = np.empty((self.batch_size, w), np.int32)
+        for r, g in enumerate(rows):
+            s = int(start_G[g])
+            window_BxW[r] = self.shards[int(shard_G[g])][s: s + w]
+        return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:]}
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        if self.num_steps is not None and self.step >= self.num_steps:
+            raise StopIteration
+        out = self.batch(self.step)
+        self.step += 1
+        return out
+
+
+class ValidationWindows(Sequence[dict[str, np.ndarray]]):
+    """The first ``num_tokens`` predicted tokens of ``shards`` (validation), in
+    non-overlapping windows of ``block_size`` read in order, as global batches of
+    ``batch_size`` rows — the same tokens every evaluation (llm.c's validation loss: a
+    fixed number of tokens from the start of the validation shard).
+
+    Rows never cross a shard boundary; the last batch is padded with ``mask`` False rows
+    so every batch has one shape (one compiled evaluation step). Batches are read from the
+    memmaps when indexed (nothing is held in memory). ``len(...)`` is the batch count;
+    :attr:`tokens` the predicted tokens counted.
+    """
+
+    def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int,
+                 num_tokens: int | None = None) -> None:
+        _check_positive(batch_size=batch_size, block_size=block_size)
+        if num_tokens is not None:
+            _check_positive(num_tokens=num_tokens)
+        self.shards, self.batch_size, self.block_size = list(shards), batch_size, block_size
+        rows: list[tuple[int, int]] = []
+        budget = num_tokens if num_tokens is not None else np.inf
+        for i, s in enumerate(self.shards):
+            for start in range(0, len(s) - block_size, block_size):
+                if len(rows) * block_size >= budget:
+                    break
+                rows.append((i, start))
+        if not rows:
+            longest = max((len(s) for s in self.shards), default=0)
+            raise ValueError(f"the validation shards are too short for one window of "
+                             f"block_size + 1 = {block_size + 1} tokens (the longest holds "
+                             f"{longest}).")
+        self.rows = rows
+        self.tokens = len(rows) * block_size
+
+    def __len__(self) -> int:
+        return -(-len(self.rows) // self.batch_size)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        w = self.block_size + 1
+        window_BxW = np.zeros((self.batch_size, w), np.int32)
+        mask_B = np.zeros((self.batch_size,), bool)
+        for r, (s, start) in enumerate(self.rows[i * self.batch_size: (i + 1) * self.batch_size]):
+            window_BxW[r] = self.shards[s][start: start + w]
+            mask_B[r] = True
+        mask_BxT = np.broadcast_to(mask_B[:, None], (self.batch_size, self.block_size)).copy()
+        return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:], "mask": mask_BxT}
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return (self[i] for i in range(len(self)))

@@ -1,0 +1,403 @@
+"""Pretrain a GPT-2 on token shards: from ``seqjax prepare``'s shards (or llm.c's, or
+nanoGPT's ``train.bin``/``val.bin``) to a trained model, resumable on any number of hosts.
+
+Data (``--data``): a shard folder, a ``manifest.json`` or a nanoGPT ``train.bin``
+(:func:`seqjax.data.shards.open_tokens`: memory-mapped, every shard's header and ids checked
+once when opened; a manifest whose tokenizer is not the run's is refused). Each step's
+global batch is ``batch_size`` random windows of ``block_size + 1`` tokens drawn from
+``(seed, step)`` alone over every training shard
+(:class:`~seqjax.data.shard_windows.ShardWindows`; ``--align=document`` starts each at a
+document); each process reads only its rows, so the step number alone resumes the stream,
+on any number of processes.
+
+Model: GPT-2 (:class:`~seqjax.models.gpt.TransformerLM`, learned positions, tied
+embeddings, pre-norm blocks with biases and tanh-GELU), its residual projections at
+``0.02/√(2L)``; the vocabulary padded to ``vocab_size`` (50304 = 50257 rounded up to a
+multiple of 128, as nanoGPT and llm.c: the padded rows are never targets).
+
+Presets:
+
+* ``124m`` — GPT-2 124M (12 layers, 12 heads, d = 768, T = 1024) with llm.c's GPT-2
+  (124M) schedule on FineWeb 10B: 524,288 tokens per step (512 rows; ``--micro_batch_size``
+  rows per device per micro-step sets ``--grad_accum``), 18,865 steps, AdamW lr 6e-4
+  (β = 0.9, 0.95; weight decay 0.1 on every matrix), 700 warm-up steps, cosine to 0,
+  clipping at 1.0, bfloat16 compute, dropout 0 (as llm.c and nanoGPT pretrain; it also
+  keeps attention on the fused cuDNN kernel). llm.c reaches val ≈ 3.27 and HellaSwag
+  acc_norm ≈ 29.9% there.
+* ``cpu`` — nanoGPT's README CPU shapes (4 layers, 4 heads, d = 128, T = 64, batch 12,
+  dropout 0; AdamW 1e-3, β₂ = 0.99, 100 warm-up steps, cosine to 1e-4) on GPT-2 BPE: what
+  ``benchmarks/README.md`` runs side by side with nanoGPT's own ``train.py`` on the Tiny
+  Shakespeare bins of its ``data/shakespeare/prepare.py``.
+* ``smoke`` — seconds, for CI.
+
+Evaluation: the validation loss on the first ``val_tokens`` tokens of the validation
+shards, in non-overlapping windows (llm.c's fixed validation tokens), every ``eval_every``
+steps and at the end; HellaSwag ``acc_norm`` (llm.c's completion scoring) from a local
+``hellaswag_val.jsonl`` (``--hellaswag``) at the end; a sample from the end-of-text token
+with the run's tokenizer. ``seqjax eval`` and ``seqjax generate --prompt ...`` read the work
+dir.
+
+Run:  seqjax prepare --tokenizer gpt2 --format nanogpt --split text --val_fraction 0.1 \\
+          shakespeare.txt --out data/shakespeare
+      seqjax train gpt2 --preset cpu --data data/shakespeare --workdir workdirs/gpt2_cpu
+      seqjax train gpt2 --preset 124m --data fineweb10B/ --workdir workdirs/gpt2_124m
+      seqjax generate --workdir workdirs/gpt2_cpu --prompt "ROMEO:"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seqjax.data.shard_windows import ShardWindows, ValidationWindows
+from seqjax.data.shards import TokenData, open_tokens
+from seqjax.decoding import sample
+from seqjax.experiments._config import (
+    ConfigError,
+    Fraction,
+    NonNegFloat,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+)
+from seqjax.experiments._kit import Run, Task, Trained, train
+from seqjax.experiments._text import lm_decoder
+from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
+from seqjax.train.checkpoint import restore_params
+from seqjax.train.flops import lm_flops_per_token
+from seqjax.train.loop import FitConfig
+from seqjax.train.loop import evaluate as evaluate_batches
+from seqjax.train.losses import make_lm_eval, make_lm_loss
+from seqjax.train.optim import OptimizerConfig
+from seqjax.train.parallel import Parallel, ParallelOptions
+from seqjax.train.step import flax_apply_fn, make_eval_step
+from seqjax.utils import count_params
+
+# llm.c and nanoGPT decay every 2-D parameter (embeddings included); vectors never.
+NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
+#: llm.c's GPT-2 (124M) on FineWeb 10B: val loss and HellaSwag acc_norm it reports.
+LLMC_124M_VAL_LOSS, LLMC_124M_HELLASWAG = 3.27, 0.299
+
+
+@dataclass(frozen=True)
+class Config(ParallelOptions):
+    """The options of ``seqjax train gpt2`` (defaults: GPT-2 124M with llm.c's schedule).
+
+    Attributes:
+        data: the token shards: a folder (``manifest.json``, llm.c's ``*_train_*.bin`` /
+            ``*_val_*.bin``, or nanoGPT's ``train.bin`` / ``val.bin``), a manifest, or a
+            ``train.bin``.
+        tokenizer: the shards' tokenizer (``gpt2``, ``hf:PATH/tokenizer.json``,
+            ``seqjax:PATH``): checked against the manifest, used to sample and for HellaSwag.
+        tokenizer_file: GPT-2's rank file (``gpt2.tiktoken``); unset = tiktoken's own
+            cache, then the one the ``openai-whisper`` package ships.
+        vocab_size: the model's vocabulary (≥ the tokenizer's; padded for speed).
+        num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
+        block_size: context length ``T`` of every window.
+        batch_size: rows per step over all devices (``batch_size · T`` tokens per step).
+        micro_batch_size: rows per device per micro-step: sets ``--grad_accum`` to
+            ``batch_size / (micro_batch_size · data devices)``; unset = ``--grad_accum``.
+        dropout_rate: on the embeddings, residual branches and attention weights.
+        steps: optimiser steps (the cosine schedule ends here).
+        learning_rate: peak AdamW learning rate, after the warm-up.
+        min_lr_ratio: the schedule's final rate as a fraction of the peak.
+        warmup_steps: linear warm-up steps.
+        weight_decay: AdamW's decoupled weight decay (every matrix; not vectors).
+        beta2: AdamW's second-moment decay (β₁ = 0.9).
+        clip_norm: global gradient-norm clip; ``None`` = none.
+        compute_dtype: ``float32`` or ``bfloat16`` (parameters stay float32).
+        align: ``random`` windows, or ``document`` (each starts at an end-of-text token).
+        val_tokens: validation tokens evaluated (from the start of the validation split).
+        eval_batch_size: rows per evaluation batch; unset = ``batch_size / grad_accum``.
+        eval_every: steps between validation evaluations (0 = only at the end).
+        hellaswag: a local ``hellaswag_val.jsonl``, scored at the end (unset: none).
+        hellaswag_items: items scored (0 = all).
+        sample_tokens: tokens sampled at the end from the end-of-text token (0 = none).
+        sample_temperature, sample_top_k: the sample's temperature and top-k.
+        seed: initialisation and the windows of every step.
+        log_every: steps between logged records.
+        checkpoint_every: steps between checkpoints (also at the end).
+        steps_per_call: steps per jitted call.
+        prefetch: batches read and placed ahead by a background thread; unset = ``fit``'s
+            default (0 on the CPU, 2 on accelerators).
+        flat_optimizer: AdamW's moments as one vector each.
+        progress: show a progress bar.
+        workdir: checkpoints, logs, the sample and the summary; rerun to resume.
+    """
+
+    data: str | None = None
+    tokenizer: str = "gpt2"
+    tokenizer_file: str | None = None
+    vocab_size: PosInt = 50304
+    num_layers: PosInt = 12
+    num_heads: PosInt = 12
+    embed_dim: PosInt = 768
+    block_size: PosInt = 1024
+    batch_size: PosInt = 512
+    micro_batch_size: PosInt | None = 16
+    dropout_rate: Fraction = 0.0
+    steps: NonNegInt = 18865
+    learning_rate: PosFloat = 6e-4
+    min_lr_ratio: NonNegFloat = 0.0
+    warmup_steps: NonNegInt = 700
+    weight_decay: NonNegFloat = 0.1
+    beta2: Fraction = 0.95
+    clip_norm: PosFloat | None = 1.0
+    compute_dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    align: Literal["random", "document"] = "random"
+    val_tokens: PosInt = 10_485_760
+    eval_batch_size: PosInt | None = None
+    eval_every: NonNegInt = 250
+    hellaswag: str | None = None
+    hellaswag_items: NonNegInt = 0
+    sample_tokens: NonNegInt = 64
+    sample_temperature: NonNegFloat = 1.0
+    sample_top_k: PosInt = 50
+    seed: int = 1337
+    log_every: PosInt = 10
+    checkpoint_every: NonNegInt = 1000
+    steps_per_call: PosInt = 1
+    prefetch: NonNegInt | None = None
+    flat_optimizer: bool = True
+    progress: bool = True
+    workdir: str | None = "workdirs/gpt2"
+
+
+_CPU: dict[str, Any] = {
+    "num_layers": 4, "num_heads": 4, "embed_dim": 128, "block_size": 64, "batch_size": 12,
+    "micro_batch_size": None, "learning_rate": 1e-3, "min_lr_ratio": 0.1, "warmup_steps": 100,
+    "beta2": 0.99, "compute_dtype": "float32", "steps": 2000, "eval_every": 0,
+    "val_tokens": 1_000_000, "log_every": 50, "checkpoint_every": 0, "steps_per_call": 10,
+    "sample_tokens": 64,
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "124m": {},
+    "cpu": _CPU,
+    "smoke": {**_CPU, "num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
+              "batch_size": 8, "steps": 4, "warmup_steps": 2, "val_tokens": 256,
+              "log_every": 2, "steps_per_call": 1, "sample_tokens": 8, "hellaswag_items": 4,
+              "progress": False},
+}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_tokens(cfg: Config) -> TokenData:
+    """The shards of ``cfg.data``, opened and checked against the model's vocabulary."""
+    if not cfg.data:
+        raise ConfigError("--data is required: a shard folder, a manifest.json or a nanoGPT "
+                          "train.bin (make one with `seqjax prepare`).")
+    return open_tokens(cfg.data, vocab_size=cfg.vocab_size)
+
+
+def text_tokenizer(cfg: Config) -> Any:
+    """The run's tokenizer (:func:`seqjax.data.text_tokenizers.load_text_tokenizer`)."""
+    from seqjax.data.text_tokenizers import load_text_tokenizer
+
+    tok = load_text_tokenizer(cfg.tokenizer, rank_file=cfg.tokenizer_file)
+    if tok.vocab_size > cfg.vocab_size:
+        raise ConfigError(f"--vocab_size ({cfg.vocab_size}) must be at least the tokenizer's "
+                          f"{tok.vocab_size}.")
+    return tok
+
+
+def grad_accum(cfg: Config, devices: int) -> int:
+    """Micro-batches per step: ``batch_size / (micro_batch_size · devices)``, or
+    ``--grad_accum`` without a micro-batch size."""
+    if cfg.micro_batch_size is None:
+        return cfg.grad_accum
+    per_step = cfg.micro_batch_size * devices
+    if cfg.batch_size <= per_step:
+        return 1
+    if cfg.batch_size % per_step:
+        raise ConfigError(f"--batch_size ({cfg.batch_size}) must be a multiple of "
+                          f"--micro_batch_size x data devices = {cfg.micro_batch_size} x "
+                          f"{devices}.")
+    return cfg.batch_size // per_step
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(cfg: Config) -> TransformerLM:
+    """GPT-2 at ``cfg``'s shapes (learned positions, tied embeddings, biases, tanh-GELU)."""
+    dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
+    block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate, use_bias=True,
+                      activation="gelu_tanh")
+    return TransformerLM(TransformerLMConfig(
+        vocab_size=cfg.vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
+        max_len=cfg.block_size, block=block), dtype=dtype)
+
+
+def model_config(cfg: Config) -> dict:
+    keys = ("vocab_size", "num_layers", "num_heads", "embed_dim", "block_size", "tokenizer")
+    return {k: getattr(cfg, k) for k in keys}
+
+
+def optimizer(cfg: Config) -> OptimizerConfig:
+    """llm.c's AdamW: linear warm-up, cosine decay to ``min_lr_ratio``, every matrix decayed."""
+    return OptimizerConfig(
+        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
+        warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
+        end_lr_ratio=cfg.min_lr_ratio, b1=0.9, b2=cfg.beta2, weight_decay=cfg.weight_decay,
+        clip_norm=cfg.clip_norm, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
+
+
+def _sample_ids(model: TransformerLM, params: Any, cfg: Config, prompt: list[int],
+                max_new_tokens: int, temperature: float, seed: int) -> list[int]:
+    prompt = prompt[-(cfg.block_size + 1):]
+    out = sample(lm_decoder(model, cfg.block_size), params, jnp.asarray([prompt], jnp.int32),
+                 key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens,
+                 temperature=temperature, top_k=cfg.sample_top_k if temperature > 0 else None)
+    return [int(t) for t in np.asarray(out.tokens[0])]
+
+
+def hellaswag_results(model: TransformerLM, params: Any, cfg: Config, tok: Any) -> dict:
+    """HellaSwag acc / acc_norm of ``params`` on ``cfg.hellaswag`` (llm.c's scoring)."""
+    from seqjax.train.hellaswag import hellaswag_scores, load_hellaswag
+
+    items = load_hellaswag(cfg.hellaswag, limit=cfg.hellaswag_items or None)
+    logits = jax.jit(lambda p, x: model.apply({"params": p}, x))
+    scores = hellaswag_scores(logits, params, items, tok.encode, max_len=cfg.block_size)
+    return {"hellaswag_acc": scores["acc"], "hellaswag_acc_norm": scores["acc_norm"],
+            "hellaswag_items": scores["items"]}
+
+
+def build(cfg: Config) -> Task:
+    """The one pretraining run and its summary."""
+    tokens = load_tokens(cfg)
+    tok = None
+    if cfg.sample_tokens or cfg.hellaswag or tokens.tokenizer is not None:
+        tok = text_tokenizer(cfg)
+        tokens.check_tokenizer(tok.describe())
+    model = build_model(cfg)
+    x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
+    params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x0)["params"]
+    flops_per_step = (lm_flops_per_token(model.config, params, seq_len=cfg.block_size)
+                      * cfg.batch_size * cfg.block_size)
+    apply_fn = flax_apply_fn(model)
+    eot = None if tok is None else tok.eot
+
+    def windows(par: Parallel) -> ShardWindows:
+        return ShardWindows(tokens.train, par.local_batch_size(cfg.batch_size), cfg.block_size,
+                            seed=cfg.seed, align=cfg.align, eot=eot, **par.iterator_shard())
+
+    def val_batches(par: Parallel) -> ValidationWindows:
+        rows = cfg.eval_batch_size or cfg.batch_size // max(par.grad_accum, 1)
+        par.check_batch_size(rows, "eval_batch_size")
+        return ValidationWindows(tokens.val, rows, cfg.block_size, cfg.val_tokens)
+
+    def evaluate_run(t: Trained) -> dict:
+        out: dict[str, Any] = {"val_loss": t.eval.get("eval/loss"),
+                               "val_tokens": t.eval.get("eval/tokens")}
+        if cfg.hellaswag and tok is not None:
+            out.update(hellaswag_results(model, t.params, cfg, tok))
+        if cfg.sample_tokens and tok is not None:
+            ids = _sample_ids(model, t.params, cfg, [tok.eot], cfg.sample_tokens,
+                              cfg.sample_temperature, cfg.seed)
+            out["sample"] = tok.decode(ids)
+        return out
+
+    run_ = Run(
+        model=model, params=params, loss_fn=make_lm_loss(apply_fn), data=windows,
+        optimizer=optimizer(cfg),
+        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                      checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
+                      print_logs=True, flops_per_step=flops_per_step,
+                      steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch),
+        batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,
+        eval_fn=make_lm_eval(apply_fn), eval_data=val_batches,
+        compute_dtype=None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype),
+        model_config=model_config(cfg), evaluate=evaluate_run)
+    about = (f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}, "
+             f"{count_params(params):,} parameters, {tokens.num_tokens('train'):,} train / "
+             f"{tokens.num_tokens('val'):,} val tokens ({tokens.format}), "
+             f"{cfg.batch_size * cfg.block_size:,} tokens per step")
+    return Task("gpt2", [run_], about=about, summarize=lambda ts: summarize(cfg, ts[0]),
+                files=write_sample)
+
+
+def summarize(cfg: Config, t: Trained) -> dict:
+    """The final metrics, tokens per second, the curve; printed."""
+    s: dict[str, Any] = {**t.results,
+                         "curve": [(r["step"], r["loss"], r.get("eval/loss")) for r in t.records]}
+    tokens = t.steps * cfg.batch_size * cfg.block_size
+    s["tokens_trained"] = tokens
+    s["tokens_per_s"] = tokens / t.seconds if t.seconds else None
+    line = f"\nstep {t.steps}: val loss {s['val_loss']:.4f}" if s.get("val_loss") else ""
+    if "hellaswag_acc_norm" in s:
+        line += f", HellaSwag acc_norm {s['hellaswag_acc_norm']:.4f}"
+    print(line + f"; {t.seconds:.0f} s of training")
+    if s.get("sample"):
+        print("sample:\n" + s["sample"])
+    return s
+
+
+def write_sample(folder: str, summary: dict) -> None:
+    """``samples.txt``: the end-of-run sample."""
+    if summary.get("sample"):
+        with open(os.path.join(folder, "samples.txt"), "w", encoding="utf-8") as f:
+            f.write(summary["sample"])
+
+
+def run(cfg: Config) -> dict:
+    """Pretrain (resuming from ``cfg.workdir``); the summary. ``--micro_batch_size`` sets
+    the gradient accumulation from the devices there are."""
+    par = Parallel.from_options(cfg)
+    accum = grad_accum(cfg, par.mesh.shape["data"] * par.mesh.shape["fsdp"])
+    if accum != par.grad_accum:
+        cfg = dataclasses.replace(cfg, grad_accum=accum)
+        par = Parallel.from_options(cfg)
+    return train(build(cfg), cfg, par)
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+def _restore(cfg: Config) -> tuple[TransformerLM, Any]:
+    if not cfg.workdir:
+        raise ValueError("`workdir` is required: the checkpoint to load.")
+    return build_model(cfg), restore_params(os.path.join(cfg.workdir, "checkpoints"))
+
+
+def evaluate(cfg: Config) -> dict:
+    """Validation loss (and HellaSwag with ``--hellaswag``) of the checkpoint in
+    ``cfg.workdir`` (``seqjax eval``)."""
+    model, params = _restore(cfg)
+    tokens = load_tokens(cfg)
+    eval_step = make_eval_step(make_lm_eval(flax_apply_fn(model)))
+    rows = cfg.eval_batch_size or max(cfg.batch_size // max(cfg.grad_accum, 1), 1)
+    val = evaluate_batches(eval_step, params, ValidationWindows(
+        tokens.val, rows, cfg.block_size, cfg.val_tokens))
+    out = {"val_loss": val["loss"], "val_tokens": val["tokens"]}
+    if cfg.hellaswag:
+        out.update(hellaswag_results(model, params, cfg, text_tokenizer(cfg)))
+    return out
+
+
+def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature: float = 0.8,
+             seed: int = 0) -> str:
+    """Continue ``prompt`` with the checkpoint in ``cfg.workdir`` (top-k ``sample_top_k``);
+    an empty prompt starts from the end-of-text token."""
+    model, params = _restore(cfg)
+    tok = text_tokenizer(cfg)
+    ids = _sample_ids(model, params, cfg, tok.encode(prompt) or [tok.eot], max_new_tokens,
+                      temperature, seed)
+    return prompt + tok.decode(ids)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from seqjax.experiments._runner import experiment_main
+
+    return experiment_main(__file__, argv)
+
+
+if __name__ == "__main__":
+    main()
