@@ -51,6 +51,7 @@ from jax.experimental.checkify import JaxRuntimeError
 import seqjax
 from seqjax._optional import extra_for
 from seqjax.data.corpora import CorpusNotFoundError
+from seqjax.data.shards import ShardError
 from seqjax.experiments._config import ConfigError
 from seqjax.experiments._runner import (
     EXPERIMENT_FILE,
@@ -182,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"seqjax: {str(err).splitlines()[0]} {notes}".rstrip(), file=sys.stderr)
         return 1
     except (ConfigError, LayoutError, CheckpointMismatchError, ResumeError,
-            CorpusNotFoundError) as err:
+            CorpusNotFoundError, ShardError) as err:
         return _error(str(err))
     except CheckpointUnreadableError as err:
         return _error(f"{err} Nothing to resume from: rerun with --restart to start over (the "

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.shard_windows import ShardWindows, ValidationWindows
-from seqjax.data.shards import TokenData, open_tokens
+from seqjax.data.shards import ShardError, TokenData, open_tokens
 from seqjax.decoding import sample
 from seqjax.experiments._config import (
     ConfigError,
@@ -194,7 +194,14 @@ def load_tokens(cfg: Config) -> TokenData:
     if not cfg.data:
         raise ConfigError("--data is required: a shard folder, a manifest.json or a nanoGPT "
                           "train.bin (make one with `seqjax prepare`).")
-    return open_tokens(cfg.data, vocab_size=cfg.vocab_size)
+    tokens = open_tokens(cfg.data, vocab_size=cfg.vocab_size)
+    for split in ("train", "val"):
+        longest = max(len(s) for s in getattr(tokens, split))
+        if longest <= cfg.block_size:
+            raise ShardError(
+                f"{cfg.data}: the {split} split is too short for one window of block_size + 1 "
+                f"= {cfg.block_size + 1} tokens (its longest shard holds {longest}).")
+    return tokens
 
 
 def text_tokenizer(cfg: Config) -> Any:

@@ -40,7 +40,7 @@ LEARNED = {"toy_rnn": (0.5, 1), "selective_copying": (0.1, 5)}
 # Checked by their smoke tests in-process (tests/experiments/test_*.py).
 COVERED = {"digits", "bert_mlm", "translation", "numbers", "gradients", "positions",
            "norm_placement", "baselines", "ptb_lm", "forecasting", "image_gpt", "char_lm",
-           "text_to_image", "audio"}
+           "text_to_image", "audio", "gpt2"}
 # Experiments that train nothing (tables, figures, counts, sampling a saved model).
 NO_TRAINING = {"param_counts", "complexity", "dynamics", "sampling"}
 

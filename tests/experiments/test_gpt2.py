@@ -1,0 +1,145 @@
+"""``seqjax train gpt2``: the smoke run on GPT-2-BPE Tiny Shakespeare bins (the fixture's few
+KB), its evaluation (validation tokens, HellaSwag on items written here, a sample), resume,
+``seqjax eval``/``generate`` on the work dir, and the inputs it refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from seqjax import cli
+from seqjax.data.shards import write_shard
+from seqjax.experiments import gpt2
+from tests.experiments._devices import assert_trained_on_all_devices
+
+FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures",
+                       "tinyshakespeare.txt")
+
+
+def _rank_file() -> str:
+    pytest.importorskip("tiktoken", reason="GPT-2's BPE needs tiktoken (the pretrain extra)")
+    from seqjax.data.text_tokenizers import gpt2_rank_file
+
+    path = gpt2_rank_file()
+    if path is None:
+        pytest.skip("GPT-2's ranks ship in openai-whisper (pip install --no-deps openai-whisper)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def bins(tmp_path_factory):
+    """nanoGPT's Shakespeare layout from the fixture: the text cut 90/10, GPT-2 BPE."""
+    from seqjax.data.text_tokenizers import load_text_tokenizer
+
+    rank = _rank_file()
+    tok = load_text_tokenizer("gpt2", rank_file=rank)
+    text = open(FIXTURE, encoding="utf-8").read()
+    cut = int(len(text) * 0.9)
+    folder = tmp_path_factory.mktemp("bins")
+    write_shard(folder / "train.bin", tok.encode(text[:cut]), header=False)
+    write_shard(folder / "val.bin", tok.encode(text[cut:]), header=False)
+    return str(folder), rank
+
+
+def _hellaswag(path) -> None:
+    items = [{"ctx": "ROMEO: I will go to the", "endings": ["house.", "moon of blue cheese.",
+                                                            "king.", "sea of"], "label": 0},
+             {"ctx": "First Citizen: We are", "endings": ["all resolved.", "seven.", "going",
+                                                          "not."], "label": 0}]
+    path.write_text("".join(json.dumps(it) + "\n" for it in items))
+
+
+def test_smoke_trains_evaluates_samples_and_resumes(bins, tmp_path):
+    data, rank = bins
+    hs = tmp_path / "hellaswag_val.jsonl"
+    _hellaswag(hs)
+    work = str(tmp_path / "w")
+    argv = ["train", "gpt2", "--smoke", f"--data={data}", f"--tokenizer_file={rank}",
+            f"--hellaswag={hs}", f"--workdir={work}"]
+    assert cli.main(argv) == 0
+    summary = json.loads(open(os.path.join(work, "gpt2.json")).read())
+    assert summary["steps"] == 4 and summary["status"] == "completed"
+    assert 9.0 < summary["val_loss"] < 11.5  # ln 50304 = 10.83 at the start
+    assert summary["val_tokens"] == 256
+    assert summary["hellaswag_items"] == 2 and 0 <= summary["hellaswag_acc_norm"] <= 1
+    assert isinstance(summary["sample"], str) and summary["sample"]
+    assert os.path.exists(os.path.join(work, "samples.txt"))
+    assert_trained_on_all_devices(work)
+    records = [json.loads(ln) for ln in open(os.path.join(work, "metrics.jsonl"))]
+    assert [r["step"] for r in records] == [1, 2, 4]
+    # the same command with more steps resumes from step 4 (the batches are the step's)
+    assert cli.main([*argv, "--steps=6"]) == 0
+    records = [json.loads(ln) for ln in open(os.path.join(work, "metrics.jsonl"))]
+    steps = [r["step"] for r in records]
+    assert steps[:3] == [1, 2, 4] and steps[-1] == 6 and steps == sorted(set(steps))
+    # seqjax eval / generate on the work dir
+    assert cli.main(["generate", "--workdir", work, "--prompt", "ROMEO:",
+                     "--max-new-tokens", "5"]) == 0
+    assert cli.main(["eval", "--workdir", work]) == 0
+
+
+def test_bad_inputs_are_refused_by_name(bins, tmp_path, capsys):
+    data, rank = bins
+    base = ["train", "gpt2", "--smoke", f"--tokenizer_file={rank}",
+            f"--workdir={tmp_path / 'w'}"]
+    assert cli.main(base) == 2
+    assert "--data is required" in capsys.readouterr().err
+    # ids beyond the model's vocabulary: refused when the shards are opened
+    assert cli.main([*base, f"--data={data}", "--vocab_size=300", "--sample_tokens=0"]) == 2
+    err = capsys.readouterr().err
+    assert "train.bin: token id" in err and "[0, 300)" in err
+    # a corpus shorter than one window
+    short = tmp_path / "short"
+    short.mkdir()
+    write_shard(short / "train.bin", np.arange(10), header=False)
+    write_shard(short / "val.bin", np.arange(40), header=False)
+    assert cli.main([*base, f"--data={short}", "--sample_tokens=0"]) == 2
+    assert "too short for one window" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "w" / "checkpoints")
+
+
+def test_a_manifest_of_another_tokenizer_is_refused(bins, tmp_path, capsys):
+    data, rank = bins
+    from seqjax._io import write_json
+    from seqjax.data.shards import read_shard, sha256_file
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for split, name in (("val", "x_val_000000.bin"), ("train", "x_train_000001.bin")):
+        write_shard(folder / name, read_shard(os.path.join(data, f"{split}.bin"), header=False))
+    entries = [{"file": n, "split": s, "tokens": len(read_shard(folder / n)),
+                "sha256": sha256_file(folder / n)}
+               for s, n in (("val", "x_val_000000.bin"), ("train", "x_train_000001.bin"))]
+    write_json(folder / "manifest.json", {"format": "llmc", "shards": entries, "tokenizer": {
+        "kind": "huggingface", "name": "other", "vocab_size": 32000, "eot": 2}})
+    rc = cli.main(["train", "gpt2", "--smoke", f"--data={folder}", f"--tokenizer_file={rank}",
+                   f"--workdir={tmp_path / 'w'}"])
+    assert rc == 2
+    assert "another tokenizer" in capsys.readouterr().err
+
+
+def test_micro_batch_sets_the_accumulation():
+    cfg = gpt2.Config()
+    assert cfg.batch_size * cfg.block_size == 524_288  # llm.c's tokens per step
+    assert gpt2.grad_accum(cfg, 8) == 4 and gpt2.grad_accum(cfg, 1) == 32
+    assert gpt2.grad_accum(cfg, 64) == 1
+    with pytest.raises(ValueError, match="multiple of --micro_batch_size"):
+        gpt2.grad_accum(gpt2.Config(batch_size=500), 8)
+
+
+def test_124m_is_gpt2_small_padded():
+    from seqjax.utils import count_params
+
+    model = gpt2.build_model(gpt2.Config())
+    cfg = model.config
+    assert (cfg.num_layers, cfg.embed_dim, cfg.max_len, cfg.vocab_size) == (12, 768, 1024, 50304)
+    assert cfg.block.dropout_rate == 0.0 and cfg.block.use_bias
+    import jax
+    import jax.numpy as jnp
+
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+    # GPT-2 124M: 124,439,808 parameters at |V| = 50257; 36,096 more for the 47 padded rows
+    assert count_params(shapes["params"]) == 124_439_808 + 47 * 768
