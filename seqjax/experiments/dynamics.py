@@ -28,7 +28,8 @@ norm is the same). For the Elman cell of :class:`seqjax.nn.ElmanCell`,
 ``h_t = σ(W_{hh} h_{t−1} + W_{hx} x_t + b)`` (MEDL (7.2)), the factor is
 ``diag[σ'(a_j)] W_{hh}`` (MEDL (7.11)) and the same bound holds with ``σ'(a_j)``. Both
 recurrences are run with random ``W`` of chosen spectral norms below and above 1; the
-exact ``‖∂h_T/∂h_t‖₂`` (``jax.jacrev`` through the unrolled recurrence) is compared
+exact ``‖∂h_T/∂h_t‖₂`` (``jax.jacrev`` through the unrolled recurrence, in float64: the
+sigmoid's norms fall below float32's smallest normal number, 1.2e-38) is compared
 with the per-step product and with ``(γ‖W‖)^{T−t}``. The bound is asserted in
 ``tests/experiments/test_dynamics.py``; the results file tabulates it.
 
@@ -227,15 +228,20 @@ def bptt_bound(form: str, weights: dict[str, Array], xs_TxP: Array, h0: Array,
     """For ``d = T − t = 1..T``: the exact ``‖∂h_T/∂h_t‖₂``, the slides' per-step product
     ``∏ ‖W‖ ‖diag σ'(·)‖`` and the coarse ``(γ‖W‖)^d``; also the largest gap between the
     product of the per-step factors (the slides' formula) and the autodiff Jacobian
-    (relative to ``max(1, max |∂h_T/∂h_t|)``)."""
+    (relative to ``max(1, max |∂h_T/∂h_t|)``). Computed in float64 whatever the dtype of
+    ``weights``, ``xs_TxP`` and ``h0``."""
     if form not in FORMS:
         raise ValueError(f"`form` must be one of {FORMS}; got {form!r}.")
     if activation not in ACTIVATIONS:
         raise ValueError(f"`activation` must be one of {sorted(ACTIVATIONS)}; got "
                          f"{activation!r}.")
     _, gamma = ACTIVATIONS[activation]
-    _, jac, dsig = (np.asarray(a, np.float64) for a in
-                    _jacobians(form, activation, weights, xs_TxP, h0))
+    # In float64: over T = 40 steps the sigmoid's norms reach 1e-38 and below, where float32
+    # goes subnormal (then 0) and the digits depend on the CPU's handling of subnormals.
+    with jax.enable_x64(True):
+        f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+        _, jac, dsig = (np.asarray(a, np.float64) for a in _jacobians(
+            form, activation, {k: f64(v) for k, v in weights.items()}, f64(xs_TxP), f64(h0)))
     w = np.asarray(weights["W"], np.float64)
     w_norm = float(np.linalg.norm(w, 2))
     num_steps = xs_TxP.shape[0]

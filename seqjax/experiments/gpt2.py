@@ -95,8 +95,8 @@ class Config(ParallelOptions):
             ``train.bin``.
         tokenizer: the shards' tokenizer (``gpt2``, ``hf:PATH/tokenizer.json``,
             ``seqjax:PATH``): checked against the manifest, used to sample and for HellaSwag.
-        tokenizer_file: GPT-2's rank file (``gpt2.tiktoken``); unset = tiktoken's own
-            cache, then the one the ``openai-whisper`` package ships.
+        rank_file: GPT-2's rank file (``gpt2.tiktoken``); unset = the one the
+            ``openai-whisper`` package ships, else tiktoken's own cache (or its download).
         vocab_size: the model's vocabulary (≥ the tokenizer's; padded for speed).
         num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
         block_size: context length ``T`` of every window.
@@ -133,7 +133,7 @@ class Config(ParallelOptions):
 
     data: str | None = None
     tokenizer: str = "gpt2"
-    tokenizer_file: str | None = None
+    rank_file: str | None = None
     vocab_size: PosInt = 50304
     num_layers: PosInt = 12
     num_heads: PosInt = 12
@@ -208,7 +208,7 @@ def text_tokenizer(cfg: Config) -> Any:
     """The run's tokenizer (:func:`seqjax.data.text_tokenizers.load_text_tokenizer`)."""
     from seqjax.data.text_tokenizers import load_text_tokenizer
 
-    tok = load_text_tokenizer(cfg.tokenizer, rank_file=cfg.tokenizer_file)
+    tok = load_text_tokenizer(cfg.tokenizer, rank_file=cfg.rank_file)
     if tok.vocab_size > cfg.vocab_size:
         raise ConfigError(f"--vocab_size ({cfg.vocab_size}) must be at least the tokenizer's "
                           f"{tok.vocab_size}.")

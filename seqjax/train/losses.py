@@ -34,6 +34,19 @@ bits per character of text: ``bpc = NLL_nats / (ln 2 · chars)``.
 Shapes: ``logits_...xV`` and integer ``labels_...`` with any leading shape (usually
 ``[B, T]``); ``mask_...`` boolean, True = the position counts.
 
+Targets outside the vocabulary: one rule for every id ``y ∉ [0, V)``, negative ones
+included (an id never wraps around to the end of the vocabulary, nor is clamped to it). On
+the host (concrete labels) it is a ``ValueError`` naming ``labels``, the range ``[0, V-1]``
+and the values outside it; inside ``jax.jit`` its position's loss is NaN, so the mean loss
+is NaN, and :func:`seqjax.checked` turns the same condition into an error
+(:mod:`seqjax._traced_checks`); :func:`token_accuracy` never counts it as right. Positions
+whose mask is False never matter, whatever their id: there is no ignore index (PyTorch's
+``ignore_index=-100``); padding ids such as -1 or -100 need a False mask. The losses of
+the models and the shared recipe builders (language model, classifier, tagger,
+encoder–decoder, MLM; :func:`make_lm_loss`, :func:`make_lm_eval`,
+:func:`seqjax.train.tbptt.make_tbptt_loss`) are :func:`token_cross_entropy` underneath, so
+the rule holds for each.
+
 word2vec's *negative-sampling* loss (Mikolov et al. 2013, eq. 4; the model is
 :class:`seqjax.models.word2vec.Word2Vec`, embeddings as in Bishop (12.26)) replaces the
 softmax over the vocabulary by ``K`` logistic contrasts against noise words ``w_k``:
@@ -90,8 +103,9 @@ def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> No
                 f"`mask` must have the shape of `labels` {tuple(np.shape(labels))}; "
                 f"got {tuple(np.shape(mask))}."
             )
-    # Token ids outside the vocabulary are an error, not a silent clamp (DESIGN.md);
-    # positions with mask False are ignored (padding labels such as -100 are allowed there).
+    # Token ids outside the vocabulary, negative ones included, are an error, not a silent
+    # clamp or wrap (DESIGN.md); positions with mask False are ignored (padding labels such
+    # as -1 or -100 are allowed there).
     if not (is_concrete(labels) and (mask is None or is_concrete(mask))):
         # Traced: an id outside the vocabulary makes its loss NaN (the gather's fill, in
         # _cross_entropy_and_lse); seqjax.checked turns the same condition into an error.
@@ -100,14 +114,16 @@ def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> No
         lab = np.asarray(labels)
         if mask is not None:
             lab = lab[np.asarray(mask)]
-        if lab.size:
-            vocab = np.shape(logits)[-1]
-            lo, hi = int(lab.min()), int(lab.max())
-            if lo < 0 or hi >= vocab:
-                raise ValueError(
-                    f"`labels` must lie in [0, {vocab - 1}] (the vocabulary of `logits`) where "
-                    f"`mask` is True; got values in [{lo}, {hi}]."
-                )
+        vocab = np.shape(logits)[-1]
+        bad = np.unique(lab[(lab < 0) | (lab >= vocab)])
+        if bad.size:
+            shown = ", ".join(str(int(b)) for b in bad[:8]) + (", ..." if bad.size > 8 else "")
+            where = " where `mask` is True" if mask is not None else ""
+            raise ValueError(
+                f"`labels` must lie in [0, {vocab - 1}] (the vocabulary of `logits`){where}; "
+                f"got values in [{int(lab.min())}, {int(lab.max())}], outside it: {shown} "
+                "(there is no ignore index: pass `mask`)."
+            )
 
 
 def token_cross_entropy(
@@ -116,7 +132,9 @@ def token_cross_entropy(
     r"""Per-position cross-entropy ``C^{<t>}`` (J&M (9.12)–(9.13); MEDL (7.4)), float32.
 
     ``-Σ_k q_k log softmax(z)_k`` with ``q = (1 - ε) e_y + ε/V`` (ε = ``label_smoothing``).
-    Positions where ``mask`` is False get 0 (their labels may be anything, e.g. -100).
+    Positions where ``mask`` is False get 0 (their labels may be anything, e.g. -100); a
+    kept label outside ``[0, V)`` (negative included) is a ``ValueError`` for concrete
+    labels and a NaN loss under ``jit`` (see the module docstring).
 
     Args:
         logits: ``[..., V]`` unnormalised scores ``z``.
@@ -150,9 +168,10 @@ def _cross_entropy_and_lse(z: Array, labels: Array, smoothing: float) -> tuple[A
     """``(C [...], log Z [...])`` in float32 from logits ``z [..., V]`` of any float dtype."""
     z32 = z.astype(jnp.float32)  # fused into the reductions: no float32 [..., V] buffer
     log_z = jax.nn.logsumexp(z32, axis=-1)
-    # An id outside [0, V) reads NaN (never a neighbouring logit): the loss says so.
-    z_y = jnp.take_along_axis(z32, labels[..., None], axis=-1, mode="fill",
-                              fill_value=jnp.nan)[..., 0]
+    # An id outside [0, V), negative ones included, reads NaN (never another class's logit:
+    # no wrap-around from the end, no clamp): the loss says so.
+    z_y = jnp.take_along_axis(z32, labels[..., None], axis=-1, mode="fill", fill_value=jnp.nan,
+                              wrap_negative_indices=False)[..., 0]
     loss = log_z - z_y  # -log ŷ_y
     if smoothing > 0.0:
         uniform = log_z - jnp.mean(z32, axis=-1)  # -(1/V) Σ_k log ŷ_k
@@ -233,6 +252,9 @@ def masked_cross_entropy(
 def token_accuracy(logits: Array, labels: Array, mask: Array | None = None) -> Array:
     """Fraction of kept positions where ``argmax_k z_k == y`` (float32 scalar; 0 if none kept).
 
+    ``argmax`` lies in ``[0, V)``, so a kept label outside it (traced: the host check raises
+    for concrete labels) is counted as wrong, never as right.
+
     Example:
         >>> import jax.numpy as jnp
         >>> float(token_accuracy(jnp.array([[[1.0, 0.0], [1.0, 0.0]]]), jnp.array([[0, 1]])))
@@ -310,7 +332,8 @@ def make_lm_loss(
     ``tokens`` (the number of kept positions, used to weight shards and
     evaluation batches) and, with smoothing, ``nll`` (the unsmoothed loss).
 
-    An invalid target makes the loss NaN (an invalid input, its row's logits); to refuse
+    An invalid target (any id outside ``[0, V)`` where the mask is True, -1 and -100
+    included) makes the loss NaN (an invalid input, its row's logits); to refuse
     such a batch on the host with a message, give ``fit`` a
     ``check_batch=make_batch_check(V)`` (:func:`seqjax.train.step.make_batch_check`).
 

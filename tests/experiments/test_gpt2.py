@@ -57,7 +57,7 @@ def test_smoke_trains_evaluates_samples_and_resumes(bins, tmp_path):
     hs = tmp_path / "hellaswag_val.jsonl"
     _hellaswag(hs)
     work = str(tmp_path / "w")
-    argv = ["train", "gpt2", "--smoke", f"--data={data}", f"--tokenizer_file={rank}",
+    argv = ["train", "gpt2", "--smoke", f"--data={data}", f"--rank_file={rank}",
             f"--hellaswag={hs}", f"--workdir={work}"]
     assert cli.main(argv) == 0
     summary = json.loads(open(os.path.join(work, "gpt2.json")).read())
@@ -83,7 +83,7 @@ def test_smoke_trains_evaluates_samples_and_resumes(bins, tmp_path):
 
 def test_bad_inputs_are_refused_by_name(bins, tmp_path, capsys):
     data, rank = bins
-    base = ["train", "gpt2", "--smoke", f"--tokenizer_file={rank}",
+    base = ["train", "gpt2", "--smoke", f"--rank_file={rank}",
             f"--workdir={tmp_path / 'w'}"]
     assert cli.main(base) == 2
     assert "--data is required" in capsys.readouterr().err
@@ -115,7 +115,7 @@ def test_a_manifest_of_another_tokenizer_is_refused(bins, tmp_path, capsys):
                for s, n in (("val", "x_val_000000.bin"), ("train", "x_train_000001.bin"))]
     write_json(folder / "manifest.json", {"format": "llmc", "shards": entries, "tokenizer": {
         "kind": "huggingface", "name": "other", "vocab_size": 32000, "eot": 2}})
-    rc = cli.main(["train", "gpt2", "--smoke", f"--data={folder}", f"--tokenizer_file={rank}",
+    rc = cli.main(["train", "gpt2", "--smoke", f"--data={folder}", f"--rank_file={rank}",
                    f"--workdir={tmp_path / 'w'}"])
     assert rc == 2
     assert "another tokenizer" in capsys.readouterr().err
