@@ -37,24 +37,30 @@ def json_value(x: Any) -> Any:
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically: a temporary file in
     the same folder (created if missing), flushed and fsynced, then renamed over ``path``.
-    On an error the temporary file is removed and ``path`` is left as it was."""
+    On an error the temporary file is removed and ``path`` is left as it was; an
+    ``OSError`` (no space, no permission, ...) names ``path``, not the temporary file."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     name = f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     tmp = os.path.join(folder, name)
-    # O_EXCL: a fresh file, created with the usual mode (0666 less the umask).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+        # O_EXCL: a fresh file, created with the usual mode (0666 less the umask).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+    except OSError as err:
+        if err.errno is None or err.filename == path:
+            raise
+        raise OSError(err.errno, err.strerror, path) from err
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

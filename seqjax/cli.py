@@ -7,6 +7,10 @@ Commands::
     seqjax eval [EXPERIMENT] --workdir DIR [--key=value ...]
     seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max-new-tokens N]
                     [--temperature T] [--seed S]
+    seqjax prepare INPUT... --out DIR [--tokenizer gpt2|hf:PATH|seqjax:PATH]
+                   [--format llmc|nanogpt] [--split documents|text] [--val_* N] [--workers N]
+                   [--hf_dataset NAME ...]     tokenise text into token shards
+                                      (:mod:`seqjax.data.prepare`; ``--help``: every option)
     seqjax list                       experiments, their presets and one-line descriptions
     seqjax bench [BENCHMARK] [...]    a benchmark of a checkout's benchmarks/ (``python -m
                                       benchmarks`` run in the root of the checkout that holds
@@ -31,9 +35,15 @@ the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
 1: a NaN/inf loss. 2: refused — an unknown key, a value of the wrong type or out of range
 (``--steps=-5``), an unknown experiment or preset, a checkpoint that does not fit the
 model, a work dir whose checkpoints were all unreadable (``--restart``), a corpus found nowhere
-(:func:`seqjax.data.corpora.resolve_corpus`: the message says where it looked), or a
+(:func:`seqjax.data.corpora.resolve_corpus`: the message says where it looked), a
 missing optional package
-(the message names the extra to install, e.g. ``pip install "seqjax[experiments]"``).
+(the message names the extra to install, e.g. ``pip install "seqjax[experiments]"``), or a
+work dir another run is using (the message names its host, PID, start time and command;
+nothing is written). 3: a write failed — no space, no permission, an I/O error — for a
+checkpoint, ``metrics.jsonl``, the summary or another file of the run: one line names the
+file, the step, the bytes needed and free, the newest intact checkpoint and the command
+that resumes from it once the cause is gone (the failed checkpoint's temporary folder is
+removed).
 """
 
 from __future__ import annotations
@@ -68,6 +78,8 @@ from seqjax.experiments._runner import (
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
 from seqjax.train.loop import ResumeError
 from seqjax.train.parallel import LayoutError
+from seqjax.train.workdir_lock import WorkdirBusyError
+from seqjax.train.write_errors import WriteError
 
 __all__ = ["main", "list_experiments", "load_experiment", "build_config", "check_ranges",
            "experiment_main", "EXPERIMENT_FILE", "ConfigError"]
@@ -93,9 +105,9 @@ def _checkpoint_step(workdir: str) -> str:
     return f"the checkpoint of step {step} in {directory}"
 
 
-def _error(message: str) -> int:
+def _error(message: str, status: int = 2) -> int:
     print(f"seqjax: error: {message}", file=sys.stderr)
-    return 2
+    return status
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -127,6 +139,10 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "prepare":  # its own parser (seqjax prepare --help)
+        from seqjax.data.prepare import main as prepare_main
+
+        return prepare_main(argv[1:])
     ap = argparse.ArgumentParser(
         prog="seqjax", description="seqjax: sequence models in JAX.",
         epilog="Run `seqjax list` for the experiments; see `python -c \"import "
@@ -147,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--max-new-tokens", type=int, default=20)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
+    sub.add_parser("prepare", add_help=False, help="tokenise text into token shards (llm.c's "
+                   "format or nanoGPT's bins); `seqjax prepare --help`: its options")
     sub.add_parser("list", help="list experiments and presets")
     bench = sub.add_parser("bench", add_help=False,
                            help="run a benchmark of the seqjax checkout you are in (`python -m "
@@ -183,8 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"seqjax: {str(err).splitlines()[0]} {notes}".rstrip(), file=sys.stderr)
         return 1
     except (ConfigError, LayoutError, CheckpointMismatchError, ResumeError,
-            CorpusNotFoundError, ShardError) as err:
+            CorpusNotFoundError, ShardError, WorkdirBusyError) as err:
         return _error(str(err))
+    except WriteError as err:  # no space, no permission, an I/O error
+        return _error(str(err), 3)
     except CheckpointUnreadableError as err:
         return _error(f"{err} Nothing to resume from: rerun with --restart to start over (the "
                       "old metrics are kept), or use a new --workdir.")

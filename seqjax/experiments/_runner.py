@@ -55,6 +55,15 @@ run's ``metrics.jsonl``: ``train`` refuses to start it over at step 0 unless giv
 before its first checkpoint finished has nothing to lose (it is deterministic from its
 seed): rerunning the same command starts it over, keeps the partial history the same way
 and says so in one line.
+
+**One run per work dir.** ``train`` holds the work dir's lock
+(:func:`seqjax.train.workdir_lock.hold_workdir`) from before it writes anything
+(``experiment.json``, ``--restart``'s set-aside) to the end of the run: a second run on the
+same work dir is refused (:class:`~seqjax.train.workdir_lock.WorkdirBusyError`, naming the
+holder). **A write that fails** (no space, no permission, an I/O error) — a checkpoint,
+``metrics.jsonl``, the summary, ``experiment.json`` — is a
+:class:`~seqjax.train.write_errors.WriteError` whose message ends with the command that
+resumes the run (the same one, less ``--restart``).
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ import json
 import os
 import pkgutil
 import re
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from types import ModuleType
@@ -87,6 +97,8 @@ from seqjax.experiments._config import (
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
 from seqjax.train.loop import CHECKED_ENV, ResumeError
 from seqjax.train.parallel import LayoutError
+from seqjax.train.workdir_lock import WorkdirBusyError, hold_workdir
+from seqjax.train.write_errors import WriteError, resumed_by
 
 __all__ = [
     "EXPERIMENT_FILE",
@@ -309,6 +321,22 @@ def _config_saved(name: str, cfg: Any) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
+def _in_workdir(cfg: Any, command: str) -> Iterator[None]:
+    """Hold the work dir's lock for the block, and name ``command`` as the way to resume
+    in a :class:`~seqjax.train.write_errors.WriteError` that ends it."""
+    workdir = getattr(cfg, "workdir", None)
+    with hold_workdir(workdir), resumed_by(command, workdir):
+        yield
+
+
+def _resume_command(prefix: str, argv: Sequence[str]) -> str:
+    """The command line that resumes a run: ``prefix`` and ``argv`` less ``--restart``
+    (a rerun with it would be refused once a checkpoint exists)."""
+    kept = [a for a in argv if a.partition("=")[0] != "--restart"]
+    return shlex.join([*prefix.split(), *kept])
+
+
 def _save_config(name: str, cfg: Any) -> None:
     workdir = getattr(cfg, "workdir", None)
     if not workdir or not _primary():
@@ -424,16 +452,20 @@ def train_experiment(name: str, argv: Sequence[str]) -> Any:
     ``--key=value``; ``--restart``), save it as the work dir's ``experiment.json`` and run
     it. Returns what ``run(cfg)`` returns. Refusals raise (:class:`ConfigError`,
     :class:`CheckpointMismatchError`, :class:`ResumeError`, :class:`CheckpointUnreadableError`,
-    a ``FloatingPointError`` for a NaN) and leave ``experiment.json`` as it was."""
+    a ``FloatingPointError`` for a NaN) and leave ``experiment.json`` as it was; a work dir
+    another run holds is a :class:`~seqjax.train.workdir_lock.WorkdirBusyError` (nothing
+    written), a failed write a :class:`~seqjax.train.write_errors.WriteError`."""
+    command = _resume_command(f"seqjax train {name}", argv)
     argv, compile_cache = _pop_compile_cache(_pop_checked(argv))
     _start_process(compile_cache)
     module = load_experiment(name)
     argv, restart = _pop_restart(argv)
     cfg = build_config(module, name, argv)
-    if restart:
-        _restart(cfg)
-    with _config_saved(name, cfg):
-        return module.run(cfg)
+    with _in_workdir(cfg, command):
+        if restart:
+            _restart(cfg)
+        with _config_saved(name, cfg):
+            return module.run(cfg)
 
 
 def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
@@ -443,6 +475,7 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
     """
     name = os.path.splitext(os.path.basename(experiment))[0].rsplit(".", 1)[-1]
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = _resume_command(f"python -m seqjax.experiments.{name}", argv)
     if any(a in ("-h", "--help") for a in argv):
         print(experiment_help(name))
         return {}
@@ -461,8 +494,18 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
     except ConfigError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    with _config_saved(name, cfg):
-        return module.run(cfg)
+    try:
+        with _in_workdir(cfg, command):
+            if restart:
+                _restart(cfg)
+            with _config_saved(name, cfg):
+                return module.run(cfg)
+    except (WorkdirBusyError, ConfigError) as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except WriteError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        raise SystemExit(3) from None
 
 
 def experiment_from_workdir(

@@ -172,7 +172,7 @@ class Config(ParallelOptions):
 _CPU: dict[str, Any] = {
     "num_layers": 4, "num_heads": 4, "embed_dim": 128, "block_size": 64, "batch_size": 12,
     "micro_batch_size": None, "learning_rate": 1e-3, "min_lr_ratio": 0.1, "warmup_steps": 100,
-    "beta2": 0.99, "compute_dtype": "float32", "steps": 2000, "eval_every": 0,
+    "beta2": 0.99, "compute_dtype": "float32", "steps": 500, "eval_every": 0,
     "val_tokens": 1_000_000, "log_every": 50, "checkpoint_every": 0, "steps_per_call": 10,
     "sample_tokens": 64,
 }

@@ -50,7 +50,6 @@ from seqjax.models._common import (
     split_oov,
 )
 from seqjax.nn._block_config import check_block, normal_init
-from seqjax.nn.attention.checks import check_positive_int
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding

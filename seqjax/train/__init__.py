@@ -13,7 +13,9 @@ training script uses:
 * :mod:`~seqjax.train.checkpoint` — atomic, resumable checkpoints;
 * :mod:`~seqjax.train.loop` — :func:`fit` and its resume policy; :mod:`~seqjax.train.records`
   (metrics, plots, TensorBoard, ``run.json``), :mod:`~seqjax.train.preemption` (signals,
-  multi-host checks), :mod:`~seqjax.train.flops` (model FLOPs, peak-FLOPs table).
+  multi-host checks), :mod:`~seqjax.train.flops` (model FLOPs, peak-FLOPs table),
+  :mod:`~seqjax.train.workdir_lock` (one run per work dir: :class:`WorkdirBusyError`),
+  :mod:`~seqjax.train.write_errors` (a failed write: :class:`WriteError`).
 
 Everything else (schedules by name, sharding helpers, run records) is imported from its
 module, e.g. ``from seqjax.train.sharding import shard_batch``.
@@ -57,11 +59,13 @@ from seqjax.train.step import (
     make_train_step,
 )
 from seqjax.train.tbptt import make_tbptt_loss, reset_carry
+from seqjax.train.workdir_lock import WorkdirBusyError
+from seqjax.train.write_errors import WriteError
 
 __all__ = [
     # the loop
     "fit", "FitConfig", "FitResult", "ResumeError", "evaluate", "NonFiniteLossError",
-    "read_metrics",
+    "read_metrics", "WorkdirBusyError", "WriteError",
     # the step
     "make_train_step", "TrainStep", "make_eval_step", "create_train_state", "flax_apply_fn",
     "TrainState",

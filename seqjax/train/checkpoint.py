@@ -17,6 +17,14 @@ that fails to read (truncated or deleted files, a broken index) is moved aside t
 ``<directory>.corrupted/`` with a warning and the previous one is tried. A checkpoint
 that reads but does not fit — other model config, other parameter names or shapes — is a
 :class:`CheckpointMismatchError`, never silently skipped.
+
+A write that fails — no space, no permission, an I/O error; with ``async_save`` it surfaces
+at the next :meth:`~Checkpointer.save`, :meth:`~Checkpointer.check`,
+:meth:`~Checkpointer.wait` or :meth:`~Checkpointer.close` — is a
+:class:`~seqjax.train.write_errors.WriteError` naming the step, the bytes needed and free,
+and the newest intact checkpoint; the temporary folder of the failed write is removed, and
+orbax's log records of write failures (a traceback from each of its background threads)
+are dropped while a writing ``Checkpointer`` is open.
 """
 
 from __future__ import annotations
@@ -27,11 +35,12 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import numpy as np
@@ -40,6 +49,14 @@ from orbax.checkpoint import checkpoint_managers as ocm
 
 import seqjax
 from seqjax.train.optim import TrainState, path_to_str
+from seqjax.train.write_errors import (
+    WriteError,
+    free_bytes,
+    newest_checkpoint,
+    space_warning,
+    tree_bytes,
+    write_failure,
+)
 
 __all__ = [
     "Checkpointer",
@@ -87,6 +104,20 @@ def _silence_closed_loop_noise() -> None:
 
     hook._seqjax_closed_loop_filter = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
+
+
+class _DropWriteFailureLogs(logging.Filter):
+    """Drops orbax's log records of a write failure (tracebacks, from each of its background
+    threads, often without the path): while a :class:`Checkpointer` is open, it raises such
+    a failure as one :class:`~seqjax.train.write_errors.WriteError` instead."""
+
+    _ORBAX = f"{os.sep}orbax{os.sep}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._ORBAX not in record.pathname:
+            return True
+        err = record.exc_info[1] if record.exc_info else RuntimeError(record.getMessage())
+        return write_failure(err) is None
 
 
 class CheckpointMismatchError(ValueError):
@@ -224,6 +255,12 @@ class Checkpointer:
                 read_only=read_only,
             )
         self.read_only = read_only
+        self.keep = keep
+        self._pending: tuple[int, int] | None = None  # (step, bytes) of an unfinished save
+        self._log_filter: logging.Filter | None = None
+        if not read_only:
+            self._log_filter = _DropWriteFailureLogs()
+            logging.getLogger("absl").addFilter(self._log_filter)
         if not read_only and jax.process_index() == 0:
             _remove_partial_writes(self.directory)
         handlers = {
@@ -328,19 +365,74 @@ class Checkpointer:
         ranked = None
         if self.best_metric is not None and self.best_metric in metrics:
             ranked = {self.best_metric: metrics[self.best_metric]}
-        with _quiet_orbax():
-            return bool(
-                self._mngr.save(step, args=ocp.args.Composite(**items), metrics=ranked, force=True)
-            )
+        self._finish_pending()  # a failure of the previous save is reported under its step
+        needed = tree_bytes((state.params, state.opt_state, state.rng, state.carry))
+        try:
+            with _quiet_orbax():
+                saved = bool(self._mngr.save(
+                    step, args=ocp.args.Composite(**items), metrics=ranked, force=True))
+        except Exception as err:  # noqa: BLE001 - a write failure is reported, others re-raised
+            self._write_failed(step, needed, err)
+        self._pending = (step, needed) if saved else None
+        return saved
+
+    def space_warning(self, state: TrainState) -> str | None:
+        """One line when the directory's file system has less free space than the
+        checkpoints of ``state`` will take (``keep`` of them and the one being written;
+        :func:`~seqjax.train.write_errors.space_warning`), else ``None``."""
+        size = tree_bytes((state.params, state.opt_state, state.rng, state.carry))
+        return space_warning(self.directory, size, self.keep or 1)
+
+    def _finish_pending(self) -> None:
+        """Wait for the unfinished save, if any; its failure raises."""
+        if self._pending is None:
+            return
+        step, needed = self._pending
+        self._pending = None
+        try:
+            self._mngr.wait_until_finished()
+        except Exception as err:  # noqa: BLE001 - a write failure is reported, others re-raised
+            self._write_failed(step, needed, err)
+
+    def _write_failed(self, step: int, needed: int, err: Exception) -> NoReturn:
+        """Clean up after the failed write of ``step`` and raise it as a
+        :class:`~seqjax.train.write_errors.WriteError` (other errors as they are)."""
+        code = write_failure(err)
+        if code is None:
+            raise err
+        with contextlib.suppress(Exception):  # its threads end before its folder goes
+            self._mngr.wait_until_finished()
+        _join_orbax_threads()
+        if jax.process_index() == 0:
+            _remove_partial_writes(self.directory)
+        with contextlib.suppress(Exception), _quiet_orbax():
+            self._mngr.reload()
+        raise WriteError("the checkpoint", os.path.join(self.directory, str(step)), code=code,
+                         step=step, needed=needed, free=free_bytes(self.directory),
+                         checkpoint=newest_checkpoint(self.directory)) from err
+
+    def check(self) -> None:
+        """Raise the failure of a background write that has ended (without waiting for
+        one that is still running)."""
+        if self._pending is not None and not self._mngr.is_saving_in_progress():
+            self._finish_pending()
 
     def wait(self) -> None:
-        """Block until background writes have finished."""
+        """Block until background writes have finished (a failed one raises)."""
+        self._finish_pending()
         self._mngr.wait_until_finished()
 
     def close(self) -> None:
-        """Finish pending writes and release the manager."""
-        self._mngr.wait_until_finished()
-        self._mngr.close()
+        """Finish pending writes and release the manager (a failed write raises, after
+        the manager is released)."""
+        try:
+            self._finish_pending()
+        finally:
+            self._mngr.wait_until_finished()
+            self._mngr.close()
+            if self._log_filter is not None:
+                logging.getLogger("absl").removeFilter(self._log_filter)
+                self._log_filter = None
 
     # -- restore -----------------------------------------------------------------------
     def _check_fits(self, step: int, meta: dict, target: TrainState) -> None:
@@ -483,6 +575,18 @@ class Checkpointer:
                 )
         raise CheckpointUnreadableError(
             f"no readable checkpoint in {self.directory}") from last_err
+
+
+def _join_orbax_threads(timeout: float = 30.0) -> None:
+    """Wait (at most ``timeout`` seconds in all) for orbax's threads of a write that failed:
+    when one item's write fails, the save raises while the threads of the other items may
+    still be writing into the temporary folder about to be removed."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and type(thread).__module__.startswith(
+                "orbax."):
+            # the base class's join: orbax's re-raises the thread's error
+            threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
 
 
 def _remove_partial_writes(directory: str) -> None:

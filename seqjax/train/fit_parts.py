@@ -1,11 +1,13 @@
 """The parts :func:`seqjax.train.loop.fit` is made of, each usable and testable alone.
 
-* :func:`resume` — the checkpointer of a work dir and the state to start from;
+* :func:`resume` — the checkpointer of a work dir and the state to start from (and a
+  warning when the work dir has less free space than its checkpoints will take);
 * :class:`BatchSource` — what one jitted call trains on: a device-resident source drawn
   inside the call, or host batches (checked, placed, optionally prefetched by a thread);
   it also compiles the first call's program ahead of time;
 * :class:`MetricsLog` — where a logged record goes: ``metrics.jsonl``, TensorBoard, the
-  printed line, the progress bar and the hooks;
+  printed line, the progress bar and the hooks (a failed write of ``metrics.jsonl`` is a
+  :class:`~seqjax.train.write_errors.WriteError`);
 * :class:`MetricsFetch` — fetches the metrics the devices hold, checks them finite step by
   step, and counts the tokens;
 * :class:`Throughput` — steps/s, tokens/s and MFU between logged steps, and the time to
@@ -39,6 +41,7 @@ from seqjax.train.records import (
 )
 from seqjax.train.sharding import host_value
 from seqjax.train.step import TrainStep
+from seqjax.train.write_errors import writing
 
 __all__ = ["BatchSource", "MetricsFetch", "MetricsLog", "Resumed", "Throughput", "resume",
            "process_uptime"]
@@ -76,7 +79,9 @@ def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | Non
            tokenizer: Any, check_history: Callable[[str, int], bool]) -> Resumed:
     """Open ``workdir``'s checkpoints and restore the newest readable one into ``state``'s
     structure; with none, ``check_history(workdir, start)`` decides whether a recorded
-    history may be started over (raises if not; ``True`` when it set that history aside)."""
+    history may be started over (raises if not; ``True`` when it set that history aside).
+    Says in one line when the work dir has less free space than the checkpoints will take
+    (:meth:`~seqjax.train.checkpoint.Checkpointer.space_warning`)."""
     start = int(host_value(state.step))
     if workdir is None:
         return Resumed(None, state, start, None)
@@ -90,6 +95,9 @@ def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | Non
     except BaseException:
         ckpt.close()
         raise
+    warning = ckpt.space_warning(state) if jax.process_index() == 0 else None
+    if warning is not None:
+        print(warning, file=sys.stderr)
     if restored is None:
         return Resumed(ckpt, state, start, None, started_over)
     if jax.process_index() == 0:
@@ -312,9 +320,11 @@ class MetricsLog:
                 if flag is None and not wanted(None, module):
                     print(f"fit: {what} not written: {module} is not installed "
                           f'(pip install "seqjax[{extra}]").', file=sys.stderr)
+        self._checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
         if self.primary and self.path is not None:
             kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= start]
-            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            with writing("metrics.jsonl", self.path, step=start, checkpoints=self._checkpoints):
+                write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
             if workdir is not None and wanted(tensorboard, "tensorboardX"):
                 self.writer = tensorboard_writer(
                     os.path.join(workdir, "tensorboard"),
@@ -328,8 +338,11 @@ class MetricsLog:
     def write(self, record: dict) -> None:
         self.history.append(record)
         if self.path is not None and self.primary:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            line = json.dumps(record) + "\n"
+            with writing("the metrics record", self.path, step=record.get("step"),
+                         needed=len(line), checkpoints=self._checkpoints), \
+                    open(self.path, "a") as f:
+                f.write(line)
         if self.writer is not None:
             for k, v in record.items():
                 if k != "step" and isinstance(v, int | float):

@@ -24,6 +24,17 @@ work dir, keeps
   ``strategy``, ``device_kind``, ``platform``, ``jax`` (see
   :meth:`seqjax.train.parallel.Parallel.describe`), rewritten by every (resumed) run.
 
+**One run per work dir.** ``fit`` holds the work dir's lock (``seqjax.lock``, an OS file
+lock the kernel releases when the process dies; :mod:`seqjax.train.workdir_lock`) for the
+whole run: a second run on it raises :class:`~seqjax.train.workdir_lock.WorkdirBusyError`
+naming the holder before writing anything. **A write that fails** — a checkpoint, a
+metrics record, ``run.json``, a curve; no space, no permission, an I/O error — stops the
+run with a :class:`~seqjax.train.write_errors.WriteError` naming the file, the step, the
+bytes needed and free and the newest intact checkpoint (a checkpoint written in the
+background is checked at every logged step); the failed checkpoint's temporary folder is
+removed, so the same call resumes once the cause is gone. Before training, one line says
+so when the work dir has less free space than its checkpoints will take.
+
 A tqdm bar shows loss, tokens/s and the ETA. SIGTERM/SIGINT (preemption on Colab or a TPU
 VM, Ctrl-C) finish the current step, save a checkpoint and return with
 ``status="interrupted"`` (a second Ctrl-C aborts at once).
@@ -99,6 +110,7 @@ from seqjax.train.records import (
 )
 from seqjax.train.sharding import host_value
 from seqjax.train.step import TrainStep
+from seqjax.train.workdir_lock import holds_workdir
 
 __all__ = ["CHECKED_ENV", "FitConfig", "FitResult", "ResumeError", "evaluate", "fit"]
 
@@ -308,6 +320,7 @@ def _check_history(workdir: str, start: int, restart: bool) -> bool:
     )
 
 
+@holds_workdir
 def fit(
     state: TrainState,
     train_step: Callable[[TrainState, Any], tuple[TrainState, Mapping[str, Any]]],
@@ -363,7 +376,10 @@ def fit(
             its first checkpoint finished starts over anyway (history set aside, a notice).
 
     Returns:
-        A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf.
+        A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf,
+        :class:`~seqjax.train.workdir_lock.WorkdirBusyError` when another process is
+        running in ``workdir``, :class:`~seqjax.train.write_errors.WriteError` when a file
+        of the run cannot be written.
     """
     cfg = config
     t_fit = time.perf_counter()
@@ -443,6 +459,8 @@ def fit(
                         jax.block_until_ready(pending[-1 - in_flight][2])
                     continue
                 last = fetch(pending)
+                if ckpt is not None:
+                    ckpt.check()  # a failed background checkpoint write stops the run here
                 rec = ({"step": s, **last, **meter.record(s, fetch.take_tokens())}
                        if logged else None)
                 log.advance(s, rec)

@@ -4,7 +4,9 @@ and the report of a non-finite step.
 :func:`seqjax.train.loop.fit` writes these (process 0 only); experiments and tools read
 them back with :func:`read_metrics`. Every JSON file is written atomically
 (:func:`seqjax._io.write_json`: temporary file, fsync, rename), so a crash never leaves
-half a record.
+half a record. A write that fails (no space, no permission, an I/O error) is a
+:class:`~seqjax.train.write_errors.WriteError` naming the file, the step and the newest
+checkpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jax
 
 from seqjax._io import write_json
 from seqjax._optional import require
+from seqjax.train.write_errors import writing
 
 __all__ = [
     "NonFiniteLossError",
@@ -89,7 +92,10 @@ def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any 
         raise ValueError("give `parallel` or `state`.")
     info = run_info(state, parallel)
     if jax.process_index() == 0:
-        write_json(os.path.join(os.path.abspath(os.fspath(workdir)), "run.json"), info)
+        workdir = os.path.abspath(os.fspath(workdir))
+        path = os.path.join(workdir, "run.json")
+        with writing("run.json", path, checkpoints=os.path.join(workdir, "checkpoints")):
+            write_json(path, info)
     return info
 
 
@@ -143,8 +149,12 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
         ax.grid(alpha=0.3)
         ax.legend()
         path = os.path.join(os.fspath(workdir), f"{name}.png")
-        fig.savefig(path, dpi=100, bbox_inches="tight")  # long log-scale tick labels fit
-        plt.close(fig)
+        try:
+            with writing(f"{name}.png", path, step=records[-1].get("step") if records else None,
+                         checkpoints=os.path.join(os.fspath(workdir), "checkpoints")):
+                fig.savefig(path, dpi=100, bbox_inches="tight")  # long tick labels fit
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths
 

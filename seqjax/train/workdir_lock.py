@@ -1,0 +1,214 @@
+"""One run per work dir: an OS file lock held for the whole run.
+
+:func:`hold_workdir` takes ``fcntl.flock`` on ``<workdir>/seqjax.lock`` and writes the
+holder — host, PID, start time, command — into that file. A second run on a held work dir
+gets :class:`WorkdirBusyError` naming the holder, before it writes anything. The kernel
+releases the lock when its process dies, however it dies: a lock file whose holder is gone
+never blocks; the next run takes it over and says so in one line.
+
+Within a process the lock is re-entrant: ``seqjax train`` takes it before it writes
+``experiment.json``, and :func:`~seqjax.train.loop.fit` (which takes it when called
+directly) then finds it held by its own process. In a job of several processes
+(``jax.distributed``), process 0 holds it and tells the others whether it got it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
+
+from seqjax.train.write_errors import WRITE_ERRNOS, WriteError
+
+__all__ = ["LOCK_FILE", "WorkdirBusyError", "hold_workdir", "holds_workdir"]
+
+#: The lock file's name in a work dir.
+LOCK_FILE = "seqjax.lock"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class WorkdirBusyError(RuntimeError):
+    """Another run holds the work dir (``holder``: its host, PID, start time, command)."""
+
+    def __init__(self, workdir: str, holder: dict) -> None:
+        self.workdir, self.holder = workdir, holder
+        super().__init__(f"work dir {workdir} is in use by another run ({describe(holder)}); "
+                         "wait for it to end, or use another work dir.")
+
+
+def describe(holder: dict) -> str:
+    """``'pid 12 on host h, started 2025-01-02 03:04:05, command: seqjax train ...'``."""
+    if not holder:
+        return "holder not recorded yet"
+    if "process" in holder:  # another process of this job reports process 0's refusal
+        return str(holder["process"])
+    parts = [f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}"]
+    if "started" in holder:
+        parts.append(f"started {holder['started']}")
+    if holder.get("command"):
+        parts.append(f"command: {holder['command']}")
+    return ", ".join(parts)
+
+
+class _Held:
+    """A lock this process holds: the file's descriptor and how many holds are open."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd, self.depth = fd, 1
+
+
+# The locks this process holds, by work dir: what makes the lock re-entrant. A process-wide
+# table, as the locks it records are (flock is per open file: a second open and flock of
+# the same file in this process would refuse it).
+_HELD: dict[str, _Held] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def _read_holder(fd: int) -> dict:
+    try:
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        return json.loads(text) if text.strip() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _holder_of_busy(fd: int) -> dict:
+    """The holder recorded in a lock file another process holds (it writes it right after
+    locking: wait a moment for it)."""
+    for _ in range(20):
+        holder = _read_holder(fd)
+        if holder:
+            return holder
+        time.sleep(0.025)
+    return {}
+
+
+def _acquire(workdir: str) -> _Held:
+    """Lock ``workdir`` for this process, or raise :class:`WorkdirBusyError`."""
+    path = os.path.join(workdir, LOCK_FILE)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as err:
+        if err.errno in WRITE_ERRNOS:
+            raise WriteError("the lock file", path, code=err.errno) from err
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder_of_busy(fd)
+        os.close(fd)
+        raise WorkdirBusyError(workdir, holder) from None
+    except OSError as err:  # a file system without locks (some network mounts)
+        os.close(fd)
+        print(f"seqjax: cannot lock {path} ({err.strerror}): another run on this work dir "
+              "would not be stopped.", file=sys.stderr)
+        return _Held(None)
+    previous = _read_holder(fd)
+    if previous:  # a holder that ended without releasing it: killed, or its machine died
+        print(f"seqjax: took over the lock of {workdir} from a run that is no longer running "
+              f"({describe(previous)}).", file=sys.stderr)
+    record = {"host": socket.gethostname(), "pid": os.getpid(),
+              "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+              "command": " ".join(sys.argv)}
+    with contextlib.suppress(OSError):  # the holder is a courtesy; the lock is the flock
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+    return _Held(fd)
+
+
+def _release(held: _Held) -> None:
+    if held.fd is None:
+        return
+    with contextlib.suppress(OSError):  # an empty file: released, nobody to take over from
+        os.ftruncate(held.fd, 0)
+    os.close(held.fd)  # closing the only descriptor of the file releases the flock
+
+
+def _agree(workdir: str, busy: WorkdirBusyError | None) -> WorkdirBusyError | None:
+    """Several processes: process 0's outcome, on every process."""
+    import jax
+
+    if jax.process_count() == 1:
+        return busy
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    flag = int(multihost_utils.broadcast_one_to_all(np.int32(busy is not None)))
+    if flag and busy is None:
+        return WorkdirBusyError(workdir, {"process": "process 0 found it held by another run"})
+    return busy
+
+
+@contextlib.contextmanager
+def hold_workdir(workdir: str | os.PathLike | None) -> Iterator[None]:
+    """Hold the lock of ``workdir`` for the block (nothing when ``None``); raises
+    :class:`WorkdirBusyError` when another process holds it. Re-entrant within a process.
+
+    Example:
+        >>> import tempfile
+        >>> w = tempfile.mkdtemp()
+        >>> with hold_workdir(w), hold_workdir(w):  # the same process: re-entrant
+        ...     "pid" in open(os.path.join(w, LOCK_FILE)).read()
+        True
+    """
+    if workdir is None:
+        yield
+        return
+    import jax
+
+    key = os.path.realpath(os.fspath(workdir))
+    held: _Held | None = None
+    busy: WorkdirBusyError | None = None
+    if jax.process_index() == 0:
+        with _HELD_GUARD:
+            held = _HELD.get(key)
+            if held is not None:
+                held.depth += 1
+            else:
+                try:
+                    held = _HELD[key] = _acquire(key)
+                except WorkdirBusyError as err:
+                    busy = err
+    busy = _agree(key, busy)
+    if busy is not None:
+        if held is not None:
+            _drop(key, held)
+        raise busy
+    try:
+        yield
+    finally:
+        if held is not None:
+            _drop(key, held)
+
+
+def _drop(key: str, held: _Held) -> None:
+    with _HELD_GUARD:
+        held.depth -= 1
+        if held.depth == 0:
+            _HELD.pop(key, None)
+            _release(held)
+
+
+def holds_workdir(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a function taking ``workdir=`` so that it runs holding that work dir's
+    lock (:func:`hold_workdir`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        workdir = kwargs.get("workdir")
+        with hold_workdir(workdir if isinstance(workdir, str | os.PathLike) else None):
+            return fn(*args, **kwargs)
+
+    return wrapper
+

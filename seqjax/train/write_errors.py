@@ -1,0 +1,221 @@
+"""A write that fails — a full disk, a read-only or forbidden folder, an I/O error — as
+one error that says what failed, where, at which step, the space needed and free, the
+newest intact checkpoint and how to resume.
+
+:func:`write_failure` recognises such a failure in any exception: an ``OSError`` with a
+write ``errno`` (``ENOSPC``, ``EDQUOT``, ``EACCES``, ``EPERM``, ``EROFS``, ``EIO``,
+``EFBIG``), anywhere in its chain, or the text of one — tensorstore, under orbax, reports
+``RESOURCE_EXHAUSTED: ... No space left on device [os_error_code='28']`` as a
+``ValueError``. :func:`writing` turns such a failure into a :class:`WriteError`;
+:class:`~seqjax.train.checkpoint.Checkpointer`, :class:`~seqjax.train.fit_parts.MetricsLog`
+and the records of :mod:`seqjax.train.records` write through it, and ``seqjax train``
+reports it in one line with its own exit status (3).
+
+:func:`space_warning` is the check before training: the free space of the checkpoints'
+folder against what they will take.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["WRITE_ERRNOS", "WriteError", "newest_checkpoint", "resumed_by", "space_warning",
+           "tree_bytes", "write_failure", "writing"]
+
+#: The ``errno`` values of a write that failed for a reason outside the program.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS,
+                          errno.EIO, errno.EFBIG})
+
+# tensorstore's statuses carry the OS error: `... [os_error_code='28']`.
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
+_STATUS_ERRNO = {"RESOURCE_EXHAUSTED": errno.ENOSPC, "PERMISSION_DENIED": errno.EACCES}
+
+
+def write_failure(err: BaseException | None) -> int | None:
+    """The ``errno`` of the write failure ``err`` is, or holds in its chain (``__cause__``,
+    ``__context__``); ``None`` when it is none.
+
+    Example:
+        >>> write_failure(OSError(errno.ENOSPC, "No space left on device")) == errno.ENOSPC
+        True
+        >>> write_failure(ValueError("RESOURCE_EXHAUSTED: ... [os_error_code='28']"))
+        28
+        >>> write_failure(ValueError("bad shape")) is None
+        True
+    """
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
+            return err.errno
+        text = str(err)
+        found = _OS_ERROR_CODE.search(text)
+        if found and int(found.group(1)) in WRITE_ERRNOS:
+            return int(found.group(1))
+        for status, code in _STATUS_ERRNO.items():
+            if text.startswith(status) and ("os_error_code" in text or "Failed writing" in text):
+                return code
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a person: ``'12.3 MB'``."""
+    value = float(n)
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def free_bytes(path: str) -> int | None:
+    """Free bytes of the file system that holds ``path`` (or its nearest existing folder);
+    ``None`` where unknown."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def newest_checkpoint(directory: str | None) -> tuple[int, str] | None:
+    """``(step, path)`` of the newest complete checkpoint in ``directory`` (orbax renames
+    a checkpoint's temporary folder to its step when the write has finished), or ``None``."""
+    if directory is None or not os.path.isdir(directory):
+        return None
+    steps = [int(n) for n in os.listdir(directory)
+             if n.isdigit() and os.path.isdir(os.path.join(directory, n))]
+    if not steps:
+        return None
+    return max(steps), os.path.join(directory, str(max(steps)))
+
+
+def tree_bytes(tree: Any) -> int:
+    """The bytes of the arrays of a pytree (global sizes of sharded arrays)."""
+    import jax
+
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        n = getattr(leaf, "nbytes", None)
+        total += int(n) if n is not None else np.asarray(leaf).nbytes
+    return total
+
+
+class WriteError(OSError):
+    """A file of a run could not be written (no space, no permission, an I/O error).
+
+    Attributes: ``what`` (e.g. ``"the checkpoint"``), ``path``, ``step`` (``None`` where no
+    step applies), ``needed`` and ``free`` (bytes, ``None`` where unknown), ``checkpoint``
+    (``(step, path)`` of the newest intact checkpoint, or ``None``), ``resume`` (the command
+    that resumes the run; ``seqjax train`` sets it), and the OS ``errno``/``strerror``.
+    ``str()`` is one line with all of them.
+    """
+
+    def __init__(self, what: str, path: str, *, code: int, step: int | None = None,
+                 needed: int | None = None, free: int | None = None,
+                 checkpoint: tuple[int, str] | None = None, resume: str | None = None) -> None:
+        super().__init__(code, os.strerror(code), path)
+        self.what, self.path, self.step = what, path, step
+        self.needed, self.free, self.checkpoint, self.resume = needed, free, checkpoint, resume
+
+    def __str__(self) -> str:
+        at = f" of step {self.step}" if self.step is not None else ""
+        name = errno.errorcode.get(self.errno or 0, str(self.errno))
+        text = f"could not write {self.what}{at} to {self.path}: {self.strerror} [{name}]"
+        if self.needed is not None or self.free is not None:
+            sizes = [f"about {_size(self.needed)} needed" if self.needed is not None else "",
+                     f"{_size(self.free)} free" if self.free is not None else ""]
+            text += f" ({', '.join(s for s in sizes if s)})"
+        resume = self.resume or "rerunning the same call (same work dir)"
+        if self.checkpoint is not None:
+            step, path = self.checkpoint
+            text += (f"; the newest intact checkpoint is step {step} ({path}); once the cause "
+                     f"is gone, {resume} resumes from it")
+        else:
+            text += f"; no checkpoint was written yet: once the cause is gone, {resume} starts over"
+        return text + "."
+
+
+@contextlib.contextmanager
+def writing(what: str, path: str, *, step: int | None = None, needed: int | None = None,
+            checkpoints: str | None = None) -> Iterator[None]:
+    """Run the block that writes ``what`` to ``path``; a write failure in it (see
+    :func:`write_failure`) becomes a :class:`WriteError` naming ``step``, the ``needed``
+    bytes, the free ones and the newest checkpoint in ``checkpoints`` (a folder of orbax
+    checkpoints). Other errors pass unchanged.
+
+    Example:
+        >>> with writing("the record", "/x/metrics.jsonl", step=7):  # doctest: +ELLIPSIS
+        ...     raise OSError(errno.ENOSPC, "No space left on device")
+        Traceback (most recent call last):
+        ...
+        seqjax.train.write_errors.WriteError: could not write the record of step 7 to /x/...
+    """
+    try:
+        yield
+    except WriteError:
+        raise
+    except Exception as err:  # noqa: BLE001 - only write failures are turned, others re-raised
+        code = write_failure(err)
+        if code is None:
+            raise
+        raise WriteError(what, path, code=code, step=step, needed=needed,
+                         free=free_bytes(path), checkpoint=newest_checkpoint(checkpoints)
+                         ) from err
+
+
+@contextlib.contextmanager
+def resumed_by(command: str, workdir: str | None) -> Iterator[None]:
+    """Run a whole run (``seqjax train``): a :class:`WriteError` leaving the block says that
+    ``command`` resumes it; any other write failure (a summary or a file that a recipe
+    writes itself) becomes a :class:`WriteError` of its file, with the newest checkpoint of
+    ``workdir``."""
+    checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
+    try:
+        yield
+    except WriteError as err:
+        err.resume = f"`{command}`"  # the outermost run's command: what the user typed
+        raise
+    except Exception as err:  # noqa: BLE001 - only write failures are turned, others re-raised
+        code = write_failure(err)
+        if code is None:
+            raise
+        name = getattr(err, "filename", None)
+        path = str(name) if name else (workdir or os.getcwd())
+        what = os.path.basename(path) if name else "a file of the run"
+        raise WriteError(what, path, code=code, free=free_bytes(path),
+                         checkpoint=newest_checkpoint(checkpoints), resume=f"`{command}`"
+                         ) from err
+
+
+def space_warning(directory: str, checkpoint_bytes: int, keep: int) -> str | None:
+    """The line to print before training when ``directory`` (where checkpoints of about
+    ``checkpoint_bytes`` each go, ``keep`` of them kept) has less free space than they will
+    take — ``keep + 1`` of them (the kept ones and the one being written), less what the
+    checkpoints already there hold; ``None`` when it has enough, or the space is unknown."""
+    free = free_bytes(directory)
+    if free is None or checkpoint_bytes <= 0:
+        return None
+    held = 0
+    if os.path.isdir(directory):
+        for root, _, files in os.walk(directory):
+            for f in files:
+                with contextlib.suppress(OSError):
+                    held += os.lstat(os.path.join(root, f)).st_size
+    needed = max(checkpoint_bytes, checkpoint_bytes * (keep + 1) - held)
+    if free >= needed:
+        return None
+    return (f"fit: {directory} has {_size(free)} free, less than the {_size(needed)} its "
+            f"checkpoints will take ({_size(checkpoint_bytes)} each, {keep} kept + 1 being "
+            "written); a checkpoint write may fail.")
