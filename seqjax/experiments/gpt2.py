@@ -11,7 +11,7 @@ document); each process reads only its rows, so the step number alone resumes th
 on any number of processes.
 
 Model: GPT-2 (:class:`~seqjax.models.gpt.TransformerLM`, learned positions, tied
-embeddings, pre-norm blocks with biases and tanh-GELU), its residual projections at
+embeddings, pre-norm blocks with biases and tanh-GELU by default), its residual projections at
 ``0.02/√(2L)``; the vocabulary padded to ``vocab_size`` (50304 = 50257 rounded up to a
 multiple of 128, as nanoGPT and llm.c: the padded rows are never targets).
 
@@ -24,8 +24,9 @@ Presets:
   clipping at 1.0, bfloat16 compute, dropout 0 (as llm.c and nanoGPT pretrain; it also
   keeps attention on the fused cuDNN kernel). llm.c reaches val ≈ 3.27 and HellaSwag
   acc_norm ≈ 29.9% there.
-* ``cpu`` — nanoGPT's README CPU shapes (4 layers, 4 heads, d = 128, T = 64, batch 12,
-  dropout 0; AdamW 1e-3, β₂ = 0.99, 100 warm-up steps, cosine to 1e-4) on GPT-2 BPE: what
+* ``cpu`` — nanoGPT's README CPU shapes and its model's defaults (4 layers, 4 heads,
+  d = 128, T = 64, batch 12, dropout 0, no biases, exact GELU; AdamW 1e-3, β₂ = 0.99,
+  100 warm-up steps, cosine to 1e-4 over 500 steps) on GPT-2 BPE, a few minutes: what
   ``benchmarks/README.md`` runs side by side with nanoGPT's own ``train.py`` on the Tiny
   Shakespeare bins of its ``data/shakespeare/prepare.py``.
 * ``smoke`` — seconds, for CI.
@@ -100,6 +101,10 @@ class Config(ParallelOptions):
         vocab_size: the model's vocabulary (≥ the tokenizer's; padded for speed).
         num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
         block_size: context length ``T`` of every window.
+        use_bias: biases in the projections, the FFN and the LayerNorms (GPT-2, llm.c);
+            ``False``: none (nanoGPT's ``bias=False``).
+        activation: the FFN's GELU: ``gelu_tanh`` (GPT-2's approximation) or ``gelu``
+            (exact, nanoGPT's ``nn.GELU()``).
         batch_size: rows per step over all devices (``batch_size · T`` tokens per step).
         micro_batch_size: rows per device per micro-step: sets ``--grad_accum`` to
             ``batch_size / (micro_batch_size · data devices)``; unset = ``--grad_accum``.
@@ -139,6 +144,8 @@ class Config(ParallelOptions):
     num_heads: PosInt = 12
     embed_dim: PosInt = 768
     block_size: PosInt = 1024
+    use_bias: bool = True
+    activation: Literal["gelu_tanh", "gelu"] = "gelu_tanh"
     batch_size: PosInt = 512
     micro_batch_size: PosInt | None = 16
     dropout_rate: Fraction = 0.0
@@ -171,6 +178,7 @@ class Config(ParallelOptions):
 
 _CPU: dict[str, Any] = {
     "num_layers": 4, "num_heads": 4, "embed_dim": 128, "block_size": 64, "batch_size": 12,
+    "use_bias": False, "activation": "gelu",
     "micro_batch_size": None, "learning_rate": 1e-3, "min_lr_ratio": 0.1, "warmup_steps": 100,
     "beta2": 0.99, "compute_dtype": "float32", "steps": 500, "eval_every": 0,
     "val_tokens": 1_000_000, "log_every": 50, "checkpoint_every": 0, "steps_per_call": 10,
@@ -236,15 +244,16 @@ def grad_accum(cfg: Config, devices: int) -> int:
 def build_model(cfg: Config) -> TransformerLM:
     """GPT-2 at ``cfg``'s shapes (learned positions, tied embeddings, biases, tanh-GELU)."""
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
-    block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate, use_bias=True,
-                      activation="gelu_tanh")
+    block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate, use_bias=cfg.use_bias,
+                      norm_use_bias=cfg.use_bias, activation=cfg.activation)
     return TransformerLM(TransformerLMConfig(
         vocab_size=cfg.vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
         max_len=cfg.block_size, block=block), dtype=dtype)
 
 
 def model_config(cfg: Config) -> dict:
-    keys = ("vocab_size", "num_layers", "num_heads", "embed_dim", "block_size", "tokenizer")
+    keys = ("vocab_size", "num_layers", "num_heads", "embed_dim", "block_size", "use_bias",
+            "activation", "tokenizer")
     return {k: getattr(cfg, k) for k in keys}
 
 
