@@ -1,8 +1,8 @@
 """Run a benchmark: ``python -m benchmarks NAME [args...]`` (same as ``seqjax bench NAME``).
 
 ``python -m benchmarks`` with no name lists the benchmarks; every benchmark
-module exposes ``main(argv) -> int`` and takes ``--smoke``. ``gpu_check`` is another name
-of ``gpu``.
+module exposes ``main(argv) -> int`` and takes ``--smoke``. A removed benchmark's name
+(:data:`MOVED`) is exit status 2 with where its content went.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import sys
 
 import benchmarks
 
-#: Other names a benchmark answers to (commands in HISTORY.md use them).
-ALIASES = {"gpu_check": "gpu"}
-#: Benchmarks that were removed, and where their content went.
+#: Benchmarks that were removed or renamed (older commands in HISTORY.md use the names),
+#: and where their content went.
 MOVED = {"accelerator": "its checks are the tests in tests/test_gpu_paths.py (JAX_PLATFORMS=cuda "
                         "python -m pytest tests/test_gpu_paths.py), its measurements "
-                        "`python -m benchmarks gpu --parts kernels`"}
+                        "`python -m benchmarks gpu --parts kernels`",
+         "gpu_check": "it is renamed `gpu`; run `python -m benchmarks gpu` with the same "
+                      "arguments"}
 
 
 def list_benchmarks() -> list[str]:
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m benchmarks NAME [--smoke] [args...]\nbenchmarks: "
               + ", ".join(names))
         return 0
-    name, rest = ALIASES.get(argv[0], argv[0]), argv[1:]
+    name, rest = argv[0], argv[1:]
     if name in MOVED:
         print(f"benchmark {name!r} was removed: {MOVED[name]}.", file=sys.stderr)
         return 2

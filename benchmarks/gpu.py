@@ -38,9 +38,8 @@ met, missed or unmeasured. That the GPU paths compute what their references do i
 
 Run (on the GPU machine; the corpus path explicit because ``../shared`` may be absent):
 ``python -m benchmarks gpu --data_path PATH/tinyshakespeare.txt [--budget 300]
-[--parts char_lm,nanogpt,rnn,attn0,loop,gpt2,startup,profile,kernels] [--out-dir DIR]``
-(``gpu_check`` is another name for it). ``--smoke`` runs every part at toy sizes on any
-backend (CI).
+[--parts char_lm,nanogpt,rnn,attn0,loop,gpt2,startup,profile,kernels] [--out-dir DIR]``.
+``--smoke`` runs every part at toy sizes on any backend (CI).
 """
 
 from __future__ import annotations

@@ -8,14 +8,17 @@ and what was received (DESIGN.md, "Errors").
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from seqjax._traced_checks import record_range, record_vocab_ids
+
+T = TypeVar("T")
 
 
 def check_rank(x: Any, name: str, ranks: int | Sequence[int]) -> None:
@@ -123,6 +126,26 @@ def _check_lengths_shape(lengths: Any, name: str, batch: int) -> None:
         raise ValueError(
             f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
         )
+
+
+def replace_fields(config: T, changes: dict[str, Any]) -> T:
+    """``dataclasses.replace(config, **changes)``, the copy validated again by the class's
+    ``__post_init__`` (the ``replace`` of every config class). A key that is not a field of
+    ``config`` is a ``TypeError`` naming it, the closest field and every field."""
+    names = [f.name for f in dataclasses.fields(config) if f.init]  # type: ignore[arg-type]
+    unknown = [key for key in changes if key not in names]
+    if unknown:
+        cls = type(config).__name__
+        said = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, names, n=1)
+            said.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+        what = "is not a field" if len(said) == 1 else "are not fields"
+        raise TypeError(
+            f"{cls}.replace: {', '.join(said)} {what} of {cls}; "
+            f"its fields are {', '.join(names)}."
+        )
+    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
 
 
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:

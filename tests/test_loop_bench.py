@@ -54,13 +54,19 @@ def test_gpu_smoke_runs_parts_in_processes_and_prints_the_targets(capsys, tmp_pa
     assert "associative ÷ sequential" in out
 
 
-def test_gpu_check_is_another_name_of_gpu_and_accelerator_says_where_it_went(capsys):
+def test_removed_benchmarks_say_where_they_went(capsys):
+    """``gpu_check`` (the former name of ``gpu``) and ``accelerator`` run nothing: exit
+    status 2 and the command that replaces them."""
     from benchmarks.__main__ import list_benchmarks, main
 
     assert "gpu" in list_benchmarks() and "gpu_check" not in list_benchmarks()
     with pytest.raises(SystemExit) as exit_:
-        main(["gpu_check", "--help"])
+        main(["gpu", "--help"])
     assert exit_.value.code == 0 and "usage: python -m benchmarks gpu " in capsys.readouterr().out
+    assert main(["gpu_check", "--help"]) == 2
+    captured = capsys.readouterr()
+    assert "usage" not in captured.out
+    assert "'gpu_check' was removed" in captured.err and "python -m benchmarks gpu" in captured.err
     assert main(["accelerator"]) == 2
     err = capsys.readouterr().err
     assert "tests/test_gpu_paths.py" in err and "gpu --parts kernels" in err

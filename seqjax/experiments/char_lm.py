@@ -51,13 +51,14 @@ cost, measured on one H200 before the embedding fix: 24.0 vs 20.7–21.3 ms per 
 
 The work dir (default ``workdirs/char_lm``) holds the checkpoints (with the model config
 and the tokenizer), ``tokenizer.json``, ``metrics.jsonl``, ``loss.png``, ``samples.txt``
-and ``char_lm.json`` (the summary). ``load_model(workdir)`` rebuilds ``(model, params,
-tokenizer, config)`` from it. The data, the model, the window decoder and ``load_model``
-are the experiments' text kit (:mod:`seqjax.experiments._text`), shared with
-``norm_placement`` and ``sampling``.
+and ``char_lm.json`` (the summary). :func:`seqjax.experiments._text.load_model`
+``(workdir)`` rebuilds ``(model, params, tokenizer, config)`` from it. The data, the model,
+the window decoder and ``load_model`` are the experiments' text kit
+(:mod:`seqjax.experiments._text`), shared with ``norm_placement`` and ``sampling``.
 
 ``results/char_lm.md`` (the table of both models, the curves, the samples) is written from
-finished work dirs by ``write_results([workdir, ...], results_dir, {workdir: command})``.
+finished work dirs by :func:`seqjax.experiments.reports.char_lm.write_results`
+``([workdir, ...], results_dir, {workdir: command})``.
 
 Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU config)
       python -m seqjax.experiments.char_lm --preset lstm --workdir workdirs/char_lm_lstm
@@ -97,9 +98,7 @@ from seqjax.experiments._text import (
     restore,
     val_windows,
 )
-from seqjax.experiments._text import load_model as load_model  # char_lm.load_model(workdir)
 from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU_VAL_LOSS
-from seqjax.experiments.reports.char_lm import write_results as write_results  # results/char_lm.md
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.fit_parts import compile_in_background
 from seqjax.train.flops import lm_flops_per_token

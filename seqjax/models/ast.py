@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import check_rank
+from seqjax._checks import check_rank, replace_fields
 from seqjax.models._common import check_preset
 from seqjax.models.vit import ViT, ViTConfig, vit_block
 from seqjax.nn.transformer import BlockConfig
@@ -158,7 +158,8 @@ class ASTConfig:
         patch_grid((self.num_mel_bins, self.num_frames), self.patch_size, self.patch_stride)
 
     def replace(self, **changes: Any) -> ASTConfig:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
+        return replace_fields(self, changes)
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import check_bool, check_integer, check_rank, lengths_array
+from seqjax._checks import check_bool, check_integer, check_rank, lengths_array, replace_fields
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
 from seqjax.nn._block_config import check_block, normal_init
@@ -78,11 +78,12 @@ class BertConfig:
         block: every encoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN size,
             norm placement, activation, ``ε``, dropout), e.g. :func:`bert_block` (the
             default: ``bert_block(12, mlp_dim=3072)``, BERT-base); it must be bidirectional
-            without cross-attention (:meth:`~seqjax.nn.BlockConfig.encoder`). Its
-            ``activation`` is also the MLM head's transform's (Hugging Face's
-            ``hidden_act`` sets both), its ``norm_epsilon`` the embedding and MLM-head
-            LayerNorms' and its ``dropout_rate`` the embeddings' and the heads'; its
-            ``dtype``/``param_dtype`` are the model's.
+            without cross-attention (:meth:`~seqjax.nn.BlockConfig.encoder`) and give its
+            ``norm_epsilon`` (a number; ``None`` is refused). Its ``activation`` is also
+            the MLM head's transform's (Hugging Face's ``hidden_act`` sets both), its
+            ``norm_epsilon`` the embedding and MLM-head LayerNorms' and its
+            ``dropout_rate`` the embeddings' and the heads'; its ``dtype``/``param_dtype``
+            are the model's.
         type_vocab_size: segment ids (sentence A/B); 0 disables segment embeddings.
         mlm_head: build the tied MLM head.
         pooler: ``tanh`` dense on the first position before the classifier.
@@ -108,9 +109,16 @@ class BertConfig:
 
     def __post_init__(self) -> None:
         check_block(self.block, causal=False, cross_attention=False, owner="BertConfig")
+        if self.block.norm_epsilon is None:
+            # the embedding and MLM-head LayerNorms take it from the block: no default here
+            raise ValueError(
+                "`block.norm_epsilon` of BertConfig must be a number > 0, the ε of every "
+                "LayerNorm (bert_block sets BERT's 1e-12); got None."
+            )
 
     def replace(self, **changes: Any) -> BertConfig:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
+        return replace_fields(self, changes)
 
 
 #: ``bert-base`` / ``bert-large`` (Devlin et al. 2018; Bishop Ex. 12.16: BERT-Large has
@@ -314,7 +322,7 @@ class Bert(nn.Module):
         elif token_types_BxT is not None:
             raise ValueError("`token_types` given but the config has type_vocab_size=0.")
         block = cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype)
-        norm_eps = cast(float, block.norm_epsilon)  # bert_block sets it (1e-12)
+        norm_eps = cast(float, block.norm_epsilon)  # never None: BertConfig checks it
         x_BxTxD = LayerNorm(norm_eps, name="embed_norm", **kw)(x_BxTxD)
         x_BxTxD = nn.Dropout(block.dropout_rate)(x_BxTxD, deterministic=deterministic)
         z_BxTxD = TransformerEncoder(

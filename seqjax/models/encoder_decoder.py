@@ -30,7 +30,7 @@ al. (and the PyTorch/tensor2tensor implementations), not MEDL:
   entries, the size of the encoding's. ``scale_embeddings=False`` gives MEDL's (7.30); the
   position offset is not configurable.
 
-**Parameter count (preset ``vaswani-base``, MEDL §7.5 / SEEDS_NOTES E10).**
+**Parameter count (preset ``vaswani-base``, MEDL §7.5, (7.32)).**
 With MEDL's bias-free heads (``attention_use_bias=False``), each encoder block
 has ``3,150,336`` parameters and each decoder block ``4,199,936`` (MEDL (7.32)
 and the text after it): ``18,902,016 + 25,199,616`` for ``N = 6``. The output
@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ValidLengths
+from seqjax._checks import ValidLengths, replace_fields
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     as_variables,
@@ -159,7 +159,8 @@ class TransformerConfig:
             )
 
     def replace(self, **changes: Any) -> TransformerConfig:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
+        return replace_fields(self, changes)
 
     @property
     def decoder_block(self) -> BlockConfig:

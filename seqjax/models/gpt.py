@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ValidLengths, check_bool, is_concrete, lengths_array
+from seqjax._checks import ValidLengths, check_bool, is_concrete, lengths_array, replace_fields
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -148,7 +148,8 @@ class TransformerLMConfig:
             )
 
     def replace(self, **changes: Any) -> TransformerLMConfig:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
+        return replace_fields(self, changes)
 
     @property
     def residual_init_std(self) -> float:

@@ -122,7 +122,7 @@ BRIDGES = ("auto", "copy", "dense", "zeros")
 
 
 def reverse_sequences(x_BxT: Array, lengths_B: Array | None) -> Array:
-    """Reverse each row within its length; padding stays at the end (MEDL §7.4, E5).
+    """Reverse each row within its length; padding stays at the end (MEDL §7.4's reversal).
 
     ``[B, T, ...] -> [B, T, ...]``: ``y[b, t] = x[b, len_b - 1 - t]`` for ``t < len_b``.
 

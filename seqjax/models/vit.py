@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_rank
+from seqjax._checks import check_rank, replace_fields
 from seqjax.models._common import check_preset
 from seqjax.nn._block_config import check_block
 from seqjax.nn.dense import Dense
@@ -152,7 +152,8 @@ class ViTConfig:
         check_block(self.block, causal=False, cross_attention=False, owner="ViTConfig")
 
     def replace(self, **changes: Any) -> ViTConfig:
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
+        return replace_fields(self, changes)
 
 
 #: ``vit-base-16`` (ViT-B/16 at 224², 1000 classes: 86,567,656 parameters) and

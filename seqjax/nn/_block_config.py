@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax._checks import replace_fields
 from seqjax.nn.attention.checks import check_positive_int
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU_VARIANTS, get_activation
 from seqjax.nn.norms import LayerNorm, RMSNorm
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Array = jax.Array
 Dtype = Any
@@ -183,8 +188,11 @@ class BlockConfig:
             raise ValueError(
                 f"`residual_init_std` must be > 0 or None; got {self.residual_init_std!r}."
             )
-        if self.norm_epsilon is not None and not self.norm_epsilon > 0:
-            raise ValueError(f"`norm_epsilon` must be > 0; got {self.norm_epsilon!r}.")
+        eps = self.norm_epsilon
+        if eps is not None and (
+            isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps > 0
+        ):
+            raise ValueError(f"`norm_epsilon` must be a number > 0 or None; got {eps!r}.")
         for field in ("dropout_rate", "attention_dropout_rate", "mlp_dropout_rate"):
             rate = getattr(self, field)
             if rate is not None and not 0.0 <= rate < 1.0:
@@ -207,9 +215,20 @@ class BlockConfig:
                     "a custom `attention` factory; bind them with functools.partial instead."
                 )
 
-    def replace(self, **changes: Any) -> BlockConfig:
-        """A copy with ``changes`` (validated again)."""
-        return dataclasses.replace(self, **changes)
+    def replace(self, **changes: Unpack[BlockOptions]) -> BlockConfig:
+        """A copy with ``changes``, validated again by ``__post_init__``.
+
+        Type-checked like the constructor: each keyword is a field with the field's type
+        (:class:`BlockOptions`), so a misspelt name is a mypy error, and at run time a
+        ``TypeError`` naming it and the closest field.
+
+        Example:
+            >>> BlockConfig(num_heads=2).replace(num_headz=4)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            TypeError: BlockConfig.replace: `num_headz` (did you mean `num_heads`?) ...
+        """
+        return replace_fields(self, dict(changes))
 
     @property
     def attention_bias(self) -> bool:
@@ -241,6 +260,42 @@ class BlockConfig:
         else:
             cls = RMSNorm
         return cls(**kw) if name is None else cls(**kw, name=name)
+
+
+class BlockOptions(TypedDict, total=False):
+    """The keywords of :meth:`BlockConfig.replace`: every field of :class:`BlockConfig`
+    with its type, none required (``tests/nn/test_transformer_configs.py`` checks that the
+    two list the same names and types)."""
+
+    num_heads: int
+    mlp_dim: int | None
+    head_dim: int | None
+    num_kv_heads: int | None
+    norm: str
+    norm_type: str
+    norm_epsilon: float | None
+    norm_use_bias: bool
+    mlp: str
+    activation: str | Callable[[Array], Array]
+    multiple_of: int
+    causal: bool
+    cross_attention: bool
+    dropout_rate: float
+    attention_dropout_rate: float
+    mlp_dropout_rate: float | None
+    use_bias: bool
+    attention_use_bias: bool | None
+    qk_norm: bool
+    use_rope: bool
+    rope_base: float
+    window: int | None
+    implementation: str
+    attention: Callable[..., nn.Module] | None
+    dtype: Dtype | None
+    param_dtype: Dtype
+    kernel_init: Initializer
+    bias_init: Initializer
+    residual_init_std: float | None
 
 
 def check_block(

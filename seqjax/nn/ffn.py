@@ -184,9 +184,9 @@ class GLU(nn.Module):
     with ``S`` = Swish/SiLU ``x σ(x)`` (SwiGLU), GELU (GeGLU), ReLU (ReGLU),
     sigmoid (the original GLU of Dauphin et al. 2017) or the identity (bilinear).
     Shazeer's layers have no biases (``use_bias=False``, the default, as in
-    Llama). The slides' ``Swish(Wx_i + b) ⊙ Vx_i + c`` misplaces ``c``
-    (SEEDS_NOTES B): with ``use_bias=True`` this layer adds ``c`` inside the
-    product, as Shazeer writes.
+    Llama). The slides' ``Swish(Wx_i + b) ⊙ Vx_i + c`` adds ``c`` after the
+    product; Shazeer (2020) writes ``(Vx + c)``, and with ``use_bias=True`` this
+    layer adds ``c`` inside the product, as he does.
 
     Hidden size ``F`` defaults to :func:`glu_hidden_dim`: ``(8/3)·D`` rounded
     up to a multiple of ``multiple_of`` (256), which matches a ``4D`` MLP's

@@ -1,8 +1,10 @@
 """Boolean attention masks (``True`` = attend).
 
-Masking is applied to the attention **scores** before the softmax (MEDL (7.27)
-with the erratum of SEEDS_NOTES §1.11: the scores of masked keys, not the keys
-themselves, become ``-inf``; LN (13) ``softmax(M + QKᵀ/√d_k)``). Every helper
+Masking is applied to the attention **scores** before the softmax: the scores of
+masked keys, not the keys themselves, become ``-inf`` (MEDL (7.27) sets the masked key
+vectors ``z_k`` to ``-∞``, which would make every score with them NaN; its intent, zero
+weight on each masked key, is the mask on the scores of LN (13)
+``softmax(M + QKᵀ/√d_k)``). Every helper
 here returns a boolean array that broadcasts against scores ``[B, H, Q, K]``,
 so masks compose with ``&`` (:func:`combine_masks`).
 

@@ -236,7 +236,7 @@ def sinusoidal_positions(
         ``[num_positions, dim]`` in ``dtype`` (computed in float32).
 
     Example:
-        >>> sinusoidal_positions(1, 4).tolist()  # LN example E17: f(0) = [0, 1, 0, 1]
+        >>> sinusoidal_positions(1, 4).tolist()  # LN (11): f(0) = [0, 1, 0, 1]
         [[0.0, 1.0, 0.0, 1.0]]
     """
     if not isinstance(num_positions, (int, np.integer)) or num_positions < 0:

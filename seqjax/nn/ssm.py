@@ -33,7 +33,8 @@ The recurrence is linear in ``h``, so it has three equal forms (``scan_impl``):
 
 Every scan runs in float32 whatever the compute dtype. The slides call this "an
 RNN-like architecture without non-linearities": parallelisable in training, linear-time
-and constant-memory in generation (SEEDS_NOTES §B, "Hybrids").
+and constant-memory in generation (the slides, "Combining best aspects of RNNs and
+Transformers").
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ batch-major stream ``x_BxTxD``:
 * **pre-norm** (``norm="pre"``, the default; GPT-2, Llama, ViT):
   ``x ← x + Sublayer(Norm(x))`` — Bishop (12.21) and (12.23); a stack then ends with
   a final norm. (LN (17) and the slides print ``x + Norm(Sublayer(x))``, which
-  normalises the sublayer *output*; SEEDS_NOTES lists it as an erratum.)
+  normalises the sublayer *output*; pre-norm as Xiong et al. 2020 and GPT-2 define it
+  normalises its *input*, as here.)
 
 The sublayers are causal or bidirectional self-attention, an optional
 cross-attention on an encoder output (the decoder block of MEDL Fig. 7.15b) and a

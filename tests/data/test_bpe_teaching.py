@@ -35,7 +35,7 @@ def test_segmentation_after_the_figure_merges():
 
 def test_literal_rule_without_word_splitting_gives_another_order():
     # With spaces as tokens, ' '+'p' ties 'pe' at 4 and later beats 'pi': the figure's
-    # order needs word-internal counting (SEEDS_NOTES A.7).
+    # order needs word-internal counting (Bishop §12.2.2, Fig. 12.12).
     merges = learn_merges(PETER, 5, word_internal=False)
     assert [m.token for m in merges] == ["pe", "ck", " p", "ed", "per"]
     # Bishop's rule: never merge when the second token starts with white space

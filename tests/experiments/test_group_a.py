@@ -12,6 +12,10 @@ import pytest
 
 from seqjax.data.synthetic import EOS_ID
 from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
+from seqjax.experiments._text import load_model
+from seqjax.experiments.reports import char_lm as char_lm_report
+from seqjax.experiments.reports.gradients import ratio_at
+from seqjax.experiments.reports.param_counts import MEDL_TOTAL
 from tests.experiments._devices import assert_trained_on_all_devices
 from tests.experiments._learning import assert_curve_learned, assert_loss_dropped
 
@@ -28,7 +32,7 @@ def test_param_counts_smoke_measures_the_base_transformer(tmp_path):
     medl, vaswani = s["medl"], s["vaswani"]
     assert medl["encoder block"] == 3_150_336 and medl["decoder block"] == 4_199_936
     # MEDL prints d_V p + p for the output layer; the model has one bias per word.
-    assert medl["total"] - param_counts.MEDL_TOTAL == 37_000 - 512
+    assert medl["total"] - MEDL_TOTAL == 37_000 - 512
     assert vaswani["total"] - medl["total"] == 18 * 4 * 512  # attention biases
     assert s["presets"]["nanogpt-cpu"]["total"] == 805_248
     text = (tmp_path / "param_counts.md").read_text()
@@ -50,7 +54,7 @@ def test_gradients_smoke(tmp_path):
     assert_curve_learned(run["train_curve"], rel=0.5, head=5, tail=5, what="adding MSE")
     # MEDL (7.12): identity activation, no input: ‖ζ_{T-d}‖ = ρ^d ‖ζ_T‖ (W_hh = ρQ)
     prof = s["profiles"]["elman linear, x=0 (MEDL 7.12), rho=1.2"]
-    np.testing.assert_allclose([gradients.ratio_at(prof, d) for d in range(12)],
+    np.testing.assert_allclose([ratio_at(prof, d) for d in range(12)],
                                1.2 ** np.arange(12), rtol=1e-9)
     for name in ("gradients.md", "gradients_distance.png", "gradients_adding.png"):
         assert (tmp_path / name).exists()
@@ -150,10 +154,10 @@ def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
     saved = json.load(open(os.path.join(workdir, "char_lm.json")))
     assert saved["params"] == s["params"]
     # results/char_lm.md is written from finished work dirs: the table holds this run's figures
-    md = char_lm.write_results([workdir], str(tmp_path / "results"), {workdir: "CMD"})
+    md = char_lm_report.write_results([workdir], str(tmp_path / "results"), {workdir: "CMD"})
     assert "`CMD`" in md and f"{s['val_loss_estimate']:.4f}" in md
     assert os.path.isfile(tmp_path / "results" / "char_lm_loss.png")
-    model, params, tok, cfg = char_lm.load_model(workdir)
+    model, params, tok, cfg = load_model(workdir)
     assert tok.vocab_size == 65 and cfg.block_size == 16
     logits = model.apply({"params": params}, jnp.asarray([tok.encode("ROMEO:")]))
     assert logits.shape == (1, 6, 65)

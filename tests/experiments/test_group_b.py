@@ -191,9 +191,9 @@ def test_sampling_smoke_scores_agree_with_the_decoder(tmp_path):
     for strategy in ("greedy", "beam2"):
         assert rows[strategy]["loglik_per_char"] > rows["human"]["loglik_per_char"] + 0.1, rows
     # The teacher-forced scorer reproduces greedy search's own log-probabilities.
-    from seqjax.experiments import char_lm
+    from seqjax.experiments._text import load_model
 
-    model, params, tok, lm_cfg = char_lm.load_model(str(tmp_path / "char_lm"))
+    model, params, tok, lm_cfg = load_model(str(tmp_path / "char_lm"))
     dec = sampling.decoder_for(model, lm_cfg)
     prompt = jnp.asarray([tok.encode("ROMEO:\n"), tok.encode("KING:\nI")], jnp.int32)
     from seqjax.decoding import greedy_search

@@ -51,6 +51,7 @@ from seqjax.experiments import (
     positions,
     toy_rnn,
 )
+from seqjax.experiments.reports.gradients import ratio_at
 from seqjax.utils import count_params
 
 RESULTS = Path(__file__).resolve().parents[2] / "seqjax" / "experiments" / "results"
@@ -222,7 +223,7 @@ def test_gradients_part_a_regenerates():
     distances = [int(h.removeprefix("d=")) for h in header[1:]]
     assert set(profiles) < set(rows) and len(profiles) == 14
     for name, profile in profiles.items():
-        got = [f"{gradients.ratio_at(profile, d):.3g}" for d in distances]
+        got = [f"{ratio_at(profile, d):.3g}" for d in distances]
         if name == CHAOTIC:
             assert float(got[-1]) > 1e15 and float(rows[name][-1]) > 1e15, (got, rows[name])
         else:

@@ -31,6 +31,21 @@ def test_parameter_counts():
     assert abs(large - 340e6) / 340e6 < 0.02
 
 
+def test_config_refuses_a_block_without_norm_epsilon():
+    """The embedding and MLM-head LayerNorms take ``ε`` from the block, so a block that
+    leaves it to the norms' default (``None``) is refused at construction, by name."""
+    from seqjax.nn import BlockConfig
+
+    msg = r"`block.norm_epsilon` of BertConfig must be a number > 0.*; got None"
+    with pytest.raises(ValueError, match=msg):
+        BertConfig(block=bert_block(2, mlp_dim=32, norm_epsilon=None))
+    with pytest.raises(ValueError, match=msg):
+        BertConfig(block=BlockConfig.encoder(2, mlp_dim=32))
+    with pytest.raises(ValueError, match=msg):
+        CFG.replace(block=CFG.block.replace(norm_epsilon=None))
+    assert CFG.replace(block=CFG.block.replace(norm_epsilon=1e-6)).block.norm_epsilon == 1e-6
+
+
 def test_heads_shapes_padding_and_tied_mlm():
     model = Bert(CFG)
     x = jnp.asarray(np.random.default_rng(0).integers(0, V, (2, 7)), jnp.int32)

@@ -31,7 +31,7 @@ def _params(model):
 
 
 def test_vaswani_base_parameter_count_reconciles_medl():
-    """MEDL §7.5 / SEEDS_NOTES E10: 63,046,144 with d_V = 37,000; Vaswani et al.: ≈65M."""
+    """MEDL §7.5, (7.32): 63,046,144 with d_V = 37,000; Vaswani et al.: ≈65M."""
     p, d_v = 512, 37_000
     medl = Transformer.from_preset("vaswani-base", block=MEDL_BLOCK)
     params = _params(medl)

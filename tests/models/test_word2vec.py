@@ -20,7 +20,7 @@ MEAN = [-0.2, -3.2, 1.3, 0.8]
 
 
 def test_medl_7_1_cosines():
-    # MEDL §7.1 (SEEDS_NOTES table E1): 0.729, -0.04, 0.156
+    # MEDL §7.1: 0.729, -0.04, 0.156
     assert round(float(cosine_similarity(KING, QUEEN)), 3) == 0.729
     assert round(float(cosine_similarity(MEAN, KING)), 2) == -0.04
     assert round(float(cosine_similarity(MEAN, QUEEN)), 3) == 0.156

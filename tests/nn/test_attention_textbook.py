@@ -110,7 +110,7 @@ def test_jm_figure_9_17_causal_mask_n5():
     for i in range(5):
         for j in range(5):
             assert masked[i, j] == (qk[i, j] if j <= i else -np.inf)
-    # E13: the softmax weights are lower-triangular, rows sum to 1, α_11 = 1.
+    # J&M Fig. 9.17: the softmax weights are lower-triangular, rows sum to 1, α_11 = 1.
     _, w = dot_product_attention(q[None, :, None], k[None, :, None], k[None, :, None],
                                  is_causal=True, scale=1.0, return_weights=True)
     w = np.asarray(w[0, 0])

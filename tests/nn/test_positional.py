@@ -104,7 +104,7 @@ def test_sinusoidal_halves_is_permuted_interleaved():
 
 
 def test_sinusoidal_lecture_notes_properties():
-    # LN (11), E17: f(0) = [0, 1, 0, 1, ...], sin^2 + cos^2 = 1, values in [-1, 1].
+    # LN (11): f(0) = [0, 1, 0, 1, ...], sin^2 + cos^2 = 1, values in [-1, 1].
     r = np.asarray(sinusoidal_positions(50, 10))
     np.testing.assert_allclose(r[0], [0, 1] * 5)
     np.testing.assert_allclose(r[:, 0::2] ** 2 + r[:, 1::2] ** 2, 1.0, atol=1e-6)

@@ -198,6 +198,53 @@ def test_model_configs_reject_a_block_that_disagrees():
         BertConfig(block={"num_heads": H})
 
 
+# ------------------------------------------------------------------ replace, typed like __init__
+
+
+def test_block_replace_names_an_unknown_field_and_validates_again():
+    cfg = gpt_block(H)
+    with pytest.raises(TypeError, match=r"`num_headz` \(did you mean `num_heads`\?\) is not a "
+                                        r"field of BlockConfig; its fields are num_heads, "):
+        cfg.replace(num_headz=4)
+    with pytest.raises(TypeError, match=r"`num_headz` \(did you mean `num_heads`\?\), `zzz` are"):
+        cfg.replace(num_headz=4, zzz=1)
+    with pytest.raises(ValueError, match=r"`norm` must be one of \('pre', 'post'\); got 'middle'"):
+        cfg.replace(norm="middle")
+    with pytest.raises(ValueError, match="`num_kv_heads` must be a positive divisor"):
+        cfg.replace(num_kv_heads=3)
+    with pytest.raises(ValueError, match="`norm_epsilon` must be a number > 0 or None; got 'x'"):
+        cfg.replace(norm_epsilon="x")
+    assert cfg.replace(num_heads=4, norm="post") == gpt_block(4, norm="post")
+
+
+def test_block_replace_keywords_are_the_fields_with_their_types():
+    """``BlockOptions`` (the static type of ``replace``'s keywords) lists every field of
+    BlockConfig with the field's annotation, so mypy checks ``replace`` as it checks
+    ``BlockConfig(...)``."""
+    import dataclasses
+
+    from seqjax.nn._block_config import BlockOptions
+
+    def text(annotation):
+        return getattr(annotation, "__forward_arg__", annotation)
+
+    fields = {f.name: f.type for f in dataclasses.fields(BlockConfig)}
+    options = {k: text(v) for k, v in BlockOptions.__annotations__.items()}
+    assert options == fields
+    assert not BlockOptions.__required_keys__
+
+
+@pytest.mark.parametrize("config", [
+    TRANSFORMER_LM_PRESETS["nanogpt-cpu"], BertConfig(), TransformerConfig(src_vocab_size=V),
+    ViTConfig()], ids=lambda c: type(c).__name__)
+def test_model_config_replace_names_an_unknown_field(config):
+    name = type(config).__name__
+    with pytest.raises(TypeError, match=rf"{name}.replace: `num_layerz` \(did you mean "
+                                        rf"`num_layers`\?\) is not a field of {name}"):
+        config.replace(num_layerz=3)
+    assert config.replace(num_layers=3).num_layers == 3
+
+
 # ------------------------------------------------------------------ GPT-2's residual init
 
 

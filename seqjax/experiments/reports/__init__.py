@@ -8,6 +8,6 @@ It never trains and computes no model quantity; it imports nothing from the reci
 round. What a report needs from a recipe (labels, a reference number, a lexicon) comes in
 as an argument or lives in the report itself when only formatting uses it.
 
-The recipes re-export the report functions that users call by the recipe's name (e.g.
-``seqjax.experiments.ptb_lm.write_seed_summary``), so those commands keep working.
+A report's functions are called by their own module's name (e.g.
+``seqjax.experiments.reports.char_lm.write_results``); no recipe re-exports them.
 """

@@ -4,8 +4,8 @@
 the loss curves (train and validation against iteration, nanoGPT's CPU validation loss
 as the reference line) and the results table with the command that trained each run.
 The nanoGPT reference numbers (:data:`NANOGPT_CPU_VAL_LOSS`, :data:`NANOGPT_GPU_VAL_LOSS`)
-live here; :mod:`seqjax.experiments.char_lm` imports them and re-exports
-:func:`write_results`, so ``from seqjax.experiments.char_lm import write_results`` works.
+live here; :mod:`seqjax.experiments.char_lm` imports them. Rewrite the results file with
+``from seqjax.experiments.reports.char_lm import write_results``.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def write_results(
         "",
         "The transformer's checkpoint, tokenizer and config stay in its work dir "
         f"(`{runs[0][0]}`: `checkpoints/`, `tokenizer.json`, `experiment.json`); "
-        "`experiments.char_lm.load_model(workdir)` returns `(model, params, tokenizer, "
+        "`seqjax.experiments._text.load_model(workdir)` returns `(model, params, tokenizer, "
         "config)`.",
         "",
         "nanoGPT's GPU config (`--preset gpu`: 6 layers, 6 heads, d = 384, block 256, batch "

@@ -5,7 +5,7 @@
 problem's runs against the always-predict-1 baseline (:data:`ADDING_BASELINE_MSE`);
 :func:`plot_gradients` draws both parts; :func:`write_outputs` writes ``NAME.json``,
 ``NAME.md`` and the plots into the work dir and/or ``results_dir``. The profiles and runs
-come from :mod:`seqjax.experiments.gradients`, which re-exports :func:`ratio_at`.
+come from :mod:`seqjax.experiments.gradients`, which prints :func:`ratio_at` too.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ without attention biases, and Vaswani's, with them), block by block, beside the 
 the sources print (:data:`MEDL_TOTAL`, :data:`MEDL_ENCODER_BLOCK`,
 :data:`MEDL_DECODER_BLOCK`, :data:`VASWANI_BASE`), and each model preset beside its
 published count (:data:`PUBLISHED`). The counts come from
-:func:`seqjax.experiments.param_counts.run`, which re-exports the reference numbers.
+:func:`seqjax.experiments.param_counts.run`, which prints them beside the reference numbers
+held here.
 """
 
 from __future__ import annotations

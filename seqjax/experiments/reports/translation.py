@@ -5,7 +5,7 @@ words, MEDL Fig. 7.11 style); :func:`plot_bleu_vs_length` draws held-out BLEU ag
 source length for each architecture (mean ± sd over seeds; ``labels`` names them). The
 weights come from :func:`seqjax.experiments._seq2seq.attention_map`, the BLEU scores
 from translation's ``run``; :mod:`seqjax.experiments.numbers` draws its heat maps with the same
-:func:`plot_attention`, and ``seqjax.experiments.translation.plot_attention`` still works.
+:func:`plot_attention`.
 """
 
 from __future__ import annotations

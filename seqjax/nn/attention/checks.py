@@ -3,9 +3,10 @@ r"""Shared argument checks of the attention package, and the rule for rows that 
 **The empty-row rule** (written here once, used by every kernel). A query row whose
 every key is masked (by ``mask``, ``is_causal``, ``window``, or a bias of ``−∞``)
 has no softmax: ``α = e / Σ e`` would be ``0 / 0``. seqjax defines its weights and
-its output as **exactly zero**, with zero (finite) gradients, never NaN (Bishop
-Ex. 12.2; SEEDS_NOTES §2: "a fully masked padding row gives no NaN"). A row
-with at least one visible key is an ordinary softmax over its visible keys
+its output as **exactly zero**, with zero (finite) gradients, never NaN: the texts
+leave this row undefined (a padding query, or a key-padding mask that hides a whole
+row), and Bishop Ex. 12.2's constraints (12.3)–(12.4) hold on every row that sees a
+key. A row with at least one visible key is an ordinary softmax over its visible keys
 (MEDL (7.21) with the mask of (7.27) on the scores):
 
 .. math::
