@@ -57,9 +57,14 @@ def import_seconds(module: str) -> float:
     return time.perf_counter() - t0
 
 
+def _cache_env(cache: str) -> dict[str, str]:
+    """This process's environment with the compile cache on, in the folder ``cache``."""
+    return {**os.environ, "SEQJAX_COMPILE_CACHE": "1", "JAX_COMPILATION_CACHE_DIR": cache}
+
+
 def char_lm_once(args: Sequence[str], cache: str, workdir: str) -> dict[str, float]:
     """One fresh ``char_lm`` process with the compile cache in ``cache``."""
-    env = {**os.environ, "SEQJAX_COMPILE_CACHE": cache}
+    env = _cache_env(cache)
     cmd = [sys.executable, "-m", "seqjax.experiments.char_lm", *args, f"--workdir={workdir}",
            "--progress=false"]
     t0 = time.perf_counter()
@@ -96,7 +101,7 @@ def gpt2_child(batch: int) -> int:
 
 
 def gpt2_once(batch: int, cache: str) -> dict[str, float]:
-    env = {**os.environ, "SEQJAX_COMPILE_CACHE": cache}
+    env = _cache_env(cache)
     cmd = [sys.executable, "-m", "benchmarks", "startup", "--child-gpt2", str(batch)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

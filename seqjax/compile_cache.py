@@ -8,40 +8,54 @@ turns that cache on for every program the process compiles from then on, togethe
 XLA caches that ride along with it (on GPUs, the kernel autotuning results), so that a warm
 run skips the autotuning as well.
 
-``seqjax train`` calls it at start-up unless told not to (``--compile_cache=false``, or the
-environment variable ``SEQJAX_COMPILE_CACHE=0``). In your own JAX code::
+``seqjax train`` calls it at start-up unless told not to: ``--compile_cache=false``, or the
+environment variable ``SEQJAX_COMPILE_CACHE=0`` — a switch, read by the command line
+(:func:`compile_cache_switch`; ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``;
+unset = on). In your own JAX code::
 
     import seqjax
     seqjax.enable_compile_cache()          # ~/.cache/seqjax/jax, or $SEQJAX_CACHE_DIR/jax
 
-Where the cache lives, first match wins: the ``path`` argument, ``$SEQJAX_COMPILE_CACHE``
-when it holds a path, ``$JAX_COMPILATION_CACHE_DIR`` (JAX's own variable), then ``jax``
-inside the per-user cache of :func:`seqjax.data.corpora.cache_dir`. The cache is keyed by
-the program, the JAX/XLA versions, the devices and the compile options, so a stale entry is
-never used; delete the folder to reclaim its space.
+Where the cache lives, first match wins: the ``path`` argument, ``$JAX_COMPILATION_CACHE_DIR``
+(JAX's own variable), then ``jax`` inside the per-user cache of
+:func:`seqjax.data.corpora.cache_dir` (``$SEQJAX_CACHE_DIR``, else ``~/.cache/seqjax``).
+``SEQJAX_COMPILE_CACHE`` no longer holds a folder: a path there is refused by the command
+line and warned about by :func:`enable_compile_cache`, both naming
+``JAX_COMPILATION_CACHE_DIR``. The cache is keyed by the program, the JAX/XLA versions, the
+devices and the compile options, so a stale entry is never used; delete the folder to
+reclaim its space.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
-__all__ = ["enable_compile_cache", "compile_cache_setting", "COMPILE_CACHE_ENV"]
+from seqjax._env import env_bool, is_bool
 
-#: ``0``/``false``/``off``/``no`` turn the command line's cache off; a path moves it.
+__all__ = ["enable_compile_cache", "compile_cache_switch", "COMPILE_CACHE_ENV"]
+
+#: The command line's switch: ``0``/``false``/``no``/``off`` turn its cache off (unset = on).
 COMPILE_CACHE_ENV = "SEQJAX_COMPILE_CACHE"
-_OFF = ("0", "false", "off", "no")
-_ON = ("", "1", "true", "on", "yes")
 
 
-def compile_cache_setting(flag: bool | None = None) -> tuple[bool, str | None]:
-    """``(enabled, path or None)`` for the command line: ``flag`` (``--compile_cache``) when
-    given, else :data:`COMPILE_CACHE_ENV` (unset = on)."""
-    value = os.environ.get(COMPILE_CACHE_ENV, "").strip()
-    if flag is not None:
-        return flag, (None if value.lower() in _OFF + _ON else value)
-    if value.lower() in _OFF:
-        return False, None
-    return True, (None if value.lower() in _ON else value)
+def _retired_path(text: str) -> str:
+    """What to say about a ``$SEQJAX_COMPILE_CACHE`` that holds a folder (its old meaning)."""
+    return (f"${COMPILE_CACHE_ENV} is a switch (1 or 0), no longer a folder; got {text!r}. "
+            f"To put the compile cache there, set JAX_COMPILATION_CACHE_DIR={text} (or "
+            f"SEQJAX_CACHE_DIR=DIR, which puts it in DIR/jax) and leave {COMPILE_CACHE_ENV} "
+            "unset or 1.")
+
+
+def compile_cache_switch() -> bool:
+    """:data:`COMPILE_CACHE_ENV` as the command line reads it (once, at start-up): unset or
+    empty = on, else a boolean (:func:`seqjax._env.parse_bool`); a folder — the variable's
+    retired meaning — or any other text is a ``ValueError`` that names the variable to use
+    instead."""
+    text = os.environ.get(COMPILE_CACHE_ENV, "")
+    if text.strip() and not is_bool(text):
+        raise ValueError(_retired_path(text.strip()))
+    return env_bool(COMPILE_CACHE_ENV, True)
 
 
 def _default_dir() -> str:
@@ -58,9 +72,10 @@ def enable_compile_cache(path: str | os.PathLike | None = None, *,
     """Turn on JAX's persistent compilation cache (and XLA's autotuning cache) in ``path``.
 
     Args:
-        path: the cache folder (created if missing); ``None`` = ``$SEQJAX_COMPILE_CACHE``
-            when it holds a path, else ``$JAX_COMPILATION_CACHE_DIR``, else
-            ``~/.cache/seqjax/jax`` (``$SEQJAX_CACHE_DIR/jax``).
+        path: the cache folder (created if missing); ``None`` = ``$JAX_COMPILATION_CACHE_DIR``,
+            else ``~/.cache/seqjax/jax`` (``$SEQJAX_CACHE_DIR/jax``). A
+            ``$SEQJAX_COMPILE_CACHE`` holding a folder (its retired meaning) is not used:
+            a warning names ``JAX_COMPILATION_CACHE_DIR``.
         min_compile_time_s: programs that compile faster than this are not stored
             (JAX's default is 1 s; 0 keeps every program, which is what makes a small CPU
             run start in a second).
@@ -78,8 +93,10 @@ def enable_compile_cache(path: str | os.PathLike | None = None, *,
         raise ValueError(
             f"`min_compile_time_s` must be a number >= 0; got {min_compile_time_s!r}.")
     if path is None:
-        env = os.environ.get(COMPILE_CACHE_ENV, "").strip()
-        path = env if env and env.lower() not in _OFF + _ON else _default_dir()
+        text = os.environ.get(COMPILE_CACHE_ENV, "").strip()
+        if text and not is_bool(text):
+            warnings.warn(_retired_path(text), UserWarning, stacklevel=2)
+        path = _default_dir()
     folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
         os.makedirs(folder, exist_ok=True)

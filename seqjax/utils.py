@@ -9,6 +9,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from seqjax._env import env_bool
+
 __all__ = ["count_params", "machine_info", "notebook_setup"]
 
 SMOKE_ENV = "SEQJAX_SMOKE"
@@ -23,12 +25,13 @@ def notebook_setup(smoke: bool | None = None) -> bool:
     """The first cell of every notebook in ``colab/``: print the JAX version, the backend and
     its devices, and return the ``SMOKE`` switch.
 
-    ``smoke`` (``None``: ``$SEQJAX_SMOKE`` is ``1``/``true``/``yes``) runs a notebook with tiny
+    ``smoke`` (``None``: ``$SEQJAX_SMOKE`` as a boolean, :func:`seqjax._env.parse_bool`;
+    unset = off) runs a notebook with tiny
     sizes, one or two steps and offline data, as CI does. On a CPU backend outside smoke
     mode it says how to pick an accelerator in Colab.
     """
     if smoke is None:
-        smoke = os.environ.get(SMOKE_ENV, "0").strip().lower() in ("1", "true", "yes")
+        smoke = env_bool(SMOKE_ENV, False)
     elif not isinstance(smoke, bool):
         raise TypeError(f"`smoke` must be a bool or None; got {smoke!r}.")
     devices = jax.devices()

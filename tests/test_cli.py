@@ -191,11 +191,50 @@ def test_bench_finds_the_checkout_root_from_below(tmp_path):
     assert _checkout_root(str(tmp_path)) == str(tmp_path)
 
 
-def test_checked_flag_turns_on_the_checked_fit_for_the_process(monkeypatch):
-    from seqjax.experiments._runner import _pop_checked
+def test_checked_switch_from_the_flag_or_the_environment_without_writing_it(monkeypatch):
+    """--checked, else $SEQJAX_CHECKED: read once by the command line (never written to
+    os.environ); a value that is not a boolean is refused naming the option or variable."""
+    from seqjax.experiments._config import ConfigError
+    from seqjax.experiments._runner import _pop_switches
     from seqjax.train.loop import CHECKED_ENV
 
     monkeypatch.delenv(CHECKED_ENV, raising=False)
-    assert _pop_checked(["--steps=2", "--checked"]) == ["--steps=2"]
-    assert os.environ[CHECKED_ENV] == "1"
-    assert _pop_checked(["--checked=false"]) == [] and os.environ[CHECKED_ENV] == "0"
+    before = dict(os.environ)
+    argv, switches = _pop_switches(["--steps=2", "--checked"])
+    assert argv == ["--steps=2"] and switches.checked and dict(os.environ) == before
+    assert not _pop_switches(["--checked=false"])[1].checked
+    assert not _pop_switches([])[1].checked  # unset = off
+    monkeypatch.setenv(CHECKED_ENV, "1")
+    assert _pop_switches([])[1].checked and not _pop_switches(["--checked=no"])[1].checked
+    monkeypatch.setenv(CHECKED_ENV, "sometimes")
+    with pytest.raises(ConfigError, match=r"\$SEQJAX_CHECKED must be true or false; got "
+                                          "'sometimes'"):
+        _pop_switches([])
+    monkeypatch.delenv(CHECKED_ENV)
+    with pytest.raises(ConfigError, match="--restart must be true or false; got 'maybe'"):
+        _pop_switches(["--restart=maybe"])
+    argv, switches = _pop_switches(["--restart=yes", "--x=1"])
+    assert argv == ["--x=1"] and switches.restart
+
+
+@pytest.mark.parametrize("argv, env, want", [
+    ([], None, False), (["--checked"], None, True), ([], "1", True), (["--checked=0"], "1", False),
+])
+def test_the_checked_switch_reaches_the_fit_configs_of_the_recipe(monkeypatch, argv, env, want):
+    """The recipe's FitConfig(checked=None) is checked when the command line says so: fit
+    reads FitConfig alone, and FitConfig does not read the environment."""
+    import dataclasses
+    import types
+
+    from seqjax.train.loop import CHECKED_ENV, FitConfig
+
+    if env is None:
+        monkeypatch.delenv(CHECKED_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CHECKED_ENV, env)
+    module = types.ModuleType("seqjax.experiments.makes_a_fit_config")
+    module.Config = dataclasses.make_dataclass("Config", [], frozen=True)
+    module.run = lambda cfg: {"checked": FitConfig(num_steps=1).checked}
+    monkeypatch.setattr(_runner, "load_experiment", lambda name: module)
+    assert _runner.train_experiment("makes_a_fit_config", argv) == {"checked": want}
+    assert FitConfig(num_steps=1).checked is False  # outside the run: off, whatever the env

@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from seqjax._env import env_bool
 from seqjax._optional import require as _require
 from seqjax.data.batching import split_text
 from seqjax.data.loading import load_parallel
@@ -271,7 +272,7 @@ def resolve_corpus(
         tried.append(f"the cache ({cached}: wrong SHA-256, moved to {aside.name})")
     else:
         tried.append(f"the cache ({cached})")
-    offline = os.environ.get(OFFLINE_ENV, "").strip().lower() in ("1", "true", "yes")
+    offline = env_bool(OFFLINE_ENV, False)
     if source is not None and source.url is not None and download and offline:
         tried.append(f"a download (${OFFLINE_ENV} is set)")
     elif source is not None and source.url is not None and download:

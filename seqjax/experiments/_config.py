@@ -27,6 +27,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
+from seqjax._env import is_bool, parse_bool
 from seqjax._ranges import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, Range
 
 __all__ = [
@@ -47,8 +48,6 @@ __all__ = [
     "config_to_dict",
 ]
 
-_TRUE = {"true", "1", "yes", "y", "on"}
-_FALSE = {"false", "0", "no", "n", "off"}
 _NONE = {"none", "null"}
 
 
@@ -216,8 +215,8 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
-            return value.lower() in _TRUE
+        if isinstance(value, str) and is_bool(value):
+            return parse_bool(value, f"--{key}")
         raise bad
     if value is True:  # a bare --flag for a non-bool field
         raise ConfigError(f"--{key} needs a value of type {_type_name(tp)}.")

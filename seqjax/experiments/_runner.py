@@ -82,6 +82,7 @@ from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+from seqjax._env import env_bool, is_bool, parse_bool
 from seqjax._io import write_atomic, write_json
 from seqjax.data.corpora import CorpusNotFoundError
 from seqjax.experiments._config import (
@@ -95,7 +96,7 @@ from seqjax.experiments._config import (
     parse_overrides,
 )
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
-from seqjax.train.loop import CHECKED_ENV, ResumeError
+from seqjax.train.loop import CHECKED_ENV, ResumeError, checked_by_default
 from seqjax.train.parallel import LayoutError
 from seqjax.train.workdir_lock import WorkdirBusyError, hold_workdir
 from seqjax.train.write_errors import WriteError, resumed_by
@@ -171,7 +172,9 @@ def build_config(
     presets: dict[str, dict] = dict(getattr(module, "PRESETS", {}) or {})
     preset = None
     if "smoke" not in fields and overrides.get("smoke") is not None:
-        if overrides.pop("smoke") not in (True, "true", "1"):
+        smoke = overrides.pop("smoke")
+        if smoke is not True and not (isinstance(smoke, str) and is_bool(smoke)
+                                      and parse_bool(smoke, "--smoke")):
             raise ConfigError("--smoke takes no value.")
         preset = "smoke"
     if "preset" not in fields and "preset" in overrides:
@@ -230,49 +233,48 @@ def check_ranges(cfg: Any, prefix: str = "") -> None:
                           f"{width}.")
 
 
-def _pop_restart(argv: Sequence[str]) -> tuple[list[str], bool]:
-    """Take ``--restart`` (a CLI flag, not a config key) out of ``argv``."""
-    out, restart = [], False
-    for arg in argv:
-        if arg in ("--restart", "--restart=true", "--restart=1"):
-            restart = True
-        elif arg in ("--restart=false", "--restart=0"):
-            restart = False
-        else:
-            out.append(arg)
-    return out, restart
+@dataclasses.dataclass(frozen=True)
+class Switches:
+    """The command line's switches: options that are not config keys, each ``--name`` or
+    ``--name=BOOL`` (:func:`seqjax._env.parse_bool`), else its environment variable. These
+    variables are read here, once per run (:func:`_pop_switches`), not by the library:
+    ``fit`` takes ``checked`` from its :class:`~seqjax.train.loop.FitConfig`, which the
+    runner fills by running the recipe inside :func:`~seqjax.train.loop.checked_by_default`.
+
+    Attributes:
+        checked: ``--checked``, else ``$SEQJAX_CHECKED`` (unset = off): every ``fit`` of the
+            run under :func:`seqjax.checked`.
+        compile_cache: ``--compile_cache``, else ``$SEQJAX_COMPILE_CACHE`` (unset = on;
+            :func:`seqjax.compile_cache.compile_cache_switch`): JAX's persistent compilation
+            cache.
+        restart: ``--restart`` (no variable): start over a work dir with nothing to resume.
+    """
+
+    checked: bool = False
+    compile_cache: bool = True
+    restart: bool = False
 
 
-def _pop_compile_cache(argv: Sequence[str]) -> tuple[list[str], bool | None]:
-    """Take ``--compile_cache[=true|false]`` (a CLI flag, not a config key) out of ``argv``;
-    ``None`` when absent (then ``$SEQJAX_COMPILE_CACHE`` decides, unset = on)."""
-    out: list[str] = []
-    flag: bool | None = None
-    for arg in argv:
-        key, eq, value = arg.partition("=")
-        if key != "--compile_cache":
-            out.append(arg)
-        elif not eq or value.lower() in ("true", "1", "yes", "on"):
-            flag = True
-        elif value.lower() in ("false", "0", "no", "off"):
-            flag = False
-        else:
-            raise ConfigError(f"--compile_cache must be true or false; got {value!r}.")
-    return out, flag
+def _pop_switches(argv: Sequence[str]) -> tuple[list[str], Switches]:
+    """Take the :class:`Switches` out of ``argv``: ``(the other options, the switches)``.
+    A value that is not a boolean, in an option or in a variable (read even when its option
+    is given, so a stale one is never silently ignored), is a :class:`ConfigError`."""
+    from seqjax.compile_cache import compile_cache_switch
 
-
-def _pop_checked(argv: Sequence[str]) -> list[str]:
-    """Take ``--checked`` (a CLI flag, not a config key) out of ``argv``: every ``fit`` of
-    the process then runs under :func:`seqjax.checked` (``$SEQJAX_CHECKED=1``)."""
-    out = []
-    for arg in argv:
-        if arg in ("--checked", "--checked=true", "--checked=1"):
-            os.environ[CHECKED_ENV] = "1"
-        elif arg in ("--checked=false", "--checked=0"):
-            os.environ[CHECKED_ENV] = "0"
-        else:
-            out.append(arg)
-    return out
+    try:
+        found: dict[str, bool] = {"checked": env_bool(CHECKED_ENV, False),
+                                  "compile_cache": compile_cache_switch(), "restart": False}
+        out = []
+        for arg in argv:
+            key, eq, value = arg.partition("=")
+            name = key[2:] if key.startswith("--") else None
+            if name not in found:
+                out.append(arg)
+            else:
+                found[name] = parse_bool(value, key) if eq else True
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return out, Switches(**found)
 
 
 def _restart(cfg: Any) -> None:
@@ -352,23 +354,26 @@ def _primary() -> bool:
     return jax.process_index() == 0
 
 
-def _start_process(compile_cache: bool | None = None) -> None:
+def _start_process(compile_cache: bool = True) -> None:
     """Join the multi-process job the environment describes, before any other JAX call;
     then, on the CPU, keep freed memory in the heap before any operation has run, so that
     every XLA thread allocates from the one main heap
     (:func:`seqjax.train.cpu_memory.keep_freed_memory`); then turn on JAX's persistent
-    compilation cache (:func:`seqjax.enable_compile_cache`) unless ``--compile_cache=false``
-    or ``$SEQJAX_COMPILE_CACHE=0`` says not to."""
-    from seqjax.compile_cache import compile_cache_setting, enable_compile_cache
+    compilation cache (:func:`seqjax.enable_compile_cache`) when ``compile_cache``
+    (:attr:`Switches.compile_cache`). A ``$SEQJAX_KEEP_FREED_MEMORY`` that is not a boolean
+    is a :class:`ConfigError`."""
+    from seqjax.compile_cache import enable_compile_cache
     from seqjax.train.cpu_memory import keep_freed_memory
     from seqjax.train.sharding import maybe_initialize_distributed
 
     maybe_initialize_distributed()
-    keep_freed_memory()
-    enabled, path = compile_cache_setting(compile_cache)
-    if enabled:
+    try:
+        keep_freed_memory()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if compile_cache:
         try:
-            enable_compile_cache(path)
+            enable_compile_cache()
         except ValueError as err:  # an unwritable folder: run without the cache, say so
             print(f"seqjax: compile cache off: {err}", file=sys.stderr)
 
@@ -425,8 +430,9 @@ def experiment_help(name: str) -> str:
              "", summary, "",
              "--compile_cache=false: run without JAX's persistent compilation cache (on by "
              "default, in ~/.cache/seqjax/jax; $SEQJAX_COMPILE_CACHE=0 also turns it off, "
-             "a path moves it). --checked: run training under seqjax.checked (an invalid "
-             "id, length or cache overflow inside a step is an error naming it, not a NaN).",
+             "$JAX_COMPILATION_CACHE_DIR moves it). --checked: run training under "
+             "seqjax.checked (an invalid id, length or cache overflow inside a step is an "
+             "error naming it, not a NaN; $SEQJAX_CHECKED=1 also turns it on).",
              "", "options (--key=value; type, default):"]
     for f in dataclasses.fields(cfg_cls):
         kind = describe_type(hints.get(f.name, f.type))
@@ -456,15 +462,14 @@ def train_experiment(name: str, argv: Sequence[str]) -> Any:
     another run holds is a :class:`~seqjax.train.workdir_lock.WorkdirBusyError` (nothing
     written), a failed write a :class:`~seqjax.train.write_errors.WriteError`."""
     command = _resume_command(f"seqjax train {name}", argv)
-    argv, compile_cache = _pop_compile_cache(_pop_checked(argv))
-    _start_process(compile_cache)
+    argv, switches = _pop_switches(argv)
+    _start_process(switches.compile_cache)
     module = load_experiment(name)
-    argv, restart = _pop_restart(argv)
     cfg = build_config(module, name, argv)
     with _in_workdir(cfg, command):
-        if restart:
+        if switches.restart:
             _restart(cfg)
-        with _config_saved(name, cfg):
+        with _config_saved(name, cfg), checked_by_default(switches.checked):
             return module.run(cfg)
 
 
@@ -480,25 +485,20 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
         print(experiment_help(name))
         return {}
     try:
-        argv, compile_cache = _pop_compile_cache(_pop_checked(argv))
-    except ConfigError as err:
-        print(f"{name}: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    _start_process(compile_cache)
-    argv, restart = _pop_restart(argv)
-    try:
+        argv, switches = _pop_switches(argv)
+        _start_process(switches.compile_cache)
         module = load_experiment(name)
         cfg = build_config(module, name, argv)
-        if restart:
+        if switches.restart:
             _restart(cfg)
     except ConfigError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     try:
         with _in_workdir(cfg, command):
-            if restart:
+            if switches.restart:
                 _restart(cfg)
-            with _config_saved(name, cfg):
+            with _config_saved(name, cfg), checked_by_default(switches.checked):
                 return module.run(cfg)
     except (WorkdirBusyError, ConfigError) as err:
         print(f"{name}: error: {err}", file=sys.stderr)

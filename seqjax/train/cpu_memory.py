@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
 
 import jax
+
+from seqjax._env import env_bool
 
 __all__ = ["ENV", "keep_freed_memory"]
 
@@ -57,14 +58,14 @@ def keep_freed_memory(*, force: bool = False) -> bool:
     process); ``True`` if set.
 
     Without ``force`` it acts only when JAX's default backend is the CPU and the
-    environment does not set ``SEQJAX_KEEP_FREED_MEMORY=0``. Returns ``False`` where it
-    cannot (not Linux/glibc) or should not act.
+    environment does not turn ``SEQJAX_KEEP_FREED_MEMORY`` off (``0``, ``false``, ``no``,
+    ``off``: :func:`seqjax._env.parse_bool`; another value is a ``ValueError``). Returns
+    ``False`` where it cannot (not Linux/glibc) or should not act.
     """
     global _applied
     if _applied is not None and not force:
         return _applied
-    if not force and (os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")
-                      or jax.default_backend() != "cpu"):
+    if not force and (not env_bool(ENV, True) or jax.default_backend() != "cpu"):
         _applied = False
         return False
     _applied = _mallopt_thresholds(_THRESHOLD)

@@ -11,11 +11,15 @@
 * :class:`MetricsFetch` — fetches the metrics the devices hold, checks them finite step by
   step, and counts the tokens;
 * :class:`Throughput` — steps/s, tokens/s and MFU between logged steps, and the time to
-  the first step.
+  the first step;
+* :func:`step_actions` — what ``fit`` does after the call that reaches step ``s`` (log,
+  evaluate, save, stop: a :class:`StepPlan`), and :func:`call_steps`, how many steps that
+  call runs: pure functions of the step and the :class:`~seqjax.train.loop.FitConfig`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import numpy as np
@@ -43,8 +47,11 @@ from seqjax.train.sharding import host_value
 from seqjax.train.step import TrainStep
 from seqjax.train.write_errors import writing
 
-__all__ = ["BatchSource", "MetricsFetch", "MetricsLog", "Resumed", "Throughput", "resume",
-           "process_uptime"]
+if TYPE_CHECKING:
+    from seqjax.train.loop import FitConfig
+
+__all__ = ["BatchSource", "MetricsFetch", "MetricsLog", "Resumed", "StepPlan", "Throughput",
+           "call_steps", "process_uptime", "resume", "step_actions"]
 
 
 def process_uptime() -> float | None:
@@ -57,6 +64,86 @@ def process_uptime() -> float | None:
         return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
         return None
+
+
+# --------------------------------------------------------------------------- step plan
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """What ``fit`` does after the call that reaches a step (:func:`step_actions`).
+
+    Attributes:
+        log: write a record (``metrics.jsonl``, TensorBoard, the bar, the hooks).
+        evaluate: run the evaluation (its metrics join the record and the checkpoint).
+        save: write a checkpoint.
+        stop: return ``"interrupted"`` after the save (a stop was requested before the
+            last step).
+    """
+
+    log: bool = False
+    evaluate: bool = False
+    save: bool = False
+    stop: bool = False
+
+    @property
+    def fetch(self) -> bool:
+        """Whether the step's metrics are fetched from the devices (and checked finite):
+        anything to do at all."""
+        return self.log or self.evaluate or self.save or self.stop
+
+
+def call_steps(s: int, cfg: FitConfig) -> int:
+    """Steps in the jitted call that starts after step ``s``: ``cfg.steps_per_call`` (``k``)
+    steps, aligned to multiples of ``k`` — a shorter call to reach one (a run resumed off
+    the grid) or the last step ``cfg.num_steps``; 0 when there is nothing left.
+
+    Example:
+        >>> from seqjax.train.loop import FitConfig
+        >>> cfg = FitConfig(num_steps=10, steps_per_call=4, log_every=4)
+        >>> [call_steps(s, cfg) for s in (0, 3, 4, 8, 10)]
+        [4, 1, 4, 2, 0]
+    """
+    k = cfg.steps_per_call
+    return max(0, min(k - s % k, cfg.num_steps - s))
+
+
+def step_actions(s: int, cfg: FitConfig, start: int, *, evaluates: bool, saves: bool,
+                 stop_requested: bool = False) -> StepPlan:
+    """What ``fit`` does after the call that reaches step ``s`` of a run that started (or
+    resumed) at step ``start``: a pure function of its arguments.
+
+    * log: every ``cfg.log_every`` steps, the first call's last step (the time to the first
+      step) and the last step ``cfg.num_steps``;
+    * evaluate (``evaluates``: ``fit`` has an evaluation step and data): every
+      ``cfg.eval_every`` steps (0 = never) and the last step;
+    * save (``saves``: ``fit`` has a work dir): every ``cfg.checkpoint_every`` steps (0 =
+      never), at every evaluation, the last step, and when a stop is requested;
+    * stop: a stop requested (``stop_requested``: SIGTERM/SIGINT, agreed on by every
+      process) before the last step.
+
+    With ``cfg.steps_per_call`` = ``k`` only the steps that end a call (:func:`call_steps`)
+    are asked about; the ``*_every`` intervals are multiples of ``k``.
+
+    Example:
+        >>> from seqjax.train.loop import FitConfig
+        >>> cfg = FitConfig(num_steps=6, log_every=4, checkpoint_every=3)
+        >>> step_actions(3, cfg, 0, evaluates=False, saves=True)
+        StepPlan(log=False, evaluate=False, save=True, stop=False)
+    """
+    final = s == cfg.num_steps
+    first = s == start + call_steps(start, cfg)
+    evaluate = evaluates and (final or _every(s, cfg.eval_every))
+    return StepPlan(
+        log=_every(s, cfg.log_every) or first or final,
+        evaluate=evaluate,
+        save=saves and (final or evaluate or _every(s, cfg.checkpoint_every) or stop_requested),
+        stop=stop_requested and not final)
+
+
+def _every(s: int, interval: int) -> bool:
+    """Whether step ``s`` is one of every ``interval`` steps (0 = never)."""
+    return interval > 0 and s % interval == 0
 
 
 # --------------------------------------------------------------------------- resume
@@ -201,12 +288,14 @@ class BatchSource:
     inside the call (:meth:`~seqjax.train.step.TrainStep.steps_from`); anything else gives
     host batches — an iterator (``get_state``/``set_state`` resume its position, otherwise
     it is replayed) or ``f(i) -> batch`` — each checked by ``check_batch`` (when given) on
-    the host, placed by ``place_batch``, and made ``prefetch`` batches ahead by a thread.
+    the host, placed by ``place_batch``, and made ``prefetch`` batches ahead by a thread
+    (``None``: 2 on an accelerator, none on the CPU, where the thread would compete with
+    XLA for the same cores).
     """
 
     def __init__(self, data: Any, train_step: Callable, *, start: int, data_state: Any,
                  place_batch: Callable[[Any], Any] | None, steps_per_call: int,
-                 prefetch: int, num_steps: int, checked: bool = False,
+                 prefetch: int | None, num_steps: int, checked: bool = False,
                  check_batch: Callable[[Any], None] | None = None) -> None:
         self.device = callable(getattr(data, "device_batch", None))
         if (self.device or steps_per_call > 1) and not isinstance(train_step, TrainStep):
@@ -226,6 +315,8 @@ class BatchSource:
                 data.set_state(data_state)
         else:
             self._get = _batches(data, start, data_state)
+            if prefetch is None:
+                prefetch = 0 if jax.default_backend() == "cpu" else 2
             if prefetch and start < num_steps:
                 self._prefetcher = _Prefetcher(self._host_batch,
                                                lambda i: _data_state(data, i),
@@ -381,20 +472,34 @@ class MetricsLog:
 
 
 class MetricsFetch:
-    """Fetches the metrics of pending calls (all transfers started together), checks every
-    step's ``finite_check`` metrics in order — a non-finite one is a
-    :class:`~seqjax.train.records.NonFiniteLossError` naming its step — and counts the
-    ``tokens`` trained on since :meth:`take_tokens`."""
+    """Holds the metrics of the calls made since the last fetch on the devices (:meth:`add`;
+    :meth:`wait_behind` keeps the host at most ``in_flight`` calls ahead of them), fetches
+    them (all transfers started together), checks every step's ``finite_check`` metrics in
+    order — a non-finite one is a :class:`~seqjax.train.records.NonFiniteLossError` naming
+    its step — and counts the ``tokens`` trained on since :meth:`take_tokens`."""
 
     def __init__(self, finite_check: Sequence[str], workdir: str | None,
-                 ids_checked: bool) -> None:
+                 ids_checked: bool, *, in_flight: int = 8) -> None:
         self.finite_check, self.workdir, self.ids_checked = finite_check, workdir, ids_checked
+        self.in_flight = in_flight
+        self.pending: list[tuple[int, int, Any]] = []
         self.last: dict = {}
         self.tokens = 0.0
 
-    def __call__(self, pending: list[tuple[int, int, Any]]) -> dict:
-        """The last step's metrics; ``pending`` (``(last step, steps, metrics)`` per call)
-        is emptied."""
+    def add(self, s_end: int, n: int, metrics: Any) -> None:
+        """Hold the metrics of a call of ``n`` steps that ends at step ``s_end``."""
+        self.pending.append((s_end, n, metrics))
+
+    def wait_behind(self) -> None:
+        """Back-pressure: wait for the call made ``in_flight`` calls ago, so the host runs
+        at most that many calls ahead of the devices."""
+        if len(self.pending) > self.in_flight:
+            jax.block_until_ready(self.pending[-1 - self.in_flight][2])
+
+    def __call__(self, pending: list[tuple[int, int, Any]] | None = None) -> dict:
+        """The last step's metrics; ``pending`` (``(last step, steps, metrics)`` per call;
+        default: those held by :meth:`add`) is emptied."""
+        pending = self.pending if pending is None else pending
         fetched = host_value([m for _, _, m in pending])
         for (s_end, n, _), m_host in zip(pending, fetched):
             for j in range(n):  # a call of n steps returns every metric stacked on [n]

@@ -75,6 +75,8 @@ the host; ids checked once); host batches are otherwise prepared by a background
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import gc
 import math
@@ -82,7 +84,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -93,9 +95,11 @@ from seqjax.train.fit_parts import (
     MetricsFetch,
     MetricsLog,
     Throughput,
+    call_steps,
     compile_in_background,
     process_uptime,
     resume,
+    step_actions,
 )
 from seqjax.train.flops import peak_flops_per_device
 from seqjax.train.optim import TrainState
@@ -112,14 +116,41 @@ from seqjax.train.sharding import host_value
 from seqjax.train.step import TrainStep
 from seqjax.train.workdir_lock import holds_workdir
 
-__all__ = ["CHECKED_ENV", "FitConfig", "FitResult", "ResumeError", "evaluate", "fit"]
+__all__ = ["CHECKED_ENV", "FitConfig", "FitResult", "ResumeError", "checked_by_default",
+           "evaluate", "fit"]
 
-#: ``1`` runs every ``fit`` under :func:`seqjax.checked` (``FitConfig.checked=None``).
+#: ``1`` runs every ``fit`` of ``seqjax train`` under :func:`seqjax.checked`: read by the
+#: command line (:class:`seqjax.experiments._runner.Switches`), not by ``fit``.
 CHECKED_ENV = "SEQJAX_CHECKED"
 
 # Steps the host may run ahead of the device between logged steps.
 _MAX_IN_FLIGHT = 8
 
+# What ``FitConfig(checked=None)`` means where it is made (see ``checked_by_default``).
+_CHECKED_DEFAULT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "seqjax_checked_default", default=False)
+
+
+@contextlib.contextmanager
+def checked_by_default(on: bool) -> Iterator[None]:
+    """Within the block, a :class:`FitConfig` made with ``checked=None`` (the default) has
+    ``checked=on``: how ``seqjax train --checked`` (or ``$SEQJAX_CHECKED``, read by the
+    command line) reaches the configs its recipe makes. Outside any such block it is off.
+
+    Example:
+        >>> with checked_by_default(True):
+        ...     FitConfig(num_steps=1).checked
+        True
+        >>> FitConfig(num_steps=1).checked
+        False
+    """
+    if not isinstance(on, bool):
+        raise TypeError(f"`on` must be a bool; got {on!r}.")
+    token = _CHECKED_DEFAULT.set(on)
+    try:
+        yield
+    finally:
+        _CHECKED_DEFAULT.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +200,10 @@ class FitConfig:
         checked: run every call under :func:`seqjax.checked`: an invalid token id, length
             or cache overflow inside the step raises its message (with the steps of the
             call) instead of making the loss NaN; a debugging mode (each call re-traces a
-            small wrapper). ``None`` (default): ``$SEQJAX_CHECKED`` (set by
-            ``seqjax train --checked``), else off.
+            small wrapper). ``None`` (default) is resolved when the config is made: on
+            inside :func:`checked_by_default` (where ``seqjax train --checked`` or
+            ``$SEQJAX_CHECKED=1`` runs the recipe: the command line reads that variable,
+            ``fit`` does not), else off; ``fit`` reads this field alone.
     """
 
     num_steps: int
@@ -215,6 +248,8 @@ class FitConfig:
             if v % k:
                 raise ValueError(f"`{name}` must be a multiple of steps_per_call={k}; "
                                  f"got {v}.")
+        if self.checked is None:
+            object.__setattr__(self, "checked", _CHECKED_DEFAULT.get())
 
 
 @dataclasses.dataclass
@@ -384,116 +419,121 @@ def fit(
     cfg = config
     t_fit = time.perf_counter()
     check_distributed()
-    if parallel is not None:
-        place_batch = parallel.place if place_batch is None else place_batch
-        if place_eval_batch is None:
-            place_eval_batch = parallel.place_global
-    if place_eval_batch is None:
-        place_eval_batch = place_batch
+    place_batch, place_eval_batch = _placements(parallel, place_batch, place_eval_batch)
     info = (write_run_info(workdir, parallel, state) if workdir is not None
             else run_info(state, parallel))
     workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
-    k = cfg.steps_per_call
-    checked = cfg.checked if cfg.checked is not None else os.environ.get(
-        CHECKED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-    start = int(host_value(state.step))
-    first_n = min(k - start % k, cfg.num_steps - start)  # the template's first call
-    do_eval_at_all = eval_step is not None and eval_data is not None
+    evaluates = eval_step is not None and eval_data is not None
     # The template state has the restored state's shapes and shardings: the first call's
     # program (and the evaluation's) compile while the checkpoint is read.
-    warm = [] if checked else _compile_ahead(  # the checked program is another program
-        cfg, state, train_data, train_step, first_n,
-        eval_step if do_eval_at_all else None, eval_data, place_eval_batch)
+    warm = [] if cfg.checked else _compile_ahead(  # the checked program is another program
+        cfg, state, train_data, train_step, call_steps(int(host_value(state.step)), cfg),
+        eval_step if evaluates else None, eval_data, place_eval_batch)
     ckpt, state, start, data_state, started_over = resume(
         state, workdir, keep=cfg.keep_checkpoints, best_metric=cfg.best_metric,
         best_mode=cfg.best_mode, async_save=cfg.async_checkpointing, model_config=model_config,
         tokenizer=tokenizer, check_history=lambda w, s0: _check_history(w, s0, restart))
     for thread in warm:  # compiled while the checkpoint was read; a call made before a
         thread.join()  # background compile finished would compile the same program again
-    depth = cfg.prefetch if cfg.prefetch is not None else (
-        0 if jax.default_backend() == "cpu" else 2)
-    log = fetch = source = meter = None
     status, eval_metrics = "completed", {}
-    frozen = cfg.freeze_gc and gc.isenabled()
-    in_flight = max(1, _MAX_IN_FLIGHT // k)
-    with SignalGuard(cfg.handle_signals) as guard:
-        try:
-            source = BatchSource(train_data, train_step, start=start, data_state=data_state,
-                                 place_batch=place_batch, steps_per_call=k, prefetch=depth,
-                                 num_steps=cfg.num_steps, checked=checked,
-                                 check_batch=check_batch)
-            log = MetricsLog(workdir, start=start, num_steps=cfg.num_steps,
-                             restart=restart or started_over,
-                             progress=cfg.progress, print_logs=cfg.print_logs,
-                             tensorboard=cfg.tensorboard, plot=cfg.plot, hooks=hooks)
-            fetch = MetricsFetch(cfg.finite_check, workdir,
-                                 source.check_batch is not None or source.device)
-            meter = Throughput(start, flops_per_step=cfg.flops_per_step,
-                               peak=cfg.peak_flops or peak_flops_per_device(),
-                               devices=int(info["devices"]))
-            if frozen:
-                gc.collect()
-                gc.freeze()
-            first_end = min(start + k - start % k, cfg.num_steps)  # the first call's last step
-            pending: list[tuple[int, int, Any]] = []
-            s = start
-            while s < cfg.num_steps:
-                # k steps per call, aligned to multiples of k; a shorter call to reach one
-                # (a run resumed off the grid) or the last step.
-                n = min(k - s % k, cfg.num_steps - s)
-                state, m_dev = source.call(state, s, n)
-                s += n
-                pending.append((s, n, m_dev))
-                if s == first_end:
-                    _report_first_step(meter, m_dev, warm, log, t_fit)
-                final = s == cfg.num_steps
-                stop = guard.should_stop(s)
-                logged = s % cfg.log_every == 0 or s == first_end or final
-                do_eval = do_eval_at_all and (
-                    final or (cfg.eval_every and s % cfg.eval_every == 0))
-                do_save = ckpt is not None and (
-                    final or do_eval or (cfg.checkpoint_every and s % cfg.checkpoint_every == 0)
-                    or stop)
-                if not (logged or do_eval or do_save or stop):
-                    if len(pending) > in_flight:  # back-pressure: stay a few steps ahead
-                        jax.block_until_ready(pending[-1 - in_flight][2])
-                    continue
-                last = fetch(pending)
-                if ckpt is not None:
-                    ckpt.check()  # a failed background checkpoint write stops the run here
-                rec = ({"step": s, **last, **meter.record(s, fetch.take_tokens())}
-                       if logged else None)
-                log.advance(s, rec)
-                if do_eval:
-                    assert eval_step is not None and eval_data is not None
-                    eval_metrics = {f"eval/{name}": v for name, v in evaluate(
-                        eval_step, state.params, eval_data() if callable(eval_data)
-                        else eval_data, place_batch=place_eval_batch,
-                        check_batch=check_batch).items()}
-                    rec = {**(rec or {"step": s, **last}), **eval_metrics}
-                if rec is not None:
-                    log.write(rec)
-                if do_save:
-                    assert ckpt is not None
-                    ckpt.save(state, data_state=source.position(s), step=s,
-                              metrics={**last, **eval_metrics} if do_eval else last)
-                if stop and not final:
-                    status = "interrupted"
-                    log.say(f"{guard.requested}: stopped at step {s}"
-                            + (f"; checkpoint saved in {workdir}" if ckpt else ""), sys.stderr)
-                    break
-        finally:
-            for part in (source, log, ckpt):
-                if part is not None:
-                    part.close()
-            if frozen:
-                gc.unfreeze()
+    with SignalGuard(cfg.handle_signals) as guard, contextlib.ExitStack() as parts:
+        parts.callback(_close, ckpt)  # closed last, after the batch source and the log
+        source = parts.enter_context(contextlib.closing(BatchSource(
+            train_data, train_step, start=start, data_state=data_state, place_batch=place_batch,
+            steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch, num_steps=cfg.num_steps,
+            checked=bool(cfg.checked), check_batch=check_batch)))
+        log = parts.enter_context(contextlib.closing(MetricsLog(
+            workdir, start=start, num_steps=cfg.num_steps, restart=restart or started_over,
+            progress=cfg.progress, print_logs=cfg.print_logs, tensorboard=cfg.tensorboard,
+            plot=cfg.plot, hooks=hooks)))
+        fetch = MetricsFetch(cfg.finite_check, workdir,
+                             source.check_batch is not None or source.device,
+                             in_flight=max(1, _MAX_IN_FLIGHT // cfg.steps_per_call))
+        meter = Throughput(start, flops_per_step=cfg.flops_per_step,
+                           peak=cfg.peak_flops or peak_flops_per_device(),
+                           devices=int(info["devices"]))
+        parts.enter_context(_gc_frozen(cfg.freeze_gc))
+        first_end = start + call_steps(start, cfg)  # the first call's last step
+        s = start
+        while s < cfg.num_steps:
+            n = call_steps(s, cfg)
+            state, m_dev = source.call(state, s, n)
+            s += n
+            fetch.add(s, n, m_dev)
+            if s == first_end:
+                _report_first_step(meter, m_dev, warm, log, t_fit)
+            plan = step_actions(s, cfg, start, evaluates=evaluates, saves=ckpt is not None,
+                                stop_requested=guard.should_stop(s))
+            if not plan.fetch:
+                fetch.wait_behind()  # back-pressure: stay a few steps ahead
+                continue
+            last = fetch()
+            if ckpt is not None:
+                ckpt.check()  # a failed background checkpoint write stops the run here
+            rec = {"step": s, **last, **meter.record(s, fetch.take_tokens())} if plan.log else None
+            log.advance(s, rec)
+            if plan.evaluate:
+                eval_metrics = _evaluation(eval_step, state.params, eval_data,
+                                           place_eval_batch, check_batch)
+                rec = {**(rec or {"step": s, **last}), **eval_metrics}
+            if rec is not None:
+                log.write(rec)
+            if plan.save:
+                assert ckpt is not None
+                ckpt.save(state, data_state=source.position(s), step=s,
+                          metrics={**last, **eval_metrics} if plan.evaluate else last)
+            if plan.stop:
+                status = "interrupted"
+                log.say(f"{guard.requested}: stopped at step {s}"
+                        + (f"; checkpoint saved in {workdir}" if ckpt else ""), sys.stderr)
+                break
     if jax.process_index() == 0 and workdir is not None and wanted(cfg.plot, "matplotlib"):
         plot_curves(read_metrics(os.path.join(workdir, "metrics.jsonl")), workdir)
-    return FitResult(state=state, status=status, start_step=start,
-                     history=log.history if log is not None else [],
-                     eval_metrics=eval_metrics,
-                     first_step_s=None if meter is None else meter.first_step_s)
+    return FitResult(state=state, status=status, start_step=start, history=log.history,
+                     eval_metrics=eval_metrics, first_step_s=meter.first_step_s)
+
+
+def _placements(parallel: Any, place_batch: Callable[[Any], Any] | None,
+                place_eval_batch: Callable[[Any], Any] | None) -> tuple[Any, Any]:
+    """``fit``'s ``(place_batch, place_eval_batch)`` with their defaults: ``parallel.place``
+    and ``parallel.place_global`` when ``parallel`` is given; evaluation batches are placed
+    as training batches otherwise."""
+    if parallel is not None:
+        place_batch = parallel.place if place_batch is None else place_batch
+        if place_eval_batch is None:
+            place_eval_batch = parallel.place_global
+    return place_batch, place_batch if place_eval_batch is None else place_eval_batch
+
+
+def _evaluation(eval_step: Any, params: Any, eval_data: Any,
+                place_eval_batch: Callable[[Any], Any] | None,
+                check_batch: Callable[[Any], None] | None) -> dict[str, float]:
+    """``fit``'s evaluation: :func:`evaluate` on a fresh pass over ``eval_data``, each
+    metric named ``eval/<name>``."""
+    batches = eval_data() if callable(eval_data) else eval_data
+    return {f"eval/{name}": v for name, v in evaluate(
+        eval_step, params, batches, place_batch=place_eval_batch,
+        check_batch=check_batch).items()}
+
+
+def _close(part: Any) -> None:
+    if part is not None:
+        part.close()
+
+
+@contextlib.contextmanager
+def _gc_frozen(freeze: bool) -> Iterator[None]:
+    """With ``freeze`` (:attr:`FitConfig.freeze_gc`) and the collector on: collect, then
+    ``gc.freeze()`` everything allocated so far for the block; undone after it."""
+    frozen = freeze and gc.isenabled()
+    if frozen:
+        gc.collect()
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if frozen:
+            gc.unfreeze()
 
 
 def _compile_ahead(cfg: FitConfig, state: TrainState, train_data: Any, train_step: Any,

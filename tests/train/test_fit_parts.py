@@ -1,5 +1,6 @@
-"""The parts of fit, one at a time: resume, batch source, metrics log, metrics fetch,
-throughput; and fit's compile-ahead path (same run, each program compiled once)."""
+"""The parts of fit, one at a time: the step plan, resume, batch source, metrics log,
+metrics fetch, throughput; and fit's compile-ahead path (same run, each program compiled
+once)."""
 
 import dataclasses
 import json
@@ -17,16 +18,135 @@ from seqjax.train.fit_parts import (
     BatchSource,
     MetricsFetch,
     MetricsLog,
+    StepPlan,
     Throughput,
+    call_steps,
     process_uptime,
     resume,
+    step_actions,
 )
-from seqjax.train.loop import fit
+from seqjax.train.loop import FitConfig, checked_by_default, fit
 from seqjax.train.losses import make_lm_eval
 from seqjax.train.records import NonFiniteLossError
 from seqjax.train.step import flax_apply_fn, make_batch_check
 from tests.train._tiny_lm import TinyLM
 from tests.train.test_fit_fast_paths import TOKENS, B, T, V, _cfg, _host_batches, _leaves, _setup
+
+# (log, evaluate, save, stop) after the call that reaches step s
+_ = False
+X = True
+PLANS = [
+    # s, FitConfig fields, start, evaluates, saves, stop requested -> plan
+    # one step per call: the first step, every log_every, the last step
+    (1, dict(num_steps=10, log_every=4), 0, X, X, _, (X, _, _, _)),  # the first call
+    (2, dict(num_steps=10, log_every=4), 0, X, X, _, (_, _, _, _)),
+    (4, dict(num_steps=10, log_every=4), 0, X, X, _, (X, _, _, _)),
+    (10, dict(num_steps=10, log_every=4), 0, X, X, _, (X, X, X, _)),  # the last step
+    (10, dict(num_steps=10, log_every=4), 0, _, _, _, (X, _, _, _)),  # no eval data, no dir
+    # eval_every / checkpoint_every / log_every interplay
+    (8, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+     (_, _, X, _)),
+    (10, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+     (X, X, X, _)),  # an evaluation saves a checkpoint
+    (10, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, _, _,
+     (X, X, _, _)),  # ... when there is a work dir
+    (10, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, _, X, _,
+     (X, _, _, _)),  # no eval data: no evaluation, no checkpoint (10 is not a multiple of 4)
+    (15, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+     (X, _, _, _)),
+    (20, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+     (X, X, X, _)),
+    (7, dict(num_steps=20, log_every=1, eval_every=0, checkpoint_every=0), 0, X, X, _,
+     (X, _, _, _)),  # 0 = only at the end
+    # steps_per_call > 1: only the steps that end a call are asked about
+    (4, dict(num_steps=12, steps_per_call=4, log_every=8, eval_every=4, checkpoint_every=8), 0,
+     X, X, _, (X, X, X, _)),  # the first call's last step
+    (8, dict(num_steps=12, steps_per_call=4, log_every=8, eval_every=4, checkpoint_every=8), 0,
+     _, X, _, (X, _, X, _)),
+    (4, dict(num_steps=12, steps_per_call=4, log_every=8, eval_every=0, checkpoint_every=8), 0,
+     X, X, _, (X, _, _, _)),
+    (12, dict(num_steps=12, steps_per_call=4, log_every=8), 8, X, X, _, (X, X, X, _)),
+    (10, dict(num_steps=10, steps_per_call=4, log_every=8), 8, _, _, _, (X, _, _, _)),  # short
+    # resumed: the first call of this run is logged (timed), on the grid or off it
+    (4, dict(num_steps=10, log_every=10), 3, X, X, _, (X, _, _, _)),
+    (5, dict(num_steps=10, log_every=10), 3, X, X, _, (_, _, _, _)),
+    (4, dict(num_steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (X, _, _, _)),  # off
+    (6, dict(num_steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (X, _, _, _)),
+    (8, dict(num_steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (_, _, _, _)),
+    (6, dict(num_steps=12, steps_per_call=2, log_every=8), 4, X, X, _, (X, _, _, _)),  # on
+    (10, dict(num_steps=12, steps_per_call=2, log_every=8), 4, X, X, _, (_, _, _, _)),
+    # a stop request: save and stop, before the last step; at the last step, just finish
+    (3, dict(num_steps=10, log_every=5), 0, X, X, X, (_, _, X, X)),
+    (3, dict(num_steps=10, log_every=5), 0, X, _, X, (_, _, _, X)),  # no work dir: stop only
+    (10, dict(num_steps=10, log_every=5), 0, _, X, X, (X, _, X, _)),
+]
+
+
+@pytest.mark.parametrize("s, fields, start, evaluates, saves, stop, want", PLANS)
+def test_step_actions_table(s, fields, start, evaluates, saves, stop, want):
+    cfg = FitConfig(**fields)
+    plan = step_actions(s, cfg, start, evaluates=evaluates, saves=saves, stop_requested=stop)
+    assert plan == StepPlan(*want)
+    assert plan.fetch == any(want)
+
+
+@pytest.mark.parametrize("fields, start, calls", [
+    (dict(num_steps=10, steps_per_call=4, log_every=4), 0, [4, 4, 2]),
+    (dict(num_steps=10, steps_per_call=4, log_every=4), 3, [1, 4, 2]),  # back on the grid
+    (dict(num_steps=5, log_every=1), 2, [1, 1, 1]),
+    (dict(num_steps=4, steps_per_call=4, log_every=4), 4, []),  # nothing left
+    (dict(num_steps=4, steps_per_call=4, log_every=4), 6, []),  # past the end
+])
+def test_call_steps_align_calls_to_the_grid(fields, start, calls):
+    cfg = FitConfig(**fields)
+    got, s = [], start
+    while call_steps(s, cfg):
+        got.append(call_steps(s, cfg))
+        s += got[-1]
+    assert got == calls
+
+
+def test_a_walk_of_the_plan_over_a_resumed_run():
+    """What fit does at each call of a run resumed at step 3 with steps_per_call=2."""
+    cfg = FitConfig(num_steps=12, steps_per_call=2, log_every=4, eval_every=6,
+                    checkpoint_every=8)
+    s, seen = 3, {}
+    while s < cfg.num_steps:
+        s += call_steps(s, cfg)
+        plan = step_actions(s, cfg, 3, evaluates=True, saves=True)
+        seen[s] = "".join(c for c, on in zip("LESX", (plan.log, plan.evaluate, plan.save,
+                                                       plan.stop)) if on)
+    assert seen == {4: "L", 6: "ES", 8: "LS", 10: "", 12: "LES"}
+
+
+def test_checked_none_is_resolved_where_the_config_is_made():
+    """FitConfig(checked=None) is off, or on inside checked_by_default (where the command
+    line runs a recipe); an explicit value is kept; fit reads the field alone."""
+    assert FitConfig(num_steps=1).checked is False
+    with checked_by_default(True):
+        assert FitConfig(num_steps=1).checked is True
+        assert FitConfig(num_steps=1, checked=False).checked is False
+        with checked_by_default(False):
+            assert FitConfig(num_steps=1).checked is False
+        assert dataclasses.replace(FitConfig(num_steps=1), num_steps=2).checked is True
+    assert FitConfig(num_steps=1).checked is False
+    with pytest.raises(TypeError, match="`on` must be a bool"):
+        with checked_by_default("1"):
+            pass
+
+
+def test_metrics_fetch_holds_the_calls_in_flight(monkeypatch):
+    """add() holds a call's metrics; wait_behind() waits for the call in_flight calls back
+    (the host stays that far ahead); a fetch takes them all."""
+    waited = []
+    monkeypatch.setattr(fit_parts.jax, "block_until_ready", waited.append)
+    fetch = MetricsFetch(("loss",), None, ids_checked=True, in_flight=2)
+    for s in (1, 2, 3, 4):
+        fetch.add(s, 1, {"loss": jnp.float32(s), "tokens": jnp.float32(1.0)})
+        fetch.wait_behind()
+    assert [float(m["loss"]) for m in waited] == [1.0, 2.0]  # at steps 3 and 4
+    assert fetch() == {"loss": 4.0, "tokens": 1.0} and fetch.pending == []
+    assert fetch.take_tokens() == 4.0
 
 
 def test_throughput_rates_between_logged_steps(monkeypatch):
