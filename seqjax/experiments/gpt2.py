@@ -337,7 +337,7 @@ def build(cfg: Config) -> Task:
              f"{tokens.num_tokens('val'):,} val tokens ({tokens.format}), "
              f"{cfg.batch_size * cfg.block_size:,} tokens per step")
     return Task("gpt2", [run_], about=about, summarize=lambda ts: summarize(cfg, ts[0]),
-                files=write_sample)
+                report=lambda s: report(cfg, s), files=write_sample)
 
 
 def summarize(cfg: Config, t: Trained) -> dict:
@@ -354,6 +354,38 @@ def summarize(cfg: Config, t: Trained) -> dict:
     if s.get("sample"):
         print("sample:\n" + s["sample"])
     return s
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def report(cfg: Config, s: dict) -> str:
+    """``gpt2.md``: the run's configuration, its final metrics beside llm.c's GPT-2 124M
+    anchor, the throughput and the sample."""
+    rows = [
+        ("model", f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}, T = "
+                  f"{cfg.block_size}, vocabulary {cfg.vocab_size}, {s.get('params', 0):,} parameters"),
+        ("data", f"`{cfg.data}`"),
+        ("steps", f"{s.get('steps')} of {cfg.steps}, {cfg.batch_size * cfg.block_size:,} "
+                  f"tokens per step, {_fmt(s.get('tokens_trained'), ',')} tokens"),
+        ("validation loss", f"{_fmt(s.get('val_loss'), '.4f')} on "
+                            f"{_fmt(s.get('val_tokens'), ',.0f')} tokens"),
+        ("training", f"{_fmt(s.get('train_wall_s'), '.1f')} s, "
+                     f"{_fmt(s.get('tokens_per_s'), ',.0f')} tokens/s "
+                     f"({s.get('parallel', {}).get('device_kind', '?')} x "
+                     f"{s.get('parallel', {}).get('devices', '?')})"),
+    ]
+    if s.get("hellaswag_acc_norm") is not None:
+        rows.append(("HellaSwag", f"acc_norm {s['hellaswag_acc_norm']:.4f}, acc "
+                                  f"{s['hellaswag_acc']:.4f} ({s['hellaswag_items']} items)"))
+    rows.append(("anchor", f"llm.c's GPT-2 124M on FineWeb 10B tokens: val {LLMC_124M_VAL_LOSS}, "
+                           f"HellaSwag acc_norm {LLMC_124M_HELLASWAG}"))
+    lines = ["# gpt2 — pretraining on token shards", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    if s.get("sample"):
+        lines += ["", "Sample (from the end-of-text token):", "", "```", s["sample"], "```"]
+    return "\n".join(lines) + "\n"
 
 
 def write_sample(folder: str, summary: dict) -> None:
