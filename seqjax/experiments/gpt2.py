@@ -365,7 +365,8 @@ def report(cfg: Config, s: dict) -> str:
     anchor, the throughput and the sample."""
     rows = [
         ("model", f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}, T = "
-                  f"{cfg.block_size}, vocabulary {cfg.vocab_size}, {s.get('params', 0):,} parameters"),
+                  f"{cfg.block_size}, vocabulary {cfg.vocab_size}, "
+                  f"{s.get('params', 0):,} parameters"),
         ("data", f"`{cfg.data}`"),
         ("steps", f"{s.get('steps')} of {cfg.steps}, {cfg.batch_size * cfg.block_size:,} "
                   f"tokens per step, {_fmt(s.get('tokens_trained'), ',')} tokens"),
