@@ -21,7 +21,7 @@ Initializing a new model from scratch
 defaulting to vocab_size of GPT-2 to 50304 (50257 rounded up for efficiency)
 number of parameters: 7.23M
 num decayed parameter tensors: 18, with 7,233,536 parameters
-num non-decayed parameter tensors: 34, with 6,912 parameters
+num non-decayed parameter tensors: 9, with 1,152 parameters
 using fused AdamW: False
 step 0: train loss 10.8478, val loss 10.8418
 iter 0: loss 10.8498, time 95842.91ms, mfu -100.00%
@@ -38,7 +38,7 @@ def test_nanogpt_log_gives_the_last_evaluation_the_iterations_and_the_parameters
     parsed = bench.parse_nanogpt_log(NANOGPT_LOG, steps=4)
     assert (parsed["train_loss"], parsed["val_loss"]) == (10.2274, 10.2118)
     assert parsed["iter_ms"] == {0: 95842.91, 1: 400.0, 2: 410.0, 3: 420.0, 4: 64328.88}
-    assert parsed["params"] == 7_240_448
+    assert parsed["params"] == 7_234_688
     # iterations 0 and 4 carry an evaluation each: the step is the mean of 1..3
     assert bench.nanogpt_step_ms(parsed["iter_ms"], 4) == pytest.approx((410.0, 410.0))
     with pytest.raises(ValueError, match="step 5"):
@@ -49,14 +49,14 @@ def test_nanogpt_log_gives_the_last_evaluation_the_iterations_and_the_parameters
 
 def test_seqjax_workdir_gives_val_loss_loop_time_and_the_steady_step(tmp_path):
     (tmp_path / "gpt2.json").write_text(json.dumps(
-        {"val_loss": 6.25, "steps": 30, "params": 7_240_448, "train_wall_s": 20.0,
+        {"val_loss": 6.25, "steps": 30, "params": 7_234_688, "train_wall_s": 20.0,
          "wall_s": 21.0}))
     records = [{"step": 10, "loss": 9.0, "time": 5.0, "steps_per_s": 2.0},
                {"step": 20, "loss": 8.0, "time": 8.0, "steps_per_s": 3.3},
                {"step": 30, "loss": 7.0, "time": 11.0, "eval/loss": 6.25}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     parsed = bench.parse_seqjax_workdir(tmp_path, 30)
-    assert parsed["val_loss"] == 6.25 and parsed["params"] == 7_240_448
+    assert parsed["val_loss"] == 6.25 and parsed["params"] == 7_234_688
     assert parsed["loop_s"] == 11.0  # the first call (with its compilation) included
     assert parsed["ms_per_step"] == pytest.approx(1e3 * 6.0 / 20)  # steps 11..30
     assert parsed["ms_median"] == pytest.approx(300.0)
@@ -92,9 +92,13 @@ def test_nanogpt_command_is_the_setup_in_configurator_types():
             got["weight_decay"], got["grad_clip"]) == (1e-3, 1e-4, 100, 0.99, 0.1, 1.0)
     assert (got["bias"], got["dropout"], got["compile"], got["dtype"], got["device"],
             got["dataset"], got["eval_iters"], got["log_interval"]) == (
-        True, 0.0, False, "float32", "cpu", "shakespeare", 200, 1)
+        False, 0.0, False, "float32", "cpu", "shakespeare", 200, 1)
     with pytest.raises(ValueError, match="warm-up"):
         bench.nanogpt_command(bench.DEFAULT, 100)
+    with pytest.raises(ValueError, match="exact GELU only"):
+        bench.nanogpt_command(bench.Setup(activation="gelu_tanh"), 500)
+    biased = bench.nanogpt_command(bench.Setup(use_bias=True), 500)
+    assert "--bias=True" in biased
 
 
 def test_the_default_setup_is_seqjaxs_cpu_preset():
@@ -111,6 +115,7 @@ def test_the_default_setup_is_seqjaxs_cpu_preset():
                      "batch_size": 8, "warmup_steps": 2, "val_tokens": 256, "log_every": 1,
                      "steps_per_call": 1}
     assert bench.seqjax_overrides(bench.Setup(min_lr=5e-5), preset) == {"min_lr_ratio": 0.05}
+    assert bench.seqjax_overrides(bench.Setup(use_bias=True), preset) == {"use_bias": True}
     with pytest.raises(ValueError, match="eval_every"):
         bench.seqjax_overrides(bench.DEFAULT, {**preset, "eval_every": 250})
 
@@ -129,7 +134,7 @@ def test_seed_line_is_replaced_once(tmp_path):
         bench.seeded_train_py(other, 1)
 
 
-def _result(side, seed, val, wall, ms, params=7_240_448):
+def _result(side, seed, val, wall, ms, params=7_234_688):
     return bench.RunResult(side, seed, val, wall, 500 * ms / 1e3, ms, ms - 10, params,
                            "1.00 1.00 1.00", "1.50 1.00 1.00")
 
@@ -146,7 +151,7 @@ def test_report_gives_ratios_the_readme_row_and_the_commands():
                         "NANO")
     assert "| seqjax  |    2 |" in text and "6.1000 ± 0.0000" in text
     assert "350.0 ± 14.1" in text  # nanoGPT wall, sample sd
-    assert "7,240,448 each side" in text and "    CMD2" in text
+    assert "7,234,688 each side" in text and "    CMD2" in text
     row = [line for line in text.splitlines() if line.startswith("| GPT-2 BPE")]
     assert len(row) == 1 and "**1.84×** wall, 1.17× per step; val +0.000 |" in row[0]
     assert "4L/4H/128, T=64, B=12, 500 steps" in row[0] and "seeds 0,1" in row[0]
@@ -222,6 +227,6 @@ def test_smoke_runs_both_sides_with_a_nanogpt_checkout(capsys):
     if "nanogpt_gpt2: skipped:" in out:
         pytest.skip(out.split("nanogpt_gpt2: skipped:")[1].strip())
     assert "| nanoGPT |    0 |" in out and "| seqjax  |    0 |" in out
-    assert "808,432 each side" in out  # 1L/2H/16 at |V| = 50304, biases on both sides
+    assert "808,240 each side" in out  # 1L/2H/16 at |V| = 50304, no biases
     assert re.search(r"^nanogpt_gpt2: wall ratio \d+\.\d\d×; ms/step ratio \d+\.\d\d×; "
                      r"val loss seqjax − nanoGPT [-+]\d\.\d{4}$", out.strip().splitlines()[-1])
