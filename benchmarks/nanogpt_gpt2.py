@@ -69,7 +69,17 @@ exact commands; its last line is ``nanogpt_gpt2: wall ratio R×; ms/step ratio r
 seqjax − nanoGPT D``.
 
 Run: ``python -m benchmarks nanogpt_gpt2 [--nanogpt_dir DIR] [--steps 500] [--seeds 0,1,2]
-[--smoke]``. ``--smoke``: 1 layer, d = 16, T = 16, batch 8, 4 steps, 1 seed; it prints
+[--smoke]``.
+
+On one GPU, ``--preset 124m`` runs GPT-2 124M instead (:data:`GPT2_124M`): nanoGPT's
+``config/train_gpt2.py`` (``torch.compile``, bf16, 12 rows x 40 micro-steps of 1024 tokens,
+no wandb) against ``seqjax train gpt2 --preset 124m`` with the same 480 rows per step
+(``--micro_batch_size=12``), no biases and exact GELU on both sides, 100 steps (warm-up 20),
+seed 0, on the same Tiny Shakespeare bins; the figure is the steady tokens/s of each (the
+targets: seqjax ≥ 1.25x nanoGPT's and ≥ 500k tokens/s on one H100):
+``python -m benchmarks nanogpt_gpt2 --preset 124m --nanogpt_dir DIR --timeout 400``.
+
+``--smoke``: 1 layer, d = 16, T = 16, batch 8, 4 steps, 1 seed; it prints
 ``nanogpt_gpt2: skipped: REASON`` and exits 0 without a nanoGPT checkout or rank file.
 """
 
@@ -140,9 +150,30 @@ class Setup:
     val_tokens: int | None = None
     log_every: int | None = None
     steps_per_call: int | None = None
+    # the GPU comparison (--preset 124m): nanoGPT's config/train_gpt2.py on one device
+    preset: str = "cpu"
+    nanogpt_config: str = "config/train_shakespeare_char.py"
+    device: str = "cpu"
+    dtype: str = "float32"
+    compile: bool = False
+    grad_accum: int = 1
+
+    @property
+    def rows(self) -> int:
+        """Rows per optimiser step (seqjax's global ``batch_size``)."""
+        return self.batch_size * self.grad_accum
 
 
 DEFAULT = Setup()
+#: GPT-2 124M as nanoGPT's ``config/train_gpt2.py`` trains it on one GPU (12 rows x 40
+#: micro-steps of 1024 tokens = 491,520 tokens per step, bf16, ``torch.compile``), its
+#: warm-up shortened so that a run of a few hundred steps decays; seqjax: ``--preset 124m``
+#: with the same rows (``--micro_batch_size 12`` gives the 40 micro-steps).
+GPT2_124M = Setup(num_layers=12, num_heads=12, embed_dim=768, block_size=1024, batch_size=12,
+                  learning_rate=6e-4, min_lr=6e-5, warmup_steps=20, beta2=0.95,
+                  eval_iters=20, val_tokens=491_520, log_every=10, steps_per_call=1,
+                  preset="124m", nanogpt_config="config/train_gpt2.py", device="cuda",
+                  dtype="bfloat16", compile=True, grad_accum=40)
 SMOKE = Setup(num_layers=1, num_heads=2, embed_dim=16, block_size=16, batch_size=8,
               warmup_steps=2, eval_iters=2, val_tokens=256, log_every=1, steps_per_call=1)
 SMOKE_STEPS = 4
@@ -196,7 +227,8 @@ def nanogpt_command(setup: Setup, steps: int, *, python: str = sys.executable) -
         raise ValueError(f"nanoGPT's MLP has the exact GELU only; got activation "
                          f"{setup.activation!r}")
     opts = {
-        "dataset": "shakespeare", "device": "cpu", "compile": False, "dtype": "float32",
+        "dataset": "shakespeare", "device": setup.device, "compile": setup.compile,
+        "dtype": setup.dtype,
         "block_size": setup.block_size, "batch_size": setup.batch_size,
         "n_layer": setup.num_layers, "n_head": setup.num_heads, "n_embd": setup.embed_dim,
         "dropout": 0.0, "bias": setup.use_bias, "max_iters": steps, "lr_decay_iters": steps,
@@ -206,20 +238,30 @@ def nanogpt_command(setup: Setup, steps: int, *, python: str = sys.executable) -
         "eval_interval": steps, "eval_iters": setup.eval_iters, "log_interval": 1,
         "out_dir": "out",
     }
-    return [python, "train.py", "config/train_shakespeare_char.py",
+    if setup.grad_accum != 1:
+        opts["gradient_accumulation_steps"] = setup.grad_accum
+    if setup.nanogpt_config != DEFAULT.nanogpt_config:
+        opts["wandb_log"] = False  # config/train_gpt2.py logs to wandb (a network service)
+    return [python, "train.py", setup.nanogpt_config,
             *(f"--{k}={_flag(v)}" for k, v in opts.items())]
 
 
 def seqjax_overrides(setup: Setup, preset: dict[str, Any]) -> dict[str, Any]:
     """The gpt2 options where ``setup`` differs from ``preset`` (the recipe's ``cpu``);
-    raises when the preset no longer fits the comparison (:data:`SEQJAX_FIXED`)."""
-    for key, want in SEQJAX_FIXED.items():
-        if preset.get(key, want) != want:
-            raise ValueError(f"seqjax's cpu preset has {key}={preset[key]!r}; this benchmark "
-                             f"needs {want!r}")
+    raises when the ``cpu`` preset no longer fits the comparison (:data:`SEQJAX_FIXED`);
+    another preset (``124m``) is set to it by options."""
     out: dict[str, Any] = {}
+    fixed = dict(SEQJAX_FIXED)
+    if setup.preset != "cpu":
+        fixed.update(compute_dtype=setup.dtype, micro_batch_size=setup.batch_size)
+    for key, want in fixed.items():
+        if preset.get(key, want) != want:
+            if setup.preset == "cpu":
+                raise ValueError(f"seqjax's cpu preset has {key}={preset[key]!r}; this "
+                                 f"benchmark needs {want!r}")
+            out[key] = want
     for field, key in SEQJAX_KEYS.items():
-        value = getattr(setup, field)
+        value = setup.rows if field == "batch_size" else getattr(setup, field)
         if value is not None and not _same(value, preset.get(key)):
             out[key] = value
     ratio = setup.min_lr / setup.learning_rate
@@ -236,9 +278,9 @@ def _same(a: Any, b: Any) -> bool:
 
 def seqjax_command(setup: Setup, data: str, steps: int, seed: int, workdir: str,
                    preset: dict[str, Any], *, python: str = sys.executable) -> list[str]:
-    """``seqjax train gpt2 --preset cpu`` on ``data`` (as ``python -m seqjax.cli``)."""
+    """``seqjax train gpt2 --preset P`` on ``data`` (as ``python -m seqjax.cli``)."""
     extra = [f"--{k}={v}" for k, v in seqjax_overrides(setup, preset).items()]
-    return [python, "-m", "seqjax.cli", "train", "gpt2", "--preset", "cpu", "--data", data,
+    return [python, "-m", "seqjax.cli", "train", "gpt2", "--preset", setup.preset, "--data", data,
             "--steps", str(steps), "--seed", str(seed), "--workdir", workdir,
             "--progress", "false", "--sample_tokens", "0", *extra]
 
@@ -254,12 +296,12 @@ def shown(cmd: Sequence[str]) -> str:
     return shlex.join(cmd)
 
 
-def seqjax_cpu_preset() -> dict[str, Any]:
-    """The gpt2 recipe's ``cpu`` preset over its config's defaults."""
+def seqjax_cpu_preset(name: str = "cpu") -> dict[str, Any]:
+    """The gpt2 recipe's preset ``name`` over its config's defaults."""
     from seqjax.experiments import gpt2
 
     base = {f.name: f.default for f in dataclasses.fields(gpt2.Config)}
-    return {**base, **gpt2.PRESETS["cpu"]}
+    return {**base, **gpt2.PRESETS[name]}
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -476,9 +518,9 @@ def nanogpt_env(threads: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def seqjax_env() -> dict[str, str]:
+def seqjax_env(device: str = "cpu") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return {**env, "JAX_PLATFORMS": "cpu", "SEQJAX_COMPILE_CACHE": "0"}
+    return {**env, "JAX_PLATFORMS": device, "SEQJAX_COMPILE_CACHE": "0"}
 
 
 def _load() -> str:
@@ -521,8 +563,8 @@ def run_seqjax(folder: Path, data: Path, setup: Setup, steps: int, seed: int,
     shutil.rmtree(workdir, ignore_errors=True)
     cmd = seqjax_command(setup, str(data), steps, seed, str(workdir), preset)
     load_before = _load()
-    wall, _ = _run_logged(cmd, folder, seqjax_env(), folder / f"seqjax_seed{seed}.log",
-                          timeout)
+    wall, _ = _run_logged(cmd, folder, seqjax_env(setup.device),
+                          folder / f"seqjax_seed{seed}.log", timeout)
     parsed = parse_seqjax_workdir(workdir, steps)
     return RunResult("seqjax", seed, parsed["val_loss"], wall, parsed["loop_s"],
                      parsed["ms_per_step"], parsed["ms_median"], parsed["params"], load_before,
@@ -569,7 +611,7 @@ def report(results: Sequence[RunResult], setup: Setup, steps: int, tokens_note: 
         [[r.side, r.seed, f"{r.val_loss:.4f}", f"{r.wall_s:.1f}", f"{r.loop_s:.1f}",
           f"{r.ms_per_step:.1f}", f"{r.ms_median:.1f}", f"{r.load_before} → {r.load_after}"]
          for r in results])
-    tokens = setup.batch_size * setup.block_size
+    tokens = setup.rows * setup.block_size
     per_side = harness.markdown_table(
         ["side", "runs", "val loss", "wall s", "loop s", "ms/step", "median",
          "tokens/s (ms/step)"],
@@ -600,7 +642,7 @@ def report(results: Sequence[RunResult], setup: Setup, steps: int, tokens_note: 
            f"(`train.py`, torch eager) | **{s['wall_ratio']:.2f}×** wall, "
            f"{s['step_ratio']:.2f}× per step; val {s['val_diff']:+.3f} |")
     return "\n\n".join([
-        f"### nanoGPT `train.py` vs `seqjax train gpt2 --preset cpu`: {steps} steps, "
+        f"### nanoGPT `train.py` vs `seqjax train gpt2 --preset {setup.preset}`: {steps} steps, "
         f"{len(ours)} seed(s) a side",
         f"nanoGPT: {nanogpt_note}",
         f"Data: {tokens_note}",
@@ -626,7 +668,7 @@ def report(results: Sequence[RunResult], setup: Setup, steps: int, tokens_note: 
         "order. nanoGPT runs a copy of train.py with its seed line "
         f"`{SEED_LINE}` made `... + seed_offset + S)` (S = 0: unmodified). Model: "
         f"{'biases' if setup.use_bias else 'no biases'}, exact GELU, both sides; "
-        f"parameters: {params}. seqjax runs with JAX_PLATFORMS=cpu, "
+        f"parameters: {params}. seqjax runs with JAX_PLATFORMS={setup.device}, "
         "SEQJAX_COMPILE_CACHE=0, no XLA_FLAGS.",
         "Row for benchmarks/README.md (| config | hardware, commit, load | seqjax | nanoGPT "
         "| ratio |):\n\n" + row,
@@ -649,6 +691,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true",
                     help=f"1 layer, d=16, T=16, B=8, {SMOKE_STEPS} steps, 1 seed; skipped "
                          "(exit 0) without nanoGPT or a rank file")
+    ap.add_argument("--preset", choices=("cpu", "124m"), default="cpu",
+                    help="cpu: the recipe's cpu preset on the CPU (default); 124m: GPT-2 124M "
+                         "on one GPU, nanoGPT's config/train_gpt2.py (torch.compile, bf16) "
+                         "against seqjax's --preset 124m, 100 steps, seed 0")
     ap.add_argument("--nanogpt_dir", default=None,
                     help=f"a nanoGPT checkout (git clone {NANOGPT_URL}); default "
                          "$NANOGPT_DIR, else a shallow clone into the temporary folder")
@@ -676,18 +722,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="also write the report to this file")
     args = ap.parse_args(argv)
 
-    setup = SMOKE if args.smoke else DEFAULT
+    gpu = args.preset == "124m"
+    setup = SMOKE if args.smoke else GPT2_124M if gpu else DEFAULT
     if args.eval_iters is not None:
         setup = dataclasses.replace(setup, eval_iters=args.eval_iters)
-    steps = args.steps if args.steps is not None else (SMOKE_STEPS if args.smoke else 500)
+    steps = args.steps if args.steps is not None else (
+        SMOKE_STEPS if args.smoke else 100 if gpu else 500)
     try:
-        seeds = [int(s) for s in (args.seeds or ("0" if args.smoke else "0,1,2")).split(",")]
+        seeds = [int(s) for s in (args.seeds or ("0" if args.smoke or gpu else "0,1,2"))
+                 .split(",")]
     except ValueError:
         ap.error(f"--seeds: comma-separated integers; got {args.seeds!r}")
     if steps <= setup.warmup_steps:
         ap.error(f"--steps ({steps}) must exceed the warm-up ({setup.warmup_steps})")
     if not harness.torch_available():
         return _skip("torch is not installed") if args.smoke else _fail("torch is not installed")
+    if gpu and not args.smoke:
+        import torch
+
+        if not torch.cuda.is_available():
+            return _fail("--preset 124m needs a CUDA GPU (torch.cuda.is_available() is False)")
     try:
         import tiktoken  # noqa: F401
     except ImportError:
@@ -703,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         why = (f"no GPT-2 rank file ({rank_file or 'openai-whisper is not installed'}): "
                "pass --rank_file PATH/gpt2.tiktoken")
         return _skip(why) if args.smoke else _fail(why)
-    preset = seqjax_cpu_preset()
+    preset = seqjax_cpu_preset(setup.preset)
 
     with contextlib.ExitStack() as stack:
         if args.keep:
@@ -745,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         ours_cmd = shown(seqjax_command(setup, "NANOGPT_RUN_FOLDER/data/shakespeare", steps,
                                         0, "WORKDIR", preset)).replace("--seed 0", "--seed S")
         commands = [f"cd NANOGPT_RUN_FOLDER && OMP_NUM_THREADS={args.threads} {nano_cmd}",
-                    f"JAX_PLATFORMS=cpu SEQJAX_COMPILE_CACHE=0 {ours_cmd}"]
+                    f"JAX_PLATFORMS={setup.device} SEQJAX_COMPILE_CACHE=0 {ours_cmd}"]
         summary = report(results, setup, steps, tokens_note, prepare_note, commands,
                          nanogpt_note)
     harness.emit_report("nanogpt_gpt2", "nanogpt_gpt2", argv, summary, [], out=args.out)

@@ -230,3 +230,23 @@ def test_smoke_runs_both_sides_with_a_nanogpt_checkout(capsys):
     assert "808,240 each side" in out  # 1L/2H/16 at |V| = 50304, no biases
     assert re.search(r"^nanogpt_gpt2: wall ratio \d+\.\d\d×; ms/step ratio \d+\.\d\d×; "
                      r"val loss seqjax − nanoGPT [-+]\d\.\d{4}$", out.strip().splitlines()[-1])
+
+
+def test_the_gpu_setup_is_nanogpts_train_gpt2_and_seqjaxs_124m_preset():
+    """``--preset 124m``: nanoGPT's config/train_gpt2.py (compile, bf16, 40 micro-steps of 12
+    rows, no wandb) against ``seqjax train gpt2 --preset 124m`` with the same 480 rows."""
+    g = bench.GPT2_124M
+    cmd = bench.nanogpt_command(g, 100, python="python")
+    assert cmd[:3] == ["python", "train.py", "config/train_gpt2.py"]
+    for flag in ("--device=cuda", "--compile=True", "--dtype=bfloat16", "--bias=False",
+                 "--gradient_accumulation_steps=40", "--wandb_log=False", "--n_layer=12",
+                 "--block_size=1024", "--batch_size=12"):
+        assert flag in cmd, flag
+    ours = bench.seqjax_command(g, "D", 100, 0, "W", bench.seqjax_cpu_preset("124m"),
+                                python="python")
+    assert ours[ours.index("--preset") + 1] == "124m"
+    for flag in ("--batch_size=480", "--micro_batch_size=12", "--eval_every=0",
+                 "--use_bias=False", "--activation=gelu"):
+        assert flag in ours, flag
+    assert "--compute_dtype=bfloat16" not in ours  # the preset's already
+    assert g.rows * g.block_size == 491_520
