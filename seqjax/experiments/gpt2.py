@@ -290,7 +290,8 @@ def build(cfg: Config) -> Task:
     """The one pretraining run and its summary."""
     tokens = load_tokens(cfg)
     tok = None
-    if cfg.sample_tokens or cfg.hellaswag or tokens.tokenizer is not None:
+    if (cfg.sample_tokens or cfg.hellaswag or cfg.align == "document"
+            or tokens.tokenizer is not None):
         tok = text_tokenizer(cfg)
         tokens.check_tokenizer(tok.describe())
     model = build_model(cfg)
@@ -422,7 +423,8 @@ def evaluate(cfg: Config) -> dict:
     model, params = _restore(cfg)
     tokens = load_tokens(cfg)
     eval_step = make_eval_step(make_lm_eval(flax_apply_fn(model)))
-    rows = cfg.eval_batch_size or max(cfg.batch_size // max(cfg.grad_accum, 1), 1)
+    # one device here: one micro-batch of rows at a time, as in training
+    rows = cfg.eval_batch_size or cfg.micro_batch_size or max(cfg.batch_size // cfg.grad_accum, 1)
     val = evaluate_batches(eval_step, params, ValidationWindows(
         tokens.val, rows, cfg.block_size, cfg.val_tokens))
     out = {"val_loss": val["loss"], "val_tokens": val["tokens"]}
