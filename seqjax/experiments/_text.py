@@ -39,6 +39,9 @@ from seqjax.train.checkpoint import restore_params
 
 Model = Literal["transformer", "lstm"]
 MODELS: tuple[str, ...] = get_args(Model)
+#: nanoGPT's and llm.c's weight decay: every 2-D parameter (embeddings included); never the
+#: biases and the norms' vectors (``OptimizerConfig.no_decay``).
+NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 
 
 # ----------------------------------------------------------------------------- data

@@ -91,6 +91,7 @@ from seqjax.experiments._config import (
 )
 from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments._text import (
+    NO_DECAY,
     Model,
     build_model,
     lm_decoder,
@@ -109,9 +110,6 @@ from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
-
-# nanoGPT decays every 2-D parameter (embeddings included); vectors are never decayed.
-NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 
 
 @dataclass(frozen=True)

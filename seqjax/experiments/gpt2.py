@@ -68,7 +68,7 @@ from seqjax.experiments._config import (
     PosInt,
 )
 from seqjax.experiments._kit import Run, Task, Trained, train
-from seqjax.experiments._text import lm_decoder
+from seqjax.experiments._text import NO_DECAY, lm_decoder
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.flops import lm_flops_per_token
@@ -80,8 +80,6 @@ from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 
-# llm.c and nanoGPT decay every 2-D parameter (embeddings included); vectors never.
-NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 #: llm.c's GPT-2 (124M) on FineWeb 10B: val loss and HellaSwag acc_norm it reports.
 LLMC_124M_VAL_LOSS, LLMC_124M_HELLASWAG = 3.27, 0.299
 
