@@ -85,6 +85,7 @@ from typing import Any
 from seqjax._env import env_bool, is_bool, parse_bool
 from seqjax._io import write_atomic, write_json
 from seqjax.data.corpora import CorpusNotFoundError
+from seqjax.data.shards import ShardError
 from seqjax.experiments._config import (
     RENAMED,
     ConfigError,
@@ -313,7 +314,7 @@ def _config_saved(name: str, cfg: Any) -> Iterator[None]:
     try:
         yield
     except (CheckpointMismatchError, CheckpointUnreadableError, ConfigError, LayoutError,
-            ResumeError, CorpusNotFoundError, FloatingPointError):
+            ResumeError, CorpusNotFoundError, ShardError, FloatingPointError):
         if path is not None and _primary():
             if before is None:
                 if os.path.exists(path):
@@ -500,7 +501,7 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
                 _restart(cfg)
             with _config_saved(name, cfg), checked_by_default(switches.checked):
                 return module.run(cfg)
-    except (WorkdirBusyError, ConfigError) as err:
+    except (WorkdirBusyError, ConfigError, ShardError) as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     except WriteError as err:

@@ -99,6 +99,7 @@ def test_bad_inputs_are_refused_by_name(bins, tmp_path, capsys):
     assert cli.main([*base, f"--data={short}", "--sample_tokens=0"]) == 2
     assert "too short for one window" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "w" / "checkpoints")
+    assert not os.path.exists(tmp_path / "w" / "experiment.json")  # nothing of a refused run
 
 
 def test_a_manifest_of_another_tokenizer_is_refused(bins, tmp_path, capsys):
