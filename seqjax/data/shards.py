@@ -161,6 +161,7 @@ class TokenData:
     paths: Mapping[str, Sequence[str]]
 
     def num_tokens(self, split: str = "train") -> int:
+        """Tokens in every shard of ``split`` (``"train"`` or ``"val"``)."""
         return int(sum(len(s) for s in self._split(split)))
 
     def _split(self, split: str) -> Sequence[np.ndarray]:

@@ -250,6 +250,7 @@ def build_model(cfg: Config) -> TransformerLM:
 
 
 def model_config(cfg: Config) -> dict:
+    """What the checkpoints record of the model (a restore with another one is refused)."""
     keys = ("vocab_size", "num_layers", "num_heads", "embed_dim", "block_size", "use_bias",
             "activation", "tokenizer")
     return {k: getattr(cfg, k) for k in keys}
