@@ -157,6 +157,76 @@ def test_transformer_models_poison_the_row_of_a_bad_length(kind):
 # ------------------------------------------------------------------ KV cache
 
 
+def _decoder_stack():
+    m = snn.TransformerDecoder(config=snn.BlockConfig.decoder(num_heads=2), num_layers=2)
+    return m, m.init(KEY, X8, encoder_out=np.ones((2, 4, 6), np.float32))
+
+
+# Each layer that reads a lengths argument itself: (module, variables, call with the
+# lengths as the only traced argument, the argument's name, its range).
+ENC = np.ones((2, 4, 6), np.float32)
+LENGTH_DOORS = {
+    "mha-lengths": (lambda: bound("mha"), lambda m, v, n: m.apply(v, X8, lengths=n),
+                    "lengths", 5),
+    "mha-kv_lengths": (lambda: bound("mha-cross"),
+                       lambda m, v, n: m.apply(v, X8, ENC, kv_lengths=n), "kv_lengths", 4),
+    "mha-cached": (lambda: bound("mha"),
+                   lambda m, v, n: m.apply(
+                       v, X8, snn.MultiHeadAttention(num_heads=2, head_dim=4).init_cache(2, 8),
+                       lengths=n, method="decode")[0],
+                   "lengths", 5),
+    "block": (lambda: bound("block"), lambda m, v, n: m.apply(v, X8, lengths=n), "lengths", 5),
+    "block-encoder_lengths": (lambda: bound("block-cross"),
+                              lambda m, v, n: m.apply(v, X8, encoder_out=ENC,
+                                                      encoder_lengths=n),
+                              "encoder_lengths", 4),
+    "encoder": (lambda: bound("encoder"), lambda m, v, n: m.apply(v, X8, lengths=n),
+                "lengths", 5),
+    "decoder": (_decoder_stack, lambda m, v, n: m.apply(v, X8, lengths=n, encoder_out=ENC),
+                "lengths", 5),
+    "decoder-encoder_lengths": (_decoder_stack,
+                                lambda m, v, n: m.apply(v, X8, encoder_out=ENC,
+                                                        encoder_lengths=n),
+                                "encoder_lengths", 4),
+}
+
+
+@pytest.mark.parametrize("door", sorted(LENGTH_DOORS))
+def test_attention_and_transformer_stacks_poison_the_row_of_a_bad_length(door):
+    build, call, name, high = LENGTH_DOORS[door]
+    m, v = build()
+    f = jax.jit(lambda v, n: call(m, v, n))
+    assert np.isfinite(np.asarray(f(v, jnp.array([high, 1])))).all()
+    for bad in (high + 1, -1):  # never clipped: above T and below 0
+        lengths = jnp.array([high, bad])
+        assert_row_nan(f(v, lengths))
+        assert_refused(f, v, lengths, words=[f"`{name}`", f"[0, {high}]", str(bad)])
+        with pytest.raises(ValueError, match=f"`{name}`"):  # outside jit: the host check
+            call(m, v, np.array([high, bad]))
+    seqjax.checked(f)(v, jnp.array([high, 0]))  # the happy path passes
+
+
+@pytest.mark.parametrize("side", ["src_lengths", "tgt_lengths"])
+def test_the_encoder_decoder_poisons_the_row_of_a_bad_source_or_target_length(side):
+    m, v = bound("transformer")  # src [2, 5]: src_lengths in [1, 5]; tgt [2, 3]: [0, 3]
+    src, tgt = i32(2, 5), i32(2, 3)
+    low, high = (1, 5) if side == "src_lengths" else (0, 3)
+
+    def call(n):
+        return lambda v, n: m.apply(v, src, tgt, **{side: n})
+
+    f = jax.jit(call(None))
+    assert np.isfinite(np.asarray(f(v, jnp.array([high, low])))).all()
+    for bad in (low - 1, high + 1):
+        lengths = jnp.array([high, bad])
+        assert_row_nan(f(v, lengths))
+        assert_refused(f, v, lengths, words=[f"`{side}`", f"[{low}, {high}]", str(bad)])
+        with pytest.raises(ValueError, match=f"`{side}`"):
+            m.apply(v, src, tgt, **{side: np.array([high, bad])})
+    g = jax.jit(jax.grad(lambda v, n: jnp.sum(m.apply(v, src, tgt, **{side: n}))))
+    assert_refused(g, v, jnp.array([high, high + 1]), words=[f"`{side}`"])
+
+
 def test_kv_cache_overflow_poisons_the_row_and_checked_raises():
     cache = snn.KVCache.create(2, 3, 1, 2)
     write = jax.jit(lambda c, k, n: c.update(k, k, n))

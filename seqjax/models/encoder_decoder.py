@@ -58,7 +58,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import ValidLengths, replace_fields
-from seqjax._traced_checks import poison_bad_ids
+from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
     check_lengths,
@@ -315,14 +315,14 @@ class Transformer(nn.Module):
         check_nonempty(src_BxS, "src", "the decoder's cross-attention needs a key")
         batch, src_len = src_BxS.shape
         self._check_len(src_len, "src")
+        given = src_lengths
         if src_lengths is None:
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
         checked = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         x_BxSxD = self._embed(src_BxS, True, None, deterministic)
-        z_BxSxD = self.encoder(
-            x_BxSxD, lengths=checked, deterministic=deterministic
-        )
-        return z_BxSxD, checked
+        z_BxSxD = self.encoder(x_BxSxD, lengths=checked, deterministic=deterministic)
+        # Under jit a source length outside [1, S] makes its row NaN (seqjax._traced_checks).
+        return poison_bad_lengths(z_BxSxD, given, 1, src_len), checked
 
     def __call__(
         self,
@@ -350,6 +350,10 @@ class Transformer(nn.Module):
             encoder_lengths=src_checked,
             deterministic=deterministic,
         )
+        # Under jit a length outside [1, S] / [0, T] makes its row NaN: also the source's,
+        # whose NaN encoder output the cross-attention may not read (fully masked keys).
+        h_BxTxD = poison_bad_lengths(h_BxTxD, src_lengths, 1, z_BxSxD.shape[1])
+        h_BxTxD = poison_bad_lengths(h_BxTxD, tgt_lengths, 0, tgt_len)
         return self._head(h_BxTxD)
 
     # ----------------------------------------------------------------- decoding interface
@@ -369,12 +373,14 @@ class Transformer(nn.Module):
         # leaves the self-attention caches empty): it projects the encoder output into each
         # layer's cross-attention keys/values once, for every later step to reuse.
         y_BxTxD = self._embed(prompt_BxT[:, : max(num_steps - 1, 1)], False, None, True)
-        _, cache = self.decoder(
+        # in [0, T - 1]: the prompt lengths were checked at the door
+        lengths = check_lengths(lengths_B, "lengths", batch, y_BxTxD.shape[1])
+        _, cache = self.decoder.decode(
             y_BxTxD,
-            lengths=lengths_B,
+            cache,
+            lengths=lengths,
             encoder_out=z_BxSxD,
             encoder_lengths=src_checked,
-            cache=cache,
         )
         return {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
@@ -388,12 +394,16 @@ class Transformer(nn.Module):
         tokens_B, valid_B = split_oov(tokens_B, self.config.target_vocab_size)
         y_Bx1xD = self._embed(tokens_B[:, None], False, state["positions"][:, None], True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder(
+        batch, src_len = state["enc"].shape[:2]
+        valid = check_lengths(valid_B.astype(jnp.int32), "lengths", batch, 1)
+        # the source lengths of the state, checked when it was made
+        src_lengths = check_lengths(state["src_lengths"], "encoder_lengths", batch, src_len)
+        h_Bx1xD, cache = self.decoder.decode(
             y_Bx1xD,
-            lengths=valid_B.astype(jnp.int32),
+            cache,
+            lengths=valid,
             encoder_out=state["enc"],
-            encoder_lengths=state["src_lengths"],
-            cache=cache,
+            encoder_lengths=src_lengths,
         )
         new_state = {
             **state,

@@ -317,7 +317,9 @@ class TransformerLM(nn.Module):
         if num_steps > 1:
             # Every prompt token but the last (that one is fed by the first decode step).
             x_BxTxD = self._embed(prompt_BxT[:, :-1], None, True)
-            _, cache = self.decoder(x_BxTxD, lengths=lengths_B, cache=cache)
+            # in [0, T - 1]: the prompt lengths were checked at the door
+            lengths = check_lengths(lengths_B, "lengths", batch, num_steps - 1)
+            _, cache = self.decoder.decode(x_BxTxD, cache, lengths=lengths)
         return {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "positions": lengths_B,
@@ -331,9 +333,8 @@ class TransformerLM(nn.Module):
         pos_Bx1 = state["positions"][:, None]
         x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
         cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        h_Bx1xD, cache = self.decoder(
-            x_Bx1xD, lengths=valid_B.astype(jnp.int32), cache=cache
-        )
+        valid = check_lengths(valid_B.astype(jnp.int32), "lengths", tokens_B.shape[0], 1)
+        h_Bx1xD, cache = self.decoder.decode(x_Bx1xD, cache, lengths=valid)
         new_state = {
             "cache": layers_to_batch_major(cache, self.config.scan_layers),
             "positions": state["positions"] + valid_B,

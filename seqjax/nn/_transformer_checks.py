@@ -7,17 +7,72 @@ attention layers then run on the checked inputs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
-from seqjax._checks import check_bool, check_features, check_lengths, check_rank
+from seqjax._checks import (
+    ValidLengths,
+    bound_param_shape,
+    check_bool,
+    check_features,
+    check_lengths,
+    check_rank,
+)
+from seqjax._traced_checks import poison_bad_lengths
 from seqjax.nn.attention import KVCache
 from seqjax.nn.attention.checks import check_broadcast
 
 Array = jax.Array
+
+
+@struct.dataclass
+class BlockInputs:
+    """What a transformer block reads besides ``x`` and its cache, as one value.
+
+    A block's or a stack's public call (``__call__``, ``decode``) gathers its keywords into
+    one ``BlockInputs``, checks it once (:func:`check_block_call`, :func:`check_stack_call`:
+    lengths become :class:`~seqjax._checks.ValidLengths`, key masks rank 4) and hands the
+    checked value whole to every block, through ``nn.scan`` and ``nn.remat`` alike. A
+    pytree of arrays (absent ones ``None``); ``deterministic`` is static.
+
+    Attributes:
+        mask: self-attention mask, bool broadcastable to ``[B, H, T, K]``.
+        lengths: ``int32[B]`` real tokens per row of ``x`` (right padding).
+        encoder_out: ``[B, S, D_e]``, the cross-attention memory.
+        encoder_mask: ``bool[B, S]`` or broadcastable ``[B, H, T, S]`` (rank 4 once checked).
+        encoder_lengths: ``int32[B]`` real tokens per row of ``encoder_out``.
+        positions: ``int32[B, T]`` RoPE positions.
+        bias: additive self-attention score bias (e.g. ALiBi).
+        deterministic: no dropout (static).
+    """
+
+    mask: Any = None
+    lengths: Any = None
+    encoder_out: Any = None
+    encoder_mask: Any = None
+    encoder_lengths: Any = None
+    positions: Any = None
+    bias: Any = None
+    deterministic: bool = struct.field(pytree_node=False, default=True)
+
+
+def poison_unread_lengths(x_BxTxD: Array, inputs: BlockInputs) -> Array:
+    """``x`` with NaN in the rows whose traced ``lengths`` lie outside ``[0, T]`` or
+    ``encoder_lengths`` outside ``[0, S]`` (:mod:`seqjax._traced_checks`), for the lengths
+    of ``inputs`` (as the call received them) that no layer above has checked: a
+    :class:`~seqjax._checks.ValidLengths` was read, and its rows poisoned, by its maker."""
+    if not isinstance(inputs.lengths, ValidLengths):
+        x_BxTxD = poison_bad_lengths(x_BxTxD, inputs.lengths, 0, x_BxTxD.shape[1])
+    if inputs.encoder_out is not None and not isinstance(inputs.encoder_lengths, ValidLengths):
+        x_BxTxD = poison_bad_lengths(
+            x_BxTxD, inputs.encoder_lengths, 0, inputs.encoder_out.shape[1]
+        )
+    return x_BxTxD
 
 
 class DecoderLayerCache(NamedTuple):
@@ -68,6 +123,51 @@ def check_layer_cache(cache: Any, cross_attention: bool) -> None:
         raise ValueError("a DecoderLayerCache needs `config.cross_attention=True`.")
 
 
+def check_block_call(block: Any, x: Any, cache: Any, inputs: BlockInputs) -> BlockInputs:
+    """Every check of a lone block's call: returns ``inputs`` with its lengths as
+    :class:`~seqjax._checks.ValidLengths` and ``encoder_mask`` rank 4 (the attention
+    layers check their own masks)."""
+    cross = block.config.cross_attention
+    check_rank(x, "x", 3)
+    batch, length = x.shape[:2]
+    width = bound_param_shape(block, "self_attn", "query", "kernel") or bound_param_shape(
+        block, "self_attn_norm", "scale"
+    )
+    check_features(x, "x", None if width is None else width[0])
+    encoder_out, lengths, encoder_lengths = (
+        inputs.encoder_out, inputs.lengths, inputs.encoder_lengths
+    )
+    check_encoder_given(cross, encoder_out)
+    check_layer_cache(cache, cross)
+    if lengths is not None:
+        lengths = check_lengths(lengths, "lengths", batch, length)
+    if encoder_out is not None:  # given exactly when config.cross_attention
+        check_rank(encoder_out, "encoder_out", 3)
+        check_encoder_batch(encoder_out, batch)
+        if cache is None or cache.cross_kv is None:
+            w_k = bound_param_shape(block, "cross_attn", "key", "kernel")
+            check_features(encoder_out, "encoder_out", None if w_k is None else w_k[0])
+        if encoder_lengths is not None:
+            encoder_lengths = check_lengths(
+                encoder_lengths, "encoder_lengths", batch, encoder_out.shape[1]
+            )
+    return dataclasses.replace(
+        inputs,
+        lengths=lengths,
+        encoder_lengths=encoder_lengths,
+        encoder_mask=key_mask(inputs.encoder_mask, "encoder_mask"),
+    )
+
+
+def check_cache_given(cache: Any, owner: str) -> None:
+    """``decode`` needs the cache of ``init_cache``."""
+    if cache is None:
+        raise ValueError(
+            f"{owner}.decode needs a `cache`: "
+            f"{owner.lower()}.apply(params, batch, max_len, method='init_cache')."
+        )
+
+
 def first_kv_cache(cache: Any) -> KVCache | None:
     leaves = jax.tree_util.tree_leaves(cache, is_leaf=lambda c: isinstance(c, KVCache))
     return next((c for c in leaves if isinstance(c, KVCache)), None)
@@ -112,20 +212,13 @@ def check_stack_cache(stack: Any, cache: Any, batch: int) -> list[Any]:
     return [c for c in layers if isinstance(c, DecoderLayerCache)]
 
 
-def check_stack_call(
-    stack: Any,
-    x: Any,
-    cache: Any,
-    mask: Any,
-    lengths: Any,
-    encoder_out: Any,
-    encoder_mask: Any,
-    encoder_lengths: Any,
-) -> tuple[Any, Any, Any]:
-    """Every check of a stack's call: returns ``(lengths, encoder_mask, encoder_lengths)``
-    checked, the lengths as :class:`~seqjax._checks.ValidLengths` (the layers below check
-    their shapes only, no value is read again)."""
+def check_stack_call(stack: Any, x: Any, cache: Any, inputs: BlockInputs) -> BlockInputs:
+    """Every check of a stack's call: returns ``inputs`` checked, the lengths as
+    :class:`~seqjax._checks.ValidLengths` (the layers below check their shapes only, no
+    value is read again) and ``encoder_mask`` rank 4."""
     cfg = stack.config
+    mask, lengths, encoder_out = inputs.mask, inputs.lengths, inputs.encoder_out
+    encoder_mask, encoder_lengths = inputs.encoder_mask, inputs.encoder_lengths
     check_rank(x, "x", 3)
     batch, length = x.shape[:2]
     width = stack._layer_param_shape("self_attn", "query", "kernel") or stack._layer_param_shape(
@@ -157,4 +250,7 @@ def check_stack_call(
             check_broadcast(
                 encoder_mask, "encoder_mask", (batch, cfg.num_heads, length, encoder_out.shape[1])
             )
-    return lengths, encoder_mask, encoder_lengths
+    return dataclasses.replace(
+        inputs,
+        mask=mask, lengths=lengths, encoder_mask=encoder_mask, encoder_lengths=encoder_lengths
+    )

@@ -476,6 +476,10 @@ class LinearAttention(nn.Module):
     * ``return_weights``: also return the implicit ``f32[B, H, Q, K]`` weights
       (:func:`linear_attention_weights`; not with a cache).
 
+    :meth:`decode` ``(inputs_q, cache, *, mask=None, bias=None, positions=None,
+    lengths=None) -> (out, new_cache)`` is the cached call under MultiHeadAttention's
+    method name, so a :class:`~seqjax.nn.TransformerBlock` decodes with either.
+
     Parameters (names as MultiHeadAttention): ``query``, ``key``, ``value`` with
     ``kernel: [D, H, Dh]``, ``bias: [H, Dh]``; ``out`` with ``kernel: [H, Dh, D']``,
     ``bias: [D']``. Count: ``3(D·H·Dh + H·Dh) + H·Dh·D' + D'`` with biases,
@@ -519,6 +523,22 @@ class LinearAttention(nn.Module):
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = nn.initializers.lecun_normal()
     bias_init: Initializer = nn.initializers.zeros_init()
+
+    def decode(
+        self,
+        inputs_q: Array,
+        cache: LinearAttentionCache,
+        *,
+        mask: Array | None = None,
+        bias: Array | None = None,
+        positions: Array | None = None,
+        lengths: Array | None = None,
+    ) -> tuple[Array, LinearAttentionCache]:
+        """Causal self-attention on the cache: ``(out [B, Q, D'], new_cache)``
+        (:meth:`~seqjax.nn.attention.MultiHeadAttention.decode`'s contract)."""
+        return self(
+            inputs_q, mask=mask, bias=bias, positions=positions, lengths=lengths, cache=cache
+        )
 
     def _dense(self, features: Any, axis: Any, name: str) -> DenseGeneral:
         return DenseGeneral(

@@ -35,22 +35,18 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import (
-    ValidLengths,
     bound_param_shape,
-    check_features,
-    check_lengths,
-    check_rank,
     lengths_array,
 )
 from seqjax.nn import _sharding
 from seqjax.nn._block_config import BlockConfig, check_block
 from seqjax.nn._transformer_checks import (
+    BlockInputs,
     DecoderLayerCache,
-    check_encoder_batch,
-    check_encoder_given,
-    check_layer_cache,
+    check_block_call,
+    check_cache_given,
     check_stack_call,
-    key_mask,
+    poison_unread_lengths,
 )
 from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.ffn import GLU, MLP
@@ -104,8 +100,7 @@ class TransformerBlock(nn.Module):
     m=m_v=64), plus ``H(2mp + 2m_vp) + 2p`` for the decoder block (4,199,936).
 
     Call ``block(x, *, mask=None, lengths=None, bias=None, encoder_out=None,
-    encoder_mask=None, encoder_lengths=None, positions=None, cache=None,
-    deterministic=True)``:
+    encoder_mask=None, encoder_lengths=None, positions=None, deterministic=True) -> [B, T, D]``:
 
     * ``x``: ``[B, T, D]``;
     * ``mask``: self-attention mask, bool broadcastable to ``[B, H, T, K]`` (``K = T``,
@@ -118,10 +113,14 @@ class TransformerBlock(nn.Module):
     * ``encoder_out``: ``[B, S, D_e]`` (required iff ``config.cross_attention``);
       ``encoder_mask``: ``bool[B, S]`` or broadcastable ``[B, H, T, S]``;
       ``encoder_lengths``: ``int32[B]``;
-    * ``positions``: ``int32[B, T]`` RoPE positions (default ``arange`` or cache offsets);
-    * ``cache``: the self-attention cache (:meth:`init_cache`): returns ``(x, new_cache)``.
+    * ``positions``: ``int32[B, T]`` RoPE positions (default ``arange`` or cache offsets).
 
-    Returns ``[B, T, D]`` (or ``(x, new_cache)``). The residual stream keeps the input's
+    A length outside ``[0, T]`` (``[0, S]``) is a ``ValueError``; under ``jit`` it makes its
+    row's output NaN (an error under ``seqjax.checked``). ``decode(x, cache, *, ...)`` (the
+    same keywords but ``deterministic``) appends ``x`` to the self-attention cache
+    (:meth:`init_cache`) and returns ``(y, new_cache)``.
+
+    The residual stream keeps the input's
     dtype promoted with ``dtype``: a float32 stream with ``dtype=bfloat16`` stays float32
     (only the sublayers compute in bf16); a bf16 stream stays bf16.
 
@@ -170,13 +169,17 @@ class TransformerBlock(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def _sublayer(
-        self, x: Array, norm: nn.Module, fn: Callable[[Array], Any], deterministic: bool
+        self,
+        x: Array,
+        norm: nn.Module,
+        fn: Callable[[Array], tuple[Array, Any]],
+        deterministic: bool,
     ) -> tuple[Array, Any]:
-        """One residual sublayer in the configured norm placement; ``fn`` may return extras."""
+        """One residual sublayer in the configured norm placement; ``fn`` returns
+        ``(y, extra)`` and the sublayer ``(x, extra)``."""
         pre = self.cfg.norm == "pre"
         h = norm(x) if pre else x
-        out = fn(h)
-        y, extra = out if isinstance(out, tuple) else (out, None)
+        y, extra = fn(h)
         x = x + self.dropout(y, deterministic=deterministic)
         return (x if pre else norm(x)), extra
 
@@ -191,96 +194,105 @@ class TransformerBlock(nn.Module):
         encoder_mask: Any = None,
         encoder_lengths: Any = None,
         positions: Any = None,
-        cache: Any = None,
         deterministic: bool = True,
-    ) -> Any:
-        check_rank(x, "x", 3)
-        batch, length = x.shape[:2]
-        width = bound_param_shape(self, "self_attn", "query", "kernel") or bound_param_shape(
-            self, "self_attn_norm", "scale"
-        )
-        check_features(x, "x", None if width is None else width[0])
-        check_encoder_given(self.cfg.cross_attention, encoder_out)
-        check_layer_cache(cache, self.cfg.cross_attention)
-        if lengths is not None:
-            lengths = check_lengths(lengths, "lengths", batch, length)
-        if encoder_out is not None:  # given exactly when config.cross_attention
-            check_rank(encoder_out, "encoder_out", 3)
-            check_encoder_batch(encoder_out, batch)
-            if cache is None or cache.cross_kv is None:
-                w_k = bound_param_shape(self, "cross_attn", "key", "kernel")
-                check_features(encoder_out, "encoder_out", None if w_k is None else w_k[0])
-            if encoder_lengths is not None:
-                encoder_lengths = check_lengths(
-                    encoder_lengths, "encoder_lengths", batch, encoder_out.shape[1]
-                )
-        return self._forward(
-            x,
+    ) -> Array:
+        inputs = BlockInputs(
             mask=mask,
             lengths=lengths,
             bias=bias,
             encoder_out=encoder_out,
-            encoder_mask=key_mask(encoder_mask, "encoder_mask"),
+            encoder_mask=encoder_mask,
             encoder_lengths=encoder_lengths,
             positions=positions,
-            cache=cache,
             deterministic=deterministic,
         )
+        y, _ = self._run(x, inputs, None)
+        return y
 
-    def _forward(
+    def decode(
         self,
         x: Array,
-        *,
-        mask: Any,
-        lengths: ValidLengths | None,
-        bias: Any,
-        encoder_out: Array | None,
-        encoder_mask: Array | None,
-        encoder_lengths: ValidLengths | None,
-        positions: Any,
         cache: Any,
-        deterministic: bool,
-    ) -> Any:
-        """The block on checked inputs (``lengths`` a :class:`~seqjax._checks.ValidLengths`,
-        ``encoder_mask`` rank 4): its sublayers check shapes only, no lengths are re-read."""
+        *,
+        mask: Any = None,
+        lengths: Any = None,
+        bias: Any = None,
+        encoder_out: Array | None = None,
+        encoder_mask: Any = None,
+        encoder_lengths: Any = None,
+        positions: Any = None,
+    ) -> tuple[Array, Any]:
+        """``x [B, T, D]`` appended to the cache (:meth:`init_cache`): ``(y, new_cache)``."""
+        check_cache_given(cache, "TransformerBlock")
+        inputs = BlockInputs(
+            mask=mask,
+            lengths=lengths,
+            bias=bias,
+            encoder_out=encoder_out,
+            encoder_mask=encoder_mask,
+            encoder_lengths=encoder_lengths,
+            positions=positions,
+        )
+        return self._run(x, inputs, cache)
+
+    def _run(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
+        """A lone block's call: check ``inputs`` once, run, poison rows of bad lengths."""
+        y, new_cache = self._forward(x, check_block_call(self, x, cache, inputs), cache)
+        return poison_unread_lengths(y, inputs), new_cache
+
+    def _forward(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
+        """The block on checked ``inputs`` (:func:`check_block_call` or a stack's
+        :func:`check_stack_call`): its sublayers check shapes only, no lengths are re-read.
+        Returns ``(x, new_cache)``, ``new_cache`` ``None`` without a cache."""
         cfg = self.cfg
+        deterministic = inputs.deterministic
         cross_kv = None
         if isinstance(cache, DecoderLayerCache):
             cache, cross_kv = cache.self_attn, cache.cross_kv
-        sa_kwargs: dict[str, Any] = dict(is_causal=cfg.causal, deterministic=deterministic)
-        if positions is not None:
-            sa_kwargs["positions"] = positions
-        if bias is not None:
-            sa_kwargs["bias"] = bias
-        if cache is not None:
-            sa_kwargs["cache"] = cache
-        if lengths is not None:  # a custom attention gets the int32[B] array
+        sa_kwargs: dict[str, Any] = {}
+        if inputs.positions is not None:
+            sa_kwargs["positions"] = inputs.positions
+        if inputs.bias is not None:
+            sa_kwargs["bias"] = inputs.bias
+        if inputs.lengths is not None:  # a custom attention gets the int32[B] array
             custom = not isinstance(self.self_attn, MultiHeadAttention)
-            sa_kwargs["lengths"] = lengths_array(lengths) if custom else lengths
-        if mask is not None:
-            sa_kwargs["mask"] = jnp.asarray(mask)
+            sa_kwargs["lengths"] = lengths_array(inputs.lengths) if custom else inputs.lengths
+        if inputs.mask is not None:
+            sa_kwargs["mask"] = jnp.asarray(inputs.mask)
 
-        x, new_cache = self._sublayer(
-            x, self.self_attn_norm, lambda h: self.self_attn(h, **sa_kwargs), deterministic
-        )
+        def self_attention(h: Array) -> tuple[Array, Any]:
+            if cache is None:
+                y = self.self_attn(
+                    h, is_causal=cfg.causal, deterministic=deterministic, **sa_kwargs
+                )
+                return y, None
+            return self.self_attn.decode(h, cache, **sa_kwargs)
+
+        x, new_cache = self._sublayer(x, self.self_attn_norm, self_attention, deterministic)
         if cfg.cross_attention:
-            ca_kwargs: dict[str, Any] = dict(
-                mask=encoder_mask, kv_lengths=encoder_lengths, deterministic=deterministic
-            )
-            if cache is not None:  # decoding: project the encoder output once, then reuse it
-                ca_kwargs.update(kv=cross_kv, return_kv=True)
-            x, cross_kv = self._sublayer(
-                x,
-                self.cross_attn_norm,
-                lambda h: self.cross_attn(h, encoder_out, **ca_kwargs),
-                deterministic,
-            )
+
+            def cross_attention(h: Array) -> tuple[Array, Any]:
+                ca_kwargs = dict(mask=inputs.encoder_mask, kv_lengths=inputs.encoder_lengths)
+                if cache is None:
+                    y = self.cross_attn(
+                        h, inputs.encoder_out, deterministic=deterministic, **ca_kwargs
+                    )
+                    return y, None
+                # decoding: project the encoder output once, then reuse it
+                return self.cross_attn.decode_cross(
+                    h, inputs.encoder_out, cross_kv, **ca_kwargs
+                )
+
+            x, cross_kv = self._sublayer(x, self.cross_attn_norm, cross_attention, deterministic)
             if cache is not None:
                 new_cache = DecoderLayerCache(new_cache, cross_kv)
         x, _ = self._sublayer(
-            x, self.ffn_norm, lambda h: self.ffn(h, deterministic=deterministic), deterministic
+            x,
+            self.ffn_norm,
+            lambda h: (self.ffn(h, deterministic=deterministic), None),
+            deterministic,
         )
-        return x if cache is None else (x, new_cache)
+        return x, new_cache
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
         """The self-attention module's empty cache (a :class:`~seqjax.nn.attention.KVCache`
@@ -372,41 +384,26 @@ class _TransformerStack(nn.Module, kw_only=True):
         shape = bound_param_shape(self, self._layer_name(0), *path)
         return shape[1:] if shape is not None and self.scan_layers else shape
 
+    def _run(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
+        """The stack's call: check ``inputs`` once (:func:`check_stack_call`), run every
+        block on the checked value, poison the rows of lengths read here."""
+        y, new_cache = self._forward(x, check_stack_call(self, x, cache, inputs), cache)
+        return poison_unread_lengths(y, inputs), new_cache
+
     @nn.compact
-    def _forward(
-        self,
-        x: Array,
-        cache: Any,
-        mask: Any,
-        lengths: ValidLengths | None,
-        encoder_out: Any,
-        encoder_mask: Array | None,
-        encoder_lengths: ValidLengths | None,
-        positions: Any,
-        deterministic: bool,
-    ) -> tuple[Array, Any]:
-        """The stack on checked inputs (:func:`check_stack_call`): every block receives
-        ``config`` whole and the lengths as :class:`~seqjax._checks.ValidLengths`."""
+    def _forward(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
+        """The stack on checked ``inputs``: every block receives ``config`` and ``inputs``
+        whole (the lengths as :class:`~seqjax._checks.ValidLengths`)."""
         cfg = self.config
 
-        def body(block, x, cache_l, mask, lengths, enc, enc_mask, enc_lengths, positions):
+        def body(
+            block: TransformerBlock, x: Array, cache_l: Any, inputs: BlockInputs
+        ) -> tuple[Array, Any]:
             # Inside a sharded step the residual stream stays split over the batch only
             # (seqjax.nn._sharding): without this, GSPMD may carry an FSDP weight's split
             # into the activations and reshuffle them between layers.
             x = _sharding.constrain(x, _sharding.BATCH)
-            out = block._forward(
-                x,
-                mask=mask,
-                lengths=lengths,
-                bias=None,
-                encoder_out=enc,
-                encoder_mask=enc_mask,
-                encoder_lengths=enc_lengths,
-                positions=positions,
-                cache=cache_l,
-                deterministic=deterministic,
-            )
-            return out if cache_l is not None else (out, None)
+            return block._forward(x, inputs, cache_l)
 
         if self.remat:
             body = nn.remat(
@@ -414,57 +411,29 @@ class _TransformerStack(nn.Module, kw_only=True):
                 policy=resolve_remat_policy(self.remat_policy),
                 prevent_cse=not self.scan_layers,
             )
-        args = (mask, lengths, encoder_out, encoder_mask, encoder_lengths, positions)
         if self.scan_layers:
             scanned = nn.scan(
                 body,
                 variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(0,) + (nn.broadcast,) * len(args),
+                in_axes=(0, nn.broadcast),
                 length=self.num_layers,
             )
-            x, new_cache = scanned(TransformerBlock(config=cfg, name="layers"), x, cache, *args)
+            x, new_cache = scanned(TransformerBlock(config=cfg, name="layers"), x, cache, inputs)
         else:
             new_caches = []
             for i in range(self.num_layers):
                 block = TransformerBlock(config=cfg, name=f"layers_{i}")
-                x, c = body(block, x, None if cache is None else cache[i], *args)
+                x, c = body(block, x, None if cache is None else cache[i], inputs)
                 new_caches.append(c)
             new_cache = None if cache is None else new_caches
         use_final = cfg.norm == "pre" if self.final_norm is None else self.final_norm
         if use_final:
             x = cfg.make_norm(name="final_norm")(x)
-        if lengths is not None:
-            valid_BxT = padding_mask(lengths, x.shape[1])
+        if inputs.lengths is not None:
+            valid_BxT = padding_mask(inputs.lengths, x.shape[1])
             x = jnp.where(valid_BxT[..., None], x, jnp.zeros((), x.dtype))
         return x, new_cache
-
-    def _call(
-        self,
-        x: Any,
-        cache: Any,
-        mask: Any,
-        lengths: Any,
-        encoder_out: Any,
-        encoder_mask: Any,
-        encoder_lengths: Any,
-        positions: Any,
-        deterministic: bool,
-    ) -> tuple[Array, Any]:
-        lengths, encoder_mask, encoder_lengths = check_stack_call(
-            self, x, cache, mask, lengths, encoder_out, encoder_mask, encoder_lengths
-        )
-        return self._forward(
-            x,
-            cache,
-            mask,
-            lengths,
-            encoder_out,
-            encoder_mask,
-            encoder_lengths,
-            positions,
-            deterministic,
-        )
 
 
 class TransformerEncoder(_TransformerStack):
@@ -479,7 +448,10 @@ class TransformerEncoder(_TransformerStack):
     :meth:`BlockConfig.encoder`), handed whole to every block; a causal config or one with
     cross-attention is a ``ValueError`` (that stack is a :class:`TransformerDecoder`). The
     call's lengths are checked once here; the blocks and their attention layers receive
-    them as a :class:`~seqjax._checks.ValidLengths` and check shapes only.
+    them as a :class:`~seqjax._checks.ValidLengths` and check shapes only: the call's
+    inputs travel as one checked ``BlockInputs`` value, handed whole to every block. Under
+    ``jit`` a length outside ``[0, T]`` makes its row's output NaN (an error under
+    ``seqjax.checked``).
 
     Call ``encoder(x, *, mask=None, lengths=None, positions=None, deterministic=True)``
     with ``x: [B, T, D]`` (embedded and positionally encoded), ``lengths: int32[B]``
@@ -519,8 +491,11 @@ class TransformerEncoder(_TransformerStack):
         positions: Any = None,
         deterministic: bool = True,
     ) -> Array:
-        x, _ = self._call(x, None, mask, lengths, None, None, None, positions, deterministic)
-        return x
+        inputs = BlockInputs(
+            mask=mask, lengths=lengths, positions=positions, deterministic=deterministic
+        )
+        y, _ = self._run(x, inputs, None)
+        return y
 
 
 class TransformerDecoder(_TransformerStack):
@@ -537,13 +512,14 @@ class TransformerDecoder(_TransformerStack):
     ``ValueError`` naming ``config.causal``.
 
     Call ``decoder(x, *, mask=None, lengths=None, encoder_out=None, encoder_mask=None,
-    encoder_lengths=None, positions=None, cache=None, deterministic=True)``.
+    encoder_lengths=None, positions=None, deterministic=True) -> [B, T, D]``.
 
     Decoding: ``cache = decoder.apply(params, batch, max_len, method="init_cache")``
     gives one cache per layer (a list), or, with ``scan_layers``, one cache pytree with a
-    leading ``[num_layers]`` axis. Prefill the (right padded) prompts with
-    ``lengths=prompt_lengths``, then feed one or more tokens per step; each call returns
-    ``(y, new_cache)``. The result equals one causal pass over the whole sequence.
+    leading ``[num_layers]`` axis. :meth:`decode` ``(x, cache, *, ...)`` (the call's
+    keywords but ``deterministic``) returns ``(y, new_cache)``: prefill the (right padded)
+    prompts with ``lengths=prompt_lengths``, then feed one or more tokens per step. The
+    result equals one causal pass over the whole sequence.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -552,8 +528,9 @@ class TransformerDecoder(_TransformerStack):
         >>> x = jnp.ones((2, 6, 16))
         >>> params = dec.init(jax.random.PRNGKey(0), x)
         >>> cache = dec.apply(params, 2, 8, method="init_cache")
-        >>> y, cache = dec.apply(params, x[:, :4], cache=cache, lengths=jnp.array([4, 2]))
-        >>> y1, cache = dec.apply(params, x[:, 4:5], cache=cache)
+        >>> y, cache = dec.apply(params, x[:, :4], cache, lengths=jnp.array([4, 2]),
+        ...                      method="decode")
+        >>> y1, cache = dec.apply(params, x[:, 4:5], cache, method="decode")
         >>> y1.shape, cache[0].lengths.tolist()
         ((2, 1, 16), [5, 3])
 
@@ -573,21 +550,44 @@ class TransformerDecoder(_TransformerStack):
         encoder_mask: Any = None,
         encoder_lengths: Any = None,
         positions: Any = None,
-        cache: Any = None,
         deterministic: bool = True,
-    ) -> Any:
-        x, new_cache = self._call(
-            x,
-            cache,
-            mask,
-            lengths,
-            encoder_out,
-            encoder_mask,
-            encoder_lengths,
-            positions,
-            deterministic,
+    ) -> Array:
+        inputs = BlockInputs(
+            mask=mask,
+            lengths=lengths,
+            encoder_out=encoder_out,
+            encoder_mask=encoder_mask,
+            encoder_lengths=encoder_lengths,
+            positions=positions,
+            deterministic=deterministic,
         )
-        return x if cache is None else (x, new_cache)
+        y, _ = self._run(x, inputs, None)
+        return y
+
+    def decode(
+        self,
+        x: Array,
+        cache: Any,
+        *,
+        mask: Any = None,
+        lengths: Any = None,
+        encoder_out: Array | None = None,
+        encoder_mask: Any = None,
+        encoder_lengths: Any = None,
+        positions: Any = None,
+    ) -> tuple[Array, Any]:
+        """``x [B, T, D]`` appended to the per-layer caches (:meth:`init_cache`):
+        ``(y, new_cache)``; ``lengths`` tokens of each row are written (default all ``T``)."""
+        check_cache_given(cache, "TransformerDecoder")
+        inputs = BlockInputs(
+            mask=mask,
+            lengths=lengths,
+            encoder_out=encoder_out,
+            encoder_mask=encoder_mask,
+            encoder_lengths=encoder_lengths,
+            positions=positions,
+        )
+        return self._run(x, inputs, cache)
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
         """Empty per-layer caches: a list of ``num_layers`` caches, or one stacked cache

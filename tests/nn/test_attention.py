@@ -94,7 +94,7 @@ def test_mha_matches_numpy_reference_gqa_mask_qknorm():
     mask = np.random.default_rng(1).random((2, 1, 5, 5)) < 0.6
     mask[0, 0, 2] = False  # a fully masked query row
     params = init(mha, x)
-    out, w = jax.jit(lambda p, x, m: mha.apply({"params": p}, x, mask=m, return_weights=True))(
+    out, w = jax.jit(lambda p, x, m: mha.apply({"params": p}, x, mask=m, method="with_weights"))(
         params, x, mask)
     ref, ref_w = np_mha(x, x, params, mask, qk_norm=True)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
@@ -188,7 +188,7 @@ def _mixed_length_decode(mha, params, x, prompt_lens, max_len, schedule):
     p0 = int(prompt_lens.max())
     pad = np.arange(p0)[None, :, None] >= prompt_lens[:, None, None]
     prompt = np.where(pad, 99.0, x[:, :p0]).astype(np.float32)  # junk in the padding
-    step = jax.jit(lambda p, xt, c, n: mha.apply({"params": p}, xt, cache=c, lengths=n))
+    step = jax.jit(lambda p, xt, c, n: mha.apply({"params": p}, xt, c, lengths=n, method="decode"))
     cache = mha.init_cache(b, max_len)
     y, cache = step(params, prompt, cache, prompt_lens)
     outs = [[y[i, : prompt_lens[i]]] for i in range(b)]
@@ -236,11 +236,9 @@ def test_cache_init_update_and_errors():
     with pytest.raises(ValueError, match="overflow"):
         c.update(np.ones((2, 2, 1, 2)), np.ones((2, 2, 1, 2)))
     with pytest.raises(ValueError, match="overflow"):
-        mha.apply({"params": params}, x, cache=c)
+        mha.apply({"params": params}, x, c, method="decode")
     with pytest.raises(ValueError, match="new keys"):
         cache.update(np.ones((2, 1, 2, 2)), np.ones((2, 1, 2, 2)))
-    with pytest.raises(ValueError, match="self-attention"):
-        mha.apply({"params": params}, x, x, cache=cache)
     # Under jit the overflow cannot be seen: the extra tokens are dropped, never written
     # over earlier entries, and the overflowing row's last slot is NaN (seqjax._traced_checks).
     full = jax.jit(lambda c, k: c.update(k, k))(c, np.full((2, 3, 1, 2), 5.0))
@@ -624,7 +622,8 @@ def test_parity_with_torch_multihead_attention():
                     key_padding_mask=torch.tensor(pad), average_attn_weights=False)
     mha = MultiHeadAttention(num_heads=h)
     out, w = jax.jit(lambda p, x, m: mha.apply({"params": p}, x, is_causal=True, mask=m,
-                                               return_weights=True))(params, x, ~pad[:, None, None])
+                                               method="with_weights"))(
+        params, x, ~pad[:, None, None])
     np.testing.assert_allclose(out, ref.detach().numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(w, ref_w.detach().numpy(), rtol=1e-4, atol=1e-6)
 

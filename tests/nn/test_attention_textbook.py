@@ -173,7 +173,7 @@ def test_mha_window_with_kv_cache_applies_to_absolute_positions():
     np.testing.assert_allclose(full, mha.apply(params, x, is_causal=True), rtol=1e-6)
     wide = mha.clone(window=None).apply(params, x, is_causal=True)
     assert not np.allclose(full[:, 3:], wide[:, 3:], atol=1e-4)  # the window does cut keys
-    step = jax.jit(lambda xt, c, n: mha.apply(params, xt, cache=c, lengths=n))
+    step = jax.jit(lambda xt, c, n: mha.apply(params, xt, c, lengths=n, method="decode"))
     prompt_lens = np.array([2, 4], np.int32)
     prompt = np.where(np.arange(4)[None, :, None] < prompt_lens[:, None, None], x[:, :4], 50.0)
     y, cache = step(prompt.astype(np.float32), mha.init_cache(2, 10), prompt_lens)

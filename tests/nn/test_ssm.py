@@ -399,7 +399,7 @@ class _HybridLM(nn.Module):
         if caches is None:
             x = self.block(x, lengths=lengths)
             return self.head(x + self.mamba(x, lengths=lengths))
-        x, c_attn = self.block(x, lengths=lengths, cache=caches[0])
+        x, c_attn = self.block.decode(x, caches[0], lengths=lengths)
         y, c_ssm = self.mamba(x, lengths=lengths, cache=caches[1])
         return self.head(x + y), (c_attn, c_ssm)
 

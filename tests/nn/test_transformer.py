@@ -245,12 +245,12 @@ def test_causal_stack_outputs_and_gradients():
 def _decode_and_compare(dec, params, x_full, prompt_lengths, chunks, **enc_kwargs):
     """Prefill right-padded prompts, then feed `chunks` tokens per step; compare with one pass."""
     b = x_full.shape[0]
-    apply = jax.jit(dec.apply)
-    y_full = apply(params, x_full, **enc_kwargs)
+    y_full = jax.jit(dec.apply)(params, x_full, **enc_kwargs)
+    decode = jax.jit(functools.partial(dec.apply, method="decode"))
     cache = dec.apply(params, b, x_full.shape[1], method="init_cache")
     p_max = int(max(prompt_lengths))
-    y, cache = apply(
-        params, x_full[:, :p_max], lengths=jnp.asarray(prompt_lengths), cache=cache, **enc_kwargs
+    y, cache = decode(
+        params, x_full[:, :p_max], cache, lengths=jnp.asarray(prompt_lengths), **enc_kwargs
     )
     for i, pl in enumerate(prompt_lengths):
         np.testing.assert_allclose(y[i, :pl], y_full[i, :pl], atol=2e-5)
@@ -258,7 +258,7 @@ def _decode_and_compare(dec, params, x_full, prompt_lengths, chunks, **enc_kwarg
     for n in chunks:
         idx = pos[:, None] + np.arange(n)[None]
         x_step = np.take_along_axis(x_full, idx[..., None], axis=1)
-        y, cache = apply(params, x_step, cache=cache, **enc_kwargs)
+        y, cache = decode(params, x_step, cache, **enc_kwargs)
         np.testing.assert_allclose(y, np.take_along_axis(y_full, idx[..., None], 1), atol=2e-5)
         pos = pos + n
     return cache
@@ -298,12 +298,12 @@ def test_cross_attention_keys_values_are_projected_once():
     y_full = dec.apply(params, x_full, encoder_out=enc)
     cache = dec.apply(params, 2, 4, method="init_cache")
     assert all(c.cross_kv is None for c in cache)
-    _, cache = dec.apply(params, x_full[:, :2], cache=cache, encoder_out=enc)
-    y3, _ = dec.apply(params, x_full[:, 2:3], cache=cache, encoder_out=enc * 0.0)
+    _, cache = dec.apply(params, x_full[:, :2], cache, encoder_out=enc, method="decode")
+    y3, _ = dec.apply(params, x_full[:, 2:3], cache, encoder_out=enc * 0.0, method="decode")
     np.testing.assert_allclose(y3[:, 0], y_full[:, 2], atol=2e-5)
 
     def n_dots(c):
-        jaxpr = jax.make_jaxpr(lambda p, x, e: dec.apply(p, x, cache=c, encoder_out=e))(
+        jaxpr = jax.make_jaxpr(lambda p, x, e: dec.apply(p, x, c, encoder_out=e, method="decode"))(
             params, x_full[:, 2:3], enc
         )
         return str(jaxpr).count("dot_general")
@@ -316,7 +316,8 @@ def test_cross_attention_keys_values_are_projected_once():
             {"params": params["params"]["layers_0"]["cross_attn"]},
             x_full[:, :1],
             enc[:, :3],
-            kv=(k, v),
+            (k, v),
+            method="decode_cross",
         )
 
 
@@ -438,7 +439,9 @@ def test_errors():
     params = random_params(dec, x)
     cache = dec.apply(params, 1, 4, method="init_cache")
     with pytest.raises(ValueError, match="cache"):
-        jax.eval_shape(lambda c: dec.apply(params, jnp.ones((1, 1, D)), cache=c), cache[:1])
+        jax.eval_shape(
+            lambda c: dec.apply(params, jnp.ones((1, 1, D)), c, method="decode"), cache[:1]
+        )
     with pytest.raises(ValueError, match="bound parameters"):
         dec.init_cache(1, 4)
 

@@ -15,7 +15,7 @@ The attention itself is :func:`~seqjax.nn.attention.dot_product_attention`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +30,7 @@ from seqjax._checks import (
     check_rank,
     lengths_array,
 )
+from seqjax._traced_checks import poison_bad_lengths
 from seqjax.nn.attention.checks import check_broadcast, check_positive_int
 from seqjax.nn.attention.dot_product import dot_product_attention
 from seqjax.nn.attention.kv_cache import KVCache
@@ -42,6 +43,20 @@ Dtype = Any
 Initializer = Callable[..., Array]
 
 __all__ = ["MultiHeadAttention"]
+
+#: Cross-attention keys and values projected from ``inputs_kv``: ``(k [B, K, G, d],
+#: v [B, K, G, Dv])`` (:meth:`MultiHeadAttention.decode_cross`).
+ProjectedKV = tuple[Array, Array]
+
+
+class Attended(NamedTuple):
+    """Everything one attention pass can produce; each public method of
+    :class:`MultiHeadAttention` returns the part it declares."""
+
+    out: Array
+    cache: KVCache | None = None
+    weights: Array | None = None
+    kv: ProjectedKV | None = None
 
 
 class _HeadRMSNorm(nn.Module):
@@ -85,30 +100,30 @@ class MultiHeadAttention(nn.Module):
     ``[B, Q, H·d]`` — with ``num_heads=1`` (and ``use_bias=False``) MEDL (7.24).
 
     Call ``mha(inputs_q, inputs_kv=None, *, mask=None, bias=None, is_causal=False,
-    positions=None, kv_positions=None, lengths=None, kv_lengths=None, cache=None,
-    deterministic=True, return_weights=False)``:
+    positions=None, kv_positions=None, lengths=None, kv_lengths=None, deterministic=True)
+    -> out [B, Q, F]`` (``F = out_features``, default ``D``; ``H·d`` without the output
+    projection):
 
     * ``inputs_q``: ``[B, Q, D]``; ``inputs_kv``: ``[B, K, Dkv]`` (``None`` = self-attention);
     * ``mask``: bool broadcastable to ``[B, H, Q, K]``; ``bias``: added to the scores;
-    * ``is_causal``: causal mask (self-attention; decoding with a cache is always causal,
-      and a ``window`` implies it);
-    * ``positions``: ``int[B, Q]`` RoPE positions of the queries (default
-      ``arange(Q)``, or ``cache.lengths[:, None] + arange(Q)`` when decoding);
+    * ``is_causal``: causal mask (self-attention; a ``window`` implies it);
+    * ``positions``: ``int[B, Q]`` RoPE positions of the queries (default ``arange(Q)``);
       in self-attention the keys share them; ``kv_positions`` for cross-attention keys;
     * ``lengths``: ``int[B]`` real tokens in ``inputs_q`` (right padding): in
-      self-attention the padded keys are masked; padded query rows output
-      zeros; with a cache, each row's cache advances by its length (mixed-length prefill);
+      self-attention the padded keys are masked; padded query rows output zeros;
     * ``kv_lengths``: ``int[B]`` real tokens in ``inputs_kv`` (cross-attention key padding);
-    * ``cache``: a :class:`KVCache` (self-attention only): the new keys/values
-      are written at each row's offset and the queries attend to the cache;
-    * ``kv``: ``(k [B, K, G, d], v [B, K, G, Dv])`` returned by an earlier call with
-      ``return_kv=True`` on the same ``inputs_kv`` (cross-attention only): the key and
-      value projections (with ``qk_norm`` and RoPE applied) are reused instead of
-      recomputed — a decoder step then costs ``O(K·d)`` instead of ``O(K·D·d)`` per head;
-    * returns ``out [B, Q, out_features]`` (``[B, Q, H·d]`` without the output
-      projection); ``(out, new_cache)`` with a cache;
-      ``(out, weights [B, H, Q, K])`` with ``return_weights``;
-      ``(out, new_cache, weights)`` with both; ``return_kv`` appends ``(k, v)`` last.
+      a length outside ``[0, Q]`` (``[0, K]`` for ``kv_lengths``) is a ``ValueError``, and
+      under ``jit`` makes its row's output NaN (an error under ``seqjax.checked``).
+
+    The other results each have their own method, with the same arguments:
+
+    * :meth:`with_weights` -> ``(out, weights f32[B, H, Q, K])``;
+    * :meth:`decode` ``(inputs_q, cache, ...)`` -> ``(out, new_cache)``: causal
+      self-attention on a :class:`KVCache` (:meth:`init_cache`); each row's cache advances
+      by its ``lengths`` (mixed-length prefill), positions start at the cache's lengths;
+    * :meth:`decode_cross` ``(inputs_q, inputs_kv, kv=None, ...)`` -> ``(out, kv)``:
+      cross-attention that returns the projected keys/values of ``inputs_kv`` and reuses
+      them when given back (a decoder step then skips the encoder-side projections).
 
     Parameters (stable names; Flax ``MultiHeadDotProductAttention`` layout):
     ``query/kernel [D, H, d]``, ``key/kernel``, ``value/kernel [Dkv, G, d]``,
@@ -122,8 +137,8 @@ class MultiHeadAttention(nn.Module):
         >>> x = jnp.ones((2, 5, 32))
         >>> params = mha.init(jax.random.PRNGKey(0), x, is_causal=True)
         >>> cache = mha.init_cache(batch=2, max_len=16)
-        >>> y, cache = mha.apply(params, x, cache=cache)          # prefill 5 tokens
-        >>> y1, cache = mha.apply(params, x[:, :1], cache=cache)  # one more step
+        >>> y, cache = mha.apply(params, x, cache, method="decode")          # prefill 5 tokens
+        >>> y1, cache = mha.apply(params, x[:, :1], cache, method="decode")  # one more step
         >>> y1.shape, cache.lengths.tolist()
         ((2, 1, 32), [6, 6])
 
@@ -231,16 +246,126 @@ class MultiHeadAttention(nn.Module):
         kv_positions: Any = None,
         lengths: Any = None,
         kv_lengths: Any = None,
+        deterministic: bool = True,
+    ) -> Array:
+        """Self-attention (``inputs_kv=None``) or cross-attention: ``out [B, Q, F]``."""
+        return self._run(
+            inputs_q,
+            inputs_kv,
+            mask=mask,
+            bias=bias,
+            is_causal=is_causal,
+            positions=positions,
+            kv_positions=kv_positions,
+            lengths=lengths,
+            kv_lengths=kv_lengths,
+            deterministic=deterministic,
+        ).out
+
+    def with_weights(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None = None,
+        *,
+        mask: Any = None,
+        bias: Any = None,
+        is_causal: bool = False,
+        positions: Any = None,
+        kv_positions: Any = None,
+        lengths: Any = None,
+        kv_lengths: Any = None,
+        deterministic: bool = True,
+    ) -> tuple[Array, Array]:
+        """As :meth:`__call__`, and the attention weights:
+        ``(out [B, Q, F], weights f32[B, H, Q, K])``."""
+        result = self._run(
+            inputs_q,
+            inputs_kv,
+            mask=mask,
+            bias=bias,
+            is_causal=is_causal,
+            positions=positions,
+            kv_positions=kv_positions,
+            lengths=lengths,
+            kv_lengths=kv_lengths,
+            deterministic=deterministic,
+            return_weights=True,
+        )
+        assert result.weights is not None
+        return result.out, result.weights
+
+    def decode(
+        self,
+        inputs_q: Array,
+        cache: KVCache,
+        *,
+        mask: Any = None,
+        bias: Any = None,
+        positions: Any = None,
+        lengths: Any = None,
+    ) -> tuple[Array, KVCache]:
+        """Causal self-attention of ``inputs_q`` on the cache: ``(out [B, Q, F], new_cache)``.
+
+        The new keys/values are written at each row's offset (``lengths`` tokens of each
+        row, default all ``Q``: prompts of different lengths prefill in one call) and the
+        queries attend to the cache; ``positions`` default to ``cache.lengths[:, None] +
+        arange(Q)``; ``mask`` covers the cache's ``max_len`` keys.
+        """
+        result = self._run(
+            inputs_q, None, mask=mask, bias=bias, positions=positions, lengths=lengths,
+            cache=cache,
+        )
+        assert result.cache is not None
+        return result.out, result.cache
+
+    def decode_cross(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array,
+        kv: ProjectedKV | None = None,
+        *,
+        mask: Any = None,
+        kv_lengths: Any = None,
+    ) -> tuple[Array, ProjectedKV]:
+        """Cross-attention while decoding: ``(out [B, Q, F], kv)``, where ``kv = (k [B, K,
+        G, d], v [B, K, G, Dv])`` is ``inputs_kv`` projected (with ``qk_norm``): computed
+        when ``kv`` is ``None``, else the ``kv`` of an earlier call on the same
+        ``inputs_kv``, reused — a decoder step then costs ``O(K·d)`` instead of
+        ``O(K·D·d)`` per head (MEDL (7.33): the encoder output is fixed while the decoder
+        runs).
+        """
+        result = self._run(
+            inputs_q, inputs_kv, mask=mask, kv_lengths=kv_lengths, kv=kv, return_kv=True
+        )
+        assert result.kv is not None
+        return result.out, result.kv
+
+    def _run(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None,
+        *,
+        mask: Any = None,
+        bias: Any = None,
+        is_causal: bool = False,
+        positions: Any = None,
+        kv_positions: Any = None,
+        lengths: Any = None,
+        kv_lengths: Any = None,
         cache: KVCache | None = None,
         deterministic: bool = True,
         return_weights: bool = False,
-        kv: tuple[Array, Array] | None = None,
+        kv: ProjectedKV | None = None,
         return_kv: bool = False,
-    ) -> Any:
+    ) -> Attended:
+        """Every public call: the checks, the attention, then the traced-lengths policy."""
+        # Lengths read here (not a checked ValidLengths from a layer above): under jit a
+        # value outside [0, Q] / [0, K] makes its row's output NaN (seqjax._traced_checks).
+        raw_q, raw_kv = _unchecked(lengths), _unchecked(kv_lengths)
         lengths, kv_lengths, mask = self._check_call(
             inputs_q, inputs_kv, mask, lengths, kv_lengths, cache, kv
         )
-        return self._attend(
+        result = self._attend(
             inputs_q,
             inputs_kv,
             mask=mask,
@@ -256,6 +381,12 @@ class MultiHeadAttention(nn.Module):
             kv=kv,
             return_kv=return_kv,
         )
+        if raw_q is None and raw_kv is None:
+            return result
+        out = poison_bad_lengths(result.out, raw_q, 0, inputs_q.shape[1])
+        if inputs_kv is not None:
+            out = poison_bad_lengths(out, raw_kv, 0, inputs_kv.shape[1])
+        return result._replace(out=out)
 
     def _check_call(
         self,
@@ -281,7 +412,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not self_attention:
             raise ValueError(
                 "`cache` is for self-attention only; for cross-attention pass the encoder "
-                "output as `inputs_kv`, and reuse its projection with `kv` / `return_kv`."
+                "output as `inputs_kv`, and reuse its projection with `decode_cross`."
             )
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"`cache` must be a KVCache; got {type(cache).__name__}.")
@@ -354,9 +485,9 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         deterministic: bool = True,
         return_weights: bool = False,
-        kv: tuple[Array, Array] | None = None,
+        kv: ProjectedKV | None = None,
         return_kv: bool = False,
-    ) -> Any:
+    ) -> Attended:
         """The attention on the arguments :meth:`_check_call` checked (``lengths`` and
         ``kv_lengths`` as :class:`~seqjax._checks.ValidLengths`)."""
         b, q_len, features = inputs_q.shape
@@ -456,11 +587,9 @@ class MultiHeadAttention(nn.Module):
             valid_BxQ = padding_mask(lengths, q_len)
             out_BxQxF = jnp.where(valid_BxQ[..., None], out_BxQxF, jnp.zeros((), out_BxQxF.dtype))
 
-        outputs: tuple[Any, ...] = (out_BxQxF,)
-        if cache is not None:
-            outputs += (cache,)
-        if return_weights:
-            outputs += (weights,)
-        if return_kv:
-            outputs += (projected_kv,)
-        return outputs[0] if len(outputs) == 1 else outputs
+        return Attended(out_BxQxF, cache, weights, projected_kv if return_kv else None)
+
+
+def _unchecked(lengths: Any) -> Any:
+    """``lengths`` unless a layer above already checked it (a ``ValidLengths``)."""
+    return None if isinstance(lengths, ValidLengths) else lengths
