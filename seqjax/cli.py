@@ -43,7 +43,12 @@ nothing is written). 3: a write failed — no space, no permission, an I/O error
 checkpoint, ``metrics.jsonl``, the summary or another file of the run: one line names the
 file, the step, the bytes needed and free, the newest intact checkpoint and the command
 that resumes from it once the cause is gone (the failed checkpoint's temporary folder is
-removed).
+removed). 4: the training data failed — the data iterator raised (a loader's I/O error or
+bug) or ran out of batches before the last step: its traceback, then one line naming the
+error and the step whose batch it was, the newest intact checkpoint (the last completed
+step, saved before stopping) and the command that resumes from it once the cause is gone.
+A run killed outright (SIGKILL, a crash) leaves its newest finished checkpoint; the same
+command resumes from it (an unfinished checkpoint and records past it are dropped).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ import os
 import re
 import subprocess
 import sys
+import traceback
 from collections.abc import Sequence
 
 from jax.experimental.checkify import JaxRuntimeError
@@ -76,7 +82,7 @@ from seqjax.experiments._runner import (
     train_experiment,
 )
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
-from seqjax.train.loop import ResumeError
+from seqjax.train.loop import DataIteratorError, ResumeError
 from seqjax.train.parallel import LayoutError
 from seqjax.train.workdir_lock import WorkdirBusyError
 from seqjax.train.write_errors import WriteError
@@ -205,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(err))
     except WriteError as err:  # no space, no permission, an I/O error
         return _error(str(err), 3)
+    except DataIteratorError as err:  # where in the loader: its traceback, then one line
+        traceback.print_exception(err.error, file=sys.stderr)
+        return _error(str(err), 4)
     except CheckpointUnreadableError as err:
         return _error(f"{err} Nothing to resume from: rerun with --restart to start over (the "
                       "old metrics are kept), or use a new --workdir.")

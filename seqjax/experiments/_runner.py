@@ -63,7 +63,10 @@ same work dir is refused (:class:`~seqjax.train.workdir_lock.WorkdirBusyError`, 
 holder). **A write that fails** (no space, no permission, an I/O error) — a checkpoint,
 ``metrics.jsonl``, the summary, ``experiment.json`` — is a
 :class:`~seqjax.train.write_errors.WriteError` whose message ends with the command that
-resumes the run (the same one, less ``--restart``).
+resumes the run (the same one, less ``--restart``). **The data iterator failing** (it
+raised, or ran out of batches) is a :class:`~seqjax.train.fit_parts.DataIteratorError`
+with the same ending, after the last completed step was checkpointed (``seqjax train``
+prints the iterator's traceback, then that line, and exits 4).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ import pkgutil
 import re
 import shlex
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
@@ -97,7 +101,7 @@ from seqjax.experiments._config import (
     parse_overrides,
 )
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
-from seqjax.train.loop import CHECKED_ENV, ResumeError, checked_by_default
+from seqjax.train.loop import CHECKED_ENV, DataIteratorError, ResumeError, checked_by_default
 from seqjax.train.parallel import LayoutError
 from seqjax.train.workdir_lock import WorkdirBusyError, hold_workdir
 from seqjax.train.write_errors import WriteError, resumed_by
@@ -327,9 +331,10 @@ def _config_saved(name: str, cfg: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def _in_workdir(cfg: Any, command: str) -> Iterator[None]:
     """Hold the work dir's lock for the block, and name ``command`` as the way to resume
-    in a :class:`~seqjax.train.write_errors.WriteError` that ends it."""
+    in a :class:`~seqjax.train.write_errors.WriteError` or
+    :class:`~seqjax.train.fit_parts.DataIteratorError` that ends it."""
     workdir = getattr(cfg, "workdir", None)
-    with hold_workdir(workdir), resumed_by(command, workdir):
+    with hold_workdir(workdir), resumed_by(command, workdir, (DataIteratorError,)):
         yield
 
 
@@ -507,6 +512,10 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
     except WriteError as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(3) from None
+    except DataIteratorError as err:
+        traceback.print_exception(err.error, file=sys.stderr)
+        print(f"{name}: error: {err}", file=sys.stderr)
+        raise SystemExit(4) from None
 
 
 def experiment_from_workdir(

@@ -4,7 +4,9 @@
   warning when the work dir has less free space than its checkpoints will take);
 * :class:`BatchSource` — what one jitted call trains on: a device-resident source drawn
   inside the call, or host batches (checked, placed, optionally prefetched by a thread);
-  it also compiles the first call's program ahead of time;
+  it also compiles the first call's program ahead of time; the data iterator failing is a
+  :class:`DataIteratorError`, and the data position before the failed call is kept
+  (:attr:`BatchSource.call_position`) for the checkpoint ``fit`` then writes;
 * :class:`MetricsLog` — where a logged record goes: ``metrics.jsonl``, TensorBoard, the
   printed line, the progress bar and the hooks (a failed write of ``metrics.jsonl`` is a
   :class:`~seqjax.train.write_errors.WriteError`);
@@ -50,8 +52,8 @@ from seqjax.train.write_errors import writing
 if TYPE_CHECKING:
     from seqjax.train.loop import FitConfig
 
-__all__ = ["BatchSource", "MetricsFetch", "MetricsLog", "Resumed", "StepPlan", "Throughput",
-           "call_steps", "process_uptime", "resume", "step_actions"]
+__all__ = ["BatchSource", "DataIteratorError", "MetricsFetch", "MetricsLog", "Resumed",
+           "StepPlan", "Throughput", "call_steps", "process_uptime", "resume", "step_actions"]
 
 
 def process_uptime() -> float | None:
@@ -281,6 +283,39 @@ def compile_in_background(lower: Callable[[], Any], name: str) -> threading.Thre
     return thread
 
 
+class DataIteratorError(RuntimeError):
+    """The training data failed: ``next()`` of the data iterator (or ``f(i)``) raised — an
+    I/O error of a loader, a bug in it, or the end of the stream before the last step.
+
+    Attributes: ``step`` (the 1-based step whose batch could not be made; nothing was
+    trained on it), ``error`` (what the iterator raised; also ``__cause__``),
+    ``checkpoint`` (``(step, path)`` of the newest intact checkpoint, or ``None``; ``fit``
+    fills it in after saving the last completed step) and ``resume`` (the command that
+    resumes the run; ``seqjax train`` sets it). ``str()`` is one line with all of them.
+    """
+
+    def __init__(self, step: int, error: BaseException) -> None:
+        super().__init__(step, error)
+        self.step, self.error = step, error
+        self.checkpoint: tuple[int, str] | None = None
+        self.resume: str | None = None
+
+    def __str__(self) -> str:
+        if isinstance(self.error, StopIteration):
+            what = f"the data iterator ran out of batches (StopIteration) at step {self.step}"
+        else:
+            text = str(self.error).strip().splitlines()
+            what = (f"the data iterator raised {type(self.error).__name__}"
+                    + (f": {text[0]}" if text else "") + f" at step {self.step}")
+        resume = self.resume or "rerunning the same call (same work dir)"
+        if self.checkpoint is None:
+            return (f"{what}; no checkpoint was written: once the cause is gone, {resume} "
+                    "starts over.")
+        step, path = self.checkpoint
+        return (f"{what}; the newest intact checkpoint is step {step} ({path}); once the "
+                f"cause is gone, {resume} resumes from it.")
+
+
 class BatchSource:
     """What each jitted call of ``fit`` trains on, from 0-based step ``start``.
 
@@ -310,6 +345,9 @@ class BatchSource:
         self._checked: dict[Any, Callable] | None = {} if checked else None
         self._prefetcher: _Prefetcher | None = None
         self._get: Callable[[int], Any] | None = None
+        #: the data position before the batches of the last call (host data): what a
+        #: checkpoint of the state before a failed call is saved with.
+        self.call_position: Any = data_state
         if self.device:
             if data_state is not None and hasattr(data, "set_state"):
                 data.set_state(data_state)
@@ -323,9 +361,13 @@ class BatchSource:
                                                start, num_steps, prefetch)
 
     def _host_batch(self, i: int) -> Any:
-        """The checked, placed batch of 0-based step ``i``."""
+        """The checked, placed batch of 0-based step ``i``; an error of the data iterator
+        is a :class:`DataIteratorError` of step ``i + 1``."""
         assert self._get is not None  # host data
-        batch = self._get(i)
+        try:
+            batch = self._get(i)
+        except Exception as err:  # noqa: BLE001 - any failure of the data is reported so
+            raise DataIteratorError(i + 1, err) from err
         if self.check_batch is not None:
             try:
                 self.check_batch(batch)
@@ -360,6 +402,7 @@ class BatchSource:
         try:
             if self.device:
                 return self._fn("device", n)(state, self.data.arrays)
+            self.call_position = self.position(s)  # where a failed call leaves the data
             next_batch = self._host_batch if self._prefetcher is None else self._prefetcher.get
             if self.k == 1:
                 return self._fn("one", 1)(state, next_batch(s))

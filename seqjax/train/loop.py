@@ -33,7 +33,14 @@ run with a :class:`~seqjax.train.write_errors.WriteError` naming the file, the s
 bytes needed and free and the newest intact checkpoint (a checkpoint written in the
 background is checked at every logged step); the failed checkpoint's temporary folder is
 removed, so the same call resumes once the cause is gone. Before training, one line says
-so when the work dir has less free space than its checkpoints will take.
+so when the work dir has less free space than its checkpoints will take. **The data
+iterator failing** — ``next()`` (or ``f(i)``) raising an I/O error, a loader's bug,
+``StopIteration`` before the last step — stops the run with a
+:class:`~seqjax.train.fit_parts.DataIteratorError` naming the error and the step whose
+batch it was (nothing is trained on it), after checkpointing the last completed step with
+the data position from before the failed batch (one process; several processes keep
+their last periodic checkpoint), so the same call, once the cause is gone, finishes as the
+uninterrupted run would have.
 
 A tqdm bar shows loss, tokens/s and the ETA. SIGTERM/SIGINT (preemption on Colab or a TPU
 VM, Ctrl-C) finish the current step, save a checkpoint and return with
@@ -92,6 +99,7 @@ import numpy as np
 
 from seqjax.train.fit_parts import (
     BatchSource,
+    DataIteratorError,
     MetricsFetch,
     MetricsLog,
     Throughput,
@@ -115,9 +123,10 @@ from seqjax.train.records import (
 from seqjax.train.sharding import host_value
 from seqjax.train.step import TrainStep
 from seqjax.train.workdir_lock import holds_workdir
+from seqjax.train.write_errors import newest_checkpoint
 
-__all__ = ["CHECKED_ENV", "FitConfig", "FitResult", "ResumeError", "checked_by_default",
-           "evaluate", "fit"]
+__all__ = ["CHECKED_ENV", "DataIteratorError", "FitConfig", "FitResult", "ResumeError",
+           "checked_by_default", "evaluate", "fit"]
 
 #: ``1`` runs every ``fit`` of ``seqjax train`` under :func:`seqjax.checked`: read by the
 #: command line (:class:`seqjax.experiments._runner.Switches`), not by ``fit``.
@@ -414,7 +423,8 @@ def fit(
         A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf,
         :class:`~seqjax.train.workdir_lock.WorkdirBusyError` when another process is
         running in ``workdir``, :class:`~seqjax.train.write_errors.WriteError` when a file
-        of the run cannot be written.
+        of the run cannot be written, :class:`~seqjax.train.fit_parts.DataIteratorError`
+        when ``train_data`` raises (the last completed step checkpointed first).
     """
     cfg = config
     t_fit = time.perf_counter()
@@ -457,7 +467,7 @@ def fit(
         s = start
         while s < cfg.num_steps:
             n = call_steps(s, cfg)
-            state, m_dev = source.call(state, s, n)
+            state, m_dev = _train_call(source, state, s, n, fetch, ckpt, start)
             s += n
             fetch.add(s, n, m_dev)
             if s == first_end:
@@ -484,8 +494,9 @@ def fit(
                           metrics={**last, **eval_metrics} if plan.evaluate else last)
             if plan.stop:
                 status = "interrupted"
-                log.say(f"{guard.requested}: stopped at step {s}"
-                        + (f"; checkpoint saved in {workdir}" if ckpt else ""), sys.stderr)
+                log.say(f"{guard.requested}: stopped at step {s}" + (
+                    f"; checkpoint saved in {workdir}; the same call resumes from it"
+                    if ckpt else ""), sys.stderr)
                 break
     if jax.process_index() == 0 and workdir is not None and wanted(cfg.plot, "matplotlib"):
         plot_curves(read_metrics(os.path.join(workdir, "metrics.jsonl")), workdir)
@@ -514,6 +525,27 @@ def _evaluation(eval_step: Any, params: Any, eval_data: Any,
     return {f"eval/{name}": v for name, v in evaluate(
         eval_step, params, batches, place_batch=place_eval_batch,
         check_batch=check_batch).items()}
+
+
+def _train_call(source: BatchSource, state: TrainState, s: int, n: int, fetch: MetricsFetch,
+                ckpt: Any, start: int) -> tuple[TrainState, Any]:
+    """``source.call(state, s, n)``; when the data iterator fails (a
+    :class:`DataIteratorError`), the state of the last completed step ``s`` is checkpointed
+    first — its metrics fetched and checked finite, and saved with the data position before
+    the failed call, so that the same call resumes bit for bit — unless it holds nothing new
+    (``s == start``, or a checkpoint of ``s`` exists) or several processes train (a
+    collective save would wait for the others)."""
+    try:
+        return source.call(state, s, n)
+    except DataIteratorError as err:
+        if ckpt is not None:
+            if s > start and jax.process_count() == 1:
+                last = fetch()  # a non-finite metric raises here: nothing saved after it
+                ckpt.check()
+                ckpt.save(state, data_state=source.call_position, step=s, metrics=last)
+                ckpt.wait()
+            err.checkpoint = newest_checkpoint(ckpt.directory)
+        raise
 
 
 def _close(part: Any) -> None:

@@ -176,16 +176,22 @@ def writing(what: str, path: str, *, step: int | None = None, needed: int | None
 
 
 @contextlib.contextmanager
-def resumed_by(command: str, workdir: str | None) -> Iterator[None]:
+def resumed_by(command: str, workdir: str | None,
+               resumable: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     """Run a whole run (``seqjax train``): a :class:`WriteError` leaving the block says that
-    ``command`` resumes it; any other write failure (a summary or a file that a recipe
-    writes itself) becomes a :class:`WriteError` of its file, with the newest checkpoint of
-    ``workdir``."""
+    ``command`` resumes it, and so does an error of the ``resumable`` types (each with a
+    ``resume`` attribute, e.g. :class:`~seqjax.train.fit_parts.DataIteratorError`), which
+    passes as it is — a failed *read* it holds is not a write failure; any other write
+    failure (a summary or a file that a recipe writes itself) becomes a :class:`WriteError`
+    of its file, with the newest checkpoint of ``workdir``."""
     checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
     try:
         yield
     except WriteError as err:
         err.resume = f"`{command}`"  # the outermost run's command: what the user typed
+        raise
+    except resumable as err:
+        err.resume = f"`{command}`"  # type: ignore[attr-defined]
         raise
     except Exception as err:  # noqa: BLE001 - only write failures are turned, others re-raised
         code = write_failure(err)

@@ -14,6 +14,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -72,12 +73,15 @@ def train(
     *,
     logs: bool = False,
     hooks: Sequence[Callable[[dict], None]] = (),
+    **fit_options: Any,
 ) -> FitResult:
+    """The run in ``workdir``; ``fit_options`` replace fields of its :class:`FitConfig`."""
     mesh, host_state, shardings, step, evaluate = _setup()
+    options = dict(num_steps=STEPS, log_every=1, eval_every=4, checkpoint_every=3,
+                   keep_checkpoints=2, progress=False, tensorboard=logs, plot=logs)
     return fit(
         jax.device_put(host_state, shardings), step, data(),
-        FitConfig(num_steps=STEPS, log_every=1, eval_every=4, checkpoint_every=3,
-                  keep_checkpoints=2, progress=False, tensorboard=logs, plot=logs),
+        FitConfig(**{**options, **fit_options}),
         workdir=workdir,
         eval_step=evaluate,
         eval_data=eval_batches,
