@@ -521,8 +521,8 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     before = open(saved).read()
     capsys.readouterr()
 
-    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--hidden=16"]) == 2  # refused
-    assert "hidden: saved 20, now 16" in capsys.readouterr().err
+    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--hidden_size=16"]) == 2
+    assert "hidden_size: saved 20, now 16" in capsys.readouterr().err  # refused
     assert open(saved).read() == before
     assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--steps=30",
                      "--learning_rate=1e38"]) == 1  # NaN: not the base of the next run
@@ -531,8 +531,8 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--steps=-5"]) == 2
     assert "--steps must be an int >= 0; got -5" in capsys.readouterr().err
 
-    assert cli.main(["eval", "--workdir", workdir, "--hidden=16"]) == 2
-    assert "--hidden=16 but the checkpoint has 20" in capsys.readouterr().err
+    assert cli.main(["eval", "--workdir", workdir, "--hidden_size=16"]) == 2
+    assert "--hidden_size=16 but the checkpoint has 20" in capsys.readouterr().err
     assert cli.main(["generate", "--workdir", workdir, "--prompt", "the",
                      "--max-new-tokens", "-3"]) == 2
     assert "--max-new-tokens must be >= 1; got -3" in capsys.readouterr().err
@@ -750,7 +750,9 @@ def test_zero_or_negative_for_each_bounded_option_exits_2_naming_it(
 
 @pytest.mark.parametrize("old, new", [("layers", "num_layers"), ("heads", "num_heads"),
                                       ("dim", "embed_dim"), ("dropout", "dropout_rate"),
-                                      ("batch", "batch_size"), ("d_model", "embed_dim")])
+                                      ("batch", "batch_size"), ("d_model", "embed_dim"),
+                                      ("hidden", "hidden_size"), ("warmup", "warmup_steps"),
+                                      ("transformer_layers", "num_layers")])
 def test_old_option_spellings_name_the_new_one(old, new, capsys):
     from seqjax import cli
 
@@ -762,13 +764,50 @@ def test_old_option_spellings_name_the_new_one(old, new, capsys):
         assert f"--{old} is now --{new}" in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_every_retired_spelling_of_every_recipe_names_the_new_one(capsys):
+    """The global table and each recipe's own (``Config.RENAMED``): every retired spelling
+    that maps to one of the recipe's options is refused (exit 2) naming the new option, and
+    no option of a recipe is itself a retired spelling."""
+    from seqjax import cli
+    from seqjax.experiments._config import renamed
+    from seqjax.experiments._runner import load_experiment
+
+    checked = 0
+    for name in _recipes():
+        options = dict(_options(name))
+        for old, new in renamed(load_experiment(name).Config).items():
+            assert old not in options, f"{name} still has the retired --{old}"
+            if new not in options:
+                continue
+            assert cli.main(["train", name, f"--{old}=2"]) == 2
+            err = capsys.readouterr().err
+            assert f"--{old} is now --{new}" in err, (name, err)
+            checked += 1
+    assert checked >= 40
+
+
 def test_a_config_saved_with_the_old_spellings_still_loads():
     from seqjax.experiments import bert_mlm
     from seqjax.experiments._config import config_from_dict
 
     cfg = config_from_dict(bert_mlm.Config, {"layers": 3, "heads": 2, "dim": 32,
-                                             "dropout": 0.2})
+                                             "dropout": 0.2, "pretrain_lr": 0.5})
     assert (cfg.num_layers, cfg.num_heads, cfg.embed_dim, cfg.dropout_rate) == (3, 2, 32, 0.2)
+    assert cfg.pretrain_learning_rate == 0.5
+
+
+def test_a_recipes_own_rename_holds_in_that_recipe_only(capsys):
+    """ptb_lm's ``--num_steps`` (its window) is ``--block_size``; in gpt2, which has a
+    ``block_size`` too, ``--num_steps`` is just unknown (a count of steps there)."""
+    from seqjax import cli
+    from seqjax.experiments import ptb_lm
+    from seqjax.experiments._config import config_from_dict
+
+    cfg = config_from_dict(ptb_lm.Config, {"num_steps": 35, "hidden": 8})
+    assert (cfg.block_size, cfg.hidden_size) == (35, 8)
+    assert cli.main(["train", "gpt2", "--num_steps=35"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key --num_steps" in err and "block_size (one" not in err
 
 
 

@@ -17,8 +17,11 @@ def test_list_shows_experiments_and_presets(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "toy_rnn", "--hiden=3"], "unknown config key --hiden .*Did you mean --hidden?"),
-    (["train", "toy_rnn", "--hidden", "abc"], "--hidden: expected int; got 'abc'"),
+    (["train", "toy_rnn", "--hiden_size=3"],
+     "unknown config key --hiden_size .*Did you mean --hidden_size?"),
+    (["train", "toy_rnn", "--hidden_size", "abc"], "--hidden_size: expected int; got 'abc'"),
+    (["train", "toy_rnn", "--hidden=3"], r"--hidden is now --hidden_size .*--hidden_size=VALUE"),
+    (["train", "gpt2", "--clip_norm=none"], r"--clip_norm: .*\(0 turns this option off\)"),
     (["train", "toy_rnn", "--steps"], "--steps needs a value"),
     (["train", "toy_rnn", "--preset", "huge"], "unknown preset 'huge'.*presets: smoke"),
     (["train", "no_such_experiment"], "unknown experiment 'no_such_experiment'"),
@@ -35,12 +38,13 @@ def test_bad_command_lines_exit_2_with_a_clear_message(argv, message, capsys):
 
 def test_build_config_layers_saved_config_preset_and_overrides(tmp_path):
     module = cli.load_experiment("toy_rnn")
-    cfg = cli.build_config(module, "toy_rnn", ["--smoke", "--hidden=7", f"--workdir={tmp_path}"])
-    assert (cfg.steps, cfg.log_every, cfg.hidden, cfg.workdir) == (20, 5, 7, str(tmp_path))
+    cfg = cli.build_config(module, "toy_rnn", ["--smoke", "--hidden_size=7",
+                                               f"--workdir={tmp_path}"])
+    assert (cfg.steps, cfg.log_every, cfg.hidden_size, cfg.workdir) == (20, 5, 7, str(tmp_path))
     (tmp_path / "experiment.json").write_text(json.dumps(
         {"experiment": "toy_rnn", "config": {**cfg.__dict__, "learning_rate": 0.01}}))
     again = cli.build_config(module, "toy_rnn", [f"--workdir={tmp_path}", "--steps", "40"])
-    assert (again.hidden, again.learning_rate, again.steps) == (7, 0.01, 40)
+    assert (again.hidden_size, again.learning_rate, again.steps) == (7, 0.01, 40)
     (tmp_path / "experiment.json").write_text(json.dumps({"experiment": "other", "config": {}}))
     with pytest.raises(cli.ConfigError, match="belongs to experiment 'other'"):
         cli.build_config(module, "toy_rnn", [f"--workdir={tmp_path}"])

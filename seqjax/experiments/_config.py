@@ -39,6 +39,7 @@ __all__ = [
     "NonNegFloat",
     "Fraction",
     "RENAMED",
+    "renamed",
     "field_range",
     "check_field_ranges",
     "describe_type",
@@ -55,9 +56,10 @@ class ConfigError(ValueError):
     """A bad ``--key=value`` override (unknown key or a value of the wrong type)."""
 
 
-#: Options renamed to the one spelling shared by every recipe: ``{old: new}``. For one release
-#: the old spelling is refused with the new name (a saved ``experiment.json`` is read with the
-#: new names).
+#: Options renamed to the one spelling shared by the library and every recipe: ``{old: new}``.
+#: For one release the old spelling is refused with the new name (a saved ``experiment.json``
+#: is read with the new names). A rename that holds for one recipe only is the ``RENAMED``
+#: class attribute of its ``Config`` (:func:`renamed`).
 RENAMED: dict[str, str] = {
     "layers": "num_layers",
     "heads": "num_heads",
@@ -65,7 +67,17 @@ RENAMED: dict[str, str] = {
     "d_model": "embed_dim",
     "dropout": "dropout_rate",
     "batch": "batch_size",
+    "hidden": "hidden_size",
+    "warmup": "warmup_steps",
+    "transformer_layers": "num_layers",
 }
+
+
+def renamed(cls: type) -> dict[str, str]:
+    """The retired spellings of ``cls``'s options: :data:`RENAMED` and the class's own
+    ``RENAMED`` (a ``ClassVar``, for a rename that holds in one recipe only), whose entries
+    win."""
+    return {**RENAMED, **getattr(cls, "RENAMED", {})}
 
 
 def field_range(tp: Any) -> tuple[Any, Range | None, bool]:
@@ -178,6 +190,11 @@ def _type_name(tp: Any) -> str:
 def _convert(key: str, value: Any, tp: Any) -> Any:
     """Convert a command-line string (or an already-typed value) to ``tp``."""
     if typing.get_origin(tp) is Annotated:  # the range is checked on the whole config
+        base, rng, _ = field_range(tp)
+        if (value is None or (isinstance(value, str) and value.lower() in _NONE)) and \
+                rng is not None and rng.admits(0):  # one meaning of off: 0, never None
+            raise ConfigError(f"--{key}: expected {_type_name(base)}; got {value!r} "
+                              f"(0 turns this option off).")
         tp = typing.get_args(tp)[0]
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -249,8 +266,8 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
 
 def _unknown(key: str, cls: type, prefix: str) -> ConfigError:
     names = [f.name for f in dataclasses.fields(cls)]
-    if RENAMED.get(key) in names:
-        new = RENAMED[key]
+    new = renamed(cls).get(key)
+    if new in names:
         return ConfigError(f"--{prefix}{key} is now --{prefix}{new} (one spelling across the "
                            f"recipes); use --{prefix}{new}=VALUE.")
     close = difflib.get_close_matches(key, names, n=1)
@@ -317,9 +334,10 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
         raise ConfigError(f"{cls.__name__} needs {sorted(missing)}.")
     hints = _hints(cls)
     kwargs = {}
+    old_names = renamed(cls)
     for key, value in data.items():
-        if key not in hints and RENAMED.get(key) in hints and RENAMED[key] not in data:
-            key = RENAMED[key]  # a config saved before the rename
+        if key not in hints and old_names.get(key) in hints and old_names[key] not in data:
+            key = old_names[key]  # a config saved before the rename
         if key not in hints:
             raise _unknown(key, cls, "")
         kwargs[key] = _convert(key, value, hints[key])

@@ -131,9 +131,9 @@ def lm_run(
     ``val_curve`` ``[(step, val bits/image), …]``, ``first_loss``, ``last_loss``,
     ``params``, ``train_s``, updated by ``evaluate(model, kept parameters, results)`` when
     given. ``cfg`` needs ``num_layers``, ``num_heads``, ``embed_dim``, ``dropout_rate``,
-    ``steps``, ``batch_size``, ``learning_rate``, ``warmup_steps``, ``weight_decay``,
-    ``eval_every``, ``seed``, ``log_every`` and ``progress`` (as the ``Config`` of image_gpt
-    and text_to_image).
+    ``steps``, ``batch_size``, ``learning_rate``, ``warmup_steps``, ``clip_norm``,
+    ``weight_decay``, ``eval_every``, ``seed``, ``log_every`` and ``progress`` (as the
+    ``Config`` of image_gpt and text_to_image).
     """
     train = splits["train"]
     length = train["inputs"].shape[1]
@@ -220,7 +220,7 @@ def lm_run(
             warmup_steps=min(cfg.warmup_steps, cfg.steps - 1),
             total_steps=max(cfg.steps, 1),
             weight_decay=cfg.weight_decay,
-            clip_norm=1.0,
+            clip_norm=cfg.clip_norm,
         ),
         fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                       checkpoint_every=0, best_metric=None, progress=cfg.progress,

@@ -91,7 +91,6 @@ from seqjax._io import write_atomic, write_json
 from seqjax.data.corpora import CorpusNotFoundError
 from seqjax.data.shards import ShardError
 from seqjax.experiments._config import (
-    RENAMED,
     ConfigError,
     _hints,
     apply_overrides,
@@ -99,6 +98,7 @@ from seqjax.experiments._config import (
     config_from_dict,
     describe_type,
     parse_overrides,
+    renamed,
 )
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
 from seqjax.train.loop import CHECKED_ENV, DataIteratorError, ResumeError, checked_by_default
@@ -573,7 +573,8 @@ def _check_model_config(cfg: Any, workdir: str) -> None:
         return
     ours = _jsonable(_flat_config(cfg))
     saved = _jsonable(_flat_dict(model_config)) if isinstance(model_config, dict) else {}
-    saved = {RENAMED.get(k, k): v for k, v in saved.items()}  # a checkpoint's older names
+    old_names = renamed(type(cfg))
+    saved = {old_names.get(k, k): v for k, v in saved.items()}  # a checkpoint's older names
     diff = [f"--{k}={ours[k]!r} but the checkpoint has {saved[k]!r}"
             for k in sorted(set(ours) & set(saved)) if ours[k] != saved[k]]
     if diff:

@@ -167,7 +167,7 @@ class TrainSpec:
     batch_size: int
     learning_rate: float
     warmup_steps: int = 0
-    clip_norm: float | None = 1.0
+    clip_norm: float = 1.0
     eval_every: int = 0
     log_every: int = 100
     progress: bool = True
@@ -184,10 +184,11 @@ def seq2seq_run(
 
     Loss: masked token cross-entropy (MEDL (7.4)–(7.5), no loss on padding); AdamW with
     linear warm-up and cosine decay, global-norm clipping; ``spec.batch_size`` is the global
-    batch (capped at the training set). With ``spec.eval_every`` and ``val``, ``val`` is
-    evaluated in global batches of 256 rows. The parameters are drawn from ``seed``, the
-    state's dropout key from ``seed + 1000``. Trained by :func:`~seqjax.experiments._kit.train`,
-    it resumes from its folder (a finished run is restored, not retrained).
+    batch (capped at the training set). With ``val``, ``val`` is evaluated every
+    ``spec.eval_every`` steps (0 = only at the end), in global batches of 256 rows. The
+    parameters are drawn from ``seed``, the state's dropout key from ``seed + 1000``. Trained
+    by :func:`~seqjax.experiments._kit.train`, it resumes from its folder (a finished run is
+    restored, not retrained).
     """
     first = {k: v[:1] for k, v in train.items()}
     params = jax.jit(lambda k: model.init(k, first["src"], first["tgt_in"],
@@ -208,7 +209,7 @@ def seq2seq_run(
         return [pad_rows({k: v[i : i + size] for k, v in val.items()}, par.batch_shards,
                          {"tgt_mask": False}) for i in range(0, len(val["src"]), size)]
 
-    evaluated = val is not None and len(val["src"]) > 0 and spec.eval_every > 0
+    evaluated = val is not None and len(val["src"]) > 0
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=train,
         optimizer=OptimizerConfig(

@@ -56,6 +56,7 @@ from seqjax.experiments._kit import Task, Trained, classifier_run, command_line,
 from seqjax.experiments.reports.audio import report
 from seqjax.models.ast import AST, ASTConfig
 from seqjax.models.vit import vit_block
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
@@ -65,7 +66,7 @@ MODELS: tuple[str, ...] = get_args(Model)
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train audio`` (an AST and a CNN on log-mel spectrograms).
 
     Attributes:
@@ -93,10 +94,7 @@ class Config(ParallelOptions):
         batch_size: clips per step, over all devices (capped at the training set).
         steps: optimiser steps of each run.
         learning_rate: peak AdamW learning rate (warm-up, then cosine to 0).
-        warmup_steps: linear warm-up steps (at most ``steps - 1``).
-        clip_norm: global gradient-norm clip; 0 = none.
         weight_decay: AdamW's decoupled weight decay.
-        log_every: steps between logged records.
         progress: show a progress bar.
         workdir: each run's logs and checkpoint (``MODEL_seedS/``), ``run.json``,
             ``audio.json`` and ``audio.md``; ``None`` = nothing written.
@@ -120,13 +118,10 @@ class Config(ParallelOptions):
     num_heads: PosInt = 4
     embed_dim: PosInt = 64
     cnn_channels: tuple[PosInt, ...] = (16, 32, 32)
+    steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
-    steps: NonNegInt = 1500
     learning_rate: PosFloat = 2e-3
-    warmup_steps: NonNegInt = 100
-    clip_norm: NonNegFloat = 1.0
     weight_decay: NonNegFloat = 1e-4
-    log_every: PosInt = 100
     progress: bool = False
     workdir: str | None = "workdirs/audio"
     results_dir: str | None = None

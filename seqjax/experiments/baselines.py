@@ -51,6 +51,7 @@ from seqjax.models.rnn import RNNClassifier, RNNLanguageModel
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
@@ -58,7 +59,7 @@ PAD, CLS = 0, 1  # classification vocabulary: 0 padding, 1 <cls>, then the chara
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train baselines`` (count models against RNNs and transformers).
 
     Attributes:
@@ -74,7 +75,7 @@ class Config(ParallelOptions):
         class_test_pairs: Tatoeba pairs for the test accuracy.
         max_chars: sentences are truncated to this many characters (classification).
         block_size: window length of the LM networks, in training and scoring (GPT context).
-        hidden: LSTM and GRU width (one layer each).
+        hidden_size: LSTM and GRU width (one layer each).
         embed_dim: character embedding size of the LSTM and GRU; width ``d`` of both
             transformers.
         num_layers: blocks of both transformers.
@@ -82,11 +83,8 @@ class Config(ParallelOptions):
         steps: optimiser steps of each network.
         batch_size: windows or sentences per step, over all devices (capped at the training
             set).
-        learning_rate: peak AdamW learning rate (warm-up, then cosine to 0; no weight decay,
-            clipping at 1.0).
-        warmup_steps: linear warm-up steps (at most ``steps - 1``).
+        learning_rate: peak AdamW learning rate (warm-up, then cosine to 0; no weight decay).
         seed: pair sample and split, window sampling, initialisation and batch order.
-        log_every: steps between logged records.
         progress: show a progress bar.
         data_path: the folder holding ``tinyshakespeare.txt`` and ``fra-eng.txt``; unset =
             ``$SEQJAX_DATA_DIR``, the user cache, a download, ``shared/data``
@@ -103,18 +101,14 @@ class Config(ParallelOptions):
     lm_train_windows: PosInt = 48_000  # steps × batch_size: each window seen about once
     class_train_pairs: PosInt = 4000
     class_test_pairs: PosInt = 1000
-    max_chars: NonNegInt = 64  # sentences are truncated to this many characters
+    max_chars: PosInt = 64  # sentences are truncated to this many characters
     block_size: PosInt = 64
-    hidden: PosInt = 128  # LSTM / GRU width
+    hidden_size: PosInt = 128  # LSTM / GRU width
     embed_dim: PosInt = 64
     num_layers: PosInt = 2  # transformer blocks
     num_heads: PosInt = 4
-    steps: NonNegInt = 1500
-    batch_size: PosInt = 32
-    learning_rate: PosFloat = 3e-3
-    warmup_steps: NonNegInt = 100
+    steps: NonNegInt = 1500  # TrainOptions' field, with this recipe's default
     seed: int = 0
-    log_every: PosInt = 100
     progress: bool = True
     data_path: str | None = None  # the folder holding tinyshakespeare.txt and fra-eng.txt
     workdir: str | None = "workdirs/baselines"
@@ -124,7 +118,7 @@ PRESETS = {
     "smoke": {"ngram_orders": "1,2", "class_orders": "1,2", "lm_eval_chars": 512,
               "lm_train_chars": 50_000,
               "lm_train_windows": 64, "class_train_pairs": 64, "class_test_pairs": 16,
-              "max_chars": 24, "block_size": 16, "hidden": 8, "embed_dim": 8, "num_layers": 1,
+              "max_chars": 24, "block_size": 16, "hidden_size": 8, "embed_dim": 8, "num_layers": 1,
               "num_heads": 2, "steps": 3, "warmup_steps": 1, "batch_size": 8, "log_every": 1,
               "progress": False},
 }
@@ -189,7 +183,7 @@ def network_run(model: Any, init_x: np.ndarray, train: dict[str, np.ndarray],
         optimizer=OptimizerConfig(
             "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
             warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), total_steps=cfg.steps,
-            end_lr_ratio=0.0, weight_decay=0.0, clip_norm=1.0),
+            end_lr_ratio=0.0, weight_decay=0.0, clip_norm=cfg.clip_norm),
         fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
                       best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
         batch_size=min(cfg.batch_size, len(train["y"])), seed=cfg.seed,
@@ -231,7 +225,7 @@ def lm_task(cfg: Config) -> tuple[list[dict], list[Run]]:
     test = {"x": vx, "y": vy}
     models = {
         "LSTM LM": RNNLanguageModel(vocab_size=vocab, embed_dim=cfg.embed_dim,
-                                    hidden_size=cfg.hidden, cell_type="lstm"),
+                                    hidden_size=cfg.hidden_size, cell_type="lstm"),
         "transformer LM (GPT)": TransformerLM(TransformerLMConfig(
             vocab_size=vocab, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim, max_len=block,
             block=gpt_block(cfg.num_heads))),
@@ -297,7 +291,7 @@ def classification_task(cfg: Config) -> tuple[list[dict], list[Run]]:
                 return model.apply({"params": p}, b["x"], b["len"])["class_logits"]
         else:
             model = RNNClassifier(num_classes=2, vocab_size=vocab, embed_dim=cfg.embed_dim,
-                                  hidden_size=cfg.hidden, cell_type="gru", pooling="last")
+                                  hidden_size=cfg.hidden_size, cell_type="gru", pooling="last")
 
             def logits_of(p: Any, b: dict, model: Any = model) -> jax.Array:
                 return model.apply({"params": p}, b["x"], b["len"])

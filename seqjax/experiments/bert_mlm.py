@@ -31,7 +31,8 @@ classifiers (pre-trained vs scratch) against the number of labels, mean ± sd ov
 the majority class is the floor.
 
 Both stages train on every visible device (and host), data parallel unless ``--mesh`` /
-``--strategy`` say otherwise; ``pretrain_batch`` and ``finetune_batch`` are global batches.
+``--strategy`` say otherwise; ``pretrain_batch_size`` and ``finetune_batch_size`` are global
+batches.
 
 Run:  python -m seqjax.experiments.bert_mlm            (or: seqjax train bert_mlm)
       python -m seqjax.experiments.bert_mlm --smoke    (seconds, for CI)
@@ -44,7 +45,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -87,13 +88,14 @@ class Config(ParallelOptions):
         mlp_dim: hidden width of each block's MLP.
         dropout_rate: dropout rate of the encoder, in both stages.
         pretrain_steps: MLM optimiser steps.
-        pretrain_batch: sentences per MLM step, over all devices (capped at the training set).
-        pretrain_lr: peak AdamW learning rate of pre-training (warm-up, then cosine to 0;
-            weight decay 0.01, clipping at 1.0).
+        pretrain_batch_size: sentences per MLM step, over all devices (capped at the
+            training set).
+        pretrain_learning_rate: peak AdamW learning rate of pre-training (warm-up, then
+            cosine to 0; weight decay 0.01, clipping at 1.0).
         finetune_steps: optimiser steps of each fine-tuning run.
-        finetune_batch: labelled sentences per fine-tuning step, over all devices (capped at
-            the number of labels).
-        finetune_lr: peak AdamW learning rate of fine-tuning (same schedule).
+        finetune_batch_size: labelled sentences per fine-tuning step, over all devices
+            (capped at the number of labels).
+        finetune_learning_rate: peak AdamW learning rate of fine-tuning (same schedule).
         n_labels: labelled training sentences of each fine-tuning setting (0 = every
             training sentence).
         seeds: fine-tuning seeds (labelled sample, initialisation, batch order, dropout);
@@ -109,6 +111,12 @@ class Config(ParallelOptions):
             nothing written.
     """
 
+    #: Spellings of this recipe's options before they took the library's names (refused on
+    #: the command line naming the new one; read from a saved ``experiment.json``).
+    RENAMED: ClassVar[dict[str, str]] = {
+        "pretrain_batch": "pretrain_batch_size", "pretrain_lr": "pretrain_learning_rate",
+        "finetune_batch": "finetune_batch_size", "finetune_lr": "finetune_learning_rate"}
+
     num_pairs: NonNegInt = 0  # 0 = all pairs of the file
     test_fraction: Fraction = 0.1
     min_freq: PosInt = 2
@@ -118,11 +126,11 @@ class Config(ParallelOptions):
     mlp_dim: PosInt = 128
     dropout_rate: Fraction = 0.1
     pretrain_steps: NonNegInt = 3000
-    pretrain_batch: PosInt = 128
-    pretrain_lr: PosFloat = 2e-3
+    pretrain_batch_size: PosInt = 128
+    pretrain_learning_rate: PosFloat = 2e-3
     finetune_steps: NonNegInt = 300
-    finetune_batch: PosInt = 32
-    finetune_lr: PosFloat = 1e-3
+    finetune_batch_size: PosInt = 32
+    finetune_learning_rate: PosFloat = 1e-3
     n_labels: tuple[NonNegInt, ...] = (100, 1000, 0)  # 0 = every training sentence
     seeds: tuple[int, ...] = (0, 1, 2)
     warmup_steps: NonNegInt = 100
@@ -140,9 +148,9 @@ PRESETS = {
         "embed_dim": 16,
         "mlp_dim": 32,
         "pretrain_steps": 3,
-        "pretrain_batch": 16,
+        "pretrain_batch_size": 16,
         "finetune_steps": 3,
-        "finetune_batch": 8,
+        "finetune_batch_size": 8,
         "n_labels": "40",
         "seeds": "0,1",
         "warmup_steps": 1,
@@ -268,11 +276,11 @@ def _pretrain_run(cfg: Config, model: Any, loss_fn: Any, eval_fn: Any, train: di
     return Run(
         model=model, params=params, loss_fn=loss_fn,
         data={k: train[k] for k in ("tokens", "lengths")},
-        optimizer=_optimizer(cfg.pretrain_lr, cfg.pretrain_steps, cfg.warmup_steps),
+        optimizer=_optimizer(cfg.pretrain_learning_rate, cfg.pretrain_steps, cfg.warmup_steps),
         fit=FitConfig(num_steps=cfg.pretrain_steps, log_every=cfg.log_every,
                       checkpoint_every=0, best_metric=None, progress=cfg.progress,
                       tensorboard=False, plot=cfg.workdir is not None),
-        batch_size=min(cfg.pretrain_batch, len(train["tokens"])), seed=0, dropout_seed=1,
+        batch_size=min(cfg.pretrain_batch_size, len(train["tokens"])), seed=0, dropout_seed=1,
         eval_fn=eval_fn, eval_data=val, model_config=model_config, name=name, evaluate=done)
 
 
@@ -419,11 +427,12 @@ def finetune(cfg: Config, form: str, model: Any, class_logits: Any,
                         jnp.copy, {k: pre[k] for k in params if k in pre})}
                 yield Run(
                     model=model, params=params, loss_fn=loss_fn, data=labelled,
-                    optimizer=_optimizer(cfg.finetune_lr, cfg.finetune_steps, cfg.warmup_steps),
+                    optimizer=_optimizer(cfg.finetune_learning_rate, cfg.finetune_steps,
+                                         cfg.warmup_steps),
                     fit=FitConfig(num_steps=cfg.finetune_steps, log_every=cfg.log_every,
                                   checkpoint_every=0, best_metric=None, progress=False,
                                   tensorboard=False, plot=False),
-                    batch_size=min(cfg.finetune_batch, n), seed=seed, dropout_seed=seed + 7,
+                    batch_size=min(cfg.finetune_batch_size, n), seed=seed, dropout_seed=seed + 7,
                     name=f"finetune_{form}_{init}_n{n}_seed{seed}",
                     writes=False,  # the many short fine-tunings are rows of the table
                     evaluate=lambda t, n=n, seed=seed, init=init: score(t, n, seed, init))

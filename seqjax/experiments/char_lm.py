@@ -107,13 +107,14 @@ from seqjax.train.loop import FitConfig
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train char_lm`` (defaults: nanoGPT's README CPU run).
 
     Attributes:
@@ -129,10 +130,8 @@ class Config(ParallelOptions):
         steps: optimiser steps (the cosine schedule ends here).
         learning_rate: peak AdamW learning rate, after the warm-up.
         min_lr_ratio: the schedule's final rate as a fraction of the peak.
-        warmup_steps: linear warm-up steps.
         weight_decay: AdamW's decoupled weight decay (every matrix; not vectors).
         beta2: AdamW's second-moment decay (β₁ = 0.9).
-        clip_norm: global gradient-norm clip; 0 = none.
         compute_dtype: ``float32`` or ``bfloat16`` (mixed precision; parameters stay float32).
         eval_every: steps between validation estimates (0 = only at the end).
         eval_batches: random validation windows (batches) per estimate, as nanoGPT.
@@ -144,7 +143,6 @@ class Config(ParallelOptions):
         data_path: the corpus file or its folder; unset = ``$SEQJAX_DATA_DIR``, the user
             cache, a download, ``shared/data`` (``seqjax.data.corpora``).
         seed: initialisation, dropout and window sampling.
-        log_every: steps between logged records (``metrics.jsonl``, the progress line).
         checkpoint_every: steps between checkpoints (also at every evaluation and the end).
         input: ``device`` (windows drawn on the devices) or ``host`` (numpy sampler).
         steps_per_call: steps per jitted call; the logging, evaluation and checkpoint
@@ -159,16 +157,15 @@ class Config(ParallelOptions):
     num_heads: PosInt = 4
     embed_dim: PosInt = 128
     block_size: PosInt = 64
-    batch_size: PosInt = 12
     dropout_rate: Fraction = 0.0
     attention_dropout: Fraction | None = None
-    steps: NonNegInt = 2000
+    steps: NonNegInt = 2000  # TrainOptions' fields, with this recipe's defaults
+    batch_size: PosInt = 12
     learning_rate: PosFloat = 1e-3
+    log_every: PosInt = 50
     min_lr_ratio: NonNegFloat = 0.1
-    warmup_steps: NonNegInt = 100
     weight_decay: NonNegFloat = 0.1
     beta2: Fraction = 0.99
-    clip_norm: NonNegFloat = 1.0
     compute_dtype: Literal["float32", "bfloat16"] = "float32"
     eval_every: NonNegInt = 250
     eval_batches: PosInt = 20
@@ -179,7 +176,6 @@ class Config(ParallelOptions):
     max_chars: NonNegInt = 0
     data_path: str | None = None
     seed: int = 1337
-    log_every: PosInt = 50
     checkpoint_every: NonNegInt = 500
     input: Literal["device", "host"] = "device"
     steps_per_call: PosInt = 10
@@ -298,7 +294,7 @@ def optimizer(cfg: Config) -> OptimizerConfig:
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
         warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
         end_lr_ratio=cfg.min_lr_ratio, b1=0.9, b2=cfg.beta2, weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm or None, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
+        clip_norm=cfg.clip_norm, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
 
 
 def build(cfg: Config) -> Task:

@@ -39,11 +39,12 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from seqjax.data.batching import split_arrays
-from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, classifier_run, machine_info, train
 from seqjax.experiments.reports.digits import accuracy_table, plot_accuracy
 from seqjax.models.rnn import RNNClassifier
 from seqjax.models.vit import ViT, ViTConfig, vit_block
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
@@ -60,7 +61,7 @@ LABELS = {
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train digits`` (row-by-row RNNs, a transformer and a ViT).
 
     Attributes:
@@ -69,17 +70,14 @@ class Config(ParallelOptions):
         seeds: one run of each model per seed (initialisation, batch order); results are
             mean ± sd over them.
         test_fraction: fraction of the 1,797 images held out for test (a fixed split).
-        hidden: RNN width (one layer); width ``d`` of the transformer and ViT (MLP ``2d``).
+        hidden_size: RNN width (one layer); width ``d`` of the transformer and ViT (MLP ``2d``).
         num_layers: transformer and ViT blocks.
         num_heads: attention heads (transformer and ViT).
         patch_size: the ViT's patch side in pixels (must divide 8).
         batch_size: images per step, over all devices (capped at the training set).
         steps: optimiser steps of each run.
         learning_rate: peak AdamW learning rate (warm-up, then cosine to 0).
-        warmup_steps: linear warm-up steps (at most ``steps - 1``).
-        clip_norm: global gradient-norm clip; 0 = none.
         weight_decay: AdamW's decoupled weight decay (matrices; not vectors, norms or embeddings).
-        log_every: steps between logged records.
         progress: show a progress bar.
         workdir: each run's logs and checkpoint (``MODEL_seedS/``), ``run.json``,
             ``digits.json`` and ``digits_accuracy.png``; unset = nothing written.
@@ -88,23 +86,19 @@ class Config(ParallelOptions):
     models: tuple[Model, ...] = MODELS
     seeds: tuple[int, ...] = (0, 1, 2)
     test_fraction: Fraction = 0.2
-    hidden: PosInt = 64
+    hidden_size: PosInt = 64
     num_layers: PosInt = 2  # transformer / ViT blocks
     num_heads: PosInt = 4
     patch_size: PosInt = 2
+    steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
-    steps: NonNegInt = 1500
-    learning_rate: PosFloat = 3e-3
-    warmup_steps: NonNegInt = 100
-    clip_norm: NonNegFloat = 1.0
     weight_decay: NonNegFloat = 1e-4
-    log_every: PosInt = 100
     progress: bool = True
     workdir: str | None = "workdirs/digits"
 
 
 PRESETS = {
-    "smoke": {"models": "lstm,vit", "seeds": "0", "hidden": 8, "num_layers": 1, "num_heads": 2,
+    "smoke": {"models": "lstm,vit", "seeds": "0", "hidden_size": 8, "num_layers": 1, "num_heads": 2,
               "steps": 3, "warmup_steps": 1, "log_every": 1, "batch_size": 16,
               "progress": False},
 }
@@ -114,11 +108,11 @@ def make_classifier(name: str, cfg: Config) -> tuple[Any, str]:
     """``(model, layout)``: the model and the input layout it reads (``"rows"``/``"images"``)."""
     if name in ("elman", "lstm", "gru", "bilstm"):
         cell = "lstm" if name == "bilstm" else name
-        return RNNClassifier(num_classes=10, vocab_size=None, hidden_size=cfg.hidden,
+        return RNNClassifier(num_classes=10, vocab_size=None, hidden_size=cfg.hidden_size,
                              cell_type=cell, bidirectional=name == "bilstm",
                              pooling="last"), "rows"
-    common = dict(num_classes=10, num_layers=cfg.num_layers, embed_dim=cfg.hidden,
-                  block=vit_block(cfg.num_heads, mlp_dim=2 * cfg.hidden))
+    common = dict(num_classes=10, num_layers=cfg.num_layers, embed_dim=cfg.hidden_size,
+                  block=vit_block(cfg.num_heads, mlp_dim=2 * cfg.hidden_size))
     if name == "transformer":
         # An 8×1 image with 8 channels: patch (i, 0) is row i, so the tokens are the rows.
         return ViT(ViTConfig(image_size=(8, 1), patch_size=1, channels=8, **common)), "row_image"
@@ -166,7 +160,8 @@ def build(cfg: Config) -> Task:
                 yield classifier_run(
                     model, {"x": _inputs(train["x"], layout), "y": train["y"]},
                     {"x": _inputs(test["x"], layout), "y": test["y"]}, cfg, seed,
-                    name=f"{name}_seed{seed}", model_config={"model": name, "hidden": cfg.hidden},
+                    name=f"{name}_seed{seed}",
+                    model_config={"model": name, "hidden_size": cfg.hidden_size},
                     evaluate=functools.partial(result_row, name, seed))
 
     def summarize(trained: list[Trained]) -> dict:

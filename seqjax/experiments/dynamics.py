@@ -84,7 +84,7 @@ class Config:
         transient: steps iterated and discarded before states are kept (diagram and ``λ``).
         keep: states kept per ``r`` after the transient, plotted and averaged for ``λ(r)``
             (at least 1000 for the reported ``λ`` at ``orbit_r`` and 3.9).
-        hidden: size ``H`` of the hidden state of the random recurrences.
+        hidden_size: size ``H`` of the hidden state of the random recurrences.
         input_size: size of the random Gaussian inputs ``x_t``.
         length: steps ``T`` of each recurrence (the largest distance ``T − t``).
         norms: spectral norms ``‖W‖`` of the random recurrent matrices, one table row each.
@@ -105,7 +105,7 @@ class Config:
     transient: NonNegInt = 500
     keep: PosInt = 200
     # part B: the BPTT bound
-    hidden: PosInt = 16
+    hidden_size: PosInt = 16
     input_size: PosInt = 4
     length: PosInt = 40
     norms: tuple[PosFloat, ...] = (0.5, 0.9, 1.0, 1.1, 2.0)
@@ -117,7 +117,7 @@ class Config:
 
 
 PRESETS = {
-    "smoke": {"orbit_steps": 12, "r_points": 60, "transient": 100, "keep": 20, "hidden": 4,
+    "smoke": {"orbit_steps": 12, "r_points": 60, "transient": 100, "keep": 20, "hidden_size": 4,
               "length": 8, "norms": (0.5, 2.0), "activations": ("tanh",), "trials": 2},
 }
 
@@ -272,9 +272,9 @@ def bound_table(cfg: Config) -> list[dict[str, Any]]:
                 trials = []
                 for _ in range(cfg.trials):
                     key, kw, kx, kh = jax.random.split(key, 4)
-                    weights = random_weights(kw, cfg.hidden, cfg.input_size, norm)
+                    weights = random_weights(kw, cfg.hidden_size, cfg.input_size, norm)
                     xs = jax.random.normal(kx, (cfg.length, cfg.input_size))
-                    h0 = jax.random.normal(kh, (cfg.hidden,))
+                    h0 = jax.random.normal(kh, (cfg.hidden_size,))
                     trials.append(bptt_bound(form, weights, xs, h0, act))
                 exact = np.stack([t["exact"] for t in trials])
                 product = np.stack([t["product"] for t in trials])

@@ -39,12 +39,13 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.packaged import forecasting_windows, sunspots
-from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import NonNegInt, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, command_line, train
 from seqjax.experiments.reports.forecasting import plot_forecasts, report
 from seqjax.nn import RNN, Dense, GRUCell
 from seqjax.train.loop import FitConfig
 from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
@@ -52,7 +53,7 @@ Array = jax.Array
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train forecasting`` (sunspots, a GRU fed its own forecasts).
 
     Attributes:
@@ -60,15 +61,13 @@ class Config(ParallelOptions):
             the test period.
         window: years per training window (targets: the same years shifted by one).
         horizon: years forecast from each test origin by feeding predictions back.
-        hidden: GRU width.
+        hidden_size: GRU width.
         ar_order: ``p`` of the AR(p) baseline (least squares on the training years).
         steps: Adam steps per seed.
         batch_size: windows per step, over all devices (capped at the number of windows).
-        learning_rate: Adam's learning rate (constant).
-        clip_norm: global gradient-norm clip; 0 = none.
+        learning_rate: Adam's learning rate (constant after the warm-up).
         seeds: one GRU trained per seed (initialisation and batch order); the RNN's RMSE is
             the mean ± sd over them.
-        log_every: steps between logged records (``metrics.jsonl``, the progress line).
         progress: show a progress bar.
         workdir: ``run.json``, ``seed<N>/`` (each seed's training run: a checkpoint at the
             end, ``metrics.jsonl``), the plot, ``forecasting.md`` and ``forecasting.json``;
@@ -79,20 +78,18 @@ class Config(ParallelOptions):
     train_until: PosInt = 1920  # last training year; the rest is the test period
     window: PosInt = 40
     horizon: PosInt = 22  # two solar cycles
-    hidden: PosInt = 32
+    hidden_size: PosInt = 32
     ar_order: PosInt = 9
-    steps: NonNegInt = 1500
-    batch_size: PosInt = 32
-    learning_rate: PosFloat = 3e-3
-    clip_norm: NonNegFloat = 1.0
-    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
+    warmup_steps: NonNegInt = 0
     log_every: PosInt = 250
+    seeds: tuple[int, ...] = (0, 1, 2)
     progress: bool = False
     workdir: str | None = "workdirs/forecasting"
     results_dir: str | None = None
 
 
-PRESETS = {"smoke": {"hidden": 4, "steps": 3, "seeds": (0,), "horizon": 4, "window": 10,
+PRESETS = {"smoke": {"hidden_size": 4, "steps": 3, "seeds": (0,), "horizon": 4, "window": 10,
                      "log_every": 1, "batch_size": 8}}
 
 
@@ -160,7 +157,7 @@ def forecaster_run(cfg: Config, train_z: np.ndarray, seed: int,
     # inputs x[i:i+L], targets x[i+1:i+L+1]: the next value at every step
     data = {"x": w["inputs"][:, :, 0], "y": np.concatenate(
         [w["inputs"][:, 1:, 0], w["targets"]], axis=1)}
-    model = Forecaster(cfg.hidden)
+    model = Forecaster(cfg.hidden_size)
     params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, cfg.window, 1)))["params"]
 
     def loss_fn(p: Any, batch: dict, rng: Array) -> tuple[Array, dict]:
@@ -170,11 +167,11 @@ def forecaster_run(cfg: Config, train_z: np.ndarray, seed: int,
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=data,
         optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
-                                  clip_norm=cfg.clip_norm),
+                                  warmup_steps=cfg.warmup_steps, clip_norm=cfg.clip_norm),
         fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
                       best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
         batch_size=min(cfg.batch_size, len(data["x"])), seed=seed, dropout_seed=seed + 1000,
-        model_config={"hidden": cfg.hidden}, name=f"seed{seed}", evaluate=forecast)
+        model_config={"hidden_size": cfg.hidden_size}, name=f"seed{seed}", evaluate=forecast)
 
 
 def build(cfg: Config) -> Task:

@@ -76,6 +76,7 @@ from seqjax.train.loop import FitConfig
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
@@ -85,7 +86,7 @@ LLMC_124M_VAL_LOSS, LLMC_124M_HELLASWAG = 3.27, 0.299
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train gpt2`` (defaults: GPT-2 124M with llm.c's schedule).
 
     Attributes:
@@ -110,10 +111,8 @@ class Config(ParallelOptions):
         steps: optimiser steps (the cosine schedule ends here).
         learning_rate: peak AdamW learning rate, after the warm-up.
         min_lr_ratio: the schedule's final rate as a fraction of the peak.
-        warmup_steps: linear warm-up steps.
         weight_decay: AdamW's decoupled weight decay (every matrix; not vectors).
         beta2: AdamW's second-moment decay (β₁ = 0.9).
-        clip_norm: global gradient-norm clip; ``None`` = none.
         compute_dtype: ``float32`` or ``bfloat16`` (parameters stay float32).
         align: ``random`` windows, or ``document`` (each starts at an end-of-text token).
         val_tokens: validation tokens evaluated (from the start of the validation split).
@@ -124,7 +123,6 @@ class Config(ParallelOptions):
         sample_tokens: tokens sampled at the end from the end-of-text token (0 = none).
         sample_temperature, sample_top_k: the sample's temperature and top-k.
         seed: initialisation and the windows of every step.
-        log_every: steps between logged records.
         checkpoint_every: steps between checkpoints (also at the end).
         steps_per_call: steps per jitted call.
         prefetch: batches read and placed ahead by a background thread; unset = ``fit``'s
@@ -144,16 +142,16 @@ class Config(ParallelOptions):
     block_size: PosInt = 1024
     use_bias: bool = True
     activation: Literal["gelu_tanh", "gelu"] = "gelu_tanh"
+    steps: NonNegInt = 18865  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 512
+    learning_rate: PosFloat = 6e-4
+    warmup_steps: NonNegInt = 700
+    log_every: PosInt = 10
     micro_batch_size: PosInt | None = 16
     dropout_rate: Fraction = 0.0
-    steps: NonNegInt = 18865
-    learning_rate: PosFloat = 6e-4
     min_lr_ratio: NonNegFloat = 0.0
-    warmup_steps: NonNegInt = 700
     weight_decay: NonNegFloat = 0.1
     beta2: Fraction = 0.95
-    clip_norm: PosFloat | None = 1.0
     compute_dtype: Literal["float32", "bfloat16"] = "bfloat16"
     align: Literal["random", "document"] = "random"
     val_tokens: PosInt = 10_485_760
@@ -165,7 +163,6 @@ class Config(ParallelOptions):
     sample_temperature: NonNegFloat = 1.0
     sample_top_k: PosInt = 50
     seed: int = 1337
-    log_every: PosInt = 10
     checkpoint_every: NonNegInt = 1000
     steps_per_call: PosInt = 1
     prefetch: NonNegInt | None = None

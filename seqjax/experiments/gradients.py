@@ -65,7 +65,7 @@ class Config(ParallelOptions):
     """The options of ``seqjax train gradients`` (part A: gradient norms; B: the adding problem).
 
     Attributes:
-        hidden: hidden units of every cell (parts A and B).
+        hidden_size: hidden units of every cell (parts A and B).
         distance_steps: sequence length ``T`` of the part A profiles.
         radii: spectral radii ``ρ`` of ``W_hh = ρQ`` of the Elman profiles.
         input_size: size of the Gaussian inputs of part A.
@@ -93,7 +93,7 @@ class Config(ParallelOptions):
         results_dir: also write the plots and ``gradients.md`` here; ``None`` = not.
     """
 
-    hidden: PosInt = 32
+    hidden_size: PosInt = 32
     # part A
     distance_steps: PosInt = 300
     radii: tuple[PosFloat, ...] = (0.8, 1.0, 1.2, 2.0)
@@ -119,7 +119,7 @@ class Config(ParallelOptions):
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "smoke": {"hidden": 8, "distance_steps": 12, "radii": (1.2,), "input_scales": (1.0,),
+    "smoke": {"hidden_size": 8, "distance_steps": 12, "radii": (1.2,), "input_scales": (1.0,),
               "profile_batch": 2,
               "gated_at_init": False, "lengths": (10,), "cells": ("lstm",),
               "clipping": (True,), "steps": 3, "batch_size": 8, "test_examples": 16,
@@ -192,7 +192,7 @@ def _part_a(cfg: Config) -> dict:
     key = jax.random.PRNGKey(cfg.seed)
     k_x, k_w, k_init = jax.random.split(key, 3)
     x = jax.random.normal(k_x, (cfg.profile_batch, cfg.distance_steps, cfg.input_size), f64)
-    w_H = jax.random.normal(k_w, (cfg.hidden,), f64) / np.sqrt(cfg.hidden)
+    w_H = jax.random.normal(k_w, (cfg.hidden_size,), f64) / np.sqrt(cfg.hidden_size)
     readout = lambda h_BxH: h_BxH @ w_H  # noqa: E731
     carry_x = x[:, 0]
     profiles: dict[str, list[float]] = {}
@@ -200,14 +200,14 @@ def _part_a(cfg: Config) -> dict:
     variants += [(f"tanh, x~N(0,{s:g}²)", jnp.tanh, s * x) for s in cfg.input_scales]
     for rho in cfg.radii:
         for act_name, act, inputs in variants:
-            cell = ElmanCell(cfg.hidden, activation=act, param_dtype=f64,
+            cell = ElmanCell(cfg.hidden_size, activation=act, param_dtype=f64,
                              recurrent_kernel_init=scaled_orthogonal(rho),
                              bias_init=nn.initializers.zeros_init())
             params = cell.init(k_init, cell.initialize_carry(k_init, carry_x.shape), carry_x)
             profiles[f"elman {act_name}, rho={rho:g}"] = adjoint_norms(
                 cell, params["params"], inputs, readout).tolist()
-    gated = (("lstm (b_f=1), init", LSTMCell(cfg.hidden, forget_bias=1.0, param_dtype=f64)),
-             ("gru, init", GRUCell(cfg.hidden, param_dtype=f64)))
+    gated = (("lstm (b_f=1), init", LSTMCell(cfg.hidden_size, forget_bias=1.0, param_dtype=f64)),
+             ("gru, init", GRUCell(cfg.hidden_size, param_dtype=f64)))
     for name, cell in gated if cfg.gated_at_init else ():
         params = cell.init(k_init, cell.initialize_carry(k_init, carry_x.shape), carry_x)
         scale = cfg.input_scales[0]
@@ -254,7 +254,7 @@ def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
     fresh global batches (every process draws the same batch and feeds its rows), the test
     MSE every ``eval_every`` steps; its ``evaluate`` hook is :func:`adding_outcome`. Named
     ``CELL_T{length}_clip{on,off}``; it writes nothing (its row is the result)."""
-    model = _adding_model(cell, cfg.hidden)
+    model = _adding_model(cell, cfg.hidden_size)
     seed = cfg.seed + 1000 * length + 10 * CELLS.index(cell)
     test = adding_problem(cfg.test_examples, length, seed=10_000_019 + length)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), test["inputs"][:1])["params"]
@@ -280,7 +280,7 @@ def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
     return Run(
         model=model, params=params, loss_fn=lambda p, b, rng: (mse(p, b), {}), data=data,
         optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
-                                  clip_norm=cfg.clip_norm if clip else None),
+                                  clip_norm=cfg.clip_norm if clip else 0.0),
         fit=FitConfig(num_steps=cfg.steps, log_every=1, eval_every=cfg.eval_every,
                       best_metric=None, progress=False, tensorboard=False, plot=False,
                       handle_signals=False),
@@ -332,7 +332,7 @@ def trained_profile(model: RNNClassifier, params: Any, test: dict, cfg: Config) 
         cls = {"elman": ElmanCell, "lstm": LSTMCell, "gru": GRUCell}[model.cell_type]
         x = jnp.asarray(test["inputs"][: cfg.profile_batch], f64)
         y = jnp.asarray(test["targets"][: cfg.profile_batch], f64)
-        return _trained_profile(cls(cfg.hidden, param_dtype=f64), cell_params,
+        return _trained_profile(cls(cfg.hidden_size, param_dtype=f64), cell_params,
                                 params["classifier"], x, y)
 
 

@@ -60,11 +60,12 @@ from seqjax.experiments._images import (
 )
 from seqjax.experiments._kit import Run, Task, command_line, train
 from seqjax.experiments.reports.image_gpt import plot_samples, report
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train image_gpt`` (a raster-order transformer on 8×8 digits).
 
     Attributes:
@@ -80,17 +81,16 @@ class Config(ParallelOptions):
         steps: AdamW steps per tokenisation (the cosine schedule ends here).
         batch_size: images per step, over all devices (the global batch).
         learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 0).
-        warmup_steps: linear warm-up steps (at most ``steps − 1``).
         weight_decay: AdamW's decoupled weight decay (weight matrices; not biases, norms
             or embeddings).
         val_fraction: share of the training images held out for early stopping (the
             parameters with the lowest validation NLL are kept); 0 = none, the last step's
             parameters. The codebook and the baseline are fitted on all training images.
-        eval_every: steps between validation evaluations (also at the end).
+        eval_every: steps between validation evaluations (also at the end; 0 = only at
+            the end).
         num_samples: images sampled per tokenisation (at most 16 are plotted).
         temperature: sampling temperature.
         seed: K-means, initialisation, batch order and sampling (the 80/20 split is fixed).
-        log_every: steps between logged records (``metrics.jsonl``, the progress line).
         progress: show a progress bar.
         workdir: ``run.json``, ``pixels/`` and ``patches/`` (each training run: a checkpoint
             at the end, ``metrics.jsonl``), ``image_gpt_samples.png``, ``image_gpt.md`` and
@@ -106,17 +106,15 @@ class Config(ParallelOptions):
     num_heads: PosInt = 4
     embed_dim: PosInt = 64
     dropout_rate: Fraction = 0.1
-    steps: NonNegInt = 1500
+    steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
-    learning_rate: PosFloat = 3e-3
-    warmup_steps: NonNegInt = 100
+    log_every: PosInt = 250
     weight_decay: NonNegFloat = 0.01
     val_fraction: Fraction = 0.1
     eval_every: NonNegInt = 100
     num_samples: PosInt = 32
     temperature: PosFloat = 1.0
     seed: int = 0
-    log_every: PosInt = 250
     progress: bool = False
     workdir: str | None = "workdirs/image_gpt"
     results_dir: str | None = None

@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from seqjax.data.tokenizers import WORD_PATTERN, WordTokenizer
-from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, train
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
@@ -60,6 +60,7 @@ from seqjax.experiments._seq2seq import (
 from seqjax.experiments.reports.numbers import plot_exact_match
 from seqjax.experiments.reports.translation import plot_attention
 from seqjax.train.checkpoint import restore_params
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
@@ -68,7 +69,7 @@ SHOWCASE = (97, 71, 80, 1997, 2024, 7777)
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train numbers`` (every architecture × seed is one model).
 
     Attributes:
@@ -78,19 +79,19 @@ class Config(ParallelOptions):
             (the held-out split is fixed).
         max_number: the numbers ``0 .. max_number - 1`` are translated.
         test_fraction: fraction of the numbers of each digit count held out (at least one).
-        embed_dim: word-embedding size of the GRU models (the transformer uses ``hidden``).
-        hidden: GRU hidden size, or the transformer's width (its MLP is ``2 × hidden``).
-        transformer_layers: encoder layers and decoder layers, each (``transformer``).
+        embed_dim: word-embedding size of the GRU models (the transformer uses ``hidden_size``).
+        hidden_size: GRU hidden size, or the transformer's width (its MLP is
+            ``2 × hidden_size``).
+        num_layers: the transformer's encoder layers and decoder layers, each (the GRU
+            models have one layer).
         num_heads: attention heads (``transformer``).
         dropout_rate: dropout rate of every model.
         batch_size: training pairs per step, over all devices (the global batch; at most the
             training set).
         steps: optimiser steps per model (the cosine schedule ends here).
         learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 5% of it).
-        warmup_steps: linear warm-up steps (at most ``steps - 1``).
-        clip_norm: global gradient-norm clip; 0 = none.
         eval_every: steps between evaluations of the loss on the held-out numbers (also at
-            the end); 0 = none.
+            the end); 0 = only at the end.
         beam_size: 1 = greedy search; more = beam search with that many beams.
         decode_batch: source rows per decoding batch.
         heatmap_number: the number whose attention weights are plotted (``bahdanau``,
@@ -106,15 +107,13 @@ class Config(ParallelOptions):
     max_number: PosInt = 10000
     test_fraction: Fraction = 0.2
     embed_dim: PosInt = 32
-    hidden: PosInt = 64
-    transformer_layers: PosInt = 2
+    hidden_size: PosInt = 64
+    num_layers: PosInt = 2
     num_heads: PosInt = 4
     dropout_rate: Fraction = 0.0
+    steps: NonNegInt = 2000  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
-    steps: NonNegInt = 2000
     learning_rate: PosFloat = 5e-3
-    warmup_steps: NonNegInt = 100
-    clip_norm: NonNegFloat = 1.0
     eval_every: NonNegInt = 1000
     beam_size: PosInt = 1
     decode_batch: PosInt = 500
@@ -125,7 +124,7 @@ class Config(ParallelOptions):
 
 
 PRESETS = {
-    "smoke": {"max_number": 120, "embed_dim": 8, "hidden": 8, "batch_size": 16, "steps": 3,
+    "smoke": {"max_number": 120, "embed_dim": 8, "hidden_size": 8, "batch_size": 16, "steps": 3,
               "eval_every": 0, "warmup_steps": 1, "log_every": 1, "decode_batch": 32,
               "progress": False},
     # The comparison in seqjax/experiments/results/numbers.md.
@@ -191,8 +190,8 @@ def _data(cfg: Config) -> _Data:
 
 def _model(cfg: Config, arch: str, d: _Data) -> Any:
     return make_model(arch, d.src_tok.vocab_size, d.tgt_tok.vocab_size,
-                      embed_dim=cfg.embed_dim, hidden=cfg.hidden, dropout=cfg.dropout_rate,
-                      transformer_layers=cfg.transformer_layers, heads=cfg.num_heads)
+                      embed_dim=cfg.embed_dim, hidden=cfg.hidden_size, dropout=cfg.dropout_rate,
+                      transformer_layers=cfg.num_layers, heads=cfg.num_heads)
 
 
 def _english(prompt: str) -> str:
@@ -270,7 +269,7 @@ def build(cfg: Config) -> Task:
                 print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
                 mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
                       "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
-                      "hidden": cfg.hidden}
+                      "hidden_size": cfg.hidden_size}
                 yield seq2seq_run(_model(cfg, arch, d), train, test, spec, seed=seed,
                                   name=f"{arch}_seed{seed}", model_config=mc,
                                   evaluate=functools.partial(translations, arch, seed))

@@ -13,20 +13,20 @@ gives test 115 perplexity") is what this experiment follows:
   the same function, but each half gets the gradient and its own initial draw), 4,653,200
   parameters (``--recurrent_bias=false``: one bias, 4,651,600). Every parameter is drawn from
   U(−0.1, 0.1) (``init_scale``), as ``main.lua`` does;
-* data order: the training stream is cut into 20 contiguous rows read in windows of ``num_steps
+* data order: the training stream is cut into 20 contiguous rows read in windows of ``block_size
   = 20`` tokens (:class:`seqjax.data.TBPTTIterator`), the LSTM state carried from window to
   window and zeroed at the start of every epoch — truncated BPTT (MEDL §7.2, (7.13)): gradients
-  reach back ``num_steps`` steps (:func:`~seqjax.train.tbptt.make_tbptt_loss`, the train step
+  reach back ``block_size`` steps (:func:`~seqjax.train.tbptt.make_tbptt_loss`, the train step
   with ``with_carry=True``, :func:`~seqjax.train.loop.fit`). The paper's text says the models
   are "unrolled for 35 steps" — that sentence is about its medium and large models; the small
-  config of ``main.lua`` uses ``seq_length = 20`` (``--num_steps=35`` runs the other reading);
+  config of ``main.lua`` uses ``seq_length = 20`` (``--block_size=35`` runs the other reading);
 * optimisation: plain SGD, learning rate 1, global-norm clipping at 5, 13 epochs; after every
   epoch ``e > max_epoch = 4`` the rate is divided by 2 (``main.lua``: epochs 1–5 at 1, epoch 6
   at 1/2, ..., epoch 13 at 1/256; the TensorFlow tutorial halves one epoch earlier,
   ``--max_epoch=3`` here).
 
 **The loss is summed over time in Zaremba's code.** ``main.lua`` back-propagates
-``derr = 1`` from each of the ``k = num_steps`` per-step losses (each averaged over the batch),
+``derr = 1`` from each of the ``k = block_size`` per-step losses (each averaged over the batch),
 so its gradient is that of :math:`L_\Sigma = \sum_{t=1}^{k} \frac1B \sum_b C_{b,t}`, while
 seqjax's loss (J&M §9.2.2: the *average* cross-entropy) is :math:`L = L_\Sigma / k`, whose
 gradient is :math:`g = g_\Sigma / k`. Clipping (the slides' :math:`g \leftarrow \eta g/\|g\|`
@@ -46,7 +46,7 @@ threshold ``5 / k = 0.25`` on the mean loss (:func:`mean_loss_settings`); the lo
 P(w_t \mid w_{<t}))`, every token of the split but the first of each row), after every epoch,
 with the state carried across the whole split (:func:`stream_nll`): validation in 20 rows
 (``main.lua``'s ``run_valid``: the training batch layout), test in one row (the TensorFlow
-tutorial's batch 1, ``num_steps`` 1; ``main.lua``'s batch of 20 identical rows is the same
+tutorial's batch 1, windows of 1 token; ``main.lua``'s batch of 20 identical rows is the same
 thing). Training perplexity per epoch is ``main.lua``'s: ``exp`` of the mean of the epoch's
 window losses.
 
@@ -73,7 +73,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -83,7 +83,7 @@ import optax
 from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.data.iterators import TBPTTIterator
-from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, renamed
 from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments.reports.ptb_lm import (
     ZAREMBA_SMALL_TEST_PPL,
@@ -94,6 +94,7 @@ from seqjax.experiments.reports.ptb_lm import (
 )
 from seqjax.models.rnn import RNNLanguageModel
 from seqjax.train.loop import FitConfig
+from seqjax.train.losses import token_cross_entropy
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.records import read_metrics
 from seqjax.train.step import flax_apply_fn
@@ -113,18 +114,19 @@ class Config(ParallelOptions):
         init_scale: every parameter is drawn from ``U(-init_scale, init_scale)`` (> 0).
         batch_size: contiguous streams the training split is cut into (rows per step, over
             all devices); the validation split is read in as many rows.
-        num_steps: tokens per window: truncated BPTT's unroll length ``k``.
+        block_size: tokens per window: truncated BPTT's unroll length ``k``.
         epochs: passes over the training split (validation and test after each).
         max_epoch: the learning rate is multiplied by ``lr_decay`` after every epoch
             ``e > max_epoch`` (epochs ``1 .. max_epoch + 1`` run at the full rate).
         lr_decay: the factor applied to the learning rate after each epoch past ``max_epoch``.
         learning_rate: SGD learning rate (for the loss summed over the window with
             ``sum_over_time``).
-        clip_norm: global gradient-norm clip (for the summed loss with ``sum_over_time``).
+        clip_norm: global gradient-norm clip (for the summed loss with ``sum_over_time``);
+            0 = no clipping.
         sum_over_time: ``learning_rate`` and ``clip_norm`` are Zaremba's for the loss summed
-            over the ``num_steps`` tokens (run as ``k · lr`` and ``clip / k`` on the mean loss);
+            over the ``block_size`` tokens (run as ``k · lr`` and ``clip / k`` on the mean loss);
             false = used as given on the mean loss.
-        steps: stop after this many optimiser steps; 0 = run all ``epochs``.
+        steps: stop after this many optimiser steps; unset = run all ``epochs``.
         test_batch_size: streams the test split is read in (1 = one stream).
         eval_chunk_tokens: tokens per evaluation window over all rows (memory and speed only).
         max_tokens: use only each split's first N tokens (0 = all; smoke runs).
@@ -137,20 +139,24 @@ class Config(ParallelOptions):
             resume; unset = nothing written.
     """
 
+    #: ``--num_steps`` (the TensorFlow tutorial's name of the window) is ``--block_size`` here;
+    #: ``num_steps`` elsewhere counts optimiser steps, as ``FitConfig.num_steps`` does.
+    RENAMED: ClassVar[dict[str, str]] = {"num_steps": "block_size"}
+
     hidden_size: PosInt = 200
     num_layers: PosInt = 2
     dropout_rate: Fraction = 0.0
     recurrent_bias: bool = True
     init_scale: PosFloat = 0.1
     batch_size: PosInt = 20
-    num_steps: PosInt = 20
+    block_size: PosInt = 20
     epochs: PosInt = 13
     max_epoch: PosInt = 4
     lr_decay: PosFloat = 0.5
     learning_rate: PosFloat = 1.0
     clip_norm: NonNegFloat = 5.0
     sum_over_time: bool = True
-    steps: NonNegInt = 0
+    steps: NonNegInt | None = None
     test_batch_size: PosInt = 1
     eval_chunk_tokens: PosInt = 4096
     max_tokens: NonNegInt = 0
@@ -164,10 +170,10 @@ class Config(ParallelOptions):
 PRESETS: dict[str, dict[str, Any]] = {
     # 2 epochs of 12 windows on 1,000-token prefixes of the splits (the 10,000-word vocabulary
     # is still the full training split's): seconds, for CI.
-    "smoke": {"hidden_size": 16, "batch_size": 8, "num_steps": 10, "epochs": 2, "max_epoch": 1,
+    "smoke": {"hidden_size": 16, "batch_size": 8, "block_size": 10, "epochs": 2, "max_epoch": 1,
               "max_tokens": 1000, "eval_chunk_tokens": 256, "print_every": 4},
     "tf-tutorial": {"max_epoch": 3},
-    "unroll35": {"num_steps": 35},
+    "unroll35": {"block_size": 35},
 }
 
 
@@ -213,7 +219,7 @@ def uniform_init(params: Any, key: jax.Array, scale: float) -> Any:
 def mean_loss_settings(cfg: Config) -> tuple[float, float]:
     """``(learning rate, clipping threshold)`` for seqjax's mean-over-tokens loss.
 
-    With ``sum_over_time`` (Zaremba's loss, summed over the ``k = num_steps`` steps of a
+    With ``sum_over_time`` (Zaremba's loss, summed over the ``k = block_size`` steps of a
     window and averaged over the batch): ``(k · lr, clip / k)``, which makes the same update
     exactly (module docstring); otherwise ``(lr, clip)`` as given.
 
@@ -222,7 +228,7 @@ def mean_loss_settings(cfg: Config) -> tuple[float, float]:
         (20.0, 0.25)
     """
     if cfg.sum_over_time:
-        return cfg.learning_rate * cfg.num_steps, cfg.clip_norm / cfg.num_steps
+        return cfg.learning_rate * cfg.block_size, cfg.clip_norm / cfg.block_size
     return cfg.learning_rate, cfg.clip_norm
 
 
@@ -240,12 +246,14 @@ def epoch_rates(cfg: Config) -> list[float]:
 
 
 def make_tx(cfg: Config, steps_per_epoch: int) -> tuple[optax.GradientTransformation, Any]:
-    """Clip by global norm, then SGD with the per-epoch step schedule; ``(tx, schedule)``."""
+    """Clip by global norm (unless ``clip_norm`` is 0), then SGD with the per-epoch step
+    schedule; ``(tx, schedule)``."""
     lr, clip = mean_loss_settings(cfg)
     # epoch e's first update is number (e - 1)·E; epochs e >= max_epoch + 2 start a decay
     drops = {e * steps_per_epoch: cfg.lr_decay for e in range(cfg.max_epoch + 1, cfg.epochs)}
     schedule = optax.piecewise_constant_schedule(lr, drops)
-    return optax.chain(optax.clip_by_global_norm(clip), optax.sgd(schedule)), schedule
+    sgd = optax.sgd(schedule)
+    return (optax.chain(optax.clip_by_global_norm(clip), sgd) if clip else sgd), schedule
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -262,8 +270,8 @@ def make_stream_nll(model: RNNLanguageModel, chunk_len: int) -> Any:
             x_BxK, y_BxK, m_BxK = xs
             logits_BxKxV, carry = model.apply({"params": params}, x_BxK, initial_carry=carry,
                                               return_carry=True)
-            nll_BxK = optax.softmax_cross_entropy_with_integer_labels(logits_BxKxV, y_BxK)
-            return carry, jnp.sum(jnp.where(m_BxK, nll_BxK, 0.0))
+            nll_BxK = token_cross_entropy(logits_BxKxV, y_BxK, mask=m_BxK)  # 0 where masked
+            return carry, jnp.sum(nll_BxK)
 
         _, sums_N = jax.lax.scan(body, model.zero_carry(x_NxBxK.shape[1]),
                                  (x_NxBxK, y_NxBxK, m_NxBxK))
@@ -294,13 +302,13 @@ def stream_nll(model: RNNLanguageModel, params: Any, ids: np.ndarray, rows: int,
 def build(cfg: Config) -> Task:
     """The one run: Zaremba's LSTM by truncated BPTT over the training stream, validation and
     test perplexity (on the host, the state carried) after every epoch; the results table."""
-    if cfg.num_steps < 1 or cfg.epochs < 1 or cfg.test_batch_size < 1:
-        raise ValueError("`num_steps`, `epochs` and `test_batch_size` must be >= 1; got "
-                         f"{cfg.num_steps}, {cfg.epochs}, {cfg.test_batch_size}.")
+    if cfg.block_size < 1 or cfg.epochs < 1 or cfg.test_batch_size < 1:
+        raise ValueError("`block_size`, `epochs` and `test_batch_size` must be >= 1; got "
+                         f"{cfg.block_size}, {cfg.epochs}, {cfg.test_batch_size}.")
     data = load_data(cfg)
     vocab = data.tokenizer.vocab_size
-    per_epoch = TBPTTIterator(data.train_ids, cfg.batch_size, cfg.num_steps).steps_per_epoch
-    total = cfg.steps or cfg.epochs * per_epoch
+    per_epoch = TBPTTIterator(data.train_ids, cfg.batch_size, cfg.block_size).steps_per_epoch
+    total = cfg.epochs * per_epoch if cfg.steps is None else cfg.steps
     valid_streams = make_streams(data.valid_ids, cfg.batch_size)
     test_streams = make_streams(data.test_ids, cfg.test_batch_size)
     valid_nll = make_stream_nll(build_model(cfg, vocab),
@@ -309,7 +317,7 @@ def build(cfg: Config) -> Task:
                                max(1, cfg.eval_chunk_tokens // cfg.test_batch_size))
     model = build_model(cfg, vocab)
     key_init, key_uniform, key_state = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
-    params = model.init(key_init, jnp.zeros((1, cfg.num_steps), jnp.int32))["params"]
+    params = model.init(key_init, jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
     params = uniform_init(params, key_uniform, cfg.init_scale)
 
     def host_eval(par: Parallel) -> Callable[[Any, Any], dict[str, float]]:
@@ -325,7 +333,7 @@ def build(cfg: Config) -> Task:
     run_ = Run(
         model=model, params=params, loss_fn=make_tbptt_loss(flax_apply_fn(model)),
         data=lambda par: TBPTTIterator(data.train_ids, par.local_batch_size(cfg.batch_size),
-                                       cfg.num_steps, **par.iterator_shard()),
+                                       cfg.block_size, **par.iterator_shard()),
         optimizer=make_tx(cfg, per_epoch), batch_size=cfg.batch_size, seed=cfg.seed,
         dropout_seed=key_state, carry=model.zero_carry(cfg.batch_size),
         step_options={"with_carry": True},
@@ -337,7 +345,7 @@ def build(cfg: Config) -> Task:
         tokenizer=data.tokenizer)
     about = (f"{count_params(params):,} parameters; {len(data.train_ids):,} / "
              f"{len(data.valid_ids):,} / {len(data.test_ids):,} tokens, vocabulary {vocab:,}; "
-             f"{per_epoch} windows of {cfg.batch_size}x{cfg.num_steps} per epoch, {total} "
+             f"{per_epoch} windows of {cfg.batch_size}x{cfg.block_size} per epoch, {total} "
              f"steps; SGD lr {lr:g} clip {clip:g} on the mean loss (= lr {cfg.learning_rate:g} "
              f"clip {cfg.clip_norm:g} on Zaremba's summed loss)")
     figures = {"steps_per_epoch": per_epoch, "mean_loss_lr": lr, "mean_loss_clip": clip,
@@ -452,6 +460,8 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
     from its ``experiment.json``, ``metrics.jsonl`` and (when finished) ``ptb_lm.json``."""
     with open(os.path.join(workdir, "experiment.json")) as f:
         cfg_dict = json.load(f)["config"]
+    old_names = renamed(Config)  # a run saved before a rename
+    cfg_dict = {old_names.get(k, k): v for k, v in cfg_dict.items()}
     cfg = Config(**{k: v for k, v in cfg_dict.items()
                     if k in {f.name for f in dataclasses.fields(Config)}})
     records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
@@ -461,7 +471,7 @@ def write_results(workdir: str, path: str, command: str | None = None) -> str:
         with open(summary_path) as f:
             summary = json.load(f)
     per_epoch = (summary["steps_per_epoch"] if summary else
-                 (PTB_TOKENS["train"] // cfg.batch_size - 1) // cfg.num_steps)
+                 (PTB_TOKENS["train"] // cfg.batch_size - 1) // cfg.block_size)
     rows = epoch_table(records, per_epoch, cfg)
     last_step = max((r["step"] for r in records), default=0)
     lr, clip = mean_loss_settings(cfg)

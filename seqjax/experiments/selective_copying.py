@@ -97,7 +97,7 @@ class Config(ParallelOptions):
         batch_size: sequences per step over all devices (the global batch), fresh every step.
         learning_rate: peak AdamW rate (weight decay 0.01, gradient clip 1.0), after the
             warm-up; cosine decay to 0 at the last step.
-        warmup: linear warm-up steps.
+        warmup_steps: linear warm-up steps.
         eval_examples: held-out examples of the final evaluation.
         seed: initialisation and training batches (the held-out set uses 10,000 + seed).
         seq_len: noise positions ``L`` before the markers (selective copying).
@@ -127,7 +127,7 @@ class Config(ParallelOptions):
     steps: NonNegInt | None = None  # default: DEFAULT_STEPS[task]
     batch_size: PosInt = 32
     learning_rate: PosFloat = 3e-3
-    warmup: NonNegInt = 100
+    warmup_steps: NonNegInt = 100
     eval_examples: PosInt = 1024
     seed: int = 0
     # selective copying
@@ -154,7 +154,7 @@ PRESETS = {
     "smoke": dict(
         runs=",".join([f"selective_copying:{m}" for m in MODELS] + ["associative_recall:mamba"]),
         steps=4, batch_size=8, eval_examples=8, embed_dim=16, d_state=4, seq_len=12, num_tokens=3,
-        num_pairs=3, num_keys=6, num_values=6, warmup=2, fast_compile=True,
+        num_pairs=3, num_keys=6, num_values=6, warmup_steps=2, fast_compile=True,
     ),
 }
 
@@ -275,8 +275,8 @@ def task_run(cfg: Config, task: str, model_name: str, results: list[dict]) -> Ru
     data_rng = np.random.default_rng(cfg.seed)
     held_out = make_batch(cfg, task, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, cfg.warmup,
-                                                  max(steps, cfg.warmup + 1))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, cfg.warmup_steps,
+                                                  max(steps, cfg.warmup_steps + 1))
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=0.01))
 
     def loss_fn(p: Any, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:

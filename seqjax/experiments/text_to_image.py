@@ -55,6 +55,7 @@ from seqjax.experiments._images import (
 )
 from seqjax.experiments._kit import Task, Trained, command_line, train
 from seqjax.experiments.reports.text_to_image import plot_samples, report
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -62,7 +63,7 @@ WORDS = ("a", *DIGIT_WORDS)
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train text_to_image`` (a digit image GPT prompted by text).
 
     Attributes:
@@ -78,11 +79,11 @@ class Config(ParallelOptions):
         steps: AdamW steps (the cosine schedule ends here).
         batch_size: sequences per step, over all devices (the global batch).
         learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 0).
-        warmup_steps: linear warm-up steps (at most ``steps − 1``).
         weight_decay: AdamW's decoupled weight decay (weight matrices only).
         val_fraction: share of the training images held out for early stopping (the
             parameters with the lowest validation NLL are kept); 0 = the last step's.
-        eval_every: steps between validation evaluations (also at the end).
+        eval_every: steps between validation evaluations (also at the end; 0 = only at
+            the end).
         unconditional: also train the same model on ``[<sep>, c_1 … c_L]`` (no text;
             image_gpt's unconditional model in this vocabulary), to measure the bits per
             image the prompt saves.
@@ -90,7 +91,6 @@ class Config(ParallelOptions):
             "a nine" (at most 10 per prompt are plotted).
         temperature: sampling temperature.
         seed: K-means, initialisation, batch order and sampling (the splits are fixed).
-        log_every: steps between logged records (``metrics.jsonl``, the progress line).
         progress: show a progress bar.
         workdir: ``run.json``, ``model/`` and ``unconditional/`` (each: a checkpoint at
             the end, ``metrics.jsonl``),
@@ -107,10 +107,9 @@ class Config(ParallelOptions):
     num_heads: PosInt = 4
     embed_dim: PosInt = 64
     dropout_rate: Fraction = 0.1
-    steps: NonNegInt = 1500
+    steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
-    learning_rate: PosFloat = 3e-3
-    warmup_steps: NonNegInt = 100
+    log_every: PosInt = 250
     weight_decay: NonNegFloat = 0.01
     val_fraction: Fraction = 0.1
     eval_every: NonNegInt = 100
@@ -118,7 +117,6 @@ class Config(ParallelOptions):
     samples_per_prompt: PosInt = 50
     temperature: PosFloat = 1.0
     seed: int = 0
-    log_every: PosInt = 250
     progress: bool = False
     workdir: str | None = "workdirs/text_to_image"
     results_dir: str | None = None

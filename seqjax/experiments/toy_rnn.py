@@ -56,7 +56,7 @@ class Config(ParallelOptions):
     """The options of ``seqjax train toy_rnn`` (defaults: MEDL §7.2's network).
 
     Attributes:
-        hidden: hidden units ``m`` of the sigmoid Elman RNN.
+        hidden_size: hidden units ``m`` of the sigmoid Elman RNN.
         steps: Adam steps, each on the whole sentence.
         learning_rate: Adam's learning rate (constant).
         seed: parameter initialisation.
@@ -67,7 +67,7 @@ class Config(ParallelOptions):
             write nothing; rerun to resume.
     """
 
-    hidden: PosInt = 20
+    hidden_size: PosInt = 20
     steps: NonNegInt = 2000
     learning_rate: PosFloat = 0.05
     seed: int = 0
@@ -83,12 +83,12 @@ PRESETS = {"smoke": {"steps": 20, "log_every": 5, "checkpoint_every": 10}}
 class ToyRNN(nn.Module):
     """Elman RNN with a sigmoid hidden layer and a softmax output layer (MEDL (7.2))."""
 
-    hidden: int = 20
+    hidden_size: int = 20
     vocab: int = len(LEXICON)
 
     @nn.compact
     def __call__(self, x_BxTxV: jax.Array) -> jax.Array:
-        h_BxTxH = RNN(ElmanCell(self.hidden, activation=jax.nn.sigmoid))(x_BxTxV)
+        h_BxTxH = RNN(ElmanCell(self.hidden_size, activation=jax.nn.sigmoid))(x_BxTxV)
         return nn.Dense(self.vocab, name="output")(h_BxTxH)  # logits; softmax in the loss
 
 
@@ -124,13 +124,13 @@ def _loss(model: ToyRNN, params: dict, x: jax.Array, y: jax.Array) -> jax.Array:
 
 
 def _model_config(cfg: Config) -> dict:
-    return {"model": "ToyRNN", "hidden": cfg.hidden, "vocab": len(LEXICON)}
+    return {"model": "ToyRNN", "hidden_size": cfg.hidden_size, "vocab": len(LEXICON)}
 
 
 def build(cfg: Config) -> Task:
     """The one run: Adam on the one sentence (a copy per batch shard); the predictions."""
     x, y = make_data()
-    model = ToyRNN(cfg.hidden)
+    model = ToyRNN(cfg.hidden_size)
 
     def loss_fn(p: dict, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["x"])
@@ -173,7 +173,7 @@ def run(cfg: Config) -> dict:
 def _restore(cfg: Config) -> tuple[ToyRNN, dict]:
     if not cfg.workdir:
         raise ValueError("`workdir` is required: the checkpoint to load.")
-    return ToyRNN(cfg.hidden), restore_params(os.path.join(cfg.workdir, "checkpoints"))
+    return ToyRNN(cfg.hidden_size), restore_params(os.path.join(cfg.workdir, "checkpoints"))
 
 
 def evaluate(cfg: Config) -> dict:

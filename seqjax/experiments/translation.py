@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import Fraction, NonNegInt, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, train
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
@@ -66,6 +66,7 @@ from seqjax.experiments._seq2seq import (
     translate,
 )
 from seqjax.experiments.reports.translation import plot_attention, plot_bleu_vs_length
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
 
@@ -79,7 +80,7 @@ PROBES = (
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
+class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train translation``: the models, the data, training, decoding.
 
     Attributes:
@@ -92,25 +93,23 @@ class Config(ParallelOptions):
         min_freq: words seen fewer times in the training pairs become ``<unk>``.
         max_tgt_len: drop pairs whose French has more than N tokens (words and punctuation);
             decoding stops after N + 1 tokens.
-        embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden``).
-        hidden: GRU hidden size; the transformer's width ``d`` (MLP ``2·d``).
-        transformer_layers: encoder blocks and decoder blocks, each (``transformer``).
+        embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden_size``).
+        hidden_size: GRU hidden size; the transformer's width ``d`` (MLP ``2·d``).
+        num_layers: the transformer's encoder blocks and decoder blocks, each (the GRU
+            models have one layer).
         num_heads: attention heads (``transformer``).
         dropout_rate: dropout rate in training (GRU models: embeddings and decoder outputs).
         batch_size: pairs per step over all devices (the global batch).
         steps: optimiser steps of every run (the cosine schedule ends here).
         learning_rate: peak AdamW rate, after the warm-up; cosine decay to 5% of it.
-        warmup_steps: linear warm-up steps (at most ``steps`` − 1).
-        clip_norm: global gradient-norm clip; 0 = none.
         eval_every: steps between validation losses on the held-out pairs (first reference
-            each); 0 = none.
+            each); 0 = only at the end.
         beam_size: beam width of the decoding (length-normalised); 1 = greedy.
         decode_batch: sentences per decoding call (rows repeated to fill the last).
         max_test: held-out source sentences translated for BLEU (the first N, sorted);
             0 = all.
         heatmap_sentence: the English sentence whose attention weights are plotted
             (``bahdanau``, ``luong``; first seed; needs a ``workdir``).
-        log_every: steps between logged records.
         progress: show a progress bar.
         workdir: ``run.json``, plots, ``translation.json`` and each run's checkpoint and
             ``metrics.jsonl`` in ``WORKDIR/ARCH_seedS``; ``None`` = write nothing; rerun to
@@ -124,21 +123,17 @@ class Config(ParallelOptions):
     min_freq: PosInt = 2
     max_tgt_len: PosInt = 10
     embed_dim: PosInt = 64
-    hidden: PosInt = 64
-    transformer_layers: PosInt = 2
+    hidden_size: PosInt = 64
+    num_layers: PosInt = 2
     num_heads: PosInt = 4
     dropout_rate: Fraction = 0.1
+    steps: NonNegInt = 3000  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
-    steps: NonNegInt = 3000
-    learning_rate: PosFloat = 3e-3
-    warmup_steps: NonNegInt = 100
-    clip_norm: NonNegFloat = 1.0
     eval_every: NonNegInt = 1000
     beam_size: PosInt = 1
     decode_batch: PosInt = 256
     max_test: NonNegInt = 0  # 0 = every held-out source sentence
     heatmap_sentence: str = "i'm home ."
-    log_every: PosInt = 100
     progress: bool = True
     workdir: str | None = "workdirs/translation"
 
@@ -146,7 +141,7 @@ class Config(ParallelOptions):
 PRESETS = {
     "smoke": {
         "archs": "transformer", "seeds": "0", "num_pairs": 300,
-        "embed_dim": 8, "hidden": 8, "transformer_layers": 1, "num_heads": 2, "batch_size": 16,
+        "embed_dim": 8, "hidden_size": 8, "num_layers": 1, "num_heads": 2, "batch_size": 16,
         "steps": 3, "eval_every": 0, "warmup_steps": 1, "max_test": 8, "log_every": 1,
         "decode_batch": 16,
         "progress": False,
@@ -299,12 +294,12 @@ def build(cfg: Config) -> Task:
         for arch in cfg.archs:
             for seed in cfg.seeds:
                 model = make_model(arch, src_tok.vocab_size, tgt_tok.vocab_size,
-                                   embed_dim=cfg.embed_dim, hidden=cfg.hidden,
+                                   embed_dim=cfg.embed_dim, hidden=cfg.hidden_size,
                                    dropout=cfg.dropout_rate, heads=cfg.num_heads,
-                                   transformer_layers=cfg.transformer_layers)
+                                   transformer_layers=cfg.num_layers)
                 mc = {"arch": arch, "src_vocab": src_tok.vocab_size,
                       "tgt_vocab": tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
-                      "hidden": cfg.hidden}
+                      "hidden_size": cfg.hidden_size}
                 print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
                 yield seq2seq_run(model, train_arr, val_arr, spec, seed=seed,
                                   name=f"{arch}_seed{seed}", model_config=mc,

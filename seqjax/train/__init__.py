@@ -8,6 +8,8 @@ training script uses:
 * :mod:`~seqjax.train.losses` and :mod:`~seqjax.train.tbptt` — LM losses, metrics and the
   truncated-BPTT loss;
 * :mod:`~seqjax.train.optim` — :class:`OptimizerConfig`, schedules, :class:`TrainState`;
+  :mod:`~seqjax.train.options` — :class:`TrainOptions`, the training options every
+  experiment's ``Config`` shares (``0`` = off);
 * :mod:`~seqjax.train.parallel` and :mod:`~seqjax.train.sharding` — :class:`Parallel` (mesh,
   layout, batch placement), the sharding rules, :func:`host_value` (the one host fetch);
 * :mod:`~seqjax.train.checkpoint` — atomic, resumable checkpoints;
@@ -48,6 +50,7 @@ from seqjax.train.optim import (
     make_schedule,
     trainable_mask,
 )
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import LayoutError, Parallel, ParallelOptions
 from seqjax.train.records import NonFiniteLossError, read_metrics
 from seqjax.train.sharding import host_value, make_mesh
@@ -75,6 +78,7 @@ __all__ = [
     "reset_carry", "lm_flops_per_token",
     # optimisers
     "OptimizerConfig", "make_optimizer", "make_schedule", "freeze", "trainable_mask",
+    "TrainOptions",
     # devices
     "Parallel", "ParallelOptions", "LayoutError", "make_mesh", "host_value",
     # checkpoints

@@ -95,7 +95,7 @@ class OptimizerConfig:
         b1, b2, eps: Adam moments and epsilon.
         weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off.
         momentum, nesterov: SGD momentum (0 = plain SGD).
-        clip_norm: global-norm clipping threshold ``η``; ``None`` or 0 = off.
+        clip_norm: global-norm clipping threshold ``η``; 0 = off.
         flat_state: keep the optimiser's per-parameter state (Adam's ``m`` and ``v``, SGD's
             momentum) as one vector each instead of one array per parameter
             (``optax.flatten`` around the stateful part; clipping, the decay mask and the
@@ -120,7 +120,7 @@ class OptimizerConfig:
     weight_decay: float = 0.0
     momentum: float = 0.0
     nesterov: bool = False
-    clip_norm: float | None = None
+    clip_norm: float = 0.0
     flat_state: bool = False
     no_decay: tuple[str, ...] = DEFAULT_NO_DECAY
 
@@ -133,6 +133,9 @@ class OptimizerConfig:
             raise ValueError(f"`learning_rate` must be >= 0; got {self.learning_rate}.")
         if self.warmup_steps < 0:
             raise ValueError(f"`warmup_steps` must be >= 0; got {self.warmup_steps}.")
+        if self.clip_norm is None or not self.clip_norm >= 0:  # one meaning of off: 0
+            raise ValueError(f"`clip_norm` must be >= 0 (0 = no clipping); got "
+                             f"{self.clip_norm}.")
         if self.schedule in ("warmup_cosine", "linear"):
             if self.total_steps is None or self.total_steps <= self.warmup_steps:
                 raise ValueError(

@@ -59,9 +59,9 @@ def test_corrupt_or_missing_package_is_a_clear_error(monkeypatch):
 def test_summed_loss_update_equals_scaled_mean_loss_update():
     """main.lua: clip the gradient of the loss summed over k steps at 5, step with lr 1
     (numpy) == seqjax: the mean loss with lr k and clipping at 5/k (make_tx)."""
-    cfg = ptb_lm.Config(hidden_size=8, num_steps=6, epochs=1)
+    cfg = ptb_lm.Config(hidden_size=8, block_size=6, epochs=1)
     model = ptb_lm.build_model(cfg, 13)
-    x = jax.random.randint(jax.random.PRNGKey(1), (3, cfg.num_steps), 0, 13)
+    x = jax.random.randint(jax.random.PRNGKey(1), (3, cfg.block_size), 0, 13)
     y = jnp.roll(x, -1, axis=1)
     params = model.init(jax.random.PRNGKey(0), x)["params"]
     params = ptb_lm.uniform_init(params, jax.random.PRNGKey(2), 3.0)  # big: clipping is active
@@ -70,7 +70,7 @@ def test_summed_loss_update_equals_scaled_mean_loss_update():
         return optax.softmax_cross_entropy_with_integer_labels(
             model.apply({"params": p}, x), y).mean()
 
-    g_sum = jax.jit(jax.grad(lambda p: mean_loss(p) * cfg.num_steps))(params)  # Σ_t (1/B) Σ_b C
+    g_sum = jax.jit(jax.grad(lambda p: mean_loss(p) * cfg.block_size))(params)  # Σ_t (1/B) Σ_b C
     leaves = [np.asarray(v, np.float64) for v in jax.tree_util.tree_leaves(g_sum)]
     norm = math.sqrt(sum(float(np.sum(v * v)) for v in leaves))
     assert norm > cfg.clip_norm
@@ -98,7 +98,7 @@ def test_learning_rate_schedule_follows_main_lua():
             lr /= 2
     assert ptb_lm.epoch_rates(cfg) == want and want[-1] == 1 / 256
     _, schedule = ptb_lm.make_tx(cfg, steps_per_epoch=7)
-    got = [float(schedule(7 * (e - 1) + i)) / cfg.num_steps for e in range(1, 14) for i in (0, 6)]
+    got = [float(schedule(7 * (e - 1) + i)) / cfg.block_size for e in range(1, 14) for i in (0, 6)]
     assert got == [r for r in want for _ in (0, 6)]
 
 

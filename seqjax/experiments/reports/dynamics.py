@@ -108,7 +108,7 @@ def report(cfg: Any, summary: dict, command: str, *, derivative_steps: int) -> s
         "",
         "## B. The slides' bound ‖∂h_T/∂h_t‖ ≤ ∏ ‖Wᵀ‖ ‖diag σ'(·)‖ ≤ (γ‖W‖)^(T−t)",
         "",
-        f"H = {cfg.hidden}, T = {cfg.length}, {cfg.trials} random draws per row (W Gaussian "
+        f"H = {cfg.hidden_size}, T = {cfg.length}, {cfg.trials} random draws per row (W Gaussian "
         "rescaled to spectral norm ‖W‖; inputs, b and h_0 Gaussian). `slides`: "
         "h_t = W σ(h_{t−1}) + W_xh x_t (the slides' redefinition); `elman`: "
         "seqjax.nn.ElmanCell, h_t = σ(W h_{t−1} + W_xh x_t + b) (MEDL (7.2)). Exact norms by "

@@ -30,7 +30,7 @@ def report(cfg: Any, s: dict, years: np.ndarray, command: str) -> str:
         f"Wall time: {s['wall_s']:.0f} s.",
         "",
         f"Training years {int(years[0])}–{cfg.train_until} ({s['n_train']} values), test years "
-        f"{cfg.train_until + 1}–{int(years[-1])} ({s['n_test']}). GRU({cfg.hidden}) + linear "
+        f"{cfg.train_until + 1}–{int(years[-1])} ({s['n_test']}). GRU({cfg.hidden_size}) + linear "
         f"read-out, one-step squared error on windows of {cfg.window} years, Adam "
         f"{cfg.learning_rate:g}, {cfg.steps} steps × batch {cfg.batch_size}, "
         f"{len(cfg.seeds)} seeds (mean ± sd). Closed loop: warm up on the true history up to "

@@ -136,7 +136,7 @@ def report(
         "",
         "## A. ‖∂L/∂h_t‖ against the distance T − t (MEDL (7.11)–(7.13))",
         "",
-        f"Hidden size {cfg.hidden}, T = {cfg.distance_steps} (MEDL's T = 300 example), "
+        f"Hidden size {cfg.hidden_size}, T = {cfg.distance_steps} (MEDL's T = 300 example), "
         f"batch {cfg.profile_batch} of Gaussian inputs of size {cfg.input_size} (scaled by "
         f"{', '.join(f'{v:g}' for v in cfg.input_scales)}: small inputs keep tanh near its "
         "linear regime, N(0, 1) inputs saturate it); "
@@ -179,7 +179,8 @@ def report(
         "",
         "## B. The adding problem (baseline: MSE 0.167 by always predicting 1)",
         "",
-        f"One recurrent layer of {cfg.hidden} units, last hidden state → linear read-out; Adam "
+        f"One recurrent layer of {cfg.hidden_size} units, last hidden state → linear read-out; "
+        f"Adam "
         f"{cfg.learning_rate:g}, {cfg.steps} steps × batch {cfg.batch_size} of fresh sequences; "
         f"test MSE on {cfg.test_examples} held-out sequences. Clipping: global norm "
         f"{cfg.clip_norm:g}. `clipped` is the fraction of steps whose gradient norm exceeded "

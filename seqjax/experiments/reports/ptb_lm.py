@@ -62,11 +62,11 @@ def results_markdown(
         f"Config: 2×{cfg.hidden_size} LSTM (embedding {cfg.hidden_size}), dropout "
         f"{cfg.dropout_rate:g}, init U(±{cfg.init_scale:g}), batch {cfg.batch_size}, "
         f"truncated BPTT "
-        f"over windows of {cfg.num_steps} with the state carried, {cfg.epochs} epochs of "
+        f"over windows of {cfg.block_size} with the state carried, {cfg.epochs} epochs of "
         f"{per_epoch} steps; SGD lr {cfg.learning_rate:g}, clip {cfg.clip_norm:g}, lr × "
         f"{cfg.lr_decay:g} after every epoch e > {cfg.max_epoch} (`main.lua`'s rule: the lr "
         "column) — Zaremba's numbers for a loss "
-        f"summed over the {cfg.num_steps} steps, run as lr {lr:g}, clip {clip:g} on seqjax's "
+        f"summed over the {cfg.block_size} steps, run as lr {lr:g}, clip {clip:g} on seqjax's "
         "mean loss (the same update; see the module docstring of seqjax/experiments/ptb_lm.py).",
         "",
         'Unroll: `main.lua`\'s small config ("Trains 1h and gives test 115 perplexity") reads '
@@ -163,7 +163,8 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
         "",
         f"The same config for every run but the seed: {cfg['num_layers']}×{cfg['hidden_size']} "
         f"LSTM, {'two biases' if cfg.get('recurrent_bias') else 'one bias'} per gate, "
-        f"{cfg['epochs']} epochs, batch {cfg['batch_size']}, windows of {cfg['num_steps']}, "
+        f"{cfg['epochs']} epochs, batch {cfg['batch_size']}, "
+        f"windows of {cfg.get('block_size', cfg.get('num_steps'))}, "  # num_steps: an older run
         f"SGD lr {cfg['learning_rate']:g} / clip {cfg['clip_norm']:g} on the summed loss "
         "(the setup of [ptb_lm.md](ptb_lm.md)). The seed draws the initial parameters; the data "
         "order is fixed (contiguous streams, as `main.lua`). Each row is the run's final number "
