@@ -326,7 +326,11 @@ def _invalid(cls: type, err: Exception) -> str:
 
 
 def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
-    """Build ``cls`` from a (JSON) dict, checking keys and types like :func:`apply_overrides`."""
+    """Build ``cls`` from a (JSON) dict, checking keys and types like :func:`apply_overrides`.
+
+    A config saved before a rename is read with the new names (:func:`renamed`), and a saved
+    ``null`` for a number whose off is 0 (``clip_norm``, once ``None`` = no clipping in one
+    recipe) is read as 0."""
     defaults = {f.name for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing = defaults - set(data)
@@ -340,6 +344,9 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
             key = old_names[key]  # a config saved before the rename
         if key not in hints:
             raise _unknown(key, cls, "")
+        if value is None and typing.get_origin(hints[key]) is Annotated:
+            rng = field_range(hints[key])[1]
+            value = 0 if rng is not None and rng.admits(0) else value  # off, saved as None
         kwargs[key] = _convert(key, value, hints[key])
     try:
         return cls(**kwargs)

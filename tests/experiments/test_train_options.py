@@ -90,3 +90,14 @@ def test_unset_steps_of_ptb_lm_means_every_epoch_and_zero_means_none():
 
     assert ptb_lm.Config().steps is None  # all epochs
     assert ptb_lm.Config(steps=0).steps == 0  # no training, as everywhere else
+
+
+def test_a_config_saved_with_none_for_off_reads_as_zero():
+    """gpt2 saved ``clip_norm: null`` (no clipping) before 0 became the one off."""
+    from seqjax.experiments import gpt2
+    from seqjax.experiments._config import ConfigError, config_from_dict
+
+    assert config_from_dict(gpt2.Config, {"clip_norm": None}).clip_norm == 0
+    assert config_from_dict(gpt2.Config, {"prefetch": None}).prefetch is None  # unset stays
+    with pytest.raises(ConfigError, match="batch_size"):
+        config_from_dict(gpt2.Config, {"batch_size": None})  # no off: still refused
