@@ -48,8 +48,8 @@ is refused: use ``lengths`` to find each row's end).
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> from seqjax.models.rnn import RNNLanguageModel
-    >>> lm = RNNLanguageModel(vocab_size=10, embed_dim=8)
+    >>> from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
+    >>> lm = RNNLanguageModel(RNNLMConfig(vocab_size=10, embed_dim=8))
     >>> prompt = jnp.array([[1, 2, 3], [4, 5, 0]])
     >>> params = lm.init(jax.random.PRNGKey(0), prompt)
     >>> out = greedy_search(lm, params, prompt, jnp.array([3, 2]), max_new_tokens=4)

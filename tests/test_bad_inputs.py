@@ -27,8 +27,11 @@ from seqjax.data import batching, iterators, tokenizers
 from seqjax.models import (
     Bert,
     BertConfig,
+    RNNConfig,
     RNNLanguageModel,
+    RNNLMConfig,
     Seq2Seq,
+    Seq2SeqConfig,
     Transformer,
     TransformerConfig,
     TransformerLM,
@@ -86,7 +89,7 @@ def bound(kind: str) -> tuple:
         m = snn.TransformerEncoder(config=snn.BlockConfig(num_heads=2), num_layers=2)
         return m, m.init(KEY, X8)
     if kind == "rnnlm":
-        m = RNNLanguageModel(vocab_size=V, embed_dim=8)
+        m = RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=8))
         return m, m.init(KEY, i32(2, 3))
     if kind == "gpt":
         m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=8,
@@ -102,7 +105,8 @@ def bound(kind: str) -> tuple:
                                           block=vaswani_block(2, mlp_dim=16)))
         return m, m.init(KEY, i32(2, 5), i32(2, 3))
     if kind == "seq2seq":
-        m = Seq2Seq(src_vocab_size=V, tgt_vocab_size=V, embed_dim=8, hidden_size=8)
+        m = Seq2Seq(Seq2SeqConfig(encoder=RNNConfig(vocab_size=V, embed_dim=8, hidden_size=8,
+                                                    cell_type="gru"), tgt_vocab_size=V))
         return m, m.init(KEY, i32(2, 5), i32(2, 3))
     raise KeyError(kind)
 

@@ -14,7 +14,7 @@ from jax.experimental.checkify import JaxRuntimeError
 
 import seqjax
 from seqjax import nn as snn
-from seqjax.models import RNNClassifier, RNNTagger
+from seqjax.models import RNNClassifier, RNNClassifierConfig, RNNTagger, RNNTaggerConfig
 from tests.test_bad_inputs import KEY, X8, V, bound, decode_state, i32
 
 OK = np.array([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]], np.int32)
@@ -73,9 +73,12 @@ def test_encoder_decoders_poison_the_row_of_an_invalid_source_or_target_id(kind,
 
 @pytest.mark.parametrize("cls", [RNNClassifier, RNNTagger])
 def test_rnn_classifier_and_tagger_poison_the_row(cls):
-    kw = dict(num_classes=3) if cls is RNNClassifier else dict(num_tags=3)
-    m = cls(vocab_size=V, embed_dim=4, hidden_size=4, pooling="first", **kw) \
-        if cls is RNNClassifier else cls(vocab_size=V, embed_dim=4, hidden_size=4, **kw)
+    if cls is RNNClassifier:
+        m = cls(RNNClassifierConfig(vocab_size=V, embed_dim=4, hidden_size=4, pooling="first",
+                                    num_classes=3))
+    else:
+        m = cls(RNNTaggerConfig(vocab_size=V, embed_dim=4, hidden_size=4, bidirectional=True,
+                                num_tags=3))
     v = m.init(KEY, OK)
     f = jax.jit(m.apply)
     # An id late in the row: the "first" pooling does not read it, the row is NaN anyway.
@@ -292,7 +295,8 @@ def test_pad_id_is_a_token_id():
 def test_models_that_read_a_first_or_last_token_refuse_t_0():
     with pytest.raises(ValueError, match=r"`tokens`.*at least one.*\[CLS\].*\(2, 0\)"):
         bound("bert")[0].apply(bound("bert")[1], i32(2, 0))
-    m = RNNClassifier(vocab_size=V, embed_dim=4, hidden_size=4, num_classes=3, pooling="first")
+    m = RNNClassifier(RNNClassifierConfig(vocab_size=V, embed_dim=4, hidden_size=4,
+                                          num_classes=3, pooling="first"))
     v = m.init(KEY, OK)
     with pytest.raises(ValueError, match=r"`inputs`.*at least one.*pooling='first'"):
         m.apply(v, i32(2, 0))

@@ -75,17 +75,19 @@ print(english[97 % MAX_NUMBER], "->", tgt_tok.split(french[97 % MAX_NUMBER]))
 # $\alpha^{\langle t\rangle}=\mathrm{softmax}_\tau\, w^\top\tanh(W_a s^{\langle t-1\rangle}+W_b v^{\langle\tau\rangle})$.
 
 # %%
-from seqjax.models.seq2seq import Seq2Seq
+from seqjax.models import RNNConfig, Seq2Seq, Seq2SeqConfig
 from seqjax.utils import count_params
 
 EMBED, HIDDEN = (8, 8) if SMOKE else (32, 64)
 STEPS, BATCH, LR = (2, 16, 5e-3) if SMOKE else (2000, 64, 5e-3)  # BATCH: the global batch
-common = dict(src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size,
-              embed_dim=EMBED, hidden_size=HIDDEN, cell_type="gru")
+encoder = RNNConfig(vocab_size=src_tok.vocab_size, embed_dim=EMBED, hidden_size=HIDDEN,
+                    cell_type="gru")
 models = {
-    "no attention": Seq2Seq(**common, context="initial_state"),
-    "attention": Seq2Seq(**common, context="attention", attention="bahdanau",
-                         bidirectional_encoder=True),
+    "no attention": Seq2Seq(Seq2SeqConfig(encoder=encoder, tgt_vocab_size=tgt_tok.vocab_size,
+                                          context="initial_state")),
+    "attention": Seq2Seq(Seq2SeqConfig(encoder=encoder.replace(bidirectional=True),
+                                       tgt_vocab_size=tgt_tok.vocab_size,
+                                       context="attention", attention="bahdanau")),
 }
 
 # %% [markdown]

@@ -36,7 +36,8 @@ from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
 from seqjax.experiments._kit import Run, Trained, pad_rows
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
-from seqjax.models.seq2seq import Seq2Seq
+from seqjax.models.rnn import RNNConfig
+from seqjax.models.seq2seq import Seq2Seq, Seq2SeqConfig
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
@@ -125,19 +126,21 @@ def make_model(
     dropout: float = 0.0, transformer_layers: int = 2, heads: int = 4, max_len: int = 64,
 ) -> Seq2Seq | Transformer:
     """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring)."""
-    rnn = dict(src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, embed_dim=embed_dim,
-               hidden_size=hidden, cell_type="gru", bidirectional_encoder=True,
-               dropout_rate=dropout)
+    rnn = Seq2SeqConfig(
+        encoder=RNNConfig(vocab_size=src_vocab, embed_dim=embed_dim, hidden_size=hidden,
+                          cell_type="gru", bidirectional=True, dropout_rate=dropout),
+        tgt_vocab_size=tgt_vocab,
+    )
     if arch == "gru":
-        return Seq2Seq(context="every_step", **rnn)
+        return Seq2Seq(rnn.replace(context="every_step"))
     if arch == "bahdanau":
-        return Seq2Seq(context="attention", attention="bahdanau", **rnn)
+        return Seq2Seq(rnn.replace(context="attention", attention="bahdanau"))
     if arch == "luong":
-        return Seq2Seq(context="attention", attention="luong_general", **rnn)
+        return Seq2Seq(rnn.replace(context="attention", attention="luong_general"))
     if arch == "transformer":
         return Transformer(TransformerConfig(
             src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, num_layers=transformer_layers,
-            embed_dim=hidden, max_len=max_len, tie_output=True,
+            embed_dim=hidden, max_len=max_len, tie_embeddings=True,
             block=vaswani_block(heads, mlp_dim=2 * hidden, dropout_rate=dropout),
         ))
     raise ValueError(f"`arch` must be one of {ARCHS}; got {arch!r}.")

@@ -34,7 +34,7 @@ from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder
 from seqjax.experiments._config import ConfigError
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
-from seqjax.models.rnn import RNNLanguageModel
+from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
 from seqjax.train.checkpoint import restore_params
 
 Model = Literal["transformer", "lstm"]
@@ -90,12 +90,10 @@ def build_model(cfg: Any, vocab_size: int) -> Any:
             vocab_size=vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
             max_len=cfg.block_size, block=block,
         ), dtype=dtype)
-    return RNNLanguageModel(
+    return RNNLanguageModel(RNNLMConfig(
         vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
-        # cell_kwargs as pairs, not a dict: the model must be hashable (a static jit argument).
-        cell_type="lstm", dropout_rate=cfg.dropout_rate, cell_kwargs=(("forget_bias", 1.0),),
-        dtype=dtype,
-    )
+        cell_type="lstm", dropout_rate=cfg.dropout_rate, cell_kwargs={"forget_bias": 1.0},
+    ), dtype=dtype)
 
 
 # ----------------------------------------------------------------------------- decoding

@@ -47,7 +47,12 @@ from seqjax.experiments._kit import Run, Task, Trained, machine_info, pad_rows, 
 from seqjax.models.baselines import NGramClassifier, NGramLM
 from seqjax.models.bert import Bert, BertConfig, bert_block
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
-from seqjax.models.rnn import RNNClassifier, RNNLanguageModel
+from seqjax.models.rnn import (
+    RNNClassifier,
+    RNNClassifierConfig,
+    RNNLanguageModel,
+    RNNLMConfig,
+)
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
@@ -224,8 +229,8 @@ def lm_task(cfg: Config) -> tuple[list[dict], list[Run]]:
     vy = val_ids[1: n_val * block + 1].reshape(n_val, block).astype(np.int32)
     test = {"x": vx, "y": vy}
     models = {
-        "LSTM LM": RNNLanguageModel(vocab_size=vocab, embed_dim=cfg.embed_dim,
-                                    hidden_size=cfg.hidden_size, cell_type="lstm"),
+        "LSTM LM": RNNLanguageModel(RNNLMConfig(vocab_size=vocab, embed_dim=cfg.embed_dim,
+                                                hidden_size=cfg.hidden_size, cell_type="lstm")),
         "transformer LM (GPT)": TransformerLM(TransformerLMConfig(
             vocab_size=vocab, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim, max_len=block,
             block=gpt_block(cfg.num_heads))),
@@ -290,8 +295,9 @@ def classification_task(cfg: Config) -> tuple[list[dict], list[Run]]:
             def logits_of(p: Any, b: dict, model: Any = model) -> jax.Array:
                 return model.apply({"params": p}, b["x"], b["len"])["class_logits"]
         else:
-            model = RNNClassifier(num_classes=2, vocab_size=vocab, embed_dim=cfg.embed_dim,
-                                  hidden_size=cfg.hidden_size, cell_type="gru", pooling="last")
+            model = RNNClassifier(RNNClassifierConfig(
+                num_classes=2, vocab_size=vocab, embed_dim=cfg.embed_dim,
+                hidden_size=cfg.hidden_size, cell_type="gru", pooling="last"))
 
             def logits_of(p: Any, b: dict, model: Any = model) -> jax.Array:
                 return model.apply({"params": p}, b["x"], b["len"])

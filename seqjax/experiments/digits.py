@@ -42,7 +42,7 @@ from seqjax.data.batching import split_arrays
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, classifier_run, machine_info, train
 from seqjax.experiments.reports.digits import accuracy_table, plot_accuracy
-from seqjax.models.rnn import RNNClassifier
+from seqjax.models.rnn import RNNClassifier, RNNClassifierConfig
 from seqjax.models.vit import ViT, ViTConfig, vit_block
 from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
@@ -108,9 +108,9 @@ def make_classifier(name: str, cfg: Config) -> tuple[Any, str]:
     """``(model, layout)``: the model and the input layout it reads (``"rows"``/``"images"``)."""
     if name in ("elman", "lstm", "gru", "bilstm"):
         cell = "lstm" if name == "bilstm" else name
-        return RNNClassifier(num_classes=10, vocab_size=None, hidden_size=cfg.hidden_size,
-                             cell_type=cell, bidirectional=name == "bilstm",
-                             pooling="last"), "rows"
+        return RNNClassifier(RNNClassifierConfig(
+            num_classes=10, vocab_size=None, hidden_size=cfg.hidden_size, cell_type=cell,
+            bidirectional=name == "bilstm", pooling="last")), "rows"
     common = dict(num_classes=10, num_layers=cfg.num_layers, embed_dim=cfg.hidden_size,
                   block=vit_block(cfg.num_heads, mlp_dim=2 * cfg.hidden_size))
     if name == "transformer":

@@ -49,7 +49,7 @@ from seqjax.experiments._kit import (
     train,
 )
 from seqjax.experiments.reports.gradients import plot_gradients, ratio_at, report
-from seqjax.models.rnn import RNNClassifier
+from seqjax.models.rnn import RNNClassifier, RNNClassifierConfig
 from seqjax.nn.cells import ElmanCell, GRUCell, LSTMCell
 from seqjax.train.loop import FitConfig
 from seqjax.train.optim import OptimizerConfig
@@ -221,8 +221,8 @@ def _part_a(cfg: Config) -> dict:
 
 def _adding_model(cell: str, hidden: int) -> RNNClassifier:
     kwargs = (("forget_bias", 1.0),) if cell == "lstm" else None
-    return RNNClassifier(num_classes=1, vocab_size=None, hidden_size=hidden, cell_type=cell,
-                         pooling="last", cell_kwargs=kwargs)
+    return RNNClassifier(RNNClassifierConfig(num_classes=1, vocab_size=None, hidden_size=hidden,
+                                             cell_type=cell, pooling="last", cell_kwargs=kwargs))
 
 
 def _mse_fn(model: RNNClassifier) -> Any:
@@ -329,7 +329,7 @@ def trained_profile(model: RNNClassifier, params: Any, test: dict, cfg: Config) 
         f64 = jnp.float64
         params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, f64), params)
         cell_params = params["encoder"]["rnn"]["layer_0"]["cell"]
-        cls = {"elman": ElmanCell, "lstm": LSTMCell, "gru": GRUCell}[model.cell_type]
+        cls = {"elman": ElmanCell, "lstm": LSTMCell, "gru": GRUCell}[model.config.cell_type]
         x = jnp.asarray(test["inputs"][: cfg.profile_batch], f64)
         y = jnp.asarray(test["targets"][: cfg.profile_batch], f64)
         return _trained_profile(cls(cfg.hidden_size, param_dtype=f64), cell_params,

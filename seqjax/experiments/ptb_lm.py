@@ -92,7 +92,7 @@ from seqjax.experiments.reports.ptb_lm import (
     seed_summary_markdown,
     write_text,
 )
-from seqjax.models.rnn import RNNLanguageModel
+from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import token_cross_entropy
 from seqjax.train.parallel import Parallel, ParallelOptions
@@ -195,10 +195,10 @@ def load_data(cfg: Config) -> PTBData:
 def build_model(cfg: Config, vocab_size: int) -> RNNLanguageModel:
     """Zaremba's LM: embedding = hidden width, ``num_layers`` LSTMs (with ``recurrent_bias``
     two biases per gate, ``main.lua``'s i2h and h2h), untied softmax with bias."""
-    return RNNLanguageModel(vocab_size=vocab_size, embed_dim=cfg.hidden_size,
-                            hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                            cell_type="lstm", dropout_rate=cfg.dropout_rate,
-                            cell_kwargs={"recurrent_bias": cfg.recurrent_bias})
+    return RNNLanguageModel(RNNLMConfig(vocab_size=vocab_size, embed_dim=cfg.hidden_size,
+                                        hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                                        cell_type="lstm", dropout_rate=cfg.dropout_rate,
+                                        cell_kwargs={"recurrent_bias": cfg.recurrent_bias}))
 
 
 def uniform_init(params: Any, key: jax.Array, scale: float) -> Any:

@@ -10,7 +10,7 @@ from seqjax.models.baselines import (
     bag_of_words,
 )
 from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, bert_block, mlm_mask
-from seqjax.models.captioning import ImageCaptioner
+from seqjax.models.captioning import ImageCaptioner, ImageCaptionerConfig
 from seqjax.models.encoder_decoder import (
     TRANSFORMER_PRESETS,
     Transformer,
@@ -24,9 +24,18 @@ from seqjax.models.gpt import (
     TransformerLMConfig,
     gpt_block,
 )
-from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
+from seqjax.models.rnn import (
+    RNNClassifier,
+    RNNClassifierConfig,
+    RNNConfig,
+    RNNLanguageModel,
+    RNNLMConfig,
+    RNNTagger,
+    RNNTaggerConfig,
+)
 from seqjax.models.seq2seq import (
     Seq2Seq,
+    Seq2SeqConfig,
     reverse_sequences,
     scheduled_sampling_epsilon,
     scheduled_sampling_inputs,
@@ -46,9 +55,10 @@ __all__ = [
     "AST", "AST_PRESETS", "ASTConfig", "patch_grid", "spectrogram_patches",
     "BagOfWordsLM", "NGramClassifier", "NGramLM", "NaiveBayes", "bag_of_words",
     "scheduled_sampling_epsilon", "scheduled_sampling_inputs",
-    "BERT_PRESETS", "Bert", "BertConfig", "ImageCaptioner", "RNNClassifier", "RNNLanguageModel",
-    "RNNTagger",
-    "Seq2Seq", "TRANSFORMER_LM_PRESETS", "TRANSFORMER_PRESETS", "Transformer",
+    "BERT_PRESETS", "Bert", "BertConfig", "ImageCaptioner", "ImageCaptionerConfig",
+    "RNNClassifier", "RNNClassifierConfig", "RNNConfig", "RNNLanguageModel", "RNNLMConfig",
+    "RNNTagger", "RNNTaggerConfig",
+    "Seq2Seq", "Seq2SeqConfig", "TRANSFORMER_LM_PRESETS", "TRANSFORMER_PRESETS", "Transformer",
     "TransformerConfig", "TransformerLM", "TransformerLMClassifier", "TransformerLMConfig",
     "VIT_PRESETS", "ViT",
     "ViTConfig", "Word2Vec", "bert_block", "gpt_block", "vaswani_block", "vit_block",

@@ -35,6 +35,7 @@ Generation goes through :mod:`seqjax.decoding` with ``inputs={"images": f}``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -52,15 +53,56 @@ from seqjax.models._common import (
     flag_oov_rows,
     split_oov,
 )
+from seqjax.models.rnn import RNNConfig, check_optional_positive_int, require_vocab
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
 from seqjax.nn.recurrent import CELL_TYPES, RNN
 
 Array = jax.Array
 
-__all__ = ["CONDITIONS", "ImageCaptioner"]
+__all__ = ["CONDITIONS", "ImageCaptioner", "ImageCaptionerConfig"]
 
 CONDITIONS = ("init", "input", "both")
+_CELLS = ("elman", "lstm", "gru")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImageCaptionerConfig(RNNConfig):
+    """Options of :class:`ImageCaptioner`: the decoder's :class:`~seqjax.models.RNNConfig`
+    (one unidirectional layer without dropout; ``vocab_size`` required, ``cell_type`` one of
+    ``"elman"``, ``"lstm"``, ``"gru"``) and the image conditioning's, validated when built.
+
+    Example:
+        >>> ImageCaptionerConfig(vocab_size=12, condition="late")
+        Traceback (most recent call last):
+        ...
+        ValueError: `condition` must be one of ('init', 'input', 'both'); got 'late'.
+
+    Attributes:
+        condition: ``"init"`` (``h_0`` from the image), ``"input"`` (image at every step)
+            or ``"both"``.
+        image_hidden: width of the ``tanh`` image encoder; ``None`` = the identity.
+        image_embed_dim: width of ``W_A a`` (default ``embed_dim``).
+    """
+
+    condition: str = "init"
+    image_hidden: int | None = None
+    image_embed_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_vocab(self, "ImageCaptionerConfig")
+        if self.cell_type not in _CELLS:
+            raise ValueError(f"`cell_type` of ImageCaptionerConfig must be one of {_CELLS}; "
+                             f"got {self.cell_type!r}.")
+        for name, only in (("num_layers", 1), ("bidirectional", False), ("dropout_rate", 0.0)):
+            if getattr(self, name) != only:
+                raise ValueError(f"`{name}` of ImageCaptionerConfig must be {only!r} (one "
+                                 f"left-to-right layer, no dropout); got {getattr(self, name)!r}.")
+        if self.condition not in CONDITIONS:
+            raise ValueError(f"`condition` must be one of {CONDITIONS}; got {self.condition!r}.")
+        check_optional_positive_int(self.image_hidden, "image_hidden")
+        check_optional_positive_int(self.image_embed_dim, "image_embed_dim")
 
 
 class ImageCaptioner(nn.Module):
@@ -71,50 +113,50 @@ class ImageCaptioner(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> m = ImageCaptioner(vocab_size=12, hidden_size=16, embed_dim=8, condition="both")
+        >>> m = ImageCaptioner(ImageCaptionerConfig(vocab_size=12, hidden_size=16, embed_dim=8,
+        ...                                         condition="both"))
         >>> tokens, images = jnp.zeros((2, 5), jnp.int32), jnp.ones((2, 64))
         >>> params = m.init(jax.random.PRNGKey(0), tokens, images)
         >>> m.apply(params, tokens, images).shape
         (2, 5, 12)
 
     Attributes:
-        vocab_size: ``|V|`` (caption tokens incl. ``<start>``/``<stop>``/padding).
-        embed_dim: width of ``E``.
-        hidden_size: ``H``.
-        cell_type: ``"elman"``, ``"lstm"`` or ``"gru"``.
-        condition: ``"init"`` (``h_0`` from the image), ``"input"`` (image at every step)
-            or ``"both"``.
-        image_hidden: width of the ``tanh`` image encoder; ``None`` = the identity.
-        image_embed_dim: width of ``W_A a`` (default ``embed_dim``).
+        config: the :class:`ImageCaptionerConfig` (``vocab_size`` counts the caption tokens
+            with ``<start>``/``<stop>``/padding; ``embed_dim`` is the width of ``E``,
+            ``hidden_size`` is ``H``).
     """
 
-    vocab_size: int
-    embed_dim: int = 32
-    hidden_size: int = 64
-    cell_type: str = "lstm"
-    condition: str = "init"
-    image_hidden: int | None = None
-    image_embed_dim: int | None = None
+    config: ImageCaptionerConfig
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, ImageCaptionerConfig):
+            raise TypeError("`config` of ImageCaptioner must be an ImageCaptionerConfig; "
+                            f"got {type(self.config).__name__}.")
+        super().__post_init__()
+
+    @property
+    def vocab_size(self) -> int:
+        """``|V|`` (what :mod:`seqjax.decoding` reads)."""
+        return self.config.vocab_size  # type: ignore[return-value]  # required by the config
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.features
 
     def setup(self) -> None:
-        if self.condition not in CONDITIONS:
-            raise ValueError(f"`condition` must be one of {CONDITIONS}; got {self.condition!r}.")
-        if self.cell_type not in ("elman", "lstm", "gru"):
-            raise ValueError(f"`cell_type` must be 'elman', 'lstm' or 'gru'; got "
-                             f"{self.cell_type!r}.")
-        for name in ("vocab_size", "embed_dim", "hidden_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be a positive int; got {getattr(self, name)}.")
-        if self.image_hidden is not None:
-            self.image_encoder = Dense(self.image_hidden, name="image_encoder")
-        if self.condition in ("init", "both"):
+        cfg = self.config
+        if cfg.image_hidden is not None:
+            self.image_encoder = Dense(cfg.image_hidden, name="image_encoder")
+        if cfg.condition in ("init", "both"):
             self.init_proj = Dense(self.hidden_size, name="init_proj")
-        if self.condition in ("input", "both"):
-            self.image_proj = Dense(self.image_embed_dim or self.embed_dim, use_bias=False,
+        if cfg.condition in ("input", "both"):
+            self.image_proj = Dense(cfg.image_embed_dim or cfg.embed_dim, use_bias=False,
                                     name="image_proj")
-        self.embed = Embed(self.vocab_size, self.embed_dim, name="embed")
-        cell = CELL_TYPES[self.cell_type](self.hidden_size, parent=None)
-        self.rnn = RNN(cell, return_carry=True, implementation="scan", name="rnn")
+        self.embed = Embed(self.vocab_size, cfg.embed_dim, name="embed")
+        cell = CELL_TYPES[cfg.cell_type](  # type: ignore[index]  # a name: checked above
+            self.hidden_size, parent=None, **dict(cfg.cell_kwargs or {}))
+        self.rnn = RNN(cell, unroll=cfg.unroll, return_carry=True, implementation="scan",
+                       name="rnn")
         self.head = Dense(self.vocab_size, name="head")
 
     # ------------------------------------------------------------------ pieces
@@ -122,24 +164,24 @@ class ImageCaptioner(nn.Module):
     def _context(self, images_BxF: Array) -> Array:
         check_rank(images_BxF, "images", 2)
         a_BxA = images_BxF.astype(jnp.float32)
-        if self.image_hidden is not None:
+        if self.config.image_hidden is not None:
             a_BxA = jnp.tanh(self.image_encoder(a_BxA))
         return a_BxA
 
     def _initial_carry(self, a_BxA: Array) -> Any:
         batch = a_BxA.shape[0]
-        if self.condition == "input":
+        if self.config.condition == "input":
             h_BxH = jnp.zeros((batch, self.hidden_size), jnp.float32)
         else:
             h_BxH = jnp.tanh(self.init_proj(a_BxA))
-        if self.cell_type == "lstm":
+        if self.config.cell_type == "lstm":
             return (jnp.zeros_like(h_BxH), h_BxH)
         return h_BxH
 
     def _inputs(self, tokens_BxT: Array, a_BxA: Array) -> Array:
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
         e_BxTxE = poison_bad_ids(self.embed(tokens_BxT), tokens_BxT, self.vocab_size)
-        if self.condition == "init":
+        if self.config.condition == "init":
             return e_BxTxE
         img_BxI = self.image_proj(a_BxA)
         img_BxTxI = jnp.broadcast_to(img_BxI[:, None], (*tokens_BxT.shape, img_BxI.shape[-1]))

@@ -5,25 +5,35 @@ All three are an embedding, a :class:`~seqjax.nn.StackedRNN` and an output layer
 padding given by ``lengths: int32[B]``; the classifier and tagger also accept
 float features ``[B, T, P]`` when ``vocab_size`` is ``None``.
 
+Options are one frozen config per model, validated when it is built (a ``ValueError`` or
+``TypeError`` naming the field, what it must be and what it is): :class:`RNNConfig` holds
+the recurrent stack's options that every RNN model shares (also the source side of
+:class:`~seqjax.models.Seq2Seq` and the decoder of
+:class:`~seqjax.models.ImageCaptioner`), and :class:`RNNLMConfig`,
+:class:`RNNClassifierConfig`, :class:`RNNTaggerConfig` extend it with each head's own.
+Each model takes its config whole: ``RNNLanguageModel(RNNLMConfig(vocab_size=...))``.
+
 Parameter names (stable; golden trees in ``tests/golden/``):
 
 * ``embed/embedding``: ``[V, E]`` — J&M's ``E`` (as rows, so ``e_t = E[x_t]``);
 * ``rnn/layer_{l}/cell/...`` (or ``rnn/layer_{l}/forward|backward/cell/...``):
   the recurrent layers, as in :class:`~seqjax.nn.StackedRNN`;
-* ``output/{kernel,bias}`` — the output layer; with ``tie_weights`` only
+* ``output/{kernel,bias}`` — the output layer; with ``tie_embeddings`` only
   ``output_bias`` (the kernel is ``Eᵀ``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import dataclasses
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ValidLengths, check_rank
+from seqjax._checks import ValidLengths, check_rank, replace_fields
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     POOLINGS,
@@ -37,20 +47,266 @@ from seqjax.models._common import (
     masked_pool,
     split_oov,
 )
+from seqjax.nn.attention.checks import check_positive_int
+from seqjax.nn.cells import RecurrentCell
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
-from seqjax.nn.recurrent import StackedRNN
+from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
 
 Array = jax.Array
 Dtype = Any
 Carry = Any
+_C = TypeVar("_C", bound="RNNConfig")
 
-__all__ = ["RNNLanguageModel", "RNNClassifier", "RNNTagger"]
+__all__ = [
+    "RNNConfig",
+    "RNNLMConfig",
+    "RNNClassifierConfig",
+    "RNNTaggerConfig",
+    "RNNLanguageModel",
+    "RNNClassifier",
+    "RNNTagger",
+]
+
+#: Cell options the stack sets itself (``cell_kwargs`` may not name them).
+_STACK_SET = ("features", "dtype", "param_dtype", "parent", "name")
 
 
-def _check_rate(rate: float, name: str) -> None:
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"`{name}` must be in [0, 1); got {rate}.")
+def check_flag(value: Any, name: str) -> None:
+    """A Python ``bool`` (a config's on/off option), else a ``TypeError`` naming ``name``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool; got {value!r}.")
+
+
+def check_rate(value: Any, name: str) -> None:
+    """A dropout rate, a real number in ``[0, 1)``, else a ``ValueError`` naming ``name``."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (real and 0.0 <= float(value) < 1.0):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {value!r}.")
+
+
+def check_optional_positive_int(value: Any, name: str) -> None:
+    """``None`` or a positive Python int, else a ``ValueError`` naming ``name``."""
+    if value is not None:
+        check_positive_int(value, name)
+
+
+def cell_class(cell_type: Any) -> type[RecurrentCell]:
+    """The cell class of a ``cell_type`` (a name in ``CELL_TYPES`` or a cell class)."""
+    if isinstance(cell_type, str):
+        if cell_type not in CELL_TYPES:
+            raise ValueError(
+                f"`cell_type` must be one of {sorted(CELL_TYPES)} or a cell class; "
+                f"got {cell_type!r}."
+            )
+        return CELL_TYPES[cell_type]
+    if not (isinstance(cell_type, type) and issubclass(cell_type, RecurrentCell)):
+        raise TypeError(
+            f"`cell_type` must be one of {sorted(CELL_TYPES)} or a RecurrentCell subclass; "
+            f"got {cell_type!r}."
+        )
+    return cell_type
+
+
+def _cell_kwargs(value: Any, cls: type[RecurrentCell]) -> tuple[tuple[str, Any], ...] | None:
+    """``cell_kwargs`` as sorted ``(name, value)`` pairs (hashable: equal configs hash equal),
+    every name an option of the cell class that the stack does not set itself."""
+    if value is None:
+        return None
+    try:
+        pairs = dict(value.items() if isinstance(value, Mapping) else value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"`cell_kwargs` must be a dict or (name, value) pairs, or None; got {value!r}."
+        ) from None
+    allowed = sorted(
+        f.name for f in dataclasses.fields(cls) if f.init and f.name not in _STACK_SET
+    )
+    unknown = [k for k in pairs if k not in allowed]
+    if unknown:
+        raise ValueError(
+            f"`cell_kwargs` must name options of {cls.__name__} ({', '.join(allowed)}); "
+            f"got {', '.join(repr(k) for k in unknown)}."
+        )
+    return tuple(sorted(pairs.items()))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RNNConfig:
+    """The recurrent stack of every RNN model: embedding, cell, depth, width, dropout.
+
+    The fields shared by :class:`RNNLMConfig`, :class:`RNNClassifierConfig`,
+    :class:`RNNTaggerConfig` (which extend it), the source side of
+    :class:`~seqjax.models.Seq2SeqConfig` and :class:`~seqjax.models.ImageCaptionerConfig`
+    (which extends it). ``__post_init__`` checks every field; ``replace(**changes)`` returns
+    a re-validated copy (an unknown field is a ``TypeError``). Keyword-only.
+
+    Example:
+        >>> cfg = RNNConfig(vocab_size=100, embed_dim=16, cell_type="gru")
+        >>> cfg.features, cfg.replace(hidden_size=32).features
+        (16, 32)
+        >>> RNNConfig(vocab_size=100, dropout_rate=1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: `dropout_rate` must be a number in [0, 1); got 1.5.
+
+    Attributes:
+        vocab_size: ``|V|``; ``None`` (classifier and tagger only): the inputs are float
+            features ``[B, T, P]`` and there is no embedding.
+        embed_dim: ``d``, the embedding width.
+        hidden_size: the RNN width ``H`` (default: ``embed_dim``; :attr:`features`).
+        num_layers: stacked RNN layers (MEDL (7.15)).
+        cell_type: ``"lstm"``, ``"gru"``, ``"elman"`` (alias ``"rnn"``) or a
+            :class:`~seqjax.nn.RecurrentCell` subclass.
+        bidirectional: concatenate a reverse RNN at every layer (J&M (9.18)–(9.20)).
+        dropout_rate: rate on the embeddings, between layers and on the top layer's outputs.
+        cell_kwargs: extra cell options, e.g. ``{"forget_bias": 1.0}`` or
+            ``{"use_bias": False}``; each must be a field of the cell class. Stored as
+            sorted ``(name, value)`` pairs.
+        unroll: time steps per ``scan`` iteration (:class:`~seqjax.nn.StackedRNN`;
+            ``None``: the backend's default).
+    """
+
+    vocab_size: int | None = None
+    embed_dim: int = 128
+    hidden_size: int | None = None
+    num_layers: int = 1
+    cell_type: str | type[RecurrentCell] = "lstm"
+    bidirectional: bool = False
+    dropout_rate: float = 0.0
+    cell_kwargs: dict[str, Any] | Sequence[tuple[str, Any]] | None = None
+    unroll: int | None = None
+
+    def __post_init__(self) -> None:
+        check_optional_positive_int(self.vocab_size, "vocab_size")
+        check_positive_int(self.embed_dim, "embed_dim")
+        check_optional_positive_int(self.hidden_size, "hidden_size")
+        check_positive_int(self.num_layers, "num_layers")
+        cls = cell_class(self.cell_type)
+        check_flag(self.bidirectional, "bidirectional")
+        check_rate(self.dropout_rate, "dropout_rate")
+        check_optional_positive_int(self.unroll, "unroll")
+        object.__setattr__(self, "cell_kwargs", _cell_kwargs(self.cell_kwargs, cls))
+
+    def replace(self: _C, **changes: Any) -> _C:
+        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
+        return replace_fields(self, changes)
+
+    @property
+    def features(self) -> int:
+        """The RNN width ``H``: ``hidden_size``, else ``embed_dim``."""
+        return self.embed_dim if self.hidden_size is None else self.hidden_size
+
+    @property
+    def output_features(self) -> int:
+        """Width of the top layer's outputs: ``2H`` when bidirectional, else ``H``."""
+        return 2 * self.features if self.bidirectional else self.features
+
+    def stack(self, dtype: Dtype | None, param_dtype: Dtype, **kw: Any) -> StackedRNN:
+        """The :class:`~seqjax.nn.StackedRNN` these options describe (``kw``: ``name``,
+        ``parent``)."""
+        return StackedRNN(
+            features=self.features,
+            num_layers=self.num_layers,
+            cell_type=self.cell_type,
+            bidirectional=self.bidirectional,
+            dropout_rate=self.dropout_rate,
+            unroll=self.unroll,
+            cell_kwargs=self.cell_kwargs,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            **kw,
+        )
+
+
+def require_vocab(config: RNNConfig, owner: str, name: str = "vocab_size") -> None:
+    """``config.vocab_size`` is set: ``owner`` embeds token ids."""
+    if config.vocab_size is None:
+        raise ValueError(f"`{name}` of {owner} must be a positive int (it embeds token ids); "
+                         "got None.")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RNNLMConfig(RNNConfig):
+    """Options of :class:`RNNLanguageModel`: :class:`RNNConfig` (``vocab_size`` required,
+    unidirectional) and the output layer's.
+
+    Example:
+        >>> RNNLMConfig(vocab_size=11, embed_dim=8, hidden_size=16,
+        ...             tie_embeddings=True)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `tie_embeddings=True` needs hidden_size == embed_dim ...
+
+    Attributes:
+        tie_embeddings: use ``Eᵀ`` as the output matrix (Press & Wolf 2017; Inan et al.
+            2017; J&M (9.16)); needs ``hidden_size == embed_dim``.
+        output_bias: the output bias ``b`` (kept when tied; see :class:`RNNLanguageModel`).
+    """
+
+    tie_embeddings: bool = False
+    output_bias: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_vocab(self, "RNNLMConfig")
+        if self.bidirectional:
+            raise ValueError(
+                "`bidirectional` of RNNLMConfig must be False (a language model reads left to "
+                "right); got True."
+            )
+        check_flag(self.tie_embeddings, "tie_embeddings")
+        check_flag(self.output_bias, "output_bias")
+        if self.tie_embeddings and self.features != self.embed_dim:
+            raise ValueError(
+                "`tie_embeddings=True` needs hidden_size == embed_dim (the output matrix is Eᵀ); "
+                f"got hidden_size={self.features}, embed_dim={self.embed_dim}."
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RNNClassifierConfig(RNNConfig):
+    """Options of :class:`RNNClassifier`: :class:`RNNConfig` and the pooled head's.
+
+    Attributes:
+        num_classes: ``C``.
+        pooling: ``"last"`` (default), ``"mean"``, ``"max"`` or ``"first"``.
+        mlp_dim: width of an optional ``tanh`` hidden layer before the classifier
+            (``None``: none).
+    """
+
+    num_classes: int
+    pooling: str = "last"
+    mlp_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int(self.num_classes, "num_classes")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {self.pooling!r}.")
+        check_optional_positive_int(self.mlp_dim, "mlp_dim")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RNNTaggerConfig(RNNConfig):
+    """Options of :class:`RNNTagger`: :class:`RNNConfig` and the number of tags.
+
+    Attributes:
+        num_tags: ``K``, the tags of the per-token output layer.
+    """
+
+    num_tags: int
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int(self.num_tags, "num_tags")
+
+
+def _check_config(config: Any, cls: type, owner: str) -> None:
+    if not isinstance(config, cls):
+        raise TypeError(
+            f"`config` of {owner} must be a {cls.__name__}; got {type(config).__name__}."
+        )
 
 
 class RNNLanguageModel(nn.Module):
@@ -60,7 +316,7 @@ class RNNLanguageModel(nn.Module):
         e_t = E x_t, \qquad h_t = g(U h_{t-1} + W e_t), \qquad
         y_t = \mathrm{softmax}(V h_t + b)
 
-    J&M (9.14)–(9.16) (with ``tie_weights=True``, ``V = E^\top``: the input
+    J&M (9.14)–(9.16) (with ``tie_embeddings=True``, ``V = E^\top``: the input
     embedding is reused as the output layer, which removes exactly ``|V|·d``
     parameters); MEDL (7.2) with ``S_y`` = softmax; ``g`` is any cell (Elman,
     LSTM, GRU) and the network may be stacked (MEDL (7.15)). Trained with
@@ -70,7 +326,7 @@ class RNNLanguageModel(nn.Module):
     with no bias. Here the tied model keeps an output bias ``b`` (param ``output_bias``,
     ``|V|`` numbers, initialised to zero) by default, as PyTorch's word-language-model
     and Press & Wolf (2017) do: it lets the model learn unigram frequencies without
-    spending embedding directions on them. ``use_output_bias=False`` computes (9.16)
+    spending embedding directions on them. ``output_bias=False`` computes (9.16)
     exactly. (The recurrence's own biases are the cell's: ``cell_kwargs={"use_bias":
     False}`` gives J&M's bias-free (9.3)/(9.15).)
 
@@ -88,7 +344,7 @@ class RNNLanguageModel(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> lm = RNNLanguageModel(vocab_size=11, embed_dim=8, tie_weights=True)
+        >>> lm = RNNLanguageModel(RNNLMConfig(vocab_size=11, embed_dim=8, tie_embeddings=True))
         >>> tokens = jnp.zeros((2, 5), jnp.int32)
         >>> variables = lm.init(jax.random.PRNGKey(0), tokens)
         >>> lm.apply(variables, tokens).shape
@@ -99,62 +355,35 @@ class RNNLanguageModel(nn.Module):
         [(2, 8), (2, 8)]
 
     Attributes:
-        vocab_size: ``|V|``.
-        embed_dim: ``d``, the embedding width.
-        hidden_size: RNN width; defaults to ``embed_dim`` (required equal when tied).
-        num_layers: stacked RNN layers.
-        cell_type: ``"lstm"``, ``"gru"`` or ``"elman"`` (or a cell class).
-        dropout_rate: rate on the embeddings, between layers and before the output layer.
-        tie_weights: use ``Eᵀ`` as the output matrix (Press & Wolf 2017; Inan et al. 2017).
-        use_output_bias: the output bias ``b`` (kept when tied; see the departure above).
-        cell_kwargs: extra cell arguments, e.g. ``{"forget_bias": 1.0}``.
+        config: the :class:`RNNLMConfig` (sizes, cell, dropout, tying, output bias).
+        dtype, param_dtype: compute and storage dtypes.
     """
 
-    vocab_size: int
-    embed_dim: int = 128
-    hidden_size: int | None = None
-    num_layers: int = 1
-    cell_type: Any = "lstm"
-    dropout_rate: float = 0.0
-    tie_weights: bool = False
-    use_output_bias: bool = True
-    cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
-    unroll: int | None = None
+    config: RNNLMConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
+    def __post_init__(self) -> None:
+        _check_config(self.config, RNNLMConfig, "RNNLanguageModel")
+        super().__post_init__()
+
     @property
-    def hidden(self) -> int:
-        return self.embed_dim if self.hidden_size is None else self.hidden_size
+    def vocab_size(self) -> int:
+        """``|V|`` (what :mod:`seqjax.decoding` reads)."""
+        return self.config.vocab_size  # type: ignore[return-value]  # RNNLMConfig requires it
 
     def setup(self) -> None:
-        if self.vocab_size < 1:
-            raise ValueError(f"`vocab_size` must be >= 1; got {self.vocab_size}.")
-        _check_rate(self.dropout_rate, "dropout_rate")
-        if self.tie_weights and self.hidden != self.embed_dim:
-            raise ValueError(
-                "`tie_weights=True` needs hidden_size == embed_dim (the output matrix is Eᵀ); "
-                f"got hidden_size={self.hidden}, embed_dim={self.embed_dim}."
-            )
+        cfg = self.config
         self.embed = Embed(
             self.vocab_size,
-            self.embed_dim,
+            cfg.embed_dim,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
-        self.rnn = StackedRNN(
-            features=self.hidden,
-            num_layers=self.num_layers,
-            cell_type=self.cell_type,
-            dropout_rate=self.dropout_rate,
-            unroll=self.unroll,
-            cell_kwargs=self.cell_kwargs,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-        )
-        if self.tie_weights:
-            if self.use_output_bias:
+        self.rnn = cfg.stack(self.dtype, self.param_dtype)
+        if cfg.tie_embeddings:
+            if cfg.output_bias:
                 self.output_bias = self.param(
                     "output_bias",
                     nn.initializers.zeros_init(),
@@ -164,28 +393,16 @@ class RNNLanguageModel(nn.Module):
         else:
             self.output = Dense(
                 self.vocab_size,
-                use_bias=self.use_output_bias,
+                use_bias=cfg.output_bias,
                 dtype=self.dtype,
                 param_dtype=self.param_dtype,
             )
-        self.drop = nn.Dropout(self.dropout_rate)
-
-    def _stack(self) -> StackedRNN:
-        return StackedRNN(
-            features=self.hidden,
-            num_layers=self.num_layers,
-            cell_type=self.cell_type,
-            dropout_rate=self.dropout_rate,
-            unroll=self.unroll,
-            cell_kwargs=self.cell_kwargs,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            parent=None,
-        )
+        self.drop = nn.Dropout(cfg.dropout_rate)
 
     def zero_carry(self, batch_size: int) -> tuple[Carry, ...]:
         """The all-zero carry for ``batch_size`` rows (one cell carry per layer)."""
-        return self._stack().zero_carry(batch_size, self.embed_dim)
+        stack = self.config.stack(self.dtype, self.param_dtype, parent=None)
+        return stack.zero_carry(batch_size, self.config.embed_dim)
 
     def hidden_states(
         self,
@@ -209,9 +426,9 @@ class RNNLanguageModel(nn.Module):
 
     def logits(self, h_BxTxH: Array) -> Array:
         """Output layer: ``h W_out + b`` or, tied, ``h Eᵀ + b`` (J&M (9.16)); float32."""
-        if self.tie_weights:
+        if self.config.tie_embeddings:
             logits_BxTxV = flat_attend(self.embed, h_BxTxH.astype(self.embed.embedding.dtype))
-            if self.use_output_bias:
+            if self.config.output_bias:
                 logits_BxTxV = logits_BxTxV + self.output_bias
         else:
             logits_BxTxV = self.output(h_BxTxH)
@@ -276,18 +493,11 @@ class RNNLanguageModel(nn.Module):
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
 
+
 class _Encoder(nn.Module):
     """Embedding (or identity on float features) + StackedRNN, shared by classifier and tagger."""
 
-    vocab_size: int | None
-    embed_dim: int
-    hidden_size: int
-    num_layers: int
-    cell_type: Any
-    bidirectional: bool
-    dropout_rate: float
-    cell_kwargs: Any
-    unroll: int | None
+    config: RNNConfig
     dtype: Dtype | None
     param_dtype: Dtype
 
@@ -295,36 +505,28 @@ class _Encoder(nn.Module):
     def __call__(
         self, inputs: Array, lengths: Array | None, deterministic: bool
     ) -> tuple[Array, ValidLengths | None]:
-        if self.vocab_size is not None:
-            tokens = check_tokens(inputs, "inputs", self.vocab_size)
+        cfg = self.config
+        if cfg.vocab_size is not None:
+            tokens = check_tokens(inputs, "inputs", cfg.vocab_size)
             x_BxTxE = Embed(
-                self.vocab_size,
-                self.embed_dim,
+                cfg.vocab_size,
+                cfg.embed_dim,
                 dtype=self.dtype,
                 param_dtype=self.param_dtype,
                 embedding_init=nn.initializers.normal(stddev=0.1),
                 name="embed",
             )(tokens)
-            x_BxTxE = poison_bad_ids(x_BxTxE, tokens, self.vocab_size)
+            x_BxTxE = poison_bad_ids(x_BxTxE, tokens, cfg.vocab_size)
         else:
             check_rank(inputs, "inputs", 3)
             x_BxTxE = jnp.asarray(inputs)
         batch, num_steps = x_BxTxE.shape[:2]
         checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
-        x_BxTxE = nn.Dropout(self.dropout_rate)(x_BxTxE, deterministic=deterministic)
-        h_BxTxH, _ = StackedRNN(
-            features=self.hidden_size,
-            num_layers=self.num_layers,
-            cell_type=self.cell_type,
-            bidirectional=self.bidirectional,
-            dropout_rate=self.dropout_rate,
-            unroll=self.unroll,
-            cell_kwargs=self.cell_kwargs,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            name="rnn",
-        )(x_BxTxE, checked, deterministic=deterministic)
-        return nn.Dropout(self.dropout_rate)(h_BxTxH, deterministic=deterministic), checked
+        x_BxTxE = nn.Dropout(cfg.dropout_rate)(x_BxTxE, deterministic=deterministic)
+        h_BxTxH, _ = cfg.stack(self.dtype, self.param_dtype, name="rnn")(
+            x_BxTxE, checked, deterministic=deterministic
+        )
+        return nn.Dropout(cfg.dropout_rate)(h_BxTxH, deterministic=deterministic), checked
 
 
 class RNNClassifier(nn.Module):
@@ -340,76 +542,55 @@ class RNNClassifier(nn.Module):
     gives exactly the result of each row alone (see :func:`masked_pool`).
 
     Call: ``model(inputs, lengths=None, *, deterministic=True) -> logits_BxC``
-    (float32), with ``inputs`` token ids ``[B, T]`` or, when ``vocab_size`` is
+    (float32), with ``inputs`` token ids ``[B, T]`` or, when ``config.vocab_size`` is
     ``None``, features ``[B, T, P]``.
 
     Parameters: ``encoder/embed``, ``encoder/rnn/...``, optional
-    ``hidden/{kernel,bias}`` (the FFN's hidden layer, when ``mlp_hidden``),
+    ``hidden/{kernel,bias}`` (the FFN's hidden layer, when ``mlp_dim``),
     ``classifier/{kernel,bias}``.
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> clf = RNNClassifier(num_classes=3, vocab_size=20, embed_dim=8, hidden_size=8,
-        ...                     bidirectional=True, pooling="max")
+        >>> cfg = RNNClassifierConfig(num_classes=3, vocab_size=20, embed_dim=8, hidden_size=8,
+        ...                           bidirectional=True, pooling="max")
+        >>> clf = RNNClassifier(cfg)
         >>> x = jnp.ones((2, 6), jnp.int32)
         >>> v = clf.init(jax.random.PRNGKey(0), x)
         >>> clf.apply(v, x, jnp.array([6, 3])).shape
         (2, 3)
 
     Attributes:
-        num_classes: ``C``.
-        vocab_size: token vocabulary, or ``None`` for float feature inputs.
-        pooling: ``"last"`` (default), ``"mean"``, ``"max"`` or ``"first"``.
-        bidirectional: concatenate a reverse RNN at every layer (J&M (9.18)–(9.20)).
-        mlp_hidden: width of an optional tanh hidden layer before the classifier.
+        config: the :class:`RNNClassifierConfig` (the stack, ``num_classes``, ``pooling``,
+            ``mlp_dim``).
+        dtype, param_dtype: compute and storage dtypes.
     """
 
-    num_classes: int
-    vocab_size: int | None = None
-    embed_dim: int = 64
-    hidden_size: int = 64
-    num_layers: int = 1
-    cell_type: Any = "lstm"
-    bidirectional: bool = False
-    pooling: str = "last"
-    mlp_hidden: int | None = None
-    dropout_rate: float = 0.0
-    cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
-    unroll: int | None = None
+    config: RNNClassifierConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
+
+    def __post_init__(self) -> None:
+        _check_config(self.config, RNNClassifierConfig, "RNNClassifier")
+        super().__post_init__()
 
     @nn.compact
     def __call__(
         self, inputs: Array, lengths: Array | None = None, *, deterministic: bool = True
     ) -> Array:
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"`pooling` must be one of {POOLINGS}; got {self.pooling!r}.")
-        _check_rate(self.dropout_rate, "dropout_rate")
-        h_BxTxH, checked = _Encoder(
-            self.vocab_size,
-            self.embed_dim,
-            self.hidden_size,
-            self.num_layers,
-            self.cell_type,
-            self.bidirectional,
-            self.dropout_rate,
-            self.cell_kwargs,
-            self.unroll,
-            self.dtype,
-            self.param_dtype,
-            name="encoder",
-        )(inputs, lengths, deterministic)
-        check_nonempty(inputs, "inputs", f"the classifier pools them, pooling={self.pooling!r}")
-        pooled_BxH = masked_pool(h_BxTxH, checked, self.pooling, bidirectional=self.bidirectional)
-        if self.mlp_hidden is not None:
+        cfg = self.config
+        h_BxTxH, checked = _Encoder(cfg, self.dtype, self.param_dtype, name="encoder")(
+            inputs, lengths, deterministic
+        )
+        check_nonempty(inputs, "inputs", f"the classifier pools them, pooling={cfg.pooling!r}")
+        pooled_BxH = masked_pool(h_BxTxH, checked, cfg.pooling, bidirectional=cfg.bidirectional)
+        if cfg.mlp_dim is not None:
             pooled_BxH = jnp.tanh(
-                Dense(
-                    self.mlp_hidden, dtype=self.dtype, param_dtype=self.param_dtype, name="hidden"
-                )(pooled_BxH)
+                Dense(cfg.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype, name="hidden")(
+                    pooled_BxH
+                )
             )
         logits_BxC = Dense(
-            self.num_classes, dtype=self.dtype, param_dtype=self.param_dtype, name="classifier"
+            cfg.num_classes, dtype=self.dtype, param_dtype=self.param_dtype, name="classifier"
         )(pooled_BxH)
         return logits_BxC.astype(jnp.float32)
 
@@ -429,46 +610,34 @@ class RNNTagger(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> tagger = RNNTagger(num_tags=5, vocab_size=20, embed_dim=8, hidden_size=8)
+        >>> tagger = RNNTagger(RNNTaggerConfig(num_tags=5, vocab_size=20, embed_dim=8,
+        ...                                    hidden_size=8, bidirectional=True))
         >>> x = jnp.ones((2, 6), jnp.int32)
         >>> v = tagger.init(jax.random.PRNGKey(0), x)
         >>> tagger.apply(v, x).shape
         (2, 6, 5)
+
+    Attributes:
+        config: the :class:`RNNTaggerConfig` (the stack and ``num_tags``).
+        dtype, param_dtype: compute and storage dtypes.
     """
 
-    num_tags: int
-    vocab_size: int | None = None
-    embed_dim: int = 64
-    hidden_size: int = 64
-    num_layers: int = 1
-    cell_type: Any = "lstm"
-    bidirectional: bool = True
-    dropout_rate: float = 0.0
-    cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
-    unroll: int | None = None
+    config: RNNTaggerConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
+
+    def __post_init__(self) -> None:
+        _check_config(self.config, RNNTaggerConfig, "RNNTagger")
+        super().__post_init__()
 
     @nn.compact
     def __call__(
         self, inputs: Array, lengths: Array | None = None, *, deterministic: bool = True
     ) -> Array:
-        _check_rate(self.dropout_rate, "dropout_rate")
-        h_BxTxH, _ = _Encoder(
-            self.vocab_size,
-            self.embed_dim,
-            self.hidden_size,
-            self.num_layers,
-            self.cell_type,
-            self.bidirectional,
-            self.dropout_rate,
-            self.cell_kwargs,
-            self.unroll,
-            self.dtype,
-            self.param_dtype,
-            name="encoder",
-        )(inputs, lengths, deterministic)
+        h_BxTxH, _ = _Encoder(self.config, self.dtype, self.param_dtype, name="encoder")(
+            inputs, lengths, deterministic
+        )
         logits_BxTxK = Dense(
-            self.num_tags, dtype=self.dtype, param_dtype=self.param_dtype, name="output"
+            self.config.num_tags, dtype=self.dtype, param_dtype=self.param_dtype, name="output"
         )(h_BxTxH)
         return logits_BxTxK.astype(jnp.float32)

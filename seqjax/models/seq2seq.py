@@ -72,15 +72,15 @@ per carry part of every decoder layer, in order), ``tgt_embed/embedding``,
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import is_concrete
+from seqjax._checks import is_concrete, replace_fields
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -93,11 +93,19 @@ from seqjax.models._common import (
     flag_oov_rows,
     split_oov,
 )
+from seqjax.models.rnn import (
+    RNNConfig,
+    cell_class,
+    check_flag,
+    check_optional_positive_int,
+    require_vocab,
+)
 from seqjax.nn.attention import Attention
+from seqjax.nn.attention.checks import check_positive_int
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
 from seqjax.nn.masks import padding_mask
-from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
+from seqjax.nn.recurrent import CELL_TYPES
 
 Array = jax.Array
 Dtype = Any
@@ -106,6 +114,7 @@ Carry = Any
 __all__ = [
     "SCHEDULES",
     "Seq2Seq",
+    "Seq2SeqConfig",
     "reverse_sequences",
     "scheduled_sampling_epsilon",
     "scheduled_sampling_inputs",
@@ -236,6 +245,108 @@ class _DecoderStep(nn.Module):
         return new_carries, (out_BxO, weights_BxS)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Seq2SeqConfig:
+    r"""Options of :class:`Seq2Seq`, validated when built (a ``ValueError``/``TypeError``
+    naming the field); ``replace(**changes)`` returns a re-validated copy.
+
+    Example:
+        >>> cfg = Seq2SeqConfig(encoder=RNNConfig(vocab_size=12, embed_dim=8, hidden_size=16),
+        ...                     tgt_vocab_size=10, context="every_step")
+        >>> cfg.bridge_mode, cfg.replace(decoder_layers=2).bridge_mode
+        ('copy', 'dense')
+        >>> cfg.replace(bridge="late")
+        Traceback (most recent call last):
+        ...
+        ValueError: `bridge` must be one of ('auto', 'copy', 'dense', 'zeros'); got 'late'.
+
+    Attributes:
+        encoder: the recurrent options (:class:`~seqjax.models.RNNConfig`). Its
+            ``vocab_size`` is the source vocabulary (required), ``num_layers`` the encoder's
+            depth, ``bidirectional`` the encoder's direction (``v^{⟨τ⟩} = [h_f^{⟨τ⟩};
+            h_r^{⟨τ⟩}]``, MEDL Fig. 7.10) and ``unroll`` its scan's; ``embed_dim``,
+            ``hidden_size``, ``cell_type``, ``cell_kwargs`` and ``dropout_rate`` (on the
+            embeddings and on the decoder outputs) are both sides'.
+        tgt_vocab_size: the target vocabulary (MEDL: ``p`` and ``q`` differ).
+        decoder_layers: stacked decoder layers.
+        context: ``"initial_state"``, ``"every_step"`` or ``"attention"``.
+        attention: ``"bahdanau"``, ``"luong_dot"``, ``"luong_general"``, ``"luong_concat"``.
+        attention_hidden: ``m̃`` of additive/concat scores (default: the key size).
+        reverse_source: reverse each source within its length (Sutskever et al.).
+        bridge: initial decoder state, ``"auto"``, ``"copy"``, ``"dense"`` or ``"zeros"``
+            (:attr:`bridge_mode`).
+        output_context: the output layer also sees ``z*`` / ``u^{⟨t⟩}`` (default); ``False``:
+            on ``s^{⟨t⟩}`` alone (lecture notes eq. (5); MEDL (7.22)).
+        output_bias: the output layer's bias ``b`` (the notes' eq. (5) has none).
+    """
+
+    encoder: RNNConfig
+    tgt_vocab_size: int
+    decoder_layers: int = 1
+    context: str = "attention"
+    attention: str = "bahdanau"
+    attention_hidden: int | None = None
+    reverse_source: bool = False
+    bridge: str = "auto"
+    output_context: bool = True
+    output_bias: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.encoder, RNNConfig):
+            raise TypeError(
+                "`encoder` of Seq2SeqConfig must be an RNNConfig; "
+                f"got {type(self.encoder).__name__}."
+            )
+        require_vocab(self.encoder, "Seq2SeqConfig", "encoder.vocab_size")
+        check_positive_int(self.tgt_vocab_size, "tgt_vocab_size")
+        check_positive_int(self.decoder_layers, "decoder_layers")
+        check_optional_positive_int(self.attention_hidden, "attention_hidden")
+        for name in ("reverse_source", "output_context", "output_bias"):
+            check_flag(getattr(self, name), name)
+        if self.context not in CONTEXTS:
+            raise ValueError(f"`context` must be one of {CONTEXTS}; got {self.context!r}.")
+        if self.context == "attention" and self.attention not in ATTENTIONS:
+            raise ValueError(
+                f"`attention` must be one of {sorted(ATTENTIONS)}; got {self.attention!r}."
+            )
+        if not self.output_context and self.context == "attention" and self.attention != "bahdanau":
+            raise ValueError(
+                "`output_context=False` (output on s alone, notes eq. (5)) applies to "
+                "context='every_step' or attention='bahdanau'; Luong's output is "
+                f"g(tanh(W_c[u; s])) by construction; got attention={self.attention!r}."
+            )
+        if self.bridge not in BRIDGES:
+            raise ValueError(f"`bridge` must be one of {BRIDGES}; got {self.bridge!r}.")
+        if self.bridge == "copy" and not self._copyable:
+            raise ValueError(
+                "`bridge='copy'` needs a unidirectional encoder with as many layers as the "
+                f"decoder; got encoder.bidirectional={self.encoder.bidirectional}, "
+                f"encoder.num_layers={self.encoder.num_layers}, "
+                f"decoder_layers={self.decoder_layers}."
+            )
+
+    def replace(self, **changes: Any) -> Seq2SeqConfig:
+        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
+        return replace_fields(self, changes)
+
+    @property
+    def _copyable(self) -> bool:
+        enc = self.encoder
+        return not enc.bidirectional and enc.num_layers == self.decoder_layers
+
+    @property
+    def src_vocab_size(self) -> int:
+        """The source vocabulary, ``encoder.vocab_size``."""
+        return self.encoder.vocab_size  # type: ignore[return-value]  # required above
+
+    @property
+    def bridge_mode(self) -> str:
+        """``bridge`` with ``"auto"`` resolved: ``"copy"`` when possible, else ``"dense"``."""
+        if self.bridge == "auto":
+            return "copy" if self._copyable else "dense"
+        return self.bridge
+
+
 class Seq2Seq(nn.Module):
     r"""RNN encoder–decoder with the context variants of MEDL §7.4 (see the module docstring).
 
@@ -252,8 +363,10 @@ class Seq2Seq(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> m = Seq2Seq(src_vocab_size=12, tgt_vocab_size=10, embed_dim=8, hidden_size=16,
-        ...             bidirectional_encoder=True, context="attention", attention="bahdanau")
+        >>> enc = RNNConfig(vocab_size=12, embed_dim=8, hidden_size=16, cell_type="gru",
+        ...                 bidirectional=True)
+        >>> m = Seq2Seq(Seq2SeqConfig(encoder=enc, tgt_vocab_size=10, context="attention",
+        ...                           attention="bahdanau"))
         >>> src, tgt = jnp.ones((2, 5), jnp.int32), jnp.ones((2, 4), jnp.int32)
         >>> v = m.init(jax.random.PRNGKey(0), src, tgt)
         >>> logits, alpha = m.apply(v, src, tgt, jnp.array([5, 3]), return_attention=True)
@@ -261,111 +374,54 @@ class Seq2Seq(nn.Module):
         ((2, 4, 10), (2, 4, 5))
 
     Attributes:
-        src_vocab_size, tgt_vocab_size: vocabularies (MEDL: ``p`` and ``q`` differ).
-        embed_dim, hidden_size: embedding and RNN widths (encoder and decoder).
-        encoder_layers, decoder_layers: stacked layers.
-        cell_type: ``"lstm"``, ``"gru"``, ``"elman"`` or a cell class (both sides).
-        bidirectional_encoder: ``v^{⟨τ⟩} = [h_f^{⟨τ⟩}; h_r^{⟨τ⟩}]`` (MEDL Fig. 7.10).
-        context: ``"initial_state"``, ``"every_step"`` or ``"attention"``.
-        attention: ``"bahdanau"``, ``"luong_dot"``, ``"luong_general"``, ``"luong_concat"``.
-        attention_hidden: ``m̃`` of additive/concat scores (default: the key size).
-        reverse_source: reverse each source within its length (Sutskever et al.).
-        bridge: initial decoder state, ``"auto"``, ``"copy"``, ``"dense"`` or ``"zeros"``.
-        output_context: the output layer also sees ``z*`` / ``u^{⟨t⟩}`` (default); ``False``:
-            on ``s^{⟨t⟩}`` alone (lecture notes eq. (5); MEDL (7.22)).
-        output_bias: the output layer's bias ``b`` (the notes' eq. (5) has none).
-        dropout_rate: on embeddings and on the decoder outputs.
+        config: the :class:`Seq2SeqConfig`.
+        dtype, param_dtype: compute and storage dtypes.
     """
 
-    src_vocab_size: int
-    tgt_vocab_size: int
-    embed_dim: int = 64
-    hidden_size: int = 64
-    encoder_layers: int = 1
-    decoder_layers: int = 1
-    cell_type: Any = "gru"
-    bidirectional_encoder: bool = False
-    context: str = "attention"
-    attention: str = "bahdanau"
-    attention_hidden: int | None = None
-    reverse_source: bool = False
-    bridge: str = "auto"
-    dropout_rate: float = 0.0
-    output_context: bool = True
-    output_bias: bool = True
-    cell_kwargs: dict | Sequence[tuple[str, Any]] | None = None
+    config: Seq2SeqConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, Seq2SeqConfig):
+            raise TypeError(
+                f"`config` of Seq2Seq must be a Seq2SeqConfig; got {type(self.config).__name__}."
+            )
+        super().__post_init__()
 
     @property
     def vocab_size(self) -> int:
         """The target vocabulary (what the decoder emits)."""
-        return self.tgt_vocab_size
-
-    def _bridge_mode(self) -> str:
-        if self.bridge not in BRIDGES:
-            raise ValueError(f"`bridge` must be one of {BRIDGES}; got {self.bridge!r}.")
-        copyable = not self.bidirectional_encoder and self.encoder_layers == self.decoder_layers
-        if self.bridge == "copy" and not copyable:
-            raise ValueError(
-                "`bridge='copy'` needs a unidirectional encoder with as many layers as the "
-                f"decoder; got bidirectional_encoder={self.bidirectional_encoder}, "
-                f"encoder_layers={self.encoder_layers}, decoder_layers={self.decoder_layers}."
-            )
-        if self.bridge == "auto":
-            return "copy" if copyable else "dense"
-        return self.bridge
+        return self.config.tgt_vocab_size
 
     def setup(self) -> None:
-        if self.context not in CONTEXTS:
-            raise ValueError(f"`context` must be one of {CONTEXTS}; got {self.context!r}.")
-        if self.context == "attention" and self.attention not in ATTENTIONS:
-            raise ValueError(
-                f"`attention` must be one of {sorted(ATTENTIONS)}; got {self.attention!r}."
-            )
-        if not self.output_context and self.context == "attention" and self.attention != "bahdanau":
-            raise ValueError(
-                "`output_context=False` (output on s alone, notes eq. (5)) applies to "
-                "context='every_step' or attention='bahdanau'; Luong's output is "
-                f"g(tanh(W_c[u; s])) by construction; got attention={self.attention!r}."
-            )
-        if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"`dropout_rate` must be in [0, 1); got {self.dropout_rate}.")
+        cfg, enc = self.config, self.config.encoder
         self.src_embed = Embed(
-            self.src_vocab_size,
-            self.embed_dim,
+            cfg.src_vocab_size,
+            enc.embed_dim,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
-        self.encoder = StackedRNN(
-            features=self.hidden_size,
-            num_layers=self.encoder_layers,
-            cell_type=self.cell_type,
-            bidirectional=self.bidirectional_encoder,
-            dropout_rate=self.dropout_rate,
-            cell_kwargs=self.cell_kwargs,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-        )
+        self.encoder = enc.stack(self.dtype, self.param_dtype)
         self.tgt_embed = Embed(
-            self.tgt_vocab_size,
-            self.embed_dim,
+            cfg.tgt_vocab_size,
+            enc.embed_dim,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             embedding_init=nn.initializers.normal(stddev=0.1),
         )
         step_kwargs = dict(
-            hidden_size=self.hidden_size,
-            num_layers=self.decoder_layers,
-            cell_type=self.cell_type,
-            cell_kwargs=self.cell_kwargs,
-            context=self.context,
-            attention=self.attention,
-            attention_hidden=self.attention_hidden,
+            hidden_size=enc.features,
+            num_layers=cfg.decoder_layers,
+            cell_type=enc.cell_type,
+            cell_kwargs=enc.cell_kwargs,
+            context=cfg.context,
+            attention=cfg.attention,
+            attention_hidden=cfg.attention_hidden,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
-            output_context=self.output_context,
+            output_context=cfg.output_context,
         )
         scanned = nn.scan(
             _DecoderStep,
@@ -378,17 +434,16 @@ class Seq2Seq(nn.Module):
         # parameter tree ("decoder/...") for both.
         self.decoder = scanned(**step_kwargs)
         self.output = Dense(
-            self.tgt_vocab_size,
-            use_bias=self.output_bias,
+            cfg.tgt_vocab_size,
+            use_bias=cfg.output_bias,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
         )
-        self.drop = nn.Dropout(self.dropout_rate)
-        mode = self._bridge_mode()
-        if mode == "dense":
+        self.drop = nn.Dropout(enc.dropout_rate)
+        if cfg.bridge_mode == "dense":
             n_parts = len(jax.tree_util.tree_leaves(self._zero_carries(1)))
             self.bridge_layers = [
-                Dense(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype)
+                Dense(enc.features, dtype=self.dtype, param_dtype=self.param_dtype)
                 for _ in range(n_parts)
             ]
 
@@ -403,16 +458,16 @@ class Seq2Seq(nn.Module):
         as fed, i.e. reversed when ``reverse_source``); ``z*`` is the last hidden
         state, ``[h_f^{⟨n⟩}; h_r^{⟨1⟩}]`` for a bidirectional encoder.
         """
-        src_BxS = check_tokens(src_BxS, "src", self.src_vocab_size)
+        src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
         check_nonempty(src_BxS, "src", "the encoder needs a last state to pass on")
         batch, src_len = src_BxS.shape
         if src_lengths is None:
             src_lengths = jnp.full((batch,), src_len, jnp.int32)
         checked = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
-        if self.reverse_source:
+        if self.config.reverse_source:
             src_BxS = reverse_sequences(src_BxS, checked.value)
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
-        e_BxSxE = poison_bad_ids(self.src_embed(src_BxS), src_BxS, self.src_vocab_size)
+        e_BxSxE = poison_bad_ids(self.src_embed(src_BxS), src_BxS, self.config.src_vocab_size)
         e_BxSxE = self.drop(e_BxSxE, deterministic=deterministic)
         v_BxSxV, finals = self.encoder(e_BxSxE, checked, deterministic=deterministic)
         # Under jit a row whose length lies outside [1, S] is NaN (seqjax._traced_checks).
@@ -420,11 +475,11 @@ class Seq2Seq(nn.Module):
             lambda a: poison_bad_lengths(a, checked.value, 1, src_len), (v_BxSxV, finals)
         )
         top = finals[-1]
-        if self.bidirectional_encoder:
+        if self.config.encoder.bidirectional:
             z_BxC = jnp.concatenate([_carry_h(top[0]), _carry_h(top[1])], axis=-1)
         else:
             z_BxC = _carry_h(top)
-        mode = self._bridge_mode()
+        mode = self.config.bridge_mode
         if mode == "copy":
             init = tuple(finals)
         else:
@@ -442,15 +497,15 @@ class Seq2Seq(nn.Module):
         return v_BxSxV, padding_mask(checked, src_len), z_BxC, init
 
     def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
-        cls = CELL_TYPES[self.cell_type] if isinstance(self.cell_type, str) else self.cell_type
-        cell = cls(
-            self.hidden_size,
+        enc = self.config.encoder
+        cell = cell_class(enc.cell_type)(
+            enc.features,
             param_dtype=self.param_dtype,
             parent=None,
-            **dict(self.cell_kwargs or {}),
+            **dict(enc.cell_kwargs or {}),
         )
         zero = cell.initialize_carry(jax.random.PRNGKey(0), (batch, 1))
-        return tuple(zero for _ in range(self.decoder_layers))
+        return tuple(zero for _ in range(self.config.decoder_layers))
 
     # ----------------------------------------------------------------- decoder
 
@@ -464,9 +519,9 @@ class Seq2Seq(nn.Module):
         z_BxC: Array,
         deterministic: bool,
     ) -> tuple[tuple[Carry, ...], Array, Array | None]:
-        y_BxTxE = poison_bad_ids(self.tgt_embed(tgt_in_BxT), tgt_in_BxT, self.tgt_vocab_size)
+        y_BxTxE = poison_bad_ids(self.tgt_embed(tgt_in_BxT), tgt_in_BxT, self.config.tgt_vocab_size)
         y_BxTxE = self.drop(y_BxTxE, deterministic=deterministic)
-        enc = v_BxSxV if self.context == "attention" else None
+        enc = v_BxSxV if self.config.context == "attention" else None
         carries, (out_TxBxO, w_TxBxS) = self.decoder(
             carries,
             (jnp.swapaxes(y_BxTxE, 0, 1), jnp.swapaxes(valid_BxT, 0, 1)),
@@ -487,7 +542,7 @@ class Seq2Seq(nn.Module):
         deterministic: bool = True,
         return_attention: bool = False,
     ) -> Array | tuple[Array, Array]:
-        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.tgt_vocab_size)
+        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.tgt_vocab_size)
         check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
         v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
         valid_BxT = jnp.ones(tgt_in_BxT.shape, bool)
@@ -498,7 +553,7 @@ class Seq2Seq(nn.Module):
             return logits_BxTxV
         if w_BxTxS is None:
             return logits_BxTxV, jnp.zeros(tgt_in_BxT.shape + src_valid.shape[1:], jnp.float32)
-        if self.reverse_source:
+        if self.config.reverse_source:
             # Report the weights against the source as given, not as fed (reversed).
             src_len_B = jnp.sum(src_valid, axis=1).astype(jnp.int32)
             w_BxSxT = reverse_sequences(jnp.swapaxes(w_BxTxS, 1, 2), src_len_B)
@@ -522,14 +577,14 @@ class Seq2Seq(nn.Module):
         )
         return {
             "carries": carries,
-            "enc": v if self.context == "attention" else None,
+            "enc": v if self.config.context == "attention" else None,
             "src_valid": src_valid,
             "z": z,
         }
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         # Out-of-vocabulary ids (seen only here under jit): NaN logits, carries kept.
-        tokens_B, valid_B = split_oov(tokens_B, self.tgt_vocab_size)
+        tokens_B, valid_B = split_oov(tokens_B, self.config.tgt_vocab_size)
         carries, logits_Bx1xV, w = self._decode(
             state["carries"],
             tokens_B[:, None],
@@ -557,7 +612,7 @@ class Seq2Seq(nn.Module):
         """
         del max_len
         prompt_BxT, prompt_lengths_B = check_prompt(
-            prompt_BxT, prompt_lengths_B, self.tgt_vocab_size
+            prompt_BxT, prompt_lengths_B, self.config.tgt_vocab_size
         )
         check_same_batch(src, "src", prompt_BxT, "prompt")
         return self.apply(  # type: ignore[return-value]
@@ -575,7 +630,7 @@ class Seq2Seq(nn.Module):
         An id outside the target vocabulary is a ``ValueError``; under ``jit`` its row gets
         NaN logits and keeps its carries.
         """
-        tokens_B = check_step_tokens(tokens_B, self.tgt_vocab_size, state)
+        tokens_B = check_step_tokens(tokens_B, self.config.tgt_vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
 
@@ -701,7 +756,7 @@ def scheduled_sampling_inputs(
         raise TypeError(f"`model` must be a Seq2Seq; got {type(model).__name__}.")
     if not temperature > 0:
         raise ValueError(f"`temperature` must be > 0; got {temperature}.")
-    tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", model.tgt_vocab_size)
+    tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", model.config.tgt_vocab_size)
     check_nonempty(tgt_in_BxT, "tgt_in", "its first token (<start>) is always fed")
     check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
     batch, num_steps = tgt_in_BxT.shape

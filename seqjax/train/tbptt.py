@@ -22,7 +22,7 @@ Use with ``make_train_step(make_tbptt_loss(apply_fn), with_carry=True)`` where
 -> (logits, carry)``, as :class:`seqjax.models.RNNLanguageModel` does. Start the state
 from the model's zero carry::
 
-    lm = RNNLanguageModel(vocab_size=V, embed_dim=32, num_layers=2)
+    lm = RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=32, num_layers=2))
     state = TrainState.create(params, tx, rng, carry=lm.zero_carry(batch_size))
     step = make_train_step(make_tbptt_loss(flax_apply_fn(lm)), with_carry=True)
 """

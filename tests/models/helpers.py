@@ -106,3 +106,18 @@ def reversal_accuracy(model: Any, vocab: int, length: int, lr: float) -> float:
 
     _, (_, acc) = fit(loss, v, (src, tgt_in, tgt), lr=lr, has_aux=True)
     return float(acc[-10:].mean())
+
+
+def seq2seq(src_vocab_size: int, tgt_vocab_size: int, **options: Any) -> Any:
+    """A :class:`~seqjax.models.Seq2Seq` from flat options: the fields of
+    :class:`~seqjax.models.RNNConfig` go to ``config.encoder`` (``cell_type`` defaults to
+    ``"gru"`` here), the others to :class:`~seqjax.models.Seq2SeqConfig`."""
+    import dataclasses
+
+    from seqjax.models import RNNConfig, Seq2Seq, Seq2SeqConfig
+
+    rnn_fields = {f.name for f in dataclasses.fields(RNNConfig)}
+    encoder = {"cell_type": "gru", **{k: v for k, v in options.items() if k in rnn_fields}}
+    rest = {k: v for k, v in options.items() if k not in rnn_fields}
+    return Seq2Seq(Seq2SeqConfig(encoder=RNNConfig(vocab_size=src_vocab_size, **encoder),
+                                 tgt_vocab_size=tgt_vocab_size, **rest))

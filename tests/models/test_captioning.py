@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from seqjax.decoding import greedy_search
-from seqjax.models import ImageCaptioner
+from seqjax.models import ImageCaptioner, ImageCaptionerConfig
 
 RNG = np.random.default_rng(0)
 
@@ -34,8 +34,8 @@ def _np_forward(p, tokens, images, condition):
 
 @pytest.mark.parametrize("condition", ["init", "input", "both"])
 def test_matches_numpy_and_images_change_the_outputs(condition):
-    m = ImageCaptioner(vocab_size=9, embed_dim=4, hidden_size=6, cell_type="elman",
-                       condition=condition)
+    m = ImageCaptioner(ImageCaptionerConfig(vocab_size=9, embed_dim=4, hidden_size=6,
+                                            cell_type="elman", condition=condition))
     tokens = jnp.asarray(RNG.integers(0, 9, size=(3, 5)), jnp.int32)
     images = jnp.asarray(RNG.normal(size=(3, 7)), jnp.float32)
     params = m.init(jax.random.PRNGKey(0), tokens, images)["params"]
@@ -53,8 +53,9 @@ def test_matches_numpy_and_images_change_the_outputs(condition):
 
 @pytest.mark.parametrize("cell_type", ["lstm", "gru"])
 def test_greedy_decoding_equals_teacher_forced_argmax(cell_type):
-    m = ImageCaptioner(vocab_size=7, embed_dim=4, hidden_size=8, cell_type=cell_type,
-                       condition="both", image_hidden=5)
+    m = ImageCaptioner(ImageCaptionerConfig(vocab_size=7, embed_dim=4, hidden_size=8,
+                                            cell_type=cell_type, condition="both",
+                                            image_hidden=5))
     images = jnp.asarray(RNG.normal(size=(2, 6)), jnp.float32)
     start = jnp.zeros((2, 1), jnp.int32)
     params = m.init(jax.random.PRNGKey(1), start, images)["params"]
@@ -65,12 +66,12 @@ def test_greedy_decoding_equals_teacher_forced_argmax(cell_type):
 
 
 def test_errors_name_the_argument():
-    m = ImageCaptioner(vocab_size=5, condition="init")
+    m = ImageCaptioner(ImageCaptionerConfig(vocab_size=5, embed_dim=32, hidden_size=64,
+                                            condition="init"))
     with pytest.raises(ValueError, match="`images` must have the tokens' batch size 2"):
         m.init(jax.random.PRNGKey(0), jnp.zeros((2, 3), jnp.int32), jnp.zeros((3, 4)))
-    with pytest.raises(ValueError, match="`condition` must be one of"):
-        ImageCaptioner(vocab_size=5, condition="late").init(
-            jax.random.PRNGKey(0), jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 4)))
+    with pytest.raises(ValueError, match="`condition` must be one of"):  # when built
+        ImageCaptionerConfig(vocab_size=5, condition="late")
 
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -94,8 +95,9 @@ def test_captions_digits_with_their_number_word():
         tgt[i, :len(w)] = w
     inp = np.concatenate([np.full((500, 1), start, np.int32), tgt[:, :-1]], 1)
     mask = tgt != pad
-    m = ImageCaptioner(vocab_size=len(letters) + 3, embed_dim=16, hidden_size=48,
-                       cell_type="gru", condition="both", image_hidden=32)
+    m = ImageCaptioner(ImageCaptionerConfig(vocab_size=len(letters) + 3, embed_dim=16,
+                                            hidden_size=48, cell_type="gru", condition="both",
+                                            image_hidden=32))
     params = m.init(jax.random.PRNGKey(0), inp[:1], images[:1])["params"]
     tx = optax.adam(1e-2)
     opt = tx.init(params)

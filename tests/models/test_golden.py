@@ -16,8 +16,16 @@ import pytest
 from seqjax.models.bert import BERT_PRESETS, Bert
 from seqjax.models.encoder_decoder import TRANSFORMER_PRESETS, Transformer
 from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM
-from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
-from seqjax.models.seq2seq import Seq2Seq
+from seqjax.models.rnn import (
+    RNNClassifier,
+    RNNClassifierConfig,
+    RNNConfig,
+    RNNLanguageModel,
+    RNNLMConfig,
+    RNNTagger,
+    RNNTaggerConfig,
+)
+from seqjax.models.seq2seq import Seq2Seq, Seq2SeqConfig
 from seqjax.models.vit import VIT_PRESETS, ViT
 from seqjax.utils import count_params
 from tests.models.helpers import shape_tree
@@ -41,23 +49,30 @@ MODELS = {
        for name in TRANSFORMER_PRESETS},
     **{name: (lambda n=name: ViT.from_preset(n), _image) for name in VIT_PRESETS},
     "rnn-lm-2x-lstm-tied": (
-        lambda: RNNLanguageModel(vocab_size=10000, embed_dim=200, num_layers=2,
-                                 tie_weights=True), lambda m: (TOK,)),
+        lambda: RNNLanguageModel(RNNLMConfig(vocab_size=10000, embed_dim=200, num_layers=2,
+                                             tie_embeddings=True)), lambda m: (TOK,)),
     "rnn-classifier-bigru": (
-        lambda: RNNClassifier(num_classes=2, vocab_size=20000, embed_dim=100, hidden_size=128,
-                              cell_type="gru", bidirectional=True, mlp_hidden=64),
+        lambda: RNNClassifier(RNNClassifierConfig(
+            num_classes=2, vocab_size=20000, embed_dim=100, hidden_size=128, cell_type="gru",
+            bidirectional=True, mlp_dim=64)),
         lambda m: (TOK,)),
     "rnn-tagger-bilstm": (
-        lambda: RNNTagger(num_tags=17, vocab_size=20000, embed_dim=100, hidden_size=128),
+        lambda: RNNTagger(RNNTaggerConfig(num_tags=17, vocab_size=20000, embed_dim=100,
+                                          hidden_size=128, bidirectional=True)),
         lambda m: (TOK,)),
     "seq2seq-bahdanau": (
-        lambda: Seq2Seq(src_vocab_size=8000, tgt_vocab_size=6000, embed_dim=256,
-                        hidden_size=512, cell_type="gru", bidirectional_encoder=True,
-                        context="attention", attention="bahdanau"), lambda m: (TOK, TOK)),
+        lambda: Seq2Seq(Seq2SeqConfig(
+            encoder=RNNConfig(vocab_size=8000, embed_dim=256, hidden_size=512, cell_type="gru",
+                              bidirectional=True),
+            tgt_vocab_size=6000, context="attention", attention="bahdanau")),
+        lambda m: (TOK, TOK)),
     "seq2seq-sutskever": (
-        lambda: Seq2Seq(src_vocab_size=8000, tgt_vocab_size=6000, embed_dim=256,
-                        hidden_size=512, cell_type="lstm", encoder_layers=4, decoder_layers=4,
-                        context="initial_state", reverse_source=True), lambda m: (TOK, TOK)),
+        lambda: Seq2Seq(Seq2SeqConfig(
+            encoder=RNNConfig(vocab_size=8000, embed_dim=256, hidden_size=512, cell_type="lstm",
+                              num_layers=4),
+            tgt_vocab_size=6000, decoder_layers=4, context="initial_state",
+            reverse_source=True)),
+        lambda m: (TOK, TOK)),
 }
 
 

@@ -9,7 +9,14 @@ import pytest
 
 from seqjax.decoding import greedy_search, recompute_decoder
 from seqjax.models._common import masked_pool
-from seqjax.models.rnn import RNNClassifier, RNNLanguageModel, RNNTagger
+from seqjax.models.rnn import (
+    RNNClassifier,
+    RNNClassifierConfig,
+    RNNLanguageModel,
+    RNNLMConfig,
+    RNNTagger,
+    RNNTaggerConfig,
+)
 from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_cross_entropy, np_init
@@ -21,7 +28,7 @@ V = 13
 @pytest.fixture(scope="module")
 def lm_params():
     lm = RNNLanguageModel(
-        vocab_size=V, embed_dim=8, num_layers=2, cell_type="gru", tie_weights=True
+        RNNLMConfig(vocab_size=V, embed_dim=8, num_layers=2, cell_type="gru", tie_embeddings=True)
     )
     return lm, np_init(lm, jnp.zeros((1, 4), jnp.int32))
 
@@ -42,7 +49,7 @@ def test_lm_shapes_carries_and_tied_output(lm_params):
     assert len(carries) == 2 and carries[0].shape == (3, 8)
     assert float(jnp.abs(carries[1][2]).max()) == 0.0  # length 0 keeps the zero carry
     # Tied output: logits = h Eᵀ + b. J&M (9.16) is y = softmax(Eᵀ h) with no bias; the
-    # bias b is seqjax's default (use_output_bias=True, see RNNLanguageModel's docstring).
+    # bias b is seqjax's default (output_bias=True, see RNNLanguageModel's docstring).
     emb, bias = v["params"]["embed"]["embedding"], v["params"]["output_bias"]
     np.testing.assert_allclose(logits[0], h[0] @ emb.T + bias, rtol=1e-5, atol=1e-5)
 
@@ -53,7 +60,8 @@ def test_tying_removes_exactly_v_times_d(cell):
     counts = {}
     for tie in (False, True):
         lm = RNNLanguageModel(
-            vocab_size=29, embed_dim=6, num_layers=2, cell_type=cell, tie_weights=tie
+            RNNLMConfig(vocab_size=29, embed_dim=6, num_layers=2, cell_type=cell,
+                        tie_embeddings=tie)
         )
         counts[tie] = count_params(jax.eval_shape(lm.init, KEY, x)["params"])
     assert counts[False] - counts[True] == 29 * 6
@@ -67,14 +75,6 @@ def test_bad_inputs(lm_params):
         lm.apply(v, jnp.ones((1, 2)))
     with pytest.raises(ValueError, match="lengths"):
         lm.apply(v, jnp.ones((1, 2), jnp.int32), jnp.array([3]))
-    with pytest.raises(ValueError, match="tie_weights"):
-        RNNLanguageModel(vocab_size=5, embed_dim=4, hidden_size=5, tie_weights=True).init(
-            KEY, jnp.zeros((1, 2), jnp.int32)
-        )
-    with pytest.raises(ValueError, match="pooling"):
-        jax.eval_shape(
-            RNNClassifier(2, vocab_size=5, pooling="median").init, KEY, jnp.zeros((1, 2), jnp.int32)
-        )
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -142,13 +142,15 @@ def test_masked_pool_reference(mode):
 def test_classifier_masked_pooling_equals_unpadded():
     """A padded row classifies exactly as the row alone (bidirectional, last pooling)."""
     clf = RNNClassifier(
-        num_classes=3,
-        vocab_size=11,
-        embed_dim=6,
-        hidden_size=5,
-        bidirectional=True,
-        pooling="last",
-        cell_type="gru",
+        RNNClassifierConfig(
+            num_classes=3,
+            vocab_size=11,
+            embed_dim=6,
+            hidden_size=5,
+            bidirectional=True,
+            pooling="last",
+            cell_type="gru",
+        )
     )
     x = jnp.asarray(np.random.default_rng(5).integers(1, 11, (3, 6)), jnp.int32)
     v = np_init(clf, x)
@@ -159,14 +161,16 @@ def test_classifier_masked_pooling_equals_unpadded():
 
     padded, alone = run(v, x.at[1, 3:].set(7).at[2, 1:].set(9), jnp.array([6, 3, 1]))
     np.testing.assert_allclose(padded[1], alone[0], rtol=1e-5, atol=1e-6)
-    tagger = RNNTagger(num_tags=4, vocab_size=10, embed_dim=6, hidden_size=5)
+    tagger = RNNTagger(
+        RNNTaggerConfig(num_tags=4, vocab_size=10, embed_dim=6, hidden_size=5, bidirectional=True)
+    )
     shapes = jax.eval_shape(tagger.init, KEY, x)
     assert set(shapes["params"]["encoder"]["rnn"]["layer_0"]) == {"forward", "backward"}
     assert jax.eval_shape(tagger.apply, shapes, x).shape == (3, 6, 4)
 
 
 def test_feature_inputs():
-    clf = RNNClassifier(num_classes=2, hidden_size=4)
+    clf = RNNClassifier(RNNClassifierConfig(num_classes=2, hidden_size=4))
     shapes = jax.eval_shape(clf.init, KEY, jnp.ones((2, 5, 3)))
     assert "embed" not in shapes["params"]["encoder"]
     assert jax.eval_shape(clf.apply, shapes, jnp.ones((2, 5, 3))).shape == (2, 2)
@@ -174,7 +178,9 @@ def test_feature_inputs():
 
 def test_lm_learns_a_periodic_language():
     """x_{t+1} = (x_t + 3) mod V after a random start: next-token accuracy ~1 on fresh data."""
-    lm = RNNLanguageModel(vocab_size=V, embed_dim=16, cell_type="gru", tie_weights=True)
+    lm = RNNLanguageModel(
+        RNNLMConfig(vocab_size=V, embed_dim=16, cell_type="gru", tie_embeddings=True)
+    )
     starts = np.random.default_rng(6).integers(0, V, (120, 16, 1))
     data = jnp.asarray((starts + 3 * np.arange(10)) % V, jnp.int32)
     v = np_init(lm, data[0], scale=None)
@@ -197,15 +203,20 @@ def test_classifier_and_tagger_learn():
     tags = jnp.asarray(np.concatenate([np.zeros_like(x[..., :1]), x[..., :-1]], -1), jnp.int32)
     x = jnp.asarray(x, jnp.int32)
     clf = RNNClassifier(
-        num_classes=2, vocab_size=n_tok, embed_dim=8, hidden_size=16, cell_type="gru", pooling="max"
+        RNNClassifierConfig(
+            num_classes=2, vocab_size=n_tok, embed_dim=8, hidden_size=16, cell_type="gru",
+            pooling="max",
+        )
     )
     tagger = RNNTagger(
-        num_tags=n_tok,
-        vocab_size=n_tok,
-        embed_dim=8,
-        hidden_size=16,
-        cell_type="gru",
-        bidirectional=False,
+        RNNTaggerConfig(
+            num_tags=n_tok,
+            vocab_size=n_tok,
+            embed_dim=8,
+            hidden_size=16,
+            cell_type="gru",
+            bidirectional=False,
+        )
     )
     params = (np_init(clf, x[0], scale=None), np_init(tagger, x[0], scale=None))
 

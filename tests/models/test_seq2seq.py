@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from seqjax.models.seq2seq import Seq2Seq, reverse_sequences
+from seqjax.models.seq2seq import reverse_sequences
 from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
-from tests.models.helpers import np_cross_entropy, np_init, reversal_accuracy
+from tests.models.helpers import np_cross_entropy, np_init, reversal_accuracy, seq2seq
 
 SRC_V, TGT_V = 9, 7
 RNG = np.random.default_rng(0)
@@ -19,19 +19,18 @@ SRC_LEN = jnp.array([6, 4, 2])
 TGT = jnp.asarray(RNG.integers(0, TGT_V, (3, 5)), jnp.int32)
 
 VARIANTS = {
-    "sutskever": dict(context="initial_state", cell_type="lstm", encoder_layers=2,
+    "sutskever": dict(context="initial_state", cell_type="lstm", num_layers=2,
                       decoder_layers=2),
-    "cho": dict(context="every_step", cell_type="gru", bidirectional_encoder=True),
+    "cho": dict(context="every_step", cell_type="gru", bidirectional=True),
     "bahdanau": dict(context="attention", attention="bahdanau", cell_type="gru",
-                     bidirectional_encoder=True),
+                     bidirectional=True),
     "luong": dict(context="attention", attention="luong_general", cell_type="lstm",
                   reverse_source=True),
 }
 
 
 def _model(name, **kw):
-    return Seq2Seq(src_vocab_size=SRC_V, tgt_vocab_size=TGT_V, embed_dim=6, hidden_size=8,
-                   **{**VARIANTS[name], **kw})
+    return seq2seq(SRC_V, TGT_V, embed_dim=6, hidden_size=8, **{**VARIANTS[name], **kw})
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -39,7 +38,7 @@ def _probe(model, v, src, src_len, tgt):
     """Teacher-forced pass, step-by-step decoding and the checks' variations, in one compile."""
     logits, alpha = model.apply(v, src, tgt, src_len, return_attention=True)
     alpha_other_y0 = None
-    if model.context == "attention":
+    if model.config.context == "attention":
         alpha_other_y0 = model.apply(v, src, tgt.at[:, 0].set((tgt[:, 0] + 1) % TGT_V),
                                      src_len, return_attention=True)[1]
     state = model.init_decode_state(v, tgt[:, :1], None, tgt.shape[1], src=src,
@@ -52,8 +51,8 @@ def _probe(model, v, src, src_len, tgt):
     _, steps = jax.lax.scan(body, state, tgt.T)
     alone = model.apply(v, src[2:, :2], tgt[2:])  # the last row (length 2) without padding
     plain = None
-    if model.reverse_source:  # the same parameters without the trick, fed the reversed source
-        plain = model.clone(reverse_source=False).apply(
+    if model.config.reverse_source:  # the same parameters without the trick, fed reversed
+        plain = model.clone(config=model.config.replace(reverse_source=False)).apply(
             v, reverse_sequences(src, src_len), tgt, src_len, return_attention=True)
     return logits, alpha, alpha_other_y0, jnp.swapaxes(steps, 0, 1), alone, plain
 
@@ -110,17 +109,17 @@ def test_parameter_names_and_bridges():
     assert count_params(shapes["cho"]) > 0
 
 
-def test_bad_configuration():
+def test_bad_configuration():  # refused when the config is built, before any call
     with pytest.raises(ValueError, match="context"):
-        jax.eval_shape(_model("cho", context="nope").init, jax.random.PRNGKey(0), SRC, TGT)
+        _model("cho", context="nope")
     with pytest.raises(ValueError, match="bridge"):
-        jax.eval_shape(_model("cho", bridge="copy").init, jax.random.PRNGKey(0), SRC, TGT)
+        _model("cho", bridge="copy")
     with pytest.raises(ValueError, match="src"):  # out-of-vocabulary ids (concrete input)
         _model("cho").init(jax.random.PRNGKey(0), SRC + SRC_V, TGT)
 
 
 def test_attention_seq2seq_learns_to_reverse():
     """Reverse 5-token sequences (a toy translation) with Bahdanau attention."""
-    model = Seq2Seq(src_vocab_size=8, tgt_vocab_size=8, embed_dim=16, hidden_size=32,
-                    cell_type="gru", context="attention", attention="bahdanau")
+    model = seq2seq(8, 8, embed_dim=16, hidden_size=32, cell_type="gru", context="attention",
+                    attention="bahdanau")
     assert reversal_accuracy(model, vocab=8, length=5, lr=1e-2) > 0.97

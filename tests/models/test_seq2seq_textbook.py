@@ -14,7 +14,7 @@ from seqjax.models.seq2seq import (
     scheduled_sampling_inputs,
 )
 from seqjax.train.losses import masked_cross_entropy
-from tests.models.helpers import fit, np_init
+from tests.models.helpers import fit, np_init, seq2seq
 
 SRC_V, TGT_V, E, H = 9, 7, 5, 6
 RNG = np.random.default_rng(3)
@@ -25,8 +25,7 @@ TGT = jnp.asarray(RNG.integers(0, TGT_V, (3, 5)), jnp.int32)
 
 
 def _model(**kw):
-    return Seq2Seq(src_vocab_size=SRC_V, tgt_vocab_size=TGT_V, embed_dim=E, hidden_size=H,
-                   **kw)
+    return seq2seq(SRC_V, TGT_V, embed_dim=E, hidden_size=H, **kw)
 
 
 def _parts(model, v, src):
@@ -61,7 +60,7 @@ def test_fig_7_9a_code_vector_reaches_the_decoder_only_as_its_initial_state():
     # ... and its initial state alone moves the decoder to the other source's outputs.
     np.testing.assert_array_equal(_decode_from(model, v, init_b, enc_a, valid_a, z_a), logits_b)
     # Cut that edge (s^{0} = 0): the decoder no longer sees the source at all.
-    cut = model.clone(bridge="zeros")
+    cut = model.clone(config=model.config.replace(bridge="zeros"))
     vc = np_init(cut, SRC_A, TGT)
     np.testing.assert_array_equal(cut.apply(vc, SRC_A, TGT, SRC_LEN),
                                   cut.apply(vc, SRC_B, TGT, SRC_LEN))
@@ -69,7 +68,7 @@ def test_fig_7_9a_code_vector_reaches_the_decoder_only_as_its_initial_state():
 
 def test_fig_7_9a_copy_bridge_hands_over_the_encoder_state():
     # Sutskever et al.: s^{0} is the encoder's final carry, layer by layer (MEDL Fig. 7.9(a)).
-    model = _model(context="initial_state", cell_type="lstm", encoder_layers=2,
+    model = _model(context="initial_state", cell_type="lstm", num_layers=2,
                    decoder_layers=2, bridge="copy")
     v = np_init(model, SRC_A, TGT)
     _, _, z, init = _parts(model, v, SRC_A)
@@ -114,7 +113,7 @@ def test_fig_7_9b_code_vector_reaches_every_step_and_every_output():
 
 def test_output_on_s_alone_is_eq_5():
     full = _model(context="every_step", cell_type="gru", bridge="zeros")
-    eq5 = full.clone(output_context=False)
+    eq5 = full.clone(config=full.config.replace(output_context=False))
     v = np_init(full, SRC_A, TGT)
     v5 = np_init(eq5, SRC_A, TGT)
     assert v["params"]["output"]["kernel"].shape == (H + H, TGT_V)  # g([s; z*]) by default
@@ -188,7 +187,7 @@ def test_epsilon_schedules_follow_bengio_et_al_2015():
 @pytest.fixture(scope="module")
 def attention_model():
     model = _model(context="attention", attention="bahdanau", cell_type="gru",
-                   bidirectional_encoder=True)
+                   bidirectional=True)
     return model, np_init(model, SRC_A, TGT)
 
 

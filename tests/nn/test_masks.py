@@ -99,7 +99,13 @@ def test_lengths_read_once_per_model_call_and_layers_still_check(monkeypatch, fa
     """From a model down, ``lengths`` is validated once per model call (one host read), not
     once per layer, and nothing is remembered between calls (no cache keyed on the array);
     each layer called on its own still rejects bad lengths."""
-    from seqjax.models import RNNClassifier, TransformerLM, TransformerLMConfig, gpt_block
+    from seqjax.models import (
+        RNNClassifier,
+        RNNClassifierConfig,
+        TransformerLM,
+        TransformerLMConfig,
+        gpt_block,
+    )
     from seqjax.nn import MultiHeadAttention, StackedRNN
 
     tokens = jnp.ones((3, 5), jnp.int32)
@@ -109,8 +115,8 @@ def test_lengths_read_once_per_model_call_and_layers_still_check(monkeypatch, fa
                                                   max_len=8, block=gpt_block(2)))
         layer = MultiHeadAttention(num_heads=2)
     else:
-        model = RNNClassifier(vocab_size=7, num_classes=2, embed_dim=4, hidden_size=4,
-                              num_layers=3, cell_type="lstm")
+        model = RNNClassifier(RNNClassifierConfig(vocab_size=7, num_classes=2, embed_dim=4,
+                                                  hidden_size=4, num_layers=3, cell_type="lstm"))
         layer = StackedRNN(4, num_layers=2, cell_type="gru")
     params = model.init(jax.random.PRNGKey(0), tokens, lengths)
     reads = _count_lengths_reads(monkeypatch)

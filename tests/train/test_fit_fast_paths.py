@@ -185,10 +185,10 @@ def test_device_stream_chunks_are_the_iterators_chunks():
 def test_tbptt_fit_on_device_streams_equals_the_host_iterator(k):
     from seqjax.data.device import DeviceStreamChunks
     from seqjax.data.iterators import TBPTTIterator
-    from seqjax.models.rnn import RNNLanguageModel
+    from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
     from seqjax.train.tbptt import make_tbptt_loss
 
-    lm = RNNLanguageModel(vocab_size=V, embed_dim=8, num_layers=1, cell_type="lstm")
+    lm = RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=8, num_layers=1, cell_type="lstm"))
     tokens = TOKENS[:200]  # 4 streams of 49: 12 chunks of 4 per epoch
     results = []
     for data in ("host", "device"):

@@ -11,7 +11,7 @@ import pytest
 
 from seqjax.models.bert import Bert, BertConfig, bert_block
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
-from seqjax.models.rnn import RNNLanguageModel
+from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
 from seqjax.train.losses import make_lm_loss
 from seqjax.train.optim import OptimizerConfig, TrainState, make_optimizer, path_to_str
 from seqjax.train.parallel import Parallel
@@ -36,10 +36,10 @@ MODELS = {
     "gpt-scan": lambda: _gpt(True),
     "bert": lambda: _bert(False),
     "bert-scan": lambda: _bert(True),
-    "lstm-lm": lambda: RNNLanguageModel(vocab_size=V, embed_dim=32, num_layers=2,
-                                        cell_type="lstm"),
-    "gru-lm": lambda: RNNLanguageModel(vocab_size=V, embed_dim=32, num_layers=1,
-                                       cell_type="gru"),
+    "lstm-lm": lambda: RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=32, num_layers=2,
+                                                    cell_type="lstm")),
+    "gru-lm": lambda: RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=32, num_layers=1,
+                                                   cell_type="gru")),
 }
 
 
@@ -126,7 +126,8 @@ def _collectives_in_while_bodies(hlo: str) -> dict[str, collections.Counter]:
     ("lstm", "data=2,fsdp=2,model=2", "fsdp+tensor"),
 ])
 def test_rnn_time_loop_has_no_collectives(cell, mesh, strategy):
-    model = RNNLanguageModel(vocab_size=V, embed_dim=32, num_layers=2, cell_type=cell)
+    model = RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=32, num_layers=2,
+                                         cell_type=cell))
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
     par = Parallel.create(mesh, strategy, min_fsdp_size=0)
     tx, _ = make_optimizer(OptimizerConfig("adamw", 1e-3))

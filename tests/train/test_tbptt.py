@@ -8,7 +8,7 @@ import pytest
 
 from seqjax.data.batching import make_streams
 from seqjax.data.iterators import TBPTTIterator
-from seqjax.models.rnn import RNNLanguageModel
+from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
 from seqjax.train.losses import make_lm_loss, masked_cross_entropy
 from seqjax.train.optim import TrainState
 from seqjax.train.step import flax_apply_fn, make_train_step
@@ -126,7 +126,7 @@ def test_carry_threads_between_chunks_without_gradient():
 
 
 # The library's own recurrent LM through the documented route (flax_apply_fn → TBPTT).
-LM = RNNLanguageModel(vocab_size=V, embed_dim=8, num_layers=2, cell_type="lstm")
+LM = RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=8, num_layers=2, cell_type="lstm"))
 LM_STEP = make_train_step(make_tbptt_loss(flax_apply_fn(LM)), with_carry=True, donate=False)
 
 
