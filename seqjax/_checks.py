@@ -19,6 +19,7 @@ import numpy as np
 from seqjax._traced_checks import record_range, record_vocab_ids
 
 T = TypeVar("T")
+N = TypeVar("N", bound="NamedFields")
 
 
 def check_rank(x: Any, name: str, ranks: int | Sequence[int]) -> None:
@@ -128,24 +129,55 @@ def _check_lengths_shape(lengths: Any, name: str, batch: int) -> None:
         )
 
 
+#: Option names spelled one way across the library: an old spelling -> the field it became.
+RENAMED_FIELDS: dict[str, str] = {
+    "tie_output": "tie_embeddings",
+    "tie_weights": "tie_embeddings",
+    "use_output_bias": "output_bias",
+    "mlp_hidden": "mlp_dim",
+    "hidden_dim": "mlp_dim",
+}
+
+
+def _unknown_fields(cls: type, keys: Any, where: str) -> None:
+    """A ``TypeError`` if a key of ``keys`` is not an init field of the dataclass ``cls``,
+    naming it, its new name (:data:`RENAMED_FIELDS`) or the closest field, and every field."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = [key for key in keys if key not in names]
+    if not unknown:
+        return
+    said = []
+    for key in unknown:
+        renamed = RENAMED_FIELDS.get(key)
+        if renamed in names:
+            said.append(f"`{key}` (renamed `{renamed}`)")
+            continue
+        close = difflib.get_close_matches(key, names, n=1)
+        said.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+    what = "is not a field" if len(said) == 1 else "are not fields"
+    name = cls.__name__
+    raise TypeError(
+        f"{name}{where}: {', '.join(said)} {what} of {name}; its fields are {', '.join(names)}."
+    )
+
+
 def replace_fields(config: T, changes: dict[str, Any]) -> T:
     """``dataclasses.replace(config, **changes)``, the copy validated again by the class's
     ``__post_init__`` (the ``replace`` of every config class). A key that is not a field of
-    ``config`` is a ``TypeError`` naming it, the closest field and every field."""
-    names = [f.name for f in dataclasses.fields(config) if f.init]  # type: ignore[arg-type]
-    unknown = [key for key in changes if key not in names]
-    if unknown:
-        cls = type(config).__name__
-        said = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, names, n=1)
-            said.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
-        what = "is not a field" if len(said) == 1 else "are not fields"
-        raise TypeError(
-            f"{cls}.replace: {', '.join(said)} {what} of {cls}; "
-            f"its fields are {', '.join(names)}."
-        )
+    ``config`` is a ``TypeError`` naming it, its new name if it is an old spelling
+    (:data:`RENAMED_FIELDS`) or else the closest field, and every field."""
+    _unknown_fields(type(config), changes, ".replace")
     return dataclasses.replace(config, **changes)  # type: ignore[type-var]
+
+
+class NamedFields:
+    """Base of a config dataclass whose constructor refuses an unknown keyword as
+    :func:`replace_fields` does: a ``TypeError`` naming the new spelling of an old one
+    (``TransformerConfig(tie_output=True)``: "renamed `tie_embeddings`")."""
+
+    def __new__(cls: type[N], *args: Any, **kwargs: Any) -> N:
+        _unknown_fields(cls, kwargs, "()")
+        return super().__new__(cls)
 
 
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:

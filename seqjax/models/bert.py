@@ -36,7 +36,7 @@ from flax import linen as nn
 from seqjax._checks import check_bool, check_integer, check_rank, lengths_array, replace_fields
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
-from seqjax.nn._block_config import check_block, normal_init
+from seqjax.nn._block_config import check_block, model_block, normal_init
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.ffn import get_activation
@@ -83,7 +83,8 @@ class BertConfig:
             the MLM head's transform's (Hugging Face's ``hidden_act`` sets both), its
             ``norm_epsilon`` the embedding and MLM-head LayerNorms' and its
             ``dropout_rate`` the embeddings' and the heads'; its ``dtype``/``param_dtype``
-            are the model's.
+            are the model's (left at their defaults or equal to the model's; another value
+            is a ``ValueError``).
         type_vocab_size: segment ids (sentence A/B); 0 disables segment embeddings.
         mlm_head: build the tied MLM head.
         pooler: ``tanh`` dense on the first position before the classifier.
@@ -321,7 +322,7 @@ class Bert(nn.Module):
             )(token_types_BxT)
         elif token_types_BxT is not None:
             raise ValueError("`token_types` given but the config has type_vocab_size=0.")
-        block = cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype)
+        block = model_block(cfg.block, self.dtype, self.param_dtype, owner="BertConfig")
         norm_eps = cast(float, block.norm_epsilon)  # never None: BertConfig checks it
         x_BxTxD = LayerNorm(norm_eps, name="embed_norm", **kw)(x_BxTxD)
         x_BxTxD = nn.Dropout(block.dropout_rate)(x_BxTxD, deterministic=deterministic)

@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ValidLengths, replace_fields
+from seqjax._checks import NamedFields, ValidLengths, replace_fields
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -73,7 +73,7 @@ from seqjax.models._common import (
     layers_to_batch_major,
     split_oov,
 )
-from seqjax.nn._block_config import check_block
+from seqjax.nn._block_config import check_block, model_block
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
@@ -112,7 +112,7 @@ def vaswani_block(num_heads: int = 8, **options: Any) -> BlockConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(NamedFields):
     """Hyper-parameters of :class:`Transformer`.
 
     Attributes:
@@ -127,9 +127,10 @@ class TransformerConfig:
             :func:`vaswani_block` (the default: ``vaswani_block(8)``); bidirectional
             without cross-attention. The decoder blocks use it with causal self-attention
             and cross-attention (:attr:`decoder_block`); its ``dropout_rate`` also drops the
-            embeddings; its ``dtype``/``param_dtype`` are the model's.
+            embeddings; its ``dtype``/``param_dtype`` are the model's (left at their defaults
+            or equal to the model's; another value is a ``ValueError``).
         positions: ``"sinusoidal"`` (MEDL (7.29)–(7.30); Vaswani) or ``"learned"``.
-        tie_output: the output matrix is the target embedding transposed.
+        tie_embeddings: the output matrix is the target embedding transposed.
         output_bias: a bias per output word.
         scale_embeddings: multiply embeddings by ``√d`` (Vaswani §3.4; MEDL (7.30) does
             not: ``False``).
@@ -145,7 +146,7 @@ class TransformerConfig:
     max_len: int = 512
     block: BlockConfig = dataclasses.field(default_factory=vaswani_block)
     positions: str = "sinusoidal"
-    tie_output: bool = True
+    tie_embeddings: bool = True
     output_bias: bool = True
     scale_embeddings: bool = True
     scan_layers: bool = False
@@ -245,20 +246,20 @@ class Transformer(nn.Module):
             self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
         else:
             self.sinusoid = SinusoidalPositionalEmbedding()
-        dtypes = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        owner = "TransformerConfig"
         stack: dict[str, Any] = dict(scan_layers=cfg.scan_layers, remat=cfg.remat)
         self.encoder = TransformerEncoder(
-            config=cfg.block.replace(**dtypes),
+            config=model_block(cfg.block, self.dtype, self.param_dtype, owner=owner),
             num_layers=cfg.encoder_layers or cfg.num_layers,
             **stack,
         )
         self.decoder = TransformerDecoder(
-            config=cfg.decoder_block.replace(**dtypes),
+            config=model_block(cfg.decoder_block, self.dtype, self.param_dtype, owner=owner),
             num_layers=cfg.decoder_layers or cfg.num_layers,
             **stack,
         )
         self.drop = nn.Dropout(cfg.block.dropout_rate)
-        if cfg.tie_output:
+        if cfg.tie_embeddings:
             if cfg.output_bias:
                 self.output_bias = self.param(
                     "output_bias",
@@ -292,7 +293,7 @@ class Transformer(nn.Module):
 
     def _head(self, h_BxTxD: Array) -> Array:
         cfg = self.config
-        if cfg.tie_output:
+        if cfg.tie_embeddings:
             logits = flat_attend(self._target_table(), h_BxTxD)
             if cfg.output_bias:
                 logits = logits + self.output_bias

@@ -49,7 +49,7 @@ from seqjax.models._common import (
     masked_pool,
     split_oov,
 )
-from seqjax.nn._block_config import check_block, normal_init
+from seqjax.nn._block_config import check_block, model_block, normal_init
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
@@ -110,7 +110,8 @@ class TransformerLMConfig:
             biases, dropout, window, init, ...), e.g. :func:`gpt_block` (the default:
             ``gpt_block(6)``). It must be causal without cross-attention
             (``BlockConfig.decoder(..., cross_attention=False)``), with ``use_rope`` exactly
-            when ``positions="rope"``; its ``dtype``/``param_dtype`` are the model's. Its
+            when ``positions="rope"``; its ``dtype``/``param_dtype`` are the model's (left at
+            their defaults or equal to the model's; another value is a ``ValueError``). Its
             ``dropout_rate`` also drops the embeddings.
         positions: ``"learned"`` (GPT-2) or ``"rope"`` (no position parameters).
         tie_embeddings: output matrix ``Eᵀ`` (J&M §9.8; Press & Wolf 2017).
@@ -250,7 +251,9 @@ class TransformerLM(nn.Module):
                 cfg.max_len, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
             )
         self.decoder = TransformerDecoder(
-            config=cfg.decoder_block.replace(dtype=self.dtype, param_dtype=self.param_dtype),
+            config=model_block(
+                cfg.decoder_block, self.dtype, self.param_dtype, owner="TransformerLMConfig"
+            ),
             num_layers=cfg.num_layers,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,

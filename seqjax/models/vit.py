@@ -28,7 +28,7 @@ from flax import linen as nn
 
 from seqjax._checks import check_rank, replace_fields
 from seqjax.models._common import check_preset
-from seqjax.nn._block_config import check_block
+from seqjax.nn._block_config import check_block, model_block
 from seqjax.nn.dense import Dense
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import BlockConfig, TransformerEncoder
@@ -132,7 +132,8 @@ class ViTConfig:
             dropout, ...), e.g. :func:`vit_block` (the default: ``vit_block(12,
             mlp_dim=3072)``, ViT-B); bidirectional without cross-attention. Its
             ``dropout_rate`` also drops the patch embeddings; its ``dtype``/``param_dtype``
-            are the model's.
+            are the model's (left at their defaults or equal to the model's; another value
+            is a ``ValueError``).
         class_token: prepend a learned ``<class>`` token (else mean-pool the patches).
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerEncoder`.
     """
@@ -213,7 +214,7 @@ class ViT(nn.Module):
         x_BxNxD = LearnedPositionalEmbedding(x_BxNxD.shape[1], name="pos_embed", **kw)(x_BxNxD)
         x_BxNxD = nn.Dropout(cfg.block.dropout_rate)(x_BxNxD, deterministic=deterministic)
         z_BxNxD = TransformerEncoder(
-            config=cfg.block.replace(dtype=self.dtype, param_dtype=self.param_dtype),
+            config=model_block(cfg.block, self.dtype, self.param_dtype, owner="ViTConfig"),
             num_layers=cfg.num_layers,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,

@@ -322,6 +322,49 @@ def check_block(
         )
 
 
+def _same_dtype(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(jnp.dtype(a) == jnp.dtype(b))
+
+
+def model_block(
+    block: BlockConfig, dtype: Dtype | None, param_dtype: Dtype, *, name: str = "block",
+    owner: str = "",
+) -> BlockConfig:
+    """``block`` with a model's ``dtype`` and ``param_dtype``, the model's own attributes.
+
+    A model's config leaves its block's dtypes at their defaults (``None``, ``float32``) or
+    states the model's: any other value would be overwritten, so it is a ``ValueError``
+    naming ``{name}.dtype`` (or ``.param_dtype``), its value and the model's.
+
+    Example:
+        >>> model_block(BlockConfig(num_heads=2), jnp.bfloat16, jnp.float32).dtype
+        <class 'jax.numpy.bfloat16'>
+        >>> model_block(BlockConfig(num_heads=2, dtype=jnp.float16), jnp.bfloat16,
+        ...             jnp.float32)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `block.dtype` is float16 but the model computes in bfloat16 (its `dtype`): ...
+    """
+    where = f" of {owner}" if owner else ""
+    for field, model_value, default, what in (
+        ("dtype", dtype, None, "computes in"),
+        ("param_dtype", param_dtype, jnp.float32, "stores its parameters in"),
+    ):
+        given = getattr(block, field)
+        if not _same_dtype(given, default) and not _same_dtype(given, model_value):
+            shown = "None" if model_value is None else jnp.dtype(model_value).name
+            was = jnp.dtype(given).name
+            default_name = "None" if default is None else jnp.dtype(default).name
+            raise ValueError(
+                f"`{name}.{field}`{where} is {was} but the model {what} {shown} (its "
+                f"`{field}`): leave `{name}.{field}` at {default_name} (the model's), or "
+                f"build the model with {field}={was}."
+            )
+    return block.replace(dtype=dtype, param_dtype=param_dtype)
+
+
 @functools.cache
 def normal_init(stddev: float) -> Initializer:
     """``N(0, stddev²)``, one initialiser object per ``stddev``: configs built with equal

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax._checks import NamedFields
 from seqjax.nn.dense import Dense
 
 Array = jax.Array
@@ -101,7 +102,7 @@ def _check_rate(rate: float) -> None:
         raise ValueError(f"`dropout_rate` must lie in [0, 1); got {rate}.")
 
 
-class MLP(nn.Module):
+class MLP(NamedFields, nn.Module):
     r"""Two-layer position-wise feed-forward network.
 
     .. math::
@@ -121,14 +122,14 @@ class MLP(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> mlp = MLP(hidden_dim=32, activation="relu")
+        >>> mlp = MLP(mlp_dim=32, activation="relu")
         >>> x = jnp.ones((2, 5, 8))
         >>> params = mlp.init(jax.random.PRNGKey(0), x)
         >>> mlp.apply(params, x).shape
         (2, 5, 8)
 
     Attributes:
-        hidden_dim: ``F`` (MEDL's ``N_1``); default ``4·D`` (Vaswani et al.; the slides).
+        mlp_dim: ``F`` (MEDL's ``N_1``); default ``4·D`` (Vaswani et al.; the slides).
         out_features: ``D'``; default ``D``.
         activation: name in :data:`ACTIVATIONS` (``"relu"``, ``"gelu"``,
             ``"gelu_tanh"``, …) or a callable. Default ``"gelu"`` (exact).
@@ -140,7 +141,7 @@ class MLP(nn.Module):
             ``kernel_init``): GPT-2's ``N(0, (0.02/√(2L))²)`` for a residual branch.
     """
 
-    hidden_dim: int | None = None
+    mlp_dim: int | None = None
     out_features: int | None = None
     activation: str | Activation = "gelu"
     use_bias: bool = True
@@ -157,9 +158,9 @@ class MLP(nn.Module):
         _check_features(x)
         _check_rate(self.dropout_rate)
         features = x.shape[-1]
-        hidden = self.hidden_dim if self.hidden_dim is not None else 4 * features
+        hidden = self.mlp_dim if self.mlp_dim is not None else 4 * features
         if hidden <= 0:
-            raise ValueError(f"`hidden_dim` must be a positive int; got {hidden}.")
+            raise ValueError(f"`mlp_dim` must be a positive int; got {hidden}.")
         act = get_activation(self.activation)
         dense = functools.partial(
             Dense,
@@ -175,7 +176,7 @@ class MLP(nn.Module):
         return dense(self.out_features or features, kernel_init=down_init, name="down")(h_xF)
 
 
-class GLU(nn.Module):
+class GLU(NamedFields, nn.Module):
     r"""Gated linear unit feed-forward layer: SwiGLU, GeGLU and the other variants (Shazeer 2020).
 
     .. math::
@@ -190,7 +191,7 @@ class GLU(nn.Module):
 
     Hidden size ``F`` defaults to :func:`glu_hidden_dim`: ``(8/3)·D`` rounded
     up to a multiple of ``multiple_of`` (256), which matches a ``4D`` MLP's
-    parameter count; pass ``multiple_of=1`` for tiny models or set ``hidden_dim``.
+    parameter count; pass ``multiple_of=1`` for tiny models or set ``mlp_dim``.
 
     Parameters: ``gate/kernel [D, F]`` (``W``), ``up/kernel [D, F]`` (``V``),
     ``down/kernel [F, D']`` (``W_2``), plus biases with ``use_bias``.
@@ -210,7 +211,7 @@ class GLU(nn.Module):
     Attributes:
         variant: one of :data:`GLU_VARIANTS` (``"swiglu"``, ``"geglu"``, ``"reglu"``,
             ``"glu"``, ``"bilinear"``).
-        hidden_dim: ``F``; default :func:`glu_hidden_dim` ``(D, multiple_of)``.
+        mlp_dim: ``F``; default :func:`glu_hidden_dim` ``(D, multiple_of)``.
         multiple_of: rounding of the default hidden size.
         out_features: ``D'``; default ``D``.
         activation: overrides the variant's gate activation (e.g. ``"gelu_tanh"``
@@ -223,7 +224,7 @@ class GLU(nn.Module):
     """
 
     variant: str = "swiglu"
-    hidden_dim: int | None = None
+    mlp_dim: int | None = None
     multiple_of: int = 256
     out_features: int | None = None
     activation: str | Activation | None = None
@@ -249,12 +250,12 @@ class GLU(nn.Module):
         )
         features = x.shape[-1]
         hidden = (
-            self.hidden_dim
-            if self.hidden_dim is not None
+            self.mlp_dim
+            if self.mlp_dim is not None
             else glu_hidden_dim(features, self.multiple_of)
         )
         if hidden <= 0:
-            raise ValueError(f"`hidden_dim` must be a positive int; got {hidden}.")
+            raise ValueError(f"`mlp_dim` must be a positive int; got {hidden}.")
         dense = functools.partial(
             Dense,
             use_bias=self.use_bias,

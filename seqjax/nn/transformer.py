@@ -333,7 +333,7 @@ def _attention(cfg: BlockConfig, *, cross: bool) -> MultiHeadAttention:
 def _ffn_options(cfg: BlockConfig) -> dict[str, Any]:
     """The options of the feed-forward sublayer (MLP or GLU) that ``cfg`` sets."""
     return dict(
-        hidden_dim=cfg.mlp_dim,
+        mlp_dim=cfg.mlp_dim,
         use_bias=cfg.use_bias,
         dropout_rate=cfg.ffn_dropout_rate,
         dtype=cfg.dtype,

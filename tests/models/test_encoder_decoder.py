@@ -54,7 +54,7 @@ def test_vaswani_base_parameter_count_reconciles_medl():
 
 
 def test_separate_vocabularies_and_untied_output():
-    params = _params(Transformer(CFG.replace(tgt_vocab_size=7, tie_output=False)))
+    params = _params(Transformer(CFG.replace(tgt_vocab_size=7, tie_embeddings=False)))
     assert params["src_embed"]["embedding"].shape == (13, 16)
     assert params["tgt_embed"]["embedding"].shape == (7, 16)
     assert params["output"]["kernel"].shape == (16, 7)

@@ -55,7 +55,7 @@ def _f64(params):
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
 def test_mlp_numpy_reference(activation):
     x = np.random.default_rng(0).normal(size=(2, 3, 6)).astype(np.float32)
-    mlp = MLP(hidden_dim=10, activation=activation)
+    mlp = MLP(mlp_dim=10, activation=activation)
     params = random_params(mlp, x)
     y = jax.jit(mlp.apply)({"params": params}, x)
     ref = np_mlp(x.astype(np.float64), _f64(params), NP_ACT[activation])
@@ -66,8 +66,8 @@ def test_gelu_exact_and_tanh_differ():
     x = np.linspace(-3, 3, 13).astype(np.float32)[None]
     eye, zero = np.eye(13, dtype=np.float32), np.zeros(13, np.float32)
     p = {"up": {"kernel": eye, "bias": zero}, "down": {"kernel": eye, "bias": zero}}
-    exact = jax.jit(MLP(hidden_dim=13, activation="gelu").apply)({"params": p}, x)
-    approx = jax.jit(MLP(hidden_dim=13, activation="gelu_tanh").apply)({"params": p}, x)
+    exact = jax.jit(MLP(mlp_dim=13, activation="gelu").apply)({"params": p}, x)
+    approx = jax.jit(MLP(mlp_dim=13, activation="gelu_tanh").apply)({"params": p}, x)
     np.testing.assert_allclose(exact[0], np_gelu(x[0].astype(np.float64)), atol=1e-6)
     np.testing.assert_allclose(approx[0], np_gelu_tanh(x[0].astype(np.float64)), atol=1e-6)
     assert np.max(np.abs(exact - approx)) > 1e-4
@@ -79,10 +79,10 @@ def _shapes(module, d):
 
 def test_mlp_param_count_and_default_hidden():
     # MEDL (7.32)'s FFN term: 2 N1 p + N1 + p.
-    assert count_params(_shapes(MLP(hidden_dim=2048), 512)) == 2 * 2048 * 512 + 2048 + 512
+    assert count_params(_shapes(MLP(mlp_dim=2048), 512)) == 2 * 2048 * 512 + 2048 + 512
     p = _shapes(MLP(), 8)
     assert p["up"]["kernel"].shape == (8, 32) and p["down"]["kernel"].shape == (32, 8)
-    p = _shapes(MLP(hidden_dim=4, out_features=3, use_bias=False), 8)
+    p = _shapes(MLP(mlp_dim=4, out_features=3, use_bias=False), 8)
     assert jax.tree_util.tree_map(jnp.shape, p) == {
         "up": {"kernel": (8, 4)},
         "down": {"kernel": (4, 3)},
@@ -95,7 +95,7 @@ def test_mlp_param_count_and_default_hidden():
 )
 def test_glu_numpy_reference(variant, act):
     x = np.random.default_rng(1).normal(size=(2, 3, 6)).astype(np.float32)
-    ffn = GLU(variant=variant, hidden_dim=16)
+    ffn = GLU(variant=variant, mlp_dim=16)
     params = random_params(ffn, x, seed=1)
     assert set(params) == {"gate", "up", "down"} and "bias" not in params["gate"]
     y = jax.jit(ffn.apply)({"params": params}, x)
@@ -106,7 +106,7 @@ def test_glu_numpy_reference(variant, act):
 def test_glu_with_bias_is_shazeer_form():
     """Swish(xW + b) ⊙ (xV + c), then W2 (+ b2): c sits inside the product."""
     x = np.random.default_rng(2).normal(size=(4, 5)).astype(np.float32)
-    ffn = GLU(hidden_dim=7, use_bias=True)
+    ffn = GLU(mlp_dim=7, use_bias=True)
     p = random_params(ffn, x, seed=2)
     q, x64 = _f64(p), x.astype(np.float64)
     h = np_silu(x64 @ q["gate"]["kernel"] + q["gate"]["bias"]) * (
@@ -133,7 +133,7 @@ def test_glu_hidden_dim_default():
 
 def test_dropout_only_when_not_deterministic():
     x = jnp.ones((2, 4, 8))
-    for mod in (MLP(hidden_dim=64, dropout_rate=0.5), GLU(hidden_dim=64, dropout_rate=0.5)):
+    for mod in (MLP(mlp_dim=64, dropout_rate=0.5), GLU(mlp_dim=64, dropout_rate=0.5)):
         params = {"params": random_params(mod, x)}
         apply = jax.jit(mod.apply, static_argnames="deterministic")
         y0 = apply(params, x)
@@ -146,12 +146,12 @@ def test_dropout_only_when_not_deterministic():
 
 def test_position_wise_and_dtypes():
     x = np.random.default_rng(3).normal(size=(2, 5, 8)).astype(np.float32)
-    mlp = MLP(hidden_dim=16)
+    mlp = MLP(mlp_dim=16)
     params = {"params": random_params(mlp, x)}
     apply = jax.jit(mlp.apply)
     y = apply(params, x)
     np.testing.assert_allclose(apply(params, x[:, 2:3]), y[:, 2:3], rtol=1e-6)
-    y16 = jax.jit(MLP(hidden_dim=16, dtype=jnp.bfloat16).apply)(params, x)
+    y16 = jax.jit(MLP(mlp_dim=16, dtype=jnp.bfloat16).apply)(params, x)
     assert y16.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(y16, np.float32), y, atol=0.1)
 
@@ -164,5 +164,5 @@ def test_errors():
         jax.eval_shape(GLU(variant="swish").init, KEY, x)
     with pytest.raises(ValueError, match="dropout_rate"):
         jax.eval_shape(MLP(dropout_rate=1.0).init, KEY, x)
-    with pytest.raises(ValueError, match="hidden_dim"):
-        jax.eval_shape(GLU(hidden_dim=0).init, KEY, x)
+    with pytest.raises(ValueError, match="mlp_dim"):
+        jax.eval_shape(GLU(mlp_dim=0).init, KEY, x)

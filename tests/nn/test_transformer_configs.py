@@ -24,7 +24,14 @@ from seqjax.models import (
     gpt_block,
     vaswani_block,
 )
-from seqjax.nn import GLU, BlockConfig, TransformerBlock, TransformerDecoder, TransformerEncoder
+from seqjax.nn import (
+    GLU,
+    MLP,
+    BlockConfig,
+    TransformerBlock,
+    TransformerDecoder,
+    TransformerEncoder,
+)
 
 D, H, T, S, V = 16, 2, 6, 5, 13
 KEY = jax.random.PRNGKey(0)
@@ -312,10 +319,62 @@ def test_residual_init_is_opt_in_for_a_bare_block():
     p = jax.jit(block.init)(KEY, x)["params"]
     assert _std(p["self_attn"]["out"]["kernel"]) == pytest.approx(0.02, rel=0.1)
     assert _std(p["ffn"]["down"]["kernel"]) == pytest.approx(0.02, rel=0.1)
-    glu = GLU(hidden_dim=256, kernel_init=jax.nn.initializers.normal(0.02),
+    glu = GLU(mlp_dim=256, kernel_init=jax.nn.initializers.normal(0.02),
               out_kernel_init=jax.nn.initializers.normal(0.001))
     p = glu.init(KEY, x)["params"]
     assert _std(p["down"]["kernel"]) == pytest.approx(0.001, rel=0.1)
     assert _std(p["gate"]["kernel"]) == pytest.approx(0.02, rel=0.1)
     with pytest.raises(ValueError, match="`residual_init_std`"):
         BlockConfig(num_heads=H, residual_init_std=0.0)
+
+
+# ------------------------------------------------------------------ one spelling per option
+
+
+def test_old_option_spellings_are_refused_naming_the_new_one():
+    cfg = TransformerConfig(src_vocab_size=V, tie_embeddings=False, output_bias=False)
+    assert not cfg.tie_embeddings and not cfg.output_bias
+    with pytest.raises(TypeError, match=r"TransformerConfig\(\): `tie_output` \(renamed "
+                                        r"`tie_embeddings`\)"):
+        TransformerConfig(src_vocab_size=V, tie_output=False)
+    with pytest.raises(TypeError, match=r"`tie_output` \(renamed `tie_embeddings`\)"):
+        cfg.replace(tie_output=True)
+    with pytest.raises(TypeError, match=r"`hidden_dim` \(renamed `mlp_dim`\)"):
+        BlockConfig(num_heads=H).replace(hidden_dim=8)  # type: ignore[call-arg]
+    for ffn in (MLP, GLU):
+        with pytest.raises(TypeError, match=r"`hidden_dim` \(renamed `mlp_dim`\)"):
+            ffn(hidden_dim=8)  # type: ignore[call-arg]
+        assert ffn(mlp_dim=8).mlp_dim == 8
+    with pytest.raises(TypeError, match=r"`num_headz` \(did you mean `num_heads`\?\)"):
+        BlockConfig(num_heads=H).replace(num_headz=4)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("build", [
+    lambda block, **dt: TransformerLM(TransformerLMConfig(
+        vocab_size=V, num_layers=1, embed_dim=D, max_len=8, block=block(gpt_block(H))), **dt),
+    lambda block, **dt: Bert(BertConfig(
+        vocab_size=V, num_layers=1, embed_dim=D, max_len=8, block=block(bert_block(H))), **dt),
+    lambda block, **dt: Transformer(TransformerConfig(
+        src_vocab_size=V, num_layers=1, embed_dim=D, block=block(vaswani_block(H))), **dt),
+], ids=["gpt", "bert", "transformer"])
+def test_a_block_dtype_that_disagrees_with_the_model_is_refused(build):
+    tokens = jnp.ones((1, 4), jnp.int32)
+
+    def init(block, **dtypes):
+        model = build(block, **dtypes)
+        args = (tokens, tokens) if isinstance(model, Transformer) else (tokens,)
+        return jax.eval_shape(model.init, KEY, *args)
+
+    # the block's defaults or the model's own dtypes: built in the model's
+    init(lambda b: b, dtype=jnp.bfloat16)
+    init(lambda b: b.replace(dtype=jnp.bfloat16), dtype=jnp.bfloat16)
+    v = init(lambda b: b.replace(param_dtype=jnp.bfloat16), param_dtype=jnp.bfloat16)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(v)} == {jnp.dtype(jnp.bfloat16)}
+    with pytest.raises(ValueError, match=r"`block.dtype` of \w+Config is float16 but the "
+                                         r"model computes in bfloat16"):
+        init(lambda b: b.replace(dtype=jnp.float16), dtype=jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"`block.dtype` .* is float16 .* computes in None"):
+        init(lambda b: b.replace(dtype=jnp.float16))
+    with pytest.raises(ValueError, match=r"`block.param_dtype` .* is bfloat16 .* float32 .*"
+                                         r"param_dtype=bfloat16"):
+        init(lambda b: b.replace(param_dtype=jnp.bfloat16))
