@@ -157,9 +157,6 @@ def test_transformer_models_poison_the_row_of_a_bad_length(kind):
     assert_refused(f, v, OK, jnp.array([5, 7]), words=["`lengths`", "7"])
 
 
-# ------------------------------------------------------------------ KV cache
-
-
 def _decoder_stack():
     m = snn.TransformerDecoder(config=snn.BlockConfig.decoder(num_heads=2), num_layers=2)
     return m, m.init(KEY, X8, encoder_out=np.ones((2, 4, 6), np.float32))
@@ -228,6 +225,9 @@ def test_the_encoder_decoder_poisons_the_row_of_a_bad_source_or_target_length(si
             m.apply(v, src, tgt, **{side: np.array([high, bad])})
     g = jax.jit(jax.grad(lambda v, n: jnp.sum(m.apply(v, src, tgt, **{side: n}))))
     assert_refused(g, v, jnp.array([high, high + 1]), words=[f"`{side}`"])
+
+
+# ------------------------------------------------------------------ KV cache
 
 
 def test_kv_cache_overflow_poisons_the_row_and_checked_raises():
