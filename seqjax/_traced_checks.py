@@ -18,8 +18,10 @@ policy:
      logits for the row and leaves its state as it was.
    * ``lengths`` outside ``[0, T]``: the row's outputs and final carry are NaN
      (:class:`seqjax.nn.RNN`, so also ``Bidirectional``, ``StackedRNN`` and the RNN models);
-     the transformer models (GPT, BERT) poison the row after the embedding
-     (:func:`poison_bad_lengths`).
+     in the transformers the layer that reads the lengths poisons the row's output
+     (:func:`poison_bad_lengths`): ``MultiHeadAttention``, ``TransformerBlock``, the
+     encoder/decoder stacks, and the models (GPT, BERT, the encoder–decoder) after their
+     stack, where a negative length would otherwise leave zeros.
    * a KV-cache write past ``max_len`` (:meth:`seqjax.nn.attention.KVCache.update`): the
      row's last slot is set to NaN, so the query that overflowed and every later query of
      that row read NaN (the dropped tokens are still counted in ``KVCache.overflow``).

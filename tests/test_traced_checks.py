@@ -149,12 +149,13 @@ def test_rnn_lm_lengths_and_their_gradient():
     assert_refused(g, v, jnp.array([5, 9]), words=["`lengths`", "9"])
 
 
+@pytest.mark.parametrize("bad", [7, -1])  # -1: never zeroed by the padding mask either
 @pytest.mark.parametrize("kind", ["gpt", "bert"])
-def test_transformer_models_poison_the_row_of_a_bad_length(kind):
+def test_transformer_models_poison_the_row_of_a_bad_length(kind, bad):
     m, v = bound(kind)
     f = jax.jit(m.apply)
-    assert_row_nan(f(v, OK, jnp.array([5, 7])))
-    assert_refused(f, v, OK, jnp.array([5, 7]), words=["`lengths`", "7"])
+    assert_row_nan(f(v, OK, jnp.array([5, bad])))
+    assert_refused(f, v, OK, jnp.array([5, bad]), words=["`lengths`", "[0, 5]", str(bad)])
 
 
 def _decoder_stack():

@@ -307,9 +307,8 @@ class Bert(nn.Module):
         token_embed = Embed(
             cfg.vocab_size, cfg.embed_dim, embedding_init=init, name="token_embed", **kw
         )
-        # Under jit, a row with an invalid id or length is NaN (seqjax._traced_checks).
+        # Under jit, a row with an invalid id is NaN (seqjax._traced_checks).
         x_BxTxD = poison_bad_ids(token_embed(tokens_BxT), tokens_BxT, cfg.vocab_size)
-        x_BxTxD = poison_bad_lengths(x_BxTxD, lengths_array(checked), 0, num_steps)
         x_BxTxD = LearnedPositionalEmbedding(
             cfg.max_len, embedding_init=init, name="pos_embed", **kw
         )(x_BxTxD)
@@ -333,6 +332,9 @@ class Bert(nn.Module):
             remat=cfg.remat,
             name="encoder",
         )(x_BxTxD, lengths=checked, deterministic=deterministic)
+        # A length outside [0, T] under jit: the row's outputs are NaN. After the encoder,
+        # whose padding mask would zero every position of a negative length.
+        z_BxTxD = poison_bad_lengths(z_BxTxD, lengths_array(checked), 0, num_steps)
 
         out: dict[str, Array] = {"hidden": z_BxTxD}
         if cfg.mlm_head:

@@ -299,11 +299,11 @@ class TransformerLM(nn.Module):
             None if lengths is None
             else check_lengths(lengths, "lengths", batch, num_steps, min_length)
         )
-        x_BxTxD = poison_bad_lengths(
-            self._embed(tokens_BxT, None, deterministic), lengths_array(checked), min_length,
-            num_steps,
-        )
+        x_BxTxD = self._embed(tokens_BxT, None, deterministic)
         h_BxTxD = self.decoder(x_BxTxD, lengths=checked, deterministic=deterministic)
+        # A length outside its range under jit: the row's outputs are NaN. After the
+        # decoder, whose padding mask would zero every position of a negative length.
+        h_BxTxD = poison_bad_lengths(h_BxTxD, lengths_array(checked), min_length, num_steps)
         return h_BxTxD, checked
 
     def __call__(
