@@ -93,8 +93,9 @@ class BlockConfig:
             ``L`` such layers see ``L(w-1)+1`` positions back.
         attention: factory for the self-attention module, called with keywords
             ``num_heads, head_dim, use_bias, dropout_rate, dtype, param_dtype``; it must
-            follow MultiHeadAttention's call signature, ``lengths`` included (e.g.
-            :class:`~seqjax.nn.linear_attention.LinearAttention`). Bind other options with
+            follow MultiHeadAttention's call signature, ``lengths`` included, and for
+            cached decoding its ``init_cache`` and ``decode(x, cache, ...) -> (y, cache)``
+            (e.g. :class:`~seqjax.nn.linear_attention.LinearAttention`). Bind other options with
             ``functools.partial``: the fields of the default attention (``num_kv_heads``,
             ``qk_norm``, ``use_rope``, ``rope_base``, ``window``, ``implementation``) must
             keep their defaults. Default: MultiHeadAttention.
