@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ValidLengths, check_rank, replace_fields
+from seqjax._checks import NamedFields, ValidLengths, check_rank, replace_fields
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     POOLINGS,
@@ -132,7 +132,7 @@ def _cell_kwargs(value: Any, cls: type[RecurrentCell]) -> tuple[tuple[str, Any],
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RNNConfig:
+class RNNConfig(NamedFields):
     """The recurrent stack of every RNN model: embedding, cell, depth, width, dropout.
 
     The fields shared by :class:`RNNLMConfig`, :class:`RNNClassifierConfig`,

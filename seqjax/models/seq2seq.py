@@ -80,7 +80,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import is_concrete, replace_fields
+from seqjax._checks import NamedFields, is_concrete, replace_fields
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -246,7 +246,7 @@ class _DecoderStep(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Seq2SeqConfig:
+class Seq2SeqConfig(NamedFields):
     r"""Options of :class:`Seq2Seq`, validated when built (a ``ValueError``/``TypeError``
     naming the field); ``replace(**changes)`` returns a re-validated copy.
 

@@ -214,3 +214,19 @@ def test_lm_is_embedding_stack_and_output_layer(tie):
     else:
         want = Dense(11).apply({"params": params["output"]}, h)
     np.testing.assert_allclose(lm.apply({"params": params}, TOK), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls, old, new", [
+    (RNNLMConfig, "tie_weights", "tie_embeddings"),
+    (RNNLMConfig, "use_output_bias", "output_bias"),
+    (RNNClassifierConfig, "mlp_hidden", "mlp_dim"),
+])
+def test_a_retired_spelling_in_a_constructor_names_the_new_one(cls, old, new):
+    """As in ``replace``: the constructor refuses the old name and says the new one."""
+    with pytest.raises(TypeError, match=rf"`{old}` \(renamed `{new}`\)"):
+        cls(vocab_size=5, **{old: True})
+
+
+def test_seq2seq_config_refuses_an_unknown_field_by_name():
+    with pytest.raises(TypeError, match=r"`src_vocab_size` .*is not a field of Seq2SeqConfig"):
+        Seq2SeqConfig(encoder=ENC, tgt_vocab_size=5, src_vocab_size=5)
