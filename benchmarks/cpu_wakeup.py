@@ -34,7 +34,7 @@ other core's worker goes to sleep. The second table times the LSTM forward's ste
 XLA compiles it and with four cancelling multiply-adds added to the gate fusion (more
 flops per byte: XLA then splits it, and the worker stays awake into the next matmul).
 
-Run: ``python -m benchmarks cpu_wakeup [--batch 32 --hidden 256 --steps 128]``;
+Run: ``python -m benchmarks cpu_wakeup [--batch_size 32 --hidden_size 256 --steps 128]``;
 ``--smoke``: tiny shapes (CI). Needs the CPU backend.
 """
 
@@ -193,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="seqjax bench cpu_wakeup",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, two gaps (CI)")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--batch_size", type=int, default=32)
+    ap.add_argument("--hidden_size", type=int, default=256)
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--gaps", default=",".join(map(str, GAPS)),
                     help="comma list of k: tanh applications between two matmuls")
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         batch, hidden, steps, gaps, repeats, calls = 4, 16, 8, (0, 2), 2, 1
     else:
-        batch, hidden, steps, repeats, calls = (args.batch, args.hidden, args.steps,
+        batch, hidden, steps, repeats, calls = (args.batch_size, args.hidden_size, args.steps,
                                                 max(args.repeats, 3), 3)
         try:
             gaps = tuple(int(g) for g in args.gaps.split(","))

@@ -162,8 +162,8 @@ def fit_ms(s: Setup, h: _Holder, n: int, data: Callable[[], Any], k: int,
     n = max(2 * k, n - n % k)
     stamps: list[tuple[int, float]] = []
 
-    def cfg(num_steps: int, log_every: int) -> Any:
-        return FitConfig(num_steps=num_steps, log_every=log_every, progress=False,
+    def cfg(steps: int, log_every: int) -> Any:
+        return FitConfig(steps=steps, log_every=log_every, progress=False,
                          tensorboard=False, plot=False, handle_signals=False,
                          steps_per_call=k)
 

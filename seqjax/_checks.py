@@ -136,6 +136,7 @@ RENAMED_FIELDS: dict[str, str] = {
     "use_output_bias": "output_bias",
     "mlp_hidden": "mlp_dim",
     "hidden_dim": "mlp_dim",
+    "num_steps": "steps",
 }
 
 

@@ -158,7 +158,7 @@ def lm_step(**kw):
 def fit_on(batch: dict):
     state, step = lm_step()
     return fit(state, step, lambda i: batch,
-               FitConfig(num_steps=2, progress=False, plot=False, tensorboard=False),
+               FitConfig(steps=2, progress=False, plot=False, tensorboard=False),
                check_batch=make_batch_check(V))
 
 
@@ -483,7 +483,7 @@ def test_non_finite_loss_names_the_likely_causes(tmp_path):
     step = make_train_step(make_lm_loss(apply_fn), schedule=optax.constant_schedule(1e38))
     batch = {"inputs": GOOD_INPUTS, "targets": GOOD_INPUTS}
     with pytest.raises(FloatingPointError) as info:
-        fit(state, step, lambda i: batch, FitConfig(num_steps=6, log_every=1, progress=False,
+        fit(state, step, lambda i: batch, FitConfig(steps=6, log_every=1, progress=False,
                                                     plot=False, tensorboard=False))
     message = str(info.value)
     for words in ("non-finite", "lr = 1e+38", "grad_norm", "not range-checked",
@@ -501,7 +501,7 @@ def test_fit_refuses_to_overwrite_a_history_it_cannot_resume(tmp_path):
         f.write(json.dumps({"step": 7, "loss": 1.0}) + "\n")
     state, step = lm_step()
     batch = {"inputs": GOOD_INPUTS, "targets": GOOD_INPUTS}
-    config = FitConfig(num_steps=2, progress=False, plot=False, tensorboard=False)
+    config = FitConfig(steps=2, progress=False, plot=False, tensorboard=False)
     with pytest.raises(ResumeError, match="up to step 7.*restart=True"):
         fit(state, step, lambda i: batch, config, workdir=workdir)
     assert read_metrics(os.path.join(workdir, "metrics.jsonl"))[0]["step"] == 7  # untouched

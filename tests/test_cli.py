@@ -238,7 +238,7 @@ def test_the_checked_switch_reaches_the_fit_configs_of_the_recipe(monkeypatch, a
         monkeypatch.setenv(CHECKED_ENV, env)
     module = types.ModuleType("seqjax.experiments.makes_a_fit_config")
     module.Config = dataclasses.make_dataclass("Config", [], frozen=True)
-    module.run = lambda cfg: {"checked": FitConfig(num_steps=1).checked}
+    module.run = lambda cfg: {"checked": FitConfig(steps=1).checked}
     monkeypatch.setattr(_runner, "load_experiment", lambda name: module)
     assert _runner.train_experiment("makes_a_fit_config", argv) == {"checked": want}
-    assert FitConfig(num_steps=1).checked is False  # outside the run: off, whatever the env
+    assert FitConfig(steps=1).checked is False  # outside the run: off, whatever the env

@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent('''
     def run(workdir, **kw):
         state, _ = create_train_state(lambda r: {"w": jnp.zeros(())}, optax.sgd(0.1),
                                       jax.random.PRNGKey(0))
-        cfg = FitConfig(num_steps=2, log_every=1, progress=False, handle_signals=False,
+        cfg = FitConfig(steps=2, log_every=1, progress=False, handle_signals=False,
                         async_checkpointing=False, **kw)
         data = ArrayIterator({"x": np.ones((4,), np.float32)}, 2)
         return fit(state, make_train_step(loss_fn), data, cfg, workdir=workdir)

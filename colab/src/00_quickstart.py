@@ -147,7 +147,7 @@ eval_batches = [next(val_windows) for _ in range(EVAL_BATCHES)]
 
 result = fit(
     state, train_step, train_data,
-    FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 50, eval_every=EVAL_EVERY,
+    FitConfig(steps=STEPS, log_every=1 if SMOKE else 50, eval_every=EVAL_EVERY,
               tensorboard=False, plot=False),
     parallel=par, workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
     model_config=MODEL_CONFIG, tokenizer=tok.to_json(),
@@ -230,7 +230,7 @@ fresh_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_le
                               seed=0, **par.iterator_shard())  # position: from the checkpoint
 resumed = fit(
     result.state, train_step, fresh_data,  # result.state is only the template
-    FitConfig(num_steps=STEPS + MORE, log_every=1 if SMOKE else 50,
+    FitConfig(steps=STEPS + MORE, log_every=1 if SMOKE else 50,
               eval_every=EVAL_EVERY, tensorboard=False, plot=False),
     parallel=par, workdir=WORKDIR, eval_step=eval_step, eval_data=eval_batches,
     model_config=MODEL_CONFIG, tokenizer=tok.to_json(),

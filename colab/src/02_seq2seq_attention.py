@@ -136,7 +136,7 @@ for name, model in models.items():
     result = fit(state, par.train_step(make_loss(model), schedule=schedule),
                  ArrayIterator(train, par.local_batch_size(BATCH), seed=0,
                                **par.iterator_shard()),
-                 FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 50,
+                 FitConfig(steps=STEPS, log_every=1 if SMOKE else 50,
                            tensorboard=False, plot=False),
                  parallel=par)
     trained[name], histories[name] = par.gather(result.state.params), result.history

@@ -124,7 +124,7 @@ train_step = par.train_step(make_lm_loss(flax_apply_fn(lm)))
 batches = LMWindowIterator(train_ids, par.local_batch_size(BATCH), BLOCK, seed=0,
                            **par.iterator_shard())
 result = fit(state, train_step, batches,
-             FitConfig(num_steps=STEPS, log_every=250, tensorboard=False, plot=False),
+             FitConfig(steps=STEPS, log_every=250, tensorboard=False, plot=False),
              parallel=par)
 for r in result.history:  # logged: the first step, every 250th and the last
     print(f"step {r['step']}: loss {r['loss']:.3f}")

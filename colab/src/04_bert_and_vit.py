@@ -116,7 +116,7 @@ state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
 data = map(with_cls, LMWindowIterator(train_ids, par.local_batch_size(BATCH), WINDOW,
                                       seed=1, **par.iterator_shard()))
 bert_run = fit(state, par.train_step(mlm_loss, schedule=schedule), data,
-               FitConfig(num_steps=STEPS, log_every=1 if SMOKE else 100,
+               FitConfig(steps=STEPS, log_every=1 if SMOKE else 100,
                          tensorboard=False, plot=False),
                parallel=par)
 bert_params = par.gather(bert_run.state.params)  # host copies for what follows
@@ -217,7 +217,7 @@ vit_state = par.shard_state(TrainState.create(vit_params, tx, jax.random.PRNGKey
 vit_run = fit(vit_state, par.train_step(vit_loss, schedule=schedule),
               ArrayIterator(train, par.local_batch_size(VIT_BATCH), seed=0,
                             **par.iterator_shard()),
-              FitConfig(num_steps=VIT_STEPS, log_every=1 if SMOKE else 100,
+              FitConfig(steps=VIT_STEPS, log_every=1 if SMOKE else 100,
                         tensorboard=False, plot=False),
               parallel=par)
 

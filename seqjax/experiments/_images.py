@@ -222,7 +222,7 @@ def lm_run(
             weight_decay=cfg.weight_decay,
             clip_norm=cfg.clip_norm,
         ),
-        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                       checkpoint_every=0, best_metric=None, progress=cfg.progress,
                       tensorboard=False, plot=False),
         batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,

@@ -122,13 +122,13 @@ def encode_sources(sentences: Sequence[str], tok: WordTokenizer,
 
 
 def make_model(
-    arch: str, src_vocab: int, tgt_vocab: int, *, embed_dim: int, hidden: int,
-    dropout: float = 0.0, transformer_layers: int = 2, heads: int = 4, max_len: int = 64,
+    arch: str, src_vocab: int, tgt_vocab: int, *, embed_dim: int, hidden_size: int,
+    dropout_rate: float = 0.0, num_layers: int = 2, num_heads: int = 4, max_len: int = 64,
 ) -> Seq2Seq | Transformer:
     """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring)."""
     rnn = Seq2SeqConfig(
-        encoder=RNNConfig(vocab_size=src_vocab, embed_dim=embed_dim, hidden_size=hidden,
-                          cell_type="gru", bidirectional=True, dropout_rate=dropout),
+        encoder=RNNConfig(vocab_size=src_vocab, embed_dim=embed_dim, hidden_size=hidden_size,
+                          cell_type="gru", bidirectional=True, dropout_rate=dropout_rate),
         tgt_vocab_size=tgt_vocab,
     )
     if arch == "gru":
@@ -139,9 +139,9 @@ def make_model(
         return Seq2Seq(rnn.replace(context="attention", attention="luong_general"))
     if arch == "transformer":
         return Transformer(TransformerConfig(
-            src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, num_layers=transformer_layers,
-            embed_dim=hidden, max_len=max_len, tie_embeddings=True,
-            block=vaswani_block(heads, mlp_dim=2 * hidden, dropout_rate=dropout),
+            src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, num_layers=num_layers,
+            embed_dim=hidden_size, max_len=max_len, tie_embeddings=True,
+            block=vaswani_block(num_heads, mlp_dim=2 * hidden_size, dropout_rate=dropout_rate),
         ))
     raise ValueError(f"`arch` must be one of {ARCHS}; got {arch!r}.")
 
@@ -219,7 +219,7 @@ def seq2seq_run(
             "adamw", learning_rate=spec.learning_rate, schedule="warmup_cosine",
             warmup_steps=min(spec.warmup_steps, spec.steps - 1), total_steps=spec.steps,
             end_lr_ratio=0.05, clip_norm=spec.clip_norm),
-        fit=FitConfig(num_steps=spec.steps, log_every=spec.log_every,
+        fit=FitConfig(steps=spec.steps, log_every=spec.log_every,
                       eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
                       progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
                       plot=spec.plot),

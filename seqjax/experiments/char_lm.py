@@ -329,7 +329,7 @@ def build(cfg: Config) -> Task:
         model=model, params=params, loss_fn=make_lm_loss(apply_fn),
         data=lambda par: train_windows(train_ids, cfg, par, tok.vocab_size),
         optimizer=optimizer(cfg),
-        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                       checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
                       print_logs=True, flops_per_step=flops_per_step,
                       steps_per_call=cfg.steps_per_call),

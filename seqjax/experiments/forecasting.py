@@ -168,7 +168,7 @@ def forecaster_run(cfg: Config, train_z: np.ndarray, seed: int,
         model=model, params=params, loss_fn=loss_fn, data=data,
         optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
                                   warmup_steps=cfg.warmup_steps, clip_norm=cfg.clip_norm),
-        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
+        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
                       best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
         batch_size=min(cfg.batch_size, len(data["x"])), seed=seed, dropout_seed=seed + 1000,
         model_config={"hidden_size": cfg.hidden_size}, name=f"seed{seed}", evaluate=forecast)

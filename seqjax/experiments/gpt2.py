@@ -321,7 +321,7 @@ def build(cfg: Config) -> Task:
     run_ = Run(
         model=model, params=params, loss_fn=make_lm_loss(apply_fn), data=windows,
         optimizer=optimizer(cfg),
-        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
+        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                       checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
                       print_logs=True, flops_per_step=flops_per_step,
                       steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch),

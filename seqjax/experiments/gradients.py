@@ -281,7 +281,7 @@ def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
         model=model, params=params, loss_fn=lambda p, b, rng: (mse(p, b), {}), data=data,
         optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
                                   clip_norm=cfg.clip_norm if clip else 0.0),
-        fit=FitConfig(num_steps=cfg.steps, log_every=1, eval_every=cfg.eval_every,
+        fit=FitConfig(steps=cfg.steps, log_every=1, eval_every=cfg.eval_every,
                       best_metric=None, progress=False, tensorboard=False, plot=False,
                       handle_signals=False),
         divergence_is_result=True,  # a run that diverges is a row (adding_outcome)

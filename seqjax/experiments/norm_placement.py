@@ -153,7 +153,7 @@ def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
             warmup_steps=warmup, total_steps=max(cfg.steps, warmup + 1),
             end_lr_ratio=cfg.min_lr_ratio, b2=0.99, weight_decay=cfg.weight_decay,
             clip_norm=cfg.clip_norm),
-        fit=FitConfig(num_steps=cfg.steps, log_every=1, best_metric=None, progress=False,
+        fit=FitConfig(steps=cfg.steps, log_every=1, best_metric=None, progress=False,
                       tensorboard=False, plot=False, handle_signals=False),
         divergence_is_result=True,  # a run that diverges is a row (``outcome``)
         batch_size=cfg.batch_size, seed=cfg.seed, eval_fn=make_lm_eval(apply_fn),

@@ -190,8 +190,9 @@ def _data(cfg: Config) -> _Data:
 
 def _model(cfg: Config, arch: str, d: _Data) -> Any:
     return make_model(arch, d.src_tok.vocab_size, d.tgt_tok.vocab_size,
-                      embed_dim=cfg.embed_dim, hidden=cfg.hidden_size, dropout=cfg.dropout_rate,
-                      transformer_layers=cfg.num_layers, heads=cfg.num_heads)
+                      embed_dim=cfg.embed_dim, hidden_size=cfg.hidden_size,
+                      dropout_rate=cfg.dropout_rate, num_layers=cfg.num_layers,
+                      num_heads=cfg.num_heads)
 
 
 def _english(prompt: str) -> str:

@@ -265,7 +265,7 @@ def position_run(cfg: Config, task: str, positions: str) -> Run:
             "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
             warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
             weight_decay=0.01, clip_norm=1.0),
-        fit=FitConfig(num_steps=cfg.steps, log_every=max(1, cfg.steps // 20), eval_every=0,
+        fit=FitConfig(steps=cfg.steps, log_every=max(1, cfg.steps // 20), eval_every=0,
                       best_metric=None, progress=False, tensorboard=False, plot=False,
                       handle_signals=False),
         batch_size=cfg.batch_size, seed=seed, name=f"{task}_{positions}", writes=False,

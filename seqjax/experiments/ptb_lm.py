@@ -140,7 +140,7 @@ class Config(ParallelOptions):
     """
 
     #: ``--num_steps`` (the TensorFlow tutorial's name of the window) is ``--block_size`` here;
-    #: ``num_steps`` elsewhere counts optimiser steps, as ``FitConfig.num_steps`` does.
+    #: a count of optimiser steps is ``steps`` everywhere (``--steps``, ``FitConfig.steps``).
     RENAMED: ClassVar[dict[str, str]] = {"num_steps": "block_size"}
 
     hidden_size: PosInt = 200
@@ -337,7 +337,7 @@ def build(cfg: Config) -> Task:
         optimizer=make_tx(cfg, per_epoch), batch_size=cfg.batch_size, seed=cfg.seed,
         dropout_seed=key_state, carry=model.zero_carry(cfg.batch_size),
         step_options={"with_carry": True},
-        fit=FitConfig(num_steps=total, log_every=cfg.log_every, eval_every=per_epoch,
+        fit=FitConfig(steps=total, log_every=cfg.log_every, eval_every=per_epoch,
                       checkpoint_every=0, progress=cfg.progress, tensorboard=False),
         make_eval_step=host_eval, eval_data=[{}], on_log=[progress_printer(cfg, per_epoch, total)],
         model_config={"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,

@@ -324,7 +324,7 @@ def task_run(cfg: Config, task: str, model_name: str, results: list[dict]) -> Ru
     return Run(
         model=model, params=params["params"], loss_fn=loss_fn, data=batches,
         optimizer=(tx, schedule), batch_size=cfg.batch_size, seed=cfg.seed,
-        fit=FitConfig(num_steps=steps, log_every=every, best_metric=None, progress=False,
+        fit=FitConfig(steps=steps, log_every=every, best_metric=None, progress=False,
                       tensorboard=False, plot=False, handle_signals=cfg.workdir is not None),
         eval_fn=eval_fn, on_log=[record], name=f"{task}_{model_name}", evaluate=row,
         compiler_options={"xla_backend_optimization_level": 0} if cfg.fast_compile else None,

@@ -157,7 +157,7 @@ def build(cfg: Config) -> Task:
         model=model, params=_init(model, jax.random.PRNGKey(cfg.seed), x)["params"],
         loss_fn=loss_fn, data=sentence, batch_size=None, seed=cfg.seed,
         optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate),
-        fit=FitConfig(num_steps=cfg.steps, log_every=cfg.log_every, best_metric=None,
+        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, best_metric=None,
                       checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
                       print_logs=True),
         model_config=_model_config(cfg), evaluate=predictions)

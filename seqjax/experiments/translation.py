@@ -294,9 +294,9 @@ def build(cfg: Config) -> Task:
         for arch in cfg.archs:
             for seed in cfg.seeds:
                 model = make_model(arch, src_tok.vocab_size, tgt_tok.vocab_size,
-                                   embed_dim=cfg.embed_dim, hidden=cfg.hidden_size,
-                                   dropout=cfg.dropout_rate, heads=cfg.num_heads,
-                                   transformer_layers=cfg.num_layers)
+                                   embed_dim=cfg.embed_dim, hidden_size=cfg.hidden_size,
+                                   dropout_rate=cfg.dropout_rate, num_heads=cfg.num_heads,
+                                   num_layers=cfg.num_layers)
                 mc = {"arch": arch, "src_vocab": src_tok.vocab_size,
                       "tgt_vocab": tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
                       "hidden_size": cfg.hidden_size}

@@ -98,16 +98,16 @@ class StepPlan:
 def call_steps(s: int, cfg: FitConfig) -> int:
     """Steps in the jitted call that starts after step ``s``: ``cfg.steps_per_call`` (``k``)
     steps, aligned to multiples of ``k`` — a shorter call to reach one (a run resumed off
-    the grid) or the last step ``cfg.num_steps``; 0 when there is nothing left.
+    the grid) or the last step ``cfg.steps``; 0 when there is nothing left.
 
     Example:
         >>> from seqjax.train.loop import FitConfig
-        >>> cfg = FitConfig(num_steps=10, steps_per_call=4, log_every=4)
+        >>> cfg = FitConfig(steps=10, steps_per_call=4, log_every=4)
         >>> [call_steps(s, cfg) for s in (0, 3, 4, 8, 10)]
         [4, 1, 4, 2, 0]
     """
     k = cfg.steps_per_call
-    return max(0, min(k - s % k, cfg.num_steps - s))
+    return max(0, min(k - s % k, cfg.steps - s))
 
 
 def step_actions(s: int, cfg: FitConfig, start: int, *, evaluates: bool, saves: bool,
@@ -116,7 +116,7 @@ def step_actions(s: int, cfg: FitConfig, start: int, *, evaluates: bool, saves: 
     resumed) at step ``start``: a pure function of its arguments.
 
     * log: every ``cfg.log_every`` steps, the first call's last step (the time to the first
-      step) and the last step ``cfg.num_steps``;
+      step) and the last step ``cfg.steps``;
     * evaluate (``evaluates``: ``fit`` has an evaluation step and data): every
       ``cfg.eval_every`` steps (0 = never) and the last step;
     * save (``saves``: ``fit`` has a work dir): every ``cfg.checkpoint_every`` steps (0 =
@@ -129,11 +129,11 @@ def step_actions(s: int, cfg: FitConfig, start: int, *, evaluates: bool, saves: 
 
     Example:
         >>> from seqjax.train.loop import FitConfig
-        >>> cfg = FitConfig(num_steps=6, log_every=4, checkpoint_every=3)
+        >>> cfg = FitConfig(steps=6, log_every=4, checkpoint_every=3)
         >>> step_actions(3, cfg, 0, evaluates=False, saves=True)
         StepPlan(log=False, evaluate=False, save=True, stop=False)
     """
-    final = s == cfg.num_steps
+    final = s == cfg.steps
     first = s == start + call_steps(start, cfg)
     evaluate = evaluates and (final or _every(s, cfg.eval_every))
     return StepPlan(
@@ -330,7 +330,7 @@ class BatchSource:
 
     def __init__(self, data: Any, train_step: Callable, *, start: int, data_state: Any,
                  place_batch: Callable[[Any], Any] | None, steps_per_call: int,
-                 prefetch: int | None, num_steps: int, checked: bool = False,
+                 prefetch: int | None, steps: int, checked: bool = False,
                  check_batch: Callable[[Any], None] | None = None) -> None:
         self.device = callable(getattr(data, "device_batch", None))
         if (self.device or steps_per_call > 1) and not isinstance(train_step, TrainStep):
@@ -355,10 +355,10 @@ class BatchSource:
             self._get = _batches(data, start, data_state)
             if prefetch is None:
                 prefetch = 0 if jax.default_backend() == "cpu" else 2
-            if prefetch and start < num_steps:
+            if prefetch and start < steps:
                 self._prefetcher = _Prefetcher(self._host_batch,
                                                lambda i: _data_state(data, i),
-                                               start, num_steps, prefetch)
+                                               start, steps, prefetch)
 
     def _host_batch(self, i: int) -> Any:
         """The checked, placed batch of 0-based step ``i``; an error of the data iterator
@@ -438,7 +438,7 @@ class MetricsLog:
     ``start`` on resume), TensorBoard (``tensorboard``: True/False/None = if installed), one
     printed line per record (``print_logs``), a tqdm bar (``progress``) and ``hooks``."""
 
-    def __init__(self, workdir: str | None, *, start: int, num_steps: int, restart: bool,
+    def __init__(self, workdir: str | None, *, start: int, steps: int, restart: bool,
                  progress: bool, print_logs: bool, tensorboard: bool | None,
                  plot: bool | None, hooks: Sequence[Callable[[dict], None]] = ()) -> None:
         self.primary = jax.process_index() == 0
@@ -463,10 +463,10 @@ class MetricsLog:
                 self.writer = tensorboard_writer(
                     os.path.join(workdir, "tensorboard"),
                     purge_step=start + 1 if start or restart else None)
-        if progress and self.primary and start < num_steps:
+        if progress and self.primary and start < steps:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=num_steps, initial=start, desc="train", unit="step",
+            self.bar = tqdm(total=steps, initial=start, desc="train", unit="step",
                             dynamic_ncols=True, file=sys.stderr, mininterval=0.5)
 
     def write(self, record: dict) -> None:

@@ -1,7 +1,7 @@
 """The training loop: ``fit`` with evaluation, progress, logs, checkpoints and fault handling.
 
-``fit(state, train_step, train_data, FitConfig(num_steps=...), workdir=...)`` runs
-``state, metrics = train_step(state, batch)`` until ``state.step == num_steps`` and, in the
+``fit(state, train_step, train_data, FitConfig(steps=...), workdir=...)`` runs
+``state, metrics = train_step(state, batch)`` until ``state.step == steps`` and, in the
 work dir, keeps
 
 * ``checkpoints/`` — orbax checkpoints (:mod:`seqjax.train.checkpoint`) every
@@ -97,6 +97,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from seqjax._checks import NamedFields
 from seqjax.train.fit_parts import (
     BatchSource,
     DataIteratorError,
@@ -148,9 +149,9 @@ def checked_by_default(on: bool) -> Iterator[None]:
 
     Example:
         >>> with checked_by_default(True):
-        ...     FitConfig(num_steps=1).checked
+        ...     FitConfig(steps=1).checked
         True
-        >>> FitConfig(num_steps=1).checked
+        >>> FitConfig(steps=1).checked
         False
     """
     if not isinstance(on, bool):
@@ -163,11 +164,11 @@ def checked_by_default(on: bool) -> Iterator[None]:
 
 
 @dataclasses.dataclass(frozen=True)
-class FitConfig:
+class FitConfig(NamedFields):
     """How :func:`fit` runs.
 
     Attributes:
-        num_steps: train until ``state.step == num_steps``.
+        steps: train until ``state.step == steps``.
         log_every: steps between logged records (also the first step and the last).
         eval_every: steps between evaluations; 0 = only at the end (needs ``eval_data``).
         checkpoint_every: steps between checkpoints; 0 = only at the end (needs a work dir).
@@ -215,7 +216,7 @@ class FitConfig:
             ``fit`` does not), else off; ``fit`` reads this field alone.
     """
 
-    num_steps: int
+    steps: int
     log_every: int = 50
     eval_every: int = 0
     checkpoint_every: int = 0
@@ -238,7 +239,7 @@ class FitConfig:
     checked: bool | None = None
 
     def __post_init__(self) -> None:
-        minimum = {"num_steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
+        minimum = {"steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
                    "keep_checkpoints": 1, "steps_per_call": 1}
         for name, low in minimum.items():
             v = getattr(self, name)
@@ -383,7 +384,7 @@ def fit(
     check_batch: Callable[[Any], None] | None = None,
     restart: bool = False,
 ) -> FitResult:
-    """Train ``state`` to ``config.num_steps`` steps, resuming from ``workdir``'s checkpoints.
+    """Train ``state`` to ``config.steps`` steps, resuming from ``workdir``'s checkpoints.
 
     Args:
         state: the initial state (also the template — structure, shapes, shardings —
@@ -450,10 +451,10 @@ def fit(
         parts.callback(_close, ckpt)  # closed last, after the batch source and the log
         source = parts.enter_context(contextlib.closing(BatchSource(
             train_data, train_step, start=start, data_state=data_state, place_batch=place_batch,
-            steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch, num_steps=cfg.num_steps,
+            steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch, steps=cfg.steps,
             checked=bool(cfg.checked), check_batch=check_batch)))
         log = parts.enter_context(contextlib.closing(MetricsLog(
-            workdir, start=start, num_steps=cfg.num_steps, restart=restart or started_over,
+            workdir, start=start, steps=cfg.steps, restart=restart or started_over,
             progress=cfg.progress, print_logs=cfg.print_logs, tensorboard=cfg.tensorboard,
             plot=cfg.plot, hooks=hooks)))
         fetch = MetricsFetch(cfg.finite_check, workdir,
@@ -465,7 +466,7 @@ def fit(
         parts.enter_context(_gc_frozen(cfg.freeze_gc))
         first_end = start + call_steps(start, cfg)  # the first call's last step
         s = start
-        while s < cfg.num_steps:
+        while s < cfg.steps:
             n = call_steps(s, cfg)
             state, m_dev = _train_call(source, state, s, n, fetch, ckpt, start)
             s += n

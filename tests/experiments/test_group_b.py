@@ -67,7 +67,7 @@ def test_split_by_source_keeps_every_translation_of_a_sentence_together():
 
 
 def test_attention_map_rows_are_distributions():
-    model = _seq2seq.make_model("bahdanau", 9, 11, embed_dim=4, hidden=4)
+    model = _seq2seq.make_model("bahdanau", 9, 11, embed_dim=4, hidden_size=4)
     src, tgt = jnp.ones((1, 3), jnp.int32), jnp.ones((1, 4), jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), src, tgt)["params"]
     alpha = _seq2seq.attention_map(model, params, [4, 5, 6], [7, 8])

@@ -59,7 +59,7 @@ def _regression_run(cfg, seed=0, name="", evaluate=None):
     return _kit.Run(
         model=None, params={"w": np.zeros(3, np.float32)}, loss_fn=loss_fn, data=data,
         optimizer=OptimizerConfig("adam", learning_rate=0.1),
-        fit=FitConfig(num_steps=cfg.steps, log_every=1, progress=False, best_metric=None,
+        fit=FitConfig(steps=cfg.steps, log_every=1, progress=False, best_metric=None,
                       tensorboard=False, plot=False),
         batch_size=8, seed=seed, eval_fn=eval_fn, eval_data=[data], name=name,
         evaluate=evaluate)

@@ -77,7 +77,7 @@ def train(
 ) -> FitResult:
     """The run in ``workdir``; ``fit_options`` replace fields of its :class:`FitConfig`."""
     mesh, host_state, shardings, step, evaluate = _setup()
-    options = dict(num_steps=STEPS, log_every=1, eval_every=4, checkpoint_every=3,
+    options = dict(steps=STEPS, log_every=1, eval_every=4, checkpoint_every=3,
                    keep_checkpoints=2, progress=False, tensorboard=logs, plot=logs)
     return fit(
         jax.device_put(host_state, shardings), step, data(),

@@ -42,7 +42,7 @@ def train(workdir: str, gate: str | None = None) -> None:
                 time.sleep(0.05)
 
     fit(state, make_train_step(loss_fn), ArrayIterator({"x": np.ones((4,), np.float32)}, 2),
-        FitConfig(num_steps=STEPS, log_every=1, checkpoint_every=2, progress=False,
+        FitConfig(steps=STEPS, log_every=1, checkpoint_every=2, progress=False,
                   tensorboard=False, plot=False, handle_signals=False),
         workdir=workdir, hooks=[hook])
 

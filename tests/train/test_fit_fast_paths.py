@@ -41,9 +41,9 @@ def _host_batches(n, seed=0):
     return out
 
 
-def _cfg(num_steps, k=1, **kw):
+def _cfg(steps, k=1, **kw):
     kw.setdefault("log_every", 2 * k if k > 1 else 2)
-    return FitConfig(num_steps=num_steps, steps_per_call=k, progress=False, plot=False,
+    return FitConfig(steps=steps, steps_per_call=k, progress=False, plot=False,
                      tensorboard=False, handle_signals=False, async_checkpointing=False, **kw)
 
 
@@ -70,9 +70,9 @@ def test_steps_per_call_equals_single_steps():
 
 def test_steps_per_call_must_divide_the_intervals_and_needs_a_train_step():
     with pytest.raises(ValueError, match="`log_every` must be a multiple of steps_per_call=4"):
-        FitConfig(num_steps=8, steps_per_call=4, log_every=6)
+        FitConfig(steps=8, steps_per_call=4, log_every=6)
     with pytest.raises(ValueError, match="`steps_per_call` must be an int >= 1"):
-        FitConfig(num_steps=8, steps_per_call=0)
+        FitConfig(steps=8, steps_per_call=0)
     par, state, step = _setup()
     with pytest.raises(TypeError, match="need the train step of make_train_step"):
         fit(state, lambda s, b: step(s, b), lambda i: _host_batches(1)[0], _cfg(4, 2))
@@ -209,10 +209,10 @@ def test_tbptt_fit_on_device_streams_equals_the_host_iterator(k):
 def test_prefetch_gives_the_same_run_resumes_at_the_right_batch_and_names_bad_batches(tmp_path):
     from seqjax.data.iterators import LMWindowIterator
 
-    def run(prefetch, num_steps, workdir=None):
+    def run(prefetch, steps, workdir=None):
         par, state, step = _setup()
         it = LMWindowIterator(TOKENS, B, T, seed=0)
-        return fit(state, step, it, _cfg(num_steps, log_every=3, checkpoint_every=3,
+        return fit(state, step, it, _cfg(steps, log_every=3, checkpoint_every=3,
                                          prefetch=prefetch), parallel=par, workdir=workdir)
 
     plain = run(0, 12)
@@ -233,4 +233,4 @@ def test_prefetch_gives_the_same_run_resumes_at_the_right_batch_and_names_bad_ba
         fit(state, step, lambda i: batches[i], _cfg(8, prefetch=2), parallel=par,
             check_batch=make_batch_check(V))
     with pytest.raises(ValueError, match="`prefetch` must be None or an int >= 0"):
-        FitConfig(num_steps=2, prefetch=-1)
+        FitConfig(steps=2, prefetch=-1)

@@ -38,47 +38,47 @@ X = True
 PLANS = [
     # s, FitConfig fields, start, evaluates, saves, stop requested -> plan
     # one step per call: the first step, every log_every, the last step
-    (1, dict(num_steps=10, log_every=4), 0, X, X, _, (X, _, _, _)),  # the first call
-    (2, dict(num_steps=10, log_every=4), 0, X, X, _, (_, _, _, _)),
-    (4, dict(num_steps=10, log_every=4), 0, X, X, _, (X, _, _, _)),
-    (10, dict(num_steps=10, log_every=4), 0, X, X, _, (X, X, X, _)),  # the last step
-    (10, dict(num_steps=10, log_every=4), 0, _, _, _, (X, _, _, _)),  # no eval data, no dir
+    (1, dict(steps=10, log_every=4), 0, X, X, _, (X, _, _, _)),  # the first call
+    (2, dict(steps=10, log_every=4), 0, X, X, _, (_, _, _, _)),
+    (4, dict(steps=10, log_every=4), 0, X, X, _, (X, _, _, _)),
+    (10, dict(steps=10, log_every=4), 0, X, X, _, (X, X, X, _)),  # the last step
+    (10, dict(steps=10, log_every=4), 0, _, _, _, (X, _, _, _)),  # no eval data, no dir
     # eval_every / checkpoint_every / log_every interplay
-    (8, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+    (8, dict(steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
      (_, _, X, _)),
-    (10, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+    (10, dict(steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
      (X, X, X, _)),  # an evaluation saves a checkpoint
-    (10, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, _, _,
+    (10, dict(steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, _, _,
      (X, X, _, _)),  # ... when there is a work dir
-    (10, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, _, X, _,
+    (10, dict(steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, _, X, _,
      (X, _, _, _)),  # no eval data: no evaluation, no checkpoint (10 is not a multiple of 4)
-    (15, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+    (15, dict(steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
      (X, _, _, _)),
-    (20, dict(num_steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
+    (20, dict(steps=20, log_every=5, eval_every=10, checkpoint_every=4), 0, X, X, _,
      (X, X, X, _)),
-    (7, dict(num_steps=20, log_every=1, eval_every=0, checkpoint_every=0), 0, X, X, _,
+    (7, dict(steps=20, log_every=1, eval_every=0, checkpoint_every=0), 0, X, X, _,
      (X, _, _, _)),  # 0 = only at the end
     # steps_per_call > 1: only the steps that end a call are asked about
-    (4, dict(num_steps=12, steps_per_call=4, log_every=8, eval_every=4, checkpoint_every=8), 0,
+    (4, dict(steps=12, steps_per_call=4, log_every=8, eval_every=4, checkpoint_every=8), 0,
      X, X, _, (X, X, X, _)),  # the first call's last step
-    (8, dict(num_steps=12, steps_per_call=4, log_every=8, eval_every=4, checkpoint_every=8), 0,
+    (8, dict(steps=12, steps_per_call=4, log_every=8, eval_every=4, checkpoint_every=8), 0,
      _, X, _, (X, _, X, _)),
-    (4, dict(num_steps=12, steps_per_call=4, log_every=8, eval_every=0, checkpoint_every=8), 0,
+    (4, dict(steps=12, steps_per_call=4, log_every=8, eval_every=0, checkpoint_every=8), 0,
      X, X, _, (X, _, _, _)),
-    (12, dict(num_steps=12, steps_per_call=4, log_every=8), 8, X, X, _, (X, X, X, _)),
-    (10, dict(num_steps=10, steps_per_call=4, log_every=8), 8, _, _, _, (X, _, _, _)),  # short
+    (12, dict(steps=12, steps_per_call=4, log_every=8), 8, X, X, _, (X, X, X, _)),
+    (10, dict(steps=10, steps_per_call=4, log_every=8), 8, _, _, _, (X, _, _, _)),  # short
     # resumed: the first call of this run is logged (timed), on the grid or off it
-    (4, dict(num_steps=10, log_every=10), 3, X, X, _, (X, _, _, _)),
-    (5, dict(num_steps=10, log_every=10), 3, X, X, _, (_, _, _, _)),
-    (4, dict(num_steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (X, _, _, _)),  # off
-    (6, dict(num_steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (X, _, _, _)),
-    (8, dict(num_steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (_, _, _, _)),
-    (6, dict(num_steps=12, steps_per_call=2, log_every=8), 4, X, X, _, (X, _, _, _)),  # on
-    (10, dict(num_steps=12, steps_per_call=2, log_every=8), 4, X, X, _, (_, _, _, _)),
+    (4, dict(steps=10, log_every=10), 3, X, X, _, (X, _, _, _)),
+    (5, dict(steps=10, log_every=10), 3, X, X, _, (_, _, _, _)),
+    (4, dict(steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (X, _, _, _)),  # off
+    (6, dict(steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (X, _, _, _)),
+    (8, dict(steps=10, steps_per_call=2, log_every=6), 3, X, X, _, (_, _, _, _)),
+    (6, dict(steps=12, steps_per_call=2, log_every=8), 4, X, X, _, (X, _, _, _)),  # on
+    (10, dict(steps=12, steps_per_call=2, log_every=8), 4, X, X, _, (_, _, _, _)),
     # a stop request: save and stop, before the last step; at the last step, just finish
-    (3, dict(num_steps=10, log_every=5), 0, X, X, X, (_, _, X, X)),
-    (3, dict(num_steps=10, log_every=5), 0, X, _, X, (_, _, _, X)),  # no work dir: stop only
-    (10, dict(num_steps=10, log_every=5), 0, _, X, X, (X, _, X, _)),
+    (3, dict(steps=10, log_every=5), 0, X, X, X, (_, _, X, X)),
+    (3, dict(steps=10, log_every=5), 0, X, _, X, (_, _, _, X)),  # no work dir: stop only
+    (10, dict(steps=10, log_every=5), 0, _, X, X, (X, _, X, _)),
 ]
 
 
@@ -91,11 +91,11 @@ def test_step_actions_table(s, fields, start, evaluates, saves, stop, want):
 
 
 @pytest.mark.parametrize("fields, start, calls", [
-    (dict(num_steps=10, steps_per_call=4, log_every=4), 0, [4, 4, 2]),
-    (dict(num_steps=10, steps_per_call=4, log_every=4), 3, [1, 4, 2]),  # back on the grid
-    (dict(num_steps=5, log_every=1), 2, [1, 1, 1]),
-    (dict(num_steps=4, steps_per_call=4, log_every=4), 4, []),  # nothing left
-    (dict(num_steps=4, steps_per_call=4, log_every=4), 6, []),  # past the end
+    (dict(steps=10, steps_per_call=4, log_every=4), 0, [4, 4, 2]),
+    (dict(steps=10, steps_per_call=4, log_every=4), 3, [1, 4, 2]),  # back on the grid
+    (dict(steps=5, log_every=1), 2, [1, 1, 1]),
+    (dict(steps=4, steps_per_call=4, log_every=4), 4, []),  # nothing left
+    (dict(steps=4, steps_per_call=4, log_every=4), 6, []),  # past the end
 ])
 def test_call_steps_align_calls_to_the_grid(fields, start, calls):
     cfg = FitConfig(**fields)
@@ -108,10 +108,10 @@ def test_call_steps_align_calls_to_the_grid(fields, start, calls):
 
 def test_a_walk_of_the_plan_over_a_resumed_run():
     """What fit does at each call of a run resumed at step 3 with steps_per_call=2."""
-    cfg = FitConfig(num_steps=12, steps_per_call=2, log_every=4, eval_every=6,
+    cfg = FitConfig(steps=12, steps_per_call=2, log_every=4, eval_every=6,
                     checkpoint_every=8)
     s, seen = 3, {}
-    while s < cfg.num_steps:
+    while s < cfg.steps:
         s += call_steps(s, cfg)
         plan = step_actions(s, cfg, 3, evaluates=True, saves=True)
         seen[s] = "".join(c for c, on in zip("LESX", (plan.log, plan.evaluate, plan.save,
@@ -122,14 +122,14 @@ def test_a_walk_of_the_plan_over_a_resumed_run():
 def test_checked_none_is_resolved_where_the_config_is_made():
     """FitConfig(checked=None) is off, or on inside checked_by_default (where the command
     line runs a recipe); an explicit value is kept; fit reads the field alone."""
-    assert FitConfig(num_steps=1).checked is False
+    assert FitConfig(steps=1).checked is False
     with checked_by_default(True):
-        assert FitConfig(num_steps=1).checked is True
-        assert FitConfig(num_steps=1, checked=False).checked is False
+        assert FitConfig(steps=1).checked is True
+        assert FitConfig(steps=1, checked=False).checked is False
         with checked_by_default(False):
-            assert FitConfig(num_steps=1).checked is False
-        assert dataclasses.replace(FitConfig(num_steps=1), num_steps=2).checked is True
-    assert FitConfig(num_steps=1).checked is False
+            assert FitConfig(steps=1).checked is False
+        assert dataclasses.replace(FitConfig(steps=1), steps=2).checked is True
+    assert FitConfig(steps=1).checked is False
     with pytest.raises(TypeError, match="`on` must be a bool"):
         with checked_by_default("1"):
             pass
@@ -175,7 +175,7 @@ def test_metrics_log_cuts_history_back_and_writes_records(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (2, 4, 6)))
     seen = []
-    log = MetricsLog(str(tmp_path), start=4, num_steps=8, restart=False, progress=False,
+    log = MetricsLog(str(tmp_path), start=4, steps=8, restart=False, progress=False,
                      print_logs=True, tensorboard=False, plot=False, hooks=[seen.append])
     log.write({"step": 8, "loss": 0.5, "time": 1.0})
     log.close()
@@ -188,19 +188,19 @@ def test_batch_source_host_batches_replay_check_and_position():
     _, _, step = _setup()
     batches = _host_batches(5)
     source = BatchSource(iter(batches), step, start=2, data_state=None, place_batch=None,
-                         steps_per_call=1, prefetch=0, num_steps=5)
+                         steps_per_call=1, prefetch=0, steps=5)
     assert not source.device and source.check_batch is None
     assert source.position(3) == {"batches_consumed": 3}
     bad = [{"inputs": np.full((B, T), V), "targets": np.zeros((B, T), np.int32)}]
     source = BatchSource(lambda i: bad[0], step, start=0, data_state=None, place_batch=None,
-                         steps_per_call=1, prefetch=0, num_steps=1,
+                         steps_per_call=1, prefetch=0, steps=1,
                          check_batch=make_batch_check(V))
     with pytest.raises(ValueError, match="training batch of step 1"):
         source.call(None, 0, 1)
     with pytest.raises(TypeError, match="TrainStep"):
         BatchSource(DeviceLMWindows(TOKENS, B, T), lambda s, b: (s, {}), start=0,
                     data_state=None, place_batch=None, steps_per_call=1, prefetch=0,
-                    num_steps=1)
+                    steps=1)
 
 
 def test_resume_without_checkpoint_asks_the_history_check(tmp_path):
@@ -329,7 +329,7 @@ def test_fit_config_refuses_non_bool_switches():
 
     for name in ("compile_ahead", "checked"):
         with pytest.raises(ValueError, match=f"`{name}` must be True, False or None; got 'yes'"):
-            FitConfig(num_steps=1, **{name: "yes"})
+            FitConfig(steps=1, **{name: "yes"})
 
 
 def test_first_call_after_an_off_grid_resume_is_logged_and_timed(tmp_path):

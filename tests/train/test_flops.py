@@ -49,7 +49,7 @@ def _toy():
 
 
 def test_fit_logs_mfu_from_flops_per_step_and_peak():
-    cfg = FitConfig(num_steps=4, log_every=2, progress=False, tensorboard=False, plot=False,
+    cfg = FitConfig(steps=4, log_every=2, progress=False, tensorboard=False, plot=False,
                     async_checkpointing=False, flops_per_step=1e9, peak_flops=1e12)
     result = fit(*_toy(), cfg)
     assert [r["step"] for r in result.history] == [1, 2, 4]  # the first step, then every 2

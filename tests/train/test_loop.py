@@ -140,7 +140,7 @@ def _quadratic(poison_at=None):
 @pytest.mark.parametrize("log_every", [1, 10])  # metrics fetched every step / in bulk
 def test_nan_stops_with_step_and_metric_and_keeps_last_good_checkpoint(tmp_path, log_every):
     state, step, batch = _quadratic(poison_at=5)
-    cfg = FitConfig(num_steps=10, log_every=log_every, checkpoint_every=2, progress=False,
+    cfg = FitConfig(steps=10, log_every=log_every, checkpoint_every=2, progress=False,
                     tensorboard=False, plot=False)
     with pytest.raises(NonFiniteLossError, match="non-finite loss = nan at step 5") as err:
         fit(state, step, batch, cfg, workdir=tmp_path)
@@ -154,12 +154,12 @@ def test_nan_stops_with_step_and_metric_and_keeps_last_good_checkpoint(tmp_path,
 
 def test_resume_replays_a_plain_iterator_and_without_workdir_writes_nothing(tmp_path):
     state, step, batch = _quadratic()
-    cfg = FitConfig(num_steps=6, log_every=1, checkpoint_every=3, progress=False,
+    cfg = FitConfig(steps=6, log_every=1, checkpoint_every=3, progress=False,
                     tensorboard=False, plot=False, async_checkpointing=False)
     once = fit(state, step, iter([batch(i) for i in range(6)]), cfg)
     assert once.status == "completed" and len(once.history) == 6
     state, step, _ = _quadratic()
-    half = FitConfig(**{**cfg.__dict__, "num_steps": 3})
+    half = FitConfig(**{**cfg.__dict__, "steps": 3})
     fit(state, step, iter([batch(i) for i in range(3)]), half, workdir=tmp_path)
     state, step, _ = _quadratic()
     again = fit(state, step, iter([batch(i) for i in range(6)]), cfg, workdir=tmp_path)
@@ -187,10 +187,10 @@ def test_resume_restores_a_pipeline_iterator_without_replaying(tmp_path):
     def step(state, b):  # a step that reads the batch: the loss is a function of the data
         return state, {"loss": jnp.float32(b["inputs"].sum())}
 
-    cfg = FitConfig(num_steps=6, log_every=1, checkpoint_every=3, progress=False,
+    cfg = FitConfig(steps=6, log_every=1, checkpoint_every=3, progress=False,
                     tensorboard=False, plot=False, async_checkpointing=False)
     once = fit(state0, step, Counting(tokens, 2, 8, seed=0), cfg)
-    half = FitConfig(**{**cfg.__dict__, "num_steps": 3})
+    half = FitConfig(**{**cfg.__dict__, "steps": 3})
     fit(state0, step, Counting(tokens, 2, 8, seed=0), half, workdir=tmp_path)
     Counting.calls = 0
     again = fit(state0, step, Counting(tokens, 2, 8, seed=0), cfg, workdir=tmp_path)
@@ -206,4 +206,12 @@ def test_evaluate_weights_batches_by_tokens():
     with pytest.raises(ValueError, match="empty"):
         evaluate(ev, None, [])
     with pytest.raises(ValueError, match="log_every"):
-        FitConfig(num_steps=3, log_every=0)
+        FitConfig(steps=3, log_every=0)
+
+
+def test_fit_config_names_the_new_spelling_of_num_steps():
+    """``FitConfig.num_steps`` is ``steps``, the recipes' ``--steps``: the old keyword is a
+    ``TypeError`` naming the new one."""
+    with pytest.raises(TypeError, match=r"`num_steps` \(renamed `steps`\)"):
+        FitConfig(num_steps=3)
+    assert FitConfig(steps=3).steps == 3

@@ -131,7 +131,7 @@ def test_fit_writes_run_json_and_mfu_over_the_mesh(tmp_path):
                                               jax.random.PRNGKey(1)))
     kernel = state.params["head"]["kernel"]
     assert not kernel.sharding.is_fully_replicated  # FSDP really shards
-    cfg = FitConfig(num_steps=2, log_every=1, progress=False, tensorboard=False, plot=False,
+    cfg = FitConfig(steps=2, log_every=1, progress=False, tensorboard=False, plot=False,
                     async_checkpointing=False, flops_per_step=1e9, peak_flops=1e12)
     result = fit(state, par.train_step(loss_fn), iter(_batches(n=2)), cfg,
                  workdir=tmp_path, parallel=par)

@@ -97,7 +97,7 @@ def _run(workdir, *, steps=6, every=2, async_save=True, size=1, keep=3, seed=0):
     state, _ = create_train_state(lambda r: {"w": jnp.asarray(w)}, optax.sgd(0.1),
                                   jax.random.PRNGKey(0))
     return fit(state, make_train_step(_loss), ArrayIterator({"x": np.ones((4,), np.float32)}, 2),
-               FitConfig(num_steps=steps, log_every=1, checkpoint_every=every,
+               FitConfig(steps=steps, log_every=1, checkpoint_every=every,
                          keep_checkpoints=keep, async_checkpointing=async_save,
                          progress=False, tensorboard=False, plot=False, handle_signals=False),
                workdir=workdir)
