@@ -175,7 +175,7 @@ class LMWindowIterator(ResumableIterator):
         block_size: int,
         *,
         seed: int = 0,
-        num_steps: int | None = None,
+        steps: int | None = None,
         shard_index: int | None = None,
         shard_count: int | None = None,
         vocab_size: int | None = None,
@@ -190,7 +190,7 @@ class LMWindowIterator(ResumableIterator):
                 f"{self.tokens.shape}."
             )
         self.batch_size, self.block_size, self.seed = batch_size, block_size, seed
-        self.num_steps = num_steps
+        self.steps = steps
         self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
         self.step = 0
 
@@ -205,7 +205,7 @@ class LMWindowIterator(ResumableIterator):
         self.step = position["step"]
 
     def __next__(self) -> dict[str, np.ndarray]:
-        if self.num_steps is not None and self.step >= self.num_steps:
+        if self.steps is not None and self.step >= self.steps:
             raise StopIteration
         rng = np.random.default_rng([self.seed, self.step])
         ix = rng.integers(0, len(self.tokens) - self.block_size,

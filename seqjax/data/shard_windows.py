@@ -69,7 +69,7 @@ class ShardWindows(ResumableIterator):
         eot: the end-of-text id (``align="document"``).
         shard_index, shard_count: this process's block of rows (default: the whole global
             batch; a multi-process run passes ``Parallel.iterator_shard()``).
-        num_steps: stop after this many steps (``None``: endless).
+        steps: stop after this many steps (``None``: endless).
 
     Yields ``{"inputs": int32[B, T], "targets": int32[B, T]}`` (targets shifted by one).
     """
@@ -79,7 +79,7 @@ class ShardWindows(ResumableIterator):
     def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int, *,
                  seed: int = 0, align: str = "random", eot: int | None = None,
                  shard_index: int | None = None, shard_count: int | None = None,
-                 num_steps: int | None = None) -> None:
+                 steps: int | None = None) -> None:
         _check_positive(batch_size=batch_size, block_size=block_size)
         if align not in ALIGNS:
             raise ValueError(f"`align` must be one of {ALIGNS}; got {align!r}.")
@@ -90,7 +90,7 @@ class ShardWindows(ResumableIterator):
             if s.ndim != 1 or not np.issubdtype(s.dtype, np.integer):
                 raise ValueError(f"shard {i} must be 1-D integer ids; got {s.dtype} {s.shape}.")
         self.batch_size, self.block_size, self.seed = int(batch_size), int(block_size), seed
-        self.align, self.num_steps, self.step = align, num_steps, 0
+        self.align, self.steps, self.step = align, steps, 0
         self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
         window = self.block_size + 1
         if align == "random":
@@ -150,7 +150,7 @@ class ShardWindows(ResumableIterator):
         return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:]}
 
     def __next__(self) -> dict[str, np.ndarray]:
-        if self.num_steps is not None and self.step >= self.num_steps:
+        if self.steps is not None and self.step >= self.steps:
             raise StopIteration
         out = self.batch(self.step)
         self.step += 1

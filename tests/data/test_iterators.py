@@ -34,7 +34,7 @@ def test_lm_window_iterator_resume_and_sharding():
     with pytest.raises(ValueError, match="global_batch_size: expected 4, got 8"):
         LMWindowIterator(data, 4, 8, seed=1).set_state(
             LMWindowIterator(data, 8, 8, seed=1).get_state())
-    assert len(list(LMWindowIterator(data, 2, 8, num_steps=5))) == 5
+    assert len(list(LMWindowIterator(data, 2, 8, steps=5))) == 5
 
 
 @pytest.mark.parametrize("make", [
