@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -408,12 +409,29 @@ def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
     ``task.summarize``; :func:`write_results` writes it as ``NAME.json`` in ``cfg.workdir``,
     with ``task.report``'s markdown and ``task.files``' files there and in
     ``cfg.results_dir``. Returns the summary.
+
+    A run stopped by SIGTERM/SIGINT (``fit``'s ``"interrupted"``, its checkpoint saved)
+    ends the recipe there: no later run starts, nothing is evaluated, summarised or
+    written from a part-trained run, and the returned summary is ``{"status":
+    "interrupted", "run", "steps", "runs_trained"}``. The same command then resumes: the
+    finished runs restore their last checkpoint (and evaluate it again), the stopped one
+    trains on.
     """
     start = time.perf_counter() if task.started is None else task.started
     par = Parallel.from_options(cfg) if par is None else par
     load_before = load_average()
     print(f"{task.name}: {task.about}; {par}" if task.about else f"{task.name}: {par}")
-    trained = [train_run(run, par, getattr(cfg, "workdir", None)) for run in task.runs]
+    trained: list[Trained] = []
+    for run in task.runs:
+        trained.append(train_run(run, par, getattr(cfg, "workdir", None)))
+        if trained[-1].status == "interrupted":  # no later run, no results from part of one
+            where = f"run {run.name!r}" if run.name else "the run"
+            if jax.process_index() == 0:
+                print(f"{task.name}: {where} was stopped at step {trained[-1].steps}; no "
+                      "later run started and no results were written; the same command "
+                      "resumes it", file=sys.stderr, flush=True)
+            return {"status": "interrupted", "run": run.name, "steps": trained[-1].steps,
+                    "runs_trained": len(trained)}
     summary: dict[str, Any] = {
         "config": dataclasses.asdict(cfg), "parallel": par.describe(), "machine": machine(),
         "load_average_before": load_before, "load_average_after": load_average(),
@@ -504,7 +522,7 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
                       eval={} if result is None else dict(result.eval_metrics),
                       seconds=seconds, records=records, folder=folder, par=par,
                       eval_step=eval_step, eval_data=eval_data, diverged_at=diverged_at)
-    if run.evaluate is not None:
+    if run.evaluate is not None and trained.status != "interrupted":
         trained.results = dict(run.evaluate(trained))
     return trained
 

@@ -447,6 +447,9 @@ def fit(
     for thread in warm:  # compiled while the checkpoint was read; a call made before a
         thread.join()  # background compile finished would compile the same program again
     status, eval_metrics = "completed", {}
+    if start >= cfg.steps and evaluates:  # resumed at its end: the result carries the final
+        eval_metrics = _evaluation(  # evaluation as the uninterrupted run's (logged already)
+            eval_step, state.params, eval_data, place_eval_batch, check_batch)
     with SignalGuard(cfg.handle_signals) as guard, contextlib.ExitStack() as parts:
         parts.callback(_close, ckpt)  # closed last, after the batch source and the log
         source = parts.enter_context(contextlib.closing(BatchSource(

@@ -180,3 +180,44 @@ def test_a_run_that_diverges_is_a_result_only_when_it_says_so(tmp_path):
     np.testing.assert_array_equal(t.params["w"], run.params["w"])  # no trained parameters
     with pytest.raises(ValueError, match="diverged at step"):
         t.evaluate()
+
+
+def test_a_stopped_run_ends_the_recipe_and_the_same_command_finishes_as_uninterrupted(
+        tmp_path, capsys):
+    """SIGTERM in the first of two runs: the second never starts, nothing is summarised or
+    written from a part-trained run; the same call then finishes with the uninterrupted
+    results, and once more on the finished work dir (each run resumed at its end evaluates
+    again) gives them too."""
+    import signal
+    import threading
+
+    import pytest
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("fit handles signals only in the main thread")
+
+    def stop_at_step_2(record):
+        if record["step"] == 2:
+            signal.raise_signal(signal.SIGTERM)
+
+    def task(cfg, stop=False):
+        def runs():
+            for s in (0, 1):
+                run = _regression_run(cfg, seed=s, name=f"seed{s}",
+                                      evaluate=lambda t: {"loss": t.eval["eval/loss"]})
+                yield dataclasses.replace(run, on_log=[stop_at_step_2]) if stop and s == 0 else run
+        return _kit.Task("two", runs(), summarize=lambda ts: {
+            "runs": [t.results for t in ts], "w": [t.params["w"].tolist() for t in ts]})
+
+    whole = _TrainCfg(steps=6, workdir=str(tmp_path / "whole"))
+    expected = _kit.train(task(whole), whole)
+    cfg = _TrainCfg(steps=6, workdir=str(tmp_path / "stopped"))
+    stopped = _kit.train(task(cfg, stop=True), cfg)
+    assert stopped["status"] == "interrupted" and stopped["run"] == "seed0"
+    assert 2 <= stopped["steps"] < 6 and stopped["runs_trained"] == 1
+    assert "two: run 'seed0' was stopped at step" in capsys.readouterr().err
+    assert not (tmp_path / "stopped" / "seed1").exists()
+    assert not (tmp_path / "stopped" / "two.json").exists()
+    for _ in range(2):  # resumes; then every run is resumed at its end
+        finished = _kit.train(task(cfg), cfg)
+        assert finished["runs"] == expected["runs"] and finished["w"] == expected["w"]

@@ -215,3 +215,20 @@ def test_fit_config_names_the_new_spelling_of_num_steps():
     with pytest.raises(TypeError, match=r"`num_steps` \(renamed `steps`\)"):
         FitConfig(num_steps=3)
     assert FitConfig(steps=3).steps == 3
+
+
+def test_a_fit_resumed_at_its_end_returns_the_final_evaluation_again(tmp_path):
+    """The same call on a finished work dir trains nothing, logs nothing, and its result
+    carries the final evaluation as the first call's did (a recipe reads it)."""
+    state, step, batch = _quadratic()
+    cfg = FitConfig(steps=4, log_every=2, progress=False, tensorboard=False, plot=False,
+                    async_checkpointing=False)
+    eval_step = jax.jit(lambda p, b: {"loss": jnp.mean((p["w"] * b["x"] - 1.0) ** 2)})
+    first = fit(state, step, batch, cfg, workdir=tmp_path, eval_step=eval_step,
+                eval_data=[batch(0)])
+    logged = open(tmp_path / "metrics.jsonl").read()
+    again = fit(_quadratic()[0], step, batch, cfg, workdir=tmp_path, eval_step=eval_step,
+                eval_data=[batch(0)])
+    assert again.start_step == 4 and again.history == []
+    assert again.eval_metrics == first.eval_metrics and "eval/loss" in first.eval_metrics
+    assert open(tmp_path / "metrics.jsonl").read() == logged
