@@ -139,22 +139,18 @@ class ImageCaptioner(nn.Module):
         """``|V|`` (what :mod:`seqjax.decoding` reads)."""
         return self.config.vocab_size  # type: ignore[return-value]  # required by the config
 
-    @property
-    def hidden_size(self) -> int:
-        return self.config.features
-
     def setup(self) -> None:
         cfg = self.config
         if cfg.image_hidden is not None:
             self.image_encoder = Dense(cfg.image_hidden, name="image_encoder")
         if cfg.condition in ("init", "both"):
-            self.init_proj = Dense(self.hidden_size, name="init_proj")
+            self.init_proj = Dense(cfg.features, name="init_proj")
         if cfg.condition in ("input", "both"):
             self.image_proj = Dense(cfg.image_embed_dim or cfg.embed_dim, use_bias=False,
                                     name="image_proj")
         self.embed = Embed(self.vocab_size, cfg.embed_dim, name="embed")
         cell = CELL_TYPES[cfg.cell_type](  # type: ignore[index]  # a name: checked above
-            self.hidden_size, parent=None, **dict(cfg.cell_kwargs or {}))
+            cfg.features, parent=None, **dict(cfg.cell_kwargs or {}))
         self.rnn = RNN(cell, unroll=cfg.unroll, return_carry=True, implementation="scan",
                        name="rnn")
         self.head = Dense(self.vocab_size, name="head")
@@ -171,7 +167,7 @@ class ImageCaptioner(nn.Module):
     def _initial_carry(self, a_BxA: Array) -> Any:
         batch = a_BxA.shape[0]
         if self.config.condition == "input":
-            h_BxH = jnp.zeros((batch, self.hidden_size), jnp.float32)
+            h_BxH = jnp.zeros((batch, self.config.features), jnp.float32)
         else:
             h_BxH = jnp.tanh(self.init_proj(a_BxA))
         if self.config.cell_type == "lstm":
