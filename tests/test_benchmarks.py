@@ -369,3 +369,16 @@ ENTRY %main (x: bf16[2,2,10]) -> bf16[4,10] {
     assert g("fusion", "f32[32]", "jit(step_fn)/adamw/mul", 10) == "optimizer update"
     assert g("fusion", "f32[4,32]", stack + "/ffn_norm/sub", 10) == (
         "norms, GELU, residual, embeddings")
+
+
+def test_muon_parity_smoke_prints_both_torch_runs(capsys):
+    from benchmarks import muon_parity
+
+    assert muon_parity.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    if not _has_torch():
+        assert "torch is not installed" in out
+        return
+    assert "10 steps" not in out and "3 steps of Muon" in out
+    for label in ("float32 NS", "bfloat16 NS"):
+        assert f"torch.optim.Muon, {label}: max relative loss difference" in out

@@ -30,6 +30,21 @@ Presets:
   ``benchmarks/README.md`` runs side by side with nanoGPT's own ``train.py`` on the Tiny
   Shakespeare bins of its ``data/shakespeare/prepare.py``.
 * ``smoke`` — seconds, for CI.
+* ``modern`` — the modded-nanogpt optimisation track's model and optimiser at 124M: 12
+  layers, d = 768, 6 heads of 128, T = 1024, rotary positions, QK-norm, ReLU², RMSNorm, no
+  biases, zero-initialised residual projections, an untied head, logits soft-capped at 30;
+  Muon (lr 0.05, momentum 0.95, Nesterov, 5 Newton–Schulz steps) on the hidden matrices,
+  AdamW (β = 0.8, 0.95) on the embedding (lr 0.6), the head (0.008) and the vectors (0.04),
+  no weight decay; 524,288 tokens per step, 3,250 steps (the track's tuned Muon reaches
+  val 3.28 on FineWeb there; not measured here).
+* ``modern_cpu`` — the same switches and optimiser at the ``cpu`` preset's width, depth,
+  context, batch and steps (``benchmarks/README.md`` runs it beside nanoGPT's ``train.py``
+  and the ``cpu`` preset, and ablates each switch); ``modern_smoke`` — seconds, for CI.
+
+Every switch of the modern model is an option of its own, so a run can ablate one:
+``--positions rope``, ``--qk_norm``, ``--activation relu_squared``, ``--norm_type rmsnorm``,
+``--use_bias false``, ``--residual_init_std 0``, ``--tie_embeddings false``,
+``--logit_softcap 30``, ``--optimizer muon``.
 
 Evaluation: the validation loss on the first ``val_tokens`` tokens of the validation
 shards, in non-overlapping windows (llm.c's fixed validation tokens), every ``eval_every``
@@ -102,17 +117,35 @@ class Config(TrainOptions, ParallelOptions):
         block_size: context length ``T`` of every window.
         use_bias: biases in the projections, the FFN and the LayerNorms (GPT-2, llm.c);
             ``False``: none (nanoGPT's ``bias=False``).
-        activation: the FFN's GELU: ``gelu_tanh`` (GPT-2's approximation) or ``gelu``
-            (exact, nanoGPT's ``nn.GELU()``).
+        activation: the FFN's activation: ``gelu_tanh`` (GPT-2's approximation), ``gelu``
+            (exact, nanoGPT's ``nn.GELU()``) or ``relu_squared`` (``relu(x)²``,
+            modded-nanogpt).
+        positions: ``learned`` absolute positions (GPT-2) or ``rope`` (rotary, no table).
+        qk_norm: normalise each head's queries and keys (RMSNorm) before the scores.
+        norm_type: ``layernorm`` (GPT-2) or ``rmsnorm`` (no bias).
+        residual_init_std: ``σ`` of the two residual projections of each block (attention
+            ``out``, the FFN's ``down``); unset = ``0.02/√(2L)`` (GPT-2), 0 = zeros.
+        tie_embeddings: the head is the token embedding's transpose (GPT-2); ``False``: a
+            head of its own.
+        logit_softcap: ``c · tanh(z / c)`` on the logits; 0 = off.
+        optimizer: ``adamw`` (every parameter) or ``muon`` (the hidden matrices; AdamW at
+            ``learning_rate`` for the embeddings, the head and the vectors,
+            :class:`~seqjax.train.optim.OptimizerConfig`).
+        muon_learning_rate, momentum, ns_steps: Muon's peak rate, momentum (Nesterov) and
+            Newton–Schulz steps (``--optimizer muon``; adamw does not read them).
+        embed_learning_rate, head_learning_rate, scalar_learning_rate: Muon's AdamW rates
+            for the embeddings, the head and the vectors (norm scales, biases); unset =
+            ``learning_rate`` (``--optimizer muon``; adamw does not read them).
         batch_size: rows per step over all devices (``batch_size · T`` tokens per step).
         micro_batch_size: rows per device per micro-step: sets ``--grad_accum`` to
             ``batch_size / (micro_batch_size · data devices)``; unset = ``--grad_accum``.
         dropout_rate: on the embeddings, residual branches and attention weights.
         steps: optimiser steps (the cosine schedule ends here).
         learning_rate: peak AdamW learning rate, after the warm-up.
-        min_lr_ratio: the schedule's final rate as a fraction of the peak.
-        weight_decay: AdamW's decoupled weight decay (every matrix; not vectors).
-        beta2: AdamW's second-moment decay (β₁ = 0.9).
+        min_lr_ratio: the schedule's final rate as a fraction of the peak (every group).
+        weight_decay: decoupled weight decay of every matrix (not vectors, nor, under Muon,
+            the embeddings).
+        beta1, beta2: AdamW's moment decays.
         compute_dtype: ``float32`` or ``bfloat16`` (parameters stay float32).
         align: ``random`` windows, or ``document`` (each starts at an end-of-text token).
         val_tokens: validation tokens evaluated (from the start of the validation split).
@@ -141,7 +174,20 @@ class Config(TrainOptions, ParallelOptions):
     embed_dim: PosInt = 768
     block_size: PosInt = 1024
     use_bias: bool = True
-    activation: Literal["gelu_tanh", "gelu"] = "gelu_tanh"
+    activation: Literal["gelu_tanh", "gelu", "relu_squared"] = "gelu_tanh"
+    positions: Literal["learned", "rope"] = "learned"
+    qk_norm: bool = False
+    norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
+    residual_init_std: NonNegFloat | None = None
+    tie_embeddings: bool = True
+    logit_softcap: NonNegFloat = 0.0
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    muon_learning_rate: PosFloat = 0.02
+    momentum: Fraction = 0.95
+    ns_steps: PosInt = 5
+    embed_learning_rate: PosFloat | None = None
+    head_learning_rate: PosFloat | None = None
+    scalar_learning_rate: PosFloat | None = None
     steps: NonNegInt = 18865  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 512
     learning_rate: PosFloat = 6e-4
@@ -151,6 +197,7 @@ class Config(TrainOptions, ParallelOptions):
     dropout_rate: Fraction = 0.0
     min_lr_ratio: NonNegFloat = 0.0
     weight_decay: NonNegFloat = 0.1
+    beta1: Fraction = 0.9
     beta2: Fraction = 0.95
     compute_dtype: Literal["float32", "bfloat16"] = "bfloat16"
     align: Literal["random", "document"] = "random"
@@ -179,13 +226,27 @@ _CPU: dict[str, Any] = {
     "val_tokens": 1_000_000, "log_every": 50, "checkpoint_every": 0, "steps_per_call": 10,
     "sample_tokens": 64,
 }
+_SMOKE: dict[str, Any] = {
+    "num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16, "batch_size": 8,
+    "steps": 4, "warmup_steps": 2, "val_tokens": 256, "log_every": 2, "steps_per_call": 1,
+    "sample_tokens": 8, "hellaswag_items": 4, "progress": False}
+#: The modern GPT's switches and optimiser (the ``modern*`` presets).
+MODERN: dict[str, Any] = {
+    "positions": "rope", "qk_norm": True, "activation": "relu_squared",
+    "norm_type": "rmsnorm", "use_bias": False, "residual_init_std": 0.0,
+    "tie_embeddings": False, "logit_softcap": 30.0, "optimizer": "muon",
+    "muon_learning_rate": 0.05, "momentum": 0.95, "ns_steps": 5, "learning_rate": 0.04,
+    "embed_learning_rate": 0.6, "head_learning_rate": 0.008, "beta1": 0.8, "beta2": 0.95,
+    "weight_decay": 0.0}
+_MODERN_CPU: dict[str, Any] = {**_CPU, **MODERN}
 PRESETS: dict[str, dict[str, Any]] = {
     "124m": {},
     "cpu": _CPU,
-    "smoke": {**_CPU, "num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
-              "batch_size": 8, "steps": 4, "warmup_steps": 2, "val_tokens": 256,
-              "log_every": 2, "steps_per_call": 1, "sample_tokens": 8, "hellaswag_items": 4,
-              "progress": False},
+    "smoke": {**_CPU, **_SMOKE},
+    "modern": {**MODERN, "num_heads": 6, "steps": 3250, "warmup_steps": 0,
+               "min_lr_ratio": 0.0},
+    "modern_cpu": _MODERN_CPU,
+    "modern_smoke": {**_MODERN_CPU, **_SMOKE},
 }
 
 
@@ -237,29 +298,51 @@ def grad_accum(cfg: Config, devices: int) -> int:
 
 
 def build_model(cfg: Config) -> TransformerLM:
-    """GPT-2 at ``cfg``'s shapes (learned positions, tied embeddings, biases, tanh-GELU)."""
+    """GPT-2 at ``cfg``'s shapes and switches (default: learned positions, tied embeddings,
+    LayerNorm, biases, tanh-GELU)."""
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
     block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate, use_bias=cfg.use_bias,
-                      norm_use_bias=cfg.use_bias, activation=cfg.activation)
+                      norm_use_bias=cfg.use_bias, activation=cfg.activation,
+                      use_rope=cfg.positions == "rope", qk_norm=cfg.qk_norm,
+                      norm_type=cfg.norm_type, residual_init_std=cfg.residual_init_std)
     return TransformerLM(TransformerLMConfig(
         vocab_size=cfg.vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
-        max_len=cfg.block_size, block=block), dtype=dtype)
+        max_len=cfg.block_size, block=block, positions=cfg.positions,
+        tie_embeddings=cfg.tie_embeddings, logit_softcap=cfg.logit_softcap), dtype=dtype)
+
+
+#: The model switches, at GPT-2's values: recorded with the checkpoints only where they differ,
+#: so a work dir written before they existed still resumes.
+_SWITCHES = {"positions": "learned", "qk_norm": False, "norm_type": "layernorm",
+             "residual_init_std": None, "tie_embeddings": True, "logit_softcap": 0.0}
 
 
 def model_config(cfg: Config) -> dict:
     """What the checkpoints record of the model (a restore with another one is refused)."""
     keys = ("vocab_size", "num_layers", "num_heads", "embed_dim", "block_size", "use_bias",
             "activation", "tokenizer")
-    return {k: getattr(cfg, k) for k in keys}
+    out = {k: getattr(cfg, k) for k in keys}
+    out.update({k: getattr(cfg, k) for k, off in _SWITCHES.items() if getattr(cfg, k) != off})
+    return out
 
 
 def optimizer(cfg: Config) -> OptimizerConfig:
-    """llm.c's AdamW: linear warm-up, cosine decay to ``min_lr_ratio``, every matrix decayed."""
+    """llm.c's AdamW (every matrix decayed), or Muon on the hidden matrices with AdamW on the
+    rest; linear warm-up, cosine decay to ``min_lr_ratio``."""
+    common = dict(schedule="warmup_cosine", warmup_steps=cfg.warmup_steps,
+                  total_steps=max(cfg.steps, cfg.warmup_steps + 1),
+                  end_lr_ratio=cfg.min_lr_ratio, b1=cfg.beta1, b2=cfg.beta2,
+                  weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm,
+                  flat_state=cfg.flat_optimizer)
+    if cfg.optimizer == "adamw":
+        return OptimizerConfig("adamw", learning_rate=cfg.learning_rate, no_decay=NO_DECAY,
+                               **common)
+    rates = (("embed", cfg.embed_learning_rate), ("head", cfg.head_learning_rate),
+             ("scalar", cfg.scalar_learning_rate))
     return OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
-        end_lr_ratio=cfg.min_lr_ratio, b1=0.9, b2=cfg.beta2, weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
+        "muon", learning_rate=cfg.muon_learning_rate, momentum=cfg.momentum, nesterov=True,
+        ns_steps=cfg.ns_steps, group_learning_rates=tuple(
+            (g, cfg.learning_rate if r is None else r) for g, r in rates), **common)
 
 
 def _sample_ids(model: TransformerLM, params: Any, cfg: Config, prompt: list[int],

@@ -4,6 +4,9 @@ r"""GPT: a decoder-only transformer language model (``TransformerLM``).
     X^{(0)} = E[x_{1:N}] + P_{1:N},\qquad X^{(l)} = \mathrm{Block}_l(X^{(l-1)})\ (\text{causal}),
     \qquad p(x_{n+1} \mid x_{\le n}) = \mathrm{softmax}(\mathrm{LN}(X^{(L)}_n) E^\top)
 
+and, with ``logit_softcap = c > 0``, :math:`\mathrm{softmax}(c\tanh(z/c))` for those logits
+:math:`z` (Gemma 2, Gemma Team 2024; modded-nanogpt), which keeps every logit in ``(-c, c)``.
+
 Bishop §12.3.1 (Fig. 12.15, (12.33): the linear-softmax output shared across
 positions); J&M §9.8 (Fig. 9.22, the LM head with a tied ``Eᵀ``, "weight tying");
 MEDL §7.5 (masked self-attention (7.27)). Blocks are pre-norm (Bishop (12.21),
@@ -11,6 +14,10 @@ MEDL §7.5 (masked self-attention (7.27)). Blocks are pre-norm (Bishop (12.21),
 embeddings (J&M §9.7.3; GPT-2) or rotary (``positions="rope"``, applied to the
 queries and keys inside attention, slides "RoPE"). Training is teacher-forced in
 parallel: all positions at once under the causal mask (MEDL §7.5, "Training").
+The choices of a "modern" GPT (modded-nanogpt) are each a switch, to ablate one at a
+time: ``positions="rope"``, ``tie_embeddings=False``, ``logit_softcap`` and the block's
+``qk_norm``, ``norm_type="rmsnorm"``, ``activation="relu_squared"``,
+``residual_init_std=0.0`` (zero-initialised residual projections).
 
 Parameter names (golden trees in ``tests/golden/``): ``token_embed/embedding [V, D]``,
 ``pos_embed/embedding [max_len, D]`` (learned positions), ``decoder/layers_{i}/...``
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 import jax
@@ -121,8 +129,11 @@ class TransformerLMConfig:
             ``out``, the FFN's ``down``) start at ``N(0, (σ/√(2L))²)`` for this config's own
             ``L = num_layers`` (GPT-2, Radford et al. 2019, §2.3; nanoGPT): the residual sum
             of ``2L`` branches keeps the variance of one. A block with its own
-            ``residual_init_std`` keeps it (:attr:`decoder_block`).
+            ``residual_init_std`` keeps it (:attr:`decoder_block`), ``0.0`` (zeros) included.
         scan_layers, remat: compile the stack as one scanned block; rematerialise.
+        logit_softcap: ``c``; when ``> 0`` the logits ``z`` become ``c·tanh(z/c)``, computed in
+            float32 and returned in the compute dtype (Gemma 2; modded-nanogpt uses 30, later
+            15). ``0`` (the default) is off: the head's output is returned as is.
     """
 
     vocab_size: int
@@ -135,6 +146,7 @@ class TransformerLMConfig:
     init_std: float = 0.02
     scan_layers: bool = False
     remat: bool = False
+    logit_softcap: float = 0.0
 
     def __post_init__(self) -> None:
         check_block(
@@ -147,6 +159,9 @@ class TransformerLMConfig:
                 f"`block.use_rope` must be {self.positions == 'rope'} with "
                 f"positions={self.positions!r}; got {self.block.use_rope}."
             )
+        c = self.logit_softcap
+        if isinstance(c, bool) or not isinstance(c, numbers.Real) or not 0 <= c < math.inf:
+            raise ValueError(f"`logit_softcap` must be a finite number >= 0 (0: off); got {c!r}.")
 
     def replace(self, **changes: Any) -> TransformerLMConfig:
         """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
@@ -283,6 +298,10 @@ class TransformerLM(nn.Module):
         # In the compute dtype: a float32 copy of [B, T, V] would be the largest buffer of a
         # GPT-2 step. The losses (seqjax.train.losses) and the samplers take the log-sum-exp
         # in float32 themselves.
+        c = self.config.logit_softcap
+        if c:  # c·tanh(z/c) in float32 (an elementwise op XLA fuses), not tanh in bfloat16
+            z_BxTxV = logits_BxTxV.astype(jnp.float32)
+            logits_BxTxV = (c * jnp.tanh(z_BxTxV / c)).astype(logits_BxTxV.dtype)
         return logits_BxTxV
 
     def _trunk(

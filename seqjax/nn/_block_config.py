@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -75,7 +76,8 @@ class BlockConfig:
             has none).
         mlp: ``"mlp"`` or a GLU variant (``"swiglu"``, ``"geglu"``, ``"reglu"``, ``"glu"``,
             ``"bilinear"``).
-        activation: MLP activation (``"gelu"`` exact, ``"gelu_tanh"``, ``"relu"``, …).
+        activation: MLP activation (``"gelu"`` exact, ``"gelu_tanh"``, ``"relu"``,
+            ``"relu_squared"`` ``max(x, 0)²``, …).
         multiple_of: rounding of the default GLU hidden size.
         causal: causal self-attention (decoder / language model).
         cross_attention: add the cross-attention sublayer.
@@ -107,7 +109,8 @@ class BlockConfig:
             (``None``: ``kernel_init``). GPT-2 (Radford et al. 2019, §2.3) and nanoGPT use
             ``0.02/√(2L)`` for ``L`` blocks, so that the residual sum of ``2L`` branches keeps
             the variance of one; the model configs compute it (BlockConfig does not know
-            ``L``).
+            ``L``). ``0.0`` starts them at exactly zero (modded-nanogpt's ``c_proj``): every
+            block begins as the identity of the residual stream.
     """
 
     num_heads: int
@@ -185,9 +188,13 @@ class BlockConfig:
         for field in ("causal", "cross_attention"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"`{field}` must be a bool; got {getattr(self, field)!r}.")
-        if self.residual_init_std is not None and not self.residual_init_std > 0:
+        std = self.residual_init_std
+        if std is not None and (
+            isinstance(std, bool) or not isinstance(std, numbers.Real) or not 0 <= std < math.inf
+        ):
             raise ValueError(
-                f"`residual_init_std` must be > 0 or None; got {self.residual_init_std!r}."
+                "`residual_init_std` must be a finite number >= 0 (0: zero init) or None; "
+                f"got {std!r}."
             )
         eps = self.norm_epsilon
         if eps is not None and (
@@ -244,9 +251,11 @@ class BlockConfig:
     @property
     def residual_init(self) -> Initializer:
         """Initialiser of the residual-branch output kernels (attention ``out``, FFN
-        ``down``): ``N(0, residual_init_std²)``, else ``kernel_init``."""
+        ``down``): ``N(0, residual_init_std²)``, zeros for ``0.0``, else ``kernel_init``."""
         if self.residual_init_std is None:
             return self.kernel_init
+        if self.residual_init_std == 0:
+            return nn.initializers.zeros
         return normal_init(self.residual_init_std)
 
     def make_norm(self, name: str | None = None) -> nn.Module:

@@ -34,11 +34,20 @@ Activation = Callable[[Array], Array]
 
 __all__ = ["ACTIVATIONS", "GLU", "GLU_VARIANTS", "MLP", "get_activation", "glu_hidden_dim"]
 
+
+
+def _relu_squared(x: Array) -> Array:
+    r"""Squared ReLU, :math:`\max(x, 0)^2` (So et al. 2021, "Primer"; modded-nanogpt)."""
+    return jnp.square(jax.nn.relu(x))
+
+
 #: Activations by name. ``"gelu"`` is the exact ``x Φ(x)`` (PyTorch's default);
 #: ``"gelu_tanh"`` is the tanh approximation (Hendrycks & Gimpel 2016; Flax's default
 #: ``nn.gelu``, GPT-2). ``"silu"`` = ``"swish"`` = ``x σ(x)`` (Swish with β = 1).
+#: ``"relu_squared"`` is ``max(x, 0)²`` (Primer's squared ReLU; modded-nanogpt's MLP).
 ACTIVATIONS: dict[str, Activation] = {
     "relu": jax.nn.relu,
+    "relu_squared": _relu_squared,
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
     "silu": jax.nn.silu,
@@ -110,7 +119,8 @@ class MLP(NamedFields, nn.Module):
 
     MEDL §7.5 step 3 (``S`` = ReLU, ``W^{[1]} ∈ ℝ^{N_1×p}``); J&M (9.41)'s FFNN;
     Bishop (12.22)–(12.23)'s MLP; the slides' ``W_2 ReLU(W_1 x_i + b_1) + b_2``.
-    ``S`` is ReLU or GELU (exact ``x Φ(x)`` or its tanh approximation).
+    ``S`` is ReLU, squared ReLU ``max(x, 0)²`` (So et al. 2021) or GELU (exact ``x Φ(x)``
+    or its tanh approximation).
     Dropout (``dropout_rate``) acts on the hidden activations ``S(·)``, as in
     ``torch.nn.TransformerEncoderLayer``; the residual dropout belongs to the block.
 

@@ -3,7 +3,28 @@ r"""Optimisers, learning-rate schedules, weight-decay masks and the ``TrainState
 Everything is built from `optax <https://optax.readthedocs.io>`_ transformations:
 
 * optimisers ``adamw`` (decoupled weight decay, Loshchilov & Hutter 2019), ``adam``
-  and ``sgd`` (optional momentum / Nesterov; weight decay added to the gradient);
+  and ``sgd`` (optional momentum / Nesterov; weight decay added to the gradient), and
+  ``muon`` (Jordan et al. 2024): the hidden weight matrices follow Newton–Schulz-orthogonalised
+  Nesterov momentum, every other parameter AdamW, each :data:`MUON_GROUPS` group with its own
+  learning rate and weight decay (:func:`param_groups`). For a matrix ``W`` (fan-in ``A``,
+  fan-out ``B``) with gradient ``G_t``, momentum ``μ``, rate ``η_t`` and decay ``λ``:
+
+  .. math::
+      M_t = μ M_{t-1} + G_t,\qquad N_t = G_t + μ M_t \ (\text{Nesterov; else } N_t = M_t),
+
+      O_t = \mathrm{NS}_k(N_t / \lVert N_t \rVert_F),\qquad
+      W_t = W_{t-1} - η_t \big(\sqrt{\max(1, B/A)}\, O_t + λ W_{t-1}\big)
+
+  with ``NS_k`` ``k`` steps (``ns_steps``) of the quintic ``X ← aX + (bA + cA²)X``,
+  ``A = XXᵀ``, ``(a, b, c) = ns_coeffs``. This is ``torch.optim.Muon``'s update
+  (``adjust_lr_fn="original"``, Keller Jordan's ``Muon`` and modded-nanogpt): torch keeps
+  ``(1 - μ)`` times this momentum (``lerp``), which the normalisation before ``NS`` cancels.
+  Built from optax: ``optax.trace`` (the momentum), ``optax.contrib``'s Newton–Schulz
+  orthogonalisation and width scaling, ``optax.adamw`` for the other groups. Written here:
+  the grouping and each matrix's axes (a scanned stack's ``[L, …]`` weights are ``L``
+  matrices; an attention projection ``[D, H, K]`` is one ``D × HK`` matrix). Not
+  ``optax.contrib.muon`` itself: it bias-corrects the momentum (not the same direction as
+  torch's from the second step) and its auxiliary optimiser is Nesterov-Adam;
 * schedules (``s`` = optimizer update count from 0, ``w`` = warm-up steps, ``S`` = total):
 
   - ``constant``: ``η(s) = η_0`` (after an optional linear warm-up);
@@ -43,6 +64,11 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
+from optax.contrib._muon import (  # optax's public muon bias-corrects its momentum (above)
+    MuonDimensionNumbers,
+    orthogonalize_via_newton_schulz,
+    scale_by_shape,
+)
 
 from seqjax.utils import count_params
 
@@ -51,6 +77,9 @@ Trainable = Any  # a pytree of bools, a predicate ``(path, leaf) -> bool``, or r
 
 __all__ = [
     "OptimizerConfig",
+    "MUON_GROUPS",
+    "param_groups",
+    "muon_dimension_numbers",
     "TrainState",
     "DEFAULT_NO_DECAY",
     "decay_mask",
@@ -65,7 +94,13 @@ __all__ = [
     "trainable_mask",
 ]
 
-OPTIMIZERS = ("adamw", "adam", "sgd")
+OPTIMIZERS = ("adamw", "adam", "sgd", "muon")
+#: Muon's parameter groups (:func:`param_groups`): the hidden matrices (Muon), then AdamW's:
+#: embedding tables, output heads, and vectors (norm scales, biases, scalars).
+MUON_GROUPS = ("matrix", "embed", "head", "scalar")
+#: Keller Jordan's quintic Newton–Schulz coefficients (optax's and torch's default).
+NS_COEFFS = (3.4445, -4.7750, 2.0315)
+_MUON_ONLY = ("ns_steps", "ns_coeffs", "group_learning_rates", "group_weight_decays")
 SCHEDULES = ("constant", "warmup_cosine", "linear", "inverse_sqrt")
 
 # Path patterns (searched in the lower-cased "a/b/c" path) excluded from weight decay
@@ -86,15 +121,23 @@ class OptimizerConfig:
     """What :func:`make_optimizer` builds.
 
     Attributes:
-        name: ``"adamw"``, ``"adam"`` or ``"sgd"``.
+        name: ``"adamw"``, ``"adam"``, ``"sgd"`` or ``"muon"`` (the module docstring).
         learning_rate: the peak rate ``η_0``.
         schedule: ``"constant"``, ``"warmup_cosine"``, ``"linear"`` or ``"inverse_sqrt"``.
         warmup_steps: linear warm-up length ``w`` (optimizer updates).
         total_steps: ``S``, the update at which cosine/linear decay ends (required by those).
         end_lr_ratio: ``η_end / η_0`` for cosine/linear decay.
         b1, b2, eps: Adam moments and epsilon.
-        weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off.
-        momentum, nesterov: SGD momentum (0 = plain SGD).
+        weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off. Muon: the
+            decay of the ``matrix`` and ``head`` groups (``η λ W``, as torch's), unless
+            ``group_weight_decays`` says otherwise; ``embed`` and ``scalar`` are not decayed.
+        momentum, nesterov: SGD's momentum (unset: 0, plain SGD) and Nesterov (unset: off);
+            Muon's momentum ``μ`` (unset: 0.95) and Nesterov (unset: on).
+        ns_steps, ns_coeffs: Muon's Newton–Schulz steps ``k`` and coefficients ``(a, b, c)``.
+        group_learning_rates: Muon's per-group peak rates, ``(("embed", 0.3), ...)``, names
+            from :data:`MUON_GROUPS`; a group not named uses ``learning_rate``. Each group
+            follows ``schedule`` scaled to its own peak.
+        group_weight_decays: Muon's per-group decays, ``(("head", 0.0), ...)``.
         clip_norm: global-norm clipping threshold ``η``; 0 = off.
         flat_state: keep the optimiser's per-parameter state (Adam's ``m`` and ``v``, SGD's
             momentum) as one vector each instead of one array per parameter
@@ -118,8 +161,12 @@ class OptimizerConfig:
     b2: float = 0.999
     eps: float = 1e-8
     weight_decay: float = 0.0
-    momentum: float = 0.0
-    nesterov: bool = False
+    momentum: float | None = None
+    nesterov: bool | None = None
+    ns_steps: int = 5
+    ns_coeffs: tuple[float, float, float] = NS_COEFFS
+    group_learning_rates: tuple[tuple[str, float], ...] = ()
+    group_weight_decays: tuple[tuple[str, float], ...] = ()
     clip_norm: float = 0.0
     flat_state: bool = False
     no_decay: tuple[str, ...] = DEFAULT_NO_DECAY
@@ -136,12 +183,50 @@ class OptimizerConfig:
         if self.clip_norm is None or not self.clip_norm >= 0:  # one meaning of off: 0
             raise ValueError(f"`clip_norm` must be >= 0 (0 = no clipping); got "
                              f"{self.clip_norm}.")
+        self._check_muon()
         if self.schedule in ("warmup_cosine", "linear"):
             if self.total_steps is None or self.total_steps <= self.warmup_steps:
                 raise ValueError(
                     f"schedule {self.schedule!r} needs `total_steps` > `warmup_steps` "
                     f"({self.warmup_steps}); got total_steps={self.total_steps}."
                 )
+
+    def _check_muon(self) -> None:
+        if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"`momentum` must lie in [0, 1); got {self.momentum}.")
+        if self.name != "muon":
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            changed = [k for k in _MUON_ONLY if getattr(self, k) != defaults[k]]
+            if changed:
+                raise ValueError(f"{changed} are options of the 'muon' optimizer; got "
+                                 f"name={self.name!r}.")
+            return
+        if self.no_decay != DEFAULT_NO_DECAY:
+            raise ValueError("`no_decay` is the decay mask of adamw/adam/sgd; 'muon' decays "
+                             "by parameter group: set `group_weight_decays` "
+                             f"(groups {MUON_GROUPS}); got no_decay={self.no_decay!r}.")
+        if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) \
+                or self.ns_steps < 1:
+            raise ValueError(f"`ns_steps` must be an int >= 1; got {self.ns_steps!r}.")
+        if len(tuple(self.ns_coeffs)) != 3:
+            raise ValueError(f"`ns_coeffs` must be three numbers (a, b, c); got "
+                             f"{self.ns_coeffs!r}.")
+        for field in ("group_learning_rates", "group_weight_decays"):
+            for item in getattr(self, field):
+                if len(item) != 2 or item[0] not in MUON_GROUPS or not item[1] >= 0:
+                    raise ValueError(f"`{field}` must be (group, value >= 0) pairs with a "
+                                     f"group in {MUON_GROUPS}; got {item!r}.")
+
+    def group_learning_rate(self, group: str) -> float:
+        """Muon: the peak rate of ``group`` (its ``group_learning_rates`` entry, else
+        ``learning_rate``)."""
+        return dict(self.group_learning_rates).get(group, self.learning_rate)
+
+    def group_weight_decay(self, group: str) -> float:
+        """Muon: the decay of ``group`` (its ``group_weight_decays`` entry, else
+        ``weight_decay`` for ``matrix``/``head`` and 0 for ``embed``/``scalar``)."""
+        default = self.weight_decay if group in ("matrix", "head") else 0.0
+        return dict(self.group_weight_decays).get(group, default)
 
 
 # ----------------------------------------------------------------------------- schedules
@@ -299,7 +384,9 @@ def make_optimizer(
     """
     schedule = make_schedule(cfg)
     mask: Callable[[Any], Any] = lambda p: decay_mask(p, cfg.no_decay)
-    if cfg.flat_state:
+    if cfg.name == "muon":
+        opt = _muon(cfg)
+    elif cfg.flat_state:
         opt = _flat_state_optimizer(cfg, schedule, mask)
     elif cfg.name == "adamw":
         opt = optax.adamw(
@@ -308,7 +395,7 @@ def make_optimizer(
     elif cfg.name == "adam":
         opt = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
     else:
-        opt = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=cfg.nesterov)
+        opt = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=bool(cfg.nesterov))
         if cfg.weight_decay:
             opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask), opt)
     if cfg.clip_norm:
@@ -337,8 +424,127 @@ def _flat_state_optimizer(cfg: OptimizerConfig, schedule: optax.Schedule,
     if cfg.weight_decay:
         parts.append(optax.add_decayed_weights(cfg.weight_decay, mask))
     if cfg.momentum:
-        parts.append(optax.flatten(optax.trace(decay=cfg.momentum, nesterov=cfg.nesterov)))
+        parts.append(optax.flatten(optax.trace(decay=cfg.momentum, nesterov=bool(cfg.nesterov))))
     return optax.chain(*parts, lr)
+
+
+# ----------------------------------------------------------------------------- Muon
+
+_STACKED = re.compile(r"(^|/)layers(/|$)")  # a scanned stack (nn.scan) of [L, ...] leaves
+_EMBED = re.compile(r"embed|(^|/)(wte|wpe)(/|$)|pos(ition(al)?)?_?emb")
+_HEAD = re.compile(r"(^|/)([a-z0-9]+_)?head(/|$)")
+_MULTI_OUT = re.compile(r"(^|/)(query|key|value)/kernel$")  # DenseGeneral [D, H, K]
+
+
+def _stacked_axes(name: str) -> int:
+    return 1 if _STACKED.search(name) else 0
+
+
+def param_groups(params: Any) -> Any:
+    """Muon's group of every parameter (:data:`MUON_GROUPS`), a tree of names.
+
+    On the lower-cased ``"a/b/c"`` path, after dropping a scanned stack's leading layer axis
+    (a path through ``layers/``): a bias, or fewer than 2 axes → ``scalar`` (norm scales,
+    biases, gains); an embedding table (``*embed*``, ``wte``, ``wpe``) → ``embed``; an output head
+    (``head``, ``lm_head``, ``*_head``) → ``head``; every other array → ``matrix``
+    (orthogonalised).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> p = {"token_embed": {"embedding": jnp.ones((9, 4))}, "lm_head": {"kernel":
+        ...      jnp.ones((4, 9))}, "decoder": {"layers": {"up": {"kernel": jnp.ones((2, 4, 8)),
+        ...      "bias": jnp.ones((2, 8))}}}}
+        >>> param_groups(p)["decoder"]["layers"]["up"], param_groups(p)["lm_head"]["kernel"]
+        ({'bias': 'scalar', 'kernel': 'matrix'}, 'head')
+    """
+    def group(path: Sequence[Any], leaf: Any) -> str:
+        name = path_to_str(path).lower()
+        if jnp.ndim(leaf) - _stacked_axes(name) < 2 or name.endswith("bias"):
+            return "scalar"
+        if _EMBED.search(name):
+            return "embed"
+        return "head" if _HEAD.search(name) else "matrix"
+
+    return jax.tree_util.tree_map_with_path(group, params)
+
+
+def muon_dimension_numbers(params: Any) -> Any:
+    """The matrix each ``matrix``-group leaf is orthogonalised as (``None`` elsewhere):
+    ``MuonDimensionNumbers(reduction_axis, output_axis)``; other axes are a batch of
+    matrices, each orthogonalised on its own (a scanned stack's layers).
+
+    A kernel ``[in, out]`` is itself; an attention query/key/value ``[D, H, K]`` is one
+    ``D × HK`` matrix, its output ``[H, K, D]`` one ``HK × D`` matrix (the last axis is the
+    output, as in every ``DenseGeneral``), exactly the ``nn.Linear`` weights of a PyTorch
+    model with ``H·K``-wide projections.
+    """
+    groups = param_groups(params)
+
+    def dims(path: Sequence[Any], leaf: Any, group: str) -> MuonDimensionNumbers | None:
+        if group != "matrix":
+            return None
+        name = path_to_str(path).lower()
+        s, n = _stacked_axes(name), jnp.ndim(leaf)
+        if _MULTI_OUT.search(name):
+            return MuonDimensionNumbers(s, tuple(range(s + 1, n)))
+        return MuonDimensionNumbers(tuple(range(s, n - 1)), n - 1)
+
+    return jax.tree_util.tree_map_with_path(dims, params, groups)
+
+
+def _orthogonalize(ns_coeffs: tuple[float, ...], ns_steps: int) -> optax.GradientTransformation:
+    """Stateless: each matrix of the updates → its Newton–Schulz orthogonalisation."""
+    coeffs = jnp.asarray(ns_coeffs, jnp.float32)
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        del params
+        return jax.tree.map(
+            lambda u, d: orthogonalize_via_newton_schulz(u, coeffs, ns_steps,
+                                                         dimension_numbers=d),
+            updates, muon_dimension_numbers(updates)), state
+
+    return optax.GradientTransformation(optax.init_empty_state, update)
+
+
+def _muon(cfg: OptimizerConfig) -> optax.GradientTransformation:
+    """``cfg``'s Muon: :func:`param_groups` routes each leaf to its group's transformation
+    (``optax.multi_transform``): Muon for ``matrix``, AdamW for the others, each on
+    ``cfg.schedule`` scaled to the group's peak rate, with the group's decay."""
+    def maybe_flat(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+        if not cfg.flat_state:
+            return tx
+        flat = optax.flatten(tx)  # which cannot flatten a group with no parameters
+
+        def pick(tree: Any) -> optax.GradientTransformation:
+            return flat if jax.tree_util.tree_leaves(tree) else tx
+
+        return optax.GradientTransformation(
+            lambda params: pick(params).init(params),
+            lambda updates, state, params=None: pick(updates).update(updates, state, params))
+
+    def tail(group: str) -> list[optax.GradientTransformation]:
+        rate = make_schedule(dataclasses.replace(cfg, learning_rate=cfg.group_learning_rate(group)))
+        return [optax.add_decayed_weights(cfg.group_weight_decay(group)),
+                optax.scale_by_learning_rate(rate)]
+
+    momentum = 0.95 if cfg.momentum is None else cfg.momentum
+    nesterov = True if cfg.nesterov is None else cfg.nesterov
+    transforms = {"matrix": optax.chain(
+        maybe_flat(optax.trace(decay=momentum, nesterov=nesterov)),
+        _orthogonalize(tuple(cfg.ns_coeffs), cfg.ns_steps),
+        scale_by_shape(muon_dimension_numbers), *tail("matrix"))}
+    for group in MUON_GROUPS[1:]:
+        transforms[group] = optax.chain(
+            maybe_flat(optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)), *tail(group))
+
+    def labels(params: Any) -> Any:
+        groups = param_groups(params)
+        if "matrix" not in jax.tree_util.tree_leaves(groups):
+            raise ValueError("optimizer 'muon' has no matrix to orthogonalise: every parameter "
+                             "is an embedding, a head or a vector (param_groups); use 'adamw'.")
+        return groups
+
+    return optax.multi_transform(transforms, labels)
 
 
 # ----------------------------------------------------------------------------- freezing

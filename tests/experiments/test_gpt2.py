@@ -144,3 +144,44 @@ def test_124m_is_gpt2_small_padded():
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
     # GPT-2 124M: 124,439,808 parameters at |V| = 50257; 36,096 more for the 47 padded rows
     assert count_params(shapes["params"]) == 124_439_808 + 47 * 768
+
+
+def test_modern_smoke_trains_with_muon_and_resumes_bit_for_bit(bins, tmp_path):
+    """Every modern switch and Muon through the recipe; a run restarted from its step-2
+    checkpoint ends on the parameters of the run that was not interrupted."""
+    import shutil
+
+    import jax
+
+    from seqjax.train.checkpoint import restore_params
+
+    data, rank = bins
+    work = tmp_path / "w"
+    argv = ["train", "gpt2", "--preset", "modern_smoke", f"--data={data}",
+            f"--rank_file={rank}", "--sample_tokens=0", "--checkpoint_every=2",
+            f"--workdir={work}"]
+    assert cli.main(argv) == 0
+    summary = json.loads((work / "gpt2.json").read_text())
+    assert summary["steps"] == 4 and 9.0 < summary["val_loss"] < 11.5
+    saved = json.loads((work / "experiment.json").read_text())
+    assert saved["config"]["optimizer"] == "muon" and saved["config"]["positions"] == "rope"
+    model = gpt2.build_model(gpt2.Config(**gpt2.PRESETS["modern_smoke"])).config
+    assert (model.logit_softcap, model.tie_embeddings, model.block.qk_norm) == (30.0, False, True)
+    uninterrupted = restore_params(str(work / "checkpoints"))
+    shutil.rmtree(work / "checkpoints" / "4")  # as if the run had stopped after step 2's
+    assert cli.main(argv) == 0
+    resumed = restore_params(str(work / "checkpoints"))
+    for a, b in zip(jax.tree_util.tree_leaves(uninterrupted), jax.tree_util.tree_leaves(resumed)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_muon_options_reach_the_optimizer_and_bad_values_are_refused(capsys):
+    opt = gpt2.optimizer(gpt2.Config(**gpt2.PRESETS["modern"]))
+    assert opt.name == "muon" and opt.learning_rate == 0.05 and opt.ns_steps == 5
+    assert dict(opt.group_learning_rates) == {"embed": 0.6, "head": 0.008, "scalar": 0.04}
+    adamw = gpt2.optimizer(gpt2.Config(**{**gpt2.PRESETS["modern"], "optimizer": "adamw"}))
+    assert adamw.name == "adamw" and adamw.learning_rate == 0.04  # AdamW stays available
+    for bad, match in (("--ns_steps=0", "ns_steps"), ("--logit_softcap=-1", "logit_softcap"),
+                       ("--optimizer=lion", "optimizer")):
+        assert cli.main(["train", "gpt2", "--preset", "modern_smoke", bad, "--data=x"]) == 2
+        assert match in capsys.readouterr().err

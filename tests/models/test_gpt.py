@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from seqjax.decoding import greedy_search, recompute_decoder
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
+from seqjax.models.gpt import (
+    TransformerLM,
+    TransformerLMClassifier,
+    TransformerLMConfig,
+    gpt_block,
+)
 from seqjax.train.losses import token_cross_entropy
 from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_cross_entropy, np_init
@@ -102,10 +107,20 @@ def _full_logits(model, v, tokens):
     return model.apply(v, tokens)
 
 
-def test_cached_generation_equals_recomputation():
-    """KV-cached decoding (RoPE, layers scanned) == the full causal pass recomputed at every
-    step (Bishop §12.3.1), for prompts of different lengths."""
-    model = TransformerLM(_cfg(positions="rope", scan_layers=True))
+#: Every "modern GPT" switch at once (modded-nanogpt): RoPE, QK-norm, RMSNorm, ReLU², no
+#: biases, zero-initialised residual projections, an untied head and the logit soft-cap.
+MODERN = dict(positions="rope", tie_embeddings=False, logit_softcap=15.0, qk_norm=True,
+              norm_type="rmsnorm", activation="relu_squared", use_bias=False,
+              residual_init_std=0.0)
+
+
+@pytest.mark.parametrize("kw", [dict(positions="rope", scan_layers=True),
+                                {**MODERN, "scan_layers": True}, {**MODERN, "scan_layers": False}],
+                         ids=["rope-scanned", "modern-scanned", "modern-unrolled"])
+def test_cached_generation_equals_recomputation(kw):
+    """KV-cached decoding (RoPE; layers scanned or not; the modern switches) == the full causal
+    pass recomputed at every step (Bishop §12.3.1), for prompts of different lengths."""
+    model = TransformerLM(_cfg(**kw))
     v = np_init(model, PROMPTS, scale=None, seed=3)
     out = greedy_search(model, v, PROMPTS, LENGTHS, max_new_tokens=7)
     ref = greedy_search(recompute_decoder(functools.partial(_full_logits, model)), v, PROMPTS,
@@ -133,6 +148,51 @@ def test_sliding_window_receptive_field_and_cached_generation():
                         LENGTHS, max_new_tokens=7)
     np.testing.assert_array_equal(out.tokens, ref.tokens)
     np.testing.assert_allclose(out.log_probs, ref.log_probs, rtol=1e-4)
+
+
+def test_modern_switches_together_scanned_equals_unrolled():
+    """The modern config builds the tree its switches promise (no position table or biases,
+    an ``lm_head``, per-head ``query_norm``/``key_norm`` scales) and, on the same parameters
+    stacked over layers, scanned layers give the unrolled logits."""
+    unrolled, scanned = (TransformerLM(_cfg(**MODERN, scan_layers=s)) for s in (False, True))
+    x = jnp.asarray(RNG.integers(0, V, (2, 7)), jnp.int32)
+    v = np_init(unrolled, x, scale=None, seed=1)
+    p = v["params"]
+    assert "pos_embed" not in p and "lm_head" in p
+    assert p["decoder"]["layers_0"]["self_attn"]["key_norm"]["scale"].shape == (8,)  # d = 16/2
+    leaves = [k.key for path, _ in jax.tree_util.tree_flatten_with_path(p)[0] for k in path]
+    assert "bias" not in leaves
+    stacked = {**p, "decoder": {"final_norm": p["decoder"]["final_norm"], "layers": jax.tree.map(
+        lambda *a: jnp.stack(a), *(p["decoder"][f"layers_{i}"] for i in range(2)))}}
+    np.testing.assert_allclose(scanned.apply({"params": stacked}, x), unrolled.apply(v, x),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_logit_softcap_is_c_tanh_of_the_plain_logits():
+    """``logit_softcap=c`` (Gemma 2): on the same parameters the logits are ``c·tanh(z/c)`` of
+    the uncapped model's ``z`` (numpy), inside ``(-c, c)``, through ``__call__``, cached
+    decoding and the classifier's ``lm_logits``; in bfloat16 the tanh runs in float32. 0 is
+    off; a negative, NaN, infinite or non-number cap is an error naming the field."""
+    c = 2.0  # small, so that the cap bites
+    plain, capped = (TransformerLM(_cfg(activation="relu", logit_softcap=k)) for k in (0.0, c))
+    x = jnp.asarray(RNG.integers(0, V, (2, 7)), jnp.int32)
+    v = np_init(plain, x, scale=1.0)
+    z = np.asarray(plain.apply(v, x), np.float64)
+    y = capped.apply(v, x)
+    np.testing.assert_allclose(y, c * np.tanh(z / c), rtol=1e-5, atol=1e-6)
+    assert np.abs(z).max() > c > np.abs(np.asarray(y)).max()
+    step, _ = capped.decode_step(v, capped.init_decode_state(v, x[:, :1]), x[:, 0])
+    np.testing.assert_allclose(step, y[:, 0], rtol=1e-5, atol=1e-6)
+    clf = TransformerLMClassifier(capped.config)
+    vc = {"params": {**np_init(clf, x)["params"], **v["params"]}}
+    np.testing.assert_array_equal(clf.apply(vc, x, method=clf.lm_logits), y)
+    bf16 = TransformerLM(capped.config, dtype=jnp.bfloat16)
+    assert bf16.apply(v, x).dtype == jnp.bfloat16
+    tanh = [ln for ln in str(jax.make_jaxpr(bf16.apply)(v, x)).splitlines() if "tanh" in ln]
+    assert tanh and all("f32[" in ln and "bf16[" not in ln for ln in tanh), tanh
+    for bad in (-1.0, float("nan"), float("inf"), "15", True):
+        with pytest.raises(ValueError, match="`logit_softcap` must be a finite number >= 0"):
+            _cfg(logit_softcap=bad)
 
 
 def test_bad_inputs():

@@ -25,7 +25,8 @@ def np_silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-NP_ACT = {"relu": lambda x: np.maximum(x, 0.0), "gelu": np_gelu, "gelu_tanh": np_gelu_tanh}
+NP_ACT = {"relu": lambda x: np.maximum(x, 0.0), "gelu": np_gelu, "gelu_tanh": np_gelu_tanh,
+          "relu_squared": lambda x: np.maximum(x, 0.0) ** 2}  # Primer (So et al. 2021)
 
 
 def np_mlp(x, p, act):
@@ -52,7 +53,7 @@ def _f64(params):
     return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), params)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "relu_squared"])
 def test_mlp_numpy_reference(activation):
     x = np.random.default_rng(0).normal(size=(2, 3, 6)).astype(np.float32)
     mlp = MLP(mlp_dim=10, activation=activation)

@@ -324,8 +324,38 @@ def test_residual_init_is_opt_in_for_a_bare_block():
     p = glu.init(KEY, x)["params"]
     assert _std(p["down"]["kernel"]) == pytest.approx(0.001, rel=0.1)
     assert _std(p["gate"]["kernel"]) == pytest.approx(0.02, rel=0.1)
-    with pytest.raises(ValueError, match="`residual_init_std`"):
-        BlockConfig(num_heads=H, residual_init_std=0.0)
+    for bad in (-0.01, float("nan"), float("inf"), "0.02"):
+        with pytest.raises(ValueError, match="`residual_init_std` must be a finite number >= 0"):
+            BlockConfig(num_heads=H, residual_init_std=bad)
+
+
+def test_zero_residual_init_starts_every_block_as_the_identity():
+    """``residual_init_std=0.0`` (modded-nanogpt): the attention ``out`` (self and cross) and
+    FFN ``down`` kernels start at exactly zero, no other kernel does, and a GPT's trunk at init
+    is its embedding: the logits are the head on RMSNorm(E[x]), in numpy (soft-capped here)."""
+    block = gpt_block(H, use_rope=True, qk_norm=True, norm_type="rmsnorm",
+                      activation="relu_squared", use_bias=False, residual_init_std=0.0)
+    cfg = TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=D, max_len=T,
+                              positions="rope", tie_embeddings=False, logit_softcap=15.0,
+                              block=block)
+    assert cfg.decoder_block.residual_init_std == 0.0  # 0.0 is kept, not taken for "unset"
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, V, (2, T)), jnp.int32)
+    model = TransformerLM(cfg)
+    p = jax.jit(model.init)(KEY, tokens)["params"]
+    cross = TransformerBlock(BlockConfig.decoder(H, residual_init_std=0.0))
+    p_cross = jax.jit(cross.init)(KEY, _x(1, 3, D), encoder_out=_x(1, 4, D))["params"]
+    for tree in (p, p_cross):
+        kernels = {"/".join(k.key for k in path): np.asarray(a)
+                   for path, a in jax.tree_util.tree_flatten_with_path(tree)[0]
+                   if path[-1].key == "kernel"}
+        for name, a in kernels.items():
+            assert (a == 0).all() == name.endswith(("out/kernel", "down/kernel")), name
+    assert "cross_attn/out/kernel" in kernels
+    e = np.asarray(p["token_embed"]["embedding"], np.float64)[np.asarray(tokens)]
+    h = e / np.sqrt(np.mean(e**2, -1, keepdims=True) + 1e-6) * p["decoder"]["final_norm"]["scale"]
+    z = h @ np.asarray(p["lm_head"]["kernel"], np.float64)
+    np.testing.assert_allclose(model.apply({"params": p}, tokens), 15.0 * np.tanh(z / 15.0),
+                               rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------ one spelling per option

@@ -72,8 +72,8 @@ def _params(model):
         lambda s: (0.3 * rng.normal(size=s.shape)).astype(s.dtype), shapes)
 
 
-def _setup(model, mesh=None, strategy="replicated", **step_kw):
-    tx, schedule = make_optimizer(OPT)
+def _setup(model, mesh=None, strategy="replicated", opt=OPT, **step_kw):
+    tx, schedule = make_optimizer(opt)
     state = TrainState.create(_params(model)["params"], tx, jax.random.PRNGKey(1))
     loss_fn = make_lm_loss(flax_apply_fn(model))
     kw = {}
@@ -93,9 +93,9 @@ def _run(state, step, batches=BATCHES, mesh=None):
 
 
 @functools.cache
-def _reference(model):
+def _reference(model, opt=OPT):
     """The single-device run every sharded run must reproduce."""
-    state, step, _ = _setup(model)
+    state, step, _ = _setup(model, opt=opt)
     return _run(state, step)
 
 
@@ -134,6 +134,21 @@ def test_fsdp_and_tensor_parallel_with_remat_equal_replicated():
     _assert_close(st.params, ref.params)
     _assert_close(st.opt_state, ref.opt_state)
     assert st.params["mlp"]["up"]["kernel"].sharding.spec == P("fsdp", "model")
+
+
+@pytest.mark.parametrize("mesh,strategy", [("data=8", "replicated"),
+                                           ("data=2,fsdp=2,model=2", "fsdp+tensor")])
+def test_muon_sharded_step_equals_single_device(mesh, strategy):
+    """Muon's Newton–Schulz on matrices split over fsdp/model devices: the same step."""
+    opt = OptimizerConfig("muon", 0.02, weight_decay=0.1, clip_norm=1.0,
+                          group_learning_rates=(("embed", 0.05), ("head", 0.01)))
+    ref, lref = _reference(MODEL, opt)
+    mesh = make_mesh(**{k: int(v) for k, v in (x.split("=") for x in mesh.split(","))})
+    st, step, _ = _setup(MODEL, mesh, strategy, opt=opt)
+    st, lsh = _run(st, step, mesh=mesh)
+    np.testing.assert_allclose(lsh, lref, rtol=1e-5)
+    _assert_close(st.params, ref.params, rtol=1e-4, atol=2e-6)
+    _assert_close(st.opt_state, ref.opt_state, rtol=1e-4, atol=2e-6)
 
 
 def test_mixed_precision_keeps_float32_state():
