@@ -56,6 +56,8 @@ Everything is built from `optax <https://optax.readthedocs.io>`_ transformations
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -492,16 +494,47 @@ def muon_dimension_numbers(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(dims, params, groups)
 
 
+def _as_matrices(x: Array, dims: MuonDimensionNumbers) -> tuple[Array, Callable[[Array], Array]]:
+    """``x`` as ``[batch, fan_in, fan_out]`` (its batch axes first) and the inverse map."""
+    red = (dims.reduction_axis,) if isinstance(dims.reduction_axis, int) else dims.reduction_axis
+    out = (dims.output_axis,) if isinstance(dims.output_axis, int) else dims.output_axis
+    red, out = tuple(a % x.ndim for a in red), tuple(a % x.ndim for a in out)
+    order = tuple(a for a in range(x.ndim) if a not in red + out) + red + out
+    moved = x.transpose(order)
+    size = lambda axes: math.prod(x.shape[a] for a in axes)
+    flat = moved.reshape(-1, size(red), size(out))
+    inverse = tuple(order.index(a) for a in range(x.ndim))
+    return flat, lambda y: y.reshape(moved.shape).transpose(inverse)
+
+
 def _orthogonalize(ns_coeffs: tuple[float, ...], ns_steps: int) -> optax.GradientTransformation:
-    """Stateless: each matrix of the updates → its Newton–Schulz orthogonalisation."""
+    """Stateless: each matrix of the updates → its Newton–Schulz orthogonalisation.
+
+    The matrices of one shape (the same projection of every layer) are stacked and
+    orthogonalised in one batched call (modded-nanogpt's grouping): the same result, fewer
+    and larger matmuls.
+    """
     coeffs = jnp.asarray(ns_coeffs, jnp.float32)
+    batched = MuonDimensionNumbers(1, 2)  # [batch, fan_in, fan_out]
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         del params
-        return jax.tree.map(
-            lambda u, d: orthogonalize_via_newton_schulz(u, coeffs, ns_steps,
-                                                         dimension_numbers=d),
-            updates, muon_dimension_numbers(updates)), state
+        leaves, treedef = jax.tree_util.tree_flatten(updates)
+        dims = treedef.flatten_up_to(muon_dimension_numbers(updates))
+        mats = [_as_matrices(u, d) for u, d in zip(leaves, dims)]
+        by_shape: dict[tuple[int, int], list[int]] = {}
+        for i, (m, _) in enumerate(mats):
+            by_shape.setdefault(m.shape[1:], []).append(i)
+        out: list[Any] = [None] * len(leaves)
+        for idx in by_shape.values():
+            stacked = jnp.concatenate([mats[i][0] for i in idx])
+            ortho = orthogonalize_via_newton_schulz(stacked, coeffs, ns_steps,
+                                                    dimension_numbers=batched)
+            pieces = jnp.split(ortho, list(itertools.accumulate(
+                mats[i][0].shape[0] for i in idx))[:-1])
+            for i, piece in zip(idx, pieces):
+                out[i] = mats[i][1](piece)
+        return jax.tree_util.tree_unflatten(treedef, out), state
 
     return optax.GradientTransformation(optax.init_empty_state, update)
 
