@@ -15,17 +15,19 @@ Figures:
   of ``eval_iters`` random val batches).
 * **steps to target** — the first evaluation step of a seqjax run whose validation loss (every
   val window in order, the recipe's evaluation) is at or below the target; ``modern_cpu``
-  and the ablations evaluate every ``--eval_every`` steps (25). A run that never reaches it
-  is ``> 500``. The issue's target: ``modern_cpu`` within 0.6 × nanoGPT's 500 steps.
+  evaluates every ``--eval_every`` steps (50). A run that never reaches it is ``> 500``. The
+  target: ``modern_cpu`` within 0.6 × nanoGPT's 500 steps.
 * **final val** — each side's validation loss after 500 steps.
-* **ms/step** — the steady step of runs that do not evaluate on the way (the ``cpu`` preset
-  as it is, and ``modern_cpu`` with ``--eval_every 0``): :func:`benchmarks.nanogpt_gpt2.
-  parse_seqjax_workdir`'s time from the first record to the last over the steps between.
-  The ratio ``modern_cpu ÷ cpu`` is Muon's Newton–Schulz iterations, the untied head's
-  AdamW and the soft-cap on this CPU (target ≤ 1.15).
-* **ablation** — ``modern_cpu`` with one switch put back to GPT-2's (:data:`ABLATIONS`),
-  one seed: its steps to the target and final val loss, so a reader sees what each part
-  buys here.
+* **ms/step** — the steady step of the ``cpu`` and ``modern_cpu`` presets in short runs
+  (``--timing_steps``, 60) that do not evaluate on the way, one pair per seed:
+  :func:`benchmarks.nanogpt_gpt2.parse_seqjax_workdir`'s time from the first record (step
+  10, after the compiling call) to the last over the steps between. The ratio
+  ``modern_cpu ÷ cpu`` is Muon's Newton–Schulz iterations, the untied head and its AdamW
+  and the soft-cap on this CPU (target ≤ 1.15).
+* **ablation** — ``modern_cpu`` and ``modern_cpu`` with one switch put back to GPT-2's
+  (:data:`ABLATIONS`), one seed, in shorter runs (``--ablation_steps`` 200, warm-up 40,
+  evaluated every 50): steps to the target and the val loss at the end, so a reader sees
+  what each part buys here.
 
 Run: ``python -m benchmarks modern_gpt --nanogpt_dir DIR [--seeds 0,1,2] [--ablation_seeds 0]
 [--keep FOLDER] [--out FILE]``; ``--smoke``: tiny shapes, 4 steps, 1 seed, no ablation (a
@@ -104,7 +106,7 @@ def _mean(xs: Sequence[float]) -> float:
 
 def report(nano: Sequence[Any], cpu: Sequence[dict], curves: Sequence[dict],
            timing: Sequence[dict], ablations: Sequence[tuple[str, dict]], steps: int,
-           note: str) -> tuple[str, dict[str, Any]]:
+           short: int, note: str) -> tuple[str, dict[str, Any]]:
     """The markdown summary and its figures."""
     target = _mean([r.val_loss for r in nano])
     reach = [steps_to(r["curve"], target) for r in curves]
@@ -124,19 +126,19 @@ def report(nano: Sequence[Any], cpu: Sequence[dict], curves: Sequence[dict],
 
     def vals(rows: Sequence[Any], key: str) -> str:
         xs = [getattr(r, key) if not isinstance(r, dict) else r[key] for r in rows]
-        return nanogpt_gpt2.mean_sd(xs, 4) + " (" + ", ".join(f"{x:.4f}" for x in xs) + ")"
+        d = 1 if key == "ms_per_step" else 4
+        return nanogpt_gpt2.mean_sd(xs, d) + " (" + ", ".join(f"{x:.{d}f}" for x in xs) + ")"
 
     shown = ", ".join("> " + str(steps) if s is None else str(s) for s in reach)
     lines = [
         note, "",
         "| side | final val loss (mean ± sd; per seed) | steps to nanoGPT's final val | "
-        "steady ms/step |", "|---|---|---|---:|",
+        "steady ms/step (per seed) |", "|---|---|---|---|",
         f"| nanoGPT `train.py` (AdamW GPT-2) | {vals(nano, 'val_loss')} | {steps} (its own) | "
-        f"{_mean([r.ms_per_step for r in nano]):.1f} |",
-        f"| seqjax `--preset cpu` (the same GPT-2) | {vals(cpu, 'val_loss')} | — | "
-        f"{fig['cpu_ms']:.1f} |",
+        f"{vals(nano, 'ms_per_step')} |",
+        f"| seqjax `--preset cpu` (the same GPT-2) | — | — | {vals(cpu, 'ms_per_step')} |",
         f"| seqjax `--preset modern_cpu` | {vals(curves, 'val_loss')} | {shown} | "
-        f"{fig['modern_ms']:.1f} |", "",
+        f"{vals(timing, 'ms_per_step')} |", "",
         f"Target {target:.4f} (nanoGPT's mean). modern_cpu reaches it in "
         + ("—" if fig["step_fraction"] is None else f"{fig['step_fraction']:.2f}×")
         + f" nanoGPT's steps (target ≤ 0.6×); its final val is "
@@ -144,14 +146,12 @@ def report(nano: Sequence[Any], cpu: Sequence[dict], curves: Sequence[dict],
         f"{fig['cost_ratio']:.3f}× the cpu preset's (target ≤ 1.15×).",
     ]
     if ablations:
-        lines += ["", "Ablation (modern_cpu with one switch put back; seed "
+        lines += ["", f"Ablation ({short}-step runs, warm-up {max(1, short // 5)}, seed "
                   f"{ablations[0][1]['seed']}; steps to {target:.4f}, evaluated every "
                   f"{_every(ablations[0][1]['curve'])} steps):", "",
-                  "| run | steps to target | final val loss |", "|---|---:|---:|",
-                  f"| modern_cpu (all switches) | {_fmt_steps(reach[0], steps)} | "
-                  f"{curves[0]['val_loss']:.4f} |"]
+                  f"| run | steps to target | val loss at step {short} |", "|---|---:|---:|"]
         for name, r in ablations:
-            lines.append(f"| {name} | {_fmt_steps(steps_to(r['curve'], target), steps)} | "
+            lines.append(f"| {name} | {_fmt_steps(steps_to(r['curve'], target), short)} | "
                          f"{r['val_loss']:.4f} |")
     return "\n".join(lines), fig
 
@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank_file", default=None, help="GPT-2's gpt2.tiktoken")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--ablation_seeds", default="0", help="'' = no ablation")
-    ap.add_argument("--eval_every", type=int, default=25)
+    ap.add_argument("--eval_every", type=int, default=50)
+    ap.add_argument("--timing_steps", type=int, default=60)
+    ap.add_argument("--ablation_steps", type=int, default=200)
     ap.add_argument("--eval_iters", type=int, default=200, help="nanoGPT's, per split")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=None)
@@ -218,28 +220,32 @@ def main(argv: list[str] | None = None) -> int:
         nano, cpu, curves, timing = [], [], [], []
         small = {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
                  "batch_size": 8} if args.smoke else {}
+        timing_steps = steps if args.smoke else args.timing_steps
+        quick = {"eval_every": 0, "log_every": 1 if args.smoke else 10, "val_tokens": 768}
+        short = steps if args.smoke else args.ablation_steps
+        short_opts = {"eval_every": every, "warmup_steps": max(1, short // 5)}
         for seed in seeds:
             nano.append(nanogpt_gpt2.run_nanogpt(run_dir, setup, steps, seed, threads,
                                                  args.timeout))
-            cpu.append(run_seqjax(folder, data, presets[0], steps, seed, "cpu",
-                                  {**small, "eval_every": 0}, args.timeout))
             curves.append(run_seqjax(folder, data, presets[1], steps, seed, "modern",
                                      {**small, "eval_every": every}, args.timeout))
-            timing.append(run_seqjax(folder, data, presets[1], steps, seed, "modern_timing",
-                                     {**small, "eval_every": 0}, args.timeout))
-            print(f"modern_gpt: seed {seed}: nanoGPT {nano[-1].val_loss:.4f}, cpu "
-                  f"{cpu[-1]['val_loss']:.4f} ({cpu[-1]['ms_per_step']:.1f} ms/step), "
-                  f"modern {curves[-1]['val_loss']:.4f} (curve {curves[-1]['curve']}), "
-                  f"{timing[-1]['ms_per_step']:.1f} ms/step", flush=True)
+            for preset, out in zip(presets, (cpu, timing)):
+                out.append(run_seqjax(folder, data, preset, timing_steps, seed,
+                                      f"{preset}_timing", {**small, **quick}, args.timeout))
+            print(f"modern_gpt: seed {seed}: nanoGPT {nano[-1].val_loss:.4f}, modern "
+                  f"{curves[-1]['val_loss']:.4f} (curve {curves[-1]['curve']}); ms/step cpu "
+                  f"{cpu[-1]['ms_per_step']:.1f}, modern {timing[-1]['ms_per_step']:.1f}",
+                  flush=True)
         ablations = []
         for seed in ablation_seeds:
-            for i, (name, extra) in enumerate(ABLATIONS):
-                r = run_seqjax(folder, data, presets[1], steps, seed, f"ablation{i}",
-                               {**small, **extra, "eval_every": every}, args.timeout)
+            for i, (name, extra) in enumerate((("modern_cpu (all switches)", {}),
+                                               *ABLATIONS)):
+                r = run_seqjax(folder, data, presets[1], short, seed, f"ablation{i}",
+                               {**small, **extra, **short_opts}, args.timeout)
                 ablations.append((name, r))
                 print(f"modern_gpt: ablation {name}: {r['val_loss']:.4f} {r['curve']}",
                       flush=True)
-        summary, fig = report(nano, cpu, curves, timing, ablations, steps, note)
+        summary, fig = report(nano, cpu, curves, timing, ablations, steps, short, note)
         commands = ["nanoGPT: " + nanogpt_gpt2.shown(nanogpt_gpt2.nanogpt_command(setup, steps)),
                     "seqjax: " + curves[0]["command"]]
         summary += "\n\nCommands (seed 0):\n\n" + "\n".join(f"    {c}" for c in commands)

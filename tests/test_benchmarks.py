@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import types
 
 import pytest
 
@@ -382,3 +383,27 @@ def test_muon_parity_smoke_prints_both_torch_runs(capsys):
     assert "10 steps" not in out and "3 steps of Muon" in out
     for label in ("float32 NS", "bfloat16 NS"):
         assert f"torch.optim.Muon, {label}: max relative loss difference" in out
+
+
+def test_muon_step_smoke_reports_the_step_and_the_optimizer_share(capsys):
+    from benchmarks import muon_step
+
+    assert muon_step.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "| modern_smoke | muon |" in out and "| smoke | adamw |" in out
+    assert "muon_step: modern_smoke:" in out and "of it" in out
+
+
+def test_modern_gpt_steps_to_target_and_report():
+    from benchmarks import modern_gpt
+
+    curve = [(50, 5.6), (100, 5.3), (150, 5.2)]
+    assert modern_gpt.steps_to(curve, 5.3) == 100 and modern_gpt.steps_to(curve, 5.0) is None
+    nano = [types.SimpleNamespace(val_loss=v, ms_per_step=400.0) for v in (5.3, 5.28)]
+    run = lambda loss, ms, c=curve: {"val_loss": loss, "ms_per_step": ms, "curve": c, "seed": 0}
+    text, fig = modern_gpt.report(nano, [run(0, 100.0)], [run(4.9, 0), run(4.8, 0)],
+                                  [run(0, 110.0)], [("tied head", run(5.25, 0))], 500, 200,
+                                  "note")
+    assert fig["target"] == pytest.approx(5.29) and fig["modern_steps"] == [150, 150]
+    assert fig["step_fraction"] == pytest.approx(0.3) and fig["cost_ratio"] == pytest.approx(1.1)
+    assert "| tied head | 150 | 5.2500 |" in text and "0.30×" in text
