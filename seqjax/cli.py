@@ -7,6 +7,10 @@ Commands::
     seqjax eval [EXPERIMENT] --workdir DIR [--key=value ...]
     seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max-new-tokens N]
                     [--temperature T] [--seed S]
+    seqjax export --workdir DIR OUT [--step N] [--force]
+                                      a gpt2 run's checkpoint as a Hugging Face folder that
+                                      transformers' AutoModelForCausalLM and AutoTokenizer
+                                      load (:mod:`seqjax.interop.hf_export`)
     seqjax prepare INPUT... --out DIR [--tokenizer gpt2|hf:PATH|seqjax:PATH]
                    [--format llmc|nanogpt] [--split documents|text] [--val_* N] [--workers N]
                    [--hf_dataset NAME ...]     tokenise text into token shards
@@ -49,6 +53,9 @@ error and the step whose batch it was, the newest intact checkpoint (the last co
 step, saved before stopping) and the command that resumes from it once the cause is gone.
 A run killed outright (SIGKILL, a crash) leaves its newest finished checkpoint; the same
 command resumes from it (an unfinished checkpoint and records past it are dropped).
+``seqjax export``: 2 — refused (a model GPT-2 cannot hold, a tokenizer without a Hugging Face
+class, no such work dir, checkpoint or step, an ``OUT`` that exists and is not empty without
+``--force``); 3 — a write failed. Either way ``OUT`` is left as it was.
 """
 
 from __future__ import annotations
@@ -128,6 +135,8 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         if not args.temperature >= 0:
             raise ConfigError(f"--temperature must be >= 0 (0 = greedy); got "
                               f"{args.temperature}.")
+    if args.command == "export":
+        return _export(args, rest)
     module, cfg = experiment_from_workdir(args.experiment, args.workdir, rest)
     if args.command == "eval":
         if not callable(getattr(module, "evaluate", None)):
@@ -140,6 +149,25 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         raise ConfigError(f"experiment {module.__name__} has no `generate(cfg, prompt, ...)`.")
     print(module.generate(cfg, args.prompt, max_new_tokens=args.max_new_tokens,
                           temperature=args.temperature, seed=args.seed))
+    return 0
+
+
+def _export(args: argparse.Namespace, rest: list[str]) -> int:
+    """``seqjax export``: :func:`seqjax.interop.hf_export.export_gpt2`; the folder's path on
+    stdout, the step exported on stderr."""
+    from seqjax.interop.hf_export import ExportWriteError, export_gpt2
+
+    if rest:
+        raise ConfigError(f"seqjax export takes --workdir DIR OUT [--step N] [--force]; got "
+                          f"the unknown argument(s) {' '.join(rest)}.")
+    try:
+        out = export_gpt2(args.workdir, args.out, step=args.step, force=args.force)
+    except ExportWriteError as err:  # no space, no permission: OUT is left as it was
+        return _error(str(err), 3)
+    which = (f"the checkpoint of step {args.step} in {args.workdir}" if args.step is not None
+             else _checkpoint_step(args.workdir))
+    print(out)
+    print(f"seqjax: exported {which} to {out}", file=sys.stderr)
     return 0
 
 
@@ -169,6 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--max-new-tokens", type=int, default=20)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
+    exp = sub.add_parser("export", help="write the checkpoint in --workdir (a gpt2 run) as a "
+                         "Hugging Face folder: config.json, model.safetensors, the tokenizer")
+    exp.add_argument("out", help="the folder to write (refused if it exists and is not empty)")
+    exp.add_argument("--workdir", required=True)
+    exp.add_argument("--step", type=int, default=None,
+                     help="the checkpoint's step (default: the newest)")
+    exp.add_argument("--force", action="store_true", help="replace an existing OUT")
     sub.add_parser("prepare", add_help=False, help="tokenise text into token shards (llm.c's "
                    "format or nanoGPT's bins); `seqjax prepare --help`: its options")
     sub.add_parser("list", help="list experiments and presets")

@@ -35,8 +35,9 @@ Presets:
   biases, zero-initialised residual projections, an untied head, logits soft-capped at 30;
   Muon (lr 0.05, momentum 0.95, Nesterov, 5 Newton–Schulz steps) on the hidden matrices,
   AdamW (β = 0.8, 0.95) on the embedding (lr 0.6), the head (0.008) and the vectors (0.04),
-  no weight decay; 524,288 tokens per step, 3,250 steps (the track's tuned Muon reaches
-  val 3.28 on FineWeb there; not measured here).
+  no weight decay; 524,288 tokens per step, 3,250 steps, cosine decay without warm-up (the
+  track's tuned Muon entry reaches val 3.28 on FineWeb in 3,250 steps with its own
+  schedule; this preset is not measured here).
 * ``modern_cpu`` — the same switches and optimiser at the ``cpu`` preset's width, depth,
   context, batch and steps (``benchmarks/README.md`` runs it beside nanoGPT's ``train.py``
   and the ``cpu`` preset, and ablates each switch); ``modern_smoke`` — seconds, for CI.

@@ -1,9 +1,10 @@
-r"""Load Hugging Face GPT-2 checkpoints into :class:`~seqjax.models.gpt.TransformerLM`.
+r"""Hugging Face GPT-2 checkpoints to and from :class:`~seqjax.models.gpt.TransformerLM`.
 
 GPT-2 (Radford et al. 2019) is the pre-norm decoder-only transformer of Bishop §12.3.1
 and J&M §9.8: learned absolute positions, tanh-approximated GELU (``gelu_new``),
-LayerNorm ``ε = 10⁻⁵``, biases everywhere and the output matrix tied to the token
-embedding, :math:`p(x_{n+1}\mid x_{\le n}) = \mathrm{softmax}(\mathrm{LN}(X^{(L)}_n) E^\top)`.
+LayerNorm ``ε = 10⁻⁵`` (another ``layer_norm_epsilon`` is ``block.norm_epsilon``),
+biases everywhere and the output matrix tied to the token embedding,
+:math:`p(x_{n+1}\mid x_{\le n}) = \mathrm{softmax}(\mathrm{LN}(X^{(L)}_n) E^\top)`.
 
 Weight mapping. GPT-2's ``Conv1D`` stores ``W: [in, out]`` (already Flax's layout, no
 transpose); the fused ``c_attn`` computes ``[Q | K | V] = X W + b`` with
@@ -28,11 +29,19 @@ The causal-mask buffers ``h.i.attn.bias`` / ``h.i.attn.masked_bias`` of older
 checkpoints are dropped; any other unused tensor is an error. Decoding goes through
 :mod:`seqjax.decoding` with the model's KV cache, e.g.
 ``greedy_search(model, variables, prompt, max_new_tokens=20)``.
+
+The same table read the other way writes a TransformerLM as GPT-2
+(:func:`gpt2_params_to_hf`, :func:`gpt2_config_to_hf`; ``seqjax export`` and
+:func:`seqjax.interop.hf_export.export_gpt2` write the folder): a model without biases
+(``use_bias=False``, ``norm_use_bias=False``) gets zero biases, which compute the same
+function, and the ``[V, D]`` embedding is written whole (a vocabulary padded past the
+tokenizer's stays padded: ``vocab_size`` is the model's).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +53,13 @@ from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, Transformer
 Dtype = Any
 PathLike = Any
 
-__all__ = ["HF_GPT2_PRESETS", "gpt2_config_from_hf", "load_hf_gpt2"]
+__all__ = [
+    "HF_GPT2_PRESETS",
+    "gpt2_config_from_hf",
+    "gpt2_config_to_hf",
+    "gpt2_params_to_hf",
+    "load_hf_gpt2",
+]
 
 _GPT2 = dict(vocab_size=50257, max_len=1024, tie_embeddings=True, positions="learned")
 
@@ -65,33 +80,41 @@ HF_GPT2_PRESETS: dict[str, TransformerLMConfig] = {
     "distilgpt2": _gpt2(6, 12, 768),
 }
 
-_ACTIVATIONS = {
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
+#: seqjax activation -> its name in transformers' ``ACT2FN`` (``activation_function``).
+_HF_ACTIVATION = {
+    "gelu_tanh": "gelu_new",
     "gelu": "gelu",
     "relu": "relu",
+    "relu_squared": "relu2",
     "silu": "silu",
-    "swish": "silu",
     "tanh": "tanh",
 }
+#: ``activation_function`` -> seqjax activation (the inverse, and transformers' aliases).
+_ACTIVATIONS = {
+    **{hf: ours for ours, hf in _HF_ACTIVATION.items()},
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "swish": "silu",
+}
 
-#: LayerNorm ε that seqjax's TransformerLM uses (its config has no ε field).
-_SEQJAX_LN_EPS = 1e-5
+#: LayerNorm ε of GPT-2 and of seqjax's LayerNorm (``BlockConfig.norm_epsilon=None``).
+_LN_EPS = 1e-5
 
 
 def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
     """A :class:`~seqjax.models.gpt.TransformerLMConfig` from a GPT-2 ``config.json`` dict.
 
-    Options that seqjax's TransformerLM cannot express are a ``ValueError`` naming the
-    field: ``scale_attn_by_inverse_layer_idx``, ``scale_attn_weights=false``,
-    ``add_cross_attention``, a ``layer_norm_epsilon`` other than ``1e-5``.
+    ``layer_norm_epsilon`` becomes ``block.norm_epsilon`` (``None``, LayerNorm's default,
+    when it is ``1e-5``). Options that seqjax's TransformerLM cannot express are a
+    ``ValueError`` naming the field: ``scale_attn_by_inverse_layer_idx``,
+    ``scale_attn_weights=false``, ``add_cross_attention``, an ``activation_function``
+    without a seqjax activation.
 
     Example:
         >>> cfg = gpt2_config_from_hf({"n_embd": 64, "n_layer": 2, "n_head": 4,
         ...                            "vocab_size": 100, "n_positions": 32})
-        >>> cfg.block.activation, cfg.block.mlp_dim, cfg.tie_embeddings
-        ('gelu_tanh', 256, True)
+        >>> cfg.block.activation, cfg.block.mlp_dim, cfg.tie_embeddings, cfg.block.norm_epsilon
+        ('gelu_tanh', 256, True, None)
     """
     model_type = hf.get("model_type", "gpt2")
     if model_type != "gpt2":
@@ -103,12 +126,9 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
                 f"config `{field}` must be {str(ok).lower()} for seqjax's TransformerLM; "
                 f"got {hf[field]!r}."
             )
-    eps = float(hf.get("layer_norm_epsilon", _SEQJAX_LN_EPS))
-    if not np.isclose(eps, _SEQJAX_LN_EPS, rtol=1e-6, atol=0.0):
-        raise ValueError(
-            f"config `layer_norm_epsilon` must be {_SEQJAX_LN_EPS} (TransformerLM has no "
-            f"epsilon option); got {eps}."
-        )
+    eps = hf.get("layer_norm_epsilon", _LN_EPS)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+        raise ValueError(f"config `layer_norm_epsilon` must be a number > 0; got {eps!r}.")
     act = hf.get("activation_function", "gelu_new")
     if act not in _ACTIVATIONS:
         raise ValueError(
@@ -127,6 +147,7 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
         init_std=std,
         mlp_dim=int(hf.get("n_inner") or 4 * d),
         use_bias=True,
+        norm_epsilon=None if float(eps) == _LN_EPS else float(eps),
         dropout_rate=float(hf.get("resid_pdrop", 0.1)),
         attention_dropout_rate=float(hf.get("attn_pdrop", 0.1)),
         activation=_ACTIVATIONS[act],
@@ -143,73 +164,115 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
     )
 
 
-def _preset(name: Any) -> TransformerLMConfig:
-    if isinstance(name, TransformerLMConfig):
-        return name
-    presets = {**TRANSFORMER_LM_PRESETS, **HF_GPT2_PRESETS}
-    key = name if name in presets else str(name).rsplit("/", 1)[-1]
-    if key not in presets:
-        raise ValueError(f"`preset` must be a TransformerLMConfig or one of {sorted(presets)}; "
-                         f"got {name!r}.")
-    return presets[key]
-
-
-def _check_supported(cfg: TransformerLMConfig) -> None:
-    """The GPT-2 layout needs learned positions, biases, a plain MLP, LayerNorm and MHA."""
-    for field, want in (("positions", "learned"), ("block.use_bias", True), ("block.mlp", "mlp"),
-                        ("block.norm_type", "layernorm"), ("block.num_kv_heads", None)):
-        owner, _, name = field.rpartition(".")
-        got = getattr(cfg.block if owner else cfg, name)
-        if got != want:
+def _check_layout(cfg: TransformerLMConfig, *, biases: bool) -> None:
+    """``ValueError`` naming the first field of ``cfg`` that GPT-2's layout cannot hold:
+    learned positions, pre-LayerNorm blocks of multi-head attention (no QK-norm, no window,
+    ``D/H`` per head) and a plain MLP with an activation of ``ACT2FN``, no logit soft-cap;
+    with ``biases`` (loading: GPT-2's biases need somewhere to go) also every bias."""
+    block, heads = cfg.block, cfg.block.num_heads
+    wants: list[tuple[str, Any, Any]] = [
+        ("positions", cfg.positions, "learned"),
+        ("logit_softcap", cfg.logit_softcap, 0.0),
+        ("block.norm_type", block.norm_type, "layernorm"),
+        ("block.norm", block.norm, "pre"),
+        ("block.mlp", block.mlp, "mlp"),
+        ("block.num_kv_heads", block.num_kv_heads, (None, heads)),
+        ("block.head_dim", block.head_dim, (None, cfg.embed_dim // heads)),
+        ("block.qk_norm", block.qk_norm, False),
+        ("block.window", block.window, None),
+        ("block.attention", block.attention, None),
+        ("block.activation", block.activation, tuple(_HF_ACTIVATION)),
+    ]
+    if biases:
+        wants += [("block.use_bias", block.use_bias, True),
+                  ("block.norm_use_bias", block.norm_use_bias, True),
+                  ("block.attention_use_bias", block.attention_use_bias, (None, True))]
+    for field, got, want in wants:
+        allowed = want if isinstance(want, tuple) else (want,)
+        if not any(got == w and isinstance(got, bool) == isinstance(w, bool) for w in allowed):
+            shown = " or ".join(repr(w) for w in allowed)
             raise ValueError(
-                f"GPT-2 checkpoints need TransformerLMConfig.{field}={want!r}; got {got!r}."
+                f"a GPT-2 checkpoint needs TransformerLMConfig.{field}={shown}; got {got!r}."
             )
 
 
-def _norm(ckpt: Checkpoint, prefix: str, d: int) -> dict:
-    return {"scale": ckpt.take(prefix + ".weight", (d,)), "bias": ckpt.take(prefix + ".bias", (d,))}
+#: The tensors that keep their layout (GPT-2's ``Conv1D`` stores ``[in, out]``, as Flax):
+#: GPT-2 name -> (TransformerLM parameter path, shape in ``V`` = vocab_size, ``P`` = max_len,
+#: ``D`` = embed_dim, ``F`` = mlp_dim). Block ``i``'s are under ``h.{i}.`` and
+#: ``decoder/layers_{i}``.
+_MODEL_TENSORS: dict[str, tuple[tuple[str, ...], str]] = {
+    "wte.weight": (("token_embed", "embedding"), "VD"),
+    "wpe.weight": (("pos_embed", "embedding"), "PD"),
+    "ln_f.weight": (("decoder", "final_norm", "scale"), "D"),
+    "ln_f.bias": (("decoder", "final_norm", "bias"), "D"),
+}
+_BLOCK_TENSORS: dict[str, tuple[tuple[str, ...], str]] = {
+    "ln_1.weight": (("self_attn_norm", "scale"), "D"),
+    "ln_1.bias": (("self_attn_norm", "bias"), "D"),
+    "attn.c_proj.bias": (("self_attn", "out", "bias"), "D"),
+    "ln_2.weight": (("ffn_norm", "scale"), "D"),
+    "ln_2.bias": (("ffn_norm", "bias"), "D"),
+    "mlp.c_fc.weight": (("ffn", "up", "kernel"), "DF"),
+    "mlp.c_fc.bias": (("ffn", "up", "bias"), "F"),
+    "mlp.c_proj.weight": (("ffn", "down", "kernel"), "FD"),
+    "mlp.c_proj.bias": (("ffn", "down", "bias"), "D"),
+}
+#: The fused ``c_attn`` holds ``[Q | K | V]`` in this order.
+_QKV = ("query", "key", "value")
 
 
-def _conv1d(ckpt: Checkpoint, prefix: str, d_in: int, d_out: int) -> dict:
-    return {"kernel": ckpt.take(prefix + ".weight", (d_in, d_out)),
-            "bias": ckpt.take(prefix + ".bias", (d_out,))}
+def _sizes(cfg: TransformerLMConfig) -> dict[str, int]:
+    d = cfg.embed_dim
+    return {"V": cfg.vocab_size, "P": cfg.max_len, "D": d, "F": cfg.block.mlp_dim or 4 * d}
+
+
+def _put(tree: dict, path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def _get(tree: Any, path: tuple[str, ...]) -> Any:
+    """The leaf at ``path``, or ``None`` where the model has none (a bias it does not use)."""
+    for key in path:
+        if not isinstance(tree, Mapping) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
+def _take_table(ckpt: Checkpoint, table: dict, prefix: str, sizes: dict[str, int]) -> dict:
+    out: dict = {}
+    for name, (path, dims) in table.items():
+        _put(out, path, ckpt.take(prefix + name, tuple(sizes[c] for c in dims)))
+    return out
 
 
 def _layer(ckpt: Checkpoint, i: int, cfg: TransformerLMConfig) -> dict:
+    sizes = _sizes(cfg)
     d, h = cfg.embed_dim, cfg.block.num_heads
-    f, hd = cfg.block.mlp_dim or 4 * d, d // h
     pre = f"h.{i}."
+    layer = _take_table(ckpt, _BLOCK_TENSORS, pre, sizes)
     w_qkv = ckpt.take(pre + "attn.c_attn.weight", (d, 3 * d))
     b_qkv = ckpt.take(pre + "attn.c_attn.bias", (3 * d,))
-    attn = {
-        name: {"kernel": w_qkv[:, j * d:(j + 1) * d].reshape(d, h, hd),
-               "bias": b_qkv[j * d:(j + 1) * d].reshape(h, hd)}
-        for j, name in enumerate(("query", "key", "value"))
-    }
-    proj = _conv1d(ckpt, pre + "attn.c_proj", d, d)
-    attn["out"] = {"kernel": proj["kernel"].reshape(h, hd, d), "bias": proj["bias"]}
-    return {
-        "self_attn": attn,
-        "self_attn_norm": _norm(ckpt, pre + "ln_1", d),
-        "ffn": {"up": _conv1d(ckpt, pre + "mlp.c_fc", d, f),
-                "down": _conv1d(ckpt, pre + "mlp.c_proj", f, d)},
-        "ffn_norm": _norm(ckpt, pre + "ln_2", d),
-    }
+    attn = layer["self_attn"]
+    for j, name in enumerate(_QKV):  # [D, D] columns h·d … (h+1)·d - 1 are head h
+        attn[name] = {"kernel": w_qkv[:, j * d:(j + 1) * d].reshape(d, h, d // h),
+                      "bias": b_qkv[j * d:(j + 1) * d].reshape(h, d // h)}
+    attn["out"]["kernel"] = ckpt.take(pre + "attn.c_proj.weight", (d, d)).reshape(h, d // h, d)
+    return layer
 
 
 def _gpt2_params(ckpt: Checkpoint, cfg: TransformerLMConfig) -> tuple[dict, TransformerLMConfig]:
     ckpt.strip_prefix(("transformer.",), "wte.weight")
     ckpt.ignore(lambda k: k.startswith("h.") and k.endswith((".attn.bias", ".attn.masked_bias")))
     v, d = cfg.vocab_size, cfg.embed_dim
-    wte = ckpt.take("wte.weight", (v, d))
+    params: dict[str, Any] = _take_table(ckpt, _MODEL_TENSORS, "", _sizes(cfg))
     layers = {f"layers_{i}": _layer(ckpt, i, cfg) for i in range(cfg.num_layers)}
     if cfg.scan_layers:
         layers = {"layers": jax.tree_util.tree_map(lambda *xs: np.stack(xs), *layers.values())}
-    params: dict[str, Any] = {
-        "token_embed": {"embedding": wte},
-        "pos_embed": {"embedding": ckpt.take("wpe.weight", (cfg.max_len, d))},
-        "decoder": {**layers, "final_norm": _norm(ckpt, "ln_f", d)},
-    }
+    params["decoder"].update(layers)
+    wte = params["token_embed"]["embedding"]
     if ckpt.has("lm_head.weight"):
         head = ckpt.take("lm_head.weight", (v, d))
         tied = np.array_equal(head, wte)
@@ -225,6 +288,123 @@ def _gpt2_params(ckpt: Checkpoint, cfg: TransformerLMConfig) -> tuple[dict, Tran
         ckpt.take("lm_head.weight", (v, d))  # raises: an untied head must be in the file
     ckpt.finish()
     return params, cfg
+
+
+def gpt2_config_to_hf(cfg: TransformerLMConfig) -> dict[str, Any]:
+    """The ``config.json`` of ``transformers.GPT2LMHeadModel`` for a TransformerLM of ``cfg``
+    (the inverse of :func:`gpt2_config_from_hf`).
+
+    ``vocab_size`` is the model's (a padded vocabulary stays padded), ``n_positions`` its
+    ``max_len``, ``layer_norm_epsilon`` its ``block.norm_epsilon`` (LayerNorm's ``1e-5``
+    when unset), ``activation_function`` the ``ACT2FN`` name of ``block.activation``
+    (``gelu_tanh`` → ``gelu_new``, ``gelu`` → ``gelu``, ``relu_squared`` → ``relu2``),
+    ``tie_word_embeddings`` its ``tie_embeddings``; the dropout rates and ``init_std`` go to
+    ``resid_pdrop``/``embd_pdrop``/``attn_pdrop`` and ``initializer_range``. A config GPT-2
+    cannot hold (rotary positions, RMSNorm, QK-norm, a soft-cap, GQA, a GLU, a window, ...)
+    is a ``ValueError`` naming the field; ``use_bias=False`` is not one (zero biases).
+
+    Example:
+        >>> from seqjax.models.gpt import TRANSFORMER_LM_PRESETS
+        >>> hf = gpt2_config_to_hf(TRANSFORMER_LM_PRESETS["nanogpt-cpu"])
+        >>> hf["n_layer"], hf["n_embd"], hf["activation_function"], hf["vocab_size"]
+        (4, 128, 'gelu', 65)
+    """
+    _check_layout(cfg, biases=False)
+    block = cfg.block
+    eps = _LN_EPS if block.norm_epsilon is None else float(block.norm_epsilon)
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.max_len,
+        "n_embd": cfg.embed_dim,
+        "n_layer": cfg.num_layers,
+        "n_head": block.num_heads,
+        "n_inner": block.mlp_dim,
+        "activation_function": _HF_ACTIVATION[cast(str, block.activation)],  # checked
+        "resid_pdrop": block.dropout_rate,
+        "embd_pdrop": block.dropout_rate,
+        "attn_pdrop": block.attention_dropout_rate,
+        "layer_norm_epsilon": eps,
+        "initializer_range": cfg.init_std,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "add_cross_attention": False,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "use_cache": True,
+    }
+
+
+def gpt2_params_to_hf(params: Any, cfg: TransformerLMConfig) -> dict[str, np.ndarray]:
+    """``GPT2LMHeadModel``'s tensors (its ``state_dict`` names, float32, contiguous) from the
+    parameters of a TransformerLM of ``cfg`` (the inverse of :func:`load_hf_gpt2`).
+
+    Every tensor of the table in the module docstring: ``c_attn`` is ``[Q | K | V]``
+    concatenated, ``attn.c_proj`` the ``out`` kernel reshaped to ``[D, D]``, a bias the model
+    does not have (``use_bias=False``, ``norm_use_bias=False``) zeros, ``lm_head.weight`` the
+    untied head transposed (absent when tied, as ``save_pretrained`` writes it). Stacked
+    ``scan_layers`` parameters are split per layer. Parameters of the wrong names or shapes
+    are a ``ValueError`` (:func:`~seqjax.interop.safetensors_io.check_params_like`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from seqjax.models.gpt import TransformerLM, TRANSFORMER_LM_PRESETS
+        >>> cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"]
+        >>> p = TransformerLM(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
+        >>> t = gpt2_params_to_hf(p["params"], cfg)
+        >>> t["transformer.h.0.attn.c_attn.weight"].shape  # [Q | K | V]
+        (128, 384)
+        >>> float(abs(t["transformer.ln_f.bias"]).max())  # use_bias=False: zero biases
+        0.0
+    """
+    _check_layout(cfg, biases=False)
+    model = TransformerLM(cfg)
+    expected = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
+    check_params_like(params, expected["params"], "TransformerLM")
+    params = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float32), params)
+    decoder = params["decoder"]
+    if "layers" in decoder:  # scan_layers: every leaf is [L, ...]
+        decoder = {**decoder, **{
+            f"layers_{i}": jax.tree_util.tree_map(lambda a, i=i: a[i], decoder["layers"])
+            for i in range(cfg.num_layers)}}
+    sizes = _sizes(cfg)
+    d, h = cfg.embed_dim, cfg.block.num_heads
+
+    def read(tree: Any, table: dict, prefix: str) -> dict[str, np.ndarray]:
+        out = {}
+        for name, (path, dims) in table.items():
+            leaf = _get(tree, path)
+            if leaf is None:  # a bias the model does not have: zero, the same function
+                leaf = np.zeros([sizes[c] for c in dims], np.float32)
+            out["transformer." + prefix + name] = leaf
+        return out
+
+    tensors = read({**params, "decoder": decoder}, _MODEL_TENSORS, "")
+    for i in range(cfg.num_layers):
+        layer = decoder[f"layers_{i}"]
+        tensors.update(read(layer, _BLOCK_TENSORS, f"h.{i}."))
+        attn = layer["self_attn"]
+        zeros = np.zeros((h, d // h), np.float32)
+        tensors[f"transformer.h.{i}.attn.c_attn.weight"] = np.concatenate(
+            [attn[n]["kernel"].reshape(d, d) for n in _QKV], axis=1)
+        tensors[f"transformer.h.{i}.attn.c_attn.bias"] = np.concatenate(
+            [attn[n].get("bias", zeros).reshape(d) for n in _QKV])
+        tensors[f"transformer.h.{i}.attn.c_proj.weight"] = attn["out"]["kernel"].reshape(d, d)
+    if not cfg.tie_embeddings:
+        tensors["lm_head.weight"] = params["lm_head"]["kernel"].T
+    return {k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}
+
+
+def _preset(name: Any) -> TransformerLMConfig:
+    if isinstance(name, TransformerLMConfig):
+        return name
+    presets = {**TRANSFORMER_LM_PRESETS, **HF_GPT2_PRESETS}
+    key = name if name in presets else str(name).rsplit("/", 1)[-1]
+    if key not in presets:
+        raise ValueError(f"`preset` must be a TransformerLMConfig or one of {sorted(presets)}; "
+                         f"got {name!r}.")
+    return presets[key]
 
 
 def load_hf_gpt2(
@@ -278,7 +458,7 @@ def load_hf_gpt2(
         cfg = gpt2_config_from_hf(hf)
     if overrides:
         cfg = cfg.replace(**overrides)
-    _check_supported(cfg)
+    _check_layout(cfg, biases=True)
     params, cfg = _gpt2_params(ckpt, cfg)
     model = TransformerLM(cfg, dtype=dtype, param_dtype=param_dtype)
     expected = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))

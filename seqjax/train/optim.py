@@ -520,9 +520,11 @@ def _orthogonalize(ns_coeffs: tuple[float, ...], ns_steps: int) -> optax.Gradien
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         del params
         leaves, treedef = jax.tree_util.tree_flatten(updates)
-        dims = treedef.flatten_up_to(muon_dimension_numbers(updates))
+        dims = jax.tree_util.tree_leaves(  # one per matrix leaf (the group holds no other)
+            muon_dimension_numbers(updates),
+            is_leaf=lambda d: d is None or isinstance(d, MuonDimensionNumbers))
         mats = [_as_matrices(u, d) for u, d in zip(leaves, dims)]
-        by_shape: dict[tuple[int, int], list[int]] = {}
+        by_shape: dict[tuple[int, ...], list[int]] = {}
         for i, (m, _) in enumerate(mats):
             by_shape.setdefault(m.shape[1:], []).append(i)
         out: list[Any] = [None] * len(leaves)

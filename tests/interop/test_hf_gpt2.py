@@ -54,13 +54,13 @@ def _write(directory, tensors, config=HF_CONFIG):
     return directory
 
 
-def _np_gpt2_logits(w, tokens):
+def _np_gpt2_logits(w, tokens, eps=1e-5):
     """GPT-2 forward in float64 numpy, straight from the checkpoint's tensors."""
     w = {k.removeprefix("transformer."): np.asarray(v, np.float64) for k, v in w.items()}
 
     def ln(x, name):
         mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + 1e-5) * w[name + ".weight"] + w[name + ".bias"]
+        return (x - mu) / np.sqrt(var + eps) * w[name + ".weight"] + w[name + ".bias"]
 
     def gelu_tanh(x):
         return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
@@ -153,11 +153,23 @@ def test_shape_mismatch(tmp_path):
 def test_unsupported_config(tmp_path):
     for change, field in (({"scale_attn_by_inverse_layer_idx": True},
                            "scale_attn_by_inverse_layer_idx"),
-                          ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon"),
+                          ({"layer_norm_epsilon": 0.0}, "layer_norm_epsilon"),
                           ({"activation_function": "mish"}, "activation_function"),
                           ({"model_type": "llama"}, "model_type")):
         with pytest.raises(ValueError, match=field):
             gpt2_config_from_hf({**HF_CONFIG, **change})
+
+
+def test_layer_norm_epsilon_is_the_blocks_norm_epsilon(tmp_path):
+    assert gpt2_config_from_hf(HF_CONFIG).block.norm_epsilon is None  # LayerNorm's 1e-5
+    tensors = _np_checkpoint()
+    d = _write(tmp_path, tensors, {**HF_CONFIG, "layer_norm_epsilon": 0.5})
+    model, variables = load_hf_gpt2(d)
+    assert model.config.block.norm_epsilon == 0.5
+    got = np.asarray(_logits(model, variables, jnp.asarray(TOKENS)))
+    np.testing.assert_allclose(got, _np_gpt2_logits(tensors, TOKENS, eps=0.5), atol=1e-4,
+                               rtol=1e-4)
+    assert not np.allclose(got, _np_gpt2_logits(tensors, TOKENS), atol=1e-2)  # ε matters
 
 
 def test_untied_head(tmp_path):
