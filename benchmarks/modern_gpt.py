@@ -100,6 +100,38 @@ def run_seqjax(folder: Path, data: Path, preset: str, steps: int, seed: int, tag
             "command": nanogpt_gpt2.shown(cmd)}
 
 
+def read_seqjax(folder: Path, tag: str, seed: int, steps: int) -> dict[str, Any]:
+    """A finished seqjax run of a kept folder (``--keep``), as :func:`run_seqjax` returns it."""
+    workdir = folder / f"{tag}_seed{seed}"
+    parsed = nanogpt_gpt2.parse_seqjax_workdir(workdir, steps)
+    return {"tag": tag, "seed": seed, "val_loss": parsed["val_loss"], "wall_s": parsed["wall_s"],
+            "ms_per_step": parsed["ms_per_step"], "curve": eval_curve(workdir), "command": ""}
+
+
+def read_folder(folder: Path, seeds: Sequence[int], ablation_seeds: Sequence[int],
+                timing_steps: int, short: int) -> tuple[list, list, list, list, list]:
+    """The runs of a kept folder (``--report_only``): the report of a run that was stopped
+    after its last complete run, or rendered again. Ablation runs not finished are left out."""
+    nano = []
+    for seed in seeds:
+        text = (folder / "nanogpt_run" / f"nanogpt_seed{seed}.log").read_text()
+        parsed = nanogpt_gpt2.parse_nanogpt_log(text, STEPS)
+        ms, median = nanogpt_gpt2.nanogpt_step_ms(parsed["iter_ms"], STEPS)
+        nano.append(nanogpt_gpt2.RunResult("nanoGPT", seed, parsed["val_loss"], 0.0,
+                                           STEPS * ms / 1e3, ms, median, parsed["params"], "", ""))
+    curves = [read_seqjax(folder, "modern", s, STEPS) for s in seeds]
+    cpu = [read_seqjax(folder, "cpu_timing", s, timing_steps) for s in seeds]
+    timing = [read_seqjax(folder, "modern_cpu_timing", s, timing_steps) for s in seeds]
+    ablations = []
+    for seed in ablation_seeds:
+        for i, (name, _) in enumerate((("modern_cpu (all switches)", {}), *ABLATIONS)):
+            try:
+                ablations.append((name, read_seqjax(folder, f"ablation{i}", seed, short)))
+            except (OSError, ValueError):
+                continue
+    return nano, cpu, curves, timing, ablations
+
+
 def _mean(xs: Sequence[float]) -> float:
     return statistics.fmean(xs)
 
@@ -181,8 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=None)
     ap.add_argument("--keep", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--report_only", default=None,
+                    help="no runs: the report of the runs kept in this folder (--keep)")
     args = ap.parse_args(argv)
     import os
+
+    if args.report_only:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        ab = [int(s) for s in args.ablation_seeds.split(",")] if args.ablation_seeds else []
+        runs = read_folder(Path(args.report_only), seeds, ab, args.timing_steps,
+                           args.ablation_steps)
+        summary, fig = report(*runs, STEPS, args.ablation_steps,
+                              f"runs read from {args.report_only}")
+        harness.emit_report("modern_gpt", "modern_gpt", argv, summary, [], out=args.out)
+        return 0
 
     threads = args.threads or os.cpu_count() or 1
     setup = nanogpt_gpt2.SMOKE if args.smoke else nanogpt_gpt2.DEFAULT
