@@ -171,12 +171,8 @@ def _export(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "prepare":  # its own parser (seqjax prepare --help)
-        from seqjax.data.prepare import main as prepare_main
-
-        return prepare_main(argv[1:])
+def _parser() -> argparse.ArgumentParser:
+    """The ``seqjax`` command's parser (every subcommand but ``prepare``'s own options)."""
     ap = argparse.ArgumentParser(
         prog="seqjax", description="seqjax: sequence models in JAX.",
         epilog="Run `seqjax list` for the experiments; see `python -c \"import "
@@ -211,6 +207,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="run a benchmark of the seqjax checkout you are in (`python -m "
                            "benchmarks` in its root; --smoke: seconds; `seqjax bench`: the list)")
     bench.add_argument("benchmark", nargs="?")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "prepare":  # its own parser (seqjax prepare --help)
+        from seqjax.data.prepare import main as prepare_main
+
+        return prepare_main(argv[1:])
+    ap = _parser()
     args, rest = ap.parse_known_args(argv)
     if args.command == "bench":
         return _bench(([args.benchmark] if args.benchmark else []) + rest)

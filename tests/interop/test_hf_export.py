@@ -31,6 +31,7 @@ from seqjax.interop.hf_gpt2 import gpt2_params_to_hf, load_hf_gpt2  # noqa: E402
 from seqjax.models.gpt import TransformerLM  # noqa: E402
 from seqjax.train import TrainState  # noqa: E402
 from seqjax.train.checkpoint import Checkpointer  # noqa: E402
+from tests.experiments.test_gpt2 import _rank_file  # noqa: E402
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures",
                        "tinyshakespeare.txt")
@@ -43,16 +44,6 @@ VARIANTS = {"smoke": {}, "gpt2": {"use_bias": True, "activation": "gelu_tanh"},
 TEXTS = ["Hello world", " Hello  world\n\n  x ", "naïve café — 日本語 😀 \t\tend  ",
          "I'm can't we'll they're  1234567 3.14159", "  \n \n\n", "a" * 300, "x\u00a0y\u2003z",
          "ROMEO:\nBut, soft! what light through yonder window breaks?"]
-
-
-def _rank_file() -> str:
-    pytest.importorskip("tiktoken", reason="GPT-2's BPE needs tiktoken (the pretrain extra)")
-    from seqjax.data.text_tokenizers import gpt2_rank_file
-
-    path = gpt2_rank_file()
-    if path is None:
-        pytest.skip("GPT-2's ranks ship in openai-whisper (pip install --no-deps openai-whisper)")
-    return path
 
 
 def _transformers():
