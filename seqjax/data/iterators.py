@@ -127,6 +127,12 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
         this host's share of it, so a run saved by ``N`` processes resumes on ``M`` (a
         different topology) as long as the global batch is the same.
         """
+        state = self.check_state(state)
+        self._set_position({k: int(state[k]) for k in self._position()})
+
+    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """``state`` in today's keys when :meth:`set_state` would accept it (the position
+        unchanged); else a ``ValueError`` naming what differs (``TypeError``: not a dict)."""
         if not isinstance(state, Mapping):
             raise TypeError(
                 f"`state` must be a dict from get_state(); got {type(state).__name__}."
@@ -140,7 +146,7 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
         if diff:
             detail = ", ".join(f"{k}: expected {v!r}, got {g!r}" for k, (v, g) in diff.items())
             raise ValueError(f"`state` does not belong to this iterator ({detail}).")
-        self._set_position({k: int(state[k]) for k in self._position()})
+        return state
 
     def __iter__(self) -> ResumableIterator:
         return self

@@ -70,6 +70,8 @@ class ShardWindows(ResumableIterator):
         shard_index, shard_count: this process's block of rows (default: the whole global
             batch; a multi-process run passes ``Parallel.iterator_shard()``).
         steps: stop after this many steps (``None``: endless).
+        source: where the shards come from (e.g. the ``--data`` path): recorded in the
+            state, not compared, to name the data a checkpoint was trained on.
 
     Yields ``{"inputs": int32[B, T], "targets": int32[B, T]}`` (targets shifted by one).
     """
@@ -79,8 +81,9 @@ class ShardWindows(ResumableIterator):
     def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int, *,
                  seed: int = 0, align: str = "random", eot: int | None = None,
                  shard_index: int | None = None, shard_count: int | None = None,
-                 steps: int | None = None) -> None:
+                 steps: int | None = None, source: str | None = None) -> None:
         _check_positive(batch_size=batch_size, block_size=block_size)
+        self.source = source
         if align not in ALIGNS:
             raise ValueError(f"`align` must be one of {ALIGNS}; got {align!r}.")
         self.shards = [np.asarray(s) if not isinstance(s, np.ndarray) else s for s in shards]
@@ -121,6 +124,10 @@ class ShardWindows(ResumableIterator):
 
     def _position(self) -> dict[str, int]:
         return {"step": self.step}
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        return state if self.source is None else {**state, "source": self.source}
 
     def _set_position(self, position: dict[str, int]) -> None:
         self.step = position["step"]

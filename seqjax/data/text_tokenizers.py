@@ -40,6 +40,7 @@ from __future__ import annotations
 import abc
 import importlib.util
 import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -116,6 +117,28 @@ def gpt2_rank_file() -> str | None:
     return None
 
 
+def tiktoken_cache_dir() -> str:
+    """The folder tiktoken caches its downloads in: ``$TIKTOKEN_CACHE_DIR``, else
+    ``$DATA_GYM_CACHE_DIR``, else ``<temp>/data-gym-cache`` (tiktoken's ``load.py``)."""
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
+
+
+def _no_gpt2_ranks(err: BaseException) -> str:
+    """The one line of a GPT-2 tokenizer that has no ranks here and could not download them."""
+    cause = " ".join(str(err).split())[:160]
+    return (
+        "GPT-2's BPE ranks are not on this machine and could not be downloaded "
+        f"({type(err).__name__}: {cause}). Looked in: openai-whisper's "
+        "whisper/assets/gpt2.tiktoken (not installed), tiktoken's cache "
+        f"{tiktoken_cache_dir()!r} (TIKTOKEN_CACHE_DIR). Pass --rank_file PATH to a "
+        "gpt2.tiktoken, or `pip install --no-deps openai-whisper`, or fill the cache on a "
+        "machine with network: TIKTOKEN_CACHE_DIR=DIR python -c \"import tiktoken; "
+        "tiktoken.get_encoding('gpt2')\", then copy DIR here and set TIKTOKEN_CACHE_DIR=DIR.")
+
+
 def _tiktoken() -> Any:
     from seqjax._optional import require
 
@@ -164,7 +187,10 @@ def _gpt2(rank_file: str | os.PathLike | None) -> TiktokenTokenizer:
     path = os.fspath(rank_file) if rank_file is not None else gpt2_rank_file()
     if path is None:
         # No local ranks: tiktoken's own cache ($TIKTOKEN_CACHE_DIR), else a download.
-        return TiktokenTokenizer(tiktoken.get_encoding("gpt2"))
+        try:
+            return TiktokenTokenizer(tiktoken.get_encoding("gpt2"))
+        except Exception as err:  # noqa: BLE001 — offline: requests', urllib3's, OSError...
+            raise ValueError(_no_gpt2_ranks(err)) from None
     if not os.path.isfile(path):
         raise ValueError(f"`rank_file` {path!r} does not exist; expected GPT-2's ranks as a "
                          ".tiktoken file (e.g. openai-whisper's whisper/assets/gpt2.tiktoken).")

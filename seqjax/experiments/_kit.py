@@ -252,6 +252,9 @@ class Run:
             the end) and by :meth:`Trained.evaluate`.
         eval_data: a list of global evaluation batches, or a function of the
             :class:`Parallel` that returns one.
+        evals: more evaluations ``fit`` runs with ``eval_fn``'s, ``{name: (eval_fn,
+            eval_data)}`` (``eval_data`` as above; each ``eval_fn`` laid out as ``eval_fn``),
+            their metrics named ``<name>/<metric>`` (e.g. :mod:`seqjax.evals`' tasks).
         make_eval_step: builds the evaluation step from the :class:`Parallel`, instead of
             ``par.eval_step(eval_fn)`` (e.g. one that evaluates on the host): ``(params,
             batch) -> metrics``, given the ``eval_data`` batches as they are (not placed on
@@ -295,6 +298,7 @@ class Run:
     step_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     eval_fn: Callable[..., Any] | None = None
     eval_data: Sequence[Any] | Callable[[Parallel], Any] | None = None
+    evals: Mapping[str, tuple[Callable[..., Any], Any]] = dataclasses.field(default_factory=dict)
     make_eval_step: Callable[[Parallel], Callable[[Any, Any], Mapping[str, Any]]] | None = None
     wrap_eval_step: Callable[[Callable[..., Any], Parallel], Callable[..., Any]] | None = None
     compute_dtype: Any = None
@@ -482,11 +486,16 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
         eval_step = None if eval_step is None else compiled_with(eval_step,
                                                                  run.compiler_options)
     eval_data = run.eval_data(par) if callable(run.eval_data) else run.eval_data
+    evals = {name: (par.eval_step(fn, compute_dtype=run.compute_dtype),
+                    data(par) if callable(data) else data)
+             for name, (fn, data) in run.evals.items()}
     if isinstance(run.data, Mapping):
         data = ArrayIterator(dict(run.data), par.local_batch_size(run.batch_size),
                              seed=run.seed, **par.iterator_shard())
     else:
         data = run.data(par)
+    if folder:
+        check_resumed_data(data, folder)
     tokenizer = None
     if run.tokenizer is not None:
         tokenizer = run.tokenizer.to_json()
@@ -504,7 +513,7 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
             eval_data=eval_data, tokenizer=tokenizer, parallel=par,
             model_config=None if run.model_config is None else dict(run.model_config),
             check_batch=run.check_batch, hooks=[logged.append, *run.on_log],
-            place_eval_batch=None if run.make_eval_step is None else (lambda b: b))
+            place_eval_batch=None if run.make_eval_step is None else (lambda b: b), evals=evals)
         diverged_at = None
     except NonFiniteLossError as err:
         if not run.divergence_is_result:
@@ -525,6 +534,35 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
     if run.evaluate is not None and trained.status != "interrupted":
         trained.results = dict(run.evaluate(trained))
     return trained
+
+
+def check_resumed_data(data: Any, folder: str) -> None:
+    """Before training: a work dir whose newest checkpoint was trained on other data than
+    ``data`` (its recorded position does not fit the iterator: other token counts, seed,
+    batch, ...) is a :class:`~seqjax.experiments._config.ConfigError` naming the work dir,
+    the data it was started on and how to start anew. Nothing to compare (no checkpoint, an
+    unreadable one — ``fit`` deals with it — or an iterator without ``check_state``): no-op."""
+    from seqjax.experiments._config import ConfigError
+    from seqjax.train.checkpoint import load_meta
+
+    ckpt_dir = os.path.join(folder, "checkpoints")
+    if not callable(getattr(data, "check_state", None)) or not os.path.isdir(ckpt_dir):
+        return
+    try:
+        saved = load_meta(ckpt_dir).get("data_state")
+    except Exception:  # noqa: BLE001 — no readable checkpoint: fit's resume reports it
+        return
+    if not isinstance(saved, Mapping):
+        return
+    try:
+        data.check_state(saved)
+    except ValueError as err:
+        source = saved.get("source")
+        started = f" (--data {source!r})" if source else ""
+        raise ConfigError(
+            f"the work dir {folder!r} holds a run trained on other data{started}: its "
+            f"checkpoint's data position does not fit this data ({err}). Resume it with the "
+            "data it was started on, or start anew with another --workdir.") from None
 
 
 def logged_seconds(records: Sequence[Mapping[str, Any]]) -> float:

@@ -47,12 +47,14 @@ Every switch of the modern model is an option of its own, so a run can ablate on
 ``--use_bias false``, ``--residual_init_std 0``, ``--tie_embeddings false``,
 ``--logit_softcap 30``, ``--optimizer muon``.
 
-Evaluation: the validation loss on the first ``val_tokens`` tokens of the validation
-shards, in non-overlapping windows (llm.c's fixed validation tokens), every ``eval_every``
-steps and at the end; HellaSwag ``acc_norm`` (llm.c's completion scoring) from a local
-``hellaswag_val.jsonl`` (``--hellaswag``) at the end; a sample from the end-of-text token
-with the run's tokenizer. ``seqjax eval`` and ``seqjax generate --prompt ...`` read the work
-dir.
+Evaluation, every ``eval_every`` steps and at the end: the validation loss on the first
+``val_tokens`` tokens of the validation shards, in non-overlapping windows (llm.c's fixed
+validation tokens); HellaSwag ``acc_norm`` (llm.c's completion scoring) from a local
+``hellaswag_val.jsonl`` (``--hellaswag``) and any multiple-choice or cloze task from local
+jsonl files (``--tasks arc_easy.jsonl,lambada.jsonl``, :mod:`seqjax.evals`), their items split
+over the devices. Every file is read, encoded and checked before the first step. At the end,
+a sample from the end-of-text token with the run's tokenizer. ``seqjax eval`` and ``seqjax
+generate --prompt ...`` read the work dir.
 
 Run:  seqjax prepare --tokenizer gpt2 --format nanogpt --split text --val_fraction 0.1 \\
           shakespeare.txt --out data/shakespeare
@@ -66,7 +68,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +77,14 @@ import numpy as np
 from seqjax.data.shard_windows import ShardWindows, ValidationWindows
 from seqjax.data.shards import ShardError, TokenData, open_tokens
 from seqjax.decoding import sample
+from seqjax.evals import (
+    EvalTask,
+    TaskBatches,
+    TaskFileError,
+    load_task,
+    make_task_eval,
+    task_name,
+)
 from seqjax.experiments._config import (
     ConfigError,
     Fraction,
@@ -151,9 +161,13 @@ class Config(TrainOptions, ParallelOptions):
         align: ``random`` windows, or ``document`` (each starts at an end-of-text token).
         val_tokens: validation tokens evaluated (from the start of the validation split).
         eval_batch_size: rows per evaluation batch; unset = ``batch_size / grad_accum``.
-        eval_every: steps between validation evaluations (0 = only at the end).
-        hellaswag: a local ``hellaswag_val.jsonl``, scored at the end (unset: none).
-        hellaswag_items: items scored (0 = all).
+        eval_every: steps between evaluations (0 = only at the end).
+        hellaswag: a local ``hellaswag_val.jsonl``, scored with the validation loss (unset:
+            none).
+        tasks: local jsonl files of multiple-choice or cloze tasks, comma-separated (the forms
+            of :mod:`seqjax.evals`; each named after its file), scored with the validation
+            loss.
+        task_items: items scored of HellaSwag and of each task (0 = all).
         sample_tokens: tokens sampled at the end from the end-of-text token (0 = none).
         sample_temperature, sample_top_k: the sample's temperature and top-k.
         seed: initialisation and the windows of every step.
@@ -206,7 +220,8 @@ class Config(TrainOptions, ParallelOptions):
     eval_batch_size: PosInt | None = None
     eval_every: NonNegInt = 250
     hellaswag: str | None = None
-    hellaswag_items: NonNegInt = 0
+    tasks: str | None = None
+    task_items: NonNegInt = 0
     sample_tokens: NonNegInt = 64
     sample_temperature: NonNegFloat = 1.0
     sample_top_k: PosInt = 50
@@ -217,6 +232,8 @@ class Config(TrainOptions, ParallelOptions):
     flat_optimizer: bool = True
     progress: bool = True
     workdir: str | None = "workdirs/gpt2"
+
+    RENAMED: ClassVar[dict[str, str]] = {"hellaswag_items": "task_items"}
 
 
 _CPU: dict[str, Any] = {
@@ -230,7 +247,7 @@ _CPU: dict[str, Any] = {
 _SMOKE: dict[str, Any] = {
     "num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16, "batch_size": 8,
     "steps": 4, "warmup_steps": 2, "val_tokens": 256, "log_every": 2, "steps_per_call": 1,
-    "sample_tokens": 8, "hellaswag_items": 4, "progress": False}
+    "sample_tokens": 8, "task_items": 4, "progress": False}
 #: The modern GPT's switches and optimiser (the ``modern*`` presets).
 MODERN: dict[str, Any] = {
     "positions": "rope", "qk_norm": True, "activation": "relu_squared",
@@ -273,7 +290,11 @@ def text_tokenizer(cfg: Config) -> Any:
     """The run's tokenizer (:func:`seqjax.data.text_tokenizers.load_text_tokenizer`)."""
     from seqjax.data.text_tokenizers import load_text_tokenizer
 
-    tok = load_text_tokenizer(cfg.tokenizer, rank_file=cfg.rank_file)
+    try:
+        tok = load_text_tokenizer(cfg.tokenizer, rank_file=cfg.rank_file)
+    except (ValueError, ImportError) as err:
+        option = "--rank_file" if cfg.rank_file else "--tokenizer"
+        raise ConfigError(f"{option}: {err}") from None
     if tok.vocab_size > cfg.vocab_size:
         raise ConfigError(f"--vocab_size ({cfg.vocab_size}) must be at least the tokenizer's "
                           f"{tok.vocab_size}.")
@@ -355,23 +376,70 @@ def _sample_ids(model: TransformerLM, params: Any, cfg: Config, prompt: list[int
     return [int(t) for t in np.asarray(out.tokens[0])]
 
 
-def hellaswag_results(model: TransformerLM, params: Any, cfg: Config, tok: Any) -> dict:
-    """HellaSwag acc / acc_norm of ``params`` on ``cfg.hellaswag`` (llm.c's scoring)."""
-    from seqjax.train.hellaswag import hellaswag_scores, load_hellaswag
+def task_files(cfg: Config) -> list[tuple[str, str, str]]:
+    """``(option, name, path)`` of ``cfg``'s downstream tasks, HellaSwag first; each named
+    after its file (:func:`seqjax.evals.task_name`)."""
+    files = [("--hellaswag", "hellaswag", cfg.hellaswag)] if cfg.hellaswag else []
+    files += [("--tasks", task_name(p.strip()), p.strip()) for p in (cfg.tasks or "").split(",")
+              if p.strip()]
+    names = [name for _, name, _ in files]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"--hellaswag and --tasks name two tasks alike ({names}): each "
+                          "task is named after its file.")
+    return files
 
-    items = load_hellaswag(cfg.hellaswag, limit=cfg.hellaswag_items or None)
-    logits = jax.jit(lambda p, x: model.apply({"params": p}, x))
-    scores = hellaswag_scores(logits, params, items, tok.encode, max_len=cfg.block_size)
-    return {"hellaswag_acc": scores["acc"], "hellaswag_acc_norm": scores["acc_norm"],
-            "hellaswag_items": scores["items"]}
+
+def eval_tasks(cfg: Config) -> list[EvalTask]:
+    """The downstream tasks of ``--hellaswag`` and ``--tasks``, read and checked (a bad file
+    is a :class:`ConfigError` naming the option, the file and the line)."""
+    tasks = []
+    for option, name, path in task_files(cfg):
+        try:
+            tasks.append(load_task(path, limit=cfg.task_items, name=name))
+        except TaskFileError as err:
+            raise ConfigError(f"{option}: {err}") from None
+    return tasks
+
+
+def task_batches(cfg: Config, tasks: list[EvalTask], tok: Any) -> dict[str, TaskBatches]:
+    """Each task's items encoded and checked against the model (one item per batch: see
+    :func:`regroup`); an item that does not fit is a :class:`ConfigError`."""
+    out = {}
+    for (option, _, _), task in zip(task_files(cfg), tasks, strict=True):
+        try:
+            out[task.name] = TaskBatches(task, tok.encode, items_per_batch=1,
+                                         seq_len=cfg.block_size, vocab_size=cfg.vocab_size)
+        except ValueError as err:
+            raise ConfigError(f"{option}: {err}") from None
+    return out
+
+
+def regroup(batches: TaskBatches, rows: int, shards: int = 1) -> TaskBatches:
+    """``batches`` in batches of about ``rows`` rows: ``rows / choices`` items, rounded up to
+    a multiple of the ``shards`` the items are split over."""
+    items = max(1, rows // batches.choices)
+    return batches.regrouped(-(-items // shards) * shards)
+
+
+def task_results(metrics: dict, tasks: list[EvalTask]) -> dict:
+    """``<task>_acc``, ``<task>_acc_norm``, ``<task>_items`` from ``<task>/acc``, ... (an
+    evaluation's metrics)."""
+    out: dict[str, Any] = {}
+    for task in tasks:
+        for key in ("acc", "acc_norm"):
+            if f"{task.name}/{key}" in metrics:
+                out[f"{task.name}_{key}"] = metrics[f"{task.name}/{key}"]
+        if f"{task.name}/tokens" in metrics:
+            out[f"{task.name}_items"] = int(metrics[f"{task.name}/tokens"])
+    return out
 
 
 def build(cfg: Config) -> Task:
     """The one pretraining run and its summary."""
     tokens = load_tokens(cfg)
+    tasks = eval_tasks(cfg)
     tok = None
-    if (cfg.sample_tokens or cfg.hellaswag or cfg.align == "document"
-            or tokens.tokenizer is not None):
+    if cfg.sample_tokens or tasks or cfg.align == "document" or tokens.tokenizer is not None:
         tok = text_tokenizer(cfg)
         tokens.check_tokenizer(tok.describe())
     model = build_model(cfg)
@@ -384,18 +452,27 @@ def build(cfg: Config) -> Task:
 
     def windows(par: Parallel) -> ShardWindows:
         return ShardWindows(tokens.train, par.local_batch_size(cfg.batch_size), cfg.block_size,
-                            seed=cfg.seed, align=cfg.align, eot=eot, **par.iterator_shard())
+                            seed=cfg.seed, align=cfg.align, eot=eot, source=cfg.data,
+                            **par.iterator_shard())
+
+    encoded = task_batches(cfg, tasks, tok)  # every item checked before training
 
     def val_batches(par: Parallel) -> ValidationWindows:
         rows = cfg.eval_batch_size or cfg.batch_size // max(par.grad_accum, 1)
         par.check_batch_size(rows, "eval_batch_size")
         return ValidationWindows(tokens.val, rows, cfg.block_size, cfg.val_tokens)
 
+    def evals(task: EvalTask) -> tuple[Any, Any]:
+        def data(par: Parallel) -> TaskBatches:
+            rows = cfg.eval_batch_size or cfg.batch_size // max(par.grad_accum, 1)
+            return regroup(encoded[task.name], rows, par.batch_shards)
+
+        return make_task_eval(apply_fn, task.kind), data
+
     def evaluate_run(t: Trained) -> dict:
         out: dict[str, Any] = {"val_loss": t.eval.get("eval/loss"),
-                               "val_tokens": t.eval.get("eval/tokens")}
-        if cfg.hellaswag and tok is not None:
-            out.update(hellaswag_results(model, t.params, cfg, tok))
+                               "val_tokens": t.eval.get("eval/tokens"),
+                               **task_results(t.eval, tasks)}
         if cfg.sample_tokens and tok is not None:
             ids = _sample_ids(model, t.params, cfg, [tok.eot], cfg.sample_tokens,
                               cfg.sample_temperature, cfg.seed)
@@ -411,6 +488,7 @@ def build(cfg: Config) -> Task:
                       steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch),
         batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,
         eval_fn=make_lm_eval(apply_fn), eval_data=val_batches,
+        evals={task.name: evals(task) for task in tasks},
         compute_dtype=None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype),
         model_config=model_config(cfg), evaluate=evaluate_run)
     about = (f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}, "
@@ -429,8 +507,10 @@ def summarize(cfg: Config, t: Trained) -> dict:
     s["tokens_trained"] = tokens
     s["tokens_per_s"] = tokens / t.seconds if t.seconds else None
     line = f"\nstep {t.steps}: val loss {s['val_loss']:.4f}" if s.get("val_loss") else ""
-    if "hellaswag_acc_norm" in s:
-        line += f", HellaSwag acc_norm {s['hellaswag_acc_norm']:.4f}"
+    for _, task, _ in task_files(cfg):
+        key = f"{task}_acc_norm" if f"{task}_acc_norm" in s else f"{task}_acc"
+        if key in s:
+            line += f", {task} {key[len(task) + 1:]} {s[key]:.4f}"
     print(line + f"; {t.seconds:.0f} s of training")
     if s.get("sample"):
         print("sample:\n" + s["sample"])
@@ -458,9 +538,11 @@ def report(cfg: Config, s: dict) -> str:
                      f"({s.get('parallel', {}).get('device_kind', '?')} x "
                      f"{s.get('parallel', {}).get('devices', '?')})"),
     ]
-    if s.get("hellaswag_acc_norm") is not None:
-        rows.append(("HellaSwag", f"acc_norm {s['hellaswag_acc_norm']:.4f}, acc "
-                                  f"{s['hellaswag_acc']:.4f} ({s['hellaswag_items']} items)"))
+    for _, task, _ in task_files(cfg):
+        scores = [f"{k} {s[f'{task}_{k}']:.4f}" for k in ("acc_norm", "acc")
+                  if s.get(f"{task}_{k}") is not None]
+        if scores:
+            rows.append((task, f"{', '.join(scores)} ({s.get(f'{task}_items')} items)"))
     rows.append(("anchor", f"llm.c's GPT-2 124M on FineWeb 10B tokens: val {LLMC_124M_VAL_LOSS}, "
                            f"HellaSwag acc_norm {LLMC_124M_HELLASWAG}"))
     lines = ["# gpt2 — pretraining on token shards", "", "| | |", "|---|---|"]
@@ -498,19 +580,24 @@ def _restore(cfg: Config) -> tuple[TransformerLM, Any]:
 
 
 def evaluate(cfg: Config) -> dict:
-    """Validation loss (and HellaSwag with ``--hellaswag``) of the checkpoint in
+    """Validation loss (and the tasks of ``--hellaswag`` and ``--tasks``) of the checkpoint in
     ``cfg.workdir`` (``seqjax eval``)."""
     model, params = _restore(cfg)
     tokens = load_tokens(cfg)
     eval_step = make_eval_step(make_lm_eval(flax_apply_fn(model)))
     # one device here: one micro-batch of rows at a time, as in training
     rows = cfg.eval_batch_size or cfg.micro_batch_size or max(cfg.batch_size // cfg.grad_accum, 1)
+    tasks = eval_tasks(cfg)
+    encoded = task_batches(cfg, tasks, text_tokenizer(cfg)) if tasks else {}
     val = evaluate_batches(eval_step, params, ValidationWindows(
         tokens.val, rows, cfg.block_size, cfg.val_tokens))
-    out = {"val_loss": val["loss"], "val_tokens": val["tokens"]}
-    if cfg.hellaswag:
-        out.update(hellaswag_results(model, params, cfg, text_tokenizer(cfg)))
-    return out
+    metrics = {}
+    for task in tasks:
+        task_step = make_eval_step(make_task_eval(flax_apply_fn(model), task.kind))
+        metrics.update({f"{task.name}/{k}": v for k, v in evaluate_batches(
+            task_step, params, regroup(encoded[task.name], rows)).items()})
+    return {"val_loss": val["loss"], "val_tokens": val["tokens"],
+            **task_results(metrics, tasks)}
 
 
 def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature: float = 0.8,

@@ -383,6 +383,7 @@ def fit(
     place_eval_batch: Callable[[Any], Any] | None = None,
     check_batch: Callable[[Any], None] | None = None,
     restart: bool = False,
+    evals: Mapping[str, tuple[Callable[[Any, Any], Mapping[str, Any]], Any]] | None = None,
 ) -> FitResult:
     """Train ``state`` to ``config.steps`` steps, resuming from ``workdir``'s checkpoints.
 
@@ -398,6 +399,10 @@ def fit(
         workdir: checkpoints, logs and plots go here; ``None`` = nothing is written.
         eval_step: ``(params, batch) -> metrics`` (e.g. :func:`seqjax.train.step.make_eval_step`).
         eval_data: a list of batches or a function returning a fresh iterable of them.
+        evals: more evaluations, ``{name: (eval_step, eval_data)}`` (e.g. the downstream
+            tasks of :mod:`seqjax.evals`), run with ``eval_step``'s (every
+            ``config.eval_every`` steps and at the end) on batches placed as its are; their
+            metrics are named ``<name>/<metric>`` where ``eval_step``'s are ``eval/<metric>``.
         place_batch: applied to every training batch before the step; default
             ``parallel.place`` (this process's rows → global arrays) when ``parallel`` is
             given.
@@ -434,7 +439,8 @@ def fit(
     info = (write_run_info(workdir, parallel, state) if workdir is not None
             else run_info(state, parallel))
     workdir = None if workdir is None else os.path.abspath(os.fspath(workdir))
-    evaluates = eval_step is not None and eval_data is not None
+    evaluations = _evaluations(eval_step, eval_data, evals)
+    evaluates = bool(evaluations)
     # The template state has the restored state's shapes and shardings: the first call's
     # program (and the evaluation's) compile while the checkpoint is read.
     warm = [] if cfg.checked else _compile_ahead(  # the checked program is another program
@@ -449,7 +455,7 @@ def fit(
     status, eval_metrics = "completed", {}
     if start >= cfg.steps and evaluates:  # resumed at its end: the result carries the final
         eval_metrics = _evaluation(  # evaluation as the uninterrupted run's (logged already)
-            eval_step, state.params, eval_data, place_eval_batch, check_batch)
+            evaluations, state.params, place_eval_batch, check_batch)
     with SignalGuard(cfg.handle_signals) as guard, contextlib.ExitStack() as parts:
         parts.callback(_close, ckpt)  # closed last, after the batch source and the log
         source = parts.enter_context(contextlib.closing(BatchSource(
@@ -487,8 +493,8 @@ def fit(
             rec = {"step": s, **last, **meter.record(s, fetch.take_tokens())} if plan.log else None
             log.advance(s, rec)
             if plan.evaluate:
-                eval_metrics = _evaluation(eval_step, state.params, eval_data,
-                                           place_eval_batch, check_batch)
+                eval_metrics = _evaluation(evaluations, state.params, place_eval_batch,
+                                           check_batch)
                 rec = {**(rec or {"step": s, **last}), **eval_metrics}
             if rec is not None:
                 log.write(rec)
@@ -520,15 +526,31 @@ def _placements(parallel: Any, place_batch: Callable[[Any], Any] | None,
     return place_batch, place_batch if place_eval_batch is None else place_eval_batch
 
 
-def _evaluation(eval_step: Any, params: Any, eval_data: Any,
+def _evaluations(eval_step: Any, eval_data: Any, evals: Mapping[str, tuple[Any, Any]] | None
+                 ) -> list[tuple[str, Any, Any]]:
+    """``fit``'s evaluations, ``[(prefix, eval_step, eval_data)]``: ``eval`` first (when
+    ``eval_step`` and ``eval_data`` are given), then ``evals``' in their order."""
+    out = [] if eval_step is None or eval_data is None else [("eval", eval_step, eval_data)]
+    for name, pair in (evals or {}).items():
+        if name == "eval" or not isinstance(pair, tuple) or len(pair) != 2:
+            raise ValueError(f"`evals[{name!r}]` must be an (eval_step, eval_data) pair named "
+                             f"other than 'eval'; got {type(pair).__name__}.")
+        out.append((name, *pair))
+    return out
+
+
+def _evaluation(evaluations: Sequence[tuple[str, Any, Any]], params: Any,
                 place_eval_batch: Callable[[Any], Any] | None,
                 check_batch: Callable[[Any], None] | None) -> dict[str, float]:
-    """``fit``'s evaluation: :func:`evaluate` on a fresh pass over ``eval_data``, each
-    metric named ``eval/<name>``."""
-    batches = eval_data() if callable(eval_data) else eval_data
-    return {f"eval/{name}": v for name, v in evaluate(
-        eval_step, params, batches, place_batch=place_eval_batch,
-        check_batch=check_batch).items()}
+    """``fit``'s evaluation: :func:`evaluate` on a fresh pass over each evaluation's data,
+    each metric named ``<prefix>/<name>``."""
+    out: dict[str, float] = {}
+    for prefix, eval_step, eval_data in evaluations:
+        batches = eval_data() if callable(eval_data) else eval_data
+        out.update({f"{prefix}/{name}": v for name, v in evaluate(
+            eval_step, params, batches, place_batch=place_eval_batch,
+            check_batch=check_batch if prefix == "eval" else None).items()})
+    return out
 
 
 def _train_call(source: BatchSource, state: TrainState, s: int, n: int, fetch: MetricsFetch,

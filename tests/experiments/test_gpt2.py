@@ -56,20 +56,25 @@ def test_smoke_trains_evaluates_samples_and_resumes(bins, tmp_path):
     data, rank = bins
     hs = tmp_path / "hellaswag_val.jsonl"
     _hellaswag(hs)
+    lambada = tmp_path / "lambada.jsonl"
+    lambada.write_text("".join(json.dumps({"text": t}) + "\n" for t in (
+        "ROMEO: I will go to the house", "JULIET: good night, good night", "KING: my lord")))
     work = str(tmp_path / "w")
     argv = ["train", "gpt2", "--smoke", f"--data={data}", f"--rank_file={rank}",
-            f"--hellaswag={hs}", f"--workdir={work}"]
+            f"--hellaswag={hs}", f"--tasks={lambada}", f"--workdir={work}"]
     assert cli.main(argv) == 0
     summary = json.loads(open(os.path.join(work, "gpt2.json")).read())
     assert summary["steps"] == 4 and summary["status"] == "completed"
     assert 9.0 < summary["val_loss"] < 11.5  # ln 50304 = 10.83 at the start
     assert summary["val_tokens"] == 256
     assert summary["hellaswag_items"] == 2 and 0 <= summary["hellaswag_acc_norm"] <= 1
+    assert summary["lambada_items"] == 3 and summary["lambada_acc"] in (0, 1 / 3, 2 / 3, 1)
     assert isinstance(summary["sample"], str) and summary["sample"]
     assert os.path.exists(os.path.join(work, "samples.txt"))
     assert_trained_on_all_devices(work)
     records = [json.loads(ln) for ln in open(os.path.join(work, "metrics.jsonl"))]
     assert [r["step"] for r in records] == [1, 2, 4]
+    assert records[-1]["hellaswag/acc_norm"] == summary["hellaswag_acc_norm"]  # in the loop
     # the same command with more steps resumes from step 4 (the batches are the step's)
     assert cli.main([*argv, "--steps=6"]) == 0
     records = [json.loads(ln) for ln in open(os.path.join(work, "metrics.jsonl"))]
@@ -100,6 +105,61 @@ def test_bad_inputs_are_refused_by_name(bins, tmp_path, capsys):
     assert "too short for one window" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "w" / "checkpoints")
     assert not os.path.exists(tmp_path / "w" / "experiment.json")  # nothing of a refused run
+
+
+def test_every_input_is_checked_before_the_first_step(bins, tmp_path, capsys):
+    """A broken evaluation file, an item that does not fit the window, a work dir resumed on
+    other data: one line naming the option or work dir, exit 2, nothing trained or written."""
+    data, rank = bins
+    work = tmp_path / "w"
+    base = ["train", "gpt2", "--smoke", f"--data={data}", f"--rank_file={rank}",
+            f"--workdir={work}", "--sample_tokens=0"]
+    hs = tmp_path / "hellaswag_val.jsonl"
+    _hellaswag(hs)
+    hs.write_text(hs.read_text() + '{"ctx": "a", "endings": ["b"], "label": 0}\n')
+    assert cli.main([*base, f"--hellaswag={hs}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--hellaswag: {hs}, line 3: 'endings' must be a list of at least 2" in err
+    long = tmp_path / "lambada.jsonl"
+    long.write_text(json.dumps({"context": "a", "continuation": "word " * 40}) + "\n")
+    assert cli.main([*base, f"--tasks={long}"]) == 2
+    assert "--tasks: task 'lambada', item 0: a continuation of" in capsys.readouterr().err
+    assert not os.path.exists(work / "checkpoints") and not os.path.exists(work / "metrics.jsonl")
+    # train 2 steps, then resume on other data (the validation bin as the training split)
+    assert cli.main([*base, "--steps=2"]) == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    for split in ("train", "val"):
+        write_shard(other / f"{split}.bin", np.fromfile(os.path.join(data, "val.bin"),
+                                                        np.uint16), header=False)
+    assert cli.main([*base, f"--data={other}", "--steps=4"]) == 2
+    err = capsys.readouterr().err
+    assert f"the work dir {str(work)!r} holds a run trained on other data (--data {data!r})" in err
+    assert "num_tokens" in err and "another --workdir" in err
+    saved = json.loads((work / "experiment.json").read_text())["config"]
+    assert saved["data"] == data and saved["steps"] == 2  # the refused run changed nothing
+
+
+def test_offline_without_gpt2_ranks_says_where_it_looked(bins, tmp_path, monkeypatch, capsys):
+    tiktoken_load = pytest.importorskip("tiktoken.load")
+    from seqjax.data import text_tokenizers
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Max retries exceeded with url: openaipublic.blob.core.windows.net")
+
+    data, _ = bins
+    monkeypatch.setattr(text_tokenizers, "gpt2_rank_file", lambda: None)
+    monkeypatch.setattr(tiktoken_load, "read_file", offline)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
+    import tiktoken.registry
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # no encoding built before
+    assert cli.main(["train", "gpt2", "--smoke", f"--data={data}",
+                     f"--workdir={tmp_path / 'w'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ": error: --tokenizer: GPT-2's BPE ranks are not" in err[0]
+    for named in ("--rank_file", "openai-whisper", str(tmp_path / "empty_cache"),
+                  "TIKTOKEN_CACHE_DIR", "ConnectionError"):
+        assert named in err[0]
 
 
 def test_a_manifest_of_another_tokenizer_is_refused(bins, tmp_path, capsys):
