@@ -35,7 +35,11 @@ replicated|fsdp|tensor|fsdp+tensor|auto`` and ``--grad_accum K``; ``batch_size``
 SLURM, Open MPI), ``train`` first calls ``jax.distributed.initialize``; process 0 writes
 the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
 
-**Exit statuses.** 0: done (also after SIGTERM/SIGINT, which save a checkpoint first).
+**Exit statuses.** 0: done. 75 (``EX_TEMPFAIL`` of ``sysexits.h``, "temporary failure,
+retry"; :data:`seqjax.train.preemption.EXIT_STOPPED`): stopped by SIGTERM/SIGINT — at any point
+of the run, while it opens its data, restores its checkpoint or compiles its step too — after
+saving its checkpoint; not finished: the same command resumes it (non-zero, so a shell loop or
+a scheduler's requeue-on-failure runs it again; not 128 + N, a process killed without saving).
 1: a NaN/inf loss. 2: refused — an unknown key, a value of the wrong type or out of range
 (``--steps=-5``), an unknown experiment or preset, a checkpoint that does not fit the
 model, a work dir whose checkpoints were all unreadable (``--restart``), a corpus found nowhere
@@ -91,6 +95,7 @@ from seqjax.experiments._runner import (
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
 from seqjax.train.loop import DataIteratorError, ResumeError
 from seqjax.train.parallel import LayoutError
+from seqjax.train.preemption import EXIT_STOPPED, RunStopped
 from seqjax.train.workdir_lock import WorkdirBusyError
 from seqjax.train.write_errors import WriteError
 
@@ -180,7 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"seqjax {seqjax.__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    tr = sub.add_parser("train", help="train an experiment (resumes in the same --workdir); "
+    tr = sub.add_parser("train", help="train an experiment (resumes in the same --workdir; "
+                        "exit status 75: stopped by SIGTERM/SIGINT after saving, rerun to "
+                        "resume); "
                         "`seqjax train NAME --help`: its options", add_help=False)
     tr.add_argument("experiment", nargs="?")
     ev = sub.add_parser("eval", help="evaluate the checkpoint in --workdir")
@@ -250,6 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, LayoutError, CheckpointMismatchError, ResumeError,
             CorpusNotFoundError, ShardError, WorkdirBusyError) as err:
         return _error(str(err))
+    except RunStopped as err:  # SIGTERM/SIGINT: saved and stopped, not finished
+        print(f"seqjax: {err}", file=sys.stderr)
+        return EXIT_STOPPED
     except WriteError as err:  # no space, no permission, an I/O error
         return _error(str(err), 3)
     except DataIteratorError as err:  # where in the loader: its traceback, then one line

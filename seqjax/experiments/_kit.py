@@ -417,7 +417,7 @@ def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
     A run stopped by SIGTERM/SIGINT (``fit``'s ``"interrupted"``, its checkpoint saved)
     ends the recipe there: no later run starts, nothing is evaluated, summarised or
     written from a part-trained run, and the returned summary is ``{"status":
-    "interrupted", "run", "steps", "runs_trained"}``. The same command then resumes: the
+    "interrupted", "run", "steps", "runs_trained", "signal"}``. The same command then resumes: the
     finished runs restore their last checkpoint (and evaluate it again), the stopped one
     trains on.
     """
@@ -434,8 +434,10 @@ def train(task: Task, cfg: Any, par: Parallel | None = None) -> dict:
                 print(f"{task.name}: {where} was stopped at step {trained[-1].steps}; no "
                       "later run started and no results were written; the same command "
                       "resumes it", file=sys.stderr, flush=True)
+            result = trained[-1].result
             return {"status": "interrupted", "run": run.name, "steps": trained[-1].steps,
-                    "runs_trained": len(trained)}
+                    "runs_trained": len(trained),
+                    "signal": None if result is None else result.stopped_by}
     summary: dict[str, Any] = {
         "config": dataclasses.asdict(cfg), "parallel": par.describe(), "machine": machine(),
         "load_average_before": load_before, "load_average_after": load_average(),

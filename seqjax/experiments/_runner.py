@@ -103,6 +103,7 @@ from seqjax.experiments._config import (
 from seqjax.train.checkpoint import CheckpointMismatchError, CheckpointUnreadableError
 from seqjax.train.loop import CHECKED_ENV, DataIteratorError, ResumeError, checked_by_default
 from seqjax.train.parallel import LayoutError
+from seqjax.train.preemption import EXIT_STOPPED, RunStopped, pending_stop, stop_requests
 from seqjax.train.workdir_lock import WorkdirBusyError, hold_workdir
 from seqjax.train.write_errors import WriteError, resumed_by
 
@@ -439,6 +440,8 @@ def experiment_help(name: str) -> str:
              "$JAX_COMPILATION_CACHE_DIR moves it). --checked: run training under "
              "seqjax.checked (an invalid id, length or cache overflow inside a step is an "
              "error naming it, not a NaN; $SEQJAX_CHECKED=1 also turns it on).",
+             "", f"Exit status {EXIT_STOPPED}: stopped by SIGTERM/SIGINT (at any point of the "
+             "run) after saving its checkpoint; not finished: rerun the same command to resume.",
              "", "options (--key=value; type, default):"]
     for f in dataclasses.fields(cfg_cls):
         kind = describe_type(hints.get(f.name, f.type))
@@ -468,15 +471,29 @@ def train_experiment(name: str, argv: Sequence[str]) -> Any:
     another run holds is a :class:`~seqjax.train.workdir_lock.WorkdirBusyError` (nothing
     written), a failed write a :class:`~seqjax.train.write_errors.WriteError`."""
     command = _resume_command(f"seqjax train {name}", argv)
-    argv, switches = _pop_switches(argv)
-    _start_process(switches.compile_cache)
-    module = load_experiment(name)
-    cfg = build_config(module, name, argv)
-    with _in_workdir(cfg, command):
-        if switches.restart:
-            _restart(cfg)
-        with _config_saved(name, cfg), checked_by_default(switches.checked):
-            return module.run(cfg)
+    with stop_requests():  # a signal from here on stops the run at a step boundary
+        argv, switches = _pop_switches(argv)
+        _start_process(switches.compile_cache)
+        module = load_experiment(name)
+        cfg = build_config(module, name, argv)
+        with _in_workdir(cfg, command):
+            if switches.restart:
+                _restart(cfg)
+            with _config_saved(name, cfg), checked_by_default(switches.checked):
+                return _check_stopped(module.run(cfg))
+
+
+def _check_stopped(result: Any) -> Any:
+    """``result`` of a run that was not stopped; else :class:`RunStopped` (``run`` returned a
+    stopped summary, or a signal came after training, while results were written)."""
+    late = pending_stop(take=True)
+    if isinstance(result, dict) and result.get("status") == "interrupted":
+        steps = result.get("steps")
+        raise RunStopped(result.get("signal") or late or "a signal",
+                         "" if steps is None else f" at step {steps}")
+    if late is not None:
+        raise RunStopped(late, " after training (its results written)")
+    return result
 
 
 def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
@@ -491,21 +508,19 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
         print(experiment_help(name))
         return {}
     try:
-        argv, switches = _pop_switches(argv)
-        _start_process(switches.compile_cache)
-        module = load_experiment(name)
-        cfg = build_config(module, name, argv)
-        if switches.restart:
-            _restart(cfg)
-    except ConfigError as err:
-        print(f"{name}: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    try:
-        with _in_workdir(cfg, command):
-            if switches.restart:
-                _restart(cfg)
-            with _config_saved(name, cfg), checked_by_default(switches.checked):
-                return module.run(cfg)
+        with stop_requests():
+            argv, switches = _pop_switches(argv)
+            _start_process(switches.compile_cache)
+            module = load_experiment(name)
+            cfg = build_config(module, name, argv)
+            with _in_workdir(cfg, command):
+                if switches.restart:
+                    _restart(cfg)
+                with _config_saved(name, cfg), checked_by_default(switches.checked):
+                    return _check_stopped(module.run(cfg))
+    except RunStopped as err:
+        print(f"{name}: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_STOPPED) from None
     except (WorkdirBusyError, ConfigError, ShardError) as err:
         print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -287,25 +287,29 @@ class DataIteratorError(RuntimeError):
     """The training data failed: ``next()`` of the data iterator (or ``f(i)``) raised — an
     I/O error of a loader, a bug in it, or the end of the stream before the last step.
 
+    Evaluation data that raises is the same error, ``source`` naming it (``"the evaluation
+    data"``; ``step``: the step evaluated, the last completed one, which ``fit`` saves first).
+
     Attributes: ``step`` (the 1-based step whose batch could not be made; nothing was
-    trained on it), ``error`` (what the iterator raised; also ``__cause__``),
-    ``checkpoint`` (``(step, path)`` of the newest intact checkpoint, or ``None``; ``fit``
-    fills it in after saving the last completed step) and ``resume`` (the command that
-    resumes the run; ``seqjax train`` sets it). ``str()`` is one line with all of them.
+    trained on it), ``source`` (what failed), ``error`` (what the iterator raised; also
+    ``__cause__``), ``checkpoint`` (``(step, path)`` of the newest intact checkpoint, or
+    ``None``; ``fit`` fills it in after saving the last completed step) and ``resume`` (the
+    command that resumes the run; ``seqjax train`` sets it). ``str()`` is one line with all of them.
     """
 
-    def __init__(self, step: int, error: BaseException) -> None:
+    def __init__(self, step: int, error: BaseException,
+                 source: str = "the data iterator") -> None:
         super().__init__(step, error)
-        self.step, self.error = step, error
+        self.step, self.error, self.source = step, error, source
         self.checkpoint: tuple[int, str] | None = None
         self.resume: str | None = None
 
     def __str__(self) -> str:
         if isinstance(self.error, StopIteration):
-            what = f"the data iterator ran out of batches (StopIteration) at step {self.step}"
+            what = f"{self.source} ran out of batches (StopIteration) at step {self.step}"
         else:
             text = str(self.error).strip().splitlines()
-            what = (f"the data iterator raised {type(self.error).__name__}"
+            what = (f"{self.source} raised {type(self.error).__name__}"
                     + (f": {text[0]}" if text else "") + f" at step {self.step}")
         resume = self.resume or "rerunning the same call (same work dir)"
         if self.checkpoint is None:

@@ -44,7 +44,10 @@ uninterrupted run would have.
 
 A tqdm bar shows loss, tokens/s and the ETA. SIGTERM/SIGINT (preemption on Colab or a TPU
 VM, Ctrl-C) finish the current step, save a checkpoint and return with
-``status="interrupted"`` (a second Ctrl-C aborts at once).
+``status="interrupted"`` (a second Ctrl-C aborts at once). A signal caught before ``fit``
+started (``seqjax train`` catches them from its start:
+:func:`seqjax.train.preemption.stop_requests`) — while the data was opened, the checkpoint
+restored or the step compiled — stops it before its first step, its checkpoints as they were.
 
 **Several processes** (``jax.distributed``): only process 0 writes logs, metrics, curves
 and ``run.json``; checkpoints are written collectively by orbax. A SIGTERM that reaches
@@ -274,6 +277,7 @@ class FitResult:
         eval_metrics: the last evaluation's metrics.
         first_step_s: seconds from the call of ``fit`` to the first call's results
             (compilation included); ``None`` when no step ran.
+        stopped_by: the signal that interrupted it (``"SIGTERM"``, ...); ``None``: none.
     """
 
     state: TrainState
@@ -282,6 +286,7 @@ class FitResult:
     history: list[dict]
     eval_metrics: dict
     first_step_s: float | None = None
+    stopped_by: str | None = None
 
 
 def evaluate(
@@ -455,7 +460,7 @@ def fit(
     status, eval_metrics = "completed", {}
     if start >= cfg.steps and evaluates:  # resumed at its end: the result carries the final
         eval_metrics = _evaluation(  # evaluation as the uninterrupted run's (logged already)
-            evaluations, state.params, place_eval_batch, check_batch)
+            evaluations, state.params, place_eval_batch, check_batch, start)
     with SignalGuard(cfg.handle_signals) as guard, contextlib.ExitStack() as parts:
         parts.callback(_close, ckpt)  # closed last, after the batch source and the log
         source = parts.enter_context(contextlib.closing(BatchSource(
@@ -475,7 +480,11 @@ def fit(
         parts.enter_context(_gc_frozen(cfg.freeze_gc))
         first_end = start + call_steps(start, cfg)  # the first call's last step
         s = start
-        while s < cfg.steps:
+        if s < cfg.steps and guard.should_stop(s):  # signalled while restoring or compiling
+            status = "interrupted"
+            log.say(f"{guard.requested}: stopped at step {s} before training; the same call "
+                    + ("resumes from its checkpoint" if s else "starts it"), sys.stderr)
+        while s < cfg.steps and status != "interrupted":
             n = call_steps(s, cfg)
             state, m_dev = _train_call(source, state, s, n, fetch, ckpt, start)
             s += n
@@ -493,8 +502,8 @@ def fit(
             rec = {"step": s, **last, **meter.record(s, fetch.take_tokens())} if plan.log else None
             log.advance(s, rec)
             if plan.evaluate:
-                eval_metrics = _evaluation(evaluations, state.params, place_eval_batch,
-                                           check_batch)
+                eval_metrics = _evaluation_at(s, evaluations, state, place_eval_batch,
+                                              check_batch, ckpt, source.position(s), last)
                 rec = {**(rec or {"step": s, **last}), **eval_metrics}
             if rec is not None:
                 log.write(rec)
@@ -509,9 +518,12 @@ def fit(
                     if ckpt else ""), sys.stderr)
                 break
     if jax.process_index() == 0 and workdir is not None and wanted(cfg.plot, "matplotlib"):
-        plot_curves(read_metrics(os.path.join(workdir, "metrics.jsonl")), workdir)
+        records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+        if records:  # none: stopped before its first step
+            plot_curves(records, workdir)
     return FitResult(state=state, status=status, start_step=start, history=log.history,
-                     eval_metrics=eval_metrics, first_step_s=meter.first_step_s)
+                     eval_metrics=eval_metrics, first_step_s=meter.first_step_s,
+                     stopped_by=guard.requested if status == "interrupted" else None)
 
 
 def _placements(parallel: Any, place_batch: Callable[[Any], Any] | None,
@@ -541,16 +553,52 @@ def _evaluations(eval_step: Any, eval_data: Any, evals: Mapping[str, tuple[Any, 
 
 def _evaluation(evaluations: Sequence[tuple[str, Any, Any]], params: Any,
                 place_eval_batch: Callable[[Any], Any] | None,
-                check_batch: Callable[[Any], None] | None) -> dict[str, float]:
+                check_batch: Callable[[Any], None] | None, step: int = 0) -> dict[str, float]:
     """``fit``'s evaluation: :func:`evaluate` on a fresh pass over each evaluation's data,
-    each metric named ``<prefix>/<name>``."""
+    each metric named ``<prefix>/<name>``. Data that raises is a :class:`DataIteratorError`
+    naming it and ``step``."""
     out: dict[str, float] = {}
     for prefix, eval_step, eval_data in evaluations:
-        batches = eval_data() if callable(eval_data) else eval_data
+        where = "the evaluation data" + ("" if prefix == "eval" else f" of {prefix!r}")
         out.update({f"{prefix}/{name}": v for name, v in evaluate(
-            eval_step, params, batches, place_batch=place_eval_batch,
+            eval_step, params, _guarded(eval_data, where, step), place_batch=place_eval_batch,
             check_batch=check_batch if prefix == "eval" else None).items()})
     return out
+
+
+def _guarded(eval_data: Any, where: str, step: int) -> Iterator[Any]:
+    """The batches of ``eval_data`` (a list, or a function giving an iterable); what making
+    them raises is a :class:`DataIteratorError`."""
+    try:
+        it = iter(eval_data() if callable(eval_data) else eval_data)
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield batch
+    except DataIteratorError:
+        raise
+    except Exception as err:  # noqa: BLE001 — a loader's error, whatever its type
+        raise DataIteratorError(step, err, source=where) from err
+
+
+def _evaluation_at(s: int, evaluations: Sequence[tuple[str, Any, Any]], state: TrainState,
+                   place_eval_batch: Callable[[Any], Any] | None,
+                   check_batch: Callable[[Any], None] | None, ckpt: Any, position: Any,
+                   metrics: dict) -> dict[str, float]:
+    """``fit``'s evaluation after step ``s``; when its data fails, step ``s`` is checkpointed
+    first (one process, as for training data), then the :class:`DataIteratorError` raised."""
+    try:
+        return _evaluation(evaluations, state.params, place_eval_batch, check_batch, s)
+    except DataIteratorError as err:
+        if ckpt is not None:
+            if jax.process_count() == 1:
+                ckpt.check()
+                ckpt.save(state, data_state=position, step=s, metrics=metrics)
+                ckpt.wait()
+            err.checkpoint = newest_checkpoint(ckpt.directory)
+        raise
 
 
 def _train_call(source: BatchSource, state: TrainState, s: int, n: int, fetch: MetricsFetch,

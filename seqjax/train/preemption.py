@@ -1,20 +1,80 @@
 """Stopping a run cleanly: SIGTERM/SIGINT become a save-and-stop request, agreed on by
 every process of a distributed job (JAX's preemption sync point).
 
-Used by :func:`seqjax.train.loop.fit`; see its docstring for the guarantees.
+Used by :func:`seqjax.train.loop.fit` (:class:`SignalGuard`; see its docstring for the
+guarantees) and by ``seqjax train`` (:func:`stop_requests`), which catches the signals from its
+first line to its last, so that one arriving while the data is opened, the checkpoint restored
+or the step compiled stops the run at its first step boundary too, and which then exits with
+:data:`EXIT_STOPPED`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import numpy as np
 
-__all__ = ["SignalGuard", "check_distributed"]
+__all__ = ["EXIT_STOPPED", "SignalGuard", "RunStopped", "check_distributed", "pending_stop",
+           "stop_requests"]
+
+#: The exit status of ``seqjax train`` stopped by SIGTERM/SIGINT after saving: "stopped, not
+#: finished; the same command resumes". 75 is ``EX_TEMPFAIL`` of BSD's ``sysexits.h`` ("a
+#: temporary failure; the user is invited to retry"): not 0, so ``until seqjax train ...; do :;
+#: done`` and a scheduler's requeue-on-failure run it again; distinct from seqjax's errors (1,
+#: 2 refused input, 3 a failed write, 4 the data iterator) and from 128 + N (killed by signal
+#: N without saving, as a shell reports it), so a wrapper can tell a saved stop from a crash.
+EXIT_STOPPED = 75
+
+_pending: str | None = None  # a signal caught by stop_requests outside fit
+
+
+class RunStopped(Exception):
+    """``seqjax train`` was stopped by a signal; its last checkpoint (if any) is saved."""
+
+    def __init__(self, signal_name: str, detail: str = "") -> None:
+        self.signal_name = signal_name
+        super().__init__(f"stopped by {signal_name}{detail}; the same command resumes the run "
+                         f"(exit status {EXIT_STOPPED})")
+
+
+def _catch(signum: int, frame: Any) -> None:
+    global _pending
+    if _pending is not None and signum == signal.SIGINT:  # a second Ctrl-C: stop now
+        raise KeyboardInterrupt
+    _pending = signal.Signals(signum).name
+
+
+def pending_stop(*, take: bool = False) -> str | None:
+    """The signal :func:`stop_requests` caught outside ``fit`` (``None``: none); ``take``
+    clears it (``fit`` takes it when it starts: it stops before its first step)."""
+    global _pending
+    name = _pending
+    if take:
+        _pending = None
+    return name
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[None]:
+    """For the block: SIGTERM/SIGINT are caught (a second SIGINT still interrupts) and kept
+    for :func:`pending_stop` and ``fit``, instead of ending the process wherever it is; the
+    handlers before are restored after. Main thread only (elsewhere: nothing changes)."""
+    global _pending
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, _catch) for sig in (signal.SIGTERM, signal.SIGINT)}
+    _pending = None
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def check_distributed() -> None:
@@ -44,7 +104,8 @@ class SignalGuard:
     """
 
     def __init__(self, enabled: bool) -> None:
-        self.requested: str | None = None
+        # a signal caught by stop_requests before fit started: stop before the first step
+        self.requested: str | None = pending_stop(take=True) if enabled else None
         self._old: dict[int, Any] = {}
         self.enabled = enabled and threading.current_thread() is threading.main_thread()
         self.multi = jax.process_count() > 1

@@ -162,6 +162,68 @@ def test_offline_without_gpt2_ranks_says_where_it_looked(bins, tmp_path, monkeyp
         assert named in err[0]
 
 
+def test_a_stopped_run_exits_75_at_any_point_and_the_same_command_finishes(
+        bins, tmp_path, monkeypatch, capsys):
+    """SIGTERM while the data is opened (before fit: nothing trained), in the middle of
+    training (saved at the next step) and after training (the results written): each exits
+    75 with one line; the same command then finishes with 0."""
+    import signal
+    import threading
+
+    from seqjax.data.shard_windows import ShardWindows
+    from seqjax.train.preemption import EXIT_STOPPED
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are handled in the main thread only")
+    data, rank = bins
+    work = tmp_path / "w"
+    argv = ["train", "gpt2", "--smoke", f"--data={data}", f"--rank_file={rank}",
+            f"--workdir={work}", "--sample_tokens=0", "--steps=6", "--checkpoint_every=2"]
+    load_tokens = gpt2.load_tokens
+
+    def term_while_opening(cfg):
+        signal.raise_signal(signal.SIGTERM)
+        return load_tokens(cfg)
+
+    with monkeypatch.context() as m:
+        m.setattr(gpt2, "load_tokens", term_while_opening)
+        assert cli.main(argv) == EXIT_STOPPED
+    err = capsys.readouterr().err
+    assert "SIGTERM: stopped at step 0 before training" in err
+    assert "seqjax: stopped by SIGTERM at step 0; the same command resumes the run (exit status " \
+           "75)" in err
+    assert not (work / "checkpoints").exists() or not os.listdir(work / "checkpoints")
+    assert not (work / "metrics.jsonl").read_text()  # nothing trained
+
+    batch = ShardWindows.batch
+
+    def term_at_step_3(self, step):
+        if step == 3:
+            signal.raise_signal(signal.SIGTERM)
+        return batch(self, step)
+
+    with monkeypatch.context() as m:
+        m.setattr(ShardWindows, "batch", term_at_step_3)
+        assert cli.main(argv) == EXIT_STOPPED
+    err = capsys.readouterr().err
+    assert "SIGTERM: stopped at step 4; checkpoint saved in" in err
+    assert not (work / "gpt2.json").exists()  # nothing written from a part-trained run
+
+    from seqjax.experiments import _kit
+    write_results = _kit.write_results
+
+    def term_while_writing(*args, **kwargs):
+        signal.raise_signal(signal.SIGTERM)
+        return write_results(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(_kit, "write_results", term_while_writing)
+        assert cli.main(argv) == EXIT_STOPPED
+    assert "stopped by SIGTERM after training (its results written)" in capsys.readouterr().err
+    assert cli.main(argv) == 0  # finished: evaluated again, 0
+    assert json.loads((work / "gpt2.json").read_text())["steps"] == 6
+
+
 def test_a_manifest_of_another_tokenizer_is_refused(bins, tmp_path, capsys):
     data, rank = bins
     from seqjax._io import write_json

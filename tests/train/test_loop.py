@@ -232,3 +232,35 @@ def test_a_fit_resumed_at_its_end_returns_the_final_evaluation_again(tmp_path):
     assert again.start_step == 4 and again.history == []
     assert again.eval_metrics == first.eval_metrics and "eval/loss" in first.eval_metrics
     assert open(tmp_path / "metrics.jsonl").read() == logged
+
+
+def test_evaluation_data_that_raises_is_handled_as_training_data_is(tmp_path):
+    """``evals``' data raising at the second evaluation (step 4): step 4 is checkpointed
+    first, then one DataIteratorError names the evaluation, the step and the checkpoint; the
+    same call, once the cause is gone, resumes from step 4. Each extra evaluation's metrics
+    are named ``<name>/<metric>``."""
+    from seqjax.train.loop import DataIteratorError
+
+    state, step, batch = _quadratic()
+    cfg = FitConfig(steps=6, log_every=2, eval_every=2, progress=False, tensorboard=False,
+                    plot=False, async_checkpointing=False)
+    eval_step = jax.jit(lambda p, b: {"loss": jnp.mean((p["w"] * b["x"] - 1.0) ** 2)})
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("the evaluation file went away")
+        return [batch(0)]
+
+    with pytest.raises(DataIteratorError, match=r"^the evaluation data of 'task' raised OSError: "
+                       r"the evaluation file went away at step 4; the newest intact checkpoint "
+                       r"is step 4 ") as err:
+        fit(state, step, batch, cfg, workdir=tmp_path, evals={"task": (eval_step, flaky)})
+    assert err.value.step == 4
+    again = fit(_quadratic()[0], step, batch, cfg, workdir=tmp_path,
+                evals={"task": (eval_step, flaky)})
+    assert again.start_step == 4 and again.status == "completed"
+    assert set(again.eval_metrics) == {"task/loss", "task/tokens", "task/perplexity"}
+    with pytest.raises(ValueError, match=r"`evals\['eval'\]` must be an \(eval_step, eval_data\)"):
+        fit(_quadratic()[0], step, batch, cfg, evals={"eval": (eval_step, [batch(0)])})
