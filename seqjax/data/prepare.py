@@ -62,6 +62,13 @@ readable); rerunning the same command starts over (it clears the partial folder 
 tokenises everything again: its output is deterministic) and finishes. Two runs must not
 write the same folder at once.
 
+**Progress.** While it tokenises, ``prepare`` shows the documents and tokens done, the tokens
+per second and, where the input's size is known (the documents counted for the validation
+split or a dataset's length, else the bytes of ``.txt`` inputs), the fraction done and the
+time left: a ``tqdm`` bar when ``progress=True`` (``seqjax prepare`` on a terminal), else a
+line through ``log`` every 30 s (a log file); then one summary line (documents, tokens,
+seconds, tokens per second).
+
 **The manifest** holds the format, the tokenizer's ``describe()``, the shards (file, split,
 tokens, documents starting in it, SHA-256), per-split totals, the inputs, the options, the
 number of skipped empty documents, seqjax's version and the time.
@@ -96,6 +103,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -123,6 +131,8 @@ _CHUNK_CHARS, _CHUNK_DOCS = 1 << 20, 1024
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 Log = Callable[[str], None]
+#: Seconds between ``prepare``'s progress lines (without a bar).
+PROGRESS_EVERY_S = 30.0
 
 
 # --------------------------------------------------------------------------- inputs
@@ -287,6 +297,82 @@ class _Documents:
 
     def count(self) -> int:
         return sum(1 for _ in self)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    """Documents, tokens, tokens/s and (``total`` known) the time left: a tqdm bar, or a
+    line through ``log`` every :data:`PROGRESS_EVERY_S` seconds; :meth:`close` logs the
+    summary. ``total`` counts documents (``unit="documents"``) or input bytes
+    (``unit="bytes"``, advanced by :meth:`read`)."""
+
+    def __init__(self, log: Log, total: int | None, unit: str, bar: bool) -> None:
+        self.log, self.total, self.unit = log, total, unit
+        self.docs = self.tokens = self.bytes = 0
+        self.start = self.last = time.perf_counter()
+        self.bar = None
+        if bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit=" docs" if unit == "documents" else "B",
+                            unit_scale=unit == "bytes", desc="tokenising", file=sys.stderr,
+                            dynamic_ncols=True)
+
+    def read(self, docs: Iterable[str]) -> Iterator[str]:
+        """``docs``, counting their UTF-8 bytes (the unit ``"bytes"``)."""
+        for text in docs:
+            self.bytes += len(text.encode("utf-8", "surrogatepass"))
+            yield text
+
+    def add(self, docs: int, tokens: int) -> None:
+        self.docs += docs
+        self.tokens += tokens
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.start, 1e-9)
+        if self.bar is not None:
+            self.bar.update((docs if self.unit == "documents" else self.bytes) - (
+                0 if self.unit == "documents" else self.bar.n))
+            self.bar.set_postfix_str(f"{self.tokens:,} tokens, {rate:,.0f} tokens/s")
+        elif now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            line = f"prepare: {self.docs:,} documents, {self.tokens:,} tokens, {rate:,.0f} tokens/s"
+            done = self.docs if self.unit == "documents" else self.bytes
+            if self.total and 0 < done:
+                fraction = min(done / self.total, 1.0)
+                left = (now - self.start) * (1 - fraction) / fraction
+                line += f", {fraction:.0%} (about {_duration(left)} left)"
+            self.log(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        seconds = time.perf_counter() - self.start
+        self.log(f"prepare: tokenised {self.docs:,} documents, {self.tokens:,} tokens in "
+                 f"{seconds:.1f} s ({self.tokens / max(seconds, 1e-9):,.0f} tokens/s)")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _progress_total(documents: _Documents, resolved: dict[str, Any], source: dict[str, Any],
+                    ds: Any) -> tuple[int | None, str]:
+    """``(total, unit)`` of the progress: the documents when counted (the validation rule)
+    or a dataset's length, else the bytes of ``.txt`` inputs, else unknown."""
+    if "documents" in resolved:
+        return int(resolved["documents"]), "documents"
+    if ds is not None and documents.known_count:
+        return len(ds), "documents"
+    files = source.get("files") or []
+    if files and all(f.endswith(".txt") for f in files):
+        return sum(os.path.getsize(f) for f in files), "bytes"
+    return None, "documents"
 
 
 # --------------------------------------------------------------------------- tokenising
@@ -575,6 +661,7 @@ def prepare(
     workers: int | None = None,
     name: str | None = None,
     log: Log | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Tokenise ``inputs`` (or ``hf_dataset``) into token shards in ``out_dir`` (see the
     module docstring for the layouts, the validation split and restarts).
@@ -600,7 +687,10 @@ def prepare(
             ``load_from_disk`` for a saved folder).
         workers: tokenising processes (default ``os.cpu_count()``; 1: this process).
         name: the shards' file-name prefix (default: the first input's or the dataset's name).
-        log: called with a line per shard written (default: silent).
+        log: called with a line per shard written, the progress lines and the summary
+            (default: silent).
+        progress: a tqdm bar on stderr instead of progress lines (the summary still goes to
+            ``log``).
 
     Returns: the manifest written to ``out_dir/manifest.json``.
 
@@ -620,6 +710,7 @@ def prepare(
                          f"{'both' if input_list else 'neither'}.")
     log = log or (lambda message: None)
 
+    ds = None
     if hf_dataset is not None:
         ds = _load_hf(hf_dataset, hf_config, hf_split, hf_data_files, streaming)
         documents = _Documents(lambda: _hf_documents(ds, text_field, hf_dataset),
@@ -674,9 +765,13 @@ def prepare(
         else:
             state = _validation_rule(documents, val_documents, val_tokens, val_fraction,
                                      shard_size, source, resolved)
-            for tokens, lengths in _encoded(tok, documents, format == "llmc", workers):
+            meter = _Progress(log, *_progress_total(documents, resolved, source, ds), progress)
+            docs = meter.read(documents) if meter.unit == "bytes" else documents
+            for tokens, lengths in _encoded(tok, docs, format == "llmc", workers):
+                meter.add(len(lengths), len(tokens))
                 for s, part, starts in _route(tokens, lengths, state):
                     sink.add(s, part, starts)
+            meter.close()
         entries = sink.close()
         totals = _totals(entries)
         if not totals["val"]["documents"] and not totals["train"]["documents"]:
@@ -862,7 +957,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             hf_dataset=args.hf_dataset, hf_config=args.hf_config, hf_split=args.hf_split,
             hf_data_files=hf_files[0] if hf_files and len(hf_files) == 1 else hf_files,
             streaming=args.streaming, workers=args.workers, name=args.name,
-            log=lambda message: print(message, file=sys.stderr, flush=True))
+            log=lambda message: print(message, file=sys.stderr, flush=True),
+            progress=sys.stderr.isatty())
     except (ValueError, TypeError, OSError, ImportError) as err:
         message = " ".join(str(err).split())
         print(f"seqjax prepare: error: {message}", file=sys.stderr)

@@ -5,6 +5,7 @@ Tiny Shakespeare numbers (corpus-marked)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -389,6 +390,40 @@ def test_cli_runs_and_reports(tmp_path, chars, capsys):
     m = check_manifest(out)
     assert m["splits"]["val"]["tokens"] == n - int(n * 0.9)  # one char per token
     assert m["options"]["validation"] == {"val_fraction": 0.1}
+
+
+@pytest.mark.parametrize("val", [["--val_documents", "5"], []], ids=["bytes", "documents"])
+def test_progress_lines_then_a_summary(tmp_path, chars, capsys, monkeypatch, val):
+    """In a log (stderr not a terminal): a line per PROGRESS_EVERY_S with documents, tokens,
+    tokens/s and the time left — from the .txt inputs' bytes, or from the documents counted
+    for the default val_fraction — then the summary."""
+    from seqjax.data import prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(prepare_module, "_CHUNK_DOCS", 50)
+    out = tmp_path / "out"
+    assert main([FIXTURE, "--out", str(out), "--tokenizer", chars, "--docs", "lines",
+                 "--workers", "1", *val]) == 0
+    err = capsys.readouterr().err.splitlines()
+    lines = [ln for ln in err if ln.startswith("prepare: ") and "tokens/s" in ln]
+    assert len(lines) >= 3, err
+    assert re.fullmatch(r"prepare: [\d,]+ documents, [\d,]+ tokens, [\d,]+ tokens/s, \d+% "
+                        r"\(about \d+ s left\)", lines[0]), lines[0]
+    m = check_manifest(out)
+    docs = m["splits"]["train"]["documents"] + m["splits"]["val"]["documents"]
+    assert re.fullmatch(rf"prepare: tokenised {docs:,} documents, {m['tokens']:,} tokens in "
+                        r"[\d.]+ s \([\d,]+ tokens/s\)", lines[-1]), lines[-1]
+    done = int(lines[-2].split(", ")[3].split("%")[0])  # the line breaks cut are not counted
+    assert done == 100 if not val else 90 <= done <= 100
+
+
+def test_progress_bar_on_a_terminal(tmp_path, chars, capsys):
+    summary = []
+    prepare(FIXTURE, tmp_path / "out", tokenizer=chars, docs="lines", workers=1, progress=True,
+            log=summary.append)
+    err = capsys.readouterr().err
+    assert "tokenising: 100%" in err and "tokens/s" in err  # the bar, on stderr
+    assert any(line.startswith("prepare: tokenised ") for line in summary)
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
