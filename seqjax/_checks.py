@@ -2,7 +2,7 @@
 
 Each check runs at trace time on static shapes/dtypes, so a bad call fails
 before any compilation, and each error names the argument, what was expected
-and what was received (DESIGN.md, "Errors").
+and what was received (docs/design.md, "Errors").
 """
 
 from __future__ import annotations

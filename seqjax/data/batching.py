@@ -22,7 +22,7 @@ resumable iterators that call these are :mod:`seqjax.data.iterators`):
 * **Splits.** :func:`split_text` (contiguous, nanoGPT's 90/10) and :func:`split_arrays`
   (seeded, shuffled).
 
-Conventions (DESIGN.md): arrays are numpy, batch-major, ids ``int32``, masks ``bool`` with
+Conventions (docs/design.md): arrays are numpy, batch-major, ids ``int32``, masks ``bool`` with
 ``True`` = real token / keep, lengths ``int32`` with right padding.
 """
 

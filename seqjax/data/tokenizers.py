@@ -13,7 +13,7 @@ Every tokenizer offers
 * ``encode_with_unknowns(text) -> (ids, Counter)``: the symbols mapped to
   ``<unk>`` and how often;
 * ``decode(ids) -> str`` / ``decode_batch``; an id outside ``[0, vocab_size)``
-  raises ``ValueError`` naming the id and the vocabulary size (DESIGN.md,
+  raises ``ValueError`` naming the id and the vocabulary size (docs/design.md,
   "Errors": never a silent clamp);
 * special tokens ``pad/unk/bos/eos/mask/sep/cls`` (``pad_id``, ``bos_id``, …;
   ``None`` when a tokenizer has no such token);

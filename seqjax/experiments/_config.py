@@ -46,7 +46,6 @@ __all__ = [
     "parse_overrides",
     "apply_overrides",
     "config_from_dict",
-    "config_to_dict",
 ]
 
 _NONE = {"none", "null"}
@@ -352,8 +351,3 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise ConfigError(_invalid(cls, err)) from err
-
-
-def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """``dataclasses.asdict`` (nested dataclasses become dicts)."""
-    return dataclasses.asdict(cfg)

@@ -26,7 +26,7 @@ equation *is* one of the kernels' may override ``layer_weights`` to opt back in.
 (7.2), (7.16)–(7.19). J&M (9.3)–(9.5), (9.22)–(9.29), the lecture notes' (1)–(2) and the
 slides' recurrences have no biases: ``use_bias=False`` computes those equations exactly.
 
-Conventions (DESIGN.md): row vectors, so kernels are the transposes of the textbooks'
+Conventions (docs/design.md): row vectors, so kernels are the transposes of the textbooks'
 ``W`` (``x @ w`` here is ``W x`` there); parameters are stored in ``param_dtype`` and
 computed in ``dtype``. Gate blocks are laid out in PyTorch's order (LSTM ``i, f, c̃, o``;
 GRU ``r, z, n``), which makes weight import a reshape.

@@ -9,7 +9,7 @@ here returns a boolean array that broadcasts against scores ``[B, H, Q, K]``,
 so masks compose with ``&`` (:func:`combine_masks`).
 
 Variable length is given as ``lengths: int32[B]`` with right padding
-(DESIGN.md): position ``t`` of row ``b`` is real iff ``t < lengths[b]``.
+(docs/design.md, "Conventions"): position ``t`` of row ``b`` is real iff ``t < lengths[b]``.
 """
 
 from __future__ import annotations

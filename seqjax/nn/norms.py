@@ -3,7 +3,7 @@
 Both normalise each position over its feature axis (the last one) and never
 mix positions or batch rows. The statistics (mean, variance, mean square) are
 computed in float32 whatever the input dtype (float64 stays float64), then the
-result is cast to the compute dtype (DESIGN.md): a bf16 activation with a
+result is cast to the compute dtype (docs/design.md, "Conventions"): a bf16 activation with a
 large common offset is normalised as accurately as an fp32 one.
 
 The math lives in the pure functions :func:`layer_norm` and :func:`rms_norm`;

@@ -104,8 +104,8 @@ def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> No
                 f"got {tuple(np.shape(mask))}."
             )
     # Token ids outside the vocabulary, negative ones included, are an error, not a silent
-    # clamp or wrap (DESIGN.md); positions with mask False are ignored (padding labels such
-    # as -1 or -100 are allowed there).
+    # clamp or wrap (docs/design.md, "Values inside jit"); positions with mask False are
+    # ignored (padding labels such as -1 or -100 are allowed there).
     if not (is_concrete(labels) and (mask is None or is_concrete(mask))):
         # Traced: an id outside the vocabulary makes its loss NaN (the gather's fill, in
         # _cross_entropy_and_lse); seqjax.checked turns the same condition into an error.

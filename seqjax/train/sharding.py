@@ -1,6 +1,6 @@
 """Device meshes, parameter-sharding rules, batch placement and multi-host start-up.
 
-One mesh with three named axes serves every layout (DESIGN.md, "Parallelism"):
+One mesh with three named axes serves every layout (docs/design.md, "The training path"):
 
 * ``data``  — data parallelism: the batch is split, parameters are replicated;
 * ``fsdp``  — fully-sharded data parallelism (ZeRO-3): the batch is split *and* each

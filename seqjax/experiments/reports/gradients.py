@@ -3,7 +3,7 @@
 :func:`ratio_at` reads ``‖ζ_{T−d}‖ / ‖ζ_T‖`` off a profile of adjoint norms;
 :func:`report` tabulates it against ρ^d (MEDL (7.12)) for each model, then the adding
 problem's runs against the always-predict-1 baseline (:data:`ADDING_BASELINE_MSE`);
-:func:`plot_gradients` draws both parts; :func:`write_outputs` writes ``NAME.json``,
+:func:`plot_gradients` draws both parts; the recipe writes ``NAME.json``,
 ``NAME.md`` and the plots into the work dir and/or ``results_dir``. The profiles and runs
 come from :mod:`seqjax.experiments.gradients`, which prints :func:`ratio_at` too.
 """
@@ -13,10 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import jax
 import numpy as np
 
-from seqjax.experiments._kit import machine, write_json
+from seqjax.experiments._kit import machine
 
 ADDING_BASELINE_MSE = 1.0 / 6.0  # always predict 1: Var(u_1 + u_2) = 2/12
 
@@ -203,17 +202,3 @@ def report(
         )
     lines += ["", "![adding problem](gradients_adding.png)", ""]
     return "\n".join(lines)
-
-
-def write_outputs(cfg: Any, name: str, summary: dict, plot: Any, markdown: str) -> None:
-    """``NAME.json``, ``NAME.md`` and the plots into the work dir and/or ``results_dir``
-    (process 0 of a multi-process job writes them)."""
-    if jax.process_index() != 0:
-        return
-    for outdir in {d for d in (cfg.workdir, cfg.results_dir) if d}:
-        os.makedirs(outdir, exist_ok=True)
-        plot(outdir)
-        with open(os.path.join(outdir, f"{name}.md"), "w", encoding="utf-8") as f:
-            f.write(markdown)
-        if outdir == cfg.workdir:
-            write_json(os.path.join(outdir, f"{name}.json"), summary)
