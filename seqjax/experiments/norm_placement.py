@@ -110,7 +110,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 class NormLM(nn.Module):
-    """Embeddings → ``num_layers`` causal blocks (pre- or post-norm) → vocabulary logits."""
+    """Embeddings → ``num_layers`` causal blocks (pre- or post-norm) → vocabulary logits.
+
+    Every weight, the residual (output) projections included, is drawn from ``N(0, 0.02)``
+    in both placements (not GPT-2's ``0.02/√(2L)``): only where the norm sits differs."""
 
     norm: str
     vocab_size: int

@@ -124,9 +124,12 @@ class ImageCaptioner(nn.Module):
         config: the :class:`ImageCaptionerConfig` (``vocab_size`` counts the caption tokens
             with ``<start>``/``<stop>``/padding; ``embed_dim`` is the width of ``E``,
             ``hidden_size`` is ``H``).
+        dtype, param_dtype: compute and storage dtypes (the logits are float32).
     """
 
     config: ImageCaptionerConfig
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, ImageCaptionerConfig):
@@ -141,19 +144,20 @@ class ImageCaptioner(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
+        dt = {"dtype": self.dtype, "param_dtype": self.param_dtype}
         if cfg.image_hidden is not None:
-            self.image_encoder = Dense(cfg.image_hidden, name="image_encoder")
+            self.image_encoder = Dense(cfg.image_hidden, name="image_encoder", **dt)
         if cfg.condition in ("init", "both"):
-            self.init_proj = Dense(cfg.features, name="init_proj")
+            self.init_proj = Dense(cfg.features, name="init_proj", **dt)
         if cfg.condition in ("input", "both"):
             self.image_proj = Dense(cfg.image_embed_dim or cfg.embed_dim, use_bias=False,
-                                    name="image_proj")
-        self.embed = Embed(self.vocab_size, cfg.embed_dim, name="embed")
+                                    name="image_proj", **dt)
+        self.embed = Embed(self.vocab_size, cfg.embed_dim, name="embed", **dt)
         cell = CELL_TYPES[cfg.cell_type](  # type: ignore[index]  # a name: checked above
-            cfg.features, parent=None, **dict(cfg.cell_kwargs or {}))
+            cfg.features, parent=None, **dt, **dict(cfg.cell_kwargs or {}))
         self.rnn = RNN(cell, unroll=cfg.unroll, return_carry=True, implementation="scan",
                        name="rnn")
-        self.head = Dense(self.vocab_size, name="head")
+        self.head = Dense(self.vocab_size, name="head", **dt)
 
     # ------------------------------------------------------------------ pieces
 

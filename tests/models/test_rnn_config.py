@@ -230,3 +230,23 @@ def test_a_retired_spelling_in_a_constructor_names_the_new_one(cls, old, new):
 def test_seq2seq_config_refuses_an_unknown_field_by_name():
     with pytest.raises(TypeError, match=r"`src_vocab_size` .*is not a field of Seq2SeqConfig"):
         Seq2SeqConfig(encoder=ENC, tgt_vocab_size=5, src_vocab_size=5)
+
+
+def test_image_captioner_computes_in_its_dtype_and_stores_in_param_dtype():
+    """bfloat16 compute: float32 parameters and logits, within bfloat16's rounding of the
+    float32 model; ``param_dtype`` sets the storage."""
+    import jax
+    import jax.numpy as jnp
+
+    cfg = ImageCaptionerConfig(vocab_size=12, hidden_size=16, embed_dim=8, condition="both")
+    tokens, images = jnp.zeros((2, 5), jnp.int32), jnp.ones((2, 64))
+    half = ImageCaptioner(cfg, dtype=jnp.bfloat16)
+    params = half.init(jax.random.PRNGKey(0), tokens, images)
+    assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.float32)}
+    out = half.apply(params, tokens, images)
+    ref = ImageCaptioner(cfg).apply(params, tokens, images)
+    assert out.dtype == jnp.float32
+    assert 0 < float(jnp.abs(out - ref).max()) < 0.05
+    stored = ImageCaptioner(cfg, param_dtype=jnp.bfloat16).init(jax.random.PRNGKey(0), tokens,
+                                                                 images)
+    assert {x.dtype for x in jax.tree_util.tree_leaves(stored)} == {jnp.dtype(jnp.bfloat16)}
