@@ -1,6 +1,26 @@
 """seqjax.data: tokenizers, the input pipeline, built-in offline tasks, word2vec's examples.
 
-The pipeline: :mod:`~seqjax.data.loading` (text and datasets in),
+The pretraining path (text → token shards → training windows):
+
+* :func:`~seqjax.data.prepare.prepare` (``seqjax prepare``) tokenises ``.txt``/``.jsonl``/
+  ``.parquet`` files or a Hugging Face dataset with a :class:`TextTokenizer`
+  (:func:`load_text_tokenizer`: GPT-2's BPE, a ``tokenizer.json``, seqjax's own) into
+  llm.c's or nanoGPT's token files (:mod:`~seqjax.data.shards`: :func:`write_shard`,
+  :func:`read_shard`);
+* :func:`open_tokens` memory-maps them (every header and id checked once) as
+  :class:`TokenData`;
+* :class:`ShardWindows` draws each step's windows from ``(seed, step)`` alone over every
+  training shard (:class:`LMWindowIterator`: the same over one in-memory array;
+  :class:`~seqjax.data.device.DeviceLMWindows`: the same rule drawn on the devices);
+  :class:`ValidationWindows` reads the fixed validation tokens.
+
+Example::
+
+    prepare("shakespeare.txt", "data/shakespeare", format="nanogpt", split="text")
+    tokens = open_tokens("data/shakespeare", vocab_size=50304)
+    batches = ShardWindows(tokens.train, batch_size=12, block_size=64, seed=0)
+
+The other pipeline: :mod:`~seqjax.data.loading` (text and datasets in),
 :mod:`~seqjax.data.batching` (numpy splits, padding, packing, windows) and
 :mod:`~seqjax.data.iterators` (resumable, host-sharded iterators, one ``get_state`` /
 ``set_state``). Offline tasks: :mod:`~seqjax.data.synthetic` (generated),
@@ -18,7 +38,6 @@ from seqjax.data.batching import (
     packed_attention_mask,
     packed_lm_targets,
     pad_batch,
-    random_windows,
     split_arrays,
     split_text,
 )
@@ -41,7 +60,6 @@ from seqjax.data.device import DeviceLMWindows, DeviceStreamChunks
 from seqjax.data.iterators import (
     ArrayIterator,
     BatchIterator,
-    LMWindowIterator,
     ResumableIterator,
     TBPTTIterator,
     host_shard,
@@ -61,6 +79,9 @@ from seqjax.data.packaged import (
     sunspots,
 )
 from seqjax.data.packing import pack_pair, pack_pairs
+from seqjax.data.prepare import prepare
+from seqjax.data.shard_windows import LMWindowIterator, ShardWindows, ValidationWindows
+from seqjax.data.shards import ShardError, TokenData, open_tokens, read_shard, write_shard
 from seqjax.data.synthetic import (
     BOS_ID,
     EOS_ID,
@@ -76,6 +97,7 @@ from seqjax.data.synthetic import (
     selective_copying,
     sort_task,
 )
+from seqjax.data.text_tokenizers import TextTokenizer, load_text_tokenizer
 from seqjax.data.tokenizers import (
     CharTokenizer,
     HFTokenizer,
@@ -102,9 +124,11 @@ __all__ = [
     "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel", "load_text",
     "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
     "pack_pair", "pack_pairs", "pack_sequences", "packed_attention_mask", "packed_lm_targets",
-    "make_streams", "pad_batch", "penn_treebank", "PTBData", "random_windows",
+    "make_streams", "pad_batch", "penn_treebank", "PTBData",
     "reverse_task", "selective_copying", "shard_dataset", "skipgram_pairs", "sort_task",
     "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
     "CHAR_RNN_SHAKESPEARE_URL", "TINY_SHAKESPEARE_OPENING", "fetch_tiny_shakespeare",
+    "prepare", "ShardWindows", "ValidationWindows", "ShardError", "TokenData", "open_tokens",
+    "read_shard", "write_shard", "TextTokenizer", "load_text_tokenizer",
 ]

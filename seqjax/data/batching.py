@@ -10,7 +10,8 @@ resumable iterators that call these are :mod:`seqjax.data.iterators`):
   .. math::  \text{inputs}_t = w_{i+t},\qquad \text{targets}_t = w_{i+t+1},
              \qquad t = 0, \dots, T-1
 
-  (:func:`random_windows`, nanoGPT's ``get_batch``; :func:`packed_lm_targets` for packed rows).
+  (:class:`~seqjax.data.shard_windows.LMWindowIterator`, nanoGPT's ``get_batch``;
+  :func:`packed_lm_targets` for packed rows).
 * **Padding.** Variable-length sequences are right-padded to a common ``T`` with the
   padding mask ``m_{bt} = [t < \ell_b]`` (MEDL §7.4 footnote 9: no loss on ``<empty>``;
   Bishop §12.3.1: a ``<pad>`` token plus a per-sequence mask): :func:`pad_batch`;
@@ -41,7 +42,6 @@ __all__ = [
     "pack_sequences",
     "packed_lm_targets",
     "packed_attention_mask",
-    "random_windows",
     "make_streams",
 ]
 
@@ -285,43 +285,11 @@ def packed_attention_mask(segment_ids_BxT: np.ndarray, *, causal: bool = True) -
 
 
 # ----------------------------------------------------------------------------- windows
-def random_windows(
-    tokens_N: np.ndarray, batch_size: int, block_size: int, rng: np.random.Generator
-) -> dict[str, np.ndarray]:
-    """nanoGPT's ``get_batch``: ``batch_size`` random windows and their next-token targets.
-
-    ``i ~ U{0, …, N - block_size - 1}``; ``inputs = tokens[i : i+T]``,
-    ``targets = tokens[i+1 : i+1+T]``, both ``int32[B, T]``.
-
-    Example:
-        >>> b = random_windows(np.arange(100), 2, 4, np.random.default_rng(0))
-        >>> (b["targets"] - b["inputs"]).tolist()
-        [[1, 1, 1, 1], [1, 1, 1, 1]]
-    """
-    _check_positive(batch_size=batch_size, block_size=block_size)
-    tokens_N = np.asarray(tokens_N)
-    if tokens_N.ndim != 1 or len(tokens_N) <= block_size:
-        raise ValueError(
-            f"`tokens_N` must be 1-D and longer than block_size={block_size}; got shape "
-            f"{tokens_N.shape}."
-        )
-    ix = rng.integers(0, len(tokens_N) - block_size, size=batch_size)
-    return _windows_at(tokens_N, ix, block_size)
-
-
 def _check_positive(**values: Any) -> None:
     """``ValueError`` unless every value is an int >= 1 (a window, batch or chunk size)."""
     for name, v in values.items():
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
             raise ValueError(f"`{name}` must be an int >= 1; got {v!r}.")
-
-
-def _windows_at(tokens: np.ndarray, ix: np.ndarray, block_size: int) -> dict[str, np.ndarray]:
-    offs = ix[:, None] + np.arange(block_size)[None, :]
-    return {
-        "inputs": tokens[offs].astype(np.int32),
-        "targets": tokens[offs + 1].astype(np.int32),
-    }
 
 
 def _prefix(column: str) -> str:

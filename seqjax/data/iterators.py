@@ -36,12 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from seqjax._checks import check_vocab_ids
 from seqjax.data.batching import (
     _check_positive,
     _leading_dim,
     _prefix,
-    _windows_at,
     bucket_batches,
     pad_batch,
 )
@@ -49,7 +47,6 @@ from seqjax.data.batching import (
 __all__ = [
     "host_shard",
     "ResumableIterator",
-    "LMWindowIterator",
     "TBPTTIterator",
     "ArrayIterator",
     "BatchIterator",
@@ -150,75 +147,6 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
 
     def __iter__(self) -> ResumableIterator:
         return self
-
-
-class LMWindowIterator(ResumableIterator):
-    """Endless random windows of a token stream (nanoGPT's sampler), resumable and host-sharded.
-
-    Step ``k`` draws a global batch of ``batch_size * shard_count`` start
-    offsets from ``np.random.default_rng([seed, k])``; this host keeps rows
-    ``[shard_index * batch_size, (shard_index + 1) * batch_size)``. So the
-    state is just ``step`` and every host agrees without communication.
-
-    Yields ``{"inputs": int32[B, T], "targets": int32[B, T]}`` (targets shifted by one).
-    Given ``vocab_size``, every id of ``tokens_N`` is checked once, here, to lie in
-    ``[0, vocab_size)`` (so no batch needs a check on the way to the step).
-
-    Example:
-        >>> it = LMWindowIterator(np.arange(50), batch_size=2, block_size=8, seed=0)
-        >>> _ = next(it); s = it.get_state(); a = next(it)
-        >>> it2 = LMWindowIterator(np.arange(50), 2, 8, seed=0); it2.set_state(s)
-        >>> bool((next(it2)["inputs"] == a["inputs"]).all())
-        True
-    """
-
-    kind = "lm_windows"
-
-    def __init__(
-        self,
-        tokens_N: np.ndarray,
-        batch_size: int,
-        block_size: int,
-        *,
-        seed: int = 0,
-        steps: int | None = None,
-        shard_index: int | None = None,
-        shard_count: int | None = None,
-        vocab_size: int | None = None,
-    ):
-        _check_positive(batch_size=batch_size, block_size=block_size)
-        self.tokens = np.asarray(tokens_N)
-        if vocab_size is not None:
-            check_vocab_ids(self.tokens, "tokens_N", int(vocab_size))
-        if self.tokens.ndim != 1 or len(self.tokens) <= block_size:
-            raise ValueError(
-                f"`tokens_N` must be 1-D and longer than block_size={block_size}; got shape "
-                f"{self.tokens.shape}."
-            )
-        self.batch_size, self.block_size, self.seed = batch_size, block_size, seed
-        self.steps = steps
-        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
-        self.step = 0
-
-    def _config(self) -> dict[str, Any]:
-        return {"seed": self.seed, "global_batch_size": self.batch_size * self.shard_count,
-                "block_size": self.block_size, "num_tokens": len(self.tokens)}
-
-    def _position(self) -> dict[str, int]:
-        return {"step": self.step}
-
-    def _set_position(self, position: dict[str, int]) -> None:
-        self.step = position["step"]
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        if self.steps is not None and self.step >= self.steps:
-            raise StopIteration
-        rng = np.random.default_rng([self.seed, self.step])
-        ix = rng.integers(0, len(self.tokens) - self.block_size,
-                          size=self.batch_size * self.shard_count)
-        lo = self.shard_index * self.batch_size
-        self.step += 1
-        return _windows_at(self.tokens, ix[lo : lo + self.batch_size], self.block_size)
 
 
 class TBPTTIterator(ResumableIterator):
@@ -529,3 +457,13 @@ class BatchIterator(_EpochIterator):
             p = _prefix(c)
             out[c], out[p + "lengths"], out[p + "mask"] = b["ids"], b["lengths"], b["mask"]
         return out
+
+
+def __getattr__(name: str) -> Any:
+    # LMWindowIterator is ShardWindows over one array (seqjax.data.shard_windows, which
+    # imports this module): read from there on first use.
+    if name == "LMWindowIterator":
+        from seqjax.data.shard_windows import LMWindowIterator
+
+        return LMWindowIterator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

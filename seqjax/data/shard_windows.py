@@ -42,17 +42,13 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._checks import check_vocab_ids
+from seqjax.data.batching import _check_positive
 from seqjax.data.iterators import ResumableIterator, _iterator_shard
 
-__all__ = ["ALIGNS", "ShardWindows", "ValidationWindows"]
+__all__ = ["ALIGNS", "LMWindowIterator", "ShardWindows", "ValidationWindows"]
 
 ALIGNS = ("random", "document")
-
-
-def _check_positive(**values: Any) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"`{name}` must be a positive int; got {v!r}.")
 
 
 class ShardWindows(ResumableIterator):
@@ -162,6 +158,42 @@ class ShardWindows(ResumableIterator):
         out = self.batch(self.step)
         self.step += 1
         return out
+
+
+class LMWindowIterator(ShardWindows):
+    """:class:`ShardWindows` over one in-memory token array: nanoGPT's ``get_batch`` (step
+    ``k``'s ``G`` starts from ``np.random.default_rng([seed, k])``, uniform over the
+    ``N - T`` windows; this host keeps its block of rows), resumable and host-sharded.
+
+    Given ``vocab_size``, every id of ``tokens_N`` is checked once, here, to lie in
+    ``[0, vocab_size)`` (so no batch needs a check on the way to the step). Its state keeps
+    the ``kind`` ``"lm_windows"`` and keys it always had (checkpoints resume).
+
+    Example:
+        >>> it = LMWindowIterator(np.arange(50), batch_size=2, block_size=8, seed=0)
+        >>> _ = next(it); s = it.get_state(); a = next(it)
+        >>> it2 = LMWindowIterator(np.arange(50), 2, 8, seed=0); it2.set_state(s)
+        >>> bool((next(it2)["inputs"] == a["inputs"]).all())
+        True
+    """
+
+    kind = "lm_windows"
+
+    def __init__(self, tokens_N: np.ndarray, batch_size: int, block_size: int, *,
+                 seed: int = 0, steps: int | None = None, shard_index: int | None = None,
+                 shard_count: int | None = None, vocab_size: int | None = None) -> None:
+        _check_positive(batch_size=batch_size, block_size=block_size)
+        self.tokens = np.asarray(tokens_N)
+        if vocab_size is not None:
+            check_vocab_ids(self.tokens, "tokens_N", int(vocab_size))
+        if self.tokens.ndim != 1 or len(self.tokens) <= block_size:
+            raise ValueError(f"`tokens_N` must be 1-D and longer than block_size={block_size}; "
+                             f"got shape {self.tokens.shape}.")
+        super().__init__([self.tokens], batch_size, block_size, seed=seed, steps=steps,
+                         shard_index=shard_index, shard_count=shard_count)
+
+    def _config(self) -> dict[str, Any]:
+        return {k: v for k, v in super()._config().items() if k != "align"}
 
 
 class ValidationWindows(Sequence[dict[str, np.ndarray]]):

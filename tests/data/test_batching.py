@@ -10,7 +10,6 @@ from seqjax.data.batching import (
     packed_attention_mask,
     packed_lm_targets,
     pad_batch,
-    random_windows,
     split_arrays,
     split_text,
 )
@@ -28,17 +27,18 @@ def test_split_text_nanogpt_numbers_and_split_arrays():
         split_arrays({"x": np.arange(3), "y": np.arange(4)})
 
 
-def test_random_windows_is_nanogpt_get_batch():
+def test_lm_windows_are_nanogpt_get_batch():
+    from seqjax.data import LMWindowIterator
+
     data = np.arange(1000) * 7 % 101
-    rng = np.random.default_rng(0)
-    b = random_windows(data, 8, 16, rng)
-    ix = np.random.default_rng(0).integers(0, len(data) - 16, size=8)
+    b = next(LMWindowIterator(data, 8, 16, seed=0))
+    ix = np.random.default_rng([0, 0]).integers(0, len(data) - 16, size=8)
     for r, i in enumerate(ix):
         np.testing.assert_array_equal(b["inputs"][r], data[i : i + 16])
         np.testing.assert_array_equal(b["targets"][r], data[i + 1 : i + 17])
     assert b["inputs"].dtype == np.int32
     with pytest.raises(ValueError, match="longer than block_size"):
-        random_windows(data[:16], 1, 16, rng)
+        LMWindowIterator(data[:16], 1, 16)
 
 
 def test_pad_batch_reference():
