@@ -766,8 +766,8 @@ def prepare(
             state = _validation_rule(documents, val_documents, val_tokens, val_fraction,
                                      shard_size, source, resolved)
             meter = _Progress(log, *_progress_total(documents, resolved, source, ds), progress)
-            docs = meter.read(documents) if meter.unit == "bytes" else documents
-            for tokens, lengths in _encoded(tok, docs, format == "llmc", workers):
+            stream = meter.read(documents) if meter.unit == "bytes" else documents
+            for tokens, lengths in _encoded(tok, stream, format == "llmc", workers):
                 meter.add(len(lengths), len(tokens))
                 for s, part, starts in _route(tokens, lengths, state):
                     sink.add(s, part, starts)
