@@ -14,7 +14,7 @@ The pretraining path (text → token shards → training windows):
   :class:`~seqjax.data.device.DeviceLMWindows`: the same rule drawn on the devices);
   :class:`ValidationWindows` reads the fixed validation tokens.
 
-Example::
+Example (``prepare`` is :func:`seqjax.data.prepare.prepare`; the module keeps its name)::
 
     prepare("shakespeare.txt", "data/shakespeare", format="nanogpt", split="text")
     tokens = open_tokens("data/shakespeare", vocab_size=50304)
@@ -79,7 +79,6 @@ from seqjax.data.packaged import (
     sunspots,
 )
 from seqjax.data.packing import pack_pair, pack_pairs
-from seqjax.data.prepare import prepare
 from seqjax.data.shard_windows import LMWindowIterator, ShardWindows, ValidationWindows
 from seqjax.data.shards import ShardError, TokenData, open_tokens, read_shard, write_shard
 from seqjax.data.synthetic import (
@@ -129,6 +128,6 @@ __all__ = [
     "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
     "CHAR_RNN_SHAKESPEARE_URL", "TINY_SHAKESPEARE_OPENING", "fetch_tiny_shakespeare",
-    "prepare", "ShardWindows", "ValidationWindows", "ShardError", "TokenData", "open_tokens",
+    "ShardWindows", "ValidationWindows", "ShardError", "TokenData", "open_tokens",
     "read_shard", "write_shard", "TextTokenizer", "load_text_tokenizer",
 ]
