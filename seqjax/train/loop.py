@@ -86,7 +86,6 @@ the host; ids checked once); host batches are otherwise prepared by a background
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import gc
 import math
@@ -100,14 +99,16 @@ from typing import Any
 import jax
 import numpy as np
 
-from seqjax._checks import NamedFields
 from seqjax.train.fit_parts import (
+    CHECKED_ENV,
     BatchSource,
     DataIteratorError,
+    FitConfig,
     MetricsFetch,
     MetricsLog,
     Throughput,
     call_steps,
+    checked_by_default,
     compile_in_background,
     process_uptime,
     resume,
@@ -134,136 +135,8 @@ __all__ = ["CHECKED_ENV", "DataIteratorError", "FitConfig", "FitResult", "Resume
 
 #: ``1`` runs every ``fit`` of ``seqjax train`` under :func:`seqjax.checked`: read by the
 #: command line (:class:`seqjax.experiments._runner.Switches`), not by ``fit``.
-CHECKED_ENV = "SEQJAX_CHECKED"
-
 # Steps the host may run ahead of the device between logged steps.
 _MAX_IN_FLIGHT = 8
-
-# What ``FitConfig(checked=None)`` means where it is made (see ``checked_by_default``).
-_CHECKED_DEFAULT: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "seqjax_checked_default", default=False)
-
-
-@contextlib.contextmanager
-def checked_by_default(on: bool) -> Iterator[None]:
-    """Within the block, a :class:`FitConfig` made with ``checked=None`` (the default) has
-    ``checked=on``: how ``seqjax train --checked`` (or ``$SEQJAX_CHECKED``, read by the
-    command line) reaches the configs its recipe makes. Outside any such block it is off.
-
-    Example:
-        >>> with checked_by_default(True):
-        ...     FitConfig(steps=1).checked
-        True
-        >>> FitConfig(steps=1).checked
-        False
-    """
-    if not isinstance(on, bool):
-        raise TypeError(f"`on` must be a bool; got {on!r}.")
-    token = _CHECKED_DEFAULT.set(on)
-    try:
-        yield
-    finally:
-        _CHECKED_DEFAULT.reset(token)
-
-
-@dataclasses.dataclass(frozen=True)
-class FitConfig(NamedFields):
-    """How :func:`fit` runs.
-
-    Attributes:
-        steps: train until ``state.step == steps``.
-        log_every: steps between logged records (also the first step and the last).
-        eval_every: steps between evaluations; 0 = only at the end (needs ``eval_data``).
-        checkpoint_every: steps between checkpoints; 0 = only at the end (needs a work dir).
-        keep_checkpoints: the most recent checkpoints kept.
-        best_metric: also keep the best checkpoint by this logged metric (``None`` = off).
-        best_mode: ``"min"`` or ``"max"``.
-        async_checkpointing: write checkpoints in a background thread.
-        progress: show a tqdm bar.
-        print_logs: print one line per logged record.
-        tensorboard: write TensorBoard event files: ``True`` (needs tensorboardX,
-            ``seqjax[tensorboard]``; an error naming the extra without it), ``False``, or
-            ``None`` (default: when tensorboardX is installed).
-        plot: draw ``loss.png`` and ``perplexity.png`` at the end: ``True`` (needs
-            matplotlib, ``seqjax[plot]``), ``False``, or ``None`` (default: when matplotlib
-            is installed).
-        handle_signals: SIGTERM/SIGINT save and stop (main thread only).
-        finite_check: metrics that must stay finite.
-        flops_per_step: model FLOPs per step (e.g. ``6 · params · tokens``) to report MFU.
-        peak_flops: peak FLOP/s per device for MFU; ``None`` = look up the device kind.
-        steps_per_call: run this many steps in one jitted call (a ``lax.scan`` of the
-            step; :meth:`~seqjax.train.step.TrainStep.steps`), so the host dispatches once
-            per ``k`` steps — the usual answer to host overhead on TPUs and for small
-            models. ``log_every``, ``eval_every`` and ``checkpoint_every`` must be
-            multiples of it; a stop request (SIGTERM) is honoured at the end of a call.
-            Needs the train step of :func:`~seqjax.train.step.make_train_step`.
-        prefetch: host batches a background thread prepares ahead (the next batch, its
-            check and its placement on the devices, while the step runs); ``None``
-            (default): 2 on an accelerator, 0 (none) on the CPU, where the thread would
-            compete with XLA for the same cores. Not used with a device-resident source.
-        freeze_gc: ``gc.freeze()`` everything allocated before training (the model, the
-            data, the compiled programs), so Python's full collections — pauses of 0.1 s
-            and more with a large heap — stop walking it; undone when ``fit`` returns.
-        compile_ahead: compile the first call's program (device-resident data) and the
-            evaluation step (on the first evaluation batch) in background threads while the
-            checkpoint is read; the first call waits for them, so the two compiles overlap
-            each other and the restore, and neither is done twice; ``None`` (default): on
-            accelerators, where the host's cores are free, not on the CPU, where the
-            compiles would compete with the steps for the same cores.
-        checked: run every call under :func:`seqjax.checked`: an invalid token id, length
-            or cache overflow inside the step raises its message (with the steps of the
-            call) instead of making the loss NaN; a debugging mode (each call re-traces a
-            small wrapper). ``None`` (default) is resolved when the config is made: on
-            inside :func:`checked_by_default` (where ``seqjax train --checked`` or
-            ``$SEQJAX_CHECKED=1`` runs the recipe: the command line reads that variable,
-            ``fit`` does not), else off; ``fit`` reads this field alone.
-    """
-
-    steps: int
-    log_every: int = 50
-    eval_every: int = 0
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 3
-    best_metric: str | None = "eval/loss"
-    best_mode: str = "min"
-    async_checkpointing: bool = True
-    progress: bool = True
-    print_logs: bool = False
-    tensorboard: bool | None = None
-    plot: bool | None = None
-    handle_signals: bool = True
-    finite_check: tuple[str, ...] = ("loss", "grad_norm")
-    flops_per_step: float | None = None
-    peak_flops: float | None = None
-    steps_per_call: int = 1
-    prefetch: int | None = None
-    freeze_gc: bool = True
-    compile_ahead: bool | None = None
-    checked: bool | None = None
-
-    def __post_init__(self) -> None:
-        minimum = {"steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
-                   "keep_checkpoints": 1, "steps_per_call": 1}
-        for name, low in minimum.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"`{name}` must be an int >= {low}; got {v!r}.")
-        if self.prefetch is not None and (isinstance(self.prefetch, bool) or not isinstance(
-                self.prefetch, int) or self.prefetch < 0):
-            raise ValueError(f"`prefetch` must be None or an int >= 0; got {self.prefetch!r}.")
-        for name in ("compile_ahead", "checked"):
-            v = getattr(self, name)
-            if v is not None and not isinstance(v, bool):
-                raise ValueError(f"`{name}` must be True, False or None; got {v!r}.")
-        k = self.steps_per_call
-        for name in ("log_every", "eval_every", "checkpoint_every"):
-            v = getattr(self, name)
-            if v % k:
-                raise ValueError(f"`{name}` must be a multiple of steps_per_call={k}; "
-                                 f"got {v}.")
-        if self.checked is None:
-            object.__setattr__(self, "checked", _CHECKED_DEFAULT.get())
-
 
 @dataclasses.dataclass
 class FitResult:
