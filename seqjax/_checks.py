@@ -266,3 +266,10 @@ def check_vocab_ids(x: Any, name: str, vocab_size: int, mask: Any = None) -> Non
             f"`{name}` must hold token ids in [0, {vocab_size - 1}] (vocab_size={vocab_size})"
             f"{where}; got values in [{lo}, {hi}] (e.g. {bad})."
         )
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """A positive Python int (a size or threshold), else a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+    return value

@@ -80,6 +80,7 @@ from seqjax._env import env_bool
 from seqjax._optional import require as _require
 from seqjax.data.batching import split_text
 from seqjax.data.loading import load_parallel
+from seqjax.data.shards import sha256_file
 from seqjax.data.tokenizers import (
     WHITESPACE_PATTERN,
     CharTokenizer,
@@ -175,14 +176,6 @@ def cache_dir() -> Path:
     return (Path(base).expanduser() if base else Path.home() / ".cache") / "seqjax"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def shared_data_dirs() -> list[Path]:
     """``shared/data`` beside the checkout holding this package, then beside the current
     folder (a development setup)."""
@@ -209,7 +202,7 @@ def _download(source: CorpusSource, dest: Path, opener: Callable[..., Any], time
                 for block in iter(lambda: response.read(1 << 16), b""):
                     out.write(block)
                     bar.update(len(block))
-        if source.sha256 is not None and _sha256(Path(tmp)) != source.sha256:
+        if source.sha256 is not None and sha256_file(Path(tmp)) != source.sha256:
             raise ValueError(
                 f"the download of {source.url} does not have the expected "
                 f"SHA-256 {source.sha256} (a changed or truncated file)"
@@ -265,7 +258,7 @@ def resolve_corpus(
         tried.append(f"${DATA_DIR_ENV} (not set)")
     cached = cache_dir() / filename
     if cached.is_file():
-        if source is None or source.sha256 is None or _sha256(cached) == source.sha256:
+        if source is None or source.sha256 is None or sha256_file(cached) == source.sha256:
             return cached
         aside = cached.with_name(cached.name + ".corrupt")
         os.replace(cached, aside)

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, ValidLengths, check_rank, replace_fields
+from seqjax._checks import NamedFields, ValidLengths, check_positive_int, check_rank, replace_fields
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     POOLINGS,
@@ -47,7 +47,6 @@ from seqjax.models._common import (
     masked_pool,
     split_oov,
 )
-from seqjax.nn.attention.checks import check_positive_int
 from seqjax.nn.cells import RecurrentCell
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed

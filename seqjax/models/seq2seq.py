@@ -80,7 +80,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, is_concrete, replace_fields
+from seqjax._checks import NamedFields, check_positive_int, is_concrete, replace_fields
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -101,7 +101,6 @@ from seqjax.models.rnn import (
     require_vocab,
 )
 from seqjax.nn.attention import Attention
-from seqjax.nn.attention.checks import check_positive_int
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
 from seqjax.nn.masks import padding_mask

@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import replace_fields
-from seqjax.nn.attention.checks import check_positive_int
+from seqjax._checks import check_positive_int, replace_fields
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU_VARIANTS, get_activation
 from seqjax.nn.norms import LayerNorm, RMSNorm

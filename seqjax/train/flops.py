@@ -22,6 +22,8 @@ from typing import Any
 
 import jax
 
+from seqjax._checks import check_positive_int
+
 __all__ = ["lm_flops_per_token", "peak_flops_per_device", "transformer_flops_per_token"]
 
 # Dense bf16 peak FLOP/s per chip, by jax `device_kind` substring (vendor data sheets).
@@ -51,12 +53,6 @@ def peak_flops_per_device(device: Any = None) -> float | None:
 
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
-    return value
-
-
 def transformer_flops_per_token(
     num_params: int, num_layers: int, num_heads: int, head_dim: int, seq_len: int,
     *, causal: bool = True,
@@ -69,8 +65,9 @@ def transformer_flops_per_token(
     """
     if isinstance(num_params, bool) or not isinstance(num_params, int) or num_params < 0:
         raise ValueError(f"`num_params` must be a non-negative int; got {num_params!r}.")
-    sizes = (_positive_int(num_layers, "num_layers"), _positive_int(num_heads, "num_heads"),
-             _positive_int(head_dim, "head_dim"), _positive_int(seq_len, "seq_len"))
+    sizes = tuple(check_positive_int(v, n) for v, n in (
+        (num_layers, "num_layers"), (num_heads, "num_heads"), (head_dim, "head_dim"),
+        (seq_len, "seq_len")))
     attention = 12.0 * sizes[0] * sizes[1] * sizes[2] * sizes[3]
     return 6.0 * num_params + (attention / 2 if causal else attention)
 

@@ -131,7 +131,7 @@ def test_a_corpus_without_a_canonical_source_says_so(places):
 @pytest.mark.corpus
 def test_tiny_shakespeare_checksum_is_the_shared_copy(corpus_dir):
     expected = CORPORA["tinyshakespeare.txt"].sha256
-    assert corpora._sha256(corpus_dir / "tinyshakespeare.txt") == expected
+    assert corpora.sha256_file(corpus_dir / "tinyshakespeare.txt") == expected
 
 
 def test_the_cli_exits_2_naming_the_places(places, monkeypatch, capsys):

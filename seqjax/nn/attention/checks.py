@@ -131,13 +131,6 @@ def check_broadcast(
             )
 
 
-def check_positive_int(value: Any, name: str) -> int:
-    """A positive Python int (a size or threshold), else a ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
-    return value
-
-
 def check_attention_args(
     q: Any, k: Any, v: Any, mask: Any, bias: Any, dropout_rate: float,
     dropout_rng: Array | None,

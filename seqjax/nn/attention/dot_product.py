@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from seqjax._checks import check_positive_int
 from seqjax.nn.attention import _xla_kernels
 from seqjax.nn.attention._cudnn import cudnn_attention, cudnn_unsupported
 from seqjax.nn.attention._pallas import pallas_attention, pallas_unsupported
 from seqjax.nn.attention.checks import (
     as_4d,
     check_attention_args,
-    check_positive_int,
     masked_weights,
 )
 from seqjax.nn.attention.softmax import dropout_weights

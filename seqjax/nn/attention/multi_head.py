@@ -27,11 +27,12 @@ from seqjax._checks import (
     check_bool,
     check_features,
     check_lengths,
+    check_positive_int,
     check_rank,
     lengths_array,
 )
 from seqjax._traced_checks import poison_bad_lengths
-from seqjax.nn.attention.checks import check_broadcast, check_positive_int
+from seqjax.nn.attention.checks import check_broadcast
 from seqjax.nn.attention.dot_product import dot_product_attention
 from seqjax.nn.attention.kv_cache import KVCache
 from seqjax.nn.dense import DenseGeneral
