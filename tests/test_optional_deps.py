@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent('''
     import os, tempfile
     import jax, jax.numpy as jnp, numpy as np, optax
     import seqjax, seqjax.cli, seqjax.data, seqjax.interop, seqjax.models, seqjax.train
-    from seqjax.data import ArrayIterator, CharTokenizer, load_text, train_bpe
+    from seqjax.data import ArrayIterator, CharTokenizer, load_parallel, train_bpe
     from seqjax.train import FitConfig, create_train_state, fit, make_train_step
 
     tok = CharTokenizer.from_text("abc")
@@ -47,8 +47,8 @@ SCRIPT = textwrap.dedent('''
     expect(lambda: run(os.path.join(root, "tb"), tensorboard=True), "tensorboard")
     expect(lambda: run(os.path.join(root, "plot"), plot=True), "plot")
     path = os.path.join(root, "t.txt")
-    open(path, "w").write("to be")
-    expect(lambda: load_text(path), "hf")
+    open(path, "w").write("Go.\tVa !")
+    expect(lambda: load_parallel(path), "hf")
     expect(lambda: train_bpe(["to be"], vocab_size=40), "hf")
     print("ok")
 ''')

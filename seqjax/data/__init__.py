@@ -64,13 +64,7 @@ from seqjax.data.iterators import (
     TBPTTIterator,
     host_shard,
 )
-from seqjax.data.loading import (
-    load_parallel,
-    load_text,
-    shard_dataset,
-    split_dataset,
-    tokenize_dataset,
-)
+from seqjax.data.loading import load_parallel, tokenize_dataset
 from seqjax.data.packaged import (
     digits,
     forecasting_windows,
@@ -124,8 +118,8 @@ __all__ = [
     "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
     "pack_pair", "pack_pairs", "pack_sequences", "packed_attention_mask", "packed_lm_targets",
     "make_streams", "pad_batch", "penn_treebank", "PTBData",
-    "reverse_task", "selective_copying", "shard_dataset", "skipgram_pairs", "sort_task",
-    "split_arrays", "split_dataset", "split_text", "subsample_mask", "sunspots",
+    "reverse_task", "selective_copying", "skipgram_pairs", "sort_task",
+    "split_arrays", "split_text", "subsample_mask", "sunspots",
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
     "CHAR_RNN_SHAKESPEARE_URL", "TINY_SHAKESPEARE_OPENING", "fetch_tiny_shakespeare",
     "ShardWindows", "ValidationWindows", "ShardError", "TokenData", "open_tokens",

@@ -1,17 +1,16 @@
-"""Text in: load a local file or a Hugging Face hub dataset, tokenise it, split it.
+"""Pairs of texts in: load translation pairs from local files or a Hugging Face dataset, and
+tokenise a dataset's column.
 
-The first stages of the input pipeline (the arrays stages are :mod:`seqjax.data.batching`,
-the resumable iterators :mod:`seqjax.data.iterators`):
+(Text for language modelling is read by one reader, :func:`seqjax.data.prepare.prepare`,
+into token shards; the arrays stages are :mod:`seqjax.data.batching`, the resumable
+iterators :mod:`seqjax.data.iterators`.)
 
-1. **Load** — :func:`load_text` / :func:`load_parallel` read a local file (or pair of
-   files) or a hub dataset into a ``datasets.Dataset`` with a ``text`` column, or
-   ``src``/``tgt`` columns for translation pairs.
+1. **Load** — :func:`load_parallel` reads a local file (or pair of files) or a hub dataset
+   into a ``datasets.Dataset`` with ``src``/``tgt`` columns.
 2. **Tokenise** — :func:`tokenize_dataset` maps each text ``w_{1:n}`` to its ids
    ``x_{1:n}`` with a seqjax tokenizer (the tokenisation step of Bishop §12.2.2 /
    J&M §9.2: a string becomes a sequence of vocabulary indices) through
    ``Dataset.map(batched=True)``, adding ``ids``, ``length`` and ``num_unk``.
-3. **Split** — :func:`split_dataset` (seeded, shuffled) and :func:`shard_dataset`
-   (this host's contiguous ``1/count``).
 
 Everything here needs Hugging Face ``datasets``, an optional dependency:
 ``pip install "seqjax[hf]"`` (imported on first use, with an error naming the extra).
@@ -21,13 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from seqjax._optional import require
 from seqjax.data.batching import _prefix
-from seqjax.data.iterators import host_shard
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
@@ -35,11 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqjax.data.tokenizers import Tokenizer
 
 __all__ = [
-    "load_text",
     "load_parallel",
     "tokenize_dataset",
-    "split_dataset",
-    "shard_dataset",
 ]
 
 logger = logging.getLogger(__name__)
@@ -73,81 +67,6 @@ def _read_local(path: Path) -> str:
             raise FileNotFoundError(f"folder {str(path)!r} contains no .txt files.")
         return "\n".join(p.read_text(encoding="utf-8") for p in files)
     return path.read_text(encoding="utf-8")
-
-
-def _samples(text: str, sample_by: SampleBy) -> list[str]:
-    if sample_by == "line":
-        return text.splitlines()
-    if sample_by == "paragraph":
-        return re.split(r"\n\s*\n", text)
-    if sample_by == "document":
-        return [text]
-    raise ValueError(f"`sample_by` must be 'line', 'paragraph' or 'document'; got {sample_by!r}.")
-
-
-def _drop_empty(texts: list[str], what: str) -> list[str]:
-    kept = [t for t in texts if t.strip()]
-    if len(kept) != len(texts):
-        logger.info("%s: dropped %d empty examples", what, len(texts) - len(kept))
-    return kept
-
-
-def load_text(
-    path_or_name: PathLike,
-    *,
-    sample_by: SampleBy | None = None,
-    skip_empty: bool = True,
-    split: str = "train",
-    name: str | None = None,
-    text_field: str = "text",
-    **load_kwargs: Any,
-) -> datasets.Dataset:
-    """A ``Dataset`` with one ``text`` column, from a local file/folder or a hub dataset.
-
-    Local files are read as UTF-8 (a folder: its ``*.txt`` files, sorted) and
-    cut by ``sample_by``: ``"line"`` (default), ``"paragraph"`` (blank-line
-    separated) or ``"document"`` (the whole text, one example — what a character
-    LM wants). A hub dataset (``datasets.load_dataset(path_or_name, name,
-    split=split)``, needs a network) keeps its rows unless ``sample_by`` is
-    given; its ``text_field`` column becomes ``text``.
-
-    ``skip_empty`` drops empty and white-space-only examples (logged); with
-    ``skip_empty=False`` they stay and tokenise to length 0.
-
-    Example:
-        >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
-        >>> _ = open(p, "w").write("to be\\n\\nor not\\n")
-        >>> list(load_text(p)["text"])
-        ['to be', 'or not']
-    """
-    ds_lib = _datasets()
-    where = str(path_or_name)
-    if _looks_local(path_or_name):
-        texts = _samples(_read_local(Path(path_or_name).expanduser()), sample_by or "line")
-        if skip_empty:
-            texts = _drop_empty(texts, where)
-        return ds_lib.Dataset.from_dict({"text": texts})
-    ds = ds_lib.load_dataset(where, name, split=split, **load_kwargs)
-    if text_field not in ds.column_names:
-        raise ValueError(
-            f"hub dataset {where!r} has no column `text_field`={text_field!r}; "
-            f"columns: {ds.column_names}."
-        )
-    ds = ds.select_columns([text_field])
-    if text_field != "text":
-        ds = ds.rename_column(text_field, "text")
-    if sample_by == "document":
-        ds = ds_lib.Dataset.from_dict({"text": ["\n".join(ds["text"][:])]})
-    elif sample_by is not None:
-        ds = ds.map(
-            lambda b: {"text": [s for t in b["text"] for s in _samples(t, sample_by)]},
-            batched=True,
-            remove_columns=["text"],
-        )
-    if skip_empty:
-        ds = ds.filter(lambda b: [bool(t.strip()) for t in b["text"]], batched=True)
-    return ds
 
 
 def load_parallel(
@@ -300,22 +219,3 @@ def tokenize_dataset(
         }
 
     return ds.map(encode, batched=True, batch_size=batch_size, num_proc=num_proc)
-
-
-# ----------------------------------------------------------------------------- splits
-def split_dataset(
-    ds: datasets.Dataset, val_fraction: float = 0.1, *, seed: int = 0, shuffle: bool = True
-) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """``(train, val)``: a seeded random split (``Dataset.train_test_split``)."""
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"`val_fraction` must lie in (0, 1); got {val_fraction}.")
-    parts = ds.train_test_split(test_size=val_fraction, seed=seed, shuffle=shuffle)
-    return parts["train"], parts["test"]
-
-
-def shard_dataset(
-    ds: datasets.Dataset, index: int | None = None, count: int | None = None
-) -> datasets.Dataset:
-    """This host's contiguous ``1/count`` of ``ds`` (``Dataset.shard``; defaults from jax)."""
-    index, count = host_shard(index, count)
-    return ds.shard(num_shards=count, index=index, contiguous=True)

@@ -1,4 +1,4 @@
-"""seqjax.data.loading: local files and (faked) hub datasets, tokenising, dataset splits."""
+"""seqjax.data.loading: translation pairs from local files and (faked) hub datasets, tokenising."""
 
 
 import pytest
@@ -9,13 +9,7 @@ from seqjax.data.batching import (
 from seqjax.data.iterators import (
     host_shard,
 )
-from seqjax.data.loading import (
-    load_parallel,
-    load_text,
-    shard_dataset,
-    split_dataset,
-    tokenize_dataset,
-)
+from seqjax.data.loading import load_parallel, tokenize_dataset
 from seqjax.data.tokenizers import CharTokenizer
 
 
@@ -24,32 +18,16 @@ def _write(path, text):
     return path
 
 
-def test_load_text_skips_empty_lines(tmp_path):
-    p = _write(tmp_path / "a.txt", "to be\n\n   \nor not\n\nto be\n")
-    assert list(load_text(p)["text"]) == ["to be", "or not", "to be"]
-    kept = load_text(p, skip_empty=False)
-    assert list(kept["text"]) == ["to be", "", "   ", "or not", "", "to be"]
-    # empty lines survive tokenisation as length-0 rows and padding as all-False masks
+def test_empty_texts_tokenise_to_length_0_rows():
+    """Empty texts survive tokenisation as length-0 rows and padding as all-False masks."""
+    import datasets
+
+    kept = datasets.Dataset.from_dict({"text": ["to be", "", "   ", "or not", "", "to be"]})
     tok = CharTokenizer.from_text("to ben")
     ds = tokenize_dataset(kept, tok)
     assert list(ds["length"]) == [5, 0, 3, 6, 0, 5]
     b = pad_batch(ds["ids"][:2])
     assert b["lengths"].tolist() == [5, 0] and not b["mask"][1].any()
-
-
-def test_load_text_document_paragraph_and_folder(tmp_path):
-    p = _write(tmp_path / "b.txt", "one\ntwo\n\nthree\n")
-    assert list(load_text(p, sample_by="document")["text"]) == ["one\ntwo\n\nthree\n"]
-    assert list(load_text(p, sample_by="paragraph")["text"]) == ["one\ntwo", "three\n"]
-    _write(tmp_path / "c.txt", "four")
-    assert list(load_text(tmp_path)["text"]) == ["one", "two", "three", "four"]
-    with pytest.raises(ValueError, match="sample_by"):
-        load_text(p, sample_by="word")
-
-
-def test_load_text_missing_local_file_never_goes_to_the_hub(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_text(tmp_path / "missing.txt")
 
 
 def test_load_parallel_tab_file(tmp_path):
@@ -94,27 +72,10 @@ def test_tokenize_dataset_columns_unknowns_and_over_long(tmp_path):
         tokenize_dataset(ds, tok, column="nope")
 
 
-def test_split_dataset_is_seeded_and_disjoint():
-    import datasets
-
-    ds = datasets.Dataset.from_dict({"x": list(range(100))})
-    tr, va = split_dataset(ds, 0.1, seed=3)
-    tr2, va2 = split_dataset(ds, 0.1, seed=3)
-    assert len(tr) == 90 and len(va) == 10
-    assert list(va["x"]) == list(va2["x"])
-    assert sorted(list(tr["x"]) + list(va["x"])) == list(range(100))
-    assert list(split_dataset(ds, 0.1, seed=4)[1]["x"]) != list(va["x"])
-
-
-def test_host_shard_and_shard_dataset():
-    import datasets
-
+def test_host_shard():
     assert host_shard() == (0, 1)  # one process in tests
     with pytest.raises(ValueError, match="shard_index"):
         host_shard(2, 2)
-    ds = datasets.Dataset.from_dict({"x": list(range(10))})
-    parts = [list(shard_dataset(ds, i, 3)["x"]) for i in range(3)]
-    assert sum(parts, []) == list(range(10))
 
 
 def _fake_hub(monkeypatch, table):
@@ -129,19 +90,6 @@ def _fake_hub(monkeypatch, table):
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     return calls
-
-
-def test_load_text_hub_path_without_network(monkeypatch):
-    calls = _fake_hub(monkeypatch, {"content": ["a\nb", "", "c"], "id": [1, 2, 3]})
-    ds = load_text("someone/corpus", text_field="content", split="validation")
-    assert calls == [("someone/corpus", None, "validation")]
-    assert ds.column_names == ["text"] and ds["text"][:] == ["a\nb", "c"]
-    assert load_text("someone/corpus", text_field="content", sample_by="line")["text"][:] == [
-        "a", "b", "c"]
-    assert load_text("someone/corpus", text_field="content", sample_by="document")[
-        "text"][:] == ["a\nb\n\nc"]
-    with pytest.raises(ValueError, match="no column `text_field`='text'"):
-        load_text("someone/corpus")
 
 
 def test_load_parallel_hub_path_without_network(monkeypatch):
