@@ -114,7 +114,7 @@ __all__ = [
     "SpecialTokens", "TBPTTIterator", "Tokenizer", "WordTokenizer", "adding_problem",
     "agreement_vocabulary", "apply_merges", "associative_recall", "bucket_batches", "cbow_windows",
     "copy_memory", "copy_task", "digits", "english_french", "find_data_dir", "forecasting_windows",
-    "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel", "load_text",
+    "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel",
     "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
     "pack_pair", "pack_pairs", "pack_sequences", "packed_attention_mask", "packed_lm_targets",
     "make_streams", "pad_batch", "penn_treebank", "PTBData",
