@@ -632,33 +632,57 @@ class _RecomputeState(NamedTuple):
 
 
 @functools.cache
-def recompute_decoder(logits_fn: Callable[[Any, Array], Array]) -> FunctionalDecoder:
+def recompute_decoder(logits_fn: Callable[[Any, Array], Array], *, window: int = 0
+                      ) -> FunctionalDecoder:
     r"""A :class:`Decodable` that recomputes the full causal forward pass at every step.
 
     ``logits_fn(params, tokens_BxL) -> logits_BxLxV`` must be causal (position
-    ``t`` sees tokens ``≤ t``). The state is the token buffer ``[B, max_len]`` and
-    the per-row length; each step writes the new token at ``lengths[b]`` and
-    reads the logits there. Cost :math:`O(n^2)` per token instead of a cache's
-    :math:`O(n)` (Bishop §12.3.1): this is the reference that cached decoding
-    must reproduce. ``logits_fn`` must be hashable for ``jit`` caching (a
-    module-level function or ``functools.partial`` of one).
+    ``t`` sees tokens ``≤ t``). The state is the token buffer and the per-row length; each
+    step writes the new token at ``lengths[b]`` and reads the logits there. Cost
+    :math:`O(n^2)` per token instead of a cache's :math:`O(n)` (Bishop §12.3.1): this is the
+    reference that cached decoding must reproduce. ``logits_fn`` must be hashable for
+    ``jit`` caching (a module-level function or ``functools.partial`` of one).
+
+    ``window`` > 0: the buffer holds only the last ``window`` tokens (nanoGPT's
+    ``generate``, which crops the context to the model's block size): once full, it slides
+    left by one token each step, so a model with ``window`` learned positions generates past
+    them. Prompts then hold at most ``window + 1`` tokens. 0: the whole sequence
+    (``max_len``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> last = lambda params, x: jax.nn.one_hot(x, 5)  # predicts its input token
+        >>> dec = recompute_decoder(last, window=2)
+        >>> greedy_search(dec, None, jnp.asarray([[1, 3]]), max_new_tokens=3).tokens.tolist()  # new
+        [[3, 3, 3]]
     """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"`window` must be an int >= 0 (0: the whole sequence); got {window!r}.")
 
     def init_decode_state(
         params: Any, prompt_BxT: Array, prompt_lengths_B: Array, max_len: int
     ) -> _RecomputeState:
         del params
         batch, num_steps = prompt_BxT.shape
-        buffer_BxL = jnp.zeros((batch, max_len), jnp.int32).at[:, :num_steps].set(prompt_BxT)
+        width = window or max_len
+        keep = min(num_steps, width)
+        buffer_BxL = jnp.zeros((batch, width), jnp.int32).at[:, :keep].set(prompt_BxT[:, :keep])
         return _RecomputeState(buffer_BxL, jnp.asarray(prompt_lengths_B, jnp.int32) - 1)
 
     def decode_step(
         params: Any, state: _RecomputeState, tokens_B: Array
     ) -> tuple[Array, _RecomputeState]:
         rows = jnp.arange(tokens_B.shape[0])
-        buffer_BxL = state.tokens_BxL.at[rows, state.lengths_B].set(tokens_B.astype(jnp.int32))
-        logits_BxLxV = logits_fn(params, buffer_BxL)
-        logits_BxV = logits_BxLxV[rows, state.lengths_B]
-        return logits_BxV, _RecomputeState(buffer_BxL, state.lengths_B + 1)
+        buffer_BxL, at_B = state.tokens_BxL, state.lengths_B
+        if window:  # full rows slide left by one; the new token goes in the last slot
+            full_B = at_B >= window
+            buffer_BxL = jnp.where(full_B[:, None], jnp.roll(buffer_BxL, -1, axis=1),
+                                   buffer_BxL)
+            at_B = jnp.minimum(at_B, window - 1)
+        buffer_BxL = buffer_BxL.at[rows, at_B].set(tokens_B.astype(jnp.int32))
+        logits_BxV = logits_fn(params, buffer_BxL)[rows, at_B]
+        grown = state.lengths_B + 1
+        return logits_BxV, _RecomputeState(buffer_BxL, jnp.minimum(grown, window) if window
+                                           else grown)
 
     return FunctionalDecoder(init_decode_state, decode_step)

@@ -290,3 +290,26 @@ def test_generate_dispatches():
     b = generate(BISHOP, None, jnp.array([[2]]), max_new_tokens=2, method="beam", beam_size=2,
                  length_penalty=0.0)
     assert b.tokens[0, 0].tolist() == [1, 1]
+
+
+def test_recompute_decoder_window_crops_as_nanogpt_and_refuses_a_bad_window():
+    """window=W: each step sees the last W tokens (nanoGPT's crop), checked against a
+    numpy reference on a causal toy model; W longer than the sequence = window 0."""
+    from seqjax.decoding import greedy_search, recompute_decoder
+
+    def logits_fn(params, x_BxL):  # causal: position t predicts (x_0 + ... + x_t) mod 7
+        return jax.nn.one_hot(jnp.cumsum(x_BxL, axis=1) % 7, 7) * 5.0
+
+    prompt = jnp.asarray([[1, 2, 3]])
+    got = greedy_search(recompute_decoder(logits_fn, window=3), None, prompt,
+                        max_new_tokens=6).tokens[0].tolist()
+    seq = [1, 2, 3]
+    for _ in range(6):
+        seq.append(int(np.sum(seq[-3:]) % 7))
+    assert got == seq[3:]
+    whole = greedy_search(recompute_decoder(logits_fn), None, prompt, max_new_tokens=6)
+    wide = greedy_search(recompute_decoder(logits_fn, window=64), None, prompt,
+                         max_new_tokens=6)
+    assert whole.tokens.tolist() == wide.tokens.tolist()
+    with pytest.raises(ValueError, match=r"`window` must be an int >= 0 \(0: the whole"):
+        recompute_decoder(logits_fn, window=-1)

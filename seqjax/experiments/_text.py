@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +31,7 @@ from seqjax.data.batching import split_text
 from seqjax.data.corpora import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
-from seqjax.decoding import FunctionalDecoder
+from seqjax.decoding import FunctionalDecoder, recompute_decoder
 from seqjax.experiments._config import ConfigError
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
@@ -99,41 +99,16 @@ def build_model(cfg: Any, vocab_size: int) -> Any:
 # ----------------------------------------------------------------------------- decoding
 
 
-class _Window(NamedTuple):
-    buffer_BxW: jax.Array
-    count_B: jax.Array
+def _logits(model: TransformerLM, params: Any, tokens_BxT: jax.Array) -> jax.Array:
+    return model.apply({"params": params}, tokens_BxT)
 
 
 @functools.cache
 def window_decoder(model: TransformerLM, block: int) -> FunctionalDecoder:
-    """A :class:`~seqjax.decoding.Decodable` that feeds the model its last ``block`` tokens.
-
-    A transformer with learned positions sees at most ``block`` tokens; to generate more,
-    nanoGPT crops the context to the most recent ``block`` (sliding window, full forward
-    pass per token). Prompts must be at most ``block + 1`` tokens.
-    """
-
-    def init_decode_state(params: Any, prompt_BxT: jax.Array, lengths_B: jax.Array,
-                          max_len: int) -> _Window:
-        del params, max_len
-        batch, steps = prompt_BxT.shape
-        buf = jnp.zeros((batch, block), jnp.int32)
-        keep = min(steps, block)
-        buf = buf.at[:, :keep].set(prompt_BxT[:, :keep])
-        return _Window(buf, jnp.asarray(lengths_B, jnp.int32) - 1)
-
-    def decode_step(params: Any, state: _Window, tokens_B: jax.Array
-                    ) -> tuple[jax.Array, _Window]:
-        rows = jnp.arange(tokens_B.shape[0])
-        full_B = state.count_B >= block
-        buf = jnp.where(full_B[:, None], jnp.roll(state.buffer_BxW, -1, axis=1),
-                        state.buffer_BxW)
-        pos_B = jnp.minimum(state.count_B, block - 1)
-        buf = buf.at[rows, pos_B].set(tokens_B.astype(jnp.int32))
-        logits_BxWxV = model.apply({"params": params}, buf)
-        return logits_BxWxV[rows, pos_B], _Window(buf, jnp.minimum(state.count_B + 1, block))
-
-    return FunctionalDecoder(init_decode_state, decode_step)
+    """A :class:`~seqjax.decoding.Decodable` that feeds the model its last ``block`` tokens
+    (:func:`~seqjax.decoding.recompute_decoder` with ``window=block``: nanoGPT's crop; one
+    object per model and block, so ``jit`` reuses its compilation)."""
+    return recompute_decoder(functools.partial(_logits, model), window=block)
 
 
 def lm_decoder(model: Any, block_size: int) -> Any:
