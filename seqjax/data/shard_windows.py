@@ -202,6 +202,10 @@ class ValidationWindows(Sequence[dict[str, np.ndarray]]):
     ``batch_size`` rows — the same tokens every evaluation (llm.c's validation loss: a
     fixed number of tokens from the start of the validation shard).
 
+    ``tail=True`` also predicts each shard's last tokens, in a window shorter than
+    ``block_size`` (``mask`` False past them): every token of a shard but its first is then
+    predicted exactly once (a held-out text's whole loss, as ``char_lm`` reports it).
+
     Rows never cross a shard boundary; the last batch is padded with ``mask`` False rows
     so every batch has one shape (one compiled evaluation step). Batches are read from the
     memmaps when indexed (nothing is held in memory). ``len(...)`` is the batch count;
@@ -209,25 +213,26 @@ class ValidationWindows(Sequence[dict[str, np.ndarray]]):
     """
 
     def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int,
-                 num_tokens: int | None = None) -> None:
+                 num_tokens: int | None = None, *, tail: bool = False) -> None:
         _check_positive(batch_size=batch_size, block_size=block_size)
         if num_tokens is not None:
             _check_positive(num_tokens=num_tokens)
         self.shards, self.batch_size, self.block_size = list(shards), batch_size, block_size
-        rows: list[tuple[int, int]] = []
+        rows: list[tuple[int, int, int]] = []  # (shard, start, predicted tokens)
         budget = num_tokens if num_tokens is not None else np.inf
         for i, s in enumerate(self.shards):
-            for start in range(0, len(s) - block_size, block_size):
+            last = len(s) - 1 if tail else len(s) - block_size
+            for start in range(0, last, block_size):
                 if len(rows) * block_size >= budget:
                     break
-                rows.append((i, start))
+                rows.append((i, start, min(block_size, len(s) - 1 - start)))
         if not rows:
             longest = max((len(s) for s in self.shards), default=0)
             raise ValueError(f"the validation shards are too short for one window of "
                              f"block_size + 1 = {block_size + 1} tokens (the longest holds "
                              f"{longest}).")
         self.rows = rows
-        self.tokens = len(rows) * block_size
+        self.tokens = sum(n for _, _, n in rows)
 
     def __len__(self) -> int:
         return -(-len(self.rows) // self.batch_size)
@@ -238,14 +243,14 @@ class ValidationWindows(Sequence[dict[str, np.ndarray]]):
         if not -len(self) <= i < len(self):
             raise IndexError(i)
         i %= len(self)
-        w = self.block_size + 1
-        window_BxW = np.zeros((self.batch_size, w), np.int32)
-        mask_B = np.zeros((self.batch_size,), bool)
-        for r, (s, start) in enumerate(self.rows[i * self.batch_size: (i + 1) * self.batch_size]):
-            window_BxW[r] = self.shards[s][start: start + w]
-            mask_B[r] = True
-        mask_BxT = np.broadcast_to(mask_B[:, None], (self.batch_size, self.block_size)).copy()
-        return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:], "mask": mask_BxT}
+        inputs_BxT, targets_BxT = (np.zeros((self.batch_size, self.block_size), np.int32)
+                                   for _ in range(2))
+        mask_BxT = np.zeros((self.batch_size, self.block_size), bool)
+        for r, (s, start, n) in enumerate(
+                self.rows[i * self.batch_size: (i + 1) * self.batch_size]):
+            window = self.shards[s][start: start + n + 1]
+            inputs_BxT[r, :n], targets_BxT[r, :n], mask_BxT[r, :n] = window[:-1], window[1:], True
+        return {"inputs": inputs_BxT, "targets": targets_BxT, "mask": mask_BxT}
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return (self[i] for i in range(len(self)))

@@ -79,6 +79,7 @@ import numpy as np
 
 from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
+from seqjax.data.shard_windows import ValidationWindows
 from seqjax.data.tokenizers import CharTokenizer
 from seqjax.decoding import lower_sample, sample
 from seqjax.experiments._config import (
@@ -221,22 +222,11 @@ def train_windows(ids: np.ndarray, cfg: Config, par: Parallel, vocab: int) -> An
                             seed=cfg.seed, vocab_size=vocab, **par.iterator_shard())
 
 
-def full_windows(ids: np.ndarray, block: int, batch: int) -> list[dict]:
-    """Every character of ``ids`` but the first predicted once, in non-overlapping windows.
-
-    Batches are ``[batch, block]`` (the last padded, ``mask`` False there), so one
-    compiled evaluation step serves them all.
-    """
-    n = -(-(len(ids) - 1) // block)  # windows, the last possibly short
-    x = np.zeros((n * block,), np.int32)
-    y = np.zeros((n * block,), np.int32)
-    m = np.zeros((n * block,), bool)
-    x[: len(ids) - 1], y[: len(ids) - 1], m[: len(ids) - 1] = ids[:-1], ids[1:], True
-    rows = -(-n // batch) * batch
-    pad = ((0, rows * block - n * block),)
-    x, y, m = (np.pad(a, pad).reshape(rows, block) for a in (x, y, m))
-    return [{"inputs": x[i : i + batch], "targets": y[i : i + batch], "mask": m[i : i + batch]}
-            for i in range(0, rows, batch)]
+def full_windows(ids: np.ndarray, block: int, batch: int) -> ValidationWindows:
+    """Every character of ``ids`` but the first predicted once, in non-overlapping windows
+    of ``block`` (the last shorter, ``mask`` False past it), ``batch`` rows a batch
+    (:class:`~seqjax.data.shard_windows.ValidationWindows` with ``tail=True``)."""
+    return ValidationWindows([ids], batch, block, tail=True)
 
 
 # ----------------------------------------------------------------------------- model
