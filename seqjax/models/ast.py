@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import check_rank, replace_fields
+from seqjax._checks import NamedFields, check_rank, replace_fields
 from seqjax.models._common import check_preset
 from seqjax.models.vit import ViT, ViTConfig, vit_block
 from seqjax.nn.transformer import BlockConfig
@@ -125,7 +125,7 @@ def spectrogram_patches(
 
 
 @dataclasses.dataclass(frozen=True)
-class ASTConfig:
+class ASTConfig(NamedFields):
     """Hyper-parameters of :class:`AST`.
 
     Attributes:

@@ -33,7 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import check_bool, check_integer, check_rank, lengths_array, replace_fields
+from seqjax._checks import (
+    NamedFields,
+    check_bool,
+    check_integer,
+    check_rank,
+    lengths_array,
+    replace_fields,
+)
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
 from seqjax.nn._block_config import check_block, model_block, normal_init
@@ -70,7 +77,7 @@ def bert_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> Blo
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(NamedFields):
     """Hyper-parameters of :class:`Bert`.
 
     Attributes:

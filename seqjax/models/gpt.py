@@ -41,7 +41,14 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ValidLengths, check_bool, is_concrete, lengths_array, replace_fields
+from seqjax._checks import (
+    NamedFields,
+    ValidLengths,
+    check_bool,
+    is_concrete,
+    lengths_array,
+    replace_fields,
+)
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -107,7 +114,7 @@ def gpt_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> Bloc
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerLMConfig:
+class TransformerLMConfig(NamedFields):
     """Hyper-parameters of :class:`TransformerLM`.
 
     Attributes:

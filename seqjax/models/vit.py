@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_rank, replace_fields
+from seqjax._checks import NamedFields, check_rank, replace_fields
 from seqjax.models._common import check_preset
 from seqjax.nn._block_config import check_block, model_block
 from seqjax.nn.dense import Dense
@@ -119,7 +119,7 @@ def vit_block(num_heads: int, **options: Any) -> BlockConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class ViTConfig:
+class ViTConfig(NamedFields):
     """Hyper-parameters of :class:`ViT`.
 
     Attributes:

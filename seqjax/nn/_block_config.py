@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_positive_int, replace_fields
+from seqjax._checks import NamedFields, check_positive_int, replace_fields
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU_VARIANTS, get_activation
 from seqjax.nn.norms import LayerNorm, RMSNorm
@@ -39,7 +39,7 @@ def _check_optional_positive_int(value: Any, name: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BlockConfig:
+class BlockConfig(NamedFields):
     """Every option of a transformer block, validated once (Flax lm1b's ``TransformerConfig``).
 
     The one option of :class:`TransformerBlock`, :class:`TransformerEncoder` and

@@ -72,6 +72,7 @@ from optax.contrib._muon import (  # optax's public muon bias-corrects its momen
     scale_by_shape,
 )
 
+from seqjax._checks import NamedFields
 from seqjax.utils import count_params
 
 Array = jax.Array
@@ -119,7 +120,7 @@ DEFAULT_NO_DECAY: tuple[str, ...] = (
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
+class OptimizerConfig(NamedFields):
     """What :func:`make_optimizer` builds.
 
     Attributes:

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import optax
 
+from seqjax._checks import NamedFields
 from seqjax.data.word2vec import (
     _ids,
     cbow_windows,
@@ -47,7 +48,7 @@ def _train_chunk(
 
 
 @dataclass(frozen=True)
-class Word2VecConfig:
+class Word2VecConfig(NamedFields):
     """Training settings for :func:`train_word2vec` (defaults: Mikolov et al. 2013, Adam)."""
 
     features: int = 100

@@ -379,6 +379,23 @@ def test_old_option_spellings_are_refused_naming_the_new_one():
         BlockConfig(num_heads=H).replace(num_headz=4)  # type: ignore[call-arg]
 
 
+def test_every_config_names_the_new_spelling_of_an_old_one():
+    """The constructor of every config class of the library, not only ``replace``."""
+    from seqjax.models import ASTConfig, RNNLMConfig, ViTConfig
+    from seqjax.train.optim import OptimizerConfig
+    from seqjax.train.word2vec import Word2VecConfig
+
+    with pytest.raises(TypeError, match=r"TransformerLMConfig\(\): `tie_output` \(renamed "
+                                        r"`tie_embeddings`\)"):
+        TransformerLMConfig(vocab_size=V, tie_output=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"BlockConfig\(\): `hidden_dim` \(renamed `mlp_dim`\)"):
+        BlockConfig(num_heads=H, hidden_dim=8)  # type: ignore[call-arg]
+    for cls in (BertConfig, ViTConfig, ASTConfig, RNNLMConfig, OptimizerConfig, Word2VecConfig):
+        with pytest.raises(TypeError, match=rf"{cls.__name__}\(\): `tie_weights` .*is not a "
+                                            rf"field of {cls.__name__}"):
+            cls(tie_weights=True)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("build", [
     lambda block, **dt: TransformerLM(TransformerLMConfig(
         vocab_size=V, num_layers=1, embed_dim=D, max_len=8, block=block(gpt_block(H))), **dt),
