@@ -5,7 +5,7 @@ Commands::
     seqjax train EXPERIMENT [--preset P | --smoke] [--workdir DIR] [--steps N] [--restart]
                  [--key=value ...]
     seqjax eval [EXPERIMENT] --workdir DIR [--key=value ...]
-    seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max-new-tokens N]
+    seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max_new_tokens N]
                     [--temperature T] [--seed S]
     seqjax export --workdir DIR OUT [--step N] [--force]
                                       a gpt2 run's checkpoint as a Hugging Face folder that
@@ -135,8 +135,11 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         train_experiment(args.experiment, rest)
         return 0
     if args.command == "generate":
+        if args.retired_max_new_tokens is not None:
+            raise ConfigError("--max-new-tokens is spelled --max_new_tokens (every option of "
+                              "seqjax uses underscores).")
         if args.max_new_tokens < 1:
-            raise ConfigError(f"--max-new-tokens must be >= 1; got {args.max_new_tokens}.")
+            raise ConfigError(f"--max_new_tokens must be >= 1; got {args.max_new_tokens}.")
         if not args.temperature >= 0:
             raise ConfigError(f"--temperature must be >= 0 (0 = greedy); got "
                               f"{args.temperature}.")
@@ -197,7 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("experiment", nargs="?")
     gen.add_argument("--workdir", required=True)
     gen.add_argument("--prompt", required=True)
-    gen.add_argument("--max-new-tokens", type=int, default=20)
+    gen.add_argument("--max_new_tokens", type=int, default=20)
+    gen.add_argument("--max-new-tokens", dest="retired_max_new_tokens", type=int,
+                     help=argparse.SUPPRESS)  # the old spelling: refused, naming the new one
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
     exp = sub.add_parser("export", help="write the checkpoint in --workdir (a gpt2 run) as a "

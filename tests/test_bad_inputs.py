@@ -534,8 +534,11 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     assert cli.main(["eval", "--workdir", workdir, "--hidden_size=16"]) == 2
     assert "--hidden_size=16 but the checkpoint has 20" in capsys.readouterr().err
     assert cli.main(["generate", "--workdir", workdir, "--prompt", "the",
-                     "--max-new-tokens", "-3"]) == 2
-    assert "--max-new-tokens must be >= 1; got -3" in capsys.readouterr().err
+                     "--max_new_tokens", "-3"]) == 2
+    assert "--max_new_tokens must be >= 1; got -3" in capsys.readouterr().err
+    assert cli.main(["generate", "--workdir", workdir, "--prompt", "the",
+                     "--max-new-tokens", "3"]) == 2
+    assert "--max-new-tokens is spelled --max_new_tokens" in capsys.readouterr().err
     assert cli.main(["eval", "--workdir", workdir]) == 0  # the saved config still works
 
 

@@ -82,7 +82,7 @@ def test_train_resume_eval_generate(tmp_path, capsys):
     assert metrics["accuracy"] == 1.0 and metrics["loss"] < 0.1
     assert "evaluated the checkpoint of step 40 in" in out.err
     assert cli.main(["generate", "--workdir", workdir, "--prompt", "the mathematical",
-                     "--max-new-tokens", "4"]) == 0
+                     "--max_new_tokens", "4"]) == 0
     assert capsys.readouterr().out.strip() == "the mathematical engineering of deep learning"
 
 

@@ -64,7 +64,7 @@ Run:  python -m seqjax.experiments.char_lm                      (nanoGPT CPU con
       python -m seqjax.experiments.char_lm --preset lstm --workdir workdirs/char_lm_lstm
       python -m seqjax.experiments.char_lm --preset gpu --workdir workdirs/char_lm_gpu   (GPU)
       python -m seqjax.experiments.char_lm --smoke --workdir /tmp/x (seconds, for CI)
-      seqjax generate --workdir workdirs/char_lm --prompt "ROMEO:" --max-new-tokens 200
+      seqjax generate --workdir workdirs/char_lm --prompt "ROMEO:" --max_new_tokens 200
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Run:  seqjax train toy_rnn                       (or: python -m seqjax.experimen
       seqjax train toy_rnn --smoke               (a few steps, for CI)
       seqjax train toy_rnn --workdir runs/toy    (checkpoints, metrics.jsonl, curves; resumes)
       seqjax eval --workdir runs/toy
-      seqjax generate --workdir runs/toy --prompt "the mathematical" --max-new-tokens 4
+      seqjax generate --workdir runs/toy --prompt "the mathematical" --max_new_tokens 4
 """
 
 from __future__ import annotations

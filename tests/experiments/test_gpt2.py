@@ -82,7 +82,7 @@ def test_smoke_trains_evaluates_samples_and_resumes(bins, tmp_path):
     assert steps[:3] == [1, 2, 4] and steps[-1] == 6 and steps == sorted(set(steps))
     # seqjax eval / generate on the work dir
     assert cli.main(["generate", "--workdir", work, "--prompt", "ROMEO:",
-                     "--max-new-tokens", "5"]) == 0
+                     "--max_new_tokens", "5"]) == 0
     assert cli.main(["eval", "--workdir", work]) == 0
 
 
