@@ -273,3 +273,13 @@ def check_positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
     return value
+
+
+def check_count_or_off(value: Any, name: str, owner: str, what: str) -> int:
+    """A Python int >= 0, where 0 turns ``what`` off; ``None`` (the old spelling of off) is a
+    ``TypeError`` naming 0, anything else a ``ValueError`` naming ``name`` and ``owner``."""
+    if value is None:
+        raise TypeError(f"`{name}=None` of {owner} is spelled `{name}=0` (0: {what}).")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` of {owner} must be an int >= 0 (0: {what}); got {value!r}.")
+    return value

@@ -195,7 +195,7 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
             type_vocab_size=0,
             mlm_head=not classifier,
             pooler=classifier,
-            num_classes=3 if classifier else None,
+            num_classes=3 if classifier else 0,
         )
     )
 

@@ -176,7 +176,7 @@ def _preset(name: Any) -> BertConfig:
             raise ValueError(f"`preset` must be a BertConfig or one of {sorted(presets)}; "
                              f"got {name!r}.")
         cfg = presets[key]
-    return cfg.replace(mlm_head=False, pooler=False, num_classes=None, num_tags=None)
+    return cfg.replace(mlm_head=False, pooler=False, num_classes=0, num_tags=0)
 
 
 def _norm(ckpt: Checkpoint, prefix: str, d: int) -> dict:

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_rank, replace_fields
+from seqjax._checks import NamedFields, check_count_or_off, check_rank, replace_fields
 from seqjax.models._common import check_preset
 from seqjax.models.vit import ViT, ViTConfig, vit_block
 from seqjax.nn.transformer import BlockConfig
@@ -134,7 +134,7 @@ class ASTConfig(NamedFields):
         patch_size: ``P`` or ``(P_F, P_T)``: patch height (mel bins) and width (frames).
         patch_stride: ``s`` or ``(s_F, s_T)``; ``None`` = ``patch_size`` (no overlap, as
             ViT); smaller overlaps neighbouring patches (Gong et al.: 16 and 10).
-        num_classes: classifier outputs (``None``: no head; the model returns features).
+        num_classes: classifier outputs (0: no head; the model returns features).
         num_layers, embed_dim: encoder depth and width.
         block: the encoder blocks' :class:`~seqjax.nn.BlockConfig`, as
             :class:`~seqjax.models.ViTConfig`'s (default ``vit_block(12, mlp_dim=3072)``).
@@ -146,7 +146,7 @@ class ASTConfig(NamedFields):
     num_mel_bins: int = 128
     patch_size: int | tuple[int, int] = 16
     patch_stride: int | tuple[int, int] | None = 10
-    num_classes: int | None = 527
+    num_classes: int = 527
     num_layers: int = 12
     embed_dim: int = 768
     block: BlockConfig = dataclasses.field(default_factory=lambda: vit_block(12, mlp_dim=3072))
@@ -156,6 +156,7 @@ class ASTConfig(NamedFields):
 
     def __post_init__(self) -> None:
         patch_grid((self.num_mel_bins, self.num_frames), self.patch_size, self.patch_stride)
+        check_count_or_off(self.num_classes, "num_classes", "ASTConfig", "no head")
 
     def replace(self, **changes: Any) -> ASTConfig:
         """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
@@ -198,7 +199,7 @@ class AST(nn.Module):
 
     Call: ``model(spectrogram_BxTxF, *, deterministic=True)`` returns ``logits_BxK``
     (float32; softmax them for Bishop's class probabilities), or the pooled ``<class>``
-    features ``[B, D]`` when ``num_classes`` is ``None``.
+    features ``[B, D]`` when ``num_classes`` is 0.
 
     Example:
         >>> import jax, jax.numpy as jnp

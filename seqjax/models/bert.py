@@ -36,6 +36,7 @@ from flax import linen as nn
 from seqjax._checks import (
     NamedFields,
     check_bool,
+    check_count_or_off,
     check_integer,
     check_rank,
     lengths_array,
@@ -95,8 +96,8 @@ class BertConfig(NamedFields):
         type_vocab_size: segment ids (sentence A/B); 0 disables segment embeddings.
         mlm_head: build the tied MLM head.
         pooler: ``tanh`` dense on the first position before the classifier.
-        num_classes: sequence classes (``None``: no classifier).
-        num_tags: token tags (``None``: no tagger).
+        num_classes: sequence classes (0: no classifier).
+        num_tags: token tags (0: no tagger).
         init_std: the embeddings' and heads' normal initialiser standard deviation (0.02).
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerEncoder`.
     """
@@ -109,14 +110,16 @@ class BertConfig(NamedFields):
     type_vocab_size: int = 2
     mlm_head: bool = True
     pooler: bool = True
-    num_classes: int | None = None
-    num_tags: int | None = None
+    num_classes: int = 0
+    num_tags: int = 0
     init_std: float = 0.02
     scan_layers: bool = False
     remat: bool = False
 
     def __post_init__(self) -> None:
         check_block(self.block, causal=False, cross_attention=False, owner="BertConfig")
+        check_count_or_off(self.num_classes, "num_classes", "BertConfig", "no classifier")
+        check_count_or_off(self.num_tags, "num_tags", "BertConfig", "no tagger")
         if self.block.norm_epsilon is None:
             # the embedding and MLM-head LayerNorms take it from the block: no default here
             raise ValueError(
@@ -302,7 +305,7 @@ class Bert(nn.Module):
         batch, num_steps = tokens_BxT.shape
         if num_steps > cfg.max_len:
             raise ValueError(f"`tokens` has {num_steps} positions but max_len={cfg.max_len}.")
-        needs_first = cfg.pooler or cfg.num_classes is not None
+        needs_first = cfg.pooler or cfg.num_classes > 0
         if needs_first:
             check_nonempty(tokens_BxT, "tokens", "the pooler and the classifier read its first "
                            "([CLS]) token")
@@ -356,11 +359,11 @@ class Bert(nn.Module):
             first_BxD = jnp.tanh(dense(cfg.embed_dim, "pooler")(first_BxD))
             out["pooled"] = first_BxD
         drop = nn.Dropout(block.dropout_rate)
-        if cfg.num_classes is not None:
+        if cfg.num_classes:
             out["class_logits"] = dense(cfg.num_classes, "classifier")(
                 drop(first_BxD, deterministic=deterministic)
             ).astype(jnp.float32)
-        if cfg.num_tags is not None:
+        if cfg.num_tags:
             out["tag_logits"] = dense(cfg.num_tags, "tagger")(
                 drop(z_BxTxD, deterministic=deterministic)
             ).astype(jnp.float32)

@@ -33,7 +33,14 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, ValidLengths, check_positive_int, check_rank, replace_fields
+from seqjax._checks import (
+    NamedFields,
+    ValidLengths,
+    check_count_or_off,
+    check_positive_int,
+    check_rank,
+    replace_fields,
+)
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     POOLINGS,
@@ -270,20 +277,19 @@ class RNNClassifierConfig(RNNConfig):
     Attributes:
         num_classes: ``C``.
         pooling: ``"last"`` (default), ``"mean"``, ``"max"`` or ``"first"``.
-        mlp_dim: width of an optional ``tanh`` hidden layer before the classifier
-            (``None``: none).
+        mlp_dim: width of an optional ``tanh`` hidden layer before the classifier (0: none).
     """
 
     num_classes: int
     pooling: str = "last"
-    mlp_dim: int | None = None
+    mlp_dim: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_int(self.num_classes, "num_classes")
         if self.pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}; got {self.pooling!r}.")
-        check_optional_positive_int(self.mlp_dim, "mlp_dim")
+        check_count_or_off(self.mlp_dim, "mlp_dim", type(self).__name__, "no hidden layer")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -582,7 +588,7 @@ class RNNClassifier(nn.Module):
         )
         check_nonempty(inputs, "inputs", f"the classifier pools them, pooling={cfg.pooling!r}")
         pooled_BxH = masked_pool(h_BxTxH, checked, cfg.pooling, bidirectional=cfg.bidirectional)
-        if cfg.mlp_dim is not None:
+        if cfg.mlp_dim:
             pooled_BxH = jnp.tanh(
                 Dense(cfg.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype, name="hidden")(
                     pooled_BxH

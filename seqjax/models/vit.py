@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_rank, replace_fields
+from seqjax._checks import NamedFields, check_count_or_off, check_rank, replace_fields
 from seqjax.models._common import check_preset
 from seqjax.nn._block_config import check_block, model_block
 from seqjax.nn.dense import Dense
@@ -126,7 +126,7 @@ class ViTConfig(NamedFields):
         image_size: ``H`` (= ``W``) or ``(H, W)``.
         patch_size: ``P``.
         channels: ``C``.
-        num_classes: classifier outputs (``None``: no head; the model returns features).
+        num_classes: classifier outputs (0: no head; the model returns features).
         num_layers, embed_dim: encoder depth and width.
         block: every encoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN size,
             dropout, ...), e.g. :func:`vit_block` (the default: ``vit_block(12,
@@ -141,7 +141,7 @@ class ViTConfig(NamedFields):
     image_size: int | tuple[int, int] = 224
     patch_size: int = 16
     channels: int = 3
-    num_classes: int | None = 1000
+    num_classes: int = 1000
     num_layers: int = 12
     embed_dim: int = 768
     block: BlockConfig = dataclasses.field(default_factory=lambda: vit_block(12, mlp_dim=3072))
@@ -151,6 +151,7 @@ class ViTConfig(NamedFields):
 
     def __post_init__(self) -> None:
         check_block(self.block, causal=False, cross_attention=False, owner="ViTConfig")
+        check_count_or_off(self.num_classes, "num_classes", "ViTConfig", "no head")
 
     def replace(self, **changes: Any) -> ViTConfig:
         """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
@@ -169,7 +170,7 @@ class ViT(nn.Module):
     r"""Vision transformer classifier (see the module docstring).
 
     Call: ``model(images_BxHxWxC, *, deterministic=True)`` returns ``logits_BxK``
-    (float32), or the pooled features ``[B, D]`` when ``num_classes`` is ``None``.
+    (float32), or the pooled features ``[B, D]`` when ``num_classes`` is 0.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -221,7 +222,7 @@ class ViT(nn.Module):
             name="encoder",
         )(x_BxNxD, deterministic=deterministic)
         pooled_BxD = z_BxNxD[:, 0] if cfg.class_token else jnp.mean(z_BxNxD, axis=1)
-        if cfg.num_classes is None:
+        if not cfg.num_classes:
             return pooled_BxD
         return Dense(cfg.num_classes, kernel_init=nn.initializers.zeros_init(), name="head", **kw)(
             pooled_BxD

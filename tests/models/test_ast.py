@@ -72,7 +72,7 @@ def test_shapes_and_logits():
 def test_ast_is_vit_on_the_patch_grid():
     """The equation of the module docstring: AST(S) = ViT(patches of Sᵀ as an N_F × N_T
     image of P_F·P_T channels, 1 × 1 patches), with the same parameters."""
-    cfg = ASTConfig(**{**SMALL, "num_classes": None})
+    cfg = ASTConfig(**{**SMALL, "num_classes": 0})
     x = jnp.asarray(np.random.default_rng(3).standard_normal((2, 12, 8)), jnp.float32)
     v = AST(cfg).init(jax.random.PRNGKey(1), x)
     grid = _numpy_patches(np.asarray(x).transpose(0, 2, 1)[..., None], 4, 4, 4, 2)

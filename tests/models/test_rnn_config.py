@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from seqjax.models import (
+    BertConfig,
     ImageCaptioner,
     ImageCaptionerConfig,
     RNNClassifier,
@@ -22,6 +23,7 @@ from seqjax.models import (
     Seq2SeqConfig,
     TransformerConfig,
     TransformerLMConfig,
+    ViTConfig,
 )
 from seqjax.nn import BlockConfig, Dense, Embed, StackedRNN
 from seqjax.nn.cells import RecurrentCell
@@ -68,8 +70,14 @@ BAD = {
                                ["`num_classes`", "0"]),
     "classifier pooling": (RNNClassifierConfig, CLF, dict(pooling="median"), ValueError,
                            ["`pooling`", "'last'", "'median'"]),
-    "classifier mlp_dim": (RNNClassifierConfig, CLF, dict(mlp_dim=0), ValueError,
-                           ["`mlp_dim`", "0"]),
+    "classifier mlp_dim": (RNNClassifierConfig, CLF, dict(mlp_dim=-1), ValueError,
+                           ["`mlp_dim`", ">= 0 (0: no hidden layer)", "-1"]),
+    "classifier mlp_dim None": (RNNClassifierConfig, CLF, dict(mlp_dim=None), TypeError,
+                                ["`mlp_dim=None`", "`mlp_dim=0`"]),
+    "bert num_classes None": (BertConfig, {}, dict(num_classes=None), TypeError,
+                              ["`num_classes=None` of BertConfig", "`num_classes=0`"]),
+    "vit num_classes": (ViTConfig, dict(image_size=8, patch_size=4), dict(num_classes=-1),
+                        ValueError, ["`num_classes` of ViTConfig", "-1"]),
     "tagger num_tags": (RNNTaggerConfig, TAG, dict(num_tags=-2), ValueError,
                         ["`num_tags`", "-2"]),
     "seq2seq encoder": (Seq2SeqConfig, dict(tgt_vocab_size=7), dict(encoder=dict(LM)),

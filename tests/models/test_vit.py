@@ -36,7 +36,7 @@ def test_token_count_and_parameters():
     base = shapes(ViTConfig())
     assert base["pos_embed"]["embedding"].shape == (224 * 224 // 16**2 + 1, 768)
     assert count_params(base) == 86_567_656
-    small = ViTConfig(image_size=8, patch_size=2, channels=1, num_classes=None, num_layers=1,
+    small = ViTConfig(image_size=8, patch_size=2, channels=1, num_classes=0, num_layers=1,
                       embed_dim=8, block=vit_block(2, mlp_dim=16), class_token=False)
     p = shapes(small)
     assert p["pos_embed"]["embedding"].shape == (16, 8) and "cls_token" not in p
