@@ -152,6 +152,10 @@ class SignalGuard:
                 signal.SIGTERM, signal.SIGINT)
             for sig in sigs:
                 self._old[sig] = signal.signal(sig, self._handler)
+            if self.requested is not None and self._sync_point is not None:
+                # caught before fit (stop_requests): tell the coordination service, which
+                # stops every process at the same step
+                signal.raise_signal(signal.SIGTERM)
         return self
 
     def __exit__(self, *exc: Any) -> None:
