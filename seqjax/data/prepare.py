@@ -710,34 +710,11 @@ def prepare(
                          f"{'both' if input_list else 'neither'}.")
     log = log or (lambda message: None)
 
-    ds = None
-    if hf_dataset is not None:
-        ds = _load_hf(hf_dataset, hf_config, hf_split, hf_data_files, streaming)
-        documents = _Documents(lambda: _hf_documents(ds, text_field, hf_dataset),
-                               known_count=not streaming)
-        source: dict[str, Any] = {
-            "hf_dataset": hf_dataset, "hf_config": hf_config, "hf_split": hf_split,
-            "hf_data_files": hf_data_files if hf_data_files is None or isinstance(
-                hf_data_files, str) else list(hf_data_files),
-            "streaming": streaming}
-    else:
-        files = _find_files(input_list)
-        file_docs = "file" if split == "text" else docs
-        documents = _Documents(lambda: _file_documents(files, file_docs, text_field),
-                               known_count=True)
-        source = {"files": files}
+    documents, source, ds = _source(input_list, "file" if split == "text" else docs,
+                                    text_field, hf_dataset, hf_config, hf_split, hf_data_files,
+                                    streaming)
 
-    if isinstance(tokenizer, str):
-        spec: Any = tokenizer
-        tok = load_text_tokenizer(tokenizer, rank_file=rank_file, eot=eot)
-    else:
-        if rank_file is not None or eot is not None:
-            raise ValueError("`rank_file` and `eot` apply to a tokenizer spec (str), not to a "
-                             f"{type(tokenizer).__name__}.")
-        spec, tok = tokenizer.describe(), tokenizer
-    if tok.vocab_size > _MAX_ID + 1:
-        raise ValueError(f"the tokenizer {spec!r} has {tok.vocab_size:,} ids; uint16 shards "
-                         f"hold ids in [0, {_MAX_ID}] (at most {_MAX_ID + 1:,} ids).")
+    spec, tok = _tokenizer(tokenizer, rank_file, eot)
 
     out_dir = os.path.abspath(os.fspath(out_dir))
     partial = os.path.join(out_dir, PARTIAL_DIR)
@@ -747,21 +724,7 @@ def prepare(
     resolved: dict[str, Any] = {}
     try:
         if split == "text":
-            fraction = DEFAULT_VAL_FRACTION["text"] if val_fraction is None else val_fraction
-            resolved["val_fraction"] = fraction
-            text = "\n\n".join(documents)
-            if not text:
-                raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold "
-                                 "no text.")
-            n = len(text)
-            cut = int(n * (1 - fraction))  # nanoGPT's shakespeare/prepare.py: int(n * 0.9)
-            parts = {"val": text[cut:], "train": text[:cut]}
-            for s in ("val", "train"):
-                if not parts[s]:
-                    raise ValueError(f"the {s} split is empty: the text has {n} characters "
-                                     f"and `val_fraction` is {fraction}.")
-                ids = _check_ids(np.asarray(tok.encode(parts[s]), np.int64), tok)
-                sink.add(s, ids, np.zeros(1, np.int64))
+            _text_split(documents, tok, val_fraction, sink, source, resolved)
         else:
             state = _validation_rule(documents, val_documents, val_tokens, val_fraction,
                                      shard_size, source, resolved)
@@ -774,17 +737,7 @@ def prepare(
             meter.close()
         entries = sink.close()
         totals = _totals(entries)
-        if not totals["val"]["documents"] and not totals["train"]["documents"]:
-            raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold no "
-                             "non-empty document.")
-        for s, what in (("val", "validation"), ("train", "training")):
-            if not totals[s]["tokens"]:
-                raise ValueError(
-                    f"the {what} split is empty: the corpus has "
-                    f"{totals['val']['documents'] + totals['train']['documents']} documents "
-                    f"({totals['val']['tokens'] + totals['train']['tokens']} tokens) and the "
-                    f"validation split takes {_describe_rule(resolved)}; give a smaller "
-                    "`val_*` (or split='text' for one document).")
+        _check_totals(totals, source, resolved)
     except BaseException:
         sink.abort()
         shutil.rmtree(partial, ignore_errors=True)
@@ -813,6 +766,78 @@ def prepare(
     }
     _commit(out_dir, partial, entries, name, manifest)
     return manifest
+
+
+def _source(input_list: list[str], docs: str, text_field: str, hf_dataset: str | None,
+            hf_config: str | None, hf_split: str, hf_data_files: Any, streaming: bool
+            ) -> tuple[_Documents, dict[str, Any], Any]:
+    """``(documents, source, dataset)``: the documents of the files or of the Hugging Face
+    dataset (``None`` for files), and what the manifest records of where they came from."""
+    if hf_dataset is None:
+        files = _find_files(input_list)
+        return (_Documents(lambda: _file_documents(files, docs, text_field), known_count=True),
+                {"files": files}, None)
+    ds = _load_hf(hf_dataset, hf_config, hf_split, hf_data_files, streaming)
+    source = {"hf_dataset": hf_dataset, "hf_config": hf_config, "hf_split": hf_split,
+              "hf_data_files": hf_data_files if hf_data_files is None or isinstance(
+                  hf_data_files, str) else list(hf_data_files),
+              "streaming": streaming}
+    return (_Documents(lambda: _hf_documents(ds, text_field, hf_dataset),
+                       known_count=not streaming), source, ds)
+
+
+def _tokenizer(tokenizer: str | TextTokenizer, rank_file: str | os.PathLike | None,
+               eot: int | str | None) -> tuple[Any, TextTokenizer]:
+    """``(spec, tokenizer)``: a spec loaded (:func:`load_text_tokenizer`) or a tokenizer as it
+    is; its ids must fit uint16."""
+    if isinstance(tokenizer, str):
+        spec: Any = tokenizer
+        tok = load_text_tokenizer(tokenizer, rank_file=rank_file, eot=eot)
+    else:
+        if rank_file is not None or eot is not None:
+            raise ValueError("`rank_file` and `eot` apply to a tokenizer spec (str), not to a "
+                             f"{type(tokenizer).__name__}.")
+        spec, tok = tokenizer.describe(), tokenizer
+    if tok.vocab_size > _MAX_ID + 1:
+        raise ValueError(f"the tokenizer {spec!r} has {tok.vocab_size:,} ids; uint16 shards "
+                         f"hold ids in [0, {_MAX_ID}] (at most {_MAX_ID + 1:,} ids).")
+    return spec, tok
+
+
+def _text_split(documents: _Documents, tok: TextTokenizer, val_fraction: float | None,
+                sink: _ShardSink, source: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """``split="text"``: the documents joined, cut by characters (nanoGPT's
+    ``shakespeare/prepare.py``: ``int(n * 0.9)``), each part encoded in one call."""
+    fraction = DEFAULT_VAL_FRACTION["text"] if val_fraction is None else val_fraction
+    resolved["val_fraction"] = fraction
+    text = "\n\n".join(documents)
+    if not text:
+        raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold no text.")
+    n = len(text)
+    cut = int(n * (1 - fraction))
+    parts = {"val": text[cut:], "train": text[:cut]}
+    for s in ("val", "train"):
+        if not parts[s]:
+            raise ValueError(f"the {s} split is empty: the text has {n} characters and "
+                             f"`val_fraction` is {fraction}.")
+        ids = _check_ids(np.asarray(tok.encode(parts[s]), np.int64), tok)
+        sink.add(s, ids, np.zeros(1, np.int64))
+
+
+def _check_totals(totals: dict[str, dict[str, int]], source: dict[str, Any],
+                  resolved: dict[str, Any]) -> None:
+    """Both splits must hold tokens (the corpus a document)."""
+    if not totals["val"]["documents"] and not totals["train"]["documents"]:
+        raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold no "
+                         "non-empty document.")
+    for s, what in (("val", "validation"), ("train", "training")):
+        if not totals[s]["tokens"]:
+            raise ValueError(
+                f"the {what} split is empty: the corpus has "
+                f"{totals['val']['documents'] + totals['train']['documents']} documents "
+                f"({totals['val']['tokens'] + totals['train']['tokens']} tokens) and the "
+                f"validation split takes {_describe_rule(resolved)}; give a smaller "
+                "`val_*` (or split='text' for one document).")
 
 
 def _validation_rule(documents: _Documents, val_documents: int | None,

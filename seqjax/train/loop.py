@@ -344,12 +344,7 @@ def fit(
             workdir, start=start, steps=cfg.steps, restart=restart or started_over,
             progress=cfg.progress, print_logs=cfg.print_logs, tensorboard=cfg.tensorboard,
             plot=cfg.plot, hooks=hooks)))
-        fetch = MetricsFetch(cfg.finite_check, workdir,
-                             source.check_batch is not None or source.device,
-                             in_flight=max(1, _MAX_IN_FLIGHT // cfg.steps_per_call))
-        meter = Throughput(start, flops_per_step=cfg.flops_per_step,
-                           peak=cfg.peak_flops or peak_flops_per_device(),
-                           devices=int(info["devices"]))
+        fetch, meter = _fetch_and_meter(cfg, workdir, source, start, int(info["devices"]))
         parts.enter_context(_gc_frozen(cfg.freeze_gc))
         first_end = start + call_steps(start, cfg)  # the first call's last step
         s = start
@@ -390,13 +385,29 @@ def fit(
                     f"; checkpoint saved in {workdir}; the same call resumes from it"
                     if ckpt else ""), sys.stderr)
                 break
-    if jax.process_index() == 0 and workdir is not None and wanted(cfg.plot, "matplotlib"):
-        records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-        if records:  # none: stopped before its first step
-            plot_curves(records, workdir)
+    _plot_curves(cfg, workdir)
     return FitResult(state=state, status=status, start_step=start, history=log.history,
                      eval_metrics=eval_metrics, first_step_s=meter.first_step_s,
                      stopped_by=guard.requested if status == "interrupted" else None)
+
+
+def _fetch_and_meter(cfg: FitConfig, workdir: str | None, source: BatchSource, start: int,
+                     devices: int) -> tuple[MetricsFetch, Throughput]:
+    """``fit``'s metrics fetch (finite checks, at most ``_MAX_IN_FLIGHT`` steps ahead) and its
+    throughput meter (MFU over ``devices``)."""
+    fetch = MetricsFetch(cfg.finite_check, workdir, source.check_batch is not None or source.device,
+                         in_flight=max(1, _MAX_IN_FLIGHT // cfg.steps_per_call))
+    meter = Throughput(start, flops_per_step=cfg.flops_per_step,
+                       peak=cfg.peak_flops or peak_flops_per_device(), devices=devices)
+    return fetch, meter
+
+
+def _plot_curves(cfg: FitConfig, workdir: str | None) -> None:
+    """The loss curves of ``workdir/metrics.jsonl`` (process 0; none before a first record)."""
+    if jax.process_index() == 0 and workdir is not None and wanted(cfg.plot, "matplotlib"):
+        records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+        if records:
+            plot_curves(records, workdir)
 
 
 def _placements(parallel: Any, place_batch: Callable[[Any], Any] | None,
