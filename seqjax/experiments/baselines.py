@@ -44,6 +44,7 @@ import numpy as np
 from seqjax.data.corpora import resolve_corpus, tiny_shakespeare
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, machine_info, pad_rows, train
+from seqjax.experiments.reports.baselines import report, tables
 from seqjax.models.baselines import NGramClassifier, NGramLM
 from seqjax.models.bert import Bert, BertConfig, bert_block
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
@@ -342,19 +343,12 @@ def build(cfg: Config) -> Task:
         nets = [t.results for t in trained]
         rows = (lm_rows + [r for r in nets if r["task"] == "lm"] + class_rows
                 + [r for r in nets if r["task"] == "classification"])
-        lm = ["| model | size | val nats/char | val bits/char | s |", "|---|---:|---:|---:|---:|"]
-        lm += [f"| {r['model']} | {r['size']} | {r['nats']:.3f} | {r['bpc']:.3f} | "
-               f"{r['seconds']:.0f} |" for r in rows if r["task"] == "lm"]
-        cl = ["| model | size | test accuracy (%) | s |", "|---|---:|---:|---:|"]
-        cl += [f"| {r['model']} | {r['size']} | {100 * r['accuracy']:.2f} | "
-               f"{r['seconds']:.0f} |" for r in rows if r["task"] == "classification"]
-        return {"machine": info, "rows": rows, "lm_table_md": "\n".join(lm),
-                "class_table_md": "\n".join(cl)}
+        lm_md, class_md = tables(rows)
+        return {"machine": info, "rows": rows, "lm_table_md": lm_md, "class_table_md": class_md}
 
     return Task("baselines", lm_runs + class_runs, started=started, summarize=summarize,
                 about=f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}",
-                report=lambda s: s["lm_table_md"] + "\n\n" + s["class_table_md"]
-                + f"\n\nwall time {s['wall_s']:.0f}s")
+                report=report)
 
 
 def run(cfg: Config) -> dict:

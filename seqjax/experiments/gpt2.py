@@ -95,6 +95,7 @@ from seqjax.experiments._config import (
 )
 from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments._text import NO_DECAY, lm_decoder
+from seqjax.experiments.reports.gpt2 import report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.flops import lm_flops_per_token
@@ -106,9 +107,6 @@ from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
-
-#: llm.c's GPT-2 (124M) on FineWeb 10B: val loss and HellaSwag acc_norm it reports.
-LLMC_124M_VAL_LOSS, LLMC_124M_HELLASWAG = 3.27, 0.299
 
 
 @dataclass(frozen=True)
@@ -495,8 +493,9 @@ def build(cfg: Config) -> Task:
              f"{count_params(params):,} parameters, {tokens.num_tokens('train'):,} train / "
              f"{tokens.num_tokens('val'):,} val tokens ({tokens.format}), "
              f"{cfg.batch_size * cfg.block_size:,} tokens per step")
+    names = [name for _, name, _ in task_files(cfg)]
     return Task("gpt2", [run_], about=about, summarize=lambda ts: summarize(cfg, ts[0]),
-                report=lambda s: report(cfg, s), files=write_sample)
+                report=lambda s: report(cfg, s, names), files=write_sample)
 
 
 def summarize(cfg: Config, t: Trained) -> dict:
@@ -515,41 +514,6 @@ def summarize(cfg: Config, t: Trained) -> dict:
     if s.get("sample"):
         print("sample:\n" + s["sample"])
     return s
-
-
-def _fmt(x: Any, spec: str) -> str:
-    return "—" if x is None else format(x, spec)
-
-
-def report(cfg: Config, s: dict) -> str:
-    """``gpt2.md``: the run's configuration, its final metrics beside llm.c's GPT-2 124M
-    anchor, the throughput and the sample."""
-    rows = [
-        ("model", f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}, T = "
-                  f"{cfg.block_size}, vocabulary {cfg.vocab_size}, "
-                  f"{s.get('params', 0):,} parameters"),
-        ("data", f"`{cfg.data}`"),
-        ("steps", f"{s.get('steps')} of {cfg.steps}, {cfg.batch_size * cfg.block_size:,} "
-                  f"tokens per step, {_fmt(s.get('tokens_trained'), ',')} tokens"),
-        ("validation loss", f"{_fmt(s.get('val_loss'), '.4f')} on "
-                            f"{_fmt(s.get('val_tokens'), ',.0f')} tokens"),
-        ("training", f"{_fmt(s.get('train_wall_s'), '.1f')} s, "
-                     f"{_fmt(s.get('tokens_per_s'), ',.0f')} tokens/s "
-                     f"({s.get('parallel', {}).get('device_kind', '?')} x "
-                     f"{s.get('parallel', {}).get('devices', '?')})"),
-    ]
-    for _, task, _ in task_files(cfg):
-        scores = [f"{k} {s[f'{task}_{k}']:.4f}" for k in ("acc_norm", "acc")
-                  if s.get(f"{task}_{k}") is not None]
-        if scores:
-            rows.append((task, f"{', '.join(scores)} ({s.get(f'{task}_items')} items)"))
-    rows.append(("anchor", f"llm.c's GPT-2 124M on FineWeb 10B tokens: val {LLMC_124M_VAL_LOSS}, "
-                           f"HellaSwag acc_norm {LLMC_124M_HELLASWAG}"))
-    lines = ["# gpt2 — pretraining on token shards", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
-    if s.get("sample"):
-        lines += ["", "Sample (from the end-of-text token):", "", "```", s["sample"], "```"]
-    return "\n".join(lines) + "\n"
 
 
 def write_sample(folder: str, summary: dict) -> None:
