@@ -296,5 +296,5 @@ def test_classifier_weights_go_to_the_right_head(architecture, head, tmp_path):
     config = {**HF_CONFIG, "architectures": [architecture]}
     model, variables, _ = load_hf_bert(_write(tmp_path, tensors, config), with_tokenizer=False)
     assert (model.config.num_classes, model.config.num_tags) == \
-        ((3, None) if head == "classifier" else (None, 3))
+        ((3, 0) if head == "classifier" else (0, 3))
     np.testing.assert_array_equal(np.asarray(variables["params"][head]["kernel"]), w.T)
