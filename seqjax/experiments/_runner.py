@@ -462,15 +462,17 @@ def experiment_help(name: str) -> str:
     return "\n".join(lines)
 
 
-def train_experiment(name: str, argv: Sequence[str]) -> Any:
+def train_experiment(name: str, argv: Sequence[str], *, command: str | None = None) -> Any:
     """``seqjax train NAME [options]``: build the config (saved work-dir config, preset,
     ``--key=value``; ``--restart``), save it as the work dir's ``experiment.json`` and run
     it. Returns what ``run(cfg)`` returns. Refusals raise (:class:`ConfigError`,
     :class:`CheckpointMismatchError`, :class:`ResumeError`, :class:`CheckpointUnreadableError`,
     a ``FloatingPointError`` for a NaN) and leave ``experiment.json`` as it was; a work dir
     another run holds is a :class:`~seqjax.train.workdir_lock.WorkdirBusyError` (nothing
-    written), a failed write a :class:`~seqjax.train.write_errors.WriteError`."""
-    command = _resume_command(f"seqjax train {name}", argv)
+    written), a failed write a :class:`~seqjax.train.write_errors.WriteError`; a run stopped by
+    a signal a :class:`~seqjax.train.preemption.RunStopped`. ``command``: how the errors say to
+    resume (default ``seqjax train NAME ARGV``)."""
+    command = command or _resume_command(f"seqjax train {name}", argv)
     with stop_requests():  # a signal from here on stops the run at a step boundary
         argv, switches = _pop_switches(argv)
         _start_process(switches.compile_cache)
@@ -508,16 +510,7 @@ def experiment_main(experiment: str, argv: Sequence[str] | None = None) -> dict:
         print(experiment_help(name))
         return {}
     try:
-        with stop_requests():
-            argv, switches = _pop_switches(argv)
-            _start_process(switches.compile_cache)
-            module = load_experiment(name)
-            cfg = build_config(module, name, argv)
-            with _in_workdir(cfg, command):
-                if switches.restart:
-                    _restart(cfg)
-                with _config_saved(name, cfg), checked_by_default(switches.checked):
-                    return _check_stopped(module.run(cfg))
+        return train_experiment(name, argv, command=command)
     except RunStopped as err:
         print(f"{name}: {err}", file=sys.stderr)
         raise SystemExit(EXIT_STOPPED) from None
