@@ -1,4 +1,5 @@
-"""bert_mlm's decoder form: the causal-LM loss, the table, and a smoke run of both forms."""
+"""bert_mlm's decoder form: the causal-LM loss and the table (its smoke run, beside the encoder
+form's, is tests/experiments/test_group_b.py::test_bert_mlm_smoke)."""
 
 import jax
 import jax.numpy as jnp
@@ -50,20 +51,3 @@ def test_table_puts_both_forms_side_by_side():
         ["| 10", report.FORMS["gpt"]],
     ]
     assert lines[-1].startswith("| – | majority class | – | 80.000")
-
-
-def test_decoder_form_smoke(tmp_path):
-    s = bert_mlm.main(["--smoke", "--workdir", str(tmp_path), "--n_labels=20", "--seeds=0"])
-    dec = s["decoder"]
-    assert sorted((r["model"], r["init"]) for r in dec["runs"]) == [
-        ("gpt", "pretrained"),
-        ("gpt", "scratch"),
-    ]
-    assert all(r["model"] == "bert" for r in s["runs"])
-    assert 0.0 <= dec["lm_eval"]["eval/accuracy"] <= 1.0
-    assert np.isfinite(dec["lm_eval"]["eval/loss"])
-    # The classifier's tree is the LM's plus class_head ([D, 3] + [3], D = 16 in smoke).
-    assert dec["params_classifier"] == dec["params_lm"] + 16 * 3 + 3
-    assert "causal LM, last token (decoder)" in s["table_md"]
-    assert (tmp_path / "lm_pretrain" / "metrics.jsonl").exists()
-    assert (tmp_path / "bert_mlm.png").exists()

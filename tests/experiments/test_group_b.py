@@ -237,3 +237,15 @@ def test_bert_mlm_smoke(tmp_path):
     assert 0.0 <= s["mlm_eval"]["eval/accuracy"] <= 1.0
     assert all(d["input"].split()[1] == "<mask>" for d in s["fill_in"])
     assert (tmp_path / "bert_mlm.png").exists()
+    # The decoder form (on by default) ran beside it: a causal LM pre-trained with the same
+    # options, its last-token classifier fine-tuned from it and from scratch.
+    dec = s["decoder"]
+    assert sorted((r["model"], r["init"], r["seed"]) for r in dec["runs"]) == [
+        ("gpt", "pretrained", 0), ("gpt", "pretrained", 1),
+        ("gpt", "scratch", 0), ("gpt", "scratch", 1)]
+    assert all(r["model"] == "bert" for r in s["runs"])
+    assert 0.0 <= dec["lm_eval"]["eval/accuracy"] <= 1.0
+    assert np.isfinite(dec["lm_eval"]["eval/loss"])
+    # The classifier's tree is the LM's plus class_head ([D, 3] + [3], D = 16 in smoke).
+    assert dec["params_classifier"] == dec["params_lm"] + 16 * 3 + 3
+    assert "causal LM, last token (decoder)" in s["table_md"]
