@@ -586,25 +586,9 @@ class LinearAttention(nn.Module):
         return_weights: bool = False,
     ) -> Any:
         del positions, kv_positions  # no positional term in linear attention
-        check_rank(inputs_q, "inputs_q", 3)
-        if bias is not None:
-            raise ValueError(
-                "`bias` must be None: linear attention never forms the score matrix that an "
-                "additive bias would modify."
-            )
         self_attention = inputs_kv is None
-        inputs_kv = inputs_q if inputs_kv is None else inputs_kv
-        check_rank(inputs_kv, "inputs_kv", 3)
-        if inputs_kv.shape[0] != inputs_q.shape[0]:
-            raise ValueError(
-                f"`inputs_kv` must have batch {inputs_q.shape[0]}; got {tuple(inputs_kv.shape)}."
-            )
-        if cache is not None and not self_attention:
-            raise ValueError("`cache` is for causal self-attention; `inputs_kv` must be None.")
-        if cache is not None and not isinstance(cache, LinearAttentionCache):
-            raise TypeError(f"`cache` must be a LinearAttentionCache; got {type(cache).__name__}.")
-        if cache is not None and return_weights:
-            raise ValueError("`return_weights` cannot be combined with `cache`.")
+        inputs_kv = _check_call(inputs_q, inputs_kv, bias=bias, cache=cache,
+                                return_weights=return_weights)
         batch, qlen, width = inputs_q.shape
         klen = inputs_kv.shape[1]
         dh = self._check_config(width)
@@ -636,30 +620,9 @@ class LinearAttention(nn.Module):
             ))  # return_state=False: y alone
             new_cache = None
         else:
-            state = (cache.s_BxHxFxE, cache.z_BxHxF)
-            if qlen == 1:
-                valid_B = None if key_valid_BxK is None else key_valid_BxK[:, 0]
-                (s, z), y_BxHxD = linear_attention_step(
-                    state, q_BxQxHxD[:, 0], k_BxKxHxD[:, 0], v_BxKxHxD[:, 0], valid=valid_B,
-                    **kwargs,
-                )
-                y_BxQxHxD = y_BxHxD[:, None]
-            else:
-                y_BxQxHxD, (s, z) = linear_attention(
-                    q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=True,
-                    implementation=self.implementation, chunk_size=self.chunk_size,
-                    initial_state=state, return_state=True, **kwargs,
-                )
-            added_B = (
-                jnp.full((batch,), qlen, jnp.int32)
-                if key_valid_BxK is None
-                else key_valid_BxK.sum(axis=1).astype(jnp.int32)
-            )
-            new_cache = cache.replace(
-                s_BxHxFxE=s.astype(cache.s_BxHxFxE.dtype),
-                z_BxHxF=z.astype(cache.z_BxHxF.dtype),
-                lengths_B=cache.lengths_B + added_B,
-            )
+            y_BxQxHxD, new_cache = _cached(
+                cache, q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_valid_BxK,
+                implementation=self.implementation, chunk_size=self.chunk_size, **kwargs)
         if query_keep_BxQ is not None:
             y_BxQxHxD = jnp.where(query_keep_BxQ[:, :, None, None], y_BxQxHxD, 0.0)
         if self.dropout_rate > 0.0:
@@ -706,3 +669,63 @@ class LinearAttention(nn.Module):
         phi = _resolve_feature_map(self.feature_map)
         feat = jax.eval_shape(phi, jax.ShapeDtypeStruct((dh,), jnp.float32)).shape[-1]
         return LinearAttentionCache.create(batch, self.num_heads, feat, dh, dtype or jnp.float32)
+
+
+def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any, cache: Any,
+                return_weights: bool) -> Array:
+    """The keys' inputs (``inputs_q`` for self-attention) of a :class:`LinearAttention` call
+    whose arguments fit: ranks, batch, no ``bias``, a ``cache`` only for self-attention and
+    not with ``return_weights``."""
+    check_rank(inputs_q, "inputs_q", 3)
+    if bias is not None:
+        raise ValueError(
+            "`bias` must be None: linear attention never forms the score matrix that an "
+            "additive bias would modify."
+        )
+    self_attention = inputs_kv is None
+    inputs_kv = inputs_q if inputs_kv is None else inputs_kv
+    check_rank(inputs_kv, "inputs_kv", 3)
+    if inputs_kv.shape[0] != inputs_q.shape[0]:
+        raise ValueError(
+            f"`inputs_kv` must have batch {inputs_q.shape[0]}; got {tuple(inputs_kv.shape)}."
+        )
+    if cache is not None and not self_attention:
+        raise ValueError("`cache` is for causal self-attention; `inputs_kv` must be None.")
+    if cache is not None and not isinstance(cache, LinearAttentionCache):
+        raise TypeError(f"`cache` must be a LinearAttentionCache; got {type(cache).__name__}.")
+    if cache is not None and return_weights:
+        raise ValueError("`return_weights` cannot be combined with `cache`.")
+    return inputs_kv
+
+
+def _cached(cache: LinearAttentionCache, q_BxQxHxD: Array, k_BxKxHxD: Array,
+            v_BxKxHxD: Array, key_valid_BxK: Array | None, *, implementation: Any,
+            chunk_size: Any, **kwargs: Any) -> tuple[Array, LinearAttentionCache]:
+    """Causal linear attention from the ``cache``'s state ``(S, z)`` (one token: one step of
+    the recurrence; more: the chunked form from that state) and the cache advanced by this
+    call's valid keys."""
+    batch, qlen = q_BxQxHxD.shape[:2]
+    state = (cache.s_BxHxFxE, cache.z_BxHxF)
+    if qlen == 1:
+        valid_B = None if key_valid_BxK is None else key_valid_BxK[:, 0]
+        (s, z), y_BxHxD = linear_attention_step(
+            state, q_BxQxHxD[:, 0], k_BxKxHxD[:, 0], v_BxKxHxD[:, 0], valid=valid_B,
+            **kwargs,
+        )
+        y_BxQxHxD = y_BxHxD[:, None]
+    else:
+        y_BxQxHxD, (s, z) = linear_attention(
+            q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=True,
+            implementation=implementation, chunk_size=chunk_size,
+            initial_state=state, return_state=True, **kwargs,
+        )
+    added_B = (
+        jnp.full((batch,), qlen, jnp.int32)
+        if key_valid_BxK is None
+        else key_valid_BxK.sum(axis=1).astype(jnp.int32)
+    )
+    return y_BxQxHxD, cache.replace(
+        s_BxHxFxE=s.astype(cache.s_BxHxFxE.dtype),
+        z_BxHxF=z.astype(cache.z_BxHxF.dtype),
+        lengths_B=cache.lengths_B + added_B,
+    )

@@ -498,24 +498,12 @@ class MultiHeadAttention(nn.Module):
         d = self._head_dim(features)
         out_features = features if self.out_features is None else self.out_features
 
-        def proj(heads: int, name: str) -> DenseGeneral:
-            return DenseGeneral(
-                features=(heads, d),
-                axis=-1,
-                use_bias=self.use_bias,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-                kernel_init=self.kernel_init,
-                bias_init=self.bias_init,
-                name=name,
-            )
-
-        q_BxQxHxD = proj(h, "query")(inputs_q)
+        q_BxQxHxD = _dense(self, (h, d), -1, "query")(inputs_q)
         if kv is not None:  # cross-attention keys/values projected by an earlier call
             k_BxKxGxD, v_BxKxGxD = kv
         else:
-            k_BxKxGxD = proj(g, "key")(x_kv)
-            v_BxKxGxD = proj(g, "value")(x_kv)
+            k_BxKxGxD = _dense(self, (g, d), -1, "key")(x_kv)
+            v_BxKxGxD = _dense(self, (g, d), -1, "value")(x_kv)
         if self.qk_norm:
             q_BxQxHxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype, name="query_norm")(
                 q_BxQxHxD
@@ -530,30 +518,15 @@ class MultiHeadAttention(nn.Module):
                 start = cache.lengths[:, None] if cache is not None else 0
                 positions = start + jnp.arange(q_len, dtype=jnp.int32)[None, :]
             q_BxQxHxD = apply_rope(q_BxQxHxD, positions, self.rope_base, self.rope_layout)
-            if self_attention:
-                kv_pos = positions
-            else:
-                kv_pos = kv_positions
             if kv is None:
+                kv_pos = positions if self_attention else kv_positions
                 k_BxKxGxD = apply_rope(k_BxKxGxD, kv_pos, self.rope_base, self.rope_layout)
         projected_kv = (k_BxKxGxD, v_BxKxGxD)
 
-        if cache is not None:
-            attn_mask = cache.attention_mask(q_len, window=self.window)
-            cache = cache.update(k_BxKxGxD, v_BxKxGxD, lengths_array(lengths))
-            k_BxKxGxD, v_BxKxGxD = cache.k, cache.v
-        else:
-            attn_mask = None
-            if lengths is not None and self_attention:
-                attn_mask = combine_masks(
-                    attn_mask, padding_mask(lengths, q_len)[:, None, None]
-                )
-        if kv_lengths is not None:
-            key_valid = padding_mask(kv_lengths, x_kv.shape[1])
-            attn_mask = combine_masks(attn_mask, key_valid[:, None, None, :])
-        if mask is not None:
-            mask = jnp.asarray(mask)
-        attn_mask = combine_masks(attn_mask, mask)
+        attn_mask, cache, k_BxKxGxD, v_BxKxGxD = _mask_and_cache(
+            k_BxKxGxD, v_BxKxGxD, q_len=q_len, kv_len=x_kv.shape[1], mask=mask,
+            lengths=lengths if self_attention or cache is not None else None,
+            kv_lengths=kv_lengths, cache=cache, window=self.window)
 
         use_dropout = self.dropout_rate > 0.0 and not deterministic
         result = dot_product_attention(
@@ -572,16 +545,8 @@ class MultiHeadAttention(nn.Module):
         )
         attn_BxQxHxD, weights = result if return_weights else (cast(Array, result), None)
         if self.output_projection:
-            out_BxQxF = DenseGeneral(
-                features=out_features,
-                axis=(-2, -1),
-                use_bias=self.use_bias,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-                kernel_init=self.out_kernel_init or self.kernel_init,
-                bias_init=self.bias_init,
-                name="out",
-            )(attn_BxQxHxD)
+            out_BxQxF = _dense(self, out_features, (-2, -1), "out",
+                               self.out_kernel_init or self.kernel_init)(attn_BxQxHxD)
         else:  # Concat[H_1, ..., H_H]: [B, Q, H·Dv]
             out_BxQxF = attn_BxQxHxD.reshape(b, q_len, -1)
         if lengths is not None:
@@ -589,6 +554,39 @@ class MultiHeadAttention(nn.Module):
             out_BxQxF = jnp.where(valid_BxQ[..., None], out_BxQxF, jnp.zeros((), out_BxQxF.dtype))
 
         return Attended(out_BxQxF, cache, weights, projected_kv if return_kv else None)
+
+
+def _dense(layer: MultiHeadAttention, features: Any, axis: Any, name: str,
+           kernel_init: Any = None) -> DenseGeneral:
+    """A projection of ``layer`` (created inside its ``__call__``, so it is its submodule
+    ``name``): its bias switch, dtypes and initialisers."""
+    return DenseGeneral(features=features, axis=axis, use_bias=layer.use_bias,
+                        dtype=layer.dtype, param_dtype=layer.param_dtype,
+                        kernel_init=kernel_init or layer.kernel_init,
+                        bias_init=layer.bias_init, name=name)
+
+
+def _mask_and_cache(
+    k_BxKxGxD: Array, v_BxKxGxD: Array, *, q_len: int, kv_len: int, mask: Any,
+    lengths: ValidLengths | None, kv_lengths: ValidLengths | None, cache: KVCache | None,
+    window: int | None,
+) -> tuple[Any, KVCache | None, Array, Array]:
+    """The boolean mask every head applies, and the keys/values it applies to: with a
+    ``cache``, the cache's mask (its filled slots, causal, ``window``) and the cache updated
+    with this call's keys/values (written at each row's ``lengths``); without, the padding
+    mask of the queries' ``lengths`` (self-attention); then the keys' ``kv_lengths`` and the
+    caller's ``mask``, combined by logical and."""
+    attn_mask = None
+    if cache is not None:
+        attn_mask = cache.attention_mask(q_len, window=window)
+        cache = cache.update(k_BxKxGxD, v_BxKxGxD, lengths_array(lengths))
+        k_BxKxGxD, v_BxKxGxD = cache.k, cache.v
+    elif lengths is not None:
+        attn_mask = padding_mask(lengths, q_len)[:, None, None]
+    if kv_lengths is not None:
+        attn_mask = combine_masks(attn_mask, padding_mask(kv_lengths, kv_len)[:, None, None, :])
+    attn_mask = combine_masks(attn_mask, None if mask is None else jnp.asarray(mask))
+    return attn_mask, cache, k_BxKxGxD, v_BxKxGxD
 
 
 def _unchecked(lengths: Any) -> Any:
