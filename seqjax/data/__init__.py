@@ -3,7 +3,7 @@
 The pretraining path (text → token shards → training windows):
 
 * :func:`~seqjax.data.prepare.prepare` (``seqjax prepare``) tokenises ``.txt``/``.jsonl``/
-  ``.parquet`` files or a Hugging Face dataset with a :class:`TextTokenizer`
+  ``.parquet`` files or a Hugging Face dataset with a :class:`Tokenizer`
   (:func:`load_text_tokenizer`: GPT-2's BPE, a ``tokenizer.json``, seqjax's own) into
   llm.c's or nanoGPT's token files (:mod:`~seqjax.data.shards`: :func:`write_shard`,
   :func:`read_shard`);
@@ -90,7 +90,7 @@ from seqjax.data.synthetic import (
     selective_copying,
     sort_task,
 )
-from seqjax.data.text_tokenizers import TextTokenizer, load_text_tokenizer
+from seqjax.data.text_tokenizers import load_text_tokenizer
 from seqjax.data.tokenizers import (
     CharTokenizer,
     HFTokenizer,
@@ -123,5 +123,5 @@ __all__ = [
     "tiny_shakespeare", "tiny_shakespeare_text", "tokenize_dataset", "train_bpe",
     "CHAR_RNN_SHAKESPEARE_URL", "TINY_SHAKESPEARE_OPENING", "fetch_tiny_shakespeare",
     "ShardWindows", "ValidationWindows", "ShardError", "TokenData", "open_tokens",
-    "read_shard", "write_shard", "TextTokenizer", "load_text_tokenizer",
+    "read_shard", "write_shard", "load_text_tokenizer",
 ]

@@ -112,7 +112,8 @@ import numpy as np
 from seqjax._io import write_json
 from seqjax._optional import require
 from seqjax.data.shards import MANIFEST, sha256_file, write_shard
-from seqjax.data.text_tokenizers import TextTokenizer, load_text_tokenizer
+from seqjax.data.text_tokenizers import load_text_tokenizer
+from seqjax.data.tokenizers import Tokenizer
 
 __all__ = ["DOCS", "FORMATS", "PARTIAL_DIR", "SPLITS", "SUFFIXES", "main", "prepare"]
 
@@ -377,10 +378,10 @@ def _progress_total(documents: _Documents, resolved: dict[str, Any], source: dic
 
 # --------------------------------------------------------------------------- tokenising
 
-_WORKER_TOKENIZER: TextTokenizer | None = None  # set in each worker process only
+_WORKER_TOKENIZER: Tokenizer | None = None  # set in each worker process only
 
 
-def _init_worker(tokenizer: TextTokenizer) -> None:
+def _init_worker(tokenizer: Tokenizer) -> None:
     global _WORKER_TOKENIZER
     _WORKER_TOKENIZER = tokenizer
 
@@ -391,7 +392,7 @@ def _encode_in_worker(texts: list[str], eot: int | None, eot_first: bool
     return _encode_chunk(_WORKER_TOKENIZER, texts, eot, eot_first)
 
 
-def _check_ids(ids: np.ndarray, tokenizer: TextTokenizer) -> np.ndarray:
+def _check_ids(ids: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) > _MAX_ID):
         bad = int(ids.max()) if int(ids.max()) > _MAX_ID else int(ids.min())
         raise ValueError(f"the tokenizer {tokenizer.describe()['name']!r} gave the id {bad}; "
@@ -400,11 +401,11 @@ def _check_ids(ids: np.ndarray, tokenizer: TextTokenizer) -> np.ndarray:
     return ids.astype(np.uint16)
 
 
-def _encode_chunk(tokenizer: TextTokenizer, texts: list[str], eot: int | None,
+def _encode_chunk(tokenizer: Tokenizer, texts: list[str], eot: int | None,
                   eot_first: bool) -> tuple[np.ndarray, np.ndarray]:
     """The documents' tokens, concatenated (``uint16``), with EOT before (llm.c) or after
     (nanoGPT) each one (``eot=None``: none), and each document's length."""
-    encoded = tokenizer.encode_batch(texts)
+    encoded = [tokenizer.encode_ordinary(t) for t in texts]
     extra = 0 if eot is None else 1
     lengths = np.fromiter((len(x) + extra for x in encoded), np.int64, len(encoded))
     if eot is None:
@@ -445,7 +446,7 @@ def _pool_context() -> Any:
     return ctx
 
 
-def _encoded(tokenizer: TextTokenizer, docs: Iterable[str], eot_first: bool, workers: int
+def _encoded(tokenizer: Tokenizer, docs: Iterable[str], eot_first: bool, workers: int
              ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``(tokens, lengths)`` per chunk of documents, in order; ``workers > 1``: a process
     pool, at most ``2 * workers`` chunks in flight (memory stays bounded on any corpus)."""
@@ -642,7 +643,7 @@ def prepare(
     inputs: str | os.PathLike | Sequence[str | os.PathLike] | None,
     out_dir: str | os.PathLike,
     *,
-    tokenizer: str | TextTokenizer = "gpt2",
+    tokenizer: str | Tokenizer = "gpt2",
     rank_file: str | os.PathLike | None = None,
     eot: int | str | None = None,
     format: str = "llmc",
@@ -671,7 +672,7 @@ def prepare(
             empty with ``hf_dataset``).
         out_dir: the folder to write (created).
         tokenizer: a spec for :func:`~seqjax.data.text_tokenizers.load_text_tokenizer`
-            (``"gpt2"``, ``"hf:PATH"``, ``"seqjax:PATH"``) or a ``TextTokenizer``.
+            (``"gpt2"``, ``"hf:PATH"``, ``"seqjax:PATH"``) or a ``Tokenizer``.
         rank_file, eot: passed to ``load_text_tokenizer`` (a spec only).
         format: ``"llmc"`` (headers, EOT before each document) or ``"nanogpt"``.
         shard_size: tokens per llm.c shard.
@@ -786,8 +787,8 @@ def _source(input_list: list[str], docs: str, text_field: str, hf_dataset: str |
                        known_count=not streaming), source, ds)
 
 
-def _tokenizer(tokenizer: str | TextTokenizer, rank_file: str | os.PathLike | None,
-               eot: int | str | None) -> tuple[Any, TextTokenizer]:
+def _tokenizer(tokenizer: str | Tokenizer, rank_file: str | os.PathLike | None,
+               eot: int | str | None) -> tuple[Any, Tokenizer]:
     """``(spec, tokenizer)``: a spec loaded (:func:`load_text_tokenizer`) or a tokenizer as it
     is; its ids must fit uint16."""
     if isinstance(tokenizer, str):
@@ -798,13 +799,16 @@ def _tokenizer(tokenizer: str | TextTokenizer, rank_file: str | os.PathLike | No
             raise ValueError("`rank_file` and `eot` apply to a tokenizer spec (str), not to a "
                              f"{type(tokenizer).__name__}.")
         spec, tok = tokenizer.describe(), tokenizer
+        if tok.eot is None:
+            raise ValueError(f"the tokenizer {spec!r} has no end-of-text id (no `eos` special "
+                             "token): load it with load_text_tokenizer(..., eot=ID_OR_TOKEN).")
     if tok.vocab_size > _MAX_ID + 1:
         raise ValueError(f"the tokenizer {spec!r} has {tok.vocab_size:,} ids; uint16 shards "
                          f"hold ids in [0, {_MAX_ID}] (at most {_MAX_ID + 1:,} ids).")
     return spec, tok
 
 
-def _text_split(documents: _Documents, tok: TextTokenizer, val_fraction: float | None,
+def _text_split(documents: _Documents, tok: Tokenizer, val_fraction: float | None,
                 sink: _ShardSink, source: dict[str, Any], resolved: dict[str, Any]) -> None:
     """``split="text"``: the documents joined, cut by characters (nanoGPT's
     ``shakespeare/prepare.py``: ``int(n * 0.9)``), each part encoded in one call."""
@@ -820,7 +824,7 @@ def _text_split(documents: _Documents, tok: TextTokenizer, val_fraction: float |
         if not parts[s]:
             raise ValueError(f"the {s} split is empty: the text has {n} characters and "
                              f"`val_fraction` is {fraction}.")
-        ids = _check_ids(np.asarray(tok.encode(parts[s]), np.int64), tok)
+        ids = _check_ids(np.asarray(tok.encode_ordinary(parts[s]), np.int64), tok)
         sink.add(s, ids, np.zeros(1, np.int64))
 
 

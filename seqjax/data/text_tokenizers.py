@@ -1,14 +1,11 @@
-"""The tokenizers a pretraining run uses, behind one small interface.
+"""GPT-2's BPE as a seqjax tokenizer, and the specs a pretraining run names its tokenizer by.
 
-:class:`TextTokenizer` is what ``seqjax prepare`` (:mod:`seqjax.data.prepare`) and a
-pretraining run need from a tokenizer: ``encode(text) -> list[int]`` of ordinary text
-(a special token's spelling inside the text, e.g. ``"<|endoftext|>"``, is encoded as the
-characters it is made of, never as the special id: data cannot inject control tokens),
-``decode(ids) -> str``, the end-of-text id ``eot`` that separates documents, ``vocab_size``,
-and ``describe()``: ``{"kind", "name", "vocab_size", "eot"}`` (and ``"sha256"`` of the file
-for a tokenizer loaded from a file), what a shard folder's ``manifest.json`` records so a
-run can check it reads shards made by its own tokenizer
-(:meth:`seqjax.data.shards.TokenData.check_tokenizer`).
+A pretraining run (``seqjax prepare``, ``seqjax train gpt2``, the evaluations) reads its
+tokenizer through :class:`seqjax.data.tokenizers.Tokenizer`, the one tokenizer interface:
+``encode_ordinary(text)`` (special tokens' spellings are not special: data cannot inject
+control tokens), ``decode(ids)``, the end-of-text id ``eot``, ``vocab_size`` and
+``describe()``, what a shard folder's ``manifest.json`` records so a run can check it reads
+shards made by its own tokenizer (:meth:`seqjax.data.shards.TokenData.check_tokenizer`).
 
 :func:`load_text_tokenizer` builds one from a spec:
 
@@ -37,22 +34,27 @@ Example:
 
 from __future__ import annotations
 
-import abc
+import base64
+import collections
+import dataclasses
 import importlib.util
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from seqjax.data.shards import sha256_file
+from seqjax.data.tokenizers import (
+    HFTokenizer,
+    SpecialTokens,
+    Tokenizer,
+    _check_ids,
+    load_tokenizer,
+)
 
 __all__ = [
     "GPT2_EOT",
     "GPT2_RANKS_SHA256",
     "GPT2_VOCAB_SIZE",
-    "HFTextTokenizer",
-    "SeqjaxTextTokenizer",
-    "TextTokenizer",
     "TiktokenTokenizer",
     "gpt2_rank_file",
     "load_text_tokenizer",
@@ -71,36 +73,6 @@ _GPT2_PAT_STR = (
 # Hugging Face end-of-text spellings, tried in order.
 _HF_EOT_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>")
 _SPECS = ("'gpt2'", "'hf:PATH' (or a path ending in tokenizer.json)", "'seqjax:PATH'")
-
-
-class TextTokenizer(abc.ABC):
-    """What a pretraining pipeline needs from a tokenizer.
-
-    Attributes:
-        eot: the end-of-text id that separates documents.
-        vocab_size: the number of ids; every id is below it.
-    """
-
-    eot: int
-    vocab_size: int
-
-    @abc.abstractmethod
-    def encode(self, text: str) -> list[int]:
-        """The ids of ``text`` as ordinary text: special tokens' spellings are not special."""
-
-    @abc.abstractmethod
-    def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids`` (special tokens written out)."""
-
-    @abc.abstractmethod
-    def describe(self) -> dict[str, Any]:
-        """``{"kind", "name", "vocab_size", "eot"}`` (and ``"sha256"`` of a tokenizer file):
-        a shard manifest's ``tokenizer``."""
-
-    def encode_batch(self, texts: Iterable[str]) -> list[list[int]]:
-        """``[encode(t) for t in texts]`` (one thread: ``seqjax prepare`` parallelises over
-        processes)."""
-        return [self.encode(t) for t in texts]
 
 
 def gpt2_rank_file() -> str | None:
@@ -155,9 +127,12 @@ def _gpt2_pat_str() -> str:
     return getattr(openai_public, "r50k_pat_str", _GPT2_PAT_STR)
 
 
-class TiktokenTokenizer(TextTokenizer):
-    """A ``tiktoken.Encoding`` (GPT-2's BPE from :func:`load_text_tokenizer`): ``encode`` is
-    ``encode_ordinary``.
+class TiktokenTokenizer(Tokenizer):
+    """A ``tiktoken.Encoding`` (GPT-2's BPE from :func:`load_text_tokenizer`) as a seqjax
+    :class:`~seqjax.data.tokenizers.Tokenizer`: ``encode`` and ``encode_ordinary`` are
+    ``encode_ordinary`` (byte-level: no id is unknown), ``<|endoftext|>`` is ``eot`` and
+    ``eos_id``; ``save`` writes the merge ranks as a ``.tiktoken`` file (what ``rank_file=``
+    reads back).
 
     Example (with ``openai-whisper`` installed for the offline ranks)::
 
@@ -166,20 +141,45 @@ class TiktokenTokenizer(TextTokenizer):
         ([15496, 995], 50256, 50257)
     """
 
-    def __init__(self, encoding: Any, *, eot: int | None = None):
+    def __init__(self, encoding: Any):
         self.encoding = encoding
-        self.eot = int(encoding.eot_token if eot is None else eot)
-        self.vocab_size = int(encoding.n_vocab)
+        self.origin, self.name = "tiktoken", encoding.name
+        eot = getattr(encoding, "eot_token", None)
+        eos = None if eot is None else encoding.decode_single_token_bytes(eot).decode()
+        self.special_tokens = dataclasses.replace(SpecialTokens.none(), eos=eos)
 
-    def encode(self, text: str) -> list[int]:
-        return self.encoding.encode_ordinary(text)
+    @property
+    def vocab_size(self) -> int:
+        return int(self.encoding.n_vocab)
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.encoding.decode([int(i) for i in ids])
+    def token_to_id(self, token: str) -> int | None:
+        try:
+            return int(self.encoding.encode_single_token(token))
+        except KeyError:
+            return None
 
-    def describe(self) -> dict[str, Any]:
-        return {"kind": "tiktoken", "name": self.encoding.name, "vocab_size": self.vocab_size,
-                "eot": self.eot}
+    def id_to_token(self, i: int) -> str:
+        (i,) = _check_ids([i], self.vocab_size, "i")
+        return self.encoding.decode_single_token_bytes(i).decode("utf-8", "replace")
+
+    def _encode_text(self, text: str) -> tuple[list[int], collections.Counter[str]]:
+        return self.encoding.encode_ordinary(text), collections.Counter()
+
+    def _decode_ids(self, ids: list[int], skip_special: bool) -> str:
+        if skip_special:
+            ids = [i for i in ids if i not in self.special_ids]
+        return self.encoding.decode(ids)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the merge ranks as a ``.tiktoken`` file (``base64(bytes) rank`` per line,
+        special tokens left out): GPT-2's is byte for byte whisper's ``gpt2.tiktoken``."""
+        from seqjax._io import write_atomic
+
+        specials = {self.encoding.encode_single_token(t)
+                    for t in self.encoding.special_tokens_set}
+        lines = (base64.b64encode(self.encoding.decode_single_token_bytes(i)) + b" %d\n" % i
+                 for i in range(self.vocab_size) if i not in specials)
+        write_atomic(path, b"".join(lines))
 
 
 def _gpt2(rank_file: str | os.PathLike | None) -> TiktokenTokenizer:
@@ -227,111 +227,38 @@ def _resolve_eot(eot: int | str | None, vocab_size: int, lookup: Any, found: int
     return int(found)
 
 
-def _file_sha256(path: str) -> str:
+def _from_file(path: str | os.PathLike, eot: int | str | None, *, kind: str) -> Tokenizer:
+    """The tokenizer saved at ``path`` (``"hf"``: any ``tokenizer.json``; ``"seqjax"``: one
+    :func:`~seqjax.data.tokenizers.load_tokenizer` reads), named by its file and its SHA-256,
+    with its end-of-text id: ``eot`` if given, else (``hf``) the first of
+    ``<|endoftext|>``, ``</s>``, ``[SEP]``, ``<eos>`` in its vocabulary, or (``seqjax``) its
+    ``eos`` special token."""
+    path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"the tokenizer file {path!r} does not exist.")
-    return sha256_file(path)
-
-
-class HFTextTokenizer(TextTokenizer):
-    """A Hugging Face ``tokenizers.Tokenizer`` (loaded from a ``tokenizer.json``), with its
-    special tokens encoded as ordinary text (``encode_special_tokens``) and no template."""
-
-    def __init__(self, tokenizer: Any, *, eot: int | str | None = None, name: str = "hf",
-                 sha256: str | None = None):
-        self.tokenizer = tokenizer
-        self.tokenizer.encode_special_tokens = True
-        self.vocab_size = int(tokenizer.get_vocab_size(with_added_tokens=True))
-        found = next((i for t in _HF_EOT_CANDIDATES
-                      if (i := tokenizer.token_to_id(t)) is not None), None)
-        self.eot = _resolve_eot(eot, self.vocab_size, tokenizer.token_to_id, found,
-                                f"the tokenizer {name!r}", ", ".join(_HF_EOT_CANDIDATES))
-        self.name, self.sha256 = name, sha256
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike, *, eot: int | str | None = None
-                  ) -> HFTextTokenizer:
-        """Load a ``tokenizer.json``."""
+    if kind == "hf":
         from seqjax._optional import require
 
         tk = require("tokenizers", "a Hugging Face tokenizer.json (`tokenizers`)")
-        path = os.fspath(path)
-        digest = _file_sha256(path)
         try:
-            tokenizer = tk.Tokenizer.from_file(path)
+            tok: Tokenizer = HFTokenizer(tk.Tokenizer.from_file(path))
         except Exception as err:  # tokenizers raises its own Exception on a bad file
             raise ValueError(f"{path!r} is not a Hugging Face tokenizer.json: {err}") from None
-        return cls(tokenizer, eot=eot, name=os.path.basename(path), sha256=digest)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # A pickled tokenizers.Tokenizer forgets encode_special_tokens (worker processes).
-        self.__dict__.update(state)
-        self.tokenizer.encode_special_tokens = True
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
-
-    def describe(self) -> dict[str, Any]:
-        out = {"kind": "hf", "name": self.name, "vocab_size": self.vocab_size, "eot": self.eot}
-        if self.sha256 is not None:
-            out["sha256"] = self.sha256
-        return out
-
-
-class SeqjaxTextTokenizer(TextTokenizer):
-    """A seqjax :class:`~seqjax.data.tokenizers.Tokenizer` (char, word, or BPE) behind the
-    pretraining interface; a BPE's special tokens are encoded as ordinary text (a character
-    tokenizer has no other rule; a word tokenizer keeps its own: a ``<word>`` marker in the
-    text is that token, as in Penn Treebank's ``<unk>``)."""
-
-    def __init__(self, tokenizer: Any, *, eot: int | str | None = None, name: str = "seqjax",
-                 sha256: str | None = None):
-        self.tokenizer = tokenizer
-        self._set_ordinary()
-        self.vocab_size = int(tokenizer.vocab_size)
-        self.eot = _resolve_eot(eot, self.vocab_size, tokenizer.token_to_id, tokenizer.eos_id,
-                                f"the seqjax tokenizer {name!r}", "its `eos` special token")
-        self.name, self.sha256 = name, sha256
-
-    def _set_ordinary(self) -> None:
-        # A BPE (seqjax's HFTokenizer) would read "<eos>" in the text as its special id.
-        inner = getattr(self.tokenizer, "tokenizer", None)
-        if inner is not None and hasattr(inner, "encode_special_tokens"):
-            inner.encode_special_tokens = True
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._set_ordinary()
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike, *, eot: int | str | None = None
-                  ) -> SeqjaxTextTokenizer:
-        """Load a tokenizer saved by seqjax (:func:`seqjax.data.tokenizers.load_tokenizer`)."""
-        from seqjax.data.tokenizers import load_tokenizer
-
-        path = os.fspath(path)
-        digest = _file_sha256(path)
-        return cls(load_tokenizer(path), eot=eot, name=os.path.basename(path), sha256=digest)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids))
-
-    def describe(self) -> dict[str, Any]:
-        out = {"kind": "seqjax", "name": self.name, "vocab_size": self.vocab_size,
-               "eot": self.eot}
-        if self.sha256 is not None:
-            out["sha256"] = self.sha256
-        return out
+        found = next((i for t in _HF_EOT_CANDIDATES if (i := tok.token_to_id(t)) is not None),
+                     None)
+        where, tried = f"the tokenizer {os.path.basename(path)!r}", ", ".join(_HF_EOT_CANDIDATES)
+    else:
+        tok = load_tokenizer(path)
+        found = tok.eos_id
+        where, tried = (f"the seqjax tokenizer {os.path.basename(path)!r}",
+                        "its `eos` special token")
+    tok.origin, tok.name, tok.sha256 = kind, os.path.basename(path), sha256_file(path)
+    tok._eot = _resolve_eot(eot, tok.vocab_size, tok.token_to_id, found, where, tried)
+    return tok
 
 
 def load_text_tokenizer(spec: str, *, rank_file: str | os.PathLike | None = None,
-                        eot: int | str | None = None) -> TextTokenizer:
+                        eot: int | str | None = None) -> Tokenizer:
     """The tokenizer named by ``spec`` (see the module docstring).
 
     Args:
@@ -342,9 +269,11 @@ def load_text_tokenizer(spec: str, *, rank_file: str | os.PathLike | None = None
         eot: the end-of-text id, or its token, overriding the one found (``hf:`` and
             ``seqjax:`` only).
 
-    Returns: a :class:`TextTokenizer`. An unknown spec, a missing file, a rank file that is
-    not GPT-2's, or no end-of-text token is a ``ValueError`` naming it; a missing optional
-    package a ``ModuleNotFoundError`` naming the extra.
+    Returns: a :class:`~seqjax.data.tokenizers.Tokenizer` (:class:`TiktokenTokenizer`,
+    :class:`~seqjax.data.tokenizers.HFTokenizer`, or the seqjax tokenizer saved at the
+    path). An unknown spec, a missing file, a rank file that is not GPT-2's, or no
+    end-of-text token is a ``ValueError`` naming it; a missing optional package a
+    ``ModuleNotFoundError`` naming the extra.
     """
     if not isinstance(spec, str):
         raise TypeError(f"`tokenizer` must be a str spec ({', '.join(_SPECS)}); got "
@@ -357,9 +286,23 @@ def load_text_tokenizer(spec: str, *, rank_file: str | os.PathLike | None = None
                              f"{GPT2_EOT}); got {eot!r}.")
         return _gpt2(rank_file)
     if spec.startswith("hf:"):
-        return HFTextTokenizer.from_file(spec[3:], eot=eot)
+        return _from_file(spec[3:], eot, kind="hf")
     if spec.startswith("seqjax:"):
-        return SeqjaxTextTokenizer.from_file(spec[7:], eot=eot)
+        return _from_file(spec[7:], eot, kind="seqjax")
     if spec.endswith("tokenizer.json"):
-        return HFTextTokenizer.from_file(spec, eot=eot)
+        return _from_file(spec, eot, kind="hf")
     raise ValueError(f"`tokenizer` must be one of {', '.join(_SPECS)}; got {spec!r}.")
+
+
+#: Names this module held before the tokenizers had one interface.
+_RETIRED = {
+    "TextTokenizer": "seqjax.data.tokenizers.Tokenizer (encode_ordinary, eot, describe)",
+    "HFTextTokenizer": "seqjax.data.tokenizers.HFTokenizer (load_text_tokenizer('hf:PATH'))",
+    "SeqjaxTextTokenizer": "the seqjax tokenizer itself (load_text_tokenizer('seqjax:PATH'))",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RETIRED:
+        raise ImportError(f"seqjax.data.text_tokenizers.{name} was removed: use {_RETIRED[name]}.")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

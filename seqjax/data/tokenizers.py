@@ -17,7 +17,16 @@ Every tokenizer offers
   "Errors": never a silent clamp);
 * special tokens ``pad/unk/bos/eos/mask/sep/cls`` (``pad_id``, ``bos_id``, …;
   ``None`` when a tokenizer has no such token);
-* ``save(path)`` to JSON and :func:`load_tokenizer` back (never pickle).
+* ``save(path)`` to JSON and :func:`load_tokenizer` back (never pickle);
+* what a pretraining stream needs (``seqjax prepare``, ``seqjax train gpt2``, the
+  evaluations): ``encode_ordinary(text)`` — the ids of ordinary text, no BOS/EOS, a special
+  token's spelling inside the text encoded as the characters it is made of, never as the
+  special id (data cannot inject control tokens) — the end-of-text id ``eot`` that separates
+  documents, and ``describe()``: ``{"kind", "name", "vocab_size", "eot"}`` (and ``"sha256"``
+  of the file it was loaded from), what a shard folder's manifest records so a run can check
+  it reads shards made by its own tokenizer.
+  :func:`seqjax.data.text_tokenizers.load_text_tokenizer` loads one from a spec (GPT-2's BPE,
+  a ``tokenizer.json``, a tokenizer saved by seqjax).
 
 Special tokens come first in the vocabularies built here, in the order
 ``pad, unk, bos, eos, mask, sep, cls``, so ``pad_id == 0``.
@@ -114,9 +123,20 @@ def _check_ids(ids: Any, vocab_size: int, name: str = "ids") -> list[int]:
 
 
 class Tokenizer(abc.ABC):
-    """Common interface; subclasses implement the four abstract methods."""
+    """Common interface; subclasses implement the abstract methods.
+
+    Attributes:
+        origin, name, sha256: what :meth:`describe` records (as ``kind``, ``name``,
+            ``sha256``): the library the tokenizer comes from (``"seqjax"``, ``"hf"``,
+            ``"tiktoken"``), its name (the file it was loaded from), and that file's SHA-256
+            (``None`` when it was not loaded from a file).
+    """
 
     special_tokens: SpecialTokens
+    origin: str = "seqjax"
+    name: str = ""
+    sha256: str | None = None
+    _eot: int | None = None  # set by load_text_tokenizer (eot=), else eos_id
 
     # --- what a subclass provides -------------------------------------------------
     @property
@@ -248,6 +268,31 @@ class Tokenizer(abc.ABC):
     def encode_batch(self, texts: Iterable[str], **kwargs: Any) -> list[list[int]]:
         """:meth:`encode` of each text (keyword arguments as for :meth:`encode`)."""
         return [self.encode(t, **kwargs) for t in texts]
+
+    # --- the pretraining stream -----------------------------------------------------
+    @property
+    def eot(self) -> int | None:
+        """The end-of-text id that separates documents: the one the loader was given
+        (``eot=``), else ``eos_id`` (``None`` when the tokenizer has neither)."""
+        return self.eos_id if self._eot is None else self._eot
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """The ids of ``text`` as ordinary text: no BOS/EOS, no template, special tokens'
+        spellings not special (a character tokenizer has no other rule; a word tokenizer
+        keeps its own: a ``<word>`` marker in the text is that token, as in Penn Treebank's
+        ``<unk>``)."""
+        if not isinstance(text, str):
+            raise TypeError(f"`text` must be a str; got {type(text).__name__}.")
+        return self._encode_text(text)[0]
+
+    def describe(self) -> dict[str, Any]:
+        """``{"kind", "name", "vocab_size", "eot"}`` (and ``"sha256"`` of a tokenizer file):
+        a shard manifest's ``tokenizer``."""
+        out = {"kind": self.origin, "name": self.name or type(self).__name__,
+               "vocab_size": self.vocab_size, "eot": self.eot}
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
+        return out
 
     def decode(self, ids: Sequence[int] | np.ndarray, *, skip_special: bool = False) -> str:
         """Text of ``ids``; ``ValueError`` naming the first id outside ``[0, vocab_size)``."""
@@ -470,7 +515,7 @@ _SPECIAL_CANDIDATES: dict[str, tuple[str, ...]] = {
 
 
 class HFTokenizer(Tokenizer):
-    """Wrapper around a Hugging Face ``tokenizers.Tokenizer`` (BPE, WordPiece, Unigram, …).
+    """The Hugging Face wrapper: a ``tokenizers.Tokenizer`` (BPE, WordPiece, Unigram, …).
 
     Loads any ``tokenizer.json`` (:meth:`from_file`) or hub tokenizer
     (:meth:`from_pretrained`, needs a network). Special-token roles are detected
@@ -495,6 +540,7 @@ class HFTokenizer(Tokenizer):
     ):
         self.tokenizer = tokenizer
         self.use_template = use_template
+        self.origin = "hf"
         if special_tokens is None:
             vocab = tokenizer.get_vocab(with_added_tokens=True)
             found = {
@@ -547,6 +593,16 @@ class HFTokenizer(Tokenizer):
 
     def _decode_ids(self, ids: list[int], skip_special: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special)
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"`text` must be a str; got {type(text).__name__}.")
+        before = self.tokenizer.encode_special_tokens
+        self.tokenizer.encode_special_tokens = True  # "<|endoftext|>" in text is its characters
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        finally:
+            self.tokenizer.encode_special_tokens = before
 
     def save(self, path: PathLike) -> None:
         """Write Hugging Face's ``tokenizer.json`` format (readable by :func:`load_tokenizer`)."""

@@ -405,7 +405,7 @@ def task_batches(cfg: Config, tasks: list[EvalTask], tok: Any) -> dict[str, Task
     out = {}
     for (option, _, _), task in zip(task_files(cfg), tasks, strict=True):
         try:
-            out[task.name] = TaskBatches(task, tok.encode, items_per_batch=1,
+            out[task.name] = TaskBatches(task, tok.encode_ordinary, items_per_batch=1,
                                          seq_len=cfg.block_size, vocab_size=cfg.vocab_size)
         except ValueError as err:
             raise ConfigError(f"{option}: {err}") from None
@@ -570,7 +570,7 @@ def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature
     an empty prompt starts from the end-of-text token."""
     model, params = _restore(cfg)
     tok = text_tokenizer(cfg)
-    ids = _sample_ids(model, params, cfg, tok.encode(prompt) or [tok.eot], max_new_tokens,
+    ids = _sample_ids(model, params, cfg, tok.encode_ordinary(prompt) or [tok.eot], max_new_tokens,
                       temperature, seed)
     return prompt + tok.decode(ids)
 

@@ -210,28 +210,19 @@ def _restore(directory: str, step: int | None) -> tuple[int, Any]:
 def _tokenizer_files(cfg: Any, tok: Any) -> tuple[dict[str, bytes], int]:
     """``({name: bytes}, end-of-text id)``: the files of the run's tokenizer ``tok``, and
     the id ``config.json`` names as BOS and EOS."""
-    from seqjax.data.text_tokenizers import (
-        HFTextTokenizer,
-        SeqjaxTextTokenizer,
-        TiktokenTokenizer,
-    )
+    from seqjax.data.text_tokenizers import TiktokenTokenizer
+    from seqjax.data.tokenizers import HFTokenizer
 
     if isinstance(tok, TiktokenTokenizer):
         return _gpt2_tokenizer_files(tok, cfg.block_size)
-    if isinstance(tok, SeqjaxTextTokenizer):
-        from seqjax.data.tokenizers import HFTokenizer
-
-        if not isinstance(tok.tokenizer, HFTokenizer):
-            raise ConfigError(
-                f"--tokenizer {cfg.tokenizer}: a seqjax {type(tok.tokenizer).__name__} has no "
-                "Hugging Face tokenizer class; only gpt2 and tokenizer.json tokenizers export.")
-        return _tokenizer_json_files(cfg.tokenizer[len("seqjax:"):], tok.tokenizer.tokenizer,
-                                     tok.eot, cfg.block_size)
-    if isinstance(tok, HFTextTokenizer):
-        path = cfg.tokenizer[3:] if cfg.tokenizer.startswith("hf:") else cfg.tokenizer
+    if isinstance(tok, HFTokenizer):  # hf:PATH, a tokenizer.json, or seqjax:PATH of a BPE
+        path = cfg.tokenizer
+        if path.startswith(("hf:", "seqjax:")):
+            path = path.split(":", 1)[1]
         return _tokenizer_json_files(path, tok.tokenizer, tok.eot, cfg.block_size)
-    raise ConfigError(f"--tokenizer {cfg.tokenizer}: no Hugging Face tokenizer class holds a "
-                      f"{type(tok).__name__}.")
+    raise ConfigError(
+        f"--tokenizer {cfg.tokenizer}: a seqjax {type(tok).__name__} has no Hugging Face "
+        "tokenizer class; only gpt2 and tokenizer.json tokenizers export.")
 
 
 def _tokenizer_json_files(path: str, tokenizer: Any, eot: int, block_size: int

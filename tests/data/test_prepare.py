@@ -17,8 +17,8 @@ import pytest
 from seqjax.data import prepare as prepare_module
 from seqjax.data.prepare import PARTIAL_DIR, main, prepare
 from seqjax.data.shards import MANIFEST, ShardError, open_tokens, read_shard, sha256_file
-from seqjax.data.text_tokenizers import TextTokenizer, load_text_tokenizer
-from seqjax.data.tokenizers import CharTokenizer
+from seqjax.data.text_tokenizers import load_text_tokenizer
+from seqjax.data.tokenizers import CharTokenizer, SpecialTokens
 from tests.conftest import FIXTURES_DIR
 from tests.data.test_text_tokenizers import _tokenizer_json, gpt2_or_skip
 
@@ -239,24 +239,19 @@ def test_hf_datasets_inputs(tmp_path, chars):
                 tokenizer=chars, workers=1)
 
 
-class Failing(TextTokenizer):
-    """Wraps a tokenizer and raises after ``after`` documents (a run that dies mid-way)."""
+class Failing(CharTokenizer):
+    """A character tokenizer that raises after ``after`` documents (a run that dies mid-way)."""
 
-    def __init__(self, inner: TextTokenizer, after: int):
-        self.inner, self.after, self.seen = inner, after, 0
-        self.eot, self.vocab_size = inner.eot, inner.vocab_size
+    def __init__(self, inner: CharTokenizer, after: int):
+        super().__init__(inner.vocab, inner.special_tokens)
+        self.origin, self.name, self.sha256 = inner.origin, inner.name, inner.sha256
+        self.after, self.seen = after, 0
 
-    def encode(self, text):
+    def encode_ordinary(self, text):
         self.seen += 1
         if self.seen > self.after:
             raise RuntimeError("tokenizer died")
-        return self.inner.encode(text)
-
-    def decode(self, ids):
-        return self.inner.decode(ids)
-
-    def describe(self):
-        return self.inner.describe()
+        return super().encode_ordinary(text)
 
 
 def test_a_failed_run_leaves_no_manifest_and_a_rerun_finishes(tmp_path, chars):
@@ -285,14 +280,14 @@ def test_a_killed_run_leaves_no_manifest_and_a_rerun_finishes(tmp_path, chars):
         module._CHUNK_DOCS = 20  # shards get written before the kill
         from seqjax.data.text_tokenizers import load_text_tokenizer
         tok = load_text_tokenizer({chars!r})
-        encode = tok.encode
+        encode = tok.encode_ordinary
         seen = [0]
         def dying(text):
             seen[0] += 1
             if seen[0] > 200:
                 os.kill(os.getpid(), signal.SIGKILL)
             return encode(text)
-        tok.encode = dying
+        tok.encode_ordinary = dying
         prepare({FIXTURE!r}, {str(out)!r}, tokenizer=tok, docs="lines", shard_size=500,
                 val_documents=10, workers=1)
     """))
@@ -355,20 +350,20 @@ def test_bad_input_errors(tmp_path, chars):
     assert not os.path.exists(out / MANIFEST) and not os.path.exists(out / PARTIAL_DIR)
 
 
-class Huge(TextTokenizer):
+class Huge(CharTokenizer):
     """A tokenizer whose ids do not fit uint16."""
 
     def __init__(self, vocab_size: int, emit: int):
-        self.vocab_size, self.eot, self.emit = vocab_size, 0, emit
+        super().__init__(["<eot>"], SpecialTokens(pad=None, unk=None, bos=None, eos="<eot>",
+                                                  mask=None, sep=None, cls=None))
+        self.name, self._vocab_size, self.emit = "huge", vocab_size, emit
 
-    def encode(self, text):
+    @property
+    def vocab_size(self):
+        return self._vocab_size
+
+    def encode_ordinary(self, text):
         return [self.emit] * len(text)
-
-    def decode(self, ids):
-        return ""
-
-    def describe(self):
-        return {"kind": "test", "name": "huge", "vocab_size": self.vocab_size, "eot": 0}
 
 
 def test_ids_above_uint16_are_refused(tmp_path):

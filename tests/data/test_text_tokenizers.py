@@ -1,5 +1,6 @@
 """seqjax.data.text_tokenizers: GPT-2 through tiktoken (offline, from openai-whisper's rank
-file), any tokenizer.json, seqjax's own tokenizers; special tokens in the text stay text."""
+file), any tokenizer.json, seqjax's own tokenizers, all one interface (seqjax's Tokenizer);
+special tokens in ordinary text stay text."""
 
 import importlib.util
 import os
@@ -11,14 +12,11 @@ import pytest
 from seqjax.data.text_tokenizers import (
     GPT2_EOT,
     GPT2_RANKS_SHA256,
-    HFTextTokenizer,
-    SeqjaxTextTokenizer,
-    TextTokenizer,
     TiktokenTokenizer,
     gpt2_rank_file,
     load_text_tokenizer,
 )
-from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, train_bpe
+from seqjax.data.tokenizers import CharTokenizer, HFTokenizer, SpecialTokens, Tokenizer, train_bpe
 
 
 def gpt2_or_skip() -> TiktokenTokenizer:
@@ -41,12 +39,25 @@ def test_gpt2_known_ids():
     assert tok.describe() == {"kind": "tiktoken", "name": "gpt2", "vocab_size": 50257,
                               "eot": 50256}
     assert tok.decode([15496, 995, 50256]) == "Hello world<|endoftext|>"
+    assert tok.decode([15496, 995, 50256], skip_special=True) == "Hello world"
+    assert isinstance(tok, Tokenizer) and tok.eos_id == 50256 and tok.bos_id is None
+    assert tok.token_to_id("<|endoftext|>") == 50256 and tok.token_to_id("no such") is None
+    assert tok.id_to_token(995) == " world"
+    with pytest.raises(ValueError, match="outside"):
+        tok.decode([50257])
+
+
+def test_gpt2_saves_its_ranks_as_whispers_file(tmp_path):
+    tok = gpt2_or_skip()
+    tok.save(tmp_path / "gpt2.tiktoken")  # what rank_file= reads: the same SHA-256 as whisper's
+    again = load_text_tokenizer("gpt2", rank_file=tmp_path / "gpt2.tiktoken")
+    assert again.encode("Hello world") == [15496, 995]
 
 
 def test_gpt2_special_token_spelling_is_ordinary_text():
     tok = gpt2_or_skip()
-    ids = tok.encode("a<|endoftext|>b")
-    assert GPT2_EOT not in ids
+    ids = tok.encode_ordinary("a<|endoftext|>b")
+    assert GPT2_EOT not in ids and tok.encode("a<|endoftext|>b") == ids
     assert tok.decode(ids) == "a<|endoftext|>b"
     assert tok.encode_batch(["Hello world", "a<|endoftext|>b"]) == [[15496, 995], ids]
 
@@ -106,16 +117,18 @@ def test_hf_tokenizer_json(tmp_path):
     path = _tokenizer_json(tmp_path / "tokenizer.json")
     for spec in (f"hf:{path}", path):
         tok = load_text_tokenizer(spec)
-        assert isinstance(tok, HFTextTokenizer)
+        assert isinstance(tok, HFTokenizer)  # the one Hugging Face wrapper
         assert tok.eot == 0 and tok.vocab_size <= 300
-        ids = tok.encode("the cat<|endoftext|>")
+        ids = tok.encode_ordinary("the cat<|endoftext|>")
         assert 0 not in ids  # the spelling is text, not the special id
+        assert 0 in tok.encode("the cat<|endoftext|>")  # encode: HF's rule, special tokens
+        assert tok.encode_ordinary("the cat<|endoftext|>") == ids  # the flag was put back
         assert tok.decode(ids) == "the cat<|endoftext|>"
         d = tok.describe()
         assert d["kind"] == "hf" and d["name"] == "tokenizer.json" and d["eot"] == 0
         assert len(d["sha256"]) == 64
     again = pickle.loads(pickle.dumps(tok))  # a worker process keeps special tokens as text
-    assert again.encode("the cat<|endoftext|>") == ids
+    assert again.encode_ordinary("the cat<|endoftext|>") == ids
 
 
 def test_hf_tokenizer_eot_choice_and_errors(tmp_path):
@@ -141,9 +154,9 @@ def test_seqjax_char_tokenizer(tmp_path):
     path = tmp_path / "chars.json"
     CharTokenizer.from_text("hello world").save(path)
     tok = load_text_tokenizer(f"seqjax:{path}")
-    assert isinstance(tok, SeqjaxTextTokenizer) and isinstance(tok, TextTokenizer)
+    assert isinstance(tok, CharTokenizer)  # the seqjax tokenizer itself
     assert tok.eot == 3  # pad, unk, bos, eos, ...
-    assert tok.decode(tok.encode("hello")) == "hello"
+    assert tok.decode(tok.encode_ordinary("hello")) == "hello"
     assert tok.describe() == {"kind": "seqjax", "name": "chars.json", "vocab_size": 15,
                               "eot": 3, "sha256": tok.sha256}
     plain = tmp_path / "plain.json"
@@ -159,9 +172,22 @@ def test_seqjax_bpe_tokenizer_keeps_special_spellings_as_text(tmp_path):
     train_bpe(["the cat sat on the mat"] * 20, vocab_size=300).save(path)
     tok = load_text_tokenizer(f"seqjax:{path}")
     assert tok.eot == 3
-    ids = tok.encode("the cat<eos>")
+    ids = tok.encode_ordinary("the cat<eos>")
     assert 3 not in ids and tok.decode(ids) == "the cat<eos>"
-    assert pickle.loads(pickle.dumps(tok)).encode("the cat<eos>") == ids
+    assert pickle.loads(pickle.dumps(tok)).encode_ordinary("the cat<eos>") == ids
+
+
+def test_a_tokenizer_without_eot_describes_itself_and_retired_names_say_the_new_one():
+    tok = CharTokenizer.from_text("ab", special_tokens=SpecialTokens.none())
+    assert tok.eot is None
+    assert tok.describe() == {"kind": "seqjax", "name": "CharTokenizer", "vocab_size": 2,
+                              "eot": None}
+    with pytest.raises(TypeError, match="`text` must be a str"):
+        tok.encode_ordinary(b"ab")  # type: ignore[arg-type]
+    for old, new in (("TextTokenizer", "Tokenizer"), ("HFTextTokenizer", "HFTokenizer"),
+                     ("SeqjaxTextTokenizer", "seqjax tokenizer itself")):
+        with pytest.raises(ImportError, match=f"{old} was removed: use .*{new}"):
+            exec(f"from seqjax.data.text_tokenizers import {old}")
 
 
 def test_unknown_spec_names_the_accepted_forms(tmp_path):
