@@ -92,12 +92,13 @@ def _run_json(workdir: str) -> dict:
 
 # Every strategy across two processes, each model once per sharded layout (the in-process
 # tests on 8 fake devices cover every model x layout; these add the second process).
+# One case per way the processes share the work: parameters split over both (fsdp), the
+# recurrent layer's weights split over `model` inside each process, `model` spanning the two
+# processes (both must feed the same rows). A batch split over `data` alone is every case's
+# `data` axis, and tests/data/test_shard_windows_processes.py's runs on 1 and 2 processes.
 CASES = [
-    ("transformer", "data=4", "replicated"),
     ("transformer", "data=2,fsdp=2", "fsdp"),
-    ("lstm", "data=2,fsdp=2", "fsdp"),
     ("lstm", "data=2,model=2", "tensor"),
-    # `model` spans the two processes: both must feed the same rows.
     ("transformer", "model=4", "tensor"),
 ]
 
