@@ -137,7 +137,7 @@ class Setup:
 
         return OptimizerConfig(
             "muon", learning_rate=self.lr_matrix, momentum=self.momentum, nesterov=True,
-            ns_steps=self.ns_steps, weight_decay=self.weight_decay, b1=self.b1, b2=self.b2,
+            ns_steps=self.ns_steps, weight_decay=self.weight_decay, beta1=self.b1, beta2=self.b2,
             eps=self.eps, schedule="constant",
             group_learning_rates=(("embed", self.lr_embed), ("head", self.lr_head),
                                   ("scalar", self.lr_scalar)),

@@ -137,6 +137,10 @@ RENAMED_FIELDS: dict[str, str] = {
     "mlp_hidden": "mlp_dim",
     "hidden_dim": "mlp_dim",
     "num_steps": "steps",
+    "total_steps": "steps",
+    "end_lr_ratio": "min_lr_ratio",
+    "b1": "beta1",
+    "b2": "beta2",
 }
 
 

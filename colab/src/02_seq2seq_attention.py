@@ -130,7 +130,7 @@ for name, model in models.items():
                                  train["tgt_in"][:1])["params"]
     tx, schedule = make_optimizer(OptimizerConfig(
         "adam", learning_rate=LR, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
-        total_steps=STEPS, clip_norm=1.0))
+        steps=STEPS, clip_norm=1.0))
     print(f"{name}: {count_params(params):,} parameters")
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
     result = fit(state, par.train_step(make_loss(model), schedule=schedule),

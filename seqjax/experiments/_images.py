@@ -19,6 +19,7 @@ What ``experiments.image_gpt`` (Bishop §12.4.2) and ``experiments.text_to_image
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
@@ -137,16 +138,7 @@ def lm_run(
     """
     train = splits["train"]
     length = train["inputs"].shape[1]
-    model = TransformerLM(
-        TransformerLMConfig(
-            vocab_size=vocab,
-            num_layers=cfg.num_layers,
-            embed_dim=cfg.embed_dim,
-            max_len=length + 1,
-            tie_embeddings=False,
-            block=gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate),
-        )
-    )
+    model = _transformer(cfg, vocab, length)
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))["params"]
     not_code_V = jnp.arange(vocab) >= num_codes
 
@@ -176,19 +168,6 @@ def lm_run(
     best: dict[str, Any] = {"loss": np.inf, "params": None, "curve": []}
     val = splits.get("val")
 
-    def keep_best(val_step: Callable[..., Any], par: Parallel) -> Callable[..., Any]:
-        per_image = float(val["mask"].sum()) / len(val["mask"])
-
-        def eval_and_keep(p: Any, batch: dict) -> dict:
-            m = val_step(p, batch)
-            loss = float(m["loss"])
-            best["curve"].append(loss * per_image / np.log(2.0))
-            if loss < best["loss"]:  # early stopping: keep the best parameters so far
-                best.update(loss=loss, params=par.gather(p), index=len(best["curve"]) - 1)
-            return m
-
-        return eval_and_keep
-
     def results(t: Trained) -> dict:
         history = t.result.history
         eval_steps = [r["step"] for r in history if "eval/loss" in r]
@@ -212,16 +191,7 @@ def lm_run(
         return out if evaluate is None else evaluate(model, kept, out)
 
     return Run(
-        model=model, params=params, loss_fn=loss_fn, data=train,
-        optimizer=OptimizerConfig(
-            "adamw",
-            learning_rate=cfg.learning_rate,
-            schedule="warmup_cosine",
-            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1),
-            total_steps=max(cfg.steps, 1),
-            weight_decay=cfg.weight_decay,
-            clip_norm=cfg.clip_norm,
-        ),
+        model=model, params=params, loss_fn=loss_fn, data=train, optimizer=_optimizer(cfg),
         fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
                       checkpoint_every=0, best_metric=None, progress=cfg.progress,
                       tensorboard=False, plot=False),
@@ -230,7 +200,53 @@ def lm_run(
         eval_fn=None if val is None else nll_fn,
         eval_data=None if val is None else (
             lambda par: [pad_rows(val, par.batch_shards, {"mask": False})]),
-        wrap_eval_step=keep_best, model_config=model_config, name=name, evaluate=results)
+        wrap_eval_step=functools.partial(_keep_best, best, val), model_config=model_config,
+        name=name, evaluate=results)
+
+
+def _transformer(cfg: Any, vocab: int, length: int) -> TransformerLM:
+    """The :class:`TransformerLM` of :func:`lm_run` for inputs of ``length`` tokens."""
+    return TransformerLM(
+        TransformerLMConfig(
+            vocab_size=vocab,
+            num_layers=cfg.num_layers,
+            embed_dim=cfg.embed_dim,
+            max_len=length + 1,
+            tie_embeddings=False,
+            block=gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate),
+        )
+    )
+
+
+def _optimizer(cfg: Any) -> OptimizerConfig:
+    """AdamW with warm-up and cosine decay over ``cfg.steps``, clipped (:func:`lm_run`)."""
+    return OptimizerConfig(
+        "adamw",
+        learning_rate=cfg.learning_rate,
+        schedule="warmup_cosine",
+        warmup_steps=min(cfg.warmup_steps, cfg.steps - 1),
+        steps=max(cfg.steps, 1),
+        weight_decay=cfg.weight_decay,
+        clip_norm=cfg.clip_norm,
+    )
+
+
+def _keep_best(
+    best: dict[str, Any], val: dict[str, np.ndarray], val_step: Callable[..., Any], par: Parallel
+) -> Callable[..., Any]:
+    """:func:`lm_run`'s ``wrap_eval_step``: ``val_step`` that also appends the validation
+    bits per image to ``best["curve"]`` and keeps the parameters of the lowest in ``best``."""
+    per_image = float(val["mask"].sum()) / len(val["mask"])
+
+    def eval_and_keep(p: Any, batch: dict) -> dict:
+        m = val_step(p, batch)
+        loss = float(m["loss"])
+        best["curve"].append(loss * per_image / np.log(2.0))
+        if loss < best["loss"]:  # early stopping: keep the best parameters so far
+            best.update(loss=loss, params=par.gather(p), index=len(best["curve"]) - 1)
+        return m
+
+    return eval_and_keep
 
 
 def image_bits(

@@ -217,8 +217,8 @@ def seq2seq_run(
         model=model, params=params, loss_fn=loss_fn, data=train,
         optimizer=OptimizerConfig(
             "adamw", learning_rate=spec.learning_rate, schedule="warmup_cosine",
-            warmup_steps=min(spec.warmup_steps, spec.steps - 1), total_steps=spec.steps,
-            end_lr_ratio=0.05, clip_norm=spec.clip_norm),
+            warmup_steps=min(spec.warmup_steps, spec.steps - 1), steps=spec.steps,
+            min_lr_ratio=0.05, clip_norm=spec.clip_norm),
         fit=FitConfig(steps=spec.steps, log_every=spec.log_every,
                       eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
                       progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,

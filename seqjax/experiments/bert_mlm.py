@@ -203,7 +203,7 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
 def _optimizer(lr: float, steps: int, warmup: int) -> OptimizerConfig:
     """AdamW (weight decay 0.01, clipping at 1.0), warm-up then cosine decay to 0."""
     return OptimizerConfig("adamw", learning_rate=lr, schedule="warmup_cosine",
-                           warmup_steps=min(warmup, steps - 1), total_steps=steps,
+                           warmup_steps=min(warmup, steps - 1), steps=steps,
                            weight_decay=0.01, clip_norm=1.0)
 
 
@@ -438,12 +438,9 @@ def finetune(cfg: Config, form: str, model: Any, class_logits: Any,
                     evaluate=lambda t, n=n, seed=seed, init=init: score(t, n, seed, init))
 
 
-def build(cfg: Config) -> Task:
-    """The sentences and the tokenizer; the runs in order: MLM pre-training, the BERT
-    fine-tunings, then (``decoder``) causal-LM pre-training and the GPT fine-tunings (each
-    fine-tuning built once its pre-training is done); the table and the figure as hooks."""
-    started = time.perf_counter()
-    info = machine_info()
+def _data(cfg: Config) -> tuple[list[str], list[str], WordTokenizer, int]:
+    """The training and test sentences (a seeded ``test_fraction`` held out, each in sorted
+    order), the tokenizer of the training sentences and the length of the longest input."""
     sents = sentences(cfg.num_pairs)
     perm = np.random.default_rng(0).permutation(len(sents))
     n_test = max(1, int(round(cfg.test_fraction * len(sents))))
@@ -453,6 +450,35 @@ def build(cfg: Config) -> Task:
                                    min_freq=cfg.min_freq, pattern=r"\S+",
                                    special_tokens=SPECIALS)
     length = 1 + max(len(s.split()) - 1 for s in sents)
+    return train_s, test_s, tok, length
+
+
+def _fill_in_demo(t: Trained, tok: WordTokenizer, test_s: list[str], length: int) -> list[dict]:
+    """:func:`fill_in` of the pre-trained MLM on the first 6 held-out sentences of 4 words or
+    more; printed after the held-out MLM loss and accuracy."""
+    demo = fill_in(t.run.model, t.params, tok,
+                   [s for s in test_s if len(s.split()) >= 4][:6], length)
+    print(f"held-out MLM loss {t.eval['eval/loss']:.3f}, masked-word accuracy "
+          f"{100 * t.eval['eval/accuracy']:.1f}% ({t.seconds:.0f}s)")
+    for d in demo:
+        print(f"  {d['input']!r} ({d['answer']}): "
+              + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"]))
+    return demo
+
+
+def _template(model: Any, train: dict) -> Any:
+    """The parameter tree of a classifier (shapes only), as built on the training arrays."""
+    return jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                          jnp.asarray(train["tokens"][:1]))["params"]
+
+
+def build(cfg: Config) -> Task:
+    """The sentences and the tokenizer; the runs in order: MLM pre-training, the BERT
+    fine-tunings, then (``decoder``) causal-LM pre-training and the GPT fine-tunings (each
+    fine-tuning built once its pre-training is done); the table and the figure as hooks."""
+    started = time.perf_counter()
+    info = machine_info()
+    train_s, test_s, tok, length = _data(cfg)
     train, test = encode(train_s, tok, length), encode(test_s, tok, length)
     counts = collections.Counter(test["label"].tolist())
     majority = max(counts.values()) / len(test_s)
@@ -460,14 +486,7 @@ def build(cfg: Config) -> Task:
 
     def mlm_done(t: Trained) -> dict:
         pre["mlm"] = t.params
-        demo = fill_in(t.run.model, t.params, tok,
-                       [s for s in test_s if len(s.split()) >= 4][:6], length)
-        print(f"held-out MLM loss {t.eval['eval/loss']:.3f}, masked-word accuracy "
-              f"{100 * t.eval['eval/accuracy']:.1f}% ({t.seconds:.0f}s)")
-        for d in demo:
-            print(f"  {d['input']!r} ({d['answer']}): "
-                  + ", ".join(f"{w} {p:.2f}" for w, p in d["guesses"]))
-        return {"fill_in": demo}
+        return {"fill_in": _fill_in_demo(t, tok, test_s, length)}
 
     def lm_done(t: Trained) -> dict:
         pre["lm"] = t.params
@@ -490,10 +509,6 @@ def build(cfg: Config) -> Task:
             yield from finetune(cfg, "gpt", gpt, lambda out: out, lambda: pre["lm"], train,
                                 test)
 
-    def template(model: Any) -> Any:  # the classifier's parameter tree
-        return jax.eval_shape(model.init, jax.random.PRNGKey(0),
-                              jnp.asarray(train["tokens"][:1]))["params"]
-
     def summarize(trained: list[Trained]) -> dict:
         by_name = {t.run.name: t for t in trained}
         mlm = by_name["pretrain"]
@@ -503,12 +518,12 @@ def build(cfg: Config) -> Task:
             lm = by_name["lm_pretrain"]
             decoder = {"lm_eval": lm.eval, "pretrain_s": lm.seconds,
                        "params_lm": count_params(lm.params),
-                       "params_classifier": count_params(template(gpt)),
+                       "params_classifier": count_params(_template(gpt, train)),
                        "runs": [t.results for t in trained
                                 if t.run.name.startswith("finetune_gpt")]}
         table = results_table(rows + decoder.get("runs", []), majority)
         s = {"machine": info, "pretrain_s": mlm.seconds, "params_mlm": count_params(mlm.params),
-             "params_classifier": count_params(template(bert)), "vocab": tok.vocab_size,
+             "params_classifier": count_params(_template(bert, train)), "vocab": tok.vocab_size,
              "n_train": len(train_s), "n_test": len(test_s),
              "test_classes": {CLASSES[c]: n for c, n in counts.items()},
              "majority_accuracy": majority, "mlm_eval": mlm.eval,

@@ -282,8 +282,8 @@ def optimizer(cfg: Config) -> OptimizerConfig:
     """nanoGPT's AdamW: warm-up, cosine decay to ``min_lr_ratio``, every matrix decayed."""
     return OptimizerConfig(
         "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=cfg.warmup_steps, total_steps=max(cfg.steps, cfg.warmup_steps + 1),
-        end_lr_ratio=cfg.min_lr_ratio, b1=0.9, b2=cfg.beta2, weight_decay=cfg.weight_decay,
+        warmup_steps=cfg.warmup_steps, steps=max(cfg.steps, cfg.warmup_steps + 1),
+        min_lr_ratio=cfg.min_lr_ratio, beta1=0.9, beta2=cfg.beta2, weight_decay=cfg.weight_decay,
         clip_norm=cfg.clip_norm, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
 
 

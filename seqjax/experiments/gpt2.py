@@ -350,8 +350,8 @@ def optimizer(cfg: Config) -> OptimizerConfig:
     """llm.c's AdamW (every matrix decayed), or Muon on the hidden matrices with AdamW on the
     rest; linear warm-up, cosine decay to ``min_lr_ratio``."""
     common = dict(schedule="warmup_cosine", warmup_steps=cfg.warmup_steps,
-                  total_steps=max(cfg.steps, cfg.warmup_steps + 1),
-                  end_lr_ratio=cfg.min_lr_ratio, b1=cfg.beta1, b2=cfg.beta2,
+                  steps=max(cfg.steps, cfg.warmup_steps + 1),
+                  min_lr_ratio=cfg.min_lr_ratio, beta1=cfg.beta1, beta2=cfg.beta2,
                   weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm,
                   flat_state=cfg.flat_optimizer)
     if cfg.optimizer == "adamw":

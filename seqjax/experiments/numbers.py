@@ -205,6 +205,40 @@ def _english(prompt: str) -> str:
     return prompt.lower()
 
 
+def _examples(d: _Data, show: list[int], out: list[list[int]]) -> list[dict]:
+    """The translations of the numbers ``show`` (the rows of ``out`` after the held-out ones)."""
+    examples = []
+    for j, n in enumerate(show):
+        pred = detokenize(d.tgt_tok.decode(out[len(d.test) + j]))
+        examples.append({"number": n, "english": d.src[n], "french": d.tgt[n],
+                         "predicted": pred, "correct": pred == d.tgt[n],
+                         "held_out": n in {d.numbers[i] for i in d.test}})
+    return examples
+
+
+def _print_translations(rec: dict, n_test: int) -> None:
+    """Print a run's exact match on the ``n_test`` held-out numbers and its examples."""
+    print(f"{rec['arch']} seed {rec['seed']}: exact match {100 * rec['exact_match']:.1f}% on "
+          f"{n_test} held-out numbers; params {rec['params']:,}; "
+          f"{rec['train_s']:.0f}s training")
+    for e in rec["examples"]:
+        mark = "ok" if e["correct"] else f"expected {e['french']}"
+        seen = "held out" if e["held_out"] else "seen in training"
+        print(f"  {e['number']:>5} {e['english']!r:<48} -> {e['predicted']}  "
+              f"[{mark}; {seen}]")
+
+
+def _plot_heatmap(cfg: Config, d: _Data, arch: str, heat: int, t: Trained,
+                  o_ids: list[int]) -> str:
+    """``numbers_attention_HEAT_ARCH.png``: the attention weights of the number ``heat``
+    translated as ``o_ids``."""
+    alpha = attention_map(t.run.model, t.params, d.src_tok.encode(d.src[heat]), o_ids)
+    return plot_attention(
+        alpha, d.src_tok.split(d.src[heat]), [d.tgt_tok.id_to_token(i) for i in o_ids],
+        os.path.join(cfg.workdir, f"numbers_attention_{heat}_{arch}.png"),
+        f"{heat}: attention weights of {ARCH_LABELS[arch]}")
+
+
 def build(cfg: Config) -> Task:
     """One seq2seq run per architecture and seed on the fixed split; the exact-match table."""
     for a in cfg.archs:
@@ -233,12 +267,7 @@ def build(cfg: Config) -> Task:
         ok = [out[j] == d.tgt_tok.encode(d.tgt[i]) for j, i in enumerate(d.test)]
         by_digits = {k: float(np.mean([o for o, g in zip(ok, digits) if g == k]))
                      for k in sorted(counts)}
-        examples = []
-        for j, n in enumerate(show):
-            pred = detokenize(d.tgt_tok.decode(out[len(d.test) + j]))
-            examples.append({"number": n, "english": d.src[n], "french": d.tgt[n],
-                             "predicted": pred, "correct": pred == d.tgt[n],
-                             "held_out": n in {d.numbers[i] for i in d.test}})
+        examples = _examples(d, show, out)
         final = t.records[-1] if t.records else {}
         rec = {"arch": arch, "seed": seed, "params": count_params(t.params),
                "exact_match": float(np.mean(ok)), "by_digits": by_digits,
@@ -247,21 +276,10 @@ def build(cfg: Config) -> Task:
                "errors": [{"number": d.numbers[i], "predicted":
                            detokenize(d.tgt_tok.decode(out[j])), "french": d.tgt[i]}
                           for j, i in enumerate(d.test) if not ok[j]][:10]}
-        print(f"{arch} seed {seed}: exact match {100 * rec['exact_match']:.1f}% on "
-              f"{len(d.test)} held-out numbers; params {rec['params']:,}; "
-              f"{t.seconds:.0f}s training")
-        for e in examples:
-            mark = "ok" if e["correct"] else f"expected {e['french']}"
-            seen = "held out" if e["held_out"] else "seen in training"
-            print(f"  {e['number']:>5} {e['english']!r:<48} -> {e['predicted']}  "
-                  f"[{mark}; {seen}]")
+        _print_translations(rec, len(d.test))
         if (arch not in ("gru", "transformer") and seed == cfg.seeds[0] and t.folder
                 and jax.process_index() == 0):
-            alpha = attention_map(t.run.model, t.params, d.src_tok.encode(d.src[heat]), out[-1])
-            plots[f"attention_{arch}"] = plot_attention(
-                alpha, d.src_tok.split(d.src[heat]), [d.tgt_tok.id_to_token(i) for i in out[-1]],
-                os.path.join(cfg.workdir, f"numbers_attention_{heat}_{arch}.png"),
-                f"{heat}: attention weights of {ARCH_LABELS[arch]}")
+            plots[f"attention_{arch}"] = _plot_heatmap(cfg, d, arch, heat, t, out[-1])
         return rec
 
     def runs() -> Iterator[Run]:

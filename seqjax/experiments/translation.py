@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from seqjax.data.tokenizers import WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegInt, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, train
 from seqjax.experiments._seq2seq import (
@@ -216,13 +217,25 @@ def _word_len(sentence: str) -> int:
     return sum(1 for w in sentence.split() if w not in {",", ".", "!", "?"})
 
 
-def build(cfg: Config) -> Task:
-    """One seq2seq run per architecture and seed on the pairs whose English source is not
-    held out; BLEU on the held-out sources, the probes, the tables."""
-    for a in cfg.archs:
-        if a not in ARCHS:
-            raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
-    started, info = time.perf_counter(), machine_info()
+@dataclass
+class _Data:
+    """The kept pairs split by source sentence, the vocabularies and the encoded arrays."""
+
+    train_src: set[str]
+    train_pairs: list[tuple[str, str]]
+    refs: dict[str, list[str]]  # the translations of each held-out source
+    test_sents: list[str]  # the held-out sources translated for BLEU
+    src_tok: WordTokenizer
+    tgt_tok: WordTokenizer
+    train_arr: dict[str, np.ndarray]
+    val_arr: dict[str, np.ndarray]
+    dec_x: np.ndarray  # decoded after training: held-out sentences, probes, heatmap
+    dec_len: np.ndarray
+
+
+def _data(cfg: Config) -> _Data:
+    """The pairs with at most ``max_tgt_len`` French tokens, split by source sentence; the
+    tokenizers of the training pairs; the training, validation and decoding arrays."""
     src, tgt = load_pairs(cfg.num_pairs)
     keep = [i for i, t in enumerate(tgt) if len(t.split()) <= cfg.max_tgt_len]
     src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
@@ -245,26 +258,58 @@ def build(cfg: Config) -> Task:
                            tgt_tok, src_len=src_len, tgt_len=cfg.max_tgt_len)
     dec_x, dec_len = encode_sources(
         [*test_sents, *(p for p, _ in PROBES), cfg.heatmap_sentence], src_tok, src_len)
+    return _Data(train_src, train_pairs, refs, test_sents, src_tok, tgt_tok, train_arr,
+                 val_arr, dec_x, dec_len)
+
+
+def _bleu_by_length(hyps: list[str], refs: list[list[str]],
+                    lengths: list[int]) -> dict[int, float]:
+    """Corpus BLEU of the held-out sentences of each source length (in words)."""
+    by_len = {}
+    for n in sorted(set(lengths)):
+        idx = [i for i, m in enumerate(lengths) if m == n]
+        by_len[n] = corpus_bleu([hyps[i] for i in idx], [refs[i] for i in idx])
+    return by_len
+
+
+def _plot_heatmap(cfg: Config, d: _Data, arch: str, t: Trained, o_ids: list[int]) -> str:
+    """``translation_attention_ARCH.png``: the attention weights of ``cfg.heatmap_sentence``
+    translated as ``o_ids``."""
+    s_ids = d.src_tok.encode(cfg.heatmap_sentence)
+    alpha = attention_map(t.run.model, t.params, s_ids, o_ids)
+    return plot_attention(
+        alpha[:, : len(s_ids)], cfg.heatmap_sentence.split(),
+        [d.tgt_tok.id_to_token(i) for i in o_ids],
+        os.path.join(cfg.workdir, f"translation_attention_{arch}.png"),
+        f"{ARCH_LABELS[arch]}: attention weights (MEDL Fig. 7.11 style)")
+
+
+def build(cfg: Config) -> Task:
+    """One seq2seq run per architecture and seed on the pairs whose English source is not
+    held out; BLEU on the held-out sources, the probes, the tables."""
+    for a in cfg.archs:
+        if a not in ARCHS:
+            raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
+    started, info = time.perf_counter(), machine_info()
+    d = _data(cfg)
     spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
                      cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress,
                      plot=cfg.workdir is not None)
-    lengths = [_word_len(s) for s in test_sents]
+    lengths = [_word_len(s) for s in d.test_sents]
     heatmaps: dict[str, str] = {}
 
     def scores(arch: str, seed: int, t: Trained) -> dict:  # printed; a heatmap
         start = time.perf_counter()
         # One decoding call (one compiled shape): held-out sentences, probes, heatmap.
-        all_ids = translate(t.run.model, t.params, dec_x, dec_len,
+        all_ids = translate(t.run.model, t.params, d.dec_x, d.dec_len,
                             max_new_tokens=cfg.max_tgt_len + 1, beam_size=cfg.beam_size,
                             batch_size=cfg.decode_batch)
-        n_test = len(test_sents)
-        hyps = [tgt_tok.decode(h) for h in all_ids[:n_test]]
-        bleu = corpus_bleu(hyps, [refs[s] for s in test_sents])
-        by_len = {}
-        for n in sorted(set(lengths)):
-            idx = [i for i, m in enumerate(lengths) if m == n]
-            by_len[n] = corpus_bleu([hyps[i] for i in idx], [refs[test_sents[i]] for i in idx])
-        probe_out = [tgt_tok.decode(h) for h in all_ids[n_test : n_test + len(PROBES)]]
+        n_test = len(d.test_sents)
+        hyps = [d.tgt_tok.decode(h) for h in all_ids[:n_test]]
+        test_refs = [d.refs[s] for s in d.test_sents]
+        bleu = corpus_bleu(hyps, test_refs)
+        by_len = _bleu_by_length(hyps, test_refs, lengths)
+        probe_out = [d.tgt_tok.decode(h) for h in all_ids[n_test : n_test + len(PROBES)]]
         probes = [{"src": p, "ref": r, "out": o, "bleu": d2l_bleu(o, r)}
                   for (p, r), o in zip(PROBES, probe_out)]
         final = t.records[-1] if t.records else {}
@@ -273,45 +318,39 @@ def build(cfg: Config) -> Task:
             "bleu_by_length": by_len, "probes": probes, "train_s": t.seconds,
             "eval_s": time.perf_counter() - start, "final_train_loss": final.get("loss"),
             "val_loss": final.get("eval/loss"),
-            "examples": [{"src": s, "out": h, "refs": refs[s]}
-                         for s, h in list(zip(test_sents, hyps))[:8]],
+            "examples": [{"src": s, "out": h, "refs": d.refs[s]}
+                         for s, h in list(zip(d.test_sents, hyps))[:8]],
         }
         print(f"{arch} seed {seed}: BLEU {bleu:.2f}; params {rec['params']:,}; "
               f"train {t.seconds:.0f}s; " + "; ".join(f"{q['src']} => {q['out']} "
                                                       f"({q['bleu']:.3f})" for q in probes))
         if (arch in ("bahdanau", "luong") and seed == cfg.seeds[0]
                 and cfg.workdir is not None and jax.process_index() == 0):
-            s_ids, o_ids = src_tok.encode(cfg.heatmap_sentence), all_ids[-1]
-            alpha = attention_map(t.run.model, t.params, s_ids, o_ids)
-            heatmaps[arch] = plot_attention(
-                alpha[:, : len(s_ids)], cfg.heatmap_sentence.split(),
-                [tgt_tok.id_to_token(i) for i in o_ids],
-                os.path.join(cfg.workdir, f"translation_attention_{arch}.png"),
-                f"{ARCH_LABELS[arch]}: attention weights (MEDL Fig. 7.11 style)")
+            heatmaps[arch] = _plot_heatmap(cfg, d, arch, t, all_ids[-1])
         return rec
 
     def runs() -> Iterator[Run]:
         for arch in cfg.archs:
             for seed in cfg.seeds:
-                model = make_model(arch, src_tok.vocab_size, tgt_tok.vocab_size,
+                model = make_model(arch, d.src_tok.vocab_size, d.tgt_tok.vocab_size,
                                    embed_dim=cfg.embed_dim, hidden_size=cfg.hidden_size,
                                    dropout_rate=cfg.dropout_rate, num_heads=cfg.num_heads,
                                    num_layers=cfg.num_layers)
-                mc = {"arch": arch, "src_vocab": src_tok.vocab_size,
-                      "tgt_vocab": tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
+                mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
+                      "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
                       "hidden_size": cfg.hidden_size}
                 print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
-                yield seq2seq_run(model, train_arr, val_arr, spec, seed=seed,
+                yield seq2seq_run(model, d.train_arr, d.val_arr, spec, seed=seed,
                                   name=f"{arch}_seed{seed}", model_config=mc,
                                   evaluate=functools.partial(scores, arch, seed))
 
-    about = (f"{len(train_pairs)} training pairs, {len(test_sents)} held-out source "
-             f"sentences ({sum(len(refs[s]) for s in test_sents)} references); vocabularies "
-             f"{src_tok.vocab_size} (en) / {tgt_tok.vocab_size} (fr); {info['cpu']}, "
-             f"{info['cores']} cores, load {info['load_avg']}")
-    extra = {"machine": info, "heatmaps": heatmaps, "n_train": len(train_pairs),
-             "n_test": len(test_sents), "vocab": (src_tok.vocab_size, tgt_tok.vocab_size),
-             "probe_seen": {p: p in train_src for p, _ in PROBES}}
+    about = (f"{len(d.train_pairs)} training pairs, {len(d.test_sents)} held-out source "
+             f"sentences ({sum(len(d.refs[s]) for s in d.test_sents)} references); "
+             f"vocabularies {d.src_tok.vocab_size} (en) / {d.tgt_tok.vocab_size} (fr); "
+             f"{info['cpu']}, {info['cores']} cores, load {info['load_avg']}")
+    extra = {"machine": info, "heatmaps": heatmaps, "n_train": len(d.train_pairs),
+             "n_test": len(d.test_sents), "vocab": (d.src_tok.vocab_size, d.tgt_tok.vocab_size),
+             "probe_seen": {p: p in d.train_src for p, _ in PROBES}}
     return Task("translation", runs(), about=about, started=started,
                 summarize=lambda trained: {**_summarise(cfg, [t.results for t in trained],
                                                         lengths), **extra},

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_positive_int, replace_fields
+from seqjax._checks import NamedFields, check_count_or_off, check_positive_int, replace_fields
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU_VARIANTS, get_activation
 from seqjax.nn.norms import LayerNorm, RMSNorm
@@ -90,7 +90,7 @@ class BlockConfig(NamedFields):
         qk_norm, use_rope, rope_base, implementation: passed to the default
             :class:`~seqjax.nn.attention.MultiHeadAttention` self-attention.
         window: sliding-window (local) causal self-attention of ``w`` keys, position ``i``
-            attending to ``i-w+1 .. i`` (MultiHeadAttention's ``window``; ``None``: all);
+            attending to ``i-w+1 .. i`` (MultiHeadAttention's ``window``; ``0``: all);
             ``L`` such layers see ``L(w-1)+1`` positions back.
         attention: factory for the self-attention module, called with keywords
             ``num_heads, head_dim, use_bias, dropout_rate, dtype, param_dtype``; it must
@@ -133,7 +133,7 @@ class BlockConfig(NamedFields):
     qk_norm: bool = False
     use_rope: bool = False
     rope_base: float = 10000.0
-    window: int | None = None
+    window: int = 0
     implementation: str = "auto"
     attention: Callable[..., nn.Module] | None = None
     dtype: Dtype | None = None
@@ -162,8 +162,9 @@ class BlockConfig(NamedFields):
             or self.num_heads <= 0
         ):
             raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads!r}.")
-        for field in ("mlp_dim", "head_dim", "window"):
+        for field in ("mlp_dim", "head_dim"):
             _check_optional_positive_int(getattr(self, field), field)
+        check_count_or_off(self.window, "window", "BlockConfig", "no window, every key")
         check_positive_int(self.multiple_of, "multiple_of")
         g = self.num_kv_heads
         if g is not None and (
@@ -297,7 +298,7 @@ class BlockOptions(TypedDict, total=False):
     qk_norm: bool
     use_rope: bool
     rope_base: float
-    window: int | None
+    window: int
     implementation: str
     attention: Callable[..., nn.Module] | None
     dtype: Dtype | None

@@ -128,9 +128,10 @@ class OptimizerConfig(NamedFields):
         learning_rate: the peak rate ``η_0``.
         schedule: ``"constant"``, ``"warmup_cosine"``, ``"linear"`` or ``"inverse_sqrt"``.
         warmup_steps: linear warm-up length ``w`` (optimizer updates).
-        total_steps: ``S``, the update at which cosine/linear decay ends (required by those).
-        end_lr_ratio: ``η_end / η_0`` for cosine/linear decay.
-        b1, b2, eps: Adam moments and epsilon.
+        steps: ``S``, the update at which cosine/linear decay ends (required by those): the
+            run's length, as ``FitConfig.steps`` and a recipe's ``--steps``.
+        min_lr_ratio: ``η_end / η_0`` for cosine/linear decay.
+        beta1, beta2, eps: Adam's moment decays ``β_1``, ``β_2`` and epsilon.
         weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off. Muon: the
             decay of the ``matrix`` and ``head`` groups (``η λ W``, as torch's), unless
             ``group_weight_decays`` says otherwise; ``embed`` and ``scalar`` are not decayed.
@@ -158,10 +159,10 @@ class OptimizerConfig(NamedFields):
     learning_rate: float = 1e-3
     schedule: str = "constant"
     warmup_steps: int = 0
-    total_steps: int | None = None
-    end_lr_ratio: float = 0.0
-    b1: float = 0.9
-    b2: float = 0.999
+    steps: int | None = None
+    min_lr_ratio: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
     eps: float = 1e-8
     weight_decay: float = 0.0
     momentum: float | None = None
@@ -188,10 +189,10 @@ class OptimizerConfig(NamedFields):
                              f"{self.clip_norm}.")
         self._check_muon()
         if self.schedule in ("warmup_cosine", "linear"):
-            if self.total_steps is None or self.total_steps <= self.warmup_steps:
+            if self.steps is None or self.steps <= self.warmup_steps:
                 raise ValueError(
-                    f"schedule {self.schedule!r} needs `total_steps` > `warmup_steps` "
-                    f"({self.warmup_steps}); got total_steps={self.total_steps}."
+                    f"schedule {self.schedule!r} needs `steps` > `warmup_steps` "
+                    f"({self.warmup_steps}); got steps={self.steps}."
                 )
 
     def _check_muon(self) -> None:
@@ -311,15 +312,15 @@ def inverse_sqrt_schedule(peak_value: float, warmup_steps: int) -> optax.Schedul
 
 def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
     """The learning-rate schedule named by ``cfg.schedule`` (see the module docstring)."""
-    peak, end = cfg.learning_rate, cfg.learning_rate * cfg.end_lr_ratio
+    peak, end = cfg.learning_rate, cfg.learning_rate * cfg.min_lr_ratio
     if cfg.schedule == "constant":
         return constant_schedule(peak, cfg.warmup_steps)
     if cfg.schedule == "warmup_cosine":
-        assert cfg.total_steps is not None  # OptimizerConfig requires it for this schedule
-        return warmup_cosine_schedule(peak, cfg.warmup_steps, cfg.total_steps, end)
+        assert cfg.steps is not None  # OptimizerConfig requires it for this schedule
+        return warmup_cosine_schedule(peak, cfg.warmup_steps, cfg.steps, end)
     if cfg.schedule == "linear":
-        assert cfg.total_steps is not None  # OptimizerConfig requires it for this schedule
-        return linear_schedule(peak, cfg.warmup_steps, cfg.total_steps, end)
+        assert cfg.steps is not None  # OptimizerConfig requires it for this schedule
+        return linear_schedule(peak, cfg.warmup_steps, cfg.steps, end)
     return inverse_sqrt_schedule(peak, cfg.warmup_steps)
 
 
@@ -392,11 +393,10 @@ def make_optimizer(
     elif cfg.flat_state:
         opt = _flat_state_optimizer(cfg, schedule, mask)
     elif cfg.name == "adamw":
-        opt = optax.adamw(
-            schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask
-        )
+        opt = optax.adamw(schedule, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps,
+                          weight_decay=cfg.weight_decay, mask=mask)
     elif cfg.name == "adam":
-        opt = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+        opt = optax.adam(schedule, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps)
     else:
         opt = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=bool(cfg.nesterov))
         if cfg.weight_decay:
@@ -419,7 +419,7 @@ def _flat_state_optimizer(cfg: OptimizerConfig, schedule: optax.Schedule,
     """
     lr = optax.scale_by_learning_rate(schedule)
     if cfg.name in ("adamw", "adam"):
-        parts = [optax.flatten(optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps))]
+        parts = [optax.flatten(optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps))]
         if cfg.name == "adamw":
             parts.append(optax.add_decayed_weights(cfg.weight_decay, mask))
         return optax.chain(*parts, lr)
@@ -571,7 +571,7 @@ def _muon(cfg: OptimizerConfig) -> optax.GradientTransformation:
         scale_by_shape(muon_dimension_numbers), *tail("matrix"))}
     for group in MUON_GROUPS[1:]:
         transforms[group] = optax.chain(
-            maybe_flat(optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)), *tail(group))
+            maybe_flat(optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps)), *tail(group))
 
     def labels(params: Any) -> Any:
         groups = param_groups(params)

@@ -148,7 +148,16 @@ def test_threshold_arguments_reach_their_sub_paths():
     assert "scan" in jaxpr(scan_min_keys=8, query_chunk=4)
     assert "scan" not in jaxpr(scan_min_keys=8, query_chunk=4, is_causal=True)
     assert jaxpr(fused_rows=4).count("dot_general") == 8  # 4 fused forward chunks
-    for name in ("query_chunk", "scan_min_keys", "fused_rows", "window"):
+    for name in ("query_chunk", "scan_min_keys", "fused_rows"):
         for bad in (0, -1, 2.5, True):
             with pytest.raises(ValueError, match=f"`{name}` must be a positive int"):
                 dot_product_attention(q, k, v, **{name: bad})
+    # window: 0 is off (every key), the one spelling of off; None names it
+    np.testing.assert_array_equal(dot_product_attention(q, k, v, window=0),
+                                  dot_product_attention(q, k, v))
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=r"`window` of dot_product_attention must be an int"):
+            dot_product_attention(q, k, v, window=bad)
+    with pytest.raises(TypeError, match="`window=None` of dot_product_attention is spelled "
+                                        "`window=0`"):
+        dot_product_attention(q, k, v, window=None)

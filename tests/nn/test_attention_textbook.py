@@ -171,7 +171,7 @@ def test_mha_window_with_kv_cache_applies_to_absolute_positions():
     params = mha.init(jax.random.PRNGKey(1), x)
     full = mha.apply(params, x)  # window implies causal
     np.testing.assert_allclose(full, mha.apply(params, x, is_causal=True), rtol=1e-6)
-    wide = mha.clone(window=None).apply(params, x, is_causal=True)
+    wide = mha.clone(window=0).apply(params, x, is_causal=True)  # 0: no window
     assert not np.allclose(full[:, 3:], wide[:, 3:], atol=1e-4)  # the window does cut keys
     step = jax.jit(lambda xt, c, n: mha.apply(params, xt, c, lengths=n, method="decode"))
     prompt_lens = np.array([2, 4], np.int32)
@@ -189,5 +189,8 @@ def test_mha_window_with_kv_cache_applies_to_absolute_positions():
         pos += 1
     with pytest.raises(ValueError, match="`window` \\(sliding-window attention\\) is for self"):
         mha.apply(params, x, x[:, :5])
-    with pytest.raises(ValueError, match="`window` must be a positive int"):
-        mha.clone(window=0).apply(params, x)
+    with pytest.raises(ValueError, match="`window` of MultiHeadAttention must be an int >= 0"):
+        mha.clone(window=-1).apply(params, x)
+    with pytest.raises(TypeError, match="`window=None` of MultiHeadAttention is spelled "
+                                        "`window=0`"):
+        mha.clone(window=None).apply(params, x)

@@ -526,7 +526,7 @@ def test_torch_encoder_layer_parity(norm_first, activation):
         ("dropout_rate", 1.0),
         ("attention_dropout_rate", -0.1),
         ("mlp_dropout_rate", 1.5),
-        ("window", 0),
+        ("window", -1),  # 0: no window
         ("implementation", "magic"),
     ],
 )

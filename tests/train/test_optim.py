@@ -20,7 +20,7 @@ from seqjax.train.optim import (
 
 def test_warmup_cosine_schedule():
     f = make_schedule(OptimizerConfig(learning_rate=2.0, schedule="warmup_cosine",
-                                      warmup_steps=10, total_steps=110, end_lr_ratio=0.1))
+                                      warmup_steps=10, steps=110, min_lr_ratio=0.1))
     for s in (0, 3, 10, 37, 80, 110, 500):
         if s < 10:
             want = 2.0 * s / 10
@@ -32,7 +32,7 @@ def test_warmup_cosine_schedule():
 
 def test_linear_and_constant_schedules():
     f = make_schedule(OptimizerConfig(learning_rate=1.0, schedule="linear", warmup_steps=4,
-                                      total_steps=14))
+                                      steps=14))
     assert [round(float(f(s)), 4) for s in (0, 2, 4, 9, 14, 20)] == [0, 0.5, 1, 0.5, 0, 0]
     g = make_schedule(OptimizerConfig(learning_rate=0.3))
     assert float(g(0)) == pytest.approx(0.3) and float(g(10**6)) == pytest.approx(0.3)
@@ -50,7 +50,7 @@ def test_inverse_sqrt_is_vaswani():
 def test_config_errors():
     with pytest.raises(ValueError, match="`name`"):
         OptimizerConfig("lamb")
-    with pytest.raises(ValueError, match="total_steps"):
+    with pytest.raises(ValueError, match="`steps`"):
         OptimizerConfig(schedule="warmup_cosine", warmup_steps=10)
 
 
@@ -157,7 +157,7 @@ def test_muon_is_the_numpy_reference_per_group():
               "token_embed": {"embedding": rng.normal(size=(7, 3))}}
     params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
     cfg = OptimizerConfig("muon", 0.02, weight_decay=0.1, ns_steps=4,
-                          group_learning_rates=(("embed", 0.3), ("scalar", 0.01)), b2=0.95)
+                          group_learning_rates=(("embed", 0.3), ("scalar", 0.01)), beta2=0.95)
     tx, _ = make_optimizer(cfg)
     state, p = tx.init(params), params
     ref = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
@@ -266,3 +266,12 @@ def test_muon_options_refused_by_other_optimizers_and_no_matrix_refused():
     tx, _ = make_optimizer(OptimizerConfig("muon", 0.02))
     with pytest.raises(ValueError, match="no matrix to orthogonalise"):
         tx.init({"embed": {"embedding": jnp.ones((4, 2))}, "norm": {"scale": jnp.ones(2)}})
+
+
+def test_the_optimizer_fields_are_spelled_as_the_recipes_options():
+    """steps, min_lr_ratio, beta1, beta2: the names of `seqjax train`'s options; each old
+    spelling is a TypeError naming the new one."""
+    for old, new in (("total_steps", "steps"), ("end_lr_ratio", "min_lr_ratio"),
+                     ("b1", "beta1"), ("b2", "beta2")):
+        with pytest.raises(TypeError, match=f"`{old}` \\(renamed `{new}`\\)"):
+            OptimizerConfig(**{old: 1})

@@ -27,33 +27,12 @@ def write_results(
     ``commands`` maps each work dir to the command that trained it. Every number comes
     from the runs' ``char_lm.json`` and ``metrics.jsonl``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = []
     for wd in workdirs:
         with open(os.path.join(wd, "char_lm.json")) as f:
             runs.append((wd, json.load(f), read_metrics(os.path.join(wd, "metrics.jsonl"))))
     os.makedirs(results_dir, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.14, top=0.92)
-    for _wd, s, recs in runs:
-        name = f"{s['config']['model']} ({s['params'] / 1e6:.2f}M, {s['steps']} it.)"
-        pts = [(r["step"], r["eval/loss"]) for r in recs if "eval/loss" in r]
-        tr = [(r["step"], r["loss"]) for r in recs if "loss" in r]
-        (line,) = ax.plot(*zip(*pts), marker="o", ms=3, label=f"{name} val")
-        ax.plot(*zip(*tr), color=line.get_color(), alpha=0.35, lw=0.8, label=f"{name} train")
-    ax.axhline(NANOGPT_CPU_VAL_LOSS, color="k", ls=":", lw=1, label="nanoGPT CPU val ≈ 1.88")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("cross-entropy (nats/char)")
-    ax.set_ylim(1.3, 3.5)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title("Tiny Shakespeare, nanoGPT CPU config (block 64, batch 12)", fontsize=9)
-    fig.savefig(os.path.join(results_dir, "char_lm_loss.png"), dpi=90)
-    plt.close(fig)
+    _plot_losses(runs, os.path.join(results_dir, "char_lm_loss.png"))
 
     first = runs[0][1]
     lines = [
@@ -76,6 +55,58 @@ def write_results(
         "warm-up iterations, cosine decay to 0.1× at the last iteration, gradient clipping 1.0, "
         "dropout 0, random windows of 64 characters, batch 12.",
         "",
+        *_results_table(runs),
+        "",
+        "![loss curves](char_lm_loss.png)",
+        "",
+        *_eval_table(runs),
+        *_samples(runs),
+        "",
+        "The transformer's checkpoint, tokenizer and config stay in its work dir "
+        f"(`{runs[0][0]}`: `checkpoints/`, `tokenizer.json`, `experiment.json`); "
+        "`seqjax.experiments._text.load_model(workdir)` returns `(model, params, tokenizer, "
+        "config)`.",
+        "",
+        "nanoGPT's GPU config (`--preset gpu`: 6 layers, 6 heads, d = 384, block 256, batch "
+        f"64, 5000 iterations, dropout 0.2; val {NANOGPT_GPU_VAL_LOSS} on one A100) is "
+        "implemented and smoke-tested; it has not been run here (no GPU).",
+        "",
+    ]
+    text = "\n".join(lines)
+    with open(os.path.join(results_dir, "char_lm.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    return text
+
+
+def _plot_losses(runs: list[tuple[str, dict, list[dict]]], path: str) -> None:
+    """``char_lm_loss.png``: each run's train and validation loss against the iteration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.14, top=0.92)
+    for _wd, s, recs in runs:
+        name = f"{s['config']['model']} ({s['params'] / 1e6:.2f}M, {s['steps']} it.)"
+        pts = [(r["step"], r["eval/loss"]) for r in recs if "eval/loss" in r]
+        tr = [(r["step"], r["loss"]) for r in recs if "loss" in r]
+        (line,) = ax.plot(*zip(*pts), marker="o", ms=3, label=f"{name} val")
+        ax.plot(*zip(*tr), color=line.get_color(), alpha=0.35, lw=0.8, label=f"{name} train")
+    ax.axhline(NANOGPT_CPU_VAL_LOSS, color="k", ls=":", lw=1, label="nanoGPT CPU val ≈ 1.88")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("cross-entropy (nats/char)")
+    ax.set_ylim(1.3, 3.5)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("Tiny Shakespeare, nanoGPT CPU config (block 64, batch 12)", fontsize=9)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _results_table(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
+    """The results table's lines: one row per run (config, losses, wall time, load)."""
+    lines = [
         "| model | params | iterations | peak lr | val loss (20 random batches, as nanoGPT) "
         "| val loss (whole val split) | train loss (20 batches) | training wall time "
         "| load average (1/5/15 min) before → after | anchor |",
@@ -95,10 +126,12 @@ def write_results(
             f"{s['train_loss_estimate']:.4f} | {s['train_wall_s'] / 60:.1f} min | {loads} | "
             f"nanoGPT val ≈ {s['anchor_val_loss']} (~3 min on a laptop CPU) |"
         )
-    lines += [
-        "",
-        "![loss curves](char_lm_loss.png)",
-        "",
+    return lines
+
+
+def _eval_table(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
+    """The validation loss during training: one row per evaluated iteration, a column a run."""
+    lines = [
         "Validation loss during training (20 fixed random batches):",
         "",
         "| iteration | "
@@ -111,6 +144,12 @@ def write_results(
         lines.append(
             f"| {step} | " + " | ".join(f"{e[step]:.4f}" if step in e else "" for e in evals) + " |"
         )
+    return lines
+
+
+def _samples(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
+    """Each run's sample, with how it was drawn, as fenced blocks."""
+    lines = []
     for _wd, s, _ in runs:
         c = s["config"]
         lines += [
@@ -124,19 +163,4 @@ def write_results(
             s["sample"].strip(),
             "```",
         ]
-    lines += [
-        "",
-        "The transformer's checkpoint, tokenizer and config stay in its work dir "
-        f"(`{runs[0][0]}`: `checkpoints/`, `tokenizer.json`, `experiment.json`); "
-        "`seqjax.experiments._text.load_model(workdir)` returns `(model, params, tokenizer, "
-        "config)`.",
-        "",
-        "nanoGPT's GPU config (`--preset gpu`: 6 layers, 6 heads, d = 384, block 256, batch "
-        f"64, 5000 iterations, dropout 0.2; val {NANOGPT_GPU_VAL_LOSS} on one A100) is "
-        "implemented and smoke-tested; it has not been run here (no GPU).",
-        "",
-    ]
-    text = "\n".join(lines)
-    with open(os.path.join(results_dir, "char_lm.md"), "w", encoding="utf-8") as f:
-        f.write(text)
-    return text
+    return lines

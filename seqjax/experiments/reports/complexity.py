@@ -74,6 +74,37 @@ def report(
         "training and inference); Vaswani et al.'s Table 1 has the three columns but no "
         "linear attention or SSM row.",
         "",
+        *_table1(cfg, by, lens, fits),
+        "",
+        "Max path lengths are at the largest T (T + 1 = the chain x_1 → s_1 → … → s_T → y_T; "
+        "1 = a direct edge; for a CNN, the depth L of the stack that covers T); the RNN has no "
+        "parallel form, a CNN no recurrent one (both columns are its stack).",
+        "",
+        "## Every length",
+        "",
+        *_every_length(cfg, by, lens, cnns),
+        "",
+        "Reading: attention's cost per token grows with T (the N²d term; at small T the ND² "
+        "projections dominate, so the exponent approaches 2 only as T ≫ d), the others are "
+        "linear in T; a conv layer's cost per token is 2·k·d² (+ d for the bias), k times a "
+        "d × d projection, whatever its dilation. The RNN's chain of T dependent steps shows "
+        "in the sequential operations (∝ T); the CNN's, attention's and linear attention's "
+        "critical paths do not grow with T (a convolution, a matmul or a prefix sum counts "
+        "as one operation), and the associative scan of the SSM grows like log T. Path "
+        "length is where the CNNs differ: a plain stack needs ⌈(T − 1)/(k − 1)⌉ layers to "
+        "connect the ends (O(N/k)), a dilated one ⌈log_k T⌉ (O(log_k N)), where attention "
+        "needs one hop and the RNN's and the recurrent forms' chains T + 1.",
+        "",
+        "![FLOPs, sequential operations and path length](complexity.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _table1(cfg: Any, by: dict, lens: list[int], fits: dict) -> list[str]:
+    """Vaswani et al.'s Table 1, measured: one row per layer, the smallest and largest T,
+    the fitted exponents and what the sources state."""
+    lines = [
         "| layer | FLOPs / token at T = "
         + f"{lens[0]} → {lens[-1]}"
         + " | FLOPs ∝ T^k, k | sequential ops at T = "
@@ -94,14 +125,12 @@ def report(
             f"{b['path_recurrent']:,} | {sl[0]}, {sl[1]} | "
             f"{'not in the table' if vt is None else ', '.join(vt)} |"
         )
-    lines += [
-        "",
-        "Max path lengths are at the largest T (T + 1 = the chain x_1 → s_1 → … → s_T → y_T; "
-        "1 = a direct edge; for a CNN, the depth L of the stack that covers T); the RNN has no "
-        "parallel form, a CNN no recurrent one (both columns are its stack).",
-        "",
-        "## Every length",
-        "",
+    return lines
+
+
+def _every_length(cfg: Any, by: dict, lens: list[int], cnns: tuple[str, ...]) -> list[str]:
+    """The measured rows at every length T, one per layer and T."""
+    lines = [
         "| layer | T | FLOPs | FLOPs / token | sequential ops | path (parallel) "
         "| path (recurrent) | CNN stack depth L |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -114,23 +143,7 @@ def report(
                 f"{r['sequential_ops']:,} | {r['path_parallel']} | "
                 f"{r['path_recurrent']} | {r['layers'] if m in cnns else '—'} |"
             )
-    lines += [
-        "",
-        "Reading: attention's cost per token grows with T (the N²d term; at small T the ND² "
-        "projections dominate, so the exponent approaches 2 only as T ≫ d), the others are "
-        "linear in T; a conv layer's cost per token is 2·k·d² (+ d for the bias), k times a "
-        "d × d projection, whatever its dilation. The RNN's chain of T dependent steps shows "
-        "in the sequential operations (∝ T); the CNN's, attention's and linear attention's "
-        "critical paths do not grow with T (a convolution, a matmul or a prefix sum counts "
-        "as one operation), and the associative scan of the SSM grows like log T. Path "
-        "length is where the CNNs differ: a plain stack needs ⌈(T − 1)/(k − 1)⌉ layers to "
-        "connect the ends (O(N/k)), a dilated one ⌈log_k T⌉ (O(log_k N)), where attention "
-        "needs one hop and the RNN's and the recurrent forms' chains T + 1.",
-        "",
-        "![FLOPs, sequential operations and path length](complexity.png)",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 def plot_costs(cfg: Any, rows: list[dict], outdir: str) -> str:

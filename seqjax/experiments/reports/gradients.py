@@ -30,9 +30,15 @@ def plot_gradients(cfg: Any, profiles: dict, runs: list[dict], outdir: str) -> l
     import matplotlib
 
     matplotlib.use("Agg")
+
+    return [_plot_distance(cfg, profiles, runs, outdir), _plot_adding(runs, outdir)]
+
+
+def _plot_distance(cfg: Any, profiles: dict, runs: list[dict], outdir: str) -> str:
+    """``gradients_distance.png``: the adjoint norms against the distance T − t (Elman, the
+    gated cells)."""
     import matplotlib.pyplot as plt
 
-    paths = []
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.13, top=0.9, wspace=0.22)
     colors = {r: c for r, c in zip(cfg.radii, ("tab:blue", "tab:green", "tab:red", "tab:purple"))}
@@ -86,7 +92,12 @@ def plot_gradients(cfg: Any, profiles: dict, runs: list[dict], outdir: str) -> l
     path = os.path.join(outdir, "gradients_distance.png")
     fig.savefig(path, dpi=90)
     plt.close(fig)
-    paths.append(path)
+    return path
+
+
+def _plot_adding(runs: list[dict], outdir: str) -> str:
+    """``gradients_adding.png``: the adding problem's test MSE by step, one panel per T."""
+    import matplotlib.pyplot as plt
 
     lengths = sorted({r["length"] for r in runs})
     fig, axes = plt.subplots(
@@ -117,8 +128,7 @@ def plot_gradients(cfg: Any, profiles: dict, runs: list[dict], outdir: str) -> l
     path = os.path.join(outdir, "gradients_adding.png")
     fig.savefig(path, dpi=80)
     plt.close(fig)
-    paths.append(path)
-    return paths
+    return path
 
 
 def report(

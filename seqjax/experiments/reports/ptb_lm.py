@@ -100,35 +100,7 @@ def results_markdown(
         )
     lines.append("")
     if done:
-        lines += [
-            f"**Final test perplexity: {summary['test_ppl']:.2f}** (valid "
-            f"{summary['valid_ppl']:.2f}) after {summary['steps']} steps; wall time "
-            f"{summary['wall_s'] / 60:.1f} min"
-            + (" (resumed run: this process's time)" if summary["resumed_from"] else "")
-            + f". Target ≤ {ZAREMBA_SMALL_TEST_PPL}: "
-            + ("met." if summary["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL else "NOT met.")
-        ]
-        best = min(rows, key=lambda r: r["valid_ppl"])
-        lines += [
-            "",
-            f"Best validation perplexity: epoch {best['epoch']}, valid "
-            f"{best['valid_ppl']:.2f}, test {best['test_ppl']:.2f} (the table's final row is "
-            "the reported number; no early stopping). One run, seed "
-            f"{cfg.seed}; the spread over seeds: `write_seed_summary` "
-            "([ptb_lm_seeds.md](ptb_lm_seeds.md)). "
-            + (
-                "Two biases per LSTM gate as `main.lua` (i2h and h2h)."
-                if cfg.recurrent_bias
-                else "One bias per LSTM gate; `main.lua` has two (i2h and h2h)."
-            )
-            + f" {summary['params']:,} parameters.",
-        ]
-        if cfg.recurrent_bias:
-            lines += [
-                "",
-                "The first full run had one bias per gate (`--recurrent_bias=false`): "
-                "[ptb_lm_one_bias.md](ptb_lm_one_bias.md).",
-            ]
+        lines += _final_result(cfg, rows, summary)
     else:
         lines += [
             f"**Run in progress / incomplete:** {len(rows)} of {cfg.epochs} epochs "
@@ -139,6 +111,41 @@ def results_markdown(
     return "\n".join(lines)
 
 
+def _final_result(cfg: Any, rows: list[dict], summary: dict) -> list[str]:
+    """The finished run's lines: the final test perplexity against the target, the best
+    validation epoch, the biases and the parameter count."""
+    lines = [
+        f"**Final test perplexity: {summary['test_ppl']:.2f}** (valid "
+        f"{summary['valid_ppl']:.2f}) after {summary['steps']} steps; wall time "
+        f"{summary['wall_s'] / 60:.1f} min"
+        + (" (resumed run: this process's time)" if summary["resumed_from"] else "")
+        + f". Target ≤ {ZAREMBA_SMALL_TEST_PPL}: "
+        + ("met." if summary["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL else "NOT met.")
+    ]
+    best = min(rows, key=lambda r: r["valid_ppl"])
+    lines += [
+        "",
+        f"Best validation perplexity: epoch {best['epoch']}, valid "
+        f"{best['valid_ppl']:.2f}, test {best['test_ppl']:.2f} (the table's final row is "
+        "the reported number; no early stopping). One run, seed "
+        f"{cfg.seed}; the spread over seeds: `write_seed_summary` "
+        "([ptb_lm_seeds.md](ptb_lm_seeds.md)). "
+        + (
+            "Two biases per LSTM gate as `main.lua` (i2h and h2h)."
+            if cfg.recurrent_bias
+            else "One bias per LSTM gate; `main.lua` has two (i2h and h2h)."
+        )
+        + f" {summary['params']:,} parameters.",
+    ]
+    if cfg.recurrent_bias:
+        lines += [
+            "",
+            "The first full run had one bias per gate (`--recurrent_bias=false`): "
+            "[ptb_lm_one_bias.md](ptb_lm_one_bias.md).",
+        ]
+    return lines
+
+
 def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None) -> str:
     """The seed summary (markdown) of :func:`seqjax.experiments.ptb_lm.seed_summary`'s
     ``summary``: one row per seed, the mean, sample std, Student-t interval and range
@@ -146,14 +153,6 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
     maps a seed to the command that ran it."""
     cfg, runs, test, valid = (summary[k] for k in ("config", "runs", "test_ppl", "valid_ppl"))
     commands = commands or {}
-    met = [r["seed"] for r in runs if r["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL]
-    # runs above the target whose 2-decimal figure in the table reads as meeting it
-    near = [
-        r
-        for r in runs
-        if r["test_ppl"] > ZAREMBA_SMALL_TEST_PPL
-        and round(r["test_ppl"], 2) <= ZAREMBA_SMALL_TEST_PPL
-    ]
     lines = [
         "# ptb_lm over seeds — Zaremba et al. (2014) small LSTM on Penn Treebank",
         "",
@@ -200,6 +199,31 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
             "",
         ]
     lines += [
+        _target_sentence(test, runs),
+        "",
+        "Test perplexity at the end of each epoch:",
+        "",
+        *_test_ppl_by_epoch(runs),
+        "",
+        'Rewrite this file from the work dirs: `python -c "from seqjax.experiments.ptb_lm import '
+        "write_seed_summary as w; w(['DIR0', 'DIR1', ...], 'ptb_lm_seeds.md', "
+        "{0: 'COMMAND0', ...})\"` (the last argument fills the command column).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _target_sentence(test: dict, runs: list[dict]) -> str:
+    """Whether the mean test perplexity and each run reach the paper's number."""
+    met = [r["seed"] for r in runs if r["test_ppl"] <= ZAREMBA_SMALL_TEST_PPL]
+    # runs above the target whose 2-decimal figure in the table reads as meeting it
+    near = [
+        r
+        for r in runs
+        if r["test_ppl"] > ZAREMBA_SMALL_TEST_PPL
+        and round(r["test_ppl"], 2) <= ZAREMBA_SMALL_TEST_PPL
+    ]
+    return (
         f"Target ≤ {ZAREMBA_SMALL_TEST_PPL}: the mean is "
         + ("at or below it" if test["mean"] <= ZAREMBA_SMALL_TEST_PPL else "above it")
         + f" ({test['mean'] - ZAREMBA_SMALL_TEST_PPL:+.2f}); "
@@ -209,10 +233,13 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
             f"; seed {r['seed']}'s {r['test_ppl']:.4f} shows as {r['test_ppl']:.2f} but is above it"
             for r in near
         )
-        + ".",
-        "",
-        "Test perplexity at the end of each epoch:",
-        "",
+        + "."
+    )
+
+
+def _test_ppl_by_epoch(runs: list[dict]) -> list[str]:
+    """The table of each run's test perplexity after every epoch, and their mean."""
+    lines = [
         "| epoch | " + " | ".join(f"seed {r['seed']}" for r in runs) + " | mean |",
         "|---:|" + "---:|" * (len(runs) + 1),
     ]
@@ -223,11 +250,4 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
             + " | ".join(f"{x:.2f}" for x in row)
             + f" | {sum(row) / len(row):.2f} |"
         )
-    lines += [
-        "",
-        'Rewrite this file from the work dirs: `python -c "from seqjax.experiments.ptb_lm import '
-        "write_seed_summary as w; w(['DIR0', 'DIR1', ...], 'ptb_lm_seeds.md', "
-        "{0: 'COMMAND0', ...})\"` (the last argument fills the command column).",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from seqjax._checks import check_positive_int
+from seqjax._checks import check_count_or_off, check_positive_int
 from seqjax.nn.attention import _xla_kernels
 from seqjax.nn.attention._cudnn import cudnn_attention, cudnn_unsupported
 from seqjax.nn.attention._pallas import pallas_attention, pallas_unsupported
@@ -151,7 +151,7 @@ def dot_product_attention(
     mask: Any = None,
     bias: Any = None,
     is_causal: bool = False,
-    window: int | None = None,
+    window: int = 0,
     scale: float | None = None,
     implementation: str = "auto",
     dropout_rate: float = 0.0,
@@ -190,7 +190,7 @@ def dot_product_attention(
         bias: additive score bias broadcastable to ``[B, H, Q, K]`` (e.g. ALiBi).
         is_causal: also apply :func:`~seqjax.nn.masks.causal_mask` ``(Q, K)``.
         window: sliding-window size ``w ≥ 1`` (each query sees itself and the
-            ``w − 1`` keys before it); ``None`` = no window.
+            ``w − 1`` keys before it); ``0`` = no window.
         scale: score scale (default ``1/√D``).
         implementation: ``"xla"`` (the fast path for CPU/TPU: heads-first
             batched GEMMs, GQA without repeating K/V, a hand-written backward
@@ -242,8 +242,8 @@ def dot_product_attention(
     for name, value in (("query_chunk", query_chunk), ("scan_min_keys", scan_min_keys),
                         ("fused_rows", fused_rows)):
         check_positive_int(value, name)
-    if window is not None:
-        check_positive_int(window, "window")
+    window = check_count_or_off(window, "window", "dot_product_attention",
+                                "no window, every key")
     b, q_len, h, d = q.shape
     k_len = k.shape[1]
     if 0 in (b, q_len, k_len):
@@ -251,7 +251,7 @@ def dot_product_attention(
         # no key and is zero, as a fully masked row is).
         out = jnp.zeros((b, q_len, h, v.shape[-1]), q.dtype)
         return (out, jnp.zeros((b, h, q_len, k_len), jnp.float32)) if return_weights else out
-    if window is not None:  # a band below the diagonal: causal, so the causal paths apply
+    if window:  # a band below the diagonal: causal, so the causal paths apply
         mask = combine_masks(mask, sliding_window_mask(q_len, k_len, window=window))
         is_causal = True
     name = _choose(implementation, q, k, v, bool(is_causal), dropout_rate,

@@ -168,16 +168,16 @@ class KVCache:
             )
         return _cache_write(self, k_BxTxGxD, v_BxTxGxV, num_new)
 
-    def attention_mask(self, q_len: int, window: int | None = None) -> Array:
+    def attention_mask(self, q_len: int, window: int = 0) -> Array:
         """Mask ``bool[B, 1, q_len, S]`` for ``q_len`` new tokens at offsets ``lengths``.
 
         Query ``i`` of row ``b`` (absolute position ``p = lengths[b] + i``) sees
         cache slots ``j ≤ p``: every stored token and the new ones up to itself;
-        with ``window = w``, only the last ``w`` of them, ``p − w < j ≤ p``
+        with ``window = w`` (0: no window), only the last ``w`` of them, ``p − w < j ≤ p``
         (:func:`~seqjax.nn.masks.sliding_window_mask` at absolute positions: slot
         ``j`` holds position ``j``). Call it on the cache *before* :meth:`update`.
         """
-        if window is None:
+        if not window:
             return causal_mask(q_len, self.max_len, offset=self.lengths)
         return sliding_window_mask(q_len, self.max_len, window=window, offset=self.lengths)
 

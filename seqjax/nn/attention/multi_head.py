@@ -25,9 +25,9 @@ from seqjax._checks import (
     ValidLengths,
     bound_param_shape,
     check_bool,
+    check_count_or_off,
     check_features,
     check_lengths,
-    check_positive_int,
     check_rank,
     lengths_array,
 )
@@ -159,7 +159,7 @@ class MultiHeadAttention(nn.Module):
         kernel_init, bias_init: initialisers of the projections.
         out_kernel_init: initialiser of ``out/kernel`` (``W^{(o)}``; default ``kernel_init``):
             GPT-2's ``N(0, (0.02/√(2L))²)`` for a residual branch.
-        window: sliding-window size ``w`` of causal local self-attention (``None``: all
+        window: sliding-window size ``w`` of causal local self-attention (``0``: all
             keys); see :func:`~seqjax.nn.masks.sliding_window_mask`.
         output_projection: apply ``W^{(o)}`` (``out``); ``False`` returns the
             concatenated heads (MEDL (7.24) with one head).
@@ -190,7 +190,7 @@ class MultiHeadAttention(nn.Module):
     kernel_init: Initializer = nn.initializers.lecun_normal()
     out_kernel_init: Initializer | None = None
     bias_init: Initializer = nn.initializers.zeros_init()
-    window: int | None = None
+    window: int = 0
     output_projection: bool = True
 
     def _kv_heads(self) -> int:
@@ -422,8 +422,8 @@ class MultiHeadAttention(nn.Module):
                 f"`cache` must hold batch size {b} like `inputs_q`; got a cache of shape "
                 f"{tuple(cache.k.shape)} (from init_cache(batch={cache.k.shape[0]}, ...))."
             )
-        if self.window is not None:
-            check_positive_int(self.window, "window")
+        if check_count_or_off(self.window, "window", "MultiHeadAttention",
+                              "no window, every key"):
             if not self_attention:
                 raise ValueError(
                     "`window` (sliding-window attention) is for self-attention; got "
@@ -537,7 +537,7 @@ class MultiHeadAttention(nn.Module):
             bias=bias,
             scale=self.scale,
             is_causal=is_causal and cache is None,
-            window=self.window if cache is None else None,  # with a cache: in attn_mask
+            window=self.window if cache is None else 0,  # with a cache: in attn_mask
             implementation=self.implementation,
             dropout_rate=self.dropout_rate if use_dropout else 0.0,
             dropout_rng=self.make_rng("dropout") if use_dropout else None,
@@ -569,7 +569,7 @@ def _dense(layer: MultiHeadAttention, features: Any, axis: Any, name: str,
 def _mask_and_cache(
     k_BxKxGxD: Array, v_BxKxGxD: Array, *, q_len: int, kv_len: int, mask: Any,
     lengths: ValidLengths | None, kv_lengths: ValidLengths | None, cache: KVCache | None,
-    window: int | None,
+    window: int,
 ) -> tuple[Any, KVCache | None, Array, Array]:
     """The boolean mask every head applies, and the keys/values it applies to: with a
     ``cache``, the cache's mask (its filled slots, causal, ``window``) and the cache updated
