@@ -96,6 +96,7 @@ import argparse
 import collections
 import datetime
 import glob
+import inspect
 import itertools
 import json
 import multiprocessing
@@ -103,6 +104,7 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -115,7 +117,7 @@ from seqjax.data.shards import MANIFEST, sha256_file, write_shard
 from seqjax.data.text_tokenizers import load_text_tokenizer
 from seqjax.data.tokenizers import Tokenizer
 
-__all__ = ["DOCS", "FORMATS", "PARTIAL_DIR", "SPLITS", "SUFFIXES", "main", "prepare"]
+__all__ = ["DOCS", "FORMATS", "OPTIONS", "PARTIAL_DIR", "SPLITS", "SUFFIXES", "main", "prepare"]
 
 FORMATS = ("llmc", "nanogpt")
 SPLITS = ("documents", "text")
@@ -668,26 +670,8 @@ def prepare(
     module docstring for the layouts, the validation split and restarts).
 
     Args:
-        inputs: ``.txt`` / ``.jsonl`` / ``.parquet`` files, folders or globs (``None`` or
-            empty with ``hf_dataset``).
-        out_dir: the folder to write (created).
-        tokenizer: a spec for :func:`~seqjax.data.text_tokenizers.load_text_tokenizer`
-            (``"gpt2"``, ``"hf:PATH"``, ``"seqjax:PATH"``) or a ``Tokenizer``.
-        rank_file, eot: passed to ``load_text_tokenizer`` (a spec only).
-        format: ``"llmc"`` (headers, EOT before each document) or ``"nanogpt"``.
-        shard_size: tokens per llm.c shard.
-        split: ``"documents"`` (validation = the first documents) or ``"text"`` (nanoGPT's
-            character cut of one text).
-        val_documents, val_tokens, val_fraction: the validation split (at most one).
-        docs: how a ``.txt`` file is cut into documents: ``"file"``, ``"lines"``,
-            ``"paragraphs"``.
-        text_field: the JSON field / column / dataset column holding the text.
-        hf_dataset, hf_config, hf_split, hf_data_files, streaming: a Hugging Face dataset
-            instead of ``inputs`` (``datasets.load_dataset(hf_dataset, hf_config,
-            split=hf_split, data_files=hf_data_files, streaming=streaming)``, or
-            ``load_from_disk`` for a saved folder).
-        workers: tokenising processes (default ``os.cpu_count()``; 1: this process).
-        name: the shards' file-name prefix (default: the first input's or the dataset's name).
+        (each option as ``seqjax prepare --help`` says it: :data:`OPTIONS`, one description
+        of each; ``prepare.__doc__`` lists them)
         log: called with a line per shard written, the progress lines and the summary
             (default: silent).
         progress: a tqdm bar on stderr instead of progress lines (the summary still goes to
@@ -897,8 +881,87 @@ def _id_or_token(value: str) -> int | str:
     return int(value) if value.isdigit() else value
 
 
+#: Every option of :func:`prepare` and of ``seqjax prepare``, described once: its name (the
+#: argument and, with ``--``, the flag), its ``argparse`` settings (the default is
+#: ``prepare``'s), and what it does. ``prepare``'s docstring and ``--help`` read it.
+OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
+    "inputs": ({"nargs": "*", "metavar": "INPUT"},
+               "local .txt, .jsonl or .parquet files, folders (every such file below, "
+               "sorted) or globs (default: none; then --hf_dataset)"),
+    "out_dir": ({"required": True, "metavar": "DIR"},
+                "the folder to write (required; created if missing; flag --out or --out_dir)"),
+    "tokenizer": ({}, "gpt2 (tiktoken), hf:PATH or a path ending in tokenizer.json (Hugging "
+                      "Face), seqjax:PATH (a tokenizer saved by seqjax); in Python also a "
+                      "seqjax Tokenizer"),
+    "rank_file": ({"metavar": "FILE"},
+                  "GPT-2's ranks as a .tiktoken file (default: openai-whisper's "
+                  "whisper/assets/gpt2.tiktoken when installed, else tiktoken's cache or "
+                  "download)"),
+    "eot": ({"type": _id_or_token, "metavar": "ID_OR_TOKEN"},
+            "the end-of-text id or token, for hf: and seqjax: tokenizers (default: "
+            "<|endoftext|>, </s>, [SEP] or <eos> for hf:, the eos token for seqjax:)"),
+    "format": ({"choices": FORMATS},
+               "llmc: headers, EOT before each document, shards of --shard_size; nanogpt: "
+               "headerless train.bin/val.bin, EOT after each document"),
+    "shard_size": ({"type": int, "metavar": "N"}, "tokens per llm.c shard"),
+    "split": ({"choices": SPLITS},
+              "documents: validation = the first documents; text: the inputs as one text, "
+              "cut by characters as nanoGPT's shakespeare/prepare.py, no EOT"),
+    "val_documents": ({"type": int, "metavar": "N"},
+                      "validation = the first N documents (default: unset)"),
+    "val_tokens": ({"type": int, "metavar": "N"},
+                   "validation = exactly the first N tokens, llm.c's rule (default: unset; "
+                   "with --streaming and no other --val_* option: --shard_size)"),
+    "val_fraction": ({"type": float, "metavar": "F"},
+                     "validation = the first max(1, int(F*D)) of D documents, or with --split "
+                     "text the last F of the characters (default: 0.01 of the documents; 0.1 "
+                     "with --split text); at most one --val_* option"),
+    "docs": ({"choices": DOCS},
+             "how a .txt file is cut into documents: file, lines, or paragraphs (at blank "
+             "lines)"),
+    "text_field": ({"metavar": "FIELD"},
+                   "the .jsonl field, .parquet column or dataset column holding the text"),
+    "hf_dataset": ({"metavar": "NAME"},
+                   "a Hugging Face dataset instead of INPUTs: a hub name, a builder (json, "
+                   "parquet, text) with --hf_data_files, or a save_to_disk folder (default: "
+                   "unset)"),
+    "hf_config": ({"metavar": "CONFIG"}, "the dataset's configuration (default: unset)"),
+    "hf_split": ({"metavar": "SPLIT"}, "the dataset split to read"),
+    "hf_data_files": ({"action": "append", "metavar": "FILE"},
+                      "a data file for a builder such as json; repeat for several (default: "
+                      "unset)"),
+    "streaming": ({"action": "store_true"},
+                  "stream the dataset instead of downloading it whole (default: off)"),
+    "workers": ({"type": int, "metavar": "N"},
+                "tokenising processes; 1 tokenises in this process (default: the number of "
+                "CPUs)"),
+    "name": ({}, "the shards' file-name prefix (default: the first input's file or folder "
+                 "name, or the dataset's name)"),
+}
+
+
+def _describe_options() -> str:
+    """``prepare``'s ``Args`` section: each option of :data:`OPTIONS` with its default."""
+    defaults = {k: v.default for k, v in inspect.signature(prepare).parameters.items()}
+    lines = []
+    for name, (_, text) in OPTIONS.items():
+        if "default" not in text and defaults.get(name) not in (None, inspect.Parameter.empty):
+            text += f" (default: {defaults[name]!r})"
+        lines.append(textwrap.fill(f"{name}: {text}", 88, initial_indent=" " * 8,
+                                   subsequent_indent=" " * 12))
+    return "\n".join(lines)
+
+
+if prepare.__doc__ is not None:  # python -OO strips docstrings
+    prepare.__doc__ = prepare.__doc__.replace(
+        "        (each option as ``seqjax prepare --help`` says it: :data:`OPTIONS`, one "
+        "description\n        of each; ``prepare.__doc__`` lists them)\n",
+        _describe_options() + "\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    cpus = os.cpu_count() or 1
+    defaults = {k: v.default for k, v in inspect.signature(prepare).parameters.items()}
+    defaults["workers"] = os.cpu_count() or 1
     p = argparse.ArgumentParser(
         prog="seqjax prepare",
         description="Tokenise text into token shards: llm.c's format (a 1024-byte header + "
@@ -910,90 +973,36 @@ def _parser() -> argparse.ArgumentParser:
                "nanogpt --split text --val_fraction 0.1  |  seqjax prepare --hf_dataset "
                "HuggingFaceFW/fineweb-edu --hf_config sample-10BT --streaming --out "
                "data/edu_fineweb10B --val_tokens 100000000")
-    p.add_argument("inputs", nargs="*", metavar="INPUT",
-                   help="local .txt, .jsonl or .parquet files, folders (every such file "
-                        "below, sorted) or globs (default: none; then --hf_dataset)")
-    p.add_argument("--out", "--out_dir", dest="out_dir", required=True, metavar="DIR",
-                   help="the folder to write (required; created if missing)")
-    p.add_argument("--tokenizer", default="gpt2",
-                   help="gpt2 (tiktoken), hf:PATH or a path ending in tokenizer.json (Hugging "
-                        "Face), seqjax:PATH (a tokenizer saved by seqjax) (default: gpt2)")
-    p.add_argument("--rank_file", default=None, metavar="FILE",
-                   help="GPT-2's ranks as a .tiktoken file (default: openai-whisper's "
-                        "whisper/assets/gpt2.tiktoken when installed, else tiktoken's cache "
-                        "or download)")
-    p.add_argument("--eot", type=_id_or_token, default=None, metavar="ID_OR_TOKEN",
-                   help="the end-of-text id or token, for hf: and seqjax: tokenizers "
-                        "(default: <|endoftext|>, </s>, [SEP] or <eos> for hf:, the eos "
-                        "token for seqjax:)")
-    p.add_argument("--format", choices=FORMATS, default="llmc",
-                   help="llmc: headers, EOT before each document, shards of --shard_size; "
-                        "nanogpt: headerless train.bin/val.bin, EOT after each document "
-                        "(default: llmc)")
-    p.add_argument("--shard_size", type=int, default=100_000_000, metavar="N",
-                   help="tokens per llm.c shard (default: 100000000)")
-    p.add_argument("--split", choices=SPLITS, default="documents",
-                   help="documents: validation = the first documents; text: the inputs as "
-                        "one text, cut by characters as nanoGPT's shakespeare/prepare.py, "
-                        "no EOT (default: documents)")
-    p.add_argument("--val_documents", type=int, default=None, metavar="N",
-                   help="validation = the first N documents (default: unset)")
-    p.add_argument("--val_tokens", type=int, default=None, metavar="N",
-                   help="validation = exactly the first N tokens, llm.c's rule (default: "
-                        "unset; with --streaming and no other --val_* option: --shard_size)")
-    p.add_argument("--val_fraction", type=float, default=None, metavar="F",
-                   help="validation = the first max(1, int(F*D)) of D documents, or with "
-                        "--split text the last F of the characters (default: 0.01 of the "
-                        "documents; 0.1 with --split text)")
-    p.add_argument("--docs", choices=DOCS, default="file",
-                   help="how a .txt file is cut into documents: file, lines, or paragraphs "
-                        "(at blank lines) (default: file)")
-    p.add_argument("--text_field", default="text", metavar="FIELD",
-                   help="the .jsonl field, .parquet column or dataset column holding the "
-                        "text (default: text)")
-    p.add_argument("--hf_dataset", default=None, metavar="NAME",
-                   help="a Hugging Face dataset instead of INPUTs: a hub name, a builder "
-                        "(json, parquet, text) with --hf_data_files, or a save_to_disk "
-                        "folder (default: unset)")
-    p.add_argument("--hf_config", default=None, metavar="CONFIG",
-                   help="the dataset's configuration (default: unset)")
-    p.add_argument("--hf_split", default="train", metavar="SPLIT",
-                   help="the dataset split to read (default: train)")
-    p.add_argument("--hf_data_files", action="append", default=None, metavar="FILE",
-                   help="a data file for a builder such as json; repeat for several "
-                        "(default: unset)")
-    p.add_argument("--streaming", action="store_true",
-                   help="stream the dataset instead of downloading it whole (default: off)")
-    p.add_argument("--workers", type=int, default=cpus, metavar="N",
-                   help=f"tokenising processes; 1 tokenises in this process (default: the "
-                        f"number of CPUs, {cpus} here)")
-    p.add_argument("--name", default=None,
-                   help="the shards' file-name prefix (default: the first input's file or "
-                        "folder name, or the dataset's name)")
+    for name, (settings, text) in OPTIONS.items():
+        kwargs = dict(settings)
+        if name == "inputs":
+            p.add_argument(name, help=text, **kwargs)
+            continue
+        if "action" not in kwargs and not kwargs.get("required"):
+            kwargs["default"] = defaults[name]
+            if "default" not in text:
+                text += f" (default: {defaults[name]})"
+        flags = ["--out", "--out_dir"] if name == "out_dir" else [f"--{name}"]
+        p.add_argument(*flags, dest=name, help=text, **kwargs)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``seqjax prepare``: 0 when done; 2 with one line on stderr for bad input."""
-    args = _parser().parse_args(argv)
-    hf_files = args.hf_data_files
+    args = vars(_parser().parse_args(argv))
+    files = args["hf_data_files"]
+    if files and len(files) == 1:
+        args["hf_data_files"] = files[0]
     try:
         manifest = prepare(
-            args.inputs, args.out_dir, tokenizer=args.tokenizer, rank_file=args.rank_file,
-            eot=args.eot, format=args.format, shard_size=args.shard_size, split=args.split,
-            val_documents=args.val_documents, val_tokens=args.val_tokens,
-            val_fraction=args.val_fraction, docs=args.docs, text_field=args.text_field,
-            hf_dataset=args.hf_dataset, hf_config=args.hf_config, hf_split=args.hf_split,
-            hf_data_files=hf_files[0] if hf_files and len(hf_files) == 1 else hf_files,
-            streaming=args.streaming, workers=args.workers, name=args.name,
             log=lambda message: print(message, file=sys.stderr, flush=True),
-            progress=sys.stderr.isatty())
+            progress=sys.stderr.isatty(), **args)
     except (ValueError, TypeError, OSError, ImportError) as err:
         message = " ".join(str(err).split())
         print(f"seqjax prepare: error: {message}", file=sys.stderr)
         return 2
     s = manifest["splits"]
-    print(f"{args.out_dir}: {len(manifest['shards'])} {manifest['format']} shard(s); train "
+    print(f"{args['out_dir']}: {len(manifest['shards'])} {manifest['format']} shard(s); train "
           f"{s['train']['tokens']:,} tokens ({s['train']['documents']:,} documents), val "
           f"{s['val']['tokens']:,} tokens ({s['val']['documents']:,} documents); "
           f"tokenizer {manifest['tokenizer']['name']}")

@@ -429,6 +429,18 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "'gpt2', 'hf:PATH'" in capsys.readouterr().err
 
 
+def test_every_option_is_described_once_for_the_function_and_the_command():
+    import inspect
+
+    params = [p for p in inspect.signature(prepare).parameters if p not in ("log", "progress")]
+    assert list(prepare_module.OPTIONS) == params
+    doc = prepare.__doc__
+    help_text = " ".join(prepare_module._parser().format_help().split())
+    for name, (_, text) in prepare_module.OPTIONS.items():
+        assert f"        {name}: " in doc, name
+        assert " ".join(text.split())[:40] in help_text, name
+
+
 def test_cli_help_gives_every_default():
     parser = prepare_module._parser()
     for action in parser._actions:
