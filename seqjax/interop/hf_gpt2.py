@@ -179,7 +179,7 @@ def _check_layout(cfg: TransformerLMConfig, *, biases: bool) -> None:
         ("block.num_kv_heads", block.num_kv_heads, (None, heads)),
         ("block.head_dim", block.head_dim, (None, cfg.embed_dim // heads)),
         ("block.qk_norm", block.qk_norm, False),
-        ("block.window", block.window, None),
+        ("block.window", block.window, 0),
         ("block.attention", block.attention, None),
         ("block.activation", block.activation, tuple(_HF_ACTIVATION)),
     ]
