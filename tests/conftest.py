@@ -9,9 +9,7 @@
   of Tiny Shakespeare and English–French pairs in the corpora's formats; no test downloads);
 * tests marked ``corpus`` need the full corpora in ``$SEQJAX_DATA_DIR`` and skip, with the
   reason, when it holds only the fixtures (``SEQJAX_REQUIRE_CORPUS=1`` makes that an error);
-* ``SEQJAX_COMPILE_CACHE=0``: the command line's compile cache off unless a test turns it on;
-* one JAX compilation cache for the run (``$JAX_COMPILATION_CACHE_DIR``, a temporary
-  folder shared with the workers and the processes tests start; below).
+* ``SEQJAX_COMPILE_CACHE=0``: the command line's compile cache off unless a test turns it on.
 """
 
 import os
@@ -37,26 +35,6 @@ if "SEQJAX_DATA_DIR" not in os.environ:
 # `seqjax train` keeps compiled programs in a per-user cache by default; the suite's runs
 # leave the user's cache alone (tests of the cache give it a temporary folder).
 os.environ.setdefault("SEQJAX_COMPILE_CACHE", "0")
-# One JAX persistent compilation cache for this run of the suite, in a new temporary folder
-# (removed at exit): the pytest process, its xdist workers and the processes tests start
-# (which inherit the variable) compile a program once and load it after — a resumed run,
-# a second fit of the same model, the same smoke config in another test. A loaded program
-# is the compiled one: the numbers are the same. The first run of the suite starts empty,
-# as CI's does; SEQJAX_TEST_COMPILE_CACHE=0 turns it off, JAX_COMPILATION_CACHE_DIR set
-# beforehand is used as it is.
-if (os.environ.get("SEQJAX_TEST_COMPILE_CACHE", "1") != "0"
-        and "JAX_COMPILATION_CACHE_DIR" not in os.environ):
-    import atexit
-    import shutil
-    import tempfile
-
-    _cache = tempfile.mkdtemp(prefix="seqjax-tests-jax-cache-")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
-    # every program, however quick to compile: most of the suite's are (measured on the
-    # loop's tests: 13% less time than without the cache, 4% with JAX's 1-second floor)
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 from pathlib import Path  # noqa: E402
 
