@@ -134,6 +134,8 @@ def _plot_adding(runs: list[dict], outdir: str) -> str:
 def report(
     cfg: Any, profiles: dict, runs: list[dict], wall: float, command: str, loads: tuple[str, str]
 ) -> str:
+    """``gradients.md``: part A (the adjoint norms against T − t) and part B (the adding
+    problem)."""
     dists = [d for d in (1, 10, 50, 100, 200, cfg.distance_steps - 1) if d < cfg.distance_steps]
     lines = [
         "# gradients — BPTT, vanishing/exploding gradients, the adding problem",
@@ -182,10 +184,14 @@ def report(
                 )
                 + " |"
             )
-    lines += [
-        "",
-        "![gradient norms](gradients_distance.png)",
-        "",
+    lines += ["", "![gradient norms](gradients_distance.png)", "", *_adding_section(cfg, runs),
+              "", "![adding problem](gradients_adding.png)", ""]
+    return "\n".join(lines)
+
+
+def _adding_section(cfg: Any, runs: list[dict]) -> list[str]:
+    """Part B of the report: the adding problem's table, one row per (T, cell, clipping)."""
+    lines = [
         "## B. The adding problem (baseline: MSE 0.167 by always predicting 1)",
         "",
         f"One recurrent layer of {cfg.hidden_size} units, last hidden state → linear read-out; "
@@ -210,5 +216,4 @@ def report(
             f"{status} | {rel} | {r['grad_norm_median']:.3g} | {r['grad_norm_max']:.3g} | "
             f"{r['clipped_fraction']:.0%} | {r['wall_s']:.0f} |"
         )
-    lines += ["", "![adding problem](gradients_adding.png)", ""]
-    return "\n".join(lines)
+    return lines
