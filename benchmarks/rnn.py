@@ -105,16 +105,8 @@ def seqjax_cudnn_peer(cfg: Config) -> harness.Prepared:
     if cfg.cell != "lstm" or jax.default_backend() != "gpu":
         raise ValueError("the seqjax-cudnn peer needs an LSTM row and a GPU backend; got "
                          f"cell {cfg.cell!r} on {jax.default_backend()!r}")
-    import flax.linen as nn
-
-    class Outputs(nn.Module):
-        """The stack's outputs alone (it returns ``(y, final_carries)``; the harness sums y)."""
-
-        @nn.compact
-        def __call__(self, x):
-            return StackedRNN(cfg.hidden, cell_type="lstm", implementation="cudnn")(x)[0]
-
-    return harness.jax_module_prepared(Outputs(), _inputs(cfg), backward=cfg.backward,
+    stack = StackedRNN(cfg.hidden, cell_type="lstm", implementation="cudnn")
+    return harness.jax_module_prepared(stack, _inputs(cfg), backward=cfg.backward,
                                        params_cache=_PARAMS, cache_key=_key("cudnn", cfg))
 
 

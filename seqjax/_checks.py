@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import jax
@@ -20,6 +21,7 @@ from seqjax._traced_checks import record_range, record_vocab_ids
 
 T = TypeVar("T")
 N = TypeVar("N", bound="NamedFields")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def check_rank(x: Any, name: str, ranks: int | Sequence[int]) -> None:
@@ -183,6 +185,33 @@ class NamedFields:
     def __new__(cls: type[N], *args: Any, **kwargs: Any) -> N:
         _unknown_fields(cls, kwargs, "()")
         return super().__new__(cls)
+
+
+def refuse_retired(where: str, kwargs: Any, replacements: dict[str, str]) -> None:
+    """A ``TypeError`` if ``kwargs`` holds a flag that once switched ``where``'s return type,
+    naming the callable that returns the pair instead (``replacements``: flag -> its name)."""
+    for flag, instead in replacements.items():
+        if flag in kwargs:
+            raise TypeError(
+                f"{where}: `{flag}` is retired; the call returns the array and `{instead}` "
+                f"the pair (array, {flag.removeprefix('return_')})."
+            )
+
+
+def retired_flags(**replacements: str) -> Callable[[F], F]:
+    """Decorate a function or method so that a retired return-type flag
+    (``return_carry=``, ``return_weights=``, ...) is a ``TypeError`` naming its replacement
+    (:func:`refuse_retired`) rather than Python's "unexpected keyword argument"."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            refuse_retired(fn.__qualname__, kwargs, replacements)
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:

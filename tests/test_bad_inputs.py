@@ -422,8 +422,8 @@ def test_empty_inputs_of_bert_and_encoder_decoders():
     assert apply("seq2seq", i32(0, 5), i32(0, 3)).shape == (0, 3, V)
     ctx, w = apply("attn-additive", np.ones((2, 8)), np.ones((2, 0, 8)))
     assert ctx.shape == (2, 8) and w.shape == (2, 0) and not np.asarray(ctx).any()
-    out, w = snn.dot_product_attention(np.ones((2, 3, 2, 4)), np.ones((2, 0, 2, 4)),
-                                       np.ones((2, 0, 2, 4)), return_weights=True)
+    out, w = snn.dot_product_attention_with_weights(
+        np.ones((2, 3, 2, 4)), np.ones((2, 0, 2, 4)), np.ones((2, 0, 2, 4)))
     assert out.shape == (2, 3, 2, 4) and not np.asarray(out).any() and w.shape == (2, 2, 3, 0)
 
 

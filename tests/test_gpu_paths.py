@@ -248,7 +248,7 @@ def test_cudnn_lstm_matches_the_scan(case):
                             implementation=impl)
 
         def f(p: Any, x_: Any) -> Any:
-            return module.apply({"params": p}, x_, lengths)
+            return module.apply({"params": p}, x_, lengths, method="with_state")
         return f
 
     params = jax.jit(StackedRNN(hidden, num_layers=layers, bidirectional=bidirectional,
@@ -382,7 +382,7 @@ def _ssm(impl: str) -> Callable[..., Any]:
 
     def f(p: Any, x: Any) -> Any:
         return SelectiveSSM(16, d_state=8, scan_impl=impl).apply(
-            {"params": p}, x, lengths=lengths, return_state=True)
+            {"params": p}, x, lengths=lengths, method="with_state")
     return f
 
 

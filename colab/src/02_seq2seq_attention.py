@@ -198,7 +198,7 @@ print(f"\nheld-out numbers the attention model gets wrong ({len(wrong)}):", wron
 # ## Where the decoder looks
 #
 # Teacher-forcing the attention model on its own translation with
-# `return_attention=True` gives $\alpha^{\langle t\rangle}$ for every output word
+# `method="with_weights"` gives $\alpha^{\langle t\rangle}$ for every output word
 # (rows) over the source words (columns); each row sums to 1. For 97 the French
 # words "quatre", "vingt" and "dix" should look at "ninety" and "sept" at "seven".
 
@@ -210,7 +210,7 @@ tgt_in = np.full((len(SHOW), TGT_LEN), PAD, np.int32)
 tgt_in[:, 0] = BOS
 tgt_in[:, 1:] = generated[:, :TGT_LEN - 1]
 _, alpha = jax.jit(lambda p, s, t, n: att_model.apply({"params": p}, s, t, n,
-                                                        return_attention=True))(
+                                                        method="with_weights"))(
     att_params, rows["src"], tgt_in, rows["src_lengths"])
 alpha = np.asarray(alpha)
 assert np.allclose(alpha.sum(-1), 1.0, atol=1e-5)  # softmax rows

@@ -25,6 +25,7 @@ import numpy as np
 
 from seqjax.nn import (
     dot_product_attention,
+    dot_product_attention_with_weights,
     linear_attention,
     linear_attention_step,
     linear_attention_weights,
@@ -94,7 +95,7 @@ assert err < 1e-4
 # %matplotlib inline
 import matplotlib.pyplot as plt
 
-_, softmax_w = jax.jit(partial(dot_product_attention, is_causal=True, return_weights=True))(
+_, softmax_w = jax.jit(partial(dot_product_attention_with_weights, is_causal=True))(
     q, k, v)
 linear_w = jax.jit(partial(linear_attention_weights, is_causal=True))(q, k)
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))

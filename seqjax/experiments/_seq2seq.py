@@ -276,7 +276,7 @@ def attention_map(model: Seq2Seq, params: Any, src_ids: Sequence[int],
 
 @functools.cache
 def _attention_fn(model: Seq2Seq) -> Callable:
-    return jax.jit(lambda p, s, t, n: model.apply({"params": p}, s, t, n, return_attention=True))
+    return jax.jit(lambda p, s, t, n: model.apply({"params": p}, s, t, n, method="with_weights"))
 
 
 def load_pairs(num_pairs: int = 0) -> tuple[list[str], list[str]]:

@@ -100,7 +100,7 @@ class Forecaster(nn.Module):
 
     @nn.compact
     def __call__(self, x_BxTx1: Array, carry: Array | None = None) -> tuple[Array, Array]:
-        carry, h_BxTxH = RNN(GRUCell(self.hidden), return_carry=True, name="rnn")(
+        h_BxTxH, carry = RNN(GRUCell(self.hidden), name="rnn").with_state(
             x_BxTx1, initial_carry=carry)
         return Dense(1, name="head")(h_BxTxH)[..., 0], carry
 

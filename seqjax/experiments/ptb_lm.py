@@ -269,7 +269,7 @@ def make_stream_nll(model: RNNLanguageModel, chunk_len: int) -> Any:
         def body(carry: Any, xs: tuple) -> tuple[Any, jax.Array]:
             x_BxK, y_BxK, m_BxK = xs
             logits_BxKxV, carry = model.apply({"params": params}, x_BxK, initial_carry=carry,
-                                              return_carry=True)
+                                              method="with_state")
             nll_BxK = token_cross_entropy(logits_BxKxV, y_BxK, mask=m_BxK)  # 0 where masked
             return carry, jnp.sum(nll_BxK)
 

@@ -229,7 +229,7 @@ class SequenceClassifier(nn.Module):
         d = self.d_model
         x_BxTxD = Embed(self.vocab, d, name="embed")(tokens_BxT)
         if self.kind == "lstm":
-            x_BxTxD, _ = StackedRNN(features=d, num_layers=self.num_layers, name="lstm")(x_BxTxD)
+            x_BxTxD = StackedRNN(features=d, num_layers=self.num_layers, name="lstm")(x_BxTxD)
         elif self.kind in ("transformer", "linear"):
             pos_TxD = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, d))
             x_BxTxD = x_BxTxD + pos_TxD[: tokens_BxT.shape[1]]

@@ -39,7 +39,7 @@ def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
     projections) is not a seqjax cell and is rejected.
 
     Returns ``(stack, {"params": ...})`` such that, for ``x: [B, T, P]`` and
-    ``lengths``, ``stack.apply(variables, x, lengths)[0]`` equals the padded
+    ``lengths``, ``stack.apply(variables, x, lengths)`` equals the padded
     output of ``module`` on the packed sequence.
     """
     kind = type(module).__name__

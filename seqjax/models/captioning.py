@@ -155,8 +155,7 @@ class ImageCaptioner(nn.Module):
         self.embed = Embed(self.vocab_size, cfg.embed_dim, name="embed", **dt)
         cell = CELL_TYPES[cfg.cell_type](  # type: ignore[index]  # a name: checked above
             cfg.features, parent=None, **dt, **dict(cfg.cell_kwargs or {}))
-        self.rnn = RNN(cell, unroll=cfg.unroll, return_carry=True, implementation="scan",
-                       name="rnn")
+        self.rnn = RNN(cell, unroll=cfg.unroll, implementation="scan", name="rnn")
         self.head = Dense(self.vocab_size, name="head", **dt)
 
     # ------------------------------------------------------------------ pieces
@@ -189,8 +188,8 @@ class ImageCaptioner(nn.Module):
 
     def _run(self, tokens_BxT: Array, a_BxA: Array, carry: Any,
              lengths: Array | ValidLengths | None) -> tuple[Array, Any]:
-        carry, h_BxTxH = self.rnn(self._inputs(tokens_BxT, a_BxA), lengths=lengths,
-                                  initial_carry=carry)
+        h_BxTxH, carry = self.rnn.with_state(self._inputs(tokens_BxT, a_BxA), lengths=lengths,
+                                             initial_carry=carry)
         return self.head(h_BxTxH).astype(jnp.float32), carry
 
     def __call__(self, tokens_BxT: Array, images_BxF: Array,

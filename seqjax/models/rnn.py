@@ -40,6 +40,7 @@ from seqjax._checks import (
     check_positive_int,
     check_rank,
     replace_fields,
+    retired_flags,
 )
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
@@ -335,14 +336,13 @@ class RNNLanguageModel(nn.Module):
     exactly. (The recurrence's own biases are the cell's: ``cell_kwargs={"use_bias":
     False}`` gives J&M's bias-free (9.3)/(9.15).)
 
-    Call: ``model(tokens_BxT, lengths=None, *, deterministic=True,
-    initial_carry=None, return_carry=False)`` returns ``logits_BxTxV``
-    (float32), or ``(logits, carry)`` — ``carry`` is one cell carry per layer, each the
-    carry at that row's last real step. This is the carry protocol of
-    :class:`~seqjax.nn.StackedRNN` and of truncated BPTT
-    (:mod:`seqjax.train.tbptt` through :func:`~seqjax.train.step.flax_apply_fn`):
-    ``initial_carry`` in, ``(outputs, carry)`` out; :meth:`zero_carry` gives the
-    start of every stream.
+    Call: ``model(tokens_BxT, lengths=None, *, deterministic=True, initial_carry=None)``
+    returns ``logits_BxTxV`` (float32); :meth:`with_state` (same arguments) returns
+    ``(logits, carry)`` — ``carry`` is one cell carry per layer, each the carry at that
+    row's last real step. This is the carry protocol of :class:`~seqjax.nn.StackedRNN` and
+    of truncated BPTT (:mod:`seqjax.train.tbptt` through
+    :func:`~seqjax.train.step.flax_apply_fn`): ``initial_carry`` in, ``(outputs, carry)``
+    out of ``with_state``; :meth:`zero_carry` gives the start of every stream.
 
     Decoding interface (see :mod:`seqjax.decoding`): ``init_decode_state`` and
     ``decode_step`` (state: the tuple of per-layer carries, batch-leading).
@@ -355,7 +355,7 @@ class RNNLanguageModel(nn.Module):
         >>> lm.apply(variables, tokens).shape
         (2, 5, 11)
         >>> logits, carry = lm.apply(variables, tokens, initial_carry=lm.zero_carry(2),
-        ...                          return_carry=True)
+        ...                          method="with_state")
         >>> [leaf.shape for leaf in jax.tree_util.tree_leaves(carry)]
         [(2, 8), (2, 8)]
 
@@ -424,7 +424,7 @@ class RNNLanguageModel(nn.Module):
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
         e_BxTxE = poison_bad_ids(self.embed(tokens_BxT), tokens_BxT, self.vocab_size)
         e_BxTxE = self.drop(e_BxTxE, deterministic=deterministic)
-        h_BxTxH, carries = self.rnn(
+        h_BxTxH, carries = self.rnn.with_state(
             e_BxTxE, checked, initial_carry=initial_carry, deterministic=deterministic
         )
         return self.drop(h_BxTxH, deterministic=deterministic), carries
@@ -439,6 +439,7 @@ class RNNLanguageModel(nn.Module):
             logits_BxTxV = self.output(h_BxTxH)
         return logits_BxTxV.astype(jnp.float32)
 
+    @retired_flags(return_carry="RNNLanguageModel.with_state")
     def __call__(
         self,
         tokens_BxT: Array,
@@ -446,13 +447,24 @@ class RNNLanguageModel(nn.Module):
         *,
         deterministic: bool = True,
         initial_carry: Sequence[Carry] | None = None,
-        return_carry: bool = False,
-    ) -> Array | tuple[Array, tuple[Carry, ...]]:
+    ) -> Array:
+        return self.with_state(
+            tokens_BxT, lengths, deterministic=deterministic, initial_carry=initial_carry
+        )[0]
+
+    def with_state(
+        self,
+        tokens_BxT: Array,
+        lengths: Array | None = None,
+        *,
+        deterministic: bool = True,
+        initial_carry: Sequence[Carry] | None = None,
+    ) -> tuple[Array, tuple[Carry, ...]]:
+        """``(logits_BxTxV, carry)``: the call's logits and every layer's final carry."""
         h_BxTxH, carry = self.hidden_states(
             tokens_BxT, lengths, deterministic=deterministic, initial_carry=initial_carry
         )
-        logits_BxTxV = self.logits(h_BxTxH)
-        return (logits_BxTxV, carry) if return_carry else logits_BxTxV
+        return self.logits(h_BxTxH), carry
 
     # --- decoding interface (seqjax.decoding) -------------------------------------------
 
@@ -461,7 +473,7 @@ class RNNLanguageModel(nn.Module):
 
     def _step(self, state: tuple[Carry, ...], tokens_B: Array) -> tuple[Array, tuple[Carry, ...]]:
         tokens_B, valid_B = split_oov(tokens_B, self.vocab_size)
-        logits_Bx1xV, carries = self(tokens_B[:, None], initial_carry=state, return_carry=True)
+        logits_Bx1xV, carries = self.with_state(tokens_B[:, None], initial_carry=state)
         carries = jax.tree_util.tree_map(  # an out-of-vocabulary row keeps its carry
             lambda n, o: jnp.where(valid_B.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
             carries,
@@ -528,7 +540,7 @@ class _Encoder(nn.Module):
         batch, num_steps = x_BxTxE.shape[:2]
         checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         x_BxTxE = nn.Dropout(cfg.dropout_rate)(x_BxTxE, deterministic=deterministic)
-        h_BxTxH, _ = cfg.stack(self.dtype, self.param_dtype, name="rnn")(
+        h_BxTxH = cfg.stack(self.dtype, self.param_dtype, name="rnn")(
             x_BxTxE, checked, deterministic=deterministic
         )
         return nn.Dropout(cfg.dropout_rate)(h_BxTxH, deterministic=deterministic), checked

@@ -80,7 +80,13 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_positive_int, is_concrete, replace_fields
+from seqjax._checks import (
+    NamedFields,
+    check_positive_int,
+    is_concrete,
+    replace_fields,
+    retired_flags,
+)
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -350,9 +356,9 @@ class Seq2Seq(nn.Module):
     r"""RNN encoder–decoder with the context variants of MEDL §7.4 (see the module docstring).
 
     Call (teacher forcing): ``model(src_BxS, tgt_in_BxT, src_lengths=None, *,
-    deterministic=True, return_attention=False)`` with ``tgt_in = [<start>, y_1, …, y_{T-1}]``;
-    returns ``logits_BxTxV`` (float32; target vocabulary), and with
-    ``return_attention`` also the weights ``alpha_BxTxS`` (row ``t`` is
+    deterministic=True)`` with ``tgt_in = [<start>, y_1, …, y_{T-1}]``; returns
+    ``logits_BxTxV`` (float32; target vocabulary). :meth:`with_weights` (the same arguments)
+    returns ``(logits_BxTxV, alpha_BxTxS)``, the attention weights too (row ``t`` is
     :math:`\alpha^{⟨t⟩}` over the source positions *as given*, also when
     ``reverse_source``; zeros without attention). Mask padded targets in the loss.
 
@@ -368,9 +374,11 @@ class Seq2Seq(nn.Module):
         ...                           attention="bahdanau"))
         >>> src, tgt = jnp.ones((2, 5), jnp.int32), jnp.ones((2, 4), jnp.int32)
         >>> v = m.init(jax.random.PRNGKey(0), src, tgt)
-        >>> logits, alpha = m.apply(v, src, tgt, jnp.array([5, 3]), return_attention=True)
+        >>> logits, alpha = m.apply(v, src, tgt, jnp.array([5, 3]), method="with_weights")
         >>> logits.shape, alpha.shape
         ((2, 4, 10), (2, 4, 5))
+        >>> bool(jnp.array_equal(logits, m.apply(v, src, tgt, jnp.array([5, 3]))))
+        True
 
     Attributes:
         config: the :class:`Seq2SeqConfig`.
@@ -468,7 +476,7 @@ class Seq2Seq(nn.Module):
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
         e_BxSxE = poison_bad_ids(self.src_embed(src_BxS), src_BxS, self.config.src_vocab_size)
         e_BxSxE = self.drop(e_BxSxE, deterministic=deterministic)
-        v_BxSxV, finals = self.encoder(e_BxSxE, checked, deterministic=deterministic)
+        v_BxSxV, finals = self.encoder.with_state(e_BxSxE, checked, deterministic=deterministic)
         # Under jit a row whose length lies outside [1, S] is NaN (seqjax._traced_checks).
         v_BxSxV, finals = jax.tree_util.tree_map(
             lambda a: poison_bad_lengths(a, checked.value, 1, src_len), (v_BxSxV, finals)
@@ -532,6 +540,7 @@ class Seq2Seq(nn.Module):
         w_BxTxS = None if w_TxBxS is None else jnp.swapaxes(w_TxBxS, 0, 1)
         return carries, self.output(out_BxTxO).astype(jnp.float32), w_BxTxS
 
+    @retired_flags(return_attention="Seq2Seq.with_weights")
     def __call__(
         self,
         src_BxS: Array,
@@ -539,17 +548,24 @@ class Seq2Seq(nn.Module):
         src_lengths: Array | None = None,
         *,
         deterministic: bool = True,
-        return_attention: bool = False,
-    ) -> Array | tuple[Array, Array]:
-        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.tgt_vocab_size)
-        check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
-        v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
-        valid_BxT = jnp.ones(tgt_in_BxT.shape, bool)
-        _, logits_BxTxV, w_BxTxS = self._decode(
-            init, tgt_in_BxT, valid_BxT, v, src_valid, z, deterministic
+    ) -> Array:
+        """Teacher-forced ``logits_BxTxV`` (float32; the class docstring)."""
+        return self._teacher_forced(src_BxS, tgt_in_BxT, src_lengths, deterministic)[0]
+
+    def with_weights(
+        self,
+        src_BxS: Array,
+        tgt_in_BxT: Array,
+        src_lengths: Array | None = None,
+        *,
+        deterministic: bool = True,
+    ) -> tuple[Array, Array]:
+        """As :meth:`__call__`, and the attention weights: ``(logits_BxTxV, alpha_BxTxS)``,
+        row ``t`` of ``alpha`` over the source positions as given (also when
+        ``reverse_source``); all zeros when ``context`` is not ``"attention"``."""
+        logits_BxTxV, w_BxTxS, src_valid = self._teacher_forced(
+            src_BxS, tgt_in_BxT, src_lengths, deterministic
         )
-        if not return_attention:
-            return logits_BxTxV
         if w_BxTxS is None:
             return logits_BxTxV, jnp.zeros(tgt_in_BxT.shape + src_valid.shape[1:], jnp.float32)
         if self.config.reverse_source:
@@ -558,6 +574,20 @@ class Seq2Seq(nn.Module):
             w_BxSxT = reverse_sequences(jnp.swapaxes(w_BxTxS, 1, 2), src_len_B)
             w_BxTxS = jnp.swapaxes(w_BxSxT, 1, 2)
         return logits_BxTxV, w_BxTxS
+
+    def _teacher_forced(
+        self, src_BxS: Array, tgt_in_BxT: Array, src_lengths: Array | None, deterministic: bool
+    ) -> tuple[Array, Array | None, Array]:
+        """``(logits_BxTxV, alpha_BxTxS as fed or None, src_valid_BxS)`` of one teacher-forced
+        pass."""
+        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.tgt_vocab_size)
+        check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
+        v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
+        valid_BxT = jnp.ones(tgt_in_BxT.shape, bool)
+        _, logits_BxTxV, w_BxTxS = self._decode(
+            init, tgt_in_BxT, valid_BxT, v, src_valid, z, deterministic
+        )
+        return logits_BxTxV, w_BxTxS, src_valid
 
     # ----------------------------------------------------------------- decoding interface
 

@@ -9,11 +9,13 @@ from seqjax.nn.attention import (
     additive_score,
     concat_score,
     dot_product_attention,
+    dot_product_attention_with_weights,
     dot_score,
     general_score,
     masked_softmax,
     scaled_dot_score,
     simple_self_attention,
+    simple_self_attention_with_weights,
 )
 from seqjax.nn.cells import (
     ElmanCell,
@@ -36,6 +38,7 @@ from seqjax.nn.linear_attention import (
     linear_attention,
     linear_attention_step,
     linear_attention_weights,
+    linear_attention_with_state,
 )
 from seqjax.nn.lora import LORA_TARGETS, init_lora, lora_delta, merge_lora, unmerge_lora
 from seqjax.nn.masks import (
@@ -67,6 +70,7 @@ from seqjax.nn.ssm import (
     discretize,
     linear_recurrence,
     selective_scan,
+    selective_scan_with_state,
     selective_step,
 )
 from seqjax.nn.transformer import (
@@ -89,8 +93,9 @@ __all__ = [
     "CausalConv1D",
     # attention and masks
     "SCORE_FUNCTIONS", "Attention", "KVCache", "MultiHeadAttention", "additive_score",
-    "concat_score", "dot_product_attention", "dot_score", "general_score", "masked_softmax",
-    "scaled_dot_score", "simple_self_attention", "causal_mask", "combine_masks",
+    "concat_score", "dot_product_attention", "dot_product_attention_with_weights", "dot_score",
+    "general_score", "masked_softmax", "scaled_dot_score", "simple_self_attention",
+    "simple_self_attention_with_weights", "causal_mask", "combine_masks",
     "make_attention_mask", "padding_mask", "segment_mask", "sliding_window_mask",
     # positions
     "LearnedPositionalEmbedding", "SinusoidalPositionalEmbedding", "alibi_bias", "alibi_slopes",
@@ -105,9 +110,9 @@ __all__ = [
     "LORA_TARGETS", "init_lora", "lora_delta", "merge_lora", "unmerge_lora",
     # linear-time layers
     "FEATURE_MAPS", "LinearAttention", "LinearAttentionCache", "elu_plus_one", "linear_attention",
-    "linear_attention_step", "linear_attention_weights", "CausalDepthwiseConv1d", "MambaBlock",
-    "MambaCache", "MinGRU", "SelectiveSSM", "discretize", "linear_recurrence", "selective_scan",
-    "selective_step",
+    "linear_attention_step", "linear_attention_weights", "linear_attention_with_state",
+    "CausalDepthwiseConv1d", "MambaBlock", "MambaCache", "MinGRU", "SelectiveSSM", "discretize",
+    "linear_recurrence", "selective_scan", "selective_scan_with_state", "selective_step",
     # vector quantisation
     "VectorQuantizer", "kmeans_codebook", "nearest_code", "quantize", "vq_losses",
 ]

@@ -37,14 +37,14 @@ the state is ``S: [B, H, F, D_v]``, ``z: [B, H, F]`` (``F`` = feature dimension 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import flax
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_bool, check_lengths, check_rank
+from seqjax._checks import check_bool, check_lengths, check_rank, retired_flags
 from seqjax.nn.dense import DenseGeneral
 from seqjax.nn.masks import padding_mask
 
@@ -62,6 +62,7 @@ __all__ = [
     "linear_attention",
     "linear_attention_step",
     "linear_attention_weights",
+    "linear_attention_with_state",
 ]
 
 IMPLEMENTATIONS = ("auto", "parallel", "chunked", "recurrent")
@@ -206,6 +207,7 @@ def _causal_recurrent(pq, pk, v, state, eps):
     return jnp.swapaxes(y_TxBxHxE, 0, 1), final
 
 
+@retired_flags(return_state="linear_attention_with_state")
 def linear_attention(
     q_BxQxHxD: Array,
     k_BxKxHxD: Array,
@@ -218,8 +220,7 @@ def linear_attention(
     implementation: str = "auto",
     chunk_size: int = 64,
     initial_state: State | None = None,
-    return_state: bool = False,
-) -> Array | tuple[Array, State]:
+) -> Array:
     r"""Linear attention of already projected, per-head queries, keys and values.
 
     Non-causal: ``y_i = φ(q_i)ᵀ(S₀ + Σ_j φ(k_j)v_jᵀ) / (φ(q_i)ᵀ(z₀ + Σ_j φ(k_j)) + ε)``;
@@ -238,16 +239,59 @@ def linear_attention(
             form (``"auto"`` = ``"chunked"``); ignored when not causal.
         chunk_size: ``C`` for ``"chunked"``.
         initial_state: optional ``(S₀: f32[B, H, F, E], z₀: f32[B, H, F])``.
-        return_state: also return the final ``(S, z)``.
 
     Returns:
-        ``y: [B, Q, H, E]`` in ``v``'s dtype, or ``(y, (S, z))``.
+        ``y: [B, Q, H, E]`` in ``v``'s dtype; :func:`linear_attention_with_state` also
+        returns the final state ``(S, z)``.
 
     Example:
         >>> import jax.numpy as jnp
         >>> q = k = v = jnp.ones((1, 5, 2, 4))
         >>> linear_attention(q, k, v, is_causal=True).shape
         (1, 5, 2, 4)
+    """
+    return linear_attention_with_state(
+        q_BxQxHxD, k_BxKxHxD, v_BxKxHxE, key_mask=key_mask, is_causal=is_causal,
+        feature_map=feature_map, eps=eps, implementation=implementation,
+        chunk_size=chunk_size, initial_state=initial_state,
+    )[0]
+
+
+def linear_attention_with_state(
+    q_BxQxHxD: Array,
+    k_BxKxHxD: Array,
+    v_BxKxHxE: Array,
+    *,
+    key_mask: Array | None = None,
+    is_causal: bool = False,
+    feature_map: str | FeatureMap = "elu+1",
+    eps: float = 1e-6,
+    implementation: str = "auto",
+    chunk_size: int = 64,
+    initial_state: State | None = None,
+) -> tuple[Array, State]:
+    r""":func:`linear_attention` and its final state: ``(y, (S, z))``.
+
+    The same arguments and computation. ``S = S₀ + Σ_j φ(k_j)v_jᵀ`` and
+    ``z = z₀ + Σ_j φ(k_j)`` sum over every (unmasked) key, so ``(S, z)`` passed back as
+    ``initial_state`` continues the sequence: a chunk at a time, or
+    :func:`linear_attention_step` a token at a time.
+
+    Returns:
+        ``(y, (S, z))``: ``y: [B, Q, H, E]`` in ``v``'s dtype (:func:`linear_attention`'s
+        output), ``S: f32[B, H, F, E]``, ``z: f32[B, H, F]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> q = k = v = jnp.ones((1, 6, 2, 4))
+        >>> y, state = linear_attention_with_state(q[:, :4], k[:, :4], v[:, :4], is_causal=True)
+        >>> y2 = linear_attention(q[:, 4:], k[:, 4:], v[:, 4:], is_causal=True,
+        ...                       initial_state=state)
+        >>> bool(jnp.allclose(jnp.concatenate([y, y2], 1),
+        ...                   linear_attention(q, k, v, is_causal=True)))
+        True
+        >>> state[0].shape, state[1].shape
+        ((1, 2, 4, 4), (1, 2, 4))
     """
     _check_qkv(q_BxQxHxD, k_BxKxHxD, v_BxKxHxE)
     if implementation not in IMPLEMENTATIONS:
@@ -294,8 +338,7 @@ def linear_attention(
         y, final = _causal_recurrent(pq, pk, v32, state, eps)
     else:
         y, final = _causal_chunked(pq, pk, v32, state, eps, chunk_size)
-    y = y.astype(v_BxKxHxE.dtype)
-    return (y, final) if return_state else y
+    return y.astype(v_BxKxHxE.dtype), final
 
 
 def linear_attention_step(
@@ -457,7 +500,7 @@ class LinearAttention(nn.Module):
     Call (MultiHeadAttention's signature):
     ``attn(inputs_q_BxQxD, inputs_kv_BxKxD=None, *, mask=None, bias=None, is_causal=False,
     positions=None, kv_positions=None, lengths=None, kv_lengths=None, cache=None,
-    deterministic=True, return_weights=False)``
+    deterministic=True) -> out [B, Q, D']``
 
     * ``inputs_kv=None``: self-attention.
     * ``mask``: ``bool[B, K]`` key padding, or a broadcastable ``bool[B, H, Q, K]`` which is
@@ -473,9 +516,10 @@ class LinearAttention(nn.Module):
     * ``cache``: a :class:`LinearAttentionCache` from :meth:`init_cache`; the ``Q`` new tokens
       are folded into the state causally (whatever ``is_causal``) and ``(out, new_cache)`` is
       returned. One token uses the recurrent step; more use ``implementation``.
-    * ``return_weights``: also return the implicit ``f32[B, H, Q, K]`` weights
-      (:func:`linear_attention_weights`; not with a cache).
 
+    :meth:`with_weights` (the same arguments but ``cache``) -> ``(out, weights f32[B, H, Q,
+    K])``: the implicit weights (:func:`linear_attention_weights`), as
+    :meth:`MultiHeadAttention.with_weights <seqjax.nn.attention.MultiHeadAttention.with_weights>`.
     :meth:`decode` ``(inputs_q, cache, *, mask=None, bias=None, positions=None,
     lengths=None) -> (out, new_cache)`` is the cached call under MultiHeadAttention's
     method name, so a :class:`~seqjax.nn.TransformerBlock` decodes with either.
@@ -568,7 +612,7 @@ class LinearAttention(nn.Module):
             )
         return width // self.num_heads
 
-    @nn.compact
+    @retired_flags(return_weights="LinearAttention.with_weights")
     def __call__(
         self,
         inputs_q: Array,
@@ -583,12 +627,61 @@ class LinearAttention(nn.Module):
         kv_lengths: Array | None = None,
         cache: LinearAttentionCache | None = None,
         deterministic: bool = True,
-        return_weights: bool = False,
     ) -> Any:
+        """``out [B, Q, D']``; with a ``cache``, ``(out, new_cache)`` (the class docstring)."""
         del positions, kv_positions  # no positional term in linear attention
+        out, new_cache, _ = self._attend(
+            inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal, lengths=lengths,
+            kv_lengths=kv_lengths, cache=cache, deterministic=deterministic,
+            return_weights=False,
+        )
+        return out if new_cache is None else (out, new_cache)
+
+    def with_weights(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None = None,
+        *,
+        mask: Array | None = None,
+        bias: Array | None = None,
+        is_causal: bool = False,
+        positions: Array | None = None,
+        kv_positions: Array | None = None,
+        lengths: Array | None = None,
+        kv_lengths: Array | None = None,
+        deterministic: bool = True,
+    ) -> tuple[Array, Array]:
+        """As :meth:`__call__` (without a cache), and the implicit attention weights:
+        ``(out [B, Q, D'], weights f32[B, H, Q, K])`` (:func:`linear_attention_weights`;
+        zero rows for queries that see no key and for padded queries)."""
+        del positions, kv_positions
+        out, _, weights = self._attend(
+            inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal, lengths=lengths,
+            kv_lengths=kv_lengths, cache=None, deterministic=deterministic,
+            return_weights=True,
+        )
+        assert weights is not None
+        return out, weights
+
+    @nn.compact
+    def _attend(
+        self,
+        inputs_q: Array,
+        inputs_kv: Array | None,
+        *,
+        mask: Array | None,
+        bias: Array | None,
+        is_causal: bool,
+        lengths: Array | None,
+        kv_lengths: Array | None,
+        cache: LinearAttentionCache | None,
+        deterministic: bool,
+        return_weights: bool,
+    ) -> tuple[Array, LinearAttentionCache | None, Array | None]:
+        """Every call: ``(out, new_cache or None, weights or None)``; the projections are
+        created here, so they are the submodules ``query``, ``key``, ``value``, ``out``."""
         self_attention = inputs_kv is None
-        inputs_kv = _check_call(inputs_q, inputs_kv, bias=bias, cache=cache,
-                                return_weights=return_weights)
+        inputs_kv = _check_call(inputs_q, inputs_kv, bias=bias, cache=cache)
         batch, qlen, width = inputs_q.shape
         klen = inputs_kv.shape[1]
         dh = self._check_config(width)
@@ -614,10 +707,10 @@ class LinearAttention(nn.Module):
 
         if cache is None:
             causal = is_causal
-            y_BxQxHxD = cast(Array, linear_attention(
+            y_BxQxHxD = linear_attention(
                 q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=causal,
                 implementation=self.implementation, chunk_size=self.chunk_size, **kwargs,
-            ))  # return_state=False: y alone
+            )
             new_cache = None
         else:
             y_BxQxHxD, new_cache = _cached(
@@ -640,11 +733,7 @@ class LinearAttention(nn.Module):
             keep_BxQ = _and(query_keep_BxQ, query_valid_BxQ)
             if keep_BxQ is not None:
                 weights = jnp.where(keep_BxQ[:, None, :, None], weights, 0.0)
-        if new_cache is not None:
-            return out, new_cache
-        if return_weights:
-            return out, weights
-        return out
+        return out, new_cache, weights
 
     def init_cache(
         self, batch: int, max_len: int | None = None, dtype: Dtype | None = None
@@ -671,11 +760,9 @@ class LinearAttention(nn.Module):
         return LinearAttentionCache.create(batch, self.num_heads, feat, dh, dtype or jnp.float32)
 
 
-def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any, cache: Any,
-                return_weights: bool) -> Array:
+def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any, cache: Any) -> Array:
     """The keys' inputs (``inputs_q`` for self-attention) of a :class:`LinearAttention` call
-    whose arguments fit: ranks, batch, no ``bias``, a ``cache`` only for self-attention and
-    not with ``return_weights``."""
+    whose arguments fit: ranks, batch, no ``bias``, a ``cache`` only for self-attention."""
     check_rank(inputs_q, "inputs_q", 3)
     if bias is not None:
         raise ValueError(
@@ -693,8 +780,6 @@ def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any, cache: A
         raise ValueError("`cache` is for causal self-attention; `inputs_kv` must be None.")
     if cache is not None and not isinstance(cache, LinearAttentionCache):
         raise TypeError(f"`cache` must be a LinearAttentionCache; got {type(cache).__name__}.")
-    if cache is not None and return_weights:
-        raise ValueError("`return_weights` cannot be combined with `cache`.")
     return inputs_kv
 
 
@@ -714,10 +799,10 @@ def _cached(cache: LinearAttentionCache, q_BxQxHxD: Array, k_BxKxHxD: Array,
         )
         y_BxQxHxD = y_BxHxD[:, None]
     else:
-        y_BxQxHxD, (s, z) = linear_attention(
+        y_BxQxHxD, (s, z) = linear_attention_with_state(
             q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=True,
             implementation=implementation, chunk_size=chunk_size,
-            initial_state=state, return_state=True, **kwargs,
+            initial_state=state, **kwargs,
         )
     added_B = (
         jnp.full((batch,), qlen, jnp.int32)

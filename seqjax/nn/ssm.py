@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_lengths, check_rank
+from seqjax._checks import check_lengths, check_rank, retired_flags
 from seqjax.nn.dense import Dense
 from seqjax.nn.masks import padding_mask
 
@@ -65,6 +65,7 @@ __all__ = [
     "discretize",
     "linear_recurrence",
     "selective_scan",
+    "selective_scan_with_state",
     "selective_step",
 ]
 
@@ -178,6 +179,7 @@ def _check_ssm_inputs(x, delta, a, b, c, d) -> None:
         raise ValueError(f"`d` must have shape [E] = ({x.shape[-1]},); got {tuple(d.shape)}.")
 
 
+@retired_flags(return_state="selective_scan_with_state")
 def selective_scan(
     x_BxTxE: Array,
     delta_BxTxE: Array,
@@ -189,14 +191,13 @@ def selective_scan(
     initial_state: Array | None = None,
     impl: str = "associative",
     discretization: str = "mamba",
-    return_state: bool = False,
-) -> Array | tuple[Array, Array]:
+) -> Array:
     r"""The selective scan: ``h_t = Ā_t ⊙ h_{t−1} + B̄_t x_t``, ``y_t = C_t h_t + D ⊙ x_t``.
 
     Per channel ``e`` and state ``n``: ``h_{t,e,n} = exp(Δ_{t,e}A_{e,n}) h_{t−1,e,n} +
     B̄_{t,e,n} x_{t,e}`` and ``y_{t,e} = Σ_n C_{t,n} h_{t,e,n} + D_e x_{t,e}`` (Gu & Dao
     2023, Algorithm 2, with :func:`discretize`). Computed in float32; ``y`` is returned in
-    ``x``'s dtype and the state ``h_T: f32[B, E, N]`` with ``return_state``.
+    ``x``'s dtype. :func:`selective_scan_with_state` also returns the last state.
 
     Args:
         x_BxTxE: inputs; delta_BxTxE: step sizes ``Δ > 0``; a_ExN: ``A`` (negative);
@@ -205,12 +206,51 @@ def selective_scan(
         impl: ``"associative"`` or ``"sequential"``.
         discretization: ``"mamba"`` (``B̄ = ΔB``) or ``"zoh"`` (exact).
 
+    Returns:
+        ``y: [B, T, E]`` in ``x``'s dtype.
+
     Example:
         >>> import jax.numpy as jnp
         >>> x = jnp.ones((1, 3, 2)); dt = jnp.full((1, 3, 2), 0.1)
         >>> a = -jnp.ones((2, 4)); bc = jnp.ones((1, 3, 4))
         >>> selective_scan(x, dt, a, bc, bc).shape
         (1, 3, 2)
+    """
+    return selective_scan_with_state(
+        x_BxTxE, delta_BxTxE, a_ExN, b_BxTxN, c_BxTxN, d_E, initial_state=initial_state,
+        impl=impl, discretization=discretization,
+    )[0]
+
+
+def selective_scan_with_state(
+    x_BxTxE: Array,
+    delta_BxTxE: Array,
+    a_ExN: Array,
+    b_BxTxN: Array,
+    c_BxTxN: Array,
+    d_E: Array | None = None,
+    *,
+    initial_state: Array | None = None,
+    impl: str = "associative",
+    discretization: str = "mamba",
+) -> tuple[Array, Array]:
+    r""":func:`selective_scan` and its last state: ``(y, h_T)``.
+
+    The same arguments and computation; ``h_T`` passed back as ``initial_state``
+    continues the sequence (a chunk at a time, or :func:`selective_step` a step at a time).
+
+    Returns:
+        ``(y, h_T)``: ``y: [B, T, E]`` in ``x``'s dtype (:func:`selective_scan`'s output)
+        and ``h_T: f32[B, E, N]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.ones((1, 3, 2)); dt = jnp.full((1, 3, 2), 0.1)
+        >>> a = -jnp.ones((2, 4)); bc = jnp.ones((1, 3, 4))
+        >>> y, h = selective_scan_with_state(x[:, :2], dt[:, :2], a, bc[:, :2], bc[:, :2])
+        >>> y3 = selective_scan(x[:, 2:], dt[:, 2:], a, bc[:, 2:], bc[:, 2:], initial_state=h)
+        >>> bool(jnp.allclose(y3, selective_scan(x, dt, a, bc, bc)[:, 2:])), h.shape
+        (True, (1, 2, 4))
     """
     _check_ssm_inputs(x_BxTxE, delta_BxTxE, a_ExN, b_BxTxN, c_BxTxN, d_E)
     _check_choice(impl, "impl", SCAN_IMPLS)
@@ -244,8 +284,7 @@ def selective_scan(
         y_BxTxE = jnp.swapaxes(y_TxBxE, 0, 1)
     if d_E is not None:
         y_BxTxE = y_BxTxE + d_E.astype(f32) * x
-    y_BxTxE = y_BxTxE.astype(x_BxTxE.dtype)
-    return (y_BxTxE, h_last) if return_state else y_BxTxE
+    return y_BxTxE.astype(x_BxTxE.dtype), h_last
 
 
 def selective_step(
@@ -345,9 +384,10 @@ class SelectiveSSM(nn.Module):
     ``K_k = Σ_n C_n Ā_n^k B̄_n`` (per channel) and cannot select (Gu & Dao 2023, §3.1 and
     Table 1). Parameters: ``E·(N + 2) + 2N``.
 
-    Call: ``ssm(x, *, lengths=None, initial_state=None, return_state=False)``; with
-    ``lengths: int32[B]`` the steps ``t ≥ lengths[b]`` have ``Δ = 0`` (state unchanged,
-    so the returned state is the state at the last real step) and output 0.
+    Call: ``ssm(x, *, lengths=None, initial_state=None) -> y``; :meth:`with_state` (the
+    same arguments) -> ``(y, h_T)``. With ``lengths: int32[B]`` the steps
+    ``t ≥ lengths[b]`` have ``Δ = 0`` (state unchanged, so the returned state is the state
+    at the last real step) and output 0.
     ``ssm.step(h, x_BxE) -> (h, y_BxE)`` is one generation step.
 
     Example:
@@ -355,9 +395,9 @@ class SelectiveSSM(nn.Module):
         >>> ssm = SelectiveSSM(features=4, d_state=3)
         >>> x = jnp.ones((1, 5, 4))
         >>> params = ssm.init(jax.random.PRNGKey(0), x)
-        >>> y, h = ssm.apply(params, x, return_state=True)
-        >>> y.shape, h.shape
-        ((1, 5, 4), (1, 4, 3))
+        >>> y, h = ssm.apply(params, x, method="with_state")
+        >>> y.shape, h.shape, bool(jnp.array_equal(y, ssm.apply(params, x)))
+        ((1, 5, 4), (1, 4, 3), True)
 
     Attributes:
         features: ``E`` (Mamba's ``d_inner``).
@@ -433,14 +473,18 @@ class SelectiveSSM(nn.Module):
         a_ExN = -jnp.exp(self.A_log.astype(jnp.float32))
         return delta_xE, b_xN, c_xN, a_ExN
 
+    @retired_flags(return_state="SelectiveSSM.with_state")
     def __call__(
-        self,
-        x: Array,
-        *,
-        lengths: Array | None = None,
-        initial_state: Array | None = None,
-        return_state: bool = False,
-    ) -> Array | tuple[Array, Array]:
+        self, x: Array, *, lengths: Array | None = None, initial_state: Array | None = None
+    ) -> Array:
+        """``y: [B, T, E]`` (the class docstring)."""
+        return self.with_state(x, lengths=lengths, initial_state=initial_state)[0]
+
+    def with_state(
+        self, x: Array, *, lengths: Array | None = None, initial_state: Array | None = None
+    ) -> tuple[Array, Array]:
+        """As :meth:`__call__`, and the state: ``(y: [B, T, E], h_T: f32[B, E, N])``, the state
+        after each row's last real step."""
         check_rank(x, "x", 3)
         if x.shape[-1] != self.features:
             raise ValueError(
@@ -451,14 +495,14 @@ class SelectiveSSM(nn.Module):
         delta_BxTxE, b_BxTxN, c_BxTxN, a_ExN = self._selection(x_BxTxE)
         if valid_BxT is not None:
             delta_BxTxE = jnp.where(valid_BxT[..., None], delta_BxTxE, 0.0)
-        y_BxTxE, h_BxExN = selective_scan(
+        y_BxTxE, h_BxExN = selective_scan_with_state(
             x_BxTxE, delta_BxTxE, a_ExN, b_BxTxN, c_BxTxN, self.D,
             initial_state=initial_state, impl=self.scan_impl,
-            discretization=self.discretization, return_state=True,
+            discretization=self.discretization,
         )
         if valid_BxT is not None:
             y_BxTxE = jnp.where(valid_BxT[..., None], y_BxTxE, 0.0)
-        return (y_BxTxE, h_BxExN) if return_state else y_BxTxE
+        return y_BxTxE, h_BxExN
 
     def step(self, h_BxExN: Array, x_BxE: Array) -> tuple[Array, Array]:
         """One generation step: ``(h_{t−1}, x_t) -> (h_t, y_t)``, no scan."""
@@ -665,8 +709,7 @@ class MambaBlock(nn.Module):
             y_BxTxE = y_BxE[:, None]
         else:
             h0 = None if cache is None else cache.ssm_BxExN
-            y_BxTxE, h_BxExN = self.ssm(c_BxTxE, lengths=lengths, initial_state=h0,
-                                        return_state=True)
+            y_BxTxE, h_BxExN = self.ssm.with_state(c_BxTxE, lengths=lengths, initial_state=h0)
         y_BxTxE = y_BxTxE * jax.nn.silu(g_BxTxE)
         out_BxTxD = self.out_proj(y_BxTxE)
         if valid_BxT is not None:
@@ -700,8 +743,9 @@ class MinGRU(nn.Module):
     Dropping ``h_{t−1}`` from the gates (cf. the GRU, MEDL (7.18)–(7.19)) makes the
     recurrence linear in ``h``: :func:`linear_recurrence` with ``a = 1 − z``,
     ``b = z ⊙ h̃``, so it trains with a parallel scan and generates step by step.
-    ``x: [B, T, P] -> h: [B, T, H]``; state ``h: f32[B, H]``. Parameters:
-    ``gates/{kernel: [P, 2H], bias: [2H]}`` (columns ``z``, ``h̃``): ``2PH + 2H``.
+    Call: ``rnn(x, *, initial_state=None) -> h`` with ``x: [B, T, P]``, ``h: [B, T, H]``;
+    :meth:`with_state` (the same arguments) -> ``(h, h_T)``, the state ``h_T: f32[B, H]``.
+    Parameters: ``gates/{kernel: [P, 2H], bias: [2H]}`` (columns ``z``, ``h̃``): ``2PH + 2H``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -710,6 +754,9 @@ class MinGRU(nn.Module):
         >>> params = rnn.init(jax.random.PRNGKey(0), x)
         >>> rnn.apply(params, x).shape
         (2, 4, 3)
+        >>> h, h_T = rnn.apply(params, x, method="with_state")
+        >>> bool(jnp.array_equal(h[:, -1], h_T)), h_T.shape
+        (True, (2, 3))
     """
 
     features: int
@@ -728,15 +775,24 @@ class MinGRU(nn.Module):
         z = jax.nn.sigmoid(zr)
         return 1.0 - z, z * hr
 
-    def __call__(
-        self, x: Array, *, initial_state: Array | None = None, return_state: bool = False
-    ) -> Array | tuple[Array, Array]:
+    @retired_flags(return_state="MinGRU.with_state")
+    def __call__(self, x: Array, *, initial_state: Array | None = None) -> Array:
+        """``h: [B, T, H]`` in ``dtype`` (default ``x``'s; the class docstring)."""
+        return self._states(x, initial_state).astype(self.dtype or x.dtype)
+
+    def with_state(
+        self, x: Array, *, initial_state: Array | None = None
+    ) -> tuple[Array, Array]:
+        """As :meth:`__call__`, and the last state: ``(h: [B, T, H], h_T: f32[B, H])``."""
+        h_BxTxH = self._states(x, initial_state)
+        return h_BxTxH.astype(self.dtype or x.dtype), h_BxTxH[:, -1]
+
+    def _states(self, x: Array, initial_state: Array | None) -> Array:
+        """``h_1 … h_T: f32[B, T, H]`` from ``initial_state`` (zeros by default)."""
         check_rank(x, "x", 3)
         a_BxTxH, b_BxTxH = self._coefficients(x)
         h0 = None if initial_state is None else initial_state.astype(jnp.float32)
-        h_BxTxH = linear_recurrence(a_BxTxH, b_BxTxH, h0, impl=self.scan_impl)
-        out = h_BxTxH.astype(self.dtype or x.dtype)
-        return (out, h_BxTxH[:, -1]) if return_state else out
+        return linear_recurrence(a_BxTxH, b_BxTxH, h0, impl=self.scan_impl)
 
     def step(self, h_BxH: Array, x_BxP: Array) -> tuple[Array, Array]:
         """``h_t = (1 − z_t) ⊙ h_{t−1} + z_t ⊙ h̃_t`` for one step; returns ``(h, h)``."""

@@ -188,10 +188,9 @@ class ModelApply:
             kwargs["deterministic"] = not train
         elif "train" in params_of_call:
             kwargs["train"] = train
-        if carry:
+        if carry:  # the carry protocol (seqjax.nn.StackedRNN): with_state -> (y, carry)
             kwargs["initial_carry"] = carry[0]
-            if "return_carry" in params_of_call:  # the carry protocol (seqjax.nn.StackedRNN)
-                kwargs["return_carry"] = True
+            kwargs["method"] = "with_state" if hasattr(self.model, "with_state") else None
         rngs = {"dropout": rng} if train else {}
         return self.model.apply({"params": params}, inputs, rngs=rngs, **kwargs)
 
@@ -202,9 +201,9 @@ def flax_apply_fn(model: Any) -> ModelApply:
     ``train`` is passed as ``deterministic=not train`` or ``train=train`` when the
     module's ``__call__`` takes one of them; ``rng`` feeds the ``dropout`` stream
     during training. With a ``carry`` argument the module is called as
-    ``model(inputs, initial_carry=carry)`` (plus ``return_carry=True`` when its
-    ``__call__`` takes it, as every recurrent model of :mod:`seqjax.models` does) and must
-    return ``(logits, new_carry)``. The result is a :class:`ModelApply`.
+    ``model.with_state(inputs, initial_carry=carry)`` (``model(inputs, initial_carry=carry)``
+    if it has no ``with_state``; every recurrent model of :mod:`seqjax.models` has one) and
+    must return ``(logits, new_carry)``. The result is a :class:`ModelApply`.
 
     Example:
         >>> import flax.linen as nn, jax, jax.numpy as jnp

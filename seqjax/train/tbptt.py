@@ -18,7 +18,7 @@ BPTT. The carry lives in ``TrainState.carry`` and is checkpointed with it; a bat
 Use with ``make_train_step(make_tbptt_loss(apply_fn), with_carry=True)`` where
 ``apply_fn(params, inputs, rng, train, carry) -> (logits, new_carry)``, e.g.
 :func:`seqjax.train.step.flax_apply_fn` of any model that follows the carry protocol
-(:class:`seqjax.nn.StackedRNN`): ``model(inputs, initial_carry=carry, return_carry=True)
+(:class:`seqjax.nn.StackedRNN`): ``model.with_state(inputs, initial_carry=carry)
 -> (logits, carry)``, as :class:`seqjax.models.RNNLanguageModel` does. Start the state
 from the model's zero carry::
 

@@ -40,7 +40,7 @@ def test_lm_shapes_carries_and_tied_output(lm_params):
     @jax.jit
     def run(v, x, lengths):
         return (
-            lm.apply(v, x, lengths, return_carry=True),
+            lm.apply(v, x, lengths, method="with_state"),
             lm.apply(v, x, method=RNNLanguageModel.hidden_states)[0],
         )
 
@@ -235,12 +235,16 @@ def test_classifier_and_tagger_learn():
 
 
 def test_lm_carry_protocol_and_removed_names(lm_params):
-    """initial_carry in, (logits, carry) out with return_carry; the removed names are errors."""
+    """initial_carry in, (logits, carry) out of with_state (the call: the logits alone);
+    the removed names are errors, the retired ``return_carry`` one naming ``with_state``."""
     lm, v = lm_params
     x = jnp.asarray(np.random.default_rng(2).integers(0, V, (2, 6)), jnp.int32)
-    full, carry_full = lm.apply(v, x, return_carry=True)
-    first, carry = lm.apply(v, x[:, :4], initial_carry=lm.zero_carry(2), return_carry=True)
-    rest, carry = lm.apply(v, x[:, 4:], initial_carry=carry, return_carry=True)
+    full, carry_full = lm.apply(v, x, method="with_state")
+    np.testing.assert_array_equal(lm.apply(v, x), full)
+    first, carry = lm.apply(v, x[:, :4], initial_carry=lm.zero_carry(2), method="with_state")
+    rest, carry = lm.apply(v, x[:, 4:], initial_carry=carry, method="with_state")
+    with pytest.raises(TypeError, match="RNNLanguageModel.with_state"):
+        lm.apply(v, x, return_carry=True)
     np.testing.assert_allclose(jnp.concatenate([first, rest], 1), full, atol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(carry), jax.tree_util.tree_leaves(carry_full)):
         np.testing.assert_allclose(a, b, atol=1e-5)

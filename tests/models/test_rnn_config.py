@@ -215,7 +215,7 @@ def test_lm_is_embedding_stack_and_output_layer(tie):
     lm = RNNLanguageModel(cfg)
     params = lm.init(KEY, TOK)["params"]
     e = Embed(11, 6).apply({"params": params["embed"]}, TOK)
-    h, _ = StackedRNN(6, num_layers=2, cell_type="lstm", cell_kwargs={"forget_bias": 1.0}).apply(
+    h = StackedRNN(6, num_layers=2, cell_type="lstm", cell_kwargs={"forget_bias": 1.0}).apply(
         {"params": params["rnn"]}, e)
     if tie:
         want = h @ params["embed"]["embedding"].T + params["output_bias"]

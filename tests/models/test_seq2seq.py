@@ -36,11 +36,12 @@ def _model(name, **kw):
 @functools.partial(jax.jit, static_argnums=0)
 def _probe(model, v, src, src_len, tgt):
     """Teacher-forced pass, step-by-step decoding and the checks' variations, in one compile."""
-    logits, alpha = model.apply(v, src, tgt, src_len, return_attention=True)
+    logits, alpha = model.apply(v, src, tgt, src_len, method="with_weights")
+    called = model.apply(v, src, tgt, src_len)  # the call: the logits alone
     alpha_other_y0 = None
     if model.config.context == "attention":
         alpha_other_y0 = model.apply(v, src, tgt.at[:, 0].set((tgt[:, 0] + 1) % TGT_V),
-                                     src_len, return_attention=True)[1]
+                                     src_len, method="with_weights")[1]
     state = model.init_decode_state(v, tgt[:, :1], None, tgt.shape[1], src=src,
                                     src_lengths=src_len)
 
@@ -53,16 +54,17 @@ def _probe(model, v, src, src_len, tgt):
     plain = None
     if model.config.reverse_source:  # the same parameters without the trick, fed reversed
         plain = model.clone(config=model.config.replace(reverse_source=False)).apply(
-            v, reverse_sequences(src, src_len), tgt, src_len, return_attention=True)
-    return logits, alpha, alpha_other_y0, jnp.swapaxes(steps, 0, 1), alone, plain
+            v, reverse_sequences(src, src_len), tgt, src_len, method="with_weights")
+    return logits, alpha, alpha_other_y0, jnp.swapaxes(steps, 0, 1), alone, plain, called
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_teacher_forcing_equals_step_by_step_decoding(name):
     model = _model(name)
     v = np_init(model, SRC, TGT)
-    logits, alpha, alpha2, steps, alone, plain = _probe(model, v, SRC, SRC_LEN, TGT)
+    logits, alpha, alpha2, steps, alone, plain, called = _probe(model, v, SRC, SRC_LEN, TGT)
     assert logits.shape == (3, 5, TGT_V) and alpha.shape == (3, 5, 6)
+    np.testing.assert_array_equal(called, logits)  # with_weights' logits are the call's
     np.testing.assert_allclose(steps, logits, rtol=1e-5, atol=1e-5)
     # Teacher-forced loss == sum of the per-step cross-entropies.
     total = float(token_cross_entropy(logits[:, :-1], TGT[:, 1:]).sum())
@@ -87,6 +89,13 @@ def test_teacher_forcing_equals_step_by_step_decoding(name):
         assert diff == 0.0 and float(jnp.abs(alpha[:, 1] - alpha2[:, 1]).max()) > 0
     else:
         assert diff > 0
+
+
+def test_retired_return_attention_names_with_weights():
+    model = _model("bahdanau")
+    v = jax.eval_shape(model.init, jax.random.PRNGKey(0), SRC, TGT)
+    with pytest.raises(TypeError, match="Seq2Seq.with_weights"):
+        model.apply(v, SRC, TGT, SRC_LEN, return_attention=True)
 
 
 def test_reverse_sequences():

@@ -1,6 +1,7 @@
 """Tests for seqjax.nn.attention: numpy references of the textbook equations, properties,
 cached decoding, errors, and parity with PyTorch."""
 
+import functools
 import math
 
 import jax
@@ -16,6 +17,7 @@ from seqjax.nn.attention import (
     additive_score,
     concat_score,
     dot_product_attention,
+    dot_product_attention_with_weights,
     dot_score,
     general_score,
     masked_softmax,
@@ -152,7 +154,7 @@ def test_slides_worked_example_112_96():
     # q.k1 = 112, q.k2 = 96, d_k = 64 -> 14, 12 -> softmax 0.88 / 0.12.
     q = np.ones((1, 1, 1, 64), np.float32)
     k = np.stack([np.full(64, 1.75), np.full(64, 1.5)]).astype(np.float32)[None, :, None]
-    _, w = dot_product_attention(q, k, k, return_weights=True)
+    _, w = dot_product_attention_with_weights(q, k, k)
     np.testing.assert_allclose(w[0, 0, 0], [0.8808, 0.1192], atol=1e-4)
     np.testing.assert_allclose(scaled_dot_score(q[0, :, 0], k[0, :, 0]), [[14.0, 12.0]])
 
@@ -421,7 +423,7 @@ def np_mha_core(q, k, v, mask):
 def test_weights_rows_sum_to_one_under_any_mask(seed, density):
     q, k, v = _qkv(b=1, q=4, k=5, h=2, g=1, seed=seed % 1000)
     mask = np.random.default_rng(seed).random((1, 2, 4, 5)) < density
-    out, w = dot_product_attention(q * 30, k, v, mask=mask, return_weights=True)
+    out, w = dot_product_attention_with_weights(q * 30, k, v, mask=mask)
     w = np.asarray(w)
     visible = mask.any(-1)
     np.testing.assert_allclose(w.sum(-1), visible.astype(np.float32), atol=1e-5)
@@ -494,8 +496,9 @@ def test_dot_product_attention_bf16_float32_softmax_and_vmap():
     assert out16.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=5e-2)
     # Large logits in bf16: softmax in float32 keeps rows normalised.
-    _, w = dot_product_attention(jnp.asarray(q * 100, jnp.bfloat16), jnp.asarray(k, jnp.bfloat16),
-                                 jnp.asarray(v, jnp.bfloat16), return_weights=True)
+    _, w = dot_product_attention_with_weights(
+        jnp.asarray(q * 100, jnp.bfloat16), jnp.asarray(k, jnp.bfloat16),
+        jnp.asarray(v, jnp.bfloat16))
     assert w.dtype == jnp.float32
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
     stacked = np.stack([q, q * 0.5])
@@ -521,6 +524,42 @@ def test_dot_product_attention_errors():
         dot_product_attention(q, k, v, mask=np.ones((5, 6)))
     with pytest.raises(ValueError, match="dropout_rng"):
         dot_product_attention(q, k, v, dropout_rate=0.1)
+
+
+def _calls(which):
+    """``(plain(**kw), pair(), the pair's name)`` of one attention callable on one input."""
+    if which == "MultiHeadAttention":
+        mha, x = MultiHeadAttention(num_heads=2), randn((2, 5, 8), 3)
+        params = mha.init(jax.random.PRNGKey(0), x)
+        return (lambda **kw: mha.apply(params, x, is_causal=True, **kw),
+                lambda: mha.apply(params, x, is_causal=True, method="with_weights"),
+                "MultiHeadAttention.with_weights")
+    q, k, v = _qkv()
+    if which == "jit(partial(dot_product_attention))":  # as the notebooks call it
+        plain = jax.jit(functools.partial(dot_product_attention, is_causal=True))
+        return (lambda **kw: plain(q, k, v, **kw),
+                lambda: jax.jit(functools.partial(dot_product_attention_with_weights,
+                                                  is_causal=True))(q, k, v),
+                "dot_product_attention_with_weights")
+    return (lambda **kw: dot_product_attention(q, k, v, is_causal=True, **kw),
+            lambda: dot_product_attention_with_weights(q, k, v, is_causal=True),
+            "dot_product_attention_with_weights")
+
+
+@pytest.mark.parametrize("which", ["dot_product_attention", "jit(partial(dot_product_attention))",
+                                   "MultiHeadAttention"])
+def test_the_call_returns_the_array_and_with_weights_the_pair(which):
+    """The call returns ``out``; ``…with_weights`` returns ``(out, weights)`` with the same
+    ``out``; the retired ``return_weights=`` is a TypeError naming the pair's callable."""
+    plain, pair, name = _calls(which)
+    out = plain()
+    y, w = pair()
+    # Equal up to rounding: writing the weights out takes the XLA kernel's weights path.
+    np.testing.assert_allclose(out, y, rtol=1e-6, atol=1e-6)
+    assert w.dtype == jnp.float32 and w.ndim == 4
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    with pytest.raises(TypeError, match=name):
+        plain(return_weights=True)
 
 
 # ============================================================================ scores and Attention
@@ -700,13 +739,14 @@ def test_pallas_unavailable_is_a_clear_error_and_auto_stays_on_xla():
         for kw, why in [(dict(q=q[:, :12]), "multiples of 128"),
                         (dict(v=jnp.concatenate([v, v], -1)), "equal key and value head dims"),
                         (dict(dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0)), "dropout"),
-                        (dict(return_weights=True), "weights"),
+                        (dict(with_weights=True), "weights"),
                         (dict(q=q[:, :8], is_causal=True), "as many queries as keys")]:
             args = dict(q=q, k=k, v=v)
             args.update({n: kw.pop(n) for n in ("q", "v") if n in kw})
+            attend = (dot_product_attention_with_weights if kw.pop("with_weights", False)
+                      else dot_product_attention)
             with pytest.raises(ValueError, match=why):
-                dot_product_attention(args["q"], args["k"], args["v"], implementation="pallas",
-                                      **kw)
+                attend(args["q"], args["k"], args["v"], implementation="pallas", **kw)
 
 
 def test_multihead_attention_with_the_pallas_kernel_and_lengths():

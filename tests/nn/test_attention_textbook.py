@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 import seqjax
-from seqjax.nn.attention import MultiHeadAttention, dot_product_attention, simple_self_attention
+from seqjax.nn.attention import (
+    MultiHeadAttention,
+    dot_product_attention,
+    dot_product_attention_with_weights,
+    simple_self_attention,
+    simple_self_attention_with_weights,
+)
 from seqjax.nn.masks import causal_mask, sliding_window_mask
 
 
@@ -27,7 +33,7 @@ def softmax(s):
 def test_simple_self_attention_is_bishop_12_6_row_by_row():
     # Bishop (12.5): a_nm = exp(x_nᵀx_m) / Σ_m' exp(x_nᵀx_m'); (12.6): Y = Softmax[XXᵀ] X.
     x = randn((2, 4, 3), 1)
-    y, a = simple_self_attention(x, return_weights=True)
+    y, a = simple_self_attention_with_weights(x)
     for b in range(2):
         for n in range(4):
             a_n = softmax(np.array([x[b, n] @ x[b, m] for m in range(4)], np.float64))
@@ -41,7 +47,7 @@ def test_simple_self_attention_causal_is_jm_9_30_to_9_33_and_medl_7_23():
     # J&M (9.30) score(x_i, x_j) = x_i·x_j; (9.31)-(9.32) α_ij = softmax over k ≤ i;
     # (9.33) y_i = Σ_{j≤i} α_ij x_j. MEDL (7.23) is the same sum with z_q = z_k = v = x.
     x = randn((5, 3), 2)
-    y, a = simple_self_attention(x, is_causal=True, return_weights=True)
+    y, a = simple_self_attention_with_weights(x, is_causal=True)
     for i in range(5):
         scores = np.array([x[i] @ x[j] for j in range(i + 1)], np.float64)
         alpha = softmax(scores)
@@ -54,6 +60,19 @@ def test_simple_self_attention_causal_is_jm_9_30_to_9_33_and_medl_7_23():
         simple_self_attention(x, mask=np.ones((4, 4), bool))
     with pytest.raises(ValueError, match="`x` must have rank"):
         simple_self_attention(x[0])
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_simple_self_attention_returns_y_and_with_weights_the_pair(is_causal):
+    # The call returns Y; simple_self_attention_with_weights returns (Y, A) with the same Y;
+    # the retired return_weights= is a TypeError naming the pair's function.
+    x = randn((2, 4, 3), 3)
+    y, a = simple_self_attention_with_weights(x, is_causal=is_causal)
+    np.testing.assert_array_equal(simple_self_attention(x, is_causal=is_causal), y)
+    np.testing.assert_allclose(y, a @ x, rtol=1e-5, atol=1e-6)
+    assert seqjax.nn.simple_self_attention_with_weights is simple_self_attention_with_weights
+    with pytest.raises(TypeError, match="simple_self_attention_with_weights"):
+        simple_self_attention(x, is_causal=is_causal, return_weights=True)
 
 
 # ============================================================================ MEDL (7.24)
@@ -111,8 +130,8 @@ def test_jm_figure_9_17_causal_mask_n5():
         for j in range(5):
             assert masked[i, j] == (qk[i, j] if j <= i else -np.inf)
     # J&M Fig. 9.17: the softmax weights are lower-triangular, rows sum to 1, α_11 = 1.
-    _, w = dot_product_attention(q[None, :, None], k[None, :, None], k[None, :, None],
-                                 is_causal=True, scale=1.0, return_weights=True)
+    _, w = dot_product_attention_with_weights(q[None, :, None], k[None, :, None],
+                                              k[None, :, None], is_causal=True, scale=1.0)
     w = np.asarray(w[0, 0])
     np.testing.assert_array_equal(w[~keep], 0.0)
     np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-6)

@@ -102,8 +102,8 @@ def xs():
 
 
 def _run(cell, v, xs):
-    carry, y = RNN(cell, return_carry=True).apply(
-        {"params": {"cell": v["params"]}}, jnp.asarray(xs)
+    y, carry = RNN(cell).apply(
+        {"params": {"cell": v["params"]}}, jnp.asarray(xs), method="with_state"
     )
     return carry, np.asarray(y)
 

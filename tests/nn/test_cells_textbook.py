@@ -40,8 +40,8 @@ def _random_params(cell, x):
 
 
 def _run(cell, v, x, implementation="auto"):
-    carry, y = RNN(cell, return_carry=True, implementation=implementation).apply(
-        {"params": {"cell": v["params"]}}, jnp.asarray(x))
+    y, carry = RNN(cell, implementation=implementation).apply(
+        {"params": {"cell": v["params"]}}, jnp.asarray(x), method="with_state")
     return carry, np.asarray(y)
 
 

@@ -20,13 +20,15 @@ from seqjax.nn.linear_attention import (
     linear_attention,
     linear_attention_step,
     linear_attention_weights,
+    linear_attention_with_state,
 )
 from seqjax.utils import count_params
 
 IMPLS = ["parallel", "chunked", "recurrent"]
 jit = jax.jit
-_STATIC = ("is_causal", "feature_map", "eps", "implementation", "chunk_size", "return_state")
+_STATIC = ("is_causal", "feature_map", "eps", "implementation", "chunk_size")
 la = jit(linear_attention, static_argnames=_STATIC)
+la_state = jit(linear_attention_with_state, static_argnames=_STATIC)
 la_step = jit(linear_attention_step, static_argnames=("feature_map", "eps"))
 la_weights = jit(linear_attention_weights, static_argnames=("is_causal", "feature_map", "eps"))
 
@@ -88,8 +90,8 @@ _STATE = (np.full((2, 2, 3, 4), 0.3, np.float32), np.full((2, 2, 3), 2.0, np.flo
 
 def _causal(q, k, v, impl, mask=_MASK, state=_STATE, **kw):
     """The one causal call signature shared by the tests (one compile per implementation)."""
-    return la(q, k, v, key_mask=jnp.asarray(mask), is_causal=True, implementation=impl,
-              chunk_size=3, initial_state=state, return_state=True, **kw)
+    return la_state(q, k, v, key_mask=jnp.asarray(mask), is_causal=True, implementation=impl,
+                    chunk_size=3, initial_state=state, **kw)
 
 
 def test_noncausal_matches_numpy():
@@ -293,6 +295,32 @@ def test_bad_inputs_raise():
         jax.eval_shape(linear_attention, q, k, v[:, :4])
     np.testing.assert_allclose(elu_plus_one(np.array([-1.0, 0.0, 2.0])),
                                [np.exp(-1.0), 1.0, 3.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["linear_attention", "LinearAttention"])
+def test_the_call_returns_the_array_and_the_named_form_the_pair(which):
+    """The call returns ``y``; ``linear_attention_with_state`` returns ``(y, (S, z))`` and
+    ``LinearAttention.with_weights`` ``(y, weights)``, with the same ``y``; the retired
+    flags are a TypeError naming them."""
+    if which == "linear_attention":
+        q, k, v = _qkv()
+        y, (s, z) = _causal(q, k, v, "chunked")
+        plain = functools.partial(la, q, k, v, key_mask=jnp.asarray(_MASK), is_causal=True,
+                                  implementation="chunked", chunk_size=3, initial_state=_STATE)
+        assert s.shape == _STATE[0].shape and z.shape == _STATE[1].shape
+        flag, name = "return_state", "linear_attention_with_state"
+    else:
+        lengths = jnp.array([6, 4])
+        y, w = japply(ATTN, is_causal=True, method="with_weights")(_PARAMS, _X, lengths=lengths)
+        plain = functools.partial(japply(ATTN, is_causal=True), _PARAMS, _X, lengths=lengths)
+        valid_BxQ = np.arange(6)[None] < np.asarray(lengths)[:, None]
+        np.testing.assert_allclose(w.sum(-1), np.broadcast_to(valid_BxQ[:, None], w.shape[:3]),
+                                   atol=1e-4)  # rows of real queries sum to 1, padded are 0
+        np.testing.assert_array_equal(np.triu(np.asarray(w), 1), 0.0)  # causal
+        flag, name = "return_weights", "LinearAttention.with_weights"
+    np.testing.assert_array_equal(plain(), y)
+    with pytest.raises(TypeError, match=name):
+        plain(**{flag: True})
 
 
 def test_lengths_zero_padded_rows_and_advance_the_cache():

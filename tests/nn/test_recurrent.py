@@ -65,9 +65,9 @@ SUBCLASSES = [pytest.param(lambda: _LeakyElman(H), id="elman_subclass"),
 @pytest.mark.parametrize("make_cell", CELLS + SUBCLASSES)
 def test_scan_equals_python_loop(make_cell, x):
     cell = make_cell()
-    rnn = RNN(cell, return_carry=True)
+    rnn = RNN(cell)
     v = _init(rnn, x)
-    carry, y = rnn.apply(v, x)
+    y, carry = rnn.apply(v, x, method="with_state")
     c = cell.initialize_carry(None, (B, P))
     ys = []
     for t in range(T):
@@ -80,19 +80,19 @@ def test_scan_equals_python_loop(make_cell, x):
 @pytest.mark.parametrize("make_cell", CELLS)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_padded_batch_equals_each_sequence_alone(make_cell, reverse, x):
-    rnn = RNN(make_cell(), return_carry=True, reverse=reverse)
+    rnn = RNN(make_cell(), reverse=reverse)
     v = _init(rnn, x)
     # Garbage in the padding must not leak anywhere.
     pad = jnp.arange(T)[None, :, None] >= LENGTHS[:, None, None]
     x_dirty = jnp.where(pad, 1e3, x)
-    carry, y = rnn.apply(v, x_dirty, lengths=LENGTHS)
+    y, carry = rnn.apply(v, x_dirty, lengths=LENGTHS, method="with_state")
     init = rnn.cell.initialize_carry(None, (1, P))
     for b, n in enumerate(LENGTHS):
         assert np.all(np.asarray(y[b, n:]) == 0.0)
         if n == 0:
             _tree_close(jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], carry), init)
             continue
-        c_b, y_b = rnn.apply(v, x[b : b + 1, :n])
+        y_b, c_b = rnn.apply(v, x[b : b + 1, :n], method="with_state")
         np.testing.assert_allclose(y[b, :n], y_b[0], atol=1e-5)
         _tree_close(jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], carry), c_b)
 
@@ -121,16 +121,17 @@ def test_time_major_and_unroll_agree(x):
 
 
 def test_initial_carry_is_used(x):
-    rnn = RNN(GRUCell(H), return_carry=True)
+    rnn = RNN(GRUCell(H))
     v = _init(rnn, x)
     h0 = jnp.ones((B, H))
-    c_a, y_a = rnn.apply(v, x, initial_carry=h0)
-    c_b, _ = rnn.apply(v, x[:, :2], initial_carry=h0)
-    c_c, y_c = rnn.apply(v, x[:, 2:], initial_carry=c_b)
+    y_a, c_a = rnn.apply(v, x, initial_carry=h0, method="with_state")
+    _, c_b = rnn.apply(v, x[:, :2], initial_carry=h0, method="with_state")
+    y_c, c_c = rnn.apply(v, x[:, 2:], initial_carry=c_b, method="with_state")
     np.testing.assert_allclose(y_a[:, 2:], y_c, atol=1e-5)
     np.testing.assert_allclose(c_a, c_c, atol=1e-5)
     # Lengths 0 returns the given initial carry.
-    c0, _ = rnn.apply(v, x, lengths=jnp.zeros((B,), jnp.int32), initial_carry=h0)
+    _, c0 = rnn.apply(v, x, lengths=jnp.zeros((B,), jnp.int32), initial_carry=h0,
+                      method="with_state")
     np.testing.assert_array_equal(c0, h0)
 
 
@@ -145,9 +146,9 @@ def test_resets_equal_separate_segments(x):
 
 
 def test_bidirectional_concat_and_merges(x):
-    bi = Bidirectional(RNN(LSTMCell(H)), RNN(LSTMCell(H)), return_carry=True)
+    bi = Bidirectional(RNN(LSTMCell(H)), RNN(LSTMCell(H)))
     v = _init(bi, x)
-    (cf, cb), y = bi.apply(v, x, lengths=LENGTHS)
+    y, (cf, cb) = bi.apply(v, x, lengths=LENGTHS, method="with_state")
     assert y.shape == (B, T, 2 * H)
     fwd = RNN(LSTMCell(H)).apply({"params": v["params"]["forward"]}, x, lengths=LENGTHS)
     bwd = RNN(LSTMCell(H), reverse=True).apply(
@@ -170,11 +171,11 @@ def test_bidirectional_concat_and_merges(x):
 def test_stacked_matches_manual_composition(x):
     stack = StackedRNN(H, num_layers=3, cell_type="gru")
     v = _init(stack, x)
-    y, finals = stack.apply(v, x, LENGTHS)
+    y, finals = stack.apply(v, x, LENGTHS, method="with_state")
     h = x
     for layer in range(3):
-        c, h = RNN(GRUCell(H), return_carry=True).apply(
-            {"params": v["params"][f"layer_{layer}"]}, h, lengths=LENGTHS
+        h, c = RNN(GRUCell(H)).apply(
+            {"params": v["params"][f"layer_{layer}"]}, h, lengths=LENGTHS, method="with_state"
         )
         np.testing.assert_allclose(finals[layer], c, atol=1e-5)
     np.testing.assert_allclose(y, h, atol=1e-5)
@@ -184,17 +185,17 @@ def test_stacked_matches_manual_composition(x):
 def test_stacked_bidirectional_residual_dropout(x):
     stack = StackedRNN(H, num_layers=2, bidirectional=True, dropout_rate=0.5, residual=True)
     v = _init(stack, x)
-    y_det, finals = stack.apply(v, x, LENGTHS)
+    y_det, finals = stack.apply(v, x, LENGTHS, method="with_state")
     assert y_det.shape == (B, T, 2 * H)
     assert len(finals) == 2 and len(finals[0]) == 2  # (fwd, bwd) per layer
-    y1, _ = stack.apply(v, x, LENGTHS, deterministic=False, rngs={"dropout": jax.random.key(1)})
-    y2, _ = stack.apply(v, x, LENGTHS, deterministic=False, rngs={"dropout": jax.random.key(2)})
+    y1 = stack.apply(v, x, LENGTHS, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    y2 = stack.apply(v, x, LENGTHS, deterministic=False, rngs={"dropout": jax.random.key(2)})
     assert not np.allclose(y1, y2)
     pad = np.arange(T)[None, :] >= LENGTHS[:, None]
     assert np.all(np.asarray(y1)[pad] == 0.0)
     # residual: layer 2 output = its RNN output + its input
     no_res = StackedRNN(H, num_layers=2, bidirectional=True)
-    y_nores, _ = no_res.apply(v, x, LENGTHS)
+    y_nores = no_res.apply(v, x, LENGTHS)
     assert not np.allclose(y_det, y_nores)
 
 
@@ -281,14 +282,14 @@ def test_bf16_compute_close_to_fp32(make_cell, x):
 def test_fused_custom_vjp_equals_autodiff_of_scan(make_cell, reverse, x):
     """The layer kernels' hand-written VJPs == autodiff of the plain nn.scan of the step."""
     cell = make_cell()
-    fused = RNN(cell, reverse=reverse, return_carry=True, implementation="fused")
-    generic = RNN(cell, reverse=reverse, return_carry=True, implementation="scan")
+    fused = RNN(cell, reverse=reverse, implementation="fused")
+    generic = RNN(cell, reverse=reverse, implementation="scan")
     v = _init(fused, x)
     c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
 
     def loss(m):
         def f(p, xx, c):
-            c_T, y = m.apply(p, xx, lengths=LENGTHS, initial_carry=c)
+            y, c_T = m.apply(p, xx, lengths=LENGTHS, initial_carry=c, method="with_state")
             return (y**2).sum() + sum((leaf**3).sum() for leaf in jax.tree_util.tree_leaves(c_T))
 
         return f
@@ -304,15 +305,15 @@ def test_empty_sequence_values_and_gradients(make_cell, x):
     """T = 0: the output is empty, the final carry is the initial one, and the layer
     kernels' gradients equal the scan's (the carry's cotangent passes straight through)."""
     cell = make_cell()
-    fused = RNN(cell, return_carry=True, implementation="fused")
-    generic = RNN(cell, return_carry=True, implementation="scan")
+    fused = RNN(cell, implementation="fused")
+    generic = RNN(cell, implementation="scan")
     v = _init(fused, x)
     x0 = x[:, :0]
     c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
 
     def loss(m):
         def f(p, c):
-            c_T, y = m.apply(p, x0, initial_carry=c)
+            y, c_T = m.apply(p, x0, initial_carry=c, method="with_state")
             assert y.shape == (B, 0, H)
             return sum((leaf**2).sum() for leaf in jax.tree_util.tree_leaves(c_T))
 
@@ -366,7 +367,7 @@ def test_cudnn_weight_packing_matches_jax_reference_lstm(bidirectional, two_bias
                        cell_kwargs=kwargs)
     v = _init(stack, x)
     lengths = jnp.full((B,), T, jnp.int32)  # jax's reference LSTM does not handle ragged
-    y, finals = stack.apply(v, x, lengths)
+    y, finals = stack.apply(v, x, lengths, method="with_state")
     w = cudnn_lstm_weights(v["params"], 2, bidirectional)
     dirs = 2 if bidirectional else 1
     assert w.shape == (jrnn.get_num_params_in_lstm(P, H, 2, bidirectional),)
@@ -463,9 +464,10 @@ def test_rnn_cudnn_layer_equals_the_fused_kernel(monkeypatch, x):
     cell = LSTMCell(H)
     v = _init(RNN(cell, implementation="fused"), x)
     c0 = jax.tree_util.tree_map(lambda z: z + 0.3, cell.initialize_carry(None, (B, P)))
-    want = RNN(cell, implementation="fused", return_carry=True).apply(v, x, initial_carry=c0)
+    want = RNN(cell, implementation="fused").apply(v, x, initial_carry=c0,
+                                                      method="with_state")
     for impl in ("cudnn", "auto"):
-        got = RNN(cell, implementation=impl, return_carry=True).apply(v, x, initial_carry=c0)
+        got = RNN(cell, implementation=impl).apply(v, x, initial_carry=c0, method="with_state")
         _tree_close(got, want)
     tm = RNN(cell, implementation="cudnn", time_major=True).apply(v, jnp.swapaxes(x, 0, 1))
     np.testing.assert_allclose(jnp.swapaxes(tm, 0, 1), RNN(cell).apply(v, x), atol=1e-5)
@@ -535,4 +537,22 @@ def test_lstm_recurrent_bias_is_the_summed_bias_with_two_parameters(x):
     np.testing.assert_allclose(module.bias_hh_l0.detach().numpy(),
                                vs["params"]["layer_0"]["cell"]["recurrent_bias"], rtol=1e-6)
     y_torch = module(torch.from_numpy(np.array(x)))[0].detach().numpy()
-    np.testing.assert_allclose(stack.apply(vs, x)[0], y_torch, atol=1e-5)
+    np.testing.assert_allclose(stack.apply(vs, x), y_torch, atol=1e-5)
+
+
+def test_call_returns_the_array_and_with_state_the_pair(x):
+    """One call convention: ``__call__`` -> y; ``with_state`` -> (y, carry); the retired
+    ``return_carry`` is a TypeError naming ``with_state``."""
+    layers_ = [RNN(LSTMCell(H)), Bidirectional(RNN(LSTMCell(H)), RNN(LSTMCell(H))),
+               StackedRNN(H, num_layers=2)]
+    for layer in layers_:
+        v = _init(layer, x)
+        y, carry = layer.apply(v, x, LENGTHS, method="with_state")
+        np.testing.assert_array_equal(layer.apply(v, x, LENGTHS), y)
+        assert jax.tree_util.tree_leaves(carry)
+    with pytest.raises(TypeError, match="`return_carry` is retired.*`with_state`"):
+        RNN(LSTMCell(H), return_carry=True)
+    with pytest.raises(TypeError, match="`return_carry` is retired.*`with_state`"):
+        Bidirectional(RNN(LSTMCell(H)), RNN(LSTMCell(H)), return_carry=True)
+    with pytest.raises(TypeError, match="`RNN.with_state`"):
+        layers_[0].apply(_init(layers_[0], x), x, return_carry=True)

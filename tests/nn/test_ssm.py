@@ -25,12 +25,14 @@ from seqjax.nn.ssm import (
     discretize,
     linear_recurrence,
     selective_scan,
+    selective_scan_with_state,
     selective_step,
 )
 from seqjax.nn.transformer import BlockConfig, TransformerBlock
 
 jit = jax.jit
-scan = jit(selective_scan, static_argnames=("impl", "discretization", "return_state"))
+scan = jit(selective_scan, static_argnames=("impl", "discretization"))
+scan_state = jit(selective_scan_with_state, static_argnames=("impl", "discretization"))
 recurrence = jit(linear_recurrence, static_argnames=("impl",))
 
 
@@ -121,8 +123,7 @@ def test_selective_scan_forms_match_numpy(disc):
     x, dt, a, b, c, d, h0 = _ssm_inputs()
     ref_y, ref_h = _np_selective_scan(x, dt, a, b, c, d, h0, zoh=disc == "zoh")
     for impl in ("associative", "sequential"):
-        y, h = scan(x, dt, a, b, c, d, initial_state=h0, impl=impl, discretization=disc,
-                    return_state=True)
+        y, h = scan_state(x, dt, a, b, c, d, initial_state=h0, impl=impl, discretization=disc)
         np.testing.assert_allclose(y, ref_y, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(h, ref_h, rtol=1e-4, atol=1e-5)
     step = jit(functools.partial(selective_step, discretization=disc))
@@ -134,9 +135,9 @@ def test_selective_scan_forms_match_numpy(disc):
 
 def test_selective_scan_accumulates_in_float32():
     x, dt, a, b, c, d, h0 = _ssm_inputs()
-    kw = dict(initial_state=h0, impl="associative", discretization="mamba", return_state=True)
-    y32, _ = scan(x, dt, a, b, c, d, **kw)
-    y16, h16 = scan(*(jnp.asarray(v, jnp.bfloat16) for v in (x, dt)), a, b, c, d, **kw)
+    kw = dict(initial_state=h0, impl="associative", discretization="mamba")
+    y32, _ = scan_state(x, dt, a, b, c, d, **kw)
+    y16, h16 = scan_state(*(jnp.asarray(v, jnp.bfloat16) for v in (x, dt)), a, b, c, d, **kw)
     assert y16.dtype == jnp.bfloat16 and h16.dtype == jnp.float32
     scale = float(np.abs(y32).max())
     np.testing.assert_allclose(np.asarray(y16, np.float32), y32, atol=0.02 * scale)
@@ -183,9 +184,9 @@ def _np_ssm_module(x):
 def test_selective_ssm_module_matches_numpy_and_steps():
     ssm, params, x = _ssm()
     ref_y, ref_h = _np_ssm_module(x)
-    y_assoc, h_assoc = japply(ssm, return_state=True)(params, x)
+    y_assoc, h_assoc = japply(ssm, method="with_state")(params, x)
     ssm_seq = _ssm("sequential")[0]
-    y_seq, h_seq = japply(ssm_seq, return_state=True)(params, x)
+    y_seq, h_seq = japply(ssm_seq, method="with_state")(params, x)
     for y, h in ((y_assoc, h_assoc), (y_seq, h_seq)):
         np.testing.assert_allclose(y, ref_y, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(h, ref_h, rtol=1e-4, atol=1e-5)
@@ -198,7 +199,7 @@ def test_selective_ssm_module_matches_numpy_and_steps():
 
 def test_selective_ssm_lengths_freeze_the_state():
     ssm, params, x = _ssm()
-    y, h = japply(ssm, return_state=True)(params, x, lengths=jnp.array([6, 3]))
+    y, h = japply(ssm, method="with_state")(params, x, lengths=jnp.array([6, 3]))
     ref_y, ref_h = _np_ssm_module(x)
     ref_y3, ref_h3 = _np_ssm_module(x[1:, :3])
     np.testing.assert_allclose(y[0], ref_y[0], rtol=1e-4, atol=1e-5)
@@ -359,6 +360,33 @@ def test_min_gru_forms_match_numpy():
     for t in range(5):
         h, yt = step(params, h, x[:, t])
     np.testing.assert_allclose(yt, ref[:, -1], rtol=1e-5, atol=1e-6)
+
+
+_MIN_GRU = MinGRU(features=4)
+
+
+@pytest.mark.parametrize("which", ["selective_scan", "SelectiveSSM", "MinGRU"])
+def test_the_call_returns_the_array_and_with_state_the_pair(which):
+    """The call returns ``y``; ``selective_scan_with_state`` / ``with_state`` return
+    ``(y, h_T)`` with the same ``y``; the retired ``return_state=`` is a TypeError naming
+    the pair's callable."""
+    if which == "selective_scan":
+        x, dt, a, b, c, d, h0 = _ssm_inputs()
+        y, h = scan_state(x, dt, a, b, c, d, initial_state=h0)
+        plain = functools.partial(scan, x, dt, a, b, c, d, initial_state=h0)
+        assert h.shape == h0.shape and h.dtype == jnp.float32
+        name = "selective_scan_with_state"
+    else:
+        module, params, x = (_ssm() if which == "SelectiveSSM"
+                             else (_MIN_GRU, _random_params(_MIN_GRU, _X_SSM), _X_SSM))
+        y, h = japply(module, method="with_state")(params, x)
+        plain = functools.partial(japply(module), params, x)
+        if which == "MinGRU":
+            np.testing.assert_array_equal(h, y[:, -1])  # h_T is the last output
+        name = f"{which}.with_state"
+    np.testing.assert_array_equal(plain(), y)
+    with pytest.raises(TypeError, match=name):
+        plain(return_state=True)
 
 
 def test_bad_inputs_raise():

@@ -30,8 +30,8 @@ class TinyLM(nn.Module):
     """Embedding → ``RNN(cell)`` → dropout → ``Dense`` logits.
 
     Call: ``model(tokens_BxT, initial_carry=None, deterministic=True)`` returns
-    ``logits_BxTxV``, or ``(logits_BxTxV, carry)`` when ``initial_carry`` is given or
-    ``return_carry=True`` (truncated BPTT). Carry layout: the cell's (LSTM ``(c, h)``).
+    ``logits_BxTxV``; ``with_state`` (same arguments) returns ``(logits_BxTxV, carry)``
+    (truncated BPTT). Carry layout: the cell's (LSTM ``(c, h)``).
     Parameters: ``embed/embedding [V, E]``, ``rnn/cell/...``, ``head/kernel [H, V]``,
     ``head/bias [V]``.
 
@@ -70,27 +70,27 @@ class TinyLM(nn.Module):
         """The all-zero carry for ``batch_size`` rows (the start of every stream)."""
         return self._cell().initialize_carry(jax.random.PRNGKey(0), (batch_size, self.embed_dim))
 
-    @nn.compact
     def __call__(
-        self,
-        tokens_BxT: Array,
-        initial_carry: Any = None,
-        deterministic: bool = True,
-        return_carry: bool = False,
-    ) -> Array | tuple[Array, Any]:
+        self, tokens_BxT: Array, initial_carry: Any = None, deterministic: bool = True
+    ) -> Array:
+        return self.with_state(tokens_BxT, initial_carry, deterministic)[0]
+
+    @nn.compact
+    def with_state(
+        self, tokens_BxT: Array, initial_carry: Any = None, deterministic: bool = True
+    ) -> tuple[Array, Any]:
+        """``(logits_BxTxV, carry)``: the call's logits and the final carry."""
         check_rank(tokens_BxT, "tokens_BxT", 2)
         check_integer(tokens_BxT, "tokens_BxT")
         e_BxTxE = nn.Embed(
             self.vocab_size, self.embed_dim, dtype=self.dtype, param_dtype=self.param_dtype,
             name="embed",
         )(tokens_BxT)
-        carry, h_BxTxH = RNN(self._cell(), return_carry=True, name="rnn")(
+        h_BxTxH, carry = RNN(self._cell(), name="rnn").with_state(
             e_BxTxE, initial_carry=initial_carry
         )
         h_BxTxH = nn.Dropout(self.dropout)(h_BxTxH, deterministic=deterministic)
         logits_BxTxV = Dense(
             self.vocab_size, dtype=self.dtype, param_dtype=self.param_dtype, name="head"
         )(h_BxTxH)
-        if initial_carry is not None or return_carry:
-            return logits_BxTxV, carry
-        return logits_BxTxV
+        return logits_BxTxV, carry

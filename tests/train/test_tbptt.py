@@ -30,7 +30,7 @@ def _params():
 
 @jax.jit
 def _forward(params, inputs):
-    return MODEL.apply({"params": params}, inputs, return_carry=True)
+    return MODEL.apply({"params": params}, inputs, method="with_state")
 
 
 def _chunks(length, k):
@@ -104,7 +104,8 @@ def test_carry_threads_between_chunks_without_gradient():
     carry1 = jax.tree_util.tree_map(np.asarray, carry1)  # a constant: gradients stop here
 
     def chunk2_loss(p, carry):
-        logits, _ = MODEL.apply({"params": p}, jnp.asarray(c2["inputs"]), initial_carry=carry)
+        logits, _ = MODEL.apply({"params": p}, jnp.asarray(c2["inputs"]), initial_carry=carry,
+                              method="with_state")
         return masked_cross_entropy(logits, jnp.asarray(c2["targets"]))
 
     loss, g = jax.jit(jax.value_and_grad(chunk2_loss))(p1, carry1)
@@ -116,7 +117,7 @@ def test_carry_threads_between_chunks_without_gradient():
     # Full BPTT through both chunks gives a different gradient for the same chunk-2 loss:
     # the truncation is real.
     def through(p):
-        _, c = MODEL.apply({"params": p}, jnp.asarray(c1["inputs"]), return_carry=True)
+        _, c = MODEL.apply({"params": p}, jnp.asarray(c1["inputs"]), method="with_state")
         return chunk2_loss(p, c)
 
     g_full = jax.jit(jax.grad(through))(p1)
@@ -148,7 +149,7 @@ def test_rnn_lm_windows_with_carried_state_equal_the_full_sequence():
         losses.append(float(m["loss"]))
     n = it.steps_per_epoch * k
     inputs, targets = it.x[:, :n], it.y[:, :n]
-    logits, final = LM.apply({"params": params}, jnp.asarray(inputs), return_carry=True)
+    logits, final = LM.apply({"params": params}, jnp.asarray(inputs), method="with_state")
     for i, loss in enumerate(losses):
         window = slice(i * k, (i + 1) * k)
         want = masked_cross_entropy(logits[:, window], jnp.asarray(targets[:, window]))

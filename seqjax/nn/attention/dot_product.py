@@ -1,11 +1,12 @@
-r"""Scaled dot-product attention: the public function, its reference, and the dispatch table.
+r"""Scaled dot-product attention: the public functions, their reference, and the dispatch table.
 
 .. math::
     \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d_k}} + B + M\Big) V
 
 Bishop (12.14); J&M (9.39); LN (9), (13); MEDL (7.25) per head with the mask of
-(7.27) on the scores. :func:`dot_product_attention` checks its arguments once
-(:func:`~seqjax.nn.attention.checks.check_attention_args`) and runs one kernel of
+(7.27) on the scores. :func:`dot_product_attention` returns the output and
+:func:`dot_product_attention_with_weights` the pair ``(out, weights)``; either checks its
+arguments once (:func:`~seqjax.nn.attention.checks.check_attention_args`) and runs one kernel of
 :data:`KERNELS`: :func:`reference_attention` (plain ``einsum`` and autodiff — the
 definition the others are tested against) or a fast kernel from a private module
 per backend (``_xla_kernels``, ``_cudnn``, ``_pallas``), each documented to equal it.
@@ -17,12 +18,12 @@ import dataclasses
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 
-from seqjax._checks import check_count_or_off, check_positive_int
+from seqjax._checks import check_count_or_off, check_positive_int, retired_flags
 from seqjax.nn.attention import _xla_kernels
 from seqjax.nn.attention._cudnn import cudnn_attention, cudnn_unsupported
 from seqjax.nn.attention._pallas import pallas_attention, pallas_unsupported
@@ -36,7 +37,13 @@ from seqjax.nn.masks import causal_mask, combine_masks, sliding_window_mask
 
 Array = jax.Array
 
-__all__ = ["dot_product_attention", "reference_attention", "KERNELS", "IMPLEMENTATIONS"]
+__all__ = [
+    "dot_product_attention",
+    "dot_product_attention_with_weights",
+    "reference_attention",
+    "KERNELS",
+    "IMPLEMENTATIONS",
+]
 
 
 @partial(jax.jit, static_argnames=("is_causal", "scale", "dropout_rate", "return_weights"))
@@ -143,6 +150,7 @@ def _choose(implementation: str, q: Array, k: Array, v: Array, is_causal: bool,
     raise AssertionError("unreachable: 'xla' always runs")  # pragma: no cover
 
 
+@retired_flags(return_weights="dot_product_attention_with_weights")
 def dot_product_attention(
     q_BxQxHxD: Any,
     k_BxKxGxD: Any,
@@ -156,11 +164,10 @@ def dot_product_attention(
     implementation: str = "auto",
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
-    return_weights: bool = False,
     query_chunk: int = _xla_kernels.QUERY_CHUNK,
     scan_min_keys: int = _xla_kernels.SCAN_MIN_KEYS,
     fused_rows: int = _xla_kernels.FUSED_ROWS,
-) -> Array | tuple[Array, Array]:
+) -> Array:
     r"""Scaled dot-product attention over heads, with masks, bias, GQA/MQA, windows and dropout.
 
     .. math::
@@ -210,7 +217,6 @@ def dot_product_attention(
             Pallas kernel on a TPU when allowed, else ``"xla"``).
         dropout_rate: attention-weight dropout (needs ``dropout_rng``).
         dropout_rng: PRNG key for dropout.
-        return_weights: also return the weights ``[B, H, Q, K]`` (float32).
         query_chunk: ``"xla"`` only: query rows per chunk of the causal path (used
             when ``Q ≥ 2·query_chunk``) and of the scan path (default 128, fastest on CPU
             for T in {128, 512, 2048}; ``benchmarks/HISTORY.md``).
@@ -223,7 +229,8 @@ def dot_product_attention(
             (default 128).
 
     Returns:
-        ``out [B, Q, H, Dv]`` in the inputs' dtype, or ``(out, weights)``.
+        ``out [B, Q, H, Dv]`` in the inputs' dtype; the weights come with
+        :func:`dot_product_attention_with_weights`.
 
     Example:
         >>> q = jnp.ones((2, 3, 4, 8)); kv = jnp.ones((2, 5, 2, 8))
@@ -233,6 +240,64 @@ def dot_product_attention(
         >>> dot_product_attention(x, x, x, window=2, scale=0.0)[0, :, 0].round(2).tolist()
         [[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0], [0.0, 0.0, 0.5, 0.5]]
     """
+    return cast(Array, _attention(
+        q_BxQxHxD, k_BxKxGxD, v_BxKxGxV, mask=mask, bias=bias, is_causal=is_causal,
+        window=window, scale=scale, implementation=implementation, dropout_rate=dropout_rate,
+        dropout_rng=dropout_rng, return_weights=False, query_chunk=query_chunk,
+        scan_min_keys=scan_min_keys, fused_rows=fused_rows,
+    ))
+
+
+def dot_product_attention_with_weights(
+    q_BxQxHxD: Any,
+    k_BxKxGxD: Any,
+    v_BxKxGxV: Any,
+    *,
+    mask: Any = None,
+    bias: Any = None,
+    is_causal: bool = False,
+    window: int = 0,
+    scale: float | None = None,
+    implementation: str = "auto",
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    query_chunk: int = _xla_kernels.QUERY_CHUNK,
+    scan_min_keys: int = _xla_kernels.SCAN_MIN_KEYS,
+    fused_rows: int = _xla_kernels.FUSED_ROWS,
+) -> tuple[Array, Array]:
+    """:func:`dot_product_attention` and its attention weights: ``(out, weights)``.
+
+    The same arguments, checks and kernels; the weights are the softmax probabilities
+    (after dropout, when there is dropout) that multiply ``V``.
+
+    Returns:
+        ``(out [B, Q, H, Dv], weights [B, H, Q, K])``: ``out`` in the inputs' dtype (equal
+        to :func:`dot_product_attention`'s), the weights in float32; a query row with no
+        visible key has all-zero weights. Writing the weights out leaves the fused paths
+        (``"cudnn"`` and ``"pallas"`` refuse it: a ``ValueError``; ``"auto"`` runs ``"xla"``).
+
+    Example:
+        >>> q = jnp.ones((2, 3, 4, 8)); kv = jnp.ones((2, 5, 2, 8))
+        >>> out, w = dot_product_attention_with_weights(q, kv, kv, is_causal=True)
+        >>> out.shape, w.shape, w[0, 0, 1].tolist()
+        ((2, 3, 4, 8), (2, 4, 3, 5), [0.5, 0.5, 0.0, 0.0, 0.0])
+    """
+    return cast(tuple[Array, Array], _attention(
+        q_BxQxHxD, k_BxKxGxD, v_BxKxGxV, mask=mask, bias=bias, is_causal=is_causal,
+        window=window, scale=scale, implementation=implementation, dropout_rate=dropout_rate,
+        dropout_rng=dropout_rng, return_weights=True, query_chunk=query_chunk,
+        scan_min_keys=scan_min_keys, fused_rows=fused_rows,
+    ))
+
+
+def _attention(
+    q_BxQxHxD: Any, k_BxKxGxD: Any, v_BxKxGxV: Any, *, mask: Any, bias: Any, is_causal: bool,
+    window: int, scale: float | None, implementation: str, dropout_rate: float,
+    dropout_rng: Array | None, return_weights: bool, query_chunk: int, scan_min_keys: int,
+    fused_rows: int,
+) -> Any:
+    """The one implementation of :func:`dot_product_attention` (``return_weights=False``:
+    ``out``) and :func:`dot_product_attention_with_weights` (``True``: ``(out, weights)``)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."

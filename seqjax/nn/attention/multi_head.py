@@ -15,7 +15,7 @@ The attention itself is :func:`~seqjax.nn.attention.dot_product_attention`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,10 +30,14 @@ from seqjax._checks import (
     check_lengths,
     check_rank,
     lengths_array,
+    retired_flags,
 )
 from seqjax._traced_checks import poison_bad_lengths
 from seqjax.nn.attention.checks import check_broadcast
-from seqjax.nn.attention.dot_product import dot_product_attention
+from seqjax.nn.attention.dot_product import (
+    dot_product_attention,
+    dot_product_attention_with_weights,
+)
 from seqjax.nn.attention.kv_cache import KVCache
 from seqjax.nn.dense import DenseGeneral
 from seqjax.nn.masks import combine_masks, padding_mask
@@ -235,6 +239,7 @@ class MultiHeadAttention(nn.Module):
         dtype = dtype or self.dtype or self.param_dtype
         return KVCache.create(batch, max_len, g, d, dtype)
 
+    @retired_flags(return_weights="MultiHeadAttention.with_weights")
     def __call__(
         self,
         inputs_q: Array,
@@ -529,10 +534,7 @@ class MultiHeadAttention(nn.Module):
             kv_lengths=kv_lengths, cache=cache, window=self.window)
 
         use_dropout = self.dropout_rate > 0.0 and not deterministic
-        result = dot_product_attention(
-            q_BxQxHxD,
-            k_BxKxGxD,
-            v_BxKxGxD,
+        options: dict[str, Any] = dict(
             mask=attn_mask,
             bias=bias,
             scale=self.scale,
@@ -541,9 +543,13 @@ class MultiHeadAttention(nn.Module):
             implementation=self.implementation,
             dropout_rate=self.dropout_rate if use_dropout else 0.0,
             dropout_rng=self.make_rng("dropout") if use_dropout else None,
-            return_weights=return_weights,
         )
-        attn_BxQxHxD, weights = result if return_weights else (cast(Array, result), None)
+        weights: Array | None = None
+        if return_weights:
+            attn_BxQxHxD, weights = dot_product_attention_with_weights(
+                q_BxQxHxD, k_BxKxGxD, v_BxKxGxD, **options)
+        else:
+            attn_BxQxHxD = dot_product_attention(q_BxQxHxD, k_BxKxGxD, v_BxKxGxD, **options)
         if self.output_projection:
             out_BxQxF = _dense(self, out_features, (-2, -1), "out",
                                self.out_kernel_init or self.kernel_init)(attn_BxQxHxD)

@@ -8,7 +8,8 @@ and the context ``u = Σ_τ α_τ v^τ`` (MEDL (7.20)–(7.21)):
 * :class:`Attention` — the module (Bahdanau: query = previous decoder state;
   Luong: query = current state; MEDL Fig. 7.10, (7.22));
 * :func:`simple_self_attention` — the parameter-free self-attention
-  ``Y = Softmax[X Xᵀ] X`` (Bishop (12.5)–(12.6); J&M (9.30)–(9.33); MEDL (7.23)).
+  ``Y = Softmax[X Xᵀ] X`` (Bishop (12.5)–(12.6); J&M (9.30)–(9.33); MEDL (7.23));
+  :func:`simple_self_attention_with_weights` returns ``(Y, A)``.
 
 Shapes: ``z_q [..., Q, Dq]``, ``z_k [..., K, Dk]`` → scores ``[..., Q, K]``.
 Row vectors (Flax kernels are the transposes of MEDL's ``W``).
@@ -30,6 +31,7 @@ from seqjax._checks import (
     check_features,
     check_lengths,
     check_rank,
+    retired_flags,
 )
 from seqjax.nn.attention.softmax import masked_softmax
 from seqjax.nn.masks import causal_mask, combine_masks, padding_mask
@@ -47,6 +49,7 @@ __all__ = [
     "additive_score",
     "Attention",
     "simple_self_attention",
+    "simple_self_attention_with_weights",
 ]
 
 
@@ -307,9 +310,8 @@ class Attention(nn.Module):
         check_features(keys, "keys", want_k)
 
 
-def simple_self_attention(
-    x: Any, *, is_causal: bool = False, mask: Any = None, return_weights: bool = False
-) -> Array | tuple[Array, Array]:
+@retired_flags(return_weights="simple_self_attention_with_weights")
+def simple_self_attention(x: Any, *, is_causal: bool = False, mask: Any = None) -> Array:
     r"""Parameter-free self-attention ``Y = Softmax[X Xᵀ] X``: queries = keys = values = ``X``.
 
     .. math::
@@ -332,14 +334,35 @@ def simple_self_attention(
         x: ``[..., T, D]`` (e.g. ``[B, T, D]`` or one sequence ``[T, D]``).
         is_causal: keep ``m ≤ n`` only (:func:`~seqjax.nn.masks.causal_mask`).
         mask: optional extra mask.
-        return_weights: also return ``A = [a_nm]``, ``[..., T, T]`` (float32).
 
     Returns:
-        ``Y [..., T, D]`` in ``x``'s dtype, or ``(Y, A)``.
+        ``Y [..., T, D]`` in ``x``'s dtype; :func:`simple_self_attention_with_weights`
+        returns ``(Y, A)``.
 
     Example:
         >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
-        >>> y, a = simple_self_attention(x, is_causal=True, return_weights=True)
+        >>> (100 * simple_self_attention(x, is_causal=True)).round().astype(int).tolist()
+        [[100, 0], [27, 73]]
+    """
+    return simple_self_attention_with_weights(x, is_causal=is_causal, mask=mask)[0]
+
+
+def simple_self_attention_with_weights(
+    x: Any, *, is_causal: bool = False, mask: Any = None
+) -> tuple[Array, Array]:
+    r""":func:`simple_self_attention` and its weights: ``(Y, A)``, ``A = [a_nm]``.
+
+    The same arguments and computation; ``A = Softmax[X Xᵀ]`` (masked) is the matrix
+    that multiplies ``X``.
+
+    Returns:
+        ``(Y, A)``: ``Y [..., T, D]`` in ``x``'s dtype (:func:`simple_self_attention`'s
+        output) and ``A [..., T, T]`` in float32; a row whose keys are all masked is zero
+        in both.
+
+    Example:
+        >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+        >>> y, a = simple_self_attention_with_weights(x, is_causal=True)
         >>> (100 * a).round().astype(int).tolist()  # row 2: e / (e + e²), e² / (e + e²)
         [[100, 0], [27, 73]]
         >>> bool(jnp.allclose(y, a @ x))
@@ -364,4 +387,4 @@ def simple_self_attention(
         mask = combine_masks(mask, causal_mask(t))
     a = masked_softmax(scores, mask)
     y = jnp.einsum("...nm,...md->...nd", a, x.astype(jnp.float32)).astype(x.dtype)
-    return (y, a) if return_weights else y
+    return y, a

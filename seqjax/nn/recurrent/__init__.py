@@ -26,7 +26,7 @@ Example:
     >>> stack = StackedRNN(8, num_layers=2, bidirectional=True)
     >>> x = jnp.ones((2, 5, 3))
     >>> params = stack.init(jax.random.PRNGKey(0), x)
-    >>> y, carry = stack.apply(params, x, lengths=jnp.array([5, 2]))
+    >>> y, carry = stack.apply(params, x, lengths=jnp.array([5, 2]), method="with_state")
     >>> y.shape, len(carry)
     ((2, 5, 16), 2)
 """

@@ -43,6 +43,8 @@ from seqjax._checks import (
     check_rank,
     check_tree_shapes,
     lengths_array,
+    refuse_retired,
+    retired_flags,
 )
 from seqjax._traced_checks import poison_bad_lengths
 from seqjax.nn import _sharding
@@ -152,17 +154,17 @@ class RNN(nn.Module):
     * ``resets``: optional ``bool[B, T]``; where True the carry is reset to the
       initial carry *before* that step (sequence packing with segment ids).
 
-    Returns ``y: [B, T, H]``, or ``(final_carry, y)`` if ``return_carry`` (the cell's
-    and ``flax.linen.RNN``'s order; :class:`StackedRNN` and the models return
-    ``(y, carry)``, see the carry protocol there).
+    Returns ``y: [B, T, H]``; :meth:`with_state` (same arguments) returns
+    ``(y, final_carry)``, the order of every stateful layer (the carry protocol of
+    :class:`StackedRNN`).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from seqjax.nn import RNN, LSTMCell
-        >>> rnn = RNN(LSTMCell(8), return_carry=True)
+        >>> rnn = RNN(LSTMCell(8))
         >>> x = jnp.ones((2, 5, 3))
         >>> params = rnn.init(jax.random.PRNGKey(0), x)
-        >>> (c, h), y = rnn.apply(params, x, lengths=jnp.array([5, 2]))
+        >>> y, (c, h) = rnn.apply(params, x, lengths=jnp.array([5, 2]), method="with_state")
         >>> y.shape, bool((y[1, 2:] == 0).all())
         ((2, 5, 8), True)
 
@@ -172,7 +174,6 @@ class RNN(nn.Module):
             outputs stay in the input's time order.
         unroll: steps unrolled per loop iteration in ``lax.scan``; ``None`` (default):
             ``GPU_SCAN_UNROLL`` for the scan on a GPU, else 1.
-        return_carry: also return the final carry.
         time_major: inputs and outputs are ``[T, B, ...]``.
         implementation: ``"auto"``, ``"scan"``, ``"fused"`` or ``"cudnn"`` (above).
     """
@@ -180,9 +181,12 @@ class RNN(nn.Module):
     cell: RecurrentCell
     reverse: bool = False
     unroll: int | None = None
-    return_carry: bool = False
     time_major: bool = False
     implementation: str = "auto"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        refuse_retired(f"{cls.__name__}()", kwargs, {"return_carry": "with_state"})
+        return super().__new__(cls)
 
     def _implementation(
         self, weights: LayerWeights | None, x: Array, resets: Array | None, reverse: bool
@@ -222,7 +226,7 @@ class RNN(nn.Module):
                 return "fused"
         return impl
 
-    @nn.compact
+    @retired_flags(return_carry="RNN.with_state")
     def __call__(
         self,
         x: Array,
@@ -231,10 +235,22 @@ class RNN(nn.Module):
         resets: Array | None = None,
         *,
         reverse: bool | None = None,
-        return_carry: bool | None = None,
-    ) -> Array | tuple[Carry, Array]:
+    ) -> Array:
+        return self.with_state(x, lengths, initial_carry, resets, reverse=reverse)[0]
+
+    @nn.compact
+    def with_state(
+        self,
+        x: Array,
+        lengths: Array | ValidLengths | None = None,
+        initial_carry: Carry | None = None,
+        resets: Array | None = None,
+        *,
+        reverse: bool | None = None,
+    ) -> tuple[Array, Carry]:
+        """``(y, final_carry)``: the call's outputs and the carry after each row's last
+        real step (the class docstring's arguments)."""
         reverse = self.reverse if reverse is None else reverse
-        return_carry = self.return_carry if return_carry is None else return_carry
         check_rank(x, "x", 3)
         kernel = bound_param_shape(self, "cell", "input", "kernel")
         check_features(x, "x", None if kernel is None else kernel[0])
@@ -268,13 +284,13 @@ class RNN(nn.Module):
             carry, y_BxTxH = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths_B)
             y = jnp.swapaxes(y_BxTxH, 0, 1) if self.time_major else y_BxTxH
             carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
-            return (carry, y) if return_carry else y
+            return y, carry
         if impl == "fused":
             assert weights is not None  # _implementation picks it only for a layer kernel
             carry, y_TxBxH = self._fused(weights, x, carry, valid_TxB, reverse)
             y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
             carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
-            return (carry, y) if return_carry else y
+            return y, carry
 
         # "scan": hoisted input projection (one matmul over all time steps), then
         # time-major for the scan (scanning the leading axis avoids strided slices per step).
@@ -306,7 +322,7 @@ class RNN(nn.Module):
         carry, y_TxBxH = scan(self.cell, carry, (xp_TxBxG, valid_TxB, resets_TxB))
         y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
         carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
-        return (carry, y) if return_carry else y
+        return y, carry
 
     def _fused(
         self,
@@ -369,35 +385,47 @@ class Bidirectional(nn.Module):
     each sequence's own last real step (``lengths``), so padding never leaks
     into it. ``merge``: ``"concat"`` (default), ``"sum"``, ``"mul"`` or a callable.
 
-    Returns ``y`` or ``((carry_f, carry_b), y)`` with ``return_carry``.
+    Returns ``y``; :meth:`with_state` returns ``(y, (carry_f, carry_b))``.
     """
 
     forward: RNN
     backward: RNN
     merge: str | Callable[[Array, Array], Array] = "concat"
-    return_carry: bool = False
 
-    @nn.compact
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        refuse_retired(f"{cls.__name__}()", kwargs, {"return_carry": "with_state"})
+        return super().__new__(cls)
+
     def __call__(
         self,
         x: Array,
         lengths: Array | ValidLengths | None = None,
         initial_carry: tuple[Carry, Carry] | None = None,
         resets: Array | None = None,
-    ) -> Array | tuple[tuple[Carry, Carry], Array]:
+    ) -> Array:
+        return self.with_state(x, lengths, initial_carry, resets)[0]
+
+    @nn.compact
+    def with_state(
+        self,
+        x: Array,
+        lengths: Array | ValidLengths | None = None,
+        initial_carry: tuple[Carry, Carry] | None = None,
+        resets: Array | None = None,
+    ) -> tuple[Array, tuple[Carry, Carry]]:
+        """``(y, (carry_f, carry_b))``: the merged outputs and each direction's final carry."""
         merge = _merge_fn(self.merge)
         check_rank(x, "x", 3)
         lengths = _check_lengths(lengths, x.shape[0], x.shape[1])
         init_f, init_b = (None, None) if initial_carry is None else initial_carry
-        carry_f, y_f = self.forward(x, lengths, init_f, resets, reverse=False, return_carry=True)
+        y_f, carry_f = self.forward.with_state(x, lengths, init_f, resets, reverse=False)
         # Resets mark segment starts; in reverse a segment starts at its last token.
         resets_b = None
         if resets is not None:
             ends = jnp.concatenate([resets[:, 1:], jnp.ones_like(resets[:, :1])], axis=1)
             resets_b = ends
-        carry_b, y_b = self.backward(x, lengths, init_b, resets_b, reverse=True, return_carry=True)
-        y = merge(y_f, y_b)
-        return ((carry_f, carry_b), y) if self.return_carry else y
+        y_b, carry_b = self.backward.with_state(x, lengths, init_b, resets_b, reverse=True)
+        return merge(y_f, y_b), (carry_f, carry_b)
 
 
 class StackedRNN(nn.Module):
@@ -412,16 +440,17 @@ class StackedRNN(nn.Module):
     as PyTorch) and, with ``residual=True``, plus the layer's input when the
     widths match (every layer after the first).
 
-    Call: ``stack(x, lengths=None, initial_carry=None, deterministic=True, resets=None)``;
-    returns ``(y, carry)`` where ``carry`` is a tuple with one entry per layer, each a
-    cell carry or, if bidirectional, ``(fwd, bwd)``; ``initial_carry`` has the same
-    layout (:meth:`zero_carry` builds the zero one).
+    Call: ``stack(x, lengths=None, initial_carry=None, deterministic=True, resets=None)``
+    returns ``y``; :meth:`with_state` (same arguments) returns ``(y, carry)`` where
+    ``carry`` is a tuple with one entry per layer, each a cell carry or, if bidirectional,
+    ``(fwd, bwd)``; ``initial_carry`` has the same layout (:meth:`zero_carry` builds the
+    zero one).
 
-    **Carry protocol** (every recurrent model in :mod:`seqjax.models` and the truncated
-    BPTT route of :mod:`seqjax.train.tbptt`): the state goes in as ``initial_carry=``
-    and comes out second, ``(outputs, carry)``; models return it when called with
-    ``return_carry=True``. (:class:`RNN` and the cells keep Flax's ``(carry, y)``; a stack
-    returns its outputs first, as the models built on it do.)
+    **Carry protocol** (every stateful layer of :mod:`seqjax.nn`, every recurrent model in
+    :mod:`seqjax.models` and the truncated BPTT route of :mod:`seqjax.train.tbptt`): the
+    state goes in as ``initial_carry=``; ``__call__`` returns the outputs and the method
+    ``with_state`` the pair ``(outputs, carry)``. (The cells' ``step`` keeps Flax's
+    ``(carry, y)``: it is the recurrence's own signature, not a layer's call.)
 
     Attributes:
         features: hidden size ``H`` of every layer (per direction).
@@ -495,7 +524,6 @@ class StackedRNN(nn.Module):
             carries.append((one(p), one(p)) if self.bidirectional else one(p))
         return tuple(carries)
 
-    @nn.compact
     def __call__(
         self,
         x: Array,
@@ -503,7 +531,19 @@ class StackedRNN(nn.Module):
         initial_carry: Sequence[Carry] | None = None,
         deterministic: bool = True,
         resets: Array | None = None,
+    ) -> Array:
+        return self.with_state(x, lengths, initial_carry, deterministic, resets)[0]
+
+    @nn.compact
+    def with_state(
+        self,
+        x: Array,
+        lengths: Array | ValidLengths | None = None,
+        initial_carry: Sequence[Carry] | None = None,
+        deterministic: bool = True,
+        resets: Array | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
+        """``(y, carry)``: the top layer's outputs and every layer's final carry."""
         if self.num_layers < 1:
             raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
         if not 0.0 <= self.dropout_rate < 1.0:
@@ -543,19 +583,17 @@ class StackedRNN(nn.Module):
                 bi = Bidirectional(
                     RNN(self._cell(), unroll=self.unroll, implementation=layer_impl, parent=None),
                     RNN(self._cell(), unroll=self.unroll, implementation=layer_impl, parent=None),
-                    return_carry=True,
                     name=f"layer_{layer}",
                 )
-                carry, out = bi(h, lengths, init, resets)
+                out, carry = bi.with_state(h, lengths, init, resets)
             else:
                 rnn = RNN(
                     self._cell(),
                     unroll=self.unroll,
-                    return_carry=True,
                     implementation=layer_impl,
                     name=f"layer_{layer}",
                 )
-                carry, out = rnn(h, lengths, init, resets)
+                out, carry = rnn.with_state(h, lengths, init, resets)
             finals.append(carry)
             if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
                 out = out + h
