@@ -499,7 +499,7 @@ class LinearAttention(nn.Module):
 
     Call (MultiHeadAttention's signature):
     ``attn(inputs_q_BxQxD, inputs_kv_BxKxD=None, *, mask=None, bias=None, is_causal=False,
-    positions=None, kv_positions=None, lengths=None, kv_lengths=None, cache=None,
+    positions=None, kv_positions=None, lengths=None, kv_lengths=None,
     deterministic=True) -> out [B, Q, D']``
 
     * ``inputs_kv=None``: self-attention.
@@ -508,21 +508,21 @@ class LinearAttention(nn.Module):
       cannot express other patterns, so request causality with ``is_causal``). Queries that
       see no key get zero heads (the output is the ``out`` bias, as MultiHeadAttention).
     * ``lengths``: ``int[B]`` real tokens in ``inputs_q`` (right padding): in self-attention
-      the padded keys are masked; padded query rows output exact zeros; with a cache each
-      row's state advances by its own length. ``kv_lengths``: cross-attention key padding.
+      the padded keys are masked; padded query rows output exact zeros; in :meth:`decode`
+      each row's state advances by its own length. ``kv_lengths``: cross-attention key padding.
     * ``bias``: not expressible (no score matrix); must be None.
     * ``positions``, ``kv_positions``: accepted for signature compatibility; there is no
       positional term.
-    * ``cache``: a :class:`LinearAttentionCache` from :meth:`init_cache`; the ``Q`` new tokens
-      are folded into the state causally (whatever ``is_causal``) and ``(out, new_cache)`` is
-      returned. One token uses the recurrent step; more use ``implementation``.
 
-    :meth:`with_weights` (the same arguments but ``cache``) -> ``(out, weights f32[B, H, Q,
-    K])``: the implicit weights (:func:`linear_attention_weights`), as
+    :meth:`with_weights` (the same arguments) -> ``(out, weights f32[B, H, Q, K])``: the
+    implicit weights (:func:`linear_attention_weights`), as
     :meth:`MultiHeadAttention.with_weights <seqjax.nn.attention.MultiHeadAttention.with_weights>`.
     :meth:`decode` ``(inputs_q, cache, *, mask=None, bias=None, positions=None,
-    lengths=None) -> (out, new_cache)`` is the cached call under MultiHeadAttention's
-    method name, so a :class:`~seqjax.nn.TransformerBlock` decodes with either.
+    lengths=None) -> (out, new_cache)``, MultiHeadAttention's method, so a
+    :class:`~seqjax.nn.TransformerBlock` decodes with either: ``cache`` is a
+    :class:`LinearAttentionCache` from :meth:`init_cache`, the ``Q`` new tokens are folded
+    into its state causally; one token uses the recurrent step, more use
+    ``implementation``.
 
     Parameters (names as MultiHeadAttention): ``query``, ``key``, ``value`` with
     ``kernel: [D, H, Dh]``, ``bias: [H, Dh]``; ``out`` with ``kernel: [H, Dh, D']``,
@@ -536,7 +536,7 @@ class LinearAttention(nn.Module):
         >>> params = attn.init(jax.random.PRNGKey(0), x)
         >>> y = attn.apply(params, x, is_causal=True)
         >>> cache = attn.apply(params, 1, 6, method="init_cache")
-        >>> y1, cache = attn.apply(params, x[:, :1], cache=cache)
+        >>> y1, cache = attn.apply(params, x[:, :1], cache, method="decode")
         >>> bool(jnp.allclose(y1, y[:, :1], atol=1e-5)), y.shape
         (True, (1, 6, 8))
 
@@ -580,9 +580,15 @@ class LinearAttention(nn.Module):
     ) -> tuple[Array, LinearAttentionCache]:
         """Causal self-attention on the cache: ``(out [B, Q, D'], new_cache)``
         (:meth:`~seqjax.nn.attention.MultiHeadAttention.decode`'s contract)."""
-        return self(
-            inputs_q, mask=mask, bias=bias, positions=positions, lengths=lengths, cache=cache
+        del positions  # no positional term in linear attention
+        if cache is None:
+            raise TypeError("`cache` must be a LinearAttentionCache (init_cache); got None.")
+        out, new_cache, _ = self._attend(
+            inputs_q, None, mask=mask, bias=bias, is_causal=False, lengths=lengths,
+            kv_lengths=None, cache=cache, deterministic=True, return_weights=False,
         )
+        assert new_cache is not None  # _attend returns one with a cache
+        return out, new_cache
 
     def _dense(self, features: Any, axis: Any, name: str) -> DenseGeneral:
         return DenseGeneral(
@@ -612,7 +618,7 @@ class LinearAttention(nn.Module):
             )
         return width // self.num_heads
 
-    @retired_flags(return_weights="LinearAttention.with_weights")
+    @retired_flags(return_weights="LinearAttention.with_weights", cache="LinearAttention.decode")
     def __call__(
         self,
         inputs_q: Array,
@@ -625,17 +631,15 @@ class LinearAttention(nn.Module):
         kv_positions: Array | None = None,
         lengths: Array | None = None,
         kv_lengths: Array | None = None,
-        cache: LinearAttentionCache | None = None,
         deterministic: bool = True,
-    ) -> Any:
-        """``out [B, Q, D']``; with a ``cache``, ``(out, new_cache)`` (the class docstring)."""
+    ) -> Array:
+        """``out [B, Q, D']`` (the class docstring)."""
         del positions, kv_positions  # no positional term in linear attention
-        out, new_cache, _ = self._attend(
+        return self._attend(
             inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal, lengths=lengths,
-            kv_lengths=kv_lengths, cache=cache, deterministic=deterministic,
+            kv_lengths=kv_lengths, cache=None, deterministic=deterministic,
             return_weights=False,
-        )
-        return out if new_cache is None else (out, new_cache)
+        )[0]
 
     def with_weights(
         self,

@@ -616,11 +616,12 @@ class MambaBlock(nn.Module):
     (``K = d_conv``) and SSM is :class:`SelectiveSSM`. No norm or residual: wrap it as
     ``x + MambaBlock(Norm(x))`` in a model, as Mamba's ``Block``.
 
-    Shapes: ``x: [B, T, D] -> [B, T, D]``. Call: ``block(x, *, lengths=None, cache=None)``;
-    with ``cache`` (from :meth:`init_cache`) the ``T`` new tokens continue the cached
-    sequence and ``(out, new_cache)`` is returned (one token takes the SSM's step form,
-    more the scan from the cached state). ``lengths`` (right padding): outputs past each
-    row's end are 0 and the new cache holds each row's state at its last real step.
+    Shapes: ``x: [B, T, D] -> [B, T, D]``. Call: ``block(x, *, lengths=None)``;
+    :meth:`decode` ``(x, cache, *, lengths=None)`` with a ``cache`` (from :meth:`init_cache`)
+    continues the cached sequence by the ``T`` new tokens and returns ``(out, new_cache)``
+    (one token takes the SSM's step form, more the scan from the cached state).
+    ``lengths`` (right padding): outputs past each row's end are 0 and the new cache holds
+    each row's state at its last real step.
 
     Parameters (``R`` = ``dt_rank`` = ``ceil(D/16)``, ``N`` = ``d_state``, ``K`` = ``d_conv``):
     ``in_proj/kernel: [D, 2E]``, ``conv1d/{kernel: [K, E], bias: [E]}``, ``ssm/...``
@@ -635,7 +636,7 @@ class MambaBlock(nn.Module):
         >>> params = block.init(jax.random.PRNGKey(0), x)
         >>> y = block.apply(params, x)
         >>> cache = block.init_cache(2)
-        >>> y1, cache = block.apply(params, x[:, :1], cache=cache)
+        >>> y1, cache = block.apply(params, x[:, :1], cache, method="decode")
         >>> bool(jnp.allclose(y1, y[:, :1], atol=1e-5)), y.shape
         (True, (2, 5, 8))
 
@@ -690,9 +691,23 @@ class MambaBlock(nn.Module):
         )
         self.out_proj = Dense(self.features, name="out_proj", **dense)
 
-    def __call__(
-        self, x: Array, *, lengths: Array | None = None, cache: MambaCache | None = None
-    ) -> Array | tuple[Array, MambaCache]:
+    @retired_flags(cache="MambaBlock.decode")
+    def __call__(self, x: Array, *, lengths: Array | None = None) -> Array:
+        return self._run(x, lengths, None)[0]
+
+    def decode(
+        self, x: Array, cache: MambaCache, *, lengths: Array | None = None
+    ) -> tuple[Array, MambaCache]:
+        """``(out, new_cache)``: the ``T`` tokens of ``x`` after the cached sequence."""
+        if not isinstance(cache, MambaCache):
+            raise TypeError(f"`cache` must be a MambaCache; got {type(cache).__name__}.")
+        out, new_cache = self._run(x, lengths, cache)
+        assert new_cache is not None  # _run returns one with a cache
+        return out, new_cache
+
+    def _run(
+        self, x: Array, lengths: Array | None, cache: MambaCache | None
+    ) -> tuple[Array, MambaCache | None]:
         check_rank(x, "x", 3)
         if x.shape[-1] != self.features:
             raise ValueError(
@@ -715,7 +730,7 @@ class MambaBlock(nn.Module):
         if valid_BxT is not None:
             out_BxTxD = jnp.where(valid_BxT[..., None], out_BxTxD, 0.0)
         if cache is None:
-            return out_BxTxD
+            return out_BxTxD, None
         added = jnp.full((batch,), steps, jnp.int32) if lengths is None else lengths
         new_cache = MambaCache(
             conv_BxKm1xE=new_conv.astype(cache.conv_BxKm1xE.dtype),

@@ -210,7 +210,7 @@ def test_cache_prefill_then_steps_equals_full_forward():
     full = japply(ATTN, is_causal=True)(_PARAMS, _X)
     cache = ATTN.apply(_PARAMS, 2, 6, method="init_cache")
     assert isinstance(cache, LinearAttentionCache)
-    run = japply(ATTN)
+    run = japply(ATTN, method="decode")
     y0, cache = run(_PARAMS, _X[:, :3], cache=cache)  # prefill: chunked form from a state
     ys = [y0]
     for t in range(3, 6):
@@ -221,7 +221,7 @@ def test_cache_prefill_then_steps_equals_full_forward():
 
 
 def test_ragged_prefill_counts_only_real_tokens():
-    run = japply(ATTN)
+    run = japply(ATTN, method="decode")
     valid = jnp.arange(6)[None] < jnp.array([6, 4])[:, None]
     _, cache = run(_PARAMS, _X, mask=valid, cache=ATTN.apply(_PARAMS, 2, 8, method="init_cache"))
     np.testing.assert_array_equal(cache.lengths_B, [6, 4])
@@ -321,6 +321,9 @@ def test_the_call_returns_the_array_and_the_named_form_the_pair(which):
     np.testing.assert_array_equal(plain(), y)
     with pytest.raises(TypeError, match=name):
         plain(**{flag: True})
+    if which == "LinearAttention":  # the cached call is decode, not a keyword of the call
+        with pytest.raises(TypeError, match="LinearAttention.decode"):
+            plain(cache=ATTN.apply(_PARAMS, 2, 8, method="init_cache"))
 
 
 def test_lengths_zero_padded_rows_and_advance_the_cache():

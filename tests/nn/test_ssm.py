@@ -279,7 +279,9 @@ def test_mamba_prefill_then_decode_equals_full_forward():
     full = japply(block)(params, x)
     cache = block.init_cache(2, 16)
     assert isinstance(cache, MambaCache)
-    run = japply(block)
+    with pytest.raises(TypeError, match="MambaBlock.decode"):  # the call takes no cache
+        japply(block)(params, x, cache=cache)
+    run = japply(block, method="decode")
     y0, cache = run(params, x[:, :3], cache=cache)
     ys = [y0]
     for t in range(3, 7):
@@ -296,7 +298,7 @@ def test_mamba_scan_impls_agree_and_ragged_prefill():
                                rtol=1e-5, atol=1e-6)
     # Row 1 has 4 real tokens: its cache must equal that of a prefill with those 4 alone,
     # and decoding on from it must match the full forward of the 5-token sequence.
-    run = japply(block)
+    run = japply(block, method="decode")
     lengths = jnp.array([7, 4])
     y, cache = run(params, x, lengths=lengths, cache=block.init_cache(2))
     assert np.all(np.asarray(y[1, 4:]) == 0.0)
@@ -306,7 +308,7 @@ def test_mamba_scan_impls_agree_and_ragged_prefill():
     np.testing.assert_allclose(cache.ssm_BxExN[1], c1.ssm_BxExN[0], rtol=1e-5, atol=1e-6)
     nxt = x[:, 4:5]
     y5, _ = run(params, nxt, cache=cache)
-    full5 = run(params, x[1:, :5])
+    full5 = japply(block)(params, x[1:, :5])
     np.testing.assert_allclose(y5[1], full5[0, 4:], rtol=1e-5, atol=1e-6)
 
 
@@ -428,7 +430,7 @@ class _HybridLM(nn.Module):
             x = self.block(x, lengths=lengths)
             return self.head(x + self.mamba(x, lengths=lengths))
         x, c_attn = self.block.decode(x, caches[0], lengths=lengths)
-        y, c_ssm = self.mamba(x, lengths=lengths, cache=caches[1])
+        y, c_ssm = self.mamba.decode(x, caches[1], lengths=lengths)
         return self.head(x + y), (c_attn, c_ssm)
 
     def init_caches(self, batch, max_len):
