@@ -30,7 +30,7 @@ import numpy as np
 from seqjax.data.batching import split_arrays
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
-from seqjax.experiments._kit import Run, Trained, pad_rows
+from seqjax.experiments._kit import Run, Trained, pad_rows, warmup_cosine
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.nn.vq import kmeans_codebook, nearest_code
 from seqjax.train.loop import FitConfig
@@ -220,15 +220,9 @@ def _transformer(cfg: Any, vocab: int, length: int) -> TransformerLM:
 
 def _optimizer(cfg: Any) -> OptimizerConfig:
     """AdamW with warm-up and cosine decay over ``cfg.steps``, clipped (:func:`lm_run`)."""
-    return OptimizerConfig(
-        "adamw",
-        learning_rate=cfg.learning_rate,
-        schedule="warmup_cosine",
-        warmup_steps=min(cfg.warmup_steps, cfg.steps - 1),
-        steps=max(cfg.steps, 1),
-        weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm,
-    )
+    return OptimizerConfig("adamw", learning_rate=cfg.learning_rate,
+                           **warmup_cosine(cfg.steps, cfg.warmup_steps),
+                           weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm)
 
 
 def _keep_best(

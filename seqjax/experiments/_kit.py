@@ -194,6 +194,15 @@ def write_run_info(par: Parallel, workdir: str | None) -> None:
 
 
 # ----------------------------------------------------------------------------- training
+def warmup_cosine(steps: int, warmup_steps: int) -> dict[str, Any]:
+    """The recipes' one schedule, as :class:`OptimizerConfig` keywords: a linear warm-up of
+    ``warmup_steps`` updates, then cosine decay until the run's last step. A run no longer
+    than its warm-up stops inside it (the schedule is ``warmup_steps + 1`` long), as
+    nanoGPT's ``get_lr`` and llm.c do."""
+    return {"schedule": "warmup_cosine", "warmup_steps": warmup_steps,
+            "steps": max(steps, warmup_steps + 1)}
+
+
 def init_state(par: Parallel, params: Any, optimizer: Optimizer, key: jax.Array, *,
                carry: Any = None) -> tuple[TrainState, optax.Schedule]:
     """``(state, schedule)``: the optimiser of ``optimizer`` (an :class:`OptimizerConfig`, or
@@ -613,8 +622,7 @@ def classifier_run(model: Any, train: Mapping[str, np.ndarray],
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=dict(train),
         optimizer=OptimizerConfig(
-            "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), steps=cfg.steps,
+            "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, cfg.warmup_steps),
             min_lr_ratio=0.0, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm),
         fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
                       best_metric=None, progress=cfg.progress, tensorboard=False,

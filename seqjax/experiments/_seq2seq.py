@@ -34,7 +34,7 @@ import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
-from seqjax.experiments._kit import Run, Trained, pad_rows
+from seqjax.experiments._kit import Run, Trained, pad_rows, warmup_cosine
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
 from seqjax.models.rnn import RNNConfig
 from seqjax.models.seq2seq import Seq2Seq, Seq2SeqConfig
@@ -216,9 +216,9 @@ def seq2seq_run(
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=train,
         optimizer=OptimizerConfig(
-            "adamw", learning_rate=spec.learning_rate, schedule="warmup_cosine",
-            warmup_steps=min(spec.warmup_steps, spec.steps - 1), steps=spec.steps,
-            min_lr_ratio=0.05, clip_norm=spec.clip_norm),
+            "adamw", learning_rate=spec.learning_rate,
+            **warmup_cosine(spec.steps, spec.warmup_steps), min_lr_ratio=0.05,
+            clip_norm=spec.clip_norm),
         fit=FitConfig(steps=spec.steps, log_every=spec.log_every,
                       eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
                       progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,

@@ -43,7 +43,15 @@ import numpy as np
 
 from seqjax.data.corpora import resolve_corpus, tiny_shakespeare
 from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import Run, Task, Trained, machine_info, pad_rows, train
+from seqjax.experiments._kit import (
+    Run,
+    Task,
+    Trained,
+    machine_info,
+    pad_rows,
+    train,
+    warmup_cosine,
+)
 from seqjax.experiments.reports.baselines import report, tables
 from seqjax.models.baselines import NGramClassifier, NGramLM
 from seqjax.models.bert import Bert, BertConfig, bert_block
@@ -187,8 +195,7 @@ def network_run(model: Any, init_x: np.ndarray, train: dict[str, np.ndarray],
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=train,
         optimizer=OptimizerConfig(
-            "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-            warmup_steps=min(cfg.warmup_steps, cfg.steps - 1), steps=cfg.steps,
+            "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, cfg.warmup_steps),
             min_lr_ratio=0.0, weight_decay=0.0, clip_norm=cfg.clip_norm),
         fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
                       best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),

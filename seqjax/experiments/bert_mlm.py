@@ -53,7 +53,15 @@ import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import Run, Task, Trained, machine_info, pad_rows, train
+from seqjax.experiments._kit import (
+    Run,
+    Task,
+    Trained,
+    machine_info,
+    pad_rows,
+    train,
+    warmup_cosine,
+)
 from seqjax.experiments._seq2seq import load_pairs
 from seqjax.experiments.reports.bert_mlm import plot_results, results_table
 from seqjax.models.bert import Bert, BertConfig, bert_block, mlm_mask
@@ -100,7 +108,7 @@ class Config(ParallelOptions):
             training sentence).
         seeds: fine-tuning seeds (labelled sample, initialisation, batch order, dropout);
             results are mean ± sd over them.
-        warmup_steps: linear warm-up steps of both stages (at most the stage's steps - 1).
+        warmup_steps: linear warm-up steps of both stages (a stage no longer stops inside it).
         log_every: steps between logged records (both stages).
         decoder: also run the decoder form: pre-train a causal LM of the same size with the
             same ``pretrain_*`` options, then fine-tune its last-token classifier with the same
@@ -202,8 +210,7 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
 
 def _optimizer(lr: float, steps: int, warmup: int) -> OptimizerConfig:
     """AdamW (weight decay 0.01, clipping at 1.0), warm-up then cosine decay to 0."""
-    return OptimizerConfig("adamw", learning_rate=lr, schedule="warmup_cosine",
-                           warmup_steps=min(warmup, steps - 1), steps=steps,
+    return OptimizerConfig("adamw", learning_rate=lr, **warmup_cosine(steps, warmup),
                            weight_decay=0.01, clip_norm=1.0)
 
 

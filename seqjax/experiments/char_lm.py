@@ -90,7 +90,7 @@ from seqjax.experiments._config import (
     PosFloat,
     PosInt,
 )
-from seqjax.experiments._kit import Run, Task, Trained, train
+from seqjax.experiments._kit import Run, Task, Trained, train, warmup_cosine
 from seqjax.experiments._text import (
     NO_DECAY,
     Model,
@@ -281,8 +281,7 @@ def compile_sampler_ahead(model: Any, params: Any, cfg: Config, prompt_ids: list
 def optimizer(cfg: Config) -> OptimizerConfig:
     """nanoGPT's AdamW: warm-up, cosine decay to ``min_lr_ratio``, every matrix decayed."""
     return OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-        warmup_steps=cfg.warmup_steps, steps=max(cfg.steps, cfg.warmup_steps + 1),
+        "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, cfg.warmup_steps),
         min_lr_ratio=cfg.min_lr_ratio, beta1=0.9, beta2=cfg.beta2, weight_decay=cfg.weight_decay,
         clip_norm=cfg.clip_norm, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
 

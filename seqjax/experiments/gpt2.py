@@ -93,7 +93,7 @@ from seqjax.experiments._config import (
     PosFloat,
     PosInt,
 )
-from seqjax.experiments._kit import Run, Task, Trained, train
+from seqjax.experiments._kit import Run, Task, Trained, train, warmup_cosine
 from seqjax.experiments._text import NO_DECAY, lm_decoder
 from seqjax.experiments.reports.gpt2 import report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
@@ -349,8 +349,7 @@ def model_config(cfg: Config) -> dict:
 def optimizer(cfg: Config) -> OptimizerConfig:
     """llm.c's AdamW (every matrix decayed), or Muon on the hidden matrices with AdamW on the
     rest; linear warm-up, cosine decay to ``min_lr_ratio``."""
-    common = dict(schedule="warmup_cosine", warmup_steps=cfg.warmup_steps,
-                  steps=max(cfg.steps, cfg.warmup_steps + 1),
+    common = dict(**warmup_cosine(cfg.steps, cfg.warmup_steps),
                   min_lr_ratio=cfg.min_lr_ratio, beta1=cfg.beta1, beta2=cfg.beta2,
                   weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm,
                   flat_state=cfg.flat_optimizer)

@@ -30,7 +30,15 @@ from flax import linen as nn
 
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
-from seqjax.experiments._kit import Run, Task, Trained, command_line, load_average, train
+from seqjax.experiments._kit import (
+    Run,
+    Task,
+    Trained,
+    command_line,
+    load_average,
+    train,
+    warmup_cosine,
+)
 from seqjax.experiments._text import load_data, val_windows
 from seqjax.experiments.reports.norm_placement import plot_curves, report
 from seqjax.nn.embedding import Embed
@@ -152,8 +160,7 @@ def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
         data=lambda par: LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size),
                                           cfg.block_size, seed=cfg.seed, **par.iterator_shard()),
         optimizer=OptimizerConfig(
-            "adamw", learning_rate=cfg.learning_rate, schedule="warmup_cosine",
-            warmup_steps=warmup, steps=max(cfg.steps, warmup + 1),
+            "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, warmup),
             min_lr_ratio=cfg.min_lr_ratio, beta2=0.99, weight_decay=cfg.weight_decay,
             clip_norm=cfg.clip_norm),
         fit=FitConfig(steps=cfg.steps, log_every=1, best_metric=None, progress=False,
