@@ -446,6 +446,20 @@ def _gather_rows(tree: Any, rows: Array) -> Any:
     return jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), tree)
 
 
+def _initial_beams(batch: int, K: int, N: int, pad_id: int) -> tuple[Array, ...]:
+    """``(seq [B, K, N], logp [B, K], len [B, K], done [B, K])`` before the first step: one
+    live hypothesis per row (log-probability 0), the other ``K - 1`` slots empty."""
+    return (
+        jnp.full((batch, K, N), pad_id, jnp.int32),
+        jnp.concatenate(
+            [jnp.zeros((batch, 1), jnp.float32), jnp.full((batch, K - 1), _NEG, jnp.float32)],
+            axis=1,
+        ),
+        jnp.zeros((batch, K), jnp.int32),
+        jnp.zeros((batch, K), bool),
+    )
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("model", "beam_size", "max_new_tokens", "eos_id", "pad_id", "length_penalty"),
@@ -516,15 +530,7 @@ def _beam_loop(
         state = _gather_rows(state, (batch_base_Bx1 + parent_BxK).reshape(-1))
         return step + 1, state, token_BxK.reshape(-1), (seq_BxKxN, logp_BxK, len_BxK, done_BxK)
 
-    beams = (
-        jnp.full((batch, K, N), pad_id, jnp.int32),
-        jnp.concatenate(
-            [jnp.zeros((batch, 1), jnp.float32), jnp.full((batch, K - 1), _NEG, jnp.float32)],
-            axis=1,
-        ),
-        jnp.zeros((batch, K), jnp.int32),
-        jnp.zeros((batch, K), bool),
-    )
+    beams = _initial_beams(batch, K, N, pad_id)
     carry = (jnp.asarray(0, jnp.int32), state, jnp.repeat(first_B, K), beams)
     _, _, _, (seq_BxKxN, logp_BxK, len_BxK, _) = jax.lax.while_loop(cond, body, carry)
     final_BxK = score(logp_BxK, len_BxK)

@@ -534,22 +534,16 @@ class MultiHeadAttention(nn.Module):
             kv_lengths=kv_lengths, cache=cache, window=self.window)
 
         use_dropout = self.dropout_rate > 0.0 and not deterministic
-        options: dict[str, Any] = dict(
-            mask=attn_mask,
-            bias=bias,
-            scale=self.scale,
+        attend: Callable[..., Any] = (dot_product_attention_with_weights if return_weights
+                                      else dot_product_attention)
+        result = attend(
+            q_BxQxHxD, k_BxKxGxD, v_BxKxGxD, mask=attn_mask, bias=bias, scale=self.scale,
             is_causal=is_causal and cache is None,
             window=self.window if cache is None else 0,  # with a cache: in attn_mask
             implementation=self.implementation,
             dropout_rate=self.dropout_rate if use_dropout else 0.0,
-            dropout_rng=self.make_rng("dropout") if use_dropout else None,
-        )
-        weights: Array | None = None
-        if return_weights:
-            attn_BxQxHxD, weights = dot_product_attention_with_weights(
-                q_BxQxHxD, k_BxKxGxD, v_BxKxGxD, **options)
-        else:
-            attn_BxQxHxD = dot_product_attention(q_BxQxHxD, k_BxKxGxD, v_BxKxGxD, **options)
+            dropout_rng=self.make_rng("dropout") if use_dropout else None)
+        attn_BxQxHxD, weights = result if return_weights else (result, None)
         if self.output_projection:
             out_BxQxF = _dense(self, out_features, (-2, -1), "out",
                                self.out_kernel_init or self.kernel_init)(attn_BxQxHxD)

@@ -258,15 +258,7 @@ class RNN(nn.Module):
         batch, num_steps, _ = x_BxTxP.shape
         checked = _check_lengths(lengths, batch, num_steps)
         lengths_B: Array | None = lengths_array(checked)
-        if resets is not None:
-            if tuple(resets.shape) != (batch, num_steps):
-                raise ValueError(
-                    f"`resets` must have shape (batch, time) = ({batch}, {num_steps}); "
-                    f"got {tuple(resets.shape)}."
-                )
-            if resets.dtype != jnp.bool_:
-                raise TypeError(f"`resets` must be boolean; got dtype {resets.dtype}.")
-
+        _check_resets(resets, batch, num_steps)
         default_carry = self.cell.initialize_carry(jax.random.PRNGKey(0), (batch, x.shape[-1]))
         if initial_carry is None:
             carry = default_carry
@@ -357,6 +349,19 @@ class RNN(nn.Module):
         if self.unroll is not None:
             return self.unroll
         return GPU_SCAN_UNROLL if impl == "scan" and _on_gpu() else 1
+
+
+def _check_resets(resets: Array | None, batch: int, num_steps: int) -> None:
+    """``resets``, when given, is ``bool[batch, time]``."""
+    if resets is None:
+        return
+    if tuple(resets.shape) != (batch, num_steps):
+        raise ValueError(
+            f"`resets` must have shape (batch, time) = ({batch}, {num_steps}); "
+            f"got {tuple(resets.shape)}."
+        )
+    if resets.dtype != jnp.bool_:
+        raise TypeError(f"`resets` must be boolean; got dtype {resets.dtype}.")
 
 
 _MERGES: dict[str, Callable[[Array, Array], Array]] = {
