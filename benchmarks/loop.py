@@ -91,7 +91,7 @@ def _host_windows(s: Setup) -> Any:
     from seqjax.data.iterators import LMWindowIterator
 
     return LMWindowIterator(s.train_ids, s.par.local_batch_size(s.cfg.batch_size),
-                            s.cfg.block_size, seed=s.cfg.seed, **s.par.iterator_shard())
+                            s.cfg.block_size, seed=s.cfg.seed, **s.par.host_rows())
 
 
 def _device_windows(s: Setup) -> Any:

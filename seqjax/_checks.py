@@ -214,6 +214,24 @@ def retired_flags(**replacements: str) -> Callable[[F], F]:
     return wrap
 
 
+def renamed_keywords(**renames: str) -> Callable[[F], F]:
+    """Decorate a function or method so that a keyword's old spelling is a ``TypeError``
+    naming its new one (``renames``: old -> new) rather than Python's "unexpected keyword
+    argument"."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old, new in renames.items():
+                if old in kwargs:
+                    raise TypeError(f"{fn.__qualname__}: `{old}` is renamed `{new}`.")
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
     """Raise ``ValueError`` unless two pytrees have the same structure and leaf shapes."""
     a_leaves, a_def = jax.tree_util.tree_flatten(actual)

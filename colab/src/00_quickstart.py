@@ -139,7 +139,7 @@ from seqjax.train import FitConfig, fit
 WORKDIR = tempfile.mkdtemp(prefix="seqjax_quickstart_") if SMOKE else "workdirs/quickstart"
 
 train_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_len, seed=0,
-                              **par.iterator_shard())
+                              **par.host_rows())
 val_windows = LMWindowIterator(val_ids, BATCH, cfg.max_len, seed=1)
 # the config as JSON, saved with each checkpoint (its initialisers and dtypes are code: None)
 MODEL_CONFIG = json.loads(json.dumps(dataclasses.asdict(cfg), default=lambda v: None))
@@ -227,7 +227,7 @@ assert same
 # %%
 MORE = 1 if SMOKE else 500
 fresh_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_len,
-                              seed=0, **par.iterator_shard())  # position: from the checkpoint
+                              seed=0, **par.host_rows())  # position: from the checkpoint
 resumed = fit(
     result.state, train_step, fresh_data,  # result.state is only the template
     FitConfig(steps=STEPS + MORE, log_every=1 if SMOKE else 50,

@@ -135,7 +135,7 @@ for name, model in models.items():
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
     result = fit(state, par.train_step(make_loss(model), schedule=schedule),
                  ArrayIterator(train, par.local_batch_size(BATCH), seed=0,
-                               **par.iterator_shard()),
+                               **par.host_rows()),
                  FitConfig(steps=STEPS, log_every=1 if SMOKE else 50,
                            tensorboard=False, plot=False),
                  parallel=par)

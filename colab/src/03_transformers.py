@@ -122,7 +122,7 @@ tx, _ = make_optimizer(OptimizerConfig("adamw", learning_rate=1e-3, weight_decay
 state = par.shard_state(TrainState.create(p_lm, tx, jax.random.PRNGKey(1)))
 train_step = par.train_step(make_lm_loss(flax_apply_fn(lm)))
 batches = LMWindowIterator(train_ids, par.local_batch_size(BATCH), BLOCK, seed=0,
-                           **par.iterator_shard())
+                           **par.host_rows())
 result = fit(state, train_step, batches,
              FitConfig(steps=STEPS, log_every=250, tensorboard=False, plot=False),
              parallel=par)

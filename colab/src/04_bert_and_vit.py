@@ -114,7 +114,7 @@ tx, schedule = make_optimizer(OptimizerConfig(
     steps=STEPS, weight_decay=0.01, clip_norm=1.0))
 state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
 data = map(with_cls, LMWindowIterator(train_ids, par.local_batch_size(BATCH), WINDOW,
-                                      seed=1, **par.iterator_shard()))
+                                      seed=1, **par.host_rows()))
 bert_run = fit(state, par.train_step(mlm_loss, schedule=schedule), data,
                FitConfig(steps=STEPS, log_every=1 if SMOKE else 100,
                          tensorboard=False, plot=False),
@@ -216,7 +216,7 @@ tx, schedule = make_optimizer(OptimizerConfig(
 vit_state = par.shard_state(TrainState.create(vit_params, tx, jax.random.PRNGKey(1)))
 vit_run = fit(vit_state, par.train_step(vit_loss, schedule=schedule),
               ArrayIterator(train, par.local_batch_size(VIT_BATCH), seed=0,
-                            **par.iterator_shard()),
+                            **par.host_rows()),
               FitConfig(steps=VIT_STEPS, log_every=1 if SMOKE else 100,
                         tensorboard=False, plot=False),
               parallel=par)

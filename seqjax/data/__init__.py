@@ -62,7 +62,7 @@ from seqjax.data.iterators import (
     BatchIterator,
     ResumableIterator,
     TBPTTIterator,
-    host_shard,
+    host_index_and_count,
 )
 from seqjax.data.loading import load_parallel, tokenize_dataset
 from seqjax.data.packaged import (
@@ -114,7 +114,7 @@ __all__ = [
     "SpecialTokens", "TBPTTIterator", "Tokenizer", "WordTokenizer", "adding_problem",
     "agreement_vocabulary", "apply_merges", "associative_recall", "bucket_batches", "cbow_windows",
     "copy_memory", "copy_task", "digits", "english_french", "find_data_dir", "forecasting_windows",
-    "grapheme_to_phoneme", "host_shard", "learn_merges", "load_parallel",
+    "grapheme_to_phoneme", "host_index_and_count", "learn_merges", "load_parallel",
     "load_tokenizer", "long_range_agreement", "noise_distribution", "number_names",
     "pack_pair", "pack_pairs", "pack_sequences", "packed_attention_mask", "packed_lm_targets",
     "make_streams", "pad_batch", "penn_treebank", "PTBData",
@@ -125,3 +125,9 @@ __all__ = [
     "ShardWindows", "ValidationWindows", "ShardError", "TokenData", "open_tokens",
     "read_shard", "write_shard", "load_text_tokenizer",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "host_shard":  # renamed when "shard" kept one meaning (token files)
+        raise ImportError("seqjax.data.host_shard was renamed host_index_and_count.")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

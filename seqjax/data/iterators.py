@@ -18,12 +18,12 @@ back to ``set_state`` on resume — no replay of the consumed batches.
   ``m_{bt} = [t < \ell_b]``, :func:`seqjax.data.batching.pad_batch`), optionally
   length-bucketed.
 
-**Hosts.** With ``shard_index``/``shard_count`` each host gets its own rows of the same
+**Hosts.** With ``host_index``/``host_count`` each host gets its own rows of the same
 global batch, so ``count`` hosts together see exactly what one host with a ``count``-times
 larger batch would; without them an iterator yields the whole global batch. Which rows a
 process must feed depends on the device mesh, not on ``jax.process_index()`` (processes
 that share batch shards feed the same rows): take them from
-:meth:`seqjax.train.parallel.Parallel.iterator_shard`. The saved state records the global
+:meth:`seqjax.train.parallel.Parallel.host_rows`. The saved state records the global
 batch size, not this host's share, so a run resumes on another number of hosts; states
 written by older versions (``batch_size`` + ``shard_count``, or the ``{"epoch", "index"}``
 of the former ``seqjax.train.ArrayIterator``) are accepted.
@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._checks import renamed_keywords
 from seqjax.data.batching import (
     _check_positive,
     _leading_dim,
@@ -45,7 +46,7 @@ from seqjax.data.batching import (
 )
 
 __all__ = [
-    "host_shard",
+    "host_index_and_count",
     "ResumableIterator",
     "TBPTTIterator",
     "ArrayIterator",
@@ -53,8 +54,13 @@ __all__ = [
 ]
 
 
+#: The keywords of a host's rows before "shard" kept one meaning (token files).
+HOST_RENAMES = {"shard_index": "host_index", "shard_count": "host_count"}
+_RETIRED = {"host_shard": "host_index_and_count"}
+
+
 # ----------------------------------------------------------------------------- hosts
-def host_shard(index: int | None = None, count: int | None = None) -> tuple[int, int]:
+def host_index_and_count(index: int | None = None, count: int | None = None) -> tuple[int, int]:
     """``(index, count)`` of this host: the arguments, else ``jax.process_index/count()``."""
     if index is None or count is None:
         import jax
@@ -63,23 +69,23 @@ def host_shard(index: int | None = None, count: int | None = None) -> tuple[int,
         count = jax.process_count() if count is None else count
     if count < 1 or not 0 <= index < count:
         raise ValueError(
-            f"`shard_index` must lie in [0, shard_count) and `shard_count` >= 1; "
-            f"got shard_index={index}, shard_count={count}."
+            f"`host_index` must lie in [0, host_count) and `host_count` >= 1; "
+            f"got host_index={index}, host_count={count}."
         )
     return int(index), int(count)
 
 
-def _iterator_shard(index: int | None, count: int | None) -> tuple[int, int]:
-    """An iterator's ``(shard_index, shard_count)``: ``(0, 1)`` (the whole global batch)
-    unless given; multi-process runs pass the mesh's (``Parallel.iterator_shard()``)."""
+def _iterator_host(index: int | None, count: int | None) -> tuple[int, int]:
+    """An iterator's ``(host_index, host_count)``: ``(0, 1)`` (the whole global batch)
+    unless given; multi-process runs pass the mesh's (``Parallel.host_rows()``)."""
     if index is None and count is None:
         return 0, 1
     if index is None or count is None:
         raise ValueError(
-            f"give both `shard_index` and `shard_count`, or neither; got shard_index={index}, "
-            f"shard_count={count}."
+            f"give both `host_index` and `host_count`, or neither; got host_index={index}, "
+            f"host_count={count}."
         )
-    return host_shard(index, count)
+    return host_index_and_count(index, count)
 
 
 # ----------------------------------------------------------------------------- the family
@@ -152,7 +158,7 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
 class TBPTTIterator(ResumableIterator):
     """Contiguous streams for truncated back-propagation through time.
 
-    The token stream is cut into ``G = batch_size * shard_count`` equal streams
+    The token stream is cut into ``G = batch_size * host_count`` equal streams
     laid out as rows (``tokens[:G*L].reshape(G, L)``, ``L = (N - 1) // G``);
     step ``s`` of an epoch yields columns ``[s*T, (s+1)*T)`` of the rows of this
     host. Row ``b`` of step ``s+1`` continues row ``b`` of step ``s``, so the
@@ -171,6 +177,7 @@ class TBPTTIterator(ResumableIterator):
 
     kind = "tbptt"
 
+    @renamed_keywords(**HOST_RENAMES)
     def __init__(
         self,
         tokens_N: np.ndarray,
@@ -178,13 +185,13 @@ class TBPTTIterator(ResumableIterator):
         seq_len: int,
         *,
         num_epochs: int | None = None,
-        shard_index: int | None = None,
-        shard_count: int | None = None,
+        host_index: int | None = None,
+        host_count: int | None = None,
     ):
         _check_positive(batch_size=batch_size, seq_len=seq_len)
         tokens = np.asarray(tokens_N)
-        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
-        g = batch_size * self.shard_count
+        self.host_index, self.host_count = _iterator_host(host_index, host_count)
+        g = batch_size * self.host_count
         if tokens.ndim != 1:
             raise ValueError(f"`tokens_N` must be 1-D; got shape {tokens.shape}.")
         stream = (len(tokens) - 1) // g
@@ -193,7 +200,7 @@ class TBPTTIterator(ResumableIterator):
                 f"`tokens_N` has {len(tokens)} tokens: too few for {g} streams of at least "
                 f"seq_len={seq_len} (+1 for the targets)."
             )
-        rows = slice(self.shard_index * batch_size, (self.shard_index + 1) * batch_size)
+        rows = slice(self.host_index * batch_size, (self.host_index + 1) * batch_size)
         self.x = tokens[: g * stream].reshape(g, stream)[rows].astype(np.int32)
         self.y = tokens[1 : g * stream + 1].reshape(g, stream)[rows].astype(np.int32)
         self.batch_size, self.seq_len, self.num_epochs = batch_size, seq_len, num_epochs
@@ -203,7 +210,7 @@ class TBPTTIterator(ResumableIterator):
         self.step = 0
 
     def _config(self) -> dict[str, Any]:
-        return {"global_batch_size": self.batch_size * self.shard_count,
+        return {"global_batch_size": self.batch_size * self.host_count,
                 "seq_len": self.seq_len, "num_tokens": self.num_tokens}
 
     def _position(self) -> dict[str, int]:
@@ -239,22 +246,22 @@ class _EpochIterator(ResumableIterator):
         seed: int,
         drop_remainder: bool,
         num_epochs: int | None,
-        shard_index: int | None,
-        shard_count: int | None,
+        host_index: int | None,
+        host_count: int | None,
     ):
         _check_positive(batch_size=batch_size)
-        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
-        if self.shard_count > 1 and not drop_remainder:
+        self.host_index, self.host_count = _iterator_host(host_index, host_count)
+        if self.host_count > 1 and not drop_remainder:
             raise ValueError(
-                "`drop_remainder` must be True with several hosts (shard_count="
-                f"{self.shard_count}): every host needs a full batch at every step."
+                "`drop_remainder` must be True with several hosts (host_count="
+                f"{self.host_count}): every host needs a full batch at every step."
             )
         self.num_examples, self.batch_size = num_examples, batch_size
-        self.global_batch = batch_size * self.shard_count
+        self.global_batch = batch_size * self.host_count
         if drop_remainder and num_examples < self.global_batch:
             raise ValueError(
                 f"{num_examples} examples cannot fill one global batch of {self.global_batch} "
-                f"(batch_size={batch_size} x shard_count={self.shard_count})."
+                f"(batch_size={batch_size} x host_count={self.host_count})."
             )
         self.shuffle, self.seed, self.drop_remainder = shuffle, seed, drop_remainder
         self.num_epochs = num_epochs
@@ -297,7 +304,7 @@ class _EpochIterator(ResumableIterator):
             raise StopIteration
         batches = self.batches(self.epoch)
         glob = batches[self.step]
-        lo = self.shard_index * self.batch_size
+        lo = self.host_index * self.batch_size
         self.step += 1
         if self.step >= len(batches):
             self.epoch, self.step = self.epoch + 1, 0
@@ -319,6 +326,7 @@ class ArrayIterator(_EpochIterator):
 
     kind = "arrays"
 
+    @renamed_keywords(**HOST_RENAMES)
     def __init__(
         self,
         arrays: Mapping[str, np.ndarray],
@@ -328,14 +336,14 @@ class ArrayIterator(_EpochIterator):
         seed: int = 0,
         drop_remainder: bool = True,
         num_epochs: int | None = None,
-        shard_index: int | None = None,
-        shard_count: int | None = None,
+        host_index: int | None = None,
+        host_count: int | None = None,
     ):
         self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
         super().__init__(
             _leading_dim(self.arrays), batch_size, shuffle=shuffle, seed=seed,
             drop_remainder=drop_remainder, num_epochs=num_epochs,
-            shard_index=shard_index, shard_count=shard_count,
+            host_index=host_index, host_count=host_count,
         )
 
     def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -373,6 +381,7 @@ class BatchIterator(_EpochIterator):
 
     kind = "padded"
 
+    @renamed_keywords(**HOST_RENAMES)
     def __init__(
         self,
         data: Any,
@@ -388,8 +397,8 @@ class BatchIterator(_EpochIterator):
         seed: int = 0,
         drop_remainder: bool = True,
         num_epochs: int | None = None,
-        shard_index: int | None = None,
-        shard_count: int | None = None,
+        host_index: int | None = None,
+        host_count: int | None = None,
     ):
         self.columns = tuple(columns)
         self._get: Callable[[np.ndarray], dict[str, list[Any]]]
@@ -430,7 +439,7 @@ class BatchIterator(_EpochIterator):
         super().__init__(
             next(iter(n.values())), batch_size, shuffle=shuffle, seed=seed,
             drop_remainder=drop_remainder, num_epochs=num_epochs,
-            shard_index=shard_index, shard_count=shard_count,
+            host_index=host_index, host_count=host_count,
         )
 
     def _config(self) -> dict[str, Any]:
@@ -466,4 +475,6 @@ def __getattr__(name: str) -> Any:
         from seqjax.data.shard_windows import LMWindowIterator
 
         return LMWindowIterator
+    if name in _RETIRED:
+        raise ImportError(f"seqjax.data.iterators.{name} was renamed {_RETIRED[name]}.")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,7 @@ files; llm.c's shards or nanoGPT's bins, :func:`seqjax.data.shards.open_tokens`)
   the documents' first tokens (``align="document"``: each window starts at an EOT, so
   the model sees documents from their beginning);
 * this process keeps rows ``[i·B, (i+1)·B)`` of them (``B = G / processes``,
-  :meth:`seqjax.train.parallel.Parallel.iterator_shard`) and reads only those windows
+  :meth:`seqjax.train.parallel.Parallel.host_rows`) and reads only those windows
   from disk; :meth:`~seqjax.train.parallel.Parallel.place` builds the global array
   from every process's rows;
 * the position is the step alone (levanter's way): a checkpoint records the step and
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from seqjax._checks import check_vocab_ids
+from seqjax._checks import check_vocab_ids, renamed_keywords
 from seqjax.data.batching import _check_positive
-from seqjax.data.iterators import ResumableIterator, _iterator_shard
+from seqjax.data.iterators import HOST_RENAMES, ResumableIterator, _iterator_host
 
 __all__ = ["ALIGNS", "LMWindowIterator", "ShardWindows", "ValidationWindows"]
 
@@ -58,13 +58,13 @@ class ShardWindows(ResumableIterator):
         shards: the training shards (1-D integer arrays; memmaps from
             :func:`~seqjax.data.shards.open_tokens`, whose ids it checked).
         batch_size: this process's rows per step (the global batch over
-            ``shard_count``).
+            ``host_count``).
         block_size: ``T``; each row holds ``T + 1`` consecutive tokens of one shard.
         seed: the windows of step ``s`` depend on ``(seed, s)`` only.
         align: ``"random"`` (any start) or ``"document"`` (starts at an ``eot``).
         eot: the end-of-text id (``align="document"``).
-        shard_index, shard_count: this process's block of rows (default: the whole global
-            batch; a multi-process run passes ``Parallel.iterator_shard()``).
+        host_index, host_count: this process's block of rows (default: the whole global
+            batch; a multi-process run passes ``Parallel.host_rows()``).
         steps: stop after this many steps (``None``: endless).
         source: where the shards come from (e.g. the ``--data`` path): recorded in the
             state, not compared, to name the data a checkpoint was trained on.
@@ -74,9 +74,10 @@ class ShardWindows(ResumableIterator):
 
     kind = "shard_windows"
 
+    @renamed_keywords(**HOST_RENAMES)
     def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int, *,
                  seed: int = 0, align: str = "random", eot: int | None = None,
-                 shard_index: int | None = None, shard_count: int | None = None,
+                 host_index: int | None = None, host_count: int | None = None,
                  steps: int | None = None, source: str | None = None) -> None:
         _check_positive(batch_size=batch_size, block_size=block_size)
         self.source = source
@@ -90,7 +91,7 @@ class ShardWindows(ResumableIterator):
                 raise ValueError(f"shard {i} must be 1-D integer ids; got {s.dtype} {s.shape}.")
         self.batch_size, self.block_size, self.seed = int(batch_size), int(block_size), seed
         self.align, self.steps, self.step = align, steps, 0
-        self.shard_index, self.shard_count = _iterator_shard(shard_index, shard_count)
+        self.host_index, self.host_count = _iterator_host(host_index, host_count)
         window = self.block_size + 1
         if align == "random":
             # shard i has len - T starts whose window of T + 1 tokens fits inside it
@@ -114,7 +115,7 @@ class ShardWindows(ResumableIterator):
         self.num_tokens = int(sum(len(s) for s in self.shards))
 
     def _config(self) -> dict[str, Any]:
-        return {"seed": self.seed, "global_batch_size": self.batch_size * self.shard_count,
+        return {"seed": self.seed, "global_batch_size": self.batch_size * self.host_count,
                 "block_size": self.block_size, "num_tokens": self.num_tokens,
                 "align": self.align}
 
@@ -131,7 +132,7 @@ class ShardWindows(ResumableIterator):
     def global_starts(self, step: int) -> tuple[np.ndarray, np.ndarray]:
         """``(shard index, start offset)`` of every row of step ``step``'s global batch
         (0-based steps)."""
-        g = self.batch_size * self.shard_count
+        g = self.batch_size * self.host_count
         u_G = np.random.default_rng([self.seed, step]).integers(0, self.num_windows, size=g)
         shard_G = np.searchsorted(self._bounds, u_G, side="right")
         local_G = u_G - np.concatenate([[0], self._bounds])[shard_G]
@@ -143,7 +144,7 @@ class ShardWindows(ResumableIterator):
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's rows of step ``step``'s global batch (reads only those)."""
         shard_G, start_G = self.global_starts(step)
-        lo = self.shard_index * self.batch_size
+        lo = self.host_index * self.batch_size
         rows = range(lo, lo + self.batch_size)
         w = self.block_size + 1
         window_BxW = np.empty((self.batch_size, w), np.int32)
@@ -179,9 +180,10 @@ class LMWindowIterator(ShardWindows):
 
     kind = "lm_windows"
 
+    @renamed_keywords(**HOST_RENAMES)
     def __init__(self, tokens_N: np.ndarray, batch_size: int, block_size: int, *,
-                 seed: int = 0, steps: int | None = None, shard_index: int | None = None,
-                 shard_count: int | None = None, vocab_size: int | None = None) -> None:
+                 seed: int = 0, steps: int | None = None, host_index: int | None = None,
+                 host_count: int | None = None, vocab_size: int | None = None) -> None:
         _check_positive(batch_size=batch_size, block_size=block_size)
         self.tokens = np.asarray(tokens_N)
         if vocab_size is not None:
@@ -190,7 +192,7 @@ class LMWindowIterator(ShardWindows):
             raise ValueError(f"`tokens_N` must be 1-D and longer than block_size={block_size}; "
                              f"got shape {self.tokens.shape}.")
         super().__init__([self.tokens], batch_size, block_size, seed=seed, steps=steps,
-                         shard_index=shard_index, shard_count=shard_count)
+                         host_index=host_index, host_count=host_count)
 
     def _config(self) -> dict[str, Any]:
         return {k: v for k, v in super()._config().items() if k != "align"}

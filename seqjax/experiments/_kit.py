@@ -502,7 +502,7 @@ def train_run(run: Run, par: Parallel, workdir: str | None = None) -> Trained:
              for name, (fn, data) in run.evals.items()}
     if isinstance(run.data, Mapping):
         data = ArrayIterator(dict(run.data), par.local_batch_size(run.batch_size),
-                             seed=run.seed, **par.iterator_shard())
+                             seed=run.seed, **par.host_rows())
     else:
         data = run.data(par)
     if folder:

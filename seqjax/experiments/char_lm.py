@@ -219,7 +219,7 @@ def train_windows(ids: np.ndarray, cfg: Config, par: Parallel, vocab: int) -> An
         return DeviceLMWindows(ids, cfg.batch_size, cfg.block_size, seed=cfg.seed,
                                vocab_size=vocab, mesh=par.mesh)
     return LMWindowIterator(ids, par.local_batch_size(cfg.batch_size), cfg.block_size,
-                            seed=cfg.seed, vocab_size=vocab, **par.iterator_shard())
+                            seed=cfg.seed, vocab_size=vocab, **par.host_rows())
 
 
 def full_windows(ids: np.ndarray, block: int, batch: int) -> ValidationWindows:

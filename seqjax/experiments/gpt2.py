@@ -450,7 +450,7 @@ def build(cfg: Config) -> Task:
     def windows(par: Parallel) -> ShardWindows:
         return ShardWindows(tokens.train, par.local_batch_size(cfg.batch_size), cfg.block_size,
                             seed=cfg.seed, align=cfg.align, eot=eot, source=cfg.data,
-                            **par.iterator_shard())
+                            **par.host_rows())
 
     encoded = task_batches(cfg, tasks, tok)  # every item checked before training
 

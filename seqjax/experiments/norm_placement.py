@@ -158,7 +158,7 @@ def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
         model=model, params=params, loss_fn=make_lm_loss(apply_fn),
         # this process's rows of each global batch of `batch_size` windows
         data=lambda par: LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size),
-                                          cfg.block_size, seed=cfg.seed, **par.iterator_shard()),
+                                          cfg.block_size, seed=cfg.seed, **par.host_rows()),
         optimizer=OptimizerConfig(
             "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, warmup),
             min_lr_ratio=cfg.min_lr_ratio, beta2=0.99, weight_decay=cfg.weight_decay,

@@ -333,7 +333,7 @@ def build(cfg: Config) -> Task:
     run_ = Run(
         model=model, params=params, loss_fn=make_tbptt_loss(flax_apply_fn(model)),
         data=lambda par: TBPTTIterator(data.train_ids, par.local_batch_size(cfg.batch_size),
-                                       cfg.block_size, **par.iterator_shard()),
+                                       cfg.block_size, **par.host_rows()),
         optimizer=make_tx(cfg, per_epoch), batch_size=cfg.batch_size, seed=cfg.seed,
         dropout_seed=key_state, carry=model.zero_carry(cfg.batch_size),
         step_options={"with_carry": True},

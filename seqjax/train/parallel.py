@@ -8,7 +8,7 @@ other process of the job::
     par = Parallel.create(mesh="data=4,fsdp=2", strategy="fsdp")    # default: all on `data`
     state = par.create_state(lambda r: model.init(r, x0)["params"], tx, rng)
     train_step = par.train_step(loss_fn, schedule=schedule)
-    it = LMWindowIterator(ids, par.local_batch_size(64), T, **par.iterator_shard())
+    it = LMWindowIterator(ids, par.local_batch_size(64), T, **par.host_rows())
     fit(state, train_step, it, FitConfig(...), parallel=par, eval_step=par.eval_step(ev))
 
 **Mesh.** Axes ``("data", "fsdp", "model")`` (:func:`seqjax.train.sharding.make_mesh`);
@@ -23,7 +23,7 @@ column/row split over ``model``), ``fsdp+tensor``; ``auto`` picks from the mesh
 **Which rows a process feeds.** The batch is sharded over ``("data", "fsdp")`` and
 replicated over ``model``. Each device therefore holds batch shard
 ``k = data_index · |fsdp| + fsdp_index`` of ``D = |data|·|fsdp|``; a process feeds the rows
-of the shards its devices hold. :meth:`Parallel.iterator_shard` derives this from the
+of the shards its devices hold. :meth:`Parallel.host_rows` derives this from the
 mesh — *not* from ``jax.process_index()``: when ``model`` spans processes, several
 processes hold the same shards and must feed the *same* rows (feeding different rows
 into data the sharding declares identical silently corrupts the loss;
@@ -178,7 +178,7 @@ class Parallel:
         self.grad_accum = grad_accum
         self.min_fsdp_size = min_fsdp_size
         self.state_sharding: Any = None
-        self.shard_index, self.shard_count = process_data_shard(mesh)
+        self.host_index, self.host_count = process_data_shard(mesh)
         self._placer = BatchPlacer(mesh)  # the batch sharding, built once
 
     @classmethod
@@ -256,11 +256,18 @@ class Parallel:
     def local_batch_size(self, global_batch_size: int, name: str = "batch_size") -> int:
         """Rows of each global batch (the option ``name``) this process feeds."""
         self.check_batch_size(global_batch_size, name)
-        return global_batch_size // self.shard_count
+        return global_batch_size // self.host_count
 
-    def iterator_shard(self) -> dict[str, int]:
-        """``{"shard_index", "shard_count"}`` for the :mod:`seqjax.data.iterators` iterators."""
-        return {"shard_index": self.shard_index, "shard_count": self.shard_count}
+    def host_rows(self) -> dict[str, int]:
+        """``{"host_index", "host_count"}`` for the :mod:`seqjax.data.iterators` iterators."""
+        return {"host_index": self.host_index, "host_count": self.host_count}
+
+    def __getattr__(self, name: str) -> Any:
+        renamed = {"iterator_shard": "host_rows", "shard_index": "host_index",
+                   "shard_count": "host_count"}.get(name)
+        if renamed is not None:
+            raise AttributeError(f"Parallel.{name} is renamed Parallel.{renamed}.")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ shardings
     def batch_sharding(self) -> NamedSharding:
@@ -324,10 +331,10 @@ class Parallel:
 
     # ------------------------------------------------------------------ input placement
     def place(self, batch: Any) -> Any:
-        """Use with an iterator built with :meth:`iterator_shard` (each process loads only
+        """Use with an iterator built with :meth:`host_rows` (each process loads only
         its rows); use :meth:`place_global` when every process holds the whole batch (a
-        seeded generator, an eval set). This process's rows (block ``shard_index`` of
-        ``shard_count``) → global arrays
+        seeded generator, an eval set). This process's rows (block ``host_index`` of
+        ``host_count``) → global arrays
         ``[global_batch, ...]`` sharded over ``("data", "fsdp")``
         (:func:`~seqjax.train.sharding.shard_batch`)."""
         return self._placer(batch)

@@ -28,7 +28,7 @@ def test_lm_window_iterator_resume_and_sharding():
         np.testing.assert_array_equal(a["inputs"], b["inputs"])
     # two hosts together see the single-host global batch
     full = next(iter(LMWindowIterator(data, 8, 8, seed=1)))
-    parts = [next(LMWindowIterator(data, 4, 8, seed=1, shard_index=i, shard_count=2))
+    parts = [next(LMWindowIterator(data, 4, 8, seed=1, host_index=i, host_count=2))
              for i in range(2)]
     np.testing.assert_array_equal(np.concatenate([p["inputs"] for p in parts]), full["inputs"])
     with pytest.raises(ValueError, match="global_batch_size: expected 4, got 8"):
@@ -38,13 +38,13 @@ def test_lm_window_iterator_resume_and_sharding():
 
 
 @pytest.mark.parametrize("make", [
-    lambda n, i, **kw: LMWindowIterator(np.arange(500), 8 // n, 8, seed=1, shard_index=i,
-                                        shard_count=n),
-    lambda n, i, **kw: TBPTTIterator(np.arange(500), 8 // n, 6, shard_index=i, shard_count=n),
-    lambda n, i, **kw: ArrayIterator({"x": np.arange(50)}, 8 // n, seed=3, shard_index=i,
-                                     shard_count=n),
+    lambda n, i, **kw: LMWindowIterator(np.arange(500), 8 // n, 8, seed=1, host_index=i,
+                                        host_count=n),
+    lambda n, i, **kw: TBPTTIterator(np.arange(500), 8 // n, 6, host_index=i, host_count=n),
+    lambda n, i, **kw: ArrayIterator({"x": np.arange(50)}, 8 // n, seed=3, host_index=i,
+                                     host_count=n),
     lambda n, i, **kw: BatchIterator([[j] * (1 + j % 5) for j in range(40)], 8 // n, seed=2,
-                                     shard_index=i, shard_count=n),
+                                     host_index=i, host_count=n),
 ], ids=["windows", "tbptt", "arrays", "padded"])
 def test_iterator_state_resumes_on_another_topology(make):
     """A state saved by 2 hosts (4 rows each) restores on 1 host (8 rows) and on 4 hosts
@@ -80,7 +80,7 @@ def test_tbptt_streams_are_contiguous():
     np.testing.assert_array_equal(y, x + 1)
     assert [bool(b["reset"].all()) for b in batches[:2]] == [True, False]
     # sharded hosts hold disjoint streams of the same global layout
-    h1 = next(TBPTTIterator(data, 2, 10, shard_index=1, shard_count=2))
+    h1 = next(TBPTTIterator(data, 2, 10, host_index=1, host_count=2))
     np.testing.assert_array_equal(h1["inputs"], batches[0]["inputs"][2:])
     # resume mid-epoch
     it2 = TBPTTIterator(data, 4, 10)
@@ -138,14 +138,14 @@ def test_batch_iterator_host_sharding_matches_single_host():
     data = _dataset_of_pairs(40)
     kw = dict(columns=("src_ids",), seed=2, bucket=True)
     single = BatchIterator(data, 8, **kw)
-    hosts = [BatchIterator(data, 4, shard_index=i, shard_count=2, **kw) for i in range(2)]
+    hosts = [BatchIterator(data, 4, host_index=i, host_count=2, **kw) for i in range(2)]
     for _ in range(6):
         g = next(single)
         parts = [next(h) for h in hosts]
         assert parts[0]["src_ids"].shape == parts[1]["src_ids"].shape  # same shapes on all hosts
         np.testing.assert_array_equal(np.concatenate([p["src_ids"] for p in parts]), g["src_ids"])
     with pytest.raises(ValueError, match="drop_remainder"):
-        BatchIterator(data, 4, shard_index=0, shard_count=2, drop_remainder=False, **kw)
+        BatchIterator(data, 4, host_index=0, host_count=2, drop_remainder=False, **kw)
 
 
 def test_batch_iterator_bad_inputs():
@@ -197,7 +197,7 @@ def test_one_iterator_family_with_one_state_pair():
 def test_states_of_older_versions_are_accepted():
     data = np.arange(500)
     # per-host batch_size + shard_count (before global_batch_size was recorded)
-    it = LMWindowIterator(data, 4, 8, seed=1, shard_index=0, shard_count=2)
+    it = LMWindowIterator(data, 4, 8, seed=1, host_index=0, host_count=2)
     next(it)
     old = {k: v for k, v in it.get_state().items() if k != "global_batch_size"}
     one = LMWindowIterator(data, 8, 8, seed=1)

@@ -1,13 +1,14 @@
 """seqjax.data.loading: translation pairs from local files and (faked) hub datasets, tokenising."""
 
-
+import numpy as np
 import pytest
 
+from seqjax.data import ShardWindows
 from seqjax.data.batching import (
     pad_batch,
 )
 from seqjax.data.iterators import (
-    host_shard,
+    host_index_and_count,
 )
 from seqjax.data.loading import load_parallel, tokenize_dataset
 from seqjax.data.tokenizers import CharTokenizer
@@ -72,10 +73,15 @@ def test_tokenize_dataset_columns_unknowns_and_over_long(tmp_path):
         tokenize_dataset(ds, tok, column="nope")
 
 
-def test_host_shard():
-    assert host_shard() == (0, 1)  # one process in tests
-    with pytest.raises(ValueError, match="shard_index"):
-        host_shard(2, 2)
+def test_host_index_and_count_and_the_retired_shard_names():
+    assert host_index_and_count() == (0, 1)  # one process in tests
+    with pytest.raises(ValueError, match="host_index"):
+        host_index_and_count(2, 2)
+    # "shard" means token files only: a host's rows are host_index/host_count
+    with pytest.raises(ImportError, match="renamed host_index_and_count"):
+        from seqjax.data import host_shard  # noqa: F401
+    with pytest.raises(TypeError, match="`shard_count` is renamed `host_count`"):
+        ShardWindows([np.arange(100, dtype=np.uint16)], 4, 8, shard_count=1)
 
 
 def _fake_hub(monkeypatch, table):

@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent("""
 
     folder, start, end, state = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     data = open_tokens(folder, vocab_size=1000)
-    it = ShardWindows(data.train, par.local_batch_size(8), 16, seed=3, **par.iterator_shard())
+    it = ShardWindows(data.train, par.local_batch_size(8), 16, seed=3, **par.host_rows())
     if state != "-":
         it.set_state(json.loads(state))
     assert it.step == start

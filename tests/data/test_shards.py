@@ -143,7 +143,7 @@ def test_no_shards_or_no_validation_split(tmp_path):
 def test_the_global_batch_is_the_same_for_any_number_of_processes(tmp_path):
     shards = open_tokens(_llmc(tmp_path) and tmp_path).train
     one = ShardWindows(shards, 12, 32, seed=5)
-    parts = [ShardWindows(shards, 3, 32, seed=5, shard_index=i, shard_count=4)
+    parts = [ShardWindows(shards, 3, 32, seed=5, host_index=i, host_count=4)
              for i in range(4)]
     for _ in range(6):
         whole = next(one)
@@ -184,7 +184,7 @@ def test_resume_from_the_step_alone_on_another_process_count(tmp_path):
     shards = open_tokens(tmp_path).train
     ref = ShardWindows(shards, 8, 16, seed=3)
     want = [next(ref) for _ in range(7)]
-    two = [ShardWindows(shards, 4, 16, seed=3, shard_index=i, shard_count=2) for i in range(2)]
+    two = [ShardWindows(shards, 4, 16, seed=3, host_index=i, host_count=2) for i in range(2)]
     for _ in range(4):
         for p in two:
             next(p)

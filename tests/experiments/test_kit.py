@@ -100,7 +100,7 @@ def test_train_is_fit_over_the_runs_data_with_the_same_losses_as_fit_by_hand(tmp
     par = Parallel.from_options(cfg)
     state, schedule = _kit.init_state(par, run.params, run.optimizer, jax.random.PRNGKey(0))
     batches = ArrayIterator(dict(run.data), par.local_batch_size(8), seed=0,
-                            **par.iterator_shard())
+                            **par.host_rows())
     by_hand = fit(state, par.train_step(run.loss_fn, schedule=schedule), batches, run.fit,
                   parallel=par)
     assert [r["loss"] for r in by_hand.history] == [r["loss"] for r in t.records]

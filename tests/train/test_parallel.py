@@ -37,7 +37,9 @@ def test_parallel_uses_every_device_by_default_and_checks_the_batch():
     assert par.num_devices == jax.device_count() == 8
     assert dict(par.mesh.shape) == {"data": 8, "fsdp": 1, "model": 1}
     assert par.describe()["devices"] == 8 and par.describe()["processes"] == 1
-    assert par.iterator_shard() == {"shard_index": 0, "shard_count": 1}
+    assert par.host_rows() == {"host_index": 0, "host_count": 1}
+    with pytest.raises(AttributeError, match="renamed Parallel.host_rows"):
+        par.iterator_shard()
     assert par.local_batch_size(16) == 16
     with pytest.raises(ValueError, match=r"batch_size.*grad_accum = 8\*1\*1 = 8; got 12"):
         par.check_batch_size(12)
