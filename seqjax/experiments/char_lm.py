@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -137,7 +137,8 @@ class Config(TrainOptions, ParallelOptions):
         eval_every: steps between validation estimates (0 = only at the end).
         eval_batches: random validation windows (batches) per estimate, as nanoGPT.
         full_val: also evaluate on the whole validation split at the end.
-        sample_chars: characters sampled at the end (prompt: a newline); 0 = no sample.
+        sample_tokens: tokens (characters) sampled at the end (prompt: a newline); 0 = no
+            sample; gpt2's option of the same name.
         sample_temperature: sampling temperature.
         sample_top_k: sampling keeps the k most likely characters.
         max_chars: use only the corpus's first N characters (0 = all; smoke runs).
@@ -152,6 +153,8 @@ class Config(TrainOptions, ParallelOptions):
         progress: show a progress bar.
         workdir: checkpoints, logs, samples and the summary; rerun to resume.
     """
+
+    RENAMED: ClassVar[dict[str, str]] = {"sample_chars": "sample_tokens"}
 
     model: Model = "transformer"
     num_layers: PosInt = 4
@@ -171,7 +174,7 @@ class Config(TrainOptions, ParallelOptions):
     eval_every: NonNegInt = 250
     eval_batches: PosInt = 20
     full_val: bool = True
-    sample_chars: NonNegInt = 500
+    sample_tokens: NonNegInt = 500
     sample_temperature: NonNegFloat = 0.8
     sample_top_k: PosInt = 200
     max_chars: NonNegInt = 0
@@ -188,7 +191,7 @@ class Config(TrainOptions, ParallelOptions):
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
               "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
-              "eval_batches": 2, "sample_chars": 24, "max_chars": 20000, "log_every": 2,
+              "eval_batches": 2, "sample_tokens": 24, "max_chars": 20000, "log_every": 2,
               "checkpoint_every": 0, "steps_per_call": 1},
     "gpu": {"num_layers": 6, "num_heads": 6, "embed_dim": 384, "block_size": 256,
             "batch_size": 64, "dropout_rate": 0.2, "steps": 5000, "eval_batches": 200,
@@ -197,7 +200,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "lstm": {"model": "lstm", "num_layers": 2, "embed_dim": 224, "learning_rate": 2e-3},
     "lstm-smoke": {"model": "lstm", "num_layers": 1, "embed_dim": 16, "block_size": 16,
                    "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
-                   "eval_batches": 2, "sample_chars": 24, "max_chars": 20000,
+                   "eval_batches": 2, "sample_tokens": 24, "max_chars": 20000,
                    "log_every": 2, "checkpoint_every": 0, "steps_per_call": 1},
 }
 
@@ -269,7 +272,7 @@ def compile_sampler_ahead(model: Any, params: Any, cfg: Config, prompt_ids: list
     runs), for host copies of ``params``' shapes: the sample then starts at once."""
     abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
     decoder, prompt, options = _sampling(
-        model, cfg, prompt_ids, max_new_tokens=cfg.sample_chars,
+        model, cfg, prompt_ids, max_new_tokens=cfg.sample_tokens,
         temperature=cfg.sample_temperature, top_k=cfg.sample_top_k, seed=cfg.seed)
     return compile_in_background(lambda: lower_sample(decoder, abstract, prompt, **options),
                                  "sample")
@@ -297,7 +300,7 @@ def build(cfg: Config) -> Task:
     if isinstance(model, TransformerLM):
         flops_per_step = (lm_flops_per_token(model.config, params, seq_len=cfg.block_size)
                           * cfg.batch_size * cfg.block_size)
-    if cfg.sample_chars and jax.default_backend() != "cpu":  # off the critical path
+    if cfg.sample_tokens and jax.default_backend() != "cpu":  # off the critical path
         compile_sampler_ahead(model, params, cfg, tok.encode("\n"))
     apply_fn = flax_apply_fn(model)
 
@@ -308,8 +311,8 @@ def build(cfg: Config) -> Task:
         if cfg.full_val:
             full = t.evaluate(full_windows(val_ids, cfg.block_size, cfg.batch_size))
         text = generate_ids(model, t.params, cfg, tok.encode("\n"), seed=cfg.seed,
-                            max_new_tokens=cfg.sample_chars, temperature=cfg.sample_temperature,
-                            top_k=cfg.sample_top_k) if cfg.sample_chars else []  # 0: none
+                            max_new_tokens=cfg.sample_tokens, temperature=cfg.sample_temperature,
+                            top_k=cfg.sample_top_k) if cfg.sample_tokens else []  # 0: none
         return {"val_loss_estimate": val["loss"], "train_loss_estimate": train_est["loss"],
                 "val_loss_full": full["loss"], "val_tokens_full": full["tokens"],
                 "sample": tok.decode(text)}

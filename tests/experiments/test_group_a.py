@@ -189,7 +189,7 @@ def test_char_lm_sampler_compiled_ahead_is_the_one_the_sample_runs():
     program of the end-of-run sample: generating afterwards compiles no sampling loop."""
     import logging
 
-    cfg = char_lm.Config(**{**char_lm.PRESETS["smoke"], "workdir": None, "sample_chars": 9})
+    cfg = char_lm.Config(**{**char_lm.PRESETS["smoke"], "workdir": None, "sample_tokens": 9})
     model = char_lm.build_model(cfg, 65)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, cfg.block_size), jnp.int32))
     params = params["params"]

@@ -157,7 +157,7 @@ def _samples(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
             f"Sample of the {c['model']} after {s['steps']} iterations (prompt a "
             "newline, temperature "
             f"{c['sample_temperature']:g}, top-k {c['sample_top_k']}, "
-            f"{c['sample_chars']} characters):",
+            f"{c.get('sample_tokens', c.get('sample_chars'))} characters):",
             "",
             "```",
             s["sample"].strip(),
