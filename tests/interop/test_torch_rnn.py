@@ -29,7 +29,7 @@ def test_parity_packed(kind, bidirectional):
                                      batch_first=True)
     stack, variables = torch_rnn_to_seqjax(module)
     x = np.random.default_rng(0).normal(size=(B, T, P)).astype(np.float32)
-    y, finals = stack.apply(variables, jnp.asarray(x), jnp.asarray(LENGTHS))
+    y, finals = stack.apply(variables, jnp.asarray(x), jnp.asarray(LENGTHS), method="with_state")
     ref, state = _torch_packed(module, x, LENGTHS)
     np.testing.assert_allclose(np.asarray(y), ref, atol=1e-5)
     # Final hidden states: torch h_n is [layers * dirs, B, H].
@@ -46,7 +46,7 @@ def test_no_bias_and_relu():
     module = torch.nn.RNN(P, H, nonlinearity="relu", bias=False, batch_first=True)
     stack, variables = torch_rnn_to_seqjax(module)
     x = np.random.default_rng(1).normal(size=(B, T, P)).astype(np.float32)
-    y, _ = stack.apply(variables, jnp.asarray(x))
+    y = stack.apply(variables, jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(y), module(torch.from_numpy(x))[0].detach().numpy(),
                                atol=1e-5)
 
