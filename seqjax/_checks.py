@@ -198,20 +198,25 @@ def refuse_retired(where: str, kwargs: Any, replacements: dict[str, str]) -> Non
             )
 
 
-def retired_flags(**replacements: str) -> Callable[[F], F]:
-    """Decorate a function or method so that a retired return-type flag
-    (``return_carry=``, ``return_weights=``, ...) is a ``TypeError`` naming its replacement
-    (:func:`refuse_retired`) rather than Python's "unexpected keyword argument"."""
+def _refusing(check: Callable[[str, Any], None]) -> Callable[[F], F]:
+    """A decorator that runs ``check(qualname, kwargs)`` before each call of the function."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            refuse_retired(fn.__qualname__, kwargs, replacements)
+            check(fn.__qualname__, kwargs)
             return fn(*args, **kwargs)
 
         return call  # type: ignore[return-value]
 
     return wrap
+
+
+def retired_flags(**replacements: str) -> Callable[[F], F]:
+    """Decorate a function or method so that a retired return-type flag
+    (``return_carry=``, ``return_weights=``, ...) is a ``TypeError`` naming its replacement
+    (:func:`refuse_retired`) rather than Python's "unexpected keyword argument"."""
+    return _refusing(lambda where, kwargs: refuse_retired(where, kwargs, replacements))
 
 
 def renamed_keywords(**renames: str) -> Callable[[F], F]:
@@ -219,17 +224,12 @@ def renamed_keywords(**renames: str) -> Callable[[F], F]:
     naming its new one (``renames``: old -> new) rather than Python's "unexpected keyword
     argument"."""
 
-    def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            for old, new in renames.items():
-                if old in kwargs:
-                    raise TypeError(f"{fn.__qualname__}: `{old}` is renamed `{new}`.")
-            return fn(*args, **kwargs)
+    def check(where: str, kwargs: Any) -> None:
+        for old, new in renames.items():
+            if old in kwargs:
+                raise TypeError(f"{where}: `{old}` is renamed `{new}`.")
 
-        return call  # type: ignore[return-value]
-
-    return wrap
+    return _refusing(check)
 
 
 def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
