@@ -11,8 +11,8 @@ is reported as unmeasured; the others still run), in order of importance:
    fused AdamW): ms per iteration after warm-up;
 3. ``rnn`` — LSTM and GRU layers, B=64 T=256 H=512, forward + backward: seqjax's
    default (``RNN(implementation="auto")``) against ``torch.nn.LSTM``/``GRU`` on cuDNN;
-4. ``attn0`` — the compiled char_lm step with ``--attention_dropout=0`` (cuDNN's fused
-   attention) against the default (attention dropout 0.2, XLA attention);
+4. ``attn0`` — the compiled char_lm step with ``--attention_dropout_rate=0`` (cuDNN's
+   fused attention) against the default (attention dropout 0.2, XLA attention);
 5. ``loop`` — ``python -m benchmarks loop --preset=gpu``: ``fit`` against its compiled
    step (and ``steps_per_call``), the null step's host cost, the step's top kernels (rows
    are kept when the part runs out of time: the benchmark prints each as it is measured);
@@ -257,14 +257,15 @@ def rnn_part(smoke: bool) -> dict[str, Any]:
 
 
 def attn0_part(data_path: str | None, smoke: bool) -> dict[str, Any]:
-    """The compiled char_lm step: default vs ``--attention_dropout=0``."""
+    """The compiled char_lm step: default vs ``--attention_dropout_rate=0``."""
     from benchmarks import loop
 
     base = ["--smoke"] if smoke else ["--preset=gpu"]
     if data_path:
         base.append(f"--data_path={data_path}")
     out = {}
-    for name, extra in (("default", []), ("attention_dropout_0", ["--attention_dropout=0"])):
+    for name, extra in (("default", []),
+                        ("attention_dropout_0", ["--attention_dropout_rate=0"])):
         s = loop.build([*base, *extra])
         out[f"{name}_ms"] = loop.compiled_sync(s, loop._Holder(s.state), 10 if smoke else 100)
     return out
@@ -660,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
                 opts = ["--smoke"] if smoke else ["--preset", "gpu", "--steps", "600",
                                                   "--device", "cuda"]
                 if args.data_path:
-                    opts += ["--data", args.data_path]
+                    opts += ["--data_path", args.data_path]
                 rc, out = _run([py, "-m", "benchmarks", "nanogpt_loop", *opts, "--quiet"],
                                left, log)
                 results[part] = parse_nanogpt(out) if rc == 0 else None

@@ -2,7 +2,7 @@
 ShardWindows`), with the page cache warm.
 
 Writes ``--shards`` llm.c shards of ``--tokens`` random GPT-2 ids in all into a temporary
-folder (or reads ``--data``), opens them (:func:`seqjax.data.shards.open_tokens`: headers
+folder (or reads ``--data_path``), opens them (:func:`seqjax.data.shards.open_tokens`: headers
 and every id checked once; the time is reported), reads every shard once so the page cache
 is warm, then times ``--steps`` global batches of ``--batch`` windows of ``--block + 1``
 tokens for each row:
@@ -19,7 +19,7 @@ one H100 consumes training GPT-2 124M (llm.c). The last line is
 ``loader: read R tokens/s; read+place P tokens/s``.
 
 Run: ``python -m benchmarks loader [--tokens N] [--shards K] [--batch B] [--block T]
-[--steps S] [--data DIR] [--smoke]``.
+[--steps S] [--data_path DIR] [--smoke]``.
 """
 
 from __future__ import annotations
@@ -96,13 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=64, help="rows per batch (one host's)")
     ap.add_argument("--block", type=int, default=1024, help="tokens per row (T)")
     ap.add_argument("--steps", type=int, default=200, help="batches timed per row")
-    ap.add_argument("--data", default=None, help="read these shards instead of writing some")
+    ap.add_argument("--data_path", default=None, help="read these shards instead of writing some")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (CI)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.tokens, args.shards, args.batch, args.block, args.steps = 200_000, 2, 4, 64, 5
     with tempfile.TemporaryDirectory() as tmp:
-        folder = args.data
+        folder = args.data_path
         if folder is None:
             folder = tmp
             start = time.perf_counter()

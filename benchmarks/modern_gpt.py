@@ -68,7 +68,7 @@ def seqjax_command(preset: str, data: str, steps: int, seed: int, workdir: str,
                    extra: dict[str, Any]) -> list[str]:
     """``seqjax train gpt2 --preset P`` as this benchmark runs it (``python -m seqjax.cli``)."""
     return [sys.executable, "-m", "seqjax.cli", "train", "gpt2", "--preset", preset,
-            "--data", data, "--steps", str(steps), "--seed", str(seed), "--workdir", workdir,
+            "--data_path", data, "--steps", str(steps), "--seed", str(seed), "--workdir", workdir,
             "--progress", "false", "--sample_tokens", "0",
             *(f"--{k}={v}" for k, v in extra.items())]
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, 4 steps, 1 seed")
     ap.add_argument("--nanogpt_dir", default=None, help="a nanoGPT checkout (else $NANOGPT_DIR)")
-    ap.add_argument("--data", default=None, help="the Tiny Shakespeare text")
+    ap.add_argument("--data_path", default=None, help="the Tiny Shakespeare text")
     ap.add_argument("--rank_file", default=None, help="GPT-2's gpt2.tiktoken")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--ablation_seeds", default="0", help="'' = no ablation")
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = nanogpt_gpt2._skip if args.smoke else nanogpt_gpt2._fail
     if not harness.torch_available():
         return skip("torch is not installed")
-    corpus = Path(args.data) if args.data else nanogpt_loop.default_data_path()
+    corpus = Path(args.data_path) if args.data_path else nanogpt_loop.default_data_path()
     if corpus is None and args.smoke:
         corpus = nanogpt_gpt2.FIXTURE
     rank_file = args.rank_file or nanogpt_gpt2.default_rank_file()

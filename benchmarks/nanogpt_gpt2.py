@@ -11,7 +11,7 @@ Nothing of nanoGPT is kept in this repository: the scripts are copied into a tem
 folder at run time.
 
 Data: nanoGPT's ``data/shakespeare/prepare.py`` itself, run in the temporary folder on the
-corpus (``--data``; default ``shared/data/tinyshakespeare.txt`` in or beside the checkout)
+corpus (``--data_path``; default ``shared/data/tinyshakespeare.txt`` in or beside the checkout)
 as its ``input.txt``: a 90/10 split of the text, each part encoded with GPT-2's BPE
 (``tiktoken.get_encoding("gpt2")``) to ``train.bin``/``val.bin`` (uint16; 301,966 and 36,059
 tokens for the full corpus). Offline, ``get_encoding("gpt2")`` would download; the run
@@ -280,7 +280,8 @@ def seqjax_command(setup: Setup, data: str, steps: int, seed: int, workdir: str,
                    preset: dict[str, Any], *, python: str = sys.executable) -> list[str]:
     """``seqjax train gpt2 --preset P`` on ``data`` (as ``python -m seqjax.cli``)."""
     extra = [f"--{k}={v}" for k, v in seqjax_overrides(setup, preset).items()]
-    return [python, "-m", "seqjax.cli", "train", "gpt2", "--preset", setup.preset, "--data", data,
+    return [python, "-m", "seqjax.cli", "train", "gpt2", "--preset", setup.preset, "--data_path",
+            data,
             "--steps", str(steps), "--seed", str(seed), "--workdir", workdir,
             "--progress", "false", "--sample_tokens", "0", *extra]
 
@@ -700,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
                          "$NANOGPT_DIR, else a shallow clone into the temporary folder")
     ap.add_argument("--no_clone", action="store_true",
                     help="never clone nanoGPT (no checkout: exit 2, or skip with --smoke)")
-    ap.add_argument("--data", default=None,
+    ap.add_argument("--data_path", default=None,
                     help="the Tiny Shakespeare text (default: shared/data/tinyshakespeare.txt "
                          "in or beside the checkout; --smoke falls back to the test fixture)")
     ap.add_argument("--rank_file", default=None,
@@ -747,11 +748,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         return (_skip if args.smoke else _fail)("tiktoken is not installed")
 
-    corpus = Path(args.data) if args.data else nanogpt_loop.default_data_path()
+    corpus = Path(args.data_path) if args.data_path else nanogpt_loop.default_data_path()
     if corpus is None and args.smoke:
         corpus = FIXTURE
     if corpus is None or not corpus.is_file():
-        ap.error(f"--data: no file {corpus or nanogpt_loop.DATA_NAME}")
+        ap.error(f"--data_path: no file {corpus or nanogpt_loop.DATA_NAME}")
     rank_file = args.rank_file or default_rank_file()
     if rank_file is None or not Path(rank_file).is_file():
         why = (f"no GPT-2 rank file ({rank_file or 'openai-whisper is not installed'}): "

@@ -32,10 +32,10 @@ Presets (``--preset``):
   block 64, batch 12, dropout 0, lr decay over 2000, ``--log_interval=1``, no compile.
 * ``smoke`` (``--smoke``): 1 layer, d = 16, block 16, batch 4, 5 iterations on the CPU.
 
-Data: tiny Shakespeare (``--data``; default ``shared/data/tinyshakespeare.txt`` next to or
+Data: tiny Shakespeare (``--data_path``; default ``shared/data/tinyshakespeare.txt`` next to or
 inside the checkout), encoded with its sorted character set (65 characters) and split
 90/10 as nanoGPT's ``data/shakespeare_char/prepare.py`` does; the loop samples the 90 %
-training split. Without a data file (and no ``--data``) the tokens are uniformly random
+training split. Without a data file (and no ``--data_path``) the tokens are uniformly random
 (said in the output; the loss then stays near ln 65).
 
 Timing: the first ``--warmup`` iterations (10; they include ``torch.compile``) are not
@@ -45,7 +45,7 @@ iterations) is reported too. The last line printed is
 ``nanogpt_loop: ms/iter M; steps/s S``.
 
 Run: ``python -m benchmarks nanogpt_loop [--smoke] [--steps N] [--device cpu|cuda]
-[--data PATH] [--preset gpu|cpu] [--profile]`` (``--profile``: the top operators of a
+[--data_path PATH] [--preset gpu|cpu] [--profile]`` (``--profile``: the top operators of a
 ``torch.profiler`` trace of the whole run); :func:`run_loop` does the same from Python.
 """
 
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="untimed first iterations (default 10; 2 with --smoke)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None,
                     help="default: cuda when torch sees one (cpu with --smoke)")
-    ap.add_argument("--data", default=None,
+    ap.add_argument("--data_path", default=None,
                     help=f"tiny Shakespeare text (default: {DATA_NAME} in or beside the "
                          "checkout; random tokens without one)")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (CPU)")
@@ -335,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else (2 if args.smoke else 10)
     if steps < 1:
         ap.error("--steps must be >= 1")
-    if args.data is not None and not Path(args.data).is_file():
-        ap.error(f"--data: no file {args.data}")
+    if args.data_path is not None and not Path(args.data_path).is_file():
+        ap.error(f"--data_path: no file {args.data_path}")
     harness.configure_threads(args.threads)
 
     if args.profile:
@@ -345,13 +345,13 @@ def main(argv: list[str] | None = None) -> int:
         activities = [ProfilerActivity.CPU] + (
             [ProfilerActivity.CUDA] if device == "cuda" else [])
         with profile(activities=activities) as prof:
-            res = run_loop(preset, steps, device, args.data, warmup,
+            res = run_loop(preset, steps, device, args.data_path, warmup,
                            log=None if args.quiet else print)
         sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
         print(f"nanogpt_loop: torch.profiler over all {steps} iterations, by {sort}:")
         print(prof.key_averages().table(sort_by=sort, row_limit=20))
     else:
-        res = run_loop(preset, steps, device, args.data, warmup,
+        res = run_loop(preset, steps, device, args.data_path, warmup,
                        log=None if args.quiet else print)
     if args.quiet:
         print(f"nanogpt_loop: data {res['data']}")

@@ -143,6 +143,7 @@ RENAMED_FIELDS: dict[str, str] = {
     "end_lr_ratio": "min_lr_ratio",
     "b1": "beta1",
     "b2": "beta2",
+    "flat_state": "flat_optimizer",
 }
 
 

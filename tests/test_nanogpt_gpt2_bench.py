@@ -106,10 +106,10 @@ def test_the_default_setup_is_seqjaxs_cpu_preset():
     preset = bench.seqjax_cpu_preset()
     assert bench.seqjax_overrides(bench.DEFAULT, preset) == {}
     cmd = bench.seqjax_command(bench.DEFAULT, "D", 500, 1, "W", preset, python="py")
-    assert cmd == ["py", "-m", "seqjax.cli", "train", "gpt2", "--preset", "cpu", "--data", "D",
-                   "--steps", "500", "--seed", "1", "--workdir", "W", "--progress", "false",
+    assert cmd == ["py", "-m", "seqjax.cli", "train", "gpt2", "--preset", "cpu", "--data_path",
+                   "D", "--steps", "500", "--seed", "1", "--workdir", "W", "--progress", "false",
                    "--sample_tokens", "0"]
-    assert bench.shown(cmd).startswith("seqjax train gpt2 --preset cpu --data D")
+    assert bench.shown(cmd).startswith("seqjax train gpt2 --preset cpu --data_path D")
     smoke = bench.seqjax_overrides(bench.SMOKE, preset)
     assert smoke == {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
                      "batch_size": 8, "warmup_steps": 2, "val_tokens": 256, "log_every": 1,
@@ -170,7 +170,7 @@ def test_without_a_checkout_smoke_skips_and_a_full_run_refuses(monkeypatch, caps
         pytest.skip("no GPT-2 rank file (openai-whisper not installed)")
     assert bench.main(["--smoke", "--no_clone"]) == 0
     assert "nanogpt_gpt2: skipped: no nanoGPT checkout" in capsys.readouterr().out
-    assert bench.main(["--no_clone", "--steps", "200", "--data", str(bench.FIXTURE)]) == 2
+    assert bench.main(["--no_clone", "--steps", "200", "--data_path", str(bench.FIXTURE)]) == 2
     assert "no nanoGPT checkout" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main(["--smoke", "--steps", "2"])  # not past the warm-up

@@ -37,7 +37,7 @@ def test_smoke_without_a_data_file_uses_random_tokens(monkeypatch, capsys):
 
 def test_main_refuses_a_missing_data_file_and_an_absent_gpu():
     with pytest.raises(SystemExit):
-        nanogpt_loop.main(["--smoke", "--data", "/no/such/file.txt"])
+        nanogpt_loop.main(["--smoke", "--data_path", "/no/such/file.txt"])
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit):
             nanogpt_loop.main(["--smoke", "--device", "cuda"])

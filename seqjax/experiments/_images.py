@@ -30,12 +30,10 @@ import numpy as np
 from seqjax.data.batching import split_arrays
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
-from seqjax.experiments._kit import Run, Trained, pad_rows, warmup_cosine
+from seqjax.experiments._kit import Run, Trained, pad_rows
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.nn.vq import kmeans_codebook, nearest_code
-from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy
-from seqjax.train.optim import OptimizerConfig
 from seqjax.train.parallel import Parallel
 from seqjax.utils import count_params
 
@@ -191,10 +189,9 @@ def lm_run(
         return out if evaluate is None else evaluate(model, kept, out)
 
     return Run(
-        model=model, params=params, loss_fn=loss_fn, data=train, optimizer=_optimizer(cfg),
-        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                      checkpoint_every=0, best_metric=None, progress=cfg.progress,
-                      tensorboard=False, plot=False),
+        model=model, params=params, loss_fn=loss_fn, data=train,
+        optimizer=cfg.optimizer_config("adamw"),
+        fit=cfg.fit_config(best_metric=None, tensorboard=False, plot=False),
         batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,
         # one global batch, padded to split over the devices (padding rows: mask False)
         eval_fn=None if val is None else nll_fn,
@@ -216,13 +213,6 @@ def _transformer(cfg: Any, vocab: int, length: int) -> TransformerLM:
             block=gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate),
         )
     )
-
-
-def _optimizer(cfg: Any) -> OptimizerConfig:
-    """AdamW with warm-up and cosine decay over ``cfg.steps``, clipped (:func:`lm_run`)."""
-    return OptimizerConfig("adamw", learning_rate=cfg.learning_rate,
-                           **warmup_cosine(cfg.steps, cfg.warmup_steps),
-                           weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm)
 
 
 def _keep_best(

@@ -194,15 +194,6 @@ def write_run_info(par: Parallel, workdir: str | None) -> None:
 
 
 # ----------------------------------------------------------------------------- training
-def warmup_cosine(steps: int, warmup_steps: int) -> dict[str, Any]:
-    """The recipes' one schedule, as :class:`OptimizerConfig` keywords: a linear warm-up of
-    ``warmup_steps`` updates, then cosine decay until the run's last step. A run no longer
-    than its warm-up stops inside it (the schedule is ``warmup_steps + 1`` long), as
-    nanoGPT's ``get_lr`` and llm.c do."""
-    return {"schedule": "warmup_cosine", "warmup_steps": warmup_steps,
-            "steps": max(steps, warmup_steps + 1)}
-
-
 def init_state(par: Parallel, params: Any, optimizer: Optimizer, key: jax.Array, *,
                carry: Any = None) -> tuple[TrainState, optax.Schedule]:
     """``(state, schedule)``: the optimiser of ``optimizer`` (an :class:`OptimizerConfig`, or
@@ -569,7 +560,7 @@ def check_resumed_data(data: Any, folder: str) -> None:
         data.check_state(saved)
     except ValueError as err:
         source = saved.get("source")
-        started = f" (--data {source!r})" if source else ""
+        started = f" (--data_path {source!r})" if source else ""
         raise ConfigError(
             f"the work dir {folder!r} holds a run trained on other data{started}: its "
             f"checkpoint's data position does not fit this data ({err}). Resume it with the "
@@ -621,12 +612,8 @@ def classifier_run(model: Any, train: Mapping[str, np.ndarray],
 
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=dict(train),
-        optimizer=OptimizerConfig(
-            "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, cfg.warmup_steps),
-            min_lr_ratio=0.0, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm),
-        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                      best_metric=None, progress=cfg.progress, tensorboard=False,
-                      plot=cfg.workdir is not None),
+        optimizer=cfg.optimizer_config("adamw"),
+        fit=cfg.fit_config(best_metric=None, tensorboard=False, plot=cfg.workdir is not None),
         batch_size=min(cfg.batch_size, len(train["y"])), seed=seed, dropout_seed=seed + 1000,
         eval_fn=eval_fn, eval_data=test_batch, model_config=model_config, name=name,
         evaluate=evaluate)

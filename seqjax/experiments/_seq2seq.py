@@ -12,7 +12,7 @@ reads the English side of the pairs through :func:`load_pairs`):
   (bidirectional GRU encoder, decoder fed the fixed context at every step; MEDL Fig. 7.9(b)),
   ``bahdanau`` (additive attention; MEDL (7.22)), ``luong`` (Luong's "general" score and
   attentional layer) and ``transformer`` (post-norm encoder–decoder; MEDL §7.5).
-* **Training** — :func:`seq2seq_run` (:class:`TrainSpec`): the kit's
+* **Training** — :func:`seq2seq_run` (from the recipe's ``TrainOptions``): the kit's
   :class:`~seqjax.experiments._kit.Run` of masked token cross-entropy with teacher forcing,
   AdamW with warm-up and cosine decay, trained by :func:`~seqjax.experiments._kit.train`;
   resumable.
@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import jax
@@ -34,13 +33,12 @@ import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
-from seqjax.experiments._kit import Run, Trained, pad_rows, warmup_cosine
+from seqjax.experiments._kit import Run, Trained, pad_rows
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
 from seqjax.models.rnn import RNNConfig
 from seqjax.models.seq2seq import Seq2Seq, Seq2SeqConfig
-from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import Parallel
 
 Arch = Literal["gru", "bahdanau", "luong", "transformer"]
@@ -162,33 +160,20 @@ def _metrics(logits: jax.Array, batch: dict) -> tuple[jax.Array, dict]:
                   "tokens": jnp.sum(batch["tgt_mask"]).astype(jnp.float32)}
 
 
-@dataclass(frozen=True)
-class TrainSpec:
-    """How :func:`seq2seq_run` trains one model (``plot``: ``loss.png`` in its folder)."""
-
-    steps: int
-    batch_size: int
-    learning_rate: float
-    warmup_steps: int = 0
-    clip_norm: float = 1.0
-    eval_every: int = 0
-    log_every: int = 100
-    progress: bool = True
-    print_logs: bool = False
-    plot: bool = True
-
-
 def seq2seq_run(
     model: Any, train: dict[str, np.ndarray], val: dict[str, np.ndarray] | None,
-    spec: TrainSpec, *, seed: int, name: str = "", model_config: dict,
-    evaluate: Callable[[Trained], dict] | None = None,
+    cfg: TrainOptions, *, seed: int, name: str = "", model_config: dict,
+    evaluate: Callable[[Trained], dict] | None = None, print_logs: bool = False,
+    plot: bool = True,
 ) -> Run:
     """The :class:`~seqjax.experiments._kit.Run` that trains ``model`` with teacher forcing.
 
     Loss: masked token cross-entropy (MEDL (7.4)–(7.5), no loss on padding); AdamW with
-    linear warm-up and cosine decay, global-norm clipping; ``spec.batch_size`` is the global
-    batch (capped at the training set). With ``val``, ``val`` is evaluated every
-    ``spec.eval_every`` steps (0 = only at the end), in global batches of 256 rows. The
+    linear warm-up and cosine decay to 0.05 of the peak, global-norm clipping, from the
+    recipe's training options ``cfg``; ``cfg.batch_size`` is the global batch (capped at the
+    training set). With ``val``, ``val`` is evaluated every ``cfg.eval_every`` steps (0 =
+    only at the end), in global batches of 256 rows (``plot``: ``loss.png`` in the run's
+    folder). The
     parameters are drawn from ``seed``, the state's dropout key from ``seed + 1000``. Trained
     by :func:`~seqjax.experiments._kit.train`, it resumes from its folder (a finished run is
     restored, not retrained).
@@ -215,15 +200,10 @@ def seq2seq_run(
     evaluated = val is not None and len(val["src"]) > 0
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=train,
-        optimizer=OptimizerConfig(
-            "adamw", learning_rate=spec.learning_rate,
-            **warmup_cosine(spec.steps, spec.warmup_steps), min_lr_ratio=0.05,
-            clip_norm=spec.clip_norm),
-        fit=FitConfig(steps=spec.steps, log_every=spec.log_every,
-                      eval_every=spec.eval_every, checkpoint_every=0, best_metric=None,
-                      progress=spec.progress, print_logs=spec.print_logs, tensorboard=False,
-                      plot=spec.plot),
-        batch_size=min(spec.batch_size, len(train["src"])), seed=seed, dropout_seed=seed + 1000,
+        optimizer=cfg.optimizer_config("adamw", min_lr_ratio=0.05),
+        fit=cfg.fit_config(best_metric=None, print_logs=print_logs, tensorboard=False,
+                           plot=plot),
+        batch_size=min(cfg.batch_size, len(train["src"])), seed=seed, dropout_seed=seed + 1000,
         eval_fn=eval_fn if evaluated else None, eval_data=val_batches if evaluated else None,
         model_config=model_config, name=name, evaluate=evaluate)
 

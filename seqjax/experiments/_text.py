@@ -77,14 +77,14 @@ def val_windows(ids: np.ndarray, cfg: Any, num: int, seed: int) -> list[dict]:
 def build_model(cfg: Any, vocab_size: int) -> Any:
     """The :class:`TransformerLM` or :class:`RNNLanguageModel` that ``cfg`` describes (its
     ``model``, ``num_layers``, ``num_heads``, ``embed_dim``, ``block_size``, ``dropout_rate``,
-    ``attention_dropout`` and ``compute_dtype``, as char_lm's ``Config``)."""
+    ``attention_dropout_rate`` and ``compute_dtype``, as char_lm's ``Config``)."""
     if cfg.model not in MODELS:
         raise ConfigError(f"--model must be one of {MODELS}; got {cfg.model!r}.")
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
     if cfg.model == "transformer":
         # nanoGPT's block (the model starts its residual projections at 0.02/√(2L))
         block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate,
-                          attention_dropout_rate=cfg.attention_dropout, use_bias=False,
+                          attention_dropout_rate=cfg.attention_dropout_rate, use_bias=False,
                           activation="gelu")
         return TransformerLM(TransformerLMConfig(
             vocab_size=vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,

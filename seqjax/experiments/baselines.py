@@ -50,7 +50,6 @@ from seqjax.experiments._kit import (
     machine_info,
     pad_rows,
     train,
-    warmup_cosine,
 )
 from seqjax.experiments.reports.baselines import report, tables
 from seqjax.models.baselines import NGramClassifier, NGramLM
@@ -62,9 +61,7 @@ from seqjax.models.rnn import (
     RNNLanguageModel,
     RNNLMConfig,
 )
-from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
-from seqjax.train.optim import OptimizerConfig
 from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
@@ -194,11 +191,8 @@ def network_run(model: Any, init_x: np.ndarray, train: dict[str, np.ndarray],
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), jnp.asarray(init_x))["params"]
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=train,
-        optimizer=OptimizerConfig(
-            "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, cfg.warmup_steps),
-            min_lr_ratio=0.0, weight_decay=0.0, clip_norm=cfg.clip_norm),
-        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                      best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
+        optimizer=cfg.optimizer_config("adamw"),
+        fit=cfg.fit_config(best_metric=None, tensorboard=False, plot=False),
         batch_size=min(cfg.batch_size, len(train["y"])), seed=cfg.seed,
         dropout_seed=cfg.seed + 1, eval_fn=eval_fn,
         eval_data=lambda par: [pad_rows({**test, "keep": np.ones(len(test["y"]), bool)},

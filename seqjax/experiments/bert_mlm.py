@@ -60,7 +60,6 @@ from seqjax.experiments._kit import (
     machine_info,
     pad_rows,
     train,
-    warmup_cosine,
 )
 from seqjax.experiments._seq2seq import load_pairs
 from seqjax.experiments.reports.bert_mlm import plot_results, results_table
@@ -74,6 +73,7 @@ from seqjax.models.gpt import (
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import warmup_cosine
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 

@@ -38,13 +38,13 @@ fixed cost (~12 ms of the nanoGPT CPU config's ~30 ms step on the 2-core machine
 ``--preset gpu`` and the smoke presets keep 1 (the GPU run measured device-bound; 10 is not
 measured on a GPU yet).
 ``--flat_optimizer`` (default true) keeps AdamW's moments as one vector each
-(``OptimizerConfig(flat_state=True)``: 70 state leaves instead of 196 at ``--preset gpu``,
+(``OptimizerConfig(flat_optimizer=True)``: 70 state leaves instead of 196 at ``--preset gpu``,
 so each jitted call costs the host less); a work dir resumes only with the setting it was
 written with.
 
-Attention dropout: ``--attention_dropout`` (default: ``dropout``, as nanoGPT) is the
-dropout on the attention weights. On a GPU it keeps attention off the fused cuDNN kernel
-(dropout needs the ``[B, H, T, T]`` weights written out); ``--attention_dropout=0``
+Attention dropout: ``--attention_dropout_rate`` (default: ``dropout_rate``, as nanoGPT) is
+the dropout on the attention weights. On a GPU it keeps attention off the fused cuDNN kernel
+(dropout needs the ``[B, H, T, T]`` weights written out); ``--attention_dropout_rate=0``
 keeps dropout on the embeddings and residual branches and runs the fused kernel. The
 cost, measured on one H200 before the embedding fix: 24.0 vs 20.7–21.3 ms per step
 (``benchmarks/HISTORY.md``, "The user path on one GPU"; after it, not yet measured).
@@ -90,7 +90,7 @@ from seqjax.experiments._config import (
     PosFloat,
     PosInt,
 )
-from seqjax.experiments._kit import Run, Task, Trained, train, warmup_cosine
+from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments._text import (
     NO_DECAY,
     Model,
@@ -104,7 +104,6 @@ from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU
 from seqjax.models.gpt import TransformerLM
 from seqjax.train.fit_parts import compile_in_background
 from seqjax.train.flops import lm_flops_per_token
-from seqjax.train.loop import FitConfig
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig
@@ -126,8 +125,8 @@ class Config(TrainOptions, ParallelOptions):
         block_size: context length ``T`` of every training window.
         batch_size: windows per step, over all devices (the global batch).
         dropout_rate: on the embeddings and every residual branch (and the LSTM's outputs).
-        attention_dropout: on the attention weights; unset = ``dropout``; 0 keeps a GPU on
-            the fused cuDNN attention.
+        attention_dropout_rate: on the attention weights; unset = ``dropout_rate``; 0 keeps a
+            GPU on the fused cuDNN attention.
         steps: optimiser steps (the cosine schedule ends here).
         learning_rate: peak AdamW learning rate, after the warm-up.
         min_lr_ratio: the schedule's final rate as a fraction of the peak.
@@ -154,7 +153,8 @@ class Config(TrainOptions, ParallelOptions):
         workdir: checkpoints, logs, samples and the summary; rerun to resume.
     """
 
-    RENAMED: ClassVar[dict[str, str]] = {"sample_chars": "sample_tokens"}
+    RENAMED: ClassVar[dict[str, str]] = {"sample_chars": "sample_tokens",
+                                         "attention_dropout": "attention_dropout_rate"}
 
     model: Model = "transformer"
     num_layers: PosInt = 4
@@ -162,7 +162,7 @@ class Config(TrainOptions, ParallelOptions):
     embed_dim: PosInt = 128
     block_size: PosInt = 64
     dropout_rate: Fraction = 0.0
-    attention_dropout: Fraction | None = None
+    attention_dropout_rate: Fraction | None = None
     steps: NonNegInt = 2000  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 12
     learning_rate: PosFloat = 1e-3
@@ -240,8 +240,8 @@ def model_config(cfg: Config, vocab_size: int) -> dict:
     # "dropout": the checkpoints' name for --dropout_rate (checkpoints of earlier runs resume)
     out = {"vocab_size": vocab_size, **{k: getattr(cfg, k) for k in keys},
            "dropout": cfg.dropout_rate}
-    if cfg.attention_dropout is not None:  # absent before the option existed: old runs match
-        out["attention_dropout"] = cfg.attention_dropout
+    if cfg.attention_dropout_rate is not None:  # absent before the option: old runs match
+        out["attention_dropout"] = cfg.attention_dropout_rate  # the checkpoints' name
     return out
 
 
@@ -283,10 +283,7 @@ def compile_sampler_ahead(model: Any, params: Any, cfg: Config, prompt_ids: list
 
 def optimizer(cfg: Config) -> OptimizerConfig:
     """nanoGPT's AdamW: warm-up, cosine decay to ``min_lr_ratio``, every matrix decayed."""
-    return OptimizerConfig(
-        "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, cfg.warmup_steps),
-        min_lr_ratio=cfg.min_lr_ratio, beta1=0.9, beta2=cfg.beta2, weight_decay=cfg.weight_decay,
-        clip_norm=cfg.clip_norm, no_decay=NO_DECAY, flat_state=cfg.flat_optimizer)
+    return cfg.optimizer_config("adamw", no_decay=NO_DECAY)
 
 
 def build(cfg: Config) -> Task:
@@ -321,10 +318,7 @@ def build(cfg: Config) -> Task:
         model=model, params=params, loss_fn=make_lm_loss(apply_fn),
         data=lambda par: train_windows(train_ids, cfg, par, tok.vocab_size),
         optimizer=optimizer(cfg),
-        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                      checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
-                      print_logs=True, flops_per_step=flops_per_step,
-                      steps_per_call=cfg.steps_per_call),
+        fit=cfg.fit_config(print_logs=True, flops_per_step=flops_per_step),
         batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,
         eval_fn=make_lm_eval(apply_fn),
         eval_data=val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2),

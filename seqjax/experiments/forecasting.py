@@ -43,8 +43,6 @@ from seqjax.experiments._config import NonNegInt, PosInt
 from seqjax.experiments._kit import Run, Task, Trained, command_line, train
 from seqjax.experiments.reports.forecasting import plot_forecasts, report
 from seqjax.nn import RNN, Dense, GRUCell
-from seqjax.train.loop import FitConfig
-from seqjax.train.optim import OptimizerConfig
 from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import ParallelOptions
 from seqjax.utils import count_params
@@ -166,10 +164,8 @@ def forecaster_run(cfg: Config, train_z: np.ndarray, seed: int,
 
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=data,
-        optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
-                                  warmup_steps=cfg.warmup_steps, clip_norm=cfg.clip_norm),
-        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=0,
-                      best_metric=None, progress=cfg.progress, tensorboard=False, plot=False),
+        optimizer=cfg.optimizer_config("adam", schedule="constant"),
+        fit=cfg.fit_config(best_metric=None, tensorboard=False, plot=False),
         batch_size=min(cfg.batch_size, len(data["x"])), seed=seed, dropout_seed=seed + 1000,
         model_config={"hidden_size": cfg.hidden_size}, name=f"seed{seed}", evaluate=forecast)
 

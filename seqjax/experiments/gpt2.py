@@ -1,7 +1,7 @@
 """Pretrain a GPT-2 on token shards: from ``seqjax prepare``'s shards (or llm.c's, or
 nanoGPT's ``train.bin``/``val.bin``) to a trained model, resumable on any number of hosts.
 
-Data (``--data``): a shard folder, a ``manifest.json`` or a nanoGPT ``train.bin``
+Data (``--data_path``): a shard folder, a ``manifest.json`` or a nanoGPT ``train.bin``
 (:func:`seqjax.data.shards.open_tokens`: memory-mapped, every shard's header and ids checked
 once when opened; a manifest whose tokenizer is not the run's is refused). Each step's
 global batch is ``batch_size`` random windows of ``block_size + 1`` tokens drawn from
@@ -58,8 +58,8 @@ generate --prompt ...`` read the work dir.
 
 Run:  seqjax prepare --tokenizer gpt2 --format nanogpt --split text --val_fraction 0.1 \\
           shakespeare.txt --out data/shakespeare
-      seqjax train gpt2 --preset cpu --data data/shakespeare --workdir workdirs/gpt2_cpu
-      seqjax train gpt2 --preset 124m --data fineweb10B/ --workdir workdirs/gpt2_124m
+      seqjax train gpt2 --preset cpu --data_path data/shakespeare --workdir workdirs/gpt2_cpu
+      seqjax train gpt2 --preset 124m --data_path fineweb10B/ --workdir workdirs/gpt2_124m
       seqjax generate --workdir workdirs/gpt2_cpu --prompt "ROMEO:"
 """
 
@@ -93,13 +93,12 @@ from seqjax.experiments._config import (
     PosFloat,
     PosInt,
 )
-from seqjax.experiments._kit import Run, Task, Trained, train, warmup_cosine
+from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments._text import NO_DECAY, lm_decoder
 from seqjax.experiments.reports.gpt2 import report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.checkpoint import restore_params
 from seqjax.train.flops import lm_flops_per_token
-from seqjax.train.loop import FitConfig
 from seqjax.train.loop import evaluate as evaluate_batches
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig
@@ -114,7 +113,7 @@ class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train gpt2`` (defaults: GPT-2 124M with llm.c's schedule).
 
     Attributes:
-        data: the token shards: a folder (``manifest.json``, llm.c's ``*_train_*.bin`` /
+        data_path: the token shards: a folder (``manifest.json``, llm.c's ``*_train_*.bin`` /
             ``*_val_*.bin``, or nanoGPT's ``train.bin`` / ``val.bin``), a manifest, or a
             ``train.bin``.
         tokenizer: the shards' tokenizer (``gpt2``, ``hf:PATH/tokenizer.json``,
@@ -178,7 +177,7 @@ class Config(TrainOptions, ParallelOptions):
         workdir: checkpoints, logs, the sample and the summary; rerun to resume.
     """
 
-    data: str | None = None
+    data_path: str | None = None
     tokenizer: str = "gpt2"
     rank_file: str | None = None
     vocab_size: PosInt = 50304
@@ -231,7 +230,7 @@ class Config(TrainOptions, ParallelOptions):
     progress: bool = True
     workdir: str | None = "workdirs/gpt2"
 
-    RENAMED: ClassVar[dict[str, str]] = {"hellaswag_items": "task_items"}
+    RENAMED: ClassVar[dict[str, str]] = {"hellaswag_items": "task_items", "data": "data_path"}
 
 
 _CPU: dict[str, Any] = {
@@ -270,16 +269,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def load_tokens(cfg: Config) -> TokenData:
-    """The shards of ``cfg.data``, opened and checked against the model's vocabulary."""
-    if not cfg.data:
-        raise ConfigError("--data is required: a shard folder, a manifest.json or a nanoGPT "
+    """The shards of ``cfg.data_path``, opened and checked against the model's vocabulary."""
+    if not cfg.data_path:
+        raise ConfigError("--data_path is required: a shard folder, a manifest.json or a nanoGPT "
                           "train.bin (make one with `seqjax prepare`).")
-    tokens = open_tokens(cfg.data, vocab_size=cfg.vocab_size)
+    tokens = open_tokens(cfg.data_path, vocab_size=cfg.vocab_size)
     for split in ("train", "val"):
         longest = max(len(s) for s in getattr(tokens, split))
         if longest <= cfg.block_size:
             raise ShardError(
-                f"{cfg.data}: the {split} split is too short for one window of block_size + 1 "
+                f"{cfg.data_path}: the {split} split is too short for one window of block_size + 1 "
                 f"= {cfg.block_size + 1} tokens (its longest shard holds {longest}).")
     return tokens
 
@@ -349,19 +348,13 @@ def model_config(cfg: Config) -> dict:
 def optimizer(cfg: Config) -> OptimizerConfig:
     """llm.c's AdamW (every matrix decayed), or Muon on the hidden matrices with AdamW on the
     rest; linear warm-up, cosine decay to ``min_lr_ratio``."""
-    common = dict(**warmup_cosine(cfg.steps, cfg.warmup_steps),
-                  min_lr_ratio=cfg.min_lr_ratio, beta1=cfg.beta1, beta2=cfg.beta2,
-                  weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm,
-                  flat_state=cfg.flat_optimizer)
     if cfg.optimizer == "adamw":
-        return OptimizerConfig("adamw", learning_rate=cfg.learning_rate, no_decay=NO_DECAY,
-                               **common)
+        return cfg.optimizer_config("adamw", no_decay=NO_DECAY)
     rates = (("embed", cfg.embed_learning_rate), ("head", cfg.head_learning_rate),
              ("scalar", cfg.scalar_learning_rate))
-    return OptimizerConfig(
-        "muon", learning_rate=cfg.muon_learning_rate, momentum=cfg.momentum, nesterov=True,
-        ns_steps=cfg.ns_steps, group_learning_rates=tuple(
-            (g, cfg.learning_rate if r is None else r) for g, r in rates), **common)
+    return cfg.optimizer_config(
+        "muon", learning_rate=cfg.muon_learning_rate, nesterov=True, group_learning_rates=tuple(
+            (g, cfg.learning_rate if r is None else r) for g, r in rates))
 
 
 def _sample_ids(model: TransformerLM, params: Any, cfg: Config, prompt: list[int],
@@ -449,7 +442,7 @@ def build(cfg: Config) -> Task:
 
     def windows(par: Parallel) -> ShardWindows:
         return ShardWindows(tokens.train, par.local_batch_size(cfg.batch_size), cfg.block_size,
-                            seed=cfg.seed, align=cfg.align, eot=eot, source=cfg.data,
+                            seed=cfg.seed, align=cfg.align, eot=eot, source=cfg.data_path,
                             **par.host_rows())
 
     encoded = task_batches(cfg, tasks, tok)  # every item checked before training
@@ -479,10 +472,7 @@ def build(cfg: Config) -> Task:
     run_ = Run(
         model=model, params=params, loss_fn=make_lm_loss(apply_fn), data=windows,
         optimizer=optimizer(cfg),
-        fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                      checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
-                      print_logs=True, flops_per_step=flops_per_step,
-                      steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch),
+        fit=cfg.fit_config(print_logs=True, flops_per_step=flops_per_step),
         batch_size=cfg.batch_size, seed=cfg.seed, dropout_seed=cfg.seed + 1,
         eval_fn=make_lm_eval(apply_fn), eval_data=val_batches,
         evals={task.name: evals(task) for task in tasks},

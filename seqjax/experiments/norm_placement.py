@@ -37,7 +37,6 @@ from seqjax.experiments._kit import (
     command_line,
     load_average,
     train,
-    warmup_cosine,
 )
 from seqjax.experiments._text import load_data, val_windows
 from seqjax.experiments.reports.norm_placement import plot_curves, report
@@ -47,6 +46,7 @@ from seqjax.nn.transformer import BlockConfig, TransformerDecoder
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import make_lm_eval, make_lm_loss
 from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import warmup_cosine
 from seqjax.train.parallel import ParallelOptions
 from seqjax.train.step import flax_apply_fn
 from seqjax.utils import count_params

@@ -48,7 +48,6 @@ from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
     Arch,
-    TrainSpec,
     attention_map,
     build_tokenizer,
     encode_pairs,
@@ -256,9 +255,6 @@ def build(cfg: Config) -> Task:
     heat = cfg.heatmap_number if cfg.heatmap_number < cfg.max_number else show[0]
     dec_x, dec_len = encode_sources([d.src[i] for i in d.test] + [d.src[n] for n in show]
                                     + [d.src[heat]], d.src_tok, d.src_len)
-    spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
-                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress,
-                     print_logs=cfg.progress, plot=cfg.workdir is not None)
     plots: dict[str, str] = {}
 
     def translations(arch: str, seed: int, t: Trained) -> dict:  # printed; a heatmap
@@ -289,9 +285,10 @@ def build(cfg: Config) -> Task:
                 mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
                       "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
                       "hidden_size": cfg.hidden_size}
-                yield seq2seq_run(_model(cfg, arch, d), train, test, spec, seed=seed,
+                yield seq2seq_run(_model(cfg, arch, d), train, test, cfg, seed=seed,
                                   name=f"{arch}_seed{seed}", model_config=mc,
-                                  evaluate=functools.partial(translations, arch, seed))
+                                  evaluate=functools.partial(translations, arch, seed),
+                                  print_logs=cfg.progress, plot=cfg.workdir is not None)
 
     def summarize(trained: list[Trained]) -> dict:
         table = exact_match_table([t.results for t in trained], counts)

@@ -54,7 +54,6 @@ from seqjax.experiments._kit import (
     load_average,
     pad_rows,
     train,
-    warmup_cosine,
 )
 from seqjax.experiments._kit import Task as KitTask
 from seqjax.experiments.reports.positions import plot_positions, report
@@ -68,6 +67,7 @@ from seqjax.nn.transformer import BlockConfig, TransformerDecoder
 from seqjax.train.loop import FitConfig
 from seqjax.train.losses import masked_cross_entropy, token_accuracy
 from seqjax.train.optim import OptimizerConfig
+from seqjax.train.options import warmup_cosine
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.utils import count_params
 

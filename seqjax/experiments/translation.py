@@ -56,7 +56,6 @@ from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
     Arch,
-    TrainSpec,
     attention_map,
     build_tokenizer,
     encode_pairs,
@@ -292,9 +291,6 @@ def build(cfg: Config) -> Task:
             raise ValueError(f"`archs` must be drawn from {ARCHS}; got {a!r}.")
     started, info = time.perf_counter(), machine_info()
     d = _data(cfg)
-    spec = TrainSpec(cfg.steps, cfg.batch_size, cfg.learning_rate, cfg.warmup_steps,
-                     cfg.clip_norm, cfg.eval_every, cfg.log_every, cfg.progress,
-                     plot=cfg.workdir is not None)
     lengths = [_word_len(s) for s in d.test_sents]
     heatmaps: dict[str, str] = {}
 
@@ -340,9 +336,10 @@ def build(cfg: Config) -> Task:
                       "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
                       "hidden_size": cfg.hidden_size}
                 print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
-                yield seq2seq_run(model, d.train_arr, d.val_arr, spec, seed=seed,
+                yield seq2seq_run(model, d.train_arr, d.val_arr, cfg, seed=seed,
                                   name=f"{arch}_seed{seed}", model_config=mc,
-                                  evaluate=functools.partial(scores, arch, seed))
+                                  evaluate=functools.partial(scores, arch, seed),
+                                  plot=cfg.workdir is not None)
 
     about = (f"{len(d.train_pairs)} training pairs, {len(d.test_sents)} held-out source "
              f"sentences ({sum(len(d.refs[s]) for s in d.test_sents)} references); "

@@ -38,7 +38,7 @@ deleted. A write that fails (no space, no permission) is an :class:`ExportWriteE
 
 Example::
 
-    seqjax train gpt2 --preset cpu --data data/shakespeare --workdir workdirs/gpt2_cpu
+    seqjax train gpt2 --preset cpu --data_path data/shakespeare --workdir workdirs/gpt2_cpu
     seqjax export --workdir workdirs/gpt2_cpu exported/gpt2_cpu
 
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer  # doctest: +SKIP

@@ -143,7 +143,7 @@ class OptimizerConfig(NamedFields):
             follows ``schedule`` scaled to its own peak.
         group_weight_decays: Muon's per-group decays, ``(("head", 0.0), ...)``.
         clip_norm: global-norm clipping threshold ``η``; 0 = off.
-        flat_state: keep the optimiser's per-parameter state (Adam's ``m`` and ``v``, SGD's
+        flat_optimizer: keep the optimiser's per-parameter state (Adam's ``m`` and ``v``, SGD's
             momentum) as one vector each instead of one array per parameter
             (``optax.flatten`` around the stateful part; clipping, the decay mask and the
             schedule still see the parameter tree). The same update up to float rounding;
@@ -172,7 +172,7 @@ class OptimizerConfig(NamedFields):
     group_learning_rates: tuple[tuple[str, float], ...] = ()
     group_weight_decays: tuple[tuple[str, float], ...] = ()
     clip_norm: float = 0.0
-    flat_state: bool = False
+    flat_optimizer: bool = False
     no_decay: tuple[str, ...] = DEFAULT_NO_DECAY
 
     def __post_init__(self) -> None:
@@ -390,8 +390,8 @@ def make_optimizer(
     mask: Callable[[Any], Any] = lambda p: decay_mask(p, cfg.no_decay)
     if cfg.name == "muon":
         opt = _muon(cfg)
-    elif cfg.flat_state:
-        opt = _flat_state_optimizer(cfg, schedule, mask)
+    elif cfg.flat_optimizer:
+        opt = _flat_optimizer(cfg, schedule, mask)
     elif cfg.name == "adamw":
         opt = optax.adamw(schedule, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps,
                           weight_decay=cfg.weight_decay, mask=mask)
@@ -408,9 +408,9 @@ def make_optimizer(
     return opt, schedule
 
 
-def _flat_state_optimizer(cfg: OptimizerConfig, schedule: optax.Schedule,
+def _flat_optimizer(cfg: OptimizerConfig, schedule: optax.Schedule,
                           mask: Callable[[Any], Any]) -> optax.GradientTransformation:
-    """``cfg``'s optimiser with its stateful part on one flat vector (``flat_state``).
+    """``cfg``'s optimiser with its stateful part on one flat vector (``flat_optimizer``).
 
     optax's ``adamw`` is ``scale_by_adam → add_decayed_weights(mask) → −lr``, ``adam`` the
     same without decay, ``sgd`` ``trace(momentum) → −lr``; only the first link keeps
@@ -547,7 +547,7 @@ def _muon(cfg: OptimizerConfig) -> optax.GradientTransformation:
     (``optax.multi_transform``): Muon for ``matrix``, AdamW for the others, each on
     ``cfg.schedule`` scaled to the group's peak rate, with the group's decay."""
     def maybe_flat(tx: optax.GradientTransformation) -> optax.GradientTransformation:
-        if not cfg.flat_state:
+        if not cfg.flat_optimizer:
             return tx
         flat = optax.flatten(tx)  # which cannot flatten a group with no parameters
 

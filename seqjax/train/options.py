@@ -25,10 +25,29 @@ recipe with per-task step counts); for a path it means "none".
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from seqjax._ranges import NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.train.fit_parts import FitConfig
+from seqjax.train.optim import _MUON_ONLY, OptimizerConfig
 
-__all__ = ["TrainOptions"]
+__all__ = ["TrainOptions", "warmup_cosine"]
+
+
+def warmup_cosine(steps: int, warmup_steps: int) -> dict[str, Any]:
+    """The recipes' one schedule, as :class:`OptimizerConfig` keywords: a linear warm-up of
+    ``warmup_steps`` updates, then cosine decay until the run's last step. A run no longer
+    than its warm-up stops inside it (the schedule is ``warmup_steps + 1`` long), as
+    nanoGPT's ``get_lr`` and llm.c do."""
+    return {"schedule": "warmup_cosine", "warmup_steps": warmup_steps,
+            "steps": max(steps, warmup_steps + 1)}
+
+
+def _shared(config: Any, cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``config``'s fields that ``cls`` has under the same name (but ``skip``)."""
+    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.name in names}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,3 +76,28 @@ class TrainOptions:
     warmup_steps: NonNegInt = 100
     clip_norm: NonNegFloat = 1.0
     log_every: PosInt = 100
+
+    def optimizer_config(self, name: str = "adamw", **overrides: Any) -> OptimizerConfig:
+        """This run's :class:`~seqjax.train.optim.OptimizerConfig` ``name``: the recipes'
+        schedule (:func:`warmup_cosine` over ``steps``), and every field of this config that
+        ``OptimizerConfig`` has by the same name (``learning_rate``, ``clip_norm``, and where
+        a recipe has them ``min_lr_ratio``, ``beta1``, ``beta2``, ``weight_decay``,
+        ``momentum``, ``ns_steps``, ``flat_optimizer``, ...); then ``overrides``.
+
+        The one place a recipe's options become its optimiser: a recipe passes only what is
+        not an option of its own (``no_decay=...``, a fixed ``min_lr_ratio``). Each optimiser
+        gets only the options it reads: Muon's (``ns_steps``, ...) go to ``"muon"`` alone,
+        ``momentum`` to ``"muon"`` and ``"sgd"``."""
+        skip: tuple[str, ...] = ("name", "schedule", "steps", "warmup_steps")
+        skip += () if name == "muon" else _MUON_ONLY
+        skip += () if name in ("muon", "sgd") else ("momentum", "nesterov")
+        shared = _shared(self, OptimizerConfig, skip)
+        return OptimizerConfig(name, **{**shared, **warmup_cosine(self.steps, self.warmup_steps),
+                                        **overrides})
+
+    def fit_config(self, **overrides: Any) -> FitConfig:
+        """This run's :class:`~seqjax.train.fit_parts.FitConfig`: every field of this config
+        that ``FitConfig`` has by the same name (``steps``, ``log_every``, and where a recipe
+        has them ``eval_every``, ``checkpoint_every``, ``progress``, ``steps_per_call``,
+        ``prefetch``, ...); then ``overrides``."""
+        return FitConfig(**{**_shared(self, FitConfig), **overrides})

@@ -109,7 +109,7 @@ def test_gpt2_recipe_resumed_on_another_process_count_matches_one_run(tmp_path):
 
     def cmd(workdir, steps):
         return [sys.executable, "-m", "seqjax.cli", "train", "gpt2", "--smoke",
-                f"--data={tmp_path / 'data'}", "--vocab_size=1000", "--sample_tokens=0",
+                f"--data_path={tmp_path / 'data'}", "--vocab_size=1000", "--sample_tokens=0",
                 f"--steps={steps}", "--checkpoint_every=2", "--log_every=1",
                 f"--workdir={workdir}"]
 

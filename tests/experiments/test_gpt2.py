@@ -60,7 +60,7 @@ def test_smoke_trains_evaluates_samples_and_resumes(bins, tmp_path):
     lambada.write_text("".join(json.dumps({"text": t}) + "\n" for t in (
         "ROMEO: I will go to the house", "JULIET: good night, good night", "KING: my lord")))
     work = str(tmp_path / "w")
-    argv = ["train", "gpt2", "--smoke", f"--data={data}", f"--rank_file={rank}",
+    argv = ["train", "gpt2", "--smoke", f"--data_path={data}", f"--rank_file={rank}",
             f"--hellaswag={hs}", f"--tasks={lambada}", f"--workdir={work}"]
     assert cli.main(argv) == 0
     summary = json.loads(open(os.path.join(work, "gpt2.json")).read())
@@ -91,9 +91,9 @@ def test_bad_inputs_are_refused_by_name(bins, tmp_path, capsys):
     base = ["train", "gpt2", "--smoke", f"--rank_file={rank}",
             f"--workdir={tmp_path / 'w'}"]
     assert cli.main(base) == 2
-    assert "--data is required" in capsys.readouterr().err
+    assert "--data_path is required" in capsys.readouterr().err
     # ids beyond the model's vocabulary: refused when the shards are opened
-    assert cli.main([*base, f"--data={data}", "--vocab_size=300", "--sample_tokens=0"]) == 2
+    assert cli.main([*base, f"--data_path={data}", "--vocab_size=300", "--sample_tokens=0"]) == 2
     err = capsys.readouterr().err
     assert "train.bin: token id" in err and "[0, 300)" in err
     # a corpus shorter than one window
@@ -101,7 +101,7 @@ def test_bad_inputs_are_refused_by_name(bins, tmp_path, capsys):
     short.mkdir()
     write_shard(short / "train.bin", np.arange(10), header=False)
     write_shard(short / "val.bin", np.arange(40), header=False)
-    assert cli.main([*base, f"--data={short}", "--sample_tokens=0"]) == 2
+    assert cli.main([*base, f"--data_path={short}", "--sample_tokens=0"]) == 2
     assert "too short for one window" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "w" / "checkpoints")
     assert not os.path.exists(tmp_path / "w" / "experiment.json")  # nothing of a refused run
@@ -112,7 +112,7 @@ def test_every_input_is_checked_before_the_first_step(bins, tmp_path, capsys):
     other data: one line naming the option or work dir, exit 2, nothing trained or written."""
     data, rank = bins
     work = tmp_path / "w"
-    base = ["train", "gpt2", "--smoke", f"--data={data}", f"--rank_file={rank}",
+    base = ["train", "gpt2", "--smoke", f"--data_path={data}", f"--rank_file={rank}",
             f"--workdir={work}", "--sample_tokens=0"]
     hs = tmp_path / "hellaswag_val.jsonl"
     _hellaswag(hs)
@@ -132,12 +132,13 @@ def test_every_input_is_checked_before_the_first_step(bins, tmp_path, capsys):
     for split in ("train", "val"):
         write_shard(other / f"{split}.bin", np.fromfile(os.path.join(data, "val.bin"),
                                                         np.uint16), header=False)
-    assert cli.main([*base, f"--data={other}", "--steps=4"]) == 2
+    assert cli.main([*base, f"--data_path={other}", "--steps=4"]) == 2
     err = capsys.readouterr().err
-    assert f"the work dir {str(work)!r} holds a run trained on other data (--data {data!r})" in err
+    assert (f"the work dir {str(work)!r} holds a run trained on other data "
+            f"(--data_path {data!r})") in err
     assert "num_tokens" in err and "another --workdir" in err
     saved = json.loads((work / "experiment.json").read_text())["config"]
-    assert saved["data"] == data and saved["steps"] == 2  # the refused run changed nothing
+    assert saved["data_path"] == data and saved["steps"] == 2  # the refused run changed nothing
 
 
 def test_offline_without_gpt2_ranks_says_where_it_looked(bins, tmp_path, monkeypatch, capsys):
@@ -153,7 +154,7 @@ def test_offline_without_gpt2_ranks_says_where_it_looked(bins, tmp_path, monkeyp
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
     import tiktoken.registry
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # no encoding built before
-    assert cli.main(["train", "gpt2", "--smoke", f"--data={data}",
+    assert cli.main(["train", "gpt2", "--smoke", f"--data_path={data}",
                      f"--workdir={tmp_path / 'w'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ": error: --tokenizer: GPT-2's BPE ranks are not" in err[0]
@@ -177,7 +178,7 @@ def test_a_stopped_run_exits_75_at_any_point_and_the_same_command_finishes(
         pytest.skip("signals are handled in the main thread only")
     data, rank = bins
     work = tmp_path / "w"
-    argv = ["train", "gpt2", "--smoke", f"--data={data}", f"--rank_file={rank}",
+    argv = ["train", "gpt2", "--smoke", f"--data_path={data}", f"--rank_file={rank}",
             f"--workdir={work}", "--sample_tokens=0", "--steps=6", "--checkpoint_every=2"]
     load_tokens = gpt2.load_tokens
 
@@ -238,7 +239,7 @@ def test_a_manifest_of_another_tokenizer_is_refused(bins, tmp_path, capsys):
                for s, n in (("val", "x_val_000000.bin"), ("train", "x_train_000001.bin"))]
     write_json(folder / "manifest.json", {"format": "llmc", "shards": entries, "tokenizer": {
         "kind": "huggingface", "name": "other", "vocab_size": 32000, "eot": 2}})
-    rc = cli.main(["train", "gpt2", "--smoke", f"--data={folder}", f"--rank_file={rank}",
+    rc = cli.main(["train", "gpt2", "--smoke", f"--data_path={folder}", f"--rank_file={rank}",
                    f"--workdir={tmp_path / 'w'}"])
     assert rc == 2
     assert "another tokenizer" in capsys.readouterr().err
@@ -279,7 +280,7 @@ def test_modern_smoke_trains_with_muon_and_resumes_bit_for_bit(bins, tmp_path):
 
     data, rank = bins
     work = tmp_path / "w"
-    argv = ["train", "gpt2", "--preset", "modern_smoke", f"--data={data}",
+    argv = ["train", "gpt2", "--preset", "modern_smoke", f"--data_path={data}",
             f"--rank_file={rank}", "--sample_tokens=0", "--checkpoint_every=2",
             f"--workdir={work}"]
     assert cli.main(argv) == 0
@@ -305,5 +306,5 @@ def test_muon_options_reach_the_optimizer_and_bad_values_are_refused(capsys):
     assert adamw.name == "adamw" and adamw.learning_rate == 0.04  # AdamW stays available
     for bad, match in (("--ns_steps=0", "ns_steps"), ("--logit_softcap=-1", "logit_softcap"),
                        ("--optimizer=lion", "optimizer")):
-        assert cli.main(["train", "gpt2", "--preset", "modern_smoke", bad, "--data=x"]) == 2
+        assert cli.main(["train", "gpt2", "--preset", "modern_smoke", bad, "--data_path=x"]) == 2
         assert match in capsys.readouterr().err

@@ -101,3 +101,28 @@ def test_a_config_saved_with_none_for_off_reads_as_zero():
     assert config_from_dict(gpt2.Config, {"prefetch": None}).prefetch is None  # unset stays
     with pytest.raises(ConfigError, match="batch_size"):
         config_from_dict(gpt2.Config, {"batch_size": None})  # no off: still refused
+
+
+def test_the_training_options_build_the_optimizer_and_fit_configs_in_one_place():
+    """``optimizer_config``/``fit_config`` hand down every field the config shares by name
+    with OptimizerConfig/FitConfig, the recipes' one schedule, then the call's overrides."""
+    from seqjax.experiments import gpt2
+
+    cfg = gpt2.Config(steps=50, warmup_steps=10, learning_rate=2e-3, min_lr_ratio=0.1,
+                      beta1=0.8, beta2=0.99, weight_decay=0.05, clip_norm=0.5,
+                      flat_optimizer=False, momentum=0.9, ns_steps=3, eval_every=5,
+                      checkpoint_every=25, log_every=5, steps_per_call=5, prefetch=1,
+                      progress=False)
+    opt = cfg.optimizer_config("adamw", weight_decay=0.0)
+    assert (opt.name, opt.schedule, opt.steps, opt.warmup_steps, opt.learning_rate,
+            opt.min_lr_ratio, opt.beta1, opt.beta2, opt.clip_norm, opt.flat_optimizer) == (
+        "adamw", "warmup_cosine", 50, 10, 2e-3, 0.1, 0.8, 0.99, 0.5, False)
+    assert opt.weight_decay == 0.0  # the override wins
+    assert opt.momentum is None and opt.ns_steps == 5  # Muon's options go to Muon alone
+    muon = cfg.optimizer_config("muon")
+    assert (muon.momentum, muon.ns_steps, muon.weight_decay) == (0.9, 3, 0.05)
+    # A run no longer than its warm-up stops inside it (nanoGPT's and llm.c's rule).
+    assert dataclasses.replace(cfg, steps=4).optimizer_config().steps == 11
+    fit = cfg.fit_config(print_logs=True)
+    assert (fit.steps, fit.log_every, fit.eval_every, fit.checkpoint_every, fit.steps_per_call,
+            fit.prefetch, fit.progress, fit.print_logs) == (50, 5, 5, 25, 5, 1, False, True)

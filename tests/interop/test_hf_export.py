@@ -53,7 +53,7 @@ def _transformers():
 
 
 def _config(workdir, **options) -> gpt2.Config:
-    return dataclasses.replace(gpt2.Config(), **{**gpt2.PRESETS["smoke"], "data": "unused",
+    return dataclasses.replace(gpt2.Config(), **{**gpt2.PRESETS["smoke"], "data_path": "unused",
                                                  "workdir": str(workdir), **options})
 
 

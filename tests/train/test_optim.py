@@ -112,7 +112,7 @@ def test_train_state():
                                         ("adam", {}),
                                         ("sgd", {"momentum": 0.9, "weight_decay": 0.01})])
 def test_flat_state_is_the_same_optimiser_with_fewer_leaves(name, extra):
-    """flat_state=True keeps m, v (or the momentum) as one vector each: same updates."""
+    """flat_optimizer=True keeps m, v (or the momentum) as one vector each: same updates."""
     rng = np.random.default_rng(0)
     params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
                         "bias": jnp.asarray(rng.normal(size=(3,)), jnp.float32)},
@@ -120,7 +120,7 @@ def test_flat_state_is_the_same_optimiser_with_fewer_leaves(name, extra):
               "norm": {"scale": jnp.ones((4,), jnp.float32)}}
     results = {}
     for flat in (False, True):
-        tx, _ = make_optimizer(OptimizerConfig(name, 0.05, flat_state=flat, **extra))
+        tx, _ = make_optimizer(OptimizerConfig(name, 0.05, flat_optimizer=flat, **extra))
         p, state = params, tx.init(params)
         for i in range(5):
             g = jax.tree_util.tree_map(lambda x, i=i: jnp.sin(x * (i + 1)), p)
@@ -235,7 +235,7 @@ def test_muon_flat_state_is_the_same_update_with_fewer_leaves():
     out = {}
     for flat in (False, True):
         tx, _ = make_optimizer(OptimizerConfig("muon", 0.02, weight_decay=0.1, clip_norm=1.0,
-                                               flat_state=flat))
+                                               flat_optimizer=flat))
         p, state = params, tx.init(params)
         for i in range(4):
             updates, state = tx.update(jax.tree_util.tree_map(lambda x, i=i: jnp.sin(x * (i + 1)),
@@ -269,9 +269,9 @@ def test_muon_options_refused_by_other_optimizers_and_no_matrix_refused():
 
 
 def test_the_optimizer_fields_are_spelled_as_the_recipes_options():
-    """steps, min_lr_ratio, beta1, beta2: the names of `seqjax train`'s options; each old
-    spelling is a TypeError naming the new one."""
+    """steps, min_lr_ratio, beta1, beta2, flat_optimizer: the names of `seqjax train`'s
+    options; each old spelling is a TypeError naming the new one."""
     for old, new in (("total_steps", "steps"), ("end_lr_ratio", "min_lr_ratio"),
-                     ("b1", "beta1"), ("b2", "beta2")):
+                     ("b1", "beta1"), ("b2", "beta2"), ("flat_state", "flat_optimizer")):
         with pytest.raises(TypeError, match=f"`{old}` \\(renamed `{new}`\\)"):
             OptimizerConfig(**{old: 1})

@@ -25,7 +25,7 @@ def report(cfg: Any, s: dict, tasks: Sequence[str] = ()) -> str:
         ("model", f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}, T = "
                   f"{cfg.block_size}, vocabulary {cfg.vocab_size}, "
                   f"{s.get('params', 0):,} parameters"),
-        ("data", f"`{cfg.data}`"),
+        ("data", f"`{cfg.data_path}`"),
         ("steps", f"{s.get('steps')} of {cfg.steps}, {cfg.batch_size * cfg.block_size:,} "
                   f"tokens per step, {_fmt(s.get('tokens_trained'), ',')} tokens"),
         ("validation loss", f"{_fmt(s.get('val_loss'), '.4f')} on "
