@@ -31,7 +31,7 @@ from seqjax.data.batching import split_text
 from seqjax.data.corpora import tiny_shakespeare, tiny_shakespeare_text
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
-from seqjax.decoding import FunctionalDecoder, recompute_decoder
+from seqjax.decoding import FunctionalDecoder, recompute_decoder, sample
 from seqjax.experiments._config import ConfigError
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
@@ -116,6 +116,28 @@ def lm_decoder(model: Any, block_size: int) -> Any:
     transformer through :func:`window_decoder` (its last ``block_size`` characters), an RNN
     as it is."""
     return window_decoder(model, block_size) if isinstance(model, TransformerLM) else model
+
+
+def sampling(model: Any, block_size: int, prompt_ids: list[int], *, max_new_tokens: int,
+             temperature: float, top_k: int | None, seed: int) -> tuple[Any, jax.Array, dict]:
+    """``(decoder, prompt [1, T], sample's options)`` that continue ``prompt_ids``: a
+    transformer keeps the prompt's last ``block_size + 1`` ids (nanoGPT's crop), an RNN all;
+    greedy (no top-k) at temperature 0."""
+    if not prompt_ids:
+        raise ValueError("`prompt` must hold at least one token.")
+    if isinstance(model, TransformerLM):
+        prompt_ids = prompt_ids[-(block_size + 1):]
+    return lm_decoder(model, block_size), jnp.asarray([prompt_ids], jnp.int32), dict(
+        key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens, temperature=temperature,
+        top_k=top_k if temperature > 0 else None)
+
+
+def sample_ids(model: Any, params: Any, block_size: int, prompt_ids: list[int],
+               **options: Any) -> list[int]:
+    """The ids that continue ``prompt_ids`` (:func:`sampling`'s ``options``): the char LM's
+    and the GPT recipe's one sampler."""
+    decoder, prompt, kwargs = sampling(model, block_size, prompt_ids, **options)
+    return [int(t) for t in np.asarray(sample(decoder, params, prompt, **kwargs).tokens[0])]
 
 
 # ----------------------------------------------------------------------------- a trained LM

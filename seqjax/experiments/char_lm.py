@@ -81,7 +81,7 @@ from seqjax.data.device import DeviceLMWindows
 from seqjax.data.iterators import LMWindowIterator
 from seqjax.data.shard_windows import ValidationWindows
 from seqjax.data.tokenizers import CharTokenizer
-from seqjax.decoding import lower_sample, sample
+from seqjax.decoding import lower_sample
 from seqjax.experiments._config import (
     ConfigError,
     Fraction,
@@ -95,9 +95,10 @@ from seqjax.experiments._text import (
     NO_DECAY,
     Model,
     build_model,
-    lm_decoder,
     load_data,
     restore,
+    sample_ids,
+    sampling,
     val_windows,
 )
 from seqjax.experiments.reports.char_lm import NANOGPT_CPU_VAL_LOSS, NANOGPT_GPU_VAL_LOSS
@@ -245,34 +246,12 @@ def model_config(cfg: Config, vocab_size: int) -> dict:
     return out
 
 
-def _sampling(model: Any, cfg: Config, prompt_ids: list[int], *, max_new_tokens: int,
-              temperature: float, top_k: int | None, seed: int) -> tuple[Any, jax.Array, dict]:
-    """``(decoder, prompt [1, T], sample's options)`` for continuing ``prompt_ids``."""
-    if not prompt_ids:
-        raise ValueError("`prompt` must hold at least one character.")
-    if isinstance(model, TransformerLM):
-        prompt_ids = prompt_ids[-(cfg.block_size + 1):]
-    return lm_decoder(model, cfg.block_size), jnp.asarray([prompt_ids], jnp.int32), dict(
-        key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens, temperature=temperature,
-        top_k=top_k if temperature > 0 else None)
-
-
-def generate_ids(model: Any, params: Any, cfg: Config, prompt_ids: list[int], *,
-                 max_new_tokens: int, temperature: float, top_k: int | None,
-                 seed: int) -> list[int]:
-    """Continue ``prompt_ids`` (greedy when ``temperature == 0``)."""
-    decoder, prompt, options = _sampling(model, cfg, prompt_ids, max_new_tokens=max_new_tokens,
-                                         temperature=temperature, top_k=top_k, seed=seed)
-    out = sample(decoder, params, prompt, **options)
-    return [int(t) for t in np.asarray(out.tokens[0])]
-
-
 def compile_sampler_ahead(model: Any, params: Any, cfg: Config, prompt_ids: list[int]) -> Any:
     """Compile the end-of-run sample's program in a background thread (while training
     runs), for host copies of ``params``' shapes: the sample then starts at once."""
     abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
-    decoder, prompt, options = _sampling(
-        model, cfg, prompt_ids, max_new_tokens=cfg.sample_tokens,
+    decoder, prompt, options = sampling(
+        model, cfg.block_size, prompt_ids, max_new_tokens=cfg.sample_tokens,
         temperature=cfg.sample_temperature, top_k=cfg.sample_top_k, seed=cfg.seed)
     return compile_in_background(lambda: lower_sample(decoder, abstract, prompt, **options),
                                  "sample")
@@ -307,9 +286,9 @@ def build(cfg: Config) -> Task:
         full = {"loss": None, "tokens": None}
         if cfg.full_val:
             full = t.evaluate(full_windows(val_ids, cfg.block_size, cfg.batch_size))
-        text = generate_ids(model, t.params, cfg, tok.encode("\n"), seed=cfg.seed,
-                            max_new_tokens=cfg.sample_tokens, temperature=cfg.sample_temperature,
-                            top_k=cfg.sample_top_k) if cfg.sample_tokens else []  # 0: none
+        text = sample_ids(model, t.params, cfg.block_size, tok.encode("\n"), seed=cfg.seed,
+                          max_new_tokens=cfg.sample_tokens, temperature=cfg.sample_temperature,
+                          top_k=cfg.sample_top_k) if cfg.sample_tokens else []  # 0: none
         return {"val_loss_estimate": val["loss"], "train_loss_estimate": train_est["loss"],
                 "val_loss_full": full["loss"], "val_tokens_full": full["tokens"],
                 "sample": tok.decode(text)}
@@ -380,8 +359,9 @@ def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature
              seed: int = 0) -> str:
     """Continue ``prompt`` with the checkpoint in ``cfg.workdir`` (top-k ``sample_top_k``)."""
     model, params, tok = _restore(cfg)
-    ids = generate_ids(model, params, cfg, tok.encode(prompt), max_new_tokens=max_new_tokens,
-                       temperature=temperature, top_k=cfg.sample_top_k, seed=seed)
+    ids = sample_ids(model, params, cfg.block_size, tok.encode(prompt),
+                     max_new_tokens=max_new_tokens, temperature=temperature,
+                     top_k=cfg.sample_top_k, seed=seed)
     return prompt + tok.decode(ids)
 
 

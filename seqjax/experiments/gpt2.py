@@ -72,11 +72,9 @@ from typing import Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from seqjax.data.shard_windows import ShardWindows, ValidationWindows
 from seqjax.data.shards import ShardError, TokenData, open_tokens
-from seqjax.decoding import sample
 from seqjax.evals import (
     EvalTask,
     TaskBatches,
@@ -94,7 +92,7 @@ from seqjax.experiments._config import (
     PosInt,
 )
 from seqjax.experiments._kit import Run, Task, Trained, train
-from seqjax.experiments._text import NO_DECAY, lm_decoder
+from seqjax.experiments._text import NO_DECAY, sample_ids
 from seqjax.experiments.reports.gpt2 import report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.train.checkpoint import restore_params
@@ -146,7 +144,8 @@ class Config(TrainOptions, ParallelOptions):
             ``learning_rate`` (``--optimizer muon``; adamw does not read them).
         batch_size: rows per step over all devices (``batch_size · T`` tokens per step).
         micro_batch_size: rows per device per micro-step: sets ``--grad_accum`` to
-            ``batch_size / (micro_batch_size · data devices)``; unset = ``--grad_accum``.
+            ``batch_size / (micro_batch_size · data devices)``; unset (``none``) =
+            ``--grad_accum``; giving both is an error.
         dropout_rate: on the embeddings, residual branches and attention weights.
         steps: optimiser steps (the cosine schedule ends here).
         learning_rate: peak AdamW learning rate, after the warm-up.
@@ -300,9 +299,14 @@ def text_tokenizer(cfg: Config) -> Any:
 
 def grad_accum(cfg: Config, devices: int) -> int:
     """Micro-batches per step: ``batch_size / (micro_batch_size · devices)``, or
-    ``--grad_accum`` without a micro-batch size."""
+    ``--grad_accum`` without a micro-batch size. The two options set one number: both given is
+    a :class:`ConfigError` (before, ``--grad_accum`` was silently overridden)."""
     if cfg.micro_batch_size is None:
         return cfg.grad_accum
+    if cfg.grad_accum != 1:
+        raise ConfigError(f"--grad_accum ({cfg.grad_accum}) and --micro_batch_size "
+                          f"({cfg.micro_batch_size}) set the same number, the micro-batches "
+                          "per step: give one (--micro_batch_size=none to use --grad_accum).")
     per_step = cfg.micro_batch_size * devices
     if cfg.batch_size <= per_step:
         return 1
@@ -355,15 +359,6 @@ def optimizer(cfg: Config) -> OptimizerConfig:
     return cfg.optimizer_config(
         "muon", learning_rate=cfg.muon_learning_rate, nesterov=True, group_learning_rates=tuple(
             (g, cfg.learning_rate if r is None else r) for g, r in rates))
-
-
-def _sample_ids(model: TransformerLM, params: Any, cfg: Config, prompt: list[int],
-                max_new_tokens: int, temperature: float, seed: int) -> list[int]:
-    prompt = prompt[-(cfg.block_size + 1):]
-    out = sample(lm_decoder(model, cfg.block_size), params, jnp.asarray([prompt], jnp.int32),
-                 key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens,
-                 temperature=temperature, top_k=cfg.sample_top_k if temperature > 0 else None)
-    return [int(t) for t in np.asarray(out.tokens[0])]
 
 
 def task_files(cfg: Config) -> list[tuple[str, str, str]]:
@@ -464,8 +459,10 @@ def build(cfg: Config) -> Task:
                                "val_tokens": t.eval.get("eval/tokens"),
                                **task_results(t.eval, tasks)}
         if cfg.sample_tokens and tok is not None:
-            ids = _sample_ids(model, t.params, cfg, [tok.eot], cfg.sample_tokens,
-                              cfg.sample_temperature, cfg.seed)
+            ids = sample_ids(model, t.params, cfg.block_size, [tok.eot],
+                             max_new_tokens=cfg.sample_tokens,
+                             temperature=cfg.sample_temperature, top_k=cfg.sample_top_k,
+                             seed=cfg.seed)
             out["sample"] = tok.decode(ids)
         return out
 
@@ -559,8 +556,9 @@ def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature
     an empty prompt starts from the end-of-text token."""
     model, params = _restore(cfg)
     tok = text_tokenizer(cfg)
-    ids = _sample_ids(model, params, cfg, tok.encode_ordinary(prompt) or [tok.eot], max_new_tokens,
-                      temperature, seed)
+    ids = sample_ids(model, params, cfg.block_size, tok.encode_ordinary(prompt) or [tok.eot],
+                     max_new_tokens=max_new_tokens, temperature=temperature,
+                     top_k=cfg.sample_top_k, seed=seed)
     return prompt + tok.decode(ids)
 
 

@@ -252,6 +252,10 @@ def test_micro_batch_sets_the_accumulation():
     assert gpt2.grad_accum(cfg, 64) == 1
     with pytest.raises(ValueError, match="multiple of --micro_batch_size"):
         gpt2.grad_accum(gpt2.Config(batch_size=500), 8)
+    # one number, one option: --grad_accum beside a micro-batch size is refused, not ignored
+    with pytest.raises(ValueError, match=r"--grad_accum \(4\) and --micro_batch_size \(16\)"):
+        gpt2.grad_accum(gpt2.Config(grad_accum=4), 8)
+    assert gpt2.grad_accum(gpt2.Config(grad_accum=4, micro_batch_size=None), 8) == 4
 
 
 def test_124m_is_gpt2_small_padded():

@@ -12,7 +12,7 @@ import pytest
 
 from seqjax.data.synthetic import EOS_ID
 from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
-from seqjax.experiments._text import load_model
+from seqjax.experiments._text import load_model, sample_ids
 from seqjax.experiments.reports import char_lm as char_lm_report
 from seqjax.experiments.reports.gradients import ratio_at
 from seqjax.experiments.reports.param_counts import MEDL_TOTAL
@@ -129,8 +129,8 @@ def test_window_decoder_matches_nanogpt_cropping():
     cfg = char_lm.Config(num_layers=1, num_heads=1, embed_dim=8, block_size=4)
     model = char_lm.build_model(cfg, 11)
     params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 4), jnp.int32))["params"]
-    got = char_lm.generate_ids(model, params, cfg, [1, 2, 3, 4], max_new_tokens=5,
-                               temperature=0.0, top_k=None, seed=0)
+    got = sample_ids(model, params, cfg.block_size, [1, 2, 3, 4], max_new_tokens=5,
+                     temperature=0.0, top_k=None, seed=0)
     apply = jax.jit(model.apply)
     seq = [1, 2, 3, 4]
     for _ in range(5):  # nanoGPT: crop the context to the last block_size tokens
@@ -179,8 +179,8 @@ def test_lstm_generates():
     model = char_lm.build_model(cfg, 11)
     hash(model)  # a static argument of the jitted decoding loop
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))["params"]
-    out = char_lm.generate_ids(model, params, cfg, [1, 2], max_new_tokens=3, temperature=0.8,
-                               top_k=5, seed=0)
+    out = sample_ids(model, params, cfg.block_size, [1, 2], max_new_tokens=3, temperature=0.8,
+                     top_k=5, seed=0)
     assert len(out) == 3 and all(0 <= t < 11 for t in out)
 
 
@@ -206,9 +206,9 @@ def test_char_lm_sampler_compiled_ahead_is_the_one_the_sample_runs():
     logger.addHandler(handler)
     try:
         with jax.log_compiles(True):  # this thread only: the sample runs here
-            out = char_lm.generate_ids(model, jax.device_get(params), cfg, [0],
-                                       max_new_tokens=9, temperature=cfg.sample_temperature,
-                                       top_k=cfg.sample_top_k, seed=cfg.seed)
+            out = sample_ids(model, jax.device_get(params), cfg.block_size, [0],
+                             max_new_tokens=9, temperature=cfg.sample_temperature,
+                             top_k=cfg.sample_top_k, seed=cfg.seed)
     finally:
         logger.removeHandler(handler)
     assert len(out) == 9
