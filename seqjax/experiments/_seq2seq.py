@@ -172,11 +172,10 @@ def seq2seq_run(
     linear warm-up and cosine decay to 0.05 of the peak, global-norm clipping, from the
     recipe's training options ``cfg``; ``cfg.batch_size`` is the global batch (capped at the
     training set). With ``val``, ``val`` is evaluated every ``cfg.eval_every`` steps (0 =
-    only at the end), in global batches of 256 rows (``plot``: ``loss.png`` in the run's
-    folder). The
-    parameters are drawn from ``seed``, the state's dropout key from ``seed + 1000``. Trained
-    by :func:`~seqjax.experiments._kit.train`, it resumes from its folder (a finished run is
-    restored, not retrained).
+    only at the end), in global batches of 256 rows; ``plot`` draws ``loss.png`` in the run's
+    folder. The parameters are drawn from ``seed``, the state's dropout key from
+    ``seed + 1000``. Trained by :func:`~seqjax.experiments._kit.train`, it resumes from its
+    folder (a finished run is restored, not retrained).
     """
     first = {k: v[:1] for k, v in train.items()}
     params = jax.jit(lambda k: model.init(k, first["src"], first["tgt_in"],
