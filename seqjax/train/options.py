@@ -10,6 +10,12 @@ once; an experiment's ``Config`` inherits them beside
         steps: NonNegInt = 2000         # this recipe's default; the type is TrainOptions'
         hidden_size: PosInt = 128
 
+and builds the run's optimiser and loop from them in one place,
+``cfg.optimizer_config("adamw")`` and ``cfg.fit_config(best_metric=None)``: every field the
+config shares by name with :class:`~seqjax.train.optim.OptimizerConfig` or
+:class:`~seqjax.train.fit_parts.FitConfig` is handed down, under the recipes' one schedule
+(:func:`warmup_cosine`).
+
 A recipe restates a field only to give it its own default, with the same type (a test holds
 every recipe to that). A recipe whose training is not one such schedule (several phases,
 per-task step counts, no warm-up) declares the options it has, under these names and types.
