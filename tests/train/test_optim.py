@@ -111,7 +111,7 @@ def test_train_state():
 @pytest.mark.parametrize("name,extra", [("adamw", {"weight_decay": 0.1, "clip_norm": 0.5}),
                                         ("adam", {}),
                                         ("sgd", {"momentum": 0.9, "weight_decay": 0.01})])
-def test_flat_state_is_the_same_optimiser_with_fewer_leaves(name, extra):
+def test_flat_optimizer_is_the_same_optimiser_with_fewer_leaves(name, extra):
     """flat_optimizer=True keeps m, v (or the momentum) as one vector each: same updates."""
     rng = np.random.default_rng(0)
     params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
@@ -226,7 +226,7 @@ def test_muon_groups_and_a_scanned_stack_is_its_layers():
     assert 0.5 < sv.min() and sv.max() < 1.5
 
 
-def test_muon_flat_state_is_the_same_update_with_fewer_leaves():
+def test_muon_flat_optimizer_is_the_same_update_with_fewer_leaves():
     rng = np.random.default_rng(2)
     params = {"a": {"kernel": jnp.asarray(rng.normal(size=(4, 6)), jnp.float32),
                     "bias": jnp.asarray(rng.normal(size=(6,)), jnp.float32)},
