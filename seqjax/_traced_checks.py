@@ -38,6 +38,9 @@ be staged outside ``checkify`` (``jit`` fails with "Cannot abstractly evaluate a
 checkify.check which was not functionalized"), while ``debug_check`` is the same check,
 compiled to nothing unless the program is functionalized by ``checkify``. So one traced
 program serves both modes: no flag, nothing in ``jit``'s cache keys, no host callbacks.
+Each check is staged through a jitted helper, so a model traced twice in one process is the
+same program (checkify's check numbers are constants of it) and the persistent compilation
+cache finds it the second time.
 
 Cost on the happy path: the NaN rows come from the gather's fill mode (the same gather as
 before) or a ``where`` XLA fuses into the neighbouring elementwise work; the predicates
@@ -99,7 +102,17 @@ def record(ok: Any, msg: str, **values: Array) -> None:
     """
     if not _traced(ok):
         return
-    checkify.debug_check(jnp.all(ok), msg, **values)
+    _debug_check(jnp.all(ok), values, msg=msg)
+
+
+@functools.partial(jax.jit, static_argnames="msg")
+def _debug_check(pred: Array, values: dict[str, Array], msg: str) -> None:
+    """``checkify.debug_check`` staged as its own jitted call, traced once per message and
+    shapes: checkify numbers each check it traces from a process-wide counter, and that
+    number is a constant of the program, so a check traced anew in every program made each
+    program unique to JAX's persistent compilation cache (the same model trained twice in
+    one process compiled twice). Through ``jit``'s trace cache a check keeps its number."""
+    checkify.debug_check(pred, msg, **values)
 
 
 def record_range(x: Array, name: str, low: int, high: int) -> None:

@@ -260,6 +260,32 @@ def test_programs_fingerprints_ignore_names_not_operations(capsys):
         assert row in out
 
 
+def test_compiled_fingerprints_see_through_a_nested_call_but_not_a_rewiring():
+    """``--compiled`` hashes the optimised HLO: a computation staged as a nested jitted call
+    (a different jaxpr) is the same program, a different operation or operand order is not."""
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks import programs
+
+    x = jax.ShapeDtypeStruct((3, 4), jnp.float32)
+
+    def flat(v):
+        return jnp.tanh(v) * 2 - v
+
+    def nested(v):
+        return jax.jit(lambda w: jnp.tanh(w) * 2)(v) - v
+
+    def swapped(v):
+        return v - jnp.tanh(v) * 2
+
+    fp, cfp = programs.fingerprint, programs.compiled_fingerprint
+    assert fp(flat, x) != fp(nested, x)
+    assert cfp(flat, x) == cfp(nested, x)
+    assert cfp(flat, x) != cfp(swapped, x)
+    assert cfp(flat, x) != cfp(flat, jax.ShapeDtypeStruct((3, 5), jnp.float32))
+
+
 def test_cpu_wakeup_timeline_from_pool_events():
     """gap, matmul and join read off a trace: the second core joins 20 µs, then 1 µs, after
     the task is posted; the gap is the time between one matmul's end and the next's start."""

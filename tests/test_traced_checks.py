@@ -123,6 +123,24 @@ def test_a_grad_of_the_loss_is_nan_and_checked_raises():
     seqjax.checked(g)(v, OK)  # the happy path passes
 
 
+
+def test_a_model_traced_again_is_the_same_program():
+    """checkify numbers each check it traces from a process-wide counter, and the number is a
+    constant of the program: the checks are staged through jit's trace cache so that the same
+    model traced again (a second run in one process) lowers to the same module, which JAX's
+    persistent compilation cache then finds instead of compiling it again."""
+    m, v = bound("gpt")
+
+    def lowered() -> str:
+        step = jax.jit(lambda params, tokens: m.apply(params, tokens))  # a new function
+        return step.lower(v, OK).as_text()
+
+    first = lowered()
+    assert "stablehlo" in first and lowered() == first
+    # ... and still checked where it runs under checkify.
+    assert_refused(jax.jit(lambda params, tokens: m.apply(params, tokens)), v, bad_row(V),
+                   words=["`tokens`", str(V)])
+
 # ------------------------------------------------------------------ lengths
 
 
