@@ -523,7 +523,7 @@ def mfu_note(shape: GPTShape, results: Sequence[harness.Result]) -> str:
     model = seqjax_model(shape)
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0),
                             jax.numpy.zeros((1, shape.block_size), jax.numpy.int32))
-    per_token = lm_flops_per_token(model.config, params, seq_len=shape.block_size)
+    per_token = lm_flops_per_token(model.config, params, block_size=shape.block_size)
     peak = peak_flops_per_device()
     ours = [r for r in results if r.peer == "seqjax"]
     text = f"Model FLOPs per token (6N + 12·L·H·Q·T, causal half): {per_token / 1e6:.2f} M"

@@ -90,7 +90,7 @@ class Setup:
     num_layers: int = 2
     embed_dim: int = 32
     num_heads: int = 2
-    seq_len: int = 16
+    block_size: int = 16
     batch: int = 4
     steps: int = 10
     logit_softcap: float = 15.0
@@ -128,7 +128,7 @@ class Setup:
                           activation="relu_squared", use_bias=False, norm_use_bias=False,
                           use_rope=True, rope_base=self.rope_base)
         return TransformerLMConfig(vocab_size=self.vocab_size, num_layers=self.num_layers,
-                                   embed_dim=self.embed_dim, max_len=self.seq_len, block=block,
+                                   embed_dim=self.embed_dim, max_len=self.block_size, block=block,
                                    positions="rope", tie_embeddings=False,
                                    logit_softcap=self.logit_softcap)
 
@@ -163,10 +163,10 @@ def make_batches(setup: Setup) -> list[dict[str, np.ndarray]]:
     for _ in range(setup.steps):
         start = rng.integers(0, setup.vocab_size, size=(setup.batch, 1))
         stride = rng.integers(1, 4, size=(setup.batch, 1))
-        tokens = (start + stride * np.arange(setup.seq_len + 1)[None]) % setup.vocab_size
+        tokens = (start + stride * np.arange(setup.block_size + 1)[None]) % setup.vocab_size
         tokens = tokens.astype(np.int32)
         out.append({"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-                    "mask": np.ones((setup.batch, setup.seq_len), bool)})
+                    "mask": np.ones((setup.batch, setup.block_size), bool)})
     return out
 
 
@@ -180,7 +180,7 @@ def initial_params(setup: Setup) -> Any:
     from seqjax.models.gpt import TransformerLM
 
     model = TransformerLM(setup.model_config())
-    tokens = jnp.zeros((1, setup.seq_len), jnp.int32)
+    tokens = jnp.zeros((1, setup.block_size), jnp.int32)
     params = model.init(jax.random.PRNGKey(setup.seed), tokens)["params"]
     rng = np.random.default_rng(setup.seed)
 
@@ -282,7 +282,7 @@ def torch_modern_gpt(setup: Setup) -> Any:
             self.head = nn.Linear(d, setup.vocab_size, bias=False)
             # ω_i = base^{-2i/K} in float64 then float32, angles t·ω_i in float32 (as seqjax)
             inv = torch.pow(setup.rope_base, -torch.arange(0, k, 2, dtype=torch.float64) / k)
-            angles = (torch.arange(setup.seq_len, dtype=torch.float32)[:, None]
+            angles = (torch.arange(setup.block_size, dtype=torch.float32)[:, None]
                       * inv.float()[None, :])
             self.register_buffer("cos", angles.cos(), persistent=False)
             self.register_buffer("sin", angles.sin(), persistent=False)
@@ -523,7 +523,7 @@ def report(setup: Setup, jax_losses: Sequence[float], comparisons: Sequence[Comp
         rows.append(row)
     lines = [
         f"GPT {setup.num_layers}L/{setup.num_heads}H/{setup.embed_dim}, V={setup.vocab_size}, "
-        f"B={setup.batch} T={setup.seq_len}, {setup.steps} steps of Muon "
+        f"B={setup.batch} T={setup.block_size}, {setup.steps} steps of Muon "
         f"(lr {setup.lr_matrix}, wd {setup.weight_decay}) + AdamW (embed {setup.lr_embed}, "
         f"head {setup.lr_head}, scalars {setup.lr_scalar}), float32",
         "",

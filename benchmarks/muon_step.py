@@ -91,7 +91,7 @@ def measure(preset: str, repeats: int, rows: int | None = None) -> dict[str, Any
     one_step()  # compiles
     step_ms = _median_ms(one_step, repeats)
 
-    flops = lm_flops_per_token(model.config, params, seq_len=cfg.block_size)
+    flops = lm_flops_per_token(model.config, params, block_size=cfg.block_size)
     tokens_per_s = cfg.batch_size * cfg.block_size / (step_ms / 1e3)
     peak = peak_flops_per_device()
     return {"preset": preset, "optimizer": cfg.optimizer, "rows": cfg.batch_size,

@@ -36,8 +36,8 @@ token at every one of its positions (``acc``: LAMBADA's last-word accuracy, nano
 language-modelling tasks).
 
 **Batches** (:class:`TaskBatches`): every item is rendered once, each row right-padded (a
-causal model's logits on the real tokens are unchanged) or cut to its last ``seq_len + 1``
-tokens (the whole continuation and as much context as fits) to ``[items, choices, seq_len +
+causal model's logits on the real tokens are unchanged) or cut to its last ``block_size + 1``
+tokens (the whole continuation and as much context as fits) to ``[items, choices, block_size +
 1]`` arrays, items with fewer choices padded with empty rows that never win. A batch is a
 *global* batch: on a mesh its items are split over the data shards and the metrics, means
 weighted by ``tokens`` (the items counted), reduced there — :func:`make_task_eval` is an
@@ -49,7 +49,7 @@ Example:
     >>> task = EvalTask("toy", "choice", [(("ab", "ab"), ("c", "de"), 1)])
     >>> encode = lambda s: [ord(ch) % 8 for ch in s]
     >>> uniform = lambda params, x, rng, train: jnp.zeros(x.shape + (8,))  # log 8 a token
-    >>> score_task(uniform, None, task, encode, seq_len=8)  # acc: the shorter; acc_norm: a tie
+    >>> score_task(uniform, None, task, encode, block_size=8)  # acc: the shorter; acc_norm: a tie
     {'acc': 0.0, 'acc_norm': 0.0, 'items': 1}
 """
 
@@ -67,6 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax._checks import renamed_keywords
 from seqjax.train.losses import token_cross_entropy
 
 Array = jax.Array
@@ -247,25 +248,26 @@ def _render(item: Item, encode: Encode) -> list[tuple[list[int], int]]:
 
 class TaskBatches(Sequence[dict[str, np.ndarray]]):
     """An :class:`EvalTask` as global batches of ``items_per_batch`` items:
-    ``{"tokens": [N, C, seq_len + 1] int32, "mask": [N, C, seq_len + 1] bool (True on the
+    ``{"tokens": [N, C, block_size + 1] int32, "mask": [N, C, block_size + 1] bool (True on the
     continuation), "label": [N] int32, "valid": [N] bool}``.
 
     Every item is encoded and checked when the batches are made (an empty context or
-    continuation, a continuation longer than ``seq_len``, an id outside ``[0, vocab_size)``:
+    continuation, a continuation longer than ``block_size``, an id outside ``[0, vocab_size)``:
     a ``ValueError`` naming the task and the item); the last batch is padded with invalid
     items, so every batch has one shape (one compiled evaluation). ``C`` is the task's most
     choices; ``len(...)`` is the batch count.
     """
 
-    def __init__(self, task: EvalTask, encode: Encode, *, items_per_batch: int, seq_len: int,
-                 vocab_size: int | None = None) -> None:
+    @renamed_keywords(seq_len="block_size")
+    def __init__(self, task: EvalTask, encode: Encode, *, items_per_batch: int,
+                 block_size: int, vocab_size: int | None = None) -> None:
         for what, value, low in (("items_per_batch", items_per_batch, 1),
-                                 ("seq_len", seq_len, 1)):
+                                 ("block_size", block_size, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"`{what}` must be an int >= {low}; got {value!r}.")
         if not task.items:
             raise ValueError(f"task {task.name!r} has no items.")
-        self.task, self.items_per_batch, self.seq_len = task, items_per_batch, seq_len
+        self.task, self.items_per_batch, self.block_size = task, items_per_batch, block_size
         self.choices = task.max_choices
         self._rows = []
         for n, item in enumerate(task.items):
@@ -274,11 +276,11 @@ class TaskBatches(Sequence[dict[str, np.ndarray]]):
             except ValueError as e:
                 raise ValueError(f"task {task.name!r}, item {n}: {e}") from None
             for tokens, start in rows:
-                if len(tokens) - start > seq_len:
+                if len(tokens) - start > block_size:
                     raise ValueError(
-                        f"task {task.name!r}, item {n}: a continuation of {len(tokens) - start} "
-                        f"tokens does not fit a window of seq_len={seq_len} (one context token "
-                        "must precede it).")
+                        f"task {task.name!r}, item {n}: a continuation of "
+                        f"{len(tokens) - start} tokens does not fit a window of "
+                        f"block_size={block_size} (one context token must precede it).")
                 if vocab_size is not None and not all(0 <= t < vocab_size for t in tokens):
                     raise ValueError(f"task {task.name!r}, item {n}: token ids outside the "
                                      f"model's vocabulary [0, {vocab_size}) (another tokenizer?).")
@@ -302,7 +304,7 @@ class TaskBatches(Sequence[dict[str, np.ndarray]]):
         if not -len(self) <= i < len(self):
             raise IndexError(i)
         i %= len(self)
-        n, c, w = self.items_per_batch, self.choices, self.seq_len + 1
+        n, c, w = self.items_per_batch, self.choices, self.block_size + 1
         tokens = np.zeros((n, c, w), np.int32)
         mask = np.zeros((n, c, w), bool)
         label = np.zeros((n,), np.int32)
@@ -364,8 +366,9 @@ def make_task_eval(apply_fn: ApplyFn, kind: Kind) -> Callable[[Any, Mapping[str,
     return eval_fn
 
 
-def score_task(apply_fn: ApplyFn, params: Any, task: EvalTask, encode: Encode, *, seq_len: int,
-               items_per_batch: int = 4) -> dict[str, float | int]:
+@renamed_keywords(seq_len="block_size")
+def score_task(apply_fn: ApplyFn, params: Any, task: EvalTask, encode: Encode, *,
+               block_size: int, items_per_batch: int = 4) -> dict[str, float | int]:
     """A task's scores on one device: ``{"acc", "acc_norm" (choice), "items"}``.
 
     ``apply_fn`` as for :func:`make_task_eval` (jitted here; pass the same function object to
@@ -375,7 +378,7 @@ def score_task(apply_fn: ApplyFn, params: Any, task: EvalTask, encode: Encode, *
     """
     from seqjax.train.loop import evaluate
 
-    batches = TaskBatches(task, encode, items_per_batch=items_per_batch, seq_len=seq_len)
+    batches = TaskBatches(task, encode, items_per_batch=items_per_batch, block_size=block_size)
     metrics = evaluate(_jitted_eval(apply_fn, task.kind), params, batches)
     out: dict[str, float | int] = {k: v for k, v in metrics.items() if k != "tokens"}
     out["items"] = int(metrics["tokens"])

@@ -84,7 +84,7 @@ def np_llmc_losses(logits_4xTxV, tokens_4xT, mask_4xT):
 
 def np_logits(logits_fn, params, tokens):
     """The logits of every position but the last (whose prediction is never scored), with a
-    zero row in its place: a window of the model's length holds seq_len + 1 tokens."""
+    zero row in its place: a window of the model's length holds block_size + 1 tokens."""
     logits = np.asarray(logits_fn(params, jnp.asarray(tokens[:, :-1], jnp.int32)))
     return np.concatenate([logits, np.zeros_like(logits[:, :1])], axis=1)
 
@@ -132,7 +132,7 @@ def test_hellaswag_file_is_read_as_choice_items(tmp_path):
 
 def test_rows_are_llmc_rendering(tmp_path):
     task = load_task(write_jsonl(tmp_path / "h.jsonl", ITEMS[:1]))
-    batch = TaskBatches(task, byte_encode, items_per_batch=1, seq_len=MAX_LEN)[0]
+    batch = TaskBatches(task, byte_encode, items_per_batch=1, block_size=MAX_LEN)[0]
     want_tokens, want_mask = np_llmc_render(ITEMS[0], byte_encode)
     width = want_tokens.shape[1]
     assert batch["tokens"].shape == (1, 4, MAX_LEN + 1) and batch["mask"].dtype == bool
@@ -148,7 +148,7 @@ def test_gpt_scores_match_llmc_reference(tmp_path, gpt, items_per_batch):
     logits_fn, params = gpt
     task = load_task(write_jsonl(tmp_path / "h.jsonl", ITEMS))
     acc, acc_norm, _ = np_llmc_scores(logits_fn, params, ITEMS, byte_encode)
-    got = score_task(logits_fn, params, task, byte_encode, seq_len=MAX_LEN,
+    got = score_task(logits_fn, params, task, byte_encode, block_size=MAX_LEN,
                      items_per_batch=items_per_batch)
     assert got == pytest.approx({"acc": acc, "acc_norm": acc_norm, "items": len(ITEMS)})
 
@@ -174,7 +174,7 @@ def test_acc_uses_the_sum_and_acc_norm_the_mean():
     # costlier both ways. So acc picks choice 0 and acc_norm choice 1.
     choices = ("x", "kkx", "xx", "xxx")
     task = EvalTask("t", "choice", [(("ab",) * 4, choices, label) for label in (0, 1, 1)])
-    got = score_task(predicts_zero, None, task, small_encode, seq_len=8, items_per_batch=2)
+    got = score_task(predicts_zero, None, task, small_encode, block_size=8, items_per_batch=2)
     assert got == pytest.approx({"acc": 1 / 3, "acc_norm": 2 / 3, "items": 3})
     items = [{"ctx": "ab", "endings": list(choices), "label": label} for label in (0, 1, 1)]
     acc, acc_norm, _ = np_llmc_scores(predicts_zero, None, items, small_encode)
@@ -191,14 +191,14 @@ def test_other_forms_and_a_padding_choice_never_wins(tmp_path):
     ])
     task = load_task(choice)
     assert task.kind == "choice" and task.max_choices == 3
-    got = score_task(predicts_zero, None, task, small_encode, seq_len=8)
+    got = score_task(predicts_zero, None, task, small_encode, block_size=8)
     # item 1: sums 1a+3b, 1a+2b, 4a+b → acc picks 2; means (a+3b)/4, (a+2b)/3, (4a+b)/5 → 2
     assert got == pytest.approx({"acc": 1.0, "acc_norm": 1.0, "items": 2})
     schema = load_task(write_jsonl(tmp_path / "winogrande.jsonl", [
         {"choices": ["x", "k"], "continuation": "x", "label": 0}]))
     assert schema.items == [(("x", "k"), ("x", "x"), 0)]
     # the continuation " x" costs a + b after either context: a tie, the first wins
-    assert score_task(predicts_zero, None, schema, small_encode, seq_len=8)["acc"] == 1.0
+    assert score_task(predicts_zero, None, schema, small_encode, block_size=8)["acc"] == 1.0
 
 
 def np_cloze_acc(logits_fn, params, items, encode):
@@ -217,25 +217,25 @@ def test_cloze_is_greedy_exact_match(tmp_path, gpt):
     task = load_task(path)
     assert task.kind == "cloze" and task.items[0] == (("the cat sat on the",), ("mat",), 0)
     # predicts token 0 (' ' and 'k'): only " kk" is predicted whole
-    assert score_task(predicts_zero, None, task, small_encode, seq_len=8) == pytest.approx(
+    assert score_task(predicts_zero, None, task, small_encode, block_size=8) == pytest.approx(
         {"acc": 1 / 3, "items": 3})
     logits_fn, params = gpt
     pairs = [("ab", "c"), ("hello", "world"), ("x", "y"), ("long context " * 5, "end")]
     task = EvalTask("c", "cloze", [((c,), (x,), 0) for c, x in pairs])
-    got = score_task(logits_fn, params, task, byte_encode, seq_len=MAX_LEN, items_per_batch=3)
+    got = score_task(logits_fn, params, task, byte_encode, block_size=MAX_LEN, items_per_batch=3)
     crop = [(c[-(MAX_LEN - 3):], x) for c, x in pairs]  # the rows the window keeps
     assert got["acc"] == pytest.approx(np_cloze_acc(logits_fn, params, crop, byte_encode))
 
 
 def test_cropping_keeps_the_continuation_whole(gpt):
-    """A row longer than the window keeps its last seq_len + 1 tokens: every continuation
+    """A row longer than the window keeps its last block_size + 1 tokens: every continuation
     token is still scored, the context cut from the left."""
     long_ctx = "An unusually long context that runs well past the window"
     item = {"ctx": long_ctx, "endings": ["ends here.", "no", "and then stops", "x"], "label": 2}
     logits_fn, params = gpt
     assert len(byte_encode(long_ctx)) > MAX_LEN
     task = EvalTask("h", "choice", [((long_ctx,) * 4, tuple(item["endings"]), 2)])
-    got = score_task(logits_fn, params, task, byte_encode, seq_len=MAX_LEN)
+    got = score_task(logits_fn, params, task, byte_encode, block_size=MAX_LEN)
     acc, acc_norm, _ = np_llmc_scores(logits_fn, params, [item], byte_encode, crop=MAX_LEN + 1)
     assert (got["acc"], got["acc_norm"]) == (acc, acc_norm)
 
@@ -244,13 +244,13 @@ def test_sharded_evaluation_equals_one_device(tmp_path, gpt):
     """Items split over 8 data shards, the metrics reduced on the mesh: one device's figures."""
     logits_fn, params = gpt
     task = load_task(write_jsonl(tmp_path / "h.jsonl", ITEMS * 3))
-    want = score_task(logits_fn, params, task, byte_encode, seq_len=MAX_LEN)
+    want = score_task(logits_fn, params, task, byte_encode, block_size=MAX_LEN)
     par = Parallel.create(mesh="data=8")
     replicated = jax.sharding.NamedSharding(par.mesh, jax.sharding.PartitionSpec())
     step = make_eval_step(make_task_eval(logits_fn, "choice"),
                           params_sharding=jax.tree.map(lambda _: replicated, params),
                           batch_sharding=par.batch_sharding())
-    batches = TaskBatches(task, byte_encode, items_per_batch=8, seq_len=MAX_LEN)
+    batches = TaskBatches(task, byte_encode, items_per_batch=8, block_size=MAX_LEN)
     got = evaluate(step, params, batches, place_batch=par.place_global)
     assert got["tokens"] == len(ITEMS) * 3
     assert (got["acc"], got["acc_norm"]) == pytest.approx((want["acc"], want["acc_norm"]))
@@ -259,8 +259,8 @@ def test_sharded_evaluation_equals_one_device(tmp_path, gpt):
 def test_a_continuation_as_long_as_the_window_is_refused():
     task = EvalTask("t", "choice", [(("ab",) * 2, ("xxxxx", "x"), 0)])  # 6 scored tokens
     with pytest.raises(ValueError, match=r"task 't', item 0: a continuation of 6 tokens"):
-        TaskBatches(task, small_encode, items_per_batch=1, seq_len=5)
-    TaskBatches(task, small_encode, items_per_batch=1, seq_len=6)
+        TaskBatches(task, small_encode, items_per_batch=1, block_size=5)
+    TaskBatches(task, small_encode, items_per_batch=1, block_size=6)
 
 
 def test_missing_file_names_the_path_and_the_source(tmp_path):
@@ -305,12 +305,18 @@ def test_bad_arguments_are_refused(tmp_path):
     item = (("ab", "ab"), ("x", "x"), 0)
     with pytest.raises(ValueError, match=r"item 0: an item's context encodes to no tokens"):
         TaskBatches(EvalTask("t", "choice", [(("", ""), ("x", "x"), 0)]), small_encode,
-                    items_per_batch=1, seq_len=8)
+                    items_per_batch=1, block_size=8)
     with pytest.raises(ValueError, match=r"`items_per_batch` must be an int >= 1; got 0"):
-        TaskBatches(EvalTask("t", "choice", [item]), small_encode, items_per_batch=0, seq_len=8)
+        TaskBatches(EvalTask("t", "choice", [item]), small_encode, items_per_batch=0, block_size=8)
     with pytest.raises(ValueError, match=r"item 1: token ids outside the model's vocabulary"):
         TaskBatches(EvalTask("t", "choice", [item, (("9", "9"), ("x", "x"), 0)]),
                     lambda s: [int(ch) if ch.isdigit() else 0 for ch in s],
-                    items_per_batch=1, seq_len=8, vocab_size=4)
+                    items_per_batch=1, block_size=8, vocab_size=4)
+    for retired in (lambda: TaskBatches(EvalTask("t", "choice", [item]), small_encode,
+                                        items_per_batch=1, seq_len=8),
+                    lambda: score_task(predicts_zero, None, EvalTask("t", "choice", [item]),
+                                       small_encode, seq_len=8)):
+        with pytest.raises(TypeError, match="`seq_len` is renamed `block_size`"):
+            retired()
     with pytest.raises(ValueError, match=r"`kind` must be 'choice' or 'cloze'; got 'mc'"):
         make_task_eval(predicts_zero, "mc")

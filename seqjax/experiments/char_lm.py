@@ -274,7 +274,7 @@ def build(cfg: Config) -> Task:
     # MFU in the logs (on devices with a known peak): 6N + 12·L·H·Q·T per token, causal half.
     flops_per_step = None
     if isinstance(model, TransformerLM):
-        flops_per_step = (lm_flops_per_token(model.config, params, seq_len=cfg.block_size)
+        flops_per_step = (lm_flops_per_token(model.config, params, block_size=cfg.block_size)
                           * cfg.batch_size * cfg.block_size)
     if cfg.sample_tokens and jax.default_backend() != "cpu":  # off the critical path
         compile_sampler_ahead(model, params, cfg, tok.encode("\n"))

@@ -393,7 +393,8 @@ def task_batches(cfg: Config, tasks: list[EvalTask], tok: Any) -> dict[str, Task
     for (option, _, _), task in zip(task_files(cfg), tasks, strict=True):
         try:
             out[task.name] = TaskBatches(task, tok.encode_ordinary, items_per_batch=1,
-                                         seq_len=cfg.block_size, vocab_size=cfg.vocab_size)
+                                         block_size=cfg.block_size,
+                                         vocab_size=cfg.vocab_size)
         except ValueError as err:
             raise ConfigError(f"{option}: {err}") from None
     return out
@@ -430,7 +431,7 @@ def build(cfg: Config) -> Task:
     model = build_model(cfg)
     x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x0)["params"]
-    flops_per_step = (lm_flops_per_token(model.config, params, seq_len=cfg.block_size)
+    flops_per_step = (lm_flops_per_token(model.config, params, block_size=cfg.block_size)
                       * cfg.batch_size * cfg.block_size)
     apply_fn = flax_apply_fn(model)
     eot = None if tok is None else tok.eot

@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from seqjax._checks import check_positive_int
+from seqjax._checks import check_positive_int, renamed_keywords
 
 __all__ = ["lm_flops_per_token", "peak_flops_per_device", "transformer_flops_per_token"]
 
@@ -53,8 +53,9 @@ def peak_flops_per_device(device: Any = None) -> float | None:
 
 
 
+@renamed_keywords(seq_len="block_size")
 def transformer_flops_per_token(
-    num_params: int, num_layers: int, num_heads: int, head_dim: int, seq_len: int,
+    num_params: int, num_layers: int, num_heads: int, head_dim: int, block_size: int,
     *, causal: bool = True,
 ) -> float:
     """Training FLOPs per token, ``6N + 12·L·H·Q·T`` (attention term halved when causal).
@@ -67,24 +68,25 @@ def transformer_flops_per_token(
         raise ValueError(f"`num_params` must be a non-negative int; got {num_params!r}.")
     sizes = tuple(check_positive_int(v, n) for v, n in (
         (num_layers, "num_layers"), (num_heads, "num_heads"), (head_dim, "head_dim"),
-        (seq_len, "seq_len")))
+        (block_size, "block_size")))
     attention = 12.0 * sizes[0] * sizes[1] * sizes[2] * sizes[3]
     return 6.0 * num_params + (attention / 2 if causal else attention)
 
 
-def lm_flops_per_token(config: Any, params: Any, seq_len: int | None = None) -> float:
+@renamed_keywords(seq_len="block_size")
+def lm_flops_per_token(config: Any, params: Any, block_size: int | None = None) -> float:
     """:func:`transformer_flops_per_token` for a :class:`seqjax.models.gpt.TransformerLM`.
 
     ``N`` counts every parameter except the learned position table (``pos_embed``;
     a lookup, no matmul — nanoGPT's "non-embedding" count); the token embedding is
     counted once, as the output matrix it is tied to (or the separate head when
-    untied). ``Q = embed_dim / num_heads``; ``T = seq_len`` (default
+    untied). ``Q = embed_dim / num_heads``; ``T = block_size`` (default
     ``config.max_len``, the block size); causal.
 
     Args:
         config: the model's :class:`~seqjax.models.gpt.TransformerLMConfig`.
         params: its parameters (with or without the ``{"params": ...}`` wrapper).
-        seq_len: the training context length, when shorter than ``max_len``.
+        block_size: the training context length, when shorter than ``max_len``.
     """
     tree = params.get("params", params) if hasattr(params, "get") else params
     counted = {k: v for k, v in tree.items() if k != "pos_embed"}
@@ -95,5 +97,5 @@ def lm_flops_per_token(config: Any, params: Any, seq_len: int | None = None) -> 
                          f"`block.num_heads` ({heads}).")
     return transformer_flops_per_token(
         n, config.num_layers, heads, config.embed_dim // heads,
-        config.max_len if seq_len is None else seq_len, causal=True,
+        config.max_len if block_size is None else block_size, causal=True,
     )

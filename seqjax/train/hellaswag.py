@@ -5,5 +5,5 @@ mesh or in ``fit``)."""
 raise ImportError(
     "seqjax.train.hellaswag moved to seqjax.evals: load_hellaswag(path) is "
     "load_task(path), hellaswag_scores(...) is score_task(apply_fn, params, task, encode, "
-    "seq_len=...)."
+    "block_size=...)."
 )

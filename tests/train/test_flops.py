@@ -18,8 +18,8 @@ def test_transformer_flops_per_token_gpt2_small():
     full = transformer_flops_per_token(n, 12, 12, 64, 1024, causal=False)
     assert full == 6 * n + 12 * 12 * 12 * 64 * 1024
     assert transformer_flops_per_token(n, 12, 12, 64, 1024) == 6 * n + 6 * 12 * 12 * 64 * 1024
-    for bad in (dict(num_layers=0), dict(seq_len=1.5), dict(num_params=-1), dict(head_dim=True)):
-        args = dict(num_params=n, num_layers=12, num_heads=12, head_dim=64, seq_len=1024)
+    for bad in (dict(num_layers=0), dict(block_size=1.5), dict(num_params=-1), dict(head_dim=True)):
+        args = dict(num_params=n, num_layers=12, num_heads=12, head_dim=64, block_size=1024)
         args.update(bad)
         with pytest.raises(ValueError, match=next(iter(bad))):
             transformer_flops_per_token(**args)
@@ -35,7 +35,12 @@ def test_lm_flops_per_token_counts_all_but_the_position_table():
     want = 6 * n + 6 * 2 * 4 * 8 * 16
     assert lm_flops_per_token(cfg, params) == want
     assert lm_flops_per_token(cfg, params["params"]) == want
-    assert lm_flops_per_token(cfg, params, seq_len=8) == 6 * n + 6 * 2 * 4 * 8 * 8
+    assert lm_flops_per_token(cfg, params, block_size=8) == 6 * n + 6 * 2 * 4 * 8 * 8
+    # The context length has one spelling, the recipes' option's: the old one names it.
+    with pytest.raises(TypeError, match="`seq_len` is renamed `block_size`"):
+        lm_flops_per_token(cfg, params, seq_len=8)
+    with pytest.raises(TypeError, match="`seq_len` is renamed `block_size`"):
+        transformer_flops_per_token(n, 2, 4, 8, seq_len=8)
 
 
 def _toy():
