@@ -111,7 +111,7 @@ def seqjax_model(shape: GPTShape) -> Any:
                       norm_use_bias=shape.use_bias, dropout_rate=0.0)
     return TransformerLM.from_preset(
         "nanogpt-cpu", vocab_size=shape.vocab_size, num_layers=shape.num_layers,
-        embed_dim=shape.embed_dim, max_len=shape.block_size, block=block,
+        embed_dim=shape.embed_dim, block_size=shape.block_size, block=block,
     )
 
 

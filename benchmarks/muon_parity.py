@@ -128,8 +128,8 @@ class Setup:
                           activation="relu_squared", use_bias=False, norm_use_bias=False,
                           use_rope=True, rope_base=self.rope_base)
         return TransformerLMConfig(vocab_size=self.vocab_size, num_layers=self.num_layers,
-                                   embed_dim=self.embed_dim, max_len=self.block_size, block=block,
-                                   positions="rope", tie_embeddings=False,
+                                   embed_dim=self.embed_dim, block_size=self.block_size,
+                                   block=block, positions="rope", tie_embeddings=False,
                                    logit_softcap=self.logit_softcap)
 
     def optimizer_config(self) -> Any:

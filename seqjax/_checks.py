@@ -144,6 +144,7 @@ RENAMED_FIELDS: dict[str, str] = {
     "b1": "beta1",
     "b2": "beta2",
     "flat_state": "flat_optimizer",
+    "max_len": "block_size",
 }
 
 

@@ -93,15 +93,15 @@ def bound(kind: str) -> tuple:
         return m, m.init(KEY, i32(2, 3))
     if kind == "gpt":
         m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=8,
-                                              max_len=16, block=gpt_block(2)))
+                                              block_size=16, block=gpt_block(2)))
         return m, m.init(KEY, i32(2, 5))
     if kind == "bert":
-        m = Bert(BertConfig(vocab_size=V, num_layers=1, embed_dim=8, max_len=16,
+        m = Bert(BertConfig(vocab_size=V, num_layers=1, embed_dim=8, block_size=16,
                             block=bert_block(2, mlp_dim=16)))
         return m, m.init(KEY, i32(2, 5))
     if kind == "transformer":
         m = Transformer(TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, num_layers=1,
-                                          embed_dim=8, max_len=16,
+                                          embed_dim=8, block_size=16,
                                           block=vaswani_block(2, mlp_dim=16)))
         return m, m.init(KEY, i32(2, 5), i32(2, 3))
     if kind == "seq2seq":

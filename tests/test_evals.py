@@ -117,7 +117,7 @@ def np_llmc_scores(logits_fn, params, items, encode, crop=None):
 @pytest.fixture(scope="module")
 def gpt():
     model = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=16,
-                                              max_len=MAX_LEN, block=gpt_block(2)))
+                                              block_size=MAX_LEN, block=gpt_block(2)))
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, MAX_LEN), jnp.int32))["params"]
     return (lambda p, x, rng=None, train=False: model.apply({"params": p}, x)), params
 

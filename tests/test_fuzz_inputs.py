@@ -46,7 +46,7 @@ def mha() -> tuple:
 @functools.cache
 def gpt() -> tuple:
     m = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=D,
-                                          max_len=16, block=gpt_block(2)))
+                                          block_size=16, block=gpt_block(2)))
     v = m.init(jax.random.PRNGKey(0), np.ones((B, T), np.int32))
     state = m.init_decode_state(v, np.ones((B, 2), np.int32), None, 8)
     return m, v, state, jax.jit(m.decode_step)

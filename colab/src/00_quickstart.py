@@ -58,7 +58,7 @@ from seqjax.utils import count_params
 
 if SMOKE:
     cfg = TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=1, embed_dim=16,
-                              max_len=16, block=gpt_block(2, use_bias=False))
+                              block_size=16, block=gpt_block(2, use_bias=False))
     STEPS, BATCH, LR, WARMUP, EVAL_EVERY, EVAL_BATCHES = 2, 2, 1e-3, 1, 2, 1
 elif BACKEND == "cpu":  # nanoGPT's README CPU run: 4 layers, 128 wide, block 64
     cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"].replace(vocab_size=tok.vocab_size)
@@ -73,7 +73,7 @@ COMPUTE = jnp.bfloat16 if BACKEND in ("tpu", "gpu") else None  # mixed precision
 
 model = TransformerLM(cfg, dtype=COMPUTE)
 print(cfg)
-print(f"{STEPS} steps of {BATCH} x {cfg.max_len} characters, compute dtype {COMPUTE}")
+print(f"{STEPS} steps of {BATCH} x {cfg.block_size} characters, compute dtype {COMPUTE}")
 
 # %% [markdown]
 # ## Every device: `Parallel` and the sharded train step
@@ -107,7 +107,7 @@ print(f"training on {par.num_devices} x {DEVICES[0].device_kind}:",
 tx, schedule = make_optimizer(OptimizerConfig(
     "adamw", learning_rate=LR, schedule="warmup_cosine", warmup_steps=WARMUP,
     steps=STEPS, min_lr_ratio=0.1, beta2=0.99, weight_decay=0.1, clip_norm=1.0))
-x0 = jnp.zeros((1, cfg.max_len), jnp.int32)
+x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
 state = par.create_state(lambda rng: model.init(rng, x0)["params"], tx,
                          jax.random.PRNGKey(0))
 print(f"{count_params(state.params):,} parameters")
@@ -138,9 +138,9 @@ from seqjax.train import FitConfig, fit
 
 WORKDIR = tempfile.mkdtemp(prefix="seqjax_quickstart_") if SMOKE else "workdirs/quickstart"
 
-train_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_len, seed=0,
+train_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.block_size, seed=0,
                               **par.host_rows())
-val_windows = LMWindowIterator(val_ids, BATCH, cfg.max_len, seed=1)
+val_windows = LMWindowIterator(val_ids, BATCH, cfg.block_size, seed=1)
 # the config as JSON, saved with each checkpoint (its initialisers and dtypes are code: None)
 MODEL_CONFIG = json.loads(json.dumps(dataclasses.asdict(cfg), default=lambda v: None))
 eval_batches = [next(val_windows) for _ in range(EVAL_BATCHES)]
@@ -190,7 +190,7 @@ from seqjax.decoding import sample
 host_params = par.gather(result.state.params)  # numpy copies, on every process
 prompt = jnp.asarray([tok.encode("\n")] * 3, jnp.int32)
 out = sample(model, host_params, prompt, key=jax.random.PRNGKey(1),
-             max_new_tokens=cfg.max_len - 1, temperature=0.8, top_k=20)
+             max_new_tokens=cfg.block_size - 1, temperature=0.8, top_k=20)
 for row in np.asarray(out.tokens):
     print(tok.decode(row))
     print("-" * 40)
@@ -226,7 +226,7 @@ assert same
 
 # %%
 MORE = 1 if SMOKE else 500
-fresh_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.max_len,
+fresh_data = LMWindowIterator(train_ids, par.local_batch_size(BATCH), cfg.block_size,
                               seed=0, **par.host_rows())  # position: from the checkpoint
 resumed = fit(
     result.state, train_step, fresh_data,  # result.state is only the template

@@ -53,14 +53,14 @@ class BlockGPT(nn.Module):
     num_layers: int
     num_heads: int
     embed_dim: int
-    max_len: int
+    block_size: int
 
     @nn.compact
     def __call__(self, tokens_BxT):
         init = nn.initializers.normal(stddev=0.02)
         embed = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=init,
                          name="token_embed")
-        x_BxTxD = LearnedPositionalEmbedding(self.max_len, name="pos_embed")(
+        x_BxTxD = LearnedPositionalEmbedding(self.block_size, name="pos_embed")(
             embed(tokens_BxT))                       # E[x_n] + P_n
         block = BlockConfig.decoder(self.num_heads, cross_attention=False)  # causal, pre-norm
         for i in range(self.num_layers):
@@ -74,7 +74,7 @@ else:
     L, H, D, BLOCK = 4, 4, 128, 64
 gpt = BlockGPT(tok.vocab_size, L, H, D, BLOCK)
 lm = TransformerLM(TransformerLMConfig(vocab_size=tok.vocab_size, num_layers=L, embed_dim=D,
-                                       max_len=BLOCK, block=gpt_block(H)))
+                                       block_size=BLOCK, block=gpt_block(H)))
 x = jnp.asarray([train_ids[:BLOCK]])
 p_blocks = jax.jit(gpt.init)(jax.random.PRNGKey(0), x)["params"]
 p_lm = {"token_embed": p_blocks["token_embed"], "pos_embed": p_blocks["pos_embed"],

@@ -73,13 +73,13 @@ train_ids, val_ids = split_text(np.asarray(tok.encode(text), np.int32), 0.9)
 if SMOKE:
     WINDOW, STEPS, BATCH = 16, 2, 8
     bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=1, embed_dim=16,
-                          block=bert_block(2, mlp_dim=32), max_len=WINDOW + 1,
+                          block=bert_block(2, mlp_dim=32), block_size=WINDOW + 1,
                           type_vocab_size=0, pooler=False)
 else:
     WINDOW, STEPS, BATCH = 64, 3000 if BACKEND != "cpu" else 1000, 64
     bert_cfg = BertConfig(vocab_size=tok.vocab_size, num_layers=4, embed_dim=128,
                           block=bert_block(4, mlp_dim=512, dropout_rate=0.1),
-                          max_len=WINDOW + 1, type_vocab_size=0, pooler=False)
+                          block_size=WINDOW + 1, type_vocab_size=0, pooler=False)
 BATCH = global_batch(BATCH)
 bert = Bert(bert_cfg)
 

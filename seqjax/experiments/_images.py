@@ -208,7 +208,7 @@ def _transformer(cfg: Any, vocab: int, length: int) -> TransformerLM:
             vocab_size=vocab,
             num_layers=cfg.num_layers,
             embed_dim=cfg.embed_dim,
-            max_len=length + 1,
+            block_size=length + 1,
             tie_embeddings=False,
             block=gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate),
         )

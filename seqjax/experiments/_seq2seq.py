@@ -121,7 +121,7 @@ def encode_sources(sentences: Sequence[str], tok: WordTokenizer,
 
 def make_model(
     arch: str, src_vocab: int, tgt_vocab: int, *, embed_dim: int, hidden_size: int,
-    dropout_rate: float = 0.0, num_layers: int = 2, num_heads: int = 4, max_len: int = 64,
+    dropout_rate: float = 0.0, num_layers: int = 2, num_heads: int = 4, block_size: int = 64,
 ) -> Seq2Seq | Transformer:
     """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring)."""
     rnn = Seq2SeqConfig(
@@ -138,7 +138,7 @@ def make_model(
     if arch == "transformer":
         return Transformer(TransformerConfig(
             src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, num_layers=num_layers,
-            embed_dim=hidden_size, max_len=max_len, tie_embeddings=True,
+            embed_dim=hidden_size, block_size=block_size, tie_embeddings=True,
             block=vaswani_block(num_heads, mlp_dim=2 * hidden_size, dropout_rate=dropout_rate),
         ))
     raise ValueError(f"`arch` must be one of {ARCHS}; got {arch!r}.")

@@ -88,7 +88,7 @@ def build_model(cfg: Any, vocab_size: int) -> Any:
                           activation="gelu")
         return TransformerLM(TransformerLMConfig(
             vocab_size=vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
-            max_len=cfg.block_size, block=block,
+            block_size=cfg.block_size, block=block,
         ), dtype=dtype)
     return RNNLanguageModel(RNNLMConfig(
         vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,

@@ -234,7 +234,7 @@ def lm_task(cfg: Config) -> tuple[list[dict], list[Run]]:
         "LSTM LM": RNNLanguageModel(RNNLMConfig(vocab_size=vocab, embed_dim=cfg.embed_dim,
                                                 hidden_size=cfg.hidden_size, cell_type="lstm")),
         "transformer LM (GPT)": TransformerLM(TransformerLMConfig(
-            vocab_size=vocab, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim, max_len=block,
+            vocab_size=vocab, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim, block_size=block,
             block=gpt_block(cfg.num_heads))),
     }
     runs = []
@@ -290,7 +290,7 @@ def classification_task(cfg: Config) -> tuple[list[dict], list[Run]]:
             block = bert_block(cfg.num_heads, mlp_dim=2 * cfg.embed_dim, norm="pre",
                                dropout_rate=0.0)
             model = Bert(BertConfig(vocab_size=vocab, num_layers=cfg.num_layers,
-                                    embed_dim=cfg.embed_dim, max_len=cfg.max_chars + 1,
+                                    embed_dim=cfg.embed_dim, block_size=cfg.max_chars + 1,
                                     block=block, type_vocab_size=0, mlm_head=False,
                                     pooler=False, num_classes=2, init_std=0.02))
 

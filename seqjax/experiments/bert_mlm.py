@@ -198,7 +198,7 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
             vocab_size=vocab,
             num_layers=cfg.num_layers,
             embed_dim=cfg.embed_dim,
-            max_len=length,
+            block_size=length,
             block=bert_block(cfg.num_heads, mlp_dim=cfg.mlp_dim, dropout_rate=cfg.dropout_rate),
             type_vocab_size=0,
             mlm_head=not classifier,
@@ -297,7 +297,7 @@ def _lm_config(cfg: Config, vocab: int, length: int) -> TransformerLMConfig:
         vocab_size=vocab,
         num_layers=cfg.num_layers,
         embed_dim=cfg.embed_dim,
-        max_len=length,
+        block_size=length,
         block=gpt_block(cfg.num_heads, mlp_dim=cfg.mlp_dim, dropout_rate=cfg.dropout_rate),
         tie_embeddings=True,
     )

@@ -330,7 +330,7 @@ def build_model(cfg: Config) -> TransformerLM:
                       norm_type=cfg.norm_type, residual_init_std=cfg.residual_init_std)
     return TransformerLM(TransformerLMConfig(
         vocab_size=cfg.vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
-        max_len=cfg.block_size, block=block, positions=cfg.positions,
+        block_size=cfg.block_size, block=block, positions=cfg.positions,
         tie_embeddings=cfg.tie_embeddings, logit_softcap=cfg.logit_softcap), dtype=dtype)
 
 

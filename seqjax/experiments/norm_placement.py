@@ -125,7 +125,7 @@ class NormLM(nn.Module):
 
     norm: str
     vocab_size: int
-    max_len: int
+    block_size: int
     embed_dim: int = 64
     num_heads: int = 4
     num_layers: int = 6
@@ -135,7 +135,7 @@ class NormLM(nn.Module):
         init = nn.initializers.normal(0.02)
         x_BxTxD = Embed(self.vocab_size, self.embed_dim, embedding_init=init,
                            name="token_embed")(tokens_BxT)
-        x_BxTxD = LearnedPositionalEmbedding(self.max_len, embedding_init=init,
+        x_BxTxD = LearnedPositionalEmbedding(self.block_size, embedding_init=init,
                                              name="pos_embed")(x_BxTxD)
         block = BlockConfig.decoder(self.num_heads, norm=self.norm, cross_attention=False,
                                     kernel_init=init)

@@ -198,7 +198,7 @@ class PositionsLM(nn.Module):
 
     positions: str
     vocab_size: int
-    max_len: int
+    block_size: int
     embed_dim: int = 64
     num_heads: int = 4
     num_layers: int = 2
@@ -213,7 +213,7 @@ class PositionsLM(nn.Module):
         if self.positions == "sinusoidal":
             x_BxTxD = SinusoidalPositionalEmbedding()(x_BxTxD)
         elif self.positions == "learned":
-            x_BxTxD = LearnedPositionalEmbedding(self.max_len, name="pos_embed")(x_BxTxD)
+            x_BxTxD = LearnedPositionalEmbedding(self.block_size, name="pos_embed")(x_BxTxD)
         block = BlockConfig.decoder(self.num_heads, mlp_dim=4 * d, cross_attention=False,
                                     use_rope=self.positions == "rope")
         h_BxTxD = TransformerDecoder(config=block, num_layers=self.num_layers,

@@ -217,7 +217,7 @@ class SequenceClassifier(nn.Module):
 
     kind: str
     vocab: int
-    max_len: int
+    block_size: int
     d_model: int = 64
     num_layers: int = 2
     num_heads: int = 4
@@ -231,7 +231,7 @@ class SequenceClassifier(nn.Module):
         if self.kind == "lstm":
             x_BxTxD = StackedRNN(features=d, num_layers=self.num_layers, name="lstm")(x_BxTxD)
         elif self.kind in ("transformer", "linear"):
-            pos_TxD = self.param("pos_embed", nn.initializers.normal(0.02), (self.max_len, d))
+            pos_TxD = self.param("pos_embed", nn.initializers.normal(0.02), (self.block_size, d))
             x_BxTxD = x_BxTxD + pos_TxD[: tokens_BxT.shape[1]]
             attention = None
             if self.kind == "linear":

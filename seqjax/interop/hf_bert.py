@@ -67,7 +67,7 @@ __all__ = [
     "sentence_embeddings",
 ]
 
-_MINILM = dict(embed_dim=384, max_len=512, block=bert_block(12, mlp_dim=1536))
+_MINILM = dict(embed_dim=384, block_size=512, block=bert_block(12, mlp_dim=1536))
 
 #: Configurations of common BERT-family checkpoints, for directories without a
 #: ``config.json`` (names with an organisation, e.g. ``sentence-transformers/...``, are
@@ -156,7 +156,7 @@ def bert_config_from_hf(hf: dict) -> BertConfig:
         vocab_size=vocab,
         num_layers=layers,
         embed_dim=d,
-        max_len=int(hf.get("max_position_embeddings", 512)),
+        block_size=int(hf.get("max_position_embeddings", 512)),
         type_vocab_size=int(hf.get("type_vocab_size", 2)),
         block=block,
         init_std=std,
@@ -222,7 +222,7 @@ def _bert_params(ckpt: Checkpoint, cfg: BertConfig, architecture: str | None
     params: dict[str, Any] = {
         "token_embed": {"embedding": emb},
         "pos_embed": {"embedding": ckpt.take("embeddings.position_embeddings.weight",
-                                             (cfg.max_len, d))},
+                                             (cfg.block_size, d))},
         "embed_norm": _norm(ckpt, "embeddings.LayerNorm", d),
     }
     if cfg.type_vocab_size > 0:
@@ -361,7 +361,7 @@ def sentence_embeddings(
     r"""Sentence embeddings as sentence-transformers computes them (see module docstring).
 
     Each sentence is encoded with the tokenizer's template (``[CLS] … [SEP]``) and
-    truncated to ``max_length`` tokens (specials kept; default: the model's ``max_len``;
+    truncated to ``max_length`` tokens (specials kept; default: the model's ``block_size``;
     all-MiniLM-L6-v2's sentence-transformers setting is 256), batches are right padded,
     and the last hidden states are averaged over the real tokens (the attention mask)
     then divided by their L2 norm (``normalize``).
@@ -374,9 +374,9 @@ def sentence_embeddings(
     if not isinstance(tokenizer, HFTokenizer):
         raise TypeError(f"`tokenizer` must be an HFTokenizer; got {type(tokenizer).__name__}.")
     cfg = model.config
-    max_length = cfg.max_len if max_length is None else int(max_length)
-    if not 2 <= max_length <= cfg.max_len:
-        raise ValueError(f"`max_length` must be in [2, {cfg.max_len}] (the model's positions); "
+    max_length = cfg.block_size if max_length is None else int(max_length)
+    if not 2 <= max_length <= cfg.block_size:
+        raise ValueError(f"`max_length` must be in [2, {cfg.block_size}] (the model's positions); "
                          f"got {max_length}.")
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1; got {batch_size}.")

@@ -61,7 +61,7 @@ __all__ = [
     "load_hf_gpt2",
 ]
 
-_GPT2 = dict(vocab_size=50257, max_len=1024, tie_embeddings=True, positions="learned")
+_GPT2 = dict(vocab_size=50257, block_size=1024, tie_embeddings=True, positions="learned")
 
 
 def _gpt2(num_layers: int, num_heads: int, embed_dim: int) -> TransformerLMConfig:
@@ -137,7 +137,7 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
     try:
         d, heads = int(hf["n_embd"]), int(hf["n_head"])
         layers, std = int(hf["n_layer"]), float(hf.get("initializer_range", 0.02))
-        vocab, max_len = int(hf["vocab_size"]), int(hf.get("n_positions", hf.get("n_ctx", 1024)))
+        vocab, block_size = int(hf["vocab_size"]), int(hf.get("n_positions", hf.get("n_ctx", 1024)))
     except KeyError as e:
         raise ValueError(f"GPT-2 config.json is missing the field {e.args[0]!r}.") from None
     if d % heads:
@@ -156,7 +156,7 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
         vocab_size=vocab,
         num_layers=layers,
         embed_dim=d,
-        max_len=max_len,
+        block_size=block_size,
         block=block,
         positions="learned",
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
@@ -197,7 +197,7 @@ def _check_layout(cfg: TransformerLMConfig, *, biases: bool) -> None:
 
 
 #: The tensors that keep their layout (GPT-2's ``Conv1D`` stores ``[in, out]``, as Flax):
-#: GPT-2 name -> (TransformerLM parameter path, shape in ``V`` = vocab_size, ``P`` = max_len,
+#: GPT-2 name -> (TransformerLM parameter path, shape in ``V`` = vocab_size, ``P`` = block_size,
 #: ``D`` = embed_dim, ``F`` = mlp_dim). Block ``i``'s are under ``h.{i}.`` and
 #: ``decoder/layers_{i}``.
 _MODEL_TENSORS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -223,7 +223,7 @@ _QKV = ("query", "key", "value")
 
 def _sizes(cfg: TransformerLMConfig) -> dict[str, int]:
     d = cfg.embed_dim
-    return {"V": cfg.vocab_size, "P": cfg.max_len, "D": d, "F": cfg.block.mlp_dim or 4 * d}
+    return {"V": cfg.vocab_size, "P": cfg.block_size, "D": d, "F": cfg.block.mlp_dim or 4 * d}
 
 
 def _put(tree: dict, path: tuple[str, ...], value: Any) -> None:
@@ -295,7 +295,7 @@ def gpt2_config_to_hf(cfg: TransformerLMConfig) -> dict[str, Any]:
     (the inverse of :func:`gpt2_config_from_hf`).
 
     ``vocab_size`` is the model's (a padded vocabulary stays padded), ``n_positions`` its
-    ``max_len``, ``layer_norm_epsilon`` its ``block.norm_epsilon`` (LayerNorm's ``1e-5``
+    ``block_size``, ``layer_norm_epsilon`` its ``block.norm_epsilon`` (LayerNorm's ``1e-5``
     when unset), ``activation_function`` the ``ACT2FN`` name of ``block.activation``
     (``gelu_tanh`` → ``gelu_new``, ``gelu`` → ``gelu``, ``relu_squared`` → ``relu2``),
     ``tie_word_embeddings`` its ``tie_embeddings``; the dropout rates and ``init_std`` go to
@@ -316,7 +316,7 @@ def gpt2_config_to_hf(cfg: TransformerLMConfig) -> dict[str, Any]:
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
         "vocab_size": cfg.vocab_size,
-        "n_positions": cfg.max_len,
+        "n_positions": cfg.block_size,
         "n_embd": cfg.embed_dim,
         "n_layer": cfg.num_layers,
         "n_head": block.num_heads,

@@ -82,7 +82,9 @@ class BertConfig(NamedFields):
     """Hyper-parameters of :class:`Bert`.
 
     Attributes:
-        vocab_size, num_layers, embed_dim, max_len: sizes.
+        vocab_size, num_layers, embed_dim: sizes.
+        block_size: the context length, the size of the position table (Hugging Face's
+            ``max_position_embeddings``).
         block: every encoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN size,
             norm placement, activation, ``ε``, dropout), e.g. :func:`bert_block` (the
             default: ``bert_block(12, mlp_dim=3072)``, BERT-base); it must be bidirectional
@@ -105,7 +107,7 @@ class BertConfig(NamedFields):
     vocab_size: int = 30522
     num_layers: int = 12
     embed_dim: int = 768
-    max_len: int = 512
+    block_size: int = 512
     block: BlockConfig = dataclasses.field(default_factory=lambda: bert_block(12, mlp_dim=3072))
     type_vocab_size: int = 2
     mlm_head: bool = True
@@ -268,7 +270,7 @@ class Bert(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> cfg = BertConfig(vocab_size=30, num_layers=2, embed_dim=16, max_len=12,
+        >>> cfg = BertConfig(vocab_size=30, num_layers=2, embed_dim=16, block_size=12,
         ...                  block=bert_block(2, mlp_dim=32), num_classes=3, num_tags=4)
         >>> bert = Bert(cfg)
         >>> x = jnp.ones((2, 7), jnp.int32)
@@ -303,8 +305,8 @@ class Bert(nn.Module):
         cfg = self.config
         tokens_BxT = check_tokens(tokens_BxT, "tokens", cfg.vocab_size)
         batch, num_steps = tokens_BxT.shape
-        if num_steps > cfg.max_len:
-            raise ValueError(f"`tokens` has {num_steps} positions but max_len={cfg.max_len}.")
+        if num_steps > cfg.block_size:
+            raise ValueError(f"`tokens` has {num_steps} positions but block_size={cfg.block_size}.")
         needs_first = cfg.pooler or cfg.num_classes > 0
         if needs_first:
             check_nonempty(tokens_BxT, "tokens", "the pooler and the classifier read its first "
@@ -320,7 +322,7 @@ class Bert(nn.Module):
         # Under jit, a row with an invalid id is NaN (seqjax._traced_checks).
         x_BxTxD = poison_bad_ids(token_embed(tokens_BxT), tokens_BxT, cfg.vocab_size)
         x_BxTxD = LearnedPositionalEmbedding(
-            cfg.max_len, embedding_init=init, name="pos_embed", **kw
+            cfg.block_size, embedding_init=init, name="pos_embed", **kw
         )(x_BxTxD)
         if cfg.type_vocab_size > 0:
             if token_types_BxT is None:

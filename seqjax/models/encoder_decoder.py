@@ -121,7 +121,8 @@ class TransformerConfig(NamedFields):
         num_layers: ``N`` encoder and ``N`` decoder blocks (unless the next two are set).
         encoder_layers, decoder_layers: override ``N`` per side.
         embed_dim: ``d_model = p``.
-        max_len: maximum length (size of learned position tables).
+        block_size: the context length of source and target (the size of each learned
+            position table).
         block: the encoder blocks' :class:`~seqjax.nn.BlockConfig` (``h``, ``d_ff = N₁``,
             norm placement, activation, dropout, attention biases; MEDL counts none), e.g.
             :func:`vaswani_block` (the default: ``vaswani_block(8)``); bidirectional
@@ -143,7 +144,7 @@ class TransformerConfig(NamedFields):
     encoder_layers: int | None = None
     decoder_layers: int | None = None
     embed_dim: int = 512
-    max_len: int = 512
+    block_size: int = 512
     block: BlockConfig = dataclasses.field(default_factory=vaswani_block)
     positions: str = "sinusoidal"
     tie_embeddings: bool = True
@@ -242,8 +243,8 @@ class Transformer(nn.Module):
                 cfg.target_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw
             )
         if cfg.positions == "learned":
-            self.src_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
-            self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.max_len, **kw)
+            self.src_pos_embed = LearnedPositionalEmbedding(cfg.block_size, **kw)
+            self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.block_size, **kw)
         else:
             self.sinusoid = SinusoidalPositionalEmbedding()
         owner = "TransformerConfig"
@@ -302,9 +303,9 @@ class Transformer(nn.Module):
         return logits.astype(jnp.float32)
 
     def _check_len(self, num_steps: int, name: str) -> None:
-        if self.config.positions == "learned" and num_steps > self.config.max_len:
+        if self.config.positions == "learned" and num_steps > self.config.block_size:
             raise ValueError(
-                f"`{name}` has {num_steps} positions but max_len={self.config.max_len}."
+                f"`{name}` has {num_steps} positions but block_size={self.config.block_size}."
             )
 
     def encode(
@@ -438,9 +439,9 @@ class Transformer(nn.Module):
         max_len = num_steps if max_len is None else int(max_len)
         if max_len < num_steps:
             raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")
-        if self.config.positions == "learned" and max_len - 1 > self.config.max_len:
+        if self.config.positions == "learned" and max_len - 1 > self.config.block_size:
             raise ValueError(
-                f"decoding needs {max_len - 1} positions but max_len={self.config.max_len}."
+                f"decoding needs {max_len - 1} positions but block_size={self.config.block_size}."
             )
         return self.apply(  # type: ignore[return-value]
             as_variables(params),

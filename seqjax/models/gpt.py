@@ -20,7 +20,7 @@ time: ``positions="rope"``, ``tie_embeddings=False``, ``logit_softcap`` and the 
 ``residual_init_std=0.0`` (zero-initialised residual projections).
 
 Parameter names (golden trees in ``tests/golden/``): ``token_embed/embedding [V, D]``,
-``pos_embed/embedding [max_len, D]`` (learned positions), ``decoder/layers_{i}/...``
+``pos_embed/embedding [block_size, D]`` (learned positions), ``decoder/layers_{i}/...``
 (:class:`~seqjax.nn.transformer.TransformerDecoder`; ``decoder/layers/...`` stacked
 with ``scan_layers``), ``decoder/final_norm``, ``lm_head/kernel`` (untied only).
 
@@ -120,7 +120,9 @@ class TransformerLMConfig(NamedFields):
     Attributes:
         vocab_size: ``|V|``.
         num_layers, embed_dim: ``L``, ``D``.
-        max_len: context length ("block size"); the size of the learned position table.
+        block_size: the context length; the size of the learned position table (nanoGPT's
+            ``block_size``, Hugging Face's ``n_positions``). A decoding cache's capacity is
+            another number (``init_decode_state(..., max_len)``).
         block: every decoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN, norms,
             biases, dropout, window, init, ...), e.g. :func:`gpt_block` (the default:
             ``gpt_block(6)``). It must be causal without cross-attention
@@ -146,7 +148,7 @@ class TransformerLMConfig(NamedFields):
     vocab_size: int
     num_layers: int = 6
     embed_dim: int = 384
-    max_len: int = 256
+    block_size: int = 256
     block: BlockConfig = dataclasses.field(default_factory=lambda: gpt_block(6))
     positions: str = "learned"
     tie_embeddings: bool = True
@@ -197,21 +199,21 @@ TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
         vocab_size=65,
         num_layers=6,
         embed_dim=384,
-        max_len=256,
+        block_size=256,
         block=gpt_block(6, dropout_rate=0.2, use_bias=False, activation="gelu"),
     ),
     "nanogpt-cpu": TransformerLMConfig(
         vocab_size=65,
         num_layers=4,
         embed_dim=128,
-        max_len=64,
+        block_size=64,
         block=gpt_block(4, dropout_rate=0.0, use_bias=False, activation="gelu"),
     ),
     "gpt2-small": TransformerLMConfig(
         vocab_size=50257,
         num_layers=12,
         embed_dim=768,
-        max_len=1024,
+        block_size=1024,
         block=gpt_block(12, dropout_rate=0.1, use_bias=True, activation="gelu_tanh"),
     ),
 }
@@ -221,7 +223,7 @@ class TransformerLM(nn.Module):
     r"""GPT-style language model (see the module docstring for the equations).
 
     Call: ``model(tokens_BxT, lengths=None, *, deterministic=True) -> logits_BxTxV``
-    in the compute dtype (``dtype``; float32 by default); ``T ≤ max_len`` with learned
+    in the compute dtype (``dtype``; float32 by default); ``T ≤ block_size`` with learned
     positions. ``lengths`` (right padding) zeroes the padded positions' hidden states;
     the model is causal, so the real positions never see the padding either way. Under
     ``jit`` a row holding an id outside ``[0, V)`` (``-1`` included: ids never wrap) or a
@@ -234,7 +236,7 @@ class TransformerLM(nn.Module):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=2, embed_dim=16, max_len=32,
+        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=2, embed_dim=16, block_size=32,
         ...                           block=gpt_block(2))
         >>> lm = TransformerLM(cfg)
         >>> tokens = jnp.zeros((2, 8), jnp.int32)
@@ -270,7 +272,7 @@ class TransformerLM(nn.Module):
         )
         if cfg.positions == "learned":
             self.pos_embed = LearnedPositionalEmbedding(
-                cfg.max_len, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
+                cfg.block_size, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
             )
         self.decoder = TransformerDecoder(
             config=model_block(
@@ -317,9 +319,9 @@ class TransformerLM(nn.Module):
         """``(LN(X^{(L)}) [B, T, D], checked lengths)``: everything but the head."""
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.config.vocab_size)
         batch, num_steps = tokens_BxT.shape
-        if self.config.positions == "learned" and num_steps > self.config.max_len:
+        if self.config.positions == "learned" and num_steps > self.config.block_size:
             raise ValueError(
-                f"`tokens` has {num_steps} positions but max_len={self.config.max_len}."
+                f"`tokens` has {num_steps} positions but block_size={self.config.block_size}."
             )
         checked = (
             None if lengths is None
@@ -388,10 +390,10 @@ class TransformerLM(nn.Module):
         max_len = num_steps if max_len is None else int(max_len)
         if max_len < num_steps:
             raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")
-        if self.config.positions == "learned" and max_len - 1 > self.config.max_len:
+        if self.config.positions == "learned" and max_len - 1 > self.config.block_size:
             raise ValueError(
                 f"prompt + generated tokens need {max_len - 1} positions but the learned table "
-                f"has max_len={self.config.max_len}."
+                f"has block_size={self.config.block_size}."
             )
         return self.apply(  # type: ignore[return-value]
             as_variables(params),
@@ -451,7 +453,7 @@ class TransformerLMClassifier(TransformerLM):
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=1, embed_dim=8, max_len=16,
+        >>> cfg = TransformerLMConfig(vocab_size=17, num_layers=1, embed_dim=8, block_size=16,
         ...                           block=gpt_block(2))
         >>> clf = TransformerLMClassifier(cfg, num_classes=3)
         >>> tokens = jnp.ones((2, 5), jnp.int32)

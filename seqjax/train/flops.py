@@ -81,12 +81,12 @@ def lm_flops_per_token(config: Any, params: Any, block_size: int | None = None) 
     a lookup, no matmul — nanoGPT's "non-embedding" count); the token embedding is
     counted once, as the output matrix it is tied to (or the separate head when
     untied). ``Q = embed_dim / num_heads``; ``T = block_size`` (default
-    ``config.max_len``, the block size); causal.
+    ``config.block_size``); causal.
 
     Args:
         config: the model's :class:`~seqjax.models.gpt.TransformerLMConfig`.
         params: its parameters (with or without the ``{"params": ...}`` wrapper).
-        block_size: the training context length, when shorter than ``max_len``.
+        block_size: the training context length, when shorter than the model's.
     """
     tree = params.get("params", params) if hasattr(params, "get") else params
     counted = {k: v for k, v in tree.items() if k != "pos_embed"}
@@ -97,5 +97,5 @@ def lm_flops_per_token(config: Any, params: Any, block_size: int | None = None) 
                          f"`block.num_heads` ({heads}).")
     return transformer_flops_per_token(
         n, config.num_layers, heads, config.embed_dim // heads,
-        config.max_len if block_size is None else block_size, causal=True,
+        config.block_size if block_size is None else block_size, causal=True,
     )

@@ -263,7 +263,7 @@ def test_124m_is_gpt2_small_padded():
 
     model = gpt2.build_model(gpt2.Config())
     cfg = model.config
-    assert (cfg.num_layers, cfg.embed_dim, cfg.max_len, cfg.vocab_size) == (12, 768, 1024, 50304)
+    assert (cfg.num_layers, cfg.embed_dim, cfg.block_size, cfg.vocab_size) == (12, 768, 1024, 50304)
     assert cfg.block.dropout_rate == 0.0 and cfg.block.use_bias
     import jax
     import jax.numpy as jnp

@@ -59,7 +59,7 @@ def test_image_bits_is_the_code_nll_in_bits():
     from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 
     model = TransformerLM(
-        TransformerLMConfig(vocab_size=6, num_layers=1, embed_dim=8, max_len=4,
+        TransformerLMConfig(vocab_size=6, num_layers=1, embed_dim=8, block_size=4,
                             block=gpt_block(1))
     )
     params = model.init(jax.random.PRNGKey(0), np.zeros((1, 4), np.int32))["params"]

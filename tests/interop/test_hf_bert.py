@@ -209,7 +209,7 @@ def _write(directory, tensors, config=HF_CONFIG):
 
 def test_config_from_hf():
     cfg = bert_config_from_hf({**HF_CONFIG, "hidden_act": "gelu_new", "layer_norm_eps": 1e-7})
-    assert (cfg.vocab_size, cfg.num_layers, cfg.embed_dim, cfg.block.mlp_dim, cfg.max_len) == \
+    assert (cfg.vocab_size, cfg.num_layers, cfg.embed_dim, cfg.block.mlp_dim, cfg.block_size) == \
         (99, 2, 32, 48, 20)
     block = cfg.block
     assert block.activation == "gelu_tanh" and block.norm_epsilon == 1e-7 and block.norm == "post"
@@ -230,7 +230,7 @@ def test_missing_files_and_presets(tmp_path):
     d = _write(tmp_path / "noconfig", _np_checkpoint(), config=None)
     with pytest.raises(FileNotFoundError, match="preset"):
         load_hf_bert(d, with_tokenizer=False)
-    preset = BertConfig(vocab_size=99, num_layers=2, embed_dim=32, max_len=20,
+    preset = BertConfig(vocab_size=99, num_layers=2, embed_dim=32, block_size=20,
                         block=bert_block(4, mlp_dim=48))
     model, variables, _ = load_hf_bert(d, preset=preset, with_tokenizer=False)
     assert model.config.pooler and not model.config.mlm_head

@@ -123,9 +123,9 @@ def test_the_round_trip_is_exact(exported, variant):
     model, variables = load_hf_gpt2(out)
     ours = gpt2.build_model(cfg).config
     assert (model.config.num_layers, model.config.embed_dim, model.config.block.num_heads,
-            model.config.max_len, model.config.vocab_size, model.config.tie_embeddings,
+            model.config.block_size, model.config.vocab_size, model.config.tie_embeddings,
             model.config.block.activation, model.config.block.norm_epsilon) == \
-        (ours.num_layers, ours.embed_dim, ours.block.num_heads, ours.max_len,
+        (ours.num_layers, ours.embed_dim, ours.block.num_heads, ours.block_size,
          ours.vocab_size, ours.tie_embeddings, ours.block.activation, ours.block.norm_epsilon)
     want, got = _flat(params), _flat(variables["params"])
     for k, a in want.items():

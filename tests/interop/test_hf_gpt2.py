@@ -97,8 +97,8 @@ def test_matches_numpy_reference_and_drops_mask_buffers(tmp_path):
 
 def test_config_from_hf():
     cfg = gpt2_config_from_hf({**HF_CONFIG, "n_inner": 96, "tie_word_embeddings": False})
-    assert (cfg.num_layers, cfg.block.num_heads, cfg.embed_dim, cfg.block.mlp_dim, cfg.max_len) == \
-        (L, H, D, 96, P)
+    assert (cfg.num_layers, cfg.block.num_heads, cfg.embed_dim, cfg.block.mlp_dim,
+            cfg.block_size) == (L, H, D, 96, P)
     assert not cfg.tie_embeddings and cfg.positions == "learned" and cfg.block.use_bias
 
 
@@ -119,7 +119,7 @@ def test_preset_when_no_config(tmp_path):
     d = _write(tmp_path, _np_checkpoint(prefix=""), config=None)  # GPT2Model names, no prefix
     with pytest.raises(FileNotFoundError, match="preset"):
         load_hf_gpt2(d)
-    preset = TransformerLMConfig(vocab_size=V, num_layers=L, embed_dim=D, max_len=P,
+    preset = TransformerLMConfig(vocab_size=V, num_layers=L, embed_dim=D, block_size=P,
                                  block=gpt_block(H, activation="gelu_tanh"))
     model, variables = load_hf_gpt2(d, preset=preset)
     assert variables["params"]["pos_embed"]["embedding"].shape == (P, D)

@@ -11,7 +11,7 @@ from seqjax.utils import count_params
 from tests.models.helpers import accuracy, fit, np_init
 
 V = 20
-CFG = BertConfig(vocab_size=V, num_layers=1, embed_dim=16, max_len=12, num_classes=3, num_tags=4,
+CFG = BertConfig(vocab_size=V, num_layers=1, embed_dim=16, block_size=12, num_classes=3, num_tags=4,
                  block=bert_block(2, mlp_dim=32, dropout_rate=0.0))
 
 
@@ -97,7 +97,7 @@ def test_bert_learns_masked_tokens_and_classes():
     """Rows repeat one token: MLM recovers masked copies from context, and the class head
     reads the token's parity from <class>. Both need bidirectional attention."""
     cls_id, mask_id, n_batches = 0, 1, 150
-    cfg = BertConfig(vocab_size=12, num_layers=1, embed_dim=32, max_len=8, num_classes=2,
+    cfg = BertConfig(vocab_size=12, num_layers=1, embed_dim=32, block_size=8, num_classes=2,
                      block=bert_block(2, mlp_dim=64, dropout_rate=0.0, norm="pre",
                                       norm_epsilon=1e-6))
     model = Bert(cfg)

@@ -29,7 +29,7 @@ def _cfg(num_heads=2, **kw):
     model_fields = set(TransformerLMConfig.__dataclass_fields__)
     block = {k: kw.pop(k) for k in list(kw) if k not in model_fields}
     rope = kw.get("positions") == "rope"
-    return TransformerLMConfig(**{**dict(vocab_size=V, num_layers=2, embed_dim=16, max_len=24),
+    return TransformerLMConfig(**{**dict(vocab_size=V, num_layers=2, embed_dim=16, block_size=24),
                                   **kw, "block": gpt_block(num_heads, use_rope=rope, **block)})
 
 
@@ -198,7 +198,7 @@ def test_logit_softcap_is_c_tanh_of_the_plain_logits():
 def test_bad_inputs():
     model = TransformerLM(_cfg())
     v = np_init(model, PROMPTS)
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match="block_size=24"):
         model.apply(v, jnp.zeros((1, 25), jnp.int32))
     with pytest.raises(ValueError, match="tokens"):
         model.apply(v, jnp.full((1, 3), V))

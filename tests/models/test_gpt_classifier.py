@@ -13,7 +13,7 @@ KEY = jax.random.PRNGKey(0)
 
 def _cfg(dropout_rate=0.0, **kw):
     return TransformerLMConfig(
-        vocab_size=V, num_layers=2, embed_dim=16, max_len=T,
+        vocab_size=V, num_layers=2, embed_dim=16, block_size=T,
         block=gpt_block(2, dropout_rate=dropout_rate), **kw
     )
 
@@ -120,7 +120,7 @@ def test_bad_inputs(tied):
         clf.apply(v, x, mask=jnp.ones((2, T), jnp.int32))
     with pytest.raises(ValueError, match="`tokens`"):
         clf.apply(v, x + V)
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ValueError, match="block_size"):
         clf.apply(v, jnp.ones((2, T + 1), jnp.int32))
     with pytest.raises(ValueError, match="`num_classes` must be a positive int; got 0"):
         TransformerLMClassifier(_cfg(), num_classes=0).init(KEY, x)

@@ -579,7 +579,7 @@ def test_lengths_read_once_at_the_door(monkeypatch):
             vocab_size=11,
             num_layers=3,
             embed_dim=D,
-            max_len=8,
+            block_size=8,
             block=BlockConfig.decoder(H, cross_attention=False),
         )
     )

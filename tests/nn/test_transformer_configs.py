@@ -142,7 +142,7 @@ def test_a_stack_rejects_a_config_that_disagrees():
 
 
 def _lm(block):
-    return TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=D, max_len=T,
+    return TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=D, block_size=T,
                                              block=block))
 
 
@@ -161,9 +161,9 @@ def test_language_model_is_causal(block):
 
 
 def test_bert_is_bidirectional():
-    cfg = BertConfig(vocab_size=V, num_layers=1, embed_dim=D, max_len=T, pooler=False,
+    cfg = BertConfig(vocab_size=V, num_layers=1, embed_dim=D, block_size=T, pooler=False,
                      block=bert_block(H, mlp_dim=32, dropout_rate=0.0))
-    assert cfg == BertConfig(vocab_size=V, num_layers=1, embed_dim=D, max_len=T, pooler=False,
+    assert cfg == BertConfig(vocab_size=V, num_layers=1, embed_dim=D, block_size=T, pooler=False,
                              block=bert_block(H, mlp_dim=32, dropout_rate=0.0))
     model = Bert(cfg)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, V, (2, T)), jnp.int32)
@@ -335,7 +335,7 @@ def test_zero_residual_init_starts_every_block_as_the_identity():
     is its embedding: the logits are the head on RMSNorm(E[x]), in numpy (soft-capped here)."""
     block = gpt_block(H, use_rope=True, qk_norm=True, norm_type="rmsnorm",
                       activation="relu_squared", use_bias=False, residual_init_std=0.0)
-    cfg = TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=D, max_len=T,
+    cfg = TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=D, block_size=T,
                               positions="rope", tie_embeddings=False, logit_softcap=15.0,
                               block=block)
     assert cfg.decoder_block.residual_init_std == 0.0  # 0.0 is kept, not taken for "unset"
@@ -379,6 +379,20 @@ def test_old_option_spellings_are_refused_naming_the_new_one():
         BlockConfig(num_heads=H).replace(num_headz=4)  # type: ignore[call-arg]
 
 
+def test_the_context_length_is_block_size_in_every_model_config():
+    """The position table's length is ``block_size`` as in the recipes; ``max_len`` (the
+    decoding cache's capacity) is refused by each config, naming the field."""
+    for cfg in (TransformerLMConfig(vocab_size=V, block_size=12),
+                BertConfig(vocab_size=V, block_size=12),
+                TransformerConfig(src_vocab_size=V, block_size=12)):
+        assert cfg.block_size == 12
+        with pytest.raises(TypeError, match=r"`max_len` \(renamed `block_size`\)"):
+            type(cfg)(**{f: getattr(cfg, f) for f in ("vocab_size", "src_vocab_size")
+                         if hasattr(cfg, f)}, max_len=12)
+        with pytest.raises(TypeError, match=r"\.replace: `max_len` \(renamed `block_size`\)"):
+            cfg.replace(max_len=8)
+
+
 def test_every_config_names_the_new_spelling_of_an_old_one():
     """The constructor of every config class of the library, not only ``replace``."""
     from seqjax.models import ASTConfig, RNNLMConfig, ViTConfig
@@ -398,9 +412,9 @@ def test_every_config_names_the_new_spelling_of_an_old_one():
 
 @pytest.mark.parametrize("build", [
     lambda block, **dt: TransformerLM(TransformerLMConfig(
-        vocab_size=V, num_layers=1, embed_dim=D, max_len=8, block=block(gpt_block(H))), **dt),
+        vocab_size=V, num_layers=1, embed_dim=D, block_size=8, block=block(gpt_block(H))), **dt),
     lambda block, **dt: Bert(BertConfig(
-        vocab_size=V, num_layers=1, embed_dim=D, max_len=8, block=block(bert_block(H))), **dt),
+        vocab_size=V, num_layers=1, embed_dim=D, block_size=8, block=block(bert_block(H))), **dt),
     lambda block, **dt: Transformer(TransformerConfig(
         src_vocab_size=V, num_layers=1, embed_dim=D, block=block(vaswani_block(H))), **dt),
 ], ids=["gpt", "bert", "transformer"])

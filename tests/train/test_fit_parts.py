@@ -306,7 +306,7 @@ def test_checked_fit_names_the_failed_value_check_and_its_step(checked):
     from seqjax.train.step import make_train_step
 
     model = TransformerLM(TransformerLMConfig(
-        vocab_size=V, num_layers=1, embed_dim=8, max_len=T, block=gpt_block(2)))
+        vocab_size=V, num_layers=1, embed_dim=8, block_size=T, block=gpt_block(2)))
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
     state = TrainState.create(params, optax.adam(1e-2), jax.random.PRNGKey(1))
     step = make_train_step(make_lm_loss(flax_apply_fn(model)))

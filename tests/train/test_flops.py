@@ -26,7 +26,7 @@ def test_transformer_flops_per_token_gpt2_small():
 
 
 def test_lm_flops_per_token_counts_all_but_the_position_table():
-    cfg = TransformerLMConfig(vocab_size=65, num_layers=2, embed_dim=32, max_len=16,
+    cfg = TransformerLMConfig(vocab_size=65, num_layers=2, embed_dim=32, block_size=16,
                               block=gpt_block(4))
     params = jax.jit(TransformerLM(cfg).init)(jax.random.PRNGKey(0),
                                               jnp.zeros((1, 16), jnp.int32))

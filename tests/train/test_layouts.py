@@ -22,12 +22,12 @@ V, T = 64, 8
 
 
 def _gpt(scan):
-    return TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=32, max_len=T,
+    return TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=2, embed_dim=32, block_size=T,
                                              block=gpt_block(4), scan_layers=scan))
 
 
 def _bert(scan):
-    return Bert(BertConfig(vocab_size=V, num_layers=2, embed_dim=32, max_len=T,
+    return Bert(BertConfig(vocab_size=V, num_layers=2, embed_dim=32, block_size=T,
                            block=bert_block(4, mlp_dim=64), scan_layers=scan))
 
 
