@@ -48,7 +48,8 @@ def measure(shape: GPTShape, devices: int, *, repeats: int, strategy: str) -> di
     model = seqjax_model(shape)
     tokens = batch_tokens(shape)
     host = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}
-    tx, _ = make_optimizer(OptimizerConfig("adamw", 1e-3, weight_decay=0.1, clip_norm=1.0))
+    tx, _ = make_optimizer(OptimizerConfig(name="adamw", learning_rate=1e-3, weight_decay=0.1,
+                                           clip_norm=1.0))
     holder = {"state": par.create_state(
         lambda r: model.init(r, host["inputs"][:1])["params"], tx, jax.random.PRNGKey(0))}
     step_fn = par.train_step(make_lm_loss(flax_apply_fn(model)))

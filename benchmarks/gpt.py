@@ -134,8 +134,8 @@ def seqjax_compiled_step(shape: GPTShape, compute_dtype: str = "float32"
              "targets": jax.numpy.asarray(tokens[:, 1:])}
     params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["inputs"])["params"]
     tx, _ = make_optimizer(OptimizerConfig(
-        "adamw", LR, beta1=BETA1, beta2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY,
-        clip_norm=CLIP))
+        name="adamw", learning_rate=LR, beta1=BETA1, beta2=BETA2, eps=EPS,
+        weight_decay=WEIGHT_DECAY, clip_norm=CLIP))
     state = TrainState.create(params, tx, jax.random.PRNGKey(1))
     compute = None if compute_dtype == "float32" else jax.numpy.dtype(compute_dtype)
     train_step = make_train_step(make_lm_loss(flax_apply_fn(model)), compute_dtype=compute)

@@ -2,7 +2,7 @@ r"""Muon against ``torch.optim.Muon``, step for step: ``python -m benchmarks muo
 
 The same "modern" GPT on both sides, trained 10 steps from the same weights on the same
 batches: seqjax's :class:`~seqjax.models.gpt.TransformerLM` (RoPE, QK-norm, RMSNorm, squared
-ReLU, untied head, logit soft-cap) under ``OptimizerConfig("muon", ...)`` through
+ReLU, untied head, logit soft-cap) under ``OptimizerConfig(name="muon", ...)`` through
 ``make_train_step``, and :func:`torch_modern_gpt` (``ModernGPT``, written here from that
 description) under ``torch.optim.Muon`` on the hidden matrices and ``torch.optim.AdamW``
 on the rest, one AdamW parameter group per seqjax group (embedding, head, vectors), each
@@ -136,7 +136,7 @@ class Setup:
         from seqjax.train.optim import OptimizerConfig
 
         return OptimizerConfig(
-            "muon", learning_rate=self.lr_matrix, momentum=self.momentum, nesterov=True,
+            name="muon", learning_rate=self.lr_matrix, momentum=self.momentum, nesterov=True,
             ns_steps=self.ns_steps, weight_decay=self.weight_decay, beta1=self.b1, beta2=self.b2,
             eps=self.eps, schedule="constant",
             group_learning_rates=(("embed", self.lr_embed), ("head", self.lr_head),

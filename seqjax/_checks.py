@@ -189,6 +189,31 @@ class NamedFields:
         return super().__new__(cls)
 
 
+C = TypeVar("C", bound="ConfigBase")
+
+
+class ConfigBase(NamedFields):
+    """The base of every config class of the library: a frozen, keyword-only dataclass
+    (``@dataclasses.dataclass(frozen=True, kw_only=True)``) whose ``__post_init__`` checks
+    each field's range. Its constructor and :meth:`replace` refuse an unknown keyword naming
+    its new spelling or the closest field (:class:`NamedFields`), and a positional argument
+    naming the fields."""
+
+    def __new__(cls: type[C], *args: Any, **kwargs: Any) -> C:
+        if args:
+            names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+            raise TypeError(
+                f"{cls.__name__}() takes keyword arguments only; got {len(args)} positional "
+                f"({', '.join(map(repr, args))}). Its fields are {', '.join(names)}."
+            )
+        return super().__new__(cls, **kwargs)
+
+    def replace(self: C, **changes: Any) -> C:
+        """A copy with ``changes``, validated again by ``__post_init__``; an unknown field is a
+        ``TypeError`` naming it and its new name or the closest field."""
+        return replace_fields(self, changes)
+
+
 def refuse_retired(where: str, kwargs: Any, replacements: dict[str, str]) -> None:
     """A ``TypeError`` if ``kwargs`` holds a flag that once switched ``where``'s return type,
     naming the callable that returns the pair instead (``replacements``: flag -> its name)."""

@@ -282,7 +282,7 @@ def _gpt_steps(variant: str) -> tuple[list[float], float, bool]:
         batch = {"inputs": jnp.asarray(tokens[:, :-1]), "targets": jnp.asarray(tokens[:, 1:])}
         params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["inputs"])["params"]
         tx, _ = make_optimizer(OptimizerConfig(
-            "adamw", gpt.LR, beta1=gpt.BETA1, beta2=gpt.BETA2, eps=gpt.EPS,
+            name="adamw", learning_rate=gpt.LR, beta1=gpt.BETA1, beta2=gpt.BETA2, eps=gpt.EPS,
             weight_decay=gpt.WEIGHT_DECAY, clip_norm=gpt.CLIP))
         state = TrainState.create(params, tx, jax.random.PRNGKey(1))
         step = make_train_step(make_lm_loss(flax_apply_fn(model)), **kwargs[variant])

@@ -105,7 +105,7 @@ print(f"training on {par.num_devices} x {DEVICES[0].device_kind}:",
       [str(d) for d in par.mesh.devices.flat])
 
 tx, schedule = make_optimizer(OptimizerConfig(
-    "adamw", learning_rate=LR, schedule="warmup_cosine", warmup_steps=WARMUP,
+    name="adamw", learning_rate=LR, schedule="warmup_cosine", warmup_steps=WARMUP,
     steps=STEPS, min_lr_ratio=0.1, beta2=0.99, weight_decay=0.1, clip_norm=1.0))
 x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
 state = par.create_state(lambda rng: model.init(rng, x0)["params"], tx,

@@ -129,7 +129,7 @@ for name, model in models.items():
     params = jax.jit(model.init)(jax.random.PRNGKey(0), train["src"][:1],
                                  train["tgt_in"][:1])["params"]
     tx, schedule = make_optimizer(OptimizerConfig(
-        "adam", learning_rate=LR, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
+        name="adam", learning_rate=LR, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
         steps=STEPS, clip_norm=1.0))
     print(f"{name}: {count_params(params):,} parameters")
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))

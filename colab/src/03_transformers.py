@@ -117,7 +117,7 @@ BATCH = 8 if SMOKE else 32  # the global batch: a multiple of the device count
 BATCH = -(-BATCH // par.batch_shards) * par.batch_shards
 print(par)
 print(f"training on {par.num_devices} x {DEVICES[0].device_kind}, global batch {BATCH}")
-tx, _ = make_optimizer(OptimizerConfig("adamw", learning_rate=1e-3, weight_decay=0.1,
+tx, _ = make_optimizer(OptimizerConfig(name="adamw", learning_rate=1e-3, weight_decay=0.1,
                                        clip_norm=1.0))
 state = par.shard_state(TrainState.create(p_lm, tx, jax.random.PRNGKey(1)))
 train_step = par.train_step(make_lm_loss(flax_apply_fn(lm)))

@@ -110,7 +110,7 @@ example = with_cls(next(LMWindowIterator(train_ids, BATCH, WINDOW, seed=0)))
 params = jax.jit(bert.init)(jax.random.PRNGKey(0), example["tokens"])["params"]
 print(f"BERT: {count_params(params):,} parameters")
 tx, schedule = make_optimizer(OptimizerConfig(
-    "adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 200,
+    name="adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 200,
     steps=STEPS, weight_decay=0.01, clip_norm=1.0))
 state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
 data = map(with_cls, LMWindowIterator(train_ids, par.local_batch_size(BATCH), WINDOW,
@@ -211,7 +211,7 @@ def vit_loss(params, batch, rng):
 
 
 tx, schedule = make_optimizer(OptimizerConfig(
-    "adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
+    name="adamw", learning_rate=1e-3, schedule="warmup_cosine", warmup_steps=1 if SMOKE else 100,
     steps=VIT_STEPS, weight_decay=0.05, clip_norm=1.0))
 vit_state = par.shard_state(TrainState.create(vit_params, tx, jax.random.PRNGKey(1)))
 vit_run = fit(vit_state, par.train_step(vit_loss, schedule=schedule),

@@ -34,6 +34,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from seqjax._checks import renamed_keywords
+
 __all__ = [
     "split_text",
     "split_arrays",
@@ -160,24 +162,25 @@ def bucket_batches(
 
 
 # ----------------------------------------------------------------------------- packing
+@renamed_keywords(seq_len="block_size")
 def pack_sequences(
     seqs: Sequence[Sequence[int]],
-    seq_len: int,
+    block_size: int,
     *,
     pad_id: int = 0,
     overflow: Literal["error", "truncate", "split"] = "error",
     lookback: int = 64,
 ) -> dict[str, np.ndarray]:
-    """Pack sequences end to end into rows of ``seq_len`` tokens (greedy first fit).
+    """Pack sequences end to end into rows of ``block_size`` tokens (greedy first fit).
 
     Each sequence, in order, goes into the first of the last ``lookback`` rows
     with room for it, else starts a new row (first fit with a bounded search:
     ``O(N * lookback)``; ``lookback=1`` is next fit).
-    Sequences longer than ``seq_len`` raise ``ValueError`` (``overflow="error"``),
+    Sequences longer than ``block_size`` raise ``ValueError`` (``overflow="error"``),
     are cut (``"truncate"``) or continue in fresh rows as separate segments
     (``"split"``). Empty sequences are skipped.
 
-    Returns, each ``[R, seq_len]``:
+    Returns, each ``[R, block_size]``:
 
     * ``ids`` int32 — tokens, ``pad_id`` after the last segment;
     * ``segment_ids`` int32 — ``1, 2, …`` per sequence within a row, ``0`` on padding
@@ -192,21 +195,23 @@ def pack_sequences(
         >>> p["ids"].tolist(), p["segment_ids"].tolist()
         ([[1, 2, 6, 0], [3, 4, 5, 0]], [[1, 1, 2, 0], [1, 1, 1, 0]])
     """
-    if seq_len < 1 or lookback < 1:
-        raise ValueError(f"`seq_len` and `lookback` must be >= 1; got {seq_len}, {lookback}.")
+    if block_size < 1 or lookback < 1:
+        raise ValueError(
+            f"`block_size` and `lookback` must be >= 1; got {block_size}, {lookback}."
+        )
     pieces: list[np.ndarray] = []
     for i, seq in enumerate(seqs):
         s = np.asarray(seq, np.int32).reshape(-1)
-        if len(s) > seq_len:
+        if len(s) > block_size:
             if overflow == "error":
                 raise ValueError(
-                    f"`seqs[{i}]` has length {len(s)}, longer than `seq_len`={seq_len}; pass "
-                    "overflow='truncate' or 'split'."
+                    f"`seqs[{i}]` has length {len(s)}, longer than `block_size`={block_size}; "
+                    "pass overflow='truncate' or 'split'."
                 )
             if overflow == "truncate":
-                s = s[:seq_len]
+                s = s[:block_size]
             elif overflow == "split":
-                pieces.extend(s[j : j + seq_len] for j in range(0, len(s), seq_len))
+                pieces.extend(s[j : j + block_size] for j in range(0, len(s), block_size))
                 continue
             else:
                 raise ValueError(
@@ -221,7 +226,7 @@ def pack_sequences(
         target = next((r for r in open_rows if free[r] >= len(s)), None)
         if target is None:
             rows.append([])
-            free.append(seq_len)
+            free.append(block_size)
             target = len(rows) - 1
             open_rows.append(target)
             if len(open_rows) > lookback:
@@ -231,10 +236,10 @@ def pack_sequences(
         if free[target] == 0:
             open_rows.remove(target)
     n = len(rows)
-    ids = np.full((n, seq_len), pad_id, np.int32)
-    seg = np.zeros((n, seq_len), np.int32)
-    pos = np.zeros((n, seq_len), np.int32)
-    resets = np.zeros((n, seq_len), bool)
+    ids = np.full((n, block_size), pad_id, np.int32)
+    seg = np.zeros((n, block_size), np.int32)
+    pos = np.zeros((n, block_size), np.int32)
+    resets = np.zeros((n, block_size), bool)
     for r, row in enumerate(rows):
         t = 0
         for k, s in enumerate(row, start=1):

@@ -210,7 +210,7 @@ def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
 
 def _optimizer(lr: float, steps: int, warmup: int) -> OptimizerConfig:
     """AdamW (weight decay 0.01, clipping at 1.0), warm-up then cosine decay to 0."""
-    return OptimizerConfig("adamw", learning_rate=lr, **warmup_cosine(steps, warmup),
+    return OptimizerConfig(name="adamw", learning_rate=lr, **warmup_cosine(steps, warmup),
                            weight_decay=0.01, clip_norm=1.0)
 
 

@@ -279,7 +279,7 @@ def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
 
     return Run(
         model=model, params=params, loss_fn=lambda p, b, rng: (mse(p, b), {}), data=data,
-        optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate,
+        optimizer=OptimizerConfig(name="adam", learning_rate=cfg.learning_rate,
                                   clip_norm=cfg.clip_norm if clip else 0.0),
         fit=FitConfig(steps=cfg.steps, log_every=1, eval_every=cfg.eval_every,
                       best_metric=None, progress=False, tensorboard=False, plot=False,

@@ -160,7 +160,7 @@ def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
         data=lambda par: LMWindowIterator(train_ids, par.local_batch_size(cfg.batch_size),
                                           cfg.block_size, seed=cfg.seed, **par.host_rows()),
         optimizer=OptimizerConfig(
-            "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, warmup),
+            name="adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, warmup),
             min_lr_ratio=cfg.min_lr_ratio, beta2=0.99, weight_decay=cfg.weight_decay,
             clip_norm=cfg.clip_norm),
         fit=FitConfig(steps=cfg.steps, log_every=1, best_metric=None, progress=False,

@@ -263,8 +263,8 @@ def position_run(cfg: Config, task: str, positions: str) -> Run:
     return Run(
         model=model, params=params, loss_fn=loss_fn, data=data,
         optimizer=OptimizerConfig(
-            "adamw", learning_rate=cfg.learning_rate, **warmup_cosine(cfg.steps, cfg.warmup_steps),
-            weight_decay=0.01, clip_norm=1.0),
+            name="adamw", learning_rate=cfg.learning_rate,
+            **warmup_cosine(cfg.steps, cfg.warmup_steps), weight_decay=0.01, clip_norm=1.0),
         fit=FitConfig(steps=cfg.steps, log_every=max(1, cfg.steps // 20), eval_every=0,
                       best_metric=None, progress=False, tensorboard=False, plot=False,
                       handle_signals=False),

@@ -156,7 +156,7 @@ def build(cfg: Config) -> Task:
     run_ = Run(
         model=model, params=_init(model, jax.random.PRNGKey(cfg.seed), x)["params"],
         loss_fn=loss_fn, data=sentence, batch_size=None, seed=cfg.seed,
-        optimizer=OptimizerConfig("adam", learning_rate=cfg.learning_rate),
+        optimizer=OptimizerConfig(name="adam", learning_rate=cfg.learning_rate),
         fit=FitConfig(steps=cfg.steps, log_every=cfg.log_every, best_metric=None,
                       checkpoint_every=cfg.checkpoint_every, progress=cfg.progress,
                       print_logs=True),

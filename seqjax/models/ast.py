@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_count_or_off, check_rank, replace_fields
+from seqjax._checks import ConfigBase, check_count_or_off, check_rank
 from seqjax.models._common import check_preset
 from seqjax.models.vit import ViT, ViTConfig, vit_block
 from seqjax.nn.transformer import BlockConfig
@@ -124,8 +124,8 @@ def spectrogram_patches(
     return x.reshape(b, nf, nt, pf * pt * c)
 
 
-@dataclasses.dataclass(frozen=True)
-class ASTConfig(NamedFields):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ASTConfig(ConfigBase):
     """Hyper-parameters of :class:`AST`.
 
     Attributes:
@@ -157,10 +157,6 @@ class ASTConfig(NamedFields):
     def __post_init__(self) -> None:
         patch_grid((self.num_mel_bins, self.num_frames), self.patch_size, self.patch_stride)
         check_count_or_off(self.num_classes, "num_classes", "ASTConfig", "no head")
-
-    def replace(self, **changes: Any) -> ASTConfig:
-        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
-        return replace_fields(self, changes)
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -34,13 +34,12 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax._checks import (
-    NamedFields,
+    ConfigBase,
     check_bool,
     check_count_or_off,
     check_integer,
     check_rank,
     lengths_array,
-    replace_fields,
 )
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
@@ -77,8 +76,8 @@ def bert_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> Blo
     return BlockConfig.encoder(num_heads, kernel_init=normal_init(init_std), **options)
 
 
-@dataclasses.dataclass(frozen=True)
-class BertConfig(NamedFields):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BertConfig(ConfigBase):
     """Hyper-parameters of :class:`Bert`.
 
     Attributes:
@@ -128,10 +127,6 @@ class BertConfig(NamedFields):
                 "`block.norm_epsilon` of BertConfig must be a number > 0, the ε of every "
                 "LayerNorm (bert_block sets BERT's 1e-12); got None."
             )
-
-    def replace(self, **changes: Any) -> BertConfig:
-        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
-        return replace_fields(self, changes)
 
 
 #: ``bert-base`` / ``bert-large`` (Devlin et al. 2018; Bishop Ex. 12.16: BERT-Large has

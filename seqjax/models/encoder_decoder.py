@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, ValidLengths, replace_fields
+from seqjax._checks import ConfigBase, ValidLengths
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
     as_variables,
@@ -111,8 +111,8 @@ def vaswani_block(num_heads: int = 8, **options: Any) -> BlockConfig:
     return BlockConfig.encoder(num_heads, **options)
 
 
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig(NamedFields):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerConfig(ConfigBase):
     """Hyper-parameters of :class:`Transformer`.
 
     Attributes:
@@ -159,10 +159,6 @@ class TransformerConfig(NamedFields):
             raise ValueError(
                 f"`positions` must be 'sinusoidal' or 'learned'; got {self.positions!r}."
             )
-
-    def replace(self, **changes: Any) -> TransformerConfig:
-        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
-        return replace_fields(self, changes)
 
     @property
     def decoder_block(self) -> BlockConfig:

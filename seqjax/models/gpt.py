@@ -42,12 +42,11 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import (
-    NamedFields,
+    ConfigBase,
     ValidLengths,
     check_bool,
     is_concrete,
     lengths_array,
-    replace_fields,
 )
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
@@ -113,8 +112,8 @@ def gpt_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> Bloc
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class TransformerLMConfig(NamedFields):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerLMConfig(ConfigBase):
     """Hyper-parameters of :class:`TransformerLM`.
 
     Attributes:
@@ -171,10 +170,6 @@ class TransformerLMConfig(NamedFields):
         c = self.logit_softcap
         if isinstance(c, bool) or not isinstance(c, numbers.Real) or not 0 <= c < math.inf:
             raise ValueError(f"`logit_softcap` must be a finite number >= 0 (0: off); got {c!r}.")
-
-    def replace(self, **changes: Any) -> TransformerLMConfig:
-        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
-        return replace_fields(self, changes)
 
     @property
     def residual_init_std(self) -> float:

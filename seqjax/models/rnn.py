@@ -27,19 +27,18 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import (
-    NamedFields,
+    ConfigBase,
     ValidLengths,
     check_count_or_off,
     check_positive_int,
     check_rank,
-    replace_fields,
     retired_flags,
 )
 from seqjax._traced_checks import poison_bad_ids
@@ -63,7 +62,6 @@ from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
 Array = jax.Array
 Dtype = Any
 Carry = Any
-_C = TypeVar("_C", bound="RNNConfig")
 
 __all__ = [
     "RNNConfig",
@@ -139,7 +137,7 @@ def _cell_kwargs(value: Any, cls: type[RecurrentCell]) -> tuple[tuple[str, Any],
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RNNConfig(NamedFields):
+class RNNConfig(ConfigBase):
     """The recurrent stack of every RNN model: embedding, cell, depth, width, dropout.
 
     The fields shared by :class:`RNNLMConfig`, :class:`RNNClassifierConfig`,
@@ -194,10 +192,6 @@ class RNNConfig(NamedFields):
         check_rate(self.dropout_rate, "dropout_rate")
         check_optional_positive_int(self.unroll, "unroll")
         object.__setattr__(self, "cell_kwargs", _cell_kwargs(self.cell_kwargs, cls))
-
-    def replace(self: _C, **changes: Any) -> _C:
-        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
-        return replace_fields(self, changes)
 
     @property
     def features(self) -> int:

@@ -81,10 +81,9 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from seqjax._checks import (
-    NamedFields,
+    ConfigBase,
     check_positive_int,
     is_concrete,
-    replace_fields,
     retired_flags,
 )
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
@@ -251,7 +250,7 @@ class _DecoderStep(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Seq2SeqConfig(NamedFields):
+class Seq2SeqConfig(ConfigBase):
     r"""Options of :class:`Seq2Seq`, validated when built (a ``ValueError``/``TypeError``
     naming the field); ``replace(**changes)`` returns a re-validated copy.
 
@@ -329,10 +328,6 @@ class Seq2SeqConfig(NamedFields):
                 f"encoder.num_layers={self.encoder.num_layers}, "
                 f"decoder_layers={self.decoder_layers}."
             )
-
-    def replace(self, **changes: Any) -> Seq2SeqConfig:
-        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
-        return replace_fields(self, changes)
 
     @property
     def _copyable(self) -> bool:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_count_or_off, check_rank, replace_fields
+from seqjax._checks import ConfigBase, check_count_or_off, check_rank
 from seqjax.models._common import check_preset
 from seqjax.nn._block_config import check_block, model_block
 from seqjax.nn.dense import Dense
@@ -118,8 +118,8 @@ def vit_block(num_heads: int, **options: Any) -> BlockConfig:
     return BlockConfig.encoder(num_heads, **options)
 
 
-@dataclasses.dataclass(frozen=True)
-class ViTConfig(NamedFields):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ViTConfig(ConfigBase):
     """Hyper-parameters of :class:`ViT`.
 
     Attributes:
@@ -152,10 +152,6 @@ class ViTConfig(NamedFields):
     def __post_init__(self) -> None:
         check_block(self.block, causal=False, cross_attention=False, owner="ViTConfig")
         check_count_or_off(self.num_classes, "num_classes", "ViTConfig", "no head")
-
-    def replace(self, **changes: Any) -> ViTConfig:
-        """A copy with ``changes``, validated again; an unknown field is a ``TypeError``."""
-        return replace_fields(self, changes)
 
 
 #: ``vit-base-16`` (ViT-B/16 at 224², 1000 classes: 86,567,656 parameters) and

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_count_or_off, check_positive_int, replace_fields
+from seqjax._checks import ConfigBase, check_count_or_off, check_positive_int, replace_fields
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU_VARIANTS, get_activation
 from seqjax.nn.norms import LayerNorm, RMSNorm
@@ -39,7 +39,7 @@ def _check_optional_positive_int(value: Any, name: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BlockConfig(NamedFields):
+class BlockConfig(ConfigBase):
     """Every option of a transformer block, validated once (Flax lm1b's ``TransformerConfig``).
 
     The one option of :class:`TransformerBlock`, :class:`TransformerEncoder` and
@@ -223,10 +223,11 @@ class BlockConfig(NamedFields):
                     "a custom `attention` factory; bind them with functools.partial instead."
                 )
 
-    def replace(self, **changes: Unpack[BlockOptions]) -> BlockConfig:
+    def replace(self, **changes: Unpack[BlockOptions]) -> BlockConfig:  # type: ignore[override]
         """A copy with ``changes``, validated again by ``__post_init__``.
 
-        Type-checked like the constructor: each keyword is a field with the field's type
+        Type-checked like the constructor (narrower than :meth:`ConfigBase.replace`, hence
+        the override): each keyword is a field with the field's type
         (:class:`BlockOptions`), so a misspelt name is a mypy error, and at run time a
         ``TypeError`` naming it and the closest field.
 

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 from jax.experimental.checkify import JaxRuntimeError
 
-from seqjax._checks import NamedFields
+from seqjax._checks import ConfigBase
 from seqjax._io import write_atomic
 from seqjax.train.checkpoint import Checkpointer
 from seqjax.train.records import (
@@ -86,8 +86,8 @@ def checked_by_default(on: bool) -> Iterator[None]:
         _CHECKED_DEFAULT.reset(token)
 
 
-@dataclasses.dataclass(frozen=True)
-class FitConfig(NamedFields):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FitConfig(ConfigBase):
     """How :func:`fit` runs.
 
     Attributes:

@@ -72,7 +72,7 @@ from optax.contrib._muon import (  # optax's public muon bias-corrects its momen
     scale_by_shape,
 )
 
-from seqjax._checks import NamedFields
+from seqjax._checks import ConfigBase
 from seqjax.utils import count_params
 
 Array = jax.Array
@@ -119,8 +119,8 @@ DEFAULT_NO_DECAY: tuple[str, ...] = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig(NamedFields):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimizerConfig(ConfigBase):
     """What :func:`make_optimizer` builds.
 
     Attributes:
@@ -379,7 +379,8 @@ def make_optimizer(
 
     Example:
         >>> import jax.numpy as jnp
-        >>> tx, lr = make_optimizer(OptimizerConfig("adamw", 1e-2, weight_decay=0.1, clip_norm=1.0))
+        >>> tx, lr = make_optimizer(OptimizerConfig(name="adamw", learning_rate=1e-2,
+        ...                                         weight_decay=0.1, clip_norm=1.0))
         >>> params = {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}
         >>> state = tx.init(params)
         >>> updates, state = tx.update({"w": jnp.ones((2, 2)), "b": jnp.ones(2)}, state, params)

@@ -98,8 +98,8 @@ class TrainOptions:
         skip += () if name == "muon" else _MUON_ONLY
         skip += () if name in ("muon", "sgd") else ("momentum", "nesterov")
         shared = _shared(self, OptimizerConfig, skip)
-        return OptimizerConfig(name, **{**shared, **warmup_cosine(self.steps, self.warmup_steps),
-                                        **overrides})
+        schedule = warmup_cosine(self.steps, self.warmup_steps)
+        return OptimizerConfig(name=name, **{**shared, **schedule, **overrides})
 
     def fit_config(self, **overrides: Any) -> FitConfig:
         """This run's :class:`~seqjax.train.fit_parts.FitConfig`: every field of this config

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import optax
 
-from seqjax._checks import NamedFields
+from seqjax._checks import ConfigBase
 from seqjax.data.word2vec import (
     _ids,
     cbow_windows,
@@ -47,8 +47,8 @@ def _train_chunk(
     return params, opt_state, losses
 
 
-@dataclass(frozen=True)
-class Word2VecConfig(NamedFields):
+@dataclass(frozen=True, kw_only=True)
+class Word2VecConfig(ConfigBase):
     """Training settings for :func:`train_word2vec` (defaults: Mikolov et al. 2013, Adam)."""
 
     features: int = 100

@@ -88,8 +88,11 @@ def test_pack_sequences_keeps_every_sequence_intact():
 
 def test_pack_sequences_overflow_options():
     seqs = [[1, 2, 3, 4, 5, 6], [7]]
-    with pytest.raises(ValueError, match=r"seqs\[0\]` has length 6, longer than `seq_len`=4"):
+    with pytest.raises(ValueError, match=r"seqs\[0\]` has length 6, longer than `block_size`=4"):
         pack_sequences(seqs, 4)
+    with pytest.raises(TypeError, match="`seq_len` is renamed `block_size`"):
+        pack_sequences(seqs, seq_len=4)
+    assert pack_sequences(seqs, block_size=8)["ids"].shape == (1, 8)
     t = pack_sequences(seqs, 4, overflow="truncate")
     assert t["ids"].tolist() == [[1, 2, 3, 4], [7, 0, 0, 0]]
     s = pack_sequences(seqs, 4, overflow="split")

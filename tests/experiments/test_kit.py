@@ -58,7 +58,7 @@ def _regression_run(cfg, seed=0, name="", evaluate=None):
 
     return _kit.Run(
         model=None, params={"w": np.zeros(3, np.float32)}, loss_fn=loss_fn, data=data,
-        optimizer=OptimizerConfig("adam", learning_rate=0.1),
+        optimizer=OptimizerConfig(name="adam", learning_rate=0.1),
         fit=FitConfig(steps=cfg.steps, log_every=1, progress=False, best_metric=None,
                       tensorboard=False, plot=False),
         batch_size=8, seed=seed, eval_fn=eval_fn, eval_data=[data], name=name,
@@ -163,7 +163,7 @@ def test_a_run_that_diverges_is_a_result_only_when_it_says_so(tmp_path):
 
     cfg = _TrainCfg(steps=6)
     run = dataclasses.replace(_regression_run(cfg),
-                              optimizer=OptimizerConfig("sgd", learning_rate=1e30))
+                              optimizer=OptimizerConfig(name="sgd", learning_rate=1e30))
     with pytest.raises(NonFiniteLossError):  # by default a NaN ends the task
         _kit.train(_kit.Task("nan", [run]), cfg)
     seen = {}

@@ -63,13 +63,13 @@ def test_no_recipe_keeps_a_retired_spelling_of_a_training_option():
 
 def test_clip_norm_off_is_zero_never_none():
     with pytest.raises(ValueError, match=r"`clip_norm` must be >= 0 \(0 = no clipping\)"):
-        OptimizerConfig("sgd", 1.0, clip_norm=None)  # type: ignore[arg-type]
+        OptimizerConfig(name="sgd", learning_rate=1.0, clip_norm=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="clip_norm"):
-        OptimizerConfig("sgd", 1.0, clip_norm=-1.0)
+        OptimizerConfig(name="sgd", learning_rate=1.0, clip_norm=-1.0)
     params = {"w": jnp.zeros(3)}
     g = {"w": jnp.array([30.0, 40.0, 0.0])}  # ‖g‖ = 50
     for clip, want in ((0.0, [-30.0, -40.0, 0.0]), (5.0, [-3.0, -4.0, 0.0])):
-        tx, _ = make_optimizer(OptimizerConfig("sgd", 1.0, clip_norm=clip))
+        tx, _ = make_optimizer(OptimizerConfig(name="sgd", learning_rate=1.0, clip_norm=clip))
         updates, _ = tx.update(g, tx.init(params), params)
         np.testing.assert_allclose(updates["w"], want, rtol=1e-6)
 

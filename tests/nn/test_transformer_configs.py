@@ -410,6 +410,43 @@ def test_every_config_names_the_new_spelling_of_an_old_one():
             cls(tie_weights=True)  # type: ignore[call-arg]
 
 
+def test_every_config_class_has_one_base():
+    """Each config class of the library is a frozen, keyword-only dataclass on
+    ``ConfigBase``: ``replace`` validates again, a positional argument is refused naming the
+    fields, a bad value is refused by ``__post_init__`` in both."""
+    import dataclasses
+    import inspect
+
+    import seqjax.models
+    import seqjax.nn
+    import seqjax.train
+    from seqjax._checks import ConfigBase
+    from seqjax.train.optim import OptimizerConfig
+    from seqjax.train.word2vec import Word2VecConfig
+
+    found = {obj for module in (seqjax.nn, seqjax.models, seqjax.train)
+             for _, obj in inspect.getmembers(module, inspect.isclass)
+             if obj.__name__.endswith("Config")} | {Word2VecConfig}
+    assert len(found) == 15, sorted(c.__name__ for c in found)
+    for cls in found:
+        assert issubclass(cls, ConfigBase), cls
+        params = dataclasses.fields(cls)
+        assert all(f.kw_only for f in params), cls
+        assert cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match=r"OptimizerConfig\(\) takes keyword arguments only; "
+                                        r"got 2 positional \('adamw', 0.001\)\. Its fields "
+                                        r"are name, learning_rate, "):
+        OptimizerConfig("adamw", 1e-3)  # type: ignore[misc]
+    with pytest.raises(TypeError, match=r"TransformerLMConfig\(\) takes keyword arguments"):
+        TransformerLMConfig(V)  # type: ignore[misc]
+    cfg = OptimizerConfig(name="sgd", learning_rate=0.5)
+    assert cfg.replace(learning_rate=0.25) == OptimizerConfig(name="sgd", learning_rate=0.25)
+    with pytest.raises(ValueError, match="learning_rate"):
+        cfg.replace(learning_rate=-1.0)
+    with pytest.raises(ValueError, match="learning_rate"):
+        OptimizerConfig(learning_rate=-1.0)
+
+
 @pytest.mark.parametrize("build", [
     lambda block, **dt: TransformerLM(TransformerLMConfig(
         vocab_size=V, num_layers=1, embed_dim=D, block_size=8, block=block(gpt_block(H))), **dt),

@@ -49,7 +49,7 @@ def _setup() -> tuple:
     """Mesh, initial state (host copy), shardings and jitted steps — built once per process."""
     mesh = make_mesh(data=2, devices=jax.devices()[:2])
     tx, schedule = make_optimizer(OptimizerConfig(
-        "adamw", 3e-2, schedule="warmup_cosine", warmup_steps=3, steps=STEPS,
+        name="adamw", learning_rate=3e-2, schedule="warmup_cosine", warmup_steps=3, steps=STEPS,
         weight_decay=0.01, clip_norm=1.0,
     ))
     # Random parameters drawn with numpy in the model's layout (no init compile).

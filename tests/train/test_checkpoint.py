@@ -26,7 +26,7 @@ def _state(hidden=3, step=0, seed=0, carry=None):
         "head": {"kernel": rng.normal(size=(hidden, 5)).astype(np.float32),
                  "bias": rng.normal(size=(5,)).astype(np.float32)},
     }
-    tx, _ = make_optimizer(OptimizerConfig("adamw", weight_decay=0.1, clip_norm=1.0))
+    tx, _ = make_optimizer(OptimizerConfig(name="adamw", weight_decay=0.1, clip_norm=1.0))
     s = TrainState.create(jax.tree_util.tree_map(jnp.asarray, params), tx,
                           jax.random.PRNGKey(seed), carry=carry)
     # Non-trivial optimiser state: Adam moments filled with random values.
@@ -131,7 +131,7 @@ def test_mismatch_is_a_clear_error(tmp_path):
         with pytest.raises(CheckpointMismatchError, match=shapes):
             c.restore(_state(hidden=4))
         other = _state()
-        tx, _ = make_optimizer(OptimizerConfig("sgd"))
+        tx, _ = make_optimizer(OptimizerConfig(name="sgd"))
         with pytest.raises(CheckpointMismatchError, match="optimizer"):
             c.restore(TrainState.create(other.params, tx, other.rng))
     with pytest.raises(CheckpointMismatchError, match="differ"):

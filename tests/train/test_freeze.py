@@ -34,7 +34,7 @@ def _bits(x):
 def test_frozen_leaves_bit_identical_and_trainable_follow_the_optimizer(trainable):
     """Frozen leaves never change (bitwise) through AdamW + weight decay + clipping; the
     trainable ones follow exactly the same optimiser run on the trainable subtree alone."""
-    cfg = OptimizerConfig("adamw", learning_rate=0.05, weight_decay=0.3, clip_norm=0.5)
+    cfg = OptimizerConfig(name="adamw", learning_rate=0.05, weight_decay=0.3, clip_norm=0.5)
     tx, _ = make_optimizer(cfg, trainable=trainable)
     ref_tx, _ = make_optimizer(cfg)
     params = _params()

@@ -130,7 +130,7 @@ def test_rnn_time_loop_has_no_collectives(cell, mesh, strategy):
                                          cell_type=cell))
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
     par = Parallel.create(mesh, strategy, min_fsdp_size=0)
-    tx, _ = make_optimizer(OptimizerConfig("adamw", 1e-3))
+    tx, _ = make_optimizer(OptimizerConfig(name="adamw", learning_rate=1e-3))
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
     assert any(not x.sharding.is_fully_replicated
                for x in jax.tree_util.tree_leaves(state.params))
@@ -152,7 +152,7 @@ def test_fsdp_transformer_step_keeps_activations_batch_split(scan):
     model = _gpt(scan)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, T), jnp.int32))["params"]
     par = Parallel.create("data=2,fsdp=4", "fsdp", min_fsdp_size=0)
-    tx, _ = make_optimizer(OptimizerConfig("adamw", 1e-3))
+    tx, _ = make_optimizer(OptimizerConfig(name="adamw", learning_rate=1e-3))
     state = par.shard_state(TrainState.create(params, tx, jax.random.PRNGKey(1)))
     step = par.train_step(make_lm_loss(flax_apply_fn(model)))
     batch = par.place({"inputs": np.zeros((8, T), np.int32), "targets": np.ones((8, T), np.int32)})

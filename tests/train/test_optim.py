@@ -49,7 +49,7 @@ def test_inverse_sqrt_is_vaswani():
 
 def test_config_errors():
     with pytest.raises(ValueError, match="`name`"):
-        OptimizerConfig("lamb")
+        OptimizerConfig(name="lamb")
     with pytest.raises(ValueError, match="`steps`"):
         OptimizerConfig(schedule="warmup_cosine", warmup_steps=10)
 
@@ -78,7 +78,7 @@ def test_decay_mask_skips_biases_norms_embeddings():
     assert cell["recurrent_kernel"] is True and cell["input"]["bias"] is False
     assert m["head"] == {"kernel": True, "bias": False}
     # adamw applies decay exactly where the mask says: zero gradients, one step.
-    tx, _ = make_optimizer(OptimizerConfig("adamw", learning_rate=0.5, weight_decay=0.1))
+    tx, _ = make_optimizer(OptimizerConfig(name="adamw", learning_rate=0.5, weight_decay=0.1))
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     updates, _ = jax.jit(tx.update)(zeros, tx.init(params), params)
     for u, keep in zip(jax.tree_util.tree_leaves(updates), jax.tree_util.tree_leaves(m)):
@@ -87,7 +87,7 @@ def test_decay_mask_skips_biases_norms_embeddings():
 
 def test_clipping_is_the_slides_rule():
     # g <- η g / ||g|| if ||g|| > η, else g (keeps the direction).
-    tx, _ = make_optimizer(OptimizerConfig("sgd", learning_rate=1.0, clip_norm=1.0))
+    tx, _ = make_optimizer(OptimizerConfig(name="sgd", learning_rate=1.0, clip_norm=1.0))
     p = {"a": jnp.zeros(2), "b": jnp.zeros(())}
     big = {"a": jnp.array([3.0, 0.0]), "b": jnp.array(4.0)}
     update = jax.jit(tx.update)
@@ -120,7 +120,8 @@ def test_flat_optimizer_is_the_same_optimiser_with_fewer_leaves(name, extra):
               "norm": {"scale": jnp.ones((4,), jnp.float32)}}
     results = {}
     for flat in (False, True):
-        tx, _ = make_optimizer(OptimizerConfig(name, 0.05, flat_optimizer=flat, **extra))
+        tx, _ = make_optimizer(OptimizerConfig(name=name, learning_rate=0.05, flat_optimizer=flat,
+                                               **extra))
         p, state = params, tx.init(params)
         for i in range(5):
             g = jax.tree_util.tree_map(lambda x, i=i: jnp.sin(x * (i + 1)), p)
@@ -156,7 +157,7 @@ def test_muon_is_the_numpy_reference_per_group():
               "down": {"kernel": rng.normal(size=(5, 3))},
               "token_embed": {"embedding": rng.normal(size=(7, 3))}}
     params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
-    cfg = OptimizerConfig("muon", 0.02, weight_decay=0.1, ns_steps=4,
+    cfg = OptimizerConfig(name="muon", learning_rate=0.02, weight_decay=0.1, ns_steps=4,
                           group_learning_rates=(("embed", 0.3), ("scalar", 0.01)), beta2=0.95)
     tx, _ = make_optimizer(cfg)
     state, p = tx.init(params), params
@@ -210,7 +211,7 @@ def test_muon_groups_and_a_scanned_stack_is_its_layers():
     dims = muon_dimension_numbers(stacked)["decoder"]["layers"]["self_attn"]
     assert tuple(dims["query"]["kernel"]) == (1, (2, 3))
     assert tuple(dims["out"]["kernel"]) == ((1, 2), 3)
-    tx, _ = make_optimizer(OptimizerConfig("muon", 0.02))
+    tx, _ = make_optimizer(OptimizerConfig(name="muon", learning_rate=0.02))
     ups = {}
     for name, params in (("unrolled", unrolled), ("stacked", stacked)):
         params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
@@ -234,8 +235,8 @@ def test_muon_flat_optimizer_is_the_same_update_with_fewer_leaves():
               "embed": {"embedding": jnp.asarray(rng.normal(size=(5, 4)), jnp.float32)}}
     out = {}
     for flat in (False, True):
-        tx, _ = make_optimizer(OptimizerConfig("muon", 0.02, weight_decay=0.1, clip_norm=1.0,
-                                               flat_optimizer=flat))
+        tx, _ = make_optimizer(OptimizerConfig(name="muon", learning_rate=0.02, weight_decay=0.1,
+                                               clip_norm=1.0, flat_optimizer=flat))
         p, state = params, tx.init(params)
         for i in range(4):
             updates, state = tx.update(jax.tree_util.tree_map(lambda x, i=i: jnp.sin(x * (i + 1)),
@@ -257,13 +258,13 @@ def test_muon_flat_optimizer_is_the_same_update_with_fewer_leaves():
 ])
 def test_muon_config_errors(kw, match):
     with pytest.raises(ValueError, match=match):
-        OptimizerConfig("muon", 0.02, **kw)
+        OptimizerConfig(name="muon", learning_rate=0.02, **kw)
 
 
 def test_muon_options_refused_by_other_optimizers_and_no_matrix_refused():
     with pytest.raises(ValueError, match="ns_steps.*'muon'"):
-        OptimizerConfig("adamw", 1e-3, ns_steps=3)
-    tx, _ = make_optimizer(OptimizerConfig("muon", 0.02))
+        OptimizerConfig(name="adamw", learning_rate=1e-3, ns_steps=3)
+    tx, _ = make_optimizer(OptimizerConfig(name="muon", learning_rate=0.02))
     with pytest.raises(ValueError, match="no matrix to orthogonalise"):
         tx.init({"embed": {"embedding": jnp.ones((4, 2))}, "norm": {"scale": jnp.ones(2)}})
 

@@ -46,7 +46,7 @@ class MlpLM(nn.Module):
 
 
 MODEL = MlpLM()
-OPT = OptimizerConfig("adamw", 0.05, weight_decay=0.1, clip_norm=1.0)
+OPT = OptimizerConfig(name="adamw", learning_rate=0.05, weight_decay=0.1, clip_norm=1.0)
 
 
 def _batches(n=2, seed=0):
@@ -140,7 +140,7 @@ def test_fsdp_and_tensor_parallel_with_remat_equal_replicated():
                                            ("data=2,fsdp=2,model=2", "fsdp+tensor")])
 def test_muon_sharded_step_equals_single_device(mesh, strategy):
     """Muon's Newton–Schulz on matrices split over fsdp/model devices: the same step."""
-    opt = OptimizerConfig("muon", 0.02, weight_decay=0.1, clip_norm=1.0,
+    opt = OptimizerConfig(name="muon", learning_rate=0.02, weight_decay=0.1, clip_norm=1.0,
                           group_learning_rates=(("embed", 0.05), ("head", 0.01)))
     ref, lref = _reference(MODEL, opt)
     mesh = make_mesh(**{k: int(v) for k, v in (x.split("=") for x in mesh.split(","))})
