@@ -246,15 +246,18 @@ def retired_flags(**replacements: str) -> Callable[[F], F]:
     return _refusing(lambda where, kwargs: refuse_retired(where, kwargs, replacements))
 
 
-def renamed_keywords(**renames: str) -> Callable[[F], F]:
+def renamed_keywords(notes: dict[str, str] | None = None, /, **renames: str
+                     ) -> Callable[[F], F]:
     """Decorate a function or method so that a keyword's old spelling is a ``TypeError``
     naming its new one (``renames``: old -> new) rather than Python's "unexpected keyword
-    argument"."""
+    argument"; ``notes`` (old -> text) adds what else changed, e.g. the value's meaning."""
 
     def check(where: str, kwargs: Any) -> None:
         for old, new in renames.items():
             if old in kwargs:
-                raise TypeError(f"{where}: `{old}` is renamed `{new}`.")
+                note = (notes or {}).get(old)
+                raise TypeError(f"{where}: `{old}` is renamed `{new}`" + (
+                    f" ({note})." if note else "."))
 
     return _refusing(check)
 

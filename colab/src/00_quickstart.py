@@ -180,8 +180,8 @@ plt.show()
 #
 # `seqjax.decoding.sample` runs the whole generation loop inside one `jax.jit`
 # with a KV cache per layer: temperature 0.8 and the 20 most probable characters
-# (Bishop (12.35)). With learned positions the model sees at most `max_len`
-# characters, so it writes `max_len - 1` after the one-character prompt.
+# (Bishop (12.35)). With learned positions the model sees at most `block_size`
+# characters, so it writes `block_size - 1` after the one-character prompt.
 # `par.gather` copies the (possibly sharded) trained parameters to the host.
 
 # %%

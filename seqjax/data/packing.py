@@ -40,6 +40,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from seqjax._checks import renamed_keywords
+
 __all__ = ["LOSS_ON", "pack_pair", "pack_pairs"]
 
 LOSS_ON = ("all", "target")
@@ -80,6 +82,8 @@ def pack_pair(
     return head + src_ids + [int(delimiter_id)] + tgt_ids + tail
 
 
+@renamed_keywords({"max_len": "the inputs' width, one less than the string's length max_len"},
+                  max_len="block_size")
 def pack_pairs(
     srcs: Sequence[Sequence[int]],
     tgts: Sequence[Sequence[int]],
@@ -89,7 +93,7 @@ def pack_pairs(
     bos_id: int | None = None,
     eos_id: int | None = None,
     pad_id: int = 0,
-    max_len: int | None = None,
+    block_size: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Pack pairs into a causal-LM batch (see the module docstring).
 
@@ -99,8 +103,9 @@ def pack_pairs(
         loss_on: ``"all"`` (J&M: the whole string) or ``"target"`` (only the summary).
         bos_id, eos_id: optional tokens before ``x`` and after ``y``.
         pad_id: fills the rows on the right.
-        max_len: pad the *strings* to this length (inputs are one shorter); a longer
-            string is an error. Default: the longest string.
+        block_size: the width of ``inputs`` and ``targets``, as a model's context length:
+            the strings are padded to ``block_size + 1`` tokens; a longer string is an
+            error. Default: the longest string's length less one.
 
     Returns:
         ``inputs``, ``targets`` (int32 ``[N, L-1]``: the string without its last / first
@@ -123,11 +128,14 @@ def pack_pairs(
         except ValueError as e:
             raise ValueError(f"pair {i}: {e}") from None
         prompts.append(len(x) + 1 + (bos_id is not None))
+    if block_size is not None and not block_size >= 1:
+        raise ValueError(f"`block_size` must be >= 1; got {block_size}.")
     longest = max(len(s) for s in strings)
-    width = longest if max_len is None else int(max_len)
+    width = longest if block_size is None else int(block_size) + 1
     if width < longest:
         i = int(np.argmax([len(s) for s in strings]))
-        raise ValueError(f"`max_len` is {width} but pair {i} packs to {longest} tokens.")
+        raise ValueError(f"`block_size` is {width - 1} but pair {i} packs to {longest} tokens "
+                         f"(block_size + 1 = {width} at most).")
     if width < 2:
         raise ValueError(f"a packed string needs at least 2 tokens to predict one; got {width}.")
     seq = np.full((len(strings), width), pad_id, np.int32)

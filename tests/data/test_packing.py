@@ -29,7 +29,9 @@ def test_packing_by_hand():
     assert t["loss_mask"].astype(int).tolist() == [[0, 0, 0, 0, 1, 1, 1],
                                                    [0, 0, 1, 1, 1, 1, 0]]
     np.testing.assert_array_equal(t["targets"][t["loss_mask"]], [8, 9, 2, 10, 11, 12, 2])
-    assert pack_pairs([[5]], [[6]], DELIM, max_len=5)["inputs"].shape == (1, 4)
+    assert pack_pairs([[5]], [[6]], DELIM, block_size=4)["inputs"].shape == (1, 4)
+    with pytest.raises(TypeError, match="`max_len` is renamed `block_size` \\(the inputs' width"):
+        pack_pairs([[5]], [[6]], DELIM, max_len=5)
 
 
 def test_packing_errors_name_the_argument():
@@ -37,8 +39,8 @@ def test_packing_errors_name_the_argument():
         pack_pairs([[5, DELIM]], [[6]], DELIM)
     with pytest.raises(ValueError, match="loss_on"):
         pack_pairs([[5]], [[6]], DELIM, loss_on="source")
-    with pytest.raises(ValueError, match="max_len"):
-        pack_pairs([[5, 6, 7]], [[6]], DELIM, max_len=3)
+    with pytest.raises(ValueError, match=r"`block_size` is 2 but pair 0 packs to 5 tokens"):
+        pack_pairs([[5, 6, 7]], [[6]], DELIM, block_size=2)
     with pytest.raises(ValueError, match="same length"):
         pack_pairs([[5]], [], DELIM)
     with pytest.raises(ValueError, match="negative"):
@@ -64,7 +66,7 @@ def test_pretrain_then_fine_tune_on_packed_summaries():
     rng = np.random.default_rng(1)
     steps, batch = 120, 16
     model = TransformerLM(TransformerLMConfig(vocab_size=V, num_layers=1, embed_dim=32,
-                                              max_len=16, block=gpt_block(2)))
+                                              block_size=16, block=gpt_block(2)))
 
     def lm_loss(p, b):
         logits = model.apply({"params": p}, b["inputs"])

@@ -112,7 +112,7 @@ def test_lengths_read_once_per_model_call_and_layers_still_check(monkeypatch, fa
     lengths = jnp.array([5, 2, 0])
     if family == "gpt":
         model = TransformerLM(TransformerLMConfig(vocab_size=7, num_layers=3, embed_dim=8,
-                                                  max_len=8, block=gpt_block(2)))
+                                                  block_size=8, block=gpt_block(2)))
         layer = MultiHeadAttention(num_heads=2)
     else:
         model = RNNClassifier(RNNClassifierConfig(vocab_size=7, num_classes=2, embed_dim=4,
