@@ -675,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
                                 *(["--smoke"] if smoke else []), *data], left, log)
                 results[part] = parse_json_line(out, part.upper()) if rc == 0 else None
             elif part == "startup":
-                opts = ["--smoke"] if smoke else ["--steps", "100", "--skip-gpt2"]
+                opts = ["--smoke"] if smoke else ["--steps", "100", "--skip-gpt2", *data]
                 rc, out = _run([py, "-m", "benchmarks", "startup", *opts], left, log)
                 results[part] = parse_startup(out) if rc == 0 else None
             elif part == "profile":

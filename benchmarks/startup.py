@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave out the GPT-2 row (benchmarks gpu times its compile elsewhere)")
     ap.add_argument("--smoke", action="store_true", help="char_lm --smoke only (CI)")
     ap.add_argument("--out", default=None, help="also write the markdown here")
+    ap.add_argument("--data_path", default=None,
+                    help="Tiny Shakespeare for char_lm (default: its own search)")
     ap.add_argument("--child-gpt2", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child_gpt2 is not None:
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
     accelerator = jax.default_backend() != "cpu"
     steps = [f"--steps={args.steps}"]
+    if args.data_path:
+        steps.append(f"--data_path={args.data_path}")
     workloads: list[tuple[str, Any]] = []
     if args.smoke:
         workloads.append(("char_lm --smoke", lambda c, w: char_lm_once(["--smoke"], c, w)))

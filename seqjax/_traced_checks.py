@@ -33,14 +33,21 @@ policy:
    errors=checkify.user_checks)`` and raises the first failed check as a
    ``JaxRuntimeError``; it works on jitted functions (``seqjax.checked(jax.jit(step))``).
 
-Why ``debug_check`` and no switch read at trace time: a plain ``checkify.check`` cannot
-be staged outside ``checkify`` (``jit`` fails with "Cannot abstractly evaluate a
-checkify.check which was not functionalized"), while ``debug_check`` is the same check,
-compiled to nothing unless the program is functionalized by ``checkify``. So one traced
-program serves both modes: no flag, nothing in ``jit``'s cache keys, no host callbacks.
-Each check is staged through a jitted helper, so a model traced twice in one process is the
-same program (checkify's check numbers are constants of it) and the persistent compilation
-cache finds it the second time.
+Why a switch in JAX's trace context: a check staged into a program is an effect
+(checkify's ``ErrorEffect``), and a program with an effect leaves ``jit``'s C++ fast path
+and runs with runtime tokens: every call of a GPT-2 train step then cost a millisecond of
+host time on a CPU and its device step grew by a fifth on an H200 (``benchmarks/README.md``,
+"The traced checks' switch"). So the checks are staged only while :func:`checked` traces:
+it turns on ``seqjax_traced_checks``, a JAX configuration state that is part of the trace
+context, so ``jit`` keys its cache on it and a function traced before without checks is
+traced again with them (``checked(jax.jit(step))`` after ``jax.jit(step)`` ran). A plain
+``jit`` stages no check: its program has no effect and no host callback. Each check goes
+through ``checkify.debug_check`` (a plain ``checkify.check`` cannot be staged under an
+enclosing ``jit``: "Cannot abstractly evaluate a checkify.check which was not
+functionalized") and a jitted helper, so a model traced twice in one process is the same
+program (checkify's check numbers are constants of it) and the persistent compilation cache
+finds it the second time. Should a JAX release lack that state, the checks are always
+staged, as before the switch (correct, and slower to dispatch).
 
 Cost on the happy path: the NaN rows come from the gather's fill mode (the same gather as
 before) or a ``where`` XLA fuses into the neighbouring elementwise work; the predicates
@@ -68,8 +75,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -82,6 +90,36 @@ __all__ = [
     "checked", "poison", "poison_bad_ids", "poison_bad_lengths", "record", "record_range",
     "record_vocab_ids", "valid_ids",
 ]
+
+
+def _define_switch() -> Any:
+    """The ``seqjax_traced_checks`` state (see the module docstring); ``None`` where this
+    JAX has no trace-context states (then every traced check is staged)."""
+    try:
+        from jax._src import config as jax_config
+
+        return jax_config.bool_state(
+            "seqjax_traced_checks", False,
+            help="Stage seqjax's traced value checks (seqjax.checked turns it on).",
+            include_in_trace_context=True)
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+
+_SWITCH = _define_switch()
+
+
+def _staging() -> bool:
+    return _SWITCH is None or bool(_SWITCH.value)
+
+
+@contextlib.contextmanager
+def _checks_on() -> Iterator[None]:
+    if _SWITCH is None:
+        yield
+        return
+    with _SWITCH(True):
+        yield
 
 
 def _traced(*xs: Any) -> bool:
@@ -97,10 +135,10 @@ def record(ok: Any, msg: str, **values: Array) -> None:
     """Record ``all(ok)`` as a checkify check with ``msg`` (a ``str.format`` template over
     ``values``, arrays read at run time).
 
-    Compiled to nothing unless the program runs under ``checkify`` (:func:`checked`); a
-    no-op when ``ok`` is concrete (the host check already ran and raised).
+    Staged only while :func:`checked` traces (nothing in a plain ``jit``); a no-op when
+    ``ok`` is concrete (the host check already ran and raised).
     """
-    if not _traced(ok):
+    if not _traced(ok) or not _staging():
         return
     _debug_check(jnp.all(ok), values, msg=msg)
 
@@ -117,7 +155,7 @@ def _debug_check(pred: Array, values: dict[str, Array], msg: str) -> None:
 
 def record_range(x: Array, name: str, low: int, high: int) -> None:
     """The traced twin of :func:`seqjax._checks.check_range`: every value in ``[low, high]``."""
-    if not _traced(x) or x.size == 0:
+    if not _traced(x) or x.size == 0 or not _staging():
         return
     record(
         (x >= low) & (x <= high),
@@ -134,7 +172,8 @@ def valid_ids(ids: Array, vocab_size: int) -> Array:
 def record_vocab_ids(ids: Array, name: str, vocab_size: int, mask: Any = None) -> None:
     """The traced twin of :func:`seqjax._checks.check_vocab_ids`: ids in ``[0, vocab_size)``
     (where ``mask`` is True, if given)."""
-    if not _traced(ids, mask) or ids.size == 0 or not jnp.issubdtype(ids.dtype, jnp.integer):
+    if (not _traced(ids, mask) or ids.size == 0 or not jnp.issubdtype(ids.dtype, jnp.integer)
+            or not _staging()):
         return
     ok = valid_ids(ids, vocab_size)
     where = ""
@@ -195,7 +234,8 @@ def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
     (see the module docstring).
 
     Call it outside ``jit`` on a jitted (or plain) function: ``seqjax.checked(jax.jit(step))``
-    compiles once and keeps ``step``'s donation; each call still traces the small
+    compiles once (a program of its own: a plain call of ``step`` stages no check) and keeps
+    ``step``'s donation; each call still traces the small
     checkify wrapper in Python (about 3 ms on a CPU), a price for a debugging run. Called
     inside a traced function it hands its checks on to an enclosing ``checked``/``checkify``
     (under a bare ``jax.jit`` that fails to lower: put ``checked`` outside the ``jit``).
@@ -219,7 +259,8 @@ def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        err, out = checkified(*args, **kwargs)
+        with _checks_on():  # traced here with the checks staged (a separate jit cache key)
+            err, out = checkified(*args, **kwargs)
         checkify.check_error(err)  # raises here; traced: re-raised by the enclosing checkify
         return out
 
