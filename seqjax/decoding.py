@@ -67,6 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax._checks import check_count_or_off
 from seqjax.models._common import check_prompt
 
 Array = jax.Array
@@ -156,8 +157,8 @@ def process_logits(
     logits_BxV: Array,
     *,
     temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> Array:
     r"""Temperature, top-k and top-p (nucleus) filtering of next-token logits.
 
@@ -166,6 +167,7 @@ def process_logits(
     ``-inf``, then every token outside the nucleus — the smallest set of most
     probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2019) —
     set to ``-inf``. Tokens tied with the k-th largest logit are kept. float32.
+    ``top_k=0`` keeps every token (no top-k), as does ``top_p=1`` (no nucleus).
 
     Shapes: ``logits_BxV -> logits_BxV``.
 
@@ -176,17 +178,13 @@ def process_logits(
     """
     if temperature <= 0:
         raise ValueError(f"`temperature` must be > 0 here (0 means greedy); got {temperature}.")
+    top_k, top_p = _filters(top_k, top_p, "process_logits")
     logits_BxV = logits_BxV.astype(jnp.float32) / temperature
     vocab = logits_BxV.shape[-1]
-    if top_k is not None:
-        if not 1 <= top_k:
-            raise ValueError(f"`top_k` must be >= 1; got {top_k}.")
-        k = min(int(top_k), vocab)
-        kth_Bx1 = jax.lax.top_k(logits_BxV, k)[0][..., -1:]
+    if top_k:
+        kth_Bx1 = jax.lax.top_k(logits_BxV, min(top_k, vocab))[0][..., -1:]
         logits_BxV = jnp.where(logits_BxV < kth_Bx1, -jnp.inf, logits_BxV)
-    if top_p is not None:
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
+    if top_p < 1.0:
         sorted_BxV = jnp.sort(logits_BxV, axis=-1)[..., ::-1]
         probs_BxV = jax.nn.softmax(sorted_BxV, axis=-1)
         mass_before_BxV = jnp.cumsum(probs_BxV, axis=-1) - probs_BxV
@@ -194,6 +192,18 @@ def process_logits(
         cutoff_Bx1 = jnp.min(jnp.where(keep_BxV, sorted_BxV, jnp.inf), axis=-1, keepdims=True)
         logits_BxV = jnp.where(logits_BxV < cutoff_Bx1, -jnp.inf, logits_BxV)
     return logits_BxV
+
+
+def _filters(top_k: Any, top_p: Any, owner: str) -> tuple[int, float]:
+    """``(top_k, top_p)`` checked: an int >= 0 (0: no top-k) and a float in (0, 1] (1: no
+    nucleus); ``None``, their old spelling of off, is a ``TypeError`` naming 0 and 1."""
+    top_k = check_count_or_off(top_k, "top_k", owner, "every token, no top-k")
+    if top_p is None:
+        raise TypeError(f"`top_p=None` of {owner} is spelled `top_p=1.0` (1: every token, "
+                        "no nucleus).")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"`top_p` of {owner} must be in (0, 1] (1: no nucleus); got {top_p!r}.")
+    return top_k, float(top_p)
 
 
 # --------------------------------------------------------------------------- shared set-up
@@ -277,8 +287,8 @@ def _sample_loop(
     eos_id: int | None,
     pad_id: int,
     temperature: float,
-    top_k: int | None,
-    top_p: float | None,
+    top_k: int,
+    top_p: float,
 ) -> DecodeOutput:
     batch = prompt_BxT.shape[0]
     state, first_B = _init(model, params, prompt_BxT, lengths_B, max_new_tokens, inputs)
@@ -354,8 +364,8 @@ def greedy_search(
         eos_id=eos_id,
         pad_id=pad_id,
         temperature=0.0,
-        top_k=None,
-        top_p=None,
+        top_k=0,
+        top_p=1.0,
     )
 
 
@@ -368,8 +378,8 @@ def _sample_args(
     key: Array,
     max_new_tokens: int,
     temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
     eos_id: int | None = None,
     pad_id: int = 0,
     inputs: dict | None = None,
@@ -377,10 +387,7 @@ def _sample_args(
     """The checked arguments of :func:`_sample_loop` for :func:`sample`'s."""
     if temperature < 0:
         raise ValueError(f"`temperature` must be >= 0; got {temperature}.")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"`top_k` must be >= 1; got {top_k}.")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"`top_p` must be in (0, 1]; got {top_p}.")
+    top_k, top_p = _filters(top_k, top_p, "sample")
     prompt_BxT, lengths_B = _check_prompt(
         model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
     )
@@ -390,8 +397,8 @@ def _sample_args(
         eos_id=eos_id,
         pad_id=pad_id,
         temperature=float(temperature),
-        top_k=None if top_k is None else int(top_k),
-        top_p=None if top_p is None else float(top_p),
+        top_k=top_k,
+        top_p=top_p,
     )
 
 
@@ -404,8 +411,8 @@ def sample(
     key: Array,
     max_new_tokens: int,
     temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
     eos_id: int | None = None,
     pad_id: int = 0,
     inputs: dict | None = None,

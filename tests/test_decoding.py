@@ -1,6 +1,7 @@
 """Decoding: greedy, sampling (temperature, top-k, top-p), beam search (Bishop §12.3.2)."""
 
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -218,16 +219,16 @@ def test_lower_sample_compiles_the_program_sample_then_runs(monkeypatch):
 
 
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
-@pytest.mark.parametrize("top_k", [None, 2])
-@pytest.mark.parametrize("top_p", [None, 0.3, 0.9])
+@pytest.mark.parametrize("top_k", [0, 2])
+@pytest.mark.parametrize("top_p", [1.0, 0.3, 0.9])
 def test_process_logits_matches_numpy(temperature, top_k, top_p):
     p = np.array([0.05, 0.4, 0.15, 0.3, 0.1])
     q = p ** (1 / temperature)
     q = q / q.sum()
     keep = np.ones(5, bool)
-    if top_k is not None:
+    if top_k:
         keep &= q >= np.sort(q)[::-1][top_k - 1]
-    if top_p is not None:
+    if top_p < 1.0:
         r = np.where(keep, q, 0) / np.where(keep, q, 0).sum()
         order = np.argsort(-r)
         before = np.cumsum(r[order]) - r[order]
@@ -274,6 +275,16 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="top_p"):
         sample(BIGRAM, params, jnp.zeros((1, 1), jnp.int32), key=jax.random.PRNGKey(0),
                top_p=0.0, max_new_tokens=2)
+    with pytest.raises(ValueError, match="top_k"):
+        sample(BIGRAM, params, jnp.zeros((1, 1), jnp.int32), key=jax.random.PRNGKey(0),
+               top_k=-1, max_new_tokens=2)
+    # Off is 0 for top_k (every token) and 1 for top_p; None, the old spelling, names them.
+    for name, new in (("top_k", "top_k=0"), ("top_p", "top_p=1.0")):
+        with pytest.raises(TypeError, match=re.escape(new)):
+            sample(BIGRAM, params, jnp.zeros((1, 1), jnp.int32), key=jax.random.PRNGKey(0),
+                   max_new_tokens=2, **{name: None})
+        with pytest.raises(TypeError, match=re.escape(new)):
+            process_logits(jnp.zeros((1, 4)), **{name: None})
     with pytest.raises(ValueError, match="key"):
         generate(BIGRAM, params, jnp.zeros((1, 1), jnp.int32), max_new_tokens=2, method="sample")
     with pytest.raises(ValueError, match="method"):

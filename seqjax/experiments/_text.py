@@ -119,17 +119,17 @@ def lm_decoder(model: Any, block_size: int) -> Any:
 
 
 def sampling(model: Any, block_size: int, prompt_ids: list[int], *, max_new_tokens: int,
-             temperature: float, top_k: int | None, seed: int) -> tuple[Any, jax.Array, dict]:
+             temperature: float, top_k: int, seed: int) -> tuple[Any, jax.Array, dict]:
     """``(decoder, prompt [1, T], sample's options)`` that continue ``prompt_ids``: a
     transformer keeps the prompt's last ``block_size + 1`` ids (nanoGPT's crop), an RNN all;
-    greedy (no top-k) at temperature 0."""
+    greedy (no top-k) at temperature 0; ``top_k=0``: every token."""
     if not prompt_ids:
         raise ValueError("`prompt` must hold at least one token.")
     if isinstance(model, TransformerLM):
         prompt_ids = prompt_ids[-(block_size + 1):]
     return lm_decoder(model, block_size), jnp.asarray([prompt_ids], jnp.int32), dict(
         key=jax.random.PRNGKey(seed), max_new_tokens=max_new_tokens, temperature=temperature,
-        top_k=top_k if temperature > 0 else None)
+        top_k=top_k if temperature > 0 else 0)
 
 
 def sample_ids(model: Any, params: Any, block_size: int, prompt_ids: list[int],

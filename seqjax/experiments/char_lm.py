@@ -140,7 +140,7 @@ class Config(TrainOptions, ParallelOptions):
         sample_tokens: tokens (characters) sampled at the end (prompt: a newline); 0 = no
             sample; gpt2's option of the same name.
         sample_temperature: sampling temperature.
-        sample_top_k: sampling keeps the k most likely characters.
+        sample_top_k: sampling keeps the k most likely characters (0: every one).
         max_chars: use only the corpus's first N characters (0 = all; smoke runs).
         data_path: the corpus file or its folder; unset = ``$SEQJAX_DATA_DIR``, the user
             cache, a download, ``shared/data`` (``seqjax.data.corpora``).
@@ -177,7 +177,7 @@ class Config(TrainOptions, ParallelOptions):
     full_val: bool = True
     sample_tokens: NonNegInt = 500
     sample_temperature: NonNegFloat = 0.8
-    sample_top_k: PosInt = 200
+    sample_top_k: NonNegInt = 200
     max_chars: NonNegInt = 0
     data_path: str | None = None
     seed: int = 1337

@@ -165,7 +165,7 @@ class Config(TrainOptions, ParallelOptions):
             loss.
         task_items: items scored of HellaSwag and of each task (0 = all).
         sample_tokens: tokens sampled at the end from the end-of-text token (0 = none).
-        sample_temperature, sample_top_k: the sample's temperature and top-k.
+        sample_temperature, sample_top_k: the sample's temperature and top-k (0: every token).
         seed: initialisation and the windows of every step.
         checkpoint_every: steps between checkpoints (also at the end).
         steps_per_call: steps per jitted call.
@@ -220,7 +220,7 @@ class Config(TrainOptions, ParallelOptions):
     task_items: NonNegInt = 0
     sample_tokens: NonNegInt = 64
     sample_temperature: NonNegFloat = 1.0
-    sample_top_k: PosInt = 50
+    sample_top_k: NonNegInt = 50
     seed: int = 1337
     checkpoint_every: NonNegInt = 1000
     steps_per_call: PosInt = 1

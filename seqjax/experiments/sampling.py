@@ -184,8 +184,8 @@ def decode(decoder: Any, params: Any, prompts: jax.Array, name: str, n: int,
         out = beam_search(decoder, params, prompts, max_new_tokens=n, **args)
         return np.asarray(out.tokens[:, 0])
     return np.asarray(sample(decoder, params, prompts, key=key, max_new_tokens=n,
-                             temperature=args.get("temperature", 1.0), top_k=args.get("top_k"),
-                             top_p=args.get("top_p")).tokens)
+                             temperature=args.get("temperature", 1.0), top_k=args.get("top_k", 0),
+                             top_p=args.get("top_p", 1.0)).tokens)
 
 
 # ----------------------------------------------------------------------------- metrics

@@ -130,7 +130,7 @@ def test_window_decoder_matches_nanogpt_cropping():
     model = char_lm.build_model(cfg, 11)
     params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 4), jnp.int32))["params"]
     got = sample_ids(model, params, cfg.block_size, [1, 2, 3, 4], max_new_tokens=5,
-                     temperature=0.0, top_k=None, seed=0)
+                     temperature=0.0, top_k=0, seed=0)
     apply = jax.jit(model.apply)
     seq = [1, 2, 3, 4]
     for _ in range(5):  # nanoGPT: crop the context to the last block_size tokens
