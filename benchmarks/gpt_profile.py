@@ -129,7 +129,7 @@ def seqjax_profile(shape: gpt.GPTShape, compute_dtype: str, calls: int,
             continue
         groups[group_of(*info[name], shape.vocab_size)] += e["dur"] / calls / 1e3
     return {"hlo": hlo, "groups": groups, "unmatched_ms": unmatched / calls / 1e3,
-            **program_facts(hlo, shape)}
+            "events": len(events), **program_facts(hlo, shape)}
 
 
 def torch_profile(shape: gpt.GPTShape, compute_dtype: str, calls: int,
@@ -202,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         parts += [
             f"The compiled step: buffers of the logits' size [{shape.tokens}, "
             f"{shape.vocab_size}] materialised: {logits}; attention kernels: {attention}."]
-        if not args.hlo_only:
+        if not args.hlo_only and not total:
+            parts += [f"seqjax (`jax.profiler`): no trace event matched an instruction of the "
+                      f"program ({prof['events']} events read; unmatched "
+                      f"{prof['unmatched_ms']:.2f} ms per step): unmeasured."]
+        elif not args.hlo_only:
             parts += ["seqjax (`jax.profiler`, ms per step by group):",
                       harness.markdown_table(["group", "ms / step", "share"], rows)]
     if "torch-nanogpt" in peers and harness.torch_available():

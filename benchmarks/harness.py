@@ -447,7 +447,9 @@ def emit_report(
 
 
 def trace_events(fn, args, calls: int) -> list[dict]:
-    """Complete events of a ``jax.profiler`` trace of ``calls`` calls of ``fn``."""
+    """Complete events of a ``jax.profiler`` trace of ``calls`` calls of ``fn``: from the
+    TensorBoard ``*.trace.json.gz``, else from the Perfetto trace (a JAX that writes only
+    ``.xplane.pb`` and the Perfetto file; on jax 0.11.2's GPU build the first gave none)."""
     import glob
     import gzip
     import json
@@ -457,18 +459,22 @@ def trace_events(fn, args, calls: int) -> list[dict]:
     import jax
 
     with tempfile.TemporaryDirectory() as logdir:
-        jax.profiler.start_trace(logdir)
+        jax.profiler.start_trace(logdir, create_perfetto_trace=True)
         try:
             for _ in range(calls):
                 jax.block_until_ready(fn(*args))
         finally:
             jax.profiler.stop_trace()
-        paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.trace.json.gz"))
-        if not paths:
-            return []
-        with gzip.open(paths[0]) as f:
-            trace = json.load(f)
-    return [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+        events: list[dict] = []
+        for pattern in ("*.trace.json.gz", "perfetto_trace.json.gz"):
+            for path in glob.glob(os.path.join(logdir, "plugins", "profile", "*", pattern)):
+                with gzip.open(path) as f:
+                    trace = json.load(f)
+                listed = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+                events = [e for e in listed if e.get("ph") == "X"]
+                if events:
+                    return events
+    return events
 
 
 def dot_names(hlo_text: str) -> set[str]:

@@ -117,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()  # as `seqjax train` does first thing (a no-op off the CPU)
     presets = (args.presets or ("smoke,modern_smoke" if args.smoke else "124m,modern")).split(",")
     repeats = args.repeats or (2 if args.smoke else 10)
-    rows = [measure(p, repeats, args.rows) for p in presets]
+    rows = []
+    for p in presets:  # each preset's line as soon as it is measured (a run cut short keeps it)
+        r = measure(p, repeats, args.rows)
+        rows.append(r)
+        print(f"muon_step: {r['preset']}: {r['step_ms']:.1f} ms/step, optimizer "
+              f"{100 * r['share']:.1f}% of it", flush=True)
     lines = ["| preset | optimizer | rows × accum | step ms | optimizer ms | optimizer share | "
              "tokens/s | MFU |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -127,9 +132,6 @@ def main(argv: list[str] | None = None) -> int:
                      f"{harness.format_rate(r['tokens_per_s'])} | {mfu} |")
     summary = f"Device: {rows[0]['device']}.\n\n" + "\n".join(lines)
     harness.emit_report("muon_step", "muon_step", argv, summary, [], out=args.out)
-    for r in rows:
-        print(f"muon_step: {r['preset']}: {r['step_ms']:.1f} ms/step, optimizer "
-              f"{100 * r['share']:.1f}% of it")
     return 0
 
 
