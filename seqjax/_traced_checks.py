@@ -35,23 +35,27 @@ policy:
 
 Why a switch in JAX's trace context: a check staged into a program is an effect
 (checkify's ``ErrorEffect``), and a program with an effect leaves ``jit``'s C++ fast path
-and runs with runtime tokens: every call of a GPT-2 train step then cost a millisecond of
-host time on a CPU and took the step from 30 to 37 ms on an H200 (``benchmarks/HISTORY.md``,
-"... the traced checks' switch"). So the checks are staged only while :func:`checked` traces:
-it turns on ``seqjax_traced_checks``, a JAX configuration state that is part of the trace
+and runs with runtime tokens. A 12-layer model's train step on a CPU then took 5.7 ms a call
+instead of 3.7, and GPT-2's step 37 ms instead of 30 on an H200 (``benchmarks/HISTORY.md``,
+"... the traced checks' switch"). So the checks are staged only while :func:`checked`
+traces: it turns on ``seqjax_traced_checks``, a JAX configuration state in the trace
 context, so ``jit`` keys its cache on it and a function traced before without checks is
 traced again with them (``checked(jax.jit(step))`` after ``jax.jit(step)`` ran). A plain
-``jit`` stages no check: its program has no effect and no host callback. Each check goes
-through ``checkify.debug_check`` (a plain ``checkify.check`` cannot be staged under an
-enclosing ``jit``: "Cannot abstractly evaluate a checkify.check which was not
-functionalized") and a jitted helper, so a model traced twice in one process is the same
-program (checkify's check numbers are constants of it) and the persistent compilation cache
-finds it the second time. Should a JAX release lack that state, the checks are always
-staged, as before the switch (correct, and slower to dispatch).
+``jit`` stages no check: its program has no effect and no host callback. Being a JAX
+option, the state also reads ``SEQJAX_TRACED_CHECKS=1`` from the environment, which stages
+the checks in every program as before (``seqjax train --checked`` is the switch to use).
+Should a JAX release lack such states, the checks are always staged: correct, and slower
+to dispatch.
+
+Each check goes through ``checkify.debug_check`` (a plain ``checkify.check`` cannot be
+staged under an enclosing ``jit``: "Cannot abstractly evaluate a checkify.check which was
+not functionalized") and a jitted helper, so a checked model traced twice in one process is
+the same program (checkify's check numbers are constants of it) and the persistent
+compilation cache finds it the second time.
 
 Cost on the happy path: the NaN rows come from the gather's fill mode (the same gather as
-before) or a ``where`` XLA fuses into the neighbouring elementwise work; the predicates
-and messages only feed the removed checks, so XLA drops them as dead code.
+before) or a ``where`` XLA fuses into the neighbouring elementwise work. Outside
+:func:`checked` the predicates and messages are not traced at all.
 
 Limitation (JAX's, not ours): a ``checkify`` check inside a ``lax.scan`` body that is
 differentiated (``jax.grad`` of a function containing the scan) is dropped by the scan's
