@@ -53,6 +53,7 @@ def test_an_invalid_id_makes_its_row_nan_and_checked_raises(kind, bad_id):
     m, v = bound(kind)
     f = jax.jit(m.apply)
     assert np.isfinite(jax.tree_util.tree_leaves(f(v, OK))[0]).all()
+    assert not jax.make_jaxpr(m.apply)(v, OK).effects  # no check staged outside `checked`
     assert_row_nan(f(v, bad_row(bad_id)))  # -1 no longer reads the last id
     assert_refused(f, v, bad_row(bad_id),
                    words=["`tokens`", f"[0, {V - 1}]", f"vocab_size={V}", str(bad_id)])
@@ -67,6 +68,7 @@ def test_encoder_decoders_poison_the_row_of_an_invalid_source_or_target_id(kind,
     f = jax.jit(m.apply)
     src, tgt = i32(2, 5), i32(2, 3)
     args = (bad_row(-1), tgt) if side == "src" else (src, bad_row(-1)[:, :3])
+    assert not jax.make_jaxpr(m.apply)(v, *args).effects
     assert_row_nan(f(v, *args))
     assert_refused(f, v, *args, words=[f"`{side}`", "-1"])
 
@@ -216,6 +218,7 @@ def test_attention_and_transformer_stacks_poison_the_row_of_a_bad_length(door):
     m, v = build()
     f = jax.jit(lambda v, n: call(m, v, n))
     assert np.isfinite(np.asarray(f(v, jnp.array([high, 1])))).all()
+    assert not jax.make_jaxpr(lambda v, n: call(m, v, n))(v, jnp.array([high, 1])).effects
     for bad in (high + 1, -1):  # never clipped: above T and below 0
         lengths = jnp.array([high, bad])
         assert_row_nan(f(v, lengths))
@@ -254,6 +257,7 @@ def test_kv_cache_overflow_poisons_the_row_and_checked_raises():
     write = jax.jit(lambda c, k, n: c.update(k, k, n))
     cache = write(cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 1]))
     full = write(cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 2]))
+    assert not jax.make_jaxpr(write)(cache, jnp.ones((2, 2, 1, 2)), jnp.array([2, 2])).effects
     assert full.overflow.tolist() == [1, 0]
     assert np.isnan(full.k[0, -1]).all() and np.isnan(full.v[0, -1]).all()
     assert np.isfinite(full.k[1]).all() and np.isfinite(full.k[0, :2]).all()

@@ -176,6 +176,8 @@ def test_a_jitted_train_step_reports_nan_for_a_bad_target(bad):
     mask = np.ones((B, T), bool)
     _, m = step(state, {"inputs": x, "targets": y, "mask": mask})
     assert np.isfinite(float(m["loss"]))
+    # No check staged outside `checked`: an effect would cost the step jit's fast path.
+    assert not jax.make_jaxpr(step)(state, {"inputs": x, "targets": y, "mask": mask}).effects
     y_bad = y.copy()
     y_bad[1, 2] = bad
     _, m = step(state, {"inputs": x, "targets": y_bad, "mask": mask})
