@@ -98,11 +98,13 @@ __all__ = [
 
 def _define_switch() -> Any:
     """The ``seqjax_traced_checks`` state (see the module docstring); ``None`` where this
-    JAX has no trace-context states (then every traced check is staged)."""
+    JAX has no trace-context states (then every traced check is staged). A module imported
+    again (``importlib.reload``) gets the state defined the first time."""
     try:
         from jax._src import config as jax_config
 
-        return jax_config.bool_state(
+        defined = getattr(jax_config.config, "_value_holders", {}).get("seqjax_traced_checks")
+        return defined if defined is not None else jax_config.bool_state(
             "seqjax_traced_checks", False,
             help="Stage seqjax's traced value checks (seqjax.checked turns it on).",
             include_in_trace_context=True)

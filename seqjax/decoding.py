@@ -197,11 +197,14 @@ def process_logits(
 def _filters(top_k: Any, top_p: Any, owner: str) -> tuple[int, float]:
     """``(top_k, top_p)`` checked: an int >= 0 (0: no top-k) and a float in (0, 1] (1: no
     nucleus); ``None``, their old spelling of off, is a ``TypeError`` naming 0 and 1."""
+    if isinstance(top_k, np.integer):
+        top_k = int(top_k)
     top_k = check_count_or_off(top_k, "top_k", owner, "every token, no top-k")
     if top_p is None:
         raise TypeError(f"`top_p=None` of {owner} is spelled `top_p=1.0` (1: every token, "
                         "no nucleus).")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+    if (isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.floating))
+            or not 0.0 < top_p <= 1.0):
         raise ValueError(f"`top_p` of {owner} must be in (0, 1] (1: no nucleus); got {top_p!r}.")
     return top_k, float(top_p)
 

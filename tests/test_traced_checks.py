@@ -307,6 +307,18 @@ def test_the_unchecked_program_has_no_callback_and_no_effect():
     assert not jax.make_jaxpr(m.apply)(v, bad_row(-1)).effects
 
 
+def test_the_switch_is_off_outside_checked_and_survives_a_reload():
+    import importlib
+
+    from seqjax import _traced_checks
+
+    switch = _traced_checks._SWITCH
+    assert switch is not None and not _traced_checks._staging()  # this JAX has the state
+    with _traced_checks._checks_on():
+        assert _traced_checks._staging()
+    assert importlib.reload(_traced_checks)._SWITCH is switch  # not defined twice
+
+
 def test_checked_traces_again_a_function_jit_already_traced_without_checks():
     m, v = bound("gpt")
     f = jax.jit(m.apply)
