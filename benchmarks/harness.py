@@ -448,8 +448,9 @@ def emit_report(
 
 def trace_events(fn, args, calls: int) -> list[dict]:
     """Complete events of a ``jax.profiler`` trace of ``calls`` calls of ``fn``: from the
-    TensorBoard ``*.trace.json.gz``, else from the Perfetto trace (a JAX that writes only
-    ``.xplane.pb`` and the Perfetto file; on jax 0.11.2's GPU build the first gave none)."""
+    TensorBoard ``*.trace.json.gz``, else from the Perfetto trace, for a JAX that writes only
+    that one (on jax 0.11.2's GPU build ``gpt_profile`` matched no event; whether the file was
+    missing was not established)."""
     import glob
     import gzip
     import json
