@@ -36,8 +36,8 @@ policy:
 Why a switch in JAX's trace context: a check staged into a program is an effect
 (checkify's ``ErrorEffect``), and a program with an effect leaves ``jit``'s C++ fast path
 and runs with runtime tokens. A 12-layer model's train step on a CPU then took 5.7 ms a call
-instead of 3.7; on an H200 GPT-2's step took 37 ms where it had taken 30 before the checks,
-the likely cause, not yet measured after the fix (``benchmarks/HISTORY.md``, "... the traced
+instead of 3.7; on an H200 GPT-2's step took 37 ms with the checks, 30 before them and
+30 after this switch (``benchmarks/HISTORY.md``, "The GPU rows at 4e92799, after the traced
 checks' switch"). So the checks are staged only while :func:`checked`
 traces: it turns on ``seqjax_traced_checks``, a JAX configuration state in the trace
 context, so ``jit`` keys its cache on it and a function traced before without checks is
