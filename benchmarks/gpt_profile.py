@@ -9,8 +9,10 @@ cross-entropy, backward, clipping and AdamW; ``--preset gpt2-small``: GPT-2 124M
   attention is a ``custom-call`` to ``__cudnn$fmha…``), and how many buffers of the logits'
   size ``[B·T, V]`` it materialises, by dtype (a float32 one is 4 bytes per logit: 2.5 GB
   per copy at B = 12, T = 1024);
-* **seqjax by group** — a ``jax.profiler`` trace of ``--calls`` steps; each device event is
-  mapped to its HLO instruction and that instruction's ``op_name`` (the JAX name stack:
+* **seqjax by group** — a ``jax.profiler`` trace of ``--calls`` steps (on a GPU with XLA's
+  command buffers off, :data:`NO_COMMAND_BUFFERS`, so that each kernel names its
+  instruction); each device event is mapped to its HLO instruction (or its fusion's
+  computation) and that instruction's ``op_name`` (the JAX name stack:
   the Flax module path, ``jvp``/``transpose`` for forward/backward) puts it in one group:
   the attention core, the logits and their loss, the other matmuls, the optimizer update
   (everything outside the gradient), and the rest (norms, GELU, residuals, embeddings);
@@ -25,6 +27,7 @@ Run: ``python -m benchmarks gpt_profile [--preset gpt2-small] [--batch 12] [--ca
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from typing import Any
@@ -40,7 +43,9 @@ def _computations(hlo: str) -> dict[str, str]:
 
 
 def instructions(hlo: str) -> dict[str, tuple[str, str, str]]:
-    """HLO instruction name → ``(opcode, result shape, op_name)`` for every instruction."""
+    """HLO instruction name → ``(opcode, result shape, op_name)`` for every instruction, and
+    each fusion's computation name (``calls=%fused_…``) → its fusion's: a GPU trace may name
+    a kernel by either (jax-ml/jax#31995 shows the computation's)."""
     out = {}
     for name, shape, op, rest in re.findall(
             r"^\s*(?:ROOT )?%(\S+) = (\(.*?\)|\S+) ([a-z-]+)\((.*)$", hlo, re.M):
@@ -48,7 +53,28 @@ def instructions(hlo: str) -> dict[str, tuple[str, str, str]]:
         target = re.search(r'custom_call_target="([^"]*)"', rest)
         out[name] = (op if target is None else f"custom-call:{target.group(1)}", shape,
                      op_name.group(1) if op_name else "")
+        callee = re.search(r"calls=%([^,\s}]+)", rest)
+        if op == "fusion" and callee:
+            out.setdefault(callee.group(1), out[name])
     return out
+
+
+#: XLA's GPU command buffers run a stretch of kernels as one graph, and the trace then loses
+#: which HLO instruction each kernel is (openxla/xprof#3070): the profile's process turns
+#: them off, so its step by group is of a run without them (the other readings are not).
+NO_COMMAND_BUFFERS = "--xla_gpu_enable_command_buffer="
+
+
+def _without_command_buffers() -> bool:
+    """Add :data:`NO_COMMAND_BUFFERS` to ``XLA_FLAGS`` if JAX has not started (it reads the
+    flags once); True when the flag is in effect."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_gpu_enable_command_buffer" in flags:
+        return NO_COMMAND_BUFFERS in flags.split()
+    if "jax" in sys.modules:
+        return False
+    os.environ["XLA_FLAGS"] = f"{flags} {NO_COMMAND_BUFFERS}".strip()
+    return True
 
 
 def logits_buffers(hlo: str, tokens: int, vocab: int) -> dict[str, int]:
@@ -177,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    no_command_buffers = _without_command_buffers()
     import jax
 
     accelerator = jax.default_backend() != "cpu"
@@ -213,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"unmatched `hlo_op`s: {prof['unmatched_ops']}; some of the program's "
                       f"instructions: {prof['program_ops']}."]
         elif not args.hlo_only:
-            parts += ["seqjax (`jax.profiler`, ms per step by group):",
+            buffers = ("" if jax.default_backend() != "gpu" else
+                       "; XLA's command buffers off" if no_command_buffers else
+                       "; XLA's command buffers as XLA_FLAGS set them")
+            parts += [f"seqjax (`jax.profiler`, ms per step by group{buffers}):",
                       harness.markdown_table(["group", "ms / step", "share"], rows)]
     if "torch-nanogpt" in peers and harness.torch_available():
         rows = torch_profile(shape, dtype, args.calls, args.top)

@@ -387,6 +387,8 @@ ENTRY %main (x: bf16[2,2,10]) -> bf16[4,10] {
     assert gpt_profile.attention_kernels(hlo) == {"__cudnn$fmhaSoftmax": 1}
     info = gpt_profile.instructions(hlo)
     assert info["a"][0] == "custom-call:__cudnn$fmhaSoftmax"
+    # a GPU trace may name a fused kernel by its computation: it stands for its fusion
+    assert info["fused_computation"] == info["f"] == ("fusion", "f32[4,10]{1,0}", "")
     g = gpt_profile.group_of
     stack = "jit(step_fn)/jvp(TransformerLM)/TransformerLM._trunk/decoder/layers_0"
     assert g("custom-call:__cudnn$fmha", "", stack + "/self_attn", 10) == "attention core"
