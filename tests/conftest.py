@@ -117,8 +117,9 @@ def corpus_dir() -> Path:
 def _fresh_caches_for_each_file():
     """After each test file: JAX's caches cleared and Python's garbage collected.
 
-    A worker of the suite runs ~90 files in one process, and the executables, jaxprs and
-    tracers its jit caches keep from every earlier file made later in-process tests slower:
+    Each of the suite's two workers runs about half of its 114 files in one process, and
+    the executables, jaxprs and tracers its jit caches kept from every earlier file made
+    later in-process tests slower:
     `benchmarks loop --smoke` took 11 s alone, 20 s after tests/models in the same process,
     48 s late in the whole suite. With this, 13 s after tests/models, 23 s in the suite;
     the whole suite 854 -> 790 s on the 2-core VM the same day (README.md, under the test
