@@ -121,8 +121,9 @@ def _fresh_caches_for_each_file():
     the executables, jaxprs and tracers its jit caches kept from every earlier file made
     later in-process tests slower:
     `benchmarks loop --smoke` took 11 s alone, 20 s after tests/models in the same process,
-    48 s late in the whole suite. With this, 13 s after tests/models, 23 s in the suite;
-    the whole suite 854 -> 790 s on the 2-core VM the same day (README.md, under the test
+    48 s late in the whole suite. With this, 13 s after tests/models, 21-23 s in the suite;
+    the whole suite took 854 s before (one run) and 710-790 s after (four runs the same day
+    on the 2-core VM, whose run-to-run spread is that wide: README.md, under the test
     command).
     """
     yield
