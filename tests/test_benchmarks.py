@@ -400,6 +400,27 @@ ENTRY %main (x: bf16[2,2,10]) -> bf16[4,10] {
         "norms, GELU, residual, embeddings")
 
 
+def test_gpt_profile_turns_command_buffers_off_only_before_jax_starts(monkeypatch):
+    """The flag is added while JAX has not read ``XLA_FLAGS``; a flag the user set is kept;
+    in a process where JAX runs (this one) nothing changes and the table must not claim it."""
+    import os
+    import sys
+
+    from benchmarks import gpt_profile
+
+    off = gpt_profile.NO_COMMAND_BUFFERS
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_command_buffer=FUSION")
+    assert gpt_profile._without_command_buffers() is False
+    monkeypatch.setenv("XLA_FLAGS", f"--a=1 {off}")
+    assert gpt_profile._without_command_buffers() is True
+    monkeypatch.setenv("XLA_FLAGS", "--a=1")
+    assert gpt_profile._without_command_buffers() is False  # jax is imported here
+    assert os.environ["XLA_FLAGS"] == "--a=1"
+    monkeypatch.delitem(sys.modules, "jax")
+    assert gpt_profile._without_command_buffers() is True
+    assert os.environ["XLA_FLAGS"] == f"--a=1 {off}"
+
+
 def test_muon_parity_smoke_prints_both_torch_runs(capsys):
     from benchmarks import muon_parity
 
