@@ -599,7 +599,7 @@ def test_cli_restart_is_explicit(tmp_path, capsys):
 # the door; `--runs`, `--strategies`, `--presets` and `--tag` by the Config's own check).
 FREE_TEXT = {"mesh", "workdir", "results_dir", "data_path", "lm_workdir", "out", "json_out",
              "tag", "heatmap_sentence", "runs", "strategies", "presets", "data", "tokenizer",
-             "rank_file", "hellaswag", "tasks"}
+             "rank_file", "hellaswag", "tasks", "sample_prompt"}
 UNBOUNDED = {"seed", "seeds"}  # any int seeds a PRNG
 # The free-text options that still have a form, with a value that breaks it.
 CHECKED_TEXT = {"mesh": "data=x", "tag": "a/b", "strategies": "beam0", "presets": "nosuch",

@@ -51,7 +51,11 @@ train ``text[:int(n * (1 - val_fraction))]``, val the rest (``val_fraction`` def
 each encoded in one call and written without EOT, in either format (the manifest counts
 each split as one document). On Tiny Shakespeare
 with GPT-2's BPE that gives nanoGPT's 301,966 train and 36,059 val tokens. The text is held
-in memory, one process: for small corpora.
+in memory, one process: for small corpora. ``tokenizer="char"`` (``split="text"`` only) is
+seqjax's :class:`~seqjax.data.tokenizers.CharTokenizer` of the text's sorted distinct
+characters with no special tokens, saved beside the shards as ``tokenizer.json`` (read it
+with ``seqjax:OUT/tokenizer.json``): with ``format="nanogpt"`` that writes nanoGPT's
+``shakespeare_char`` ``train.bin``/``val.bin``, id for id.
 
 **Atomic and restartable.** Shards are written into ``OUT/.prepare-partial/`` (each
 atomically, :func:`seqjax.data.shards.write_shard`); only when every shard is complete are
@@ -115,7 +119,7 @@ from seqjax._io import write_json
 from seqjax._optional import require
 from seqjax.data.shards import MANIFEST, sha256_file, write_shard
 from seqjax.data.text_tokenizers import load_text_tokenizer
-from seqjax.data.tokenizers import Tokenizer
+from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, Tokenizer
 
 __all__ = ["DOCS", "FORMATS", "OPTIONS", "PARTIAL_DIR", "SPLITS", "SUFFIXES", "main", "prepare"]
 
@@ -126,6 +130,8 @@ DOCS = ("file", "lines", "paragraphs")
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 #: Where a run writes its shards until every one is complete (inside ``out_dir``).
 PARTIAL_DIR = ".prepare-partial"
+#: Where ``tokenizer="char"`` saves its tokenizer, beside the shards.
+CHAR_TOKENIZER = "tokenizer.json"
 #: ``val_fraction`` when no validation option is given.
 DEFAULT_VAL_FRACTION = {"documents": 0.01, "text": 0.1}
 _MAX_ID = 65535
@@ -699,7 +705,12 @@ def prepare(
                                     text_field, hf_dataset, hf_config, hf_split, hf_data_files,
                                     streaming)
 
-    spec, tok = _tokenizer(tokenizer, rank_file, eot)
+    char = tokenizer == "char"
+    if char and (split != "text" or rank_file is not None or eot is not None):
+        raise ValueError("tokenizer='char' (the text's characters, no end-of-text token) needs "
+                         f"split='text' and no `rank_file` or `eot`; got split={split!r}, "
+                         f"rank_file={rank_file!r}, eot={eot!r}.")
+    spec, tok = ("char", None) if char else _tokenizer(tokenizer, rank_file, eot, split)
 
     out_dir = os.path.abspath(os.fspath(out_dir))
     partial = os.path.join(out_dir, PARTIAL_DIR)
@@ -709,8 +720,9 @@ def prepare(
     resolved: dict[str, Any] = {}
     try:
         if split == "text":
-            _text_split(documents, tok, val_fraction, sink, source, resolved)
+            tok = _text_split(documents, tok, val_fraction, sink, source, resolved)
         else:
+            assert tok is not None
             state = _validation_rule(documents, val_documents, val_tokens, val_fraction,
                                      shard_size, source, resolved)
             meter = _Progress(log, *_progress_total(documents, resolved, source, ds), progress)
@@ -749,7 +761,8 @@ def prepare(
         "seqjax_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    _commit(out_dir, partial, entries, name, manifest)
+    _commit(out_dir, partial, entries + ([{"file": CHAR_TOKENIZER}] if char else []), name,
+            manifest)
     return manifest
 
 
@@ -772,9 +785,9 @@ def _source(input_list: list[str], docs: str, text_field: str, hf_dataset: str |
 
 
 def _tokenizer(tokenizer: str | Tokenizer, rank_file: str | os.PathLike | None,
-               eot: int | str | None) -> tuple[Any, Tokenizer]:
+               eot: int | str | None, split: str) -> tuple[Any, Tokenizer]:
     """``(spec, tokenizer)``: a spec loaded (:func:`load_text_tokenizer`) or a tokenizer as it
-    is; its ids must fit uint16."""
+    is; its ids must fit uint16, and ``split="documents"`` needs its end-of-text id."""
     if isinstance(tokenizer, str):
         spec: Any = tokenizer
         tok = load_text_tokenizer(tokenizer, rank_file=rank_file, eot=eot)
@@ -783,24 +796,34 @@ def _tokenizer(tokenizer: str | Tokenizer, rank_file: str | os.PathLike | None,
             raise ValueError("`rank_file` and `eot` apply to a tokenizer spec (str), not to a "
                              f"{type(tokenizer).__name__}.")
         spec, tok = tokenizer.describe(), tokenizer
-        if tok.eot is None:
-            raise ValueError(f"the tokenizer {spec!r} has no end-of-text id (no `eos` special "
-                             "token): load it with load_text_tokenizer(..., eot=ID_OR_TOKEN).")
+    if tok.eot is None and split == "documents":
+        how = ("give it with `eot` (--eot ID_OR_TOKEN)" if isinstance(tokenizer, str) else
+               "load it with load_text_tokenizer(..., eot=ID_OR_TOKEN)")
+        raise ValueError(f"the tokenizer {spec!r} has no end-of-text id, which "
+                         f"split='documents' writes between documents: {how}, or use "
+                         "split='text' (no end-of-text token).")
     if tok.vocab_size > _MAX_ID + 1:
         raise ValueError(f"the tokenizer {spec!r} has {tok.vocab_size:,} ids; uint16 shards "
                          f"hold ids in [0, {_MAX_ID}] (at most {_MAX_ID + 1:,} ids).")
     return spec, tok
 
 
-def _text_split(documents: _Documents, tok: Tokenizer, val_fraction: float | None,
-                sink: _ShardSink, source: dict[str, Any], resolved: dict[str, Any]) -> None:
+def _text_split(documents: _Documents, tok: Tokenizer | None, val_fraction: float | None,
+                sink: _ShardSink, source: dict[str, Any], resolved: dict[str, Any]
+                ) -> Tokenizer:
     """``split="text"``: the documents joined, cut by characters (nanoGPT's
-    ``shakespeare/prepare.py``: ``int(n * 0.9)``), each part encoded in one call."""
+    ``shakespeare/prepare.py``: ``int(n * 0.9)``), each part encoded in one call. ``tok``
+    ``None``: the text's characters (``tokenizer="char"``), saved in the sink's folder.
+    Returns the tokenizer."""
     fraction = DEFAULT_VAL_FRACTION["text"] if val_fraction is None else val_fraction
     resolved["val_fraction"] = fraction
     text = "\n\n".join(documents)
     if not text:
         raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold no text.")
+    if tok is None:
+        path = os.path.join(sink.folder, CHAR_TOKENIZER)
+        CharTokenizer.from_text(text, SpecialTokens.none()).save(path)
+        tok = load_text_tokenizer(f"seqjax:{path}")
     n = len(text)
     cut = int(n * (1 - fraction))
     parts = {"val": text[cut:], "train": text[:cut]}
@@ -810,6 +833,7 @@ def _text_split(documents: _Documents, tok: Tokenizer, val_fraction: float | Non
                              f"`val_fraction` is {fraction}.")
         ids = _check_ids(np.asarray(tok.encode_ordinary(parts[s]), np.int64), tok)
         sink.add(s, ids, np.zeros(1, np.int64))
+    return tok
 
 
 def _check_totals(totals: dict[str, dict[str, int]], source: dict[str, Any],
@@ -891,8 +915,9 @@ OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
     "out_dir": ({"required": True, "metavar": "DIR"},
                 "the folder to write (required; created if missing; flag --out or --out_dir)"),
     "tokenizer": ({}, "gpt2 (tiktoken), hf:PATH or a path ending in tokenizer.json (Hugging "
-                      "Face), seqjax:PATH (a tokenizer saved by seqjax); in Python also a "
-                      "seqjax Tokenizer"),
+                      "Face), seqjax:PATH (a tokenizer saved by seqjax), char (with --split "
+                      "text: the text's sorted characters, nanoGPT's shakespeare_char, saved "
+                      "as OUT/tokenizer.json); in Python also a seqjax Tokenizer"),
     "rank_file": ({"metavar": "FILE"},
                   "GPT-2's ranks as a .tiktoken file (default: openai-whisper's "
                   "whisper/assets/gpt2.tiktoken when installed, else tiktoken's cache or "

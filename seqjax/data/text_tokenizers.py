@@ -22,6 +22,10 @@ shards made by its own tokenizer (:meth:`seqjax.data.shards.TokenData.check_toke
   :class:`~seqjax.data.tokenizers.CharTokenizer`, ``WordTokenizer``, or a ``train_bpe``
   tokenizer.json). EOT: ``eot=`` if given, else its ``eos`` special token.
 
+A tokenizer with no end-of-text token (nanoGPT's ``shakespeare_char`` characters) loads with
+``eot`` ``None``; what needs one says so: ``seqjax prepare``'s ``split="documents"`` (EOT
+separates the documents), document-aligned windows, a sample started from EOT.
+
 Example:
     >>> import os, tempfile
     >>> from seqjax.data.tokenizers import CharTokenizer
@@ -210,8 +214,9 @@ def _gpt2(rank_file: str | os.PathLike | None) -> TiktokenTokenizer:
 
 
 def _resolve_eot(eot: int | str | None, vocab_size: int, lookup: Any, found: int | None,
-                 where: str, tried: str) -> int:
-    """``eot`` (an id, or a token looked up with ``lookup``), else ``found``, else an error."""
+                 where: str) -> int | None:
+    """``eot`` (an id, or a token looked up with ``lookup``), else ``found`` (``None``: the
+    tokenizer has none)."""
     if isinstance(eot, str):
         i = lookup(eot)
         if i is None:
@@ -221,10 +226,7 @@ def _resolve_eot(eot: int | str | None, vocab_size: int, lookup: Any, found: int
         if not 0 <= int(eot) < vocab_size:
             raise ValueError(f"`eot` must be an id in [0, {vocab_size}) for {where}; got {eot}.")
         return int(eot)
-    if found is None:
-        raise ValueError(f"{where} has no end-of-text token (looked for {tried}); give its id "
-                         "or token with `eot=` (--eot).")
-    return int(found)
+    return None if found is None else int(found)
 
 
 def _from_file(path: str | os.PathLike, eot: int | str | None, *, kind: str) -> Tokenizer:
@@ -232,7 +234,7 @@ def _from_file(path: str | os.PathLike, eot: int | str | None, *, kind: str) -> 
     :func:`~seqjax.data.tokenizers.load_tokenizer` reads), named by its file and its SHA-256,
     with its end-of-text id: ``eot`` if given, else (``hf``) the first of
     ``<|endoftext|>``, ``</s>``, ``[SEP]``, ``<eos>`` in its vocabulary, or (``seqjax``) its
-    ``eos`` special token."""
+    ``eos`` special token, else none."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"the tokenizer file {path!r} does not exist.")
@@ -246,14 +248,12 @@ def _from_file(path: str | os.PathLike, eot: int | str | None, *, kind: str) -> 
             raise ValueError(f"{path!r} is not a Hugging Face tokenizer.json: {err}") from None
         found = next((i for t in _HF_EOT_CANDIDATES if (i := tok.token_to_id(t)) is not None),
                      None)
-        where, tried = f"the tokenizer {os.path.basename(path)!r}", ", ".join(_HF_EOT_CANDIDATES)
     else:
         tok = load_tokenizer(path)
         found = tok.eos_id
-        where, tried = (f"the seqjax tokenizer {os.path.basename(path)!r}",
-                        "its `eos` special token")
     tok.origin, tok.name, tok.sha256 = kind, os.path.basename(path), sha256_file(path)
-    tok._eot = _resolve_eot(eot, tok.vocab_size, tok.token_to_id, found, where, tried)
+    tok._eot = _resolve_eot(eot, tok.vocab_size, tok.token_to_id, found,
+                            f"the tokenizer {os.path.basename(path)!r}")
     return tok
 
 
@@ -271,9 +271,10 @@ def load_text_tokenizer(spec: str, *, rank_file: str | os.PathLike | None = None
 
     Returns: a :class:`~seqjax.data.tokenizers.Tokenizer` (:class:`TiktokenTokenizer`,
     :class:`~seqjax.data.tokenizers.HFTokenizer`, or the seqjax tokenizer saved at the
-    path). An unknown spec, a missing file, a rank file that is not GPT-2's, or no
-    end-of-text token is a ``ValueError`` naming it; a missing optional package a
-    ``ModuleNotFoundError`` naming the extra.
+    path; ``eot`` ``None`` when it has no end-of-text token). An unknown spec, a missing
+    file, a rank file that is not GPT-2's, or an ``eot`` that is not one of its tokens is a
+    ``ValueError`` naming it; a missing optional package a ``ModuleNotFoundError`` naming the
+    extra.
     """
     if not isinstance(spec, str):
         raise TypeError(f"`tokenizer` must be a str spec ({', '.join(_SPECS)}); got "

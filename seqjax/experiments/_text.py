@@ -4,8 +4,8 @@ What ``experiments.char_lm`` shares with ``experiments.norm_placement`` (the dat
 ``experiments.sampling`` (a trained LM and its decoder):
 
 * **Data** — :func:`load_data` (the 65 characters of Tiny Shakespeare in nanoGPT's 90/10
-  split, or a prefix for smoke runs; :mod:`seqjax.data.corpora`) and :func:`val_windows`
-  (random ``[batch, block]`` windows, nanoGPT's ``estimate_loss``).
+  split, or a prefix for smoke runs, through ``seqjax prepare``'s shards) and
+  :func:`val_windows` (random ``[batch, block]`` windows, nanoGPT's ``estimate_loss``).
 * **Model** — :func:`build_model`: a GPT (:class:`~seqjax.models.gpt.TransformerLM`,
   nanoGPT's block) or a stacked-LSTM LM (:class:`~seqjax.models.rnn.RNNLanguageModel`).
 * **Decoding** — :func:`window_decoder` (a transformer fed its last ``block`` tokens,
@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.batching import split_text
-from seqjax.data.corpora import tiny_shakespeare, tiny_shakespeare_text
+from seqjax.data.corpora import tiny_shakespeare_text
 from seqjax.data.iterators import LMWindowIterator
+from seqjax.data.prepare import prepare
+from seqjax.data.shards import open_tokens
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, recompute_decoder, sample
 from seqjax.experiments._config import ConfigError
@@ -48,16 +50,22 @@ NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 
 
 def load_data(cfg: Any) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
-    """``(train_ids, val_ids, tokenizer)`` of Tiny Shakespeare read from ``cfg.data_path``;
-    ``cfg.max_chars > 0`` keeps a prefix (smoke runs)."""
-    if cfg.max_chars <= 0:
-        d = tiny_shakespeare(cfg.data_path)
-        return d.train_ids, d.val_ids, d.tokenizer
+    """``(train_ids, val_ids, tokenizer)`` of Tiny Shakespeare read from ``cfg.data_path``
+    (``cfg.max_chars > 0`` keeps a prefix, for smoke runs) through the token path: written by
+    :func:`seqjax.data.prepare.prepare` as nanoGPT's ``shakespeare_char`` bins (its 65 sorted
+    characters, no special tokens; the text cut at ``int(0.9 n)``) in a temporary folder and
+    read back by :func:`seqjax.data.shards.open_tokens`."""
     text = tiny_shakespeare_text(cfg.data_path)
     tok = CharTokenizer.from_text(text, SpecialTokens.none())  # the full 65-char vocabulary
-    ids = np.asarray(tok.encode(text[: cfg.max_chars]), np.int32)
-    train, val = split_text(ids, 0.9)
-    return train, val, tok
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "tinyshakespeare.txt")
+        with open(source, "w", encoding="utf-8", newline="") as f:
+            f.write(text[: cfg.max_chars] if cfg.max_chars > 0 else text)
+        out = os.path.join(folder, "shakespeare_char")
+        prepare(source, out, tokenizer=tok, format="nanogpt", split="text", val_fraction=0.1,
+                workers=1)
+        data = open_tokens(out, vocab_size=tok.vocab_size)
+        return (np.array(data.train[0], np.int32), np.array(data.val[0], np.int32), tok)
 
 
 def val_windows(ids: np.ndarray, cfg: Any, num: int, seed: int) -> list[dict]:

@@ -53,12 +53,16 @@ validation tokens); HellaSwag ``acc_norm`` (llm.c's completion scoring) from a l
 ``hellaswag_val.jsonl`` (``--hellaswag``) and any multiple-choice or cloze task from local
 jsonl files (``--tasks arc_easy.jsonl,lambada.jsonl``, :mod:`seqjax.evals`), their items split
 over the devices. Every file is read, encoded and checked before the first step. At the end,
-a sample from the end-of-text token with the run's tokenizer. ``seqjax eval`` and ``seqjax
-generate --prompt ...`` read the work dir.
+a sample with the run's tokenizer, from ``--sample_prompt`` (default: the end-of-text
+token). ``seqjax eval`` and ``seqjax generate --prompt ...`` read the work dir.
 
 Run:  seqjax prepare --tokenizer gpt2 --format nanogpt --split text --val_fraction 0.1 \\
           shakespeare.txt --out data/shakespeare
       seqjax train gpt2 --preset cpu --data_path data/shakespeare --workdir workdirs/gpt2_cpu
+      seqjax prepare --tokenizer char --format nanogpt --split text shakespeare.txt \\
+          --out data/shakespeare_char        # nanoGPT's shakespeare_char, id for id
+      seqjax train gpt2 --preset cpu --data_path data/shakespeare_char --vocab_size 65 \\
+          --tokenizer seqjax:data/shakespeare_char/tokenizer.json --sample_prompt=$'\\n'
       seqjax train gpt2 --preset 124m --data_path fineweb10B/ --workdir workdirs/gpt2_124m
       seqjax generate --workdir workdirs/gpt2_cpu --prompt "ROMEO:"
 """
@@ -164,7 +168,10 @@ class Config(TrainOptions, ParallelOptions):
             of :mod:`seqjax.evals`; each named after its file), scored with the validation
             loss.
         task_items: items scored of HellaSwag and of each task (0 = all).
-        sample_tokens: tokens sampled at the end from the end-of-text token (0 = none).
+        sample_tokens: tokens sampled at the end (0 = none).
+        sample_prompt: the text the sample continues; empty = the end-of-text token (a
+            tokenizer without one, such as ``seqjax prepare --tokenizer char``'s, needs a
+            prompt: nanoGPT's character runs start from ``"\n"``).
         sample_temperature, sample_top_k: the sample's temperature and top-k (0: every token).
         seed: initialisation and the windows of every step.
         checkpoint_every: steps between checkpoints (also at the end).
@@ -219,6 +226,7 @@ class Config(TrainOptions, ParallelOptions):
     tasks: str | None = None
     task_items: NonNegInt = 0
     sample_tokens: NonNegInt = 64
+    sample_prompt: str = ""
     sample_temperature: NonNegFloat = 1.0
     sample_top_k: NonNegInt = 50
     seed: int = 1337
@@ -295,6 +303,18 @@ def text_tokenizer(cfg: Config) -> Any:
         raise ConfigError(f"--vocab_size ({cfg.vocab_size}) must be at least the tokenizer's "
                           f"{tok.vocab_size}.")
     return tok
+
+
+def sample_prompt(cfg: Config, tok: Any, prompt: str | None = None) -> list[int]:
+    """The ids a sample continues: ``prompt`` (default ``--sample_prompt``) encoded, else the
+    end-of-text token; a :class:`ConfigError` before training when there is neither."""
+    prompt = cfg.sample_prompt if prompt is None else prompt
+    ids = tok.encode_ordinary(prompt) if prompt else []
+    if not ids and tok.eot is None:
+        raise ConfigError(f"--sample_prompt: the tokenizer {cfg.tokenizer!r} has no "
+                          "end-of-text token to start a sample from: give a prompt "
+                          "(--sample_prompt TEXT) or --sample_tokens 0.")
+    return ids or [tok.eot]
 
 
 def grad_accum(cfg: Config, devices: int) -> int:
@@ -435,6 +455,10 @@ def build(cfg: Config) -> Task:
                       * cfg.batch_size * cfg.block_size)
     apply_fn = flax_apply_fn(model)
     eot = None if tok is None else tok.eot
+    prompt = sample_prompt(cfg, tok) if cfg.sample_tokens else []
+    if cfg.align == "document" and eot is None:
+        raise ConfigError(f"--align=document starts each window at an end-of-text token; the "
+                          f"tokenizer {cfg.tokenizer!r} has none: use --align=random.")
 
     def windows(par: Parallel) -> ShardWindows:
         return ShardWindows(tokens.train, par.local_batch_size(cfg.batch_size), cfg.block_size,
@@ -460,11 +484,11 @@ def build(cfg: Config) -> Task:
                                "val_tokens": t.eval.get("eval/tokens"),
                                **task_results(t.eval, tasks)}
         if cfg.sample_tokens and tok is not None:
-            ids = sample_ids(model, t.params, cfg.block_size, [tok.eot],
+            ids = sample_ids(model, t.params, cfg.block_size, prompt,
                              max_new_tokens=cfg.sample_tokens,
                              temperature=cfg.sample_temperature, top_k=cfg.sample_top_k,
                              seed=cfg.seed)
-            out["sample"] = tok.decode(ids)
+            out["sample"] = cfg.sample_prompt + tok.decode(ids)
         return out
 
     run_ = Run(
@@ -557,7 +581,7 @@ def generate(cfg: Config, prompt: str, *, max_new_tokens: int = 200, temperature
     an empty prompt starts from the end-of-text token."""
     model, params = _restore(cfg)
     tok = text_tokenizer(cfg)
-    ids = sample_ids(model, params, cfg.block_size, tok.encode_ordinary(prompt) or [tok.eot],
+    ids = sample_ids(model, params, cfg.block_size, sample_prompt(cfg, tok, prompt),
                      max_new_tokens=max_new_tokens, temperature=temperature,
                      top_k=cfg.sample_top_k, seed=seed)
     return prompt + tok.decode(ids)

@@ -165,6 +165,45 @@ def test_nanogpt_text_split_matches_nanogpt_on_the_fixture(tmp_path):
     check_manifest(out)
 
 
+def nanogpt_shakespeare_char(text: str) -> tuple[list[int], list[int], list[str]]:
+    """nanoGPT's ``data/shakespeare_char/prepare.py``: the sorted distinct characters, the
+    text cut at ``int(n * 0.9)``."""
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    n = len(text)
+    return ([stoi[c] for c in text[:int(n * 0.9)]], [stoi[c] for c in text[int(n * 0.9):]],
+            chars)
+
+
+def test_char_tokenizer_writes_nanogpts_shakespeare_char(tmp_path):
+    out = tmp_path / "shakespeare_char"
+    m = prepare(FIXTURE, out, tokenizer="char", format="nanogpt", split="text", workers=1)
+    train, val, chars = nanogpt_shakespeare_char(TEXT)
+    assert (out / "train.bin").read_bytes() == np.array(train, np.uint16).tobytes()
+    assert (out / "val.bin").read_bytes() == np.array(val, np.uint16).tobytes()
+    tok = load_text_tokenizer(f"seqjax:{out / 'tokenizer.json'}")  # saved beside the shards
+    assert tok.vocab == chars and tok.eot is None
+    assert m["tokenizer"] == tok.describe() and m["options"]["tokenizer"] == "char"
+    open_tokens(out).check_tokenizer(tok.describe())
+    check_manifest(out)
+    m = prepare(FIXTURE, tmp_path / "llmc", tokenizer="char", split="text", workers=1)
+    assert concat(open_tokens(tmp_path / "llmc").train).tolist() == train  # no EOT either
+    for bad in ({"split": "documents"}, {"eot": 0}):
+        with pytest.raises(ValueError, match="tokenizer='char'.*needs split='text'"):
+            prepare(FIXTURE, tmp_path / "x", tokenizer="char", **bad)
+
+
+def test_documents_need_an_end_of_text_id(tmp_path):
+    plain = CharTokenizer.from_text(TEXT, SpecialTokens.none())
+    with pytest.raises(ValueError, match="no end-of-text id.*split='documents'.*load_text_tok"):
+        prepare(FIXTURE, tmp_path / "out", tokenizer=plain, workers=1)
+    plain.save(tmp_path / "plain.json")
+    with pytest.raises(ValueError, match=r"plain.json.*no end-of-text id.*--eot ID_OR_TOKEN"):
+        prepare(FIXTURE, tmp_path / "out", tokenizer=f"seqjax:{tmp_path / 'plain.json'}")
+    m = prepare(FIXTURE, tmp_path / "out", tokenizer=plain, split="text", workers=1)
+    assert m["tokenizer"]["eot"] is None
+
+
 @pytest.mark.corpus
 def test_tiny_shakespeare_counts_match_nanogpt_and_llmc(tmp_path, corpus_dir):
     tok = gpt2_or_skip()
@@ -184,6 +223,11 @@ def test_tiny_shakespeare_counts_match_nanogpt_and_llmc(tmp_path, corpus_dir):
     data = open_tokens(tmp_path / "llmc", vocab_size=50257, verify=True)
     np.testing.assert_array_equal(concat(data.val), stream[:32_768])
     np.testing.assert_array_equal(concat(data.train), stream[32_768:])
+    # nanoGPT's data/shakespeare_char/prepare.py: 65 characters, 1,003,854 / 111,540.
+    m = prepare(path, tmp_path / "char", tokenizer="char", format="nanogpt", split="text",
+                workers=1)
+    assert (m["splits"]["train"]["tokens"], m["splits"]["val"]["tokens"],
+            m["tokenizer"]["vocab_size"]) == (1_003_854, 111_540, 65)
 
 
 def test_jsonl_and_parquet_inputs(tmp_path, chars):

@@ -107,6 +107,28 @@ def test_bad_inputs_are_refused_by_name(bins, tmp_path, capsys):
     assert not os.path.exists(tmp_path / "w" / "experiment.json")  # nothing of a refused run
 
 
+def test_character_shards_train_and_sample_from_a_prompt(tmp_path, capsys):
+    """``seqjax prepare --tokenizer char`` (nanoGPT's shakespeare_char): a tokenizer with no
+    end-of-text token trains, samples from ``--sample_prompt``, and is refused without one
+    (or with document-aligned windows) before the first step."""
+    from seqjax.data.prepare import prepare
+
+    data = tmp_path / "chars"
+    prepare(FIXTURE, data, tokenizer="char", format="nanogpt", split="text", workers=1)
+    work = tmp_path / "w"
+    base = ["train", "gpt2", "--smoke", f"--data_path={data}", "--vocab_size=65",
+            f"--tokenizer=seqjax:{data / 'tokenizer.json'}", f"--workdir={work}"]
+    assert cli.main(base) == 2
+    assert "--sample_prompt: the tokenizer" in capsys.readouterr().err
+    assert cli.main([*base, "--sample_prompt=ROMEO:", "--align=document"]) == 2
+    assert "--align=document" in capsys.readouterr().err
+    assert not os.path.exists(work / "checkpoints")
+    assert cli.main([*base, "--sample_prompt=ROMEO:"]) == 0
+    summary = json.loads((work / "gpt2.json").read_text())
+    assert summary["sample"].startswith("ROMEO:") and len(summary["sample"]) == 6 + 8
+    assert "from the prompt 'ROMEO:'" in (work / "gpt2.md").read_text()
+
+
 def test_every_input_is_checked_before_the_first_step(bins, tmp_path, capsys):
     """A broken evaluation file, an item that does not fit the window, a work dir resumed on
     other data: one line naming the option or work dir, exit 2, nothing trained or written."""

@@ -45,5 +45,7 @@ def report(cfg: Any, s: dict, tasks: Sequence[str] = ()) -> str:
     lines = ["# gpt2 — pretraining on token shards", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     if s.get("sample"):
-        lines += ["", "Sample (from the end-of-text token):", "", "```", s["sample"], "```"]
+        start = (f"the prompt {cfg.sample_prompt!r}" if cfg.sample_prompt
+                 else "the end-of-text token")
+        lines += ["", f"Sample (from {start}):", "", "```", s["sample"], "```"]
     return "\n".join(lines) + "\n"
