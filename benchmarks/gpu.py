@@ -109,7 +109,7 @@ def parse_char_lm(workdir: str) -> dict[str, Any]:
     with open(os.path.join(workdir, "char_lm.json")) as f:
         summary = json.load(f)
     return {"steps_per_s": statistics.median(rates), "val": summary["val_loss_estimate"],
-            "val_full": summary["val_loss_full"], "steps": summary["steps"],
+            "val_full": summary["val_loss"], "steps": summary["steps"],
             "train_wall_s": summary["train_wall_s"]}
 
 

@@ -65,8 +65,8 @@ def build(argv: Sequence[str]) -> Setup:
 
     cfg = build_config(load_experiment("char_lm"), "char_lm", list(argv), resume=False)
     par = Parallel.from_options(cfg)
-    train_ids, _, tok = char_lm.load_data(cfg)
-    model = char_lm.build_model(cfg, tok.vocab_size)
+    train_ids = char_lm.load_tokens(cfg).train[0].astype("int32")
+    model = char_lm.build_model(cfg)
     x0 = jnp.zeros((1, cfg.block_size), jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed), x0)["params"]
     tx, schedule = make_optimizer(char_lm.optimizer(cfg))
@@ -84,7 +84,7 @@ def build(argv: Sequence[str]) -> Setup:
 
     null = TrainStep(null_fn, state_sharding=step.state_sharding,
                      batch_sharding=step.batch_sharding)
-    return Setup(cfg, par, state, step, train_ids, tok.vocab_size, null)
+    return Setup(cfg, par, state, step, train_ids, cfg.vocab_size, null)
 
 
 def _host_windows(s: Setup) -> Any:

@@ -168,6 +168,17 @@ def _read_saved(workdir: str | None) -> dict | None:
         return json.load(f)
 
 
+def _saved_config(cfg_cls: type, saved: dict, workdir: str) -> Any:
+    """The config a work dir's ``experiment.json`` holds; one the recipe no longer reads (an
+    option since removed) is a :class:`ConfigError` that names the work dir."""
+    try:
+        return config_from_dict(cfg_cls, saved["config"])
+    except ConfigError as err:
+        raise ConfigError(f"the work dir {workdir!r} holds a config this version cannot read "
+                          f"({err}): it was written by an older seqjax; train in a new "
+                          "--workdir.") from None
+
+
 def build_config(
     module: ModuleType, name: str, argv: Sequence[str], *, resume: bool = True
 ) -> Any:
@@ -198,7 +209,7 @@ def build_config(
                 f"work dir {overrides['workdir']!r} belongs to experiment "
                 f"{saved.get('experiment')!r}, not {name!r}; use another --workdir."
             )
-        cfg = config_from_dict(cfg_cls, saved["config"])
+        cfg = _saved_config(cfg_cls, saved, overrides["workdir"])
     if preset is not None:
         cfg = apply_overrides(cfg, presets[preset])
     cfg = apply_overrides(cfg, overrides)
@@ -541,7 +552,7 @@ def experiment_from_workdir(
         raise ConfigError(f"work dir {workdir!r} belongs to experiment "
                           f"{saved.get('experiment')!r}, not {name!r}.")
     module = load_experiment(name)
-    cfg = config_from_dict(module.Config, saved["config"])
+    cfg = _saved_config(module.Config, saved, workdir)
     cfg = apply_overrides(cfg, {**parse_overrides(argv), "workdir": workdir})
     check_ranges(cfg)
     _check_model_config(cfg, workdir)

@@ -1,46 +1,40 @@
-"""The experiments' character-level text kit: Tiny Shakespeare, the char LM, its decoder.
+"""The experiments' text kit: a text as tokens, the LM decoders, a trained character LM.
 
-What ``experiments.char_lm`` shares with ``experiments.norm_placement`` (the data) and
-``experiments.sampling`` (a trained LM and its decoder):
+What the GPT recipe (``experiments.gpt2``, and ``char_lm``, its preset) shares with
+``experiments.norm_placement`` (the data) and ``experiments.sampling`` (a trained LM and its
+decoder):
 
-* **Data** — :func:`load_data` (the 65 characters of Tiny Shakespeare in nanoGPT's 90/10
-  split, or a prefix for smoke runs, through ``seqjax prepare``'s shards) and
-  :func:`val_windows` (random ``[batch, block]`` windows, nanoGPT's ``estimate_loss``).
-* **Model** — :func:`build_model`: a GPT (:class:`~seqjax.models.gpt.TransformerLM`,
-  nanoGPT's block) or a stacked-LSTM LM (:class:`~seqjax.models.rnn.RNNLanguageModel`).
+* **Data** — :func:`prepared_text` (a text file through ``seqjax prepare``'s nanoGPT layout,
+  read back into memory), :func:`load_data` (the 65 characters of Tiny Shakespeare in
+  nanoGPT's 90/10 split, or a prefix for smoke runs) and :func:`val_windows` (random
+  ``[batch, block]`` windows, nanoGPT's ``estimate_loss``).
 * **Decoding** — :func:`window_decoder` (a transformer fed its last ``block`` tokens,
-  nanoGPT's crop) and :func:`lm_decoder` (the decoder of either model).
+  nanoGPT's crop), :func:`lm_decoder` (the decoder of either model) and :func:`sample_ids`.
 * **A trained LM** — :func:`load_model` (model, parameters, tokenizer and config from a
-  ``char_lm`` work dir) on :func:`restore`.
-
-The functions take a config ``cfg`` and read the fields they name (char_lm's ``Config`` has
-them all; norm_placement's has the data and window fields).
+  ``char_lm`` work dir).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import tempfile
-from typing import Any, Literal, get_args
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.data.corpora import tiny_shakespeare_text
-from seqjax.data.iterators import LMWindowIterator
+from seqjax.data.corpora import resolve_corpus
 from seqjax.data.prepare import prepare
-from seqjax.data.shards import open_tokens
-from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, load_tokenizer
+from seqjax.data.shard_windows import ShardWindows
+from seqjax.data.shards import TokenData, open_tokens
+from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, Tokenizer, load_tokenizer
 from seqjax.decoding import FunctionalDecoder, recompute_decoder, sample
-from seqjax.experiments._config import ConfigError
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
-from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
+from seqjax.models.gpt import TransformerLM
 from seqjax.train.checkpoint import restore_params
 
-Model = Literal["transformer", "lstm"]
-MODELS: tuple[str, ...] = get_args(Model)
 #: nanoGPT's and llm.c's weight decay: every 2-D parameter (embeddings included); never the
 #: biases and the norms' vectors (``OptimizerConfig.no_decay``).
 NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
@@ -49,59 +43,44 @@ NO_DECAY = (r"(^|/)bias$", r"(^|/)(scale|gamma|beta)$", r"norm")
 # ----------------------------------------------------------------------------- data
 
 
-def load_data(cfg: Any) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
-    """``(train_ids, val_ids, tokenizer)`` of Tiny Shakespeare read from ``cfg.data_path``
-    (``cfg.max_chars > 0`` keeps a prefix, for smoke runs) through the token path: written by
-    :func:`seqjax.data.prepare.prepare` as nanoGPT's ``shakespeare_char`` bins (its 65 sorted
-    characters, no special tokens; the text cut at ``int(0.9 n)``) in a temporary folder and
-    read back by :func:`seqjax.data.shards.open_tokens`."""
-    text = tiny_shakespeare_text(cfg.data_path)
-    tok = CharTokenizer.from_text(text, SpecialTokens.none())  # the full 65-char vocabulary
+def prepared_text(source: str, tok: Tokenizer, max_chars: int = 0) -> TokenData:
+    """The text file ``source`` (its first ``max_chars`` characters; 0 = all) written by
+    :func:`seqjax.data.prepare.prepare` as nanoGPT's ``train.bin``/``val.bin`` with ``tok``
+    (the text cut at ``int(0.9 n)``) in a temporary folder, read back by
+    :func:`seqjax.data.shards.open_tokens` and held in memory."""
     with tempfile.TemporaryDirectory() as folder:
-        source = os.path.join(folder, "tinyshakespeare.txt")
-        with open(source, "w", encoding="utf-8", newline="") as f:
-            f.write(text[: cfg.max_chars] if cfg.max_chars > 0 else text)
-        out = os.path.join(folder, "shakespeare_char")
+        if max_chars:
+            with open(source, encoding="utf-8") as f:
+                text = f.read(max_chars)
+            source = os.path.join(folder, os.path.basename(source))
+            with open(source, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        out = os.path.join(folder, "tokens")
         prepare(source, out, tokenizer=tok, format="nanogpt", split="text", val_fraction=0.1,
                 workers=1)
         data = open_tokens(out, vocab_size=tok.vocab_size)
-        return (np.array(data.train[0], np.int32), np.array(data.val[0], np.int32), tok)
+        return dataclasses.replace(data, train=[np.array(a) for a in data.train],
+                                   val=[np.array(a) for a in data.val])
+
+
+def load_data(cfg: Any) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
+    """``(train_ids, val_ids, tokenizer)`` of Tiny Shakespeare read from ``cfg.data_path``
+    (``cfg.max_chars > 0`` keeps a prefix, for smoke runs) as nanoGPT's ``shakespeare_char``:
+    its 65 sorted characters, no special tokens, the text cut at ``int(0.9 n)``
+    (:func:`prepared_text`)."""
+    source = str(resolve_corpus("tinyshakespeare.txt", cfg.data_path))
+    with open(source, encoding="utf-8") as f:
+        tok = CharTokenizer.from_text(f.read(), SpecialTokens.none())  # all 65 characters
+    data = prepared_text(source, tok, cfg.max_chars)
+    return data.train[0].astype(np.int32), data.val[0].astype(np.int32), tok
 
 
 def val_windows(ids: np.ndarray, cfg: Any, num: int, seed: int) -> list[dict]:
     """``num`` random ``[cfg.batch_size, cfg.block_size]`` windows (nanoGPT's
     ``estimate_loss``)."""
-    it = LMWindowIterator(ids, cfg.batch_size, cfg.block_size, seed=seed)
-    out = []
-    for _ in range(num):
-        b = next(it)
-        out.append({**b, "mask": np.ones(b["targets"].shape, bool)})
-    return out
-
-
-# ----------------------------------------------------------------------------- model
-
-
-def build_model(cfg: Any, vocab_size: int) -> Any:
-    """The :class:`TransformerLM` or :class:`RNNLanguageModel` that ``cfg`` describes (its
-    ``model``, ``num_layers``, ``num_heads``, ``embed_dim``, ``block_size``, ``dropout_rate``,
-    ``attention_dropout_rate`` and ``compute_dtype``, as char_lm's ``Config``)."""
-    if cfg.model not in MODELS:
-        raise ConfigError(f"--model must be one of {MODELS}; got {cfg.model!r}.")
-    dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
-    if cfg.model == "transformer":
-        # nanoGPT's block (the model starts its residual projections at 0.02/√(2L))
-        block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate,
-                          attention_dropout_rate=cfg.attention_dropout_rate, use_bias=False,
-                          activation="gelu")
-        return TransformerLM(TransformerLMConfig(
-            vocab_size=vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
-            block_size=cfg.block_size, block=block,
-        ), dtype=dtype)
-    return RNNLanguageModel(RNNLMConfig(
-        vocab_size=vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
-        cell_type="lstm", dropout_rate=cfg.dropout_rate, cell_kwargs={"forget_bias": 1.0},
-    ), dtype=dtype)
+    it = ShardWindows([ids], cfg.batch_size, cfg.block_size, seed=seed)
+    return [{**b, "mask": np.ones(b["targets"].shape, bool)} for b in (next(it)
+                                                                      for _ in range(num))]
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -151,14 +130,6 @@ def sample_ids(model: Any, params: Any, block_size: int, prompt_ids: list[int],
 # ----------------------------------------------------------------------------- a trained LM
 
 
-def restore(cfg: Any, workdir: str) -> tuple[Any, CharTokenizer, Any]:
-    """``(model, tokenizer, params)``: the model ``cfg`` describes (:func:`build_model`), the
-    tokenizer of ``workdir/tokenizer.json`` and the newest checkpoint's parameters."""
-    tok = load_tokenizer(os.path.join(workdir, "tokenizer.json"))
-    model = build_model(cfg, tok.vocab_size)
-    return model, tok, restore_params(os.path.join(workdir, "checkpoints"))
-
-
 def load_model(workdir: str) -> tuple[Any, Any, CharTokenizer, Any]:
     """``(model, params, tokenizer, config)`` of the newest checkpoint of the character LM
     trained in ``workdir`` by ``seqjax train char_lm`` (its config read from the work dir's
@@ -171,6 +142,7 @@ def load_model(workdir: str) -> tuple[Any, Any, CharTokenizer, Any]:
     """
     from seqjax.experiments._runner import experiment_from_workdir
 
-    _, cfg = experiment_from_workdir("char_lm", workdir, [])
-    model, tok, params = restore(cfg, workdir)
-    return model, params, tok, cfg
+    recipe, cfg = experiment_from_workdir("char_lm", workdir, [])
+    tok = load_tokenizer(os.path.join(workdir, "tokenizer.json"))
+    params = restore_params(os.path.join(workdir, "checkpoints"))
+    return recipe.build_model(cfg), params, tok, cfg

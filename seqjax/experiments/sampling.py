@@ -120,7 +120,7 @@ def load_or_train(cfg: Config) -> tuple[Any, Any, Any, Any, dict]:
     own = os.path.join(cfg.workdir, "char_lm")
     argv = ["--workdir", own] + (["--smoke", "--progress=false"] if cfg.fallback_smoke else [
         f"--steps={cfg.fallback_steps}", f"--max_chars={cfg.fallback_max_chars}",
-        "--eval_every=0", "--full_val=false", "--sample_tokens=100", "--checkpoint_every=0"])
+        "--eval_every=0", "--val_tokens=4096", "--sample_tokens=100", "--checkpoint_every=0"])
     print(f"sampling: no checkpoint in {path!r}; training a char LM in {own}: "
           f"python -m seqjax.experiments.char_lm {' '.join(argv)}")
     train_experiment("char_lm", argv)  # as `seqjax train char_lm`: experiment.json, then run

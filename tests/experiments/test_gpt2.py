@@ -117,7 +117,7 @@ def test_character_shards_train_and_sample_from_a_prompt(tmp_path, capsys):
     prepare(FIXTURE, data, tokenizer="char", format="nanogpt", split="text", workers=1)
     work = tmp_path / "w"
     base = ["train", "gpt2", "--smoke", f"--data_path={data}", "--vocab_size=65",
-            f"--tokenizer=seqjax:{data / 'tokenizer.json'}", f"--workdir={work}"]
+            "--tokenizer=char", f"--workdir={work}"]  # char: the tokenizer.json beside them
     assert cli.main(base) == 2
     assert "--sample_prompt: the tokenizer" in capsys.readouterr().err
     assert cli.main([*base, "--sample_prompt=ROMEO:", "--align=document"]) == 2
@@ -127,6 +127,18 @@ def test_character_shards_train_and_sample_from_a_prompt(tmp_path, capsys):
     summary = json.loads((work / "gpt2.json").read_text())
     assert summary["sample"].startswith("ROMEO:") and len(summary["sample"]) == 6 + 8
     assert "from the prompt 'ROMEO:'" in (work / "gpt2.md").read_text()
+    # a text file as --data_path, tokenised at the start (its characters); an LSTM on windows
+    # drawn on the device; nanoGPT's estimate beside the whole validation split
+    text = open(FIXTURE, encoding="utf-8").read()
+    work = tmp_path / "text"
+    assert cli.main(["train", "gpt2", "--smoke", f"--data_path={FIXTURE}", "--tokenizer=char",
+                     f"--vocab_size={len(set(text))}", "--model=lstm", "--input=device",
+                     "--eval_batches=2", "--val_tokens=0", "--sample_prompt=ROMEO:",
+                     f"--workdir={work}"]) == 0
+    summary = json.loads((work / "gpt2.json").read_text())
+    assert summary["val_tokens"] == len(text) - int(len(text) * 0.9) - 1  # every one but the first
+    assert summary["val_loss_estimate"] > 0 and summary["train_loss_estimate"] > 0
+    assert "| model | LSTM 1 x 16, T = 16" in (work / "gpt2.md").read_text()
 
 
 def test_every_input_is_checked_before_the_first_step(bins, tmp_path, capsys):
@@ -202,14 +214,16 @@ def test_a_stopped_run_exits_75_at_any_point_and_the_same_command_finishes(
     work = tmp_path / "w"
     argv = ["train", "gpt2", "--smoke", f"--data_path={data}", f"--rank_file={rank}",
             f"--workdir={work}", "--sample_tokens=0", "--steps=6", "--checkpoint_every=2"]
-    load_tokens = gpt2.load_tokens
+    from seqjax.experiments import _gpt  # the recipe gpt2 and char_lm are presets of
+
+    load_tokens = _gpt.load_tokens
 
     def term_while_opening(cfg):
         signal.raise_signal(signal.SIGTERM)
         return load_tokens(cfg)
 
     with monkeypatch.context() as m:
-        m.setattr(gpt2, "load_tokens", term_while_opening)
+        m.setattr(_gpt, "load_tokens", term_while_opening)
         assert cli.main(argv) == EXIT_STOPPED
     err = capsys.readouterr().err
     assert "SIGTERM: stopped at step 0 before training" in err

@@ -10,8 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from seqjax.data.shards import TokenData
 from seqjax.data.synthetic import EOS_ID
-from seqjax.experiments import char_lm, gradients, norm_placement, param_counts, positions
+from seqjax.experiments import char_lm, gpt2, gradients, norm_placement, param_counts, positions
+from seqjax.experiments._config import ConfigError
+from seqjax.experiments._runner import build_config
 from seqjax.experiments._text import load_model, sample_ids
 from seqjax.experiments.reports import char_lm as char_lm_report
 from seqjax.experiments.reports.gradients import ratio_at
@@ -114,20 +117,22 @@ def test_norm_placement_smoke(tmp_path):
 # ----------------------------------------------------------------------------- char_lm
 
 
-def test_full_windows_predict_every_character_once():
-    ids = np.arange(100)
-    batches = char_lm.full_windows(ids, 8, 4)
+def test_full_validation_predicts_every_character_once():
+    tokens = TokenData(train=[np.arange(100)], val=[np.arange(100)], format="nanogpt",
+                       manifest=None, paths={})
+    cfg = char_lm.Config(block_size=8)
+    batches = list(gpt2.validation_windows(cfg, tokens, 4))  # --val_tokens 0: all of it
     assert all(b["inputs"].shape == (4, 8) for b in batches)
     x = np.concatenate([b["inputs"][b["mask"]] for b in batches])
     y = np.concatenate([b["targets"][b["mask"]] for b in batches])
-    np.testing.assert_array_equal(x, ids[:-1])
-    np.testing.assert_array_equal(y, ids[1:])
+    np.testing.assert_array_equal(x, tokens.val[0][:-1])
+    np.testing.assert_array_equal(y, tokens.val[0][1:])
 
 
 def test_window_decoder_matches_nanogpt_cropping():
     """Greedy decoding past the block size = argmax of the model on the last `block` tokens."""
-    cfg = char_lm.Config(num_layers=1, num_heads=1, embed_dim=8, block_size=4)
-    model = char_lm.build_model(cfg, 11)
+    cfg = char_lm.Config(num_layers=1, num_heads=1, embed_dim=8, block_size=4, vocab_size=11)
+    model = char_lm.build_model(cfg)
     params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 4), jnp.int32))["params"]
     got = sample_ids(model, params, cfg.block_size, [1, 2, 3, 4], max_new_tokens=5,
                      temperature=0.0, top_k=0, seed=0)
@@ -145,12 +150,13 @@ def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
     s = char_lm.main(["--smoke", "--steps=100", "--eval_every=50", "--workdir", workdir,
                       "--progress=false"])
     assert_trained_on_all_devices(workdir)
-    assert s["steps"] == 100 and math.isfinite(s["val_loss_full"])
+    assert s["steps"] == 100 and math.isfinite(s["val_loss"])
+    assert s["val_tokens"] == 1999  # the whole validation split (2,000 characters) but one
     # It learned: the training loss falls from ln 65 = 4.18 (step 1) to 3.55, the mean of the
     # last 5 logged steps (92-100). With a learning rate of 1e-9 that mean is 4.18.
     assert_loss_dropped(workdir, rel=0.08, tail=5)
     assert s["val_loss_estimate"] < math.log(65) + 0.2
-    assert len(s["sample"]) == 24
+    assert len(s["sample"]) == 1 + 24 and s["sample"][0] == "\n"  # the prompt, then 24
     saved = json.load(open(os.path.join(workdir, "char_lm.json")))
     assert saved["params"] == s["params"]
     # results/char_lm.md is written from finished work dirs: the table holds this run's figures
@@ -166,17 +172,17 @@ def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
 def test_char_lm_configs():
     assert char_lm.PRESETS["gpu"]["embed_dim"] == 384 and char_lm.PRESETS["gpu"]["steps"] == 5000
     lstm = char_lm.build_model(char_lm.Config(**{k: v for k, v in char_lm.PRESETS["lstm"].items()
-                                                 if k != "learning_rate"}), 65)
+                                                 if k != "learning_rate"}))
     n = sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(jax.eval_shape(
         lambda k: lstm.init(k, jnp.zeros((1, 8), jnp.int32)), jax.random.PRNGKey(0))))
     assert 0.75e6 < n < 0.9e6  # "similar size" to the 0.80M transformer
-    with pytest.raises(ValueError, match="model"):
-        char_lm.build_model(char_lm.Config(model="gru"), 65)
+    with pytest.raises(ConfigError, match="--model: expected one of"):
+        build_config(char_lm, "char_lm", ["--model=gru"], resume=False)
 
 
 def test_lstm_generates():
-    cfg = char_lm.Config(model="lstm", num_layers=1, embed_dim=8)
-    model = char_lm.build_model(cfg, 11)
+    cfg = char_lm.Config(model="lstm", num_layers=1, embed_dim=8, vocab_size=11)
+    model = char_lm.build_model(cfg)
     hash(model)  # a static argument of the jitted decoding loop
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))["params"]
     out = sample_ids(model, params, cfg.block_size, [1, 2], max_new_tokens=3, temperature=0.8,
@@ -190,10 +196,10 @@ def test_char_lm_sampler_compiled_ahead_is_the_one_the_sample_runs():
     import logging
 
     cfg = char_lm.Config(**{**char_lm.PRESETS["smoke"], "workdir": None, "sample_tokens": 9})
-    model = char_lm.build_model(cfg, 65)
+    model = char_lm.build_model(cfg)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, cfg.block_size), jnp.int32))
     params = params["params"]
-    char_lm.compile_sampler_ahead(model, params, cfg, [0]).join()
+    gpt2.compile_sampler_ahead(model, params, cfg, [0]).join()
     compiled = []
 
     class Compiles(logging.Handler):
@@ -213,3 +219,17 @@ def test_char_lm_sampler_compiled_ahead_is_the_one_the_sample_runs():
         logger.removeHandler(handler)
     assert len(out) == 9
     assert not [c for c in compiled if "_sample_loop" in c], compiled
+
+
+def test_a_work_dir_of_an_older_char_lm_is_refused_by_name(tmp_path, capsys):
+    """A work dir whose experiment.json holds an option since removed (char_lm's
+    ``full_val`` before it became the GPT recipe's preset): one line naming the work dir."""
+    from seqjax import cli
+
+    (tmp_path / "experiment.json").write_text(json.dumps(
+        {"experiment": "char_lm", "config": {"full_val": True, "steps": 4}}))
+    for argv in (["train", "char_lm", "--smoke"], ["generate", "--prompt", "a"]):
+        assert cli.main([*argv, "--workdir", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert f"the work dir {str(tmp_path)!r} holds a config this version cannot read" in err
+        assert "--full_val" in err and "new --workdir" in err

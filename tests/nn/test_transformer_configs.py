@@ -268,7 +268,7 @@ def _gpt_configs():
     yield from TRANSFORMER_LM_PRESETS.items()
     yield from HF_GPT2_PRESETS.items()
     yield "gpt2-small at 24 layers", TRANSFORMER_LM_PRESETS["gpt2-small"].replace(num_layers=24)
-    yield "char_lm L=3", char_lm.build_model(char_lm.Config(num_layers=3), 65).config
+    yield "char_lm L=3", char_lm.build_model(char_lm.Config(num_layers=3)).config
     yield "bert_mlm's GPT", bert_mlm._lm_config(bert_mlm.Config(num_layers=5), 40, 16)
 
 

@@ -21,7 +21,7 @@ import pytest
 from seqjax.train.preemption import EXIT_STOPPED
 
 TIMEOUT_S = 240
-QUIET = ["--progress=false", "--full_val=false", "--sample_tokens=4"]
+QUIET = ["--progress=false", "--val_tokens=256", "--sample_tokens=4"]
 
 
 def _free_port() -> int:

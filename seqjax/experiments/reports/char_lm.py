@@ -114,7 +114,8 @@ def _results_table(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
     ]
     for _wd, s, _ in runs:
         c = s["config"]
-        full = "" if s["val_loss_full"] is None else f"{s['val_loss_full']:.4f}"
+        full = s.get("val_loss", s.get("val_loss_full"))  # the name before char_lm was gpt2's
+        full = "" if full is None else f"{full:.4f}"
         loads = (
             f"{s['load_average_before']} → {s['load_average_after']}"
             if not s["resumed_from"]

@@ -22,7 +22,9 @@ def report(cfg: Any, s: dict, tasks: Sequence[str] = ()) -> str:
     metrics (the summary ``s``; each of ``tasks``' scores) beside llm.c's GPT-2 124M anchor,
     the throughput and the sample."""
     rows = [
-        ("model", f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}, T = "
+        ("model", (f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}"
+                   if cfg.model == "transformer" else f"LSTM {cfg.num_layers} x {cfg.embed_dim}")
+                  + ", T = "
                   f"{cfg.block_size}, vocabulary {cfg.vocab_size}, "
                   f"{s.get('params', 0):,} parameters"),
         ("data", f"`{cfg.data_path}`"),
