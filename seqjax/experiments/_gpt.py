@@ -259,8 +259,9 @@ def load_tokens(cfg: Config) -> TokenData:
         longest = max(len(s) for s in getattr(tokens, split))
         if longest <= cfg.block_size:
             raise ShardError(
-                f"{cfg.data_path}: the {split} split is too short for one window of block_size + 1 "
-                f"= {cfg.block_size + 1} tokens (its longest shard holds {longest}).")
+                f"{source or cfg.data_path}: the {split} split is too short for one window of "
+                f"block_size + 1 = {cfg.block_size + 1} tokens (its longest shard holds "
+                f"{longest}).")
     return tokens
 
 

@@ -45,9 +45,10 @@ import numpy as np
 
 from seqjax.decoding import beam_search, greedy_search, sample
 from seqjax.experiments._config import NonNegInt, PosInt
+from seqjax.experiments._gpt import load_tokens
 from seqjax.experiments._kit import Task, machine_info, train
 from seqjax.experiments._runner import train_experiment
-from seqjax.experiments._text import lm_decoder, load_data, load_model
+from seqjax.experiments._text import lm_decoder, load_model
 from seqjax.experiments.reports.sampling import plot_sampling
 from seqjax.train.checkpoint import load_meta
 from seqjax.utils import count_params
@@ -222,7 +223,8 @@ def measure(cfg: Config, started: float) -> dict:
     strategy the continuations' log-likelihood, distinct-1/2, known words and a sample."""
     info = machine_info()
     model, params, tok, lm_cfg, provenance = load_or_train(cfg)
-    train_ids, val_ids, _ = load_data(lm_cfg)
+    tokens = load_tokens(lm_cfg)  # the LM's own data, as its recipe reads it
+    train_ids, val_ids = tokens.train[0], tokens.val[0]
     vocab_words = set(words(tok.decode(train_ids)))
     val_text = tok.decode(val_ids)
     rng = np.random.default_rng(cfg.seed)
