@@ -76,7 +76,15 @@ load_tokens = gpt2.load_tokens
 class Config(gpt2.Config):
     """The options of ``seqjax train char_lm``: ``seqjax train gpt2``'s
     (:class:`seqjax.experiments.gpt2.Config`), with nanoGPT's README CPU run on Tiny
-    Shakespeare's characters as the defaults."""
+    Shakespeare's characters as the defaults.
+
+    Attributes:
+        data_path: Tiny Shakespeare, the file or its folder (unset: ``$SEQJAX_DATA_DIR``, the
+            user cache, a download, ``shared/data``); or another text file; or the shards
+            ``seqjax prepare --tokenizer char`` wrote.
+        tokenizer: ``char``: the text's sorted characters, no special tokens (nanoGPT's
+            ``shakespeare_char``); with shards, the ``tokenizer.json`` beside them.
+    """
 
     RENAMED: ClassVar[dict[str, str]] = {**gpt2.Config.RENAMED,
                                          "sample_chars": "sample_tokens",
