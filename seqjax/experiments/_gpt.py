@@ -41,7 +41,13 @@ from seqjax.experiments._config import (
     PosInt,
 )
 from seqjax.experiments._kit import Run, Task, Trained, train
-from seqjax.experiments._text import NO_DECAY, prepared_text, sample_ids, sampling
+from seqjax.experiments._text import (
+    NO_DECAY,
+    estimate_windows,
+    prepared_text,
+    sample_ids,
+    sampling,
+)
 from seqjax.experiments.reports.gpt2 import report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
@@ -456,19 +462,17 @@ def build(cfg: Config) -> Task:
         compile_sampler_ahead(model, params, cfg, prompt)
 
     encoded = task_batches(cfg, tasks, tok)  # every item checked before training
-    eval_rows: list[int] = []  # the evaluation batches' rows, once the mesh is known
 
     def val_batches(par: Parallel) -> Any:
-        eval_rows.append(cfg.eval_batch_size or cfg.batch_size // max(par.grad_accum, 1))
-        par.check_batch_size(eval_rows[0], "eval_batch_size")
+        rows = eval_rows(cfg, par)
+        par.check_batch_size(rows, "eval_batch_size")
         if cfg.eval_batches:
-            return estimate_windows(cfg, tokens.val, eval_rows[0], seed=cfg.seed + 2)
-        return validation_windows(cfg, tokens, eval_rows[0])
+            return estimates(cfg, tokens.val, rows, seed=cfg.seed + 2)
+        return validation_windows(cfg, tokens, rows)
 
     def evals(task: EvalTask) -> tuple[Any, Any]:
         def data(par: Parallel) -> TaskBatches:
-            rows = cfg.eval_batch_size or cfg.batch_size // max(par.grad_accum, 1)
-            return regroup(encoded[task.name], rows, par.batch_shards)
+            return regroup(encoded[task.name], eval_rows(cfg, par), par.batch_shards)
 
         return make_task_eval(apply_fn, task.kind), data
 
@@ -477,9 +481,9 @@ def build(cfg: Config) -> Task:
                                "val_tokens": t.eval.get("eval/tokens"),
                                **task_results(t.eval, tasks)}
         if cfg.eval_batches:  # nanoGPT's estimates, then the validation loss of val_tokens
-            train_est = t.evaluate(estimate_windows(cfg, tokens.train, eval_rows[0],
-                                                    seed=cfg.seed + 3))
-            full = t.evaluate(validation_windows(cfg, tokens, eval_rows[0]))
+            rows = eval_rows(cfg, t.par)
+            train_est = t.evaluate(estimates(cfg, tokens.train, rows, seed=cfg.seed + 3))
+            full = t.evaluate(validation_windows(cfg, tokens, rows))
             out.update(val_loss_estimate=out["val_loss"], train_loss_estimate=train_est["loss"],
                        val_loss=full["loss"], val_tokens=full["tokens"])
         if cfg.sample_tokens and tok is not None:
@@ -535,12 +539,15 @@ def train_windows(cfg: Config, tokens: TokenData, eot: int | None
     return windows
 
 
-def estimate_windows(cfg: Config, shards: Any, rows: int, seed: int) -> list[dict]:
-    """nanoGPT's ``estimate_loss`` batches: ``cfg.eval_batches`` batches of ``rows`` random
-    windows of ``shards`` (:class:`ShardWindows`, a fixed ``seed``: the same every time)."""
-    it = ShardWindows(shards, rows, cfg.block_size, seed=seed)
-    return [{**b, "mask": np.ones(b["targets"].shape, bool)}
-            for b in (next(it) for _ in range(cfg.eval_batches))]
+def eval_rows(cfg: Config, par: Parallel) -> int:
+    """Rows of every evaluation batch: ``--eval_batch_size``, else one micro-batch's."""
+    return cfg.eval_batch_size or cfg.batch_size // max(par.grad_accum, 1)
+
+
+def estimates(cfg: Config, shards: Any, rows: int, seed: int) -> list[dict]:
+    """nanoGPT's estimate batches of ``shards`` at ``cfg``'s block and ``--eval_batches``
+    (:func:`seqjax.experiments._text.estimate_windows`)."""
+    return estimate_windows(shards, rows, cfg.block_size, cfg.eval_batches, seed)
 
 
 def validation_windows(cfg: Config, tokens: TokenData, rows: int) -> ValidationWindows:
@@ -623,7 +630,7 @@ def evaluate(cfg: Config) -> dict:
     val = evaluate_batches(eval_step, params, validation_windows(cfg, tokens, rows))
     metrics = {}
     if cfg.eval_batches:  # nanoGPT's estimate, as in training
-        metrics["val_loss_estimate"] = evaluate_batches(eval_step, params, estimate_windows(
+        metrics["val_loss_estimate"] = evaluate_batches(eval_step, params, estimates(
             cfg, tokens.val, rows, seed=cfg.seed + 2))["loss"]
     for task in tasks:
         task_step = make_eval_step(make_task_eval(flax_apply_fn(model), task.kind))

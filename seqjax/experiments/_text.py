@@ -6,8 +6,8 @@ decoder):
 
 * **Data** — :func:`prepared_text` (a text file through ``seqjax prepare``'s nanoGPT layout,
   read back into memory), :func:`load_data` (the 65 characters of Tiny Shakespeare in
-  nanoGPT's 90/10 split, or a prefix for smoke runs) and :func:`val_windows` (random
-  ``[batch, block]`` windows, nanoGPT's ``estimate_loss``).
+  nanoGPT's 90/10 split, or a prefix for smoke runs) and :func:`estimate_windows` (random
+  ``[rows, block]`` windows, nanoGPT's ``estimate_loss``).
 * **Decoding** — :func:`window_decoder` (a transformer fed its last ``block`` tokens,
   nanoGPT's crop), :func:`lm_decoder` (the decoder of either model) and :func:`sample_ids`.
 * **A trained LM** — :func:`load_model` (model, parameters, tokenizer and config from a
@@ -75,10 +75,13 @@ def load_data(cfg: Any) -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
     return data.train[0].astype(np.int32), data.val[0].astype(np.int32), tok
 
 
-def val_windows(ids: np.ndarray, cfg: Any, num: int, seed: int) -> list[dict]:
-    """``num`` random ``[cfg.batch_size, cfg.block_size]`` windows (nanoGPT's
-    ``estimate_loss``)."""
-    it = ShardWindows([ids], cfg.batch_size, cfg.block_size, seed=seed)
+def estimate_windows(shards: Any, rows: int, block_size: int, num: int, seed: int
+                     ) -> list[dict]:
+    """nanoGPT's ``estimate_loss`` batches: ``num`` batches of ``rows`` random windows of
+    ``block_size`` from ``shards`` (:class:`ShardWindows`; a fixed ``seed``: the same batches
+    every time): ``inputs``/``targets`` int32[rows, block_size] (targets shifted by one) and an
+    all-true ``mask`` bool[rows, block_size]."""
+    it = ShardWindows(shards, rows, block_size, seed=seed)
     return [{**b, "mask": np.ones(b["targets"].shape, bool)} for b in (next(it)
                                                                       for _ in range(num))]
 

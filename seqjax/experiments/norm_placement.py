@@ -38,7 +38,7 @@ from seqjax.experiments._kit import (
     load_average,
     train,
 )
-from seqjax.experiments._text import load_data, val_windows
+from seqjax.experiments._text import estimate_windows, load_data
 from seqjax.experiments.reports.norm_placement import plot_curves, report
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
@@ -205,7 +205,8 @@ def build(cfg: Config) -> Task:
     the report and the curves as the task's hooks."""
     started, load_before = time.perf_counter(), load_average()
     train_ids, val_ids, tok = load_data(cfg)
-    eval_batches = val_windows(val_ids, cfg, cfg.eval_batches, seed=cfg.seed + 2)
+    eval_batches = estimate_windows([val_ids], cfg.batch_size, cfg.block_size, cfg.eval_batches,
+                                    seed=cfg.seed + 2)
     runs = (norm_run(cfg, norm, warmup, train_ids, eval_batches, tok.vocab_size)
             for norm in cfg.norms for warmup in cfg.warmups)
     return Task(
