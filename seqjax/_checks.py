@@ -1,9 +1,8 @@
 """Input validation shared by every seqjax module.
 
-Each check runs at trace time on static shapes/dtypes, so a bad call fails
-before any compilation, and each error names the argument, what was expected
-and what was received (docs/design.md, "Errors").
-"""
+Each check runs at trace time on static shapes/dtypes, so a bad call fails before any
+compilation, and each error names the argument, what was expected and what was received
+(docs/design.md, "Errors")."""
 
 from __future__ import annotations
 
@@ -55,13 +54,9 @@ def is_concrete(x: Any) -> bool:
 
 
 def check_range(x: Any, name: str, low: int, high: int) -> None:
-    """Raise ``ValueError`` if a concrete ``x`` has values outside ``[low, high]``.
-
-    Traced values cannot be inspected at trace time; for those the same condition is
-    recorded as a checkify check (:func:`seqjax._traced_checks.record_range`: an error
-    under ``seqjax.checked``, nothing otherwise), and the caller makes the affected outputs
-    NaN (the policy of :mod:`seqjax._traced_checks`).
-    """
+    """Raise ``ValueError`` if a concrete ``x`` has values outside ``[low, high]``. A traced
+    ``x`` is recorded instead (:func:`seqjax._traced_checks.record_range`: an error under
+    ``seqjax.checked``) and the caller makes the affected outputs NaN."""
     if not is_concrete(x):
         record_range(x, name, low, high)
         return
@@ -76,14 +71,10 @@ def check_range(x: Any, name: str, low: int, high: int) -> None:
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True, eq=False)
 class ValidLengths:
-    """Per-row lengths that passed :func:`check_lengths`: ``value`` is ``int32[B]`` with
-    every entry in ``[low, max_len]``.
-
-    Made only by :func:`check_lengths`. A model checks its ``lengths`` once at its door and
-    passes this marker down; every layer accepts it in place of ``lengths`` and checks only
-    its shape against its own input (free at trace time), with no second host read. A
-    pytree (``value`` the one leaf, the bounds static), so it crosses ``jit``, ``nn.scan``
-    and ``nn.remat`` like the array it wraps.
+    """Per-row lengths that passed :func:`check_lengths` (made only there): ``value`` is
+    ``int32[B]`` with every entry in ``[low, max_len]``. Every layer accepts it in place of
+    ``lengths`` and checks only its shape, with no second host read. A pytree (``value`` the one
+    leaf, the bounds static), so it crosses ``jit``, ``nn.scan`` and ``nn.remat``.
     """
 
     value: jax.Array
@@ -104,13 +95,12 @@ def lengths_array(lengths: Any) -> Any:
 
 
 def check_lengths(lengths: Any, name: str, batch: int, max_len: int, low: int = 0) -> ValidLengths:
-    """The one check of per-row lengths: ``int[batch]`` with values in ``[low, max_len]``.
+    """The one check of per-row lengths, ``int[batch]`` in ``[low, max_len]``, as a
+    :class:`ValidLengths` (``int32``); a model runs it once at its door and hands that down.
 
-    Shape and dtype are checked at trace time, the values when concrete (a host read; a
-    traced value is recorded for ``seqjax.checked``, :mod:`seqjax._traced_checks`).
-    Returns the lengths as a :class:`ValidLengths` (``int32``). A :class:`ValidLengths`
-    whose bounds lie within ``[low, max_len]`` is not read again: only its shape is checked.
-    A model runs this once at its door and hands the marker to its layers.
+    Shape and dtype are checked at trace time, values when concrete (else recorded,
+    :func:`check_range`). A :class:`ValidLengths` with bounds within ``[low, max_len]`` has only
+    its shape checked.
     """
     if isinstance(lengths, ValidLengths):
         _check_lengths_shape(lengths.value, name, batch)
@@ -149,8 +139,7 @@ RENAMED_FIELDS: dict[str, str] = {
 
 
 def _unknown_fields(cls: type, keys: Any, where: str) -> None:
-    """A ``TypeError`` if a key of ``keys`` is not an init field of the dataclass ``cls``,
-    naming it, its new name (:data:`RENAMED_FIELDS`) or the closest field, and every field."""
+    """A ``TypeError`` for keys not init fields of ``cls`` (see :func:`replace_fields`)."""
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = [key for key in keys if key not in names]
     if not unknown:
@@ -171,9 +160,8 @@ def _unknown_fields(cls: type, keys: Any, where: str) -> None:
 
 
 def replace_fields(config: T, changes: dict[str, Any]) -> T:
-    """``dataclasses.replace(config, **changes)``, the copy validated again by the class's
-    ``__post_init__`` (the ``replace`` of every config class). A key that is not a field of
-    ``config`` is a ``TypeError`` naming it, its new name if it is an old spelling
+    """``dataclasses.replace(config, **changes)`` (re-validated by ``__post_init__``). A key that
+    is not a field is a ``TypeError`` naming it, its new name if it is an old spelling
     (:data:`RENAMED_FIELDS`) or else the closest field, and every field."""
     _unknown_fields(type(config), changes, ".replace")
     return dataclasses.replace(config, **changes)  # type: ignore[type-var]
@@ -181,8 +169,8 @@ def replace_fields(config: T, changes: dict[str, Any]) -> T:
 
 class NamedFields:
     """Base of a config dataclass whose constructor refuses an unknown keyword as
-    :func:`replace_fields` does: a ``TypeError`` naming the new spelling of an old one
-    (``TransformerConfig(tie_output=True)``: "renamed `tie_embeddings`")."""
+    :func:`replace_fields` does (``TransformerConfig(tie_output=True)``: "renamed
+    `tie_embeddings`")."""
 
     def __new__(cls: type[N], *args: Any, **kwargs: Any) -> N:
         _unknown_fields(cls, kwargs, "()")
@@ -193,10 +181,9 @@ C = TypeVar("C", bound="ConfigBase")
 
 
 class ConfigBase(NamedFields):
-    """The base of every config class of the library: a frozen, keyword-only dataclass
-    (``@dataclasses.dataclass(frozen=True, kw_only=True)``) whose ``__post_init__`` checks
-    each field's range. Its constructor and :meth:`replace` refuse an unknown keyword naming
-    its new spelling or the closest field (:class:`NamedFields`), and a positional argument
+    """Base of every config class: a ``@dataclasses.dataclass(frozen=True, kw_only=True)``
+    whose ``__post_init__`` checks each field's range. Its constructor and :meth:`replace`
+    refuse an unknown keyword (:class:`NamedFields`); a positional argument is a ``TypeError``
     naming the fields."""
 
     def __new__(cls: type[C], *args: Any, **kwargs: Any) -> C:
@@ -209,14 +196,13 @@ class ConfigBase(NamedFields):
         return super().__new__(cls, **kwargs)
 
     def replace(self: C, **changes: Any) -> C:
-        """A copy with ``changes``, validated again by ``__post_init__``; an unknown field is a
-        ``TypeError`` naming it and its new name or the closest field."""
+        """A copy with ``changes`` (:func:`replace_fields`)."""
         return replace_fields(self, changes)
 
 
 def refuse_retired(where: str, kwargs: Any, replacements: dict[str, str]) -> None:
-    """A ``TypeError`` if ``kwargs`` holds a flag that once switched ``where``'s return type,
-    naming the callable that returns the pair instead (``replacements``: flag -> its name)."""
+    """A ``TypeError`` if ``kwargs`` holds a retired return-type flag of ``where``, naming the
+    callable that returns the pair instead (``replacements``: flag -> its name)."""
     for flag, instead in replacements.items():
         if flag in kwargs:
             raise TypeError(
@@ -240,17 +226,15 @@ def _refusing(check: Callable[[str, Any], None]) -> Callable[[F], F]:
 
 
 def retired_flags(**replacements: str) -> Callable[[F], F]:
-    """Decorate a function or method so that a retired return-type flag
-    (``return_carry=``, ``return_weights=``, ...) is a ``TypeError`` naming its replacement
-    (:func:`refuse_retired`) rather than Python's "unexpected keyword argument"."""
+    """Decorator: a retired return-type flag (``return_carry=``, ``return_weights=``, ...) is a
+    ``TypeError`` naming its replacement (:func:`refuse_retired`)."""
     return _refusing(lambda where, kwargs: refuse_retired(where, kwargs, replacements))
 
 
 def renamed_keywords(notes: dict[str, str] | None = None, /, **renames: str
                      ) -> Callable[[F], F]:
-    """Decorate a function or method so that a keyword's old spelling is a ``TypeError``
-    naming its new one (``renames``: old -> new) rather than Python's "unexpected keyword
-    argument"; ``notes`` (old -> text) adds what else changed, e.g. the value's meaning."""
+    """Decorator: a keyword's old spelling is a ``TypeError`` naming the new one (``renames``:
+    old -> new); ``notes`` (old -> text) adds what else changed, e.g. the value's meaning."""
 
     def check(where: str, kwargs: Any) -> None:
         for old, new in renames.items():
@@ -276,11 +260,8 @@ def check_tree_shapes(actual: Any, expected: Any, name: str) -> None:
 
 
 def bound_param_shape(module: Any, *path: str) -> tuple[int, ...] | None:
-    """Shape of the parameter ``path`` below a bound Flax ``module``, or ``None``.
-
-    ``None`` when the module is unbound, initialising (the parameter is about to be
-    created from the input) or has no such parameter — so a check against it is skipped.
-    """
+    """Shape of the parameter ``path`` below a bound Flax ``module``; ``None`` (check skipped)
+    when the module is unbound, initialising or has no such parameter."""
     if getattr(module, "scope", None) is None or module.is_initializing():
         return None
     tree: Any = module.variables.get("params", {})
@@ -292,14 +273,9 @@ def bound_param_shape(module: Any, *path: str) -> tuple[int, ...] | None:
 
 
 def check_features(x: Any, name: str, expected: int | None, what: str = "") -> None:
-    """Raise ``ValueError`` unless ``x``'s last axis has ``expected`` features.
-
-    The one check every layer with input-sized parameters runs before using them:
-    ``expected`` is read off the bound parameters (:func:`bound_param_shape`), so an
-    input of another size fails with the argument, the size the parameters were created
-    with and the shape received, instead of a ``dot_general``/``ScopeParamShapeError``
-    deep inside. ``expected=None`` (initialising) skips the check.
-    """
+    """Raise ``ValueError`` unless ``x``'s last axis has ``expected`` features (read off the
+    bound parameters, :func:`bound_param_shape`; ``None`` skips), naming the argument, the
+    parameters' input size and the shape, instead of an error deep inside ``dot_general``."""
     if expected is None:
         return
     shape = tuple(np.shape(x))
@@ -312,14 +288,10 @@ def check_features(x: Any, name: str, expected: int | None, what: str = "") -> N
 
 
 def check_vocab_ids(x: Any, name: str, vocab_size: int, mask: Any = None) -> None:
-    """Host-side range check of token ids: ``ValueError`` unless every id (where ``mask`` is
-    True, if given) lies in ``[0, vocab_size)``.
-
-    For concrete arrays (numpy, or a ``jax.Array`` held by this process). This is the
-    check the train/eval step wrappers and ``decode_step`` run *before* a jitted call; a
-    tracer's ids are recorded as a checkify check instead
-    (:func:`seqjax._traced_checks.record_vocab_ids`), and the embedding makes their rows NaN.
-    """
+    """``ValueError`` unless every id of a concrete ``x`` held by this process (where ``mask``
+    is True, if given) lies in ``[0, vocab_size)``; the step wrappers and ``decode_step`` run it
+    before a jitted call. Traced ids are recorded instead
+    (:func:`seqjax._traced_checks.record_vocab_ids`) and their embedding rows are NaN."""
     if not is_concrete(x) or (mask is not None and not is_concrete(mask)):
         record_vocab_ids(x, name, vocab_size, mask)
         return
@@ -357,8 +329,8 @@ def check_positive_int(value: Any, name: str) -> int:
 
 
 def check_count_or_off(value: Any, name: str, owner: str, what: str) -> int:
-    """A Python int >= 0, where 0 turns ``what`` off; ``None`` (the old spelling of off) is a
-    ``TypeError`` naming 0, anything else a ``ValueError`` naming ``name`` and ``owner``."""
+    """A Python int >= 0 (0: ``what`` off); ``None`` (the old off) is a ``TypeError`` naming 0,
+    anything else a ``ValueError`` naming ``name`` and ``owner``."""
     if value is None:
         raise TypeError(f"`{name}=None` of {owner} is spelled `{name}=0` (0: {what}).")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -1,10 +1,7 @@
-"""One way to read a yes/no switch from text: an environment variable or the value of a
-command-line option.
-
-``1``, ``true``, ``yes``, ``y`` and ``on`` are true; ``0``, ``false``, ``no``, ``n`` and
-``off`` are false (any case, surrounding spaces ignored). Anything else is a ``ValueError``
-naming where the text came from, never a silent default.
-"""
+"""One way to read a yes/no switch from text (an environment variable, a command-line value):
+``1``, ``true``, ``yes``, ``y``, ``on`` are true; ``0``, ``false``, ``no``, ``n``, ``off`` false
+(any case, surrounding spaces ignored); anything else is a ``ValueError`` naming where the text
+came from, never a silent default."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ FALSE_WORDS = ("0", "false", "no", "n", "off")
 
 
 def parse_bool(text: str, what: str) -> bool:
-    """``text`` as a boolean; ``what`` names it in the error (``"--checked"``,
-    ``"$SEQJAX_CHECKED"``).
+    """``text`` as a boolean; ``what`` names it in the error (``"--checked"``, ``"$SEQJAX_SMOKE"``).
 
     Example:
         >>> parse_bool(" Yes", "--flag"), parse_bool("0", "--flag")

@@ -1,11 +1,6 @@
-"""The one way seqjax writes a file that a crash must not leave half written.
-
-:func:`write_atomic` writes to a temporary file in the destination's folder, flushes and
-fsyncs it, then renames it over the destination (``os.replace``, atomic on POSIX and
-Windows): a reader sees the old file or the new one, never a mix. :func:`write_json` is
-the JSON writer of every record seqjax leaves (``run.json``, ``experiment.json``, results
-summaries, tokenizers).
-"""
+"""The one way seqjax writes a file that a crash must not leave half written
+(:func:`write_atomic`), and :func:`write_json`, the writer of every JSON record seqjax leaves
+(``run.json``, ``experiment.json``, results summaries, tokenizers)."""
 
 from __future__ import annotations
 
@@ -35,10 +30,10 @@ def json_value(x: Any) -> Any:
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically: a temporary file in
-    the same folder (created if missing), flushed and fsynced, then renamed over ``path``.
-    On an error the temporary file is removed and ``path`` is left as it was; an
-    ``OSError`` (no space, no permission, ...) names ``path``, not the temporary file."""
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically: a temporary file in the
+    same folder (created if missing), flushed, fsynced and renamed over ``path`` (``os.replace``),
+    so a reader sees the old file or the new one, never a mix. On an error the temporary file is
+    removed and ``path`` left as it was; an ``OSError`` names ``path``, not the temporary file."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -64,8 +59,8 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented UTF-8 JSON to ``path`` atomically (:func:`write_atomic`);
-    values JSON cannot hold are written as :func:`json_value` says.
+    """Write ``obj`` as indented UTF-8 JSON to ``path`` atomically (:func:`write_atomic`),
+    values JSON cannot hold as :func:`json_value` says.
 
     Example:
         >>> import tempfile, json

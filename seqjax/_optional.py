@@ -1,4 +1,4 @@
-"""Optional dependencies: import them where they are used, and name the extra that installs them.
+"""Optional dependencies: imported where used (:func:`require`), naming the extra to install.
 
 The core of seqjax (``pip install seqjax``) needs JAX, Flax, optax, orbax, numpy, tqdm and
 safetensors. Everything else is an extra (``pyproject.toml``)::
@@ -8,8 +8,6 @@ safetensors. Everything else is an extra (``pyproject.toml``)::
     tensorboard  tensorboardX              TensorBoard event files (FitConfig(tensorboard=True))
     data         datasets, num2words, ...  the packaged offline tasks of seqjax.data.packaged
     experiments  all of the above          ``seqjax train NAME``
-
-:func:`require` imports a module or raises :class:`ModuleNotFoundError` naming the extra.
 """
 
 from __future__ import annotations
@@ -42,9 +40,8 @@ def extra_for(module: str) -> tuple[str, str] | None:
 
 
 def require(module: str, purpose: str) -> ModuleType:
-    """``importlib.import_module(module)``, or a :class:`ModuleNotFoundError` that names the
-    package and the seqjax extra to install, e.g.
-    ``pip install "seqjax[plot]"`` for ``matplotlib``.
+    """``importlib.import_module(module)``, or a :class:`ModuleNotFoundError` naming ``purpose``,
+    the package and the extra to install (``pip install "seqjax[plot]"`` for ``matplotlib``).
 
     Example:
         >>> require("json", "reading JSON").__name__

@@ -1,11 +1,9 @@
 """Declared ranges of numeric options: ``Annotated[int, Range(low=1)]`` and its aliases.
 
-A config field declared with one of these (``num_layers: PosInt = 2``) carries its range in
-its type: the command line (:func:`seqjax.experiments._config.check_field_ranges`) refuses a
-value outside it, naming the option, so no option can forget its check. ``Annotated`` keeps
-the fields plain ``int``/``float`` to type checkers and to ``dataclasses``. This module has no
-dependencies, so configs at every level (``seqjax.train.parallel.ParallelOptions``, the
-recipes' ``Config``) can use it.
+A config field declared with one (``num_layers: PosInt = 2``) carries its range in its type, and
+the command line (:func:`seqjax.experiments._config.check_field_ranges`) refuses a value outside
+it, naming the option. ``Annotated`` keeps the fields plain ``int``/``float`` to type checkers
+and ``dataclasses``. No dependencies, so configs at every level can use it.
 """
 
 from __future__ import annotations
@@ -45,8 +43,7 @@ class Range:
                 f"{']' if self.high_closed else ')'}")
 
 
-#: The declared types of the numeric options (``Annotated`` keeps them plain ``int``/``float``
-#: to type checkers).
+#: The declared types of the numeric options.
 PosInt = Annotated[int, Range(low=1)]
 NonNegInt = Annotated[int, Range(low=0)]
 PosFloat = Annotated[float, Range(low=0, low_open=True)]

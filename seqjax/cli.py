@@ -8,58 +8,49 @@ Commands::
     seqjax generate [EXPERIMENT] --workdir DIR --prompt TEXT [--max_new_tokens N]
                     [--temperature T] [--seed S]
     seqjax export --workdir DIR OUT [--step N] [--force]
-                                      a gpt2 run's checkpoint as a Hugging Face folder that
-                                      transformers' AutoModelForCausalLM and AutoTokenizer
-                                      load (:mod:`seqjax.interop.hf_export`)
     seqjax prepare INPUT... --out DIR [--tokenizer gpt2|hf:PATH|seqjax:PATH]
                    [--format llmc|nanogpt] [--split documents|text] [--val_* N] [--workers N]
-                   [--hf_dataset NAME ...]     tokenise text into token shards
-                                      (:mod:`seqjax.data.prepare`; ``--help``: every option)
-    seqjax list                       experiments, their presets and one-line descriptions
-    seqjax bench [BENCHMARK] [...]    a benchmark of a checkout's benchmarks/ (``python -m
-                                      benchmarks`` run in the root of the checkout that holds
-                                      the working directory)
-    seqjax --version
+                   [--hf_dataset NAME ...]
+    seqjax list | bench [BENCHMARK] [...] | --version
 
-What the commands do — the experiment protocol, configs layered from the work dir's
-``experiment.json``, a preset and ``--key=value`` overrides, resuming, ``--restart``, and
-work dirs that are never poisoned by a refused run — is
-:mod:`seqjax.experiments._runner` (its names are re-exported here).
+``export`` writes a gpt2 run's checkpoint as a Hugging Face folder that transformers'
+``AutoModelForCausalLM`` and ``AutoTokenizer`` load (:mod:`seqjax.interop.hf_export`);
+``prepare`` tokenises text into token shards (:mod:`seqjax.data.prepare`; ``--help``: every
+option); ``list`` shows the experiments, their presets and one-line descriptions; ``bench`` runs
+``python -m benchmarks`` in the root of the checkout holding the working directory. The
+experiment protocol (configs layered from the work dir's ``experiment.json``, a preset and
+``--key=value`` overrides; resuming; ``--restart``; work dirs never poisoned by a refused run)
+is :mod:`seqjax.experiments._runner` (its names are re-exported here).
 
 **Every device, every host.** Experiments whose ``Config`` inherits
-:class:`seqjax.train.parallel.ParallelOptions` train on all visible devices (data
-parallel) and take ``--mesh data=4,fsdp=2,model=1``, ``--strategy
-replicated|fsdp|tensor|fsdp+tensor|auto`` and ``--grad_accum K``; ``batch_size`` is the
-*global* batch. When the environment describes a multi-process job
-(``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``, a TPU pod slice,
-SLURM, Open MPI), ``train`` first calls ``jax.distributed.initialize``; process 0 writes
-the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
+:class:`seqjax.train.parallel.ParallelOptions` train data parallel on all visible devices and
+take ``--mesh data=4,fsdp=2,model=1``, ``--strategy replicated|fsdp|tensor|fsdp+tensor|auto``
+and ``--grad_accum K``; ``batch_size`` is the *global* batch. When the environment describes a
+multi-process job (``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``, a TPU
+pod slice, SLURM, Open MPI), ``train`` first calls ``jax.distributed.initialize``; process 0
+writes the shared files, and ``DIR/run.json`` records the devices, processes and mesh.
 
-**Exit statuses.** 0: done. 75 (``EX_TEMPFAIL`` of ``sysexits.h``, "temporary failure,
-retry"; :data:`seqjax.train.preemption.EXIT_STOPPED`): stopped by SIGTERM/SIGINT — at any point
-of the run, while it opens its data, restores its checkpoint or compiles its step too — after
-saving its checkpoint; not finished: the same command resumes it (non-zero, so a shell loop or
-a scheduler's requeue-on-failure runs it again; not 128 + N, a process killed without saving).
-1: a NaN/inf loss. 2: refused — an unknown key, a value of the wrong type or out of range
-(``--steps=-5``), an unknown experiment or preset, a checkpoint that does not fit the
-model, a work dir whose checkpoints were all unreadable (``--restart``), a corpus found nowhere
-(:func:`seqjax.data.corpora.resolve_corpus`: the message says where it looked), a
-missing optional package
-(the message names the extra to install, e.g. ``pip install "seqjax[experiments]"``), or a
-work dir another run is using (the message names its host, PID, start time and command;
-nothing is written). 3: a write failed — no space, no permission, an I/O error — for a
-checkpoint, ``metrics.jsonl``, the summary or another file of the run: one line names the
-file, the step, the bytes needed and free, the newest intact checkpoint and the command
-that resumes from it once the cause is gone (the failed checkpoint's temporary folder is
-removed). 4: the training data failed — the data iterator raised (a loader's I/O error or
-bug) or ran out of batches before the last step: its traceback, then one line naming the
-error and the step whose batch it was, the newest intact checkpoint (the last completed
-step, saved before stopping) and the command that resumes from it once the cause is gone.
-A run killed outright (SIGKILL, a crash) leaves its newest finished checkpoint; the same
-command resumes from it (an unfinished checkpoint and records past it are dropped).
-``seqjax export``: 2 — refused (a model GPT-2 cannot hold, a tokenizer without a Hugging Face
-class, no such work dir, checkpoint or step, an ``OUT`` that exists and is not empty without
-``--force``); 3 — a write failed. Either way ``OUT`` is left as it was.
+**Exit statuses.** 0: done. 1: a NaN/inf loss, or a value check failed under ``--checked``.
+2: refused: an unknown key, a value of the wrong type or out of range (``--steps=-5``), an
+unknown experiment or preset, a checkpoint that does not fit the model, a work dir whose
+checkpoints are all unreadable (``--restart``), a corpus found nowhere (the message says where
+:func:`seqjax.data.corpora.resolve_corpus` looked), a missing optional package (the message names
+the extra, e.g. ``pip install "seqjax[experiments]"``), or a work dir another run is using (its
+host, PID, start time and command named; nothing is written). 3: a write failed (no space, no
+permission, an I/O error) for a checkpoint, ``metrics.jsonl``, the summary or another file of the
+run: one line names the file, the step, the bytes needed and free, the newest intact checkpoint
+and the command that resumes from it once the cause is gone (the failed checkpoint's temporary
+folder is removed). 4: the training data failed (the iterator raised, or ran out before the last
+step): its traceback, then one line naming the error, the batch's step, the newest intact
+checkpoint (the last completed step, saved before stopping) and the command that resumes.
+75 (``EX_TEMPFAIL`` of ``sysexits.h``; :data:`seqjax.train.preemption.EXIT_STOPPED`): stopped by
+SIGTERM/SIGINT at any point (while opening data, restoring or compiling too) after saving its
+checkpoint; the same command resumes it (non-zero so that a shell loop or requeue-on-failure
+reruns it; not 128 + N, which means killed without saving). A run killed outright (SIGKILL, a
+crash) resumes from its newest finished checkpoint (an unfinished one and records past it are
+dropped). ``seqjax export``: 2 when refused (a model GPT-2 cannot hold, a tokenizer without a
+Hugging Face class, no such work dir, checkpoint or step, a non-empty ``OUT`` without
+``--force``), 3 when a write failed; either way ``OUT`` is left as it was.
 """
 
 from __future__ import annotations
@@ -300,9 +291,8 @@ def _checkout_root(start: str) -> str | None:
 
 
 def _bench(argv: list[str]) -> int:
-    """``python -m benchmarks ARGV`` in the checkout's root, as a child process: the
-    benchmarks are not installed with the package, and this process's ``sys.path`` is left
-    as it is. Relative paths in ``ARGV`` are taken from the root."""
+    """``python -m benchmarks ARGV`` as a child process in the checkout's root (the benchmarks
+    are not installed; ``sys.path`` is left alone); relative paths are taken from the root."""
     cwd = os.getcwd()
     root = _checkout_root(cwd)
     if root is None:

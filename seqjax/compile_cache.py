@@ -1,29 +1,23 @@
 """JAX's persistent compilation cache, turned on with one call.
 
-A jitted program is compiled by XLA the first time it runs with new shapes; for a GPT step
-on a GPU that takes tens of seconds, and it happens again in every new process. JAX can
-keep the compiled executables on disk (its *persistent compilation cache*): a second run of
-the same program loads its executable instead of compiling it. :func:`enable_compile_cache`
-turns that cache on for every program the process compiles from then on, together with the
-XLA caches that ride along with it (on GPUs, the kernel autotuning results), so that a warm
-run skips the autotuning as well.
+:func:`enable_compile_cache` makes JAX store on disk every executable the process compiles
+from then on, with the XLA caches that ride along (on GPUs, the kernel autotuning results), so a
+later process running the same program loads it instead of compiling and autotuning again. The
+cache is keyed by the program, the JAX/XLA versions, the devices and the compile options, so a
+stale entry is never used; delete the folder to reclaim its space.
 
-``seqjax train`` calls it at start-up unless told not to: ``--compile_cache=false``, or the
-environment variable ``SEQJAX_COMPILE_CACHE=0`` — a switch, read by the command line
-(:func:`compile_cache_switch`; ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``;
-unset = on). In your own JAX code::
+``seqjax train`` calls it at start-up unless ``--compile_cache=false`` or
+``SEQJAX_COMPILE_CACHE=0`` (a switch, :func:`compile_cache_switch`; unset = on). In your own
+JAX code::
 
     import seqjax
     seqjax.enable_compile_cache()          # ~/.cache/seqjax/jax, or $SEQJAX_CACHE_DIR/jax
 
-Where the cache lives, first match wins: the ``path`` argument, ``$JAX_COMPILATION_CACHE_DIR``
-(JAX's own variable), then ``jax`` inside the per-user cache of
-:func:`seqjax.data.corpora.cache_dir` (``$SEQJAX_CACHE_DIR``, else ``~/.cache/seqjax``).
-``SEQJAX_COMPILE_CACHE`` no longer holds a folder: a path there is refused by the command
-line and warned about by :func:`enable_compile_cache`, both naming
-``JAX_COMPILATION_CACHE_DIR``. The cache is keyed by the program, the JAX/XLA versions, the
-devices and the compile options, so a stale entry is never used; delete the folder to
-reclaim its space.
+The folder, first match wins: the ``path`` argument, ``$JAX_COMPILATION_CACHE_DIR`` (JAX's own
+variable), then ``jax`` inside :func:`seqjax.data.corpora.cache_dir` (``$SEQJAX_CACHE_DIR``, else
+``~/.cache/seqjax``). A folder in ``$SEQJAX_COMPILE_CACHE`` (its retired meaning) is refused by
+the command line and warned about by :func:`enable_compile_cache`, both naming
+``JAX_COMPILATION_CACHE_DIR``.
 """
 
 from __future__ import annotations
@@ -35,12 +29,12 @@ from seqjax._env import env_bool, is_bool
 
 __all__ = ["enable_compile_cache", "compile_cache_switch", "COMPILE_CACHE_ENV"]
 
-#: The command line's switch: ``0``/``false``/``no``/``off`` turn its cache off (unset = on).
+#: The command line's switch (:func:`compile_cache_switch`).
 COMPILE_CACHE_ENV = "SEQJAX_COMPILE_CACHE"
 
 
 def _retired_path(text: str) -> str:
-    """What to say about a ``$SEQJAX_COMPILE_CACHE`` that holds a folder (its old meaning)."""
+    """The message for a ``$SEQJAX_COMPILE_CACHE`` that holds a folder (its old meaning)."""
     return (f"${COMPILE_CACHE_ENV} is a switch (1 or 0), no longer a folder; got {text!r}. "
             f"To put the compile cache there, set JAX_COMPILATION_CACHE_DIR={text} (or "
             f"SEQJAX_CACHE_DIR=DIR, which puts it in DIR/jax) and leave {COMPILE_CACHE_ENV} "
@@ -48,10 +42,9 @@ def _retired_path(text: str) -> str:
 
 
 def compile_cache_switch() -> bool:
-    """:data:`COMPILE_CACHE_ENV` as the command line reads it (once, at start-up): unset or
-    empty = on, else a boolean (:func:`seqjax._env.parse_bool`); a folder — the variable's
-    retired meaning — or any other text is a ``ValueError`` that names the variable to use
-    instead."""
+    """:data:`COMPILE_CACHE_ENV` as the command line reads it at start-up: unset or empty = on,
+    else a boolean (:func:`seqjax._env.parse_bool`); any other text (e.g. a folder, its retired
+    meaning) is a ``ValueError`` naming the variable to use instead."""
     text = os.environ.get(COMPILE_CACHE_ENV, "")
     if text.strip() and not is_bool(text):
         raise ValueError(_retired_path(text.strip()))
@@ -72,16 +65,14 @@ def enable_compile_cache(path: str | os.PathLike | None = None, *,
     """Turn on JAX's persistent compilation cache (and XLA's autotuning cache) in ``path``.
 
     Args:
-        path: the cache folder (created if missing); ``None`` = ``$JAX_COMPILATION_CACHE_DIR``,
-            else ``~/.cache/seqjax/jax`` (``$SEQJAX_CACHE_DIR/jax``). A
-            ``$SEQJAX_COMPILE_CACHE`` holding a folder (its retired meaning) is not used:
-            a warning names ``JAX_COMPILATION_CACHE_DIR``.
-        min_compile_time_s: programs that compile faster than this are not stored
-            (JAX's default is 1 s; 0 keeps every program, which is what makes a small CPU
-            run start in a second).
+        path: the folder (created if missing); ``None``: ``$JAX_COMPILATION_CACHE_DIR``, else
+            ``$SEQJAX_CACHE_DIR/jax`` or ``~/.cache/seqjax/jax`` (a folder in
+            ``$SEQJAX_COMPILE_CACHE`` is not used, only warned about).
+        min_compile_time_s: programs compiling faster are not stored (JAX's default is 1 s;
+            0 keeps every program, so a small CPU run starts in a second).
 
     Returns:
-        The folder in use. Programs compiled before the call are not stored; later ones are.
+        The folder in use; only programs compiled after the call are stored.
 
     Example:
         >>> import tempfile, seqjax

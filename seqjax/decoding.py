@@ -1,50 +1,39 @@
 r"""Decoding for every autoregressive model: greedy search, sampling, beam search.
 
-**One interface.** A model is decodable when it has two methods
+**One interface** (:class:`Decodable`), implemented by every text-generating model of
+:mod:`seqjax.models`, by plain functions wrapped in :class:`FunctionalDecoder`, and by
+:func:`recompute_decoder` for any causal ``logits_fn`` (the cache-free reference):
 
 * ``init_decode_state(params, prompt_BxT, prompt_lengths_B, max_len, **inputs) -> state``:
-  consume ``prompt[b, :len_b - 1]`` (every prompt token but the last) and return
-  the model's decoding state (an RNN carry, a KV cache, an encoder output, ...);
-  ``max_len`` bounds the number of positions the state must hold;
-  ``inputs`` are model-specific extra inputs (e.g. the source sentence of a
-  :class:`~seqjax.models.Seq2Seq`);
-* ``decode_step(params, state, tokens_B) -> (logits_BxV, state)``: feed one
-  token per row and return the next-token logits.
+  consume ``prompt[b, :len_b - 1]`` and return the decoding state (an RNN carry, a KV cache, an
+  encoder output, ...) for up to ``max_len`` positions; ``inputs`` are model-specific (e.g. the
+  source sentence of a :class:`~seqjax.models.Seq2Seq`);
+* ``decode_step(params, state, tokens_B) -> (logits_BxV, state)``: feed one token per row and
+  return the next-token logits.
 
-Every leaf of ``state`` must have the batch as its leading axis (beam search
-tiles and reorders the state along it). The loop starts by feeding
-``prompt[b, len_b - 1]``, so prompts of different lengths share one batch
-(right padding with ``prompt_lengths``; length ≥ 1 — a seq2seq decoder's prompt is
-``<start>``). Every Flax model in :mod:`seqjax.models` that generates text
-implements the interface; plain functions can be wrapped in
-:class:`FunctionalDecoder`, and any causal ``logits_fn`` can be decoded without a
-cache through :func:`recompute_decoder` (the reference for cached decoding).
+Every leaf of ``state`` has the batch as its leading axis (beam search tiles and reorders it).
+The loop starts by feeding ``prompt[b, len_b - 1]``, so right-padded prompts of different
+lengths share a batch (``prompt_lengths`` ≥ 1; a seq2seq decoder's prompt is ``<start>``).
 
 **Strategies** (Bishop §12.3.2; MEDL (7.34); J&M §9.3.3 / §10.2):
 
 * greedy: :math:`y_n = \arg\max_k p(y_n = k \mid y_{<n})`;
-* sampling with temperature (Bishop (12.35)) :math:`p_k \propto \exp(a_k / T)`,
-  optionally restricted to the ``top_k`` most probable tokens and/or to the
-  nucleus (``top_p``: the smallest set whose mass reaches ``p``), renormalised;
-  ``temperature=0`` is greedy;
-* beam search with beam width ``K``: keep the ``K`` best hypotheses by the
-  log-probability :math:`\sum_n \log p(y_n \mid y_{<n})` (Bishop (12.34));
-  unfinished hypotheses and finished ones (ending in ``eos_id``, which keep their
-  slot) are ranked together by the length-normalised score
-  :math:`\log p(y) / |y|^{\alpha}` (``length_penalty`` :math:`\alpha`;
-  :math:`\alpha = 1` divides by the length, as Bishop suggests, :math:`\alpha = 0` is the
-  raw log-probability).
+* sampling with temperature (Bishop (12.35)) :math:`p_k \propto \exp(a_k / T)`, optionally
+  restricted to the ``top_k`` most probable tokens and/or to the nucleus (``top_p``: the
+  smallest set whose mass reaches ``p``), renormalised; ``temperature=0`` is greedy;
+* beam search of width ``K``: keep the ``K`` best hypotheses by the log-probability
+  :math:`\sum_n \log p(y_n \mid y_{<n})` (Bishop (12.34)); unfinished and finished hypotheses
+  (ending in ``eos_id``; they keep their slot) are ranked together by the length-normalised
+  score :math:`\log p(y) / |y|^{\alpha}` (``length_penalty`` :math:`\alpha`; 1 divides by the
+  length, as Bishop suggests; 0 is the raw log-probability).
 
-The loops are ``lax.while_loop`` inside ``jax.jit`` (compiled once per model and
-static configuration), stop early when every row has emitted ``eos_id``, and are
-deterministic for a given PRNG key (step ``n`` uses ``fold_in(key, n)``).
-
-Outputs hold the *generated* tokens only (``[B, N]``, ``N = max_new_tokens``),
-padded with ``pad_id`` after ``eos_id``; ``lengths`` counts generated tokens
-including ``eos_id``. ``eos_id`` must lie in the model's vocabulary (``model.vocab_size``
-when it has one; an id the model can never emit would silently never stop a row), and
-so must ``pad_id`` (the outputs are token ids a tokenizer can decode; a marker such as -1
-is refused: use ``lengths`` to find each row's end).
+The loops are ``lax.while_loop`` in ``jax.jit`` (compiled once per model and static options),
+stop early when every row has emitted ``eos_id``, and are deterministic for a PRNG key (step
+``n`` uses ``fold_in(key, n)``). Outputs hold the *generated* tokens only (``[B, N]``,
+``N = max_new_tokens``), ``pad_id`` after ``eos_id``; ``lengths`` counts them, ``eos_id``
+included. ``eos_id`` and ``pad_id`` must be ids of the model's vocabulary (``model.vocab_size``
+when it has one): an ``eos_id`` the model never emits would silently never stop a row, and the
+outputs must decode (a marker such as -1 is refused: ``lengths`` gives each row's end).
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -122,8 +111,8 @@ class DecodeOutput(NamedTuple):
     Attributes:
         tokens: ``int32[B, N]`` generated tokens, ``pad_id`` after ``eos_id``.
         lengths: ``int32[B]`` generated tokens per row, ``eos_id`` included.
-        log_probs: ``float32[B]`` :math:`\\sum_n \\log p(y_n \\mid y_{<n})` under the model
-            (untempered, unfiltered distribution).
+        log_probs: ``float32[B]`` :math:`\\sum_n \\log p(y_n \\mid y_{<n})` under the
+            untempered, unfiltered model distribution.
     """
 
     tokens: Array
@@ -140,8 +129,8 @@ class BeamSearchOutput(NamedTuple):
         log_probs: ``float32[B, K]`` total log-probability of each hypothesis.
         scores: ``float32[B, K]`` the ranking score ``log_probs / lengths**length_penalty``.
 
-    When fewer than ``K`` distinct hypotheses exist (e.g. ``K > |V|`` after one step),
-    the extra slots have length 0, ``pad_id`` tokens and scores of about ``-1e9``.
+    With fewer than ``K`` distinct hypotheses (e.g. ``K > |V|`` after one step) the extra slots
+    have length 0, ``pad_id`` tokens and scores of about ``-1e9``.
     """
 
     tokens: Array
@@ -160,16 +149,12 @@ def process_logits(
     top_k: int = 0,
     top_p: float = 1.0,
 ) -> Array:
-    r"""Temperature, top-k and top-p (nucleus) filtering of next-token logits.
+    r"""Temperature, top-k and top-p (nucleus) filtering: ``logits_BxV -> logits_BxV`` (float32)
+    whose softmax is the sampling distribution.
 
-    Returns logits whose softmax is the sampling distribution: ``a / T``
-    (Bishop (12.35)), then every token outside the ``top_k`` largest set to
-    ``-inf``, then every token outside the nucleus — the smallest set of most
-    probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2019) —
-    set to ``-inf``. Tokens tied with the k-th largest logit are kept. float32.
-    ``top_k=0`` keeps every token (no top-k), as does ``top_p=1`` (no nucleus).
-
-    Shapes: ``logits_BxV -> logits_BxV``.
+    ``a / T`` (Bishop (12.35)), then ``-inf`` for tokens outside the ``top_k`` largest (ties with
+    the k-th kept; 0: off), then for those outside the nucleus, the smallest set of most probable
+    tokens whose probability reaches ``top_p`` (Holtzman et al. 2019; 1: off).
 
     Example:
         >>> import jax.numpy as jnp
@@ -195,8 +180,8 @@ def process_logits(
 
 
 def _filters(top_k: Any, top_p: Any, owner: str) -> tuple[int, float]:
-    """``(top_k, top_p)`` checked: an int >= 0 (0: no top-k) and a float in (0, 1] (1: no
-    nucleus); ``None``, their old spelling of off, is a ``TypeError`` naming 0 and 1."""
+    """``(top_k, top_p)`` checked: an int >= 0 (0: off) and a float in (0, 1] (1: off); ``None``
+    (the old off) is a ``TypeError`` naming 0 and 1."""
     if isinstance(top_k, np.integer):
         top_k = int(top_k)
     top_k = check_count_or_off(top_k, "top_k", owner, "every token, no top-k")
@@ -213,9 +198,8 @@ def _filters(top_k: Any, top_p: Any, owner: str) -> tuple[int, float]:
 
 
 def _check_special_ids(model: Any, eos_id: Any, pad_id: Any) -> None:
-    """``eos_id`` (or ``None``) is a token id of the model's vocabulary — one outside it is
-    never generated, so decoding would silently never stop. ``pad_id`` is a token id too:
-    it is written into the outputs, which must decode (a row's end is ``lengths``)."""
+    """``eos_id`` (or ``None``) and ``pad_id`` must be token ids of the model's vocabulary
+    (module docstring)."""
     vocab = getattr(model, "vocab_size", None)
     span = f"[0, {vocab - 1}] (vocab_size={vocab})" if isinstance(vocab, int) else ">= 0"
     for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
@@ -349,9 +333,9 @@ def greedy_search(
 ) -> DecodeOutput:
     r"""Greedy decoding: :math:`y_n = \arg\max_k p(y_n = k \mid y_{<n})` (Bishop §12.3.2).
 
-    Shapes: ``prompt_BxT`` (int), ``prompt_lengths_B`` (int, in ``[1, T]``; default
-    ``T``) -> :class:`DecodeOutput` with ``tokens: [B, max_new_tokens]``.
-    ``inputs``: extra keyword inputs for the model's ``init_decode_state``.
+    ``prompt_BxT`` (int), ``prompt_lengths_B`` (int in ``[1, T]``; default ``T``) ->
+    :class:`DecodeOutput`, ``tokens: [B, max_new_tokens]``. ``inputs``: extra keyword inputs
+    of the model's ``init_decode_state``.
     """
     prompt_BxT, lengths_B = _check_prompt(
         model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
@@ -420,11 +404,9 @@ def sample(
     pad_id: int = 0,
     inputs: dict | None = None,
 ) -> DecodeOutput:
-    r"""Ancestral sampling with temperature, top-k and top-p (Bishop §12.3.2, (12.35)).
-
-    Each step draws :math:`y_n \sim \mathrm{softmax}(\mathrm{filter}(a_n / T))` (see
-    :func:`process_logits`) with key ``fold_in(key, n)``, so a key fixes the output.
-    ``temperature=0`` is greedy search.
+    r"""Ancestral sampling with temperature, top-k and top-p (Bishop §12.3.2, (12.35)): step
+    ``n`` draws :math:`y_n \sim \mathrm{softmax}(\mathrm{filter}(a_n / T))`
+    (:func:`process_logits`) with key ``fold_in(key, n)``. ``temperature=0`` is greedy search.
     """
     args, kwargs = _sample_args(
         model, params, prompt_BxT, prompt_lengths_B, key=key, max_new_tokens=max_new_tokens,
@@ -435,11 +417,9 @@ def sample(
 
 def lower_sample(model: Decodable, params: Any, prompt_BxT: Array,
                  prompt_lengths_B: Array | None = None, **options: Any) -> Any:
-    """The program :func:`sample` runs for these arguments, lowered and not run
-    (``jax.stages.Lowered``): ``lower_sample(...).compile()`` compiles it ahead of time — in a
-    background thread while training runs, say — and a later :func:`sample` with arguments
-    of the same shapes, dtypes and options finds it compiled. Takes :func:`sample`'s
-    arguments."""
+    """The program :func:`sample` runs for the same arguments, lowered, not run
+    (``jax.stages.Lowered``): ``.compile()`` it ahead of time (e.g. in a background thread) and a
+    later :func:`sample` with the same shapes, dtypes and options finds it compiled."""
     args, kwargs = _sample_args(model, params, prompt_BxT, prompt_lengths_B, **options)
     return _sample_loop.lower(*args, **kwargs)
 
@@ -566,19 +546,14 @@ def beam_search(
     pad_id: int = 0,
     inputs: dict | None = None,
 ) -> BeamSearchOutput:
-    r"""Beam search (Bishop §12.3.2): the ``beam_size`` most probable continuations.
+    r"""Beam search (Bishop §12.3.2): the ``K = beam_size`` best continuations, best first.
 
-    Keeps ``K = beam_size`` hypotheses. Each step extends every unfinished one by
-    every token and keeps the ``K`` best of these ``K·|V|`` extensions and the
-    finished hypotheses (those that ended with ``eos_id``, carried unchanged), by
-    ``score = log p(y) / |y|**length_penalty``; the model state is reordered with
-    the survivors. Stops when all ``K`` are finished or after ``max_new_tokens``
-    (unfinished hypotheses then count as complete). ``beam_size=1`` with
-    ``length_penalty=0`` is exactly greedy search; a beam as wide as the
-    hypothesis space is exhaustive search (Bishop (12.34)). With ``eos_id=None``
-    every hypothesis has length ``max_new_tokens``.
-
-    Returns :class:`BeamSearchOutput` with ``tokens: [B, K, max_new_tokens]``, best first.
+    Each step extends every unfinished hypothesis by every token, keeps the ``K`` best of these
+    ``K·|V|`` extensions and the finished ones (carried unchanged) by the module docstring's
+    score, and reorders the model state with the survivors. Stops when all ``K`` are finished or
+    after ``max_new_tokens`` (unfinished ones then count as complete; with ``eos_id=None`` all
+    have that length). ``beam_size=1`` with ``length_penalty=0`` is exactly greedy; a beam as
+    wide as the hypothesis space is exhaustive search (Bishop (12.34)).
     """
     if not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
         raise ValueError(f"`beam_size` must be a positive int; got {beam_size!r}.")
@@ -612,10 +587,8 @@ def generate(
     key: Array | None = None,
     **kwargs: Any,
 ) -> DecodeOutput | BeamSearchOutput:
-    """Dispatch to :func:`greedy_search`, :func:`sample` (``key`` required) or :func:`beam_search`.
-
-    ``method``: ``"greedy"``, ``"sample"`` or ``"beam"``; ``kwargs`` go to that function.
-    """
+    """:func:`greedy_search`, :func:`sample` (``key`` required) or :func:`beam_search` as
+    ``method`` is ``"greedy"``, ``"sample"`` or ``"beam"``; ``kwargs`` go to that function."""
     if method == "greedy":
         return greedy_search(
             model, params, prompt_BxT, prompt_lengths_B, max_new_tokens=max_new_tokens, **kwargs
@@ -650,20 +623,17 @@ class _RecomputeState(NamedTuple):
 @functools.cache
 def recompute_decoder(logits_fn: Callable[[Any, Array], Array], *, window: int = 0
                       ) -> FunctionalDecoder:
-    r"""A :class:`Decodable` that recomputes the full causal forward pass at every step.
+    r"""A :class:`Decodable` that recomputes the full causal forward pass at every step: the
+    reference cached decoding must reproduce (:math:`O(n^2)` per token instead of a cache's
+    :math:`O(n)`, Bishop §12.3.1).
 
-    ``logits_fn(params, tokens_BxL) -> logits_BxLxV`` must be causal (position
-    ``t`` sees tokens ``≤ t``). The state is the token buffer and the per-row length; each
-    step writes the new token at ``lengths[b]`` and reads the logits there. Cost
-    :math:`O(n^2)` per token instead of a cache's :math:`O(n)` (Bishop §12.3.1): this is the
-    reference that cached decoding must reproduce. ``logits_fn`` must be hashable for
-    ``jit`` caching (a module-level function or ``functools.partial`` of one).
-
-    ``window`` > 0: the buffer holds only the last ``window`` tokens (nanoGPT's
-    ``generate``, which crops the context to the model's block size): once full, it slides
-    left by one token each step, so a model with ``window`` learned positions generates past
-    them. Prompts then hold at most ``window + 1`` tokens. 0: the whole sequence
-    (``max_len``).
+    ``logits_fn(params, tokens_BxL) -> logits_BxLxV`` must be causal (position ``t`` sees tokens
+    ``≤ t``) and hashable for ``jit`` caching (a module-level function or a ``functools.partial``
+    of one). The state is the token buffer and per-row length; each step writes the token at
+    ``lengths[b]`` and reads the logits there. ``window`` > 0 keeps only the last ``window``
+    tokens (as nanoGPT's ``generate`` crops to the block size): a full buffer slides left one
+    token a step, so a model with ``window`` learned positions generates past them; prompts then
+    hold at most ``window + 1`` tokens. 0: the whole sequence (``max_len``).
 
     Example:
         >>> import jax.numpy as jnp

@@ -2,26 +2,19 @@ r"""Downstream evaluations of a language model from local files: multiple-choice
 (HellaSwag, ARC, PIQA, Winogrande, ...) and cloze tasks (LAMBADA), scored as llm.c's
 ``dev/data/hellaswag.py`` and nanochat's CORE score them.
 
-**Files** (:func:`load_task`): one JSON object per line, blank lines skipped; every line of a
-file has one of these forms (a file holds one kind, choice or cloze):
+**Files** (:func:`load_task`): one JSON object per line (blank lines skipped, other keys
+ignored), every line of a file of one kind, choice or cloze:
 
-============================================== ============================================
-``{"context": C, "choices": [A, B, ...], "label": i}``   multiple choice (ARC, PIQA, ...):
-                                                         row ``k`` is ``C`` then ``" " + A_k``,
-                                                         the choice scored
-``{"ctx": C, "endings": [A, B, C, D], "label": i}``      HellaSwag's own ``hellaswag_val.jsonl``
-                                                         (the same rows)
-``{"choices": [C1, C2], "continuation": X, "label": i}`` schema (Winogrande): row ``k`` is
-                                                         ``C_k`` then ``" " + X``, ``X`` scored
-``{"context": C, "continuation": X}``                    cloze: ``C`` then ``" " + X``
-``{"text": T}``                                          LAMBADA: the last word of ``T`` is the
-                                                         continuation, the text before it the
-                                                         context
-============================================== ============================================
+* ``{"context": C, "choices": [A, B, ...], "label": i}`` (ARC, PIQA, ...) or HellaSwag's own
+  ``{"ctx": C, "endings": [A, B, C, D], "label": i}``: multiple choice; row ``k`` is ``C`` then
+  ``" " + A_k``, the choice scored;
+* ``{"choices": [C1, C2], "continuation": X, "label": i}``: schema (Winogrande); row ``k`` is
+  ``C_k`` then ``" " + X``, ``X`` scored;
+* ``{"context": C, "continuation": X}``: cloze, ``C`` then ``" " + X``;
+* ``{"text": T}``: LAMBADA; the last word of ``T`` is the continuation, the rest the context.
 
-Other keys are ignored. Context and continuation are encoded apart (``encode(C)`` then
-``encode(" " + X)``: the space belongs to the continuation, as GPT-2's BPE writes a word after
-a space; llm.c's and nanochat's rendering).
+Context and continuation are encoded apart, ``encode(C)`` then ``encode(" " + X)``: the space
+belongs to the continuation, as GPT-2's BPE writes a word after a space (llm.c, nanochat).
 
 **Scores.** A row is its context tokens then its continuation tokens ``e``; the logits at
 position ``t`` predict token ``t + 1`` (J&M (9.12)–(9.13)), so the loss of the continuation is
@@ -29,20 +22,19 @@ position ``t`` predict token ``t + 1`` (J&M (9.12)–(9.13)), so the loss of the
 .. math::  S_k = -\sum_{t \in e_k} \log p(x_t \mid x_{<t}),\qquad \bar S_k = S_k / |e_k| .
 
 A multiple-choice item is right when ``argmin_k S_k`` is its label (``acc``) and when
-``argmin_k \bar S_k`` is (``acc_norm``, the mean loss of each continuation, which does not
-favour short choices: llm.c's and nanochat's metric); ties go to the lower index. A cloze
-item is right when the greedy prediction ``argmax p(x_t | x_{<t})`` is the continuation's
-token at every one of its positions (``acc``: LAMBADA's last-word accuracy, nanochat's
-language-modelling tasks).
+``argmin_k \bar S_k`` is (``acc_norm``, the mean loss per continuation token, which does not
+favour short choices: llm.c's and nanochat's metric); ties go to the lower index. A cloze item
+is right when the greedy ``argmax p(x_t | x_{<t})`` is the continuation's token at every one of
+its positions (``acc``: LAMBADA's last-word accuracy, nanochat's language-modelling tasks).
 
-**Batches** (:class:`TaskBatches`): every item is rendered once, each row right-padded (a
-causal model's logits on the real tokens are unchanged) or cut to its last ``block_size + 1``
-tokens (the whole continuation and as much context as fits) to ``[items, choices, block_size +
-1]`` arrays, items with fewer choices padded with empty rows that never win. A batch is a
-*global* batch: on a mesh its items are split over the data shards and the metrics, means
-weighted by ``tokens`` (the items counted), reduced there — :func:`make_task_eval` is an
-``eval_fn`` for :func:`seqjax.train.loop.evaluate`, ``fit`` and
-:meth:`~seqjax.train.parallel.Parallel.eval_step`, on one device or many processes.
+**Batches** (:class:`TaskBatches`): every item is rendered once to ``[items, choices,
+block_size + 1]`` arrays, each row right-padded (a causal model's logits on the real tokens are
+unchanged) or cut to its last ``block_size + 1`` tokens (the whole continuation and as much
+context as fits); items with fewer choices get empty rows that never win. A batch is *global*:
+on a mesh its items are split over the data shards and the metrics (means weighted by
+``tokens``, the items counted) reduced there. :func:`make_task_eval` is an ``eval_fn`` for
+:func:`seqjax.train.loop.evaluate`, ``fit`` and :meth:`~seqjax.train.parallel.Parallel.eval_step`,
+on one device or many processes.
 
 Example:
     >>> import jax.numpy as jnp
@@ -103,11 +95,11 @@ class EvalTask:
     """An evaluation read from a file (:func:`load_task`).
 
     Attributes:
-        name: what its metrics are called (``<name>/acc``, ...).
+        name: its metrics' prefix (``<name>/acc``, ...).
         kind: ``"choice"`` (the lowest loss picks a row) or ``"cloze"`` (one row, right when
             greedy decoding gives its continuation).
-        items: ``(contexts, continuations, label)``: row ``k`` is ``contexts[k]`` followed
-            by ``" " + continuations[k]``; ``label`` is the right row (0 for cloze).
+        items: ``(contexts, continuations, label)``: row ``k`` is ``contexts[k]`` then
+            ``" " + continuations[k]``; ``label`` is the right row (0 for cloze).
     """
 
     name: str
@@ -190,13 +182,14 @@ def load_task(path: str | os.PathLike, *, limit: int = 0, name: str | None = Non
     """The task of a local jsonl file (the forms of the module docstring), in file order.
 
     Args:
-        path: the file. Nothing is downloaded (HellaSwag: :data:`HELLASWAG_VAL_URL`).
+        path: the file; nothing is downloaded (HellaSwag: :data:`HELLASWAG_VAL_URL`).
         limit: read only the first ``limit`` items (0: all).
-        name: the task's name; default :func:`task_name` of ``path``.
+        name: default :func:`task_name` of ``path``.
 
     Raises:
         TaskFileError: ``path`` is missing, empty, not UTF-8, a line is not JSON or not one of
             the forms, or the file mixes choice and cloze items (the file and line named).
+        ValueError: ``limit`` is not an int >= 0.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"`limit` must be an int >= 0 (0: all); got {limit!r}.")
@@ -249,13 +242,11 @@ def _render(item: Item, encode: Encode) -> list[tuple[list[int], int]]:
 class TaskBatches(Sequence[dict[str, np.ndarray]]):
     """An :class:`EvalTask` as global batches of ``items_per_batch`` items:
     ``{"tokens": [N, C, block_size + 1] int32, "mask": [N, C, block_size + 1] bool (True on the
-    continuation), "label": [N] int32, "valid": [N] bool}``.
-
-    Every item is encoded and checked when the batches are made (an empty context or
-    continuation, a continuation longer than ``block_size``, an id outside ``[0, vocab_size)``:
-    a ``ValueError`` naming the task and the item); the last batch is padded with invalid
-    items, so every batch has one shape (one compiled evaluation). ``C`` is the task's most
-    choices; ``len(...)`` is the batch count.
+    continuation), "label": [N] int32, "valid": [N] bool}``; ``C`` is the task's most choices,
+    ``len(...)`` the batch count. The last batch is padded with invalid items (one shape, one
+    compilation). Items are encoded and checked here: an empty context or continuation, a
+    continuation longer than ``block_size`` or an id outside ``[0, vocab_size)`` is a
+    ``ValueError`` naming the task and the item.
     """
 
     @renamed_keywords(seq_len="block_size")
@@ -325,9 +316,9 @@ class TaskBatches(Sequence[dict[str, np.ndarray]]):
 def make_task_eval(apply_fn: ApplyFn, kind: Kind) -> Callable[[Any, Mapping[str, Array]],
                                                               dict[str, Array]]:
     """An ``eval_fn(params, batch)`` of a :class:`TaskBatches` batch: ``{"acc", "acc_norm",
-    "tokens"}`` for a choice task, ``{"acc", "tokens"}`` for a cloze task (the module
-    docstring's scores), means over the batch's valid items, ``tokens`` their count (the
-    weight :func:`seqjax.train.loop.evaluate` averages batches with).
+    "tokens"}`` (choice) or ``{"acc", "tokens"}`` (cloze), the module docstring's scores as means
+    over the batch's valid items; ``tokens`` is their count, the weight
+    :func:`seqjax.train.loop.evaluate` averages batches with.
 
     Args:
         apply_fn: ``(params, tokens_BxT, rng, train) -> logits_BxTxV``
@@ -371,10 +362,9 @@ def score_task(apply_fn: ApplyFn, params: Any, task: EvalTask, encode: Encode, *
                block_size: int, items_per_batch: int = 4) -> dict[str, float | int]:
     """A task's scores on one device: ``{"acc", "acc_norm" (choice), "items"}``.
 
-    ``apply_fn`` as for :func:`make_task_eval` (jitted here; pass the same function object to
-    reuse the compilation); the rest as for :class:`TaskBatches`. On a mesh, give
-    :class:`TaskBatches` and :func:`make_task_eval` to ``fit`` or
-    :func:`seqjax.train.loop.evaluate` instead.
+    ``apply_fn`` as for :func:`make_task_eval` (jitted here: the same function object reuses the
+    compilation); the rest as for :class:`TaskBatches`. On a mesh, give :class:`TaskBatches` and
+    :func:`make_task_eval` to ``fit`` or :func:`seqjax.train.loop.evaluate` instead.
     """
     from seqjax.train.loop import evaluate
 

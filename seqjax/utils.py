@@ -22,14 +22,10 @@ def count_params(tree: Any) -> int:
 
 
 def notebook_setup(smoke: bool | None = None) -> bool:
-    """The first cell of every notebook in ``colab/``: print the JAX version, the backend and
-    its devices, and return the ``SMOKE`` switch.
-
-    ``smoke`` (``None``: ``$SEQJAX_SMOKE`` as a boolean, :func:`seqjax._env.parse_bool`;
-    unset = off) runs a notebook with tiny
-    sizes, one or two steps and offline data, as CI does. On a CPU backend outside smoke
-    mode it says how to pick an accelerator in Colab.
-    """
+    """The first cell of every notebook in ``colab/``: print the JAX version, backend and
+    devices, and return the ``SMOKE`` switch (tiny sizes, one or two steps, offline data, as CI
+    runs them): ``smoke``, or for ``None`` ``$SEQJAX_SMOKE`` (:func:`seqjax._env.parse_bool`;
+    unset = off). On a CPU outside smoke mode it says how to pick an accelerator in Colab."""
     if smoke is None:
         smoke = env_bool(SMOKE_ENV, False)
     elif not isinstance(smoke, bool):
@@ -45,9 +41,8 @@ def notebook_setup(smoke: bool | None = None) -> bool:
 
 
 def machine_info() -> dict[str, Any]:
-    """The machine a result was measured on: the CPU model (``/proc/cpuinfo``, else
-    ``platform``), the core count, the 1/5/15-minute load average, the jax version, backend
-    and the first device's kind.
+    """The machine a result was measured on: CPU model (``/proc/cpuinfo``, else ``platform``),
+    core count, 1/5/15-minute load average, jax version, backend and the first device's kind.
 
     Example:
         >>> sorted(machine_info())

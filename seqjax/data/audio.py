@@ -1,10 +1,8 @@
 r"""Audio: the log-mel spectrogram in JAX, and a synthetic tone-order classification set.
 
-Bishop §12.4.3 ("Audio data"): a waveform — air pressure sampled at regular intervals —
-is turned into a **mel spectrogram**, a matrix whose columns are time steps and whose
-rows are frequency bands spaced by the mel scale ("equal perceptual differences between
-successive frequencies"); the matrix is then treated as an image (a CNN, or the Audio
-Spectrogram Transformer, :class:`seqjax.models.AST`). This module computes it:
+Bishop §12.4.3 ("Audio data"): a waveform is turned into a **mel spectrogram**, time steps by
+frequency bands spaced by the mel scale, then treated as an image (a CNN, or the Audio
+Spectrogram Transformer, :class:`seqjax.models.AST`):
 
 .. math::
     x_t[n] &= w[n]\, s[t h + n],\qquad n = 0, …, N_{fft}-1
@@ -17,33 +15,20 @@ Spectrogram Transformer, :class:`seqjax.models.AST`). This module computes it:
     M_t[m] &= \textstyle\sum_k P_t[k]\, F[k, m],\qquad
     \mathrm{LogMel}_t[m] = \log(M_t[m] + \varepsilon)
 
-with ``F`` the triangular mel filterbank: filter ``m`` rises linearly from the centre
-frequency ``f_{m-1}`` to ``f_m`` and falls to ``f_{m+1}``, where the ``n_mels + 2``
-edges ``f_0 … f_{M+1}`` are equally spaced on the mel scale between ``f_min`` and
-``f_max``. Two mel scales are in use, and both are here (``mel_scale``):
+with ``F`` the triangular mel filterbank (:func:`mel_filterbank`), its ``n_mels + 2`` edges
+equally spaced in mels between ``f_min`` and ``f_max``. Two mel scales (``mel_scale``):
 
-* ``"htk"`` (the default; HTK, Kaldi — the fbank features of Gong et al. 2021's AST —
-  and ``torchaudio``): :math:`m = 2595 \log_{10}(1 + f/700)`;
-* ``"slaney"`` (Slaney's Auditory Toolbox; ``librosa``'s default): linear below 1 kHz,
-  :math:`m = 3f/200`, logarithmic above, :math:`m = 15 + 27 \ln(f/1000) / \ln 6.4`.
+* ``"htk"`` (default; HTK, Kaldi's fbank features of Gong et al. 2021's AST, ``torchaudio``):
+  :math:`m = 2595 \log_{10}(1 + f/700)`;
+* ``"slaney"`` (Slaney's Auditory Toolbox; ``librosa``'s default): :math:`m = 3f/200` below
+  1 kHz, :math:`m = 15 + 27 \ln(f/1000) / \ln 6.4` above.
 
-``norm="slaney"`` scales filter ``m`` by ``2 / (f_{m+1} - f_{m-1})`` (equal area),
-``norm=None`` leaves peaks at 1. The defaults (HTK, no norm, ``center=False``) match
+The defaults (HTK, ``norm=None``, ``center=False``) match
 ``torchaudio.transforms.MelSpectrogram(mel_scale="htk", norm=None, center=False)``; with
 ``mel_scale="slaney", norm="slaney", center=True`` the mel power equals
-``librosa.feature.melspectrogram`` (the tests check both scales against librosa).
-
-Why ``seqjax.data`` and not an ``nn`` layer: the spectrogram has no parameters and is
-computed once per clip, before training (as tokenisation is for text); it is a pure,
-``jit``-able, differentiable function, so it can still be called inside a model.
-
-Shapes are batch-major (``[B, L]`` samples → ``[B, T, n_mels]``, time then frequency);
-transpose to Bishop's rows-are-frequency picture (Fig. 12.25) with ``swapaxes(-1, -2)``.
-
-The synthetic data set (:func:`tone_order_dataset`) is here because no small, labelled,
-openly licensed audio data set is shipped by a PyPI or Debian package (the package
-registries are this project's only offline data sources; the Free Spoken Digit Dataset
-wrappers on PyPI, e.g. ``torchfsdd``, download it from GitHub at run time).
+``librosa.feature.melspectrogram``. All pure, ``jit``-able and differentiable. Shapes are
+batch-major (``[B, L]`` samples → ``[B, T, n_mels]``); ``swapaxes(-1, -2)`` gives Bishop's
+rows-are-frequency picture (Fig. 12.25).
 """
 
 from __future__ import annotations
@@ -114,8 +99,7 @@ def _check_waveform(waveform: Any) -> None:
 
 
 def hz_to_mel(frequencies: Any, mel_scale: str = "htk") -> np.ndarray:
-    r"""Hertz to mels: HTK :math:`2595\log_{10}(1 + f/700)`, or Slaney (linear below 1 kHz,
-    logarithmic above; see the module docstring). NumPy, float64.
+    r"""Hertz to mels, HTK or Slaney (module docstring). NumPy, float64.
 
     Example:
         >>> round(float(hz_to_mel(1000.0, "slaney")), 6), round(float(hz_to_mel(700.0, "htk")), 3)
@@ -165,12 +149,11 @@ def mel_filterbank(
 
     Filter ``m`` (0-based) is :math:`\max(0, \min(\frac{f - f_m}{f_{m+1} - f_m},
     \frac{f_{m+2} - f}{f_{m+2} - f_{m+1}}))` at the FFT bin frequencies
-    ``f = k · sample_rate / n_fft``, with edges ``f_0 … f_{M+1}`` equally spaced in mels
-    from ``f_min`` to ``f_max`` (default ``sample_rate / 2``); ``norm="slaney"`` multiplies
-    it by ``2 / (f_{m+2} - f_m)``. Equals ``librosa.filters.mel(...).T`` (``htk=True`` for
-    ``mel_scale="htk"``). A float32 NumPy constant: build it once, outside ``jit``.
-
-    Raises ``ValueError`` when a filter falls between two FFT bins and is empty (too many
+    ``f = k · sample_rate / n_fft``, edges ``f_0 … f_{M+1}`` equally spaced in mels from
+    ``f_min`` to ``f_max`` (default ``sample_rate / 2``); ``norm="slaney"`` multiplies it by
+    ``2 / (f_{m+2} - f_m)`` (equal area), ``None`` leaves peaks at 1. Equals
+    ``librosa.filters.mel(...).T`` (``htk=True`` for ``"htk"``). A float32 NumPy constant: build
+    it once, outside ``jit``. ``ValueError`` when a filter falls between two FFT bins (too many
     mels for ``n_fft``).
 
     Example:
@@ -216,9 +199,8 @@ def mel_filterbank(
 
 
 def hann_window(win_length: int, n_fft: int | None = None) -> np.ndarray:
-    r"""Periodic Hann window :math:`w[n] = \frac12 - \frac12\cos(2\pi n/N_w)`, ``n < N_w``,
-    zero-padded at both ends to ``n_fft`` (as ``librosa`` and ``torch.stft`` place a
-    shorter window). ``scipy.signal.get_window("hann", N_w)``. NumPy float32.
+    r"""Periodic Hann window ``w[n]`` (module docstring; ``scipy.signal.get_window("hann", N_w)``),
+    zero-padded at both ends to ``n_fft`` as ``librosa`` and ``torch.stft`` do. NumPy float32.
 
     Example:
         >>> hann_window(4).tolist()
@@ -246,8 +228,8 @@ def num_frames(num_samples: int, n_fft: int, hop_length: int, center: bool = Fal
 
 
 def frame(signal: Array, frame_length: int, hop_length: int) -> Array:
-    """Overlapping frames ``[..., L] -> [..., T, frame_length]``, frame ``t`` starting at
-    sample ``t · hop_length``; samples past the last whole frame are dropped.
+    """Overlapping frames ``[..., L] -> [..., T, frame_length]``, frame ``t`` starting at sample
+    ``t · hop_length``; samples past the last whole frame are dropped.
 
     Example:
         >>> frame(jnp.arange(6.0), 4, 2).tolist()
@@ -279,11 +261,9 @@ def power_spectrogram(
 ) -> Array:
     r"""``|STFT|²``, periodic Hann window: ``[B, L]`` (or ``[L]``) -> ``[B, T, n_fft // 2 + 1]``.
 
-    :math:`P_t[k] = |\mathrm{rfft}(w \odot s[th : th + N_{fft}])[k]|^2` (module docstring).
-    ``hop_length`` defaults to ``win_length // 4`` and ``win_length`` to ``n_fft``;
-    ``center`` zero-pads ``n_fft // 2`` samples at both ends so that frame ``t`` is
-    centred on sample ``t · hop`` (``librosa``'s ``center=True, pad_mode="constant"``).
-    Computed in float32.
+    ``P_t[k]`` of the module docstring, in float32. ``hop_length`` defaults to ``win_length // 4``,
+    ``win_length`` to ``n_fft``; ``center`` zero-pads ``n_fft // 2`` samples at both ends so frame
+    ``t`` is centred on sample ``t · hop`` (``librosa``'s ``center=True, pad_mode="constant"``).
 
     Example:
         >>> power_spectrogram(jnp.ones((2, 1000)), n_fft=256, hop_length=128).shape
@@ -315,9 +295,8 @@ def mel_spectrogram(
     norm: str | None = None,
     center: bool = False,
 ) -> Array:
-    r"""Mel power :math:`M_t = P_t F`: ``[B, L]`` (or ``[L]``) -> ``[B, T, n_mels]``.
-
-    :func:`power_spectrogram` times :func:`mel_filterbank` (see both for the arguments).
+    r"""Mel power :math:`M_t = P_t F`: ``[B, L]`` (or ``[L]``) -> ``[B, T, n_mels]``; arguments as
+    :func:`power_spectrogram` and :func:`mel_filterbank`.
 
     Example:
         >>> mel_spectrogram(jnp.zeros((3, 8000)), 8000, n_fft=256, hop_length=128,
@@ -350,13 +329,11 @@ def log_mel_spectrogram(
 ) -> Array:
     r"""Log-mel spectrogram :math:`\log(P_t F + \varepsilon)` (natural log; Bishop §12.4.3).
 
-    ``waveform``: float ``[B, L]`` or ``[L]`` samples. Returns float32 ``[B, T, n_mels]``
-    (or ``[T, n_mels]``), ``T = 1 + (L - n_fft) // hop_length`` (``L + n_fft`` padded
-    samples when ``center``). Every argument but ``waveform`` is static: under
-    ``jax.jit`` pass them as ``static_argnames`` or close over them. The arguments are
-    those of :func:`mel_spectrogram`; ``eps > 0`` keeps silent bins finite
-    (``log ε``). ``10 · log10`` of the mel power (``librosa.power_to_db``) is this divided
-    by ``ln 10 / 10``.
+    ``waveform``: float ``[B, L]`` or ``[L]`` samples. Returns float32 ``[B, T, n_mels]`` (or
+    ``[T, n_mels]``), ``T = 1 + (L - n_fft) // hop_length`` (``L + n_fft`` padded samples when
+    ``center``). Every argument but ``waveform`` is static (``static_argnames`` under ``jit``,
+    or close over them); they are :func:`mel_spectrogram`'s, plus ``eps > 0``, which keeps
+    silent bins finite. Divide by ``ln 10 / 10`` for decibels (``librosa.power_to_db``).
 
     Example:
         >>> import jax
@@ -395,8 +372,8 @@ TONE_BANDS: dict[str, tuple[float, float]] = {
 
 
 def tone_order_classes() -> list[tuple[str, str]]:
-    """The 6 classes of :func:`tone_order_dataset`: ``(first band, second band)``, the
-    ordered pairs of distinct :data:`TONE_BANDS`, in ``itertools.permutations`` order."""
+    """The 6 ``(first band, second band)`` classes of :func:`tone_order_dataset`: ordered pairs of
+    distinct :data:`TONE_BANDS`, in ``itertools.permutations`` order."""
     import itertools
 
     return list(itertools.permutations(TONE_BANDS, 2))
@@ -415,26 +392,19 @@ def tone_order_dataset(
 ) -> dict[str, np.ndarray]:
     r"""Synthetic clips whose class is the **order** of two tones far apart in time.
 
-    Each clip (``num_samples`` at ``sample_rate``; 1.04 s by default) holds two tone bursts
-    from two different pitch bands of :data:`TONE_BANDS`, separated by at least
-    ``min_gap`` seconds of background noise and at least ``margin`` seconds from either
-    end of the clip; the label indexes the ordered pair
-    ``(first band, second band)`` in :func:`tone_order_classes` (6 classes, balanced).
-    A tone is :math:`a \sin(2\pi f t + \phi)` under a Hann envelope, with the amplitude
-    ``a ~ U(0.3, 1)``, the frequency log-uniform in its band, the phase uniform, the
-    duration ``~ U(tone_duration)``; the noise is white Gaussian with sd ``noise``; the
-    two onsets are uniform over all placements that keep the gap.
+    Each clip (``num_samples`` at ``sample_rate``; 1.04 s by default) holds two tone bursts from
+    two different bands of :data:`TONE_BANDS`, at least ``min_gap`` seconds apart and
+    ``margin`` seconds from either end, in white Gaussian noise of sd ``noise``; the label
+    indexes ``(first band, second band)`` in :func:`tone_order_classes` (6 classes, balanced).
+    A tone is :math:`a \sin(2\pi f t + \phi)` under a Hann envelope, ``a ~ U(0.3, 1)``, ``f``
+    log-uniform in its band, ``φ`` uniform, duration ``~ U(tone_duration)``; the onsets are
+    uniform over all placements that keep the gap. The order needs relating two time steps
+    ``min_gap`` apart, the long-range dependency Bishop §12.4.3 says CNNs struggle with (an
+    order-blind model is right at most half the time; chance is 1/6); ``margin`` stops it being
+    read from a tone's distance to the clip's ends.
 
-    Why this task: the unordered pair is visible to a local detector (two pitches are
-    present), but the order is only visible to a model that relates two time steps
-    ``min_gap`` apart — the long-range dependency that Bishop §12.4.3 says CNNs struggle
-    with and attention does not. A model that sees which tones occur but not their order
-    is right at most half of the time (3 of the 6 classes are told apart; chance is 1/6).
-    ``margin`` keeps the tones away from the clip's ends, so that a local detector cannot
-    read the order from a tone's distance to the start or the end either.
-
-    Returns ``{"audio": float32 [N, num_samples], "label": int32 [N],
-    "onsets": float32 [N, 2] (seconds)}``. Deterministic given ``seed``.
+    Returns ``{"audio": float32 [N, num_samples], "label": int32 [N], "onsets": float32 [N, 2]
+    (seconds)}``, deterministic given ``seed``.
 
     Example:
         >>> d = tone_order_dataset(12, seed=0)

@@ -1,27 +1,24 @@
 r"""Arrays out: splits, padding, length bucketing, packing and LM windows, all in numpy.
 
-The array stages of the input pipeline (text loading is :mod:`seqjax.data.loading`, the
-resumable iterators that call these are :mod:`seqjax.data.iterators`):
+The array stages of the input pipeline (text in: :mod:`seqjax.data.loading`; the resumable
+iterators that call these: :mod:`seqjax.data.iterators`):
 
-* **Next-token pairs.** A language model trained with teacher forcing (J&M §9.3) sees the
-  gold history ``w_{1:t}`` and predicts ``w_{t+1}`` (J&M (9.9):
-  ``P(w_{t+1} = i | w_{1:t}) = y_t[i]``), so a window of ``T + 1`` tokens gives
+* **Next-token pairs.** With teacher forcing (J&M §9.3) a language model sees the gold history
+  ``w_{1:t}`` and predicts ``w_{t+1}`` (J&M (9.9): ``P(w_{t+1} = i | w_{1:t}) = y_t[i]``), so a
+  window of ``T + 1`` tokens gives
 
   .. math::  \text{inputs}_t = w_{i+t},\qquad \text{targets}_t = w_{i+t+1},
              \qquad t = 0, \dots, T-1
 
   (:class:`~seqjax.data.shard_windows.LMWindowIterator`, nanoGPT's ``get_batch``;
   :func:`packed_lm_targets` for packed rows).
-* **Padding.** Variable-length sequences are right-padded to a common ``T`` with the
-  padding mask ``m_{bt} = [t < \ell_b]`` (MEDL §7.4 footnote 9: no loss on ``<empty>``;
-  Bishop §12.3.1: a ``<pad>`` token plus a per-sequence mask): :func:`pad_batch`;
-  :func:`bucket_batches` groups similar lengths so less padding is needed.
-* **Packing.** :func:`pack_sequences` puts several short sequences in one row with segment
-  ids ``s_{bt}``; attention stays inside a segment,
-  ``M_{b,ij} = [s_{bi} = s_{bj} > 0] \wedge [j \le i]`` (:func:`packed_attention_mask`), and
-  the ``resets`` flags tell an RNN where to zero its carry.
-* **Splits.** :func:`split_text` (contiguous, nanoGPT's 90/10) and :func:`split_arrays`
-  (seeded, shuffled).
+* **Padding.** :func:`pad_batch` right-pads to a common ``T`` with mask ``m_{bt} = [t < \ell_b]``
+  (MEDL §7.4 footnote 9: no loss on ``<empty>``; Bishop §12.3.1: ``<pad>`` plus a per-sequence
+  mask); :func:`bucket_batches` groups similar lengths so less padding is needed.
+* **Packing.** :func:`pack_sequences` puts several sequences in one row with segment ids ``s_{bt}``;
+  attention stays inside a segment, ``M_{b,ij} = [s_{bi} = s_{bj} > 0] \wedge [j \le i]``
+  (:func:`packed_attention_mask`); ``resets`` tells an RNN where to zero its carry.
+* **Splits.** :func:`split_text` (contiguous, nanoGPT's 90/10), :func:`split_arrays` (shuffled).
 
 Conventions (docs/design.md): arrays are numpy, batch-major, ids ``int32``, masks ``bool`` with
 ``True`` = real token / keep, lengths ``int32`` with right padding.
@@ -50,10 +47,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- splits
 def split_text(data: Any, train_fraction: float = 0.9) -> tuple[Any, Any]:
-    """Contiguous ``(data[:n], data[n:])`` with ``n = int(len(data) * train_fraction)``.
-
-    nanoGPT's split of a token stream or string: on Tiny Shakespeare it gives
-    1,003,854 training and 111,540 validation characters.
+    """Contiguous ``(data[:n], data[n:])``, ``n = int(len(data) * train_fraction)`` (nanoGPT's).
 
     Example:
         >>> split_text("abcdefghij")
@@ -98,10 +92,9 @@ def pad_batch(
 ) -> dict[str, np.ndarray]:
     """Right-pad variable-length sequences into one array.
 
-    Returns ``{"ids": int32[B, T], "lengths": int32[B], "mask": bool[B, T]}`` with
-    ``T = length`` if given, else the longest sequence rounded up to a multiple of
-    ``pad_to_multiple`` (fewer distinct shapes, fewer recompilations);
-    ``mask[b, t] = t < lengths[b]``. Empty sequences give an all-``False`` row.
+    Returns ``{"ids": int32[B, T], "lengths": int32[B], "mask": bool[B, T]}``, ``T = length`` if
+    given (a longer sequence raises), else the longest rounded up to a multiple of
+    ``pad_to_multiple`` (fewer shapes, fewer recompilations); ``mask[b, t] = t < lengths[b]``.
 
     Example:
         >>> b = pad_batch([[5, 6, 7], [8]], pad_id=0)
@@ -139,9 +132,8 @@ def bucket_batches(
 ) -> list[np.ndarray]:
     """Batches of indices grouping similar lengths ("sortish" bucketing).
 
-    Shuffle all indices, sort each window of ``window * batch_size`` of them by
-    length, cut the windows into batches and shuffle the batch order. Batches
-    hold sequences of similar length (little padding) yet stay random.
+    Shuffle all indices, sort each window of ``window * batch_size`` by length, cut into batches
+    and shuffle the batch order: little padding, yet random batches.
 
     Example:
         >>> bs = bucket_batches([1, 9, 2, 8, 1, 9], 2, rng=np.random.default_rng(0))
@@ -173,22 +165,15 @@ def pack_sequences(
 ) -> dict[str, np.ndarray]:
     """Pack sequences end to end into rows of ``block_size`` tokens (greedy first fit).
 
-    Each sequence, in order, goes into the first of the last ``lookback`` rows
-    with room for it, else starts a new row (first fit with a bounded search:
-    ``O(N * lookback)``; ``lookback=1`` is next fit).
-    Sequences longer than ``block_size`` raise ``ValueError`` (``overflow="error"``),
-    are cut (``"truncate"``) or continue in fresh rows as separate segments
-    (``"split"``). Empty sequences are skipped.
+    Each sequence, in order, goes into the first of the last ``lookback`` rows with room, else a
+    new row (``O(N * lookback)``; ``lookback=1`` is next fit). Sequences longer than
+    ``block_size`` raise ``ValueError`` (``overflow="error"``), are cut (``"truncate"``) or
+    continue in fresh rows as separate segments (``"split"``). Empty sequences are skipped.
 
-    Returns, each ``[R, block_size]``:
-
-    * ``ids`` int32 — tokens, ``pad_id`` after the last segment;
-    * ``segment_ids`` int32 — ``1, 2, …`` per sequence within a row, ``0`` on padding
-      (the convention of :func:`seqjax.nn.masks.segment_mask`);
-    * ``positions`` int32 — position inside the segment (for positional encodings);
-    * ``mask`` bool — ``True`` on real tokens;
-    * ``resets`` bool — ``True`` on the first token of each segment: an RNN zeroes
-      its carry before that token, so segments never see each other.
+    Returns, each ``[R, block_size]``: ``ids`` int32 (``pad_id`` after the last segment);
+    ``segment_ids`` int32 (``1, 2, …`` per sequence within a row, ``0`` on padding, as
+    :func:`seqjax.nn.masks.segment_mask`); ``positions`` int32 (inside the segment); ``mask``
+    bool (real tokens); ``resets`` bool (each segment's first token: an RNN zeroes its carry).
 
     Example:
         >>> p = pack_sequences([[1, 2], [3, 4, 5], [6]], 4)
@@ -256,9 +241,8 @@ def packed_lm_targets(
 ) -> dict[str, np.ndarray]:
     """Next-token targets for packed rows, never crossing a segment boundary.
 
-    ``targets[r, t] = ids[r, t+1]`` and ``loss_mask[r, t] = True`` when tokens
-    ``t`` and ``t+1`` are in the same segment; else ``pad_id`` / ``False``.
-    Both ``[R, T]``.
+    ``targets[r, t] = ids[r, t+1]`` and ``loss_mask[r, t] = True`` when tokens ``t`` and ``t+1``
+    are in the same segment, else ``pad_id`` / ``False``; both ``[R, T]``.
     """
     ids, seg = np.asarray(packed["ids"]), np.asarray(packed["segment_ids"])
     same = np.zeros_like(seg, dtype=bool)
@@ -272,8 +256,8 @@ def packed_attention_mask(segment_ids_BxT: np.ndarray, *, causal: bool = True) -
     """``bool[B, 1, T, T]``: query ``i`` attends key ``j`` iff both are in the same segment
     (ids ``> 0``) and, when ``causal``, ``j <= i``.
 
-    Equal to ``segment_mask(s, s) & padding & causal_mask`` of :mod:`seqjax.nn.masks`,
-    in numpy for the input pipeline. Padding queries attend to nothing.
+    ``segment_mask(s, s) & padding & causal_mask`` of :mod:`seqjax.nn.masks`, in numpy.
+    Padding queries attend to nothing.
 
     Example:
         >>> packed_attention_mask(np.array([[1, 1, 2]]))[0, 0].astype(int).tolist()
@@ -305,9 +289,9 @@ def _prefix(column: str) -> str:
 def make_streams(tokens: Any, batch_size: int) -> np.ndarray:
     """Cut a 1-D token stream into ``batch_size`` contiguous rows ``[B, L]``, ``L = N // B``.
 
-    Row ``b`` is ``tokens[b L : (b + 1) L]``; the remainder is dropped. For evaluating a
-    recurrent LM with its state carried along each row (the training chunks of the same
-    streams are :class:`~seqjax.data.iterators.TBPTTIterator`'s).
+    Row ``b`` is ``tokens[b L : (b + 1) L]``; the remainder is dropped (needs ``L >= 2``). For
+    evaluating a recurrent LM with its state carried along each row (training chunks:
+    :class:`~seqjax.data.iterators.TBPTTIterator`).
 
     Example:
         >>> make_streams(np.arange(10), 3).tolist()

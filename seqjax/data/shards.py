@@ -1,26 +1,22 @@
 """Token shards on disk: llm.c's shard format, nanoGPT's ``.bin`` files, and the manifest.
 
-Data at scale is tokenised once (``seqjax prepare``, :mod:`seqjax.data.prepare`) and read
-many times, memory-mapped. Two layouts are read:
+Data is tokenised once (``seqjax prepare``, :mod:`seqjax.data.prepare`) and read many times,
+memory-mapped. Two layouts:
 
-* **llm.c shards** (``dev/data/data_common.py`` and ``llmc/dataloader.h`` of llm.c): a
-  header of 256 little-endian ``int32`` — ``[0]`` the magic ``20240520``, ``[1]`` the
-  version ``1``, ``[2]`` the number of tokens ``N`` — then ``N`` little-endian ``uint16``
-  tokens; the file is exactly ``1024 + 2N`` bytes. Every document starts with the
-  end-of-text token (EOT); llm.c names them ``NAME_val_000000.bin`` (shard 0, validation),
-  ``NAME_train_000001.bin``, ... .
-* **nanoGPT's bins**: ``train.bin`` / ``val.bin``, headerless ``uint16`` (its
-  ``prepare.py`` scripts: EOT after each document; one text cut 90/10 for Shakespeare).
+* **llm.c shards** (llm.c's ``dev/data/data_common.py``, ``llmc/dataloader.h``): a header of 256
+  little-endian ``int32`` (``[0]`` magic ``20240520``, ``[1]`` version ``1``, ``[2]`` token count
+  ``N``), then ``N`` little-endian ``uint16`` tokens; exactly ``1024 + 2N`` bytes. Every document
+  starts with the end-of-text token (EOT); files are named ``NAME_val_000000.bin`` (shard 0,
+  validation), ``NAME_train_000001.bin``, ...
+* **nanoGPT's bins**: ``train.bin`` / ``val.bin``, headerless ``uint16`` (EOT after each
+  document; one text cut 90/10 for Shakespeare).
 
-A folder written by ``seqjax prepare`` also holds ``manifest.json``: the format, the
-tokenizer (kind, name, vocabulary size, EOT id), and for each shard its file, split,
-token and document counts and SHA-256.
-
-:func:`open_tokens` opens any of them — a folder, a manifest, or a nanoGPT ``train.bin``
-— as :class:`TokenData`: the train and validation shards, each a read-only ``np.memmap``
-checked once when opened (header, size, and with ``vocab_size`` every id below it, in one
-vectorised pass per shard; never per batch). Each check names the file and what was
-expected.
+A ``seqjax prepare`` folder also holds ``manifest.json``: the format, the tokenizer (kind, name,
+vocabulary size, EOT id), and per shard its file, split, token and document counts and SHA-256.
+:func:`open_tokens` opens a folder, a manifest or a nanoGPT ``train.bin`` as :class:`TokenData`:
+read-only ``np.memmap`` shards checked once when opened (header, size, and with ``vocab_size``
+every id, one vectorised pass per shard, never per batch); each error names the file and what
+was expected.
 
 Example:
     >>> import tempfile, os, numpy as np
@@ -70,14 +66,12 @@ _LLMC_NAME = re.compile(r"_(train|val)_\d+\.bin$")
 
 
 class ShardError(ValueError):
-    """A token file that is not what it claims to be (names the file and what was
-    expected)."""
+    """A token file that is not what it claims to be (names the file and what was expected)."""
 
 
 def write_shard(path: str | os.PathLike, tokens: Any, *, header: bool = True) -> None:
-    """Write ``tokens`` (ids in ``[0, 65535]``) as one shard, atomically: llm.c's header
-    then ``uint16`` (``header=False``: nanoGPT's headerless ``.bin``). A crash leaves the
-    old file or none, never a shard that looks complete."""
+    """Write ``tokens`` (ids in ``[0, 65535]``) as llm.c's header then ``uint16``
+    (``header=False``: nanoGPT's ``.bin``), atomically: a crash leaves the old file or none."""
     arr = np.asarray(tokens)
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"`tokens` must be 1-D integer ids; got {arr.dtype} {arr.shape}.")
@@ -97,9 +91,8 @@ def write_shard(path: str | os.PathLike, tokens: Any, *, header: bool = True) ->
 
 def read_shard(path: str | os.PathLike, *, header: bool = True,
                vocab_size: int | None = None) -> np.ndarray:
-    """The tokens of one shard, memory-mapped read-only (``uint16[N]``), checked once: the
-    header's magic, version and count against the file's size (``header=False``: a
-    nanoGPT ``.bin``, an even size), and with ``vocab_size`` every id below it."""
+    """One shard as a read-only ``uint16[N]`` memmap, checked: magic, version and count against
+    the size (``header=False``: nanoGPT's ``.bin``, an even size), with ``vocab_size`` every id."""
     path = os.fspath(path)
     try:
         size = os.path.getsize(path)
@@ -175,9 +168,8 @@ class TokenData:
         return None if self.manifest is None else self.manifest.get("tokenizer")
 
     def check_tokenizer(self, expected: Mapping[str, Any]) -> None:
-        """``ShardError`` unless the manifest's tokenizer agrees with ``expected`` on every
-        key both state (``kind``, ``name``, ``vocab_size``, ``eot``); no manifest: nothing
-        to check."""
+        """``ShardError`` unless the manifest's tokenizer agrees with ``expected`` on every key
+        both state (``kind``, ``name``, ``vocab_size``, ``eot``); no manifest: no check."""
         have = self.tokenizer
         if have is None:
             return
@@ -206,14 +198,14 @@ def open_tokens(path: str | os.PathLike, *, vocab_size: int | None = None,
     """Open token shards for training (see the module docstring).
 
     Args:
-        path: a folder (with ``manifest.json``; or llm.c's ``*_train_*.bin`` /
-            ``*_val_*.bin``; or nanoGPT's ``train.bin`` / ``val.bin``), a manifest file, or
-            a nanoGPT ``train.bin`` (its ``val.bin`` beside it).
+        path: a folder (``manifest.json``, llm.c's ``*_train_*.bin`` / ``*_val_*.bin``, or
+            nanoGPT's ``train.bin`` / ``val.bin``), a manifest, or a nanoGPT ``train.bin``.
         vocab_size: check every id of every shard against it, once, here.
         verify: also check each shard's SHA-256 against the manifest (reads every byte).
 
-    Returns: :class:`TokenData`; a missing split, an empty split, a bad header or an
-    out-of-vocabulary id is a :class:`ShardError` naming the file.
+    Raises:
+        ShardError: a missing or empty split, a bad header, a token count that differs from the
+            manifest, a SHA-256 mismatch (``verify``), or an out-of-vocabulary id; names the file.
     """
     path = os.path.abspath(os.fspath(path))
     manifest = None

@@ -1,26 +1,10 @@
 """Synthetic sequence tasks: numpy generators, seeded, no data to download.
 
-Each generator draws its examples from ``seed`` (an int or a ``np.random.Generator``) and
-returns a dict of numpy arrays, batch-major: ids ``int32``, masks ``bool`` (``True`` = real
-token), lengths ``int32``.
-
-* :func:`copy_task`, :func:`reverse_task`, :func:`sort_task` — sequence-to-sequence
-  toys (MEDL §7.4's encoder–decoder; reversal as in MEDL's reverse-source trick), with the
-  token layout :data:`PAD_ID`, :data:`BOS_ID`, :data:`EOS_ID`, then symbols from
-  :data:`FIRST_SYMBOL`;
-* :func:`copy_memory` — remember ``k`` symbols over a long delay (Hochreiter &
-  Schmidhuber 1997; Arjovsky, Shah & Bengio 2016);
-* :func:`adding_problem` — sum the two marked numbers (Hochreiter & Schmidhuber
-  1997; the variant of Le, Jaitly & Hinton 2015);
-* :func:`associative_recall` — return the value paired with a queried key (Ba et
-  al. 2016; the recall tasks of H3/Zoology);
-* :func:`selective_copying` — copy the content tokens, skipping noise (Gu & Dao
-  2023, Mamba §3.1);
-* :func:`long_range_agreement` — subject–verb agreement across attractor
-  clauses, after J&M (9.21) "The flights the airline was cancelling **were** full."
-
-Real data lives beside this module: data shipped inside PyPI packages in
-:mod:`seqjax.data.packaged`, corpora (files and Penn Treebank) in :mod:`seqjax.data.corpora`.
+Sequence-to-sequence toys (:func:`copy_task`, :func:`reverse_task`, :func:`sort_task`), memory
+tasks (:func:`copy_memory`, :func:`adding_problem`, :func:`associative_recall`,
+:func:`selective_copying`) and :func:`long_range_agreement`; each cites its source. Each draws
+from ``seed`` (an int or a ``np.random.Generator``) and returns a dict of batch-major numpy
+arrays: ids ``int32``, masks ``bool`` (``True`` = real token), lengths ``int32``.
 """
 
 from __future__ import annotations
@@ -111,16 +95,14 @@ def copy_task(
     num_symbols: int = 8,
     seed: Seed = 0,
 ) -> dict[str, np.ndarray]:
-    """Sequence-to-sequence copy: the target equals the source.
+    """Sequence-to-sequence copy, the target equal to the source (MEDL §7.4's encoder–decoder).
 
-    Token layout: ``PAD_ID=0``, ``BOS_ID=1``, ``EOS_ID=2``, symbols
-    ``3 .. 2+num_symbols`` (vocabulary ``num_symbols + 3``); source lengths are
-    uniform in ``[min_length, max_length]``. Returns (``L = max_length``):
-
-    * ``src`` int32[N, L], ``src_lengths`` int32[N], ``src_mask`` bool[N, L];
-    * ``tgt_in`` int32[N, L+1] — ``BOS`` + target (decoder input, teacher forcing);
-    * ``tgt_out`` int32[N, L+1] — target + ``EOS`` (what the decoder predicts);
-    * ``tgt_lengths`` int32[N] (target length + 1), ``tgt_mask`` bool[N, L+1].
+    Ids: ``PAD_ID=0``, ``BOS_ID=1``, ``EOS_ID=2``, symbols ``3 .. 2+num_symbols`` (vocabulary
+    ``num_symbols + 3``); source lengths uniform in ``[min_length, max_length]``. Returns
+    (``L = max_length``): ``src`` int32[N, L], ``src_lengths`` int32[N], ``src_mask`` bool[N, L];
+    ``tgt_in`` int32[N, L+1] (``BOS`` + target, the teacher-forced decoder input); ``tgt_out``
+    int32[N, L+1] (target + ``EOS``); ``tgt_lengths`` int32[N] (target length + 1), ``tgt_mask``
+    bool[N, L+1].
 
     Example:
         >>> d = copy_task(2, min_length=3, max_length=3, seed=0)
@@ -138,9 +120,7 @@ def reverse_task(
     num_symbols: int = 8,
     seed: Seed = 0,
 ) -> dict[str, np.ndarray]:
-    """Sequence-to-sequence reversal: ``y_t = x_{n+1-t}`` (cf. MEDL §7.4's reversed source).
-
-    Layout and returned arrays as in :func:`copy_task`.
+    """Sequence-to-sequence reversal ``y_t = x_{n+1-t}`` (cf. MEDL §7.4), as :func:`copy_task`.
 
     Example:
         >>> d = reverse_task(1, min_length=4, max_length=4, seed=0)
@@ -158,9 +138,7 @@ def sort_task(
     num_symbols: int = 8,
     seed: Seed = 0,
 ) -> dict[str, np.ndarray]:
-    """Sequence-to-sequence sorting: the target is the source in ascending order.
-
-    Layout and returned arrays as in :func:`copy_task`.
+    """Sequence-to-sequence sorting (ascending); layout and arrays as in :func:`copy_task`.
 
     Example:
         >>> d = sort_task(1, min_length=5, max_length=5, seed=1)
@@ -180,15 +158,12 @@ def copy_memory(
 ) -> dict[str, np.ndarray]:
     """The copy-memory problem: read ``k`` symbols, wait ``delay`` steps, then repeat them.
 
-    Hochreiter & Schmidhuber (1997); layout of Arjovsky, Shah & Bengio (2016):
-    with ``k = num_to_copy`` and ``T = delay``, the input is
-    ``x_1..x_k, blank × (T-1), delimiter, blank × k`` and the target is
-    ``blank × (T+k), x_1..x_k``; sequence length ``T + 2k``. Ids: ``0`` blank,
-    ``1..num_symbols`` data, ``num_symbols+1`` delimiter (vocabulary
-    ``num_symbols + 2``). Predicting blanks and then uniform symbols gives the
-    baseline cross-entropy ``k log(num_symbols) / (T + 2k)``.
-
-    Returns ``inputs`` int32[N, T+2k] and ``targets`` int32[N, T+2k].
+    Hochreiter & Schmidhuber (1997); layout of Arjovsky, Shah & Bengio (2016): with
+    ``k = num_to_copy``, ``T = delay``, input ``x_1..x_k, blank × (T-1), delimiter, blank × k``,
+    target ``blank × (T+k), x_1..x_k``. Ids: ``0`` blank, ``1..num_symbols`` data,
+    ``num_symbols+1`` delimiter (vocabulary ``num_symbols + 2``). Baseline (blanks, then uniform
+    symbols) cross-entropy: ``k log(num_symbols) / (T + 2k)``. Returns ``inputs``, ``targets``
+    int32[N, T+2k].
 
     Example:
         >>> d = copy_memory(1, num_to_copy=2, delay=3, seed=0)
@@ -212,13 +187,10 @@ def copy_memory(
 def adding_problem(num_examples: int, length: int, *, seed: Seed = 0) -> dict[str, np.ndarray]:
     """The adding problem: output the sum of the two marked numbers in a long sequence.
 
-    Hochreiter & Schmidhuber (1997); here the variant of Le, Jaitly & Hinton
-    (2015): channel 0 holds ``u_t ~ U[0, 1]``; channel 1 is ``1`` at one position
-    in the first half and one in the second half, else ``0``; the target is
-    ``y = sum_t u_t m_t``. Always predicting 1 scores MSE ≈ 0.167 (1/6), the
-    baseline a model must beat.
-
-    Returns ``inputs`` float32[N, T, 2] and ``targets`` float32[N].
+    Hochreiter & Schmidhuber (1997), variant of Le, Jaitly & Hinton (2015): channel 0 holds
+    ``u_t ~ U[0, 1]``; channel 1 (``m_t``) is ``1`` at one position in each half, else ``0``;
+    target ``y = sum_t u_t m_t``. Always predicting 1 scores the baseline MSE 1/6. Returns
+    ``inputs`` float32[N, T, 2] and ``targets`` float32[N].
 
     Example:
         >>> d = adding_problem(3, 10, seed=0)
@@ -251,15 +223,12 @@ def associative_recall(
     num_values: int = 16,
     seed: Seed = 0,
 ) -> dict[str, np.ndarray]:
-    """Associative recall: ``k_1 v_1 … k_P v_P ? k_q`` → ``v_q``.
+    """Associative recall ``k_1 v_1 … k_P v_P ? k_q`` → ``v_q`` (Ba et al. 2016; H3/Zoology).
 
-    Keys within one example are distinct; the query is one of them. Ids: ``0``
-    pad (unused here), ``1`` the query marker ``?``, keys ``2 .. 1+num_keys``,
-    values ``2+num_keys .. 1+num_keys+num_values`` (vocabulary
-    ``2 + num_keys + num_values``).
-
-    Returns ``inputs`` int32[N, 2P+2], ``targets`` int32[N] (the value id), and
-    ``query_index`` int32[N] (which pair was asked).
+    Keys within an example are distinct (``num_pairs <= num_keys``); the query is one of them. Ids:
+    ``0`` pad (unused), ``1`` the marker ``?``, keys ``2 .. 1+num_keys``, values
+    ``2+num_keys .. 1+num_keys+num_values`` (vocabulary ``2 + num_keys + num_values``). Returns
+    ``inputs`` int32[N, 2P+2], ``targets`` int32[N] (the value id), ``query_index`` int32[N].
 
     Example:
         >>> d = associative_recall(1, num_pairs=3, seed=0)
@@ -301,16 +270,12 @@ def selective_copying(
 ) -> dict[str, np.ndarray]:
     """Selective copying (Gu & Dao 2023, Mamba §3.1, Fig. 2).
 
-    ``num_tokens`` content symbols sit at random positions among ``seq_len``
-    noise tokens; then ``num_tokens`` markers ask for the content symbols in
-    order. Unlike plain copying the spacing varies, so a time-invariant model
-    (LTI SSM, convolution) cannot solve it; input-dependent selection can.
-    Ids: ``0`` pad (unused), ``1`` noise, ``2`` marker, symbols
-    ``3 .. 2+num_symbols`` (vocabulary ``num_symbols + 3``).
-
-    Returns ``inputs`` int32[N, seq_len + num_tokens], ``targets``
-    int32[N, num_tokens] (the content in order), ``positions``
-    int32[N, num_tokens] (where it was).
+    ``num_tokens`` content symbols sit at random positions of ``seq_len`` noise tokens, then
+    ``num_tokens`` markers ask for them in order. The spacing varies, so a time-invariant model
+    (LTI SSM, convolution) cannot solve it; input-dependent selection can. Ids: ``0`` pad
+    (unused), ``1`` noise, ``2`` marker, symbols ``3 .. 2+num_symbols`` (vocabulary
+    ``num_symbols + 3``). Returns ``inputs`` int32[N, seq_len + num_tokens], ``targets``
+    int32[N, num_tokens] (the content in order), ``positions`` int32[N, num_tokens].
 
     Example:
         >>> d = selective_copying(1, seq_len=10, num_tokens=3, seed=0)
@@ -364,24 +329,17 @@ def long_range_agreement(
     max_attractors: int = 3,
     seed: Seed = 0,
 ) -> dict[str, np.ndarray]:
-    """Subject–verb agreement over a distance, after J&M (9.21).
+    """Subject–verb agreement over a distance, after J&M (9.21) "The flights the airline was
+    cancelling **were** full."
 
-    Sentences ``the N₀ (that the Nᵢ AUXᵢ Vᵢ)×a AUX₀ ADJ .`` where each
-    attractor clause's auxiliary agrees with its own noun ``Nᵢ`` (random
-    number) and the main auxiliary ``AUX₀`` ∈ {was, were} agrees with the
-    subject ``N₀``: "the flights that the airline was cancelling were full ."
-    The number of attractor clauses ``a`` is uniform in
-    ``[min_attractors, max_attractors]``; each adds 5 tokens of distance.
-    Words are :func:`agreement_vocabulary` ids.
-
-    Returns (``T`` = longest sentence):
-
-    * ``tokens`` int32[N, T], ``lengths`` int32[N], ``mask`` bool[N, T] — the sentence;
-    * ``verb_position`` int32[N] — index of ``AUX₀``; ``tokens[:, :verb_position]``
-      is the classification input;
-    * ``label`` int32[N] — ``1`` if the subject (and ``AUX₀``) is plural, else ``0``;
-    * ``num_attractors`` int32[N]; ``num_disagreeing`` int32[N] — attractor nouns
-      whose number differs from the subject's (the hard cases).
+    Sentences ``the N₀ (that the Nᵢ AUXᵢ Vᵢ)×a AUX₀ ADJ .``: each attractor clause's auxiliary
+    agrees with its own noun ``Nᵢ`` (random number), the main ``AUX₀`` ∈ {was, were} with the
+    subject ``N₀``. ``a`` is uniform in ``[min_attractors, max_attractors]``; each clause adds 5
+    tokens of distance. Words are :func:`agreement_vocabulary` ids. Returns (``T`` = longest):
+    ``tokens`` int32[N, T], ``lengths`` int32[N], ``mask`` bool[N, T]; ``verb_position`` int32[N]
+    (index of ``AUX₀``: ``tokens[:, :verb_position]`` is the classification input); ``label``
+    int32[N] (``1`` if the subject is plural); ``num_attractors`` int32[N]; ``num_disagreeing``
+    int32[N] (attractors whose number differs from the subject's: the hard cases).
 
     Example:
         >>> d = long_range_agreement(4, min_attractors=1, max_attractors=1, seed=0)

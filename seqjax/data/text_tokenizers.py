@@ -1,30 +1,22 @@
 """GPT-2's BPE as a seqjax tokenizer, and the specs a pretraining run names its tokenizer by.
 
-A pretraining run (``seqjax prepare``, ``seqjax train gpt2``, the evaluations) reads its
-tokenizer through :class:`seqjax.data.tokenizers.Tokenizer`, the one tokenizer interface:
-``encode_ordinary(text)`` (special tokens' spellings are not special: data cannot inject
-control tokens), ``decode(ids)``, the end-of-text id ``eot``, ``vocab_size`` and
-``describe()``, what a shard folder's ``manifest.json`` records so a run can check it reads
-shards made by its own tokenizer (:meth:`seqjax.data.shards.TokenData.check_tokenizer`).
+A pretraining run (``seqjax prepare``, ``seqjax train gpt2``, the evaluations) names its
+:class:`~seqjax.data.tokenizers.Tokenizer` by a spec, which :func:`load_text_tokenizer` loads:
 
-:func:`load_text_tokenizer` builds one from a spec:
-
-* ``"gpt2"``: GPT-2's byte-level BPE (Radford et al. 2019; Bishop §12.2.2) through
-  ``tiktoken`` (``pip install "seqjax[pretrain]"``): 50,257 ids, ``<|endoftext|>`` = 50256.
-  The merge ranks come from ``rank_file`` (a ``.tiktoken`` file), else from the copy the
-  package ``openai-whisper`` ships (:func:`gpt2_rank_file`, found without importing it),
-  else from ``tiktoken.get_encoding("gpt2")`` (tiktoken's cache, or a download). A rank file
-  is checked against GPT-2's SHA-256.
+* ``"gpt2"``: GPT-2's byte-level BPE (Radford et al. 2019; Bishop §12.2.2) through ``tiktoken``
+  (``pip install "seqjax[pretrain]"``): 50,257 ids, ``<|endoftext|>`` = 50256. Merge ranks come
+  from ``rank_file`` (a ``.tiktoken`` file, checked against GPT-2's SHA-256), else from
+  ``openai-whisper``'s copy (:func:`gpt2_rank_file`), else ``tiktoken.get_encoding("gpt2")``
+  (tiktoken's cache, or a download).
 * ``"hf:PATH"`` or a path ending in ``tokenizer.json``: any Hugging Face ``tokenizer.json``
-  (``tokenizers``, ``pip install "seqjax[hf]"``). EOT: ``eot=`` if given, else the first of
-  ``<|endoftext|>``, ``</s>``, ``[SEP]``, ``<eos>`` in its vocabulary.
+  (``pip install "seqjax[hf]"``). EOT: ``eot=`` if given, else the first of ``<|endoftext|>``,
+  ``</s>``, ``[SEP]``, ``<eos>`` in its vocabulary.
 * ``"seqjax:PATH"``: a tokenizer saved by seqjax (:func:`seqjax.data.tokenizers.load_tokenizer`:
-  :class:`~seqjax.data.tokenizers.CharTokenizer`, ``WordTokenizer``, or a ``train_bpe``
-  tokenizer.json). EOT: ``eot=`` if given, else its ``eos`` special token.
+  char, word, or a ``train_bpe`` tokenizer.json). EOT: ``eot=`` if given, else its ``eos``.
 
-A tokenizer with no end-of-text token (nanoGPT's ``shakespeare_char`` characters) loads with
-``eot`` ``None``; what needs one says so: ``seqjax prepare``'s ``split="documents"`` (EOT
-separates the documents), document-aligned windows, a sample started from EOT.
+A tokenizer with no end-of-text token (nanoGPT's ``shakespeare_char``) loads with ``eot`` ``None``;
+what needs one says so: ``split="documents"`` in ``seqjax prepare``, document-aligned windows, a
+sample started from EOT.
 
 Example:
     >>> import os, tempfile
@@ -80,8 +72,8 @@ _SPECS = ("'gpt2'", "'hf:PATH' (or a path ending in tokenizer.json)", "'seqjax:P
 
 
 def gpt2_rank_file() -> str | None:
-    """The path of GPT-2's ranks shipped by ``openai-whisper`` (``whisper/assets/gpt2.tiktoken``),
-    found without importing ``whisper``; ``None`` when it is not installed."""
+    """Path of ``openai-whisper``'s ``whisper/assets/gpt2.tiktoken`` (found without importing it),
+    or ``None`` when it is not installed."""
     try:
         spec = importlib.util.find_spec("whisper")
     except (ImportError, ValueError):
@@ -94,8 +86,8 @@ def gpt2_rank_file() -> str | None:
 
 
 def tiktoken_cache_dir() -> str:
-    """The folder tiktoken caches its downloads in: ``$TIKTOKEN_CACHE_DIR``, else
-    ``$DATA_GYM_CACHE_DIR``, else ``<temp>/data-gym-cache`` (tiktoken's ``load.py``)."""
+    """tiktoken's download cache: ``$TIKTOKEN_CACHE_DIR``, ``$DATA_GYM_CACHE_DIR``, or
+    ``<temp>/data-gym-cache`` (tiktoken's ``load.py``)."""
     for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
         if os.environ.get(var):
             return os.environ[var]
@@ -103,7 +95,7 @@ def tiktoken_cache_dir() -> str:
 
 
 def _no_gpt2_ranks(err: BaseException) -> str:
-    """The one line of a GPT-2 tokenizer that has no ranks here and could not download them."""
+    """The error message when GPT-2's ranks are not here and could not be downloaded."""
     cause = " ".join(str(err).split())[:160]
     return (
         "GPT-2's BPE ranks are not on this machine and could not be downloaded "
@@ -132,11 +124,10 @@ def _gpt2_pat_str() -> str:
 
 
 class TiktokenTokenizer(Tokenizer):
-    """A ``tiktoken.Encoding`` (GPT-2's BPE from :func:`load_text_tokenizer`) as a seqjax
-    :class:`~seqjax.data.tokenizers.Tokenizer`: ``encode`` and ``encode_ordinary`` are
-    ``encode_ordinary`` (byte-level: no id is unknown), ``<|endoftext|>`` is ``eot`` and
-    ``eos_id``; ``save`` writes the merge ranks as a ``.tiktoken`` file (what ``rank_file=``
-    reads back).
+    """A ``tiktoken.Encoding`` (GPT-2's BPE) as a :class:`~seqjax.data.tokenizers.Tokenizer`.
+
+    ``encode`` and ``encode_ordinary`` are tiktoken's ``encode_ordinary`` (byte-level: no id is
+    unknown); ``<|endoftext|>`` is ``eot`` and ``eos_id``.
 
     Example (with ``openai-whisper`` installed for the offline ranks)::
 
@@ -175,8 +166,8 @@ class TiktokenTokenizer(Tokenizer):
         return self.encoding.decode(ids)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the merge ranks as a ``.tiktoken`` file (``base64(bytes) rank`` per line,
-        special tokens left out): GPT-2's is byte for byte whisper's ``gpt2.tiktoken``."""
+        """Write the ranks as a ``.tiktoken`` file (``base64(bytes) rank`` lines, no special
+        tokens; what ``rank_file=`` reads): GPT-2's is byte for byte whisper's ``gpt2.tiktoken``."""
         from seqjax._io import write_atomic
 
         specials = {self.encoding.encode_single_token(t)
@@ -215,8 +206,7 @@ def _gpt2(rank_file: str | os.PathLike | None) -> TiktokenTokenizer:
 
 def _resolve_eot(eot: int | str | None, vocab_size: int, lookup: Any, found: int | None,
                  where: str) -> int | None:
-    """``eot`` (an id, or a token looked up with ``lookup``), else ``found`` (``None``: the
-    tokenizer has none)."""
+    """``eot`` (an id, or a token looked up with ``lookup``), else ``found`` (``None``: none)."""
     if isinstance(eot, str):
         i = lookup(eot)
         if i is None:
@@ -230,11 +220,8 @@ def _resolve_eot(eot: int | str | None, vocab_size: int, lookup: Any, found: int
 
 
 def _from_file(path: str | os.PathLike, eot: int | str | None, *, kind: str) -> Tokenizer:
-    """The tokenizer saved at ``path`` (``"hf"``: any ``tokenizer.json``; ``"seqjax"``: one
-    :func:`~seqjax.data.tokenizers.load_tokenizer` reads), named by its file and its SHA-256,
-    with its end-of-text id: ``eot`` if given, else (``hf``) the first of
-    ``<|endoftext|>``, ``</s>``, ``[SEP]``, ``<eos>`` in its vocabulary, or (``seqjax``) its
-    ``eos`` special token, else none."""
+    """The ``hf:``/``seqjax:`` tokenizer at ``path``, named by its file and SHA-256, with its EOT
+    (the module docstring's rules)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"the tokenizer file {path!r} does not exist.")
@@ -262,19 +249,19 @@ def load_text_tokenizer(spec: str, *, rank_file: str | os.PathLike | None = None
     """The tokenizer named by ``spec`` (see the module docstring).
 
     Args:
-        spec: ``"gpt2"``, ``"hf:PATH"`` (or a path ending in ``tokenizer.json``), or
-            ``"seqjax:PATH"``.
+        spec: ``"gpt2"``, ``"hf:PATH"`` (or a path ending in ``tokenizer.json``), ``"seqjax:PATH"``.
         rank_file: GPT-2's ranks as a ``.tiktoken`` file (``"gpt2"`` only); default
-            :func:`gpt2_rank_file`, then tiktoken's own cache or download.
-        eot: the end-of-text id, or its token, overriding the one found (``hf:`` and
-            ``seqjax:`` only).
+            :func:`gpt2_rank_file`, then tiktoken's cache or download.
+        eot: end-of-text id or token, overriding the one found (``hf:``/``seqjax:`` only).
 
-    Returns: a :class:`~seqjax.data.tokenizers.Tokenizer` (:class:`TiktokenTokenizer`,
-    :class:`~seqjax.data.tokenizers.HFTokenizer`, or the seqjax tokenizer saved at the
-    path; ``eot`` ``None`` when it has no end-of-text token). An unknown spec, a missing
-    file, a rank file that is not GPT-2's, or an ``eot`` that is not one of its tokens is a
-    ``ValueError`` naming it; a missing optional package a ``ModuleNotFoundError`` naming the
-    extra.
+    Returns:
+        A :class:`TiktokenTokenizer`, :class:`~seqjax.data.tokenizers.HFTokenizer` or the seqjax
+        tokenizer saved at the path (``eot`` ``None`` when it has no end-of-text token).
+
+    Raises:
+        ValueError: an unknown spec (a non-str: ``TypeError``), a missing file, a non-GPT-2 rank
+            file, a ``rank_file``/``eot`` the spec does not take, an ``eot`` not in the vocabulary.
+        ModuleNotFoundError: a missing optional package (the message names the extra).
     """
     if not isinstance(spec, str):
         raise TypeError(f"`tokenizer` must be a str spec ({', '.join(_SPECS)}); got "

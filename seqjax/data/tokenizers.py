@@ -1,35 +1,20 @@
 """Tokenizers with one interface: characters, words, BPE, and any Hugging Face ``tokenizer.json``.
 
-Text becomes integer ids through a vocabulary, the first step of every model in
-the texts: one-hot / embedding lookup of token ``i`` (MEDL §7.1; Bishop (12.26)
-``v_n = E x_n``), with tokens that are characters, words, or sub-words learned
-by byte-pair encoding (Bishop §12.2.2; :mod:`seqjax.data.bpe_teaching` has the
-textbook merge rule in plain Python).
+Text becomes ids through a vocabulary, the first step of every model in the texts: one-hot /
+embedding lookup of token ``i`` (MEDL §7.1; Bishop (12.26) ``v_n = E x_n``), the tokens being
+characters, words, or sub-words learned by byte-pair encoding (Bishop §12.2.2;
+:mod:`seqjax.data.bpe_teaching` has the textbook merge rule in plain Python).
 
-Every tokenizer offers
-
-* ``encode(text) -> list[int]`` / ``encode_batch``, with optional BOS/EOS and a
-  ``max_length`` that either raises or truncates (``truncation=True``);
-* ``encode_with_unknowns(text) -> (ids, Counter)``: the symbols mapped to
-  ``<unk>`` and how often;
-* ``decode(ids) -> str`` / ``decode_batch``; an id outside ``[0, vocab_size)``
-  raises ``ValueError`` naming the id and the vocabulary size (docs/design.md,
-  "Errors": never a silent clamp);
-* special tokens ``pad/unk/bos/eos/mask/sep/cls`` (``pad_id``, ``bos_id``, …;
-  ``None`` when a tokenizer has no such token);
-* ``save(path)`` to JSON and :func:`load_tokenizer` back (never pickle);
-* what a pretraining stream needs (``seqjax prepare``, ``seqjax train gpt2``, the
-  evaluations): ``encode_ordinary(text)`` — the ids of ordinary text, no BOS/EOS, a special
-  token's spelling inside the text encoded as the characters it is made of, never as the
-  special id (data cannot inject control tokens) — the end-of-text id ``eot`` that separates
-  documents, and ``describe()``: ``{"kind", "name", "vocab_size", "eot"}`` (and ``"sha256"``
-  of the file it was loaded from), what a shard folder's manifest records so a run can check
-  it reads shards made by its own tokenizer.
-  :func:`seqjax.data.text_tokenizers.load_text_tokenizer` loads one from a spec (GPT-2's BPE,
-  a ``tokenizer.json``, a tokenizer saved by seqjax).
-
-Special tokens come first in the vocabularies built here, in the order
-``pad, unk, bos, eos, mask, sep, cls``, so ``pad_id == 0``.
+Every :class:`Tokenizer` has ``encode``/``encode_batch`` (optional BOS/EOS; ``max_length`` raises
+or truncates), ``encode_with_unknowns``, ``decode``/``decode_batch`` (an id outside
+``[0, vocab_size)`` raises ``ValueError``, never a silent clamp), special ids ``pad_id``,
+``unk_id``, … (``None`` when absent), ``save`` to JSON and :func:`load_tokenizer` (never pickle);
+and for a pretraining stream ``encode_ordinary`` (a special token's spelling in the text is
+encoded as its characters, so data cannot inject control tokens), ``eot`` and ``describe()``,
+which a shard manifest records so a run can check its shards were made by its own tokenizer
+(:func:`seqjax.data.text_tokenizers.load_text_tokenizer` loads one by spec). Special tokens come
+first in the vocabularies built here, in the order ``pad, unk, bos, eos, mask, sep, cls``, so
+``pad_id == 0``.
 """
 
 from __future__ import annotations
@@ -67,16 +52,13 @@ _FORMAT_VERSION = 1
 class SpecialTokens:
     """The strings used for the special tokens; ``None`` leaves a token out.
 
-    ``tokens()`` lists them in vocabulary order ``pad, unk, bos, eos, mask, sep, cls``.
-    MEDL §7.1 names ``<start>``, ``<stop>`` and ``<empty>`` (our bos, eos, pad);
-    Bishop §12.3 uses ``<start>``/``<stop>`` and BERT's ``[CLS]``, ``[SEP]``,
-    ``[MASK]`` (Bishop §12.3.2).
+    ``tokens()`` lists them in vocabulary order ``pad, unk, bos, eos, mask, sep, cls``. MEDL §7.1's
+    ``<start>``, ``<stop>``, ``<empty>`` are our bos, eos, pad; Bishop §12.3 uses
+    ``<start>``/``<stop>`` and BERT's ``[CLS]``, ``[SEP]``, ``[MASK]`` (§12.3.2).
 
     Example:
         >>> SpecialTokens().tokens()[:4]
         ['<pad>', '<unk>', '<bos>', '<eos>']
-        >>> SpecialTokens.none().tokens()
-        []
     """
 
     pad: str | None = "<pad>"
@@ -126,10 +108,9 @@ class Tokenizer(abc.ABC):
     """Common interface; subclasses implement the abstract methods.
 
     Attributes:
-        origin, name, sha256: what :meth:`describe` records (as ``kind``, ``name``,
-            ``sha256``): the library the tokenizer comes from (``"seqjax"``, ``"hf"``,
-            ``"tiktoken"``), its name (the file it was loaded from), and that file's SHA-256
-            (``None`` when it was not loaded from a file).
+        origin, name, sha256: recorded by :meth:`describe` as ``kind``, ``name``, ``sha256``:
+            the source library (``"seqjax"``, ``"hf"``, ``"tiktoken"``), the file it was loaded
+            from, and that file's SHA-256 (``None`` when not loaded from a file).
     """
 
     special_tokens: SpecialTokens
@@ -257,9 +238,8 @@ class Tokenizer(abc.ABC):
     ) -> list[int]:
         """Ids of ``text``: ``[bos] + tokens + [eos]`` (BOS/EOS only when asked).
 
-        ``max_length`` bounds the total length: longer sequences raise
-        ``ValueError`` unless ``truncation=True``, which drops tokens from the end
-        (BOS/EOS are kept).
+        ``max_length`` bounds the total length: longer sequences raise ``ValueError`` unless
+        ``truncation=True``, which drops tokens from the end (BOS/EOS are kept).
         """
         return self.encode_with_unknowns(
             text, add_bos=add_bos, add_eos=add_eos, max_length=max_length, truncation=truncation
@@ -272,22 +252,18 @@ class Tokenizer(abc.ABC):
     # --- the pretraining stream -----------------------------------------------------
     @property
     def eot(self) -> int | None:
-        """The end-of-text id that separates documents: the one the loader was given
-        (``eot=``), else ``eos_id`` (``None`` when the tokenizer has neither)."""
+        """End-of-text id between documents: the loader's ``eot=``, else ``eos_id`` (or None)."""
         return self.eos_id if self._eot is None else self._eot
 
     def encode_ordinary(self, text: str) -> list[int]:
-        """The ids of ``text`` as ordinary text: no BOS/EOS, no template, special tokens'
-        spellings not special (a character tokenizer has no other rule; a word tokenizer
-        keeps its own: a ``<word>`` marker in the text is that token, as in Penn Treebank's
-        ``<unk>``)."""
+        """Ids of ``text`` as plain text: no BOS/EOS, no template, special tokens' spellings not
+        special (a word tokenizer keeps its rule: a ``<word>`` marker is that token, as PTB's)."""
         if not isinstance(text, str):
             raise TypeError(f"`text` must be a str; got {type(text).__name__}.")
         return self._encode_text(text)[0]
 
     def describe(self) -> dict[str, Any]:
-        """``{"kind", "name", "vocab_size", "eot"}`` (and ``"sha256"`` of a tokenizer file):
-        a shard manifest's ``tokenizer``."""
+        """Shard manifest's ``tokenizer``: ``{"kind", "name", "vocab_size", "eot"[, "sha256"]}``."""
         out = {"kind": self.origin, "name": self.name or type(self).__name__,
                "vocab_size": self.vocab_size, "eot": self.eot}
         if self.sha256 is not None:
@@ -369,17 +345,15 @@ class _VocabTokenizer(Tokenizer):
 class CharTokenizer(_VocabTokenizer):
     """One token per character (Bishop §12.2.2's character-level dictionary; char-rnn/nanoGPT).
 
-    The vocabulary is the special tokens followed by the sorted distinct
-    characters of the training text. With ``SpecialTokens.none()`` the ids are
-    exactly nanoGPT's ``shakespeare_char`` ids (``stoi = {ch: i for i, ch in
-    enumerate(sorted(set(text)))}``). Unknown characters map to ``<unk>``.
+    The vocabulary is the special tokens, then the sorted distinct characters of the training
+    text; with ``SpecialTokens.none()`` the ids are nanoGPT's ``shakespeare_char`` ids
+    (``stoi = {ch: i for i, ch in enumerate(sorted(set(text)))}``). Unknown characters map to
+    ``<unk>``.
 
     Example:
         >>> tok = CharTokenizer.from_text("hello", special_tokens=SpecialTokens.none())
         >>> tok.vocab, tok.encode("hole")
         (['e', 'h', 'l', 'o'], [1, 3, 2, 0])
-        >>> tok.decode([1, 0, 2, 2, 3])
-        'hello'
     """
 
     kind = "char"
@@ -418,15 +392,13 @@ WHITESPACE_PATTERN = r"\S+"
 class WordTokenizer(_VocabTokenizer):
     """One token per word or punctuation mark, with a frequency-pruned vocabulary.
 
-    Words are found with the regular expression ``pattern`` (default
-    ``<\\w+>|\\w+|[^\\w\\s]``: a marker such as ``<unk>`` kept whole, runs of
-    letters/digits, or single punctuation marks; :data:`WHITESPACE_PATTERN` splits an
-    already tokenized corpus on whitespace only).
-    The vocabulary keeps words seen at least ``min_freq`` times (at most
-    ``max_size`` of them), most frequent first, ties alphabetical; everything
-    else becomes ``<unk>`` (MEDL §7.1's fixed lexicon; Bishop §12.2.2 notes it
-    "cannot cope with words not in the dictionary"). ``decode`` joins tokens
-    with single spaces.
+    Words are matches of the regex ``pattern`` (default ``<\\w+>|\\w+|[^\\w\\s]``: a marker such
+    as ``<unk>`` kept whole, runs of letters/digits, single punctuation marks;
+    :data:`WHITESPACE_PATTERN` splits an already tokenized corpus on whitespace only). The
+    vocabulary keeps words seen at least ``min_freq`` times (at most ``max_size`` tokens, specials
+    included), most frequent first, ties alphabetical; everything else becomes ``<unk>`` (MEDL
+    §7.1's fixed lexicon; Bishop §12.2.2: it "cannot cope with words not in the dictionary").
+    ``decode`` joins tokens with single spaces.
 
     Example:
         >>> tok = WordTokenizer.from_texts(["the cat sat", "the dog"], min_freq=1)
@@ -517,13 +489,11 @@ _SPECIAL_CANDIDATES: dict[str, tuple[str, ...]] = {
 class HFTokenizer(Tokenizer):
     """The Hugging Face wrapper: a ``tokenizers.Tokenizer`` (BPE, WordPiece, Unigram, …).
 
-    Loads any ``tokenizer.json`` (:meth:`from_file`) or hub tokenizer
-    (:meth:`from_pretrained`, needs a network). Special-token roles are detected
-    from common spellings (``<pad>``/``[PAD]``, ``<s>``/``</s>``, ``[CLS]``, …)
-    unless ``special_tokens`` is given. ``encode`` does not run the tokenizer's
-    own template (e.g. BERT's ``[CLS] … [SEP]``) unless ``use_template=True``;
-    BOS/EOS come from ``add_bos``/``add_eos`` as for every seqjax tokenizer.
-    Unknown symbols are the text spans whose id is ``unk_id``.
+    Loads any ``tokenizer.json`` (:meth:`from_file`) or hub tokenizer (:meth:`from_pretrained`,
+    needs a network). Special-token roles are detected from common spellings (``<pad>``/``[PAD]``,
+    ``<s>``/``</s>``, ``[CLS]``, …) unless ``special_tokens`` is given. ``encode`` runs the
+    tokenizer's own template (e.g. BERT's ``[CLS] … [SEP]``) only if ``use_template=True``;
+    BOS/EOS come from ``add_bos``/``add_eos``. Unknown symbols are the spans whose id is ``unk_id``.
 
     Example:
         >>> tok = train_bpe(["low lower lowest"] * 10, vocab_size=300)
@@ -618,28 +588,22 @@ def train_bpe(
 ) -> HFTokenizer:
     """Train a byte-level BPE tokenizer (GPT-2 style) with Hugging Face ``tokenizers``.
 
-    Byte-pair encoding (Sennrich et al. 2015; Bishop §12.2.2, Fig. 12.12):
-    start from the 256 byte symbols and repeatedly merge the most frequent
-    adjacent pair inside a pre-token (GPT-2's regex split: contractions, runs of
-    letters, of digits or of other symbols, each with at most one leading space,
-    written ``Ġ``, and runs of white space) until
-    ``vocab_size`` tokens exist, or until no pair occurs ``min_frequency``
-    times (then the vocabulary is smaller). Pre-splitting enforces Bishop's
-    rule that a merge never joins a token starting with white space to the
-    token before it (``'Ġ'+'p'`` is allowed: the space comes first). Byte-level
-    symbols make every string encodable (no ``<unk>``) and
-    ``decode(encode(s)) == s``. The special tokens take ids ``0..6``.
+    Byte-pair encoding (Sennrich et al. 2015; Bishop §12.2.2, Fig. 12.12): from the 256 byte
+    symbols, repeatedly merge the most frequent adjacent pair inside a pre-token (GPT-2's regex
+    split: contractions, runs of letters, of digits or of other symbols, each with at most one
+    leading space, written ``Ġ``, and runs of white space) until ``vocab_size`` tokens exist or no
+    pair occurs ``min_frequency`` times (then the vocabulary is smaller). Pre-splitting enforces
+    Bishop's rule that a merge never joins a token starting with white space to the token before
+    it (``'Ġ'+'p'`` is allowed). Byte-level symbols make every string encodable (no ``<unk>``)
+    and ``decode(encode(s)) == s``. The special tokens take ids ``0..6``.
 
-    **Merge order** (Hugging Face's ``BpeTrainer``): the highest pair count
-    first; a tie goes to the pair with the smaller ``(left id, right id)``,
-    where the 256 byte symbols have ids ``7..262`` in code-point order of their
-    byte-level characters (so ``Ġ`` sorts after every ASCII letter) and merged
-    tokens follow in the order they were made. This is neither Bishop's order
-    nor :mod:`seqjax.data.bpe_teaching`'s: on Fig. 12.12's "Peter Piper picked
-    a peck of pickled peppers" the merges are ``pe`` (4), ``ck`` (3), then
-    ``ed``, ``ick``, ``pick``, ``Ġpe``, ``Ġpick``, ``per`` (2 each), where the
-    figure has ``pe``, ``ck``, ``pi``, ``ed``, ``per`` (``i``+``ck`` beats
-    ``p``+``i`` because ``i`` < ``p``).
+    **Merge order** (Hugging Face's ``BpeTrainer``): highest pair count first; a tie goes to the
+    smaller ``(left id, right id)``, where the 256 byte symbols have ids ``7..262`` in code-point
+    order of their byte-level characters (so ``Ġ`` sorts after every ASCII letter) and merged
+    tokens follow in the order made. On Fig. 12.12's "Peter Piper picked a peck of pickled
+    peppers" this gives ``pe`` (4), ``ck`` (3), then ``ed``, ``ick``, ``pick``, ``Ġpe``,
+    ``Ġpick``, ``per`` (2 each), not the figure's ``pe``, ``ck``, ``pi``, ``ed``, ``per``
+    (``i``+``ck`` beats ``p``+``i`` because ``i`` < ``p``).
 
     Example:
         >>> tok = train_bpe(["peter piper picked a peck"] * 5, vocab_size=270)

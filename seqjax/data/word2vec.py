@@ -1,20 +1,16 @@
 r"""word2vec's training data: skip-gram pairs, CBOW windows, the noise distribution, subsampling.
 
-word2vec (Mikolov et al. 2013; Bishop §12.2.1; MEDL §7.1) learns from a window of ``M``
-words either side of each centre word ``w_t`` of a token stream:
+word2vec (Mikolov et al. 2013; Bishop §12.2.1; MEDL §7.1) learns from a window of ``M`` words
+either side of each centre word ``w_t``: **skip-gram** examples are the pairs ``(w_t, w_{t+j})``,
+``0 < |j| <= M`` (:func:`skipgram_pairs`); **CBOW** examples are the windows
+``C_t = (w_{t-M}, …, w_{t-1}, w_{t+1}, …, w_{t+M})`` with their centre ``w_t``
+(:func:`cbow_windows`, masked at the text's ends). Negative sampling draws noise from
+``P_n(w) ∝ count(w)^{3/4}`` (Mikolov et al. 2013, eq. 4; :func:`noise_distribution`);
+subsampling keeps a token of relative frequency ``f`` with probability
+``min(1, (\sqrt{f/t} + 1)\,t/f)`` (:func:`subsample_mask`).
 
-* **skip-gram** examples are the pairs ``(w_t, w_{t+j})`` for ``0 < |j| <= M``
-  (:func:`skipgram_pairs`);
-* **CBOW** examples are the windows ``C_t = (w_{t-M}, …, w_{t-1}, w_{t+1}, …, w_{t+M})``
-  with their centre ``w_t`` (:func:`cbow_windows`, masked at the text's ends).
-
-Negative sampling draws noise words from ``P_n(w) ∝ count(w)^{3/4}`` (Mikolov et al. 2013,
-eq. 4; :func:`noise_distribution`), and frequent words are subsampled, token ``w`` of
-relative frequency ``f`` being kept with probability ``min(1, (\sqrt{f/t} + 1)\,t/f)``
-(:func:`subsample_mask`).
-
-The model, its negative-sampling losses and the similarity and analogy tools are
-:mod:`seqjax.models.word2vec`; the training loop is :func:`seqjax.train.word2vec.train_word2vec`.
+Model, losses, similarity/analogy tools: :mod:`seqjax.models.word2vec`; training loop:
+:func:`seqjax.train.word2vec.train_word2vec`.
 """
 
 from __future__ import annotations
@@ -38,9 +34,7 @@ def _ids(ids_N: Any) -> np.ndarray:
 
 
 def skipgram_pairs(ids_N: Any, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """All ``(centre, context)`` pairs with ``0 < |offset| <= window``.
-
-    Returns ``(centers int32[P], contexts int32[P])``.
+    """All ``(centre, context)`` pairs with ``0 < |offset| <= window``: ``(int32[P], int32[P])``.
 
     Example:
         >>> c, o = skipgram_pairs([7, 8, 9], 1)
@@ -64,8 +58,8 @@ def skipgram_pairs(ids_N: Any, window: int) -> tuple[np.ndarray, np.ndarray]:
 def cbow_windows(ids_N: Any, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Context windows for CBOW: ``(contexts int32[N, 2W], mask bool[N, 2W], centers int32[N])``.
 
-    Row ``t`` holds ``ids[t-W .. t-1, t+1 .. t+W]``; positions outside the text
-    are masked (``False``) and hold 0.
+    Row ``t`` holds ``ids[t-W .. t-1, t+1 .. t+W]``; positions outside the text are masked
+    (``False``) and hold 0.
 
     Example:
         >>> ctx, m, c = cbow_windows([5, 6, 7], 1)
@@ -102,7 +96,7 @@ def subsample_mask(
 ) -> np.ndarray:
     """Keep-mask for frequent-word subsampling (word2vec's C code, Mikolov et al. 2013).
 
-    Token ``w`` with relative frequency ``f`` is kept with probability
+    A token of relative frequency ``f`` is kept with probability
     ``min(1, (sqrt(f / t) + 1) t / f)``, ``t = threshold`` (e.g. ``1e-3``).
     """
     ids = _ids(ids_N)

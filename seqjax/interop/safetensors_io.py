@@ -1,18 +1,16 @@
 """Read Hugging Face checkpoints as plain numpy arrays, without pickle.
 
-A checkpoint is a directory holding ``model.safetensors`` (or the shards listed in
-``model.safetensors.index.json``) next to ``config.json`` and ``tokenizer.json``, or a
-single weights file. Tensors are read with ``safetensors`` (``framework="np"``);
-``bfloat16`` tensors, which numpy cannot name, are read from the file's byte ranges
-as ``ml_dtypes.bfloat16``. A PyTorch ``.bin``/``.pt`` file is read only when the
-caller passes its path explicitly, and then with ``torch.load(..., weights_only=True)``
-(tensors only: no arbitrary objects are unpickled).
+A checkpoint is a directory with ``model.safetensors`` (or the shards listed in
+``model.safetensors.index.json``) next to ``config.json`` and ``tokenizer.json``, or a single
+weights file. Tensors are read with ``safetensors`` (``framework="np"``); ``bfloat16``, which
+numpy cannot name, from the file's byte ranges as ``ml_dtypes.bfloat16``. A PyTorch
+``.bin``/``.pt`` file is read only when its path is passed explicitly, with
+``torch.load(..., weights_only=True)`` (tensors only, no arbitrary objects unpickled).
 
-:class:`Checkpoint` is the bookkeeping the model loaders share: every tensor must be
-claimed exactly once (:meth:`Checkpoint.take`, which checks its shape), known buffers
-are dropped explicitly (:meth:`Checkpoint.ignore`), and :meth:`Checkpoint.finish`
-rejects whatever is left over, so a checkpoint of the wrong architecture fails loudly
-instead of loading half its weights.
+:class:`Checkpoint` is the loaders' bookkeeping: every tensor is claimed exactly once
+(:meth:`Checkpoint.take`, shape-checked), known buffers are dropped explicitly
+(:meth:`Checkpoint.ignore`), and :meth:`Checkpoint.finish` rejects the rest, so a checkpoint
+of the wrong architecture fails loudly instead of loading half its weights.
 
 Example:
     >>> import os, tempfile, numpy as np
@@ -64,12 +62,10 @@ def _safetensors() -> Any:
 
 
 def resolve_checkpoint(path: PathLike) -> tuple[Path, list[Path]]:
-    """``(directory, weight_files)`` for a checkpoint directory or a weights file.
-
-    A directory must hold ``model.safetensors`` or ``model.safetensors.index.json``
-    (sharded). A file may be ``*.safetensors`` or, explicitly, a PyTorch ``*.bin``
-    / ``*.pt`` state dict. Raises ``FileNotFoundError`` naming what is missing.
-    """
+    """``(directory, weight_files)`` for a checkpoint directory (holding ``model.safetensors``
+    or a sharded ``model.safetensors.index.json``) or a weights file (``*.safetensors``, or
+    explicitly a PyTorch ``*.bin``/``*.pt`` state dict). ``FileNotFoundError`` names what is
+    missing."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"`path` {str(p)!r} does not exist.")
@@ -169,12 +165,9 @@ def _load_torch(path: Path) -> dict[str, np.ndarray]:
 
 
 def load_tensors(path: PathLike) -> dict[str, np.ndarray]:
-    """All tensors of a checkpoint (directory or file, see :func:`resolve_checkpoint`).
-
-    Returns ``{name: np.ndarray}`` in the checkpoint's own dtypes (``bfloat16`` as
-    ``ml_dtypes.bfloat16``; a PyTorch ``bfloat16`` tensor as float32). Shards are merged;
-    a name present in two shards is an error.
-    """
+    """All tensors ``{name: np.ndarray}`` of a checkpoint (:func:`resolve_checkpoint`) in its
+    own dtypes (``bfloat16`` as ``ml_dtypes.bfloat16``; a PyTorch ``bfloat16`` as float32).
+    Shards are merged; a name in two shards is an error."""
     _, files = resolve_checkpoint(path)
     tensors: dict[str, np.ndarray] = {}
     for f in files:
@@ -228,13 +221,9 @@ class Checkpoint:
         return ", ".join(str(f) for f in self.files)
 
     def strip_prefix(self, prefixes: Iterable[str], marker: str) -> str:
-        """Drop a wrapper prefix (e.g. ``"bert."`` of ``BertForMaskedLM``) from the names.
-
-        The prefix is chosen as the one under which ``marker`` (a tensor every checkpoint
-        of the family has, e.g. ``"embeddings.word_embeddings.weight"``) is found; the
-        empty prefix is tried first. Names outside the prefix (the task heads) are kept
-        as they are. Returns the prefix.
-        """
+        """Drop a wrapper prefix (e.g. ``"bert."`` of ``BertForMaskedLM``) from the names and
+        return it: the first of ``""`` and ``prefixes`` under which ``marker`` (a tensor every
+        checkpoint of the family has) is found. Names outside the prefix (task heads) stay."""
         for prefix in ("", *prefixes):
             if prefix + marker in self.tensors:
                 break
@@ -311,11 +300,8 @@ def _flat(tree: Any) -> dict[str, Any]:
 
 def check_params_like(params: Any, expected: Any, what: str) -> None:
     """``ValueError`` unless ``params`` has exactly the parameter names and shapes of
-    ``expected`` (e.g. ``jax.eval_shape(model.init, ...)["params"]``).
-
-    The loaders build their trees by hand; this guards against a model whose parameter
-    layout changed under them.
-    """
+    ``expected`` (e.g. ``jax.eval_shape(model.init, ...)["params"]``): the loaders build their
+    trees by hand, and this catches a model whose layout changed under them."""
     got, want = _flat(params), _flat(expected)
     missing = sorted(set(want) - set(got))
     extra = sorted(set(got) - set(want))

@@ -1,14 +1,11 @@
 """Convert ``torch.nn.RNN/LSTM/GRU`` weights to and from ``seqjax.nn.StackedRNN``.
 
-PyTorch stores, per layer ``k`` and direction (suffix ``_reverse``),
-``weight_ih_l{k}: [G*H, P]``, ``weight_hh_l{k}: [G*H, H]``, ``bias_ih_l{k}`` and
-``bias_hh_l{k}: [G*H]`` with gate blocks in the order ``i, f, g, o`` (LSTM) and
-``r, z, n`` (GRU) — the order seqjax uses. seqjax keeps one input bias per gate
-(MEDL's count), so the two PyTorch biases import as their sum, except the GRU's
-``b_hn`` which sits inside the reset product and maps to ``recurrent_bias_n``.
-
-Only tensors are read (``module.state_dict()``); nothing is unpickled here.
-``torch`` is imported lazily: it is a test/parity extra, never a runtime dependency.
+PyTorch stores, per layer ``k`` and direction (suffix ``_reverse``), ``weight_ih_l{k} [G*H, P]``,
+``weight_hh_l{k} [G*H, H]``, ``bias_ih_l{k}`` and ``bias_hh_l{k} [G*H]``, gate blocks in seqjax's
+order ``i, f, g, o`` (LSTM) and ``r, z, n`` (GRU). seqjax keeps one input bias per gate (MEDL's
+count), so the two biases import as their sum, except the GRU's ``b_hn`` (inside the reset
+product), which maps to ``recurrent_bias_n``. Only tensors are read (``state_dict()``);
+``torch`` is imported lazily (a test/parity extra, never a runtime dependency).
 """
 
 from __future__ import annotations
@@ -33,14 +30,11 @@ def _np(t: Any) -> np.ndarray:
 def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
     """Build a :class:`~seqjax.nn.StackedRNN` and its variables from a torch RNN module.
 
-    Supports any ``num_layers``, ``bidirectional``, ``bias`` and ``batch_first``
-    (seqjax is always batch-major: transpose time-major inputs yourself).
-    The dropout rate is carried over (``dropout_rate`` here). ``proj_size`` (LSTM
-    projections) is not a seqjax cell and is rejected.
-
-    Returns ``(stack, {"params": ...})`` such that, for ``x: [B, T, P]`` and
-    ``lengths``, ``stack.apply(variables, x, lengths)`` equals the padded
-    output of ``module`` on the packed sequence.
+    Any ``num_layers``, ``bidirectional``, ``bias``, ``batch_first`` (seqjax is always
+    batch-major: transpose time-major inputs yourself) and ``dropout`` (``dropout_rate``);
+    ``proj_size`` (LSTM projections) is rejected. Returns ``(stack, {"params": ...})`` with
+    ``stack.apply(variables, x [B, T, P], lengths)`` equal to the padded output of ``module``
+    on the packed sequence.
     """
     kind = type(module).__name__
     if kind not in _KINDS:
@@ -90,11 +84,9 @@ def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
 
 
 def seqjax_to_torch_rnn(stack: StackedRNN, variables: dict, input_size: int) -> Any:
-    """The reverse export: a ``torch.nn.LSTM/GRU/RNN`` (``batch_first=True``) with the same weights.
-
-    GRUs must use ``reset_after=True`` (PyTorch has no other form); the summed
-    input bias goes to ``bias_ih`` and ``bias_hh`` holds only ``b_hn``.
-    """
+    """The reverse: a ``torch.nn.LSTM/GRU/RNN`` (``batch_first=True``) with the same weights.
+    GRUs need ``reset_after=True`` (PyTorch's only form); their ``bias_hh`` holds only ``b_hn``,
+    the summed input bias going to ``bias_ih``."""
     import torch
 
     cell_type = stack.cell_type if isinstance(stack.cell_type, str) else stack.cell_type.__name__

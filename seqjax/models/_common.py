@@ -1,7 +1,5 @@
-"""Pieces shared by the models: token checks, masked pooling, per-token cross-entropy.
-
-Pure functions only; the models own their parameters.
-"""
+"""Pure functions shared by the models (which own their parameters): token checks, masked
+pooling, decoding-state helpers."""
 
 from __future__ import annotations
 
@@ -54,11 +52,8 @@ def as_variables(params: Any) -> dict:
 
 
 def check_tokens(tokens: Any, name: str, vocab_size: int | None, rank: int = 2) -> Array:
-    """Integer ids of rank ``rank`` in ``[0, vocab_size)``; out-of-vocabulary ids are an error.
-
-    The vocabulary rule is :func:`~seqjax._checks.check_vocab_ids` (when the ids are
-    concrete; :func:`split_oov` is its traced form). ``vocab_size=None`` (a model that
-    does not say) checks rank and dtype only.
+    """Integer ids of rank ``rank`` in ``[0, vocab_size)`` (:func:`~seqjax._checks.check_vocab_ids`
+    when concrete; :func:`split_oov` is the traced form); ``vocab_size=None``: rank and dtype only.
     """
     check_rank(tokens, name, rank)
     check_integer(tokens, name)
@@ -70,12 +65,9 @@ def check_tokens(tokens: Any, name: str, vocab_size: int | None, rank: int = 2) 
 def check_prompt(
     prompt_BxT: Any, prompt_lengths_B: Any, vocab_size: int | None
 ) -> tuple[Array, Array]:
-    """The one check of a decoding prompt: ``(prompt int32[B, T], prompt_lengths int32[B])``.
-
-    ``prompt`` holds token ids in ``[0, vocab_size)`` (:func:`check_tokens`) and at least
-    one position (its last token is fed by the first decode step); ``prompt_lengths``
-    (default ``T``) lie in ``[1, T]`` (:func:`~seqjax._checks.check_lengths`). Used by
-    :mod:`seqjax.decoding` and by every model's ``init_decode_state``.
+    """The decoding-prompt check (:mod:`seqjax.decoding`, every ``init_decode_state``):
+    ``(prompt int32[B, T], prompt_lengths int32[B])``, ids in ``[0, vocab_size)``, ``T >= 1``
+    (the first decode step feeds the last token), lengths (default ``T``) in ``[1, T]``.
     """
     prompt_BxT = check_tokens(prompt_BxT, "prompt", vocab_size)
     check_nonempty(prompt_BxT, "prompt", "its last token is fed by the first decode step")
@@ -105,12 +97,9 @@ def check_same_batch(x: Any, name: str, ref: Any, ref_name: str) -> None:
 
 
 def check_step_tokens(tokens_B: Any, vocab_size: int, state: Any) -> Array:
-    """The ``tokens_B`` of a ``decode_step``: ``int[B]`` with ``B`` the state's batch, and —
-    when concrete (called outside ``jit``) — every id in ``[0, vocab_size)``.
-
-    Traced tokens cannot be inspected; the models' step then runs :func:`split_oov` /
-    :func:`flag_oov_rows` so that an out-of-vocabulary id gives NaN logits for its row
-    and leaves that row's state (KV cache, carry) as it was, instead of poisoning it.
+    """A ``decode_step``'s ``tokens_B``: ``int[B]``, ``B`` the state's batch, ids in
+    ``[0, vocab_size)`` when concrete. Traced, the step uses :func:`split_oov` /
+    :func:`flag_oov_rows`: an out-of-vocabulary row gets NaN logits and keeps its state.
     """
     check_rank(tokens_B, "tokens", 1)
     check_integer(tokens_B, "tokens")
@@ -125,15 +114,14 @@ def check_step_tokens(tokens_B: Any, vocab_size: int, state: Any) -> Array:
 
 
 def split_oov(tokens_B: Array, vocab_size: int) -> tuple[Array, Array]:
-    """``(safe_tokens_B, valid_B)``: ids outside ``[0, vocab_size)`` replaced by 0, and
-    ``valid_B`` True where the id was in the vocabulary (see :func:`check_step_tokens`)."""
+    """``(safe_tokens_B, valid_B)``: ids outside ``[0, vocab_size)`` set to 0, ``valid_B`` False
+    there."""
     valid_B = (tokens_B >= 0) & (tokens_B < vocab_size)
     return jnp.where(valid_B, tokens_B, 0), valid_B
 
 
 def flag_oov_rows(logits_BxV: Array, valid_B: Array) -> Array:
-    """NaN logits for the rows whose token was out of the vocabulary (the error signal of
-    a traced ``decode_step``)."""
+    """NaN logits for out-of-vocabulary rows (a traced ``decode_step``'s error signal)."""
     return jnp.where(valid_B[:, None], logits_BxV, jnp.nan)
 
 
@@ -150,21 +138,15 @@ def masked_pool(
     *,
     bidirectional: bool = False,
 ) -> Array:
-    r"""Pool a padded sequence of vectors into one vector per row, ignoring padding.
+    r"""Pool ``h_BxTxD`` to ``[B, D]`` over each row's ``lengths_B`` (``None``: all ``T``).
 
-    * ``"last"``: :math:`h_{n}`, the output at each row's last real step (J&M §9.4.2:
-      "the hidden layer for the last token of the text"). With ``bidirectional=True``
-      the second half of the features is the backward RNN, whose final state sits at
-      step 1, so ``last`` returns :math:`[h^f_n; h^b_1]` (J&M Fig. 9.12).
-    * ``"first"``: :math:`h_1` (a ``<cls>``-style first token).
+    * ``"last"``: :math:`h_n` (J&M §9.4.2); with ``bidirectional=True`` the second half of
+      the features is the backward RNN, so :math:`[h^f_n; h^b_1]` (J&M Fig. 9.12).
+    * ``"first"``: :math:`h_1` (``<cls>``-style); ``"max"``: element-wise :math:`\max_{t\le n} h_t`.
     * ``"mean"``: :math:`\frac1n\sum_{t\le n} h_t` (J&M (9.17)).
-    * ``"max"``: element-wise :math:`\max_{t\le n} h_t`.
 
-    Padded steps never contribute, so a padded batch pools exactly like each row
-    alone. A row of length 0 pools to zeros.
-
-    Shapes: ``h_BxTxD``, ``lengths_B`` (``None`` = all ``T``) ``-> [B, D]``. Lengths a
-    model checked at its door (a :class:`~seqjax._checks.ValidLengths`) are not read again.
+    Padding never contributes (a padded batch pools like each row alone); a length-0 row
+    pools to zeros. A :class:`~seqjax._checks.ValidLengths` is not checked again.
     """
     if mode not in POOLINGS:
         raise ValueError(f"`pooling` must be one of {POOLINGS}; got {mode!r}.")
@@ -196,11 +178,8 @@ def masked_pool(
 
 
 def layers_to_batch_major(cache: Any, scan_layers: bool) -> Any:
-    """A stacked (``scan_layers``) decoder cache ``[L, B, ...]`` -> ``[B, L, ...]``.
-
-    The decoding loop reorders and tiles its state along the leading axis, which must
-    be the batch; a list of per-layer caches already is.
-    """
+    """A stacked (``scan_layers``) cache ``[L, B, ...]`` -> ``[B, L, ...]``: the decoding loop
+    reorders/tiles along the leading axis (a per-layer list already has the batch there)."""
     if not scan_layers:
         return cache
     return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, 1), cache)

@@ -8,38 +8,23 @@ r"""Audio Spectrogram Transformer (AST): a ViT on the (log-)mel spectrogram.
     Z^{(0)} = [\,x_{class};\ x_{11} W_E + b_E;\ …;\ x_{N_F N_T} W_E + b_E\,] + E_{pos},\qquad
     y = \mathrm{softmax}(\mathrm{LN}(Z^{(L)}_0) W_h + b_h)
 
-Bishop §12.4.3 (after Gong, Chung & Glass 2021): the mel spectrogram "is viewed as an
-image which is then tokenized ... into patches in a similar way to vision transformers,
-possibly with some overlap", each patch flattened (length ``16·16 = 256`` in the paper),
-a learned positional encoding added, a ``<class>`` token, a transformer encoder, and a
-linear layer + softmax on the ``<class>`` output, trained with cross-entropy.
+Bishop §12.4.3 (after Gong, Chung & Glass 2021): the mel spectrogram as an image cut into
+possibly overlapping patches, flattened, embedded, learned positions, a ``<class>`` token, a
+transformer encoder and linear + softmax on the ``<class>`` output (cross-entropy).
 
-**How it is built.** Everything after the patches *is* :class:`seqjax.models.ViT`: the
-patch grid ``[B, N_F, N_T, P_F P_T]`` is handed to a ViT as an ``N_F × N_T`` image with
-``P_F P_T`` channels and ``1 × 1`` patches, so ViT's ``patchify`` (raster order, row by
-row: frequency-major), its ``patch_embed`` matmul, ``<class>`` token, learned positions,
-pre-norm :class:`~seqjax.nn.transformer.TransformerEncoder` and head are reused unchanged
-(the same trick as the row-by-row transformer of ``seqjax.experiments.digits``). Only the
-patch extraction is new: :func:`spectrogram_patches`.
+Everything after :func:`spectrogram_patches` *is* :class:`seqjax.models.ViT`: the grid
+``[B, N_F, N_T, P_F P_T]`` is an ``N_F × N_T`` image of ``P_F P_T`` channels in ``1 × 1``
+patches (raster order: frequency-major). Unlike ViT, patches may overlap (``patch_stride <
+patch_size``; Gong et al.: 16 × 16, stride 10, so 128 × 1024 gives ``12 × 101 = 1212``
+tokens), patch and stride may differ per axis, and a remainder short of a patch is dropped.
+Unlike Gong et al. (ImageNet DeiT initialisation with a distillation token, normalised Kaldi
+fbank input), the model trains from scratch with one ``<class>`` token on any spectrogram
+(e.g. :func:`seqjax.data.audio.log_mel_spectrogram`).
 
-**What differs from ViT.** (1) Patches may **overlap** (``patch_stride < patch_size``;
-Gong et al. use ``16 × 16`` patches with stride 10 on both axes, so 128 × 1024 inputs give
-``12 × 101 = 1212`` tokens); with ``patch_stride == patch_size`` the patches are exactly
-ViT's. (2) Patches and strides may differ between frequency and time. (3) The input is one
-channel and not square; a remainder that does not fill a patch is dropped (as in the paper).
-**What differs from Gong et al.** The paper starts from ImageNet-pretrained DeiT weights
-(with both a ``<class>`` and a distillation token, their outputs averaged, and the
-positional embeddings cut and interpolated to the audio grid) and feeds Kaldi fbank
-features (25 ms Hamming window, 10 ms hop, 128 bins; HTK mel scale), normalised by the
-data set's mean and standard deviation; here the model is trained from scratch with one
-``<class>`` token, and any spectrogram (e.g. :func:`seqjax.data.audio.log_mel_spectrogram`,
-HTK scale by default) can be fed.
-
-Input layout: ``[B, T, F]`` (frames, mel bins), as :mod:`seqjax.data.audio` returns it;
-the model transposes it to Bishop's image, frequency rows × time columns (Fig. 12.25).
-
-Parameter names: ``vit/…`` — exactly :class:`~seqjax.models.ViT`'s (``patch_embed`` with
-a ``[P_F P_T, D]`` kernel, ``cls_token``, ``pos_embed`` ``[N + 1, D]``, ``encoder``, ``head``).
+Input ``[B, T, F]`` (frames, mel bins; :mod:`seqjax.data.audio`'s layout), transposed to
+Bishop's frequency rows × time columns (Fig. 12.25). Parameters: ``vit/…``, exactly ViT's
+(``patch_embed`` ``[P_F P_T, D]``, ``cls_token``, ``pos_embed`` ``[N + 1, D]``, ``encoder``,
+``head``).
 """
 
 from __future__ import annotations
@@ -101,10 +86,9 @@ def spectrogram_patches(
 ) -> Array:
     r"""Possibly overlapping patches: ``[B, F, T, C] -> [B, N_F, N_T, P_F P_T C]``.
 
-    Patch ``(i, j)`` is ``x[:, i s_F : i s_F + P_F, j s_T : j s_T + P_T, :]`` flattened in
-    ``(row, column, channel)`` order, as :func:`seqjax.models.vit.patchify` flattens a
-    patch; with ``patch_stride = patch_size`` (the default) and square patches,
-    ``reshape(B, N, -1)`` of this is ``patchify`` exactly.
+    Patch ``(i, j)`` is ``x[:, i s_F : i s_F + P_F, j s_T : j s_T + P_T, :]`` flattened
+    ``(row, column, channel)``; with ``patch_stride = patch_size`` (default) and square
+    patches, ``reshape(B, N, -1)`` of this is :func:`seqjax.models.vit.patchify` exactly.
 
     Example:
         >>> x = jnp.arange(4 * 6.0).reshape(1, 4, 6, 1)
@@ -129,17 +113,13 @@ class ASTConfig(ConfigBase):
     """Hyper-parameters of :class:`AST`.
 
     Attributes:
-        num_frames: ``T``, spectrogram frames (time).
-        num_mel_bins: ``F``, mel bins (frequency).
+        num_frames, num_mel_bins: ``T`` frames (time), ``F`` mel bins (frequency).
         patch_size: ``P`` or ``(P_F, P_T)``: patch height (mel bins) and width (frames).
-        patch_stride: ``s`` or ``(s_F, s_T)``; ``None`` = ``patch_size`` (no overlap, as
-            ViT); smaller overlaps neighbouring patches (Gong et al.: 16 and 10).
+        patch_stride: ``s`` or ``(s_F, s_T)``; ``None`` = ``patch_size`` (no overlap).
         num_classes: classifier outputs (0: no head; the model returns features).
         num_layers, embed_dim: encoder depth and width.
-        block: the encoder blocks' :class:`~seqjax.nn.BlockConfig`, as
-            :class:`~seqjax.models.ViTConfig`'s (default ``vit_block(12, mlp_dim=3072)``).
-        class_token: prepend a learned ``<class>`` token (else mean-pool the patches).
-        scan_layers, remat: as :class:`~seqjax.models.ViTConfig`.
+        block, class_token, scan_layers, remat: as :class:`~seqjax.models.ViTConfig`
+            (default block ``vit_block(12, mlp_dim=3072)``).
     """
 
     num_frames: int = 1024
@@ -164,8 +144,7 @@ class ASTConfig(ConfigBase):
         return patch_grid((self.num_mel_bins, self.num_frames), self.patch_size, self.patch_stride)
 
     def vit_config(self) -> ViTConfig:
-        """The ViT that runs on the patch grid: an ``N_F × N_T`` image of ``P_F P_T``
-        channels in ``1 × 1`` patches."""
+        """The ViT on the patch grid (``N_F × N_T`` image, ``P_F P_T`` channels, 1 × 1 patches)."""
         pf, pt = _pair(self.patch_size, "patch_size")
         return ViTConfig(
             image_size=self.grid,
@@ -181,9 +160,8 @@ class ASTConfig(ConfigBase):
         )
 
 
-#: ``ast-base`` — Gong et al. 2021's AudioSet model shape (128 mel bins × 1024 frames,
-#: 16 × 16 patches with stride 10 → 1212 patches, ViT-B encoder, 527 classes; one
-#: ``<class>`` token here, no distillation token); ``ast-tiny`` — the DeiT-Ti encoder.
+#: ``ast-base``: Gong et al. 2021's AudioSet shape (128 × 1024, 16 × 16 patches, stride 10,
+#: ViT-B encoder, 527 classes); ``ast-tiny``: the DeiT-Ti encoder.
 AST_PRESETS: dict[str, ASTConfig] = {
     "ast-base": ASTConfig(),
     "ast-tiny": ASTConfig(embed_dim=192, block=vit_block(3, mlp_dim=768)),
@@ -193,9 +171,8 @@ AST_PRESETS: dict[str, ASTConfig] = {
 class AST(nn.Module):
     r"""Audio Spectrogram Transformer classifier (see the module docstring).
 
-    Call: ``model(spectrogram_BxTxF, *, deterministic=True)`` returns ``logits_BxK``
-    (float32; softmax them for Bishop's class probabilities), or the pooled ``<class>``
-    features ``[B, D]`` when ``num_classes`` is 0.
+    ``model(spectrogram_BxTxF, *, deterministic=True)`` returns ``logits_BxK`` (float32), or
+    the pooled features ``[B, D]`` when ``num_classes`` is 0.
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -1,46 +1,15 @@
-r"""Count-based baselines of Bishop §12.2.3–12.2.4: bag of words, n-grams, naive Bayes.
+r"""Count-based baselines of Bishop §12.2.3–12.2.4 over token ids ``0..K-1`` (numpy; fitted
+by counting, priors and tables are training frequencies).
 
-Language models over token ids ``0..K-1`` (numpy; no parameters to train, only counts):
-
-* :class:`BagOfWordsLM` — Bishop (12.28), every token drawn independently from one table,
-
-  .. math:: p(x_1, \dots, x_N) = \prod_{n=1}^N p(x_n),
-
-  whose maximum-likelihood table is the relative frequency of each token (Bishop Ex. 12.11);
-* :class:`NGramLM` — Bishop (12.31) truncated to the ``L = order - 1`` most recent tokens,
-  (12.32) for ``L = 2`` (tri-gram; ``L = 1`` bi-gram, ``L = 0`` bag of words):
+* :class:`NGramLM`: Bishop (12.31) truncated to the ``L = order - 1`` latest tokens ((12.32)
+  for ``L = 2``; :class:`BagOfWordsLM`, Bishop (12.28), is ``L = 0``):
 
   .. math::
       p(x_1, \dots, x_N) = \prod_{n=1}^N p(x_n \mid x_{\max(1, n-L)}, \dots, x_{n-1}),
-      \qquad p(w \mid h) = \frac{c(h, w)}{\sum_{w'} c(h, w')},
+      \qquad p(w \mid h) = \frac{c(h, w)}{\sum_{w'} c(h, w')};
 
-  the first ``L`` tokens using the shorter histories they have (Bishop's
-  :math:`p(x_1)\,p(x_2 \mid x_1)`), every table shared across positions. The denominator
-  counts ``h`` only where a token follows it: this is Bishop's ratio (12.46)
-  :math:`p_L(h, w) / p_{L-1}(h)` with the final token of each sequence dropped from the
-  :math:`(L-1)`-gram counts (Ex. 12.13), so every conditional sums to one.
-
-Classifiers (sequence classification):
-
-* :class:`NaiveBayes` — Bishop (12.29)–(12.30), a bag of words per class,
-
-  .. math::
-      p(\mathcal C_k \mid x_{1:N}) \propto p(\mathcal C_k) \prod_{n=1}^N p(x_n \mid \mathcal C_k);
-
-* :class:`NGramClassifier` — the same Bayes rule with an n-gram model per class,
-  :math:`p(\mathcal C_k) \prod_n p(x_n \mid x_{n-L:n-1}, \mathcal C_k)` (naive Bayes is
-  ``order=1``); unlike naive Bayes it sees word order.
-
-Priors and tables are frequencies in the training data (Bishop §12.2.3). **Smoothing**:
-an unseen token would get probability zero, so the estimates are "smoothed after training
-by reassigning a small level of probability uniformly across all entries" (Bishop
-§12.2.3). ``smoothing="uniform"`` does exactly that,
-:math:`p_\lambda(w \mid h) = (1 - \lambda)\, c(h, w) / c(h) + \lambda / K` (``lam``;
-uniform ``1/K`` after an unseen history); ``smoothing="add_k"`` (default, Lidstone;
-``k = 1`` is Laplace) uses :math:`(c(h, w) + k) / (c(h) + kK)`, the same uniform
-reassignment with a count-dependent :math:`\lambda = kK / (c(h) + kK)`;
-``smoothing="none"`` is the maximum-likelihood table (zeros allowed; log 0 = -inf).
-Kneser–Ney and back-off are not in the sources and not here.
+* :class:`NGramClassifier`: Bayes' rule with an n-gram model per class (sees word order);
+  :class:`NaiveBayes`, Bishop (12.29)–(12.30), is its ``order=1``.
 
 Example:
     >>> lm = NGramLM(order=2, vocab_size=3, smoothing="none").fit([[0, 1, 0, 1, 2]])
@@ -114,18 +83,24 @@ def _codes(windows_NxJ: np.ndarray, base: int) -> np.ndarray:
 
 
 class NGramLM:
-    r"""n-gram language model (Bishop (12.31)–(12.32), (12.46); see the module docstring).
+    r"""n-gram language model, Bishop (12.31)–(12.32) (equation in the module docstring).
+
+    The first ``L`` tokens use the shorter histories they have (Bishop's :math:`p(x_1)\,p(x_2
+    \mid x_1)`); tables are shared across positions. ``c(h)`` counts ``h`` only where a token
+    follows it: Bishop's ratio (12.46) :math:`p_L(h, w) / p_{L-1}(h)` with each sequence's last
+    token dropped from the :math:`(L-1)`-gram counts (Ex. 12.13), so conditionals sum to one.
+
+    Smoothing (Bishop §12.2.3: reassign a little probability uniformly, else unseen tokens get
+    zero): ``"add_k"`` (default; Lidstone, ``k = 1`` Laplace) :math:`(c(h, w) + k) / (c(h) +
+    kK)`; ``"uniform"`` :math:`(1 - \lambda)\, c(h, w) / c(h) + \lambda / K`; ``"none"``
+    maximum likelihood (zeros allowed, log 0 = -inf). An unseen history gives ``1/K``. No
+    Kneser–Ney or back-off.
 
     Args:
         order: ``n = L + 1`` (1: bag of words, 2: bi-gram, 3: tri-gram).
         vocab_size: ``K``.
         smoothing: ``"add_k"``, ``"uniform"`` or ``"none"``.
         k: add-k pseudo-count (> 0). lam: uniform mixing weight ``λ`` in ``[0, 1]``.
-
-    ``fit(sequences)`` takes a 1-D stream or a list of sequences (histories never
-    cross sequence boundaries); ``token_log_probs(seq)`` gives
-    :math:`\log p(x_n \mid x_{n-L:n-1})` per token, ``nll`` the mean over tokens (nats),
-    ``conditional(history)`` the distribution over the next token.
     """
 
     def __init__(self, order: int, vocab_size: int, *, smoothing: str = "add_k",
@@ -150,7 +125,8 @@ class NGramLM:
     # ------------------------------------------------------------------ counting
 
     def fit(self, sequences: Any) -> NGramLM:
-        """Count every j-gram, ``j = 1..order``, in ``sequences``; returns ``self``."""
+        """Count every j-gram, ``j = 1..order``, in ``sequences`` (a 1-D stream or a list;
+        histories never cross sequences); returns ``self``."""
         seqs = _as_sequences(sequences, self.vocab_size, "sequences")
         if not any(len(s) for s in seqs):
             raise ValueError("`sequences` is empty: an n-gram model needs tokens to count.")
@@ -246,11 +222,8 @@ class NGramLM:
 
 
 class BagOfWordsLM(NGramLM):
-    r"""Bag-of-words language model, Bishop (12.28): :math:`p(x_{1:N}) = \prod_n p(x_n)`.
-
-    The maximum-likelihood table is each token's relative frequency (Bishop Ex. 12.11);
-    smoothing as :class:`NGramLM`. An :class:`NGramLM` of ``order=1``.
-    """
+    r"""Bag-of-words LM, Bishop (12.28): :math:`p(x_{1:N}) = \prod_n p(x_n)`; an :class:`NGramLM`
+    of ``order=1`` (maximum likelihood: relative frequencies, Bishop Ex. 12.11)."""
 
     def __init__(self, vocab_size: int, *, smoothing: str = "add_k", k: float = 1.0,
                  lam: float = 0.01) -> None:
@@ -264,8 +237,7 @@ class NGramClassifier:
         \log p(\mathcal C_k \mid x_{1:N}) = \log p(\mathcal C_k)
             + \sum_n \log p(x_n \mid x_{n-L:n-1}, \mathcal C_k) - \log Z
 
-    ``p(C_k)`` is the class frequency; each class's model is an :class:`NGramLM` fitted on
-    that class's sequences. ``order=1`` is naive Bayes (:class:`NaiveBayes`).
+    ``p(C_k)`` is the class frequency; each class's :class:`NGramLM` is fitted on its sequences.
     """
 
     def __init__(self, order: int, vocab_size: int, num_classes: int, *,
@@ -324,8 +296,7 @@ class NaiveBayes(NGramClassifier):
         p(\mathcal C_k \mid x_{1:N}) \propto p(\mathcal C_k) \prod_n p(x_n \mid \mathcal C_k)
             = p(\mathcal C_k) \prod_w p(w \mid \mathcal C_k)^{c_w(x)}
 
-    (``c_w(x)``: the bag-of-words counts, :func:`bag_of_words`). An
-    :class:`NGramClassifier` of ``order=1``.
+    (``c_w(x)``: :func:`bag_of_words` counts). An :class:`NGramClassifier` of ``order=1``.
     """
 
     def __init__(self, vocab_size: int, num_classes: int, *, smoothing: str = "add_k",

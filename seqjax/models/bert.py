@@ -6,20 +6,17 @@ r"""BERT: a bidirectional transformer encoder with MLM, classification and taggi
 
 Heads (Bishop §12.3.3, Fig. 12.18; J&M §9.7 for the encoder):
 
-* masked-language-model: :math:`p(x_n \mid x_{\setminus\text{masked}}) =
-  \mathrm{softmax}(\mathrm{LN}(\mathrm{gelu}(Z_n W_t + b_t)) E^\top + b)` — the output matrix is
-  the tied input embedding ``E`` (Devlin et al. 2018); the gelu is ``config.block.activation``;
+* masked LM, output matrix tied to ``E`` (Devlin et al. 2018), gelu = ``block.activation``:
+  :math:`p(x_n \mid x_{\setminus\text{masked}}) = \mathrm{softmax}(\mathrm{LN}(\mathrm{gelu}(Z_n
+  W_t + b_t)) E^\top + b)`;
 * classification from the first (``<class>``) position: :math:`\mathrm{softmax}(W_c
-  \tanh(W_p Z_1 + b_p) + b_c)` (with ``pooler=False``: Bishop's ``D×K`` matrix on
-  :math:`Z_1` directly);
-* token tagging: a shared linear-softmax on every position (Bishop §12.3.3).
+  \tanh(W_p Z_1 + b_p) + b_c)` (``pooler=False``: Bishop's ``D×K`` matrix on :math:`Z_1`);
+* token tagging: a shared linear-softmax on every position.
 
-:func:`mlm_mask` draws the 15% / 80-10-10 corruption of Bishop §12.3.3.
-
-Parameter names: ``token_embed/embedding``, ``pos_embed/embedding``,
-``type_embed/embedding``, ``embed_norm/{scale,bias}``, ``encoder/layers_{i}/...``
-(post-norm :class:`~seqjax.nn.transformer.TransformerEncoder`),
-``mlm_dense``, ``mlm_norm``, ``mlm_bias``, ``pooler``, ``classifier``, ``tagger``.
+:func:`mlm_mask` draws the 15% / 80-10-10 corruption. Parameters: ``token_embed/embedding``,
+``pos_embed/embedding``, ``type_embed/embedding``, ``embed_norm/{scale,bias}``,
+``encoder/layers_{i}/...``, ``mlm_dense``, ``mlm_norm``, ``mlm_bias``, ``pooler``,
+``classifier``, ``tagger``.
 """
 
 from __future__ import annotations
@@ -58,10 +55,9 @@ __all__ = ["BERT_PRESETS", "Bert", "BertConfig", "bert_block", "mlm_mask"]
 
 
 def bert_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> BlockConfig:
-    """BERT's encoder block: bidirectional, post-norm, exact GELU, LayerNorm ``ε = 1e-12``,
-    dropout 0.1 on every residual branch and (unless given) on the attention weights,
-    ``N(0, init_std²)`` kernels (Devlin et al. 2018). ``options`` are other
-    :class:`~seqjax.nn.BlockConfig` fields (``norm="pre"``, ``mlp_dim``, ...).
+    """BERT's encoder block (Devlin et al. 2018): bidirectional, post-norm, exact GELU,
+    LayerNorm ``ε = 1e-12``, dropout 0.1 on residual branches and (unless given) attention
+    weights, ``N(0, init_std²)`` kernels; ``options``: other :class:`~seqjax.nn.BlockConfig` fields.
 
     Example:
         >>> bert_block(12).norm, bert_block(12).norm_epsilon, bert_block(12).causal
@@ -82,24 +78,18 @@ class BertConfig(ConfigBase):
 
     Attributes:
         vocab_size, num_layers, embed_dim: sizes.
-        block_size: the context length, the size of the position table (Hugging Face's
-            ``max_position_embeddings``).
-        block: every encoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN size,
-            norm placement, activation, ``ε``, dropout), e.g. :func:`bert_block` (the
-            default: ``bert_block(12, mlp_dim=3072)``, BERT-base); it must be bidirectional
-            without cross-attention (:meth:`~seqjax.nn.BlockConfig.encoder`) and give its
-            ``norm_epsilon`` (a number; ``None`` is refused). Its ``activation`` is also
-            the MLM head's transform's (Hugging Face's ``hidden_act`` sets both), its
-            ``norm_epsilon`` the embedding and MLM-head LayerNorms' and its
-            ``dropout_rate`` the embeddings' and the heads'; its ``dtype``/``param_dtype``
-            are the model's (left at their defaults or equal to the model's; another value
-            is a ``ValueError``).
+        block_size: context length, the position table's size (HF ``max_position_embeddings``).
+        block: every encoder block's :class:`~seqjax.nn.BlockConfig` (default ``bert_block(12,
+            mlp_dim=3072)``): bidirectional, no cross-attention, ``norm_epsilon`` not ``None``.
+            Its ``activation`` also serves the MLM transform, ``norm_epsilon`` the embedding
+            and MLM LayerNorms, ``dropout_rate`` the embeddings and heads; a
+            ``dtype``/``param_dtype`` other than the default or the model's is a ``ValueError``.
         type_vocab_size: segment ids (sentence A/B); 0 disables segment embeddings.
         mlm_head: build the tied MLM head.
         pooler: ``tanh`` dense on the first position before the classifier.
         num_classes: sequence classes (0: no classifier).
         num_tags: token tags (0: no tagger).
-        init_std: the embeddings' and heads' normal initialiser standard deviation (0.02).
+        init_std: standard deviation of the embeddings' and heads' normal initialiser.
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerEncoder`.
     """
 
@@ -152,40 +142,28 @@ def mlm_mask(
 ) -> tuple[Array, Array]:
     r"""BERT's masked-language-model corruption (Bishop §12.3.3; Devlin et al. 2018).
 
-    Each maskable token is selected with probability ``select_rate`` (15%); a
-    selected token is replaced by ``mask_id`` with probability ``mask_rate`` (80%),
-    by a token drawn uniformly from ``[0, vocab_size)`` with probability
-    ``random_rate`` (10%), and kept otherwise (10%). The model must predict the
-    original token at every selected position, whatever its input became.
+    Each maskable token is selected with probability ``select_rate``; a selected token becomes
+    ``mask_id`` with probability ``mask_rate``, a uniform random id with probability
+    ``random_rate``, and stays otherwise. The loss is taken at every selected position.
 
-    **Random replacements and special tokens.** By default the random token is drawn
-    from the whole vocabulary, special tokens (``<pad>``, ``<cls>``, ``<sep>``,
-    ``<mask>``) included. That is what BERT does: the paper says only "a random token"
-    (Devlin et al. 2018, §3.1 and App. A.1), and the reference implementation
-    (google-research/bert, ``create_pretraining_data.py``) draws
-    ``vocab_words[rng.randint(0, len(vocab_words) - 1)]`` — every vocabulary entry, as
-    Hugging Face's ``DataCollatorForLanguageModeling`` does too. With a large vocabulary
-    the chance of a special is negligible (5 in 30,522 for BERT-base); with a small one
-    it is not (with 4 specials among 20 ids, one random draw in 5 is a special, an input
-    the model never sees at a real word's place outside pre-training), so ``special_ids``
-    draws the random token uniformly from the other ids instead (as fairseq's
-    ``MaskTokensDataset`` does), e.g. ``special_ids=(pad, cls, mask)``. The default stays
-    BERT's, so existing callers are unchanged; with ``mask_id`` among ``special_ids`` the
-    ``<mask>`` share of the selected tokens is exactly ``mask_rate``.
+    By default the random id is drawn from the whole vocabulary, specials included, as BERT's
+    reference code and Hugging Face do. With a small vocabulary that often puts a special at a
+    word's place, so ``special_ids`` draws from the other ids instead (as fairseq), e.g.
+    ``(pad, cls, mask)``; with ``mask_id`` among them the ``<mask>`` share is exactly
+    ``mask_rate``.
 
     Args:
         key: PRNG key (the result is a deterministic function of it).
         tokens_BxT: integer token ids.
-        vocab_size: range of the random replacements.
+        vocab_size: range ``[0, vocab_size)`` of the random replacements.
         mask_id: the ``<mask>`` id.
         maskable_BxT: ``bool[B, T]``; False for padding and special tokens (``<class>``).
-        select_rate, mask_rate, random_rate: the 15% / 80% / 10% above.
-        special_ids: ids in ``[0, vocab_size)`` never drawn as random replacements
-            (``None``: draw from the whole vocabulary, as BERT's reference code).
+        select_rate, mask_rate, random_rate: default 15% / 80% / 10%.
+        special_ids: ids in ``[0, vocab_size)`` never drawn as random replacements.
 
     Returns:
-        ``(inputs_BxT, selected_BxT)``: the corrupted tokens and the boolean
-        positions where the loss is taken (targets are ``tokens_BxT``).
+        ``(inputs_BxT, selected_BxT)``: corrupted tokens and the boolean loss positions
+        (targets are ``tokens_BxT``).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -254,14 +232,12 @@ def mlm_mask(
 class Bert(nn.Module):
     r"""BERT encoder with optional MLM / classification / tagging heads (see module docstring).
 
-    Call: ``model(tokens_BxT, lengths=None, token_types_BxT=None, *, deterministic=True)``
-    returns a dict with ``"hidden"`` ``[B, T, D]`` and, as configured,
-    ``"mlm_logits"`` ``[B, T, V]``, ``"pooled"`` ``[B, D]``, ``"class_logits"``
-    ``[B, C]``, ``"tag_logits"`` ``[B, T, K]`` (logits in float32). Padding
-    (``lengths``) is masked out of every attention. With a pooler or a classifier the
-    tokens need ``T >= 1`` (both read the first, [CLS], position). Under ``jit`` a row
-    holding an id outside ``[0, V)`` or a length outside ``[0, T]`` gives NaN outputs
-    (every position attends to the bad one; :mod:`seqjax._traced_checks`).
+    ``model(tokens_BxT, lengths=None, token_types_BxT=None, *, deterministic=True)`` returns a
+    dict with ``"hidden"`` ``[B, T, D]`` and, as configured, ``"mlm_logits"`` ``[B, T, V]``,
+    ``"pooled"`` ``[B, D]``, ``"class_logits"`` ``[B, C]``, ``"tag_logits"`` ``[B, T, K]``
+    (logits float32). Padding (``lengths``) is masked out of every attention; a pooler or
+    classifier needs ``T >= 1``. Under ``jit`` a row with an id outside ``[0, V)`` or a length
+    outside ``[0, T]`` gives NaN outputs (:mod:`seqjax._traced_checks`).
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -1,36 +1,29 @@
 r"""An RNN language model conditioned on an image feature vector (image captioning).
 
-MEDL Fig. 7.1(d) (§7.1, "image captioning": an image encoder produces a context vector
-and a one-to-many RNN decoder writes the caption, Fig. 7.2(a)); the slides: "``h_0``:
-zeros, or conditioning information such as CNN image features", and the multi-modal
-recurrence ``h_t = σ(W_hh h_{t−1} + W_xh x_t + W_ah a_t)``. With image features
-``f ∈ ℝ^F`` (e.g. CNN features, or here raw pixels), caption tokens
-``y_0 = <start>, y_1, …`` and their embeddings ``e_t = E y_t``:
+MEDL Fig. 7.1(d) (an image encoder's context vector, a one-to-many RNN decoder, Fig. 7.2(a));
+the slides' ``h_0`` from image features and multi-modal recurrence ``h_t = σ(W_hh h_{t−1} +
+W_xh x_t + W_ah a_t)``. With image features ``f ∈ ℝ^F`` (CNN features or raw pixels), caption
+tokens ``y_0 = <start>, y_1, …`` and embeddings ``e_t = E y_t``:
 
 .. math::
     a = \mathrm{enc}(f),\qquad
     h_0 = \begin{cases}\tanh(W_I a + b_I) & \text{condition ∈ \{init, both\}}\\
                        0 & \text{condition = input}\end{cases}
 
-.. math::
     h_t = \mathrm{cell}\big(h_{t-1},\ x_t\big),\quad
     x_t = \begin{cases} e_{t-1} & \text{condition = init}\\
                         [e_{t-1};\ W_A a] & \text{condition ∈ \{input, both\}}\end{cases},\qquad
     p(y_t \mid y_{<t}, f) = \mathrm{softmax}(W_{yh} h_t + b_y)
 
-``condition="init"`` is MEDL's context vector as the decoder's initial state (the
-decoder of Fig. 7.9(a), Vinyals et al. 2015 feed the image once); ``"input"`` adds the
-image to every step, which is the slides' ``W_ah a_t`` term (a linear map of the
-concatenation ``[e; W_A a]`` equals ``W_xh e + W_ah a``; MEDL Fig. 7.9(b) passes its
-code vector to every step the same way); ``"both"`` does both. For an LSTM the carry is
-``(c_0, h_0) = (0, tanh(W_I a + b_I))``. ``enc`` is the identity, or one
-``tanh`` layer of width ``image_hidden`` (a stand-in for the CNN of Fig. 7.1(d)).
+``"init"``: the image as initial state (MEDL Fig. 7.9(a); Vinyals et al. 2015); ``"input"``:
+at every step, the slides' ``W_ah a_t`` (a linear map of ``[e; W_A a]`` is ``W_xh e + W_ah a``;
+MEDL Fig. 7.9(b)); ``"both"``. An LSTM's carry is ``(c_0, h_0) = (0, tanh(W_I a + b_I))``.
+``enc`` is the identity or one ``tanh`` layer of width ``image_hidden`` (a stand-in CNN).
 
 Parameters: ``image_encoder`` (optional), ``init_proj`` (``W_I, b_I``), ``image_proj``
-(``W_A``, no bias), ``embed`` (``E``), ``rnn/cell/...`` (the cell of
-:mod:`seqjax.nn.cells`), ``head`` (``W_yh, b_y``). Training is teacher-forced: inputs
-``[<start>, y_1..y_{n-1}]``, targets ``[y_1..y_n]`` (MEDL §7.2, "teacher forcing").
-Generation goes through :mod:`seqjax.decoding` with ``inputs={"images": f}``.
+(``W_A``, no bias), ``embed`` (``E``), ``rnn/cell/...``, ``head`` (``W_yh, b_y``). Training is
+teacher-forced (MEDL §7.2): inputs ``[<start>, y_1..y_{n-1}]``, targets ``[y_1..y_n]``.
+Generation: :mod:`seqjax.decoding` with ``inputs={"images": f}``.
 """
 
 from __future__ import annotations
@@ -69,8 +62,8 @@ _CELLS = ("elman", "lstm", "gru")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ImageCaptionerConfig(RNNConfig):
     """Options of :class:`ImageCaptioner`: the decoder's :class:`~seqjax.models.RNNConfig`
-    (one unidirectional layer without dropout; ``vocab_size`` required, ``cell_type`` one of
-    ``"elman"``, ``"lstm"``, ``"gru"``) and the image conditioning's, validated when built.
+    (``vocab_size`` required; one unidirectional layer, no dropout; ``cell_type`` ``"elman"``,
+    ``"lstm"`` or ``"gru"``) and the image conditioning's.
 
     Example:
         >>> ImageCaptionerConfig(vocab_size=12, condition="late")
@@ -108,8 +101,8 @@ class ImageCaptionerConfig(RNNConfig):
 class ImageCaptioner(nn.Module):
     r"""RNN caption decoder conditioned on image features (see the module docstring).
 
-    Call: ``model(tokens_BxT, images_BxF, lengths=None) -> logits_BxTxV`` (float32);
-    ``lengths`` (right padding) zeroes the padded positions' outputs.
+    ``model(tokens_BxT, images_BxF, lengths=None) -> logits_BxTxV`` (float32; ``V`` includes
+    ``<start>``/``<stop>``/padding); ``lengths`` (right padding) zeroes the padded outputs.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -119,12 +112,6 @@ class ImageCaptioner(nn.Module):
         >>> params = m.init(jax.random.PRNGKey(0), tokens, images)
         >>> m.apply(params, tokens, images).shape
         (2, 5, 12)
-
-    Attributes:
-        config: the :class:`ImageCaptionerConfig` (``vocab_size`` counts the caption tokens
-            with ``<start>``/``<stop>``/padding; ``embed_dim`` is the width of ``E``,
-            ``hidden_size`` is ``H``).
-        dtype, param_dtype: compute and storage dtypes (the logits are float32).
     """
 
     config: ImageCaptionerConfig
@@ -226,7 +213,7 @@ class ImageCaptioner(nn.Module):
                           prompt_lengths_B: Array | None = None, max_len: int | None = None,
                           *, images: Array) -> dict:
         """Condition on ``images: [B, F]`` and run over ``prompt[b, :len_b - 1]`` (the first
-        decode step feeds ``prompt[b, len_b - 1]``, usually ``<start>``)."""
+        step feeds ``prompt[b, len_b - 1]``, usually ``<start>``)."""
         del max_len
         prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, self.vocab_size)
         return self.apply(as_variables(params), prompt_BxT[:, :-1], prompt_lengths_B - 1,  # type: ignore[return-value]

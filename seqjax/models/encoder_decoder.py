@@ -5,46 +5,32 @@ r"""The encoder–decoder transformer of Vaswani et al. (2017).
     p(y_t \mid y_{<t}, x) = \mathrm{softmax}\big(
         \mathrm{Decoder}(\sqrt{d}\,E[y_{<t}] + R, Z^\star)_t W_{out} + b\big)
 
-MEDL §7.5 (Fig. 7.15: post-norm encoder and decoder blocks, (7.31)–(7.33);
-(7.34) for inference); Bishop §12.3.4 (Figs. 12.19–12.20, cross-attention);
-lecture notes §3. ``R`` is the sinusoidal encoding (MEDL (7.29)–(7.30)) or a
-learned table. With a shared vocabulary (``tgt_vocab_size=None``) one matrix
-``E`` embeds source and target and, transposed, is the output layer
-(Vaswani §3.4; Press & Wolf 2017).
+MEDL §7.5 (Fig. 7.15: post-norm blocks, (7.31)–(7.33); (7.34) for inference); Bishop
+§12.3.4 (Figs. 12.19–12.20, cross-attention); lecture notes §3. ``R`` is the sinusoidal
+encoding (MEDL (7.29)–(7.30)) or a learned table. With a shared vocabulary
+(``tgt_vocab_size=None``) one matrix ``E`` embeds source and target and, transposed, is the
+output layer (Vaswani §3.4; Press & Wolf 2017).
 
-**Where the input layer departs from MEDL (7.29)–(7.30).** Two choices follow Vaswani et
-al. (and the PyTorch/tensor2tensor implementations), not MEDL:
+**Departures from MEDL (7.29)–(7.30)**, following Vaswani et al. (and PyTorch/tensor2tensor):
 
-* *Positions count from 0.* The token at index ``t`` (``t = 0, 1, …``) gets
-  :math:`r^{⟨t⟩}_{2i} = \sin(t / M^{2i/p})`, :math:`r^{⟨t⟩}_{2i+1} = \cos(t / M^{2i/p})`
-  (interleaved, ``M = 10,000``), so the first token's encoding is ``[0, 1, 0, 1, …]``.
-  MEDL (7.29) numbers positions ``t = 1..T``, so every position is shifted by
-  one: ``R[t]`` here is MEDL's :math:`r^{⟨t+1⟩}`. Relative offsets behave the same
-  (:math:`r^{⟨t+k⟩} = M_k r^{⟨t⟩}`, Bishop Ex. 12.10); the absolute encodings differ, so
-  weights trained one way do not transfer to the other.
-  (:class:`~seqjax.nn.SinusoidalPositionalEmbedding` takes ``start=1`` for MEDL's numbering.)
-* *Embeddings are scaled by* :math:`\sqrt{d}` *before the positions are added*
-  (Vaswani §3.4): the input is :math:`\sqrt{d}\,E[x_t] + r^{⟨t⟩}`, where MEDL (7.30) adds
-  :math:`\tilde x^{⟨t⟩}_j = x^{⟨t⟩}_j + r^{⟨t⟩}_{j-1}` to the unscaled embedding. Embeddings
-  are initialised :math:`\mathcal N(0, 1/d)`, so the scaled ones start with unit-variance
-  entries, the size of the encoding's. ``scale_embeddings=False`` gives MEDL's (7.30); the
-  position offset is not configurable.
+* *Positions count from 0*: index ``t = 0, 1, …`` gets :math:`r^{⟨t⟩}_{2i} = \sin(t /
+  M^{2i/p})`, :math:`r^{⟨t⟩}_{2i+1} = \cos(t / M^{2i/p})` (interleaved, ``M = 10,000``; the
+  first token's is ``[0, 1, 0, 1, …]``), so ``R[t]`` is MEDL's :math:`r^{⟨t+1⟩}`. Relative
+  offsets behave the same (Bishop Ex. 12.10) but weights do not transfer between the two.
+  Fixed here (MEDL's numbering: ``start=1`` of :class:`~seqjax.nn.SinusoidalPositionalEmbedding`).
+* *Embeddings are scaled by* :math:`\sqrt{d}` before the positions are added (Vaswani §3.4):
+  :math:`\sqrt{d}\,E[x_t] + r^{⟨t⟩}`; with the :math:`\mathcal N(0, 1/d)` initialisation they
+  start at unit variance, like the encoding. ``scale_embeddings=False`` gives MEDL's (7.30).
 
-**Parameter count (preset ``vaswani-base``, MEDL §7.5, (7.32)).**
-With MEDL's bias-free heads (``attention_use_bias=False``), each encoder block
-has ``3,150,336`` parameters and each decoder block ``4,199,936`` (MEDL (7.32)
-and the text after it): ``18,902,016 + 25,199,616`` for ``N = 6``. The output
-layer with ``d_V = 37,000`` words is ``d_V p`` weights plus one bias *per word*,
-``d_V``: the model has ``63,082,632`` parameters. MEDL prints the output layer
-as ``d_V × p + p`` (total 63,046,144) — a slip for ``d_V × p + d_V``; the two
-totals differ by exactly ``d_V − p = 36,488``. Vaswani et al.'s projections have
-biases (``4p`` per attention layer: +36,864), giving 63,119,496 — the "≈65M" of
-their Table 3 (MEDL footnote 15: "discrepancies are due to implementation").
+**Parameter count** (``vaswani-base`` with MEDL's ``attention_use_bias=False``): blocks of
+``3,150,336`` (encoder) and ``4,199,936`` (decoder) as MEDL (7.32), ``63,082,632`` in all, the
+output layer having one bias per word (``d_V × p + d_V``, ``d_V = 37,000``); MEDL's
+``d_V × p + p`` (63,046,144) is a slip. Vaswani's attention biases give 63,119,496 (≈65M).
 
 Parameter names: ``shared_embed/embedding`` (or ``src_embed`` and ``tgt_embed``),
 ``encoder/layers_{i}``, ``decoder/layers_{i}`` (``…/final_norm`` when pre-norm),
-``output_bias`` (tied output) or ``output/{kernel,bias}``, ``src_pos_embed`` /
-``tgt_pos_embed`` (learned positions only).
+``output_bias`` (tied) or ``output/{kernel,bias}``, ``src_pos_embed`` / ``tgt_pos_embed``
+(learned positions only).
 """
 
 from __future__ import annotations
@@ -90,11 +76,10 @@ _XAVIER = nn.initializers.xavier_uniform()
 
 
 def vaswani_block(num_heads: int = 8, **options: Any) -> BlockConfig:
-    """The encoder block of Vaswani et al. 2017 (MEDL §7.5): bidirectional, post-norm,
-    ReLU FFN of ``d_ff = 2048``, residual dropout 0.1, none on the attention weights,
-    attention biases, Glorot-uniform weights. ``options`` are other
-    :class:`~seqjax.nn.BlockConfig` fields. The decoder's block is the same with causal
-    self-attention and cross-attention (:attr:`TransformerConfig.decoder_block`).
+    """Vaswani et al. 2017's encoder block (MEDL §7.5): bidirectional, post-norm, ReLU FFN
+    ``d_ff = 2048``, residual dropout 0.1, none on attention weights, attention biases,
+    Glorot-uniform weights; ``options``: other :class:`~seqjax.nn.BlockConfig` fields. The
+    decoder adds causal self- and cross-attention (:attr:`TransformerConfig.decoder_block`).
 
     Example:
         >>> cfg = vaswani_block(8)
@@ -118,23 +103,18 @@ class TransformerConfig(ConfigBase):
     Attributes:
         src_vocab_size: source vocabulary (the shared one when ``tgt_vocab_size`` is None).
         tgt_vocab_size: target vocabulary; ``None`` = shared with the source.
-        num_layers: ``N`` encoder and ``N`` decoder blocks (unless the next two are set).
-        encoder_layers, decoder_layers: override ``N`` per side.
+        num_layers: ``N`` encoder and ``N`` decoder blocks; ``encoder_layers``,
+            ``decoder_layers`` override it per side.
         embed_dim: ``d_model = p``.
-        block_size: the context length of source and target (the size of each learned
-            position table).
-        block: the encoder blocks' :class:`~seqjax.nn.BlockConfig` (``h``, ``d_ff = N₁``,
-            norm placement, activation, dropout, attention biases; MEDL counts none), e.g.
-            :func:`vaswani_block` (the default: ``vaswani_block(8)``); bidirectional
-            without cross-attention. The decoder blocks use it with causal self-attention
-            and cross-attention (:attr:`decoder_block`); its ``dropout_rate`` also drops the
-            embeddings; its ``dtype``/``param_dtype`` are the model's (left at their defaults
-            or equal to the model's; another value is a ``ValueError``).
+        block_size: context length of source and target (each learned position table's size).
+        block: the encoder blocks' :class:`~seqjax.nn.BlockConfig` (``h``, ``d_ff = N₁``, ...;
+            default ``vaswani_block(8)``), bidirectional without cross-attention; the decoder's
+            is :attr:`decoder_block`. Its ``dropout_rate`` also drops the embeddings; a
+            ``dtype``/``param_dtype`` other than the default or the model's is a ``ValueError``.
         positions: ``"sinusoidal"`` (MEDL (7.29)–(7.30); Vaswani) or ``"learned"``.
         tie_embeddings: the output matrix is the target embedding transposed.
         output_bias: a bias per output word.
-        scale_embeddings: multiply embeddings by ``√d`` (Vaswani §3.4; MEDL (7.30) does
-            not: ``False``).
+        scale_embeddings: multiply embeddings by ``√d`` (Vaswani); ``False``: MEDL (7.30).
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerDecoder`.
     """
 
@@ -162,8 +142,7 @@ class TransformerConfig(ConfigBase):
 
     @property
     def decoder_block(self) -> BlockConfig:
-        """The decoder blocks' config: ``block`` with causal self-attention and
-        cross-attention on the encoder output (MEDL Fig. 7.15b)."""
+        """``block`` with causal self-attention and cross-attention (MEDL Fig. 7.15b)."""
         return self.block.replace(causal=True, cross_attention=True)
 
     @property
@@ -175,9 +154,9 @@ class TransformerConfig(ConfigBase):
         return self.src_vocab_size if self.tgt_vocab_size is None else self.tgt_vocab_size
 
 
-#: ``vaswani-base``: N=6, d=512, d_ff=2048, h=8, post-norm, sinusoidal, shared 37,000-token
-#: vocabulary (Vaswani et al. 2017, Table 3 "base"; MEDL §7.5). ``vaswani-big``: d=1024,
-#: d_ff=4096, h=16, dropout 0.3.
+#: ``vaswani-base`` (Vaswani et al. 2017 Table 3; MEDL §7.5): N=6, d=512, d_ff=2048, h=8,
+#: post-norm, sinusoidal, shared 37,000 vocabulary. ``vaswani-big``: d=1024, d_ff=4096, h=16,
+#: dropout 0.3.
 TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
     "vaswani-base": TransformerConfig(src_vocab_size=37000),
     "vaswani-big": TransformerConfig(
@@ -191,14 +170,10 @@ TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
 class Transformer(nn.Module):
     r"""Encoder–decoder transformer (see the module docstring).
 
-    Call (teacher forcing, all target positions in parallel under the causal mask):
-    ``model(src_BxS, tgt_in_BxT, src_lengths=None, tgt_lengths=None, *,
-    deterministic=True) -> logits_BxTxV`` (float32), ``tgt_in = [<start>, y_1, …]``.
-
-    Decoding (:mod:`seqjax.decoding`): ``init_decode_state(params, prompt_BxT,
-    prompt_lengths_B, max_len, *, src, src_lengths=None)`` encodes the source once
-    (MEDL (7.34)) and builds the decoder's KV caches; pass the source with
-    ``inputs={"src": ..., "src_lengths": ...}``.
+    Teacher forcing (all target positions at once, causal mask): ``model(src_BxS, tgt_in_BxT,
+    src_lengths=None, tgt_lengths=None, *, deterministic=True) -> logits_BxTxV`` (float32),
+    ``tgt_in = [<start>, y_1, …]``. Decoding (:mod:`seqjax.decoding`) encodes the source once
+    (MEDL (7.34)); pass it with ``inputs={"src": ..., "src_lengths": ...}``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -348,8 +323,8 @@ class Transformer(nn.Module):
             encoder_lengths=src_checked,
             deterministic=deterministic,
         )
-        # Under jit a length outside [1, S] / [0, T] makes its row NaN: also the source's,
-        # whose NaN encoder output the cross-attention may not read (fully masked keys).
+        # Under jit a length outside [1, S] / [0, T] makes its row NaN (the source's too: the
+        # cross-attention may not read its NaN encoder output, the keys being fully masked).
         h_BxTxD = poison_bad_lengths(h_BxTxD, src_lengths, 1, z_BxSxD.shape[1])
         h_BxTxD = poison_bad_lengths(h_BxTxD, tgt_lengths, 0, tgt_len)
         return self._head(h_BxTxD)
@@ -367,9 +342,8 @@ class Transformer(nn.Module):
         z_BxSxD, src_checked = self.encode(src_BxS, src_lengths)
         batch, num_steps = prompt_BxT.shape
         cache = self.decoder.init_cache(batch, max_len)
-        # Always one decoder pass, even for 1-token prompts (then with every length 0, which
-        # leaves the self-attention caches empty): it projects the encoder output into each
-        # layer's cross-attention keys/values once, for every later step to reuse.
+        # Always one decoder pass (all lengths 0 for 1-token prompts): it projects the encoder
+        # output into each layer's cross-attention keys/values once, for every later step.
         y_BxTxD = self._embed(prompt_BxT[:, : max(num_steps - 1, 1)], False, None, True)
         # in [0, T - 1]: the prompt lengths were checked at the door
         lengths = check_lengths(lengths_B, "lengths", batch, y_BxTxD.shape[1])
@@ -420,13 +394,9 @@ class Transformer(nn.Module):
         src: Array,
         src_lengths: Array | None = None,
     ) -> dict:
-        """Encode ``src`` and prefill the decoder caches with ``prompt[b, :len_b - 1]``.
-
-        State ``{"cache", "enc", "src_lengths", "positions"}``, every leaf batch-leading;
-        each layer's cache (:class:`~seqjax.nn.transformer.DecoderLayerCache`) also holds
-        the source projected into that layer's cross-attention keys/values, computed here
-        once and reused by every :meth:`decode_step`.
-        """
+        """Encode ``src``, prefill the caches with ``prompt[b, :len_b - 1]``: state ``{"cache",
+        "enc", "src_lengths", "positions"}``, batch-leading; each layer's cache also holds the
+        source's cross-attention keys/values, computed once here."""
         prompt_BxT, prompt_lengths_B = check_prompt(
             prompt_BxT, prompt_lengths_B, self.config.target_vocab_size
         )
@@ -450,10 +420,7 @@ class Transformer(nn.Module):
         )
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Append one target token per row: ``(logits_BxV, new_state)``.
-
-        An id outside the target vocabulary is a ``ValueError``; under ``jit`` its row gets
-        NaN logits and its cache is left as it was.
-        """
+        """Append one target token per row: ``(logits_BxV, new_state)``. An id outside the
+        target vocabulary is a ``ValueError`` (under ``jit``: NaN logits, cache kept)."""
         tokens_B = check_step_tokens(tokens_B, self.config.target_vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]

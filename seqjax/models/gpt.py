@@ -5,29 +5,20 @@ r"""GPT: a decoder-only transformer language model (``TransformerLM``).
     \qquad p(x_{n+1} \mid x_{\le n}) = \mathrm{softmax}(\mathrm{LN}(X^{(L)}_n) E^\top)
 
 and, with ``logit_softcap = c > 0``, :math:`\mathrm{softmax}(c\tanh(z/c))` for those logits
-:math:`z` (Gemma 2, Gemma Team 2024; modded-nanogpt), which keeps every logit in ``(-c, c)``.
+:math:`z` (Gemma 2; modded-nanogpt), keeping every logit in ``(-c, c)``.
 
-Bishop §12.3.1 (Fig. 12.15, (12.33): the linear-softmax output shared across
-positions); J&M §9.8 (Fig. 9.22, the LM head with a tied ``Eᵀ``, "weight tying");
-MEDL §7.5 (masked self-attention (7.27)). Blocks are pre-norm (Bishop (12.21),
-(12.23); GPT-2, nanoGPT) with a final norm; positions are learned absolute
-embeddings (J&M §9.7.3; GPT-2) or rotary (``positions="rope"``, applied to the
-queries and keys inside attention, slides "RoPE"). Training is teacher-forced in
-parallel: all positions at once under the causal mask (MEDL §7.5, "Training").
-The choices of a "modern" GPT (modded-nanogpt) are each a switch, to ablate one at a
-time: ``positions="rope"``, ``tie_embeddings=False``, ``logit_softcap`` and the block's
-``qk_norm``, ``norm_type="rmsnorm"``, ``activation="relu_squared"``,
-``residual_init_std=0.0`` (zero-initialised residual projections).
+Bishop §12.3.1 (Fig. 12.15, (12.33): the linear-softmax output shared across positions);
+J&M §9.8 (Fig. 9.22, tied ``Eᵀ``); MEDL §7.5 (masked self-attention (7.27)). Pre-norm blocks
+(Bishop (12.21), (12.23); GPT-2, nanoGPT) with a final norm; learned absolute positions (J&M
+§9.7.3) or rotary (``positions="rope"``). Teacher-forced training runs all positions at once
+under the causal mask (MEDL §7.5). modded-nanogpt's choices are switches: ``positions="rope"``,
+``tie_embeddings=False``, ``logit_softcap``; the block's ``qk_norm``, ``norm_type="rmsnorm"``,
+``activation="relu_squared"``, ``residual_init_std=0.0``.
 
 Parameter names (golden trees in ``tests/golden/``): ``token_embed/embedding [V, D]``,
 ``pos_embed/embedding [block_size, D]`` (learned positions), ``decoder/layers_{i}/...``
-(:class:`~seqjax.nn.transformer.TransformerDecoder`; ``decoder/layers/...`` stacked
-with ``scan_layers``), ``decoder/final_norm``, ``lm_head/kernel`` (untied only).
-
-:class:`TransformerLMClassifier` is the decoder form of a sequence classifier (J&M §9.4.2,
-§9.9.1; GPT-1): the same trunk and LM head, plus ``class_head/{kernel,bias}`` on the last
-real token's hidden state, so one parameter tree pre-trains as an LM and fine-tunes as a
-classifier.
+(``decoder/layers/...`` with ``scan_layers``), ``decoder/final_norm``, ``lm_head/kernel``
+(untied only). :class:`TransformerLMClassifier` adds a classifier on the last token.
 """
 
 from __future__ import annotations
@@ -83,13 +74,10 @@ __all__ = [
 
 def gpt_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> BlockConfig:
     r"""GPT-2's decoder block: causal, pre-norm, no cross-attention, ``N(0, init_std²)``
-    kernels; the attention-weight dropout defaults to (``None``: is) ``dropout_rate``
-    (nanoGPT). ``options`` are other :class:`~seqjax.nn.BlockConfig` fields.
-
-    The block does not know its depth: a :class:`TransformerLM` built with it starts the
-    two residual output projections at ``N(0, (σ/√(2L))²)`` for its own ``L``
-    (:attr:`TransformerLMConfig.decoder_block`), so depth is stated once, in
-    ``TransformerLMConfig.num_layers``.
+    kernels, attention dropout ``dropout_rate`` unless given (nanoGPT); ``options``: other
+    :class:`~seqjax.nn.BlockConfig` fields. ``num_layers`` is a ``TypeError``: the
+    :class:`TransformerLM` scales the residual projections for its own depth
+    (:attr:`TransformerLMConfig.decoder_block`).
 
     Example:
         >>> cfg = gpt_block(12)
@@ -119,29 +107,21 @@ class TransformerLMConfig(ConfigBase):
     Attributes:
         vocab_size: ``|V|``.
         num_layers, embed_dim: ``L``, ``D``.
-        block_size: the context length; the size of the learned position table (nanoGPT's
-            ``block_size``, Hugging Face's ``n_positions``). A decoding cache's capacity is
-            another number (``init_decode_state(..., max_len)``).
-        block: every decoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN, norms,
-            biases, dropout, window, init, ...), e.g. :func:`gpt_block` (the default:
-            ``gpt_block(6)``). It must be causal without cross-attention
-            (``BlockConfig.decoder(..., cross_attention=False)``), with ``use_rope`` exactly
-            when ``positions="rope"``; its ``dtype``/``param_dtype`` are the model's (left at
-            their defaults or equal to the model's; another value is a ``ValueError``). Its
-            ``dropout_rate`` also drops the embeddings.
+        block_size: context length, the learned position table's size (HF ``n_positions``);
+            a decoding cache's capacity is ``init_decode_state``'s ``max_len``.
+        block: every decoder block's :class:`~seqjax.nn.BlockConfig` (default
+            ``gpt_block(6)``): causal without cross-attention, ``use_rope`` exactly when
+            ``positions="rope"``. Its ``dropout_rate`` also drops the embeddings; a
+            ``dtype``/``param_dtype`` other than the default or the model's is a ``ValueError``.
         positions: ``"learned"`` (GPT-2) or ``"rope"`` (no position parameters).
         tie_embeddings: output matrix ``Eᵀ`` (J&M §9.8; Press & Wolf 2017).
-        init_std: ``σ``, standard deviation of the embeddings' (and an untied head's) normal
-            initialiser (GPT-2: 0.02); the blocks' is ``block.kernel_init``. The two
-            projections of each block that write into the residual stream (attention
-            ``out``, the FFN's ``down``) start at ``N(0, (σ/√(2L))²)`` for this config's own
-            ``L = num_layers`` (GPT-2, Radford et al. 2019, §2.3; nanoGPT): the residual sum
-            of ``2L`` branches keeps the variance of one. A block with its own
-            ``residual_init_std`` keeps it (:attr:`decoder_block`), ``0.0`` (zeros) included.
+        init_std: ``σ`` of the embeddings' (and an untied head's) normal initialiser (the
+            blocks': ``block.kernel_init``). The residual projections (attention ``out``, FFN
+            ``down``) start at ``N(0, (σ/√(2L))²)``, ``L = num_layers`` (GPT-2 §2.3; nanoGPT),
+            unless the block sets its own ``residual_init_std`` (``0.0``: zeros).
         scan_layers, remat: compile the stack as one scanned block; rematerialise.
-        logit_softcap: ``c``; when ``> 0`` the logits ``z`` become ``c·tanh(z/c)``, computed in
-            float32 and returned in the compute dtype (Gemma 2; modded-nanogpt uses 30, later
-            15). ``0`` (the default) is off: the head's output is returned as is.
+        logit_softcap: ``c > 0``: logits ``z`` become ``c·tanh(z/c)`` (in float32, returned in
+            the compute dtype); ``0`` (default) is off.
     """
 
     vocab_size: int
@@ -185,10 +165,9 @@ class TransformerLMConfig(ConfigBase):
         return self.block.replace(residual_init_std=self.residual_init_std)
 
 
-#: Named configurations. ``nanogpt-*`` are nanoGPT's ``train_shakespeare_char`` shapes
-#: (6L/6H/384, block 256, dropout 0.2, no biases) and its README's CPU variant (4L/4H/128,
-#: block 64); ``gpt2-small`` is GPT-2 124M (12L/12H/768, block 1024, |V| = 50257). Like every
-#: TransformerLM they start the residual projections at ``0.02/√(2L)`` for their own ``L``.
+#: ``nanogpt-*``: nanoGPT's ``train_shakespeare_char`` (6L/6H/384, block 256, dropout 0.2, no
+#: biases) and its README's CPU variant (4L/4H/128, block 64); ``gpt2-small``: GPT-2 124M
+#: (12L/12H/768, block 1024, |V| = 50257).
 TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
     "nanogpt-shakespeare-char": TransformerLMConfig(
         vocab_size=65,
@@ -215,19 +194,14 @@ TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
 
 
 class TransformerLM(nn.Module):
-    r"""GPT-style language model (see the module docstring for the equations).
+    r"""GPT-style language model (equations in the module docstring).
 
-    Call: ``model(tokens_BxT, lengths=None, *, deterministic=True) -> logits_BxTxV``
-    in the compute dtype (``dtype``; float32 by default); ``T ≤ block_size`` with learned
-    positions. ``lengths`` (right padding) zeroes the padded positions' hidden states;
-    the model is causal, so the real positions never see the padding either way. Under
-    ``jit`` a row holding an id outside ``[0, V)`` (``-1`` included: ids never wrap) or a
-    length outside its range gives NaN outputs for the whole row (the policy of
-    :mod:`seqjax._traced_checks`; errors under ``seqjax.checked``).
-
-    Decoding (:mod:`seqjax.decoding`): ``init_decode_state`` builds one KV cache
-    per layer (:class:`~seqjax.nn.attention.KVCache`) and prefills the prompts
-    (different lengths per row); ``decode_step`` appends one token per row.
+    ``model(tokens_BxT, lengths=None, *, deterministic=True) -> logits_BxTxV`` in the compute
+    dtype (float32 by default); ``T ≤ block_size`` with learned positions. ``lengths`` (right
+    padding) zeroes the padded hidden states (causal: real positions never see them). Under
+    ``jit`` a row with an id outside ``[0, V)`` (``-1`` included) or a bad length is all NaN
+    (:mod:`seqjax._traced_checks`; errors under ``seqjax.checked``). Decoding
+    (:mod:`seqjax.decoding`) keeps one :class:`~seqjax.nn.attention.KVCache` per layer.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -238,8 +212,6 @@ class TransformerLM(nn.Module):
         >>> params = lm.init(jax.random.PRNGKey(0), tokens)
         >>> lm.apply(params, tokens).shape
         (2, 8, 17)
-        >>> TransformerLM.from_preset("gpt2-small").config.embed_dim
-        768
     """
 
     config: TransformerLMConfig
@@ -299,9 +271,8 @@ class TransformerLM(nn.Module):
             logits_BxTxV = flat_attend(self.token_embed, h_BxTxD)
         else:
             logits_BxTxV = self.lm_head(h_BxTxD)
-        # In the compute dtype: a float32 copy of [B, T, V] would be the largest buffer of a
-        # GPT-2 step. The losses (seqjax.train.losses) and the samplers take the log-sum-exp
-        # in float32 themselves.
+        # Compute dtype, not float32 (a float32 [B, T, V] is a GPT-2 step's largest buffer);
+        # the losses and samplers take the log-sum-exp in float32 themselves.
         c = self.config.logit_softcap
         if c:  # c·tanh(z/c) in float32 (an elementwise op XLA fuses), not tanh in bfloat16
             z_BxTxV = logits_BxTxV.astype(jnp.float32)
@@ -324,8 +295,8 @@ class TransformerLM(nn.Module):
         )
         x_BxTxD = self._embed(tokens_BxT, None, deterministic)
         h_BxTxD = self.decoder(x_BxTxD, lengths=checked, deterministic=deterministic)
-        # A length outside its range under jit: the row's outputs are NaN. After the
-        # decoder, whose padding mask would zero every position of a negative length.
+        # Under jit a bad length makes the row NaN; after the decoder, whose padding mask
+        # would zero every position of a negative length.
         h_BxTxD = poison_bad_lengths(h_BxTxD, lengths_array(checked), min_length, num_steps)
         return h_BxTxD, checked
 
@@ -352,9 +323,8 @@ class TransformerLM(nn.Module):
         }
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        # An out-of-vocabulary id (seen only here under jit) embeds as id 0 with length 0:
-        # its row's cache does not advance (the slot is overwritten by the next token) and
-        # its logits are NaN — the cache is never poisoned.
+        # An out-of-vocabulary id (seen only here under jit) embeds as id 0 with length 0: its
+        # row's cache does not advance (the slot is overwritten next) and its logits are NaN.
         tokens_B, valid_B = split_oov(tokens_B, self.config.vocab_size)
         pos_Bx1 = state["positions"][:, None]
         x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
@@ -374,10 +344,8 @@ class TransformerLM(nn.Module):
         prompt_lengths_B: Array | None = None,
         max_len: int | None = None,
     ) -> dict:
-        """Empty KV caches of ``max_len`` slots, prefilled with ``prompt[b, :len_b - 1]``.
-
-        State ``{"cache": [KVCache per layer], "positions": int32[B]}`` (batch-leading).
-        """
+        """KV caches of ``max_len`` slots prefilled with ``prompt[b, :len_b - 1]``: state
+        ``{"cache": [KVCache per layer], "positions": int32[B]}`` (batch-leading)."""
         prompt_BxT, prompt_lengths_B = check_prompt(
             prompt_BxT, prompt_lengths_B, self.config.vocab_size
         )
@@ -399,12 +367,9 @@ class TransformerLM(nn.Module):
         )
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Append one token per row to the caches: ``(logits_BxV, new_state)``.
-
-        An id outside the vocabulary is a ``ValueError``; under ``jit`` its row gets NaN
-        logits and its cache is left as it was. A cache that fills up under ``jit`` drops
-        the tokens past ``max_len`` and counts them in each layer's ``KVCache.overflow``.
-        """
+        """Append one token per row: ``(logits_BxV, new_state)``. An id outside the vocabulary
+        is a ``ValueError`` (under ``jit``: NaN logits, cache kept); a full cache under ``jit``
+        drops tokens past ``max_len``, counted in each layer's ``KVCache.overflow``."""
         tokens_B = check_step_tokens(tokens_B, self.config.vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
@@ -416,35 +381,23 @@ class TransformerLMClassifier(TransformerLM):
         H = \mathrm{LN}(X^{(L)}) \ (\text{the causal trunk of } \mathrm{TransformerLM}),\qquad
         p(c \mid x_{1:n}) = \mathrm{softmax}(W_c\, H_n + b_c)
 
-    with ``n`` the last *real* token of the row. J&M §9.4.2 (Fig. 9.8) takes "the hidden
-    layer for the last token of the text, :math:`h_n`" as the representation of the whole
-    sequence and feeds it to a classifier, trained with cross-entropy on the class only;
-    J&M §9.9.1 gives the transformer recipe: pre-train the language model, "only afterwards
-    add a linear or feedforward layer on top" and fine-tune. GPT-1 (Radford et al. 2018,
-    eq. (3)): :math:`P(y \mid x^1, \dots, x^m) = \mathrm{softmax}(h_l^m W_y)` (GPT-1
-    appends an extract token; here the last token of the text itself is read). Under the
-    causal mask :math:`H_n` is the only position that has seen every token, which is why
-    the decoder form reads the last token where BERT reads the first (``<cls>``).
+    with ``n`` the last *real* token of the row: J&M §9.4.2 (Fig. 9.8, :math:`h_n` represents the
+    text) and §9.9.1 (pre-train the LM, then add a layer and fine-tune); GPT-1 (Radford et al.
+    2018, eq. (3)), which appends an extract token where this reads the text's last token.
+    Under the causal mask only :math:`H_n` has seen every token (BERT reads the first).
 
-    **Padding.** Rows are right-padded. ``lengths`` (``int32[B]``, each in ``[1, T]``) or
-    ``mask`` (``bool[B, T]``, ``True`` = real token, a prefix of each row) give
-    :math:`n_b`; the head reads position ``lengths[b] - 1``, the padded positions never
-    reach it (causal mask), so a padded batch classifies exactly like each row alone. A row
-    of length 0 has no last token and is an error (checked when the lengths are concrete).
-    Without either, every row is ``T`` tokens long.
+    Right padding: ``lengths`` (``int32[B]`` in ``[1, T]``; default ``T``; length 0 is an
+    error when concrete) or ``mask`` (``bool[B, T]``, ``True`` for real tokens, a prefix of
+    each row; not both) give :math:`n_b`; a padded batch classifies like each row alone.
 
-    **Pre-train, then fine-tune.** The parameter tree is :class:`TransformerLM`'s
-    (``token_embed``, ``pos_embed``, ``decoder``, and ``lm_head`` when untied — created at
-    ``init`` even though the classifier does not use it) plus ``class_head/{kernel,bias}``
-    (``[D, C]``, ``[C]``). An LM's parameters drop in unchanged:
-    ``{**clf_params, **lm_params}``. ``model.apply(v, tokens, lengths,
-    method=TransformerLMClassifier.lm_logits)`` is the LM's forward pass on the same
-    parameters (e.g. an auxiliary LM loss while fine-tuning, as GPT-1 does), and the
-    decoding interface of :class:`TransformerLM` still works.
+    The parameter tree is :class:`TransformerLM`'s (``lm_head`` included when untied, though
+    unused) plus ``class_head/{kernel,bias}`` (``[D, C]``, ``[C]``), so an LM's parameters drop
+    in as ``{**clf_params, **lm_params}``; :meth:`lm_logits` and the decoding interface run the
+    LM on the same parameters (e.g. GPT-1's auxiliary LM loss).
 
-    Call: ``model(tokens_BxT, lengths=None, *, mask=None, deterministic=True) ->
-    class_logits_BxC`` (float32). Dropout (``config.block.dropout_rate``) is applied to
-    :math:`H_n` before the head when ``deterministic=False``.
+    ``model(tokens_BxT, lengths=None, *, mask=None, deterministic=True) -> class_logits_BxC``
+    (float32, ``C = num_classes``, default 2); ``block.dropout_rate`` drops :math:`H_n` before
+    the head when training.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -455,12 +408,6 @@ class TransformerLMClassifier(TransformerLM):
         >>> v = clf.init(jax.random.PRNGKey(0), tokens)
         >>> clf.apply(v, tokens, jnp.array([5, 2])).shape
         (2, 3)
-        >>> clf.apply(v, tokens, method=TransformerLMClassifier.lm_logits).shape
-        (2, 5, 17)
-
-    Attributes:
-        config: the LM's :class:`TransformerLMConfig`.
-        num_classes: ``C``, the classes of the head (default 2, e.g. sentiment).
     """
 
     num_classes: int = 2

@@ -1,25 +1,16 @@
 """Recurrent models: a language model, a sequence classifier and a sequence tagger.
 
-All three are an embedding, a :class:`~seqjax.nn.StackedRNN` and an output layer
-(J&M §9.3–9.4; MEDL §7.2). Inputs are token ids ``int32[B, T]`` with right
-padding given by ``lengths: int32[B]``; the classifier and tagger also accept
-float features ``[B, T, P]`` when ``vocab_size`` is ``None``.
+Each is an embedding, a :class:`~seqjax.nn.StackedRNN` and an output layer (J&M §9.3–9.4;
+MEDL §7.2), on token ids ``int32[B, T]`` right-padded per ``lengths: int32[B]`` (classifier
+and tagger: float features ``[B, T, P]`` when ``vocab_size`` is ``None``). Each takes one
+frozen config, validated when built (a ``ValueError``/``TypeError`` naming the field):
+:class:`RNNConfig`, the stack's options, extended by :class:`RNNLMConfig`,
+:class:`RNNClassifierConfig` and :class:`RNNTaggerConfig`.
 
-Options are one frozen config per model, validated when it is built (a ``ValueError`` or
-``TypeError`` naming the field, what it must be and what it is): :class:`RNNConfig` holds
-the recurrent stack's options that every RNN model shares (also the source side of
-:class:`~seqjax.models.Seq2Seq` and the decoder of
-:class:`~seqjax.models.ImageCaptioner`), and :class:`RNNLMConfig`,
-:class:`RNNClassifierConfig`, :class:`RNNTaggerConfig` extend it with each head's own.
-Each model takes its config whole: ``RNNLanguageModel(RNNLMConfig(vocab_size=...))``.
-
-Parameter names (stable; golden trees in ``tests/golden/``):
-
-* ``embed/embedding``: ``[V, E]`` — J&M's ``E`` (as rows, so ``e_t = E[x_t]``);
-* ``rnn/layer_{l}/cell/...`` (or ``rnn/layer_{l}/forward|backward/cell/...``):
-  the recurrent layers, as in :class:`~seqjax.nn.StackedRNN`;
-* ``output/{kernel,bias}`` — the output layer; with ``tie_embeddings`` only
-  ``output_bias`` (the kernel is ``Eᵀ``).
+Parameter names (golden trees in ``tests/golden/``): ``embed/embedding`` ``[V, E]`` (J&M's
+``E`` as rows, ``e_t = E[x_t]``); ``rnn/layer_{l}/cell/...`` (or
+``rnn/layer_{l}/forward|backward/cell/...``); ``output/{kernel,bias}``, or with
+``tie_embeddings`` only ``output_bias`` (the kernel is ``Eᵀ``).
 """
 
 from __future__ import annotations
@@ -138,38 +129,26 @@ def _cell_kwargs(value: Any, cls: type[RecurrentCell]) -> tuple[tuple[str, Any],
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RNNConfig(ConfigBase):
-    """The recurrent stack of every RNN model: embedding, cell, depth, width, dropout.
-
-    The fields shared by :class:`RNNLMConfig`, :class:`RNNClassifierConfig`,
-    :class:`RNNTaggerConfig` (which extend it), the source side of
-    :class:`~seqjax.models.Seq2SeqConfig` and :class:`~seqjax.models.ImageCaptionerConfig`
-    (which extends it). ``__post_init__`` checks every field; ``replace(**changes)`` returns
-    a re-validated copy (an unknown field is a ``TypeError``). Keyword-only.
+    """The recurrent stack of every RNN model (also :class:`~seqjax.models.Seq2SeqConfig`'s
+    source side and :class:`~seqjax.models.ImageCaptionerConfig`). Keyword-only, every field
+    checked; ``replace(**changes)`` re-validates (an unknown field is a ``TypeError``).
 
     Example:
         >>> cfg = RNNConfig(vocab_size=100, embed_dim=16, cell_type="gru")
         >>> cfg.features, cfg.replace(hidden_size=32).features
         (16, 32)
-        >>> RNNConfig(vocab_size=100, dropout_rate=1.5)
-        Traceback (most recent call last):
-        ...
-        ValueError: `dropout_rate` must be a number in [0, 1); got 1.5.
 
     Attributes:
-        vocab_size: ``|V|``; ``None`` (classifier and tagger only): the inputs are float
-            features ``[B, T, P]`` and there is no embedding.
-        embed_dim: ``d``, the embedding width.
-        hidden_size: the RNN width ``H`` (default: ``embed_dim``; :attr:`features`).
+        vocab_size: ``|V|``; ``None`` (classifier, tagger): float features, no embedding.
+        embed_dim, hidden_size: embedding width ``d``; RNN width ``H`` (default ``d``).
         num_layers: stacked RNN layers (MEDL (7.15)).
         cell_type: ``"lstm"``, ``"gru"``, ``"elman"`` (alias ``"rnn"``) or a
             :class:`~seqjax.nn.RecurrentCell` subclass.
         bidirectional: concatenate a reverse RNN at every layer (J&M (9.18)–(9.20)).
-        dropout_rate: rate on the embeddings, between layers and on the top layer's outputs.
-        cell_kwargs: extra cell options, e.g. ``{"forget_bias": 1.0}`` or
-            ``{"use_bias": False}``; each must be a field of the cell class. Stored as
-            sorted ``(name, value)`` pairs.
-        unroll: time steps per ``scan`` iteration (:class:`~seqjax.nn.StackedRNN`;
-            ``None``: the backend's default).
+        dropout_rate: in ``[0, 1)``, on the embeddings, between layers and on the top outputs.
+        cell_kwargs: extra cell options (fields of the cell class), e.g.
+            ``{"forget_bias": 1.0}``; stored as sorted ``(name, value)`` pairs.
+        unroll: time steps per ``scan`` iteration (``None``: the backend's default).
     """
 
     vocab_size: int | None = None
@@ -204,8 +183,7 @@ class RNNConfig(ConfigBase):
         return 2 * self.features if self.bidirectional else self.features
 
     def stack(self, dtype: Dtype | None, param_dtype: Dtype, **kw: Any) -> StackedRNN:
-        """The :class:`~seqjax.nn.StackedRNN` these options describe (``kw``: ``name``,
-        ``parent``)."""
+        """The :class:`~seqjax.nn.StackedRNN` described (``kw``: ``name``, ``parent``)."""
         return StackedRNN(
             features=self.features,
             num_layers=self.num_layers,
@@ -267,11 +245,10 @@ class RNNLMConfig(RNNConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RNNClassifierConfig(RNNConfig):
-    """Options of :class:`RNNClassifier`: :class:`RNNConfig` and the pooled head's.
+    """Options of :class:`RNNClassifier`: :class:`RNNConfig` and the head's.
 
     Attributes:
-        num_classes: ``C``.
-        pooling: ``"last"`` (default), ``"mean"``, ``"max"`` or ``"first"``.
+        num_classes: ``C``. pooling: ``"last"``, ``"mean"``, ``"max"`` or ``"first"``.
         mlp_dim: width of an optional ``tanh`` hidden layer before the classifier (0: none).
     """
 
@@ -289,11 +266,7 @@ class RNNClassifierConfig(RNNConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RNNTaggerConfig(RNNConfig):
-    """Options of :class:`RNNTagger`: :class:`RNNConfig` and the number of tags.
-
-    Attributes:
-        num_tags: ``K``, the tags of the per-token output layer.
-    """
+    """Options of :class:`RNNTagger`: :class:`RNNConfig` and ``num_tags`` (``K``)."""
 
     num_tags: int
 
@@ -316,46 +289,30 @@ class RNNLanguageModel(nn.Module):
         e_t = E x_t, \qquad h_t = g(U h_{t-1} + W e_t), \qquad
         y_t = \mathrm{softmax}(V h_t + b)
 
-    J&M (9.14)–(9.16) (with ``tie_embeddings=True``, ``V = E^\top``: the input
-    embedding is reused as the output layer, which removes exactly ``|V|·d``
-    parameters); MEDL (7.2) with ``S_y`` = softmax; ``g`` is any cell (Elman,
-    LSTM, GRU) and the network may be stacked (MEDL (7.15)). Trained with
-    teacher forcing: the targets are the inputs shifted by one.
+    J&M (9.14)–(9.16) (``tie_embeddings=True``: ``V = E^\top``, saving ``|V|·d`` parameters);
+    MEDL (7.2) with ``S_y`` = softmax; ``g`` is any cell, possibly stacked (MEDL (7.15)).
+    Teacher-forced: the targets are the inputs shifted by one.
 
-    **Departure from J&M (9.16).** J&M's tied output is ``y_t = softmax(E^\top h_t)``
-    with no bias. Here the tied model keeps an output bias ``b`` (param ``output_bias``,
-    ``|V|`` numbers, initialised to zero) by default, as PyTorch's word-language-model
-    and Press & Wolf (2017) do: it lets the model learn unigram frequencies without
-    spending embedding directions on them. ``output_bias=False`` computes (9.16)
-    exactly. (The recurrence's own biases are the cell's: ``cell_kwargs={"use_bias":
-    False}`` gives J&M's bias-free (9.3)/(9.15).)
+    **Departure from J&M (9.16)**, whose tied output ``softmax(E^\top h_t)`` has no bias: the
+    tied model keeps a bias ``b`` (``[V]``, zero-initialised; ``output_bias=True``, the default),
+    as PyTorch's word-language-model and Press & Wolf (2017), to learn unigram frequencies.
+    ``output_bias=False`` is (9.16) exactly; ``cell_kwargs={"use_bias": False}`` gives J&M's
+    bias-free recurrence (9.3)/(9.15).
 
-    Call: ``model(tokens_BxT, lengths=None, *, deterministic=True, initial_carry=None)``
-    returns ``logits_BxTxV`` (float32); :meth:`with_state` (same arguments) returns
-    ``(logits, carry)`` — ``carry`` is one cell carry per layer, each the carry at that
-    row's last real step. This is the carry protocol of :class:`~seqjax.nn.StackedRNN` and
-    of truncated BPTT (:mod:`seqjax.train.tbptt` through
-    :func:`~seqjax.train.step.flax_apply_fn`): ``initial_carry`` in, ``(outputs, carry)``
-    out of ``with_state``; :meth:`zero_carry` gives the start of every stream.
-
-    Decoding interface (see :mod:`seqjax.decoding`): ``init_decode_state`` and
-    ``decode_step`` (state: the tuple of per-layer carries, batch-leading).
+    ``model(tokens_BxT, lengths=None, *, deterministic=True, initial_carry=None)`` returns
+    ``logits_BxTxV`` (float32); :meth:`with_state` also returns the carry, one per layer, at
+    each row's last real step (the carry protocol of :class:`~seqjax.nn.StackedRNN` and
+    truncated BPTT, :mod:`seqjax.train.tbptt`); :meth:`zero_carry` starts a stream. The
+    decoding state (:mod:`seqjax.decoding`) is the tuple of per-layer carries, batch-leading.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> lm = RNNLanguageModel(RNNLMConfig(vocab_size=11, embed_dim=8, tie_embeddings=True))
         >>> tokens = jnp.zeros((2, 5), jnp.int32)
         >>> variables = lm.init(jax.random.PRNGKey(0), tokens)
-        >>> lm.apply(variables, tokens).shape
-        (2, 5, 11)
-        >>> logits, carry = lm.apply(variables, tokens, initial_carry=lm.zero_carry(2),
-        ...                          method="with_state")
-        >>> [leaf.shape for leaf in jax.tree_util.tree_leaves(carry)]
-        [(2, 8), (2, 8)]
-
-    Attributes:
-        config: the :class:`RNNLMConfig` (sizes, cell, dropout, tying, output bias).
-        dtype, param_dtype: compute and storage dtypes.
+        >>> logits, carry = lm.apply(variables, tokens, method="with_state")
+        >>> logits.shape, [leaf.shape for leaf in jax.tree_util.tree_leaves(carry)]  # LSTM (c, h)
+        ((2, 5, 11), [(2, 8), (2, 8)])
     """
 
     config: RNNLMConfig
@@ -482,10 +439,8 @@ class RNNLanguageModel(nn.Module):
         prompt_lengths_B: Array | None = None,
         max_len: int | None = None,
     ) -> tuple[Carry, ...]:
-        """Run the RNN over ``prompt[b, :len_b - 1]``; the decoder feeds ``prompt[b, len_b - 1]``.
-
-        Returns the per-layer carries (constant size: ``max_len`` is not needed).
-        """
+        """The per-layer carries after ``prompt[b, :len_b - 1]`` (the first step feeds
+        ``prompt[b, len_b - 1]``; ``max_len`` is unused)."""
         del max_len
         prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, self.vocab_size)
         return self.apply(
@@ -495,11 +450,8 @@ class RNNLanguageModel(nn.Module):
     def decode_step(
         self, params: Any, state: tuple[Carry, ...], tokens_B: Array
     ) -> tuple[Array, tuple[Carry, ...]]:
-        """Feed one token per row: ``tokens_B -> (logits_BxV, new_state)`` (J&M Fig. 9.9).
-
-        An id outside the vocabulary is a ``ValueError``; under ``jit`` (where it cannot be
-        seen) its row gets NaN logits and keeps its carry.
-        """
+        """Feed one token per row: ``(logits_BxV, new_state)`` (J&M Fig. 9.9). An id outside the
+        vocabulary is a ``ValueError`` (under ``jit``: NaN logits, carry kept)."""
         tokens_B = check_step_tokens(tokens_B, self.vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
@@ -547,18 +499,12 @@ class RNNClassifier(nn.Module):
         h_{1:n} = \mathrm{RNN}(E x_{1:n}), \qquad
         y = \mathrm{softmax}(\mathrm{FFN}(\mathrm{pool}(h_{1:n})))
 
-    J&M §9.4.2 (Fig. 9.8: the last hidden state; (9.17): the mean; max pooling;
-    Fig. 9.12: a bidirectional RNN classifies from ``[h^f_n; h^b_1]``). MEDL
-    Fig. 7.2(b) (many-to-one). Pooling is masked by ``lengths``: a padded batch
-    gives exactly the result of each row alone (see :func:`masked_pool`).
-
-    Call: ``model(inputs, lengths=None, *, deterministic=True) -> logits_BxC``
-    (float32), with ``inputs`` token ids ``[B, T]`` or, when ``config.vocab_size`` is
-    ``None``, features ``[B, T, P]``.
-
-    Parameters: ``encoder/embed``, ``encoder/rnn/...``, optional
-    ``hidden/{kernel,bias}`` (the FFN's hidden layer, when ``mlp_dim``),
-    ``classifier/{kernel,bias}``.
+    J&M §9.4.2 (Fig. 9.8, (9.17), Fig. 9.12); MEDL Fig. 7.2(b) (many-to-one). Pooling is
+    masked by ``lengths`` (:func:`~seqjax.models.masked_pool`): a padded batch gives each row's
+    own result. ``model(inputs, lengths=None, *, deterministic=True) -> logits_BxC`` (float32),
+    ``inputs`` token ids ``[B, T]`` or, when ``vocab_size`` is ``None``, features ``[B, T, P]``.
+    Parameters: ``encoder/embed``, ``encoder/rnn/...``, ``hidden/{kernel,bias}`` (when
+    ``mlp_dim``), ``classifier/{kernel,bias}``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -569,11 +515,6 @@ class RNNClassifier(nn.Module):
         >>> v = clf.init(jax.random.PRNGKey(0), x)
         >>> clf.apply(v, x, jnp.array([6, 3])).shape
         (2, 3)
-
-    Attributes:
-        config: the :class:`RNNClassifierConfig` (the stack, ``num_classes``, ``pooling``,
-            ``mlp_dim``).
-        dtype, param_dtype: compute and storage dtypes.
     """
 
     config: RNNClassifierConfig
@@ -612,11 +553,9 @@ class RNNTagger(nn.Module):
     .. math::
         h_{1:n} = \mathrm{RNN}(E x_{1:n}), \qquad y_t = \mathrm{softmax}(W_o h_t + b_o)
 
-    J&M §9.4.1 (Fig. 9.7, part-of-speech tagging); with ``bidirectional=True``
-    ``h_t = [h^f_t; h^b_t]`` (J&M (9.18)–(9.20); MEDL (7.14)). Logits at padded
-    steps are those of a zero hidden state; mask them in the loss.
-
-    Call: ``model(inputs, lengths=None, *, deterministic=True) -> logits_BxTxK``.
+    J&M §9.4.1 (Fig. 9.7); bidirectional: ``h_t = [h^f_t; h^b_t]`` (J&M (9.18)–(9.20); MEDL
+    (7.14)). Padded steps get a zero hidden state's logits; mask them in the loss.
+    ``model(inputs, lengths=None, *, deterministic=True) -> logits_BxTxK`` (float32).
     Parameters: ``encoder/embed``, ``encoder/rnn/...``, ``output/{kernel,bias}``.
 
     Example:
@@ -627,10 +566,6 @@ class RNNTagger(nn.Module):
         >>> v = tagger.init(jax.random.PRNGKey(0), x)
         >>> tagger.apply(v, x).shape
         (2, 6, 5)
-
-    Attributes:
-        config: the :class:`RNNTaggerConfig` (the stack and ``num_tags``).
-        dtype, param_dtype: compute and storage dtypes.
     """
 
     config: RNNTaggerConfig

@@ -1,9 +1,9 @@
 r"""RNN encoder–decoder (sequence-to-sequence), with or without attention.
 
-The encoder reads the source ``x^{⟨1..T_in⟩}`` (optionally reversed, optionally
-bidirectional) into per-step outputs ``v^{⟨τ⟩}`` and a context vector ``z*``
-(its last hidden state); the decoder is a conditional language model over the
-target. Variants (``context``):
+The encoder reads the source ``x^{⟨1..T_in⟩}`` (``reverse_source``: reversed within its
+length, in training and use, MEDL §7.4; optionally bidirectional) into outputs ``v^{⟨τ⟩}`` and
+a context vector ``z*`` (its last hidden state); the decoder is a conditional LM over the
+target, trained with teacher forcing (MEDL §7.4). Variants (``context``):
 
 * ``"initial_state"`` — ``z*`` only initialises the decoder (Sutskever et al. 2014;
   MEDL Fig. 7.9(a)): :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, y^{⟨t-1⟩})`, :math:`s^{⟨0⟩} = z^*`.
@@ -16,58 +16,40 @@ target. Variants (``context``):
   - ``"bahdanau"``: additive score with the *previous* state as query,
     :math:`\alpha^{⟨t⟩} = \mathrm{softmax}_\tau\, w^\top\tanh(W_a s^{⟨t-1⟩} + W_b v^{⟨\tau⟩})`,
     :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, [y^{⟨t-1⟩}; u^{⟨t⟩}])`,
-    :math:`\hat y^{⟨t⟩} = g([s^{⟨t⟩}; u^{⟨t⟩}])`
-    (MEDL (7.22), Fig. 7.10; the output also sees ``u`` as in Bahdanau et al. 2015, App. A);
+    :math:`\hat y^{⟨t⟩} = g([s^{⟨t⟩}; u^{⟨t⟩}])` (MEDL (7.22), Fig. 7.10; Bahdanau et al.
+    2015, App. A);
   - ``"luong_dot"`` / ``"luong_general"`` / ``"luong_concat"``: the *current* state is the
     query, :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩}, y^{⟨t-1⟩})`,
     :math:`\alpha^{⟨t⟩} = \mathrm{softmax}_\tau\, s(s^{⟨t⟩}, v^{⟨\tau⟩})`,
     :math:`\tilde h^{⟨t⟩} = \tanh(W_c [u^{⟨t⟩}; s^{⟨t⟩}])`, :math:`\hat y^{⟨t⟩} = g(\tilde h^{⟨t⟩})`
     (Luong et al. 2015; scores of MEDL (7.21)).
 
-    **Input feeding is left out.** Luong et al. (2015, §3.3) also feed the previous
-    attentional vector back into the next step, :math:`s^{⟨t⟩} = f(s^{⟨t-1⟩},
-    [y^{⟨t-1⟩}; \tilde h^{⟨t-1⟩}])`; here the Luong decoder's input is
-    :math:`y^{⟨t-1⟩}` alone, so :math:`\tilde h^{⟨t⟩}` reaches only the output layer and
-    past alignments are not seen by later steps (the models of their Table 1 without
-    "feed input").
+    Luong's input feeding (§3.3, :math:`\tilde h^{⟨t-1⟩}` fed into the next step) is left
+    out: the decoder's input is :math:`y^{⟨t-1⟩}` alone, so later steps do not see past
+    alignments (their Table 1 without "feed input").
 
-**Output layer** (``output_context``): by default the output layer of ``"every_step"`` and
-``"bahdanau"`` also sees the context, as above (Cho et al. 2014; Bahdanau et al. 2015,
-App. A). ``output_context=False`` computes it on the decoder state alone,
-:math:`\hat y^{⟨t⟩} = \mathrm{softmax}(W_y s^{⟨t⟩} + b)`: the lecture notes' eq. (5)
-:math:`\mathbf y_t = \mathrm{softmax}(\mathbf W_y \mathbf h'_t)` (exactly so with
-``output_bias=False``; the notes write no bias) and MEDL (7.22)'s
-:math:`\hat y^{⟨t⟩} = f_{\rm decoder\text{-}out}(s^{⟨t⟩})`. The context then reaches the output
-only through the state. (``"initial_state"`` always uses ``s`` alone; Luong's output is
-:math:`g(\tilde h^{⟨t⟩})` by construction and refuses ``output_context=False``.) With
-``context="every_step"``, ``cell_type="elman"``, ``bridge="zeros"`` and
+**Output layer**: ``output_context=False`` computes the output of ``"every_step"`` and
+``"bahdanau"`` on the state alone, as ``"initial_state"`` always does, :math:`\hat y^{⟨t⟩} =
+\mathrm{softmax}(W_y s^{⟨t⟩} + b)` (lecture notes eq. (5), exactly with ``output_bias=False``;
+MEDL (7.22)); Luong refuses it.
+With ``context="every_step"``, ``cell_type="elman"``, ``bridge="zeros"`` and
 ``output_context=output_bias=False`` the model is the notes' eqs. (3)–(5) with
 :math:`\sigma(\mathbf y_{t-1}, \mathbf h'_{t-1}, \mathbf c) = \tanh(W[\mathbf y_{t-1};
 \mathbf c] + U\mathbf h'_{t-1} + b)` and :math:`\mathbf h'_0 = 0`.
 
+**Initial decoder state** (``bridge``): ``"copy"`` the encoder's final carries layer by layer
+(a unidirectional encoder as deep as the decoder); ``"dense"`` every carry part of every
+decoder layer ``tanh(W z* + b)`` (Cho et al.; Bahdanau et al. use the backward half of
+``z*``); ``"zeros"``; ``"auto"``: ``"copy"`` when possible, else ``"dense"``.
+
 **Scheduled sampling** (Bengio et al. 2015; exposure bias, Bishop §12.3.1):
-:func:`scheduled_sampling_inputs` builds the decoder inputs of one training batch, each
-the true previous token with probability :math:`\epsilon_i` and the model's own previous
-prediction otherwise; :func:`scheduled_sampling_epsilon` gives the paper's decay
-schedules of :math:`\epsilon_i` over training iterations ``i``.
+:func:`scheduled_sampling_inputs` and :func:`scheduled_sampling_epsilon`.
 
-``reverse_source`` reverses each source sentence within its length, in training
-and in use (MEDL §7.4). Training uses teacher forcing: the decoder is fed the
-true previous target token (MEDL §7.4, "teacher forcing").
-
-**Initial decoder state** (``bridge``): ``"copy"`` takes the encoder's final
-carries layer by layer (needs a unidirectional encoder with as many layers as
-the decoder); ``"dense"`` sets every carry part of every decoder layer to
-``tanh(W z* + b)`` (Cho et al.; Bahdanau et al. use the backward state, which
-is the second half of ``z*``); ``"zeros"``; ``"auto"`` is ``"copy"`` when possible,
-else ``"dense"``.
-
-Parameter names: ``src_embed/embedding``, ``encoder/layer_{l}/...`` (a
-:class:`~seqjax.nn.StackedRNN`), ``bridge_layers_{i}/{kernel,bias}`` (dense bridge, one
-per carry part of every decoder layer, in order), ``tgt_embed/embedding``,
-``decoder/layer_{l}/{input,recurrent_kernel,...}`` (cells),
-``decoder/attention/...`` (see :class:`~seqjax.nn.attention.Attention`),
-``decoder/combine/kernel`` (Luong's ``W_c``), ``output/{kernel,bias}``.
+Parameter names: ``src_embed/embedding``, ``encoder/layer_{l}/...``,
+``bridge_layers_{i}/{kernel,bias}`` (one per carry part of every decoder layer, in order),
+``tgt_embed/embedding``, ``decoder/layer_{l}/...`` (cells), ``decoder/attention/...``
+(:class:`~seqjax.nn.attention.Attention`), ``decoder/combine/kernel`` (Luong's ``W_c``),
+``output/{kernel,bias}``.
 """
 
 from __future__ import annotations
@@ -135,9 +117,8 @@ BRIDGES = ("auto", "copy", "dense", "zeros")
 
 
 def reverse_sequences(x_BxT: Array, lengths_B: Array | None) -> Array:
-    """Reverse each row within its length; padding stays at the end (MEDL §7.4's reversal).
-
-    ``[B, T, ...] -> [B, T, ...]``: ``y[b, t] = x[b, len_b - 1 - t]`` for ``t < len_b``.
+    """Reverse each row within its length, padding staying at the end (MEDL §7.4):
+    ``[B, T, ...] -> [B, T, ...]``, ``y[b, t] = x[b, len_b - 1 - t]`` for ``t < len_b``.
 
     Example:
         >>> reverse_sequences(jnp.array([[1, 2, 3, 0]]), jnp.array([3])).tolist()
@@ -252,35 +233,25 @@ class _DecoderStep(nn.Module):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Seq2SeqConfig(ConfigBase):
     r"""Options of :class:`Seq2Seq`, validated when built (a ``ValueError``/``TypeError``
-    naming the field); ``replace(**changes)`` returns a re-validated copy.
+    naming the field); ``replace(**changes)`` re-validates.
 
     Example:
         >>> cfg = Seq2SeqConfig(encoder=RNNConfig(vocab_size=12, embed_dim=8, hidden_size=16),
         ...                     tgt_vocab_size=10, context="every_step")
         >>> cfg.bridge_mode, cfg.replace(decoder_layers=2).bridge_mode
         ('copy', 'dense')
-        >>> cfg.replace(bridge="late")
-        Traceback (most recent call last):
-        ...
-        ValueError: `bridge` must be one of ('auto', 'copy', 'dense', 'zeros'); got 'late'.
 
     Attributes:
-        encoder: the recurrent options (:class:`~seqjax.models.RNNConfig`). Its
-            ``vocab_size`` is the source vocabulary (required), ``num_layers`` the encoder's
-            depth, ``bidirectional`` the encoder's direction (``v^{⟨τ⟩} = [h_f^{⟨τ⟩};
-            h_r^{⟨τ⟩}]``, MEDL Fig. 7.10) and ``unroll`` its scan's; ``embed_dim``,
-            ``hidden_size``, ``cell_type``, ``cell_kwargs`` and ``dropout_rate`` (on the
-            embeddings and on the decoder outputs) are both sides'.
+        encoder: an :class:`~seqjax.models.RNNConfig`: ``vocab_size`` (the source's,
+            required), ``num_layers``, ``bidirectional`` (``v^{⟨τ⟩} = [h_f^{⟨τ⟩};
+            h_r^{⟨τ⟩}]``, MEDL Fig. 7.10) and ``unroll`` are the encoder's; ``embed_dim``,
+            ``hidden_size``, ``cell_type``, ``cell_kwargs`` and ``dropout_rate`` (embeddings
+            and decoder outputs) both sides'.
         tgt_vocab_size: the target vocabulary (MEDL: ``p`` and ``q`` differ).
         decoder_layers: stacked decoder layers.
-        context: ``"initial_state"``, ``"every_step"`` or ``"attention"``.
-        attention: ``"bahdanau"``, ``"luong_dot"``, ``"luong_general"``, ``"luong_concat"``.
+        context, attention, reverse_source (Sutskever et al.), bridge (:attr:`bridge_mode`),
+            output_context: as in the module docstring.
         attention_hidden: ``m̃`` of additive/concat scores (default: the key size).
-        reverse_source: reverse each source within its length (Sutskever et al.).
-        bridge: initial decoder state, ``"auto"``, ``"copy"``, ``"dense"`` or ``"zeros"``
-            (:attr:`bridge_mode`).
-        output_context: the output layer also sees ``z*`` / ``u^{⟨t⟩}`` (default); ``False``:
-            on ``s^{⟨t⟩}`` alone (lecture notes eq. (5); MEDL (7.22)).
         output_bias: the output layer's bias ``b`` (the notes' eq. (5) has none).
     """
 
@@ -350,16 +321,11 @@ class Seq2SeqConfig(ConfigBase):
 class Seq2Seq(nn.Module):
     r"""RNN encoder–decoder with the context variants of MEDL §7.4 (see the module docstring).
 
-    Call (teacher forcing): ``model(src_BxS, tgt_in_BxT, src_lengths=None, *,
-    deterministic=True)`` with ``tgt_in = [<start>, y_1, …, y_{T-1}]``; returns
-    ``logits_BxTxV`` (float32; target vocabulary). :meth:`with_weights` (the same arguments)
-    returns ``(logits_BxTxV, alpha_BxTxS)``, the attention weights too (row ``t`` is
-    :math:`\alpha^{⟨t⟩}` over the source positions *as given*, also when
-    ``reverse_source``; zeros without attention). Mask padded targets in the loss.
-
-    Decoding (:mod:`seqjax.decoding`): ``init_decode_state(params, prompt_BxT,
-    prompt_lengths_B, max_len, *, src, src_lengths=None)`` — the prompt is usually
-    ``<start>`` (``[B, 1]``), passed through ``inputs={"src": ..., "src_lengths": ...}``.
+    Teacher forcing: ``model(src_BxS, tgt_in_BxT, src_lengths=None, *, deterministic=True)
+    -> logits_BxTxV`` (float32), ``tgt_in = [<start>, y_1, …, y_{T-1}]``; mask padded targets
+    in the loss. :meth:`with_weights` also returns the attention weights. Decoding
+    (:mod:`seqjax.decoding`): prompt usually ``<start>`` (``[B, 1]``), source passed as
+    ``inputs={"src": ..., "src_lengths": ...}``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -372,12 +338,6 @@ class Seq2Seq(nn.Module):
         >>> logits, alpha = m.apply(v, src, tgt, jnp.array([5, 3]), method="with_weights")
         >>> logits.shape, alpha.shape
         ((2, 4, 10), (2, 4, 5))
-        >>> bool(jnp.array_equal(logits, m.apply(v, src, tgt, jnp.array([5, 3]))))
-        True
-
-    Attributes:
-        config: the :class:`Seq2SeqConfig`.
-        dtype, param_dtype: compute and storage dtypes.
     """
 
     config: Seq2SeqConfig
@@ -432,8 +392,7 @@ class Seq2Seq(nn.Module):
             in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
             out_axes=0,
         )
-        # Teacher forcing scans the step over T; decoding scans it over one step: one
-        # parameter tree ("decoder/...") for both.
+        # Scanned over T (teacher forcing) or one step (decoding): one "decoder/..." tree.
         self.decoder = scanned(**step_kwargs)
         self.output = Dense(
             cfg.tgt_vocab_size,
@@ -454,12 +413,9 @@ class Seq2Seq(nn.Module):
     def encode(
         self, src_BxS: Array, src_lengths: Array | None = None, *, deterministic: bool = True
     ) -> tuple[Array, Array, Array, tuple[Carry, ...]]:
-        """``(v_BxSxV, src_valid_BxS, z_BxC, decoder_init_carries)``.
-
-        ``v`` are the encoder outputs (keys = values of the attention; in source order
-        as fed, i.e. reversed when ``reverse_source``); ``z*`` is the last hidden
-        state, ``[h_f^{⟨n⟩}; h_r^{⟨1⟩}]`` for a bidirectional encoder.
-        """
+        """``(v_BxSxV, src_valid_BxS, z_BxC, decoder_init_carries)``: ``v`` the encoder outputs
+        (attention keys = values, in source order as fed: reversed when ``reverse_source``);
+        ``z*`` the last hidden state, ``[h_f^{⟨n⟩}; h_r^{⟨1⟩}]`` when bidirectional."""
         src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
         check_nonempty(src_BxS, "src", "the encoder needs a last state to pass on")
         batch, src_len = src_BxS.shape
@@ -573,8 +529,7 @@ class Seq2Seq(nn.Module):
     def _teacher_forced(
         self, src_BxS: Array, tgt_in_BxT: Array, src_lengths: Array | None, deterministic: bool
     ) -> tuple[Array, Array | None, Array]:
-        """``(logits_BxTxV, alpha_BxTxS as fed or None, src_valid_BxS)`` of one teacher-forced
-        pass."""
+        """``(logits_BxTxV, alpha_BxTxS as fed or None, src_valid_BxS)``, teacher-forced."""
         tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.tgt_vocab_size)
         check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
         v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
@@ -630,10 +585,8 @@ class Seq2Seq(nn.Module):
         src: Array,
         src_lengths: Array | None = None,
     ) -> dict:
-        """Encode ``src`` once and run the decoder over ``prompt[b, :len_b - 1]``.
-
-        State: ``{"carries", "enc", "src_valid", "z"}``, every leaf batch-leading.
-        """
+        """Encode ``src`` once and run the decoder over ``prompt[b, :len_b - 1]``; state
+        ``{"carries", "enc", "src_valid", "z"}``, every leaf batch-leading."""
         del max_len
         prompt_BxT, prompt_lengths_B = check_prompt(
             prompt_BxT, prompt_lengths_B, self.config.tgt_vocab_size
@@ -649,11 +602,8 @@ class Seq2Seq(nn.Module):
         )
 
     def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Feed one target token per row: ``(logits_BxV, new_state)``.
-
-        An id outside the target vocabulary is a ``ValueError``; under ``jit`` its row gets
-        NaN logits and keeps its carries.
-        """
+        """Feed one target token per row: ``(logits_BxV, new_state)``. An id outside the
+        target vocabulary is a ``ValueError`` (under ``jit``: NaN logits, carries kept)."""
         tokens_B = check_step_tokens(tokens_B, self.config.tgt_vocab_size, state)
         return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
 
@@ -672,26 +622,16 @@ def scheduled_sampling_epsilon(
     c: float | None = None,
     minimum: float = 0.0,
 ) -> Array:
-    r"""The probability :math:`\epsilon_i` of feeding the true token at training iteration ``i``.
+    r"""The probability :math:`\epsilon_i` of feeding the true token at training iteration ``i``
+    (Bengio et al. 2015, §2.4), float32 shaped like ``step`` (an int, traced under ``jit``):
 
-    Bengio, Vinyals, Jaitly & Shazeer (2015), "Scheduled sampling for sequence prediction
-    with recurrent neural networks", §2.4:
-
-    * ``"linear"``: :math:`\epsilon_i = \max(\epsilon, k - c\,i)` with floor
-      :math:`\epsilon` = ``minimum`` (``0 <= minimum < 1``), offset ``k`` (default 1) and
-      slope ``c > 0``;
-    * ``"exponential"``: :math:`\epsilon_i = k^i` with ``0 < k < 1``;
-    * ``"inverse_sigmoid"``: :math:`\epsilon_i = k / (k + \exp(i / k))` with ``k >= 1``;
-    * ``"constant"``: :math:`\epsilon_i = k` (default 1, i.e. teacher forcing).
-
-    ``step`` may be a Python int or a traced integer (inside ``jit``); the result is a
-    float32 scalar (or an array shaped like ``step``).
+    * ``"linear"``: :math:`\epsilon_i = \max(\epsilon, k - c\,i)`, floor :math:`\epsilon` =
+      ``minimum`` in ``[0, 1)``, ``k`` default 1, slope ``c > 0``;
+    * ``"exponential"``: :math:`\epsilon_i = k^i`, ``0 < k < 1``;
+    * ``"inverse_sigmoid"``: :math:`\epsilon_i = k / (k + \exp(i / k))`, ``k >= 1``;
+    * ``"constant"``: :math:`\epsilon_i = k` in ``[0, 1]`` (default 1: teacher forcing).
 
     Example:
-        >>> round(float(scheduled_sampling_epsilon(0, "exponential", k=0.99)), 4)
-        1.0
-        >>> round(float(scheduled_sampling_epsilon(100, "linear", c=0.005, minimum=0.1)), 4)
-        0.5
         >>> round(float(scheduled_sampling_epsilon(1000, "inverse_sigmoid", k=200.0)), 3)
         0.574
     """
@@ -733,31 +673,25 @@ def scheduled_sampling_inputs(
 ) -> tuple[Array, Array]:
     r"""Decoder inputs for one scheduled-sampling training step (Bengio et al. 2015).
 
-    ``tgt_in = [<start>, y_1, …, y_{T-1}]`` becomes ``[<start>, ỹ_1, …, ỹ_{T-1}]`` with,
-    independently for every row ``b`` and step ``t >= 1``,
+    ``tgt_in = [<start>, y_1, …, y_{T-1}]`` becomes ``[<start>, ỹ_1, …, ỹ_{T-1}]``,
+    independently per row and step ``t >= 1``:
 
     .. math::
         \tilde y_t = \begin{cases} y_t & \text{with probability } \epsilon_i
         \quad\text{(teacher forcing, MEDL §7.4)} \\
         \hat y_t = \arg\max_k p(y_t = k \mid \tilde y_{<t}, x) & \text{otherwise}\end{cases}
 
-    where :math:`\hat y_t` is the model's own prediction given the *mixed* prefix, made
-    step by step through the decoding interface (:meth:`Seq2Seq.init_decode_state`,
-    :meth:`Seq2Seq.decode_step`, as :func:`seqjax.decoding.greedy_search`), with dropout
-    off; ``sample=True`` draws :math:`\hat y_t \sim \mathrm{softmax}(\text{logits}/T)`
-    instead, as in the paper. Train on ``model.apply(params, src, mixed, src_lengths)``
-    against the true targets: the logits of that teacher-forced pass over the mixed inputs
-    are the logits the step-by-step loop saw, and, as in the paper, no gradient flows
-    through the choice of :math:`\hat y_t` (the inputs are integers).
-
-    ``epsilon = 1`` returns ``tgt_in`` itself (teacher forcing exactly); ``epsilon = 0``
-    feeds back the greedy predictions, i.e. ``mixed[:, 1:]`` is the output of greedy
-    decoding from ``<start>``. Use :func:`scheduled_sampling_epsilon` for ``epsilon``.
+    :math:`\hat y_t`, the prediction given the *mixed* prefix, comes step by step from
+    :meth:`Seq2Seq.decode_step` with dropout off (``sample=True``: drawn from
+    ``softmax(logits / temperature)``, as in the paper). Train on ``model.apply(params, src,
+    mixed, src_lengths)`` against the true targets: its logits are those the loop saw, and no
+    gradient flows through the choice (integer inputs). ``epsilon = 1`` returns ``tgt_in``;
+    ``epsilon = 0`` makes ``mixed[:, 1:]`` greedy decoding from ``<start>``.
 
     Args:
         model, params: the :class:`Seq2Seq` and its parameters (or variables).
         src_BxS, tgt_in_BxT, src_lengths: as for ``model(...)``.
-        epsilon: probability of the true token, a scalar or one per row (``[B]``), in [0, 1].
+        epsilon: in [0, 1], scalar or ``[B]`` (e.g. :func:`scheduled_sampling_epsilon`).
         rng: PRNG key for the coin flips (and the draws when ``sample``).
         sample, temperature: sample the fed-back prediction instead of taking the argmax.
 
@@ -765,16 +699,13 @@ def scheduled_sampling_inputs(
         ``(mixed_BxT, from_truth_BxT)``: the inputs (int32) and where the true token was
         kept (``True`` at ``t = 0``).
 
-    Example (a training loss)::
+    Example (in a loss function; ``eps`` from the host's schedule)::
 
-        def loss_fn(p, batch, rng):
-            coin, drop = jax.random.split(rng)
-            tgt_in, _ = scheduled_sampling_inputs(
-                model, p, batch["src"], batch["tgt_in"], batch["src_lengths"],
-                epsilon=batch["epsilon"], rng=coin)   # epsilon from the host's schedule
-            logits = model.apply({"params": p}, batch["src"], tgt_in, batch["src_lengths"],
-                                 deterministic=False, rngs={"dropout": drop})
-            return masked_cross_entropy(logits, batch["tgt_out"], batch["tgt_mask"])
+        mixed, _ = scheduled_sampling_inputs(model, p, src, tgt_in, src_lengths, epsilon=eps,
+                                             rng=coin_key)
+        logits = model.apply({"params": p}, src, mixed, src_lengths, deterministic=False,
+                             rngs={"dropout": drop_key})
+        loss = masked_cross_entropy(logits, tgt_out, tgt_mask)
     """
     if not isinstance(model, Seq2Seq):
         raise TypeError(f"`model` must be a Seq2Seq; got {type(model).__name__}.")

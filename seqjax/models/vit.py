@@ -6,15 +6,13 @@ r"""Vision transformer (ViT): images as sequences of patches.
     Z^{(0)} = [\,x_{class};\ x_p W_E + b_E\,] + E_{pos},\qquad
     y = \mathrm{softmax}(\mathrm{LN}(Z^{(L)}_0) W_h + b_h)
 
-Bishop §12.4.1 (Fig. 12.22): non-overlapping ``P × P`` patches flattened into
-tokens, a learned linear embedding, a ``<class>`` token whose final output
-feeds the classifier, learned positional embeddings (the ``N + 1`` tokens have a
-fixed count); Dosovitskiy et al. 2020 (pre-norm encoder with GELU MLPs).
+Bishop §12.4.1 (Fig. 12.22): non-overlapping ``P × P`` patches flattened into tokens, a
+learned linear embedding, a ``<class>`` token whose output feeds the classifier, learned
+positions; Dosovitskiy et al. 2020 (pre-norm encoder, GELU MLPs).
 
-Parameter names: ``patch_embed/{kernel,bias}`` (``[P²C, D]``; a stride-``P``
-convolution written as a matmul on patches), ``cls_token`` ``[1, 1, D]``,
-``pos_embed/embedding`` ``[N (+1), D]``, ``encoder/layers_{i}``,
-``encoder/final_norm``, ``head/{kernel,bias}``.
+Parameters: ``patch_embed/{kernel,bias}`` (``[P²C, D]``, a stride-``P`` convolution as a
+matmul), ``cls_token`` ``[1, 1, D]``, ``pos_embed/embedding`` ``[N (+1), D]``,
+``encoder/layers_{i}``, ``encoder/final_norm``, ``head/{kernel,bias}``.
 """
 
 from __future__ import annotations
@@ -62,10 +60,9 @@ def num_patches(image_size: int | tuple[int, int], patch_size: int) -> int:
 
 
 def patchify(images_BxHxWxC: Array, patch_size: int) -> Array:
-    r"""Split images into flattened non-overlapping patches: ``[B, H, W, C] -> [B, N, P²C]``.
+    r"""Flattened non-overlapping patches, ``[B, H, W, C] -> [B, N, P²C]``, ``N = HW/P²``.
 
-    Patches are in raster order (row by row); inside a patch the features are
-    ordered ``(row, column, channel)``. ``N = HW/P²`` (Bishop §12.4.1).
+    Patches in raster order; features inside a patch ordered ``(row, column, channel)``.
 
     Example:
         >>> patchify(jnp.zeros((2, 28, 28, 1)), 7).shape
@@ -105,8 +102,7 @@ def unpatchify(patches_BxNxF: Array, patch_size: int, image_size: int | tuple[in
 
 def vit_block(num_heads: int, **options: Any) -> BlockConfig:
     """ViT's encoder block (Dosovitskiy et al. 2021): bidirectional, pre-norm, exact GELU,
-    LayerNorm ``ε = 1e-6``, no dropout; ``options`` are other
-    :class:`~seqjax.nn.BlockConfig` fields (``mlp_dim``, ``dropout_rate``, ...).
+    LayerNorm ``ε = 1e-6``, no dropout; ``options``: other :class:`~seqjax.nn.BlockConfig` fields.
 
     Example:
         >>> vit_block(3, mlp_dim=768).norm, vit_block(3).norm_epsilon
@@ -123,17 +119,13 @@ class ViTConfig(ConfigBase):
     """Hyper-parameters of :class:`ViT`.
 
     Attributes:
-        image_size: ``H`` (= ``W``) or ``(H, W)``.
-        patch_size: ``P``.
-        channels: ``C``.
+        image_size, patch_size, channels: ``H`` (= ``W``) or ``(H, W)``; ``P``; ``C``.
         num_classes: classifier outputs (0: no head; the model returns features).
         num_layers, embed_dim: encoder depth and width.
-        block: every encoder block's :class:`~seqjax.nn.BlockConfig` (heads, FFN size,
-            dropout, ...), e.g. :func:`vit_block` (the default: ``vit_block(12,
-            mlp_dim=3072)``, ViT-B); bidirectional without cross-attention. Its
-            ``dropout_rate`` also drops the patch embeddings; its ``dtype``/``param_dtype``
-            are the model's (left at their defaults or equal to the model's; another value
-            is a ``ValueError``).
+        block: every encoder block's :class:`~seqjax.nn.BlockConfig`, bidirectional without
+            cross-attention (default ``vit_block(12, mlp_dim=3072)``, ViT-B). Its
+            ``dropout_rate`` also drops the patch embeddings; a ``dtype``/``param_dtype``
+            other than the default or the model's is a ``ValueError``.
         class_token: prepend a learned ``<class>`` token (else mean-pool the patches).
         scan_layers, remat: see :class:`~seqjax.nn.transformer.TransformerEncoder`.
     """
@@ -165,8 +157,8 @@ VIT_PRESETS: dict[str, ViTConfig] = {
 class ViT(nn.Module):
     r"""Vision transformer classifier (see the module docstring).
 
-    Call: ``model(images_BxHxWxC, *, deterministic=True)`` returns ``logits_BxK``
-    (float32), or the pooled features ``[B, D]`` when ``num_classes`` is 0.
+    ``model(images_BxHxWxC, *, deterministic=True)`` returns ``logits_BxK`` (float32), or the
+    pooled features ``[B, D]`` when ``num_classes`` is 0.
 
     Example:
         >>> import jax, jax.numpy as jnp

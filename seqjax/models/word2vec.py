@@ -1,20 +1,11 @@
-r"""word2vec: skip-gram and CBOW with negative sampling, in JAX; similarity and analogy tools.
+r"""word2vec (Mikolov et al. 2013; Bishop §12.2.1): skip-gram and CBOW with negative sampling,
+in JAX; similarity and analogy tools.
 
-Word embeddings map word ``i`` to a dense vector ``v_i = E x_i`` (Bishop
-(12.26); MEDL §7.1), learned so that words used in similar contexts get
-similar vectors, measured by the cosine of their angle (MEDL §7.1):
-
-.. math::
-    \cos\theta = \frac{a^\top b}{\lVert a\rVert\,\lVert b\rVert}.
-
-word2vec (Mikolov et al. 2013; Bishop §12.2.1) is a two-layer linear network
-over a window of ``M`` words either side of a centre word:
-
-* **skip-gram** predicts each context word ``o`` from the centre ``c``;
-* **CBOW** predicts the centre from the mean of its context vectors.
-
-Instead of a softmax over the whole vocabulary, *negative sampling* contrasts
-the true pair with ``K`` words drawn from the noise distribution
+Word ``i`` maps to ``v_i = E x_i`` (Bishop (12.26); MEDL §7.1), learned so that words in
+similar contexts get similar vectors by cosine, :math:`\cos\theta = a^\top b / (\lVert
+a\rVert\,\lVert b\rVert)` (MEDL §7.1). Over a window of ``M`` words either side, skip-gram
+predicts each context word ``o`` from the centre ``c``, CBOW the centre from the mean of its
+context vectors; negative sampling contrasts the true pair with ``K`` words drawn from
 ``P_n(w) ∝ count(w)^{3/4}`` (Mikolov et al. 2013, eq. 4):
 
 .. math::
@@ -22,13 +13,9 @@ the true pair with ``K`` words drawn from the noise distribution
     \qquad h = v_c\ \text{(skip-gram)},\quad
     h = \tfrac{1}{|C|}\textstyle\sum_{j\in C} v_j\ \text{(CBOW)},
 
-with ``v`` the input ("embedding", Bishop's ``E``) and ``u`` the output
-vectors. Analogies follow Bishop (12.27):
-``v(Paris) − v(France) + v(Italy) ≈ v(Rome)``.
-
-The two losses are :func:`skipgram_ns_loss` and :func:`cbow_ns_loss`; the examples and the
-noise distribution come from :mod:`seqjax.data.word2vec`, and the training loop is
-:func:`seqjax.train.word2vec.train_word2vec`.
+``v`` the input vectors (Bishop's ``E``), ``u`` the output vectors. Analogies: Bishop (12.27),
+``v(Paris) − v(France) + v(Italy) ≈ v(Rome)``. Examples and noise distribution:
+:mod:`seqjax.data.word2vec`; training loop: :func:`seqjax.train.word2vec.train_word2vec`.
 """
 
 from __future__ import annotations
@@ -94,10 +81,8 @@ def _check_id(i: int, vocab_size: int, name: str) -> int:
 def nearest_neighbours(
     embeddings_VxD: Any, query: int | Any, k: int = 5, *, exclude: Sequence[int] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` rows most cosine-similar to ``query`` (an id or a vector ``[D]``).
-
-    A query id excludes itself. Returns ``(ids int32[k], cosines float32[k])``,
-    most similar first.
+    """``(ids int32[k], cosines float32[k])``, most similar first: the ``k`` rows most
+    cosine-similar to ``query`` (an id, which excludes itself, or a vector ``[D]``).
 
     Example:
         >>> e = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
@@ -124,8 +109,8 @@ def nearest_neighbours(
 def analogy(embeddings_VxD: Any, a: int, b: int, c: int, k: int = 1) -> np.ndarray:
     """``a : b :: c : ?`` — the ``k`` ids nearest to ``v_b − v_a + v_c`` (Bishop (12.27)).
 
-    Uses unit-normalised vectors (3CosAdd, Mikolov et al. 2013) and excludes
-    ``a, b, c``. Bishop's example is ``analogy(E, France, Paris, Italy) -> Rome``.
+    Unit-normalised vectors (3CosAdd, Mikolov et al. 2013); ``a, b, c`` excluded. Bishop's
+    example: ``analogy(E, France, Paris, Italy) -> Rome``.
 
     Example:
         >>> e = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1]], float)
@@ -139,10 +124,8 @@ def analogy(embeddings_VxD: Any, a: int, b: int, c: int, k: int = 1) -> np.ndarr
 
 
 def evaluate_analogies(embeddings_VxD: Any, questions_Nx4: Any) -> float:
-    """Accuracy on analogy questions ``(a, b, c, d)`` meaning ``a : b :: c : d``.
-
-    A question counts as correct when :func:`analogy` ranks ``d`` first (as in
-    Mikolov et al.'s word-analogy test set).
+    """Accuracy on questions ``(a, b, c, d)``, ``a : b :: c : d``: :func:`analogy` ranks ``d``
+    first (Mikolov et al.'s word-analogy test).
 
     Example:
         >>> e = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1]], float)
@@ -170,11 +153,9 @@ def _ns_loss(h_BxD: Array, out_VxD: Array, targets_B: Array, negatives_BxK: Arra
 def skipgram_ns_loss(
     in_VxD: Array, out_VxD: Array, centers_B: Array, contexts_B: Array, negatives_BxK: Array
 ) -> Array:
-    r"""Mean skip-gram negative-sampling loss (Mikolov et al. 2013, eq. 4).
-
-    ``ℓ = −log σ(u_o·v_c) − Σ_k log σ(−u_{w_k}·v_c)`` with ``v = in_VxD[centers]``,
-    ``u_o = out_VxD[contexts]``, ``u_{w_k} = out_VxD[negatives]``. Returns a scalar.
-    """
+    r"""Mean skip-gram negative-sampling loss ``ℓ`` (Mikolov et al. 2013, eq. 4; module
+    docstring), a scalar: ``v_c = in_VxD[centers]``, ``u_o = out_VxD[contexts]``,
+    ``u_{w_k} = out_VxD[negatives]``."""
     return _ns_loss(in_VxD[centers_B], out_VxD, contexts_B, negatives_BxK)
 
 
@@ -186,11 +167,8 @@ def cbow_ns_loss(
     centers_B: Array,
     negatives_BxK: Array,
 ) -> Array:
-    r"""Mean CBOW negative-sampling loss: ``h`` is the masked mean of the context vectors.
-
-    ``h = Σ_j m_j v_{x_j} / Σ_j m_j``, then the loss of :func:`skipgram_ns_loss`
-    with the centre word as target. Returns a scalar.
-    """
+    r"""Mean CBOW negative-sampling loss, a scalar: :func:`skipgram_ns_loss` with the centre as
+    target and ``h = Σ_j m_j v_{x_j} / Σ_j m_j``, the masked mean of the context vectors."""
     m = mask_BxC.astype(jnp.float32)[..., None]
     h_BxD = jnp.sum(in_VxD[contexts_BxC].astype(jnp.float32) * m, axis=1) / jnp.maximum(
         jnp.sum(m, axis=1), 1.0)
@@ -201,12 +179,10 @@ def cbow_ns_loss(
 class Word2Vec(nn.Module):
     """Parameters of word2vec and its negative-sampling loss.
 
-    Parameters: ``input_embedding`` ``[V, D]`` (the word vectors, Bishop's
-    ``E``; initialised ``U(−0.5/D, 0.5/D)`` as in the C code) and
-    ``output_embedding`` ``[V, D]`` (context vectors ``u``; zeros).
-
-    ``__call__(batch)`` returns the mean loss of :func:`skipgram_ns_loss`
-    (``batch`` keys ``centers [B]``, ``contexts [B]``, ``negatives [B, K]``) or of
+    Parameters: ``input_embedding`` ``[V, D]`` (the word vectors ``E``; ``U(−0.5/D, 0.5/D)`` as
+    in the C code) and ``output_embedding`` ``[V, D]`` (context vectors ``u``; zeros).
+    ``__call__(batch)`` returns the mean loss of :func:`skipgram_ns_loss` (keys
+    ``centers [B]``, ``contexts [B]``, ``negatives [B, K]``) or, ``mode="cbow"``, of
     :func:`cbow_ns_loss` (``contexts [B, C]``, ``mask [B, C]``, ``centers [B]``,
     ``negatives [B, K]``).
 

@@ -1,5 +1,4 @@
-"""seqjax.nn: building blocks (cells, recurrent layers, attention, positions, norms,
-feed-forward, transformer blocks, linear-time layers)."""
+"""seqjax.nn: cells, RNNs, attention, positions, norms, FFNs, transformers, linear-time layers."""
 
 from seqjax.nn.attention import (
     SCORE_FUNCTIONS,

@@ -1,17 +1,14 @@
 """Activation and weight sharding hints for code that runs inside a sharded train step.
 
-:func:`seqjax.train.step.make_train_step` (and so :class:`seqjax.train.parallel.Parallel`)
-traces the step under the device mesh's abstract mesh. Inside it, :func:`constrain`
-pins an array to a layout over the mesh axes ``("data", "fsdp", "model")`` with
-``jax.lax.with_sharding_constraint``; outside a sharded step (plain ``model.apply``, one
-device) it returns the array unchanged, so layers may call it unconditionally.
+:func:`seqjax.train.step.make_train_step` (and so :class:`seqjax.train.parallel.Parallel`) traces
+the step under the mesh's abstract mesh; there :func:`constrain` pins an array to a layout over the
+mesh axes ``("data", "fsdp", "model")`` (``jax.lax.with_sharding_constraint``). Outside a sharded
+step (plain ``model.apply``) it returns the array unchanged, so layers may call it unconditionally.
 
-The recurrent layers use it to keep their time loop free of collectives: the weights of
-a layer are gathered once *before* the ``lax.scan`` (replicated), the batch stays split
-over ``("data", "fsdp")`` on the carry and the per-step inputs, and XLA's partitioner has
-nothing left to communicate inside the loop. (Under FSDP, without these hints, GSPMD
-propagates the weights' ``fsdp`` split into the loop body and all-gathers/all-to-alls at
-every time step.)
+The recurrent layers gather their weights once before the ``lax.scan`` (:func:`replicate`) and keep
+the batch split over :data:`BATCH` on the carry and per-step inputs, so their time loop needs no
+collectives (without these hints GSPMD carries the weights' ``fsdp`` split into the loop and
+all-gathers at every step).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The argument checks of the transformer blocks and stacks, and the decoder-layer cache.
+"""Argument checks of the transformer blocks and stacks, and the decoder-layer cache (private).
 
-Private: :class:`DecoderLayerCache` is re-exported by :mod:`seqjax.nn.transformer`.
-A stack checks its call once here (shapes, dtypes, masks, caches); its blocks and their
-attention layers then run on the checked inputs.
+:class:`DecoderLayerCache` is re-exported by :mod:`seqjax.nn.transformer`. A stack checks its call
+once here (shapes, dtypes, masks, caches); its blocks and their attention layers then run on the
+checked inputs.
 """
 
 from __future__ import annotations
@@ -32,23 +32,13 @@ Array = jax.Array
 
 @struct.dataclass
 class BlockInputs:
-    """What a transformer block reads besides ``x`` and its cache, as one value.
+    """What a transformer block reads besides ``x`` and its cache, as one pytree value.
 
-    A block's or a stack's public call (``__call__``, ``decode``) gathers its keywords into
-    one ``BlockInputs``, checks it once (:func:`check_block_call`, :func:`check_stack_call`:
-    lengths become :class:`~seqjax._checks.ValidLengths`, key masks rank 4) and hands the
-    checked value whole to every block, through ``nn.scan`` and ``nn.remat`` alike. A
-    pytree of arrays (absent ones ``None``); ``deterministic`` is static.
-
-    Attributes:
-        mask: self-attention mask, bool broadcastable to ``[B, H, T, K]``.
-        lengths: ``int32[B]`` real tokens per row of ``x`` (right padding).
-        encoder_out: ``[B, S, D_e]``, the cross-attention memory.
-        encoder_mask: ``bool[B, S]`` or broadcastable ``[B, H, T, S]`` (rank 4 once checked).
-        encoder_lengths: ``int32[B]`` real tokens per row of ``encoder_out``.
-        positions: ``int32[B, T]`` RoPE positions.
-        bias: additive self-attention score bias (e.g. ALiBi).
-        deterministic: no dropout (static).
+    A block's or stack's public call (``__call__``, ``decode``) gathers its keywords (the fields,
+    documented in :class:`~seqjax.nn.transformer.TransformerBlock`; absent ones ``None``,
+    ``deterministic`` static) into one ``BlockInputs``, checks it once (:func:`check_block_call`,
+    :func:`check_stack_call`: lengths become :class:`~seqjax._checks.ValidLengths`, key masks rank
+    4) and hands it whole to every block, through ``nn.scan`` and ``nn.remat`` alike.
     """
 
     mask: Any = None
@@ -63,9 +53,9 @@ class BlockInputs:
 
 def poison_unread_lengths(x_BxTxD: Array, inputs: BlockInputs) -> Array:
     """``x`` with NaN in the rows whose traced ``lengths`` lie outside ``[0, T]`` or
-    ``encoder_lengths`` outside ``[0, S]`` (:mod:`seqjax._traced_checks`), for the lengths
-    of ``inputs`` (as the call received them) that no layer above has checked: a
-    :class:`~seqjax._checks.ValidLengths` was read, and its rows poisoned, by its maker."""
+    ``encoder_lengths`` outside ``[0, S]`` (:mod:`seqjax._traced_checks`), for the lengths of
+    ``inputs`` no layer above has checked (a :class:`~seqjax._checks.ValidLengths` was read, and its
+    rows poisoned, by its maker)."""
     if not isinstance(inputs.lengths, ValidLengths):
         x_BxTxD = poison_bad_lengths(x_BxTxD, inputs.lengths, 0, x_BxTxD.shape[1])
     if inputs.encoder_out is not None and not isinstance(inputs.encoder_lengths, ValidLengths):
@@ -76,10 +66,9 @@ def poison_unread_lengths(x_BxTxD: Array, inputs: BlockInputs) -> Array:
 
 
 class DecoderLayerCache(NamedTuple):
-    """Decoding state of a block with cross-attention: the self-attention cache and the
-    encoder output's projected keys/values ``(k [B, S, G, d], v [B, S, G, Dv])`` — ``None``
-    until the first call computes them; later calls reuse them (MEDL (7.33): the encoder
-    output is fixed while the decoder runs)."""
+    """Decoding state of a cross-attention block: the self-attention cache and the encoder output's
+    projected ``(k [B, S, G, d], v [B, S, G, Dv])``, ``None`` until the first call computes them
+    (then reused: the encoder output is fixed while the decoder runs, MEDL (7.33))."""
 
     self_attn: Any
     cross_kv: Any = None
@@ -124,9 +113,9 @@ def check_layer_cache(cache: Any, cross_attention: bool) -> None:
 
 
 def check_block_call(block: Any, x: Any, cache: Any, inputs: BlockInputs) -> BlockInputs:
-    """Every check of a lone block's call: returns ``inputs`` with its lengths as
-    :class:`~seqjax._checks.ValidLengths` and ``encoder_mask`` rank 4 (the attention
-    layers check their own masks)."""
+    """Every check of a lone block's call; returns ``inputs`` with lengths as
+    :class:`~seqjax._checks.ValidLengths` and ``encoder_mask`` rank 4 (attention layers check their
+    own masks)."""
     cross = block.config.cross_attention
     check_rank(x, "x", 3)
     batch, length = x.shape[:2]
@@ -180,8 +169,8 @@ def cache_len(cache: Any) -> int | None:
 
 
 def check_stack_cache(stack: Any, cache: Any, batch: int) -> list[Any]:
-    """The per-layer caches of a stack's ``cache`` (one for a scanned stack), checked;
-    returns those that are :class:`DecoderLayerCache` s."""
+    """The checked per-layer caches of a stack's ``cache`` (one for a scanned stack); returns those
+    that are :class:`DecoderLayerCache` s."""
     if cache is None:
         return []
     cfg = stack.config
@@ -213,9 +202,9 @@ def check_stack_cache(stack: Any, cache: Any, batch: int) -> list[Any]:
 
 
 def check_stack_call(stack: Any, x: Any, cache: Any, inputs: BlockInputs) -> BlockInputs:
-    """Every check of a stack's call: returns ``inputs`` checked, the lengths as
-    :class:`~seqjax._checks.ValidLengths` (the layers below check their shapes only, no
-    value is read again) and ``encoder_mask`` rank 4."""
+    """Every check of a stack's call; returns ``inputs`` with lengths as
+    :class:`~seqjax._checks.ValidLengths` (layers below check shapes only, no value is read again)
+    and ``encoder_mask`` rank 4."""
     cfg = stack.config
     mask, lengths, encoder_out = inputs.mask, inputs.lengths, inputs.encoder_out
     encoder_mask, encoder_lengths = inputs.encoder_mask, inputs.encoder_lengths

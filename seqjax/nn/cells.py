@@ -1,35 +1,27 @@
 r"""Recurrent cells: Elman, LSTM, GRU (both reset conventions), output feedback, simple gate.
 
-Each cell holds its equation in ``step``; a layer (:class:`seqjax.nn.RNN`) scans it over
-time. The work of one step is split in two so that the layer can hoist what does not
-depend on the carry:
+Each cell holds its equation; a layer (:class:`seqjax.nn.RNN`) scans it over time, hoisting
+the part that does not depend on the carry:
 
-* ``input_projection(x_BxTxP) -> xp_BxTxGH`` — ``x W_x + b`` for all gates
-  (any leading batch/time dims);
-* ``step(carry, xp_BxGH) -> (carry, y_BxH)`` — the recurrent part;
-* ``__call__(carry, x_BxP) -> (carry, y_BxH)`` — both, for one time step.
+* ``input_projection(x_BxTxP) -> xp_BxTxGH``: ``x W_x + b`` for all gates (any leading dims);
+* ``step(carry, xp_BxGH) -> (carry, y_BxH)``: the recurrent part;
+* ``__call__(carry, x_BxP) -> (carry, y_BxH)``: both, for one time step.
 
-Cells whose step needs the raw input ``x_t`` itself (:class:`OutputFeedbackCell`,
-:class:`SimpleGatedCell`) return ``x`` unchanged from ``input_projection`` and apply
-``W_x`` inside ``step``.
+:class:`OutputFeedbackCell` and :class:`SimpleGatedCell` need the raw ``x_t`` in ``step``:
+their ``input_projection`` returns ``x`` and ``step`` applies ``W_x``.
 
-**Fast layer kernels.** ``cell.layer_weights()`` is the one door through which a layer
-reaches a cell's parameters: it returns a :class:`LayerWeights` naming the equation
-(``"elman"``, ``"lstm"``, ``"gru"``) and the arrays a whole-layer kernel of
-:mod:`seqjax.nn.recurrent._layer_kernels` needs, or ``None`` when the cell has no such
-kernel — the output-feedback and gated cells, ``GRUCell(reset_after=False)``, and every
-subclass that redefines ``step``, ``recurrent`` or ``input_projection`` (the kernel would
-compute the parent's equation, not theirs): those run their own ``step`` in a scan. A subclass whose
-equation *is* one of the kernels' may override ``layer_weights`` to opt back in.
+``cell.layer_weights()``, a layer's only access to a cell's parameters, returns a
+:class:`LayerWeights` naming the equation (``"elman"``, ``"lstm"``, ``"gru"``) of a whole-layer
+kernel (:mod:`seqjax.nn.recurrent._layer_kernels`), or ``None`` and the layer scans ``step``:
+the feedback and gated cells, ``GRUCell(reset_after=False)``, and every subclass redefining
+``step``, ``recurrent`` or ``input_projection`` (the kernel would compute the parent's
+equation; one whose equation *is* a kernel's may override ``layer_weights`` to opt back in).
 
-**Biases.** ``use_bias=True`` (default, as PyTorch and Flax) adds the biases of MEDL
-(7.2), (7.16)–(7.19). J&M (9.3)–(9.5), (9.22)–(9.29), the lecture notes' (1)–(2) and the
-slides' recurrences have no biases: ``use_bias=False`` computes those equations exactly.
-
-Conventions (docs/design.md): row vectors, so kernels are the transposes of the textbooks'
-``W`` (``x @ w`` here is ``W x`` there); parameters are stored in ``param_dtype`` and
-computed in ``dtype``. Gate blocks are laid out in PyTorch's order (LSTM ``i, f, c̃, o``;
-GRU ``r, z, n``), which makes weight import a reshape.
+``use_bias=True`` (default, as PyTorch and Flax) adds MEDL's biases; ``use_bias=False`` computes
+the bias-free J&M, lecture notes' (1)–(2) and slides' equations exactly (each cell cites them).
+Conventions (docs/design.md): row vectors, so kernels are the textbooks' ``Wᵀ``; parameters in
+``param_dtype``, computed in ``dtype``; gate blocks in PyTorch's order (weight import is a
+reshape).
 """
 
 from __future__ import annotations
@@ -58,16 +50,14 @@ def _zeros_carry(batch_shape: tuple[int, ...], features: int, dtype: Dtype) -> A
 
 
 class LayerWeights(NamedTuple):
-    """A cell's parameters as the layer kernels of :mod:`seqjax.nn.recurrent._layer_kernels` read.
+    """A cell's parameters for a kernel of :mod:`seqjax.nn.recurrent._layer_kernels`.
 
-    Returned by :meth:`RecurrentCell.layer_weights`. With ``G`` gate blocks of width ``H``:
+    From :meth:`RecurrentCell.layer_weights`; ``G`` gate blocks of width ``H``:
 
-    * ``equation``: ``"elman"`` (MEDL (7.2)), ``"lstm"`` (MEDL (7.16)–(7.17)) or ``"gru"``
-      (reset gate after the matmul, PyTorch/cuDNN) — the kernel that computes the cell's
-      ``step``;
-    * ``input_kernel``: ``[P, G*H]``, the stacked ``W_{·x}ᵀ``;
-    * ``bias``: ``[G*H]``, the stacked ``b_·`` (zeros when ``use_bias=False``);
-    * ``recurrent_kernel``: ``[H, G*H]``, the stacked ``W_{·h}ᵀ``;
+    * ``equation``: the kernel computing the cell's ``step``: ``"elman"`` (MEDL (7.2)),
+      ``"lstm"`` (MEDL (7.16)–(7.17)) or ``"gru"`` (reset after the matmul, PyTorch/cuDNN);
+    * ``input_kernel: [P, G*H]``, ``bias: [G*H]`` (zeros when ``use_bias=False``),
+      ``recurrent_kernel: [H, G*H]``: the stacked ``W_{·x}ᵀ``, ``b_·``, ``W_{·h}ᵀ``;
     * ``recurrent_bias``: the GRU's ``b_hn: [H]`` (zeros without biases), else ``None``;
     * ``activation``: the Elman cell's ``σ``, else ``None``.
     """
@@ -94,13 +84,9 @@ def _keeps_equation(cell: RecurrentCell, owner: type) -> bool:
 class RecurrentCell(nn.Module):
     """Base class: the split into ``input_projection`` and ``step``.
 
-    Subclasses set ``num_gates`` (G) and implement ``step`` and
-    ``initialize_carry``. Parameters (shared by every cell):
-
-    * ``input/kernel``: ``[P, G*H]`` — the stacked input matrices ``W_{·x}ᵀ``;
-    * ``input/bias``:   ``[G*H]``   — the stacked biases ``b_·`` (absent with
-      ``use_bias=False``);
-    * ``recurrent_kernel``: ``[H, G*H]`` — the stacked recurrent matrices ``W_{·h}ᵀ``.
+    Subclasses set ``num_gates`` (G) and implement ``step`` and ``initialize_carry``. Every
+    cell has ``input/kernel: [P, G*H]`` (stacked ``W_{·x}ᵀ``), ``input/bias: [G*H]`` (stacked
+    ``b_·``; absent with ``use_bias=False``) and ``recurrent_kernel: [H, G*H]`` (``W_{·h}ᵀ``).
     """
 
     features: int
@@ -145,12 +131,7 @@ class RecurrentCell(nn.Module):
         return self.input(x)
 
     def layer_weights(self) -> LayerWeights | None:
-        """The parameters for a whole-layer kernel (:class:`LayerWeights`), or ``None``.
-
-        ``None`` (this base class, and any cell without a kernel): the layer runs
-        ``step`` in a scan. Call on a bound cell whose input projection has been created
-        (:class:`seqjax.nn.RNN` does both).
-        """
+        """:class:`LayerWeights` or ``None``; call on a bound cell whose ``input`` exists."""
         return None
 
     def _dense_weights(self) -> tuple[Array, Array]:
@@ -186,29 +167,23 @@ class ElmanCell(RecurrentCell):
     .. math::
         h_t = \sigma(W_{hh} h_{t-1} + W_{hx} x_t + b_h)
 
-    MEDL (7.2), with its single bias ``b_h`` (PyTorch's ``b_ih + b_hh`` import as their
-    sum). J&M (9.3)–(9.5) (``h_t = g(U h_{t-1} + W x_t)``), the lecture notes' (1) and
-    the slides' vanilla RNN have **no bias**: the default departs from them by ``b_h``;
-    ``use_bias=False`` computes them exactly. The output ``y_t`` is ``h_t``; the output
-    layer ``S_y(W_{yh} h_t + b_y)`` (J&M's ``f(V h_t)``) is a separate Dense.
-
-    Carry: ``h: [..., H]``. Parameters: ``H² + HP + H`` (``H² + HP`` without bias).
-    Layer kernel: ``"elman"`` (:meth:`layer_weights`).
+    MEDL (7.2), with its single bias ``b_h`` (PyTorch's ``b_ih + b_hh`` import as their sum).
+    J&M (9.3)–(9.5) (``h_t = g(U h_{t-1} + W x_t)``), the lecture notes' (1) and the slides'
+    vanilla RNN have no bias: ``use_bias=False``. ``y_t = h_t``; the output layer
+    ``S_y(W_{yh} h_t + b_y)`` (J&M's ``f(V h_t)``) is a separate Dense. Carry ``h: [..., H]``;
+    ``H² + HP + H`` parameters (``H² + HP`` without bias); layer kernel ``"elman"``.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> cell = ElmanCell(features=4)
-        >>> x = jnp.ones((2, 3))
-        >>> h = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
+        >>> x = jnp.ones((2, 3)); h = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
         >>> params = cell.init(jax.random.PRNGKey(1), h, x)
-        >>> h, y = cell.apply(params, h, x)
-        >>> y.shape
+        >>> cell.apply(params, h, x)[1].shape
         (2, 4)
 
     Attributes:
         features: hidden size ``H`` (MEDL's ``m``).
         activation: ``σ``; ``tanh`` by default (MEDL's toy example uses sigmoid).
-        use_bias: add ``b_h`` (MEDL (7.2)); ``False`` for J&M (9.3).
     """
 
     activation: Callable[[Array], Array] = jnp.tanh
@@ -240,34 +215,25 @@ class LSTMCell(RecurrentCell):
         o_t &= \mathrm{sig}(W_{oh} h_{t-1} + W_{ox} x_t + b_o) \\
         c_t &= f_t \odot c_{t-1} + i_t \odot \tilde c_t, \qquad h_t = o_t \odot \tanh(c_t)
 
-    MEDL (7.16)–(7.17), one bias per gate as MEDL counts: parameters ``4H² + 4HP + 4H``.
-    J&M (9.22)–(9.29) have **no biases**: ``use_bias=False`` computes them exactly
-    (``4H² + 4HP``). Gate blocks are ordered ``i, f, c̃(g), o`` (PyTorch's order).
-
-    Carry: ``(c, h)``, each ``[..., H]`` (Flax's layout). Layer kernel: ``"lstm"``.
+    MEDL (7.16)–(7.17), one bias per gate: ``4H² + 4HP + 4H`` parameters. J&M (9.22)–(9.29)
+    have no biases: ``use_bias=False`` (``4H² + 4HP``). Gate order ``i, f, c̃(g), o``
+    (PyTorch's). Carry ``(c, h)``, each ``[..., H]`` (Flax's layout); layer kernel ``"lstm"``.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> cell = LSTMCell(features=4)
-        >>> x = jnp.ones((2, 3))
-        >>> carry = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
+        >>> x = jnp.ones((2, 3)); carry = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
         >>> params = cell.init(jax.random.PRNGKey(1), carry, x)
-        >>> (c, h), y = cell.apply(params, carry, x)
-        >>> c.shape, h.shape
-        ((2, 4), (2, 4))
+        >>> cell.apply(params, carry, x)[0][0].shape
+        (2, 4)
 
     Attributes:
         features: hidden size ``H`` (MEDL's ``m̃``).
-        forget_bias: initial value of the forget-gate bias ``b_f`` (Jozefowicz
-            et al. 2015 recommend 1.0). It is an initialisation only: the
-            equation above is computed exactly.
-        use_bias: the biases ``b_·`` (MEDL); ``False`` for J&M (9.22)–(9.29).
-        recurrent_bias: keep the bias as two vectors, ``b = b_{·x} + b_{·h}``, the second
-            (``recurrent_bias: [4H]``) on the recurrent product, as PyTorch, cuDNN and
-            Torch7's ``nn.Linear`` pairs (Zaremba et al.'s ``i2h + h2h``) do. The same
-            function (the equation above with ``b`` their sum) with ``4H`` more parameters,
-            so a different initialisation and SGD trajectory (each half gets the gradient
-            of ``b``). Needs ``use_bias``.
+        forget_bias: initial value of ``b_f`` (Jozefowicz et al. 2015 recommend 1.0); an
+            initialisation only, the equation is unchanged.
+        recurrent_bias: split ``b = b_{·x} + b_{·h}``, the second (``recurrent_bias: [4H]``)
+            on the recurrent product, as PyTorch/cuDNN: the same function with ``4H`` more
+            parameters, so a different initialisation and SGD trajectory. Needs ``use_bias``.
     """
 
     forget_bias: float = 0.0
@@ -284,7 +250,7 @@ class LSTMCell(RecurrentCell):
             )
 
     def recurrent(self, h: Array, cols: slice = slice(None)) -> Array:
-        """``h W_hᵀ (+ b_h)`` restricted to the gate columns ``cols``, in the compute dtype."""
+        """As the base's, plus ``b_h`` with ``recurrent_bias``."""
         out = super().recurrent(h, cols)
         if self.recurrent_bias:
             out = out + jnp.asarray(self.recurrent_bias_hh[cols], out.dtype)
@@ -322,8 +288,8 @@ class LSTMCell(RecurrentCell):
 class GRUCell(RecurrentCell):
     r"""Gated recurrent unit, with either placement of the reset gate.
 
-    With ``reset_after=True`` (default; PyTorch, cuDNN, Flax, the slides) the reset gate
-    multiplies the recurrent product **after** the matmul:
+    ``reset_after=True`` (default; PyTorch, cuDNN, Flax, the slides): the reset gate multiplies
+    the recurrent product **after** the matmul:
 
     .. math::
         r_t &= \mathrm{sig}(W_{rx} x_t + b_r + W_{rh} h_{t-1}) \\
@@ -331,35 +297,26 @@ class GRUCell(RecurrentCell):
         n_t &= \tanh(W_{nx} x_t + b_n + r_t \odot (W_{nh} h_{t-1} + b_{hn})) \\
         h_t &= (1 - z_t) \odot n_t + z_t \odot h_{t-1}
 
-    With ``reset_after=False`` (MEDL (7.18)–(7.19); Cho et al. 2014) it multiplies the
-    state **before** the matmul:
+    ``reset_after=False`` (MEDL (7.18)–(7.19); Cho et al. 2014): it multiplies the state
+    **before** the matmul:
 
     .. math::
         n_t = \tanh(W_{nx} x_t + b_n + W_{nh}(r_t \odot h_{t-1}))
 
-    **Update-gate convention.** ``z_t`` is the *keep* gate, as in PyTorch, Flax and the
-    slides: ``z_t = 1`` copies ``h_{t-1}``. MEDL's update gate is its complement,
-    ``g_u = 1 - z_t`` (so ``W_u = -W_z``, ``b_u = -b_z``); either way ``h_t`` is a
-    convex combination of ``h_{t-1}`` and ``n_t`` (MEDL's ``h̃``).
+    ``z_t`` is the *keep* gate (PyTorch, Flax, the slides: ``z_t = 1`` copies ``h_{t-1}``);
+    MEDL's update gate is ``g_u = 1 - z_t`` (``W_u = -W_z``, ``b_u = -b_z``); ``n_t`` is MEDL's
+    ``h̃``. MEDL has one bias per block (``b_r, b_u, b_h̃``); ``reset_after=True`` adds
+    PyTorch's ``b_hn`` (param ``recurrent_bias_n``); ``use_bias=False`` drops all, and with
+    ``reset_after=True`` is exactly the slides' GRU. Only ``reset_after=True`` has a layer
+    kernel (``"gru"``); for ``False`` :class:`~seqjax.nn.RNN` scans ``step``.
 
-    **Biases.** MEDL's form has one bias per block (``b_r, b_u, b_h̃``); the default
-    ``reset_after=True`` adds PyTorch's ``b_hn`` inside the reset product (param
-    ``recurrent_bias_n``). The slides' GRU has no biases at all: ``use_bias=False`` with
-    ``reset_after=True`` is exactly the slides' equation (and drops ``b_hn`` too).
-
-    **Which path runs which form.** ``reset_after=True`` has a whole-layer kernel
-    (:meth:`layer_weights` → ``"gru"``; also the PyTorch/cuDNN form); ``reset_after=False``
-    has none, so :class:`~seqjax.nn.RNN` scans its ``step``.
-
-    Gate blocks are ordered ``r, z, n`` (PyTorch's order). Parameters:
-    ``3H² + 3HP + 3H``, plus ``H`` for ``b_hn`` when ``reset_after=True``.
-    Carry: ``h: [..., H]``.
+    Gate order ``r, z, n`` (PyTorch's). Parameters ``3H² + 3HP + 3H``, plus ``H`` for ``b_hn``
+    when ``reset_after=True``. Carry ``h: [..., H]``.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> cell = GRUCell(features=4, reset_after=False)
-        >>> x = jnp.ones((2, 3))
-        >>> h = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
+        >>> x = jnp.ones((2, 3)); h = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
         >>> params = cell.init(jax.random.PRNGKey(1), h, x)
         >>> sorted(params["params"])
         ['input', 'recurrent_kernel']
@@ -388,8 +345,7 @@ class GRUCell(RecurrentCell):
             z = jax.nn.sigmoid(xz + hz)
             n = jnp.tanh(xn + r * hn)
         else:
-            # The reset gate multiplies h before the candidate's matmul, so the
-            # candidate's recurrent block is applied on its own.
+            # r multiplies h before the candidate's matmul: that block is applied on its own.
             hrz = self.recurrent(h_BxH, slice(0, 2 * hsz))
             r = jax.nn.sigmoid(xr + hrz[..., :hsz])
             z = jax.nn.sigmoid(xz + hrz[..., hsz:])
@@ -420,28 +376,20 @@ class OutputFeedbackCell(RecurrentCell):
         h_t = S_h\big(W_{hh} h_{t-1} + W_{hx}(x_t + \mathcal T(\hat y_{t-1})) + b_h\big),
         \qquad \hat y_t = S_y(W_{yh} h_t + b_y)
 
-    MEDL (7.3): the feedback is *added* to the input before ``W_{hx}``, so
-    ``\mathcal T: \mathbb R^q \to \mathbb R^p``. ``\hat y_0 = 0`` (no feedback at the
-    first step; MEDL leaves it open). The cell's output is ``\hat y_t`` (``[..., Q]``), so
-    the output layer is part of the cell. With teacher forcing (MEDL §7.2) one feeds the
-    true ``y_{t-1}`` through ``x_t`` instead and uses :class:`ElmanCell`.
+    The feedback is *added* to the input before ``W_{hx}`` (``\mathcal T: \mathbb R^q \to
+    \mathbb R^p``); ``\hat y_0 = 0`` (MEDL leaves it open). The output ``\hat y_t: [..., Q]``,
+    so the output layer is part of the cell. Teacher forcing (MEDL §7.2) feeds the true
+    ``y_{t-1}`` through ``x_t`` to an :class:`ElmanCell` instead. ``use_bias=False`` drops
+    ``b_h`` and ``b_y`` (the bias-free J&M (9.3)–(9.4)).
 
-    ``feedback`` chooses ``\mathcal T``: ``"identity"`` (default; needs ``Q = P``, as in
-    MEDL's toy example where inputs and outputs are both one-hot over the lexicon),
-    ``"linear"`` (a learned ``[Q, P]`` matrix, param ``feedback/kernel``) or any function
-    ``[..., Q] -> [..., P]`` (e.g. MEDL's footnote 6: argmax → token → embedding).
-    ``use_bias=False`` drops ``b_h`` and ``b_y`` (the bias-free forms of J&M (9.3)–(9.4)).
-
-    Carry: ``(h, ŷ)`` with ``h: [..., H]`` and ``ŷ: [..., Q]``. Parameters:
-    ``input/{kernel [P, H], bias [H]}``, ``recurrent_kernel [H, H]``,
-    ``output/{kernel [H, Q], bias [Q]}`` (+ ``feedback/kernel [Q, P]``). No layer
-    kernel: :class:`~seqjax.nn.RNN` scans ``step``.
+    Carry ``(h: [..., H], ŷ: [..., Q])``. Parameters: ``input/{kernel [P, H], bias [H]}``,
+    ``recurrent_kernel [H, H]``, ``output/{kernel [H, Q], bias [Q]}`` (+ ``feedback/kernel
+    [Q, P]``). No layer kernel: :class:`~seqjax.nn.RNN` scans ``step``.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> cell = OutputFeedbackCell(features=4)
-        >>> x = jnp.ones((2, 3))
-        >>> carry = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
+        >>> x = jnp.ones((2, 3)); carry = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
         >>> params = cell.init(jax.random.PRNGKey(1), carry, x)
         >>> (h, y_prev), y = cell.apply(params, carry, x)
         >>> h.shape, y.shape, bool(jnp.allclose(y.sum(-1), 1.0))
@@ -450,9 +398,10 @@ class OutputFeedbackCell(RecurrentCell):
     Attributes:
         features: hidden size ``H`` (MEDL's ``m``).
         out_features: ``Q``; ``None`` means ``Q = P`` (the input width).
-        activation: ``S_h`` (``tanh``).
-        output_activation: ``S_y`` (``softmax``: outputs are probability vectors).
-        feedback: ``\mathcal T`` — ``"identity"``, ``"linear"`` or a callable.
+        activation, output_activation: ``S_h`` (``tanh``); ``S_y`` (``softmax``: probabilities).
+        feedback: ``\mathcal T``: ``"identity"`` (default; needs ``Q = P``, as MEDL's one-hot toy
+            example), ``"linear"`` (learned ``[Q, P]``, ``feedback/kernel``) or a callable
+            ``[..., Q] -> [..., P]`` (e.g. MEDL's footnote 6: argmax → token → embedding).
     """
 
     out_features: int | None = None
@@ -533,21 +482,16 @@ class SimpleGatedCell(RecurrentCell):
         g_t = \sigma(W_{hh} h_{t-1} + W_{xh} x_t + b_g), \qquad
         c_t = g_t \odot c_{t-1} + (1 - g_t) \odot x_t, \qquad h_t = \tanh(c_t)
 
-    Lecture slides, "Gating mechanism — Simple Gate" (the output ``y_t = W_{hy} h_t`` is a
-    separate Dense, as for :class:`ElmanCell`). ``g_t = 1`` keeps the state and discards
-    the input; ``g_t = 0`` discards the state and takes the input. The memory mixes the
-    raw input, so the input width must equal ``features`` (``dim x = dim c``). The slides
-    have **no bias**: the default adds ``b_g``; ``use_bias=False`` computes the slide's
-    equation exactly.
-
-    Carry: ``(c, h)``, each ``[..., H]``. Parameters: ``input/{kernel [H, H], bias [H]}``,
-    ``recurrent_kernel [H, H]``. No layer kernel: :class:`~seqjax.nn.RNN` scans ``step``.
+    Lecture slides, "Gating mechanism — Simple Gate" (output ``y_t = W_{hy} h_t``: a separate
+    Dense). ``g_t = 1`` keeps the state, ``g_t = 0`` takes the input; as ``c`` mixes the raw
+    input, the input width must equal ``features`` (ValueError otherwise). The slides have no
+    bias: ``use_bias=False`` drops ``b_g``. Carry ``(c, h)``, each ``[..., H]``. Parameters:
+    ``input/{kernel [H, H], bias [H]}``, ``recurrent_kernel [H, H]``. No layer kernel.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> cell = SimpleGatedCell(features=3)
-        >>> x = jnp.ones((2, 3))
-        >>> carry = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
+        >>> x = jnp.ones((2, 3)); carry = cell.initialize_carry(jax.random.PRNGKey(0), x.shape)
         >>> params = cell.init(jax.random.PRNGKey(1), carry, x)
         >>> (c, h), y = cell.apply(params, carry, x)
         >>> c.shape, bool(jnp.allclose(h, jnp.tanh(c)))

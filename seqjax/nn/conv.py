@@ -4,23 +4,17 @@ r"""Causal 1-D convolution over time (the "CNN" of the slides' RNN vs CNN vs sel
     y_t = b + \sum_{j=0}^{K-1} W_j^\top\, x_{t-(K-1-j)\,r}, \qquad
     x_s = 0 \text{ for } s < 1,\quad W_j \in \mathbb{R}^{D \times F},\ b \in \mathbb{R}^F
 
-``K`` is the kernel size and ``r`` the dilation: output ``t`` reads the inputs
-``t, t − r, …, t − (K−1)r`` and nothing later (causal: the sequence is padded on the
-left with ``(K−1)r`` zeros and not on the right). Each output costs ``K·D·F`` multiply–adds,
-so one layer on ``T`` steps is ``2·K·T·D·F`` FLOPs — the slides' and Vaswani et al.'s
-(2017, Table 1) ``O(k·n·d²)`` with ``F = D`` — and all ``T`` outputs are independent (one
-operation deep). One layer sees ``K`` steps; a stack of ``L`` layers sees ``1 + (K−1)·L``
-steps (``r = 1``, path ``O(N/k)`` between the ends of a length-``N`` sequence) or ``K^L``
-with dilations ``1, K, K², …`` (WaveNet, van den Oord et al. 2016; path ``O(log_k N)``).
+Kernel size ``K``, dilation ``r``: output ``t`` reads ``t, t − r, …, t − (K−1)r`` and nothing
+later (the input is left-padded with ``(K−1)r`` zeros). One layer on ``T`` steps costs
+``2·K·T·D·F`` FLOPs, the slides' and Vaswani et al.'s (2017, Table 1) ``O(k·n·d²)`` with ``F =
+D``, all outputs independent. A stack of ``L`` layers sees ``1 + (K−1)·L`` steps (``r = 1``, path
+``O(N/k)``) or ``K^L`` with dilations ``1, K, K², …`` (WaveNet, van den Oord et al. 2016; path
+``O(log_k N)``). Unlike :class:`~seqjax.nn.CausalDepthwiseConv1d` (Mamba's per-channel conv,
+``K·D`` weights) it mixes channels: ``K·D·F`` weights.
 
-The textbooks name the convolutional alternative only through its costs (slides "RNN vs
-CNN vs self-attention"; Vaswani et al. §4); this is the layer those costs describe.
-Compared with :class:`~seqjax.nn.CausalDepthwiseConv1d` (Mamba's short conv, one filter
-per channel, ``K·D`` weights), this layer mixes channels: ``K·D·F`` weights.
-
-Parameters (the layout of ``flax.linen.Conv``): ``kernel: [K, D, F]`` and ``bias: [F]``;
-PyTorch's ``Conv1d(D, F, K, dilation=r, padding=0)`` on the left-padded input has
-``weight[f, d, j] = kernel[j, d, f]``.
+Parameters (``flax.linen.Conv``'s layout): ``kernel: [K, D, F]``, ``bias: [F]``; PyTorch's
+``Conv1d(D, F, K, dilation=r, padding=0)`` on the left-padded input has ``weight[f, d, j] =
+kernel[j, d, f]``.
 """
 
 from __future__ import annotations
@@ -40,27 +34,19 @@ Dtype = Any
 class CausalConv1D(nn.Module):
     r"""Causal, optionally dilated, 1-D convolution ``[B, T, D] -> [B, T, F]`` (see the module).
 
-    .. math::
-        y_t = b + \sum_{j=0}^{K-1} W_j^\top\, x_{t-(K-1-j)\,r}\quad (x_s = 0,\ s < 1)
-
-    Call: ``conv(x_BxTxD, lengths=None)``; with ``lengths`` (right padding) the outputs past
-    each row's end are zero (the real outputs never read the padding: they look back only).
+    ``conv(x_BxTxD, lengths=None)``; with ``lengths`` (right padding) outputs past each row's
+    end are zero (real outputs never read the padding).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> conv = CausalConv1D(features=4, kernel_size=3, dilation=2)
-        >>> x = jnp.ones((2, 7, 5))
-        >>> params = conv.init(jax.random.PRNGKey(0), x)
+        >>> x = jnp.ones((2, 7, 5)); params = conv.init(jax.random.PRNGKey(0), x)
         >>> conv.apply(params, x).shape, params["params"]["kernel"].shape
         ((2, 7, 4), (3, 5, 4))
 
     Attributes:
-        features: ``F``, the output channels.
-        kernel_size: ``K ≥ 1``, the taps.
-        dilation: ``r ≥ 1``, the spacing of the taps in steps.
-        use_bias: learn ``b``.
-        kernel_init, bias_init: initialisers (Flax ``Conv``'s defaults).
-        dtype, param_dtype: compute and storage dtypes.
+        features, kernel_size, dilation: ``F``, ``K``, ``r`` (positive ints, else ValueError).
+        use_bias: learn ``b``; ``kernel_init``, ``bias_init`` default to Flax ``Conv``'s.
     """
 
     features: int

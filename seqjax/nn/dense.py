@@ -3,27 +3,19 @@ r"""``Dense`` and ``DenseGeneral``: Flax's layers, computed as one 2-D matrix pr
 .. math::
     y = x W + b, \qquad x \in \mathbb{R}^{\dots \times P},\; W \in \mathbb{R}^{P \times F}
 
-(MEDL (5.1), row-vector convention; ``DenseGeneral`` contracts several trailing input
-axes with the leading kernel axes and may produce several output axes, e.g. the
-``[D, H, D_h]`` head projections of multi-head attention, MEDL (7.26)).
+(MEDL (5.1), row-vector convention; ``DenseGeneral`` contracts several trailing input axes with the
+leading kernel axes and may produce several output axes, e.g. the ``[D, H, D_h]`` head projections
+of multi-head attention, MEDL (7.26)).
 
-The parameters (names, shapes, initialisation, dtypes) are exactly those of
-``flax.linen.Dense`` / ``DenseGeneral``, so checkpoints and weight converters do not
-change. What differs is how the product is handed to XLA: the leading ("batch") axes
-of ``x`` and the contracted / produced axes are flattened, so every call is a plain
-``[N, P] @ [P, F]`` GEMM, and so are the two products of its gradient,
-``dx = dy Wᵀ`` and ``dW = xᵀ dy`` (contracting the ``N = B·T`` rows). With a
-``[B, T, P]`` input left 3-D, XLA:CPU lowers the weight gradient — a contraction over
-two axes — through transposes and a slow generic dot. Flattening made multi-head
-attention's forward+backward 1.60× faster at B=64, T=128 and the nanoGPT-sized GPT training
-step 1.63× faster on the 2-core CPU of ``benchmarks/HISTORY.md``. On GPU and TPU the
-reshapes are free.
+Parameters (names, shapes, initialisation, dtypes) are exactly those of ``flax.linen.Dense`` /
+``DenseGeneral``, so checkpoints and weight converters carry over. Only the lowering differs: the
+leading (batch) axes of ``x`` and the contracted/produced axes are flattened, so the call and both
+gradient products (``dx = dy Wᵀ``, ``dW = xᵀ dy`` over ``N = B·T`` rows) are plain
+``[N, P] @ [P, F]`` GEMMs (left 3-D, XLA:CPU lowers the weight gradient through transposes and a
+slow generic dot). On GPU and TPU the reshapes are free.
 
-Use them as the Flax layers:
-
-    >>> import jax, jax.numpy as jnp
-    >>> layer = Dense(4)
-    >>> x = jnp.ones((2, 3, 5))
+    >>> import jax.numpy as jnp
+    >>> layer, x = Dense(4), jnp.ones((2, 3, 5))
     >>> params = layer.init(jax.random.PRNGKey(0), x)
     >>> layer.apply(params, x).shape, params["params"]["kernel"].shape
     ((2, 3, 4), (5, 4))
@@ -81,11 +73,7 @@ def flat_dot_general(
 
 
 class Dense(nn.Dense):
-    """``flax.linen.Dense`` (same parameters) computed as a 2-D GEMM; see the module docstring.
-
-    Attributes: those of ``flax.linen.Dense`` (``features``, ``use_bias``, ``dtype``,
-    ``param_dtype``, ``precision``, ``kernel_init``, ``bias_init``).
-    """
+    """A drop-in ``flax.linen.Dense`` (same attributes and parameters) run as a 2-D GEMM."""
 
     dot_general: Any = flat_dot_general
 
@@ -98,8 +86,8 @@ class DenseGeneral(nn.DenseGeneral):
 
 
 def flat_attend(embed: nn.Embed, query: Array) -> Array:
-    """``embed.attend(query)`` — the tied output layer ``q Eᵀ`` (J&M (9.16); Press & Wolf
-    2017) — computed on ``query`` flattened to ``[N, D]`` for the same reason as above."""
+    """``embed.attend(query)``, the tied output layer ``q Eᵀ`` (J&M (9.16); Press & Wolf 2017),
+    computed on ``query`` flattened to ``[N, D]`` (see the module docstring)."""
     lead = query.shape[:-1]
     out = embed.attend(query.reshape(-1, query.shape[-1]))
     return out.reshape(*lead, out.shape[-1])  # not -1: an empty batch has 0 elements

@@ -5,36 +5,26 @@ r"""Embedding lookup ``x_n = E[i_n]`` with a backward pass chosen for the accele
     \frac{\partial L}{\partial E} = \sum_n \mathbf{1}_{i_n} g_n^\top = \mathrm{onehot}(i)^\top G,
     \qquad g_n = \frac{\partial L}{\partial x_n}
 
-(J&M (9.6): ``e_t = E x_t`` with ``x_t`` one-hot — a row of the table in our ``[V, D]``
-layout; MEDL (7.28) for learned positions.) The forward pass is a gather. Its gradient
-is a sum into the rows of ``E``:
-autodiff writes it as a scatter-add of the ``N = B·T`` rows of ``G`` into ``V`` rows.
-On a GPU that scatter runs as atomic adds, and with a small vocabulary every row of
-``E`` receives hundreds of them (char_lm's ``--preset gpu``: 16,384 rows added into 65,
-~250 per row), which collide (in bf16 the kernel's time even varied with the values:
-the step drifted from 16 to 23 ms over a run). Measured on one H200
-(``benchmarks/HISTORY.md``, "The user path on one GPU"), that one kernel took 16 ms of a
-24 ms training step. The same sum as a matrix product,
-``onehot(i)ᵀ G`` (``[V, N] @ [N, D]``, accumulated in float32), costs ``2·N·V·D`` FLOPs —
-0.8 GFLOP there, microseconds — and is deterministic.
+(J&M (9.6): ``e_t = E x_t`` with one-hot ``x_t``, a row of our ``[V, D]`` table; MEDL (7.28) for
+learned positions.) The forward pass is a gather. Autodiff's gradient is a scatter-add of the
+``N = B·T`` rows of ``G`` into ``V`` rows: on a GPU, atomic adds that collide when ``V`` is small
+(slow; in bf16 value-dependent). The matrix product ``onehot(i)ᵀ G`` (``[V, N] @ [N, D]``, float32
+accumulation, ``2·N·V·D`` FLOPs) is fast and deterministic.
 
-:func:`embedding_lookup` picks the backward pass (:data:`BACKWARDS`):
+:func:`embedding_lookup` picks the backward pass (:data:`BACKWARDS`; all give the same values and
+gradients up to float summation order):
 
 * ``"autodiff"`` — ``jnp.take`` differentiated by JAX (a scatter-add in the table's dtype);
 * ``"one_hot"`` — the matrix product above;
 * ``"scatter"`` — a scatter-add accumulated in float32 (native float atomics on GPUs);
-* ``"auto"`` (default) — ``"autodiff"`` on CPU (a scatter is cheap there; the program is
-  unchanged), ``"one_hot"`` elsewhere when ``V ≤ ONE_HOT_MAX_ROWS``, else ``"scatter"``
-  (GPT-2's 50,304 rows: few conflicts, and a one-hot product would cost ~10% of the step).
+* ``"auto"`` (default) — ``"autodiff"`` on CPU (a scatter is cheap there), ``"one_hot"`` elsewhere
+  when ``V ≤ ONE_HOT_MAX_ROWS``, else ``"scatter"`` (e.g. GPT-2's 50,304 rows: few conflicts, and a
+  one-hot product would be costly).
 
-All four give the same values and gradients (up to float summation order;
-``tests/nn/test_embedding.py`` checks them against a numpy reference).
-
-Invalid ids (the traced-value policy of :mod:`seqjax._traced_checks`): an id outside
-``[0, V)`` — negative ones included, which do not wrap around as in Python indexing —
-reads a row of NaN (the gather's fill mode, no extra pass) and receives no gradient; the
-same condition is recorded as a checkify check, an error under ``seqjax.checked``. Outside
-``jit`` the models refuse such ids at their door with a ``ValueError``.
+Invalid ids (the traced-value policy of :mod:`seqjax._traced_checks`): an id outside ``[0, V)``,
+negative ones included (no Python-style wrap-around), reads a row of NaN (the gather's fill mode, no
+extra pass) and receives no gradient; the condition is also recorded as a checkify check, an error
+under ``seqjax.checked``. Outside ``jit`` the models refuse such ids with a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -52,14 +42,13 @@ Array = jax.Array
 __all__ = ["BACKWARDS", "ONE_HOT_MAX_ROWS", "Embed", "embedding_lookup", "resolve_backward"]
 
 BACKWARDS = ("auto", "autodiff", "one_hot", "scatter")
-# Tables of at most this many rows take the one-hot product on accelerators: at N = 16k rows
-# of G and D = 768 it is 2·N·V·D ≈ 50 GFLOP, well under a millisecond on a current GPU/TPU.
+# Tables of at most this many rows take the one-hot product (2·N·V·D FLOPs) on accelerators.
 ONE_HOT_MAX_ROWS = 2048
 
 
 def resolve_backward(backward: str, num_rows: int, platform: str | None = None) -> str:
-    """The backward pass ``"auto"`` means for a table of ``num_rows`` on ``platform``
-    (default: JAX's default backend)."""
+    """The backward pass ``backward`` means for a table of ``num_rows`` on ``platform`` (default:
+    JAX's default backend); a name not in :data:`BACKWARDS` is a ``ValueError``."""
     if backward not in BACKWARDS:
         raise ValueError(f"`backward` must be one of {BACKWARDS}; got {backward!r}.")
     if backward != "auto":
@@ -80,12 +69,11 @@ def embedding_lookup(
 ) -> Array:
     """``table[ids]`` (shape ``ids.shape + (D,)``) with the backward pass ``backward``.
 
-    Ids outside ``[0, V)`` (negative ones included) read a row of NaN and contribute no
-    gradient; under ``jit`` the condition is also recorded as a checkify check naming
-    ``name`` (an error under ``seqjax.checked``; see :mod:`seqjax._traced_checks`).
+    An id outside ``[0, V)`` reads a row of NaN and gets no gradient (module docstring; its checkify
+    check names ``name``). A table not ``[V, D]`` is a ``ValueError``, non-integer ``ids`` a
+    ``TypeError``.
 
     Example:
-        >>> import jax.numpy as jnp
         >>> E = jnp.arange(6.0).reshape(3, 2)
         >>> embedding_lookup(E, jnp.array([[2, 0]]), backward="one_hot").tolist()
         [[[4.0, 5.0], [0.0, 1.0]]]
@@ -132,19 +120,13 @@ _lookup.defvjp(_lookup_fwd, _lookup_bwd)
 
 
 class Embed(nn.Embed):
-    """``flax.linen.Embed`` (same parameter ``embedding [V, D]``, same ``attend``) whose
-    lookup runs through :func:`embedding_lookup` (see the module docstring).
-
-    Attributes: those of ``flax.linen.Embed`` (``num_embeddings``, ``features``,
-    ``dtype``, ``param_dtype``, ``embedding_init``), and ``backward`` (one of
-    :data:`BACKWARDS`). An id outside ``[0, num_embeddings)`` reads a row of NaN (see the
-    module docstring).
+    """``flax.linen.Embed`` (same attributes, parameter ``embedding [V, D]`` and ``attend``) whose
+    lookup runs through :func:`embedding_lookup`, plus ``backward`` (one of :data:`BACKWARDS`). An
+    id outside ``[0, num_embeddings)`` reads a row of NaN.
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> emb = Embed(10, 4)
-        >>> params = emb.init(jax.random.PRNGKey(0), jnp.zeros((2, 3), jnp.int32))
-        >>> emb.apply(params, jnp.ones((2, 3), jnp.int32)).shape
+        >>> emb, ids = Embed(10, 4), jnp.ones((2, 3), jnp.int32)
+        >>> emb.apply(emb.init(jax.random.PRNGKey(0), ids), ids).shape
         (2, 3, 4)
     """
 

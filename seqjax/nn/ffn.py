@@ -1,16 +1,8 @@
 """Position-wise feed-forward sublayers: ``MLP`` (ReLU/GELU) and gated ``GLU`` (SwiGLU, GeGLU).
 
-Both act on each position independently (``[..., D] -> [..., D']``): the same
-weights for every token (MEDL §7.5 step 3; Bishop §12.1.7; the slides' "per-token
-operation"). Row-vector convention: kernels are ``[in, out]``, so ``x @ kernel``
-here is ``W x`` in the textbooks.
-
-Parameter names (stable, documented):
-
-* ``MLP``: ``up`` = ``W^{[1]}, b^{[1]}`` (``[D, F]``), ``down`` = ``W^{[2]}, b^{[2]}``
-  (``[F, D']``);
-* ``GLU``: ``gate`` = ``W`` (activated branch), ``up`` = ``V`` (linear branch), ``down`` = ``W_2``
-  (Shazeer 2020's letters; Llama's ``gate_proj / up_proj / down_proj``).
+Both apply the same weights to each position independently, ``[..., D] -> [..., D']`` (MEDL §7.5
+step 3; Bishop §12.1.7; the slides' "per-token operation"). Kernels are ``[in, out]`` (row vectors),
+so ``x @ kernel`` is the textbooks' ``W x``. Parameter names are stable.
 """
 
 from __future__ import annotations
@@ -41,10 +33,9 @@ def _relu_squared(x: Array) -> Array:
     return jnp.square(jax.nn.relu(x))
 
 
-#: Activations by name. ``"gelu"`` is the exact ``x Φ(x)`` (PyTorch's default);
-#: ``"gelu_tanh"`` is the tanh approximation (Hendrycks & Gimpel 2016; Flax's default
-#: ``nn.gelu``, GPT-2). ``"silu"`` = ``"swish"`` = ``x σ(x)`` (Swish with β = 1).
-#: ``"relu_squared"`` is ``max(x, 0)²`` (Primer's squared ReLU; modded-nanogpt's MLP).
+#: Activations by name. ``"gelu"`` is the exact ``x Φ(x)`` (PyTorch's default), ``"gelu_tanh"``
+#: its tanh approximation (Hendrycks & Gimpel 2016; Flax's ``nn.gelu``, GPT-2); ``"silu"`` =
+#: ``"swish"`` = ``x σ(x)``; ``"relu_squared"`` = ``max(x, 0)²`` (Primer; modded-nanogpt's MLP).
 ACTIVATIONS: dict[str, Activation] = {
     "relu": jax.nn.relu,
     "relu_squared": _relu_squared,
@@ -57,8 +48,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "identity": lambda x: x,
 }
 
-#: Gated-unit variants of Shazeer (2020), "GLU Variants Improve Transformer": the
-#: activation applied to the gate branch ``x W``.
+#: Gated-unit variants of Shazeer (2020): the activation applied to the gate branch ``x W``.
 GLU_VARIANTS: dict[str, str] = {
     "swiglu": "silu",
     "geglu": "gelu",
@@ -69,7 +59,7 @@ GLU_VARIANTS: dict[str, str] = {
 
 
 def get_activation(activation: str | Activation) -> Activation:
-    """Look up an activation by name in :data:`ACTIVATIONS`, or pass a callable through."""
+    """The activation named in :data:`ACTIVATIONS` (else ``ValueError``), or a callable as is."""
     if callable(activation):
         return activation
     if activation not in ACTIVATIONS:
@@ -80,18 +70,15 @@ def get_activation(activation: str | Activation) -> Activation:
 
 
 def glu_hidden_dim(features: int, multiple_of: int = 256) -> int:
-    r"""Default gated-unit hidden size: ``⌈(8/3)·D / multiple_of⌉ · multiple_of``.
+    r"""Default gated-unit hidden size: ``⌈int((8/3)·D) / multiple_of⌉ · multiple_of`` (as Llama).
 
-    A GLU has three ``D×F`` matrices where an MLP has two, so ``F = (2/3)·4D = (8/3)·D``
-    keeps the parameter count (and FLOPs) of the ``4D`` MLP (Shazeer 2020, §2);
-    rounding up to a multiple of ``multiple_of`` (256 in Llama) keeps matmuls
-    hardware friendly. ``int((8/3)·D)`` is taken first, as Llama does.
+    A GLU has three ``D×F`` matrices to an MLP's two, so ``F = (2/3)·4D`` keeps the parameters (and
+    FLOPs) of the ``4D`` MLP (Shazeer 2020, §2); rounding up to a multiple of ``multiple_of`` (256
+    in Llama) keeps matmuls hardware friendly. A non-positive argument is a ``ValueError``.
 
     Example:
         >>> glu_hidden_dim(4096)  # Llama-7B
         11008
-        >>> glu_hidden_dim(512, multiple_of=1)
-        1365
     """
     if features <= 0:
         raise ValueError(f"`features` must be a positive int; got {features}.")
@@ -118,37 +105,28 @@ class MLP(NamedFields, nn.Module):
         \mathrm{FFN}(x) = W^{[2]}\,S(W^{[1]}x + b^{[1]}) + b^{[2]}
 
     MEDL §7.5 step 3 (``S`` = ReLU, ``W^{[1]} ∈ ℝ^{N_1×p}``); J&M (9.41)'s FFNN;
-    Bishop (12.22)–(12.23)'s MLP; the slides' ``W_2 ReLU(W_1 x_i + b_1) + b_2``.
-    ``S`` is ReLU, squared ReLU ``max(x, 0)²`` (So et al. 2021) or GELU (exact ``x Φ(x)``
-    or its tanh approximation).
-    Dropout (``dropout_rate``) acts on the hidden activations ``S(·)``, as in
-    ``torch.nn.TransformerEncoderLayer``; the residual dropout belongs to the block.
+    Bishop (12.22)–(12.23)'s MLP; the slides' ``W_2 ReLU(W_1 x_i + b_1) + b_2``. Dropout acts on the
+    hidden ``S(·)``, as in ``torch.nn.TransformerEncoderLayer``; the residual dropout belongs to the
+    block.
 
-    Parameters: ``up/kernel [D, F]``, ``up/bias [F]``, ``down/kernel [F, D']``,
-    ``down/bias [D']`` — ``2DF + F + D`` for ``D' = D`` (MEDL (7.32)'s
-    ``2N_1p + N_1 + p``).
-
-    Shapes: ``x: [..., D] -> [..., D']`` (``D' = out_features or D``).
+    Parameters: ``up/kernel [D, F]``, ``up/bias [F]``, ``down/kernel [F, D']``, ``down/bias [D']``
+    (``W^{[1]}, b^{[1]}, W^{[2]}, b^{[2]}``): ``2DF + F + D`` for ``D' = D`` (MEDL (7.32)'s
+    ``2N_1p + N_1 + p``). Shapes: ``x: [..., D] -> [..., D']``.
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> mlp = MLP(mlp_dim=32, activation="relu")
-        >>> x = jnp.ones((2, 5, 8))
-        >>> params = mlp.init(jax.random.PRNGKey(0), x)
-        >>> mlp.apply(params, x).shape
+        >>> mlp, x = MLP(mlp_dim=32, activation="relu"), jnp.ones((2, 5, 8))
+        >>> mlp.apply(mlp.init(jax.random.PRNGKey(0), x), x).shape
         (2, 5, 8)
 
     Attributes:
         mlp_dim: ``F`` (MEDL's ``N_1``); default ``4·D`` (Vaswani et al.; the slides).
         out_features: ``D'``; default ``D``.
-        activation: name in :data:`ACTIVATIONS` (``"relu"``, ``"gelu"``,
-            ``"gelu_tanh"``, …) or a callable. Default ``"gelu"`` (exact).
+        activation: name in :data:`ACTIVATIONS` or a callable; default ``"gelu"`` (exact).
         use_bias: biases ``b^{[1]}, b^{[2]}`` (MEDL counts them).
         dropout_rate: dropout on the hidden activations when ``deterministic=False``.
-        dtype, param_dtype: compute and storage dtypes.
-        kernel_init, bias_init: initialisers of the kernels and biases.
-        out_kernel_init: initialiser of ``down/kernel`` (``W^{[2]}``; default
-            ``kernel_init``): GPT-2's ``N(0, (0.02/√(2L))²)`` for a residual branch.
+        dtype, param_dtype, kernel_init, bias_init: compute and storage dtypes; initialisers.
+        out_kernel_init: initialiser of ``down/kernel`` (default ``kernel_init``), e.g. GPT-2's
+            ``N(0, (0.02/√(2L))²)`` for a residual branch.
     """
 
     mlp_dim: int | None = None
@@ -192,44 +170,31 @@ class GLU(NamedFields, nn.Module):
     .. math::
         \mathrm{FFN}_{\mathrm{GLU}}(x) = W_2\big(S(W x + b)\odot(V x + c)\big) + b_2
 
-    with ``S`` = Swish/SiLU ``x σ(x)`` (SwiGLU), GELU (GeGLU), ReLU (ReGLU),
-    sigmoid (the original GLU of Dauphin et al. 2017) or the identity (bilinear).
-    Shazeer's layers have no biases (``use_bias=False``, the default, as in
-    Llama). The slides' ``Swish(Wx_i + b) ⊙ Vx_i + c`` adds ``c`` after the
-    product; Shazeer (2020) writes ``(Vx + c)``, and with ``use_bias=True`` this
-    layer adds ``c`` inside the product, as he does.
+    with ``S`` = SiLU ``x σ(x)`` (SwiGLU), GELU (GeGLU), ReLU (ReGLU), sigmoid (the original GLU of
+    Dauphin et al. 2017) or the identity (bilinear). No biases by default (Shazeer; Llama); with
+    ``use_bias=True`` ``c`` is added inside the product as in Shazeer (2020), not after it as on the
+    slides (``Swish(Wx_i + b) ⊙ Vx_i + c``).
 
-    Hidden size ``F`` defaults to :func:`glu_hidden_dim`: ``(8/3)·D`` rounded
-    up to a multiple of ``multiple_of`` (256), which matches a ``4D`` MLP's
-    parameter count; pass ``multiple_of=1`` for tiny models or set ``mlp_dim``.
-
-    Parameters: ``gate/kernel [D, F]`` (``W``), ``up/kernel [D, F]`` (``V``),
-    ``down/kernel [F, D']`` (``W_2``), plus biases with ``use_bias``.
-
-    Shapes: ``x: [..., D] -> [..., D']``.
+    Parameters: ``gate/kernel [D, F]`` (``W``, the activated branch), ``up/kernel [D, F]`` (``V``),
+    ``down/kernel [F, D']`` (``W_2``), plus biases with ``use_bias`` (Llama's
+    ``gate_proj / up_proj / down_proj``). Shapes: ``x: [..., D] -> [..., D']``.
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> ffn = GLU(variant="swiglu", multiple_of=8)
-        >>> x = jnp.ones((2, 5, 12))
-        >>> params = ffn.init(jax.random.PRNGKey(0), x)
-        >>> params["params"]["gate"]["kernel"].shape  # 8/3 * 12 = 32
+        >>> ffn, x = GLU(variant="swiglu", multiple_of=8), jnp.ones((2, 5, 12))
+        >>> ffn.init(jax.random.PRNGKey(0), x)["params"]["gate"]["kernel"].shape  # 8/3 * 12 = 32
         (12, 32)
-        >>> ffn.apply(params, x).shape
-        (2, 5, 12)
 
     Attributes:
-        variant: one of :data:`GLU_VARIANTS` (``"swiglu"``, ``"geglu"``, ``"reglu"``,
-            ``"glu"``, ``"bilinear"``).
-        mlp_dim: ``F``; default :func:`glu_hidden_dim` ``(D, multiple_of)``.
-        multiple_of: rounding of the default hidden size.
+        variant: a name in :data:`GLU_VARIANTS` (default ``"swiglu"``).
+        mlp_dim: ``F``; default :func:`glu_hidden_dim` ``(D, multiple_of)``, a ``4D`` MLP's
+            parameter count (``multiple_of=1`` for tiny models).
+        multiple_of: rounding of the default hidden size (256).
         out_features: ``D'``; default ``D``.
-        activation: overrides the variant's gate activation (e.g. ``"gelu_tanh"``
-            for GeGLU with the tanh GELU, as in T5 v1.1).
+        activation: overrides the variant's gate activation (e.g. ``"gelu_tanh"`` for T5 v1.1's
+            GeGLU).
         use_bias: biases ``b, c, b_2``.
         dropout_rate: dropout on the gated hidden ``S(xW) ⊙ xV``.
-        dtype, param_dtype: compute and storage dtypes.
-        kernel_init, bias_init: initialisers of the kernels and biases.
+        dtype, param_dtype, kernel_init, bias_init: as in :class:`MLP`.
         out_kernel_init: initialiser of ``down/kernel`` (``W_2``; default ``kernel_init``).
     """
 

@@ -1,37 +1,28 @@
 r"""Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs").
 
-Softmax attention weighs value ``v_j`` by ``exp(q_iᵀk_j/√d)``; linear attention
-replaces the exponential kernel by a dot product of feature maps,
-``sim(q, k) = φ(q)ᵀφ(k)`` with ``φ(x) = elu(x) + 1 > 0``, so that the sum over
-keys factorises (associativity of the matrix product):
+Softmax attention weighs ``v_j`` by ``exp(q_iᵀk_j/√d)``; linear attention uses
+``sim(q, k) = φ(q)ᵀφ(k)``, ``φ(x) = elu(x) + 1 > 0``, so the sum over keys factorises:
 
 .. math::
     y_i = \frac{\sum_j φ(q_i)ᵀφ(k_j)\, v_jᵀ}{\sum_j φ(q_i)ᵀφ(k_j)}
         = \frac{φ(q_i)ᵀ \big(\sum_j φ(k_j) v_jᵀ\big)}{φ(q_i)ᵀ \sum_j φ(k_j)}
 
-The bracket is a ``F×D_v`` matrix computed once, so the cost drops from the
-``O(N²d)`` of softmax attention (Bishop §12.1.8; the slides' complexity table) to
-``O(N d²)``. With a causal mask the sums run over ``j ≤ i`` and become prefix
-sums, which is an RNN with a matrix-valued state (Katharopoulos et al. eqs. 16–20):
+The ``F×D_v`` bracket is computed once: ``O(N d²)`` instead of softmax's ``O(N²d)`` (Bishop
+§12.1.8; the slides' complexity table). Causal, the sums run over ``j ≤ i``: an RNN with a
+matrix-valued state (Katharopoulos et al. eqs. 16–20):
 
 .. math::
     S_t = S_{t-1} + φ(k_t) v_tᵀ,\qquad z_t = z_{t-1} + φ(k_t),\qquad
     y_t = \frac{φ(q_t)ᵀ S_t}{φ(q_t)ᵀ z_t + ε}
 
-Three equal ways to compute the causal form are provided (``implementation``):
+Three equal causal forms (``implementation``): ``"parallel"``, ``cumsum`` of ``φ(k_t) v_tᵀ``
+(``O(T·F·D_v)`` memory); ``"chunked"`` (training default), masked ``φ(Q)φ(K)ᵀ`` inside chunks
+of ``C`` steps and the prefix state carried across (Katharopoulos et al. §3.3; Yang et al.
+2023's "chunkwise parallel"; ``O(T·C + (T/C)·F·D_v)``); ``"recurrent"``, the RNN in
+``lax.scan`` (:func:`linear_attention_step`: one token).
 
-* ``"parallel"``: prefix sums (``cumsum``) of the outer products ``φ(k_t) v_tᵀ``,
-  never forming the masked ``QKᵀ``; ``O(T·F·D_v)`` memory;
-* ``"chunked"`` (training default): split time into chunks of ``C`` steps; inside a
-  chunk use the masked ``φ(Q)φ(K)ᵀ`` (``C×C``), across chunks carry the prefix state
-  (Katharopoulos et al. §3.3; the "chunkwise parallel" form of Yang et al. 2023);
-  ``O(T·C + (T/C)·F·D_v)`` memory;
-* ``"recurrent"``: the RNN above with ``lax.scan`` (and :func:`linear_attention_step`
-  for one generated token at a time).
-
-Shapes: queries ``[B, Q, H, D]``, keys ``[B, K, H, D]``, values ``[B, K, H, D_v]``;
-the state is ``S: [B, H, F, D_v]``, ``z: [B, H, F]`` (``F`` = feature dimension of
-``φ``, ``= D`` for ``elu+1``). All sums run in float32 whatever the compute dtype.
+Shapes: q ``[B, Q, H, D]``, k ``[B, K, H, D]``, v ``[B, K, H, D_v]``; state ``S: [B, H, F,
+D_v]``, ``z: [B, H, F]`` (``F``: ``φ``'s width, ``D`` for ``elu+1``). All sums in float32.
 """
 
 from __future__ import annotations
@@ -223,26 +214,23 @@ def linear_attention(
 ) -> Array:
     r"""Linear attention of already projected, per-head queries, keys and values.
 
-    Non-causal: ``y_i = φ(q_i)ᵀ(S₀ + Σ_j φ(k_j)v_jᵀ) / (φ(q_i)ᵀ(z₀ + Σ_j φ(k_j)) + ε)``;
-    causal (``Q == K``): the same sums restricted to ``j ≤ i`` (the module docstring's
-    recurrence). ``(S₀, z₀)`` is ``initial_state`` (zeros by default): the summary of
-    keys seen before this call, which is how a decoding cache continues a sequence.
+    ``y_i = φ(q_i)ᵀ(S₀ + Σ_j φ(k_j)v_jᵀ) / (φ(q_i)ᵀ(z₀ + Σ_j φ(k_j)) + ε)``, over ``j ≤ i`` when
+    causal; ``(S₀, z₀)`` (``initial_state``, zeros by default) summarises the keys before this
+    call, which is how a decoding cache continues a sequence.
 
     Args:
-        q_BxQxHxD, k_BxKxHxD, v_BxKxHxE: per-head queries, keys and values.
-        key_mask: optional ``bool[B, K]``, True = attend; masked keys add nothing to
-            ``S`` or ``z``. A query that sees no key gets ``y = 0`` (numerator 0, ``ε``).
-        is_causal: prefix sums instead of full sums (needs ``Q == K``).
+        key_mask: optional ``bool[B, K]``, True = attend; masked keys add nothing to ``S``,
+            ``z``. A query that sees no key gets ``y = 0`` (numerator 0, ``ε``).
+        is_causal: sums over ``j ≤ i`` (needs ``Q == K``, else ValueError).
         feature_map: ``"elu+1"`` (default), ``"relu"`` or a callable ``[..., D] -> [..., F]``.
         eps: ``ε`` in the denominator.
-        implementation: ``"parallel"`` | ``"chunked"`` | ``"recurrent"`` for the causal
-            form (``"auto"`` = ``"chunked"``); ignored when not causal.
-        chunk_size: ``C`` for ``"chunked"``.
+        implementation: causal form, ``"parallel"``, ``"chunked"`` or ``"recurrent"``
+            (``"auto"`` = ``"chunked"``); ignored when not causal.
+        chunk_size: ``C`` for ``"chunked"`` (positive).
         initial_state: optional ``(S₀: f32[B, H, F, E], z₀: f32[B, H, F])``.
 
     Returns:
-        ``y: [B, Q, H, E]`` in ``v``'s dtype; :func:`linear_attention_with_state` also
-        returns the final state ``(S, z)``.
+        ``y: [B, Q, H, E]`` in ``v``'s dtype (:func:`linear_attention_with_state` adds ``(S, z)``).
 
     Example:
         >>> import jax.numpy as jnp
@@ -270,16 +258,14 @@ def linear_attention_with_state(
     chunk_size: int = 64,
     initial_state: State | None = None,
 ) -> tuple[Array, State]:
-    r""":func:`linear_attention` and its final state: ``(y, (S, z))``.
+    r""":func:`linear_attention` (same arguments) and its final state ``(S, z)``.
 
-    The same arguments and computation. ``S = S₀ + Σ_j φ(k_j)v_jᵀ`` and
-    ``z = z₀ + Σ_j φ(k_j)`` sum over every (unmasked) key, so ``(S, z)`` passed back as
-    ``initial_state`` continues the sequence: a chunk at a time, or
-    :func:`linear_attention_step` a token at a time.
+    ``S = S₀ + Σ_j φ(k_j)v_jᵀ``, ``z = z₀ + Σ_j φ(k_j)`` over every unmasked key, so ``(S, z)``
+    passed back as ``initial_state`` continues the sequence (by chunks, or
+    :func:`linear_attention_step` by tokens).
 
     Returns:
-        ``(y, (S, z))``: ``y: [B, Q, H, E]`` in ``v``'s dtype (:func:`linear_attention`'s
-        output), ``S: f32[B, H, F, E]``, ``z: f32[B, H, F]``.
+        ``(y, (S: f32[B, H, F, E], z: f32[B, H, F]))``, ``y`` as :func:`linear_attention`'s.
 
     Example:
         >>> import jax.numpy as jnp
@@ -290,8 +276,6 @@ def linear_attention_with_state(
         >>> bool(jnp.allclose(jnp.concatenate([y, y2], 1),
         ...                   linear_attention(q, k, v, is_causal=True)))
         True
-        >>> state[0].shape, state[1].shape
-        ((1, 2, 4, 4), (1, 2, 4))
     """
     _check_qkv(q_BxQxHxD, k_BxKxHxD, v_BxKxHxE)
     if implementation not in IMPLEMENTATIONS:
@@ -353,9 +337,8 @@ def linear_attention_step(
 ) -> tuple[State, Array]:
     r"""One recurrent step: ``S ← S + φ(k)vᵀ``, ``z ← z + φ(k)``, ``y = φ(q)ᵀS / (φ(q)ᵀz + ε)``.
 
-    Katharopoulos et al. (2020) eqs. 18–20. ``state = (S: f32[B, H, F, E], z: f32[B, H, F])``;
-    ``valid: bool[B]`` (optional) leaves the state of rows where it is False unchanged.
-    Returns ``(new_state, y: [B, H, E])``.
+    Katharopoulos et al. (2020) eqs. 18–20; ``state = (S: f32[B, H, F, E], z: f32[B, H, F])``.
+    Rows where the optional ``valid: bool[B]`` is False keep their state. Returns ``(state, y)``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -417,8 +400,6 @@ class LinearAttentionCache:
     * ``s_BxHxFxE``: ``S = Σ_{j<t} φ(k_j) v_jᵀ`` (float32);
     * ``z_BxHxF``: ``z = Σ_{j<t} φ(k_j)`` (float32);
     * ``lengths_B``: int32, tokens already folded into the state per row.
-
-    Unlike a KV cache its size does not grow with the sequence.
     """
 
     s_BxHxFxE: Array
@@ -458,14 +439,9 @@ def _and(a: Array | None, b: Array | None) -> Array | None:
 
 
 def _key_valid_from_mask(mask: Array, batch: int, qlen: int, klen: int) -> tuple[Array, Array]:
-    """Reduce an attention mask to (key_valid_BxK, query_has_key_BxQ).
-
-    Rank 2 is ``bool[B, K]``. Rank 4 is ``bool[B|1, H|1, Q|1, K]`` (MultiHeadAttention's
-    broadcastable layout): a key is valid when some query may attend to it, a query is
-    kept when it may attend to some key. This is exact for padding masks and their
-    combination with a causal mask; any other pattern (windows, segments) cannot be
-    expressed by linear attention's factorised sums.
-    """
+    """``(key_valid_BxK, query_has_key_BxQ)`` of a ``bool[B, K]`` or ``bool[B|1, H|1, Q|1, K]``
+    mask: a key is valid when some query may attend to it, a query kept when it may attend to
+    some key (exact for padding and causal+padding masks; other patterns are not expressible)."""
     check_bool(mask, "mask")
     if mask.ndim == 2:
         if tuple(mask.shape) != (batch, klen):
@@ -493,47 +469,38 @@ class LinearAttention(nn.Module):
             \frac{φ(q_i)ᵀ\sum_j φ(k_j) v_jᵀ}{φ(q_i)ᵀ\sum_j φ(k_j) + ε}\Big]
 
     (Katharopoulos et al. 2020, eqs. 4–6, with the heads and projections of Bishop
-    (12.15)–(12.19): the ``softmax(Q_h K_hᵀ/√D)`` of (12.15) is replaced by the factorised
-    kernel). The sums run over all keys, or over ``j ≤ i`` with ``is_causal=True``; see
-    :func:`linear_attention` for the three causal forms.
+    (12.15)–(12.19), the factorised kernel replacing (12.15)'s ``softmax(Q_h K_hᵀ/√D)``). Sums
+    over all keys, or ``j ≤ i`` with ``is_causal=True`` (causal forms: :func:`linear_attention`).
 
-    Call (MultiHeadAttention's signature):
-    ``attn(inputs_q_BxQxD, inputs_kv_BxKxD=None, *, mask=None, bias=None, is_causal=False,
-    positions=None, kv_positions=None, lengths=None, kv_lengths=None,
-    deterministic=True) -> out [B, Q, D']``
+    Call, MultiHeadAttention's signature: ``attn(inputs_q_BxQxD, inputs_kv_BxKxD=None, *,
+    mask=None, bias=None, is_causal=False, positions=None, kv_positions=None, lengths=None,
+    kv_lengths=None, deterministic=True) -> out [B, Q, D']``; ``inputs_kv=None``: self-attention.
 
-    * ``inputs_kv=None``: self-attention.
-    * ``mask``: ``bool[B, K]`` key padding, or a broadcastable ``bool[B, H, Q, K]`` which is
-      reduced to key padding (exact for padding and causal+padding masks; linear attention
-      cannot express other patterns, so request causality with ``is_causal``). Queries that
-      see no key get zero heads (the output is the ``out`` bias, as MultiHeadAttention).
-    * ``lengths``: ``int[B]`` real tokens in ``inputs_q`` (right padding): in self-attention
-      the padded keys are masked; padded query rows output exact zeros; in :meth:`decode`
-      each row's state advances by its own length. ``kv_lengths``: cross-attention key padding.
-    * ``bias``: not expressible (no score matrix); must be None.
-    * ``positions``, ``kv_positions``: accepted for signature compatibility; there is no
-      positional term.
+    * ``mask``: ``bool[B, K]`` key padding, or broadcastable ``bool[B, H, Q, K]`` reduced to key
+      padding (exact for padding and causal+padding masks; other patterns are not expressible,
+      so ask for causality with ``is_causal``). Queries that see no key get zero heads (output:
+      the ``out`` bias, as MultiHeadAttention).
+    * ``lengths``: ``int[B]`` real tokens of ``inputs_q`` (right padding): padded keys masked in
+      self-attention, padded query rows output exact zeros, and in :meth:`decode` each row's
+      state advances by its own length. ``kv_lengths``: cross-attention key padding.
+    * ``bias`` must be None (no score matrix); ``positions``, ``kv_positions`` are ignored.
 
-    :meth:`with_weights` (the same arguments) -> ``(out, weights f32[B, H, Q, K])``: the
-    implicit weights (:func:`linear_attention_weights`), as
-    :meth:`MultiHeadAttention.with_weights <seqjax.nn.attention.MultiHeadAttention.with_weights>`.
-    :meth:`decode` ``(inputs_q, cache, *, mask=None, bias=None, positions=None,
-    lengths=None) -> (out, new_cache)``, MultiHeadAttention's method, so a
-    :class:`~seqjax.nn.TransformerBlock` decodes with either: ``cache`` is a
-    :class:`LinearAttentionCache` from :meth:`init_cache`, the ``Q`` new tokens are folded
-    into its state causally; one token uses the recurrent step, more use
-    ``implementation``.
+    :meth:`with_weights` (same arguments) -> ``(out, weights f32[B, H, Q, K])``, the implicit
+    weights (:func:`linear_attention_weights`). :meth:`decode` ``(inputs_q, cache, *, mask=None,
+    bias=None, positions=None, lengths=None) -> (out, new_cache)``, MultiHeadAttention's method
+    (so a :class:`~seqjax.nn.TransformerBlock` decodes with either), folds the ``Q`` new tokens
+    causally into the :class:`LinearAttentionCache` from :meth:`init_cache` (one token: the
+    recurrent step; more: ``implementation``).
 
-    Parameters (names as MultiHeadAttention): ``query``, ``key``, ``value`` with
-    ``kernel: [D, H, Dh]``, ``bias: [H, Dh]``; ``out`` with ``kernel: [H, Dh, D']``,
-    ``bias: [D']``. Count: ``3(D·H·Dh + H·Dh) + H·Dh·D' + D'`` with biases,
-    ``3·D·H·Dh + H·Dh·D'`` without (``4D²`` when ``H·Dh = D' = D``, as softmax MHA).
+    Parameters (MultiHeadAttention's names): ``query``, ``key``, ``value`` with ``kernel: [D, H,
+    Dh]``, ``bias: [H, Dh]``; ``out`` with ``kernel: [H, Dh, D']``, ``bias: [D']``:
+    ``3(D·H·Dh + H·Dh) + H·Dh·D' + D'`` (no biases: ``3·D·H·Dh + H·Dh·D'``; ``4D²`` when ``H·Dh =
+    D' = D``, as softmax MHA).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> attn = LinearAttention(num_heads=2)
-        >>> x = jnp.ones((1, 6, 8))
-        >>> params = attn.init(jax.random.PRNGKey(0), x)
+        >>> x = jnp.ones((1, 6, 8)); params = attn.init(jax.random.PRNGKey(0), x)
         >>> y = attn.apply(params, x, is_causal=True)
         >>> cache = attn.apply(params, 1, 6, method="init_cache")
         >>> y1, cache = attn.apply(params, x[:, :1], cache, method="decode")
@@ -541,17 +508,15 @@ class LinearAttention(nn.Module):
         (True, (1, 6, 8))
 
     Attributes:
-        num_heads: ``H``.
-        head_dim: ``Dh``; default ``D // H``.
+        num_heads, head_dim: ``H``; ``Dh`` (default ``D // H``).
         out_features: ``D'``; default the query width ``D``.
         use_bias: biases on the four projections.
         feature_map: ``"elu+1"``, ``"relu"`` or a callable ``[..., Dh] -> [..., F]``.
-        eps: ``ε`` of the normaliser.
-        implementation: causal form, ``"auto"`` (= ``"chunked"``), ``"parallel"``,
-            ``"chunked"`` or ``"recurrent"``.
-        chunk_size: ``C`` of the chunked form.
-        dropout_rate: dropout on the per-head outputs before ``out`` (there is no weight
-            matrix to drop out from); only when ``deterministic=False``.
+        eps, chunk_size: ``ε`` of the normaliser; ``C`` of the chunked form.
+        implementation: causal form, ``"auto"`` (= ``"chunked"``), ``"parallel"``, ``"chunked"``
+            or ``"recurrent"``.
+        dropout_rate: dropout on the per-head outputs before ``out`` (no weight matrix to drop
+            out from); only when ``deterministic=False``.
     """
 
     num_heads: int
@@ -655,9 +620,8 @@ class LinearAttention(nn.Module):
         kv_lengths: Array | None = None,
         deterministic: bool = True,
     ) -> tuple[Array, Array]:
-        """As :meth:`__call__` (without a cache), and the implicit attention weights:
-        ``(out [B, Q, D'], weights f32[B, H, Q, K])`` (:func:`linear_attention_weights`;
-        zero rows for queries that see no key and for padded queries)."""
+        """``(out [B, Q, D'], weights f32[B, H, Q, K])`` (:func:`linear_attention_weights`; zero
+        rows for queries that see no key and for padded queries)."""
         del positions, kv_positions
         out, _, weights = self._attend(
             inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal, lengths=lengths,
@@ -682,8 +646,7 @@ class LinearAttention(nn.Module):
         deterministic: bool,
         return_weights: bool,
     ) -> tuple[Array, LinearAttentionCache | None, Array | None]:
-        """Every call: ``(out, new_cache or None, weights or None)``; the projections are
-        created here, so they are the submodules ``query``, ``key``, ``value``, ``out``."""
+        """``(out, new_cache | None, weights | None)``; the four projections are created here."""
         self_attention = inputs_kv is None
         inputs_kv = _check_call(inputs_q, inputs_kv, bias=bias, cache=cache)
         batch, qlen, width = inputs_q.shape
@@ -742,12 +705,10 @@ class LinearAttention(nn.Module):
     def init_cache(
         self, batch: int, max_len: int | None = None, dtype: Dtype | None = None
     ) -> LinearAttentionCache:
-        """An empty :class:`LinearAttentionCache` for ``batch`` rows.
+        """An empty :class:`LinearAttentionCache` (``[B, H, F, Dh]``, float32 unless ``dtype``).
 
-        ``max_len`` is accepted for the shared decoding interface and unused: the state has
-        a constant size ``[B, H, F, Dh]``, float32 unless ``dtype`` says otherwise.
-        ``head_dim`` comes from the attribute or, when it is None, from the bound ``query``
-        kernel (call through ``apply(..., method=...)``).
+        ``max_len`` (shared decoding interface) is unused. ``head_dim`` None is read from the
+        bound ``query`` kernel (call through ``apply(..., method=...)``; ValueError otherwise).
         """
         del max_len
         dh = self.head_dim
@@ -765,8 +726,8 @@ class LinearAttention(nn.Module):
 
 
 def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any, cache: Any) -> Array:
-    """The keys' inputs (``inputs_q`` for self-attention) of a :class:`LinearAttention` call
-    whose arguments fit: ranks, batch, no ``bias``, a ``cache`` only for self-attention."""
+    """Checked call arguments (ranks, batch, no ``bias``, ``cache`` only for self-attention);
+    returns the keys' inputs (``inputs_q`` for self-attention)."""
     check_rank(inputs_q, "inputs_q", 3)
     if bias is not None:
         raise ValueError(
@@ -790,9 +751,8 @@ def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any, cache: A
 def _cached(cache: LinearAttentionCache, q_BxQxHxD: Array, k_BxKxHxD: Array,
             v_BxKxHxD: Array, key_valid_BxK: Array | None, *, implementation: Any,
             chunk_size: Any, **kwargs: Any) -> tuple[Array, LinearAttentionCache]:
-    """Causal linear attention from the ``cache``'s state ``(S, z)`` (one token: one step of
-    the recurrence; more: the chunked form from that state) and the cache advanced by this
-    call's valid keys."""
+    """Causal linear attention from the cache's ``(S, z)`` (one token: a recurrent step) and the
+    cache advanced by this call's valid keys."""
     batch, qlen = q_BxQxHxD.shape[:2]
     state = (cache.s_BxHxFxE, cache.z_BxHxF)
     if qlen == 1:

@@ -3,28 +3,23 @@ r"""Low-rank adaptation (LoRA) of attention projections, as a transformation of 
 .. math::
     X W_0 + X A B = X (W_0 + A B), \qquad \widehat W = W_0 + A B
 
-Bishop §12.3.5, Fig. 12.21 and (12.36); Hu et al. 2021. ``W_0`` (``D_in × D_out``,
-e.g. a query, key, value or output projection with its heads flattened) stays
-frozen; only ``A`` (``D_in × R``) and ``B`` (``R × D_out``) are trained —
-``R(D_in + D_out)`` parameters instead of ``D_in D_out``. ``B`` starts at zero, so
-the adapted model starts as the pre-trained one.
+Bishop §12.3.5, Fig. 12.21 and (12.36); Hu et al. 2021. ``W_0`` (``D_in × D_out``, e.g. an
+attention projection with its heads flattened) stays frozen; only ``A`` (``D_in × R``) and
+``B`` (``R × D_out``) are trained, ``R(D_in + D_out)`` parameters instead of ``D_in D_out``.
+``B`` starts at zero, so the adapted model starts as the pre-trained one.
 
-Because ``X W_0 + X A B = X(W_0 + AB)``, an adapter needs no change to the
-model: :func:`merge_lora` returns the parameters with ``W_0 + s·AB`` in place of
-each targeted kernel, and the model is applied to those. Training differentiates
-with respect to the adapter only::
+By the identity above the model needs no change: :func:`merge_lora` puts ``W_0 + s·AB`` in
+place of each targeted kernel, and training differentiates with respect to the adapter only::
 
     lora = init_lora(key, params, rank=4)
     loss = lambda lora: loss_fn(model.apply({"params": merge_lora(params, lora)}, x))
     grads = jax.grad(loss)(lora)          # W_0 is a constant
 
-After fine-tuning, :func:`merge_lora` gives the deployable weights (no inference
-overhead) and :func:`unmerge_lora` recovers ``W_0`` from them.
-
-The adapter tree mirrors the parameter tree, with ``{"lora_a", "lora_b"}`` at each
-targeted module (by default every ``query``, ``key``, ``value`` and ``out``
-projection of :class:`~seqjax.nn.attention.MultiHeadAttention`, self- and
-cross-attention). Kernels stacked over layers (``scan_layers``) get stacked adapters.
+After fine-tuning :func:`merge_lora` gives the deployable weights (no inference overhead);
+:func:`unmerge_lora` recovers ``W_0``. The adapter tree mirrors the parameter tree, with
+``{"lora_a", "lora_b"}`` at each targeted module (default: every ``query``, ``key``, ``value``
+and ``out`` of :class:`~seqjax.nn.attention.MultiHeadAttention`, self- and cross-attention);
+kernels stacked over layers (``scan_layers``) get stacked adapters.
 """
 
 from __future__ import annotations
@@ -98,17 +93,15 @@ def init_lora(
     r"""Adapters ``A ~ N(0, 1/D_in)``, ``B = 0`` for every targeted kernel (Bishop Fig. 12.21).
 
     Args:
-        key: PRNG key for ``A``.
-        params: the model's parameter tree (``variables["params"]``).
-        rank: ``R``.
-        targets: module names to adapt and their kernels' (input, output) axis counts;
-            default :data:`LORA_TARGETS` (the attention projections).
+        params: the model's ``variables["params"]``.
+        rank: ``R`` (a positive int, else ValueError).
+        targets: module name -> its kernel's (input, output) axis counts; default
+            :data:`LORA_TARGETS`. ValueError if no targeted module with a ``kernel`` is found.
         path_filter: optional predicate on the module's path (a tuple of names), e.g.
             ``lambda p: "self_attn" in p`` to adapt self-attention only.
 
     Returns:
-        A nested dict mirroring ``params`` with ``{"lora_a": [..., D_in, R],
-        "lora_b": [..., R, D_out]}`` per targeted module.
+        ``params``' tree with ``{"lora_a": [..., D_in, R], "lora_b": [..., R, D_out]}`` per target.
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -1,13 +1,10 @@
 """Normalisation layers: ``LayerNorm`` (Ba et al. 2016) and ``RMSNorm`` (Zhang & Sennrich 2019).
 
-Both normalise each position over its feature axis (the last one) and never
-mix positions or batch rows. The statistics (mean, variance, mean square) are
-computed in float32 whatever the input dtype (float64 stays float64), then the
-result is cast to the compute dtype (docs/design.md, "Conventions"): a bf16 activation with a
-large common offset is normalised as accurately as an fp32 one.
-
-The math lives in the pure functions :func:`layer_norm` and :func:`rms_norm`;
-the Modules only own the gain/offset parameters ``scale`` and ``bias``
+Both normalise each position over its last (feature) axis, never mixing positions or batch rows. The
+statistics are computed in float32 whatever the input dtype (float64 stays float64), then the result
+is cast to the compute dtype (docs/design.md, "Conventions"): a bf16 input with a large common
+offset is normalised as accurately as an fp32 one. The math is in the pure functions
+:func:`layer_norm` and :func:`rms_norm`; the Modules own only the parameters ``scale`` and ``bias``
 (Flax's names, so a ``flax.linen.LayerNorm`` checkpoint restores as is).
 """
 
@@ -63,11 +60,10 @@ def layer_norm(
         \sigma^2 = \frac1D\sum_{i=1}^D (x_i-\mu)^2,\qquad
         \mathrm{LN}(x;\gamma,\beta) = \gamma\odot\frac{x-\mu}{\sqrt{\sigma^2+\varepsilon}}+\beta
 
-    J&M (9.42)–(9.45); MEDL (7.31) ("LayerNorm", with ``γ, β``); the slides'
-    ``LN(z; α, β)``. The texts divide by ``σ`` itself; ``ε`` (PyTorch's
-    default ``1e-5``) only keeps a constant row finite and changes the result by
-    a relative ``ε/(2σ²)``. ``μ`` and ``σ²`` are computed in float32 (two-pass,
-    not ``E[x²] − μ²``), whatever ``x.dtype``.
+    J&M (9.42)–(9.45); MEDL (7.31) (with ``γ, β``); the slides' ``LN(z; α, β)``. The texts divide by
+    ``σ`` itself; ``ε`` (PyTorch's default ``1e-5``) only keeps a constant row finite and changes
+    the result by a relative ``ε/(2σ²)``. ``μ`` and ``σ²`` are computed in float32, two-pass (not
+    ``E[x²] − μ²``).
 
     Args:
         x: ``[..., D]``.
@@ -80,7 +76,6 @@ def layer_norm(
         ``[..., D]``.
 
     Example:
-        >>> import jax.numpy as jnp
         >>> layer_norm(jnp.array([2., 4., 6., 8., 10.]), epsilon=0.0).round(2)
         Array([-1.41, -0.71,  0.  ,  0.71,  1.41], dtype=float32)
     """
@@ -115,10 +110,9 @@ def rms_norm(
         \mathrm{RMS}(x) = \sqrt{\frac1D\sum_{i=1}^D x_i^2 + \varepsilon},\qquad
         \mathrm{RMSNorm}(x; g) = g\odot\frac{x}{\mathrm{RMS}(x)}
 
-    Zhang & Sennrich (2019), eq. (4); named on the slides ("LayerNorm =>
-    RMSNorm"). It drops LayerNorm's re-centring: for zero-mean ``x`` the two
-    agree. ``ε`` defaults to ``1e-6`` (Flax's and Llama's choice). The mean
-    square is computed in float32 whatever ``x.dtype``.
+    Zhang & Sennrich (2019), eq. (4); the slides' "LayerNorm => RMSNorm". It drops LayerNorm's
+    re-centring: for zero-mean ``x`` the two agree. ``ε`` defaults to ``1e-6`` (Flax's and Llama's
+    choice); the mean square is computed in float32.
 
     Args:
         x: ``[..., D]``.
@@ -130,7 +124,6 @@ def rms_norm(
         ``[..., D]``.
 
     Example:
-        >>> import jax.numpy as jnp
         >>> rms_norm(jnp.array([3., -3., 3., -3.]), epsilon=0.0)
         Array([ 1., -1.,  1., -1.], dtype=float32)
     """
@@ -149,33 +142,21 @@ def rms_norm(
 class LayerNorm(nn.Module):
     r"""Layer normalisation with learned gain and offset: :func:`layer_norm` as a Module.
 
-    .. math::
-        \mathrm{LN}(x;\gamma,\beta) = \gamma\odot\frac{x-\mu}{\sqrt{\sigma^2+\varepsilon}}+\beta,
-        \qquad \sigma^2 = \tfrac1D\textstyle\sum_i (x_i-\mu)^2\ \text{(biased)}
-
-    J&M (9.42)–(9.45); MEDL (7.31); Ba et al. (2016); the slides' worked
-    example ``[2, 4, 6, 8, 10] → [−1.41, −0.71, 0, 0.71, 1.41]``. Same math as
-    ``torch.nn.LayerNorm`` (default ``ε = 1e-5`` as there; Flax uses ``1e-6``).
-
-    Parameters: ``scale`` (``γ: [D]``, ones) and ``bias`` (``β: [D]``, zeros) —
-    ``2D`` in all, as MEDL (7.32) counts.
-
-    Shapes: ``x: [..., D] -> [..., D]``.
+    ``LN(x; γ, β) = γ ⊙ (x − μ)/√(σ² + ε) + β`` with the biased ``σ²``: J&M (9.42)–(9.45);
+    MEDL (7.31); Ba et al. (2016). Same math as ``torch.nn.LayerNorm`` (default ``ε = 1e-5`` as
+    there; Flax uses ``1e-6``). Parameters: ``scale`` (``γ: [D]``, ones) and ``bias`` (``β: [D]``,
+    zeros), ``2D`` in all as MEDL (7.32) counts. Shapes: ``x: [..., D] -> [..., D]``.
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> ln = LayerNorm()
-        >>> x = jnp.array([[2., 4., 6., 8., 10.]])
-        >>> params = ln.init(jax.random.PRNGKey(0), x)
-        >>> ln.apply(params, x).round(2)
+        >>> ln, x = LayerNorm(), jnp.array([[2., 4., 6., 8., 10.]])  # the slides' worked example
+        >>> ln.apply(ln.init(jax.random.PRNGKey(0), x), x).round(2)
         Array([[-1.41, -0.71,  0.  ,  0.71,  1.41]], dtype=float32)
 
     Attributes:
         epsilon: ``ε`` added to the variance (``1e-5``).
         use_scale: learn ``γ`` (else ``γ = 1``).
         use_bias: learn ``β`` (else ``β = 0``).
-        dtype: compute/output dtype (default: input promoted with ``param_dtype``);
-            the statistics are float32 regardless.
+        dtype: compute/output dtype (default: input promoted with ``param_dtype``).
         param_dtype: storage dtype of ``scale``/``bias``.
     """
 
@@ -210,28 +191,19 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     r"""Root-mean-square normalisation with a learned gain: :func:`rms_norm` as a Module.
 
-    .. math::
-        \mathrm{RMSNorm}(x; g) = g\odot\frac{x}{\sqrt{\frac1D\sum_i x_i^2+\varepsilon}}
-
-    Zhang & Sennrich (2019); the slides' modern replacement for LayerNorm
-    (Llama, Mamba). Parameter: ``scale`` (``g: [D]``, ones) — the same name as
-    ``flax.linen.RMSNorm``. Same math as ``torch.nn.RMSNorm(eps=ε)``.
-
-    Shapes: ``x: [..., D] -> [..., D]``.
+    ``RMSNorm(x; g) = g ⊙ x/√(mean(x²) + ε)``: Zhang & Sennrich (2019); the slides' modern
+    replacement for LayerNorm (Llama, Mamba). Same math as ``torch.nn.RMSNorm(eps=ε)``. Shapes:
+    ``x: [..., D] -> [..., D]``. Parameter: ``scale`` (``g: [D]``, ones; Flax's name).
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> norm = RMSNorm()
-        >>> x = jnp.ones((2, 3, 8))
-        >>> params = norm.init(jax.random.PRNGKey(0), x)
-        >>> norm.apply(params, x).shape
+        >>> norm, x = RMSNorm(), jnp.ones((2, 3, 8))
+        >>> norm.apply(norm.init(jax.random.PRNGKey(0), x), x).shape
         (2, 3, 8)
 
     Attributes:
         epsilon: ``ε`` added to the mean square (``1e-6``).
         use_scale: learn ``g`` (else ``g = 1``).
-        dtype: compute/output dtype (default: input promoted with ``param_dtype``);
-            the mean square is float32 regardless.
+        dtype: compute/output dtype (default: input promoted with ``param_dtype``).
         param_dtype: storage dtype of ``scale``.
     """
 

@@ -1,24 +1,16 @@
 r"""Positional information: one-hot, learned, sinusoidal, rotary (RoPE) and ALiBi.
 
-Attention without positions is permutation-equivariant (Bishop §12.1.9 and
-Ex. 12.7; J&M §9.7.3: "scramble the order of the inputs … exactly the same
-answer"). The encodings here break that symmetry in the textbooks' ways:
+Attention without positions is permutation-equivariant (Bishop §12.1.9 and Ex. 12.7; J&M §9.7.3:
+"scramble the order of the inputs … exactly the same answer"). The encodings here break that
+symmetry: :func:`one_hot_positions`, :class:`LearnedPositionalEmbedding`,
+:func:`sinusoidal_positions` / :class:`SinusoidalPositionalEmbedding` (Vaswani et al. 2017),
+:func:`apply_rope` (RoFormer, Su et al. 2021) and :func:`alibi_slopes` / :func:`alibi_bias` (ALiBi,
+Press et al. 2022).
 
-* :func:`one_hot_positions` — concatenate ``e_t`` (MEDL §7.5, first option);
-* :class:`LearnedPositionalEmbedding` — one trained vector per position
-  (J&M §9.7.3, Fig. 9.20; MEDL (7.28));
-* :func:`sinusoidal_positions` / :class:`SinusoidalPositionalEmbedding` —
-  MEDL (7.29)–(7.30), Bishop (12.25), LN (11), Vaswani et al. 2017;
-* :func:`apply_rope` — rotary embeddings applied to queries and keys
-  (Su et al. 2021, "RoFormer"; the slides' "rotate each embedding by ``mθ_i``");
-* :func:`alibi_slopes` / :func:`alibi_bias` — linear distance biases on the
-  scores (Press et al. 2022, "ALiBi").
-
-Layouts. ``"interleaved"`` pairs feature ``2i`` with ``2i+1`` (sin/cos
-interleaved as in MEDL (7.29), Bishop (12.25) and Vaswani; RoPE as in the
-original RoFormer and Meta's Llama code). ``"halves"`` pairs feature ``i`` with
-``i + D/2`` (tensor2tensor's ``[sin | cos]``; RoPE as in GPT-NeoX and Hugging
-Face Llama). Both use the frequencies ``ω_i = base^{-2i/D}``, ``i = 0..D/2-1``.
+Layouts: ``"interleaved"`` pairs feature ``2i`` with ``2i+1`` (MEDL (7.29), Bishop (12.25), Vaswani;
+RoPE of the original RoFormer and Meta's Llama code); ``"halves"`` pairs ``i`` with ``i + D/2``
+(tensor2tensor's ``[sin | cos]``; RoPE of GPT-NeoX and Hugging Face Llama). Both use
+``ω_i = base^{-2i/D}``, ``i = 0..D/2-1``.
 """
 
 from __future__ import annotations
@@ -91,13 +83,12 @@ def one_hot_positions(
 ) -> Array:
     r"""Concatenate a one-hot position code: ``x̃_t = [x_t ; e_t]``.
 
-    MEDL §7.5 (first option; the book calls it wasteful since
-    ``p̃ = p + T``). ``e_t`` has ``num_positions`` entries (default ``T``) and
-    position ``t`` (0-based here; the book's ``t = 1`` is index 0).
+    MEDL §7.5 (first option; the book calls it wasteful since ``p̃ = p + T``). Positions are 0-based
+    (the book's ``t = 1`` is index 0).
 
     Args:
         x_BxTxP: inputs ``[B, T, P]``.
-        num_positions: length of the one-hot code (≥ the largest position + 1).
+        num_positions: length of ``e_t`` (≥ the largest position + 1; default ``T``).
         positions: optional ``int[T]`` or ``int[B, T]`` (default ``arange(T)``).
 
     Returns:
@@ -132,27 +123,20 @@ def _one_hot_concat(x: Array, pos_BxT: Array, num_positions: int) -> Array:
 class LearnedPositionalEmbedding(nn.Module):
     r"""Learned absolute positions, one trained vector per position.
 
-    ``form="add"`` (default; J&M §9.7.3, Fig. 9.20; BERT/GPT-2):
-
-    .. math:: \tilde x_t = x_t + E_t
-
+    ``form="add"`` (default; J&M §9.7.3, Fig. 9.20; BERT/GPT-2): :math:`\tilde x_t = x_t + E_t`.
     ``form="mlp"`` (MEDL (7.28)), with ``W_3 e_t = E_t`` a column lookup:
+    :math:`\tilde x_t = W_1\, S(W_2 x_t + W_3 e_t + b)`.
 
-    .. math:: \tilde x_t = W_1\, S(W_2 x_t + W_3 e_t + b)
+    Positions cannot extrapolate past ``num_positions`` (Bishop §12.1.9): a larger concrete position
+    is a ``ValueError``.
 
-    Positions cannot extrapolate past ``num_positions`` (Bishop §12.1.9): a
-    larger concrete position is a ``ValueError``.
-
-    Parameters: ``embedding`` ``[num_positions, D]``; for ``form="mlp"`` also
-    ``input`` (``W_2ᵀ, b``: Dense ``P → D``) and ``output`` (``W_1ᵀ``: Dense
-    ``D → D`` without bias). ``D`` = ``features`` (default: the input's ``P``).
+    Parameters: ``embedding`` ``[num_positions, D]``; for ``form="mlp"`` also ``input``
+    (``W_2ᵀ, b``: Dense ``P → D``) and ``output`` (``W_1ᵀ``: Dense ``D → D`` without bias).
+    ``D = features`` (default: the input's ``P``).
 
     Example:
-        >>> import jax
-        >>> pe = LearnedPositionalEmbedding(num_positions=16)
-        >>> x = jnp.zeros((2, 5, 8))
-        >>> params = pe.init(jax.random.PRNGKey(0), x)
-        >>> pe.apply(params, x).shape
+        >>> pe, x = LearnedPositionalEmbedding(num_positions=16), jnp.zeros((2, 5, 8))
+        >>> pe.apply(pe.init(jax.random.PRNGKey(0), x), x).shape
         (2, 5, 8)
 
     Attributes:
@@ -224,13 +208,10 @@ def sinusoidal_positions(
         r_{t,2i} = \sin(t\,\omega_i),\quad r_{t,2i+1} = \cos(t\,\omega_i),\qquad
         \omega_i = \mathrm{base}^{-2i/\mathrm{dim}},\ i = 0..\mathrm{dim}/2-1
 
-    MEDL (7.29) (``M = base = 10⁴``, ``t = 1..T``: use ``start=1``);
-    Bishop (12.25) (``L = base``; Fig. 12.10 uses ``L = 30``); LN (11);
-    Vaswani et al. (``start=0``). ``layout="halves"`` puts all sines first and
-    all cosines second (``[sin | cos]``, tensor2tensor).
-
-    Shift property (Bishop Ex. 12.10): ``r_{t+k} = M_k r_t`` with ``M_k``
-    block-diagonal of 2×2 rotations by ``kω_i``, independent of ``t``.
+    MEDL (7.29) (``M = base = 10⁴``, ``t = 1..T``: use ``start=1``); Bishop (12.25) (``L = base``;
+    Fig. 12.10 uses ``L = 30``); LN (11); Vaswani et al. (``start=0``). Shift property
+    (Bishop Ex. 12.10): ``r_{t+k} = M_k r_t`` with ``M_k`` block-diagonal of 2×2 rotations by
+    ``kω_i``, independent of ``t``.
 
     Returns:
         ``[num_positions, dim]`` in ``dtype`` (computed in float32).
@@ -267,11 +248,11 @@ def _sinusoid_at(pos_BxT: Array, dim: int, base: float, layout: str, dtype: Dtyp
 class SinusoidalPositionalEmbedding(nn.Module):
     r"""Add (or concatenate) fixed sinusoidal positions; no parameters.
 
-    ``mode="add"`` (MEDL (7.30); Bishop (12.24); Vaswani): ``x̃_t = x_t + r_t``
-    with ``dim = P``. ``mode="concat"`` (MEDL §7.5): ``x̃_t = [x_t ; r_t]`` with
-    ``dim = features``. ``r_t`` is :func:`sinusoidal_positions` at position
-    ``t`` (``positions`` or ``start + arange(T)``); positions may be traced,
-    so decoding at an offset works under ``jit``.
+    ``mode="add"`` (MEDL (7.30); Bishop (12.24); Vaswani): ``x̃_t = x_t + r_t`` with ``dim = P``;
+    ``mode="concat"`` (MEDL §7.5): ``x̃_t = [x_t ; r_t]`` with ``dim = features``. ``r_t`` is
+    :func:`sinusoidal_positions` at ``positions`` (default ``start + arange(T)``), which may be
+    traced, so decoding at an offset works under ``jit``. ``x`` is first multiplied by
+    ``scale_input`` (default 1).
 
     Example:
         >>> pe = SinusoidalPositionalEmbedding()
@@ -333,18 +314,14 @@ def apply_rope(
                         \sin t\omega_i & \cos t\omega_i \end{pmatrix}
         \begin{pmatrix} x_a \\ x_b \end{pmatrix},\qquad \omega_i = \mathrm{base}^{-2i/D}
 
-    with ``(a, b) = (2i, 2i+1)`` for ``layout="interleaved"`` (RoFormer, Su et
-    al. 2021, eq. 34; Meta Llama) and ``(a, b) = (i, i + D/2)`` for
-    ``layout="halves"`` (GPT-NeoX; Hugging Face Llama — the default, so
-    converted checkpoints match). Applied to queries and keys, so that
-    ``⟨R_m q, R_n k⟩ = qᵀ R_{n-m} k`` depends only on ``n − m`` (slides, "RoPE";
-    the identity behind Bishop Ex. 12.10). Computed in float32, returned in
-    ``x``'s dtype.
+    with ``(a, b) = (2i, 2i+1)`` for ``layout="interleaved"`` (RoFormer, Su et al. 2021, eq. 34;
+    Meta Llama) and ``(i, i + D/2)`` for ``"halves"`` (GPT-NeoX; Hugging Face Llama — the default,
+    so converted checkpoints match). Applied to queries and keys, ``⟨R_m q, R_n k⟩ = qᵀ R_{n-m} k``
+    depends only on ``n − m`` (slides, "RoPE"; cf. Bishop Ex. 12.10). Computed in float32.
 
     Args:
-        x_BxTxHxD: ``[B, T, H, D]`` (``D`` even). ``[B, T, D]`` is also accepted.
-        positions_BxT: ``int[B, T]`` or ``int[T]`` positions (default ``arange(T)``);
-            may be traced.
+        x_BxTxHxD: ``[B, T, H, D]`` or ``[B, T, D]`` (``D`` even).
+        positions_BxT: ``int[B, T]`` or ``int[T]`` (default ``arange(T)``); may be traced.
         base: ``θ`` base (10 000 in RoFormer/Llama-2, 500 000 in Llama-3).
         layout: ``"halves"`` or ``"interleaved"``.
 
@@ -388,11 +365,10 @@ def _rope(x: Array, pos_BxT: Array, base: float, layout: str) -> Array:
 
 
 def alibi_slopes(num_heads: int) -> Array:
-    r"""ALiBi head slopes ``m_h`` (Press et al. 2022): a geometric sequence.
+    r"""ALiBi head slopes ``m_h`` (Press et al. 2022), a geometric sequence.
 
-    For ``H`` a power of two, ``m_h = 2^{-8h/H}``, ``h = 1..H``. Otherwise the
-    ``2^⌊log₂H⌋`` slopes followed by every other slope of ``2·2^⌊log₂H⌋`` heads
-    (the paper's reference code).
+    For ``H`` a power of two ``m_h = 2^{-8h/H}``, ``h = 1..H``; otherwise the ``2^⌊log₂H⌋`` slopes
+    followed by every other slope of ``2·2^⌊log₂H⌋`` heads (the paper's reference code).
 
     Example:
         >>> [round(float(s), 4) for s in alibi_slopes(4)]
@@ -416,11 +392,10 @@ def alibi_bias(
 ) -> Array:
     r"""ALiBi score bias ``b[h, i, j] = -m_h · |(i + offset) − j|``.
 
-    Added to the scores ``qᵀk/√d`` before the softmax in place of position
-    embeddings. For causal attention (``j ≤ i + offset``) this is the paper's
-    ``m_h (j − i)``. ``offset`` (position of query 0 on the key axis) defaults
-    to ``kv_len − q_len``, i.e. the queries are the last ``q_len`` keys (the
-    decoding case); it may be an ``int32[B]`` array, giving ``[B, H, Q, K]``.
+    Added to the scores ``qᵀk/√d`` before the softmax in place of position embeddings; for causal
+    attention (``j ≤ i + offset``) this is the paper's ``m_h (j − i)``. ``offset`` (position of
+    query 0 on the key axis) defaults to ``kv_len − q_len`` (the queries are the last ``q_len``
+    keys, as when decoding); an ``int32[B]`` offset gives ``[B, H, Q, K]``.
 
     Returns:
         float32 ``[H, Q, K]`` (broadcasts against scores ``[B, H, Q, K]``).

@@ -1,10 +1,9 @@
-"""The one rematerialisation vocabulary of seqjax (``jax.checkpoint`` policies by name).
+"""Named ``jax.checkpoint`` (rematerialisation) policies: the one vocabulary of seqjax.
 
-Rematerialisation trades compute for memory: the backward pass recomputes the forward
-activations a policy does not save. A policy is ``None`` (save nothing: recompute the whole
-block, the least memory), a name in :data:`REMAT_POLICIES`, or any
-``jax.checkpoint_policies`` callable. The transformer stacks (``remat_policy=``) and the
-train step (``make_train_step(remat=...)``) take the same names.
+The backward pass recomputes the forward activations a policy does not save. A policy is ``None``
+(save nothing: recompute the whole block, least memory), a name in :data:`REMAT_POLICIES` or a
+``jax.checkpoint_policies`` callable; the transformer stacks (``remat_policy=``) and the train step
+(``make_train_step(remat=...)``) take the same names.
 """
 
 from __future__ import annotations
@@ -27,7 +26,8 @@ REMAT_POLICIES: dict[str, Callable[..., Any]] = {
 
 def remat_policy(policy: str | Callable[..., Any] | None,
                  name: str = "remat_policy") -> Callable[..., Any] | None:
-    """The ``jax.checkpoint`` policy for ``policy`` (``None``, a name or a callable).
+    """The ``jax.checkpoint`` policy for ``policy`` (``None`` and callables as is); an unknown name
+    is a ``ValueError`` naming ``name``.
 
     Example:
         >>> remat_policy("dots_saveable") is jax.checkpoint_policies.dots_saveable

@@ -1,40 +1,24 @@
 r"""Selective state-space layers (Mamba's S6, Gu & Dao 2023) and a minimal parallel-scan RNN.
 
-A (diagonal) state-space model maps each input channel ``x_t ∈ ℝ`` through an
-``N``-dimensional state ``h_t``:
+A diagonal SSM maps each input channel ``x_t ∈ ℝ`` through an ``N``-dimensional state ``h_t``:
 
 .. math::
     h'(t) = A h(t) + B x(t),\quad y(t) = C h(t) + D x(t)
     \;\xrightarrow{\text{ZOH, step } Δ}\;
     h_t = \bar A h_{t-1} + \bar B x_t,\quad y_t = C h_t + D x_t
 
-with the zero-order-hold discretisation ``Ā = exp(ΔA)``,
-``B̄ = (ΔA)^{-1}(exp(ΔA) − I)·ΔB`` (Gu & Dao 2023, eq. 4). Mamba makes ``Δ``, ``B`` and
-``C`` functions of the input (the *selection* mechanism, Algorithm 2):
+with ``Ā = exp(ΔA)``, ``B̄ = (ΔA)^{-1}(exp(ΔA) − I)·ΔB`` (Gu & Dao 2023, eq. 4). Mamba's
+*selection* (Algorithm 2; equations at :class:`SelectiveSSM`) makes ``Δ``, ``B``, ``C``
+functions of the input; ``A = −exp(A_log)`` is a learned negative diagonal, initialised
+"S4D-real": ``A_{e,n} = −(n+1)``. ``discretization="mamba"`` (default, as Mamba's reference
+code) takes the Euler term ``B̄ ≈ ΔB``, ``"zoh"`` the exact ``B̄ = (exp(ΔA) − 1)/A · B``; they
+agree to ``O((ΔA)²)`` (``Ā`` is exact in both).
 
-.. math::
-    B_t = W_B x_t,\quad C_t = W_C x_t,\quad
-    Δ_t = \mathrm{softplus}(W_Δ^{\uparrow} W_Δ^{\downarrow} x_t + b_Δ)
-
-(``W_Δ^↓`` projects to ``dt_rank`` dims, ``W_Δ^↑`` back up) and ``A = −exp(A_log)`` is a
-learned negative diagonal, initialised "S4D-real": ``A_{e,n} = −(n+1)``.
-
-**Simplification (as Mamba's reference code).** With ``discretization="mamba"`` (default)
-``B̄ ≈ ΔB``, the first-order (Euler) term of the exact ZOH ``B̄``; ``Ā = exp(ΔA)`` is exact.
-``discretization="zoh"`` uses the exact diagonal ZOH ``B̄ = (exp(ΔA) − 1)/A · B``. The two
-agree to ``O((ΔA)²)``.
-
-The recurrence is linear in ``h``, so it has three equal forms (``scan_impl``):
-
-* ``"associative"``: ``jax.lax.associative_scan`` with the operator
-  ``(a₁, b₁) ∘ (a₂, b₂) = (a₁a₂, a₂b₁ + b₂)``: ``O(log T)`` depth, ``O(T·E·N)`` memory;
-* ``"sequential"``: ``jax.lax.scan`` over time, ``y_t = C_t h_t`` inside the loop;
-* one step (:func:`selective_step`, :meth:`SelectiveSSM.step`) for generation.
-
-Every scan runs in float32 whatever the compute dtype. The slides call this "an
-RNN-like architecture without non-linearities": parallelisable in training, linear-time
-and constant-memory in generation (the slides, "Combining best aspects of RNNs and
-Transformers").
+Three equal forms (``scan_impl``): ``"associative"`` (``jax.lax.associative_scan`` with
+``(a₁, b₁) ∘ (a₂, b₂) = (a₁a₂, a₂b₁ + b₂)``: ``O(log T)`` depth, ``O(T·E·N)`` memory),
+``"sequential"`` (``lax.scan``), and one step (:func:`selective_step`,
+:meth:`SelectiveSSM.step`) for generation. Every scan runs in float32. The slides' "RNN-like
+architecture without non-linearities": parallel in training, constant memory in generation.
 """
 
 from __future__ import annotations
@@ -94,9 +78,9 @@ def linear_recurrence(
 ) -> Array:
     r"""All states of ``h_t = a_t ⊙ h_{t−1} + b_t`` (``h_0`` = ``initial_state`` or 0).
 
-    ``a``, ``b``: ``[B, T, ...]`` (same shape), time on axis 1; ``initial_state``: ``[B, ...]``.
-    ``impl="associative"`` uses ``jax.lax.associative_scan`` (Blelloch 1990), ``"sequential"``
-    a ``lax.scan``. Returns ``h: [B, T, ...]`` in the dtype of ``a * b``.
+    ``a``, ``b``: ``[B, T, ...]`` (same shape); ``initial_state``: ``[B, ...]``. ``impl``:
+    ``"associative"`` (``jax.lax.associative_scan``, Blelloch 1990) or ``"sequential"``
+    (``lax.scan``). Returns ``h: [B, T, ...]`` in the dtype of ``a * b``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -142,9 +126,8 @@ def discretize(
 ) -> tuple[Array, Array]:
     r"""Zero-order hold for a diagonal ``A``: ``(Ā, B̄)`` of shape ``[..., E, N]``.
 
-    ``Ā = exp(ΔA)``; ``B̄ = ΔB`` (``"mamba"``, the simplification of Mamba's code) or
-    ``B̄ = (exp(ΔA) − 1)/A · B`` (``"zoh"``, exact; Gu & Dao 2023 eq. 4 for diagonal ``A``).
-    ``delta: [..., E]``, ``a: [E, N]`` (negative), ``b: [..., N]`` with the same leading axes.
+    ``Ā = exp(ΔA)``; ``B̄ = ΔB`` (``"mamba"``) or ``B̄ = (exp(ΔA) − 1)/A · B`` (``"zoh"``, Gu &
+    Dao 2023 eq. 4). ``delta: [..., E]``, ``a: [E, N]`` (negative), ``b: [..., N]`` (same ``...``).
 
     Example:
         >>> import jax.numpy as jnp
@@ -194,20 +177,17 @@ def selective_scan(
 ) -> Array:
     r"""The selective scan: ``h_t = Ā_t ⊙ h_{t−1} + B̄_t x_t``, ``y_t = C_t h_t + D ⊙ x_t``.
 
-    Per channel ``e`` and state ``n``: ``h_{t,e,n} = exp(Δ_{t,e}A_{e,n}) h_{t−1,e,n} +
-    B̄_{t,e,n} x_{t,e}`` and ``y_{t,e} = Σ_n C_{t,n} h_{t,e,n} + D_e x_{t,e}`` (Gu & Dao
-    2023, Algorithm 2, with :func:`discretize`). Computed in float32; ``y`` is returned in
-    ``x``'s dtype. :func:`selective_scan_with_state` also returns the last state.
+    Per channel ``e``, state ``n``: ``Ā_{t,e,n} = exp(Δ_{t,e}A_{e,n})``, ``y_{t,e} = Σ_n C_{t,n}
+    h_{t,e,n} + D_e x_{t,e}`` (Gu & Dao 2023, Algorithm 2; :func:`discretize`), in float32.
 
     Args:
-        x_BxTxE: inputs; delta_BxTxE: step sizes ``Δ > 0``; a_ExN: ``A`` (negative);
-        b_BxTxN, c_BxTxN: input-dependent ``B``, ``C``; d_E: optional skip ``D``.
+        x_BxTxE, delta_BxTxE, a_ExN: inputs, step sizes ``Δ > 0``, ``A`` (negative).
+        b_BxTxN, c_BxTxN, d_E: input-dependent ``B``, ``C``; optional skip ``D``.
         initial_state: ``h_0: [B, E, N]`` (zeros by default).
-        impl: ``"associative"`` or ``"sequential"``.
-        discretization: ``"mamba"`` (``B̄ = ΔB``) or ``"zoh"`` (exact).
+        impl, discretization: ``"associative"``/``"sequential"``; ``"mamba"``/``"zoh"``.
 
     Returns:
-        ``y: [B, T, E]`` in ``x``'s dtype.
+        ``y: [B, T, E]`` in ``x``'s dtype (:func:`selective_scan_with_state` adds ``h_T``).
 
     Example:
         >>> import jax.numpy as jnp
@@ -234,14 +214,11 @@ def selective_scan_with_state(
     impl: str = "associative",
     discretization: str = "mamba",
 ) -> tuple[Array, Array]:
-    r""":func:`selective_scan` and its last state: ``(y, h_T)``.
-
-    The same arguments and computation; ``h_T`` passed back as ``initial_state``
-    continues the sequence (a chunk at a time, or :func:`selective_step` a step at a time).
+    r""":func:`selective_scan` (same arguments) and its last state; ``h_T`` passed back as
+    ``initial_state`` continues the sequence (by chunks, or :func:`selective_step` by steps).
 
     Returns:
-        ``(y, h_T)``: ``y: [B, T, E]`` in ``x``'s dtype (:func:`selective_scan`'s output)
-        and ``h_T: f32[B, E, N]``.
+        ``(y, h_T)``: :func:`selective_scan`'s ``y`` and ``h_T: f32[B, E, N]``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -300,7 +277,7 @@ def selective_step(
 ) -> tuple[Array, Array]:
     r"""One step of :func:`selective_scan`: ``h ← Ā ⊙ h + B̄ x``, ``y = C h + D x``.
 
-    Returns ``(h: f32[B, E, N], y: [B, E])`` (``y`` in ``x``'s dtype).
+    Returns ``(h: f32[B, E, N], y: [B, E])``, ``y`` in ``x``'s dtype.
 
     Example:
         >>> import jax.numpy as jnp
@@ -371,41 +348,34 @@ class SelectiveSSM(nn.Module):
         Δ_t = \mathrm{softplus}(W_Δ \tilde Δ_t + b_Δ),\quad A = −\exp(A_{\log}),\\
         h_t = \exp(Δ_t A) ⊙ h_{t−1} + Δ_t B_t x_t,\quad y_t = C_t h_t + D ⊙ x_t
 
-    (Gu & Dao 2023, Algorithm 2; see the module docstring for the ZOH simplification).
-    Shapes: ``x: [B, T, E] -> y: [B, T, E]``; state ``h: f32[B, E, N]``.
+    (Gu & Dao 2023, Algorithm 2; ZOH simplification: the module docstring). ``x: [B, T, E] ->
+    y: [B, T, E]``; state ``h: f32[B, E, N]``. Parameters: ``x_proj/kernel: [E, R + 2N]`` (no
+    bias; columns ``Δ̃, B, C``), ``dt_proj/{kernel: [R, E], bias: [E]}``, ``A_log: [E, N]``,
+    ``D: [E]``: ``E·(2R + 3N + 2)`` (``R`` = ``dt_rank``, ``N`` = ``d_state``).
 
-    Parameters: ``x_proj/kernel: [E, R + 2N]`` (no bias; columns ``Δ̃, B, C``),
-    ``dt_proj/{kernel: [R, E], bias: [E]}``, ``A_log: [E, N]``, ``D: [E]`` —
-    ``E·(2R + 3N + 2)`` in total (``R`` = ``dt_rank``, ``N`` = ``d_state``).
+    ``selective=False`` (LTI ablation): ``Δ = softplus(b_Δ)``, ``B``, ``C`` are parameters
+    (``dt_bias: [E]``, ``B: [N]``, ``C: [N]``; ``E·(N + 2) + 2N`` in all), an S4D-style
+    time-invariant SSM: a causal convolution with kernel ``K_k = Σ_n C_n Ā_n^k B̄_n`` per
+    channel, which cannot select (Gu & Dao 2023, §3.1, Table 1).
 
-    **LTI ablation** (``selective=False``): ``Δ = softplus(b_Δ)``, ``B`` and ``C`` are
-    parameters (``dt_bias: [E]``, ``B: [N]``, ``C: [N]``) rather than functions of ``x`` — an
-    S4D-style time-invariant SSM, which is a causal convolution with kernel
-    ``K_k = Σ_n C_n Ā_n^k B̄_n`` (per channel) and cannot select (Gu & Dao 2023, §3.1 and
-    Table 1). Parameters: ``E·(N + 2) + 2N``.
-
-    Call: ``ssm(x, *, lengths=None, initial_state=None) -> y``; :meth:`with_state` (the
-    same arguments) -> ``(y, h_T)``. With ``lengths: int32[B]`` the steps
-    ``t ≥ lengths[b]`` have ``Δ = 0`` (state unchanged, so the returned state is the state
-    at the last real step) and output 0.
-    ``ssm.step(h, x_BxE) -> (h, y_BxE)`` is one generation step.
+    Call: ``ssm(x, *, lengths=None, initial_state=None) -> y``; :meth:`with_state` (same
+    arguments) -> ``(y, h_T)``; :meth:`step` ``(h, x_BxE) -> (h, y_BxE)``, one generation
+    step. With ``lengths: int32[B]`` steps ``t ≥ lengths[b]`` have ``Δ = 0`` (state unchanged,
+    so ``h_T`` is the state at the last real step) and output 0.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> ssm = SelectiveSSM(features=4, d_state=3)
-        >>> x = jnp.ones((1, 5, 4))
-        >>> params = ssm.init(jax.random.PRNGKey(0), x)
+        >>> x = jnp.ones((1, 5, 4)); params = ssm.init(jax.random.PRNGKey(0), x)
         >>> y, h = ssm.apply(params, x, method="with_state")
         >>> y.shape, h.shape, bool(jnp.array_equal(y, ssm.apply(params, x)))
         ((1, 5, 4), (1, 4, 3), True)
 
     Attributes:
-        features: ``E`` (Mamba's ``d_inner``).
-        d_state: ``N``.
+        features, d_state: ``E`` (Mamba's ``d_inner``), ``N``.
         dt_rank: ``R``; default ``ceil(E / 16)``.
         dt_min, dt_max, dt_init_floor, dt_scale: initialisation of ``Δ`` (Mamba's defaults).
-        scan_impl: ``"associative"`` or ``"sequential"``.
-        discretization: ``"mamba"`` (``B̄ = ΔB``) or ``"zoh"`` (exact).
+        scan_impl, discretization: ``"associative"``/``"sequential"``; ``"mamba"``/``"zoh"``.
         selective: input-dependent ``Δ, B, C`` (S6, default) or the LTI ablation.
     """
 
@@ -483,8 +453,7 @@ class SelectiveSSM(nn.Module):
     def with_state(
         self, x: Array, *, lengths: Array | None = None, initial_state: Array | None = None
     ) -> tuple[Array, Array]:
-        """As :meth:`__call__`, and the state: ``(y: [B, T, E], h_T: f32[B, E, N])``, the state
-        after each row's last real step."""
+        """``(y: [B, T, E], h_T: f32[B, E, N])``, ``h_T`` after each row's last real step."""
         check_rank(x, "x", 3)
         if x.shape[-1] != self.features:
             raise ValueError(
@@ -515,17 +484,15 @@ class SelectiveSSM(nn.Module):
 class CausalDepthwiseConv1d(nn.Module):
     r"""Causal depthwise 1-D convolution: ``y_{t,e} = b_e + Σ_{j=0}^{K−1} w_{j,e} x_{t−K+1+j,e}``.
 
-    Inputs before the sequence start are zeros, or the last ``K − 1`` inputs of a previous
-    call (``state: [B, K−1, E]``, for decoding). Returns ``(y: [B, T, E], new_state)``
-    where ``new_state`` holds the last ``K − 1`` inputs (of each row's real steps when
-    ``lengths`` is given). Parameters: ``kernel: [K, E]`` (PyTorch's ``weight[e, 0, j]``
-    is ``kernel[j, e]``), ``bias: [E]``: ``K·E + E``.
+    Inputs before the start are zeros, or a previous call's last ``K − 1`` inputs (``state: [B,
+    K−1, E]``, for decoding). Returns ``(y: [B, T, E], new_state)``, ``new_state`` the last
+    ``K − 1`` inputs (of each row's real steps with ``lengths``). Parameters: ``kernel: [K, E]``
+    (PyTorch's ``weight[e, 0, j]`` is ``kernel[j, e]``), ``bias: [E]``.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> conv = CausalDepthwiseConv1d(features=2, kernel_size=3)
-        >>> x = jnp.ones((1, 4, 2))
-        >>> params = conv.init(jax.random.PRNGKey(0), x)
+        >>> x = jnp.ones((1, 4, 2)); params = conv.init(jax.random.PRNGKey(0), x)
         >>> y, state = conv.apply(params, x)
         >>> y.shape, state.shape
         ((1, 4, 2), (1, 2, 2))
@@ -596,7 +563,7 @@ class MambaCache:
     def create(
         cls, batch: int, inner: int, d_state: int, kernel_size: int, dtype: Dtype = jnp.float32
     ) -> MambaCache:
-        """Zeros: equivalent to starting at the sequence start."""
+        """Zeros: the sequence start."""
         return cls(
             conv_BxKm1xE=jnp.zeros((batch, kernel_size - 1, inner), dtype),
             ssm_BxExN=jnp.zeros((batch, inner, d_state), jnp.float32),
@@ -612,42 +579,33 @@ class MambaBlock(nn.Module):
         c = \mathrm{SiLU}(\mathrm{conv1d}_K(u)),\quad
         y_t = \mathrm{SSM}(c)_t ⊙ \mathrm{SiLU}(g_t),\quad \mathrm{out}_t = W_{out} y_t
 
-    ``u, g ∈ ℝ^E`` with ``E = expand · D``; ``conv1d_K`` is :class:`CausalDepthwiseConv1d`
-    (``K = d_conv``) and SSM is :class:`SelectiveSSM`. No norm or residual: wrap it as
-    ``x + MambaBlock(Norm(x))`` in a model, as Mamba's ``Block``.
+    ``u, g ∈ ℝ^E``, ``E = expand · D``; ``conv1d_K`` is :class:`CausalDepthwiseConv1d` (``K =
+    d_conv``), SSM :class:`SelectiveSSM`. No norm or residual: use ``x + MambaBlock(Norm(x))``,
+    as Mamba's ``Block``. ``block(x, *, lengths=None)``: ``[B, T, D] -> [B, T, D]``.
+    :meth:`decode` ``(x, cache, *, lengths=None) -> (out, new_cache)`` continues the sequence of
+    ``cache`` (from :meth:`init_cache`) by ``T`` tokens (one token: the SSM's step form; more:
+    the scan from the cached state). With ``lengths`` (right padding) outputs past each row's
+    end are 0 and the new cache holds each row's state at its last real step.
 
-    Shapes: ``x: [B, T, D] -> [B, T, D]``. Call: ``block(x, *, lengths=None)``;
-    :meth:`decode` ``(x, cache, *, lengths=None)`` with a ``cache`` (from :meth:`init_cache`)
-    continues the cached sequence by the ``T`` new tokens and returns ``(out, new_cache)``
-    (one token takes the SSM's step form, more the scan from the cached state).
-    ``lengths`` (right padding): outputs past each row's end are 0 and the new cache holds
-    each row's state at its last real step.
-
-    Parameters (``R`` = ``dt_rank`` = ``ceil(D/16)``, ``N`` = ``d_state``, ``K`` = ``d_conv``):
-    ``in_proj/kernel: [D, 2E]``, ``conv1d/{kernel: [K, E], bias: [E]}``, ``ssm/...``
-    (:class:`SelectiveSSM`), ``out_proj/kernel: [E, D]``; total
-    ``3·D·E + K·E + E + E·(2R + 3N + 2)`` (``+ 2E + D`` with ``use_bias``). For Mamba-130m's
-    layer (D = 768, E = 1536, N = 16, R = 48, K = 4) that is 3,770,880.
+    Parameters (``R = dt_rank``, ``N = d_state``): ``in_proj/kernel: [D, 2E]``,
+    ``conv1d/{kernel: [K, E], bias: [E]}``, ``ssm/...``, ``out_proj/kernel: [E, D]``:
+    ``3·D·E + K·E + E + E·(2R + 3N + 2)`` (``+ 2E + D`` with ``use_bias``).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> block = MambaBlock(features=8, d_state=4)
-        >>> x = jnp.ones((2, 5, 8))
-        >>> params = block.init(jax.random.PRNGKey(0), x)
-        >>> y = block.apply(params, x)
-        >>> cache = block.init_cache(2)
+        >>> x = jnp.ones((2, 5, 8)); params = block.init(jax.random.PRNGKey(0), x)
+        >>> y, cache = block.apply(params, x), block.init_cache(2)
         >>> y1, cache = block.apply(params, x[:, :1], cache, method="decode")
         >>> bool(jnp.allclose(y1, y[:, :1], atol=1e-5)), y.shape
         (True, (2, 5, 8))
 
     Attributes:
-        features: model width ``D``.
-        d_state: ``N``.
-        d_conv: ``K``.
-        expand: ``E / D``.
+        features, expand: model width ``D``; ``E / D``.
+        d_state, d_conv: ``N``, ``K``.
         dt_rank: ``R``; default ``ceil(D / 16)``.
-        use_bias: biases on ``in_proj``/``out_proj`` (Mamba: False).
-        conv_bias: bias on the convolution (Mamba: True).
+        use_bias, conv_bias: biases on ``in_proj``/``out_proj`` (Mamba: False); on the conv
+            (Mamba: True).
         scan_impl, discretization, selective: passed to :class:`SelectiveSSM`
             (``selective=False``: the LTI ablation, "Mamba architecture with an S4 layer").
     """
@@ -742,8 +700,7 @@ class MambaBlock(nn.Module):
     def init_cache(
         self, batch: int, max_len: int | None = None, dtype: Dtype = jnp.float32
     ) -> MambaCache:
-        """An empty :class:`MambaCache`; ``max_len`` is accepted for the shared decoding
-        interface and unused (the state does not grow)."""
+        """An empty :class:`MambaCache`; ``max_len`` (shared decoding interface) is unused."""
         del max_len
         return MambaCache.create(batch, self.inner, self.d_state, self.d_conv, dtype)
 
@@ -755,23 +712,19 @@ class MinGRU(nn.Module):
         z_t = σ(W_z x_t + b_z),\quad \tilde h_t = W_h x_t + b_h,\quad
         h_t = (1 − z_t) ⊙ h_{t−1} + z_t ⊙ \tilde h_t
 
-    Dropping ``h_{t−1}`` from the gates (cf. the GRU, MEDL (7.18)–(7.19)) makes the
-    recurrence linear in ``h``: :func:`linear_recurrence` with ``a = 1 − z``,
-    ``b = z ⊙ h̃``, so it trains with a parallel scan and generates step by step.
-    Call: ``rnn(x, *, initial_state=None) -> h`` with ``x: [B, T, P]``, ``h: [B, T, H]``;
-    :meth:`with_state` (the same arguments) -> ``(h, h_T)``, the state ``h_T: f32[B, H]``.
+    Without ``h_{t−1}`` in the gates (cf. the GRU, MEDL (7.18)–(7.19)) the recurrence is linear
+    in ``h``: :func:`linear_recurrence` with ``a = 1 − z``, ``b = z ⊙ h̃`` (parallel scan in
+    training, step by step in generation). ``rnn(x, *, initial_state=None) -> h``: ``[B, T, P]
+    -> [B, T, H]``; :meth:`with_state` (same arguments) -> ``(h, h_T: f32[B, H])``.
     Parameters: ``gates/{kernel: [P, 2H], bias: [2H]}`` (columns ``z``, ``h̃``): ``2PH + 2H``.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> rnn = MinGRU(features=3)
-        >>> x = jnp.ones((2, 4, 5))
-        >>> params = rnn.init(jax.random.PRNGKey(0), x)
-        >>> rnn.apply(params, x).shape
-        (2, 4, 3)
+        >>> x = jnp.ones((2, 4, 5)); params = rnn.init(jax.random.PRNGKey(0), x)
         >>> h, h_T = rnn.apply(params, x, method="with_state")
-        >>> bool(jnp.array_equal(h[:, -1], h_T)), h_T.shape
-        (True, (2, 3))
+        >>> h.shape, bool(jnp.array_equal(h[:, -1], h_T))
+        ((2, 4, 3), True)
     """
 
     features: int

@@ -1,28 +1,11 @@
 r"""Transformer blocks and stacks: pre/post norm, LayerNorm/RMSNorm, MLP/GLU, cross-attention.
 
-A block is a residual stack of sublayers, each wrapped in a norm, on a
-batch-major stream ``x_BxTxD``:
-
-* **post-norm** (``norm="post"``; Vaswani et al. 2017, PyTorch's default):
-  ``x ← Norm(x + Sublayer(x))`` — MEDL (7.31) and its FFN step, J&M (9.40)–(9.41),
-  Bishop (12.20) and (12.22);
-* **pre-norm** (``norm="pre"``, the default; GPT-2, Llama, ViT):
-  ``x ← x + Sublayer(Norm(x))`` — Bishop (12.21) and (12.23); a stack then ends with
-  a final norm. (LN (17) and the slides print ``x + Norm(Sublayer(x))``, which
-  normalises the sublayer *output*; pre-norm as Xiong et al. 2020 and GPT-2 define it
-  normalises its *input*, as here.)
-
-The sublayers are causal or bidirectional self-attention, an optional
-cross-attention on an encoder output (the decoder block of MEDL Fig. 7.15b) and a
-position-wise feed-forward layer (:class:`~seqjax.nn.ffn.MLP` or a gated
-:class:`~seqjax.nn.ffn.GLU`). Dropout acts on each sublayer's output before the
-residual sum ("residual dropout", Vaswani et al. §5.4) and on the attention
-weights.
-
-:class:`TransformerEncoder` and :class:`TransformerDecoder` stack ``num_layers``
-blocks, optionally as one ``nn.scan`` over layers (one traced block, so compile
-time does not grow with depth; parameters stacked on a leading layer axis) and
-with rematerialisation (``jax.checkpoint``) of each block.
+:class:`TransformerBlock` (the equations are there) is a residual stack of norm-wrapped sublayers on
+a batch-major stream ``x_BxTxD``: causal or bidirectional self-attention, optional cross-attention
+on an encoder output and a position-wise feed-forward layer. :class:`TransformerEncoder` and
+:class:`TransformerDecoder` stack ``num_layers`` blocks, optionally as one ``nn.scan`` over layers
+(one traced block, so compile time does not grow with depth; parameters stacked on a leading layer
+axis) and with rematerialisation (``jax.checkpoint``) of each block.
 """
 
 from __future__ import annotations
@@ -71,65 +54,57 @@ __all__ = [
 class TransformerBlock(nn.Module):
     r"""One transformer block: self-attention, optional cross-attention, feed-forward.
 
-    Post-norm (``norm="post"``), MEDL (7.31) + its step 4, J&M (9.40)–(9.41),
-    Bishop (12.20)/(12.22):
+    Post-norm (``norm="post"``; Vaswani et al. 2017, PyTorch's default), MEDL (7.31) + its step 4,
+    J&M (9.40)–(9.41), Bishop (12.20)/(12.22):
 
     .. math::
         Z = \mathrm{N}_1\big(X + \mathrm{Drop}(\mathrm{SA}(X))\big),\quad
         [\,Z = \mathrm{N}_c\big(Z + \mathrm{Drop}(\mathrm{CA}(Z, E))\big)\,],\quad
         \tilde X = \mathrm{N}_2\big(Z + \mathrm{Drop}(\mathrm{FFN}(Z))\big)
 
-    Pre-norm (``norm="pre"``, default), Bishop (12.21)/(12.23):
+    Pre-norm (``norm="pre"``, default; GPT-2, Llama, ViT), Bishop (12.21)/(12.23); it normalises the
+    sublayer's *input*, as Xiong et al. 2020 and GPT-2 do (LN (17) and the slides print
+    ``x + Norm(Sublayer(x))``), and a stack ends with a final norm:
 
     .. math::
         Z = X + \mathrm{Drop}(\mathrm{SA}(\mathrm{N}_1(X))),\quad
         [\,Z = Z + \mathrm{Drop}(\mathrm{CA}(\mathrm{N}_c(Z), E))\,],\quad
         \tilde X = Z + \mathrm{Drop}(\mathrm{FFN}(\mathrm{N}_2(Z)))
 
-    ``SA`` is multi-head self-attention (causal with ``config.causal``), ``CA``
-    cross-attention with keys/values from the encoder output ``E`` (the decoder
-    block of MEDL Fig. 7.15b, its 6 steps; Bishop §12.3.4), ``N`` LayerNorm or
-    RMSNorm, ``FFN`` an :class:`~seqjax.nn.ffn.MLP` (ReLU/GELU) or a gated
-    :class:`~seqjax.nn.ffn.GLU` (SwiGLU, GeGLU).
+    ``SA`` is multi-head self-attention (causal with ``config.causal``), ``CA`` cross-attention on
+    the encoder output ``E`` (the decoder block of MEDL Fig. 7.15b; Bishop §12.3.4), ``N`` LayerNorm
+    or RMSNorm, ``FFN`` an :class:`~seqjax.nn.ffn.MLP` or :class:`~seqjax.nn.ffn.GLU`, ``Drop``
+    residual dropout (Vaswani et al. §5.4; attention-weight dropout is inside ``SA``/``CA``).
 
     Parameters (stable names): ``self_attn`` (``query``, ``key``, ``value``, ``out``),
-    ``self_attn_norm``, ``cross_attn``, ``cross_attn_norm`` (with ``cross_attention``),
-    ``ffn`` (``up``, ``down`` [, ``gate``]), ``ffn_norm`` (``scale`` [, ``bias``]).
-    With ``attention_use_bias=False`` and ``activation="relu"`` the count is MEDL (7.32):
-    ``4p + 2N₁p + N₁ + p + H(2mp + 2m_vp)`` (3,150,336 for p=512, N₁=2048, H=8,
-    m=m_v=64), plus ``H(2mp + 2m_vp) + 2p`` for the decoder block (4,199,936).
+    ``self_attn_norm``, ``cross_attn``, ``cross_attn_norm`` (with ``cross_attention``), ``ffn``
+    (``up``, ``down`` [, ``gate``]), ``ffn_norm`` (``scale`` [, ``bias``]). With
+    ``attention_use_bias=False`` and ``activation="relu"`` the count is MEDL (7.32)'s
+    ``4p + 2N₁p + N₁ + p + H(2mp + 2m_vp)``, plus ``H(2mp + 2m_vp) + 2p`` for the decoder block.
 
-    Call ``block(x, *, mask=None, lengths=None, bias=None, encoder_out=None,
-    encoder_mask=None, encoder_lengths=None, positions=None, deterministic=True) -> [B, T, D]``:
+    Call ``block(x, *, mask, lengths, bias, encoder_out, encoder_mask, encoder_lengths, positions,``
+    ``deterministic=True) -> [B, T, D]`` on ``x: [B, T, D]``, the keywords default ``None``:
 
-    * ``x``: ``[B, T, D]``;
-    * ``mask``: self-attention mask, bool broadcastable to ``[B, H, T, K]`` (``K = T``,
-      or the cache's ``max_len`` when decoding); combined with ``causal``;
-    * ``lengths``: ``int32[B]`` real tokens per row of ``x`` (right padding): padded keys
-      are masked; when decoding, each row's cache advances by its own length (prompts of
-      different lengths). A custom ``attention`` module without a ``lengths`` argument
-      receives it as a ``bool[B, T]`` key mask instead;
+    * ``mask``: bool self-attention mask, broadcastable to ``[B, H, T, K]`` (``K = T``, or the
+      cache's ``max_len`` when decoding); combined with ``causal``;
+    * ``lengths``: ``int32[B]`` real tokens per row (right padding): padded keys are masked; when
+      decoding, each row's cache advances by its own length. A custom ``attention`` receives the
+      plain ``int32[B]`` array;
     * ``bias``: additive self-attention score bias (e.g. ALiBi);
-    * ``encoder_out``: ``[B, S, D_e]`` (required iff ``config.cross_attention``);
-      ``encoder_mask``: ``bool[B, S]`` or broadcastable ``[B, H, T, S]``;
-      ``encoder_lengths``: ``int32[B]``;
+    * ``encoder_out``: ``[B, S, D_e]`` (required iff ``config.cross_attention``); ``encoder_mask``:
+      ``bool[B, S]`` or broadcastable ``[B, H, T, S]``; ``encoder_lengths``: ``int32[B]``;
     * ``positions``: ``int32[B, T]`` RoPE positions (default ``arange`` or cache offsets).
 
-    A length outside ``[0, T]`` (``[0, S]``) is a ``ValueError``; under ``jit`` it makes its
-    row's output NaN (an error under ``seqjax.checked``). ``decode(x, cache, *, ...)`` (the
-    same keywords but ``deterministic``) appends ``x`` to the self-attention cache
-    (:meth:`init_cache`) and returns ``(y, new_cache)``.
-
-    The residual stream keeps the input's
-    dtype promoted with ``dtype``: a float32 stream with ``dtype=bfloat16`` stays float32
-    (only the sublayers compute in bf16); a bf16 stream stays bf16.
+    A length outside ``[0, T]`` (``[0, S]``) is a ``ValueError``; under ``jit`` it makes its row's
+    output NaN (an error under ``seqjax.checked``). ``decode(x, cache, *, ...)`` (the same keywords
+    but ``deterministic``) appends ``x`` to the cache of :meth:`init_cache` and returns
+    ``(y, new_cache)``. The residual stream keeps the input's dtype promoted with ``dtype``: a
+    float32 stream with ``dtype=bfloat16`` stays float32 (only the sublayers compute in bf16).
 
     Example:
-        >>> import jax, jax.numpy as jnp
         >>> block = TransformerBlock(BlockConfig.decoder(2, mlp_dim=32, cross_attention=False))
         >>> x = jnp.ones((2, 5, 16))
-        >>> params = block.init(jax.random.PRNGKey(0), x)
-        >>> block.apply(params, x).shape
+        >>> block.apply(block.init(jax.random.PRNGKey(0), x), x).shape
         (2, 5, 16)
 
     Attributes:
@@ -242,8 +217,8 @@ class TransformerBlock(nn.Module):
 
     def _forward(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
         """The block on checked ``inputs`` (:func:`check_block_call` or a stack's
-        :func:`check_stack_call`): its sublayers check shapes only, no lengths are re-read.
-        Returns ``(x, new_cache)``, ``new_cache`` ``None`` without a cache."""
+        :func:`check_stack_call`; sublayers check shapes only): ``(x, new_cache)``, ``new_cache``
+        ``None`` without a cache."""
         cfg = self.cfg
         deterministic = inputs.deterministic
         cross_kv = None
@@ -295,10 +270,10 @@ class TransformerBlock(nn.Module):
         return x, new_cache
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
-        """The self-attention module's empty cache (a :class:`~seqjax.nn.attention.KVCache`
-        for the default attention); with ``cross_attention`` a :class:`DecoderLayerCache`
-        whose cross-attention keys/values are filled by the first call. Call with bound
-        parameters: ``block.apply(params, batch, max_len, method="init_cache")``."""
+        """The self-attention's empty cache (a :class:`~seqjax.nn.attention.KVCache` for the default
+        attention), with ``cross_attention`` in a :class:`DecoderLayerCache` whose cross keys/values
+        the first call fills. Needs bound parameters:
+        ``block.apply(params, batch, max_len, method="init_cache")``."""
         cache = self.self_attn.init_cache(batch, max_len, dtype)
         return DecoderLayerCache(cache, None) if self.cfg.cross_attention else cache
 
@@ -385,23 +360,22 @@ class _TransformerStack(nn.Module, kw_only=True):
         return shape[1:] if shape is not None and self.scan_layers else shape
 
     def _run(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
-        """The stack's call: check ``inputs`` once (:func:`check_stack_call`), run every
-        block on the checked value, poison the rows of lengths read here."""
+        """The stack's call: check ``inputs`` once (:func:`check_stack_call`), run every block on
+        the checked value, poison the rows of lengths read here."""
         y, new_cache = self._forward(x, check_stack_call(self, x, cache, inputs), cache)
         return poison_unread_lengths(y, inputs), new_cache
 
     @nn.compact
     def _forward(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
-        """The stack on checked ``inputs``: every block receives ``config`` and ``inputs``
-        whole (the lengths as :class:`~seqjax._checks.ValidLengths`)."""
+        """The stack on checked ``inputs``: every block receives ``config`` and ``inputs`` whole
+        (lengths as :class:`~seqjax._checks.ValidLengths`)."""
         cfg = self.config
 
         def body(
             block: TransformerBlock, x: Array, cache_l: Any, inputs: BlockInputs
         ) -> tuple[Array, Any]:
-            # Inside a sharded step the residual stream stays split over the batch only
-            # (seqjax.nn._sharding): without this, GSPMD may carry an FSDP weight's split
-            # into the activations and reshuffle them between layers.
+            # In a sharded step keep the residual stream split over the batch only (_sharding);
+            # else GSPMD may carry an FSDP weight's split into it and reshuffle between layers.
             x = _sharding.constrain(x, _sharding.BATCH)
             return block._forward(x, inputs, cache_l)
 
@@ -443,42 +417,34 @@ class TransformerEncoder(_TransformerStack):
         Z^{(0)} = X,\qquad Z^{(l)} = \mathrm{Block}_l(Z^{(l-1)}),\qquad
         Z^\star = \mathrm{N}_f(Z^{(L)})\ \text{(pre-norm only)}
 
-    MEDL §7.5 ("≥ 6 blocks in series", Fig. 7.15a); Bishop §12.1.7 (no weight sharing);
-    J&M §9.7. The block options are one :class:`BlockConfig` (``config``, e.g.
-    :meth:`BlockConfig.encoder`), handed whole to every block; a causal config or one with
-    cross-attention is a ``ValueError`` (that stack is a :class:`TransformerDecoder`). The
-    call's lengths are checked once here; the blocks and their attention layers receive
-    them as a :class:`~seqjax._checks.ValidLengths` and check shapes only: the call's
-    inputs travel as one checked ``BlockInputs`` value, handed whole to every block. Under
-    ``jit`` a length outside ``[0, T]`` makes its row's output NaN (an error under
-    ``seqjax.checked``).
+    MEDL §7.5 ("≥ 6 blocks in series", Fig. 7.15a); Bishop §12.1.7 (no weight sharing); J&M §9.7.
+    Every block gets the same ``config`` (e.g. :meth:`BlockConfig.encoder`); a causal one or one
+    with cross-attention is a ``ValueError`` (use :class:`TransformerDecoder`). The call's inputs
+    are checked once here (the blocks receive the lengths as :class:`~seqjax._checks.ValidLengths`
+    and check shapes only); under ``jit`` a length outside ``[0, T]`` makes its row's output NaN (an
+    error under ``seqjax.checked``).
 
-    Call ``encoder(x, *, mask=None, lengths=None, positions=None, deterministic=True)``
-    with ``x: [B, T, D]`` (embedded and positionally encoded), ``lengths: int32[B]``
-    (right padding; outputs at padded positions are zero and do not influence the real
-    ones) -> ``[B, T, D]``.
+    Call ``encoder(x, *, mask=None, lengths=None, positions=None, deterministic=True) -> [B, T, D]``
+    with ``x: [B, T, D]`` (embedded and positionally encoded) and ``lengths: int32[B]`` (right
+    padding; outputs at padded positions are zero and do not influence the real ones).
 
-    Parameters: ``layers_{i}`` (one block each) or, with ``scan_layers``, ``layers`` with
-    every leaf stacked on a leading ``[num_layers]`` axis; ``final_norm`` when pre-norm.
+    Parameters: ``layers_{i}`` (one block each) or, with ``scan_layers``, ``layers`` with every leaf
+    stacked on a leading ``[num_layers]`` axis; ``final_norm`` when pre-norm.
 
     Example:
-        >>> import jax, jax.numpy as jnp
         >>> enc = TransformerEncoder(config=BlockConfig.encoder(2, mlp_dim=32), num_layers=2,
         ...                          scan_layers=True)
         >>> x = jnp.ones((2, 5, 16))
-        >>> params = enc.init(jax.random.PRNGKey(0), x)
-        >>> params["params"]["layers"]["ffn"]["up"]["kernel"].shape
-        (2, 16, 32)
-        >>> enc.apply(params, x, lengths=jnp.array([5, 3])).shape
+        >>> enc.apply(enc.init(jax.random.PRNGKey(0), x), x, lengths=jnp.array([5, 3])).shape
         (2, 5, 16)
 
     Attributes:
         config: the blocks' :class:`BlockConfig` (``causal`` and ``cross_attention`` False).
-        num_layers: ``L``.
+        num_layers: ``L`` (a positive int, else ``ValueError``).
         scan_layers: one ``nn.scan`` over layers (fast compile, stacked parameters).
         remat: rematerialise each block in the backward pass (``jax.checkpoint``).
-        remat_policy: a name in :data:`REMAT_POLICIES` or a ``jax.checkpoint_policies``
-            callable (default: save nothing).
+        remat_policy: a name in :data:`REMAT_POLICIES` or a ``jax.checkpoint_policies`` callable
+            (default: save nothing).
         final_norm: norm after the last block (default: with ``config.norm="pre"`` only).
     """
 
@@ -505,24 +471,20 @@ class TransformerDecoder(_TransformerStack):
         Z^{(l)} = \mathrm{Block}_l(Z^{(l-1)}, Z^\star_{enc}),\qquad
         \text{output} = \mathrm{N}_f(Z^{(L)})\ \text{(pre-norm only)}
 
-    The decoder of MEDL Fig. 7.15b (every block reads the same encoder output ``z*``;
-    masked self-attention (7.27), cross-attention (7.33)) and Bishop §12.3.4; with
+    The decoder of MEDL Fig. 7.15b (every block reads the same encoder output ``z*``; masked
+    self-attention (7.27), cross-attention (7.33)) and Bishop §12.3.4; with
     ``config.cross_attention=False`` the decoder-only stack of GPT (Bishop §12.3.1; J&M §9.8).
-    ``config`` must be causal (:meth:`BlockConfig.decoder`): a non-causal one is a
-    ``ValueError`` naming ``config.causal``.
+    ``config`` must be causal (:meth:`BlockConfig.decoder`), else a ``ValueError`` naming
+    ``config.causal``.
 
-    Call ``decoder(x, *, mask=None, lengths=None, encoder_out=None, encoder_mask=None,
-    encoder_lengths=None, positions=None, deterministic=True) -> [B, T, D]``.
-
-    Decoding: ``cache = decoder.apply(params, batch, max_len, method="init_cache")``
-    gives one cache per layer (a list), or, with ``scan_layers``, one cache pytree with a
-    leading ``[num_layers]`` axis. :meth:`decode` ``(x, cache, *, ...)`` (the call's
-    keywords but ``deterministic``) returns ``(y, new_cache)``: prefill the (right padded)
-    prompts with ``lengths=prompt_lengths``, then feed one or more tokens per step. The
-    result equals one causal pass over the whole sequence.
+    Call ``decoder(x, *, mask=None, lengths=None, encoder_out=None, encoder_mask=None,``
+    ``encoder_lengths=None, positions=None, deterministic=True) -> [B, T, D]``. Decoding:
+    :meth:`init_cache`, then :meth:`decode` ``(x, cache, *, ...)`` (the call's keywords but
+    ``deterministic``) returns ``(y, new_cache)``: prefill the (right padded) prompts with
+    ``lengths=prompt_lengths``, then feed one or more tokens per step. The result equals one causal
+    pass over the whole sequence.
 
     Example:
-        >>> import jax, jax.numpy as jnp
         >>> cfg = BlockConfig.decoder(2, mlp_dim=32, cross_attention=False)
         >>> dec = TransformerDecoder(config=cfg, num_layers=2)
         >>> x = jnp.ones((2, 6, 16))
@@ -590,12 +552,10 @@ class TransformerDecoder(_TransformerStack):
         return self._run(x, inputs, cache)
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
-        """Empty per-layer caches: a list of ``num_layers`` caches, or one stacked cache
-        (leading ``[num_layers]`` axis) with ``scan_layers``.
-
-        Needs the parameters (head sizes are read from them):
-        ``decoder.apply(params, batch, max_len, method="init_cache")``.
-        """
+        """Empty per-layer caches: a list of ``num_layers`` caches, or with ``scan_layers`` one
+        cache with a leading ``[num_layers]`` axis. Needs bound parameters (head sizes are read from
+        them; else ``ValueError``):
+        ``decoder.apply(params, batch, max_len, method="init_cache")``."""
         if self.scope is None or not self.has_variable("params", self._layer_name(0)):
             raise ValueError(
                 "init_cache needs bound parameters: "

@@ -1,35 +1,30 @@
 r"""Vector quantisation with the straight-through estimator (VQ-VAE's bottleneck).
 
-Nearest-codebook assignment (Bishop §12.4.2, (12.38)): each vector ``z_n ∈ ℝ^D`` is
-replaced by the closest of ``K`` code vectors ``c_1..c_K`` (the codebook ``C``),
+Nearest-codebook assignment (Bishop §12.4.2, (12.38)) replaces each ``z_n ∈ ℝ^D`` by the closest of
+``K`` code vectors ``c_1..c_K`` (the codebook ``C``):
 
 .. math::
     k_n = \arg\min_{k} \lVert z_n - c_k \rVert^2,\qquad q_n = c_{k_n}.
 
-The ``argmin`` has no useful gradient, so training uses the **straight-through**
-estimator (Bishop §12.4.2; van den Oord et al. 2017, §3.2; Bengio et al. 2013): the
-forward pass outputs ``q_n`` but the backward pass copies the gradient from ``q_n`` to
-``z_n`` unchanged,
+The ``argmin`` has no useful gradient, so training uses the **straight-through** estimator
+(Bishop §12.4.2; van den Oord et al. 2017, §3.2; Bengio et al. 2013),
+:math:`\tilde q_n = z_n + \mathrm{sg}[q_n - z_n]` (``sg`` = ``jax.lax.stop_gradient``): the forward
+pass outputs ``q_n``, the backward pass copies the gradient from ``q_n`` to ``z_n`` unchanged
+(:math:`\partial \tilde q_n / \partial z_n = I`).
 
-.. math::
-    \tilde q_n = z_n + \mathrm{sg}[q_n - z_n],\qquad
-    \frac{\partial \tilde q_n}{\partial z_n} = I,
-
-(``sg`` = ``jax.lax.stop_gradient``). The codebook and the encoder are pulled together
-by two losses (van den Oord et al. 2017, eq. 3, averaged over vectors and dimensions):
+Two losses pull codebook and encoder together (van den Oord et al. 2017, eq. 3, averaged over
+vectors and dimensions):
 
 .. math::
     \mathcal L_{\rm codebook} = \frac1{ND}\sum_n \lVert \mathrm{sg}[z_n] - q_n \rVert^2,\qquad
-    \mathcal L_{\rm commit} = \frac{β}{ND}\sum_n \lVert z_n - \mathrm{sg}[q_n] \rVert^2,
+    \mathcal L_{\rm commit} = \frac{β}{ND}\sum_n \lVert z_n - \mathrm{sg}[q_n] \rVert^2.
 
-the first moving the chosen codes towards the encoder outputs, the second (weight
-``β``, 0.25 in the paper) keeping the encoder outputs close to their codes. The two
-have the same value up to ``β`` but different gradients: the codebook loss reaches only
-``C``, the commitment loss only ``z``.
+Equal in value up to ``β`` (0.25 in the paper), they differ in gradient: the codebook loss moves
+only ``C`` (the chosen codes towards the encoder outputs), the commitment loss only ``z`` (towards
+their codes).
 
-Codebooks can also be fitted without gradients, by K-means (Bishop §12.4.2; ImageGPT's
-colour palette): :func:`kmeans_codebook` is Lloyd's algorithm, whose assignment step is
-(12.38) and whose update step moves each code to the mean of its vectors.
+Codebooks can also be fitted without gradients by K-means (Bishop §12.4.2; ImageGPT's colour
+palette): :func:`kmeans_codebook` is Lloyd's algorithm, whose assignment step is (12.38).
 """
 
 from __future__ import annotations
@@ -68,12 +63,10 @@ def _check_width(z: Any, codebook_KxD: Any) -> None:
 def nearest_code(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
     r"""``(k, d)``: the index ``k = argmin_k ‖z − c_k‖²`` (Bishop (12.38)) and all distances.
 
-    Shapes: ``z: [..., D]``, ``codebook_KxD: [K, D]`` -> ``k: int32[...]``,
-    ``d: f32[..., K]``. The squared distance is expanded as ``‖z‖² − 2 zᵀc + ‖c‖²`` (one
-    matmul); ties go to the lowest index (``argmin``).
+    Shapes: ``z: [..., D]``, ``codebook_KxD: [K, D]`` -> ``k: int32[...]``, ``d: f32[..., K]``.
+    ``d = ‖z‖² − 2 zᵀc + ‖c‖²`` (one matmul); ties go to the lowest index.
 
     Example:
-        >>> import jax.numpy as jnp
         >>> c = jnp.array([[0.0, 0.0], [1.0, 1.0], [4.0, 0.0]])
         >>> k, d = nearest_code(jnp.array([[0.9, 0.7], [3.0, 0.1]]), c)
         >>> k.tolist()
@@ -91,16 +84,12 @@ def nearest_code(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
 def quantize(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
     r"""``(q̃, k)``: the straight-through quantisation ``q̃ = z + sg[c_k − z]`` and the codes.
 
-    The forward value is the nearest code ``c_k`` (up to one rounding of ``z + (c_k − z)``);
-    the gradient with respect to ``z`` is the identity and none reaches the codebook (use
+    The forward value is the nearest code ``c_k`` (up to one rounding of ``z + (c_k − z)``); the
+    gradient with respect to ``z`` is the identity and none reaches the codebook (use
     :func:`vq_losses` for that).
 
     Example:
-        >>> import jax, jax.numpy as jnp
         >>> c = jnp.array([[0.0], [1.0]])
-        >>> q, k = quantize(jnp.array([[0.2], [0.8]]), c)
-        >>> q.ravel().tolist(), k.tolist()
-        ([0.0, 1.0], [0, 1])
         >>> jax.grad(lambda z: (3.0 * quantize(z, c)[0]).sum())(jnp.array([[0.2]])).tolist()
         [[3.0]]
     """
@@ -112,12 +101,12 @@ def quantize(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
 def vq_losses(z: Array, q: Array, beta: float = 0.25) -> tuple[Array, Array]:
     r"""``(codebook_loss, commitment_loss)`` of van den Oord et al. (2017), eq. 3.
 
-    ``codebook = mean ‖sg[z] − q‖²`` (gradient to the codes only) and
-    ``commitment = β · mean ‖z − sg[q]‖²`` (gradient to ``z`` only); ``q`` are the selected
-    codes *with* their gradient path to the codebook (``codebook[k]``), not ``q̃``.
+    ``codebook = mean ‖sg[z] − q‖²`` (gradient to the codes only),
+    ``commitment = β · mean ‖z − sg[q]‖²`` (gradient to ``z`` only); ``q`` are the selected codes
+    *with* their gradient path to the codebook (``codebook[k]``), not ``q̃``. ``β < 0`` or unequal
+    shapes are a ``ValueError``.
 
     Example:
-        >>> import jax.numpy as jnp
         >>> cb, cm = vq_losses(jnp.array([[1.0, 2.0]]), jnp.array([[0.0, 0.0]]), beta=0.5)
         >>> float(cb), float(cm)
         (2.5, 1.25)
@@ -137,35 +126,26 @@ def vq_losses(z: Array, q: Array, beta: float = 0.25) -> tuple[Array, Array]:
 class VectorQuantizer(nn.Module):
     r"""A learned codebook with nearest-code assignment and the straight-through estimator.
 
-    .. math::
-        k_n = \arg\min_k \lVert z_n - c_k\rVert^2\ \text{(Bishop (12.38))},\qquad
-        \tilde q_n = z_n + \mathrm{sg}[c_{k_n} - z_n],\\
-        \mathcal L_{\rm VQ} = \lVert \mathrm{sg}[z] - c_k\rVert^2
-            + β\,\lVert z - \mathrm{sg}[c_k]\rVert^2 \ \text{(van den Oord et al. 2017, eq. 3)}
-
-    (means over vectors and dimensions; see the module docstring). Call:
-    ``vq(z) -> (q̃, aux)`` with ``z: [..., D]``, ``q̃: [..., D]`` (forward value ``c_k``,
-    gradient ``I`` with respect to ``z``) and ``aux`` a dict of ``codes: int32[...]``,
-    ``codebook_loss``, ``commitment_loss``, ``loss`` (their sum: add it to the task loss)
-    and ``perplexity`` (``exp`` of the entropy of the code usage in the batch; ``K`` when
+    ``k = argmin_k ‖z − c_k‖²`` (Bishop (12.38)), ``q̃ = z + sg[c_k − z]`` and the losses of
+    van den Oord et al. 2017, eq. 3 (module docstring). Call ``vq(z) -> (q̃, aux)``:
+    ``z, q̃: [..., D]`` (forward value ``c_k``, gradient ``I`` with respect to ``z``); ``aux`` holds
+    ``codes: int32[...]``, ``codebook_loss``, ``commitment_loss``, ``loss`` (their sum: add it to
+    the task loss) and ``perplexity`` (``exp`` of the entropy of the batch's code usage: ``K`` when
     every code is used equally, 1 when one code takes everything).
 
-    Parameters: ``codebook: [K, D]`` (``K·D``). ``decode(codes)`` looks codes up.
+    Parameters: ``codebook: [K, D]``. ``decode(codes)`` looks codes up.
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> vq = VectorQuantizer(num_codes=8, features=4)
-        >>> z = jnp.ones((2, 5, 4))
-        >>> params = vq.init(jax.random.PRNGKey(0), z)
-        >>> q, aux = vq.apply(params, z)
+        >>> vq, z = VectorQuantizer(num_codes=8, features=4), jnp.ones((2, 5, 4))
+        >>> q, aux = vq.apply(vq.init(jax.random.PRNGKey(0), z), z)
         >>> q.shape, aux["codes"].shape, bool(aux["perplexity"] == 1.0)
         ((2, 5, 4), (2, 5), True)
 
     Attributes:
-        num_codes: ``K``.
-        features: ``D``, the code width (must equal the last axis of ``z``).
-        beta: commitment weight ``β`` (0.25 as van den Oord et al.).
-        codebook_init: initialiser of ``[K, D]`` (uniform ±1/K, as the VQ-VAE reference code).
+        num_codes: ``K`` (positive).
+        features: ``D``, the code width (positive; must equal the last axis of ``z``).
+        beta: commitment weight ``β ≥ 0`` (0.25 as van den Oord et al.).
+        codebook_init: initialiser of ``[K, D]`` (default uniform ±1/K, as VQ-VAE's code).
     """
 
     num_codes: int
@@ -209,15 +189,14 @@ class VectorQuantizer(nn.Module):
 def kmeans_codebook(
     x_NxD: Any, num_codes: int, *, iterations: int = 50, seed: int = 0
 ) -> np.ndarray:
-    r"""A ``[K, D]`` codebook by K-means (Lloyd's algorithm), in numpy.
+    r"""A ``[K, D]`` float32 codebook by K-means (Lloyd's algorithm), in numpy.
 
-    Initialised by k-means++ seeding; each iteration assigns every vector to its nearest
-    code (Bishop (12.38)) and moves each code to the mean of its vectors (an empty
-    cluster keeps its code). Codes are returned sorted by their first coordinate, so a
-    1-D codebook (grey levels) is in increasing order.
+    k-means++ seeding, then each iteration assigns every vector to its nearest code (Bishop (12.38))
+    and moves each code to the mean of its vectors (an empty cluster keeps its code). Codes are
+    sorted by their first coordinate, so a 1-D codebook (grey levels) is increasing. ``x`` not
+    ``[N, D]`` or ``num_codes`` outside ``[1, N]`` is a ``ValueError``.
 
     Example:
-        >>> import numpy as np
         >>> x = np.array([[0.0], [0.1], [0.9], [1.0]])
         >>> [round(float(v), 2) for v in kmeans_codebook(x, 2).ravel()]
         [0.05, 0.95]

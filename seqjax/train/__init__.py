@@ -1,26 +1,22 @@
 """seqjax.train: the training API — losses, optimisers, the sharded step, checkpoints, ``fit``.
 
-One module per concern, each importable on its own; this package exports the names a
-training script uses:
+One module per concern, each importable alone; this package exports what a training script
+uses:
 
 * :mod:`~seqjax.train.step` — :func:`make_train_step` (``jax.jit`` over a mesh, gradient
   accumulation, remat, mixed precision), :class:`TrainStep`, :func:`make_eval_step`;
-* :mod:`~seqjax.train.losses` and :mod:`~seqjax.train.tbptt` — LM losses, metrics and the
-  truncated-BPTT loss;
+* :mod:`~seqjax.train.losses`, :mod:`~seqjax.train.tbptt` — LM losses, metrics, truncated BPTT;
 * :mod:`~seqjax.train.optim` — :class:`OptimizerConfig`, schedules, :class:`TrainState`;
-  :mod:`~seqjax.train.options` — :class:`TrainOptions`, the training options every
-  experiment's ``Config`` shares (``0`` = off);
-* :mod:`~seqjax.train.parallel` and :mod:`~seqjax.train.sharding` — :class:`Parallel` (mesh,
-  layout, batch placement), the sharding rules, :func:`host_value` (the one host fetch);
+  :mod:`~seqjax.train.options` — :class:`TrainOptions`, every experiment's shared options;
+* :mod:`~seqjax.train.parallel`, :mod:`~seqjax.train.sharding` — :class:`Parallel` (mesh,
+  layout, batch placement), sharding rules, :func:`host_value` (the one host fetch);
 * :mod:`~seqjax.train.checkpoint` — atomic, resumable checkpoints;
-* :mod:`~seqjax.train.loop` — :func:`fit` and its resume policy; :mod:`~seqjax.train.records`
-  (metrics, plots, TensorBoard, ``run.json``), :mod:`~seqjax.train.preemption` (signals,
-  multi-host checks), :mod:`~seqjax.train.flops` (model FLOPs, peak-FLOPs table),
-  :mod:`~seqjax.train.workdir_lock` (one run per work dir: :class:`WorkdirBusyError`),
-  :mod:`~seqjax.train.write_errors` (a failed write: :class:`WriteError`).
+* :mod:`~seqjax.train.loop` — :func:`fit`; :mod:`~seqjax.train.records` (metrics, plots,
+  TensorBoard, ``run.json``), :mod:`~seqjax.train.preemption` (signals, multi-host checks),
+  :mod:`~seqjax.train.flops` (model FLOPs, peak FLOPs), :mod:`~seqjax.train.workdir_lock`
+  (:class:`WorkdirBusyError`), :mod:`~seqjax.train.write_errors` (:class:`WriteError`).
 
-Everything else (schedules by name, sharding helpers, run records) is imported from its
-module, e.g. ``from seqjax.train.sharding import shard_batch``.
+Import anything else from its module, e.g. ``from seqjax.train.sharding import shard_batch``.
 """
 
 from seqjax.train.checkpoint import (

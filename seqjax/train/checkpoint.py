@@ -1,30 +1,18 @@
 """Checkpoints with orbax: periodic, async, atomic, keep-last-K plus best, crash-tolerant restore.
 
-A checkpoint of step ``s`` is the directory ``<directory>/<s>/`` holding the items
+Step ``s`` is ``<directory>/<s>/`` with items ``params``, ``opt_state``, ``train``
+(``step``, ``rng``, TBPTT ``carry``), ``meta`` (JSON: step, data-iterator state, model config,
+metrics, seqjax version) and optionally ``tokenizer`` (JSON). Orbax writes a temporary
+directory and renames it when complete (atomic on POSIX). Retention keeps the ``keep``
+newest plus the ``keep_best`` best by ``best_metric``.
 
-* ``params``, ``opt_state`` — the arrays of the :class:`~seqjax.train.optim.TrainState`;
-* ``train`` — ``step``, ``rng`` and the TBPTT ``carry``;
-* ``meta`` (JSON) — ``step``, the data-iterator state (a JSON dict), the model config,
-  the metrics of that step, the seqjax version;
-* ``tokenizer`` (JSON, optional) — e.g. ``tokenizers.Tokenizer.to_str()`` parsed.
-
-Orbax writes each checkpoint into a temporary directory and renames it when complete
-(atomic on POSIX file systems), in a background thread (``async_save``). Retention keeps
-the ``keep`` most recent checkpoints plus the best ``keep_best`` by ``best_metric``.
-
-Restoring (:meth:`Checkpointer.restore`) takes the newest checkpoint that reads back: one
-that fails to read (truncated or deleted files, a broken index) is moved aside to
-``<directory>.corrupted/`` with a warning and the previous one is tried. A checkpoint
-that reads but does not fit — other model config, other parameter names or shapes — is a
-:class:`CheckpointMismatchError`, never silently skipped.
-
-A write that fails — no space, no permission, an I/O error; with ``async_save`` it surfaces
-at the next :meth:`~Checkpointer.save`, :meth:`~Checkpointer.check`,
-:meth:`~Checkpointer.wait` or :meth:`~Checkpointer.close` — is a
-:class:`~seqjax.train.write_errors.WriteError` naming the step, the bytes needed and free,
-and the newest intact checkpoint; the temporary folder of the failed write is removed, and
-orbax's log records of write failures (a traceback from each of its background threads)
-are dropped while a writing ``Checkpointer`` is open.
+:meth:`Checkpointer.restore` takes the newest checkpoint that reads back, moving unreadable
+ones to ``<directory>.corrupted/`` with a warning; one that reads but does not fit (model
+config, parameter names or shapes) is a :class:`CheckpointMismatchError`, never skipped. A
+failed write (surfacing, with ``async_save``, at the next ``save``/``check``/``wait``/``close``)
+is a :class:`~seqjax.train.write_errors.WriteError` naming step, bytes needed and free and the
+newest intact checkpoint; its temporary folder is removed and orbax's tracebacks of it are
+dropped.
 """
 
 from __future__ import annotations
@@ -73,7 +61,7 @@ __all__ = [
 
 @contextlib.contextmanager
 def _quiet_orbax() -> Iterator[None]:
-    """Silence orbax's absl INFO/WARNING chatter (e.g. about items not restored on purpose)."""
+    """Silence orbax's absl INFO/WARNING chatter."""
     logger = logging.getLogger("absl")
     level = logger.level
     logger.setLevel(max(level, logging.ERROR))
@@ -84,13 +72,11 @@ def _quiet_orbax() -> Iterator[None]:
 
 
 def _silence_closed_loop_noise() -> None:
-    """Drop the ``RuntimeError('Event loop is closed')`` tracebacks of a failed orbax read.
+    """Drop the ``RuntimeError('Event loop is closed')`` unraisables of a failed orbax read.
 
-    After a read fails, tensorstore futures of that read still complete and call back into
-    the event loop of orbax's finished ``asyncio.run``; Python reports each as an
-    "unraisable" exception — harmless noise printed over the real message (the
-    :class:`CheckpointWarning`). This wraps ``sys.unraisablehook`` (once per process) to
-    drop exactly that error; every other one reaches the previous hook.
+    Tensorstore futures of the failed read call back into orbax's finished event loop, printing
+    noise over the :class:`CheckpointWarning`; wraps ``sys.unraisablehook`` once per process,
+    passing every other error to the previous hook.
     """
     previous = sys.unraisablehook
     if getattr(previous, "_seqjax_closed_loop_filter", False):
@@ -107,9 +93,7 @@ def _silence_closed_loop_noise() -> None:
 
 
 class _DropWriteFailureLogs(logging.Filter):
-    """Drops orbax's log records of a write failure (tracebacks, from each of its background
-    threads, often without the path): while a :class:`Checkpointer` is open, it raises such
-    a failure as one :class:`~seqjax.train.write_errors.WriteError` instead."""
+    """Drops orbax's write-failure log records (raised instead as one ``WriteError``)."""
 
     _ORBAX = f"{os.sep}orbax{os.sep}"
 
@@ -143,7 +127,7 @@ class Restored:
 
 
 def _jsonable(x: Any) -> Any:
-    """A JSON round trip (tuples become lists), so saved and current configs compare equal."""
+    """A JSON round trip (tuples → lists), so saved and current configs compare equal."""
     return json.loads(json.dumps(x, default=_json_default))
 
 
@@ -191,16 +175,15 @@ class Checkpointer:
 
     Args:
         directory: where the step directories live (created if needed).
-        keep: the number of most recent checkpoints kept (``None`` = all).
-        best_metric: a metric name (e.g. ``"eval/loss"``); the ``keep_best`` best
-            checkpoints by it are kept too, whatever their age.
+        keep: the most recent checkpoints kept (``None`` = all).
+        best_metric: a metric name (e.g. ``"eval/loss"``); its ``keep_best`` best checkpoints
+            are kept too, whatever their age.
         best_mode: ``"min"`` or ``"max"``.
         keep_best: how many best checkpoints to keep.
         async_save: write in a background thread (call :meth:`wait` or :meth:`close`).
         model_config: a JSON-able dict saved with each checkpoint and compared on restore.
         tokenizer: a JSON-able dict (or JSON string) saved with each checkpoint.
-        read_only: open for reading only (no directory creation, no clean-up of other
-            writers' temporary directories, nothing deleted or moved).
+        read_only: nothing created, cleaned up, deleted or moved.
 
     Example:
         >>> import tempfile, jax, jax.numpy as jnp, optax
@@ -337,9 +320,7 @@ class Checkpointer:
     ) -> bool:
         """Checkpoint ``state`` at ``step`` (default ``state.step``); False if it exists.
 
-        ``metrics`` (floats) are stored in ``meta``; if they contain ``best_metric`` they
-        also rank the checkpoint for best-keeping.
-        """
+        ``metrics`` (floats) go into ``meta``; their ``best_metric`` ranks the checkpoint."""
         step = int(jax.device_get(state.step)) if step is None else int(step)
         if step in self.all_steps():
             return False
@@ -377,9 +358,8 @@ class Checkpointer:
         return saved
 
     def space_warning(self, state: TrainState) -> str | None:
-        """One line when the directory's file system has less free space than the
-        checkpoints of ``state`` will take (``keep`` of them and the one being written;
-        :func:`~seqjax.train.write_errors.space_warning`), else ``None``."""
+        """One line if free space is less than ``keep`` + 1 checkpoints of ``state``
+        (:func:`~seqjax.train.write_errors.space_warning`), else ``None``."""
         size = tree_bytes((state.params, state.opt_state, state.rng, state.carry))
         return space_warning(self.directory, size, self.keep or 1)
 
@@ -395,8 +375,7 @@ class Checkpointer:
             self._write_failed(step, needed, err)
 
     def _write_failed(self, step: int, needed: int, err: Exception) -> NoReturn:
-        """Clean up after the failed write of ``step`` and raise it as a
-        :class:`~seqjax.train.write_errors.WriteError` (other errors as they are)."""
+        """Clean up the failed write of ``step``; raise it as a ``WriteError`` (others as is)."""
         code = write_failure(err)
         if code is None:
             raise err
@@ -412,8 +391,7 @@ class Checkpointer:
                          checkpoint=newest_checkpoint(self.directory)) from err
 
     def check(self) -> None:
-        """Raise the failure of a background write that has ended (without waiting for
-        one that is still running)."""
+        """Raise the failure of an ended background write (not waiting for a running one)."""
         if self._pending is not None and not self._mngr.is_saving_in_progress():
             self._finish_pending()
 
@@ -423,8 +401,7 @@ class Checkpointer:
         self._mngr.wait_until_finished()
 
     def close(self) -> None:
-        """Finish pending writes and release the manager (a failed write raises, after
-        the manager is released)."""
+        """Finish pending writes and release the manager; a failed write raises after that."""
         try:
             self._finish_pending()
         finally:
@@ -506,10 +483,10 @@ class Checkpointer:
     def restore(self, target: TrainState, step: int | None = None) -> Restored | None:
         """Restore into the structure, dtypes and shardings of ``target``.
 
-        With ``step=None`` the newest readable checkpoint is used (unreadable newer ones
-        are skipped with a :class:`CheckpointWarning`); ``None`` is returned when the
-        directory has no checkpoint. An explicit ``step`` is restored or raises.
-        Raises :class:`CheckpointMismatchError` when the checkpoint does not fit.
+        ``step=None``: the newest readable checkpoint (unreadable ones skipped with a
+        :class:`CheckpointWarning`; all unreadable: :class:`CheckpointUnreadableError`), ``None`` if
+        there is none; an explicit ``step`` is restored or raises. A checkpoint that does not fit
+        raises :class:`CheckpointMismatchError`.
         """
         self.wait()
         _silence_closed_loop_noise()  # before any read: a failed one's callbacks come early
@@ -578,9 +555,8 @@ class Checkpointer:
 
 
 def _join_orbax_threads(timeout: float = 30.0) -> None:
-    """Wait (at most ``timeout`` seconds in all) for orbax's threads of a write that failed:
-    when one item's write fails, the save raises while the threads of the other items may
-    still be writing into the temporary folder about to be removed."""
+    """Wait (``timeout`` s in all) for orbax's threads of a failed write, which may still write into
+    the temporary folder about to be removed."""
     deadline = time.monotonic() + timeout
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and type(thread).__module__.startswith(
@@ -590,13 +566,8 @@ def _join_orbax_threads(timeout: float = 30.0) -> None:
 
 
 def _remove_partial_writes(directory: str) -> None:
-    """Delete the temporary directories of checkpoints whose write never finished.
-
-    Orbax writes ``<step>.orbax-checkpoint-tmp*`` and renames it when complete, so
-    these are leftovers of a crash or SIGKILL. Removed synchronously (orbax's own
-    clean-up runs in a background thread that can race a second manager on the
-    same directory).
-    """
+    """Delete ``<step>.orbax-checkpoint-tmp*`` leftovers of a crash, synchronously (orbax's
+    background clean-up can race a second manager)."""
     if not os.path.isdir(directory):
         return
     for name in os.listdir(directory):
@@ -647,10 +618,10 @@ def restore_params(
     Args:
         directory: the checkpoint directory (``<workdir>/checkpoints``).
         step: an int, ``"latest"``/``None`` (newest readable), or ``"best"`` (by
-            ``best_metric``/``best_mode`` as stored in each checkpoint's metrics).
-        target: optional params tree; names and shapes must match (else
-            :class:`CheckpointMismatchError`) and its shardings are used.
-        sharding: the sharding of every leaf when no ``target`` (default: first device).
+            ``best_metric``/``best_mode`` over each checkpoint's stored metrics).
+        target: optional params tree whose names and shapes must match (else
+            :class:`CheckpointMismatchError`) and whose shardings are used.
+        sharding: every leaf's sharding without ``target`` (default: first device).
     """
     ckpt = _open(directory)
     try:
@@ -660,7 +631,7 @@ def restore_params(
 
 
 def load_meta(directory: str | os.PathLike, step: int | None = None) -> dict:
-    """The ``meta`` JSON (``step``, ``data_state``, ``model_config``, ``metrics``) of a step
+    """The ``meta`` JSON (``step``, ``data_state``, ``model_config``, ``metrics``) of ``step``
     (default: the newest)."""
     ckpt = _open(directory)
     try:
@@ -675,9 +646,8 @@ def load_meta(directory: str | os.PathLike, step: int | None = None) -> dict:
 def load_tokenizer_json(directory: str | os.PathLike, step: int | None = None) -> dict | None:
     """The tokenizer JSON dict saved with a checkpoint (default: the newest), or ``None``.
 
-    This is the dict given to ``Checkpointer(tokenizer=...)``/``fit(tokenizer=...)``, not a
-    tokenizer: to rebuild one from a ``tokenizer.json`` file use
-    :func:`seqjax.data.tokenizers.load_tokenizer`.
+    The dict given to ``Checkpointer(tokenizer=...)``/``fit(tokenizer=...)``; rebuild a tokenizer
+    from a ``tokenizer.json`` with :func:`seqjax.data.tokenizers.load_tokenizer`.
     """
     ckpt = _open(directory)
     try:

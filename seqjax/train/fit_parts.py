@@ -1,23 +1,6 @@
-"""The parts :func:`seqjax.train.loop.fit` is made of, each usable and testable alone.
-
-* :func:`resume` — the checkpointer of a work dir and the state to start from (and a
-  warning when the work dir has less free space than its checkpoints will take);
-* :class:`BatchSource` — what one jitted call trains on: a device-resident source drawn
-  inside the call, or host batches (checked, placed, optionally prefetched by a thread);
-  it also compiles the first call's program ahead of time; the data iterator failing is a
-  :class:`DataIteratorError`, and the data position before the failed call is kept
-  (:attr:`BatchSource.call_position`) for the checkpoint ``fit`` then writes;
-* :class:`MetricsLog` — where a logged record goes: ``metrics.jsonl``, TensorBoard, the
-  printed line, the progress bar and the hooks (a failed write of ``metrics.jsonl`` is a
-  :class:`~seqjax.train.write_errors.WriteError`);
-* :class:`MetricsFetch` — fetches the metrics the devices hold, checks them finite step by
-  step, and counts the tokens;
-* :class:`Throughput` — steps/s, tokens/s and MFU between logged steps, and the time to
-  the first step;
-* :func:`step_actions` — what ``fit`` does after the call that reaches step ``s`` (log,
-  evaluate, save, stop: a :class:`StepPlan`), and :func:`call_steps`, how many steps that
-  call runs: pure functions of the step and the :class:`FitConfig`.
-"""
+"""The parts :func:`seqjax.train.loop.fit` is made of, each usable and testable alone:
+:func:`resume`, :class:`BatchSource`, :class:`MetricsLog`, :class:`MetricsFetch`,
+:class:`Throughput`, and the pure functions :func:`step_actions` and :func:`call_steps`."""
 
 from __future__ import annotations
 
@@ -57,6 +40,8 @@ __all__ = ["CHECKED_ENV", "FitConfig", "checked_by_default", "BatchSource",
            "call_steps", "process_uptime", "resume", "step_actions"]
 
 
+#: ``1`` runs every ``fit`` of ``seqjax train`` under :func:`seqjax.checked`; read by the
+#: command line (:class:`seqjax.experiments._runner.Switches`), not by ``fit``.
 CHECKED_ENV = "SEQJAX_CHECKED"
 
 # What ``FitConfig(checked=None)`` means where it is made (see ``checked_by_default``).
@@ -67,15 +52,13 @@ _CHECKED_DEFAULT: contextvars.ContextVar[bool] = contextvars.ContextVar(
 @contextlib.contextmanager
 def checked_by_default(on: bool) -> Iterator[None]:
     """Within the block, a :class:`FitConfig` made with ``checked=None`` (the default) has
-    ``checked=on``: how ``seqjax train --checked`` (or ``$SEQJAX_CHECKED``, read by the
-    command line) reaches the configs its recipe makes. Outside any such block it is off.
+    ``checked=on``; outside any block it is off. How ``seqjax train --checked`` (or
+    ``$SEQJAX_CHECKED``, read by the command line) reaches the configs a recipe makes.
 
     Example:
         >>> with checked_by_default(True):
         ...     FitConfig(steps=1).checked
         True
-        >>> FitConfig(steps=1).checked
-        False
     """
     if not isinstance(on, bool):
         raise TypeError(f"`on` must be a bool; got {on!r}.")
@@ -101,42 +84,26 @@ class FitConfig(ConfigBase):
         async_checkpointing: write checkpoints in a background thread.
         progress: show a tqdm bar.
         print_logs: print one line per logged record.
-        tensorboard: write TensorBoard event files: ``True`` (needs tensorboardX,
-            ``seqjax[tensorboard]``; an error naming the extra without it), ``False``, or
-            ``None`` (default: when tensorboardX is installed).
-        plot: draw ``loss.png`` and ``perplexity.png`` at the end: ``True`` (needs
-            matplotlib, ``seqjax[plot]``), ``False``, or ``None`` (default: when matplotlib
-            is installed).
+        tensorboard: write TensorBoard events (``True`` needs ``seqjax[tensorboard]``);
+            ``None`` (default) = if tensorboardX is installed.
+        plot: draw ``loss.png`` and ``perplexity.png`` at the end (``True`` needs
+            ``seqjax[plot]``); ``None`` (default) = if matplotlib is installed.
         handle_signals: SIGTERM/SIGINT save and stop (main thread only).
         finite_check: metrics that must stay finite.
         flops_per_step: model FLOPs per step (e.g. ``6 · params · tokens``) to report MFU.
         peak_flops: peak FLOP/s per device for MFU; ``None`` = look up the device kind.
-        steps_per_call: run this many steps in one jitted call (a ``lax.scan`` of the
-            step; :meth:`~seqjax.train.step.TrainStep.steps`), so the host dispatches once
-            per ``k`` steps — the usual answer to host overhead on TPUs and for small
-            models. ``log_every``, ``eval_every`` and ``checkpoint_every`` must be
-            multiples of it; a stop request (SIGTERM) is honoured at the end of a call.
-            Needs the train step of :func:`~seqjax.train.step.make_train_step`.
-        prefetch: host batches a background thread prepares ahead (the next batch, its
-            check and its placement on the devices, while the step runs); ``None``
-            (default): 2 on an accelerator, 0 (none) on the CPU, where the thread would
-            compete with XLA for the same cores. Not used with a device-resident source.
-        freeze_gc: ``gc.freeze()`` everything allocated before training (the model, the
-            data, the compiled programs), so Python's full collections — pauses of 0.1 s
-            and more with a large heap — stop walking it; undone when ``fit`` returns.
-        compile_ahead: compile the first call's program (device-resident data) and the
-            evaluation step (on the first evaluation batch) in background threads while the
-            checkpoint is read; the first call waits for them, so the two compiles overlap
-            each other and the restore, and neither is done twice; ``None`` (default): on
-            accelerators, where the host's cores are free, not on the CPU, where the
-            compiles would compete with the steps for the same cores.
-        checked: run every call under :func:`seqjax.checked`: an invalid token id, length
-            or cache overflow inside the step raises its message (with the steps of the
-            call) instead of making the loss NaN; a debugging mode (each call re-traces a
-            small wrapper). ``None`` (default) is resolved when the config is made: on
-            inside :func:`checked_by_default` (where ``seqjax train --checked`` or
-            ``$SEQJAX_CHECKED=1`` runs the recipe: the command line reads that variable,
-            ``fit`` does not), else off; ``fit`` reads this field alone.
+        steps_per_call: steps per jitted call (:meth:`~seqjax.train.step.TrainStep.steps`),
+            cutting host overhead; the ``*_every`` intervals must be multiples of it, and a stop
+            is honoured at a call's end. Needs :func:`~seqjax.train.step.make_train_step`'s step.
+        prefetch: host batches a thread prepares ahead; ``None`` (default): 2 on an
+            accelerator, 0 on the CPU (where it would compete with XLA).
+        freeze_gc: ``gc.freeze()`` everything allocated before training (shorter collections);
+            undone when ``fit`` returns.
+        compile_ahead: compile the first call (device-resident data) and the evaluation step in
+            threads while the checkpoint is read; ``None`` (default): not on the CPU.
+        checked: run every call under :func:`seqjax.checked` (debugging): an invalid token id,
+            length or cache overflow raises instead of making the loss NaN. ``None`` (default)
+            is resolved at creation: on inside :func:`checked_by_default`, else off.
     """
 
     steps: int
@@ -208,8 +175,7 @@ class StepPlan:
         log: write a record (``metrics.jsonl``, TensorBoard, the bar, the hooks).
         evaluate: run the evaluation (its metrics join the record and the checkpoint).
         save: write a checkpoint.
-        stop: return ``"interrupted"`` after the save (a stop was requested before the
-            last step).
+        stop: return ``"interrupted"`` after the save (a stop requested before the last step).
     """
 
     log: bool = False
@@ -219,15 +185,13 @@ class StepPlan:
 
     @property
     def fetch(self) -> bool:
-        """Whether the step's metrics are fetched from the devices (and checked finite):
-        anything to do at all."""
+        """Whether the step's metrics are fetched (and checked finite): anything to do at all."""
         return self.log or self.evaluate or self.save or self.stop
 
 
 def call_steps(s: int, cfg: FitConfig) -> int:
-    """Steps in the jitted call that starts after step ``s``: ``cfg.steps_per_call`` (``k``)
-    steps, aligned to multiples of ``k`` — a shorter call to reach one (a run resumed off
-    the grid) or the last step ``cfg.steps``; 0 when there is nothing left.
+    """Steps in the call that starts after step ``s``: ``k = cfg.steps_per_call``, aligned to
+    multiples of ``k`` (shorter to reach one, or the last step ``cfg.steps``); 0 when done.
 
     Example:
         >>> cfg = FitConfig(steps=10, steps_per_call=4, log_every=4)
@@ -240,20 +204,15 @@ def call_steps(s: int, cfg: FitConfig) -> int:
 
 def step_actions(s: int, cfg: FitConfig, start: int, *, evaluates: bool, saves: bool,
                  stop_requested: bool = False) -> StepPlan:
-    """What ``fit`` does after the call that reaches step ``s`` of a run that started (or
-    resumed) at step ``start``: a pure function of its arguments.
+    """What ``fit`` does after the call that reaches step ``s`` of a run (re)started at ``start``.
 
-    * log: every ``cfg.log_every`` steps, the first call's last step (the time to the first
-      step) and the last step ``cfg.steps``;
-    * evaluate (``evaluates``: ``fit`` has an evaluation step and data): every
-      ``cfg.eval_every`` steps (0 = never) and the last step;
-    * save (``saves``: ``fit`` has a work dir): every ``cfg.checkpoint_every`` steps (0 =
-      never), at every evaluation, the last step, and when a stop is requested;
-    * stop: a stop requested (``stop_requested``: SIGTERM/SIGINT, agreed on by every
-      process) before the last step.
+    * log: every ``cfg.log_every`` steps, the first call's last step and the last step;
+    * evaluate (if ``evaluates``): every ``cfg.eval_every`` steps (0 = never) and the last step;
+    * save (if ``saves``: a work dir): every ``cfg.checkpoint_every`` steps (0 = never), at every
+      evaluation, the last step, and on a stop request;
+    * stop: ``stop_requested`` (SIGTERM/SIGINT, agreed by every process) before the last step.
 
-    With ``cfg.steps_per_call`` = ``k`` only the steps that end a call (:func:`call_steps`)
-    are asked about; the ``*_every`` intervals are multiples of ``k``.
+    Only steps that end a call (:func:`call_steps`) are asked about.
 
     Example:
         >>> cfg = FitConfig(steps=6, log_every=4, checkpoint_every=3)
@@ -279,9 +238,8 @@ def _every(s: int, interval: int) -> bool:
 
 
 class Resumed(NamedTuple):
-    """What :func:`resume` found: the checkpointer (``None`` without a work dir), the state
-    and 0-based step to start from, the data position saved with it (or ``None``), and
-    whether a recorded history was set aside to start over."""
+    """What :func:`resume` found: checkpointer (``None`` without a work dir), state, 0-based start
+    step, the data position saved with it (or ``None``), whether a history was set aside."""
 
     checkpointer: Checkpointer | None
     state: Any
@@ -294,10 +252,9 @@ def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | Non
            best_mode: str, async_save: bool, model_config: Mapping[str, Any] | None,
            tokenizer: Any, check_history: Callable[[str, int], bool]) -> Resumed:
     """Open ``workdir``'s checkpoints and restore the newest readable one into ``state``'s
-    structure; with none, ``check_history(workdir, start)`` decides whether a recorded
-    history may be started over (raises if not; ``True`` when it set that history aside).
-    Says in one line when the work dir has less free space than the checkpoints will take
-    (:meth:`~seqjax.train.checkpoint.Checkpointer.space_warning`)."""
+    structure; with none, ``check_history(workdir, start)`` decides whether a recorded history may
+    be started over (raises if not; ``True`` when set aside). Prints
+    :meth:`~seqjax.train.checkpoint.Checkpointer.space_warning` if free space is short."""
     start = int(host_value(state.step))
     if workdir is None:
         return Resumed(None, state, start, None)
@@ -325,9 +282,8 @@ def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | Non
 
 
 class _Prefetcher:
-    """Host batches ``start .. end − 1`` made ahead by a background thread: ``produce(i)``
-    (next, check, place) and the data position after it (``position_after(i + 1)``), at
-    most ``depth`` ahead. An error is raised by :meth:`get` at the batch it belongs to."""
+    """Host batches ``start .. end − 1`` made up to ``depth`` ahead by a thread: ``produce(i)`` and
+    ``position_after(i + 1)``; an error is raised by :meth:`get` at its batch."""
 
     def __init__(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
                  start: int, end: int, depth: int) -> None:
@@ -396,8 +352,8 @@ def _data_state(data: Any, step: int) -> Any:
 
 
 def compile_in_background(lower: Callable[[], Any], name: str) -> threading.Thread:
-    """Compile ``lower()``'s program in a daemon thread, so that the first real call finds
-    it in JAX's cache; a failure is left for that call to report."""
+    """Compile ``lower()``'s program in a daemon thread for JAX's cache; failures are left to the
+    real call."""
 
     def run() -> None:
         try:
@@ -411,17 +367,14 @@ def compile_in_background(lower: Callable[[], Any], name: str) -> threading.Thre
 
 
 class DataIteratorError(RuntimeError):
-    """The training data failed: ``next()`` of the data iterator (or ``f(i)``) raised — an
-    I/O error of a loader, a bug in it, or the end of the stream before the last step.
+    """The training data failed: ``next()`` of the iterator (or ``f(i)``) raised, or the stream
+    ended before the last step. Failing evaluation data is the same error, ``source`` naming it.
 
-    Evaluation data that raises is the same error, ``source`` naming it (``"the evaluation
-    data"``; ``step``: the step evaluated, the last completed one, which ``fit`` saves first).
-
-    Attributes: ``step`` (the 1-based step whose batch could not be made; nothing was
-    trained on it), ``source`` (what failed), ``error`` (what the iterator raised; also
-    ``__cause__``), ``checkpoint`` (``(step, path)`` of the newest intact checkpoint, or
-    ``None``; ``fit`` fills it in after saving the last completed step) and ``resume`` (the
-    command that resumes the run; ``seqjax train`` sets it). ``str()`` is one line with all of them.
+    Attributes: ``step`` (1-based step whose batch could not be made, nothing trained on it; for
+    evaluation, the last completed step, which ``fit`` saves first), ``source``, ``error`` (also
+    ``__cause__``), ``checkpoint`` (``(step, path)`` of the newest intact checkpoint or ``None``;
+    filled in by ``fit`` after saving), ``resume`` (the resume command; set by ``seqjax train``).
+    ``str()`` is one line with all of them.
     """
 
     def __init__(self, step: int, error: BaseException,
@@ -450,13 +403,11 @@ class DataIteratorError(RuntimeError):
 class BatchSource:
     """What each jitted call of ``fit`` trains on, from 0-based step ``start``.
 
-    A ``data`` with ``device_batch`` (:class:`seqjax.data.device.DeviceLMWindows`) is drawn
-    inside the call (:meth:`~seqjax.train.step.TrainStep.steps_from`); anything else gives
-    host batches — an iterator (``get_state``/``set_state`` resume its position, otherwise
-    it is replayed) or ``f(i) -> batch`` — each checked by ``check_batch`` (when given) on
-    the host, placed by ``place_batch``, and made ``prefetch`` batches ahead by a thread
-    (``None``: 2 on an accelerator, none on the CPU, where the thread would compete with
-    XLA for the same cores).
+    A ``data`` with ``device_batch`` (:class:`seqjax.data.device.DeviceLMWindows`) is drawn inside
+    the call (:meth:`~seqjax.train.step.TrainStep.steps_from`); anything else gives host batches,
+    from an iterator (``get_state``/``set_state`` resume its position, else it is replayed) or
+    ``f(i) -> batch``, checked by ``check_batch``, placed by ``place_batch`` and prefetched
+    (``prefetch``: as in :class:`FitConfig`).
     """
 
     def __init__(self, data: Any, train_step: Callable, *, start: int, data_state: Any,
@@ -492,8 +443,8 @@ class BatchSource:
                                                start, steps, prefetch)
 
     def _host_batch(self, i: int) -> Any:
-        """The checked, placed batch of 0-based step ``i``; an error of the data iterator
-        is a :class:`DataIteratorError` of step ``i + 1``."""
+        """Step ``i``'s (0-based) checked, placed batch; an iterator error is a
+        :class:`DataIteratorError` of step ``i + 1``."""
         assert self._get is not None  # host data
         try:
             batch = self._get(i)
@@ -510,9 +461,8 @@ class BatchSource:
     @staticmethod
     def compile_ahead_of(train_step: TrainStep, data: Any, state: Any,
                          n: int) -> threading.Thread:
-        """Start compiling, in a thread, the program of a call of ``n`` steps on a
-        device-resident ``data`` for ``state``'s shapes and shardings (host batches are
-        not read ahead of their step, so their program compiles at the first call)."""
+        """Start compiling in a thread the call of ``n`` steps on device-resident ``data`` for
+        ``state``'s shapes and shardings."""
         run = train_step.steps_from(data, n)
         return compile_in_background(lambda: run.lower(state, data.arrays), "train")
 
@@ -529,7 +479,7 @@ class BatchSource:
 
     def call(self, state: Any, s: int, n: int) -> tuple[Any, Any]:
         """Steps ``s + 1 .. s + n`` in one jitted call: ``(state, metrics)``; with
-        ``checked``, a failed value check raises, noted with the steps of the call."""
+        ``checked``, a failed check raises, noted with the call's steps."""
         try:
             if self.device:
                 return self._fn("device", n)(state, self.data.arrays)
@@ -550,8 +500,7 @@ class BatchSource:
             raise
 
     def position(self, s: int) -> Any:
-        """The data position after the batches of steps ``1 .. s`` (a prefetcher has read
-        further)."""
+        """The data position after steps ``1 .. s`` (a prefetcher's, which has read further)."""
         if self._prefetcher is not None:
             return self._prefetcher.position
         return _data_state(self.data, s)
@@ -565,9 +514,8 @@ class BatchSource:
 
 
 class MetricsLog:
-    """Where ``fit``'s logged records go (process 0 only): ``metrics.jsonl`` (cut back to
-    ``start`` on resume), TensorBoard (``tensorboard``: True/False/None = if installed), one
-    printed line per record (``print_logs``), a tqdm bar (``progress``) and ``hooks``."""
+    """Where ``fit``'s records go (process 0 only): ``metrics.jsonl`` (cut back to ``start`` on
+    resume), TensorBoard, a printed line (``print_logs``), a tqdm bar and ``hooks``."""
 
     def __init__(self, workdir: str | None, *, start: int, steps: int, restart: bool,
                  progress: bool, print_logs: bool, tensorboard: bool | None,
@@ -646,11 +594,9 @@ class MetricsLog:
 
 
 class MetricsFetch:
-    """Holds the metrics of the calls made since the last fetch on the devices (:meth:`add`;
-    :meth:`wait_behind` keeps the host at most ``in_flight`` calls ahead of them), fetches
-    them (all transfers started together), checks every step's ``finite_check`` metrics in
-    order — a non-finite one is a :class:`~seqjax.train.records.NonFiniteLossError` naming
-    its step — and counts the ``tokens`` trained on since :meth:`take_tokens`."""
+    """Holds the devices' metrics of calls since the last fetch (:meth:`add`), fetches them,
+    checks each step's ``finite_check`` metrics in order (a
+    :class:`~seqjax.train.records.NonFiniteLossError` naming the step) and counts ``tokens``."""
 
     def __init__(self, finite_check: Sequence[str], workdir: str | None,
                  ids_checked: bool, *, in_flight: int = 8) -> None:
@@ -665,14 +611,13 @@ class MetricsFetch:
         self.pending.append((s_end, n, metrics))
 
     def wait_behind(self) -> None:
-        """Back-pressure: wait for the call made ``in_flight`` calls ago, so the host runs
-        at most that many calls ahead of the devices."""
+        """Back-pressure: keep the host at most ``in_flight`` calls ahead of the devices."""
         if len(self.pending) > self.in_flight:
             jax.block_until_ready(self.pending[-1 - self.in_flight][2])
 
     def __call__(self, pending: list[tuple[int, int, Any]] | None = None) -> dict:
-        """The last step's metrics; ``pending`` (``(last step, steps, metrics)`` per call;
-        default: those held by :meth:`add`) is emptied."""
+        """The last step's metrics; empties ``pending`` (``(last step, steps, metrics)`` per call;
+        default: those from :meth:`add`)."""
         pending = self.pending if pending is None else pending
         fetched = host_value([m for _, _, m in pending])
         for (s_end, n, _), m_host in zip(pending, fetched):
@@ -694,9 +639,8 @@ class MetricsFetch:
 
 
 class Throughput:
-    """Rates between logged steps: ``steps_per_s``, ``tokens_per_s`` (when the metrics count
-    tokens) and ``mfu`` (with ``flops_per_step`` and a known ``peak`` FLOP/s per device), and
-    ``time`` since the start; :meth:`first_step` records the time to the first step."""
+    """Rates between logged steps: ``steps_per_s``, ``tokens_per_s`` (when metrics count tokens),
+    ``mfu`` (with ``flops_per_step`` and ``peak``), and ``time`` since the start."""
 
     def __init__(self, start: int, *, flops_per_step: float | None, peak: float | None,
                  devices: int) -> None:
@@ -706,8 +650,8 @@ class Throughput:
         self.first_step_s: float | None = None
 
     def first_step(self, since: float | None = None) -> float:
-        """Seconds from ``since`` (a ``time.perf_counter()`` reading; default: the meter's
-        start) to now: call it when the first call's results are ready."""
+        """Seconds from ``since`` (``time.perf_counter()``; default: the start) to now, the
+        time to the first step."""
         self.first_step_s = time.perf_counter() - (self.t0 if since is None else since)
         return self.first_step_s
 

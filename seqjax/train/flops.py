@@ -1,18 +1,15 @@
 r"""Model FLOPs per token, for the trainer's MFU (model FLOPs utilisation).
 
-A decoder-only transformer with ``N`` parameters, ``L`` layers, ``H`` heads of size
-``Q`` and context ``T`` costs, per token of one training step (forward + backward),
+A decoder-only transformer with ``N`` parameters, ``L`` layers, ``H`` heads of size ``Q``
+and context ``T`` costs per token of a training step (forward + backward)
 
 .. math::
     C = 6N + 12\,L\,H\,Q\,T
 
-FLOPs (Chowdhery et al. 2022, *PaLM*, App. B; the formula of nanoGPT's
-``estimate_mfu`` and of llm.c): ``6N`` for the weight matmuls (2 forward, 4
-backward), ``12 L H Q T`` for the two attention products ``Q Kᵀ`` and ``A V``
-(each ``2 H Q T`` per token and layer forward, twice that backward). With a causal
-mask only the lower triangle is needed, so the attention term is counted at half,
-``6 L H Q T`` (the convention of nanoGPT's and llm.c's MFU).
-MFU = ``C · tokens/s ÷ (devices · peak)`` with the device's dense peak
+FLOPs (Chowdhery et al. 2022, *PaLM*, App. B; nanoGPT's ``estimate_mfu``, llm.c): ``6N``
+for the weight matmuls (2 forward, 4 backward), ``12 L H Q T`` for ``Q Kᵀ`` and ``A V``. A
+causal mask halves the attention term to ``6 L H Q T`` (nanoGPT's and llm.c's convention).
+MFU = ``C · tokens/s ÷ (devices · peak)``, peak the device's dense one
 (:func:`peak_flops_per_device`).
 """
 
@@ -75,18 +72,16 @@ def transformer_flops_per_token(
 
 @renamed_keywords(seq_len="block_size")
 def lm_flops_per_token(config: Any, params: Any, block_size: int | None = None) -> float:
-    """:func:`transformer_flops_per_token` for a :class:`seqjax.models.gpt.TransformerLM`.
+    """:func:`transformer_flops_per_token` (causal) for a :class:`seqjax.models.gpt.TransformerLM`.
 
-    ``N`` counts every parameter except the learned position table (``pos_embed``;
-    a lookup, no matmul — nanoGPT's "non-embedding" count); the token embedding is
-    counted once, as the output matrix it is tied to (or the separate head when
-    untied). ``Q = embed_dim / num_heads``; ``T = block_size`` (default
-    ``config.block_size``); causal.
+    ``N`` excludes the learned position table (``pos_embed``, a lookup: nanoGPT's
+    "non-embedding" count); a tied token embedding counts once, as the output matrix.
+    ``Q = embed_dim / num_heads``.
 
     Args:
         config: the model's :class:`~seqjax.models.gpt.TransformerLMConfig`.
         params: its parameters (with or without the ``{"params": ...}`` wrapper).
-        block_size: the training context length, when shorter than the model's.
+        block_size: the training context ``T`` if shorter than ``config.block_size``.
     """
     tree = params.get("params", params) if hasattr(params, "get") else params
     counted = {k: v for k, v in tree.items() if k != "pos_embed"}

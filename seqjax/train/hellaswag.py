@@ -1,6 +1,5 @@
-"""Moved: HellaSwag is one of the downstream tasks of :mod:`seqjax.evals` (``load_task`` reads
-``hellaswag_val.jsonl``, ``score_task`` scores it; ``TaskBatches`` and ``make_task_eval`` on a
-mesh or in ``fit``)."""
+"""HellaSwag moved to :mod:`seqjax.evals` (``load_task``, ``score_task``, ``TaskBatches``,
+``make_task_eval``)."""
 
 raise ImportError(
     "seqjax.train.hellaswag moved to seqjax.evals: load_hellaswag(path) is "

@@ -1,86 +1,46 @@
 """The training loop: ``fit`` with evaluation, progress, logs, checkpoints and fault handling.
 
 ``fit(state, train_step, train_data, FitConfig(steps=...), workdir=...)`` runs
-``state, metrics = train_step(state, batch)`` until ``state.step == steps`` and, in the
-work dir, keeps
+``state, metrics = train_step(state, batch)`` until ``state.step == steps``, keeping in the
+work dir
 
-* ``checkpoints/`` — orbax checkpoints (:mod:`seqjax.train.checkpoint`) every
-  ``checkpoint_every`` steps, at every evaluation and at the end; a rerun in the same work
-  dir restores the newest readable one (state, RNG and data-iterator position) and
-  continues — bit-for-bit the same run on the same hardware;
-* ``metrics.jsonl`` — one JSON object per logged step (``step``, ``loss``, ``grad_norm``,
-  ``lr``, ``tokens_per_s``, ``eval/*``, ...); lines past the restored step are dropped on
-  resume. A history with no readable checkpoint to resume it from is never overwritten
-  silently: after a kill before the first checkpoint finished, ``fit`` starts over and keeps
-  it as ``metrics.jsonl.<time>.old`` (one line says so); when every checkpoint was unreadable
-  it raises :class:`ResumeError` unless called with ``restart=True``;
-* ``tensorboard/`` — TensorBoard event files (tensorboardX, ``pip install
-  "seqjax[tensorboard]"``) of the same scalars;
-* ``loss.png``, ``perplexity.png`` — curves drawn at the end (matplotlib, Agg; ``pip install
-  "seqjax[plot]"``). Both are optional: by default they are written when their package is
-  installed.
+* ``checkpoints/`` (:mod:`seqjax.train.checkpoint`) every ``checkpoint_every`` steps, at
+  every evaluation and at the end; a rerun in the same work dir restores the newest readable
+  one (state, RNG, data position) and continues bit for bit on the same hardware;
+* ``metrics.jsonl``, one JSON object per logged step (``step``, ``loss``, ``grad_norm``,
+  ``lr``, ``tokens_per_s``, ``eval/*``, ...), cut back to the restored step on resume. A
+  history with no readable checkpoint is never overwritten silently: after a kill before the
+  first checkpoint, ``fit`` keeps it as ``metrics.jsonl.<time>.old`` and starts over; with
+  every checkpoint unreadable it raises :class:`ResumeError` unless ``restart=True``;
+* ``tensorboard/``, ``loss.png``, ``perplexity.png`` (optional, by default when their package
+  is installed) and ``run.json`` (:meth:`seqjax.train.parallel.Parallel.describe`).
 
-* ``run.json`` — where the run ran: ``devices``, ``processes``, ``mesh`` (axis → size),
-  ``strategy``, ``device_kind``, ``platform``, ``jax`` (see
-  :meth:`seqjax.train.parallel.Parallel.describe`), rewritten by every (resumed) run.
+Faults. ``fit`` holds the work dir's lock (:mod:`seqjax.train.workdir_lock`): a second run
+raises :class:`~seqjax.train.workdir_lock.WorkdirBusyError` before writing. A failed write
+raises :class:`~seqjax.train.write_errors.WriteError` naming file, step, bytes needed and
+free and the newest intact checkpoint (background checkpoints are checked at each logged
+step; a failed one's temporary folder is removed), so the same call resumes once the cause
+is gone; one line warns before training when free space is short. A failing data iterator
+(an error, or ``StopIteration`` before the last step) raises
+:class:`~seqjax.train.fit_parts.DataIteratorError` after checkpointing the last completed step
+with the data position before the failed batch (single process only), so the same call later
+finishes as the uninterrupted run would. A non-finite ``loss`` or ``grad_norm`` raises
+:class:`NonFiniteLossError` naming step, metric and likely causes; nothing is saved after the
+last finite step. Metrics stay on the devices between logged steps (the host at most 8 steps
+ahead) and are fetched and checked at log, eval and checkpoint steps.
 
-**One run per work dir.** ``fit`` holds the work dir's lock (``seqjax.lock``, an OS file
-lock the kernel releases when the process dies; :mod:`seqjax.train.workdir_lock`) for the
-whole run: a second run on it raises :class:`~seqjax.train.workdir_lock.WorkdirBusyError`
-naming the holder before writing anything. **A write that fails** — a checkpoint, a
-metrics record, ``run.json``, a curve; no space, no permission, an I/O error — stops the
-run with a :class:`~seqjax.train.write_errors.WriteError` naming the file, the step, the
-bytes needed and free and the newest intact checkpoint (a checkpoint written in the
-background is checked at every logged step); the failed checkpoint's temporary folder is
-removed, so the same call resumes once the cause is gone. Before training, one line says
-so when the work dir has less free space than its checkpoints will take. **The data
-iterator failing** — ``next()`` (or ``f(i)``) raising an I/O error, a loader's bug,
-``StopIteration`` before the last step — stops the run with a
-:class:`~seqjax.train.fit_parts.DataIteratorError` naming the error and the step whose
-batch it was (nothing is trained on it), after checkpointing the last completed step with
-the data position from before the failed batch (one process; several processes keep
-their last periodic checkpoint), so the same call, once the cause is gone, finishes as the
-uninterrupted run would have.
+SIGTERM/SIGINT finish the current step, save and return ``status="interrupted"`` (a second
+Ctrl-C aborts at once); one caught before ``fit`` started
+(:func:`seqjax.train.preemption.stop_requests`) stops it before its first step. With several
+processes only process 0 writes logs, metrics, curves and ``run.json``, and the stop step is
+agreed through JAX's preemption sync point, so all processes save the same step.
 
-A tqdm bar shows loss, tokens/s and the ETA. SIGTERM/SIGINT (preemption on Colab or a TPU
-VM, Ctrl-C) finish the current step, save a checkpoint and return with
-``status="interrupted"`` (a second Ctrl-C aborts at once). A signal caught before ``fit``
-started (``seqjax train`` catches them from its start:
-:func:`seqjax.train.preemption.stop_requests`) — while the data was opened, the checkpoint
-restored or the step compiled — stops it before its first step, its checkpoints as they were.
-
-**Several processes** (``jax.distributed``): only process 0 writes logs, metrics, curves
-and ``run.json``; checkpoints are written collectively by orbax. A SIGTERM that reaches
-*one* process (a preempted host) must stop *every* process at the same step, or one
-would wait in the checkpoint's collectives while the other waits in the next step's: the
-stop decision is taken with JAX's preemption sync point
-(``multihost_utils.reached_preemption_sync_point``, fed by the coordination service,
-which owns SIGTERM in a distributed job; SIGINT is forwarded to it), so all processes
-agree on the step, save it together and return ``"interrupted"``. A non-finite ``loss`` or
-``grad_norm`` raises :class:`NonFiniteLossError` naming the step, the metric and the likely
-causes (learning rate, gradients, unchecked token ids, half precision); nothing is saved
-after the last finite step, so the last good checkpoint stays the newest.
-
-**Batch check.** ``fit(..., check_batch=check)`` (e.g.
-``check = make_batch_check(V)``, :func:`seqjax.train.step.make_batch_check`) runs
-``check(batch)`` on every host batch *before* it is placed on the devices: an
-out-of-vocabulary id is a ``ValueError`` naming the batch key and the step, not a NaN.
-Without it, nothing reads the batches on the host; data made on the devices
-(:class:`~seqjax.data.device.DeviceLMWindows`) checks its ids once when it is made.
-
-Metrics stay on the device between logged steps (the host runs at most 8 steps ahead)
-and are fetched together at log, eval and checkpoint steps, where every one of them is
-checked for NaN/inf — so a non-finite value is reported, with its step, at the next
-logged step at the latest, and no checkpoint is ever written after it.
-
-**Keeping the devices busy.** ``FitConfig(steps_per_call=k)`` runs ``k`` steps per jitted
-call (:meth:`~seqjax.train.step.TrainStep.steps`); a ``train_data`` with
-``device_batch`` (:class:`seqjax.data.device.DeviceLMWindows`,
-:class:`~seqjax.data.device.DeviceStreamChunks`) has its batches drawn inside the call
-from the step number (:meth:`~seqjax.train.step.TrainStep.steps_from`: nothing crosses from
-the host; ids checked once); host batches are otherwise prepared by a background thread
-``prefetch`` batches ahead on accelerators. The cost of each, measured:
-``python -m benchmarks loop`` (``benchmarks/HISTORY.md``).
+``check_batch=make_batch_check(V)`` (:func:`seqjax.train.step.make_batch_check`) checks each
+host batch before placement, so an out-of-vocabulary id is a ``ValueError``, not a NaN. With
+``FitConfig(steps_per_call=k)`` ``k`` steps run per jitted call; a ``train_data`` with
+``device_batch`` (:class:`~seqjax.data.device.DeviceLMWindows`,
+:class:`~seqjax.data.device.DeviceStreamChunks`) is drawn inside the call
+(:meth:`~seqjax.train.step.TrainStep.steps_from`); host batches are otherwise prefetched.
 """
 
 from __future__ import annotations
@@ -133,8 +93,6 @@ from seqjax.train.write_errors import newest_checkpoint
 __all__ = ["CHECKED_ENV", "DataIteratorError", "FitConfig", "FitResult", "ResumeError",
            "checked_by_default", "evaluate", "fit"]
 
-#: ``1`` runs every ``fit`` of ``seqjax train`` under :func:`seqjax.checked`: read by the
-#: command line (:class:`seqjax.experiments._runner.Switches`), not by ``fit``.
 # Steps the host may run ahead of the device between logged steps.
 _MAX_IN_FLIGHT = 8
 
@@ -148,9 +106,9 @@ class FitResult:
         start_step: the step training started from (restored checkpoint, else 0).
         history: the logged records of this call.
         eval_metrics: the last evaluation's metrics.
-        first_step_s: seconds from the call of ``fit`` to the first call's results
-            (compilation included); ``None`` when no step ran.
-        stopped_by: the signal that interrupted it (``"SIGTERM"``, ...); ``None``: none.
+        first_step_s: seconds from calling ``fit`` to the first call's results (compilation
+            included); ``None`` when no step ran.
+        stopped_by: the interrupting signal (``"SIGTERM"``, ...), else ``None``.
     """
 
     state: TrainState
@@ -172,9 +130,9 @@ def evaluate(
 ) -> dict[str, float]:
     """Average ``eval_step(params, batch)`` over ``batches``, weighted by ``tokens``.
 
-    Each metric ``m`` is ``Σ_b m_b w_b / Σ_b w_b`` with ``w_b`` the batch's ``tokens``
-    (1 if absent); ``tokens`` itself is summed and ``perplexity = exp(loss)`` added.
-    ``check_batch(batch)`` (when given) runs on each host batch before ``place_batch``.
+    Each metric is ``Σ_b m_b w_b / Σ_b w_b``, ``w_b`` the batch's ``tokens`` (1 if absent);
+    ``tokens`` is summed and ``perplexity = exp(loss)`` added. ``check_batch(batch)`` runs on each
+    host batch before ``place_batch``. Raises ``ValueError`` when ``batches`` is empty.
 
     Example:
         >>> ev = lambda p, b: {"loss": b["l"], "tokens": b["n"]}
@@ -205,17 +163,14 @@ def evaluate(
 
 
 class ResumeError(RuntimeError):
-    """The work dir holds a run's history but nothing to resume it from (see ``fit``'s
-    ``restart``)."""
+    """The work dir holds a run's history but nothing to resume it from (``fit``'s ``restart``)."""
 
 
 def _check_history(workdir: str, start: int, restart: bool) -> bool:
-    """Decide what to do with a recorded history that goes further than ``start`` when no
-    checkpoint could be restored. Killed before its first checkpoint finished (no
-    ``checkpoints.corrupted``): start over — the run is deterministic from its seed — with
-    the partial history set aside and a one-line notice. All checkpoints unreadable (moved
-    to ``checkpoints.corrupted``): refuse unless ``restart``. ``True`` when the history was
-    set aside (the run starts over)."""
+    """With no restorable checkpoint and a history past ``start``: killed before the first
+    checkpoint (no ``checkpoints.corrupted``) → set the history aside and start over with a
+    notice; all checkpoints unreadable → :class:`ResumeError` unless ``restart``. ``True`` when
+    set aside."""
     records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     last = max((int(r.get("step", 0)) for r in records), default=0)
     corrupted = os.path.join(workdir, "checkpoints.corrupted")
@@ -266,49 +221,34 @@ def fit(
     """Train ``state`` to ``config.steps`` steps, resuming from ``workdir``'s checkpoints.
 
     Args:
-        state: the initial state (also the template — structure, shapes, shardings —
-            for restoring).
-        train_step: ``(state, batch) -> (state, metrics)``, e.g. from
+        state: the initial state, also the template (structure, shapes, shardings) for restoring.
+        train_step: ``(state, batch) -> (state, metrics)``, e.g.
             :func:`seqjax.train.step.make_train_step`.
-        train_data: an iterator of batches (with ``get_state``/``set_state`` to resume
-            its position exactly; otherwise it is replayed), or ``f(i) -> batch`` for the
-            0-based step ``i``.
+        train_data: an iterator of batches (``get_state``/``set_state`` resume its position
+            exactly; otherwise it is replayed), or ``f(i) -> batch`` for 0-based step ``i``.
         config: a :class:`FitConfig`.
-        workdir: checkpoints, logs and plots go here; ``None`` = nothing is written.
+        workdir: where checkpoints, logs and plots go; ``None`` = nothing is written.
         eval_step: ``(params, batch) -> metrics`` (e.g. :func:`seqjax.train.step.make_eval_step`).
         eval_data: a list of batches or a function returning a fresh iterable of them.
-        evals: more evaluations, ``{name: (eval_step, eval_data)}`` (e.g. the downstream
-            tasks of :mod:`seqjax.evals`), run with ``eval_step``'s (every
-            ``config.eval_every`` steps and at the end) on batches placed as its are; their
-            metrics are named ``<name>/<metric>`` where ``eval_step``'s are ``eval/<metric>``.
-        place_batch: applied to every training batch before the step; default
-            ``parallel.place`` (this process's rows → global arrays) when ``parallel`` is
-            given.
-        place_eval_batch: the same for evaluation batches; default ``place_batch``, or
-            ``parallel.place_global`` (evaluation batches are global, held by every
-            process) when ``parallel`` is given.
+        evals: more evaluations, ``{name: (eval_step, eval_data)}`` (e.g. :mod:`seqjax.evals`),
+            run alongside ``eval_step``'s; metrics ``<name>/<metric>`` (``eval_step``'s:
+            ``eval/<metric>``).
+        place_batch: applied to every training batch; default ``parallel.place``.
+        place_eval_batch: the same for evaluation batches; default ``parallel.place_global``
+            (global batches) if ``parallel`` is given, else ``place_batch``.
         model_config: JSON-able dict saved with checkpoints and checked on restore.
         tokenizer: JSON dict/string saved with checkpoints.
         hooks: called with every logged record.
-        check_batch: ``check(batch)``, run on every host batch (training and evaluation)
-            before it is placed, e.g. :func:`seqjax.train.step.make_batch_check`; a
-            ``ValueError`` it raises names the step. ``None``: batches are not read on the
-            host.
-        parallel: the :class:`seqjax.train.parallel.Parallel` the state and steps were
-            built with: recorded in ``run.json``; MFU is over its devices. Without it the
-            devices are read off the state's shardings.
-        restart: start from ``state`` although ``workdir`` holds the history
-            (``metrics.jsonl``) of a run that has no readable checkpoint to resume from;
-            that history is moved to ``metrics.jsonl.<time>.old``. Without it, a work dir
-            whose checkpoints were all unreadable is a :class:`ResumeError`; one killed before
-            its first checkpoint finished starts over anyway (history set aside, a notice).
+        check_batch: run on every host batch (training and evaluation) before placement, e.g.
+            :func:`seqjax.train.step.make_batch_check`; its ``ValueError`` names the step.
+        parallel: the :class:`seqjax.train.parallel.Parallel` of the state and steps, recorded
+            in ``run.json``; MFU is over its devices (else the state's shardings').
+        restart: start from ``state`` although ``workdir`` holds a history with no readable
+            checkpoint, moving it to ``metrics.jsonl.<time>.old``.
 
     Returns:
-        A :class:`FitResult`. Raises :class:`NonFiniteLossError` on NaN/inf,
-        :class:`~seqjax.train.workdir_lock.WorkdirBusyError` when another process is
-        running in ``workdir``, :class:`~seqjax.train.write_errors.WriteError` when a file
-        of the run cannot be written, :class:`~seqjax.train.fit_parts.DataIteratorError`
-        when ``train_data`` raises (the last completed step checkpointed first).
+        A :class:`FitResult`; the module docstring's faults raise :class:`NonFiniteLossError`,
+        ``WorkdirBusyError``, ``WriteError`` or ``DataIteratorError``.
     """
     cfg = config
     t_fit = time.perf_counter()
@@ -393,8 +333,7 @@ def fit(
 
 def _fetch_and_meter(cfg: FitConfig, workdir: str | None, source: BatchSource, start: int,
                      devices: int) -> tuple[MetricsFetch, Throughput]:
-    """``fit``'s metrics fetch (finite checks, at most ``_MAX_IN_FLIGHT`` steps ahead) and its
-    throughput meter (MFU over ``devices``)."""
+    """``fit``'s :class:`MetricsFetch` and :class:`Throughput` (MFU over ``devices``)."""
     fetch = MetricsFetch(cfg.finite_check, workdir, source.check_batch is not None or source.device,
                          in_flight=max(1, _MAX_IN_FLIGHT // cfg.steps_per_call))
     meter = Throughput(start, flops_per_step=cfg.flops_per_step,
@@ -412,9 +351,7 @@ def _plot_curves(cfg: FitConfig, workdir: str | None) -> None:
 
 def _placements(parallel: Any, place_batch: Callable[[Any], Any] | None,
                 place_eval_batch: Callable[[Any], Any] | None) -> tuple[Any, Any]:
-    """``fit``'s ``(place_batch, place_eval_batch)`` with their defaults: ``parallel.place``
-    and ``parallel.place_global`` when ``parallel`` is given; evaluation batches are placed
-    as training batches otherwise."""
+    """``fit``'s ``(place_batch, place_eval_batch)`` with their defaults (see :func:`fit`)."""
     if parallel is not None:
         place_batch = parallel.place if place_batch is None else place_batch
         if place_eval_batch is None:
@@ -424,8 +361,7 @@ def _placements(parallel: Any, place_batch: Callable[[Any], Any] | None,
 
 def _evaluations(eval_step: Any, eval_data: Any, evals: Mapping[str, tuple[Any, Any]] | None
                  ) -> list[tuple[str, Any, Any]]:
-    """``fit``'s evaluations, ``[(prefix, eval_step, eval_data)]``: ``eval`` first (when
-    ``eval_step`` and ``eval_data`` are given), then ``evals``' in their order."""
+    """``[(prefix, eval_step, eval_data)]``: ``eval`` first (if given), then ``evals`` in order."""
     out = [] if eval_step is None or eval_data is None else [("eval", eval_step, eval_data)]
     for name, pair in (evals or {}).items():
         if name == "eval" or not isinstance(pair, tuple) or len(pair) != 2:
@@ -438,9 +374,8 @@ def _evaluations(eval_step: Any, eval_data: Any, evals: Mapping[str, tuple[Any, 
 def _evaluation(evaluations: Sequence[tuple[str, Any, Any]], params: Any,
                 place_eval_batch: Callable[[Any], Any] | None,
                 check_batch: Callable[[Any], None] | None, step: int = 0) -> dict[str, float]:
-    """``fit``'s evaluation: :func:`evaluate` on a fresh pass over each evaluation's data,
-    each metric named ``<prefix>/<name>``. Data that raises is a :class:`DataIteratorError`
-    naming it and ``step``."""
+    """:func:`evaluate` on a fresh pass over each evaluation's data, metrics ``<prefix>/<name>``;
+    failing data is a :class:`DataIteratorError` naming it and ``step``."""
     out: dict[str, float] = {}
     for prefix, eval_step, eval_data in evaluations:
         where = "the evaluation data" + ("" if prefix == "eval" else f" of {prefix!r}")
@@ -451,8 +386,7 @@ def _evaluation(evaluations: Sequence[tuple[str, Any, Any]], params: Any,
 
 
 def _guarded(eval_data: Any, where: str, step: int) -> Iterator[Any]:
-    """The batches of ``eval_data`` (a list, or a function giving an iterable); what making
-    them raises is a :class:`DataIteratorError`."""
+    """The batches of ``eval_data``; an error making them is a :class:`DataIteratorError`."""
     try:
         it = iter(eval_data() if callable(eval_data) else eval_data)
         while True:
@@ -471,8 +405,8 @@ def _evaluation_at(s: int, evaluations: Sequence[tuple[str, Any, Any]], state: T
                    place_eval_batch: Callable[[Any], Any] | None,
                    check_batch: Callable[[Any], None] | None, ckpt: Any, position: Any,
                    metrics: dict) -> dict[str, float]:
-    """``fit``'s evaluation after step ``s``; when its data fails, step ``s`` is checkpointed
-    first (one process, as for training data), then the :class:`DataIteratorError` raised."""
+    """``fit``'s evaluation after step ``s``; if its data fails, ``s`` is checkpointed first (one
+    process only), then the error raised."""
     try:
         return _evaluation(evaluations, state.params, place_eval_batch, check_batch, s)
     except DataIteratorError as err:
@@ -487,12 +421,9 @@ def _evaluation_at(s: int, evaluations: Sequence[tuple[str, Any, Any]], state: T
 
 def _train_call(source: BatchSource, state: TrainState, s: int, n: int, fetch: MetricsFetch,
                 ckpt: Any, start: int) -> tuple[TrainState, Any]:
-    """``source.call(state, s, n)``; when the data iterator fails (a
-    :class:`DataIteratorError`), the state of the last completed step ``s`` is checkpointed
-    first — its metrics fetched and checked finite, and saved with the data position before
-    the failed call, so that the same call resumes bit for bit — unless it holds nothing new
-    (``s == start``, or a checkpoint of ``s`` exists) or several processes train (a
-    collective save would wait for the others)."""
+    """``source.call(state, s, n)``; on a :class:`DataIteratorError`, first checkpoints step ``s``
+    (metrics checked finite, the data position before the failed call) unless ``s == start``,
+    it is already saved, or several processes train (a collective save would hang)."""
     try:
         return source.call(state, s, n)
     except DataIteratorError as err:
@@ -513,8 +444,7 @@ def _close(part: Any) -> None:
 
 @contextlib.contextmanager
 def _gc_frozen(freeze: bool) -> Iterator[None]:
-    """With ``freeze`` (:attr:`FitConfig.freeze_gc`) and the collector on: collect, then
-    ``gc.freeze()`` everything allocated so far for the block; undone after it."""
+    """With ``freeze`` and the collector on: collect, then ``gc.freeze()`` for the block."""
     frozen = freeze and gc.isenabled()
     if frozen:
         gc.collect()
@@ -529,9 +459,8 @@ def _gc_frozen(freeze: bool) -> Iterator[None]:
 def _compile_ahead(cfg: FitConfig, state: TrainState, train_data: Any, train_step: Any,
                    first_n: int, eval_step: Any, eval_data: Any,
                    place_eval_batch: Callable[[Any], Any] | None) -> list[threading.Thread]:
-    """Start the background compiles :attr:`FitConfig.compile_ahead` asks for: the first
-    call's program (device-resident data) and the evaluation step's on the first
-    evaluation batch."""
+    """Start :attr:`FitConfig.compile_ahead`'s background compiles: the first call (device-resident
+    data) and the evaluation step on the first evaluation batch."""
     ahead = cfg.compile_ahead
     if ahead is None:
         ahead = jax.default_backend() != "cpu"
@@ -550,8 +479,7 @@ def _compile_ahead(cfg: FitConfig, state: TrainState, train_data: Any, train_ste
 
 def _report_first_step(meter: Throughput, metrics: Any, warm: list[threading.Thread],
                        log: MetricsLog, since: float) -> None:
-    """Wait for the first call's results and say how long the run took to get there
-    (from ``since``, the call of ``fit``)."""
+    """Wait for the first call's results; print the time since ``since`` (the call of ``fit``)."""
     jax.block_until_ready(metrics)
     seconds = meter.first_step(since)
     uptime = process_uptime()

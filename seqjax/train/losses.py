@@ -1,60 +1,40 @@
 r"""Losses and metrics for sequence models: masked cross-entropy, accuracy, perplexity, bits/char.
 
-Cross-entropy between a target distribution ``q`` and the model's softmax output
-``ŷ = softmax(z)`` at one position is (J&M (9.12); MEDL (7.4))
+Cross-entropy between a target ``q`` and the softmax output ``ŷ = softmax(z)`` at one position
+(J&M (9.12); MEDL (7.4)):
 
 .. math::  C^{\langle t\rangle} = -\sum_{k=1}^{V} q_k \log \hat y_k ,
 
-which for a one-hot target ``q = e_y`` is ``-log ŷ_y`` (J&M (9.13)). The sequence
-loss is the average over time (MEDL (7.5)); with padding, the average runs over the
-positions whose mask is True only (MEDL §7.4 footnote 9: no loss where the target is
-``<empty>``). Label smoothing (Szegedy et al. 2016; Vaswani et al. 2017 §5.4) replaces
-the one-hot target by ``q = (1 - ε) e_y + ε / V``, which gives
+``-log ŷ_y`` for a one-hot ``q = e_y`` (J&M (9.13)). The sequence loss averages over time
+(MEDL (7.5)), over the positions whose mask is True only (MEDL §7.4 fn. 9). Label smoothing
+(Szegedy et al. 2016; Vaswani et al. 2017 §5.4), ``q = (1 - ε) e_y + ε / V``, gives
 
 .. math::  C^{\langle t\rangle} = (1-ε)(\log Z - z_y) + ε(\log Z - \tfrac1V\sum_k z_k),
            \qquad \log Z = \operatorname{logsumexp}(z),
 
-computed here without materialising a ``[..., V]`` one-hot. The logits stay in their
-compute dtype (bfloat16 under mixed precision); the log-sum-exp and the loss run in float32
-whatever that dtype. The gradient is written by hand (:func:`jax.custom_vjp`):
+with no ``[..., V]`` one-hot. Logits stay in their compute dtype (bf16 under mixed precision);
+log-sum-exp and loss run in float32. The gradient is a :func:`jax.custom_vjp`,
 
 .. math::  \frac{\partial C^{\langle t\rangle}}{\partial z_k} = \hat y_k - q_k,
            \qquad \hat y_k = \exp(z_k - \log Z),
 
-evaluated in float32 from the saved ``log Z`` and returned in the logits' dtype, so neither
-the forward nor the backward pass keeps a float32 ``[..., V]`` copy of the logits (the
-``[B·T, 50304]`` logits are GPT-2's largest activation). In float32 the loss is the same
-program as plain autodiff of the formula above and the gradient equals it to rounding.
+in float32 from the saved ``log Z``, returned in the logits' dtype: no float32 ``[..., V]``
+copy in either pass. In float32 it equals plain autodiff to rounding.
 
-Perplexity (J&M (9.1)–(9.2)) is ``PP = P(w_{1:n})^{-1/n} = exp(-(1/n) Σ log P(w_i | w_{<i}))``;
-it is computed from the mean negative log-likelihood in log space, never as a
-product of probabilities (which underflows). Bits per character is the mean NLL in
-bits per character of text: ``bpc = NLL_nats / (ln 2 · chars)``.
+Perplexity (J&M (9.1)–(9.2)) ``PP = exp(-(1/n) Σ log P(w_i | w_{<i}))`` is computed in log
+space, never as a product of probabilities; bits per character
+``bpc = NLL_nats / (ln 2 · chars)``. Shapes: ``logits [..., V]``, integer ``labels [...]``
+(usually ``[B, T]``), boolean ``mask [...]`` (True = counts).
 
-Shapes: ``logits_...xV`` and integer ``labels_...`` with any leading shape (usually
-``[B, T]``); ``mask_...`` boolean, True = the position counts.
-
-Targets outside the vocabulary: one rule for every id ``y ∉ [0, V)``, negative ones
-included (an id never wraps around to the end of the vocabulary, nor is clamped to it). On
-the host (concrete labels) it is a ``ValueError`` naming ``labels``, the range ``[0, V-1]``
-and the values outside it; inside ``jax.jit`` its position's loss is NaN, so the mean loss
-is NaN, and :func:`seqjax.checked` turns the same condition into an error
-(:mod:`seqjax._traced_checks`); :func:`token_accuracy` never counts it as right. Positions
-whose mask is False never matter, whatever their id: there is no ignore index (PyTorch's
-``ignore_index=-100``); padding ids such as -1 or -100 need a False mask. The losses of
-the models and the shared recipe builders (language model, classifier, tagger,
-encoder–decoder, MLM; :func:`make_lm_loss`, :func:`make_lm_eval`,
-:func:`seqjax.train.tbptt.make_tbptt_loss`) are :func:`token_cross_entropy` underneath, so
-the rule holds for each.
-
-word2vec's *negative-sampling* loss (Mikolov et al. 2013, eq. 4; the model is
-:class:`seqjax.models.word2vec.Word2Vec`, embeddings as in Bishop (12.26)) replaces the
-softmax over the vocabulary by ``K`` logistic contrasts against noise words ``w_k``:
-
-.. math::  \ell = -\log\sigma(u_o^\top h) - \sum_{k=1}^{K}\log\sigma(-u_{w_k}^\top h),
-
-``h = v_c`` for skip-gram (:func:`skipgram_ns_loss`) and the mean of the context vectors
-for CBOW (:func:`cbow_ns_loss`).
+Targets outside the vocabulary: every ``y ∉ [0, V)``, negative included, never wraps or is
+clamped. Concrete labels raise ``ValueError`` naming ``labels``, ``[0, V-1]`` and the values
+outside; under ``jax.jit`` the position's loss is NaN (so the mean is NaN) and
+:func:`seqjax.checked` makes it an error (:mod:`seqjax._traced_checks`);
+:func:`token_accuracy` counts it wrong. Positions with a False mask never matter: there is no
+ignore index (PyTorch's ``-100``), so padding ids need a False mask. Every model and recipe
+loss (:func:`make_lm_loss`, :func:`make_lm_eval`, :func:`seqjax.train.tbptt.make_tbptt_loss`)
+is :func:`token_cross_entropy` underneath. word2vec's negative-sampling loss is
+:mod:`seqjax.models.word2vec`'s.
 """
 
 from __future__ import annotations
@@ -103,12 +83,10 @@ def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> No
                 f"`mask` must have the shape of `labels` {tuple(np.shape(labels))}; "
                 f"got {tuple(np.shape(mask))}."
             )
-    # Token ids outside the vocabulary, negative ones included, are an error, not a silent
-    # clamp or wrap (docs/design.md, "Values inside jit"); positions with mask False are
-    # ignored (padding labels such as -1 or -100 are allowed there).
+    # Ids outside [0, V), negative included, are an error, never clamped or wrapped
+    # (docs/design.md, "Values inside jit"); masked-out positions are ignored.
     if not (is_concrete(labels) and (mask is None or is_concrete(mask))):
-        # Traced: an id outside the vocabulary makes its loss NaN (the gather's fill, in
-        # _cross_entropy_and_lse); seqjax.checked turns the same condition into an error.
+        # Traced: its loss is NaN (the gather's fill); seqjax.checked makes it an error.
         record_vocab_ids(labels, "labels", np.shape(logits)[-1], mask)
     else:
         lab = np.asarray(labels)
@@ -131,16 +109,13 @@ def token_cross_entropy(
 ) -> Array:
     r"""Per-position cross-entropy ``C^{<t>}`` (J&M (9.12)–(9.13); MEDL (7.4)), float32.
 
-    ``-Σ_k q_k log softmax(z)_k`` with ``q = (1 - ε) e_y + ε/V`` (ε = ``label_smoothing``).
-    Positions where ``mask`` is False get 0 (their labels may be anything, e.g. -100); a
-    kept label outside ``[0, V)`` (negative included) is a ``ValueError`` for concrete
-    labels and a NaN loss under ``jit`` (see the module docstring).
+    ``-Σ_k q_k log softmax(z)_k``, ``q = (1 - ε) e_y + ε/V``. Masked-out positions get 0 (any
+    label); kept labels outside ``[0, V)``: the module docstring.
 
     Args:
-        logits: ``[..., V]`` unnormalised scores ``z``.
-        labels: integer ``[...]`` target ids ``y``.
+        logits: ``[..., V]`` scores ``z``; labels: integer ``[...]`` ids ``y``; mask: optional
+            boolean ``[...]``, True = the position counts.
         label_smoothing: ε in ``[0, 1)``.
-        mask: optional boolean ``[...]``, True = the position counts.
 
     Returns:
         ``[...]`` float32 losses.
@@ -221,7 +196,7 @@ def masked_cross_entropy(
 
     .. math::  C = \frac{\sum_t m_t C^{\langle t\rangle}}{\max(1, \sum_t m_t)}
 
-    With no mask this is MEDL (7.5), the time average (and the batch average).
+    With no mask this is MEDL (7.5), the time (and batch) average.
 
     Args:
         logits: ``[..., V]``; labels: integer ``[...]``; mask: optional boolean ``[...]``.
@@ -252,8 +227,7 @@ def masked_cross_entropy(
 def token_accuracy(logits: Array, labels: Array, mask: Array | None = None) -> Array:
     """Fraction of kept positions where ``argmax_k z_k == y`` (float32 scalar; 0 if none kept).
 
-    ``argmax`` lies in ``[0, V)``, so a kept label outside it (traced: the host check raises
-    for concrete labels) is counted as wrong, never as right.
+    A kept label outside ``[0, V)`` (traced) is counted wrong, never right.
 
     Example:
         >>> import jax.numpy as jnp
@@ -279,13 +253,12 @@ def nll_to_perplexity(mean_nll: Array | float) -> Array:
 
 
 def perplexity(logits: Array, labels: Array, mask: Array | None = None) -> Array:
-    r"""Perplexity of the labels under the model (J&M (9.1)–(9.2)), computed in log space.
+    r"""Perplexity of the labels (J&M (9.1)–(9.2)), in log space over the ``n`` kept positions.
 
     .. math::  PP = \exp\Big(-\frac1n\sum_{i=1}^n \log P(w_i\mid w_{<i})\Big)
                   = \sqrt[n]{\prod_i 1/P(w_i\mid w_{<i})}
 
-    where ``n`` counts the kept positions. No label smoothing: perplexity is a
-    property of the model's distribution, not of the training target.
+    No label smoothing: perplexity is a property of the model, not the training target.
 
     Example:
         >>> import jax.numpy as jnp
@@ -296,11 +269,9 @@ def perplexity(logits: Array, labels: Array, mask: Array | None = None) -> Array
 
 
 def bits_per_char(mean_nll: Array | float, chars_per_token: float = 1.0) -> Array:
-    r"""Bits per character: ``bpc = mean_nll / (ln 2 · chars_per_token)``.
+    r"""Bits per character ``mean_nll / (ln 2 · chars_per_token)``, ``mean_nll`` in nats/token.
 
-    ``mean_nll`` is the mean negative log-likelihood in nats per token; for a
-    character-level model ``chars_per_token = 1``; for subword tokens pass the
-    corpus ratio ``num_chars / num_tokens``.
+    ``chars_per_token``: 1 for a character model, else the corpus's ``num_chars / num_tokens``.
 
     Example:
         >>> import math
@@ -323,18 +294,14 @@ def make_lm_loss(
     targets_key: str = "targets",
     mask_key: str = "mask",
 ) -> Callable[[Any, Mapping[str, Array], Array], tuple[Array, dict[str, Array]]]:
-    """A language-model training loss for :func:`seqjax.train.step.make_train_step`.
+    """A language-model loss ``loss_fn(params, batch, rng) -> (loss, metrics)`` for
+    :func:`seqjax.train.step.make_train_step`.
 
-    The returned ``loss_fn(params, batch, rng) -> (loss, metrics)`` computes
-    ``logits = apply_fn(params, batch["inputs"], rng, True)`` and the masked,
-    optionally label-smoothed cross-entropy against ``batch["targets"]``
-    (mask ``batch["mask"]`` if present). ``metrics`` holds ``accuracy``,
-    ``tokens`` (the number of kept positions, used to weight shards and
-    evaluation batches) and, with smoothing, ``nll`` (the unsmoothed loss).
-
-    An invalid target (any id outside ``[0, V)`` where the mask is True, -1 and -100
-    included) makes the loss NaN (an invalid input, its row's logits); to refuse
-    such a batch on the host with a message, give ``fit`` a
+    ``logits = apply_fn(params, batch["inputs"], rng, True)``; the loss is the masked (by
+    ``batch["mask"]`` if present), optionally smoothed cross-entropy against
+    ``batch["targets"]``. ``metrics``: ``accuracy``, ``tokens`` (kept positions, the weight of
+    shards and evaluation batches) and, with smoothing, ``nll`` (unsmoothed). An invalid kept
+    target makes the loss NaN; refuse such batches on the host with ``fit``'s
     ``check_batch=make_batch_check(V)`` (:func:`seqjax.train.step.make_batch_check`).
 
     Example:
@@ -372,8 +339,7 @@ def make_lm_eval(
     """An evaluation function ``eval_fn(params, batch) -> {"loss", "accuracy", "tokens"}``.
 
     ``loss`` is the unsmoothed mean NLL over kept positions; :func:`seqjax.train.loop.evaluate`
-    averages batches weighted by ``tokens`` and adds ``perplexity = exp(loss)`` (and checks
-    host batches when given ``check_batch=``).
+    weights batches by ``tokens`` and adds ``perplexity = exp(loss)``.
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -1,13 +1,11 @@
-r"""Optimisers, learning-rate schedules, weight-decay masks and the ``TrainState``.
+r"""Optimisers, learning-rate schedules, weight-decay masks and the ``TrainState`` (from optax).
 
-Everything is built from `optax <https://optax.readthedocs.io>`_ transformations:
-
-* optimisers ``adamw`` (decoupled weight decay, Loshchilov & Hutter 2019), ``adam``
-  and ``sgd`` (optional momentum / Nesterov; weight decay added to the gradient), and
-  ``muon`` (Jordan et al. 2024): the hidden weight matrices follow Newton–Schulz-orthogonalised
-  Nesterov momentum, every other parameter AdamW, each :data:`MUON_GROUPS` group with its own
-  learning rate and weight decay (:func:`param_groups`). For a matrix ``W`` (fan-in ``A``,
-  fan-out ``B``) with gradient ``G_t``, momentum ``μ``, rate ``η_t`` and decay ``λ``:
+* ``adamw`` (decoupled weight decay, Loshchilov & Hutter 2019), ``adam``, ``sgd`` (optional
+  momentum / Nesterov; weight decay added to the gradient) and ``muon`` (Jordan et al. 2024):
+  the hidden weight matrices follow Newton–Schulz-orthogonalised Nesterov momentum, every other
+  parameter AdamW, each :data:`MUON_GROUPS` group with its own rate and decay
+  (:func:`param_groups`). For a matrix ``W`` (fan-in ``A``, fan-out ``B``), gradient ``G_t``,
+  momentum ``μ``, rate ``η_t`` and decay ``λ``:
 
   .. math::
       M_t = μ M_{t-1} + G_t,\qquad N_t = G_t + μ M_t \ (\text{Nesterov; else } N_t = M_t),
@@ -15,42 +13,23 @@ Everything is built from `optax <https://optax.readthedocs.io>`_ transformations
       O_t = \mathrm{NS}_k(N_t / \lVert N_t \rVert_F),\qquad
       W_t = W_{t-1} - η_t \big(\sqrt{\max(1, B/A)}\, O_t + λ W_{t-1}\big)
 
-  with ``NS_k`` ``k`` steps (``ns_steps``) of the quintic ``X ← aX + (bA + cA²)X``,
-  ``A = XXᵀ``, ``(a, b, c) = ns_coeffs``. This is ``torch.optim.Muon``'s update
-  (``adjust_lr_fn="original"``, Keller Jordan's ``Muon`` and modded-nanogpt): torch keeps
-  ``(1 - μ)`` times this momentum (``lerp``), which the normalisation before ``NS`` cancels.
-  Built from optax: ``optax.trace`` (the momentum), ``optax.contrib``'s Newton–Schulz
-  orthogonalisation and width scaling, ``optax.adamw`` for the other groups. Written here:
-  the grouping and each matrix's axes (a scanned stack's ``[L, …]`` weights are ``L``
-  matrices; an attention projection ``[D, H, K]`` is one ``D × HK`` matrix). Not
-  ``optax.contrib.muon`` itself: it bias-corrects the momentum (not the same direction as
-  torch's from the second step) and its auxiliary optimiser is Nesterov-Adam;
+  with ``NS_k`` ``k`` (``ns_steps``) steps of the quintic ``X ← aX + (bA + cA²)X``, ``A = XXᵀ``,
+  ``(a, b, c) = ns_coeffs``: ``torch.optim.Muon``'s update (``adjust_lr_fn="original"``; its
+  ``(1 - μ)`` momentum scale cancels in the normalisation). A scanned stack's ``[L, …]`` weights
+  are ``L`` matrices; an attention projection ``[D, H, K]`` is one ``D × HK`` matrix. Not
+  ``optax.contrib.muon``: that bias-corrects the momentum (a different direction from the
+  second step) and uses Nesterov-Adam for the other groups;
 * schedules (``s`` = optimizer update count from 0, ``w`` = warm-up steps, ``S`` = total):
-
-  - ``constant``: ``η(s) = η_0`` (after an optional linear warm-up);
-  - ``warmup_cosine``: linear ``0 → η_0`` over ``w`` steps, then
-    ``η_end + (η_0 - η_end)(1 + cos(π (s - w)/(S - w)))/2``;
-  - ``linear``: linear warm-up, then linear decay to ``η_end`` at ``S``;
-  - ``inverse_sqrt`` (Vaswani et al. 2017, eq. (3)):
-    ``η(s) = η_0 · min(n/w, sqrt(w/n))`` with ``n = s + 1``; Vaswani's
-    ``d_model^{-1/2} min(n^{-1/2}, n w^{-3/2})`` is the case ``η_0 = (d_model · w)^{-1/2}``;
-
-* global-norm clipping, the slides' rule ``g ← η g/‖g‖ if ‖g‖ > η`` (keeps the
-  direction; ``optax.clip_by_global_norm``), applied to the full gradient before the
-  optimiser;
-* a weight-decay mask that decays matrices only: leaves with ``ndim < 2`` (biases,
-  norm scales) and leaves whose path matches an embedding/norm pattern are skipped;
-* freezing / partial fine-tuning (:func:`freeze`, :func:`trainable_mask`): a trainable
-  mask ``m`` routes every leaf either through the optimiser or to a zero update,
-
-  .. math::
-      θ_{s+1} = θ_s + m ⊙ u_s(g_s),\qquad u_s \text{ computed on } \{θ : m = 1\} \text{ only}
-
-  (``optax.multi_transform`` with ``optax.set_to_zero``), so frozen leaves stay
-  bit-identical, get no Adam moments, no weight decay and do not count in the clipping
-  norm. MEDL §7.1 ("frozen or fine-tuned" embeddings) and §7.5 (training only the output
-  layer, or only the encoder or decoder); Bishop §12.3.3 (fine-tuning) and §12.3.5
-  (LoRA: ``W_0`` frozen, (12.36)).
+  ``constant`` ``η_0`` after an optional linear warm-up; ``warmup_cosine`` linear ``0 → η_0``
+  over ``w`` steps, then ``η_end + (η_0 - η_end)(1 + cos(π (s - w)/(S - w)))/2``; ``linear``
+  warm-up, then linear decay to ``η_end`` at ``S``; ``inverse_sqrt`` (Vaswani et al. 2017,
+  eq. (3)) ``η_0 · min(n/w, sqrt(w/n))``, ``n = s + 1``;
+* global-norm clipping before the optimiser, ``g ← η g/‖g‖ if ‖g‖ > η`` (keeps the direction);
+* a weight-decay mask (:func:`decay_mask`) that decays matrices only;
+* freezing (:func:`freeze`, :func:`trainable_mask`): ``θ_{s+1} = θ_s + m ⊙ u_s(g_s)`` with the
+  trainable mask ``m`` and ``u_s`` computed on ``{θ : m = 1}`` only. MEDL §7.1 (frozen or
+  fine-tuned embeddings), §7.5 (training only the output layer, or the encoder or decoder);
+  Bishop §12.3.3 (fine-tuning), §12.3.5 (LoRA: ``W_0`` frozen, (12.36)).
 """
 
 from __future__ import annotations
@@ -128,30 +107,22 @@ class OptimizerConfig(ConfigBase):
         learning_rate: the peak rate ``η_0``.
         schedule: ``"constant"``, ``"warmup_cosine"``, ``"linear"`` or ``"inverse_sqrt"``.
         warmup_steps: linear warm-up length ``w`` (optimizer updates).
-        steps: ``S``, the update at which cosine/linear decay ends (required by those): the
-            run's length, as ``FitConfig.steps`` and a recipe's ``--steps``.
+        steps: ``S``, where cosine/linear decay ends (required by those): the run's length.
         min_lr_ratio: ``η_end / η_0`` for cosine/linear decay.
-        beta1, beta2, eps: Adam's moment decays ``β_1``, ``β_2`` and epsilon.
-        weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off. Muon: the
-            decay of the ``matrix`` and ``head`` groups (``η λ W``, as torch's), unless
+        beta1, beta2, eps: Adam's ``β_1``, ``β_2`` and epsilon.
+        weight_decay: decoupled (adamw) or L2-as-gradient (sgd) decay; 0 = off. Muon: the decay
+            ``η λ W`` (as torch's) of the ``matrix`` and ``head`` groups unless
             ``group_weight_decays`` says otherwise; ``embed`` and ``scalar`` are not decayed.
         momentum, nesterov: SGD's momentum (unset: 0, plain SGD) and Nesterov (unset: off);
-            Muon's momentum ``μ`` (unset: 0.95) and Nesterov (unset: on).
+            Muon's ``μ`` (unset: 0.95) and Nesterov (unset: on).
         ns_steps, ns_coeffs: Muon's Newton–Schulz steps ``k`` and coefficients ``(a, b, c)``.
-        group_learning_rates: Muon's per-group peak rates, ``(("embed", 0.3), ...)``, names
-            from :data:`MUON_GROUPS`; a group not named uses ``learning_rate``. Each group
-            follows ``schedule`` scaled to its own peak.
+        group_learning_rates: Muon's per-group peak rates, ``(("embed", 0.3), ...)`` with names
+            from :data:`MUON_GROUPS`; others use ``learning_rate``; each follows ``schedule``.
         group_weight_decays: Muon's per-group decays, ``(("head", 0.0), ...)``.
         clip_norm: global-norm clipping threshold ``η``; 0 = off.
-        flat_optimizer: keep the optimiser's per-parameter state (Adam's ``m`` and ``v``, SGD's
-            momentum) as one vector each instead of one array per parameter
-            (``optax.flatten`` around the stateful part; clipping, the decay mask and the
-            schedule still see the parameter tree). The same update up to float rounding;
-            the state pytree shrinks from ``~3·P`` to ``~P`` leaves, which is what a jitted
-            step pays per call on the host (the GPT of ``char_lm --preset gpu``: 196 → 70
-            leaves, 223 → 89 µs per dispatch on the 2-core CPU; ``benchmarks/HISTORY.md``).
-            Changes the layout of ``opt_state``: a checkpoint resumes only with the same
-            setting.
+        flat_optimizer: keep Adam's ``m``, ``v`` (SGD's momentum) as one vector each
+            (``optax.flatten``): the same update up to rounding, ~3× fewer state leaves, cheaper
+            dispatch. Changes the ``opt_state`` layout: resume only with the same setting.
         no_decay: regexes of parameter paths excluded from weight decay.
     """
 
@@ -222,13 +193,12 @@ class OptimizerConfig(ConfigBase):
                                      f"group in {MUON_GROUPS}; got {item!r}.")
 
     def group_learning_rate(self, group: str) -> float:
-        """Muon: the peak rate of ``group`` (its ``group_learning_rates`` entry, else
-        ``learning_rate``)."""
+        """Muon: ``group``'s ``group_learning_rates`` entry, else ``learning_rate``."""
         return dict(self.group_learning_rates).get(group, self.learning_rate)
 
     def group_weight_decay(self, group: str) -> float:
-        """Muon: the decay of ``group`` (its ``group_weight_decays`` entry, else
-        ``weight_decay`` for ``matrix``/``head`` and 0 for ``embed``/``scalar``)."""
+        """Muon: ``group``'s ``group_weight_decays`` entry, else ``weight_decay`` for
+        ``matrix``/``head`` and 0 for ``embed``/``scalar``."""
         default = self.weight_decay if group in ("matrix", "head") else 0.0
         return dict(self.group_weight_decays).get(group, default)
 
@@ -292,9 +262,8 @@ def linear_schedule(
 def inverse_sqrt_schedule(peak_value: float, warmup_steps: int) -> optax.Schedule:
     r"""Vaswani et al. (2017) eq. (3): ``η(s) = η_0 · min(n / w, sqrt(w / n))``, ``n = s + 1``.
 
-    With ``η_0 = (d_model · w)^{-1/2}`` this is exactly
-    ``d_model^{-1/2} · min(n^{-1/2}, n · w^{-3/2})``. ``w = 0`` means no warm-up
-    (``η_0 / sqrt(n)``).
+    ``η_0 = (d_model · w)^{-1/2}`` gives Vaswani's ``d_model^{-1/2} min(n^{-1/2}, n w^{-3/2})``;
+    ``w = 0``: no warm-up (``η_0 / sqrt(n)``).
 
     Example:
         >>> f = inverse_sqrt_schedule(1.0, 4)
@@ -343,9 +312,8 @@ def path_to_str(path: Sequence[Any]) -> str:
 def decay_mask(params: Any, no_decay: Sequence[str] = DEFAULT_NO_DECAY) -> Any:
     """Boolean tree, True where weight decay applies: matrices not matching ``no_decay``.
 
-    Biases, norm scales and other vectors (``ndim < 2``) are never decayed;
-    embedding tables and norm parameters are recognised by path (``DEFAULT_NO_DECAY``:
-    ``bias``, ``scale``, ``*norm*``, ``ln_*``, ``*embed*``, ``wte``, ``wpe``, ``pos_emb``).
+    ``ndim < 2`` leaves are never decayed; ``DEFAULT_NO_DECAY`` matches ``bias``, ``scale``,
+    ``*norm*``, ``ln_*``, ``*embed*``, ``wte``, ``wpe``, ``pos_emb``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -371,19 +339,11 @@ def decay_mask(params: Any, no_decay: Sequence[str] = DEFAULT_NO_DECAY) -> Any:
 def make_optimizer(
     cfg: OptimizerConfig, *, trainable: Trainable | None = None
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """Build ``clip → optimiser`` (→ ``MultiSteps``) from ``cfg``; returns ``(tx, schedule)``.
-
-    ``trainable`` (optional): train only these parameters (:func:`freeze`; a bool tree, a
-    path predicate or regexes); the others stay bit-identical, are not decayed and do not
-    count in the clipping norm.
+    """Build ``clip → optimiser`` from ``cfg``; returns ``(tx, schedule)``. ``trainable``
+    (optional): train only these parameters (:func:`freeze`).
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> tx, lr = make_optimizer(OptimizerConfig(name="adamw", learning_rate=1e-2,
-        ...                                         weight_decay=0.1, clip_norm=1.0))
-        >>> params = {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}
-        >>> state = tx.init(params)
-        >>> updates, state = tx.update({"w": jnp.ones((2, 2)), "b": jnp.ones(2)}, state, params)
+        >>> tx, lr = make_optimizer(OptimizerConfig(learning_rate=1e-2, weight_decay=0.1))
         >>> float(lr(0))
         0.01
     """
@@ -411,13 +371,8 @@ def make_optimizer(
 
 def _flat_optimizer(cfg: OptimizerConfig, schedule: optax.Schedule,
                           mask: Callable[[Any], Any]) -> optax.GradientTransformation:
-    """``cfg``'s optimiser with its stateful part on one flat vector (``flat_optimizer``).
-
-    optax's ``adamw`` is ``scale_by_adam → add_decayed_weights(mask) → −lr``, ``adam`` the
-    same without decay, ``sgd`` ``trace(momentum) → −lr``; only the first link keeps
-    per-parameter state, so only it is wrapped in ``optax.flatten`` (elementwise, so the
-    flattening changes nothing but the state's layout).
-    """
+    """``cfg``'s optimiser with only its stateful first link (``scale_by_adam`` or ``trace``) in
+    ``optax.flatten``; elementwise, so only the state layout changes."""
     lr = optax.scale_by_learning_rate(schedule)
     if cfg.name in ("adamw", "adam"):
         parts = [optax.flatten(optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps))]
@@ -447,19 +402,17 @@ def _stacked_axes(name: str) -> int:
 def param_groups(params: Any) -> Any:
     """Muon's group of every parameter (:data:`MUON_GROUPS`), a tree of names.
 
-    On the lower-cased ``"a/b/c"`` path, after dropping a scanned stack's leading layer axis
-    (a path through ``layers/``): a bias, or fewer than 2 axes → ``scalar`` (norm scales,
-    biases, gains); an embedding table (``*embed*``, ``wte``, ``wpe``) → ``embed``; an output head
-    (``head``, ``lm_head``, ``*_head``) → ``head``; every other array → ``matrix``
-    (orthogonalised).
+    On the lower-cased ``"a/b/c"`` path, not counting a scanned stack's layer axis (a path
+    through ``layers/``): a bias or fewer than 2 axes → ``scalar``; an embedding (``*embed*``,
+    ``wte``, ``wpe``) → ``embed``; an output head (``head``, ``lm_head``, ``*_head``) → ``head``;
+    else ``matrix`` (orthogonalised).
 
     Example:
         >>> import jax.numpy as jnp
-        >>> p = {"token_embed": {"embedding": jnp.ones((9, 4))}, "lm_head": {"kernel":
-        ...      jnp.ones((4, 9))}, "decoder": {"layers": {"up": {"kernel": jnp.ones((2, 4, 8)),
-        ...      "bias": jnp.ones((2, 8))}}}}
-        >>> param_groups(p)["decoder"]["layers"]["up"], param_groups(p)["lm_head"]["kernel"]
-        ({'bias': 'scalar', 'kernel': 'matrix'}, 'head')
+        >>> p = {"wte": jnp.ones((9, 4)), "lm_head": jnp.ones((4, 9)),
+        ...      "layers": {"up": jnp.ones((2, 4, 8)), "b": jnp.ones((2, 8))}}
+        >>> param_groups(p)
+        {'layers': {'b': 'scalar', 'up': 'matrix'}, 'lm_head': 'head', 'wte': 'embed'}
     """
     def group(path: Sequence[Any], leaf: Any) -> str:
         name = path_to_str(path).lower()
@@ -473,15 +426,10 @@ def param_groups(params: Any) -> Any:
 
 
 def muon_dimension_numbers(params: Any) -> Any:
-    """The matrix each ``matrix``-group leaf is orthogonalised as (``None`` elsewhere):
-    ``MuonDimensionNumbers(reduction_axis, output_axis)``; other axes are a batch of
-    matrices, each orthogonalised on its own (a scanned stack's layers).
-
-    A kernel ``[in, out]`` is itself; an attention query/key/value ``[D, H, K]`` is one
-    ``D × HK`` matrix, its output ``[H, K, D]`` one ``HK × D`` matrix (the last axis is the
-    output, as in every ``DenseGeneral``), exactly the ``nn.Linear`` weights of a PyTorch
-    model with ``H·K``-wide projections.
-    """
+    """Each ``matrix``-group leaf's ``MuonDimensionNumbers(reduction_axis, output_axis)`` (``None``
+    elsewhere); other axes batch matrices orthogonalised separately (a scanned stack's layers).
+    ``[in, out]`` is itself; attention query/key/value ``[D, H, K]`` is one ``D × HK`` matrix,
+    its output ``[H, K, D]`` one ``HK × D``: PyTorch's ``nn.Linear`` weights."""
     groups = param_groups(params)
 
     def dims(path: Sequence[Any], leaf: Any, group: str) -> MuonDimensionNumbers | None:
@@ -510,12 +458,8 @@ def _as_matrices(x: Array, dims: MuonDimensionNumbers) -> tuple[Array, Callable[
 
 
 def _orthogonalize(ns_coeffs: tuple[float, ...], ns_steps: int) -> optax.GradientTransformation:
-    """Stateless: each matrix of the updates → its Newton–Schulz orthogonalisation.
-
-    The matrices of one shape (the same projection of every layer) are stacked and
-    orthogonalised in one batched call (modded-nanogpt's grouping): the same result, fewer
-    and larger matmuls.
-    """
+    """Stateless: each update matrix → its Newton–Schulz orthogonalisation, same-shape matrices
+    stacked into one batched call (modded-nanogpt's grouping)."""
     coeffs = jnp.asarray(ns_coeffs, jnp.float32)
     batched = MuonDimensionNumbers(1, 2)  # [batch, fan_in, fan_out]
 
@@ -544,9 +488,8 @@ def _orthogonalize(ns_coeffs: tuple[float, ...], ns_steps: int) -> optax.Gradien
 
 
 def _muon(cfg: OptimizerConfig) -> optax.GradientTransformation:
-    """``cfg``'s Muon: :func:`param_groups` routes each leaf to its group's transformation
-    (``optax.multi_transform``): Muon for ``matrix``, AdamW for the others, each on
-    ``cfg.schedule`` scaled to the group's peak rate, with the group's decay."""
+    """``cfg``'s Muon: ``optax.multi_transform`` over :func:`param_groups`, Muon for ``matrix``,
+    AdamW for the others, each on ``cfg.schedule`` at its group's peak rate and decay."""
     def maybe_flat(tx: optax.GradientTransformation) -> optax.GradientTransformation:
         if not cfg.flat_optimizer:
             return tx
@@ -589,22 +532,15 @@ def _muon(cfg: OptimizerConfig) -> optax.GradientTransformation:
 def trainable_mask(params: Any, trainable: Trainable) -> Any:
     """The boolean tree (True = trained) that ``trainable`` describes for ``params``.
 
-    ``trainable`` is one of
-
-    * a pytree of Python/NumPy bools with the structure of ``params`` (returned as is,
-      after a structure check);
-    * a predicate ``f(path: str, leaf) -> bool`` on the ``"a/b/c"`` path
-      (:func:`path_to_str`) and the leaf;
-    * a regex or a tuple/list of regexes: a leaf is trainable when one of them is found
-      (``re.search``) in its path.
+    ``trainable``: a pytree of Python/NumPy bools shaped like ``params``; a predicate
+    ``f(path: str, leaf) -> bool`` on the ``"a/b/c"`` path (:func:`path_to_str`); or regexes
+    (one or a tuple/list), trainable when one is found (``re.search``) in the path.
 
     Example:
         >>> import jax.numpy as jnp
         >>> p = {"encoder": {"kernel": jnp.ones((2, 2))}, "head": {"kernel": jnp.ones((2, 3))}}
         >>> trainable_mask(p, r"^head/")
         {'encoder': {'kernel': False}, 'head': {'kernel': True}}
-        >>> trainable_mask(p, lambda path, leaf: leaf.shape[-1] == 2)
-        {'encoder': {'kernel': True}, 'head': {'kernel': False}}
     """
     if isinstance(trainable, str | tuple | list):
         patterns = [trainable] if isinstance(trainable, str) else list(trainable)
@@ -637,32 +573,21 @@ def trainable_mask(params: Any, trainable: Trainable) -> Any:
 def freeze(tx: optax.GradientTransformation, trainable: Trainable) -> optax.GradientTransformation:
     """``tx`` on the trainable leaves, a zero update on the frozen ones (partial fine-tuning).
 
-    ``trainable`` is what :func:`trainable_mask` accepts (a bool tree, a path predicate
-    or regexes), resolved against the parameters at ``init``. Built with
-    ``optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)``, so
-
-    * frozen parameters receive an update of exactly ``0.0`` and stay bit-identical
-      (``θ + 0.0 == θ`` for every finite ``θ`` except ``-0.0``, which becomes ``+0.0``);
-    * ``tx`` never sees them: no optimiser state (Adam moments) is kept for them, weight
-      decay (``adamw``'s or ``sgd``'s decay mask) does not apply to them, and a
-      ``clip_by_global_norm`` inside ``tx`` measures the norm of the trainable gradient
-      only.
-
-    Wrap the whole optimiser from :func:`make_optimizer`: ``freeze(make_optimizer(cfg)[0],
-    r"^head/")`` trains only the ``head`` module (MEDL §7.5: "only the output layer").
-    Gradients are still computed for the frozen leaves; differentiate with respect to the
-    trainable subtree (or use :mod:`seqjax.nn.lora`) to save that work.
+    ``trainable`` is what :func:`trainable_mask` accepts, resolved at ``init``. Via
+    ``optax.multi_transform`` with ``optax.set_to_zero()``: frozen parameters stay bit-identical
+    (``θ + 0.0``; only ``-0.0`` becomes ``+0.0``) and ``tx`` never sees them (no optimiser state,
+    no weight decay, not in a ``clip_by_global_norm``'s norm). Wrap the whole optimiser:
+    ``freeze(make_optimizer(cfg)[0], r"^head/")`` trains only ``head`` (MEDL §7.5). Frozen
+    leaves' gradients are still computed unless you differentiate only the trainable subtree
+    (or use :mod:`seqjax.nn.lora`).
 
     Example:
         >>> import jax.numpy as jnp, optax
-        >>> tx = freeze(optax.adamw(0.1, weight_decay=0.5), {"body": False, "head": True})
-        >>> params = {"body": jnp.ones(2), "head": jnp.ones(2)}
-        >>> state = tx.init(params)
-        >>> grads = {"body": jnp.ones(2), "head": jnp.ones(2)}
-        >>> updates, state = tx.update(grads, state, params)
-        >>> new = optax.apply_updates(params, updates)
-        >>> new["body"].tolist(), [round(v, 2) for v in new["head"].tolist()]
-        ([1.0, 1.0], [0.85, 0.85])
+        >>> tx = freeze(optax.sgd(1.0), {"body": False, "head": True})
+        >>> p = {"body": jnp.ones(2), "head": jnp.ones(2)}
+        >>> u, _ = tx.update(p, tx.init(p), p)
+        >>> u["body"].tolist(), u["head"].tolist()
+        ([0.0, 0.0], [-1.0, -1.0])
     """
     if not isinstance(tx, optax.GradientTransformation):
         raise TypeError(f"`tx` must be an optax.GradientTransformation; got {type(tx).__name__}.")
@@ -682,16 +607,14 @@ class TrainState:
     """Everything that changes during training, as one pytree (checkpointed as a whole).
 
     Attributes:
-        step: int32 scalar, the number of completed ``apply_gradients`` calls (one per
-            optimiser update; gradient accumulation, ``make_train_step(grad_accum=k)``,
-            happens inside one step).
+        step: int32 scalar, completed ``apply_gradients`` calls (one per optimiser update;
+            gradient accumulation happens inside one step).
         params: the model parameters (float32 storage).
         opt_state: the optimiser state (float32).
         rng: a ``jax.random.PRNGKey`` (uint32[2]); split once per step for dropout.
         carry: recurrent state carried across steps by truncated BPTT, else ``None``.
-        tx: the optax transformation (static, not part of the pytree). ``jax.jit``
-            caches by it, so build it once per run: a new, equal-looking ``tx`` makes
-            the train step compile again.
+        tx: the optax transformation (static, not in the pytree). ``jax.jit`` caches by it:
+            build it once per run, as a new equal-looking ``tx`` recompiles the step.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax

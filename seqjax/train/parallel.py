@@ -1,9 +1,8 @@
 """Every device, every host: one object that lays a training run out over a device mesh.
 
-:class:`Parallel` is what ``fit``, the ``seqjax`` command, the experiments and the
-notebooks use to train on *all* the accelerators they are given — the devices of this
-process and, under ``jax.distributed`` (JAX's multi-controller runtime), those of every
-other process of the job::
+:class:`Parallel` is how ``fit``, the ``seqjax`` command, the experiments and the notebooks
+train on all the given accelerators, this process's and, under ``jax.distributed``, every
+other process's::
 
     par = Parallel.create(mesh="data=4,fsdp=2", strategy="fsdp")    # default: all on `data`
     state = par.create_state(lambda r: model.init(r, x0)["params"], tx, rng)
@@ -11,31 +10,19 @@ other process of the job::
     it = LMWindowIterator(ids, par.local_batch_size(64), T, **par.host_rows())
     fit(state, train_step, it, FitConfig(...), parallel=par, eval_step=par.eval_step(ev))
 
-**Mesh.** Axes ``("data", "fsdp", "model")`` (:func:`seqjax.train.sharding.make_mesh`);
-the spec is ``"data=4,fsdp=2,model=1"`` (a size may be ``-1``: the rest of the devices)
-or a mapping; an empty spec puts every device on ``data``.
+Mesh: axes ``("data", "fsdp", "model")`` (:func:`seqjax.train.sharding.make_mesh`), spec
+``"data=4,fsdp=2,model=1"`` (one size may be ``-1``: the rest) or a mapping; empty = all on
+``data``. Strategy (:func:`seqjax.train.sharding.tree_shardings`): ``replicated``, ``fsdp``
+(ZeRO-3), ``tensor`` (Megatron column/row split over ``model``), ``fsdp+tensor``; ``auto``
+follows the mesh (``fsdp`` if that axis is > 1, ``tensor`` if ``model`` is, both if both).
 
-**Strategy** (parameter layout, :func:`seqjax.train.sharding.tree_shardings`):
-``replicated`` (data parallel), ``fsdp`` (ZeRO-3 over ``fsdp``), ``tensor`` (Megatron
-column/row split over ``model``), ``fsdp+tensor``; ``auto`` picks from the mesh
-(``fsdp`` if the ``fsdp`` axis is larger than 1, ``tensor`` if ``model`` is, both if both).
-
-**Which rows a process feeds.** The batch is sharded over ``("data", "fsdp")`` and
-replicated over ``model``. Each device therefore holds batch shard
-``k = data_index · |fsdp| + fsdp_index`` of ``D = |data|·|fsdp|``; a process feeds the rows
-of the shards its devices hold. :meth:`Parallel.host_rows` derives this from the
-mesh — *not* from ``jax.process_index()``: when ``model`` spans processes, several
-processes hold the same shards and must feed the *same* rows (feeding different rows
-into data the sharding declares identical silently corrupts the loss;
-:func:`seqjax.train.sharding.process_data_shard`). A layout in which a process's shards
-are not one contiguous, aligned block of equal size for every process cannot be fed from
-a per-process loader and is refused with a :class:`ValueError` naming the mesh;
-:meth:`Parallel.place_global` (every process holds the whole global batch) feeds any
-layout.
-
-**Run record.** :meth:`Parallel.describe` is the JSON written to ``<workdir>/run.json``
-by :func:`seqjax.train.loop.fit`: ``devices``, ``processes``, ``mesh`` (axis → size),
-``strategy``, ``device_kind``, ``platform``, ``jax``.
+Which rows a process feeds: the batch is sharded over ``("data", "fsdp")`` and replicated
+over ``model``, so device ``(d, f, ·)`` holds shard ``d · |fsdp| + f`` of ``|data|·|fsdp|``.
+:meth:`Parallel.host_rows` derives a process's rows from the mesh, not from
+``jax.process_index()``: processes sharing shards (``model`` spanning processes) must feed
+the same rows, or the loss is silently corrupted. A layout whose per-process shards are not
+one aligned contiguous block of equal size is refused with a ``ValueError``;
+:meth:`Parallel.place_global` (every process holds the whole batch) feeds any layout.
 """
 
 from __future__ import annotations
@@ -71,15 +58,13 @@ __all__ = ["Parallel", "ParallelOptions", "LayoutError", "describe_state", "pars
 
 @dataclasses.dataclass(frozen=True)
 class ParallelOptions:
-    """The ``--mesh`` / ``--strategy`` / ``--grad_accum`` options every experiment shares.
-
-    An experiment's ``Config`` inherits these fields (``class Config(ParallelOptions)``).
+    """The ``--mesh`` / ``--strategy`` / ``--grad_accum`` options every experiment's ``Config``
+    inherits.
 
     Attributes:
         mesh: ``"data=4,fsdp=2,model=1"``; ``""`` = every visible device on ``data``.
         strategy: one of :data:`seqjax.train.sharding.STRATEGIES` or ``"auto"``.
-        grad_accum: micro-batches per step (gradient accumulation inside the jitted step,
-            token-weighted; the global batch is split ``grad_accum`` ways).
+        grad_accum: micro-batches per step (token-weighted, inside the jitted step).
         fsdp_min_size: parameters with fewer elements stay replicated under FSDP.
     """
 
@@ -90,14 +75,12 @@ class ParallelOptions:
 
 
 def parse_mesh(spec: str | Mapping[str, int] | None) -> dict[str, int]:
-    """``"data=4,fsdp=2"`` → ``{"data": 4, "fsdp": 2, "model": 1}`` (unnamed axes 1, or
-    ``data=-1`` when no axis is named).
+    """``"data=4,fsdp=2"`` → ``{"data": 4, "fsdp": 2, "model": 1}`` (unnamed axes 1; ``data=-1``
+    when none is named).
 
     Example:
         >>> parse_mesh("fsdp=2, data=-1")
         {'data': -1, 'fsdp': 2, 'model': 1}
-        >>> parse_mesh("")
-        {'data': -1, 'fsdp': 1, 'model': 1}
     """
     if spec is None or (isinstance(spec, str) and not spec.strip()):
         return {"data": -1, "fsdp": 1, "model": 1}
@@ -151,18 +134,15 @@ def resolve_strategy(strategy: str, mesh: Mesh) -> str:
 
 
 class LayoutError(ValueError):
-    """A mesh, strategy, ``grad_accum`` or global batch that does not fit the devices.
-
-    Raised by :meth:`Parallel.from_options` and the batch-size checks; the ``seqjax`` CLI
-    reports it as a bad option (exit status 2), like a bad ``--key=value``.
-    """
+    """A mesh, strategy, ``grad_accum`` or global batch that does not fit the devices; the CLI
+    reports it as a bad option (exit status 2)."""
 
 
 class Parallel:
     """A device mesh and a parameter layout, with the pieces a training run needs.
 
-    Build it with :meth:`create`. Attributes: ``mesh``, ``strategy`` (resolved),
-    ``grad_accum``, ``state_sharding`` (after :meth:`create_state`).
+    Build it with :meth:`create`. Attributes: ``mesh``, ``strategy`` (resolved), ``grad_accum``,
+    ``state_sharding`` (after :meth:`create_state`).
     """
 
     def __init__(self, mesh: Mesh, strategy: str = "auto", *, grad_accum: int = 1,
@@ -193,9 +173,8 @@ class Parallel:
     ) -> Parallel:
         """A ``Parallel`` over ``devices`` (default: every device of every process).
 
-        Calls :func:`~seqjax.train.sharding.maybe_initialize_distributed` first, so a
-        multi-host job (``JAX_COORDINATOR_ADDRESS``, a TPU pod slice, SLURM, Open MPI)
-        joins its peers before any device is looked at.
+        First calls :func:`~seqjax.train.sharding.maybe_initialize_distributed`, so a multi-host
+        job joins its peers before any device is looked at.
         """
         if isinstance(mesh, Mesh):
             return cls(mesh, strategy, grad_accum=grad_accum, min_fsdp_size=min_fsdp_size)
@@ -234,8 +213,7 @@ class Parallel:
         return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
 
     def check_batch_size(self, global_batch_size: int, name: str = "batch_size") -> None:
-        """Refuse a global batch the mesh (and ``grad_accum``) cannot split evenly
-        (a :class:`LayoutError`, which the CLI reports as a bad option, exit status 2)."""
+        """Raise :class:`LayoutError` unless ``data*fsdp*grad_accum`` divides the global batch."""
         need = self.batch_shards * self.grad_accum
         if global_batch_size < 1 or global_batch_size % need:
             raise LayoutError(
@@ -245,9 +223,7 @@ class Parallel:
             )
 
     def round_batch_size(self, batch_size: int) -> int:
-        """The smallest global batch ``>= batch_size`` that :meth:`check_batch_size`
-        accepts (a multiple of ``data*fsdp*grad_accum``), e.g. to scale a single-device
-        setting to this mesh: ``par.round_batch_size(12)`` is 16 on 8 data-parallel devices."""
+        """The smallest accepted global batch ``>= batch_size`` (e.g. 12 → 16 on 8 data devices)."""
         if batch_size < 1:
             raise LayoutError(f"`batch_size` must be >= 1; got {batch_size}.")
         need = self.batch_shards * self.grad_accum
@@ -280,15 +256,13 @@ class Parallel:
     def create_state(self, init_params: Callable[[jax.Array], Any],
                      tx: optax.GradientTransformation, rng: jax.Array, *,
                      carry: Any = None) -> TrainState:
-        """A ``TrainState`` created directly in its sharded layout (no device ever holds
-        unsharded FSDP parameters); remembers ``state_sharding``."""
+        """A ``TrainState`` created directly in its sharded layout; remembers ``state_sharding``."""
         state, self.state_sharding = create_train_state(
             init_params, tx, rng, state_sharding_fn=self.shardings, carry=carry)
         return state
 
     def shard_state(self, state: TrainState) -> TrainState:
-        """Lay an existing state (the same on every process, e.g. from a seeded init) out in
-        the strategy's layout; each device takes its piece of the host copy."""
+        """Lay out a state that is the same on every process; each device takes its piece."""
         self.state_sharding = self.shardings(state)
         host = host_value(state)  # also a state already sharded over other processes
 
@@ -301,9 +275,7 @@ class Parallel:
         return jax.tree_util.tree_map(put, host, self.state_sharding)
 
     def gather(self, tree: Any) -> Any:
-        """Numpy copies of (possibly sharded, multi-process) arrays, on every process —
-        e.g. parameters for sampling or export after training
-        (:func:`~seqjax.train.sharding.host_value`)."""
+        """Numpy copies on every process (:func:`~seqjax.train.sharding.host_value`)."""
         return host_value(tree)
 
     def _state_sharding(self, state: Any) -> Any:
@@ -315,38 +287,33 @@ class Parallel:
 
     def train_step(self, loss_fn: Callable[..., Any], *, state: Any = None,
                    **kwargs: Any) -> Callable[..., Any]:
-        """:func:`~seqjax.train.step.make_train_step` over this mesh, for ``state`` (its
-        shardings; default: the state of the last ``create_state``/``shard_state`` — pass
-        ``state=`` when one ``Parallel`` lays out several models)."""
+        """:func:`~seqjax.train.step.make_train_step` over this mesh for ``state``'s shardings
+        (default: the last ``create_state``/``shard_state``'s)."""
         kwargs.setdefault("grad_accum", self.grad_accum)
         return make_train_step(loss_fn, state_sharding=self._state_sharding(state),
                                batch_sharding=self.batch_sharding(), **kwargs)
 
     def eval_step(self, eval_fn: Callable[..., Any], *, state: Any = None,
                   **kwargs: Any) -> Callable[..., Any]:
-        """:func:`~seqjax.train.step.make_eval_step` over this mesh (parameters laid out as
-        ``state``'s, as in :meth:`train_step`). Every output is returned as float32."""
+        """:func:`~seqjax.train.step.make_eval_step` over this mesh, laid out as ``state``'s."""
         return make_eval_step(eval_fn, params_sharding=self._state_sharding(state).params,
                               batch_sharding=self.batch_sharding(), **kwargs)
 
     # ------------------------------------------------------------------ input placement
     def place(self, batch: Any) -> Any:
-        """Use with an iterator built with :meth:`host_rows` (each process loads only
-        its rows); use :meth:`place_global` when every process holds the whole batch (a
-        seeded generator, an eval set). This process's rows (block ``host_index`` of
-        ``host_count``) → global arrays
-        ``[global_batch, ...]`` sharded over ``("data", "fsdp")``
-        (:func:`~seqjax.train.sharding.shard_batch`)."""
+        """This process's rows (block ``host_index`` of ``host_count``, an iterator built with
+        :meth:`host_rows`) → global ``[global_batch, ...]`` arrays sharded over ``("data", "fsdp")``
+        (:func:`~seqjax.train.sharding.shard_batch`). Use :meth:`place_global` when every process
+        holds the whole batch."""
         return self._placer(batch)
 
     def place_global(self, batch: Any) -> Any:
-        """A global batch every process holds in full → global arrays (any mesh layout;
-        :func:`~seqjax.train.sharding.shard_global_batch`)."""
+        """A batch every process holds in full → global arrays (any mesh layout)."""
         return shard_global_batch(batch, self.mesh)
 
     # ------------------------------------------------------------------ record
     def describe(self) -> dict[str, Any]:
-        """What ``run.json`` records: devices, processes, mesh, strategy, device kind."""
+        """What ``fit`` writes to ``run.json``: devices, processes, mesh, strategy, device, jax."""
         dev = self.mesh.devices.flat[0]
         return {
             "devices": self.num_devices,

@@ -1,11 +1,10 @@
-"""Stopping a run cleanly: SIGTERM/SIGINT become a save-and-stop request, agreed on by
-every process of a distributed job (JAX's preemption sync point).
+"""Stopping a run cleanly: SIGTERM/SIGINT become a save-and-stop request, agreed on by every
+process of a distributed job (JAX's preemption sync point).
 
-Used by :func:`seqjax.train.loop.fit` (:class:`SignalGuard`; see its docstring for the
-guarantees) and by ``seqjax train`` (:func:`stop_requests`), which catches the signals from its
-first line to its last, so that one arriving while the data is opened, the checkpoint restored
-or the step compiled stops the run at its first step boundary too, and which then exits with
-:data:`EXIT_STOPPED`.
+Used by :func:`seqjax.train.loop.fit` (:class:`SignalGuard`) and by ``seqjax train``
+(:func:`stop_requests`), which catches the signals throughout, so one arriving while data is
+opened, a checkpoint restored or the step compiled also stops the run at its first step
+boundary; it then exits with :data:`EXIT_STOPPED`.
 """
 
 from __future__ import annotations
@@ -22,12 +21,9 @@ import numpy as np
 __all__ = ["EXIT_STOPPED", "SignalGuard", "RunStopped", "check_distributed", "pending_stop",
            "stop_requests"]
 
-#: The exit status of ``seqjax train`` stopped by SIGTERM/SIGINT after saving: "stopped, not
-#: finished; the same command resumes". 75 is ``EX_TEMPFAIL`` of BSD's ``sysexits.h`` ("a
-#: temporary failure; the user is invited to retry"): not 0, so ``until seqjax train ...; do :;
-#: done`` and a scheduler's requeue-on-failure run it again; distinct from seqjax's errors (1,
-#: 2 refused input, 3 a failed write, 4 the data iterator) and from 128 + N (killed by signal
-#: N without saving, as a shell reports it), so a wrapper can tell a saved stop from a crash.
+#: ``seqjax train``'s exit status when stopped by SIGTERM/SIGINT after saving (the same
+#: command resumes): BSD's ``EX_TEMPFAIL``, non-zero so retry loops and requeue-on-failure
+#: rerun it, and distinct from seqjax's errors (1-4) and from 128 + N (killed unsaved).
 EXIT_STOPPED = 75
 
 _pending: str | None = None  # a signal caught by stop_requests outside fit
@@ -50,8 +46,8 @@ def _catch(signum: int, frame: Any) -> None:
 
 
 def pending_stop(*, take: bool = False) -> str | None:
-    """The signal :func:`stop_requests` caught outside ``fit`` (``None``: none); ``take``
-    clears it (``fit`` takes it when it starts: it stops before its first step)."""
+    """The signal :func:`stop_requests` caught outside ``fit``, or ``None``; ``take`` clears it
+    (``fit`` takes it at start and stops before its first step)."""
     global _pending
     name = _pending
     if take:
@@ -61,9 +57,9 @@ def pending_stop(*, take: bool = False) -> str | None:
 
 @contextlib.contextmanager
 def stop_requests() -> Iterator[None]:
-    """For the block: SIGTERM/SIGINT are caught (a second SIGINT still interrupts) and kept
-    for :func:`pending_stop` and ``fit``, instead of ending the process wherever it is; the
-    handlers before are restored after. Main thread only (elsewhere: nothing changes)."""
+    """For the block, catch SIGTERM/SIGINT (a second SIGINT still interrupts) for
+    :func:`pending_stop` and ``fit`` instead of ending the process; the old handlers are
+    restored after. Main thread only (elsewhere nothing changes)."""
     global _pending
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -78,8 +74,8 @@ def stop_requests() -> Iterator[None]:
 
 
 def check_distributed() -> None:
-    """Refuse to train when the environment asks for a multi-process job that
-    ``jax.distributed`` has not joined."""
+    """Refuse to train if the environment asks for a multi-process job ``jax.distributed`` has not
+    joined."""
     from seqjax.train.sharding import distributed_requested
 
     if distributed_requested() and not jax.distributed.is_initialized():
@@ -92,15 +88,12 @@ def check_distributed() -> None:
 
 
 class SignalGuard:
-    """Turn SIGTERM/SIGINT into a stop request while training (restored on exit).
+    """Turn SIGTERM/SIGINT into a stop request while training (handlers restored on exit).
 
-    One process: Python handlers set ``requested``. Several processes: the stop must be
-    agreed on. JAX's coordination service catches SIGTERM itself (its preemption notifier)
-    and :func:`jax.experimental.multihost_utils.reached_preemption_sync_point` returns True
-    on every process at the same step; SIGINT is re-raised as SIGTERM so that Ctrl-C on
-    one host takes the same path. Without the preemption service (not initialised through
-    ``jax.distributed``) the processes agree by an all-gather of their local flags at every
-    step.
+    One process: the handlers set ``requested``. Several: JAX's coordination service owns SIGTERM
+    and :func:`jax.experimental.multihost_utils.reached_preemption_sync_point` is True on every
+    process at the same step; SIGINT is re-raised as SIGTERM so Ctrl-C takes the same path.
+    Without that service, the processes all-gather their flags every step.
     """
 
     def __init__(self, enabled: bool) -> None:

@@ -1,12 +1,9 @@
-"""What a run leaves behind: ``run.json``, ``metrics.jsonl``, TensorBoard events, curves,
-and the report of a non-finite step.
+"""What a run leaves behind: ``run.json``, ``metrics.jsonl``, TensorBoard events, curves, and
+the report of a non-finite step.
 
-:func:`seqjax.train.loop.fit` writes these (process 0 only); experiments and tools read
-them back with :func:`read_metrics`. Every JSON file is written atomically
-(:func:`seqjax._io.write_json`: temporary file, fsync, rename), so a crash never leaves
-half a record. A write that fails (no space, no permission, an I/O error) is a
-:class:`~seqjax.train.write_errors.WriteError` naming the file, the step and the newest
-checkpoint.
+:func:`seqjax.train.loop.fit` writes them (process 0 only); :func:`read_metrics` reads them
+back. JSON files are written atomically (:func:`seqjax._io.write_json`), so a crash never
+leaves half a record; a failed write is a :class:`~seqjax.train.write_errors.WriteError`.
 """
 
 from __future__ import annotations
@@ -37,8 +34,8 @@ __all__ = [
 
 
 class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN/inf metric; ``step``, ``metric`` and ``value`` say where,
-    ``hint`` the likely causes (see :func:`non_finite_hint`)."""
+    """Training produced a NaN/inf metric: ``step``, ``metric``, ``value``, and ``hint`` (the
+    likely causes, :func:`non_finite_hint`)."""
 
     def __init__(self, step: int, metric: str, value: float, workdir: str | None = None,
                  hint: str | None = None) -> None:
@@ -51,11 +48,10 @@ class NonFiniteLossError(FloatingPointError):
 
 def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, float] | None,
                     batches_checked: bool) -> str:
-    """The likely causes of a NaN/inf step, most specific first, from what fit saw.
+    """The likely causes of a NaN/inf step, most specific first.
 
-    ``metrics``: the bad step's metrics; ``last_finite``: the previous finite step's
-    (``None`` if the first step failed); ``batches_checked``: whether token ids were
-    range-checked on the host (``fit(..., check_batch=...)``, or data checked when made).
+    ``metrics``: the bad step's; ``last_finite``: the previous finite step's (``None`` if the
+    first failed); ``batches_checked``: whether token ids were range-checked on the host.
     """
     causes = []
     lr = metrics.get("lr")
@@ -84,10 +80,9 @@ def run_info(state: Any, parallel: Any) -> dict[str, Any]:
 
 
 def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any = None) -> dict:
-    """Write ``workdir/run.json`` (process 0 only, atomically) — what :func:`fit` writes —
-    for a run laid out by ``parallel`` (or, without it, by ``state``'s shardings). For
-    experiments whose several ``fit`` calls write theirs one level down. Returns the record.
-    """
+    """Write ``workdir/run.json`` as :func:`fit` does (process 0, atomically) for a run laid out by
+    ``parallel`` (else ``state``'s shardings), for experiments whose ``fit`` calls write theirs a
+    level down; returns the record."""
     if parallel is None and state is None:
         raise ValueError("give `parallel` or `state`.")
     info = run_info(state, parallel)
@@ -123,9 +118,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 
 def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike) -> list[str]:
-    """Draw ``loss.png`` (train and eval cross-entropy) and ``perplexity.png`` in ``workdir``.
-
-    Needs matplotlib (``pip install "seqjax[plot]"``)."""
+    """Draw ``loss.png`` (train and eval cross-entropy) and ``perplexity.png`` in ``workdir``
+    (needs ``seqjax[plot]``)."""
     matplotlib = require("matplotlib", "plotting training curves (FitConfig(plot=True))")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -160,8 +154,8 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
 
 
 def wanted(flag: bool | None, module: str) -> bool:
-    """An optional output of :class:`FitConfig`: ``True``/``False`` as given, ``None`` = when
-    ``module`` is installed (``True`` without it fails with the extra to install)."""
+    """An optional output of :class:`FitConfig`: ``True``/``False`` as given, ``None`` = if
+    ``module`` is installed."""
     if flag is None:
         if module in sys.modules:  # imported already (or blocked: None)
             return sys.modules[module] is not None
@@ -185,9 +179,8 @@ def tensorboard_writer(logdir: str, purge_step: int | None) -> Any:
 
 
 def set_aside_history(workdir: str | os.PathLike) -> str | None:
-    """Move ``workdir/metrics.jsonl`` to ``metrics.jsonl.<time>.old`` (process 0); returns
-    the new path, or ``None`` when there was none. What ``fit(restart=True)`` and
-    ``seqjax train --restart`` do before starting over."""
+    """Move ``workdir/metrics.jsonl`` to ``metrics.jsonl.<time>.old`` (process 0), as
+    ``fit(restart=True)`` does; returns the new path or ``None``."""
     path = os.path.join(os.fspath(workdir), "metrics.jsonl")
     if jax.process_index() != 0 or not os.path.exists(path):
         return None

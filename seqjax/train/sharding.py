@@ -2,33 +2,24 @@
 
 One mesh with three named axes serves every layout (docs/design.md, "The training path"):
 
-* ``data``  — data parallelism: the batch is split, parameters are replicated;
-* ``fsdp``  — fully-sharded data parallelism (ZeRO-3): the batch is split *and* each
-  parameter (and its optimiser state) is sharded along its largest axis divisible by
-  the axis size; XLA all-gathers a parameter where it is used;
-* ``model`` — tensor parallelism (Megatron-LM, Shoeybi et al. 2019): attention q/k/v and
-  MLP up/gate kernels are split along their output (heads/hidden) axis, attention-out and
-  MLP down kernels along their input axis, so each block needs one all-reduce; token
-  embeddings and output heads along their vocabulary axis. Recurrent cells stay
-  replicated (a split hidden state would need an all-gather at every time step).
+* ``data`` — data parallelism: the batch is split, parameters replicated;
+* ``fsdp`` — fully-sharded data parallelism (ZeRO-3): the batch is split *and* each
+  parameter (and its optimiser state) along its largest axis divisible by the axis size;
+* ``model`` — tensor parallelism (Megatron-LM, Shoeybi et al. 2019): q/k/v and MLP up/gate
+  kernels split on their output axis, attention-out and MLP down on their input axis (one
+  all-reduce per block), embeddings and output heads on the vocabulary axis; recurrent cells
+  stay replicated (a split hidden state would need an all-gather every time step).
 
-Parameters get *logical axis names* (``embed``, ``heads``, ``head_dim``, ``mlp``, ``vocab``,
-``rnn``, ``layers``; :func:`logical_axes`) from :data:`LOGICAL_AXIS_RULES`, left-aligned
-after a leading scanned-layer axis, and the strategy maps names to mesh axes — so a
-``scan_layers=True`` stack splits the same axes as an unrolled one and never its layer
-axis.
+Parameters get logical axis names (:func:`logical_axes`, :data:`LOGICAL_AXIS_RULES`: regexes
+over the path, first match wins), left-aligned after a scanned-layer axis, which is never
+split. A strategy (``"replicated"``, ``"fsdp"``, ``"tensor"``, ``"fsdp+tensor"``) maps names
+to mesh axes; an axis the mesh axis does not divide is replicated; optimiser state follows
+its parameter's path. The batch is sharded over ``("data", "fsdp")`` on its leading axis.
 
-The batch is sharded over ``("data", "fsdp")`` on its leading axis. A strategy is one of
-``"replicated"``, ``"fsdp"``, ``"tensor"`` or ``"fsdp+tensor"``; rules are regexes over
-the parameter path (``"block_0/attn/query/kernel"``), first match wins, and an axis whose
-size the mesh axis does not divide falls back to replication. The same rules
-shard optimiser state (its leaves' paths end with the parameter path).
-
-On several hosts each process feeds the rows of the global batch that its devices hold
-(:func:`process_data_shard` derives them from the mesh, so processes that share batch
-shards — ``model`` spanning processes — feed the same rows) and :func:`shard_batch`
-assembles the global array with ``jax.make_array_from_callback``; on one host it is a
-``device_put``. :func:`shard_global_batch` places a batch every process holds in full.
+On several hosts each process feeds the rows its devices hold (:func:`process_data_shard`;
+processes sharing shards, ``model`` spanning processes, feed the same rows) and
+:func:`shard_batch` assembles the global array (one host: a ``device_put``);
+:func:`shard_global_batch` places a batch every process holds in full.
 """
 
 from __future__ import annotations
@@ -69,11 +60,9 @@ __all__ = [
 AXES = ("data", "fsdp", "model")
 STRATEGIES = ("replicated", "fsdp", "tensor", "fsdp+tensor")
 
-# Logical axis names of parameters: (regex over the lower-cased parameter path, the
-# logical names of the leaf's axes, left-aligned after any leading scanned-layer axes).
-# Column-parallel layers (q/k/v, MLP up/gate) name their output axis `heads`/`mlp`,
-# row-parallel layers (attention out, MLP down) their input axis; embeddings and output
-# heads name their vocabulary axis `vocab`; recurrent cells name theirs `rnn`.
+# (regex over the lower-cased parameter path, logical names of the leaf's axes after any
+# scanned-layer axis). Column-parallel layers name their output axis, row-parallel ones
+# their input axis.
 _COL = r"(query|key|value|q_proj|k_proj|v_proj|qkv|c_attn|wq|wk|wv|q|k|v)"
 _ROW = r"(out|o_proj|out_proj|attn_out|c_proj|wo)"
 _UP = r"(up|gate|up_proj|gate_proj|fc1|fc_in|wi|wi_0|wi_1|w1|w3|c_fc|dense_in|intermediate)"
@@ -93,12 +82,9 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"(^|/)cell/(input|x_proj|w_ih)/kernel$", ("embed", "rnn")),
     (r"(^|/)cell/(recurrent_kernel|w_hh)$", ("rnn_in", "rnn")),
 )
-# What the `model` axis of the "tensor" strategies splits. Recurrent weights (`rnn`)
-# stay replicated: a hidden state split over devices would need an all-gather at every
-# time step; the RNN models are tensor-parallel in their embedding and output head.
+# What the "tensor" strategies' `model` axis splits; `rnn` stays replicated (see above).
 TENSOR_AXES = ("heads", "mlp", "vocab")
-# Parameters under these path components carry one leading layer axis (nn.scan over
-# layers, e.g. TransformerStack(scan_layers=True)'s "layers"); it is never split.
+# Paths with one leading, never split, layer axis (nn.scan, e.g. scan_layers=True).
 SCANNED_LAYERS = (r"(^|/)layers/",)
 
 
@@ -110,8 +96,6 @@ def logical_axes(path: str, ndim: int, *,
     Example:
         >>> logical_axes("decoder/layers/self_attn/query/kernel", 4)
         ('layers', 'embed', 'heads', 'head_dim')
-        >>> logical_axes("decoder/layers_0/ffn/down/kernel", 2)
-        ('mlp', 'embed')
     """
     name = path.lower()
     lead = sum(1 for pat in scanned if re.search(pat, name))
@@ -134,8 +118,8 @@ def make_mesh(
 ) -> Mesh:
     """A ``Mesh`` with axes ``("data", "fsdp", "model")``; one size may be ``-1`` (the rest).
 
-    Uses ``jax.make_mesh`` (topology-aware device order on TPU) with ``Auto`` axis types,
-    so shardings propagate through ``jax.jit`` as GSPMD annotations.
+    ``jax.make_mesh`` (topology-aware on TPU) with ``Auto`` axis types, so shardings propagate
+    through ``jax.jit``.
 
     Example:
         >>> mesh = make_mesh(devices=jax.devices()[:1])
@@ -191,13 +175,9 @@ def partition_spec(
 ) -> PartitionSpec:
     """The ``PartitionSpec`` of one parameter (or optimiser-state leaf) of ``shape`` at ``path``.
 
-    The leaf's axes get logical names (:func:`logical_axes`), then
-
-    * tensor parallel: the axes named ``heads``, ``mlp`` or ``vocab`` (the first one, if its
-      size divides) are split over ``model``;
-    * FSDP: among the remaining axes, except a scanned ``layers`` axis, the largest one
-      divisible by the ``fsdp`` size is split over ``fsdp`` (leaves smaller than
-      ``min_fsdp_size`` stay replicated).
+    From its :func:`logical_axes`: tensor parallel splits the first ``heads``/``mlp``/``vocab``
+    axis over ``model`` if its size divides; FSDP splits the largest remaining, non-``layers``
+    axis divisible by the ``fsdp`` size (leaves under ``min_fsdp_size`` stay replicated).
 
     Example:
         >>> mesh = make_mesh(devices=jax.devices()[:1])   # 8 devices: make_mesh(model=8)
@@ -233,11 +213,8 @@ def tree_shardings(
     rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
     min_fsdp_size: int = 2**12,
 ) -> Any:
-    """``NamedSharding`` for every leaf of ``tree`` (params, optimiser state or a whole
-    ``TrainState``, concrete or ``jax.eval_shape``-abstract).
-
-    Only floating-point leaves with ``ndim >= 1`` are sharded; counters, RNG keys and
-    scalars are replicated.
+    """``NamedSharding`` for every leaf of ``tree`` (params, optimiser state or a ``TrainState``,
+    concrete or abstract); only floating leaves with ``ndim >= 1`` are sharded.
 
     Example:
         >>> import jax.numpy as jnp
@@ -260,14 +237,12 @@ def tree_shardings(
 
 
 def process_data_shard(mesh: Mesh, process_index: int | None = None) -> tuple[int, int]:
-    """``(index, count)``: this process feeds block ``index`` of ``count`` equal, contiguous
-    blocks of the global batch, as the batch sharding ``P(("data", "fsdp"))`` says.
+    """``(index, count)``: this process feeds block ``index`` of ``count`` equal contiguous blocks
+    of the global batch, per the batch sharding ``P(("data", "fsdp"))``.
 
-    Device ``(i, j, k)`` of the mesh holds batch shard ``i·|fsdp| + j`` of ``|data|·|fsdp|``
-    (``model`` replicates the batch). A process feeds the shards its devices hold, so
-    processes that share shards (``model`` spanning processes) get the same ``index`` and
-    feed the same rows. Raises ``ValueError`` for a layout a per-process loader cannot feed
-    (a process's shards not one aligned contiguous block, or unequal blocks).
+    Device ``(i, j, k)`` holds batch shard ``i·|fsdp| + j`` of ``|data|·|fsdp|`` (``model``
+    replicates the batch). Raises ``ValueError`` if a process's shards are not one aligned
+    contiguous block or blocks are unequal.
 
     Example:
         >>> process_data_shard(make_mesh(devices=jax.devices()[:1]))
@@ -305,8 +280,8 @@ def process_data_shard(mesh: Mesh, process_index: int | None = None) -> tuple[in
 def host_batch_slice(global_batch_size: int, mesh: Mesh | None = None) -> slice:
     """The rows of the global batch this process feeds (contiguous, equal per process).
 
-    With ``mesh`` the rows come from the mesh (:func:`process_data_shard`; right when
-    ``model`` spans processes); without, process ``i`` of ``n`` feeds block ``i`` of ``n``.
+    From ``mesh`` (:func:`process_data_shard`; right when ``model`` spans processes), else block
+    ``i`` of ``n`` for process ``i`` of ``n``.
 
     Example:
         >>> host_batch_slice(8)   # one process: everything
@@ -354,8 +329,7 @@ def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int,
 
 
 class BatchPlacer:
-    """:func:`shard_batch` for one mesh, with the sharding and this process's block of the
-    batch worked out once (what ``Parallel.place`` calls every step)."""
+    """:func:`shard_batch` for one mesh, sharding and block worked out once (``Parallel.place``)."""
 
     def __init__(self, mesh: Mesh) -> None:
         self.mesh = mesh
@@ -374,22 +348,17 @@ class BatchPlacer:
 
 
 def shard_batch(batch: Any, mesh: Mesh) -> Any:
-    """Place this process's rows of the global batch (a pytree of ``[b, ...]`` numpy
-    arrays) on the mesh.
+    """Place this process's rows (a pytree of ``[b, ...]`` numpy arrays) of the global batch.
 
-    The process feeds block ``index`` of ``count`` (:func:`process_data_shard`), so each
-    leaf becomes a global ``[b * count, ...]`` array sharded over ``("data", "fsdp")``.
-    On one process this is ``jax.device_put``. To place many batches on one mesh, build a
+    Each leaf becomes a global ``[b * count, ...]`` array (:func:`process_data_shard`) sharded
+    over ``("data", "fsdp")``; one process: ``jax.device_put``. For many batches build a
     :class:`BatchPlacer` once.
     """
     return BatchPlacer(mesh)(batch)
 
 
 def shard_global_batch(batch: Any, mesh: Mesh) -> Any:
-    """Place a global batch that *every* process holds in full (any mesh layout).
-
-    Each device takes its rows from the local copy; nothing crosses hosts.
-    """
+    """Place a global batch that *every* process holds in full; nothing crosses hosts."""
     return jax.tree_util.tree_map(lambda x: _from_rows(x, mesh, np.shape(x)[0], 0), batch)
 
 
@@ -400,8 +369,7 @@ _MULTIHOST_ENV = (
 
 
 def distributed_requested() -> bool:
-    """Whether the environment describes a multi-process job (see
-    :func:`maybe_initialize_distributed`)."""
+    """Whether the environment says multi-process (:func:`maybe_initialize_distributed`)."""
     env = os.environ
     return bool(
         any(env.get(k) for k in _MULTIHOST_ENV)
@@ -415,11 +383,11 @@ def distributed_requested() -> bool:
 def maybe_initialize_distributed() -> bool:
     """Call ``jax.distributed.initialize()`` when the environment says multi-host.
 
-    Recognised: ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES`` and
-    ``JAX_PROCESS_ID``), a Cloud TPU pod slice (``TPU_WORKER_HOSTNAMES`` with more than one
-    host, or ``MEGASCALE_COORDINATOR_ADDRESS``), SLURM (``SLURM_NTASKS > 1``) and Open MPI
-    (``OMPI_COMM_WORLD_SIZE > 1``); JAX auto-detects the cluster in the last three cases.
-    Must run before any other JAX call. Returns True if it initialised (or already had).
+    Recognised: ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``), a
+    Cloud TPU pod slice (``TPU_WORKER_HOSTNAMES`` of several hosts, or
+    ``MEGASCALE_COORDINATOR_ADDRESS``), SLURM (``SLURM_NTASKS > 1``) and Open MPI
+    (``OMPI_COMM_WORLD_SIZE > 1``), the last three auto-detected by JAX. Must run before any
+    other JAX call. True if initialised (now or before).
     """
     if jax.distributed.is_initialized():
         return True
@@ -439,16 +407,12 @@ def maybe_initialize_distributed() -> bool:
 
 
 def host_value(tree: Any) -> Any:
-    """Numpy copies of every array of ``tree``, on every process.
+    """Numpy copies of every array of ``tree``, on every process: seqjax's one host fetch.
 
-    The one host fetch of seqjax (``fit``'s metrics, :meth:`Parallel.gather
-    <seqjax.train.parallel.Parallel.gather>` for parameters). An array whose devices are
-    all addressable is copied; a global array spanning other processes is read from this
-    process's first shard when it is fully replicated, and otherwise all-gathered (a
-    collective: every process must then call ``host_value`` on it). Every transfer is
-    started before the first is waited for, and each array is read with ``np.asarray``
-    (about 1 µs, where ``jax.device_get`` costs several per array: ``fit`` reads every
-    step's metrics).
+    Addressable arrays are copied; a global array spanning processes is read from the first
+    local shard if fully replicated, else all-gathered (a collective: every process must call).
+    All transfers start before the first wait; ``np.asarray`` per array (cheaper than
+    ``jax.device_get``).
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     arrays = []

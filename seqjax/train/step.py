@@ -1,33 +1,27 @@
 r"""The training step: one ``jax.jit`` over a device mesh.
 
-A step computes, for the loss ``C(θ)`` of one batch,
+For the loss ``C(θ)`` of one batch a step computes
 
 .. math::  (C, g) = (C(θ), \nabla_θ C(θ)),\qquad θ \leftarrow θ + \mathrm{tx}(g)
 
-(BPTT is autodiff through the scanned recurrence, MEDL §7.2; J&M §9.2.2) and returns the
-new :class:`~seqjax.train.optim.TrainState` and float32 metrics ``loss``,
-``grad_norm`` (``‖g‖₂`` before clipping), ``lr`` (if a schedule is given) and whatever
-the loss function reports (e.g. ``accuracy``, ``tokens``).
+(BPTT is autodiff through the scanned recurrence, MEDL §7.2; J&M §9.2.2) and returns the new
+:class:`~seqjax.train.optim.TrainState` and float32 metrics ``loss``, ``grad_norm`` (``‖g‖₂``
+before clipping), ``lr`` (if a schedule is given) and the loss function's own (e.g.
+``accuracy``, ``tokens``).
 
-**Loss functions** have the signature ``loss_fn(params, batch, rng) -> (loss, metrics)``
-(see :func:`seqjax.train.losses.make_lm_loss`), or, with ``with_carry=True`` (truncated
-BPTT, :mod:`seqjax.train.tbptt`), ``loss_fn(params, batch, rng, carry) -> (loss,
-(metrics, new_carry))``; the incoming carry is wrapped in ``stop_gradient``.
-
-**Sharding.** Given ``state_sharding`` (e.g. :func:`seqjax.train.sharding.tree_shardings`)
-and ``batch_sharding``, the step is ``jax.jit(..., in_shardings, out_shardings)``: the same
-code runs on one device, on ``N`` devices (data parallel, FSDP, tensor parallel) and on
-several hosts; XLA inserts the collectives. Random numbers are drawn with the
-partitionable threefry, so dropout masks do not depend on the device count.
-
-**Mixed precision.** ``compute_dtype=jnp.bfloat16`` casts floating parameters and batch
-leaves to bf16 inside the differentiated function; parameters, gradients and optimiser
-state stay float32 (the cast's transpose casts gradients back), and the losses promote
-logits to float32.
-
-**Remat.** ``remat=True`` (or a policy of :mod:`seqjax.nn.remat`, by name such as
-``"dots_saveable"`` or as a callable) rematerialises the forward pass during the backward
-pass; models can instead wrap individual blocks in ``flax.linen.remat``.
+* Loss functions: ``loss_fn(params, batch, rng) -> (loss, metrics)``
+  (:func:`seqjax.train.losses.make_lm_loss`), or with ``with_carry=True`` (truncated BPTT,
+  :mod:`seqjax.train.tbptt`) ``loss_fn(params, batch, rng, carry) -> (loss, (metrics,
+  new_carry))``, the incoming carry under ``stop_gradient``.
+* Sharding: with ``state_sharding`` (e.g. :func:`seqjax.train.sharding.tree_shardings`) and
+  ``batch_sharding`` the step is ``jax.jit(..., in_shardings, out_shardings)``: one code for
+  one device, ``N`` devices (data parallel, FSDP, tensor parallel) or several hosts. The
+  partitionable threefry makes dropout masks independent of the device count.
+* Mixed precision: ``compute_dtype=jnp.bfloat16`` casts floating parameters and batch leaves
+  inside the differentiated function; parameters, gradients and optimiser state stay float32,
+  and the losses promote logits to float32.
+* Remat: ``remat=True`` or a :mod:`seqjax.nn.remat` policy (a name such as
+  ``"dots_saveable"`` or a callable) rematerialises the forward pass in the backward pass.
 """
 
 from __future__ import annotations
@@ -65,9 +59,8 @@ __all__ = [
 
 
 def _host_array(x: Any) -> np.ndarray | None:
-    """``x`` as numpy if reading it costs no device round trip: numpy, Python data, or a
-    ``jax.Array`` on the CPU held by this process; ``None`` otherwise (tracers, accelerator
-    arrays — checking those would stall the host on every step)."""
+    """``x`` as numpy if reading it needs no device round trip (numpy, Python data, a CPU
+    ``jax.Array`` of this process), else ``None`` (tracers, accelerator arrays)."""
     if isinstance(x, np.ndarray | np.generic | list | tuple | int):
         return np.asarray(x)
     if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
@@ -87,29 +80,20 @@ def make_batch_check(
 ) -> BatchCheck:
     """A host-side check of a batch's token ids, for ``fit(..., check_batch=check)``.
 
-    Inside ``jit`` the ids are tracers and cannot be range-checked there; an invalid id
-    only turns its row's output NaN (:mod:`seqjax._traced_checks`). The returned
-    ``check(batch)`` reads the host batch and raises ``ValueError`` naming the batch key,
-    the vocabulary and the values found. Give it to :func:`~seqjax.train.loop.fit` or
-    :func:`~seqjax.train.loop.evaluate` as ``check_batch=``, which run it on every host batch
-    before placing it on the devices; or check the data once where it is made (an iterator
-    over token ids given ``vocab_size``, :class:`~seqjax.data.device.DeviceLMWindows`).
+    Inside ``jit`` ids cannot be range-checked (an invalid one turns its row NaN,
+    :mod:`seqjax._traced_checks`); ``check(batch)`` raises ``ValueError`` naming the key, the
+    vocabulary and the values found. Missing keys, non-integer leaves and accelerator-resident
+    arrays (reading them back would stall each step) are skipped.
 
     Args:
-        vocab_size: ``V`` for ``batch[inputs_key]`` and ``batch[targets_key]``, or a mapping
-            ``{key: V}`` (e.g. ``{"src": 8000, "tgt_in": 6000, "tgt_out": 6000}``).
+        vocab_size: ``V`` for ``batch[inputs_key]`` and ``batch[targets_key]``, or ``{key: V}``
+            (e.g. ``{"src": 8000, "tgt_in": 6000, "tgt_out": 6000}``).
         inputs_key, targets_key, mask_key: the keys of :func:`~seqjax.train.losses.make_lm_loss`.
-        masks: ``{key: mask key}``: only positions where the mask is True are checked
-            (padding labels such as -100 are allowed elsewhere). Default
-            ``{targets_key: mask_key}``.
-
-    Keys missing from the batch and non-integer leaves (e.g. float features) are skipped,
-    and so are arrays that live on an accelerator (reading them back would stall every
-    step; ``fit`` checks the host batch before placing it).
+        masks: ``{key: mask key}``: only positions where the mask is True are checked (padding
+            labels such as -100 are allowed elsewhere). Default ``{targets_key: mask_key}``.
 
     Example:
         >>> check = make_batch_check(5)
-        >>> check({"inputs": np.array([[1, 2]]), "targets": np.array([[2, 4]])})  # fine
         >>> try:
         ...     check({"inputs": np.array([[1, 2]]), "targets": np.array([[2, 5]])})
         ... except ValueError as err:
@@ -129,7 +113,7 @@ def make_batch_check(
 
 @dataclasses.dataclass(frozen=True)
 class BatchCheck:
-    """The host-side token-id check of :func:`make_batch_check`: ``check(batch)``.
+    """:func:`make_batch_check`'s check, ``check(batch)``.
 
     Attributes:
         vocab_sizes: ``{batch key: V}``; ids of ``batch[key]`` must lie in ``[0, V)``.
@@ -173,11 +157,7 @@ def cast_floating(tree: Any, dtype: Any | None) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class ModelApply:
-    """A Flax module as ``apply_fn(params, inputs, rng, train, [carry])`` (:func:`flax_apply_fn`).
-
-    Attributes:
-        model: the module.
-    """
+    """A Flax module as ``apply_fn(params, inputs, rng, train, [carry])``; :func:`flax_apply_fn`."""
 
     model: Any
 
@@ -198,12 +178,10 @@ class ModelApply:
 def flax_apply_fn(model: Any) -> ModelApply:
     """Adapt a Flax module to ``apply_fn(params, inputs, rng, train, [carry])``.
 
-    ``train`` is passed as ``deterministic=not train`` or ``train=train`` when the
-    module's ``__call__`` takes one of them; ``rng`` feeds the ``dropout`` stream
-    during training. With a ``carry`` argument the module is called as
-    ``model.with_state(inputs, initial_carry=carry)`` (``model(inputs, initial_carry=carry)``
-    if it has no ``with_state``; every recurrent model of :mod:`seqjax.models` has one) and
-    must return ``(logits, new_carry)``. The result is a :class:`ModelApply`.
+    ``train`` is passed as ``deterministic=not train`` or ``train=train`` if ``__call__`` takes
+    one; ``rng`` feeds the ``dropout`` stream in training. With a ``carry`` the module is called
+    as ``model.with_state(inputs, initial_carry=carry)`` (or ``model(...)`` without
+    ``with_state``) and must return ``(logits, new_carry)``.
 
     Example:
         >>> import flax.linen as nn, jax, jax.numpy as jnp
@@ -259,11 +237,10 @@ def _loss_and_grad(
 
 
 def _split_micro(batch: Batch, k: int) -> Any:
-    """Every ``[B, ...]`` leaf → ``[k, B/k, ...]``; micro-batch ``i`` holds rows ``i::k``.
+    """Every ``[B, ...]`` leaf → ``[k, B/k, ...]``, micro-batch ``i`` holding rows ``i::k``.
 
-    Strided rows keep each device's micro-batch rows inside its own block of the batch
-    sharding (row ``r`` goes to micro-batch ``r mod k``), so the split moves no data
-    between devices.
+    Strided rows keep each device's micro-batch rows in its own block of the batch sharding, so
+    the split moves no data between devices.
     """
 
     def split(x: Any) -> Any:
@@ -283,11 +260,9 @@ def _accumulated_loss_and_grad(
 ) -> tuple[Array, dict[str, Array], Any]:
     """Token-weighted gradient accumulation over ``k`` micro-batches (``lax.scan``).
 
-    With ``w_i`` the ``tokens`` metric of micro-batch ``i`` (1 without it) and ``C_i`` its
-    token-mean loss, the step uses ``g = Σ_i w_i ∇C_i / Σ_i w_i`` and reports
-    ``C = Σ_i w_i C_i / Σ_i w_i`` — the gradient and loss of the token-mean loss over the
-    whole batch, as if it had been one batch. Other metrics are ``w``-weighted means;
-    ``tokens`` is summed.
+    With ``w_i`` micro-batch ``i``'s ``tokens`` (1 without it) and ``C_i`` its token-mean loss:
+    ``g = Σ_i w_i ∇C_i / Σ_i w_i``, ``C = Σ_i w_i C_i / Σ_i w_i`` — the whole batch's token-mean
+    loss and gradient. Other metrics are ``w``-weighted means; ``tokens`` is summed.
     """
     micro = _split_micro(batch, k)
 
@@ -366,38 +341,30 @@ def make_train_step(
 ) -> TrainStep:
     """A jitted ``step(state, batch) -> (state, metrics)`` (a :class:`TrainStep`).
 
-    **Token ids.** The step reads no host value: an invalid id in a batch makes its row NaN
-    inside ``jit``. Check host batches before they reach it with
-    ``fit(..., check_batch=make_batch_check(V))`` (:func:`make_batch_check`), or check the
-    ids once where the data is made.
-
-    **XLA:CPU memory.** The C library's allocator is a process-wide setting, so the step
-    leaves it alone: ``seqjax train`` applies :func:`~seqjax.train.cpu_memory.keep_freed_memory`
-    at process start; call it yourself first thing in a CPU training script.
+    The step reads no host value (check token ids with :func:`make_batch_check`) and leaves the
+    process-wide allocator alone (on the CPU call :func:`~seqjax.train.cpu_memory.keep_freed_memory`
+    first, as ``seqjax train`` does).
 
     Args:
-        loss_fn: ``(params, batch, rng) -> (loss, metrics)`` (see the module docstring).
-        state_sharding: shardings of the ``TrainState`` (a matching pytree, e.g.
-            ``tree_shardings(state, mesh, "fsdp")``); ``None`` = let ``jit`` follow its
-            inputs (one device).
+        loss_fn: ``(params, batch, rng) -> (loss, metrics)`` (the module docstring).
+        state_sharding: shardings of the ``TrainState`` (e.g.
+            ``tree_shardings(state, mesh, "fsdp")``); ``None`` = ``jit`` follows its inputs.
         batch_sharding: sharding of every batch leaf (e.g. ``batch_sharding(mesh)``).
         compute_dtype: e.g. ``jnp.bfloat16`` for mixed precision; ``None`` = as stored.
-        remat: ``True`` (save nothing) or a policy of :mod:`seqjax.nn.remat` (a name in
+        remat: ``True`` (save nothing) or a :mod:`seqjax.nn.remat` policy (a name in
             ``REMAT_POLICIES`` or a ``jax.checkpoint_policies`` callable).
         schedule: the learning-rate schedule, to report ``lr`` (of the update just made).
         with_carry: the loss function threads a recurrent carry (truncated BPTT).
         donate: donate the input state's buffers (the old state must not be reused).
-        grad_accum: split each batch into this many micro-batches inside the jitted step
-            (``lax.scan``; rows ``i::grad_accum`` form micro-batch ``i``) and accumulate
-            their gradients weighted by the ``tokens`` metric — the update equals the
-            one-batch update while activations are held for one micro-batch at a time.
+        grad_accum: micro-batches per batch (rows ``i::grad_accum``), gradients accumulated
+            weighted by ``tokens`` in a ``lax.scan``: the one-batch update, holding one
+            micro-batch's activations at a time.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax
         >>> loss_fn = lambda p, b, rng: (jnp.mean((b["x"] * p["w"] - b["y"]) ** 2), {})
         >>> state = TrainState.create({"w": jnp.zeros(())}, optax.sgd(0.1), jax.random.PRNGKey(0))
-        >>> step = make_train_step(loss_fn)
-        >>> state, m = step(state, {"x": jnp.ones(4), "y": jnp.ones(4)})
+        >>> state, m = make_train_step(loss_fn)(state, {"x": jnp.ones(4), "y": jnp.ones(4)})
         >>> float(m["loss"]), round(float(state.params["w"]), 3)
         (1.0, 0.2)
     """
@@ -427,20 +394,11 @@ def make_train_step(
 
 
 class TrainStep:
-    """A jitted ``step(state, batch) -> (state, metrics)`` and the ways to run it.
-
-    What :func:`make_train_step` returns. Calling it runs the jitted step, one update;
-    :func:`~seqjax.train.loop.fit` also uses:
-
-    * :meth:`steps` — ``k`` steps in one jitted call: ``(state, (batch_1, ..., batch_k))
-      -> (state, metrics)`` with every metric stacked on a leading ``[k]`` axis, a
-      ``lax.scan`` of the same step (the update of each is the update of a single call);
-    * :meth:`steps_from` — ``k`` steps whose batches a device-resident source
-      (e.g. :class:`seqjax.data.device.DeviceLMWindows`) draws inside the jitted call
-      from the step number: ``(state, source.arrays) -> (state, metrics[k])``. No batch
-      crosses from the host.
-
-    Other attributes (``lower``, ``eval_shape``, ...) are the jitted step's.
+    """:func:`make_train_step`'s jitted ``step(state, batch) -> (state, metrics)``, one update per
+    call, and the multi-step runs :func:`~seqjax.train.loop.fit` uses: :meth:`steps` (``k`` host
+    batches in one call) and :meth:`steps_from` (``k`` batches drawn on the devices). Both are a
+    ``lax.scan`` of the same step, metrics stacked on a leading ``[k]`` axis. Other attributes
+    (``lower``, ``eval_shape``, ...) are the jitted step's.
     """
 
     def __init__(self, step_fn: StepFn, *, state_sharding: Any = None,
@@ -473,8 +431,7 @@ class TrainStep:
         return jax.jit(_under_mesh(fn, self.mesh), **kwargs)
 
     def steps(self, k: int) -> Any:
-        """The jitted ``(state, batches) -> (state, metrics[k])`` of ``k`` steps over the
-        tuple ``batches`` of ``k`` placed batches."""
+        """Jitted ``(state, batches) -> (state, metrics[k])``, ``batches`` ``k`` placed ones."""
         _check_k(k)
         key = ("steps", k)
         if key not in self._compiled:
@@ -491,9 +448,8 @@ class TrainStep:
         return self._compiled[key]
 
     def steps_from(self, source: Any, k: int = 1) -> Any:
-        """The jitted ``(state, source.arrays) -> (state, metrics[k])`` of ``k`` steps, the
-        batch of step ``s`` (0-based, ``state.step`` before it) drawn on the devices by
-        ``source.device_batch(arrays, s)``."""
+        """Jitted ``(state, source.arrays) -> (state, metrics[k])``, step ``s``'s batch (0-based,
+        ``state.step`` before it) drawn on the devices by ``source.device_batch(arrays, s)``."""
         _check_k(k)
         key = ("source", id(source), k)
         if key not in self._compiled:
@@ -521,8 +477,8 @@ def _check_k(k: Any) -> None:
 
 
 def _under_mesh(fn: Callable, mesh: Any) -> Callable:
-    """Trace ``fn`` with ``mesh``'s abstract mesh in scope, so the layers' sharding hints
-    (:mod:`seqjax.nn._sharding`, e.g. the RNN's collective-free time loop) apply."""
+    """Trace ``fn`` under ``mesh``'s abstract mesh, so layers' sharding hints
+    (:mod:`seqjax.nn._sharding`) apply."""
 
     def wrapped(*args: Any) -> Any:
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
@@ -538,10 +494,7 @@ def make_eval_step(
     batch_sharding: NamedSharding | None = None,
     compute_dtype: Any = None,
 ) -> Callable[[Any, Batch], dict[str, Array]]:
-    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. from ``losses.make_lm_eval``); every
-    metric is returned as float32. Host batches are checked by
-    ``evaluate(..., check_batch=...)``, as in ``fit``.
-    """
+    """Jit ``eval_fn(params, batch) -> metrics`` (e.g. ``losses.make_lm_eval``), metrics float32."""
 
     def fn(params: Any, batch: Batch) -> dict[str, Array]:
         out = eval_fn(cast_floating(params, compute_dtype), cast_floating(batch, compute_dtype))
@@ -564,21 +517,19 @@ def create_train_state(
     state_sharding_fn: Callable[[Any], Any] | None = None,
     carry: Any = None,
 ) -> tuple[TrainState, Any]:
-    """Initialise a ``TrainState`` directly in its sharded layout.
+    """Initialise a ``TrainState`` directly in its sharded layout; returns ``(state, shardings)``.
 
-    ``init_params(rng) -> params`` is traced once with ``jax.eval_shape``;
     ``state_sharding_fn(abstract_state) -> shardings`` (e.g.
-    ``lambda s: tree_shardings(s, mesh, "fsdp")``) picks the layout, and the state is
-    created by a jitted initialiser with those ``out_shardings`` — no device ever holds
-    the full unsharded parameters. Returns ``(state, shardings)`` (``shardings`` is
-    ``None`` without ``state_sharding_fn``).
+    ``lambda s: tree_shardings(s, mesh, "fsdp")``) gives a jitted initialiser's
+    ``out_shardings``, so no device holds all unsharded parameters; without it ``shardings`` is
+    ``None``.
 
     Example:
         >>> import jax, jax.numpy as jnp, optax
         >>> state, _ = create_train_state(lambda r: {"w": jnp.ones(3)}, optax.sgd(0.1),
         ...                               jax.random.PRNGKey(0))
-        >>> int(state.step), state.params["w"].shape
-        (0, (3,))
+        >>> state.params["w"].shape
+        (3,)
     """
 
     def make(key: Array) -> TrainState:

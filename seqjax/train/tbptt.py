@@ -1,26 +1,19 @@
 r"""Truncated backpropagation through time for recurrent language models (J&M §9.2.2; MEDL §7.2).
 
-A long token stream is cut into ``B`` contiguous rows and each row into chunks of ``k``
-steps (:class:`seqjax.data.TBPTTIterator`, or :class:`seqjax.data.device.DeviceStreamChunks`
-on the devices; row ``b`` continues in the next chunk exactly where it stopped). Chunk ``i``
-is trained with the recurrence started from the carry the previous chunk ended with, under
-``stop_gradient``:
+A token stream is cut into ``B`` contiguous rows and each row into chunks of ``k`` steps
+(:class:`seqjax.data.TBPTTIterator`, or :class:`seqjax.data.device.DeviceStreamChunks`; row
+``b`` continues where it stopped). Chunk ``i`` starts from the previous chunk's final carry
+under ``stop_gradient``:
 
 .. math::  h^{\langle ik\rangle} = \mathrm{sg}\big(h^{\langle ik\rangle}_{\text{chunk } i-1}\big),
            \qquad g_i = \nabla_θ \frac1{Bk}\sum_{t=ik+1}^{(i+1)k} C^{\langle t\rangle}
 
 so the forward pass sees the whole history while gradients flow back at most ``k`` steps
-("limits the number of time steps the signal can backpropagate", MEDL §7.2; MEDL (7.13)
-keeps only the near terms of (7.10)). With one chunk covering the sequence this is full
-BPTT. The carry lives in ``TrainState.carry`` and is checkpointed with it; a batch's
-``reset`` flags (True at the first chunk of every epoch) zero it.
-
-Use with ``make_train_step(make_tbptt_loss(apply_fn), with_carry=True)`` where
-``apply_fn(params, inputs, rng, train, carry) -> (logits, new_carry)``, e.g.
-:func:`seqjax.train.step.flax_apply_fn` of any model that follows the carry protocol
-(:class:`seqjax.nn.StackedRNN`): ``model.with_state(inputs, initial_carry=carry)
--> (logits, carry)``, as :class:`seqjax.models.RNNLanguageModel` does. Start the state
-from the model's zero carry::
+(MEDL (7.13) keeps only the near terms of (7.10)); one chunk per sequence is full BPTT. The
+carry lives in ``TrainState.carry`` (checkpointed); a batch's ``reset`` flags (True at each
+epoch's first chunk) zero it. ``apply_fn(params, inputs, rng, train, carry) -> (logits,
+new_carry)``, e.g. :func:`seqjax.train.step.flax_apply_fn` of a model with the carry protocol
+(:class:`seqjax.nn.StackedRNN`, :class:`seqjax.models.RNNLanguageModel`)::
 
     lm = RNNLanguageModel(RNNLMConfig(vocab_size=V, embed_dim=32, num_layers=2))
     state = TrainState.create(params, tx, rng, carry=lm.zero_carry(batch_size))
@@ -59,12 +52,9 @@ def make_tbptt_loss(
 ) -> Callable[..., tuple[Array, tuple[dict[str, Array], Any]]]:
     """``loss_fn(params, batch, rng, carry) -> (loss, (metrics, new_carry))`` for one chunk.
 
-    The carry is reset where ``batch["reset"]`` is True, then
-    ``(logits, new_carry) = apply_fn(params, batch["inputs"], rng, True, carry)``;
-    the loss is the (masked, smoothed) mean cross-entropy against ``batch["targets"]``.
-    :func:`seqjax.train.step.make_train_step` (``with_carry=True``) applies the
-    ``stop_gradient`` to the incoming carry. Host batches are checked by
-    ``fit(..., check_batch=...)``, as for :func:`seqjax.train.losses.make_lm_loss`.
+    Resets the carry where ``batch["reset"]``, runs ``apply_fn(params, batch["inputs"], rng,
+    True, carry)`` and takes the masked, smoothed mean cross-entropy against
+    ``batch["targets"]``; ``make_train_step(with_carry=True)`` applies the ``stop_gradient``.
     """
 
     def loss_fn(params: Any, batch: Mapping[str, Array], rng: Array, carry: Any) -> tuple:

@@ -68,10 +68,9 @@ def train_word2vec(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Train word2vec on a token-id stream; returns ``(embeddings float32[V, D], losses [steps])``.
 
-    Each step samples ``batch_size`` examples (skip-gram pairs or CBOW windows)
-    uniformly and ``negatives`` noise words per example from
-    :func:`noise_distribution`, and takes an Adam step on the loss of
-    :class:`Word2Vec`. Steps run in chunks inside ``lax.scan``.
+    Each step samples ``batch_size`` examples uniformly and ``negatives`` noise words each
+    (:func:`noise_distribution`), then takes an Adam step on :class:`Word2Vec`'s loss; steps run
+    in ``lax.scan`` chunks.
 
     Example:
         >>> ids = np.tile([0, 1, 2, 3], 50)

@@ -1,15 +1,11 @@
 """One run per work dir: an OS file lock held for the whole run.
 
-:func:`hold_workdir` takes ``fcntl.flock`` on ``<workdir>/seqjax.lock`` and writes the
-holder — host, PID, start time, command — into that file. A second run on a held work dir
-gets :class:`WorkdirBusyError` naming the holder, before it writes anything. The kernel
-releases the lock when its process dies, however it dies: a lock file whose holder is gone
-never blocks; the next run takes it over and says so in one line.
-
-Within a process the lock is re-entrant: ``seqjax train`` takes it before it writes
-``experiment.json``, and :func:`~seqjax.train.loop.fit` (which takes it when called
-directly) then finds it held by its own process. In a job of several processes
-(``jax.distributed``), process 0 holds it and tells the others whether it got it.
+:func:`hold_workdir` takes ``fcntl.flock`` on ``<workdir>/seqjax.lock`` and writes the holder
+(host, PID, start time, command) into it; a second run gets :class:`WorkdirBusyError` naming
+the holder before it writes anything. The kernel releases the lock when its process dies, so
+a stale lock file never blocks (the next run takes it over and says so). The lock is
+re-entrant within a process (``seqjax train`` takes it, then ``fit`` finds it held); with
+several processes, process 0 holds it and tells the others whether it got it.
 """
 
 from __future__ import annotations
@@ -61,15 +57,14 @@ def describe(holder: dict) -> str:
 
 
 class _Held:
-    """A lock this process holds: the file's descriptor and how many holds are open."""
+    """A lock this process holds: the file's descriptor and the open holds."""
 
     def __init__(self, fd: int | None) -> None:
         self.fd, self.depth = fd, 1
 
 
-# The locks this process holds, by work dir: what makes the lock re-entrant. A process-wide
-# table, as the locks it records are (flock is per open file: a second open and flock of
-# the same file in this process would refuse it).
+# This process's locks by work dir, making them re-entrant (flock is per open file: a second
+# open and flock in this process would be refused).
 _HELD: dict[str, _Held] = {}
 _HELD_GUARD = threading.Lock()
 
@@ -83,8 +78,7 @@ def _read_holder(fd: int) -> dict:
 
 
 def _holder_of_busy(fd: int) -> dict:
-    """The holder recorded in a lock file another process holds (it writes it right after
-    locking: wait a moment for it)."""
+    """The holder in another process's lock file (written just after locking, so wait briefly)."""
     for _ in range(20):
         holder = _read_holder(fd)
         if holder:
@@ -152,8 +146,8 @@ def _agree(workdir: str, busy: WorkdirBusyError | None) -> WorkdirBusyError | No
 
 @contextlib.contextmanager
 def hold_workdir(workdir: str | os.PathLike | None) -> Iterator[None]:
-    """Hold the lock of ``workdir`` for the block (nothing when ``None``); raises
-    :class:`WorkdirBusyError` when another process holds it. Re-entrant within a process.
+    """Hold ``workdir``'s lock for the block (nothing for ``None``; re-entrant in a process);
+    raises :class:`WorkdirBusyError` if another process holds it.
 
     Example:
         >>> import tempfile
@@ -201,8 +195,7 @@ def _drop(key: str, held: _Held) -> None:
 
 
 def holds_workdir(fn: Callable[P, R]) -> Callable[P, R]:
-    """Decorate a function taking ``workdir=`` so that it runs holding that work dir's
-    lock (:func:`hold_workdir`)."""
+    """Decorate a function taking ``workdir=`` to run holding its lock (:func:`hold_workdir`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:

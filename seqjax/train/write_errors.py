@@ -1,18 +1,13 @@
-"""A write that fails — a full disk, a read-only or forbidden folder, an I/O error — as
-one error that says what failed, where, at which step, the space needed and free, the
-newest intact checkpoint and how to resume.
+"""A failed write (full disk, read-only or forbidden folder, I/O error) as one error saying what
+failed, where, at which step, the space needed and free, the newest intact checkpoint and how
+to resume.
 
-:func:`write_failure` recognises such a failure in any exception: an ``OSError`` with a
-write ``errno`` (``ENOSPC``, ``EDQUOT``, ``EACCES``, ``EPERM``, ``EROFS``, ``EIO``,
-``EFBIG``), anywhere in its chain, or the text of one — tensorstore, under orbax, reports
-``RESOURCE_EXHAUSTED: ... No space left on device [os_error_code='28']`` as a
-``ValueError``. :func:`writing` turns such a failure into a :class:`WriteError`;
-:class:`~seqjax.train.checkpoint.Checkpointer`, :class:`~seqjax.train.fit_parts.MetricsLog`
-and the records of :mod:`seqjax.train.records` write through it, and ``seqjax train``
-reports it in one line with its own exit status (3).
-
-:func:`space_warning` is the check before training: the free space of the checkpoints'
-folder against what they will take.
+:func:`write_failure` recognises one in any exception: an ``OSError`` with a write ``errno``
+anywhere in its chain, or its text (tensorstore, under orbax, reports ``RESOURCE_EXHAUSTED:
+... [os_error_code='28']`` as a ``ValueError``). :func:`writing` turns it into a
+:class:`WriteError`; the checkpointer, :class:`~seqjax.train.fit_parts.MetricsLog` and
+:mod:`seqjax.train.records` write through it, and ``seqjax train`` reports it in one line with
+exit status 3. :func:`space_warning` checks free space before training.
 """
 
 from __future__ import annotations
@@ -40,16 +35,11 @@ _STATUS_ERRNO = {"RESOURCE_EXHAUSTED": errno.ENOSPC, "PERMISSION_DENIED": errno.
 
 
 def write_failure(err: BaseException | None) -> int | None:
-    """The ``errno`` of the write failure ``err`` is, or holds in its chain (``__cause__``,
-    ``__context__``); ``None`` when it is none.
+    """The write ``errno`` of ``err`` or its chain (``__cause__``, ``__context__``), else ``None``.
 
     Example:
-        >>> write_failure(OSError(errno.ENOSPC, "No space left on device")) == errno.ENOSPC
-        True
         >>> write_failure(ValueError("RESOURCE_EXHAUSTED: ... [os_error_code='28']"))
         28
-        >>> write_failure(ValueError("bad shape")) is None
-        True
     """
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
@@ -78,8 +68,7 @@ def _size(n: int) -> str:
 
 
 def free_bytes(path: str) -> int | None:
-    """Free bytes of the file system that holds ``path`` (or its nearest existing folder);
-    ``None`` where unknown."""
+    """Free bytes of the file system holding ``path`` (or its nearest existing folder) or None."""
     path = os.path.abspath(path)
     while not os.path.exists(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
@@ -90,8 +79,7 @@ def free_bytes(path: str) -> int | None:
 
 
 def newest_checkpoint(directory: str | None) -> tuple[int, str] | None:
-    """``(step, path)`` of the newest complete checkpoint in ``directory`` (orbax renames
-    a checkpoint's temporary folder to its step when the write has finished), or ``None``."""
+    """``(step, path)`` of the newest complete checkpoint (folder named by its step) or None."""
     if directory is None or not os.path.isdir(directory):
         return None
     steps = [int(n) for n in os.listdir(directory)
@@ -115,10 +103,9 @@ def tree_bytes(tree: Any) -> int:
 class WriteError(OSError):
     """A file of a run could not be written (no space, no permission, an I/O error).
 
-    Attributes: ``what`` (e.g. ``"the checkpoint"``), ``path``, ``step`` (``None`` where no
-    step applies), ``needed`` and ``free`` (bytes, ``None`` where unknown), ``checkpoint``
-    (``(step, path)`` of the newest intact checkpoint, or ``None``), ``resume`` (the command
-    that resumes the run; ``seqjax train`` sets it), and the OS ``errno``/``strerror``.
+    Attributes: ``what`` (e.g. ``"the checkpoint"``), ``path``, ``step``, ``needed`` and ``free``
+    (bytes), ``checkpoint`` (``(step, path)`` of the newest intact one), ``resume`` (the resume
+    command, set by ``seqjax train``) — each ``None`` where unknown — and ``errno``/``strerror``.
     ``str()`` is one line with all of them.
     """
 
@@ -150,10 +137,9 @@ class WriteError(OSError):
 @contextlib.contextmanager
 def writing(what: str, path: str, *, step: int | None = None, needed: int | None = None,
             checkpoints: str | None = None) -> Iterator[None]:
-    """Run the block that writes ``what`` to ``path``; a write failure in it (see
-    :func:`write_failure`) becomes a :class:`WriteError` naming ``step``, the ``needed``
-    bytes, the free ones and the newest checkpoint in ``checkpoints`` (a folder of orbax
-    checkpoints). Other errors pass unchanged.
+    """Run a block writing ``what`` to ``path``; a write failure (:func:`write_failure`) becomes a
+    :class:`WriteError` with ``step``, ``needed``, the free bytes and the newest checkpoint in
+    ``checkpoints``; other errors pass unchanged.
 
     Example:
         >>> with writing("the record", "/x/metrics.jsonl", step=7):  # doctest: +ELLIPSIS
@@ -178,12 +164,10 @@ def writing(what: str, path: str, *, step: int | None = None, needed: int | None
 @contextlib.contextmanager
 def resumed_by(command: str, workdir: str | None,
                resumable: tuple[type[Exception], ...] = ()) -> Iterator[None]:
-    """Run a whole run (``seqjax train``): a :class:`WriteError` leaving the block says that
-    ``command`` resumes it, and so does an error of the ``resumable`` types (each with a
-    ``resume`` attribute, e.g. :class:`~seqjax.train.fit_parts.DataIteratorError`), which
-    passes as it is — a failed *read* it holds is not a write failure; any other write
-    failure (a summary or a file that a recipe writes itself) becomes a :class:`WriteError`
-    of its file, with the newest checkpoint of ``workdir``."""
+    """Run a whole run (``seqjax train``): a :class:`WriteError`, or an error of the ``resumable``
+    types (with a ``resume`` attribute, e.g. :class:`~seqjax.train.fit_parts.DataIteratorError`;
+    passed on as is), leaving it says ``command`` resumes it; any other write failure becomes a
+    :class:`WriteError` of its file with ``workdir``'s newest checkpoint."""
     checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
     try:
         yield
@@ -206,10 +190,9 @@ def resumed_by(command: str, workdir: str | None,
 
 
 def space_warning(directory: str, checkpoint_bytes: int, keep: int) -> str | None:
-    """The line to print before training when ``directory`` (where checkpoints of about
-    ``checkpoint_bytes`` each go, ``keep`` of them kept) has less free space than they will
-    take — ``keep + 1`` of them (the kept ones and the one being written), less what the
-    checkpoints already there hold; ``None`` when it has enough, or the space is unknown."""
+    """The line to print before training if ``directory`` has less free space than ``keep + 1``
+    checkpoints of ``checkpoint_bytes`` (the kept ones and the one being written), less what is
+    already there; ``None`` if enough or unknown."""
     free = free_bytes(directory)
     if free is None or checkpoint_bytes <= 0:
         return None

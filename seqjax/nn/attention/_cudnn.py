@@ -1,13 +1,9 @@
 r"""cuDNN kernel of :func:`seqjax.nn.attention.dot_product_attention` (``implementation="cudnn"``).
 
-Must equal ``dot_product_attention(..., implementation="reference")``
-(:func:`seqjax.nn.attention.dot_product.reference_attention`) in output and
-gradients, to the tolerance of float16/bfloat16: ``jax.nn.dot_product_attention``'s
-cuDNN flash attention on a GPU, with the empty-row rule of
-:mod:`seqjax.nn.attention.checks` applied after the kernel
-(:func:`~seqjax.nn.attention.checks.zero_invisible_rows`). Checked on a GPU by
-``tests/test_gpu_paths.py`` (``JAX_PLATFORMS=cuda python -m pytest tests/test_gpu_paths.py``);
-skipped on CPU.
+``jax.nn.dot_product_attention``'s cuDNN flash attention on a GPU, then the empty-row rule
+(:func:`~seqjax.nn.attention.checks.zero_invisible_rows`). Equals
+:func:`~seqjax.nn.attention.dot_product.reference_attention` in output and gradients to
+float16/bfloat16 tolerance; checked by ``tests/test_gpu_paths.py`` on a GPU (skipped on CPU).
 """
 
 from __future__ import annotations
@@ -47,10 +43,7 @@ def cudnn_unsupported(q: Array, k: Array, v: Array, is_causal: bool, dropout_rat
 
 @partial(jax.jit, static_argnames=("is_causal", "scale"))
 def cudnn_attention(q, k, v, mask, bias, is_causal, scale):
-    """cuDNN flash attention; rows with no visible key are zeroed afterwards.
-
-    Must equal ``dot_product_attention(..., implementation="reference")``.
-    """
+    """cuDNN flash attention; rows with no visible key are zeroed afterwards."""
     mask, bias = as_4d(mask), as_4d(bias)
     # cuDNN takes a mask/bias only with full query and key axes ([B|1, H|1, Q, K]).
     qk = (q.shape[1], k.shape[1])

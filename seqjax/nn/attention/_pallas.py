@@ -1,12 +1,9 @@
-r"""Pallas TPU kernel of :func:`seqjax.nn.attention.dot_product_attention` ("pallas").
+r"""Pallas TPU kernel of :func:`seqjax.nn.attention.dot_product_attention` (``"pallas"``).
 
-Must equal ``dot_product_attention(..., implementation="reference")``
-(:func:`seqjax.nn.attention.dot_product.reference_attention`) in output and
-gradients: the Pallas TPU flash-attention kernel
-(``jax.experimental.pallas.ops.tpu.flash_attention``) on a TPU, or anywhere under
-``jax.experimental.pallas.tpu.force_tpu_interpret_mode()`` (how the tests run it on
-CPU), with the empty-row rule of :mod:`seqjax.nn.attention.checks` applied after
-the kernel (:func:`~seqjax.nn.attention.checks.zero_invisible_rows`).
+``jax.experimental.pallas.ops.tpu.flash_attention`` on a TPU, or anywhere under
+``jax.experimental.pallas.tpu.force_tpu_interpret_mode()`` (how the tests run it on CPU), then
+the empty-row rule (:func:`~seqjax.nn.attention.checks.zero_invisible_rows`). Equals
+:func:`~seqjax.nn.attention.dot_product.reference_attention` in output and gradients.
 """
 
 from __future__ import annotations
@@ -24,11 +21,8 @@ def _copy_kernel(x_ref, o_ref):  # the probe's trivial kernel
 
 
 def pallas_interpret_mode() -> bool:
-    """Whether Pallas's TPU interpret mode is on (``pltpu.force_tpu_interpret_mode()``).
-
-    Read through public API only: a trivial ``pallas_call`` is traced (never run) and the
-    ``interpret`` parameter that Pallas gave it is inspected.
-    """
+    """Whether Pallas's TPU interpret mode is on, read through public API: a trivial
+    ``pallas_call`` is traced (never run) and its ``interpret`` parameter inspected."""
     try:
         from jax.experimental import pallas as pl
     except ImportError:  # a JAX without Pallas
@@ -73,16 +67,12 @@ def pallas_unsupported(q: Array, k: Array, v: Array, is_causal: bool, dropout_ra
 
 
 def pallas_attention(q, k, v, mask, bias, is_causal, scale):
-    """Pallas TPU flash attention (``jax.experimental.pallas.ops.tpu.flash_attention``).
+    """Pallas TPU flash attention; the kernel takes ``[B, H, T, D]``, so GQA's K/V are repeated.
 
-    The kernel takes ``[B, H, T, D]`` with as many kv heads as query heads (GQA's K/V
-    are repeated), a bias only of the full ``[B, H, Q, K]`` shape and segment ids. A
-    key-padding mask (``[B, 1, 1, K]``) becomes segment ids — the scores are never
-    materialised; any other mask is added to the bias as ``MASKED``. Rows with no
-    visible key (by the mask, or a bias of ``−∞`` on the whole row) are zeroed after.
-    Fewer than 128 keys are padded to 128 masked keys: the kernel's backward pass
-    tiles the keys in 128-lane blocks.
-    Must equal ``dot_product_attention(..., implementation="reference")``.
+    A key-padding mask (``[B, 1, 1, K]``) becomes segment ids (no scores materialised); any other
+    mask is added as ``MASKED`` to a bias of the full ``[B, H, Q, K]`` shape, the only one the
+    kernel takes. Fewer than 128 keys are padded to 128 masked keys (the backward pass tiles keys
+    in 128-lane blocks). Rows with no visible key (mask, or a row of ``−∞`` bias) are zeroed after.
     """
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 

@@ -1,31 +1,22 @@
 r"""XLA kernels of :func:`seqjax.nn.attention.dot_product_attention` (``implementation="xla"``).
 
-Each function here must equal ``dot_product_attention(..., implementation="reference")``
-— :func:`seqjax.nn.attention.dot_product.reference_attention`, the plain-autodiff
-form of
+Each equals :func:`~seqjax.nn.attention.dot_product.reference_attention`, the plain-autodiff
+``softmax(QKᵀ/√d_k + B + M) V`` (Bishop (12.14); J&M (9.39); LN (9), (13)), in output *and*
+gradients (``tests/nn/test_attention_kernels.py``), with the empty-row rule of
+:mod:`seqjax.nn.attention.checks`; they differ only in speed. :func:`xla_attention` picks a
+sub-path by ``dot_product_attention``'s thresholds:
 
-.. math::
-    \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d_k}} + B + M\Big) V
-
-(Bishop (12.14); J&M (9.39); LN (9), (13)) — in its output *and* its gradients
-(``tests/nn/test_attention_kernels.py``), with the empty-row rule of
-:mod:`seqjax.nn.attention.checks`. They differ only in speed. :func:`xla_attention`
-chooses among sub-paths by the keyword thresholds of ``dot_product_attention``:
-
-* **one block** (the default): :func:`_attend_block`, heads-first batched GEMMs, GQA
-  without repeating K/V, normalising after the value matmul, a hand-written backward
-  pass; outside ``jax.grad``, blocks of ≥ ``2·fused_rows`` queries run as
-  select-free chunks of ``fused_rows`` rows that XLA:CPU fuses into one kernel each;
-* **causal chunks** (``is_causal`` and ``Q ≥ 2·query_chunk``): one block per chunk of
-  ``query_chunk`` queries against the keys it can see, skipping the masked upper
-  triangle;
-* **scan** (non-causal, ``K ≥ scan_min_keys``, ``Q ≥ 2·query_chunk``, a key-only mask,
-  no bias/dropout/weights): :func:`_scan_attention`, a loop over query chunks that
-  recomputes the scores in its backward pass;
-* **weights** (``return_weights`` or dropout): the block with the weights written,
-  through :func:`~seqjax.nn.attention.softmax.softmax_last`.
-
-Timings behind each choice: ``benchmarks/HISTORY.md``.
+* **one block** (default): :func:`_attend_block` — heads-first batched GEMMs, GQA without
+  repeating K/V, normalising after the value matmul, a hand-written backward pass; outside
+  ``jax.grad``, blocks of ≥ ``2·fused_rows`` queries run as select-free ``fused_rows``-row
+  chunks that XLA:CPU fuses into one kernel each;
+* **causal chunks** (``is_causal``, ``Q ≥ 2·query_chunk``): one block per ``query_chunk``
+  queries against the keys they can see, skipping the masked upper triangle;
+* **scan** (non-causal, ``K ≥ scan_min_keys``, ``Q ≥ 2·query_chunk``, a key-only mask, no
+  bias/dropout/weights): :func:`_scan_attention`, a loop over query chunks that recomputes the
+  scores in its backward pass;
+* **weights** (``return_weights`` or dropout): the block with the weights written
+  (:func:`~seqjax.nn.attention.softmax.softmax_last`).
 """
 
 from __future__ import annotations
@@ -47,20 +38,15 @@ from seqjax.nn.masks import combine_masks
 
 Array = jax.Array
 
-# Defaults of dot_product_attention's thresholds (measured on CPU; benchmarks/HISTORY.md).
-# Causal attention over at least 2 chunks is computed one query chunk at a time, each
-# chunk against the keys it can see only: this skips the masked upper triangle (about
-# half the FLOPs and memory traffic for Q = K). 128 rows was fastest on CPU for
-# T in {128, 512, 2048} (fwd+bwd at T=512: 52-64 ms with 128-row chunks, 88 ms unchunked).
+# Defaults of dot_product_attention's thresholds (CPU timings: benchmarks/HISTORY.md).
+# Causal attention over >= 2 chunks runs one query chunk at a time against only the keys it
+# can see, skipping the masked upper triangle (about half the FLOPs for Q = K).
 QUERY_CHUNK = 128
-# Non-causal attention over at least this many keys runs as a loop (lax.scan) over
-# query chunks that recomputes the scores in the backward pass (FlashAttention's
-# recomputation, without the key blocking): the [Q, K] scores never exist whole, so the
-# working set stays ~chunk·K per head instead of Q·K (at T=2048, B·H=16: 40 MB instead of
-# 270 MB of temporaries; 10–20% less CPU time than materialising the scores).
+# Non-causal attention over at least this many keys loops (lax.scan) over query chunks and
+# recomputes the scores in the backward pass (FlashAttention's recomputation, without key
+# blocking): the working set is ~chunk·K per head instead of Q·K.
 SCAN_MIN_KEYS = 1024
-# Query rows per fused forward chunk (one chunk below 2×): at 128 rows a chunk's
-# scores stay in cache; 512-row blocks fused whole ran no faster than unfused.
+# Query rows per fused forward chunk (one chunk below 2×): a chunk's scores stay in cache.
 FUSED_ROWS = 128
 
 
@@ -89,15 +75,11 @@ def _slice_qk(x5: Array | None, q0: int, q1: int, k1: int) -> Array | None:
                           "scan_min_keys", "fused_rows"))
 def xla_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, dropout_rng,
                   return_weights, chunk, scan_min_keys, fused_rows):
-    """The XLA path; must equal ``dot_product_attention(..., implementation="reference")``.
+    """The XLA path (sub-paths: module docstring).
 
-    Layout: heads first (``q [B, G, H/G, Q, D]``, ``k [B, G, K, D]``), so both
-    matmuls are plain batched GEMMs over ``(B, G)`` with no transposes inside the
-    dot; GQA folds the ``H/G`` query heads of a group into the GEMM's rows
-    instead of repeating K/V. Causal attention is split into query chunks of
-    ``chunk`` rows that only read the keys they can see (see ``QUERY_CHUNK``);
-    long non-causal attention loops over query chunks (see ``SCAN_MIN_KEYS``);
-    undifferentiated blocks run in fused chunks of ``fused_rows`` (``FUSED_ROWS``).
+    Heads-first layout (``q [B, G, H/G, Q, D]``, ``k [B, G, K, D]``): both matmuls are plain
+    batched GEMMs over ``(B, G)``, and GQA folds a group's ``H/G`` query heads into the GEMM's
+    rows instead of repeating K/V.
     """
     b, q_len, h, d = q.shape
     k_len, hkv = k.shape[1], k.shape[2]
@@ -193,12 +175,9 @@ def _scan_pv(w5: Array, x4: Array) -> Array:
 
 @partial(jax.custom_vjp, nondiff_argnums=(4,))
 def _scan_attention(q5, k4, v4, mask5, chunk):
-    """Non-causal attention as a loop over query chunks; ``q5 [B, G, g, Q, D]`` (scaled).
-
-    ``mask5`` broadcasts to ``[B, G, g, 1, K]`` (the same for every query). The
-    forward pass keeps the output and the row log-sum-exp; the backward pass
-    recomputes each chunk's weights from them (``w = exp(s − lse)``).
-    """
+    """Non-causal attention looped over query chunks; ``q5 [B, G, g, Q, D]`` (scaled), ``mask5``
+    broadcasts to ``[B, G, g, 1, K]``. Saves the output and the row log-sum-exp; the backward
+    pass recomputes each chunk's weights as ``w = exp(s − lse)``."""
     return _scan_fwd(q5, k4, v4, mask5, chunk)[0]
 
 
@@ -223,13 +202,11 @@ def _scan_fwd(q5, k4, v4, mask5, chunk):
 
 
 def _scan_bwd(chunk, res, do):
-    """Backward pass, one query chunk at a time, with the scores *transposed* (``[K, n]``).
+    """Backward pass per query chunk, with the scores *transposed* (``[K, n]``).
 
     ``wᵀ = exp(k qᵀ − lse)``, ``dwᵀ = v doᵀ``, ``dsᵀ = wᵀ ⊙ (dwᵀ − rowsum(do ⊙ o))``; then
-    ``dv += wᵀ do``, ``dk += dsᵀ q`` and ``dqᵀ = kᵀ dsᵀ`` are all plain ``A·B`` products.
-    (With ``[n, K]`` scores, ``dv`` and ``dk`` contract the scores' leading axis, an
-    ``Aᵀ·B`` product that XLA:CPU sends to a slower generic path; see
-    ``benchmarks/HISTORY.md``.)
+    ``dv += wᵀ do``, ``dk += dsᵀ q``, ``dqᵀ = kᵀ dsᵀ`` are all plain ``A·B`` products (``[n, K]``
+    scores would make ``dv``/``dk`` ``Aᵀ·B`` products, which XLA:CPU runs on a slower path).
     """
     q5, k4, v4, mask5, o, lse = res
     dsum = jnp.sum(do.astype(jnp.float32) * o, axis=-1, keepdims=True)
@@ -271,22 +248,13 @@ _scan_attention.defvjp(_scan_fwd, _scan_bwd)
 def _attend_block(q4, k4, v4, mask5, bias5, groups, fused_rows):
     """``softmax(q kᵀ + bias, mask) v`` for one block, with a hand-written backward pass.
 
-    ``q4 [B, G, R, D]`` (``R`` = ``groups`` query heads × ``n`` queries, already
-    scaled), ``k4 [B, G, K, D]``, ``v4 [B, G, K, Dv]``; ``mask5``/``bias5``
-    broadcast to ``[B, G, groups, n, K]``. Both forms normalise after the value
-    matmul (``o = (e v) / l``, ``e = exp(s − max)``), so the weights are never
-    written; the backward pass uses ``ds = w ⊙ (dw − rowsum(do ⊙ o))`` and
-    ``dv = eᵀ (do / l)`` — fewer passes over the ``[R, K]`` scores than autodiff.
-
-    Two forward forms of the same function, chosen by what XLA:CPU runs fastest:
-
-    * not differentiated (this primal, :func:`_attend_fused`): no select on the
-      scores, in query chunks of ``fused_rows`` — XLA:CPU then fuses each chunk's
-      whole pass (both products, the max, the exp, the sums) into one multi-threaded
-      kernel, 1.4–1.7× faster at T = 128 and 512 (``benchmarks/HISTORY.md``);
-    * under ``jax.grad`` (:func:`_attend_fwd`, which must also write ``e`` for the
-      backward pass): the scores whole, masked with ``−∞`` and guarded, the form
-      that measured fastest with the backward pass.
+    ``q4 [B, G, R, D]`` (``R`` = ``groups`` heads × ``n`` queries, pre-scaled), ``k4 [B, G, K, D]``,
+    ``v4 [B, G, K, Dv]``; ``mask5``/``bias5`` broadcast to ``[B, G, groups, n, K]``. Normalises
+    after the value matmul (``o = (e v) / l``, ``e = exp(s − max)``), never writing the weights;
+    backward: ``ds = w ⊙ (dw − rowsum(do ⊙ o))``, ``dv = eᵀ (do / l)``. Two forward forms of
+    one function, by what XLA:CPU runs fastest: undifferentiated (this primal), the select-free,
+    chunked :func:`_attend_fused`; under ``jax.grad`` (:func:`_attend_fwd`, which also saves
+    ``e``), the whole scores masked with ``−∞`` and guarded.
     """
     b, g, r, d = q4.shape
     n = r // groups

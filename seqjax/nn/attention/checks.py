@@ -1,34 +1,25 @@
-r"""Shared argument checks of the attention package, and the rule for rows that see no key.
+r"""Argument checks of the attention package, and the rule for rows that see no key.
 
-**The empty-row rule** (written here once, used by every kernel). A query row whose
-every key is masked (by ``mask``, ``is_causal``, ``window``, or a bias of ``−∞``)
-has no softmax: ``α = e / Σ e`` would be ``0 / 0``. seqjax defines its weights and
-its output as **exactly zero**, with zero (finite) gradients, never NaN: the texts
-leave this row undefined (a padding query, or a key-padding mask that hides a whole
-row), and Bishop Ex. 12.2's constraints (12.3)–(12.4) hold on every row that sees a
-key. A row with at least one visible key is an ordinary softmax over its visible keys
-(MEDL (7.21) with the mask of (7.27) on the scores):
+**The empty-row rule** (used by every kernel). A query row whose every key is masked (by
+``mask``, ``is_causal``, ``window``, or a ``−∞`` bias) has no softmax (``0 / 0``; the texts
+leave it undefined). seqjax makes its weights and output **exactly zero**, with zero (finite)
+gradients, never NaN. A row that sees a key is an ordinary softmax over its visible keys (MEDL
+(7.21) with the mask of (7.27) on the scores; Bishop Ex. 12.2's (12.3)–(12.4) hold):
 
 .. math::
     \alpha_{ij} = \frac{[m_{ij}]\, e^{s_{ij} - \mu_i}}{\sum_{j'} [m_{ij'}]\, e^{s_{ij'} - \mu_i}},
     \qquad \mu_i = \begin{cases} \max_{j: m_{ij}} s_{ij} & \text{some key visible}\\
     0 & \text{none} \end{cases},\qquad \alpha_{i\cdot} = 0 \text{ when no key is visible.}
 
-The kernels reach it in one of three ways, all built from the pieces below:
+The kernels reach it by **``−∞`` masking** (the reference, the differentiated XLA block, the
+weights path: :func:`masked_weights`; :func:`stable_row_max` makes an all-``−∞`` row's maximum
+0, so its ``exp`` and sum are 0, and :func:`row_reciprocal` makes that a zero row, not ``0/0``),
+**finite masking** (the fused and scanned XLA paths: :data:`MASKED` added to masked scores, then
+:func:`row_reciprocal` with ``keep = visible_rows(mask)``), or **after the fact** (cuDNN and
+Pallas, which return an average or NaN there: :func:`zero_invisible_rows`).
 
-* **``−∞`` masking** (:func:`masked_weights`, the reference, the differentiated XLA
-  block, the weights path): masked scores are ``−∞``; :func:`stable_row_max`
-  replaces a row maximum of ``−∞`` by 0, so ``exp(−∞ − 0) = 0`` and the row's sum
-  is 0; :func:`row_reciprocal` turns a zero sum into a zero row instead of ``0/0``.
-* **finite masking** (the fused XLA forward and the scanned XLA path): masked
-  scores get :data:`MASKED` added — ``exp(MASKED − max)`` is exactly 0 in float32
-  whenever the row has a visible key — and :func:`row_reciprocal` with
-  ``keep = visible_rows(mask)`` zeroes the rows that have none.
-* **after the fact** (cuDNN and Pallas, which return an average or NaN on such
-  rows): :func:`zero_invisible_rows`.
-
-The argument checks (:func:`check_attention_args`, :func:`check_broadcast`) raise
-``ValueError``/``TypeError`` naming the argument, the expected and the actual value.
+:func:`check_attention_args` and :func:`check_broadcast` raise ``ValueError``/``TypeError``
+naming the argument, the expected and the actual value.
 """
 
 from __future__ import annotations
@@ -61,10 +52,9 @@ def stable_row_max(s: Array) -> Array:
 def row_reciprocal(denom: Array, keep: Array | None = None) -> Array:
     """``1 / l`` for the rows' exponential sums ``l``, with the empty-row rule.
 
-    ``keep=None`` (``−∞`` masking): a row with no visible key has ``l = 0`` and
-    ``e = 0``; it gets ``1`` here, so its weights ``e / 1`` are 0.
-    ``keep`` (finite masking, ``bool``/float ``[..., 1]``): ``keep / l`` — ``l > 0``
-    always, and rows with ``keep = 0`` are zeroed.
+    ``keep=None`` (``−∞`` masking): an empty row has ``l = 0`` and ``e = 0``; it gets 1, so its
+    weights ``e / 1`` are 0. ``keep`` (finite masking, bool/float ``[..., 1]``; ``l > 0``
+    always): ``keep / l``, zero on rows with ``keep = 0``.
     """
     if keep is None:
         return 1.0 / jnp.where(denom == 0.0, 1.0, denom)
@@ -79,9 +69,8 @@ def visible_rows(mask: Array) -> Array:
 def masked_weights(s: Array, mask: Array | None) -> Array:
     """Masked softmax of float32 scores over the last axis (the rule above, ``−∞`` form).
 
-    Differentiable by plain autodiff: the row maximum is a constant
-    (``stop_gradient``; the softmax does not depend on it), masked entries and
-    empty rows get exactly zero gradient.
+    Plain autodiff: the row maximum is ``stop_gradient`` (the softmax does not depend on it);
+    masked entries and empty rows get exactly zero gradient.
     """
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
@@ -91,12 +80,9 @@ def masked_weights(s: Array, mask: Array | None) -> Array:
 
 def zero_invisible_rows(out: Array, mask: Array | None, bias: Array | None, is_causal: bool,
                         k_len: int) -> Array:
-    """Zero the query rows of ``out [B, Q, H, Dv]`` that see no key.
-
-    A key is invisible when ``mask`` (``[B|1, H|1, Q|1, K|1]``) hides it, when it
-    lies above the causal diagonal (``is_causal``), or when its bias is ``−∞``
-    (``≤`` :data:`MASKED`). For kernels that return an average (or NaN) on such rows.
-    """
+    """Zero the query rows of ``out [B, Q, H, Dv]`` that see no key (for kernels that return an
+    average or NaN there): keys hidden by ``mask [B|1, H|1, Q|1, K|1]``, above the causal
+    diagonal (``is_causal``), or with a bias ``≤`` :data:`MASKED` (``−∞``) are invisible."""
     if mask is None and bias is None:
         return out
     b, q_len, h, _ = out.shape
@@ -137,9 +123,9 @@ def check_attention_args(
 ) -> tuple[Array, Array, Array, Array | None, Array | None]:
     """The one check of :func:`~seqjax.nn.attention.dot_product_attention`'s arguments.
 
-    ``q [B, Q, H, D]``, ``k [B, K, G, D]``, ``v [B, K, G, Dv]`` with ``G | H``; a
-    boolean ``mask`` and a ``bias`` broadcastable to ``[B, H, Q, K]``; a dropout rate in
-    ``[0, 1)`` with an rng when positive. Returns the arrays (``jnp.asarray``).
+    ``q [B, Q, H, D]``, ``k [B, K, G, D]``, ``v [B, K, G, Dv]``, ``G | H``; a boolean ``mask``
+    and a ``bias`` broadcastable to ``[B, H, Q, K]``; a dropout rate in ``[0, 1)``, with an rng
+    when positive. Returns the arrays (``jnp.asarray``).
     """
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
     check_rank(q, "q", 4)

@@ -1,15 +1,13 @@
-r"""Scaled dot-product attention: the public functions, their reference, and the dispatch table.
+r"""Scaled dot-product attention: the public functions, their reference, and the kernel table.
 
 .. math::
     \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d_k}} + B + M\Big) V
 
-Bishop (12.14); J&M (9.39); LN (9), (13); MEDL (7.25) per head with the mask of
-(7.27) on the scores. :func:`dot_product_attention` returns the output and
-:func:`dot_product_attention_with_weights` the pair ``(out, weights)``; either checks its
-arguments once (:func:`~seqjax.nn.attention.checks.check_attention_args`) and runs one kernel of
-:data:`KERNELS`: :func:`reference_attention` (plain ``einsum`` and autodiff — the
-definition the others are tested against) or a fast kernel from a private module
-per backend (``_xla_kernels``, ``_cudnn``, ``_pallas``), each documented to equal it.
+Bishop (12.14); J&M (9.39); LN (9), (13); MEDL (7.25) per head with the mask of (7.27) on the
+scores. Both public functions check their arguments once
+(:func:`~seqjax.nn.attention.checks.check_attention_args`) and run one kernel of
+:data:`KERNELS`: :func:`reference_attention` (the definition the others are tested against) or a
+fast kernel from a private module per backend (``_xla_kernels``, ``_cudnn``, ``_pallas``).
 """
 
 from __future__ import annotations
@@ -53,12 +51,9 @@ def reference_attention(q: Array, k: Array, v: Array, mask: Array | None, bias: 
     r"""The definition: ``softmax(Q Kᵀ·scale + B + M) V`` with K/V repeated to every query head.
 
     Plain ``einsum`` in float32 (float64 for float64 inputs) and
-    :func:`~seqjax.nn.attention.checks.masked_weights` (the empty-row rule),
-    differentiated by plain autodiff — no custom VJP, so
-    ``jax.test_util.check_grads`` checks it against finite differences and every
-    other kernel's gradients are checked against it. Arguments as
-    :func:`dot_product_attention` after its checks (``mask``/``bias`` broadcastable
-    to ``[B, H, Q, K]``).
+    :func:`~seqjax.nn.attention.checks.masked_weights`, differentiated by plain autodiff (no
+    custom VJP: ``jax.test_util.check_grads`` checks it, and every other kernel's gradients are
+    checked against it). Arguments as :func:`dot_product_attention` after its checks.
     """
     mask, bias = as_4d(mask), as_4d(bias)
     if is_causal:
@@ -171,23 +166,14 @@ def dot_product_attention(
     r"""Scaled dot-product attention over heads, with masks, bias, GQA/MQA, windows and dropout.
 
     .. math::
-        \mathrm{Attention}(Q, K, V) = \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d_k}} + B
-            + M\Big) V,\qquad M_{ij} = \begin{cases}0 & \text{mask}_{ij}\\
-            -\infty & \text{otherwise}\end{cases}
+        \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d_k}} + B + M\Big) V,\qquad
+        M_{ij} = \begin{cases}0 & \text{mask}_{ij}\\ -\infty & \text{otherwise}\end{cases}
 
-    Bishop (12.14); J&M (9.39); LN (9), (13); MEDL (7.25) per head, with the
-    mask of (7.27) applied to the scores. Heads are independent; with ``G``
-    key/value heads (``G`` divides ``H``) query head ``h`` reads kv head
-    ``h // (H/G)`` (grouped-query attention; ``G = 1`` is multi-query).
-
-    Guarantees: the softmax runs in float32 whatever the input dtype; a query
-    row with no visible key returns exactly zeros (and zero gradients), never
-    NaN (:mod:`seqjax.nn.attention.checks`); ``is_causal`` keeps keys ``j ≤ i``
-    (top-left aligned, as PyTorch's ``scaled_dot_product_attention`` and
-    ``jax.nn.dot_product_attention``); ``window = w`` keeps ``i − w < j ≤ i``
-    (:func:`~seqjax.nn.masks.sliding_window_mask`, causal local attention; it
-    implies ``is_causal``). Every implementation equals ``"reference"`` in output
-    and gradients.
+    (citations: module docstring). Heads are independent; with ``G`` kv heads (``G | H``) query
+    head ``h`` reads kv head ``h // (H/G)`` (GQA; ``G = 1`` is MQA). The softmax runs in float32
+    whatever the input dtype; a query row with no visible key returns exactly zeros (and zero
+    gradients), never NaN (:mod:`seqjax.nn.attention.checks`). Every implementation equals
+    ``"reference"`` in output and gradients.
 
     Args:
         q_BxQxHxD: queries ``[B, Q, H, D]``.
@@ -195,47 +181,31 @@ def dot_product_attention(
         v_BxKxGxV: values ``[B, K, G, Dv]``.
         mask: boolean, broadcastable to ``[B, H, Q, K]`` (``True`` = attend).
         bias: additive score bias broadcastable to ``[B, H, Q, K]`` (e.g. ALiBi).
-        is_causal: also apply :func:`~seqjax.nn.masks.causal_mask` ``(Q, K)``.
-        window: sliding-window size ``w ≥ 1`` (each query sees itself and the
-            ``w − 1`` keys before it); ``0`` = no window.
+        is_causal: keep keys ``j ≤ i`` (:func:`~seqjax.nn.masks.causal_mask`, top-left aligned
+            as in PyTorch's ``scaled_dot_product_attention`` and ``jax.nn.dot_product_attention``).
+        window: ``w ≥ 1`` keeps ``i − w < j ≤ i`` (causal local attention, implies ``is_causal``;
+            :func:`~seqjax.nn.masks.sliding_window_mask`); ``0`` = no window.
         scale: score scale (default ``1/√D``).
-        implementation: ``"xla"`` (the fast path for CPU/TPU: heads-first
-            batched GEMMs, GQA without repeating K/V, a hand-written backward
-            pass, causal attention in ``query_chunk``-query chunks that skip the masked
-            upper triangle, for ≥ ``scan_min_keys`` keys a loop over query chunks that
-            recomputes the scores in the backward pass, and outside ``jax.grad``
-            a select-free form that XLA:CPU fuses into one kernel per
-            ``fused_rows``-query chunk), ``"reference"`` (plain einsum, K/V repeated,
-            autodiff — the definition, for tests), ``"cudnn"``
-            (``jax.nn.dot_product_attention(implementation="cudnn")``, flash
-            attention on a GPU with float16/bfloat16 and head dim ≤ 128: anything
-            else is a ``ValueError``), ``"pallas"`` (the Pallas TPU flash-attention
-            kernel, ``jax.experimental.pallas.ops.tpu.flash_attention``: on a TPU, or
-            anywhere under ``pltpu.force_tpu_interpret_mode()``; float32/bfloat16,
-            equal key and value head dims, lengths that tile into 128-blocks;
-            anything else is a ``ValueError``), ``"auto"`` (cuDNN on a GPU and the
-            Pallas kernel on a TPU when allowed, else ``"xla"``).
-        dropout_rate: attention-weight dropout (needs ``dropout_rng``).
-        dropout_rng: PRNG key for dropout.
-        query_chunk: ``"xla"`` only: query rows per chunk of the causal path (used
-            when ``Q ≥ 2·query_chunk``) and of the scan path (default 128, fastest on CPU
-            for T in {128, 512, 2048}; ``benchmarks/HISTORY.md``).
-        scan_min_keys: ``"xla"`` only: non-causal attention over at least this many
-            keys (and ``Q ≥ 2·query_chunk``, no bias, dropout or weights, a mask that is
-            the same for every query) loops over query chunks and recomputes the
-            scores in the backward pass (default 1024).
-        fused_rows: ``"xla"`` only: outside ``jax.grad``, a block of at least
-            ``2·fused_rows`` queries runs in select-free chunks of ``fused_rows``
-            (default 128).
+        implementation: ``"auto"`` (cuDNN on a GPU, Pallas on a TPU, when they can run the
+            call; else ``"xla"``), ``"xla"`` (the fast CPU/TPU path, ``_xla_kernels``),
+            ``"reference"`` (plain einsum and autodiff, K/V repeated: the definition),
+            ``"cudnn"`` (``jax.nn.dot_product_attention``'s flash attention: a GPU,
+            float16/bfloat16, head dim ≤ 128) or ``"pallas"`` (the Pallas TPU flash-attention
+            kernel: a TPU or ``pltpu.force_tpu_interpret_mode()``, float32/bfloat16, equal key
+            and value head dims, lengths that tile into 128-blocks); an explicit one that cannot
+            run the call is a ``ValueError``.
+        dropout_rate: attention-weight dropout (needs ``dropout_rng``, a PRNG key).
+        query_chunk, scan_min_keys, fused_rows: ``"xla"`` only (its sub-paths:
+            :mod:`~seqjax.nn.attention._xla_kernels`): query rows per chunk of the causal and
+            scan paths (default 128); the key count from which non-causal attention loops over
+            query chunks, recomputing the scores in the backward pass (default 1024); query rows
+            per fused chunk outside ``jax.grad`` (default 128).
 
     Returns:
-        ``out [B, Q, H, Dv]`` in the inputs' dtype; the weights come with
-        :func:`dot_product_attention_with_weights`.
+        ``out [B, Q, H, Dv]`` in the inputs' dtype (weights:
+        :func:`dot_product_attention_with_weights`).
 
     Example:
-        >>> q = jnp.ones((2, 3, 4, 8)); kv = jnp.ones((2, 5, 2, 8))
-        >>> dot_product_attention(q, kv, kv, is_causal=True).shape
-        (2, 3, 4, 8)
         >>> x = jnp.eye(4)[None, :, None, :]  # 4 orthogonal tokens, one head
         >>> dot_product_attention(x, x, x, window=2, scale=0.0)[0, :, 0].round(2).tolist()
         [[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0], [0.0, 0.0, 0.5, 0.5]]
@@ -265,16 +235,13 @@ def dot_product_attention_with_weights(
     scan_min_keys: int = _xla_kernels.SCAN_MIN_KEYS,
     fused_rows: int = _xla_kernels.FUSED_ROWS,
 ) -> tuple[Array, Array]:
-    """:func:`dot_product_attention` and its attention weights: ``(out, weights)``.
-
-    The same arguments, checks and kernels; the weights are the softmax probabilities
-    (after dropout, when there is dropout) that multiply ``V``.
+    """:func:`dot_product_attention` (same arguments, checks and kernels) and its weights.
 
     Returns:
-        ``(out [B, Q, H, Dv], weights [B, H, Q, K])``: ``out`` in the inputs' dtype (equal
-        to :func:`dot_product_attention`'s), the weights in float32; a query row with no
-        visible key has all-zero weights. Writing the weights out leaves the fused paths
-        (``"cudnn"`` and ``"pallas"`` refuse it: a ``ValueError``; ``"auto"`` runs ``"xla"``).
+        ``(out [B, Q, H, Dv], weights f32[B, H, Q, K])``: ``out`` as from
+        :func:`dot_product_attention`; the weights are the softmax probabilities (after dropout,
+        if any) that multiply ``V``, all zero on a row with no visible key. ``"cudnn"`` and
+        ``"pallas"`` cannot write them (a ``ValueError``; ``"auto"`` runs ``"xla"``).
 
     Example:
         >>> q = jnp.ones((2, 3, 4, 8)); kv = jnp.ones((2, 5, 2, 8))
@@ -296,8 +263,7 @@ def _attention(
     dropout_rng: Array | None, return_weights: bool, query_chunk: int, scan_min_keys: int,
     fused_rows: int,
 ) -> Any:
-    """The one implementation of :func:`dot_product_attention` (``return_weights=False``:
-    ``out``) and :func:`dot_product_attention_with_weights` (``True``: ``(out, weights)``)."""
+    """The body of both public functions (``return_weights`` chooses the result)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."
@@ -312,8 +278,7 @@ def _attention(
     b, q_len, h, d = q.shape
     k_len = k.shape[1]
     if 0 in (b, q_len, k_len):
-        # Nothing to attend (an empty batch, no queries, or no keys: every row then sees
-        # no key and is zero, as a fully masked row is).
+        # Nothing to attend: every row sees no key and is zero, as a fully masked row is.
         out = jnp.zeros((b, q_len, h, v.shape[-1]), q.dtype)
         return (out, jnp.zeros((b, h, q_len, k_len), jnp.float32)) if return_weights else out
     if window:  # a band below the diagonal: causal, so the causal paths apply

@@ -1,19 +1,9 @@
 r"""Key/value cache for autoregressive decoding: :class:`KVCache` and its write.
 
-Decoding one token at a time with a transformer recomputes nothing: the keys and
-values of earlier positions are stored, and the new query attends to them with
-the causal mask at absolute positions, ``M_{ij} = [j ≤ lengths_b + i]`` (MEDL
-(7.23)/(7.27); J&M §9.7; Bishop §12.3.2), or with a sliding window
-``[lengths_b + i − w < j ≤ lengths_b + i]`` (:func:`~seqjax.nn.masks.sliding_window_mask`).
-Cached decoding equals the full causal pass (``tests/nn/test_attention.py``).
-
-A write past ``max_len`` is a ``ValueError`` when the cache's lengths are concrete. Under
-``jit`` (the policy of :mod:`seqjax._traced_checks`) the tokens past the end are dropped
-(never written over earlier entries) and counted in ``overflow``, and the row's last slot
-becomes NaN, so the query that overflowed and every later query of that row read NaN
-instead of attending to a cache that silently lost tokens; the condition is also recorded
-as a checkify check, an error under ``seqjax.checked``. (A sliding window that no longer
-reaches the last slot sees no key at all; its output is that of a fully masked row.)
+The keys and values of earlier positions are stored, and new queries attend to them with the
+causal mask at absolute positions, ``M_{ij} = [j ≤ lengths_b + i]`` (MEDL (7.23)/(7.27);
+J&M §9.7; Bishop §12.3.2), or a sliding window ``[lengths_b + i − w < j ≤ lengths_b + i]``
+(:func:`~seqjax.nn.masks.sliding_window_mask`). Cached decoding equals the full causal pass.
 """
 
 from __future__ import annotations
@@ -39,23 +29,22 @@ __all__ = ["KVCache"]
 class KVCache:
     r"""Key/value cache for autoregressive decoding, an explicit pytree.
 
-    Fields:
+    Fields: ``k [B, S, G, D]`` and ``v [B, S, G, Dv]``, the stored keys and values (``S`` =
+    ``max_len``, ``G`` kv heads); ``lengths int32[B]``, tokens stored per row; ``overflow
+    int32[B]``, tokens dropped by a jitted write to a full cache (0 = none). Aliases:
+    ``k_BxSxHkvxD``, ``v_BxSxHkvxD``, ``lengths_B``.
 
-    * ``k``: ``[B, S, G, D]`` stored keys (``S`` = ``max_len``, ``G`` kv heads);
-    * ``v``: ``[B, S, G, Dv]`` stored values;
-    * ``lengths``: ``int32[B]``, tokens already stored per row;
-    * ``overflow``: ``int32[B]``, tokens that did not fit and were dropped (0 = none). A
-      concrete update that would overflow raises; under ``jit`` the tokens past
-      ``max_len`` are dropped (never written over earlier entries) and counted here, and
-      the row's last slot is set to NaN so its later attention outputs are NaN (see the
-      module docstring) — check ``cache.overflow`` (or :attr:`overflowed`) after a jitted
-      loop, or run it under ``seqjax.checked`` for an error.
+    Overflow: a write past ``max_len`` is a ``ValueError`` when ``lengths`` are concrete. Under
+    ``jit`` (:mod:`seqjax._traced_checks`) the tokens past the end are dropped (never written
+    over earlier entries) and counted in ``overflow``, and the row's last slot becomes NaN, so
+    the overflowing query and every later query of the row read NaN rather than a cache that
+    silently lost tokens; check ``overflow`` (or :attr:`overflowed`) after a jitted loop, or run
+    it under ``seqjax.checked`` for an error. A sliding window that no longer reaches the last
+    slot sees no key (a fully masked row's output).
 
-    Row ``b`` writes its next tokens at its own offset ``lengths[b]``, so a
-    batch of prompts of different lengths (right padded) decodes correctly:
-    prefill the padded batch with ``lengths=prompt_lengths`` and the cache
-    advances each row by its own length; later writes overwrite the padding.
-    Aliases with shape suffixes: ``k_BxSxHkvxD``, ``v_BxSxHkvxD``, ``lengths_B``.
+    Row ``b`` writes at its own offset ``lengths[b]``, so right-padded prompts of different
+    lengths decode correctly: prefill the padded batch with ``lengths=prompt_lengths``; later
+    writes overwrite the padding.
 
     Example:
         >>> c = KVCache.create(batch=2, max_len=8, num_kv_heads=1, head_dim=4)
@@ -122,13 +111,8 @@ class KVCache:
     def update(self, k_BxTxGxD: Array, v_BxTxGxV: Array, num_new: Any = None) -> KVCache:
         """Write ``T`` new tokens per row at offset ``lengths[b]``; advance by ``num_new`` (or T).
 
-        ``num_new`` (``int[B]``, ≤ T) is the number of real tokens per row when
-        the new chunk is right padded; the padding is written too but is
-        overwritten by the next update. Overflow past ``max_len`` is a
-        ``ValueError`` when ``lengths`` are concrete; under ``jit`` the tokens
-        past the end are dropped (never written over earlier entries) and counted in
-        ``overflow``, the row's last slot becomes NaN, and the condition is recorded as a
-        checkify check (an error under ``seqjax.checked``).
+        ``num_new`` (``int[B]``, ≤ T): the real tokens per row of a right-padded chunk (the
+        padding is written too, then overwritten by the next update). Overflow: see the class.
         """
         b, s = self.k.shape[:2]
         check_rank(k_BxTxGxD, "k", 4)
@@ -169,13 +153,12 @@ class KVCache:
         return _cache_write(self, k_BxTxGxD, v_BxTxGxV, num_new)
 
     def attention_mask(self, q_len: int, window: int = 0) -> Array:
-        """Mask ``bool[B, 1, q_len, S]`` for ``q_len`` new tokens at offsets ``lengths``.
+        """Mask ``bool[B, 1, q_len, S]`` for ``q_len`` new tokens; call it *before* :meth:`update`.
 
-        Query ``i`` of row ``b`` (absolute position ``p = lengths[b] + i``) sees
-        cache slots ``j ≤ p``: every stored token and the new ones up to itself;
-        with ``window = w`` (0: no window), only the last ``w`` of them, ``p − w < j ≤ p``
-        (:func:`~seqjax.nn.masks.sliding_window_mask` at absolute positions: slot
-        ``j`` holds position ``j``). Call it on the cache *before* :meth:`update`.
+        Query ``i`` of row ``b`` (absolute position ``p = lengths[b] + i``; slot ``j`` holds
+        position ``j``) sees slots ``j ≤ p``: the stored tokens and the new ones up to itself;
+        with ``window = w`` (0: no window) only ``p − w < j ≤ p``
+        (:func:`~seqjax.nn.masks.sliding_window_mask`).
         """
         if not window:
             return causal_mask(q_len, self.max_len, offset=self.lengths)
@@ -184,8 +167,8 @@ class KVCache:
 
 @jax.jit
 def _cache_write(cache: KVCache, k_BxTxGxD: Array, v_BxTxGxV: Array, num_new: Array) -> KVCache:
-    """Scatter each row's new tokens at ``lengths[b] + t``; out-of-range writes are dropped
-    and the last slot of a row that lost real tokens is set to NaN."""
+    """Scatter each row's new tokens at ``lengths[b] + t`` (out-of-range writes dropped); the
+    last slot of a row that lost real tokens becomes NaN."""
     b, t = k_BxTxGxD.shape[:2]
     pos_BxT = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     rows_Bx1 = jnp.arange(b, dtype=jnp.int32)[:, None]

@@ -1,15 +1,11 @@
 r"""Multi-head attention with GQA/MQA, QK-norm, RoPE, a sliding window and a KV cache.
 
-.. math::
-    H_h = \mathrm{softmax}\Big(\frac{(X_q W^{(q)}_h)(X_{kv} W^{(k)}_{g(h)})^\top}{\sqrt{d}}
-        + M\Big) X_{kv} W^{(v)}_{g(h)},\qquad
-    Y = \mathrm{Concat}[H_1, \dots, H_H]\, W^{(o)}
-
-Bishop (12.15)–(12.19), Alg. 12.2; J&M (9.47)–(9.48); LN (10); MEDL (7.25)–(7.26).
-Without the output matrix and with one head (``output_projection=False``,
-``num_heads=1``) it is MEDL (7.24)'s single-head self-attention
-``u_t = Σ_τ α_τ W_v x_τ``, ``α ∝ exp s(W_q x_t, W_k x_τ)``.
-The attention itself is :func:`~seqjax.nn.attention.dot_product_attention`.
+``H_h = softmax((X_q W^{(q)}_h)(X_kv W^{(k)}_{g(h)})ᵀ/√d + M) X_kv W^{(v)}_{g(h)}``,
+``Y = Concat[H_1, …, H_H] W^{(o)}``: Bishop (12.15)–(12.19), Alg. 12.2; J&M (9.47)–(9.48);
+LN (10); MEDL (7.25)–(7.26). With one head and no output matrix (``num_heads=1``,
+``output_projection=False``) it is MEDL (7.24)'s single-head self-attention
+``u_t = Σ_τ α_τ W_v x_τ``, ``α ∝ exp s(W_q x_t, W_k x_τ)``. The attention itself is
+:func:`~seqjax.nn.attention.dot_product_attention`.
 """
 
 from __future__ import annotations
@@ -55,8 +51,7 @@ ProjectedKV = tuple[Array, Array]
 
 
 class Attended(NamedTuple):
-    """Everything one attention pass can produce; each public method of
-    :class:`MultiHeadAttention` returns the part it declares."""
+    """What one attention pass can produce; each public method returns the part it declares."""
 
     out: Array
     cache: KVCache | None = None
@@ -82,59 +77,36 @@ class MultiHeadAttention(nn.Module):
     r"""Multi-head (self or cross) attention with GQA/MQA, QK-norm, RoPE and a KV cache.
 
     .. math::
-        Q_h = X_q W^{(q)}_h,\ K_h = X_{kv} W^{(k)}_{g(h)},\ V_h = X_{kv} W^{(v)}_{g(h)},\qquad
-        H_h = \mathrm{softmax}\Big(\frac{Q_h K_h^\top}{\sqrt{d}} + M\Big) V_h
-
-    .. math::
+        H_h = \mathrm{softmax}\Big(\frac{Q_h K_h^\top}{\sqrt{d}} + M\Big) V_h,\quad
+        Q_h = X_q W^{(q)}_h,\ K_h = X_{kv} W^{(k)}_{g(h)},\ V_h = X_{kv} W^{(v)}_{g(h)},\\
         Y = \mathrm{Concat}[H_1, \dots, H_H]\, W^{(o)} = \sum_h H_h W^{(o)}_h
 
-    Bishop (12.15)–(12.19) and Alg. 12.2; J&M (9.47)–(9.48); LN (10). The sum
-    form is MEDL (7.25)–(7.26) (``W_c^h`` = row block ``h`` of ``W^{(o)}``;
-    Bishop Ex. 12.5). MEDL's heads have no projection biases: ``use_bias=False``
-    reproduces them (and its parameter count, MEDL (7.32)).
+    Citations in the module docstring. The sum form is MEDL (7.25)–(7.26) (``W_c^h`` = row
+    block ``h`` of ``W^{(o)}``; Bishop Ex. 12.5); MEDL's heads have no projection biases:
+    ``use_bias=False`` reproduces them (and its parameter count, MEDL (7.32)).
 
-    Options: ``num_kv_heads`` ``G`` < ``H`` shares each key/value head among
-    ``H/G`` query heads (GQA; ``G = 1`` is MQA). ``qk_norm`` applies an RMS norm
-    with a learned gain over each head's ``q`` and ``k`` (before RoPE).
-    ``use_rope`` rotates ``q`` and ``k`` by their positions
-    (:func:`~seqjax.nn.positional.apply_rope`). ``window = w`` makes self-attention
-    local and causal: position ``p`` sees keys ``p − w < j ≤ p``
-    (:func:`~seqjax.nn.masks.sliding_window_mask`; Longformer/Mistral-style sliding
-    window), also when decoding with a cache, where ``p`` is the absolute position.
-    ``output_projection=False`` drops ``W^{(o)}``: the output is the concatenated heads
-    ``[B, Q, H·d]`` — with ``num_heads=1`` (and ``use_bias=False``) MEDL (7.24).
+    Call ``mha(inputs_q, inputs_kv=None, *, ...) -> out [B, Q, F]`` (``F = out_features``,
+    default ``D``; ``H·d`` without the output projection); every keyword defaults to off:
 
-    Call ``mha(inputs_q, inputs_kv=None, *, mask=None, bias=None, is_causal=False,
-    positions=None, kv_positions=None, lengths=None, kv_lengths=None, deterministic=True)
-    -> out [B, Q, F]`` (``F = out_features``, default ``D``; ``H·d`` without the output
-    projection):
-
-    * ``inputs_q``: ``[B, Q, D]``; ``inputs_kv``: ``[B, K, Dkv]`` (``None`` = self-attention);
+    * ``inputs_q [B, Q, D]``; ``inputs_kv [B, K, Dkv]`` (``None`` = self-attention);
     * ``mask``: bool broadcastable to ``[B, H, Q, K]``; ``bias``: added to the scores;
-    * ``is_causal``: causal mask (self-attention; a ``window`` implies it);
-    * ``positions``: ``int[B, Q]`` RoPE positions of the queries (default ``arange(Q)``);
-      in self-attention the keys share them; ``kv_positions`` for cross-attention keys;
-    * ``lengths``: ``int[B]`` real tokens in ``inputs_q`` (right padding): in
-      self-attention the padded keys are masked; padded query rows output zeros;
-    * ``kv_lengths``: ``int[B]`` real tokens in ``inputs_kv`` (cross-attention key padding);
-      a length outside ``[0, Q]`` (``[0, K]`` for ``kv_lengths``) is a ``ValueError``, and
-      under ``jit`` makes its row's output NaN (an error under ``seqjax.checked``).
+    * ``is_causal``: causal mask (self-attention; a ``window`` implies it); ``deterministic``:
+      ``False`` enables dropout;
+    * ``positions``: ``int[B, Q]`` RoPE positions of the queries (default ``arange(Q)``), shared
+      by the keys in self-attention; ``kv_positions``: those of cross-attention keys;
+    * ``lengths``: ``int[B]`` real tokens of ``inputs_q`` (right padding; in self-attention
+      padded keys are masked); padded query rows output zeros; ``kv_lengths``: the same for
+      ``inputs_kv`` (cross-attention key padding). A length outside ``[0, Q]`` (``[0, K]``) is
+      a ``ValueError``, and under ``jit`` makes its row's output NaN (an error under
+      ``seqjax.checked``).
 
-    The other results each have their own method, with the same arguments:
-
-    * :meth:`with_weights` -> ``(out, weights f32[B, H, Q, K])``;
-    * :meth:`decode` ``(inputs_q, cache, ...)`` -> ``(out, new_cache)``: causal
-      self-attention on a :class:`KVCache` (:meth:`init_cache`); each row's cache advances
-      by its ``lengths`` (mixed-length prefill), positions start at the cache's lengths;
-    * :meth:`decode_cross` ``(inputs_q, inputs_kv, kv=None, ...)`` -> ``(out, kv)``:
-      cross-attention that returns the projected keys/values of ``inputs_kv`` and reuses
-      them when given back (a decoder step then skips the encoder-side projections).
+    Other results have their own methods: :meth:`with_weights` (the attention weights),
+    :meth:`decode` (on a :class:`KVCache`, :meth:`init_cache`) and :meth:`decode_cross`.
 
     Parameters (stable names; Flax ``MultiHeadDotProductAttention`` layout):
     ``query/kernel [D, H, d]``, ``key/kernel``, ``value/kernel [Dkv, G, d]``,
-    ``out/kernel [H, d, D']`` (and ``bias`` for each when ``use_bias``; no ``out`` without
-    the output projection);
-    ``query_norm/scale``, ``key_norm/scale [d]`` with ``qk_norm``.
+    ``out/kernel [H, d, D']`` (none without the output projection), each with a ``bias`` when
+    ``use_bias``; ``query_norm/scale``, ``key_norm/scale [d]`` with ``qk_norm``.
 
     Example (cached decoding):
         >>> import jax
@@ -150,30 +122,23 @@ class MultiHeadAttention(nn.Module):
     Attributes:
         num_heads: ``H``.
         head_dim: ``d`` per head (default ``D // H``).
-        num_kv_heads: ``G`` key/value heads (default ``H``); must divide ``H``.
+        num_kv_heads: ``G`` key/value heads (default ``H``), dividing ``H``; ``G < H`` shares
+            each among ``H/G`` query heads (GQA; ``G = 1`` is MQA).
         out_features: output size (default: ``D`` of ``inputs_q``).
         use_bias: biases on the four projections.
-        dropout_rate: dropout on the attention weights (when ``deterministic=False``;
-            RNG stream ``dropout``).
-        qk_norm: RMS-normalise ``q`` and ``k`` per head.
-        use_rope: rotary position embedding on ``q`` and ``k``.
-        rope_base: RoPE ``base``; rope_layout: ``"halves"`` or ``"interleaved"``.
+        dropout_rate: attention-weight dropout when ``deterministic=False`` (RNG ``dropout``).
+        qk_norm: RMS norm with a learned gain over each head's ``q`` and ``k`` (before RoPE).
+        use_rope: rotate ``q`` and ``k`` by position (:func:`~seqjax.nn.positional.apply_rope`);
+            rope_base: its ``base``; rope_layout: ``"halves"`` or ``"interleaved"``.
         implementation: see :func:`dot_product_attention`.
         dtype: compute dtype; param_dtype: storage dtype.
         kernel_init, bias_init: initialisers of the projections.
-        out_kernel_init: initialiser of ``out/kernel`` (``W^{(o)}``; default ``kernel_init``):
-            GPT-2's ``N(0, (0.02/√(2L))²)`` for a residual branch.
-        window: sliding-window size ``w`` of causal local self-attention (``0``: all
-            keys); see :func:`~seqjax.nn.masks.sliding_window_mask`.
-        output_projection: apply ``W^{(o)}`` (``out``); ``False`` returns the
-            concatenated heads (MEDL (7.24) with one head).
-
-    Example (MEDL (7.24): one head, no output matrix, no biases):
-        >>> sha = MultiHeadAttention(num_heads=1, use_bias=False, output_projection=False)
-        >>> x = jnp.ones((2, 5, 6))
-        >>> p = sha.init(jax.random.PRNGKey(0), x, is_causal=True)
-        >>> sorted(p["params"]), sha.apply(p, x, is_causal=True).shape
-        (['key', 'query', 'value'], (2, 5, 6))
+        out_kernel_init: initialiser of ``out/kernel`` (``W^{(o)}``; default ``kernel_init``),
+            e.g. GPT-2's ``N(0, (0.02/√(2L))²)`` for a residual branch.
+        window: ``w``: causal local self-attention, position ``p`` sees keys ``p − w < j ≤ p``
+            (Longformer/Mistral-style; the absolute position when decoding with a cache;
+            :func:`~seqjax.nn.masks.sliding_window_mask`); ``0``: all keys.
+        output_projection: apply ``W^{(o)}``; ``False`` returns the concatenated heads.
     """
 
     num_heads: int
@@ -221,11 +186,9 @@ class MultiHeadAttention(nn.Module):
         return features // self.num_heads
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> KVCache:
-        """An empty :class:`KVCache` for this layer (``[batch, max_len, G, d]``).
-
-        Needs ``head_dim`` set, or bound parameters (``mha.apply(params, batch,
-        max_len, method="init_cache")``) from which ``d`` is read.
-        """
+        """An empty :class:`KVCache` for this layer (``[batch, max_len, G, d]``); needs
+        ``head_dim`` set, or bound parameters to read ``d`` from
+        (``mha.apply(params, batch, max_len, method="init_cache")``)."""
         g = self._kv_heads()
         if self.head_dim is not None:
             d = self._head_dim(0)
@@ -312,10 +275,9 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Array, KVCache]:
         """Causal self-attention of ``inputs_q`` on the cache: ``(out [B, Q, F], new_cache)``.
 
-        The new keys/values are written at each row's offset (``lengths`` tokens of each
-        row, default all ``Q``: prompts of different lengths prefill in one call) and the
-        queries attend to the cache; ``positions`` default to ``cache.lengths[:, None] +
-        arange(Q)``; ``mask`` covers the cache's ``max_len`` keys.
+        The new keys/values go at each row's offset (``lengths`` real tokens per row, default
+        ``Q``: prompts of different lengths prefill in one call); ``positions`` default to
+        ``cache.lengths[:, None] + arange(Q)``; ``mask`` covers the cache's ``max_len`` keys.
         """
         result = self._run(
             inputs_q, None, mask=mask, bias=bias, positions=positions, lengths=lengths,
@@ -333,13 +295,10 @@ class MultiHeadAttention(nn.Module):
         mask: Any = None,
         kv_lengths: Any = None,
     ) -> tuple[Array, ProjectedKV]:
-        """Cross-attention while decoding: ``(out [B, Q, F], kv)``, where ``kv = (k [B, K,
-        G, d], v [B, K, G, Dv])`` is ``inputs_kv`` projected (with ``qk_norm``): computed
-        when ``kv`` is ``None``, else the ``kv`` of an earlier call on the same
-        ``inputs_kv``, reused — a decoder step then costs ``O(K·d)`` instead of
-        ``O(K·D·d)`` per head (MEDL (7.33): the encoder output is fixed while the decoder
-        runs).
-        """
+        """Cross-attention while decoding: ``(out [B, Q, F], kv)``, ``kv = (k [B, K, G, d],
+        v [B, K, G, Dv])`` being ``inputs_kv`` projected (with ``qk_norm``): computed when ``kv``
+        is ``None``, else reused from an earlier call on the same ``inputs_kv`` (the encoder
+        output is fixed while the decoder runs, MEDL (7.33)), saving the projections."""
         result = self._run(
             inputs_q, inputs_kv, mask=mask, kv_lengths=kv_lengths, kv=kv, return_kv=True
         )
@@ -404,8 +363,7 @@ class MultiHeadAttention(nn.Module):
         cache: Any,
         kv: Any,
     ) -> tuple[Any, Any, Any]:
-        """Every argument check of a call, before :meth:`_attend`: returns
-        ``(lengths, kv_lengths, mask)`` checked."""
+        """Every argument check of a call; returns the checked ``(lengths, kv_lengths, mask)``."""
         check_rank(inputs_q, "inputs_q", 3)
         b, q_len, features = inputs_q.shape
         self_attention = inputs_kv is None
@@ -494,8 +452,7 @@ class MultiHeadAttention(nn.Module):
         kv: ProjectedKV | None = None,
         return_kv: bool = False,
     ) -> Attended:
-        """The attention on the arguments :meth:`_check_call` checked (``lengths`` and
-        ``kv_lengths`` as :class:`~seqjax._checks.ValidLengths`)."""
+        """The attention on the arguments :meth:`_check_call` checked."""
         b, q_len, features = inputs_q.shape
         self_attention = inputs_kv is None
         x_kv = inputs_q if inputs_kv is None else inputs_kv
@@ -558,8 +515,7 @@ class MultiHeadAttention(nn.Module):
 
 def _dense(layer: MultiHeadAttention, features: Any, axis: Any, name: str,
            kernel_init: Any = None) -> DenseGeneral:
-    """A projection of ``layer`` (created inside its ``__call__``, so it is its submodule
-    ``name``): its bias switch, dtypes and initialisers."""
+    """Projection submodule ``name`` of ``layer``, with its bias switch, dtypes and initialisers."""
     return DenseGeneral(features=features, axis=axis, use_bias=layer.use_bias,
                         dtype=layer.dtype, param_dtype=layer.param_dtype,
                         kernel_init=kernel_init or layer.kernel_init,
@@ -571,11 +527,10 @@ def _mask_and_cache(
     lengths: ValidLengths | None, kv_lengths: ValidLengths | None, cache: KVCache | None,
     window: int,
 ) -> tuple[Any, KVCache | None, Array, Array]:
-    """The boolean mask every head applies, and the keys/values it applies to: with a
-    ``cache``, the cache's mask (its filled slots, causal, ``window``) and the cache updated
-    with this call's keys/values (written at each row's ``lengths``); without, the padding
-    mask of the queries' ``lengths`` (self-attention); then the keys' ``kv_lengths`` and the
-    caller's ``mask``, combined by logical and."""
+    """The boolean mask of every head and the keys/values it applies to: with a ``cache``, the
+    cache's mask (filled slots, causal, ``window``) and the cache updated at each row's
+    ``lengths``; without, the queries' padding mask (self-attention); then and-ed with the
+    ``kv_lengths`` padding mask and ``mask``."""
     attn_mask = None
     if cache is not None:
         attn_mask = cache.attention_mask(q_len, window=window)

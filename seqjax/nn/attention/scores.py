@@ -1,18 +1,11 @@
-r"""Score functions and RNN attention (Bahdanau/Luong), and parameter-free self-attention.
+r"""Score functions, RNN attention (Bahdanau/Luong), and parameter-free self-attention.
 
-A score ``s(z_q, z_k)`` per query/key pair, weights ``α = softmax_τ s(z_q, z_k^τ)``
-and the context ``u = Σ_τ α_τ v^τ`` (MEDL (7.20)–(7.21)):
-
-* :func:`dot_score`, :func:`scaled_dot_score`, :func:`general_score`,
-  :func:`concat_score`, :func:`additive_score` — the scores of MEDL (7.21);
-* :class:`Attention` — the module (Bahdanau: query = previous decoder state;
-  Luong: query = current state; MEDL Fig. 7.10, (7.22));
-* :func:`simple_self_attention` — the parameter-free self-attention
-  ``Y = Softmax[X Xᵀ] X`` (Bishop (12.5)–(12.6); J&M (9.30)–(9.33); MEDL (7.23));
-  :func:`simple_self_attention_with_weights` returns ``(Y, A)``.
-
-Shapes: ``z_q [..., Q, Dq]``, ``z_k [..., K, Dk]`` → scores ``[..., Q, K]``.
-Row vectors (Flax kernels are the transposes of MEDL's ``W``).
+A score ``s(z_q, z_k)`` per query/key pair, weights ``α = softmax_τ s(z_q, z_k^τ)`` and the
+context ``u = Σ_τ α_τ v^τ`` (MEDL (7.20)–(7.21)): the scores of MEDL (7.21) (:func:`dot_score`,
+…, :func:`additive_score`; ``z_q [..., Q, Dq]``, ``z_k [..., K, Dk]`` → ``[..., Q, K]``), the
+module :class:`Attention`, and :func:`simple_self_attention`, ``Y = Softmax[X Xᵀ] X`` (Bishop
+(12.5)–(12.6); J&M (9.30)–(9.33); MEDL (7.23)). Row vectors (Flax kernels are the transposes
+of MEDL's ``W``).
 """
 
 from __future__ import annotations
@@ -54,8 +47,7 @@ __all__ = [
 
 
 def dot_score(z_q: Any, z_k: Any) -> Array:
-    r"""Dot-product score ``s(z_q, z_k) = z_qᵀ z_k`` (MEDL §7.4 default; Luong "dot").
-
+    r"""Dot-product score ``s(z_q, z_k) = z_qᵀ z_k`` (MEDL §7.4 default; Luong "dot"):
     ``[..., Q, D], [..., K, D] -> [..., Q, K]``.
 
     Example:
@@ -74,8 +66,7 @@ def dot_score(z_q: Any, z_k: Any) -> Array:
 def scaled_dot_score(z_q: Any, z_k: Any, scale: float | None = None) -> Array:
     r"""Scaled dot-product score ``z_qᵀ z_k / √d_k`` (Bishop (12.14); J&M (9.39); MEDL §7.4).
 
-    ``scale`` overrides ``1/√d_k``. Slides' example: scores 112 and 96 with
-    ``d_k = 64`` become 14 and 12, softmax 0.88 / 0.12.
+    ``scale`` overrides ``1/√d_k``.
 
     Example:
         >>> q = jnp.ones((1, 64)); k = jnp.stack([jnp.full(64, 1.75), jnp.full(64, 1.5)])
@@ -108,9 +99,8 @@ def general_score(z_q: Any, z_k: Any, w_s: Any) -> Array:
 def additive_score(z_q: Any, z_k: Any, w_a: Any, w_b: Any, w_s: Any) -> Array:
     r"""Additive score ``s = w_sᵀ tanh(W_a z_q + W_b z_k)`` (MEDL (7.21); Bahdanau et al. 2015).
 
-    Row-vector kernels: ``w_a: [Dq, M]`` (``W_aᵀ``), ``w_b: [Dk, M]``, ``w_s: [M]``.
-    ``[..., Q, Dq], [..., K, Dk] -> [..., Q, K]``; the ``[..., Q, K, M]``
-    intermediate is materialised.
+    Row-vector kernels ``w_a [Dq, M]`` (``W_aᵀ``), ``w_b [Dk, M]``, ``w_s [M]``;
+    ``[..., Q, Dq], [..., K, Dk] -> [..., Q, K]`` through a materialised ``[..., Q, K, M]``.
 
     Example:
         >>> additive_score(jnp.ones((2, 3)), jnp.ones((4, 5)), jnp.ones((3, 6)),
@@ -133,9 +123,8 @@ def additive_score(z_q: Any, z_k: Any, w_a: Any, w_b: Any, w_s: Any) -> Array:
 def concat_score(z_q: Any, z_k: Any, w_c: Any, w_s: Any) -> Array:
     r"""Concatenation score ``s = w_sᵀ tanh(W̃_s [z_q; z_k])`` (MEDL (7.21); Luong "concat").
 
-    ``w_c: [Dq + Dk, M]`` is ``W̃_sᵀ``; computed without materialising the
-    concatenation, as ``tanh(z_q W_c[:Dq] + z_k W_c[Dq:])`` (Bishop Ex. 12.9:
-    a linear map of a concatenation is a sum of linear maps).
+    ``w_c [Dq + Dk, M]`` is ``W̃_sᵀ``; computed without the concatenation, as
+    ``tanh(z_q W_c[:Dq] + z_k W_c[Dq:])`` (Bishop Ex. 12.9).
 
     Example:
         >>> concat_score(jnp.ones((2, 3)), jnp.ones((4, 5)), jnp.ones((8, 6)), jnp.ones(6)).shape
@@ -156,34 +145,19 @@ SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "concat", "additive")
 class Attention(nn.Module):
     r"""General (RNN) attention with a choice of score: returns ``(context, weights)``.
 
-    .. math::
-        \alpha^{\langle t\rangle} = \mathrm{softmax}_\tau\, s(z_q^{\langle t\rangle},
-            z_k^{\langle\tau\rangle}),\qquad
-        u^{\langle t\rangle} = \sum_\tau \alpha^{\langle t\rangle}_\tau v^{\langle\tau\rangle}
+    ``α^{⟨t⟩} = softmax_τ s(z_q^{⟨t⟩}, z_k^{⟨τ⟩})``, ``u^{⟨t⟩} = Σ_τ α^{⟨t⟩}_τ v^{⟨τ⟩}``
+    (MEDL (7.20)–(7.21), non-causal form), with ``score`` one of the ``*_score`` functions:
+    ``"dot"``, ``"scaled_dot"`` (``1/√m_k``), ``"general"`` (param ``kernel [m_q, m_k]``),
+    ``"concat"`` (params ``kernel [m_q+m_k, m̃]``, ``v [m̃]``) or ``"additive"`` (params
+    ``query_kernel [m_q, m̃]``, ``key_kernel [m_k, m̃]``, ``v [m̃]``). General/concat are Luong
+    et al. 2015 (query = current decoder state ``s^{⟨t⟩}``), additive Bahdanau et al. 2015
+    (previous state ``s^{⟨t-1⟩}``, MEDL Fig. 7.10, (7.22)); the decoder chooses which it passes.
 
-    MEDL (7.20)–(7.21) (non-causal form), with ``score`` one of
-
-    * ``"dot"``: ``z_qᵀ z_k``; ``"scaled_dot"``: ``z_qᵀ z_k / √m`` (``m = m_k``);
-    * ``"general"``: ``z_qᵀ W_s z_k`` (param ``kernel``: ``[m_q, m_k]``);
-    * ``"concat"``: ``w_sᵀ tanh(W̃_s [z_q; z_k])`` (params ``kernel``: ``[m_q+m_k, m̃]``,
-      ``v``: ``[m̃]``);
-    * ``"additive"``: ``w_sᵀ tanh(W_a z_q + W_b z_k)`` (params ``query_kernel``:
-      ``[m_q, m̃]``, ``key_kernel``: ``[m_k, m̃]``, ``v``: ``[m̃]``).
-
-    General/concat are Luong et al. 2015 (query = current decoder state
-    ``s^{⟨t⟩}``); additive is Bahdanau et al. 2015 (query = previous state
-    ``s^{⟨t-1⟩}``, MEDL Fig. 7.10, (7.22)). The module is agnostic to timing:
-    the decoder chooses which state it passes.
-
-    Call: ``attn(query, keys, values=None, *, mask=None, lengths=None)``
-
-    * ``query``: ``[B, Dq]`` (one decoder step) or ``[B, Q, Dq]``;
-    * ``keys``: ``[B, K, Dk]``; ``values``: ``[B, K, Dv]`` (default: ``keys``,
-      MEDL §7.4 "keys = values");
-    * ``mask``: ``bool[B, K]`` or ``bool[B, Q, K]``; ``lengths``: ``int[B]`` key lengths;
-    * returns ``context``: ``[B, Dv]`` / ``[B, Q, Dv]`` and ``weights`` (float32)
-      ``[B, K]`` / ``[B, Q, K]``, each row summing to 1 over the visible keys
-      (zeros when none is visible).
+    Call ``attn(query, keys, values=None, *, mask=None, lengths=None)``: ``query [B, Dq]`` (one
+    decoder step) or ``[B, Q, Dq]``; ``keys [B, K, Dk]``; ``values [B, K, Dv]`` (default
+    ``keys``, MEDL §7.4); ``mask`` ``bool[B, K]`` or ``bool[B, Q, K]``; ``lengths`` ``int[B]``
+    key lengths. Returns ``context [B, Dv]`` / ``[B, Q, Dv]`` and float32 ``weights [B, K]`` /
+    ``[B, Q, K]``, each row summing to 1 over the visible keys (zeros when none is).
 
     Example:
         >>> import jax
@@ -316,28 +290,23 @@ def simple_self_attention(x: Any, *, is_causal: bool = False, mask: Any = None) 
 
     .. math::
         a_{nm} = \frac{\exp(x_n^\top x_m)}{\sum_{m'} \exp(x_n^\top x_{m'})},\qquad
-        y_n = \sum_m a_{nm}\, x_m,\qquad Y = \mathrm{Softmax}[X X^\top]\, X
+        y_n = \sum_m a_{nm}\, x_m
 
-    Bishop (12.5)–(12.6), non-causal (the default; ``Softmax`` normalises rows).
-    With ``is_causal=True`` the sums run over ``m ≤ n``: J&M (9.30)–(9.33)
-    (``score(x_i, x_j) = x_i · x_j``, ``y_i = Σ_{j≤i} α_ij x_j``) and MEDL (7.23)
-    ("simple" self-attention, ``z_q = z_k = v = x``). The score is the *unscaled*
-    dot product, as in all three sources (no ``1/√D``; compare
-    :func:`dot_product_attention`). Bishop (12.7)–(12.9) note its weakness: the score
-    matrix ``X Xᵀ`` is symmetric and nothing is learned — the projections of
-    :class:`~seqjax.nn.attention.MultiHeadAttention` remove both.
-
-    Softmax runs in float32; a row whose keys are all masked is zero (``mask``:
-    boolean, broadcastable to ``[..., T, T]``, ``True`` = attend).
+    Bishop (12.5)–(12.6), non-causal (the default). With ``is_causal=True`` the sums run over
+    ``m ≤ n``: J&M (9.30)–(9.33) and MEDL (7.23) ("simple" self-attention). The score is the
+    *unscaled* dot product, as in all three sources (no ``1/√D``, unlike
+    :func:`dot_product_attention`). Bishop (12.7)–(12.9): ``X Xᵀ`` is symmetric and nothing is
+    learned; :class:`~seqjax.nn.attention.MultiHeadAttention`'s projections remove both.
+    Softmax runs in float32.
 
     Args:
         x: ``[..., T, D]`` (e.g. ``[B, T, D]`` or one sequence ``[T, D]``).
         is_causal: keep ``m ≤ n`` only (:func:`~seqjax.nn.masks.causal_mask`).
-        mask: optional extra mask.
+        mask: optional extra boolean mask, broadcastable to ``[..., T, T]`` (``True`` =
+            attend); a row whose keys are all masked is zero.
 
     Returns:
-        ``Y [..., T, D]`` in ``x``'s dtype; :func:`simple_self_attention_with_weights`
-        returns ``(Y, A)``.
+        ``Y [..., T, D]`` in ``x``'s dtype.
 
     Example:
         >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
@@ -350,23 +319,18 @@ def simple_self_attention(x: Any, *, is_causal: bool = False, mask: Any = None) 
 def simple_self_attention_with_weights(
     x: Any, *, is_causal: bool = False, mask: Any = None
 ) -> tuple[Array, Array]:
-    r""":func:`simple_self_attention` and its weights: ``(Y, A)``, ``A = [a_nm]``.
-
-    The same arguments and computation; ``A = Softmax[X Xᵀ]`` (masked) is the matrix
-    that multiplies ``X``.
+    r""":func:`simple_self_attention` (same arguments) and its weights: ``(Y, A)``.
 
     Returns:
-        ``(Y, A)``: ``Y [..., T, D]`` in ``x``'s dtype (:func:`simple_self_attention`'s
-        output) and ``A [..., T, T]`` in float32; a row whose keys are all masked is zero
-        in both.
+        ``Y [..., T, D]`` in ``x``'s dtype and float32 ``A = Softmax[X Xᵀ] [..., T, T]``
+        (masked), the matrix that multiplies ``X``; a row whose keys are all masked is zero in
+        both.
 
     Example:
         >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]])
         >>> y, a = simple_self_attention_with_weights(x, is_causal=True)
         >>> (100 * a).round().astype(int).tolist()  # row 2: e / (e + e²), e² / (e + e²)
         [[100, 0], [27, 73]]
-        >>> bool(jnp.allclose(y, a @ x))
-        True
     """
     x = jnp.asarray(x)
     if x.ndim < 2:

@@ -3,12 +3,9 @@ r"""Masked softmax over the keys, in float32, and dropout on attention weights.
 .. math::
     \alpha_j = \frac{[m_j]\, e^{s_j}}{\sum_{j'} [m_{j'}]\, e^{s_{j'}}}
 
-MEDL (7.21) with the mask of (7.27) applied to the scores; Bishop (12.3)–(12.4);
-rows with no visible key give zeros (the rule of :mod:`seqjax.nn.attention.checks`).
-:func:`masked_softmax` is the public function; :func:`softmax_last` is the same
-function with a hand-written backward pass (used by it and by the XLA kernels);
-the reference kernel differentiates :func:`~seqjax.nn.attention.checks.masked_weights`
-by plain autodiff.
+MEDL (7.21) with the mask of (7.27) applied to the scores; Bishop (12.3)–(12.4); rows with no
+visible key give zeros (:mod:`seqjax.nn.attention.checks`). :func:`softmax_last` is
+:func:`masked_softmax` with a hand-written backward pass (used by it and the XLA kernels).
 """
 
 from __future__ import annotations
@@ -28,14 +25,10 @@ __all__ = ["masked_softmax"]
 
 
 def masked_softmax(scores: Any, mask: Any = None, axis: int = -1) -> Array:
-    r"""Softmax over ``axis`` restricted to ``mask`` (``True`` = keep), in float32.
+    r"""Softmax over ``axis`` restricted to ``mask`` (``True`` = keep): the module's equation.
 
-    .. math::
-        \alpha_j = \frac{[m_j]\, e^{s_j}}{\sum_{j'} [m_{j'}]\, e^{s_{j'}}}
-
-    MEDL (7.21) with the mask of (7.27) applied to the scores; Bishop (12.3)–(12.4).
-    Rows whose every entry is masked (or ``-inf``) give all zeros, never NaN,
-    and their gradients are zero. Returns float32.
+    Rows whose every entry is masked (or ``-inf``) give zeros, never NaN, with zero gradients.
+    Returns float32.
 
     Example:
         >>> masked_softmax(jnp.array([[14.0, 12.0], [1.0, 2.0]]),
@@ -63,12 +56,9 @@ def _masked_softmax(scores: Array, mask: Array | None, axis: int) -> Array:
 
 @jax.custom_vjp
 def softmax_last(s: Array, mask: Array | None) -> Array:
-    """Masked softmax over the last axis of float32 scores (zeros for empty rows).
-
-    A custom VJP: the backward pass is ``ds = w ⊙ (g − Σ_k g_k w_k)`` from the
-    saved weights alone, one fused pass instead of differentiating max/exp/sum;
-    masked entries and empty rows (``w = 0``) get exactly zero gradient.
-    """
+    """Masked softmax over the last axis of float32 scores (zeros for empty rows), with a
+    custom VJP ``ds = w ⊙ (g − Σ_k g_k w_k)`` from the saved weights alone (one fused pass);
+    masked entries and empty rows (``w = 0``) get exactly zero gradient."""
     return masked_weights(s, mask)
 
 

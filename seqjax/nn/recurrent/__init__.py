@@ -1,31 +1,23 @@
 r"""Recurrent layers: a cell run over time, both directions, and stacks of them.
 
 Every layer computes its cell's recurrence ``(carry_t, y_t) = cell(carry_{t-1}, x_t)``,
-``t = 1..T`` (MEDL (7.1)–(7.2); J&M Fig. 9.2); the cells, which hold the equations, are in
-:mod:`seqjax.nn.cells`. The package is laid out like :mod:`seqjax.nn.attention`: public
-modules, and one private module per kernel, each tested to equal the plain scan of the
-cell's ``step``:
+``t = 1..T`` (MEDL (7.1)–(7.2); J&M Fig. 9.2); the equations are in :mod:`seqjax.nn.cells`.
+Modules (each kernel tested to equal the plain scan of the cell's ``step``):
 
-* ``layers.py`` — :class:`RNN` (a cell scanned over time, ``implementation="auto" | "scan"
-  | "fused" | "cudnn"`` chosen in one place, ``RNN._implementation``),
-  :class:`Bidirectional` (MEDL (7.14); J&M (9.18)–(9.20)) and :class:`StackedRNN`
-  (MEDL (7.15); J&M §9.5), :data:`CELL_TYPES`, and the GPU default
-  :data:`GPU_SCAN_UNROLL`;
-* ``_layer_kernels.py`` — ``implementation="fused"``: whole-layer Elman, LSTM and
-  reset-after GRU recurrences with hand-written backward passes (CPU/GPU/TPU);
-* ``_cudnn.py`` — ``implementation="cudnn"``: seqjax's LSTM weights packed in cuDNN's
-  layout (:func:`cudnn_lstm_weights`) and the ``jax.experimental.rnn.lstm`` call, per layer
-  and for a whole stack.
+* ``layers.py``: :class:`RNN` (``implementation="auto" | "scan" | "fused" | "cudnn"``, chosen
+  in ``RNN._implementation``), :class:`Bidirectional` (MEDL (7.14); J&M (9.18)–(9.20)),
+  :class:`StackedRNN` (MEDL (7.15); J&M §9.5), :data:`CELL_TYPES`, :data:`GPU_SCAN_UNROLL`;
+* ``_layer_kernels.py``: ``"fused"``, whole-layer Elman, LSTM and reset-after GRU with
+  hand-written backward passes;
+* ``_cudnn.py``: ``"cudnn"``, LSTM weights in cuDNN's layout (:func:`cudnn_lstm_weights`).
 
-The backend probe and :data:`GPU_SCAN_UNROLL` are read in ``layers.py``: to change them
-for a test or a measurement, patch ``seqjax.nn.recurrent.layers``, not this package.
+To change the backend probe or :data:`GPU_SCAN_UNROLL`, patch ``seqjax.nn.recurrent.layers``.
 
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from seqjax.nn.recurrent import StackedRNN
     >>> stack = StackedRNN(8, num_layers=2, bidirectional=True)
-    >>> x = jnp.ones((2, 5, 3))
-    >>> params = stack.init(jax.random.PRNGKey(0), x)
+    >>> x = jnp.ones((2, 5, 3)); params = stack.init(jax.random.PRNGKey(0), x)
     >>> y, carry = stack.apply(params, x, lengths=jnp.array([5, 2]), method="with_state")
     >>> y.shape, len(carry)
     ((2, 5, 16), 2)

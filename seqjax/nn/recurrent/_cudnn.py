@@ -1,19 +1,16 @@
 r"""The cuDNN LSTM behind ``implementation="cudnn"``: seqjax's weights in cuDNN's layout.
 
 ``jax.experimental.rnn.lstm`` runs a whole (stacked, optionally bidirectional) LSTM as one
-cuDNN call (GPU only, float32). It computes the same LSTM as
-:class:`~seqjax.nn.LSTMCell` (MEDL (7.16)–(7.17); J&M (9.22)–(9.29); gate order i, f, c̃, o):
+cuDNN call (GPU only, float32), the LSTM of :class:`~seqjax.nn.LSTMCell` (MEDL (7.16)–(7.17);
+J&M (9.22)–(9.29); gate order i, f, c̃, o):
 
 .. math::
     [i, f, \tilde c, o] = [\sigma, \sigma, \tanh, \sigma](W_{ih} x_t + b_{ih} + W_{hh} h_{t-1}
     + b_{hh}),\quad c_t = f \odot c_{t-1} + i \odot \tilde c,\quad h_t = o \odot \tanh c_t
 
-with column vectors, so ``W_ih = kernelᵀ``; seqjax's single bias ``b`` is cuDNN's ``b_ih`` and
-``b_hh = 0`` (with ``LSTMCell(recurrent_bias=True)``, ``b_ih = b + b_hh``: the sum is all the
-equation sees). This module only packs weights and calls it; the layers
-(:class:`~seqjax.nn.RNN`, :class:`~seqjax.nn.StackedRNN` in ``layers.py``) decide when it
-runs and check the request. Tested on CPU through ``jax.experimental.rnn.lstm_ref``, which
-has cuDNN's semantics (``tests/nn/test_recurrent.py``).
+with ``W_ih = kernelᵀ``, ``b_ih`` seqjax's bias (``b + b_hh`` with
+``LSTMCell(recurrent_bias=True)``) and ``b_hh = 0``. The layers (``layers.py``) decide when it
+runs and check the request. Tested on CPU through ``jax.experimental.rnn.lstm_ref``.
 """
 
 from __future__ import annotations
@@ -34,12 +31,8 @@ __all__ = ["cudnn_lstm_weights", "lstm_layer", "lstm_stack"]
 
 
 def _pack(cells: Sequence[tuple[Array, Array, Array]]) -> Array:
-    """cuDNN's flat LSTM weights from per-(pseudo-)layer ``(input_kernel, bias, recurrent_kernel)``.
-
-    Layout (``jax.experimental.rnn``): for every pseudo-layer ``W_ih [4H, P_l]`` then
-    ``W_hh [4H, H]``; then, for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate
-    order i, f, g, o as in seqjax; seqjax's single bias goes to ``b_ih``, ``b_hh`` is zero.
-    """
+    """cuDNN's flat weights (:func:`cudnn_lstm_weights`) from per-pseudo-layer
+    ``(input_kernel, bias, recurrent_kernel)``."""
     mats = []
     for w_ih, _, w_hh in cells:
         mats.append(w_ih.T.reshape(-1))
@@ -53,11 +46,10 @@ def _pack(cells: Sequence[tuple[Array, Array, Array]]) -> Array:
 def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Array:
     """Pack a ``StackedRNN(cell_type="lstm")`` parameter tree into cuDNN's flat weight vector.
 
-    cuDNN's layout (``jax.experimental.rnn``): for every pseudo-layer
-    ``l = layer * dirs + direction``: ``W_ih [4H, P_l]`` then ``W_hh [4H, H]``; then,
-    for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]``. Gate order i, f, g, o
-    as in seqjax; seqjax's bias goes to ``b_ih`` (zeros for ``use_bias=False``; with
-    ``recurrent_bias=True`` the sum of both) and ``b_hh`` is zero.
+    Layout: for every pseudo-layer ``l = layer * dirs + direction``, ``W_ih [4H, P_l]`` then
+    ``W_hh [4H, H]``; then, for every pseudo-layer, ``b_ih [4H]`` then ``b_hh [4H]`` (gate order
+    i, f, g, o). ``b_ih`` is seqjax's bias (zeros without; with ``recurrent_bias=True`` the
+    sum of both), ``b_hh`` is zero.
     """
     cells = []
     for layer in range(num_layers):
@@ -80,10 +72,9 @@ def lstm_layer(
 ) -> tuple[Carry, Array]:
     """One forward LSTM layer through cuDNN (float32): ``((c_T, h_T), y_BxTxH)``.
 
-    ``weights`` is the cell's :meth:`~seqjax.nn.RecurrentCell.layer_weights` (equation
-    ``"lstm"``), ``carry`` its ``(c, h)``; ``lengths`` checked by the caller (``None``: every
-    row is full). Outputs past a row's length are zero; a row of length 0 keeps its initial
-    carry.
+    ``weights``: the cell's ``"lstm"`` :meth:`~seqjax.nn.RecurrentCell.layer_weights`;
+    ``lengths`` checked by the caller (``None``: all full). Outputs past a row's length are
+    zero; a row of length 0 keeps its initial carry.
     """
     from jax.experimental import rnn as jrnn
 
@@ -128,11 +119,9 @@ def lstm_stack(
 ) -> tuple[Array, tuple[Carry, ...]]:
     """A whole ``StackedRNN(cell_type="lstm")`` as one cuDNN call: ``(y_BxTxD, carries)``.
 
-    ``params`` is the stack's parameter tree (:func:`cudnn_lstm_weights` packs it),
-    ``lengths`` checked by the caller (``None``: every row is full); ``initial_carry`` and
-    the returned carries follow :class:`~seqjax.nn.StackedRNN`'s carry protocol (one entry
-    per layer, ``(c, h)``, or ``((c, h), (c, h))`` forward/backward when bidirectional).
-    ``D = features`` (``2·features`` when bidirectional).
+    ``lengths`` checked by the caller (``None``: all full); carries as
+    :class:`~seqjax.nn.StackedRNN`'s (per layer ``(c, h)``, or ``((c, h), (c, h))``
+    forward/backward). ``D = features`` (``2·features`` when bidirectional).
     """
     from jax.experimental import rnn as jrnn
 
@@ -147,8 +136,7 @@ def lstm_stack(
         c0 = jnp.stack([c for c, _ in per])
         h0 = jnp.stack([h for _, h in per])
     weights = cudnn_lstm_weights(params, num_layers, bidirectional)
-    # cuDNN's LSTM runs in float32 here: bf16 inputs/parameters (mixed precision) are
-    # upcast, and the outputs come back in the input's dtype, as the scan path's do.
+    # cuDNN runs in float32: bf16 inputs are upcast, outputs come back in the input's dtype.
     out_dtype = x_BxTxP.dtype
     y, h_n, c_n = jrnn.lstm(
         x_BxTxP.astype(jnp.float32),

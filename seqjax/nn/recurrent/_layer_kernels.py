@@ -1,60 +1,43 @@
 """Whole-layer Elman, LSTM and GRU recurrences with hand-written backward passes (CPU/GPU/TPU).
 
-These are the ``implementation="fused"`` kernels behind :class:`seqjax.nn.RNN` (the default
-on CPU/TPU, and on GPU where cuDNN does not apply). A cell reaches them only through
-:meth:`seqjax.nn.RecurrentCell.layer_weights`, which names the equation and hands over
-its parameters (:class:`seqjax.nn.cells.LayerWeights`); :func:`layer_scan` dispatches on
-it. Each kernel computes exactly its cell's ``step`` (row vectors, kernels are the
-textbooks' ``Wᵀ``, ``b`` the cell's bias or zeros without one):
+The ``implementation="fused"`` kernels of :class:`seqjax.nn.RNN`, reached only through
+:meth:`seqjax.nn.RecurrentCell.layer_weights` (a :class:`seqjax.nn.cells.LayerWeights`, on
+which :func:`layer_scan` dispatches). Each computes exactly its cell's ``step`` (row vectors;
+``b`` the cell's bias or zeros):
 
-* ``"elman"`` (:class:`~seqjax.nn.ElmanCell`), MEDL (7.2), J&M (9.3) without bias:
+* ``"elman"`` (:class:`~seqjax.nn.ElmanCell`; MEDL (7.2), J&M (9.3) without bias):
   ``h_t = σ(x_t W_ih + h_{t-1} W_hh + b)``;
-* ``"lstm"`` (:class:`~seqjax.nn.LSTMCell`), MEDL (7.16)–(7.17), J&M (9.22)–(9.29),
-  gate order i, f, c̃, o:
+* ``"lstm"`` (:class:`~seqjax.nn.LSTMCell`; MEDL (7.16)–(7.17), J&M (9.22)–(9.29)):
   ``[i, f, c̃, o] = [σ, σ, tanh, σ](x_t W_ih + h_{t-1} W_hh + b)``,
   ``c_t = f ⊙ c_{t-1} + i ⊙ c̃``, ``h_t = o ⊙ tanh(c_t)``;
-* ``"gru"`` (:class:`~seqjax.nn.GRUCell` with ``reset_after=True``): the reset gate
-  **after** the matmul (PyTorch/cuDNN/the slides), order r, z, n:
-  ``[r, z] = σ(x_t W_ih + b + h_{t-1} W_hh)[:2H]``,
-  ``n = tanh((x_t W_ih + b)_n + r ⊙ ((h_{t-1} W_hh)_n + b_hn))``,
-  ``h_t = (1 − z) ⊙ n + z ⊙ h_{t-1}``. (MEDL's reset-before GRU, ``reset_after=False``,
-  has no kernel here: the layer scans the cell's own ``step``.)
+* ``"gru"`` (:class:`~seqjax.nn.GRUCell`, ``reset_after=True`` only; order r, z, n):
+  ``[r, z] = σ(x_t W_ih + b + h_{t-1} W_hh)[:2H]``, ``n = tanh((x_t W_ih + b)_n + r ⊙
+  ((h_{t-1} W_hh)_n + b_hn))``, ``h_t = (1 − z) ⊙ n + z ⊙ h_{t-1}``.
 
-and their exact gradients. With ``dh = ∂L/∂h_t`` (from the output and from step t+1):
-Elman ``du = σ′(u_t) ⊙ dh``, ``dh_{t-1} = du W_hhᵀ``;
-LSTM ``dc ← dc + dh ⊙ o ⊙ (1 − tanh²c_t)``, ``dG = [dc ⊙ c̃, dc ⊙ c_{t-1}, dc ⊙ i, dh ⊙ tanh c_t]
-⊙ act′``, ``dc_{t-1} = dc ⊙ f``, ``dh_{t-1} = dG W_hhᵀ``; GRU ``dn̂ = dh ⊙ (1 − z) ⊙ (1 − n²)``,
-``dẑ = dh ⊙ (h_{t-1} − n) ⊙ z(1 − z)``, ``dr̂ = dn̂ ⊙ ĥ_n ⊙ r(1 − r)``,
-``dh_{t-1} = dh ⊙ z + [dr̂, dẑ, dn̂ ⊙ r] W_hhᵀ``. They differ from autodiff of ``lax.scan``
-only in *how* the gradient is scheduled:
+Exact gradients, with ``dh = ∂L/∂h_t`` (from the output and step t+1): Elman
+``du = σ′(u_t) ⊙ dh``, ``dh_{t-1} = du W_hhᵀ``; LSTM ``dc ← dc + dh ⊙ o ⊙ (1 − tanh²c_t)``,
+``dG = [dc ⊙ c̃, dc ⊙ c_{t-1}, dc ⊙ i, dh ⊙ tanh c_t] ⊙ act′``, ``dc_{t-1} = dc ⊙ f``,
+``dh_{t-1} = dG W_hhᵀ``; GRU ``dn̂ = dh ⊙ (1 − z) ⊙ (1 − n²)``, ``dẑ = dh ⊙ (h_{t-1} − n) ⊙
+z(1 − z)``, ``dr̂ = dn̂ ⊙ ĥ_n ⊙ r(1 − r)``, ``dh_{t-1} = dh ⊙ z + [dr̂, dẑ, dn̂ ⊙ r] W_hhᵀ``.
+Only the scheduling differs from autodiff of ``lax.scan``:
 
-* **Input projection inside the loop** (every forward without gradients, and the Elman and
-  GRU training passes): ``x_t W_ih`` and ``h_{t-1} W_hh`` are two dots per step. Hoisting
-  ``x W_ih`` for all steps into one GEMM writes and re-reads a ``[T, B, G·H]`` buffer; per
-  step the operands stay in cache. Measured in ``benchmarks/HISTORY.md``: GRU forward
-  48 → 32 ms at B=32, T=128, H=256 on one core.
-* **LSTM training pass: the projection hoisted, its buffer reused twice.** The backward
-  needs the gates of every step, a ``[T, B, 4H]`` residual, so that buffer exists anyway:
-  ``x W_ih`` for all steps is one GEMM into it, step ``t`` overwrites its slot with its
-  activations, and the backward overwrites the slot with ``dG_t``. No ``[T, B, 4H]`` buffer
-  is zero-filled or copied (a test reads the compiled gradient for it). Measured in
-  ``benchmarks/HISTORY.md`` ("The LSTM rows: where the time goes").
-* **Backward**: a reverse loop that carries only the state cotangents and emits the
-  pre-activation gate gradients ``dG_t``; the step saves its post-activation gates (the
-  Elman kernel: its pre-activations) in the forward pass, so the backward loop does no
-  recomputation of matmuls and no autodiff of the step. Every weight gradient is then one
-  matmul over all ``T·B`` rows after the loop, ``dW_hh = Σ_t h_{t-1}ᵀ dG_t`` (and
-  ``dW_ih = Σ_t x_tᵀ dG_t``, ``dx = dG W_ihᵀ``), instead of a ``[H, G·H]`` accumulator read
-  and written at every step.
-* **One tanh for the four LSTM gates**: ``σ(u) = ½ + ½·tanh(u/2)``, so
-  ``act = s·tanh(s·u) + shift`` with ``(s, shift) = (½, ½)`` for i, f, o and ``(1, 0)`` for
-  c̃; its derivative is ``a(1 − a)`` for the sigmoid gates and ``1 − a²`` for c̃.
+* Forward passes without gradients, and Elman/GRU training: ``x_t W_ih`` inside the loop
+  (hoisted, it would write and re-read a ``[T, B, G·H]`` buffer; per step it stays in cache).
+* LSTM training: the backward needs a ``[T, B, 4H]`` residual of gates anyway, so ``x W_ih``
+  is one GEMM into it; step ``t`` overwrites its slot with its activations, the backward with
+  ``dG_t`` (no buffer zero-filled or copied; a test reads the compiled gradient for it).
+* Backward: a reverse loop carrying only the state cotangents and emitting ``dG_t`` from the
+  saved post-activation gates (Elman: pre-activations), with no recomputed matmul or autodiff
+  of the step; each weight gradient is then one matmul over all ``T·B`` rows, ``dW_hh = Σ_t
+  h_{t-1}ᵀ dG_t`` (``dW_ih = Σ_t x_tᵀ dG_t``, ``dx = dG W_ihᵀ``).
+* One tanh for the four LSTM gates: ``σ(u) = ½ + ½·tanh(u/2)``, so ``act = s·tanh(s·u) + shift``
+  with ``(s, shift) = (½, ½)`` for i, f, o and ``(1, 0)`` for c̃; ``act′ = a(1 − a)`` for the
+  sigmoid gates, ``1 − a²`` for c̃.
 
-Variable length (``valid_TxB``, right padding): at a padded step the carry passes
-through unchanged and the output is 0; ``reverse=True`` scans from ``T-1`` to 0, so
-each sequence starts at its own last real step. Mixed precision: the matmuls run in
-``compute_dtype`` (accumulating in float32), the elementwise math and the carry in the
-carry's dtype; gradients come back in the dtypes of the primal inputs.
+Variable length (``valid_TxB``, right padding): a padded step passes the carry through and
+outputs 0; ``reverse=True`` scans ``T-1`` to 0, so each sequence starts at its last real step.
+Mixed precision: matmuls in ``compute_dtype`` (float32 accumulation), elementwise math and the
+carry in the carry's dtype; gradients in the primal inputs' dtypes.
 """
 
 from __future__ import annotations
@@ -114,10 +97,8 @@ def layer_scan(
     compute_dtype: Any,
     unroll: int = 1,
 ) -> tuple[Any, Array]:
-    """Run the kernel ``weights.equation`` over a time-major layer: ``(final_carry, y_TxBxH)``.
-
-    ``carry`` is the cell's carry layout (Elman/GRU ``h``, LSTM ``(c, h)``), batch ``[B, H]``.
-    """
+    """Kernel ``weights.equation`` over a time-major layer: ``(final_carry, y_TxBxH)``; carry
+    as the cell's (Elman/GRU ``h``, LSTM ``(c, h)``, each ``[B, H]``)."""
     w = weights
     if w.equation == "elman":
         y, h = elman_layer(
@@ -191,10 +172,7 @@ def _elman_forward(
 def elman_layer(
     x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype, unroll=1
 ):
-    """Elman layer, time-major: returns ``(y_TxBxH, h_T)``.
-
-    ``w_ih: [P, H]``, ``b: [H]``, ``w_hh: [H, H]``, ``h0: [B, H]``; ``activation``: ``σ``.
-    """
+    """Elman layer, time-major: ``(y_TxBxH, h_T)``; ``w_ih: [P, H]``, ``w_hh: [H, H]``."""
     h, (hs, _) = _elman_forward(
         x_TxBxP,
         w_ih,
@@ -263,9 +241,7 @@ elman_layer.defvjp(_elman_fwd, _elman_bwd)
 
 
 def _lstm_update(gates, c, s4, shift4):
-    """One step from the pre-activations ``gates: [B, 4H]`` and ``c: [B, H]``:
-    ``(acts, c_t, h_t)`` with ``acts = [i, f, c̃, o]``, ``c_t = f ⊙ c + i ⊙ c̃``,
-    ``h_t = o ⊙ tanh(c_t)`` (one tanh for the four gates, see the module docstring)."""
+    """``(acts = [i, f, c̃, o], c_t, h_t)`` from pre-activations ``gates: [B, 4H]`` and ``c``."""
     acts = jnp.tanh(gates * s4) * s4 + shift4
     i, f, g, o = jnp.split(acts, 4, axis=-1)
     c_new = f * c + i * g
@@ -295,13 +271,7 @@ def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dt
 def _lstm_forward_saving(
     x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll
 ):
-    """The training pass: ``x W_ih`` for all steps in one GEMM, residuals kept in place.
-
-    Step ``t`` reads its slot of the ``[T, B, 4H]`` projection and overwrites it with its
-    activations, the residual the backward reads; so the residual costs no buffer of its
-    own (no zero fill of ``T·B·4H`` floats, no copy). Returns
-    ``((c_T, h_T), (hs, cs, acts))`` in time order.
-    """
+    """The training pass (module docstring): ``((c_T, h_T), (hs, cs, acts))`` in time order."""
     num_steps, batch, in_features = x_TxBxP.shape
     hsz = w_hh.shape[0]
     ew = c0.dtype
@@ -341,11 +311,7 @@ def _lstm_forward_saving(
 
 @partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
 def lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll=1):
-    """LSTM layer, time-major: returns ``(y_TxBxH, (c_T, h_T))``.
-
-    ``w_ih: [P, 4H]``, ``b: [4H]``, ``w_hh: [H, 4H]`` (gate order i, f, c̃, o); carry
-    ``(c0, h0)``: ``[B, H]``; ``valid_TxB``: bool or ``None``.
-    """
+    """LSTM layer, time-major: ``(y_TxBxH, (c_T, h_T))``; ``w_ih: [P, 4H]``, ``w_hh: [H, 4H]``."""
     (c, h), hs = _lstm_forward(
         x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll
     )
@@ -385,10 +351,8 @@ def _lstm_bwd(reverse, compute_dtype, unroll, res, cot):
         if valid is not None:  # a padded step passes the carry through
             valid_B = lax.dynamic_index_in_dim(valid, t, keepdims=False)[:, None]
             dc_prev = jnp.where(valid_B, dc_prev, dc)
-        # dG = dacts ⊙ act′ per gate (σ′ = a(1 − a), tanh′ = 1 − a²). The forget gate's term
-        # is written through dc_prev (= dc ⊙ f at a real step; a padded step's dG is zeroed),
-        # so every read of slot t feeds the value that overwrites it: XLA then updates the
-        # buffer in place instead of copying it at every step.
+        # dG = dacts ⊙ act′. The forget term goes through dc_prev (= dc ⊙ f at a real step) so
+        # every read of slot t feeds the value overwriting it: XLA updates the buffer in place.
         dg = jnp.concatenate(
             [
                 dc_all * gg * ig * (1.0 - ig),
@@ -459,10 +423,8 @@ def _gru_forward(
 
 @partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
 def gru_layer(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll=1):
-    """GRU (``reset_after``) layer, time-major: returns ``(y_TxBxH, h_T)``.
-
-    ``w_ih: [P, 3H]``, ``b: [3H]``, ``w_hh: [H, 3H]`` (gate order r, z, n), ``b_hn: [H]``.
-    """
+    """GRU (``reset_after``) layer, time-major: ``(y_TxBxH, h_T)``; ``w_ih: [P, 3H]``,
+    ``w_hh: [H, 3H]``, ``b_hn: [H]``."""
     h, (hs, _) = _gru_forward(
         x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll, keep=False
     )

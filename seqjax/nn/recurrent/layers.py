@@ -1,29 +1,22 @@
 r"""Recurrent layers: ``RNN`` (a cell scanned over time), ``Bidirectional``, ``StackedRNN``.
 
-A layer runs its cell's recurrence ``(carry_t, y_t) = cell(carry_{t-1}, x_t)`` for
-``t = 1..T`` (MEDL (7.1)–(7.2); J&M Fig. 9.2); the equation is the cell's
-(:mod:`seqjax.nn.cells`), the layer chooses how the loop runs (``implementation``: a
-``lax.scan`` of ``cell.step``, the whole-layer kernels of :mod:`._layer_kernels`, or cuDNN
-through :mod:`._cudnn`). The backend probe ``_on_gpu`` and the GPU default
-``GPU_SCAN_UNROLL`` are read here, so this is the module to patch them in.
+A layer runs its cell's recurrence ``(carry_t, y_t) = cell(carry_{t-1}, x_t)``, ``t = 1..T``
+(MEDL (7.1)–(7.2); J&M Fig. 9.2); the equation is the cell's (:mod:`seqjax.nn.cells`), the
+layer chooses the loop (``implementation``: see :class:`RNN`). Patch the backend probe
+``_on_gpu`` and ``GPU_SCAN_UNROLL`` in this module.
 
-Shapes: ``x_BxTxP`` in, ``y_BxTxH`` out (batch-major; ``time_major=True`` for
-``[T, B, P]``). Variable length is given by ``lengths: int32[B]`` (right
-padding): outputs at ``t >= lengths[b]`` are exactly zero and the returned
-carry is the carry after step ``lengths[b] - 1`` (the initial carry when the
-length is 0). ``reverse=True`` runs each sequence from its own last real step
-back to its first (MEDL (7.14)'s ``h_r``), not from the padded end.
+Shapes: ``x_BxTxP`` in, ``y_BxTxH`` out (``time_major=True``: ``[T, B, ...]``). ``lengths:
+int32[B]`` (right padding): outputs at ``t >= lengths[b]`` are exactly zero and the returned
+carry is the one after step ``lengths[b] - 1`` (the initial carry for length 0).
+``reverse=True`` runs each sequence from its own last real step back to its first (MEDL
+(7.14)'s ``h_r``), not from the padded end.
 
-``lengths`` are checked once per call (a host read when they are concrete): a layer called
-directly checks them; :class:`StackedRNN` and :class:`Bidirectional` check once and hand
-their layers the result, a :class:`~seqjax._checks.ValidLengths`, and so do the models of
-:mod:`seqjax.models`, which check their ``lengths`` at their own door. A layer given a
-``ValidLengths`` checks its shape only.
-
-Under ``jit`` lengths cannot be read: a row whose length lies outside ``[0, T]`` gets NaN
-outputs and a NaN final carry (never lengths clipped to ``[0, T]``), and
-:func:`~seqjax._checks.check_lengths` records the condition as a checkify check, an error
-under ``seqjax.checked`` (the policy of :mod:`seqjax._traced_checks`).
+``lengths`` are checked once per call (a host read when concrete): :class:`StackedRNN`,
+:class:`Bidirectional` and the models of :mod:`seqjax.models` check them and pass a
+:class:`~seqjax._checks.ValidLengths`, of which a layer checks the shape only. Under ``jit``,
+a row whose length lies outside ``[0, T]`` gets NaN outputs and final carry (lengths are never
+clipped), and :func:`~seqjax._checks.check_lengths` records a checkify check, an error under
+``seqjax.checked`` (:mod:`seqjax._traced_checks`).
 """
 
 from __future__ import annotations
@@ -81,8 +74,7 @@ def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
 
 
 def _check_lengths(lengths: Any, batch: int, num_steps: int) -> ValidLengths | None:
-    """:func:`seqjax._checks.check_lengths` (the one check; a ``ValidLengths`` is not read
-    again), ``None`` passed through."""
+    """:func:`seqjax._checks.check_lengths`, ``None`` passed through."""
     if lengths is None:
         return None
     return check_lengths(lengths, "lengths", batch, num_steps)
@@ -91,10 +83,7 @@ def _check_lengths(lengths: Any, batch: int, num_steps: int) -> ValidLengths | N
 def _poison_bad_lengths(
     carry: Carry, y: Array, lengths: Array | None, num_steps: int, time_major: bool
 ) -> tuple[Carry, Array]:
-    """NaN outputs and carry for the rows whose traced length lies outside ``[0, T]``.
-
-    Concrete lengths went through the host check; for those nothing is added.
-    """
+    """NaN outputs and carry for rows whose traced length is outside ``[0, T]``."""
     carry = jax.tree_util.tree_map(
         lambda a: poison_bad_lengths(a, lengths, 0, num_steps), carry
     )
@@ -115,65 +104,48 @@ def _on_gpu() -> bool:
     return jax.default_backend() == "gpu"
 
 
-# Steps unrolled per iteration of the scan on a GPU when `unroll` is left to the layer: the
-# fastest setting measured against the fused kernel and cuDNN (benchmarks/HISTORY.md, "The
-# user path on one GPU").
+# Steps unrolled per scan iteration on a GPU when `unroll` is None (measured fastest there).
 GPU_SCAN_UNROLL = 8
 
 
 class RNN(nn.Module):
-    r"""Scan a recurrent cell over time.
+    r"""Scan a recurrent cell over time: the module's recurrence, MEDL (7.1)–(7.2).
 
-    Computes ``(carry_t, y_t) = cell(carry_{t-1}, x_t)`` for ``t = 1..T``
-    (MEDL (7.1)–(7.2); J&M Fig. 9.2). The equation is the cell's; ``implementation``
-    chooses how the loop runs (same values and gradients, up to float rounding):
+    ``implementation`` chooses the loop (same values and gradients up to rounding):
 
-    * ``"scan"``: ``cell.input_projection`` for all steps at once, then autodiff of a
-      plain ``nn.scan`` over ``cell.step`` — any cell, any subclass, and ``resets``;
-    * ``"fused"``: a whole-layer kernel with a hand-written backward pass
-      (:mod:`seqjax.nn.recurrent._layer_kernels`), reached through
-      ``cell.layer_weights()`` — the cells whose equation has a kernel: ``ElmanCell``,
-      ``LSTMCell``, ``GRUCell(reset_after=True)`` and subclasses that keep their
-      parent's ``step``; no ``resets``;
-    * ``"cudnn"``: ``jax.experimental.rnn.lstm`` (one cuDNN call; GPU only, through
-      :mod:`seqjax.nn.recurrent._cudnn`) for
-      ``"lstm"`` weights, forward direction, no ``resets``; runs in float32;
-    * ``"auto"`` (default): on a GPU ``"scan"`` unrolled ``GPU_SCAN_UNROLL`` steps per
-      iteration (the fastest path measured there, ahead of the fused kernel and of
-      cuDNN); elsewhere ``"fused"`` when the cell has a kernel and there are no
-      ``resets``, else ``"scan"``. On CPU/TPU this is the fused kernel for Elman, LSTM
-      and the reset-after GRU, and the scan of ``step`` for MEDL's reset-before GRU
-      (``GRUCell(reset_after=False)``), :class:`~seqjax.nn.OutputFeedbackCell`,
-      :class:`~seqjax.nn.SimpleGatedCell` and subclasses with their own ``step``.
+    * ``"scan"``: ``cell.input_projection`` for all steps, then autodiff of ``nn.scan`` over
+      ``cell.step``: any cell, and ``resets``;
+    * ``"fused"``: the cell's whole-layer kernel with a hand-written backward
+      (:mod:`seqjax.nn.recurrent._layer_kernels`, via ``cell.layer_weights()``): ``ElmanCell``,
+      ``LSTMCell``, ``GRUCell(reset_after=True)`` and subclasses keeping their equation; no
+      ``resets``;
+    * ``"cudnn"``: ``jax.experimental.rnn.lstm`` (:mod:`seqjax.nn.recurrent._cudnn`; GPU only,
+      float32) for ``"lstm"`` weights, forward direction, no ``resets``;
+    * ``"auto"`` (default): on a GPU ``"scan"`` unrolled ``GPU_SCAN_UNROLL`` steps (measured
+      fastest there); elsewhere ``"fused"`` when the cell has a kernel and no ``resets`` are
+      given, else ``"scan"``.
 
-    Call: ``rnn(x, lengths=None, initial_carry=None, resets=None)`` with
-
-    * ``x``: ``[B, T, P]`` (``[T, B, P]`` if ``time_major``);
-    * ``lengths``: optional ``int32[B]`` in ``[0, T]``;
-    * ``initial_carry``: optional; defaults to ``cell.initialize_carry`` (zeros);
-    * ``resets``: optional ``bool[B, T]``; where True the carry is reset to the
-      initial carry *before* that step (sequence packing with segment ids).
-
-    Returns ``y: [B, T, H]``; :meth:`with_state` (same arguments) returns
-    ``(y, final_carry)``, the order of every stateful layer (the carry protocol of
-    :class:`StackedRNN`).
+    Other requests raise ValueError. Call ``rnn(x, lengths=None, initial_carry=None,
+    resets=None)``: ``x: [B, T, P]``; ``lengths``: ``int32[B]`` in ``[0, T]``;
+    ``initial_carry``: default ``cell.initialize_carry`` (zeros); ``resets: bool[B, T]``, True
+    resets the carry to the initial carry *before* that step (packing with segment ids).
+    Returns ``y: [B, T, H]``; :meth:`with_state` (same arguments) returns ``(y, final_carry)``
+    (the carry protocol of :class:`StackedRNN`).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from seqjax.nn import RNN, LSTMCell
         >>> rnn = RNN(LSTMCell(8))
-        >>> x = jnp.ones((2, 5, 3))
-        >>> params = rnn.init(jax.random.PRNGKey(0), x)
+        >>> x = jnp.ones((2, 5, 3)); params = rnn.init(jax.random.PRNGKey(0), x)
         >>> y, (c, h) = rnn.apply(params, x, lengths=jnp.array([5, 2]), method="with_state")
         >>> y.shape, bool((y[1, 2:] == 0).all())
         ((2, 5, 8), True)
 
     Attributes:
         cell: a :class:`~seqjax.nn.RecurrentCell`.
-        reverse: process each sequence from its last real step to its first;
-            outputs stay in the input's time order.
-        unroll: steps unrolled per loop iteration in ``lax.scan``; ``None`` (default):
-            ``GPU_SCAN_UNROLL`` for the scan on a GPU, else 1.
+        reverse: run each sequence from its last real step to its first (outputs stay in
+            time order).
+        unroll: steps per loop iteration; ``None``: ``GPU_SCAN_UNROLL`` for a GPU scan, else 1.
         time_major: inputs and outputs are ``[T, B, ...]``.
         implementation: ``"auto"``, ``"scan"``, ``"fused"`` or ``"cudnn"`` (above).
     """
@@ -248,8 +220,7 @@ class RNN(nn.Module):
         *,
         reverse: bool | None = None,
     ) -> tuple[Array, Carry]:
-        """``(y, final_carry)``: the call's outputs and the carry after each row's last
-        real step (the class docstring's arguments)."""
+        """``(y, final_carry)``, the carry after each row's last real step."""
         reverse = self.reverse if reverse is None else reverse
         check_rank(x, "x", 3)
         kernel = bound_param_shape(self, "cell", "input", "kernel")
@@ -284,8 +255,7 @@ class RNN(nn.Module):
             carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
             return y, carry
 
-        # "scan": hoisted input projection (one matmul over all time steps), then
-        # time-major for the scan (scanning the leading axis avoids strided slices per step).
+        # "scan": hoisted input projection, then time-major (no strided slices per step).
         xp_TxBxG = jnp.swapaxes(self.cell.input_projection(x_BxTxP), 0, 1)
         resets_TxB = None if resets is None else jnp.swapaxes(resets, 0, 1)
         reset_carry = default_carry if initial_carry is None else initial_carry
@@ -329,8 +299,8 @@ class RNN(nn.Module):
         compute = jnp.dtype(
             self.cell.dtype or jnp.result_type(x, weights.input_kernel, weights.recurrent_kernel)
         )
-        # Inside a sharded step: weights gathered once before the time loop, batch split
-        # on inputs and carry, so the loop body has no collectives (seqjax.nn._sharding).
+        # Sharded: weights gathered once before the loop, batch split on inputs and carry, so
+        # the loop body has no collectives (seqjax.nn._sharding).
         w_ih, b, w_hh, b_hn = _sharding.replicate(
             (weights.input_kernel, weights.bias, weights.recurrent_kernel, weights.recurrent_bias)
         )
@@ -386,11 +356,9 @@ class Bidirectional(nn.Module):
         h^f_t = f(h^f_{t-1}, x_t),\quad h^r_t = f'(h^r_{t+1}, x_t),\quad
         y_t = \mathrm{merge}(h^f_t, h^r_t)
 
-    MEDL (7.14); J&M (9.18)–(9.20) (``concat``). The backward RNN starts at
-    each sequence's own last real step (``lengths``), so padding never leaks
-    into it. ``merge``: ``"concat"`` (default), ``"sum"``, ``"mul"`` or a callable.
-
-    Returns ``y``; :meth:`with_state` returns ``(y, (carry_f, carry_b))``.
+    MEDL (7.14); J&M (9.18)–(9.20) (``concat``). The backward RNN starts at each sequence's own
+    last real step (``lengths``): padding never leaks into it. ``merge``: ``"concat"``
+    (default), ``"sum"``, ``"mul"`` or a callable. :meth:`with_state`: ``(y, (carry_f, carry_b))``.
     """
 
     forward: RNN
@@ -418,7 +386,7 @@ class Bidirectional(nn.Module):
         initial_carry: tuple[Carry, Carry] | None = None,
         resets: Array | None = None,
     ) -> tuple[Array, tuple[Carry, Carry]]:
-        """``(y, (carry_f, carry_b))``: the merged outputs and each direction's final carry."""
+        """``(y, (carry_f, carry_b))``: merged outputs, each direction's final carry."""
         merge = _merge_fn(self.merge)
         check_rank(x, "x", 3)
         lengths = _check_lengths(lengths, x.shape[0], x.shape[1])
@@ -440,39 +408,29 @@ class StackedRNN(nn.Module):
         h^{[\ell]}_t = f^{[\ell]}(h^{[\ell]}_{t-1}, \tilde h^{[\ell-1]}_t), \qquad
         h^{[0]}_t \equiv x_t
 
-    MEDL (7.15) (only ``h`` goes up; each layer's full carry goes forward in
-    time); J&M §9.5. ``tilde h`` is ``h`` after dropout (between layers only,
-    as PyTorch) and, with ``residual=True``, plus the layer's input when the
-    widths match (every layer after the first).
+    MEDL (7.15) (only ``h`` goes up; each layer's full carry goes forward in time); J&M §9.5.
+    ``tilde h`` is ``h`` after dropout (between layers only, as PyTorch), plus the layer's
+    input with ``residual=True`` where the widths match (every layer after the first).
 
-    Call: ``stack(x, lengths=None, initial_carry=None, deterministic=True, resets=None)``
-    returns ``y``; :meth:`with_state` (same arguments) returns ``(y, carry)`` where
-    ``carry`` is a tuple with one entry per layer, each a cell carry or, if bidirectional,
-    ``(fwd, bwd)``; ``initial_carry`` has the same layout (:meth:`zero_carry` builds the
-    zero one).
-
-    **Carry protocol** (every stateful layer of :mod:`seqjax.nn`, every recurrent model in
-    :mod:`seqjax.models` and the truncated BPTT route of :mod:`seqjax.train.tbptt`): the
-    state goes in as ``initial_carry=``; ``__call__`` returns the outputs and the method
-    ``with_state`` the pair ``(outputs, carry)``. (The cells' ``step`` keeps Flax's
-    ``(carry, y)``: it is the recurrence's own signature, not a layer's call.)
+    ``stack(x, lengths=None, initial_carry=None, deterministic=True, resets=None) -> y``;
+    :meth:`with_state` (same arguments) -> ``(y, carry)``, ``carry`` a tuple of one cell carry
+    per layer (``(fwd, bwd)`` if bidirectional), the layout of ``initial_carry`` (zeros:
+    :meth:`zero_carry`). This is the **carry protocol** of every stateful layer of
+    :mod:`seqjax.nn`, every recurrent model in :mod:`seqjax.models` and
+    :mod:`seqjax.train.tbptt` (the cells' ``step`` keeps Flax's ``(carry, y)``).
 
     Attributes:
-        features: hidden size ``H`` of every layer (per direction).
-        num_layers: ``L``.
+        features, num_layers: hidden size ``H`` of every layer (per direction); ``L``.
         cell_type: ``"lstm"``, ``"gru"``, ``"elman"`` or a cell class.
         bidirectional: concatenate a reversed layer at every level (output ``2H``).
-        dropout_rate: dropout rate on the outputs of every layer but the last.
+        dropout_rate: dropout on the outputs of every layer but the last.
         residual: add each layer's input to its output where the widths match.
-        cell_kwargs: extra constructor arguments for every cell
-            (e.g. ``{"reset_after": False}``, ``{"forget_bias": 1.0}``, ``{"use_bias": False}``).
-        implementation: ``"cudnn"`` (``jax.experimental.rnn.lstm``: one cuDNN call for
-            the whole stack; GPU only, plain LSTM, no residual, no dropout, no resets),
-            ``"scan"`` or ``"fused"`` (every layer an :class:`RNN` with that
-            implementation) or ``"auto"`` (every layer ``RNN(implementation="auto")``;
-            on a GPU the unrolled scan, measured faster than the cuDNN call).
-            Same parameters and outputs either way; see :func:`~seqjax.nn.cudnn_lstm_weights` for
-            the weight packing.
+        cell_kwargs: extra arguments for every cell (e.g. ``{"reset_after": False}``).
+        implementation: ``"scan"``, ``"fused"`` or ``"auto"`` (every layer an :class:`RNN`
+            with it), or ``"cudnn"``: one ``jax.experimental.rnn.lstm`` call for the stack (GPU,
+            float32 LSTM with at most ``forget_bias``/``use_bias`` in ``cell_kwargs``; no
+            residual, resets or active dropout; weights: :func:`~seqjax.nn.cudnn_lstm_weights`).
+            Same parameters and outputs either way.
     """
 
     features: int
@@ -514,10 +472,8 @@ class StackedRNN(nn.Module):
         )
 
     def zero_carry(self, batch_size: int, in_features: int = 1) -> tuple[Carry, ...]:
-        """The all-zero ``initial_carry`` for ``batch_size`` rows (one entry per layer).
-
-        ``in_features`` matters only for cells whose carry depends on the input width.
-        """
+        """The all-zero ``initial_carry``; ``in_features`` matters only to cells whose carry
+        depends on the input width."""
 
         def one(p: int) -> Carry:
             return self._cell().initialize_carry(jax.random.PRNGKey(0), (batch_size, p))
@@ -548,7 +504,7 @@ class StackedRNN(nn.Module):
         deterministic: bool = True,
         resets: Array | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
-        """``(y, carry)``: the top layer's outputs and every layer's final carry."""
+        """``(y, carry)``: the top layer's outputs, every layer's final carry."""
         if self.num_layers < 1:
             raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
         if not 0.0 <= self.dropout_rate < 1.0:
@@ -577,8 +533,7 @@ class StackedRNN(nn.Module):
                     f"{jax.default_backend()!r}. Use 'auto', 'fused' or 'scan'."
                 )
             return self._cudnn(x, lengths_array(lengths), initial_carry)
-        # Per layer: the stack's own choice, except that a whole-stack cuDNN request
-        # (building the parameters at init) runs the layers' default.
+        # A whole-stack cuDNN request (here only at init) builds the layers with "auto".
         layer_impl = "auto" if self.implementation == "cudnn" else self.implementation
         h = x
         finals = []
