@@ -9,10 +9,16 @@
   of Tiny Shakespeare and English–French pairs in the corpora's formats; no test downloads);
 * tests marked ``corpus`` need the full corpora in ``$SEQJAX_DATA_DIR`` and skip, with the
   reason, when it holds only the fixtures (``SEQJAX_REQUIRE_CORPUS=1`` makes that an error);
-* ``SEQJAX_COMPILE_CACHE=0``: the command line's compile cache off unless a test turns it on.
+* ``SEQJAX_COMPILE_CACHE=0``: the command line's compile cache off unless a test turns it on;
+  instead one persistent JAX compile cache for the run, in a new temporary folder that both
+  workers and every process a test starts share (``$JAX_COMPILATION_CACHE_DIR``), removed at
+  the end: a program compiled once (the same small model in another file, a recipe run again
+  to resume it, the second process of a two-process run) is read back, not compiled again.
 """
 
 import os
+import shutil
+import tempfile
 
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
@@ -35,6 +41,14 @@ if "SEQJAX_DATA_DIR" not in os.environ:
 # `seqjax train` keeps compiled programs in a per-user cache by default; the suite's runs
 # leave the user's cache alone (tests of the cache give it a temporary folder).
 os.environ.setdefault("SEQJAX_COMPILE_CACHE", "0")
+# The run's own compile cache (above): made by the first process that reads this file (the
+# controller, or the only process without xdist); the workers inherit the variable.
+_RUN_CACHE = "SEQJAX_TEST_COMPILE_CACHE"
+_made_run_cache = _RUN_CACHE not in os.environ
+if _made_run_cache:
+    os.environ[_RUN_CACHE] = tempfile.mkdtemp(prefix="seqjax-tests-jax-")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_RUN_CACHE]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import gc  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -75,6 +89,11 @@ def full_corpora_dir() -> str | None:
         if not folder or not os.path.isfile(path) or os.path.getsize(path) < size:
             return None
     return folder
+
+
+def pytest_unconfigure(config):
+    if _made_run_cache and not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ[_RUN_CACHE], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
