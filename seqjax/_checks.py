@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -326,6 +327,19 @@ def check_positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
     return value
+
+
+def check_optional_positive_int(value: Any, name: str) -> None:
+    """``None`` or a positive Python int, else a ``ValueError`` naming ``name``."""
+    if value is not None:
+        check_positive_int(value, name)
+
+
+def check_rate(value: Any, name: str) -> None:
+    """A rate or fraction, a real number in ``[0, 1)``, else a ``ValueError`` naming ``name``."""
+    real = isinstance(value, numbers.Real | np.number) and not isinstance(value, bool | np.bool_)
+    if not (real and 0.0 <= float(value) < 1.0):
+        raise ValueError(f"`{name}` must lie in [0, 1); got {value!r}.")
 
 
 def check_count_or_off(value: Any, name: str, owner: str, what: str) -> int:

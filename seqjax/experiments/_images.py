@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax._checks import check_rate
 from seqjax.data.batching import split_arrays
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
@@ -289,8 +290,7 @@ def digit_splits(val_fraction: float) -> dict[str, dict[str, np.ndarray]]:
     80/20 ``train``/``test`` split (seed 0) and, when ``val_fraction > 0``, that fraction
     of ``train`` held out as ``val`` (seed 1; ``train`` keeps the rest, ``fit`` the
     whole 80%)."""
-    if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"`val_fraction` must lie in [0, 1); got {val_fraction}.")
+    check_rate(val_fraction, "val_fraction")
     data = digits("rows")
     fit_rows, test = split_arrays({"x": data["inputs"], "y": data["labels"]}, 0.2, seed=0)
     out = {"fit": fit_rows, "train": fit_rows, "test": test}

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ValidLengths, check_rank
+from seqjax._checks import ValidLengths, check_optional_positive_int, check_rank
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     as_variables,
@@ -46,7 +46,7 @@ from seqjax.models._common import (
     flag_oov_rows,
     split_oov,
 )
-from seqjax.models.rnn import RNNConfig, check_optional_positive_int, require_vocab
+from seqjax.models.rnn import RNNConfig, require_vocab
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
 from seqjax.nn.recurrent import CELL_TYPES, RNN

@@ -16,7 +16,6 @@ Parameter names (golden trees in ``tests/golden/``): ``embed/embedding`` ``[V, E
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,8 +27,10 @@ from seqjax._checks import (
     ConfigBase,
     ValidLengths,
     check_count_or_off,
+    check_optional_positive_int,
     check_positive_int,
     check_rank,
+    check_rate,
     retired_flags,
 )
 from seqjax._traced_checks import poison_bad_ids
@@ -72,19 +73,6 @@ def check_flag(value: Any, name: str) -> None:
     """A Python ``bool`` (a config's on/off option), else a ``TypeError`` naming ``name``."""
     if not isinstance(value, bool):
         raise TypeError(f"`{name}` must be a bool; got {value!r}.")
-
-
-def check_rate(value: Any, name: str) -> None:
-    """A dropout rate, a real number in ``[0, 1)``, else a ``ValueError`` naming ``name``."""
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not (real and 0.0 <= float(value) < 1.0):
-        raise ValueError(f"`{name}` must be a number in [0, 1); got {value!r}.")
-
-
-def check_optional_positive_int(value: Any, name: str) -> None:
-    """``None`` or a positive Python int, else a ``ValueError`` naming ``name``."""
-    if value is not None:
-        check_positive_int(value, name)
 
 
 def cell_class(cell_type: Any) -> type[RecurrentCell]:

@@ -64,6 +64,7 @@ from flax import linen as nn
 
 from seqjax._checks import (
     ConfigBase,
+    check_optional_positive_int,
     check_positive_int,
     is_concrete,
     retired_flags,
@@ -84,7 +85,6 @@ from seqjax.models.rnn import (
     RNNConfig,
     cell_class,
     check_flag,
-    check_optional_positive_int,
     require_vocab,
 )
 from seqjax.nn.attention import Attention
@@ -92,6 +92,7 @@ from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
 from seqjax.nn.masks import padding_mask
 from seqjax.nn.recurrent import CELL_TYPES
+from seqjax.nn.recurrent.layers import select_rows
 
 Array = jax.Array
 Dtype = Any
@@ -138,12 +139,6 @@ def reverse_sequences(x_BxT: Array, lengths_B: Array | None) -> Array:
 def _carry_h(carry: Carry) -> Array:
     """The hidden state ``h`` of a cell carry (LSTM ``(c, h)`` -> ``h``)."""
     return carry[-1] if isinstance(carry, tuple) else carry
-
-
-def _select(valid_B: Array, new: Any, old: Any) -> Any:
-    return jax.tree_util.tree_map(
-        lambda a, b: jnp.where(valid_B.reshape(valid_B.shape + (1,) * (a.ndim - 1)), a, b), new, old
-    )
 
 
 class _DecoderStep(nn.Module):
@@ -207,7 +202,7 @@ class _DecoderStep(nn.Module):
             carry, h_BxH = self._cell(layer)(carries[layer], h_BxH)
             carry = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), carry, carries[layer])
             new_carries.append(carry)
-        new_carries = _select(valid_B, tuple(new_carries), tuple(carries))
+        new_carries = select_rows(valid_B, tuple(new_carries), tuple(carries))
         if self.context == "initial_state" or not self.output_context:
             out_BxO = h_BxH  # notes eq. (5) / MEDL (7.22): the output sees s^{t} alone
         elif self.context == "every_step":

@@ -14,7 +14,14 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import ConfigBase, check_count_or_off, check_positive_int, replace_fields
+from seqjax._checks import (
+    ConfigBase,
+    check_count_or_off,
+    check_optional_positive_int,
+    check_positive_int,
+    check_rate,
+    replace_fields,
+)
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU_VARIANTS, get_activation
 from seqjax.nn.norms import LayerNorm, RMSNorm
@@ -31,11 +38,6 @@ __all__ = ["BlockConfig"]
 _NORMS = ("pre", "post")
 _NORM_TYPES = ("layernorm", "rmsnorm")
 _FFN_TYPES = ("mlp", *GLU_VARIANTS)
-
-
-def _check_optional_positive_int(value: Any, name: str) -> None:
-    if value is not None:
-        check_positive_int(value, name)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -148,7 +150,7 @@ class BlockConfig(ConfigBase):
         ):
             raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads!r}.")
         for field in ("mlp_dim", "head_dim"):
-            _check_optional_positive_int(getattr(self, field), field)
+            check_optional_positive_int(getattr(self, field), field)
         check_count_or_off(self.window, "window", "BlockConfig", "no window, every key")
         check_positive_int(self.multiple_of, "multiple_of")
         g = self.num_kv_heads
@@ -188,8 +190,8 @@ class BlockConfig(ConfigBase):
             raise ValueError(f"`norm_epsilon` must be a number > 0 or None; got {eps!r}.")
         for field in ("dropout_rate", "attention_dropout_rate", "mlp_dropout_rate"):
             rate = getattr(self, field)
-            if rate is not None and not 0.0 <= rate < 1.0:
-                raise ValueError(f"`{field}` must lie in [0, 1); got {rate}.")
+            if rate is not None:
+                check_rate(rate, field)
         if self.attention is not None:
             # options of the default MultiHeadAttention that a custom factory never receives
             defaults = {f.name: f.default for f in dataclasses.fields(BlockConfig)}

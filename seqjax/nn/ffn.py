@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields
+from seqjax._checks import NamedFields, check_rate
 from seqjax.nn.dense import Dense
 
 Array = jax.Array
@@ -93,11 +93,6 @@ def _check_features(x: Any) -> None:
         raise ValueError(f"`x` must have a feature axis (rank >= 1); got shape {jnp.shape(x)}.")
 
 
-def _check_rate(rate: float) -> None:
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"`dropout_rate` must lie in [0, 1); got {rate}.")
-
-
 class MLP(NamedFields, nn.Module):
     r"""Two-layer position-wise feed-forward network.
 
@@ -144,7 +139,7 @@ class MLP(NamedFields, nn.Module):
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
         """``x: [..., D] -> [..., D']``; dropout only when ``deterministic=False``."""
         _check_features(x)
-        _check_rate(self.dropout_rate)
+        check_rate(self.dropout_rate, "dropout_rate")
         features = x.shape[-1]
         hidden = self.mlp_dim if self.mlp_dim is not None else 4 * features
         if hidden <= 0:
@@ -215,7 +210,7 @@ class GLU(NamedFields, nn.Module):
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
         """``x: [..., D] -> [..., D']``; dropout only when ``deterministic=False``."""
         _check_features(x)
-        _check_rate(self.dropout_rate)
+        check_rate(self.dropout_rate, "dropout_rate")
         if self.variant not in GLU_VARIANTS:
             raise ValueError(
                 f"`variant` must be one of {sorted(GLU_VARIANTS)}; got {self.variant!r}."

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_bool, check_integer, is_concrete
+from seqjax._checks import check_bool, check_integer, check_rate, is_concrete
 from seqjax._traced_checks import record_vocab_ids
 
 Array = jax.Array
@@ -127,8 +127,7 @@ def token_cross_entropy(
         True
     """
     _check_logits_labels(logits, labels, mask)
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"`label_smoothing` must lie in [0, 1); got {label_smoothing}.")
+    check_rate(label_smoothing, "label_smoothing")
     z = jnp.asarray(logits)
     if not jnp.issubdtype(z.dtype, jnp.floating):
         z = z.astype(jnp.float32)

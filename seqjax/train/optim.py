@@ -51,7 +51,7 @@ from optax.contrib._muon import (  # optax's public muon bias-corrects its momen
     scale_by_shape,
 )
 
-from seqjax._checks import ConfigBase
+from seqjax._checks import ConfigBase, check_rate
 from seqjax.utils import count_params
 
 Array = jax.Array
@@ -167,8 +167,8 @@ class OptimizerConfig(ConfigBase):
                 )
 
     def _check_muon(self) -> None:
-        if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"`momentum` must lie in [0, 1); got {self.momentum}.")
+        if self.momentum is not None:
+            check_rate(self.momentum, "momentum")
         if self.name != "muon":
             defaults = {f.name: f.default for f in dataclasses.fields(self)}
             changed = [k for k in _MUON_ONLY if getattr(self, k) != defaults[k]]

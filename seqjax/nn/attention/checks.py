@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from seqjax._checks import check_bool, check_rank
+from seqjax._checks import check_bool, check_rank, check_rate
 from seqjax.nn.masks import causal_mask
 
 Array = jax.Array
@@ -145,8 +145,7 @@ def check_attention_args(
         raise ValueError(
             f"the number of kv heads ({hkv}) must divide the number of query heads ({h})."
         )
-    if not 0.0 <= dropout_rate < 1.0:
-        raise ValueError(f"`dropout_rate` must lie in [0, 1); got {dropout_rate}.")
+    check_rate(dropout_rate, "dropout_rate")
     if dropout_rate > 0.0 and dropout_rng is None:
         raise ValueError("`dropout_rng` is required when `dropout_rate` > 0.")
     target = (b, h, q_len, k_len)

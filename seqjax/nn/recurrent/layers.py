@@ -64,7 +64,7 @@ def _step_mask(lengths_B: ValidLengths, num_steps: int) -> Array:
     return padding_mask(lengths_B, num_steps).T
 
 
-def _select(pred_B: Array, on_true: Any, on_false: Any) -> Any:
+def select_rows(pred_B: Array, on_true: Any, on_false: Any) -> Any:
     """Per-batch-row ``where`` over matching pytrees of ``[B, ...]`` arrays."""
     return jax.tree_util.tree_map(
         lambda a, b: jnp.where(pred_B.reshape(pred_B.shape + (1,) * (a.ndim - 1)), a, b),
@@ -263,12 +263,12 @@ class RNN(nn.Module):
         def body(cell: RecurrentCell, carry: Carry, inputs: tuple) -> tuple[Carry, Array]:
             xp_BxG, valid_B, reset_B = inputs
             if reset_B is not None:
-                carry = _select(reset_B, reset_carry, carry)
+                carry = select_rows(reset_B, reset_carry, carry)
             new_carry, y_BxH = cell.step(carry, xp_BxG)
             # Keep the carry's dtype stable across steps (bf16 compute, fp32 carry).
             new_carry = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), new_carry, carry)
             if valid_B is not None:
-                new_carry = _select(valid_B, new_carry, carry)
+                new_carry = select_rows(valid_B, new_carry, carry)
                 y_BxH = jnp.where(valid_B[:, None], y_BxH, jnp.zeros_like(y_BxH))
             return new_carry, y_BxH
 
