@@ -322,11 +322,24 @@ def check_vocab_ids(x: Any, name: str, vocab_size: int, mask: Any = None) -> Non
         )
 
 
+def _not_positive_int(value: Any, name: str) -> ValueError:
+    """The one message of the positive-int checks."""
+    return ValueError(f"`{name}` must be a positive int; got {value!r}.")
+
+
 def check_positive_int(value: Any, name: str) -> int:
     """A positive Python int (a size or threshold), else a ``ValueError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+        raise _not_positive_int(value, name)
     return value
+
+
+def check_positive_ints(**values: Any) -> None:
+    """Each value a positive int, a Python or a numpy integer (a data size read off an array),
+    else a ``ValueError`` naming the first that is not (:func:`check_positive_int`'s message)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+            raise _not_positive_int(value, name)
 
 
 def check_optional_positive_int(value: Any, name: str) -> None:

@@ -56,7 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_count_or_off
+from seqjax._checks import check_count_or_off, check_positive_ints
 from seqjax.models._common import check_prompt
 
 Array = jax.Array
@@ -223,12 +223,7 @@ def _check_prompt(
     prompt_BxT, prompt_lengths_B = check_prompt(
         prompt_BxT, prompt_lengths_B, vocab if isinstance(vocab, int) else None
     )
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, (int, np.integer))
-        or max_new_tokens < 1
-    ):
-        raise ValueError(f"`max_new_tokens` must be a positive int; got {max_new_tokens!r}.")
+    check_positive_ints(max_new_tokens=max_new_tokens)
     _check_special_ids(model, eos_id, pad_id)
     return prompt_BxT, prompt_lengths_B
 
@@ -555,8 +550,7 @@ def beam_search(
     have that length). ``beam_size=1`` with ``length_penalty=0`` is exactly greedy; a beam as
     wide as the hypothesis space is exhaustive search (Bishop (12.34)).
     """
-    if not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
-        raise ValueError(f"`beam_size` must be a positive int; got {beam_size!r}.")
+    check_positive_ints(beam_size=beam_size)
     if length_penalty < 0:
         raise ValueError(f"`length_penalty` must be >= 0; got {length_penalty}.")
     prompt_BxT, lengths_B = _check_prompt(

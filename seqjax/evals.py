@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import renamed_keywords
+from seqjax._checks import check_positive_int, renamed_keywords
 from seqjax.train.losses import token_cross_entropy
 
 Array = jax.Array
@@ -252,10 +252,8 @@ class TaskBatches(Sequence[dict[str, np.ndarray]]):
     @renamed_keywords(seq_len="block_size")
     def __init__(self, task: EvalTask, encode: Encode, *, items_per_batch: int,
                  block_size: int, vocab_size: int | None = None) -> None:
-        for what, value, low in (("items_per_batch", items_per_batch, 1),
-                                 ("block_size", block_size, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"`{what}` must be an int >= {low}; got {value!r}.")
+        check_positive_int(items_per_batch, "items_per_batch")
+        check_positive_int(block_size, "block_size")
         if not task.items:
             raise ValueError(f"task {task.name!r} has no items.")
         self.task, self.items_per_batch, self.block_size = task, items_per_batch, block_size
@@ -279,9 +277,7 @@ class TaskBatches(Sequence[dict[str, np.ndarray]]):
 
     def regrouped(self, items_per_batch: int) -> TaskBatches:
         """The same items (encoded once) in batches of ``items_per_batch``."""
-        if isinstance(items_per_batch, bool) or not isinstance(items_per_batch, int) or (
-                items_per_batch < 1):
-            raise ValueError(f"`items_per_batch` must be an int >= 1; got {items_per_batch!r}.")
+        check_positive_int(items_per_batch, "items_per_batch")
         out = copy.copy(self)
         out.items_per_batch = items_per_batch
         return out

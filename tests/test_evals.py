@@ -306,7 +306,7 @@ def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"item 0: an item's context encodes to no tokens"):
         TaskBatches(EvalTask("t", "choice", [(("", ""), ("x", "x"), 0)]), small_encode,
                     items_per_batch=1, block_size=8)
-    with pytest.raises(ValueError, match=r"`items_per_batch` must be an int >= 1; got 0"):
+    with pytest.raises(ValueError, match=r"`items_per_batch` must be a positive int; got 0"):
         TaskBatches(EvalTask("t", "choice", [item]), small_encode, items_per_batch=0, block_size=8)
     with pytest.raises(ValueError, match=r"item 1: token ids outside the model's vocabulary"):
         TaskBatches(EvalTask("t", "choice", [item, (("9", "9"), ("x", "x"), 0)]),

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from seqjax._checks import renamed_keywords
+from seqjax._checks import check_positive_ints, renamed_keywords
 
 __all__ = [
     "split_text",
@@ -101,7 +101,7 @@ def pad_batch(
         >>> b["ids"].tolist(), b["lengths"].tolist()
         ([[5, 6, 7], [8, 0, 0]], [3, 1])
     """
-    _check_positive(pad_to_multiple=pad_to_multiple)
+    check_positive_ints(pad_to_multiple=pad_to_multiple)
     if length is not None and (not isinstance(length, int | np.integer) or length < 0):
         raise ValueError(f"`length` must be an int >= 0 or None; got {length!r}.")
     lengths = np.array([len(s) for s in seqs], np.int32)
@@ -274,13 +274,6 @@ def packed_attention_mask(segment_ids_BxT: np.ndarray, *, causal: bool = True) -
 
 
 # ----------------------------------------------------------------------------- windows
-def _check_positive(**values: Any) -> None:
-    """``ValueError`` unless every value is an int >= 1 (a window, batch or chunk size)."""
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"`{name}` must be an int >= 1; got {v!r}.")
-
-
 def _prefix(column: str) -> str:
     """``"ids" -> ""``, ``"src_ids" -> "src_"``, ``"x" -> "x_"``: names of companion columns."""
     return column[:-3] if column.endswith("ids") else column + "_"
@@ -300,9 +293,10 @@ def make_streams(tokens: Any, batch_size: int) -> np.ndarray:
     tokens = np.asarray(tokens)
     if tokens.ndim != 1:
         raise ValueError(f"`tokens` must be 1-D; got shape {tokens.shape}.")
-    if batch_size < 1 or tokens.shape[0] < 2 * batch_size:
+    check_positive_ints(batch_size=batch_size)
+    if tokens.shape[0] < 2 * batch_size:
         raise ValueError(
-            f"`batch_size` must be >= 1 with at least 2 tokens per row; got {batch_size} rows "
+            f"`batch_size` must leave at least 2 tokens per row; got {batch_size} rows "
             f"for {tokens.shape[0]} tokens."
         )
     length = tokens.shape[0] // batch_size

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from seqjax._checks import check_vocab_ids
+from seqjax._checks import check_positive_ints, check_vocab_ids
 
 __all__ = ["DeviceLMWindows", "DeviceStreamChunks"]
 
@@ -58,9 +58,7 @@ class DeviceLMWindows:
 
     def __init__(self, tokens_N: Any, batch_size: int, block_size: int, *, seed: int = 0,
                  vocab_size: int | None = None, mesh: Mesh | None = None) -> None:
-        for name, v in (("batch_size", batch_size), ("block_size", block_size)):
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-                raise ValueError(f"`{name}` must be a positive int; got {v!r}.")
+        check_positive_ints(batch_size=batch_size, block_size=block_size)
         tokens = np.asarray(tokens_N)
         if tokens.ndim != 1 or len(tokens) <= block_size:
             raise ValueError(f"`tokens_N` must be 1-D and longer than block_size={block_size}; "
@@ -136,9 +134,7 @@ class DeviceStreamChunks:
             raise ValueError(f"`tokens_N` must be 1-D; got shape {tokens.shape}.")
         if not np.issubdtype(tokens.dtype, np.integer):
             raise TypeError(f"`tokens_N` must hold integer ids; got {tokens.dtype}.")
-        for name, v in (("batch_size", batch_size), ("seq_len", seq_len)):
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-                raise ValueError(f"`{name}` must be an int >= 1; got {v!r}.")
+        check_positive_ints(batch_size=batch_size, seq_len=seq_len)
         length = (len(tokens) - 1) // int(batch_size)
         if length < seq_len:
             raise ValueError(f"`tokens_N` has {len(tokens)} tokens: too few for {batch_size} "

@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from seqjax._checks import renamed_keywords
+from seqjax._checks import check_positive_ints, renamed_keywords
 from seqjax.data.batching import (
-    _check_positive,
     _leading_dim,
     _prefix,
     bucket_batches,
@@ -173,7 +172,7 @@ class TBPTTIterator(ResumableIterator):
         host_index: int | None = None,
         host_count: int | None = None,
     ):
-        _check_positive(batch_size=batch_size, seq_len=seq_len)
+        check_positive_ints(batch_size=batch_size, seq_len=seq_len)
         tokens = np.asarray(tokens_N)
         self.host_index, self.host_count = _iterator_host(host_index, host_count)
         g = batch_size * self.host_count
@@ -234,7 +233,7 @@ class _EpochIterator(ResumableIterator):
         host_index: int | None,
         host_count: int | None,
     ):
-        _check_positive(batch_size=batch_size)
+        check_positive_ints(batch_size=batch_size)
         self.host_index, self.host_count = _iterator_host(host_index, host_count)
         if self.host_count > 1 and not drop_remainder:
             raise ValueError(

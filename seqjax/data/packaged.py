@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from seqjax._checks import check_positive_ints
 from seqjax._optional import require
-from seqjax.data.synthetic import Seed, _positive, _rng
+from seqjax.data.synthetic import Seed, _rng
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
@@ -92,7 +93,7 @@ def grapheme_to_phoneme(
             first.setdefault(parts[0], parts[1:])
     entries = sorted(first.items())
     if max_words is not None:
-        _positive(max_words=max_words)
+        check_positive_ints(max_words=max_words)
         keep = np.sort(
             _rng(seed).choice(len(entries), size=min(max_words, len(entries)), replace=False)
         )
@@ -163,7 +164,7 @@ def forecasting_windows(
     x = np.asarray(series, np.float32)
     if x.ndim != 1:
         raise ValueError(f"`series` must be 1-D; got shape {x.shape}.")
-    _positive(input_length=input_length, horizon=horizon, stride=stride)
+    check_positive_ints(input_length=input_length, horizon=horizon, stride=stride)
     m = (len(x) - input_length - horizon) // stride + 1
     if m < 1:
         raise ValueError(

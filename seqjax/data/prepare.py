@@ -90,6 +90,7 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._checks import check_optional_positive_int, check_positive_int
 from seqjax._io import write_json
 from seqjax._optional import require
 from seqjax.data.shards import MANIFEST, sha256_file, write_shard
@@ -573,16 +574,13 @@ def _check_options(fmt: str, split: str, docs: str, shard_size: int, workers: in
             0 < shard_size < 2**31):
         raise ValueError(f"`shard_size` must be an int in [1, 2**31 - 1] (llm.c's int32 "
                          f"header); got {shard_size!r}.")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"`workers` must be an int >= 1; got {workers!r}.")
+    check_positive_int(workers, "workers")
     given = {k: v for k, v in val.items() if v is not None}
     if len(given) > 1:
         raise ValueError(f"give at most one of `val_documents`, `val_tokens`, "
                          f"`val_fraction`; got {given}.")
     for key in ("val_documents", "val_tokens"):
-        v = val[key]
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"`{key}` must be an int >= 1; got {v!r}.")
+        check_optional_positive_int(val[key], key)
     f = val["val_fraction"]
     if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float))
                           or not 0 < f < 1):

@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from seqjax._checks import check_vocab_ids, renamed_keywords
-from seqjax.data.batching import _check_positive
+from seqjax._checks import check_positive_ints, check_vocab_ids, renamed_keywords
 from seqjax.data.iterators import HOST_RENAMES, ResumableIterator, _iterator_host
 
 __all__ = ["ALIGNS", "LMWindowIterator", "ShardWindows", "ValidationWindows"]
@@ -71,7 +70,7 @@ class ShardWindows(ResumableIterator):
                  seed: int = 0, align: str = "random", eot: int | None = None,
                  host_index: int | None = None, host_count: int | None = None,
                  steps: int | None = None, source: str | None = None) -> None:
-        _check_positive(batch_size=batch_size, block_size=block_size)
+        check_positive_ints(batch_size=batch_size, block_size=block_size)
         self.source = source
         if align not in ALIGNS:
             raise ValueError(f"`align` must be one of {ALIGNS}; got {align!r}.")
@@ -174,7 +173,7 @@ class LMWindowIterator(ShardWindows):
     def __init__(self, tokens_N: np.ndarray, batch_size: int, block_size: int, *,
                  seed: int = 0, steps: int | None = None, host_index: int | None = None,
                  host_count: int | None = None, vocab_size: int | None = None) -> None:
-        _check_positive(batch_size=batch_size, block_size=block_size)
+        check_positive_ints(batch_size=batch_size, block_size=block_size)
         self.tokens = np.asarray(tokens_N)
         if vocab_size is not None:
             check_vocab_ids(self.tokens, "tokens_N", int(vocab_size))
@@ -203,9 +202,9 @@ class ValidationWindows(Sequence[dict[str, np.ndarray]]):
 
     def __init__(self, shards: Sequence[np.ndarray], batch_size: int, block_size: int,
                  num_tokens: int | None = None, *, tail: bool = False) -> None:
-        _check_positive(batch_size=batch_size, block_size=block_size)
+        check_positive_ints(batch_size=batch_size, block_size=block_size)
         if num_tokens is not None:
-            _check_positive(num_tokens=num_tokens)
+            check_positive_ints(num_tokens=num_tokens)
         self.shards, self.batch_size, self.block_size = list(shards), batch_size, block_size
         rows: list[tuple[int, int, int]] = []  # (shard, start, predicted tokens)
         budget = num_tokens if num_tokens is not None else np.inf

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._checks import check_positive_ints
+
 __all__ = [
     "PAD_ID",
     "BOS_ID",
@@ -39,12 +41,6 @@ def _rng(seed: Seed) -> np.random.Generator:
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
-def _positive(**kwargs: int) -> None:
-    for k, v in kwargs.items():
-        if not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"`{k}` must be a positive int; got {v!r}.")
-
-
 def _pad_rows(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ids = np.full((len(rows), width), PAD_ID, np.int32)
     lengths = np.array([len(r) for r in rows], np.int32)
@@ -61,7 +57,7 @@ def _seq2seq(
     seed: Seed,
     transform: Any,
 ) -> dict[str, np.ndarray]:
-    _positive(
+    check_positive_ints(
         num_examples=num_examples,
         min_length=min_length,
         max_length=max_length,
@@ -170,7 +166,7 @@ def copy_memory(
         >>> int(d["inputs"][0, 4]), d["targets"][0, -2:].tolist() == d["inputs"][0, :2].tolist()
         (9, True)
     """
-    _positive(
+    check_positive_ints(
         num_examples=num_examples, num_to_copy=num_to_copy, delay=delay, num_symbols=num_symbols
     )
     rng = _rng(seed)
@@ -197,7 +193,7 @@ def adding_problem(num_examples: int, length: int, *, seed: Seed = 0) -> dict[st
         >>> d["inputs"].shape, d["inputs"][..., 1].sum(1).tolist()
         ((3, 10, 2), [2.0, 2.0, 2.0])
     """
-    _positive(num_examples=num_examples)
+    check_positive_ints(num_examples=num_examples)
     if not isinstance(length, int) or length < 2:
         raise ValueError(f"`length` must be an int >= 2; got {length!r}.")
     rng = _rng(seed)
@@ -236,7 +232,7 @@ def associative_recall(
         >>> int(x[list(x[:-2:2]).index(q) * 2 + 1]) == int(d["targets"][0])
         True
     """
-    _positive(
+    check_positive_ints(
         num_examples=num_examples, num_pairs=num_pairs, num_keys=num_keys, num_values=num_values
     )
     if num_pairs > num_keys:
@@ -283,7 +279,7 @@ def selective_copying(
         >>> x[x >= 3][:3].tolist() == d["targets"][0].tolist(), x[-3:].tolist()
         (True, [2, 2, 2])
     """
-    _positive(
+    check_positive_ints(
         num_examples=num_examples, seq_len=seq_len, num_tokens=num_tokens, num_symbols=num_symbols
     )
     if num_tokens > seq_len:
@@ -347,7 +343,7 @@ def long_range_agreement(
         >>> " ".join(v[i] for i in d["tokens"][0][: d["lengths"][0]])
         'the planes that the pilots were booking were full .'
     """
-    _positive(num_examples=num_examples)
+    check_positive_ints(num_examples=num_examples)
     if not 0 <= min_attractors <= max_attractors:
         raise ValueError(
             f"need 0 <= `min_attractors` <= `max_attractors`; got {min_attractors}, "

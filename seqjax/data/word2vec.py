@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._checks import check_positive_ints
+
 __all__ = [
     "skipgram_pairs",
     "cbow_windows",
@@ -42,8 +44,7 @@ def skipgram_pairs(ids_N: Any, window: int) -> tuple[np.ndarray, np.ndarray]:
         [(7, 8), (8, 7), (8, 9), (9, 8)]
     """
     ids = _ids(ids_N)
-    if window < 1:
-        raise ValueError(f"`window` must be >= 1; got {window}.")
+    check_positive_ints(window=window)
     centers, contexts = [], []
     for j in range(1, window + 1):
         if j >= len(ids):
@@ -67,8 +68,7 @@ def cbow_windows(ids_N: Any, window: int) -> tuple[np.ndarray, np.ndarray, np.nd
         ([[0, 6], [5, 7], [6, 0]], [[False, True], [True, True], [True, False]], [5, 6, 7])
     """
     ids = _ids(ids_N)
-    if window < 1:
-        raise ValueError(f"`window` must be >= 1; got {window}.")
+    check_positive_ints(window=window)
     n = len(ids)
     offsets = np.r_[np.arange(-window, 0), np.arange(1, window + 1)]
     pos = np.arange(n)[:, None] + offsets[None, :]

@@ -80,6 +80,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from seqjax._checks import check_positive_ints
 from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.data.iterators import TBPTTIterator
@@ -302,9 +303,8 @@ def stream_nll(model: RNNLanguageModel, params: Any, ids: np.ndarray, rows: int,
 def build(cfg: Config) -> Task:
     """The one run: Zaremba's LSTM by truncated BPTT over the training stream, validation and
     test perplexity (on the host, the state carried) after every epoch; the results table."""
-    if cfg.block_size < 1 or cfg.epochs < 1 or cfg.test_batch_size < 1:
-        raise ValueError("`block_size`, `epochs` and `test_batch_size` must be >= 1; got "
-                         f"{cfg.block_size}, {cfg.epochs}, {cfg.test_batch_size}.")
+    check_positive_ints(block_size=cfg.block_size, epochs=cfg.epochs,
+                        test_batch_size=cfg.test_batch_size)
     data = load_data(cfg)
     vocab = data.tokenizer.vocab_size
     per_epoch = TBPTTIterator(data.train_ids, cfg.batch_size, cfg.block_size).steps_per_epoch

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from seqjax._checks import check_positive_ints
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
 from seqjax.experiments._images import (
     TOKENISATIONS,
@@ -197,8 +198,7 @@ def build(cfg: Config) -> Task:
     the prompt); sampling every prompt, the classifier's verdict and the baselines."""
     if cfg.tokens not in TOKENISATIONS:
         raise ValueError(f"`tokens` must be one of {TOKENISATIONS}; got {cfg.tokens!r}.")
-    if cfg.samples_per_prompt < 1:
-        raise ValueError(f"`samples_per_prompt` must be >= 1; got {cfg.samples_per_prompt}.")
+    check_positive_ints(samples_per_prompt=cfg.samples_per_prompt)
     started = time.perf_counter()
     data = digit_splits(cfg.val_fraction)
     codebook, patch = tokenizer(cfg.tokens, data["fit"]["x"], cfg)

@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax._checks import check_positive_ints
 from seqjax.data.tokenizers import HFTokenizer
 from seqjax.interop.safetensors_io import Checkpoint, check_params_like, read_config
 from seqjax.models._common import masked_pool
@@ -363,8 +364,7 @@ def sentence_embeddings(
     if not 2 <= max_length <= cfg.block_size:
         raise ValueError(f"`max_length` must be in [2, {cfg.block_size}] (the model's positions); "
                          f"got {max_length}.")
-    if batch_size < 1:
-        raise ValueError(f"`batch_size` must be >= 1; got {batch_size}.")
+    check_positive_ints(batch_size=batch_size)
     sentences = list(sentences)
     if not sentences:
         return jnp.zeros((0, cfg.embed_dim), jnp.float32)

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from seqjax._checks import check_positive_ints
+
 __all__ = [
     "SMOOTHINGS",
     "BagOfWordsLM",
@@ -105,10 +107,7 @@ class NGramLM:
 
     def __init__(self, order: int, vocab_size: int, *, smoothing: str = "add_k",
                  k: float = 1.0, lam: float = 0.01) -> None:
-        if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or order < 1:
-            raise ValueError(f"`order` must be an int >= 1; got {order!r}.")
-        if not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
-            raise ValueError(f"`vocab_size` must be an int >= 1; got {vocab_size!r}.")
+        check_positive_ints(order=order, vocab_size=vocab_size)
         if float(vocab_size) ** order >= 2.0 ** 62:
             raise ValueError(f"vocab_size**order = {vocab_size}**{order} does not fit the "
                              "int64 n-gram codes; use a smaller `order`.")

@@ -35,6 +35,7 @@ from seqjax._checks import (
     check_bool,
     check_count_or_off,
     check_integer,
+    check_positive_ints,
     check_rank,
     lengths_array,
 )
@@ -185,12 +186,7 @@ def mlm_mask(
         raise ValueError(
             f"`mask_rate + random_rate` must be <= 1; got {mask_rate} + {random_rate}."
         )
-    if (
-        isinstance(vocab_size, bool)
-        or not isinstance(vocab_size, int | np.integer)
-        or vocab_size < 1
-    ):
-        raise ValueError(f"`vocab_size` must be a positive int; got {vocab_size!r}.")
+    check_positive_ints(vocab_size=vocab_size)
     allowed = None
     if special_ids is not None:
         specials = np.asarray(list(special_ids))

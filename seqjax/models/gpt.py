@@ -36,6 +36,7 @@ from seqjax._checks import (
     ConfigBase,
     ValidLengths,
     check_bool,
+    check_positive_int,
     is_concrete,
     lengths_array,
 )
@@ -414,9 +415,7 @@ class TransformerLMClassifier(TransformerLM):
 
     def setup(self) -> None:
         super().setup()
-        n = self.num_classes
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"`num_classes` must be a positive int; got {n!r}.")
+        n = check_positive_int(self.num_classes, "num_classes")
         self.class_head = Dense(
             n,
             kernel_init=nn.initializers.normal(stddev=self.config.init_std),

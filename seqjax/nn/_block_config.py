@@ -143,12 +143,7 @@ class BlockConfig(ConfigBase):
         return cls(num_heads=num_heads, causal=True, cross_attention=cross_attention, **options)
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.num_heads, bool)
-            or not isinstance(self.num_heads, int)
-            or self.num_heads <= 0
-        ):
-            raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads!r}.")
+        check_positive_int(self.num_heads, "num_heads")
         for field in ("mlp_dim", "head_dim"):
             check_optional_positive_int(getattr(self, field), field)
         check_count_or_off(self.window, "window", "BlockConfig", "no window, every key")

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from seqjax._checks import check_positive_ints
 from seqjax.nn.dense import Dense
 
 Array = jax.Array
@@ -103,8 +104,7 @@ class RecurrentCell(nn.Module):
         return self.bias_init(key, shape, dtype)
 
     def setup(self) -> None:
-        if self.features <= 0:
-            raise ValueError(f"`features` must be a positive int; got {self.features}.")
+        check_positive_ints(features=self.features)
         gh = self.num_gates * self.features
         self.input = Dense(
             gh,
@@ -416,8 +416,8 @@ class OutputFeedbackCell(RecurrentCell):
             raise ValueError(
                 f"`feedback` must be one of {_FEEDBACKS} or a callable; got {self.feedback!r}."
             )
-        if self.out_features is not None and self.out_features <= 0:
-            raise ValueError(f"`out_features` must be a positive int; got {self.out_features}.")
+        if self.out_features is not None:
+            check_positive_ints(out_features=self.out_features)
         self.output = Dense(
             self.out_features, use_bias=self.use_bias, dtype=self.dtype,
             param_dtype=self.param_dtype, kernel_init=self.kernel_init,

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_lengths, check_rank
+from seqjax._checks import check_lengths, check_positive_int, check_rank
 
 Array = jax.Array
 Dtype = Any
@@ -61,13 +61,8 @@ class CausalConv1D(nn.Module):
     @nn.compact
     def __call__(self, x_BxTxD: Array, lengths: Array | None = None) -> Array:
         check_rank(x_BxTxD, "x", 3)
-        for name, value in (
-            ("features", self.features),
-            ("kernel_size", self.kernel_size),
-            ("dilation", self.dilation),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive int; got {value!r}.")
+        for name in ("features", "kernel_size", "dilation"):
+            check_positive_int(getattr(self, name), name)
         batch, steps, feat = x_BxTxD.shape
         k, r = self.kernel_size, self.dilation
         kernel_KxDxF = self.param(

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import NamedFields, check_rate
+from seqjax._checks import NamedFields, check_positive_ints, check_rate
 from seqjax.nn.dense import Dense
 
 Array = jax.Array
@@ -80,10 +80,7 @@ def glu_hidden_dim(features: int, multiple_of: int = 256) -> int:
         >>> glu_hidden_dim(4096)  # Llama-7B
         11008
     """
-    if features <= 0:
-        raise ValueError(f"`features` must be a positive int; got {features}.")
-    if multiple_of <= 0:
-        raise ValueError(f"`multiple_of` must be a positive int; got {multiple_of}.")
+    check_positive_ints(features=features, multiple_of=multiple_of)
     hidden = int(8 * features / 3)
     return multiple_of * math.ceil(hidden / multiple_of)
 
@@ -142,8 +139,7 @@ class MLP(NamedFields, nn.Module):
         check_rate(self.dropout_rate, "dropout_rate")
         features = x.shape[-1]
         hidden = self.mlp_dim if self.mlp_dim is not None else 4 * features
-        if hidden <= 0:
-            raise ValueError(f"`mlp_dim` must be a positive int; got {hidden}.")
+        check_positive_ints(mlp_dim=hidden)
         act = get_activation(self.activation)
         dense = functools.partial(
             Dense,
@@ -224,8 +220,7 @@ class GLU(NamedFields, nn.Module):
             if self.mlp_dim is not None
             else glu_hidden_dim(features, self.multiple_of)
         )
-        if hidden <= 0:
-            raise ValueError(f"`mlp_dim` must be a positive int; got {hidden}.")
+        check_positive_ints(mlp_dim=hidden)
         dense = functools.partial(
             Dense,
             use_bias=self.use_bias,

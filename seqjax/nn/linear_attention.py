@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_bool, check_lengths, check_rank, retired_flags
+from seqjax._checks import check_bool, check_lengths, check_positive_ints, check_rank, retired_flags
 from seqjax.nn.dense import DenseGeneral
 from seqjax.nn.masks import padding_mask
 
@@ -282,8 +282,7 @@ def linear_attention_with_state(
         raise ValueError(
             f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."
         )
-    if chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be a positive int; got {chunk_size}.")
+    check_positive_ints(chunk_size=chunk_size)
     b, qlen, h, _ = q_BxQxHxD.shape
     klen, e = k_BxKxHxD.shape[1], v_BxKxHxE.shape[-1]
     if is_causal and qlen != klen:
@@ -568,8 +567,7 @@ class LinearAttention(nn.Module):
         )
 
     def _check_config(self, width: int) -> int:
-        if self.num_heads < 1:
-            raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads}.")
+        check_positive_ints(num_heads=self.num_heads)
         if self.implementation not in IMPLEMENTATIONS:
             raise ValueError(
                 f"`implementation` must be one of {IMPLEMENTATIONS}; got {self.implementation!r}."

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seqjax._checks import check_positive_ints
+
 Array = jax.Array
 
 __all__ = ["LORA_TARGETS", "init_lora", "lora_delta", "merge_lora", "unmerge_lora"]
@@ -112,8 +114,7 @@ def init_lora(
         >>> lora["query"]["lora_a"].shape, lora["out"]["lora_b"].shape
         ((8, 2), (2, 8))
     """
-    if not isinstance(rank, (int, np.integer)) or rank < 1:
-        raise ValueError(f"`rank` must be a positive int; got {rank!r}.")
+    check_positive_ints(rank=rank)
     targets = LORA_TARGETS if targets is None else dict(targets)
     found = _walk(params, targets, path_filter)
     if not found:

@@ -19,7 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_bool, check_integer, check_lengths, check_rank, lengths_array
+from seqjax._checks import (
+    check_bool,
+    check_integer,
+    check_lengths,
+    check_positive_int,
+    check_rank,
+    lengths_array,
+)
 
 Array = jax.Array
 
@@ -77,8 +84,7 @@ def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
         >>> sliding_window_mask(4, window=2).astype(int).tolist()
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"`window` must be a positive int; got {window!r}.")
+    check_positive_int(window, "window")
     kv_len, offset = _check_positions(q_len, kv_len, offset)
     return _sliding_window(q_len, kv_len, window, offset)
 

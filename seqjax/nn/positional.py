@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax._checks import check_integer, check_range, check_rank
+from seqjax._checks import check_integer, check_positive_int, check_range, check_rank
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import embedding_lookup
 
@@ -103,8 +103,7 @@ def one_hot_positions(
     check_rank(x, "x", 3)
     b, t, _ = x.shape
     num_positions = t if num_positions is None else num_positions
-    if not isinstance(num_positions, int) or num_positions <= 0:
-        raise ValueError(f"`num_positions` must be a positive int; got {num_positions!r}.")
+    check_positive_int(num_positions, "num_positions")
     pos_BxT = _positions_BxT(positions, b, t)
     check_integer(pos_BxT, "positions")
     check_range(pos_BxT, "positions", 0, num_positions - 1)
@@ -159,10 +158,7 @@ class LearnedPositionalEmbedding(nn.Module):
         """``[B, T, P] -> [B, T, D]``; ``positions``: ``int[T]`` / ``int[B, T]`` (or arange)."""
         if self.form not in ("add", "mlp"):
             raise ValueError(f"`form` must be 'add' or 'mlp'; got {self.form!r}.")
-        if not isinstance(self.num_positions, int) or self.num_positions <= 0:
-            raise ValueError(
-                f"`num_positions` must be a positive int; got {self.num_positions!r}."
-            )
+        check_positive_int(self.num_positions, "num_positions")
         check_rank(x_BxTxP, "x", 3)
         b, t, p = x_BxTxP.shape
         d = p if self.features is None else self.features
@@ -374,8 +370,7 @@ def alibi_slopes(num_heads: int) -> Array:
         >>> [round(float(s), 4) for s in alibi_slopes(4)]
         [0.25, 0.0625, 0.0156, 0.0039]
     """
-    if not isinstance(num_heads, int) or num_heads <= 0:
-        raise ValueError(f"`num_heads` must be a positive int; got {num_heads!r}.")
+    check_positive_int(num_heads, "num_heads")
 
     def pow2(n: int) -> list[float]:
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]

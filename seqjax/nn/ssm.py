@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_lengths, check_rank, retired_flags
+from seqjax._checks import check_lengths, check_positive_ints, check_rank, retired_flags
 from seqjax.nn.dense import Dense
 from seqjax.nn.masks import padding_mask
 
@@ -398,11 +398,7 @@ class SelectiveSSM(nn.Module):
         return self.dt_rank if self.dt_rank is not None else math.ceil(self.features / 16)
 
     def setup(self) -> None:
-        if self.features < 1 or self.d_state < 1 or self.rank < 1:
-            raise ValueError(
-                f"`features`, `d_state` and `dt_rank` must be positive; got {self.features}, "
-                f"{self.d_state}, {self.rank}."
-            )
+        check_positive_ints(features=self.features, d_state=self.d_state, dt_rank=self.rank)
         _check_choice(self.scan_impl, "scan_impl", SCAN_IMPLS)
         _check_choice(self.discretization, "discretization", DISCRETIZATIONS)
         r, n, e = self.rank, self.d_state, self.features
@@ -510,8 +506,7 @@ class CausalDepthwiseConv1d(nn.Module):
     ) -> tuple[Array, Array]:
         check_rank(x, "x", 3)
         k, e = self.kernel_size, self.features
-        if k < 1:
-            raise ValueError(f"`kernel_size` must be a positive int; got {k}.")
+        check_positive_ints(kernel_size=k)
         if x.shape[-1] != e:
             raise ValueError(f"`x` must have {e} features; got shape {tuple(x.shape)}.")
         batch, steps, _ = x.shape
@@ -629,10 +624,7 @@ class MambaBlock(nn.Module):
         return self.expand * self.features
 
     def setup(self) -> None:
-        if self.features < 1 or self.expand < 1:
-            raise ValueError(
-                f"`features` and `expand` must be positive; got {self.features}, {self.expand}."
-            )
+        check_positive_ints(features=self.features, expand=self.expand)
         dense = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
                      kernel_init=self.kernel_init)
         self.in_proj = Dense(2 * self.inner, name="in_proj", **dense)

@@ -19,6 +19,7 @@ from flax import linen as nn
 
 from seqjax._checks import (
     bound_param_shape,
+    check_positive_int,
     lengths_array,
 )
 from seqjax.nn import _sharding
@@ -342,12 +343,7 @@ class _TransformerStack(nn.Module, kw_only=True):
             name="config",
             owner=type(self).__name__,
         )
-        if (
-            isinstance(self.num_layers, bool)
-            or not isinstance(self.num_layers, int)
-            or self.num_layers <= 0
-        ):
-            raise ValueError(f"`num_layers` must be a positive int; got {self.num_layers!r}.")
+        check_positive_int(self.num_layers, "num_layers")
         resolve_remat_policy(self.remat_policy)
         super().__post_init__()
 

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.experimental.checkify import JaxRuntimeError
 
-from seqjax._checks import ConfigBase
+from seqjax._checks import ConfigBase, check_positive_int
 from seqjax._io import write_atomic
 from seqjax.train.checkpoint import Checkpointer
 from seqjax.train.records import (
@@ -129,12 +129,12 @@ class FitConfig(ConfigBase):
     checked: bool | None = None
 
     def __post_init__(self) -> None:
-        minimum = {"steps": 0, "log_every": 1, "eval_every": 0, "checkpoint_every": 0,
-                   "keep_checkpoints": 1, "steps_per_call": 1}
-        for name, low in minimum.items():
+        for name in ("steps", "eval_every", "checkpoint_every"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"`{name}` must be an int >= {low}; got {v!r}.")
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"`{name}` must be an int >= 0; got {v!r}.")
+        for name in ("log_every", "keep_checkpoints", "steps_per_call"):
+            check_positive_int(getattr(self, name), name)
         if self.prefetch is not None and (isinstance(self.prefetch, bool) or not isinstance(
                 self.prefetch, int) or self.prefetch < 0):
             raise ValueError(f"`prefetch` must be None or an int >= 0; got {self.prefetch!r}.")

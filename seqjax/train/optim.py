@@ -51,7 +51,7 @@ from optax.contrib._muon import (  # optax's public muon bias-corrects its momen
     scale_by_shape,
 )
 
-from seqjax._checks import ConfigBase, check_rate
+from seqjax._checks import ConfigBase, check_positive_int, check_rate
 from seqjax.utils import count_params
 
 Array = jax.Array
@@ -180,9 +180,7 @@ class OptimizerConfig(ConfigBase):
             raise ValueError("`no_decay` is the decay mask of adamw/adam/sgd; 'muon' decays "
                              "by parameter group: set `group_weight_decays` "
                              f"(groups {MUON_GROUPS}); got no_decay={self.no_decay!r}.")
-        if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) \
-                or self.ns_steps < 1:
-            raise ValueError(f"`ns_steps` must be an int >= 1; got {self.ns_steps!r}.")
+        check_positive_int(self.ns_steps, "ns_steps")
         if len(tuple(self.ns_coeffs)) != 3:
             raise ValueError(f"`ns_coeffs` must be three numbers (a, b, c); got "
                              f"{self.ns_coeffs!r}.")

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding
 
+from seqjax._checks import check_positive_int
 from seqjax._ranges import NonNegInt, PosInt
 from seqjax.train.optim import TrainState
 from seqjax.train.sharding import (
@@ -151,8 +152,7 @@ class Parallel:
             raise TypeError(f"`mesh` must be a jax.sharding.Mesh; got {type(mesh).__name__}.")
         if tuple(mesh.axis_names) != AXES:
             raise ValueError(f"`mesh` must have the axes {AXES}; got {mesh.axis_names}.")
-        if not isinstance(grad_accum, int) or grad_accum < 1:
-            raise ValueError(f"`grad_accum` must be an int >= 1; got {grad_accum!r}.")
+        check_positive_int(grad_accum, "grad_accum")
         self.mesh = mesh
         self.strategy = resolve_strategy(strategy, mesh)
         self.grad_accum = grad_accum

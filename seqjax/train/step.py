@@ -37,6 +37,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from seqjax._checks import check_positive_int
 from seqjax.nn.remat import remat_policy
 from seqjax.train.optim import TrainState
 
@@ -369,8 +370,7 @@ def make_train_step(
         (1.0, 0.2)
     """
 
-    if not isinstance(grad_accum, int) or grad_accum < 1:
-        raise ValueError(f"`grad_accum` must be an int >= 1; got {grad_accum!r}.")
+    check_positive_int(grad_accum, "grad_accum")
     if grad_accum > 1 and with_carry:
         raise ValueError("`grad_accum` > 1 cannot thread a TBPTT carry (`with_carry=True`): "
                          "the carry belongs to whole rows; use grad_accum=1.")
@@ -472,8 +472,7 @@ class TrainStep:
 
 
 def _check_k(k: Any) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"`steps_per_call` must be an int >= 1; got {k!r}.")
+    check_positive_int(k, "steps_per_call")
 
 
 def _under_mesh(fn: Callable, mesh: Any) -> Callable:

@@ -71,7 +71,7 @@ def test_steps_per_call_equals_single_steps():
 def test_steps_per_call_must_divide_the_intervals_and_needs_a_train_step():
     with pytest.raises(ValueError, match="`log_every` must be a multiple of steps_per_call=4"):
         FitConfig(steps=8, steps_per_call=4, log_every=6)
-    with pytest.raises(ValueError, match="`steps_per_call` must be an int >= 1"):
+    with pytest.raises(ValueError, match="`steps_per_call` must be a positive int"):
         FitConfig(steps=8, steps_per_call=0)
     par, state, step = _setup()
     with pytest.raises(TypeError, match="need the train step of make_train_step"):
@@ -172,7 +172,7 @@ def test_device_stream_chunks_are_the_iterators_chunks():
                 np.testing.assert_array_equal(np.asarray(got[key]), want[key])
     with pytest.raises(ValueError, match="too few for 8 streams of at least seq_len=40"):
         DeviceStreamChunks(tokens, 8, 40)
-    with pytest.raises(ValueError, match="`seq_len` must be an int >= 1"):
+    with pytest.raises(ValueError, match="`seq_len` must be a positive int"):
         DeviceStreamChunks(tokens, 8, 0)
     with pytest.raises(ValueError, match="divide over data"):
         DeviceStreamChunks(tokens, 3, 4, mesh=Parallel.create().mesh)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_integer, check_range, check_rank, is_concrete
+from seqjax._checks import check_integer, check_positive_ints, check_range, check_rank, is_concrete
 from seqjax._traced_checks import poison, record
 from seqjax.nn.masks import causal_mask, sliding_window_mask
 
@@ -73,10 +73,8 @@ class KVCache:
         value_head_dim: int | None = None,
     ) -> KVCache:
         """Empty cache: zeros ``[batch, max_len, num_kv_heads, head_dim]`` and ``lengths = 0``."""
-        for name, val in (("batch", batch), ("max_len", max_len), ("num_kv_heads", num_kv_heads),
-                          ("head_dim", head_dim)):
-            if not isinstance(val, (int, np.integer)) or val <= 0:
-                raise ValueError(f"`{name}` must be a positive int; got {val!r}.")
+        check_positive_ints(batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
+                            head_dim=head_dim)
         dv = head_dim if value_head_dim is None else value_head_dim
         return cls(
             k=jnp.zeros((batch, max_len, num_kv_heads, head_dim), dtype),

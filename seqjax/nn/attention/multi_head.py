@@ -24,6 +24,7 @@ from seqjax._checks import (
     check_count_or_off,
     check_features,
     check_lengths,
+    check_positive_int,
     check_rank,
     lengths_array,
     retired_flags,
@@ -164,8 +165,7 @@ class MultiHeadAttention(nn.Module):
 
     def _kv_heads(self) -> int:
         g = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-        if not isinstance(self.num_heads, int) or self.num_heads <= 0:
-            raise ValueError(f"`num_heads` must be a positive int; got {self.num_heads!r}.")
+        check_positive_int(self.num_heads, "num_heads")
         if not isinstance(g, int) or g <= 0 or self.num_heads % g:
             raise ValueError(
                 f"`num_kv_heads` must be a positive divisor of num_heads={self.num_heads}; "
@@ -175,9 +175,7 @@ class MultiHeadAttention(nn.Module):
 
     def _head_dim(self, features: int) -> int:
         if self.head_dim is not None:
-            if not isinstance(self.head_dim, int) or self.head_dim <= 0:
-                raise ValueError(f"`head_dim` must be a positive int; got {self.head_dim!r}.")
-            return self.head_dim
+            return check_positive_int(self.head_dim, "head_dim")
         if features % self.num_heads:
             raise ValueError(
                 f"input size {features} is not divisible by num_heads={self.num_heads}; "

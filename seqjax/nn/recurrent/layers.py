@@ -33,6 +33,7 @@ from seqjax._checks import (
     bound_param_shape,
     check_features,
     check_lengths,
+    check_positive_ints,
     check_rank,
     check_tree_shapes,
     lengths_array,
@@ -505,8 +506,7 @@ class StackedRNN(nn.Module):
         resets: Array | None = None,
     ) -> tuple[Array, tuple[Carry, ...]]:
         """``(y, carry)``: the top layer's outputs, every layer's final carry."""
-        if self.num_layers < 1:
-            raise ValueError(f"`num_layers` must be >= 1; got {self.num_layers}.")
+        check_positive_ints(num_layers=self.num_layers)
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ValueError(f"`dropout_rate` must be in [0, 1); got {self.dropout_rate}.")
         if initial_carry is not None and len(initial_carry) != self.num_layers:
