@@ -542,6 +542,17 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     assert cli.main(["eval", "--workdir", workdir]) == 0  # the saved config still works
 
 
+@pytest.fixture(scope="module")
+def _earlier_char_lm_run(tmp_path_factory):
+    """A finished two-step char_lm run, trained once for the bad-value rows below."""
+    from seqjax import cli
+
+    workdir = str(tmp_path_factory.mktemp("earlier") / "run")
+    assert cli.main(["train", "char_lm", "--smoke", "--workdir", workdir, "--steps=2",
+                     "--progress=false"]) == 0
+    return workdir
+
+
 @pytest.mark.parametrize("option, message", [
     ("--embed_dim=15", "--embed_dim must be a multiple of --num_heads = 2"),
     ("--embed_dim=0", "--embed_dim must be an int >= 1; got 0"),
@@ -554,15 +565,16 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     ("--compute_dtype=float8", "--compute_dtype: expected one of ['float32', 'bfloat16']"),
 ])
 @pytest.mark.slow
-def test_bad_option_values_exit_2_with_one_line_and_leave_the_work_dir(tmp_path, capsys, option,
-                                                                       message):
-    """Issue #29 item 4: a bad value is exit 2, one line naming it, no traceback, and the
-    saved experiment.json of an earlier run is left as it was."""
+def test_bad_option_values_exit_2_with_one_line_and_leave_the_work_dir(
+        tmp_path, capsys, option, message, _earlier_char_lm_run):
+    """A bad value is exit 2, one line naming it, no traceback, and the saved
+    experiment.json of an earlier run (a copy of one trained run per row) is left as it was."""
+    import shutil
+
     from seqjax import cli
 
     workdir = str(tmp_path / "run")
-    assert cli.main(["train", "char_lm", "--smoke", "--workdir", workdir, "--steps=2",
-                     "--progress=false"]) == 0
+    shutil.copytree(_earlier_char_lm_run, workdir)
     saved = os.path.join(workdir, "experiment.json")
     before = open(saved).read()
     capsys.readouterr()
