@@ -24,7 +24,8 @@ r"""Optimisers, learning-rate schedules, weight-decay masks and the ``TrainState
   over ``w`` steps, then ``η_end + (η_0 - η_end)(1 + cos(π (s - w)/(S - w)))/2``; ``linear``
   warm-up, then linear decay to ``η_end`` at ``S``; ``inverse_sqrt`` (Vaswani et al. 2017,
   eq. (3)) ``η_0 · min(n/w, sqrt(w/n))``, ``n = s + 1``;
-* global-norm clipping before the optimiser, ``g ← η g/‖g‖ if ‖g‖ > η`` (keeps the direction);
+* global-norm clipping before the optimiser, the slides' ``g ← η g/‖g‖ if ‖g‖ > η``
+  (keeps the direction);
 * a weight-decay mask (:func:`decay_mask`) that decays matrices only;
 * freezing (:func:`freeze`, :func:`trainable_mask`): ``θ_{s+1} = θ_s + m ⊙ u_s(g_s)`` with the
   trainable mask ``m`` and ``u_s`` computed on ``{θ : m = 1}`` only. MEDL §7.1 (frozen or
