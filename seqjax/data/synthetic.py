@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from seqjax._checks import check_positive_ints
+from seqjax.data.batching import pad_batch
 
 __all__ = [
     "PAD_ID",
@@ -42,11 +43,8 @@ def _rng(seed: Seed) -> np.random.Generator:
 
 
 def _pad_rows(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    ids = np.full((len(rows), width), PAD_ID, np.int32)
-    lengths = np.array([len(r) for r in rows], np.int32)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = r
-    return ids, lengths, np.arange(width)[None, :] < lengths[:, None]
+    b = pad_batch(rows, pad_id=PAD_ID, length=width)
+    return b["ids"], b["lengths"], b["mask"]
 
 
 def _seq2seq(
