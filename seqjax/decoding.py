@@ -332,23 +332,10 @@ def greedy_search(
     :class:`DecodeOutput`, ``tokens: [B, max_new_tokens]``. ``inputs``: extra keyword inputs
     of the model's ``init_decode_state``.
     """
-    prompt_BxT, lengths_B = _check_prompt(
-        model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
-    )
-    return _sample_loop(
-        model,
-        params,
-        prompt_BxT,
-        lengths_B,
-        None,
-        dict(inputs or {}),
-        max_new_tokens=int(max_new_tokens),
-        eos_id=eos_id,
-        pad_id=pad_id,
-        temperature=0.0,
-        top_k=0,
-        top_p=1.0,
-    )
+    args, kwargs = _sample_args(
+        model, params, prompt_BxT, prompt_lengths_B, key=None, max_new_tokens=max_new_tokens,
+        temperature=0.0, eos_id=eos_id, pad_id=pad_id, inputs=inputs)
+    return _sample_loop(*args, **kwargs)
 
 
 def _sample_args(
@@ -357,7 +344,7 @@ def _sample_args(
     prompt_BxT: Array,
     prompt_lengths_B: Array | None = None,
     *,
-    key: Array,
+    key: Array | None,
     max_new_tokens: int,
     temperature: float = 1.0,
     top_k: int = 0,
@@ -366,7 +353,8 @@ def _sample_args(
     pad_id: int = 0,
     inputs: dict | None = None,
 ) -> tuple[tuple, dict]:
-    """The checked arguments of :func:`_sample_loop` for :func:`sample`'s."""
+    """The checked arguments of :func:`_sample_loop` for :func:`sample`'s (:func:`greedy_search`:
+    ``temperature=0``, no key)."""
     if temperature < 0:
         raise ValueError(f"`temperature` must be >= 0; got {temperature}.")
     top_k, top_p = _filters(top_k, top_p, "sample")

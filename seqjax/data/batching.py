@@ -84,7 +84,7 @@ def _leading_dim(arrays: Mapping[str, Any]) -> int:
 
 # ----------------------------------------------------------------------------- padding
 def pad_batch(
-    seqs: Sequence[Sequence[int]],
+    seqs: Sequence[Sequence[int] | np.ndarray],
     *,
     pad_id: int = 0,
     length: int | None = None,
@@ -156,7 +156,7 @@ def bucket_batches(
 # ----------------------------------------------------------------------------- packing
 @renamed_keywords(seq_len="block_size")
 def pack_sequences(
-    seqs: Sequence[Sequence[int]],
+    seqs: Sequence[Sequence[int] | np.ndarray],
     block_size: int,
     *,
     pad_id: int = 0,

@@ -141,18 +141,31 @@ class MLP(NamedFields, nn.Module):
         hidden = self.mlp_dim if self.mlp_dim is not None else 4 * features
         check_positive_ints(mlp_dim=hidden)
         act = get_activation(self.activation)
-        dense = functools.partial(
-            Dense,
-            use_bias=self.use_bias,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=self.kernel_init,
-            bias_init=self.bias_init,
-        )
+        dense = _dense(self)
         h_xF = act(dense(hidden, name="up")(x))
-        h_xF = nn.Dropout(self.dropout_rate)(h_xF, deterministic=deterministic)
-        down_init = self.kernel_init if self.out_kernel_init is None else self.out_kernel_init
-        return dense(self.out_features or features, kernel_init=down_init, name="down")(h_xF)
+        return _dropout_down(self, h_xF, features, deterministic)
+
+
+def _dense(ffn: MLP | GLU) -> Callable[..., Dense]:
+    """``Dense`` with the layer's ``use_bias``, dtypes and initialisers."""
+    return functools.partial(
+        Dense,
+        use_bias=ffn.use_bias,
+        dtype=ffn.dtype,
+        param_dtype=ffn.param_dtype,
+        kernel_init=ffn.kernel_init,
+        bias_init=ffn.bias_init,
+    )
+
+
+def _dropout_down(
+    ffn: MLP | GLU, h_xF: Array, features: int, deterministic: bool
+) -> Array:
+    """The layer's end, from its compact ``__call__``: dropout on the hidden ``h_xF``, then the
+    ``down`` projection to ``out_features`` (default ``features``)."""
+    h_xF = nn.Dropout(ffn.dropout_rate)(h_xF, deterministic=deterministic)
+    down_init = ffn.kernel_init if ffn.out_kernel_init is None else ffn.out_kernel_init
+    return _dense(ffn)(ffn.out_features or features, kernel_init=down_init, name="down")(h_xF)
 
 
 class GLU(NamedFields, nn.Module):
@@ -221,15 +234,6 @@ class GLU(NamedFields, nn.Module):
             else glu_hidden_dim(features, self.multiple_of)
         )
         check_positive_ints(mlp_dim=hidden)
-        dense = functools.partial(
-            Dense,
-            use_bias=self.use_bias,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=self.kernel_init,
-            bias_init=self.bias_init,
-        )
+        dense = _dense(self)
         h_xF = act(dense(hidden, name="gate")(x)) * dense(hidden, name="up")(x)
-        h_xF = nn.Dropout(self.dropout_rate)(h_xF, deterministic=deterministic)
-        down_init = self.kernel_init if self.out_kernel_init is None else self.out_kernel_init
-        return dense(self.out_features or features, kernel_init=down_init, name="down")(h_xF)
+        return _dropout_down(self, h_xF, features, deterministic)

@@ -12,6 +12,7 @@ position ``t`` of row ``b`` is real iff ``t < lengths[b]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -149,6 +150,24 @@ def _padding(lengths_B: Array, max_len: int) -> Array:
     return jnp.arange(max_len, dtype=jnp.int32)[None, :] < lengths_B[:, None]
 
 
+def _query_key_pair(
+    q_BxQ: Any, k_BxK: Any, check: Callable[[Any, str], None], q_name: str, k_name: str
+) -> tuple[Array, Array]:
+    """``(q, k)`` as arrays, each checked by ``check`` (its dtype) and of rank 2, with one batch
+    size; errors name ``q_name`` and ``k_name``."""
+    q = jnp.asarray(q_BxQ)
+    k = jnp.asarray(k_BxK)
+    check(q, q_name)
+    check(k, k_name)
+    check_rank(q, q_name, 2)
+    check_rank(k, k_name, 2)
+    if q.shape[0] != k.shape[0]:
+        raise ValueError(
+            f"`{q_name}` and `{k_name}` must share the batch size; got {q.shape} and {k.shape}."
+        )
+    return q, k
+
+
 def make_attention_mask(query_valid_BxQ: Any, key_valid_BxK: Any) -> Array:
     r"""Pairwise mask from per-position validity: ``M[b, 0, i, j] = q[b, i] ∧ k[b, j]``.
 
@@ -164,16 +183,7 @@ def make_attention_mask(query_valid_BxQ: Any, key_valid_BxK: Any) -> Array:
         >>> m.shape, m[0, 0].astype(int).tolist()
         ((1, 1, 2, 3), [[1, 1, 0], [0, 0, 0]])
     """
-    q = jnp.asarray(query_valid_BxQ)
-    k = jnp.asarray(key_valid_BxK)
-    check_bool(q, "query_valid")
-    check_bool(k, "key_valid")
-    check_rank(q, "query_valid", 2)
-    check_rank(k, "key_valid", 2)
-    if q.shape[0] != k.shape[0]:
-        raise ValueError(
-            f"`query_valid` and `key_valid` must share the batch size; got {q.shape} and {k.shape}."
-        )
+    q, k = _query_key_pair(query_valid_BxQ, key_valid_BxK, check_bool, "query_valid", "key_valid")
     return q[:, None, :, None] & k[:, None, None, :]
 
 
@@ -189,17 +199,9 @@ def segment_mask(segment_ids_q_BxQ: Any, segment_ids_kv_BxK: Any) -> Array:
         >>> segment_mask(s, s)[0, 0].astype(int).tolist()
         [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     """
-    q = jnp.asarray(segment_ids_q_BxQ)
-    k = jnp.asarray(segment_ids_kv_BxK)
-    check_integer(q, "segment_ids_q")
-    check_integer(k, "segment_ids_kv")
-    check_rank(q, "segment_ids_q", 2)
-    check_rank(k, "segment_ids_kv", 2)
-    if q.shape[0] != k.shape[0]:
-        raise ValueError(
-            f"`segment_ids_q` and `segment_ids_kv` must share the batch size; "
-            f"got {q.shape} and {k.shape}."
-        )
+    q, k = _query_key_pair(
+        segment_ids_q_BxQ, segment_ids_kv_BxK, check_integer, "segment_ids_q", "segment_ids_kv"
+    )
     return q[:, None, :, None] == k[:, None, None, :]
 
 

@@ -139,6 +139,16 @@ def rms_norm(
     return y.astype(dtype)
 
 
+def _feature_param(
+    module: LayerNorm | RMSNorm, name: str, use: bool, init: Initializer, x: Array
+) -> Array | None:
+    """The norm's learned ``name: [D]`` (``D`` = ``x``'s last axis, ``param_dtype``) when ``use``,
+    else ``None``; called from the module's compact ``__call__``."""
+    if not use:
+        return None
+    return module.param(name, init, (jnp.shape(x)[-1],), module.param_dtype)
+
+
 class LayerNorm(nn.Module):
     r"""Layer normalisation with learned gain and offset: :func:`layer_norm` as a Module.
 
@@ -171,17 +181,8 @@ class LayerNorm(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         _check_input(x, self.epsilon)
-        features = jnp.shape(x)[-1]
-        scale = (
-            self.param("scale", self.scale_init, (features,), self.param_dtype)
-            if self.use_scale
-            else None
-        )
-        bias = (
-            self.param("bias", self.bias_init, (features,), self.param_dtype)
-            if self.use_bias
-            else None
-        )
+        scale = _feature_param(self, "scale", self.use_scale, self.scale_init, x)
+        bias = _feature_param(self, "bias", self.use_bias, self.bias_init, x)
         # Promote with the parameters as given (bf16 copies under mixed precision).
         given = [p for p in (scale, bias) if p is not None] or [self.param_dtype]
         dtype = self.dtype or jnp.result_type(x, *given)
@@ -216,11 +217,6 @@ class RMSNorm(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         _check_input(x, self.epsilon)
-        features = jnp.shape(x)[-1]
-        scale = (
-            self.param("scale", self.scale_init, (features,), self.param_dtype)
-            if self.use_scale
-            else None
-        )
+        scale = _feature_param(self, "scale", self.use_scale, self.scale_init, x)
         dtype = self.dtype or jnp.result_type(x, self.param_dtype if scale is None else scale)
         return rms_norm(x, scale, epsilon=self.epsilon, dtype=dtype)
