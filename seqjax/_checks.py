@@ -350,7 +350,7 @@ def check_optional_positive_int(value: Any, name: str) -> None:
 
 def check_rate(value: Any, name: str) -> None:
     """A rate or fraction, a real number in ``[0, 1)``, else a ``ValueError`` naming ``name``."""
-    real = isinstance(value, numbers.Real | np.number) and not isinstance(value, bool | np.bool_)
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy reals too
     if not (real and 0.0 <= float(value) < 1.0):
         raise ValueError(f"`{name}` must lie in [0, 1); got {value!r}.")
 
