@@ -40,9 +40,7 @@ class Merge:
 
 def _units(text: str, word_internal: bool) -> list[list[str]]:
     """The token lists inside which pairs are counted: words, or the whole text."""
-    if word_internal:
-        return [list(w) for w in text.split()]
-    return [list(text)]
+    return [list(w) for w in text.split()] if word_internal else [list(text)]
 
 
 def _best_pair(units: list[list[str]], word_internal: bool) -> tuple[tuple[str, str], int] | None:
@@ -54,9 +52,8 @@ def _best_pair(units: list[list[str]], word_internal: bool) -> tuple[tuple[str, 
             position += 1
             if not word_internal and b[:1].isspace():
                 continue  # Bishop's rule 3: the second token starts with white space
-            pair = (a, b)
-            counts[pair] += 1
-            first.setdefault(pair, position)
+            counts[a, b] += 1
+            first.setdefault((a, b), position)
         position += 1
     if not counts:
         return None
@@ -65,21 +62,17 @@ def _best_pair(units: list[list[str]], word_internal: bool) -> tuple[tuple[str, 
 
 
 def _merge(toks: list[str], left: str, right: str) -> list[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(toks):
-        if i + 1 < len(toks) and toks[i] == left and toks[i + 1] == right:
-            out.append(left + right)
-            i += 2
+    out: list[str] = []  # greedy, left to right (a merged token never equals `left`)
+    for t in toks:
+        if out and out[-1] == left and t == right:
+            out[-1] = left + right
         else:
-            out.append(toks[i])
-            i += 1
+            out.append(t)
     return out
 
 
-def learn_merges(
-    text: str, num_merges: int, *, word_internal: bool = True, min_count: int = 1
-) -> list[Merge]:
+def learn_merges(text: str, num_merges: int, *, word_internal: bool = True,
+                 min_count: int = 1) -> list[Merge]:
     """Learn up to ``num_merges`` merges from ``text`` by Bishop's rule.
 
     Args:

@@ -24,36 +24,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from seqjax.data.tokenizers import Tokenizer
 
-__all__ = [
-    "load_parallel",
-    "tokenize_dataset",
-]
+__all__ = ["load_parallel", "tokenize_dataset"]
 
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
-SampleBy = Literal["line", "paragraph", "document"]
-
-
-def _datasets() -> Any:
-    return require("datasets", "loading text with seqjax.data.loading")
 
 
 def _looks_local(path_or_name: PathLike) -> bool:
     s = str(path_or_name)
-    return (
-        Path(s).exists()
-        or s.startswith((".", "/", "~"))
-        or Path(s).suffix in (".txt", ".tsv", ".csv", ".json", ".jsonl")
-    )
+    return (Path(s).exists() or s.startswith((".", "/", "~"))
+            or Path(s).suffix in (".txt", ".tsv", ".csv", ".json", ".jsonl"))
 
 
 def _read_local(path: Path) -> str:
     if not path.exists():
-        raise FileNotFoundError(
-            f"`path_or_name` {str(path)!r} does not exist; give an existing file/folder or a "
-            "Hugging Face hub dataset name."
-        )
+        raise FileNotFoundError(f"`path_or_name` {str(path)!r} does not exist; give an existing "
+                                "file/folder or a Hugging Face hub dataset name.")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix == ".txt")
         if not files:
@@ -62,21 +49,12 @@ def _read_local(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def load_parallel(
-    path_or_name: PathLike | tuple[PathLike, PathLike],
-    *,
-    sep: str = "\t",
-    columns: tuple[int, int] = (0, 1),
-    skip_empty: bool = True,
-    on_bad_line: Literal["error", "skip"] = "error",
-    split: str = "train",
-    name: str | None = None,
-    src_lang: str = "en",
-    tgt_lang: str = "fr",
-    src_field: str = "src",
-    tgt_field: str = "tgt",
-    **load_kwargs: Any,
-) -> datasets.Dataset:
+def load_parallel(path_or_name: PathLike | tuple[PathLike, PathLike], *, sep: str = "\t",
+                  columns: tuple[int, int] = (0, 1), skip_empty: bool = True,
+                  on_bad_line: Literal["error", "skip"] = "error", split: str = "train",
+                  name: str | None = None, src_lang: str = "en", tgt_lang: str = "fr",
+                  src_field: str = "src", tgt_field: str = "tgt", **load_kwargs: Any
+                  ) -> datasets.Dataset:
     """A ``Dataset`` of sentence pairs with columns ``src`` and ``tgt``.
 
     Sources: one local file of ``sep``-separated lines (Tatoeba/Anki ``fra.txt``:
@@ -94,19 +72,16 @@ def load_parallel(
         >>> load_parallel(p)[1]
         {'src': 'Hi.', 'tgt': 'Salut !'}
     """
-    ds_lib = _datasets()
+    ds_lib = require("datasets", "loading text with seqjax.data.loading")
     if isinstance(path_or_name, tuple | list):
         if len(path_or_name) != 2:
-            raise ValueError(
-                f"`path_or_name` as files must be (src_path, tgt_path); got {len(path_or_name)}."
-            )
+            raise ValueError(f"`path_or_name` as files must be (src_path, tgt_path); got "
+                             f"{len(path_or_name)}.")
         a, b = (Path(p).expanduser() for p in path_or_name)
         src, tgt = _read_local(a).splitlines(), _read_local(b).splitlines()
         if len(src) != len(tgt):
-            raise ValueError(
-                f"pair files must have the same number of lines: {str(a)!r} has {len(src)}, "
-                f"{str(b)!r} has {len(tgt)}."
-            )
+            raise ValueError(f"pair files must have the same number of lines: {str(a)!r} has "
+                             f"{len(src)}, {str(b)!r} has {len(tgt)}.")
         pairs = list(zip(src, tgt))
     elif _looks_local(path_or_name):
         path = Path(path_or_name).expanduser()
@@ -120,36 +95,26 @@ def load_parallel(
                 if on_bad_line == "skip":
                     logger.info("%s:%d: skipped line with %d fields", path, n, len(parts))
                     continue
-                raise ValueError(
-                    f"{str(path)!r} line {n} has {len(parts)} field(s) separated by {sep!r}, "
-                    f"need at least {need}: {line[:60]!r} (pass on_bad_line='skip' to skip)."
-                )
+                raise ValueError(f"{str(path)!r} line {n} has {len(parts)} field(s) separated by "
+                                 f"{sep!r}, need at least {need}: {line[:60]!r} (pass "
+                                 "on_bad_line='skip' to skip).")
             pairs.append((parts[columns[0]], parts[columns[1]]))
     else:
         ds = ds_lib.load_dataset(str(path_or_name), name, split=split, **load_kwargs)
         if "translation" in ds.column_names:
-            ds = ds.map(
-                lambda b: {
-                    "src": [t[src_lang] for t in b["translation"]],
-                    "tgt": [t[tgt_lang] for t in b["translation"]],
-                },
-                batched=True,
-                remove_columns=ds.column_names,
-            )
+            ds = ds.map(lambda b: {"src": [t[src_lang] for t in b["translation"]],
+                                   "tgt": [t[tgt_lang] for t in b["translation"]]},
+                        batched=True, remove_columns=ds.column_names)
         else:
             missing = [f for f in (src_field, tgt_field) if f not in ds.column_names]
             if missing:
-                raise ValueError(
-                    f"hub dataset {str(path_or_name)!r} lacks columns {missing}; columns: "
-                    f"{ds.column_names} (set src_field/tgt_field)."
-                )
-            ds = ds.select_columns([src_field, tgt_field])
-            ds = ds.rename_columns({src_field: "src", tgt_field: "tgt"})
+                raise ValueError(f"hub dataset {str(path_or_name)!r} lacks columns {missing}; "
+                                 f"columns: {ds.column_names} (set src_field/tgt_field).")
+            ds = ds.select_columns([src_field, tgt_field]).rename_columns(
+                {src_field: "src", tgt_field: "tgt"})
         if skip_empty:
-            ds = ds.filter(
-                lambda b: [bool(s.strip() and t.strip()) for s, t in zip(b["src"], b["tgt"])],
-                batched=True,
-            )
+            ds = ds.filter(lambda b: [bool(s.strip() and t.strip())
+                                      for s, t in zip(b["src"], b["tgt"])], batched=True)
         return ds
     if skip_empty:
         kept = [(s, t) for s, t in pairs if s.strip() and t.strip()]
@@ -160,19 +125,10 @@ def load_parallel(
 
 
 # ----------------------------------------------------------------------------- tokenising
-def tokenize_dataset(
-    ds: datasets.Dataset,
-    tokenizer: Tokenizer,
-    *,
-    column: str = "text",
-    output: str = "ids",
-    add_bos: bool = False,
-    add_eos: bool = False,
-    max_length: int | None = None,
-    truncation: bool = False,
-    batch_size: int = 1000,
-    num_proc: int | None = None,
-) -> datasets.Dataset:
+def tokenize_dataset(ds: datasets.Dataset, tokenizer: Tokenizer, *, column: str = "text",
+                     output: str = "ids", add_bos: bool = False, add_eos: bool = False,
+                     max_length: int | None = None, truncation: bool = False,
+                     batch_size: int = 1000, num_proc: int | None = None) -> datasets.Dataset:
     """Tokenise column ``column`` with ``Dataset.map(batched=True)``.
 
     Adds ``output`` (list of int ids), ``<p>length`` and ``<p>num_unk`` (symbols mapped to
@@ -192,16 +148,13 @@ def tokenize_dataset(
     if column not in ds.column_names:
         raise ValueError(f"`column` {column!r} is not in the dataset; columns: {ds.column_names}.")
     p = _prefix(output)
-    kwargs: dict[str, Any] = dict(
-        add_bos=add_bos, add_eos=add_eos, max_length=max_length, truncation=truncation
-    )
+    kwargs: dict[str, Any] = dict(add_bos=add_bos, add_eos=add_eos, max_length=max_length,
+                                  truncation=truncation)
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list[Any]]:
         encoded = [tokenizer.encode_with_unknowns(t, **kwargs) for t in batch[column]]
-        return {
-            output: [ids for ids, _ in encoded],
-            p + "length": [len(ids) for ids, _ in encoded],
-            p + "num_unk": [sum(unk.values()) for _, unk in encoded],
-        }
+        return {output: [ids for ids, _ in encoded],
+                p + "length": [len(ids) for ids, _ in encoded],
+                p + "num_unk": [sum(unk.values()) for _, unk in encoded]}
 
     return ds.map(encode, batched=True, batch_size=batch_size, num_proc=num_proc)

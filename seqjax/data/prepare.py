@@ -1,45 +1,26 @@
 """``seqjax prepare``: tokenise text once into token shards that training memory-maps.
 
 :func:`prepare` reads documents, tokenises them in ``workers`` processes and writes one of
-the two layouts :func:`seqjax.data.shards.open_tokens` reads, plus ``manifest.json``.
-
-**Inputs.** ``.txt`` files (``docs="file"``: one document per file; ``"lines"``: one per
-line, the break dropped; ``"paragraphs"``: cut at each ``"\\n\\n"``, which stays at the end of
-its paragraph, llm.c's ``tinyshakespeare.py``), ``.jsonl`` (the ``text_field`` of each line's
-object), ``.parquet`` (the ``text_field`` column, via ``pyarrow``) — as files, folders (every
-such file below, sorted) or globs; or a Hugging Face dataset (``hf_dataset``: a hub name, a
-builder such as ``"json"`` with ``hf_data_files``, or a ``save_to_disk`` folder; ``streaming``).
-Empty documents are skipped and counted in the manifest.
+the two layouts :func:`seqjax.data.shards.open_tokens` reads (``format``: llm.c's shards or
+nanoGPT's ``.bin``), plus ``manifest.json``. Each option — the inputs one reader reads, the
+formats, the validation rules — is described once, in :data:`OPTIONS` (``prepare.__doc__``
+and ``--help`` show it). Empty documents are skipped and counted in the manifest.
 
 **Tokenisation.** Documents are encoded as ordinary text (special tokens' spellings are not
 special), in chunks sent to ``workers`` processes (at most ``2 * workers`` chunks ahead) and
-collected in order, so the output is the same for every ``workers`` (1 runs in-process).
-Workers fork on Linux, or start from ``forkserver`` once JAX's runtime is up; under ``spawn``
-(macOS, Windows) a script needs the ``if __name__ == "__main__":`` guard. Ids must fit
-``uint16``.
+collected in order, so every ``workers`` gives the same output (1 runs in-process). Workers
+fork on Linux, or start from ``forkserver`` once JAX's runtime is up; under ``spawn`` (macOS,
+Windows) a script needs the ``if __name__ == "__main__":`` guard. Ids must fit ``uint16``.
 
-**llm.c's format** (``"llmc"``, the default; its ``fineweb.py``): EOT before every document;
-validation then training, cut into shards of ``shard_size`` tokens (a document may continue
-into the next shard of its split): ``NAME_val_000000.bin``, ``NAME_train_000001.bin``, ...
-**nanoGPT's format** (``"nanogpt"``; its ``openwebtext/prepare.py``): headerless ``val.bin``
-and ``train.bin``, EOT *after* each document; ``shard_size`` unused.
+**Splits.** ``split="documents"``: validation is the corpus's first documents, then training
+(a document may continue into the next llm.c shard of its split); both splits must hold a
+document. ``split="text"``: the inputs as one text (``.txt`` read whole, documents joined
+with ``"\\n\\n"``) cut by characters, each part encoded in one call, no EOT, held in memory
+(nanoGPT's ``shakespeare/prepare.py``: on Tiny Shakespeare with GPT-2's BPE its 301,966 and
+36,059 tokens; with ``tokenizer="char"`` and ``format="nanogpt"`` its ``shakespeare_char``
+bins, id for id).
 
-**The validation split** (``split="documents"``) is the corpus's first documents, by at most
-one of ``val_documents=N`` (the first ``N``); ``val_fraction=f`` (the first ``max(1, int(f·D))``
-of ``D`` documents, counted in a first pass, so not for a streamed dataset); ``val_tokens=T``
-(exactly the first ``T`` tokens, llm.c's rule: the document crossing the cut is counted in
-validation and its remaining tokens begin training); none: ``val_fraction=0.01``, or
-``val_tokens=shard_size`` when streaming. Both splits must hold a document.
-``split="text"`` treats the inputs as one text (``.txt`` read whole, documents joined with
-``"\\n\\n"``) cut by characters as nanoGPT's ``shakespeare/prepare.py``: train
-``text[:int(n·(1 - val_fraction))]``, val the rest (default 0.1), each encoded in one call,
-no EOT, either format; held in memory (on Tiny Shakespeare with GPT-2's BPE: nanoGPT's 301,966
-and 36,059 tokens). ``tokenizer="char"`` (text split only) is the
-:class:`~seqjax.data.tokenizers.CharTokenizer` of the text's sorted characters, no specials,
-saved as ``OUT/tokenizer.json`` (load it as ``seqjax:OUT/tokenizer.json``); with
-``format="nanogpt"`` that is nanoGPT's ``shakespeare_char`` bins, id for id.
-
-**Atomic and restartable.** Shards are written (each atomically) into ``OUT/.prepare-partial/``
+**Atomic and restartable.** Shards are written into ``OUT/.prepare-partial/``
 and moved beside it only when all are complete — the old manifest and this name's stale shards
 removed first — then ``manifest.json`` is written last, atomically. A killed run leaves no
 manifest and no new shard (a previous complete output stays readable); rerunning starts over
@@ -89,11 +70,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from seqjax._checks import check_optional_positive_int, check_positive_int
 from seqjax._io import write_json
 from seqjax._optional import require
-from seqjax.data.shards import MANIFEST, sha256_file, write_shard
+from seqjax.data.shards import MANIFEST, _llmc_header, sha256_file
 from seqjax.data.text_tokenizers import load_text_tokenizer
 from seqjax.data.tokenizers import CharTokenizer, SpecialTokens, Tokenizer
 
@@ -124,186 +106,171 @@ PROGRESS_EVERY_S = 30.0
 
 
 def _find_files(inputs: Sequence[str]) -> list[str]:
-    """The input files, in the order given (folders and globs sorted), each once."""
+    """The input files, in the order given (folders and globs sorted, hidden names skipped),
+    each once."""
     found: list[str] = []
+    kinds = "/".join(SUFFIXES)
     for item in inputs:
-        if _GLOB_CHARS.search(item):
-            matches = [p for p in sorted(glob.glob(item, recursive=True))
+        folder = not _GLOB_CHARS.search(item) and os.path.isdir(item)
+        if folder or _GLOB_CHARS.search(item):
+            pattern = os.path.join(glob.escape(item), "**", "*") if folder else item
+            matches = [p for p in sorted(glob.glob(pattern, recursive=True))
                        if os.path.isfile(p) and p.endswith(SUFFIXES)]
-            if not matches:
-                raise ValueError(f"no input files found: the glob {item!r} matches no "
-                                 f"{'/'.join(SUFFIXES)} file.")
-            found += matches
-        elif os.path.isdir(item):
-            matches = sorted(
-                os.path.join(root, f)
-                for root, dirs, files in os.walk(item)
-                if not any(part.startswith(".") for part in
-                           os.path.relpath(root, item).split(os.sep) if part != ".")
-                for f in files if f.endswith(SUFFIXES) and not f.startswith("."))
-            if not matches:
-                raise ValueError(f"no input files found: the folder {item!r} holds no "
-                                 f"{'/'.join(SUFFIXES)} file.")
-            found += matches
+            missing = (f"the folder {item!r} holds" if folder else
+                       f"the glob {item!r} matches") + f" no {kinds} file"
         elif os.path.isfile(item):
             if not item.endswith(SUFFIXES):
-                raise ValueError(f"the input {item!r} is not a {'/'.join(SUFFIXES)} file "
-                                 "(the suffix says how to read it).")
-            found.append(item)
+                raise ValueError(f"the input {item!r} is not a {kinds} file (the suffix says "
+                                 "how to read it).")
+            matches = [item]
         else:
-            raise ValueError(f"no input files found: {item!r} does not exist.")
+            matches, missing = [], f"{item!r} does not exist"
+        if not matches:
+            raise ValueError(f"no input files found: {missing}.")
+        found += matches
     return list(dict.fromkeys(os.path.abspath(f) for f in found))
 
 
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}).") from None
-
-
-def _txt_documents(path: str, docs: str) -> Iterator[str]:
-    if docs == "lines":
-        with open(path, encoding="utf-8") as f:
-            try:
-                for line in f:
-                    yield line[:-1] if line.endswith("\n") else line
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{path}: not UTF-8 text ({err.reason}).") from None
-        return
-    text = _read_text(path)
-    if docs == "file":
-        yield text
-        return
-    sections = text.split("\n\n")  # llm.c's tinyshakespeare.py: "\n\n" ends each paragraph
-    for i, s in enumerate(sections):
-        yield s + "\n\n" if i != len(sections) - 1 else s
-
-
-def _jsonl_documents(path: str, field: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not a JSON object ({err.msg}).") from None
-            yield _field(row, field, f"{path}:{lineno}")
-
-
 def _field(row: Any, field: str, where: str) -> str:
+    """``row[field]``, a string (``None``: ``""``), else a ``ValueError`` naming ``where``."""
     if not isinstance(row, dict) or field not in row:
         keys = sorted(row) if isinstance(row, dict) else type(row).__name__
         raise ValueError(f"{where}: no text field {field!r} (--text_field); it has {keys}.")
     text = row[field]
-    if text is None:
-        return ""
-    if not isinstance(text, str):
+    if text is not None and not isinstance(text, str):
         raise ValueError(f"{where}: the field {field!r} must be a string; got "
                          f"{type(text).__name__}.")
-    return text
+    return text or ""
 
 
-def _parquet_documents(path: str, field: str) -> Iterator[str]:
-    pq = require("pyarrow.parquet", "reading .parquet inputs (pyarrow)")
-    pf = pq.ParquetFile(path)
-    names = pf.schema_arrow.names
-    if field not in names:
-        raise ValueError(f"{path}: no column {field!r} (--text_field); it has {names}.")
-    for batch in pf.iter_batches(columns=[field], batch_size=1024):
-        for text in batch.column(0).to_pylist():
-            if text is not None and not isinstance(text, str):
-                raise ValueError(f"{path}: the column {field!r} must hold strings; got "
-                                 f"{type(text).__name__}.")
-            yield text or ""
-
-
-def _file_documents(files: Sequence[str], docs: str, field: str) -> Iterator[str]:
-    for path in files:
-        if path.endswith(".txt"):
-            yield from _txt_documents(path, docs)
-        elif path.endswith(".jsonl"):
-            yield from _jsonl_documents(path, field)
-        else:
-            yield from _parquet_documents(path, field)
-
-
-def _load_hf(name: str, config: str | None, split: str, data_files: Any,
-             streaming: bool) -> Any:
-    """A dataset split: a ``save_to_disk`` folder (``load_from_disk``) or ``load_dataset``."""
-    datasets = require("datasets", "--hf_dataset (Hugging Face `datasets`)")
-    saved = os.path.isdir(name) and any(
-        os.path.exists(os.path.join(name, f))
-        for f in ("dataset_info.json", "state.json", "dataset_dict.json"))
-    try:
-        if saved:
-            ds = datasets.load_from_disk(name)
-            if isinstance(ds, datasets.DatasetDict):
-                if split not in ds:
-                    raise ValueError(f"the dataset {name!r} has no split {split!r} "
-                                     f"(--hf_split); it has {sorted(ds)}.")
-                ds = ds[split]
-            return ds.to_iterable_dataset() if streaming else ds
-        return datasets.load_dataset(name, config, split=split, data_files=data_files,
-                                     streaming=streaming)
-    except ValueError:
-        raise
-    except Exception as err:  # not found, no network, a bad config: one clear line
-        raise ValueError(f"cannot load the dataset {name!r} (config {config!r}, split "
-                         f"{split!r}): {type(err).__name__}: {err}") from None
-
-
-def _hf_documents(ds: Any, field: str, name: str) -> Iterator[str]:
-    columns = getattr(ds, "column_names", None)
+def _check_column(columns: list[str] | None, field: str, where: str) -> None:
     if columns is not None and field not in columns:
-        raise ValueError(f"the dataset {name!r} has no column {field!r} (--text_field); it "
-                         f"has {columns}.")
-    for i, row in enumerate(ds):
-        yield _field(row, field, f"the dataset {name!r}, row {i}")
+        raise ValueError(f"{where}: no column {field!r} (--text_field); it has {columns}.")
 
 
-class _Documents:
-    """The non-empty documents of the inputs, re-iterable; counts the empty ones skipped."""
+class _Reader:
+    """The one reader of every input: the documents of the local files (``docs`` cuts a
+    ``.txt``) or of a Hugging Face dataset split, re-iterable, the non-empty ones
+    (``skipped`` counts the others); ``source`` is what the manifest records of them."""
 
-    def __init__(self, make: Callable[[], Iterator[str]], known_count: bool):
-        self._make = make
-        self.known_count = known_count
-        self.skipped = 0
+    def __init__(self, inputs: list[str], docs: str, field: str, hf_dataset: str | None,
+                 config: str | None, split: str, data_files: Any, streaming: bool):
+        self.docs, self.field, self.name, self.skipped = docs, field, hf_dataset, 0
+        self.files: list[str] = []
+        self.ds: Any = None
+        #: Whether the documents can be counted before tokenising (not a streamed dataset).
+        self.countable = hf_dataset is None or not streaming
+        if hf_dataset is None:
+            self.files = _find_files(inputs)
+            self.source: dict[str, Any] = {"files": self.files}
+        else:
+            self.ds = _load_hf(hf_dataset, config, split, data_files, streaming)
+            self.source = {"hf_dataset": hf_dataset, "hf_config": config, "hf_split": split,
+                           "hf_data_files": data_files if data_files is None or isinstance(
+                               data_files, str) else list(data_files),
+                           "streaming": streaming}
 
     def __iter__(self) -> Iterator[str]:
         self.skipped = 0
-        for text in self._make():
+        for text in self._read():
             if text:
                 yield text
             else:
                 self.skipped += 1
 
-    def count(self) -> int:
-        return sum(1 for _ in self)
+    def _read(self) -> Iterator[str]:
+        field = self.field
+        if self.ds is not None:
+            where = f"the dataset {self.name!r}"
+            _check_column(getattr(self.ds, "column_names", None), field, where)
+            for i, row in enumerate(self.ds):
+                yield _field(row, field, f"{where}, row {i}")
+            return
+        for path in self.files:
+            if path.endswith(".parquet"):
+                pq = require("pyarrow.parquet", "reading .parquet inputs (pyarrow)")
+                pf = pq.ParquetFile(path)
+                _check_column(pf.schema_arrow.names, field, path)
+                for batch in pf.iter_batches(columns=[field], batch_size=1024):
+                    yield from (_field(row, field, path) for row in batch.to_pylist())
+                continue
+            where = path
+            try:
+                with open(path, encoding="utf-8") as f:
+                    if path.endswith(".jsonl"):
+                        for lineno, line in enumerate(f, 1):
+                            where = f"{path}:{lineno}"
+                            if line.strip():
+                                yield _field(json.loads(line), field, where)
+                    elif self.docs == "lines":
+                        yield from (line.removesuffix("\n") for line in f)
+                    elif self.docs == "file":
+                        yield f.read()
+                    else:  # llm.c's tinyshakespeare.py: "\n\n" ends each paragraph
+                        *paragraphs, last = f.read().split("\n\n")
+                        yield from (p + "\n\n" for p in paragraphs)
+                        yield last
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{where}: not a JSON object ({err.msg}).") from None
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{where}: not UTF-8 text ({err.reason}).") from None
+
+    def size(self, counted: int | None) -> tuple[int | None, str]:
+        """``(total, unit)`` of the progress: the ``counted`` documents, else a dataset's
+        length, else the bytes of ``.txt`` inputs, else unknown."""
+        if counted is not None or (self.ds is not None and self.countable):
+            return len(self.ds) if counted is None else counted, "documents"
+        if self.files and all(f.endswith(".txt") for f in self.files):
+            return sum(os.path.getsize(f) for f in self.files), "bytes"
+        return None, "documents"
+
+    def empty(self, what: str = "non-empty document") -> ValueError:
+        if self.ds is None:
+            n = len(self.files)
+            where = f"{n} file{'s' if n != 1 else ''}: {self.files[0]}{', ...' if n > 1 else ''}"
+        else:
+            where = f"the dataset {self.name!r}, split {self.source['hf_split']!r}"
+        return ValueError(f"empty corpus: the inputs ({where}) hold no {what}.")
+
+
+def _load_hf(name: str, config: str | None, split: str, data_files: Any, streaming: bool
+             ) -> Any:
+    """A dataset split: a ``save_to_disk`` folder's (``load_from_disk``), else
+    ``load_dataset``'s."""
+    datasets = require("datasets", "--hf_dataset (Hugging Face `datasets`)")
+    saved = os.path.isdir(name) and any(
+        os.path.exists(os.path.join(name, f))
+        for f in ("dataset_info.json", "state.json", "dataset_dict.json"))
+    try:
+        if not saved:
+            return datasets.load_dataset(name, config, split=split, data_files=data_files,
+                                         streaming=streaming)
+        ds = datasets.load_from_disk(name)
+    except Exception as err:  # not found, no network, a bad config: one clear line
+        raise ValueError(f"cannot load the dataset {name!r} (config {config!r}, split "
+                         f"{split!r}): {type(err).__name__}: {err}") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise ValueError(f"the dataset {name!r} has no split {split!r} (--hf_split); it "
+                             f"has {sorted(ds)}.")
+        ds = ds[split]
+    return ds.to_iterable_dataset() if streaming else ds
 
 
 # --------------------------------------------------------------------------- progress
 
 
 class _Progress:
-    """Documents, tokens, tokens/s and (``total`` known) the time left: a tqdm bar, or a
-    line through ``log`` every :data:`PROGRESS_EVERY_S` seconds; :meth:`close` logs the
-    summary. ``total`` counts documents (``unit="documents"``) or input bytes
-    (``unit="bytes"``, advanced by :meth:`read`)."""
+    """The module docstring's progress (a line every :data:`PROGRESS_EVERY_S` s): ``total``
+    counts documents (``unit="documents"``) or input bytes (``"bytes"``, from :meth:`read`)."""
 
     def __init__(self, log: Log, total: int | None, unit: str, bar: bool) -> None:
         self.log, self.total, self.unit = log, total, unit
         self.docs = self.tokens = self.bytes = 0
         self.start = self.last = time.perf_counter()
-        self.bar = None
-        if bar:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit=" docs" if unit == "documents" else "B",
-                            unit_scale=unit == "bytes", desc="tokenising", file=sys.stderr,
-                            dynamic_ncols=True)
+        self.bar = tqdm(total=total, unit=" docs" if unit == "documents" else "B",
+                        unit_scale=unit == "bytes", desc="tokenising", file=sys.stderr,
+                        dynamic_ncols=True) if bar else None
 
     def read(self, docs: Iterable[str]) -> Iterator[str]:
         """``docs``, counting their UTF-8 bytes (the unit ``"bytes"``)."""
@@ -316,15 +283,14 @@ class _Progress:
         self.tokens += tokens
         now = time.perf_counter()
         rate = self.tokens / max(now - self.start, 1e-9)
+        done = self.docs if self.unit == "documents" else self.bytes
         if self.bar is not None:
-            self.bar.update((docs if self.unit == "documents" else self.bytes) - (
-                0 if self.unit == "documents" else self.bar.n))
+            self.bar.update(done - self.bar.n)
             self.bar.set_postfix_str(f"{self.tokens:,} tokens, {rate:,.0f} tokens/s")
         elif now - self.last >= PROGRESS_EVERY_S:
             self.last = now
             line = f"prepare: {self.docs:,} documents, {self.tokens:,} tokens, {rate:,.0f} tokens/s"
-            done = self.docs if self.unit == "documents" else self.bytes
-            if self.total and 0 < done:
+            if self.total and done:
                 fraction = min(done / self.total, 1.0)
                 left = (now - self.start) * (1 - fraction) / fraction
                 line += f", {fraction:.0%} (about {_duration(left)} left)"
@@ -339,25 +305,8 @@ class _Progress:
 
 
 def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _progress_total(documents: _Documents, resolved: dict[str, Any], source: dict[str, Any],
-                    ds: Any) -> tuple[int | None, str]:
-    """``(total, unit)`` of the progress: the documents when counted (the validation rule)
-    or a dataset's length, else the bytes of ``.txt`` inputs, else unknown."""
-    if "documents" in resolved:
-        return int(resolved["documents"]), "documents"
-    if ds is not None and documents.known_count:
-        return len(ds), "documents"
-    files = source.get("files") or []
-    if files and all(f.endswith(".txt") for f in files):
-        return sum(os.path.getsize(f) for f in files), "bytes"
-    return None, "documents"
+    return (f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400
+            else f"{seconds / 3600:.1f} h")
 
 
 # --------------------------------------------------------------------------- tokenising
@@ -370,12 +319,6 @@ def _init_worker(tokenizer: Tokenizer) -> None:
     _WORKER_TOKENIZER = tokenizer
 
 
-def _encode_in_worker(texts: list[str], eot: int | None, eot_first: bool
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    assert _WORKER_TOKENIZER is not None
-    return _encode_chunk(_WORKER_TOKENIZER, texts, eot, eot_first)
-
-
 def _check_ids(ids: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) > _MAX_ID):
         bad = int(ids.max()) if int(ids.max()) > _MAX_ID else int(ids.min())
@@ -385,20 +328,18 @@ def _check_ids(ids: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
     return ids.astype(np.uint16)
 
 
-def _encode_chunk(tokenizer: Tokenizer, texts: list[str], eot: int | None,
+def _encode_chunk(tokenizer: Tokenizer | None, texts: list[str], eot: int | None,
                   eot_first: bool) -> tuple[np.ndarray, np.ndarray]:
     """The documents' tokens, concatenated (``uint16``), with EOT before (llm.c) or after
-    (nanoGPT) each one (``eot=None``: none), and each document's length."""
+    (nanoGPT) each one (``eot=None``: none), and each document's length. ``tokenizer``
+    ``None``: the worker process's."""
+    tokenizer = _WORKER_TOKENIZER if tokenizer is None else tokenizer
+    assert tokenizer is not None
     encoded = [tokenizer.encode_ordinary(t) for t in texts]
-    extra = 0 if eot is None else 1
-    lengths = np.fromiter((len(x) + extra for x in encoded), np.int64, len(encoded))
-    if eot is None:
-        flat: Iterable[int] = itertools.chain.from_iterable(encoded)
-    elif eot_first:
-        flat = itertools.chain.from_iterable(itertools.chain((eot,), x) for x in encoded)
-    else:
-        flat = itertools.chain.from_iterable(itertools.chain(x, (eot,)) for x in encoded)
-    ids = np.fromiter(flat, np.int64, int(lengths.sum()))
+    if eot is not None:
+        encoded = [[eot, *x] if eot_first else [*x, eot] for x in encoded]
+    lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+    ids = np.fromiter(itertools.chain.from_iterable(encoded), np.int64, int(lengths.sum()))
     return _check_ids(ids, tokenizer), lengths
 
 
@@ -435,13 +376,12 @@ def _encoded(tokenizer: Tokenizer, docs: Iterable[str], eot_first: bool, workers
     """``(tokens, lengths)`` per chunk of documents, in order; ``workers > 1``: a process
     pool, at most ``2 * workers`` chunks in flight (memory stays bounded on any corpus)."""
     if workers == 1:
-        for chunk in _chunks(docs):
-            yield _encode_chunk(tokenizer, chunk, tokenizer.eot, eot_first)
+        yield from (_encode_chunk(tokenizer, c, tokenizer.eot, eot_first) for c in _chunks(docs))
         return
     with _pool_context().Pool(workers, _init_worker, (tokenizer,)) as pool:
         pending: collections.deque = collections.deque()
         for chunk in _chunks(docs):
-            pending.append(pool.apply_async(_encode_in_worker, (chunk, tokenizer.eot, eot_first)))
+            pending.append(pool.apply_async(_encode_chunk, (None, chunk, tokenizer.eot, eot_first)))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
         while pending:
@@ -453,77 +393,62 @@ def _encoded(tokenizer: Tokenizer, docs: Iterable[str], eot_first: bool, workers
 
 class _ShardSink:
     """Writes the token stream, split by split (validation first), into ``folder``: llm.c
-    shards of ``shard_size`` tokens, or one nanoGPT ``.bin`` per split; records the
-    manifest's entries."""
+    shards of ``shard_size`` tokens (the header written when a shard is complete), or one
+    nanoGPT ``.bin`` per split; records the manifest's entries."""
 
     def __init__(self, folder: str, fmt: str, name: str, shard_size: int, log: Log):
-        self.folder, self.fmt, self.name = folder, fmt, name
-        self.shard_size, self.log = shard_size, log
+        self.folder, self.name, self.log = folder, name, log
+        self.header = fmt == "llmc"
+        self.limit = shard_size if self.header else sys.maxsize
         self.entries: list[dict[str, Any]] = []
         self._split: str | None = None
-        self._parts: list[np.ndarray] = []
-        self._fill = self._docs = 0
         self._file: Any = None
+        self._fill = self._docs = 0
 
     def add(self, split: str, tokens: np.ndarray, starts: np.ndarray) -> None:
         """Append ``tokens`` (``uint16``) to ``split``; ``starts``: where documents begin."""
         if split != self._split:  # validation first (_route), then training
-            self._close()
+            self.close()
             self._split = split
-        if self.fmt == "nanogpt":
-            if self._file is None:
-                self._file = open(os.path.join(self.folder, f"{split}.bin"), "wb")
-            self._file.write(tokens.astype("<u2", copy=False).tobytes())
-            self._fill += len(tokens)
-            self._docs += len(starts)
-            return
         pos = 0
         while pos < len(tokens):
-            take = min(self.shard_size - self._fill, len(tokens) - pos)
-            self._parts.append(tokens[pos:pos + take])
+            if self._file is None:
+                file = (f"{self.name}_{split}_{len(self.entries):06d}.bin" if self.header
+                        else f"{split}.bin")
+                self._file = open(os.path.join(self.folder, file), "wb")
+                if self.header:  # rewritten with the count when the shard is complete
+                    self._file.write(_llmc_header(0))
+            take = min(self.limit - self._fill, len(tokens) - pos)
+            self._file.write(tokens[pos:pos + take].astype("<u2", copy=False).tobytes())
             self._docs += int(np.count_nonzero((starts >= pos) & (starts < pos + take)))
             self._fill += take
             pos += take
-            if self._fill == self.shard_size:
-                self._write_shard()
+            if self._fill == self.limit:
+                self.close()
 
-    def _write_shard(self) -> None:
-        tokens = np.concatenate(self._parts) if self._parts else np.zeros(0, np.uint16)
-        file = f"{self.name}_{self._split}_{len(self.entries):06d}.bin"
-        write_shard(os.path.join(self.folder, file), tokens)
-        self._record(file)
-        self._parts = []
-
-    def _record(self, file: str) -> None:
-        path = os.path.join(self.folder, file)
-        self.entries.append({"file": file, "split": self._split, "tokens": self._fill,
-                             "documents": self._docs, "sha256": sha256_file(path)})
-        self.log(f"wrote {file}: {self._fill:,} tokens; documents starting in it: {self._docs:,}")
-        self._fill = self._docs = 0
-
-    def _close(self) -> None:
-        if self._split is None:
-            return
-        if self.fmt == "nanogpt":
-            if self._file is not None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
-                self._file = None
-                self._record(f"{self._split}.bin")
-        elif self._fill:
-            self._write_shard()
+    def close(self) -> list[dict[str, Any]]:
+        """Finish the open file, record it; returns the entries."""
+        if self._file is not None:
+            if self.header:
+                self._file.seek(0)
+                self._file.write(_llmc_header(self._fill))
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            path, self._file = self._file.name, None
+            file = os.path.basename(path)
+            self.entries.append({"file": file, "split": self._split, "tokens": self._fill,
+                                 "documents": self._docs, "sha256": sha256_file(path)})
+            self.log(f"wrote {file}: {self._fill:,} tokens; documents starting in it: "
+                     f"{self._docs:,}")
+            self._fill = self._docs = 0
+        return self.entries
 
     def abort(self) -> None:
-        """Close an open ``.bin`` without recording it (the run failed)."""
+        """Close an open file without recording it (the run failed)."""
         if self._file is not None:
             self._file.close()
             self._file = None
-
-    def close(self) -> list[dict[str, Any]]:
-        self._close()
-        self._split = None
-        return self.entries
 
 
 def _route(tokens: np.ndarray, lengths: np.ndarray, state: dict[str, int]
@@ -543,24 +468,17 @@ def _route(tokens: np.ndarray, lengths: np.ndarray, state: dict[str, int]
     if cut:
         yield "val", tokens[:cut], starts[starts < cut]
     if cut < len(tokens):
-        rest = starts[starts >= cut] - cut
-        yield "train", tokens[cut:], rest
+        yield "train", tokens[cut:], starts[starts >= cut] - cut
 
 
 # --------------------------------------------------------------------------- prepare
 
 
 def _default_name(inputs: Sequence[str], hf_dataset: str | None) -> str:
-    if hf_dataset is not None:
-        raw = os.path.basename(os.path.normpath(hf_dataset))
-    elif inputs:
-        first = inputs[0]
-        raw = (os.path.basename(os.path.normpath(first)) if os.path.isdir(first)
-               else os.path.basename(first).split(".")[0])
-    else:
-        raw = ""
-    name = re.sub(r"[^A-Za-z0-9.-]+", "_", raw).strip("._")
-    return name or "data"
+    raw = os.path.basename(os.path.normpath(hf_dataset or (inputs[0] if inputs else ".")))
+    if hf_dataset is None and inputs and not os.path.isdir(inputs[0]):
+        raw = raw.split(".")[0]
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", raw).strip("._") or "data"
 
 
 def _check_options(fmt: str, split: str, docs: str, shard_size: int, workers: int,
@@ -585,7 +503,7 @@ def _check_options(fmt: str, split: str, docs: str, shard_size: int, workers: in
     if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float))
                           or not 0 < f < 1):
         raise ValueError(f"`val_fraction` must be a number in (0, 1); got {f!r}.")
-    if split == "text" and (val["val_documents"] is not None or val["val_tokens"] is not None):
+    if split == "text" and given.keys() - {"val_fraction"}:
         raise ValueError("split='text' cuts the text by characters: give `val_fraction`, not "
                          "`val_documents` or `val_tokens`.")
     if not text_field:
@@ -611,13 +529,6 @@ def _commit(out_dir: str, partial: str, entries: list[dict[str, Any]], name: str
         os.replace(os.path.join(partial, e["file"]), os.path.join(out_dir, e["file"]))
     write_json(manifest_path, manifest)
     shutil.rmtree(partial, ignore_errors=True)
-
-
-def _totals(entries: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    return {s: {"tokens": sum(e["tokens"] for e in entries if e["split"] == s),
-                "documents": sum(e["documents"] for e in entries if e["split"] == s),
-                "shards": sum(1 for e in entries if e["split"] == s)}
-            for s in ("val", "train")}
 
 
 def prepare(
@@ -649,8 +560,7 @@ def prepare(
     module docstring for the layouts, the validation split and restarts).
 
     Args:
-        (each option as ``seqjax prepare --help`` says it: :data:`OPTIONS`, one description
-        of each; ``prepare.__doc__`` lists them)
+        (the options of :data:`OPTIONS`)
         log: called with a line per shard written, the progress lines and the summary
             (default: silent).
         progress: a tqdm bar on stderr instead of progress lines (the summary still goes to
@@ -661,9 +571,8 @@ def prepare(
     Raises: ``ValueError`` naming the problem: no input files, an empty corpus, an empty
     split, a field or column that is missing, an id above 65535, an unknown option.
     """
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = [inputs]
-    input_list = [os.fspath(p) for p in (inputs or [])]
+    input_list = [os.fspath(p) for p in (
+        [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs or [])]
     workers = (os.cpu_count() or 1) if workers is None else workers
     val = {"val_documents": val_documents, "val_tokens": val_tokens,
            "val_fraction": val_fraction}
@@ -674,9 +583,8 @@ def prepare(
                          f"{'both' if input_list else 'neither'}.")
     log = log or (lambda message: None)
 
-    documents, source, ds = _source(input_list, "file" if split == "text" else docs,
-                                    text_field, hf_dataset, hf_config, hf_split, hf_data_files,
-                                    streaming)
+    documents = _Reader(input_list, "file" if split == "text" else docs, text_field, hf_dataset,
+                        hf_config, hf_split, hf_data_files, streaming)
 
     char = tokenizer == "char"
     if char and (split != "text" or rank_file is not None or eot is not None):
@@ -693,12 +601,12 @@ def prepare(
     resolved: dict[str, Any] = {}
     try:
         if split == "text":
-            tok = _text_split(documents, tok, val_fraction, sink, source, resolved)
+            tok = _text_split(documents, tok, val_fraction, sink, resolved)
         else:
             assert tok is not None
             state = _validation_rule(documents, val_documents, val_tokens, val_fraction,
-                                     shard_size, source, resolved)
-            meter = _Progress(log, *_progress_total(documents, resolved, source, ds), progress)
+                                     shard_size, resolved)
+            meter = _Progress(log, *documents.size(resolved.get("documents")), progress)
             stream = meter.read(documents) if meter.unit == "bytes" else documents
             for tokens, lengths in _encoded(tok, stream, format == "llmc", workers):
                 meter.add(len(lengths), len(tokens))
@@ -706,8 +614,7 @@ def prepare(
                     sink.add(s, part, starts)
             meter.close()
         entries = sink.close()
-        totals = _totals(entries)
-        _check_totals(totals, source, resolved)
+        totals = _totals(entries, documents, resolved)
     except BaseException:
         sink.abort()
         shutil.rmtree(partial, ignore_errors=True)
@@ -724,37 +631,18 @@ def prepare(
         "documents": totals["val"]["documents"] + totals["train"]["documents"],
         "empty_documents_skipped": documents.skipped,
         "name": name,
-        "inputs": source,
+        "inputs": documents.source,
         "options": {
             "tokenizer": spec, "rank_file": None if rank_file is None else os.fspath(rank_file),
             "eot": eot, "format": format, "shard_size": shard_size, "split": split,
-            "val_documents": val_documents, "val_tokens": val_tokens,
-            "val_fraction": val_fraction, "validation": resolved, "docs": docs,
-            "text_field": text_field, "workers": workers},
+            **val, "validation": resolved, "docs": docs, "text_field": text_field,
+            "workers": workers},
         "seqjax_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     _commit(out_dir, partial, entries + ([{"file": CHAR_TOKENIZER}] if char else []), name,
             manifest)
     return manifest
-
-
-def _source(input_list: list[str], docs: str, text_field: str, hf_dataset: str | None,
-            hf_config: str | None, hf_split: str, hf_data_files: Any, streaming: bool
-            ) -> tuple[_Documents, dict[str, Any], Any]:
-    """``(documents, source, dataset)``: the documents of the files or of the Hugging Face
-    dataset (``None`` for files), and what the manifest records of where they came from."""
-    if hf_dataset is None:
-        files = _find_files(input_list)
-        return (_Documents(lambda: _file_documents(files, docs, text_field), known_count=True),
-                {"files": files}, None)
-    ds = _load_hf(hf_dataset, hf_config, hf_split, hf_data_files, streaming)
-    source = {"hf_dataset": hf_dataset, "hf_config": hf_config, "hf_split": hf_split,
-              "hf_data_files": hf_data_files if hf_data_files is None or isinstance(
-                  hf_data_files, str) else list(hf_data_files),
-              "streaming": streaming}
-    return (_Documents(lambda: _hf_documents(ds, text_field, hf_dataset),
-                       known_count=not streaming), source, ds)
 
 
 def _tokenizer(tokenizer: str | Tokenizer, rank_file: str | os.PathLike | None,
@@ -781,94 +669,74 @@ def _tokenizer(tokenizer: str | Tokenizer, rank_file: str | os.PathLike | None,
     return spec, tok
 
 
-def _text_split(documents: _Documents, tok: Tokenizer | None, val_fraction: float | None,
-                sink: _ShardSink, source: dict[str, Any], resolved: dict[str, Any]
-                ) -> Tokenizer:
+def _text_split(documents: _Reader, tok: Tokenizer | None, val_fraction: float | None,
+                sink: _ShardSink, resolved: dict[str, Any]) -> Tokenizer:
     """``split="text"``: the documents joined, cut by characters (nanoGPT's
     ``shakespeare/prepare.py``: ``int(n * 0.9)``), each part encoded in one call. ``tok``
     ``None``: the text's characters (``tokenizer="char"``), saved in the sink's folder.
     Returns the tokenizer."""
-    fraction = DEFAULT_VAL_FRACTION["text"] if val_fraction is None else val_fraction
-    resolved["val_fraction"] = fraction
+    fraction = resolved["val_fraction"] = (DEFAULT_VAL_FRACTION["text"] if val_fraction is None
+                                           else val_fraction)
     text = "\n\n".join(documents)
     if not text:
-        raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold no text.")
+        raise documents.empty("text")
     if tok is None:
         path = os.path.join(sink.folder, CHAR_TOKENIZER)
         CharTokenizer.from_text(text, SpecialTokens.none()).save(path)
         tok = load_text_tokenizer(f"seqjax:{path}")
-    n = len(text)
-    cut = int(n * (1 - fraction))
-    parts = {"val": text[cut:], "train": text[:cut]}
-    for s in ("val", "train"):
-        if not parts[s]:
-            raise ValueError(f"the {s} split is empty: the text has {n} characters and "
+    cut = int(len(text) * (1 - fraction))
+    for s, part in (("val", text[cut:]), ("train", text[:cut])):
+        if not part:
+            raise ValueError(f"the {s} split is empty: the text has {len(text)} characters and "
                              f"`val_fraction` is {fraction}.")
-        ids = _check_ids(np.asarray(tok.encode_ordinary(parts[s]), np.int64), tok)
-        sink.add(s, ids, np.zeros(1, np.int64))
+        sink.add(s, _check_ids(np.asarray(tok.encode_ordinary(part), np.int64), tok),
+                 np.zeros(1, np.int64))
     return tok
 
 
-def _check_totals(totals: dict[str, dict[str, int]], source: dict[str, Any],
-                  resolved: dict[str, Any]) -> None:
-    """Both splits must hold tokens (the corpus a document)."""
-    if not totals["val"]["documents"] and not totals["train"]["documents"]:
-        raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold no "
-                         "non-empty document.")
-    for s, what in (("val", "validation"), ("train", "training")):
-        if not totals[s]["tokens"]:
-            raise ValueError(
-                f"the {what} split is empty: the corpus has "
-                f"{totals['val']['documents'] + totals['train']['documents']} documents "
-                f"({totals['val']['tokens'] + totals['train']['tokens']} tokens) and the "
-                f"validation split takes {_describe_rule(resolved)}; give a smaller "
-                "`val_*` (or split='text' for one document).")
-
-
-def _validation_rule(documents: _Documents, val_documents: int | None,
-                     val_tokens: int | None, val_fraction: float | None, shard_size: int,
-                     source: dict[str, Any], resolved: dict[str, Any]) -> dict[str, int]:
-    """The validation documents or tokens to take (the module docstring's rules); what was
+def _validation_rule(documents: _Reader, val_documents: int | None, val_tokens: int | None,
+                     val_fraction: float | None, shard_size: int, resolved: dict[str, Any]
+                     ) -> dict[str, int]:
+    """The validation documents or tokens to take (the rules of :data:`OPTIONS`); what was
     chosen goes into ``resolved``."""
-    if val_documents is not None:
-        resolved["val_documents"] = val_documents
-        return {"documents": val_documents}
-    if val_tokens is not None:
-        resolved["val_tokens"] = val_tokens
-        return {"tokens": val_tokens}
-    if not documents.known_count:
-        if val_fraction is None:  # a streamed dataset: llm.c's first shard
-            resolved["val_tokens"] = shard_size
-            return {"tokens": shard_size}
-        raise ValueError("`val_fraction` needs the number of documents, unknown for a "
-                         "streamed dataset; give `val_documents` or `val_tokens`.")
+    for key, value in (("documents", val_documents), ("tokens", val_tokens)):
+        if value is not None:
+            resolved[f"val_{key}"] = value
+            return {key: value}
+    if not documents.countable:
+        if val_fraction is not None:
+            raise ValueError("`val_fraction` needs the number of documents, unknown for a "
+                             "streamed dataset; give `val_documents` or `val_tokens`.")
+        resolved["val_tokens"] = shard_size  # a streamed dataset: llm.c's first shard
+        return {"tokens": shard_size}
     fraction = DEFAULT_VAL_FRACTION["documents"] if val_fraction is None else val_fraction
-    count = documents.count()
+    count = sum(1 for _ in documents)
     if count == 0:
-        raise ValueError(f"empty corpus: the inputs {_describe_source(source)} hold no "
-                         "non-empty document.")
+        raise documents.empty()
     k = max(1, int(fraction * count))
     resolved.update(val_fraction=fraction, documents=count, val_documents=k)
     return {"documents": k}
 
 
-def _describe_rule(resolved: dict[str, Any]) -> str:
-    if "val_fraction" in resolved and "documents" in resolved:
-        return (f"{resolved['val_documents']} documents (val_fraction {resolved['val_fraction']} "
-                f"of {resolved['documents']})")
-    if "val_documents" in resolved:
-        return f"{resolved['val_documents']} documents (val_documents)"
-    if "val_tokens" in resolved:
-        return f"the first {resolved['val_tokens']} tokens (val_tokens)"
-    return f"the last {resolved['val_fraction']} of the text (val_fraction)"
-
-
-def _describe_source(source: dict[str, Any]) -> str:
-    if "files" in source:
-        files = source["files"]
-        return f"({len(files)} file{'s' if len(files) != 1 else ''}: {files[0]}" + (
-            ", ...)" if len(files) > 1 else ")")
-    return f"(the dataset {source['hf_dataset']!r}, split {source['hf_split']!r})"
+def _totals(entries: list[dict[str, Any]], documents: _Reader, resolved: dict[str, Any]
+            ) -> dict[str, dict[str, int]]:
+    """Per split: tokens, documents, shards; both splits must hold tokens (the corpus a
+    document)."""
+    totals = {s: {"tokens": sum(e["tokens"] for e in entries if e["split"] == s),
+                  "documents": sum(e["documents"] for e in entries if e["split"] == s),
+                  "shards": sum(1 for e in entries if e["split"] == s)}
+              for s in ("val", "train")}
+    count = totals["val"]["documents"] + totals["train"]["documents"]
+    if not count:
+        raise documents.empty()
+    for s, what in (("val", "validation"), ("train", "training")):
+        if not totals[s]["tokens"]:
+            raise ValueError(
+                f"the {what} split is empty: the corpus has {count} documents "
+                f"({totals['val']['tokens'] + totals['train']['tokens']} tokens) and the "
+                f"validation rule is {resolved}; give a smaller `val_*` (or split='text' for "
+                "one document).")
+    return totals
 
 
 # --------------------------------------------------------------------------- command line
@@ -883,14 +751,16 @@ def _id_or_token(value: str) -> int | str:
 #: ``prepare``'s), and what it does. ``prepare``'s docstring and ``--help`` read it.
 OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
     "inputs": ({"nargs": "*", "metavar": "INPUT"},
-               "local .txt, .jsonl or .parquet files, folders (every such file below, "
-               "sorted) or globs (default: none; then --hf_dataset)"),
+               "local .txt files, .jsonl files (each line's --text_field) or .parquet files "
+               "(its --text_field column, via pyarrow): files, folders (every such file "
+               "below, sorted) or globs (default: none; then --hf_dataset)"),
     "out_dir": ({"required": True, "metavar": "DIR"},
                 "the folder to write (required; created if missing; flag --out or --out_dir)"),
     "tokenizer": ({}, "gpt2 (tiktoken), hf:PATH or a path ending in tokenizer.json (Hugging "
                       "Face), seqjax:PATH (a tokenizer saved by seqjax), char (with --split "
-                      "text: the text's sorted characters, nanoGPT's shakespeare_char, saved "
-                      "as OUT/tokenizer.json); in Python also a seqjax Tokenizer"),
+                      "text: the text's sorted characters, no specials, nanoGPT's "
+                      "shakespeare_char, saved as OUT/tokenizer.json: load it as "
+                      "seqjax:OUT/tokenizer.json); in Python also a seqjax Tokenizer"),
     "rank_file": ({"metavar": "FILE"},
                   "GPT-2's ranks as a .tiktoken file (default: openai-whisper's "
                   "whisper/assets/gpt2.tiktoken when installed, else tiktoken's cache or "
@@ -899,35 +769,38 @@ OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
             "the end-of-text id or token, for hf: and seqjax: tokenizers (default: "
             "<|endoftext|>, </s>, [SEP] or <eos> for hf:, the eos token for seqjax:)"),
     "format": ({"choices": FORMATS},
-               "llmc: headers, EOT before each document, shards of --shard_size; nanogpt: "
-               "headerless train.bin/val.bin, EOT after each document"),
+               "llmc (llm.c's fineweb.py): a 1024-byte header, EOT before each document, "
+               "shards of --shard_size tokens NAME_val_000000.bin, NAME_train_000001.bin, "
+               "...; nanogpt (its openwebtext/prepare.py): headerless val.bin/train.bin, EOT "
+               "after each document"),
     "shard_size": ({"type": int, "metavar": "N"}, "tokens per llm.c shard"),
     "split": ({"choices": SPLITS},
               "documents: validation = the first documents; text: the inputs as one text, "
               "cut by characters as nanoGPT's shakespeare/prepare.py, no EOT"),
-    "val_documents": ({"type": int, "metavar": "N"},
-                      "validation = the first N documents (default: unset)"),
+    "val_documents": ({"type": int, "metavar": "N"}, "validation = the first N documents"),
     "val_tokens": ({"type": int, "metavar": "N"},
-                   "validation = exactly the first N tokens, llm.c's rule (default: unset; "
-                   "with --streaming and no other --val_* option: --shard_size)"),
+                   "validation = exactly the first N tokens, llm.c's rule: the document "
+                   "crossing the cut counts in validation and its remaining tokens begin "
+                   "training (default: unset; with --streaming and no other --val_* option: "
+                   "--shard_size)"),
     "val_fraction": ({"type": float, "metavar": "F"},
-                     "validation = the first max(1, int(F*D)) of D documents, or with --split "
-                     "text the last F of the characters (default: 0.01 of the documents; 0.1 "
-                     "with --split text); at most one --val_* option"),
+                     "validation = the first max(1, int(F*D)) of D documents (counted in a "
+                     "first pass, so not with --streaming), or with --split text the last F "
+                     "of the n characters, text[int(n*(1-F)):] (default: 0.01 of the "
+                     "documents; 0.1 with --split text); at most one --val_* option"),
     "docs": ({"choices": DOCS},
-             "how a .txt file is cut into documents: file, lines, or paragraphs (at blank "
-             "lines)"),
+             "how a .txt file is cut into documents: file, lines (the break dropped), or "
+             "paragraphs (at each blank line, the \\n\\n ending its paragraph, llm.c's "
+             "tinyshakespeare.py)"),
     "text_field": ({"metavar": "FIELD"},
                    "the .jsonl field, .parquet column or dataset column holding the text"),
     "hf_dataset": ({"metavar": "NAME"},
                    "a Hugging Face dataset instead of INPUTs: a hub name, a builder (json, "
-                   "parquet, text) with --hf_data_files, or a save_to_disk folder (default: "
-                   "unset)"),
-    "hf_config": ({"metavar": "CONFIG"}, "the dataset's configuration (default: unset)"),
+                   "parquet, text) with --hf_data_files, or a save_to_disk folder"),
+    "hf_config": ({"metavar": "CONFIG"}, "the dataset's configuration"),
     "hf_split": ({"metavar": "SPLIT"}, "the dataset split to read"),
     "hf_data_files": ({"action": "append", "metavar": "FILE"},
-                      "a data file for a builder such as json; repeat for several (default: "
-                      "unset)"),
+                      "a data file for a builder such as json; repeat for several"),
     "streaming": ({"action": "store_true"},
                   "stream the dataset instead of downloading it whole (default: off)"),
     "workers": ({"type": int, "metavar": "N"},
@@ -938,66 +811,56 @@ OPTIONS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-def _describe_options() -> str:
-    """``prepare``'s ``Args`` section: each option of :data:`OPTIONS` with its default."""
+
+
+def _described() -> dict[str, str]:
+    """Each option's description, with ``prepare``'s default where the text names none
+    (``None``: unset)."""
     defaults = {k: v.default for k, v in inspect.signature(prepare).parameters.items()}
-    lines = []
-    for name, (_, text) in OPTIONS.items():
-        if "default" not in text and defaults.get(name) not in (None, inspect.Parameter.empty):
-            text += f" (default: {defaults[name]!r})"
-        lines.append(textwrap.fill(f"{name}: {text}", 88, initial_indent=" " * 8,
-                                   subsequent_indent=" " * 12))
-    return "\n".join(lines)
+    return {name: text if "default" in text or defaults[name] is inspect.Parameter.empty else
+            f"{text} (default: {'unset' if defaults[name] is None else repr(defaults[name])})"
+            for name, (_, text) in OPTIONS.items()}
 
 
 if prepare.__doc__ is not None:  # python -OO strips docstrings
-    prepare.__doc__ = prepare.__doc__.replace(
-        "        (each option as ``seqjax prepare --help`` says it: :data:`OPTIONS`, one "
-        "description\n        of each; ``prepare.__doc__`` lists them)\n",
-        _describe_options() + "\n")
+    prepare.__doc__ = prepare.__doc__.replace("        (the options of :data:`OPTIONS`)\n", "".join(
+        textwrap.fill(f"{name}: {text}", 88, initial_indent=" " * 8, subsequent_indent=" " * 12)
+        + "\n" for name, text in _described().items()))
 
 
 def _parser() -> argparse.ArgumentParser:
-    defaults = {k: v.default for k, v in inspect.signature(prepare).parameters.items()}
-    defaults["workers"] = os.cpu_count() or 1
     p = argparse.ArgumentParser(
         prog="seqjax prepare",
         description="Tokenise text into token shards: llm.c's format (a 1024-byte header + "
-                    "uint16 tokens, EOT before each document; NAME_val_000000.bin, "
-                    "NAME_train_000001.bin, ...) or nanoGPT's headerless train.bin/val.bin, "
-                    "plus manifest.json, written last. A killed run leaves no manifest; "
-                    "rerun the same command to redo it.",
+                    "uint16 tokens) or nanoGPT's headerless train.bin/val.bin, plus "
+                    "manifest.json, written last. A killed run leaves no manifest; rerun the "
+                    "same command to redo it.",
         epilog="Examples: seqjax prepare shakespeare.txt --out data/shakespeare --format "
                "nanogpt --split text --val_fraction 0.1  |  seqjax prepare --hf_dataset "
                "HuggingFaceFW/fineweb-edu --hf_config sample-10BT --streaming --out "
                "data/edu_fineweb10B --val_tokens 100000000")
-    for name, (settings, text) in OPTIONS.items():
-        kwargs = dict(settings)
+    for name, text in _described().items():
         if name == "inputs":
-            p.add_argument(name, help=text, **kwargs)
-            continue
-        if "action" not in kwargs and not kwargs.get("required"):
-            kwargs["default"] = defaults[name]
-            if "default" not in text:
-                text += f" (default: {defaults[name]})"
-        flags = ["--out", "--out_dir"] if name == "out_dir" else [f"--{name}"]
-        p.add_argument(*flags, dest=name, help=text, **kwargs)
+            p.add_argument(name, help=text, **OPTIONS[name][0])
+        else:
+            flags = ["--out"] if name == "out_dir" else []
+            p.add_argument(*flags, f"--{name}", dest=name, help=text, **OPTIONS[name][0])
+    p.set_defaults(**{k: v.default for k, v in inspect.signature(prepare).parameters.items()
+                      if k in OPTIONS and v.default is not inspect.Parameter.empty})
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``seqjax prepare``: 0 when done; 2 with one line on stderr for bad input."""
     args = vars(_parser().parse_args(argv))
-    files = args["hf_data_files"]
-    if files and len(files) == 1:
-        args["hf_data_files"] = files[0]
+    if len(args["hf_data_files"] or []) == 1:  # one file: as a string, as in Python
+        args["hf_data_files"] = args["hf_data_files"][0]
     try:
         manifest = prepare(
             log=lambda message: print(message, file=sys.stderr, flush=True),
             progress=sys.stderr.isatty(), **args)
     except (ValueError, TypeError, OSError, ImportError) as err:
-        message = " ".join(str(err).split())
-        print(f"seqjax prepare: error: {message}", file=sys.stderr)
+        print(f"seqjax prepare: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     s = manifest["splits"]
     print(f"{args['out_dir']}: {len(manifest['shards'])} {manifest['format']} shard(s); train "

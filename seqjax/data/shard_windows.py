@@ -32,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -83,7 +83,6 @@ class ShardWindows(ResumableIterator):
         self.batch_size, self.block_size, self.seed = int(batch_size), int(block_size), seed
         self.align, self.steps, self.step = align, steps, 0
         self.host_index, self.host_count = _iterator_host(host_index, host_count)
-        window = self.block_size + 1
         if align == "random":
             # shard i has len - T starts whose window of T + 1 tokens fits inside it
             counts = np.array([max(len(s) - self.block_size, 0) for s in self.shards], np.int64)
@@ -95,12 +94,10 @@ class ShardWindows(ResumableIterator):
                                            == eot).astype(np.int64) for s in self.shards]
             counts = np.array([len(x) for x in self._starts], np.int64)
         if not counts.sum():
-            longest = max(len(s) for s in self.shards)
-            what = ("window" if align == "random"
-                    else f"window starting at a document (eot={eot})")
-            raise ValueError(
-                f"the training shards are too short for one {what} of block_size + 1 = "
-                f"{window} tokens (the longest shard holds {longest}).")
+            what = "window" if align == "random" else f"window starting at a document (eot={eot})"
+            raise ValueError(f"the training shards are too short for one {what} of block_size + 1 "
+                             f"= {self.block_size + 1} tokens (the longest shard holds "
+                             f"{max(len(s) for s in self.shards)}).")
         self._bounds = np.cumsum(counts)
         self.num_windows = int(self._bounds[-1])
         self.num_tokens = int(sum(len(s) for s in self.shards))
@@ -134,13 +131,10 @@ class ShardWindows(ResumableIterator):
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's rows of step ``step``'s global batch (reads only those)."""
         shard_G, start_G = self.global_starts(step)
-        lo = self.host_index * self.batch_size
-        rows = range(lo, lo + self.batch_size)
+        rows = slice(self.host_index * self.batch_size, (self.host_index + 1) * self.batch_size)
         w = self.block_size + 1
-        window_BxW = np.empty((self.batch_size, w), np.int32)
-        for r, g in enumerate(rows):
-            s = int(start_G[g])
-            window_BxW[r] = self.shards[int(shard_G[g])][s: s + w]
+        window_BxW = np.array([self.shards[s][i: i + w] for s, i in
+                               zip(shard_G[rows], start_G[rows], strict=True)], np.int32)
         return {"inputs": window_BxW[:, :-1], "targets": window_BxW[:, 1:]}
 
     def __next__(self) -> dict[str, np.ndarray]:
@@ -239,6 +233,3 @@ class ValidationWindows(Sequence[dict[str, np.ndarray]]):
             window = self.shards[s][start: start + n + 1]
             inputs_BxT[r, :n], targets_BxT[r, :n], mask_BxT[r, :n] = window[:-1], window[1:], True
         return {"inputs": inputs_BxT, "targets": targets_BxT, "mask": mask_BxT}
-
-    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        return (self[i] for i in range(len(self)))

@@ -43,18 +43,8 @@ import numpy as np
 
 from seqjax._io import write_atomic
 
-__all__ = [
-    "HEADER_INTS",
-    "MAGIC",
-    "MANIFEST",
-    "VERSION",
-    "ShardError",
-    "TokenData",
-    "open_tokens",
-    "read_shard",
-    "sha256_file",
-    "write_shard",
-]
+__all__ = ["HEADER_INTS", "MAGIC", "MANIFEST", "VERSION", "ShardError", "TokenData", "open_tokens",
+           "read_shard", "sha256_file", "write_shard"]
 
 #: llm.c's shard header: 256 int32, magic, version, token count.
 MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
@@ -81,12 +71,15 @@ def write_shard(path: str | os.PathLike, tokens: Any, *, header: bool = True) ->
     if header and arr.size >= 2**31:
         raise ValueError(f"a shard holds at most 2**31 - 1 tokens (its header's int32); got "
                          f"{arr.size}.")
-    body = arr.astype(_TOKEN_DTYPE).tobytes()
-    if header:
-        head = np.zeros(HEADER_INTS, "<i4")
-        head[:3] = (MAGIC, VERSION, arr.size)
-        body = head.tobytes() + body
-    write_atomic(path, body)
+    write_atomic(path, (_llmc_header(arr.size) if header else b"")
+                 + arr.astype(_TOKEN_DTYPE).tobytes())
+
+
+def _llmc_header(count: int) -> bytes:
+    """llm.c's header of a shard of ``count`` tokens."""
+    head = np.zeros(HEADER_INTS, "<i4")
+    head[:3] = (MAGIC, VERSION, count)
+    return head.tobytes()
 
 
 def read_shard(path: str | os.PathLike, *, header: bool = True,
@@ -119,11 +112,9 @@ def read_shard(path: str | os.PathLike, *, header: bool = True,
     n = (size - offset) // 2
     tokens = (np.memmap(path, _TOKEN_DTYPE, mode="r", offset=offset, shape=(n,)) if n
               else np.zeros((0,), _TOKEN_DTYPE))
-    if vocab_size is not None and n:
-        top = int(tokens.max())
-        if top >= vocab_size:
-            raise ShardError(f"{path}: token id {top} is outside the model's vocabulary "
-                             f"[0, {vocab_size}); was it prepared with another tokenizer?")
+    if vocab_size is not None and n and (top := int(tokens.max())) >= vocab_size:
+        raise ShardError(f"{path}: token id {top} is outside the model's vocabulary "
+                         f"[0, {vocab_size}); was it prepared with another tokenizer?")
     return tokens
 
 
@@ -155,12 +146,9 @@ class TokenData:
 
     def num_tokens(self, split: str = "train") -> int:
         """Tokens in every shard of ``split`` (``"train"`` or ``"val"``)."""
-        return int(sum(len(s) for s in self._split(split)))
-
-    def _split(self, split: str) -> Sequence[np.ndarray]:
         if split not in ("train", "val"):
             raise ValueError(f"`split` must be 'train' or 'val'; got {split!r}.")
-        return self.train if split == "train" else self.val
+        return int(sum(len(s) for s in (self.train if split == "train" else self.val)))
 
     @property
     def tokenizer(self) -> Mapping[str, Any] | None:
@@ -170,9 +158,7 @@ class TokenData:
     def check_tokenizer(self, expected: Mapping[str, Any]) -> None:
         """``ShardError`` unless the manifest's tokenizer agrees with ``expected`` on every key
         both state (``kind``, ``name``, ``vocab_size``, ``eot``); no manifest: no check."""
-        have = self.tokenizer
-        if have is None:
-            return
+        have = self.tokenizer or {}
         diff = {k: (v, have[k]) for k, v in expected.items() if k in have and have[k] != v}
         if diff:
             where = self.paths.get("manifest", ["the manifest"])[0]
@@ -227,14 +213,13 @@ def open_tokens(path: str | os.PathLike, *, vocab_size: int | None = None,
     elif os.path.isdir(path) or os.path.basename(path) in ("train.bin", "val.bin"):
         folder = path if os.path.isdir(path) else os.path.dirname(path)
         nano = [os.path.join(folder, f"{s}.bin") for s in ("train", "val")]
-        llmc = sorted(glob.glob(os.path.join(folder, "*.bin")))
-        llmc = [f for f in llmc if _LLMC_NAME.search(os.path.basename(f))]
+        llmc = [f for f in sorted(glob.glob(os.path.join(folder, "*.bin")))
+                if _LLMC_NAME.search(os.path.basename(f))]
         if os.path.exists(nano[0]) and not llmc:
             fmt, files = "nanogpt", {"train": [nano[0]], "val": [nano[1]]}
         elif llmc:
-            fmt = "llmc"
-            files = {s: [f for f in llmc if f"_{s}_" in os.path.basename(f)]
-                     for s in ("train", "val")}
+            fmt, files = "llmc", {s: [f for f in llmc if f"_{s}_" in os.path.basename(f)]
+                                  for s in ("train", "val")}
         else:
             unfinished = os.path.isdir(os.path.join(folder, ".prepare-partial"))
             raise ShardError(
@@ -255,20 +240,17 @@ def open_tokens(path: str | os.PathLike, *, vocab_size: int | None = None,
     header = fmt == "llmc"
     shards = {s: [read_shard(f, header=header, vocab_size=vocab_size) for f in files[s]]
               for s in ("train", "val")}
-    if manifest is not None:
-        entries = {os.path.join(folder, e["file"]): e for e in manifest["shards"]}
-        for split in ("train", "val"):
-            for f, arr in zip(files[split], shards[split], strict=True):
-                want = entries[f].get("tokens")
-                if want is not None and int(want) != len(arr):
-                    raise ShardError(f"{f}: {len(arr)} tokens, the manifest says {want}.")
-                if verify and entries[f].get("sha256") and sha256_file(f) != entries[f]["sha256"]:
-                    raise ShardError(f"{f}: its SHA-256 differs from the manifest's.")
+    entries = {} if manifest is None else {os.path.join(folder, e["file"]): e
+                                           for e in manifest["shards"]}
     for split in ("train", "val"):
+        for f, arr in zip(files[split], shards[split], strict=True):
+            entry = entries.get(f, {})
+            if entry.get("tokens") is not None and int(entry["tokens"]) != len(arr):
+                raise ShardError(f"{f}: {len(arr)} tokens, the manifest says {entry['tokens']}.")
+            if verify and entry.get("sha256") and sha256_file(f) != entry["sha256"]:
+                raise ShardError(f"{f}: its SHA-256 differs from the manifest's.")
         if not sum(len(s) for s in shards[split]):
             raise ShardError(f"{path}: the {split} split holds no tokens.")
-    paths: dict[str, list[str]] = {**files}
-    if manifest is not None:
-        paths["manifest"] = [path]
+    paths: dict[str, list[str]] = {**files, **({} if manifest is None else {"manifest": [path]})}
     return TokenData(train=shards["train"], val=shards["val"], format=fmt, manifest=manifest,
                      paths=paths)

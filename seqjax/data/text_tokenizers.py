@@ -38,23 +38,12 @@ import os
 import tempfile
 from typing import Any
 
+from seqjax._optional import require
 from seqjax.data.shards import sha256_file
-from seqjax.data.tokenizers import (
-    HFTokenizer,
-    SpecialTokens,
-    Tokenizer,
-    _check_ids,
-    load_tokenizer,
-)
+from seqjax.data.tokenizers import HFTokenizer, SpecialTokens, Tokenizer, _check_ids, load_tokenizer
 
-__all__ = [
-    "GPT2_EOT",
-    "GPT2_RANKS_SHA256",
-    "GPT2_VOCAB_SIZE",
-    "TiktokenTokenizer",
-    "gpt2_rank_file",
-    "load_text_tokenizer",
-]
+__all__ = ["GPT2_EOT", "GPT2_RANKS_SHA256", "GPT2_VOCAB_SIZE", "TiktokenTokenizer",
+           "gpt2_rank_file", "load_text_tokenizer"]
 
 #: GPT-2's vocabulary: 50,000 merges + 256 bytes + ``<|endoftext|>`` (its last id).
 GPT2_VOCAB_SIZE, GPT2_EOT = 50257, 50256
@@ -78,20 +67,16 @@ def gpt2_rank_file() -> str | None:
         spec = importlib.util.find_spec("whisper")
     except (ImportError, ValueError):
         return None
-    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
-        path = os.path.join(folder, "assets", "gpt2.tiktoken")
-        if os.path.isfile(path):
-            return path
-    return None
+    folders = (spec.submodule_search_locations or []) if spec is not None else []
+    paths = (os.path.join(folder, "assets", "gpt2.tiktoken") for folder in folders)
+    return next((path for path in paths if os.path.isfile(path)), None)
 
 
 def tiktoken_cache_dir() -> str:
     """tiktoken's download cache: ``$TIKTOKEN_CACHE_DIR``, ``$DATA_GYM_CACHE_DIR``, or
     ``<temp>/data-gym-cache`` (tiktoken's ``load.py``)."""
-    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
-        if os.environ.get(var):
-            return os.environ[var]
-    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    return (os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+            or os.path.join(tempfile.gettempdir(), "data-gym-cache"))
 
 
 def _no_gpt2_ranks(err: BaseException) -> str:
@@ -105,14 +90,6 @@ def _no_gpt2_ranks(err: BaseException) -> str:
         "gpt2.tiktoken, or `pip install --no-deps openai-whisper`, or fill the cache on a "
         "machine with network: TIKTOKEN_CACHE_DIR=DIR python -c \"import tiktoken; "
         "tiktoken.get_encoding('gpt2')\", then copy DIR here and set TIKTOKEN_CACHE_DIR=DIR.")
-
-
-def _tiktoken() -> Any:
-    from seqjax._optional import require
-
-    tiktoken = require("tiktoken", "the GPT-2 tokenizer (tiktoken)")
-    require("tiktoken.load", "the GPT-2 tokenizer (tiktoken)")
-    return tiktoken
 
 
 def _gpt2_pat_str() -> str:
@@ -178,7 +155,8 @@ class TiktokenTokenizer(Tokenizer):
 
 
 def _gpt2(rank_file: str | os.PathLike | None) -> TiktokenTokenizer:
-    tiktoken = _tiktoken()
+    tiktoken = require("tiktoken", "the GPT-2 tokenizer (tiktoken)")
+    load = require("tiktoken.load", "the GPT-2 tokenizer (tiktoken)")
     path = os.fspath(rank_file) if rank_file is not None else gpt2_rank_file()
     if path is None:
         # No local ranks: tiktoken's own cache ($TIKTOKEN_CACHE_DIR), else a download.
@@ -194,14 +172,9 @@ def _gpt2(rank_file: str | os.PathLike | None) -> TiktokenTokenizer:
         raise ValueError(f"`rank_file` {path!r} is not GPT-2's ranks: its SHA-256 is {digest}, "
                          f"expected {GPT2_RANKS_SHA256} (tiktoken's r50k_base, "
                          "whisper's gpt2.tiktoken).")
-    encoding = tiktoken.Encoding(
-        name="gpt2",
-        pat_str=_gpt2_pat_str(),
-        mergeable_ranks=tiktoken.load.load_tiktoken_bpe(path),
-        special_tokens={"<|endoftext|>": GPT2_EOT},
-        explicit_n_vocab=GPT2_VOCAB_SIZE,
-    )
-    return TiktokenTokenizer(encoding)
+    return TiktokenTokenizer(tiktoken.Encoding(
+        name="gpt2", pat_str=_gpt2_pat_str(), mergeable_ranks=load.load_tiktoken_bpe(path),
+        special_tokens={"<|endoftext|>": GPT2_EOT}, explicit_n_vocab=GPT2_VOCAB_SIZE))
 
 
 def _resolve_eot(eot: int | str | None, vocab_size: int, lookup: Any, found: int | None,
@@ -226,8 +199,6 @@ def _from_file(path: str | os.PathLike, eot: int | str | None, *, kind: str) -> 
     if not os.path.isfile(path):
         raise ValueError(f"the tokenizer file {path!r} does not exist.")
     if kind == "hf":
-        from seqjax._optional import require
-
         tk = require("tokenizers", "a Hugging Face tokenizer.json (`tokenizers`)")
         try:
             tok: Tokenizer = HFTokenizer(tk.Tokenizer.from_file(path))
@@ -246,17 +217,9 @@ def _from_file(path: str | os.PathLike, eot: int | str | None, *, kind: str) -> 
 
 def load_text_tokenizer(spec: str, *, rank_file: str | os.PathLike | None = None,
                         eot: int | str | None = None) -> Tokenizer:
-    """The tokenizer named by ``spec`` (see the module docstring).
-
-    Args:
-        spec: ``"gpt2"``, ``"hf:PATH"`` (or a path ending in ``tokenizer.json``), ``"seqjax:PATH"``.
-        rank_file: GPT-2's ranks as a ``.tiktoken`` file (``"gpt2"`` only); default
-            :func:`gpt2_rank_file`, then tiktoken's cache or download.
-        eot: end-of-text id or token, overriding the one found (``hf:``/``seqjax:`` only).
-
-    Returns:
-        A :class:`TiktokenTokenizer`, :class:`~seqjax.data.tokenizers.HFTokenizer` or the seqjax
-        tokenizer saved at the path (``eot`` ``None`` when it has no end-of-text token).
+    """The tokenizer named by ``spec``, ``rank_file`` (``"gpt2"`` only) and ``eot`` (``hf:`` and
+    ``seqjax:`` only), as the module docstring says: a :class:`TiktokenTokenizer`,
+    :class:`~seqjax.data.tokenizers.HFTokenizer` or the seqjax tokenizer saved at the path.
 
     Raises:
         ValueError: an unknown spec (a non-str: ``TypeError``), a missing file, a non-GPT-2 rank
@@ -273,10 +236,9 @@ def load_text_tokenizer(spec: str, *, rank_file: str | os.PathLike | None = None
             raise ValueError(f"`eot` cannot be changed for 'gpt2' (its <|endoftext|> is "
                              f"{GPT2_EOT}); got {eot!r}.")
         return _gpt2(rank_file)
-    if spec.startswith("hf:"):
-        return _from_file(spec[3:], eot, kind="hf")
-    if spec.startswith("seqjax:"):
-        return _from_file(spec[7:], eot, kind="seqjax")
+    kind, colon, path = spec.partition(":")
+    if colon and kind in ("hf", "seqjax"):
+        return _from_file(path, eot, kind=kind)
     if spec.endswith("tokenizer.json"):
         return _from_file(spec, eot, kind="hf")
     raise ValueError(f"`tokenizer` must be one of {', '.join(_SPECS)}; got {spec!r}.")

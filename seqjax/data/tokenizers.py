@@ -25,23 +25,17 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from seqjax._io import write_json
+from seqjax._optional import require
 
-__all__ = [
-    "SpecialTokens",
-    "Tokenizer",
-    "CharTokenizer",
-    "WordTokenizer",
-    "HFTokenizer",
-    "train_bpe",
-    "load_tokenizer",
-]
+__all__ = ["SpecialTokens", "Tokenizer", "CharTokenizer", "WordTokenizer", "HFTokenizer",
+           "train_bpe", "load_tokenizer"]
 
 PathLike = str | os.PathLike
 
@@ -75,12 +69,7 @@ class SpecialTokens:
         return cls(**{f.name: None for f in fields(cls)})
 
     def tokens(self) -> list[str]:
-        out: list[str] = []
-        for f in fields(self):
-            tok = getattr(self, f.name)
-            if tok is not None and tok not in out:
-                out.append(tok)
-        return out
+        return list(dict.fromkeys(t for t in astuple(self) if t is not None))
 
     def as_dict(self) -> dict[str, str | None]:
         return asdict(self)
@@ -97,11 +86,15 @@ def _check_ids(ids: Any, vocab_size: int, name: str = "ids") -> list[int]:
         raise TypeError(f"`{name}` must contain integers; got dtype {arr.dtype}.")
     bad = arr[(arr < 0) | (arr >= vocab_size)]
     if bad.size:
-        raise ValueError(
-            f"`{name}` contains id {int(bad[0])}, outside the vocabulary "
-            f"[0, {vocab_size}) (vocab_size={vocab_size})."
-        )
+        raise ValueError(f"`{name}` contains id {int(bad[0])}, outside the vocabulary "
+                         f"[0, {vocab_size}) (vocab_size={vocab_size}).")
     return [int(i) for i in arr]
+
+
+def _special_id_property(role: str) -> Any:
+    """``Tokenizer.<role>_id``: the id of that special token (``None`` when absent)."""
+    return property(lambda self: self._special_id(role),
+                    doc=f"Id of the {role} token (``None`` when absent).")
 
 
 class Tokenizer(abc.ABC):
@@ -153,33 +146,13 @@ class Tokenizer(abc.ABC):
         tok = getattr(self.special_tokens, role)
         return None if tok is None else self.token_to_id(tok)
 
-    @property
-    def pad_id(self) -> int | None:
-        return self._special_id("pad")
-
-    @property
-    def unk_id(self) -> int | None:
-        return self._special_id("unk")
-
-    @property
-    def bos_id(self) -> int | None:
-        return self._special_id("bos")
-
-    @property
-    def eos_id(self) -> int | None:
-        return self._special_id("eos")
-
-    @property
-    def mask_id(self) -> int | None:
-        return self._special_id("mask")
-
-    @property
-    def sep_id(self) -> int | None:
-        return self._special_id("sep")
-
-    @property
-    def cls_id(self) -> int | None:
-        return self._special_id("cls")
+    pad_id = _special_id_property("pad")
+    unk_id = _special_id_property("unk")
+    bos_id = _special_id_property("bos")
+    eos_id = _special_id_property("eos")
+    mask_id = _special_id_property("mask")
+    sep_id = _special_id_property("sep")
+    cls_id = _special_id_property("cls")
 
     @property
     def special_ids(self) -> list[int]:
@@ -190,21 +163,13 @@ class Tokenizer(abc.ABC):
     def _require(self, role: str) -> int:
         i = self._special_id(role)
         if i is None:
-            raise ValueError(
-                f"this {type(self).__name__} has no {role!r} special token "
-                f"(special_tokens.{role}={getattr(self.special_tokens, role)!r})."
-            )
+            raise ValueError(f"this {type(self).__name__} has no {role!r} special token "
+                             f"(special_tokens.{role}={getattr(self.special_tokens, role)!r}).")
         return i
 
-    def encode_with_unknowns(
-        self,
-        text: str,
-        *,
-        add_bos: bool = False,
-        add_eos: bool = False,
-        max_length: int | None = None,
-        truncation: bool = False,
-    ) -> tuple[list[int], collections.Counter[str]]:
+    def encode_with_unknowns(self, text: str, *, add_bos: bool = False, add_eos: bool = False,
+                             max_length: int | None = None, truncation: bool = False
+                             ) -> tuple[list[int], collections.Counter[str]]:
         """Like :meth:`encode`, also returning ``Counter`` of the symbols mapped to ``<unk>``."""
         if not isinstance(text, str):
             raise TypeError(f"`text` must be a str; got {type(text).__name__}.")
@@ -212,38 +177,26 @@ class Tokenizer(abc.ABC):
         head = [self._require("bos")] if add_bos else []
         tail = [self._require("eos")] if add_eos else []
         if max_length is not None:
-            if max_length < len(head) + len(tail):
-                raise ValueError(
-                    f"`max_length` must be at least {len(head) + len(tail)} to hold the "
-                    f"BOS/EOS tokens; got {max_length}."
-                )
-            total = len(head) + len(ids) + len(tail)
-            if total > max_length:
-                if not truncation:
-                    raise ValueError(
-                        f"sequence has {total} tokens, more than max_length={max_length} "
-                        f"(text starts {text[:40]!r}); pass truncation=True to cut it."
-                    )
-                ids = ids[: max_length - len(head) - len(tail)]
+            room = max_length - len(head) - len(tail)  # for the text's ids
+            if room < 0:
+                raise ValueError(f"`max_length` must be at least {len(head) + len(tail)} to hold "
+                                 f"the BOS/EOS tokens; got {max_length}.")
+            if len(ids) > room and not truncation:
+                raise ValueError(f"sequence has {len(head) + len(ids) + len(tail)} tokens, more "
+                                 f"than max_length={max_length} (text starts {text[:40]!r}); "
+                                 "pass truncation=True to cut it.")
+            ids = ids[:room]
         return head + ids + tail, unknown
 
-    def encode(
-        self,
-        text: str,
-        *,
-        add_bos: bool = False,
-        add_eos: bool = False,
-        max_length: int | None = None,
-        truncation: bool = False,
-    ) -> list[int]:
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False,
+               max_length: int | None = None, truncation: bool = False) -> list[int]:
         """Ids of ``text``: ``[bos] + tokens + [eos]`` (BOS/EOS only when asked).
 
         ``max_length`` bounds the total length: longer sequences raise ``ValueError`` unless
         ``truncation=True``, which drops tokens from the end (BOS/EOS are kept).
         """
-        return self.encode_with_unknowns(
-            text, add_bos=add_bos, add_eos=add_eos, max_length=max_length, truncation=truncation
-        )[0]
+        return self.encode_with_unknowns(text, add_bos=add_bos, add_eos=add_eos,
+                                         max_length=max_length, truncation=truncation)[0]
 
     def encode_batch(self, texts: Iterable[str], **kwargs: Any) -> list[list[int]]:
         """:meth:`encode` of each text (keyword arguments as for :meth:`encode`)."""
@@ -274,9 +227,8 @@ class Tokenizer(abc.ABC):
         """Text of ``ids``; ``ValueError`` naming the first id outside ``[0, vocab_size)``."""
         return self._decode_ids(_check_ids(ids, self.vocab_size), skip_special)
 
-    def decode_batch(
-        self, ids_batch: Iterable[Sequence[int]] | np.ndarray, *, skip_special: bool = False
-    ) -> list[str]:
+    def decode_batch(self, ids_batch: Iterable[Sequence[int]] | np.ndarray, *,
+                     skip_special: bool = False) -> list[str]:
         """:meth:`decode` of each row (a padded ``int[B, T]`` array or a list of lists)."""
         return [self.decode(row, skip_special=skip_special) for row in ids_batch]
 
@@ -285,6 +237,7 @@ class _VocabTokenizer(Tokenizer):
     """A tokenizer backed by an explicit ``list[str]`` vocabulary."""
 
     kind = ""
+    _joiner = ""  # between decoded tokens
 
     def __init__(self, vocab: Sequence[str], special_tokens: SpecialTokens | None = None):
         self.special_tokens = SpecialTokens() if special_tokens is None else special_tokens
@@ -308,34 +261,26 @@ class _VocabTokenizer(Tokenizer):
     def id_to_token(self, i: int) -> str:
         return self.vocab[_check_ids([i], self.vocab_size, "i")[0]]
 
-    def _lookup(self, symbols: Iterable[str]) -> tuple[list[int], collections.Counter[str]]:
+    def _lookup(self, symbols: Sequence[str]) -> tuple[list[int], collections.Counter[str]]:
+        ids = [self._index.get(s, -1) for s in symbols]
+        unknown = collections.Counter(s for s, i in zip(symbols, ids) if i < 0)
         unk = self.unk_id
-        ids: list[int] = []
-        unknown: collections.Counter[str] = collections.Counter()
-        for s in symbols:
-            i = self._index.get(s)
-            if i is None:
-                if unk is None:
-                    raise ValueError(
-                        f"{s!r} is not in the vocabulary of this {type(self).__name__} and "
-                        "it has no <unk> token (special_tokens.unk is None)."
-                    )
-                unknown[s] += 1
-                i = unk
-            ids.append(i)
-        return ids, unknown
+        if unknown and unk is None:
+            raise ValueError(f"{next(iter(unknown))!r} is not in the vocabulary of this "
+                             f"{type(self).__name__} and it has no <unk> token "
+                             "(special_tokens.unk is None).")
+        return [unk if i < 0 else i for i in ids] if unknown else ids, unknown
+
+    def _decode_ids(self, ids: list[int], skip_special: bool) -> str:
+        skip = set(self.special_ids) if skip_special else set()
+        return self._joiner.join(self.vocab[i] for i in ids if i not in skip)
 
     def _config(self) -> dict[str, Any]:
         return {}
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.kind,
-            "format_version": _FORMAT_VERSION,
-            "vocab": self.vocab,
-            "special_tokens": self.special_tokens.as_dict(),
-            **self._config(),
-        }
+        return {"type": self.kind, "format_version": _FORMAT_VERSION, "vocab": self.vocab,
+                "special_tokens": self.special_tokens.as_dict(), **self._config()}
 
     def save(self, path: PathLike) -> None:
         """Write :meth:`to_json` to ``path`` (UTF-8 JSON, atomically)."""
@@ -364,9 +309,7 @@ class CharTokenizer(_VocabTokenizer):
     ) -> CharTokenizer:
         """Vocabulary of the characters in ``text`` (a str or an iterable of str)."""
         special_tokens = SpecialTokens() if special_tokens is None else special_tokens
-        chars: set[str] = set()
-        for t in [text] if isinstance(text, str) else text:
-            chars.update(t)
+        chars = {c for t in ([text] if isinstance(text, str) else text) for c in t}
         if not chars:
             raise ValueError("`text` is empty: a character vocabulary needs at least one "
                              "character (got no text, or only empty strings).")
@@ -376,9 +319,6 @@ class CharTokenizer(_VocabTokenizer):
     def _encode_text(self, text: str) -> tuple[list[int], collections.Counter[str]]:
         return self._lookup(text)
 
-    def _decode_ids(self, ids: list[int], skip_special: bool) -> str:
-        skip = set(self.special_ids) if skip_special else set()
-        return "".join(self.vocab[i] for i in ids if i not in skip)
 
 
 # ``<word>`` first: markers such as ``<unk>`` and ``<eos>`` in a text stay one token (Penn
@@ -408,47 +348,30 @@ class WordTokenizer(_VocabTokenizer):
     """
 
     kind = "word"
+    _joiner = " "
 
-    def __init__(
-        self,
-        vocab: Sequence[str],
-        special_tokens: SpecialTokens | None = None,
-        *,
-        lowercase: bool = False,
-        pattern: str = WORD_PATTERN,
-    ):
+    def __init__(self, vocab: Sequence[str], special_tokens: SpecialTokens | None = None, *,
+                 lowercase: bool = False, pattern: str = WORD_PATTERN):
         super().__init__(vocab, special_tokens)
-        self.lowercase = lowercase
-        self.pattern = pattern
-        self._regex = re.compile(pattern)
+        self.lowercase, self.pattern, self._regex = lowercase, pattern, re.compile(pattern)
 
     @classmethod
-    def from_texts(
-        cls,
-        texts: Iterable[str],
-        *,
-        min_freq: int = 1,
-        max_size: int | None = None,
-        lowercase: bool = False,
-        pattern: str = WORD_PATTERN,
-        special_tokens: SpecialTokens | None = None,
-    ) -> WordTokenizer:
+    def from_texts(cls, texts: Iterable[str], *, min_freq: int = 1, max_size: int | None = None,
+                   lowercase: bool = False, pattern: str = WORD_PATTERN,
+                   special_tokens: SpecialTokens | None = None) -> WordTokenizer:
         """Count words in ``texts`` and keep those with count ``>= min_freq``."""
         if min_freq < 1:
             raise ValueError(f"`min_freq` must be >= 1; got {min_freq}.")
         special_tokens = SpecialTokens() if special_tokens is None else special_tokens
         regex = re.compile(pattern)
-        counts: collections.Counter[str] = collections.Counter()
-        for t in texts:
-            counts.update(regex.findall(t.lower() if lowercase else t))
+        counts = collections.Counter(w for t in texts
+                                     for w in regex.findall(t.lower() if lowercase else t))
         if not counts:
             raise ValueError(f"`texts` hold no words (pattern {pattern!r}): a word vocabulary "
                              "needs at least one; got no texts or only empty ones.")
         specials = special_tokens.tokens()
-        words = sorted(
-            (w for w, c in counts.items() if c >= min_freq and w not in specials),
-            key=lambda w: (-counts[w], w),
-        )
+        words = sorted((w for w, c in counts.items() if c >= min_freq and w not in specials),
+                       key=lambda w: (-counts[w], w))
         if max_size is not None:
             words = words[: max(0, max_size - len(specials))]
         return cls(specials + words, special_tokens, lowercase=lowercase, pattern=pattern)
@@ -460,17 +383,12 @@ class WordTokenizer(_VocabTokenizer):
     def _encode_text(self, text: str) -> tuple[list[int], collections.Counter[str]]:
         return self._lookup(self.split(text))
 
-    def _decode_ids(self, ids: list[int], skip_special: bool) -> str:
-        skip = set(self.special_ids) if skip_special else set()
-        return " ".join(self.vocab[i] for i in ids if i not in skip)
 
     def _config(self) -> dict[str, Any]:
         return {"lowercase": self.lowercase, "pattern": self.pattern}
 
 
-def _hf_tokenizers():
-    from seqjax._optional import require
-
+def _hf_tokenizers() -> Any:
     return require("tokenizers", "BPE / tokenizer.json support (Hugging Face `tokenizers`)")
 
 
@@ -501,40 +419,26 @@ class HFTokenizer(Tokenizer):
         'lowest low'
     """
 
-    def __init__(
-        self,
-        tokenizer: Any,
-        special_tokens: SpecialTokens | None = None,
-        *,
-        use_template: bool = False,
-    ):
-        self.tokenizer = tokenizer
-        self.use_template = use_template
-        self.origin = "hf"
+    def __init__(self, tokenizer: Any, special_tokens: SpecialTokens | None = None, *,
+                 use_template: bool = False):
+        self.tokenizer, self.use_template, self.origin = tokenizer, use_template, "hf"
         if special_tokens is None:
             vocab = tokenizer.get_vocab(with_added_tokens=True)
-            found = {
-                role: next((c for c in cands if c in vocab), None)
-                for role, cands in _SPECIAL_CANDIDATES.items()
-            }
-            special_tokens = SpecialTokens(**found)
+            special_tokens = SpecialTokens(**{role: next((c for c in cands if c in vocab), None)
+                                              for role, cands in _SPECIAL_CANDIDATES.items()})
         self.special_tokens = special_tokens
 
     @classmethod
-    def from_file(
-        cls, path: PathLike, special_tokens: SpecialTokens | None = None, **kwargs: Any
-    ) -> HFTokenizer:
+    def from_file(cls, path: PathLike, special_tokens: SpecialTokens | None = None,
+                  **kwargs: Any) -> HFTokenizer:
         """Load a ``tokenizer.json`` (e.g. a BERT WordPiece or GPT-2 BPE tokenizer)."""
-        tk = _hf_tokenizers()
-        return cls(tk.Tokenizer.from_file(str(path)), special_tokens, **kwargs)
+        return cls(_hf_tokenizers().Tokenizer.from_file(str(path)), special_tokens, **kwargs)
 
     @classmethod
-    def from_pretrained(
-        cls, name: str, special_tokens: SpecialTokens | None = None, **kwargs: Any
-    ) -> HFTokenizer:
+    def from_pretrained(cls, name: str, special_tokens: SpecialTokens | None = None,
+                        **kwargs: Any) -> HFTokenizer:
         """Download the ``tokenizer.json`` of hub model ``name`` (needs a network)."""
-        tk = _hf_tokenizers()
-        return cls(tk.Tokenizer.from_pretrained(name), special_tokens, **kwargs)
+        return cls(_hf_tokenizers().Tokenizer.from_pretrained(name), special_tokens, **kwargs)
 
     @property
     def vocab_size(self) -> int:
@@ -552,14 +456,9 @@ class HFTokenizer(Tokenizer):
 
     def _encode_text(self, text: str) -> tuple[list[int], collections.Counter[str]]:
         enc = self.tokenizer.encode(text, add_special_tokens=self.use_template)
-        ids = list(enc.ids)
-        unknown: collections.Counter[str] = collections.Counter()
-        unk = self.unk_id
-        if unk is not None:
-            for i, (start, end) in zip(ids, enc.offsets):
-                if i == unk:
-                    unknown[text[start:end]] += 1
-        return ids, unknown
+        unk = self.unk_id  # None: no id is unknown
+        return list(enc.ids), collections.Counter(
+            text[start:end] for i, (start, end) in zip(enc.ids, enc.offsets) if i == unk)
 
     def _decode_ids(self, ids: list[int], skip_special: bool) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special)
@@ -615,20 +514,14 @@ def train_bpe(
     alphabet = tk.pre_tokenizers.ByteLevel.alphabet()
     minimum = len(alphabet) + len(special_tokens.tokens())
     if vocab_size < minimum:
-        raise ValueError(
-            f"`vocab_size` must be at least {minimum} (256 bytes + special tokens); "
-            f"got {vocab_size}."
-        )
+        raise ValueError(f"`vocab_size` must be at least {minimum} (256 bytes + special "
+                         f"tokens); got {vocab_size}.")
     tokenizer = tk.Tokenizer(tk.models.BPE())
     tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = tk.decoders.ByteLevel()
-    trainer = tk.trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=special_tokens.tokens(),
-        initial_alphabet=alphabet,
-        show_progress=False,
-    )
+    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                     special_tokens=special_tokens.tokens(),
+                                     initial_alphabet=alphabet, show_progress=False)
     chars = [0]
 
     def counted() -> Iterator[str]:  # the corpus may be a stream: count as it flows
@@ -664,19 +557,14 @@ def load_tokenizer(path: PathLike, **kwargs: Any) -> Tokenizer:
     if kind in ("char", "word"):
         version = data.get("format_version", _FORMAT_VERSION)
         if version > _FORMAT_VERSION:
-            raise ValueError(
-                f"{str(path)!r} has format_version {version}; this seqjax reads <= "
-                f"{_FORMAT_VERSION}."
-            )
+            raise ValueError(f"{str(path)!r} has format_version {version}; this seqjax reads "
+                             f"<= {_FORMAT_VERSION}.")
         specials = SpecialTokens(**data["special_tokens"])
         if kind == "char":
             return CharTokenizer(data["vocab"], specials)
-        return WordTokenizer(
-            data["vocab"], specials, lowercase=data["lowercase"], pattern=data["pattern"]
-        )
+        return WordTokenizer(data["vocab"], specials, lowercase=data["lowercase"],
+                             pattern=data["pattern"])
     if isinstance(data, dict) and "model" in data:
         return HFTokenizer.from_file(path, **kwargs)
-    raise ValueError(
-        f"`path` {str(path)!r} is neither a seqjax tokenizer (type 'char'/'word') nor a "
-        "Hugging Face tokenizer.json (no 'model' key)."
-    )
+    raise ValueError(f"`path` {str(path)!r} is neither a seqjax tokenizer (type 'char'/'word') "
+                     "nor a Hugging Face tokenizer.json (no 'model' key).")
