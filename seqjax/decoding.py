@@ -142,13 +142,8 @@ class BeamSearchOutput(NamedTuple):
 # --------------------------------------------------------------------------- logits processing
 
 
-def process_logits(
-    logits_BxV: Array,
-    *,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-) -> Array:
+def process_logits(logits_BxV: Array, *, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0) -> Array:
     r"""Temperature, top-k and top-p (nucleus) filtering: ``logits_BxV -> logits_BxV`` (float32)
     whose softmax is the sampling distribution.
 
@@ -182,9 +177,8 @@ def process_logits(
 def _filters(top_k: Any, top_p: Any, owner: str) -> tuple[int, float]:
     """``(top_k, top_p)`` checked: an int >= 0 (0: off) and a float in (0, 1] (1: off); ``None``
     (the old off) is a ``TypeError`` naming 0 and 1."""
-    if isinstance(top_k, np.integer):
-        top_k = int(top_k)
-    top_k = check_count_or_off(top_k, "top_k", owner, "every token, no top-k")
+    top_k = check_count_or_off(int(top_k) if isinstance(top_k, np.integer) else top_k, "top_k",
+                               owner, "every token, no top-k")
     if top_p is None:
         raise TypeError(f"`top_p=None` of {owner} is spelled `top_p=1.0` (1: every token, "
                         "no nucleus).")
@@ -197,45 +191,28 @@ def _filters(top_k: Any, top_p: Any, owner: str) -> tuple[int, float]:
 # --------------------------------------------------------------------------- shared set-up
 
 
-def _check_special_ids(model: Any, eos_id: Any, pad_id: Any) -> None:
-    """``eos_id`` (or ``None``) and ``pad_id`` must be token ids of the model's vocabulary
-    (module docstring)."""
+def _check_prompt(model: Any, prompt_BxT: Any, prompt_lengths_B: Any, max_new_tokens: int,
+                  eos_id: Any, pad_id: Any) -> tuple[Array, Array]:
+    """The checked prompt and lengths; ``eos_id`` (or ``None``) and ``pad_id`` must be token ids
+    of the model's vocabulary (module docstring)."""
     vocab = getattr(model, "vocab_size", None)
-    span = f"[0, {vocab - 1}] (vocab_size={vocab})" if isinstance(vocab, int) else ">= 0"
+    vocab = vocab if isinstance(vocab, int) else None
+    prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, vocab)
+    check_positive_ints(max_new_tokens=max_new_tokens)
+    span = ">= 0" if vocab is None else f"[0, {vocab - 1}] (vocab_size={vocab})"
     for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
         if value is None and name == "eos_id":
             continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"`{name}` must be an int token id; got {value!r}.")
-        if value < 0 or (isinstance(vocab, int) and value >= vocab):
+        if value < 0 or (vocab is not None and value >= vocab):
             raise ValueError(f"`{name}` must be a token id in {span}; got {value}.")
-
-
-def _check_prompt(
-    model: Any,
-    prompt_BxT: Any,
-    prompt_lengths_B: Any,
-    max_new_tokens: int,
-    eos_id: Any = None,
-    pad_id: Any = 0,
-) -> tuple[Array, Array]:
-    vocab = getattr(model, "vocab_size", None)
-    prompt_BxT, prompt_lengths_B = check_prompt(
-        prompt_BxT, prompt_lengths_B, vocab if isinstance(vocab, int) else None
-    )
-    check_positive_ints(max_new_tokens=max_new_tokens)
-    _check_special_ids(model, eos_id, pad_id)
     return prompt_BxT, prompt_lengths_B
 
 
-def _init(
-    model: Any,
-    params: Any,
-    prompt_BxT: Array,
-    lengths_B: Array,
-    max_new_tokens: int,
-    inputs: dict,
-) -> tuple[State, Array]:
+def _init(model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, max_new_tokens: int,
+          inputs: dict) -> tuple[State, Array]:
+    """The decoding state and each row's first token to feed, ``prompt[b, len_b - 1]``."""
     max_len = prompt_BxT.shape[1] + max_new_tokens
     state = model.init_decode_state(params, prompt_BxT, lengths_B, max_len, **inputs)
     first_B = jnp.take_along_axis(prompt_BxT, (lengths_B - 1)[:, None], axis=1)[:, 0]
@@ -245,33 +222,11 @@ def _init(
 # --------------------------------------------------------------------------- greedy / sampling
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=(
-        "model",
-        "max_new_tokens",
-        "eos_id",
-        "pad_id",
-        "temperature",
-        "top_k",
-        "top_p",
-    ),
-)
-def _sample_loop(
-    model: Any,
-    params: Any,
-    prompt_BxT: Array,
-    lengths_B: Array,
-    key: Array | None,
-    inputs: dict,
-    *,
-    max_new_tokens: int,
-    eos_id: int | None,
-    pad_id: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-) -> DecodeOutput:
+@functools.partial(jax.jit, static_argnames=(
+    "model", "max_new_tokens", "eos_id", "pad_id", "temperature", "top_k", "top_p"))
+def _sample_loop(model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, key: Array | None,
+                 inputs: dict, *, max_new_tokens: int, eos_id: int | None, pad_id: int,
+                 temperature: float, top_k: int, top_p: float) -> DecodeOutput:
     batch = prompt_BxT.shape[0]
     state, first_B = _init(model, params, prompt_BxT, lengths_B, max_new_tokens, inputs)
     greedy = temperature == 0.0
@@ -288,7 +243,7 @@ def _sample_loop(
             nxt_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
         else:
             filtered = process_logits(logits_BxV, temperature=temperature, top_k=top_k, top_p=top_p)
-            assert key is not None  # _sample_args passes a key whenever temperature > 0
+            assert key is not None  # _run_sample passes a key whenever temperature > 0
             step_key = jax.random.fold_in(key, step)
             nxt_B = jax.random.categorical(step_key, filtered, axis=-1).astype(jnp.int32)
         token_logp_B = jnp.take_along_axis(
@@ -302,59 +257,34 @@ def _sample_loop(
             done_B = done_B | (nxt_B == eos_id)
         return step + 1, state, nxt_B, out_BxN, done_B, logp_B, gen_len_B
 
-    carry = (
-        jnp.asarray(0, jnp.int32),
-        state,
-        first_B,
-        jnp.full((batch, max_new_tokens), pad_id, jnp.int32),
-        jnp.zeros((batch,), bool),
-        jnp.zeros((batch,), jnp.float32),
-        jnp.zeros((batch,), jnp.int32),
-    )
+    carry = (jnp.asarray(0, jnp.int32), state, first_B,
+             jnp.full((batch, max_new_tokens), pad_id, jnp.int32), jnp.zeros((batch,), bool),
+             jnp.zeros((batch,), jnp.float32), jnp.zeros((batch,), jnp.int32))
     _, _, _, out_BxN, _, logp_B, gen_len_B = jax.lax.while_loop(cond, body, carry)
     return DecodeOutput(out_BxN, gen_len_B, logp_B)
 
 
-def greedy_search(
-    model: Decodable,
-    params: Any,
-    prompt_BxT: Array,
-    prompt_lengths_B: Array | None = None,
-    *,
-    max_new_tokens: int,
-    eos_id: int | None = None,
-    pad_id: int = 0,
-    inputs: dict | None = None,
-) -> DecodeOutput:
+def greedy_search(model: Decodable, params: Any, prompt_BxT: Array,
+                  prompt_lengths_B: Array | None = None, *, max_new_tokens: int,
+                  eos_id: int | None = None, pad_id: int = 0,
+                  inputs: dict | None = None) -> DecodeOutput:
     r"""Greedy decoding: :math:`y_n = \arg\max_k p(y_n = k \mid y_{<n})` (Bishop §12.3.2).
 
     ``prompt_BxT`` (int), ``prompt_lengths_B`` (int in ``[1, T]``; default ``T``) ->
     :class:`DecodeOutput`, ``tokens: [B, max_new_tokens]``. ``inputs``: extra keyword inputs
     of the model's ``init_decode_state``.
     """
-    args, kwargs = _sample_args(
-        model, params, prompt_BxT, prompt_lengths_B, key=None, max_new_tokens=max_new_tokens,
-        temperature=0.0, eos_id=eos_id, pad_id=pad_id, inputs=inputs)
-    return _sample_loop(*args, **kwargs)
+    return _run_sample(_sample_loop, model, params, prompt_BxT, prompt_lengths_B, key=None,
+                       max_new_tokens=max_new_tokens, temperature=0.0, eos_id=eos_id,
+                       pad_id=pad_id, inputs=inputs)
 
 
-def _sample_args(
-    model: Decodable,
-    params: Any,
-    prompt_BxT: Array,
-    prompt_lengths_B: Array | None = None,
-    *,
-    key: Array | None,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    eos_id: int | None = None,
-    pad_id: int = 0,
-    inputs: dict | None = None,
-) -> tuple[tuple, dict]:
-    """The checked arguments of :func:`_sample_loop` for :func:`sample`'s (:func:`greedy_search`:
-    ``temperature=0``, no key)."""
+def _run_sample(loop: Callable[..., Any], model: Decodable, params: Any, prompt_BxT: Array,
+                prompt_lengths_B: Array | None = None, *, key: Array | None, max_new_tokens: int,
+                temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                eos_id: int | None = None, pad_id: int = 0, inputs: dict | None = None) -> Any:
+    """``loop`` (:func:`_sample_loop` or its ``.lower``) on :func:`sample`'s arguments, checked
+    (:func:`greedy_search`: ``temperature=0``, no key)."""
     if temperature < 0:
         raise ValueError(f"`temperature` must be >= 0; got {temperature}.")
     top_k, top_p = _filters(top_k, top_p, "sample")
@@ -362,40 +292,22 @@ def _sample_args(
         model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
     )
     loop_key = jnp.asarray(key) if temperature > 0 else None
-    return (model, params, prompt_BxT, lengths_B, loop_key, dict(inputs or {})), dict(
-        max_new_tokens=int(max_new_tokens),
-        eos_id=eos_id,
-        pad_id=pad_id,
-        temperature=float(temperature),
-        top_k=top_k,
-        top_p=top_p,
-    )
+    return loop(model, params, prompt_BxT, lengths_B, loop_key, dict(inputs or {}),
+                max_new_tokens=int(max_new_tokens), eos_id=eos_id, pad_id=pad_id,
+                temperature=float(temperature), top_k=top_k, top_p=top_p)
 
 
-def sample(
-    model: Decodable,
-    params: Any,
-    prompt_BxT: Array,
-    prompt_lengths_B: Array | None = None,
-    *,
-    key: Array,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    eos_id: int | None = None,
-    pad_id: int = 0,
-    inputs: dict | None = None,
-) -> DecodeOutput:
+def sample(model: Decodable, params: Any, prompt_BxT: Array, prompt_lengths_B: Array | None = None,
+           *, key: Array, max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
+           top_p: float = 1.0, eos_id: int | None = None, pad_id: int = 0,
+           inputs: dict | None = None) -> DecodeOutput:
     r"""Ancestral sampling with temperature, top-k and top-p (Bishop §12.3.2, (12.35)): step
     ``n`` draws :math:`y_n \sim \mathrm{softmax}(\mathrm{filter}(a_n / T))`
     (:func:`process_logits`) with key ``fold_in(key, n)``. ``temperature=0`` is greedy search.
     """
-    args, kwargs = _sample_args(
-        model, params, prompt_BxT, prompt_lengths_B, key=key, max_new_tokens=max_new_tokens,
-        temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id, pad_id=pad_id,
-        inputs=inputs)
-    return _sample_loop(*args, **kwargs)
+    return _run_sample(_sample_loop, model, params, prompt_BxT, prompt_lengths_B, key=key,
+                       max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                       top_p=top_p, eos_id=eos_id, pad_id=pad_id, inputs=inputs)
 
 
 def lower_sample(model: Decodable, params: Any, prompt_BxT: Array,
@@ -403,64 +315,30 @@ def lower_sample(model: Decodable, params: Any, prompt_BxT: Array,
     """The program :func:`sample` runs for the same arguments, lowered, not run
     (``jax.stages.Lowered``): ``.compile()`` it ahead of time (e.g. in a background thread) and a
     later :func:`sample` with the same shapes, dtypes and options finds it compiled."""
-    args, kwargs = _sample_args(model, params, prompt_BxT, prompt_lengths_B, **options)
-    return _sample_loop.lower(*args, **kwargs)
+    return _run_sample(_sample_loop.lower, model, params, prompt_BxT, prompt_lengths_B,
+                       **options)
 
 
 # --------------------------------------------------------------------------- beam search
-
-
-def _repeat_batch(tree: Any, times: int) -> Any:
-    """``[B, ...] -> [B * times, ...]``, each row repeated ``times`` times consecutively."""
-    return jax.tree_util.tree_map(lambda x: jnp.repeat(x, times, axis=0), tree)
-
-
-def _gather_rows(tree: Any, rows: Array) -> Any:
-    return jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), tree)
-
-
-def _initial_beams(batch: int, K: int, N: int, pad_id: int) -> tuple[Array, ...]:
-    """``(seq [B, K, N], logp [B, K], len [B, K], done [B, K])`` before the first step: one
-    live hypothesis per row (log-probability 0), the other ``K - 1`` slots empty."""
-    return (
-        jnp.full((batch, K, N), pad_id, jnp.int32),
-        jnp.concatenate(
-            [jnp.zeros((batch, 1), jnp.float32), jnp.full((batch, K - 1), _NEG, jnp.float32)],
-            axis=1,
-        ),
-        jnp.zeros((batch, K), jnp.int32),
-        jnp.zeros((batch, K), bool),
-    )
 
 
 @functools.partial(
     jax.jit,
     static_argnames=("model", "beam_size", "max_new_tokens", "eos_id", "pad_id", "length_penalty"),
 )
-def _beam_loop(
-    model: Any,
-    params: Any,
-    prompt_BxT: Array,
-    lengths_B: Array,
-    inputs: dict,
-    *,
-    beam_size: int,
-    max_new_tokens: int,
-    eos_id: int | None,
-    pad_id: int,
-    length_penalty: float,
-) -> BeamSearchOutput:
+def _beam_loop(model: Any, params: Any, prompt_BxT: Array, lengths_B: Array, inputs: dict, *,
+               beam_size: int, max_new_tokens: int, eos_id: int | None, pad_id: int,
+               length_penalty: float) -> BeamSearchOutput:
     batch = prompt_BxT.shape[0]
     K, N = beam_size, max_new_tokens
     state, first_B = _init(model, params, prompt_BxT, lengths_B, max_new_tokens, inputs)
-    state = _repeat_batch(state, K)  # [B*K, ...]: the model runs once per hypothesis
+    # [B*K, ...], each row repeated K times: the model runs once per hypothesis
+    state = jax.tree_util.tree_map(lambda x: jnp.repeat(x, K, axis=0), state)
     batch_base_Bx1 = (jnp.arange(batch, dtype=jnp.int32) * K)[:, None]
 
-    def penalty(length: Array) -> Array:
-        return jnp.maximum(jnp.asarray(length, jnp.float32), 1.0) ** length_penalty
-
-    def score(logp: Array, length: Array) -> Array:
-        return jnp.where(logp > _NEG / 2, logp / penalty(length), _NEG)
+    def score(logp: Array, length: Array) -> Array:  # length-normalised; empty slots stay _NEG
+        penalty = jnp.maximum(jnp.asarray(length, jnp.float32), 1.0) ** length_penalty
+        return jnp.where(logp > _NEG / 2, logp / penalty, _NEG)
 
     def cond(carry: tuple) -> Array:
         step, _, _, beams = carry
@@ -500,10 +378,15 @@ def _beam_loop(
         dead = top_BxK <= _NEG / 2  # fewer real hypotheses than slots
         logp_BxK = jnp.where(dead, _NEG, logp_BxK)
         done_BxK = done_BxK & ~dead
-        state = _gather_rows(state, (batch_base_Bx1 + parent_BxK).reshape(-1))
+        rows = (batch_base_Bx1 + parent_BxK).reshape(-1)
+        state = jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), state)
         return step + 1, state, token_BxK.reshape(-1), (seq_BxKxN, logp_BxK, len_BxK, done_BxK)
 
-    beams = _initial_beams(batch, K, N, pad_id)
+    # (seq, logp, len, done) before the first step: one live hypothesis per row
+    # (log-probability 0), the other K - 1 slots empty.
+    logp_BxK = jnp.full((batch, K), _NEG, jnp.float32).at[:, 0].set(0.0)
+    beams = (jnp.full((batch, K, N), pad_id, jnp.int32), logp_BxK, jnp.zeros((batch, K), jnp.int32),
+             jnp.zeros((batch, K), bool))
     carry = (jnp.asarray(0, jnp.int32), state, jnp.repeat(first_B, K), beams)
     _, _, _, (seq_BxKxN, logp_BxK, len_BxK, _) = jax.lax.while_loop(cond, body, carry)
     final_BxK = score(logp_BxK, len_BxK)
@@ -516,19 +399,10 @@ def _beam_loop(
     )
 
 
-def beam_search(
-    model: Decodable,
-    params: Any,
-    prompt_BxT: Array,
-    prompt_lengths_B: Array | None = None,
-    *,
-    beam_size: int,
-    max_new_tokens: int,
-    length_penalty: float = 1.0,
-    eos_id: int | None = None,
-    pad_id: int = 0,
-    inputs: dict | None = None,
-) -> BeamSearchOutput:
+def beam_search(model: Decodable, params: Any, prompt_BxT: Array,
+                prompt_lengths_B: Array | None = None, *, beam_size: int, max_new_tokens: int,
+                length_penalty: float = 1.0, eos_id: int | None = None, pad_id: int = 0,
+                inputs: dict | None = None) -> BeamSearchOutput:
     r"""Beam search (Bishop §12.3.2): the ``K = beam_size`` best continuations, best first.
 
     Each step extends every unfinished hypothesis by every token, keeps the ``K`` best of these
@@ -544,54 +418,26 @@ def beam_search(
     prompt_BxT, lengths_B = _check_prompt(
         model, prompt_BxT, prompt_lengths_B, max_new_tokens, eos_id, pad_id
     )
-    return _beam_loop(
-        model,
-        params,
-        prompt_BxT,
-        lengths_B,
-        dict(inputs or {}),
-        beam_size=int(beam_size),
-        max_new_tokens=int(max_new_tokens),
-        eos_id=eos_id,
-        pad_id=pad_id,
-        length_penalty=float(length_penalty),
-    )
+    return _beam_loop(model, params, prompt_BxT, lengths_B, dict(inputs or {}),
+                      beam_size=int(beam_size), max_new_tokens=int(max_new_tokens),
+                      eos_id=eos_id, pad_id=pad_id, length_penalty=float(length_penalty))
 
 
-def generate(
-    model: Decodable,
-    params: Any,
-    prompt_BxT: Array,
-    prompt_lengths_B: Array | None = None,
-    *,
-    max_new_tokens: int,
-    method: str = "greedy",
-    key: Array | None = None,
-    **kwargs: Any,
-) -> DecodeOutput | BeamSearchOutput:
+def generate(model: Decodable, params: Any, prompt_BxT: Array,
+             prompt_lengths_B: Array | None = None, *, max_new_tokens: int, method: str = "greedy",
+             key: Array | None = None, **kwargs: Any) -> DecodeOutput | BeamSearchOutput:
     """:func:`greedy_search`, :func:`sample` (``key`` required) or :func:`beam_search` as
     ``method`` is ``"greedy"``, ``"sample"`` or ``"beam"``; ``kwargs`` go to that function."""
-    if method == "greedy":
-        return greedy_search(
-            model, params, prompt_BxT, prompt_lengths_B, max_new_tokens=max_new_tokens, **kwargs
-        )
+    methods: dict[str, Callable[..., Any]] = {
+        "greedy": greedy_search, "sample": sample, "beam": beam_search}
+    if method not in methods:
+        raise ValueError(f"`method` must be 'greedy', 'sample' or 'beam'; got {method!r}.")
     if method == "sample":
         if key is None:
             raise ValueError("`key` (a PRNG key) is required for method='sample'.")
-        return sample(
-            model,
-            params,
-            prompt_BxT,
-            prompt_lengths_B,
-            key=key,
-            max_new_tokens=max_new_tokens,
-            **kwargs,
-        )
-    if method == "beam":
-        return beam_search(
-            model, params, prompt_BxT, prompt_lengths_B, max_new_tokens=max_new_tokens, **kwargs
-        )
-    raise ValueError(f"`method` must be 'greedy', 'sample' or 'beam'; got {method!r}.")
+        kwargs["key"] = key
+    return methods[method](model, params, prompt_BxT, prompt_lengths_B,
+                           max_new_tokens=max_new_tokens, **kwargs)
 
 
 # --------------------------------------------------------------------------- no-cache reference
@@ -627,9 +473,8 @@ def recompute_decoder(logits_fn: Callable[[Any, Array], Array], *, window: int =
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise ValueError(f"`window` must be an int >= 0 (0: the whole sequence); got {window!r}.")
 
-    def init_decode_state(
-        params: Any, prompt_BxT: Array, prompt_lengths_B: Array, max_len: int
-    ) -> _RecomputeState:
+    def init_decode_state(params: Any, prompt_BxT: Array, prompt_lengths_B: Array,
+                          max_len: int) -> _RecomputeState:
         del params
         batch, num_steps = prompt_BxT.shape
         width = window or max_len
@@ -637,9 +482,8 @@ def recompute_decoder(logits_fn: Callable[[Any, Array], Array], *, window: int =
         buffer_BxL = jnp.zeros((batch, width), jnp.int32).at[:, :keep].set(prompt_BxT[:, :keep])
         return _RecomputeState(buffer_BxL, jnp.asarray(prompt_lengths_B, jnp.int32) - 1)
 
-    def decode_step(
-        params: Any, state: _RecomputeState, tokens_B: Array
-    ) -> tuple[Array, _RecomputeState]:
+    def decode_step(params: Any, state: _RecomputeState, tokens_B: Array
+                    ) -> tuple[Array, _RecomputeState]:
         rows = jnp.arange(tokens_B.shape[0])
         buffer_BxL, at_B = state.tokens_BxL, state.lengths_B
         if window:  # full rows slide left by one; the new token goes in the last slot

@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_positive_int, renamed_keywords
+from seqjax._checks import check_positive_int, check_positive_ints, renamed_keywords
 from seqjax.train.losses import token_cross_entropy
 
 Array = jax.Array
@@ -116,22 +116,6 @@ class EvalTask:
         return max((len(c) for c, _, _ in self.items), default=1)
 
 
-def _strings(value: Any, what: str, least: int) -> str | None:
-    if (not isinstance(value, list) or len(value) < least
-            or not all(isinstance(v, str) for v in value)):
-        return f"{what} must be a list of at least {least} strings; got {value!r}"
-    return None
-
-
-def _label(obj: Mapping[str, Any], choices: int) -> int | str:
-    label = obj.get("label")
-    if isinstance(label, str) and label.strip().isdigit():  # PIQA/Winogrande write "0"
-        label = int(label)
-    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < choices:
-        return f"'label' must be an int in [0, {choices - 1}]; got {label!r}"
-    return label
-
-
 def _parse(obj: Any) -> tuple[Kind, Item] | str:
     """One line's item and kind, or what is wrong with it."""
     if not isinstance(obj, Mapping):
@@ -139,25 +123,22 @@ def _parse(obj: Any) -> tuple[Kind, Item] | str:
     forms = ("expected one of the forms {'context', 'choices', 'label'}, {'ctx', 'endings', "
              "'label'} (HellaSwag), {'choices', 'continuation', 'label'} (Winogrande), "
              "{'context', 'continuation'} (cloze) or {'text'} (LAMBADA)")
-    if "endings" in obj or ("choices" in obj and "continuation" not in obj):
+    if "endings" in obj or "choices" in obj:
+        schema = "endings" not in obj and "continuation" in obj  # Winogrande: choices are contexts
         ctx_key, choice_key = ("ctx", "endings") if "endings" in obj else ("context", "choices")
-        problem = _strings(obj.get(choice_key), f"{choice_key!r}", 2)
-        if problem is None and not isinstance(obj.get(ctx_key), str):
-            problem = f"{ctx_key!r} must be a string; got {obj.get(ctx_key)!r}"
-        label = _label(obj, len(obj.get(choice_key) or ()))
-        if problem or isinstance(label, str):
-            return problem or str(label)
-        choices = tuple(obj[choice_key])
-        return "choice", ((obj[ctx_key],) * len(choices), choices, label)
-    if "choices" in obj:
-        problem = _strings(obj["choices"], "'choices'", 2)
-        label = _label(obj, len(obj["choices"]) if problem is None else 0)
-        if problem is None and not isinstance(obj["continuation"], str):
-            problem = f"'continuation' must be a string; got {obj['continuation']!r}"
-        if problem or isinstance(label, str):
-            return problem or str(label)
-        contexts = tuple(obj["choices"])
-        return "choice", (contexts, (obj["continuation"],) * len(contexts), label)
+        text_key = "continuation" if schema else ctx_key
+        choices, text, label = obj.get(choice_key), obj.get(text_key), obj.get("label")
+        if isinstance(label, str) and label.strip().isdigit():  # PIQA/Winogrande write "0"
+            label = int(label)
+        if (not isinstance(choices, list) or len(choices) < 2
+                or not all(isinstance(v, str) for v in choices)):
+            return f"{choice_key!r} must be a list of at least 2 strings; got {choices!r}"
+        if not isinstance(text, str):
+            return f"{text_key!r} must be a string; got {text!r}"
+        if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(choices):
+            return f"'label' must be an int in [0, {len(choices) - 1}]; got {label!r}"
+        rows, texts = tuple(choices), (text,) * len(choices)
+        return "choice", (rows, texts, label) if schema else (texts, rows, label)
     if "continuation" in obj and "context" in obj:
         if not isinstance(obj["context"], str) or not isinstance(obj["continuation"], str):
             return "'context' and 'continuation' must be strings"
@@ -252,8 +233,7 @@ class TaskBatches(Sequence[dict[str, np.ndarray]]):
     @renamed_keywords(seq_len="block_size")
     def __init__(self, task: EvalTask, encode: Encode, *, items_per_batch: int,
                  block_size: int, vocab_size: int | None = None) -> None:
-        check_positive_int(items_per_batch, "items_per_batch")
-        check_positive_int(block_size, "block_size")
+        check_positive_ints(items_per_batch=items_per_batch, block_size=block_size)
         if not task.items:
             raise ValueError(f"task {task.name!r} has no items.")
         self.task, self.items_per_batch, self.block_size = task, items_per_batch, block_size
@@ -344,9 +324,8 @@ def make_task_eval(apply_fn: ApplyFn, kind: Kind) -> Callable[[Any, Mapping[str,
             return {"acc": mean(exact_R.reshape(n, c)[:, 0]), "tokens": items}
         s_NxC = jnp.sum(loss_RxT, axis=-1).reshape(n, c)
         count_NxC = jnp.sum(scored_RxT, axis=-1, dtype=jnp.float32).reshape(n, c)
-        empty = count_NxC == 0  # a padding row never wins
-        s_NxC = jnp.where(empty, jnp.inf, s_NxC)
-        norm_NxC = jnp.where(empty, jnp.inf, s_NxC / jnp.maximum(count_NxC, 1.0))
+        s_NxC = jnp.where(count_NxC == 0, jnp.inf, s_NxC)  # a padding row never wins
+        norm_NxC = s_NxC / jnp.maximum(count_NxC, 1.0)
         return {"acc": mean(jnp.argmin(s_NxC, axis=-1) == label_N),
                 "acc_norm": mean(jnp.argmin(norm_NxC, axis=-1) == label_N), "tokens": items}
 
@@ -366,9 +345,7 @@ def score_task(apply_fn: ApplyFn, params: Any, task: EvalTask, encode: Encode, *
 
     batches = TaskBatches(task, encode, items_per_batch=items_per_batch, block_size=block_size)
     metrics = evaluate(_jitted_eval(apply_fn, task.kind), params, batches)
-    out: dict[str, float | int] = {k: v for k, v in metrics.items() if k != "tokens"}
-    out["items"] = int(metrics["tokens"])
-    return out
+    return {**{k: v for k, v in metrics.items() if k != "tokens"}, "items": int(metrics["tokens"])}
 
 
 @functools.lru_cache(maxsize=8)

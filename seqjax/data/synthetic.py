@@ -42,53 +42,26 @@ def _rng(seed: Seed) -> np.random.Generator:
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
-def _pad_rows(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    b = pad_batch(rows, pad_id=PAD_ID, length=width)
-    return b["ids"], b["lengths"], b["mask"]
-
-
-def _seq2seq(
-    num_examples: int,
-    min_length: int,
-    max_length: int,
-    num_symbols: int,
-    seed: Seed,
-    transform: Any,
-) -> dict[str, np.ndarray]:
-    check_positive_ints(
-        num_examples=num_examples,
-        min_length=min_length,
-        max_length=max_length,
-        num_symbols=num_symbols,
-    )
+def _seq2seq(num_examples: int, min_length: int, max_length: int, num_symbols: int, seed: Seed,
+             transform: Any) -> dict[str, np.ndarray]:
+    check_positive_ints(num_examples=num_examples, min_length=min_length, max_length=max_length,
+                        num_symbols=num_symbols)
     if min_length > max_length:
         raise ValueError(f"`min_length` must be <= `max_length`; got {min_length} > {max_length}.")
     rng = _rng(seed)
     lengths = rng.integers(min_length, max_length + 1, size=num_examples)
     src = [rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + num_symbols, size=n) for n in lengths]
     tgt = [np.asarray(transform(s)) for s in src]
-    src_ids, src_len, src_mask = _pad_rows(src, max_length)
-    tgt_in, tgt_len, tgt_mask = _pad_rows([np.r_[BOS_ID, t] for t in tgt], max_length + 1)
-    tgt_out, _, _ = _pad_rows([np.r_[t, EOS_ID] for t in tgt], max_length + 1)
-    return {
-        "src": src_ids,
-        "src_lengths": src_len,
-        "src_mask": src_mask,
-        "tgt_in": tgt_in,
-        "tgt_out": tgt_out,
-        "tgt_lengths": tgt_len,
-        "tgt_mask": tgt_mask,
-    }
+    x = pad_batch(src, pad_id=PAD_ID, length=max_length)
+    y_in = pad_batch([np.r_[BOS_ID, t] for t in tgt], pad_id=PAD_ID, length=max_length + 1)
+    y_out = pad_batch([np.r_[t, EOS_ID] for t in tgt], pad_id=PAD_ID, length=max_length + 1)
+    return {"src": x["ids"], "src_lengths": x["lengths"], "src_mask": x["mask"],
+            "tgt_in": y_in["ids"], "tgt_out": y_out["ids"], "tgt_lengths": y_in["lengths"],
+            "tgt_mask": y_in["mask"]}
 
 
-def copy_task(
-    num_examples: int,
-    *,
-    min_length: int = 1,
-    max_length: int = 10,
-    num_symbols: int = 8,
-    seed: Seed = 0,
-) -> dict[str, np.ndarray]:
+def copy_task(num_examples: int, *, min_length: int = 1, max_length: int = 10, num_symbols: int = 8,
+              seed: Seed = 0) -> dict[str, np.ndarray]:
     """Sequence-to-sequence copy, the target equal to the source (MEDL §7.4's encoder–decoder).
 
     Ids: ``PAD_ID=0``, ``BOS_ID=1``, ``EOS_ID=2``, symbols ``3 .. 2+num_symbols`` (vocabulary
@@ -106,14 +79,8 @@ def copy_task(
     return _seq2seq(num_examples, min_length, max_length, num_symbols, seed, lambda s: s)
 
 
-def reverse_task(
-    num_examples: int,
-    *,
-    min_length: int = 1,
-    max_length: int = 10,
-    num_symbols: int = 8,
-    seed: Seed = 0,
-) -> dict[str, np.ndarray]:
+def reverse_task(num_examples: int, *, min_length: int = 1, max_length: int = 10,
+                 num_symbols: int = 8, seed: Seed = 0) -> dict[str, np.ndarray]:
     """Sequence-to-sequence reversal ``y_t = x_{n+1-t}`` (cf. MEDL §7.4), as :func:`copy_task`.
 
     Example:
@@ -124,14 +91,8 @@ def reverse_task(
     return _seq2seq(num_examples, min_length, max_length, num_symbols, seed, lambda s: s[::-1])
 
 
-def sort_task(
-    num_examples: int,
-    *,
-    min_length: int = 1,
-    max_length: int = 10,
-    num_symbols: int = 8,
-    seed: Seed = 0,
-) -> dict[str, np.ndarray]:
+def sort_task(num_examples: int, *, min_length: int = 1, max_length: int = 10, num_symbols: int = 8,
+              seed: Seed = 0) -> dict[str, np.ndarray]:
     """Sequence-to-sequence sorting (ascending); layout and arrays as in :func:`copy_task`.
 
     Example:
@@ -142,14 +103,8 @@ def sort_task(
     return _seq2seq(num_examples, min_length, max_length, num_symbols, seed, np.sort)
 
 
-def copy_memory(
-    num_examples: int,
-    *,
-    num_to_copy: int = 10,
-    delay: int = 100,
-    num_symbols: int = 8,
-    seed: Seed = 0,
-) -> dict[str, np.ndarray]:
+def copy_memory(num_examples: int, *, num_to_copy: int = 10, delay: int = 100, num_symbols: int = 8,
+                seed: Seed = 0) -> dict[str, np.ndarray]:
     """The copy-memory problem: read ``k`` symbols, wait ``delay`` steps, then repeat them.
 
     Hochreiter & Schmidhuber (1997); layout of Arjovsky, Shah & Bengio (2016): with
@@ -164,9 +119,8 @@ def copy_memory(
         >>> int(d["inputs"][0, 4]), d["targets"][0, -2:].tolist() == d["inputs"][0, :2].tolist()
         (9, True)
     """
-    check_positive_ints(
-        num_examples=num_examples, num_to_copy=num_to_copy, delay=delay, num_symbols=num_symbols
-    )
+    check_positive_ints(num_examples=num_examples, num_to_copy=num_to_copy, delay=delay,
+                        num_symbols=num_symbols)
     rng = _rng(seed)
     k, t = num_to_copy, delay
     data = rng.integers(1, num_symbols + 1, size=(num_examples, k)).astype(np.int32)
@@ -209,14 +163,8 @@ def adding_problem(num_examples: int, length: int, *, seed: Seed = 0) -> dict[st
     }
 
 
-def associative_recall(
-    num_examples: int,
-    *,
-    num_pairs: int = 8,
-    num_keys: int = 16,
-    num_values: int = 16,
-    seed: Seed = 0,
-) -> dict[str, np.ndarray]:
+def associative_recall(num_examples: int, *, num_pairs: int = 8, num_keys: int = 16,
+                       num_values: int = 16, seed: Seed = 0) -> dict[str, np.ndarray]:
     """Associative recall ``k_1 v_1 … k_P v_P ? k_q`` → ``v_q`` (Ba et al. 2016; H3/Zoology).
 
     Keys within an example are distinct (``num_pairs <= num_keys``); the query is one of them. Ids:
@@ -230,9 +178,8 @@ def associative_recall(
         >>> int(x[list(x[:-2:2]).index(q) * 2 + 1]) == int(d["targets"][0])
         True
     """
-    check_positive_ints(
-        num_examples=num_examples, num_pairs=num_pairs, num_keys=num_keys, num_values=num_values
-    )
+    check_positive_ints(num_examples=num_examples, num_pairs=num_pairs, num_keys=num_keys,
+                        num_values=num_values)
     if num_pairs > num_keys:
         raise ValueError(
             f"`num_pairs` must be <= `num_keys` (keys are distinct); got {num_pairs} > {num_keys}."
@@ -247,21 +194,12 @@ def associative_recall(
     inputs[:, 1 : 2 * num_pairs : 2] = values
     inputs[:, -2] = 1
     inputs[:, -1] = keys[rows, q]
-    return {
-        "inputs": inputs,
-        "targets": values[rows, q].astype(np.int32),
-        "query_index": q.astype(np.int32),
-    }
+    return {"inputs": inputs, "targets": values[rows, q].astype(np.int32),
+            "query_index": q.astype(np.int32)}
 
 
-def selective_copying(
-    num_examples: int,
-    *,
-    seq_len: int = 64,
-    num_tokens: int = 8,
-    num_symbols: int = 8,
-    seed: Seed = 0,
-) -> dict[str, np.ndarray]:
+def selective_copying(num_examples: int, *, seq_len: int = 64, num_tokens: int = 8,
+                      num_symbols: int = 8, seed: Seed = 0) -> dict[str, np.ndarray]:
     """Selective copying (Gu & Dao 2023, Mamba §3.1, Fig. 2).
 
     ``num_tokens`` content symbols sit at random positions of ``seq_len`` noise tokens, then
@@ -277,9 +215,8 @@ def selective_copying(
         >>> x[x >= 3][:3].tolist() == d["targets"][0].tolist(), x[-3:].tolist()
         (True, [2, 2, 2])
     """
-    check_positive_ints(
-        num_examples=num_examples, seq_len=seq_len, num_tokens=num_tokens, num_symbols=num_symbols
-    )
+    check_positive_ints(num_examples=num_examples, seq_len=seq_len, num_tokens=num_tokens,
+                        num_symbols=num_symbols)
     if num_tokens > seq_len:
         raise ValueError(f"`num_tokens` must be <= `seq_len`; got {num_tokens} > {seq_len}.")
     rng = _rng(seed)
@@ -288,41 +225,24 @@ def selective_copying(
     inputs = np.ones((num_examples, seq_len + num_tokens), np.int32)
     np.put_along_axis(inputs, pos, content, axis=1)
     inputs[:, seq_len:] = 2
-    return {
-        "inputs": inputs,
-        "targets": content.astype(np.int32),
-        "positions": pos.astype(np.int32),
-    }
+    return {"inputs": inputs, "targets": content.astype(np.int32),
+            "positions": pos.astype(np.int32)}
 
 
-_NOUNS = [
-    ("flight", "flights"),
-    ("airline", "airlines"),
-    ("pilot", "pilots"),
-    ("ticket", "tickets"),
-    ("passenger", "passengers"),
-    ("plane", "planes"),
-    ("agent", "agents"),
-    ("gate", "gates"),
-]
+_NOUNS = [(w, w + "s") for w in
+          ("flight", "airline", "pilot", "ticket", "passenger", "plane", "agent", "gate")]
 _PARTICIPLES = ["cancelling", "booking", "delaying", "checking", "boarding", "selling"]
 _ADJECTIVES = ["full", "late", "early", "empty", "cheap", "ready"]
 
 
 def agreement_vocabulary() -> list[str]:
     """Word list of :func:`long_range_agreement`; id ``i`` is word ``i`` (``0`` = ``<pad>``)."""
-    words = ["<pad>", "the", "that", "was", "were", "."]
-    words += [w for pair in _NOUNS for w in pair] + _PARTICIPLES + _ADJECTIVES
-    return words
+    return (["<pad>", "the", "that", "was", "were", "."]
+            + [w for pair in _NOUNS for w in pair] + _PARTICIPLES + _ADJECTIVES)
 
 
-def long_range_agreement(
-    num_examples: int,
-    *,
-    min_attractors: int = 0,
-    max_attractors: int = 3,
-    seed: Seed = 0,
-) -> dict[str, np.ndarray]:
+def long_range_agreement(num_examples: int, *, min_attractors: int = 0, max_attractors: int = 3,
+                         seed: Seed = 0) -> dict[str, np.ndarray]:
     """Subject–verb agreement over a distance, after J&M (9.21) "The flights the airline was
     cancelling **were** full."
 
@@ -349,7 +269,7 @@ def long_range_agreement(
         )
     rng = _rng(seed)
     index = {w: i for i, w in enumerate(agreement_vocabulary())}
-    rows, verb_pos, labels, n_attr, n_dis = [], [], [], [], []
+    rows, facts = [], []  # facts: (verb_position, label, num_attractors, num_disagreeing)
     for _ in range(num_examples):
         plural = int(rng.integers(2))
         words = ["the", _NOUNS[rng.integers(len(_NOUNS))][plural]]
@@ -365,19 +285,11 @@ def long_range_agreement(
                 ("was", "were")[p],
                 _PARTICIPLES[rng.integers(len(_PARTICIPLES))],
             ]
-        verb_pos.append(len(words))
+        facts.append((len(words), plural, a, dis))
         words += [("was", "were")[plural], _ADJECTIVES[rng.integers(len(_ADJECTIVES))], "."]
         rows.append(np.array([index[w] for w in words]))
-        labels.append(plural)
-        n_attr.append(a)
-        n_dis.append(dis)
-    tokens, lengths, mask = _pad_rows(rows, max(len(r) for r in rows))
-    return {
-        "tokens": tokens,
-        "lengths": lengths,
-        "mask": mask,
-        "verb_position": np.array(verb_pos, np.int32),
-        "label": np.array(labels, np.int32),
-        "num_attractors": np.array(n_attr, np.int32),
-        "num_disagreeing": np.array(n_dis, np.int32),
-    }
+    b = pad_batch(rows, pad_id=PAD_ID)
+    verb_pos, labels, n_attr, n_dis = np.array(facts, np.int32).T
+    return {"tokens": b["ids"], "lengths": b["lengths"], "mask": b["mask"],
+            "verb_position": verb_pos, "label": labels, "num_attractors": n_attr,
+            "num_disagreeing": n_dis}

@@ -21,12 +21,8 @@ import numpy as np
 
 from seqjax._checks import check_positive_ints
 
-__all__ = [
-    "skipgram_pairs",
-    "cbow_windows",
-    "noise_distribution",
-    "subsample_mask",
-]
+__all__ = ["skipgram_pairs", "cbow_windows", "noise_distribution", "subsample_mask"]
+
 
 def _ids(ids_N: Any) -> np.ndarray:
     ids = np.asarray(ids_N)
@@ -45,14 +41,9 @@ def skipgram_pairs(ids_N: Any, window: int) -> tuple[np.ndarray, np.ndarray]:
     """
     ids = _ids(ids_N)
     check_positive_ints(window=window)
-    centers, contexts = [], []
-    for j in range(1, window + 1):
-        if j >= len(ids):
-            break
-        centers += [ids[:-j], ids[j:]]
-        contexts += [ids[j:], ids[:-j]]
-    if not centers:
-        return np.zeros(0, np.int32), np.zeros(0, np.int32)
+    offsets, none = range(1, min(window, len(ids) - 1) + 1), [np.zeros(0, np.int32)]
+    centers = none + [x for j in offsets for x in (ids[:-j], ids[j:])]
+    contexts = none + [x for j in offsets for x in (ids[j:], ids[:-j])]
     return np.concatenate(centers), np.concatenate(contexts)
 
 
