@@ -36,6 +36,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
 import seqjax
+from seqjax._io import json_value
 from seqjax.train.optim import TrainState, path_to_str
 from seqjax.train.write_errors import (
     WriteError,
@@ -46,17 +47,8 @@ from seqjax.train.write_errors import (
     write_failure,
 )
 
-__all__ = [
-    "Checkpointer",
-    "CheckpointMismatchError",
-    "CheckpointUnreadableError",
-    "CheckpointWarning",
-    "Restored",
-    "restore_params",
-    "load_meta",
-    "load_tokenizer_json",
-]
-
+__all__ = ["Checkpointer", "CheckpointMismatchError", "CheckpointUnreadableError",
+           "CheckpointWarning", "Restored", "restore_params", "load_meta", "load_tokenizer_json"]
 
 
 @contextlib.contextmanager
@@ -84,9 +76,8 @@ def _silence_closed_loop_noise() -> None:
 
     def hook(unraisable: Any) -> None:
         err = unraisable.exc_value
-        if isinstance(err, RuntimeError) and str(err) == "Event loop is closed":
-            return
-        previous(unraisable)
+        if not (isinstance(err, RuntimeError) and str(err) == "Event loop is closed"):
+            previous(unraisable)
 
     hook._seqjax_closed_loop_filter = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook
@@ -102,6 +93,9 @@ class _DropWriteFailureLogs(logging.Filter):
             return True
         err = record.exc_info[1] if record.exc_info else RuntimeError(record.getMessage())
         return write_failure(err) is None
+
+
+_ARRAY_ITEMS = ("params", "opt_state", "train")
 
 
 class CheckpointMismatchError(ValueError):
@@ -128,15 +122,7 @@ class Restored:
 
 def _jsonable(x: Any) -> Any:
     """A JSON round trip (tuples → lists), so saved and current configs compare equal."""
-    return json.loads(json.dumps(x, default=_json_default))
-
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, np.generic | np.ndarray):
-        return x.tolist()
-    if hasattr(x, "dtype") and hasattr(x, "tolist"):
-        return np.asarray(x).tolist()
-    return str(x)
+    return json.loads(json.dumps(x, default=json_value))
 
 
 def _abstract(tree: Any, sharding: Any = None) -> Any:
@@ -154,20 +140,16 @@ def _abstract(tree: Any, sharding: Any = None) -> Any:
 
 def _flat_shapes(tree: Any) -> dict[str, tuple[int, ...]]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {path_to_str(p): tuple(np.shape(x) if not hasattr(x, "shape") else x.shape)
-            for p, x in leaves}
+    return {path_to_str(p): tuple(np.shape(x)) for p, x in leaves}
 
 
 def _config_diff(saved: Any, current: Any) -> list[str]:
     saved, current = _jsonable(saved), _jsonable(current)
     if not isinstance(saved, dict) or not isinstance(current, dict):
         return [] if saved == current else [f"saved {saved!r}, now {current!r}"]
-    out = []
-    for k in sorted(set(saved) | set(current)):
-        if saved.get(k, "<missing>") != current.get(k, "<missing>"):
-            a, b = saved.get(k, "<missing>"), current.get(k, "<missing>")
-            out.append(f"{k}: saved {a!r}, now {b!r}")
-    return out
+    pairs = {k: (saved.get(k, "<missing>"), current.get(k, "<missing>"))
+             for k in sorted(set(saved) | set(current))}
+    return [f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in pairs.items() if a != b]
 
 
 class Checkpointer:
@@ -195,19 +177,11 @@ class Checkpointer:
         (0, {'position': 7})
     """
 
-    def __init__(
-        self,
-        directory: str | os.PathLike,
-        *,
-        keep: int | None = 3,
-        best_metric: str | None = None,
-        best_mode: str = "min",
-        keep_best: int = 1,
-        async_save: bool = True,
-        model_config: Mapping[str, Any] | None = None,
-        tokenizer: Mapping[str, Any] | str | None = None,
-        read_only: bool = False,
-    ) -> None:
+    def __init__(self, directory: str | os.PathLike, *, keep: int | None = 3,
+                 best_metric: str | None = None, best_mode: str = "min", keep_best: int = 1,
+                 async_save: bool = True, model_config: Mapping[str, Any] | None = None,
+                 tokenizer: Mapping[str, Any] | str | None = None,
+                 read_only: bool = False) -> None:
         if best_mode not in ("min", "max"):
             raise ValueError(f"`best_mode` must be 'min' or 'max'; got {best_mode!r}.")
         if keep is not None and keep < 1:
@@ -220,43 +194,27 @@ class Checkpointer:
             tokenizer = json.loads(tokenizer)
         self.tokenizer = None if tokenizer is None else _jsonable(tokenizer)
         policies: list[Any] = [ocm.LatestN(n=keep)]
-        if best_metric is not None:
-            policies.append(
-                ocm.BestN(
-                    get_metric_fn=lambda m: float(m[best_metric]),
-                    reverse=best_mode == "min",  # BestN keeps the tail of the sorted list
-                    n=keep_best,
-                    keep_checkpoints_without_metrics=False,
-                )
-            )
-        with _quiet_orbax():
-            options = ocp.CheckpointManagerOptions(
-                preservation_policy=ocm.AnyPreservationPolicy(policies),
-                enable_async_checkpointing=async_save,
-                cleanup_tmp_directories=False,  # done synchronously below
-                create=not read_only,
-                read_only=read_only,
-            )
-        self.read_only = read_only
-        self.keep = keep
+        if best_metric is not None:  # BestN keeps the tail of the sorted list: reverse for min
+            policies.append(ocm.BestN(
+                get_metric_fn=lambda m: float(m[best_metric]), reverse=best_mode == "min",
+                n=keep_best, keep_checkpoints_without_metrics=False))
+        self.read_only, self.keep = read_only, keep
         self._pending: tuple[int, int] | None = None  # (step, bytes) of an unfinished save
         self._log_filter: logging.Filter | None = None
         if not read_only:
             self._log_filter = _DropWriteFailureLogs()
             logging.getLogger("absl").addFilter(self._log_filter)
-        if not read_only and jax.process_index() == 0:
-            _remove_partial_writes(self.directory)
-        handlers = {
-            "params": ocp.StandardCheckpointHandler(),
-            "opt_state": ocp.StandardCheckpointHandler(),
-            "train": ocp.StandardCheckpointHandler(),
-            "meta": ocp.JsonCheckpointHandler(),
-            "tokenizer": ocp.JsonCheckpointHandler(),
-        }
+            if jax.process_index() == 0:
+                _remove_partial_writes(self.directory)
+        handlers = {**{k: ocp.StandardCheckpointHandler() for k in _ARRAY_ITEMS},
+                    "meta": ocp.JsonCheckpointHandler(), "tokenizer": ocp.JsonCheckpointHandler()}
         with _quiet_orbax():
-            self._mngr = ocp.CheckpointManager(
-                self.directory, options=options, item_handlers=handlers
-            )
+            options = ocp.CheckpointManagerOptions(
+                preservation_policy=ocm.AnyPreservationPolicy(policies),
+                enable_async_checkpointing=async_save, create=not read_only, read_only=read_only,
+                cleanup_tmp_directories=False)  # done synchronously above
+            self._mngr = ocp.CheckpointManager(self.directory, options=options,
+                                               item_handlers=handlers)
 
     # -- context manager ---------------------------------------------------------------
     def __enter__(self) -> Checkpointer:
@@ -272,8 +230,7 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         """The newest complete checkpoint (not checked for readability), or ``None``."""
-        steps = self.all_steps()
-        return steps[-1] if steps else None
+        return max(self.all_steps(), default=None)
 
     def best_step(self) -> int | None:
         """The kept checkpoint with the best ``best_metric`` (``None`` if none has it)."""
@@ -287,9 +244,7 @@ class Checkpointer:
                 continue
             if self.best_metric in m:
                 scored.append((float(m[self.best_metric]), s))
-        if not scored:
-            return None
-        return (min if self.best_mode == "min" else max)(scored)[1]
+        return (min if self.best_mode == "min" else max)(scored)[1] if scored else None
 
     def meta(self, step: int) -> dict:
         """The JSON ``meta`` item of ``step``."""
@@ -309,15 +264,13 @@ class Checkpointer:
             raise RuntimeError(f"metadata of `{item}` at step {step} is missing or unreadable.")
         return tree
 
+    def _saved_shapes(self, step: int, item: str) -> dict[str, tuple[int, ...]]:
+        """``{path: shape}`` of ``item``'s saved arrays (raises if unreadable)."""
+        return {k: tuple(v.shape) for k, v in _flat_shapes_md(self._item_md(step, item)).items()}
+
     # -- save --------------------------------------------------------------------------
-    def save(
-        self,
-        state: TrainState,
-        *,
-        data_state: Any = None,
-        metrics: Mapping[str, Any] | None = None,
-        step: int | None = None,
-    ) -> bool:
+    def save(self, state: TrainState, *, data_state: Any = None,
+             metrics: Mapping[str, Any] | None = None, step: int | None = None) -> bool:
         """Checkpoint ``state`` at ``step`` (default ``state.step``); False if it exists.
 
         ``metrics`` (floats) go into ``meta``; their ``best_metric`` ranks the checkpoint."""
@@ -325,29 +278,19 @@ class Checkpointer:
         if step in self.all_steps():
             return False
         metrics = {k: float(v) for k, v in dict(metrics or {}).items()}
-        meta = {
-            "step": step,
-            "data_state": _jsonable(data_state),
-            "model_config": self.model_config,
-            "metrics": metrics,
-            "seqjax_version": seqjax.__version__,
-            "time": time.time(),
-        }
-        items: dict[str, Any] = {
-            "params": ocp.args.StandardSave(state.params),
-            "opt_state": ocp.args.StandardSave(state.opt_state),
-            "train": ocp.args.StandardSave(
-                {"step": state.step, "rng": state.rng, "carry": state.carry}
-            ),
-            "meta": ocp.args.JsonSave(meta),
-        }
+        meta = {"step": step, "data_state": _jsonable(data_state),
+                "model_config": self.model_config, "metrics": metrics,
+                "seqjax_version": seqjax.__version__, "time": time.time()}
+        items: dict[str, Any] = {k: ocp.args.StandardSave(v)
+                                 for k, v in zip(_ARRAY_ITEMS, _array_items(state))}
+        items["meta"] = ocp.args.JsonSave(meta)
         if self.tokenizer is not None:
             items["tokenizer"] = ocp.args.JsonSave(self.tokenizer)
         ranked = None
         if self.best_metric is not None and self.best_metric in metrics:
             ranked = {self.best_metric: metrics[self.best_metric]}
         self._finish_pending()  # a failure of the previous save is reported under its step
-        needed = tree_bytes((state.params, state.opt_state, state.rng, state.carry))
+        needed = _state_bytes(state)
         try:
             with _quiet_orbax():
                 saved = bool(self._mngr.save(
@@ -360,8 +303,7 @@ class Checkpointer:
     def space_warning(self, state: TrainState) -> str | None:
         """One line if free space is less than ``keep`` + 1 checkpoints of ``state``
         (:func:`~seqjax.train.write_errors.space_warning`), else ``None``."""
-        size = tree_bytes((state.params, state.opt_state, state.rng, state.carry))
-        return space_warning(self.directory, size, self.keep or 1)
+        return space_warning(self.directory, _state_bytes(state), self.keep or 1)
 
     def _finish_pending(self) -> None:
         """Wait for the unfinished save, if any; its failure raises."""
@@ -415,52 +357,36 @@ class Checkpointer:
     def _check_fits(self, step: int, meta: dict, target: TrainState) -> None:
         where = f"checkpoint {os.path.join(self.directory, str(step))}"
         if self.model_config is not None and meta.get("model_config") is not None:
-            diff = _config_diff(meta["model_config"], self.model_config)
-            if diff:
+            if diff := _config_diff(meta["model_config"], self.model_config):
                 raise CheckpointMismatchError(
                     f"{where} was written for a different model config: " + "; ".join(diff)
-                    + ". Use a new work dir, or the saved config."
-                )
+                    + ". Use a new work dir, or the saved config.")
         for item, tree in (("params", target.params), ("opt_state", target.opt_state)):
             want = _flat_shapes(tree)
             if not want:  # e.g. plain SGD: nothing to compare
                 continue
-            saved_md = _flat_shapes_md(self._item_md(step, item))
-            saved = {k: tuple(v.shape) for k, v in saved_md.items()}
-            missing = sorted(set(want) - set(saved))
-            extra = sorted(set(saved) - set(want))
+            saved = self._saved_shapes(step, item)
+            missing, extra = sorted(set(want) - set(saved)), sorted(set(saved) - set(want))
             if missing or extra:
                 raise CheckpointMismatchError(
                     f"{where}: `{item}` has other entries than the model expects "
                     f"(missing from checkpoint: {missing[:5]}; unexpected: {extra[:5]})."
-                    + (" Did the optimizer change?" if item == "opt_state" else "")
-                )
-            bad = [f"{k}: saved {saved[k]}, model {want[k]}" for k in want if saved[k] != want[k]]
-            if bad:
+                    + (" Did the optimizer change?" if item == "opt_state" else ""))
+            if bad := [f"{k}: saved {saved[k]}, model {want[k]}"
+                       for k in want if saved[k] != want[k]]:
                 raise CheckpointMismatchError(
-                    f"{where}: `{item}` shapes differ from the model: " + "; ".join(bad[:5])
-                )
+                    f"{where}: `{item}` shapes differ from the model: " + "; ".join(bad[:5]))
 
     def _restore_step(self, step: int, target: TrainState) -> Restored:
         meta = self.meta(step)
         self._check_fits(step, meta, target)
-        train_target = {"step": target.step, "rng": target.rng, "carry": target.carry}
-        out = self._orbax_restore(
-            step,
-            ocp.args.Composite(
-                params=ocp.args.StandardRestore(_abstract(target.params)),
-                opt_state=ocp.args.StandardRestore(_abstract(target.opt_state)),
-                train=ocp.args.StandardRestore(_abstract(train_target)),
-            ),
-        )
+        out = self._orbax_restore(step, ocp.args.Composite(**{
+            k: ocp.args.StandardRestore(_abstract(v))
+            for k, v in zip(_ARRAY_ITEMS, _array_items(target))}))
         train = out["train"]
-        state = target.replace(
-            step=train["step"],
-            params=out["params"],
-            opt_state=out["opt_state"],
-            rng=train["rng"],
-            carry=train.get("carry"),
-        )
+        state = target.replace(step=train["step"], params=out["params"],
+                               opt_state=out["opt_state"], rng=train["rng"],
+                               carry=train.get("carry"))
         return Restored(state=state, step=step, data_state=meta.get("data_state"), meta=meta)
 
     def _quarantine(self, step: int, err: BaseException, fallback: int | None) -> None:
@@ -468,12 +394,9 @@ class Checkpointer:
         dst_root = self.directory.rstrip("/") + ".corrupted"
         dst = os.path.join(dst_root, f"{step}-{int(time.time())}")
         nxt = f"falling back to step {fallback}" if fallback is not None else "no older checkpoint"
-        warnings.warn(
-            f"checkpoint step {step} in {self.directory} is unreadable "
-            f"({type(err).__name__}: {str(err)[:300]}); moved to {dst}; {nxt}.",
-            CheckpointWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"checkpoint step {step} in {self.directory} is unreadable "
+                      f"({type(err).__name__}: {str(err)[:300]}); moved to {dst}; {nxt}.",
+                      CheckpointWarning, stacklevel=3)
         if not self.read_only and jax.process_index() == 0 and os.path.isdir(src):
             os.makedirs(dst_root, exist_ok=True)
             shutil.move(src, dst)
@@ -503,13 +426,11 @@ class Checkpointer:
         if steps:
             raise CheckpointUnreadableError(
                 f"no readable checkpoint in {self.directory} (steps {steps} all failed; "
-                f"moved to {self.directory}.corrupted)."
-            )
+                f"moved to {self.directory}.corrupted).")
         return None
 
-    def restore_params(
-        self, step: int | None = None, target: Any = None, sharding: Any = None
-    ) -> Any:
+    def restore_params(self, step: int | None = None, target: Any = None,
+                       sharding: Any = None) -> Any:
         """The parameters alone (for inference); see :func:`restore_params`."""
         self.wait()
         _silence_closed_loop_noise()
@@ -521,22 +442,19 @@ class Checkpointer:
         last_err: BaseException | None = None
         for s in steps:
             try:
-                saved = self._item_md(s, "params")
                 if target is None:
-                    abstract = jax.tree_util.tree_map(to_abstract, saved, is_leaf=_is_array_md)
+                    abstract = jax.tree_util.tree_map(to_abstract, self._item_md(s, "params"),
+                                                      is_leaf=_is_array_md)
                 else:
-                    want = _flat_shapes(target)
-                    have = {k: tuple(v.shape) for k, v in _flat_shapes_md(saved).items()}
+                    want, have = _flat_shapes(target), self._saved_shapes(s, "params")
                     if want != have:
                         diff = sorted(set(want.items()) ^ set(have.items()))[:4]
                         raise CheckpointMismatchError(
                             f"checkpoint {s} in {self.directory}: parameter names/shapes differ "
-                            f"from `target` (e.g. {diff})."
-                        )
+                            f"from `target` (e.g. {diff}).")
                     abstract = _abstract(target, sharding)
                 out = self._orbax_restore(
-                    s, ocp.args.Composite(params=ocp.args.StandardRestore(abstract))
-                )
+                    s, ocp.args.Composite(params=ocp.args.StandardRestore(abstract)))
                 return out["params"]
             except CheckpointMismatchError:
                 raise
@@ -544,14 +462,21 @@ class Checkpointer:
                 if step is not None:
                     raise
                 last_err = err
-                warnings.warn(
-                    f"checkpoint step {s} in {self.directory} is unreadable ({err!r:.300}); "
-                    f"trying an older one.",
-                    CheckpointWarning,
-                    stacklevel=2,
-                )
+                warnings.warn(f"checkpoint step {s} in {self.directory} is unreadable "
+                              f"({err!r:.300}); trying an older one.", CheckpointWarning,
+                              stacklevel=2)
         raise CheckpointUnreadableError(
             f"no readable checkpoint in {self.directory}") from last_err
+
+
+def _array_items(state: TrainState) -> tuple[Any, Any, Any]:
+    """``state``'s :data:`_ARRAY_ITEMS`: ``params``, ``opt_state``, ``train``."""
+    return state.params, state.opt_state, {"step": state.step, "rng": state.rng,
+                                           "carry": state.carry}
+
+
+def _state_bytes(state: TrainState) -> int:
+    return tree_bytes((state.params, state.opt_state, state.rng, state.carry))
 
 
 def _join_orbax_threads(timeout: float = 30.0) -> None:
@@ -604,15 +529,9 @@ def _pick_step(ckpt: Checkpointer, step: int | str | None, best_metric: str | No
     return int(step)
 
 
-def restore_params(
-    directory: str | os.PathLike,
-    step: int | str | None = None,
-    *,
-    target: Any = None,
-    sharding: Any = None,
-    best_metric: str = "eval/loss",
-    best_mode: str = "min",
-) -> Any:
+def restore_params(directory: str | os.PathLike, step: int | str | None = None, *,
+                   target: Any = None, sharding: Any = None, best_metric: str = "eval/loss",
+                   best_mode: str = "min") -> Any:
     """Restore only the parameters of a checkpoint (no optimiser, for inference).
 
     Args:
@@ -623,24 +542,18 @@ def restore_params(
             :class:`CheckpointMismatchError`) and whose shardings are used.
         sharding: every leaf's sharding without ``target`` (default: first device).
     """
-    ckpt = _open(directory)
-    try:
+    with _open(directory) as ckpt:
         return ckpt.restore_params(_pick_step(ckpt, step, best_metric, best_mode), target, sharding)
-    finally:
-        ckpt.close()
 
 
 def load_meta(directory: str | os.PathLike, step: int | None = None) -> dict:
     """The ``meta`` JSON (``step``, ``data_state``, ``model_config``, ``metrics``) of ``step``
     (default: the newest)."""
-    ckpt = _open(directory)
-    try:
+    with _open(directory) as ckpt:
         step = ckpt.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {directory}.")
         return ckpt.meta(step)
-    finally:
-        ckpt.close()
 
 
 def load_tokenizer_json(directory: str | os.PathLike, step: int | None = None) -> dict | None:
@@ -649,12 +562,9 @@ def load_tokenizer_json(directory: str | os.PathLike, step: int | None = None) -
     The dict given to ``Checkpointer(tokenizer=...)``/``fit(tokenizer=...)``; rebuild a tokenizer
     from a ``tokenizer.json`` with :func:`seqjax.data.tokenizers.load_tokenizer`.
     """
-    ckpt = _open(directory)
-    try:
+    with _open(directory) as ckpt:
         step = ckpt.latest_step() if step is None else step
         if step is None or not os.path.isdir(os.path.join(ckpt.directory, str(step), "tokenizer")):
             return None
         out = ckpt._orbax_restore(step, ocp.args.Composite(tokenizer=ocp.args.JsonRestore()))
         return dict(out["tokenizer"])
-    finally:
-        ckpt.close()

@@ -130,8 +130,7 @@ class FitConfig(ConfigBase):
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if isinstance(v := getattr(self, name), bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"`{name}` must be an int >= 0; got {v!r}.")
         for name in ("log_every", "keep_checkpoints", "steps_per_call"):
             check_positive_int(getattr(self, name), name)
@@ -139,15 +138,12 @@ class FitConfig(ConfigBase):
                 self.prefetch, int) or self.prefetch < 0):
             raise ValueError(f"`prefetch` must be None or an int >= 0; got {self.prefetch!r}.")
         for name in ("compile_ahead", "checked"):
-            v = getattr(self, name)
-            if v is not None and not isinstance(v, bool):
+            if (v := getattr(self, name)) is not None and not isinstance(v, bool):
                 raise ValueError(f"`{name}` must be True, False or None; got {v!r}.")
         k = self.steps_per_call
         for name in ("log_every", "eval_every", "checkpoint_every"):
-            v = getattr(self, name)
-            if v % k:
-                raise ValueError(f"`{name}` must be a multiple of steps_per_call={k}; "
-                                 f"got {v}.")
+            if (v := getattr(self, name)) % k:
+                raise ValueError(f"`{name}` must be a multiple of steps_per_call={k}; got {v}.")
         if self.checked is None:
             object.__setattr__(self, "checked", _CHECKED_DEFAULT.get())
 
@@ -268,8 +264,7 @@ def resume(state: Any, workdir: str | None, *, keep: int, best_metric: str | Non
     except BaseException:
         ckpt.close()
         raise
-    warning = ckpt.space_warning(state) if jax.process_index() == 0 else None
-    if warning is not None:
+    if jax.process_index() == 0 and (warning := ckpt.space_warning(state)) is not None:
         print(warning, file=sys.stderr)
     if restored is None:
         return Resumed(ckpt, state, start, None, started_over)
@@ -290,27 +285,23 @@ class _Prefetcher:
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self.position: Any = None
-        self._thread = threading.Thread(
-            target=self._run, args=(produce, position_after, start, end),
-            name="seqjax-prefetch", daemon=True)
-        self._thread.start()
 
-    def _run(self, produce: Callable[[int], Any], position_after: Callable[[int], Any],
-             start: int, end: int) -> None:
-        for i in range(start, end):
-            item: tuple[int, Any, Any, BaseException | None]
-            try:
-                item = (i, produce(i), position_after(i + 1), None)
-            except BaseException as err:  # handed to the main thread at batch i
-                item = (i, None, None, err)
-            while not self._stop.is_set():
+        def run() -> None:
+            for i in range(start, end):
+                item: tuple[int, Any, Any, BaseException | None]
                 try:
-                    self._queue.put(item, timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
-            if self._stop.is_set() or item[3] is not None:
-                return
+                    item = (i, produce(i), position_after(i + 1), None)
+                except BaseException as err:  # handed to the main thread at batch i
+                    item = (i, None, None, err)
+                while not self._stop.is_set():
+                    with contextlib.suppress(queue.Full):
+                        self._queue.put(item, timeout=0.05)
+                        break
+                if self._stop.is_set() or item[3] is not None:
+                    return
+
+        self._thread = threading.Thread(target=run, name="seqjax-prefetch", daemon=True)
+        self._thread.start()
 
     def get(self, i: int) -> Any:
         j, batch, position, err = self._queue.get()
@@ -324,10 +315,8 @@ class _Prefetcher:
     def close(self) -> None:
         self._stop.set()
         while self._thread.is_alive():
-            try:
+            with contextlib.suppress(queue.Empty):
                 self._queue.get(timeout=0.05)
-            except queue.Empty:
-                pass
 
 
 def _batches(data: Any, start: int, data_state: Any) -> Callable[[int], Any]:
@@ -346,9 +335,7 @@ def _batches(data: Any, start: int, data_state: Any) -> Callable[[int], Any]:
 
 
 def _data_state(data: Any, step: int) -> Any:
-    if hasattr(data, "get_state"):
-        return data.get_state()
-    return {"batches_consumed": step}
+    return data.get_state() if hasattr(data, "get_state") else {"batches_consumed": step}
 
 
 def compile_in_background(lower: Callable[[], Any], name: str) -> threading.Thread:
@@ -356,10 +343,8 @@ def compile_in_background(lower: Callable[[], Any], name: str) -> threading.Thre
     real call."""
 
     def run() -> None:
-        try:
+        with contextlib.suppress(Exception):  # the real call raises it with its context
             lower().compile()
-        except Exception:  # noqa: BLE001 - the real call raises it with its context
-            pass
 
     thread = threading.Thread(target=run, name=f"seqjax-compile-{name}", daemon=True)
     thread.start()
@@ -501,9 +486,7 @@ class BatchSource:
 
     def position(self, s: int) -> Any:
         """The data position after steps ``1 .. s`` (a prefetcher's, which has read further)."""
-        if self._prefetcher is not None:
-            return self._prefetcher.position
-        return _data_state(self.data, s)
+        return _data_state(self.data, s) if self._prefetcher is None else self._prefetcher.position
 
     def close(self) -> None:
         if self._prefetcher is not None:
@@ -522,23 +505,22 @@ class MetricsLog:
                  plot: bool | None, hooks: Sequence[Callable[[dict], None]] = ()) -> None:
         self.primary = jax.process_index() == 0
         self.path = None if workdir is None else os.path.join(workdir, "metrics.jsonl")
+        self._checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
         self.history: list[dict] = []
         self.print_logs, self.hooks = print_logs, hooks
         self.writer = None
         self.bar = None
-        if self.primary and workdir is not None:  # an optional output left out says so, once
-            for flag, module, what, extra in (
+        if self.primary and workdir is not None and self.path is not None:
+            for flag, module, what, extra in (  # an optional output left out says so, once
                     (tensorboard, "tensorboardX", "TensorBoard events", "tensorboard"),
                     (plot, "matplotlib", "loss.png and perplexity.png", "plot")):
                 if flag is None and not wanted(None, module):
                     print(f"fit: {what} not written: {module} is not installed "
                           f'(pip install "seqjax[{extra}]").', file=sys.stderr)
-        self._checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
-        if self.primary and self.path is not None:
             kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= start]
             with writing("metrics.jsonl", self.path, step=start, checkpoints=self._checkpoints):
                 write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
-            if workdir is not None and wanted(tensorboard, "tensorboardX"):
+            if wanted(tensorboard, "tensorboardX"):
                 self.writer = tensorboard_writer(
                     os.path.join(workdir, "tensorboard"),
                     purge_step=start + 1 if start or restart else None)
@@ -568,10 +550,7 @@ class MetricsLog:
 
     def say(self, text: str, file: Any = None) -> None:
         """Print a line without breaking the progress bar."""
-        if self.bar is not None:
-            self.bar.write(text, file=file)
-        else:
-            print(text, file=file)
+        (print if self.bar is None else self.bar.write)(text, file=file)
 
     def advance(self, step: int, record: dict | None) -> None:
         """Move the bar to ``step``; a logged ``record`` updates its loss, tok/s and MFU."""
@@ -580,17 +559,15 @@ class MetricsLog:
         self.bar.update(step - self.bar.n)
         if record is not None:
             post = {"loss": f"{record.get('loss', float('nan')):.4f}"}
-            if "tokens_per_s" in record:
-                post["tok/s"] = f"{record['tokens_per_s']:.3g}"
-            if "mfu" in record:
-                post["mfu"] = f"{record['mfu']:.1%}"
+            for key, name, fmt in (("tokens_per_s", "tok/s", ".3g"), ("mfu", "mfu", ".1%")):
+                if key in record:
+                    post[name] = format(record[key], fmt)
             self.bar.set_postfix(post, refresh=False)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.writer is not None:
-            self.writer.close()
+        for part in (self.bar, self.writer):
+            if part is not None:
+                part.close()
 
 
 class MetricsFetch:

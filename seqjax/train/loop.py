@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import math
 import os
@@ -96,6 +97,7 @@ __all__ = ["CHECKED_ENV", "DataIteratorError", "FitConfig", "FitResult", "Resume
 # Steps the host may run ahead of the device between logged steps.
 _MAX_IN_FLIGHT = 8
 
+
 @dataclasses.dataclass
 class FitResult:
     """What :func:`fit` returns.
@@ -120,14 +122,9 @@ class FitResult:
     stopped_by: str | None = None
 
 
-def evaluate(
-    eval_step: Callable[[Any, Any], Mapping[str, Any]],
-    params: Any,
-    batches: Iterable[Any],
-    *,
-    place_batch: Callable[[Any], Any] | None = None,
-    check_batch: Callable[[Any], None] | None = None,
-) -> dict[str, float]:
+def evaluate(eval_step: Callable[[Any, Any], Mapping[str, Any]], params: Any,
+             batches: Iterable[Any], *, place_batch: Callable[[Any], Any] | None = None,
+             check_batch: Callable[[Any], None] | None = None) -> dict[str, float]:
     """Average ``eval_step(params, batch)`` over ``batches``, weighted by ``tokens``.
 
     Each metric is ``Σ_b m_b w_b / Σ_b w_b``, ``w_b`` the batch's ``tokens`` (1 if absent);
@@ -140,8 +137,7 @@ def evaluate(
         3.25
     """
     sums: dict[str, float] = {}
-    total = 0.0
-    n = 0
+    total, n = 0.0, 0
     for batch in batches:
         if check_batch is not None:
             check_batch(batch)
@@ -164,6 +160,16 @@ def evaluate(
 
 class ResumeError(RuntimeError):
     """The work dir holds a run's history but nothing to resume it from (``fit``'s ``restart``)."""
+
+
+def _fetch_and_meter(cfg: FitConfig, workdir: str | None, ids_checked: bool, start: int,
+                     devices: int) -> tuple[MetricsFetch, Throughput]:
+    """``fit``'s :class:`MetricsFetch` and :class:`Throughput` (MFU over ``devices``)."""
+    fetch = MetricsFetch(cfg.finite_check, workdir, ids_checked,
+                         in_flight=max(1, _MAX_IN_FLIGHT // cfg.steps_per_call))
+    meter = Throughput(start, flops_per_step=cfg.flops_per_step,
+                       peak=cfg.peak_flops or peak_flops_per_device(), devices=devices)
+    return fetch, meter
 
 
 def _check_history(workdir: str, start: int, restart: bool) -> bool:
@@ -194,8 +200,7 @@ def _check_history(workdir: str, start: int, restart: bool) -> bool:
         f"{corrupted}); starting at step {start} would "
         "overwrite that history. Start over explicitly with fit(..., restart=True) "
         "(`seqjax train ... --restart`), which keeps the old metrics as "
-        "metrics.jsonl.<time>.old, or use a new work dir."
-    )
+        "metrics.jsonl.<time>.old, or use a new work dir.")
 
 
 @holds_workdir
@@ -275,7 +280,8 @@ def fit(
         eval_metrics = _evaluation(  # evaluation as the uninterrupted run's (logged already)
             evaluations, state.params, place_eval_batch, check_batch, start)
     with SignalGuard(cfg.handle_signals) as guard, contextlib.ExitStack() as parts:
-        parts.callback(_close, ckpt)  # closed last, after the batch source and the log
+        if ckpt is not None:
+            parts.callback(ckpt.close)  # closed last, after the batch source and the log
         source = parts.enter_context(contextlib.closing(BatchSource(
             train_data, train_step, start=start, data_state=data_state, place_batch=place_batch,
             steps_per_call=cfg.steps_per_call, prefetch=cfg.prefetch, steps=cfg.steps,
@@ -284,17 +290,17 @@ def fit(
             workdir, start=start, steps=cfg.steps, restart=restart or started_over,
             progress=cfg.progress, print_logs=cfg.print_logs, tensorboard=cfg.tensorboard,
             plot=cfg.plot, hooks=hooks)))
-        fetch, meter = _fetch_and_meter(cfg, workdir, source, start, int(info["devices"]))
+        fetch, meter = _fetch_and_meter(cfg, workdir, check_batch is not None or source.device,
+                                        start, int(info["devices"]))
         parts.enter_context(_gc_frozen(cfg.freeze_gc))
-        first_end = start + call_steps(start, cfg)  # the first call's last step
-        s = start
-        if s < cfg.steps and guard.should_stop(s):  # signalled while restoring or compiling
+        s, first_end = start, start + call_steps(start, cfg)  # the first call's last step
+        if _stopped_before_training(guard, s, cfg, log):
             status = "interrupted"
-            log.say(f"{guard.requested}: stopped at step {s} before training; the same call "
-                    + ("resumes from its checkpoint" if s else "starts it"), sys.stderr)
         while s < cfg.steps and status != "interrupted":
             n = call_steps(s, cfg)
-            state, m_dev = _train_call(source, state, s, n, fetch, ckpt, start)
+            with _saved_on_data_error(ckpt, state, s, lambda: source.call_position, fetch,
+                                      save=s > start):  # not when step s is saved already
+                state, m_dev = source.call(state, s, n)
             s += n
             fetch.add(s, n, m_dev)
             if s == first_end:
@@ -310,8 +316,8 @@ def fit(
             rec = {"step": s, **last, **meter.record(s, fetch.take_tokens())} if plan.log else None
             log.advance(s, rec)
             if plan.evaluate:
-                eval_metrics = _evaluation_at(s, evaluations, state, place_eval_batch,
-                                              check_batch, ckpt, source.position(s), last)
+                eval_metrics = _evaluation_at(s, evaluations, state, ckpt, source, last,
+                                              place_eval_batch, check_batch)
                 rec = {**(rec or {"step": s, **last}), **eval_metrics}
             if rec is not None:
                 log.write(rec)
@@ -331,21 +337,10 @@ def fit(
                      stopped_by=guard.requested if status == "interrupted" else None)
 
 
-def _fetch_and_meter(cfg: FitConfig, workdir: str | None, source: BatchSource, start: int,
-                     devices: int) -> tuple[MetricsFetch, Throughput]:
-    """``fit``'s :class:`MetricsFetch` and :class:`Throughput` (MFU over ``devices``)."""
-    fetch = MetricsFetch(cfg.finite_check, workdir, source.check_batch is not None or source.device,
-                         in_flight=max(1, _MAX_IN_FLIGHT // cfg.steps_per_call))
-    meter = Throughput(start, flops_per_step=cfg.flops_per_step,
-                       peak=cfg.peak_flops or peak_flops_per_device(), devices=devices)
-    return fetch, meter
-
-
 def _plot_curves(cfg: FitConfig, workdir: str | None) -> None:
     """The loss curves of ``workdir/metrics.jsonl`` (process 0; none before a first record)."""
     if jax.process_index() == 0 and workdir is not None and wanted(cfg.plot, "matplotlib"):
-        records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-        if records:
+        if records := read_metrics(os.path.join(workdir, "metrics.jsonl")):
             plot_curves(records, workdir)
 
 
@@ -388,58 +383,52 @@ def _evaluation(evaluations: Sequence[tuple[str, Any, Any]], params: Any,
 def _guarded(eval_data: Any, where: str, step: int) -> Iterator[Any]:
     """The batches of ``eval_data``; an error making them is a :class:`DataIteratorError`."""
     try:
-        it = iter(eval_data() if callable(eval_data) else eval_data)
-        while True:
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            yield batch
+        yield from eval_data() if callable(eval_data) else eval_data
     except DataIteratorError:
         raise
     except Exception as err:  # noqa: BLE001 — a loader's error, whatever its type
         raise DataIteratorError(step, err, source=where) from err
 
 
+@contextlib.contextmanager
+def _saved_on_data_error(ckpt: Any, state: TrainState, s: int, position: Callable[[], Any],
+                         metrics: Callable[[], dict], save: bool = True) -> Iterator[None]:
+    """On a :class:`DataIteratorError` in the block (the training call after step ``s``, or the
+    evaluation at it): first checkpoint ``state`` as step ``s`` with ``metrics()`` (checked
+    finite) and the data at ``position()``, if ``save`` and one process trains (a collective save
+    would hang); then note the newest intact checkpoint on the error and raise it."""
+    try:
+        yield
+    except DataIteratorError as err:
+        if ckpt is not None:
+            if save and jax.process_count() == 1:
+                last = metrics()  # a non-finite metric raises here: nothing saved after it
+                ckpt.check()
+                ckpt.save(state, data_state=position(), step=s, metrics=last)
+                ckpt.wait()
+            err.checkpoint = newest_checkpoint(ckpt.directory)
+        raise
+
+
+def _stopped_before_training(guard: SignalGuard, s: int, cfg: FitConfig, log: MetricsLog
+                             ) -> bool:
+    """Whether a signal came while restoring or compiling (said on stderr)."""
+    if s >= cfg.steps or not guard.should_stop(s):
+        return False
+    log.say(f"{guard.requested}: stopped at step {s} before training; the same call "
+            + ("resumes from its checkpoint" if s else "starts it"), sys.stderr)
+    return True
+
+
 def _evaluation_at(s: int, evaluations: Sequence[tuple[str, Any, Any]], state: TrainState,
+                   ckpt: Any, source: BatchSource, last: dict,
                    place_eval_batch: Callable[[Any], Any] | None,
-                   check_batch: Callable[[Any], None] | None, ckpt: Any, position: Any,
-                   metrics: dict) -> dict[str, float]:
-    """``fit``'s evaluation after step ``s``; if its data fails, ``s`` is checkpointed first (one
-    process only), then the error raised."""
-    try:
+                   check_batch: Callable[[Any], None] | None) -> dict[str, float]:
+    """The evaluations at step ``s``; failing data first checkpoints ``s``
+    (:func:`_saved_on_data_error`)."""
+    with _saved_on_data_error(ckpt, state, s, functools.partial(source.position, s),
+                              functools.partial(dict, last)):
         return _evaluation(evaluations, state.params, place_eval_batch, check_batch, s)
-    except DataIteratorError as err:
-        if ckpt is not None:
-            if jax.process_count() == 1:
-                ckpt.check()
-                ckpt.save(state, data_state=position, step=s, metrics=metrics)
-                ckpt.wait()
-            err.checkpoint = newest_checkpoint(ckpt.directory)
-        raise
-
-
-def _train_call(source: BatchSource, state: TrainState, s: int, n: int, fetch: MetricsFetch,
-                ckpt: Any, start: int) -> tuple[TrainState, Any]:
-    """``source.call(state, s, n)``; on a :class:`DataIteratorError`, first checkpoints step ``s``
-    (metrics checked finite, the data position before the failed call) unless ``s == start``,
-    it is already saved, or several processes train (a collective save would hang)."""
-    try:
-        return source.call(state, s, n)
-    except DataIteratorError as err:
-        if ckpt is not None:
-            if s > start and jax.process_count() == 1:
-                last = fetch()  # a non-finite metric raises here: nothing saved after it
-                ckpt.check()
-                ckpt.save(state, data_state=source.call_position, step=s, metrics=last)
-                ckpt.wait()
-            err.checkpoint = newest_checkpoint(ckpt.directory)
-        raise
-
-
-def _close(part: Any) -> None:
-    if part is not None:
-        part.close()
 
 
 @contextlib.contextmanager
@@ -461,9 +450,7 @@ def _compile_ahead(cfg: FitConfig, state: TrainState, train_data: Any, train_ste
                    place_eval_batch: Callable[[Any], Any] | None) -> list[threading.Thread]:
     """Start :attr:`FitConfig.compile_ahead`'s background compiles: the first call (device-resident
     data) and the evaluation step on the first evaluation batch."""
-    ahead = cfg.compile_ahead
-    if ahead is None:
-        ahead = jax.default_backend() != "cpu"
+    ahead = jax.default_backend() != "cpu" if cfg.compile_ahead is None else cfg.compile_ahead
     if not ahead or first_n <= 0:
         return []
     threads = []

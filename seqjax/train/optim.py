@@ -58,24 +58,10 @@ from seqjax.utils import count_params
 Array = jax.Array
 Trainable = Any  # a pytree of bools, a predicate ``(path, leaf) -> bool``, or regexes
 
-__all__ = [
-    "OptimizerConfig",
-    "MUON_GROUPS",
-    "param_groups",
-    "muon_dimension_numbers",
-    "TrainState",
-    "DEFAULT_NO_DECAY",
-    "decay_mask",
-    "path_to_str",
-    "make_schedule",
-    "make_optimizer",
-    "warmup_cosine_schedule",
-    "linear_schedule",
-    "inverse_sqrt_schedule",
-    "constant_schedule",
-    "freeze",
-    "trainable_mask",
-]
+__all__ = ["OptimizerConfig", "MUON_GROUPS", "param_groups", "muon_dimension_numbers",
+           "TrainState", "DEFAULT_NO_DECAY", "decay_mask", "path_to_str", "make_schedule",
+           "make_optimizer", "warmup_cosine_schedule", "linear_schedule",
+           "inverse_sqrt_schedule", "constant_schedule", "freeze", "trainable_mask"]
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "muon")
 #: Muon's parameter groups (:func:`param_groups`): the hidden matrices (Muon), then AdamW's:
@@ -148,32 +134,28 @@ class OptimizerConfig(ConfigBase):
     no_decay: tuple[str, ...] = DEFAULT_NO_DECAY
 
     def __post_init__(self) -> None:
-        if self.name not in OPTIMIZERS:
-            raise ValueError(f"`name` must be one of {OPTIMIZERS}; got {self.name!r}.")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"`schedule` must be one of {SCHEDULES}; got {self.schedule!r}.")
-        if self.learning_rate < 0:
-            raise ValueError(f"`learning_rate` must be >= 0; got {self.learning_rate}.")
-        if self.warmup_steps < 0:
-            raise ValueError(f"`warmup_steps` must be >= 0; got {self.warmup_steps}.")
+        for field, allowed in (("name", OPTIMIZERS), ("schedule", SCHEDULES)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"`{field}` must be one of {allowed}; got "
+                                 f"{getattr(self, field)!r}.")
+        for field in ("learning_rate", "warmup_steps"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"`{field}` must be >= 0; got {getattr(self, field)}.")
         if self.clip_norm is None or not self.clip_norm >= 0:  # one meaning of off: 0
             raise ValueError(f"`clip_norm` must be >= 0 (0 = no clipping); got "
                              f"{self.clip_norm}.")
         self._check_muon()
-        if self.schedule in ("warmup_cosine", "linear"):
-            if self.steps is None or self.steps <= self.warmup_steps:
-                raise ValueError(
-                    f"schedule {self.schedule!r} needs `steps` > `warmup_steps` "
-                    f"({self.warmup_steps}); got steps={self.steps}."
-                )
+        if self.schedule in ("warmup_cosine", "linear") and (
+                self.steps is None or self.steps <= self.warmup_steps):
+            raise ValueError(f"schedule {self.schedule!r} needs `steps` > `warmup_steps` "
+                             f"({self.warmup_steps}); got steps={self.steps}.")
 
     def _check_muon(self) -> None:
         if self.momentum is not None:
             check_rate(self.momentum, "momentum")
         if self.name != "muon":
             defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            changed = [k for k in _MUON_ONLY if getattr(self, k) != defaults[k]]
-            if changed:
+            if changed := [k for k in _MUON_ONLY if getattr(self, k) != defaults[k]]:
                 raise ValueError(f"{changed} are options of the 'muon' optimizer; got "
                                  f"name={self.name!r}.")
             return
@@ -213,17 +195,19 @@ def constant_schedule(peak_value: float, warmup_steps: int = 0) -> optax.Schedul
         >>> [float(f(s)) for s in (0, 2, 4, 100)]
         [0.0, 0.5, 1.0, 1.0]
     """
+    return _after_warmup(peak_value, warmup_steps, optax.constant_schedule(peak_value))
+
+
+def _after_warmup(peak_value: float, warmup_steps: int, then: optax.Schedule) -> optax.Schedule:
+    """A linear warm-up ``0 → peak_value`` over ``warmup_steps`` (if any), then ``then``."""
     if warmup_steps <= 0:
-        return optax.constant_schedule(peak_value)
+        return then
     return optax.join_schedules(
-        [optax.linear_schedule(0.0, peak_value, warmup_steps), optax.constant_schedule(peak_value)],
-        [warmup_steps],
-    )
+        [optax.linear_schedule(0.0, peak_value, warmup_steps), then], [warmup_steps])
 
 
-def warmup_cosine_schedule(
-    peak_value: float, warmup_steps: int, total_steps: int, end_value: float = 0.0
-) -> optax.Schedule:
+def warmup_cosine_schedule(peak_value: float, warmup_steps: int, total_steps: int,
+                           end_value: float = 0.0) -> optax.Schedule:
     """Linear warm-up to ``peak_value`` then cosine decay to ``end_value`` at ``total_steps``.
 
     Example:
@@ -231,18 +215,12 @@ def warmup_cosine_schedule(
         >>> [round(float(f(s)), 3) for s in (0, 5, 10, 60, 110)]
         [0.0, 0.5, 1.0, 0.5, 0.0]
     """
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=peak_value,
-        warmup_steps=warmup_steps,
-        decay_steps=total_steps,
-        end_value=end_value,
-    )
+    return optax.warmup_cosine_decay_schedule(0.0, peak_value, warmup_steps, total_steps,
+                                              end_value)
 
 
-def linear_schedule(
-    peak_value: float, warmup_steps: int, total_steps: int, end_value: float = 0.0
-) -> optax.Schedule:
+def linear_schedule(peak_value: float, warmup_steps: int, total_steps: int,
+                    end_value: float = 0.0) -> optax.Schedule:
     """Linear warm-up to ``peak_value`` then linear decay to ``end_value`` at ``total_steps``.
 
     Example:
@@ -251,11 +229,7 @@ def linear_schedule(
         [0.5, 1.0, 0.5, 0.0, 0.0]
     """
     decay = optax.linear_schedule(peak_value, end_value, total_steps - warmup_steps)
-    if warmup_steps <= 0:
-        return decay
-    return optax.join_schedules(
-        [optax.linear_schedule(0.0, peak_value, warmup_steps), decay], [warmup_steps]
-    )
+    return _after_warmup(peak_value, warmup_steps, decay)
 
 
 def inverse_sqrt_schedule(peak_value: float, warmup_steps: int) -> optax.Schedule:
@@ -283,13 +257,11 @@ def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
     peak, end = cfg.learning_rate, cfg.learning_rate * cfg.min_lr_ratio
     if cfg.schedule == "constant":
         return constant_schedule(peak, cfg.warmup_steps)
-    if cfg.schedule == "warmup_cosine":
-        assert cfg.steps is not None  # OptimizerConfig requires it for this schedule
-        return warmup_cosine_schedule(peak, cfg.warmup_steps, cfg.steps, end)
-    if cfg.schedule == "linear":
-        assert cfg.steps is not None  # OptimizerConfig requires it for this schedule
-        return linear_schedule(peak, cfg.warmup_steps, cfg.steps, end)
-    return inverse_sqrt_schedule(peak, cfg.warmup_steps)
+    if cfg.schedule == "inverse_sqrt":
+        return inverse_sqrt_schedule(peak, cfg.warmup_steps)
+    assert cfg.steps is not None  # OptimizerConfig requires it for the decaying schedules
+    decay = warmup_cosine_schedule if cfg.schedule == "warmup_cosine" else linear_schedule
+    return decay(peak, cfg.warmup_steps, cfg.steps, end)
 
 
 # ----------------------------------------------------------------------------- decay mask
@@ -297,15 +269,8 @@ def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
 
 def path_to_str(path: Sequence[Any]) -> str:
     """``"a/b/0/c"`` from a ``jax.tree_util`` key path."""
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return "/".join(parts)
+    return "/".join(str(next((getattr(k, a) for a in ("key", "name", "idx") if hasattr(k, a)), k))
+                    for k in path)
 
 
 def decay_mask(params: Any, no_decay: Sequence[str] = DEFAULT_NO_DECAY) -> Any:
@@ -322,22 +287,16 @@ def decay_mask(params: Any, no_decay: Sequence[str] = DEFAULT_NO_DECAY) -> Any:
         {'Dense_0': {'bias': False, 'kernel': True}, 'Embed_0': {'embedding': False}}
     """
     patterns = [re.compile(p) for p in no_decay]
-
-    def keep(path: Sequence[Any], leaf: Any) -> bool:
-        if jnp.ndim(leaf) < 2:
-            return False
-        name = path_to_str(path).lower()
-        return not any(p.search(name) for p in patterns)
-
-    return jax.tree_util.tree_map_with_path(keep, params)
+    return jax.tree_util.tree_map_with_path(  # matrices whose path matches no pattern
+        lambda path, leaf: jnp.ndim(leaf) >= 2 and not any(
+            p.search(path_to_str(path).lower()) for p in patterns), params)
 
 
 # ----------------------------------------------------------------------------- optimizer
 
 
-def make_optimizer(
-    cfg: OptimizerConfig, *, trainable: Trainable | None = None
-) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def make_optimizer(cfg: OptimizerConfig, *, trainable: Trainable | None = None
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Build ``clip → optimiser`` from ``cfg``; returns ``(tx, schedule)``. ``trainable``
     (optional): train only these parameters (:func:`freeze`).
 
@@ -347,43 +306,28 @@ def make_optimizer(
         0.01
     """
     schedule = make_schedule(cfg)
-    mask: Callable[[Any], Any] = lambda p: decay_mask(p, cfg.no_decay)
+    lr = optax.scale_by_learning_rate(schedule)
+    # flat_optimizer: only the stateful first link (``scale_by_adam`` or ``trace``) goes in
+    # ``optax.flatten``; elementwise, so only the state layout changes.
+    flat = optax.flatten if cfg.flat_optimizer else lambda tx: tx
+    decay = optax.add_decayed_weights(cfg.weight_decay, lambda p: decay_mask(p, cfg.no_decay))
+    sgd_decay = [decay] if cfg.weight_decay else []
     if cfg.name == "muon":
         opt = _muon(cfg)
-    elif cfg.flat_optimizer:
-        opt = _flat_optimizer(cfg, schedule, mask)
-    elif cfg.name == "adamw":
-        opt = optax.adamw(schedule, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps,
-                          weight_decay=cfg.weight_decay, mask=mask)
-    elif cfg.name == "adam":
-        opt = optax.adam(schedule, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps)
+    elif cfg.name in ("adamw", "adam"):  # optax.adamw / optax.adam, link for link
+        adam = flat(optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps))
+        opt = optax.chain(adam, decay, lr) if cfg.name == "adamw" else optax.chain(adam, lr)
+    elif cfg.flat_optimizer:  # sgd with no link for no momentum
+        trace = [flat(optax.trace(cfg.momentum, bool(cfg.nesterov)))] if cfg.momentum else []
+        opt = optax.chain(*sgd_decay, *trace, lr)
     else:
         opt = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=bool(cfg.nesterov))
-        if cfg.weight_decay:
-            opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask), opt)
+        opt = optax.chain(*sgd_decay, opt) if sgd_decay else opt
     if cfg.clip_norm:
         opt = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
     if trainable is not None:
         opt = freeze(opt, trainable)
     return opt, schedule
-
-
-def _flat_optimizer(cfg: OptimizerConfig, schedule: optax.Schedule,
-                          mask: Callable[[Any], Any]) -> optax.GradientTransformation:
-    """``cfg``'s optimiser with only its stateful first link (``scale_by_adam`` or ``trace``) in
-    ``optax.flatten``; elementwise, so only the state layout changes."""
-    lr = optax.scale_by_learning_rate(schedule)
-    if cfg.name in ("adamw", "adam"):
-        parts = [optax.flatten(optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps))]
-        if cfg.name == "adamw":
-            parts.append(optax.add_decayed_weights(cfg.weight_decay, mask))
-        return optax.chain(*parts, lr)
-    parts = []
-    if cfg.weight_decay:
-        parts.append(optax.add_decayed_weights(cfg.weight_decay, mask))
-    if cfg.momentum:
-        parts.append(optax.flatten(optax.trace(decay=cfg.momentum, nesterov=bool(cfg.nesterov))))
-    return optax.chain(*parts, lr)
 
 
 # ----------------------------------------------------------------------------- Muon
@@ -493,10 +437,7 @@ def _muon(cfg: OptimizerConfig) -> optax.GradientTransformation:
         if not cfg.flat_optimizer:
             return tx
         flat = optax.flatten(tx)  # which cannot flatten a group with no parameters
-
-        def pick(tree: Any) -> optax.GradientTransformation:
-            return flat if jax.tree_util.tree_leaves(tree) else tx
-
+        pick = lambda tree: flat if jax.tree_util.tree_leaves(tree) else tx
         return optax.GradientTransformation(
             lambda params: pick(params).init(params),
             lambda updates, state, params=None: pick(updates).update(updates, state, params))
@@ -592,8 +533,8 @@ def freeze(tx: optax.GradientTransformation, trainable: Trainable) -> optax.Grad
         raise TypeError(f"`tx` must be an optax.GradientTransformation; got {type(tx).__name__}.")
 
     def labels(params: Any) -> Any:
-        mask = trainable_mask(params, trainable)
-        return jax.tree_util.tree_map(lambda m: "train" if m else "freeze", mask)
+        return jax.tree_util.tree_map(lambda m: "train" if m else "freeze",
+                                      trainable_mask(params, trainable))
 
     return optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)
 
@@ -635,29 +576,17 @@ class TrainState:
         def replace(self, **changes: Any) -> TrainState: ...
 
     @classmethod
-    def create(
-        cls,
-        params: Any,
-        tx: optax.GradientTransformation,
-        rng: Array,
-        carry: Any = None,
-    ) -> TrainState:
+    def create(cls, params: Any, tx: optax.GradientTransformation, rng: Array,
+               carry: Any = None) -> TrainState:
         """A step-0 state with ``tx.init(params)``; ``rng`` must be a raw uint32[2] key."""
         rng = jnp.asarray(rng)
         if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
             rng = jax.random.key_data(rng)
         if rng.shape != (2,) or rng.dtype != jnp.uint32:
-            raise ValueError(
-                f"`rng` must be a jax.random.PRNGKey (uint32[2]); got {rng.dtype}{list(rng.shape)}."
-            )
-        return cls(
-            step=jnp.zeros((), jnp.int32),
-            params=params,
-            opt_state=tx.init(params),
-            rng=rng,
-            carry=carry,
-            tx=tx,
-        )
+            raise ValueError(f"`rng` must be a jax.random.PRNGKey (uint32[2]); got "
+                             f"{rng.dtype}{list(rng.shape)}.")
+        return cls(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                   rng=rng, carry=carry, tx=tx)
 
     def apply_gradients(self, grads: Any, **changes: Any) -> TrainState:
         """One optimiser update: ``params ← params + tx.update(grads)``; ``step += 1``."""

@@ -37,7 +37,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from seqjax._checks import check_positive_int
+from seqjax._checks import check_positive_int, check_vocab_ids
 from seqjax.nn.remat import remat_policy
 from seqjax.train.optim import TrainState
 
@@ -46,17 +46,8 @@ Batch = Mapping[str, Any]
 LossFn = Callable[..., tuple[Array, Any]]
 StepFn = Callable[[TrainState, Batch], tuple[TrainState, dict[str, Array]]]
 
-__all__ = [
-    "BatchCheck",
-    "ModelApply",
-    "cast_floating",
-    "flax_apply_fn",
-    "make_batch_check",
-    "make_train_step",
-    "make_eval_step",
-    "TrainStep",
-    "create_train_state",
-]
+__all__ = ["BatchCheck", "ModelApply", "cast_floating", "flax_apply_fn", "make_batch_check",
+           "make_train_step", "make_eval_step", "TrainStep", "create_train_state"]
 
 
 def _host_array(x: Any) -> np.ndarray | None:
@@ -71,14 +62,9 @@ def _host_array(x: Any) -> np.ndarray | None:
     return np.asarray(x)
 
 
-def make_batch_check(
-    vocab_size: int | Mapping[str, int],
-    *,
-    inputs_key: str = "inputs",
-    targets_key: str = "targets",
-    mask_key: str = "mask",
-    masks: Mapping[str, str] | None = None,
-) -> BatchCheck:
+def make_batch_check(vocab_size: int | Mapping[str, int], *, inputs_key: str = "inputs",
+                     targets_key: str = "targets", mask_key: str = "mask",
+                     masks: Mapping[str, str] | None = None) -> BatchCheck:
     """A host-side check of a batch's token ids, for ``fit(..., check_batch=check)``.
 
     Inside ``jit`` ids cannot be range-checked (an invalid one turns its row NaN,
@@ -101,7 +87,6 @@ def make_batch_check(
         ...     print(str(err)[:48])
         `batch["targets"]` must hold token ids in [0, 4]
     """
-
     sizes = (dict(vocab_size) if isinstance(vocab_size, Mapping)
              else {inputs_key: vocab_size, targets_key: vocab_size})
     for key, v in sizes.items():
@@ -125,35 +110,22 @@ class BatchCheck:
     masks: Mapping[str, str]
 
     def __call__(self, batch: Batch) -> None:
-        from seqjax._checks import check_vocab_ids
-
         if not isinstance(batch, Mapping):
             return
         for key, v in self.vocab_sizes.items():
-            if key not in batch:
-                continue
-            ids = _host_array(batch[key])
-            if ids is None:
-                continue
-            mask = None
-            if self.masks.get(key) in batch:
-                mask = _host_array(batch[self.masks[key]])
-                if mask is None:
-                    continue
-            check_vocab_ids(ids, f'batch["{key}"]', int(v), mask)
+            masked = self.masks.get(key) in batch
+            ids = _host_array(batch[key]) if key in batch else None
+            mask = _host_array(batch[self.masks[key]]) if masked else None
+            if ids is not None and (mask is not None or not masked):
+                check_vocab_ids(ids, f'batch["{key}"]', int(v), mask)
 
 
 def cast_floating(tree: Any, dtype: Any | None) -> Any:
     """Cast the floating-point leaves of ``tree`` to ``dtype`` (no-op for ``None``)."""
     if dtype is None:
         return tree
-
-    def cast(x: Any) -> Any:
-        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating):
-            return x.astype(dtype)
-        return x
-
-    return jax.tree_util.tree_map(cast, tree)
+    floating = lambda x: hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+    return jax.tree_util.tree_map(lambda x: x.astype(dtype) if floating(x) else x, tree)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,39 +169,25 @@ def flax_apply_fn(model: Any) -> ModelApply:
 def _remat(fn: Callable, remat: bool | str | Callable) -> Callable:
     if remat is False or remat is None:
         return fn
-    if remat is True:
-        return jax.checkpoint(fn)
-    return jax.checkpoint(fn, policy=remat_policy(remat, "remat"))
+    return jax.checkpoint(fn, policy=None if remat is True else remat_policy(remat, "remat"))
 
 
 def _check_state(state: Any) -> None:
     if not isinstance(state, TrainState):
         raise TypeError(f"`state` must be a seqjax.train.TrainState; got {type(state).__name__}.")
     if state.tx is None:
-        raise ValueError(
-            "`state.tx` is None; build the state with TrainState.create(params, tx, rng)."
-        )
+        raise ValueError("`state.tx` is None; build the state with "
+                         "TrainState.create(params, tx, rng).")
 
 
-def _loss_and_grad(
-    loss_fn: LossFn,
-    params: Any,
-    batch: Batch,
-    rng: Array,
-    carry: Any,
-    *,
-    compute_dtype: Any,
-    remat: bool | str | Callable,
-    with_carry: bool,
-) -> tuple[Array, dict[str, Array], Any, Any]:
+def _loss_and_grad(loss_fn: LossFn, params: Any, batch: Batch, rng: Array, carry: Any, *,
+                   compute_dtype: Any, remat: bool | str | Callable, with_carry: bool
+                   ) -> tuple[Array, dict[str, Array], Any, Any]:
     """``(loss, metrics, new_carry, grads)`` of one (micro-)batch, metrics float32."""
-    batch_c = cast_floating(batch, compute_dtype)
+    batch_c, extra = cast_floating(batch, compute_dtype), (carry,) if with_carry else ()
 
     def compute(params: Any) -> tuple[Array, Any]:
-        p = cast_floating(params, compute_dtype)
-        if with_carry:
-            return loss_fn(p, batch_c, rng, carry)
-        return loss_fn(p, batch_c, rng)
+        return loss_fn(cast_floating(params, compute_dtype), batch_c, rng, *extra)
 
     (loss, aux), grads = jax.value_and_grad(_remat(compute, remat), has_aux=True)(params)
     metrics, new_carry = aux if with_carry else (aux, None)
@@ -247,18 +205,15 @@ def _split_micro(batch: Batch, k: int) -> Any:
     def split(x: Any) -> Any:
         x = jnp.asarray(x)
         if x.ndim == 0 or x.shape[0] % k:
-            raise ValueError(
-                f"every batch leaf needs a leading axis divisible by grad_accum={k}; got shape "
-                f"{x.shape}."
-            )
+            raise ValueError(f"every batch leaf needs a leading axis divisible by "
+                             f"grad_accum={k}; got shape {x.shape}.")
         return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
 
     return jax.tree_util.tree_map(split, batch)
 
 
-def _accumulated_loss_and_grad(
-    loss_fn: LossFn, params: Any, batch: Batch, rng: Array, k: int, **kw: Any
-) -> tuple[Array, dict[str, Array], Any]:
+def _accumulated_loss_and_grad(loss_fn: LossFn, params: Any, batch: Batch, rng: Array, k: int,
+                               **kw: Any) -> tuple[Array, dict[str, Array], Any]:
     """Token-weighted gradient accumulation over ``k`` micro-batches (``lax.scan``).
 
     With ``w_i`` micro-batch ``i``'s ``tokens`` (1 without it) and ``C_i`` its token-mean loss:
@@ -277,69 +232,44 @@ def _accumulated_loss_and_grad(
     zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
 
     def body(acc: Any, xs: tuple[Array, Batch]) -> tuple[Any, None]:
+        a_loss, a_metrics, a_grads, a_w = acc
         loss, metrics, grads = one(*xs)
         w = metrics.get("tokens", jnp.ones((), jnp.float32))
-        a_loss, a_metrics, a_grads = acc
         a_grads = jax.tree_util.tree_map(lambda a, g: a + w * g.astype(jnp.float32),
                                          a_grads, grads)
         a_metrics = {n: a_metrics[n] + (v if n == "tokens" else w * v)
                      for n, v in metrics.items()}
-        a_metrics["__w"] = acc[1]["__w"] + w
-        return (a_loss + w * loss, a_metrics, a_grads), None
+        return (a_loss + w * loss, a_metrics, a_grads, a_w + w), None
 
-    init = (zeros[0], {**zeros[1], "__w": jnp.zeros((), jnp.float32)}, zeros[2])
-    (loss, metrics, grads), _ = jax.lax.scan(body, init, (jnp.arange(k), micro))
-    total = metrics.pop("__w")
+    init = (*zeros, jnp.zeros((), jnp.float32))  # and the weight sum
+    (loss, metrics, grads, total), _ = jax.lax.scan(body, init, (jnp.arange(k), micro))
     total = jnp.maximum(total, jnp.finfo(jnp.float32).tiny)
     grads = jax.tree_util.tree_map(lambda g, p: (g / total).astype(p.dtype), grads, params)
     metrics = {n: v if n == "tokens" else v / total for n, v in metrics.items()}
     return loss / total, metrics, grads
 
 
-def _grad_and_update(
-    loss_fn: LossFn,
-    state: TrainState,
-    batch: Batch,
-    rng: Array,
-    *,
-    compute_dtype: Any,
-    remat: bool | str | Callable,
-    with_carry: bool,
-    grad_accum: int = 1,
-    combine: Callable[[Any, Array, dict], tuple[Any, Array, dict]] | None = None,
-) -> tuple[TrainState, dict[str, Array]]:
+def _grad_and_update(loss_fn: LossFn, state: TrainState, batch: Batch, rng: Array, *,
+                     compute_dtype: Any, remat: bool | str | Callable, with_carry: bool,
+                     grad_accum: int = 1) -> tuple[TrainState, dict[str, Array]]:
     kw = {"compute_dtype": compute_dtype, "remat": remat}
     if grad_accum > 1:
         loss, metrics, grads = _accumulated_loss_and_grad(
             loss_fn, state.params, batch, rng, grad_accum, **kw)
-        new_carry = None
     else:
         carry = jax.lax.stop_gradient(state.carry) if with_carry else None
         loss, metrics, new_carry, grads = _loss_and_grad(
             loss_fn, state.params, batch, rng, carry, with_carry=with_carry, **kw)
-    if combine is not None:
-        grads, loss, metrics = combine(grads, loss, metrics)
-    updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-    if with_carry:
-        new_state = new_state.replace(carry=new_carry)
+    new_state = state.apply_gradients(grads, **({"carry": new_carry} if with_carry else {}))
     out = {"loss": loss, "grad_norm": optax.tree.norm(grads).astype(jnp.float32), **metrics}
     return new_state, out
 
 
-def make_train_step(
-    loss_fn: LossFn,
-    *,
-    state_sharding: Any = None,
-    batch_sharding: NamedSharding | None = None,
-    compute_dtype: Any = None,
-    remat: bool | str | Callable = False,
-    schedule: optax.Schedule | None = None,
-    with_carry: bool = False,
-    donate: bool = True,
-    grad_accum: int = 1,
-) -> TrainStep:
+def make_train_step(loss_fn: LossFn, *, state_sharding: Any = None,
+                    batch_sharding: NamedSharding | None = None, compute_dtype: Any = None,
+                    remat: bool | str | Callable = False, schedule: optax.Schedule | None = None,
+                    with_carry: bool = False, donate: bool = True,
+                    grad_accum: int = 1) -> TrainStep:
     """A jitted ``step(state, batch) -> (state, metrics)`` (a :class:`TrainStep`).
 
     The step reads no host value (check token ids with :func:`make_batch_check`) and leaves the
@@ -369,7 +299,6 @@ def make_train_step(
         >>> float(m["loss"]), round(float(state.params["w"]), 3)
         (1.0, 0.2)
     """
-
     check_positive_int(grad_accum, "grad_accum")
     if grad_accum > 1 and with_carry:
         raise ValueError("`grad_accum` > 1 cannot thread a TBPTT carry (`with_carry=True`): "
@@ -379,16 +308,13 @@ def make_train_step(
         _check_state(state)
         rng, step_rng = jax.random.split(state.rng)
         new_state, metrics = _grad_and_update(
-            loss_fn, state, batch, step_rng,
-            compute_dtype=compute_dtype, remat=remat, with_carry=with_carry,
-            grad_accum=grad_accum,
-        )
+            loss_fn, state, batch, step_rng, compute_dtype=compute_dtype, remat=remat,
+            with_carry=with_carry, grad_accum=grad_accum)
         if schedule is not None:
             metrics["lr"] = jnp.asarray(schedule(state.step), jnp.float32)
         return new_state.replace(rng=rng), metrics
 
-    if (state_sharding is None) != (batch_sharding is None):
-        raise ValueError("give both `state_sharding` and `batch_sharding`, or neither.")
+    _both_or_neither(state_sharding, batch_sharding, "`state_sharding` and `batch_sharding`")
     return TrainStep(step_fn, state_sharding=state_sharding,
                      batch_sharding=batch_sharding, donate=donate)
 
@@ -422,17 +348,12 @@ class TrainStep:
         return getattr(jitted, name)
 
     def _jit(self, fn: Callable[..., Any], second_sharding: Any) -> Callable[..., Any]:
-        kwargs: dict[str, Any] = {"donate_argnums": (0,) if self.donate else ()}
-        if self.mesh is None:
-            return jax.jit(fn, **kwargs)
-        kwargs["in_shardings"] = (self.state_sharding, second_sharding)
-        kwargs["out_shardings"] = (self.state_sharding,
-                                   NamedSharding(self.mesh, PartitionSpec()))
-        return jax.jit(_under_mesh(fn, self.mesh), **kwargs)
+        return _jit(fn, self.mesh, (self.state_sharding, second_sharding),
+                    lambda rep: (self.state_sharding, rep), (0,) if self.donate else ())
 
     def steps(self, k: int) -> Any:
         """Jitted ``(state, batches) -> (state, metrics[k])``, ``batches`` ``k`` placed ones."""
-        _check_k(k)
+        check_positive_int(k, "steps_per_call")
         key = ("steps", k)
         if key not in self._compiled:
             step_fn = self.step_fn
@@ -450,7 +371,7 @@ class TrainStep:
     def steps_from(self, source: Any, k: int = 1) -> Any:
         """Jitted ``(state, source.arrays) -> (state, metrics[k])``, step ``s``'s batch (0-based,
         ``state.step`` before it) drawn on the devices by ``source.device_batch(arrays, s)``."""
-        _check_k(k)
+        check_positive_int(k, "steps_per_call")
         key = ("source", id(source), k)
         if key not in self._compiled:
             step_fn, batch_sharding = self.step_fn, self.batch_sharding
@@ -471,51 +392,44 @@ class TrainStep:
         return self._compiled[key][0]
 
 
-def _check_k(k: Any) -> None:
-    check_positive_int(k, "steps_per_call")
-
-
-def _under_mesh(fn: Callable, mesh: Any) -> Callable:
-    """Trace ``fn`` under ``mesh``'s abstract mesh, so layers' sharding hints
-    (:mod:`seqjax.nn._sharding`) apply."""
+def _jit(fn: Callable, mesh: Any, in_shardings: Any, out_shardings: Callable[[Any], Any],
+         donate: tuple[int, ...] = ()) -> Callable:
+    """``jax.jit(fn)``; with a ``mesh``, on ``in_shardings`` and ``out_shardings(replicated)``,
+    traced under ``mesh``'s abstract mesh, so layers' sharding hints (:mod:`seqjax.nn._sharding`)
+    apply."""
+    if mesh is None:
+        return jax.jit(fn, donate_argnums=donate)
 
     def wrapped(*args: Any) -> Any:
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             return fn(*args)
 
-    return wrapped
+    return jax.jit(wrapped, in_shardings=in_shardings, donate_argnums=donate,
+                   out_shardings=out_shardings(NamedSharding(mesh, PartitionSpec())))
 
 
-def make_eval_step(
-    eval_fn: Callable[[Any, Batch], dict[str, Array]],
-    *,
-    params_sharding: Any = None,
-    batch_sharding: NamedSharding | None = None,
-    compute_dtype: Any = None,
-) -> Callable[[Any, Batch], dict[str, Array]]:
+def _both_or_neither(a: Any, b: Any, names: str) -> None:
+    if (a is None) != (b is None):
+        raise ValueError(f"give both {names}, or neither.")
+
+
+def make_eval_step(eval_fn: Callable[[Any, Batch], dict[str, Array]], *,
+                   params_sharding: Any = None, batch_sharding: NamedSharding | None = None,
+                   compute_dtype: Any = None) -> Callable[[Any, Batch], dict[str, Array]]:
     """Jit ``eval_fn(params, batch) -> metrics`` (e.g. ``losses.make_lm_eval``), metrics float32."""
 
     def fn(params: Any, batch: Batch) -> dict[str, Array]:
         out = eval_fn(cast_floating(params, compute_dtype), cast_floating(batch, compute_dtype))
         return {k: jnp.asarray(v, jnp.float32) for k, v in out.items()}
 
-    if params_sharding is None and batch_sharding is None:
-        return jax.jit(fn)
-    if params_sharding is None or batch_sharding is None:
-        raise ValueError("give both `params_sharding` and `batch_sharding`, or neither.")
-    rep = NamedSharding(batch_sharding.mesh, PartitionSpec())
-    return jax.jit(_under_mesh(fn, batch_sharding.mesh),
-                   in_shardings=(params_sharding, batch_sharding), out_shardings=rep)
+    _both_or_neither(params_sharding, batch_sharding, "`params_sharding` and `batch_sharding`")
+    mesh = None if batch_sharding is None else batch_sharding.mesh
+    return _jit(fn, mesh, (params_sharding, batch_sharding), lambda rep: rep)
 
 
-def create_train_state(
-    init_params: Callable[[Array], Any],
-    tx: optax.GradientTransformation,
-    rng: Array,
-    *,
-    state_sharding_fn: Callable[[Any], Any] | None = None,
-    carry: Any = None,
-) -> tuple[TrainState, Any]:
+def create_train_state(init_params: Callable[[Array], Any], tx: optax.GradientTransformation,
+                       rng: Array, *, state_sharding_fn: Callable[[Any], Any] | None = None,
+                       carry: Any = None) -> tuple[TrainState, Any]:
     """Initialise a ``TrainState`` directly in its sharded layout; returns ``(state, shardings)``.
 
     ``state_sharding_fn(abstract_state) -> shardings`` (e.g.
