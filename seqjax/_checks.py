@@ -31,8 +31,7 @@ def check_rank(x: Any, name: str, ranks: int | Sequence[int]) -> None:
     if ndim not in allowed:
         want = " or ".join(str(r) for r in allowed)
         raise ValueError(
-            f"`{name}` must have rank {want}; got rank {ndim} with shape {tuple(np.shape(x))}."
-        )
+            f"`{name}` must have rank {want}; got rank {ndim} with shape {tuple(np.shape(x))}.")
 
 
 def check_integer(x: Any, name: str) -> None:
@@ -69,7 +68,8 @@ def check_range(x: Any, name: str, low: int, high: int) -> None:
         raise ValueError(f"`{name}` must lie in [{low}, {high}]; got values in [{lo}, {hi}].")
 
 
-@jax.tree_util.register_pytree_node_class
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["value"],
+                   meta_fields=["max_len", "low"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class ValidLengths:
     """Per-row lengths that passed :func:`check_lengths` (made only there): ``value`` is
@@ -81,13 +81,6 @@ class ValidLengths:
     value: jax.Array
     max_len: int
     low: int = 0
-
-    def tree_flatten(self) -> tuple[tuple[jax.Array], tuple[int, int]]:
-        return (self.value,), (self.max_len, self.low)
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[int, int], children: Sequence[Any]) -> ValidLengths:
-        return cls(children[0], *aux)
 
 
 def lengths_array(lengths: Any) -> Any:
@@ -118,8 +111,7 @@ def _check_lengths_shape(lengths: Any, name: str, batch: int) -> None:
     check_integer(lengths, name)
     if np.shape(lengths)[0] != batch:
         raise ValueError(
-            f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}."
-        )
+            f"`{name}` must have shape (batch,) = ({batch},); got {tuple(np.shape(lengths))}.")
 
 
 #: Option names spelled one way across the library: an old spelling -> the field it became.
@@ -156,8 +148,7 @@ def _unknown_fields(cls: type, keys: Any, where: str) -> None:
     what = "is not a field" if len(said) == 1 else "are not fields"
     name = cls.__name__
     raise TypeError(
-        f"{name}{where}: {', '.join(said)} {what} of {name}; its fields are {', '.join(names)}."
-    )
+        f"{name}{where}: {', '.join(said)} {what} of {name}; its fields are {', '.join(names)}.")
 
 
 def replace_fields(config: T, changes: dict[str, Any]) -> T:
@@ -192,8 +183,7 @@ class ConfigBase(NamedFields):
             names = [f.name for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
             raise TypeError(
                 f"{cls.__name__}() takes keyword arguments only; got {len(args)} positional "
-                f"({', '.join(map(repr, args))}). Its fields are {', '.join(names)}."
-            )
+                f"({', '.join(map(repr, args))}). Its fields are {', '.join(names)}.")
         return super().__new__(cls, **kwargs)
 
     def replace(self: C, **changes: Any) -> C:
@@ -208,8 +198,7 @@ def refuse_retired(where: str, kwargs: Any, replacements: dict[str, str]) -> Non
         if flag in kwargs:
             raise TypeError(
                 f"{where}: `{flag}` is retired; the call returns the array and `{instead}` "
-                f"the pair (array, {flag.removeprefix('return_')})."
-            )
+                f"the pair (array, {flag.removeprefix('return_')}).")
 
 
 def _refusing(check: Callable[[str, Any], None]) -> Callable[[F], F]:
@@ -232,8 +221,7 @@ def retired_flags(**replacements: str) -> Callable[[F], F]:
     return _refusing(lambda where, kwargs: refuse_retired(where, kwargs, replacements))
 
 
-def renamed_keywords(notes: dict[str, str] | None = None, /, **renames: str
-                     ) -> Callable[[F], F]:
+def renamed_keywords(notes: dict[str, str] | None = None, /, **renames: str) -> Callable[[F], F]:
     """Decorator: a keyword's old spelling is a ``TypeError`` naming the new one (``renames``:
     old -> new); ``notes`` (old -> text) adds what else changed, e.g. the value's meaning."""
 
@@ -284,8 +272,7 @@ def check_features(x: Any, name: str, expected: int | None, what: str = "") -> N
     if got != expected:
         extra = f" ({what})" if what else " (the input size its parameters were created with)"
         raise ValueError(
-            f"`{name}` must have {expected} features on its last axis{extra}; got shape {shape}."
-        )
+            f"`{name}` must have {expected} features on its last axis{extra}; got shape {shape}.")
 
 
 def check_vocab_ids(x: Any, name: str, vocab_size: int, mask: Any = None) -> None:
@@ -318,8 +305,7 @@ def check_vocab_ids(x: Any, name: str, vocab_size: int, mask: Any = None) -> Non
         bad = lo if lo < 0 else hi
         raise ValueError(
             f"`{name}` must hold token ids in [0, {vocab_size - 1}] (vocab_size={vocab_size})"
-            f"{where}; got values in [{lo}, {hi}] (e.g. {bad})."
-        )
+            f"{where}; got values in [{lo}, {hi}] (e.g. {bad}).")
 
 
 def _not_positive_int(value: Any, name: str) -> ValueError:

@@ -35,8 +35,7 @@ class Range:
 
     def describe(self, tp: type) -> str:
         if tp is int and self.low is not None and self.high is None:
-            low = int(self.low) + 1 if self.low_open else int(self.low)
-            return f"an int >= {low}"
+            return f"an int >= {int(self.low) + int(self.low_open)}"
         if self.high is None:
             return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
         return (f"lie in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"

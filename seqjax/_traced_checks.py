@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -86,13 +86,8 @@ def _staging() -> bool:
     return _SWITCH is None or bool(_SWITCH.value)
 
 
-@contextlib.contextmanager
-def _checks_on() -> Iterator[None]:
-    if _SWITCH is None:
-        yield
-        return
-    with _SWITCH(True):
-        yield
+def _checks_on() -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext() if _SWITCH is None else _SWITCH(True)
 
 
 def _traced(*xs: Any) -> bool:
@@ -108,9 +103,8 @@ def record(ok: Any, msg: str, **values: Array) -> None:
     """Record ``all(ok)`` as a checkify check with ``msg`` (a ``str.format`` template over
     ``values``, read at run time). Staged only while :func:`checked` traces; a no-op for a
     concrete ``ok`` (the host check already ran)."""
-    if not _traced(ok) or not _staging():
-        return
-    _debug_check(jnp.all(ok), values, msg=msg)
+    if _traced(ok) and _staging():
+        _debug_check(jnp.all(ok), values, msg=msg)
 
 
 @functools.partial(jax.jit, static_argnames="msg")
@@ -124,13 +118,10 @@ def _debug_check(pred: Array, values: dict[str, Array], msg: str) -> None:
 
 def record_range(x: Array, name: str, low: int, high: int) -> None:
     """The traced twin of :func:`seqjax._checks.check_range`: every value in ``[low, high]``."""
-    if not _traced(x) or x.size == 0 or not _staging():
-        return
-    record(
-        (x >= low) & (x <= high),
-        f"`{_escape(name)}` must lie in [{low}, {high}]; got values in [{{lo}}, {{hi}}].",
-        lo=jnp.min(x), hi=jnp.max(x),
-    )
+    if _traced(x) and x.size and _staging():
+        record((x >= low) & (x <= high),
+               f"`{_escape(name)}` must lie in [{low}, {high}]; got values in [{{lo}}, {{hi}}].",
+               lo=jnp.min(x), hi=jnp.max(x))
 
 
 def valid_ids(ids: Array, vocab_size: int) -> Array:
@@ -149,12 +140,9 @@ def record_vocab_ids(ids: Array, name: str, vocab_size: int, mask: Any = None) -
     if mask is not None:
         ok = ok | ~jnp.broadcast_to(jnp.asarray(mask, bool), ids.shape)
         where = " where the mask is True"
-    record(
-        ok,
-        f"`{_escape(name)}` must hold token ids in [0, {vocab_size - 1}] "
-        f"(vocab_size={vocab_size}){where}; got values in [{{lo}}, {{hi}}]",
-        lo=jnp.min(ids), hi=jnp.max(ids),
-    )
+    record(ok, f"`{_escape(name)}` must hold token ids in [0, {vocab_size - 1}] "
+           f"(vocab_size={vocab_size}){where}; got values in [{{lo}}, {{hi}}]",
+           lo=jnp.min(ids), hi=jnp.max(ids))
 
 
 def poison(x: Array, ok: Array) -> Array:

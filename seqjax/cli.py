@@ -13,14 +13,11 @@ Commands::
                    [--hf_dataset NAME ...]
     seqjax list | bench [BENCHMARK] [...] | --version
 
-``export`` writes a gpt2 run's checkpoint as a Hugging Face folder that transformers'
-``AutoModelForCausalLM`` and ``AutoTokenizer`` load (:mod:`seqjax.interop.hf_export`);
-``prepare`` tokenises text into token shards (:mod:`seqjax.data.prepare`; ``--help``: every
-option); ``list`` shows the experiments, their presets and one-line descriptions; ``bench`` runs
-``python -m benchmarks`` in the root of the checkout holding the working directory. The
-experiment protocol (configs layered from the work dir's ``experiment.json``, a preset and
-``--key=value`` overrides; resuming; ``--restart``; work dirs never poisoned by a refused run)
-is :mod:`seqjax.experiments._runner` (its names are re-exported here).
+``export``: :mod:`seqjax.interop.hf_export` (a folder transformers' ``AutoModelForCausalLM``
+and ``AutoTokenizer`` load); ``prepare``: :mod:`seqjax.data.prepare`. The experiment protocol
+(configs layered from the work dir's ``experiment.json``, a preset and ``--key=value``
+overrides; resuming; ``--restart``; work dirs never poisoned by a refused run) is
+:mod:`seqjax.experiments._runner` (its names are re-exported here).
 
 **Every device, every host.** Experiments whose ``Config`` inherits
 :class:`seqjax.train.parallel.ParallelOptions` train data parallel on all visible devices and
@@ -58,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -94,14 +92,6 @@ __all__ = ["main", "list_experiments", "load_experiment", "build_config", "check
            "experiment_main", "EXPERIMENT_FILE", "ConfigError"]
 
 
-def _list() -> int:
-    for name, summary, presets in describe_experiments():
-        print(f"{name:<20} {summary}")
-        if presets:
-            print(f"{'':<20} presets: {presets}")
-    return 0
-
-
 def _checkpoint_step(workdir: str) -> str:
     """Which checkpoint ``seqjax eval`` read (the newest in ``workdir/checkpoints``)."""
     from seqjax.train.checkpoint import Checkpointer
@@ -110,20 +100,30 @@ def _checkpoint_step(workdir: str) -> str:
     if not os.path.isdir(directory):
         return f"{workdir} (no checkpoints folder)"
     with Checkpointer(directory, keep=None, async_save=False, read_only=True) as ckpt:
-        step = ckpt.latest_step()
-    return f"the checkpoint of step {step} in {directory}"
+        return f"the checkpoint of step {ckpt.latest_step()} in {directory}"
 
 
-def _error(message: str, status: int = 2) -> int:
-    print(f"seqjax: error: {message}", file=sys.stderr)
+def _error(message: object, status: int = 2, prefix: str = "error: ") -> int:
+    print(f"seqjax: {prefix}{message}", file=sys.stderr)
     return status
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     if args.command == "list":
-        return _list()
+        for name, summary, presets in describe_experiments():
+            print(f"{name:<20} {summary}")
+            if presets:
+                print(f"{'':<20} presets: {presets}")
+        return 0
     if args.command == "train":
-        train_experiment(args.experiment, rest)
+        if args.experiment in (None, "-h", "--help"):
+            print("usage: seqjax train NAME [--preset P | --smoke] [--workdir DIR] [--restart] "
+                  "[--key=value ...]\n`seqjax list`: the experiments; `seqjax train NAME "
+                  "--help`: the options of one.")
+        elif any(a in ("-h", "--help") for a in rest):
+            print(experiment_help(args.experiment))
+        else:
+            train_experiment(args.experiment, rest)
         return 0
     if args.command == "generate":
         if args.retired_max_new_tokens is not None:
@@ -132,16 +132,14 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         if args.max_new_tokens < 1:
             raise ConfigError(f"--max_new_tokens must be >= 1; got {args.max_new_tokens}.")
         if not args.temperature >= 0:
-            raise ConfigError(f"--temperature must be >= 0 (0 = greedy); got "
-                              f"{args.temperature}.")
+            raise ConfigError(f"--temperature must be >= 0 (0 = greedy); got {args.temperature}.")
     if args.command == "export":
         return _export(args, rest)
     module, cfg = experiment_from_workdir(args.experiment, args.workdir, rest)
     if args.command == "eval":
         if not callable(getattr(module, "evaluate", None)):
             raise ConfigError(f"experiment {module.__name__} has no `evaluate(cfg)`.")
-        result = module.evaluate(cfg)
-        print(json.dumps(result, indent=1, default=str))
+        print(json.dumps(module.evaluate(cfg), indent=1, default=str))
         print(f"seqjax: evaluated {_checkpoint_step(args.workdir)}", file=sys.stderr)
         return 0
     if not callable(getattr(module, "generate", None)):
@@ -162,7 +160,7 @@ def _export(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         out = export_gpt2(args.workdir, args.out, step=args.step, force=args.force)
     except ExportWriteError as err:  # no space, no permission: OUT is left as it was
-        return _error(str(err), 3)
+        return _error(err, 3)
     which = (f"the checkpoint of step {args.step} in {args.workdir}" if args.step is not None
              else _checkpoint_step(args.workdir))
     print(out)
@@ -175,14 +173,12 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="seqjax", description="seqjax: sequence models in JAX.",
         epilog="Run `seqjax list` for the experiments; see `python -c \"import "
-        "seqjax.experiments._runner as r; help(r)\"` for the experiment protocol.",
-    )
+        "seqjax.experiments._runner as r; help(r)\"` for the experiment protocol.")
     ap.add_argument("--version", action="version", version=f"seqjax {seqjax.__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train an experiment (resumes in the same --workdir; "
                         "exit status 75: stopped by SIGTERM/SIGINT after saving, rerun to "
-                        "resume); "
-                        "`seqjax train NAME --help`: its options", add_help=False)
+                        "resume); `seqjax train NAME --help`: its options", add_help=False)
     tr.add_argument("experiment", nargs="?")
     ev = sub.add_parser("eval", help="evaluate the checkpoint in --workdir")
     ev.add_argument("experiment", nargs="?")
@@ -223,44 +219,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = ap.parse_known_args(argv)
     if args.command == "bench":
         return _bench(([args.benchmark] if args.benchmark else []) + rest)
-    if args.command == "train" and (args.experiment in (None, "-h", "--help")
-                                     or any(a in ("-h", "--help") for a in rest)):
-        if args.experiment in (None, "-h", "--help"):
-            print("usage: seqjax train NAME [--preset P | --smoke] [--workdir DIR] [--restart] "
-                  "[--key=value ...]\n`seqjax list`: the experiments; `seqjax train NAME "
-                  "--help`: the options of one.")
-            return 0
-        try:
-            print(experiment_help(args.experiment))
-        except ConfigError as err:
-            return _error(str(err))
-        return 0
     if args.command == "list" and rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return _run(args, rest)
     except BrokenPipeError:  # `seqjax list | head`: the reader left; nothing to report
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python's exit flush must not fail either
+        # Python's exit flush must not fail either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except FloatingPointError as err:  # NonFiniteLossError
-        print(f"seqjax: {err}", file=sys.stderr)
-        return 1
+        return _error(err, 1, prefix="")
     except JaxRuntimeError as err:  # a value check that failed under --checked
         notes = " ".join(getattr(err, "__notes__", []))
-        print(f"seqjax: {str(err).splitlines()[0]} {notes}".rstrip(), file=sys.stderr)
-        return 1
+        return _error(f"{str(err).splitlines()[0]} {notes}".rstrip(), 1, prefix="")
     except (ConfigError, LayoutError, CheckpointMismatchError, ResumeError,
             CorpusNotFoundError, ShardError, WorkdirBusyError) as err:
-        return _error(str(err))
+        return _error(err)
     except RunStopped as err:  # SIGTERM/SIGINT: saved and stopped, not finished
-        print(f"seqjax: {err}", file=sys.stderr)
-        return EXIT_STOPPED
+        return _error(err, EXIT_STOPPED, prefix="")
     except WriteError as err:  # no space, no permission, an I/O error
-        return _error(str(err), 3)
+        return _error(err, 3)
     except DataIteratorError as err:  # where in the loader: its traceback, then one line
         traceback.print_exception(err.error, file=sys.stderr)
-        return _error(str(err), 4)
+        return _error(err, 4)
     except CheckpointUnreadableError as err:
         return _error(f"{err} Nothing to resume from: rerun with --restart to start over (the "
                       "old metrics are kept), or use a new --workdir.")
@@ -269,25 +250,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if found is None:
             raise
         if "seqjax[" in str(err):  # seqjax._optional.require: it names the extra already
-            return _error(str(err))
+            return _error(err)
         return _error(f"{err}: an optional package of seqjax (`{found[0]}`); "
                       'pip install "seqjax[experiments]" installs every one the experiments use.')
 
 def _checkout_root(start: str) -> str | None:
     """The seqjax checkout that holds ``start``: the nearest folder at or above it with
     ``benchmarks/__main__.py`` beside a ``pyproject.toml`` of the project ``seqjax``."""
-    path = os.path.abspath(start)
-    while True:
-        pyproject = os.path.join(path, "pyproject.toml")
-        if (os.path.isfile(os.path.join(path, "benchmarks", "__main__.py"))
-                and os.path.isfile(pyproject)):
-            with open(pyproject, encoding="utf-8") as f:
-                if re.search(r"""(?m)^name\s*=\s*["']seqjax["']""", f.read()):
-                    return path
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent
+    here = pathlib.Path(os.path.abspath(start))
+    for path in (here, *here.parents):
+        pyproject = path / "pyproject.toml"
+        if ((path / "benchmarks" / "__main__.py").is_file() and pyproject.is_file()
+                and re.search(r"""(?m)^name\s*=\s*["']seqjax["']""",
+                              pyproject.read_text(encoding="utf-8"))):
+            return str(path)
+    return None
 
 
 def _bench(argv: list[str]) -> int:

@@ -33,8 +33,11 @@ __all__ = ["enable_compile_cache", "compile_cache_switch", "COMPILE_CACHE_ENV"]
 COMPILE_CACHE_ENV = "SEQJAX_COMPILE_CACHE"
 
 
-def _retired_path(text: str) -> str:
-    """The message for a ``$SEQJAX_COMPILE_CACHE`` that holds a folder (its old meaning)."""
+def _retired_path() -> str | None:
+    """The message for a folder in ``$SEQJAX_COMPILE_CACHE`` (its old meaning), else ``None``."""
+    text = os.environ.get(COMPILE_CACHE_ENV, "").strip()
+    if not text or is_bool(text):
+        return None
     return (f"${COMPILE_CACHE_ENV} is a switch (1 or 0), no longer a folder; got {text!r}. "
             f"To put the compile cache there, set JAX_COMPILATION_CACHE_DIR={text} (or "
             f"SEQJAX_CACHE_DIR=DIR, which puts it in DIR/jax) and leave {COMPILE_CACHE_ENV} "
@@ -45,34 +48,22 @@ def compile_cache_switch() -> bool:
     """:data:`COMPILE_CACHE_ENV` as the command line reads it at start-up: unset or empty = on,
     else a boolean (:func:`seqjax._env.parse_bool`); any other text (e.g. a folder, its retired
     meaning) is a ``ValueError`` naming the variable to use instead."""
-    text = os.environ.get(COMPILE_CACHE_ENV, "")
-    if text.strip() and not is_bool(text):
-        raise ValueError(_retired_path(text.strip()))
+    message = _retired_path()
+    if message:
+        raise ValueError(message)
     return env_bool(COMPILE_CACHE_ENV, True)
-
-
-def _default_dir() -> str:
-    from_jax = os.environ.get("JAX_COMPILATION_CACHE_DIR")
-    if from_jax:
-        return from_jax
-    from seqjax.data.corpora import cache_dir
-
-    return os.path.join(str(cache_dir()), "jax")
 
 
 def enable_compile_cache(path: str | os.PathLike | None = None, *,
                          min_compile_time_s: float = 0.0) -> str:
-    """Turn on JAX's persistent compilation cache (and XLA's autotuning cache) in ``path``.
+    """Turn on JAX's persistent compilation cache (and XLA's autotuning cache) in ``path``;
+    returns the folder in use (only programs compiled after the call are stored).
 
     Args:
-        path: the folder (created if missing); ``None``: ``$JAX_COMPILATION_CACHE_DIR``, else
-            ``$SEQJAX_CACHE_DIR/jax`` or ``~/.cache/seqjax/jax`` (a folder in
-            ``$SEQJAX_COMPILE_CACHE`` is not used, only warned about).
+        path: the folder (created if missing); ``None``: the module docstring's default (a folder
+            in ``$SEQJAX_COMPILE_CACHE`` is not used, only warned about).
         min_compile_time_s: programs compiling faster are not stored (JAX's default is 1 s;
             0 keeps every program, so a small CPU run starts in a second).
-
-    Returns:
-        The folder in use; only programs compiled after the call are stored.
 
     Example:
         >>> import tempfile, seqjax
@@ -81,13 +72,14 @@ def enable_compile_cache(path: str | os.PathLike | None = None, *,
     import jax
 
     if isinstance(min_compile_time_s, bool) or not min_compile_time_s >= 0:
-        raise ValueError(
-            f"`min_compile_time_s` must be a number >= 0; got {min_compile_time_s!r}.")
+        raise ValueError(f"`min_compile_time_s` must be a number >= 0; got {min_compile_time_s!r}.")
     if path is None:
-        text = os.environ.get(COMPILE_CACHE_ENV, "").strip()
-        if text and not is_bool(text):
-            warnings.warn(_retired_path(text), UserWarning, stacklevel=2)
-        path = _default_dir()
+        message = _retired_path()
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=2)
+        from seqjax.data.corpora import cache_dir
+
+        path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(str(cache_dir()), "jax")
     folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
         os.makedirs(folder, exist_ok=True)
@@ -97,10 +89,6 @@ def enable_compile_cache(path: str | os.PathLike | None = None, *,
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    # Kernel autotuning results (GPU) and the other XLA caches, beside the executables
-    # (an option of recent JAX releases; without it, the executables alone are cached).
-    try:
-        jax.config.update("jax_persistent_cache_enable_xla_caches", "all")
-    except (AttributeError, KeyError, ValueError):
-        pass
+    # Kernel autotuning results (GPU) and the other XLA caches, beside the executables.
+    jax.config.update("jax_persistent_cache_enable_xla_caches", "all")
     return folder

@@ -40,20 +40,14 @@ _applied: bool | None = None  # the outcome, once decided (a process-wide settin
 
 
 def keep_freed_memory(*, force: bool = False) -> bool:
-    """Raise glibc's mmap and trim thresholds to 1 GiB and use one arena (once per process);
-    ``True`` if set.
-
-    Without ``force``, acts only on JAX's CPU backend unless ``SEQJAX_KEEP_FREED_MEMORY`` is off
-    (``0``/``false``/``no``/``off``, :func:`seqjax._env.parse_bool`; another value is a
-    ``ValueError``). ``False`` where it cannot (not Linux/glibc) or should not act.
-    """
+    """The module docstring's settings, once per process; ``True`` if set, ``False`` where it
+    cannot (not Linux/glibc) or should not act: without ``force``, on a backend other than CPU
+    or with ``SEQJAX_KEEP_FREED_MEMORY`` off (:func:`seqjax._env.parse_bool`; another value is a
+    ``ValueError``)."""
     global _applied
-    if _applied is not None and not force:
-        return _applied
-    if not force and (not env_bool(ENV, True) or jax.default_backend() != "cpu"):
-        _applied = False
-        return False
-    _applied = _mallopt_thresholds(_THRESHOLD)
+    if _applied is None or force:
+        wanted = force or (env_bool(ENV, True) and jax.default_backend() == "cpu")
+        _applied = wanted and _mallopt_thresholds(_THRESHOLD)
     return _applied
 
 

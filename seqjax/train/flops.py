@@ -15,6 +15,7 @@ MFU = ``C · tokens/s ÷ (devices · peak)``, peak the device's dense one
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -42,12 +43,8 @@ _PEAK_FLOPS = {
 
 def peak_flops_per_device(device: Any = None) -> float | None:
     """Peak dense bf16 FLOP/s of ``device`` (default: the first) from a small table, or None."""
-    kind = (device or jax.devices()[0]).device_kind
-    for name, flops in _PEAK_FLOPS.items():
-        if name.lower() in kind.lower():
-            return flops
-    return None
-
+    kind = (device or jax.devices()[0]).device_kind.lower()
+    return next((flops for name, flops in _PEAK_FLOPS.items() if name.lower() in kind), None)
 
 
 @renamed_keywords(seq_len="block_size")
@@ -63,10 +60,9 @@ def transformer_flops_per_token(
     """
     if isinstance(num_params, bool) or not isinstance(num_params, int) or num_params < 0:
         raise ValueError(f"`num_params` must be a non-negative int; got {num_params!r}.")
-    sizes = tuple(check_positive_int(v, n) for v, n in (
-        (num_layers, "num_layers"), (num_heads, "num_heads"), (head_dim, "head_dim"),
-        (block_size, "block_size")))
-    attention = 12.0 * sizes[0] * sizes[1] * sizes[2] * sizes[3]
+    sizes = dict(num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
+                 block_size=block_size)
+    attention = 12.0 * math.prod(check_positive_int(v, n) for n, v in sizes.items())
     return 6.0 * num_params + (attention / 2 if causal else attention)
 
 
@@ -92,5 +88,4 @@ def lm_flops_per_token(config: Any, params: Any, block_size: int | None = None) 
                          f"`block.num_heads` ({heads}).")
     return transformer_flops_per_token(
         n, config.num_layers, heads, config.embed_dim // heads,
-        config.block_size if block_size is None else block_size, causal=True,
-    )
+        config.block_size if block_size is None else block_size, causal=True)

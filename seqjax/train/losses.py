@@ -53,72 +53,47 @@ from seqjax._traced_checks import record_vocab_ids
 
 Array = jax.Array
 
-__all__ = [
-    "token_cross_entropy",
-    "masked_cross_entropy",
-    "token_accuracy",
-    "perplexity",
-    "nll_to_perplexity",
-    "bits_per_char",
-    "make_lm_loss",
-    "make_lm_eval",
-]
+__all__ = ["token_cross_entropy", "masked_cross_entropy", "token_accuracy", "perplexity",
+           "nll_to_perplexity", "bits_per_char", "make_lm_loss", "make_lm_eval"]
 
 
 def _check_logits_labels(logits: Array, labels: Array, mask: Array | None) -> None:
-    if np.ndim(logits) < 1:
-        raise ValueError(
-            f"`logits` must have a trailing vocabulary axis; got shape {np.shape(logits)}."
-        )
+    shape, label_shape = tuple(np.shape(logits)), tuple(np.shape(labels))
+    if not shape:
+        raise ValueError(f"`logits` must have a trailing vocabulary axis; got shape {shape}.")
     check_integer(labels, "labels")
-    if tuple(np.shape(labels)) != tuple(np.shape(logits))[:-1]:
+    if label_shape != shape[:-1]:
         raise ValueError(
-            f"`labels` must have shape logits.shape[:-1] = {tuple(np.shape(logits))[:-1]}; "
-            f"got {tuple(np.shape(labels))}."
-        )
+            f"`labels` must have shape logits.shape[:-1] = {shape[:-1]}; got {label_shape}.")
     if mask is not None:
         check_bool(mask, "mask")
-        if tuple(np.shape(mask)) != tuple(np.shape(labels)):
-            raise ValueError(
-                f"`mask` must have the shape of `labels` {tuple(np.shape(labels))}; "
-                f"got {tuple(np.shape(mask))}."
-            )
+        if tuple(np.shape(mask)) != label_shape:
+            raise ValueError(f"`mask` must have the shape of `labels` {label_shape}; "
+                             f"got {tuple(np.shape(mask))}.")
     # Ids outside [0, V), negative included, are an error, never clamped or wrapped
     # (docs/design.md, "Values inside jit"); masked-out positions are ignored.
+    vocab = shape[-1]
     if not (is_concrete(labels) and (mask is None or is_concrete(mask))):
         # Traced: its loss is NaN (the gather's fill); seqjax.checked makes it an error.
-        record_vocab_ids(labels, "labels", np.shape(logits)[-1], mask)
-    else:
-        lab = np.asarray(labels)
-        if mask is not None:
-            lab = lab[np.asarray(mask)]
-        vocab = np.shape(logits)[-1]
-        bad = np.unique(lab[(lab < 0) | (lab >= vocab)])
-        if bad.size:
-            shown = ", ".join(str(int(b)) for b in bad[:8]) + (", ..." if bad.size > 8 else "")
-            where = " where `mask` is True" if mask is not None else ""
-            raise ValueError(
-                f"`labels` must lie in [0, {vocab - 1}] (the vocabulary of `logits`){where}; "
-                f"got values in [{int(lab.min())}, {int(lab.max())}], outside it: {shown} "
-                "(there is no ignore index: pass `mask`)."
-            )
+        record_vocab_ids(labels, "labels", vocab, mask)
+        return
+    lab = np.asarray(labels) if mask is None else np.asarray(labels)[np.asarray(mask)]
+    bad = np.unique(lab[(lab < 0) | (lab >= vocab)])
+    if bad.size:
+        shown = ", ".join(str(int(b)) for b in bad[:8]) + (", ..." if bad.size > 8 else "")
+        where = " where `mask` is True" if mask is not None else ""
+        raise ValueError(
+            f"`labels` must lie in [0, {vocab - 1}] (the vocabulary of `logits`){where}; "
+            f"got values in [{int(lab.min())}, {int(lab.max())}], outside it: {shown} "
+            "(there is no ignore index: pass `mask`).")
 
 
-def token_cross_entropy(
-    logits: Array, labels: Array, mask: Array | None = None, *, label_smoothing: float = 0.0
-) -> Array:
-    r"""Per-position cross-entropy ``C^{<t>}`` (J&M (9.12)–(9.13); MEDL (7.4)), float32.
+def token_cross_entropy(logits: Array, labels: Array, mask: Array | None = None, *,
+                        label_smoothing: float = 0.0) -> Array:
+    r"""Per-position cross-entropy ``C^{<t>}`` (J&M (9.12)–(9.13); MEDL (7.4)), float32 ``[...]``.
 
-    ``-Σ_k q_k log softmax(z)_k``, ``q = (1 - ε) e_y + ε/V``. Masked-out positions get 0 (any
-    label); kept labels outside ``[0, V)``: the module docstring.
-
-    Args:
-        logits: ``[..., V]`` scores ``z``; labels: integer ``[...]`` ids ``y``; mask: optional
-            boolean ``[...]``, True = the position counts.
-        label_smoothing: ε in ``[0, 1)``.
-
-    Returns:
-        ``[...]`` float32 losses.
+    Shapes and labels outside ``[0, V)``: the module docstring; masked-out positions get 0 (any
+    label). ``label_smoothing``: ε in ``[0, 1)``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -183,27 +158,19 @@ def _count(labels: Array, mask: Array | None) -> Array:
     return jnp.sum(mask, dtype=jnp.float32)
 
 
-def masked_cross_entropy(
-    logits: Array,
-    labels: Array,
-    mask: Array | None = None,
-    *,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-) -> Array:
+def _metrics(logits: Array, labels: Array, mask: Array | None) -> dict[str, Array]:
+    """``accuracy`` and ``tokens`` (kept positions: the weight of shards and eval batches)."""
+    return {"accuracy": token_accuracy(logits, labels, mask), "tokens": _count(labels, mask)}
+
+
+def masked_cross_entropy(logits: Array, labels: Array, mask: Array | None = None, *,
+                         label_smoothing: float = 0.0, reduction: str = "mean") -> Array:
     r"""Cross-entropy averaged over the kept positions (MEDL (7.4)–(7.5); J&M (9.12)–(9.13)).
 
     .. math::  C = \frac{\sum_t m_t C^{\langle t\rangle}}{\max(1, \sum_t m_t)}
 
-    With no mask this is MEDL (7.5), the time (and batch) average.
-
-    Args:
-        logits: ``[..., V]``; labels: integer ``[...]``; mask: optional boolean ``[...]``.
-        label_smoothing: ε in ``[0, 1)``.
-        reduction: ``"mean"`` (over kept positions), ``"sum"`` or ``"none"`` (``[...]``).
-
-    Returns:
-        A float32 scalar (``"mean"``/``"sum"``) or ``[...]`` (``"none"``).
+    Args: those of :func:`token_cross_entropy`, and ``reduction``: ``"mean"`` (over kept
+    positions) or ``"sum"`` (float32 scalars), or ``"none"`` (``[...]``).
 
     Example:
         >>> import jax.numpy as jnp
@@ -225,8 +192,6 @@ def masked_cross_entropy(
 
 def token_accuracy(logits: Array, labels: Array, mask: Array | None = None) -> Array:
     """Fraction of kept positions where ``argmax_k z_k == y`` (float32 scalar; 0 if none kept).
-
-    A kept label outside ``[0, V)`` (traced) is counted wrong, never right.
 
     Example:
         >>> import jax.numpy as jnp
@@ -285,14 +250,9 @@ def bits_per_char(mean_nll: Array | float, chars_per_token: float = 1.0) -> Arra
 ApplyFn = Callable[[Any, Array, Array, bool], Array]
 
 
-def make_lm_loss(
-    apply_fn: ApplyFn,
-    *,
-    label_smoothing: float = 0.0,
-    inputs_key: str = "inputs",
-    targets_key: str = "targets",
-    mask_key: str = "mask",
-) -> Callable[[Any, Mapping[str, Array], Array], tuple[Array, dict[str, Array]]]:
+def make_lm_loss(apply_fn: ApplyFn, *, label_smoothing: float = 0.0, inputs_key: str = "inputs",
+                 targets_key: str = "targets", mask_key: str = "mask"
+                 ) -> Callable[[Any, Mapping[str, Array], Array], tuple[Array, dict[str, Array]]]:
     """A language-model loss ``loss_fn(params, batch, rng) -> (loss, metrics)`` for
     :func:`seqjax.train.step.make_train_step`.
 
@@ -317,10 +277,7 @@ def make_lm_loss(
         logits = apply_fn(params, batch[inputs_key], rng, True)
         labels, mask = batch[targets_key], batch.get(mask_key)
         loss = masked_cross_entropy(logits, labels, mask, label_smoothing=label_smoothing)
-        metrics = {
-            "accuracy": token_accuracy(logits, labels, mask),
-            "tokens": _count(labels, mask),
-        }
+        metrics = _metrics(logits, labels, mask)
         if label_smoothing > 0.0:
             metrics["nll"] = masked_cross_entropy(logits, labels, mask)
         return loss, metrics
@@ -328,13 +285,8 @@ def make_lm_loss(
     return loss_fn
 
 
-def make_lm_eval(
-    apply_fn: ApplyFn,
-    *,
-    inputs_key: str = "inputs",
-    targets_key: str = "targets",
-    mask_key: str = "mask",
-) -> Callable[[Any, Mapping[str, Array]], dict[str, Array]]:
+def make_lm_eval(apply_fn: ApplyFn, *, inputs_key: str = "inputs", targets_key: str = "targets",
+                 mask_key: str = "mask") -> Callable[[Any, Mapping[str, Array]], dict[str, Array]]:
     """An evaluation function ``eval_fn(params, batch) -> {"loss", "accuracy", "tokens"}``.
 
     ``loss`` is the unsmoothed mean NLL over kept positions; :func:`seqjax.train.loop.evaluate`
@@ -351,10 +303,7 @@ def make_lm_eval(
     def eval_fn(params: Any, batch: Mapping[str, Array]) -> dict[str, Array]:
         logits = apply_fn(params, batch[inputs_key], jax.random.PRNGKey(0), False)
         labels, mask = batch[targets_key], batch.get(mask_key)
-        return {
-            "loss": masked_cross_entropy(logits, labels, mask),
-            "accuracy": token_accuracy(logits, labels, mask),
-            "tokens": _count(labels, mask),
-        }
+        return {"loss": masked_cross_entropy(logits, labels, mask),
+                **_metrics(logits, labels, mask)}
 
     return eval_fn

@@ -43,11 +43,9 @@ from seqjax.train.sharding import (
     AXES,
     STRATEGIES,
     BatchPlacer,
-    batch_sharding,
     host_value,
     make_mesh,
     maybe_initialize_distributed,
-    process_data_shard,
     shard_global_batch,
     tree_shardings,
 )
@@ -85,50 +83,40 @@ def parse_mesh(spec: str | Mapping[str, int] | None) -> dict[str, int]:
     """
     if spec is None or (isinstance(spec, str) and not spec.strip()):
         return {"data": -1, "fsdp": 1, "model": 1}
-    items: list[tuple[str, Any]]
     if isinstance(spec, Mapping):
-        items = [(str(k), v) for k, v in spec.items()]
+        items: list[tuple[str, Any]] = [(str(k), v) for k, v in spec.items()]
     elif isinstance(spec, str):
-        items = []
-        for part in spec.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            name, eq, value = part.partition("=")
+        parts = [part.strip().partition("=") for part in spec.split(",") if part.strip()]
+        for name, eq, _ in parts:
             if not eq:
-                raise ValueError(
-                    f"`mesh` must look like 'data=4,fsdp=2,model=1'; got {spec!r} "
-                    f"(the part {part!r} has no '=')."
-                )
-            items.append((name.strip(), value.strip()))
+                raise ValueError(f"`mesh` must look like 'data=4,fsdp=2,model=1'; got {spec!r} "
+                                 f"(the part {name!r} has no '=').")
+        items = [(name.strip(), value.strip()) for name, _, value in parts]
     else:
         raise TypeError(f"`mesh` must be a str or a mapping; got {type(spec).__name__}.")
-    out = {"data": 1, "fsdp": 1, "model": 1}
-    seen = set()
+    out: dict[str, int] = {}
     for name, value in items:
         if name not in AXES:
             raise ValueError(f"`mesh` axis must be one of {AXES}; got {name!r} in {spec!r}.")
-        if name in seen:
+        if name in out:
             raise ValueError(f"`mesh` names the axis {name!r} twice in {spec!r}.")
-        seen.add(name)
         try:
             size = int(value)
         except (TypeError, ValueError):
             raise ValueError(
-                f"`mesh` axis {name!r} must have an integer size; got {value!r}."
-            ) from None
+                f"`mesh` axis {name!r} must have an integer size; got {value!r}.") from None
         if size == 0 or size < -1:
             raise ValueError(f"`mesh` axis {name!r} must be >= 1 or -1; got {size}.")
         out[name] = size
-    return out
+    return {"data": 1, "fsdp": 1, "model": 1} | out
 
 
 def resolve_strategy(strategy: str, mesh: Mesh) -> str:
     """``"auto"`` → the strategy the mesh implies; other names are checked and returned."""
     if strategy == "auto":
-        fsdp, model = mesh.shape["fsdp"] > 1, mesh.shape["model"] > 1
-        return {(False, False): "replicated", (True, False): "fsdp",
-                (False, True): "tensor", (True, True): "fsdp+tensor"}[(fsdp, model)]
+        split = [name for name, axis in (("fsdp", "fsdp"), ("tensor", "model"))
+                 if mesh.shape[axis] > 1]
+        return "+".join(split) or "replicated"
     if strategy not in STRATEGIES:
         raise ValueError(f"`strategy` must be 'auto' or one of {STRATEGIES}; got {strategy!r}.")
     return strategy
@@ -158,37 +146,26 @@ class Parallel:
         self.grad_accum = grad_accum
         self.min_fsdp_size = min_fsdp_size
         self.state_sharding: Any = None
-        self.host_index, self.host_count = process_data_shard(mesh)
-        self._placer = BatchPlacer(mesh)  # the batch sharding, built once
+        self._placer = BatchPlacer(mesh)  # the batch sharding and this process's rows, built once
+        self.host_index, self.host_count = self._placer.index, self._placer.count
 
     @classmethod
-    def create(
-        cls,
-        mesh: str | Mapping[str, int] | Mesh | None = None,
-        strategy: str = "auto",
-        *,
-        grad_accum: int = 1,
-        devices: Any = None,
-        min_fsdp_size: int = 2**12,
-    ) -> Parallel:
+    def create(cls, mesh: str | Mapping[str, int] | Mesh | None = None, strategy: str = "auto", *,
+               grad_accum: int = 1, devices: Any = None, min_fsdp_size: int = 2**12) -> Parallel:
         """A ``Parallel`` over ``devices`` (default: every device of every process).
 
         First calls :func:`~seqjax.train.sharding.maybe_initialize_distributed`, so a multi-host
         job joins its peers before any device is looked at.
         """
-        if isinstance(mesh, Mesh):
-            return cls(mesh, strategy, grad_accum=grad_accum, min_fsdp_size=min_fsdp_size)
-        maybe_initialize_distributed()
-        sizes = parse_mesh(mesh)
-        devs = list(jax.devices() if devices is None else devices)
-        try:
-            m = make_mesh(sizes["data"], sizes["fsdp"], sizes["model"], devices=devs)
-        except ValueError as err:
-            raise ValueError(
-                f"`mesh` {mesh!r} does not fit the {len(devs)} visible devices "
-                f"({jax.process_count()} process(es)): {err}"
-            ) from None
-        return cls(m, strategy, grad_accum=grad_accum, min_fsdp_size=min_fsdp_size)
+        if not isinstance(mesh, Mesh):
+            maybe_initialize_distributed()
+            devs = list(jax.devices() if devices is None else devices)
+            try:
+                mesh = make_mesh(**parse_mesh(mesh), devices=devs)
+            except ValueError as err:
+                raise ValueError(f"`mesh` {mesh!r} does not fit the {len(devs)} visible devices "
+                                 f"({jax.process_count()} process(es)): {err}") from None
+        return cls(mesh, strategy, grad_accum=grad_accum, min_fsdp_size=min_fsdp_size)
 
     @classmethod
     def from_options(cls, opts: Any, **kwargs: Any) -> Parallel:
@@ -219,8 +196,7 @@ class Parallel:
             raise LayoutError(
                 f"`{name}` (the global batch) must be a positive multiple of "
                 f"data*fsdp*grad_accum = {self.mesh.shape['data']}*{self.mesh.shape['fsdp']}*"
-                f"{self.grad_accum} = {need}; got {global_batch_size}."
-            )
+                f"{self.grad_accum} = {need}; got {global_batch_size}.")
 
     def round_batch_size(self, batch_size: int) -> int:
         """The smallest accepted global batch ``>= batch_size`` (e.g. 12 → 16 on 8 data devices)."""
@@ -247,7 +223,7 @@ class Parallel:
 
     # ------------------------------------------------------------------ shardings
     def batch_sharding(self) -> NamedSharding:
-        return batch_sharding(self.mesh)
+        return self._placer.sharding
 
     def shardings(self, tree: Any) -> Any:
         """The strategy's ``NamedSharding`` for every leaf of ``tree`` (state or params)."""
@@ -314,17 +290,8 @@ class Parallel:
     # ------------------------------------------------------------------ record
     def describe(self) -> dict[str, Any]:
         """What ``fit`` writes to ``run.json``: devices, processes, mesh, strategy, device, jax."""
-        dev = self.mesh.devices.flat[0]
-        return {
-            "devices": self.num_devices,
-            "processes": len({d.process_index for d in self.mesh.devices.flat}),
-            "mesh": {k: int(v) for k, v in self.mesh.shape.items()},
-            "strategy": self.strategy,
-            "grad_accum": self.grad_accum,
-            "device_kind": dev.device_kind,
-            "platform": dev.platform,
-            "jax": jax.__version__,
-        }
+        return _layout(list(self.mesh.devices.flat), self.mesh.shape, self.strategy,
+                       grad_accum=self.grad_accum)
 
     def __repr__(self) -> str:
         shape = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
@@ -337,20 +304,17 @@ def describe_state(state: Any) -> dict[str, Any]:
     """``run.json`` fields for a state built without :class:`Parallel` (its shardings)."""
     leaves = [x for x in jax.tree_util.tree_leaves(getattr(state, "params", state))
               if isinstance(x, jax.Array)]
-    devices: set[Any] = set().union(*(x.sharding.device_set for x in leaves)) if leaves else set(
-        jax.devices()[:1])
-    mesh = None
-    for x in leaves:
-        if isinstance(x.sharding, NamedSharding):
-            mesh = {k: int(v) for k, v in x.sharding.mesh.shape.items()}
-            break
-    dev = next(iter(devices))
-    return {
-        "devices": len(devices),
-        "processes": len({d.process_index for d in devices}),
-        "mesh": mesh or {"data": len(devices)},
-        "strategy": None,
-        "device_kind": dev.device_kind,
-        "platform": dev.platform,
-        "jax": jax.__version__,
-    }
+    devices = list(set().union(*(x.sharding.device_set for x in leaves)) if leaves
+                   else jax.devices()[:1])
+    mesh = next((dict(x.sharding.mesh.shape) for x in leaves
+                 if isinstance(x.sharding, NamedSharding)), {"data": len(devices)})
+    return _layout(devices, mesh, None)
+
+
+def _layout(devices: list[Any], mesh: Mapping[str, int], strategy: str | None,
+            **extra: Any) -> dict[str, Any]:
+    """The ``run.json`` fields of a layout over ``devices``."""
+    return {"devices": len(devices), "processes": len({d.process_index for d in devices}),
+            "mesh": {k: int(v) for k, v in mesh.items()}, "strategy": strategy, **extra,
+            "device_kind": devices[0].device_kind, "platform": devices[0].platform,
+            "jax": jax.__version__}

@@ -83,8 +83,7 @@ def check_distributed() -> None:
             "the environment asks for a multi-process job (JAX_COORDINATOR_ADDRESS, a TPU pod, "
             "SLURM or Open MPI), but jax.distributed is not initialised: call "
             "seqjax.train.sharding.maybe_initialize_distributed() (or Parallel.create()) "
-            "before any other JAX call."
-        )
+            "before any other JAX call.")
 
 
 class SignalGuard:
@@ -126,17 +125,15 @@ class SignalGuard:
         if not self.multi:
             return self.requested is not None
         if self._sync_point is not None:
-            if self._sync_point(step):
-                self.requested = self.requested or "SIGTERM"
-                return True
-            return False
-        from jax.experimental import multihost_utils
+            stop, name = bool(self._sync_point(step)), "SIGTERM"
+        else:
+            from jax.experimental import multihost_utils
 
-        flags = multihost_utils.process_allgather(np.int32(self.requested is not None))
-        if np.asarray(flags).any():
-            self.requested = self.requested or "SIGTERM (another process)"
-            return True
-        return False
+            flags = multihost_utils.process_allgather(np.int32(self.requested is not None))
+            stop, name = bool(np.asarray(flags).any()), "SIGTERM (another process)"
+        if stop:
+            self.requested = self.requested or name
+        return stop
 
     def __enter__(self) -> SignalGuard:
         if self.enabled:

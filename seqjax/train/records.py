@@ -23,14 +23,8 @@ from seqjax._io import write_json
 from seqjax._optional import require
 from seqjax.train.write_errors import writing
 
-__all__ = [
-    "NonFiniteLossError",
-    "non_finite_hint",
-    "plot_curves",
-    "read_metrics",
-    "set_aside_history",
-    "write_run_info",
-]
+__all__ = ["NonFiniteLossError", "non_finite_hint", "plot_curves", "read_metrics",
+           "set_aside_history", "write_run_info"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -53,17 +47,14 @@ def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, floa
     ``metrics``: the bad step's; ``last_finite``: the previous finite step's (``None`` if the
     first failed); ``batches_checked``: whether token ids were range-checked on the host.
     """
-    causes = []
-    lr = metrics.get("lr")
-    if lr is not None and math.isfinite(lr):
-        causes.append(f"a learning rate too high (lr = {lr:.3g} at this step)")
-    else:
-        causes.append("a learning rate too high")
-    if last_finite and "grad_norm" in last_finite:
-        causes.append(f"exploding gradients (grad_norm = {last_finite['grad_norm']:.3g} at the "
-                      "previous step; clip them, e.g. max_grad_norm=1.0)")
-    else:
-        causes.append("exploding gradients (clip them, e.g. max_grad_norm=1.0)")
+    lr, grad_norm = metrics.get("lr"), (last_finite or {}).get("grad_norm")
+    causes = [
+        "a learning rate too high"
+        + (f" (lr = {lr:.3g} at this step)" if lr is not None and math.isfinite(lr) else ""),
+        "exploding gradients ("
+        + (f"grad_norm = {grad_norm:.3g} at the previous step; " if grad_norm is not None else "")
+        + "clip them, e.g. max_grad_norm=1.0)",
+    ]
     if not batches_checked:
         causes.append("token ids outside the vocabulary — the batches were not range-checked: "
                       "give fit `check_batch=make_batch_check(vocab_size)` to check them "
@@ -73,10 +64,11 @@ def non_finite_hint(metrics: Mapping[str, float], last_finite: Mapping[str, floa
 
 
 def run_info(state: Any, parallel: Any) -> dict[str, Any]:
+    from seqjax import __version__
     from seqjax.train.parallel import describe_state
 
     info = parallel.describe() if parallel is not None else describe_state(state)
-    return {**info, "seqjax": _version()}
+    return {**info, "seqjax": __version__}
 
 
 def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any = None) -> dict:
@@ -94,12 +86,6 @@ def write_run_info(workdir: str | os.PathLike, parallel: Any = None, state: Any 
     return info
 
 
-def _version() -> str:
-    import seqjax
-
-    return seqjax.__version__
-
-
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """The records of a ``metrics.jsonl`` file (unreadable trailing lines are ignored)."""
     out: list[dict] = []
@@ -107,8 +93,7 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
         return out
     with open(path) as f:
         for line in f:
-            line = line.strip()
-            if not line:
+            if not line.strip():
                 continue
             try:
                 out.append(json.loads(line))
@@ -137,9 +122,7 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
             if pts:
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, label=label, marker="o" if key != "loss" else None, ms=3)
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        ax.set_yscale("log")
+        ax.set(xlabel="step", ylabel=ylabel, yscale="log")
         ax.grid(alpha=0.3)
         ax.legend()
         path = os.path.join(os.fspath(workdir), f"{name}.png")
@@ -156,11 +139,11 @@ def plot_curves(records: Sequence[Mapping[str, Any]], workdir: str | os.PathLike
 def wanted(flag: bool | None, module: str) -> bool:
     """An optional output of :class:`FitConfig`: ``True``/``False`` as given, ``None`` = if
     ``module`` is installed."""
-    if flag is None:
-        if module in sys.modules:  # imported already (or blocked: None)
-            return sys.modules[module] is not None
-        return importlib.util.find_spec(module) is not None
-    return bool(flag)
+    if flag is not None:
+        return bool(flag)
+    if module in sys.modules:  # imported already (or blocked: None)
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None
 
 
 def tensorboard_writer(logdir: str, purge_step: int | None) -> Any:

@@ -38,23 +38,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from seqjax.train.optim import path_to_str
 
 __all__ = [
-    "host_value",
-    "AXES",
-    "STRATEGIES",
-    "LOGICAL_AXIS_RULES",
-    "TENSOR_AXES",
-    "logical_axes",
-    "make_mesh",
-    "partition_spec",
-    "tree_shardings",
-    "batch_sharding",
-    "replicated",
-    "shard_batch",
-    "shard_global_batch",
-    "host_batch_slice",
-    "process_data_shard",
-    "distributed_requested",
-    "maybe_initialize_distributed",
+    "host_value", "AXES", "STRATEGIES", "LOGICAL_AXIS_RULES", "TENSOR_AXES", "logical_axes",
+    "make_mesh", "partition_spec", "tree_shardings", "batch_sharding", "replicated",
+    "shard_batch", "shard_global_batch", "host_batch_slice", "process_data_shard",
+    "distributed_requested", "maybe_initialize_distributed",
 ]
 
 AXES = ("data", "fsdp", "model")
@@ -98,24 +85,13 @@ def logical_axes(path: str, ndim: int, *,
         ('layers', 'embed', 'heads', 'head_dim')
     """
     name = path.lower()
-    lead = sum(1 for pat in scanned if re.search(pat, name))
-    lead = min(lead, ndim)
-    out: list[str | None] = ["layers"] * lead + [None] * (ndim - lead)
-    for pattern, names in rules:
-        if re.search(pattern, name):
-            for i, n in enumerate(names[: ndim - lead]):
-                out[lead + i] = n
-            break
-    return tuple(out)
+    lead = min(sum(1 for pat in scanned if re.search(pat, name)), ndim)
+    names = next((n for pattern, n in rules if re.search(pattern, name)), ())[: ndim - lead]
+    return ("layers",) * lead + tuple(names) + (None,) * (ndim - lead - len(names))
 
 
-def make_mesh(
-    data: int = -1,
-    fsdp: int = 1,
-    model: int = 1,
-    *,
-    devices: Sequence[Any] | None = None,
-) -> Mesh:
+def make_mesh(data: int = -1, fsdp: int = 1, model: int = 1, *,
+              devices: Sequence[Any] | None = None) -> Mesh:
     """A ``Mesh`` with axes ``("data", "fsdp", "model")``; one size may be ``-1`` (the rest).
 
     ``jax.make_mesh`` (topology-aware on TPU) with ``Auto`` axis types, so shardings propagate
@@ -136,22 +112,14 @@ def make_mesh(
     if -1 in sizes:
         if len(devices) % known:
             raise ValueError(
-                f"{len(devices)} devices do not split into data/fsdp/model = {sizes}."
-            )
+                f"{len(devices)} devices do not split into data/fsdp/model = {sizes}.")
         sizes[sizes.index(-1)] = len(devices) // known
     if math.prod(sizes) != len(devices):
         raise ValueError(
             f"mesh data*fsdp*model = {sizes} = {math.prod(sizes)} must equal the number of "
-            f"devices ({len(devices)})."
-        )
-    auto = getattr(jax.sharding, "AxisType", None)
-    if auto is not None:
-        return jax.make_mesh(
-            tuple(sizes), AXES, axis_types=(auto.Auto,) * 3, devices=devices
-        )
-    from jax.experimental import mesh_utils
-
-    return Mesh(mesh_utils.create_device_mesh(tuple(sizes), devices), AXES)
+            f"devices ({len(devices)}).")
+    return jax.make_mesh(tuple(sizes), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3,
+                         devices=devices)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -164,15 +132,9 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
 
 
-def partition_spec(
-    path: str,
-    shape: Sequence[int],
-    mesh: Mesh,
-    strategy: str = "replicated",
-    *,
-    rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
-    min_fsdp_size: int = 2**12,
-) -> PartitionSpec:
+def partition_spec(path: str, shape: Sequence[int], mesh: Mesh, strategy: str = "replicated", *,
+                   rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
+                   min_fsdp_size: int = 2**12) -> PartitionSpec:
     """The ``PartitionSpec`` of one parameter (or optimiser-state leaf) of ``shape`` at ``path``.
 
     From its :func:`logical_axes`: tensor parallel splits the first ``heads``/``mlp``/``vocab``
@@ -189,15 +151,12 @@ def partition_spec(
     names = logical_axes(path, len(shape), rules=rules)
     spec: list[Any] = [None] * len(shape)
     if "tensor" in strategy and mesh.shape["model"] > 1:
-        for i, n in enumerate(names):
-            if n in TENSOR_AXES:
-                if shape[i] % mesh.shape["model"] == 0:
-                    spec[i] = "model"
-                break
+        i = next((i for i, n in enumerate(names) if n in TENSOR_AXES), None)
+        if i is not None and shape[i] % mesh.shape["model"] == 0:
+            spec[i] = "model"
     if "fsdp" in strategy and mesh.shape["fsdp"] > 1 and math.prod(shape) >= min_fsdp_size:
-        n = mesh.shape["fsdp"]
-        free = [i for i in range(len(shape))
-                if spec[i] is None and names[i] != "layers" and shape[i] % n == 0]
+        free = [i for i in range(len(shape)) if spec[i] is None and names[i] != "layers"
+                and shape[i] % mesh.shape["fsdp"] == 0]
         if free:
             spec[max(free, key=lambda i: (shape[i], -i))] = "fsdp"
     while spec and spec[-1] is None:  # canonical form: P() for replicated
@@ -205,14 +164,9 @@ def partition_spec(
     return PartitionSpec(*spec)
 
 
-def tree_shardings(
-    tree: Any,
-    mesh: Mesh,
-    strategy: str = "replicated",
-    *,
-    rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
-    min_fsdp_size: int = 2**12,
-) -> Any:
+def tree_shardings(tree: Any, mesh: Mesh, strategy: str = "replicated", *,
+                   rules: Sequence[tuple[str, tuple[str, ...]]] = LOGICAL_AXIS_RULES,
+                   min_fsdp_size: int = 2**12) -> Any:
     """``NamedSharding`` for every leaf of ``tree`` (params, optimiser state or a ``TrainState``,
     concrete or abstract); only floating leaves with ``ndim >= 1`` are sharded.
 
@@ -228,10 +182,8 @@ def tree_shardings(
         dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
         if not shape or not jnp.issubdtype(dtype, jnp.floating):
             return replicated(mesh)
-        spec = partition_spec(
-            path_to_str(path), shape, mesh, strategy, rules=rules, min_fsdp_size=min_fsdp_size
-        )
-        return NamedSharding(mesh, spec)
+        return NamedSharding(mesh, partition_spec(path_to_str(path), shape, mesh, strategy,
+                                                  rules=rules, min_fsdp_size=min_fsdp_size))
 
     return jax.tree_util.tree_map_with_path(leaf_sharding, tree)
 
@@ -265,15 +217,13 @@ def process_data_shard(mesh: Mesh, process_index: int | None = None) -> tuple[in
                 f"{num_shards}, not one aligned contiguous block, so a per-process data loader "
                 "cannot feed it. Order the devices so each process's devices are adjacent on "
                 "('data', 'fsdp') (jax.make_mesh does), or give every process the global batch "
-                "(shard_global_batch)."
-            )
+                "(shard_global_batch).")
         blocks[p] = (lo // m, num_shards // m)
     if len({c for _, c in blocks.values()}) != 1:
         raise ValueError(
             f"mesh {dict(mesh.shape)}: processes hold unequal numbers of batch shards "
             f"{ {p: num_shards // c for p, (_, c) in blocks.items()} }; every process must "
-            "feed the same number of rows."
-        )
+            "feed the same number of rows.")
     return blocks[me]
 
 
@@ -287,32 +237,27 @@ def host_batch_slice(global_batch_size: int, mesh: Mesh | None = None) -> slice:
         >>> host_batch_slice(8)   # one process: everything
         slice(0, 8, None)
     """
-    if mesh is None:
-        i, n = jax.process_index(), jax.process_count()
-    else:
-        i, n = process_data_shard(mesh)
+    i, n = (jax.process_index(), jax.process_count()) if mesh is None else process_data_shard(mesh)
     if global_batch_size % n:
         raise ValueError(
             f"global batch size {global_batch_size} must be divisible by the number of "
-            f"row blocks ({n}: processes feeding different rows)."
-        )
+            f"row blocks ({n}: processes feeding different rows).")
     per = global_batch_size // n
     return slice(i * per, (i + 1) * per)
 
 
-def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int,
-               sharding: NamedSharding | None = None) -> jax.Array:
-    """The global ``[rows, ...]`` array of which this process holds rows ``[lo, lo + len(x))``."""
+def _from_rows(x: Any, mesh: Mesh, sharding: NamedSharding, count: int = 1,
+               index: int = 0) -> jax.Array:
+    """The global ``[count * len(x), ...]`` array of which this process holds block ``index``
+    of ``count`` (``x``)."""
     x = np.asarray(x)
     if x.ndim == 0:
         raise ValueError("batch leaves must have a leading batch axis; got a scalar.")
+    rows, lo = x.shape[0] * count, x.shape[0] * index
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     if rows % shards:
-        raise ValueError(
-            f"global batch size {rows} must be divisible by data*fsdp = {shards}."
-        )
-    sharding = batch_sharding(mesh) if sharding is None else sharding
-    if lo == 0 and x.shape[0] == rows and jax.process_count() == 1:
+        raise ValueError(f"global batch size {rows} must be divisible by data*fsdp = {shards}.")
+    if jax.process_count() == 1:  # every row is here
         return jax.device_put(x, sharding)
 
     def piece(index: tuple[slice, ...] | None) -> np.ndarray:
@@ -321,8 +266,7 @@ def _from_rows(x: Any, mesh: Mesh, rows: int, lo: int,
         if start < lo or stop > lo + x.shape[0]:
             raise ValueError(
                 f"a device of this process needs rows [{start}, {stop}) of the global batch, "
-                f"but this process holds rows [{lo}, {lo + x.shape[0]})."
-            )
+                f"but this process holds rows [{lo}, {lo + x.shape[0]}).")
         return x[(slice(start - lo, stop - lo),) + index[1:]]
 
     return jax.make_array_from_callback((rows, *x.shape[1:]), sharding, piece)
@@ -337,47 +281,32 @@ class BatchPlacer:
         self.sharding = batch_sharding(mesh)
 
     def __call__(self, batch: Any) -> Any:
-        def put(x: Any) -> jax.Array:
-            x = np.asarray(x)
-            if x.ndim == 0:
-                raise ValueError("batch leaves must have a leading batch axis; got a scalar.")
-            return _from_rows(x, self.mesh, x.shape[0] * self.count, self.index * x.shape[0],
-                              self.sharding)
-
-        return jax.tree_util.tree_map(put, batch)
+        return jax.tree_util.tree_map(
+            lambda x: _from_rows(x, self.mesh, self.sharding, self.count, self.index), batch)
 
 
 def shard_batch(batch: Any, mesh: Mesh) -> Any:
-    """Place this process's rows (a pytree of ``[b, ...]`` numpy arrays) of the global batch.
-
-    Each leaf becomes a global ``[b * count, ...]`` array (:func:`process_data_shard`) sharded
-    over ``("data", "fsdp")``; one process: ``jax.device_put``. For many batches build a
-    :class:`BatchPlacer` once.
-    """
+    """Place this process's rows (a pytree of ``[b, ...]`` numpy arrays) of the global batch
+    as global ``[b * count, ...]`` arrays (module docstring); for many batches build a
+    :class:`BatchPlacer` once."""
     return BatchPlacer(mesh)(batch)
 
 
 def shard_global_batch(batch: Any, mesh: Mesh) -> Any:
     """Place a global batch that *every* process holds in full; nothing crosses hosts."""
-    return jax.tree_util.tree_map(lambda x: _from_rows(x, mesh, np.shape(x)[0], 0), batch)
+    sharding = batch_sharding(mesh)
+    return jax.tree_util.tree_map(lambda x: _from_rows(x, mesh, sharding), batch)
 
 
-_MULTIHOST_ENV = (
-    "JAX_COORDINATOR_ADDRESS",
-    "COORDINATOR_ADDRESS",
-)
+_MULTIHOST_ENV = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
 
 
 def distributed_requested() -> bool:
     """Whether the environment says multi-process (:func:`maybe_initialize_distributed`)."""
     env = os.environ
-    return bool(
-        any(env.get(k) for k in _MULTIHOST_ENV)
-        or len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
-        or env.get("MEGASCALE_COORDINATOR_ADDRESS")
-        or int(env.get("SLURM_NTASKS", "1") or 1) > 1
-        or int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1
-    )
+    return (any(env.get(k) for k in (*_MULTIHOST_ENV, "MEGASCALE_COORDINATOR_ADDRESS"))
+            or len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
+            or any(int(env.get(k) or 1) > 1 for k in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")))
 
 
 def maybe_initialize_distributed() -> bool:
@@ -398,10 +327,9 @@ def maybe_initialize_distributed() -> bool:
     addr = next((env[k] for k in _MULTIHOST_ENV if env.get(k)), None)
     if addr:  # explicit; otherwise JAX auto-detects the TPU pod / SLURM / MPI cluster
         kwargs["coordinator_address"] = addr
-        if env.get("JAX_NUM_PROCESSES"):
-            kwargs["num_processes"] = int(env["JAX_NUM_PROCESSES"])
-        if env.get("JAX_PROCESS_ID"):
-            kwargs["process_id"] = int(env["JAX_PROCESS_ID"])
+        for var, arg in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
+            if env.get(var):
+                kwargs[arg] = int(env[var])
     jax.distributed.initialize(**kwargs)
     return True
 
@@ -417,16 +345,15 @@ def host_value(tree: Any) -> Any:
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     arrays = []
     for x in leaves:
-        if isinstance(x, jax.Array):
-            if not x.is_fully_addressable:
-                if x.is_fully_replicated:
-                    x = x.addressable_data(0)
-                else:
-                    from jax.experimental import multihost_utils
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if x.is_fully_replicated:
+                x = x.addressable_data(0)
+            else:
+                from jax.experimental import multihost_utils
 
-                    x = np.asarray(multihost_utils.process_allgather(x, tiled=True))
-            if isinstance(x, jax.Array):
-                x.copy_to_host_async()
+                x = np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        if isinstance(x, jax.Array):
+            x.copy_to_host_async()
         arrays.append(x)
     return jax.tree_util.tree_unflatten(
         treedef, [np.asarray(x) if isinstance(x, jax.Array) else x for x in arrays])

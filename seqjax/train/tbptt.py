@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from seqjax.train.losses import masked_cross_entropy, token_accuracy
+from seqjax.train.losses import _metrics, masked_cross_entropy
 
 Array = jax.Array
 
@@ -63,9 +63,6 @@ def make_tbptt_loss(
         logits, new_carry = apply_fn(params, batch["inputs"], rng, True, carry)
         labels, mask = batch["targets"], batch.get("mask")
         loss = masked_cross_entropy(logits, labels, mask, label_smoothing=label_smoothing)
-        tokens = (jnp.asarray(labels.size, jnp.float32) if mask is None
-                  else jnp.sum(mask, dtype=jnp.float32))
-        metrics = {"accuracy": token_accuracy(logits, labels, mask), "tokens": tokens}
-        return loss, (metrics, new_carry)
+        return loss, (_metrics(logits, labels, mask), new_carry)
 
     return loss_fn

@@ -84,11 +84,9 @@ def train_word2vec(
     if config.subsample is not None:
         ids = ids[subsample_mask(ids, vocab_size, config.subsample, rng)]
     if config.mode == "skipgram":
-        centers, contexts = skipgram_pairs(ids, config.window)
-        data = {"centers": centers, "contexts": contexts}
+        data = dict(zip(("centers", "contexts"), skipgram_pairs(ids, config.window)))
     elif config.mode == "cbow":
-        contexts, mask, centers = cbow_windows(ids, config.window)
-        data = {"contexts": contexts, "mask": mask, "centers": centers}
+        data = dict(zip(("contexts", "mask", "centers"), cbow_windows(ids, config.window)))
     else:
         raise ValueError(f"`config.mode` must be 'skipgram' or 'cbow'; got {config.mode!r}.")
     n = len(data["centers"])
@@ -107,14 +105,10 @@ def train_word2vec(
     first = {key: v[0] for key, v in sample(1).items()}
     params = model.init(jax.random.PRNGKey(config.seed), first)
     opt_state = optax.adam(config.learning_rate).init(params)
-    chunk = 200
     losses = []
-    done = 0
-    while done < config.steps:
-        todo = min(chunk, config.steps - done)
+    for done in range(0, config.steps, 200):  # chunks of 200 steps
         params, opt_state, l = _train_chunk(model, config.learning_rate, params, opt_state,
-                                            sample(todo))
+                                            sample(min(200, config.steps - done)))
         losses.append(np.asarray(l))
-        done += todo
     emb = np.asarray(params["params"]["input_embedding"], np.float32)
     return emb, np.concatenate(losses) if losses else np.zeros(0, np.float32)

@@ -121,14 +121,6 @@ def _acquire(workdir: str) -> _Held:
     return _Held(fd)
 
 
-def _release(held: _Held) -> None:
-    if held.fd is None:
-        return
-    with contextlib.suppress(OSError):  # an empty file: released, nobody to take over from
-        os.ftruncate(held.fd, 0)
-    os.close(held.fd)  # closing the only descriptor of the file releases the flock
-
-
 def _agree(workdir: str, busy: WorkdirBusyError | None) -> WorkdirBusyError | None:
     """Several processes: process 0's outcome, on every process."""
     import jax
@@ -174,12 +166,10 @@ def hold_workdir(workdir: str | os.PathLike | None) -> Iterator[None]:
                     held = _HELD[key] = _acquire(key)
                 except WorkdirBusyError as err:
                     busy = err
-    busy = _agree(key, busy)
-    if busy is not None:
-        if held is not None:
-            _drop(key, held)
-        raise busy
     try:
+        busy = _agree(key, busy)
+        if busy is not None:
+            raise busy
         yield
     finally:
         if held is not None:
@@ -191,7 +181,10 @@ def _drop(key: str, held: _Held) -> None:
         held.depth -= 1
         if held.depth == 0:
             _HELD.pop(key, None)
-            _release(held)
+            if held.fd is not None:
+                with contextlib.suppress(OSError):  # empty: released, nobody to take over from
+                    os.ftruncate(held.fd, 0)
+                os.close(held.fd)  # closing the only descriptor of the file releases the flock
 
 
 def holds_workdir(fn: Callable[P, R]) -> Callable[P, R]:

@@ -82,22 +82,17 @@ def newest_checkpoint(directory: str | None) -> tuple[int, str] | None:
     """``(step, path)`` of the newest complete checkpoint (folder named by its step) or None."""
     if directory is None or not os.path.isdir(directory):
         return None
-    steps = [int(n) for n in os.listdir(directory)
-             if n.isdigit() and os.path.isdir(os.path.join(directory, n))]
-    if not steps:
-        return None
-    return max(steps), os.path.join(directory, str(max(steps)))
+    step = max((int(n) for n in os.listdir(directory)
+                if n.isdigit() and os.path.isdir(os.path.join(directory, n))), default=None)
+    return None if step is None else (step, os.path.join(directory, str(step)))
 
 
 def tree_bytes(tree: Any) -> int:
     """The bytes of the arrays of a pytree (global sizes of sharded arrays)."""
     import jax
 
-    total = 0
-    for leaf in jax.tree_util.tree_leaves(tree):
-        n = getattr(leaf, "nbytes", None)
-        total += int(n) if n is not None else np.asarray(leaf).nbytes
-    return total
+    return sum(int(getattr(leaf, "nbytes", 0) or np.asarray(leaf).nbytes)
+               for leaf in jax.tree_util.tree_leaves(tree))
 
 
 class WriteError(OSError):
@@ -169,13 +164,11 @@ def resumed_by(command: str, workdir: str | None,
     passed on as is), leaving it says ``command`` resumes it; any other write failure becomes a
     :class:`WriteError` of its file with ``workdir``'s newest checkpoint."""
     checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
+    passed_on: tuple[type[Exception], ...] = (WriteError, *resumable)
     try:
         yield
-    except WriteError as err:
-        err.resume = f"`{command}`"  # the outermost run's command: what the user typed
-        raise
-    except resumable as err:
-        err.resume = f"`{command}`"  # type: ignore[attr-defined]
+    except passed_on as err:
+        err.resume = f"`{command}`"  # type: ignore[attr-defined]  # the outermost run's command
         raise
     except Exception as err:  # noqa: BLE001 - only write failures are turned, others re-raised
         code = write_failure(err)
@@ -197,11 +190,10 @@ def space_warning(directory: str, checkpoint_bytes: int, keep: int) -> str | Non
     if free is None or checkpoint_bytes <= 0:
         return None
     held = 0
-    if os.path.isdir(directory):
-        for root, _, files in os.walk(directory):
-            for f in files:
-                with contextlib.suppress(OSError):
-                    held += os.lstat(os.path.join(root, f)).st_size
+    for root, _, files in os.walk(directory):  # nothing if it does not exist yet
+        for f in files:
+            with contextlib.suppress(OSError):
+                held += os.lstat(os.path.join(root, f)).st_size
     needed = max(checkpoint_bytes, checkpoint_bytes * (keep + 1) - held)
     if free >= needed:
         return None
