@@ -46,8 +46,8 @@ __all__ = [
 ]
 
 
-def _zeros_carry(batch_shape: tuple[int, ...], features: int, dtype: Dtype) -> Array:
-    return jnp.zeros((*batch_shape, features), dtype)
+def _zeros_carry(input_shape: tuple[int, ...], features: int, dtype: Dtype) -> Array:
+    return jnp.zeros((*input_shape[:-1], features), dtype)
 
 
 class LayerWeights(NamedTuple):
@@ -71,21 +71,18 @@ class LayerWeights(NamedTuple):
     activation: Callable[[Array], Array] | None = None
 
 
-# The methods that define a cell's equation: a subclass that overrides any of them no
-# longer computes what its parent's layer kernel computes.
-_EQUATION_METHODS = ("step", "recurrent", "input_projection")
-
-
 def _keeps_equation(cell: RecurrentCell, owner: type) -> bool:
-    """Whether ``cell`` computes ``owner``'s equation (no equation method redefined below it)."""
-    cls = type(cell)
-    return all(getattr(cls, m) is getattr(owner, m) for m in _EQUATION_METHODS)
+    """Whether ``cell`` computes ``owner``'s equation: none of the methods that define it
+    redefined below ``owner`` (else it no longer computes what ``owner``'s kernel computes)."""
+    methods = ("step", "recurrent", "input_projection")
+    return all(getattr(type(cell), m) is getattr(owner, m) for m in methods)
 
 
 class RecurrentCell(nn.Module):
     """Base class: the split into ``input_projection`` and ``step``.
 
-    Subclasses set ``num_gates`` (G) and implement ``step`` and ``initialize_carry``. Every
+    Subclasses set ``num_gates`` (G) and implement ``step``; ``initialize_carry`` gives zeros
+    ``h: [..., H]`` (in ``param_dtype``) unless a subclass redefines it. Every
     cell has ``input/kernel: [P, G*H]`` (stacked ``W_{·x}ᵀ``), ``input/bias: [G*H]`` (stacked
     ``b_·``; absent with ``use_bias=False``) and ``recurrent_kernel: [H, G*H]`` (``W_{·h}ᵀ``).
     """
@@ -106,15 +103,9 @@ class RecurrentCell(nn.Module):
     def setup(self) -> None:
         check_positive_ints(features=self.features)
         gh = self.num_gates * self.features
-        self.input = Dense(
-            gh,
-            use_bias=self.use_bias,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=self.kernel_init,
-            bias_init=self._bias_init,
-            name="input",
-        )
+        self.input = Dense(gh, use_bias=self.use_bias, dtype=self.dtype,
+                           param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+                           bias_init=self._bias_init, name="input")
         self.recurrent_kernel = self.param(
             "recurrent_kernel", self.recurrent_kernel_init, (self.features, gh), self.param_dtype
         )
@@ -134,12 +125,19 @@ class RecurrentCell(nn.Module):
         """:class:`LayerWeights` or ``None``; call on a bound cell whose ``input`` exists."""
         return None
 
-    def _dense_weights(self) -> tuple[Array, Array]:
-        """``(input/kernel, input/bias)``; the bias is zeros when ``use_bias=False``."""
+    def _kernel_weights(self, owner: type, equation: str, **extra: Any) -> LayerWeights | None:
+        """:class:`LayerWeights` for ``owner``'s kernel ``equation`` (the bias zeros when
+        ``use_bias=False``), or ``None`` if a subclass changed ``owner``'s equation."""
+        if not _keeps_equation(self, owner):
+            return None
         dense = self.input.variables["params"]
         kernel = dense["kernel"]
         bias = dense["bias"] if self.use_bias else jnp.zeros(kernel.shape[-1:], kernel.dtype)
-        return kernel, bias
+        return LayerWeights(equation, kernel, bias, self.recurrent_kernel, **extra)
+
+    def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> Any:
+        del rng
+        return _zeros_carry(input_shape, self.features, self.param_dtype)
 
     def __call__(self, carry: Any, x: Array) -> tuple[Any, Array]:
         """One time step on ``x: [..., P]``; returns ``(new_carry, y: [..., H])``."""
@@ -147,17 +145,13 @@ class RecurrentCell(nn.Module):
         return self.step(carry, self.input_projection(x))
 
     def _check_carry(self, carry: Any, input_shape: tuple[int, ...]) -> None:
-        expected = jax.tree_util.tree_leaves(
-            jax.eval_shape(lambda: self.initialize_carry(jax.random.PRNGKey(0), input_shape))
-        )
-        leaves = jax.tree_util.tree_leaves(carry)
-        if len(leaves) != len(expected) or any(
-            tuple(a.shape) != tuple(e.shape) for a, e in zip(leaves, expected)
-        ):
+        zeros = jax.eval_shape(lambda: self.initialize_carry(jax.random.PRNGKey(0), input_shape))
+        expected = [tuple(e.shape) for e in jax.tree_util.tree_leaves(zeros)]
+        got = [tuple(a.shape) for a in jax.tree_util.tree_leaves(carry)]
+        if got != expected:
             raise ValueError(
                 f"`carry` for {type(self).__name__}(features={self.features}) must have leaf "
-                f"shapes {[tuple(e.shape) for e in expected]}; got "
-                f"{[tuple(a.shape) for a in leaves]}."
+                f"shapes {expected}; got {got}."
             )
 
 
@@ -194,15 +188,7 @@ class ElmanCell(RecurrentCell):
         return h_BxH, h_BxH
 
     def layer_weights(self) -> LayerWeights | None:
-        if not _keeps_equation(self, ElmanCell):
-            return None
-        kernel, bias = self._dense_weights()
-        return LayerWeights("elman", kernel, bias, self.recurrent_kernel,
-                            activation=self.activation)
-
-    def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> Array:
-        del rng
-        return _zeros_carry(tuple(input_shape[:-1]), self.features, self.param_dtype)
+        return self._kernel_weights(ElmanCell, "elman", activation=self.activation)
 
 
 class LSTMCell(RecurrentCell):
@@ -269,20 +255,14 @@ class LSTMCell(RecurrentCell):
         return (c_BxH, h_BxH), h_BxH
 
     def layer_weights(self) -> LayerWeights | None:
-        if not _keeps_equation(self, LSTMCell):
-            return None
-        kernel, bias = self._dense_weights()
-        if self.recurrent_bias:
-            bias = bias + self.recurrent_bias_hh  # the kernel adds one bias: b_x + b_h
-        return LayerWeights("lstm", kernel, bias, self.recurrent_kernel)
+        weights = self._kernel_weights(LSTMCell, "lstm")
+        if weights is None or not self.recurrent_bias:
+            return weights
+        return weights._replace(bias=weights.bias + self.recurrent_bias_hh)  # one bias: b_x + b_h
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> tuple[Array, Array]:
-        del rng
-        batch = tuple(input_shape[:-1])
-        return (
-            _zeros_carry(batch, self.features, self.param_dtype),
-            _zeros_carry(batch, self.features, self.param_dtype),
-        )
+        zeros = super().initialize_carry  # (c, h)
+        return zeros(rng, input_shape), zeros(rng, input_shape)
 
 
 class GRUCell(RecurrentCell):
@@ -335,10 +315,9 @@ class GRUCell(RecurrentCell):
     def step(self, carry: Array, xp: Array) -> tuple[Array, Array]:
         h_BxH = carry
         hsz = self.features
-        xr, xz, xn = xp[..., :hsz], xp[..., hsz : 2 * hsz], xp[..., 2 * hsz :]
+        xr, xz, xn = jnp.split(xp, 3, axis=-1)
         if self.reset_after:
-            rec = self.recurrent(h_BxH)
-            hr, hz, hn = rec[..., :hsz], rec[..., hsz : 2 * hsz], rec[..., 2 * hsz :]
+            hr, hz, hn = jnp.split(self.recurrent(h_BxH), 3, axis=-1)
             if self.use_bias:
                 hn = hn + jnp.asarray(self.recurrent_bias_n, hn.dtype)
             r = jax.nn.sigmoid(xr + hr)
@@ -354,16 +333,11 @@ class GRUCell(RecurrentCell):
         return h_new, h_new
 
     def layer_weights(self) -> LayerWeights | None:
-        if not self.reset_after or not _keeps_equation(self, GRUCell):
+        if not self.reset_after:
             return None
-        kernel, bias = self._dense_weights()
         b_hn = (self.recurrent_bias_n if self.use_bias
                 else jnp.zeros((self.features,), self.recurrent_kernel.dtype))
-        return LayerWeights("gru", kernel, bias, self.recurrent_kernel, recurrent_bias=b_hn)
-
-    def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> Array:
-        del rng
-        return _zeros_carry(tuple(input_shape[:-1]), self.features, self.param_dtype)
+        return self._kernel_weights(GRUCell, "gru", recurrent_bias=b_hn)
 
 
 _FEEDBACKS = ("identity", "linear")
@@ -418,24 +392,12 @@ class OutputFeedbackCell(RecurrentCell):
             )
         if self.out_features is not None:
             check_positive_ints(out_features=self.out_features)
-        self.output = Dense(
-            self.out_features, use_bias=self.use_bias, dtype=self.dtype,
-            param_dtype=self.param_dtype, kernel_init=self.kernel_init,
-            bias_init=self.bias_init, name="output",
-        ) if self.out_features is not None else None
 
     def input_projection(self, x: Array) -> Array:
         """``x`` itself: ``W_{hx}`` multiplies ``x_t + T(ŷ_{t-1})`` inside ``step``."""
         if x.ndim < 1:
             raise ValueError(f"`x` must have a feature axis; got shape {x.shape}.")
         return x
-
-    def _output_layer(self, p: int) -> nn.Module:
-        if self.output is not None:
-            return self.output
-        # Q = P: the output layer's width is known only from the input.
-        return Dense(p, use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
-                     kernel_init=self.kernel_init, bias_init=self.bias_init, name="output")
 
     def _feedback(self, y_BxQ: Array, p: int) -> Array:
         if callable(self.feedback):
@@ -464,15 +426,17 @@ class OutputFeedbackCell(RecurrentCell):
         p = x.shape[-1]
         u_BxP = x + self._feedback(y_BxQ, p).astype(x.dtype)
         h_BxH = self.activation(self.input(u_BxP) + self.recurrent(h_BxH))
-        y_BxQ = self.output_activation(self._output_layer(p)(h_BxH))
+        # Without out_features Q = P: the output layer's width is known only from the input.
+        output = Dense(p if self.out_features is None else self.out_features,
+                       use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+                       kernel_init=self.kernel_init, bias_init=self.bias_init, name="output")
+        y_BxQ = self.output_activation(output(h_BxH))
         return (h_BxH, y_BxQ), y_BxQ
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> tuple[Array, Array]:
-        del rng
-        batch = tuple(input_shape[:-1])
         q = input_shape[-1] if self.out_features is None else self.out_features
-        return (_zeros_carry(batch, self.features, self.param_dtype),
-                _zeros_carry(batch, q, self.param_dtype))
+        return (super().initialize_carry(rng, input_shape),
+                _zeros_carry(input_shape, q, self.param_dtype))
 
 
 class SimpleGatedCell(RecurrentCell):
@@ -519,7 +483,5 @@ class SimpleGatedCell(RecurrentCell):
         return (c_BxH, h_BxH), h_BxH
 
     def initialize_carry(self, rng: Array, input_shape: tuple[int, ...]) -> tuple[Array, Array]:
-        del rng
-        batch = tuple(input_shape[:-1])
-        return (_zeros_carry(batch, self.features, self.param_dtype),
-                _zeros_carry(batch, self.features, self.param_dtype))
+        zeros = super().initialize_carry  # (c, h)
+        return zeros(rng, input_shape), zeros(rng, input_shape)

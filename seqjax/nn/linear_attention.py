@@ -83,15 +83,22 @@ def _resolve_feature_map(feature_map: str | FeatureMap) -> FeatureMap:
     return FEATURE_MAPS[feature_map]
 
 
-def _features(x: Array, feature_map: FeatureMap) -> Array:
-    """``φ(x)`` in float32 (the sums and the normaliser are float32 statistics)."""
-    return feature_map(x.astype(jnp.float32)).astype(jnp.float32)
+def _features(feature_map: str | FeatureMap, *xs: Array) -> list[Array]:
+    """``φ(x)`` of each ``x`` in float32 (the sums and the normaliser are float32 statistics)."""
+    phi = _resolve_feature_map(feature_map)
+    return [phi(x.astype(jnp.float32)).astype(jnp.float32) for x in xs]
+
+
+def _check_implementation(implementation: str) -> None:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."
+        )
 
 
 def _check_qkv(q: Array, k: Array, v: Array) -> None:
-    check_rank(q, "q", 4)
-    check_rank(k, "k", 4)
-    check_rank(v, "v", 4)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_rank(x, name, 4)
     if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2] or q.shape[3] != k.shape[3]:
         raise ValueError(
             f"`k` must have shape [B, K, H, D] matching q's B, H, D = "
@@ -105,20 +112,15 @@ def _check_qkv(q: Array, k: Array, v: Array) -> None:
         )
 
 
-def _check_state(state: State, batch: int, heads: int, feat: int, dv: int, name: str) -> None:
+def _f32_state(state: State, batch: int, heads: int, feat: int, dv: int, name: str) -> State:
+    """``state = (S, z)`` checked against ``S: [B, H, F, D_v]``, ``z: [B, H, F]``, in float32."""
     s, z = state
     if tuple(s.shape) != (batch, heads, feat, dv) or tuple(z.shape) != (batch, heads, feat):
         raise ValueError(
             f"`{name}` must be (S: {(batch, heads, feat, dv)}, z: {(batch, heads, feat)}); "
             f"got (S: {tuple(s.shape)}, z: {tuple(z.shape)})."
         )
-
-
-def _zero_state(batch: int, heads: int, feat: int, dv: int) -> State:
-    return (
-        jnp.zeros((batch, heads, feat, dv), jnp.float32),
-        jnp.zeros((batch, heads, feat), jnp.float32),
-    )
+    return s.astype(jnp.float32), z.astype(jnp.float32)
 
 
 def _normalise(num: Array, den: Array, eps: float) -> Array:
@@ -164,19 +166,15 @@ def _causal_chunked(pq, pk, v, state, eps, chunk_size):
     s_prev_BxNxHxFxE = jnp.cumsum(kv_BxNxHxFxE, axis=1) - kv_BxNxHxFxE + s0[:, None]
     z_prev_BxNxHxF = jnp.cumsum(zc_BxNxHxF, axis=1) - zc_BxNxHxF + z0[:, None]
     # Intra-chunk: masked φ(Q)φ(K)ᵀ on C×C blocks.
-    tril_CxC = jnp.tril(jnp.ones((c, c), jnp.bool_))
     a_BxNxHxCxC = jnp.einsum("bnchf,bndhf->bnhcd", pq_BxNxCxHxF, pk_BxNxCxHxF)
-    a_BxNxHxCxC = jnp.where(tril_CxC, a_BxNxHxCxC, 0.0)
+    a_BxNxHxCxC = jnp.where(jnp.tril(jnp.ones((c, c), jnp.bool_)), a_BxNxHxCxC, 0.0)
     num = jnp.einsum("bnhcd,bndhe->bnche", a_BxNxHxCxC, v_BxNxCxHxE)
     num = num + jnp.einsum("bnchf,bnhfe->bnche", pq_BxNxCxHxF, s_prev_BxNxHxFxE)
     den = jnp.swapaxes(a_BxNxHxCxC.sum(axis=-1), 2, 3)
     den = den + jnp.einsum("bnchf,bnhf->bnch", pq_BxNxCxHxF, z_prev_BxNxHxF)
     y_BxTxHxE = _normalise(num, den, eps).reshape(b, n * c, h, e)[:, :t]
-    final = (
-        s_prev_BxNxHxFxE[:, -1] + kv_BxNxHxFxE[:, -1],
-        z_prev_BxNxHxF[:, -1] + zc_BxNxHxF[:, -1],
-    )
-    return y_BxTxHxE, final
+    return y_BxTxHxE, (s_prev_BxNxHxFxE[:, -1] + kv_BxNxHxFxE[:, -1],
+                       z_prev_BxNxHxF[:, -1] + zc_BxNxHxF[:, -1])
 
 
 def _step(state: State, pq_BxHxF: Array, pk_BxHxF: Array, v_BxHxE: Array, eps: float):
@@ -189,12 +187,8 @@ def _step(state: State, pq_BxHxF: Array, pk_BxHxF: Array, v_BxHxE: Array, eps: f
 
 
 def _causal_recurrent(pq, pk, v, state, eps):
-    def body(carry, inputs):
-        pq_BxHxF, pk_BxHxF, v_BxHxE = inputs
-        return _step(carry, pq_BxHxF, pk_BxHxF, v_BxHxE, eps)
-
     xs = (jnp.swapaxes(pq, 0, 1), jnp.swapaxes(pk, 0, 1), jnp.swapaxes(v, 0, 1))
-    final, y_TxBxHxE = jax.lax.scan(body, state, xs)
+    final, y_TxBxHxE = jax.lax.scan(lambda carry, x_t: _step(carry, *x_t, eps), state, xs)
     return jnp.swapaxes(y_TxBxHxE, 0, 1), final
 
 
@@ -278,10 +272,7 @@ def linear_attention_with_state(
         True
     """
     _check_qkv(q_BxQxHxD, k_BxKxHxD, v_BxKxHxE)
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."
-        )
+    _check_implementation(implementation)
     check_positive_ints(chunk_size=chunk_size)
     b, qlen, h, _ = q_BxQxHxD.shape
     klen, e = k_BxKxHxD.shape[1], v_BxKxHxE.shape[-1]
@@ -290,9 +281,7 @@ def linear_attention_with_state(
             f"causal linear attention needs as many queries as keys; got q length {qlen}, "
             f"k length {klen}."
         )
-    phi = _resolve_feature_map(feature_map)
-    pq = _features(q_BxQxHxD, phi)
-    pk = _features(k_BxKxHxD, phi)
+    pq, pk = _features(feature_map, q_BxQxHxD, k_BxKxHxD)
     if pq.shape[:3] != q_BxQxHxD.shape[:3] or pk.shape[-1] != pq.shape[-1]:
         raise ValueError(
             f"`feature_map` must map [..., D] to [..., F] elementwise over the leading axes; "
@@ -307,11 +296,8 @@ def linear_attention_with_state(
         pk = jnp.where(key_mask[:, :, None, None], pk, 0.0)
     f = pq.shape[-1]
     if initial_state is None:
-        state = _zero_state(b, h, f, e)
-    else:
-        _check_state(initial_state, b, h, f, e, "initial_state")
-        s0, z0 = initial_state
-        state = (s0.astype(jnp.float32), z0.astype(jnp.float32))
+        initial_state = (jnp.zeros((b, h, f, e), jnp.float32), jnp.zeros((b, h, f), jnp.float32))
+    state = _f32_state(initial_state, b, h, f, e, "initial_state")
     v32 = v_BxKxHxE.astype(jnp.float32)
     if not is_causal:
         y, final = _noncausal(pq, pk, v32, state, eps)
@@ -348,14 +334,11 @@ def linear_attention_step(
         (1, 2, 3)
     """
     check_rank(q_BxHxD, "q", 3)
-    phi = _resolve_feature_map(feature_map)
-    pq, pk = _features(q_BxHxD, phi), _features(k_BxHxD, phi)
+    pq, pk = _features(feature_map, q_BxHxD, k_BxHxD)
     b, h, f = pq.shape
-    _check_state(state, b, h, f, v_BxHxE.shape[-1], "state")
+    state = _f32_state(state, b, h, f, v_BxHxE.shape[-1], "state")
     if valid is not None:
         pk = jnp.where(valid[:, None, None], pk, 0.0)
-    s, z = state
-    state = (s.astype(jnp.float32), z.astype(jnp.float32))
     new_state, y = _step(state, pq, pk, v_BxHxE.astype(jnp.float32), eps)
     return new_state, y.astype(v_BxHxE.dtype)
 
@@ -381,14 +364,12 @@ def linear_attention_weights(
         >>> [round(float(x), 3) for x in w[0, 0, 2]]
         [0.333, 0.333, 0.333]
     """
-    phi = _resolve_feature_map(feature_map)
-    pq, pk = _features(q_BxQxHxD, phi), _features(k_BxKxHxD, phi)
+    pq, pk = _features(feature_map, q_BxQxHxD, k_BxKxHxD)
     a_BxHxQxK = jnp.einsum("bqhf,bkhf->bhqk", pq, pk)
     if key_mask is not None:
         a_BxHxQxK = jnp.where(key_mask[:, None, None, :], a_BxHxQxK, 0.0)
     if is_causal:
-        qlen, klen = a_BxHxQxK.shape[-2:]
-        a_BxHxQxK = jnp.where(jnp.tril(jnp.ones((qlen, klen), jnp.bool_)), a_BxHxQxK, 0.0)
+        a_BxHxQxK = jnp.where(jnp.tril(jnp.ones(a_BxHxQxK.shape[-2:], jnp.bool_)), a_BxHxQxK, 0.0)
     return a_BxHxQxK / (a_BxHxQxK.sum(axis=-1, keepdims=True) + eps)
 
 
@@ -410,14 +391,8 @@ class LinearAttentionCache:
         def replace(self, **changes: Any) -> LinearAttentionCache: ...
 
     @classmethod
-    def create(
-        cls,
-        batch: int,
-        num_heads: int,
-        feature_dim: int,
-        value_dim: int,
-        dtype: Dtype = jnp.float32,
-    ) -> LinearAttentionCache:
+    def create(cls, batch: int, num_heads: int, feature_dim: int, value_dim: int,
+               dtype: Dtype = jnp.float32) -> LinearAttentionCache:
         """An empty state (zeros) for ``batch`` rows."""
         return cls(
             s_BxHxFxE=jnp.zeros((batch, num_heads, feature_dim, value_dim), dtype),
@@ -471,9 +446,7 @@ class LinearAttention(nn.Module):
     (12.15)–(12.19), the factorised kernel replacing (12.15)'s ``softmax(Q_h K_hᵀ/√D)``). Sums
     over all keys, or ``j ≤ i`` with ``is_causal=True`` (causal forms: :func:`linear_attention`).
 
-    Call, MultiHeadAttention's signature: ``attn(inputs_q_BxQxD, inputs_kv_BxKxD=None, *,
-    mask=None, bias=None, is_causal=False, positions=None, kv_positions=None, lengths=None,
-    kv_lengths=None, deterministic=True) -> out [B, Q, D']``; ``inputs_kv=None``: self-attention.
+    Called as MultiHeadAttention -> ``out [B, Q, D']``; ``inputs_kv=None``: self-attention.
 
     * ``mask``: ``bool[B, K]`` key padding, or broadcastable ``bool[B, H, Q, K]`` reduced to key
       padding (exact for padding and causal+padding masks; other patterns are not expressible,
@@ -485,8 +458,8 @@ class LinearAttention(nn.Module):
     * ``bias`` must be None (no score matrix); ``positions``, ``kv_positions`` are ignored.
 
     :meth:`with_weights` (same arguments) -> ``(out, weights f32[B, H, Q, K])``, the implicit
-    weights (:func:`linear_attention_weights`). :meth:`decode` ``(inputs_q, cache, *, mask=None,
-    bias=None, positions=None, lengths=None) -> (out, new_cache)``, MultiHeadAttention's method
+    weights (:func:`linear_attention_weights`). :meth:`decode` -> ``(out, new_cache)``,
+    MultiHeadAttention's method
     (so a :class:`~seqjax.nn.TransformerBlock` decodes with either), folds the ``Q`` new tokens
     causally into the :class:`LinearAttentionCache` from :meth:`init_cache` (one token: the
     recurrent step; more: ``implementation``).
@@ -510,10 +483,7 @@ class LinearAttention(nn.Module):
         num_heads, head_dim: ``H``; ``Dh`` (default ``D // H``).
         out_features: ``D'``; default the query width ``D``.
         use_bias: biases on the four projections.
-        feature_map: ``"elu+1"``, ``"relu"`` or a callable ``[..., Dh] -> [..., F]``.
-        eps, chunk_size: ``ε`` of the normaliser; ``C`` of the chunked form.
-        implementation: causal form, ``"auto"`` (= ``"chunked"``), ``"parallel"``, ``"chunked"``
-            or ``"recurrent"``.
+        feature_map, eps, implementation, chunk_size: as :func:`linear_attention`'s.
         dropout_rate: dropout on the per-head outputs before ``out`` (no weight matrix to drop
             out from); only when ``deterministic=False``.
     """
@@ -545,33 +515,23 @@ class LinearAttention(nn.Module):
         """Causal self-attention on the cache: ``(out [B, Q, D'], new_cache)``
         (:meth:`~seqjax.nn.attention.MultiHeadAttention.decode`'s contract)."""
         del positions  # no positional term in linear attention
-        if cache is None:
-            raise TypeError("`cache` must be a LinearAttentionCache (init_cache); got None.")
-        out, new_cache, _ = self._attend(
-            inputs_q, None, mask=mask, bias=bias, is_causal=False, lengths=lengths,
-            kv_lengths=None, cache=cache, deterministic=True, return_weights=False,
-        )
+        if not isinstance(cache, LinearAttentionCache):
+            raise TypeError(
+                f"`cache` must be a LinearAttentionCache (init_cache); got {type(cache).__name__}."
+            )
+        out, new_cache, _ = self._attend(inputs_q, None, mask=mask, bias=bias, lengths=lengths,
+                                         cache=cache)
         assert new_cache is not None  # _attend returns one with a cache
         return out, new_cache
 
     def _dense(self, features: Any, axis: Any, name: str) -> DenseGeneral:
-        return DenseGeneral(
-            features,
-            axis=axis,
-            use_bias=self.use_bias,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            kernel_init=self.kernel_init,
-            bias_init=self.bias_init,
-            name=name,
-        )
+        return DenseGeneral(features, axis=axis, use_bias=self.use_bias, dtype=self.dtype,
+                            param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+                            bias_init=self.bias_init, name=name)
 
     def _check_config(self, width: int) -> int:
         check_positive_ints(num_heads=self.num_heads)
-        if self.implementation not in IMPLEMENTATIONS:
-            raise ValueError(
-                f"`implementation` must be one of {IMPLEMENTATIONS}; got {self.implementation!r}."
-            )
+        _check_implementation(self.implementation)
         if self.head_dim is not None:
             return self.head_dim
         if width % self.num_heads:
@@ -600,8 +560,7 @@ class LinearAttention(nn.Module):
         del positions, kv_positions  # no positional term in linear attention
         return self._attend(
             inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal, lengths=lengths,
-            kv_lengths=kv_lengths, cache=None, deterministic=deterministic,
-            return_weights=False,
+            kv_lengths=kv_lengths, deterministic=deterministic,
         )[0]
 
     def with_weights(
@@ -623,30 +582,22 @@ class LinearAttention(nn.Module):
         del positions, kv_positions
         out, _, weights = self._attend(
             inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal, lengths=lengths,
-            kv_lengths=kv_lengths, cache=None, deterministic=deterministic,
-            return_weights=True,
+            kv_lengths=kv_lengths, deterministic=deterministic, return_weights=True,
         )
         assert weights is not None
         return out, weights
 
     @nn.compact
     def _attend(
-        self,
-        inputs_q: Array,
-        inputs_kv: Array | None,
-        *,
-        mask: Array | None,
-        bias: Array | None,
-        is_causal: bool,
-        lengths: Array | None,
-        kv_lengths: Array | None,
-        cache: LinearAttentionCache | None,
-        deterministic: bool,
-        return_weights: bool,
+        self, inputs_q: Array, inputs_kv: Array | None, *, mask: Array | None,
+        bias: Array | None, lengths: Array | None, is_causal: bool = False,
+        kv_lengths: Array | None = None, cache: LinearAttentionCache | None = None,
+        deterministic: bool = True, return_weights: bool = False,
     ) -> tuple[Array, LinearAttentionCache | None, Array | None]:
-        """``(out, new_cache | None, weights | None)``; the four projections are created here."""
+        """``(out, new_cache | None, weights | None)``; the four projections are created here
+        (:meth:`decode`: ``cache`` given, ``is_causal`` off as the cache makes it causal)."""
         self_attention = inputs_kv is None
-        inputs_kv = _check_call(inputs_q, inputs_kv, bias=bias, cache=cache)
+        inputs_kv = _check_call(inputs_q, inputs_kv, bias=bias)
         batch, qlen, width = inputs_q.shape
         klen = inputs_kv.shape[1]
         dh = self._check_config(width)
@@ -669,18 +620,13 @@ class LinearAttention(nn.Module):
                 raise ValueError("`kv_lengths` is for cross-attention; use `lengths`.")
             key_valid_BxK = _and(key_valid_BxK, _padding(kv_lengths, "kv_lengths", batch, klen))
         kwargs: dict[str, Any] = dict(feature_map=self.feature_map, eps=self.eps)
-
+        qkv = (q_BxQxHxD, k_BxKxHxD, v_BxKxHxD)
+        form = dict(implementation=self.implementation, chunk_size=self.chunk_size, **kwargs)
+        new_cache = None
         if cache is None:
-            causal = is_causal
-            y_BxQxHxD = linear_attention(
-                q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_mask=key_valid_BxK, is_causal=causal,
-                implementation=self.implementation, chunk_size=self.chunk_size, **kwargs,
-            )
-            new_cache = None
+            y_BxQxHxD = linear_attention(*qkv, key_mask=key_valid_BxK, is_causal=is_causal, **form)
         else:
-            y_BxQxHxD, new_cache = _cached(
-                cache, q_BxQxHxD, k_BxKxHxD, v_BxKxHxD, key_valid_BxK,
-                implementation=self.implementation, chunk_size=self.chunk_size, **kwargs)
+            y_BxQxHxD, new_cache = _cached(cache, *qkv, key_valid_BxK, **form)
         if query_keep_BxQ is not None:
             y_BxQxHxD = jnp.where(query_keep_BxQ[:, :, None, None], y_BxQxHxD, 0.0)
         if self.dropout_rate > 0.0:
@@ -692,9 +638,8 @@ class LinearAttention(nn.Module):
 
         weights = None
         if return_weights:
-            weights = linear_attention_weights(
-                q_BxQxHxD, k_BxKxHxD, key_mask=key_valid_BxK, is_causal=is_causal, **kwargs
-            )
+            weights = linear_attention_weights(q_BxQxHxD, k_BxKxHxD, key_mask=key_valid_BxK,
+                                               is_causal=is_causal, **kwargs)
             keep_BxQ = _and(query_keep_BxQ, query_valid_BxQ)
             if keep_BxQ is not None:
                 weights = jnp.where(keep_BxQ[:, None, :, None], weights, 0.0)
@@ -723,26 +668,21 @@ class LinearAttention(nn.Module):
         return LinearAttentionCache.create(batch, self.num_heads, feat, dh, dtype or jnp.float32)
 
 
-def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any, cache: Any) -> Array:
-    """Checked call arguments (ranks, batch, no ``bias``, ``cache`` only for self-attention);
-    returns the keys' inputs (``inputs_q`` for self-attention)."""
+def _check_call(inputs_q: Array, inputs_kv: Array | None, *, bias: Any) -> Array:
+    """Checked call arguments (ranks, batch, no ``bias``); returns the keys' inputs
+    (``inputs_q`` for self-attention)."""
     check_rank(inputs_q, "inputs_q", 3)
     if bias is not None:
         raise ValueError(
             "`bias` must be None: linear attention never forms the score matrix that an "
             "additive bias would modify."
         )
-    self_attention = inputs_kv is None
     inputs_kv = inputs_q if inputs_kv is None else inputs_kv
     check_rank(inputs_kv, "inputs_kv", 3)
     if inputs_kv.shape[0] != inputs_q.shape[0]:
         raise ValueError(
             f"`inputs_kv` must have batch {inputs_q.shape[0]}; got {tuple(inputs_kv.shape)}."
         )
-    if cache is not None and not self_attention:
-        raise ValueError("`cache` is for causal self-attention; `inputs_kv` must be None.")
-    if cache is not None and not isinstance(cache, LinearAttentionCache):
-        raise TypeError(f"`cache` must be a LinearAttentionCache; got {type(cache).__name__}.")
     return inputs_kv
 
 
@@ -756,9 +696,7 @@ def _cached(cache: LinearAttentionCache, q_BxQxHxD: Array, k_BxKxHxD: Array,
     if qlen == 1:
         valid_B = None if key_valid_BxK is None else key_valid_BxK[:, 0]
         (s, z), y_BxHxD = linear_attention_step(
-            state, q_BxQxHxD[:, 0], k_BxKxHxD[:, 0], v_BxKxHxD[:, 0], valid=valid_B,
-            **kwargs,
-        )
+            state, q_BxQxHxD[:, 0], k_BxKxHxD[:, 0], v_BxKxHxD[:, 0], valid=valid_B, **kwargs)
         y_BxQxHxD = y_BxHxD[:, None]
     else:
         y_BxQxHxD, (s, z) = linear_attention_with_state(
@@ -766,11 +704,8 @@ def _cached(cache: LinearAttentionCache, q_BxQxHxD: Array, k_BxKxHxD: Array,
             implementation=implementation, chunk_size=chunk_size,
             initial_state=state, **kwargs,
         )
-    added_B = (
-        jnp.full((batch,), qlen, jnp.int32)
-        if key_valid_BxK is None
-        else key_valid_BxK.sum(axis=1).astype(jnp.int32)
-    )
+    added_B = (jnp.full((batch,), qlen, jnp.int32) if key_valid_BxK is None
+               else key_valid_BxK.sum(axis=1).astype(jnp.int32))
     return y_BxQxHxD, cache.replace(
         s_BxHxFxE=s.astype(cache.s_BxHxFxE.dtype),
         z_BxHxF=z.astype(cache.z_BxHxF.dtype),

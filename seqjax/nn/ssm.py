@@ -32,7 +32,13 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_lengths, check_positive_ints, check_rank, retired_flags
+from seqjax._checks import (
+    check_features,
+    check_lengths,
+    check_positive_ints,
+    check_rank,
+    retired_flags,
+)
 from seqjax.nn.dense import Dense
 from seqjax.nn.masks import padding_mask
 
@@ -62,19 +68,19 @@ def _check_choice(value: str, name: str, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"`{name}` must be one of {allowed}; got {value!r}.")
 
 
+def _check_shape(x: Array, name: str, layout: str, want: tuple[int, ...]) -> None:
+    if tuple(x.shape) != want:
+        raise ValueError(f"`{name}` must have shape {layout} = {want}; got {tuple(x.shape)}.")
+
+
 def _combine(left: tuple[Array, Array], right: tuple[Array, Array]) -> tuple[Array, Array]:
     """Compose ``h ↦ a₁h + b₁`` then ``h ↦ a₂h + b₂``: ``(a₁a₂, a₂b₁ + b₂)``."""
-    a1, b1 = left
-    a2, b2 = right
+    (a1, b1), (a2, b2) = left, right
     return a1 * a2, a2 * b1 + b2
 
 
 def linear_recurrence(
-    a_BxTxS: Array,
-    b_BxTxS: Array,
-    initial_state: Array | None = None,
-    *,
-    impl: str = "associative",
+    a_BxTxS: Array, b_BxTxS: Array, initial_state: Array | None = None, *, impl: str = "associative"
 ) -> Array:
     r"""All states of ``h_t = a_t ⊙ h_{t−1} + b_t`` (``h_0`` = ``initial_state`` or 0).
 
@@ -89,19 +95,12 @@ def linear_recurrence(
         [1.0, 1.5, 1.75, 1.875]
     """
     _check_choice(impl, "impl", SCAN_IMPLS)
-    if a_BxTxS.shape != b_BxTxS.shape:
-        raise ValueError(
-            f"`a` and `b` must have the same shape; got {tuple(a_BxTxS.shape)} and "
-            f"{tuple(b_BxTxS.shape)}."
-        )
+    _check_shape(b_BxTxS, "b", "a's", tuple(a_BxTxS.shape))
     if a_BxTxS.ndim < 2:
         raise ValueError(f"`a` must be [B, T, ...]; got shape {tuple(a_BxTxS.shape)}.")
     if initial_state is not None:
-        want = (a_BxTxS.shape[0], *a_BxTxS.shape[2:])
-        if tuple(initial_state.shape) != want:
-            raise ValueError(
-                f"`initial_state` must have shape {want}; got {tuple(initial_state.shape)}."
-            )
+        _check_shape(initial_state, "initial_state", "[B, ...]",
+                     (a_BxTxS.shape[0], *a_BxTxS.shape[2:]))
     if impl == "associative":
         if initial_state is not None:
             # Fold h_0 into the first element: h_1 = a_1 h_0 + b_1.
@@ -137,29 +136,27 @@ def discretize(
     """
     _check_choice(method, "method", DISCRETIZATIONS)
     da_xExN = delta_xE[..., :, None] * a_ExN
-    a_bar = jnp.exp(da_xExN)
-    if method == "mamba":
-        b_bar = delta_xE[..., :, None] * b_xN[..., None, :]
-    else:
-        b_bar = jnp.expm1(da_xExN) / a_ExN * b_xN[..., None, :]
-    return a_bar, b_bar
+    scale_xExN = delta_xE[..., :, None] if method == "mamba" else jnp.expm1(da_xExN) / a_ExN
+    return jnp.exp(da_xExN), scale_xExN * b_xN[..., None, :]
+
+
+def _step(h_BxExN, x_BxE, delta_BxE, b_BxN, c_BxN, *, a_ExN, discretization):
+    """``h ← Ā ⊙ h + B̄ x``, ``y = C h`` in float32: ``(h, y)``."""
+    a_bar, b_bar = discretize(delta_BxE, a_ExN, b_BxN, discretization)
+    h_BxExN = a_bar * h_BxExN + b_bar * x_BxE[..., None]
+    return h_BxExN, jnp.einsum("ben,bn->be", h_BxExN, c_BxN)
 
 
 def _check_ssm_inputs(x, delta, a, b, c, d) -> None:
     check_rank(x, "x", 3)
-    if delta.shape != x.shape:
-        raise ValueError(f"`delta` must have x's shape {tuple(x.shape)}; got {tuple(delta.shape)}.")
+    _check_shape(delta, "delta", "x's", tuple(x.shape))
     check_rank(a, "a", 2)
-    if a.shape[0] != x.shape[-1]:
-        raise ValueError(f"`a` must be [E, N] with E = {x.shape[-1]}; got {tuple(a.shape)}.")
+    _check_shape(a, "a", "[E, N]", (x.shape[-1], a.shape[1]))
     n = a.shape[1]
     for name, arr in (("b", b), ("c", c)):
-        if tuple(arr.shape) != (*x.shape[:2], n):
-            raise ValueError(
-                f"`{name}` must have shape [B, T, N] = {(*x.shape[:2], n)}; got {tuple(arr.shape)}."
-            )
-    if d is not None and tuple(d.shape) != (x.shape[-1],):
-        raise ValueError(f"`d` must have shape [E] = ({x.shape[-1]},); got {tuple(d.shape)}.")
+        _check_shape(arr, name, "[B, T, N]", (*x.shape[:2], n))
+    if d is not None:
+        _check_shape(d, "d", "[E]", (x.shape[-1],))
 
 
 @retired_flags(return_state="selective_scan_with_state")
@@ -234,11 +231,8 @@ def selective_scan_with_state(
     _check_choice(discretization, "discretization", DISCRETIZATIONS)
     batch, _, e = x_BxTxE.shape
     n = a_ExN.shape[1]
-    if initial_state is not None and tuple(initial_state.shape) != (batch, e, n):
-        raise ValueError(
-            f"`initial_state` must have shape [B, E, N] = {(batch, e, n)}; "
-            f"got {tuple(initial_state.shape)}."
-        )
+    if initial_state is not None:
+        _check_shape(initial_state, "initial_state", "[B, E, N]", (batch, e, n))
     f32 = jnp.float32
     x, dt = x_BxTxE.astype(f32), delta_BxTxE.astype(f32)
     a, b, c = a_ExN.astype(f32), b_BxTxN.astype(f32), c_BxTxN.astype(f32)
@@ -250,14 +244,9 @@ def selective_scan_with_state(
         y_BxTxE = jnp.einsum("bten,btn->bte", h_BxTxExN, c)
         h_last = h_BxTxExN[:, -1]
     else:
-        def body(h_BxExN, inputs):
-            x_BxE, dt_BxE, b_BxN, c_BxN = inputs
-            a_bar, b_bar = discretize(dt_BxE, a, b_BxN, discretization)
-            h_BxExN = a_bar * h_BxExN + b_bar * x_BxE[..., None]
-            return h_BxExN, jnp.einsum("ben,bn->be", h_BxExN, c_BxN)
-
         xs = tuple(jnp.swapaxes(t, 0, 1) for t in (x, dt, b, c))
-        h_last, y_TxBxE = jax.lax.scan(body, h0_BxExN, xs)
+        h_last, y_TxBxE = jax.lax.scan(
+            lambda h, x_t: _step(h, *x_t, a_ExN=a, discretization=discretization), h0_BxExN, xs)
         y_BxTxE = jnp.swapaxes(y_TxBxE, 0, 1)
     if d_E is not None:
         y_BxTxE = y_BxTxE + d_E.astype(f32) * x
@@ -287,17 +276,11 @@ def selective_step(
         ((1, 2, 4), (1, 2))
     """
     check_rank(x_BxE, "x", 2)
-    if tuple(h_BxExN.shape) != (*x_BxE.shape, a_ExN.shape[-1]):
-        raise ValueError(
-            f"`h` must have shape [B, E, N] = {(*x_BxE.shape, a_ExN.shape[-1])}; "
-            f"got {tuple(h_BxExN.shape)}."
-        )
+    _check_shape(h_BxExN, "h", "[B, E, N]", (*x_BxE.shape, a_ExN.shape[-1]))
     f32 = jnp.float32
     x = x_BxE.astype(f32)
-    a_bar, b_bar = discretize(delta_BxE.astype(f32), a_ExN.astype(f32), b_BxN.astype(f32),
-                              discretization)
-    h = a_bar * h_BxExN.astype(f32) + b_bar * x[..., None]
-    y = jnp.einsum("ben,bn->be", h, c_BxN.astype(f32))
+    h, y = _step(h_BxExN.astype(f32), x, delta_BxE.astype(f32), b_BxN.astype(f32),
+                 c_BxN.astype(f32), a_ExN=a_ExN.astype(f32), discretization=discretization)
     if d_E is not None:
         y = y + d_E.astype(f32) * x
     return h, y.astype(x_BxE.dtype)
@@ -323,9 +306,8 @@ def _dt_bias_init(dt_min: float, dt_max: float, floor: float) -> Initializer:
 
 
 def _valid_mask(lengths: Array | None, batch: int, steps: int) -> Array | None:
-    if lengths is None:
-        return None
-    return padding_mask(check_lengths(lengths, "lengths", batch, steps), steps)
+    return None if lengths is None else padding_mask(
+        check_lengths(lengths, "lengths", batch, steps), steps)
 
 
 def _symmetric_uniform(scale: float) -> Initializer:
@@ -333,11 +315,6 @@ def _symmetric_uniform(scale: float) -> Initializer:
         return jax.random.uniform(key, shape, dtype, -scale, scale)
 
     return init
-
-
-def _torch_conv_uniform(fan_in: int) -> Initializer:
-    """PyTorch's Conv1d default ``U(±1/√fan_in)``; fan_in = kernel size for a depthwise conv."""
-    return _symmetric_uniform(1.0 / math.sqrt(fan_in))
 
 
 class SelectiveSSM(nn.Module):
@@ -358,10 +335,10 @@ class SelectiveSSM(nn.Module):
     time-invariant SSM: a causal convolution with kernel ``K_k = Σ_n C_n Ā_n^k B̄_n`` per
     channel, which cannot select (Gu & Dao 2023, §3.1, Table 1).
 
-    Call: ``ssm(x, *, lengths=None, initial_state=None) -> y``; :meth:`with_state` (same
-    arguments) -> ``(y, h_T)``; :meth:`step` ``(h, x_BxE) -> (h, y_BxE)``, one generation
-    step. With ``lengths: int32[B]`` steps ``t ≥ lengths[b]`` have ``Δ = 0`` (state unchanged,
-    so ``h_T`` is the state at the last real step) and output 0.
+    Call -> ``y``; :meth:`with_state` (same arguments) -> ``(y, h_T)``; :meth:`step` ``(h,
+    x_BxE) -> (h, y_BxE)``, one generation step. With ``lengths: int32[B]`` steps ``t ≥
+    lengths[b]`` have ``Δ = 0`` (state unchanged, so ``h_T`` is the state at the last real
+    step) and output 0.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -410,34 +387,24 @@ class SelectiveSSM(nn.Module):
             self.B = self.param("B", nn.initializers.normal(1.0), (n,), self.param_dtype)
             self.C = self.param("C", nn.initializers.normal(1.0), (n,), self.param_dtype)
             return
-        self.x_proj = Dense(
-            r + 2 * n, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-            kernel_init=self.kernel_init, name="x_proj",
-        )
-        dt_std = r**-0.5 * self.dt_scale
-        self.dt_proj = Dense(
-            e, use_bias=True, dtype=self.dtype, param_dtype=self.param_dtype,
-            kernel_init=_symmetric_uniform(dt_std),
-            bias_init=dt_init,
-            name="dt_proj",
-        )
+        dense = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        self.x_proj = Dense(r + 2 * n, use_bias=False, kernel_init=self.kernel_init,
+                            name="x_proj", **dense)
+        self.dt_proj = Dense(e, kernel_init=_symmetric_uniform(r**-0.5 * self.dt_scale),
+                             bias_init=dt_init, name="dt_proj", **dense)
 
     def _selection(self, x_xE: Array) -> tuple[Array, Array, Array, Array]:
         """``(Δ, B, C, A)`` for inputs ``[..., E]``; ``Δ`` in float32."""
         r, n = self.rank, self.d_state
         if not self.selective:
-            lead = x_xE.shape[:-1]
-            delta_xE = jnp.broadcast_to(
-                jax.nn.softplus(self.dt_bias.astype(jnp.float32)), x_xE.shape
-            )
-            b_xN = jnp.broadcast_to(self.B, (*lead, n))
-            c_xN = jnp.broadcast_to(self.C, (*lead, n))
-            return delta_xE, b_xN, c_xN, -jnp.exp(self.A_log.astype(jnp.float32))
-        proj = self.x_proj(x_xE)
-        dt_low, b_xN, c_xN = proj[..., :r], proj[..., r : r + n], proj[..., r + n :]
-        delta_xE = jax.nn.softplus(self.dt_proj(dt_low).astype(jnp.float32))
-        a_ExN = -jnp.exp(self.A_log.astype(jnp.float32))
-        return delta_xE, b_xN, c_xN, a_ExN
+            delta_xE = jnp.broadcast_to(jax.nn.softplus(self.dt_bias.astype(jnp.float32)),
+                                        x_xE.shape)
+            b_xN, c_xN = (jnp.broadcast_to(p, (*x_xE.shape[:-1], n)) for p in (self.B, self.C))
+        else:
+            proj = self.x_proj(x_xE)
+            dt_low, b_xN, c_xN = proj[..., :r], proj[..., r : r + n], proj[..., r + n :]
+            delta_xE = jax.nn.softplus(self.dt_proj(dt_low).astype(jnp.float32))
+        return delta_xE, b_xN, c_xN, -jnp.exp(self.A_log.astype(jnp.float32))
 
     @retired_flags(return_state="SelectiveSSM.with_state")
     def __call__(
@@ -451,10 +418,7 @@ class SelectiveSSM(nn.Module):
     ) -> tuple[Array, Array]:
         """``(y: [B, T, E], h_T: f32[B, E, N])``, ``h_T`` after each row's last real step."""
         check_rank(x, "x", 3)
-        if x.shape[-1] != self.features:
-            raise ValueError(
-                f"`x` must have {self.features} features (last axis); got shape {tuple(x.shape)}."
-            )
+        check_features(x, "x", self.features, "`features`")
         x_BxTxE = x.astype(self.dtype) if self.dtype is not None else x
         valid_BxT = _valid_mask(lengths, x.shape[0], x.shape[1])
         delta_BxTxE, b_BxTxN, c_BxTxN, a_ExN = self._selection(x_BxTxE)
@@ -507,22 +471,15 @@ class CausalDepthwiseConv1d(nn.Module):
         check_rank(x, "x", 3)
         k, e = self.kernel_size, self.features
         check_positive_ints(kernel_size=k)
-        if x.shape[-1] != e:
-            raise ValueError(f"`x` must have {e} features; got shape {tuple(x.shape)}.")
+        check_features(x, "x", e, "`features`")
         batch, steps, _ = x.shape
-        kernel_KxE = self.param("kernel", _torch_conv_uniform(k), (k, e), self.param_dtype)
-        bias_E = (
-            self.param("bias", _torch_conv_uniform(k), (e,), self.param_dtype)
-            if self.use_bias
-            else None
-        )
+        # PyTorch's Conv1d default U(±1/√fan_in); fan_in = kernel size for a depthwise conv.
+        init = _symmetric_uniform(1.0 / math.sqrt(k))
+        kernel_KxE = self.param("kernel", init, (k, e), self.param_dtype)
+        bias_E = self.param("bias", init, (e,), self.param_dtype) if self.use_bias else None
         if state is None:
             state = jnp.zeros((batch, k - 1, e), x.dtype)
-        elif tuple(state.shape) != (batch, k - 1, e):
-            raise ValueError(
-                f"`state` must have shape [B, K-1, E] = {(batch, k - 1, e)}; "
-                f"got {tuple(state.shape)}."
-            )
+        _check_shape(state, "state", "[B, K-1, E]", (batch, k - 1, e))
         x, kernel_KxE, bias_E = nn.dtypes.promote_dtype(x, kernel_KxE, bias_E, dtype=self.dtype)
         xp_BxLxE = jnp.concatenate([state.astype(x.dtype), x], axis=1)  # L = K - 1 + T
         y_BxTxE = sum(xp_BxLxE[:, j : j + steps] * kernel_KxE[j] for j in range(k))
@@ -625,19 +582,16 @@ class MambaBlock(nn.Module):
 
     def setup(self) -> None:
         check_positive_ints(features=self.features, expand=self.expand)
-        dense = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
-                     kernel_init=self.kernel_init)
+        dtypes = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        dense = dict(use_bias=self.use_bias, kernel_init=self.kernel_init, **dtypes)
         self.in_proj = Dense(2 * self.inner, name="in_proj", **dense)
-        self.conv1d = CausalDepthwiseConv1d(
-            self.inner, self.d_conv, use_bias=self.conv_bias, dtype=self.dtype,
-            param_dtype=self.param_dtype, name="conv1d",
-        )
+        self.conv1d = CausalDepthwiseConv1d(self.inner, self.d_conv, use_bias=self.conv_bias,
+                                            name="conv1d", **dtypes)
         self.ssm = SelectiveSSM(
             self.inner, d_state=self.d_state,
             dt_rank=self.dt_rank if self.dt_rank is not None else math.ceil(self.features / 16),
             scan_impl=self.scan_impl, discretization=self.discretization,
-            selective=self.selective, dtype=self.dtype,
-            param_dtype=self.param_dtype, kernel_init=self.kernel_init, name="ssm",
+            selective=self.selective, kernel_init=self.kernel_init, name="ssm", **dtypes,
         )
         self.out_proj = Dense(self.features, name="out_proj", **dense)
 
@@ -659,10 +613,7 @@ class MambaBlock(nn.Module):
         self, x: Array, lengths: Array | None, cache: MambaCache | None
     ) -> tuple[Array, MambaCache | None]:
         check_rank(x, "x", 3)
-        if x.shape[-1] != self.features:
-            raise ValueError(
-                f"`x` must have {self.features} features (last axis); got shape {tuple(x.shape)}."
-            )
+        check_features(x, "x", self.features, "`features`")
         batch, steps, _ = x.shape
         valid_BxT = _valid_mask(lengths, batch, steps)
         u_BxTxE, g_BxTxE = jnp.split(self.in_proj(x), 2, axis=-1)
@@ -682,12 +633,11 @@ class MambaBlock(nn.Module):
         if cache is None:
             return out_BxTxD, None
         added = jnp.full((batch,), steps, jnp.int32) if lengths is None else lengths
-        new_cache = MambaCache(
+        return out_BxTxD, MambaCache(
             conv_BxKm1xE=new_conv.astype(cache.conv_BxKm1xE.dtype),
             ssm_BxExN=h_BxExN.astype(cache.ssm_BxExN.dtype),
             lengths_B=cache.lengths_B + added.astype(jnp.int32),
         )
-        return out_BxTxD, new_cache
 
     def init_cache(
         self, batch: int, max_len: int | None = None, dtype: Dtype = jnp.float32

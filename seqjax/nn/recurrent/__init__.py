@@ -24,15 +24,8 @@ Example:
 """
 
 from seqjax.nn.recurrent._cudnn import cudnn_lstm_weights
-from seqjax.nn.recurrent.layers import (
-    CELL_TYPES,
-    RNN,
-    Bidirectional,
-    StackedRNN,
-)
-
-# Read-only copies of the layers' constants (documented names); set them in `layers`.
-from seqjax.nn.recurrent.layers import GPU_SCAN_UNROLL as GPU_SCAN_UNROLL  # noqa: E402
-from seqjax.nn.recurrent.layers import IMPLEMENTATIONS as IMPLEMENTATIONS  # noqa: E402
+from seqjax.nn.recurrent.layers import CELL_TYPES, RNN, Bidirectional, StackedRNN
+from seqjax.nn.recurrent.layers import GPU_SCAN_UNROLL as GPU_SCAN_UNROLL
+from seqjax.nn.recurrent.layers import IMPLEMENTATIONS as IMPLEMENTATIONS
 
 __all__ = ["RNN", "Bidirectional", "StackedRNN", "CELL_TYPES", "cudnn_lstm_weights"]

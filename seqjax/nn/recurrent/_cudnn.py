@@ -33,13 +33,8 @@ __all__ = ["cudnn_lstm_weights", "lstm_layer", "lstm_stack"]
 def _pack(cells: Sequence[tuple[Array, Array, Array]]) -> Array:
     """cuDNN's flat weights (:func:`cudnn_lstm_weights`) from per-pseudo-layer
     ``(input_kernel, bias, recurrent_kernel)``."""
-    mats = []
-    for w_ih, _, w_hh in cells:
-        mats.append(w_ih.T.reshape(-1))
-        mats.append(w_hh.T.reshape(-1))
-    for _, b, _ in cells:
-        mats.append(b)
-        mats.append(jnp.zeros_like(b))
+    mats = [m for w_ih, _, w_hh in cells for m in (w_ih.T.reshape(-1), w_hh.T.reshape(-1))]
+    mats += [m for _, b, _ in cells for m in (b, jnp.zeros_like(b))]
     return jnp.concatenate([m.astype(jnp.float32) for m in mats])
 
 
@@ -51,12 +46,9 @@ def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Arr
     i, f, g, o). ``b_ih`` is seqjax's bias (zeros without; with ``recurrent_bias=True`` the
     sum of both), ``b_hh`` is zero.
     """
-    cells = []
-    for layer in range(num_layers):
-        lp = params[f"layer_{layer}"]
-        cells.extend(
-            [lp["forward"]["cell"], lp["backward"]["cell"]] if bidirectional else [lp["cell"]]
-        )
+    layers = [params[f"layer_{layer}"] for layer in range(num_layers)]
+    cells = ([lp[d]["cell"] for lp in layers for d in ("forward", "backward")] if bidirectional
+             else [lp["cell"] for lp in layers])
     packed = []
     for cell in cells:
         kernel = cell["input"]["kernel"]
@@ -67,55 +59,50 @@ def cudnn_lstm_weights(params: Any, num_layers: int, bidirectional: bool) -> Arr
     return _pack(packed)
 
 
-def lstm_layer(
-    weights: LayerWeights, x_BxTxP: Array, carry: Carry, lengths: Array | None
-) -> tuple[Carry, Array]:
+def _lstm(
+    x_BxTxP: Array, c0: Array, h0: Array, weights: Array, lengths: Array | None, hidden: int,
+    num_layers: int = 1, bidirectional: bool = False, min_length: int = 0,
+) -> tuple[Array, Array, Array]:
+    """``jax.experimental.rnn.lstm`` in float32 (bf16 inputs are upcast): ``(y, h_n, c_n)``,
+    ``y`` in ``x``'s dtype and zero past each row's length; cuDNN is given lengths of at least
+    ``min_length``."""
+    from jax.experimental import rnn as jrnn
+
+    batch, num_steps, in_features = x_BxTxP.shape
+    lengths_B = jnp.full((batch,), num_steps, jnp.int32) if lengths is None else lengths
+    f32 = jnp.float32
+    y, h_n, c_n = jrnn.lstm(
+        x_BxTxP.astype(f32), h0.astype(f32), c0.astype(f32), weights,
+        jnp.maximum(lengths_B, min_length) if min_length else lengths_B,
+        input_size=in_features, hidden_size=hidden, num_layers=num_layers, dropout=0.0,
+        bidirectional=bidirectional,
+    )
+    if lengths is not None:
+        y = jnp.where(padding_mask(lengths_B, num_steps)[..., None], y, 0.0)
+    return y.astype(x_BxTxP.dtype), h_n, c_n
+
+
+def lstm_layer(weights: LayerWeights, x_BxTxP: Array, carry: Carry,
+               lengths: Array | None) -> tuple[Carry, Array]:
     """One forward LSTM layer through cuDNN (float32): ``((c_T, h_T), y_BxTxH)``.
 
     ``weights``: the cell's ``"lstm"`` :meth:`~seqjax.nn.RecurrentCell.layer_weights`;
     ``lengths`` checked by the caller (``None``: all full). Outputs past a row's length are
     zero; a row of length 0 keeps its initial carry.
     """
-    from jax.experimental import rnn as jrnn
-
-    batch, num_steps, in_features = x_BxTxP.shape
-    hidden = weights.recurrent_kernel.shape[0]
-    padded = lengths is not None
-    lengths_B = jnp.full((batch,), num_steps, jnp.int32) if lengths is None else lengths
     c0, h0 = carry
     w = _pack([(weights.input_kernel, weights.bias, weights.recurrent_kernel)])
     # A row of length 0 keeps its initial carry (cuDNN is given at least one step).
-    y, h_n, c_n = jrnn.lstm(
-        x_BxTxP.astype(jnp.float32),
-        h0[None].astype(jnp.float32),
-        c0[None].astype(jnp.float32),
-        w,
-        jnp.maximum(lengths_B, 1),
-        input_size=in_features,
-        hidden_size=hidden,
-        num_layers=1,
-        dropout=0.0,
-        bidirectional=False,
-    )
-    if padded:
-        y = jnp.where(padding_mask(lengths_B, num_steps)[..., None], y, 0.0)
-    y = y.astype(x_BxTxP.dtype)
-    ran = (lengths_B > 0)[:, None]
-    return (
-        jnp.where(ran, c_n[0], c0).astype(c0.dtype),
-        jnp.where(ran, h_n[0], h0).astype(h0.dtype),
-    ), y
+    y, h_n, c_n = _lstm(x_BxTxP, c0[None], h0[None], w, lengths,
+                        weights.recurrent_kernel.shape[0], min_length=1)
+    ran = x_BxTxP.shape[1] > 0 if lengths is None else (lengths > 0)[:, None]
+    c, h = (jnp.where(ran, new[0], old).astype(old.dtype) for new, old in ((c_n, c0), (h_n, h0)))
+    return (c, h), y
 
 
 def lstm_stack(
-    params: Any,
-    x_BxTxP: Array,
-    lengths: Array | None,
-    initial_carry: Sequence[Carry] | None,
-    *,
-    features: int,
-    num_layers: int,
-    bidirectional: bool,
+    params: Any, x_BxTxP: Array, lengths: Array | None, initial_carry: Sequence[Carry] | None,
+    *, features: int, num_layers: int, bidirectional: bool,
 ) -> tuple[Array, tuple[Carry, ...]]:
     """A whole ``StackedRNN(cell_type="lstm")`` as one cuDNN call: ``(y_BxTxD, carries)``.
 
@@ -123,39 +110,13 @@ def lstm_stack(
     :class:`~seqjax.nn.StackedRNN`'s (per layer ``(c, h)``, or ``((c, h), (c, h))``
     forward/backward). ``D = features`` (``2·features`` when bidirectional).
     """
-    from jax.experimental import rnn as jrnn
-
-    batch, num_steps, in_features = x_BxTxP.shape
-    padded = lengths is not None
-    lengths_B = jnp.full((batch,), num_steps, jnp.int32) if lengths is None else lengths
     dirs = 2 if bidirectional else 1
-    zeros = jnp.zeros((num_layers * dirs, batch, features), jnp.float32)
-    h0, c0 = zeros, zeros
+    c0 = h0 = jnp.zeros((num_layers * dirs, x_BxTxP.shape[0], features), jnp.float32)
     if initial_carry is not None:
         per = [c for carry in initial_carry for c in (carry if dirs == 2 else (carry,))]
-        c0 = jnp.stack([c for c, _ in per])
-        h0 = jnp.stack([h for _, h in per])
+        c0, h0 = (jnp.stack(states) for states in zip(*per))
     weights = cudnn_lstm_weights(params, num_layers, bidirectional)
-    # cuDNN runs in float32: bf16 inputs are upcast, outputs come back in the input's dtype.
-    out_dtype = x_BxTxP.dtype
-    y, h_n, c_n = jrnn.lstm(
-        x_BxTxP.astype(jnp.float32),
-        h0.astype(jnp.float32),
-        c0.astype(jnp.float32),
-        weights,
-        lengths_B,
-        input_size=in_features,
-        hidden_size=features,
-        num_layers=num_layers,
-        dropout=0.0,
-        bidirectional=bidirectional,
-    )
-    if padded:
-        y = jnp.where(padding_mask(lengths_B, num_steps)[..., None], y, 0.0)
-    y = y.astype(out_dtype)
-    h_n, c_n = h_n.astype(out_dtype), c_n.astype(out_dtype)
-    finals = []
-    for layer in range(num_layers):
-        carries = tuple((c_n[layer * dirs + d], h_n[layer * dirs + d]) for d in range(dirs))
-        finals.append(carries if dirs == 2 else carries[0])
-    return y, tuple(finals)
+    y, h_n, c_n = _lstm(x_BxTxP, c0, h0, weights, lengths, features, num_layers, bidirectional)
+    finals = [(c, h) for c, h in zip(c_n.astype(y.dtype), h_n.astype(y.dtype))]
+    return y, tuple(tuple(finals[layer * dirs : (layer + 1) * dirs]) if bidirectional
+                    else finals[layer] for layer in range(num_layers))

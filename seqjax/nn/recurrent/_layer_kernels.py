@@ -47,6 +47,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from seqjax.nn.cells import LayerWeights
 
@@ -61,24 +62,27 @@ def _dot(a: Array, b: Array, dtype: Any) -> Array:
     return jnp.dot(a.astype(dtype), b.astype(dtype), preferred_element_type=_F32)
 
 
+def _at(a_TxN: Array, t: Array) -> Array:
+    """Slot ``t`` of a time-major array."""
+    return lax.dynamic_index_in_dim(a_TxN, t, keepdims=False)
+
+
 def _shift(seq_TxBxH: Array, first_BxH: Array, reverse: bool) -> Array:
     """The carry *before* each step: ``[c0, c_0, …, c_{T-2}]`` (reversed order if ``reverse``)."""
     if seq_TxBxH.shape[0] == 0:
         return seq_TxBxH
     first = first_BxH[None].astype(seq_TxBxH.dtype)
-    if reverse:
-        return jnp.concatenate([seq_TxBxH[1:], first], 0)
-    return jnp.concatenate([first, seq_TxBxH[:-1]], 0)
+    return jnp.concatenate([seq_TxBxH[1:], first] if reverse else [first, seq_TxBxH[:-1]], 0)
 
 
-def _keep(valid_B: Array | None, new: Array, old: Array) -> Array:
+def _keep(valid_B: Array | None, new: Any, old: Any) -> Array:
+    """``new`` in the valid rows, ``old`` (an array or a scalar) in the padded ones."""
     return new if valid_B is None else jnp.where(valid_B[:, None], new, old)
 
 
 def _mask_y(hs_TxBxH: Array, valid_TxB: Array | None) -> Array:
-    if valid_TxB is None:
-        return hs_TxBxH
-    return jnp.where(valid_TxB[..., None], hs_TxBxH, jnp.zeros_like(hs_TxBxH))
+    return hs_TxBxH if valid_TxB is None else jnp.where(
+        valid_TxB[..., None], hs_TxBxH, jnp.zeros_like(hs_TxBxH))
 
 
 def _gate_consts(hsz: int, dtype: Any) -> tuple[Array, Array]:
@@ -88,84 +92,37 @@ def _gate_consts(hsz: int, dtype: Any) -> tuple[Array, Array]:
     return s, shift
 
 
-def layer_scan(
-    weights: LayerWeights,
-    x_TxBxP: Array,
-    carry: Any,
-    valid_TxB: Array | None,
-    reverse: bool,
-    compute_dtype: Any,
-    unroll: int = 1,
-) -> tuple[Any, Array]:
+def _weight_grads(x, w_ih, b, w_hh, h_prev_TxBxH, dg_TxBxG, compute_dtype):
+    """``(dx, dW_ih, db, dW_hh)`` from the pre-activation cotangents ``dG`` (module docstring)."""
+    num_steps, batch, in_features = x.shape
+    dg = dg_TxBxG.reshape(num_steps * batch, dg_TxBxG.shape[-1])
+    dw_ih = _dot(x.reshape(-1, in_features).T, dg, compute_dtype)
+    dw_hh = _dot(h_prev_TxBxH.reshape(-1, w_hh.shape[0]).T, dg, compute_dtype)
+    dx = _dot(dg, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
+    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), dg.sum(0).astype(b.dtype),
+            dw_hh.astype(w_hh.dtype))
+
+
+def layer_scan(weights: LayerWeights, x_TxBxP: Array, carry: Any, valid_TxB: Array | None,
+               reverse: bool, compute_dtype: Any, unroll: int = 1) -> tuple[Any, Array]:
     """Kernel ``weights.equation`` over a time-major layer: ``(final_carry, y_TxBxH)``; carry
     as the cell's (Elman/GRU ``h``, LSTM ``(c, h)``, each ``[B, H]``)."""
     w = weights
+    xw = (x_TxBxP, w.input_kernel, w.bias, w.recurrent_kernel)
+    loop = (reverse, compute_dtype, unroll)
     if w.equation == "elman":
-        y, h = elman_layer(
-            x_TxBxP,
-            w.input_kernel,
-            w.bias,
-            w.recurrent_kernel,
-            carry,
-            valid_TxB,
-            w.activation,
-            reverse,
-            compute_dtype,
-            unroll,
-        )
-        return h, y
-    if w.equation == "lstm":
-        c0, h0 = carry
-        y, (c, h) = lstm_layer(
-            x_TxBxP,
-            w.input_kernel,
-            w.bias,
-            w.recurrent_kernel,
-            c0,
-            h0,
-            valid_TxB,
-            reverse,
-            compute_dtype,
-            unroll,
-        )
-        return (c, h), y
-    if w.equation == "gru":
-        y, h = gru_layer(
-            x_TxBxP,
-            w.input_kernel,
-            w.bias,
-            w.recurrent_kernel,
-            w.recurrent_bias,
-            carry,
-            valid_TxB,
-            reverse,
-            compute_dtype,
-            unroll,
-        )
-        return h, y
-    raise ValueError(f"`weights.equation` must be 'elman', 'lstm' or 'gru'; got {w.equation!r}.")
+        y, carry = elman_layer(*xw, carry, valid_TxB, w.activation, *loop)
+    elif w.equation == "lstm":
+        y, carry = lstm_layer(*xw, *carry, valid_TxB, *loop)
+    elif w.equation == "gru":
+        y, carry = gru_layer(*xw, w.recurrent_bias, carry, valid_TxB, *loop)
+    else:
+        raise ValueError(
+            f"`weights.equation` must be 'elman', 'lstm' or 'gru'; got {w.equation!r}.")
+    return carry, y
 
 
 # ---------------------------------------------------------------------------------- Elman
-
-
-def _elman_forward(
-    x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype, unroll, keep=True
-):
-    ew = h0.dtype
-    w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
-    b_ew = b.astype(ew)
-
-    def body(h, inputs):
-        x_BxP, valid_B = inputs
-        u = jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32) + jnp.dot(
-            h.astype(compute_dtype), w_h, preferred_element_type=_F32
-        )
-        u = u.astype(ew) + b_ew
-        h_new = _keep(valid_B, activation(u).astype(ew), h)
-        return h_new, (h_new, u if keep else None)
-
-    return jax.lax.scan(body, h0, (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
@@ -173,34 +130,30 @@ def elman_layer(
     x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype, unroll=1
 ):
     """Elman layer, time-major: ``(y_TxBxH, h_T)``; ``w_ih: [P, H]``, ``w_hh: [H, H]``."""
-    h, (hs, _) = _elman_forward(
-        x_TxBxP,
-        w_ih,
-        b,
-        w_hh,
-        h0,
-        valid_TxB,
-        activation,
-        reverse,
-        compute_dtype,
-        unroll,
-        keep=False,
-    )
-    return _mask_y(hs, valid_TxB), h
+    return _elman_fwd(x_TxBxP, w_ih, b, w_hh, h0, valid_TxB, activation, reverse, compute_dtype,
+                      unroll, keep=False)[0]
 
 
-def _elman_fwd(x, w_ih, b, w_hh, h0, valid, activation, reverse, compute_dtype, unroll):
-    h, (hs, us) = _elman_forward(
-        x, w_ih, b, w_hh, h0, valid, activation, reverse, compute_dtype, unroll
-    )
+def _elman_fwd(x, w_ih, b, w_hh, h0, valid, activation, reverse, compute_dtype, unroll, keep=True):
+    """``((y, h_T), residuals)``; the primal (``keep=False``) keeps no pre-activations."""
+    ew = h0.dtype
+    w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
+    b_ew = b.astype(ew)
+
+    def body(h, inputs):
+        x_BxP, valid_B = inputs
+        u = _dot(x_BxP, w_i, compute_dtype) + _dot(h, w_h, compute_dtype)
+        u = u.astype(ew) + b_ew
+        h_new = _keep(valid_B, activation(u).astype(ew), h)
+        return h_new, (h_new, u if keep else None)
+
+    h, (hs, us) = lax.scan(body, h0, (x, valid), reverse=reverse, unroll=unroll)
     return (_mask_y(hs, valid), h), (x, w_ih, b, w_hh, h0, valid, hs, us)
 
 
 def _elman_bwd(activation, reverse, compute_dtype, unroll, res, cot):
     x, w_ih, b, w_hh, h0, valid, hs, us = res
     dy_TxBxH, dh_T = cot
-    num_steps, batch, in_features = x.shape
-    hsz = w_hh.shape[0]
     ew = us.dtype
     w_hh_t = w_hh.astype(compute_dtype).T
     dy = _mask_y(dy_TxBxH.astype(ew), valid)
@@ -209,29 +162,14 @@ def _elman_bwd(activation, reverse, compute_dtype, unroll, res, cot):
         dy_BxH, u, valid_B = inputs
         dh_all = dh + dy_BxH
         du = jax.vjp(activation, u)[1](dh_all.astype(ew))[0].astype(ew)  # σ′(u) ⊙ dh
-        if valid_B is not None:
-            du = jnp.where(valid_B[:, None], du, jnp.zeros_like(du))
-        dh_prev = jnp.dot(du.astype(compute_dtype), w_hh_t, preferred_element_type=_F32).astype(ew)
-        if valid_B is not None:  # a padded step passed the carry through
-            dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
-        return dh_prev, du
+        du = _keep(valid_B, du, 0.0)
+        # A padded step passed the carry through.
+        return _keep(valid_B, _dot(du, w_hh_t, compute_dtype).astype(ew), dh_all), du
 
-    dh0, du_TxBxH = jax.lax.scan(
-        body, dh_T.astype(ew), (dy, us, valid), reverse=not reverse, unroll=unroll
-    )
-    h_prev = _shift(hs, h0, reverse)
-    du = du_TxBxH.reshape(num_steps * batch, hsz)
-    dw_ih = _dot(x.reshape(-1, in_features).T, du, compute_dtype)
-    dw_hh = _dot(h_prev.reshape(-1, hsz).T, du, compute_dtype)
-    dx = _dot(du, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
-    return (
-        dx.astype(x.dtype),
-        dw_ih.astype(w_ih.dtype),
-        du.sum(0).astype(b.dtype),
-        dw_hh.astype(w_hh.dtype),
-        dh0.astype(h0.dtype),
-        None,
-    )
+    dh0, du_TxBxH = lax.scan(body, dh_T.astype(ew), (dy, us, valid), reverse=not reverse,
+                             unroll=unroll)
+    grads = _weight_grads(x, w_ih, b, w_hh, _shift(hs, h0, reverse), du_TxBxH, compute_dtype)
+    return (*grads, dh0.astype(h0.dtype), None)
 
 
 elman_layer.defvjp(_elman_fwd, _elman_bwd)
@@ -248,8 +186,9 @@ def _lstm_update(gates, c, s4, shift4):
     return acts, c_new, o * jnp.tanh(c_new)
 
 
-def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll):
-    """The primal (inference) pass: both projections per step, no residuals kept."""
+@partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
+def lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll=1):
+    """LSTM layer, time-major: ``(y_TxBxH, (c_T, h_T))``; ``w_ih: [P, 4H]``, ``w_hh: [H, 4H]``."""
     ew = c0.dtype  # elementwise / carry dtype
     w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
     b_ew = b.astype(ew)
@@ -258,137 +197,81 @@ def _lstm_forward(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dt
     def body(carry, inputs):
         c, h = carry
         x_BxP, valid_B = inputs
-        gates = jnp.dot(x_BxP.astype(compute_dtype), w_i, preferred_element_type=_F32) + jnp.dot(
-            h.astype(compute_dtype), w_h, preferred_element_type=_F32
-        )
+        gates = _dot(x_BxP, w_i, compute_dtype) + _dot(h, w_h, compute_dtype)
         _, c_new, h_new = _lstm_update(gates.astype(ew) + b_ew, c, s4, shift4)
         c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
         return (c_new, h_new), h_new
 
-    return jax.lax.scan(body, (c0, h0), (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
-
-
-def _lstm_forward_saving(
-    x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll
-):
-    """The training pass (module docstring): ``((c_T, h_T), (hs, cs, acts))`` in time order."""
-    num_steps, batch, in_features = x_TxBxP.shape
-    hsz = w_hh.shape[0]
-    ew = c0.dtype
-    xw = _dot(x_TxBxP.reshape(num_steps * batch, in_features), w_ih, compute_dtype)
-    xw = xw.astype(ew).reshape(num_steps, batch, 4 * hsz)
-    w_h = w_hh.astype(compute_dtype)
-    b_ew = b.astype(ew)
-    s4, shift4 = _gate_consts(hsz, ew)
-    lax = jax.lax
-
-    def body(i, carry):
-        c, h, buf, hs, cs = carry
-        t = num_steps - 1 - i if reverse else i
-        gates = lax.dynamic_index_in_dim(buf, t, keepdims=False) + b_ew
-        gates = gates + jnp.dot(
-            h.astype(compute_dtype), w_h, preferred_element_type=_F32
-        ).astype(ew)
-        acts, c_new, h_new = _lstm_update(gates, c, s4, shift4)
-        if valid_TxB is not None:
-            valid_B = lax.dynamic_index_in_dim(valid_TxB, t, keepdims=False)
-            c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
-        return (
-            c_new,
-            h_new,
-            lax.dynamic_update_index_in_dim(buf, acts, t, 0),
-            lax.dynamic_update_index_in_dim(hs, h_new, t, 0),
-            lax.dynamic_update_index_in_dim(cs, c_new, t, 0),
-        )
-
-    hs = jnp.zeros((num_steps, batch, hsz), ew)
-    cs = jnp.zeros((num_steps, batch, hsz), ew)
-    if num_steps == 0:  # no slot to index
-        return (c0, h0), (hs, cs, xw)
-    c, h, acts, hs, cs = lax.fori_loop(0, num_steps, body, (c0, h0, xw, hs, cs), unroll=unroll)
-    return (c, h), (hs, cs, acts)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
-def lstm_layer(x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll=1):
-    """LSTM layer, time-major: ``(y_TxBxH, (c_T, h_T))``; ``w_ih: [P, 4H]``, ``w_hh: [H, 4H]``."""
-    (c, h), hs = _lstm_forward(
-        x_TxBxP, w_ih, b, w_hh, c0, h0, valid_TxB, reverse, compute_dtype, unroll
-    )
+    (c, h), hs = lax.scan(body, (c0, h0), (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
     return _mask_y(hs, valid_TxB), (c, h)
 
 
 def _lstm_fwd(x, w_ih, b, w_hh, c0, h0, valid, reverse, compute_dtype, unroll):
-    (c, h), (hs, cs, acts) = _lstm_forward_saving(
-        x, w_ih, b, w_hh, c0, h0, valid, reverse, compute_dtype, unroll
-    )
+    """The training pass (module docstring); residuals ``hs, cs, acts`` in time order."""
+    num_steps, batch, in_features = x.shape
+    hsz = w_hh.shape[0]
+    ew = c0.dtype
+    xw = _dot(x.reshape(num_steps * batch, in_features), w_ih, compute_dtype)
+    xw = xw.astype(ew).reshape(num_steps, batch, 4 * hsz)
+    w_h = w_hh.astype(compute_dtype)
+    b_ew = b.astype(ew)
+    s4, shift4 = _gate_consts(hsz, ew)
+
+    def body(i, carry):
+        c, h, buf, hs, cs = carry
+        t = num_steps - 1 - i if reverse else i
+        gates = _at(buf, t) + b_ew
+        gates = gates + _dot(h, w_h, compute_dtype).astype(ew)
+        acts, c_new, h_new = _lstm_update(gates, c, s4, shift4)
+        valid_B = None if valid is None else _at(valid, t)
+        c_new, h_new = _keep(valid_B, c_new, c), _keep(valid_B, h_new, h)
+        put = partial(lax.dynamic_update_index_in_dim, index=t, axis=0)
+        return c_new, h_new, put(buf, acts), put(hs, h_new), put(cs, c_new)
+
+    c, h, acts = c0, h0, xw
+    hs = jnp.zeros((num_steps, batch, hsz), ew)
+    cs = jnp.zeros((num_steps, batch, hsz), ew)
+    if num_steps:  # (no slot to index in an empty sequence)
+        c, h, acts, hs, cs = lax.fori_loop(0, num_steps, body, (c, h, acts, hs, cs),
+                                           unroll=unroll)
     return (_mask_y(hs, valid), (c, h)), (x, w_ih, b, w_hh, c0, h0, valid, hs, cs, acts)
 
 
 def _lstm_bwd(reverse, compute_dtype, unroll, res, cot):
     x, w_ih, b, w_hh, c0, h0, valid, hs, cs, acts = res
     dy_TxBxH, (dc_T, dh_T) = cot
-    num_steps, batch, in_features = x.shape
-    hsz = w_hh.shape[0]
+    num_steps = x.shape[0]
     ew = acts.dtype
     w_hh_t = w_hh.astype(compute_dtype).T
     dy = _mask_y(dy_TxBxH.astype(ew), valid)
     c_first = c0.astype(ew)
-    lax = jax.lax
 
     def body(i, carry):
         dc, dh, buf = carry
         t = i if reverse else num_steps - 1 - i  # forward time, visited in reverse
         t_prev = t + 1 if reverse else t - 1  # the step before t in the forward pass
         first = t == (num_steps - 1 if reverse else 0)
-        cp = lax.dynamic_index_in_dim(cs, jnp.clip(t_prev, 0, num_steps - 1), keepdims=False)
-        cp = jnp.where(first, c_first, cp)
-        ig, fg, gg, og = jnp.split(lax.dynamic_index_in_dim(buf, t, keepdims=False), 4, axis=-1)
-        dh_all = dh + lax.dynamic_index_in_dim(dy, t, keepdims=False)
-        tc = jnp.tanh(lax.dynamic_index_in_dim(cs, t, keepdims=False))
+        cp = jnp.where(first, c_first, _at(cs, jnp.clip(t_prev, 0, num_steps - 1)))
+        ig, fg, gg, og = jnp.split(_at(buf, t), 4, axis=-1)
+        dh_all = dh + _at(dy, t)
+        tc = jnp.tanh(_at(cs, t))
         dc_all = dc + dh_all * og * (1.0 - tc * tc)
-        dc_prev = dc_all * fg
-        if valid is not None:  # a padded step passes the carry through
-            valid_B = lax.dynamic_index_in_dim(valid, t, keepdims=False)[:, None]
-            dc_prev = jnp.where(valid_B, dc_prev, dc)
+        valid_B = None if valid is None else _at(valid, t)  # a padded step: carry passed through
+        dc_prev = _keep(valid_B, dc_all * fg, dc)
         # dG = dacts ⊙ act′. The forget term goes through dc_prev (= dc ⊙ f at a real step) so
         # every read of slot t feeds the value overwriting it: XLA updates the buffer in place.
-        dg = jnp.concatenate(
-            [
-                dc_all * gg * ig * (1.0 - ig),
-                dc_prev * cp * (1.0 - fg),
-                dc_all * ig * (1.0 - gg * gg),
-                dh_all * tc * og * (1.0 - og),
-            ],
-            -1,
-        )
-        if valid is not None:
-            dg = jnp.where(valid_B, dg, jnp.zeros_like(dg))
-        dh_prev = jnp.dot(dg.astype(compute_dtype), w_hh_t, preferred_element_type=_F32)
-        dh_prev = dh_prev.astype(ew)
-        if valid is not None:
-            dh_prev = jnp.where(valid_B, dh_prev, dh_all)
+        dg = jnp.concatenate([dc_all * gg * ig * (1.0 - ig), dc_prev * cp * (1.0 - fg),
+                              dc_all * ig * (1.0 - gg * gg), dh_all * tc * og * (1.0 - og)], -1)
+        dg = _keep(valid_B, dg, 0.0)
+        dh_prev = _keep(valid_B, _dot(dg, w_hh_t, compute_dtype).astype(ew), dh_all)
         return dc_prev, dh_prev, lax.dynamic_update_index_in_dim(buf, dg, t, 0)
 
     carry = (dc_T.astype(ew), dh_T.astype(ew), acts)
     if num_steps:  # (no slot to index in an empty sequence)
         carry = lax.fori_loop(0, num_steps, body, carry, unroll=unroll)
     dc0, dh0, dg_TxBx4H = carry
-    h_prev = _shift(hs, h0, reverse)
-    dg = dg_TxBx4H.reshape(num_steps * batch, 4 * hsz)
-    dw_ih = _dot(x.reshape(-1, in_features).T, dg, compute_dtype)
-    dw_hh = _dot(h_prev.reshape(-1, hsz).T, dg, compute_dtype)
-    dx = _dot(dg, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
-    db = dg.sum(0)
-    return (
-        dx.astype(x.dtype),
-        dw_ih.astype(w_ih.dtype),
-        db.astype(b.dtype),
-        dw_hh.astype(w_hh.dtype),
-        dc0.astype(c0.dtype),
-        dh0.astype(h0.dtype),
-        None,
-    )
+    grads = _weight_grads(x, w_ih, b, w_hh, _shift(hs, h0, reverse), dg_TxBx4H, compute_dtype)
+    return (*grads, dc0.astype(c0.dtype), dh0.astype(h0.dtype), None)
 
 
 lstm_layer.defvjp(_lstm_fwd, _lstm_bwd)
@@ -397,42 +280,34 @@ lstm_layer.defvjp(_lstm_fwd, _lstm_bwd)
 # ------------------------------------------------------------------------------------ GRU
 
 
-def _gru_forward(
-    x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll, keep=True
-):
-    ew = h0.dtype
-    hsz = w_hh.shape[0]
-    w_ih, w_hh = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
-    b, b_hn = b.astype(ew), b_hn.astype(ew)
-
-    def body(h, inputs):
-        x_BxP, valid_B = inputs
-        # Both projections inside the loop (no [T, B, 3H] buffer): x_t W_ih and h W_hh.
-        xp = jnp.dot(x_BxP.astype(compute_dtype), w_ih, preferred_element_type=_F32)
-        xp = xp.astype(ew) + b
-        hp = jnp.dot(h.astype(compute_dtype), w_hh, preferred_element_type=_F32).astype(ew)
-        rz = jax.nn.sigmoid(xp[:, : 2 * hsz] + hp[:, : 2 * hsz])
-        r, z = rz[:, :hsz], rz[:, hsz:]
-        hn = hp[:, 2 * hsz :] + b_hn
-        n = jnp.tanh(xp[:, 2 * hsz :] + r * hn)
-        h_new = _keep(valid_B, n + z * (h - n), h)
-        return h_new, (h_new, jnp.concatenate([rz, n, hn], -1) if keep else None)
-
-    return jax.lax.scan(body, h0, (x_TxBxP, valid_TxB), reverse=reverse, unroll=unroll)
-
-
 @partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
 def gru_layer(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll=1):
     """GRU (``reset_after``) layer, time-major: ``(y_TxBxH, h_T)``; ``w_ih: [P, 3H]``,
     ``w_hh: [H, 3H]``, ``b_hn: [H]``."""
-    h, (hs, _) = _gru_forward(
-        x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll, keep=False
-    )
-    return _mask_y(hs, valid_TxB), h
+    return _gru_fwd(x_TxBxP, w_ih, b, w_hh, b_hn, h0, valid_TxB, reverse, compute_dtype, unroll,
+                    keep=False)[0]
 
 
-def _gru_fwd(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll):
-    h, (hs, acts) = _gru_forward(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll)
+def _gru_fwd(x, w_ih, b, w_hh, b_hn, h0, valid, reverse, compute_dtype, unroll, keep=True):
+    """``((y, h_T), residuals)``; the primal (``keep=False``) keeps no activations."""
+    ew = h0.dtype
+    hsz = w_hh.shape[0]
+    w_i, w_h = w_ih.astype(compute_dtype), w_hh.astype(compute_dtype)
+    b_ew, b_hn_ew = b.astype(ew), b_hn.astype(ew)
+
+    def body(h, inputs):
+        x_BxP, valid_B = inputs
+        # Both projections inside the loop (no [T, B, 3H] buffer): x_t W_ih and h W_hh.
+        xp = _dot(x_BxP, w_i, compute_dtype).astype(ew) + b_ew
+        hp = _dot(h, w_h, compute_dtype).astype(ew)
+        rz = jax.nn.sigmoid(xp[:, : 2 * hsz] + hp[:, : 2 * hsz])
+        r, z = rz[:, :hsz], rz[:, hsz:]
+        hn = hp[:, 2 * hsz :] + b_hn_ew
+        n = jnp.tanh(xp[:, 2 * hsz :] + r * hn)
+        h_new = _keep(valid_B, n + z * (h - n), h)
+        return h_new, (h_new, jnp.concatenate([rz, n, hn], -1) if keep else None)
+
+    h, (hs, acts) = lax.scan(body, h0, (x, valid), reverse=reverse, unroll=unroll)
     return (_mask_y(hs, valid), h), (x, w_ih, b, w_hh, b_hn, h0, valid, hs, acts)
 
 
@@ -453,36 +328,21 @@ def _gru_bwd(reverse, compute_dtype, unroll, res, cot):
         dn = dh_all * (1.0 - z) * (1.0 - n * n)  # d (pre-tanh)
         dz = dh_all * (hp - n) * z * (1.0 - z)
         dr = dn * hn * r * (1.0 - r)
-        dxp = jnp.concatenate([dr, dz, dn], -1)
-        dhp = jnp.concatenate([dr, dz, dn * r], -1)
-        if valid_B is not None:
-            dxp = jnp.where(valid_B[:, None], dxp, jnp.zeros_like(dxp))
-            dhp = jnp.where(valid_B[:, None], dhp, jnp.zeros_like(dhp))
-        dh_prev = dh_all * z + jnp.dot(
-            dhp.astype(compute_dtype), w_hh_t, preferred_element_type=_F32
-        ).astype(ew)
-        if valid_B is not None:
-            dh_prev = jnp.where(valid_B[:, None], dh_prev, dh_all)
-        return dh_prev, (dxp, dhp)
+        dxp = _keep(valid_B, jnp.concatenate([dr, dz, dn], -1), 0.0)
+        dhp = _keep(valid_B, jnp.concatenate([dr, dz, dn * r], -1), 0.0)
+        dh_prev = dh_all * z + _dot(dhp, w_hh_t, compute_dtype).astype(ew)
+        return _keep(valid_B, dh_prev, dh_all), (dxp, dhp)
 
-    dh0, (dxp, dhp) = jax.lax.scan(
-        body, dh_T.astype(ew), (dy, h_prev, acts, valid), reverse=not reverse, unroll=unroll
-    )
+    dh0, (dxp, dhp) = lax.scan(body, dh_T.astype(ew), (dy, h_prev, acts, valid),
+                               reverse=not reverse, unroll=unroll)
     dhp_N = dhp.reshape(-1, 3 * hsz)
     dw_hh = _dot(h_prev.reshape(-1, hsz).T, dhp_N, compute_dtype)
     db_hn = dhp_N[:, 2 * hsz :].sum(0)
     dxp_N = dxp.reshape(-1, 3 * hsz)
     dw_ih = _dot(x.reshape(-1, in_features).T, dxp_N, compute_dtype)
     dx = _dot(dxp_N, w_ih.T, compute_dtype).reshape(num_steps, batch, in_features)
-    return (
-        dx.astype(x.dtype),
-        dw_ih.astype(w_ih.dtype),
-        dxp_N.sum(0).astype(b.dtype),
-        dw_hh.astype(w_hh.dtype),
-        db_hn.astype(b_hn.dtype),
-        dh0.astype(h0.dtype),
-        None,
-    )
+    return (dx.astype(x.dtype), dw_ih.astype(w_ih.dtype), dxp_N.sum(0).astype(b.dtype),
+            dw_hh.astype(w_hh.dtype), db_hn.astype(b_hn.dtype), dh0.astype(h0.dtype), None)
 
 
 gru_layer.defvjp(_gru_fwd, _gru_bwd)

@@ -35,6 +35,7 @@ from seqjax._checks import (
     check_lengths,
     check_positive_ints,
     check_rank,
+    check_rate,
     check_tree_shapes,
     lengths_array,
     refuse_retired,
@@ -60,34 +61,18 @@ CELL_TYPES: dict[str, type[RecurrentCell]] = {
 }
 
 
-def _step_mask(lengths_B: ValidLengths, num_steps: int) -> Array:
-    """``valid_TxB[t, b] = t < lengths[b]`` of checked lengths, time-major."""
-    return padding_mask(lengths_B, num_steps).T
-
-
 def select_rows(pred_B: Array, on_true: Any, on_false: Any) -> Any:
     """Per-batch-row ``where`` over matching pytrees of ``[B, ...]`` arrays."""
     return jax.tree_util.tree_map(
         lambda a, b: jnp.where(pred_B.reshape(pred_B.shape + (1,) * (a.ndim - 1)), a, b),
-        on_true,
-        on_false,
-    )
-
-
-def _check_lengths(lengths: Any, batch: int, num_steps: int) -> ValidLengths | None:
-    """:func:`seqjax._checks.check_lengths`, ``None`` passed through."""
-    if lengths is None:
-        return None
-    return check_lengths(lengths, "lengths", batch, num_steps)
+        on_true, on_false)
 
 
 def _poison_bad_lengths(
     carry: Carry, y: Array, lengths: Array | None, num_steps: int, time_major: bool
 ) -> tuple[Carry, Array]:
     """NaN outputs and carry for rows whose traced length is outside ``[0, T]``."""
-    carry = jax.tree_util.tree_map(
-        lambda a: poison_bad_lengths(a, lengths, 0, num_steps), carry
-    )
+    carry = jax.tree_util.tree_map(lambda a: poison_bad_lengths(a, lengths, 0, num_steps), carry)
     return carry, poison_bad_lengths(y, lengths, 0, num_steps, axis=int(time_major))
 
 
@@ -103,6 +88,14 @@ def _check_implementation(implementation: str) -> None:
 
 def _on_gpu() -> bool:
     return jax.default_backend() == "gpu"
+
+
+def _check_cudnn_backend() -> None:
+    if not _on_gpu():
+        raise ValueError(
+            "`implementation='cudnn'` needs a GPU backend; got "
+            f"{jax.default_backend()!r}. Use 'auto', 'fused' or 'scan'."
+        )
 
 
 # Steps unrolled per scan iteration on a GPU when `unroll` is None (measured fastest there).
@@ -167,34 +160,24 @@ class RNN(nn.Module):
         """The path that runs (see the class docstring); errors for impossible requests."""
         impl = self.implementation
         _check_implementation(impl)
-        cudnn_ok = (
-            weights is not None and weights.equation == "lstm" and not reverse and resets is None
-        )
         if impl == "auto":
-            if _on_gpu():
-                return "scan"
-            return "fused" if weights is not None and resets is None else "scan"
-        name = type(self.cell).__name__
+            return "fused" if weights is not None and resets is None and not _on_gpu() else "scan"
+        name, given = type(self.cell).__name__, "given" if resets is not None else None
         if impl == "fused" and (weights is None or resets is not None):
             raise ValueError(
                 "`implementation='fused'` needs a cell with a layer kernel "
                 "(cell.layer_weights() is not None: ElmanCell, LSTMCell, "
-                "GRUCell(reset_after=True)) and no `resets`; got "
-                f"{name} with resets={'given' if resets is not None else None}. "
+                f"GRUCell(reset_after=True)) and no `resets`; got {name} with resets={given}. "
                 "Use 'scan' or 'auto'."
             )
         if impl == "cudnn":
-            if not cudnn_ok:
+            if getattr(weights, "equation", None) != "lstm" or reverse or resets is not None:
                 raise ValueError(
                     "`implementation='cudnn'` needs an LSTM cell (layer_weights() equation "
                     f"'lstm'), reverse=False and no `resets`; got {name}, reverse={reverse}, "
-                    f"resets={'given' if resets is not None else None}."
+                    f"resets={given}."
                 )
-            if not _on_gpu():
-                raise ValueError(
-                    "`implementation='cudnn'` needs a GPU backend; got "
-                    f"{jax.default_backend()!r}. Use 'auto', 'fused' or 'scan'."
-                )
+            _check_cudnn_backend()
             if self.is_initializing():  # parameters are created by the fused kernel's path
                 return "fused"
         return impl
@@ -228,43 +211,44 @@ class RNN(nn.Module):
         check_features(x, "x", None if kernel is None else kernel[0])
         x_BxTxP = jnp.swapaxes(x, 0, 1) if self.time_major else x
         batch, num_steps, _ = x_BxTxP.shape
-        checked = _check_lengths(lengths, batch, num_steps)
+        checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         lengths_B: Array | None = lengths_array(checked)
         _check_resets(resets, batch, num_steps)
-        default_carry = self.cell.initialize_carry(jax.random.PRNGKey(0), (batch, x.shape[-1]))
-        if initial_carry is None:
-            carry = default_carry
-        else:
-            check_tree_shapes(initial_carry, default_carry, "initial_carry")
+        carry = self.cell.initialize_carry(jax.random.PRNGKey(0), (batch, x.shape[-1]))
+        if initial_carry is not None:
+            check_tree_shapes(initial_carry, carry, "initial_carry")
             carry = initial_carry
 
         if self.is_initializing():  # create input/{kernel,bias} without a full projection
             self.cell.input_projection(x_BxTxP[:1, :1])
         weights = self.cell.layer_weights()
         impl = self._implementation(weights, x, resets, reverse)
-        valid_TxB = None if checked is None else _step_mask(checked, num_steps)
+        valid_TxB = None if checked is None else padding_mask(checked, num_steps).T
         if impl == "cudnn":
             assert weights is not None  # _implementation picks it only for a layer kernel
-            carry, y_BxTxH = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths_B)
-            y = jnp.swapaxes(y_BxTxH, 0, 1) if self.time_major else y_BxTxH
-            carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
-            return y, carry
-        if impl == "fused":
-            assert weights is not None  # _implementation picks it only for a layer kernel
-            carry, y_TxBxH = self._fused(weights, x, carry, valid_TxB, reverse)
-            y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
-            carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
-            return y, carry
+            carry, y = _cudnn.lstm_layer(weights, x_BxTxP, carry, lengths_B)
+            y = jnp.swapaxes(y, 0, 1) if self.time_major else y
+        else:
+            if impl == "fused":
+                assert weights is not None  # as for "cudnn"
+                carry, y = self._fused(weights, x, carry, valid_TxB, reverse)
+            else:
+                carry, y = self._scan(x_BxTxP, carry, valid_TxB, resets, reverse)
+            y = y if self.time_major else jnp.swapaxes(y, 0, 1)
+        carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
+        return y, carry
 
-        # "scan": hoisted input projection, then time-major (no strided slices per step).
+    def _scan(self, x_BxTxP: Array, initial: Carry, valid_TxB: Array | None,
+              resets: Array | None, reverse: bool) -> tuple[Carry, Array]:
+        """Hoisted input projection, then ``nn.scan`` of ``cell.step``, time-major (no strided
+        slices per step); ``resets`` return to the ``initial`` carry."""
         xp_TxBxG = jnp.swapaxes(self.cell.input_projection(x_BxTxP), 0, 1)
         resets_TxB = None if resets is None else jnp.swapaxes(resets, 0, 1)
-        reset_carry = default_carry if initial_carry is None else initial_carry
 
         def body(cell: RecurrentCell, carry: Carry, inputs: tuple) -> tuple[Carry, Array]:
             xp_BxG, valid_B, reset_B = inputs
             if reset_B is not None:
-                carry = select_rows(reset_B, reset_carry, carry)
+                carry = select_rows(reset_B, initial, carry)
             new_carry, y_BxH = cell.step(carry, xp_BxG)
             # Keep the carry's dtype stable across steps (bf16 compute, fp32 carry).
             new_carry = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), new_carry, carry)
@@ -273,28 +257,12 @@ class RNN(nn.Module):
                 y_BxH = jnp.where(valid_B[:, None], y_BxH, jnp.zeros_like(y_BxH))
             return new_carry, y_BxH
 
-        scan = nn.scan(
-            body,
-            variable_broadcast="params",
-            split_rngs={"params": False},
-            in_axes=0,
-            out_axes=0,
-            unroll=self._unroll("scan"),
-            reverse=reverse,
-        )
-        carry, y_TxBxH = scan(self.cell, carry, (xp_TxBxG, valid_TxB, resets_TxB))
-        y = y_TxBxH if self.time_major else jnp.swapaxes(y_TxBxH, 0, 1)
-        carry, y = _poison_bad_lengths(carry, y, lengths_B, num_steps, self.time_major)
-        return y, carry
+        scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False},
+                       unroll=self._unroll("scan"), reverse=reverse)
+        return scan(self.cell, initial, (xp_TxBxG, valid_TxB, resets_TxB))
 
-    def _fused(
-        self,
-        weights: LayerWeights,
-        x: Array,
-        carry: Carry,
-        valid_TxB: Array | None,
-        reverse: bool,
-    ) -> tuple[Carry, Array]:
+    def _fused(self, weights: LayerWeights, x: Array, carry: Carry, valid_TxB: Array | None,
+               reverse: bool) -> tuple[Carry, Array]:
         """The cell's layer kernel (:func:`._layer_kernels.layer_scan`), time-major."""
         x_TxBxP = x if self.time_major else jnp.swapaxes(x, 0, 1)
         compute = jnp.dtype(
@@ -302,18 +270,13 @@ class RNN(nn.Module):
         )
         # Sharded: weights gathered once before the loop, batch split on inputs and carry, so
         # the loop body has no collectives (seqjax.nn._sharding).
-        w_ih, b, w_hh, b_hn = _sharding.replicate(
-            (weights.input_kernel, weights.bias, weights.recurrent_kernel, weights.recurrent_bias)
-        )
-        weights = weights._replace(
-            input_kernel=w_ih, bias=b, recurrent_kernel=w_hh, recurrent_bias=b_hn
-        )
+        arrays = ("input_kernel", "bias", "recurrent_kernel", "recurrent_bias")
+        weights = weights._replace(**_sharding.replicate({a: getattr(weights, a) for a in arrays}))
         x_TxBxP = _sharding.constrain(x_TxBxP, None, _sharding.BATCH)
         valid_TxB = _sharding.constrain(valid_TxB, None, _sharding.BATCH)
         carry = jax.tree_util.tree_map(lambda a: _sharding.constrain(a, _sharding.BATCH), carry)
-        return layer_scan(
-            weights, x_TxBxP, carry, valid_TxB, reverse, compute, self._unroll("fused")
-        )
+        return layer_scan(weights, x_TxBxP, carry, valid_TxB, reverse, compute,
+                          self._unroll("fused"))
 
     def _unroll(self, impl: str) -> int:
         """``unroll`` as given, or the default for ``impl`` on this backend."""
@@ -342,12 +305,13 @@ _MERGES: dict[str, Callable[[Array, Array], Array]] = {
 }
 
 
-def _merge_fn(merge: str | Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
-    if callable(merge):
-        return merge
-    if merge not in _MERGES:
-        raise ValueError(f"`merge` must be one of {sorted(_MERGES)} or a callable; got {merge!r}.")
-    return _MERGES[merge]
+def _lookup(value: Any, table: dict[str, Any], name: str, other: str) -> Any:
+    """``value`` itself if callable, else ``table[value]`` (a ValueError naming ``name``)."""
+    if callable(value):
+        return value
+    if value not in table:
+        raise ValueError(f"`{name}` must be one of {sorted(table)} or {other}; got {value!r}.")
+    return table[value]
 
 
 class Bidirectional(nn.Module):
@@ -388,16 +352,14 @@ class Bidirectional(nn.Module):
         resets: Array | None = None,
     ) -> tuple[Array, tuple[Carry, Carry]]:
         """``(y, (carry_f, carry_b))``: merged outputs, each direction's final carry."""
-        merge = _merge_fn(self.merge)
+        merge = _lookup(self.merge, _MERGES, "merge", "a callable")
         check_rank(x, "x", 3)
-        lengths = _check_lengths(lengths, x.shape[0], x.shape[1])
+        lengths = None if lengths is None else check_lengths(lengths, "lengths", *x.shape[:2])
         init_f, init_b = (None, None) if initial_carry is None else initial_carry
         y_f, carry_f = self.forward.with_state(x, lengths, init_f, resets, reverse=False)
         # Resets mark segment starts; in reverse a segment starts at its last token.
-        resets_b = None
-        if resets is not None:
-            ends = jnp.concatenate([resets[:, 1:], jnp.ones_like(resets[:, :1])], axis=1)
-            resets_b = ends
+        resets_b = None if resets is None else jnp.concatenate(
+            [resets[:, 1:], jnp.ones_like(resets[:, :1])], axis=1)
         y_b, carry_b = self.backward.with_state(x, lengths, init_b, resets_b, reverse=True)
         return merge(y_f, y_b), (carry_f, carry_b)
 
@@ -447,10 +409,9 @@ class StackedRNN(nn.Module):
     implementation: str = "auto"
 
     def _cudnn_eligible(self, deterministic: bool, resets: Array | None) -> bool:
-        kwargs = dict(self.cell_kwargs or {})
         return (
             self.cell_type in ("lstm", LSTMCell)
-            and set(kwargs) <= {"forget_bias", "use_bias"}
+            and set(dict(self.cell_kwargs or {})) <= {"forget_bias", "use_bias"}
             and not self.residual
             and (self.dropout_rate == 0.0 or deterministic)
             and resets is None
@@ -459,32 +420,21 @@ class StackedRNN(nn.Module):
         )
 
     def _cell(self) -> RecurrentCell:
-        cls = self.cell_type
-        if isinstance(cls, str):
-            if cls not in CELL_TYPES:
-                raise ValueError(
-                    f"`cell_type` must be one of {sorted(CELL_TYPES)} or a cell class; got {cls!r}."
-                )
-            cls = CELL_TYPES[cls]
-        kwargs = dict(self.cell_kwargs or {})
+        cls = _lookup(self.cell_type, CELL_TYPES, "cell_type", "a cell class")
         # parent=None: the cell is adopted by the RNN that holds it (param path .../cell/...).
-        return cls(
-            self.features, dtype=self.dtype, param_dtype=self.param_dtype, parent=None, **kwargs
-        )
+        return cls(self.features, dtype=self.dtype, param_dtype=self.param_dtype, parent=None,
+                   **dict(self.cell_kwargs or {}))
 
     def zero_carry(self, batch_size: int, in_features: int = 1) -> tuple[Carry, ...]:
         """The all-zero ``initial_carry``; ``in_features`` matters only to cells whose carry
         depends on the input width."""
 
-        def one(p: int) -> Carry:
+        def one(layer: int) -> Carry:
+            p = in_features if layer == 0 else self.features * (2 if self.bidirectional else 1)
             return self._cell().initialize_carry(jax.random.PRNGKey(0), (batch_size, p))
 
-        dirs = 2 if self.bidirectional else 1
-        carries = []
-        for layer in range(self.num_layers):
-            p = in_features if layer == 0 else self.features * dirs
-            carries.append((one(p), one(p)) if self.bidirectional else one(p))
-        return tuple(carries)
+        return tuple((one(layer), one(layer)) if self.bidirectional else one(layer)
+                     for layer in range(self.num_layers))
 
     def __call__(
         self,
@@ -507,15 +457,15 @@ class StackedRNN(nn.Module):
     ) -> tuple[Array, tuple[Carry, ...]]:
         """``(y, carry)``: the top layer's outputs, every layer's final carry."""
         check_positive_ints(num_layers=self.num_layers)
-        if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"`dropout_rate` must be in [0, 1); got {self.dropout_rate}.")
+        check_rate(self.dropout_rate, "dropout_rate")
         if initial_carry is not None and len(initial_carry) != self.num_layers:
             raise ValueError(
                 f"`initial_carry` must have one entry per layer ({self.num_layers}); "
                 f"got {len(initial_carry)}."
             )
         check_rank(x, "x", 3)
-        lengths = _check_lengths(lengths, x.shape[0], x.shape[1])  # once, for every layer
+        # Once, for every layer.
+        lengths = None if lengths is None else check_lengths(lengths, "lengths", *x.shape[:2])
         first = ("layer_0", "forward") if self.bidirectional else ("layer_0",)
         kernel = bound_param_shape(self, *first, "cell", "input", "kernel")
         check_features(x, "x", None if kernel is None else kernel[0])
@@ -527,33 +477,27 @@ class StackedRNN(nn.Module):
                     "`implementation='cudnn'` needs a plain LSTM stack (cell_type='lstm', "
                     "float32, no residual, no resets, dropout 0 or deterministic)."
                 )
-            if not _on_gpu():
-                raise ValueError(
-                    "`implementation='cudnn'` needs a GPU backend; got "
-                    f"{jax.default_backend()!r}. Use 'auto', 'fused' or 'scan'."
-                )
-            return self._cudnn(x, lengths_array(lengths), initial_carry)
+            _check_cudnn_backend()
+            lengths_B = lengths_array(lengths)
+            y, carries = _cudnn.lstm_stack(
+                self.variables["params"], x, lengths_B, initial_carry, features=self.features,
+                num_layers=self.num_layers, bidirectional=self.bidirectional,
+            )
+            carries, y = _poison_bad_lengths(carries, y, lengths_B, x.shape[1], time_major=False)
+            return y, carries
         # A whole-stack cuDNN request (here only at init) builds the layers with "auto".
-        layer_impl = "auto" if self.implementation == "cudnn" else self.implementation
+        layer_impl = "auto" if use_cudnn else self.implementation
+
+        def rnn(**kwargs: Any) -> RNN:
+            return RNN(self._cell(), unroll=self.unroll, implementation=layer_impl, **kwargs)
+
         h = x
         finals = []
         for layer in range(self.num_layers):
             init = None if initial_carry is None else initial_carry[layer]
-            if self.bidirectional:
-                bi = Bidirectional(
-                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl, parent=None),
-                    RNN(self._cell(), unroll=self.unroll, implementation=layer_impl, parent=None),
-                    name=f"layer_{layer}",
-                )
-                out, carry = bi.with_state(h, lengths, init, resets)
-            else:
-                rnn = RNN(
-                    self._cell(),
-                    unroll=self.unroll,
-                    implementation=layer_impl,
-                    name=f"layer_{layer}",
-                )
-                out, carry = rnn.with_state(h, lengths, init, resets)
+            module = (Bidirectional(rnn(parent=None), rnn(parent=None), name=f"layer_{layer}")
+                      if self.bidirectional else rnn(name=f"layer_{layer}"))
+            out, carry = module.with_state(h, lengths, init, resets)
             finals.append(carry)
             if self.residual and layer > 0 and out.shape[-1] == h.shape[-1]:
                 out = out + h
@@ -562,19 +506,3 @@ class StackedRNN(nn.Module):
                 out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
             h = out
         return h, tuple(finals)
-
-    def _cudnn(
-        self, x: Array, lengths: Array | None, initial_carry: Sequence[Carry] | None
-    ) -> tuple[Array, tuple[Carry, ...]]:
-        check_rank(x, "x", 3)  # lengths: checked by __call__
-        h, finals = _cudnn.lstm_stack(
-            self.variables["params"],
-            x,
-            lengths,
-            initial_carry,
-            features=self.features,
-            num_layers=self.num_layers,
-            bidirectional=self.bidirectional,
-        )
-        finals, h = _poison_bad_lengths(finals, h, lengths, x.shape[1], time_major=False)
-        return h, finals
