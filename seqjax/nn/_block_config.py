@@ -22,6 +22,7 @@ from seqjax._checks import (
     check_rate,
     replace_fields,
 )
+from seqjax.nn.attention.checks import check_kv_heads
 from seqjax.nn.attention.dot_product import IMPLEMENTATIONS
 from seqjax.nn.ffn import GLU_VARIANTS, get_activation
 from seqjax.nn.norms import LayerNorm, RMSNorm
@@ -34,10 +35,6 @@ Dtype = Any
 Initializer = Callable[..., Array]
 
 __all__ = ["BlockConfig"]
-
-_NORMS = ("pre", "post")
-_NORM_TYPES = ("layernorm", "rmsnorm")
-_FFN_TYPES = ("mlp", *GLU_VARIANTS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,9 +132,8 @@ class BlockConfig(ConfigBase):
         return cls(num_heads=num_heads, causal=False, cross_attention=False, **options)
 
     @classmethod
-    def decoder(
-        cls, num_heads: int, *, cross_attention: bool = True, **options: Any
-    ) -> BlockConfig:
+    def decoder(cls, num_heads: int, *, cross_attention: bool = True,
+                **options: Any) -> BlockConfig:
         """A decoder block's config: causal self-attention and (default) cross-attention on an
         encoder output; ``cross_attention=False`` gives GPT's decoder-only block."""
         return cls(num_heads=num_heads, causal=True, cross_attention=cross_attention, **options)
@@ -148,20 +144,10 @@ class BlockConfig(ConfigBase):
             check_optional_positive_int(getattr(self, field), field)
         check_count_or_off(self.window, "window", "BlockConfig", "no window, every key")
         check_positive_int(self.multiple_of, "multiple_of")
-        g = self.num_kv_heads
-        if g is not None and (
-            isinstance(g, bool) or not isinstance(g, int) or g <= 0 or self.num_heads % g
-        ):
-            raise ValueError(
-                f"`num_kv_heads` must be a positive divisor of num_heads={self.num_heads}; "
-                f"got {g!r}."
-            )
-        for field, allowed in (
-            ("norm", _NORMS),
-            ("norm_type", _NORM_TYPES),
-            ("mlp", _FFN_TYPES),
-            ("implementation", IMPLEMENTATIONS),
-        ):
+        check_kv_heads(self.num_heads, self.num_kv_heads)
+        for field, allowed in (("norm", ("pre", "post")), ("norm_type", ("layernorm", "rmsnorm")),
+                               ("mlp", ("mlp", *GLU_VARIANTS)),
+                               ("implementation", IMPLEMENTATIONS)):
             value = getattr(self, field)
             if value not in allowed:
                 raise ValueError(f"`{field}` must be one of {allowed}; got {value!r}.")
@@ -170,19 +156,14 @@ class BlockConfig(ConfigBase):
         for field in ("causal", "cross_attention"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"`{field}` must be a bool; got {getattr(self, field)!r}.")
-        std = self.residual_init_std
-        if std is not None and (
-            isinstance(std, bool) or not isinstance(std, numbers.Real) or not 0 <= std < math.inf
+        for field, ok, want in (
+            ("residual_init_std", lambda x: 0 <= x < math.inf, "finite number >= 0 (0: zero init)"),
+            ("norm_epsilon", lambda x: x > 0, "number > 0"),
         ):
-            raise ValueError(
-                "`residual_init_std` must be a finite number >= 0 (0: zero init) or None; "
-                f"got {std!r}."
-            )
-        eps = self.norm_epsilon
-        if eps is not None and (
-            isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps > 0
-        ):
-            raise ValueError(f"`norm_epsilon` must be a number > 0 or None; got {eps!r}.")
+            value = getattr(self, field)
+            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if value is not None and not (real and ok(value)):
+                raise ValueError(f"`{field}` must be a {want} or None; got {value!r}.")
         for field in ("dropout_rate", "attention_dropout_rate", "mlp_dropout_rate"):
             rate = getattr(self, field)
             if rate is not None:
@@ -190,14 +171,8 @@ class BlockConfig(ConfigBase):
         if self.attention is not None:
             # options of the default MultiHeadAttention that a custom factory never receives
             defaults = {f.name: f.default for f in dataclasses.fields(BlockConfig)}
-            mha_only = (
-                "num_kv_heads",
-                "qk_norm",
-                "use_rope",
-                "rope_base",
-                "window",
-                "implementation",
-            )
+            mha_only = ("num_kv_heads", "qk_norm", "use_rope", "rope_base", "window",
+                        "implementation")
             changed = [k for k in mha_only if getattr(self, k) != defaults[k]]
             if changed:
                 raise ValueError(
@@ -242,16 +217,12 @@ class BlockConfig(ConfigBase):
 
     def make_norm(self, name: str | None = None) -> nn.Module:
         """The configured norm (LayerNorm or RMSNorm) as a module."""
-        kw: dict[str, Any] = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        kw: dict[str, Any] = dict(dtype=self.dtype, param_dtype=self.param_dtype, name=name)
         if self.norm_epsilon is not None:
             kw["epsilon"] = self.norm_epsilon
-        cls: type[nn.Module]
-        if self.norm_type == "layernorm":
-            cls = LayerNorm
-            kw["use_bias"] = self.norm_use_bias
-        else:
-            cls = RMSNorm
-        return cls(**kw) if name is None else cls(**kw, name=name)
+        if self.norm_type == "rmsnorm":
+            return RMSNorm(**kw)
+        return LayerNorm(use_bias=self.norm_use_bias, **kw)
 
 
 class BlockOptions(TypedDict, total=False):
@@ -289,14 +260,8 @@ class BlockOptions(TypedDict, total=False):
     residual_init_std: float | None
 
 
-def check_block(
-    block: Any,
-    *,
-    causal: bool | None = None,
-    cross_attention: bool | None = None,
-    name: str = "block",
-    owner: str = "",
-) -> None:
+def check_block(block: Any, *, causal: bool | None = None, cross_attention: bool | None = None,
+                name: str = "block", owner: str = "") -> None:
     """Check that ``block`` is a :class:`BlockConfig` (else ``TypeError``) with the ``causal`` /
     ``cross_attention`` its owner requires (else a ``ValueError`` naming ``{name}.causal`` or
     ``{name}.cross_attention``, the expected and the actual value)."""
@@ -313,10 +278,8 @@ def check_block(
         )
 
 
-def _same_dtype(a: Any, b: Any) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return bool(jnp.dtype(a) == jnp.dtype(b))
+def _dtype_name(dtype: Any) -> str:
+    return "None" if dtype is None else jnp.dtype(dtype).name
 
 
 def model_block(
@@ -338,11 +301,8 @@ def model_block(
         ("dtype", dtype, None, "computes in"),
         ("param_dtype", param_dtype, jnp.float32, "stores its parameters in"),
     ):
-        given = getattr(block, field)
-        if not _same_dtype(given, default) and not _same_dtype(given, model_value):
-            shown = "None" if model_value is None else jnp.dtype(model_value).name
-            was = jnp.dtype(given).name
-            default_name = "None" if default is None else jnp.dtype(default).name
+        was, shown, default_name = map(_dtype_name, (getattr(block, field), model_value, default))
+        if was not in (default_name, shown):
             raise ValueError(
                 f"`{name}.{field}`{where} is {was} but the model {what} {shown} (its "
                 f"`{field}`): leave `{name}.{field}` at {default_name} (the model's), or "

@@ -1,8 +1,8 @@
 """Argument checks of the transformer blocks and stacks, and the decoder-layer cache (private).
 
-:class:`DecoderLayerCache` is re-exported by :mod:`seqjax.nn.transformer`. A stack checks its call
-once here (shapes, dtypes, masks, caches); its blocks and their attention layers then run on the
-checked inputs.
+:class:`DecoderLayerCache` is re-exported by :mod:`seqjax.nn.transformer`. A block or stack checks
+its call once here (shapes, dtypes, masks, caches); its blocks and their attention layers then run
+on the checked inputs.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ class BlockInputs:
 
     A block's or stack's public call (``__call__``, ``decode``) gathers its keywords (the fields,
     documented in :class:`~seqjax.nn.transformer.TransformerBlock`; absent ones ``None``,
-    ``deterministic`` static) into one ``BlockInputs``, checks it once (:func:`check_block_call`,
-    :func:`check_stack_call`: lengths become :class:`~seqjax._checks.ValidLengths`, key masks rank
-    4) and hands it whole to every block, through ``nn.scan`` and ``nn.remat`` alike.
+    ``deterministic`` static) into one ``BlockInputs``, checks it once (:func:`check_call`: lengths
+    become :class:`~seqjax._checks.ValidLengths`, key masks rank 4) and hands it whole to every
+    block, through ``nn.scan`` and ``nn.remat`` alike.
     """
 
     mask: Any = None
@@ -51,20 +51,6 @@ class BlockInputs:
     deterministic: bool = struct.field(pytree_node=False, default=True)
 
 
-def poison_unread_lengths(x_BxTxD: Array, inputs: BlockInputs) -> Array:
-    """``x`` with NaN in the rows whose traced ``lengths`` lie outside ``[0, T]`` or
-    ``encoder_lengths`` outside ``[0, S]`` (:mod:`seqjax._traced_checks`), for the lengths of
-    ``inputs`` no layer above has checked (a :class:`~seqjax._checks.ValidLengths` was read, and its
-    rows poisoned, by its maker)."""
-    if not isinstance(inputs.lengths, ValidLengths):
-        x_BxTxD = poison_bad_lengths(x_BxTxD, inputs.lengths, 0, x_BxTxD.shape[1])
-    if inputs.encoder_out is not None and not isinstance(inputs.encoder_lengths, ValidLengths):
-        x_BxTxD = poison_bad_lengths(
-            x_BxTxD, inputs.encoder_lengths, 0, inputs.encoder_out.shape[1]
-        )
-    return x_BxTxD
-
-
 class DecoderLayerCache(NamedTuple):
     """Decoding state of a cross-attention block: the self-attention cache and the encoder output's
     projected ``(k [B, S, G, d], v [B, S, G, Dv])``, ``None`` until the first call computes them
@@ -72,80 +58,6 @@ class DecoderLayerCache(NamedTuple):
 
     self_attn: Any
     cross_kv: Any = None
-
-
-def key_mask(mask: Any, name: str) -> Array | None:
-    """``bool[B, K]`` key validity -> ``bool[B, 1, 1, K]``; rank-4 masks pass through."""
-    if mask is None:
-        return None
-    mask = jnp.asarray(mask)
-    check_rank(mask, name, (2, 4))
-    return mask[:, None, None, :] if mask.ndim == 2 else mask
-
-
-def check_encoder_given(cross_attention: bool, encoder_out: Any) -> None:
-    """``encoder_out`` is given exactly when the block has cross-attention."""
-    if cross_attention and encoder_out is None:
-        raise ValueError("`encoder_out` is required when `config.cross_attention=True`.")
-    if not cross_attention and encoder_out is not None:
-        raise ValueError(
-            "`encoder_out` was given but the block has `config.cross_attention=False`."
-        )
-
-
-def check_encoder_batch(encoder_out: Any, batch: int) -> None:
-    if encoder_out.shape[0] != batch:
-        raise ValueError(
-            f"`encoder_out` must have batch size {batch} like `x`; got shape "
-            f"{tuple(encoder_out.shape)}."
-        )
-
-
-def check_layer_cache(cache: Any, cross_attention: bool) -> None:
-    """A cross-attention block's cache must be a :class:`DecoderLayerCache`, and only its."""
-    if cache is not None and cross_attention and not isinstance(cache, DecoderLayerCache):
-        raise TypeError(
-            "`cache` of a cross-attention block must be the DecoderLayerCache of "
-            f"init_cache; got {type(cache).__name__}."
-        )
-    if isinstance(cache, DecoderLayerCache) and not cross_attention:
-        raise ValueError("a DecoderLayerCache needs `config.cross_attention=True`.")
-
-
-def check_block_call(block: Any, x: Any, cache: Any, inputs: BlockInputs) -> BlockInputs:
-    """Every check of a lone block's call; returns ``inputs`` with lengths as
-    :class:`~seqjax._checks.ValidLengths` and ``encoder_mask`` rank 4 (attention layers check their
-    own masks)."""
-    cross = block.config.cross_attention
-    check_rank(x, "x", 3)
-    batch, length = x.shape[:2]
-    width = bound_param_shape(block, "self_attn", "query", "kernel") or bound_param_shape(
-        block, "self_attn_norm", "scale"
-    )
-    check_features(x, "x", None if width is None else width[0])
-    encoder_out, lengths, encoder_lengths = (
-        inputs.encoder_out, inputs.lengths, inputs.encoder_lengths
-    )
-    check_encoder_given(cross, encoder_out)
-    check_layer_cache(cache, cross)
-    if lengths is not None:
-        lengths = check_lengths(lengths, "lengths", batch, length)
-    if encoder_out is not None:  # given exactly when config.cross_attention
-        check_rank(encoder_out, "encoder_out", 3)
-        check_encoder_batch(encoder_out, batch)
-        if cache is None or cache.cross_kv is None:
-            w_k = bound_param_shape(block, "cross_attn", "key", "kernel")
-            check_features(encoder_out, "encoder_out", None if w_k is None else w_k[0])
-        if encoder_lengths is not None:
-            encoder_lengths = check_lengths(
-                encoder_lengths, "encoder_lengths", batch, encoder_out.shape[1]
-            )
-    return dataclasses.replace(
-        inputs,
-        lengths=lengths,
-        encoder_lengths=encoder_lengths,
-        encoder_mask=key_mask(inputs.encoder_mask, "encoder_mask"),
-    )
 
 
 def check_cache_given(cache: Any, owner: str) -> None:
@@ -157,89 +69,116 @@ def check_cache_given(cache: Any, owner: str) -> None:
         )
 
 
-def first_kv_cache(cache: Any) -> KVCache | None:
-    leaves = jax.tree_util.tree_leaves(cache, is_leaf=lambda c: isinstance(c, KVCache))
-    return next((c for c in leaves if isinstance(c, KVCache)), None)
+def _in_features(module: Any, *paths: tuple[str, ...]) -> int | None:
+    """Input size of the first bound parameter of ``paths`` in a block, or in a stack's first
+    layer (a scan's layer axis skipped); ``None`` when unbound or initialising."""
+    stacked = hasattr(module, "num_layers")
+    scanned = stacked and module.scan_layers
+    layer = ("layers" if scanned else "layers_0",) if stacked else ()
+    for path in paths:
+        shape = bound_param_shape(module, *layer, *path)
+        if shape is not None:
+            return shape[int(scanned)]
+    return None
 
 
-def cache_len(cache: Any) -> int | None:
-    """Key slots (``max_len``) of a stack's default-attention cache; ``None`` if none."""
-    kv = first_kv_cache(cache)
-    return None if kv is None else kv.k.shape[-3]
-
-
-def check_stack_cache(stack: Any, cache: Any, batch: int) -> list[Any]:
-    """The checked per-layer caches of a stack's ``cache`` (one for a scanned stack); returns those
-    that are :class:`DecoderLayerCache` s."""
+def _layer_caches(module: Any, cache: Any) -> list[Any]:
+    """The per-layer caches of a block's or a stack's ``cache`` (itself for a block or a
+    scanned stack, whose leaves must have a leading ``[num_layers]`` axis)."""
     if cache is None:
         return []
-    cfg = stack.config
-    if stack.scan_layers:
-        for leaf in jax.tree_util.tree_leaves(cache):
-            if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != stack.num_layers:
-                raise ValueError(
-                    f"`cache` of a scanned stack must have a leading [num_layers] = "
-                    f"[{stack.num_layers}] axis on every leaf (from init_cache); got a leaf "
-                    f"of shape {jnp.shape(leaf)}."
-                )
-        layers = [cache]
-    else:
-        if not isinstance(cache, Sequence) or len(cache) != stack.num_layers:
+    if not hasattr(module, "num_layers"):
+        return [cache]
+    if not module.scan_layers:
+        if not isinstance(cache, Sequence) or len(cache) != module.num_layers:
             raise ValueError(
-                f"`cache` must be a list of {stack.num_layers} per-layer caches "
+                f"`cache` must be a list of {module.num_layers} per-layer caches "
                 f"(from init_cache); got {type(cache).__name__}."
             )
-        layers = list(cache)
-    for layer in layers:
-        check_layer_cache(layer, cfg.cross_attention)
-        kv = first_kv_cache(layer)
-        if kv is not None and cfg.attention is None and kv.k.shape[-4] != batch:
+        return list(cache)
+    for leaf in jax.tree_util.tree_leaves(cache):
+        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != module.num_layers:
             raise ValueError(
-                f"`cache` must hold batch size {batch} like `x`; got a cache of shape "
-                f"{tuple(kv.k.shape)} (from init_cache(batch={kv.k.shape[-4]}, ...))."
+                f"`cache` of a scanned stack must have a leading [num_layers] = "
+                f"[{module.num_layers}] axis on every leaf (from init_cache); got a leaf "
+                f"of shape {jnp.shape(leaf)}."
             )
-    return [c for c in layers if isinstance(c, DecoderLayerCache)]
+    return [cache]
 
 
-def check_stack_call(stack: Any, x: Any, cache: Any, inputs: BlockInputs) -> BlockInputs:
-    """Every check of a stack's call; returns ``inputs`` with lengths as
+def check_call(module: Any, x: Any, cache: Any, inputs: BlockInputs) -> BlockInputs:
+    """Every check of a block's or a stack's call; returns ``inputs`` with lengths as
     :class:`~seqjax._checks.ValidLengths` (layers below check shapes only, no value is read again)
-    and ``encoder_mask`` rank 4."""
-    cfg = stack.config
-    mask, lengths, encoder_out = inputs.mask, inputs.lengths, inputs.encoder_out
-    encoder_mask, encoder_lengths = inputs.encoder_mask, inputs.encoder_lengths
+    and ``encoder_mask`` as ``bool[B|1, H|1, T|1, S]``. The self-attention checks its ``mask``."""
+    cfg = module.config
     check_rank(x, "x", 3)
     batch, length = x.shape[:2]
-    width = stack._layer_param_shape("self_attn", "query", "kernel") or stack._layer_param_shape(
-        "self_attn_norm", "scale"
-    )
-    check_features(x, "x", None if width is None else width[0])
+    width = _in_features(module, ("self_attn", "query", "kernel"), ("self_attn_norm", "scale"))
+    check_features(x, "x", width)
+    lengths, encoder_out = inputs.lengths, inputs.encoder_out
+    encoder_mask, encoder_lengths = inputs.encoder_mask, inputs.encoder_lengths
     if lengths is not None:
         lengths = check_lengths(lengths, "lengths", batch, length)
-    layer_caches = check_stack_cache(stack, cache, batch)
-    check_encoder_given(cfg.cross_attention, encoder_out)
-    if mask is not None and cfg.attention is None:
-        mask = jnp.asarray(mask)
-        check_bool(mask, "mask")
-        keys = length if cache is None else cache_len(cache)
-        check_broadcast(mask, "mask", (batch, cfg.num_heads, length, keys))
+    layer_caches = _layer_caches(module, cache)
+    for layer in layer_caches:
+        if cfg.cross_attention and not isinstance(layer, DecoderLayerCache):
+            raise TypeError(
+                "`cache` of a cross-attention block must be the DecoderLayerCache of "
+                f"init_cache; got {type(layer).__name__}."
+            )
+        if isinstance(layer, DecoderLayerCache) and not cfg.cross_attention:
+            raise ValueError("a DecoderLayerCache needs `config.cross_attention=True`.")
+        is_kv = lambda c: isinstance(c, KVCache)
+        kvs = [c.k.shape for c in jax.tree_util.tree_leaves(layer, is_leaf=is_kv) if is_kv(c)]
+        if kvs and cfg.attention is None and kvs[0][-4] != batch:
+            raise ValueError(
+                f"`cache` must hold batch size {batch} like `x`; got a cache of shape "
+                f"{tuple(kvs[0])} (from init_cache(batch={kvs[0][-4]}, ...))."
+            )
+    if cfg.cross_attention and encoder_out is None:
+        raise ValueError("`encoder_out` is required when `config.cross_attention=True`.")
+    if not cfg.cross_attention and encoder_out is not None:
+        raise ValueError(
+            "`encoder_out` was given but the block has `config.cross_attention=False`."
+        )
+    if encoder_mask is not None:  # bool[B, S] key validity -> bool[B, 1, 1, S]
+        encoder_mask = jnp.asarray(encoder_mask)
+        check_rank(encoder_mask, "encoder_mask", (2, 4))
+        if encoder_mask.ndim == 2:
+            encoder_mask = encoder_mask[:, None, None, :]
     if cfg.cross_attention:
         check_rank(encoder_out, "encoder_out", 3)
-        check_encoder_batch(encoder_out, batch)
+        if encoder_out.shape[0] != batch:
+            raise ValueError(
+                f"`encoder_out` must have batch size {batch} like `x`; got shape "
+                f"{tuple(encoder_out.shape)}."
+            )
         if not any(c.cross_kv is not None for c in layer_caches):
-            w_k = stack._layer_param_shape("cross_attn", "key", "kernel")
-            check_features(encoder_out, "encoder_out", None if w_k is None else w_k[0])
+            check_features(encoder_out, "encoder_out",
+                           _in_features(module, ("cross_attn", "key", "kernel")))
         if encoder_lengths is not None:
             encoder_lengths = check_lengths(
                 encoder_lengths, "encoder_lengths", batch, encoder_out.shape[1]
             )
-        encoder_mask = key_mask(encoder_mask, "encoder_mask")
         if encoder_mask is not None:
             check_bool(encoder_mask, "encoder_mask")
             check_broadcast(
                 encoder_mask, "encoder_mask", (batch, cfg.num_heads, length, encoder_out.shape[1])
             )
     return dataclasses.replace(
-        inputs,
-        mask=mask, lengths=lengths, encoder_mask=encoder_mask, encoder_lengths=encoder_lengths
+        inputs, lengths=lengths, encoder_mask=encoder_mask, encoder_lengths=encoder_lengths
     )
+
+
+def run_checked(module: Any, x: Any, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
+    """A block's or a stack's public call: check ``inputs`` once (:func:`check_call`), run
+    ``module._forward`` on the checked value, then NaN in the rows whose traced ``lengths`` lie
+    outside ``[0, T]`` or ``encoder_lengths`` outside ``[0, S]`` (:mod:`seqjax._traced_checks`),
+    for the lengths no layer above has checked (a :class:`~seqjax._checks.ValidLengths` was read,
+    and its rows poisoned, by its maker)."""
+    y, new_cache = module._forward(x, check_call(module, x, cache, inputs), cache)
+    if not isinstance(inputs.lengths, ValidLengths):
+        y = poison_bad_lengths(y, inputs.lengths, 0, x.shape[1])
+    if inputs.encoder_out is not None and not isinstance(inputs.encoder_lengths, ValidLengths):
+        y = poison_bad_lengths(y, inputs.encoder_lengths, 0, inputs.encoder_out.shape[1])
+    return y, new_cache

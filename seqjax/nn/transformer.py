@@ -17,20 +17,14 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import (
-    bound_param_shape,
-    check_positive_int,
-    lengths_array,
-)
+from seqjax._checks import check_positive_int, lengths_array
 from seqjax.nn import _sharding
 from seqjax.nn._block_config import BlockConfig, check_block
 from seqjax.nn._transformer_checks import (
     BlockInputs,
     DecoderLayerCache,
-    check_block_call,
     check_cache_given,
-    check_stack_call,
-    poison_unread_lengths,
+    run_checked,
 )
 from seqjax.nn.attention import MultiHeadAttention
 from seqjax.nn.ffn import GLU, MLP
@@ -120,37 +114,27 @@ class TransformerBlock(nn.Module):
 
     def setup(self) -> None:
         cfg = self.cfg = self.config
-        self.self_attn: nn.Module
-        if cfg.attention is None:
-            self.self_attn = _attention(cfg, cross=False)
-        else:
-            self.self_attn = cfg.attention(
-                num_heads=cfg.num_heads,
-                head_dim=cfg.head_dim,
-                use_bias=cfg.attention_bias,
-                dropout_rate=cfg.attention_dropout_rate,
-                dtype=cfg.dtype,
-                param_dtype=cfg.param_dtype,
-            )
+        # MultiHeadAttention's own options; the cross-attention has no RoPE, window or GQA (its
+        # keys are the encoder output's), a custom `attention` none of them
+        mha: dict[str, Any] = dict(implementation=cfg.implementation, bias_init=cfg.bias_init,
+                                   kernel_init=cfg.kernel_init, out_kernel_init=cfg.residual_init)
+        self.self_attn = _attention(cfg, cfg.attention) if cfg.attention else _attention(
+            cfg, num_kv_heads=cfg.num_kv_heads, qk_norm=cfg.qk_norm, use_rope=cfg.use_rope,
+            rope_base=cfg.rope_base, window=cfg.window, **mha)
         self.self_attn_norm = cfg.make_norm()
         if cfg.cross_attention:
-            self.cross_attn = _attention(cfg, cross=True)
+            self.cross_attn = _attention(cfg, **mha)
             self.cross_attn_norm = cfg.make_norm()
-        self.ffn: nn.Module
-        if cfg.mlp == "mlp":
-            self.ffn = MLP(**_ffn_options(cfg), activation=cfg.activation)
-        else:
-            self.ffn = GLU(**_ffn_options(cfg), variant=cfg.mlp, multiple_of=cfg.multiple_of)
+        ffn = dict(mlp_dim=cfg.mlp_dim, use_bias=cfg.use_bias, dropout_rate=cfg.ffn_dropout_rate,
+                   dtype=cfg.dtype, param_dtype=cfg.param_dtype, kernel_init=cfg.kernel_init,
+                   out_kernel_init=cfg.residual_init, bias_init=cfg.bias_init)
+        self.ffn = (MLP(**ffn, activation=cfg.activation) if cfg.mlp == "mlp"
+                    else GLU(**ffn, variant=cfg.mlp, multiple_of=cfg.multiple_of))
         self.ffn_norm = cfg.make_norm()
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
-    def _sublayer(
-        self,
-        x: Array,
-        norm: nn.Module,
-        fn: Callable[[Array], tuple[Array, Any]],
-        deterministic: bool,
-    ) -> tuple[Array, Any]:
+    def _sublayer(self, x: Array, norm: nn.Module, fn: Callable[[Array], tuple[Array, Any]],
+                  deterministic: bool) -> tuple[Array, Any]:
         """One residual sublayer in the configured norm placement; ``fn`` returns
         ``(y, extra)`` and the sublayer ``(x, extra)``."""
         pre = self.cfg.norm == "pre"
@@ -172,18 +156,10 @@ class TransformerBlock(nn.Module):
         positions: Any = None,
         deterministic: bool = True,
     ) -> Array:
-        inputs = BlockInputs(
-            mask=mask,
-            lengths=lengths,
-            bias=bias,
-            encoder_out=encoder_out,
-            encoder_mask=encoder_mask,
-            encoder_lengths=encoder_lengths,
-            positions=positions,
-            deterministic=deterministic,
-        )
-        y, _ = self._run(x, inputs, None)
-        return y
+        inputs = BlockInputs(mask=mask, lengths=lengths, bias=bias, encoder_out=encoder_out,
+                             encoder_mask=encoder_mask, encoder_lengths=encoder_lengths,
+                             positions=positions, deterministic=deterministic)
+        return run_checked(self, x, inputs, None)[0]
 
     def decode(
         self,
@@ -200,74 +176,50 @@ class TransformerBlock(nn.Module):
     ) -> tuple[Array, Any]:
         """``x [B, T, D]`` appended to the cache (:meth:`init_cache`): ``(y, new_cache)``."""
         check_cache_given(cache, "TransformerBlock")
-        inputs = BlockInputs(
-            mask=mask,
-            lengths=lengths,
-            bias=bias,
-            encoder_out=encoder_out,
-            encoder_mask=encoder_mask,
-            encoder_lengths=encoder_lengths,
-            positions=positions,
-        )
-        return self._run(x, inputs, cache)
-
-    def _run(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
-        """A lone block's call: check ``inputs`` once, run, poison rows of bad lengths."""
-        y, new_cache = self._forward(x, check_block_call(self, x, cache, inputs), cache)
-        return poison_unread_lengths(y, inputs), new_cache
+        inputs = BlockInputs(mask=mask, lengths=lengths, bias=bias, encoder_out=encoder_out,
+                             encoder_mask=encoder_mask, encoder_lengths=encoder_lengths,
+                             positions=positions)
+        return run_checked(self, x, inputs, cache)
 
     def _forward(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
-        """The block on checked ``inputs`` (:func:`check_block_call` or a stack's
-        :func:`check_stack_call`; sublayers check shapes only): ``(x, new_cache)``, ``new_cache``
-        ``None`` without a cache."""
+        """The block on ``inputs`` checked by :func:`run_checked` (its own or its stack's;
+        sublayers check shapes only): ``(x, new_cache)``, ``new_cache`` ``None`` without a
+        cache."""
         cfg = self.cfg
         deterministic = inputs.deterministic
         cross_kv = None
         if isinstance(cache, DecoderLayerCache):
             cache, cross_kv = cache.self_attn, cache.cross_kv
-        sa_kwargs: dict[str, Any] = {}
-        if inputs.positions is not None:
-            sa_kwargs["positions"] = inputs.positions
-        if inputs.bias is not None:
-            sa_kwargs["bias"] = inputs.bias
-        if inputs.lengths is not None:  # a custom attention gets the int32[B] array
-            custom = not isinstance(self.self_attn, MultiHeadAttention)
-            sa_kwargs["lengths"] = lengths_array(inputs.lengths) if custom else inputs.lengths
-        if inputs.mask is not None:
-            sa_kwargs["mask"] = jnp.asarray(inputs.mask)
+        custom = not isinstance(self.self_attn, MultiHeadAttention)
+        sa_kwargs = {key: value for key, value in dict(
+            positions=inputs.positions, bias=inputs.bias,
+            # a custom attention gets the int32[B] array
+            lengths=lengths_array(inputs.lengths) if custom else inputs.lengths,
+            mask=None if inputs.mask is None else jnp.asarray(inputs.mask),
+        ).items() if value is not None}
 
         def self_attention(h: Array) -> tuple[Array, Any]:
             if cache is None:
-                y = self.self_attn(
-                    h, is_causal=cfg.causal, deterministic=deterministic, **sa_kwargs
-                )
+                y = self.self_attn(h, is_causal=cfg.causal, deterministic=deterministic,
+                                   **sa_kwargs)
                 return y, None
             return self.self_attn.decode(h, cache, **sa_kwargs)
 
         x, new_cache = self._sublayer(x, self.self_attn_norm, self_attention, deterministic)
         if cfg.cross_attention:
-
             def cross_attention(h: Array) -> tuple[Array, Any]:
-                ca_kwargs = dict(mask=inputs.encoder_mask, kv_lengths=inputs.encoder_lengths)
-                if cache is None:
-                    y = self.cross_attn(
-                        h, inputs.encoder_out, deterministic=deterministic, **ca_kwargs
-                    )
-                    return y, None
-                # decoding: project the encoder output once, then reuse it
-                return self.cross_attn.decode_cross(
-                    h, inputs.encoder_out, cross_kv, **ca_kwargs
-                )
+                kw = dict(mask=inputs.encoder_mask, kv_lengths=inputs.encoder_lengths)
+                if cache is not None:  # decoding: project the encoder output once, then reuse it
+                    return self.cross_attn.decode_cross(h, inputs.encoder_out, cross_kv, **kw)
+                y = self.cross_attn(h, inputs.encoder_out, deterministic=deterministic, **kw)
+                return y, None
 
             x, cross_kv = self._sublayer(x, self.cross_attn_norm, cross_attention, deterministic)
             if cache is not None:
                 new_cache = DecoderLayerCache(new_cache, cross_kv)
-        x, _ = self._sublayer(
-            x,
-            self.ffn_norm,
-            lambda h: (self.ffn(h, deterministic=deterministic), None),
-            deterministic,
-        )
+        x, _ = self._sublayer(x, self.ffn_norm,
+                              lambda h: (self.ffn(h, deterministic=deterministic), None),
+                              deterministic)
         return x, new_cache
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
@@ -279,45 +231,12 @@ class TransformerBlock(nn.Module):
         return DecoderLayerCache(cache, None) if self.cfg.cross_attention else cache
 
 
-def _attention(cfg: BlockConfig, *, cross: bool) -> MultiHeadAttention:
-    """The default self-attention (every attention option of ``cfg``) or the cross-attention
-    (no RoPE, window or GQA: its keys are the encoder output's)."""
-    mha_options: dict[str, Any] = {}
-    if not cross:
-        mha_options = dict(
-            num_kv_heads=cfg.num_kv_heads,
-            qk_norm=cfg.qk_norm,
-            use_rope=cfg.use_rope,
-            rope_base=cfg.rope_base,
-            window=cfg.window,
-        )
-    return MultiHeadAttention(
-        num_heads=cfg.num_heads,
-        head_dim=cfg.head_dim,
-        use_bias=cfg.attention_bias,
-        dropout_rate=cfg.attention_dropout_rate,
-        implementation=cfg.implementation,
-        dtype=cfg.dtype,
-        param_dtype=cfg.param_dtype,
-        kernel_init=cfg.kernel_init,
-        out_kernel_init=cfg.residual_init,
-        bias_init=cfg.bias_init,
-        **mha_options,
-    )
-
-
-def _ffn_options(cfg: BlockConfig) -> dict[str, Any]:
-    """The options of the feed-forward sublayer (MLP or GLU) that ``cfg`` sets."""
-    return dict(
-        mlp_dim=cfg.mlp_dim,
-        use_bias=cfg.use_bias,
-        dropout_rate=cfg.ffn_dropout_rate,
-        dtype=cfg.dtype,
-        param_dtype=cfg.param_dtype,
-        kernel_init=cfg.kernel_init,
-        out_kernel_init=cfg.residual_init,
-        bias_init=cfg.bias_init,
-    )
+def _attention(cfg: BlockConfig, factory: Callable[..., nn.Module] = MultiHeadAttention,
+               **options: Any) -> Any:
+    """A block's attention sublayer: ``factory`` with the options every attention receives."""
+    return factory(num_heads=cfg.num_heads, head_dim=cfg.head_dim, use_bias=cfg.attention_bias,
+                   dropout_rate=cfg.attention_dropout_rate, dtype=cfg.dtype,
+                   param_dtype=cfg.param_dtype, **options)
 
 
 class _TransformerStack(nn.Module, kw_only=True):
@@ -335,31 +254,11 @@ class _TransformerStack(nn.Module, kw_only=True):
 
     def __post_init__(self) -> None:
         # the encoder: bidirectional, no encoder output; the decoder: causal, either
-        cross = False if not self._causal else None
-        check_block(
-            self.config,
-            causal=self._causal,
-            cross_attention=cross,
-            name="config",
-            owner=type(self).__name__,
-        )
+        check_block(self.config, causal=self._causal, cross_attention=None if self._causal
+                    else False, name="config", owner=type(self).__name__)
         check_positive_int(self.num_layers, "num_layers")
         resolve_remat_policy(self.remat_policy)
         super().__post_init__()
-
-    def _layer_name(self, i: int) -> str:
-        return "layers" if self.scan_layers else f"layers_{i}"
-
-    def _layer_param_shape(self, *path: str) -> tuple[int, ...] | None:
-        """Shape of one layer's parameter ``path`` (the layer axis of a scan dropped)."""
-        shape = bound_param_shape(self, self._layer_name(0), *path)
-        return shape[1:] if shape is not None and self.scan_layers else shape
-
-    def _run(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
-        """The stack's call: check ``inputs`` once (:func:`check_stack_call`), run every block on
-        the checked value, poison the rows of lengths read here."""
-        y, new_cache = self._forward(x, check_stack_call(self, x, cache, inputs), cache)
-        return poison_unread_lengths(y, inputs), new_cache
 
     @nn.compact
     def _forward(self, x: Array, inputs: BlockInputs, cache: Any) -> tuple[Array, Any]:
@@ -367,28 +266,20 @@ class _TransformerStack(nn.Module, kw_only=True):
         (lengths as :class:`~seqjax._checks.ValidLengths`)."""
         cfg = self.config
 
-        def body(
-            block: TransformerBlock, x: Array, cache_l: Any, inputs: BlockInputs
-        ) -> tuple[Array, Any]:
+        def body(block: TransformerBlock, x: Array, cache_l: Any,
+                 inputs: BlockInputs) -> tuple[Array, Any]:
             # In a sharded step keep the residual stream split over the batch only (_sharding);
             # else GSPMD may carry an FSDP weight's split into it and reshuffle between layers.
             x = _sharding.constrain(x, _sharding.BATCH)
             return block._forward(x, inputs, cache_l)
 
         if self.remat:
-            body = nn.remat(
-                body,
-                policy=resolve_remat_policy(self.remat_policy),
-                prevent_cse=not self.scan_layers,
-            )
+            body = nn.remat(body, policy=resolve_remat_policy(self.remat_policy),
+                            prevent_cse=not self.scan_layers)
         if self.scan_layers:
-            scanned = nn.scan(
-                body,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=(0, nn.broadcast),
-                length=self.num_layers,
-            )
+            scanned = nn.scan(body, variable_axes={"params": 0}, in_axes=(0, nn.broadcast),
+                              split_rngs={"params": True, "dropout": True},
+                              length=self.num_layers)
             x, new_cache = scanned(TransformerBlock(config=cfg, name="layers"), x, cache, inputs)
         else:
             new_caches = []
@@ -453,11 +344,9 @@ class TransformerEncoder(_TransformerStack):
         positions: Any = None,
         deterministic: bool = True,
     ) -> Array:
-        inputs = BlockInputs(
-            mask=mask, lengths=lengths, positions=positions, deterministic=deterministic
-        )
-        y, _ = self._run(x, inputs, None)
-        return y
+        inputs = BlockInputs(mask=mask, lengths=lengths, positions=positions,
+                             deterministic=deterministic)
+        return run_checked(self, x, inputs, None)[0]
 
 
 class TransformerDecoder(_TransformerStack):
@@ -510,17 +399,10 @@ class TransformerDecoder(_TransformerStack):
         positions: Any = None,
         deterministic: bool = True,
     ) -> Array:
-        inputs = BlockInputs(
-            mask=mask,
-            lengths=lengths,
-            encoder_out=encoder_out,
-            encoder_mask=encoder_mask,
-            encoder_lengths=encoder_lengths,
-            positions=positions,
-            deterministic=deterministic,
-        )
-        y, _ = self._run(x, inputs, None)
-        return y
+        inputs = BlockInputs(mask=mask, lengths=lengths, encoder_out=encoder_out,
+                             encoder_mask=encoder_mask, encoder_lengths=encoder_lengths,
+                             positions=positions, deterministic=deterministic)
+        return run_checked(self, x, inputs, None)[0]
 
     def decode(
         self,
@@ -537,22 +419,19 @@ class TransformerDecoder(_TransformerStack):
         """``x [B, T, D]`` appended to the per-layer caches (:meth:`init_cache`):
         ``(y, new_cache)``; ``lengths`` tokens of each row are written (default all ``T``)."""
         check_cache_given(cache, "TransformerDecoder")
-        inputs = BlockInputs(
-            mask=mask,
-            lengths=lengths,
-            encoder_out=encoder_out,
-            encoder_mask=encoder_mask,
-            encoder_lengths=encoder_lengths,
-            positions=positions,
-        )
-        return self._run(x, inputs, cache)
+        inputs = BlockInputs(mask=mask, lengths=lengths, encoder_out=encoder_out,
+                             encoder_mask=encoder_mask, encoder_lengths=encoder_lengths,
+                             positions=positions)
+        return run_checked(self, x, inputs, cache)
 
     def init_cache(self, batch: int, max_len: int, dtype: Dtype | None = None) -> Any:
         """Empty per-layer caches: a list of ``num_layers`` caches, or with ``scan_layers`` one
         cache with a leading ``[num_layers]`` axis. Needs bound parameters (head sizes are read from
         them; else ``ValueError``):
         ``decoder.apply(params, batch, max_len, method="init_cache")``."""
-        if self.scope is None or not self.has_variable("params", self._layer_name(0)):
+        if self.scope is None or not self.has_variable(
+            "params", "layers" if self.scan_layers else "layers_0"
+        ):
             raise ValueError(
                 "init_cache needs bound parameters: "
                 "decoder.apply(params, batch, max_len, method='init_cache')."
@@ -570,4 +449,4 @@ class TransformerDecoder(_TransformerStack):
             return jax.tree_util.tree_map(
                 lambda a: jnp.broadcast_to(a[None], (self.num_layers, *a.shape)), one
             )
-        return [layer_cache(params[self._layer_name(i)]) for i in range(self.num_layers)]
+        return [layer_cache(params[f"layers_{i}"]) for i in range(self.num_layers)]

@@ -65,7 +65,6 @@ def pallas_unsupported(q: Array, k: Array, v: Array, is_causal: bool, dropout_ra
     return None
 
 
-
 def pallas_attention(q, k, v, mask, bias, is_causal, scale):
     """Pallas TPU flash attention; the kernel takes ``[B, H, T, D]``, so GQA's K/V are repeated.
 
@@ -81,10 +80,9 @@ def pallas_attention(q, k, v, mask, bias, is_causal, scale):
     if hkv != h:
         k, v = jnp.repeat(k, h // hkv, axis=2), jnp.repeat(v, h // hkv, axis=2)
     mask, bias = as_4d(mask), as_4d(bias)
-    segment_ids = ab = None
+    kv_ids = ab = None
     if mask is not None and bias is None and mask.shape[1] == mask.shape[2] == 1:
         kv_ids = jnp.where(jnp.broadcast_to(mask[:, 0, 0], (b, k_len)), 0, 1).astype(jnp.int32)
-        segment_ids = fa.SegmentIds(q=jnp.zeros((b, q_len), jnp.int32), kv=kv_ids)
     elif mask is not None or bias is not None:
         ab = jnp.zeros((b, h, q_len, k_len), jnp.float32)
         if bias is not None:  # −∞ → MASKED: finite inside the kernel, zeroed below
@@ -97,10 +95,11 @@ def pallas_attention(q, k, v, mask, bias, is_causal, scale):
         k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (k, v))
         if ab is not None:
             ab = jnp.pad(ab, ((0, 0),) * 3 + ((0, pad),), constant_values=MASKED)
-        else:
-            kv_ids = jnp.zeros((b, k_len), jnp.int32) if segment_ids is None else segment_ids.kv
-            segment_ids = fa.SegmentIds(q=jnp.zeros((b, q_len), jnp.int32),
-                                        kv=jnp.pad(kv_ids, ((0, 0), (0, pad)), constant_values=1))
+        else:  # padded keys: a segment of their own
+            kv_ids = jnp.zeros((b, k_len), jnp.int32) if kv_ids is None else kv_ids
+            kv_ids = jnp.pad(kv_ids, ((0, 0), (0, pad)), constant_values=1)
+    segment_ids = None if kv_ids is None else fa.SegmentIds(
+        q=jnp.zeros((b, q_len), jnp.int32), kv=kv_ids)
     block_q, block_k = min(128, q_len), k_len + pad
     sizes = fa.BlockSizes(
         block_q=block_q, block_k_major=block_k, block_k=block_k, block_b=1,

@@ -38,20 +38,19 @@ from seqjax.nn.masks import combine_masks
 
 Array = jax.Array
 
-# Defaults of dot_product_attention's thresholds (CPU timings: benchmarks/HISTORY.md).
-# Causal attention over >= 2 chunks runs one query chunk at a time against only the keys it
-# can see, skipping the masked upper triangle (about half the FLOPs for Q = K).
+# Defaults of dot_product_attention's thresholds of the sub-paths above (CPU timings:
+# benchmarks/HISTORY.md). Causal chunks do about half the FLOPs for Q = K; the scan's working
+# set is ~chunk·K per head instead of Q·K (FlashAttention's recomputation, without key
+# blocking); a fused chunk's scores stay in cache.
 QUERY_CHUNK = 128
-# Non-causal attention over at least this many keys loops (lax.scan) over query chunks and
-# recomputes the scores in the backward pass (FlashAttention's recomputation, without key
-# blocking): the working set is ~chunk·K per head instead of Q·K.
 SCAN_MIN_KEYS = 1024
-# Query rows per fused forward chunk (one chunk below 2×): a chunk's scores stay in cache.
 FUSED_ROWS = 128
 
 
-def _group(x4: Array, hkv: int, groups: int) -> Array:
+def _group(x4: Array | None, hkv: int, groups: int) -> Array | None:
     """``[b, h, q, k]`` (h ∈ {1, H}) -> ``[b, h', g', q, k]`` matching the grouped query layout."""
+    if x4 is None:
+        return None
     if x4.shape[1] == 1:
         return x4[:, :, None]
     return x4.reshape(x4.shape[0], hkv, groups, *x4.shape[2:])
@@ -89,9 +88,7 @@ def xla_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, dropout_r
     q5 = q5.transpose(0, 2, 3, 1, 4)  # [B, G, H/G, Q, D]
     k4 = k.transpose(0, 2, 1, 3)  # [B, G, K, D]
     v4 = v.transpose(0, 2, 1, 3)  # [B, G, K, Dv]
-    mask, bias = as_4d(mask), as_4d(bias)
-    mask5 = None if mask is None else _group(mask, hkv, groups)
-    bias5 = None if bias is None else _group(bias, hkv, groups)
+    mask5, bias5 = (_group(as_4d(x), hkv, groups) for x in (mask, bias))
 
     def block(q0: int, q1: int, k1: int, rng: Array | None) -> tuple[Array, Array | None]:
         n = q1 - q0
@@ -117,25 +114,20 @@ def xla_attention(q, k, v, mask, bias, is_causal, scale, dropout_rate, dropout_r
                          v4[:, :, :k1])
         return out.reshape(b, hkv, groups, n, dv), w
 
+    w = None
     if is_causal and not return_weights and q_len >= 2 * chunk:
         outs = []
         for i, q0 in enumerate(range(0, q_len, chunk)):
             q1 = min(q0 + chunk, q_len)
-            k1 = min(q1, k_len)
             rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, i)
-            if k1 == 0:
-                outs.append(jnp.zeros((b, hkv, groups, q1 - q0, dv), v.dtype))
-            else:
-                outs.append(block(q0, q1, k1, rng)[0])
+            outs.append(block(q0, q1, min(q1, k_len), rng)[0])  # K > 0 (dot_product_attention)
         out5 = jnp.concatenate(outs, axis=3)
-        w = None
     elif (not is_causal and bias5 is None and dropout_rate == 0.0 and not return_weights
           and k_len >= scan_min_keys and q_len >= 2 * chunk
           and (mask5 is None or mask5.shape[3] == 1)):
         pad = -q_len % chunk
         q5p = jnp.pad(q5, ((0, 0),) * 3 + ((0, pad), (0, 0))) if pad else q5
         out5 = _scan_attention(q5p, k4, v4, mask5, chunk)[:, :, :, :q_len]
-        w = None
     else:
         out5, w = block(0, q_len, k_len, dropout_rng)
     out = out5.transpose(0, 3, 1, 2, 4).reshape(b, q_len, h, dv)
@@ -272,51 +264,45 @@ def _attend_block(q4, k4, v4, mask5, bias5, groups, fused_rows):
     return jnp.concatenate(outs, axis=3).reshape(b, g, r, -1)
 
 
-def _attend_fused(q4, k4, v4, mask5, bias5, groups):
-    """The primal's form: additive finite mask, ``keep / l`` for empty rows (see checks)."""
+def _block(q4, k4, v4, mask5, bias5, groups, finite):
+    """One block's float32 ``(o, e, 1/l)`` (:func:`_attend_block`); ``finite``: the primal's
+    masking, finite unless a bias (which may hold ``−∞``) is given (see checks)."""
     b, g, r, _ = q4.shape
     k_len = k4.shape[2]
+    finite = finite and bias5 is None
     s = jnp.einsum("bhnd,bhkd->bhnk", q4, k4, preferred_element_type=jnp.float32)
     keep = None
     if mask5 is not None or bias5 is not None:
         s5 = s.reshape(b, g, groups, r // groups, k_len)
-        if bias5 is not None:  # a bias may hold −∞: the guarded (select) form
+        if bias5 is not None:
             s5 = s5 + bias5.astype(jnp.float32)
-            if mask5 is not None:
-                s5 = jnp.where(mask5, s5, -jnp.inf)
-        else:
+        if mask5 is not None and not finite:
+            s5 = jnp.where(mask5, s5, -jnp.inf)
+        elif mask5 is not None:
             s5 = s5 + jnp.where(mask5, 0.0, MASKED).astype(jnp.float32)
             keep = jnp.broadcast_to(visible_rows(mask5), (b, g, groups, r // groups, 1))
             keep = keep.reshape(b, g, r, 1).astype(jnp.float32)
         s = s5.reshape(b, g, r, k_len)
-    if bias5 is not None:  # -inf masking (a row may be all −∞)
+    if not finite:
         e = jnp.exp(s - stable_row_max(s))
         inv = row_reciprocal(jnp.sum(e, axis=-1, keepdims=True))
-    else:  # finite masking: keep / l, or no mask at all: 1 / l
+    else:
         e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
         denom = jnp.sum(e, axis=-1, keepdims=True)
         inv = 1.0 / denom if keep is None else row_reciprocal(denom, keep)
     o = jnp.einsum("bhnk,bhkd->bhnd", e.astype(v4.dtype), v4,
                    preferred_element_type=jnp.float32) * inv
-    return o.astype(v4.dtype)
+    return o, e, inv
+
+
+def _attend_fused(q4, k4, v4, mask5, bias5, groups):
+    """The primal's form: additive finite mask, ``keep / l`` for empty rows."""
+    return _block(q4, k4, v4, mask5, bias5, groups, finite=True)[0].astype(v4.dtype)
 
 
 def _attend_fwd(q4, k4, v4, mask5, bias5, groups, fused_rows):
     """The differentiated form: ``−∞`` masking, guarded max and sum; saves ``e`` and ``1/l``."""
-    b, g, r, _ = q4.shape
-    k_len = k4.shape[2]
-    s = jnp.einsum("bhnd,bhkd->bhnk", q4, k4, preferred_element_type=jnp.float32)
-    if mask5 is not None or bias5 is not None:
-        s5 = s.reshape(b, g, groups, r // groups, k_len)
-        if bias5 is not None:
-            s5 = s5 + bias5.astype(jnp.float32)
-        if mask5 is not None:
-            s5 = jnp.where(mask5, s5, -jnp.inf)
-        s = s5.reshape(b, g, r, k_len)
-    e = jnp.exp(s - stable_row_max(s))
-    inv = row_reciprocal(jnp.sum(e, axis=-1, keepdims=True))
-    o = jnp.einsum("bhnk,bhkd->bhnd", e.astype(v4.dtype), v4,
-                   preferred_element_type=jnp.float32) * inv
+    o, e, inv = _block(q4, k4, v4, mask5, bias5, groups, finite=False)
     return o.astype(v4.dtype), (q4, k4, v4, mask5, bias5, e, inv, o)
 
 

@@ -103,9 +103,7 @@ def as_4d(x: Array | None) -> Array | None:
     return None if x is None else x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 
-def check_broadcast(
-    x: Array, name: str, target: tuple[int, int, int, int | None]
-) -> None:
+def check_broadcast(x: Array, name: str, target: tuple[int, int, int, int | None]) -> None:
     """``x`` must broadcast to ``target = [B, H, Q, K]`` (rank ≤ 4, each axis 1 or equal;
     ``K = None``, an unknown key count, admits only 1)."""
     check_rank(x, name, (0, 1, 2, 3, 4))
@@ -117,9 +115,18 @@ def check_broadcast(
             )
 
 
+def check_kv_heads(num_heads: int, num_kv_heads: Any) -> int:
+    """``G`` = ``num_kv_heads`` (``None``: ``num_heads``), a positive divisor of ``num_heads``."""
+    g = num_heads if num_kv_heads is None else num_kv_heads
+    if isinstance(g, bool) or not isinstance(g, int) or g <= 0 or num_heads % g:
+        raise ValueError(
+            f"`num_kv_heads` must be a positive divisor of num_heads={num_heads}; got {g!r}."
+        )
+    return g
+
+
 def check_attention_args(
-    q: Any, k: Any, v: Any, mask: Any, bias: Any, dropout_rate: float,
-    dropout_rng: Array | None,
+    q: Any, k: Any, v: Any, mask: Any, bias: Any, dropout_rate: float, dropout_rng: Array | None
 ) -> tuple[Array, Array, Array, Array | None, Array | None]:
     """The one check of :func:`~seqjax.nn.attention.dot_product_attention`'s arguments.
 
@@ -128,9 +135,8 @@ def check_attention_args(
     when positive. Returns the arrays (``jnp.asarray``).
     """
     q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-    check_rank(q, "q", 4)
-    check_rank(k, "k", 4)
-    check_rank(v, "v", 4)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_rank(x, name, 4)
     b, q_len, h, d = q.shape
     k_len, hkv = k.shape[1], k.shape[2]
     if k.shape[0] != b or v.shape[0] != b:

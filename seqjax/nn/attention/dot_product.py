@@ -88,6 +88,11 @@ class _Call:
     scan_min_keys: int
     fused_rows: int
 
+    @property
+    def common(self) -> tuple[Any, ...]:
+        """The arguments every kernel takes: ``(q, k, v, mask, bias, is_causal, scale)``."""
+        return self.q, self.k, self.v, self.mask, self.bias, self.is_causal, self.scale
+
 
 class Kernel(NamedTuple):
     """An entry of :data:`KERNELS`: how to run a call, and why it cannot (``None`` = it can)."""
@@ -97,33 +102,17 @@ class Kernel(NamedTuple):
 
 
 def _run_reference(c: _Call) -> Any:
-    return reference_attention(c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal,
-                               scale=c.scale, dropout_rate=c.dropout_rate,
-                               dropout_rng=c.dropout_rng, return_weights=c.return_weights)
-
-
-def _run_xla(c: _Call) -> Any:
-    return _xla_kernels.xla_attention(
-        c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal, scale=c.scale,
-        dropout_rate=c.dropout_rate, dropout_rng=c.dropout_rng,
-        return_weights=c.return_weights, chunk=c.query_chunk, scan_min_keys=c.scan_min_keys,
-        fused_rows=c.fused_rows)
-
-
-def _run_cudnn(c: _Call) -> Any:
-    return cudnn_attention(c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal, scale=c.scale)
-
-
-def _run_pallas(c: _Call) -> Any:
-    return pallas_attention(c.q, c.k, c.v, c.mask, c.bias, is_causal=c.is_causal, scale=c.scale)
+    return reference_attention(*c.common, c.dropout_rate, c.dropout_rng, c.return_weights)
 
 
 #: Implementation name → kernel. ``"auto"`` takes the first of :data:`AUTO_ORDER` whose
 #: ``unsupported`` says nothing (cuDNN on a GPU, Pallas on a TPU, else XLA).
 KERNELS: dict[str, Kernel] = {
-    "xla": Kernel(_run_xla, None),
-    "cudnn": Kernel(_run_cudnn, cudnn_unsupported),
-    "pallas": Kernel(_run_pallas, pallas_unsupported),
+    "xla": Kernel(lambda c: _xla_kernels.xla_attention(
+        *c.common, c.dropout_rate, c.dropout_rng, c.return_weights, c.query_chunk,
+        c.scan_min_keys, c.fused_rows), None),
+    "cudnn": Kernel(lambda c: cudnn_attention(*c.common), cudnn_unsupported),
+    "pallas": Kernel(lambda c: pallas_attention(*c.common), pallas_unsupported),
     "reference": Kernel(_run_reference, None),
 }
 AUTO_ORDER = ("cudnn", "pallas", "xla")
@@ -211,11 +200,8 @@ def dot_product_attention(
         [[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0], [0.0, 0.0, 0.5, 0.5]]
     """
     return cast(Array, _attention(
-        q_BxQxHxD, k_BxKxGxD, v_BxKxGxV, mask=mask, bias=bias, is_causal=is_causal,
-        window=window, scale=scale, implementation=implementation, dropout_rate=dropout_rate,
-        dropout_rng=dropout_rng, return_weights=False, query_chunk=query_chunk,
-        scan_min_keys=scan_min_keys, fused_rows=fused_rows,
-    ))
+        q_BxQxHxD, k_BxKxGxD, v_BxKxGxV, mask, bias, is_causal, window, scale, implementation,
+        dropout_rate, dropout_rng, query_chunk, scan_min_keys, fused_rows, return_weights=False))
 
 
 def dot_product_attention_with_weights(
@@ -250,20 +236,18 @@ def dot_product_attention_with_weights(
         ((2, 3, 4, 8), (2, 4, 3, 5), [0.5, 0.5, 0.0, 0.0, 0.0])
     """
     return cast(tuple[Array, Array], _attention(
-        q_BxQxHxD, k_BxKxGxD, v_BxKxGxV, mask=mask, bias=bias, is_causal=is_causal,
-        window=window, scale=scale, implementation=implementation, dropout_rate=dropout_rate,
-        dropout_rng=dropout_rng, return_weights=True, query_chunk=query_chunk,
-        scan_min_keys=scan_min_keys, fused_rows=fused_rows,
-    ))
+        q_BxQxHxD, k_BxKxGxD, v_BxKxGxV, mask, bias, is_causal, window, scale, implementation,
+        dropout_rate, dropout_rng, query_chunk, scan_min_keys, fused_rows, return_weights=True))
 
 
 def _attention(
-    q_BxQxHxD: Any, k_BxKxGxD: Any, v_BxKxGxV: Any, *, mask: Any, bias: Any, is_causal: bool,
+    q_BxQxHxD: Any, k_BxKxGxD: Any, v_BxKxGxV: Any, mask: Any, bias: Any, is_causal: bool,
     window: int, scale: float | None, implementation: str, dropout_rate: float,
-    dropout_rng: Array | None, return_weights: bool, query_chunk: int, scan_min_keys: int,
-    fused_rows: int,
+    dropout_rng: Array | None, query_chunk: int, scan_min_keys: int, fused_rows: int, *,
+    return_weights: bool,
 ) -> Any:
-    """The body of both public functions (``return_weights`` chooses the result)."""
+    """The body of both public functions, their arguments in order (``return_weights`` chooses
+    the result)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"`implementation` must be one of {IMPLEMENTATIONS}; got {implementation!r}."

@@ -94,17 +94,9 @@ class KVCache:
             return jnp.zeros(self.lengths.shape, bool)
         return self.overflow > 0
 
-    @property
-    def k_BxSxHkvxD(self) -> Array:
-        return self.k
-
-    @property
-    def v_BxSxHkvxD(self) -> Array:
-        return self.v
-
-    @property
-    def lengths_B(self) -> Array:
-        return self.lengths
+    k_BxSxHkvxD = property(lambda self: self.k)
+    v_BxSxHkvxD = property(lambda self: self.v)
+    lengths_B = property(lambda self: self.lengths)
 
     def update(self, k_BxTxGxD: Array, v_BxTxGxV: Array, num_new: Any = None) -> KVCache:
         """Write ``T`` new tokens per row at offset ``lengths[b]``; advance by ``num_new`` (or T).

@@ -11,6 +11,7 @@ LN (10); MEDL (7.25)–(7.26). With one head and no output matrix (``num_heads=1
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -30,7 +31,7 @@ from seqjax._checks import (
     retired_flags,
 )
 from seqjax._traced_checks import poison_bad_lengths
-from seqjax.nn.attention.checks import check_broadcast
+from seqjax.nn.attention.checks import check_broadcast, check_kv_heads
 from seqjax.nn.attention.dot_product import (
     dot_product_attention,
     dot_product_attention_with_weights,
@@ -52,12 +53,13 @@ ProjectedKV = tuple[Array, Array]
 
 
 class Attended(NamedTuple):
-    """What one attention pass can produce; each public method returns the part it declares."""
+    """What one attention pass can produce; each public method returns the part it declares
+    (``None`` unless asked for: a ``KVCache``, ``f32[B, H, Q, K]`` weights, a ``ProjectedKV``)."""
 
     out: Array
-    cache: KVCache | None = None
-    weights: Array | None = None
-    kv: ProjectedKV | None = None
+    cache: Any = None
+    weights: Any = None
+    kv: Any = None
 
 
 class _HeadRMSNorm(nn.Module):
@@ -164,14 +166,7 @@ class MultiHeadAttention(nn.Module):
     output_projection: bool = True
 
     def _kv_heads(self) -> int:
-        g = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-        check_positive_int(self.num_heads, "num_heads")
-        if not isinstance(g, int) or g <= 0 or self.num_heads % g:
-            raise ValueError(
-                f"`num_kv_heads` must be a positive divisor of num_heads={self.num_heads}; "
-                f"got {g!r}."
-            )
-        return g
+        return check_kv_heads(check_positive_int(self.num_heads, "num_heads"), self.num_kv_heads)
 
     def _head_dim(self, features: int) -> int:
         if self.head_dim is not None:
@@ -197,8 +192,7 @@ class MultiHeadAttention(nn.Module):
                 "init_cache needs `head_dim` set on the module, or bound parameters "
                 "(mha.apply(params, batch, max_len, method='init_cache'))."
             )
-        dtype = dtype or self.dtype or self.param_dtype
-        return KVCache.create(batch, max_len, g, d, dtype)
+        return KVCache.create(batch, max_len, g, d, dtype or self.dtype or self.param_dtype)
 
     @retired_flags(return_weights="MultiHeadAttention.with_weights")
     def __call__(
@@ -216,18 +210,9 @@ class MultiHeadAttention(nn.Module):
         deterministic: bool = True,
     ) -> Array:
         """Self-attention (``inputs_kv=None``) or cross-attention: ``out [B, Q, F]``."""
-        return self._run(
-            inputs_q,
-            inputs_kv,
-            mask=mask,
-            bias=bias,
-            is_causal=is_causal,
-            positions=positions,
-            kv_positions=kv_positions,
-            lengths=lengths,
-            kv_lengths=kv_lengths,
-            deterministic=deterministic,
-        ).out
+        return self._attend(inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal,
+                            positions=positions, kv_positions=kv_positions, lengths=lengths,
+                            kv_lengths=kv_lengths, deterministic=deterministic).out
 
     def with_weights(
         self,
@@ -245,21 +230,11 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Array, Array]:
         """As :meth:`__call__`, and the attention weights:
         ``(out [B, Q, F], weights f32[B, H, Q, K])``."""
-        result = self._run(
-            inputs_q,
-            inputs_kv,
-            mask=mask,
-            bias=bias,
-            is_causal=is_causal,
-            positions=positions,
-            kv_positions=kv_positions,
-            lengths=lengths,
-            kv_lengths=kv_lengths,
-            deterministic=deterministic,
-            return_weights=True,
-        )
-        assert result.weights is not None
-        return result.out, result.weights
+        out, _, weights, _ = self._attend(
+            inputs_q, inputs_kv, mask=mask, bias=bias, is_causal=is_causal, positions=positions,
+            kv_positions=kv_positions, lengths=lengths, kv_lengths=kv_lengths,
+            deterministic=deterministic, return_weights=True)
+        return out, weights
 
     def decode(
         self,
@@ -277,12 +252,9 @@ class MultiHeadAttention(nn.Module):
         ``Q``: prompts of different lengths prefill in one call); ``positions`` default to
         ``cache.lengths[:, None] + arange(Q)``; ``mask`` covers the cache's ``max_len`` keys.
         """
-        result = self._run(
-            inputs_q, None, mask=mask, bias=bias, positions=positions, lengths=lengths,
-            cache=cache,
-        )
-        assert result.cache is not None
-        return result.out, result.cache
+        out, cache, _, _ = self._attend(inputs_q, None, mask=mask, bias=bias,
+                                        positions=positions, lengths=lengths, cache=cache)
+        return out, cache
 
     def decode_cross(
         self,
@@ -297,70 +269,12 @@ class MultiHeadAttention(nn.Module):
         v [B, K, G, Dv])`` being ``inputs_kv`` projected (with ``qk_norm``): computed when ``kv``
         is ``None``, else reused from an earlier call on the same ``inputs_kv`` (the encoder
         output is fixed while the decoder runs, MEDL (7.33)), saving the projections."""
-        result = self._run(
-            inputs_q, inputs_kv, mask=mask, kv_lengths=kv_lengths, kv=kv, return_kv=True
-        )
-        assert result.kv is not None
-        return result.out, result.kv
+        out, _, _, kv = self._attend(inputs_q, inputs_kv, mask=mask, kv_lengths=kv_lengths,
+                                     kv=kv, return_kv=True)
+        return out, kv
 
-    def _run(
-        self,
-        inputs_q: Array,
-        inputs_kv: Array | None,
-        *,
-        mask: Any = None,
-        bias: Any = None,
-        is_causal: bool = False,
-        positions: Any = None,
-        kv_positions: Any = None,
-        lengths: Any = None,
-        kv_lengths: Any = None,
-        cache: KVCache | None = None,
-        deterministic: bool = True,
-        return_weights: bool = False,
-        kv: ProjectedKV | None = None,
-        return_kv: bool = False,
-    ) -> Attended:
-        """Every public call: the checks, the attention, then the traced-lengths policy."""
-        # Lengths read here (not a checked ValidLengths from a layer above): under jit a
-        # value outside [0, Q] / [0, K] makes its row's output NaN (seqjax._traced_checks).
-        raw_q, raw_kv = _unchecked(lengths), _unchecked(kv_lengths)
-        lengths, kv_lengths, mask = self._check_call(
-            inputs_q, inputs_kv, mask, lengths, kv_lengths, cache, kv
-        )
-        result = self._attend(
-            inputs_q,
-            inputs_kv,
-            mask=mask,
-            bias=bias,
-            is_causal=is_causal,
-            positions=positions,
-            kv_positions=kv_positions,
-            lengths=lengths,
-            kv_lengths=kv_lengths,
-            cache=cache,
-            deterministic=deterministic,
-            return_weights=return_weights,
-            kv=kv,
-            return_kv=return_kv,
-        )
-        if raw_q is None and raw_kv is None:
-            return result
-        out = poison_bad_lengths(result.out, raw_q, 0, inputs_q.shape[1])
-        if inputs_kv is not None:
-            out = poison_bad_lengths(out, raw_kv, 0, inputs_kv.shape[1])
-        return result._replace(out=out)
-
-    def _check_call(
-        self,
-        inputs_q: Any,
-        inputs_kv: Any,
-        mask: Any,
-        lengths: Any,
-        kv_lengths: Any,
-        cache: Any,
-        kv: Any,
-    ) -> tuple[Any, Any, Any]:
+    def _check_call(self, inputs_q: Any, inputs_kv: Any, mask: Any, lengths: Any,
+                    kv_lengths: Any, cache: Any, kv: Any) -> tuple[Any, Any, Any]:
         """Every argument check of a call; returns the checked ``(lengths, kv_lengths, mask)``."""
         check_rank(inputs_q, "inputs_q", 3)
         b, q_len, features = inputs_q.shape
@@ -371,25 +285,26 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"`inputs_kv` must have batch size {b} like `inputs_q`; got shape {x_kv.shape}."
             )
-        if cache is not None and not self_attention:
-            raise ValueError(
-                "`cache` is for self-attention only; for cross-attention pass the encoder "
-                "output as `inputs_kv`, and reuse its projection with `decode_cross`."
-            )
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"`cache` must be a KVCache; got {type(cache).__name__}.")
-        if cache is not None and cache.k.shape[0] != b:
-            raise ValueError(
-                f"`cache` must hold batch size {b} like `inputs_q`; got a cache of shape "
-                f"{tuple(cache.k.shape)} (from init_cache(batch={cache.k.shape[0]}, ...))."
-            )
-        if check_count_or_off(self.window, "window", "MultiHeadAttention",
-                              "no window, every key"):
+        if cache is not None:
             if not self_attention:
                 raise ValueError(
-                    "`window` (sliding-window attention) is for self-attention; got "
-                    "`inputs_kv` (cross-attention)."
+                    "`cache` is for self-attention only; for cross-attention pass the encoder "
+                    "output as `inputs_kv`, and reuse its projection with `decode_cross`."
                 )
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"`cache` must be a KVCache; got {type(cache).__name__}.")
+            if cache.k.shape[0] != b:
+                raise ValueError(
+                    f"`cache` must hold batch size {b} like `inputs_q`; got a cache of shape "
+                    f"{tuple(cache.k.shape)} (from init_cache(batch={cache.k.shape[0]}, ...))."
+                )
+        window = check_count_or_off(self.window, "window", "MultiHeadAttention",
+                                    "no window, every key")
+        if window and not self_attention:
+            raise ValueError(
+                "`window` (sliding-window attention) is for self-attention; got "
+                "`inputs_kv` (cross-attention)."
+            )
         if not self.output_projection and self.out_features is not None:
             raise ValueError(
                 f"`out_features` ({self.out_features}) needs the output projection; got "
@@ -399,11 +314,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"`rope_layout` must be 'halves' or 'interleaved'; got {self.rope_layout!r}."
             )
-        wq = bound_param_shape(self, "query", "kernel")
-        check_features(inputs_q, "inputs_q", None if wq is None else wq[0])
+        check_features(inputs_q, "inputs_q", _in_features(self, "query"))
         if kv is None and not self_attention:
-            wk = bound_param_shape(self, "key", "kernel")
-            check_features(x_kv, "inputs_kv", None if wk is None else wk[0])
+            check_features(x_kv, "inputs_kv", _in_features(self, "key"))
         g, d = self._kv_heads(), self._head_dim(features)
         if kv is not None:
             if self_attention:
@@ -433,30 +346,24 @@ class MultiHeadAttention(nn.Module):
 
     @nn.compact
     def _attend(
-        self,
-        inputs_q: Array,
-        inputs_kv: Array | None = None,
-        *,
-        mask: Any = None,
-        bias: Any = None,
-        is_causal: bool = False,
-        positions: Any = None,
-        kv_positions: Any = None,
-        lengths: ValidLengths | None = None,
-        kv_lengths: ValidLengths | None = None,
-        cache: KVCache | None = None,
-        deterministic: bool = True,
-        return_weights: bool = False,
-        kv: ProjectedKV | None = None,
+        self, inputs_q: Array, inputs_kv: Array | None, *, mask: Any = None, bias: Any = None,
+        is_causal: bool = False, positions: Any = None, kv_positions: Any = None,
+        lengths: Any = None, kv_lengths: Any = None, cache: KVCache | None = None,
+        deterministic: bool = True, return_weights: bool = False, kv: ProjectedKV | None = None,
         return_kv: bool = False,
     ) -> Attended:
-        """The attention on the arguments :meth:`_check_call` checked."""
+        """Every public call: the checks (:meth:`_check_call`), the attention, then the
+        traced-lengths policy."""
+        # Lengths read here (not a checked ValidLengths from a layer above): under jit a
+        # value outside [0, Q] / [0, K] makes its row's output NaN (seqjax._traced_checks).
+        raw_q, raw_kv = (None if isinstance(n, ValidLengths) else n for n in (lengths, kv_lengths))
+        lengths, kv_lengths, mask = self._check_call(
+            inputs_q, inputs_kv, mask, lengths, kv_lengths, cache, kv
+        )
         b, q_len, features = inputs_q.shape
         self_attention = inputs_kv is None
         x_kv = inputs_q if inputs_kv is None else inputs_kv
-        h, g = self.num_heads, self._kv_heads()
-        d = self._head_dim(features)
-        out_features = features if self.out_features is None else self.out_features
+        h, g, d = self.num_heads, self._kv_heads(), self._head_dim(features)
 
         q_BxQxHxD = _dense(self, (h, d), -1, "query")(inputs_q)
         if kv is not None:  # cross-attention keys/values projected by an earlier call
@@ -465,13 +372,10 @@ class MultiHeadAttention(nn.Module):
             k_BxKxGxD = _dense(self, (g, d), -1, "key")(x_kv)
             v_BxKxGxD = _dense(self, (g, d), -1, "value")(x_kv)
         if self.qk_norm:
-            q_BxQxHxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype, name="query_norm")(
-                q_BxQxHxD
-            )
+            norm = partial(_HeadRMSNorm, self.qk_norm_epsilon, self.param_dtype)
+            q_BxQxHxD = norm(name="query_norm")(q_BxQxHxD)
             if kv is None:
-                k_BxKxGxD = _HeadRMSNorm(self.qk_norm_epsilon, self.param_dtype, name="key_norm")(
-                    k_BxKxGxD
-                )
+                k_BxKxGxD = norm(name="key_norm")(k_BxKxGxD)
 
         if self.use_rope:
             if positions is None:
@@ -500,14 +404,17 @@ class MultiHeadAttention(nn.Module):
             dropout_rng=self.make_rng("dropout") if use_dropout else None)
         attn_BxQxHxD, weights = result if return_weights else (result, None)
         if self.output_projection:
-            out_BxQxF = _dense(self, out_features, (-2, -1), "out",
+            out_BxQxF = _dense(self, features if self.out_features is None else self.out_features,
+                               (-2, -1), "out",
                                self.out_kernel_init or self.kernel_init)(attn_BxQxHxD)
         else:  # Concat[H_1, ..., H_H]: [B, Q, H·Dv]
             out_BxQxF = attn_BxQxHxD.reshape(b, q_len, -1)
         if lengths is not None:
             valid_BxQ = padding_mask(lengths, q_len)
             out_BxQxF = jnp.where(valid_BxQ[..., None], out_BxQxF, jnp.zeros((), out_BxQxF.dtype))
-
+        out_BxQxF = poison_bad_lengths(out_BxQxF, raw_q, 0, q_len)
+        if inputs_kv is not None:
+            out_BxQxF = poison_bad_lengths(out_BxQxF, raw_kv, 0, inputs_kv.shape[1])
         return Attended(out_BxQxF, cache, weights, projected_kv if return_kv else None)
 
 
@@ -542,6 +449,7 @@ def _mask_and_cache(
     return attn_mask, cache, k_BxKxGxD, v_BxKxGxD
 
 
-def _unchecked(lengths: Any) -> Any:
-    """``lengths`` unless a layer above already checked it (a ``ValidLengths``)."""
-    return None if isinstance(lengths, ValidLengths) else lengths
+def _in_features(layer: MultiHeadAttention, name: str) -> int | None:
+    """Input size of the bound projection ``name`` (``None`` when unbound or initialising)."""
+    shape = bound_param_shape(layer, name, "kernel")
+    return None if shape is None else shape[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
@@ -215,23 +216,19 @@ class Attention(nn.Module):
         hidden = dk if self.hidden is None else self.hidden
         q_BxQxD, keys, values = nn.dtypes.promote_dtype(q_BxQxD, keys, values, dtype=self.dtype)
 
-        def param(name: str, init: Initializer, shape: tuple[int, ...]) -> Array:
-            p = self.param(name, init, shape, self.param_dtype)
-            return jnp.asarray(p, q_BxQxD.dtype)
-
-        if self.score == "dot":
-            s_BxQxK = dot_score(q_BxQxD, keys)
-        elif self.score == "scaled_dot":
-            s_BxQxK = scaled_dot_score(q_BxQxD, keys, self.scale)
-        elif self.score == "general":
-            s_BxQxK = general_score(q_BxQxD, keys, param("kernel", self.kernel_init, (dq, dk)))
-        elif self.score == "concat":
-            w_c = param("kernel", self.kernel_init, (dq + dk, hidden))
-            s_BxQxK = concat_score(q_BxQxD, keys, w_c, param("v", self.v_init, (hidden,)))
-        else:
-            w_a = param("query_kernel", self.kernel_init, (dq, hidden))
-            w_b = param("key_kernel", self.kernel_init, (dk, hidden))
-            s_BxQxK = additive_score(q_BxQxD, keys, w_a, w_b, param("v", self.v_init, (hidden,)))
+        # the score's parameters, in its arguments' order (the ``v`` of MEDL (7.21): v_init)
+        params: dict[str, dict[str, tuple[int, ...]]] = {
+            "general": {"kernel": (dq, dk)},
+            "concat": {"kernel": (dq + dk, hidden), "v": (hidden,)},
+            "additive": {"query_kernel": (dq, hidden), "key_kernel": (dk, hidden), "v": (hidden,)},
+        }
+        weights = [jnp.asarray(self.param(name, self.v_init if name == "v" else self.kernel_init,
+                                          shape, self.param_dtype), q_BxQxD.dtype)
+                   for name, shape in params.get(self.score, {}).items()]
+        scores: dict[str, Callable[..., Array]] = {
+            "dot": dot_score, "scaled_dot": partial(scaled_dot_score, scale=self.scale),
+            "general": general_score, "concat": concat_score, "additive": additive_score}
+        s_BxQxK = scores[self.score](q_BxQxD, keys, *weights)
 
         key_mask = None
         if mask is not None:
@@ -258,30 +255,25 @@ class Attention(nn.Module):
     def _check_sizes(self, query: Array, keys: Array) -> None:
         """Query/key sizes against the bound score parameters (or each other for dot)."""
         dq, dk = query.shape[-1], keys.shape[-1]
-        if self.score in ("dot", "scaled_dot"):
-            if dq != dk:
-                raise ValueError(
-                    f"`query` must have the feature size of `keys` (m_q = m_k = {dk}) for the "
-                    f"{self.score!r} score; got shape {tuple(query.shape)}."
-                )
-            return
-        if self.score == "general":
-            w = bound_param_shape(self, "kernel")
-            want_q, want_k = (None, None) if w is None else w
-        elif self.score == "additive":
-            wq, wk = bound_param_shape(self, "query_kernel"), bound_param_shape(self, "key_kernel")
-            want_q, want_k = (None if wq is None else wq[0]), (None if wk is None else wk[0])
-        else:  # concat: kernel [m_q + m_k, hidden]; only the sum is known
-            w = bound_param_shape(self, "kernel")
-            if w is not None and dq + dk != w[0]:
-                raise ValueError(
-                    f"`query` and `keys` must have {w[0]} features together (the sizes the "
-                    f"'concat' kernel was created with); got {dq} + {dk} (shapes "
-                    f"{tuple(query.shape)}, {tuple(keys.shape)})."
-                )
-            return
-        check_features(query, "query", want_q)
-        check_features(keys, "keys", want_k)
+        if self.score in ("dot", "scaled_dot") and dq != dk:
+            raise ValueError(
+                f"`query` must have the feature size of `keys` (m_q = m_k = {dk}) for the "
+                f"{self.score!r} score; got shape {tuple(query.shape)}."
+            )
+        w = bound_param_shape(self, "kernel")
+        if self.score == "concat" and w is not None and dq + dk != w[0]:
+            # kernel [m_q + m_k, hidden]: only the sum is known
+            raise ValueError(
+                f"`query` and `keys` must have {w[0]} features together (the sizes the "
+                f"'concat' kernel was created with); got {dq} + {dk} (shapes "
+                f"{tuple(query.shape)}, {tuple(keys.shape)})."
+            )
+        # the (parameter, axis) holding the query's and the keys' sizes
+        sizes = {"general": (("kernel", 0), ("kernel", 1)),
+                 "additive": (("query_kernel", 0), ("key_kernel", 0))}.get(self.score, ())
+        for x, name, (param, axis) in zip((query, keys), ("query", "keys"), sizes):
+            shape = bound_param_shape(self, param)
+            check_features(x, name, None if shape is None else shape[axis])
 
 
 @retired_flags(return_weights="simple_self_attention_with_weights")
