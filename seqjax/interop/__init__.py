@@ -18,23 +18,8 @@ from seqjax.interop.hf_gpt2 import (
 from seqjax.interop.safetensors_io import Checkpoint, check_params_like, load_tensors, read_config
 from seqjax.interop.torch_rnn import seqjax_to_torch_rnn, torch_rnn_to_seqjax
 
-__all__ = [
-    "Checkpoint",
-    "ExportWriteError",
-    "HF_BERT_PRESETS",
-    "HF_GPT2_PRESETS",
-    "bert_config_from_hf",
-    "check_exportable",
-    "check_params_like",
-    "export_gpt2",
-    "gpt2_config_from_hf",
-    "gpt2_config_to_hf",
-    "gpt2_params_to_hf",
-    "load_hf_bert",
-    "load_hf_gpt2",
-    "load_tensors",
-    "read_config",
-    "sentence_embeddings",
-    "seqjax_to_torch_rnn",
-    "torch_rnn_to_seqjax",
-]
+__all__ = ["Checkpoint", "ExportWriteError", "HF_BERT_PRESETS", "HF_GPT2_PRESETS",
+           "bert_config_from_hf", "check_exportable", "check_params_like", "export_gpt2",
+           "gpt2_config_from_hf", "gpt2_config_to_hf", "gpt2_params_to_hf", "load_hf_bert",
+           "load_hf_gpt2", "load_tensors", "read_config", "sentence_embeddings",
+           "seqjax_to_torch_rnn", "torch_rnn_to_seqjax"]

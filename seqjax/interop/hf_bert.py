@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -48,58 +47,33 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax._checks import check_positive_ints
+from seqjax.data.batching import pad_batch
 from seqjax.data.tokenizers import HFTokenizer
-from seqjax.interop.safetensors_io import Checkpoint, check_params_like, read_config
+from seqjax.interop._hf_common import activation, int_fields, load, stack_layers
+from seqjax.interop.safetensors_io import Checkpoint, PathLike, read_config
 from seqjax.models._common import masked_pool
 from seqjax.models.bert import BERT_PRESETS, Bert, BertConfig, bert_block
 
 Array = jax.Array
 Dtype = Any
-PathLike = Any
 
-__all__ = [
-    "HF_BERT_PRESETS",
-    "bert_config_from_hf",
-    "load_hf_bert",
-    "sentence_embeddings",
-]
+__all__ = ["HF_BERT_PRESETS", "bert_config_from_hf", "load_hf_bert", "sentence_embeddings"]
 
 _MINILM = dict(embed_dim=384, block_size=512, block=bert_block(12, mlp_dim=1536))
+_LARGE = dict(num_layers=24, embed_dim=1024, block=bert_block(16, mlp_dim=4096))
 
 #: Configs of common BERT-family checkpoints, for directories without ``config.json``
 #: (``org/name`` is looked up by ``name``); :data:`~seqjax.models.bert.BERT_PRESETS` work too.
 HF_BERT_PRESETS: dict[str, BertConfig] = {
     "bert-base-uncased": BertConfig(),
     "bert-base-cased": BertConfig(vocab_size=28996),
-    "bert-large-uncased": BertConfig(num_layers=24, embed_dim=1024,
-                                     block=bert_block(16, mlp_dim=4096)),
-    "bert-large-cased": BertConfig(vocab_size=28996, num_layers=24, embed_dim=1024,
-                                   block=bert_block(16, mlp_dim=4096)),
+    "bert-large-uncased": BertConfig(**_LARGE),
+    "bert-large-cased": BertConfig(vocab_size=28996, **_LARGE),
     "bert-tiny": BertConfig(num_layers=2, embed_dim=128, block=bert_block(2, mlp_dim=512)),
     "all-MiniLM-L6-v2": BertConfig(num_layers=6, **_MINILM),
     "all-MiniLM-L12-v2": BertConfig(num_layers=12, **_MINILM),
     "paraphrase-MiniLM-L6-v2": BertConfig(num_layers=6, **_MINILM),
 }
-
-#: Hugging Face ``hidden_act`` -> seqjax activation name (:data:`seqjax.nn.ffn.ACTIVATIONS`).
-_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-    "tanh": "tanh",
-}
-
-
-def _activation(name: Any) -> str:
-    if name not in _ACTIVATIONS:
-        raise ValueError(
-            f"config `hidden_act` must be one of {sorted(_ACTIVATIONS)}; got {name!r}."
-        )
-    return _ACTIVATIONS[name]
 
 
 def bert_config_from_hf(hf: dict) -> BertConfig:
@@ -115,63 +89,25 @@ def bert_config_from_hf(hf: dict) -> BertConfig:
         >>> cfg.embed_dim, cfg.num_layers, cfg.block.norm_epsilon
         (384, 6, 1e-12)
     """
-    model_type = hf.get("model_type", "bert")
-    if model_type != "bert":
-        raise ValueError(f"config `model_type` must be 'bert'; got {model_type!r}.")
+    d, heads, vocab, layers = int_fields(hf, "bert", "BERT", "hidden_size", "num_attention_heads",
+                                         "vocab_size", "num_hidden_layers")
     pos = hf.get("position_embedding_type", "absolute")
     if pos != "absolute":
-        raise ValueError(
-            f"config `position_embedding_type` must be 'absolute' (seqjax Bert has learned "
-            f"absolute positions); got {pos!r}."
-        )
+        raise ValueError(f"config `position_embedding_type` must be 'absolute' (seqjax Bert has "
+                         f"learned absolute positions); got {pos!r}.")
     for flag in ("is_decoder", "add_cross_attention"):
         if hf.get(flag):
             raise ValueError(f"config `{flag}` must be false (encoder-only BERT); got true.")
-    try:
-        d, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
-        vocab, layers = int(hf["vocab_size"]), int(hf["num_hidden_layers"])
-    except KeyError as e:
-        raise ValueError(f"BERT config.json is missing the field {e.args[0]!r}.") from None
-    if d % heads:
-        raise ValueError(
-            f"config `hidden_size` {d} must be divisible by `num_attention_heads` {heads}."
-        )
     std = float(hf.get("initializer_range", 0.02))
-    block = bert_block(
-        heads,
-        init_std=std,
-        mlp_dim=int(hf.get("intermediate_size", 4 * d)),
-        norm="post",
-        activation=_activation(hf.get("hidden_act", "gelu")),
-        norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
-        dropout_rate=float(hf.get("hidden_dropout_prob", 0.1)),
-        attention_dropout_rate=float(hf.get("attention_probs_dropout_prob", 0.1)),
-    )
-    return BertConfig(
-        vocab_size=vocab,
-        num_layers=layers,
-        embed_dim=d,
-        block_size=int(hf.get("max_position_embeddings", 512)),
-        type_vocab_size=int(hf.get("type_vocab_size", 2)),
-        block=block,
-        init_std=std,
-        mlm_head=False,
-        pooler=False,
-    )
-
-
-def _preset(name: Any) -> BertConfig:
-    """A named or given config with its heads switched off (the checkpoint decides them)."""
-    if isinstance(name, BertConfig):
-        cfg = name
-    else:
-        presets = {**BERT_PRESETS, **HF_BERT_PRESETS}
-        key = name if name in presets else str(name).rsplit("/", 1)[-1]
-        if key not in presets:
-            raise ValueError(f"`preset` must be a BertConfig or one of {sorted(presets)}; "
-                             f"got {name!r}.")
-        cfg = presets[key]
-    return cfg.replace(mlm_head=False, pooler=False, num_classes=0, num_tags=0)
+    block = bert_block(heads, init_std=std, mlp_dim=int(hf.get("intermediate_size", 4 * d)),
+                       norm="post", activation=activation(hf, "hidden_act", "gelu"),
+                       norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
+                       dropout_rate=float(hf.get("hidden_dropout_prob", 0.1)),
+                       attention_dropout_rate=float(hf.get("attention_probs_dropout_prob", 0.1)))
+    return BertConfig(vocab_size=vocab, num_layers=layers, embed_dim=d,
+                      block_size=int(hf.get("max_position_embeddings", 512)),
+                      type_vocab_size=int(hf.get("type_vocab_size", 2)), block=block, init_std=std,
+                      mlm_head=False, pooler=False)
 
 
 def _norm(ckpt: Checkpoint, prefix: str, d: int) -> dict:
@@ -179,24 +115,21 @@ def _norm(ckpt: Checkpoint, prefix: str, d: int) -> dict:
     return {"scale": ckpt.take(prefix + scale, (d,)), "bias": ckpt.take(prefix + bias, (d,))}
 
 
-def _dense(ckpt: Checkpoint, prefix: str, d_in: int, d_out: int) -> dict:
-    return {"kernel": ckpt.take(prefix + ".weight", (d_out, d_in)).T,
-            "bias": ckpt.take(prefix + ".bias", (d_out,))}
+def _dense(ckpt: Checkpoint, prefix: str, d_in: int, d_out: int,
+           kernel_shape: tuple[int, ...] = (), bias_shape: tuple[int, ...] = ()) -> dict:
+    """The ``torch.nn.Linear`` ``prefix`` (``W: [d_out, d_in]``) as a Dense: ``Wᵀ`` and the
+    bias, reshaped to ``kernel_shape`` / ``bias_shape`` where given (per-head projections)."""
+    w = ckpt.take(prefix + ".weight", (d_out, d_in)).T
+    b = ckpt.take(prefix + ".bias", (d_out,))
+    return {"kernel": w.reshape(kernel_shape or w.shape), "bias": b.reshape(bias_shape or b.shape)}
 
 
 def _layer(ckpt: Checkpoint, i: int, cfg: BertConfig) -> dict:
     d, h, f = cfg.embed_dim, cfg.block.num_heads, cfg.block.mlp_dim or 4 * cfg.embed_dim
-    hd = d // h
-    pre = f"encoder.layer.{i}."
-    attn = {}
-    for name in ("query", "key", "value"):
-        w = ckpt.take(f"{pre}attention.self.{name}.weight", (d, d))
-        b = ckpt.take(f"{pre}attention.self.{name}.bias", (d,))
-        attn[name] = {"kernel": w.T.reshape(d, h, hd), "bias": b.reshape(h, hd)}
-    attn["out"] = {
-        "kernel": ckpt.take(f"{pre}attention.output.dense.weight", (d, d)).T.reshape(h, hd, d),
-        "bias": ckpt.take(f"{pre}attention.output.dense.bias", (d,)),
-    }
+    hd, pre = d // h, f"encoder.layer.{i}."
+    attn = {name: _dense(ckpt, f"{pre}attention.self.{name}", d, d, (d, h, hd), (h, hd))
+            for name in ("query", "key", "value")}
+    attn["out"] = _dense(ckpt, f"{pre}attention.output.dense", d, d, (h, hd, d))
     return {
         "self_attn": attn,
         "self_attn_norm": _norm(ckpt, f"{pre}attention.output.LayerNorm", d),
@@ -206,8 +139,7 @@ def _layer(ckpt: Checkpoint, i: int, cfg: BertConfig) -> dict:
     }
 
 
-def _bert_params(ckpt: Checkpoint, cfg: BertConfig, architecture: str | None
-                 ) -> tuple[dict, BertConfig]:
+def _bert_params(ckpt: Checkpoint, cfg: BertConfig) -> tuple[dict, BertConfig]:
     """Claim every tensor of a BERT checkpoint; returns the params and the config with the
     heads the checkpoint has switched on."""
     ckpt.strip_prefix(("bert.",), "embeddings.word_embeddings.weight")
@@ -224,10 +156,7 @@ def _bert_params(ckpt: Checkpoint, cfg: BertConfig, architecture: str | None
         params["type_embed"] = {"embedding": ckpt.take("embeddings.token_type_embeddings.weight",
                                                        (cfg.type_vocab_size, d))}
     layers = {f"layers_{i}": _layer(ckpt, i, cfg) for i in range(cfg.num_layers)}
-    if cfg.scan_layers:
-        layers = {"layers": jax.tree_util.tree_map(lambda *xs: np.stack(xs), *layers.values())}
-    params["encoder"] = layers
-
+    params["encoder"] = stack_layers(layers, cfg.scan_layers)
     heads: dict[str, Any] = {}
     if ckpt.has("pooler.dense.weight"):
         params["pooler"] = _dense(ckpt, "pooler.dense", d, d)
@@ -236,23 +165,20 @@ def _bert_params(ckpt: Checkpoint, cfg: BertConfig, architecture: str | None
         params["mlm_dense"] = _dense(ckpt, "cls.predictions.transform.dense", d, d)
         params["mlm_norm"] = _norm(ckpt, "cls.predictions.transform.LayerNorm", d)
         params["mlm_bias"] = ckpt.take("cls.predictions.bias", (v,))
-        if ckpt.has("cls.predictions.decoder.weight"):
-            dec = ckpt.take("cls.predictions.decoder.weight", (v, d))
-            if not np.array_equal(dec, emb):
-                raise ValueError(
-                    "tensor 'cls.predictions.decoder.weight' differs from the word embeddings: "
-                    "seqjax Bert's MLM output matrix is tied to the input embedding."
-                )
-        if ckpt.has("cls.predictions.decoder.bias"):
-            dec_b = ckpt.take("cls.predictions.decoder.bias", (v,))
-            if not np.array_equal(dec_b, params["mlm_bias"]):
-                raise ValueError("tensor 'cls.predictions.decoder.bias' differs from "
-                                 "'cls.predictions.bias'; seqjax has one MLM output bias.")
+        for name, shape, tied, why in (
+                ("decoder.weight", (v, d), emb, "the word embeddings: seqjax Bert's MLM output "
+                 "matrix is tied to the input embedding."),
+                ("decoder.bias", (v,), params["mlm_bias"],
+                 "'cls.predictions.bias'; seqjax has one MLM output bias.")):
+            name = "cls.predictions." + name
+            if ckpt.has(name) and not np.array_equal(ckpt.take(name, shape), tied):
+                raise ValueError(f"tensor {name!r} differs from {why}")
         heads["mlm_head"] = True
     if ckpt.has("classifier.weight"):
         n = ckpt.tensors["classifier.weight"].shape[0]
         dense = _dense(ckpt, "classifier", d, n)
-        if architecture == "BertForTokenClassification":
+        archs = (read_config(ckpt.directory) or {}).get("architectures") or [None]
+        if archs[0] == "BertForTokenClassification":
             params["tagger"], heads["num_tags"] = dense, n
         else:
             params["classifier"], heads["num_classes"] = dense, n
@@ -260,15 +186,10 @@ def _bert_params(ckpt: Checkpoint, cfg: BertConfig, architecture: str | None
     return params, cfg.replace(**heads)
 
 
-def load_hf_bert(
-    path: PathLike,
-    preset: str | BertConfig | None = None,
-    *,
-    with_tokenizer: bool = True,
-    dtype: Dtype | None = None,
-    param_dtype: Dtype = jnp.float32,
-    **overrides: Any,
-) -> tuple[Bert, dict, HFTokenizer | None]:
+def load_hf_bert(path: PathLike, preset: str | BertConfig | None = None, *,
+                 with_tokenizer: bool = True, dtype: Dtype | None = None,
+                 param_dtype: Dtype = jnp.float32,
+                 **overrides: Any) -> tuple[Bert, dict, HFTokenizer | None]:
     """Load a Hugging Face BERT-family checkpoint as ``(Bert, variables, tokenizer)``.
 
     Args:
@@ -298,38 +219,21 @@ def load_hf_bert(
         >>> sentence_embeddings(model, variables, tok, ["A cat.", "A dog."]).shape  # doctest: +SKIP
         (2, 384)
     """
-    ckpt = Checkpoint.open(path)
-    hf = read_config(ckpt.directory)
-    if preset is not None:
-        cfg = _preset(preset)
-    elif hf is not None:
-        cfg = bert_config_from_hf(hf)
-    else:
-        raise FileNotFoundError(
-            f"no config.json in {str(ckpt.directory)!r}; pass `preset` (one of "
-            f"{sorted({**BERT_PRESETS, **HF_BERT_PRESETS})} or a BertConfig)."
-        )
-    if overrides:
-        cfg = cfg.replace(**overrides)
-    archs = (hf or {}).get("architectures") or [None]
-    params, cfg = _bert_params(ckpt, cfg, archs[0])
-    model = Bert(cfg, dtype=dtype, param_dtype=param_dtype)
-    expected = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
-    check_params_like(params, expected["params"], "BERT")
-    params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, param_dtype), params)
-
-    tokenizer = None
-    if with_tokenizer:
-        tok_file = Path(ckpt.directory) / "tokenizer.json"
-        if not tok_file.is_file():
-            raise FileNotFoundError(
-                f"no tokenizer.json in {str(ckpt.directory)!r}; pass with_tokenizer=False to "
-                "load the weights only."
-            )
-        tokenizer = HFTokenizer.from_file(tok_file, use_template=True)
-        tokenizer.tokenizer.no_padding()
-        tokenizer.tokenizer.no_truncation()
-    return model, {"params": params}, tokenizer
+    model, variables, directory = load(
+        path, preset, overrides, _bert_params, presets={**BERT_PRESETS, **HF_BERT_PRESETS},
+        config_cls=BertConfig, from_hf=bert_config_from_hf, model_cls=Bert, what="BERT",
+        dtype=dtype, param_dtype=param_dtype,
+        adjust=lambda cfg: cfg.replace(mlm_head=False, pooler=False, num_classes=0, num_tags=0))
+    if not with_tokenizer:
+        return model, variables, None
+    tok_file = directory / "tokenizer.json"
+    if not tok_file.is_file():
+        raise FileNotFoundError(f"no tokenizer.json in {str(directory)!r}; pass "
+                                "with_tokenizer=False to load the weights only.")
+    tokenizer = HFTokenizer.from_file(tok_file, use_template=True)
+    tokenizer.tokenizer.no_padding()
+    tokenizer.tokenizer.no_truncation()
+    return model, variables, tokenizer
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -339,16 +243,9 @@ def _mean_embed(model: Bert, variables: dict, tokens_BxT: Array, lengths_B: Arra
     return masked_pool(hidden_BxTxD.astype(jnp.float32), lengths_B, "mean")
 
 
-def sentence_embeddings(
-    model: Bert,
-    variables: dict,
-    tokenizer: HFTokenizer,
-    sentences: Sequence[str],
-    *,
-    max_length: int | None = None,
-    batch_size: int = 32,
-    normalize: bool = True,
-) -> Array:
+def sentence_embeddings(model: Bert, variables: dict, tokenizer: HFTokenizer,
+                        sentences: Sequence[str], *, max_length: int | None = None,
+                        batch_size: int = 32, normalize: bool = True) -> Array:
     r"""Sentence embeddings ``float32[N, D]`` of ``N`` sentences as sentence-transformers
     computes them (module docstring): each is encoded with the template (``[CLS] … [SEP]``)
     and truncated to ``max_length`` tokens (specials kept; default the model's ``block_size``;
@@ -378,19 +275,11 @@ def sentence_embeddings(
         chunk = encodings[start:start + batch_size]
         longest = max(len(e.ids) for e in chunk)
         width = min(max_length, -(-longest // 8) * 8)  # round up: fewer distinct shapes to jit
-        tokens = np.full((len(chunk), width), pad, np.int32)
-        types = np.zeros((len(chunk), width), np.int32)
-        lengths = np.array([len(e.ids) for e in chunk], np.int32)
-        for r, e in enumerate(chunk):
-            tokens[r, : len(e.ids)] = e.ids
-            types[r, : len(e.ids)] = e.type_ids
-        if cfg.type_vocab_size == 0:
-            types = None
-        out.append(_mean_embed(model, variables, jnp.asarray(tokens), jnp.asarray(lengths),
-                               None if types is None else jnp.asarray(types)))
+        batch = pad_batch([e.ids for e in chunk], pad_id=pad, length=width)
+        types = (pad_batch([e.type_ids for e in chunk], length=width)["ids"]
+                 if cfg.type_vocab_size else None)
+        out.append(_mean_embed(model, variables, batch["ids"], batch["lengths"], types))
     emb_NxD = jnp.concatenate(out, axis=0)
     if normalize:
-        norm_Nx1 = jnp.linalg.norm(emb_NxD, axis=-1, keepdims=True)
-        emb_NxD = emb_NxD / jnp.maximum(norm_Nx1, 1e-12)
+        emb_NxD = emb_NxD / jnp.maximum(jnp.linalg.norm(emb_NxD, axis=-1, keepdims=True), 1e-12)
     return emb_NxD
-

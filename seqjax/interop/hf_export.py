@@ -193,9 +193,6 @@ def _restore(directory: str, step: int | None) -> tuple[int, Any]:
                               ) from None
 
 
-# ----------------------------------------------------------------------------- tokenizer
-
-
 def _tokenizer_files(cfg: Any, tok: Any) -> tuple[dict[str, bytes], int]:
     """The run's tokenizer files ``{name: bytes}`` and its end-of-text id (BOS/EOS)."""
     from seqjax.data.text_tokenizers import TiktokenTokenizer
@@ -203,39 +200,29 @@ def _tokenizer_files(cfg: Any, tok: Any) -> tuple[dict[str, bytes], int]:
 
     if isinstance(tok, TiktokenTokenizer):
         return _gpt2_tokenizer_files(tok, cfg.block_size)
-    if isinstance(tok, HFTokenizer):  # hf:PATH, a tokenizer.json, or seqjax:PATH of a BPE
-        path = cfg.tokenizer
-        if path.startswith(("hf:", "seqjax:")):
-            path = path.split(":", 1)[1]
-        return _tokenizer_json_files(path, tok.tokenizer, tok.eot, cfg.block_size)
-    raise ConfigError(
-        f"--tokenizer {cfg.tokenizer}: a seqjax {type(tok).__name__} has no Hugging Face "
-        "tokenizer class; only gpt2 and tokenizer.json tokenizers export.")
-
-
-def _tokenizer_json_files(path: str, tokenizer: Any, eot: int, block_size: int
-                          ) -> tuple[dict[str, bytes], int]:
-    """A ``tokenizer.json`` copied as it is, for ``PreTrainedTokenizerFast``."""
-    eot_token = tokenizer.id_to_token(eot)
-    with open(path, "rb") as f:
-        data = f.read()
+    if not isinstance(tok, HFTokenizer):
+        raise ConfigError(
+            f"--tokenizer {cfg.tokenizer}: a seqjax {type(tok).__name__} has no Hugging Face "
+            "tokenizer class; only gpt2 and tokenizer.json tokenizers export.")
+    # hf:PATH, a tokenizer.json, or seqjax:PATH of a BPE: the file copied as it is, for
+    # PreTrainedTokenizerFast
+    path = cfg.tokenizer
+    if path.startswith(("hf:", "seqjax:")):
+        path = path.split(":", 1)[1]
+    eot_token = tok.tokenizer.id_to_token(tok.eot)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eot_token,
-              "model_max_length": block_size, "clean_up_tokenization_spaces": False}
-    return {"tokenizer.json": data, "tokenizer_config.json": _json(config),
-            "special_tokens_map.json": _json({"eos_token": eot_token})}, eot
+              "model_max_length": cfg.block_size, "clean_up_tokenization_spaces": False}
+    return {"tokenizer.json": Path(path).read_bytes(), "tokenizer_config.json": _json(config),
+            "special_tokens_map.json": _json({"eos_token": eot_token})}, tok.eot
 
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> character table (``encoder.py``'s ``bytes_to_unicode``): printable
     bytes stand for themselves, the others for the characters from U+0100 on, in order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {b: chr(b) for b in printable}, 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return chars
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)}
+    others = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(others)}}
 
 
 def _bpe_split(token: bytes, rank: int, ranks: dict[bytes, int]) -> tuple[bytes, bytes]:
@@ -263,15 +250,13 @@ def _gpt2_tokenizer_files(tok: Any, block_size: int) -> tuple[dict[str, bytes], 
     from seqjax._optional import require
     from seqjax.data.text_tokenizers import GPT2_EOT
 
-    encoding = tok.encoding
-    ranks = {encoding.decode_single_token_bytes(i): i for i in range(GPT2_EOT)}
+    ranks = {tok.encoding.decode_single_token_bytes(i): i for i in range(GPT2_EOT)}
     char = _bytes_to_unicode()
 
     def spell(b: bytes) -> str:
         return "".join(char[x] for x in b)
 
-    vocab = {spell(b): i for b, i in ranks.items()}
-    vocab[_GPT2_EOT_TOKEN] = GPT2_EOT
+    vocab = {**{spell(b): i for b, i in ranks.items()}, _GPT2_EOT_TOKEN: GPT2_EOT}
     merges = [tuple(spell(p) for p in _bpe_split(b, i, ranks))
               for b, i in sorted(ranks.items(), key=lambda kv: kv[1]) if len(b) > 1]
     tk = require("tokenizers", "writing GPT-2's tokenizer.json (Hugging Face `tokenizers`)")
@@ -280,8 +265,7 @@ def _gpt2_tokenizer_files(tok: Any, block_size: int) -> tuple[dict[str, bytes], 
     fast.decoder = tk.decoders.ByteLevel()
     fast.post_processor = tk.processors.ByteLevel(trim_offsets=False)
     fast.add_special_tokens([tk.AddedToken(_GPT2_EOT_TOKEN, special=True)])
-    special = {"bos_token": _GPT2_EOT_TOKEN, "eos_token": _GPT2_EOT_TOKEN,
-               "unk_token": _GPT2_EOT_TOKEN}
+    special = dict.fromkeys(("bos_token", "eos_token", "unk_token"), _GPT2_EOT_TOKEN)
     config = {
         "tokenizer_class": "GPT2Tokenizer", **special, "model_max_length": block_size,
         "add_prefix_space": False, "add_bos_token": False, "errors": "replace",
@@ -298,9 +282,6 @@ def _gpt2_tokenizer_files(tok: Any, block_size: int) -> tuple[dict[str, bytes], 
         "tokenizer_config.json": _json(config),
         "special_tokens_map.json": _json(special),
     }, GPT2_EOT
-
-
-# ----------------------------------------------------------------------------- writing
 
 
 def _json(obj: Any) -> bytes:
@@ -324,8 +305,8 @@ def _fsync(path: Path) -> None:
 
 def _write_folder(out: Path, files: dict[str, bytes], tensors: dict[str, np.ndarray],
                   force: bool) -> None:
-    """``files`` and ``model.safetensors`` into ``OUT.tmp-<pid>``, flushed, renamed to ``out``
-    (an existing ``out``, checked again, moved aside first and deleted after)."""
+    """``files`` and ``model.safetensors`` written as the module docstring says (an existing
+    ``out`` is checked again before it is moved aside)."""
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     try:
         if tmp.exists():  # this process's own leftover
@@ -347,13 +328,12 @@ def _write_folder(out: Path, files: dict[str, bytes], tensors: dict[str, np.ndar
                 raise
         else:
             os.replace(tmp, out)
-    except OSError as err:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ExportWriteError(err.errno, f"could not write the export {str(out)!r}: "
-                               f"{err.strerror or err} ({err.filename or tmp}); it was left "
-                               "as it was.") from err
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise ExportWriteError(err.errno, f"could not write the export {str(out)!r}: "
+                                   f"{err.strerror or err} ({err.filename or tmp}); it was left "
+                                   "as it was.") from err
         raise
     # done: OUT is the new folder; the rest only tidies (best effort)
     shutil.rmtree(out.with_name(f"{out.name}.old-{os.getpid()}"), ignore_errors=True)

@@ -40,54 +40,33 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.interop.safetensors_io import Checkpoint, check_params_like, read_config
+from seqjax.interop import _hf_common as common
+from seqjax.interop.safetensors_io import Checkpoint, PathLike, check_params_like
 from seqjax.models.gpt import TRANSFORMER_LM_PRESETS, TransformerLM, TransformerLMConfig, gpt_block
 
 Dtype = Any
-PathLike = Any
 
-__all__ = [
-    "HF_GPT2_PRESETS",
-    "gpt2_config_from_hf",
-    "gpt2_config_to_hf",
-    "gpt2_params_to_hf",
-    "load_hf_gpt2",
-]
-
-_GPT2 = dict(vocab_size=50257, block_size=1024, tie_embeddings=True, positions="learned")
-
+__all__ = ["HF_GPT2_PRESETS", "gpt2_config_from_hf", "gpt2_config_to_hf", "gpt2_params_to_hf",
+           "load_hf_gpt2"]
 
 def _gpt2(num_layers: int, num_heads: int, embed_dim: int) -> TransformerLMConfig:
     block = gpt_block(num_heads, activation="gelu_tanh", use_bias=True, dropout_rate=0.1)
-    return TransformerLMConfig(num_layers=num_layers, embed_dim=embed_dim, block=block, **_GPT2)
+    return TransformerLMConfig(vocab_size=50257, num_layers=num_layers, embed_dim=embed_dim,
+                               block_size=1024, block=block, tie_embeddings=True,
+                               positions="learned")
 
 
 #: GPT-2 family shapes, for directories without ``config.json`` (``openai-community/``
 #: prefixes ignored); :data:`~seqjax.models.gpt.TRANSFORMER_LM_PRESETS` work too.
 HF_GPT2_PRESETS: dict[str, TransformerLMConfig] = {
-    "gpt2": _gpt2(12, 12, 768),
-    "gpt2-medium": _gpt2(24, 16, 1024),
-    "gpt2-large": _gpt2(36, 20, 1280),
-    "gpt2-xl": _gpt2(48, 25, 1600),
+    "gpt2": _gpt2(12, 12, 768), "gpt2-medium": _gpt2(24, 16, 1024),
+    "gpt2-large": _gpt2(36, 20, 1280), "gpt2-xl": _gpt2(48, 25, 1600),
     "distilgpt2": _gpt2(6, 12, 768),
 }
 
-#: seqjax activation -> its name in transformers' ``ACT2FN`` (``activation_function``).
-_HF_ACTIVATION = {
-    "gelu_tanh": "gelu_new",
-    "gelu": "gelu",
-    "relu": "relu",
-    "relu_squared": "relu2",
-    "silu": "silu",
-    "tanh": "tanh",
-}
-#: ``activation_function`` -> seqjax activation (the inverse, and transformers' aliases).
-_ACTIVATIONS = {
-    **{hf: ours for ours, hf in _HF_ACTIVATION.items()},
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-    "swish": "silu",
-}
+#: seqjax activation -> its name in transformers' ``ACT2FN`` (``activation_function``): the
+#: first of the names :data:`~seqjax.interop._hf_common.ACTIVATIONS` reads as it.
+_HF_ACTIVATION = {ours: hf for hf, ours in reversed(common.ACTIVATIONS.items())}
 
 #: LayerNorm ε of GPT-2 and of seqjax's LayerNorm (``BlockConfig.norm_epsilon=None``).
 _LN_EPS = 1e-5
@@ -107,59 +86,32 @@ def gpt2_config_from_hf(hf: dict) -> TransformerLMConfig:
         >>> cfg.block.activation, cfg.block.mlp_dim, cfg.tie_embeddings, cfg.block.norm_epsilon
         ('gelu_tanh', 256, True, None)
     """
-    model_type = hf.get("model_type", "gpt2")
-    if model_type != "gpt2":
-        raise ValueError(f"config `model_type` must be 'gpt2'; got {model_type!r}.")
+    d, heads, layers, vocab = common.int_fields(hf, "gpt2", "GPT-2", "n_embd", "n_head",
+                                                "n_layer", "vocab_size")
     for field, ok in (("scale_attn_by_inverse_layer_idx", False), ("add_cross_attention", False),
                       ("scale_attn_weights", True)):
         if bool(hf.get(field, ok)) != ok:
-            raise ValueError(
-                f"config `{field}` must be {str(ok).lower()} for seqjax's TransformerLM; "
-                f"got {hf[field]!r}."
-            )
+            raise ValueError(f"config `{field}` must be {str(ok).lower()} for seqjax's "
+                             f"TransformerLM; got {hf[field]!r}.")
     eps = hf.get("layer_norm_epsilon", _LN_EPS)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
         raise ValueError(f"config `layer_norm_epsilon` must be a number > 0; got {eps!r}.")
-    act = hf.get("activation_function", "gelu_new")
-    if act not in _ACTIVATIONS:
-        raise ValueError(
-            f"config `activation_function` must be one of {sorted(_ACTIVATIONS)}; got {act!r}."
-        )
-    try:
-        d, heads = int(hf["n_embd"]), int(hf["n_head"])
-        layers, std = int(hf["n_layer"]), float(hf.get("initializer_range", 0.02))
-        vocab, block_size = int(hf["vocab_size"]), int(hf.get("n_positions", hf.get("n_ctx", 1024)))
-    except KeyError as e:
-        raise ValueError(f"GPT-2 config.json is missing the field {e.args[0]!r}.") from None
-    if d % heads:
-        raise ValueError(f"config `n_embd` {d} must be divisible by `n_head` {heads}.")
-    block = gpt_block(
-        heads,
-        init_std=std,
-        mlp_dim=int(hf.get("n_inner") or 4 * d),
-        use_bias=True,
-        norm_epsilon=None if float(eps) == _LN_EPS else float(eps),
-        dropout_rate=float(hf.get("resid_pdrop", 0.1)),
-        attention_dropout_rate=float(hf.get("attn_pdrop", 0.1)),
-        activation=_ACTIVATIONS[act],
-    )
-    return TransformerLMConfig(
-        vocab_size=vocab,
-        num_layers=layers,
-        embed_dim=d,
-        block_size=block_size,
-        block=block,
-        positions="learned",
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-        init_std=std,
-    )
+    act = common.activation(hf, "activation_function", "gelu_new")
+    std = float(hf.get("initializer_range", 0.02))
+    block = gpt_block(heads, init_std=std, mlp_dim=int(hf.get("n_inner") or 4 * d), use_bias=True,
+                      norm_epsilon=None if float(eps) == _LN_EPS else float(eps),
+                      dropout_rate=float(hf.get("resid_pdrop", 0.1)),
+                      attention_dropout_rate=float(hf.get("attn_pdrop", 0.1)), activation=act)
+    return TransformerLMConfig(vocab_size=vocab, num_layers=layers, embed_dim=d,
+                               block_size=int(hf.get("n_positions", hf.get("n_ctx", 1024))),
+                               block=block, positions="learned",
+                               tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+                               init_std=std)
 
 
 def _check_layout(cfg: TransformerLMConfig, *, biases: bool) -> None:
-    """``ValueError`` naming the first field of ``cfg`` GPT-2's layout cannot hold: it needs
-    learned positions, pre-LayerNorm multi-head attention blocks (no QK-norm or window, ``D/H``
-    per head), a plain MLP with an ``ACT2FN`` activation, no logit soft-cap, and with
-    ``biases`` (loading: GPT-2's biases need somewhere to go) every bias."""
+    """``ValueError`` naming the first field of ``cfg`` GPT-2's layout cannot hold (below); with
+    ``biases`` (loading: GPT-2's biases need somewhere to go) it needs every bias too."""
     block, heads = cfg.block, cfg.block.num_heads
     wants: list[tuple[str, Any, Any]] = [
         ("positions", cfg.positions, "learned"),
@@ -182,9 +134,8 @@ def _check_layout(cfg: TransformerLMConfig, *, biases: bool) -> None:
         allowed = want if isinstance(want, tuple) else (want,)
         if not any(got == w and isinstance(got, bool) == isinstance(w, bool) for w in allowed):
             shown = " or ".join(repr(w) for w in allowed)
-            raise ValueError(
-                f"a GPT-2 checkpoint needs TransformerLMConfig.{field}={shown}; got {got!r}."
-            )
+            raise ValueError(f"a GPT-2 checkpoint needs TransformerLMConfig.{field}={shown}; "
+                             f"got {got!r}.")
 
 
 #: Tensors that keep their layout (``Conv1D`` is ``[in, out]``, as Flax): GPT-2 name ->
@@ -216,17 +167,12 @@ def _sizes(cfg: TransformerLMConfig) -> dict[str, int]:
     return {"V": cfg.vocab_size, "P": cfg.block_size, "D": d, "F": cfg.block.mlp_dim or 4 * d}
 
 
-def _put(tree: dict, path: tuple[str, ...], value: Any) -> None:
-    for key in path[:-1]:
-        tree = tree.setdefault(key, {})
-    tree[path[-1]] = value
-
-
-def _get(tree: Any, path: tuple[str, ...]) -> Any:
-    """The leaf at ``path``, or ``None`` where the model has none (a bias it does not use)."""
+def _get(tree: Any, path: tuple[str, ...], shape: list[int]) -> Any:
+    """The leaf at ``path``, or zeros of ``shape`` where the model has none (a bias it does not
+    use: zeros are the same function)."""
     for key in path:
         if not isinstance(tree, Mapping) or key not in tree:
-            return None
+            return np.zeros(shape, np.float32)
         tree = tree[key]
     return tree
 
@@ -234,15 +180,16 @@ def _get(tree: Any, path: tuple[str, ...]) -> Any:
 def _take_table(ckpt: Checkpoint, table: dict, prefix: str, sizes: dict[str, int]) -> dict:
     out: dict = {}
     for name, (path, dims) in table.items():
-        _put(out, path, ckpt.take(prefix + name, tuple(sizes[c] for c in dims)))
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = ckpt.take(prefix + name, tuple(sizes[c] for c in dims))
     return out
 
 
 def _layer(ckpt: Checkpoint, i: int, cfg: TransformerLMConfig) -> dict:
-    sizes = _sizes(cfg)
-    d, h = cfg.embed_dim, cfg.block.num_heads
-    pre = f"h.{i}."
-    layer = _take_table(ckpt, _BLOCK_TENSORS, pre, sizes)
+    d, h, pre = cfg.embed_dim, cfg.block.num_heads, f"h.{i}."
+    layer = _take_table(ckpt, _BLOCK_TENSORS, pre, _sizes(cfg))
     w_qkv = ckpt.take(pre + "attn.c_attn.weight", (d, 3 * d))
     b_qkv = ckpt.take(pre + "attn.c_attn.bias", (3 * d,))
     attn = layer["self_attn"]
@@ -254,28 +201,21 @@ def _layer(ckpt: Checkpoint, i: int, cfg: TransformerLMConfig) -> dict:
 
 
 def _gpt2_params(ckpt: Checkpoint, cfg: TransformerLMConfig) -> tuple[dict, TransformerLMConfig]:
+    _check_layout(cfg, biases=True)
     ckpt.strip_prefix(("transformer.",), "wte.weight")
     ckpt.ignore(lambda k: k.startswith("h.") and k.endswith((".attn.bias", ".attn.masked_bias")))
     v, d = cfg.vocab_size, cfg.embed_dim
     params: dict[str, Any] = _take_table(ckpt, _MODEL_TENSORS, "", _sizes(cfg))
     layers = {f"layers_{i}": _layer(ckpt, i, cfg) for i in range(cfg.num_layers)}
-    if cfg.scan_layers:
-        layers = {"layers": jax.tree_util.tree_map(lambda *xs: np.stack(xs), *layers.values())}
-    params["decoder"].update(layers)
+    params["decoder"].update(common.stack_layers(layers, cfg.scan_layers))
     wte = params["token_embed"]["embedding"]
-    if ckpt.has("lm_head.weight"):
-        head = ckpt.take("lm_head.weight", (v, d))
-        tied = np.array_equal(head, wte)
-        if cfg.tie_embeddings and not tied:
-            raise ValueError(
-                "tensor 'lm_head.weight' differs from 'wte.weight' but the config ties them "
-                "(tie_word_embeddings); pass tie_embeddings=False to load it untied."
-            )
-        if not tied or not cfg.tie_embeddings:
-            params["lm_head"] = {"kernel": head.T}
-            cfg = cfg.replace(tie_embeddings=False)
-    elif not cfg.tie_embeddings:
-        ckpt.take("lm_head.weight", (v, d))  # raises: an untied head must be in the file
+    if not cfg.tie_embeddings:  # the head must be in the file
+        params["lm_head"] = {"kernel": ckpt.take("lm_head.weight", (v, d)).T}
+    elif ckpt.has("lm_head.weight"):  # a tied copy, as some files hold
+        if not np.array_equal(ckpt.take("lm_head.weight", (v, d)), wte):
+            raise ValueError("tensor 'lm_head.weight' differs from 'wte.weight' but the config "
+                             "ties them (tie_word_embeddings); pass tie_embeddings=False to load "
+                             "it untied.")
     ckpt.finish()
     return params, cfg
 
@@ -301,26 +241,15 @@ def gpt2_config_to_hf(cfg: TransformerLMConfig) -> dict[str, Any]:
     block = cfg.block
     eps = _LN_EPS if block.norm_epsilon is None else float(block.norm_epsilon)
     return {
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "vocab_size": cfg.vocab_size,
-        "n_positions": cfg.block_size,
-        "n_embd": cfg.embed_dim,
-        "n_layer": cfg.num_layers,
-        "n_head": block.num_heads,
-        "n_inner": block.mlp_dim,
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_embd": cfg.embed_dim,
+        "n_layer": cfg.num_layers, "n_head": block.num_heads, "n_inner": block.mlp_dim,
         "activation_function": _HF_ACTIVATION[cast(str, block.activation)],  # checked
-        "resid_pdrop": block.dropout_rate,
-        "embd_pdrop": block.dropout_rate,
-        "attn_pdrop": block.attention_dropout_rate,
-        "layer_norm_epsilon": eps,
-        "initializer_range": cfg.init_std,
-        "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False,
-        "reorder_and_upcast_attn": False,
-        "add_cross_attention": False,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "use_cache": True,
+        "resid_pdrop": block.dropout_rate, "embd_pdrop": block.dropout_rate,
+        "attn_pdrop": block.attention_dropout_rate, "layer_norm_epsilon": eps,
+        "initializer_range": cfg.init_std, "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+        "add_cross_attention": False, "tie_word_embeddings": cfg.tie_embeddings, "use_cache": True,
     }
 
 
@@ -344,62 +273,38 @@ def gpt2_params_to_hf(params: Any, cfg: TransformerLMConfig) -> dict[str, np.nda
         (128, 384)
     """
     _check_layout(cfg, biases=False)
-    model = TransformerLM(cfg)
-    expected = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
-    check_params_like(params, expected["params"], "TransformerLM")
+    check_params_like(params, common.param_shapes(TransformerLM(cfg)), "TransformerLM")
     params = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float32), params)
     decoder = params["decoder"]
     if "layers" in decoder:  # scan_layers: every leaf is [L, ...]
         decoder = {**decoder, **{
             f"layers_{i}": jax.tree_util.tree_map(lambda a, i=i: a[i], decoder["layers"])
             for i in range(cfg.num_layers)}}
-    sizes = _sizes(cfg)
-    d, h = cfg.embed_dim, cfg.block.num_heads
+    sizes, d, h = _sizes(cfg), cfg.embed_dim, cfg.block.num_heads
 
     def read(tree: Any, table: dict, prefix: str) -> dict[str, np.ndarray]:
-        out = {}
-        for name, (path, dims) in table.items():
-            leaf = _get(tree, path)
-            if leaf is None:  # a bias the model does not have: zero, the same function
-                leaf = np.zeros([sizes[c] for c in dims], np.float32)
-            out["transformer." + prefix + name] = leaf
-        return out
+        return {"transformer." + prefix + name: _get(tree, path, [sizes[c] for c in dims])
+                for name, (path, dims) in table.items()}
 
     tensors = read({**params, "decoder": decoder}, _MODEL_TENSORS, "")
     for i in range(cfg.num_layers):
         layer = decoder[f"layers_{i}"]
         tensors.update(read(layer, _BLOCK_TENSORS, f"h.{i}."))
-        attn = layer["self_attn"]
+        attn, pre = layer["self_attn"], f"transformer.h.{i}.attn."
         zeros = np.zeros((h, d // h), np.float32)
-        tensors[f"transformer.h.{i}.attn.c_attn.weight"] = np.concatenate(
+        tensors[pre + "c_attn.weight"] = np.concatenate(
             [attn[n]["kernel"].reshape(d, d) for n in _QKV], axis=1)
-        tensors[f"transformer.h.{i}.attn.c_attn.bias"] = np.concatenate(
+        tensors[pre + "c_attn.bias"] = np.concatenate(
             [attn[n].get("bias", zeros).reshape(d) for n in _QKV])
-        tensors[f"transformer.h.{i}.attn.c_proj.weight"] = attn["out"]["kernel"].reshape(d, d)
+        tensors[pre + "c_proj.weight"] = attn["out"]["kernel"].reshape(d, d)
     if not cfg.tie_embeddings:
         tensors["lm_head.weight"] = params["lm_head"]["kernel"].T
     return {k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}
 
 
-def _preset(name: Any) -> TransformerLMConfig:
-    if isinstance(name, TransformerLMConfig):
-        return name
-    presets = {**TRANSFORMER_LM_PRESETS, **HF_GPT2_PRESETS}
-    key = name if name in presets else str(name).rsplit("/", 1)[-1]
-    if key not in presets:
-        raise ValueError(f"`preset` must be a TransformerLMConfig or one of {sorted(presets)}; "
-                         f"got {name!r}.")
-    return presets[key]
-
-
-def load_hf_gpt2(
-    path: PathLike,
-    preset: str | TransformerLMConfig | None = None,
-    *,
-    dtype: Dtype | None = None,
-    param_dtype: Dtype = jnp.float32,
-    **overrides: Any,
-) -> tuple[TransformerLM, dict]:
+def load_hf_gpt2(path: PathLike, preset: str | TransformerLMConfig | None = None, *,
+                 dtype: Dtype | None = None, param_dtype: Dtype = jnp.float32,
+                 **overrides: Any) -> tuple[TransformerLM, dict]:
     """Load a Hugging Face GPT-2 checkpoint as ``(TransformerLM, variables)``.
 
     Args:
@@ -428,24 +333,9 @@ def load_hf_gpt2(
         >>> from seqjax.decoding import greedy_search  # doctest: +SKIP
         >>> greedy_search(model, variables, prompt_BxT, max_new_tokens=20).tokens  # doctest: +SKIP
     """
-    ckpt = Checkpoint.open(path)
-    if preset is not None:
-        cfg = _preset(preset)
-    else:
-        hf = read_config(ckpt.directory)
-        if hf is None:
-            raise FileNotFoundError(
-                f"no config.json in {str(ckpt.directory)!r}; pass `preset` (one of "
-                f"{sorted({**TRANSFORMER_LM_PRESETS, **HF_GPT2_PRESETS})} or a "
-                "TransformerLMConfig)."
-            )
-        cfg = gpt2_config_from_hf(hf)
-    if overrides:
-        cfg = cfg.replace(**overrides)
-    _check_layout(cfg, biases=True)
-    params, cfg = _gpt2_params(ckpt, cfg)
-    model = TransformerLM(cfg, dtype=dtype, param_dtype=param_dtype)
-    expected = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32))
-    check_params_like(params, expected["params"], "GPT-2")
-    params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, param_dtype), params)
-    return model, {"params": params}
+    model, variables, _ = common.load(
+        path, preset, overrides, _gpt2_params,
+        presets={**TRANSFORMER_LM_PRESETS, **HF_GPT2_PRESETS}, config_cls=TransformerLMConfig,
+        from_hf=gpt2_config_from_hf, model_cls=TransformerLM, what="GPT-2", dtype=dtype,
+        param_dtype=param_dtype)
+    return model, variables

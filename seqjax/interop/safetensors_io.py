@@ -35,13 +35,9 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = [
-    "Checkpoint",
-    "check_params_like",
-    "load_tensors",
-    "read_config",
-    "resolve_checkpoint",
-]
+from seqjax._optional import require
+
+__all__ = ["Checkpoint", "check_params_like", "load_tensors", "read_config", "resolve_checkpoint"]
 
 PathLike = str | os.PathLike
 
@@ -50,31 +46,17 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 
 
-def _safetensors() -> Any:
-    try:
-        import safetensors
-    except ImportError as e:  # pragma: no cover - exercised only without the package
-        raise ImportError(
-            "Reading Hugging Face checkpoints needs the `safetensors` package: "
-            "pip install safetensors"
-        ) from e
-    return safetensors
-
-
 def resolve_checkpoint(path: PathLike) -> tuple[Path, list[Path]]:
-    """``(directory, weight_files)`` for a checkpoint directory (holding ``model.safetensors``
-    or a sharded ``model.safetensors.index.json``) or a weights file (``*.safetensors``, or
-    explicitly a PyTorch ``*.bin``/``*.pt`` state dict). ``FileNotFoundError`` names what is
-    missing."""
+    """``(directory, weight_files)`` of a checkpoint directory or weights file (module
+    docstring); ``FileNotFoundError`` names what is missing."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"`path` {str(p)!r} does not exist.")
     if p.is_file():
         if p.suffix != ".safetensors" and p.suffix not in _TORCH_SUFFIXES:
-            raise ValueError(
-                f"`path` {str(p)!r} must be a checkpoint directory, a .safetensors file or a "
-                f"PyTorch {'/'.join(_TORCH_SUFFIXES)} state dict; got suffix {p.suffix!r}."
-            )
+            raise ValueError(f"`path` {str(p)!r} must be a checkpoint directory, a .safetensors "
+                             f"file or a PyTorch {'/'.join(_TORCH_SUFFIXES)} state dict; got "
+                             f"suffix {p.suffix!r}.")
         return p.parent, [p]
     single = p / SAFETENSORS_NAME
     if single.is_file():
@@ -90,14 +72,11 @@ def resolve_checkpoint(path: PathLike) -> tuple[Path, list[Path]]:
             raise FileNotFoundError(f"shards listed in {str(index)!r} are missing: {missing}.")
         return p, shards
     found = sorted(f.name for f in p.iterdir())
-    hint = ""
     bins = [f for f in found if f.endswith(_TORCH_SUFFIXES)]
-    if bins:
-        hint = (f" It holds {bins}: pass that file's path explicitly to read it with "
-                "torch.load(weights_only=True).")
-    raise FileNotFoundError(
-        f"no {SAFETENSORS_NAME} or {SAFETENSORS_INDEX} in {str(p)!r} (files: {found}).{hint}"
-    )
+    hint = (f" It holds {bins}: pass that file's path explicitly to read it with "
+            "torch.load(weights_only=True)." if bins else "")
+    raise FileNotFoundError(f"no {SAFETENSORS_NAME} or {SAFETENSORS_INDEX} in {str(p)!r} "
+                            f"(files: {found}).{hint}")
 
 
 def _read_bf16(path: Path, names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -110,33 +89,26 @@ def _read_bf16(path: Path, names: Iterable[str]) -> dict[str, np.ndarray]:
         header = json.loads(f.read(header_len))
         out = {}
         for name in names:
-            info = header[name]
-            start, end = info["data_offsets"]
+            start, end = header[name]["data_offsets"]
             f.seek(8 + header_len + start)
             buf = f.read(end - start)
-            out[name] = np.frombuffer(buf, ml_dtypes.bfloat16).reshape(info["shape"]).copy()
+            out[name] = np.frombuffer(buf, ml_dtypes.bfloat16).reshape(header[name]["shape"]).copy()
     return out
 
 
 def _load_safetensors(path: Path) -> dict[str, np.ndarray]:
-    st = _safetensors()
-    out: dict[str, np.ndarray] = {}
-    bf16: list[str] = []
+    st = require("safetensors", "reading Hugging Face checkpoints")
     try:
         with st.safe_open(str(path), framework="np") as f:
-            for name in f.keys():
-                if f.get_slice(name).get_dtype() == "BF16":
-                    bf16.append(name)
-                else:
-                    out[name] = f.get_tensor(name)
+            bf16 = [name for name in f.keys() if f.get_slice(name).get_dtype() == "BF16"]
+            out = {name: f.get_tensor(name) for name in f.keys() if name not in bf16}
         if bf16:
             out.update(_read_bf16(path, bf16))
     except (OSError, ValueError, KeyError, struct.error, st.SafetensorError) as err:
         size = path.stat().st_size if path.exists() else 0
-        raise ValueError(
-            f"cannot read the safetensors file {str(path)!r} ({size} bytes): {err}. Is it "
-            "truncated (an interrupted download) or not a safetensors file?"
-        ) from err
+        raise ValueError(f"cannot read the safetensors file {str(path)!r} ({size} bytes): {err}. "
+                         "Is it truncated (an interrupted download) or not a safetensors file?"
+                         ) from err
     return out
 
 
@@ -144,10 +116,8 @@ def _load_torch(path: Path) -> dict[str, np.ndarray]:
     try:
         import torch
     except ImportError as e:
-        raise ImportError(
-            f"reading the PyTorch file {str(path)!r} needs torch; convert it to safetensors "
-            "or pip install torch"
-        ) from e
+        raise ImportError(f"reading the PyTorch file {str(path)!r} needs torch; convert it to "
+                          "safetensors or pip install torch") from e
     state = torch.load(str(path), map_location="cpu", weights_only=True)
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
@@ -156,9 +126,8 @@ def _load_torch(path: Path) -> dict[str, np.ndarray]:
     out = {}
     for name, t in state.items():
         if not isinstance(t, torch.Tensor):
-            raise ValueError(
-                f"{str(path)!r}: entry {name!r} is a {type(t).__name__}, not a tensor."
-            )
+            raise ValueError(f"{str(path)!r}: entry {name!r} is a {type(t).__name__}, not a "
+                             "tensor.")
         t = t.detach().cpu()
         out[name] = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
     return out
@@ -229,10 +198,9 @@ class Checkpoint:
                 break
         else:
             some = sorted(self.tensors)[:8]
-            raise ValueError(
-                f"checkpoint {self.source} has no tensor {marker!r} under any of the prefixes "
-                f"{['', *prefixes]}: is it the right architecture? First names: {some}."
-            )
+            raise ValueError(f"checkpoint {self.source} has no tensor {marker!r} under any of the "
+                             f"prefixes {['', *prefixes]}: is it the right architecture? First "
+                             f"names: {some}.")
         if prefix:
             self._original = {(k[len(prefix):] if k.startswith(prefix) else k): k
                               for k in self.tensors}
@@ -244,9 +212,8 @@ class Checkpoint:
 
     def _display(self, name: str) -> str:
         """The name as the checkpoint spells it (with the stripped prefix where it had one)."""
-        if name in self._original:
-            return self._original[name]
-        return self.prefix + name if name.split(".")[0] in self._inside else name
+        inside = name.split(".")[0] in self._inside
+        return self._original.get(name, self.prefix + name if inside else name)
 
     def has(self, name: str) -> bool:
         return name in self.tensors
@@ -255,22 +222,17 @@ class Checkpoint:
         """Remove and return tensor ``name`` as float32; ``ValueError`` if it is missing or
         its shape differs from ``shape`` (the message names the tensor, expected and actual)."""
         if name not in self.tensors:
-            raise ValueError(
-                f"checkpoint {self.source} is missing tensor {self._display(name)!r}"
-                + (f" (expected shape {tuple(shape)})" if shape is not None else "")
-                + f"; it has {len(self.tensors)} unclaimed tensors, e.g. "
-                f"{sorted(self.tensors)[:6]}."
-            )
+            expected = f" (expected shape {tuple(shape)})" if shape is not None else ""
+            raise ValueError(f"checkpoint {self.source} is missing tensor {self._display(name)!r}"
+                             f"{expected}; it has {len(self.tensors)} unclaimed tensors, e.g. "
+                             f"{sorted(self.tensors)[:6]}.")
         arr = self.tensors.pop(name)
         if shape is not None and tuple(arr.shape) != tuple(shape):
-            raise ValueError(
-                f"tensor {self._display(name)!r} in {self.source} must have shape {tuple(shape)} "
-                f"(from the model config); got {tuple(arr.shape)}."
-            )
+            raise ValueError(f"tensor {self._display(name)!r} in {self.source} must have shape "
+                             f"{tuple(shape)} (from the model config); got {tuple(arr.shape)}.")
         if not np.issubdtype(arr.dtype, np.floating) and arr.dtype.name != "bfloat16":
-            raise ValueError(
-                f"tensor {self._display(name)!r} must be floating point; got dtype {arr.dtype}."
-            )
+            raise ValueError(f"tensor {self._display(name)!r} must be floating point; got dtype "
+                             f"{arr.dtype}.")
         return np.asarray(arr, np.float32)
 
     def ignore(self, predicate: Callable[[str], bool]) -> list[str]:
@@ -287,10 +249,8 @@ class Checkpoint:
             shown = ", ".join(f"{self._display(n)!r} {tuple(self.tensors[n].shape)}"
                               for n in names[:10])
             more = f" and {len(names) - 10} more" if len(names) > 10 else ""
-            raise ValueError(
-                f"checkpoint {self.source} has {len(names)} unexpected tensors that the "
-                f"seqjax model has no parameter for: {shown}{more}."
-            )
+            raise ValueError(f"checkpoint {self.source} has {len(names)} unexpected tensors that "
+                             f"the seqjax model has no parameter for: {shown}{more}.")
 
 
 def _flat(tree: Any) -> dict[str, Any]:
@@ -303,16 +263,11 @@ def check_params_like(params: Any, expected: Any, what: str) -> None:
     ``expected`` (e.g. ``jax.eval_shape(model.init, ...)["params"]``): the loaders build their
     trees by hand, and this catches a model whose layout changed under them."""
     got, want = _flat(params), _flat(expected)
-    missing = sorted(set(want) - set(got))
-    extra = sorted(set(got) - set(want))
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
     if missing or extra:
-        raise ValueError(
-            f"converted {what} parameters do not match the seqjax model: missing {missing[:8]}, "
-            f"unexpected {extra[:8]}."
-        )
+        raise ValueError(f"converted {what} parameters do not match the seqjax model: missing "
+                         f"{missing[:8]}, unexpected {extra[:8]}.")
     for name, leaf in want.items():
         if tuple(np.shape(got[name])) != tuple(leaf.shape):
-            raise ValueError(
-                f"converted {what} parameter {name!r} must have shape {tuple(leaf.shape)}; "
-                f"got {tuple(np.shape(got[name]))}."
-            )
+            raise ValueError(f"converted {what} parameter {name!r} must have shape "
+                             f"{tuple(leaf.shape)}; got {tuple(np.shape(got[name]))}.")

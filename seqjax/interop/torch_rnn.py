@@ -21,10 +21,13 @@ from seqjax.nn.recurrent import StackedRNN
 __all__ = ["torch_rnn_to_seqjax", "seqjax_to_torch_rnn"]
 
 _KINDS = {"LSTM": ("lstm", 4), "GRU": ("gru", 3), "RNN": ("elman", 1)}
+#: ``torch.nn.RNN``'s ``nonlinearity`` -> the Elman cell's ``activation``.
+_NONLINEARITIES = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
-def _np(t: Any) -> np.ndarray:
-    return t.detach().cpu().numpy().astype(np.float32)
+def _directions(bidirectional: bool) -> dict[str, str | None]:
+    """PyTorch's name suffix -> the direction's sub-tree in seqjax (``None``: the layer's own)."""
+    return {"": "forward", "_reverse": "backward"} if bidirectional else {"": None}
 
 
 def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
@@ -43,44 +46,27 @@ def torch_rnn_to_seqjax(module: Any) -> tuple[StackedRNN, dict]:
         raise ValueError(f"`module.proj_size` must be 0; got {module.proj_size}.")
     cell_type, gates = _KINDS[kind]
     hidden = module.hidden_size
-    cell_kwargs: dict[str, Any] = {}
-    if kind == "RNN":
-        nonlin = module.nonlinearity
-        cell_kwargs["activation"] = jnp.tanh if nonlin == "tanh" else jax.nn.relu
-    stack = StackedRNN(
-        features=hidden,
-        num_layers=module.num_layers,
-        cell_type=cell_type,
-        bidirectional=module.bidirectional,
-        dropout_rate=float(module.dropout),
-        cell_kwargs=cell_kwargs or None,
-    )
-    sd = module.state_dict()
+    cell_kwargs = {"activation": _NONLINEARITIES[module.nonlinearity]} if kind == "RNN" else {}
+    stack = StackedRNN(features=hidden, num_layers=module.num_layers, cell_type=cell_type,
+                       bidirectional=module.bidirectional, dropout_rate=float(module.dropout),
+                       cell_kwargs=cell_kwargs or None)
+    sd = {k: t.detach().cpu().numpy().astype(np.float32) for k, t in module.state_dict().items()}
     params: dict[str, Any] = {}
     for layer in range(module.num_layers):
-        dirs = {"": "forward", "_reverse": "backward"} if module.bidirectional else {"": None}
-        layer_params: dict[str, Any] = {}
-        for suffix, name in dirs.items():
-            w_ih = _np(sd[f"weight_ih_l{layer}{suffix}"])
-            w_hh = _np(sd[f"weight_hh_l{layer}{suffix}"])
+        cells: dict[str | None, Any] = {}
+        for suffix, name in _directions(module.bidirectional).items():
+            w_ih, w_hh = (sd[f"weight_{n}_l{layer}{suffix}"] for n in ("ih", "hh"))
             zeros = np.zeros(gates * hidden, np.float32)
-            b_ih = _np(sd[f"bias_ih_l{layer}{suffix}"]) if module.bias else zeros
-            b_hh = _np(sd[f"bias_hh_l{layer}{suffix}"]) if module.bias else zeros
-            cell: dict[str, Any] = {"recurrent_kernel": w_hh.T}
-            if kind == "GRU":
-                bias = b_ih.copy()
-                bias[: 2 * hidden] += b_hh[: 2 * hidden]
+            b_ih, b_hh = (sd[f"bias_{n}_l{layer}{suffix}"] if module.bias else zeros
+                          for n in ("ih", "hh"))
+            bias = b_ih + b_hh
+            cell = {"recurrent_kernel": w_hh.T, "input": {"kernel": w_ih.T, "bias": bias}}
+            if kind == "GRU":  # b_hn stays inside the reset product
+                bias[2 * hidden :] = b_ih[2 * hidden :]
                 cell["recurrent_bias_n"] = b_hh[2 * hidden :]
-            else:
-                bias = b_ih + b_hh
-            cell["input"] = {"kernel": w_ih.T, "bias": bias}
-            if name is None:
-                layer_params = {"cell": cell}
-            else:
-                layer_params[name] = {"cell": cell}
-        params[f"layer_{layer}"] = layer_params
-    params = jax.tree_util.tree_map(jnp.asarray, params)
-    return stack, {"params": params}
+            cells[name] = {"cell": cell}
+        params[f"layer_{layer}"] = cells[None] if None in cells else cells
+    return stack, {"params": jax.tree_util.tree_map(jnp.asarray, params)}
 
 
 def seqjax_to_torch_rnn(stack: StackedRNN, variables: dict, input_size: int) -> Any:
@@ -100,36 +86,28 @@ def seqjax_to_torch_rnn(stack: StackedRNN, variables: dict, input_size: int) -> 
     ctor_kwargs: dict[str, Any] = {}
     if key == "RNN":
         act = kwargs.get("activation", jnp.tanh)
-        if act is jnp.tanh:
-            ctor_kwargs["nonlinearity"] = "tanh"
-        elif act is jax.nn.relu:
-            ctor_kwargs["nonlinearity"] = "relu"
-        else:
+        ctor_kwargs["nonlinearity"] = next(
+            (n for n, f in _NONLINEARITIES.items() if f is act), None)
+        if ctor_kwargs["nonlinearity"] is None:
             raise ValueError(f"Elman `activation` must be tanh or relu to export; got {act}.")
     module = getattr(torch.nn, key)(
         input_size, stack.features, num_layers=stack.num_layers, bias=True, batch_first=True,
-        dropout=stack.dropout_rate, bidirectional=stack.bidirectional, **ctor_kwargs,
-    )
+        dropout=stack.dropout_rate, bidirectional=stack.bidirectional, **ctor_kwargs)
     hidden = stack.features
-    params = variables["params"]
     sd = {}
     for layer in range(stack.num_layers):
-        dirs = {"": "forward", "_reverse": "backward"} if stack.bidirectional else {"": None}
-        for suffix, name in dirs.items():
-            lp = params[f"layer_{layer}"]
+        for suffix, name in _directions(stack.bidirectional).items():
+            lp = variables["params"][f"layer_{layer}"]
             cell = lp["cell"] if name is None else lp[name]["cell"]
             w_ih = np.asarray(cell["input"]["kernel"], np.float32).T
             w_hh = np.asarray(cell["recurrent_kernel"], np.float32).T
             b_ih = np.asarray(cell["input"]["bias"], np.float32)
-            b_hh = np.zeros_like(b_ih)
-            if "recurrent_bias" in cell:  # LSTMCell(recurrent_bias=True): PyTorch's layout
-                b_hh = np.asarray(cell["recurrent_bias"], np.float32).copy()
+            # LSTMCell(recurrent_bias=True) has PyTorch's layout
+            b_hh = np.array(cell.get("recurrent_bias", np.zeros_like(b_ih)), np.float32)
             if key == "GRU":
                 b_hh[2 * hidden :] = np.asarray(cell["recurrent_bias_n"], np.float32)
-            for nm, arr in ((f"weight_ih_l{layer}{suffix}", w_ih),
-                            (f"weight_hh_l{layer}{suffix}", w_hh),
-                            (f"bias_ih_l{layer}{suffix}", b_ih),
-                            (f"bias_hh_l{layer}{suffix}", b_hh)):
-                sd[nm] = torch.from_numpy(np.array(arr, np.float32, copy=True))
+            for nm, arr in (("weight_ih", w_ih), ("weight_hh", w_hh), ("bias_ih", b_ih),
+                            ("bias_hh", b_hh)):
+                sd[f"{nm}_l{layer}{suffix}"] = torch.from_numpy(np.array(arr, np.float32))
     module.load_state_dict(sd)
     return module

@@ -85,11 +85,9 @@ from seqjax.nn.vq import VectorQuantizer, kmeans_codebook, nearest_code, quantiz
 __all__ = [
     # recurrent
     "CELL_TYPES", "RNN", "Bidirectional", "ElmanCell", "GRUCell", "LSTMCell", "RecurrentCell",
-    "OutputFeedbackCell", "SimpleGatedCell", "LayerWeights",
-    "Dense", "DenseGeneral", "Embed", "embedding_lookup",
-    "StackedRNN", "cudnn_lstm_weights",
-    # convolution
-    "CausalConv1D",
+    "OutputFeedbackCell", "SimpleGatedCell", "LayerWeights", "StackedRNN", "cudnn_lstm_weights",
+    # dense, embedding and convolution
+    "Dense", "DenseGeneral", "Embed", "embedding_lookup", "CausalConv1D",
     # attention and masks
     "SCORE_FUNCTIONS", "Attention", "KVCache", "MultiHeadAttention", "additive_score",
     "concat_score", "dot_product_attention", "dot_product_attention_with_weights", "dot_score",

@@ -37,6 +37,4 @@ def constrain(x: Any, *spec: Any) -> Any:
 
 def replicate(tree: Any) -> Any:
     """Every array of ``tree`` replicated (gathered once, e.g. before a time loop)."""
-    if not active():
-        return tree
-    return jax.tree_util.tree_map(lambda x: constrain(x), tree)
+    return jax.tree_util.tree_map(constrain, tree) if active() else tree

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from seqjax._checks import check_lengths, check_positive_int, check_rank
+from seqjax._checks import check_lengths, check_positive_ints, check_rank
 
 Array = jax.Array
 Dtype = Any
@@ -61,30 +61,20 @@ class CausalConv1D(nn.Module):
     @nn.compact
     def __call__(self, x_BxTxD: Array, lengths: Array | None = None) -> Array:
         check_rank(x_BxTxD, "x", 3)
-        for name in ("features", "kernel_size", "dilation"):
-            check_positive_int(getattr(self, name), name)
+        check_positive_ints(features=self.features, kernel_size=self.kernel_size,
+                            dilation=self.dilation)
         batch, steps, feat = x_BxTxD.shape
         k, r = self.kernel_size, self.dilation
-        kernel_KxDxF = self.param(
-            "kernel", self.kernel_init, (k, feat, self.features), self.param_dtype
-        )
-        bias_F = (
-            self.param("bias", self.bias_init, (self.features,), self.param_dtype)
-            if self.use_bias
-            else None
-        )
-        x_BxTxD, kernel_KxDxF, bias_F = nn.dtypes.promote_dtype(
-            x_BxTxD, kernel_KxDxF, bias_F, dtype=self.dtype
-        )
+        kernel_KxDxF = self.param("kernel", self.kernel_init, (k, feat, self.features),
+                                  self.param_dtype)
+        bias_F = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+                  if self.use_bias else None)
+        x_BxTxD, kernel_KxDxF, bias_F = nn.dtypes.promote_dtype(x_BxTxD, kernel_KxDxF, bias_F,
+                                                                dtype=self.dtype)
         # One XLA convolution (cross-correlation): left padding (K-1)r makes it causal.
-        y_BxTxF = jax.lax.conv_general_dilated(
-            x_BxTxD,
-            kernel_KxDxF,
-            window_strides=(1,),
-            padding=[((k - 1) * r, 0)],
-            rhs_dilation=(r,),
-            dimension_numbers=("NWC", "WIO", "NWC"),
-        )
+        y_BxTxF = jax.lax.conv_general_dilated(x_BxTxD, kernel_KxDxF, window_strides=(1,),
+                                               padding=[((k - 1) * r, 0)], rhs_dilation=(r,),
+                                               dimension_numbers=("NWC", "WIO", "NWC"))
         if bias_F is not None:
             y_BxTxF = y_BxTxF + bias_F
         if lengths is not None:

@@ -34,41 +34,29 @@ Array = jax.Array
 __all__ = ["Dense", "DenseGeneral", "flat_attend", "flat_dot_general"]
 
 
-def _is_trailing_leading(lhs_ndim: int, rhs_ndim: int, dimension_numbers: Any) -> int:
+def _is_trailing_leading(lhs_ndim: int, dimension_numbers: Any) -> int:
     """The number of contracted axes ``k`` if ``dimension_numbers`` contracts the last ``k``
     axes of ``lhs`` with the first ``k`` axes of ``rhs`` (in order, no batch axes); else 0."""
     (lhs_c, rhs_c), (lhs_b, rhs_b) = dimension_numbers
-    lhs_c, rhs_c = tuple(lhs_c), tuple(rhs_c)
     k = len(lhs_c)
-    if lhs_b or rhs_b or k == 0 or len(rhs_c) != k:
-        return 0
-    if lhs_c != tuple(range(lhs_ndim - k, lhs_ndim)) or rhs_c != tuple(range(k)):
-        return 0
-    return k
+    trailing_leading = (tuple(lhs_c) == tuple(range(lhs_ndim - k, lhs_ndim))
+                        and tuple(rhs_c) == tuple(range(k)))
+    return k if trailing_leading and not lhs_b and not rhs_b else 0
 
 
-def flat_dot_general(
-    lhs: Array,
-    rhs: Array,
-    dimension_numbers: Any,
-    precision: Any = None,
-    preferred_element_type: Any = None,
-    **kwargs: Any,
-) -> Array:
+def flat_dot_general(lhs: Array, rhs: Array, dimension_numbers: Any, precision: Any = None,
+                     preferred_element_type: Any = None, **kwargs: Any) -> Array:
     """``jax.lax.dot_general`` that runs "contract ``lhs``'s trailing axes with ``rhs``'s
     leading axes" as one ``[N, K] @ [K, M]`` product (other cases: unchanged)."""
-    k = _is_trailing_leading(lhs.ndim, rhs.ndim, dimension_numbers)
+    k = _is_trailing_leading(lhs.ndim, dimension_numbers)
     if k == 0 or (lhs.ndim == 2 and rhs.ndim == 2):
         return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                    preferred_element_type=preferred_element_type, **kwargs)
-    lead, contract = lhs.shape[: lhs.ndim - k], lhs.shape[lhs.ndim - k :]
-    out = rhs.shape[k:]
-    kk = math.prod(contract)
-    y = jax.lax.dot_general(
-        lhs.reshape(math.prod(lead), kk), rhs.reshape(kk, math.prod(out)),
-        (((1,), (0,)), ((), ())), precision=precision,
-        preferred_element_type=preferred_element_type, **kwargs,
-    )
+    lead, out = lhs.shape[: lhs.ndim - k], rhs.shape[k:]
+    kk = math.prod(lhs.shape[lhs.ndim - k :])
+    y = jax.lax.dot_general(lhs.reshape(math.prod(lead), kk), rhs.reshape(kk, math.prod(out)),
+                            (((1,), (0,)), ((), ())), precision=precision,
+                            preferred_element_type=preferred_element_type, **kwargs)
     return y.reshape(*lead, *out)
 
 

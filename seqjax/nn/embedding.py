@@ -53,8 +53,7 @@ def resolve_backward(backward: str, num_rows: int, platform: str | None = None) 
         raise ValueError(f"`backward` must be one of {BACKWARDS}; got {backward!r}.")
     if backward != "auto":
         return backward
-    platform = platform or jax.default_backend()
-    if platform == "cpu":
+    if (platform or jax.default_backend()) == "cpu":
         return "autodiff"
     return "one_hot" if num_rows <= ONE_HOT_MAX_ROWS else "scatter"
 
@@ -64,9 +63,8 @@ def _rows(table_VxD: Array, ids: Array) -> Array:
     return table_VxD.at[ids].get(mode="fill", fill_value=jnp.nan, wrap_negative_indices=False)
 
 
-def embedding_lookup(
-    table_VxD: Array, ids: Array, *, backward: str = "auto", name: str = "ids"
-) -> Array:
+def embedding_lookup(table_VxD: Array, ids: Array, *, backward: str = "auto",
+                     name: str = "ids") -> Array:
     """``table[ids]`` (shape ``ids.shape + (D,)``) with the backward pass ``backward``.
 
     An id outside ``[0, V)`` reads a row of NaN and gets no gradient (module docstring; its checkify
@@ -84,9 +82,7 @@ def embedding_lookup(
         raise TypeError(f"`ids` must be integers; got {ids.dtype}.")
     how = resolve_backward(backward, table_VxD.shape[0])
     record_vocab_ids(ids, name, table_VxD.shape[0])
-    if how == "autodiff":
-        return _rows(table_VxD, ids)
-    return _lookup(how, table_VxD, ids)
+    return _rows(table_VxD, ids) if how == "autodiff" else _lookup(how, table_VxD, ids)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -96,16 +92,13 @@ def _lookup(how: str, table_VxD: Array, ids: Array) -> Array:
 
 def _lookup_fwd(how: str, table_VxD: Array, ids: Array) -> tuple[Array, tuple]:
     # The backward pass needs only the table's row count and dtype: an empty [V, 0] array.
-    return _rows(table_VxD, ids), (ids, jnp.zeros((table_VxD.shape[0], 0),
-                                                             table_VxD.dtype))
+    return _rows(table_VxD, ids), (ids, jnp.zeros((table_VxD.shape[0], 0), table_VxD.dtype))
 
 
 def _lookup_bwd(how: str, res: tuple, g: Array) -> tuple[Array, None]:
     ids, like_Vx0 = res
-    num_rows = like_Vx0.shape[0]
-    dim = g.shape[-1]
-    ids_N = ids.reshape(-1)
-    g_NxD = g.reshape(-1, dim)
+    num_rows, dim = like_Vx0.shape[0], g.shape[-1]
+    ids_N, g_NxD = ids.reshape(-1), g.reshape(-1, dim)
     if how == "one_hot":
         onehot_NxV = jax.nn.one_hot(ids_N, num_rows, dtype=g.dtype)
         d_VxD = jax.lax.dot_general(onehot_NxV, g_NxD, (((0,), (0,)), ((), ())),

@@ -27,35 +27,21 @@ Activation = Callable[[Array], Array]
 __all__ = ["ACTIVATIONS", "GLU", "GLU_VARIANTS", "MLP", "get_activation", "glu_hidden_dim"]
 
 
-
-def _relu_squared(x: Array) -> Array:
-    r"""Squared ReLU, :math:`\max(x, 0)^2` (So et al. 2021, "Primer"; modded-nanogpt)."""
-    return jnp.square(jax.nn.relu(x))
-
-
 #: Activations by name. ``"gelu"`` is the exact ``x Φ(x)`` (PyTorch's default), ``"gelu_tanh"``
 #: its tanh approximation (Hendrycks & Gimpel 2016; Flax's ``nn.gelu``, GPT-2); ``"silu"`` =
-#: ``"swish"`` = ``x σ(x)``; ``"relu_squared"`` = ``max(x, 0)²`` (Primer; modded-nanogpt's MLP).
+#: ``"swish"`` = ``x σ(x)``; ``"relu_squared"`` = ``max(x, 0)²`` (So et al. 2021, "Primer";
+#: modded-nanogpt's MLP).
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": jax.nn.relu,
-    "relu_squared": _relu_squared,
+    "relu": jax.nn.relu, "relu_squared": lambda x: jnp.square(jax.nn.relu(x)),
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-    "sigmoid": jax.nn.sigmoid,
-    "tanh": jnp.tanh,
+    "silu": jax.nn.silu, "swish": jax.nn.silu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,
     "identity": lambda x: x,
 }
 
 #: Gated-unit variants of Shazeer (2020): the activation applied to the gate branch ``x W``.
-GLU_VARIANTS: dict[str, str] = {
-    "swiglu": "silu",
-    "geglu": "gelu",
-    "reglu": "relu",
-    "glu": "sigmoid",
-    "bilinear": "identity",
-}
+GLU_VARIANTS: dict[str, str] = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu",
+                                "glu": "sigmoid", "bilinear": "identity"}
 
 
 def get_activation(activation: str | Activation) -> Activation:
@@ -63,9 +49,8 @@ def get_activation(activation: str | Activation) -> Activation:
     if callable(activation):
         return activation
     if activation not in ACTIVATIONS:
-        raise ValueError(
-            f"`activation` must be a callable or one of {sorted(ACTIVATIONS)}; got {activation!r}."
-        )
+        raise ValueError(f"`activation` must be a callable or one of {sorted(ACTIVATIONS)}; got "
+                         f"{activation!r}.")
     return ACTIVATIONS[activation]
 
 
@@ -81,13 +66,7 @@ def glu_hidden_dim(features: int, multiple_of: int = 256) -> int:
         11008
     """
     check_positive_ints(features=features, multiple_of=multiple_of)
-    hidden = int(8 * features / 3)
-    return multiple_of * math.ceil(hidden / multiple_of)
-
-
-def _check_features(x: Any) -> None:
-    if jnp.ndim(x) < 1:
-        raise ValueError(f"`x` must have a feature axis (rank >= 1); got shape {jnp.shape(x)}.")
+    return multiple_of * math.ceil(int(8 * features / 3) / multiple_of)
 
 
 class MLP(NamedFields, nn.Module):
@@ -134,38 +113,31 @@ class MLP(NamedFields, nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
-        """``x: [..., D] -> [..., D']``; dropout only when ``deterministic=False``."""
-        _check_features(x)
-        check_rate(self.dropout_rate, "dropout_rate")
-        features = x.shape[-1]
-        hidden = self.mlp_dim if self.mlp_dim is not None else 4 * features
-        check_positive_ints(mlp_dim=hidden)
-        act = get_activation(self.activation)
-        dense = _dense(self)
+        return _feed_forward(self, x, self.activation, lambda d: 4 * d, deterministic)
+
+
+def _feed_forward(ffn: MLP | GLU, x: Array, activation: str | Activation,
+                  default_hidden: Callable[[int], int], deterministic: bool) -> Array:
+    """Both layers' body, from their compact ``__call__``: ``h = S(x W_up)`` (a GLU:
+    ``S(x W_gate) ⊙ x W_up``) of ``mlp_dim`` (default ``default_hidden(D)``) features, dropout,
+    then the ``down`` projection to ``out_features`` (default ``D``)."""
+    if jnp.ndim(x) < 1:
+        raise ValueError(f"`x` must have a feature axis (rank >= 1); got shape {jnp.shape(x)}.")
+    check_rate(ffn.dropout_rate, "dropout_rate")
+    act = get_activation(activation)
+    features = x.shape[-1]
+    hidden = ffn.mlp_dim if ffn.mlp_dim is not None else default_hidden(features)
+    check_positive_ints(mlp_dim=hidden)
+    dense = functools.partial(Dense, use_bias=ffn.use_bias, dtype=ffn.dtype,
+                              param_dtype=ffn.param_dtype, kernel_init=ffn.kernel_init,
+                              bias_init=ffn.bias_init)
+    if isinstance(ffn, GLU):
+        h_xF = act(dense(hidden, name="gate")(x)) * dense(hidden, name="up")(x)
+    else:
         h_xF = act(dense(hidden, name="up")(x))
-        return _dropout_down(self, h_xF, features, deterministic)
-
-
-def _dense(ffn: MLP | GLU) -> Callable[..., Dense]:
-    """``Dense`` with the layer's ``use_bias``, dtypes and initialisers."""
-    return functools.partial(
-        Dense,
-        use_bias=ffn.use_bias,
-        dtype=ffn.dtype,
-        param_dtype=ffn.param_dtype,
-        kernel_init=ffn.kernel_init,
-        bias_init=ffn.bias_init,
-    )
-
-
-def _dropout_down(
-    ffn: MLP | GLU, h_xF: Array, features: int, deterministic: bool
-) -> Array:
-    """The layer's end, from its compact ``__call__``: dropout on the hidden ``h_xF``, then the
-    ``down`` projection to ``out_features`` (default ``features``)."""
     h_xF = nn.Dropout(ffn.dropout_rate)(h_xF, deterministic=deterministic)
     down_init = ffn.kernel_init if ffn.out_kernel_init is None else ffn.out_kernel_init
-    return _dense(ffn)(ffn.out_features or features, kernel_init=down_init, name="down")(h_xF)
+    return dense(ffn.out_features or features, kernel_init=down_init, name="down")(h_xF)
 
 
 class GLU(NamedFields, nn.Module):
@@ -193,13 +165,12 @@ class GLU(NamedFields, nn.Module):
         mlp_dim: ``F``; default :func:`glu_hidden_dim` ``(D, multiple_of)``, a ``4D`` MLP's
             parameter count (``multiple_of=1`` for tiny models).
         multiple_of: rounding of the default hidden size (256).
-        out_features: ``D'``; default ``D``.
         activation: overrides the variant's gate activation (e.g. ``"gelu_tanh"`` for T5 v1.1's
             GeGLU).
         use_bias: biases ``b, c, b_2``.
         dropout_rate: dropout on the gated hidden ``S(xW) ⊙ xV``.
-        dtype, param_dtype, kernel_init, bias_init: as in :class:`MLP`.
-        out_kernel_init: initialiser of ``down/kernel`` (``W_2``; default ``kernel_init``).
+        out_features, dtype, param_dtype, kernel_init, bias_init, out_kernel_init: as in
+            :class:`MLP` (``down/kernel`` is ``W_2``).
     """
 
     variant: str = "swiglu"
@@ -217,23 +188,9 @@ class GLU(NamedFields, nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
-        """``x: [..., D] -> [..., D']``; dropout only when ``deterministic=False``."""
-        _check_features(x)
-        check_rate(self.dropout_rate, "dropout_rate")
         if self.variant not in GLU_VARIANTS:
-            raise ValueError(
-                f"`variant` must be one of {sorted(GLU_VARIANTS)}; got {self.variant!r}."
-            )
-        act = get_activation(
-            self.activation if self.activation is not None else GLU_VARIANTS[self.variant]
-        )
-        features = x.shape[-1]
-        hidden = (
-            self.mlp_dim
-            if self.mlp_dim is not None
-            else glu_hidden_dim(features, self.multiple_of)
-        )
-        check_positive_ints(mlp_dim=hidden)
-        dense = _dense(self)
-        h_xF = act(dense(hidden, name="gate")(x)) * dense(hidden, name="up")(x)
-        return _dropout_down(self, h_xF, features, deterministic)
+            raise ValueError(f"`variant` must be one of {sorted(GLU_VARIANTS)}; got "
+                             f"{self.variant!r}.")
+        act = self.activation if self.activation is not None else GLU_VARIANTS[self.variant]
+        return _feed_forward(self, x, act, lambda d: glu_hidden_dim(d, self.multiple_of),
+                             deterministic)

@@ -40,58 +40,31 @@ __all__ = ["LORA_TARGETS", "init_lora", "lora_delta", "merge_lora", "unmerge_lor
 #: Module name -> (number of input axes, number of output axes) of its kernel:
 #: ``query/key/value`` kernels are ``[D, H, d]``, ``out`` kernels ``[H, d, D]``
 #: (:class:`~seqjax.nn.attention.MultiHeadAttention`); a plain Dense is ``(1, 1)``.
-LORA_TARGETS: dict[str, tuple[int, int]] = {
-    "query": (1, 2),
-    "key": (1, 2),
-    "value": (1, 2),
-    "out": (2, 1),
-}
-
-
-def _as_dict(tree: Any) -> dict:
-    return {k: tree[k] for k in tree.keys()}
+LORA_TARGETS: dict[str, tuple[int, int]] = {"query": (1, 2), "key": (1, 2), "value": (1, 2),
+                                             "out": (2, 1)}
 
 
 def _walk(params: Any, targets: Mapping[str, tuple[int, int]],
           path_filter: Callable[[tuple[str, ...]], bool] | None, path: tuple[str, ...] = ()
-          ) -> list[tuple[tuple[str, ...], tuple[int, int]]]:
+          ) -> list[tuple[tuple[str, ...], tuple[int, int], tuple[int, ...]]]:
+    """``(path, axes, kernel shape)`` of every targeted module (with a ``kernel``) below."""
     found = []
-    for name in params.keys():
-        child = params[name]
+    for name, child in params.items():
         if not hasattr(child, "keys"):
             continue
         here = (*path, name)
-        if name in targets and "kernel" in child.keys():
+        if name in targets and "kernel" in child:
             if path_filter is None or path_filter(here):
-                found.append((here, targets[name]))
+                found.append((here, targets[name], tuple(np.shape(child["kernel"]))))
         else:
             found.extend(_walk(child, targets, path_filter, here))
     return found
 
 
-def _split_shape(shape: tuple[int, ...], axes: tuple[int, int], path: tuple[str, ...]
-                 ) -> tuple[tuple[int, ...], int, int]:
-    n_in, n_out = axes
-    lead = len(shape) - n_in - n_out
-    if lead < 0:
-        raise ValueError(
-            f"kernel at {'/'.join(path)} has shape {shape}; expected at least "
-            f"{n_in} input and {n_out} output axes."
-        )
-    d_in = int(np.prod(shape[lead:lead + n_in]))
-    d_out = int(np.prod(shape[lead + n_in:]))
-    return tuple(shape[:lead]), d_in, d_out
-
-
-def init_lora(
-    key: Array,
-    params: Any,
-    rank: int,
-    *,
-    targets: Mapping[str, tuple[int, int]] | None = None,
-    path_filter: Callable[[tuple[str, ...]], bool] | None = None,
-    dtype: Any = jnp.float32,
-) -> dict:
+def init_lora(key: Array, params: Any, rank: int, *,
+              targets: Mapping[str, tuple[int, int]] | None = None,
+              path_filter: Callable[[tuple[str, ...]], bool] | None = None,
+              dtype: Any = jnp.float32) -> dict:
     r"""Adapters ``A ~ N(0, 1/D_in)``, ``B = 0`` for every targeted kernel (Bishop Fig. 12.21).
 
     Args:
@@ -118,17 +91,15 @@ def init_lora(
     targets = LORA_TARGETS if targets is None else dict(targets)
     found = _walk(params, targets, path_filter)
     if not found:
-        raise ValueError(
-            f"no module named one of {sorted(targets)} with a `kernel` in `params`."
-        )
+        raise ValueError(f"no module named one of {sorted(targets)} with a `kernel` in `params`.")
     lora: dict = {}
-    keys = jax.random.split(key, len(found))
-    for k, (path, axes) in zip(keys, found):
-        kernel = params
-        for name in path:
-            kernel = kernel[name]
-        kernel = kernel["kernel"]
-        lead, d_in, d_out = _split_shape(tuple(np.shape(kernel)), axes, path)
+    for k, (path, (n_in, n_out), shape) in zip(jax.random.split(key, len(found)), found):
+        n_lead = len(shape) - n_in - n_out  # leading (stacked-layer) axes
+        if n_lead < 0:
+            raise ValueError(f"kernel at {'/'.join(path)} has shape {shape}; expected at least "
+                             f"{n_in} input and {n_out} output axes.")
+        lead = shape[:n_lead]
+        d_in, d_out = int(np.prod(shape[n_lead:n_lead + n_in])), int(np.prod(shape[n_lead + n_in:]))
         node = lora
         for name in path:
             node = node.setdefault(name, {})
@@ -140,22 +111,19 @@ def init_lora(
 
 def lora_delta(adapter: Mapping[str, Array], kernel_shape: tuple[int, ...]) -> Array:
     """``A B`` reshaped to the kernel's shape (``[..., D_in, R] @ [..., R, D_out]``)."""
-    a, b = adapter["lora_a"], adapter["lora_b"]
-    return jnp.matmul(a, b).reshape(kernel_shape)
+    return jnp.matmul(adapter["lora_a"], adapter["lora_b"]).reshape(kernel_shape)
 
 
 def _apply(params: Any, lora: Mapping, sign: float, scale: float) -> Any:
-    out = _as_dict(params)
+    out = dict(params)
     for name, sub in lora.items():
         if name not in out:
             raise ValueError(f"adapter for {name!r} has no matching entry in `params`.")
         if "lora_a" in sub:
-            module = _as_dict(out[name])
-            kernel = module["kernel"]
+            kernel = out[name]["kernel"]
             delta = lora_delta(sub, tuple(kernel.shape)).astype(jnp.float32)
-            module["kernel"] = (kernel.astype(jnp.float32) + sign * scale * delta).astype(
-                kernel.dtype)
-            out[name] = module
+            merged = kernel.astype(jnp.float32) + sign * scale * delta
+            out[name] = {**out[name], "kernel": merged.astype(kernel.dtype)}
         else:
             out[name] = _apply(out[name], sub, sign, scale)
     return out

@@ -13,7 +13,7 @@ position ``t`` of row ``b`` is real iff ``t < lengths[b]``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import partial, reduce
 from typing import Any
 
 import jax
@@ -31,14 +31,8 @@ from seqjax._checks import (
 
 Array = jax.Array
 
-__all__ = [
-    "causal_mask",
-    "sliding_window_mask",
-    "padding_mask",
-    "make_attention_mask",
-    "segment_mask",
-    "combine_masks",
-]
+__all__ = ["causal_mask", "sliding_window_mask", "padding_mask", "make_attention_mask",
+           "segment_mask", "combine_masks"]
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, *, offset: Any = 0) -> Array:
@@ -60,7 +54,7 @@ def causal_mask(q_len: int, kv_len: int | None = None, *, offset: Any = 0) -> Ar
         [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     """
     kv_len, offset = _check_positions(q_len, kv_len, offset)
-    return _causal(q_len, kv_len, offset)
+    return _causal(q_len, kv_len, None, offset)
 
 
 def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
@@ -73,10 +67,8 @@ def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
     Longformer's local attention (Beltagy et al. 2020, §3.1, whose window is centred on ``i``).
 
     Args:
-        q_len: number of queries ``Q``.
-        kv_len: number of keys ``K`` (default ``Q``).
+        q_len, kv_len, offset: as in :func:`causal_mask`.
         window: ``w ≥ 1`` keys per query, itself included (else ``ValueError``).
-        offset: position of query 0 on the key axis, as in :func:`causal_mask`.
 
     Returns:
         ``bool[Q, K]`` (scalar offset) or ``bool[B, 1, Q, K]`` (per-row offset).
@@ -87,40 +79,42 @@ def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
     """
     check_positive_int(window, "window")
     kv_len, offset = _check_positions(q_len, kv_len, offset)
-    return _sliding_window(q_len, kv_len, window, offset)
+    return _causal(q_len, kv_len, window, offset)
 
 
-def _check_positions(q_len: Any, kv_len: Any, offset: Any) -> tuple[int, Array]:
-    if not isinstance(q_len, int) or q_len < 0:
-        raise ValueError(f"`q_len` must be a non-negative int; got {q_len!r}.")
-    kv_len = q_len if kv_len is None else kv_len
-    if not isinstance(kv_len, int) or kv_len < 0:
-        raise ValueError(f"`kv_len` must be a non-negative int; got {kv_len!r}.")
+def _check_sizes(**sizes: Any) -> None:
+    """Each a non-negative int (a length), else a ``ValueError`` naming it."""
+    for name, value in sizes.items():
+        if not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"`{name}` must be a non-negative int; got {value!r}.")
+
+
+def _check_offset(offset: Any) -> Array:
     offset = jnp.asarray(offset)
     check_integer(offset, "offset")
     check_rank(offset, "offset", (0, 1))
-    return kv_len, offset
+    return offset
+
+
+def _check_positions(q_len: Any, kv_len: Any, offset: Any) -> tuple[int, Array]:
+    kv_len = q_len if kv_len is None else kv_len
+    _check_sizes(q_len=q_len, kv_len=kv_len)
+    return kv_len, _check_offset(offset)
 
 
 def _key_and_query_positions(q_len: int, kv_len: int, offset: Array) -> tuple[Array, Array]:
     """Key positions and absolute query positions, broadcast to ``[Q, K]`` or ``[B, 1, Q, K]``."""
-    q_pos = jnp.arange(q_len, dtype=jnp.int32)
-    k_pos = jnp.arange(kv_len, dtype=jnp.int32)
+    q_pos, k_pos = jnp.arange(q_len, dtype=jnp.int32), jnp.arange(kv_len, dtype=jnp.int32)
     if offset.ndim == 0:
         return k_pos[None, :], q_pos[:, None] + offset
     return k_pos[None, None, None, :], (q_pos[None, :] + offset[:, None])[:, None, :, None]
 
 
-@partial(jax.jit, static_argnums=(0, 1))
-def _causal(q_len: int, kv_len: int, offset: Array) -> Array:
-    k_pos, p = _key_and_query_positions(q_len, kv_len, offset)
-    return k_pos <= p
-
-
 @partial(jax.jit, static_argnums=(0, 1, 2))
-def _sliding_window(q_len: int, kv_len: int, window: int, offset: Array) -> Array:
+def _causal(q_len: int, kv_len: int, window: int | None, offset: Array) -> Array:
+    """``k ≤ p`` (causal) and, with a ``window``, ``k > p − window``."""
     k_pos, p = _key_and_query_positions(q_len, kv_len, offset)
-    return (k_pos <= p) & (k_pos > p - window)
+    return k_pos <= p if window is None else (k_pos <= p) & (k_pos > p - window)
 
 
 def padding_mask(lengths_B: Any, max_len: int) -> Array:
@@ -138,8 +132,7 @@ def padding_mask(lengths_B: Any, max_len: int) -> Array:
         >>> padding_mask(jnp.array([1, 3]), 3).astype(int).tolist()
         [[1, 0, 0], [1, 1, 1]]
     """
-    if not isinstance(max_len, int) or max_len < 0:
-        raise ValueError(f"`max_len` must be a non-negative int; got {max_len!r}.")
+    _check_sizes(max_len=max_len)
     check_rank(lengths_array(lengths_B), "lengths", 1)
     batch = np.shape(lengths_array(lengths_B))[0]
     return _padding(check_lengths(lengths_B, "lengths", batch, max_len).value, max_len)
@@ -150,22 +143,18 @@ def _padding(lengths_B: Array, max_len: int) -> Array:
     return jnp.arange(max_len, dtype=jnp.int32)[None, :] < lengths_B[:, None]
 
 
-def _query_key_pair(
-    q_BxQ: Any, k_BxK: Any, check: Callable[[Any, str], None], q_name: str, k_name: str
-) -> tuple[Array, Array]:
-    """``(q, k)`` as arrays, each checked by ``check`` (its dtype) and of rank 2, with one batch
-    size; errors name ``q_name`` and ``k_name``."""
-    q = jnp.asarray(q_BxQ)
-    k = jnp.asarray(k_BxK)
-    check(q, q_name)
-    check(k, k_name)
-    check_rank(q, q_name, 2)
-    check_rank(k, k_name, 2)
+def _pairwise(q_BxQ: Any, k_BxK: Any, check: Callable[[Any, str], None], q_name: str,
+              k_name: str, op: Callable[[Array, Array], Array]) -> Array:
+    """``M[b, 0, i, j] = op(q[b, i], k[b, j])``; ``q`` and ``k`` are checked by ``check`` (their
+    dtype), of rank 2 and with one batch size, errors naming ``q_name`` and ``k_name``."""
+    q, k = jnp.asarray(q_BxQ), jnp.asarray(k_BxK)
+    for a, name in ((q, q_name), (k, k_name)):
+        check(a, name)
+        check_rank(a, name, 2)
     if q.shape[0] != k.shape[0]:
-        raise ValueError(
-            f"`{q_name}` and `{k_name}` must share the batch size; got {q.shape} and {k.shape}."
-        )
-    return q, k
+        raise ValueError(f"`{q_name}` and `{k_name}` must share the batch size; got {q.shape} "
+                         f"and {k.shape}.")
+    return op(q[:, None, :, None], k[:, None, None, :])
 
 
 def make_attention_mask(query_valid_BxQ: Any, key_valid_BxK: Any) -> Array:
@@ -183,8 +172,8 @@ def make_attention_mask(query_valid_BxQ: Any, key_valid_BxK: Any) -> Array:
         >>> m.shape, m[0, 0].astype(int).tolist()
         ((1, 1, 2, 3), [[1, 1, 0], [0, 0, 0]])
     """
-    q, k = _query_key_pair(query_valid_BxQ, key_valid_BxK, check_bool, "query_valid", "key_valid")
-    return q[:, None, :, None] & k[:, None, None, :]
+    return _pairwise(query_valid_BxQ, key_valid_BxK, check_bool, "query_valid", "key_valid",
+                     jnp.logical_and)
 
 
 def segment_mask(segment_ids_q_BxQ: Any, segment_ids_kv_BxK: Any) -> Array:
@@ -199,10 +188,8 @@ def segment_mask(segment_ids_q_BxQ: Any, segment_ids_kv_BxK: Any) -> Array:
         >>> segment_mask(s, s)[0, 0].astype(int).tolist()
         [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     """
-    q, k = _query_key_pair(
-        segment_ids_q_BxQ, segment_ids_kv_BxK, check_integer, "segment_ids_q", "segment_ids_kv"
-    )
-    return q[:, None, :, None] == k[:, None, None, :]
+    return _pairwise(segment_ids_q_BxQ, segment_ids_kv_BxK, check_integer, "segment_ids_q",
+                     "segment_ids_kv", jnp.equal)
 
 
 def combine_masks(*masks: Any) -> Array | None:
@@ -213,11 +200,6 @@ def combine_masks(*masks: Any) -> Array | None:
         [[1, 0], [1, 0]]
     """
     present = [jnp.asarray(m) for m in masks if m is not None]
-    if not present:
-        return None
     for i, m in enumerate(present):
         check_bool(m, f"masks[{i}]")
-    out = present[0]
-    for m in present[1:]:
-        out = jnp.logical_and(out, m)
-    return out
+    return reduce(jnp.logical_and, present) if present else None

@@ -24,35 +24,23 @@ Initializer = Callable[..., Array]
 __all__ = ["LayerNorm", "RMSNorm", "layer_norm", "rms_norm"]
 
 
-def _stats_dtype(dtype: Dtype) -> Dtype:
-    """float32, or the input dtype when it is wider (float64)."""
-    return jnp.promote_types(dtype, jnp.float32)
-
-
-def _check_input(x: Any, epsilon: float) -> None:
+def _check_input(x: Any, epsilon: float, **params: Array | None) -> None:
+    """``x`` floating with a feature axis, ``epsilon >= 0``, and each given parameter ``[D]``."""
     if jnp.ndim(x) < 1:
         raise ValueError(f"`x` must have a feature axis (rank >= 1); got shape {jnp.shape(x)}.")
     if not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
         raise TypeError(f"`x` must have a floating dtype; got {jnp.result_type(x)}.")
     if not epsilon >= 0.0:
         raise ValueError(f"`epsilon` must be >= 0; got {epsilon}.")
+    features = jnp.shape(x)[-1]
+    for name, p in params.items():
+        if p is not None and jnp.shape(p) != (features,):
+            raise ValueError(f"`{name}` must have shape (features,) = ({features},); got "
+                             f"{jnp.shape(p)}.")
 
 
-def _check_param(p: Array | None, name: str, features: int) -> None:
-    if p is not None and jnp.shape(p) != (features,):
-        raise ValueError(
-            f"`{name}` must have shape (features,) = ({features},); got {jnp.shape(p)}."
-        )
-
-
-def layer_norm(
-    x: Array,
-    scale: Array | None = None,
-    bias: Array | None = None,
-    *,
-    epsilon: float = 1e-5,
-    dtype: Dtype | None = None,
-) -> Array:
+def layer_norm(x: Array, scale: Array | None = None, bias: Array | None = None, *,
+               epsilon: float = 1e-5, dtype: Dtype | None = None) -> Array:
     r"""Layer normalisation over the last axis, with the biased (population) variance.
 
     .. math::
@@ -79,31 +67,11 @@ def layer_norm(
         >>> layer_norm(jnp.array([2., 4., 6., 8., 10.]), epsilon=0.0).round(2)
         Array([-1.41, -0.71,  0.  ,  0.71,  1.41], dtype=float32)
     """
-    _check_input(x, epsilon)
-    features = jnp.shape(x)[-1]
-    _check_param(scale, "scale", features)
-    _check_param(bias, "bias", features)
-    if dtype is None:
-        dtype = jnp.result_type(*(a for a in (x, scale, bias) if a is not None))
-    x_f = jnp.asarray(x).astype(_stats_dtype(jnp.result_type(x)))
-    mean = jnp.mean(x_f, axis=-1, keepdims=True)
-    centred = x_f - mean
-    var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
-    y = centred * jax.lax.rsqrt(var + epsilon)
-    if scale is not None:
-        y = y * scale.astype(y.dtype)
-    if bias is not None:
-        y = y + bias.astype(y.dtype)
-    return y.astype(dtype)
+    return _normalize(x, scale, bias, epsilon, dtype, center=True)
 
 
-def rms_norm(
-    x: Array,
-    scale: Array | None = None,
-    *,
-    epsilon: float = 1e-6,
-    dtype: Dtype | None = None,
-) -> Array:
+def rms_norm(x: Array, scale: Array | None = None, *, epsilon: float = 1e-6,
+             dtype: Dtype | None = None) -> Array:
     r"""Root-mean-square normalisation over the last axis (no centring, no offset).
 
     .. math::
@@ -112,41 +80,48 @@ def rms_norm(
 
     Zhang & Sennrich (2019), eq. (4); the slides' "LayerNorm => RMSNorm". It drops LayerNorm's
     re-centring: for zero-mean ``x`` the two agree. ``ε`` defaults to ``1e-6`` (Flax's and Llama's
-    choice); the mean square is computed in float32.
-
-    Args:
-        x: ``[..., D]``.
-        scale: gain ``g: [D]`` or None.
-        epsilon: ``ε >= 0``.
-        dtype: output dtype; default ``x.dtype`` promoted with ``scale``'s.
-
-    Returns:
-        ``[..., D]``.
+    choice); the mean square is computed in float32. Arguments and result as in
+    :func:`layer_norm` (no ``bias``).
 
     Example:
         >>> rms_norm(jnp.array([3., -3., 3., -3.]), epsilon=0.0)
         Array([ 1., -1.,  1., -1.], dtype=float32)
     """
-    _check_input(x, epsilon)
-    _check_param(scale, "scale", jnp.shape(x)[-1])
+    return _normalize(x, scale, None, epsilon, dtype, center=False)
+
+
+def _normalize(x: Array, scale: Array | None, bias: Array | None, epsilon: float,
+               dtype: Dtype | None, center: bool) -> Array:
+    """:func:`layer_norm` (``center``: subtract the mean first, two-pass) or :func:`rms_norm`;
+    the statistics in float32, or the input dtype when it is wider (float64)."""
+    _check_input(x, epsilon, scale=scale, bias=bias)
     if dtype is None:
-        dtype = jnp.result_type(*(a for a in (x, scale) if a is not None))
-    x_f = jnp.asarray(x).astype(_stats_dtype(jnp.result_type(x)))
-    mean_sq = jnp.mean(jnp.square(x_f), axis=-1, keepdims=True)
-    y = x_f * jax.lax.rsqrt(mean_sq + epsilon)
+        dtype = jnp.result_type(*(a for a in (x, scale, bias) if a is not None))
+    x_f = jnp.asarray(x).astype(jnp.promote_types(jnp.result_type(x), jnp.float32))
+    if center:
+        x_f = x_f - jnp.mean(x_f, axis=-1, keepdims=True)
+    y = x_f * jax.lax.rsqrt(jnp.mean(jnp.square(x_f), axis=-1, keepdims=True) + epsilon)
     if scale is not None:
         y = y * scale.astype(y.dtype)
+    if bias is not None:
+        y = y + bias.astype(y.dtype)
     return y.astype(dtype)
 
 
-def _feature_param(
-    module: LayerNorm | RMSNorm, name: str, use: bool, init: Initializer, x: Array
-) -> Array | None:
-    """The norm's learned ``name: [D]`` (``D`` = ``x``'s last axis, ``param_dtype``) when ``use``,
-    else ``None``; called from the module's compact ``__call__``."""
-    if not use:
-        return None
-    return module.param(name, init, (jnp.shape(x)[-1],), module.param_dtype)
+def _norm_module(module: LayerNorm | RMSNorm, x: Array, bias_init: Initializer | None,
+                 center: bool) -> Array:
+    """Both modules' compact ``__call__``: their ``scale`` and (with a ``bias_init``) ``bias``,
+    ``[D]`` in ``param_dtype``; the compute dtype promoted with them as given (bf16 copies under
+    mixed precision)."""
+    _check_input(x, module.epsilon)
+    shape = (jnp.shape(x)[-1],)
+    scale = (module.param("scale", module.scale_init, shape, module.param_dtype)
+             if module.use_scale else None)
+    bias = None if bias_init is None else module.param("bias", bias_init, shape,
+                                                       module.param_dtype)
+    given = [p for p in (scale, bias) if p is not None] or [module.param_dtype]
+    dtype = module.dtype or jnp.result_type(x, *given)
+    return _normalize(x, scale, bias, module.epsilon, dtype, center)
 
 
 class LayerNorm(nn.Module):
@@ -180,13 +155,7 @@ class LayerNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        _check_input(x, self.epsilon)
-        scale = _feature_param(self, "scale", self.use_scale, self.scale_init, x)
-        bias = _feature_param(self, "bias", self.use_bias, self.bias_init, x)
-        # Promote with the parameters as given (bf16 copies under mixed precision).
-        given = [p for p in (scale, bias) if p is not None] or [self.param_dtype]
-        dtype = self.dtype or jnp.result_type(x, *given)
-        return layer_norm(x, scale, bias, epsilon=self.epsilon, dtype=dtype)
+        return _norm_module(self, x, self.bias_init if self.use_bias else None, center=True)
 
 
 class RMSNorm(nn.Module):
@@ -204,8 +173,7 @@ class RMSNorm(nn.Module):
     Attributes:
         epsilon: ``ε`` added to the mean square (``1e-6``).
         use_scale: learn ``g`` (else ``g = 1``).
-        dtype: compute/output dtype (default: input promoted with ``param_dtype``).
-        param_dtype: storage dtype of ``scale``.
+        dtype, param_dtype: as in :class:`LayerNorm`.
     """
 
     epsilon: float = 1e-6
@@ -216,7 +184,4 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        _check_input(x, self.epsilon)
-        scale = _feature_param(self, "scale", self.use_scale, self.scale_init, x)
-        dtype = self.dtype or jnp.result_type(x, self.param_dtype if scale is None else scale)
-        return rms_norm(x, scale, epsilon=self.epsilon, dtype=dtype)
+        return _norm_module(self, x, None, center=False)

@@ -1,11 +1,8 @@
 r"""Positional information: one-hot, learned, sinusoidal, rotary (RoPE) and ALiBi.
 
 Attention without positions is permutation-equivariant (Bishop §12.1.9 and Ex. 12.7; J&M §9.7.3:
-"scramble the order of the inputs … exactly the same answer"). The encodings here break that
-symmetry: :func:`one_hot_positions`, :class:`LearnedPositionalEmbedding`,
-:func:`sinusoidal_positions` / :class:`SinusoidalPositionalEmbedding` (Vaswani et al. 2017),
-:func:`apply_rope` (RoFormer, Su et al. 2021) and :func:`alibi_slopes` / :func:`alibi_bias` (ALiBi,
-Press et al. 2022).
+"scramble the order of the inputs … exactly the same answer"); the encodings below break that
+symmetry.
 
 Layouts: ``"interleaved"`` pairs feature ``2i`` with ``2i+1`` (MEDL (7.29), Bishop (12.25), Vaswani;
 RoPE of the original RoFormer and Meta's Llama code); ``"halves"`` pairs ``i`` with ``i + D/2``
@@ -28,28 +25,22 @@ from flax import linen as nn
 from seqjax._checks import check_integer, check_positive_int, check_range, check_rank
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import embedding_lookup
+from seqjax.nn.masks import _check_offset, _check_sizes, _key_and_query_positions
 
 Array = jax.Array
 Dtype = Any
 Initializer = Callable[..., Array]
 
-__all__ = [
-    "one_hot_positions",
-    "LearnedPositionalEmbedding",
-    "sinusoidal_positions",
-    "SinusoidalPositionalEmbedding",
-    "rope_frequencies",
-    "apply_rope",
-    "alibi_slopes",
-    "alibi_bias",
-]
+__all__ = ["one_hot_positions", "LearnedPositionalEmbedding", "sinusoidal_positions",
+           "SinusoidalPositionalEmbedding", "rope_frequencies", "apply_rope", "alibi_slopes",
+           "alibi_bias"]
 
 _LAYOUTS = ("interleaved", "halves")
 
 
-def _check_layout(layout: str) -> None:
-    if layout not in _LAYOUTS:
-        raise ValueError(f"`layout` must be one of {_LAYOUTS}; got {layout!r}.")
+def _check_choice(value: str, name: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}; got {value!r}.")
 
 
 def _check_even(dim: int, name: str) -> None:
@@ -57,30 +48,30 @@ def _check_even(dim: int, name: str) -> None:
         raise ValueError(f"`{name}` must be a positive even int; got {dim!r}.")
 
 
-def _positions_BxT(positions: Any, batch: int, length: int, name: str = "positions") -> Array:
-    """Default ``arange(T)`` or a validated ``[T]`` / ``[B, T]`` positions array, as ``[B, T]``."""
+def _positions_BxT(positions: Any, batch: int, length: int,
+                   num_positions: int | None = None) -> Array:
+    """Default ``arange(T)`` or a validated ``[T]`` / ``[B, T]`` positions array, as ``[B, T]``;
+    with ``num_positions``, integers in ``[0, num_positions)`` (where concrete)."""
     if positions is None:
-        return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
-    positions = jnp.asarray(positions)
-    check_rank(positions, name, (1, 2))
-    if positions.shape[-1] != length:
-        raise ValueError(
-            f"`{name}` must have {length} positions on its last axis (the time axis of the "
-            f"input); got shape {positions.shape}."
-        )
-    if positions.ndim == 2 and positions.shape[0] not in (1, batch):
-        raise ValueError(
-            f"`{name}` must have batch size 1 or {batch}; got shape {positions.shape}."
-        )
-    return jnp.broadcast_to(positions, (batch, length))
+        positions = jnp.arange(length, dtype=jnp.int32)
+    else:
+        positions = jnp.asarray(positions)
+        check_rank(positions, "positions", (1, 2))
+        if positions.shape[-1] != length:
+            raise ValueError(f"`positions` must have {length} positions on its last axis (the "
+                             f"time axis of the input); got shape {positions.shape}.")
+        if positions.ndim == 2 and positions.shape[0] not in (1, batch):
+            raise ValueError(f"`positions` must have batch size 1 or {batch}; got shape "
+                             f"{positions.shape}.")
+    pos_BxT = jnp.broadcast_to(positions, (batch, length))
+    if num_positions is not None:
+        check_integer(pos_BxT, "positions")
+        check_range(pos_BxT, "positions", 0, num_positions - 1)
+    return pos_BxT
 
 
-# ----------------------------------------------------------------------------- one-hot
-
-
-def one_hot_positions(
-    x_BxTxP: Any, num_positions: int | None = None, positions: Any = None
-) -> Array:
+def one_hot_positions(x_BxTxP: Any, num_positions: int | None = None,
+                      positions: Any = None) -> Array:
     r"""Concatenate a one-hot position code: ``x̃_t = [x_t ; e_t]``.
 
     MEDL §7.5 (first option; the book calls it wasteful since ``p̃ = p + T``). Positions are 0-based
@@ -104,19 +95,12 @@ def one_hot_positions(
     b, t, _ = x.shape
     num_positions = t if num_positions is None else num_positions
     check_positive_int(num_positions, "num_positions")
-    pos_BxT = _positions_BxT(positions, b, t)
-    check_integer(pos_BxT, "positions")
-    check_range(pos_BxT, "positions", 0, num_positions - 1)
-    return _one_hot_concat(x, pos_BxT, num_positions)
+    return _one_hot_concat(x, _positions_BxT(positions, b, t, num_positions), num_positions)
 
 
 @partial(jax.jit, static_argnums=2)
 def _one_hot_concat(x: Array, pos_BxT: Array, num_positions: int) -> Array:
-    e_BxTxN = jax.nn.one_hot(pos_BxT, num_positions, dtype=x.dtype)
-    return jnp.concatenate([x, e_BxTxN], axis=-1)
-
-
-# ----------------------------------------------------------------------------- learned
+    return jnp.concatenate([x, jax.nn.one_hot(pos_BxT, num_positions, dtype=x.dtype)], axis=-1)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -141,7 +125,6 @@ class LearnedPositionalEmbedding(nn.Module):
     Attributes:
         num_positions: maximum sequence length (positions ``0..num_positions-1``).
         features: embedding size ``p̃``; must equal ``P`` for ``form="add"``.
-        form: ``"add"`` or ``"mlp"``.
         activation: ``S`` for ``form="mlp"`` (ReLU, as MEDL suggests).
     """
 
@@ -156,23 +139,16 @@ class LearnedPositionalEmbedding(nn.Module):
     @nn.compact
     def __call__(self, x_BxTxP: Array, positions: Any = None) -> Array:
         """``[B, T, P] -> [B, T, D]``; ``positions``: ``int[T]`` / ``int[B, T]`` (or arange)."""
-        if self.form not in ("add", "mlp"):
-            raise ValueError(f"`form` must be 'add' or 'mlp'; got {self.form!r}.")
+        _check_choice(self.form, "form", ("add", "mlp"))
         check_positive_int(self.num_positions, "num_positions")
         check_rank(x_BxTxP, "x", 3)
         b, t, p = x_BxTxP.shape
         d = p if self.features is None else self.features
         if self.form == "add" and d != p:
-            raise ValueError(
-                f"`features` must equal the input size {p} for form='add'; got {d}."
-            )
+            raise ValueError(f"`features` must equal the input size {p} for form='add'; got {d}.")
         if positions is None and t > self.num_positions:
-            raise ValueError(
-                f"sequence length {t} exceeds `num_positions`={self.num_positions}."
-            )
-        pos_BxT = _positions_BxT(positions, b, t)
-        check_integer(pos_BxT, "positions")
-        check_range(pos_BxT, "positions", 0, self.num_positions - 1)
+            raise ValueError(f"sequence length {t} exceeds `num_positions`={self.num_positions}.")
+        pos_BxT = _positions_BxT(positions, b, t, self.num_positions)
         table = self.param("embedding", self.embedding_init, (self.num_positions, d),
                            self.param_dtype)
         # The table as given (a bf16 copy under mixed precision), not the declared storage
@@ -181,23 +157,14 @@ class LearnedPositionalEmbedding(nn.Module):
         e_BxTxD = embedding_lookup(table, pos_BxT).astype(dtype)
         if self.form == "add":
             return x_BxTxP.astype(dtype) + e_BxTxD
-        h = Dense(d, dtype=self.dtype, param_dtype=self.param_dtype, name="input")(x_BxTxP)
-        h = self.activation(h + e_BxTxD)
-        return Dense(d, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-                        name="output")(h)
+        dense = partial(Dense, d, dtype=self.dtype, param_dtype=self.param_dtype)
+        h = self.activation(dense(name="input")(x_BxTxP) + e_BxTxD)
+        return dense(use_bias=False, name="output")(h)
 
 
-# ----------------------------------------------------------------------------- sinusoidal
-
-
-def sinusoidal_positions(
-    num_positions: int,
-    dim: int,
-    base: float = 10000.0,
-    layout: str = "interleaved",
-    start: int = 0,
-    dtype: Dtype = jnp.float32,
-) -> Array:
+def sinusoidal_positions(num_positions: int, dim: int, base: float = 10000.0,
+                         layout: str = "interleaved", start: int = 0,
+                         dtype: Dtype = jnp.float32) -> Array:
     r"""Fixed sinusoidal encodings ``r_t ∈ ℝ^{dim}`` for ``t = start, …, start+num_positions-1``.
 
     .. math::
@@ -216,10 +183,9 @@ def sinusoidal_positions(
         >>> sinusoidal_positions(1, 4).tolist()  # LN (11): f(0) = [0, 1, 0, 1]
         [[0.0, 1.0, 0.0, 1.0]]
     """
-    if not isinstance(num_positions, (int, np.integer)) or num_positions < 0:
-        raise ValueError(f"`num_positions` must be a non-negative int; got {num_positions!r}.")
+    _check_sizes(num_positions=num_positions)
     _check_even(dim, "dim")
-    _check_layout(layout)
+    _check_choice(layout, "layout", _LAYOUTS)
     if not base > 0:
         raise ValueError(f"`base` must be positive; got {base!r}.")
     t = np.arange(num_positions, dtype=np.float64) + float(start)
@@ -267,9 +233,8 @@ class SinusoidalPositionalEmbedding(nn.Module):
     def __call__(self, x_BxTxP: Array, positions: Any = None) -> Array:
         """``[B, T, P] -> [B, T, P]`` (add) or ``[B, T, P + features]`` (concat)."""
         check_rank(x_BxTxP, "x", 3)
-        _check_layout(self.layout)
-        if self.mode not in ("add", "concat"):
-            raise ValueError(f"`mode` must be 'add' or 'concat'; got {self.mode!r}.")
+        _check_choice(self.layout, "layout", _LAYOUTS)
+        _check_choice(self.mode, "mode", ("add", "concat"))
         b, t, p = x_BxTxP.shape
         dim = p if self.mode == "add" else self.features
         if dim is None:
@@ -280,28 +245,18 @@ class SinusoidalPositionalEmbedding(nn.Module):
             pos_BxT = pos_BxT + self.start
         r = _sinusoid_at(pos_BxT, dim, float(self.base), self.layout, x_BxTxP.dtype)
         x = x_BxTxP * self.scale_input if self.scale_input != 1.0 else x_BxTxP
-        if self.mode == "add":
-            return x + r
-        return jnp.concatenate([x, r], axis=-1)
-
-
-# ----------------------------------------------------------------------------- RoPE
+        return x + r if self.mode == "add" else jnp.concatenate([x, r], axis=-1)
 
 
 def rope_frequencies(dim: int, base: float = 10000.0) -> Array:
     r"""``ω_i = base^{-2i/dim}`` for ``i = 0..dim/2-1`` (float32 ``[dim/2]``)."""
     _check_even(dim, "dim")
-    return jnp.asarray(
-        np.power(float(base), -np.arange(0, dim, 2, dtype=np.float64) / dim), jnp.float32
-    )
+    return jnp.asarray(np.power(float(base), -np.arange(0, dim, 2, dtype=np.float64) / dim),
+                       jnp.float32)
 
 
-def apply_rope(
-    x_BxTxHxD: Any,
-    positions_BxT: Any = None,
-    base: float = 10000.0,
-    layout: str = "halves",
-) -> Array:
+def apply_rope(x_BxTxHxD: Any, positions_BxT: Any = None, base: float = 10000.0,
+               layout: str = "halves") -> Array:
     r"""Rotary position embedding: rotate feature pairs of ``x_t`` by ``t·ω_i``.
 
     .. math::
@@ -310,16 +265,15 @@ def apply_rope(
                         \sin t\omega_i & \cos t\omega_i \end{pmatrix}
         \begin{pmatrix} x_a \\ x_b \end{pmatrix},\qquad \omega_i = \mathrm{base}^{-2i/D}
 
-    with ``(a, b) = (2i, 2i+1)`` for ``layout="interleaved"`` (RoFormer, Su et al. 2021, eq. 34;
-    Meta Llama) and ``(i, i + D/2)`` for ``"halves"`` (GPT-NeoX; Hugging Face Llama — the default,
-    so converted checkpoints match). Applied to queries and keys, ``⟨R_m q, R_n k⟩ = qᵀ R_{n-m} k``
-    depends only on ``n − m`` (slides, "RoPE"; cf. Bishop Ex. 12.10). Computed in float32.
+    with ``(a, b)`` the feature pairs of ``layout`` (module docstring; RoFormer, Su et al. 2021,
+    eq. 34), ``"halves"`` by default so converted Hugging Face checkpoints match. Applied to queries
+    and keys, ``⟨R_m q, R_n k⟩ = qᵀ R_{n-m} k`` depends only on ``n − m`` (slides, "RoPE"; cf.
+    Bishop Ex. 12.10). Computed in float32.
 
     Args:
         x_BxTxHxD: ``[B, T, H, D]`` or ``[B, T, D]`` (``D`` even).
         positions_BxT: ``int[B, T]`` or ``int[T]`` (default ``arange(T)``); may be traced.
-        base: ``θ`` base (10 000 in RoFormer/Llama-2, 500 000 in Llama-3).
-        layout: ``"halves"`` or ``"interleaved"``.
+        base, layout: ``θ`` base (10 000 in RoFormer/Llama-2, 500 000 in Llama-3); pair layout.
 
     Returns:
         Array of ``x``'s shape and dtype.
@@ -332,11 +286,10 @@ def apply_rope(
     """
     x = jnp.asarray(x_BxTxHxD)
     check_rank(x, "x", (3, 4))
-    _check_layout(layout)
+    _check_choice(layout, "layout", _LAYOUTS)
     b, t, d = x.shape[0], x.shape[1], x.shape[-1]
     _check_even(d, "head dim (last axis of x)")
-    pos_BxT = _positions_BxT(positions_BxT, b, t)
-    return _rope(x, pos_BxT, float(base), layout)
+    return _rope(x, _positions_BxT(positions_BxT, b, t), float(base), layout)
 
 
 @partial(jax.jit, static_argnums=(2, 3))
@@ -349,15 +302,11 @@ def _rope(x: Array, pos_BxT: Array, base: float, layout: str) -> Array:
     xf = x.astype(jnp.float32)
     if layout == "halves":
         x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
-        y = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     else:
         pairs = xf.reshape(*xf.shape[:-1], d // 2, 2)
         x1, x2 = pairs[..., 0], pairs[..., 1]
-        y = jnp.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).reshape(xf.shape)
+    y = _sin_cos_layout(x1 * cos - x2 * sin, x2 * cos + x1 * sin, layout, jnp)
     return y.astype(x.dtype)
-
-
-# ----------------------------------------------------------------------------- ALiBi
 
 
 def alibi_slopes(num_heads: int) -> Array:
@@ -376,15 +325,11 @@ def alibi_slopes(num_heads: int) -> Array:
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
 
     closest = 2 ** int(math.floor(math.log2(num_heads)))
-    slopes = pow2(closest)
-    if closest < num_heads:
-        slopes += pow2(2 * closest)[0::2][: num_heads - closest]
-    return jnp.asarray(slopes, jnp.float32)
+    return jnp.asarray(pow2(closest) + pow2(2 * closest)[0::2][: num_heads - closest], jnp.float32)
 
 
-def alibi_bias(
-    num_heads: int, q_len: int, kv_len: int | None = None, *, offset: Any = None
-) -> Array:
+def alibi_bias(num_heads: int, q_len: int, kv_len: int | None = None, *,
+               offset: Any = None) -> Array:
     r"""ALiBi score bias ``b[h, i, j] = -m_h · |(i + offset) − j|``.
 
     Added to the scores ``qᵀk/√d`` before the softmax in place of position embeddings; for causal
@@ -400,28 +345,17 @@ def alibi_bias(
         [[-0.0, -0.00390625, -0.0078125], [-0.00390625, -0.0, -0.00390625], [-0.0078125, -0.00390625, -0.0]]
     """  # noqa: E501
     kv_len = q_len if kv_len is None else kv_len
-    for name, val in (("q_len", q_len), ("kv_len", kv_len)):
-        if not isinstance(val, int) or val < 0:
-            raise ValueError(f"`{name}` must be a non-negative int; got {val!r}.")
+    _check_sizes(q_len=q_len, kv_len=kv_len)
     offset = kv_len - q_len if offset is None else offset
     slopes_H = np.asarray(alibi_slopes(num_heads))
     if isinstance(offset, (int, np.integer)):
         dist_QxK = np.abs(np.arange(q_len)[:, None] + offset - np.arange(kv_len)[None, :])
         return jnp.asarray(-slopes_H[:, None, None] * dist_QxK[None], jnp.float32)
-    offset = jnp.asarray(offset)
-    check_integer(offset, "offset")
-    check_rank(offset, "offset", (0, 1))
-    return _alibi(jnp.asarray(slopes_H), q_len, kv_len, offset.astype(jnp.int32))
+    return _alibi(jnp.asarray(slopes_H), q_len, kv_len, _check_offset(offset).astype(jnp.int32))
 
 
 @partial(jax.jit, static_argnums=(1, 2))
 def _alibi(slopes_H: Array, q_len: int, kv_len: int, offset: Array) -> Array:
-    q_pos = jnp.arange(q_len, dtype=jnp.int32)
-    k_pos = jnp.arange(kv_len, dtype=jnp.int32)
-    if offset.ndim == 0:
-        dist_QxK = jnp.abs(q_pos[:, None] + offset - k_pos[None, :]).astype(jnp.float32)
-        return -slopes_H[:, None, None] * dist_QxK[None]
-    dist_BxQxK = jnp.abs(
-        q_pos[None, :, None] + offset[:, None, None] - k_pos[None, None, :]
-    ).astype(jnp.float32)
-    return -slopes_H[None, :, None, None] * dist_BxQxK[:, None]
+    # |p_i − j| as [Q, K], or [B, 1, Q, K] for a per-row offset (the head axis broadcasts)
+    k_pos, q_pos = _key_and_query_positions(q_len, kv_len, offset)
+    return -slopes_H[:, None, None] * jnp.abs(q_pos - k_pos).astype(jnp.float32)

@@ -17,11 +17,9 @@ __all__ = ["REMAT_POLICIES", "remat_policy"]
 
 #: Named ``jax.checkpoint`` policies.
 REMAT_POLICIES: dict[str, Callable[..., Any]] = {
-    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
-    "everything_saveable": jax.checkpoint_policies.everything_saveable,
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,
-    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
+    name: getattr(jax.checkpoint_policies, name) for name in (
+        "nothing_saveable", "everything_saveable", "dots_saveable",
+        "dots_with_no_batch_dims_saveable")}
 
 
 def remat_policy(policy: str | Callable[..., Any] | None,

@@ -42,22 +42,7 @@ from seqjax._checks import check_rank
 Array = jax.Array
 Initializer = Callable[..., Array]
 
-__all__ = ["VectorQuantizer", "kmeans_codebook", "nearest_code", "quantize",
-           "vq_losses"]
-
-
-def _check_codebook(codebook_KxD: Any, name: str = "codebook") -> None:
-    check_rank(codebook_KxD, name, 2)
-    if codebook_KxD.shape[0] < 1:
-        raise ValueError(f"`{name}` must hold at least one code; got shape "
-                         f"{tuple(codebook_KxD.shape)}.")
-
-
-def _check_width(z: Any, codebook_KxD: Any) -> None:
-    if jnp.ndim(z) < 1 or z.shape[-1] != codebook_KxD.shape[-1]:
-        raise ValueError(
-            f"`z` must end in the code width D = {codebook_KxD.shape[-1]}; got shape "
-            f"{tuple(jnp.shape(z))}.")
+__all__ = ["VectorQuantizer", "kmeans_codebook", "nearest_code", "quantize", "vq_losses"]
 
 
 def nearest_code(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
@@ -72,12 +57,15 @@ def nearest_code(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
         >>> k.tolist()
         [1, 2]
     """
-    _check_codebook(codebook_KxD)
-    _check_width(z, codebook_KxD)
-    z32 = z.astype(jnp.float32)
-    c32 = codebook_KxD.astype(jnp.float32)
-    d_xK = (jnp.sum(z32 * z32, -1, keepdims=True) - 2.0 * z32 @ c32.T
-            + jnp.sum(c32 * c32, -1))
+    check_rank(codebook_KxD, "codebook", 2)
+    k, d = codebook_KxD.shape
+    if k < 1:
+        raise ValueError(f"`codebook` must hold at least one code; got shape {(k, d)}.")
+    if jnp.ndim(z) < 1 or z.shape[-1] != d:
+        raise ValueError(f"`z` must end in the code width D = {d}; got shape "
+                         f"{tuple(jnp.shape(z))}.")
+    z32, c32 = z.astype(jnp.float32), codebook_KxD.astype(jnp.float32)
+    d_xK = jnp.sum(z32 * z32, -1, keepdims=True) - 2.0 * z32 @ c32.T + jnp.sum(c32 * c32, -1)
     return jnp.argmin(d_xK, axis=-1).astype(jnp.int32), d_xK
 
 
@@ -118,9 +106,7 @@ def vq_losses(z: Array, q: Array, beta: float = 0.25) -> tuple[Array, Array]:
                          f"and {tuple(jnp.shape(q))}.")
     sg = jax.lax.stop_gradient
     z32, q32 = z.astype(jnp.float32), q.astype(jnp.float32)
-    codebook = jnp.mean(jnp.square(sg(z32) - q32))
-    commitment = beta * jnp.mean(jnp.square(z32 - sg(q32)))
-    return codebook, commitment
+    return jnp.mean(jnp.square(sg(z32) - q32)), beta * jnp.mean(jnp.square(z32 - sg(q32)))
 
 
 class VectorQuantizer(nn.Module):
@@ -157,28 +143,19 @@ class VectorQuantizer(nn.Module):
         if self.num_codes < 1 or self.features < 1:
             raise ValueError(f"`num_codes` and `features` must be positive ints; got "
                              f"{self.num_codes} and {self.features}.")
-        if not self.beta >= 0:
-            raise ValueError(f"`beta` must be >= 0; got {self.beta}.")
-        init = self.codebook_init or nn.initializers.uniform(2.0 / self.num_codes)
-        if self.codebook_init is None:
-            base = init
-
-            def init(key: Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Array:
-                return base(key, shape, dtype) - 1.0 / self.num_codes
-
-        self.codebook = self.param("codebook", init, (self.num_codes, self.features))
+        k = self.num_codes
+        uniform = nn.initializers.uniform(2.0 / k)  # on [-1/K, 1/K) after the shift
+        init = self.codebook_init or (lambda key, shape, dtype=jnp.float32:
+                                      uniform(key, shape, dtype) - 1.0 / k)
+        self.codebook = self.param("codebook", init, (k, self.features))
 
     def __call__(self, z: Array) -> tuple[Array, dict[str, Array]]:
-        _check_width(z, self.codebook)
-        k, _ = nearest_code(z, self.codebook)
-        q = jnp.take(self.codebook, k, axis=0)
-        codebook_loss, commitment_loss = vq_losses(z, q, self.beta)
-        q_st = z + jax.lax.stop_gradient(q.astype(z.dtype) - z)
+        q_st, k = quantize(z, self.codebook)
+        codebook_loss, commitment_loss = vq_losses(z, self.decode(k), self.beta)
         usage_K = jnp.mean(jax.nn.one_hot(k.reshape(-1), self.num_codes), axis=0)
         entropy = -jnp.sum(usage_K * jnp.log(jnp.where(usage_K > 0, usage_K, 1.0)))
         return q_st, {"codes": k, "codebook_loss": codebook_loss,
-                      "commitment_loss": commitment_loss,
-                      "loss": codebook_loss + commitment_loss,
+                      "commitment_loss": commitment_loss, "loss": codebook_loss + commitment_loss,
                       "perplexity": jnp.exp(entropy)}
 
     def decode(self, codes: Array) -> Array:
@@ -186,9 +163,8 @@ class VectorQuantizer(nn.Module):
         return jnp.take(self.codebook, codes, axis=0)
 
 
-def kmeans_codebook(
-    x_NxD: Any, num_codes: int, *, iterations: int = 50, seed: int = 0
-) -> np.ndarray:
+def kmeans_codebook(x_NxD: Any, num_codes: int, *, iterations: int = 50,
+                    seed: int = 0) -> np.ndarray:
     r"""A ``[K, D]`` float32 codebook by K-means (Lloyd's algorithm), in numpy.
 
     k-means++ seeding, then each iteration assigns every vector to its nearest code (Bishop (12.38))
@@ -215,10 +191,7 @@ def kmeans_codebook(
     c = np.asarray(codes)
     for _ in range(iterations):
         k = np.argmin(((x[:, None, :] - c[None]) ** 2).sum(-1), axis=1)
-        new = c.copy()
-        for j in range(num_codes):
-            if np.any(k == j):
-                new[j] = x[k == j].mean(0)
+        new = np.array([x[k == j].mean(0) if np.any(k == j) else c[j] for j in range(num_codes)])
         if np.allclose(new, c):
             break
         c = new
