@@ -38,8 +38,8 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax._checks import ConfigBase, check_count_or_off, check_rank
-from seqjax.models._common import check_preset
-from seqjax.models.vit import ViT, ViTConfig, vit_block
+from seqjax.models._common import preset_constructor
+from seqjax.models.vit import ViT, ViTConfig, _pair, vit_block
 from seqjax.nn.transformer import BlockConfig
 
 Array = jax.Array
@@ -48,20 +48,8 @@ Dtype = Any
 __all__ = ["AST", "AST_PRESETS", "ASTConfig", "patch_grid", "spectrogram_patches"]
 
 
-def _pair(x: int | tuple[int, int], name: str) -> tuple[int, int]:
-    pair = (x, x) if isinstance(x, (int, np.integer)) else tuple(x)
-    if len(pair) != 2 or any(
-        isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in pair
-    ):
-        raise ValueError(f"`{name}` must be a positive int or a pair of them; got {x!r}.")
-    return int(pair[0]), int(pair[1])
-
-
-def patch_grid(
-    spectrogram_size: tuple[int, int],
-    patch_size: int | tuple[int, int],
-    patch_stride: int | tuple[int, int] | None = None,
-) -> tuple[int, int]:
+def patch_grid(spectrogram_size: tuple[int, int], patch_size: int | tuple[int, int],
+               patch_stride: int | tuple[int, int] | None = None) -> tuple[int, int]:
     """``(N_F, N_T)``: ``N = 1 + (size - patch) // stride`` on each axis (Gong et al. 2021:
     128 × 1024 with 16 × 16 patches, stride 10 → ``(12, 101)``).
 
@@ -79,11 +67,8 @@ def patch_grid(
     return 1 + (f - pf) // sf, 1 + (t - pt) // st
 
 
-def spectrogram_patches(
-    images_BxFxTxC: Array,
-    patch_size: int | tuple[int, int],
-    patch_stride: int | tuple[int, int] | None = None,
-) -> Array:
+def spectrogram_patches(images_BxFxTxC: Array, patch_size: int | tuple[int, int],
+                        patch_stride: int | tuple[int, int] | None = None) -> Array:
     r"""Possibly overlapping patches: ``[B, F, T, C] -> [B, N_F, N_T, P_F P_T C]``.
 
     Patch ``(i, j)`` is ``x[:, i s_F : i s_F + P_F, j s_T : j s_T + P_T, :]`` flattened
@@ -146,18 +131,10 @@ class ASTConfig(ConfigBase):
     def vit_config(self) -> ViTConfig:
         """The ViT on the patch grid (``N_F × N_T`` image, ``P_F P_T`` channels, 1 × 1 patches)."""
         pf, pt = _pair(self.patch_size, "patch_size")
-        return ViTConfig(
-            image_size=self.grid,
-            patch_size=1,
-            channels=pf * pt,
-            num_classes=self.num_classes,
-            num_layers=self.num_layers,
-            embed_dim=self.embed_dim,
-            block=self.block,
-            class_token=self.class_token,
-            scan_layers=self.scan_layers,
-            remat=self.remat,
-        )
+        shared = ("num_classes", "num_layers", "embed_dim", "block", "class_token", "scan_layers",
+                  "remat")
+        return ViTConfig(image_size=self.grid, patch_size=1, channels=pf * pt,
+                         **{name: getattr(self, name) for name in shared})
 
 
 #: ``ast-base``: Gong et al. 2021's AudioSet shape (128 × 1024, 16 × 16 patches, stride 10,
@@ -190,10 +167,7 @@ class AST(nn.Module):
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> AST:
-        """A model from :data:`AST_PRESETS`, with config fields overridden."""
-        return cls(check_preset(name, AST_PRESETS).replace(**overrides))
+    from_preset = preset_constructor(AST_PRESETS)
 
     @nn.compact
     def __call__(self, spectrogram_BxTxF: Array, *, deterministic: bool = True) -> Array:

@@ -30,12 +30,7 @@ import numpy as np
 from seqjax._checks import check_positive_ints
 
 __all__ = [
-    "SMOOTHINGS",
-    "BagOfWordsLM",
-    "NGramClassifier",
-    "NGramLM",
-    "NaiveBayes",
-    "bag_of_words",
+    "SMOOTHINGS", "BagOfWordsLM", "NGramClassifier", "NGramLM", "NaiveBayes", "bag_of_words",
 ]
 
 SMOOTHINGS = ("add_k", "uniform", "none")
@@ -43,10 +38,8 @@ SMOOTHINGS = ("add_k", "uniform", "none")
 
 def _as_sequences(sequences: Any, vocab_size: int, name: str) -> list[np.ndarray]:
     """A 1-D stream or an iterable of 1-D sequences -> list of int64 arrays, ids checked."""
-    if isinstance(sequences, np.ndarray) and sequences.ndim == 1:
-        seqs = [sequences]
-    else:
-        seqs = [np.asarray(s) for s in sequences]
+    one_stream = isinstance(sequences, np.ndarray) and sequences.ndim == 1
+    seqs = [sequences] if one_stream else [np.asarray(s) for s in sequences]
     out = []
     for i, s in enumerate(seqs):
         if s.ndim != 1:
@@ -121,8 +114,6 @@ class NGramLM:
         self.smoothing, self.k, self.lam = smoothing, float(k), float(lam)
         self._tables: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None
 
-    # ------------------------------------------------------------------ counting
-
     def fit(self, sequences: Any) -> NGramLM:
         """Count every j-gram, ``j = 1..order``, in ``sequences`` (a 1-D stream or a list;
         histories never cross sequences); returns ``self``."""
@@ -160,9 +151,8 @@ class NGramLM:
             return (count + self.k) / (total + self.k * K)
         seen = total > 0
         ml = np.divide(count, total, out=np.zeros_like(count), where=seen)
-        if self.smoothing == "none":
-            return np.where(seen, ml, 1.0 / K)
-        return np.where(seen, (1.0 - self.lam) * ml + self.lam / K, 1.0 / K)
+        lam = self.lam if self.smoothing == "uniform" else 0.0  # "none": ml exactly
+        return np.where(seen, (1.0 - lam) * ml + lam / K, 1.0 / K)
 
     def _probs_of(self, windows_NxJ: np.ndarray) -> np.ndarray:
         """``p(w | h)`` for rows ``[h..., w]`` of one history length."""
@@ -172,8 +162,6 @@ class NGramLM:
         count = self._lookup(code, jcodes, jcounts)
         total = self._lookup(code // self.vocab_size, hcodes, htotals)
         return self._prob(count, total)
-
-    # ------------------------------------------------------------------ queries
 
     def token_log_probs(self, sequence: Sequence[int] | np.ndarray) -> np.ndarray:
         r""":math:`\log p(x_n \mid x_{\max(1,n-L)}, \dots, x_{n-1})` for each token (float64)."""

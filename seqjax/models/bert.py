@@ -40,7 +40,7 @@ from seqjax._checks import (
     lengths_array,
 )
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
-from seqjax.models._common import check_lengths, check_nonempty, check_preset, check_tokens
+from seqjax.models._common import check_lengths, check_nonempty, check_tokens, preset_constructor
 from seqjax.nn._block_config import check_block, model_block, normal_init
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
@@ -64,10 +64,8 @@ def bert_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> Blo
         >>> bert_block(12).norm, bert_block(12).norm_epsilon, bert_block(12).causal
         ('post', 1e-12, False)
     """
-    options.setdefault("norm", "post")
-    options.setdefault("activation", "gelu")
-    options.setdefault("norm_epsilon", 1e-12)
-    options.setdefault("dropout_rate", 0.1)
+    options = {"norm": "post", "activation": "gelu", "norm_epsilon": 1e-12, "dropout_rate": 0.1,
+               **options}
     if options.get("attention_dropout_rate") is None:
         options["attention_dropout_rate"] = options["dropout_rate"]
     return BlockConfig.encoder(num_heads, kernel_init=normal_init(init_std), **options)
@@ -129,18 +127,10 @@ BERT_PRESETS: dict[str, BertConfig] = {
 }
 
 
-def mlm_mask(
-    key: Array,
-    tokens_BxT: Array,
-    *,
-    vocab_size: int,
-    mask_id: int,
-    maskable_BxT: Array | None = None,
-    select_rate: float = 0.15,
-    mask_rate: float = 0.8,
-    random_rate: float = 0.1,
-    special_ids: Sequence[int] | None = None,
-) -> tuple[Array, Array]:
+def mlm_mask(key: Array, tokens_BxT: Array, *, vocab_size: int, mask_id: int,
+             maskable_BxT: Array | None = None, select_rate: float = 0.15, mask_rate: float = 0.8,
+             random_rate: float = 0.1,
+             special_ids: Sequence[int] | None = None) -> tuple[Array, Array]:
     r"""BERT's masked-language-model corruption (Bishop §12.3.3; Devlin et al. 2018).
 
     Each maskable token is selected with probability ``select_rate``; a selected token becomes
@@ -175,11 +165,9 @@ def mlm_mask(
     """
     check_rank(tokens_BxT, "tokens", 2)
     check_integer(tokens_BxT, "tokens")
-    for name, rate in (
-        ("select_rate", select_rate),
-        ("mask_rate", mask_rate),
-        ("random_rate", random_rate),
-    ):
+    for name, rate in dict(
+        select_rate=select_rate, mask_rate=mask_rate, random_rate=random_rate
+    ).items():
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"`{name}` must be in [0, 1]; got {rate}.")
     if mask_rate + random_rate > 1.0:
@@ -251,24 +239,16 @@ class Bert(nn.Module):
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> Bert:
-        """A model from :data:`BERT_PRESETS`, with config fields overridden."""
-        return cls(check_preset(name, BERT_PRESETS).replace(**overrides))
+    from_preset = preset_constructor(BERT_PRESETS)
 
     @property
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
     @nn.compact
-    def __call__(
-        self,
-        tokens_BxT: Array,
-        lengths: Array | None = None,
-        token_types_BxT: Array | None = None,
-        *,
-        deterministic: bool = True,
-    ) -> dict[str, Array]:
+    def __call__(self, tokens_BxT: Array, lengths: Array | None = None,
+                 token_types_BxT: Array | None = None, *,
+                 deterministic: bool = True) -> dict[str, Array]:
         cfg = self.config
         tokens_BxT = check_tokens(tokens_BxT, "tokens", cfg.vocab_size)
         batch, num_steps = tokens_BxT.shape
@@ -304,13 +284,9 @@ class Bert(nn.Module):
         norm_eps = cast(float, block.norm_epsilon)  # never None: BertConfig checks it
         x_BxTxD = LayerNorm(norm_eps, name="embed_norm", **kw)(x_BxTxD)
         x_BxTxD = nn.Dropout(block.dropout_rate)(x_BxTxD, deterministic=deterministic)
-        z_BxTxD = TransformerEncoder(
-            config=block,
-            num_layers=cfg.num_layers,
-            scan_layers=cfg.scan_layers,
-            remat=cfg.remat,
-            name="encoder",
-        )(x_BxTxD, lengths=checked, deterministic=deterministic)
+        encoder = TransformerEncoder(config=block, num_layers=cfg.num_layers, name="encoder",
+                                     scan_layers=cfg.scan_layers, remat=cfg.remat)
+        z_BxTxD = encoder(x_BxTxD, lengths=checked, deterministic=deterministic)
         # A length outside [0, T] under jit: the row's outputs are NaN. After the encoder,
         # whose padding mask would zero every position of a negative length.
         z_BxTxD = poison_bad_lengths(z_BxTxD, lengths_array(checked), 0, num_steps)

@@ -33,15 +33,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import linen as nn
 
 from seqjax._checks import ValidLengths, check_optional_positive_int, check_rank
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
-    as_variables,
+    DecodingModel,
     check_lengths,
-    check_prompt,
-    check_step_tokens,
     check_tokens,
     flag_oov_rows,
     split_oov,
@@ -49,7 +46,8 @@ from seqjax.models._common import (
 from seqjax.models.rnn import RNNConfig, require_vocab
 from seqjax.nn.dense import Dense
 from seqjax.nn.embedding import Embed
-from seqjax.nn.recurrent import CELL_TYPES, RNN
+from seqjax.nn.recurrent import RNN
+from seqjax.nn.recurrent.layers import select_rows
 
 Array = jax.Array
 
@@ -98,7 +96,7 @@ class ImageCaptionerConfig(RNNConfig):
         check_optional_positive_int(self.image_embed_dim, "image_embed_dim")
 
 
-class ImageCaptioner(nn.Module):
+class ImageCaptioner(DecodingModel):
     r"""RNN caption decoder conditioned on image features (see the module docstring).
 
     ``model(tokens_BxT, images_BxF, lengths=None) -> logits_BxTxV`` (float32; ``V`` includes
@@ -117,17 +115,7 @@ class ImageCaptioner(nn.Module):
     config: ImageCaptionerConfig
     dtype: Any = None
     param_dtype: Any = jnp.float32
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.config, ImageCaptionerConfig):
-            raise TypeError("`config` of ImageCaptioner must be an ImageCaptionerConfig; "
-                            f"got {type(self.config).__name__}.")
-        super().__post_init__()
-
-    @property
-    def vocab_size(self) -> int:
-        """``|V|`` (what :mod:`seqjax.decoding` reads)."""
-        return self.config.vocab_size  # type: ignore[return-value]  # required by the config
+    config_type = ImageCaptionerConfig
 
     def setup(self) -> None:
         cfg = self.config
@@ -140,12 +128,9 @@ class ImageCaptioner(nn.Module):
             self.image_proj = Dense(cfg.image_embed_dim or cfg.embed_dim, use_bias=False,
                                     name="image_proj", **dt)
         self.embed = Embed(self.vocab_size, cfg.embed_dim, name="embed", **dt)
-        cell = CELL_TYPES[cfg.cell_type](  # type: ignore[index]  # a name: checked above
-            cfg.features, parent=None, **dt, **dict(cfg.cell_kwargs or {}))
-        self.rnn = RNN(cell, unroll=cfg.unroll, implementation="scan", name="rnn")
+        self.rnn = RNN(cfg.cell(self.dtype, self.param_dtype, parent=None), unroll=cfg.unroll,
+                       implementation="scan", name="rnn")
         self.head = Dense(self.vocab_size, name="head", **dt)
-
-    # ------------------------------------------------------------------ pieces
 
     def _context(self, images_BxF: Array) -> Array:
         check_rank(images_BxF, "images", 2)
@@ -188,25 +173,22 @@ class ImageCaptioner(nn.Module):
                              f"axis; got shape {tuple(images_BxF.shape)}.")
         checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         a_BxA = self._context(images_BxF)
-        logits_BxTxV, _ = self._run(tokens_BxT, a_BxA, self._initial_carry(a_BxA), checked)
-        return logits_BxTxV
+        return self._run(tokens_BxT, a_BxA, self._initial_carry(a_BxA), checked)[0]
 
     # ------------------------------------------------------------------ decoding interface
 
     def _prefill(self, prompt_BxT: Array, lengths_B: Array, images_BxF: Array) -> dict:
         a_BxA = self._context(images_BxF)
         carry = self._initial_carry(a_BxA)
-        if prompt_BxT.shape[1] > 0:
-            _, carry = self._run(prompt_BxT, a_BxA, carry, lengths_B)
+        if prompt_BxT.shape[1] > 1:  # every prompt token but the last
+            _, carry = self._run(prompt_BxT[:, :-1], a_BxA, carry, lengths_B)
         return {"carry": carry, "context": a_BxA}
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         tokens_B, valid_B = split_oov(tokens_B, self.vocab_size)
         logits_Bx1xV, carry = self._run(tokens_B[:, None], state["context"], state["carry"],
                                         None)
-        carry = jax.tree_util.tree_map(  # an out-of-vocabulary row keeps its carry
-            lambda n, o: jnp.where(valid_B.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
-            carry, state["carry"])
+        carry = select_rows(valid_B, carry, state["carry"])  # an out-of-vocabulary row keeps it
         return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), {**state, "carry": carry}
 
     def init_decode_state(self, params: Any, prompt_BxT: Array,
@@ -214,12 +196,4 @@ class ImageCaptioner(nn.Module):
                           *, images: Array) -> dict:
         """Condition on ``images: [B, F]`` and run over ``prompt[b, :len_b - 1]`` (the first
         step feeds ``prompt[b, len_b - 1]``, usually ``<start>``)."""
-        del max_len
-        prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, self.vocab_size)
-        return self.apply(as_variables(params), prompt_BxT[:, :-1], prompt_lengths_B - 1,  # type: ignore[return-value]
-                          jnp.asarray(images), method=type(self)._prefill)
-
-    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Feed one token per row: ``tokens_B -> (logits_BxV, new_state)``."""
-        tokens_B = check_step_tokens(tokens_B, self.vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
+        return self._init_state(params, prompt_BxT, prompt_lengths_B, jnp.asarray(images))

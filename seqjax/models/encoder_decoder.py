@@ -46,20 +46,19 @@ from flax import linen as nn
 from seqjax._checks import ConfigBase, ValidLengths
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
-    as_variables,
+    DecodingModel,
+    block_stack,
+    cached_step,
+    check_block_size,
+    check_decode_len,
+    check_filled,
     check_lengths,
-    check_nonempty,
-    check_preset,
-    check_prompt,
     check_same_batch,
-    check_step_tokens,
     check_tokens,
-    flag_oov_rows,
-    layers_from_batch_major,
-    layers_to_batch_major,
-    split_oov,
+    preset_constructor,
+    swap_layers_batch,
 )
-from seqjax.nn._block_config import check_block, model_block
+from seqjax.nn._block_config import check_block
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
@@ -86,14 +85,9 @@ def vaswani_block(num_heads: int = 8, **options: Any) -> BlockConfig:
         >>> cfg.norm, cfg.activation, cfg.mlp_dim, cfg.causal
         ('post', 'relu', 2048, False)
     """
-    options.setdefault("mlp_dim", 2048)
-    options.setdefault("norm", "post")
-    options.setdefault("activation", "relu")
-    options.setdefault("dropout_rate", 0.1)
-    options.setdefault("attention_dropout_rate", 0.0)
-    options.setdefault("attention_use_bias", True)
-    options.setdefault("kernel_init", _XAVIER)
-    return BlockConfig.encoder(num_heads, **options)
+    defaults = dict(mlp_dim=2048, norm="post", activation="relu", dropout_rate=0.1,
+                    attention_dropout_rate=0.0, attention_use_bias=True, kernel_init=_XAVIER)
+    return BlockConfig.encoder(num_heads, **{**defaults, **options})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -167,7 +161,7 @@ TRANSFORMER_PRESETS: dict[str, TransformerConfig] = {
 }
 
 
-class Transformer(nn.Module):
+class Transformer(DecodingModel):
     r"""Encoder–decoder transformer (see the module docstring).
 
     Teacher forcing (all target positions at once, causal mask): ``model(src_BxS, tgt_in_BxT,
@@ -190,10 +184,7 @@ class Transformer(nn.Module):
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> Transformer:
-        """A model from :data:`TRANSFORMER_PRESETS`, with config fields overridden."""
-        return cls(check_preset(name, TRANSFORMER_PRESETS).replace(**overrides))
+    from_preset = preset_constructor(TRANSFORMER_PRESETS)
 
     @property
     def vocab_size(self) -> int:
@@ -204,54 +195,38 @@ class Transformer(nn.Module):
         cfg = self.config
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         emb_init = nn.initializers.normal(stddev=cfg.embed_dim**-0.5)
+        table = lambda vocab: Embed(vocab, cfg.embed_dim, embedding_init=emb_init, **kw)
         if cfg.shared_vocab:
-            self.shared_embed = Embed(
-                cfg.src_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw
-            )
+            self.shared_embed = table(cfg.src_vocab_size)
         else:
-            self.src_embed = Embed(cfg.src_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw)
-            self.tgt_embed = Embed(
-                cfg.target_vocab_size, cfg.embed_dim, embedding_init=emb_init, **kw
-            )
+            self.src_embed, self.tgt_embed = table(cfg.src_vocab_size), table(cfg.tgt_vocab_size)
         if cfg.positions == "learned":
             self.src_pos_embed = LearnedPositionalEmbedding(cfg.block_size, **kw)
             self.tgt_pos_embed = LearnedPositionalEmbedding(cfg.block_size, **kw)
         else:
             self.sinusoid = SinusoidalPositionalEmbedding()
-        owner = "TransformerConfig"
-        stack: dict[str, Any] = dict(scan_layers=cfg.scan_layers, remat=cfg.remat)
-        self.encoder = TransformerEncoder(
-            config=model_block(cfg.block, self.dtype, self.param_dtype, owner=owner),
-            num_layers=cfg.encoder_layers or cfg.num_layers,
-            **stack,
+        self.encoder = block_stack(
+            self, TransformerEncoder, cfg.block, cfg.encoder_layers or cfg.num_layers
         )
-        self.decoder = TransformerDecoder(
-            config=model_block(cfg.decoder_block, self.dtype, self.param_dtype, owner=owner),
-            num_layers=cfg.decoder_layers or cfg.num_layers,
-            **stack,
+        self.decoder = block_stack(
+            self, TransformerDecoder, cfg.decoder_block, cfg.decoder_layers or cfg.num_layers
         )
         self.drop = nn.Dropout(cfg.block.dropout_rate)
         if cfg.tie_embeddings:
             if cfg.output_bias:
-                self.output_bias = self.param(
-                    "output_bias",
-                    nn.initializers.zeros_init(),
-                    (cfg.target_vocab_size,),
-                    self.param_dtype,
-                )
+                self.output_bias = self.param("output_bias", nn.initializers.zeros,
+                                              (self.vocab_size,), self.param_dtype)
         else:
             self.output = Dense(cfg.target_vocab_size, use_bias=cfg.output_bias, **kw)
 
-    def _target_table(self) -> nn.Embed:
-        return self.shared_embed if self.config.shared_vocab else self.tgt_embed
+    def _table(self, source: bool) -> nn.Embed:
+        if self.config.shared_vocab:
+            return self.shared_embed
+        return self.src_embed if source else self.tgt_embed
 
-    def _embed(
-        self, tokens_BxT: Array, source: bool, positions_BxT: Array | None, deterministic: bool
-    ) -> Array:
-        cfg = self.config
-        table = (
-            self.shared_embed if cfg.shared_vocab else self.src_embed if source else self.tgt_embed
-        )
+    def _embed(self, tokens_BxT: Array, source: bool, positions_BxT: Array | None,
+               deterministic: bool) -> Array:
+        cfg, table = self.config, self._table(source)
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
         x_BxTxD = poison_bad_ids(table(tokens_BxT), tokens_BxT, table.num_embeddings)
         if cfg.scale_embeddings:
@@ -266,63 +241,40 @@ class Transformer(nn.Module):
     def _head(self, h_BxTxD: Array) -> Array:
         cfg = self.config
         if cfg.tie_embeddings:
-            logits = flat_attend(self._target_table(), h_BxTxD)
+            logits = flat_attend(self._table(False), h_BxTxD)
             if cfg.output_bias:
                 logits = logits + self.output_bias
         else:
             logits = self.output(h_BxTxD)
         return logits.astype(jnp.float32)
 
-    def _check_len(self, num_steps: int, name: str) -> None:
-        if self.config.positions == "learned" and num_steps > self.config.block_size:
-            raise ValueError(
-                f"`{name}` has {num_steps} positions but block_size={self.config.block_size}."
-            )
-
-    def encode(
-        self, src_BxS: Array, src_lengths: Array | None = None, *, deterministic: bool = True
-    ) -> tuple[Array, ValidLengths]:
+    def encode(self, src_BxS: Array, src_lengths: Array | None = None, *,
+               deterministic: bool = True) -> tuple[Array, ValidLengths]:
         """``(z_BxSxD, src_lengths_B)``: the encoder output ``Z*`` (zeros at padding) and the
         checked source lengths (a :class:`~seqjax._checks.ValidLengths`)."""
-        src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
-        check_nonempty(src_BxS, "src", "the decoder's cross-attention needs a key")
-        batch, src_len = src_BxS.shape
-        self._check_len(src_len, "src")
-        given = src_lengths
-        if src_lengths is None:
-            src_lengths = jnp.full((batch,), src_len, jnp.int32)
-        checked = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
+        src_BxS, checked = check_filled(src_BxS, src_lengths, self.config.src_vocab_size, "src",
+                                        "the decoder's cross-attention needs a key")
+        src_len = src_BxS.shape[1]
+        check_block_size(src_len, "src", self.config)
         x_BxSxD = self._embed(src_BxS, True, None, deterministic)
         z_BxSxD = self.encoder(x_BxSxD, lengths=checked, deterministic=deterministic)
         # Under jit a source length outside [1, S] makes its row NaN (seqjax._traced_checks).
-        return poison_bad_lengths(z_BxSxD, given, 1, src_len), checked
+        return poison_bad_lengths(z_BxSxD, src_lengths, 1, src_len), checked
 
-    def __call__(
-        self,
-        src_BxS: Array,
-        tgt_in_BxT: Array,
-        src_lengths: Array | None = None,
-        tgt_lengths: Array | None = None,
-        *,
-        deterministic: bool = True,
-    ) -> Array:
+    def __call__(self, src_BxS: Array, tgt_in_BxT: Array, src_lengths: Array | None = None,
+                 tgt_lengths: Array | None = None, *, deterministic: bool = True) -> Array:
         tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.target_vocab_size)
         check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
         z_BxSxD, src_checked = self.encode(src_BxS, src_lengths, deterministic=deterministic)
         batch, tgt_len = tgt_in_BxT.shape
-        self._check_len(tgt_len, "tgt_in")
+        check_block_size(tgt_len, "tgt_in", self.config)
         tgt_checked = (
             None if tgt_lengths is None
             else check_lengths(tgt_lengths, "tgt_lengths", batch, tgt_len)
         )
         y_BxTxD = self._embed(tgt_in_BxT, False, None, deterministic)
-        h_BxTxD = self.decoder(
-            y_BxTxD,
-            lengths=tgt_checked,
-            encoder_out=z_BxSxD,
-            encoder_lengths=src_checked,
-            deterministic=deterministic,
-        )
+        h_BxTxD = self.decoder(y_BxTxD, lengths=tgt_checked, encoder_out=z_BxSxD,
+                               encoder_lengths=src_checked, deterministic=deterministic)
         # Under jit a length outside [1, S] / [0, T] makes its row NaN (the source's too: the
         # cross-attention may not read its NaN encoder output, the keys being fully masked).
         h_BxTxD = poison_bad_lengths(h_BxTxD, src_lengths, 1, z_BxSxD.shape[1])
@@ -331,16 +283,11 @@ class Transformer(nn.Module):
 
     # ----------------------------------------------------------------- decoding interface
 
-    def _prefill(
-        self,
-        prompt_BxT: Array,
-        lengths_B: Array,
-        max_len: int,
-        src_BxS: Array,
-        src_lengths: Array | None,
-    ) -> dict:
-        z_BxSxD, src_checked = self.encode(src_BxS, src_lengths)
+    def _prefill(self, prompt_BxT: Array, lengths_B: Array, max_len: int | None, src_BxS: Array,
+                 src_lengths: Array | None) -> dict:
         batch, num_steps = prompt_BxT.shape
+        max_len = check_decode_len(max_len, num_steps, self.config)
+        z_BxSxD, src_checked = self.encode(src_BxS, src_lengths)
         cache = self.decoder.init_cache(batch, max_len)
         # Always one decoder pass (all lengths 0 for 1-token prompts): it projects the encoder
         # output into each layer's cross-attention keys/values once, for every later step.
@@ -348,79 +295,28 @@ class Transformer(nn.Module):
         # in [0, T - 1]: the prompt lengths were checked at the door
         lengths = check_lengths(lengths_B, "lengths", batch, y_BxTxD.shape[1])
         _, cache = self.decoder.decode(
-            y_BxTxD,
-            cache,
-            lengths=lengths,
-            encoder_out=z_BxSxD,
-            encoder_lengths=src_checked,
+            y_BxTxD, cache, lengths=lengths, encoder_out=z_BxSxD, encoder_lengths=src_checked
         )
-        return {
-            "cache": layers_to_batch_major(cache, self.config.scan_layers),
-            "enc": z_BxSxD,
-            "src_lengths": src_checked.value,
-            "positions": lengths_B,
-        }
+        cache = swap_layers_batch(cache, self.config.scan_layers)
+        return {"cache": cache, "enc": z_BxSxD, "src_lengths": src_checked.value,
+                "positions": lengths_B}
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        # Out-of-vocabulary ids (seen only here under jit): NaN logits, cache not advanced.
-        tokens_B, valid_B = split_oov(tokens_B, self.config.target_vocab_size)
-        y_Bx1xD = self._embed(tokens_B[:, None], False, state["positions"][:, None], True)
-        cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
         batch, src_len = state["enc"].shape[:2]
-        valid = check_lengths(valid_B.astype(jnp.int32), "lengths", batch, 1)
         # the source lengths of the state, checked when it was made
         src_lengths = check_lengths(state["src_lengths"], "encoder_lengths", batch, src_len)
-        h_Bx1xD, cache = self.decoder.decode(
-            y_Bx1xD,
-            cache,
-            lengths=valid,
-            encoder_out=state["enc"],
-            encoder_lengths=src_lengths,
+        return cached_step(
+            self, state, tokens_B, lambda y, pos: self._embed(y, False, pos, True),
+            encoder_out=state["enc"], encoder_lengths=src_lengths,
         )
-        new_state = {
-            **state,
-            "cache": layers_to_batch_major(cache, self.config.scan_layers),
-            "positions": state["positions"] + valid_B,
-        }
-        return flag_oov_rows(self._head(h_Bx1xD)[:, 0], valid_B), new_state
 
-    def init_decode_state(
-        self,
-        params: Any,
-        prompt_BxT: Array,
-        prompt_lengths_B: Array | None = None,
-        max_len: int | None = None,
-        *,
-        src: Array,
-        src_lengths: Array | None = None,
-    ) -> dict:
+    def init_decode_state(self, params: Any, prompt_BxT: Array,
+                          prompt_lengths_B: Array | None = None, max_len: int | None = None, *,
+                          src: Array, src_lengths: Array | None = None) -> dict:
         """Encode ``src``, prefill the caches with ``prompt[b, :len_b - 1]``: state ``{"cache",
         "enc", "src_lengths", "positions"}``, batch-leading; each layer's cache also holds the
-        source's cross-attention keys/values, computed once here."""
-        prompt_BxT, prompt_lengths_B = check_prompt(
-            prompt_BxT, prompt_lengths_B, self.config.target_vocab_size
+        source's cross-attention keys/values, computed once here (``max_len``:
+        :func:`~seqjax.models._common.check_decode_len`)."""
+        return self._init_state(
+            params, prompt_BxT, prompt_lengths_B, max_len, src, src_lengths, src=src
         )
-        check_same_batch(src, "src", prompt_BxT, "prompt")
-        num_steps = prompt_BxT.shape[1]
-        max_len = num_steps if max_len is None else int(max_len)
-        if max_len < num_steps:
-            raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")
-        if self.config.positions == "learned" and max_len - 1 > self.config.block_size:
-            raise ValueError(
-                f"decoding needs {max_len - 1} positions but block_size={self.config.block_size}."
-            )
-        return self.apply(  # type: ignore[return-value]
-            as_variables(params),
-            prompt_BxT,
-            prompt_lengths_B - 1,
-            max_len,
-            src,
-            src_lengths,
-            method=type(self)._prefill,
-        )
-
-    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Append one target token per row: ``(logits_BxV, new_state)``. An id outside the
-        target vocabulary is a ``ValueError`` (under ``jit``: NaN logits, cache kept)."""
-        tokens_B = check_step_tokens(tokens_B, self.config.target_vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]

@@ -42,20 +42,19 @@ from seqjax._checks import (
 )
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
-    as_variables,
+    DecodingModel,
+    block_stack,
+    cached_step,
+    check_block_size,
+    check_decode_len,
     check_lengths,
     check_nonempty,
-    check_preset,
-    check_prompt,
-    check_step_tokens,
     check_tokens,
-    flag_oov_rows,
-    layers_from_batch_major,
-    layers_to_batch_major,
     masked_pool,
-    split_oov,
+    preset_constructor,
+    swap_layers_batch,
 )
-from seqjax.nn._block_config import check_block, model_block, normal_init
+from seqjax.nn._block_config import check_block, normal_init
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.positional import LearnedPositionalEmbedding
@@ -65,10 +64,7 @@ Array = jax.Array
 Dtype = Any
 
 __all__ = [
-    "TRANSFORMER_LM_PRESETS",
-    "gpt_block",
-    "TransformerLM",
-    "TransformerLMClassifier",
+    "TRANSFORMER_LM_PRESETS", "gpt_block", "TransformerLM", "TransformerLMClassifier",
     "TransformerLMConfig",
 ]
 
@@ -93,12 +89,8 @@ def gpt_block(num_heads: int, *, init_std: float = 0.02, **options: Any) -> Bloc
         )
     if options.get("attention_dropout_rate") is None:
         options["attention_dropout_rate"] = options.get("dropout_rate", 0.0)
-    return BlockConfig.decoder(
-        num_heads,
-        cross_attention=False,
-        kernel_init=normal_init(init_std),
-        **options,
-    )
+    return BlockConfig.decoder(num_heads, cross_attention=False, kernel_init=normal_init(init_std),
+                               **options)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -171,30 +163,21 @@ class TransformerLMConfig(ConfigBase):
 #: (12L/12H/768, block 1024, |V| = 50257).
 TRANSFORMER_LM_PRESETS: dict[str, TransformerLMConfig] = {
     "nanogpt-shakespeare-char": TransformerLMConfig(
-        vocab_size=65,
-        num_layers=6,
-        embed_dim=384,
-        block_size=256,
+        vocab_size=65, num_layers=6, embed_dim=384, block_size=256,
         block=gpt_block(6, dropout_rate=0.2, use_bias=False, activation="gelu"),
     ),
     "nanogpt-cpu": TransformerLMConfig(
-        vocab_size=65,
-        num_layers=4,
-        embed_dim=128,
-        block_size=64,
+        vocab_size=65, num_layers=4, embed_dim=128, block_size=64,
         block=gpt_block(4, dropout_rate=0.0, use_bias=False, activation="gelu"),
     ),
     "gpt2-small": TransformerLMConfig(
-        vocab_size=50257,
-        num_layers=12,
-        embed_dim=768,
-        block_size=1024,
+        vocab_size=50257, num_layers=12, embed_dim=768, block_size=1024,
         block=gpt_block(12, dropout_rate=0.1, use_bias=True, activation="gelu_tanh"),
     ),
 }
 
 
-class TransformerLM(nn.Module):
+class TransformerLM(DecodingModel):
     r"""GPT-style language model (equations in the module docstring).
 
     ``model(tokens_BxT, lengths=None, *, deterministic=True) -> logits_BxTxV`` in the compute
@@ -219,46 +202,18 @@ class TransformerLM(nn.Module):
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> TransformerLM:
-        """A model from :data:`TRANSFORMER_LM_PRESETS`, with config fields overridden."""
-        return cls(check_preset(name, TRANSFORMER_LM_PRESETS).replace(**overrides))
-
-    @property
-    def vocab_size(self) -> int:
-        return self.config.vocab_size
+    from_preset = preset_constructor(TRANSFORMER_LM_PRESETS)
 
     def setup(self) -> None:
-        cfg = self.config
+        cfg, kw = self.config, dict(dtype=self.dtype, param_dtype=self.param_dtype)
         init = nn.initializers.normal(stddev=cfg.init_std)
-        self.token_embed = Embed(
-            cfg.vocab_size,
-            cfg.embed_dim,
-            embedding_init=init,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-        )
+        self.token_embed = Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=init, **kw)
         if cfg.positions == "learned":
-            self.pos_embed = LearnedPositionalEmbedding(
-                cfg.block_size, embedding_init=init, dtype=self.dtype, param_dtype=self.param_dtype
-            )
-        self.decoder = TransformerDecoder(
-            config=model_block(
-                cfg.decoder_block, self.dtype, self.param_dtype, owner="TransformerLMConfig"
-            ),
-            num_layers=cfg.num_layers,
-            scan_layers=cfg.scan_layers,
-            remat=cfg.remat,
-        )
+            self.pos_embed = LearnedPositionalEmbedding(cfg.block_size, embedding_init=init, **kw)
+        self.decoder = block_stack(self, TransformerDecoder, cfg.decoder_block, cfg.num_layers)
         self.drop = nn.Dropout(cfg.block.dropout_rate)
         if not cfg.tie_embeddings:
-            self.lm_head = Dense(
-                cfg.vocab_size,
-                use_bias=False,
-                kernel_init=init,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-            )
+            self.lm_head = Dense(cfg.vocab_size, use_bias=False, kernel_init=init, **kw)
 
     def _embed(self, tokens_BxT: Array, positions_BxT: Array | None, deterministic: bool) -> Array:
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
@@ -280,16 +235,12 @@ class TransformerLM(nn.Module):
             logits_BxTxV = (c * jnp.tanh(z_BxTxV / c)).astype(logits_BxTxV.dtype)
         return logits_BxTxV
 
-    def _trunk(
-        self, tokens_BxT: Array, lengths: Array | None, deterministic: bool, min_length: int = 0
-    ) -> tuple[Array, ValidLengths | None]:
+    def _trunk(self, tokens_BxT: Array, lengths: Array | None, deterministic: bool,
+               min_length: int = 0) -> tuple[Array, ValidLengths | None]:
         """``(LN(X^{(L)}) [B, T, D], checked lengths)``: everything but the head."""
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.config.vocab_size)
         batch, num_steps = tokens_BxT.shape
-        if self.config.positions == "learned" and num_steps > self.config.block_size:
-            raise ValueError(
-                f"`tokens` has {num_steps} positions but block_size={self.config.block_size}."
-            )
+        check_block_size(num_steps, "tokens", self.config)
         checked = (
             None if lengths is None
             else check_lengths(lengths, "lengths", batch, num_steps, min_length)
@@ -301,78 +252,36 @@ class TransformerLM(nn.Module):
         h_BxTxD = poison_bad_lengths(h_BxTxD, lengths_array(checked), min_length, num_steps)
         return h_BxTxD, checked
 
-    def __call__(
-        self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
-    ) -> Array:
+    def __call__(self, tokens_BxT: Array, lengths: Array | None = None, *,
+                 deterministic: bool = True) -> Array:
         h_BxTxD, _ = self._trunk(tokens_BxT, lengths, deterministic)
         return self._head(h_BxTxD)
 
     # ----------------------------------------------------------------- decoding interface
 
-    def _prefill(self, prompt_BxT: Array, lengths_B: Array, max_len: int) -> dict:
+    def _prefill(self, prompt_BxT: Array, lengths_B: Array, max_len: int | None) -> dict:
         batch, num_steps = prompt_BxT.shape
-        cache = self.decoder.init_cache(batch, max_len)
+        cache = self.decoder.init_cache(batch, check_decode_len(max_len, num_steps, self.config))
         if num_steps > 1:
             # Every prompt token but the last (that one is fed by the first decode step).
             x_BxTxD = self._embed(prompt_BxT[:, :-1], None, True)
             # in [0, T - 1]: the prompt lengths were checked at the door
             lengths = check_lengths(lengths_B, "lengths", batch, num_steps - 1)
             _, cache = self.decoder.decode(x_BxTxD, cache, lengths=lengths)
-        return {
-            "cache": layers_to_batch_major(cache, self.config.scan_layers),
-            "positions": lengths_B,
-        }
+        return {"cache": swap_layers_batch(cache, self.config.scan_layers), "positions": lengths_B}
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        # An out-of-vocabulary id (seen only here under jit) embeds as id 0 with length 0: its
-        # row's cache does not advance (the slot is overwritten next) and its logits are NaN.
-        tokens_B, valid_B = split_oov(tokens_B, self.config.vocab_size)
-        pos_Bx1 = state["positions"][:, None]
-        x_Bx1xD = self._embed(tokens_B[:, None], pos_Bx1, True)
-        cache = layers_from_batch_major(state["cache"], self.config.scan_layers)
-        valid = check_lengths(valid_B.astype(jnp.int32), "lengths", tokens_B.shape[0], 1)
-        h_Bx1xD, cache = self.decoder.decode(x_Bx1xD, cache, lengths=valid)
-        new_state = {
-            "cache": layers_to_batch_major(cache, self.config.scan_layers),
-            "positions": state["positions"] + valid_B,
-        }
-        return flag_oov_rows(self._head(h_Bx1xD)[:, 0].astype(jnp.float32), valid_B), new_state
+        return cached_step(self, state, tokens_B, lambda x, pos: self._embed(x, pos, True))
 
-    def init_decode_state(
-        self,
-        params: Any,
-        prompt_BxT: Array,
-        prompt_lengths_B: Array | None = None,
-        max_len: int | None = None,
-    ) -> dict:
-        """KV caches of ``max_len`` slots prefilled with ``prompt[b, :len_b - 1]``: state
-        ``{"cache": [KVCache per layer], "positions": int32[B]}`` (batch-leading)."""
-        prompt_BxT, prompt_lengths_B = check_prompt(
-            prompt_BxT, prompt_lengths_B, self.config.vocab_size
-        )
-        num_steps = prompt_BxT.shape[1]
-        max_len = num_steps if max_len is None else int(max_len)
-        if max_len < num_steps:
-            raise ValueError(f"`max_len` must be >= the prompt length {num_steps}; got {max_len}.")
-        if self.config.positions == "learned" and max_len - 1 > self.config.block_size:
-            raise ValueError(
-                f"prompt + generated tokens need {max_len - 1} positions but the learned table "
-                f"has block_size={self.config.block_size}."
-            )
-        return self.apply(  # type: ignore[return-value]
-            as_variables(params),
-            prompt_BxT,
-            prompt_lengths_B - 1,
-            max_len,
-            method=type(self)._prefill,
-        )
-
-    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Append one token per row: ``(logits_BxV, new_state)``. An id outside the vocabulary
-        is a ``ValueError`` (under ``jit``: NaN logits, cache kept); a full cache under ``jit``
-        drops tokens past ``max_len``, counted in each layer's ``KVCache.overflow``."""
-        tokens_B = check_step_tokens(tokens_B, self.config.vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
+    def init_decode_state(self, params: Any, prompt_BxT: Array,
+                          prompt_lengths_B: Array | None = None,
+                          max_len: int | None = None) -> dict:
+        """KV caches of ``max_len`` slots (:func:`~seqjax.models._common.check_decode_len`)
+        prefilled with ``prompt[b, :len_b - 1]``: state ``{"cache": [KVCache per layer],
+        "positions": int32[B]}`` (batch-leading). A full cache under ``jit`` drops the tokens
+        :meth:`decode_step` appends past ``max_len``, counted in each layer's
+        ``KVCache.overflow``."""
+        return self._init_state(params, prompt_BxT, prompt_lengths_B, max_len)
 
 
 class TransformerLMClassifier(TransformerLM):
@@ -415,9 +324,8 @@ class TransformerLMClassifier(TransformerLM):
 
     def setup(self) -> None:
         super().setup()
-        n = check_positive_int(self.num_classes, "num_classes")
         self.class_head = Dense(
-            n,
+            check_positive_int(self.num_classes, "num_classes"),
             kernel_init=nn.initializers.normal(stddev=self.config.init_std),
             dtype=self.dtype,
             param_dtype=self.param_dtype,
@@ -439,14 +347,8 @@ class TransformerLMClassifier(TransformerLM):
                 )
         return lengths_B
 
-    def __call__(
-        self,
-        tokens_BxT: Array,
-        lengths: Array | None = None,
-        *,
-        mask: Array | None = None,
-        deterministic: bool = True,
-    ) -> Array:
+    def __call__(self, tokens_BxT: Array, lengths: Array | None = None, *,
+                 mask: Array | None = None, deterministic: bool = True) -> Array:
         if mask is not None:
             if lengths is not None:
                 raise ValueError("give `lengths` or `mask`, not both.")
@@ -460,8 +362,7 @@ class TransformerLMClassifier(TransformerLM):
         last_BxD = self.drop(last_BxD, deterministic=deterministic)
         return self.class_head(last_BxD).astype(jnp.float32)
 
-    def lm_logits(
-        self, tokens_BxT: Array, lengths: Array | None = None, *, deterministic: bool = True
-    ) -> Array:
+    def lm_logits(self, tokens_BxT: Array, lengths: Array | None = None, *,
+                  deterministic: bool = True) -> Array:
         """The language model's ``logits_BxTxV`` on the same parameters."""
         return TransformerLM.__call__(self, tokens_BxT, lengths, deterministic=deterministic)

@@ -36,11 +36,10 @@ from seqjax._checks import (
 from seqjax._traced_checks import poison_bad_ids
 from seqjax.models._common import (
     POOLINGS,
-    as_variables,
+    ConfiguredModel,
+    DecodingModel,
     check_lengths,
     check_nonempty,
-    check_prompt,
-    check_step_tokens,
     check_tokens,
     flag_oov_rows,
     masked_pool,
@@ -50,19 +49,15 @@ from seqjax.nn.cells import RecurrentCell
 from seqjax.nn.dense import Dense, flat_attend
 from seqjax.nn.embedding import Embed
 from seqjax.nn.recurrent import CELL_TYPES, StackedRNN
+from seqjax.nn.recurrent.layers import select_rows
 
 Array = jax.Array
 Dtype = Any
 Carry = Any
 
 __all__ = [
-    "RNNConfig",
-    "RNNLMConfig",
-    "RNNClassifierConfig",
-    "RNNTaggerConfig",
-    "RNNLanguageModel",
-    "RNNClassifier",
-    "RNNTagger",
+    "RNNConfig", "RNNLMConfig", "RNNClassifierConfig", "RNNTaggerConfig", "RNNLanguageModel",
+    "RNNClassifier", "RNNTagger",
 ]
 
 #: Cell options the stack sets itself (``cell_kwargs`` may not name them).
@@ -118,8 +113,7 @@ def _cell_kwargs(value: Any, cls: type[RecurrentCell]) -> tuple[tuple[str, Any],
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RNNConfig(ConfigBase):
     """The recurrent stack of every RNN model (also :class:`~seqjax.models.Seq2SeqConfig`'s
-    source side and :class:`~seqjax.models.ImageCaptionerConfig`). Keyword-only, every field
-    checked; ``replace(**changes)`` re-validates (an unknown field is a ``TypeError``).
+    source side and :class:`~seqjax.models.ImageCaptionerConfig`).
 
     Example:
         >>> cfg = RNNConfig(vocab_size=100, embed_dim=16, cell_type="gru")
@@ -170,20 +164,25 @@ class RNNConfig(ConfigBase):
         """Width of the top layer's outputs: ``2H`` when bidirectional, else ``H``."""
         return 2 * self.features if self.bidirectional else self.features
 
-    def stack(self, dtype: Dtype | None, param_dtype: Dtype, **kw: Any) -> StackedRNN:
-        """The :class:`~seqjax.nn.StackedRNN` described (``kw``: ``name``, ``parent``)."""
-        return StackedRNN(
-            features=self.features,
-            num_layers=self.num_layers,
-            cell_type=self.cell_type,
-            bidirectional=self.bidirectional,
-            dropout_rate=self.dropout_rate,
-            unroll=self.unroll,
-            cell_kwargs=self.cell_kwargs,
-            dtype=dtype,
-            param_dtype=param_dtype,
+    def cell(self, dtype: Dtype | None, param_dtype: Dtype, **kw: Any) -> RecurrentCell:
+        """One cell of width ``H`` (``kw``: ``name``, ``parent``)."""
+        return cell_class(self.cell_type)(
+            self.features, dtype=dtype, param_dtype=param_dtype, **dict(self.cell_kwargs or {}),
             **kw,
         )
+
+    def stack(self, dtype: Dtype | None, param_dtype: Dtype, **kw: Any) -> StackedRNN:
+        """The :class:`~seqjax.nn.StackedRNN` described (``kw``: ``name``, ``parent``)."""
+        same = ("num_layers", "cell_type", "bidirectional", "dropout_rate", "unroll", "cell_kwargs")
+        return StackedRNN(features=self.features, dtype=dtype, param_dtype=param_dtype,
+                          **{name: getattr(self, name) for name in same}, **kw)
+
+
+def token_embed(vocab_size: int, embed_dim: int, dtype: Dtype | None, param_dtype: Dtype,
+                **kw: Any) -> Embed:
+    """Every RNN model's embedding ``E [V, d]``, initialised ``N(0, 0.1²)``."""
+    return Embed(vocab_size, embed_dim, dtype=dtype, param_dtype=param_dtype,
+                 embedding_init=nn.initializers.normal(stddev=0.1), **kw)
 
 
 def require_vocab(config: RNNConfig, owner: str, name: str = "vocab_size") -> None:
@@ -263,14 +262,7 @@ class RNNTaggerConfig(RNNConfig):
         check_positive_int(self.num_tags, "num_tags")
 
 
-def _check_config(config: Any, cls: type, owner: str) -> None:
-    if not isinstance(config, cls):
-        raise TypeError(
-            f"`config` of {owner} must be a {cls.__name__}; got {type(config).__name__}."
-        )
-
-
-class RNNLanguageModel(nn.Module):
+class RNNLanguageModel(DecodingModel):
     r"""RNN language model with optional weight tying.
 
     .. math::
@@ -291,7 +283,8 @@ class RNNLanguageModel(nn.Module):
     ``logits_BxTxV`` (float32); :meth:`with_state` also returns the carry, one per layer, at
     each row's last real step (the carry protocol of :class:`~seqjax.nn.StackedRNN` and
     truncated BPTT, :mod:`seqjax.train.tbptt`); :meth:`zero_carry` starts a stream. The
-    decoding state (:mod:`seqjax.decoding`) is the tuple of per-layer carries, batch-leading.
+    decoding state (:mod:`seqjax.decoding`; J&M Fig. 9.9) is the tuple of per-layer carries,
+    batch-leading.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -306,41 +299,19 @@ class RNNLanguageModel(nn.Module):
     config: RNNLMConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
-
-    def __post_init__(self) -> None:
-        _check_config(self.config, RNNLMConfig, "RNNLanguageModel")
-        super().__post_init__()
-
-    @property
-    def vocab_size(self) -> int:
-        """``|V|`` (what :mod:`seqjax.decoding` reads)."""
-        return self.config.vocab_size  # type: ignore[return-value]  # RNNLMConfig requires it
+    config_type = RNNLMConfig
 
     def setup(self) -> None:
         cfg = self.config
-        self.embed = Embed(
-            self.vocab_size,
-            cfg.embed_dim,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            embedding_init=nn.initializers.normal(stddev=0.1),
-        )
+        self.embed = token_embed(self.vocab_size, cfg.embed_dim, self.dtype, self.param_dtype)
         self.rnn = cfg.stack(self.dtype, self.param_dtype)
         if cfg.tie_embeddings:
             if cfg.output_bias:
-                self.output_bias = self.param(
-                    "output_bias",
-                    nn.initializers.zeros_init(),
-                    (self.vocab_size,),
-                    self.param_dtype,
-                )
+                self.output_bias = self.param("output_bias", nn.initializers.zeros,
+                                              (self.vocab_size,), self.param_dtype)
         else:
-            self.output = Dense(
-                self.vocab_size,
-                use_bias=cfg.output_bias,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-            )
+            self.output = Dense(self.vocab_size, use_bias=cfg.output_bias, dtype=self.dtype,
+                                param_dtype=self.param_dtype)
         self.drop = nn.Dropout(cfg.dropout_rate)
 
     def zero_carry(self, batch_size: int) -> tuple[Carry, ...]:
@@ -348,14 +319,9 @@ class RNNLanguageModel(nn.Module):
         stack = self.config.stack(self.dtype, self.param_dtype, parent=None)
         return stack.zero_carry(batch_size, self.config.embed_dim)
 
-    def hidden_states(
-        self,
-        tokens_BxT: Array,
-        lengths: Array | None = None,
-        *,
-        deterministic: bool = True,
-        initial_carry: Sequence[Carry] | None = None,
-    ) -> tuple[Array, tuple[Carry, ...]]:
+    def hidden_states(self, tokens_BxT: Array, lengths: Array | None = None, *,
+                      deterministic: bool = True, initial_carry: Sequence[Carry] | None = None
+                      ) -> tuple[Array, tuple[Carry, ...]]:
         """``(h_BxTxH, carry)``: the top layer's outputs and every layer's final carry."""
         tokens_BxT = check_tokens(tokens_BxT, "tokens", self.vocab_size)
         batch, num_steps = tokens_BxT.shape
@@ -379,26 +345,15 @@ class RNNLanguageModel(nn.Module):
         return logits_BxTxV.astype(jnp.float32)
 
     @retired_flags(return_carry="RNNLanguageModel.with_state")
-    def __call__(
-        self,
-        tokens_BxT: Array,
-        lengths: Array | None = None,
-        *,
-        deterministic: bool = True,
-        initial_carry: Sequence[Carry] | None = None,
-    ) -> Array:
+    def __call__(self, tokens_BxT: Array, lengths: Array | None = None, *,
+                 deterministic: bool = True, initial_carry: Sequence[Carry] | None = None) -> Array:
         return self.with_state(
             tokens_BxT, lengths, deterministic=deterministic, initial_carry=initial_carry
         )[0]
 
-    def with_state(
-        self,
-        tokens_BxT: Array,
-        lengths: Array | None = None,
-        *,
-        deterministic: bool = True,
-        initial_carry: Sequence[Carry] | None = None,
-    ) -> tuple[Array, tuple[Carry, ...]]:
+    def with_state(self, tokens_BxT: Array, lengths: Array | None = None, *,
+                   deterministic: bool = True,
+                   initial_carry: Sequence[Carry] | None = None) -> tuple[Array, tuple[Carry, ...]]:
         """``(logits_BxTxV, carry)``: the call's logits and every layer's final carry."""
         h_BxTxH, carry = self.hidden_states(
             tokens_BxT, lengths, deterministic=deterministic, initial_carry=initial_carry
@@ -413,36 +368,14 @@ class RNNLanguageModel(nn.Module):
     def _step(self, state: tuple[Carry, ...], tokens_B: Array) -> tuple[Array, tuple[Carry, ...]]:
         tokens_B, valid_B = split_oov(tokens_B, self.vocab_size)
         logits_Bx1xV, carries = self.with_state(tokens_B[:, None], initial_carry=state)
-        carries = jax.tree_util.tree_map(  # an out-of-vocabulary row keeps its carry
-            lambda n, o: jnp.where(valid_B.reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
-            carries,
-            state,
-        )
-        return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), carries
+        # an out-of-vocabulary row keeps its carry
+        return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), select_rows(valid_B, carries, state)
 
-    def init_decode_state(
-        self,
-        params: Any,
-        prompt_BxT: Array,
-        prompt_lengths_B: Array | None = None,
-        max_len: int | None = None,
-    ) -> tuple[Carry, ...]:
-        """The per-layer carries after ``prompt[b, :len_b - 1]`` (the first step feeds
-        ``prompt[b, len_b - 1]``; ``max_len`` is unused)."""
-        del max_len
-        prompt_BxT, prompt_lengths_B = check_prompt(prompt_BxT, prompt_lengths_B, self.vocab_size)
-        return self.apply(
-            as_variables(params), prompt_BxT, prompt_lengths_B - 1, method=type(self)._prefill
-        )
-
-    def decode_step(
-        self, params: Any, state: tuple[Carry, ...], tokens_B: Array
-    ) -> tuple[Array, tuple[Carry, ...]]:
-        """Feed one token per row: ``(logits_BxV, new_state)`` (J&M Fig. 9.9). An id outside the
-        vocabulary is a ``ValueError`` (under ``jit``: NaN logits, carry kept)."""
-        tokens_B = check_step_tokens(tokens_B, self.vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
-
+    def init_decode_state(self, params: Any, prompt_BxT: Array,
+                          prompt_lengths_B: Array | None = None,
+                          max_len: int | None = None) -> tuple[Carry, ...]:
+        """The per-layer carries after ``prompt[b, :len_b - 1]`` (``max_len`` is unused)."""
+        return self._init_state(params, prompt_BxT, prompt_lengths_B)
 
 
 class _Encoder(nn.Module):
@@ -453,34 +386,26 @@ class _Encoder(nn.Module):
     param_dtype: Dtype
 
     @nn.compact
-    def __call__(
-        self, inputs: Array, lengths: Array | None, deterministic: bool
-    ) -> tuple[Array, ValidLengths | None]:
+    def __call__(self, inputs: Array, lengths: Array | None,
+                 deterministic: bool) -> tuple[Array, ValidLengths | None]:
         cfg = self.config
         if cfg.vocab_size is not None:
             tokens = check_tokens(inputs, "inputs", cfg.vocab_size)
-            x_BxTxE = Embed(
-                cfg.vocab_size,
-                cfg.embed_dim,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-                embedding_init=nn.initializers.normal(stddev=0.1),
-                name="embed",
-            )(tokens)
-            x_BxTxE = poison_bad_ids(x_BxTxE, tokens, cfg.vocab_size)
+            embed = token_embed(cfg.vocab_size, cfg.embed_dim, self.dtype, self.param_dtype,
+                                name="embed")
+            x_BxTxE = poison_bad_ids(embed(tokens), tokens, cfg.vocab_size)
         else:
             check_rank(inputs, "inputs", 3)
             x_BxTxE = jnp.asarray(inputs)
         batch, num_steps = x_BxTxE.shape[:2]
         checked = None if lengths is None else check_lengths(lengths, "lengths", batch, num_steps)
         x_BxTxE = nn.Dropout(cfg.dropout_rate)(x_BxTxE, deterministic=deterministic)
-        h_BxTxH = cfg.stack(self.dtype, self.param_dtype, name="rnn")(
-            x_BxTxE, checked, deterministic=deterministic
-        )
+        rnn = cfg.stack(self.dtype, self.param_dtype, name="rnn")
+        h_BxTxH = rnn(x_BxTxE, checked, deterministic=deterministic)
         return nn.Dropout(cfg.dropout_rate)(h_BxTxH, deterministic=deterministic), checked
 
 
-class RNNClassifier(nn.Module):
+class RNNClassifier(ConfiguredModel):
     r"""Sequence classification with an RNN: pool the hidden states, then a classifier.
 
     .. math::
@@ -508,34 +433,23 @@ class RNNClassifier(nn.Module):
     config: RNNClassifierConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
-
-    def __post_init__(self) -> None:
-        _check_config(self.config, RNNClassifierConfig, "RNNClassifier")
-        super().__post_init__()
+    config_type = RNNClassifierConfig
 
     @nn.compact
-    def __call__(
-        self, inputs: Array, lengths: Array | None = None, *, deterministic: bool = True
-    ) -> Array:
+    def __call__(self, inputs: Array, lengths: Array | None = None, *,
+                 deterministic: bool = True) -> Array:
         cfg = self.config
-        h_BxTxH, checked = _Encoder(cfg, self.dtype, self.param_dtype, name="encoder")(
-            inputs, lengths, deterministic
-        )
+        encoder = _Encoder(cfg, self.dtype, self.param_dtype, name="encoder")
+        h_BxTxH, checked = encoder(inputs, lengths, deterministic)
         check_nonempty(inputs, "inputs", f"the classifier pools them, pooling={cfg.pooling!r}")
         pooled_BxH = masked_pool(h_BxTxH, checked, cfg.pooling, bidirectional=cfg.bidirectional)
+        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         if cfg.mlp_dim:
-            pooled_BxH = jnp.tanh(
-                Dense(cfg.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype, name="hidden")(
-                    pooled_BxH
-                )
-            )
-        logits_BxC = Dense(
-            cfg.num_classes, dtype=self.dtype, param_dtype=self.param_dtype, name="classifier"
-        )(pooled_BxH)
-        return logits_BxC.astype(jnp.float32)
+            pooled_BxH = jnp.tanh(Dense(cfg.mlp_dim, name="hidden", **kw)(pooled_BxH))
+        return Dense(cfg.num_classes, name="classifier", **kw)(pooled_BxH).astype(jnp.float32)
 
 
-class RNNTagger(nn.Module):
+class RNNTagger(ConfiguredModel):
     r"""Sequence labelling: one tag distribution per token.
 
     .. math::
@@ -559,19 +473,13 @@ class RNNTagger(nn.Module):
     config: RNNTaggerConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
-
-    def __post_init__(self) -> None:
-        _check_config(self.config, RNNTaggerConfig, "RNNTagger")
-        super().__post_init__()
+    config_type = RNNTaggerConfig
 
     @nn.compact
-    def __call__(
-        self, inputs: Array, lengths: Array | None = None, *, deterministic: bool = True
-    ) -> Array:
-        h_BxTxH, _ = _Encoder(self.config, self.dtype, self.param_dtype, name="encoder")(
-            inputs, lengths, deterministic
-        )
-        logits_BxTxK = Dense(
-            self.config.num_tags, dtype=self.dtype, param_dtype=self.param_dtype, name="output"
-        )(h_BxTxH)
+    def __call__(self, inputs: Array, lengths: Array | None = None, *,
+                 deterministic: bool = True) -> Array:
+        encoder = _Encoder(self.config, self.dtype, self.param_dtype, name="encoder")
+        h_BxTxH, _ = encoder(inputs, lengths, deterministic)
+        logits_BxTxK = Dense(self.config.num_tags, dtype=self.dtype, param_dtype=self.param_dtype,
+                             name="output")(h_BxTxH)
         return logits_BxTxK.astype(jnp.float32)

@@ -71,27 +71,19 @@ from seqjax._checks import (
 )
 from seqjax._traced_checks import poison_bad_ids, poison_bad_lengths
 from seqjax.models._common import (
+    DecodingModel,
     as_variables,
-    check_lengths,
+    check_filled,
     check_nonempty,
-    check_prompt,
     check_same_batch,
-    check_step_tokens,
     check_tokens,
     flag_oov_rows,
     split_oov,
 )
-from seqjax.models.rnn import (
-    RNNConfig,
-    cell_class,
-    check_flag,
-    require_vocab,
-)
+from seqjax.models.rnn import RNNConfig, check_flag, require_vocab, token_embed
 from seqjax.nn.attention import Attention
 from seqjax.nn.dense import Dense
-from seqjax.nn.embedding import Embed
 from seqjax.nn.masks import padding_mask
-from seqjax.nn.recurrent import CELL_TYPES
 from seqjax.nn.recurrent.layers import select_rows
 
 Array = jax.Array
@@ -99,11 +91,7 @@ Dtype = Any
 Carry = Any
 
 __all__ = [
-    "SCHEDULES",
-    "Seq2Seq",
-    "Seq2SeqConfig",
-    "reverse_sequences",
-    "scheduled_sampling_epsilon",
+    "SCHEDULES", "Seq2Seq", "Seq2SeqConfig", "reverse_sequences", "scheduled_sampling_epsilon",
     "scheduled_sampling_inputs",
 ]
 
@@ -125,13 +113,10 @@ def reverse_sequences(x_BxT: Array, lengths_B: Array | None) -> Array:
         >>> reverse_sequences(jnp.array([[1, 2, 3, 0]]), jnp.array([3])).tolist()
         [[3, 2, 1, 0]]
     """
-    batch, num_steps = x_BxT.shape[:2]
-    t_T = jnp.arange(num_steps, dtype=jnp.int32)
     if lengths_B is None:
         return x_BxT[:, ::-1]
-    idx_BxT = jnp.where(
-        t_T[None] < lengths_B[:, None], lengths_B[:, None] - 1 - t_T[None], t_T[None]
-    )
+    t_T, n_Bx1 = jnp.arange(x_BxT.shape[1], dtype=jnp.int32), lengths_B[:, None]
+    idx_BxT = jnp.where(t_T < n_Bx1, n_Bx1 - 1 - t_T, t_T)
     idx = idx_BxT.reshape(idx_BxT.shape + (1,) * (x_BxT.ndim - 2))
     return jnp.take_along_axis(x_BxT, idx, axis=1)
 
@@ -144,91 +129,54 @@ def _carry_h(carry: Carry) -> Array:
 class _DecoderStep(nn.Module):
     """One decoder step; scanned over time for teacher forcing, called alone when decoding."""
 
-    hidden_size: int
-    num_layers: int
-    cell_type: Any
-    cell_kwargs: Any
-    context: str
-    attention: str
-    attention_hidden: int | None
+    config: Seq2SeqConfig
     dtype: Dtype | None
     param_dtype: Dtype
-    output_context: bool = True
-
-    def _cell(self, layer: int) -> nn.Module:
-        cls = self.cell_type
-        if isinstance(cls, str):
-            cls = CELL_TYPES[cls]
-        return cls(
-            self.hidden_size,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            name=f"layer_{layer}",
-            **dict(self.cell_kwargs or {}),
-        )
 
     @nn.compact
-    def __call__(
-        self,
-        carries: tuple[Carry, ...],
-        inputs: tuple[Array, Array],
-        enc_BxSxV: Array | None,
-        src_valid_BxS: Array,
-        z_BxC: Array,
-    ) -> tuple[tuple[Carry, ...], tuple[Array, Array | None]]:
+    def __call__(self, carries: tuple[Carry, ...], inputs: tuple[Array, Array],
+                 enc_BxSxV: Array | None, src_valid_BxS: Array,
+                 z_BxC: Array) -> tuple[tuple[Carry, ...], tuple[Array, Array | None]]:
+        cfg, kw = self.config, dict(dtype=self.dtype, param_dtype=self.param_dtype)
         y_prev_BxE, valid_B = inputs
         weights_BxS = None
-        attn = None
-        if self.context == "attention":
-            attn = Attention(
-                score=ATTENTIONS[self.attention],
-                hidden=self.attention_hidden,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-                name="attention",
-            )
-        if self.context == "every_step":
-            x_BxP = jnp.concatenate([y_prev_BxE, z_BxC.astype(y_prev_BxE.dtype)], axis=-1)
-        elif self.context == "attention" and self.attention == "bahdanau":
+        if cfg.context == "attention":
+            attn = Attention(score=ATTENTIONS[cfg.attention], hidden=cfg.attention_hidden,
+                             name="attention", **kw)
+        ctx_BxC = None  # what the input and the output see besides y^{t-1} / s^{t}
+        if cfg.context == "every_step":
+            ctx_BxC = z_BxC
+        elif cfg.context == "attention" and cfg.attention == "bahdanau":
             # Bahdanau timing: the query is the previous state s^{t-1} (MEDL (7.22)).
-            assert attn is not None and enc_BxSxV is not None  # context == "attention"
-            u_BxV, weights_BxS = attn(_carry_h(carries[-1]), enc_BxSxV, mask=src_valid_BxS)
-            x_BxP = jnp.concatenate([y_prev_BxE, u_BxV.astype(y_prev_BxE.dtype)], axis=-1)
-        else:
-            x_BxP = y_prev_BxE
+            assert enc_BxSxV is not None
+            ctx_BxC, weights_BxS = attn(_carry_h(carries[-1]), enc_BxSxV, mask=src_valid_BxS)
+        h_BxH = y_prev_BxE
+        if ctx_BxC is not None:
+            h_BxH = jnp.concatenate([y_prev_BxE, ctx_BxC.astype(y_prev_BxE.dtype)], axis=-1)
         new_carries = []
-        h_BxH = x_BxP
-        for layer in range(self.num_layers):
-            carry, h_BxH = self._cell(layer)(carries[layer], h_BxH)
-            carry = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), carry, carries[layer])
+        for layer, carry in enumerate(carries):
+            cell = cfg.encoder.cell(self.dtype, self.param_dtype, name=f"layer_{layer}")
+            carry, h_BxH = cell(carry, h_BxH)
             new_carries.append(carry)
-        new_carries = select_rows(valid_B, tuple(new_carries), tuple(carries))
-        if self.context == "initial_state" or not self.output_context:
-            out_BxO = h_BxH  # notes eq. (5) / MEDL (7.22): the output sees s^{t} alone
-        elif self.context == "every_step":
-            out_BxO = jnp.concatenate([h_BxH, z_BxC.astype(h_BxH.dtype)], axis=-1)
-        elif self.attention == "bahdanau":
-            out_BxO = jnp.concatenate([h_BxH, u_BxV.astype(h_BxH.dtype)], axis=-1)
-        else:
+        old = tuple(carries)
+        cast = jax.tree_util.tree_map(lambda n, o: n.astype(o.dtype), tuple(new_carries), old)
+        new_carries = select_rows(valid_B, cast, old)
+        if cfg.context == "attention" and cfg.attention != "bahdanau":
             # Luong timing: the query is the current state s^{t}.
-            assert attn is not None and enc_BxSxV is not None  # context == "attention"
+            assert enc_BxSxV is not None
             u_BxV, weights_BxS = attn(h_BxH, enc_BxSxV, mask=src_valid_BxS)
-            out_BxO = jnp.tanh(
-                Dense(
-                    self.hidden_size,
-                    use_bias=False,
-                    dtype=self.dtype,
-                    param_dtype=self.param_dtype,
-                    name="combine",
-                )(jnp.concatenate([u_BxV.astype(h_BxH.dtype), h_BxH], axis=-1))
-            )
+            combine = Dense(cfg.encoder.features, use_bias=False, name="combine", **kw)
+            out_BxO = jnp.tanh(combine(jnp.concatenate([u_BxV.astype(h_BxH.dtype), h_BxH], -1)))
+        elif ctx_BxC is None or not cfg.output_context:
+            out_BxO = h_BxH  # notes eq. (5) / MEDL (7.22): the output sees s^{t} alone
+        else:
+            out_BxO = jnp.concatenate([h_BxH, ctx_BxC.astype(h_BxH.dtype)], axis=-1)
         return new_carries, (out_BxO, weights_BxS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Seq2SeqConfig(ConfigBase):
-    r"""Options of :class:`Seq2Seq`, validated when built (a ``ValueError``/``TypeError``
-    naming the field); ``replace(**changes)`` re-validates.
+    r"""Options of :class:`Seq2Seq`, each checked when built (``ValueError``/``TypeError``).
 
     Example:
         >>> cfg = Seq2SeqConfig(encoder=RNNConfig(vocab_size=12, embed_dim=8, hidden_size=16),
@@ -313,7 +261,7 @@ class Seq2SeqConfig(ConfigBase):
         return self.bridge
 
 
-class Seq2Seq(nn.Module):
+class Seq2Seq(DecodingModel):
     r"""RNN encoder–decoder with the context variants of MEDL §7.4 (see the module docstring).
 
     Teacher forcing: ``model(src_BxS, tgt_in_BxT, src_lengths=None, *, deterministic=True)
@@ -338,13 +286,7 @@ class Seq2Seq(nn.Module):
     config: Seq2SeqConfig
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.config, Seq2SeqConfig):
-            raise TypeError(
-                f"`config` of Seq2Seq must be a Seq2SeqConfig; got {type(self.config).__name__}."
-            )
-        super().__post_init__()
+    config_type = Seq2SeqConfig
 
     @property
     def vocab_size(self) -> int:
@@ -353,70 +295,29 @@ class Seq2Seq(nn.Module):
 
     def setup(self) -> None:
         cfg, enc = self.config, self.config.encoder
-        self.src_embed = Embed(
-            cfg.src_vocab_size,
-            enc.embed_dim,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            embedding_init=nn.initializers.normal(stddev=0.1),
-        )
+        kw: dict[str, Any] = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        self.src_embed = token_embed(cfg.src_vocab_size, enc.embed_dim, **kw)
         self.encoder = enc.stack(self.dtype, self.param_dtype)
-        self.tgt_embed = Embed(
-            cfg.tgt_vocab_size,
-            enc.embed_dim,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            embedding_init=nn.initializers.normal(stddev=0.1),
-        )
-        step_kwargs = dict(
-            hidden_size=enc.features,
-            num_layers=cfg.decoder_layers,
-            cell_type=enc.cell_type,
-            cell_kwargs=enc.cell_kwargs,
-            context=cfg.context,
-            attention=cfg.attention,
-            attention_hidden=cfg.attention_hidden,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-            output_context=cfg.output_context,
-        )
-        scanned = nn.scan(
-            _DecoderStep,
-            variable_broadcast="params",
-            split_rngs={"params": False},
-            in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
-            out_axes=0,
-        )
+        self.tgt_embed = token_embed(cfg.tgt_vocab_size, enc.embed_dim, **kw)
         # Scanned over T (teacher forcing) or one step (decoding): one "decoder/..." tree.
-        self.decoder = scanned(**step_kwargs)
-        self.output = Dense(
-            cfg.tgt_vocab_size,
-            use_bias=cfg.output_bias,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
-        )
+        self.decoder = nn.scan(
+            _DecoderStep, variable_broadcast="params", split_rngs={"params": False},
+            in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast), out_axes=0,
+        )(cfg, **kw)
+        self.output = Dense(cfg.tgt_vocab_size, use_bias=cfg.output_bias, **kw)
         self.drop = nn.Dropout(enc.dropout_rate)
         if cfg.bridge_mode == "dense":
             n_parts = len(jax.tree_util.tree_leaves(self._zero_carries(1)))
-            self.bridge_layers = [
-                Dense(enc.features, dtype=self.dtype, param_dtype=self.param_dtype)
-                for _ in range(n_parts)
-            ]
+            self.bridge_layers = [Dense(enc.features, **kw) for _ in range(n_parts)]
 
-    # ----------------------------------------------------------------- encoder
-
-    def encode(
-        self, src_BxS: Array, src_lengths: Array | None = None, *, deterministic: bool = True
-    ) -> tuple[Array, Array, Array, tuple[Carry, ...]]:
+    def encode(self, src_BxS: Array, src_lengths: Array | None = None, *,
+               deterministic: bool = True) -> tuple[Array, Array, Array, tuple[Carry, ...]]:
         """``(v_BxSxV, src_valid_BxS, z_BxC, decoder_init_carries)``: ``v`` the encoder outputs
         (attention keys = values, in source order as fed: reversed when ``reverse_source``);
         ``z*`` the last hidden state, ``[h_f^{⟨n⟩}; h_r^{⟨1⟩}]`` when bidirectional."""
-        src_BxS = check_tokens(src_BxS, "src", self.config.src_vocab_size)
-        check_nonempty(src_BxS, "src", "the encoder needs a last state to pass on")
+        src_BxS, checked = check_filled(src_BxS, src_lengths, self.config.src_vocab_size, "src",
+                                        "the encoder needs a last state to pass on")
         batch, src_len = src_BxS.shape
-        if src_lengths is None:
-            src_lengths = jnp.full((batch,), src_len, jnp.int32)
-        checked = check_lengths(src_lengths, "src_lengths", batch, src_len, 1)
         if self.config.reverse_source:
             src_BxS = reverse_sequences(src_BxS, checked.value)
         # Under jit a row holding an id outside [0, V) is NaN (seqjax._traced_checks).
@@ -436,82 +337,47 @@ class Seq2Seq(nn.Module):
         if mode == "copy":
             init = tuple(finals)
         else:
-            template = self._zero_carries(batch)
-            if mode == "zeros":
-                init = template
-            else:
-                bridges = iter(self.bridge_layers)
-                init = tuple(
-                    jax.tree_util.tree_map(
-                        lambda leaf: jnp.tanh(next(bridges)(z_BxC)).astype(leaf.dtype), carry
-                    )
-                    for carry in template
-                )
+            init = self._zero_carries(batch)
+            if mode == "dense":
+                bridges = iter(self.bridge_layers)  # one per carry part, in order
+                init = jax.tree_util.tree_map(
+                    lambda leaf: jnp.tanh(next(bridges)(z_BxC)).astype(leaf.dtype), init)
         return v_BxSxV, padding_mask(checked, src_len), z_BxC, init
 
     def _zero_carries(self, batch: int) -> tuple[Carry, ...]:
-        enc = self.config.encoder
-        cell = cell_class(enc.cell_type)(
-            enc.features,
-            param_dtype=self.param_dtype,
-            parent=None,
-            **dict(enc.cell_kwargs or {}),
-        )
+        cell = self.config.encoder.cell(None, self.param_dtype, parent=None)
         zero = cell.initialize_carry(jax.random.PRNGKey(0), (batch, 1))
-        return tuple(zero for _ in range(self.config.decoder_layers))
+        return (zero,) * self.config.decoder_layers
 
-    # ----------------------------------------------------------------- decoder
-
-    def _decode(
-        self,
-        carries: tuple[Carry, ...],
-        tgt_in_BxT: Array,
-        valid_BxT: Array,
-        v_BxSxV: Array,
-        src_valid_BxS: Array,
-        z_BxC: Array,
-        deterministic: bool,
-    ) -> tuple[tuple[Carry, ...], Array, Array | None]:
+    def _decode(self, carries: tuple[Carry, ...], tgt_in_BxT: Array, valid_BxT: Array,
+                v_BxSxV: Array, src_valid_BxS: Array, z_BxC: Array,
+                deterministic: bool) -> tuple[tuple[Carry, ...], Array, Array | None]:
         y_BxTxE = poison_bad_ids(self.tgt_embed(tgt_in_BxT), tgt_in_BxT, self.config.tgt_vocab_size)
         y_BxTxE = self.drop(y_BxTxE, deterministic=deterministic)
         enc = v_BxSxV if self.config.context == "attention" else None
-        carries, (out_TxBxO, w_TxBxS) = self.decoder(
-            carries,
-            (jnp.swapaxes(y_BxTxE, 0, 1), jnp.swapaxes(valid_BxT, 0, 1)),
-            enc,
-            src_valid_BxS,
-            z_BxC,
-        )
+        xs_T = (jnp.swapaxes(y_BxTxE, 0, 1), jnp.swapaxes(valid_BxT, 0, 1))
+        carries, (out_TxBxO, w_TxBxS) = self.decoder(carries, xs_T, enc, src_valid_BxS, z_BxC)
         out_BxTxO = self.drop(jnp.swapaxes(out_TxBxO, 0, 1), deterministic=deterministic)
         w_BxTxS = None if w_TxBxS is None else jnp.swapaxes(w_TxBxS, 0, 1)
         return carries, self.output(out_BxTxO).astype(jnp.float32), w_BxTxS
 
     @retired_flags(return_attention="Seq2Seq.with_weights")
-    def __call__(
-        self,
-        src_BxS: Array,
-        tgt_in_BxT: Array,
-        src_lengths: Array | None = None,
-        *,
-        deterministic: bool = True,
-    ) -> Array:
+    def __call__(self, src_BxS: Array, tgt_in_BxT: Array, src_lengths: Array | None = None, *,
+                 deterministic: bool = True) -> Array:
         """Teacher-forced ``logits_BxTxV`` (float32; the class docstring)."""
-        return self._teacher_forced(src_BxS, tgt_in_BxT, src_lengths, deterministic)[0]
+        return self.with_weights(src_BxS, tgt_in_BxT, src_lengths, deterministic=deterministic)[0]
 
-    def with_weights(
-        self,
-        src_BxS: Array,
-        tgt_in_BxT: Array,
-        src_lengths: Array | None = None,
-        *,
-        deterministic: bool = True,
-    ) -> tuple[Array, Array]:
+    def with_weights(self, src_BxS: Array, tgt_in_BxT: Array, src_lengths: Array | None = None, *,
+                     deterministic: bool = True) -> tuple[Array, Array]:
         """As :meth:`__call__`, and the attention weights: ``(logits_BxTxV, alpha_BxTxS)``,
         row ``t`` of ``alpha`` over the source positions as given (also when
         ``reverse_source``); all zeros when ``context`` is not ``"attention"``."""
-        logits_BxTxV, w_BxTxS, src_valid = self._teacher_forced(
-            src_BxS, tgt_in_BxT, src_lengths, deterministic
-        )
+        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.tgt_vocab_size)
+        check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
+        v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
+        valid_BxT = jnp.ones(tgt_in_BxT.shape, bool)
+        _, logits_BxTxV, w_BxTxS = self._decode(init, tgt_in_BxT, valid_BxT, v, src_valid, z,
+                                                deterministic)
         if w_BxTxS is None:
             return logits_BxTxV, jnp.zeros(tgt_in_BxT.shape + src_valid.shape[1:], jnp.float32)
         if self.config.reverse_source:
@@ -521,86 +387,32 @@ class Seq2Seq(nn.Module):
             w_BxTxS = jnp.swapaxes(w_BxSxT, 1, 2)
         return logits_BxTxV, w_BxTxS
 
-    def _teacher_forced(
-        self, src_BxS: Array, tgt_in_BxT: Array, src_lengths: Array | None, deterministic: bool
-    ) -> tuple[Array, Array | None, Array]:
-        """``(logits_BxTxV, alpha_BxTxS as fed or None, src_valid_BxS)``, teacher-forced."""
-        tgt_in_BxT = check_tokens(tgt_in_BxT, "tgt_in", self.config.tgt_vocab_size)
-        check_same_batch(tgt_in_BxT, "tgt_in", src_BxS, "src")
-        v, src_valid, z, init = self.encode(src_BxS, src_lengths, deterministic=deterministic)
-        valid_BxT = jnp.ones(tgt_in_BxT.shape, bool)
-        _, logits_BxTxV, w_BxTxS = self._decode(
-            init, tgt_in_BxT, valid_BxT, v, src_valid, z, deterministic
-        )
-        return logits_BxTxV, w_BxTxS, src_valid
-
     # ----------------------------------------------------------------- decoding interface
 
-    def _prefill(
-        self, prompt_BxT: Array, lengths_B: Array, src_BxS: Array, src_lengths: Array | None
-    ) -> dict:
+    def _prefill(self, prompt_BxT: Array, lengths_B: Array, src_BxS: Array,
+                 src_lengths: Array | None) -> dict:
         v, src_valid, z, carries = self.encode(src_BxS, src_lengths)
-        carries, _, _ = self._decode(
-            carries,
-            prompt_BxT,
-            padding_mask(lengths_B, prompt_BxT.shape[1]),
-            v,
-            src_valid,
-            z,
-            True,
-        )
-        return {
-            "carries": carries,
-            "enc": v if self.config.context == "attention" else None,
-            "src_valid": src_valid,
-            "z": z,
-        }
+        valid_BxT = padding_mask(lengths_B, prompt_BxT.shape[1])
+        carries, _, _ = self._decode(carries, prompt_BxT, valid_BxT, v, src_valid, z, True)
+        enc = v if self.config.context == "attention" else None
+        return {"carries": carries, "enc": enc, "src_valid": src_valid, "z": z}
 
     def _step(self, state: dict, tokens_B: Array) -> tuple[Array, dict]:
         # Out-of-vocabulary ids (seen only here under jit): NaN logits, carries kept.
         tokens_B, valid_B = split_oov(tokens_B, self.config.tgt_vocab_size)
-        carries, logits_Bx1xV, w = self._decode(
-            state["carries"],
-            tokens_B[:, None],
-            valid_B[:, None],
-            state["enc"],
-            state["src_valid"],
-            state["z"],
-            True,
+        carries, logits_Bx1xV, _ = self._decode(
+            state["carries"], tokens_B[:, None], valid_B[:, None], state["enc"],
+            state["src_valid"], state["z"], True,
         )
         return flag_oov_rows(logits_Bx1xV[:, 0], valid_B), {**state, "carries": carries}
 
-    def init_decode_state(
-        self,
-        params: Any,
-        prompt_BxT: Array,
-        prompt_lengths_B: Array | None = None,
-        max_len: int | None = None,
-        *,
-        src: Array,
-        src_lengths: Array | None = None,
-    ) -> dict:
+    def init_decode_state(self, params: Any, prompt_BxT: Array,
+                          prompt_lengths_B: Array | None = None, max_len: int | None = None, *,
+                          src: Array, src_lengths: Array | None = None) -> dict:
         """Encode ``src`` once and run the decoder over ``prompt[b, :len_b - 1]``; state
-        ``{"carries", "enc", "src_valid", "z"}``, every leaf batch-leading."""
-        del max_len
-        prompt_BxT, prompt_lengths_B = check_prompt(
-            prompt_BxT, prompt_lengths_B, self.config.tgt_vocab_size
-        )
-        check_same_batch(src, "src", prompt_BxT, "prompt")
-        return self.apply(  # type: ignore[return-value]
-            as_variables(params),
-            prompt_BxT,
-            prompt_lengths_B - 1,
-            src,
-            src_lengths,
-            method=type(self)._prefill,
-        )
-
-    def decode_step(self, params: Any, state: dict, tokens_B: Array) -> tuple[Array, dict]:
-        """Feed one target token per row: ``(logits_BxV, new_state)``. An id outside the
-        target vocabulary is a ``ValueError`` (under ``jit``: NaN logits, carries kept)."""
-        tokens_B = check_step_tokens(tokens_B, self.config.tgt_vocab_size, state)
-        return self.apply(as_variables(params), state, tokens_B, method=type(self)._step)  # type: ignore[return-value]
+        ``{"carries", "enc", "src_valid", "z"}``, every leaf batch-leading (``max_len`` is
+        unused)."""
+        return self._init_state(params, prompt_BxT, prompt_lengths_B, src, src_lengths, src=src)
 
 
 # --------------------------------------------------------------------- scheduled sampling
@@ -609,14 +421,9 @@ class Seq2Seq(nn.Module):
 SCHEDULES = ("linear", "exponential", "inverse_sigmoid", "constant")
 
 
-def scheduled_sampling_epsilon(
-    step: Any,
-    schedule: str = "inverse_sigmoid",
-    *,
-    k: float | None = None,
-    c: float | None = None,
-    minimum: float = 0.0,
-) -> Array:
+def scheduled_sampling_epsilon(step: Any, schedule: str = "inverse_sigmoid", *,
+                               k: float | None = None, c: float | None = None,
+                               minimum: float = 0.0) -> Array:
     r"""The probability :math:`\epsilon_i` of feeding the true token at training iteration ``i``
     (Bengio et al. 2015, §2.4), float32 shaped like ``step`` (an int, traced under ``jit``):
 
@@ -654,18 +461,10 @@ def scheduled_sampling_epsilon(
     return jnp.float32(k) / (jnp.float32(k) + jnp.exp(i / jnp.float32(k)))
 
 
-def scheduled_sampling_inputs(
-    model: Seq2Seq,
-    params: Any,
-    src_BxS: Array,
-    tgt_in_BxT: Array,
-    src_lengths: Array | None = None,
-    *,
-    epsilon: Any,
-    rng: Array,
-    sample: bool = False,
-    temperature: float = 1.0,
-) -> tuple[Array, Array]:
+def scheduled_sampling_inputs(model: Seq2Seq, params: Any, src_BxS: Array, tgt_in_BxT: Array,
+                              src_lengths: Array | None = None, *, epsilon: Any, rng: Array,
+                              sample: bool = False,
+                              temperature: float = 1.0) -> tuple[Array, Array]:
     r"""Decoder inputs for one scheduled-sampling training step (Bengio et al. 2015).
 
     ``tgt_in = [<start>, y_1, …, y_{T-1}]`` becomes ``[<start>, ỹ_1, …, ỹ_{T-1}]``,

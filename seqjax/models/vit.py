@@ -22,11 +22,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from seqjax._checks import ConfigBase, check_count_or_off, check_rank
-from seqjax.models._common import check_preset
-from seqjax.nn._block_config import check_block, model_block
+from seqjax.models._common import block_stack, preset_constructor
+from seqjax.nn._block_config import check_block
 from seqjax.nn.dense import Dense
 from seqjax.nn.positional import LearnedPositionalEmbedding
 from seqjax.nn.transformer import BlockConfig, TransformerEncoder
@@ -35,23 +36,22 @@ Array = jax.Array
 Dtype = Any
 
 __all__ = [
-    "VIT_PRESETS",
-    "ViT",
-    "ViTConfig",
-    "num_patches",
-    "patchify",
-    "unpatchify",
-    "vit_block",
+    "VIT_PRESETS", "ViT", "ViTConfig", "num_patches", "patchify", "unpatchify", "vit_block",
 ]
 
 
-def _pair(x: int | tuple[int, int]) -> tuple[int, int]:
-    return (x, x) if isinstance(x, int) else (int(x[0]), int(x[1]))
+def _pair(x: int | tuple[int, int], name: str) -> tuple[int, int]:
+    pair = (x, x) if isinstance(x, (int, np.integer)) else tuple(x)
+    if len(pair) != 2 or any(
+        isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in pair
+    ):
+        raise ValueError(f"`{name}` must be a positive int or a pair of them; got {x!r}.")
+    return int(pair[0]), int(pair[1])
 
 
 def num_patches(image_size: int | tuple[int, int], patch_size: int) -> int:
     """``N = HW / P²`` (Bishop §12.4.1); ``H`` and ``W`` must be multiples of ``P``."""
-    h, w = _pair(image_size)
+    h, w = _pair(image_size, "image_size")
     if h % patch_size or w % patch_size:
         raise ValueError(
             f"image size {(h, w)} must be a multiple of patch_size={patch_size} on both axes."
@@ -86,7 +86,7 @@ def unpatchify(patches_BxNxF: Array, patch_size: int, image_size: int | tuple[in
         True
     """
     check_rank(patches_BxNxF, "patches", 3)
-    h, w = _pair(image_size)
+    h, w = _pair(image_size, "image_size")
     n = num_patches((h, w), patch_size)
     b, n_got, f = patches_BxNxF.shape
     p = patch_size
@@ -108,10 +108,9 @@ def vit_block(num_heads: int, **options: Any) -> BlockConfig:
         >>> vit_block(3, mlp_dim=768).norm, vit_block(3).norm_epsilon
         ('pre', 1e-06)
     """
-    options.setdefault("norm", "pre")
-    options.setdefault("activation", "gelu")
-    options.setdefault("norm_epsilon", 1e-6)
-    return BlockConfig.encoder(num_heads, **options)
+    return BlockConfig.encoder(
+        num_heads, **{"norm": "pre", "activation": "gelu", "norm_epsilon": 1e-6, **options}
+    )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -175,16 +174,13 @@ class ViT(nn.Module):
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> ViT:
-        """A model from :data:`VIT_PRESETS`, with config fields overridden."""
-        return cls(check_preset(name, VIT_PRESETS).replace(**overrides))
+    from_preset = preset_constructor(VIT_PRESETS)
 
     @nn.compact
     def __call__(self, images_BxHxWxC: Array, *, deterministic: bool = True) -> Array:
         cfg = self.config
         check_rank(images_BxHxWxC, "images", 4)
-        h, w = _pair(cfg.image_size)
+        h, w = _pair(cfg.image_size, "image_size")
         if images_BxHxWxC.shape[1:] != (h, w, cfg.channels):
             raise ValueError(
                 f"`images` must have shape [B, {h}, {w}, {cfg.channels}]; "
@@ -202,16 +198,10 @@ class ViT(nn.Module):
             x_BxNxD = jnp.concatenate([cls_Bx1xD, x_BxNxD], axis=1)
         x_BxNxD = LearnedPositionalEmbedding(x_BxNxD.shape[1], name="pos_embed", **kw)(x_BxNxD)
         x_BxNxD = nn.Dropout(cfg.block.dropout_rate)(x_BxNxD, deterministic=deterministic)
-        z_BxNxD = TransformerEncoder(
-            config=model_block(cfg.block, self.dtype, self.param_dtype, owner="ViTConfig"),
-            num_layers=cfg.num_layers,
-            scan_layers=cfg.scan_layers,
-            remat=cfg.remat,
-            name="encoder",
-        )(x_BxNxD, deterministic=deterministic)
+        encoder = block_stack(self, TransformerEncoder, cfg.block, cfg.num_layers, name="encoder")
+        z_BxNxD = encoder(x_BxNxD, deterministic=deterministic)
         pooled_BxD = z_BxNxD[:, 0] if cfg.class_token else jnp.mean(z_BxNxD, axis=1)
         if not cfg.num_classes:
             return pooled_BxD
-        return Dense(cfg.num_classes, kernel_init=nn.initializers.zeros_init(), name="head", **kw)(
-            pooled_BxD
-        ).astype(jnp.float32)
+        head = Dense(cfg.num_classes, kernel_init=nn.initializers.zeros, name="head", **kw)
+        return head(pooled_BxD).astype(jnp.float32)

@@ -29,20 +29,14 @@ import numpy as np
 from flax import linen as nn
 
 __all__ = [
-    "cosine_similarity",
-    "nearest_neighbours",
-    "analogy",
-    "evaluate_analogies",
-    "Word2Vec",
-    "skipgram_ns_loss",
-    "cbow_ns_loss",
+    "cosine_similarity", "nearest_neighbours", "analogy", "evaluate_analogies", "Word2Vec",
+    "skipgram_ns_loss", "cbow_ns_loss",
 ]
 
 Array = jax.Array
 Mode = Literal["skipgram", "cbow"]
 
 
-# ----------------------------------------------------------------------------- similarity
 def cosine_similarity(a: Any, b: Any, *, eps: float = 1e-12) -> np.ndarray:
     r"""``cos θ = a·b / (‖a‖ ‖b‖)`` over the last axis, broadcasting the rest (MEDL §7.1).
 
@@ -78,9 +72,8 @@ def _check_id(i: int, vocab_size: int, name: str) -> int:
     return int(i)
 
 
-def nearest_neighbours(
-    embeddings_VxD: Any, query: int | Any, k: int = 5, *, exclude: Sequence[int] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def nearest_neighbours(embeddings_VxD: Any, query: int | Any, k: int = 5, *,
+                       exclude: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
     """``(ids int32[k], cosines float32[k])``, most similar first: the ``k`` rows most
     cosine-similar to ``query`` (an id, which excludes itself, or a vector ``[D]``).
 
@@ -141,7 +134,6 @@ def evaluate_analogies(embeddings_VxD: Any, questions_Nx4: Any) -> float:
     return float(np.mean(hits))
 
 
-# ----------------------------------------------------------------------------- losses
 def _ns_loss(h_BxD: Array, out_VxD: Array, targets_B: Array, negatives_BxK: Array) -> Array:
     h = h_BxD.astype(jnp.float32)
     pos_B = jnp.einsum("bd,bd->b", h, out_VxD[targets_B].astype(jnp.float32))
@@ -150,23 +142,16 @@ def _ns_loss(h_BxD: Array, out_VxD: Array, targets_B: Array, negatives_BxK: Arra
     return jnp.mean(per_example)
 
 
-def skipgram_ns_loss(
-    in_VxD: Array, out_VxD: Array, centers_B: Array, contexts_B: Array, negatives_BxK: Array
-) -> Array:
+def skipgram_ns_loss(in_VxD: Array, out_VxD: Array, centers_B: Array, contexts_B: Array,
+                     negatives_BxK: Array) -> Array:
     r"""Mean skip-gram negative-sampling loss ``ℓ`` (Mikolov et al. 2013, eq. 4; module
     docstring), a scalar: ``v_c = in_VxD[centers]``, ``u_o = out_VxD[contexts]``,
     ``u_{w_k} = out_VxD[negatives]``."""
     return _ns_loss(in_VxD[centers_B], out_VxD, contexts_B, negatives_BxK)
 
 
-def cbow_ns_loss(
-    in_VxD: Array,
-    out_VxD: Array,
-    contexts_BxC: Array,
-    mask_BxC: Array,
-    centers_B: Array,
-    negatives_BxK: Array,
-) -> Array:
+def cbow_ns_loss(in_VxD: Array, out_VxD: Array, contexts_BxC: Array, mask_BxC: Array,
+                 centers_B: Array, negatives_BxK: Array) -> Array:
     r"""Mean CBOW negative-sampling loss, a scalar: :func:`skipgram_ns_loss` with the centre as
     target and ``h = Σ_j m_j v_{x_j} / Σ_j m_j``, the masked mean of the context vectors."""
     m = mask_BxC.astype(jnp.float32)[..., None]
@@ -175,7 +160,6 @@ def cbow_ns_loss(
     return _ns_loss(h_BxD, out_VxD, centers_B, negatives_BxK)
 
 
-# ----------------------------------------------------------------------------- model
 class Word2Vec(nn.Module):
     """Parameters of word2vec and its negative-sampling loss.
 
@@ -206,16 +190,10 @@ class Word2Vec(nn.Module):
         if self.mode not in ("skipgram", "cbow"):
             raise ValueError(f"`mode` must be 'skipgram' or 'cbow'; got {self.mode!r}.")
         scale = 0.5 / self.features
-        emb = self.param(
-            "input_embedding",
-            lambda k, s, d: jax.random.uniform(k, s, d, -scale, scale),
-            (self.vocab_size, self.features),
-            self.param_dtype,
-        )
-        out = self.param(
-            "output_embedding", nn.initializers.zeros_init(),
-            (self.vocab_size, self.features), self.param_dtype,
-        )
+        shape = (self.vocab_size, self.features)
+        uniform = lambda k, s, d: jax.random.uniform(k, s, d, -scale, scale)
+        emb = self.param("input_embedding", uniform, shape, self.param_dtype)
+        out = self.param("output_embedding", nn.initializers.zeros_init(), shape, self.param_dtype)
         if self.mode == "skipgram":
             return skipgram_ns_loss(emb, out, batch["centers"], batch["contexts"],
                                     batch["negatives"])
