@@ -39,7 +39,7 @@ unused tensor is an error.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
@@ -251,9 +251,12 @@ def sentence_embeddings(model: Bert, variables: dict, tokenizer: HFTokenizer,
     and truncated to ``max_length`` tokens (specials kept; default the model's ``block_size``;
     all-MiniLM-L6-v2's sentence-transformers setting is 256); batches of ``batch_size`` are
     right padded; the mean over the real tokens is L2-normalised when ``normalize``."""
-    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
+    given = type(sentences).__name__
+    if not isinstance(sentences, str) and isinstance(sentences, Iterable):
+        sentences = list(sentences)  # read once: a generator is consumed by the check
+    if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
         raise TypeError("`sentences` must be a sequence of str (wrap a single sentence in a "
-                        f"list); got {type(sentences).__name__}.")
+                        f"list); got {given}.")
     if not isinstance(tokenizer, HFTokenizer):
         raise TypeError(f"`tokenizer` must be an HFTokenizer; got {type(tokenizer).__name__}.")
     cfg = model.config
@@ -262,7 +265,6 @@ def sentence_embeddings(model: Bert, variables: dict, tokenizer: HFTokenizer,
         raise ValueError(f"`max_length` must be in [2, {cfg.block_size}] (the model's positions); "
                          f"got {max_length}.")
     check_positive_ints(batch_size=batch_size)
-    sentences = list(sentences)
     if not sentences:
         return jnp.zeros((0, cfg.embed_dim), jnp.float32)
     tk = type(tokenizer.tokenizer).from_str(tokenizer.tokenizer.to_str())

@@ -121,6 +121,18 @@ def test_sentence_embeddings_errors(minilm):
     with pytest.raises(ValueError, match="max_length"):
         sentence_embeddings(model, variables, tok, ["a"], max_length=1000)
     assert sentence_embeddings(model, variables, tok, []).shape == (0, 384)
+    with pytest.raises(TypeError, match="sentences"):
+        sentence_embeddings(model, variables, tok, 3)
+
+
+def test_sentence_embeddings_of_a_generator(minilm):
+    # The type check reads the sentences once: a generator is not consumed before encoding.
+    _, model, variables, tok = minilm
+    sentences = ["a cat sat.", "the dog ran home."]
+    got = sentence_embeddings(model, variables, tok, (s for s in sentences), max_length=16)
+    want = sentence_embeddings(model, variables, tok, sentences, max_length=16)
+    assert got.shape == (2, 384)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 # --------------------------------------------------------------------------- tiny random heads
