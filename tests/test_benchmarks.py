@@ -456,3 +456,18 @@ def test_modern_gpt_steps_to_target_and_report():
     assert fig["target"] == pytest.approx(5.29) and fig["modern_steps"] == [150, 150]
     assert fig["step_fraction"] == pytest.approx(0.3) and fig["cost_ratio"] == pytest.approx(1.1)
     assert "| tied head | 150 | 5.2500 |" in text and "0.30×" in text
+
+
+def test_size_counts_kinds_and_ignores_layout(capsys):
+    from benchmarks import size
+
+    one = 'def f(a, b):\n    """Doc."""\n    # why\n\n    return g(a,\n             b)\n'
+    flat = 'def f(a, b):\n    """Doc."""\n    # why\n\n    return g(a, b)\n'
+    m = size.measure(one)
+    assert (m["lines"], m["code"], m["doc"], m["comment"], m["blank"]) == (6, 3, 1, 1, 1)
+    assert m["statements"] == 2
+    # Rewrapping a call moves the line count, not the tokens or statements.
+    n = size.measure(flat)
+    assert n["lines"] == 5 and (n["tokens"], n["statements"]) == (m["tokens"], m["statements"])
+    assert size.main(["--smoke"]) == 0
+    assert "| working tree |" in capsys.readouterr().out
