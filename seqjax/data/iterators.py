@@ -83,8 +83,7 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
     ``get_state()`` returns ``{"kind", <configuration>, <position>}``; ``set_state(state)`` checks
     that ``state`` has the same kind and configuration (a ``ValueError`` naming every difference)
     and continues exactly there. Subclasses set ``kind`` and define ``_config`` (what must
-    match), ``_position``/``_set_position`` (where the stream is; default: the attributes
-    ``epoch`` and ``step``) and ``__next__``.
+    match), ``_position``/``_set_position`` (where the stream is; default: none) and ``__next__``.
     """
 
     kind = ""
@@ -93,10 +92,10 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
         return {}
 
     def _position(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "step": self.step}
+        return {}
 
     def _set_position(self, position: dict[str, int]) -> None:
-        self.epoch, self.step = position["epoch"], position["step"]
+        del position
 
     def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """A state written by an older version, in today's keys."""
@@ -139,7 +138,20 @@ class ResumableIterator(Iterator[dict[str, np.ndarray]]):
         return self
 
 
-class TBPTTIterator(ResumableIterator):
+class _EpochStep(ResumableIterator):
+    """A stream whose position is the pair ``(epoch, step)`` of its attributes."""
+
+    epoch: int
+    step: int
+
+    def _position(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+    def _set_position(self, position: dict[str, int]) -> None:
+        self.epoch, self.step = position["epoch"], position["step"]
+
+
+class TBPTTIterator(_EpochStep):
     """Contiguous streams for truncated back-propagation through time.
 
     The stream is cut into ``G = batch_size * host_count`` rows
@@ -200,7 +212,7 @@ class TBPTTIterator(ResumableIterator):
         return out
 
 
-class _EpochIterator(ResumableIterator):
+class _EpochIterator(_EpochStep):
     """Epochs of global batches; batch order a pure function of ``(seed, epoch)``."""
 
     def __init__(self, num_examples: int, batch_size: int, *, shuffle: bool, seed: int,

@@ -68,7 +68,8 @@ def pack_pair(src: Sequence[int], tgt: Sequence[int], delimiter_id: int, *,
         if delimiter_id in part:
             raise ValueError(f"`delimiter_id` {delimiter_id} occurs in `{name}` at position "
                              f"{part.index(delimiter_id)}: J&M's δ must be a unique marker.")
-    return [int(t) for t in (bos_id, *src_ids, delimiter_id, *tgt_ids, eos_id) if t is not None]
+    return ([] if bos_id is None else [int(bos_id)]) + [*src_ids, int(delimiter_id), *tgt_ids] + (
+        [] if eos_id is None else [int(eos_id)])
 
 
 @renamed_keywords({"max_len": "the inputs' width, one less than the string's length max_len"},

@@ -111,13 +111,16 @@ def _find_files(inputs: Sequence[str]) -> list[str]:
     found: list[str] = []
     kinds = "/".join(SUFFIXES)
     for item in inputs:
-        folder = not _GLOB_CHARS.search(item) and os.path.isdir(item)
-        if folder or _GLOB_CHARS.search(item):
-            pattern = os.path.join(glob.escape(item), "**", "*") if folder else item
-            matches = [p for p in sorted(glob.glob(pattern, recursive=True))
+        if _GLOB_CHARS.search(item):
+            matches = [p for p in sorted(glob.glob(item, recursive=True))
                        if os.path.isfile(p) and p.endswith(SUFFIXES)]
-            missing = (f"the folder {item!r} holds" if folder else
-                       f"the glob {item!r} matches") + f" no {kinds} file"
+            missing = f"the glob {item!r} matches no {kinds} file"
+        elif os.path.isdir(item):  # os.walk: symlinked folders are not followed
+            matches = sorted(os.path.join(root, f) for root, dirs, files in os.walk(item)
+                             if not any(part.startswith(".") for part in
+                                        os.path.relpath(root, item).split(os.sep) if part != ".")
+                             for f in files if f.endswith(SUFFIXES) and not f.startswith("."))
+            missing = f"the folder {item!r} holds no {kinds} file"
         elif os.path.isfile(item):
             if not item.endswith(SUFFIXES):
                 raise ValueError(f"the input {item!r} is not a {kinds} file (the suffix says "
@@ -212,8 +215,8 @@ class _Reader:
                         yield last
             except json.JSONDecodeError as err:
                 raise ValueError(f"{where}: not a JSON object ({err.msg}).") from None
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{where}: not UTF-8 text ({err.reason}).") from None
+            except UnicodeDecodeError as err:  # decoded in chunks: the line is unknown
+                raise ValueError(f"{path}: not UTF-8 text ({err.reason}).") from None
 
     def size(self, counted: int | None) -> tuple[int | None, str]:
         """``(total, unit)`` of the progress: the ``counted`` documents, else a dataset's

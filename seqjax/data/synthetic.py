@@ -289,7 +289,7 @@ def long_range_agreement(num_examples: int, *, min_attractors: int = 0, max_attr
         words += [("was", "were")[plural], _ADJECTIVES[rng.integers(len(_ADJECTIVES))], "."]
         rows.append(np.array([index[w] for w in words]))
     b = pad_batch(rows, pad_id=PAD_ID)
-    verb_pos, labels, n_attr, n_dis = np.array(facts, np.int32).T
+    verb_pos, labels, n_attr, n_dis = np.array(facts, np.int32).T.copy()  # rows contiguous
     return {"tokens": b["ids"], "lengths": b["lengths"], "mask": b["mask"],
             "verb_position": verb_pos, "label": labels, "num_attractors": n_attr,
             "num_disagreeing": n_dis}
