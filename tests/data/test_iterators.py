@@ -212,3 +212,15 @@ def test_states_of_older_versions_are_accepted():
     np.testing.assert_array_equal(next(it)["x"], order[4:8])
     it.set_state({"epoch": 0, "index": 2})  # saved after epoch 0's last batch
     assert (it.epoch, it.step) == (1, 0)
+
+
+def test_a_subclass_without_a_position_keeps_the_default():
+    class Count(ResumableIterator):
+        kind = "count"
+
+        def __next__(self):
+            return {"x": np.zeros(1)}
+
+    it = Count()
+    assert it.get_state() == {"kind": "count"}
+    it.set_state({"kind": "count"})

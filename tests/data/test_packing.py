@@ -109,3 +109,9 @@ def test_pretrain_then_fine_tune_on_packed_summaries():
     # Training on the packed strings (whole-string loss) teaches the summaries.
     assert float(np.mean(losses[-10:])) < float(losses[0])
     assert float(np.mean(parts["summary"][-10:])) < 0.5 * sum0
+
+
+def test_pack_pair_needs_a_delimiter():
+    assert pack_pair([1], [2], 9) == [1, 9, 2]
+    with pytest.raises(TypeError):
+        pack_pair([1], [2], None)

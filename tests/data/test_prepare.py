@@ -493,3 +493,17 @@ def test_cli_help_gives_every_default():
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0
+
+
+def test_a_folder_input_skips_hidden_names_and_does_not_follow_symlinked_folders(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / ".hidden").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    for path in (docs / "a.txt", docs / "sub" / "b.txt", docs / ".hidden" / "c.txt",
+                 docs / ".d.txt", tmp_path / "elsewhere" / "e.txt"):
+        path.write_text("some text.\n")
+    os.symlink(tmp_path / "elsewhere", docs / "link")
+    os.symlink(docs, docs / "sub" / "loop")  # a cycle: read once, not again through the link
+    got = prepare_module._find_files([str(docs)])
+    assert got == [str(docs / "a.txt"), str(docs / "sub" / "b.txt")]
