@@ -27,12 +27,16 @@ Activation = Callable[[Array], Array]
 __all__ = ["ACTIVATIONS", "GLU", "GLU_VARIANTS", "MLP", "get_activation", "glu_hidden_dim"]
 
 
+def _relu_squared(x: Array) -> Array:
+    return jnp.square(jax.nn.relu(x))
+
+
 #: Activations by name. ``"gelu"`` is the exact ``x Φ(x)`` (PyTorch's default), ``"gelu_tanh"``
 #: its tanh approximation (Hendrycks & Gimpel 2016; Flax's ``nn.gelu``, GPT-2); ``"silu"`` =
 #: ``"swish"`` = ``x σ(x)``; ``"relu_squared"`` = ``max(x, 0)²`` (So et al. 2021, "Primer";
 #: modded-nanogpt's MLP).
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": jax.nn.relu, "relu_squared": lambda x: jnp.square(jax.nn.relu(x)),
+    "relu": jax.nn.relu, "relu_squared": _relu_squared,  # a def: it pickles
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
     "silu": jax.nn.silu, "swish": jax.nn.silu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,

@@ -108,17 +108,16 @@ def _normalize(x: Array, scale: Array | None, bias: Array | None, epsilon: float
     return y.astype(dtype)
 
 
-def _norm_module(module: LayerNorm | RMSNorm, x: Array, bias_init: Initializer | None,
-                 center: bool) -> Array:
-    """Both modules' compact ``__call__``: their ``scale`` and (with a ``bias_init``) ``bias``,
+def _norm_module(module: LayerNorm | RMSNorm, x: Array, use_bias: bool, center: bool) -> Array:
+    """Both modules' compact ``__call__``: their ``scale`` and (``use_bias``) ``bias``,
     ``[D]`` in ``param_dtype``; the compute dtype promoted with them as given (bf16 copies under
     mixed precision)."""
     _check_input(x, module.epsilon)
     shape = (jnp.shape(x)[-1],)
     scale = (module.param("scale", module.scale_init, shape, module.param_dtype)
              if module.use_scale else None)
-    bias = None if bias_init is None else module.param("bias", bias_init, shape,
-                                                       module.param_dtype)
+    bias = (module.param("bias", module.bias_init, shape, module.param_dtype)
+            if use_bias else None)
     given = [p for p in (scale, bias) if p is not None] or [module.param_dtype]
     dtype = module.dtype or jnp.result_type(x, *given)
     return _normalize(x, scale, bias, module.epsilon, dtype, center)
@@ -155,7 +154,7 @@ class LayerNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        return _norm_module(self, x, self.bias_init if self.use_bias else None, center=True)
+        return _norm_module(self, x, self.use_bias, center=True)
 
 
 class RMSNorm(nn.Module):
@@ -184,4 +183,4 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        return _norm_module(self, x, None, center=False)
+        return _norm_module(self, x, False, center=False)

@@ -143,6 +143,8 @@ class VectorQuantizer(nn.Module):
         if self.num_codes < 1 or self.features < 1:
             raise ValueError(f"`num_codes` and `features` must be positive ints; got "
                              f"{self.num_codes} and {self.features}.")
+        if not self.beta >= 0:  # checked here too: decode alone never reaches vq_losses
+            raise ValueError(f"`beta` must be >= 0; got {self.beta}.")
         k = self.num_codes
         uniform = nn.initializers.uniform(2.0 / k)  # on [-1/K, 1/K) after the shift
         init = self.codebook_init or (lambda key, shape, dtype=jnp.float32:

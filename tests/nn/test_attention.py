@@ -759,3 +759,12 @@ def test_multihead_attention_with_the_pallas_kernel_and_lengths():
         got = make("pallas").apply(params, x, lengths=lengths)
     np.testing.assert_allclose(got, make("xla").apply(params, x, lengths=lengths),
                                rtol=2e-5, atol=2e-5)
+
+
+def test_decode_needs_a_cache():
+    # Without the check, `cache=None` attended without a cache and without the causal mask.
+    mha = MultiHeadAttention(num_heads=2, head_dim=4)
+    x = jnp.ones((1, 3, 8))
+    params = mha.init(jax.random.PRNGKey(0), x)["params"]
+    with pytest.raises(TypeError, match="`cache` must be a KVCache"):
+        mha.apply({"params": params}, x, None, method="decode")

@@ -106,3 +106,6 @@ def test_errors_name_the_argument():
         kmeans_codebook(np.zeros((3, 1)), 4)
     with pytest.raises(ValueError, match="`num_codes` and `features`"):
         VectorQuantizer(0, 2).init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
+    params = VectorQuantizer(4, 2).init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
+    with pytest.raises(ValueError, match="`beta` must be >= 0"):  # decode alone checks it too
+        VectorQuantizer(4, 2, beta=-1.0).apply(params, jnp.zeros(1, jnp.int32), method="decode")

@@ -252,6 +252,9 @@ class MultiHeadAttention(nn.Module):
         ``Q``: prompts of different lengths prefill in one call); ``positions`` default to
         ``cache.lengths[:, None] + arange(Q)``; ``mask`` covers the cache's ``max_len`` keys.
         """
+        if not isinstance(cache, KVCache):  # None would attend without a cache, non-causal
+            raise TypeError(f"`cache` must be a KVCache (init_cache); got "
+                            f"{type(cache).__name__}.")
         out, cache, _, _ = self._attend(inputs_q, None, mask=mask, bias=bias,
                                         positions=positions, lengths=lengths, cache=cache)
         return out, cache
