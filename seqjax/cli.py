@@ -260,7 +260,7 @@ def _checkout_root(start: str) -> str | None:
     here = pathlib.Path(os.path.abspath(start))
     for path in (here, *here.parents):
         pyproject = path / "pyproject.toml"
-        if ((path / "benchmarks" / "__main__.py").is_file() and pyproject.is_file()
+        if (os.path.isfile(path / "benchmarks" / "__main__.py") and os.path.isfile(pyproject)
                 and re.search(r"""(?m)^name\s*=\s*["']seqjax["']""",
                               pyproject.read_text(encoding="utf-8"))):
             return str(path)

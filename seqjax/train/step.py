@@ -113,10 +113,12 @@ class BatchCheck:
         if not isinstance(batch, Mapping):
             return
         for key, v in self.vocab_sizes.items():
-            masked = self.masks.get(key) in batch
             ids = _host_array(batch[key]) if key in batch else None
+            if ids is None:  # absent, or not readable on this host: the mask is not read
+                continue
+            masked = self.masks.get(key) in batch
             mask = _host_array(batch[self.masks[key]]) if masked else None
-            if ids is not None and (mask is not None or not masked):
+            if mask is not None or not masked:
                 check_vocab_ids(ids, f'batch["{key}"]', int(v), mask)
 
 

@@ -91,8 +91,9 @@ def tree_bytes(tree: Any) -> int:
     """The bytes of the arrays of a pytree (global sizes of sharded arrays)."""
     import jax
 
-    return sum(int(getattr(leaf, "nbytes", 0) or np.asarray(leaf).nbytes)
-               for leaf in jax.tree_util.tree_leaves(tree))
+    # An array's nbytes, also 0 (an empty array spanning other hosts cannot be read here).
+    return sum(int(n) if (n := getattr(leaf, "nbytes", None)) is not None
+               else np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(tree))
 
 
 class WriteError(OSError):
@@ -164,7 +165,8 @@ def resumed_by(command: str, workdir: str | None,
     passed on as is), leaving it says ``command`` resumes it; any other write failure becomes a
     :class:`WriteError` of its file with ``workdir``'s newest checkpoint."""
     checkpoints = None if workdir is None else os.path.join(workdir, "checkpoints")
-    passed_on: tuple[type[Exception], ...] = (WriteError, *resumable)
+    passed_on: tuple[type[Exception], ...] = (WriteError, *(
+        resumable if isinstance(resumable, tuple) else (resumable,)))  # one class, as `except`
     try:
         yield
     except passed_on as err:
