@@ -86,6 +86,11 @@ def quantize(z: Array, codebook_KxD: Array) -> tuple[Array, Array]:
     return z + jax.lax.stop_gradient(q - z), k
 
 
+def _check_beta(beta: float) -> None:
+    if not beta >= 0:
+        raise ValueError(f"`beta` must be >= 0; got {beta}.")
+
+
 def vq_losses(z: Array, q: Array, beta: float = 0.25) -> tuple[Array, Array]:
     r"""``(codebook_loss, commitment_loss)`` of van den Oord et al. (2017), eq. 3.
 
@@ -99,8 +104,7 @@ def vq_losses(z: Array, q: Array, beta: float = 0.25) -> tuple[Array, Array]:
         >>> float(cb), float(cm)
         (2.5, 1.25)
     """
-    if not beta >= 0:
-        raise ValueError(f"`beta` must be >= 0; got {beta}.")
+    _check_beta(beta)
     if jnp.shape(z) != jnp.shape(q):
         raise ValueError(f"`z` and `q` must have the same shape; got {tuple(jnp.shape(z))} "
                          f"and {tuple(jnp.shape(q))}.")
@@ -143,8 +147,7 @@ class VectorQuantizer(nn.Module):
         if self.num_codes < 1 or self.features < 1:
             raise ValueError(f"`num_codes` and `features` must be positive ints; got "
                              f"{self.num_codes} and {self.features}.")
-        if not self.beta >= 0:  # checked here too: decode alone never reaches vq_losses
-            raise ValueError(f"`beta` must be >= 0; got {self.beta}.")
+        _check_beta(self.beta)  # here too: decode alone never reaches vq_losses
         k = self.num_codes
         uniform = nn.initializers.uniform(2.0 / k)  # on [-1/K, 1/K) after the shift
         init = self.codebook_init or (lambda key, shape, dtype=jnp.float32:
