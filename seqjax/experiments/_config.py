@@ -266,9 +266,11 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
 def _unknown(key: str, cls: type, prefix: str) -> ConfigError:
     names = [f.name for f in dataclasses.fields(cls)]
     new = renamed(cls).get(key)
-    if new in names:
-        return ConfigError(f"--{prefix}{key} is now --{prefix}{new} (one spelling across the "
-                           f"recipes); use --{prefix}{new}=VALUE.")
+    if new is not None and new.partition(".")[0] in names:  # "model.num_layers": nested now
+        why = (f"the options of --{prefix}{new.partition('.')[0]} are one group" if "." in new
+               else "one spelling across the recipes")
+        return ConfigError(f"--{prefix}{key} is now --{prefix}{new} ({why}); use "
+                           f"--{prefix}{new}=VALUE.")
     close = difflib.get_close_matches(key, names, n=1)
     hint = f" Did you mean --{prefix}{close[0]}?" if close else ""
     return ConfigError(
@@ -305,6 +307,8 @@ def _apply(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
             raise _unknown(head, cls, prefix)
         if rest:
             nested.setdefault(head, {})[rest] = value
+        elif _is_group(hints[head]) and not isinstance(value, Mapping):
+            raise _group_value(head, value, cls, prefix)
         else:
             direct[head] = _convert(prefix + head, value, hints[head])
     for head, sub in nested.items():
@@ -316,6 +320,42 @@ def _apply(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
         return dataclasses.replace(cfg, **direct)
     except (TypeError, ValueError) as err:
         raise ConfigError(_invalid(cls, err)) from err
+
+
+def _is_group(tp: Any) -> bool:
+    """Whether a field is a nested config (a group of options ``--NAME.KEY=VALUE``)."""
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _group_value(key: str, value: Any, cls: type, prefix: str) -> ConfigError:
+    """``--model=lstm`` where ``model`` is a group: its options are ``--model.KEY``, and a
+    value that a renamed option took names the new key (``--model.architecture=lstm``)."""
+    new = renamed(cls).get(key, "")
+    if new.startswith(f"{key}."):
+        return ConfigError(f"--{prefix}{key}={value} is now --{prefix}{new}={value} (the "
+                           f"model's options are the group --{prefix}{key}.KEY).")
+    names = ", ".join(f.name for f in dataclasses.fields(_hints(cls)[key]))
+    return ConfigError(f"--{prefix}{key} is a group of options; set one as "
+                       f"--{prefix}{key}.KEY=VALUE (keys: {names}).")
+
+
+def _nest_renamed(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config's options under the names before a rename moved them into a group
+    (``{"num_layers": 4}`` -> ``{"model": {"num_layers": 4}}``; a saved ``"model": "lstm"``
+    -> ``{"model": {"architecture": "lstm"}}``); keys saved under the new names win."""
+    hints = _hints(cls)
+    out = {k: v for k, v in data.items()
+           if not (_is_group(hints.get(k)) and not isinstance(v, Mapping))}
+    for key, value in data.items():
+        head, _, rest = renamed(cls).get(key, "").partition(".")
+        moved = rest and _is_group(hints.get(head)) and (
+            key not in hints or _is_group(hints[key]) and not isinstance(value, Mapping))
+        if moved:
+            group = out[head] = dict(out.get(head) or {})
+            group.setdefault(rest, value)
+            if key != head:
+                out.pop(key, None)
+    return out
 
 
 def _invalid(cls: type, err: Exception) -> str:
@@ -330,6 +370,7 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     A config saved before a rename is read with the new names (:func:`renamed`), and a saved
     ``null`` for a number whose off is 0 (``clip_norm``, once ``None`` = no clipping in one
     recipe) is read as 0."""
+    data = _nest_renamed(cls, data)
     defaults = {f.name for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing = defaults - set(data)

@@ -48,7 +48,7 @@ from seqjax.experiments._text import (
     sample_ids,
     sampling,
 )
-from seqjax.experiments.reports.gpt2 import report
+from seqjax.experiments.reports.gpt2 import model_shape, report
 from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
 from seqjax.models.rnn import RNNLanguageModel, RNNLMConfig
 from seqjax.train.checkpoint import restore_params
@@ -61,6 +61,61 @@ from seqjax.train.options import TrainOptions
 from seqjax.train.parallel import Parallel, ParallelOptions
 from seqjax.train.step import flax_apply_fn, make_eval_step
 from seqjax.utils import count_params
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The network of the GPT LM recipe: ``--model.KEY=VALUE`` (defaults: GPT-2 124M). The
+    recipe hands it whole to :func:`build_model`, which builds the library's config from it
+    (:class:`~seqjax.models.gpt.TransformerLMConfig` and its
+    :func:`~seqjax.models.gpt.gpt_block`, or :class:`~seqjax.models.rnn.RNNLMConfig`); the
+    vocabulary and the context length are the run's ``--vocab_size`` and ``--block_size``,
+    which the data shares.
+
+    Attributes:
+        architecture: ``transformer`` (GPT-2) or ``lstm`` (a stacked-LSTM LM of
+            ``num_layers`` layers of width ``embed_dim``; the transformer's switches do not
+            apply).
+        num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
+        use_bias: biases in the projections, the FFN and the LayerNorms (GPT-2, llm.c);
+            ``False``: none (nanoGPT's ``bias=False``).
+        norm_use_bias: LayerNorm's ``β``; unset = ``use_bias``.
+        activation: the FFN's activation: ``gelu_tanh`` (GPT-2's approximation), ``gelu``
+            (exact, nanoGPT's ``nn.GELU()``) or ``relu_squared`` (``relu(x)²``,
+            modded-nanogpt).
+        positions: ``learned`` absolute positions (GPT-2) or ``rope`` (rotary, no table).
+        qk_norm: normalise each head's queries and keys (RMSNorm) before the scores.
+        norm_type: ``layernorm`` (GPT-2) or ``rmsnorm`` (no bias).
+        residual_init_std: ``σ`` of the two residual projections of each block (attention
+            ``out``, the FFN's ``down``); unset = ``0.02/√(2L)`` (GPT-2), 0 = zeros.
+        tie_embeddings: the head is the token embedding's transpose (GPT-2); ``False``: a
+            head of its own.
+        logit_softcap: ``c · tanh(z / c)`` on the logits; 0 = off.
+        dropout_rate: on the embeddings, the residual branches and (unless
+            ``attention_dropout_rate``) the attention weights.
+        attention_dropout_rate: on the attention weights; unset = ``dropout_rate``; 0 keeps
+            a GPU on the fused cuDNN attention.
+    """
+
+    architecture: Literal["transformer", "lstm"] = "transformer"
+    num_layers: PosInt = 12
+    num_heads: PosInt = 12
+    embed_dim: PosInt = 768
+    use_bias: bool = True
+    norm_use_bias: bool | None = None
+    activation: Literal["gelu_tanh", "gelu", "relu_squared"] = "gelu_tanh"
+    positions: Literal["learned", "rope"] = "learned"
+    qk_norm: bool = False
+    norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
+    residual_init_std: NonNegFloat | None = None
+    tie_embeddings: bool = True
+    logit_softcap: NonNegFloat = 0.0
+    dropout_rate: Fraction = 0.0
+    attention_dropout_rate: Fraction | None = None
+
+
+#: The model's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into the group.
+MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
 
 
 @dataclass(frozen=True)
@@ -80,24 +135,9 @@ class Config(TrainOptions, ParallelOptions):
         rank_file: GPT-2's rank file (``gpt2.tiktoken``); unset = the one the
             ``openai-whisper`` package ships, else tiktoken's own cache (or its download).
         vocab_size: the model's vocabulary (≥ the tokenizer's; padded for speed).
-        model: ``transformer`` (GPT-2) or ``lstm`` (a stacked-LSTM LM of ``num_layers``
-            layers of width ``embed_dim``; the transformer's switches do not apply).
-        num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
-        block_size: context length ``T`` of every window.
-        use_bias: biases in the projections, the FFN and the LayerNorms (GPT-2, llm.c);
-            ``False``: none (nanoGPT's ``bias=False``).
-        norm_use_bias: LayerNorm's ``β``; unset = ``use_bias``.
-        activation: the FFN's activation: ``gelu_tanh`` (GPT-2's approximation), ``gelu``
-            (exact, nanoGPT's ``nn.GELU()``) or ``relu_squared`` (``relu(x)²``,
-            modded-nanogpt).
-        positions: ``learned`` absolute positions (GPT-2) or ``rope`` (rotary, no table).
-        qk_norm: normalise each head's queries and keys (RMSNorm) before the scores.
-        norm_type: ``layernorm`` (GPT-2) or ``rmsnorm`` (no bias).
-        residual_init_std: ``σ`` of the two residual projections of each block (attention
-            ``out``, the FFN's ``down``); unset = ``0.02/√(2L)`` (GPT-2), 0 = zeros.
-        tie_embeddings: the head is the token embedding's transpose (GPT-2); ``False``: a
-            head of its own.
-        logit_softcap: ``c · tanh(z / c)`` on the logits; 0 = off.
+        block_size: context length ``T`` of every window (and the learned positions' table).
+        model: the network, a group of options (:class:`ModelOptions`: ``--model.num_layers``,
+            ``--model.positions``, …).
         optimizer: ``adamw`` (every parameter) or ``muon`` (the hidden matrices; AdamW at
             ``learning_rate`` for the embeddings, the head and the vectors,
             :class:`~seqjax.train.optim.OptimizerConfig`).
@@ -110,10 +150,6 @@ class Config(TrainOptions, ParallelOptions):
         micro_batch_size: rows per device per micro-step: sets ``--grad_accum`` to
             ``batch_size / (micro_batch_size · data devices)``; unset (``none``) =
             ``--grad_accum``; giving both is an error.
-        dropout_rate: on the embeddings, the residual branches and (unless
-            ``attention_dropout_rate``) the attention weights.
-        attention_dropout_rate: on the attention weights; unset = ``dropout_rate``; 0 keeps
-            a GPU on the fused cuDNN attention.
         steps: optimiser steps (the cosine schedule ends here).
         learning_rate: peak AdamW learning rate, after the warm-up.
         min_lr_ratio: the schedule's final rate as a fraction of the peak (every group).
@@ -160,20 +196,8 @@ class Config(TrainOptions, ParallelOptions):
     tokenizer: str = "gpt2"
     rank_file: str | None = None
     vocab_size: PosInt = 50304
-    model: Literal["transformer", "lstm"] = "transformer"
-    num_layers: PosInt = 12
-    num_heads: PosInt = 12
-    embed_dim: PosInt = 768
     block_size: PosInt = 1024
-    use_bias: bool = True
-    norm_use_bias: bool | None = None
-    activation: Literal["gelu_tanh", "gelu", "relu_squared"] = "gelu_tanh"
-    positions: Literal["learned", "rope"] = "learned"
-    qk_norm: bool = False
-    norm_type: Literal["layernorm", "rmsnorm"] = "layernorm"
-    residual_init_std: NonNegFloat | None = None
-    tie_embeddings: bool = True
-    logit_softcap: NonNegFloat = 0.0
+    model: ModelOptions = ModelOptions()
     optimizer: Literal["adamw", "muon"] = "adamw"
     muon_learning_rate: PosFloat = 0.02
     momentum: Fraction = 0.95
@@ -187,8 +211,6 @@ class Config(TrainOptions, ParallelOptions):
     warmup_steps: NonNegInt = 700
     log_every: PosInt = 10
     micro_batch_size: PosInt | None = 16
-    dropout_rate: Fraction = 0.0
-    attention_dropout_rate: Fraction | None = None
     min_lr_ratio: NonNegFloat = 0.0
     weight_decay: NonNegFloat = 0.1
     beta1: Fraction = 0.9
@@ -216,7 +238,9 @@ class Config(TrainOptions, ParallelOptions):
     progress: bool = True
     workdir: str | None = "workdirs/gpt2"
 
-    RENAMED: ClassVar[dict[str, str]] = {"hellaswag_items": "task_items", "data": "data_path"}
+    RENAMED: ClassVar[dict[str, str]] = {
+        "hellaswag_items": "task_items", "data": "data_path", "model": "model.architecture",
+        **{name: f"model.{name}" for name in MODEL_OPTIONS if name != "architecture"}}
     #: The run's name (``NAME.json``, ``NAME.md``).
     NAME: ClassVar[str] = "gpt2"
     #: The corpus a run without ``--data_path`` reads (a file name of
@@ -332,40 +356,46 @@ def grad_accum(cfg: Config, devices: int) -> int:
 
 
 def build_model(cfg: Config) -> TransformerLM | RNNLanguageModel:
-    """GPT-2 at ``cfg``'s shapes and switches (default: learned positions, tied embeddings,
-    LayerNorm, biases, tanh-GELU), or with ``--model lstm`` a stacked-LSTM LM
-    (:class:`~seqjax.models.rnn.RNNLanguageModel`, forget-gate bias 1)."""
+    """GPT-2 at ``cfg.model``'s shapes and switches (default: learned positions, tied
+    embeddings, LayerNorm, biases, tanh-GELU), or with ``--model.architecture lstm`` a
+    stacked-LSTM LM (:class:`~seqjax.models.rnn.RNNLanguageModel`, forget-gate bias 1)."""
+    m = cfg.model
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
-    if cfg.model == "lstm":
+    if m.architecture == "lstm":
         return RNNLanguageModel(RNNLMConfig(
-            vocab_size=cfg.vocab_size, embed_dim=cfg.embed_dim, num_layers=cfg.num_layers,
-            cell_type="lstm", dropout_rate=cfg.dropout_rate, cell_kwargs={"forget_bias": 1.0},
+            vocab_size=cfg.vocab_size, embed_dim=m.embed_dim, num_layers=m.num_layers,
+            cell_type="lstm", dropout_rate=m.dropout_rate, cell_kwargs={"forget_bias": 1.0},
         ), dtype=dtype)
-    norm_bias = cfg.use_bias if cfg.norm_use_bias is None else cfg.norm_use_bias
-    block = gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate,
-                      attention_dropout_rate=cfg.attention_dropout_rate, use_bias=cfg.use_bias,
-                      norm_use_bias=norm_bias, activation=cfg.activation,
-                      use_rope=cfg.positions == "rope", qk_norm=cfg.qk_norm,
-                      norm_type=cfg.norm_type, residual_init_std=cfg.residual_init_std)
+    norm_bias = m.use_bias if m.norm_use_bias is None else m.norm_use_bias
+    block = gpt_block(m.num_heads, dropout_rate=m.dropout_rate,
+                      attention_dropout_rate=m.attention_dropout_rate, use_bias=m.use_bias,
+                      norm_use_bias=norm_bias, activation=m.activation,
+                      use_rope=m.positions == "rope", qk_norm=m.qk_norm,
+                      norm_type=m.norm_type, residual_init_std=m.residual_init_std)
     return TransformerLM(TransformerLMConfig(
-        vocab_size=cfg.vocab_size, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim,
-        block_size=cfg.block_size, block=block, positions=cfg.positions,
-        tie_embeddings=cfg.tie_embeddings, logit_softcap=cfg.logit_softcap), dtype=dtype)
+        vocab_size=cfg.vocab_size, num_layers=m.num_layers, embed_dim=m.embed_dim,
+        block_size=cfg.block_size, block=block, positions=m.positions,
+        tie_embeddings=m.tie_embeddings, logit_softcap=m.logit_softcap), dtype=dtype)
 
 
 #: The model switches, at GPT-2's values: recorded with the checkpoints only where they differ,
 #: so a work dir written before they existed still resumes.
 _SWITCHES = {"positions": "learned", "qk_norm": False, "norm_type": "layernorm",
              "residual_init_std": None, "tie_embeddings": True, "logit_softcap": 0.0,
-             "model": "transformer", "norm_use_bias": None, "attention_dropout_rate": None}
+             "architecture": "transformer", "norm_use_bias": None,
+             "attention_dropout_rate": None}
 
 
 def model_config(cfg: Config) -> dict:
-    """What the checkpoints record of the model (a restore with another one is refused)."""
-    keys = ("vocab_size", "num_layers", "num_heads", "embed_dim", "block_size", "use_bias",
-            "activation", "tokenizer")
-    out = {k: getattr(cfg, k) for k in keys}
-    out.update({k: getattr(cfg, k) for k, off in _SWITCHES.items() if getattr(cfg, k) != off})
+    """What the checkpoints record of the model (a restore with another one is refused), under
+    the flat names checkpoints have always used (``num_layers``; ``model``: the
+    architecture), so a work dir written before ``--model.*`` still resumes."""
+    m = cfg.model
+    out = {"vocab_size": cfg.vocab_size, "block_size": cfg.block_size, "tokenizer": cfg.tokenizer}
+    out.update({k: getattr(m, k) for k in ("num_layers", "num_heads", "embed_dim", "use_bias",
+                                           "activation")})
+    out.update({("model" if k == "architecture" else k): getattr(m, k)
+                for k, off in _SWITCHES.items() if getattr(m, k) != off})
     return out
 
 
@@ -504,10 +534,9 @@ def build(cfg: Config) -> Task:
         compute_dtype=None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype),
         model_config=model_config(cfg), evaluate=evaluate_run,
         tokenizer=tok if hasattr(tok, "to_json") else None)  # a seqjax tokenizer: saved
-    shape = (f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}"
-             if cfg.model == "transformer" else f"LSTM {cfg.num_layers} x {cfg.embed_dim}")
-    about = (f"{shape}, {count_params(params):,} parameters, {tokens.num_tokens('train'):,} "
-             f"train / {tokens.num_tokens('val'):,} val tokens ({tokens.format}), "
+    about = (f"{model_shape(cfg.model)}, {count_params(params):,} parameters, "
+             f"{tokens.num_tokens('train'):,} train / {tokens.num_tokens('val'):,} val tokens "
+             f"({tokens.format}), "
              f"{cfg.batch_size * cfg.block_size:,} tokens per step")
     names = [name for _, name, _ in task_files(cfg)]
     return Task(cfg.NAME, [run_], about=about, summarize=lambda ts: summarize(cfg, ts[0]),

@@ -241,13 +241,23 @@ def check_ranges(cfg: Any, prefix: str = "") -> None:
             if isinstance(v, int) and v % k:
                 raise ConfigError(f"--{prefix}{name} must be a multiple of "
                                   f"--{prefix}steps_per_call={k}; got {v}.")
+    _check_heads(cfg, prefix)
+
+
+def _check_heads(cfg: Any, prefix: str) -> None:
+    """``embed_dim`` a multiple of ``num_heads`` in ``cfg`` and its groups of options
+    (``--model.*``), unless the model is recurrent."""
     heads, width = getattr(cfg, "num_heads", None), getattr(cfg, "embed_dim", None)
-    model = getattr(cfg, "model", "transformer")
+    model = getattr(cfg, "architecture", getattr(cfg, "model", "transformer"))
     if (isinstance(heads, int) and isinstance(width, int) and heads >= 1 and width % heads
             and model not in ("lstm", "gru", "rnn", "elman")):
         raise ConfigError(f"--{prefix}embed_dim must be a multiple of --{prefix}num_heads = "
                           f"{heads} (each head gets embed_dim / num_heads features); got "
                           f"{width}.")
+    for f in dataclasses.fields(cfg):
+        group = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(group) and not isinstance(group, type):
+            _check_heads(group, f"{prefix}{f.name}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,6 +444,25 @@ def _attributes_section(klass: type) -> dict[str, str]:
     return meanings
 
 
+def _option_lines(cfg: Any, prefix: str) -> list[str]:
+    """``--key (type, default value): meaning`` of each option of ``cfg``; a group of options
+    (``--model``) as its own lines, ``--model.KEY``, at the recipe's defaults."""
+    meanings, hints, lines = _field_meanings(type(cfg)), _hints(type(cfg)), []
+    for f in dataclasses.fields(cfg):
+        default = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+            lines.append(f"  --{prefix}{f.name}.KEY: {type(default).__name__}, these options:")
+            lines += _option_lines(default, f"{prefix}{f.name}.")
+            continue
+        line = f"  --{prefix}{f.name} ({describe_type(hints.get(f.name, f.type))}, default " \
+               f"{default!r})"
+        if f.name in meanings:  # docstring markup dropped for the terminal
+            text = re.sub(r":\w+:`~?([^`]+)`", r"\1", meanings[f.name]).replace("``", "")
+            line += f": {text}"
+        lines.append(line)
+    return lines
+
+
 def experiment_help(name: str) -> str:
     """``seqjax train NAME --help``: what the experiment does, every option of its
     ``Config`` with its type, default and meaning (where its docstring gives one), and its
@@ -441,8 +470,6 @@ def experiment_help(name: str) -> str:
     module = load_experiment(name)
     cfg_cls = module.Config
     summary = (module.__doc__ or "").strip().split("\n\n")[0]
-    meanings = _field_meanings(cfg_cls)
-    hints = _hints(cfg_cls)
     lines = [f"usage: seqjax train {name} [--preset P | --smoke] [--restart] "
              "[--compile_cache=false] [--key=value ...]",
              "", summary, "",
@@ -454,15 +481,7 @@ def experiment_help(name: str) -> str:
              "", f"Exit status {EXIT_STOPPED}: stopped by SIGTERM/SIGINT (at any point of the "
              "run) after saving its checkpoint; not finished: rerun the same command to resume.",
              "", "options (--key=value; type, default):"]
-    for f in dataclasses.fields(cfg_cls):
-        kind = describe_type(hints.get(f.name, f.type))
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        line = f"  --{f.name} ({kind}, default {default!r})"
-        if f.name in meanings:  # docstring markup dropped for the terminal
-            text = re.sub(r":\w+:`~?([^`]+)`", r"\1", meanings[f.name]).replace("``", "")
-            line += f": {text}"
-        lines.append(line)
+    lines += _option_lines(cfg_cls(), "")
     presets = getattr(module, "PRESETS", {}) or {}
     if presets:
         lines += ["", "presets (--preset NAME; --smoke is --preset smoke):"]

@@ -24,9 +24,9 @@ Models:
   cosine to 1e-4, clipping at 1.0), for which nanoGPT reports val loss ≈ 1.88.
   ``--preset gpu`` is nanoGPT's ``train_shakespeare_char`` (6/6/384, block 256, batch 64, 5000
   iterations, dropout 0.2, bf16): val 1.4697 on one A100.
-* ``--preset lstm``: :class:`seqjax.models.rnn.RNNLanguageModel` (``--model lstm``), 2 layers
-  of width 224 (≈ 0.83M parameters, the transformer has ≈ 0.80M), on the same windows with
-  the same recipe (learning rate 2e-3).
+* ``--preset lstm``: :class:`seqjax.models.rnn.RNNLanguageModel`
+  (``--model.architecture lstm``), 2 layers of width 224 (≈ 0.83M parameters, the transformer
+  has ≈ 0.80M), on the same windows with the same recipe (learning rate 2e-3).
 
 Evaluation: nanoGPT's estimate — the mean over ``eval_batches`` random windows of the
 validation split (fixed seed) — every ``eval_every`` steps; at the end the same estimate on
@@ -38,8 +38,8 @@ characters, nanoGPT's crop).
 ``--steps_per_call`` (default 10) runs that many steps per jitted call: on XLA:CPU each call
 pays a fixed cost (~12 ms of this config's ~30 ms step on the 2-core machine of
 ``benchmarks/HISTORY.md``, "The loop on the CPU"), which ten steps share. ``--preset gpu`` and
-the smoke presets keep 1. ``--attention_dropout_rate=0`` keeps a GPU's attention on the fused
-cuDNN kernel while ``--dropout_rate`` stays on the embeddings and residual branches.
+the smoke presets keep 1. ``--model.attention_dropout_rate=0`` keeps a GPU's attention on the
+fused cuDNN kernel while ``--model.dropout_rate`` stays on the embeddings and residual branches.
 
 The work dir (default ``workdirs/char_lm``) holds the checkpoints, ``tokenizer.json``,
 ``metrics.jsonl``, ``samples.txt`` and ``char_lm.json`` (the summary).
@@ -94,13 +94,10 @@ class Config(gpt2.Config):
 
     tokenizer: str = "char"
     vocab_size: PosInt = 65
-    num_layers: PosInt = 4
-    num_heads: PosInt = 4
-    embed_dim: PosInt = 128
     block_size: PosInt = 64
-    use_bias: bool = False
-    norm_use_bias: bool | None = True
-    activation: Literal["gelu_tanh", "gelu", "relu_squared"] = "gelu"
+    model: gpt2.ModelOptions = gpt2.ModelOptions(
+        num_layers=4, num_heads=4, embed_dim=128, use_bias=False, norm_use_bias=True,
+        activation="gelu")
     steps: NonNegInt = 2000
     batch_size: PosInt = 12
     learning_rate: PosFloat = 1e-3
@@ -122,16 +119,18 @@ class Config(gpt2.Config):
     workdir: str | None = "workdirs/char_lm"
 
 
-_SMOKE: dict[str, Any] = {"num_layers": 1, "embed_dim": 16, "block_size": 16, "batch_size": 8,
-                          "steps": 4, "warmup_steps": 2, "eval_every": 0, "eval_batches": 2,
+_SMOKE: dict[str, Any] = {"model.num_layers": 1, "model.embed_dim": 16, "block_size": 16,
+                          "batch_size": 8, "steps": 4, "warmup_steps": 2, "eval_every": 0,
+                          "eval_batches": 2,
                           "sample_tokens": 24, "max_chars": 20000, "log_every": 2,
                           "checkpoint_every": 0, "steps_per_call": 1}
-_LSTM: dict[str, Any] = {"model": "lstm", "num_layers": 2, "embed_dim": 224,
-                         "learning_rate": 2e-3}
+_LSTM: dict[str, Any] = {"model.architecture": "lstm", "model.num_layers": 2,
+                         "model.embed_dim": 224, "learning_rate": 2e-3}
 PRESETS: dict[str, dict[str, Any]] = {
-    "smoke": {**_SMOKE, "num_heads": 2},
-    "gpu": {"num_layers": 6, "num_heads": 6, "embed_dim": 384, "block_size": 256,
-            "batch_size": 64, "dropout_rate": 0.2, "steps": 5000, "eval_batches": 200,
+    "smoke": {**_SMOKE, "model.num_heads": 2},
+    "gpu": {"model.num_layers": 6, "model.num_heads": 6, "model.embed_dim": 384,
+            "block_size": 256, "batch_size": 64, "model.dropout_rate": 0.2, "steps": 5000,
+            "eval_batches": 200,
             "compute_dtype": "bfloat16", "log_every": 100, "checkpoint_every": 1000,
             "steps_per_call": 1},
     "lstm": _LSTM,

@@ -48,15 +48,18 @@ Presets:
 
 Beside the shards, a text file is a ``--data_path``: tokenised at the start with
 ``--tokenizer`` (``char``: its characters) into nanoGPT's layout in a temporary folder.
-``--model lstm`` trains a stacked LSTM on the same windows; ``--input device`` draws the
-windows inside the jitted step from the training shard held on the devices
+``--model.architecture lstm`` trains a stacked LSTM on the same windows; ``--input device``
+draws the windows inside the jitted step from the training shard held on the devices
 (:class:`~seqjax.data.device.DeviceLMWindows`); ``--eval_batches N`` evaluates nanoGPT's
 estimate (N random batches) during training, and at the end on both splits.
 
-Every switch of the modern model is an option of its own, so a run can ablate one:
-``--positions rope``, ``--qk_norm``, ``--activation relu_squared``, ``--norm_type rmsnorm``,
-``--use_bias false``, ``--residual_init_std 0``, ``--tie_embeddings false``,
-``--logit_softcap 30``, ``--optimizer muon``.
+The network is one group of options, ``--model.KEY`` (:class:`~seqjax.experiments._gpt.
+ModelOptions`: ``--model.num_layers 12 --model.embed_dim 768``), handed whole to the model
+builder. Every switch of the modern model is an option of its own, so a run can ablate one:
+``--model.positions rope``, ``--model.qk_norm``, ``--model.activation relu_squared``,
+``--model.norm_type rmsnorm``, ``--model.use_bias false``, ``--model.residual_init_std 0``,
+``--model.tie_embeddings false``, ``--model.logit_softcap 30``, ``--optimizer muon``. The flat
+spellings of before (``--num_layers``, ``--model lstm``) exit with status 2 naming the new one.
 
 Evaluation, every ``eval_every`` steps and at the end: the validation loss on the first
 ``val_tokens`` tokens of the validation shards, in non-overlapping windows (llm.c's fixed
@@ -84,6 +87,7 @@ from typing import Any
 
 from seqjax.experiments._gpt import (
     Config,
+    ModelOptions,
     build,
     build_model,
     compile_sampler_ahead,
@@ -117,26 +121,28 @@ __all__ = [
     "text_tokenizer",
     "validation_windows",
     "MODERN",
+    "ModelOptions",
     "PRESETS",
 ]
 
 _CPU: dict[str, Any] = {
-    "num_layers": 4, "num_heads": 4, "embed_dim": 128, "block_size": 64, "batch_size": 12,
-    "use_bias": False, "activation": "gelu",
+    "model.num_layers": 4, "model.num_heads": 4, "model.embed_dim": 128, "block_size": 64,
+    "batch_size": 12, "model.use_bias": False, "model.activation": "gelu",
     "micro_batch_size": None, "learning_rate": 1e-3, "min_lr_ratio": 0.1, "warmup_steps": 100,
     "beta2": 0.99, "compute_dtype": "float32", "steps": 500, "eval_every": 0,
     "val_tokens": 1_000_000, "log_every": 50, "checkpoint_every": 0, "steps_per_call": 10,
     "sample_tokens": 64,
 }
 _SMOKE: dict[str, Any] = {
-    "num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16, "batch_size": 8,
+    "model.num_layers": 1, "model.num_heads": 2, "model.embed_dim": 16, "block_size": 16,
+    "batch_size": 8,
     "steps": 4, "warmup_steps": 2, "val_tokens": 256, "log_every": 2, "steps_per_call": 1,
     "sample_tokens": 8, "task_items": 4, "progress": False}
 #: The modern GPT's switches and optimiser (the ``modern*`` presets).
 MODERN: dict[str, Any] = {
-    "positions": "rope", "qk_norm": True, "activation": "relu_squared",
-    "norm_type": "rmsnorm", "use_bias": False, "residual_init_std": 0.0,
-    "tie_embeddings": False, "logit_softcap": 30.0, "optimizer": "muon",
+    "model.positions": "rope", "model.qk_norm": True, "model.activation": "relu_squared",
+    "model.norm_type": "rmsnorm", "model.use_bias": False, "model.residual_init_std": 0.0,
+    "model.tie_embeddings": False, "model.logit_softcap": 30.0, "optimizer": "muon",
     "muon_learning_rate": 0.05, "momentum": 0.95, "ns_steps": 5, "learning_rate": 0.04,
     "embed_learning_rate": 0.6, "head_learning_rate": 0.008, "beta1": 0.8, "beta2": 0.95,
     "weight_decay": 0.0}
@@ -145,7 +151,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "124m": {},
     "cpu": _CPU,
     "smoke": {**_CPU, **_SMOKE},
-    "modern": {**MODERN, "num_heads": 6, "steps": 3250, "warmup_steps": 0,
+    "modern": {**MODERN, "model.num_heads": 6, "steps": 3250, "warmup_steps": 0,
                "min_lr_ratio": 0.0},
     "modern_cpu": _MODERN_CPU,
     "modern_smoke": {**_MODERN_CPU, **_SMOKE},

@@ -17,14 +17,19 @@ def _fmt(x: Any, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
+def model_shape(m: Any) -> str:
+    """``GPT-2 12L/12H/768`` or ``LSTM 2 x 224``: the recipe's ``--model.*`` (``m``) in a few
+    characters."""
+    return (f"GPT-2 {m.num_layers}L/{m.num_heads}H/{m.embed_dim}"
+            if m.architecture == "transformer" else f"LSTM {m.num_layers} x {m.embed_dim}")
+
+
 def report(cfg: Any, s: dict, tasks: Sequence[str] = ()) -> str:
     """``gpt2.md``: the run's configuration (``cfg``, the recipe's ``Config``), its final
     metrics (the summary ``s``; each of ``tasks``' scores) beside llm.c's GPT-2 124M anchor,
     the throughput and the sample."""
     rows = [
-        ("model", (f"GPT-2 {cfg.num_layers}L/{cfg.num_heads}H/{cfg.embed_dim}"
-                   if cfg.model == "transformer" else f"LSTM {cfg.num_layers} x {cfg.embed_dim}")
-                  + ", T = "
+        ("model", f"{model_shape(cfg.model)}, T = "
                   f"{cfg.block_size}, vocabulary {cfg.vocab_size}, "
                   f"{s.get('params', 0):,} parameters"),
         ("data", f"`{cfg.data_path}`"),
