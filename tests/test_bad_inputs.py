@@ -554,13 +554,14 @@ def _earlier_char_lm_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("option, message", [
-    ("--embed_dim=15", "--embed_dim must be a multiple of --num_heads = 2"),
-    ("--embed_dim=0", "--embed_dim must be an int >= 1; got 0"),
-    ("--num_layers=-1", "--num_layers must be an int >= 1; got -1"),
+    ("--model.embed_dim=15", "--model.embed_dim must be a multiple of --model.num_heads = 2"),
+    ("--model.embed_dim=0", "--model.embed_dim must be an int >= 1; got 0"),
+    ("--model.num_layers=-1", "--model.num_layers must be an int >= 1; got -1"),
     ("--data_path=/nonexistent/tiny.txt", "'/nonexistent/tiny.txt' does not exist"),
     ("--mesh=data=3", "--mesh/--strategy/--grad_accum: `mesh` 'data=3' does not fit"),
     ("--input=disk", "--input: expected one of ['device', 'host']; got 'disk'"),
-    ("--model=cnn", "--model: expected one of ['transformer', 'lstm']; got 'cnn'"),
+    ("--model.architecture=cnn",
+     "--model.architecture: expected one of ['transformer', 'lstm']; got 'cnn'"),
     ("--steps_per_call=3", "--log_every must be a multiple of --steps_per_call=3; got 2"),
     ("--compute_dtype=float8", "--compute_dtype: expected one of ['float32', 'bfloat16']"),
 ])
@@ -630,9 +631,13 @@ def _options(name: str) -> list[tuple[str, object]]:
     from seqjax.experiments._config import _hints
     from seqjax.experiments._runner import load_experiment
 
-    cls = load_experiment(name).Config
-    hints = _hints(cls)
-    return [(f.name, hints[f.name]) for f in dataclasses.fields(cls)]
+    def flat(cls: type, prefix: str) -> list[tuple[str, object]]:  # a group: --model.KEY
+        hints = _hints(cls)
+        return [pair for f in dataclasses.fields(cls) for pair in (
+            flat(hints[f.name], f"{prefix}{f.name}.") if dataclasses.is_dataclass(hints[f.name])
+            else [(f"{prefix}{f.name}", hints[f.name])])]
+
+    return flat(load_experiment(name).Config, "")
 
 
 def _kind(tp: object) -> tuple[object, object, bool]:

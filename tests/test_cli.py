@@ -132,7 +132,6 @@ def test_a_missing_optional_package_exits_2_naming_the_extra(monkeypatch, capsys
 def test_train_help_lists_every_option_with_its_type_default_and_meaning(capsys):
     """`seqjax train NAME --help` (issue #29 item 2): every Config field with its type,
     default and meaning (every experiment's Config documents each field), and the presets."""
-    import dataclasses
 
     from seqjax.experiments._runner import describe_experiments, load_experiment
 
@@ -141,17 +140,32 @@ def test_train_help_lists_every_option_with_its_type_default_and_meaning(capsys)
     assert "  --steps (int >= 0, default 2000): optimiser steps" in out  # the declared range
     assert "  --compute_dtype ('float32' | 'bfloat16', default 'float32'): " in out  # choices
     assert "  --mesh (str, default ''): " in out  # inherited from ParallelOptions
-    assert "gpu: num_layers=6" in out and "``" not in out
+    assert "gpu: model.num_layers=6" in out and "``" not in out
+    assert "  --model.KEY (ModelOptions, the options below): the network" in out
     for name, _, _ in describe_experiments():
         module = load_experiment(name)
         assert cli.main(["train", name, "-h"]) == 0
         out = capsys.readouterr().out
-        for f in dataclasses.fields(module.Config):
-            line = next((ln for ln in out.splitlines() if ln.startswith(f"  --{f.name} (")), None)
-            assert line is not None, (name, f.name)
+        for option in _option_names(module.Config):
+            line = next((ln for ln in out.splitlines() if ln.startswith(f"  --{option} (")),
+                        None)
+            assert line is not None, (name, option)
             assert "): " in line and len(line.split("): ", 1)[1]) > 3, (name, line)  # a meaning
     assert cli.main(["train", "--help"]) == 0
     assert cli.main(["train", "nosuch", "--help"]) == 2
+
+
+def _option_names(cls: type, prefix: str = "") -> list[str]:
+    """Every option of a recipe's config; a group's as ``model.KEY`` and ``model.NAME``."""
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default):
+            out += [f"{prefix}{f.name}.KEY", *_option_names(type(f.default), f"{prefix}{f.name}.")]
+        else:
+            out.append(f"{prefix}{f.name}")
+    return out
 
 
 def test_bench_from_a_checkout_and_from_elsewhere(tmp_path):

@@ -75,8 +75,17 @@ RENAMED: dict[str, str] = {
 def renamed(cls: type) -> dict[str, str]:
     """The retired spellings of ``cls``'s options: :data:`RENAMED` and the class's own
     ``RENAMED`` (a ``ClassVar``, for a rename that holds in one recipe only), whose entries
-    win."""
-    return {**RENAMED, **getattr(cls, "RENAMED", {})}
+    win; an option renamed twice (``layers`` -> ``num_layers`` -> ``model.num_layers``) names
+    its newest spelling."""
+    names = {**RENAMED, **getattr(cls, "RENAMED", {})}
+    newest = {}
+    for old, new in names.items():
+        seen = {old}
+        while new in names and new not in seen:
+            seen.add(new)
+            new = names[new]
+        newest[old] = new
+    return newest
 
 
 def field_range(tp: Any) -> tuple[Any, Range | None, bool]:
@@ -332,8 +341,8 @@ def _group_value(key: str, value: Any, cls: type, prefix: str) -> ConfigError:
     value that a renamed option took names the new key (``--model.architecture=lstm``)."""
     new = renamed(cls).get(key, "")
     if new.startswith(f"{key}."):
-        return ConfigError(f"--{prefix}{key}={value} is now --{prefix}{new}={value} (the "
-                           f"model's options are the group --{prefix}{key}.KEY).")
+        return ConfigError(f"--{prefix}{key} is now --{prefix}{new} (the options of "
+                           f"--{prefix}{key} are one group); use --{prefix}{new}={value}.")
     names = ", ".join(f.name for f in dataclasses.fields(_hints(cls)[key]))
     return ConfigError(f"--{prefix}{key} is a group of options; set one as "
                        f"--{prefix}{key}.KEY=VALUE (keys: {names}).")

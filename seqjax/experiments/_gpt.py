@@ -64,18 +64,15 @@ from seqjax.utils import count_params
 
 
 @dataclass(frozen=True)
-class ModelOptions:
-    """The network of the GPT LM recipe: ``--model.KEY=VALUE`` (defaults: GPT-2 124M). The
-    recipe hands it whole to :func:`build_model`, which builds the library's config from it
-    (:class:`~seqjax.models.gpt.TransformerLMConfig` and its
-    :func:`~seqjax.models.gpt.gpt_block`, or :class:`~seqjax.models.rnn.RNNLMConfig`); the
-    vocabulary and the context length are the run's ``--vocab_size`` and ``--block_size``,
-    which the data shares.
+class TransformerOptions:
+    """A GPT's network as a recipe's group of options, ``--model.KEY=VALUE`` (defaults: GPT-2
+    124M), handed whole to :meth:`build`, which makes the library's config of it
+    (:class:`~seqjax.models.gpt.TransformerLMConfig` with its
+    :func:`~seqjax.models.gpt.gpt_block`). The vocabulary and the context length are the
+    run's (``--vocab_size``, ``--block_size``: the data's too). The GPT LM recipe's
+    :class:`ModelOptions` and the image recipes (``image_gpt``, ``text_to_image``) nest it.
 
     Attributes:
-        architecture: ``transformer`` (GPT-2) or ``lstm`` (a stacked-LSTM LM of
-            ``num_layers`` layers of width ``embed_dim``; the transformer's switches do not
-            apply).
         num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
         use_bias: biases in the projections, the FFN and the LayerNorms (GPT-2, llm.c);
             ``False``: none (nanoGPT's ``bias=False``).
@@ -97,7 +94,6 @@ class ModelOptions:
             a GPU on the fused cuDNN attention.
     """
 
-    architecture: Literal["transformer", "lstm"] = "transformer"
     num_layers: PosInt = 12
     num_heads: PosInt = 12
     embed_dim: PosInt = 768
@@ -112,6 +108,35 @@ class ModelOptions:
     logit_softcap: NonNegFloat = 0.0
     dropout_rate: Fraction = 0.0
     attention_dropout_rate: Fraction | None = None
+
+    def build(self, vocab_size: int, block_size: int, dtype: Any = None) -> TransformerLM:
+        """The :class:`~seqjax.models.gpt.TransformerLM` of these options for a vocabulary of
+        ``vocab_size`` and windows of ``block_size`` tokens, computing in ``dtype``."""
+        norm_bias = self.use_bias if self.norm_use_bias is None else self.norm_use_bias
+        block = gpt_block(self.num_heads, dropout_rate=self.dropout_rate,
+                          attention_dropout_rate=self.attention_dropout_rate,
+                          use_bias=self.use_bias, norm_use_bias=norm_bias,
+                          activation=self.activation, use_rope=self.positions == "rope",
+                          qk_norm=self.qk_norm, norm_type=self.norm_type,
+                          residual_init_std=self.residual_init_std)
+        return TransformerLM(TransformerLMConfig(
+            vocab_size=vocab_size, num_layers=self.num_layers, embed_dim=self.embed_dim,
+            block_size=block_size, block=block, positions=self.positions,
+            tie_embeddings=self.tie_embeddings, logit_softcap=self.logit_softcap), dtype=dtype)
+
+
+@dataclass(frozen=True)
+class ModelOptions(TransformerOptions):
+    """The GPT LM recipe's network, ``--model.KEY``: a :class:`TransformerOptions`, or with
+    ``--model.architecture lstm`` a stacked LSTM (:func:`build_model`).
+
+    Attributes:
+        architecture: ``transformer`` (GPT-2) or ``lstm`` (a stacked-LSTM LM of
+            ``num_layers`` layers of width ``embed_dim``, dropout ``dropout_rate``; the
+            transformer's switches do not apply).
+    """
+
+    architecture: Literal["transformer", "lstm"] = "transformer"
 
 
 #: The model's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into the group.
@@ -356,9 +381,10 @@ def grad_accum(cfg: Config, devices: int) -> int:
 
 
 def build_model(cfg: Config) -> TransformerLM | RNNLanguageModel:
-    """GPT-2 at ``cfg.model``'s shapes and switches (default: learned positions, tied
-    embeddings, LayerNorm, biases, tanh-GELU), or with ``--model.architecture lstm`` a
-    stacked-LSTM LM (:class:`~seqjax.models.rnn.RNNLanguageModel`, forget-gate bias 1)."""
+    """GPT-2 at ``cfg.model``'s shapes and switches (:meth:`TransformerOptions.build`; default:
+    learned positions, tied embeddings, LayerNorm, biases, tanh-GELU), or with
+    ``--model.architecture lstm`` a stacked-LSTM LM
+    (:class:`~seqjax.models.rnn.RNNLanguageModel`, forget-gate bias 1)."""
     m = cfg.model
     dtype = None if cfg.compute_dtype == "float32" else jnp.dtype(cfg.compute_dtype)
     if m.architecture == "lstm":
@@ -366,16 +392,7 @@ def build_model(cfg: Config) -> TransformerLM | RNNLanguageModel:
             vocab_size=cfg.vocab_size, embed_dim=m.embed_dim, num_layers=m.num_layers,
             cell_type="lstm", dropout_rate=m.dropout_rate, cell_kwargs={"forget_bias": 1.0},
         ), dtype=dtype)
-    norm_bias = m.use_bias if m.norm_use_bias is None else m.norm_use_bias
-    block = gpt_block(m.num_heads, dropout_rate=m.dropout_rate,
-                      attention_dropout_rate=m.attention_dropout_rate, use_bias=m.use_bias,
-                      norm_use_bias=norm_bias, activation=m.activation,
-                      use_rope=m.positions == "rope", qk_norm=m.qk_norm,
-                      norm_type=m.norm_type, residual_init_std=m.residual_init_std)
-    return TransformerLM(TransformerLMConfig(
-        vocab_size=cfg.vocab_size, num_layers=m.num_layers, embed_dim=m.embed_dim,
-        block_size=cfg.block_size, block=block, positions=m.positions,
-        tie_embeddings=m.tie_embeddings, logit_softcap=m.logit_softcap), dtype=dtype)
+    return m.build(cfg.vocab_size, cfg.block_size, dtype)
 
 
 #: The model switches, at GPT-2's values: recorded with the checkpoints only where they differ,

@@ -87,7 +87,8 @@ def load_average() -> str:
 
 
 def command_line(name: str, cfg: Any) -> str:
-    """``python -m seqjax.experiments.NAME`` with the options that differ from ``Config()``.
+    """``python -m seqjax.experiments.NAME`` with the options that differ from ``Config()`` (a
+    group's as ``--model.KEY=VALUE``).
 
     Example:
         >>> @dataclasses.dataclass(frozen=True)
@@ -97,15 +98,20 @@ def command_line(name: str, cfg: Any) -> str:
         >>> command_line("toy", Config(steps=5, sizes=(3, 4)))
         'python -m seqjax.experiments.toy --steps=5 --sizes=3,4'
     """
-    default = type(cfg)()
+    return " ".join([f"python -m seqjax.experiments.{name}", *_changed(cfg, type(cfg)(), "")])
+
+
+def _changed(cfg: Any, default: Any, prefix: str) -> list[str]:
+    """``--key=value`` of each option of ``cfg`` that differs from ``default``'s."""
     opts = []
     for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        if v != getattr(default, f.name):
-            if isinstance(v, tuple):
-                v = ",".join(str(x) for x in v)
-            opts.append(f"--{f.name}={v}")
-    return " ".join([f"python -m seqjax.experiments.{name}", *opts])
+        v, d = getattr(cfg, f.name), getattr(default, f.name)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            opts += _changed(v, d, f"{prefix}{f.name}.")
+        elif v != d:
+            v = ",".join(map(str, v)) if isinstance(v, tuple) else v
+            opts.append(f"--{prefix}{f.name}={v}")
+    return opts
 
 
 # ----------------------------------------------------------------------------- results files

@@ -36,15 +36,17 @@ the newest checkpoint: the saved config is the base, then the preset, then the n
 ``generate`` read the experiment and config from ``DIR/experiment.json`` and refuse
 overrides (or a saved config) that differ from the newest checkpoint's model config.
 Unknown keys, values of the wrong type, a choice not among those its field declares
-(``Literal[...]``: ``--compute_dtype``, ``--strategy``, ``--model``, ...), and numbers out
-of their declared range (``PosInt``, ``NonNegInt``, ``PosFloat``, ``Fraction``:
+(``Literal[...]``: ``--compute_dtype``, ``--strategy``, ``--model.architecture``, ...), and
+numbers out of their declared range (``PosInt``, ``NonNegInt``, ``PosFloat``, ``Fraction``:
 ``--steps`` < 0, ``--batch_size`` < 1, ``--learning_rate`` <= 0, ... see
 :func:`check_ranges`) are :class:`ConfigError` naming the key — before anything is written
 to the work dir — as is a checkpoint in the work dir that does not fit the model
 (:class:`CheckpointMismatchError`). An option spelled as before the shared vocabulary
 (``--layers``, ``--heads``, ``--dim``, ``--dropout``, ``--batch``, ``--d_model``) is refused
 with its new name (``--num_layers``, ``--num_heads``, ``--embed_dim``, ``--dropout_rate``,
-``--batch_size``).
+``--batch_size``; in a recipe whose network is a group of options, ``--model.num_layers``, …).
+A group (a nested dataclass field, such as the GPT recipe's ``--model.*``) is set key by key,
+listed key by key by ``--help``, and saved nested in ``experiment.json``.
 
 **A work dir is never poisoned.** A run that is refused (a checkpoint that does not fit,
 a bad option, nothing to resume) or ends in a NaN leaves ``experiment.json`` as it was, so
@@ -450,16 +452,15 @@ def _option_lines(cfg: Any, prefix: str) -> list[str]:
     meanings, hints, lines = _field_meanings(type(cfg)), _hints(type(cfg)), []
     for f in dataclasses.fields(cfg):
         default = getattr(cfg, f.name)
-        if dataclasses.is_dataclass(default) and not isinstance(default, type):
-            lines.append(f"  --{prefix}{f.name}.KEY: {type(default).__name__}, these options:")
-            lines += _option_lines(default, f"{prefix}{f.name}.")
-            continue
-        line = f"  --{prefix}{f.name} ({describe_type(hints.get(f.name, f.type))}, default " \
-               f"{default!r})"
+        group = dataclasses.is_dataclass(default) and not isinstance(default, type)
+        line = (f"  --{prefix}{f.name}.KEY ({type(default).__name__}, the options below)"
+                if group else f"  --{prefix}{f.name} ({describe_type(hints.get(f.name, f.type))},"
+                f" default {default!r})")
         if f.name in meanings:  # docstring markup dropped for the terminal
             text = re.sub(r":\w+:`~?([^`]+)`", r"\1", meanings[f.name]).replace("``", "")
             line += f": {text}"
         lines.append(line)
+        lines += _option_lines(default, f"{prefix}{f.name}.") if group else []
     return lines
 
 

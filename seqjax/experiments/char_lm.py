@@ -88,7 +88,7 @@ class Config(gpt2.Config):
 
     RENAMED: ClassVar[dict[str, str]] = {**gpt2.Config.RENAMED,
                                          "sample_chars": "sample_tokens",
-                                         "attention_dropout": "attention_dropout_rate"}
+                                         "attention_dropout": "model.attention_dropout_rate"}
     NAME: ClassVar[str] = "char_lm"
     CORPUS: ClassVar[str | None] = "tinyshakespeare.txt"
 

@@ -79,20 +79,21 @@ def check_exportable(cfg: Any) -> None:
     """``ConfigError`` (one line) naming every option of the gpt2 recipe's ``cfg`` that
     ``GPT2LMHeadModel`` cannot hold (rotary positions, QK-norm, RMSNorm, a logit soft-cap: the
     ``modern`` presets' switches), the value it needs and why. The other switches export:
-    ``--use_bias false`` (zero biases), ``--tie_embeddings false`` (its own ``lm_head.weight``),
-    ``--activation`` (``gelu_new``, ``gelu``, ``relu2``); ``--residual_init_std`` and the
-    dropout rates act only in training.
+    ``--model.use_bias false`` (zero biases), ``--model.tie_embeddings false`` (its own
+    ``lm_head.weight``), ``--model.activation`` (``gelu_new``, ``gelu``, ``relu2``);
+    ``--model.residual_init_std`` and the dropout rates act only in training.
 
     Example:
-        >>> from seqjax.experiments.gpt2 import Config
+        >>> from seqjax.experiments.gpt2 import Config, ModelOptions
         >>> check_exportable(Config())
-        >>> check_exportable(Config(positions="rope"))  # doctest: +ELLIPSIS
+        >>> check_exportable(Config(model=ModelOptions(positions="rope")))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        seqjax.experiments._config.ConfigError: cannot export ... --positions=rope (GPT-2 ...
+        seqjax.experiments._config.ConfigError: cannot export ... --model.positions=rope (GPT-2 ...
     """
-    bad = [f"--{option}={_show(getattr(cfg, option))} (GPT-2 needs --{option}={_show(want)}: "
-           f"{why})" for option, (want, why) in _NOT_GPT2.items() if getattr(cfg, option) != want]
+    bad = [f"--model.{option}={_show(getattr(cfg.model, option))} (GPT-2 needs "
+           f"--model.{option}={_show(want)}: {why})"
+           for option, (want, why) in _NOT_GPT2.items() if getattr(cfg.model, option) != want]
     if bad:
         raise ConfigError("cannot export this run as Hugging Face GPT-2 (transformers' "
                           f"GPT2LMHeadModel has no such switch): {'; '.join(bad)}.")

@@ -13,7 +13,12 @@ import pytest
 from seqjax import cli
 from seqjax.data.shards import write_shard
 from seqjax.experiments import gpt2
+from seqjax.experiments._config import apply_overrides
 from tests.experiments._devices import assert_trained_on_all_devices
+
+
+def _preset(name: str, **changes) -> gpt2.Config:
+    return apply_overrides(gpt2.Config(), {**gpt2.PRESETS[name], **changes})
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures",
                        "tinyshakespeare.txt")
@@ -132,9 +137,9 @@ def test_character_shards_train_and_sample_from_a_prompt(tmp_path, capsys):
     text = open(FIXTURE, encoding="utf-8").read()
     work = tmp_path / "text"
     assert cli.main(["train", "gpt2", "--smoke", f"--data_path={FIXTURE}", "--tokenizer=char",
-                     f"--vocab_size={len(set(text))}", "--model=lstm", "--input=device",
-                     "--eval_batches=2", "--val_tokens=0", "--sample_prompt=ROMEO:",
-                     f"--workdir={work}"]) == 0
+                     f"--vocab_size={len(set(text))}", "--model.architecture=lstm",
+                     "--input=device", "--eval_batches=2", "--val_tokens=0",
+                     "--sample_prompt=ROMEO:",                     f"--workdir={work}"]) == 0
     summary = json.loads((work / "gpt2.json").read_text())
     assert summary["val_tokens"] == len(text) - int(len(text) * 0.9) - 1  # every one but the first
     assert summary["val_loss_estimate"] > 0 and summary["train_loss_estimate"] > 0
@@ -327,8 +332,9 @@ def test_modern_smoke_trains_with_muon_and_resumes_bit_for_bit(bins, tmp_path):
     summary = json.loads((work / "gpt2.json").read_text())
     assert summary["steps"] == 4 and 9.0 < summary["val_loss"] < 11.5
     saved = json.loads((work / "experiment.json").read_text())
-    assert saved["config"]["optimizer"] == "muon" and saved["config"]["positions"] == "rope"
-    model = gpt2.build_model(gpt2.Config(**gpt2.PRESETS["modern_smoke"])).config
+    assert saved["config"]["optimizer"] == "muon"
+    assert saved["config"]["model"]["positions"] == "rope"
+    model = gpt2.build_model(_preset("modern_smoke")).config
     assert (model.logit_softcap, model.tie_embeddings, model.block.qk_norm) == (30.0, False, True)
     uninterrupted = restore_params(str(work / "checkpoints"))
     shutil.rmtree(work / "checkpoints" / "4")  # as if the run had stopped after step 2's
@@ -339,12 +345,51 @@ def test_modern_smoke_trains_with_muon_and_resumes_bit_for_bit(bins, tmp_path):
 
 
 def test_muon_options_reach_the_optimizer_and_bad_values_are_refused(capsys):
-    opt = gpt2.optimizer(gpt2.Config(**gpt2.PRESETS["modern"]))
+    opt = gpt2.optimizer(_preset("modern"))
     assert opt.name == "muon" and opt.learning_rate == 0.05 and opt.ns_steps == 5
     assert dict(opt.group_learning_rates) == {"embed": 0.6, "head": 0.008, "scalar": 0.04}
-    adamw = gpt2.optimizer(gpt2.Config(**{**gpt2.PRESETS["modern"], "optimizer": "adamw"}))
+    adamw = gpt2.optimizer(_preset("modern", optimizer="adamw"))
     assert adamw.name == "adamw" and adamw.learning_rate == 0.04  # AdamW stays available
-    for bad, match in (("--ns_steps=0", "ns_steps"), ("--logit_softcap=-1", "logit_softcap"),
+    for bad, match in (("--ns_steps=0", "ns_steps"),
+                       ("--model.logit_softcap=-1", "--model.logit_softcap"),
                        ("--optimizer=lion", "optimizer")):
         assert cli.main(["train", "gpt2", "--preset", "modern_smoke", bad, "--data_path=x"]) == 2
         assert match in capsys.readouterr().err
+
+
+def test_the_network_is_one_group_of_options_and_the_flat_spellings_name_it(capsys):
+    """``--model.KEY`` reaches the model; the flat spellings of before exit 2 with the new
+    one; ``--help`` lists the group; an ``experiment.json`` and a checkpoint record written
+    with the flat names are still read."""
+    from seqjax.experiments._config import config_from_dict
+    from seqjax.experiments._runner import build_config, experiment_help
+
+    cfg = build_config(gpt2, "gpt2", ["--model.num_layers=2", "--model.positions=rope",
+                                      "--model.architecture=transformer"], resume=False)
+    model = gpt2.build_model(cfg).config
+    assert (model.num_layers, model.positions, model.block.use_rope) == (2, "rope", True)
+    for argv, says in ((["--num_layers=2"], "--num_layers is now --model.num_layers"),
+                       (["--model=lstm"], "--model is now --model.architecture (the options "
+                                         "of --model are one group); use "
+                                         "--model.architecture=lstm."),
+                       (["--model.num_layer=2"], "Did you mean --model.num_layers?"),
+                       (["--model.embed_dim=10", "--model.num_heads=4"],
+                        "--model.embed_dim must be a multiple of --model.num_heads"),
+                       (["--model.dropout_rate=1.5"], "--model.dropout_rate must")):
+        assert cli.main(["train", "gpt2", "--smoke", *argv, "--data_path=x"]) == 2
+        assert says in capsys.readouterr().err
+    assert "--model.attention_dropout_rate (float in [0, 1) | None" in experiment_help("gpt2")
+    old = {**{k: v for k, v in _preset("smoke").__dict__.items() if k != "model"},
+           "model": "lstm", "num_layers": 3, "embed_dim": 24, "attention_dropout_rate": 0.1,
+           "dropout": 0.2}  # "dropout": renamed "dropout_rate" before it moved
+    read = config_from_dict(gpt2.Config, old)
+    assert read.model == gpt2.ModelOptions(architecture="lstm", num_layers=3, embed_dim=24,
+                                           attention_dropout_rate=0.1, dropout_rate=0.2)
+    assert cli.main(["train", "char_lm", "--attention_dropout=0"]) == 2
+    assert "--model.attention_dropout_rate" in capsys.readouterr().err
+    # the checkpoint's record keeps the flat names, so a work dir of before still resumes
+    assert gpt2.model_config(read) == {"vocab_size": 50304, "block_size": 16,
+                                       "tokenizer": "gpt2", "num_layers": 3, "num_heads": 12,
+                                       "embed_dim": 24, "use_bias": True,
+                                       "activation": "gelu_tanh", "model": "lstm",
+                                       "attention_dropout_rate": 0.1}

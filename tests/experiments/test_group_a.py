@@ -14,7 +14,7 @@ from seqjax.data.corpora import resolve_corpus
 from seqjax.data.shards import TokenData
 from seqjax.data.synthetic import EOS_ID
 from seqjax.experiments import char_lm, gpt2, gradients, norm_placement, param_counts, positions
-from seqjax.experiments._config import ConfigError
+from seqjax.experiments._config import ConfigError, apply_overrides
 from seqjax.experiments._runner import build_config
 from seqjax.experiments._text import load_model, sample_ids
 from seqjax.experiments.reports import char_lm as char_lm_report
@@ -132,7 +132,8 @@ def test_full_validation_predicts_every_character_once():
 
 def test_window_decoder_matches_nanogpt_cropping():
     """Greedy decoding past the block size = argmax of the model on the last `block` tokens."""
-    cfg = char_lm.Config(num_layers=1, num_heads=1, embed_dim=8, block_size=4, vocab_size=11)
+    cfg = char_lm.Config(model=gpt2.ModelOptions(num_layers=1, num_heads=1, embed_dim=8),
+                         block_size=4, vocab_size=11)
     model = char_lm.build_model(cfg)
     params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 4), jnp.int32))["params"]
     got = sample_ids(model, params, cfg.block_size, [1, 2, 3, 4], max_new_tokens=5,
@@ -172,18 +173,19 @@ def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
 
 
 def test_char_lm_configs():
-    assert char_lm.PRESETS["gpu"]["embed_dim"] == 384 and char_lm.PRESETS["gpu"]["steps"] == 5000
-    lstm = char_lm.build_model(char_lm.Config(**{k: v for k, v in char_lm.PRESETS["lstm"].items()
-                                                 if k != "learning_rate"}))
+    gpu = char_lm.PRESETS["gpu"]
+    assert gpu["model.embed_dim"] == 384 and gpu["steps"] == 5000
+    lstm = char_lm.build_model(apply_overrides(char_lm.Config(), char_lm.PRESETS["lstm"]))
     n = sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(jax.eval_shape(
         lambda k: lstm.init(k, jnp.zeros((1, 8), jnp.int32)), jax.random.PRNGKey(0))))
     assert 0.75e6 < n < 0.9e6  # "similar size" to the 0.80M transformer
-    with pytest.raises(ConfigError, match="--model: expected one of"):
-        build_config(char_lm, "char_lm", ["--model=gru"], resume=False)
+    with pytest.raises(ConfigError, match="--model.architecture: expected one of"):
+        build_config(char_lm, "char_lm", ["--model.architecture=gru"], resume=False)
 
 
 def test_lstm_generates():
-    cfg = char_lm.Config(model="lstm", num_layers=1, embed_dim=8, vocab_size=11)
+    cfg = char_lm.Config(model=gpt2.ModelOptions(architecture="lstm", num_layers=1, embed_dim=8),
+                         vocab_size=11)
     model = char_lm.build_model(cfg)
     hash(model)  # a static argument of the jitted decoding loop
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 3), jnp.int32))["params"]
@@ -197,7 +199,8 @@ def test_char_lm_sampler_compiled_ahead_is_the_one_the_sample_runs():
     program of the end-of-run sample: generating afterwards compiles no sampling loop."""
     import logging
 
-    cfg = char_lm.Config(**{**char_lm.PRESETS["smoke"], "workdir": None, "sample_tokens": 9})
+    cfg = apply_overrides(char_lm.Config(), {**char_lm.PRESETS["smoke"], "workdir": None,
+                                             "sample_tokens": 9})
     model = char_lm.build_model(cfg)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, cfg.block_size), jnp.int32))
     params = params["params"]

@@ -24,7 +24,7 @@ import pytest  # noqa: E402
 from seqjax import cli  # noqa: E402
 from seqjax._io import write_json  # noqa: E402
 from seqjax.experiments import gpt2  # noqa: E402
-from seqjax.experiments._config import ConfigError  # noqa: E402
+from seqjax.experiments._config import ConfigError, apply_overrides  # noqa: E402
 from seqjax.interop import hf_export  # noqa: E402
 from seqjax.interop.hf_export import check_exportable, export_gpt2  # noqa: E402
 from seqjax.interop.hf_gpt2 import gpt2_params_to_hf, load_hf_gpt2  # noqa: E402
@@ -39,8 +39,8 @@ STEP = 4
 #: The recipe's GPT-2 presets at the smoke size: ``smoke`` is the ``cpu`` preset's switches
 #: (no biases, exact GELU), ``gpt2`` the 124M preset's (biases, tanh GELU); ``untied`` the
 #: modern switches GPT2LMHeadModel holds (an untied head, ReLU²).
-VARIANTS = {"smoke": {}, "gpt2": {"use_bias": True, "activation": "gelu_tanh"},
-            "untied": {"tie_embeddings": False, "activation": "relu_squared"}}
+VARIANTS = {"smoke": {}, "gpt2": {"model.use_bias": True, "model.activation": "gelu_tanh"},
+            "untied": {"model.tie_embeddings": False, "model.activation": "relu_squared"}}
 TEXTS = ["Hello world", " Hello  world\n\n  x ", "naïve café — 日本語 😀 \t\tend  ",
          "I'm can't we'll they're  1234567 3.14159", "  \n \n\n", "a" * 300, "x\u00a0y\u2003z",
          "ROMEO:\nBut, soft! what light through yonder window breaks?"]
@@ -52,16 +52,18 @@ def _transformers():
     return torch, transformers
 
 
-def _config(workdir, **options) -> gpt2.Config:
-    return dataclasses.replace(gpt2.Config(), **{**gpt2.PRESETS["smoke"], "data_path": "unused",
-                                                 "workdir": str(workdir), **options})
+def _config(workdir, options=None, **more) -> gpt2.Config:
+    """The smoke preset with ``options`` (dotted keys: ``{"model.use_bias": True}``) and
+    ``more`` (flat ones) over it."""
+    return apply_overrides(gpt2.Config(), {**gpt2.PRESETS["smoke"], "data_path": "unused",
+                                           "workdir": str(workdir), **(options or {}), **more})
 
 
-def _make_workdir(workdir, checkpoint=True, **options):
+def _make_workdir(workdir, checkpoint=True, options=None, **more):
     """A work dir as ``seqjax train gpt2`` writes it: ``experiment.json`` (the whole config)
     and, with ``checkpoint``, step 4's checkpoint with the recipe's model config. Random
     parameters (biases and norm offsets included, so every tensor's place is tested)."""
-    cfg = _config(workdir, **options)
+    cfg = _config(workdir, options, **more)
     write_json(os.path.join(workdir, "experiment.json"),
                {"experiment": "gpt2", "config": dataclasses.asdict(cfg)})
     if not checkpoint:
@@ -86,7 +88,7 @@ def exported(tmp_path_factory):
     out = {}
     for name, options in VARIANTS.items():
         root = tmp_path_factory.mktemp(name)
-        cfg, params = _make_workdir(root / "w", rank_file=rank, **options)
+        cfg, params = _make_workdir(root / "w", options=options, rank_file=rank)
         assert cli.main(["export", "--workdir", str(root / "w"), str(root / "hf")]) == 0
         out[name] = cfg, params, root / "hf"
     return out
@@ -107,7 +109,7 @@ def test_transformers_loads_the_export_with_the_runs_logits(exported, variant):
     hf = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
     assert type(hf).__name__ == "GPT2LMHeadModel"
     assert hf.config.vocab_size == cfg.vocab_size == 50304  # the padded rows are kept
-    assert hf.config.tie_word_embeddings == cfg.tie_embeddings
+    assert hf.config.tie_word_embeddings == cfg.model.tie_embeddings
     tokens = np.random.default_rng(0).integers(0, 50257, (3, cfg.block_size))
     with torch.no_grad():
         got = hf(torch.from_numpy(tokens)).logits.numpy()
@@ -132,7 +134,7 @@ def test_the_round_trip_is_exact(exported, variant):
         np.testing.assert_array_equal(got[k], a, err_msg=k)
     # a run without biases comes back with GPT-2's biases, all zero
     extra = set(got) - set(want)
-    assert bool(extra) == (not cfg.use_bias)
+    assert bool(extra) == (not cfg.model.use_bias)
     assert all(k.endswith("['bias']") and not got[k].any() for k in extra)
 
 
@@ -193,19 +195,19 @@ def test_a_tokenizer_json_run_exports_that_file(tmp_path, capsys):
 
 
 def test_a_model_gpt2_cannot_hold_is_refused_by_option(tmp_path, capsys):
-    check_exportable(_config(tmp_path, **VARIANTS["untied"], use_bias=False))  # exports
+    check_exportable(_config(tmp_path, {**VARIANTS["untied"], "model.use_bias": False}))  # exports
     with pytest.raises(ConfigError) as err:
-        check_exportable(_config(tmp_path, **gpt2.PRESETS["modern_smoke"]))
-    for option in ("--positions=rope", "--qk_norm=true", "--norm_type=rmsnorm",
-                   "--logit_softcap=30.0"):
+        check_exportable(_config(tmp_path, gpt2.PRESETS["modern_smoke"]))
+    for option in ("--model.positions=rope", "--model.qk_norm=true",
+                   "--model.norm_type=rmsnorm", "--model.logit_softcap=30.0"):
         assert option in str(err.value)
     # the CLI refuses before it reads a checkpoint or writes anything
-    _make_workdir(tmp_path / "w", checkpoint=False, **{**gpt2.PRESETS["modern_smoke"],
-                                                         "logit_softcap": 0.0})
+    _make_workdir(tmp_path / "w", checkpoint=False, options={**gpt2.PRESETS["modern_smoke"],
+                                                             "model.logit_softcap": 0.0})
     assert cli.main(["export", "--workdir", str(tmp_path / "w"), str(tmp_path / "hf")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("seqjax: error: cannot export") and err.count("\n") == 1
-    assert "--positions=rope" in err and "--logit_softcap" not in err
+    assert "--model.positions=rope" in err and "--model.logit_softcap" not in err
     assert not (tmp_path / "hf").exists()
 
 
@@ -271,7 +273,8 @@ def test_an_existing_folder_needs_force_and_an_interrupted_export_leaves_none(
 
 
 def test_scanned_parameters_export_as_the_unscanned(tmp_path):
-    cfg = gpt2.build_model(_config(tmp_path, num_layers=3, use_bias=True)).config
+    options = {"model.num_layers": 3, "model.use_bias": True}
+    cfg = gpt2.build_model(_config(tmp_path, options)).config
     x = jnp.zeros((1, 4), jnp.int32)
     params = TransformerLM(cfg).init(jax.random.PRNGKey(1), x)["params"]
     stacked = {**params, "decoder": {

@@ -78,6 +78,13 @@ def write_results(
     return text
 
 
+def _network(c: dict) -> dict:
+    """A summary config's network: the ``model`` group (``--model.*``, ``model`` its
+    architecture), or the flat keys of a run from before the group."""
+    m = c.get("model")
+    return {**m, "model": m["architecture"]} if isinstance(m, dict) else c
+
+
 def _plot_losses(runs: list[tuple[str, dict, list[dict]]], path: str) -> None:
     """``char_lm_loss.png``: each run's train and validation loss against the iteration."""
     import matplotlib
@@ -88,7 +95,7 @@ def _plot_losses(runs: list[tuple[str, dict, list[dict]]], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.14, top=0.92)
     for _wd, s, recs in runs:
-        name = f"{s['config']['model']} ({s['params'] / 1e6:.2f}M, {s['steps']} it.)"
+        name = f"{_network(s['config'])['model']} ({s['params'] / 1e6:.2f}M, {s['steps']} it.)"
         pts = [(r["step"], r["eval/loss"]) for r in recs if "eval/loss" in r]
         tr = [(r["step"], r["loss"]) for r in recs if "loss" in r]
         (line,) = ax.plot(*zip(*pts), marker="o", ms=3, label=f"{name} val")
@@ -114,6 +121,7 @@ def _results_table(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
     ]
     for _wd, s, _ in runs:
         c = s["config"]
+        n = _network(c)
         full = s.get("val_loss", s.get("val_loss_full"))  # the name before char_lm was gpt2's
         full = "" if full is None else f"{full:.4f}"
         loads = (
@@ -122,7 +130,7 @@ def _results_table(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
             else "not recorded (evaluated in a resumed run)"
         )
         lines.append(
-            f"| {c['model']} {c['num_layers']}L/{c['embed_dim']}d | {s['params']:,} | "
+            f"| {n['model']} {n['num_layers']}L/{n['embed_dim']}d | {s['params']:,} | "
             f"{s['steps']} | {c['learning_rate']:g} | {s['val_loss_estimate']:.4f} | {full} | "
             f"{s['train_loss_estimate']:.4f} | {s['train_wall_s'] / 60:.1f} min | {loads} | "
             f"nanoGPT val ≈ {s['anchor_val_loss']} (~3 min on a laptop CPU) |"
@@ -136,7 +144,7 @@ def _eval_table(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
         "Validation loss during training (20 fixed random batches):",
         "",
         "| iteration | "
-        + " | ".join(f"{s['config']['model']}, {s['steps']} it." for _, s, _ in runs)
+        + " | ".join(f"{_network(s['config'])['model']}, {s['steps']} it." for _, s, _ in runs)
         + " |",
         "|---:|" + "---:|" * len(runs),
     ]
@@ -155,7 +163,7 @@ def _samples(runs: list[tuple[str, dict, list[dict]]]) -> list[str]:
         c = s["config"]
         lines += [
             "",
-            f"Sample of the {c['model']} after {s['steps']} iterations (prompt a "
+            f"Sample of the {_network(c)['model']} after {s['steps']} iterations (prompt a "
             "newline, temperature "
             f"{c['sample_temperature']:g}, top-k {c['sample_top_k']}, "
             f"{c.get('sample_tokens', c.get('sample_chars'))} characters):",
