@@ -11,7 +11,7 @@ is reported as unmeasured; the others still run), in order of importance:
    fused AdamW): ms per iteration after warm-up;
 3. ``rnn`` — LSTM and GRU layers, B=64 T=256 H=512, forward + backward: seqjax's
    default (``RNN(implementation="auto")``) against ``torch.nn.LSTM``/``GRU`` on cuDNN;
-4. ``attn0`` — the compiled char_lm step with ``--attention_dropout_rate=0`` (cuDNN's
+4. ``attn0`` — the compiled char_lm step with ``--model.attention_dropout_rate=0`` (cuDNN's
    fused attention) against the default (attention dropout 0.2, XLA attention);
 5. ``loop`` — ``python -m benchmarks loop --preset=gpu``: ``fit`` against its compiled
    step (and ``steps_per_call``), the null step's host cost, the step's top kernels (rows
@@ -258,7 +258,7 @@ def rnn_part(smoke: bool) -> dict[str, Any]:
 
 
 def attn0_part(data_path: str | None, smoke: bool) -> dict[str, Any]:
-    """The compiled char_lm step: default vs ``--attention_dropout_rate=0``."""
+    """The compiled char_lm step: default vs ``--model.attention_dropout_rate=0``."""
     from benchmarks import loop
 
     base = ["--smoke"] if smoke else ["--preset=gpu"]
@@ -266,7 +266,7 @@ def attn0_part(data_path: str | None, smoke: bool) -> dict[str, Any]:
         base.append(f"--data_path={data_path}")
     out = {}
     for name, extra in (("default", []),
-                        ("attention_dropout_0", ["--attention_dropout_rate=0"])):
+                        ("attention_dropout_0", ["--model.attention_dropout_rate=0"])):
         s = loop.build([*base, *extra])
         out[f"{name}_ms"] = loop.compiled_sync(s, loop._Holder(s.state), 10 if smoke else 100)
     return out

@@ -49,19 +49,23 @@ from typing import Any
 
 from benchmarks import harness, nanogpt_gpt2, nanogpt_loop
 
-#: ``modern_cpu`` with one switch put back to GPT-2's: (name, overrides).
+#: ``modern_cpu`` with one switch put back to GPT-2's: (name, overrides; the network's options
+#: are the group ``--model.KEY``).
 ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("AdamW, not Muon (lr 1e-3, β₁ 0.9, as the cpu preset)",
      {"optimizer": "adamw", "learning_rate": 1e-3, "beta1": 0.9, "weight_decay": 0.1}),
-    ("learned positions, not RoPE", {"positions": "learned"}),
-    ("no QK-norm", {"qk_norm": False}),
-    ("GELU, not ReLU²", {"activation": "gelu"}),
-    ("LayerNorm, not RMSNorm", {"norm_type": "layernorm"}),
-    ("residual projections at 0.02/√(2L), not 0", {"residual_init_std": "none"}),
-    ("tied head", {"tie_embeddings": True}),
-    ("no logit soft-cap", {"logit_softcap": 0.0}),
+    ("learned positions, not RoPE", {"model.positions": "learned"}),
+    ("no QK-norm", {"model.qk_norm": False}),
+    ("GELU, not ReLU²", {"model.activation": "gelu"}),
+    ("LayerNorm, not RMSNorm", {"model.norm_type": "layernorm"}),
+    ("residual projections at 0.02/√(2L), not 0", {"model.residual_init_std": "none"}),
+    ("tied head", {"model.tie_embeddings": True}),
+    ("no logit soft-cap", {"model.logit_softcap": 0.0}),
 )
 STEPS = 500
+#: ``--smoke``'s shapes on the seqjax side (nanoGPT's are :data:`benchmarks.nanogpt_gpt2.SMOKE`).
+SMOKE_SHAPE: dict[str, Any] = {"model.num_layers": 1, "model.num_heads": 2,
+                               "model.embed_dim": 16, "block_size": 16, "batch_size": 8}
 
 
 def seqjax_command(preset: str, data: str, steps: int, seed: int, workdir: str,
@@ -262,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"evaluates modern_cpu every {every} steps; nanoGPT eval_iters "
                 f"{setup.eval_iters}")
         nano, cpu, curves, timing = [], [], [], []
-        small = {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
-                 "batch_size": 8} if args.smoke else {}
+        small = SMOKE_SHAPE if args.smoke else {}
         timing_steps = steps if args.smoke else args.timing_steps
         quick = {"eval_every": 0, "log_every": 1 if args.smoke else 10, "val_tokens": 768}
         short = steps if args.smoke else args.ablation_steps

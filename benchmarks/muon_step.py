@@ -48,12 +48,13 @@ def measure(preset: str, repeats: int, rows: int | None = None) -> dict[str, Any
     import optax
 
     from seqjax.experiments import gpt2
+    from seqjax.experiments._config import apply_overrides
     from seqjax.train.flops import lm_flops_per_token, peak_flops_per_device
     from seqjax.train.losses import make_lm_loss
     from seqjax.train.optim import TrainState, make_optimizer
     from seqjax.train.step import flax_apply_fn, make_train_step
 
-    cfg = gpt2.Config(**gpt2.PRESETS[preset])
+    cfg = apply_overrides(gpt2.Config(), gpt2.PRESETS[preset])  # dotted keys: model.KEY
     if rows is not None:
         cfg = dataclasses.replace(cfg, batch_size=rows)
     accum = gpt2.grad_accum(cfg, 1)

@@ -24,11 +24,11 @@ compared with nanoGPT's (:func:`check_seqjax_prepare`; printed, the timing uses 
 
 The configuration (:class:`Setup`; defaults = seqjax's ``cpu`` preset, checked against it):
 4 layers, 4 heads, d = 128, T = 64, batch 12, |V| = 50304 (nanoGPT's default without a
-``meta.pkl``), no biases (``--bias=False``; seqjax ``use_bias=False``), exact GELU (nanoGPT's
-``nn.GELU()``; seqjax ``activation=gelu``), dropout 0, fp32, AdamW lr 1e-3 (β₂ = 0.99,
-weight decay 0.1 on matrices), 100 warm-up steps then cosine to 1e-4 at the last step,
-clipping at 1.0, ``--steps`` (500) steps: 7,234,688 parameters on both sides (the report
-prints both programs' counts).
+``meta.pkl``), no biases (``--bias=False``; seqjax ``--model.use_bias=false``), exact GELU
+(nanoGPT's ``nn.GELU()``; seqjax ``--model.activation=gelu``), dropout 0, fp32, AdamW lr 1e-3
+(β₂ = 0.99, weight decay 0.1 on matrices), 100 warm-up steps then cosine to 1e-4 at the last
+step, clipping at 1.0, ``--steps`` (500) steps: 7,234,688 parameters on both sides (the
+report prints both programs' counts).
 
 Evaluation only at the end on both sides. nanoGPT (``--eval_interval=N``) evaluates at
 iteration 0 and at N, each time the mean loss of ``eval_iters`` (200) random batches of the
@@ -178,16 +178,18 @@ SMOKE = Setup(num_layers=1, num_heads=2, embed_dim=16, block_size=16, batch_size
               warmup_steps=2, eval_iters=2, val_tokens=256, log_every=1, steps_per_call=1)
 SMOKE_STEPS = 4
 
-#: Setup field -> the gpt2 recipe's option (``min_lr`` becomes ``min_lr_ratio``).
-SEQJAX_KEYS = {"num_layers": "num_layers", "num_heads": "num_heads", "embed_dim": "embed_dim",
-               "block_size": "block_size", "batch_size": "batch_size",
-               "use_bias": "use_bias", "activation": "activation",
+#: Setup field -> the gpt2 recipe's option (``min_lr`` becomes ``min_lr_ratio``; the network's
+#: options are the group ``--model.KEY``).
+SEQJAX_KEYS = {"num_layers": "model.num_layers", "num_heads": "model.num_heads",
+               "embed_dim": "model.embed_dim", "block_size": "block_size",
+               "batch_size": "batch_size", "use_bias": "model.use_bias",
+               "activation": "model.activation",
                "learning_rate": "learning_rate", "warmup_steps": "warmup_steps",
                "beta2": "beta2", "weight_decay": "weight_decay", "grad_clip": "clip_norm",
                "vocab_size": "vocab_size", "val_tokens": "val_tokens",
                "log_every": "log_every", "steps_per_call": "steps_per_call"}
 #: What the comparison needs of the ``cpu`` preset, whatever the Setup.
-SEQJAX_FIXED = {"dropout_rate": 0.0, "compute_dtype": "float32", "eval_every": 0,
+SEQJAX_FIXED = {"model.dropout_rate": 0.0, "compute_dtype": "float32", "eval_every": 0,
                 "micro_batch_size": None}
 
 
@@ -298,10 +300,17 @@ def shown(cmd: Sequence[str]) -> str:
 
 
 def seqjax_cpu_preset(name: str = "cpu") -> dict[str, Any]:
-    """The gpt2 recipe's preset ``name`` over its config's defaults."""
+    """The gpt2 recipe's preset ``name`` over its config's defaults, flat: the network's
+    options under their dotted keys (``model.num_layers``), as the presets spell them."""
     from seqjax.experiments import gpt2
 
-    base = {f.name: f.default for f in dataclasses.fields(gpt2.Config)}
+    base: dict[str, Any] = {}
+    for f in dataclasses.fields(gpt2.Config):
+        if dataclasses.is_dataclass(f.default) and not isinstance(f.default, type):
+            base.update({f"{f.name}.{g.name}": getattr(f.default, g.name)
+                         for g in dataclasses.fields(f.default)})
+        else:
+            base[f.name] = f.default
     return {**base, **gpt2.PRESETS[name]}
 
 

@@ -458,6 +458,38 @@ def test_modern_gpt_steps_to_target_and_report():
     assert "| tied head | 150 | 5.2500 |" in text and "0.30×" in text
 
 
+def test_modern_gpt_commands_reach_the_recipe():
+    """Each ablation's command (and the smoke shapes) is read by ``seqjax train gpt2`` as the
+    modern preset with that one switch put back to GPT-2's (the network: ``--model.KEY``)."""
+    import dataclasses
+
+    from benchmarks import modern_gpt
+    from seqjax.experiments._runner import build_config, load_experiment
+
+    def config(preset: str, extra: dict) -> object:
+        cmd = modern_gpt.seqjax_command(preset, "D", 4, 0, "W", extra)
+        assert cmd[3:5] == ["train", "gpt2"]
+        return build_config(load_experiment("gpt2"), "gpt2", cmd[5:], resume=False)
+
+    small = config("modern_smoke", modern_gpt.SMOKE_SHAPE)
+    assert (small.model.num_layers, small.model.num_heads, small.model.embed_dim,
+            small.block_size, small.batch_size) == (1, 2, 16, 16, 8)
+    modern = config("modern_cpu", {})
+    gpt2_model = config("cpu", {}).model  # the cpu preset: the same GPT-2 as nanoGPT
+    for name, extra in modern_gpt.ABLATIONS:
+        cfg = config("modern_cpu", extra)
+        changed = {f.name for f in dataclasses.fields(cfg)
+                   if getattr(cfg, f.name) != getattr(modern, f.name)}
+        assert changed, name
+        if changed == {"model"}:  # one switch of the network, back to GPT-2's
+            moved = [f.name for f in dataclasses.fields(cfg.model)
+                     if getattr(cfg.model, f.name) != getattr(modern.model, f.name)]
+            assert len(moved) == 1, (name, moved)
+            assert getattr(cfg.model, moved[0]) == getattr(gpt2_model, moved[0]), name
+        else:
+            assert "model" not in changed and cfg.optimizer == "adamw", name
+
+
 def test_size_counts_kinds_and_ignores_layout(capsys):
     from benchmarks import size
 

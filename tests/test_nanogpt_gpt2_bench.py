@@ -101,9 +101,20 @@ def test_nanogpt_command_is_the_setup_in_configurator_types():
     assert "--bias=True" in biased
 
 
+def _recipe_config(cmd):
+    """The config ``seqjax train gpt2`` reads from a command of :func:`bench.seqjax_command`."""
+    from seqjax.experiments._runner import build_config, load_experiment
+
+    assert cmd[3:5] == ["train", "gpt2"]
+    return build_config(load_experiment("gpt2"), "gpt2", cmd[5:], resume=False)
+
+
 def test_the_default_setup_is_seqjaxs_cpu_preset():
     """``--preset cpu`` alone is the default setup: no option is added to the command."""
     preset = bench.seqjax_cpu_preset()
+    # every option the comparison sets or checks is one of the recipe's (``model.KEY``: the
+    # network's group), so that none is silently missed
+    assert {*bench.SEQJAX_FIXED, *bench.SEQJAX_KEYS.values(), "min_lr_ratio"} <= set(preset)
     assert bench.seqjax_overrides(bench.DEFAULT, preset) == {}
     cmd = bench.seqjax_command(bench.DEFAULT, "D", 500, 1, "W", preset, python="py")
     assert cmd == ["py", "-m", "seqjax.cli", "train", "gpt2", "--preset", "cpu", "--data_path",
@@ -111,11 +122,17 @@ def test_the_default_setup_is_seqjaxs_cpu_preset():
                    "--sample_tokens", "0"]
     assert bench.shown(cmd).startswith("seqjax train gpt2 --preset cpu --data_path D")
     smoke = bench.seqjax_overrides(bench.SMOKE, preset)
-    assert smoke == {"num_layers": 1, "num_heads": 2, "embed_dim": 16, "block_size": 16,
-                     "batch_size": 8, "warmup_steps": 2, "val_tokens": 256, "log_every": 1,
-                     "steps_per_call": 1}
+    assert smoke == {"model.num_layers": 1, "model.num_heads": 2, "model.embed_dim": 16,
+                     "block_size": 16, "batch_size": 8, "warmup_steps": 2, "val_tokens": 256,
+                     "log_every": 1, "steps_per_call": 1}
+    cfg = _recipe_config(bench.seqjax_command(bench.SMOKE, "D", 4, 0, "W", preset))
+    assert (cfg.model.num_layers, cfg.model.num_heads, cfg.model.embed_dim, cfg.block_size,
+            cfg.batch_size, cfg.val_tokens) == (1, 2, 16, 16, 8, 256)
+    assert (cfg.model.use_bias, cfg.model.activation, cfg.model.dropout_rate) == (
+        False, "gelu", 0.0)
     assert bench.seqjax_overrides(bench.Setup(min_lr=5e-5), preset) == {"min_lr_ratio": 0.05}
-    assert bench.seqjax_overrides(bench.Setup(use_bias=True), preset) == {"use_bias": True}
+    assert bench.seqjax_overrides(bench.Setup(use_bias=True), preset) == {
+        "model.use_bias": True}
     with pytest.raises(ValueError, match="eval_every"):
         bench.seqjax_overrides(bench.DEFAULT, {**preset, "eval_every": 250})
 
@@ -246,7 +263,11 @@ def test_the_gpu_setup_is_nanogpts_train_gpt2_and_seqjaxs_124m_preset():
                                 python="python")
     assert ours[ours.index("--preset") + 1] == "124m"
     for flag in ("--batch_size=480", "--micro_batch_size=12", "--eval_every=0",
-                 "--use_bias=False", "--activation=gelu"):
+                 "--model.use_bias=False", "--model.activation=gelu"):
         assert flag in ours, flag
     assert "--compute_dtype=bfloat16" not in ours  # the preset's already
+    cfg = _recipe_config(ours)
+    assert (cfg.model.num_layers, cfg.model.embed_dim, cfg.model.use_bias,
+            cfg.model.activation, cfg.batch_size, cfg.micro_batch_size, cfg.compute_dtype) == (
+        12, 768, False, "gelu", 480, 12, "bfloat16")
     assert g.rows * g.block_size == 491_520
