@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -61,16 +61,35 @@ CELLS: tuple[str, ...] = get_args(Cell)
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The recurrent cells' sizes, ``--model.KEY``: every cell compared (Elman, LSTM and
+    GRU, in part A's profiles and part B's adding-problem models) has ``hidden_size`` units;
+    part A feeds them inputs of ``input_size`` (the adding problem's are its two channels).
+
+    Attributes:
+        hidden_size: hidden units of every cell (parts A and B).
+        input_size: size of the Gaussian inputs of part A.
+    """
+
+    hidden_size: PosInt = 32
+    input_size: PosInt = 8
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved.
+MODEL_OPTIONS = ("hidden_size", "input_size")
+
+
+@dataclass(frozen=True)
 class Config(ParallelOptions):
     """The options of ``seqjax train gradients`` (part A: gradient norms; B: the adding problem).
 
     Attributes:
-        hidden_size: hidden units of every cell (parts A and B).
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         distance_steps: sequence length ``T`` of the part A profiles.
         radii: spectral radii ``ρ`` of ``W_hh = ρQ`` of the Elman profiles.
-        input_size: size of the Gaussian inputs of part A.
-        input_scales: standard deviations of those inputs, one tanh profile each (the first
-            also feeds the LSTM and GRU profiles).
+        input_scales: standard deviations of part A's Gaussian inputs (of size
+            ``--model.input_size``), one tanh profile each (the first also feeds the LSTM and
+            GRU profiles).
         profile_batch: sequences averaged per profile (part A and the trained models).
         gated_at_init: also profile an LSTM (forget bias 1) and a GRU at initialisation.
         lengths: adding-problem sequence lengths ``T``.
@@ -93,11 +112,10 @@ class Config(ParallelOptions):
         results_dir: also write the plots and ``gradients.md`` here; ``None`` = not.
     """
 
-    hidden_size: PosInt = 32
+    model: ModelOptions = ModelOptions()
     # part A
     distance_steps: PosInt = 300
     radii: tuple[PosFloat, ...] = (0.8, 1.0, 1.2, 2.0)
-    input_size: PosInt = 8
     input_scales: tuple[PosFloat, ...] = (0.1, 1.0)
     profile_batch: PosInt = 32
     gated_at_init: bool = True
@@ -117,9 +135,11 @@ class Config(ParallelOptions):
     workdir: str | None = "workdirs/gradients"
     results_dir: str | None = None
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "smoke": {"hidden_size": 8, "distance_steps": 12, "radii": (1.2,), "input_scales": (1.0,),
+    "smoke": {"model.hidden_size": 8, "distance_steps": 12, "radii": (1.2,), "input_scales": (1.0,),
               "profile_batch": 2,
               "gated_at_init": False, "lengths": (10,), "cells": ("lstm",),
               "clipping": (True,), "steps": 3, "batch_size": 8, "test_examples": 16,
@@ -189,10 +209,11 @@ def part_a(cfg: Config) -> dict:
 
 def _part_a(cfg: Config) -> dict:
     f64 = jnp.float64
+    hidden = cfg.model.hidden_size
     key = jax.random.PRNGKey(cfg.seed)
     k_x, k_w, k_init = jax.random.split(key, 3)
-    x = jax.random.normal(k_x, (cfg.profile_batch, cfg.distance_steps, cfg.input_size), f64)
-    w_H = jax.random.normal(k_w, (cfg.hidden_size,), f64) / np.sqrt(cfg.hidden_size)
+    x = jax.random.normal(k_x, (cfg.profile_batch, cfg.distance_steps, cfg.model.input_size), f64)
+    w_H = jax.random.normal(k_w, (hidden,), f64) / np.sqrt(hidden)
     readout = lambda h_BxH: h_BxH @ w_H  # noqa: E731
     carry_x = x[:, 0]
     profiles: dict[str, list[float]] = {}
@@ -200,14 +221,14 @@ def _part_a(cfg: Config) -> dict:
     variants += [(f"tanh, x~N(0,{s:g}²)", jnp.tanh, s * x) for s in cfg.input_scales]
     for rho in cfg.radii:
         for act_name, act, inputs in variants:
-            cell = ElmanCell(cfg.hidden_size, activation=act, param_dtype=f64,
+            cell = ElmanCell(hidden, activation=act, param_dtype=f64,
                              recurrent_kernel_init=scaled_orthogonal(rho),
                              bias_init=nn.initializers.zeros_init())
             params = cell.init(k_init, cell.initialize_carry(k_init, carry_x.shape), carry_x)
             profiles[f"elman {act_name}, rho={rho:g}"] = adjoint_norms(
                 cell, params["params"], inputs, readout).tolist()
-    gated = (("lstm (b_f=1), init", LSTMCell(cfg.hidden_size, forget_bias=1.0, param_dtype=f64)),
-             ("gru, init", GRUCell(cfg.hidden_size, param_dtype=f64)))
+    gated = (("lstm (b_f=1), init", LSTMCell(hidden, forget_bias=1.0, param_dtype=f64)),
+             ("gru, init", GRUCell(hidden, param_dtype=f64)))
     for name, cell in gated if cfg.gated_at_init else ():
         params = cell.init(k_init, cell.initialize_carry(k_init, carry_x.shape), carry_x)
         scale = cfg.input_scales[0]
@@ -254,7 +275,7 @@ def adding_run(cfg: Config, cell: str, length: int, clip: bool) -> Run:
     fresh global batches (every process draws the same batch and feeds its rows), the test
     MSE every ``eval_every`` steps; its ``evaluate`` hook is :func:`adding_outcome`. Named
     ``CELL_T{length}_clip{on,off}``; it writes nothing (its row is the result)."""
-    model = _adding_model(cell, cfg.hidden_size)
+    model = _adding_model(cell, cfg.model.hidden_size)
     seed = cfg.seed + 1000 * length + 10 * CELLS.index(cell)
     test = adding_problem(cfg.test_examples, length, seed=10_000_019 + length)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), test["inputs"][:1])["params"]
@@ -332,7 +353,7 @@ def trained_profile(model: RNNClassifier, params: Any, test: dict, cfg: Config) 
         cls = {"elman": ElmanCell, "lstm": LSTMCell, "gru": GRUCell}[model.config.cell_type]
         x = jnp.asarray(test["inputs"][: cfg.profile_batch], f64)
         y = jnp.asarray(test["targets"][: cfg.profile_batch], f64)
-        return _trained_profile(cls(cfg.hidden_size, param_dtype=f64), cell_params,
+        return _trained_profile(cls(cfg.model.hidden_size, param_dtype=f64), cell_params,
                                 params["classifier"], x, y)
 
 

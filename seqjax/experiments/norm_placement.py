@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -56,15 +56,33 @@ NORMS: tuple[str, ...] = get_args(Norm)
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The character LM's transformer (:class:`NormLM`), ``--model.KEY``: every run, pre-norm
+    and post-norm alike (``--norms``), has these sizes; only where the norm sits differs.
+
+    Attributes:
+        num_layers: transformer blocks.
+        num_heads: attention heads.
+        embed_dim: model width ``d``.
+    """
+
+    num_layers: PosInt = 6
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved.
+MODEL_OPTIONS = ("num_layers", "num_heads", "embed_dim")
+
+
+@dataclass(frozen=True)
 class Config(ParallelOptions):
     """The options of ``seqjax train norm_placement`` (every norm × warm-up pair is one run).
 
     Attributes:
         norms: the norm placements to train, from ``pre`` and ``post`` (comma-separated).
         warmups: the linear warm-up lengths to train each placement with, in steps (0 = none).
-        num_layers: transformer blocks.
-        num_heads: attention heads.
-        embed_dim: model width ``d``.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         block_size: context length ``T`` of every window (and the position table's length).
         batch_size: windows per step, over all devices (the global batch).
         steps: optimiser steps per run (the cosine schedule ends here).
@@ -86,9 +104,7 @@ class Config(ParallelOptions):
 
     norms: tuple[Norm, ...] = NORMS
     warmups: tuple[NonNegInt, ...] = (100, 0)
-    num_layers: PosInt = 6
-    num_heads: PosInt = 4
-    embed_dim: PosInt = 64
+    model: ModelOptions = ModelOptions()
     block_size: PosInt = 64
     batch_size: PosInt = 16
     steps: NonNegInt = 500
@@ -104,6 +120,8 @@ class Config(ParallelOptions):
     workdir: str | None = "workdirs/norm_placement"
     results_dir: str | None = None
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
     def __post_init__(self) -> None:  # at the door, before the work dir is written
         if not all(c.isalnum() or c in "_-." for c in self.tag):
             raise ValueError(f"--tag may hold letters, digits, '_', '-' and '.' only; got "
@@ -111,8 +129,8 @@ class Config(ParallelOptions):
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "smoke": {"norms": ("post",), "warmups": (0,), "num_layers": 1, "num_heads": 2,
-              "embed_dim": 16, "block_size": 16, "batch_size": 8, "steps": 3,
+    "smoke": {"norms": ("post",), "warmups": (0,), "model.num_layers": 1, "model.num_heads": 2,
+              "model.embed_dim": 16, "block_size": 16, "batch_size": 8, "steps": 3,
               "eval_batches": 1, "max_chars": 20000},
 }
 
@@ -150,7 +168,8 @@ def norm_run(cfg: Config, norm: str, warmup: int, train_ids: np.ndarray,
     """One norm placement with one warm-up: the same initial draw, training windows and
     validation windows (global batches) in every run; named ``NORM_warmupW``, it writes
     nothing (its row is the result)."""
-    model = NormLM(norm, vocab, cfg.block_size, cfg.embed_dim, cfg.num_heads, cfg.num_layers)
+    m = cfg.model
+    model = NormLM(norm, vocab, cfg.block_size, m.embed_dim, m.num_heads, m.num_layers)
     params = jax.jit(model.init)(jax.random.PRNGKey(cfg.seed),
                                  jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
     apply_fn = flax_apply_fn(model)

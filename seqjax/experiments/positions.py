@@ -37,7 +37,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +79,26 @@ SEP = BOS_ID  # the separator between source and target (the decoder's <start>)
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The ablation's causal transformer (:class:`PositionsLM`), ``--model.KEY``: every
+    positional encoding compared (``--positions``) trains this same network.
+
+    Attributes:
+        embed_dim: model width ``d`` (the MLP is ``4d``).
+        num_heads: attention heads.
+        num_layers: transformer blocks.
+    """
+
+    embed_dim: PosInt = 64
+    num_heads: PosInt = 4
+    num_layers: PosInt = 2
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved.
+MODEL_OPTIONS = ("embed_dim", "num_heads", "num_layers")
+
+
+@dataclass(frozen=True)
 class Config(ParallelOptions):
     """The options of ``seqjax train positions`` (heat maps, then every task × encoding).
 
@@ -96,9 +116,7 @@ class Config(ParallelOptions):
         test_max_length: test source lengths are ``1 .. test_max_length`` (at least
             ``train_max_length``).
         test_per_length: test sequences per source length.
-        embed_dim: model width ``d`` (the MLP is ``4d``).
-        num_heads: attention heads.
-        num_layers: transformer blocks.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         steps: optimiser steps per model (the cosine schedule ends here).
         batch_size: sequences per step, over all devices (the global batch).
         learning_rate: peak AdamW learning rate, after the warm-up (weight decay 0.01,
@@ -126,9 +144,7 @@ class Config(ParallelOptions):
     train_max_length: PosInt = 10
     test_max_length: PosInt = 16
     test_per_length: PosInt = 128
-    embed_dim: PosInt = 64
-    num_heads: PosInt = 4
-    num_layers: PosInt = 2
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 1000
     batch_size: PosInt = 64
     learning_rate: PosFloat = 3e-3
@@ -138,12 +154,14 @@ class Config(ParallelOptions):
     workdir: str | None = "workdirs/positions"
     results_dir: str | None = None
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     "smoke": {"medl_length": 64, "bishop_length": 40, "tasks": ("reverse",),
               "positions": ("rope",), "train_max_length": 3, "test_max_length": 4,
-              "test_per_length": 4, "embed_dim": 16, "num_heads": 2, "num_layers": 1,
-              "steps": 3, "batch_size": 8, "warmup_steps": 1},
+              "test_per_length": 4, "model.embed_dim": 16, "model.num_heads": 2,
+              "model.num_layers": 1, "steps": 3, "batch_size": 8, "warmup_steps": 1},
 }
 
 
@@ -232,8 +250,8 @@ def position_run(cfg: Config, task: str, positions: str) -> Run:
     vocab = FIRST_SYMBOL + cfg.num_symbols
     test_width = 2 * cfg.test_max_length + 2
     train_width = 2 * cfg.train_max_length + 2
-    model = PositionsLM(positions, vocab, test_width, cfg.embed_dim, cfg.num_heads,
-                        cfg.num_layers)
+    m = cfg.model
+    model = PositionsLM(positions, vocab, test_width, m.embed_dim, m.num_heads, m.num_layers)
     seed = cfg.seed + 100 * POSITIONS.index(positions) + (0 if task == "reverse" else 7)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed),
                                  jnp.zeros((1, test_width), jnp.int32))["params"]
@@ -356,10 +374,26 @@ def run(cfg: Config) -> dict:
     return train(build(cfg), cfg)
 
 
-# Fields that must agree for earlier runs to be reported beside new ones.
+# Fields that must agree for earlier runs to be reported beside new ones (a group's dotted).
 _RUN_FIELDS = ("num_symbols", "train_max_length", "test_max_length", "test_per_length",
-               "embed_dim", "num_heads", "num_layers", "steps", "batch_size", "learning_rate",
-               "warmup_steps", "seed")
+               "model.embed_dim", "model.num_heads", "model.num_layers", "steps", "batch_size",
+               "learning_rate", "warmup_steps", "seed")
+
+
+def _option(cfg: Config, name: str) -> Any:
+    """The value of option ``name`` (dotted for a group's: ``model.embed_dim``) of ``cfg``."""
+    value: Any = cfg
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _saved_option(saved: dict, name: str) -> Any:
+    """The value of option ``name`` in a saved summary's config: nested (``{"model":
+    {"embed_dim": 64}}``), or flat as saved before the group (``{"embed_dim": 64}``)."""
+    head, _, key = name.rpartition(".")
+    group = saved.get(head) if head else saved
+    return group.get(key) if isinstance(group, dict) else saved.get(key)
 
 
 def _previous(cfg: Config) -> tuple[list[dict], list[dict]]:
@@ -369,7 +403,7 @@ def _previous(cfg: Config) -> tuple[list[dict], list[dict]]:
         return [], []
     with open(path) as f:
         prev = json.load(f)
-    diff = [k for k in _RUN_FIELDS if prev["config"].get(k) != getattr(cfg, k)]
+    diff = [k for k in _RUN_FIELDS if _saved_option(prev["config"], k) != _option(cfg, k)]
     if diff:
         raise ValueError(f"`keep_previous`: the earlier runs in {path} used other settings "
                          f"for {diff}; rerun them or use another work dir.")

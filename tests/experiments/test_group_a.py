@@ -1,6 +1,7 @@
 """Smoke runs and numerical checks of the experiments gradients, char_lm, positions,
 norm_placement and param_counts."""
 
+import dataclasses
 import json
 import math
 import os
@@ -15,6 +16,7 @@ from seqjax.data.shards import TokenData
 from seqjax.data.synthetic import EOS_ID
 from seqjax.experiments import char_lm, gpt2, gradients, norm_placement, param_counts, positions
 from seqjax.experiments._config import ConfigError, apply_overrides
+from seqjax.experiments._kit import command_line
 from seqjax.experiments._runner import build_config
 from seqjax.experiments._text import load_model, sample_ids
 from seqjax.experiments.reports import char_lm as char_lm_report
@@ -99,6 +101,26 @@ def test_positions_smoke(tmp_path):
     for name in ("positions.md", "positions_medl_fig7_14.png", "positions_bishop_fig12_10.png",
                  "positions_ablation.png"):
         assert (tmp_path / name).exists()
+
+
+def test_positions_keep_previous_reads_nested_and_flat_saved_configs(tmp_path):
+    """``--keep_previous`` compares the saved summary's config with this run's, the network's
+    options under ``model`` (``model.num_heads``) or flat, as saved before the group."""
+    cfg = apply_overrides(positions.Config(), {**positions.PRESETS["smoke"],
+                                               "keep_previous": True, "workdir": str(tmp_path)})
+    nested = dataclasses.asdict(cfg)
+    flat = {k: v for k, v in nested.items() if k != "model"} | nested["model"]
+    row = {"task": "reverse", "positions": "none", "exact": {"1": 1.0},
+           "token_accuracy": {"1": 0.5}}
+    other = apply_overrides(cfg, {"model.num_heads": 4})
+    for saved in (nested, flat):
+        (tmp_path / "positions.json").write_text(json.dumps(
+            {"config": saved, "runs": [dict(row)], "wall_s": 1.0, "load_average": ["0", "0"]}))
+        runs, sessions = positions._previous(cfg)
+        assert runs == [{**row, "exact": {1: 1.0}, "token_accuracy": {1: 0.5}}]
+        assert sessions[0]["command"] == command_line("positions", cfg)  # --model.num_heads=2
+        with pytest.raises(ValueError, match=r"other settings for \['model.num_heads'\]"):
+            positions._previous(other)
 
 
 # ----------------------------------------------------------------------------- norm_placement

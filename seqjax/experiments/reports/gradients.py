@@ -147,8 +147,8 @@ def report(
         "",
         "## A. ‖∂L/∂h_t‖ against the distance T − t (MEDL (7.11)–(7.13))",
         "",
-        f"Hidden size {cfg.hidden_size}, T = {cfg.distance_steps} (MEDL's T = 300 example), "
-        f"batch {cfg.profile_batch} of Gaussian inputs of size {cfg.input_size} (scaled by "
+        f"Hidden size {cfg.model.hidden_size}, T = {cfg.distance_steps} (MEDL's T = 300 example), "
+        f"batch {cfg.profile_batch} of Gaussian inputs of size {cfg.model.input_size} (scaled by "
         f"{', '.join(f'{v:g}' for v in cfg.input_scales)}: small inputs keep tanh near its "
         "linear regime, N(0, 1) inputs saturate it); "
         "W_hh = ρQ with Q orthogonal (‖W_hh‖₂ = ρ); L = wᵀh_T with a random w. "
@@ -194,9 +194,9 @@ def _adding_section(cfg: Any, runs: list[dict]) -> list[str]:
     lines = [
         "## B. The adding problem (baseline: MSE 0.167 by always predicting 1)",
         "",
-        f"One recurrent layer of {cfg.hidden_size} units, last hidden state → linear read-out; "
-        f"Adam "
-        f"{cfg.learning_rate:g}, {cfg.steps} steps × batch {cfg.batch_size} of fresh sequences; "
+        f"One recurrent layer of {cfg.model.hidden_size} units, last hidden state → linear "
+        f"read-out; Adam {cfg.learning_rate:g}, {cfg.steps} steps × batch {cfg.batch_size} of "
+        "fresh sequences; "
         f"test MSE on {cfg.test_examples} held-out sequences. Clipping: global norm "
         f"{cfg.clip_norm:g}. `clipped` is the fraction of steps whose gradient norm exceeded "
         f"{cfg.clip_norm:g}.",

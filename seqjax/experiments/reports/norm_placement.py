@@ -49,7 +49,7 @@ def plot_curves(cfg: Any, runs: list[dict], outdir: str) -> list[str]:
         ax.grid(alpha=0.3)
     axes[0].legend()
     fig.suptitle(
-        f"{cfg.num_layers}-layer char LM, d={cfg.embed_dim}, AdamW "
+        f"{cfg.model.num_layers}-layer char LM, d={cfg.model.embed_dim}, AdamW "
         f"{cfg.learning_rate:g}, cosine decay",
         fontsize=10,
     )
@@ -68,8 +68,8 @@ def report(cfg: Any, runs: list[dict], wall: float, command: str, loads: tuple[s
         f"Wall time: {wall / 60:.1f} min (load average {loads[0]} before, {loads[1]} after; "
         "the 2 cores were shared with other jobs).",
         "",
-        f"Character LM on Tiny Shakespeare (nanoGPT's split): {cfg.num_layers} layers, "
-        f"d = {cfg.embed_dim}, {cfg.num_heads} heads, block {cfg.block_size}, batch "
+        f"Character LM on Tiny Shakespeare (nanoGPT's split): {cfg.model.num_layers} layers, "
+        f"d = {cfg.model.embed_dim}, {cfg.model.num_heads} heads, block {cfg.block_size}, batch "
         f"{cfg.batch_size}, {cfg.steps} steps; AdamW (β₂ = 0.99, weight decay "
         f"{cfg.weight_decay:g}), peak learning rate {cfg.learning_rate:g}, cosine decay to "
         f"{cfg.min_lr_ratio:g}× after a linear warm-up of the given length (0 = none); "

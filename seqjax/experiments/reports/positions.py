@@ -129,8 +129,8 @@ def report(cfg: Any, medl: dict, bishop: dict, runs: list[dict], sessions: list[
         lines += [
             "## Ablation: no positions vs sinusoidal vs learned vs RoPE",
             "",
-            f"Causal transformer, {cfg.num_layers} layers, d = {cfg.embed_dim}, "
-            f"{cfg.num_heads} heads, pre-norm; {cfg.num_symbols} symbols; trained on source "
+            f"Causal transformer, {cfg.model.num_layers} layers, d = {cfg.model.embed_dim}, "
+            f"{cfg.model.num_heads} heads, pre-norm; {cfg.num_symbols} symbols; trained on source "
             f"lengths 1–{cfg.train_max_length} ({cfg.steps} steps × batch {cfg.batch_size}, "
             f"AdamW {cfg.learning_rate:g}, warm-up + cosine); evaluated on "
             f"{cfg.test_per_length} held-out sequences per length. Exact match = every "
