@@ -580,11 +580,14 @@ def experiment_from_workdir(
 
 
 def _flat_config(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """``cfg``'s options by their command-line names; a group's (``--model``) only key by key
+    (``model.num_layers``), so a checkpoint's ``"model": "lstm"`` is never read as it."""
     out: dict[str, Any] = {}
     for key, value in dataclasses.asdict(cfg).items():
         if isinstance(value, dict):
             out.update({f"{prefix}{key}.{k}": v for k, v in _flat_dict(value).items()})
-        out[f"{prefix}{key}"] = value
+        if not dataclasses.is_dataclass(getattr(cfg, key)):
+            out[f"{prefix}{key}"] = value
     return out
 
 

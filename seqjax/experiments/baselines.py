@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +70,30 @@ PAD, CLS = 0, 1  # classification vocabulary: 0 padding, 1 <cls>, then the chara
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The networks' sizes, ``--model.KEY=VALUE``: the four networks compared with the count
+    models (the LSTM LM and the GPT, the GRU and the transformer classifier) share them.
+
+    Attributes:
+        hidden_size: LSTM and GRU width (one layer each).
+        embed_dim: character embedding size of the LSTM and GRU; width ``d`` of both
+            transformers.
+        num_layers: blocks of both transformers.
+        num_heads: attention heads of both transformers.
+    """
+
+    hidden_size: PosInt = 128  # LSTM / GRU width
+    embed_dim: PosInt = 64
+    num_layers: PosInt = 2  # transformer blocks
+    num_heads: PosInt = 4
+
+
+#: The networks' options (``--model.KEY``); each was a flat ``--KEY`` before it moved into the
+#: group.
+MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train baselines`` (count models against RNNs and transformers).
 
@@ -86,11 +110,7 @@ class Config(TrainOptions, ParallelOptions):
         class_test_pairs: Tatoeba pairs for the test accuracy.
         max_chars: sentences are truncated to this many characters (classification).
         block_size: window length of the LM networks, in training and scoring (GPT context).
-        hidden_size: LSTM and GRU width (one layer each).
-        embed_dim: character embedding size of the LSTM and GRU; width ``d`` of both
-            transformers.
-        num_layers: blocks of both transformers.
-        num_heads: attention heads of both transformers.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         steps: optimiser steps of each network.
         batch_size: windows or sentences per step, over all devices (capped at the training
             set).
@@ -114,24 +134,23 @@ class Config(TrainOptions, ParallelOptions):
     class_test_pairs: PosInt = 1000
     max_chars: PosInt = 64  # sentences are truncated to this many characters
     block_size: PosInt = 64
-    hidden_size: PosInt = 128  # LSTM / GRU width
-    embed_dim: PosInt = 64
-    num_layers: PosInt = 2  # transformer blocks
-    num_heads: PosInt = 4
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 1500  # TrainOptions' field, with this recipe's default
     seed: int = 0
     progress: bool = True
     data_path: str | None = None  # the folder holding tinyshakespeare.txt and fra-eng.txt
     workdir: str | None = "workdirs/baselines"
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
 
 PRESETS = {
     "smoke": {"ngram_orders": "1,2", "class_orders": "1,2", "lm_eval_chars": 512,
               "lm_train_chars": 50_000,
               "lm_train_windows": 64, "class_train_pairs": 64, "class_test_pairs": 16,
-              "max_chars": 24, "block_size": 16, "hidden_size": 8, "embed_dim": 8, "num_layers": 1,
-              "num_heads": 2, "steps": 3, "warmup_steps": 1, "batch_size": 8, "log_every": 1,
-              "progress": False},
+              "max_chars": 24, "block_size": 16, "model.hidden_size": 8, "model.embed_dim": 8,
+              "model.num_layers": 1, "model.num_heads": 2, "steps": 3, "warmup_steps": 1,
+              "batch_size": 8, "log_every": 1, "progress": False},
 }
 
 
@@ -230,12 +249,13 @@ def lm_task(cfg: Config) -> tuple[list[dict], list[Run]]:
     vx = val_ids[: n_val * block].reshape(n_val, block).astype(np.int32)
     vy = val_ids[1: n_val * block + 1].reshape(n_val, block).astype(np.int32)
     test = {"x": vx, "y": vy}
+    net = cfg.model
     models = {
-        "LSTM LM": RNNLanguageModel(RNNLMConfig(vocab_size=vocab, embed_dim=cfg.embed_dim,
-                                                hidden_size=cfg.hidden_size, cell_type="lstm")),
+        "LSTM LM": RNNLanguageModel(RNNLMConfig(vocab_size=vocab, embed_dim=net.embed_dim,
+                                                hidden_size=net.hidden_size, cell_type="lstm")),
         "transformer LM (GPT)": TransformerLM(TransformerLMConfig(
-            vocab_size=vocab, num_layers=cfg.num_layers, embed_dim=cfg.embed_dim, block_size=block,
-            block=gpt_block(cfg.num_heads))),
+            vocab_size=vocab, num_layers=net.num_layers, embed_dim=net.embed_dim, block_size=block,
+            block=gpt_block(net.num_heads))),
     }
     runs = []
     for name, model in models.items():
@@ -282,15 +302,16 @@ def classification_task(cfg: Config) -> tuple[list[dict], list[Run]]:
         print(f"{name}: {100 * acc:.2f}%")
 
     runs = []
+    net = cfg.model
     for name in ("GRU classifier", "transformer classifier"):
         cls = name.startswith("transformer")
         xtr, ltr = _padded(tr_seqs, cfg.max_chars, cls)
         xte, lte = _padded(te_seqs, cfg.max_chars, cls)
         if cls:
-            block = bert_block(cfg.num_heads, mlp_dim=2 * cfg.embed_dim, norm="pre",
+            block = bert_block(net.num_heads, mlp_dim=2 * net.embed_dim, norm="pre",
                                dropout_rate=0.0)
-            model = Bert(BertConfig(vocab_size=vocab, num_layers=cfg.num_layers,
-                                    embed_dim=cfg.embed_dim, block_size=cfg.max_chars + 1,
+            model = Bert(BertConfig(vocab_size=vocab, num_layers=net.num_layers,
+                                    embed_dim=net.embed_dim, block_size=cfg.max_chars + 1,
                                     block=block, type_vocab_size=0, mlm_head=False,
                                     pooler=False, num_classes=2, init_std=0.02))
 
@@ -298,8 +319,8 @@ def classification_task(cfg: Config) -> tuple[list[dict], list[Run]]:
                 return model.apply({"params": p}, b["x"], b["len"])["class_logits"]
         else:
             model = RNNClassifier(RNNClassifierConfig(
-                num_classes=2, vocab_size=vocab, embed_dim=cfg.embed_dim,
-                hidden_size=cfg.hidden_size, cell_type="gru", pooling="last"))
+                num_classes=2, vocab_size=vocab, embed_dim=net.embed_dim,
+                hidden_size=net.hidden_size, cell_type="gru", pooling="last"))
 
             def logits_of(p: Any, b: dict, model: Any = model) -> jax.Array:
                 return model.apply({"params": p}, b["x"], b["len"])

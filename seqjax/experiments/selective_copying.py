@@ -37,7 +37,9 @@ Run:  python -m seqjax.experiments.selective_copying --out \
           seqjax/experiments/results/selective_copying.md
       python -m seqjax.experiments.selective_copying --smoke    (seconds, for CI)
       (or ``seqjax train selective_copying [--smoke] [--workdir DIR]``); every ``Config``
-      field is an option, e.g. ``--tasks=selective_copying --models=mamba,mamba-lti --steps=500``.
+      field is an option, e.g. ``--tasks=selective_copying --models=mamba,mamba-lti --steps=500``;
+      the networks' sizes are the group ``--model.KEY`` (``--model.embed_dim=128``,
+      ``--model.d_state=16``; :class:`ModelOptions`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import dataclasses
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -78,6 +80,34 @@ MODELS: tuple[str, ...] = get_args(Model)
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    """The networks' sizes and the SSM's scan, ``--model.KEY=VALUE``: every model of
+    ``--models`` (LSTM, transformer, linear attention, Mamba, Mamba-LTI) is built with them
+    (:class:`SequenceClassifier`), so the models compared share one width and depth.
+
+    Attributes:
+        embed_dim: model width ``d`` (the embedding and every layer).
+        num_layers: LSTM layers, transformer blocks or Mamba blocks.
+        num_heads: attention heads (``transformer``, ``linear``).
+        d_state: SSM state size ``N`` per channel (``mamba``, ``mamba-lti``).
+        scan_impl: the Mamba scan: ``sequential`` (``lax.scan``) or ``associative``
+            (``lax.associative_scan``).
+    """
+
+    embed_dim: PosInt = 64
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    d_state: PosInt = 8
+    # on CPU at this size, "sequential" is ~2x faster than "associative"
+    scan_impl: Literal["sequential", "associative"] = "sequential"
+
+
+#: The models' options (``--model.KEY``); each was a flat ``--KEY`` before it moved into the
+#: group.
+MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
+
+
+@dataclasses.dataclass(frozen=True)
 class Config(ParallelOptions):
     """The runs (tasks × models, or an explicit list), their sizes and optimisation.
 
@@ -87,12 +117,7 @@ class Config(ParallelOptions):
             ``mamba-lti``; every task is run with every model.
         runs: an explicit comma list of ``task:model`` runs; overrides ``tasks`` ×
             ``models`` when set (``""`` = use them).
-        embed_dim: model width ``d`` (the embedding and every layer).
-        num_layers: LSTM layers, transformer blocks or Mamba blocks.
-        num_heads: attention heads (``transformer``, ``linear``).
-        d_state: SSM state size ``N`` per channel (``mamba``, ``mamba-lti``).
-        scan_impl: the Mamba scan: ``sequential`` (``lax.scan``) or ``associative``
-            (``lax.associative_scan``).
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         steps: training steps of every run; ``None`` = ``DEFAULT_STEPS`` of the task (1500).
         batch_size: sequences per step over all devices (the global batch), fresh every step.
         learning_rate: peak AdamW rate (weight decay 0.01, gradient clip 1.0), after the
@@ -118,12 +143,7 @@ class Config(ParallelOptions):
     tasks: tuple[Task, ...] = TASKS  # comma list on the command line
     models: tuple[Model, ...] = MODELS
     runs: str = ""  # explicit "task:model,..." list; overrides tasks × models when set
-    embed_dim: PosInt = 64
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    d_state: PosInt = 8
-    # on CPU at this size, "sequential" is ~2x faster than "associative"
-    scan_impl: Literal["sequential", "associative"] = "sequential"
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt | None = None  # default: DEFAULT_STEPS[task]
     batch_size: PosInt = 32
     learning_rate: PosFloat = 3e-3
@@ -144,6 +164,8 @@ class Config(ParallelOptions):
     json_out: str | None = None  # raw results
     workdir: str | None = None  # run.json; checkpoints and metrics of each run
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
     def __post_init__(self) -> None:
         plan(self)  # --runs is checked at the door, before the work dir is written
 
@@ -151,11 +173,13 @@ class Config(ParallelOptions):
 DEFAULT_STEPS = {"selective_copying": 1500, "associative_recall": 1500}
 PRESETS = {
     # Every model on selective copying and the SSM on associative recall, tiny: seconds.
-    "smoke": dict(
-        runs=",".join([f"selective_copying:{m}" for m in MODELS] + ["associative_recall:mamba"]),
-        steps=4, batch_size=8, eval_examples=8, embed_dim=16, d_state=4, seq_len=12, num_tokens=3,
-        num_pairs=3, num_keys=6, num_values=6, warmup_steps=2, fast_compile=True,
-    ),
+    "smoke": {
+        "runs": ",".join([f"selective_copying:{m}" for m in MODELS]
+                         + ["associative_recall:mamba"]),
+        "steps": 4, "batch_size": 8, "eval_examples": 8, "model.embed_dim": 16,
+        "model.d_state": 4, "seq_len": 12, "num_tokens": 3, "num_pairs": 3, "num_keys": 6,
+        "num_values": 6, "warmup_steps": 2, "fast_compile": True,
+    },
 }
 
 
@@ -270,8 +294,9 @@ def task_run(cfg: Config, task: str, model_name: str, results: list[dict]) -> Ru
     ``results`` (printed; written to ``--json_out`` after every run)."""
     steps = DEFAULT_STEPS[task] if cfg.steps is None else cfg.steps
     vocab, length = task_spec(cfg, task)
-    model = SequenceClassifier(model_name, vocab, length, cfg.embed_dim, cfg.num_layers,
-                               cfg.num_heads, cfg.d_state, cfg.scan_impl)
+    net = cfg.model
+    model = SequenceClassifier(model_name, vocab, length, net.embed_dim, net.num_layers,
+                               net.num_heads, net.d_state, net.scan_impl)
     data_rng = np.random.default_rng(cfg.seed)
     held_out = make_batch(cfg, task, cfg.eval_examples, np.random.default_rng(10_000 + cfg.seed))
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))
@@ -328,7 +353,7 @@ def task_run(cfg: Config, task: str, model_name: str, results: list[dict]) -> Ru
                       tensorboard=False, plot=False, handle_signals=cfg.workdir is not None),
         eval_fn=eval_fn, on_log=[record], name=f"{task}_{model_name}", evaluate=row,
         compiler_options={"xla_backend_optimization_level": 0} if cfg.fast_compile else None,
-        model_config={"task": task, "model": model_name, "d_model": cfg.embed_dim})
+        model_config={"task": task, "model": model_name, "d_model": net.embed_dim})
 
 
 def build(cfg: Config) -> _kit.Task:

@@ -23,6 +23,15 @@ PAPER_TABLE1 = {
 }
 
 
+def _network(c: dict[str, Any]) -> dict[str, Any]:
+    """A saved run's network options: the ``model`` group (``--model.*``), or the flat keys
+    of a run from before the group (``d_model`` before it was ``embed_dim``)."""
+    m = c.get("model")
+    if isinstance(m, dict):
+        return m
+    return {**c, "embed_dim": c.get("embed_dim", c.get("d_model"))}
+
+
 def report(
     results: Sequence[dict[str, Any]], command: str, wall_s: float, *, tasks: Sequence[str]
 ) -> str:
@@ -51,11 +60,12 @@ def report(
                 f"{cfg['num_pairs']} key–value pairs (length {2 * cfg['num_pairs'] + 2}), "
                 f"{cfg['num_keys']} keys, {cfg['num_values']} values"
             )
+        net = _network(cfg)
         lines += [
             f"## {task.replace('_', ' ')}",
             "",
-            f"{setting}; {cfg['num_layers']} layers, "  # results saved before the rename:
-            f"d = {cfg.get('embed_dim', cfg.get('d_model'))}, "  # d_model, batch
+            f"{setting}; {net['num_layers']} layers, d = {net['embed_dim']}, "
+            # results saved before the rename: batch
             f"{cfg['steps']} steps × batch {cfg.get('batch_size', cfg.get('batch'))} (fresh "
             f"samples), AdamW "
             f"{cfg['learning_rate']:g} with warm-up + cosine; evaluated on "
