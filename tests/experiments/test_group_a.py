@@ -192,6 +192,15 @@ def test_char_lm_smoke_checkpoint_and_load_model(tmp_path):
     assert tok.vocab_size == 65 and cfg.block_size == 16
     logits = model.apply({"params": params}, jnp.asarray([tok.encode("ROMEO:")]))
     assert logits.shape == (1, 6, 65)
+    # eval refuses a network other than the checkpoint's, naming the group's key (the
+    # checkpoint records it flat: num_layers, and "model" for the architecture)
+    from seqjax.experiments._runner import experiment_from_workdir
+    from seqjax.train.checkpoint import CheckpointMismatchError
+
+    for override in ("--model.num_layers=3", "--model.embed_dim=32"):
+        with pytest.raises(CheckpointMismatchError, match=f"{override} but the checkpoint has"):
+            experiment_from_workdir(None, workdir, [override])
+    assert experiment_from_workdir(None, workdir, [])[1].model == cfg.model
 
 
 def test_char_lm_configs():
