@@ -39,10 +39,11 @@ Run:  python -m seqjax.experiments.audio --results_dir seqjax/experiments/result
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +67,36 @@ MODELS: tuple[str, ...] = get_args(Model)
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The two networks the recipe compares, one group of options ``--model.KEY``: the AST's
+    patching of the spectrogram and its encoder, and the CNN's channels. ``--models`` (a
+    top-level option) picks which of them are trained; the features they read (``--n_mels``,
+    ``--n_fft``, ...) are the data's.
+
+    Attributes:
+        patch_size: the AST's patch, mel bins × frames (one int = square).
+        patch_stride: the AST's patch stride, mel bins × frames; below ``patch_size`` the
+            patches overlap (Gong et al.: 16 × 16 patches, stride 10).
+        num_layers: AST encoder blocks.
+        num_heads: AST attention heads.
+        embed_dim: AST width ``d`` (MLP ``2d``).
+        cnn_channels: output channels of the CNN's 3 × 3 convolutions (one 2 × 2 max-pool
+            after each but the last).
+    """
+
+    patch_size: tuple[PosInt, PosInt] = (8, 8)
+    patch_stride: tuple[PosInt, PosInt] = (8, 4)
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+    cnn_channels: tuple[PosInt, ...] = (16, 32, 32)
+
+
+#: The networks' options (``--model.KEY``); each was a flat ``--KEY`` before the group.
+MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train audio`` (an AST and a CNN on log-mel spectrograms).
 
@@ -83,14 +114,7 @@ class Config(TrainOptions, ParallelOptions):
         n_fft: FFT (and Hann window) length of the spectrogram.
         hop_length: samples between frames.
         n_mels: mel bins (HTK scale).
-        patch_size: the AST's patch, mel bins × frames (one int = square).
-        patch_stride: the AST's patch stride, mel bins × frames; below ``patch_size`` the
-            patches overlap (Gong et al.: 16 × 16 patches, stride 10).
-        num_layers: AST encoder blocks.
-        num_heads: AST attention heads.
-        embed_dim: AST width ``d`` (MLP ``2d``).
-        cnn_channels: output channels of the CNN's 3 × 3 convolutions (one 2 × 2 max-pool
-            after each but the last).
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         batch_size: clips per step, over all devices (capped at the training set).
         steps: optimiser steps of each run.
         learning_rate: peak AdamW learning rate (warm-up, then cosine to 0).
@@ -112,12 +136,7 @@ class Config(TrainOptions, ParallelOptions):
     n_fft: PosInt = 256
     hop_length: PosInt = 128
     n_mels: PosInt = 32
-    patch_size: tuple[PosInt, PosInt] = (8, 8)
-    patch_stride: tuple[PosInt, PosInt] = (8, 4)
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    embed_dim: PosInt = 64
-    cnn_channels: tuple[PosInt, ...] = (16, 32, 32)
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
     learning_rate: PosFloat = 2e-3
@@ -126,16 +145,18 @@ class Config(TrainOptions, ParallelOptions):
     workdir: str | None = "workdirs/audio"
     results_dir: str | None = None
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
 
 PRESETS = {
     "smoke": {
         "seeds": (0,),
         "num_train": 192,
         "num_test": 48,
-        "num_layers": 1,
-        "num_heads": 2,
-        "embed_dim": 16,
-        "cnn_channels": (8, 8),
+        "model.num_layers": 1,
+        "model.num_heads": 2,
+        "model.embed_dim": 16,
+        "model.cnn_channels": (8, 8),
         "steps": 60,
         "warmup_steps": 5,
         "batch_size": 32,
@@ -192,22 +213,22 @@ def receptive_field(num_convs: int, kernel: int = 3, pool: int = 2) -> int:
 
 
 def make_classifier(name: str, cfg: Config, num_frames_: int) -> Any:
-    num_classes = len(tone_order_classes())
+    num_classes, m = len(tone_order_classes()), cfg.model
     if name == "ast":
         return AST(
             ASTConfig(
                 num_frames=num_frames_,
                 num_mel_bins=cfg.n_mels,
-                patch_size=tuple(cfg.patch_size),
-                patch_stride=tuple(cfg.patch_stride),
+                patch_size=tuple(m.patch_size),
+                patch_stride=tuple(m.patch_stride),
                 num_classes=num_classes,
-                num_layers=cfg.num_layers,
-                embed_dim=cfg.embed_dim,
-                block=vit_block(cfg.num_heads, mlp_dim=2 * cfg.embed_dim),
+                num_layers=m.num_layers,
+                embed_dim=m.embed_dim,
+                block=vit_block(m.num_heads, mlp_dim=2 * m.embed_dim),
             )
         )
     if name == "cnn":
-        return SpectrogramCNN(num_classes, tuple(cfg.cnn_channels))
+        return SpectrogramCNN(num_classes, tuple(m.cnn_channels))
     raise ValueError(f"`models` must be drawn from {MODELS}; got {name!r}.")
 
 
@@ -250,7 +271,8 @@ def build(cfg: Config) -> Task:
                            seed, name=f"{name}_seed{seed}", model_config={"model": name},
                            evaluate=functools.partial(result_row, name, seed))
             for name in cfg.models for seed in cfg.seeds)
-    figures = {"frames": frames, "cnn_receptive_field": receptive_field(len(cfg.cnn_channels)),
+    figures = {"frames": frames,
+               "cnn_receptive_field": receptive_field(len(cfg.model.cnn_channels)),
                "min_gap_frames": int(cfg.min_gap * cfg.sample_rate / cfg.hop_length),
                "n_train": cfg.num_train, "n_test": cfg.num_test}
     return Task("audio", runs, started=started,

@@ -22,7 +22,7 @@ The rows are the library's layers, each on ``x: [1, T, d]``:
 * ``rnn`` — :class:`seqjax.nn.RNN` of an :class:`~seqjax.nn.ElmanCell` (MEDL (7.2)),
   ``implementation="scan"``;
 * ``cnn`` — one :class:`seqjax.nn.CausalConv1D` layer, ``d → d``, kernel ``k``
-  (``kernel_size``); its path length is that of the stack of ``L = ⌈(T − 1)/(k − 1)⌉``
+  (``--model.kernel_size``); its path length is that of the stack of ``L = ⌈(T − 1)/(k − 1)⌉``
   such layers whose receptive field ``1 + L(k − 1)`` covers the sequence (XLA's count
   leaves out the taps that fall on the left zero padding, so its FLOPs per token approach
   ``2kd² + d`` from below as T grows);
@@ -73,10 +73,11 @@ Run:  python -m seqjax.experiments.complexity --results_dir seqjax/experiments/r
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -103,6 +104,30 @@ CNNS = ("cnn", "cnn_dilated")
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The sizes the compared layers share, one group of options ``--model.KEY``: every row's
+    layer (``--models``, a top-level option, picks the rows) is built at this width, and each
+    takes its own size (heads, state, kernel) from here.
+
+    Attributes:
+        width: model width ``d`` of every layer (also the RNN's state and the SSM's features).
+        num_heads: heads of attention and linear attention.
+        d_state: the SSM's state size ``N_s``.
+        kernel_size: the CNNs' kernel ``k`` (≥ 2: a stack of ``k = 1`` layers never widens
+            its receptive field); also the dilated stack's dilation base.
+    """
+
+    width: PosInt = 64
+    num_heads: PosInt = 4
+    d_state: PosInt = 16
+    kernel_size: PosInt = 3
+
+
+#: The layers' options (``--model.KEY``); each was a flat ``--KEY`` before the group.
+MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config:
     """The options of ``seqjax train complexity`` (layers are traced and compiled, not run).
 
@@ -110,11 +135,7 @@ class Config:
         models: layers measured: ``rnn``, ``cnn``, ``cnn_dilated``, ``attention``,
             ``linear_attention`` and/or ``ssm``.
         lengths: sequence lengths ``T`` measured.
-        width: model width ``d`` of every layer (also the RNN's state and the SSM's features).
-        num_heads: heads of attention and linear attention.
-        d_state: the SSM's state size ``N_s``.
-        kernel_size: the CNNs' kernel ``k`` (≥ 2: a stack of ``k = 1`` layers never widens
-            its receptive field); also the dilated stack's dilation base.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         fit_last: growth exponents are fitted over this many of the largest lengths (2 to
             the number of lengths).
         seed: key of the layers' initialisation; only shapes are traced, so the results do
@@ -126,18 +147,17 @@ class Config:
 
     models: tuple[Model, ...] = MODELS
     lengths: tuple[PosInt, ...] = (64, 128, 256, 512, 1024, 2048, 4096)
-    width: PosInt = 64
-    num_heads: PosInt = 4
-    d_state: PosInt = 16
-    kernel_size: PosInt = 3
+    model: ModelOptions = ModelOptions()
     fit_last: PosInt = 3  # fit the growth exponent on the largest lengths
     seed: int = 0
     workdir: str | None = "workdirs/complexity"
     results_dir: str | None = None
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
 
-PRESETS = {"smoke": {"lengths": (16, 32, 64), "width": 8, "num_heads": 2, "d_state": 4,
-                     "fit_last": 2}}
+
+PRESETS = {"smoke": {"lengths": (16, 32, 64), "model.width": 8, "model.num_heads": 2,
+                     "model.d_state": 4, "fit_last": 2}}
 
 
 # ----------------------------------------------------------------------------- layers
@@ -145,22 +165,23 @@ PRESETS = {"smoke": {"lengths": (16, 32, 64), "width": 8, "num_heads": 2, "d_sta
 
 def layer(name: str, cfg: Config) -> tuple[Any, Callable[[Any, Array], Array]]:
     """``(module, f(params, x))`` for one of :data:`MODELS`."""
+    m = cfg.model
     if name == "rnn":
-        module: Any = RNN(ElmanCell(cfg.width), implementation="scan")
+        module: Any = RNN(ElmanCell(m.width), implementation="scan")
         return module, lambda p, x: module.apply(p, x)
     if name in CNNS:
         module = CausalConv1D(
-            cfg.width, kernel_size=cfg.kernel_size, dilation=1 if name == "cnn" else cfg.kernel_size
+            m.width, kernel_size=m.kernel_size, dilation=1 if name == "cnn" else m.kernel_size
         )
         return module, lambda p, x: module.apply(p, x)
     if name == "attention":
-        module = MultiHeadAttention(num_heads=cfg.num_heads)
+        module = MultiHeadAttention(num_heads=m.num_heads)
         return module, lambda p, x: module.apply(p, x, is_causal=True)
     if name == "linear_attention":
-        module = LinearAttention(num_heads=cfg.num_heads)
+        module = LinearAttention(num_heads=m.num_heads)
         return module, lambda p, x: module.apply(p, x, is_causal=True)
     if name == "ssm":
-        module = SelectiveSSM(features=cfg.width, d_state=cfg.d_state)
+        module = SelectiveSSM(features=m.width, d_state=m.d_state)
         return module, lambda p, x: module.apply(p, x)
     raise ValueError(f"`models` must be drawn from {MODELS}; got {name!r}.")
 
@@ -186,10 +207,11 @@ def stack(name: str, cfg: Config, num_steps: int) -> tuple[Any, Callable[[Any, A
     :func:`conv_dilations` layers (the module whose paths the position graph describes)."""
     if name not in CNNS:
         return layer(name, cfg)
+    m = cfg.model
     module = nn.Sequential(
         [
-            CausalConv1D(cfg.width, kernel_size=cfg.kernel_size, dilation=r)
-            for r in conv_dilations(name, num_steps, cfg.kernel_size)
+            CausalConv1D(m.width, kernel_size=m.kernel_size, dilation=r)
+            for r in conv_dilations(name, num_steps, m.kernel_size)
         ]
     )
     return module, lambda p, x: module.apply(p, x)
@@ -358,15 +380,16 @@ def reachability(graph: dict[str, list[str]], num_steps: int) -> np.ndarray:
 
 def measure(name: str, cfg: Config, num_steps: int) -> dict[str, Any]:
     module, fn = layer(name, cfg)
-    x = jax.ShapeDtypeStruct((1, num_steps, cfg.width), jnp.float32)
+    k = cfg.model.kernel_size
+    x = jax.ShapeDtypeStruct((1, num_steps, cfg.model.width), jnp.float32)
     params = jax.eval_shape(module.init, jax.random.PRNGKey(cfg.seed), x)
     flops = forward_flops(fn, params, x)
     if name in CNNS:
-        path = conv_path_length(name, num_steps, cfg.kernel_size)
+        path = conv_path_length(name, num_steps, k)
         paths = {
             "path_parallel": path,
             "path_recurrent": path,
-            "layers": len(conv_dilations(name, num_steps, cfg.kernel_size)),
+            "layers": len(conv_dilations(name, num_steps, k)),
         }
     else:
         paths = {
@@ -399,8 +422,10 @@ def build(cfg: Config) -> Task:
     for m in cfg.models:
         if m not in MODELS:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
-    if any(m in CNNS for m in cfg.models) and cfg.kernel_size < 2:
-        raise ValueError(f"`kernel_size` must be >= 2 for the CNN rows; got {cfg.kernel_size}.")
+    if any(m in CNNS for m in cfg.models) and cfg.model.kernel_size < 2:
+        raise ValueError(
+            f"`model.kernel_size` must be >= 2 for the CNN rows; got {cfg.model.kernel_size}."
+        )
     if not 2 <= cfg.fit_last <= len(cfg.lengths):
         raise ValueError(
             f"`fit_last` must be in [2, len(lengths) = {len(cfg.lengths)}]; got {cfg.fit_last}."

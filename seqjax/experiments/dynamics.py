@@ -39,11 +39,12 @@ Run:  python -m seqjax.experiments.dynamics --results_dir seqjax/experiments/res
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +70,25 @@ DERIVATIVE_STEPS = 60  # ∂x_T/∂x_0 of the logistic map (float32 autodiff sta
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The RNN whose Jacobians part B studies, one group of options ``--model.KEY``: the
+    sizes of both recurrences compared (the slides' ``h_t = W σ(h_{t−1}) + W_{xh} x_t`` and
+    the Elman cell), whose weights are drawn at random.
+
+    Attributes:
+        hidden_size: size ``H`` of the hidden state of the random recurrences.
+        input_size: size of the random Gaussian inputs ``x_t``.
+    """
+
+    hidden_size: PosInt = 16
+    input_size: PosInt = 4
+
+
+#: The RNN's options (``--model.KEY``); each was a flat ``--KEY`` before the group.
+MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config:
     """The options of ``seqjax train dynamics`` (part A: the logistic map; part B: the BPTT bound).
 
@@ -84,8 +104,7 @@ class Config:
         transient: steps iterated and discarded before states are kept (diagram and ``λ``).
         keep: states kept per ``r`` after the transient, plotted and averaged for ``λ(r)``
             (at least 1000 for the reported ``λ`` at ``orbit_r`` and 3.9).
-        hidden_size: size ``H`` of the hidden state of the random recurrences.
-        input_size: size of the random Gaussian inputs ``x_t``.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         length: steps ``T`` of each recurrence (the largest distance ``T − t``).
         norms: spectral norms ``‖W‖`` of the random recurrent matrices, one table row each.
         activations: ``σ``, each ``tanh``, ``sigmoid`` or ``identity``.
@@ -105,8 +124,7 @@ class Config:
     transient: NonNegInt = 500
     keep: PosInt = 200
     # part B: the BPTT bound
-    hidden_size: PosInt = 16
-    input_size: PosInt = 4
+    model: ModelOptions = ModelOptions()
     length: PosInt = 40
     norms: tuple[PosFloat, ...] = (0.5, 0.9, 1.0, 1.1, 2.0)
     activations: tuple[Activation, ...] = ("tanh", "sigmoid", "identity")
@@ -115,10 +133,13 @@ class Config:
     workdir: str | None = "workdirs/dynamics"
     results_dir: str | None = None
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
 
 PRESETS = {
-    "smoke": {"orbit_steps": 12, "r_points": 60, "transient": 100, "keep": 20, "hidden_size": 4,
-              "length": 8, "norms": (0.5, 2.0), "activations": ("tanh",), "trials": 2},
+    "smoke": {"orbit_steps": 12, "r_points": 60, "transient": 100, "keep": 20,
+              "model.hidden_size": 4, "length": 8, "norms": (0.5, 2.0),
+              "activations": ("tanh",), "trials": 2},
 }
 
 
@@ -265,6 +286,7 @@ def bptt_bound(form: str, weights: dict[str, Array], xs_TxP: Array, h0: Array,
 def bound_table(cfg: Config) -> list[dict[str, Any]]:
     """Part B over ``trials`` random draws for every form, activation and ``‖W‖``."""
     rows = []
+    hidden, inputs = cfg.model.hidden_size, cfg.model.input_size
     key = jax.random.PRNGKey(cfg.seed)
     for form in FORMS:
         for act in cfg.activations:
@@ -272,9 +294,9 @@ def bound_table(cfg: Config) -> list[dict[str, Any]]:
                 trials = []
                 for _ in range(cfg.trials):
                     key, kw, kx, kh = jax.random.split(key, 4)
-                    weights = random_weights(kw, cfg.hidden_size, cfg.input_size, norm)
-                    xs = jax.random.normal(kx, (cfg.length, cfg.input_size))
-                    h0 = jax.random.normal(kh, (cfg.hidden_size,))
+                    weights = random_weights(kw, hidden, inputs, norm)
+                    xs = jax.random.normal(kx, (cfg.length, inputs))
+                    h0 = jax.random.normal(kh, (hidden,))
                     trials.append(bptt_bound(form, weights, xs, h0, act))
                 exact = np.stack([t["exact"] for t in trials])
                 product = np.stack([t["product"] for t in trials])

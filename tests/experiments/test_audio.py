@@ -13,7 +13,7 @@ def test_receptive_field_is_below_the_gap_and_the_margin():
     """The defaults make the construction hold: no CNN unit sees two tones, or a tone and
     an edge (3 convs with 2 pools: 18 frames; gap 25 frames; margin 18.75 frames)."""
     cfg = audio.Config()
-    rf = audio.receptive_field(len(cfg.cnn_channels))
+    rf = audio.receptive_field(len(cfg.model.cnn_channels))
     assert rf == 18
     frames_per_s = cfg.sample_rate / cfg.hop_length
     assert rf < cfg.min_gap * frames_per_s and rf <= cfg.margin * frames_per_s

@@ -6,13 +6,13 @@ import pytest
 
 from seqjax.experiments import complexity
 
-CFG = complexity.Config(width=8, num_heads=2, d_state=4)
+CFG = complexity.Config(model=complexity.ModelOptions(width=8, num_heads=2, d_state=4))
 
 
 def test_rnn_flops_count_every_scan_step():
     """Elman layer: 2Td² (input projection) + 2Td² (recurrent matmuls) + 2Td (bias, sum) —
     XLA counts the scan body once; the correction multiplies it by the length."""
-    d = CFG.width
+    d = CFG.model.width
     f5, f12 = (complexity.measure("rnn", CFG, t)["flops"] for t in (5, 12))
     assert f12 - f5 == 7 * (4 * d * d + 2 * d)  # exactly one step's matmuls and adds per step
     assert abs(f5 - 5 * (4 * d * d + 2 * d)) <= 4  # (+ the loop's own bookkeeping)
@@ -21,7 +21,7 @@ def test_rnn_flops_count_every_scan_step():
 def test_attention_flops_have_the_quadratic_term():
     """Causal MHA: FLOPs = a T² + b T + c with a ≥ 4d (QKᵀ and AV, 2T²d each; Bishop
     §12.1.8) plus softmax terms per head, and b ≈ 8d² (the four projections)."""
-    d, h = CFG.width, CFG.num_heads
+    d, h = CFG.model.width, CFG.model.num_heads
     ts = np.array([16, 32, 64])
     f = [complexity.measure("attention", CFG, int(t))["flops"] for t in ts]
     a, b, _ = np.polyfit(ts, f, 2)
@@ -34,7 +34,7 @@ def test_cnn_flops_are_2_k_d2_per_tap_xla_counts(name, dilation):
     """One causal conv layer: 2d² per tap that lands inside the sequence (XLA does not count
     the taps on the left zero padding: Σ_j max(T − j·r, 0) of the kT) + d per step (bias);
     the slides' and Vaswani's O(k N d²)."""
-    d, k = CFG.width, CFG.kernel_size
+    d, k = CFG.model.width, CFG.model.kernel_size
     for t in (5, 16):
         taps = sum(max(t - j * dilation, 0) for j in range(k))
         assert complexity.measure(name, CFG, t)["flops"] == 2 * d * d * taps + d * t
@@ -101,13 +101,13 @@ def test_graph_reachability_is_the_layers_jacobian_pattern(name, t):
     """y_i depends on x_j exactly when j ≤ i, in the graphs and in the library's layers (for
     the CNNs, the stack of CausalConv1D layers that covers T)."""
     module, fn = complexity.stack(name, CFG, t)
-    x = jax.random.normal(jax.random.PRNGKey(0), (1, t, CFG.width))
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, t, CFG.model.width))
     params = module.init(jax.random.PRNGKey(1), x)
     jac = jax.jit(jax.jacrev(lambda x: fn(params, x)))(x)[0, :, :, 0, :, :]  # [T, d, T, d]
     measured = np.abs(np.asarray(jac)).max(axis=(1, 3)) > 1e-7
     np.testing.assert_array_equal(measured, np.tril(np.ones((t, t), bool)))
     for form in ("parallel", "recurrent"):
-        graph = complexity.position_graph(name, t, form, kernel_size=CFG.kernel_size)
+        graph = complexity.position_graph(name, t, form, kernel_size=CFG.model.kernel_size)
         np.testing.assert_array_equal(complexity.reachability(graph, t), measured)
 
 

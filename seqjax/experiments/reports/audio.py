@@ -19,7 +19,8 @@ def report(cfg: Any, s: dict, command: str) -> str:
     from seqjax.experiments._kit import machine, mean_sd
     from seqjax.models.ast import patch_grid
 
-    grid = patch_grid((cfg.n_mels, s["frames"]), tuple(cfg.patch_size), tuple(cfg.patch_stride))
+    m = cfg.model
+    grid = patch_grid((cfg.n_mels, s["frames"]), tuple(m.patch_size), tuple(m.patch_stride))
     lines = [
         "# audio — Audio Spectrogram Transformer vs a CNN on log-mel spectrograms (Bishop §12.4.3)",
         "",
@@ -35,11 +36,11 @@ def report(cfg: Any, s: dict, command: str) -> str:
         f"(HTK scale, Hann window n_fft = {cfg.n_fft}, hop {cfg.hop_length}, {cfg.n_mels} "
         f"bins: {s['frames']} frames × {cfg.n_mels}), normalised by the training mean and sd.",
         "",
-        f"AST: {tuple(cfg.patch_size)} patches (mel bins × frames) with stride "
-        f"{tuple(cfg.patch_stride)} → {grid[0]} × {grid[1]} = {grid[0] * grid[1]} tokens "
-        f"+ `<class>`, {cfg.num_layers} pre-norm blocks, {cfg.num_heads} heads, "
-        f"d = {cfg.embed_dim}. "
-        f"CNN: 3 × 3 convolutions with {list(cfg.cnn_channels)} channels, 2 × 2 max-pools "
+        f"AST: {tuple(m.patch_size)} patches (mel bins × frames) with stride "
+        f"{tuple(m.patch_stride)} → {grid[0]} × {grid[1]} = {grid[0] * grid[1]} tokens "
+        f"+ `<class>`, {m.num_layers} pre-norm blocks, {m.num_heads} heads, "
+        f"d = {m.embed_dim}. "
+        f"CNN: 3 × 3 convolutions with {list(m.cnn_channels)} channels, 2 × 2 max-pools "
         f"between them, global average pooling (receptive field {s['cnn_receptive_field']} "
         f"frames). Both: AdamW {cfg.learning_rate:g}, warm-up {cfg.warmup_steps} + cosine, "
         f"{cfg.steps} steps × batch {cfg.batch_size}, clip {cfg.clip_norm:g}, "

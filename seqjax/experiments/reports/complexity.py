@@ -5,7 +5,8 @@ path length, for each layer and length T) and the fitted growth exponents beside
 slides (:data:`SLIDES`) and Vaswani et al. (2017), Table 1 (:data:`VASWANI`) state;
 :func:`plot_costs` draws the three measures against T on log axes. The numbers come from
 :func:`seqjax.experiments.complexity.measure`; ``cnns`` names the convolutional rows
-(whose layer count is shown).
+(whose layer count is shown). ``cfg`` is :class:`seqjax.experiments.complexity.Config` (the
+layers' sizes in its group ``cfg.model``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def report(
 
     lens = sorted({r["T"] for r in rows})
     by = {(r["model"], r["T"]): r for r in rows}
+    m = cfg.model
     lines = [
         "# complexity — cost, sequential operations and path length per layer",
         "",
@@ -59,8 +61,8 @@ def report(
         f"Machine: {machine()}  ",
         f"Wall time: {wall:.0f} s (compilation only: nothing is timed).",
         "",
-        f"Width d = {cfg.width}, {cfg.num_heads} heads (attention, linear attention), SSM state "
-        f"N_s = {cfg.d_state}, CNN kernel k = {cfg.kernel_size}; one forward pass of one layer "
+        f"Width d = {m.width}, {m.num_heads} heads (attention, linear attention), SSM state "
+        f"N_s = {m.d_state}, CNN kernel k = {m.kernel_size}; one forward pass of one layer "
         "on x: [1, T, d] (the CNNs' path lengths are those of the stack that covers T). "
         "See the module docstring of `seqjax/experiments/complexity.py` for how each column "
         "is measured. Growth exponents are least-squares slopes in log–log over T = "

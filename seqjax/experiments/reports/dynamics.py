@@ -5,7 +5,8 @@ derivative ∂x_T/∂x_0 after ``derivative_steps`` steps) and part B (the table
 ‖∂h_T/∂h_t‖ against the slides' product and coarse bounds) from the summary
 :func:`seqjax.experiments.dynamics.run` returns; :func:`plot_dynamics` draws the orbit,
 cobweb and bifurcation diagram, and the exact norms beside (γ‖W‖)^(T−t) for each
-recurrence form in ``forms``. ``cfg`` is :class:`seqjax.experiments.dynamics.Config`.
+recurrence form in ``forms``. ``cfg`` is :class:`seqjax.experiments.dynamics.Config` (the
+RNN's sizes in its group ``cfg.model``).
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ def report(cfg: Any, summary: dict, command: str, *, derivative_steps: int) -> s
         "",
         "## B. The slides' bound ‖∂h_T/∂h_t‖ ≤ ∏ ‖Wᵀ‖ ‖diag σ'(·)‖ ≤ (γ‖W‖)^(T−t)",
         "",
-        f"H = {cfg.hidden_size}, T = {cfg.length}, {cfg.trials} random draws per row (W Gaussian "
-        "rescaled to spectral norm ‖W‖; inputs, b and h_0 Gaussian). `slides`: "
+        f"H = {cfg.model.hidden_size}, T = {cfg.length}, {cfg.trials} random draws per row "
+        "(W Gaussian rescaled to spectral norm ‖W‖; inputs, b and h_0 Gaussian). `slides`: "
         "h_t = W σ(h_{t−1}) + W_xh x_t (the slides' redefinition); `elman`: "
         "seqjax.nn.ElmanCell, h_t = σ(W h_{t−1} + W_xh x_t + b) (MEDL (7.2)). Exact norms by "
         "`jax.jacrev` through the unrolled recurrence (median over draws). `exact/product` "
