@@ -77,7 +77,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -85,7 +85,7 @@ import numpy as np
 from flax import linen as nn
 from jax.extend import core as jex
 
-from seqjax.experiments._config import PosInt
+from seqjax.experiments._config import PosInt, Range
 from seqjax.experiments._kit import Task, command_line, train
 from seqjax.experiments.reports.complexity import plot_costs, report
 from seqjax.nn import (
@@ -120,7 +120,7 @@ class ModelOptions:
     width: PosInt = 64
     num_heads: PosInt = 4
     d_state: PosInt = 16
-    kernel_size: PosInt = 3
+    kernel_size: Annotated[int, Range(low=2)] = 3
 
 
 #: The layers' options (``--model.KEY``); each was a flat ``--KEY`` before the group.
