@@ -376,10 +376,17 @@ def _invalid(cls: type, err: Exception) -> str:
 def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     """Build ``cls`` from a (JSON) dict, checking keys and types like :func:`apply_overrides`.
 
-    A config saved before a rename is read with the new names (:func:`renamed`), and a saved
+    A config saved before a rename is read with the new names (:func:`renamed`; options moved
+    into a group, ``num_layers`` -> ``model.num_layers``, go there, the group's other options
+    at the recipe's defaults for it), and a saved
     ``null`` for a number whose off is 0 (``clip_norm``, once ``None`` = no clipping in one
     recipe) is read as 0."""
     data = _nest_renamed(cls, data)
+    for f in dataclasses.fields(cls):  # a group saved in part (its flat options of before)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+            else f.default
+        if dataclasses.is_dataclass(default) and isinstance(data.get(f.name), Mapping):
+            data[f.name] = {**dataclasses.asdict(default), **data[f.name]}  # the recipe's rest
     defaults = {f.name for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     missing = defaults - set(data)

@@ -32,7 +32,7 @@ from seqjax.data.batching import split_arrays
 from seqjax.data.packaged import digits
 from seqjax.decoding import FunctionalDecoder, sample
 from seqjax.experiments._kit import Run, Trained, pad_rows
-from seqjax.models.gpt import TransformerLM, TransformerLMConfig, gpt_block
+from seqjax.models.gpt import TransformerLM
 from seqjax.nn.vq import kmeans_codebook, nearest_code
 from seqjax.train.losses import masked_cross_entropy
 from seqjax.train.parallel import Parallel
@@ -130,16 +130,19 @@ def lm_run(
     (of those parameters), ``last_test_bits_per_image`` (the last step's), ``best_step``,
     ``val_curve`` ``[(step, val bits/image), …]``, ``first_loss``, ``last_loss``,
     ``params``, ``train_s``, updated by ``evaluate(model, kept parameters, results)`` when
-    given. ``cfg`` needs ``num_layers``, ``num_heads``, ``embed_dim``, ``dropout_rate``,
-    ``steps``, ``batch_size``, ``learning_rate``, ``warmup_steps``, ``clip_norm``,
-    ``weight_decay``, ``eval_every``, ``seed``, ``log_every`` and ``progress`` (as the
-    ``Config`` of image_gpt and text_to_image).
+    given. ``cfg`` needs ``model`` (a :class:`~seqjax.experiments._gpt.TransformerOptions`,
+    the network, built for ``vocab`` ids and windows of the inputs' ``length + 1``), ``steps``,
+    ``batch_size``, ``learning_rate``, ``warmup_steps``, ``clip_norm``, ``weight_decay``,
+    ``eval_every``, ``seed``, ``log_every`` and ``progress`` (as the ``Config`` of image_gpt
+    and text_to_image).
     """
     train = splits["train"]
     length = train["inputs"].shape[1]
-    model = _transformer(cfg, vocab, length)
+    model = cfg.model.build(vocab, length + 1)  # learned positions for length + 1 tokens
     params = model.init(jax.random.PRNGKey(cfg.seed), jnp.zeros((1, length), jnp.int32))["params"]
     not_code_V = jnp.arange(vocab) >= num_codes
+    # a dropout key in training when any dropout is on (the attention's may be set alone)
+    dropout = cfg.model.dropout_rate > 0 or (cfg.model.attention_dropout_rate or 0.0) > 0
 
     def code_logits(p: Any, inputs: Array, rng: Array | None = None) -> Array:
         logits = model.apply(
@@ -151,7 +154,7 @@ def lm_run(
         return jnp.where(not_code_V, -jnp.inf, logits)
 
     def loss_fn(p: Any, batch: dict, rng: Array) -> tuple[Array, dict]:
-        logits = code_logits(p, batch["inputs"], rng if cfg.dropout_rate > 0 else None)
+        logits = code_logits(p, batch["inputs"], rng if dropout else None)
         return masked_cross_entropy(logits, batch["targets"], batch["mask"]), {}
 
     def nll_fn(p: Any, batch: dict) -> dict:  # summed over the kept (code) targets
@@ -200,20 +203,6 @@ def lm_run(
             lambda par: [pad_rows(val, par.batch_shards, {"mask": False})]),
         wrap_eval_step=functools.partial(_keep_best, best, val), model_config=model_config,
         name=name, evaluate=results)
-
-
-def _transformer(cfg: Any, vocab: int, length: int) -> TransformerLM:
-    """The :class:`TransformerLM` of :func:`lm_run` for inputs of ``length`` tokens."""
-    return TransformerLM(
-        TransformerLMConfig(
-            vocab_size=vocab,
-            num_layers=cfg.num_layers,
-            embed_dim=cfg.embed_dim,
-            block_size=length + 1,
-            tie_embeddings=False,
-            block=gpt_block(cfg.num_heads, dropout_rate=cfg.dropout_rate),
-        )
-    )
 
 
 def _keep_best(

@@ -27,6 +27,12 @@ on the same digits quantised through the codebook) calibrates it. Also: test bit
 of the codes given the true prompt, next to the independent-position baselines without and
 with the digit (a categorical per position, or per position and digit; add-one counts).
 
+The network is image_gpt's, one group of options, ``--model.KEY`` (the GPT recipe's
+:class:`~seqjax.experiments._gpt.TransformerOptions`: ``--model.num_layers``,
+``--model.dropout_rate``, …), so every other switch of that transformer (``--model.positions
+rope``, ``--model.qk_norm``, ``--model.norm_type rmsnorm``, ``--model.tie_embeddings``, …) is an
+option here too.
+
 Run:  python -m seqjax.experiments.text_to_image --results_dir seqjax/experiments/results
       python -m seqjax.experiments.text_to_image --smoke --workdir /tmp/t2i     (seconds)
 """
@@ -36,12 +42,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from seqjax._checks import check_positive_ints
 from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._gpt import TransformerOptions
 from seqjax.experiments._images import (
     TOKENISATIONS,
     decode,
@@ -73,10 +80,10 @@ class Config(TrainOptions, ParallelOptions):
         pixel_codes: ``K`` of the ``pixels`` grey palette (K-means).
         patch_codes: ``K`` of the ``patches`` codebook (K-means).
         patch_size: side of a ``patches`` token in pixels (must divide 8).
-        num_layers: transformer blocks.
-        num_heads: attention heads.
-        embed_dim: model width ``d``.
-        dropout_rate: dropout rate on the embeddings, residual branches and attention weights.
+        model: the network, one group of options
+            (:class:`~seqjax.experiments._gpt.TransformerOptions`, ``--model.KEY``): here 2
+            blocks, 4 heads, width ``d`` = 64, dropout 0.1 on the embeddings, residual
+            branches and attention weights, exact GELU, an untied head.
         steps: AdamW steps (the cosine schedule ends here).
         batch_size: sequences per step, over all devices (the global batch).
         learning_rate: peak AdamW learning rate, after the warm-up (cosine decay to 0).
@@ -104,10 +111,9 @@ class Config(TrainOptions, ParallelOptions):
     pixel_codes: PosInt = 4
     patch_codes: PosInt = 32
     patch_size: PosInt = 2
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    embed_dim: PosInt = 64
-    dropout_rate: Fraction = 0.1
+    model: TransformerOptions = TransformerOptions(
+        num_layers=2, num_heads=4, embed_dim=64, dropout_rate=0.1, activation="gelu",
+        tie_embeddings=False)
     steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
     log_every: PosInt = 250
@@ -122,12 +128,17 @@ class Config(TrainOptions, ParallelOptions):
     workdir: str | None = "workdirs/text_to_image"
     results_dir: str | None = None
 
+    #: Options that moved into the ``model`` group (``--num_layers`` exits 2 naming
+    #: ``--model.num_layers``; an old flat ``experiment.json`` loads into the group).
+    RENAMED: ClassVar[dict[str, str]] = {
+        name: f"model.{name}" for name in ("num_layers", "num_heads", "embed_dim", "dropout_rate")}
+
 
 PRESETS = {
     "smoke": {
-        "num_layers": 1,
-        "num_heads": 2,
-        "embed_dim": 16,
+        "model.num_layers": 1,
+        "model.num_heads": 2,
+        "model.embed_dim": 16,
         "steps": 40,
         "warmup_steps": 5,
         "batch_size": 32,
@@ -206,7 +217,7 @@ def build(cfg: Config) -> Task:
     tok = {name: encode(d["x"], codebook, patch) for name, d in data.items()}
     vocab = k + len(WORDS) + 1
     length = tok["test"].shape[1]
-    mc = {"tokens": cfg.tokens, "embed_dim": cfg.embed_dim, "vocab": vocab}
+    mc = {"tokens": cfg.tokens, "embed_dim": cfg.model.embed_dim, "vocab": vocab}
     # generation: every prompt "a zero" … "a nine", samples_per_prompt images each
     labels = np.repeat(np.arange(10), cfg.samples_per_prompt)
     drawn: dict[str, np.ndarray] = {}

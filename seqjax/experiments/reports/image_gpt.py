@@ -4,7 +4,8 @@
 independent-position baseline and the uniform code, per tokenisation), the validation
 curve and the sample paragraph from the summary :func:`seqjax.experiments.image_gpt.run`
 returns; :func:`plot_samples` draws generated digits above quantised test digits.
-``cfg`` is :class:`seqjax.experiments.image_gpt.Config`.
+``cfg`` is :class:`seqjax.experiments.image_gpt.Config` (the network's sizes in its group
+``cfg.model``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 def report(cfg: Any, s: dict, command: str) -> str:
     from seqjax.experiments._kit import machine
 
+    m = cfg.model  # the network's options (--model.*)
     split = (
         f"{s['n_fit']} training images ({s['n_train']} trained on, {s['n_val']} held "
         f"out for early stopping)"
@@ -33,8 +35,8 @@ def report(cfg: Any, s: dict, command: str) -> str:
         "",
         f"scikit-learn digits, {split} / {s['n_test']} test images (seeded 80/20 split). "
         f"Codebooks by K-means on the training images (Bishop (12.38)); TransformerLM "
-        f"({cfg.num_layers} layers, {cfg.num_heads} heads, d = {cfg.embed_dim}, dropout "
-        f"{cfg.dropout_rate:g}), causal LM loss on raster-order tokens after `<start>` (Bishop "
+        f"({m.num_layers} layers, {m.num_heads} heads, d = {m.embed_dim}, dropout "
+        f"{m.dropout_rate:g}), causal LM loss on raster-order tokens after `<start>` (Bishop "
         f"(12.37)), AdamW {cfg.learning_rate:g} (weight decay {cfg.weight_decay:g}) with "
         f"warm-up + cosine, {cfg.steps} steps × batch {cfg.batch_size}"
         + (

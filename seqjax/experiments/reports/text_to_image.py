@@ -5,8 +5,8 @@ the classifier's calibration on real and quantised digits, and the bits-per-imag
 (with and without the prompt, the per-digit and the independent baselines) from the
 summary :func:`seqjax.experiments.text_to_image.run` returns; :func:`plot_samples` draws
 the sample grid, one row per prompt. ``cfg`` is
-:class:`seqjax.experiments.text_to_image.Config`; ``words`` are the digit words of the
-prompts (``DIGIT_WORDS``).
+:class:`seqjax.experiments.text_to_image.Config` (the network's sizes in its group
+``cfg.model``); ``words`` are the digit words of the prompts (``DIGIT_WORDS``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 def report(cfg: Any, s: dict, command: str, *, words: Sequence[str]) -> str:
     from seqjax.experiments._kit import machine
 
+    m = cfg.model  # the network's options (--model.*)
     lines = [
         "# text_to_image — text and image tokens in one sequence (Bishop §12.4.5)",
         "",
@@ -33,8 +34,8 @@ def report(cfg: Any, s: dict, command: str, *, words: Sequence[str]) -> str:
         f"splits and codebook). One vocabulary of {s['vocab']} ids: {s['codes']} image codes "
         f"(K-means {cfg.tokens}, Bishop (12.38)), the words `a zero … nine` and `<sep>`; each "
         f"sequence is `a DIGIT <sep>` then the {s['sequence_length']} raster-order codes. "
-        f"TransformerLM ({cfg.num_layers} layers, {cfg.num_heads} heads, d = {cfg.embed_dim}, "
-        f"dropout {cfg.dropout_rate:g}, {s['params']:,} parameters), causal LM loss on the image "
+        f"TransformerLM ({m.num_layers} layers, {m.num_heads} heads, d = {m.embed_dim}, "
+        f"dropout {m.dropout_rate:g}, {s['params']:,} parameters), causal LM loss on the image "
         f"codes only (the prompt is given, not modelled), AdamW {cfg.learning_rate:g}, "
         f"{cfg.steps} steps × batch {cfg.batch_size}, the parameters of the best validation "
         f"step ({s['best_step']}) kept.",
