@@ -73,7 +73,9 @@ class TransformerOptions:
     :class:`ModelOptions` and the image recipes (``image_gpt``, ``text_to_image``) nest it.
 
     Attributes:
-        num_layers, num_heads, embed_dim: ``L``, ``H``, ``D``.
+        num_layers: ``L``, transformer blocks.
+        num_heads: ``H``, attention heads per block.
+        embed_dim: ``D``, the width (a multiple of ``H``).
         use_bias: biases in the projections, the FFN and the LayerNorms (GPT-2, llm.c);
             ``False``: none (nanoGPT's ``bias=False``).
         norm_use_bias: LayerNorm's ``β``; unset = ``use_bias``.
