@@ -521,7 +521,7 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     before = open(saved).read()
     capsys.readouterr()
 
-    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--hidden_size=16"]) == 2
+    assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--model.hidden_size=16"]) == 2
     assert "hidden_size: saved 20, now 16" in capsys.readouterr().err  # refused
     assert open(saved).read() == before
     assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--steps=30",
@@ -531,8 +531,8 @@ def test_cli_refusals_exit_2_and_never_poison_the_work_dir(tmp_path, capsys):
     assert cli.main(["train", "toy_rnn", "--workdir", workdir, "--steps=-5"]) == 2
     assert "--steps must be an int >= 0; got -5" in capsys.readouterr().err
 
-    assert cli.main(["eval", "--workdir", workdir, "--hidden_size=16"]) == 2
-    assert "--hidden_size=16 but the checkpoint has 20" in capsys.readouterr().err
+    assert cli.main(["eval", "--workdir", workdir, "--model.hidden_size=16"]) == 2
+    assert "--model.hidden_size=16 but the checkpoint has 20" in capsys.readouterr().err
     assert cli.main(["generate", "--workdir", workdir, "--prompt", "the",
                      "--max_new_tokens", "-3"]) == 2
     assert "--max_new_tokens must be >= 1; got -3" in capsys.readouterr().err
@@ -860,7 +860,7 @@ def test_a_recipes_own_rename_holds_in_that_recipe_only(capsys):
     from seqjax.experiments._config import config_from_dict
 
     cfg = config_from_dict(ptb_lm.Config, {"num_steps": 35, "hidden": 8})
-    assert (cfg.block_size, cfg.hidden_size) == (35, 8)
+    assert (cfg.block_size, cfg.model.hidden_size) == (35, 8)
     assert cli.main(["train", "gpt2", "--num_steps=35"]) == 2
     err = capsys.readouterr().err
     assert "unknown config key --num_steps" in err and "block_size (one" not in err

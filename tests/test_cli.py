@@ -1,5 +1,6 @@
 """The `seqjax` command: parsing errors, presets, train → resume → eval → generate on toy_rnn."""
 
+import dataclasses
 import json
 import os
 
@@ -17,10 +18,14 @@ def test_list_shows_experiments_and_presets(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "toy_rnn", "--hiden_size=3"],
-     "unknown config key --hiden_size .*Did you mean --hidden_size?"),
-    (["train", "toy_rnn", "--hidden_size", "abc"], "--hidden_size: expected int; got 'abc'"),
-    (["train", "toy_rnn", "--hidden=3"], r"--hidden is now --hidden_size .*--hidden_size=VALUE"),
+    (["train", "toy_rnn", "--model.hiden_size=3"],
+     "unknown config key --model.hiden_size .*Did you mean --model.hidden_size?"),
+    (["train", "toy_rnn", "--hiden_size=3"],  # a typo of the name before the group
+     "unknown config key --hiden_size .*Did you mean --model.hidden_size?"),
+    (["train", "toy_rnn", "--model.hidden_size", "abc"],
+     "--model.hidden_size: expected int; got 'abc'"),
+    (["train", "toy_rnn", "--hidden=3"],
+     r"--hidden is now --model.hidden_size .*--model.hidden_size=VALUE"),
     (["train", "gpt2", "--clip_norm=none"], r"--clip_norm: .*\(0 turns this option off\)"),
     (["train", "toy_rnn", "--steps"], "--steps needs a value"),
     (["train", "toy_rnn", "--preset", "huge"], "unknown preset 'huge'.*presets: smoke"),
@@ -38,13 +43,14 @@ def test_bad_command_lines_exit_2_with_a_clear_message(argv, message, capsys):
 
 def test_build_config_layers_saved_config_preset_and_overrides(tmp_path):
     module = cli.load_experiment("toy_rnn")
-    cfg = cli.build_config(module, "toy_rnn", ["--smoke", "--hidden_size=7",
+    cfg = cli.build_config(module, "toy_rnn", ["--smoke", "--model.hidden_size=7",
                                                f"--workdir={tmp_path}"])
-    assert (cfg.steps, cfg.log_every, cfg.hidden_size, cfg.workdir) == (20, 5, 7, str(tmp_path))
+    assert (cfg.steps, cfg.log_every, cfg.model.hidden_size, cfg.workdir) == \
+        (20, 5, 7, str(tmp_path))
     (tmp_path / "experiment.json").write_text(json.dumps(
-        {"experiment": "toy_rnn", "config": {**cfg.__dict__, "learning_rate": 0.01}}))
+        {"experiment": "toy_rnn", "config": {**dataclasses.asdict(cfg), "learning_rate": 0.01}}))
     again = cli.build_config(module, "toy_rnn", [f"--workdir={tmp_path}", "--steps", "40"])
-    assert (again.hidden_size, again.learning_rate, again.steps) == (7, 0.01, 40)
+    assert (again.model.hidden_size, again.learning_rate, again.steps) == (7, 0.01, 40)
     (tmp_path / "experiment.json").write_text(json.dumps({"experiment": "other", "config": {}}))
     with pytest.raises(cli.ConfigError, match="belongs to experiment 'other'"):
         cli.build_config(module, "toy_rnn", [f"--workdir={tmp_path}"])

@@ -280,8 +280,9 @@ def _unknown(key: str, cls: type, prefix: str) -> ConfigError:
                else "one spelling across the recipes")
         return ConfigError(f"--{prefix}{key} is now --{prefix}{new} ({why}); use "
                            f"--{prefix}{new}=VALUE.")
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f" Did you mean --{prefix}{close[0]}?" if close else ""
+    moved = {old: n for old, n in renamed(cls).items() if n.partition(".")[0] in names}
+    close = difflib.get_close_matches(key, [*names, *moved], n=1)  # a typo of a moved name too
+    hint = f" Did you mean --{prefix}{moved.get(close[0], close[0])}?" if close else ""
     return ConfigError(
         f"unknown config key --{prefix}{key} for {cls.__name__}.{hint} "
         f"Valid keys: {', '.join(names)}."

@@ -123,7 +123,8 @@ def make_model(
     arch: str, src_vocab: int, tgt_vocab: int, *, embed_dim: int, hidden_size: int,
     dropout_rate: float = 0.0, num_layers: int = 2, num_heads: int = 4, block_size: int = 64,
 ) -> Seq2Seq | Transformer:
-    """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring)."""
+    """One of :data:`ARCHS` from :mod:`seqjax.models` (see the module docstring), at the
+    sizes the recipes give as their group ``--model.*`` (the same names)."""
     rnn = Seq2SeqConfig(
         encoder=RNNConfig(vocab_size=src_vocab, embed_dim=embed_dim, hidden_size=hidden_size,
                           cell_type="gru", bidirectional=True, dropout_rate=dropout_rate),

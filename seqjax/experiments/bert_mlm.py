@@ -44,7 +44,7 @@ import collections
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import jax
@@ -82,6 +82,32 @@ SPECIALS = SpecialTokens(bos=None, eos=None, sep=None)  # <pad> <unk> <mask> <cl
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The network's sizes, ``--model.KEY``: one set shared by the two forms compared — the
+    BERT encoder (:class:`~seqjax.models.Bert`) and, with ``decoder``, the causal LM
+    (:class:`~seqjax.models.TransformerLM`) — in pre-training and fine-tuning alike.
+
+    Attributes:
+        num_layers: encoder blocks.
+        num_heads: attention heads.
+        embed_dim: model width ``d`` (embeddings and every block).
+        mlp_dim: hidden width of each block's MLP.
+        dropout_rate: dropout rate of the encoder, in both stages.
+    """
+
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    embed_dim: PosInt = 64
+    mlp_dim: PosInt = 128
+    dropout_rate: Fraction = 0.1
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
+#: the group.
+MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config(ParallelOptions):
     """The options of ``seqjax train bert_mlm`` (MLM pre-training, then fine-tuning).
 
@@ -90,11 +116,7 @@ class Config(ParallelOptions):
         test_fraction: fraction of the distinct sentences held out (MLM evaluation and
             classifier test).
         min_freq: words seen fewer times in the training sentences become ``<unk>``.
-        num_layers: encoder blocks.
-        num_heads: attention heads.
-        embed_dim: model width ``d`` (embeddings and every block).
-        mlp_dim: hidden width of each block's MLP.
-        dropout_rate: dropout rate of the encoder, in both stages.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         pretrain_steps: MLM optimiser steps.
         pretrain_batch_size: sentences per MLM step, over all devices (capped at the
             training set).
@@ -119,20 +141,18 @@ class Config(ParallelOptions):
             nothing written.
     """
 
-    #: Spellings of this recipe's options before they took the library's names (refused on
-    #: the command line naming the new one; read from a saved ``experiment.json``).
+    #: Spellings of this recipe's options before they took the library's names, or before
+    #: the network's moved into the group ``--model.*`` (refused on the command line naming
+    #: the new one; read from a saved ``experiment.json``).
     RENAMED: ClassVar[dict[str, str]] = {
         "pretrain_batch": "pretrain_batch_size", "pretrain_lr": "pretrain_learning_rate",
-        "finetune_batch": "finetune_batch_size", "finetune_lr": "finetune_learning_rate"}
+        "finetune_batch": "finetune_batch_size", "finetune_lr": "finetune_learning_rate",
+        **{name: f"model.{name}" for name in MODEL_OPTIONS}}
 
     num_pairs: NonNegInt = 0  # 0 = all pairs of the file
     test_fraction: Fraction = 0.1
     min_freq: PosInt = 2
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    embed_dim: PosInt = 64
-    mlp_dim: PosInt = 128
-    dropout_rate: Fraction = 0.1
+    model: ModelOptions = ModelOptions()
     pretrain_steps: NonNegInt = 3000
     pretrain_batch_size: PosInt = 128
     pretrain_learning_rate: PosFloat = 2e-3
@@ -151,10 +171,10 @@ class Config(ParallelOptions):
 PRESETS = {
     "smoke": {
         "num_pairs": 400,
-        "num_layers": 1,
-        "num_heads": 2,
-        "embed_dim": 16,
-        "mlp_dim": 32,
+        "model.num_layers": 1,
+        "model.num_heads": 2,
+        "model.embed_dim": 16,
+        "model.mlp_dim": 32,
         "pretrain_steps": 3,
         "pretrain_batch_size": 16,
         "finetune_steps": 3,
@@ -193,13 +213,14 @@ def encode(sents: list[str], tok: WordTokenizer, length: int) -> dict[str, np.nd
 
 
 def _bert(cfg: Config, vocab: int, length: int, *, classifier: bool) -> Bert:
+    m = cfg.model
     return Bert(
         BertConfig(
             vocab_size=vocab,
-            num_layers=cfg.num_layers,
-            embed_dim=cfg.embed_dim,
+            num_layers=m.num_layers,
+            embed_dim=m.embed_dim,
             block_size=length,
-            block=bert_block(cfg.num_heads, mlp_dim=cfg.mlp_dim, dropout_rate=cfg.dropout_rate),
+            block=bert_block(m.num_heads, mlp_dim=m.mlp_dim, dropout_rate=m.dropout_rate),
             type_vocab_size=0,
             mlm_head=not classifier,
             pooler=classifier,
@@ -269,8 +290,8 @@ def pretrain(cfg: Config, tok: WordTokenizer, train: dict, val: dict, length: in
                 for i in range(4)]
 
     return _pretrain_run(cfg, model, loss_fn, eval_fn, train, mlm_val, "pretrain",
-                         {"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.embed_dim,
-                          "layers": cfg.num_layers}, done)
+                         {"stage": "mlm", "vocab": tok.vocab_size, "dim": cfg.model.embed_dim,
+                          "layers": cfg.model.num_layers}, done)
 
 
 def _pretrain_run(cfg: Config, model: Any, loss_fn: Any, eval_fn: Any, train: dict,
@@ -292,13 +313,15 @@ def _pretrain_run(cfg: Config, model: Any, loss_fn: Any, eval_fn: Any, train: di
 
 
 def _lm_config(cfg: Config, vocab: int, length: int) -> TransformerLMConfig:
-    """The causal LM of the decoder form: BERT's depth, width, heads, MLP and dropout."""
+    """The causal LM of the decoder form: BERT's depth, width, heads, MLP and dropout
+    (``cfg.model``)."""
+    m = cfg.model
     return TransformerLMConfig(
         vocab_size=vocab,
-        num_layers=cfg.num_layers,
-        embed_dim=cfg.embed_dim,
+        num_layers=m.num_layers,
+        embed_dim=m.embed_dim,
         block_size=length,
-        block=gpt_block(cfg.num_heads, mlp_dim=cfg.mlp_dim, dropout_rate=cfg.dropout_rate),
+        block=gpt_block(m.num_heads, mlp_dim=m.mlp_dim, dropout_rate=m.dropout_rate),
         tie_embeddings=True,
     )
 
@@ -342,8 +365,8 @@ def pretrain_lm(cfg: Config, tok: WordTokenizer, train: dict, val: dict, length:
     return _pretrain_run(cfg, model, loss_fn, eval_fn, train,
                          lambda par: [pad_rows(dict(val), par.batch_shards, {"lengths": 1})],
                          "lm_pretrain",
-                         {"stage": "causal_lm", "vocab": tok.vocab_size, "dim": cfg.embed_dim,
-                          "layers": cfg.num_layers}, done)
+                         {"stage": "causal_lm", "vocab": tok.vocab_size,
+                          "dim": cfg.model.embed_dim, "layers": cfg.model.num_layers}, done)
 
 
 def fill_in(

@@ -33,8 +33,8 @@ import functools
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 
@@ -61,6 +61,30 @@ LABELS = {
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The networks' sizes, ``--model.KEY``: one set shared by every architecture compared
+    (``--models``), each taking the ones that apply to it — the row RNNs their width, the
+    row transformer and the ViT all four.
+
+    Attributes:
+        hidden_size: RNN width (one layer); width ``d`` of the transformer and ViT (MLP ``2d``).
+        num_layers: transformer and ViT blocks.
+        num_heads: attention heads (transformer and ViT).
+        patch_size: the ViT's patch side in pixels (must divide 8).
+    """
+
+    hidden_size: PosInt = 64
+    num_layers: PosInt = 2  # transformer / ViT blocks
+    num_heads: PosInt = 4
+    patch_size: PosInt = 2
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
+#: the group.
+MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train digits`` (row-by-row RNNs, a transformer and a ViT).
 
@@ -70,10 +94,7 @@ class Config(TrainOptions, ParallelOptions):
         seeds: one run of each model per seed (initialisation, batch order); results are
             mean ± sd over them.
         test_fraction: fraction of the 1,797 images held out for test (a fixed split).
-        hidden_size: RNN width (one layer); width ``d`` of the transformer and ViT (MLP ``2d``).
-        num_layers: transformer and ViT blocks.
-        num_heads: attention heads (transformer and ViT).
-        patch_size: the ViT's patch side in pixels (must divide 8).
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         batch_size: images per step, over all devices (capped at the training set).
         steps: optimiser steps of each run.
         learning_rate: peak AdamW learning rate (warm-up, then cosine to 0).
@@ -83,13 +104,14 @@ class Config(TrainOptions, ParallelOptions):
             ``digits.json`` and ``digits_accuracy.png``; unset = nothing written.
     """
 
+    #: The network's options moved into the group ``--model.*`` (refused on the command line
+    #: naming the new spelling; read from a saved ``experiment.json``).
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
     models: tuple[Model, ...] = MODELS
     seeds: tuple[int, ...] = (0, 1, 2)
     test_fraction: Fraction = 0.2
-    hidden_size: PosInt = 64
-    num_layers: PosInt = 2  # transformer / ViT blocks
-    num_heads: PosInt = 4
-    patch_size: PosInt = 2
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
     weight_decay: NonNegFloat = 1e-4
@@ -98,26 +120,28 @@ class Config(TrainOptions, ParallelOptions):
 
 
 PRESETS = {
-    "smoke": {"models": "lstm,vit", "seeds": "0", "hidden_size": 8, "num_layers": 1, "num_heads": 2,
-              "steps": 3, "warmup_steps": 1, "log_every": 1, "batch_size": 16,
-              "progress": False},
+    "smoke": {"models": "lstm,vit", "seeds": "0", "model.hidden_size": 8, "model.num_layers": 1,
+              "model.num_heads": 2, "steps": 3, "warmup_steps": 1, "log_every": 1,
+              "batch_size": 16, "progress": False},
 }
 
 
 def make_classifier(name: str, cfg: Config) -> tuple[Any, str]:
-    """``(model, layout)``: the model and the input layout it reads (``"rows"``/``"images"``)."""
+    """``(model, layout)``: the model and the input layout it reads (``"rows"``/``"images"``),
+    at ``cfg.model``'s sizes."""
+    m = cfg.model
     if name in ("elman", "lstm", "gru", "bilstm"):
         cell = "lstm" if name == "bilstm" else name
         return RNNClassifier(RNNClassifierConfig(
-            num_classes=10, vocab_size=None, hidden_size=cfg.hidden_size, cell_type=cell,
+            num_classes=10, vocab_size=None, hidden_size=m.hidden_size, cell_type=cell,
             bidirectional=name == "bilstm", pooling="last")), "rows"
-    common = dict(num_classes=10, num_layers=cfg.num_layers, embed_dim=cfg.hidden_size,
-                  block=vit_block(cfg.num_heads, mlp_dim=2 * cfg.hidden_size))
+    common = dict(num_classes=10, num_layers=m.num_layers, embed_dim=m.hidden_size,
+                  block=vit_block(m.num_heads, mlp_dim=2 * m.hidden_size))
     if name == "transformer":
         # An 8×1 image with 8 channels: patch (i, 0) is row i, so the tokens are the rows.
         return ViT(ViTConfig(image_size=(8, 1), patch_size=1, channels=8, **common)), "row_image"
     if name == "vit":
-        return ViT(ViTConfig(image_size=8, patch_size=cfg.patch_size, channels=1,
+        return ViT(ViTConfig(image_size=8, patch_size=m.patch_size, channels=1,
                              **common)), "images"
     raise ValueError(f"`models` must be drawn from {MODELS}; got {name!r}.")
 
@@ -161,7 +185,7 @@ def build(cfg: Config) -> Task:
                     model, {"x": _inputs(train["x"], layout), "y": train["y"]},
                     {"x": _inputs(test["x"], layout), "y": test["y"]}, cfg, seed,
                     name=f"{name}_seed{seed}",
-                    model_config={"model": name, "hidden_size": cfg.hidden_size},
+                    model_config={"model": name, "hidden_size": cfg.model.hidden_size},
                     evaluate=functools.partial(result_row, name, seed))
 
     def summarize(trained: list[Trained]) -> dict:
@@ -169,7 +193,7 @@ def build(cfg: Config) -> Task:
         by: dict[str, list[dict]] = collections.defaultdict(list)
         for r in rows:
             by[r["model"]].append(r)
-        table = accuracy_table(by, svm, LABELS, cfg.patch_size)
+        table = accuracy_table(by, svm, LABELS, cfg.model.patch_size)
         print("\n" + table)
         plot = {"plot": os.path.join(cfg.workdir, "digits_accuracy.png")} if cfg.workdir else {}
         return {"machine": info, "runs": rows, "svm_accuracy": svm, "n_train": len(train["y"]),

@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +51,21 @@ Array = jax.Array
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The compared models of ``seqjax train forecasting``: ``--model.KEY``. The GRU
+    forecaster's width (:class:`Forecaster`) and the order of the AR(p) baseline it is
+    measured against.
+
+    Attributes:
+        hidden_size: GRU width.
+        ar_order: ``p`` of the AR(p) baseline (least squares on the training years).
+    """
+
+    hidden_size: PosInt = 32
+    ar_order: PosInt = 9
+
+
+@dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train forecasting`` (sunspots, a GRU fed its own forecasts).
 
@@ -59,8 +74,7 @@ class Config(TrainOptions, ParallelOptions):
             the test period.
         window: years per training window (targets: the same years shifted by one).
         horizon: years forecast from each test origin by feeding predictions back.
-        hidden_size: GRU width.
-        ar_order: ``p`` of the AR(p) baseline (least squares on the training years).
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         steps: Adam steps per seed.
         batch_size: windows per step, over all devices (capped at the number of windows).
         learning_rate: Adam's learning rate (constant after the warm-up).
@@ -73,11 +87,13 @@ class Config(TrainOptions, ParallelOptions):
         results_dir: also write the plot and ``forecasting.md`` here; ``None`` = not.
     """
 
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}"
+                                         for name in ("hidden_size", "ar_order")}
+
     train_until: PosInt = 1920  # last training year; the rest is the test period
     window: PosInt = 40
     horizon: PosInt = 22  # two solar cycles
-    hidden_size: PosInt = 32
-    ar_order: PosInt = 9
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 1500  # TrainOptions' fields, with this recipe's defaults
     warmup_steps: NonNegInt = 0
     log_every: PosInt = 250
@@ -87,7 +103,7 @@ class Config(TrainOptions, ParallelOptions):
     results_dir: str | None = None
 
 
-PRESETS = {"smoke": {"hidden_size": 4, "steps": 3, "seeds": (0,), "horizon": 4, "window": 10,
+PRESETS = {"smoke": {"model.hidden_size": 4, "steps": 3, "seeds": (0,), "horizon": 4, "window": 10,
                      "log_every": 1, "batch_size": 8}}
 
 
@@ -155,7 +171,7 @@ def forecaster_run(cfg: Config, train_z: np.ndarray, seed: int,
     # inputs x[i:i+L], targets x[i+1:i+L+1]: the next value at every step
     data = {"x": w["inputs"][:, :, 0], "y": np.concatenate(
         [w["inputs"][:, 1:, 0], w["targets"]], axis=1)}
-    model = Forecaster(cfg.hidden_size)
+    model = Forecaster(cfg.model.hidden_size)
     params = model.init(jax.random.PRNGKey(seed), jnp.zeros((1, cfg.window, 1)))["params"]
 
     def loss_fn(p: Any, batch: dict, rng: Array) -> tuple[Array, dict]:
@@ -167,7 +183,7 @@ def forecaster_run(cfg: Config, train_z: np.ndarray, seed: int,
         optimizer=cfg.optimizer_config("adam", schedule="constant"),
         fit=cfg.fit_config(best_metric=None, tensorboard=False, plot=False),
         batch_size=min(cfg.batch_size, len(data["x"])), seed=seed, dropout_seed=seed + 1000,
-        model_config={"hidden_size": cfg.hidden_size}, name=f"seed{seed}", evaluate=forecast)
+        model_config={"hidden_size": cfg.model.hidden_size}, name=f"seed{seed}", evaluate=forecast)
 
 
 def build(cfg: Config) -> Task:
@@ -190,7 +206,7 @@ def build(cfg: Config) -> Task:
     # every origin's history, left-padded by nothing: histories have different lengths, so
     # forecast from the last `n_train` values (>= window), a fixed-length batch
     hist = np.stack([z[o - n_train:o] for o in starts]).astype(np.float32)
-    coef = fit_ar(z[:n_train], cfg.ar_order)
+    coef = fit_ar(z[:n_train], cfg.model.ar_order)
     ar_fc = np.stack([ar_forecast(coef, z[:o], cfg.horizon) for o in starts]) * sd + mu
     rnn_fc: list[np.ndarray] = []  # each seed's forecasts, for the summary and the plot
 
@@ -211,7 +227,7 @@ def build(cfg: Config) -> Task:
         persist = np.repeat(series[starts - 1][:, None], cfg.horizon, 1)
         results = {
             "rnn_mean": rnn_rmse.mean(0).tolist(), "rnn_sd": rnn_rmse.std(0).tolist(),
-            f"ar{cfg.ar_order}": rmse_by_horizon(ar_fc, truth).tolist(),
+            f"ar{cfg.model.ar_order}": rmse_by_horizon(ar_fc, truth).tolist(),
             "persistence": rmse_by_horizon(persist, truth).tolist(),
             "climatology": rmse_by_horizon(np.full_like(truth, mu), truth).tolist(),
         }

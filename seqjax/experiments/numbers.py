@@ -35,8 +35,8 @@ import functools
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -68,6 +68,36 @@ SHOWCASE = (97, 71, 80, 1997, 2024, 7777)
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The networks' sizes, ``--model.KEY``: one set shared by every architecture compared
+    (``--archs``, the models of ``experiments.translation``;
+    :func:`~seqjax.experiments._seq2seq.make_model`), each taking the ones that apply to it —
+    the GRU models their embedding, hidden size and dropout, the transformer its width,
+    depth, heads and dropout.
+
+    Attributes:
+        embed_dim: word-embedding size of the GRU models (the transformer uses ``hidden_size``).
+        hidden_size: GRU hidden size, or the transformer's width (its MLP is
+            ``2 × hidden_size``).
+        num_layers: the transformer's encoder layers and decoder layers, each (the GRU
+            models have one layer).
+        num_heads: attention heads (``transformer``).
+        dropout_rate: dropout rate of every model.
+    """
+
+    embed_dim: PosInt = 32
+    hidden_size: PosInt = 64
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    dropout_rate: Fraction = 0.0
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
+#: the group.
+MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train numbers`` (every architecture × seed is one model).
 
@@ -78,13 +108,7 @@ class Config(TrainOptions, ParallelOptions):
             (the held-out split is fixed).
         max_number: the numbers ``0 .. max_number - 1`` are translated.
         test_fraction: fraction of the numbers of each digit count held out (at least one).
-        embed_dim: word-embedding size of the GRU models (the transformer uses ``hidden_size``).
-        hidden_size: GRU hidden size, or the transformer's width (its MLP is
-            ``2 × hidden_size``).
-        num_layers: the transformer's encoder layers and decoder layers, each (the GRU
-            models have one layer).
-        num_heads: attention heads (``transformer``).
-        dropout_rate: dropout rate of every model.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         batch_size: training pairs per step, over all devices (the global batch; at most the
             training set).
         steps: optimiser steps per model (the cosine schedule ends here).
@@ -101,15 +125,15 @@ class Config(TrainOptions, ParallelOptions):
             plots and ``numbers.json``; rerun to resume; unset = nothing written.
     """
 
+    #: The network's options moved into the group ``--model.*`` (refused on the command line
+    #: naming the new spelling; read from a saved ``experiment.json``).
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
     archs: tuple[Arch, ...] = ("bahdanau",)
     seeds: tuple[int, ...] = (0,)
     max_number: PosInt = 10000
     test_fraction: Fraction = 0.2
-    embed_dim: PosInt = 32
-    hidden_size: PosInt = 64
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    dropout_rate: Fraction = 0.0
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 2000  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
     learning_rate: PosFloat = 5e-3
@@ -123,9 +147,9 @@ class Config(TrainOptions, ParallelOptions):
 
 
 PRESETS = {
-    "smoke": {"max_number": 120, "embed_dim": 8, "hidden_size": 8, "batch_size": 16, "steps": 3,
-              "eval_every": 0, "warmup_steps": 1, "log_every": 1, "decode_batch": 32,
-              "progress": False},
+    "smoke": {"max_number": 120, "model.embed_dim": 8, "model.hidden_size": 8, "batch_size": 16,
+              "steps": 3, "eval_every": 0, "warmup_steps": 1, "log_every": 1,
+              "decode_batch": 32, "progress": False},
     # The comparison in seqjax/experiments/results/numbers.md.
     "compare": {"archs": "gru,bahdanau,transformer", "seeds": "0,1,2"},
     # The README's first command: one Bahdanau model in about a minute on one CPU core,
@@ -188,10 +212,12 @@ def _data(cfg: Config) -> _Data:
 
 
 def _model(cfg: Config, arch: str, d: _Data) -> Any:
+    """The model ``arch`` at ``cfg.model``'s sizes for the vocabularies of ``d``."""
+    m = cfg.model
     return make_model(arch, d.src_tok.vocab_size, d.tgt_tok.vocab_size,
-                      embed_dim=cfg.embed_dim, hidden_size=cfg.hidden_size,
-                      dropout_rate=cfg.dropout_rate, num_layers=cfg.num_layers,
-                      num_heads=cfg.num_heads)
+                      embed_dim=m.embed_dim, hidden_size=m.hidden_size,
+                      dropout_rate=m.dropout_rate, num_layers=m.num_layers,
+                      num_heads=m.num_heads)
 
 
 def _english(prompt: str) -> str:
@@ -283,8 +309,8 @@ def build(cfg: Config) -> Task:
             for seed in cfg.seeds:
                 print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
                 mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
-                      "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
-                      "hidden_size": cfg.hidden_size}
+                      "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.model.embed_dim,
+                      "hidden_size": cfg.model.hidden_size}
                 yield seq2seq_run(_model(cfg, arch, d), train, test, cfg, seed=seed,
                                   name=f"{arch}_seed{seed}", model_config=mc,
                                   evaluate=functools.partial(translations, arch, seed),

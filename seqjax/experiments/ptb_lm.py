@@ -11,8 +11,8 @@ gives test 115 perplexity") is what this experiment follows:
   units, a 10,000-way softmax with bias, no dropout, no weight tying; two biases per gate as
   ``main.lua``'s ``i2h`` and ``h2h`` Linear layers keep them (``LSTMCell(recurrent_bias=True)``:
   the same function, but each half gets the gradient and its own initial draw), 4,653,200
-  parameters (``--recurrent_bias=false``: one bias, 4,651,600). Every parameter is drawn from
-  U(−0.1, 0.1) (``init_scale``), as ``main.lua`` does;
+  parameters (``--model.recurrent_bias=false``: one bias, 4,651,600). Every parameter is drawn
+  from U(−0.1, 0.1) (``--model.init_scale``), as ``main.lua`` does;
 * data order: the training stream is cut into 20 contiguous rows read in windows of ``block_size
   = 20`` tokens (:class:`seqjax.data.TBPTTIterator`), the LSTM state carried from window to
   window and zeroed at the start of every epoch — truncated BPTT (MEDL §7.2, (7.13)): gradients
@@ -104,8 +104,9 @@ from seqjax.utils import count_params
 
 
 @dataclass(frozen=True)
-class Config(ParallelOptions):
-    """The options of ``seqjax train ptb_lm`` (defaults: Zaremba et al.'s small LSTM).
+class ModelOptions:
+    """The network of ``seqjax train ptb_lm``, Zaremba et al.'s LSTM LM (:func:`build_model`)
+    and its initialisation: ``--model.KEY`` (defaults: the small LSTM of ``main.lua``).
 
     Attributes:
         hidden_size: LSTM width and embedding size.
@@ -113,6 +114,25 @@ class Config(ParallelOptions):
         dropout_rate: rate on the embeddings, between layers and before the output layer.
         recurrent_bias: two biases per LSTM gate (``main.lua``'s i2h and h2h); false = one.
         init_scale: every parameter is drawn from ``U(-init_scale, init_scale)`` (> 0).
+    """
+
+    hidden_size: PosInt = 200
+    num_layers: PosInt = 2
+    dropout_rate: Fraction = 0.0
+    recurrent_bias: bool = True
+    init_scale: PosFloat = 0.1
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before the group.
+MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
+
+
+@dataclass(frozen=True)
+class Config(ParallelOptions):
+    """The options of ``seqjax train ptb_lm`` (defaults: Zaremba et al.'s small LSTM).
+
+    Attributes:
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         batch_size: contiguous streams the training split is cut into (rows per step, over
             all devices); the validation split is read in as many rows.
         block_size: tokens per window: truncated BPTT's unroll length ``k``.
@@ -142,13 +162,11 @@ class Config(ParallelOptions):
 
     #: ``--num_steps`` (the TensorFlow tutorial's name of the window) is ``--block_size`` here;
     #: a count of optimiser steps is ``steps`` everywhere (``--steps``, ``FitConfig.steps``).
-    RENAMED: ClassVar[dict[str, str]] = {"num_steps": "block_size"}
+    #: The network's options are the group ``--model.KEY`` (:class:`ModelOptions`).
+    RENAMED: ClassVar[dict[str, str]] = {"num_steps": "block_size",
+                                         **{name: f"model.{name}" for name in MODEL_OPTIONS}}
 
-    hidden_size: PosInt = 200
-    num_layers: PosInt = 2
-    dropout_rate: Fraction = 0.0
-    recurrent_bias: bool = True
-    init_scale: PosFloat = 0.1
+    model: ModelOptions = ModelOptions()
     batch_size: PosInt = 20
     block_size: PosInt = 20
     epochs: PosInt = 13
@@ -171,8 +189,8 @@ class Config(ParallelOptions):
 PRESETS: dict[str, dict[str, Any]] = {
     # 2 epochs of 12 windows on 1,000-token prefixes of the splits (the 10,000-word vocabulary
     # is still the full training split's): seconds, for CI.
-    "smoke": {"hidden_size": 16, "batch_size": 8, "block_size": 10, "epochs": 2, "max_epoch": 1,
-              "max_tokens": 1000, "eval_chunk_tokens": 256, "print_every": 4},
+    "smoke": {"model.hidden_size": 16, "batch_size": 8, "block_size": 10, "epochs": 2,
+              "max_epoch": 1, "max_tokens": 1000, "eval_chunk_tokens": 256, "print_every": 4},
     "tf-tutorial": {"max_epoch": 3},
     "unroll35": {"block_size": 35},
 }
@@ -196,10 +214,11 @@ def load_data(cfg: Config) -> PTBData:
 def build_model(cfg: Config, vocab_size: int) -> RNNLanguageModel:
     """Zaremba's LM: embedding = hidden width, ``num_layers`` LSTMs (with ``recurrent_bias``
     two biases per gate, ``main.lua``'s i2h and h2h), untied softmax with bias."""
-    return RNNLanguageModel(RNNLMConfig(vocab_size=vocab_size, embed_dim=cfg.hidden_size,
-                                        hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                                        cell_type="lstm", dropout_rate=cfg.dropout_rate,
-                                        cell_kwargs={"recurrent_bias": cfg.recurrent_bias}))
+    m = cfg.model
+    return RNNLanguageModel(RNNLMConfig(vocab_size=vocab_size, embed_dim=m.hidden_size,
+                                        hidden_size=m.hidden_size, num_layers=m.num_layers,
+                                        cell_type="lstm", dropout_rate=m.dropout_rate,
+                                        cell_kwargs={"recurrent_bias": m.recurrent_bias}))
 
 
 def uniform_init(params: Any, key: jax.Array, scale: float) -> Any:
@@ -318,7 +337,7 @@ def build(cfg: Config) -> Task:
     model = build_model(cfg, vocab)
     key_init, key_uniform, key_state = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
     params = model.init(key_init, jnp.zeros((1, cfg.block_size), jnp.int32))["params"]
-    params = uniform_init(params, key_uniform, cfg.init_scale)
+    params = uniform_init(params, key_uniform, cfg.model.init_scale)
 
     def host_eval(par: Parallel) -> Callable[[Any, Any], dict[str, float]]:
         def eval_step(p: Any, _batch: Any) -> dict[str, float]:
@@ -340,8 +359,8 @@ def build(cfg: Config) -> Task:
         fit=FitConfig(steps=total, log_every=cfg.log_every, eval_every=per_epoch,
                       checkpoint_every=0, progress=cfg.progress, tensorboard=False),
         make_eval_step=host_eval, eval_data=[{}], on_log=[progress_printer(cfg, per_epoch, total)],
-        model_config={"hidden_size": cfg.hidden_size, "num_layers": cfg.num_layers,
-                      "recurrent_bias": cfg.recurrent_bias, "vocab_size": vocab},
+        model_config={"hidden_size": cfg.model.hidden_size, "num_layers": cfg.model.num_layers,
+                      "recurrent_bias": cfg.model.recurrent_bias, "vocab_size": vocab},
         tokenizer=data.tokenizer)
     about = (f"{count_params(params):,} parameters; {len(data.train_ids):,} / "
              f"{len(data.valid_ids):,} / {len(data.test_ids):,} tokens, vocabulary {vocab:,}; "
@@ -455,15 +474,43 @@ def evaluate(cfg: Config) -> dict:
 # ----------------------------------------------------------------------------- results
 
 
+def saved_config(config: dict) -> dict:
+    """A config as a run saved it (``experiment.json``, ``ptb_lm.json``) in today's names: the
+    network's options in the ``model`` group (a run from before the group has them flat; an
+    option it did not have yet stays absent) and a renamed option (``num_steps``) under its new
+    name; keys saved under the new names win.
+
+    Example:
+        >>> saved_config({"hidden_size": 16, "num_steps": 35, "seed": 1})
+        {'seed': 1, 'block_size': 35, 'model': {'hidden_size': 16}}
+    """
+    old_names = renamed(Config)  # a run saved before a rename
+    model = dict(config["model"]) if isinstance(config.get("model"), dict) else {}
+    out = {k: v for k, v in config.items() if k != "model" and k not in old_names}
+    for key, value in config.items():
+        head, _, rest = old_names.get(key, "").partition(".")
+        if head == "model" and rest:
+            model.setdefault(rest, value)
+        elif head:
+            out.setdefault(head, value)
+    return {**out, "model": model}
+
+
+def _flat(config: dict) -> dict:
+    """A :func:`saved_config` with the network's options as ``model.KEY`` keys."""
+    return {**{k: v for k, v in config.items() if k != "model"},
+            **{f"model.{k}": v for k, v in config["model"].items()}}
+
+
 def write_results(workdir: str, path: str, command: str | None = None) -> str:
     """The results table (markdown) of the run in ``workdir`` — finished or still in progress —
     from its ``experiment.json``, ``metrics.jsonl`` and (when finished) ``ptb_lm.json``."""
     with open(os.path.join(workdir, "experiment.json")) as f:
-        cfg_dict = json.load(f)["config"]
-    old_names = renamed(Config)  # a run saved before a rename
-    cfg_dict = {old_names.get(k, k): v for k, v in cfg_dict.items()}
-    cfg = Config(**{k: v for k, v in cfg_dict.items()
-                    if k in {f.name for f in dataclasses.fields(Config)}})
+        cfg_dict = saved_config(json.load(f)["config"])
+    fields = {f.name for f in dataclasses.fields(Config)} - {"model"}
+    cfg = Config(model=ModelOptions(**{k: v for k, v in cfg_dict["model"].items()
+                                       if k in MODEL_OPTIONS}),
+                 **{k: v for k, v in cfg_dict.items() if k in fields})
     records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     summary_path = os.path.join(workdir, "ptb_lm.json")
     summary = None
@@ -488,24 +535,26 @@ SEED_SUMMARY_FREE = frozenset({"seed", "workdir", "print_every", "progress", "lo
 def seed_summary(workdirs: list[str]) -> dict:
     r"""The finished runs in ``workdirs`` — the same config but for the seed — side by side.
 
-    Returns ``{"config", "runs", "test_ppl", "valid_ppl"}``: ``runs`` holds each run's seed,
-    final valid / test perplexity (after the last epoch, as reported), its best-validation
-    epoch, wall time and test perplexity after every epoch (``epoch_test_ppl``), sorted by
-    seed; ``test_ppl`` / ``valid_ppl`` are ``{"mean", "std", "sem", "ci95", "min", "max", "n"}``
-    over the runs: ``std`` the sample standard deviation :math:`s` (``n − 1`` in the
-    denominator), ``sem`` the standard error of the mean :math:`s/\sqrt{n}` and ``ci95`` the
-    two-sided 95% Student-t interval for the mean,
+    Returns ``{"config", "runs", "test_ppl", "valid_ppl"}``: ``config`` is the runs' shared
+    config (:func:`saved_config`'s form: the network in ``model``; old runs are read too);
+    ``runs`` holds each run's seed, final valid / test perplexity (after the last epoch, as
+    reported), its best-validation epoch, wall time and test perplexity after every epoch
+    (``epoch_test_ppl``), sorted by seed; ``test_ppl`` / ``valid_ppl`` are ``{"mean", "std",
+    "sem", "ci95", "min", "max", "n"}`` over the runs: ``std`` the sample standard deviation
+    :math:`s` (``n − 1`` in the denominator), ``sem`` the standard error of the mean
+    :math:`s/\sqrt{n}` and ``ci95`` the two-sided 95% Student-t interval for the mean,
     :math:`\bar x \pm t_{0.975,\,n-1}\,s/\sqrt{n}` (it treats the seeds as independent draws
     of one run's outcome); for one run ``std`` and ``sem`` are 0 and ``ci95`` is ``None``.
 
     Raises:
         ValueError: no work dirs; a work dir without a finished run (``ptb_lm.json`` with every
             epoch); two runs with the same seed; configs that differ in a field outside
-            :data:`SEED_SUMMARY_FREE` (named, with both values).
+            :data:`SEED_SUMMARY_FREE` (named, ``model.KEY`` for the network's, with both
+            values).
     """
     if not workdirs:
         raise ValueError("`workdirs` must name at least one finished ptb_lm run; got none.")
-    runs, base, base_dir = [], None, None
+    runs, base, base_dir, base_cfg = [], None, None, {}
     for d in workdirs:
         path = os.path.join(d, "ptb_lm.json")
         if not os.path.exists(path):
@@ -513,13 +562,14 @@ def seed_summary(workdirs: list[str]) -> dict:
                              "missing).")
         with open(path) as f:
             s = json.load(f)
-        cfg = s["config"]
+        cfg = saved_config(s["config"])
         if s["steps"] < cfg["epochs"] * s["steps_per_epoch"]:
             raise ValueError(f"`workdirs`: the run in {d!r} stopped at step {s['steps']} of "
                              f"{cfg['epochs'] * s['steps_per_epoch']}.")
-        fixed = {k: v for k, v in cfg.items() if k not in SEED_SUMMARY_FREE}
+        fixed = {k: v for k, v in _flat(cfg).items() if k not in SEED_SUMMARY_FREE}
         if base is None:
             base, base_dir = fixed, d
+            base_cfg = {k: v for k, v in cfg.items() if k not in SEED_SUMMARY_FREE}
         elif fixed != base:
             k = next(k for k in sorted(set(base) | set(fixed)) if base.get(k) != fixed.get(k))
             raise ValueError(f"`workdirs`: the runs must differ only in the seed; `{k}` is "
@@ -548,7 +598,7 @@ def seed_summary(workdirs: list[str]) -> dict:
         return {"mean": mean, "std": std, "sem": sem, "ci95": ci95, "min": float(x.min()),
                 "max": float(x.max()), "n": n}
 
-    return {"config": base, "runs": runs, "test_ppl": stats("test_ppl"),
+    return {"config": base_cfg, "runs": runs, "test_ppl": stats("test_ppl"),
             "valid_ppl": stats("valid_ppl")}
 
 

@@ -28,6 +28,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -52,11 +53,23 @@ SENTENCE = "the mathematical engineering of deep learning".split()
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The network of ``seqjax train toy_rnn``, the sigmoid Elman RNN (:class:`ToyRNN`):
+    ``--model.KEY`` (defaults: MEDL §7.2's).
+
+    Attributes:
+        hidden_size: hidden units ``m`` of the sigmoid Elman RNN.
+    """
+
+    hidden_size: PosInt = 20
+
+
+@dataclass(frozen=True)
 class Config(ParallelOptions):
     """The options of ``seqjax train toy_rnn`` (defaults: MEDL §7.2's network).
 
     Attributes:
-        hidden_size: hidden units ``m`` of the sigmoid Elman RNN.
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         steps: Adam steps, each on the whole sentence.
         learning_rate: Adam's learning rate (constant).
         seed: parameter initialisation.
@@ -67,7 +80,9 @@ class Config(ParallelOptions):
             write nothing; rerun to resume.
     """
 
-    hidden_size: PosInt = 20
+    RENAMED: ClassVar[dict[str, str]] = {"hidden_size": "model.hidden_size"}
+
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 2000
     learning_rate: PosFloat = 0.05
     seed: int = 0
@@ -124,13 +139,13 @@ def _loss(model: ToyRNN, params: dict, x: jax.Array, y: jax.Array) -> jax.Array:
 
 
 def _model_config(cfg: Config) -> dict:
-    return {"model": "ToyRNN", "hidden_size": cfg.hidden_size, "vocab": len(LEXICON)}
+    return {"model": "ToyRNN", "hidden_size": cfg.model.hidden_size, "vocab": len(LEXICON)}
 
 
 def build(cfg: Config) -> Task:
     """The one run: Adam on the one sentence (a copy per batch shard); the predictions."""
     x, y = make_data()
-    model = ToyRNN(cfg.hidden_size)
+    model = ToyRNN(cfg.model.hidden_size)
 
     def loss_fn(p: dict, batch: dict, rng: jax.Array) -> tuple[jax.Array, dict]:
         logits = model.apply({"params": p}, batch["x"])
@@ -173,7 +188,7 @@ def run(cfg: Config) -> dict:
 def _restore(cfg: Config) -> tuple[ToyRNN, dict]:
     if not cfg.workdir:
         raise ValueError("`workdir` is required: the checkpoint to load.")
-    return ToyRNN(cfg.hidden_size), restore_params(os.path.join(cfg.workdir, "checkpoints"))
+    return ToyRNN(cfg.model.hidden_size), restore_params(os.path.join(cfg.workdir, "checkpoints"))
 
 
 def evaluate(cfg: Config) -> dict:

@@ -44,7 +44,8 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import jax
 import numpy as np
@@ -80,6 +81,34 @@ PROBES = (
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The networks' sizes, ``--model.KEY``: one set shared by every architecture compared
+    (``--archs``; :func:`~seqjax.experiments._seq2seq.make_model`), each taking the ones
+    that apply to it — the GRU models their embedding, hidden size and dropout, the
+    transformer its width, depth, heads and dropout.
+
+    Attributes:
+        embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden_size``).
+        hidden_size: GRU hidden size; the transformer's width ``d`` (MLP ``2·d``).
+        num_layers: the transformer's encoder blocks and decoder blocks, each (the GRU
+            models have one layer).
+        num_heads: attention heads (``transformer``).
+        dropout_rate: dropout rate in training (GRU models: embeddings and decoder outputs).
+    """
+
+    embed_dim: PosInt = 64
+    hidden_size: PosInt = 64
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    dropout_rate: Fraction = 0.1
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
+#: the group.
+MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
+
+
+@dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train translation``: the models, the data, training, decoding.
 
@@ -93,12 +122,7 @@ class Config(TrainOptions, ParallelOptions):
         min_freq: words seen fewer times in the training pairs become ``<unk>``.
         max_tgt_len: drop pairs whose French has more than N tokens (words and punctuation);
             decoding stops after N + 1 tokens.
-        embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden_size``).
-        hidden_size: GRU hidden size; the transformer's width ``d`` (MLP ``2·d``).
-        num_layers: the transformer's encoder blocks and decoder blocks, each (the GRU
-            models have one layer).
-        num_heads: attention heads (``transformer``).
-        dropout_rate: dropout rate in training (GRU models: embeddings and decoder outputs).
+        model: the network, one group of options (:class:`ModelOptions`, ``--model.KEY``).
         batch_size: pairs per step over all devices (the global batch).
         steps: optimiser steps of every run (the cosine schedule ends here).
         learning_rate: peak AdamW rate, after the warm-up; cosine decay to 5% of it.
@@ -116,17 +140,17 @@ class Config(TrainOptions, ParallelOptions):
             resume.
     """
 
+    #: The network's options moved into the group ``--model.*`` (refused on the command line
+    #: naming the new spelling; read from a saved ``experiment.json``).
+    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+
     archs: tuple[Arch, ...] = ARCHS
     seeds: tuple[int, ...] = (0, 1, 2)
     num_pairs: NonNegInt = 0  # 0 = every pair of the file; else the first (shortest) N, as d2l
     test_fraction: Fraction = 0.1
     min_freq: PosInt = 2
     max_tgt_len: PosInt = 10
-    embed_dim: PosInt = 64
-    hidden_size: PosInt = 64
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    dropout_rate: Fraction = 0.1
+    model: ModelOptions = ModelOptions()
     steps: NonNegInt = 3000  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
     eval_every: NonNegInt = 1000
@@ -141,9 +165,9 @@ class Config(TrainOptions, ParallelOptions):
 PRESETS = {
     "smoke": {
         "archs": "transformer", "seeds": "0", "num_pairs": 300,
-        "embed_dim": 8, "hidden_size": 8, "num_layers": 1, "num_heads": 2, "batch_size": 16,
-        "steps": 3, "eval_every": 0, "warmup_steps": 1, "max_test": 8, "log_every": 1,
-        "decode_batch": 16,
+        "model.embed_dim": 8, "model.hidden_size": 8, "model.num_layers": 1,
+        "model.num_heads": 2, "batch_size": 16, "steps": 3, "eval_every": 0,
+        "warmup_steps": 1, "max_test": 8, "log_every": 1, "decode_batch": 16,
         "progress": False,
     },
     # What was run on the shared 2-core CPU for seqjax/experiments/results/translation.md.
@@ -325,16 +349,18 @@ def build(cfg: Config) -> Task:
             heatmaps[arch] = _plot_heatmap(cfg, d, arch, t, all_ids[-1])
         return rec
 
+    m = cfg.model
+
     def runs() -> Iterator[Run]:
         for arch in cfg.archs:
             for seed in cfg.seeds:
                 model = make_model(arch, d.src_tok.vocab_size, d.tgt_tok.vocab_size,
-                                   embed_dim=cfg.embed_dim, hidden_size=cfg.hidden_size,
-                                   dropout_rate=cfg.dropout_rate, num_heads=cfg.num_heads,
-                                   num_layers=cfg.num_layers)
+                                   embed_dim=m.embed_dim, hidden_size=m.hidden_size,
+                                   dropout_rate=m.dropout_rate, num_heads=m.num_heads,
+                                   num_layers=m.num_layers)
                 mc = {"arch": arch, "src_vocab": d.src_tok.vocab_size,
-                      "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": cfg.embed_dim,
-                      "hidden_size": cfg.hidden_size}
+                      "tgt_vocab": d.tgt_tok.vocab_size, "embed_dim": m.embed_dim,
+                      "hidden_size": m.hidden_size}
                 print(f"\n== {ARCH_LABELS[arch]}, seed {seed}")
                 yield seq2seq_run(model, d.train_arr, d.val_arr, cfg, seed=seed,
                                   name=f"{arch}_seed{seed}", model_config=mc,

@@ -13,7 +13,8 @@ from seqjax.models import TransformerLM
 def test_lm_loss_is_next_word_cross_entropy_over_real_tokens():
     """Position t predicts token t + 1 of ``<cls> w_1 … w_n``; padding is never a target
     (numpy reference; padded ids changed to anything leave the loss unchanged)."""
-    cfg = bert_mlm.Config(num_layers=1, num_heads=2, embed_dim=16, mlp_dim=32, dropout_rate=0.0)
+    cfg = bert_mlm.Config(model=bert_mlm.ModelOptions(num_layers=1, num_heads=2, embed_dim=16,
+                                                      mlp_dim=32, dropout_rate=0.0))
     model = TransformerLM(bert_mlm._lm_config(cfg, vocab=11, length=6))
     rng = np.random.default_rng(0)
     tokens = rng.integers(1, 11, (3, 6)).astype(np.int32)

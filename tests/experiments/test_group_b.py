@@ -131,7 +131,9 @@ def test_numbers_smoke_and_cli_generate(tmp_path):
     assert (tmp_path / "numbers_attention_97_bahdanau.png").exists()
     assert (tmp_path / "numbers_exact_match.png").exists()
     saved = json.loads((tmp_path / "experiment.json").read_text())
+    assert saved["config"]["model"]["hidden_size"] == 8  # the network's group, --model.*
     cfg = config_from_dict(numbers.Config, saved["config"])
+    assert cfg.model == numbers.ModelOptions(embed_dim=8, hidden_size=8)
     assert numbers.generate(cfg, "97").startswith("ninety-seven -> ")
 
 

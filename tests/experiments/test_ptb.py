@@ -15,6 +15,7 @@ import pytest
 
 from seqjax.data import corpora as ptb  # Penn Treebank is part of seqjax.data.corpora
 from seqjax.experiments import ptb_lm
+from seqjax.experiments._config import config_from_dict
 from tests.experiments._devices import assert_trained_on_all_devices
 from tests.experiments._learning import assert_loss_dropped
 
@@ -59,7 +60,7 @@ def test_corrupt_or_missing_package_is_a_clear_error(monkeypatch):
 def test_summed_loss_update_equals_scaled_mean_loss_update():
     """main.lua: clip the gradient of the loss summed over k steps at 5, step with lr 1
     (numpy) == seqjax: the mean loss with lr k and clipping at 5/k (make_tx)."""
-    cfg = ptb_lm.Config(hidden_size=8, block_size=6, epochs=1)
+    cfg = ptb_lm.Config(model=ptb_lm.ModelOptions(hidden_size=8), block_size=6, epochs=1)
     model = ptb_lm.build_model(cfg, 13)
     x = jax.random.randint(jax.random.PRNGKey(1), (3, cfg.block_size), 0, 13)
     y = jnp.roll(x, -1, axis=1)
@@ -103,7 +104,7 @@ def test_learning_rate_schedule_follows_main_lua():
 
 
 def test_streaming_evaluation_equals_one_full_pass():
-    cfg = ptb_lm.Config(hidden_size=8)
+    cfg = ptb_lm.Config(model=ptb_lm.ModelOptions(hidden_size=8))
     model = ptb_lm.build_model(cfg, 17)
     ids = np.asarray(jax.random.randint(jax.random.PRNGKey(3), (2 * 23,), 0, 17), np.int32)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))["params"]
@@ -139,17 +140,19 @@ def test_ptb_lm_smoke(smoke_run):
     assert saved["test_ppl"] == pytest.approx(s["test_ppl"])
     md = (tmp_path / "ptb_lm.md").read_text()
     assert "| 2 | 1 |" in md and "Final test perplexity" in md
-    cfg = ptb_lm.Config(**{**saved["config"], "workdir": str(tmp_path)})
+    cfg = config_from_dict(ptb_lm.Config, {**saved["config"], "workdir": str(tmp_path)})
     again = ptb_lm.evaluate(cfg)  # the newest checkpoint: the end of epoch 2
     assert again["test_ppl"] == pytest.approx(s["test_ppl"], rel=1e-4)
 
 
-def _reseeded_copy(src, dst, seed, test_ppl, **config):
-    """A copy of the finished run in ``src`` as if run with ``seed`` (and ``config``) and
-    reporting ``test_ppl``: the seed summary reads only ``ptb_lm.json``."""
+def _reseeded_copy(src, dst, seed, test_ppl, model=None, **config):
+    """A copy of the finished run in ``src`` as if run with ``seed`` (and ``config``, the
+    network's options ``model``) and reporting ``test_ppl``: the seed summary reads only
+    ``ptb_lm.json``."""
     dst.mkdir()
     s = json.loads((src / "ptb_lm.json").read_text())
     s["config"].update(seed=seed, workdir=str(dst), **config)
+    s["config"]["model"].update(model or {})
     s["test_ppl"] = test_ppl
     (dst / "ptb_lm.json").write_text(json.dumps(s))
     return str(dst)
@@ -190,8 +193,23 @@ def test_seed_summary_statistics_and_refusals(smoke_run, tmp_path):
     e2 = s["epochs"][1]["test_ppl"]  # the copies share the smoke run's epoch table
     assert f"| 2 | {e2:.2f} | {e2:.2f} | {e2:.2f} |" in md
 
-    with pytest.raises(ValueError, match="`hidden_size` is 16 in .* but 32 in"):
-        ptb_lm.seed_summary([a, _reseeded_copy(src, tmp_path / "c", 4, 1.0, hidden_size=32)])
+    # a run saved before the network's options became the group --model.* (flat keys): the
+    # same config as the runs saved since; its results table is the same
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("ptb_lm.json", "experiment.json"):
+        j = json.loads((src / name).read_text())
+        j["config"].update(j["config"].pop("model"))
+        (old / name).write_text(json.dumps(j))
+    (old / "metrics.jsonl").write_text((src / "metrics.jsonl").read_text())
+    md = ptb_lm.write_seed_summary([b, str(old)], str(tmp_path / "old.md"))
+    assert "2×16 LSTM, two biases per gate" in md and "| 0 |" in md and "| 1 |" in md
+    assert ptb_lm.write_results(str(old), str(tmp_path / "o.md"), "cmd") == \
+        ptb_lm.write_results(str(src), str(tmp_path / "n.md"), "cmd")
+
+    with pytest.raises(ValueError, match="`model.hidden_size` is 16 in .* but 32 in"):
+        ptb_lm.seed_summary([a, _reseeded_copy(src, tmp_path / "c", 4, 1.0,
+                                               model={"hidden_size": 32})])
     with pytest.raises(ValueError, match=r"own seed; got seeds \[1, 1\]"):
         ptb_lm.seed_summary([b, _reseeded_copy(src, tmp_path / "d", 1, 1.0)])
     stopped = tmp_path / "e"

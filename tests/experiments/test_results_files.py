@@ -149,7 +149,7 @@ def test_forecasting_baselines_regenerate(tmp_path):
     """The rows that need no training, from a run whose GRU does not train (0 steps, 2 units:
     the quickest run of the same code path)."""
     got = regenerate(forecasting, "forecasting.md", tmp_path, "--steps=0", "--seeds=0",
-                     "--hidden_size=2")
+                     "--model.hidden_size=2")
     text = committed("forecasting.md")
 
     def rows(md: str) -> list[str]:

@@ -262,14 +262,16 @@ def _std(a):
 def _gpt_configs():
     """Every GPT config the library builds: the presets (seqjax's and GPT-2's family of the
     Hugging Face loader, one of them re-sized) and each recipe's GPT."""
-    from seqjax.experiments import bert_mlm
+    from seqjax.experiments import bert_mlm, gpt2
     from seqjax.interop.hf_gpt2 import HF_GPT2_PRESETS
 
     yield from TRANSFORMER_LM_PRESETS.items()
     yield from HF_GPT2_PRESETS.items()
     yield "gpt2-small at 24 layers", TRANSFORMER_LM_PRESETS["gpt2-small"].replace(num_layers=24)
-    yield "char_lm L=3", char_lm.build_model(char_lm.Config(num_layers=3)).config
-    yield "bert_mlm's GPT", bert_mlm._lm_config(bert_mlm.Config(num_layers=5), 40, 16)
+    yield "char_lm L=3", char_lm.build_model(
+        char_lm.Config(model=gpt2.ModelOptions(num_layers=3))).config
+    yield "bert_mlm's GPT", bert_mlm._lm_config(
+        bert_mlm.Config(model=bert_mlm.ModelOptions(num_layers=5)), 40, 16)
 
 
 def test_every_gpt_derives_its_residual_scale_from_its_own_depth():

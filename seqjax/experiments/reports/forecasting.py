@@ -19,9 +19,9 @@ import numpy as np
 def report(cfg: Any, s: dict, years: np.ndarray, command: str) -> str:
     from seqjax.experiments._kit import machine
 
-    r = s["rmse"]
+    r, net = s["rmse"], cfg.model
     hs = [h for h in (1, 2, 3, 5, 8, 11, 16, 22) if h <= cfg.horizon]
-    ar = f"ar{cfg.ar_order}"
+    ar = f"ar{net.ar_order}"
     lines = [
         "# forecasting — yearly sunspot numbers, predictions fed back (MEDL Fig. 7.1(a))",
         "",
@@ -30,12 +30,12 @@ def report(cfg: Any, s: dict, years: np.ndarray, command: str) -> str:
         f"Wall time: {s['wall_s']:.0f} s.",
         "",
         f"Training years {int(years[0])}–{cfg.train_until} ({s['n_train']} values), test years "
-        f"{cfg.train_until + 1}–{int(years[-1])} ({s['n_test']}). GRU({cfg.hidden_size}) + linear "
+        f"{cfg.train_until + 1}–{int(years[-1])} ({s['n_test']}). GRU({net.hidden_size}) + linear "
         f"read-out, one-step squared error on windows of {cfg.window} years, Adam "
         f"{cfg.learning_rate:g}, {cfg.steps} steps × batch {cfg.batch_size}, "
         f"{len(cfg.seeds)} seeds (mean ± sd). Closed loop: warm up on the true history up to "
         f"the origin, then feed the forecasts back for {cfg.horizon} years; RMSE (sunspot "
-        f"units) over the {s['n_origins']} test origins with a full horizon. AR({cfg.ar_order}) "
+        f"units) over the {s['n_origins']} test origins with a full horizon. AR({net.ar_order}) "
         "by least squares on the training years, iterated the same way.",
         "",
         "| horizon (years) | " + " | ".join(str(h) for h in hs) + " |",
@@ -43,7 +43,7 @@ def report(cfg: Any, s: dict, years: np.ndarray, command: str) -> str:
         "| RNN (GRU), closed loop | "
         + " | ".join(f"{r['rnn_mean'][h - 1]:.1f} ± {r['rnn_sd'][h - 1]:.1f}" for h in hs)
         + " |",
-        f"| AR({cfg.ar_order}), closed loop | "
+        f"| AR({net.ar_order}), closed loop | "
         + " | ".join(f"{r[ar][h - 1]:.1f}" for h in hs)
         + " |",
         "| persistence (x̂ = last value) | "
@@ -54,7 +54,7 @@ def report(cfg: Any, s: dict, years: np.ndarray, command: str) -> str:
         + " |",
         "",
         f"One-step (teacher-forced) test RMSE: RNN "
-        f"{np.mean(s['one_step_rnn']):.1f} ± {np.std(s['one_step_rnn']):.1f}, AR({cfg.ar_order}) "
+        f"{np.mean(s['one_step_rnn']):.1f} ± {np.std(s['one_step_rnn']):.1f}, AR({net.ar_order}) "
         f"{s['one_step_ar']:.1f}.",
         "",
         "![forecasts](forecasting.png)",
@@ -87,7 +87,8 @@ def plot_forecasts(
         yy = years[o] + np.arange(cfg.horizon)
         ax.plot(yy, rnn_fc[k], "tab:red", lw=1.5, label="RNN, fed back" if i == 0 else None)
         ax.plot(
-            yy, ar_fc[k], "tab:blue", lw=1, ls="--", label=f"AR({cfg.ar_order})" if i == 0 else None
+            yy, ar_fc[k], "tab:blue", lw=1, ls="--", label=f"AR({cfg.model.ar_order})" if i == 0
+            else None
         )
     ax.set(
         xlabel="year",

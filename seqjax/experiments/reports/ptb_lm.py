@@ -59,8 +59,8 @@ def results_markdown(
         "`seqjax.experiments.ptb_lm.write_results(WORKDIR, PATH, COMMAND)` rewrites it from the "
         "work dir, also during a run).",
         "",
-        f"Config: 2×{cfg.hidden_size} LSTM (embedding {cfg.hidden_size}), dropout "
-        f"{cfg.dropout_rate:g}, init U(±{cfg.init_scale:g}), batch {cfg.batch_size}, "
+        f"Config: 2×{cfg.model.hidden_size} LSTM (embedding {cfg.model.hidden_size}), dropout "
+        f"{cfg.model.dropout_rate:g}, init U(±{cfg.model.init_scale:g}), batch {cfg.batch_size}, "
         f"truncated BPTT "
         f"over windows of {cfg.block_size} with the state carried, {cfg.epochs} epochs of "
         f"{per_epoch} steps; SGD lr {cfg.learning_rate:g}, clip {cfg.clip_norm:g}, lr × "
@@ -132,15 +132,15 @@ def _final_result(cfg: Any, rows: list[dict], summary: dict) -> list[str]:
         "([ptb_lm_seeds.md](ptb_lm_seeds.md)). "
         + (
             "Two biases per LSTM gate as `main.lua` (i2h and h2h)."
-            if cfg.recurrent_bias
+            if cfg.model.recurrent_bias
             else "One bias per LSTM gate; `main.lua` has two (i2h and h2h)."
         )
         + f" {summary['params']:,} parameters.",
     ]
-    if cfg.recurrent_bias:
+    if cfg.model.recurrent_bias:
         lines += [
             "",
-            "The first full run had one bias per gate (`--recurrent_bias=false`): "
+            "The first full run had one bias per gate (`--model.recurrent_bias=false`): "
             "[ptb_lm_one_bias.md](ptb_lm_one_bias.md).",
         ]
     return lines
@@ -152,6 +152,7 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
     against the paper's number, and the test perplexity after every epoch; ``commands``
     maps a seed to the command that ran it."""
     cfg, runs, test, valid = (summary[k] for k in ("config", "runs", "test_ppl", "valid_ppl"))
+    net = _network(cfg)
     commands = commands or {}
     lines = [
         "# ptb_lm over seeds — Zaremba et al. (2014) small LSTM on Penn Treebank",
@@ -160,8 +161,8 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
         f"{ZAREMBA_SMALL_VALID_PPL}, **test {ZAREMBA_SMALL_TEST_PPL}** (one run; `main.lua`'s "
         'comment on this config: "gives test 115 perplexity").',
         "",
-        f"The same config for every run but the seed: {cfg['num_layers']}×{cfg['hidden_size']} "
-        f"LSTM, {'two biases' if cfg.get('recurrent_bias') else 'one bias'} per gate, "
+        f"The same config for every run but the seed: {net['num_layers']}×{net['hidden_size']} "
+        f"LSTM, {'two biases' if net.get('recurrent_bias') else 'one bias'} per gate, "
         f"{cfg['epochs']} epochs, batch {cfg['batch_size']}, "
         f"windows of {cfg.get('block_size', cfg.get('num_steps'))}, "  # num_steps: an older run
         f"SGD lr {cfg['learning_rate']:g} / clip {cfg['clip_norm']:g} on the summed loss "
@@ -211,6 +212,14 @@ def seed_summary_markdown(summary: dict, commands: dict[int, str] | None = None)
         "",
     ]
     return "\n".join(lines)
+
+
+def _network(c: dict) -> dict:
+    """A saved config's network: the ``model`` group (``--model.*``), or the flat keys of a
+    run from before the group (no ``recurrent_bias`` there: a run from before that option,
+    one bias per gate)."""
+    m = c.get("model")
+    return m if isinstance(m, dict) else c
 
 
 def _target_sentence(test: dict, runs: list[dict]) -> str:
