@@ -43,10 +43,10 @@ numbers out of their declared range (``PosInt``, ``NonNegInt``, ``PosFloat``, ``
 to the work dir — as is a checkpoint in the work dir that does not fit the model
 (:class:`CheckpointMismatchError`). An option spelled as before the shared vocabulary
 (``--layers``, ``--heads``, ``--dim``, ``--dropout``, ``--batch``, ``--d_model``) is refused
-with its new name (``--num_layers``, ``--num_heads``, ``--embed_dim``, ``--dropout_rate``,
-``--batch_size``; in a recipe whose network is a group of options, ``--model.num_layers``, …).
-A group (a nested dataclass field, such as the GPT recipe's ``--model.*``) is set key by key,
-listed key by key by ``--help``, and saved nested in ``experiment.json``.
+with its newest name (``--model.num_layers``, ``--model.num_heads``, ``--model.embed_dim``,
+``--model.dropout_rate``, ``--batch_size``). A group of options (a nested dataclass field:
+every recipe's network is ``--model.*``) is set key by key, listed key by key by ``--help``,
+and saved nested in ``experiment.json``.
 
 **A work dir is never poisoned.** A run that is refused (a checkpoint that does not fit,
 a bad option, nothing to resume) or ends in a NaN leaves ``experiment.json`` as it was, so
