@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
 import jax
@@ -33,6 +34,7 @@ import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
 from seqjax.decoding import beam_search, greedy_search
+from seqjax.experiments._config import Fraction, PosInt
 from seqjax.experiments._kit import Run, Trained, pad_rows
 from seqjax.models.encoder_decoder import Transformer, TransformerConfig, vaswani_block
 from seqjax.models.rnn import RNNConfig
@@ -52,6 +54,35 @@ ARCH_LABELS = {
 #: Vocabulary layout of every tokenizer here: <pad>=0, <unk>=1, <bos>=2, <eos>=3.
 SPECIALS = SpecialTokens(mask=None, sep=None, cls=None)
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The networks' sizes, ``--model.KEY`` of ``translation`` and ``numbers``: one set shared
+    by every architecture they compare (``--archs``, :func:`make_model`), each taking the ones
+    that apply to it — the GRU models their embedding, hidden size and dropout, the
+    transformer its width, depth, heads and dropout.
+
+    Attributes:
+        embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden_size``).
+        hidden_size: GRU hidden size; the transformer's width ``d`` (its MLP ``2·d``).
+        num_layers: the transformer's encoder blocks and decoder blocks, each (the GRU
+            models have one layer).
+        num_heads: attention heads (``transformer``).
+        dropout_rate: dropout rate in training (the GRU models: on the embeddings and the
+            decoder outputs; the transformer: in its blocks).
+    """
+
+    embed_dim: PosInt = 64
+    hidden_size: PosInt = 64
+    num_layers: PosInt = 2
+    num_heads: PosInt = 4
+    dropout_rate: Fraction = 0.1
+
+
+#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
+#: the group.
+MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
 
 
 # ----------------------------------------------------------------------------- text

@@ -35,7 +35,7 @@ import functools
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import jax
@@ -47,7 +47,9 @@ from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, t
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
+    MODEL_OPTIONS,
     Arch,
+    ModelOptions,
     attention_map,
     build_tokenizer,
     encode_pairs,
@@ -65,36 +67,6 @@ from seqjax.utils import count_params
 
 #: Shown after training; 97 is the issue's example of French reordering.
 SHOWCASE = (97, 71, 80, 1997, 2024, 7777)
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """The networks' sizes, ``--model.KEY``: one set shared by every architecture compared
-    (``--archs``, the models of ``experiments.translation``;
-    :func:`~seqjax.experiments._seq2seq.make_model`), each taking the ones that apply to it —
-    the GRU models their embedding, hidden size and dropout, the transformer its width,
-    depth, heads and dropout.
-
-    Attributes:
-        embed_dim: word-embedding size of the GRU models (the transformer uses ``hidden_size``).
-        hidden_size: GRU hidden size, or the transformer's width (its MLP is
-            ``2 × hidden_size``).
-        num_layers: the transformer's encoder layers and decoder layers, each (the GRU
-            models have one layer).
-        num_heads: attention heads (``transformer``).
-        dropout_rate: dropout rate of every model.
-    """
-
-    embed_dim: PosInt = 32
-    hidden_size: PosInt = 64
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    dropout_rate: Fraction = 0.0
-
-
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
-#: the group.
-MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
 
 
 @dataclass(frozen=True)
@@ -133,7 +105,7 @@ class Config(TrainOptions, ParallelOptions):
     seeds: tuple[int, ...] = (0,)
     max_number: PosInt = 10000
     test_fraction: Fraction = 0.2
-    model: ModelOptions = ModelOptions()
+    model: ModelOptions = ModelOptions(embed_dim=32, dropout_rate=0.0)
     steps: NonNegInt = 2000  # TrainOptions' fields, with this recipe's defaults
     batch_size: PosInt = 64
     learning_rate: PosFloat = 5e-3

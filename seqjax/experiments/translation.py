@@ -44,7 +44,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import jax
@@ -56,7 +56,9 @@ from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, t
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
+    MODEL_OPTIONS,
     Arch,
+    ModelOptions,
     attention_map,
     build_tokenizer,
     encode_pairs,
@@ -78,34 +80,6 @@ PROBES = (
     ("he's calm .", "il est calme ."),
     ("i'm home .", "je suis chez moi ."),
 )
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """The networks' sizes, ``--model.KEY``: one set shared by every architecture compared
-    (``--archs``; :func:`~seqjax.experiments._seq2seq.make_model`), each taking the ones
-    that apply to it — the GRU models their embedding, hidden size and dropout, the
-    transformer its width, depth, heads and dropout.
-
-    Attributes:
-        embed_dim: word-embedding size of the GRU models (the transformer's is ``hidden_size``).
-        hidden_size: GRU hidden size; the transformer's width ``d`` (MLP ``2·d``).
-        num_layers: the transformer's encoder blocks and decoder blocks, each (the GRU
-            models have one layer).
-        num_heads: attention heads (``transformer``).
-        dropout_rate: dropout rate in training (GRU models: embeddings and decoder outputs).
-    """
-
-    embed_dim: PosInt = 64
-    hidden_size: PosInt = 64
-    num_layers: PosInt = 2
-    num_heads: PosInt = 4
-    dropout_rate: Fraction = 0.1
-
-
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
-#: the group.
-MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ def test_numbers_smoke_and_cli_generate(tmp_path):
     saved = json.loads((tmp_path / "experiment.json").read_text())
     assert saved["config"]["model"]["hidden_size"] == 8  # the network's group, --model.*
     cfg = config_from_dict(numbers.Config, saved["config"])
-    assert cfg.model == numbers.ModelOptions(embed_dim=8, hidden_size=8)
+    assert cfg.model == numbers.ModelOptions(embed_dim=8, hidden_size=8, dropout_rate=0.0)
     assert numbers.generate(cfg, "97").startswith("ninety-seven -> ")
 
 
