@@ -39,6 +39,7 @@ __all__ = [
     "NonNegFloat",
     "Fraction",
     "RENAMED",
+    "moved_into",
     "renamed",
     "field_range",
     "check_field_ranges",
@@ -70,6 +71,22 @@ RENAMED: dict[str, str] = {
     "warmup": "warmup_steps",
     "transformer_layers": "num_layers",
 }
+
+
+def moved_into(group: str, cls: type, *, but: tuple[str, ...] = ()) -> dict[str, str]:
+    """The renames of options that moved into the group ``--GROUP.*``: ``{name:
+    "GROUP.name"}`` for each field of the group's class ``cls`` (``but`` those that are new),
+    for a recipe's ``RENAMED``.
+
+    Example:
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class ModelOptions:
+        ...     num_layers: int = 2
+        ...     qk_norm: bool = False
+        >>> moved_into("model", ModelOptions, but=("qk_norm",))
+        {'num_layers': 'model.num_layers'}
+    """
+    return {f.name: f"{group}.{f.name}" for f in dataclasses.fields(cls) if f.name not in but}
 
 
 def renamed(cls: type) -> dict[str, str]:

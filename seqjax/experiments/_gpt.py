@@ -39,6 +39,7 @@ from seqjax.experiments._config import (
     NonNegInt,
     PosFloat,
     PosInt,
+    moved_into,
 )
 from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments._text import (
@@ -139,10 +140,6 @@ class ModelOptions(TransformerOptions):
     """
 
     architecture: Literal["transformer", "lstm"] = "transformer"
-
-
-#: The model's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into the group.
-MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
 
 
 @dataclass(frozen=True)
@@ -267,7 +264,7 @@ class Config(TrainOptions, ParallelOptions):
 
     RENAMED: ClassVar[dict[str, str]] = {
         "hellaswag_items": "task_items", "data": "data_path", "model": "model.architecture",
-        **{name: f"model.{name}" for name in MODEL_OPTIONS if name != "architecture"}}
+        **moved_into("model", ModelOptions, but=("architecture",))}
     #: The run's name (``NAME.json``, ``NAME.md``).
     NAME: ClassVar[str] = "gpt2"
     #: The corpus a run without ``--data_path`` reads (a file name of

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import jax
@@ -78,11 +78,6 @@ class ModelOptions:
     num_layers: PosInt = 2
     num_heads: PosInt = 4
     dropout_rate: Fraction = 0.1
-
-
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
-#: the group.
-MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
 
 
 # ----------------------------------------------------------------------------- text

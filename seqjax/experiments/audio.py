@@ -39,7 +39,6 @@ Run:  python -m seqjax.experiments.audio --results_dir seqjax/experiments/result
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from flax import linen as nn
 
 from seqjax.data.audio import log_mel_spectrogram, num_frames, tone_order_classes
 from seqjax.data.audio import tone_order_dataset as _tone_order_dataset
-from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt, moved_into
 from seqjax.experiments._kit import Task, Trained, classifier_run, command_line, train
 from seqjax.experiments.reports.audio import report
 from seqjax.models.ast import AST, ASTConfig
@@ -90,10 +89,6 @@ class ModelOptions:
     num_heads: PosInt = 4
     embed_dim: PosInt = 64
     cnn_channels: tuple[PosInt, ...] = (16, 32, 32)
-
-
-#: The networks' options (``--model.KEY``); each was a flat ``--KEY`` before the group.
-MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
 
 
 @dataclass(frozen=True)
@@ -145,7 +140,7 @@ class Config(TrainOptions, ParallelOptions):
     workdir: str | None = "workdirs/audio"
     results_dir: str | None = None
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
 
 PRESETS = {

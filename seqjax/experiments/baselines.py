@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import jax
@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.corpora import resolve_corpus, tiny_shakespeare
-from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, moved_into
 from seqjax.experiments._kit import (
     Run,
     Task,
@@ -86,11 +86,6 @@ class ModelOptions:
     embed_dim: PosInt = 64
     num_layers: PosInt = 2  # transformer blocks
     num_heads: PosInt = 4
-
-
-#: The networks' options (``--model.KEY``); each was a flat ``--KEY`` before it moved into the
-#: group.
-MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
 
 
 @dataclass(frozen=True)
@@ -141,7 +136,7 @@ class Config(TrainOptions, ParallelOptions):
     data_path: str | None = None  # the folder holding tinyshakespeare.txt and fra-eng.txt
     workdir: str | None = "workdirs/baselines"
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
 
 PRESETS = {

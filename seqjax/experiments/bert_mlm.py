@@ -44,7 +44,7 @@ import collections
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import jax
@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from seqjax.data.tokenizers import SpecialTokens, WordTokenizer
-from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import Fraction, NonNegInt, PosFloat, PosInt, moved_into
 from seqjax.experiments._kit import (
     Run,
     Task,
@@ -102,11 +102,6 @@ class ModelOptions:
     dropout_rate: Fraction = 0.1
 
 
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
-#: the group.
-MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
-
-
 @dataclass(frozen=True)
 class Config(ParallelOptions):
     """The options of ``seqjax train bert_mlm`` (MLM pre-training, then fine-tuning).
@@ -147,7 +142,7 @@ class Config(ParallelOptions):
     RENAMED: ClassVar[dict[str, str]] = {
         "pretrain_batch": "pretrain_batch_size", "pretrain_lr": "pretrain_learning_rate",
         "finetune_batch": "finetune_batch_size", "finetune_lr": "finetune_learning_rate",
-        **{name: f"model.{name}" for name in MODEL_OPTIONS}}
+        **moved_into("model", ModelOptions)}
 
     num_pairs: NonNegInt = 0  # 0 = all pairs of the file
     test_fraction: Fraction = 0.1

@@ -73,7 +73,6 @@ Run:  python -m seqjax.experiments.complexity --results_dir seqjax/experiments/r
 from __future__ import annotations
 
 import collections
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ import numpy as np
 from flax import linen as nn
 from jax.extend import core as jex
 
-from seqjax.experiments._config import PosInt, Range
+from seqjax.experiments._config import PosInt, Range, moved_into
 from seqjax.experiments._kit import Task, command_line, train
 from seqjax.experiments.reports.complexity import plot_costs, report
 from seqjax.nn import (
@@ -123,10 +122,6 @@ class ModelOptions:
     kernel_size: Annotated[int, Range(low=2)] = 3
 
 
-#: The layers' options (``--model.KEY``); each was a flat ``--KEY`` before the group.
-MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
-
-
 @dataclass(frozen=True)
 class Config:
     """The options of ``seqjax train complexity`` (layers are traced and compiled, not run).
@@ -153,7 +148,7 @@ class Config:
     workdir: str | None = "workdirs/complexity"
     results_dir: str | None = None
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
 
 PRESETS = {"smoke": {"lengths": (16, 32, 64), "model.width": 8, "model.num_heads": 2,

@@ -33,13 +33,13 @@ import functools
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 
 from seqjax.data.batching import split_arrays
-from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosInt
+from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosInt, moved_into
 from seqjax.experiments._kit import Run, Task, Trained, classifier_run, machine_info, train
 from seqjax.experiments.reports.digits import accuracy_table, plot_accuracy
 from seqjax.models.rnn import RNNClassifier, RNNClassifierConfig
@@ -79,11 +79,6 @@ class ModelOptions:
     patch_size: PosInt = 2
 
 
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved into
-#: the group.
-MODEL_OPTIONS = tuple(f.name for f in fields(ModelOptions))
-
-
 @dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):
     """The options of ``seqjax train digits`` (row-by-row RNNs, a transformer and a ViT).
@@ -106,7 +101,7 @@ class Config(TrainOptions, ParallelOptions):
 
     #: The network's options moved into the group ``--model.*`` (refused on the command line
     #: naming the new spelling; read from a saved ``experiment.json``).
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
     models: tuple[Model, ...] = MODELS
     seeds: tuple[int, ...] = (0, 1, 2)

@@ -39,7 +39,6 @@ Run:  python -m seqjax.experiments.dynamics --results_dir seqjax/experiments/res
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -50,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, Range
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, Range, moved_into
 from seqjax.experiments._kit import Task, command_line, train
 from seqjax.experiments.reports.dynamics import plot_dynamics, report
 from seqjax.nn.cells import ElmanCell
@@ -82,10 +81,6 @@ class ModelOptions:
 
     hidden_size: PosInt = 16
     input_size: PosInt = 4
-
-
-#: The RNN's options (``--model.KEY``); each was a flat ``--KEY`` before the group.
-MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
 
 
 @dataclass(frozen=True)
@@ -133,7 +128,7 @@ class Config:
     workdir: str | None = "workdirs/dynamics"
     results_dir: str | None = None
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
 
 PRESETS = {

@@ -39,7 +39,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.packaged import forecasting_windows, sunspots
-from seqjax.experiments._config import NonNegInt, PosInt
+from seqjax.experiments._config import NonNegInt, PosInt, moved_into
 from seqjax.experiments._kit import Run, Task, Trained, command_line, train
 from seqjax.experiments.reports.forecasting import plot_forecasts, report
 from seqjax.nn import RNN, Dense, GRUCell
@@ -87,8 +87,7 @@ class Config(TrainOptions, ParallelOptions):
         results_dir: also write the plot and ``forecasting.md`` here; ``None`` = not.
     """
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}"
-                                         for name in ("hidden_size", "ar_order")}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
     train_until: PosInt = 1920  # last training year; the rest is the test period
     window: PosInt = 40

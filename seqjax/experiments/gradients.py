@@ -37,7 +37,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.synthetic import adding_problem
-from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt, moved_into
 from seqjax.experiments._kit import (
     Run,
     Task,
@@ -73,10 +73,6 @@ class ModelOptions:
 
     hidden_size: PosInt = 32
     input_size: PosInt = 8
-
-
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved.
-MODEL_OPTIONS = ("hidden_size", "input_size")
 
 
 @dataclass(frozen=True)
@@ -135,7 +131,7 @@ class Config(ParallelOptions):
     workdir: str | None = "workdirs/gradients"
     results_dir: str | None = None
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -29,7 +29,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.iterators import LMWindowIterator
-from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import NonNegFloat, NonNegInt, PosFloat, PosInt, moved_into
 from seqjax.experiments._kit import (
     Run,
     Task,
@@ -69,10 +69,6 @@ class ModelOptions:
     num_layers: PosInt = 6
     num_heads: PosInt = 4
     embed_dim: PosInt = 64
-
-
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved.
-MODEL_OPTIONS = ("num_layers", "num_heads", "embed_dim")
 
 
 @dataclass(frozen=True)
@@ -120,7 +116,7 @@ class Config(ParallelOptions):
     workdir: str | None = "workdirs/norm_placement"
     results_dir: str | None = None
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
     def __post_init__(self) -> None:  # at the door, before the work dir is written
         if not all(c.isalnum() or c in "_-." for c in self.tag):

@@ -45,7 +45,7 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.synthetic import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
-from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, config_from_dict
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, config_from_dict, moved_into
 from seqjax.experiments._kit import (
     Run,
     Trained,
@@ -92,10 +92,6 @@ class ModelOptions:
     embed_dim: PosInt = 64
     num_heads: PosInt = 4
     num_layers: PosInt = 2
-
-
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before it moved.
-MODEL_OPTIONS = ("embed_dim", "num_heads", "num_layers")
 
 
 @dataclass(frozen=True)
@@ -154,7 +150,7 @@ class Config(ParallelOptions):
     workdir: str | None = "workdirs/positions"
     results_dir: str | None = None
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -84,7 +84,15 @@ from seqjax._checks import check_positive_ints
 from seqjax.data.batching import make_streams
 from seqjax.data.corpora import PTB_TOKENS, PTBData, penn_treebank
 from seqjax.data.iterators import TBPTTIterator
-from seqjax.experiments._config import Fraction, NonNegFloat, NonNegInt, PosFloat, PosInt, renamed
+from seqjax.experiments._config import (
+    Fraction,
+    NonNegFloat,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    moved_into,
+    renamed,
+)
 from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments.reports.ptb_lm import (
     ZAREMBA_SMALL_TEST_PPL,
@@ -164,7 +172,7 @@ class Config(ParallelOptions):
     #: a count of optimiser steps is ``steps`` everywhere (``--steps``, ``FitConfig.steps``).
     #: The network's options are the group ``--model.KEY`` (:class:`ModelOptions`).
     RENAMED: ClassVar[dict[str, str]] = {"num_steps": "block_size",
-                                         **{name: f"model.{name}" for name in MODEL_OPTIONS}}
+                                         **moved_into("model", ModelOptions)}
 
     model: ModelOptions = ModelOptions()
     batch_size: PosInt = 20

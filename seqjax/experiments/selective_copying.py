@@ -59,7 +59,7 @@ from flax import linen as nn
 from seqjax._io import write_atomic
 from seqjax.data.synthetic import associative_recall, selective_copying
 from seqjax.experiments import _kit
-from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, moved_into
 from seqjax.experiments._kit import Run, Trained, host_rows, pad_rows, train, write_json
 from seqjax.experiments._runner import experiment_main
 from seqjax.experiments.reports.selective_copying import report
@@ -100,11 +100,6 @@ class ModelOptions:
     d_state: PosInt = 8
     # on CPU at this size, "sequential" is ~2x faster than "associative"
     scan_impl: Literal["sequential", "associative"] = "sequential"
-
-
-#: The models' options (``--model.KEY``); each was a flat ``--KEY`` before it moved into the
-#: group.
-MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +159,7 @@ class Config(ParallelOptions):
     json_out: str | None = None  # raw results
     workdir: str | None = None  # run.json; checkpoints and metrics of each run
 
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
     def __post_init__(self) -> None:
         plan(self)  # --runs is checked at the door, before the work dir is written

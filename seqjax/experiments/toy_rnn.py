@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from seqjax.experiments._config import NonNegInt, PosFloat, PosInt
+from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, moved_into
 from seqjax.experiments._kit import Run, Task, Trained, host_rows, train
 from seqjax.experiments.reports.toy_rnn import print_predictions
 from seqjax.nn import RNN, ElmanCell
@@ -80,7 +80,7 @@ class Config(ParallelOptions):
             write nothing; rerun to resume.
     """
 
-    RENAMED: ClassVar[dict[str, str]] = {"hidden_size": "model.hidden_size"}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
     model: ModelOptions = ModelOptions()
     steps: NonNegInt = 2000

@@ -51,12 +51,11 @@ import jax
 import numpy as np
 
 from seqjax.data.tokenizers import WordTokenizer
-from seqjax.experiments._config import Fraction, NonNegInt, PosInt
+from seqjax.experiments._config import Fraction, NonNegInt, PosInt, moved_into
 from seqjax.experiments._kit import Run, Task, Trained, machine_info, mean_sd, train
 from seqjax.experiments._seq2seq import (
     ARCH_LABELS,
     ARCHS,
-    MODEL_OPTIONS,
     Arch,
     ModelOptions,
     attention_map,
@@ -116,7 +115,7 @@ class Config(TrainOptions, ParallelOptions):
 
     #: The network's options moved into the group ``--model.*`` (refused on the command line
     #: naming the new spelling; read from a saved ``experiment.json``).
-    RENAMED: ClassVar[dict[str, str]] = {name: f"model.{name}" for name in MODEL_OPTIONS}
+    RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
 
     archs: tuple[Arch, ...] = ARCHS
     seeds: tuple[int, ...] = (0, 1, 2)
