@@ -281,7 +281,7 @@ def _convert(key: str, value: Any, tp: Any) -> Any:
             return value
         raise bad
     if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
-        return config_from_dict(tp, value)
+        return _from_dict(tp, value, f"{key}.")
     if isinstance(tp, type) and isinstance(value, tp):
         return value
     raise ConfigError(
@@ -329,12 +329,17 @@ def _apply(cfg: Any, overrides: dict[str, Any], prefix: str) -> Any:
     direct: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
     for key, value in overrides.items():
-        head, _, rest = key.partition(".")
+        head, dot, rest = key.partition(".")
         if head not in fields:
             raise _unknown(head, cls, prefix)
+        if dot and not rest:
+            raise ConfigError(f"--{prefix}{key}: no option named after the '.' (a group's "
+                              f"options are --{prefix}{head}.KEY=VALUE).")
         if rest:
             nested.setdefault(head, {})[rest] = value
-        elif _is_group(hints[head]) and not isinstance(value, Mapping):
+        elif _is_group(hints[head]) and isinstance(value, Mapping):
+            nested.setdefault(head, {}).update(value)  # over the group as it is
+        elif _is_group(hints[head]):
             raise _group_value(head, value, cls, prefix)
         else:
             direct[head] = _convert(prefix + head, value, hints[head])
@@ -358,9 +363,10 @@ def _group_value(key: str, value: Any, cls: type, prefix: str) -> ConfigError:
     """``--model=lstm`` where ``model`` is a group: its options are ``--model.KEY``, and a
     value that a renamed option took names the new key (``--model.architecture=lstm``)."""
     new = renamed(cls).get(key, "")
+    shown = value if isinstance(value, str) else "VALUE"
     if new.startswith(f"{key}."):
         return ConfigError(f"--{prefix}{key} is now --{prefix}{new} (the options of "
-                           f"--{prefix}{key} are one group); use --{prefix}{new}={value}.")
+                           f"--{prefix}{key} are one group); use --{prefix}{new}={shown}.")
     names = ", ".join(f.name for f in dataclasses.fields(_hints(cls)[key]))
     return ConfigError(f"--{prefix}{key} is a group of options; set one as "
                        f"--{prefix}{key}.KEY=VALUE (keys: {names}).")
@@ -370,11 +376,12 @@ def _nest_renamed(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     """A saved config's options under the names before a rename moved them into a group
     (``{"num_layers": 4}`` -> ``{"model": {"num_layers": 4}}``; a saved ``"model": "lstm"``
     -> ``{"model": {"architecture": "lstm"}}``); keys saved under the new names win."""
-    hints = _hints(cls)
-    out = {k: v for k, v in data.items()
-           if not (_is_group(hints.get(k)) and not isinstance(v, Mapping))}
+    hints, old_names = _hints(cls), renamed(cls)
+    out = {k: v for k, v in data.items()  # a group's old value, moved below
+           if not (_is_group(hints.get(k)) and not isinstance(v, Mapping)
+                   and old_names.get(k, "").startswith(f"{k}."))}
     for key, value in data.items():
-        head, _, rest = renamed(cls).get(key, "").partition(".")
+        head, _, rest = old_names.get(key, "").partition(".")
         moved = rest and _is_group(hints.get(head)) and (
             key not in hints or _is_group(hints[key]) and not isinstance(value, Mapping))
         if moved:
@@ -399,6 +406,11 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     at the recipe's defaults for it), and a saved
     ``null`` for a number whose off is 0 (``clip_norm``, once ``None`` = no clipping in one
     recipe) is read as 0."""
+    return _from_dict(cls, data, "")
+
+
+def _from_dict(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    """:func:`config_from_dict` of a group saved under ``prefix`` (``model.``)."""
     data = _nest_renamed(cls, data)
     for f in dataclasses.fields(cls):  # a group saved in part (its flat options of before)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
@@ -417,11 +429,13 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
         if key not in hints and old_names.get(key) in hints and old_names[key] not in data:
             key = old_names[key]  # a config saved before the rename
         if key not in hints:
-            raise _unknown(key, cls, "")
+            raise _unknown(key, cls, prefix)
+        if _is_group(hints[key]) and not isinstance(value, Mapping):
+            raise _group_value(key, value, cls, prefix)
         if value is None and typing.get_origin(hints[key]) is Annotated:
             rng = field_range(hints[key])[1]
             value = 0 if rng is not None and rng.admits(0) else value  # off, saved as None
-        kwargs[key] = _convert(key, value, hints[key])
+        kwargs[key] = _convert(prefix + key, value, hints[key])
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:

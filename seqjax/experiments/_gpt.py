@@ -141,6 +141,8 @@ class ModelOptions(TransformerOptions):
 
     architecture: Literal["transformer", "lstm"] = "transformer"
 
+    RENAMED: ClassVar[dict[str, str]] = {"model": "architecture"}  # --model.model=lstm
+
 
 @dataclass(frozen=True)
 class Config(TrainOptions, ParallelOptions):

@@ -76,7 +76,7 @@ import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +84,7 @@ import numpy as np
 from flax import linen as nn
 from jax.extend import core as jex
 
-from seqjax.experiments._config import PosInt, Range, moved_into
+from seqjax.experiments._config import PosInt, check_field_ranges, moved_into
 from seqjax.experiments._kit import Task, command_line, train
 from seqjax.experiments.reports.complexity import plot_costs, report
 from seqjax.nn import (
@@ -119,7 +119,7 @@ class ModelOptions:
     width: PosInt = 64
     num_heads: PosInt = 4
     d_state: PosInt = 16
-    kernel_size: Annotated[int, Range(low=2)] = 3
+    kernel_size: PosInt = 3
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,16 @@ class Config:
     results_dir: str | None = None
 
     RENAMED: ClassVar[dict[str, str]] = moved_into("model", ModelOptions)
+
+    def __post_init__(self) -> None:  # at the door (exit 2), before anything is written
+        check_field_ranges(self)  # a value out of its own range is named first
+        cnns = [m for m in self.models if m in CNNS]
+        if cnns and self.model.kernel_size < 2:
+            raise ValueError(f"--model.kernel_size must be >= 2 for the CNN rows ({cnns}); got "
+                             f"{self.model.kernel_size}.")
+        if not 2 <= self.fit_last <= len(self.lengths):
+            raise ValueError(f"--fit_last must be in [2, len(lengths) = {len(self.lengths)}]; "
+                             f"got {self.fit_last}.")
 
 
 PRESETS = {"smoke": {"lengths": (16, 32, 64), "model.width": 8, "model.num_heads": 2,
@@ -417,14 +427,6 @@ def build(cfg: Config) -> Task:
     for m in cfg.models:
         if m not in MODELS:
             raise ValueError(f"`models` must be drawn from {MODELS}; got {m!r}.")
-    if any(m in CNNS for m in cfg.models) and cfg.model.kernel_size < 2:
-        raise ValueError(
-            f"`model.kernel_size` must be >= 2 for the CNN rows; got {cfg.model.kernel_size}."
-        )
-    if not 2 <= cfg.fit_last <= len(cfg.lengths):
-        raise ValueError(
-            f"`fit_last` must be in [2, len(lengths) = {len(cfg.lengths)}]; got {cfg.fit_last}."
-        )
     started = time.perf_counter()
 
     def summarize(_: list) -> dict:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
@@ -45,7 +46,14 @@ import numpy as np
 from flax import linen as nn
 
 from seqjax.data.synthetic import BOS_ID, FIRST_SYMBOL, PAD_ID, reverse_task, sort_task
-from seqjax.experiments._config import NonNegInt, PosFloat, PosInt, config_from_dict, moved_into
+from seqjax.experiments._config import (
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    config_from_dict,
+    moved_into,
+    renamed,
+)
 from seqjax.experiments._kit import (
     Run,
     Trained,
@@ -410,6 +418,10 @@ def _previous(cfg: Config) -> tuple[list[dict], list[dict]]:
     sessions = prev.get("sessions") or [{
         "command": command_line("positions", config_from_dict(Config, prev["config"])),
         "wall_s": prev["wall_s"], "load_average": prev["load_average"]}]
+    old_names = renamed(Config)  # a session's command as it is spelled now (--model.*)
+    for s in sessions:
+        s["command"] = re.sub(r"--(\w+)=", lambda m: f"--{old_names.get(m[1], m[1])}=",
+                              s["command"])
     return runs, sessions
 
 

@@ -57,6 +57,7 @@ PathLike = str | os.PathLike
 #: Options ``GPT2LMHeadModel`` cannot hold (see :func:`check_exportable`): option -> (the
 #: value it needs, why).
 _NOT_GPT2: dict[str, tuple[Any, str]] = {
+    "architecture": ("transformer", "GPT2LMHeadModel is a transformer, not an LSTM"),
     "positions": ("learned", "its positions are a learned table (wpe), not rotary"),
     "qk_norm": (False, "its attention has no query/key norm"),
     "norm_type": ("layernorm", "its norms are LayerNorms"),
@@ -77,9 +78,9 @@ class ExportWriteError(OSError):
 
 def check_exportable(cfg: Any) -> None:
     """``ConfigError`` (one line) naming every option of the gpt2 recipe's ``cfg`` that
-    ``GPT2LMHeadModel`` cannot hold (rotary positions, QK-norm, RMSNorm, a logit soft-cap: the
-    ``modern`` presets' switches), the value it needs and why. The other switches export:
-    ``--model.use_bias false`` (zero biases), ``--model.tie_embeddings false`` (its own
+    ``GPT2LMHeadModel`` cannot hold (an LSTM; rotary positions, QK-norm, RMSNorm, a logit
+    soft-cap: the ``modern`` presets' switches), the value it needs and why. The other switches
+    export: ``--model.use_bias false`` (zero biases), ``--model.tie_embeddings false`` (its own
     ``lm_head.weight``), ``--model.activation`` (``gelu_new``, ``gelu``, ``relu2``);
     ``--model.residual_init_std`` and the dropout rates act only in training.
 

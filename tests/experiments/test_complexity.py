@@ -94,6 +94,21 @@ def test_cnn_stack_path_lengths(k):
         complexity.conv_dilations("rnn", 4, 3)
 
 
+def test_a_kernel_of_one_is_refused_at_the_door_only_with_cnn_rows():
+    """``--model.kernel_size=1`` exits 2 (a ``ConfigError`` naming it) when a CNN row is
+    measured, and is accepted without one, as before the option moved into the group."""
+    from seqjax.experiments._config import ConfigError
+    from seqjax.experiments._runner import build_config
+
+    with pytest.raises(ConfigError, match=r"--model.kernel_size must be >= 2 for the CNN rows"):
+        build_config(complexity, "complexity", ["--model.kernel_size=1"], resume=False)
+    cfg = build_config(complexity, "complexity", ["--model.kernel_size=1", "--models=rnn"],
+                       resume=False)
+    assert cfg.model.kernel_size == 1
+    with pytest.raises(ConfigError, match=r"--fit_last must be in \[2, len\(lengths\) = 7\]"):
+        build_config(complexity, "complexity", ["--fit_last=8"], resume=False)
+
+
 @pytest.mark.parametrize(
     "name, t", [(m, 5) for m in complexity.MODELS] + [("cnn", 10), ("cnn_dilated", 10)]
 )

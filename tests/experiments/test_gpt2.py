@@ -4,6 +4,7 @@ KB), its evaluation (validation tokens, HellaSwag on items written here, a sampl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -12,8 +13,8 @@ import pytest
 
 from seqjax import cli
 from seqjax.data.shards import write_shard
-from seqjax.experiments import gpt2
-from seqjax.experiments._config import apply_overrides
+from seqjax.experiments import char_lm, gpt2
+from seqjax.experiments._config import ConfigError, apply_overrides
 from tests.experiments._devices import assert_trained_on_all_devices
 
 
@@ -378,6 +379,14 @@ def test_the_network_is_one_group_of_options_and_the_flat_spellings_name_it(caps
                        (["--model.dropout_rate=1.5"], "--model.dropout_rate must")):
         assert cli.main(["train", "gpt2", "--smoke", *argv, "--data_path=x"]) == 2
         assert says in capsys.readouterr().err
+    for argv, says in ((["--model"], "use --model.architecture=VALUE."),
+                       (["--model.=lstm"], "--model.: no option named after the '.'"),
+                       (["--model.model=lstm"], "--model.model is now --model.architecture")):
+        assert cli.main(["train", "gpt2", "--smoke", *argv, "--data_path=x"]) == 2
+        assert says in capsys.readouterr().err
+    # a group given whole (a preset's dict) goes over the recipe's group, not the class's
+    cfg = apply_overrides(char_lm.Config(), {"model": {"num_layers": 3}})
+    assert cfg.model == dataclasses.replace(char_lm.Config().model, num_layers=3)
     assert "--model.attention_dropout_rate (float in [0, 1) | None" in experiment_help("gpt2")
     old = {**{k: v for k, v in _preset("smoke").__dict__.items() if k != "model"},
            "model": "lstm", "num_layers": 3, "embed_dim": 24, "attention_dropout_rate": 0.1,
@@ -387,6 +396,15 @@ def test_the_network_is_one_group_of_options_and_the_flat_spellings_name_it(caps
                                            attention_dropout_rate=0.1, dropout_rate=0.2)
     assert cli.main(["train", "char_lm", "--attention_dropout=0"]) == 2
     assert "--model.attention_dropout_rate" in capsys.readouterr().err
+    # a saved group's bad value names the option as it is now spelled; a group saved as
+    # something else than its options is refused, naming it
+    from seqjax.experiments import image_gpt
+
+    saved = {**dataclasses.asdict(char_lm.Config()), "model": {"num_layers": "x"}}
+    with pytest.raises(ConfigError, match="--model.num_layers: expected int; got 'x'"):
+        config_from_dict(char_lm.Config, saved)
+    with pytest.raises(ConfigError, match="--model is a group of options"):
+        config_from_dict(image_gpt.Config, {**dataclasses.asdict(image_gpt.Config()), "model": 3})
     # the checkpoint's record keeps the flat names, so a work dir of before still resumes
     assert gpt2.model_config(read) == {"vocab_size": 50304, "block_size": 16,
                                        "tokenizer": "gpt2", "num_layers": 3, "num_heads": 12,

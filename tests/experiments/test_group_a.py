@@ -121,6 +121,12 @@ def test_positions_keep_previous_reads_nested_and_flat_saved_configs(tmp_path):
         assert sessions[0]["command"] == command_line("positions", cfg)  # --model.num_heads=2
         with pytest.raises(ValueError, match=r"other settings for \['model.num_heads'\]"):
             positions._previous(other)
+    # a session recorded before the group: its command is shown as it is spelled now
+    old = command_line("positions", cfg).replace("--model.", "--")
+    (tmp_path / "positions.json").write_text(json.dumps(
+        {"config": flat, "runs": [dict(row)], "sessions": [{"command": old, "wall_s": 1.0,
+                                                              "load_average": ["0", "0"]}]}))
+    assert positions._previous(cfg)[1][0]["command"] == command_line("positions", cfg)
 
 
 # ----------------------------------------------------------------------------- norm_placement

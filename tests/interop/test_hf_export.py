@@ -196,6 +196,9 @@ def test_a_tokenizer_json_run_exports_that_file(tmp_path, capsys):
 
 def test_a_model_gpt2_cannot_hold_is_refused_by_option(tmp_path, capsys):
     check_exportable(_config(tmp_path, {**VARIANTS["untied"], "model.use_bias": False}))  # exports
+    with pytest.raises(ConfigError, match="--model.architecture=lstm .GPT-2 needs "
+                                          "--model.architecture=transformer"):
+        check_exportable(_config(tmp_path, {"model.architecture": "lstm"}))
     with pytest.raises(ConfigError) as err:
         check_exportable(_config(tmp_path, gpt2.PRESETS["modern_smoke"]))
     for option in ("--model.positions=rope", "--model.qk_norm=true",
