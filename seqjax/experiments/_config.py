@@ -47,6 +47,7 @@ __all__ = [
     "parse_overrides",
     "apply_overrides",
     "config_from_dict",
+    "saved_config",
 ]
 
 _NONE = {"none", "null"}
@@ -372,23 +373,35 @@ def _group_value(key: str, value: Any, cls: type, prefix: str) -> ConfigError:
                        f"--{prefix}{key}.KEY=VALUE (keys: {names}).")
 
 
-def _nest_renamed(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """A saved config's options under the names before a rename moved them into a group
-    (``{"num_layers": 4}`` -> ``{"model": {"num_layers": 4}}``; a saved ``"model": "lstm"``
-    -> ``{"model": {"architecture": "lstm"}}``); keys saved under the new names win."""
+def saved_config(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """A config as a run saved it (``experiment.json``, a summary's ``config``) in today's
+    names, neither checked nor completed (:func:`config_from_dict` builds it): an option saved
+    before a rename under its new name, one that has since moved into a group in the group
+    (``{"num_layers": 4}`` -> ``{"model": {"num_layers": 4}}``; gpt2's ``"model": "lstm"`` ->
+    ``{"model": {"architecture": "lstm"}}``); keys saved under the new names win.
+
+    Example:
+        >>> from seqjax.experiments import ptb_lm
+        >>> saved_config(ptb_lm.Config, {"hidden_size": 16, "num_steps": 35, "seed": 1})
+        {'seed': 1, 'model': {'hidden_size': 16}, 'block_size': 35}
+    """
     hints, old_names = _hints(cls), renamed(cls)
-    out = {k: v for k, v in data.items()  # a group's old value, moved below
-           if not (_is_group(hints.get(k)) and not isinstance(v, Mapping)
-                   and old_names.get(k, "").startswith(f"{k}."))}
+    out: dict[str, Any] = {}
+    retired = []
     for key, value in data.items():
-        head, _, rest = old_names.get(key, "").partition(".")
-        moved = rest and _is_group(hints.get(head)) and (
-            key not in hints or _is_group(hints[key]) and not isinstance(value, Mapping))
-        if moved:
-            group = out[head] = dict(out.get(head) or {})
-            group.setdefault(rest, value)
-            if key != head:
-                out.pop(key, None)
+        new = old_names.get(key, "")
+        if new.partition(".")[0] in hints and (key not in hints or (  # "model": "lstm" of old
+                _is_group(hints[key]) and not isinstance(value, Mapping))):
+            retired.append((new, value))
+        else:
+            out[key] = value
+    for new, value in retired:
+        head, _, rest = new.partition(".")
+        if rest:
+            group = out.get(head)
+            out[head] = {rest: value, **(group if isinstance(group, Mapping) else {})}
+        else:
+            out.setdefault(new, value)
     return out
 
 
@@ -411,7 +424,7 @@ def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
 
 def _from_dict(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     """:func:`config_from_dict` of a group saved under ``prefix`` (``model.``)."""
-    data = _nest_renamed(cls, data)
+    data = saved_config(cls, data)
     for f in dataclasses.fields(cls):  # a group saved in part (its flat options of before)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
             else f.default
@@ -424,10 +437,7 @@ def _from_dict(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
         raise ConfigError(f"{cls.__name__} needs {sorted(missing)}.")
     hints = _hints(cls)
     kwargs = {}
-    old_names = renamed(cls)
     for key, value in data.items():
-        if key not in hints and old_names.get(key) in hints and old_names[key] not in data:
-            key = old_names[key]  # a config saved before the rename
         if key not in hints:
             raise _unknown(key, cls, prefix)
         if _is_group(hints[key]) and not isinstance(value, Mapping):

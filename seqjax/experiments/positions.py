@@ -33,6 +33,7 @@ Run:  python -m seqjax.experiments.positions --results_dir seqjax/experiments/re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -53,6 +54,7 @@ from seqjax.experiments._config import (
     config_from_dict,
     moved_into,
     renamed,
+    saved_config,
 )
 from seqjax.experiments._kit import (
     Run,
@@ -384,20 +386,13 @@ _RUN_FIELDS = ("num_symbols", "train_max_length", "test_max_length", "test_per_l
                "learning_rate", "warmup_steps", "seed")
 
 
-def _option(cfg: Config, name: str) -> Any:
-    """The value of option ``name`` (dotted for a group's: ``model.embed_dim``) of ``cfg``."""
-    value: Any = cfg
+def _option(config: dict, name: str) -> Any:
+    """The value of option ``name`` (dotted for a group's: ``model.embed_dim``) in a config
+    as a dict (``dataclasses.asdict``, or a saved one in today's names: ``saved_config``)."""
+    value: Any = config
     for part in name.split("."):
-        value = getattr(value, part)
+        value = value.get(part) if isinstance(value, dict) else None
     return value
-
-
-def _saved_option(saved: dict, name: str) -> Any:
-    """The value of option ``name`` in a saved summary's config: nested (``{"model":
-    {"embed_dim": 64}}``), or flat as saved before the group (``{"embed_dim": 64}``)."""
-    head, _, key = name.rpartition(".")
-    group = saved.get(head) if head else saved
-    return group.get(key) if isinstance(group, dict) else saved.get(key)
 
 
 def _previous(cfg: Config) -> tuple[list[dict], list[dict]]:
@@ -407,7 +402,8 @@ def _previous(cfg: Config) -> tuple[list[dict], list[dict]]:
         return [], []
     with open(path) as f:
         prev = json.load(f)
-    diff = [k for k in _RUN_FIELDS if _saved_option(prev["config"], k) != _option(cfg, k)]
+    saved, now = saved_config(Config, prev["config"]), dataclasses.asdict(cfg)
+    diff = [k for k in _RUN_FIELDS if _option(saved, k) != _option(now, k)]
     if diff:
         raise ValueError(f"`keep_previous`: the earlier runs in {path} used other settings "
                          f"for {diff}; rerun them or use another work dir.")

@@ -91,7 +91,7 @@ from seqjax.experiments._config import (
     PosFloat,
     PosInt,
     moved_into,
-    renamed,
+    saved_config,
 )
 from seqjax.experiments._kit import Run, Task, Trained, train
 from seqjax.experiments.reports.ptb_lm import (
@@ -129,10 +129,6 @@ class ModelOptions:
     dropout_rate: Fraction = 0.0
     recurrent_bias: bool = True
     init_scale: PosFloat = 0.1
-
-
-#: The network's options (``--model.KEY``); each was a flat ``--KEY`` before the group.
-MODEL_OPTIONS = tuple(f.name for f in dataclasses.fields(ModelOptions))
 
 
 @dataclass(frozen=True)
@@ -482,42 +478,22 @@ def evaluate(cfg: Config) -> dict:
 # ----------------------------------------------------------------------------- results
 
 
-def saved_config(config: dict) -> dict:
-    """A config as a run saved it (``experiment.json``, ``ptb_lm.json``) in today's names: the
-    network's options in the ``model`` group (a run from before the group has them flat; an
-    option it did not have yet stays absent) and a renamed option (``num_steps``) under its new
-    name; keys saved under the new names win.
-
-    Example:
-        >>> saved_config({"hidden_size": 16, "num_steps": 35, "seed": 1})
-        {'seed': 1, 'block_size': 35, 'model': {'hidden_size': 16}}
-    """
-    old_names = renamed(Config)  # a run saved before a rename
-    model = dict(config["model"]) if isinstance(config.get("model"), dict) else {}
-    out = {k: v for k, v in config.items() if k != "model" and k not in old_names}
-    for key, value in config.items():
-        head, _, rest = old_names.get(key, "").partition(".")
-        if head == "model" and rest:
-            model.setdefault(rest, value)
-        elif head:
-            out.setdefault(head, value)
-    return {**out, "model": model}
-
-
 def _flat(config: dict) -> dict:
-    """A :func:`saved_config` with the network's options as ``model.KEY`` keys."""
+    """A :func:`~seqjax.experiments._config.saved_config` with the network's options as
+    ``model.KEY`` keys."""
     return {**{k: v for k, v in config.items() if k != "model"},
-            **{f"model.{k}": v for k, v in config["model"].items()}}
+            **{f"model.{k}": v for k, v in config.get("model", {}).items()}}
 
 
 def write_results(workdir: str, path: str, command: str | None = None) -> str:
     """The results table (markdown) of the run in ``workdir`` — finished or still in progress —
     from its ``experiment.json``, ``metrics.jsonl`` and (when finished) ``ptb_lm.json``."""
     with open(os.path.join(workdir, "experiment.json")) as f:
-        cfg_dict = saved_config(json.load(f)["config"])
+        cfg_dict = saved_config(Config, json.load(f)["config"])
     fields = {f.name for f in dataclasses.fields(Config)} - {"model"}
-    cfg = Config(model=ModelOptions(**{k: v for k, v in cfg_dict["model"].items()
-                                       if k in MODEL_OPTIONS}),
+    network = {f.name for f in dataclasses.fields(ModelOptions)}
+    cfg = Config(model=ModelOptions(**{k: v for k, v in cfg_dict.get("model", {}).items()
+                                       if k in network}),
                  **{k: v for k, v in cfg_dict.items() if k in fields})
     records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     summary_path = os.path.join(workdir, "ptb_lm.json")
@@ -544,7 +520,8 @@ def seed_summary(workdirs: list[str]) -> dict:
     r"""The finished runs in ``workdirs`` — the same config but for the seed — side by side.
 
     Returns ``{"config", "runs", "test_ppl", "valid_ppl"}``: ``config`` is the runs' shared
-    config (:func:`saved_config`'s form: the network in ``model``; old runs are read too);
+    config (:func:`~seqjax.experiments._config.saved_config`'s form: the network in
+    ``model``; old runs are read too);
     ``runs`` holds each run's seed, final valid / test perplexity (after the last epoch, as
     reported), its best-validation epoch, wall time and test perplexity after every epoch
     (``epoch_test_ppl``), sorted by seed; ``test_ppl`` / ``valid_ppl`` are ``{"mean", "std",
@@ -570,7 +547,7 @@ def seed_summary(workdirs: list[str]) -> dict:
                              "missing).")
         with open(path) as f:
             s = json.load(f)
-        cfg = saved_config(s["config"])
+        cfg = saved_config(Config, s["config"])
         if s["steps"] < cfg["epochs"] * s["steps_per_epoch"]:
             raise ValueError(f"`workdirs`: the run in {d!r} stopped at step {s['steps']} of "
                              f"{cfg['epochs'] * s['steps_per_epoch']}.")

@@ -67,3 +67,20 @@ def test_config_from_dict_round_trip():
     assert config_from_dict(Cfg, dataclasses.asdict(cfg)) == cfg
     with pytest.raises(ConfigError, match="unknown config key --extra"):
         config_from_dict(Cfg, {"extra": 1})
+
+
+def test_saved_config_reads_old_names_into_todays_groups():
+    """A saved config in today's names: an option renamed twice (``d_model`` -> ``embed_dim``
+    -> ``model.embed_dim``), gpt2's ``"model": "lstm"`` (now ``model.architecture``), and a
+    key saved under the new name wins over the old one; unknown keys are kept (for
+    ``config_from_dict`` to refuse)."""
+    from seqjax.experiments import gpt2, selective_copying
+    from seqjax.experiments._config import saved_config
+
+    assert saved_config(selective_copying.Config, {"d_model": 64, "steps": 3, "x": 1}) == \
+        {"steps": 3, "x": 1, "model": {"embed_dim": 64}}
+    assert saved_config(gpt2.Config, {"model": "lstm", "num_layers": 2, "data": "d"}) == \
+        {"model": {"architecture": "lstm", "num_layers": 2}, "data_path": "d"}
+    assert saved_config(gpt2.Config, {"model": {"num_layers": 3}, "num_layers": 2,
+                                      "data": "old", "data_path": "new"}) == \
+        {"model": {"num_layers": 3}, "data_path": "new"}

@@ -79,10 +79,14 @@ def write_results(
 
 
 def _network(c: dict) -> dict:
-    """A summary config's network: the ``model`` group (``--model.*``, ``model`` its
-    architecture), or the flat keys of a run from before the group."""
-    m = c.get("model")
-    return {**m, "model": m["architecture"]} if isinstance(m, dict) else c
+    """A summary config's network, the ``model`` group (``--model.*``; ``model``: its
+    architecture), also from a run saved before the group
+    (:func:`~seqjax.experiments._config.saved_config`)."""
+    from seqjax.experiments._config import saved_config
+    from seqjax.experiments.char_lm import Config
+
+    m = saved_config(Config, c).get("model", {})
+    return {**m, "model": m.get("architecture", "transformer")}
 
 
 def _plot_losses(runs: list[tuple[str, dict, list[dict]]], path: str) -> None:

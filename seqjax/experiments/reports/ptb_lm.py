@@ -218,8 +218,10 @@ def _network(c: dict) -> dict:
     """A saved config's network: the ``model`` group (``--model.*``), or the flat keys of a
     run from before the group (no ``recurrent_bias`` there: a run from before that option,
     one bias per gate)."""
-    m = c.get("model")
-    return m if isinstance(m, dict) else c
+    from seqjax.experiments._config import saved_config
+    from seqjax.experiments.ptb_lm import Config
+
+    return saved_config(Config, c).get("model", {})
 
 
 def _target_sentence(test: dict, runs: list[dict]) -> str:

@@ -24,12 +24,12 @@ PAPER_TABLE1 = {
 
 
 def _network(c: dict[str, Any]) -> dict[str, Any]:
-    """A saved run's network options: the ``model`` group (``--model.*``), or the flat keys
-    of a run from before the group (``d_model`` before it was ``embed_dim``)."""
-    m = c.get("model")
-    if isinstance(m, dict):
-        return m
-    return {**c, "embed_dim": c.get("embed_dim", c.get("d_model"))}
+    """A saved run's network options, the ``model`` group, also from a run saved before the
+    group or before a rename (``d_model``): :func:`~seqjax.experiments._config.saved_config`."""
+    from seqjax.experiments._config import saved_config
+    from seqjax.experiments.selective_copying import Config
+
+    return saved_config(Config, c).get("model", {})
 
 
 def report(
